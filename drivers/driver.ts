@@ -1,0 +1,81 @@
+/**
+ * The one interface every driver implements (pcap, pipe, af_packet, memif, dpdk, ibverbs,
+ * mlx5dv). The graph's device nodes (`<driver>-input`, `<if>-output`, `<if>-tx`) call it once
+ * per burst, never per packet.
+ *
+ * Ownership: `rxBurst` hands freshly filled buffers to the caller. `txBurst` takes the buffers
+ * it accepts (the first `sent` of the vector) and frees them when it is done with them; the
+ * caller keeps the rest (and drops them, counting "no free tx slots").
+ */
+import type { BufferMemory, BufferPool } from '../graph/buffer-pool.ts';
+
+export interface DriverCounters {
+  rxPackets: number;
+  rxBytes: number;
+  txPackets: number;
+  txBytes: number;
+  /** Received by the device but lost before reaching us (ring full, no buffers). */
+  rxDrops: number;
+  /** Offered to txBurst but not sent. */
+  txDrops: number;
+  /** Errors the device reports (malformed frames, I/O errors). */
+  rxErrors: number;
+  txErrors: number;
+}
+
+export function zeroCounters(): DriverCounters {
+  return { rxPackets: 0, rxBytes: 0, txPackets: 0, txBytes: 0, rxDrops: 0, txDrops: 0, rxErrors: 0, txErrors: 0 };
+}
+
+export interface Driver {
+  /** Driver family: "pcap", "pipe", "af_packet", "memif", ... */
+  readonly kind: string;
+  /** Interface name, e.g. "pipe0", "memif0". */
+  readonly name: string;
+  readonly mac: Uint8Array;
+  readonly mtu: number;
+  readonly rxQueues: number;
+  readonly txQueues: number;
+
+  /**
+   * Memory the driver wants the buffer pool to live in (memif's shared region, DPDK's mempool),
+   * or null when it works with any pool. Asked before the pool is created.
+   */
+  providesMemory?(): BufferMemory | null;
+
+  /** Bind to the pool and start the device. Throws a clear Error when it cannot. */
+  open(pool: BufferPool): void;
+
+  /** Receive up to `max` packets from `queue` into `out[0..]`; returns how many. */
+  rxBurst(queue: number, out: Uint32Array, max: number): number;
+
+  /** Transmit `n` packets from `bufs[off..]` on `queue`; returns how many were accepted. */
+  txBurst(queue: number, bufs: Uint32Array, off: number, n: number): number;
+
+  /** Link up (carrier) as the device sees it. */
+  linkUp(): boolean;
+
+  /**
+   * File descriptor that becomes readable when `queue` has packets (memif eventfd, af_packet
+   * socket), or -1 when the driver has none and wakes the engine through `setWakeup` instead.
+   */
+  rxWaitFd(queue: number): number;
+
+  /**
+   * Nanoseconds (monotonic, `process.hrtime.bigint()` scale as a number) at which the queue
+   * will next have packets without any fd becoming readable (a rate-limited pcap replay), or
+   * -1 when it does not know / never.
+   */
+  rxNextDueNs?(queue: number): number;
+
+  /**
+   * The engine gives every driver a callback to call when packets become available outside
+   * any fd (pipe: the peer transmitted). Called at most once per rx queue registration.
+   */
+  setWakeup(wake: () => void): void;
+
+  counters(): DriverCounters;
+
+  /** Release the device. Buffers it holds go back to the pool. Idempotent. */
+  close(): void;
+}

@@ -1,0 +1,748 @@
+/**
+ * The vector engine: node registry, frames, batched enqueue, the dispatch loop, adaptive
+ * polling, timers, processes, counters and trace. One Graph per data-plane thread.
+ *
+ * A pass (VPP's main loop iteration): poll every input node, drain the pending frames until
+ * the graph is empty (frames enqueued while draining run in the same pass), run due timers and
+ * ready processes. Frames are per target node: everything enqueued to a node before it runs
+ * lands in the same vector, up to 256, so vectors grow under load.
+ */
+import { BufferPool } from './buffer-pool.ts';
+import { type Clock, systemClock } from './clock.ts';
+import { ErrorCounters, RT_CALLS, RT_CLOCKS, RT_STRIDE, RT_SUSPENDS, RT_VECTORS, RuntimeCounters } from './counters.ts';
+import type { ErrorThreadSnapshot, RuntimeRow, RuntimeThreadSnapshot, TraceThreadSnapshot } from './format.ts';
+import {
+  FRAME_SIZE,
+  Frame,
+  NodeFlag,
+  type NodeRegistration,
+  NodeRuntime,
+  type ProcessContext,
+  type ProcessEvent,
+  type ProcessWait,
+} from './node.ts';
+import { TimerWheel } from './timer-wheel.ts';
+import { TraceBuffer } from './trace.ts';
+import { IdleWaiter } from './waiter.ts';
+
+export class GraphError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'GraphError';
+  }
+}
+
+export interface GraphOptions {
+  pool: BufferPool;
+  clock?: Clock;
+  threadIndex?: number;
+  threadName?: string;
+  /** Most packets `trace add` keeps (trace.max-packets). */
+  traceMaxPackets?: number;
+  /** Timer wheel tick (default 100 µs). */
+  timerTickNs?: number;
+  /**
+   * Longest the loop keeps running passes before yielding to the event loop, in µs (default
+   * 0: one pass per event-loop turn, so the API on the same thread stays responsive).
+   */
+  passBudgetUs?: number;
+  /** How long the loop keeps polling with no work before it sleeps, in µs (default 50). */
+  idlePollUs?: number;
+  /** 'adaptive' (default): poll while busy, sleep when idle. 'polling': never sleep. */
+  mode?: 'adaptive' | 'polling';
+}
+
+const PROCESS_TIMER_USER = 0xfffffffe;
+
+export class Graph {
+  readonly pool: BufferPool;
+  readonly clock: Clock;
+  readonly threadIndex: number;
+  readonly threadName: string;
+  readonly nodes: NodeRuntime[] = [];
+  private readonly byName = new Map<string, NodeRuntime>();
+  private built = false;
+
+  readonly runtime: RuntimeCounters;
+  private readonly errors: ErrorCounters;
+  /** Error counters (shared array), indexed by global error index. */
+  errorCounts: Float64Array;
+  private nErrors = 0;
+  /** Node and code of each global error index. */
+  private readonly errorOwner: { node: NodeRuntime; code: number }[] = [];
+
+  readonly trace: TraceBuffer;
+  readonly timers: TimerWheel;
+  private readonly startNs: number;
+
+  private inputs: NodeRuntime[] = [];
+  private readonly pending: Frame[] = [];
+  private pendLen = 0;
+  private readonly freeFrames: Frame[] = [];
+  private readyProcesses: NodeRuntime[] = [];
+  /** The node being dispatched (named in errors a node throws). */
+  private current: NodeRuntime | null = null;
+
+  // The run loop.
+  private running = false;
+  private scheduled = false;
+  private sleeping = false;
+  private wakeRequested = false;
+  private idleSinceNs = -1;
+  private readonly passBudgetNs: number;
+  private readonly idlePollNs: number;
+  private readonly mode: 'adaptive' | 'polling';
+  private waiter: IdleWaiter | null = null;
+  private readonly dueSources: (() => number)[] = [];
+  private readonly waitFds = new Set<number>();
+  /** Set when a node throws; the loop logs it and goes on. */
+  lastError: Error | null = null;
+  onError: (err: Error) => void = (err) => console.error(`rdma-graph: ${err.message}`);
+  /** Passes that found work / slept (for tests and `show runtime`). */
+  sleeps = 0;
+  wakeups = 0;
+
+  constructor(opts: GraphOptions) {
+    this.pool = opts.pool;
+    this.clock = opts.clock ?? systemClock();
+    this.threadIndex = opts.threadIndex ?? 0;
+    this.threadName = opts.threadName ?? 'main';
+    this.startNs = this.clock.nowNs();
+    this.runtime = new RuntimeCounters(64, this.startNs);
+    this.errors = new ErrorCounters(256);
+    this.errorCounts = this.errors.counts;
+    this.trace = new TraceBuffer(this.pool, opts.traceMaxPackets ?? 1000, this.clock.nowNs, this.startNs);
+    this.timers = new TimerWheel(this.startNs, { tickNs: opts.timerTickNs });
+    this.passBudgetNs = (opts.passBudgetUs ?? 0) * 1000;
+    this.idlePollNs = (opts.idlePollUs ?? 50) * 1000;
+    this.mode = opts.mode ?? 'adaptive';
+    this.register({ name: 'error-drop', flags: NodeFlag.IS_DROP, fn: errorDrop, formatTrace: (r) => String(r) });
+  }
+
+  // ---------------------------------------------------------------- registry
+
+  /** Register a node. Before build() its next names may refer to nodes registered later. */
+  register(reg: NodeRegistration): NodeRuntime {
+    if (typeof reg.name !== 'string' || reg.name.length === 0) throw new GraphError('node registration: name must be a non-empty string');
+    if (this.byName.has(reg.name)) throw new GraphError(`node "${reg.name}" is already registered`);
+    const type = reg.type ?? 'internal';
+    if (type !== 'input' && type !== 'internal' && type !== 'process') throw new GraphError(`node "${reg.name}": unknown type "${String(type)}" (input, internal or process)`);
+    if (type === 'process' && typeof reg.process !== 'function') throw new GraphError(`node "${reg.name}": a process node needs a process generator function`);
+    if (type !== 'process' && typeof reg.fn !== 'function') throw new GraphError(`node "${reg.name}": an ${type} node needs a function`);
+    const seen = new Set<string>();
+    for (const e of reg.errors ?? []) {
+      if (seen.has(e.name)) throw new GraphError(`node "${reg.name}": error "${e.name}" is declared twice`);
+      seen.add(e.name);
+    }
+    const rt = new NodeRuntime(this, this.nodes.length, reg);
+    this.nodes.push(rt);
+    this.byName.set(rt.name, rt);
+    this.runtime.ensure(this.nodes.length);
+    rt.errorBase = this.nErrors;
+    for (let code = 0; code < rt.errors.length; code++) this.errorOwner.push({ node: rt, code });
+    this.nErrors += rt.errors.length;
+    this.errors.ensure(this.nErrors);
+    this.errorCounts = this.errors.counts;
+    if (this.built) this.resolve(rt);
+    if (type === 'input' && this.built) this.refreshInputs();
+    return rt;
+  }
+
+  /** Resolve every node's next names. Unknown names are errors naming both nodes. */
+  build(): void {
+    const problems: string[] = [];
+    for (const rt of this.nodes) {
+      try {
+        this.resolve(rt);
+      } catch (e) {
+        problems.push((e as Error).message);
+      }
+    }
+    if (problems.length) throw new GraphError(problems.join('\n'));
+    this.built = true;
+    this.refreshInputs();
+  }
+
+  private resolve(rt: NodeRuntime): void {
+    const nexts: NodeRuntime[] = [];
+    for (const name of rt.nextNames) {
+      const t = this.byName.get(name);
+      if (!t) throw new GraphError(`node "${rt.name}": next node "${name}" does not exist`);
+      if (t.type !== 'internal') throw new GraphError(`node "${rt.name}": next node "${name}" is an ${t.type} node; frames go only to internal nodes`);
+      nexts.push(t);
+    }
+    rt.nextNodes = nexts;
+  }
+
+  private refreshInputs(): void {
+    this.inputs = this.nodes.filter((n) => n.type === 'input' && n.state !== 'disabled');
+  }
+
+  /** Add a next arc at run time (VPP's vlib_node_add_next); returns its index. */
+  addNext(rt: NodeRuntime, nextName: string): number {
+    const have = rt.nextNames.indexOf(nextName);
+    if (have >= 0) return have;
+    const t = this.byName.get(nextName);
+    if (!t) throw new GraphError(`node "${rt.name}": next node "${nextName}" does not exist`);
+    if (t.type !== 'internal') throw new GraphError(`node "${rt.name}": next node "${nextName}" is an ${t.type} node; frames go only to internal nodes`);
+    rt.nextNames.push(nextName);
+    if (this.built) rt.nextNodes.push(t);
+    return rt.nextNames.length - 1;
+  }
+
+  node(name: string): NodeRuntime {
+    const rt = this.byName.get(name);
+    if (!rt) throw new GraphError(`no node named "${name}"`);
+    return rt;
+  }
+
+  hasNode(name: string): boolean {
+    return this.byName.has(name);
+  }
+
+  /** Next index of `nextName` in `rt`'s arcs. */
+  nextIndex(rt: NodeRuntime, nextName: string): number {
+    const i = rt.nextNames.indexOf(nextName);
+    if (i < 0) throw new GraphError(`node "${rt.name}" has no next node "${nextName}"`);
+    return i;
+  }
+
+  setInputState(rt: NodeRuntime, state: 'polling' | 'interrupt' | 'disabled'): void {
+    if (rt.type !== 'input') throw new GraphError(`node "${rt.name}" is not an input node`);
+    rt.state = state;
+    this.refreshInputs();
+  }
+
+  // ---------------------------------------------------------------- frames
+
+  private openFrame(t: NodeRuntime): Frame {
+    const f = this.freeFrames.length > 0 ? (this.freeFrames.pop() as Frame) : new Frame();
+    f.n = 0;
+    f.node = t;
+    t.cur = f;
+    if (this.pendLen === this.pending.length) this.pending.push(f);
+    else this.pending[this.pendLen] = f;
+    this.pendLen++;
+    return f;
+  }
+
+  /**
+   * VPP's enqueue_to_next: send `from[i]` to `rt.nextNodes[nexts[i]]` for i < n, appending to
+   * each target's pending frame and opening a new one when it fills.
+   */
+  enqueueToNext(rt: NodeRuntime, from: Uint32Array, nexts: Uint16Array, n: number): void {
+    const targets = rt.nextNodes;
+    let last = -1;
+    let t: NodeRuntime = rt;
+    let f: Frame | null = null;
+    for (let i = 0; i < n; i++) {
+      const nx = nexts[i];
+      if (nx !== last || f === null) {
+        t = targets[nx];
+        if (t === undefined) throw new GraphError(`node "${rt.name}": next index ${nx} is not one of its ${targets.length} next nodes`);
+        f = t.cur;
+        if (f === null) f = this.openFrame(t);
+        last = nx;
+      }
+      f.vec[f.n++] = from[i];
+      if (f.n === FRAME_SIZE) {
+        t.cur = null;
+        f = null;
+      }
+    }
+  }
+
+  /** Every buffer `from[off..off+n)` to one next node. */
+  enqueueToSingleNext(rt: NodeRuntime, next: number, from: Uint32Array, off: number, n: number): void {
+    const t = rt.nextNodes[next];
+    if (t === undefined) throw new GraphError(`node "${rt.name}": next index ${next} is not one of its ${rt.nextNodes.length} next nodes`);
+    let f = t.cur;
+    for (let i = 0; i < n; i++) {
+      if (f === null) f = this.openFrame(t);
+      f.vec[f.n++] = from[off + i];
+      if (f.n === FRAME_SIZE) {
+        t.cur = null;
+        f = null;
+      }
+    }
+  }
+
+  /** One buffer to one next node. */
+  enqueueOne(rt: NodeRuntime, next: number, bi: number): void {
+    const t = rt.nextNodes[next];
+    if (t === undefined) throw new GraphError(`node "${rt.name}": next index ${next} is not one of its ${rt.nextNodes.length} next nodes`);
+    let f = t.cur;
+    if (f === null) f = this.openFrame(t);
+    f.vec[f.n++] = bi;
+    if (f.n === FRAME_SIZE) t.cur = null;
+  }
+
+  /** Frames waiting to run (for tests and the idle check). */
+  get pendingFrames(): number {
+    return this.pendLen;
+  }
+
+  // ---------------------------------------------------------------- dispatch
+
+  /**
+   * One pass: poll inputs, drain pending frames, run due timers and ready processes. Returns
+   * the work done (packets from inputs and drained frames, timers fired, processes resumed).
+   */
+  runPass(): number {
+    if (!this.built) throw new GraphError('graph not built: call build() first');
+    const tsc = this.clock.tsc;
+    const cnt = this.runtime.counts;
+    let work = 0;
+    let t0 = tsc();
+    const inputs = this.inputs;
+    for (let i = 0; i < inputs.length; i++) {
+      const rt = inputs[i];
+      this.current = rt;
+      const n = rt.fn(rt, null);
+      const t1 = tsc();
+      const b = rt.index * RT_STRIDE;
+      cnt[b + RT_CALLS] += 1;
+      cnt[b + RT_VECTORS] += n;
+      cnt[b + RT_CLOCKS] += t1 - t0;
+      t0 = t1;
+      work += n;
+    }
+    work += this.drain();
+    work += this.runTimers();
+    this.current = null;
+    this.runtime.loops++;
+    return work;
+  }
+
+  /** Run pending frames until none is left. Returns the packets processed. */
+  drain(): number {
+    const tsc = this.clock.tsc;
+    const cnt = this.runtime.counts;
+    const trace = this.trace;
+    let work = 0;
+    let t0 = tsc();
+    // pendLen grows while we go: frames enqueued now run in this same drain.
+    for (let i = 0; i < this.pendLen; i++) {
+      const f = this.pending[i];
+      const t = f.node as NodeRuntime;
+      if (t.cur === f) t.cur = null;
+      this.current = t;
+      t.traceOn = trace.active ? trace.visit(t, f.vec, f.n) : false;
+      let n: number;
+      try {
+        n = t.fn(t, f);
+      } finally {
+        f.node = null;
+        this.freeFrames.push(f);
+      }
+      const t1 = tsc();
+      const b = t.index * RT_STRIDE;
+      cnt[b + RT_CALLS] += 1;
+      cnt[b + RT_VECTORS] += n;
+      cnt[b + RT_CLOCKS] += t1 - t0;
+      t0 = t1;
+      work += n;
+    }
+    this.pendLen = 0;
+    return work;
+  }
+
+  // ---------------------------------------------------------------- timers and processes
+
+  /** Start a timer owned by `rt`: its `timer(rt, user)` runs after `delayNs`. */
+  startTimer(rt: NodeRuntime, delayNs: number, user: number): number {
+    if (rt.type !== 'process' && typeof rt.reg.timer !== 'function') throw new GraphError(`node "${rt.name}" has no timer function`);
+    return this.timers.start(this.clock.nowNs(), delayNs, rt.index, user);
+  }
+
+  stopTimer(handle: number): boolean {
+    return this.timers.stop(handle);
+  }
+
+  private readonly fire = (owner: number, user: number): void => {
+    const rt = this.nodes[owner];
+    this.current = rt;
+    if (rt.type === 'process') {
+      if (user === PROCESS_TIMER_USER && (rt.processState === 'clock wait' || rt.processState === 'any wait')) {
+        rt.waitTimer = -1;
+        this.resumeProcess(rt);
+      }
+      return;
+    }
+    (rt.reg.timer as (rt: NodeRuntime, user: number) => void)(rt, user);
+  };
+
+  private runTimers(): number {
+    let work = 0;
+    if (this.timers.size > 0) work += this.timers.advance(this.clock.nowNs(), this.fire);
+    if (this.readyProcesses.length > 0) {
+      const ready = this.readyProcesses;
+      this.readyProcesses = [];
+      for (const rt of ready) this.resumeProcess(rt);
+      work += ready.length;
+    }
+    // Timers and processes may have enqueued packets.
+    if (this.pendLen > 0) work += this.drain();
+    return work;
+  }
+
+  private startProcesses(): void {
+    for (const rt of this.nodes) {
+      if (rt.type === 'process' && rt.processState === 'not started') {
+        const ctx = makeProcessContext(this, rt);
+        rt.gen = (rt.reg.process as (c: ProcessContext) => Generator<ProcessWait, void, void>)(ctx);
+        rt.processState = 'running';
+        this.readyProcesses.push(rt);
+      }
+    }
+  }
+
+  private resumeProcess(rt: NodeRuntime): void {
+    const gen = rt.gen;
+    if (gen === null || rt.processState === 'done') return;
+    const tsc = this.clock.tsc;
+    const cnt = this.runtime.counts;
+    const b = rt.index * RT_STRIDE;
+    const t0 = tsc();
+    rt.processState = 'running';
+    this.current = rt;
+    let r: IteratorResult<ProcessWait, void>;
+    try {
+      r = gen.next();
+    } catch (e) {
+      rt.processState = 'done';
+      cnt[b + RT_CALLS] += 1;
+      cnt[b + RT_CLOCKS] += tsc() - t0;
+      throw e;
+    }
+    cnt[b + RT_CALLS] += 1;
+    cnt[b + RT_CLOCKS] += tsc() - t0;
+    if (r.done) {
+      rt.processState = 'done';
+      return;
+    }
+    cnt[b + RT_SUSPENDS] += 1;
+    const w = r.value;
+    if (w.kind === 'clock' || w.kind === 'any') {
+      rt.waitTimer = this.timers.start(this.clock.nowNs(), w.ns, rt.index, PROCESS_TIMER_USER);
+    }
+    rt.processState = w.kind === 'clock' ? 'clock wait' : w.kind === 'event' ? 'event wait' : 'any wait';
+    if (w.kind !== 'clock' && rt.events.length > 0) this.makeReady(rt);
+  }
+
+  private makeReady(rt: NodeRuntime): void {
+    if (rt.waitTimer >= 0) {
+      this.timers.stop(rt.waitTimer);
+      rt.waitTimer = -1;
+    }
+    rt.processState = 'running';
+    this.readyProcesses.push(rt);
+    this.wake();
+  }
+
+  /** Signal an event to a process node (VPP's vlib_process_signal_event). */
+  signalEvent(rt: NodeRuntime, type: string, data?: unknown): void {
+    if (rt.type !== 'process') throw new GraphError(`node "${rt.name}" is not a process node`);
+    rt.events.push({ type, data });
+    if (rt.processState === 'event wait' || rt.processState === 'any wait') this.makeReady(rt);
+  }
+
+  // ---------------------------------------------------------------- the run loop
+
+  /** Start the loop on this thread's event loop. */
+  start(): void {
+    if (!this.built) this.build();
+    if (this.running) return;
+    this.running = true;
+    this.startProcesses();
+    this.schedule();
+  }
+
+  /** Stop the loop (pending frames are drained first). */
+  stop(): void {
+    if (!this.running) return;
+    this.running = false;
+    if (this.pendLen > 0) this.drain();
+    if (this.waiter) this.waiter.cancel();
+    this.sleeping = false;
+  }
+
+  get isRunning(): boolean {
+    return this.running;
+  }
+
+  get isSleeping(): boolean {
+    return this.sleeping;
+  }
+
+  /** Ask the loop to run a pass soon (a driver got packets outside any fd, an event came). */
+  wake(): void {
+    this.wakeRequested = true;
+    if (this.sleeping) {
+      this.sleeping = false;
+      this.wakeups++;
+      (this.waiter as IdleWaiter).cancel();
+      this.schedule();
+    }
+  }
+
+  /** A file descriptor whose readability wakes the sleeping loop (driver rx). */
+  addWaitFd(fd: number): void {
+    this.waitFds.add(fd);
+    if (this.waiter) this.waiter.add(fd);
+  }
+
+  removeWaitFd(fd: number): void {
+    this.waitFds.delete(fd);
+    if (this.waiter) this.waiter.remove(fd);
+  }
+
+  /** A source of "work is due at this monotonic ns" (rate-limited replays); -1 = none. */
+  addDueSource(due: () => number): void {
+    this.dueSources.push(due);
+  }
+
+  private schedule(): void {
+    if (this.scheduled || !this.running) return;
+    this.scheduled = true;
+    setImmediate(this.loop);
+  }
+
+  private readonly loop = (): void => {
+    this.scheduled = false;
+    if (!this.running) return;
+    const now = this.clock.nowNs;
+    const start = now();
+    let work = 0;
+    for (;;) {
+      this.wakeRequested = false;
+      let w = 0;
+      try {
+        w = this.runPass();
+      } catch (e) {
+        this.reportNodeError(e as Error);
+        w = 1;
+      }
+      work += w;
+      if (w === 0 || !this.running || now() - start >= this.passBudgetNs) break;
+    }
+    if (!this.running) return;
+    if (work > 0 || this.wakeRequested || this.mode === 'polling') {
+      this.idleSinceNs = -1;
+      this.schedule();
+      return;
+    }
+    const t = now();
+    if (this.idleSinceNs < 0) this.idleSinceNs = t;
+    if (t - this.idleSinceNs < this.idlePollNs) {
+      this.schedule();
+      return;
+    }
+    this.sleep(t);
+  };
+
+  private sleep(t: number): void {
+    let due = this.timers.nextDueNs();
+    for (const s of this.dueSources) {
+      const d = s();
+      if (d >= 0 && (due < 0 || d < due)) due = d;
+    }
+    if (this.readyProcesses.length > 0) due = t;
+    const timeoutMs = due < 0 ? -1 : Math.max(0, (due - t) / 1e6);
+    if (this.waiter === null) {
+      this.waiter = new IdleWaiter();
+      for (const fd of this.waitFds) this.waiter.add(fd);
+    }
+    this.sleeping = true;
+    this.sleeps++;
+    this.waiter.wait(timeoutMs, this.onWake);
+  }
+
+  private readonly onWake = (): void => {
+    if (!this.sleeping) return;
+    this.sleeping = false;
+    this.wakeups++;
+    this.idleSinceNs = -1;
+    this.schedule();
+  };
+
+  private reportNodeError(err: Error): void {
+    const where = this.current ? `node "${this.current.name}"` : 'the dispatch loop';
+    const e = new GraphError(`${where} threw: ${err.stack ?? err.message}`);
+    this.lastError = e;
+    // Frames of the failed pass that did not run are dropped from the queue but their
+    // buffers stay allocated: a node that throws has a bug, and the no-leak check shows it.
+    this.pendLen = 0;
+    for (const rt of this.nodes) rt.cur = null;
+    this.onError(e);
+  }
+
+  /** Release native handles. */
+  close(): void {
+    this.stop();
+    if (this.waiter) {
+      this.waiter.close();
+      this.waiter = null;
+    }
+  }
+
+  // ---------------------------------------------------------------- trace
+
+  /** `trace add <input-node> N`. */
+  traceAdd(nodeName: string, n: number): void {
+    const rt = this.node(nodeName);
+    if (rt.type !== 'input' || !(rt.flags & NodeFlag.TRACE_SUPPORTED)) {
+      const ok = this.nodes.filter((x) => x.type === 'input' && x.flags & NodeFlag.TRACE_SUPPORTED).map((x) => x.name);
+      throw new GraphError(`trace add: node "${nodeName}" is not an input node that supports trace (these do: ${ok.join(', ') || 'none'})`);
+    }
+    if (!Number.isInteger(n) || n < 0) throw new GraphError(`trace add: count must be a non-negative integer, got ${n}`);
+    rt.traceBudget = n === 0 ? 0 : rt.traceBudget + n;
+  }
+
+  /** For input nodes: mark buffers just received as traced while the node has budget. */
+  traceInput(rt: NodeRuntime, bufs: Uint32Array, off: number, n: number): void {
+    if (rt.traceBudget > 0) this.trace.start(rt, bufs, off, n);
+  }
+
+  clearTrace(): void {
+    this.trace.clear();
+    for (const rt of this.nodes) rt.traceBudget = 0;
+  }
+
+  traceSnapshot(): TraceThreadSnapshot {
+    return { index: this.threadIndex, name: this.threadName, packets: this.trace.snapshot() };
+  }
+
+  // ---------------------------------------------------------------- counters
+
+  runtimeSnapshot(): RuntimeThreadSnapshot {
+    const nowNs = this.clock.nowNs();
+    const time = Math.max((nowNs - this.runtime.clearTimeNs) / 1e9, 1e-9);
+    const rows: RuntimeRow[] = [];
+    let inV = 0, outV = 0, dropV = 0, puntV = 0, intV = 0, intC = 0;
+    for (const rt of this.nodes) {
+      const calls = this.runtime.get(rt.index, RT_CALLS);
+      const vectors = this.runtime.get(rt.index, RT_VECTORS);
+      rows.push({
+        name: rt.name,
+        state: stateOf(rt, this.sleeping),
+        calls,
+        vectors,
+        suspends: this.runtime.get(rt.index, RT_SUSPENDS),
+        clocks: this.runtime.get(rt.index, RT_CLOCKS),
+      });
+      if (rt.type === 'input') inV += vectors;
+      if (rt.type === 'internal') {
+        intV += vectors;
+        intC += calls;
+        if (rt.flags & NodeFlag.IS_OUTPUT) outV += vectors;
+        if (rt.flags & NodeFlag.IS_DROP) dropV += vectors;
+        if (rt.flags & NodeFlag.IS_PUNT) puntV += vectors;
+      }
+    }
+    return {
+      index: this.threadIndex,
+      name: this.threadName,
+      time,
+      updateInterval: 10,
+      internalVectorRate: intC > 0 ? intV / intC : 0,
+      loopsPerSec: this.runtime.loopsSinceClear() / time,
+      ratesIn: inV / time,
+      ratesOut: outV / time,
+      ratesDrop: dropV / time,
+      ratesPunt: puntV / time,
+      rows,
+    };
+  }
+
+  /** `clear runtime`: snapshot, never reset in place. */
+  clearRuntime(): void {
+    this.runtime.clear(this.clock.nowNs());
+  }
+
+  errorSnapshot(): ErrorThreadSnapshot {
+    const rows = this.errorOwner.map(({ node, code }, idx) => {
+      const d = node.errors[code];
+      return { index: idx, count: this.errors.get(node.errorBase + code), node: node.name, reason: d.description, severity: d.severity ?? 'error' };
+    });
+    return { index: this.threadIndex, name: this.threadName, rows };
+  }
+
+  /** Error count since the last clear, by node and error name. */
+  errorCount(nodeName: string, errorName: string): number {
+    const rt = this.node(nodeName);
+    const code = rt.errors.findIndex((e) => e.name === errorName);
+    if (code < 0) throw new GraphError(`node "${nodeName}" has no error "${errorName}"`);
+    return this.errors.get(rt.errorBase + code);
+  }
+
+  /** Node and code of a global error index (what error-drop and traces print). */
+  errorName(index: number): string {
+    const o = this.errorOwner[index];
+    return o ? `${o.node.name}: ${o.node.errors[o.code].description}` : `unknown error ${index}`;
+  }
+
+  clearErrors(): void {
+    this.errors.clear();
+  }
+
+  /** Counters of one node since the last clear. */
+  nodeCounters(name: string): { calls: number; vectors: number; suspends: number; clocks: number } {
+    const i = this.node(name).index;
+    return {
+      calls: this.runtime.get(i, RT_CALLS),
+      vectors: this.runtime.get(i, RT_VECTORS),
+      suspends: this.runtime.get(i, RT_SUSPENDS),
+      clocks: this.runtime.get(i, RT_CLOCKS),
+    };
+  }
+
+  /** Nanoseconds since the graph started. */
+  uptimeNs(): number {
+    return this.clock.nowNs() - this.startNs;
+  }
+}
+
+function stateOf(rt: NodeRuntime, sleeping: boolean): string {
+  if (rt.type === 'internal') return 'active';
+  if (rt.type === 'process') return rt.processState;
+  if (rt.state === 'disabled') return 'disabled';
+  return rt.state === 'interrupt' || sleeping ? 'interrupt wait' : 'polling';
+}
+
+/** error-drop: counts each buffer's error (runs of equal codes at once) and frees the frame. */
+function errorDrop(rt: NodeRuntime, frame: import('./node.ts').Frame | null): number {
+  const f = frame as Frame;
+  const g = rt.graph;
+  const err = g.pool.error;
+  const counts = g.errorCounts;
+  const vec = f.vec, n = f.n;
+  let i = 0;
+  while (i < n) {
+    const e = err[vec[i]];
+    let j = i + 1;
+    while (j < n && err[vec[j]] === e) j++;
+    counts[e] += j - i;
+    i = j;
+  }
+  if (rt.traceOn) {
+    for (let k = 0; k < n; k++) rt.addTrace(vec[k], g.errorName(err[vec[k]]));
+  }
+  g.pool.free(vec, 0, n);
+  return n;
+}
+
+function makeProcessContext(graph: Graph, node: NodeRuntime): ProcessContext {
+  return {
+    graph,
+    node,
+    sleep: (ms) => ({ kind: 'clock', ns: ms * 1e6 }),
+    waitEvent: () => ({ kind: 'event' }),
+    waitEventOrTimeout: (ms) => ({ kind: 'any', ns: ms * 1e6 }),
+    takeEvents: (): ProcessEvent[] => {
+      const ev = node.events;
+      node.events = [];
+      return ev;
+    },
+  };
+}

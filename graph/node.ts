@@ -1,0 +1,166 @@
+/**
+ * Node registrations and their per-thread runtime. A node is registered with a name, a type,
+ * named next nodes (resolved to indices when the graph is built), error counters and a trace
+ * formatter; at run time it processes one frame (up to 256 buffer indices) per call.
+ */
+import type { Severity } from './format.ts';
+import type { Graph } from './graph.ts';
+
+export const FRAME_SIZE = 256;
+
+export type NodeType = 'input' | 'internal' | 'process';
+export type InputState = 'polling' | 'interrupt' | 'disabled';
+
+/** Node flags (VPP's VLIB_NODE_FLAG_*): what the `show runtime` summary rates count. */
+export const NodeFlag = {
+  IS_OUTPUT: 1 << 0,
+  IS_DROP: 1 << 1,
+  IS_PUNT: 1 << 2,
+  /** Input nodes that can start a packet trace (`trace add <node> N`). */
+  TRACE_SUPPORTED: 1 << 3,
+} as const;
+
+export interface ErrorDesc {
+  name: string;
+  description: string;
+  severity?: Severity;
+}
+
+/** A frame: up to FRAME_SIZE buffer indices addressed to one node. */
+export class Frame {
+  readonly vec = new Uint32Array(FRAME_SIZE);
+  n = 0;
+  node: NodeRuntime | null = null;
+}
+
+/** What a process node yields to suspend itself. */
+export type ProcessWait =
+  | { kind: 'clock'; ns: number }
+  | { kind: 'event' }
+  | { kind: 'any'; ns: number };
+
+export interface ProcessEvent {
+  type: string;
+  data?: unknown;
+}
+
+/** Handed to a process node's generator (VPP's process API, cooperatively). */
+export interface ProcessContext {
+  readonly graph: Graph;
+  readonly node: NodeRuntime;
+  /** `yield ctx.sleep(ms)`: resume after ms milliseconds. */
+  sleep(ms: number): ProcessWait;
+  /** `yield ctx.waitEvent()`: resume when an event is signalled. */
+  waitEvent(): ProcessWait;
+  /** `yield ctx.waitEventOrTimeout(ms)`: whichever comes first. */
+  waitEventOrTimeout(ms: number): ProcessWait;
+  /** Events signalled since the last call (the caller owns the array). */
+  takeEvents(): ProcessEvent[];
+}
+
+export type NodeFunction = (rt: NodeRuntime, frame: Frame | null) => number;
+export type ProcessFunction = (ctx: ProcessContext) => Generator<ProcessWait, void, void>;
+export type TimerFunction = (rt: NodeRuntime, user: number) => void;
+
+export interface NodeRegistration {
+  name: string;
+  /** Default 'internal'. */
+  type?: NodeType;
+  /** Named next nodes; the array position is the next index the node enqueues to. */
+  next?: readonly string[];
+  errors?: readonly ErrorDesc[];
+  flags?: number;
+  /** input: called each pass with frame null; internal: called with a frame. Returns packets. */
+  fn?: NodeFunction;
+  /** process nodes: a generator driven by the engine. */
+  process?: ProcessFunction;
+  /** Called when a timer this node started expires. */
+  timer?: TimerFunction;
+  /** Renders the record a node attached with `rt.addTrace` (show trace). */
+  formatTrace?: (record: unknown) => string;
+  /** Input nodes: initial state (default 'polling'). */
+  state?: InputState;
+  /** Anything the node wants to keep per thread (its tables, scratch arrays). */
+  runtimeData?: unknown;
+}
+
+export type ProcessState = 'not started' | 'running' | 'clock wait' | 'event wait' | 'any wait' | 'done';
+
+/** A node as it runs on one thread. Monomorphic: every node uses this one class. */
+export class NodeRuntime {
+  readonly index: number;
+  readonly name: string;
+  readonly type: NodeType;
+  readonly flags: number;
+  readonly reg: NodeRegistration;
+  readonly graph: Graph;
+  fn: NodeFunction;
+  /** Resolved next nodes, by next index. */
+  nextNodes: NodeRuntime[] = [];
+  nextNames: string[];
+  /** Global index of this node's error 0. */
+  errorBase = 0;
+  readonly errors: readonly ErrorDesc[];
+  /** The frame being filled for this node (pending in the dispatch queue), if any. */
+  cur: Frame | null = null;
+  /** Input nodes. */
+  state: InputState;
+  /** True during a call whose frame holds traced buffers: the node may call addTrace. */
+  traceOn = false;
+  /** Input nodes: packets still to trace (`trace add`). */
+  traceBudget = 0;
+  /** Scratch for enqueueToNext: next index per packet. */
+  readonly nexts = new Uint16Array(FRAME_SIZE);
+  /** Scratch: buffer indices (input nodes fill it from the driver). */
+  readonly scratch = new Uint32Array(FRAME_SIZE);
+  runtimeData: unknown;
+  /** Process nodes. */
+  processState: ProcessState = 'not started';
+  gen: Generator<ProcessWait, void, void> | null = null;
+  events: ProcessEvent[] = [];
+  waitTimer = -1;
+
+  constructor(graph: Graph, index: number, reg: NodeRegistration) {
+    this.graph = graph;
+    this.index = index;
+    this.name = reg.name;
+    this.type = reg.type ?? 'internal';
+    this.flags = reg.flags ?? 0;
+    this.reg = reg;
+    this.fn = reg.fn ?? noop;
+    this.nextNames = [...(reg.next ?? [])];
+    this.errors = reg.errors ?? [];
+    this.state = reg.state ?? 'polling';
+    this.runtimeData = reg.runtimeData;
+  }
+
+  /** Count `n` occurrences of this node's error `code` (without dropping anything). */
+  countError(code: number, n = 1): void {
+    this.graph.errorCounts[this.errorBase + code] += n;
+  }
+
+  /** The global error index of this node's error `code` (for `pool.error[bi]`). */
+  errorIndex(code: number): number {
+    return this.errorBase + code;
+  }
+
+  /** Attach this node's trace record to traced buffer `bi` (call only when traceOn). */
+  addTrace(bi: number, record: unknown): void {
+    this.graph.trace.addRecord(this, bi, record);
+  }
+
+  /** Enqueue `n` buffers `from[0..]` to next nodes `this.nexts[0..]`. */
+  enqueue(from: Uint32Array, n: number): void {
+    this.graph.enqueueToNext(this, from, this.nexts, n);
+  }
+}
+
+function noop(): number {
+  return 0;
+}
+
+/** Where a node's error lives: for `show errors`. */
+export interface ErrorRef {
+  node: NodeRuntime;
+  code: number;
+}

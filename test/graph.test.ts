@@ -1,0 +1,295 @@
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { Graph, GraphError } from '../graph/graph.ts';
+import { NodeFlag, type Frame, type NodeRuntime } from '../graph/node.ts';
+import { monotonicClock } from '../graph/clock.ts';
+import { memPool } from './helpers.ts';
+
+/** An input node that emits the packets queued in `src` (first byte = class). */
+function source(g: Graph, name: string, next: string[], queue: number[][]) {
+  return g.register({
+    name, type: 'input', next, flags: NodeFlag.TRACE_SUPPORTED,
+    fn: (rt: NodeRuntime) => {
+      let n = 0;
+      const out = rt.scratch;
+      while (queue.length > 0 && n < 256) {
+        const bytes = Uint8Array.from(queue.shift() as number[]);
+        out[n++] = rt.graph.pool.writePacket(bytes, 0, bytes.length);
+      }
+      if (n === 0) return 0;
+      rt.graph.traceInput(rt, out, 0, n);
+      rt.graph.enqueueToSingleNext(rt, 0, out, 0, n);
+      return n;
+    },
+  });
+}
+
+/** classify: next = first byte (0 = a, 1 = b, 2 = c, anything else = error-drop "bad class"). */
+function classifier(g: Graph) {
+  return g.register({
+    name: 'classify', next: ['sink-a', 'sink-b', 'sink-c', 'error-drop'],
+    errors: [{ name: 'bad', description: 'bad class', severity: 'warn' }],
+    formatTrace: (r) => `class ${r as number}`,
+    fn: (rt: NodeRuntime, f: Frame | null) => {
+      const fr = f as Frame;
+      const pool = rt.graph.pool;
+      for (let i = 0; i < fr.n; i++) {
+        const bi = fr.vec[i];
+        const c = pool.u8[pool.offset[bi]];
+        if (c <= 2) rt.nexts[i] = c;
+        else { rt.nexts[i] = 3; pool.error[bi] = rt.errorIndex(0); }
+        if (rt.traceOn) rt.addTrace(bi, c);
+      }
+      rt.enqueue(fr.vec, fr.n);
+      return fr.n;
+    },
+  });
+}
+
+function sink(g: Graph, name: string, got: number[], vectorSizes: number[]) {
+  return g.register({
+    name, flags: NodeFlag.IS_OUTPUT,
+    fn: (rt: NodeRuntime, f: Frame | null) => {
+      const fr = f as Frame;
+      const pool = rt.graph.pool;
+      vectorSizes.push(fr.n);
+      for (let i = 0; i < fr.n; i++) got.push(pool.u8[pool.offset[fr.vec[i]] + 1]);
+      pool.free(fr.vec, 0, fr.n);
+      return fr.n;
+    },
+  });
+}
+
+function fanoutGraph(queue: number[][]) {
+  const pool = memPool(2048);
+  const g = new Graph({ pool, clock: monotonicClock() });
+  const got = { a: [] as number[], b: [] as number[], c: [] as number[] };
+  const sizes = { a: [] as number[], b: [] as number[], c: [] as number[] };
+  source(g, 'src-input', ['classify'], queue);
+  classifier(g);
+  sink(g, 'sink-a', got.a, sizes.a);
+  sink(g, 'sink-b', got.b, sizes.b);
+  sink(g, 'sink-c', got.c, sizes.c);
+  g.build();
+  return { g, pool, got, sizes };
+}
+
+test('registry: unknown next names fail the build naming both nodes', () => {
+  const g = new Graph({ pool: memPool(16), clock: monotonicClock() });
+  g.register({ name: 'a', next: ['b', 'nope'], fn: () => 0 });
+  g.register({ name: 'b', next: ['ghost'], fn: () => 0 });
+  try {
+    g.build();
+    assert.unreachable('build should fail');
+  } catch (e) {
+    assert.instance(e, GraphError);
+    assert.match((e as Error).message, 'node "a": next node "nope" does not exist');
+    assert.match((e as Error).message, 'node "b": next node "ghost" does not exist');
+  }
+});
+
+test('registry: duplicate names, missing functions, bad types and next-to-input are errors', () => {
+  const g = new Graph({ pool: memPool(16), clock: monotonicClock() });
+  g.register({ name: 'x', fn: () => 0 });
+  assert.throws(() => g.register({ name: 'x', fn: () => 0 }), /already registered/);
+  assert.throws(() => g.register({ name: 'y' }), /needs a function/);
+  assert.throws(() => g.register({ name: 'p', type: 'process' }), /needs a process generator/);
+  assert.throws(() => g.register({ name: 'z', type: 'bogus' as 'input', fn: () => 0 }), /unknown type "bogus"/);
+  assert.throws(() => g.register({ name: 'e', fn: () => 0, errors: [{ name: 'a', description: 'a' }, { name: 'a', description: 'b' }] }), /declared twice/);
+  g.register({ name: 'in', type: 'input', fn: () => 0 });
+  g.register({ name: 'w', next: ['in'], fn: () => 0 });
+  assert.throws(() => g.build(), /next node "in" is an input node/);
+  assert.throws(() => g.node('missing'), /no node named "missing"/);
+});
+
+test('registry: nodes and arcs added after build resolve at once', () => {
+  const g = new Graph({ pool: memPool(16), clock: monotonicClock() });
+  const a = g.register({ name: 'a', fn: () => 0 });
+  g.build();
+  assert.throws(() => g.register({ name: 'late', next: ['missing'], fn: () => 0 }), /next node "missing" does not exist/);
+  g.register({ name: 'b', fn: () => 0 });
+  assert.is(g.addNext(a, 'b'), 0);
+  assert.is(g.addNext(a, 'b'), 0, 'same arc twice gives the same index');
+  assert.is(a.nextNodes[0].name, 'b');
+  assert.throws(() => g.addNext(a, 'nope'), /does not exist/);
+});
+
+test('dispatch: fan-out to several next nodes, every packet where it belongs, vectors merged per target', () => {
+  const queue: number[][] = [];
+  for (let i = 0; i < 700; i++) queue.push([i % 4, i & 0xff]);
+  const { g, pool, got, sizes } = fanoutGraph(queue);
+  // 700 packets: the input emits 256 per pass.
+  let passes = 0;
+  while (queue.length > 0 || g.pendingFrames > 0) { g.runPass(); passes++; }
+  assert.is(passes, 3);
+  const expect = (cls: number) => Array.from({ length: 700 }, (_, i) => i).filter((i) => i % 4 === cls).map((i) => i & 0xff);
+  assert.equal(got.a, expect(0));
+  assert.equal(got.b, expect(1));
+  assert.equal(got.c, expect(2));
+  // A pass of 256 packets splits 64/64/64 (+64 dropped), the last pass (188) 47/47/47.
+  assert.equal(sizes.a, [64, 64, 47]);
+  const rt = g.nodeCounters('classify');
+  assert.is(rt.calls, 3);
+  assert.is(rt.vectors, 700);
+  assert.is(g.nodeCounters('src-input').vectors, 700);
+  assert.is(g.nodeCounters('sink-b').vectors, 175);
+  assert.is(g.errorCount('classify', 'bad'), 175);
+  assert.is(g.nodeCounters('error-drop').vectors, 175);
+  assert.is(pool.available(), pool.count, 'every buffer back in the pool');
+});
+
+test('dispatch: a frame holds at most 256 and the rest spills into a second frame', () => {
+  const pool = memPool(1024);
+  const g = new Graph({ pool, clock: monotonicClock() });
+  const sizes: number[] = [];
+  const buf = new Uint32Array(600);
+  g.register({
+    name: 'burst', type: 'input', next: ['merge'],
+    fn: (rt) => {
+      if (pool.available() < 600) return 0;
+      const n = pool.alloc(buf, 0, 600);
+      rt.graph.enqueueToSingleNext(rt, 0, buf, 0, n);
+      return n;
+    },
+  });
+  g.register({ name: 'merge', fn: (rt, f) => { sizes.push(f!.n); pool.free(f!.vec, 0, f!.n); return f!.n; } });
+  g.build();
+  g.runPass();
+  assert.equal(sizes, [256, 256, 88]);
+  assert.is(pool.available(), pool.count);
+});
+
+test('dispatch: a node that sends back to itself gets a fresh frame in the same pass', () => {
+  const pool = memPool(64);
+  const g = new Graph({ pool, clock: monotonicClock() });
+  let calls = 0;
+  g.register({ name: 'in', type: 'input', next: ['loop'], fn: (rt) => {
+    if (calls > 0) return 0;
+    const bi = pool.allocOne(); pool.opaque[bi * 8] = 3; g.enqueueOne(rt, 0, bi); return 1;
+  } });
+  g.register({ name: 'loop', next: ['loop', 'error-drop'], fn: (rt, f) => {
+    calls++;
+    const bi = f!.vec[0];
+    if (--pool.opaque[bi * 8] > 0) g.enqueueOne(rt, 0, bi); else g.enqueueOne(rt, 1, bi);
+    return 1;
+  } });
+  g.build();
+  g.runPass();
+  assert.is(calls, 3);
+  assert.is(g.pendingFrames, 0);
+  assert.is(pool.available(), pool.count);
+});
+
+test('counters: clear snapshots, later work counts from the clear', () => {
+  const queue: number[][] = Array.from({ length: 10 }, (_, i) => [0, i]);
+  const { g } = fanoutGraph(queue);
+  g.runPass();
+  assert.is(g.nodeCounters('sink-a').vectors, 10);
+  assert.ok(g.nodeCounters('sink-a').clocks > 0);
+  g.clearRuntime();
+  assert.is(g.nodeCounters('sink-a').vectors, 0);
+  assert.is(g.nodeCounters('sink-a').calls, 0);
+  // Shared totals are not reset in place.
+  assert.ok(g.runtime.counts[g.node('sink-a').index * 4 + 1] === 10);
+  queue.push([0, 1], [0, 2], [1, 3]);
+  g.runPass();
+  assert.is(g.nodeCounters('sink-a').vectors, 2);
+  const snap = g.runtimeSnapshot();
+  const row = snap.rows.find((r) => r.name === 'sink-a')!;
+  assert.is(row.vectors, 2);
+  assert.is(row.calls, 1);
+  assert.is(row.state, 'active');
+  assert.is(snap.rows.find((r) => r.name === 'src-input')!.state, 'polling');
+  assert.ok(snap.ratesIn > 0 && snap.ratesOut > 0);
+  assert.instance(g.runtime.counts.buffer, SharedArrayBuffer);
+});
+
+test('error counters: per node, with severity, cleared by snapshot', () => {
+  const queue: number[][] = [[9, 0], [9, 1], [0, 2]];
+  const { g } = fanoutGraph(queue);
+  g.runPass();
+  const rows = g.errorSnapshot().rows.filter((r) => r.count > 0);
+  assert.equal(rows.map((r) => [r.count, r.node, r.reason, r.severity]), [[2, 'classify', 'bad class', 'warn']]);
+  g.clearErrors();
+  assert.is(g.errorCount('classify', 'bad'), 0);
+  queue.push([7, 0]);
+  g.runPass();
+  assert.is(g.errorCount('classify', 'bad'), 1);
+  assert.throws(() => g.errorCount('classify', 'nope'), /has no error "nope"/);
+});
+
+test('trace: the next N packets of an input node, each with its path and records', () => {
+  const queue: number[][] = [[0, 1], [9, 2], [1, 3], [2, 4]];
+  const { g, pool } = fanoutGraph(queue);
+  assert.throws(() => g.traceAdd('classify', 5), /not an input node that supports trace \(these do: src-input\)/);
+  g.traceAdd('src-input', 2);
+  g.runPass();
+  const t = g.traceSnapshot();
+  assert.is(t.packets.length, 2);
+  assert.equal(t.packets[0].entries.map((e) => e.node), ['src-input', 'classify', 'sink-a']);
+  assert.equal(t.packets[0].entries.map((e) => e.text), ['', 'class 0', '']);
+  assert.equal(t.packets[1].entries.map((e) => e.node), ['src-input', 'classify', 'error-drop']);
+  assert.is(t.packets[1].entries[2].text, 'classify: bad class');
+  const times = t.packets[0].entries.map((e) => e.timeNs);
+  assert.ok(times.every((x, i) => i === 0 || x >= times[i - 1]), 'timestamps do not go backwards');
+  // Budget used up: further packets are not traced.
+  queue.push([0, 5]);
+  g.runPass();
+  assert.is(g.traceSnapshot().packets.length, 2);
+  g.clearTrace();
+  assert.is(g.traceSnapshot().packets.length, 0);
+  assert.is(pool.available(), pool.count);
+});
+
+test('timers: a node timer fires in the pass after its delay; stop cancels', async () => {
+  const g = new Graph({ pool: memPool(16), clock: monotonicClock(), timerTickNs: 100_000 });
+  const fired: number[] = [];
+  const rt = g.register({ name: 't', fn: () => 0, timer: (_rt, user) => { fired.push(user); } });
+  g.build();
+  g.startTimer(rt, 5e6, 1);
+  const h2 = g.startTimer(rt, 5e6, 2);
+  g.startTimer(rt, 15e6, 3);
+  assert.ok(g.stopTimer(h2));
+  assert.not.ok(g.stopTimer(h2), 'second stop is a no-op');
+  g.runPass();
+  assert.equal(fired, []);
+  await new Promise((r) => setTimeout(r, 8));
+  g.runPass();
+  assert.equal(fired, [1]);
+  await new Promise((r) => setTimeout(r, 12));
+  g.runPass();
+  assert.equal(fired, [1, 3]);
+  const plain = g.register({ name: 'no-timer', fn: () => 0 });
+  assert.throws(() => g.startTimer(plain, 1, 1), /has no timer function/);
+});
+
+test('process nodes: sleep, events and counters', async () => {
+  const g = new Graph({ pool: memPool(16), clock: monotonicClock() });
+  const log: string[] = [];
+  const p = g.register({
+    name: 'proc', type: 'process',
+    *process(ctx) {
+      log.push('start');
+      yield ctx.sleep(2);
+      log.push('slept');
+      yield ctx.waitEvent();
+      log.push(`event ${ctx.takeEvents().map((e) => e.type).join(',')}`);
+      yield ctx.waitEventOrTimeout(3);
+      log.push(`timeout ${ctx.takeEvents().length}`);
+    },
+  });
+  g.start();
+  await new Promise((r) => setTimeout(r, 20));
+  assert.equal(log, ['start', 'slept']);
+  assert.is(p.processState, 'event wait');
+  g.signalEvent(p, 'go');
+  await new Promise((r) => setTimeout(r, 30));
+  assert.equal(log, ['start', 'slept', 'event go', 'timeout 0']);
+  assert.is(p.processState, 'done');
+  const c = g.nodeCounters('proc');
+  assert.is(c.calls, 4);
+  assert.is(c.suspends, 3);
+  g.close();
+});
+
+test.run();
