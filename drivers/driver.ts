@@ -62,7 +62,8 @@ export interface Driver {
   rxWaitFd(queue: number): number;
 
   /**
-   * Nanoseconds (monotonic, `process.hrtime.bigint()` scale as a number) at which the queue
+   * Monotonic nanoseconds on the engine's scale (`nowNs()` of graph/clock.ts, performance.now()
+   * in ns) at which the queue
    * will next have packets without any fd becoming readable (a rate-limited pcap replay), or
    * -1 when it does not know / never.
    */

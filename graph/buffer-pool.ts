@@ -24,6 +24,8 @@ export const BufferFlag = {
   IP4_CKSUM_OK: 1 << 3,
   /** The driver/NIC verified the L4 checksum. */
   L4_CKSUM_OK: 1 << 4,
+  /** The buffer is in the pool (free). Set by free, cleared by alloc: catches double frees. */
+  FREE: 1 << 15,
 } as const;
 
 /** Number of opaque u32 words per buffer for the nodes (QP index, PSN, ...). */
@@ -104,8 +106,6 @@ export class BufferPool {
 
   private readonly freeStack: Uint32Array;
   private nFree: number;
-  /** 1 while a buffer is in the pool: catches double frees and use of free buffers. */
-  private readonly inPool: Uint8Array;
   private readonly external: ExternalAllocator | null;
 
   constructor(memory: BufferMemory, external: ExternalAllocator | null = null) {
@@ -132,15 +132,13 @@ export class BufferPool {
     this.traceIndex = new Uint32Array(n);
     this.external = external;
     this.freeStack = new Uint32Array(external ? 0 : n);
-    this.inPool = new Uint8Array(n);
+    this.flags.fill(BufferFlag.FREE);
     if (external) {
       this.nFree = 0;
-      this.inPool.fill(1);
     } else {
       // Lowest indices on top of the stack: first allocations are the first buffers in memory.
       for (let i = 0; i < n; i++) this.freeStack[i] = n - 1 - i;
       this.nFree = n;
-      this.inPool.fill(1);
     }
   }
 
@@ -171,15 +169,13 @@ export class BufferPool {
       this.nFree = top;
     }
     const hr = this.headroom, base = this.firstOffset, stride = this.stride;
-    const offset = this.offset, length = this.length, flags = this.flags, next = this.next;
-    const inPool = this.inPool;
+    const offset = this.offset, length = this.length, flags = this.flags;
+    // `next` is left as it was: it means nothing without NEXT_PRESENT.
     for (let i = 0; i < got; i++) {
       const bi = out[off + i];
-      inPool[bi] = 0;
       offset[bi] = base + bi * stride + hr;
       length[bi] = 0;
       flags[bi] = 0;
-      next[bi] = INVALID_INDEX;
     }
     return got;
   }
@@ -196,19 +192,18 @@ export class BufferPool {
    * Freeing a buffer that is already free throws: that is a bug in a node, never input.
    */
   free(src: Uint32Array, off: number, n: number): void {
-    const flags = this.flags, next = this.next, inPool = this.inPool;
+    const flags = this.flags, next = this.next, count = this.count;
     if (this.external) {
       // Gather every segment, then one call into the driver for the whole batch.
       let m = 0;
       for (let i = 0; i < n; i++) {
         let bi = src[off + i];
         for (;;) {
-          this.checkOwned(bi);
-          inPool[bi] = 1;
+          const f = flags[bi];
+          if (bi >= count || f & BufferFlag.FREE) this.badFree(bi);
+          flags[bi] = BufferFlag.FREE;
           if (m === this.gather.length) this.gather = growU32(this.gather);
           this.gather[m++] = bi;
-          const f = flags[bi];
-          flags[bi] = 0;
           if (!(f & BufferFlag.NEXT_PRESENT)) break;
           bi = next[bi];
         }
@@ -221,18 +216,20 @@ export class BufferPool {
     for (let i = 0; i < n; i++) {
       let bi = src[off + i];
       for (;;) {
-        this.checkOwned(bi);
-        inPool[bi] = 1;
-        stack[top++] = bi;
         const f = flags[bi];
-        flags[bi] = 0;
+        if (bi >= count || f & BufferFlag.FREE) {
+          this.nFree = top; // what was freed before the bad one stays freed
+          this.badFree(bi);
+        }
+        flags[bi] = BufferFlag.FREE;
+        stack[top++] = bi;
         if (!(f & BufferFlag.NEXT_PRESENT)) break;
         bi = next[bi];
       }
     }
     this.nFree = top;
   }
-  private gather = new Uint32Array(256);
+  private gather: Uint32Array = new Uint32Array(256);
 
   /** Free one packet (with its chain). */
   freeOne(bi: number): void {
@@ -240,19 +237,17 @@ export class BufferPool {
     this.free(this.one, 0, 1);
   }
 
-  private checkOwned(bi: number): void {
-    if (bi >= this.count || this.inPool[bi] !== 0) {
-      throw new Error(
-        bi >= this.count
-          ? `buffer pool: index ${bi} is out of range (pool has ${this.count} buffers)`
-          : `buffer pool: double free of buffer ${bi}`,
-      );
-    }
+  private badFree(bi: number): never {
+    throw new Error(
+      bi >= this.count
+        ? `buffer pool: index ${bi} is out of range (pool has ${this.count} buffers)`
+        : `buffer pool: double free of buffer ${bi}`,
+    );
   }
 
   /** True while `bi` is allocated (not in the pool). */
   isAllocated(bi: number): boolean {
-    return bi < this.count && this.inPool[bi] === 0;
+    return bi < this.count && (this.flags[bi] & BufferFlag.FREE) === 0;
   }
 
   /** Total bytes of a packet across its chain. */

@@ -80,6 +80,8 @@ export class Graph {
   private pendLen = 0;
   private readonly freeFrames: Frame[] = [];
   private readyProcesses: NodeRuntime[] = [];
+  /** The frame the running node was called with, until it is passed on whole. */
+  private dispatching: Frame | null = null;
   /** The node being dispatched (named in errors a node throws). */
   private current: NodeRuntime | null = null;
 
@@ -227,28 +229,32 @@ export class Graph {
   }
 
   /**
-   * VPP's enqueue_to_next: send `from[i]` to `rt.nextNodes[nexts[i]]` for i < n, appending to
-   * each target's pending frame and opening a new one when it fills.
+   * VPP's enqueue_to_next: send `from[i]` to `rt.nextNodes[nexts[i]]` for i < n. Runs of equal
+   * next indices are copied into the target's pending frame in one tight loop; a frame that
+   * fills is closed and a new one opened.
    */
   enqueueToNext(rt: NodeRuntime, from: Uint32Array, nexts: Uint16Array, n: number): void {
+    if (n === 0) return;
     const targets = rt.nextNodes;
-    let last = -1;
-    let t: NodeRuntime = rt;
-    let f: Frame | null = null;
-    for (let i = 0; i < n; i++) {
+    // The common case first: the whole vector goes to one next node.
+    const nx0 = nexts[0];
+    let i = 1;
+    while (i < n && nexts[i] === nx0) i++;
+    let t = targets[nx0];
+    if (t === undefined) throw new GraphError(`node "${rt.name}": next index ${nx0} is not one of its ${targets.length} next nodes`);
+    if (i === n) {
+      this.enqueueWhole(t, from, n);
+      return;
+    }
+    this.enqueueRun(t, from, 0, i);
+    while (i < n) {
       const nx = nexts[i];
-      if (nx !== last || f === null) {
-        t = targets[nx];
-        if (t === undefined) throw new GraphError(`node "${rt.name}": next index ${nx} is not one of its ${targets.length} next nodes`);
-        f = t.cur;
-        if (f === null) f = this.openFrame(t);
-        last = nx;
-      }
-      f.vec[f.n++] = from[i];
-      if (f.n === FRAME_SIZE) {
-        t.cur = null;
-        f = null;
-      }
+      let j = i + 1;
+      while (j < n && nexts[j] === nx) j++;
+      t = targets[nx];
+      if (t === undefined) throw new GraphError(`node "${rt.name}": next index ${nx} is not one of its ${targets.length} next nodes`);
+      this.enqueueRun(t, from, i, j - i);
+      i = j;
     }
   }
 
@@ -256,14 +262,41 @@ export class Graph {
   enqueueToSingleNext(rt: NodeRuntime, next: number, from: Uint32Array, off: number, n: number): void {
     const t = rt.nextNodes[next];
     if (t === undefined) throw new GraphError(`node "${rt.name}": next index ${next} is not one of its ${rt.nextNodes.length} next nodes`);
-    let f = t.cur;
-    for (let i = 0; i < n; i++) {
-      if (f === null) f = this.openFrame(t);
-      f.vec[f.n++] = from[off + i];
-      if (f.n === FRAME_SIZE) {
-        t.cur = null;
-        f = null;
-      }
+    if (off === 0) this.enqueueWhole(t, from, n);
+    else this.enqueueRun(t, from, off, n);
+  }
+
+  /**
+   * `from[0..n)` to `t`. When that is the whole frame being dispatched and `t` has no pending
+   * frame, the frame itself moves on to `t`: nothing is copied.
+   */
+  private enqueueWhole(t: NodeRuntime, from: Uint32Array, n: number): void {
+    const f = this.dispatching;
+    if (f !== null && from === f.vec && n === f.n && t.cur === null) {
+      this.dispatching = null; // taken: drain must not recycle it
+      f.node = t;
+      t.cur = n === FRAME_SIZE ? null : f;
+      if (this.pendLen === this.pending.length) this.pending.push(f);
+      else this.pending[this.pendLen] = f;
+      this.pendLen++;
+      return;
+    }
+    this.enqueueRun(t, from, 0, n);
+  }
+
+  private enqueueRun(t: NodeRuntime, from: Uint32Array, off: number, n: number): void {
+    while (n > 0) {
+      const f = t.cur !== null ? t.cur : this.openFrame(t);
+      const v = f.vec;
+      let k = f.n;
+      const room = FRAME_SIZE - k;
+      const m = n < room ? n : room;
+      for (let q = 0; q < m; q++) v[k + q] = from[off + q];
+      k += m;
+      f.n = k;
+      if (k === FRAME_SIZE) t.cur = null;
+      off += m;
+      n -= m;
     }
   }
 
@@ -328,12 +361,17 @@ export class Graph {
       if (t.cur === f) t.cur = null;
       this.current = t;
       t.traceOn = trace.active ? trace.visit(t, f.vec, f.n) : false;
+      this.dispatching = f;
       let n: number;
       try {
         n = t.fn(t, f);
       } finally {
-        f.node = null;
-        this.freeFrames.push(f);
+        // Unless the node passed the frame itself on (enqueueWhole), it is free again.
+        if (this.dispatching === f) {
+          f.node = null;
+          this.freeFrames.push(f);
+        }
+        this.dispatching = null;
       }
       const t1 = tsc();
       const b = t.index * RT_STRIDE;
