@@ -180,8 +180,8 @@ function deviceInput(rt: NodeRuntime): number {
     if (n === 0) continue;
     const ix = itf.index;
     for (let i = 0; i < n; i++) rxIf[out[i]] = ix;
-    if (rt.traceBudget > 0) {
-      g.traceInput(rt, out, 0, n);
+    g.traceInput(rt, out, 0, n);
+    if (rt.traceOn) {
       for (let i = 0; i < n; i++) rt.addTrace(out[i], { itf, queue: poll.queues[k], len: pool.packetLength(out[i]) });
     }
     g.enqueueToSingleNext(rt, itf.inputNext, out, 0, n);

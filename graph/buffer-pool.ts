@@ -155,7 +155,7 @@ export class BufferPool {
   /**
    * Allocate up to `n` buffers into `out[off..]`. Returns how many were allocated (fewer when
    * the pool runs low: the caller counts that as a buffer allocation error). Each buffer comes
-   * back reset: offset at the data start, length 0, no flags, no chain.
+   * back reset: offset at the data start, length 0, no flags, no chain, error 0 (unset).
    */
   alloc(out: Uint32Array, off: number, n: number): number {
     let got: number;
@@ -169,13 +169,14 @@ export class BufferPool {
       this.nFree = top;
     }
     const hr = this.headroom, base = this.firstOffset, stride = this.stride;
-    const offset = this.offset, length = this.length, flags = this.flags;
+    const offset = this.offset, length = this.length, flags = this.flags, error = this.error;
     // `next` is left as it was: it means nothing without NEXT_PRESENT.
     for (let i = 0; i < got; i++) {
       const bi = out[off + i];
       offset[bi] = base + bi * stride + hr;
       length[bi] = 0;
       flags[bi] = 0;
+      error[bi] = 0;
     }
     return got;
   }

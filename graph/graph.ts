@@ -118,7 +118,14 @@ export class Graph {
     this.passBudgetNs = (opts.passBudgetUs ?? 0) * 1000;
     this.idlePollNs = (opts.idlePollUs ?? 50) * 1000;
     this.mode = opts.mode ?? 'adaptive';
-    this.register({ name: 'error-drop', flags: NodeFlag.IS_DROP, fn: errorDrop, formatTrace: (r) => String(r) });
+    // Registered first, so global error 0 (what a fresh buffer carries) is its "no error code".
+    this.register({
+      name: 'error-drop',
+      flags: NodeFlag.IS_DROP,
+      errors: [{ name: 'unset', description: 'dropped without an error code', severity: 'error' }],
+      fn: errorDrop,
+      formatTrace: (r) => String(r),
+    });
   }
 
   // ---------------------------------------------------------------- registry
@@ -637,9 +644,15 @@ export class Graph {
     rt.traceBudget = n === 0 ? 0 : rt.traceBudget + n;
   }
 
-  /** For input nodes: mark buffers just received as traced while the node has budget. */
+  /**
+   * For input nodes, on the buffers just received: record this node's visit on those already
+   * traced (a packet that came round through a pipe), then mark new ones while the node has
+   * trace budget. Sets `rt.traceOn` when any of them is traced. Cheap when nothing is traced.
+   */
   traceInput(rt: NodeRuntime, bufs: Uint32Array, off: number, n: number): void {
-    if (rt.traceBudget > 0) this.trace.start(rt, bufs, off, n);
+    rt.traceOn = false;
+    if (this.trace.active) rt.traceOn = this.trace.visit(rt, bufs, n, off);
+    if (rt.traceBudget > 0 && this.trace.start(rt, bufs, off, n) > 0) rt.traceOn = true;
   }
 
   clearTrace(): void {

@@ -51,6 +51,7 @@ export class TraceBuffer {
     const t = this.now() - this.startNs;
     for (let i = 0; i < n && rt.traceBudget > 0 && this.packets.length < this.maxPackets; i++) {
       const bi = bufs[off + i];
+      if (this.pool.flags[bi] & BufferFlag.TRACED) continue; // already traced (came round again)
       this.pool.flags[bi] |= BufferFlag.TRACED;
       this.pool.traceIndex[bi] = this.base + this.packets.length;
       this.packets.push([{ timeNs: t, node: rt, record: undefined, hasRecord: false }]);
@@ -64,11 +65,11 @@ export class TraceBuffer {
    * Before a node processes a frame: record its visit on every traced buffer in the frame.
    * Returns true when there was at least one (the node then gets traceOn).
    */
-  visit(rt: NodeRuntime, vec: Uint32Array, n: number): boolean {
+  visit(rt: NodeRuntime, vec: Uint32Array, n: number, off = 0): boolean {
     const flags = this.pool.flags;
     let any = false;
     let t = -1;
-    for (let i = 0; i < n; i++) {
+    for (let i = off; i < off + n; i++) {
       const bi = vec[i];
       if (flags[bi] & BufferFlag.TRACED) {
         const p = this.packets[this.pool.traceIndex[bi] - this.base];

@@ -1,0 +1,44 @@
+/**
+ * npm run bench [-- <name...>] [--json] [--seconds N]
+ * Benchmarks print figures and compare with baselines measured in the same run; they assert
+ * nothing. Names: graph.
+ */
+import { runGraphBench } from './graph.ts';
+
+const args = process.argv.slice(2);
+const json = args.includes('--json');
+const si = args.indexOf('--seconds');
+const seconds = si >= 0 ? Number(args[si + 1]) : 2;
+if (!(seconds > 0)) {
+  console.error(`bench: --seconds needs a positive number, got "${args[si + 1]}"`);
+  process.exit(2);
+}
+const known = ['graph'];
+const names = args.filter((a, i) => !a.startsWith('--') && !(si >= 0 && i === si + 1));
+for (const n of names) {
+  if (!known.includes(n)) {
+    console.error(`bench: unknown benchmark "${n}" (known: ${known.join(', ')})`);
+    process.exit(2);
+  }
+}
+const run = names.length ? names : known;
+
+for (const name of run) {
+  if (name === 'graph') {
+    const direct = await runGraphBench({ seconds });
+    const sched = await runGraphBench({ seconds, loop: 'scheduler' });
+    if (!json) {
+      console.log(direct.text);
+      console.log(sched.text.split('\n').slice(0, 3).join('\n'));
+      console.log(`  target: <= 3 ns/packet/node; event-loop scheduling costs ${(100 * (1 - sched.mpps / direct.mpps)).toFixed(1)} % of direct dispatch`);
+    } else {
+      console.log(direct.text.split('\n').slice(0, 3).join('\n'));
+      console.log(sched.text.split('\n').slice(0, 3).join('\n'));
+    }
+    if (json) console.log(JSON.stringify({ bench: 'graph', mpps: round(direct.mpps), nsPerPacketPerNode: round(direct.nsPerPacketPerNode), vector: direct.vector }));
+  }
+}
+
+function round(x: number): number {
+  return Math.round(x * 1000) / 1000;
+}
