@@ -1,0 +1,18 @@
+// core.node module init: buffer memory, TSC, eventfd and FdWaiter (see native/load.ts for the
+// TypeScript view of these exports).
+#include "common.h"
+
+namespace {
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  rg::InitTsc(env, exports);
+  rg::InitMemory(env, exports);
+  rg::InitEventfd(env, exports);
+  rg::InitWaiter(env, exports);
+  exports.Set("version", Napi::String::New(env, RDMA_GRAPH_VERSION));
+  return exports;
+}
+
+}  // namespace
+
+NODE_API_MODULE(core, Init)
