@@ -99,6 +99,8 @@ export class Graph {
   private readonly waitFds = new Set<number>();
   /** Set when a node throws; the loop logs it and goes on. */
   lastError: Error | null = null;
+  /** How many times a node threw. */
+  errorsThrown = 0;
   onError: (err: Error) => void = (err) => console.error(`rdma-graph: ${err.message}`);
   /** Passes that found work / slept (for tests and `show runtime`). */
   sleeps = 0;
@@ -362,34 +364,45 @@ export class Graph {
     let work = 0;
     let t0 = tsc();
     // pendLen grows while we go: frames enqueued now run in this same drain.
-    for (let i = 0; i < this.pendLen; i++) {
-      const f = this.pending[i];
-      const t = f.node as NodeRuntime;
-      if (t.cur === f) t.cur = null;
-      this.current = t;
-      t.traceOn = trace.active ? trace.visit(t, f.vec, f.n) : false;
-      this.dispatching = f;
-      let n: number;
-      try {
-        n = t.fn(t, f);
-      } finally {
+    let i = 0;
+    try {
+      for (; i < this.pendLen; i++) {
+        const f = this.pending[i];
+        const t = f.node as NodeRuntime;
+        if (t.cur === f) t.cur = null;
+        this.current = t;
+        t.traceOn = trace.active ? trace.visit(t, f.vec, f.n) : false;
+        this.dispatching = f;
+        const n = t.fn(t, f);
         // Unless the node passed the frame itself on (enqueueWhole), it is free again.
-        if (this.dispatching === f) {
-          f.node = null;
-          this.freeFrames.push(f);
-        }
+        if (this.dispatching === f) this.recycle(f);
         this.dispatching = null;
+        const t1 = tsc();
+        const b = t.index * RT_STRIDE;
+        cnt[b + RT_CALLS] += 1;
+        cnt[b + RT_VECTORS] += n;
+        cnt[b + RT_CLOCKS] += t1 - t0;
+        t0 = t1;
+        work += n;
       }
-      const t1 = tsc();
-      const b = t.index * RT_STRIDE;
-      cnt[b + RT_CALLS] += 1;
-      cnt[b + RT_VECTORS] += n;
-      cnt[b + RT_CLOCKS] += t1 - t0;
-      t0 = t1;
-      work += n;
+    } catch (e) {
+      // A node threw (a bug). Its frame is lost with whatever buffers it still held; the
+      // frames after it stay queued and run in the next pass.
+      const f = this.pending[i];
+      if (this.dispatching === f) this.recycle(f);
+      this.dispatching = null;
+      this.pending.copyWithin(0, i + 1, this.pendLen);
+      this.pendLen -= i + 1;
+      throw e;
     }
     this.pendLen = 0;
     return work;
+  }
+
+  private recycle(f: Frame): void {
+    if (f.node !== null && f.node.cur === f) f.node.cur = null;
+    f.node = null;
+    this.freeFrames.push(f);
   }
 
   // ---------------------------------------------------------------- timers and processes
@@ -615,10 +628,7 @@ export class Graph {
     const where = this.current ? `node "${this.current.name}"` : 'the dispatch loop';
     const e = new GraphError(`${where} threw: ${err.stack ?? err.message}`);
     this.lastError = e;
-    // Frames of the failed pass that did not run are dropped from the queue but their
-    // buffers stay allocated: a node that throws has a bug, and the no-leak check shows it.
-    this.pendLen = 0;
-    for (const rt of this.nodes) rt.cur = null;
+    this.errorsThrown++;
     this.onError(e);
   }
 

@@ -292,4 +292,32 @@ test('process nodes: sleep, events and counters', async () => {
   g.close();
 });
 
+test('a node that throws is reported by the loop; the other frames of the pass still run', async () => {
+  const pool = memPool(64);
+  const g = new Graph({ pool, clock: monotonicClock(), idlePollUs: 100 });
+  const errors: string[] = [];
+  g.onError = (e) => errors.push(e.message);
+  const got: number[] = [];
+  let fed = false;
+  g.register({ name: 'in', type: 'input', next: ['bad', 'good'], fn: (rt) => {
+    if (fed) return 0;
+    fed = true;
+    const a = pool.allocOne(), b = pool.allocOne();
+    g.enqueueOne(rt, 0, a);
+    g.enqueueOne(rt, 1, b);
+    return 2;
+  } });
+  g.register({ name: 'bad', fn: (_rt, f) => { pool.free(f!.vec, 0, f!.n); throw new Error('boom'); } });
+  g.register({ name: 'good', fn: (_rt, f) => { got.push(f!.n); pool.free(f!.vec, 0, f!.n); return f!.n; } });
+  g.start();
+  await new Promise((r) => setTimeout(r, 20));
+  g.close();
+  assert.equal(errors.length, 1);
+  assert.match(errors[0], 'node "bad" threw: Error: boom');
+  assert.is(g.errorsThrown, 1);
+  assert.equal(got, [1], 'the frame queued after the failing one ran');
+  assert.is(g.pendingFrames, 0);
+  assert.is(pool.available(), pool.count);
+});
+
 test.run();
