@@ -9,8 +9,9 @@
  *
  * Interface index 0 is reserved (VPP's local0), so `rxIf`/`txIf` of 0 means "none".
  */
-import { Graph, type NodeRuntime, type Frame, NodeFlag, FRAME_SIZE } from '../graph/index.ts';
+import { Graph, type NodeRuntime, type Frame, NodeFlag, FRAME_SIZE, type BufferPool } from '../graph/index.ts';
 import type { Driver, DriverCounters } from './driver.ts';
+import { PcapWriter } from './pcap-file.ts';
 
 export interface InterfaceOptions {
   /** Node the input node sends this interface's packets to (default "ethernet-input"). */
@@ -32,6 +33,9 @@ export class Interface {
   output!: NodeRuntime;
   tx!: NodeRuntime;
   txNoSlots = 0;
+  /** Packet capture of what this interface receives / transmits (`pcap trace`), if on. */
+  rxCapture: Capture | null = null;
+  txCapture: Capture | null = null;
   /** Rx queues this thread polls. */
   readonly rxQueues: number[];
 
@@ -50,6 +54,41 @@ export class Interface {
   counters(): InterfaceCounters {
     return { ...this.driver.counters(), txNoSlots: this.txNoSlots };
   }
+}
+
+/** A running capture: the file and how many packets it may still take. */
+export class Capture {
+  readonly writer: PcapWriter;
+  remaining: number;
+  constructor(path: string, max: number) {
+    this.writer = new PcapWriter(path, { nanosecond: true });
+    this.remaining = max;
+  }
+
+  /** Append `bufs[off..off+n)` (whole chains) to the file; one write per call. */
+  write(pool: BufferPool, bufs: Uint32Array, off: number, n: number): void {
+    const w = this.writer;
+    const ms = Date.now();
+    const sec = Math.floor(ms / 1000), nsec = (ms % 1000) * 1e6;
+    const m = n < this.remaining ? n : this.remaining;
+    for (let i = 0; i < m; i++) {
+      const bi = bufs[off + i];
+      const len = pool.packetLength(bi);
+      const at = w.beginRecord(sec, nsec, len, len);
+      pool.readPacket(bi, w.buf, at);
+    }
+    this.remaining -= m;
+    w.flush();
+  }
+}
+
+export interface CaptureOptions {
+  /** File for received packets. */
+  rx?: string;
+  /** File for transmitted packets. */
+  tx?: string;
+  /** Stop after this many packets per direction (default unlimited). */
+  max?: number;
 }
 
 /** What an input node polls: one (interface, queue) pair per entry. */
@@ -116,6 +155,28 @@ export class Interfaces {
     return this.list.filter((x): x is Interface => x !== null);
   }
 
+  /**
+   * Capture what an interface receives and/or transmits to pcap files (nanosecond
+   * timestamps), like VPP's `pcap trace rx tx`. Replaces a capture already running.
+   */
+  capture(name: string, opts: CaptureOptions): void {
+    const itf = this.get(name);
+    const max = opts.max ?? Infinity;
+    if (!(max > 0)) throw new RangeError(`capture on ${name}: max must be a positive number, got ${opts.max}`);
+    if (!opts.rx && !opts.tx) throw new Error(`capture on ${name}: give an rx file, a tx file or both`);
+    this.stopCapture(name);
+    if (opts.rx) itf.rxCapture = new Capture(opts.rx, max);
+    if (opts.tx) itf.txCapture = new Capture(opts.tx, max);
+  }
+
+  /** Stop capturing on an interface and close its files. */
+  stopCapture(name: string): void {
+    const itf = this.get(name);
+    if (itf.rxCapture) itf.rxCapture.writer.close();
+    if (itf.txCapture) itf.txCapture.writer.close();
+    itf.rxCapture = itf.txCapture = null;
+  }
+
   /** Close every driver (their buffers return to the pool). */
   closeAll(): void {
     for (const itf of this.all()) {
@@ -123,6 +184,7 @@ export class Interfaces {
         const fd = itf.driver.rxWaitFd(q);
         if (fd >= 0) this.graph.removeWaitFd(fd);
       }
+      if (itf.rxCapture || itf.txCapture) this.stopCapture(itf.name);
       itf.driver.close();
     }
   }
@@ -180,6 +242,7 @@ function deviceInput(rt: NodeRuntime): number {
     if (n === 0) continue;
     const ix = itf.index;
     for (let i = 0; i < n; i++) rxIf[out[i]] = ix;
+    if (itf.rxCapture !== null) itf.rxCapture.write(pool, out, 0, n);
     g.traceInput(rt, out, 0, n);
     if (rt.traceOn) {
       for (let i = 0; i < n; i++) rt.addTrace(out[i], { itf, queue: poll.queues[k], len: pool.packetLength(out[i]) });
@@ -215,6 +278,8 @@ function deviceTx(rt: NodeRuntime, frame: Frame | null): number {
   if (rt.traceOn) {
     for (let i = 0; i < f.n; i++) rt.addTrace(f.vec[i], `${itf.name} queue 0 len ${g.pool.packetLength(f.vec[i])}`);
   }
+  // Captured before the driver takes (and may free) the buffers.
+  if (itf.txCapture !== null) itf.txCapture.write(g.pool, f.vec, 0, f.n);
   const sent = itf.driver.txBurst(0, f.vec, 0, f.n);
   if (sent < f.n) {
     const err = g.pool.error, code = rt.errorIndex(TX_NO_SLOTS);

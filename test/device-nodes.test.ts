@@ -159,6 +159,43 @@ test('a running graph sleeps, and a packet sent into a pipe from outside wakes i
   assert.is(pool.available(), pool.count);
 });
 
+test('pcap capture of an interface\'s rx and tx, bounded by max', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rg-cap-'));
+  try {
+    const pool = memPool(256);
+    const g = new Graph({ pool });
+    const q: number[][] = [], sent: number[] = [];
+    const got: { rxIf: number; bi: number; bytes: number[] }[] = [];
+    capture(g, 'cap', got);
+    generator(g, 'gen', 'c0-output', q, sent);
+    const [a, b] = createPipe('c0', 'c1');
+    const ifs = new Interfaces(g);
+    ifs.add(a, { next: 'error-drop' });
+    ifs.add(b, { next: 'cap' });
+    g.build();
+    assert.throws(() => ifs.capture('c0', {}), /give an rx file, a tx file or both/);
+    ifs.capture('c0', { tx: join(dir, 'c0-tx.pcap') });
+    ifs.capture('c1', { rx: join(dir, 'c1-rx.pcap'), max: 2 });
+    for (let k = 0; k < 3; k++) q.push([0xee, k, 7]);
+    g.runPass();
+    g.runPass();
+    ifs.closeAll();
+    const records = (file: string) => {
+      const d = readFileSync(file);
+      const out: number[][] = [];
+      for (let o = 24; o < d.length;) { const l = d.readUInt32LE(o + 8); out.push([...d.subarray(o + 16, o + 16 + l)]); o += 16 + l; }
+      assert.is(d.readUInt32LE(0), 0xa1b23c4d, 'nanosecond pcap');
+      return out;
+    };
+    assert.equal(records(join(dir, 'c0-tx.pcap')), [[0xee, 0, 7], [0xee, 1, 7], [0xee, 2, 7]]);
+    assert.equal(records(join(dir, 'c1-rx.pcap')), [[0xee, 0, 7], [0xee, 1, 7]], 'max 2');
+    assert.is(got.length, 3, 'capturing does not take packets away');
+    assert.is(pool.available(), pool.count);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test('adding an interface whose node names are taken fails cleanly and closes the driver', () => {
   const pool = memPool(64);
   const g = new Graph({ pool });
