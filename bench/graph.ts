@@ -46,15 +46,17 @@ export function runGraphBench(opts: { seconds?: number; quiet?: boolean; loop?: 
       fn: (rt: NodeRuntime, frame: Frame | null) => {
         const f = frame as Frame;
         const vec = f.vec, n = f.n, dv = pool.view, off = pool.offset, nexts = rt.nexts;
-        let acc = 0;
+        let acc = 0, diff = 0;
         for (let i = 0; i < n; i++) {
           const o = off[vec[i]] + field;
           const v = dv.getUint16(o);
           acc += v;
-          nexts[i] = v === 0xffff ? 1 : 0;
+          const nx = v === 0xffff ? 1 : 0;
+          nexts[i] = nx;
+          diff |= nx;
         }
         sum += acc;
-        rt.graph.enqueueToNext(rt, vec, nexts, n);
+        rt.graph.enqueueToNext(rt, vec, nexts, n, diff === 0);
         return n;
       },
     });

@@ -240,14 +240,15 @@ export class Graph {
   /**
    * VPP's enqueue_to_next: send `from[i]` to `rt.nextNodes[nexts[i]]` for i < n. Runs of equal
    * next indices are copied into the target's pending frame in one tight loop; a frame that
-   * fills is closed and a new one opened.
+   * fills is closed and a new one opened. A node that noticed in its own loop that every next
+   * is the same passes `allSame` and saves the scan (then the frame usually moves on whole).
    */
-  enqueueToNext(rt: NodeRuntime, from: Uint32Array, nexts: Uint16Array, n: number): void {
+  enqueueToNext(rt: NodeRuntime, from: Uint32Array, nexts: Uint16Array, n: number, allSame = false): void {
     if (n === 0) return;
     const targets = rt.nextNodes;
-    // The common case first: the whole vector goes to one next node.
+    // The common case first: the whole vector goes to one next node (the caller may know).
     const nx0 = nexts[0];
-    let i = 1;
+    let i = allSame ? n : 1;
     while (i < n && nexts[i] === nx0) i++;
     let t = targets[nx0];
     if (t === undefined) throw new GraphError(`node "${rt.name}": next index ${nx0} is not one of its ${targets.length} next nodes`);
