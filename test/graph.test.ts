@@ -292,6 +292,29 @@ test('process nodes: sleep, events and counters', async () => {
   g.close();
 });
 
+test('enqueue: a whole vector to one next moves the frame itself; allSame skips the scan', () => {
+  const pool = memPool(1024);
+  const g = new Graph({ pool, clock: monotonicClock() });
+  const seen: { vec: Uint32Array; n: number }[] = [];
+  g.register({ name: 'in', type: 'input', next: ['a'], fn: (rt) => {
+    if (pool.available() < pool.count) return 0;
+    const n = pool.alloc(rt.scratch, 0, 200); g.enqueueToSingleNext(rt, 0, rt.scratch, 0, n); return n;
+  } });
+  g.register({ name: 'a', next: ['b', 'error-drop'], fn: (rt, f) => {
+    seen.push({ vec: f!.vec, n: f!.n });
+    rt.nexts.fill(0, 0, f!.n);
+    g.enqueueToNext(rt, f!.vec, rt.nexts, f!.n, true);
+    return f!.n;
+  } });
+  g.register({ name: 'b', fn: (_rt, f) => { seen.push({ vec: f!.vec, n: f!.n }); pool.free(f!.vec, 0, f!.n); return f!.n; } });
+  g.build();
+  g.runPass();
+  assert.is(seen.length, 2);
+  assert.is(seen[1].vec, seen[0].vec, 'node b got the very frame node a was called with');
+  assert.is(seen[1].n, 200);
+  assert.is(pool.available(), pool.count);
+});
+
 test('a node that throws is reported by the loop; the other frames of the pass still run', async () => {
   const pool = memPool(64);
   const g = new Graph({ pool, clock: monotonicClock(), idlePollUs: 100 });
