@@ -100,6 +100,125 @@ export interface FdWaiterConstructor {
   readonly prototype: FdWaiter;
 }
 
+/** A kernel interface as af_packet sees it (ioctls, no privilege needed). */
+export interface AfPacketIfInfo {
+  ifindex: number;
+  /** IFF_* flags. */
+  flags: number;
+  /** IFF_UP: administratively up. */
+  up: boolean;
+  /** IFF_RUNNING: carrier (a veth whose peer is down is up but not running). */
+  running: boolean;
+  mtu: number;
+  /** ARPHRD_ETHER: the only link type af_packet accepts. */
+  ethernet: boolean;
+  hwType: number;
+  mac: Uint8Array;
+}
+
+export interface AfPacketSocketOptions {
+  /** PACKET_MR_PROMISC membership while the socket is open. Default false. */
+  promisc?: boolean;
+  /** Set an administratively down interface up, as VPP does. Default true. */
+  bringUp?: boolean;
+  /** Rx ring block size: a power of 2, a multiple of the page size. Default 65536. */
+  blockSize?: number;
+  /** Rx ring blocks, >= 2. Default 128. */
+  blocks?: number;
+  /** tp_retire_blk_tov: a block not yet full is handed over after this many ms. Default 1. */
+  blockTimeoutMs?: number;
+  /** Transmit through a TPACKET_V3 TX ring on the socket instead of sendmmsg. Default false. */
+  txRing?: boolean;
+  /** TX ring frames (txRing only). Default 1024. */
+  txFrames?: number;
+  /** TX ring frame size, header included (txRing only). Default 2048. */
+  txFrameSize?: number;
+}
+
+/** Where the rx path writes: the pool's memory and metadata arrays (BufferPool fields). */
+export interface AfPacketPoolBinding {
+  memory: ArrayBuffer;
+  firstOffset: number;
+  stride: number;
+  headroom: number;
+  dataSize: number;
+  count: number;
+  offset: Uint32Array;
+  length: Uint32Array;
+  flags: Uint32Array;
+  next: Uint32Array;
+  tsSec: Uint32Array;
+  tsNsec: Uint32Array;
+  /** Buffer indices allocated for the current burst; holds at least one maximal frame. */
+  idx: Uint32Array;
+  /** [0]: indices of `idx` the last rx() used. */
+  result: Uint32Array;
+  flagNext: number;
+  flagTimestamp: number;
+  flagL4Ok: number;
+}
+
+export interface AfPacketStats {
+  rxPackets: number;
+  rxBytes: number;
+  /** Frames the ring truncated (larger than a block): dropped. */
+  rxTruncated: number;
+  /** Frames with impossible ring offsets: dropped. */
+  rxBad: number;
+  /** Frames whose 802.1Q tag the kernel had stripped and rx put back. */
+  rxVlan: number;
+  /** Frames from a local stack with CHECKSUM_PARTIAL (L4 checksum not filled in). */
+  rxCsumPartial: number;
+  rxSkipped: number;
+  txPackets: number;
+  txBytes: number;
+  /** Frames taken but dropped: refused by the kernel (too long...) or malformed chains. */
+  txErrors: number;
+  txInvalid: number;
+  /** Frames offered but not taken (socket buffer or TX ring full, interface down). */
+  txRefused: number;
+  /** PACKET_STATISTICS, accumulated: frames the socket saw (including drops). */
+  kernelPackets: number;
+  /** PACKET_STATISTICS: frames lost because the rx ring was full. */
+  kernelDrops: number;
+  kernelFreezeQueue: number;
+  /** Pending socket errors cleared (ENETDOWN when the interface went down). */
+  socketErrors: number;
+  lastSocketErrno: number;
+  lastTxErrno: number;
+}
+
+/** One AF_PACKET socket bound to a kernel interface (native/core/afpacket.cc). */
+export interface AfPacketSocket {
+  readonly fd: number;
+  readonly ifindex: number;
+  /** The interface when it was opened. */
+  readonly info: AfPacketIfInfo;
+  /** The interface was administratively down and was set up. */
+  readonly broughtUp: boolean;
+  readonly blockSize: number;
+  readonly blocks: number;
+  /** Longest frame the rx ring holds whole. */
+  readonly maxFrameLen: number;
+  readonly txMode: 'sendmmsg' | 'ring';
+  readonly txFrames: number;
+  readonly txMaxFrameLen: number;
+  readonly warnings: string[];
+  bindPool(b: AfPacketPoolBinding): void;
+  /** Pool buffers the next (up to max) frames need; 0 when none are waiting. */
+  rxNeed(max: number): number;
+  /** Copy up to max frames into idx[0..nIdx); heads to out[]; returns packets, result[0] = used. */
+  rx(out: Uint32Array, max: number, nIdx: number): number;
+  /** Consume up to max frames without copying (benchmarks). */
+  rxSkip(max: number): number;
+  /** Transmit bufs[off..off+n); returns how many were taken (the caller frees those). */
+  tx(bufs: Uint32Array, off: number, n: number): number;
+  stats(): AfPacketStats;
+  /** IFF_* flags now, -1 when the interface is gone or the socket closed. */
+  linkFlags(): number;
+  close(): void;
+}
+
 export interface CoreAddon {
   /** Package version the addon was built from. */
   readonly version: string;
@@ -122,6 +241,14 @@ export interface CoreAddon {
   /** close(2). Throws for a bad fd and for the fd of an allocMemory() buffer. */
   closeFd(fd: number): void;
   FdWaiter: FdWaiterConstructor;
+  /**
+   * Open an AF_PACKET socket on a kernel interface. Throws Error with .code ENODEV (no such
+   * interface), EPERM (needs CAP_NET_RAW), EPROTONOSUPPORT (not Ethernet), or the errno of the
+   * failing call.
+   */
+  AfPacketSocket: new (ifname: string, opts?: AfPacketSocketOptions) => AfPacketSocket;
+  /** Interface facts; throws .code ENODEV naming the interface when it does not exist. */
+  afPacketIfInfo(ifname: string): AfPacketIfInfo;
 }
 
 /** The core addon is missing or cannot be loaded. */

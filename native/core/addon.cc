@@ -1,5 +1,5 @@
-// core.node module init: buffer memory, TSC, eventfd and FdWaiter (see native/load.ts for the
-// TypeScript view of these exports).
+// core.node module init: buffer memory, TSC, eventfd, FdWaiter and the af_packet socket (see
+// native/load.ts for the TypeScript view of these exports).
 #include "common.h"
 
 namespace {
@@ -9,6 +9,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   rg::InitMemory(env, exports);
   rg::InitEventfd(env, exports);
   rg::InitWaiter(env, exports);
+  rg::InitAfPacket(env, exports);
   exports.Set("version", Napi::String::New(env, RDMA_GRAPH_VERSION));
   return exports;
 }

@@ -13,6 +13,7 @@ void InitTsc(Napi::Env env, Napi::Object exports);
 void InitMemory(Napi::Env env, Napi::Object exports);
 void InitEventfd(Napi::Env env, Napi::Object exports);
 void InitWaiter(Napi::Env env, Napi::Object exports);
+void InitAfPacket(Napi::Env env, Napi::Object exports);
 
 // An Error whose message is "<what>: <strerror(err)>", with .code ("EBADF"), .errno and
 // .syscall set like Node's own system errors.

@@ -1,0 +1,308 @@
+/**
+ * The af_packet driver: a Linux kernel interface (a veth end, a NIC the kernel owns) through one
+ * AF_PACKET socket, as VPP's `create host-interface name <if>` (interface name `host-<if>`).
+ *
+ * Receive: a TPACKET_V3 ring (blocks of `blockSize`, retired by the kernel when full or after
+ * `blockTimeoutMs`). One burst is three steps and two native calls: ask how many pool buffers
+ * the waiting frames need, allocate exactly that many in one batch, then one native call copies
+ * the frames into them (chaining buffers for frames larger than the pool's data size), fills the
+ * pool's length/flags/next/timestamp arrays and hands each ring block back to the kernel as soon
+ * as it is consumed. Indices it did not use (frames it dropped) go back in one `pool.free`.
+ * Copying rather than handing out ring memory keeps one buffer model (every packet lives in the
+ * pool, can be held for retransmission or queued as long as a node likes, and is freed the same
+ * way whatever driver it came from), and never lets a slow consumer hold ring blocks so the
+ * kernel drops; `npm run bench af_packet` measures what the copy costs.
+ *
+ * Frames the kernel marks TP_STATUS_CSUMNOTREADY (sent by a local stack with checksum offload:
+ * the kernel on the other end of a veth) or TP_STATUS_CSUM_VALID get BufferFlag.L4_CKSUM_OK: the
+ * L4 checksum field of a CHECKSUM_PARTIAL frame holds only the pseudo-header sum, so checking
+ * it would wrongly drop every UDP datagram the kernel sends over a veth. An 802.1Q tag the
+ * kernel stripped is put back. Frames the ring truncated are dropped and counted (rxErrors).
+ *
+ * Transmit: by default sendmmsg(2) batches whose iovecs point into the pool buffers (chained
+ * segments gathered, no copy in user space); `txMode: 'ring'` uses a TPACKET_V3 TX ring on the
+ * same socket instead (one copy into the ring, one send() kick). Never both on one socket. A
+ * frame the kernel refuses (longer than the MTU, shorter than an Ethernet header) is taken and
+ * counted in txErrors; what the socket cannot take now (buffer full, interface down) is refused
+ * and stays with the caller (<if>-tx drops it as "no free tx slots").
+ *
+ * Link: an administratively down interface is set up at open, as VPP does (`bringUp: false`
+ * leaves it down); carrier comes and goes with the kernel interface and `linkUp()` reports it
+ * (a veth is up only while its peer is). The MAC is the kernel interface's unless `mac` is
+ * given; a different MAC on a real NIC needs `promisc: true` to receive frames sent to it.
+ */
+import type { BufferPool } from '../graph/buffer-pool.ts';
+import { BufferFlag } from '../graph/buffer-pool.ts';
+import { FRAME_SIZE } from '../graph/node.ts';
+import { loadCore, type AfPacketIfInfo, type AfPacketSocket, type AfPacketStats } from '../native/load.ts';
+import type { Driver, DriverCounters } from './driver.ts';
+import { zeroCounters } from './driver.ts';
+import { macOption } from './mac.ts';
+
+export interface AfPacketOptions {
+  /** The kernel interface, e.g. "eth1" or a veth end. */
+  hostIf: string;
+  /** Our interface name; default `host-<hostIf>` as in VPP. */
+  name?: string;
+  /** "aa:bb:cc:dd:ee:ff" or 6 bytes; default the kernel interface's MAC. */
+  mac?: string | Uint8Array;
+  /** Receive frames for every MAC (PACKET_MR_PROMISC while open). Default false. */
+  promisc?: boolean;
+  /** Rx ring size in nominal 2 KiB frames (ring bytes = rxFrames * 2048). Default 4096 (8 MiB). */
+  rxFrames?: number;
+  /** Rx ring block size: a power of 2, >= 4096 and large enough for one MTU frame. Default 65536. */
+  blockSize?: number;
+  /** A block not yet full is handed to us after this many ms (tp_retire_blk_tov). Default 1. */
+  blockTimeoutMs?: number;
+  /** Our MTU; at most the kernel interface's (default: the kernel's). */
+  mtu?: number;
+  /** 'sendmmsg' (default) or 'ring' (TPACKET_V3 TX ring). */
+  txMode?: 'sendmmsg' | 'ring';
+  /** TX ring frames (txMode 'ring'). Default 1024. */
+  txFrames?: number;
+  /** Set the kernel interface up when it is administratively down (VPP does). Default true. */
+  bringUp?: boolean;
+}
+
+/** DriverCounters plus what af_packet knows besides. */
+export interface AfPacketDriverStats extends AfPacketStats {
+  /** Bursts that found frames waiting but no free buffer in the pool. */
+  rxNoBuffers: number;
+}
+
+const NOMINAL_FRAME = 2048;
+/** Ring block header plus frame header, sockaddr_ll and alignment: what a block holds besides data. */
+const BLOCK_OVERHEAD = 256;
+const IFF_UP = 0x1;
+const IFF_RUNNING = 0x40;
+
+export class AfPacketDriver implements Driver {
+  readonly kind = 'af_packet';
+  readonly name: string;
+  readonly mac: Uint8Array;
+  readonly mtu: number;
+  readonly rxQueues = 1;
+  readonly txQueues = 1;
+
+  readonly hostIf: string;
+  /** The kernel interface when this driver was created. */
+  readonly hostInfo: AfPacketIfInfo;
+  readonly txMode: 'sendmmsg' | 'ring';
+
+  private readonly promisc: boolean;
+  private readonly blockSize: number;
+  private readonly blocks: number;
+  private readonly blockTimeoutMs: number;
+  private readonly txFrames: number;
+  private readonly bringUp: boolean;
+
+  private state: 'new' | 'open' | 'closed' = 'new';
+  private sock: AfPacketSocket | null = null;
+  private pool: BufferPool | null = null;
+  private idx = new Uint32Array(0);
+  private readonly result = new Uint32Array(4);
+  private rxNoBuffers = 0;
+  /** Counters as they were at close. */
+  private final: AfPacketStats | null = null;
+  private wake: (() => void) | null = null;
+
+  constructor(opts: AfPacketOptions) {
+    if (opts === null || typeof opts !== 'object') throw new TypeError('af_packet: options must be an object with hostIf');
+    const hostIf = opts.hostIf;
+    if (typeof hostIf !== 'string' || hostIf.length === 0 || hostIf.length > 15) {
+      throw new RangeError(`af_packet: hostIf must be a kernel interface name of 1 to 15 characters, got ${JSON.stringify(hostIf)}`);
+    }
+    this.hostIf = hostIf;
+    this.name = opts.name ?? `host-${hostIf}`;
+    const where = `af_packet interface ${this.name}`;
+
+    const blockSize = opts.blockSize ?? 65536;
+    if (!Number.isInteger(blockSize) || blockSize < 4096 || blockSize > 1 << 26 || (blockSize & (blockSize - 1)) !== 0) {
+      throw new RangeError(`${where}: blockSize must be a power of 2 in 4096..67108864, got ${blockSize}`);
+    }
+    const rxFrames = opts.rxFrames ?? 4096;
+    if (!Number.isInteger(rxFrames) || rxFrames < 16 || rxFrames > 1 << 22) {
+      throw new RangeError(`${where}: rxFrames must be an integer in 16..4194304, got ${rxFrames}`);
+    }
+    const tov = opts.blockTimeoutMs ?? 1;
+    if (!Number.isInteger(tov) || tov < 1 || tov > 1000) throw new RangeError(`${where}: blockTimeoutMs must be an integer in 1..1000, got ${tov}`);
+    const txMode = opts.txMode ?? 'sendmmsg';
+    if (txMode !== 'sendmmsg' && txMode !== 'ring') throw new RangeError(`${where}: txMode must be 'sendmmsg' or 'ring', got ${JSON.stringify(txMode)}`);
+    const txFrames = opts.txFrames ?? 1024;
+    if (!Number.isInteger(txFrames) || txFrames < 8 || txFrames > 1 << 20) throw new RangeError(`${where}: txFrames must be an integer in 8..1048576, got ${txFrames}`);
+
+    // Throws ENODEV naming the interface when it does not exist (no privilege needed).
+    const info = loadCore().afPacketIfInfo(hostIf);
+    if (!info.ethernet) throw Object.assign(new Error(`${where}: kernel interface "${hostIf}" is not Ethernet (ARPHRD ${info.hwType})`), { code: 'EPROTONOSUPPORT' });
+    this.hostInfo = info;
+
+    const mtu = opts.mtu ?? info.mtu;
+    if (!Number.isInteger(mtu) || mtu < 68 || mtu > 65535) throw new RangeError(`${where}: mtu must be an integer in 68..65535, got ${mtu}`);
+    if (mtu > info.mtu) {
+      throw new RangeError(`${where}: mtu ${mtu} is larger than kernel interface ${hostIf}'s MTU ${info.mtu} (raise it with: ip link set dev ${hostIf} mtu ${mtu})`);
+    }
+    if (blockSize < mtu + 18 + BLOCK_OVERHEAD) {
+      throw new RangeError(`${where}: blockSize ${blockSize} cannot hold a ${mtu + 18}-byte frame (MTU ${mtu}); use at least ${nextPow2(mtu + 18 + BLOCK_OVERHEAD)}`);
+    }
+    this.mtu = mtu;
+    this.mac = opts.mac === undefined ? Uint8Array.from(info.mac) : macOption(where, opts.mac, this.name);
+    this.promisc = opts.promisc ?? false;
+    this.blockSize = blockSize;
+    this.blocks = Math.max(2, Math.ceil((rxFrames * NOMINAL_FRAME) / blockSize));
+    this.blockTimeoutMs = tov;
+    this.txMode = txMode;
+    this.txFrames = txFrames;
+    this.bringUp = opts.bringUp ?? true;
+  }
+
+  /** Open the socket (needs CAP_NET_RAW), map the rings, bind the pool. */
+  open(pool: BufferPool): void {
+    if (this.state !== 'new') throw new Error(`af_packet interface ${this.name}: already ${this.state === 'open' ? 'open' : 'closed'}`);
+    const sock = new (loadCore().AfPacketSocket)(this.hostIf, {
+      promisc: this.promisc,
+      bringUp: this.bringUp,
+      blockSize: this.blockSize,
+      blocks: this.blocks,
+      blockTimeoutMs: this.blockTimeoutMs,
+      txRing: this.txMode === 'ring',
+      txFrames: this.txFrames,
+      txFrameSize: Math.max(2048, (this.mtu + 18 + 48 + 15) & ~15),
+    });
+    try {
+      // Room for a whole burst plus one frame as large as a ring block, in the smallest buffers.
+      this.idx = new Uint32Array(FRAME_SIZE + Math.ceil((this.blockSize + 4) / pool.dataSize) + 1);
+      sock.bindPool({
+        memory: pool.memory.buffer,
+        firstOffset: pool.firstOffset,
+        stride: pool.stride,
+        headroom: pool.headroom,
+        dataSize: pool.dataSize,
+        count: pool.count,
+        offset: pool.offset,
+        length: pool.length,
+        flags: pool.flags,
+        next: pool.next,
+        tsSec: pool.tsSec,
+        tsNsec: pool.tsNsec,
+        idx: this.idx,
+        result: this.result,
+        flagNext: BufferFlag.NEXT_PRESENT,
+        flagTimestamp: BufferFlag.TIMESTAMP_VALID,
+        flagL4Ok: BufferFlag.L4_CKSUM_OK,
+      });
+    } catch (e) {
+      sock.close();
+      throw e;
+    }
+    this.sock = sock;
+    this.pool = pool;
+    this.state = 'open';
+  }
+
+  rxBurst(queue: number, out: Uint32Array, max: number): number {
+    if (queue !== 0) throw new RangeError(`af_packet interface ${this.name}: no rx queue ${queue}`);
+    const sock = this.sock;
+    if (sock === null) return 0;
+    if (max > out.length) max = out.length;
+    if (max > FRAME_SIZE) max = FRAME_SIZE;
+    const need = sock.rxNeed(max);
+    if (need === 0) return 0;
+    const pool = this.pool as BufferPool;
+    const got = pool.alloc(this.idx, 0, need);
+    if (got === 0) {
+      this.rxNoBuffers++;
+      return 0;
+    }
+    const n = sock.rx(out, max, got);
+    const used = this.result[0];
+    if (used < got) pool.free(this.idx, used, got - used);
+    return n;
+  }
+
+  txBurst(queue: number, bufs: Uint32Array, off: number, n: number): number {
+    if (queue !== 0) throw new RangeError(`af_packet interface ${this.name}: no tx queue ${queue}`);
+    const sock = this.sock;
+    if (sock === null) {
+      if (this.final) this.final.txRefused += n;
+      return 0;
+    }
+    const taken = sock.tx(bufs, off, n);
+    if (taken > 0) (this.pool as BufferPool).free(bufs, off, taken);
+    return taken;
+  }
+
+  /** Administratively up with carrier, as the kernel sees the interface now. */
+  linkUp(): boolean {
+    if (this.sock === null) return false;
+    const f = this.sock.linkFlags();
+    return f >= 0 && (f & IFF_UP) !== 0 && (f & IFF_RUNNING) !== 0;
+  }
+
+  /** The socket: readable when a ring block is waiting (or an error is pending). */
+  rxWaitFd(_queue: number): number {
+    return this.sock === null ? -1 : this.sock.fd;
+  }
+
+  setWakeup(wake: () => void): void {
+    this.wake = wake;
+  }
+
+  /** Everything the driver and the kernel count (PACKET_STATISTICS accumulated). */
+  stats(): AfPacketDriverStats {
+    const s = this.sock !== null ? this.sock.stats() : this.final ?? emptyStats();
+    return { ...s, rxNoBuffers: this.rxNoBuffers };
+  }
+
+  counters(): DriverCounters {
+    if (this.sock === null && this.final === null) return zeroCounters();
+    const s = this.stats();
+    return {
+      rxPackets: s.rxPackets,
+      rxBytes: s.rxBytes,
+      txPackets: s.txPackets,
+      txBytes: s.txBytes,
+      rxDrops: s.kernelDrops,
+      txDrops: s.txRefused,
+      rxErrors: s.rxTruncated + s.rxBad,
+      txErrors: s.txErrors,
+    };
+  }
+
+  /** The native socket while open (benchmarks and diagnostics), else null. */
+  get socket(): AfPacketSocket | null {
+    return this.sock;
+  }
+
+  /** The kernel interface was administratively down and open() set it up. */
+  get broughtUp(): boolean {
+    return this.sock?.broughtUp ?? false;
+  }
+
+  /** Unmap the rings and close the socket. The driver holds no pool buffers. Idempotent. */
+  close(): void {
+    if (this.state === 'closed') return;
+    this.state = 'closed';
+    const sock = this.sock;
+    this.sock = null;
+    this.wake = null;
+    if (sock !== null) {
+      this.final = sock.stats();
+      sock.close();
+    }
+    this.pool = null;
+  }
+}
+
+function nextPow2(x: number): number {
+  let p = 4096;
+  while (p < x) p *= 2;
+  return p;
+}
+
+function emptyStats(): AfPacketStats {
+  return {
+    rxPackets: 0, rxBytes: 0, rxTruncated: 0, rxBad: 0, rxVlan: 0, rxCsumPartial: 0, rxSkipped: 0,
+    txPackets: 0, txBytes: 0, txErrors: 0, txInvalid: 0, txRefused: 0,
+    kernelPackets: 0, kernelDrops: 0, kernelFreezeQueue: 0, socketErrors: 0, lastSocketErrno: 0, lastTxErrno: 0,
+  };
+}

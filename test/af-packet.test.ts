@@ -1,0 +1,544 @@
+// The af_packet driver against the Linux kernel: a veth pair with one end in a network namespace
+// this file creates (root, iproute2, python3). Without them each test skips with the reason
+// (and fails under CI=true).
+// Run: npm test -- af-packet
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { spawnSync } from 'node:child_process';
+import { readFileSync, readlinkSync } from 'node:fs';
+import { AfPacketDriver } from '../drivers/af-packet.ts';
+import { Interfaces } from '../drivers/interfaces.ts';
+import { BufferFlag, type BufferPool } from '../graph/buffer-pool.ts';
+import { Graph, createPool, type Frame, type NodeRuntime } from '../graph/index.ts';
+import { memPool, skipOrFail, sleep } from './helpers.ts';
+import {
+  PY_RECV_FRAMES, PY_RECV_UDP, PY_SEND_FRAMES, createVethNs, destroyVethNs, ip, linkFlags, linkStats, netnsUnavailable,
+  pyInNs, pyInNsAsync, type VethNs,
+} from './helpers-netns.ts';
+
+const unavailable = netnsUnavailable();
+let P: VethNs | null = null;
+
+test.before(() => {
+  if (unavailable === null) P = createVethNs({ peerCidr: '10.77.1.2/24' });
+});
+test.after(() => {
+  if (P) destroyVethNs(P);
+});
+
+/** The shared pair, or null after reporting why the test cannot run. */
+function pair(): VethNs | null {
+  if (unavailable !== null) {
+    skipOrFail(`af_packet kernel tests: ${unavailable}`);
+    return null;
+  }
+  return P;
+}
+
+// ------------------------------------------------------------------------------ frames
+
+const TYPE_TEST = 0x88b5; // IEEE 802 local experimental EtherType
+const hex = (u: Uint8Array) => Buffer.from(u).toString('hex');
+
+function eth(dst: Uint8Array, src: Uint8Array, type: number, payload: Uint8Array): Uint8Array {
+  const f = new Uint8Array(14 + payload.length);
+  f.set(dst, 0);
+  f.set(src, 6);
+  f[12] = type >> 8;
+  f[13] = type & 0xff;
+  f.set(payload, 14);
+  return f;
+}
+
+/** A test frame of `len` bytes: EtherType 0x88b5, then a 4-byte sequence number, then a pattern. */
+function testFrame(dst: Uint8Array, src: Uint8Array, seq: number, len: number): Uint8Array {
+  const p = new Uint8Array(len - 14);
+  new DataView(p.buffer).setUint32(0, seq);
+  for (let i = 4; i < p.length; i++) p[i] = (seq * 7 + i) & 0xff;
+  return eth(dst, src, TYPE_TEST, p);
+}
+
+function csum16(b: Uint8Array, sum = 0): number {
+  for (let i = 0; i + 1 < b.length; i += 2) sum += (b[i] << 8) | b[i + 1];
+  if (b.length & 1) sum += b[b.length - 1] << 8;
+  while (sum > 0xffff) sum = (sum & 0xffff) + (sum >>> 16);
+  return sum;
+}
+
+const ip4 = (s: string) => Uint8Array.from(s.split('.').map(Number));
+
+function udpFrame(dstMac: Uint8Array, srcMac: Uint8Array, src: string, dst: string, sport: number, dport: number, data: Uint8Array): Uint8Array {
+  const udp = new Uint8Array(8 + data.length);
+  const uv = new DataView(udp.buffer);
+  uv.setUint16(0, sport);
+  uv.setUint16(2, dport);
+  uv.setUint16(4, udp.length);
+  udp.set(data, 8);
+  const pseudo = new Uint8Array(12);
+  pseudo.set(ip4(src), 0);
+  pseudo.set(ip4(dst), 4);
+  pseudo[9] = 17;
+  new DataView(pseudo.buffer).setUint16(10, udp.length);
+  const c = 0xffff - csum16(udp, csum16(pseudo));
+  uv.setUint16(6, c === 0 ? 0xffff : c);
+  const iph = new Uint8Array(20);
+  const iv = new DataView(iph.buffer);
+  iph[0] = 0x45;
+  iv.setUint16(2, 20 + udp.length);
+  iv.setUint16(6, 0x4000);
+  iph[8] = 64;
+  iph[9] = 17;
+  iph.set(ip4(src), 12);
+  iph.set(ip4(dst), 16);
+  iv.setUint16(10, 0xffff - csum16(iph));
+  const pkt = new Uint8Array(20 + udp.length);
+  pkt.set(iph, 0);
+  pkt.set(udp, 20);
+  return eth(dstMac, srcMac, 0x0800, pkt);
+}
+
+function arpRequest(srcMac: Uint8Array, srcIp: string, targetIp: string): Uint8Array {
+  const a = new Uint8Array(28);
+  const v = new DataView(a.buffer);
+  v.setUint16(0, 1); // Ethernet
+  v.setUint16(2, 0x0800);
+  a[4] = 6;
+  a[5] = 4;
+  v.setUint16(6, 1); // request
+  a.set(srcMac, 8);
+  a.set(ip4(srcIp), 14);
+  a.set(ip4(targetIp), 24);
+  return eth(new Uint8Array(6).fill(0xff), srcMac, 0x0806, a);
+}
+
+/** Poll rxBurst for up to `ms`, keeping the frames `want` accepts (freeing every buffer). */
+async function receive(d: AfPacketDriver, pool: BufferPool, ms: number, want: (b: Uint8Array) => boolean, count: number,
+  onPacket?: (bi: number) => void): Promise<Uint8Array[]> {
+  const out = new Uint32Array(256);
+  const got: Uint8Array[] = [];
+  const end = performance.now() + ms;
+  while (got.length < count && performance.now() < end) {
+    const n = d.rxBurst(0, out, out.length);
+    for (let i = 0; i < n; i++) {
+      const b = pool.packetBytes(out[i]);
+      if (want(b)) {
+        got.push(b);
+        if (onPacket) onPacket(out[i]);
+      }
+    }
+    if (n > 0) pool.free(out, 0, n);
+    else await sleep(1);
+  }
+  return got;
+}
+
+const isTest = (b: Uint8Array) => b.length >= 14 && ((b[12] << 8) | b[13]) === TYPE_TEST;
+
+/** Frames into fresh pool buffers (chained when longer than the pool's data size). */
+function toPool(pool: BufferPool, frames: Uint8Array[]): Uint32Array {
+  const v = new Uint32Array(frames.length);
+  frames.forEach((f, i) => {
+    v[i] = pool.writePacket(f, 0, f.length);
+    assert.ok(v[i] !== 0xffffffff, 'pool has room');
+  });
+  return v;
+}
+
+/** The socket inode behind fd, or null when the fd is not open (or not a socket). */
+function socketInode(fd: number): string | null {
+  try {
+    const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/self/fd/${fd}`));
+    return m ? m[1] : null;
+  } catch {
+    return null;
+  }
+}
+
+/** /proc/net/packet rows: inode -> {proto, ifindex}. */
+function packetSockets(): Map<string, { proto: string; ifindex: number }> {
+  const m = new Map<string, { proto: string; ifindex: number }>();
+  for (const line of readFileSync('/proc/net/packet', 'utf8').split('\n').slice(1)) {
+    const c = line.trim().split(/\s+/);
+    if (c.length >= 9) m.set(c[8], { proto: c[3], ifindex: Number(c[4]) });
+  }
+  return m;
+}
+
+// ------------------------------------------------------------------------------ tests
+
+test('open: name host-<if>, MAC and MTU from the kernel, link up, the fd is a bound packet socket; close is idempotent', () => {
+  const p = pair();
+  if (!p) return;
+  const pool = createPool({ count: 256 });
+  const d = new AfPacketDriver({ hostIf: p.host });
+  assert.is(d.kind, 'af_packet');
+  assert.is(d.name, `host-${p.host}`);
+  assert.is(hex(d.mac), hex(p.hostMac), 'MAC read from the kernel (SIOCGIFHWADDR)');
+  assert.is(d.mtu, 1500);
+  assert.is(d.rxWaitFd(0), -1, 'no fd before open');
+  d.open(pool);
+  try {
+    assert.ok(d.linkUp(), 'veth with both ends up has carrier');
+    assert.not.ok(d.broughtUp);
+    const fd = d.rxWaitFd(0);
+    const inode = socketInode(fd);
+    assert.ok(inode !== null, `fd ${fd} is a socket`);
+    const row = packetSockets().get(inode!);
+    assert.ok(row, 'listed in /proc/net/packet');
+    assert.is(row!.proto, '0003', 'bound to ETH_P_ALL');
+    assert.is(row!.ifindex, d.hostInfo.ifindex, 'bound to the interface');
+    assert.is(d.socket!.txMode, 'sendmmsg');
+    assert.equal(d.socket!.warnings, []);
+    d.close();
+    d.close();
+    assert.is(d.rxWaitFd(0), -1);
+    assert.not.ok(d.linkUp());
+    assert.not.ok(packetSockets().has(inode!), 'socket closed');
+    assert.is(d.rxBurst(0, new Uint32Array(4), 4), 0, 'rx after close: nothing');
+  } finally {
+    d.close();
+  }
+  const named = new AfPacketDriver({ hostIf: p.host, name: 'uplink', mac: '02:00:00:00:00:99', mtu: 1400 });
+  assert.is(named.name, 'uplink');
+  assert.is(hex(named.mac), '020000000099');
+  assert.is(named.mtu, 1400);
+  assert.is(pool.available(), pool.count);
+});
+
+test('errors: no such interface (ENODEV, named), not Ethernet, MTU above the kernel, bad options, opened twice', () => {
+  const p = pair();
+  if (!p) return;
+  try {
+    new AfPacketDriver({ hostIf: 'rgnoexist0' });
+    assert.unreachable('should throw');
+  } catch (e) {
+    const err = e as Error & { code?: string };
+    assert.is(err.code, 'ENODEV');
+    assert.match(err.message, /no such kernel interface "rgnoexist0"/);
+  }
+  try {
+    new AfPacketDriver({ hostIf: 'lo' });
+    assert.unreachable('should throw');
+  } catch (e) {
+    assert.is((e as { code?: string }).code, 'EPROTONOSUPPORT');
+    assert.match((e as Error).message, /not Ethernet/);
+  }
+  assert.throws(() => new AfPacketDriver({ hostIf: p.host, mtu: 9000 }), /larger than kernel interface .*MTU 1500 .*ip link set dev/);
+  assert.throws(() => new AfPacketDriver({ hostIf: p.host, blockSize: 3000 }), /blockSize must be a power of 2/);
+  assert.throws(() => new AfPacketDriver({ hostIf: p.host, blockSize: 1024 }), /blockSize must be a power of 2 in 4096/);
+  assert.throws(() => new AfPacketDriver({ hostIf: p.host, txMode: 'xdp' as 'ring' }), /txMode/);
+  assert.throws(() => new AfPacketDriver({ hostIf: 'a-name-too-long-for-linux' }), /1 to 15 characters/);
+  const d = new AfPacketDriver({ hostIf: p.host });
+  const pool = memPool(64);
+  d.open(pool);
+  try {
+    assert.throws(() => d.open(pool), /already open/);
+  } finally {
+    d.close();
+  }
+  assert.throws(() => d.open(pool), /already closed/);
+});
+
+test('errors: without CAP_NET_RAW open() fails with EPERM and says so (child process as nobody)', () => {
+  const p = pair();
+  if (!p) return;
+  const root = new URL('..', import.meta.url).pathname;
+  const code = `
+    const { AfPacketDriver } = await import(${JSON.stringify(root + 'drivers/af-packet.ts')});
+    const { memPool } = await import(${JSON.stringify(root + 'test/helpers.ts')});
+    const d = new AfPacketDriver({ hostIf: ${JSON.stringify(p.host)} });
+    try { d.open(memPool(16)); console.log(JSON.stringify({ opened: true })); }
+    catch (e) { console.log(JSON.stringify({ code: e.code, message: e.message, mac: Buffer.from(d.mac).toString('hex') })); }`;
+  const r = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], { uid: 65534, gid: 65534, cwd: root, encoding: 'utf8' });
+  if (r.status !== 0 && /EACCES|permission denied/i.test(r.stderr)) {
+    skipOrFail(`user nobody cannot run the sources here: ${r.stderr.trim().split('\n')[0]}`);
+    return;
+  }
+  assert.is(r.status, 0, r.stderr);
+  const res = JSON.parse(r.stdout.trim().split('\n').pop() as string);
+  assert.is(res.code, 'EPERM');
+  assert.match(res.message, 'af_packet needs CAP_NET_RAW (run as root)');
+  assert.match(res.message, p.host);
+  assert.is(res.mac, hex(p.hostMac), 'the constructor (unprivileged ioctls) worked; open() refused');
+});
+
+test('rx: frames the kernel sends from the namespace arrive byte for byte in pool buffers, chained past the data size, timestamped', async () => {
+  const p = pair();
+  if (!p) return;
+  const pool = memPool(256, 512); // 512-byte buffers: frames above that are chained
+  const d = new AfPacketDriver({ hostIf: p.host });
+  d.open(pool);
+  try {
+    const sizes = [60, 64, 100, 511, 512, 513, 1000, 1024, 1025, 1514, 60, 1514, 777, 300, 1500, 200];
+    const frames = sizes.map((len, i) => testFrame(p.hostMac, p.peerMac, i, len));
+    const sent = pyInNs(p.ns, PY_SEND_FRAMES, [p.peer], frames.map(hex).join('\n') + '\n');
+    assert.equal(sent, [String(frames.length)]);
+    const segs: number[] = [];
+    const stamps: number[] = [];
+    const got = await receive(d, pool, 1000, isTest, frames.length, (bi) => {
+      segs.push(pool.segments(bi));
+      assert.ok(pool.flags[bi] & BufferFlag.TIMESTAMP_VALID, 'timestamp flag');
+      stamps.push(pool.tsSec[bi] + pool.tsNsec[bi] / 1e9);
+      assert.is(pool.offset[bi], pool.dataStart(bi), 'data starts after the headroom');
+    });
+    assert.equal(got.map(hex), frames.map(hex), 'every frame, in order, byte for byte');
+    assert.equal(segs, sizes.map((l) => Math.ceil(l / 512)), 'chained by 512-byte buffers');
+    const now = Date.now() / 1000;
+    assert.ok(stamps.every((t) => Math.abs(t - now) < 10), `kernel receive timestamps near now: ${stamps[0]} vs ${now}`);
+    const c = d.counters();
+    assert.ok(c.rxPackets >= frames.length, `rxPackets ${c.rxPackets}`);
+    assert.ok(c.rxBytes >= sizes.reduce((a, b) => a + b, 0));
+    assert.is(c.rxErrors, 0);
+    assert.is(c.rxDrops, 0);
+  } finally {
+    d.close();
+  }
+  assert.is(pool.available(), pool.count, 'no buffer leaked');
+});
+
+test('rx: an 802.1Q tag the kernel strips (TP_STATUS_VLAN_VALID) is put back in the frame', async () => {
+  const p = pair();
+  if (!p) return;
+  const pool = memPool(64);
+  const d = new AfPacketDriver({ hostIf: p.host });
+  d.open(pool);
+  try {
+    const inner = testFrame(p.hostMac, p.peerMac, 99, 100);
+    // dst, src, 8100, PCP 5 / VID 42, then the inner EtherType and payload
+    const tagged = new Uint8Array(inner.length + 4);
+    tagged.set(inner.subarray(0, 12), 0);
+    tagged.set([0x81, 0x00, 0xa0, 0x2a], 12);
+    tagged.set(inner.subarray(12), 16);
+    pyInNs(p.ns, PY_SEND_FRAMES, [p.peer], hex(tagged) + '\n');
+    const got = await receive(d, pool, 1000, (b) => b[12] === 0x81 && b[13] === 0x00, 1);
+    assert.is(got.length, 1, 'the tagged frame arrived');
+    assert.is(hex(got[0]), hex(tagged), 'tag restored in place');
+    assert.is(d.stats().rxVlan, 1, 'the kernel had stripped it (hv1.tp_vlan_tci)');
+  } finally {
+    d.close();
+  }
+  assert.is(pool.available(), pool.count);
+});
+
+for (const txMode of ['sendmmsg', 'ring'] as const) {
+  test(`tx (${txMode}): frames reach the kernel byte for byte, chains gathered, an oversize frame dropped and counted`, async () => {
+    const p = pair();
+    if (!p) return;
+    const pool = memPool(256, 512);
+    const d = new AfPacketDriver({ hostIf: p.host, txMode });
+    d.open(pool);
+    try {
+      assert.is(d.socket!.txMode, txMode);
+      const sizes = [60, 64, 512, 513, 1000, 1514, 100, 1025, 64, 1514];
+      const frames = sizes.map((len, i) => testFrame(p.peerMac, d.mac, 1000 + i, len));
+      const oversize = testFrame(p.peerMac, d.mac, 5000, 1600);
+      const rx = pyInNsAsync(p.ns, PY_RECV_FRAMES, [p.peer, TYPE_TEST.toString(16), String(frames.length), '3']);
+      await rx.ready;
+      const before = linkStats(p.peer, p.ns).rxPackets;
+      const all = [...frames.slice(0, 5), oversize, ...frames.slice(5)];
+      const bufs = toPool(pool, all);
+      assert.ok(pool.segments(bufs[5]) === 4, 'the oversize frame is a 4-buffer chain');
+      const taken = d.txBurst(0, bufs, 0, bufs.length);
+      assert.is(taken, bufs.length, 'all taken (the oversize one as an error)');
+      assert.is(pool.available(), pool.count, 'every taken buffer freed');
+      const lines = await rx.done;
+      assert.equal(lines, frames.map(hex), 'the kernel received each frame exactly, in order, and not the oversize one');
+      const c = d.counters();
+      assert.is(c.txPackets, frames.length);
+      assert.is(c.txBytes, sizes.reduce((a, b) => a + b, 0));
+      assert.is(c.txErrors, 1, 'the oversize frame');
+      assert.is(c.txDrops, 0);
+      assert.ok(linkStats(p.peer, p.ns).rxPackets - before >= frames.length, 'peer interface counters');
+    } finally {
+      d.close();
+    }
+    assert.is(pool.available(), pool.count);
+  });
+}
+
+test('tx + rx with the kernel stack: UDP datagrams delivered to a kernel socket, an ARP request answered', async () => {
+  const p = pair();
+  if (!p) return;
+  const pool = createPool({ count: 512 });
+  const d = new AfPacketDriver({ hostIf: p.host });
+  d.open(pool);
+  try {
+    const ours = '10.77.1.1';
+    const udp = pyInNsAsync(p.ns, PY_RECV_UDP, [p.peerIp!, '9999', '3', '3']);
+    await udp.ready;
+    const payloads = [Uint8Array.from([1, 2, 3]), new Uint8Array(1472).map((_, i) => i & 0xff), new TextEncoder().encode('hello kernel')];
+    const bufs = toPool(pool, payloads.map((pl) => udpFrame(p.peerMac, d.mac, ours, p.peerIp!, 5555, 9999, pl)));
+    assert.is(d.txBurst(0, bufs, 0, bufs.length), 3);
+    const lines = await udp.done;
+    assert.equal(lines, payloads.map((pl) => `${ours} ${hex(pl)}`), 'the kernel accepted IPv4 + UDP checksums and delivered');
+
+    const arp = toPool(pool, [arpRequest(d.mac, ours, p.peerIp!)]);
+    assert.is(d.txBurst(0, arp, 0, 1), 1);
+    const replies = await receive(d, pool, 1000, (b) => b[12] === 0x08 && b[13] === 0x06 && b[21] === 2, 1);
+    assert.is(replies.length, 1, 'ARP reply received');
+    const r = replies[0];
+    assert.is(hex(r.subarray(0, 6)), hex(d.mac), 'unicast to us');
+    assert.is(hex(r.subarray(22, 28)), hex(p.peerMac), 'sender MAC: the namespace end');
+    assert.is(Array.from(r.subarray(28, 32)).join('.'), p.peerIp, 'sender IP');
+    assert.is(Array.from(r.subarray(38, 42)).join('.'), ours, 'target IP');
+  } finally {
+    d.close();
+  }
+  assert.is(pool.available(), pool.count);
+});
+
+test('PACKET_STATISTICS: a ring too small for a burst drops in the kernel; counted, accumulated, received + dropped = sent', async () => {
+  const p = pair();
+  if (!p) return;
+  const pool = createPool({ count: 1024 });
+  // 8 blocks of 4 KiB: room for about 200 small frames.
+  const d = new AfPacketDriver({ hostIf: p.host, blockSize: 4096, rxFrames: 16 });
+  d.open(pool);
+  try {
+    assert.is(d.socket!.blocks, 8);
+    const N = 3000;
+    const lines: string[] = [];
+    for (let i = 0; i < N; i++) lines.push(hex(testFrame(p.hostMac, p.peerMac, i, 64)));
+    pyInNs(p.ns, PY_SEND_FRAMES, [p.peer], lines.join('\n') + '\n');
+    await sleep(20); // let the last partial block time out
+    const got = await receive(d, pool, 300, isTest, N);
+    const s = d.stats();
+    assert.ok(got.length > 0 && got.length < N, `received ${got.length} of ${N}`);
+    assert.ok(s.kernelDrops > 0, `kernel drops ${s.kernelDrops}`);
+    assert.is(s.kernelPackets, s.rxPackets + s.kernelDrops, 'tp_packets = delivered + tp_drops');
+    assert.ok(got.length + s.kernelDrops >= N && got.length <= N, `received ${got.length} + dropped ${s.kernelDrops} covers ${N} sent`);
+    const seqs = got.map((b) => new DataView(b.buffer, b.byteOffset).getUint32(14));
+    assert.ok(seqs.every((v, i) => i === 0 || v > seqs[i - 1]), 'what arrived is in order');
+    assert.is(d.counters().rxDrops, s.kernelDrops, 'counters().rxDrops are the kernel drops');
+    const again = d.stats();
+    assert.is(again.kernelDrops, s.kernelDrops, 'accumulated: a second read does not reset them');
+    assert.is(again.kernelPackets, s.kernelPackets);
+  } finally {
+    d.close();
+  }
+  assert.is(d.counters().rxDrops > 0, true, 'counters survive close');
+  assert.is(pool.available(), pool.count);
+});
+
+/** A graph with one af_packet interface whose packets go to a sink that counts test frames. */
+function graphWith(d: AfPacketDriver, pool: BufferPool) {
+  const g = new Graph({ pool, idlePollUs: 200 });
+  const seen = { test: 0, other: 0, rxIf: new Set<number>() };
+  g.register({
+    name: 'afp-sink',
+    fn: (rt: NodeRuntime, fr: Frame | null) => {
+      const f = fr as Frame;
+      for (let i = 0; i < f.n; i++) {
+        const bi = f.vec[i], o = pool.offset[bi];
+        if (((pool.u8[o + 12] << 8) | pool.u8[o + 13]) === TYPE_TEST) seen.test++;
+        else seen.other++;
+        seen.rxIf.add(pool.rxIf[bi]);
+      }
+      rt.graph.pool.free(f.vec, 0, f.n);
+      return f.n;
+    },
+  });
+  const ifs = new Interfaces(g);
+  const itf = ifs.add(d, { next: 'afp-sink' });
+  return { g, ifs, itf, seen };
+}
+
+async function until(cond: () => boolean, ms: number): Promise<boolean> {
+  const end = performance.now() + ms;
+  while (!cond()) {
+    if (performance.now() > end) return false;
+    await sleep(2);
+  }
+  return true;
+}
+
+test('the socket fd wakes the sleeping engine: traffic is processed, then it sleeps again; no buffer leak', async () => {
+  const p = pair();
+  if (!p) return;
+  const pool = createPool({ count: 1024 });
+  const d = new AfPacketDriver({ hostIf: p.host });
+  const { g, ifs, itf, seen } = graphWith(d, pool);
+  g.start();
+  try {
+    assert.ok(await until(() => g.isSleeping, 500), 'idle engine sleeps');
+    const calls = g.nodeCounters('af-packet-input').calls;
+    await sleep(30);
+    assert.is(g.nodeCounters('af-packet-input').calls, calls, 'no polling while asleep');
+    const wakes = g.wakeups;
+    const frames = Array.from({ length: 50 }, (_, i) => hex(testFrame(p.hostMac, p.peerMac, i, 128)));
+    const tx = pyInNsAsync(p.ns, PY_SEND_FRAMES, [p.peer], frames.join('\n') + '\n');
+    assert.equal(await tx.done, ['50']);
+    assert.ok(await until(() => seen.test === 50, 1000), `engine woke and processed the frames (${seen.test} of 50)`);
+    assert.ok(g.wakeups > wakes, 'woken by the fd');
+    assert.equal([...seen.rxIf], [itf.index], 'rxIf is the interface');
+    assert.ok(await until(() => g.isSleeping, 500), 'asleep again');
+    assert.is(itf.counters().rxPackets, seen.test + seen.other);
+  } finally {
+    g.stop();
+    ifs.closeAll();
+    g.close();
+  }
+  assert.is(pool.available(), pool.count, 'no buffer leaked');
+});
+
+test('link: a down interface is set up at open as VPP does (bringUp: false leaves it); carrier follows the peer; a downed socket neither spins the engine nor takes tx', async () => {
+  if (!pair()) return;
+  const q = createVethNs({ hostUp: false });
+  const pool = createPool({ count: 512 });
+  try {
+    assert.not.ok(linkFlags(q.host).includes('UP'), 'starts down');
+    const d0 = new AfPacketDriver({ hostIf: q.host, bringUp: false });
+    d0.open(pool);
+    assert.not.ok(d0.linkUp(), 'left down');
+    assert.not.ok(d0.broughtUp);
+    assert.not.ok(linkFlags(q.host).includes('UP'));
+    d0.close();
+
+    const d = new AfPacketDriver({ hostIf: q.host });
+    const { g, ifs, seen } = graphWith(d, pool);
+    try {
+      assert.ok(d.broughtUp, 'open() set it up');
+      assert.ok(linkFlags(q.host).includes('UP'));
+      assert.ok(await until(() => d.linkUp(), 1000), 'carrier with the peer up');
+
+      ip('-n', q.ns, 'link', 'set', q.peer, 'down');
+      assert.ok(await until(() => !d.linkUp(), 1000), 'no carrier when the peer is down');
+      ip('-n', q.ns, 'link', 'set', q.peer, 'up');
+      assert.ok(await until(() => d.linkUp(), 1000), 'carrier back');
+
+      g.start();
+      assert.ok(await until(() => g.isSleeping, 500), 'sleeps');
+      const errs = d.stats().socketErrors;
+      ip('link', 'set', q.host, 'down');
+      await sleep(50);
+      const calls = g.nodeCounters('af-packet-input').calls;
+      await sleep(200);
+      const spun = g.nodeCounters('af-packet-input').calls - calls;
+      assert.ok(spun < 100, `the engine sleeps on a downed socket (${spun} polls in 200 ms)`);
+      assert.ok(d.stats().socketErrors > errs, 'the ENETDOWN it left was read and counted');
+      assert.not.ok(d.linkUp());
+
+      const bufs = toPool(pool, [testFrame(q.peerMac, d.mac, 1, 64)]);
+      assert.is(d.txBurst(0, bufs, 0, 1), 0, 'refused while down');
+      assert.is(d.counters().txDrops, 1);
+      pool.free(bufs, 0, 1);
+
+      ip('link', 'set', q.host, 'up');
+      assert.ok(await until(() => d.linkUp(), 1000), 'up again');
+      const frames = Array.from({ length: 10 }, (_, i) => hex(testFrame(q.hostMac, q.peerMac, i, 80)));
+      await pyInNsAsync(q.ns, PY_SEND_FRAMES, [q.peer], frames.join('\n') + '\n').done;
+      assert.ok(await until(() => seen.test === 10, 1000), `receiving again after down/up (${seen.test} of 10)`);
+      const again = toPool(pool, [testFrame(q.peerMac, d.mac, 2, 64)]);
+      assert.is(d.txBurst(0, again, 0, 1), 1, 'transmitting again after down/up');
+    } finally {
+      g.stop();
+      ifs.closeAll();
+      g.close();
+    }
+  } finally {
+    destroyVethNs(q);
+  }
+  assert.is(pool.available(), pool.count);
+});
+
+test.run();
