@@ -49,4 +49,15 @@ test('drivers/ import only graph/, native/ and each other', () => {
   }
 });
 
+test('nodes/ import only graph/ and each other (never drivers/, native/, config/ or api/)', () => {
+  const files = sources('nodes');
+  assert.ok(files.length >= 10, `found ${files.length} node sources`);
+  for (const f of files) {
+    for (const spec of imports(f)) {
+      const to = spec.startsWith('.') ? join(f, '..', spec) : spec;
+      assert.ok(spec.startsWith('node:') || to.startsWith('graph/') || to.startsWith('nodes/'), `${f} imports "${spec}"`);
+    }
+  }
+});
+
 test.run();

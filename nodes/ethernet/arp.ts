@@ -1,0 +1,90 @@
+/**
+ * ARP (RFC 826) for Ethernet/IPv4: the packet layout, building requests, and the error
+ * counters of `arp-input` (shared with the neighbour table, whose timers run on that node).
+ *
+ *   0 htype(2)=1  2 ptype(2)=0x0800  4 hlen(1)=6  5 plen(1)=4  6 op(2)
+ *   8 sha(6)  14 spa(4)  18 tha(6)  24 tpa(4)     (28 bytes)
+ */
+import { type BufferPool, INVALID_INDEX, type ErrorDesc } from '../../graph/index.ts';
+import { BROADCAST_HI, BROADCAST_LO, ETH_HEADER_BYTES, ETHERTYPE_ARP } from './ethernet.ts';
+
+export const ARP_BYTES = 28;
+export const ARP_OP_REQUEST = 1;
+export const ARP_OP_REPLY = 2;
+export const ARP_HTYPE_ETHERNET = 1;
+export const ARP_SHA = 8;
+export const ARP_SPA = 14;
+export const ARP_THA = 18;
+export const ARP_TPA = 24;
+/** htype, ptype, hlen, plen of Ethernet/IPv4 ARP as one big-endian u32 + u16. */
+export const ARP_ETH_IP4_HEAD = 0x00010800;
+export const ARP_ETH_IP4_LENS = 0x0604;
+
+/** arp-input's error counters (the neighbour table counts on them too). */
+export const ArpError = {
+  TRUNCATED: 0,
+  BAD_FORMAT: 1,
+  BAD_OPCODE: 2,
+  BAD_SENDER: 3,
+  CONFLICT: 4,
+  REPLIES_SENT: 5,
+  REPLY_RECEIVED: 6,
+  NOT_FOR_US: 7,
+  LEARNED: 8,
+  STATIC_KEPT: 9,
+  REQUESTS_SENT: 10,
+  GRATUITOUS_SENT: 11,
+  RESOLUTION_FAILED: 12,
+  EVICTED_HELD: 13,
+  AGED: 14,
+  EVICTED: 15,
+  NO_BUFFER: 16,
+} as const;
+
+export const ARP_ERRORS: readonly ErrorDesc[] = [
+  { name: 'truncated', description: 'ARP packet truncated', severity: 'error' },
+  { name: 'bad_format', description: 'ARP not Ethernet/IPv4', severity: 'warn' },
+  { name: 'bad_opcode', description: 'ARP unknown opcode', severity: 'warn' },
+  { name: 'bad_sender', description: 'ARP sender MAC is multicast', severity: 'error' },
+  { name: 'conflict', description: 'ARP our address from another MAC', severity: 'warn' },
+  { name: 'replies_sent', description: 'ARP replies sent', severity: 'info' },
+  { name: 'reply_received', description: 'ARP replies received', severity: 'info' },
+  { name: 'not_for_us', description: 'ARP for another address', severity: 'info' },
+  { name: 'learned', description: 'neighbours learned', severity: 'info' },
+  { name: 'static_kept', description: 'ARP ignored: static neighbour', severity: 'warn' },
+  { name: 'requests_sent', description: 'ARP requests sent', severity: 'info' },
+  { name: 'gratuitous_sent', description: 'gratuitous ARPs sent', severity: 'info' },
+  { name: 'resolution_failed', description: 'held packet dropped: no ARP reply', severity: 'error' },
+  { name: 'evicted_held', description: 'held packet dropped: entry removed', severity: 'error' },
+  { name: 'aged', description: 'neighbours aged out', severity: 'info' },
+  { name: 'evicted', description: 'neighbours evicted (table full)', severity: 'warn' },
+  { name: 'no_buffer', description: 'no buffer for an ARP request', severity: 'error' },
+];
+
+/**
+ * A new buffer holding an Ethernet broadcast ARP request from interface MAC (hi, lo) and
+ * sender address `spa` for `tpa` (a gratuitous ARP when spa === tpa). INVALID_INDEX when the
+ * pool is empty.
+ */
+export function buildArpRequest(pool: BufferPool, srcHi: number, srcLo: number, spa: number, tpa: number): number {
+  const bi = pool.allocOne();
+  if (bi === INVALID_INDEX) return bi;
+  const v = pool.view, o = pool.offset[bi];
+  v.setUint32(o, BROADCAST_HI);
+  v.setUint16(o + 4, BROADCAST_LO);
+  v.setUint32(o + 6, srcHi);
+  v.setUint16(o + 10, srcLo);
+  v.setUint16(o + 12, ETHERTYPE_ARP);
+  const a = o + ETH_HEADER_BYTES;
+  v.setUint32(a, ARP_ETH_IP4_HEAD);
+  v.setUint16(a + 4, ARP_ETH_IP4_LENS);
+  v.setUint16(a + 6, ARP_OP_REQUEST);
+  v.setUint32(a + ARP_SHA, srcHi);
+  v.setUint16(a + ARP_SHA + 4, srcLo);
+  v.setUint32(a + ARP_SPA, spa);
+  v.setUint32(a + ARP_THA, 0);
+  v.setUint16(a + ARP_THA + 4, 0);
+  v.setUint32(a + ARP_TPA, tpa);
+  pool.length[bi] = ETH_HEADER_BYTES + ARP_BYTES;
+  return bi;
+}

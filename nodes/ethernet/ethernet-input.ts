@@ -1,0 +1,152 @@
+/**
+ * ethernet-input: Ethernet II in, by EtherType to ip4-input or arp-input, everything else to
+ * error-drop with its reason counted.
+ *
+ * Accepted destinations: our MAC on the receiving interface, broadcast, and the multicast MACs
+ * the interface subscribed to. On the way out the buffer's data starts at the L3 header and the
+ * Ethernet header sits in the 14 bytes just before it (replies are built in place from it).
+ *
+ * 802.1Q: we have no VLAN sub-interfaces, so a frame tagged with a VLAN ID is dropped and
+ * counted ("VLAN-tagged frame"). A priority tag (VLAN ID 0, 802.1p only) means "untagged" in
+ * 802.1Q, so it is popped (the MAC addresses move up 4 bytes, counted as info) and the frame is
+ * handled as untagged; its replies go out untagged. Stacked tags (802.1ad, a tag inside a tag)
+ * are dropped with the VLAN counter.
+ */
+import { BufferFlag, type Frame, type Graph, type NodeRuntime } from '../../graph/index.ts';
+import type { Ip4Interfaces } from '../ip4/ip4-interfaces.ts';
+import {
+  BROADCAST_HI,
+  BROADCAST_LO,
+  ETH_HEADER_BYTES,
+  ETHERTYPE_ARP,
+  ETHERTYPE_IP4,
+  ETHERTYPE_IP6,
+  ETHERTYPE_MIN,
+  ETHERTYPE_QINQ,
+  ETHERTYPE_VLAN,
+  etherTypeName,
+  formatMacHiLo,
+} from './ethernet.ts';
+
+export const ETHERNET_INPUT = 'ethernet-input';
+
+const NEXT_DROP = 0, NEXT_IP4 = 1, NEXT_ARP = 2;
+const NEXT_NAMES = ['error-drop', 'ip4-input', 'arp-input'];
+
+export const EthernetError = {
+  TRUNCATED: 0,
+  NOT_CONFIGURED: 1,
+  NOT_OUR_MAC: 2,
+  MCAST_NOT_SUBSCRIBED: 3,
+  VLAN: 4,
+  PRIORITY_TAG: 5,
+  LLC: 6,
+  IP6: 7,
+  UNKNOWN_TYPE: 8,
+} as const;
+
+const ERRORS = [
+  { name: 'truncated', description: 'frame shorter than Ethernet header', severity: 'error' },
+  { name: 'not_configured', description: 'interface has no IPv4 config', severity: 'warn' },
+  { name: 'not_our_mac', description: 'unicast to another MAC', severity: 'warn' },
+  { name: 'mcast_not_subscribed', description: 'multicast MAC not subscribed', severity: 'info' },
+  { name: 'vlan', description: 'VLAN-tagged frame (no sub-ifs)', severity: 'warn' },
+  { name: 'priority_tag', description: 'priority tag (VLAN 0) removed', severity: 'info' },
+  { name: 'llc', description: '802.3/LLC frame (not Ethernet II)', severity: 'info' },
+  { name: 'ip6', description: 'IPv6 (not supported)', severity: 'info' },
+  { name: 'unknown_ethertype', description: 'unknown EtherType', severity: 'warn' },
+] as const;
+
+interface EthTrace {
+  dstHi: number;
+  dstLo: number;
+  srcHi: number;
+  srcLo: number;
+  type: number;
+  priorityTag: boolean;
+  next: string;
+}
+
+function formatEthTrace(r: unknown): string {
+  if (typeof r === 'string') return r;
+  const t = r as EthTrace;
+  const tag = t.priorityTag ? ' (802.1q priority tag removed)' : '';
+  return `${etherTypeName(t.type)}: ${formatMacHiLo(t.srcHi, t.srcLo)} -> ${formatMacHiLo(t.dstHi, t.dstLo)}${tag} next ${t.next}`;
+}
+
+export function registerEthernetInput(graph: Graph, ifs: Ip4Interfaces): NodeRuntime {
+  return graph.register({
+    name: ETHERNET_INPUT,
+    next: NEXT_NAMES,
+    errors: ERRORS,
+    runtimeData: ifs,
+    fn: ethernetInput,
+    formatTrace: formatEthTrace,
+  });
+}
+
+function ethernetInput(rt: NodeRuntime, frame: Frame | null): number {
+  const f = frame as Frame;
+  const ifs = rt.runtimeData as Ip4Interfaces;
+  const pool = rt.graph.pool;
+  const v = pool.view, u8 = pool.u8, offset = pool.offset, length = pool.length, rxIf = pool.rxIf, error = pool.error, flags = pool.flags;
+  const configured = ifs.configured, ourHi = ifs.macHi, ourLo = ifs.macLo;
+  const vec = f.vec, n = f.n, nexts = rt.nexts;
+  const eBase = rt.errorIndex(0);
+  for (let i = 0; i < n; i++) {
+    const bi = vec[i];
+    let o = offset[bi];
+    const ix = rxIf[bi];
+    let err = -1;
+    let next = NEXT_DROP;
+    let type = 0;
+    let tagged = false;
+    if (length[bi] < ETH_HEADER_BYTES) err = EthernetError.TRUNCATED;
+    else if (configured[ix] !== 1) err = EthernetError.NOT_CONFIGURED;
+    else {
+      const dhi = v.getUint32(o), dlo = v.getUint16(o + 4);
+      if (dhi & 0x01000000) {
+        if ((dhi !== BROADCAST_HI || dlo !== BROADCAST_LO) && !ifs.mcastMember(ix, dhi, dlo)) err = EthernetError.MCAST_NOT_SUBSCRIBED;
+      } else if (dhi !== ourHi[ix] || dlo !== ourLo[ix]) err = EthernetError.NOT_OUR_MAC;
+      if (err < 0) {
+        type = v.getUint16(o + 12);
+        if (type === ETHERTYPE_VLAN) {
+          if (length[bi] < ETH_HEADER_BYTES + 4) err = EthernetError.TRUNCATED;
+          else if ((v.getUint16(o + 14) & 0x0fff) !== 0) err = EthernetError.VLAN;
+          else {
+            type = v.getUint16(o + 16);
+            if (type === ETHERTYPE_VLAN || type === ETHERTYPE_QINQ) err = EthernetError.VLAN;
+            else {
+              // Pop the priority tag: the MACs move up over it.
+              u8.copyWithin(o + 4, o, o + 12);
+              pool.advance(bi, 4);
+              o += 4;
+              tagged = true;
+              rt.countError(EthernetError.PRIORITY_TAG);
+            }
+          }
+        } else if (type === ETHERTYPE_QINQ) err = EthernetError.VLAN;
+        if (err < 0) {
+          if (type === ETHERTYPE_IP4) next = NEXT_IP4;
+          else if (type === ETHERTYPE_ARP) next = NEXT_ARP;
+          else if (type === ETHERTYPE_IP6) err = EthernetError.IP6;
+          else if (type < ETHERTYPE_MIN) err = EthernetError.LLC;
+          else err = EthernetError.UNKNOWN_TYPE;
+        }
+      }
+    }
+    if (err >= 0) error[bi] = eBase + err;
+    else pool.advance(bi, ETH_HEADER_BYTES);
+    nexts[i] = next;
+    if (rt.traceOn && flags[bi] & BufferFlag.TRACED) {
+      rt.addTrace(bi, err === EthernetError.TRUNCATED && length[bi] < ETH_HEADER_BYTES
+        ? `truncated frame: ${length[bi]} bytes`
+        : {
+          dstHi: v.getUint32(o), dstLo: v.getUint16(o + 4), srcHi: v.getUint32(o + 6), srcLo: v.getUint16(o + 10),
+          type: tagged ? type : v.getUint16(o + 12), priorityTag: tagged, next: NEXT_NAMES[next],
+        } satisfies EthTrace);
+    }
+  }
+  rt.enqueue(vec, n);
+  return n;
+}

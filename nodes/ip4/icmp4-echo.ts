@@ -1,0 +1,138 @@
+/**
+ * icmp4-echo: answers ICMP echo requests (ping) in place and counts every other ICMP message.
+ *
+ * The request buffer becomes the reply: type 0, the ICMP checksum recomputed over the whole
+ * message (every segment of a chained packet), the IPv4 addresses swapped with TTL 64 and a new
+ * header checksum (identification and DF are kept, as Linux does), and the Ethernet header
+ * rebuilt in front of it addressed to the request's Ethernet source. It goes straight back out
+ * of the interface it came in on: a host answers the neighbour (or router) that asked, so no
+ * route or neighbour lookup is needed.
+ *
+ * Other ICMP types (echo replies, unreachables, ...) have no consumer here: they are counted
+ * and dropped (info).
+ */
+import { BufferFlag, type Frame, type Graph, type NodeRuntime } from '../../graph/index.ts';
+import { ETH_HEADER_BYTES } from '../ethernet/ethernet.ts';
+import type { Ip4Interfaces } from './ip4-interfaces.ts';
+import { IP4_DEFAULT_TTL, IP4_HEADER_BYTES, ip4SetChecksum20, packetSum, RX_ONLY_FLAGS } from './ip4.ts';
+
+export const ICMP4_ECHO = 'icmp4-echo';
+export const ICMP_ECHO_REPLY = 0;
+export const ICMP_ECHO_REQUEST = 8;
+
+const NEXT_DROP = 0;
+
+export const IcmpError = {
+  TRUNCATED: 0,
+  BAD_CHECKSUM: 1,
+  REPLIES: 2,
+  ECHO_REPLY: 3,
+  OTHER_TYPE: 4,
+} as const;
+
+const ERRORS = [
+  { name: 'truncated', description: 'ICMP message < 8 bytes', severity: 'error' },
+  { name: 'bad_checksum', description: 'bad ICMP checksum', severity: 'error' },
+  { name: 'replies', description: 'ICMP echo replies sent', severity: 'info' },
+  { name: 'echo_reply', description: 'ICMP echo reply received', severity: 'info' },
+  { name: 'other_type', description: 'ICMP type not handled', severity: 'info' },
+] as const;
+
+const TYPE_NAMES: Record<number, string> = {
+  0: 'echo_reply', 3: 'destination_unreachable', 5: 'redirect', 8: 'echo_request', 11: 'time_exceeded', 12: 'parameter_problem',
+};
+
+interface IcmpData {
+  ifs: Ip4Interfaces;
+  out: Int32Array;
+}
+
+interface IcmpTrace {
+  type: number;
+  code: number;
+  checksum: number;
+  id: number;
+  seq: number;
+  length: number;
+  note: string;
+}
+
+function formatIcmpTrace(r: unknown): string {
+  if (typeof r === 'string') return r;
+  const t = r as IcmpTrace;
+  const name = TYPE_NAMES[t.type] ?? `type ${t.type}`;
+  const echo = t.type === 0 || t.type === 8 ? ` id ${t.id} seq ${t.seq}` : '';
+  return `ICMP ${name} code ${t.code} checksum 0x${t.checksum.toString(16).padStart(4, '0')}${echo} length ${t.length}\n  ${t.note}`;
+}
+
+export function registerIcmp4Echo(graph: Graph, ifs: Ip4Interfaces): NodeRuntime {
+  const data: IcmpData = { ifs, out: new Int32Array(0) };
+  const rt = graph.register({
+    name: ICMP4_ECHO,
+    next: ['error-drop'],
+    errors: ERRORS,
+    runtimeData: data,
+    fn: icmp4Echo,
+    formatTrace: formatIcmpTrace,
+  });
+  data.out = ifs.attach(rt);
+  return rt;
+}
+
+function icmp4Echo(rt: NodeRuntime, frame: Frame | null): number {
+  const f = frame as Frame;
+  const { ifs, out } = rt.runtimeData as IcmpData;
+  const pool = rt.graph.pool;
+  const v = pool.view, u8 = pool.u8, offset = pool.offset, length = pool.length, flags = pool.flags, rxIf = pool.rxIf, error = pool.error;
+  const vec = f.vec, n = f.n, nexts = rt.nexts;
+  const eBase = rt.errorIndex(0);
+  let replies = 0;
+  for (let i = 0; i < n; i++) {
+    const bi = vec[i];
+    const o = offset[bi];
+    const fl = flags[bi];
+    const len = fl & BufferFlag.NEXT_PRESENT ? pool.packetLength(bi) : length[bi];
+    let err = -1;
+    const traced = rt.traceOn && (fl & BufferFlag.TRACED) !== 0;
+    if (len < 8) err = IcmpError.TRUNCATED;
+    else if (!(fl & BufferFlag.L4_CKSUM_OK) && packetSum(pool, bi) !== 0xffff) err = IcmpError.BAD_CHECKSUM;
+    else if (u8[o] !== ICMP_ECHO_REQUEST) err = u8[o] === ICMP_ECHO_REPLY ? IcmpError.ECHO_REPLY : IcmpError.OTHER_TYPE;
+    if (traced) {
+      rt.addTrace(bi, len < 8 ? `ICMP message truncated: ${len} bytes` : {
+        type: u8[o], code: u8[o + 1], checksum: v.getUint16(o + 2), id: v.getUint16(o + 4), seq: v.getUint16(o + 6), length: len,
+        note: err >= 0 ? ERRORS[err].description : 'echo reply sent',
+      } satisfies IcmpTrace);
+    }
+    if (err >= 0) {
+      error[bi] = eBase + err;
+      nexts[i] = NEXT_DROP;
+      continue;
+    }
+    // ICMP: echo reply, checksum over the whole message.
+    u8[o] = ICMP_ECHO_REPLY;
+    u8[o + 1] = 0;
+    v.setUint16(o + 2, 0);
+    v.setUint16(o + 2, ~packetSum(pool, bi) & 0xffff);
+    // IPv4: swap the addresses, fresh TTL and checksum.
+    const ip = o - IP4_HEADER_BYTES;
+    const src = v.getUint32(ip + 12);
+    v.setUint32(ip + 12, v.getUint32(ip + 16));
+    v.setUint32(ip + 16, src);
+    u8[ip + 8] = IP4_DEFAULT_TTL;
+    ip4SetChecksum20(v, ip);
+    // Ethernet: back to where it came from.
+    const e = ip - ETH_HEADER_BYTES;
+    const ix = rxIf[bi];
+    v.setUint32(e, v.getUint32(e + 6));
+    v.setUint16(e + 4, v.getUint16(e + 10));
+    v.setUint32(e + 6, ifs.macHi[ix]);
+    v.setUint16(e + 10, ifs.macLo[ix]);
+    pool.prepend(bi, IP4_HEADER_BYTES + ETH_HEADER_BYTES);
+    flags[bi] = fl & ~RX_ONLY_FLAGS;
+    nexts[i] = out[ix];
+    replies++;
+  }
+  if (replies > 0) rt.countError(IcmpError.REPLIES, replies);
+  rt.enqueue(vec, n);
+  return n;
+}

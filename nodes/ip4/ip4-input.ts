@@ -1,0 +1,182 @@
+/**
+ * ip4-input: validates IPv4 for a host and hands local traffic to its protocol.
+ *
+ * Checks, in order: a whole header in the first segment, version 4, IHL >= 5, total length
+ * between the header length and the frame (Ethernet padding past the total length is trimmed),
+ * the header checksum (unrolled 32-bit word sum; skipped when the driver set IP4_CKSUM_OK),
+ * then what a host without reassembly or option processing refuses: options, fragments (each
+ * with its own counter), TTL 0 (a host may accept TTL 1, it does not forward; TTL 0 was never
+ * valid to send), a multicast/broadcast/loopback source. The destination must be one of our
+ * addresses, on any interface (the weak host model, as Linux); broadcasts and multicasts are
+ * counted apart from unicast for someone else (we are a host, not a router).
+ *
+ * Local packets go on with the data start at the L4 header; the IPv4 header (always 20 bytes:
+ * options were refused) sits just before it.
+ */
+import { BufferFlag, type Frame, type Graph, type NodeRuntime } from '../../graph/index.ts';
+import type { Ip4Interfaces } from './ip4-interfaces.ts';
+import {
+  formatIp4,
+  IP4_HEADER_BYTES,
+  IP_PROTO_ICMP,
+  IP_PROTO_TCP,
+  IP_PROTO_UDP,
+  ip4HeaderSum,
+  ip4HeaderSum20,
+  isIp4Multicast,
+  trimPacket,
+} from './ip4.ts';
+
+export const IP4_INPUT = 'ip4-input';
+
+const NEXT_DROP = 0, NEXT_ICMP = 1, NEXT_UDP = 2;
+const NEXT_NAMES = ['error-drop', 'icmp4-echo', 'udp4-input'];
+
+export const Ip4InputError = {
+  TOO_SHORT: 0,
+  BAD_VERSION: 1,
+  BAD_IHL: 2,
+  BAD_LENGTH: 3,
+  TRUNCATED: 4,
+  BAD_CHECKSUM: 5,
+  OPTIONS: 6,
+  FRAGMENT: 7,
+  TTL0: 8,
+  MARTIAN_SOURCE: 9,
+  NOT_FOR_US: 10,
+  BROADCAST: 11,
+  UNKNOWN_PROTOCOL: 12,
+} as const;
+
+const ERRORS = [
+  { name: 'too_short', description: 'shorter than an IPv4 header', severity: 'error' },
+  { name: 'bad_version', description: 'IP version is not 4', severity: 'error' },
+  { name: 'bad_ihl', description: 'IPv4 header length < 20', severity: 'error' },
+  { name: 'bad_length', description: 'total length < header length', severity: 'error' },
+  { name: 'truncated', description: 'total length exceeds frame', severity: 'error' },
+  { name: 'bad_checksum', description: 'bad IPv4 header checksum', severity: 'error' },
+  { name: 'options', description: 'IPv4 options (not supported)', severity: 'warn' },
+  { name: 'fragment', description: 'IPv4 fragment (no reassembly)', severity: 'warn' },
+  { name: 'ttl0', description: 'TTL 0', severity: 'error' },
+  { name: 'martian_source', description: 'source multicast/bcast/loopback', severity: 'error' },
+  { name: 'not_for_us', description: 'not our address (host, no fwd)', severity: 'warn' },
+  { name: 'broadcast', description: 'broadcast/multicast destination', severity: 'info' },
+  { name: 'unknown_protocol', description: 'unknown IP protocol', severity: 'warn' },
+] as const;
+
+export function ipProtoName(p: number): string {
+  return p === IP_PROTO_UDP ? 'UDP' : p === IP_PROTO_ICMP ? 'ICMP' : p === IP_PROTO_TCP ? 'TCP' : `protocol ${p}`;
+}
+
+export interface Ip4HeaderTrace {
+  src: number;
+  dst: number;
+  proto: number;
+  tos: number;
+  ttl: number;
+  length: number;
+  checksum: number;
+  id: number;
+  frag: number;
+  note: string;
+}
+
+/** VPP's format_ip4_header, with a note (checksum status, where the packet went). */
+export function formatIp4HeaderTrace(r: unknown): string {
+  if (typeof r === 'string') return r;
+  const t = r as Ip4HeaderTrace;
+  const fl: string[] = [];
+  if (t.frag & 0x4000) fl.push('DONT_FRAGMENT');
+  if (t.frag & 0x2000) fl.push('MORE_FRAGMENTS');
+  const off = t.frag & 0x1fff;
+  return (
+    `${ipProtoName(t.proto)}: ${formatIp4(t.src)} -> ${formatIp4(t.dst)}\n` +
+    `  tos 0x${hex2(t.tos)}, ttl ${t.ttl}, length ${t.length}, checksum 0x${t.checksum.toString(16).padStart(4, '0')}\n` +
+    `  fragment id 0x${t.id.toString(16).padStart(4, '0')}${off ? ` offset ${off * 8}` : ''}${fl.length ? `, flags ${fl.join(' ')}` : ''}` +
+    (t.note ? `\n  ${t.note}` : '')
+  );
+}
+
+function hex2(x: number): string {
+  return x.toString(16).padStart(2, '0');
+}
+
+/** A trace record of the 20-byte header at `o`. */
+export function ip4HeaderRecord(v: DataView, o: number, note: string): Ip4HeaderTrace {
+  return {
+    src: v.getUint32(o + 12), dst: v.getUint32(o + 16), proto: v.getUint8(o + 9), tos: v.getUint8(o + 1),
+    ttl: v.getUint8(o + 8), length: v.getUint16(o + 2), checksum: v.getUint16(o + 10), id: v.getUint16(o + 4),
+    frag: v.getUint16(o + 6), note,
+  };
+}
+
+export function registerIp4Input(graph: Graph, ifs: Ip4Interfaces): NodeRuntime {
+  return graph.register({
+    name: IP4_INPUT,
+    next: NEXT_NAMES,
+    errors: ERRORS,
+    runtimeData: ifs,
+    fn: ip4Input,
+    formatTrace: formatIp4HeaderTrace,
+  });
+}
+
+function ip4Input(rt: NodeRuntime, frame: Frame | null): number {
+  const f = frame as Frame;
+  const ifs = rt.runtimeData as Ip4Interfaces;
+  const pool = rt.graph.pool;
+  const v = pool.view, u8 = pool.u8, offset = pool.offset, length = pool.length, flags = pool.flags, rxIf = pool.rxIf, error = pool.error;
+  const ifAddr = ifs.address;
+  const vec = f.vec, n = f.n, nexts = rt.nexts;
+  const eBase = rt.errorIndex(0);
+  for (let i = 0; i < n; i++) {
+    const bi = vec[i];
+    const o = offset[bi];
+    const len0 = length[bi];
+    const fl = flags[bi];
+    let err = -1;
+    let next = NEXT_DROP;
+    if (len0 < IP4_HEADER_BYTES) err = Ip4InputError.TOO_SHORT;
+    else {
+      const w0 = v.getUint32(o);
+      const ihl = (w0 >>> 24) & 0xf;
+      const tl = w0 & 0xffff;
+      const hl = ihl << 2;
+      const plen = fl & BufferFlag.NEXT_PRESENT ? pool.packetLength(bi) : len0;
+      if (w0 >>> 28 !== 4) err = Ip4InputError.BAD_VERSION;
+      else if (ihl < 5) err = Ip4InputError.BAD_IHL;
+      else if (tl < hl) err = Ip4InputError.BAD_LENGTH;
+      else if (tl > plen) err = Ip4InputError.TRUNCATED;
+      else if (hl > len0) err = Ip4InputError.TOO_SHORT;
+      else if (!(fl & BufferFlag.IP4_CKSUM_OK) && (hl === IP4_HEADER_BYTES ? ip4HeaderSum20(v, o) : ip4HeaderSum(v, o, hl)) !== 0xffff) {
+        err = Ip4InputError.BAD_CHECKSUM;
+      } else if (hl !== IP4_HEADER_BYTES) err = Ip4InputError.OPTIONS;
+      else if (v.getUint16(o + 6) & 0x3fff) err = Ip4InputError.FRAGMENT;
+      else if (u8[o + 8] === 0) err = Ip4InputError.TTL0;
+      else {
+        const src = v.getUint32(o + 12), dst = v.getUint32(o + 16);
+        const ix = rxIf[bi];
+        if (src >>> 28 >= 0xe || src >>> 24 === 127) err = Ip4InputError.MARTIAN_SOURCE;
+        else if (dst === ifAddr[ix] || ifs.localInterface(dst) !== 0) {
+          const proto = u8[o + 9];
+          if (proto === IP_PROTO_UDP) next = NEXT_UDP;
+          else if (proto === IP_PROTO_ICMP) next = NEXT_ICMP;
+          else err = Ip4InputError.UNKNOWN_PROTOCOL;
+        } else if (isIp4Multicast(dst) || ifs.isBroadcast(ix, dst)) err = Ip4InputError.BROADCAST;
+        else err = Ip4InputError.NOT_FOR_US;
+      }
+      if (err < 0) {
+        if (tl < plen) trimPacket(pool, bi, tl);
+        pool.advance(bi, IP4_HEADER_BYTES);
+      }
+    }
+    if (err >= 0) error[bi] = eBase + err;
+    nexts[i] = next;
+    if (rt.traceOn && flags[bi] & BufferFlag.TRACED) {
+      if (err === Ip4InputError.TOO_SHORT && len0 < IP4_HEADER_BYTES) rt.addTrace(bi, `${ERRORS[err].description}: ${len0} bytes`);
+      else rt.addTrace(bi, ip4HeaderRecord(v, o, err >= 0 ? ERRORS[err].description : `${fl & BufferFlag.IP4_CKSUM_OK ? 'checksum offloaded' : 'checksum ok'}, next ${NEXT_NAMES[next]}`));
+    }
+  }
+  rt.enqueue(vec, n);
+  return n;
+}

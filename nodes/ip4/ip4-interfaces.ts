@@ -1,0 +1,241 @@
+/**
+ * The nodes' per-interface L2/L3 table: our MAC, IPv4 address and prefix, optional gateway,
+ * MTU, subscribed multicast MACs and the name of the interface's `<if>-output` node. Indexed by
+ * the interface index of the drivers' registry (what `pool.rxIf`/`pool.txIf` hold; 0 = none).
+ * Whoever wires a data plane (tests, the Dataplane facade) fills it; the nodes read typed arrays.
+ *
+ * Nodes that transmit on an interface `attach` themselves: they get an Int32Array of their next
+ * index for each interface's `<if>-output` (-1 = not configured), kept up to date as interfaces
+ * are added (the arcs are added with `graph.addNext`).
+ *
+ * Routing is what a host needs: a destination inside an interface's prefix is on-link there;
+ * anything else goes to the first interface with a gateway (the default route), else no route.
+ */
+import type { Graph, NodeRuntime } from '../../graph/index.ts';
+import { formatMac, formatMacHiLo, macHi, macLo, parseMac } from '../ethernet/ethernet.ts';
+import { formatIp4, parseIp4, parseIp4Prefix, prefixMask } from './ip4.ts';
+
+export interface Ip4InterfaceConfig {
+  /** Interface index in the drivers' registry (`Interface.index`, what `pool.rxIf` holds). */
+  index: number;
+  /** For show commands (default `if<index>`). */
+  name?: string;
+  /** Our MAC: "aa:bb:cc:dd:ee:ff" or 6 bytes. */
+  mac: string | Uint8Array;
+  /** "10.0.0.1/24" (or "10.0.0.1" with `prefix`). */
+  address: string;
+  prefix?: number;
+  /** Default gateway reached through this interface (must be on-link). */
+  gateway?: string;
+  /** IP MTU (default 1500). */
+  mtu?: number;
+  /** The interface's output node, `<if>-output`; must be registered already. */
+  output: string;
+}
+
+export interface Ip4InterfaceInfo {
+  index: number;
+  name: string;
+  mac: string;
+  address: string;
+  prefix: number;
+  gateway: string | null;
+  mtu: number;
+  output: string;
+  multicast: string[];
+}
+
+/** Most multicast MACs one interface subscribes to. */
+export const MAX_MCAST_PER_IF = 8;
+
+export class Ip4Interfaces {
+  readonly graph: Graph;
+  /** Interface indices 0..max-1 (index 0 is never configured). */
+  readonly max: number;
+  readonly configured: Uint8Array;
+  readonly macHi: Uint32Array;
+  readonly macLo: Uint16Array;
+  readonly address: Uint32Array;
+  readonly mask: Uint32Array;
+  readonly prefix: Uint8Array;
+  /** Gateway address, 0 = none. */
+  readonly gateway: Uint32Array;
+  readonly mtu: Uint32Array;
+  readonly mcastHi: Uint32Array;
+  readonly mcastLo: Uint16Array;
+  readonly mcastCount: Uint8Array;
+  readonly names: string[] = [];
+  readonly outputs: string[] = [];
+  /** Configured interface indices, in the order they were added. */
+  readonly list: number[] = [];
+  private readonly attached: { rt: NodeRuntime; arcs: Int32Array }[] = [];
+  /** Address -> interface index (control plane lookups). */
+  private readonly byAddress = new Map<number, number>();
+
+  constructor(graph: Graph, max = 64) {
+    if (!Number.isInteger(max) || max < 2 || max > 65536) throw new RangeError(`interfaces: max must be an integer in 2..65536, got ${max}`);
+    this.graph = graph;
+    this.max = max;
+    this.configured = new Uint8Array(max);
+    this.macHi = new Uint32Array(max);
+    this.macLo = new Uint16Array(max);
+    this.address = new Uint32Array(max);
+    this.mask = new Uint32Array(max);
+    this.prefix = new Uint8Array(max);
+    this.gateway = new Uint32Array(max);
+    this.mtu = new Uint32Array(max);
+    this.mcastHi = new Uint32Array(max * MAX_MCAST_PER_IF);
+    this.mcastLo = new Uint16Array(max * MAX_MCAST_PER_IF);
+    this.mcastCount = new Uint8Array(max);
+  }
+
+  /** Configure an interface for IPv4 and add the output arcs of every attached node. */
+  add(cfg: Ip4InterfaceConfig): void {
+    const ix = cfg.index;
+    const where = `interface ${cfg.name ?? ix}`;
+    if (!Number.isInteger(ix) || ix < 1 || ix >= this.max) throw new RangeError(`${where}: index must be an integer in 1..${this.max - 1}, got ${ix}`);
+    if (this.configured[ix]) throw new Error(`${where}: interface index ${ix} is already configured (${this.names[ix]})`);
+    const mac = parseMac(cfg.mac, `${where}: mac`);
+    if (mac[0] & 1) throw new RangeError(`${where}: mac ${formatMac(mac)} is a group (multicast) address`);
+    const p = parseIp4Prefix(cfg.address, `${where}: address`);
+    const prefix = cfg.prefix ?? p.prefix;
+    if (!Number.isInteger(prefix) || prefix < 0 || prefix > 32) throw new RangeError(`${where}: prefix must be 0..32, got ${prefix}`);
+    if (p.address === 0 || p.address >>> 28 >= 0xe || p.address >>> 24 === 127) throw new RangeError(`${where}: ${formatIp4(p.address)} cannot be an interface address`);
+    const other = this.byAddress.get(p.address);
+    if (other !== undefined) throw new Error(`${where}: address ${formatIp4(p.address)} is already on ${this.names[other]}`);
+    const mask = prefixMask(prefix);
+    let gw = 0;
+    if (cfg.gateway !== undefined) {
+      gw = parseIp4(cfg.gateway, `${where}: gateway`);
+      if (((gw ^ p.address) & mask) !== 0 || gw === p.address) throw new RangeError(`${where}: gateway ${cfg.gateway} is not a neighbour on ${cfg.address}/${prefix}`);
+    }
+    const mtu = cfg.mtu ?? 1500;
+    if (!Number.isInteger(mtu) || mtu < 68 || mtu > 65535) throw new RangeError(`${where}: mtu must be an integer in 68..65535, got ${mtu}`);
+    if (!this.graph.hasNode(cfg.output)) throw new Error(`${where}: output node "${cfg.output}" does not exist (add the interface to the drivers' registry first)`);
+    // Arcs first: if one fails nothing is configured.
+    const arcs = this.attached.map((a) => this.graph.addNext(a.rt, cfg.output));
+    this.attached.forEach((a, k) => (a.arcs[ix] = arcs[k]));
+    this.macHi[ix] = macHi(mac);
+    this.macLo[ix] = macLo(mac);
+    this.address[ix] = p.address;
+    this.prefix[ix] = prefix;
+    this.mask[ix] = mask;
+    this.gateway[ix] = gw;
+    this.mtu[ix] = mtu;
+    this.names[ix] = cfg.name ?? `if${ix}`;
+    this.outputs[ix] = cfg.output;
+    this.configured[ix] = 1;
+    this.list.push(ix);
+    this.byAddress.set(p.address, ix);
+  }
+
+  /**
+   * A node that transmits on interfaces: returns its next index per interface index (-1 when
+   * not configured), including interfaces added later.
+   */
+  attach(rt: NodeRuntime): Int32Array {
+    const have = this.attached.find((a) => a.rt === rt);
+    if (have) return have.arcs;
+    const arcs = new Int32Array(this.max).fill(-1);
+    for (const ix of this.list) arcs[ix] = this.graph.addNext(rt, this.outputs[ix]);
+    this.attached.push({ rt, arcs });
+    return arcs;
+  }
+
+  /** Also accept frames to this multicast MAC on the interface. */
+  subscribeMulticast(ix: number, mac: string | Uint8Array): void {
+    this.check(ix);
+    const m = parseMac(mac, `interface ${this.names[ix]}: multicast mac`);
+    if (!(m[0] & 1)) throw new RangeError(`interface ${this.names[ix]}: ${formatMac(m)} is not a multicast MAC`);
+    const hi = macHi(m), lo = macLo(m), base = ix * MAX_MCAST_PER_IF, n = this.mcastCount[ix];
+    for (let k = 0; k < n; k++) if (this.mcastHi[base + k] === hi && this.mcastLo[base + k] === lo) return;
+    if (n === MAX_MCAST_PER_IF) throw new Error(`interface ${this.names[ix]}: at most ${MAX_MCAST_PER_IF} multicast MACs`);
+    this.mcastHi[base + n] = hi;
+    this.mcastLo[base + n] = lo;
+    this.mcastCount[ix] = n + 1;
+  }
+
+  /** True when interface `ix` subscribed to multicast MAC (hi, lo). */
+  mcastMember(ix: number, hi: number, lo: number): boolean {
+    const base = ix * MAX_MCAST_PER_IF, n = this.mcastCount[ix];
+    for (let k = 0; k < n; k++) if (this.mcastHi[base + k] === hi && this.mcastLo[base + k] === lo) return true;
+    return false;
+  }
+
+  /** Interface owning local address `a`, or 0. Data path: a scan of the configured list. */
+  localInterface(a: number): number {
+    const list = this.list, addr = this.address;
+    for (let k = 0; k < list.length; k++) if (addr[list[k]] === a) return list[k];
+    return 0;
+  }
+
+  /** Interface to reach `dst` on: on-link prefix match (longest), else the default route, else 0. */
+  route(dst: number): number {
+    const list = this.list, addr = this.address, mask = this.mask, prefix = this.prefix;
+    let best = 0, bestLen = -1;
+    for (let k = 0; k < list.length; k++) {
+      const ix = list[k];
+      if (((dst ^ addr[ix]) & mask[ix]) === 0 && prefix[ix] > bestLen) {
+        best = ix;
+        bestLen = prefix[ix];
+      }
+    }
+    if (best !== 0) return best;
+    for (let k = 0; k < list.length; k++) if (this.gateway[list[k]] !== 0) return list[k];
+    return 0;
+  }
+
+  /**
+   * Next hop for `dst` out of interface `ix`: `dst` itself when on-link (or a broadcast), the
+   * gateway otherwise, 0 when neither.
+   */
+  nextHop(ix: number, dst: number): number {
+    if (((dst ^ this.address[ix]) & this.mask[ix]) === 0 || dst === 0xffffffff) return dst;
+    return this.gateway[ix];
+  }
+
+  /** The subnet's directed broadcast address of interface `ix` (none for /31 and /32). */
+  isBroadcast(ix: number, a: number): boolean {
+    if (a === 0xffffffff) return true;
+    const m = this.mask[ix];
+    return this.prefix[ix] < 31 && ((a ^ this.address[ix]) & m) === 0 && (a | m) >>> 0 === 0xffffffff;
+  }
+
+  isConfigured(ix: number): boolean {
+    return ix > 0 && ix < this.max && this.configured[ix] === 1;
+  }
+
+  /** Control plane: interface index by name or address string. */
+  find(nameOrAddress: string): number {
+    for (const ix of this.list) if (this.names[ix] === nameOrAddress) return ix;
+    return this.byAddress.get(/^\d+\.\d+\.\d+\.\d+$/.test(nameOrAddress) ? parseIp4(nameOrAddress) : -1) ?? 0;
+  }
+
+  info(ix: number): Ip4InterfaceInfo {
+    this.check(ix);
+    const mc: string[] = [];
+    for (let k = 0; k < this.mcastCount[ix]; k++) {
+      const hi = this.mcastHi[ix * MAX_MCAST_PER_IF + k], lo = this.mcastLo[ix * MAX_MCAST_PER_IF + k];
+      mc.push(formatMacHiLo(hi, lo));
+    }
+    return {
+      index: ix,
+      name: this.names[ix],
+      mac: formatMacHiLo(this.macHi[ix], this.macLo[ix]),
+      address: formatIp4(this.address[ix]),
+      prefix: this.prefix[ix],
+      gateway: this.gateway[ix] ? formatIp4(this.gateway[ix]) : null,
+      mtu: this.mtu[ix],
+      output: this.outputs[ix],
+      multicast: mc,
+    };
+  }
+
+  all(): Ip4InterfaceInfo[] {
+    return this.list.map((ix) => this.info(ix));
+  }
+
+  private check(ix: number): void {
+    if (!this.isConfigured(ix)) throw new Error(`interface index ${ix} is not configured for IPv4`);
+  }
+}

@@ -1,0 +1,188 @@
+/**
+ * ip4-rewrite: the IPv4 and Ethernet headers of locally originated packets, then the
+ * interface's `<if>-output`.
+ *
+ * In: data = the L4 header, `Ip4Opaque` words REMOTE (destination), LOCAL (source, 0 = the
+ * interface's), L4 (protocol; interface index in the high half, 0 = route by destination).
+ * The IPv4 header is prepended in the headroom: version 4, IHL 5, TOS 0, DF, TTL 64, an
+ * identification from a per-graph counter, the unrolled header checksum. The next hop is the
+ * destination when on-link, else the interface's gateway. Its MAC comes from the neighbour
+ * table (broadcast and multicast map directly). When it is unresolved the packet is held by
+ * the neighbour table, which sends an ARP request at once and again every retransmit interval
+ * (one per neighbour per interval: that is the rate limit), and sends the held packets back
+ * here when the reply comes, or drops them ("no ARP reply") when the probes run out.
+ */
+import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
+import { BROADCAST_HI, BROADCAST_LO, ETH_HEADER_BYTES, ETHERTYPE_IP4, formatMacHiLo } from '../ethernet/ethernet.ts';
+import { HoldResult, type NeighbourTable } from '../ethernet/neighbour.ts';
+import { formatIp4HeaderTrace, type Ip4HeaderTrace, ip4HeaderRecord } from './ip4-input.ts';
+import type { Ip4Interfaces } from './ip4-interfaces.ts';
+import { formatIp4, IP4_DEFAULT_TTL, IP4_FLAG_DF, IP4_HEADER_BYTES, Ip4Opaque, ip4SetChecksum20, isIp4Multicast, RX_ONLY_FLAGS } from './ip4.ts';
+
+export const IP4_REWRITE = 'ip4-rewrite';
+
+const NEXT_DROP = 0;
+
+export const Ip4RewriteError = {
+  NO_ROUTE: 0,
+  BAD_INTERFACE: 1,
+  TOO_BIG: 2,
+  NO_HEADROOM: 3,
+  HELD: 4,
+  HOLD_QUEUE_FULL: 5,
+  NEIGHBOUR_TABLE_FULL: 6,
+} as const;
+
+const ERRORS = [
+  { name: 'no_route', description: 'no route to destination', severity: 'error' },
+  { name: 'bad_interface', description: 'tx interface has no IPv4 config', severity: 'error' },
+  { name: 'too_big', description: 'packet exceeds MTU', severity: 'error' },
+  { name: 'no_headroom', description: 'no headroom for IPv4+Ethernet', severity: 'error' },
+  { name: 'held', description: 'held awaiting ARP resolution', severity: 'info' },
+  { name: 'hold_queue_full', description: 'ARP hold queue full', severity: 'error' },
+  { name: 'neighbour_table_full', description: 'neighbour table full (static)', severity: 'error' },
+] as const;
+
+interface RewriteData {
+  ifs: Ip4Interfaces;
+  table: NeighbourTable;
+  out: Int32Array;
+  ident: number;
+}
+
+interface RewriteTrace {
+  ip: Ip4HeaderTrace;
+  dstHi: number;
+  dstLo: number;
+  srcHi: number;
+  srcLo: number;
+  via: number;
+  ifName: string;
+}
+
+function formatRewriteTrace(r: unknown): string {
+  if (typeof r === 'string') return r;
+  const t = r as RewriteTrace;
+  const head = `IP4: ${formatMacHiLo(t.srcHi, t.srcLo)} -> ${formatMacHiLo(t.dstHi, t.dstLo)} via ${formatIp4(t.via)} on ${t.ifName}`;
+  return `${head}\n${formatIp4HeaderTrace(t.ip)}`;
+}
+
+export function registerIp4Rewrite(graph: Graph, ifs: Ip4Interfaces, table: NeighbourTable): NodeRuntime {
+  const data: RewriteData = { ifs, table, out: new Int32Array(0), ident: 0 };
+  const rt = graph.register({
+    name: IP4_REWRITE,
+    next: ['error-drop'],
+    errors: ERRORS,
+    runtimeData: data,
+    fn: ip4Rewrite,
+    formatTrace: formatRewriteTrace,
+  });
+  data.out = ifs.attach(rt);
+  return rt;
+}
+
+function ip4Rewrite(rt: NodeRuntime, frame: Frame | null): number {
+  const f = frame as Frame;
+  const d = rt.runtimeData as RewriteData;
+  const { ifs, table, out } = d;
+  const pool = rt.graph.pool;
+  const v = pool.view, u8 = pool.u8, offset = pool.offset, length = pool.length, flags = pool.flags, error = pool.error, opaque = pool.opaque;
+  const configured = ifs.configured, ifAddr = ifs.address, mtu = ifs.mtu, ifHi = ifs.macHi, ifLo = ifs.macLo;
+  const nMacHi = table.macHi, nMacLo = table.macLo, nUsed = table.used;
+  const vec = f.vec, n = f.n;
+  // Packets that go on (held ones do not) are compacted into scratch.
+  const keep = rt.scratch, nexts = rt.nexts;
+  const eBase = rt.errorIndex(0);
+  let k = 0, held = 0;
+  let ident = d.ident;
+  // Neighbour lookup cache for runs to the same next hop.
+  let cIx = -1, cNh = -1, cE = -1;
+  for (let i = 0; i < n; i++) {
+    const bi = vec[i];
+    const w = bi * OPAQUE_WORDS;
+    const dst = opaque[w + Ip4Opaque.REMOTE];
+    const l4 = opaque[w + Ip4Opaque.L4];
+    const traced = rt.traceOn && (flags[bi] & BufferFlag.TRACED) !== 0;
+    let ix = l4 >>> 16;
+    let err = -1;
+    let nh = 0, mHi = 0, mLo = 0;
+    if (ix === 0) {
+      ix = ifs.route(dst);
+      if (ix === 0) err = Ip4RewriteError.NO_ROUTE;
+    } else if (ix >= ifs.max || configured[ix] !== 1) err = Ip4RewriteError.BAD_INTERFACE;
+    const plen = err < 0 ? (flags[bi] & BufferFlag.NEXT_PRESENT ? pool.packetLength(bi) : length[bi]) : 0;
+    if (err < 0 && plen + IP4_HEADER_BYTES > mtu[ix]) err = Ip4RewriteError.TOO_BIG;
+    if (err < 0) {
+      if (isIp4Multicast(dst)) {
+        mHi = 0x01005e00 | ((dst >>> 16) & 0x7f);
+        mLo = dst & 0xffff;
+      } else if (ifs.isBroadcast(ix, dst)) {
+        mHi = BROADCAST_HI;
+        mLo = BROADCAST_LO;
+      } else {
+        nh = ifs.nextHop(ix, dst);
+        if (nh === 0) err = Ip4RewriteError.NO_ROUTE;
+        else {
+          let e = cE;
+          if (ix !== cIx || nh !== cNh) {
+            e = table.lookup(ix, nh);
+            cIx = ix;
+            cNh = nh;
+            cE = e;
+          }
+          if (e >= 0 && table.resolved(e)) {
+            mHi = nMacHi[e];
+            mLo = nMacLo[e];
+            nUsed[e] = 1;
+          } else {
+            const r = table.hold(ix, nh, bi);
+            cIx = -1; // the entry may have been created or evicted
+            if (r === HoldResult.HELD) {
+              held++;
+              if (traced) rt.addTrace(bi, `held awaiting ARP for ${formatIp4(nh)} on ${ifs.names[ix]} (${table.held(table.lookup(ix, nh))} held)`);
+              continue;
+            }
+            err = r === HoldResult.QUEUE_FULL ? Ip4RewriteError.HOLD_QUEUE_FULL : Ip4RewriteError.NEIGHBOUR_TABLE_FULL;
+          }
+        }
+      }
+    }
+    if (err < 0 && !pool.prepend(bi, IP4_HEADER_BYTES + ETH_HEADER_BYTES)) err = Ip4RewriteError.NO_HEADROOM;
+    if (err >= 0) {
+      error[bi] = eBase + err;
+      keep[k] = bi;
+      nexts[k++] = NEXT_DROP;
+      if (traced) rt.addTrace(bi, ERRORS[err].description);
+      continue;
+    }
+    const o = offset[bi];
+    const ip = o + ETH_HEADER_BYTES;
+    let src = opaque[w + Ip4Opaque.LOCAL];
+    if (src === 0) src = ifAddr[ix];
+    ident = (ident + 1) & 0xffff;
+    v.setUint32(ip, 0x45000000 | (plen + IP4_HEADER_BYTES));
+    v.setUint32(ip + 4, (ident << 16) | IP4_FLAG_DF);
+    u8[ip + 8] = IP4_DEFAULT_TTL;
+    u8[ip + 9] = l4 & 0xff;
+    v.setUint32(ip + 12, src);
+    v.setUint32(ip + 16, dst);
+    ip4SetChecksum20(v, ip);
+    v.setUint32(o, mHi);
+    v.setUint16(o + 4, mLo);
+    v.setUint32(o + 6, ifHi[ix]);
+    v.setUint16(o + 10, ifLo[ix]);
+    v.setUint16(o + 12, ETHERTYPE_IP4);
+    flags[bi] &= ~RX_ONLY_FLAGS;
+    keep[k] = bi;
+    nexts[k++] = out[ix];
+    if (traced) {
+      rt.addTrace(bi, {
+        ip: ip4HeaderRecord(v, ip, ''), dstHi: mHi, dstLo: mLo, srcHi: ifHi[ix], srcLo: ifLo[ix], via: nh || dst, ifName: ifs.names[ix],
+      } satisfies RewriteTrace);
+    }
+  }
+  d.ident = ident;
+  if (held > 0) rt.countError(Ip4RewriteError.HELD, held);
+  if (k > 0) rt.graph.enqueueToNext(rt, keep, nexts, k);
+  return n;
+}

@@ -1,0 +1,94 @@
+/**
+ * The L2–L4 node set (DESIGN.md section 3) registered on a graph in one call, and the handles
+ * whoever wires a data plane needs: the per-interface table, the neighbour table, the UDP API.
+ *
+ *   ethernet-input -> arp-input                         (reply, learn; neighbour timers)
+ *                  -> ip4-input -> icmp4-echo           (reply in place)
+ *                               -> udp4-input -> bound nodes (udp-echo, QPs, callbacks)
+ *   udp4-send (input) / udp-echo / upper layers -> udp4-encap -> ip4-rewrite -> <if>-output
+ *
+ * Wiring order: `registerL2L4` first (device input nodes name `ethernet-input` as their
+ * next), then the drivers' interfaces, then `addInterface` for each with the index and output
+ * node the drivers' registry gave it. Nodes are registered in an order in which every named
+ * next node exists, so this works before or after `graph.build()`.
+ */
+import type { Graph, NodeRuntime } from '../graph/index.ts';
+import { registerArpInput } from './ethernet/arp-input.ts';
+import { registerEthernetInput } from './ethernet/ethernet-input.ts';
+import { type NeighbourOptions, NeighbourTable } from './ethernet/neighbour.ts';
+import { registerIcmp4Echo } from './ip4/icmp4-echo.ts';
+import { registerIp4Input } from './ip4/ip4-input.ts';
+import { type Ip4InterfaceConfig, Ip4Interfaces } from './ip4/ip4-interfaces.ts';
+import { registerIp4Rewrite } from './ip4/ip4-rewrite.ts';
+import { registerUdpEcho } from './udp/udp-echo.ts';
+import { UdpApi } from './udp/udp-ports.ts';
+import { registerUdp4Encap } from './udp/udp4-encap.ts';
+import { registerUdp4Input } from './udp/udp4-input.ts';
+import { registerUdp4Send, UdpSendQueue } from './udp/udp4-send.ts';
+
+export interface NetstackOptions {
+  /** Highest interface index + 1 the tables hold (default 64). */
+  maxInterfaces?: number;
+  neighbour?: NeighbourOptions;
+  /** Slots of the UDP API's send queue (a power of 2, default 4096). */
+  sendQueue?: number;
+}
+
+export interface StaticNeighbour {
+  address: string;
+  mac: string | Uint8Array;
+}
+
+export interface NetInterfaceConfig extends Ip4InterfaceConfig {
+  /** Static neighbours on this interface (configuration). */
+  neighbours?: StaticNeighbour[];
+}
+
+export interface Netstack {
+  readonly graph: Graph;
+  readonly interfaces: Ip4Interfaces;
+  readonly neighbours: NeighbourTable;
+  readonly udp: UdpApi;
+  /** The registered nodes by name. */
+  readonly nodes: Record<string, NodeRuntime>;
+  /** Configure an interface for IPv4 (see Ip4InterfaceConfig) and its static neighbours. */
+  addInterface(cfg: NetInterfaceConfig): void;
+  /** Gratuitous ARP on interface `index` (call when it comes up). */
+  announce(index: number): boolean;
+}
+
+export function registerL2L4(graph: Graph, opts: NetstackOptions = {}): Netstack {
+  const interfaces = new Ip4Interfaces(graph, opts.maxInterfaces ?? 64);
+  const neighbours = new NeighbourTable(graph, interfaces, opts.neighbour);
+  const udp = new UdpApi(graph);
+  const queue = new UdpSendQueue(opts.sendQueue ?? 4096);
+  // Every node after the nodes it names as next.
+  const list = [
+    registerIp4Rewrite(graph, interfaces, neighbours),
+    registerUdp4Encap(graph, interfaces),
+    registerUdpEcho(graph),
+    registerUdp4Send(graph, queue),
+    registerUdp4Input(graph, udp),
+    registerIcmp4Echo(graph, interfaces),
+    registerIp4Input(graph, interfaces),
+    registerArpInput(graph, interfaces, neighbours),
+    registerEthernetInput(graph, interfaces),
+  ];
+  udp.attach(graph.node('udp4-input'), queue);
+  const nodes: Record<string, NodeRuntime> = {};
+  for (const rt of list) nodes[rt.name] = rt;
+  return {
+    graph,
+    interfaces,
+    neighbours,
+    udp,
+    nodes,
+    addInterface(cfg: NetInterfaceConfig): void {
+      interfaces.add(cfg);
+      for (const nb of cfg.neighbours ?? []) neighbours.addStatic(cfg.index, nb.address, nb.mac);
+    },
+    announce(index: number): boolean {
+      return neighbours.announce(index);
+    },
+  };
+}
