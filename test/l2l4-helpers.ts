@@ -133,7 +133,9 @@ export function udp(f: UdpFields): number[] {
   if (f.checksum === 'zero') ck = 0;
   else if (typeof f.checksum === 'number') ck = f.checksum;
   else {
-    ck = inetChecksum([...pseudoHeader(f.src, f.dst, 17, d.length), ...d]);
+    // Over the datagram as its length field says (bytes past it are not part of it).
+    const n = Math.min(len, d.length);
+    ck = inetChecksum([...pseudoHeader(f.src, f.dst, 17, n), ...d.slice(0, n)]);
     if (ck === 0) ck = 0xffff;
   }
   d[6] = ck >>> 8;
@@ -242,7 +244,7 @@ export function parseUdp(ipp: ParsedIp4): ParsedUdp {
 
 export interface RxItem {
   bytes: number[] | Uint8Array;
-  /** Split into segments of these sizes (a chained packet); the rest goes into the last. */
+  /** Split into segments of these sizes (a chained packet); the rest in full buffers. */
   segments?: number[];
   /** Buffer flags the "NIC" sets (IP4_CKSUM_OK, L4_CKSUM_OK). */
   flags?: number;
@@ -319,7 +321,7 @@ export function chained(pool: BufferPool, b: Uint8Array, sizes: number[]): numbe
   const segs: number[] = [];
   let at = 0;
   for (let k = 0; at < b.length; k++) {
-    const take = k < sizes.length ? Math.min(sizes[k], b.length - at) : b.length - at;
+    const take = Math.min(k < sizes.length ? sizes[k] : pool.dataSize, b.length - at);
     const bi = pool.allocOne();
     if (bi === INVALID_INDEX) throw new Error('test pool exhausted');
     pool.u8.set(b.subarray(at, at + take), pool.offset[bi]);

@@ -94,7 +94,8 @@ function icmp4Echo(rt: NodeRuntime, frame: Frame | null): number {
     const len = fl & BufferFlag.NEXT_PRESENT ? pool.packetLength(bi) : length[bi];
     let err = -1;
     const traced = rt.traceOn && (fl & BufferFlag.TRACED) !== 0;
-    if (len < 8) err = IcmpError.TRUNCATED;
+    // The 8-byte header must be in the first segment (drivers chain after >= 128 bytes).
+    if (len < 8 || length[bi] < 8) err = IcmpError.TRUNCATED;
     else if (!(fl & BufferFlag.L4_CKSUM_OK) && packetSum(pool, bi) !== 0xffff) err = IcmpError.BAD_CHECKSUM;
     else if (u8[o] !== ICMP_ECHO_REQUEST) err = u8[o] === ICMP_ECHO_REPLY ? IcmpError.ECHO_REPLY : IcmpError.OTHER_TYPE;
     if (traced) {
