@@ -168,6 +168,20 @@ test('a static neighbour added while packets wait releases them', () => {
   assert.is(s.pool.available(), s.pool.count);
 });
 
+test('flush: learned and incomplete entries go (held packets dropped and counted), static ones stay', () => {
+  const s = makeStack({ neighbours: [{ address: '10.0.0.200', mac: '02:00:00:00:00:c8' }] });
+  s.run(arpRequestFrame(PEER_IP, US_IP));
+  s.net.udp.sendTo(Uint8Array.of(1), FAR, 9, 9);
+  s.net.udp.sendTo(Uint8Array.of(2), FAR, 9, 9);
+  s.run();
+  assert.is(s.net.neighbours.entries().length, 3);
+  assert.is(s.net.neighbours.flush(), 2);
+  s.run();
+  assert.equal(s.net.neighbours.entries().map((e) => `${e.address} ${e.state}`), ['10.0.0.200 static']);
+  assert.is(s.err('arp-input', 'evicted_held'), 2);
+  assert.is(s.pool.available(), s.pool.count, 'nothing stays held after a flush');
+});
+
 test('neighbour hash: random inserts and deletes agree with a Map (backward-shift deletion)', () => {
   const s = makeStack({ clock: manualClock(), neighbour: { capacity: 64, maxDynamic: 64 } });
   const nt: NeighbourTable = s.net.neighbours;

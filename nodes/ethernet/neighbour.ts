@@ -309,6 +309,22 @@ export class NeighbourTable {
     return true;
   }
 
+  /**
+   * Delete every learned and incomplete entry (of interface `ix`, or all when omitted), as
+   * `ip neighbor flush` does; static entries stay. Held packets are dropped. Returns how many.
+   */
+  flush(ix = -1): number {
+    let n = 0;
+    for (let e = 0; e < this.capacity; e++) {
+      const st = this.state[e];
+      if (st === NeighbourState.FREE || st === NeighbourState.STATIC || (ix >= 0 && this.ifIndex[e] !== ix)) continue;
+      this.remove(e, ArpError.EVICTED_HELD);
+      n++;
+    }
+    if (n > 0) this.graph.wake();
+    return n;
+  }
+
   /** Send an ARP request for `ip` out of interface `ix` (also gratuitous ARP: ip = ours). */
   sendRequest(ix: number, ip: number): boolean {
     const ifs = this.interfaces;
