@@ -80,7 +80,8 @@ export function isIp4Multicast(a: number): boolean {
 export function foldSum(s: number): number {
   // 2^32 = 1 in one's complement arithmetic mod 0xffff: the part above 32 bits adds as is.
   const lo = s >>> 0;
-  let x = (lo >>> 16) + (lo & 0xffff) + (s - lo) / 4294967296;
+  // (s - lo) * 2^-32 is exact (a power of two) and cheaper than a division.
+  let x = (lo >>> 16) + (lo & 0xffff) + (s - lo) * 2.3283064365386963e-10;
   x = (x >>> 16) + (x & 0xffff);
   return (x >>> 16) + (x & 0xffff);
 }
