@@ -1,9 +1,10 @@
 /**
  * npm run bench [-- <name...>] [--json] [--seconds N]
  * Benchmarks print figures and compare with baselines measured in the same run; they assert
- * nothing. Names: graph.
+ * nothing. Names: graph, af_packet (root: veth pair in a network namespace).
  */
 import { runGraphBench } from './graph.ts';
+import { runAfPacketBench } from './af-packet.ts';
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');
@@ -13,7 +14,7 @@ if (!(seconds > 0)) {
   console.error(`bench: --seconds needs a positive number, got "${args[si + 1]}"`);
   process.exit(2);
 }
-const known = ['graph'];
+const known = ['graph', 'af_packet'];
 const names = args.filter((a, i) => !a.startsWith('--') && !(si >= 0 && i === si + 1));
 for (const n of names) {
   if (!known.includes(n)) {
@@ -36,6 +37,10 @@ for (const name of run) {
       console.log(sched.text.split('\n').slice(0, 3).join('\n'));
     }
     if (json) console.log(JSON.stringify({ bench: 'graph', mpps: round(direct.mpps), nsPerPacketPerNode: round(direct.nsPerPacketPerNode), vector: direct.vector }));
+  }
+  if (name === 'af_packet') {
+    const r = await runAfPacketBench({ seconds });
+    console.log(json ? JSON.stringify(r.json) : r.text);
   }
 }
 

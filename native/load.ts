@@ -209,8 +209,8 @@ export interface AfPacketSocket {
   rxNeed(max: number): number;
   /** Copy up to max frames into idx[0..nIdx); heads to out[]; returns packets, result[0] = used. */
   rx(out: Uint32Array, max: number, nIdx: number): number;
-  /** Consume up to max frames without copying (benchmarks). */
-  rxSkip(max: number): number;
+  /** Consume up to max frames without copying (benchmarks); touch: read each EtherType in the ring. */
+  rxSkip(max: number, touch?: boolean): number;
   /** Transmit bufs[off..off+n); returns how many were taken (the caller frees those). */
   tx(bufs: Uint32Array, off: number, n: number): number;
   stats(): AfPacketStats;
