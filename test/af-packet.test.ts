@@ -164,6 +164,11 @@ function packetSockets(): Map<string, { proto: string; ifindex: number }> {
   return m;
 }
 
+/** The kernel's promiscuity count of an interface (`ip -d link`). */
+function promiscuity(dev: string): number {
+  return (JSON.parse(ip('-j', '-d', 'link', 'show', 'dev', dev)) as { promiscuity: number }[])[0].promiscuity;
+}
+
 // ------------------------------------------------------------------------------ tests
 
 test('open: name host-<if>, MAC and MTU from the kernel, link up, the fd is a bound packet socket; close is idempotent', () => {
@@ -198,6 +203,12 @@ test('open: name host-<if>, MAC and MTU from the kernel, link up, the fd is a bo
   } finally {
     d.close();
   }
+  assert.is(promiscuity(p.host), 0, 'not promiscuous unless asked');
+  const pr = new AfPacketDriver({ hostIf: p.host, promisc: true });
+  pr.open(pool);
+  assert.is(promiscuity(p.host), 1, 'promisc: true adds a PACKET_MR_PROMISC membership');
+  pr.close();
+  assert.is(promiscuity(p.host), 0, 'and close() drops it');
   const named = new AfPacketDriver({ hostIf: p.host, name: 'uplink', mac: '02:00:00:00:00:99', mtu: 1400 });
   assert.is(named.name, 'uplink');
   assert.is(hex(named.mac), '020000000099');
@@ -320,8 +331,36 @@ test('rx: an 802.1Q tag the kernel strips (TP_STATUS_VLAN_VALID) is put back in 
   assert.is(pool.available(), pool.count);
 });
 
+test('rx: frames longer than a ring block arrive truncated; they are dropped and counted (rxErrors), the rest flow', async () => {
+  if (!pair()) return;
+  const q = createVethNs();
+  const pool = memPool(256);
+  try {
+    ip('link', 'set', q.host, 'mtu', '9000');
+    ip('-n', q.ns, 'link', 'set', q.peer, 'mtu', '9000');
+    // Our MTU 1500 on a 9000-byte kernel link, 4 KiB blocks: an 8000-byte frame cannot fit.
+    const d = new AfPacketDriver({ hostIf: q.host, mtu: 1500, blockSize: 4096, rxFrames: 64 });
+    d.open(pool);
+    try {
+      const frames = [testFrame(q.hostMac, q.peerMac, 1, 100), testFrame(q.hostMac, q.peerMac, 2, 8000), testFrame(q.hostMac, q.peerMac, 3, 200)];
+      pyInNs(q.ns, PY_SEND_FRAMES, [q.peer], frames.map(hex).join('\n') + '\n');
+      const got = await receive(d, pool, 1000, isTest, 2);
+      assert.equal(got.map(hex), [hex(frames[0]), hex(frames[2])], 'the frames around it arrive whole');
+      await sleep(10);
+      assert.is(d.rxBurst(0, new Uint32Array(8), 8), 0, 'nothing else: the truncated frame was not delivered');
+      assert.is(d.stats().rxTruncated, 1);
+      assert.is(d.counters().rxErrors, 1);
+    } finally {
+      d.close();
+    }
+  } finally {
+    destroyVethNs(q);
+  }
+  assert.is(pool.available(), pool.count);
+});
+
 for (const txMode of ['sendmmsg', 'ring'] as const) {
-  test(`tx (${txMode}): frames reach the kernel byte for byte, chains gathered, an oversize frame dropped and counted`, async () => {
+  test(`tx (${txMode}): frames reach the kernel byte for byte, chains gathered, oversize and runt frames dropped and counted`, async () => {
     const p = pair();
     if (!p) return;
     const pool = memPool(256, 512);
@@ -332,21 +371,22 @@ for (const txMode of ['sendmmsg', 'ring'] as const) {
       const sizes = [60, 64, 512, 513, 1000, 1514, 100, 1025, 64, 1514];
       const frames = sizes.map((len, i) => testFrame(p.peerMac, d.mac, 1000 + i, len));
       const oversize = testFrame(p.peerMac, d.mac, 5000, 1600);
+      const runt = testFrame(p.peerMac, d.mac, 5001, 20).subarray(0, 10); // shorter than an Ethernet header
       const rx = pyInNsAsync(p.ns, PY_RECV_FRAMES, [p.peer, TYPE_TEST.toString(16), String(frames.length), '3']);
       await rx.ready;
       const before = linkStats(p.peer, p.ns).rxPackets;
-      const all = [...frames.slice(0, 5), oversize, ...frames.slice(5)];
+      const all = [...frames.slice(0, 5), oversize, ...frames.slice(5, 8), runt, ...frames.slice(8)];
       const bufs = toPool(pool, all);
       assert.ok(pool.segments(bufs[5]) === 4, 'the oversize frame is a 4-buffer chain');
       const taken = d.txBurst(0, bufs, 0, bufs.length);
-      assert.is(taken, bufs.length, 'all taken (the oversize one as an error)');
+      assert.is(taken, bufs.length, 'all taken (the oversize and the runt frames as errors)');
       assert.is(pool.available(), pool.count, 'every taken buffer freed');
       const lines = await rx.done;
-      assert.equal(lines, frames.map(hex), 'the kernel received each frame exactly, in order, and not the oversize one');
+      assert.equal(lines, frames.map(hex), 'the kernel received each frame exactly, in order, and neither bad one');
       const c = d.counters();
       assert.is(c.txPackets, frames.length);
       assert.is(c.txBytes, sizes.reduce((a, b) => a + b, 0));
-      assert.is(c.txErrors, 1, 'the oversize frame');
+      assert.is(c.txErrors, 2, 'the oversize and the runt frames');
       assert.is(c.txDrops, 0);
       assert.ok(linkStats(p.peer, p.ns).rxPackets - before >= frames.length, 'peer interface counters');
     } finally {
