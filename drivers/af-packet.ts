@@ -21,7 +21,9 @@
  *
  * Transmit: by default sendmmsg(2) batches whose iovecs point into the pool buffers (chained
  * segments gathered, no copy in user space); `txMode: 'ring'` uses a TPACKET_V3 TX ring on the
- * same socket instead (one copy into the ring, one send() kick). Never both on one socket. A
+ * same socket instead (one copy into the ring, one send() kick). Never both on one socket. With
+ * PACKET_QDISC_BYPASS (the default, as VPP) transmitted frames skip the qdisc and the
+ * interface's taps, so `tcpdump -i <hostIf>` does not show them: capture on the peer. A
  * frame the kernel refuses (longer than the MTU, shorter than an Ethernet header) is taken and
  * counted in txErrors; what the socket cannot take now (buffer full, interface down) is refused
  * and stays with the caller (<if>-tx drops it as "no free tx slots").
@@ -62,6 +64,12 @@ export interface AfPacketOptions {
   txFrames?: number;
   /** Set the kernel interface up when it is administratively down (VPP does). Default true. */
   bringUp?: boolean;
+  /**
+   * PACKET_QDISC_BYPASS (default true, as VPP). Frames sent with it skip the kernel's qdisc and
+   * the interface's taps: `tcpdump -i <hostIf>` does not see what we transmit (capture on the
+   * peer, e.g. the other end of a veth, instead), or set false to see them there.
+   */
+  qdiscBypass?: boolean;
 }
 
 /** DriverCounters plus what af_packet knows besides. */
@@ -95,6 +103,7 @@ export class AfPacketDriver implements Driver {
   private readonly blockTimeoutMs: number;
   private readonly txFrames: number;
   private readonly bringUp: boolean;
+  private readonly qdiscBypass: boolean;
 
   private state: 'new' | 'open' | 'closed' = 'new';
   private sock: AfPacketSocket | null = null;
@@ -153,6 +162,7 @@ export class AfPacketDriver implements Driver {
     this.txMode = txMode;
     this.txFrames = txFrames;
     this.bringUp = opts.bringUp ?? true;
+    this.qdiscBypass = opts.qdiscBypass ?? true;
   }
 
   /** Open the socket (needs CAP_NET_RAW), map the rings, bind the pool. */
@@ -161,6 +171,7 @@ export class AfPacketDriver implements Driver {
     const sock = new (loadCore().AfPacketSocket)(this.hostIf, {
       promisc: this.promisc,
       bringUp: this.bringUp,
+      qdiscBypass: this.qdiscBypass,
       blockSize: this.blockSize,
       blocks: this.blocks,
       blockTimeoutMs: this.blockTimeoutMs,

@@ -121,6 +121,12 @@ export interface AfPacketSocketOptions {
   promisc?: boolean;
   /** Set an administratively down interface up, as VPP does. Default true. */
   bringUp?: boolean;
+  /**
+   * PACKET_QDISC_BYPASS (default true, as VPP): transmit straight to the device driver. Frames
+   * sent that way skip the qdisc and the interface's taps: tcpdump on this interface does not
+   * see them.
+   */
+  qdiscBypass?: boolean;
   /** Rx ring block size: a power of 2, a multiple of the page size. Default 65536. */
   blockSize?: number;
   /** Rx ring blocks, >= 2. Default 128. */

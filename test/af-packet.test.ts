@@ -12,8 +12,8 @@ import { BufferFlag, type BufferPool } from '../graph/buffer-pool.ts';
 import { Graph, createPool, type Frame, type NodeRuntime } from '../graph/index.ts';
 import { memPool, skipOrFail, sleep } from './helpers.ts';
 import {
-  PY_RECV_FRAMES, PY_RECV_UDP, PY_SEND_FRAMES, createVethNs, destroyVethNs, ip, linkFlags, linkStats, netnsUnavailable,
-  pyInNs, pyInNsAsync, type VethNs,
+  PY_RECV_FRAMES, PY_RECV_UDP, PY_SEND_FRAMES, PY_TAP_COUNT, createVethNs, destroyVethNs, ip, linkFlags, linkStats, netnsUnavailable,
+  pyAsync, pyInNs, pyInNsAsync, type VethNs,
 } from './helpers-netns.ts';
 
 const unavailable = netnsUnavailable();
@@ -395,6 +395,51 @@ for (const txMode of ['sendmmsg', 'ring'] as const) {
     assert.is(pool.available(), pool.count);
   });
 }
+
+test('tx: with PACKET_QDISC_BYPASS (default) a tap on our end does not see what we send; qdiscBypass: false shows it', async () => {
+  const p = pair();
+  if (!p) return;
+  const pool = memPool(64);
+  const seen: Record<string, number> = {};
+  for (const bypass of [true, false]) {
+    const d = new AfPacketDriver({ hostIf: p.host, qdiscBypass: bypass });
+    d.open(pool);
+    try {
+      const tap = pyAsync(PY_TAP_COUNT, [p.host, TYPE_TEST.toString(16), '0.3']);
+      const peer = pyInNsAsync(p.ns, PY_RECV_FRAMES, [p.peer, TYPE_TEST.toString(16), '3', '2']);
+      await tap.ready;
+      await peer.ready;
+      const bufs = toPool(pool, [1, 2, 3].map((i) => testFrame(p.peerMac, d.mac, i, 64)));
+      assert.is(d.txBurst(0, bufs, 0, 3), 3);
+      assert.is((await peer.done).length, 3, 'the peer receives them either way');
+      seen[String(bypass)] = Number((await tap.done).pop());
+      assert.is(await receive(d, pool, 20, isTest, 1).then((r) => r.length), 0, 'our rx never sees our own tx');
+    } finally {
+      d.close();
+    }
+  }
+  assert.equal(seen, { true: 0, false: 3 });
+  assert.is(pool.available(), pool.count);
+});
+
+test('rx: PACKET_IGNORE_OUTGOING: frames another socket sends out of our interface are not received', async () => {
+  const p = pair();
+  if (!p) return;
+  const pool = memPool(64);
+  const d = new AfPacketDriver({ hostIf: p.host });
+  d.open(pool);
+  try {
+    const peer = pyInNsAsync(p.ns, PY_RECV_FRAMES, [p.peer, TYPE_TEST.toString(16), '5', '2']);
+    await peer.ready;
+    const frames = [1, 2, 3, 4, 5].map((i) => hex(testFrame(p.peerMac, p.hostMac, i, 64)));
+    assert.equal(await pyAsync(PY_SEND_FRAMES, [p.host], frames.join('\n') + '\n').done, ['5']);
+    assert.equal(await peer.done, frames, 'they went out of our interface');
+    assert.is((await receive(d, pool, 50, isTest, 1)).length, 0, 'outgoing frames are not in our rx ring');
+  } finally {
+    d.close();
+  }
+  assert.is(pool.available(), pool.count);
+});
 
 test('tx + rx with the kernel stack: UDP datagrams delivered to a kernel socket, an ARP request answered', async () => {
   const p = pair();

@@ -161,6 +161,33 @@ while got < n:
         print(data.hex(), flush=True); got += 1
 `;
 
+/**
+ * Like PY_RECV_FRAMES but counts outgoing frames too (a tap on our own end sees what is sent
+ * through it, unless the sender bypassed the qdisc and taps): prints "ready", then the number
+ * of frames of EtherType argv[2] seen in argv[3] seconds.
+ */
+export const PY_TAP_COUNT = `
+import socket, sys, select, time
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.bind((sys.argv[1], 0))
+want = int(sys.argv[2], 16); deadline = time.time() + float(sys.argv[3])
+print("ready", flush=True)
+n = 0
+while True:
+    t = deadline - time.time()
+    if t <= 0: break
+    r, _, _ = select.select([s], [], [], t)
+    if not r: break
+    data = s.recv(65536)
+    if len(data) >= 14 and int.from_bytes(data[12:14], "big") == want: n += 1
+print(n, flush=True)
+`;
+
+/** Run python3 code in this (the host) namespace without blocking; see pyInNsAsync. */
+export function pyAsync(code: string, args: string[], input?: string): PyChild {
+  return pyRun([], code, args, input);
+}
+
 /** Prints "ready", then "<src ip> <payload hex>" per UDP datagram to argv[1]:argv[2], until argv[3] or argv[4] s. */
 export const PY_RECV_UDP = `
 import socket, sys
@@ -193,7 +220,13 @@ export interface PyChild {
 
 /** Start python3 code inside the namespace without blocking the event loop. */
 export function pyInNsAsync(ns: string, code: string, args: string[], input?: string): PyChild {
-  const child = spawn('ip', ['netns', 'exec', ns, 'python3', '-c', code, ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+  return pyRun(['ip', 'netns', 'exec', ns], code, args, input);
+}
+
+function pyRun(prefix: string[], code: string, args: string[], input?: string): PyChild {
+  const ns = prefix.length ? prefix[prefix.length - 1] : 'this namespace';
+  const cmd = [...prefix, 'python3', '-c', code, ...args];
+  const child = spawn(cmd[0], cmd.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
   let out = '', err = '';
   let readyResolve!: () => void, readyReject!: (e: Error) => void;
   const ready = new Promise<void>((res, rej) => { readyResolve = res; readyReject = rej; });

@@ -204,8 +204,8 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
                        });
   }
 
-  // new AfPacketSocket(ifname, {promisc, bringUp, blockSize, blocks, blockTimeoutMs, txRing,
-  //                             txFrames, txFrameSize})
+  // new AfPacketSocket(ifname, {promisc, bringUp, qdiscBypass, blockSize, blocks, blockTimeoutMs,
+  //                             txRing, txFrames, txFrameSize})
   explicit AfPacketSocket(const Napi::CallbackInfo& info) : Napi::ObjectWrap<AfPacketSocket>(info) {
     Napi::Env env = info.Env();
     const char* fn = "AfPacketSocket";
@@ -213,6 +213,7 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     Napi::Object o = info[1].IsObject() ? info[1].As<Napi::Object>() : Napi::Object::New(env);
     const bool promisc = OptBool(o, "promisc", false);
     const bool bring_up = OptBool(o, "bringUp", true);
+    const bool bypass = OptBool(o, "qdiscBypass", true);
     const long page = sysconf(_SC_PAGESIZE);
     block_size_ = OptU32(o, "blockSize", fn, 64 * 1024, page, 1u << 26);
     if (block_size_ % page != 0 || (block_size_ & (block_size_ - 1)) != 0) {
@@ -258,7 +259,7 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     }
     std::vector<std::string> warnings;
     try {
-      Setup(env, ii, promisc, bring_up, tov, tx_frames, warnings);
+      Setup(env, ii, promisc, bring_up, bypass, tov, tx_frames, warnings);
     } catch (...) {
       Release();
       throw;
@@ -292,10 +293,12 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     }
   }
 
-  void Setup(Napi::Env env, const IfInfo& ii, bool promisc, bool bring_up, uint32_t tov, uint32_t tx_frames,
-             std::vector<std::string>& warnings) {
+  void Setup(Napi::Env env, const IfInfo& ii, bool promisc, bool bring_up, bool bypass, uint32_t tov,
+             uint32_t tx_frames, std::vector<std::string>& warnings) {
     SetOpt(env, SOL_PACKET, PACKET_VERSION, TPACKET_V3, "PACKET_VERSION TPACKET_V3");
-    SetOpt(env, SOL_PACKET, PACKET_QDISC_BYPASS, 1, "PACKET_QDISC_BYPASS");
+    // Bypass: our frames go straight to the driver, skipping the qdisc and the taps (tcpdump on
+    // this interface does not see them; capture on the peer instead).
+    if (bypass) SetOpt(env, SOL_PACKET, PACKET_QDISC_BYPASS, 1, "PACKET_QDISC_BYPASS");
     {
       int one = 1;
       if (setsockopt(fd_, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one) < 0) {
