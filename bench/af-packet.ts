@@ -6,6 +6,8 @@
  *   rx     a generator (this file, --generator, in its own process inside the namespace,
  *          sendmmsg through our driver) against JS rxBurst in this process: generator rate vs
  *          received rate and kernel drops.
+ *   latency  kernel receive timestamp to our rxBurst at a low rate: what TPACKET_V3's block
+ *          retire timeout (1 ms) adds to every frame when blocks do not fill.
  *   drain  the copy cost: the ring is filled while nobody reads it (64 MiB, colder than the
  *          L3), then drained by rxBurst (copy into pool buffers + JS reads each EtherType +
  *          pool.free) vs rxSkip with touch (the ring walk plus a read of each EtherType in
@@ -194,6 +196,44 @@ export async function runAfPacketBench(opts: { seconds?: number } = {}): Promise
       }
     } finally {
       if (pinned) pinSelf(`0-${cpu}`);
+    }
+
+    // ------------------------------------------------------------ rx latency (block timeout)
+    // A TPACKET_V3 block reaches us when full or after tp_retire_blk_tov (1 ms): at low rates
+    // every frame waits for the timeout. Kernel rx timestamp -> our rxBurst, polling.
+    {
+      const pool = createPool({ count: 1024 });
+      const d = new AfPacketDriver({ hostIf: p.host });
+      d.open(pool);
+      const py = `
+import socket, sys, time
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind((sys.argv[1], 0))
+f = bytes.fromhex(sys.argv[2])
+time.sleep(0.2)
+for i in range(100):
+    s.send(f); time.sleep(0.003)
+`;
+      const f = frameTemplate(OTHER_HOST, Uint8Array.of(2, 0, 0, 0, 0, 2), 64);
+      const child = spawn('ip', ['netns', 'exec', p.ns, 'python3', '-c', py, p.peer, Buffer.from(f).toString('hex')], { stdio: 'ignore' });
+      let done = false;
+      child.on('close', () => { done = true; });
+      const out = new Uint32Array(256);
+      const delays: number[] = [];
+      const origin = performance.timeOrigin;
+      while (!done) {
+        const n = d.rxBurst(0, out, 256);
+        if (n) {
+          const now = origin + performance.now();
+          for (let i = 0; i < n; i++) delays.push(now - (pool.tsSec[out[i]] * 1e3 + pool.tsNsec[out[i]] / 1e6));
+          pool.free(out, 0, n);
+        }
+        await new Promise((r) => setImmediate(r));
+      }
+      d.close();
+      delays.sort((a, b) => a - b);
+      const q = (x: number) => (delays.length ? delays[Math.min(delays.length - 1, Math.floor(x * delays.length))] : NaN);
+      lines.push(`af_packet rx latency (1 frame / 3 ms, block timeout 1 ms): min ${q(0).toFixed(3)} median ${q(0.5).toFixed(3)} p99 ${q(0.99).toFixed(3)} ms over ${delays.length} frames`);
+      json.rx_latency_median_ms = round(q(0.5));
     }
 
     // ------------------------------------------------------------ drain: copy vs ring walk

@@ -307,6 +307,44 @@ test('rx: frames the kernel sends from the namespace arrive byte for byte in poo
   assert.is(pool.available(), pool.count, 'no buffer leaked');
 });
 
+test('rx: UDP from the kernel stack over veth carries a partial checksum (TP_STATUS_CSUMNOTREADY): flagged L4_CKSUM_OK', async () => {
+  const p = pair();
+  if (!p) return;
+  const pool = memPool(64);
+  const d = new AfPacketDriver({ hostIf: p.host });
+  d.open(pool);
+  const ours = '10.77.1.1';
+  ip('-n', p.ns, 'neigh', 'replace', ours, 'lladdr', [...p.hostMac].map((b) => b.toString(16).padStart(2, '0')).join(':'), 'dev', p.peer);
+  try {
+    const payload = 'checksum offload';
+    pyInNs(p.ns, `import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"${payload}", ("${ours}", 4791))`, []);
+    let flags = 0;
+    const got = await receive(d, pool, 1000, (b) => b[12] === 0x08 && b[13] === 0x00 && b[23] === 17, 1, (bi) => { flags = pool.flags[bi]; });
+    assert.is(got.length, 1, 'the datagram arrived');
+    const f = got[0];
+    assert.is(new TextDecoder().decode(f.subarray(42)), payload);
+    assert.ok(flags & BufferFlag.L4_CKSUM_OK, 'L4_CKSUM_OK set');
+    assert.ok(d.stats().rxCsumPartial >= 1, 'counted as checksum-partial');
+    // The checksum field holds only the folded pseudo-header sum: a full check would fail.
+    const udpLen = (f[38] << 8) | f[39];
+    const pseudo = new Uint8Array(12);
+    pseudo.set(f.subarray(26, 34), 0);
+    pseudo[9] = 17;
+    pseudo[10] = udpLen >> 8;
+    pseudo[11] = udpLen & 0xff;
+    assert.is.not(csum16(f.subarray(34, 34 + udpLen), csum16(pseudo)), 0xffff, 'not a valid full UDP checksum');
+    // Frames from a raw socket (CHECKSUM_NONE) carry no such flag.
+    pyInNs(p.ns, PY_SEND_FRAMES, [p.peer], hex(testFrame(p.hostMac, p.peerMac, 7, 64)) + '\n');
+    let rawFlags = -1;
+    await receive(d, pool, 1000, isTest, 1, (bi) => { rawFlags = pool.flags[bi]; });
+    assert.is(rawFlags & BufferFlag.L4_CKSUM_OK, 0);
+  } finally {
+    ip('-n', p.ns, 'neigh', 'del', ours, 'dev', p.peer);
+    d.close();
+  }
+  assert.is(pool.available(), pool.count);
+});
+
 test('rx: an 802.1Q tag the kernel strips (TP_STATUS_VLAN_VALID) is put back in the frame', async () => {
   const p = pair();
   if (!p) return;
