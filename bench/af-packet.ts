@@ -198,6 +198,29 @@ export async function runAfPacketBench(opts: { seconds?: number } = {}): Promise
       if (pinned) pinSelf(`0-${cpu}`);
     }
 
+    // ------------------------------------------------------------ empty poll
+    {
+      const pool = createPool({ count: 1024 });
+      const d = new AfPacketDriver({ hostIf: p.host });
+      d.open(pool);
+      const out = new Uint32Array(256);
+      let n = 0, calls = 0;
+      const t0 = process.hrtime.bigint();
+      const end = performance.now() + Math.min(1, seconds) * 1000;
+      while (performance.now() < end) {
+        for (let i = 0; i < 10000; i++) {
+          const k = d.rxBurst(0, out, 256);
+          if (k) pool.free(out, 0, k);
+          n += k;
+        }
+        calls += 10000;
+      }
+      const ns = Number(process.hrtime.bigint() - t0) / calls;
+      d.close();
+      lines.push(`af_packet rxBurst on an empty ring: ${ns.toFixed(1)} ns per poll (one native call)${n ? ` (${n} stray frames)` : ''}`);
+      json.rx_empty_poll_ns = round(ns);
+    }
+
     // ------------------------------------------------------------ rx latency (block timeout)
     // A TPACKET_V3 block reaches us when full or after tp_retire_blk_tov (1 ms): at low rates
     // every frame waits for the timeout. Kernel rx timestamp -> our rxBurst, polling.
@@ -252,7 +275,6 @@ for i in range(100):
           d.open(pool);
           await startGenerator(p.ns, p.peer, count, 60, len);
           await sleep(20);
-          const sock = d.socket!;
           const out = new Uint32Array(256);
           const u8 = pool.u8, off = pool.offset;
           let n = 0, et = 0;
@@ -267,7 +289,7 @@ for i in range(100):
             }
           } else {
             for (;;) {
-              const k = sock.rxSkip(256, mode === 'touch');
+              const k = d.rxSkip(256, mode === 'touch');
               if (k === 0) break;
               n += k;
             }

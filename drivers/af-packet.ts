@@ -36,7 +36,7 @@
 import type { BufferPool } from '../graph/buffer-pool.ts';
 import { BufferFlag } from '../graph/buffer-pool.ts';
 import { FRAME_SIZE } from '../graph/node.ts';
-import { loadCore, type AfPacketIfInfo, type AfPacketSocket, type AfPacketStats } from '../native/load.ts';
+import { loadCore, type AfPacketIfInfo, type AfPacketSocket, type AfPacketStats, type CoreAddon } from '../native/load.ts';
 import type { Driver, DriverCounters } from './driver.ts';
 import { zeroCounters } from './driver.ts';
 import { macOption } from './mac.ts';
@@ -107,6 +107,8 @@ export class AfPacketDriver implements Driver {
 
   private state: 'new' | 'open' | 'closed' = 'new';
   private sock: AfPacketSocket | null = null;
+  private handle = -1;
+  private readonly core: CoreAddon;
   private pool: BufferPool | null = null;
   private idx = new Uint32Array(0);
   private readonly result = new Uint32Array(4);
@@ -141,7 +143,8 @@ export class AfPacketDriver implements Driver {
     if (!Number.isInteger(txFrames) || txFrames < 8 || txFrames > 1 << 20) throw new RangeError(`${where}: txFrames must be an integer in 8..1048576, got ${txFrames}`);
 
     // Throws ENODEV naming the interface when it does not exist (no privilege needed).
-    const info = loadCore().afPacketIfInfo(hostIf);
+    this.core = loadCore();
+    const info = this.core.afPacketIfInfo(hostIf);
     if (!info.ethernet) throw Object.assign(new Error(`${where}: kernel interface "${hostIf}" is not Ethernet (ARPHRD ${info.hwType})`), { code: 'EPROTONOSUPPORT' });
     this.hostInfo = info;
 
@@ -168,7 +171,7 @@ export class AfPacketDriver implements Driver {
   /** Open the socket (needs CAP_NET_RAW), map the rings, bind the pool. */
   open(pool: BufferPool): void {
     if (this.state !== 'new') throw new Error(`af_packet interface ${this.name}: already ${this.state === 'open' ? 'open' : 'closed'}`);
-    const sock = new (loadCore().AfPacketSocket)(this.hostIf, {
+    const sock = new this.core.AfPacketSocket(this.hostIf, {
       promisc: this.promisc,
       bringUp: this.bringUp,
       qdiscBypass: this.qdiscBypass,
@@ -206,17 +209,19 @@ export class AfPacketDriver implements Driver {
       throw e;
     }
     this.sock = sock;
+    this.handle = sock.handle;
     this.pool = pool;
     this.state = 'open';
   }
 
   rxBurst(queue: number, out: Uint32Array, max: number): number {
     if (queue !== 0) throw new RangeError(`af_packet interface ${this.name}: no rx queue ${queue}`);
-    const sock = this.sock;
-    if (sock === null) return 0;
+    const h = this.handle;
+    if (h < 0) return 0;
     if (max > out.length) max = out.length;
     if (max > FRAME_SIZE) max = FRAME_SIZE;
-    const need = sock.rxNeed(max);
+    const core = this.core;
+    const need = core.afPacketRxNeed(h, max);
     if (need === 0) return 0;
     const pool = this.pool as BufferPool;
     const got = pool.alloc(this.idx, 0, need);
@@ -224,7 +229,7 @@ export class AfPacketDriver implements Driver {
       this.rxNoBuffers++;
       return 0;
     }
-    const n = sock.rx(out, max, got);
+    const n = core.afPacketRx(h, out, max, got);
     const used = this.result[0];
     if (used < got) pool.free(this.idx, used, got - used);
     return n;
@@ -232,12 +237,12 @@ export class AfPacketDriver implements Driver {
 
   txBurst(queue: number, bufs: Uint32Array, off: number, n: number): number {
     if (queue !== 0) throw new RangeError(`af_packet interface ${this.name}: no tx queue ${queue}`);
-    const sock = this.sock;
-    if (sock === null) {
+    const h = this.handle;
+    if (h < 0) {
       if (this.final) this.final.txRefused += n;
       return 0;
     }
-    const taken = sock.tx(bufs, off, n);
+    const taken = this.core.afPacketTx(h, bufs, off, n);
     if (taken > 0) (this.pool as BufferPool).free(bufs, off, taken);
     return taken;
   }
@@ -284,6 +289,11 @@ export class AfPacketDriver implements Driver {
     return this.sock;
   }
 
+  /** Consume up to max waiting frames without copying them (benchmarks: the ring walk alone). */
+  rxSkip(max: number, touch = false): number {
+    return this.handle < 0 ? 0 : this.core.afPacketRxSkip(this.handle, max, touch);
+  }
+
   /** The kernel interface was administratively down and open() set it up. */
   get broughtUp(): boolean {
     return this.sock?.broughtUp ?? false;
@@ -295,6 +305,7 @@ export class AfPacketDriver implements Driver {
     this.state = 'closed';
     const sock = this.sock;
     this.sock = null;
+    this.handle = -1;
     this.wake = null;
     if (sock !== null) {
       this.final = sock.stats();

@@ -194,8 +194,14 @@ export interface AfPacketStats {
   lastTxErrno: number;
 }
 
-/** One AF_PACKET socket bound to a kernel interface (native/core/afpacket.cc). */
+/**
+ * One AF_PACKET socket bound to a kernel interface (native/core/afpacket.cc). The per-burst
+ * calls are the addon's afPacketRxNeed/Rx/Tx functions taking `handle`: plain functions cost a
+ * quarter of an object method call through Node-API.
+ */
 export interface AfPacketSocket {
+  /** This thread's number for the socket while it is open (the per-burst functions take it). */
+  readonly handle: number;
   readonly fd: number;
   readonly ifindex: number;
   /** The interface when it was opened. */
@@ -211,14 +217,6 @@ export interface AfPacketSocket {
   readonly txMaxFrameLen: number;
   readonly warnings: string[];
   bindPool(b: AfPacketPoolBinding): void;
-  /** Pool buffers the next (up to max) frames need; 0 when none are waiting. */
-  rxNeed(max: number): number;
-  /** Copy up to max frames into idx[0..nIdx); heads to out[]; returns packets, result[0] = used. */
-  rx(out: Uint32Array, max: number, nIdx: number): number;
-  /** Consume up to max frames without copying (benchmarks); touch: read each EtherType in the ring. */
-  rxSkip(max: number, touch?: boolean): number;
-  /** Transmit bufs[off..off+n); returns how many were taken (the caller frees those). */
-  tx(bufs: Uint32Array, off: number, n: number): number;
   stats(): AfPacketStats;
   /** IFF_* flags now, -1 when the interface is gone or the socket closed. */
   linkFlags(): number;
@@ -255,6 +253,17 @@ export interface CoreAddon {
   AfPacketSocket: new (ifname: string, opts?: AfPacketSocketOptions) => AfPacketSocket;
   /** Interface facts; throws .code ENODEV naming the interface when it does not exist. */
   afPacketIfInfo(ifname: string): AfPacketIfInfo;
+  /** Pool buffers the next (up to max) frames need; 0 when none are waiting (or closed). */
+  afPacketRxNeed(handle: number, max: number): number;
+  /**
+   * Copy up to max frames into the bound idx[0..nIdx) buffers (in order), heads to out[];
+   * returns the packet count, result[0] = indices used.
+   */
+  afPacketRx(handle: number, out: Uint32Array, max: number, nIdx: number): number;
+  /** Consume up to max frames without copying (benchmarks); touch: read each EtherType in place. */
+  afPacketRxSkip(handle: number, max: number, touch?: boolean): number;
+  /** Transmit bufs[off..off+n); returns how many were taken (the caller frees those). */
+  afPacketTx(handle: number, bufs: Uint32Array, off: number, n: number): number;
 }
 
 /** The core addon is missing or cannot be loaded. */
