@@ -79,8 +79,12 @@ export interface AfPacketDriverStats extends AfPacketStats {
 }
 
 const NOMINAL_FRAME = 2048;
-/** Ring block header plus frame header, sockaddr_ll and alignment: what a block holds besides data. */
-const BLOCK_OVERHEAD = 256;
+/**
+ * What a ring block holds besides one frame's bytes: the block descriptor (48) and the frame's
+ * MAC offset in its slot, TPACKET_ALIGN(TPACKET3_HDRLEN + 16) - 14 = 82 (the socket's
+ * maxFrameLen is blockSize - 130).
+ */
+const BLOCK_OVERHEAD = 130;
 const IFF_UP = 0x1;
 const IFF_RUNNING = 0x40;
 

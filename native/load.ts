@@ -210,7 +210,7 @@ export interface AfPacketSocket {
   readonly broughtUp: boolean;
   readonly blockSize: number;
   readonly blocks: number;
-  /** Longest frame the rx ring holds whole. */
+  /** Longest frame the rx ring holds whole (blockSize - 130); longer ones arrive truncated. */
   readonly maxFrameLen: number;
   readonly txMode: 'sendmmsg' | 'ring';
   readonly txFrames: number;

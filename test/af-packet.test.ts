@@ -670,6 +670,7 @@ test('link: a down interface is set up at open as VPP does (bringUp: false leave
       g.start();
       assert.ok(await until(() => g.isSleeping, 500), 'sleeps');
       const errs = d.stats().socketErrors;
+      assert.is(errs, 0, 'set up before bind(): no ENETDOWN left pending by the open');
       ip('link', 'set', q.host, 'down');
       await sleep(50);
       const calls = g.nodeCounters('af-packet-input').calls;

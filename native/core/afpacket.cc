@@ -282,7 +282,8 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     self.Set("broughtUp", Napi::Boolean::New(env, brought_up_));
     self.Set("blockSize", Napi::Number::New(env, block_size_));
     self.Set("blocks", Napi::Number::New(env, block_nr_));
-    self.Set("maxFrameLen", Napi::Number::New(env, block_size_ - BlockHeaderLen()));
+    // The kernel puts a frame's MAC header at TPACKET_ALIGN(TPACKET3_HDRLEN + 16) - 14 in its slot.
+    self.Set("maxFrameLen", Napi::Number::New(env, block_size_ - BlockHeaderLen() - (TPACKET_ALIGN(TPACKET3_HDRLEN + 16) - ETH_HLEN)));
     self.Set("txMode", Napi::String::New(env, tx_ring_ ? "ring" : "sendmmsg"));
     self.Set("txFrames", Napi::Number::New(env, tx_ring_ ? tx_frame_nr_ : 0));
     self.Set("txMaxFrameLen", Napi::Number::New(env, tx_ring_ ? tx_frame_size_ - TxDataOffset() : 0));
@@ -305,6 +306,25 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
 
   void Setup(Napi::Env env, const IfInfo& ii, bool promisc, bool bring_up, bool bypass, uint32_t tov,
              uint32_t tx_frames, std::vector<std::string>& warnings) {
+    // What VPP's af_packet does with an administratively down host interface: set it up, before
+    // bind() (binding to a down interface leaves ENETDOWN pending on the socket).
+    if (!(ii.flags & IFF_UP) && bring_up) {
+      struct ifreq ifr;
+      std::memset(&ifr, 0, sizeof ifr);
+      std::memcpy(ifr.ifr_name, ifname_.data(), ifname_.size());
+      if (ioctl(fd_, SIOCGIFFLAGS, &ifr) < 0) throw ErrnoError(env, "af_packet: SIOCGIFFLAGS on \"" + ifname_ + "\"", errno, "ioctl");
+      ifr.ifr_flags |= IFF_UP;
+      if (ioctl(fd_, SIOCSIFFLAGS, &ifr) < 0) {
+        int err = errno;
+        if (err == EPERM || err == EACCES) {
+          throw CodedError(env, "af_packet: kernel interface \"" + ifname_ + "\" is down and setting it up needs CAP_NET_ADMIN (run as root, or ip link set " +
+                                    ifname_ + " up)", err, "ioctl");
+        }
+        throw ErrnoError(env, "af_packet: setting kernel interface \"" + ifname_ + "\" up", err, "ioctl");
+      }
+      brought_up_ = true;
+    }
+
     SetOpt(env, SOL_PACKET, PACKET_VERSION, TPACKET_V3, "PACKET_VERSION TPACKET_V3");
     // Bypass: our frames go straight to the driver, skipping the qdisc and the taps (tcpdump on
     // this interface does not see them; capture on the peer instead).
@@ -391,23 +411,6 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
       }
     }
 
-    // What VPP's af_packet does with an administratively down host interface: set it up.
-    if (!(ii.flags & IFF_UP) && bring_up) {
-      struct ifreq ifr;
-      std::memset(&ifr, 0, sizeof ifr);
-      std::memcpy(ifr.ifr_name, ifname_.data(), ifname_.size());
-      if (ioctl(fd_, SIOCGIFFLAGS, &ifr) < 0) throw ErrnoError(env, "af_packet: SIOCGIFFLAGS on \"" + ifname_ + "\"", errno, "ioctl");
-      ifr.ifr_flags |= IFF_UP;
-      if (ioctl(fd_, SIOCSIFFLAGS, &ifr) < 0) {
-        int err = errno;
-        if (err == EPERM || err == EACCES) {
-          throw CodedError(env, "af_packet: kernel interface \"" + ifname_ + "\" is down and setting it up needs CAP_NET_ADMIN (run as root, or ip link set " +
-                                    ifname_ + " up)", err, "ioctl");
-        }
-        throw ErrnoError(env, "af_packet: setting kernel interface \"" + ifname_ + "\" up", err, "ioctl");
-      }
-      brought_up_ = true;
-    }
   }
 
   void Release() {
