@@ -250,7 +250,7 @@ test('errors: no such interface (ENODEV, named), not Ethernet, MTU above the ker
   assert.throws(() => d.open(pool), /already closed/);
 });
 
-test('errors: without CAP_NET_RAW open() fails with EPERM and says so (child process as nobody)', () => {
+test('errors: without CAP_NET_RAW open() fails with EPERM and says so (child process without the capability)', () => {
   const p = pair();
   if (!p) return;
   const root = new URL('..', import.meta.url).pathname;
@@ -260,9 +260,15 @@ test('errors: without CAP_NET_RAW open() fails with EPERM and says so (child pro
     const d = new AfPacketDriver({ hostIf: ${JSON.stringify(p.host)} });
     try { d.open(memPool(16)); console.log(JSON.stringify({ opened: true })); }
     catch (e) { console.log(JSON.stringify({ code: e.code, message: e.message, mac: Buffer.from(d.mac).toString('hex') })); }`;
-  const r = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], { uid: 65534, gid: 65534, cwd: root, encoding: 'utf8' });
-  if (r.status !== 0 && /EACCES|permission denied/i.test(r.stderr)) {
-    skipOrFail(`user nobody cannot run the sources here: ${r.stderr.trim().split('\n')[0]}`);
+  const node = [process.execPath, '--import', 'tsx', '--input-type=module', '-e', code];
+  // Root without CAP_NET_RAW (setpriv, util-linux: reads the sources wherever they are), or
+  // else the unprivileged user nobody.
+  const setpriv = spawnSync('sh', ['-c', 'command -v setpriv']).status === 0;
+  const r = setpriv
+    ? spawnSync('setpriv', ['--bounding-set', '-net_raw', '--', ...node], { cwd: root, encoding: 'utf8' })
+    : spawnSync(node[0], node.slice(1), { uid: 65534, gid: 65534, cwd: root, encoding: 'utf8' });
+  if (!setpriv && r.status !== 0 && /EACCES|permission denied/i.test(r.stderr)) {
+    skipOrFail(`no setpriv, and user nobody cannot read the sources here: ${r.stderr.trim().split('\n')[0]}`);
     return;
   }
   assert.is(r.status, 0, r.stderr);
