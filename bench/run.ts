@@ -1,10 +1,11 @@
 /**
  * npm run bench [-- <name...>] [--json] [--seconds N]
  * Benchmarks print figures and compare with baselines measured in the same run; they assert
- * nothing. Names: graph, af_packet (root: veth pair in a network namespace).
+ * nothing. Names: graph, l2l4, af_packet (root: veth pair in a network namespace).
  */
 import { runGraphBench } from './graph.ts';
 import { runAfPacketBench } from './af-packet.ts';
+import { runL2l4Bench } from './l2l4.ts';
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');
@@ -14,7 +15,7 @@ if (!(seconds > 0)) {
   console.error(`bench: --seconds needs a positive number, got "${args[si + 1]}"`);
   process.exit(2);
 }
-const known = ['graph', 'af_packet'];
+const known = ['graph', 'l2l4', 'af_packet'];
 const names = args.filter((a, i) => !a.startsWith('--') && !(si >= 0 && i === si + 1));
 for (const n of names) {
   if (!known.includes(n)) {
@@ -37,6 +38,12 @@ for (const name of run) {
       console.log(sched.text.split('\n').slice(0, 3).join('\n'));
     }
     if (json) console.log(JSON.stringify({ bench: 'graph', mpps: round(direct.mpps), nsPerPacketPerNode: round(direct.nsPerPacketPerNode), vector: direct.vector }));
+  }
+  if (name === 'l2l4') {
+    for (const size of [18, 1000]) {
+      const r = await runL2l4Bench({ seconds, size });
+      console.log(json ? JSON.stringify({ bench: 'l2l4', payload: size, mpps: round(r.mpps), perNode: r.perNode }) : r.text);
+    }
   }
   if (name === 'af_packet') {
     const r = await runAfPacketBench({ seconds });
