@@ -331,6 +331,29 @@ export class BufferPool {
     return true;
   }
 
+  /**
+   * Cut a packet to `len` bytes (Ethernet padding after the IPv4 total length, a UDP length
+   * shorter than the IP payload). Segments past the new end go back to the pool. A `len` at or
+   * beyond the packet's length changes nothing.
+   */
+  trim(bi: number, len: number): void {
+    const length = this.length, flags = this.flags, next = this.next;
+    for (;;) {
+      const l = length[bi];
+      if (len <= l) {
+        length[bi] = len;
+        if (flags[bi] & BufferFlag.NEXT_PRESENT) {
+          flags[bi] &= ~BufferFlag.NEXT_PRESENT;
+          this.freeOne(next[bi]);
+        }
+        return;
+      }
+      len -= l;
+      if (!(flags[bi] & BufferFlag.NEXT_PRESENT)) return;
+      bi = next[bi];
+    }
+  }
+
   /** Advance the current data start by `n` bytes (strip a header). */
   advance(bi: number, n: number): void {
     this.offset[bi] += n;

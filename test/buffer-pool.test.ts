@@ -77,6 +77,26 @@ test('chained buffers: writePacket splits, readPacket and packetLength join, fre
   assert.is(pool.available(), 32);
 });
 
+test('trim cuts a chained packet and returns the segments past the end', () => {
+  const pool = memPool(32, 2048);
+  const src = new Uint8Array(5000).map((_, i) => i & 0xff);
+  const head = pool.writePacket(src, 0, src.length);
+  assert.is(pool.available(), 29);
+  pool.trim(head, 3000);          // ends inside the second segment: the third goes back
+  assert.is(pool.segments(head), 2);
+  assert.is(pool.packetLength(head), 3000);
+  assert.equal(pool.packetBytes(head), src.subarray(0, 3000));
+  assert.is(pool.available(), 30);
+  pool.trim(head, 9999);          // longer than the packet: unchanged
+  assert.is(pool.packetLength(head), 3000);
+  pool.trim(head, 60);            // inside the head: a single buffer remains
+  assert.is(pool.segments(head), 1);
+  assert.equal(pool.packetBytes(head), src.subarray(0, 60));
+  assert.is(pool.available(), 31);
+  pool.freeOne(head);
+  assert.is(pool.available(), 32);
+});
+
 test('writePacket with too few buffers allocates nothing', () => {
   const pool = memPool(2, 2048);
   const src = new Uint8Array(5000);

@@ -17,7 +17,7 @@
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime } from '../../graph/index.ts';
 import type { Ip4Interfaces } from '../ip4/ip4-interfaces.ts';
-import { formatIp4, RX_ONLY_FLAGS, trimPacket } from '../ip4/ip4.ts';
+import { formatIp4, RX_ONLY_FLAGS } from '../ip4/ip4.ts';
 import {
   ARP_BYTES,
   ARP_ERRORS,
@@ -128,7 +128,7 @@ function arpInput(rt: NodeRuntime, frame: Frame | null): number {
           v.setUint32(o + ARP_SHA, ifs.macHi[ix]);
           v.setUint16(o + ARP_SHA + 4, ifs.macLo[ix]);
           v.setUint32(o + ARP_SPA, ours);
-          if (length[bi] !== ARP_BYTES || flags[bi] & BufferFlag.NEXT_PRESENT) trimPacket(pool, bi, ARP_BYTES);
+          if (length[bi] !== ARP_BYTES || flags[bi] & BufferFlag.NEXT_PRESENT) pool.trim(bi, ARP_BYTES);
           pool.prepend(bi, ETH_HEADER_BYTES);
           const e = o - ETH_HEADER_BYTES;
           v.setUint32(e, shaHi);

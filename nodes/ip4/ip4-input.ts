@@ -24,7 +24,6 @@ import {
   ip4HeaderSum,
   ip4HeaderSum20,
   isIp4Multicast,
-  trimPacket,
 } from './ip4.ts';
 
 export const IP4_INPUT = 'ip4-input';
@@ -166,7 +165,7 @@ function ip4Input(rt: NodeRuntime, frame: Frame | null): number {
         else err = Ip4InputError.NOT_FOR_US;
       }
       if (err < 0) {
-        if (tl < plen) trimPacket(pool, bi, tl);
+        if (tl < plen) pool.trim(bi, tl);
         pool.advance(bi, IP4_HEADER_BYTES);
       }
     }

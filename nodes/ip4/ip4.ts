@@ -153,28 +153,5 @@ export function pseudoHeaderSum(src: number, dst: number, proto: number, l4Lengt
   return (src >>> 16) + (src & 0xffff) + (dst >>> 16) + (dst & 0xffff) + proto + l4Length;
 }
 
-/**
- * Cut a packet to `len` bytes (Ethernet padding after the IPv4 total length, a UDP length
- * shorter than the IP payload). Segments past the new end are freed. `len` must not exceed the
- * packet's length.
- */
-export function trimPacket(pool: BufferPool, bi: number, len: number): void {
-  const length = pool.length, flags = pool.flags, next = pool.next;
-  for (;;) {
-    const l = length[bi];
-    if (len <= l) {
-      length[bi] = len;
-      if (flags[bi] & BufferFlag.NEXT_PRESENT) {
-        flags[bi] &= ~BufferFlag.NEXT_PRESENT;
-        pool.freeOne(next[bi]);
-      }
-      return;
-    }
-    len -= l;
-    if (!(flags[bi] & BufferFlag.NEXT_PRESENT)) return;
-    bi = next[bi];
-  }
-}
-
 /** Flags a rewritten buffer must not carry on (checksums the NIC verified on receive). */
 export const RX_ONLY_FLAGS = BufferFlag.IP4_CKSUM_OK | BufferFlag.L4_CKSUM_OK | BufferFlag.TIMESTAMP_VALID;

@@ -13,7 +13,7 @@
  * reply would be the optional extra).
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
-import { foldSum, formatIp4, IP4_HEADER_BYTES, Ip4Opaque, IP_PROTO_UDP, packetSum, pseudoHeaderSum, trimPacket } from '../ip4/ip4.ts';
+import { foldSum, formatIp4, IP4_HEADER_BYTES, Ip4Opaque, IP_PROTO_UDP, packetSum, pseudoHeaderSum } from '../ip4/ip4.ts';
 import type { UdpApi } from './udp-ports.ts';
 
 export const UDP4_INPUT = 'udp4-input';
@@ -91,7 +91,7 @@ function udp4Input(rt: NodeRuntime, frame: Frame | null): number {
       const src = v.getUint32(ip + 12), dst = v.getUint32(ip + 16);
       if (ulen < UDP_HEADER_BYTES || ulen > len) err = UdpInputError.BAD_LENGTH;
       else {
-        if (ulen < len) trimPacket(pool, bi, ulen);
+        if (ulen < len) pool.trim(bi, ulen);
         if (ck === 0) noCksum++;
         else if (!(fl & BufferFlag.L4_CKSUM_OK) && foldSum(pseudoHeaderSum(src, dst, IP_PROTO_UDP, ulen) + packetSum(pool, bi)) !== 0xffff) {
           err = UdpInputError.BAD_CHECKSUM;
