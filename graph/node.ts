@@ -158,9 +158,3 @@ export class NodeRuntime {
 function noop(): number {
   return 0;
 }
-
-/** Where a node's error lives: for `show errors`. */
-export interface ErrorRef {
-  node: NodeRuntime;
-  code: number;
-}

@@ -180,6 +180,26 @@ test('dispatch: a node that sends back to itself gets a fresh frame in the same 
   assert.is(pool.available(), pool.count);
 });
 
+test('input states: a disabled input node is not polled; nextIndex names arcs', () => {
+  const g = new Graph({ pool: memPool(16), clock: monotonicClock() });
+  let polls = 0;
+  const inp = g.register({ name: 'in', type: 'input', next: ['x', 'error-drop'], fn: () => { polls++; return 0; } });
+  g.register({ name: 'x', fn: () => 0 });
+  g.build();
+  g.runPass();
+  assert.is(polls, 1);
+  g.setInputState(inp, 'disabled');
+  g.runPass();
+  assert.is(polls, 1, 'not polled while disabled');
+  assert.is(g.runtimeSnapshot().rows.find((r) => r.name === 'in')!.state, 'disabled');
+  g.setInputState(inp, 'polling');
+  g.runPass();
+  assert.is(polls, 2);
+  assert.is(g.nextIndex(inp, 'error-drop'), 1);
+  assert.throws(() => g.nextIndex(inp, 'nope'), /has no next node "nope"/);
+  assert.throws(() => g.setInputState(g.node('x'), 'disabled'), /not an input node/);
+});
+
 test('counters: clear snapshots, later work counts from the clear', () => {
   const queue: number[][] = Array.from({ length: 10 }, (_, i) => [0, i]);
   const { g } = fanoutGraph(queue);
