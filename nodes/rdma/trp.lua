@@ -1,0 +1,125 @@
+-- Wireshark/tshark dissector for TRP, the 10-byte reliability header that rdma-graph (and urdma)
+-- put in front of iWARP DDP/RDMAP in every UDP datagram. The wire format is in PROTOCOL.md:
+--
+--   psn(4) ack_psn(4) opcode(2: high 4 bits = TRP opcode, low 12 bits reserved) [body]
+--
+-- Opcode 0 with a body is a DDP segment, handed to Wireshark's own iwarp_ddp_rdmap dissector;
+-- opcode 0 without one is a pure ACK. REQ/ACCEPT/REJECT carry connection parameters and private
+-- data; FIN and SACK have no body.
+--
+-- tshark:
+--   tshark -X lua_script:nodes/rdma/trp.lua -d udp.port==49200,urdma_trp \
+--     -o iwarp_ddp_rdmap.reassemble_iwarp_rdma_send:FALSE \
+--     --disable-protocol rpcordma --disable-protocol smb_direct -r capture.pcap
+--   49200 stands for a QP's UDP port (the API's qpn): one -d per port, since every QP and
+--   listener has its own. Add -V for the full tree, or filter, e.g. -Y 'trp.opcode == 5' (SACKs).
+--
+-- Wireshark GUI: copy this file into the personal Lua plugins folder (Help > About Wireshark >
+-- Folders, "Personal Lua Plugins"; on Linux ~/.local/lib/wireshark/plugins/) or start
+-- `wireshark -X lua_script:trp.lua`. Then Analyze > Decode As..., field "UDP port", value the
+-- QP port, Current "URDMA_TRP". Recommended, as for tshark: Edit > Preferences > Protocols >
+-- IWARP_DDP_RDMAP, untick send reassembly (it keys on arrival order, not on MO), and in
+-- Analyze > Enabled Protocols untick RPCoRDMA and SMB_Direct (heuristics that try to parse every
+-- Send payload and call it malformed).
+--
+-- Fields: trp.psn, trp.ack, trp.opcode, trp.reserved, trp.sack (SACK range text),
+-- trp.pure_ack, trp.cm.pdlen, trp.cm.ird, trp.cm.ord, trp.cm.private_data.
+
+local trp = Proto("urdma_trp", "urdma TRP over UDP")
+
+local OP_DATA, OP_REQ, OP_ACCEPT, OP_REJECT, OP_FIN, OP_SACK = 0, 1, 2, 3, 4, 5
+local op_names = {
+    [OP_DATA] = "DATA/ACK", [OP_REQ] = "REQ", [OP_ACCEPT] = "ACCEPT",
+    [OP_REJECT] = "REJECT", [OP_FIN] = "FIN", [OP_SACK] = "SACK",
+}
+
+local f = {
+    psn = ProtoField.uint32("trp.psn", "PSN", base.DEC),
+    ack = ProtoField.uint32("trp.ack", "ACK PSN", base.DEC),
+    opcode = ProtoField.uint16("trp.opcode", "Opcode", base.DEC, op_names, 0xF000),
+    reserved = ProtoField.uint16("trp.reserved", "Reserved", base.HEX, nil, 0x0FFF),
+    sack = ProtoField.string("trp.sack", "SACK range"),
+    pure_ack = ProtoField.bool("trp.pure_ack", "Pure ACK"),
+    pdlen = ProtoField.uint16("trp.cm.pdlen", "Private data length", base.DEC),
+    ird = ProtoField.uint16("trp.cm.ird", "IRD", base.DEC),
+    ord = ProtoField.uint16("trp.cm.ord", "ORD", base.DEC),
+    private_data = ProtoField.bytes("trp.cm.private_data", "Private data"),
+}
+trp.fields = f
+
+local e = {
+    short = ProtoExpert.new("trp.short", "Shorter than its header",
+        expert.group.MALFORMED, expert.severity.ERROR),
+    cm_length = ProtoExpert.new("trp.cm.bad_length", "Datagram length is not 16 + private data length",
+        expert.group.MALFORMED, expert.severity.ERROR),
+    cm_too_long = ProtoExpert.new("trp.cm.too_long", "Private data longer than 512 bytes",
+        expert.group.PROTOCOL, expert.severity.WARN),
+    reserved = ProtoExpert.new("trp.reserved.nonzero", "Reserved opcode bits are not 0",
+        expert.group.PROTOCOL, expert.severity.WARN),
+    trailing = ProtoExpert.new("trp.trailing", "Bytes after a header that has no body",
+        expert.group.MALFORMED, expert.severity.WARN),
+    unknown = ProtoExpert.new("trp.unknown_opcode", "Unknown TRP opcode",
+        expert.group.UNDECODED, expert.severity.WARN),
+}
+trp.experts = e
+
+local ddp = Dissector.get("iwarp_ddp_rdmap")
+
+function trp.dissector(tvb, pinfo, tree)
+    local len = tvb:len()
+    pinfo.cols.protocol = "TRP"
+    local t = tree:add(trp, tvb())
+    if len < 10 then
+        pinfo.cols.info = "TRP, shorter than its header"
+        t:add_proto_expert_info(e.short)
+        return len
+    end
+    local psn, ack = tvb(0, 4):uint(), tvb(4, 4):uint()
+    -- Plain arithmetic, no bit operators: works on Lua 5.2 (Wireshark 4.0) and 5.4.
+    local op = math.floor(tvb(8, 2):uint() / 4096)
+    t:add(f.psn, tvb(0, 4))
+    t:add(f.ack, tvb(4, 4))
+    t:add(f.opcode, tvb(8, 2))
+    local r = t:add(f.reserved, tvb(8, 2))
+    if tvb(8, 2):uint() % 4096 ~= 0 then r:add_proto_expert_info(e.reserved) end
+    local name = op_names[op] or ("Unknown " .. op)
+    t:append_text(string.format(", %s, PSN %u, ACK %u", name, psn, ack))
+    pinfo.cols.info = string.format("%s PSN=%u ACK=%u", name, psn, ack)
+
+    if op == OP_DATA and len > 10 then
+        -- A DDP segment: Wireshark's iWARP dissector sets the protocol and info columns. If it
+        -- finds the segment malformed, Wireshark has marked the packet already; pcall keeps
+        -- that from also showing as a Lua error of this script.
+        t:set_len(10)
+        pcall(Dissector.call, ddp, tvb(10):tvb(), pinfo, tree)
+    elseif op == OP_DATA then
+        t:add(f.pure_ack, true):set_generated()
+        pinfo.cols.info = string.format("ACK next=%u cumulative=%u", psn, ack)
+    elseif op == OP_SACK then
+        local range = string.format("[%u, %u)", psn, ack)
+        t:add(f.sack, range):set_generated()
+        pinfo.cols.info = "SACK " .. range
+    elseif op == OP_REQ or op == OP_ACCEPT or op == OP_REJECT then
+        if len < 16 then
+            t:add_proto_expert_info(e.short)
+            return len
+        end
+        -- private-data-length(2) ird(2) ord(2), then the private data.
+        local pdlen = tvb(10, 2):uint()
+        local pl = t:add(f.pdlen, tvb(10, 2))
+        t:add(f.ird, tvb(12, 2))
+        t:add(f.ord, tvb(14, 2))
+        if len > 16 then t:add(f.private_data, tvb(16)) end
+        if len ~= 16 + pdlen then pl:add_proto_expert_info(e.cm_length) end
+        if pdlen > 512 then pl:add_proto_expert_info(e.cm_too_long) end
+        pinfo.cols.info = string.format("%s IRD=%u ORD=%u private data %u bytes", name,
+            tvb(12, 2):uint(), tvb(14, 2):uint(), pdlen)
+    elseif op_names[op] == nil then
+        t:add_proto_expert_info(e.unknown)
+    end
+    if (op == OP_FIN or op == OP_SACK) and len > 10 then t:add_proto_expert_info(e.trailing) end
+    return len
+end
+
+-- No fixed port (each QP has its own): offered to "Decode As" for UDP ports only.
+DissectorTable.get("udp.port"):add_for_decode_as(trp)
