@@ -7,15 +7,26 @@
  *   <if>-tx        hands the vector to the driver in one txBurst; what the driver refuses is
  *                  dropped with "no free tx slots"
  *
+ * A fault injector (drivers/fault.ts) can sit on an interface's rx, tx or both (`setFault`, or
+ * `InterfaceOptions.fault`). On rx it works on each burst right after the driver, before the
+ * rx capture and trace (they see what "arrived"); on tx right before the driver, after the tx
+ * capture and trace (they see what the stack sent). Held (reordered) rx packets leave through
+ * the input node on a later poll; held tx packets go to the driver with a later tx vector, or
+ * from the input node of the interface's kind when their delay runs out and nothing follows
+ * (a due source wakes the sleeping loop for that).
+ *
  * Interface index 0 is reserved (VPP's local0), so `rxIf`/`txIf` of 0 means "none".
  */
 import { Graph, type NodeRuntime, type Frame, NodeFlag, FRAME_SIZE, type BufferPool } from '../graph/index.ts';
 import type { Driver, DriverCounters } from './driver.ts';
 import { PcapWriter } from './pcap-file.ts';
+import { FaultInjector, validateFaultConfig, validateFaultDirections, type FaultConfig, type FaultCounters, type FaultDirections } from './fault.ts';
 
 export interface InterfaceOptions {
   /** Node the input node sends this interface's packets to (default "ethernet-input"). */
   next?: string;
+  /** Fault injection on receive and/or transmit from the start (see `Interfaces.setFault`). */
+  fault?: FaultDirections;
 }
 
 export interface InterfaceCounters extends DriverCounters {
@@ -36,6 +47,11 @@ export class Interface {
   /** Packet capture of what this interface receives / transmits (`pcap trace`), if on. */
   rxCapture: Capture | null = null;
   txCapture: Capture | null = null;
+  /** Fault injectors on what this interface receives / transmits, if any. */
+  rxFault: FaultInjector | null = null;
+  txFault: FaultInjector | null = null;
+  /** Name of the input node that polls this interface. */
+  inputName = '';
   /** Rx queues this thread polls. */
   readonly rxQueues: number[];
 
@@ -91,10 +107,19 @@ export interface CaptureOptions {
   max?: number;
 }
 
+/** The earlier of `due` and when `f`'s first held packet is due (-1 = never). */
+function earlier(due: number, f: FaultInjector | null): number {
+  if (f === null || f.held === 0) return due;
+  const d = f.nextDueNs();
+  return due < 0 || d < due ? d : due;
+}
+
 /** What an input node polls: one (interface, queue) pair per entry. */
 interface PollList {
   ifs: Interface[];
   queues: number[];
+  /** Interfaces of this kind with a tx fault injector (held packets to release on time). */
+  txFaulty: Interface[];
 }
 
 const TX_NO_SLOTS = 0;
@@ -104,6 +129,7 @@ export class Interfaces {
   private readonly list: (Interface | null)[] = [null];
   private readonly byName = new Map<string, Interface>();
   private readonly polls = new Map<string, PollList>();
+  private faultDueAdded = false;
 
   constructor(graph: Graph) {
     this.graph = graph;
@@ -117,11 +143,13 @@ export class Interfaces {
     const g = this.graph;
     if (this.byName.has(driver.name)) throw new Error(`interface "${driver.name}" already exists`);
     const next = opts.next ?? 'ethernet-input';
+    const fault = opts.fault === undefined ? {} : validateFaultDirections(opts.fault, `interface ${driver.name} fault`);
     driver.open(g.pool);
     const itf = new Interface(this.list.length, driver, next);
     try {
       this.createTxNodes(itf);
       const input = this.inputNode(driver.kind);
+      itf.inputName = input.name;
       itf.inputNext = g.addNext(input, next);
       const poll = this.polls.get(input.name) as PollList;
       for (const q of itf.rxQueues) {
@@ -138,6 +166,8 @@ export class Interfaces {
     }
     this.list.push(itf);
     this.byName.set(itf.name, itf);
+    if (fault.rx) this.setFaultDir(itf, 'rx', fault.rx);
+    if (fault.tx) this.setFaultDir(itf, 'tx', fault.tx);
     return itf;
   }
 
@@ -177,7 +207,69 @@ export class Interfaces {
     itf.rxCapture = itf.txCapture = null;
   }
 
-  /** Close every driver (their buffers return to the pool). */
+  /**
+   * Put a fault injector on an interface's rx, tx or both, change the one there, or remove it
+   * (`cfg` null: packets it holds go back to the pool, its counters go). A new configuration
+   * replaces the old one whole (keys left out take their defaults), keeps the counters and the
+   * packets held; the generator restarts from `cfg.seed` only when a seed is given, otherwise
+   * it goes on where it was. Throws for an unknown interface, direction or bad configuration
+   * (and then changes nothing).
+   */
+  setFault(name: string, dir: 'rx' | 'tx' | 'both', cfg: FaultConfig | null): void {
+    const itf = this.get(name);
+    if (dir !== 'rx' && dir !== 'tx' && dir !== 'both') throw new RangeError(`fault on ${name}: direction must be rx, tx or both, got ${String(dir)}`);
+    const c = cfg === null ? null : validateFaultConfig(cfg, `interface ${name} fault.${dir}`);
+    if (dir !== 'tx') this.setFaultDir(itf, 'rx', c);
+    if (dir !== 'rx') this.setFaultDir(itf, 'tx', c);
+  }
+
+  /** Counters of an interface's fault injectors (null for a direction without one). */
+  faultCounters(name: string): { rx: FaultCounters | null; tx: FaultCounters | null } {
+    const itf = this.get(name);
+    return { rx: itf.rxFault ? itf.rxFault.counters() : null, tx: itf.txFault ? itf.txFault.counters() : null };
+  }
+
+  private setFaultDir(itf: Interface, dir: 'rx' | 'tx', cfg: FaultConfig | null): void {
+    const have = dir === 'rx' ? itf.rxFault : itf.txFault;
+    const txFaulty = (this.polls.get(itf.inputName) as PollList).txFaulty;
+    if (cfg === null) {
+      if (have === null) return;
+      have.freeHeld(this.graph.pool);
+      if (dir === 'rx') itf.rxFault = null;
+      else {
+        itf.txFault = null;
+        txFaulty.splice(txFaulty.indexOf(itf), 1);
+      }
+      return;
+    }
+    if (have !== null) {
+      have.configure(cfg);
+    } else if (dir === 'rx') {
+      itf.rxFault = new FaultInjector(cfg, 0);
+    } else {
+      itf.txFault = new FaultInjector(cfg, 1);
+      txFaulty.push(itf);
+    }
+    if (!this.faultDueAdded) {
+      this.faultDueAdded = true;
+      this.graph.addDueSource(this.faultDue);
+    }
+    // A sleeping loop recomputes when to wake.
+    this.graph.wake();
+  }
+
+  /** When the first held packet of any injector is due (the loop must not sleep past it). */
+  private readonly faultDue = (): number => {
+    let due = -1;
+    for (let i = 1; i < this.list.length; i++) {
+      const itf = this.list[i] as Interface;
+      due = earlier(due, itf.rxFault);
+      due = earlier(due, itf.txFault);
+    }
+    return due;
+  };
+
+  /** Close every driver (their buffers, and those fault injectors hold, return to the pool). */
   closeAll(): void {
     for (const itf of this.all()) {
       for (const q of itf.rxQueues) {
@@ -185,6 +277,8 @@ export class Interfaces {
         if (fd >= 0) this.graph.removeWaitFd(fd);
       }
       if (itf.rxCapture || itf.txCapture) this.stopCapture(itf.name);
+      this.setFaultDir(itf, 'rx', null);
+      this.setFaultDir(itf, 'tx', null);
       itf.driver.close();
     }
   }
@@ -192,7 +286,7 @@ export class Interfaces {
   private inputNode(kind: string): NodeRuntime {
     const name = `${kind.replace(/_/g, '-')}-input`;
     if (this.graph.hasNode(name)) return this.graph.node(name);
-    const poll: PollList = { ifs: [], queues: [] };
+    const poll: PollList = { ifs: [], queues: [], txFaulty: [] };
     this.polls.set(name, poll);
     return this.graph.register({
       name,
@@ -228,20 +322,29 @@ export class Interfaces {
   }
 }
 
-/** <kind>-input: one rx burst per (interface, queue), straight into the interface's next node. */
+/**
+ * <kind>-input: one rx burst per (interface, queue), through the rx fault injector if any,
+ * straight into the interface's next node. Also sends held tx packets whose delay ran out.
+ */
 function deviceInput(rt: NodeRuntime): number {
   const poll = rt.runtimeData as PollList;
   const g = rt.graph;
   const pool = g.pool;
   const rxIf = pool.rxIf;
-  const out = rt.scratch;
   let total = 0;
+  if (poll.txFaulty.length !== 0) total += releaseHeldTx(rt, poll.txFaulty);
   for (let k = 0; k < poll.ifs.length; k++) {
     const itf = poll.ifs[k];
-    const n = itf.driver.rxBurst(poll.queues[k], out, FRAME_SIZE);
-    if (n === 0) continue;
+    let out = rt.scratch;
+    let n = itf.driver.rxBurst(poll.queues[k], out, FRAME_SIZE);
     const ix = itf.index;
     for (let i = 0; i < n; i++) rxIf[out[i]] = ix;
+    const fault = itf.rxFault;
+    if (fault !== null && (n !== 0 || fault.held !== 0)) {
+      n = fault.process(pool, out, 0, n, g.clock.nowNs());
+      out = fault.out;
+    }
+    if (n === 0) continue;
     if (itf.rxCapture !== null) itf.rxCapture.write(pool, out, 0, n);
     g.traceInput(rt, out, 0, n);
     if (rt.traceOn) {
@@ -270,7 +373,10 @@ function deviceOutput(rt: NodeRuntime, frame: Frame | null): number {
   return f.n;
 }
 
-/** <if>-tx: one txBurst for the vector; what the driver refuses is dropped and counted. */
+/**
+ * <if>-tx: one txBurst for the vector (after the tx fault injector, if any); what the driver
+ * refuses is dropped and counted.
+ */
 function deviceTx(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
   const itf = rt.runtimeData as Interface;
@@ -280,14 +386,42 @@ function deviceTx(rt: NodeRuntime, frame: Frame | null): number {
   }
   // Captured before the driver takes (and may free) the buffers.
   if (itf.txCapture !== null) itf.txCapture.write(g.pool, f.vec, 0, f.n);
-  const sent = itf.driver.txBurst(0, f.vec, 0, f.n);
-  if (sent < f.n) {
-    const err = g.pool.error, code = rt.errorIndex(TX_NO_SLOTS);
-    for (let i = sent; i < f.n; i++) err[f.vec[i]] = code;
-    itf.txNoSlots += f.n - sent;
-    g.enqueueToSingleNext(rt, 0, f.vec, sent, f.n - sent);
-  }
+  const fault = itf.txFault;
+  if (fault === null) transmit(rt, itf, f.vec, f.n);
+  else transmit(rt, itf, fault.out, fault.process(g.pool, f.vec, 0, f.n, g.clock.nowNs()));
   return f.n;
+}
+
+/**
+ * Hand `vec[0..n)` to the interface's driver in one txBurst; the refused ones go to `rt`'s
+ * next 0 (error-drop, on both the tx and the input nodes) as the tx node's "no free tx slots".
+ */
+function transmit(rt: NodeRuntime, itf: Interface, vec: Uint32Array, n: number): void {
+  if (n === 0) return;
+  const sent = itf.driver.txBurst(0, vec, 0, n);
+  if (sent < n) {
+    const g = rt.graph;
+    const err = g.pool.error, code = itf.tx.errorIndex(TX_NO_SLOTS);
+    for (let i = sent; i < n; i++) err[vec[i]] = code;
+    itf.txNoSlots += n - sent;
+    g.enqueueToSingleNext(rt, 0, vec, sent, n - sent);
+  }
+}
+
+/** From the input node: held tx packets whose delay ran out go to their drivers. */
+function releaseHeldTx(rt: NodeRuntime, list: Interface[]): number {
+  let total = 0;
+  let now = -1;
+  for (let k = 0; k < list.length; k++) {
+    const itf = list[k];
+    const fault = itf.txFault as FaultInjector;
+    if (fault.held === 0) continue;
+    if (now < 0) now = rt.graph.clock.nowNs();
+    const n = fault.release(now);
+    transmit(rt, itf, fault.out, n);
+    total += n;
+  }
+  return total;
 }
 
 /** Trace record of an output node: the length and the first bytes, as VPP's hex dumps. */
