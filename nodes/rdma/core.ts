@@ -1,0 +1,138 @@
+/**
+ * The RDMA state every RDMA node shares on one data-plane thread: the QP table (by index, and
+ * by local UDP port), the MR table (by STag), TRP settings, the queue of QPs with something to
+ * transmit, completion delivery and asynchronous events. The verbs API (rdma.ts) creates and
+ * destroys what lives here; the nodes only read and update it.
+ */
+import type { Graph, NodeRuntime } from '../../graph/index.ts';
+import type { Netstack } from '../netstack.ts';
+import type { Qp } from './qp.ts';
+import type { Completion, Cq, Mr, Pd } from './verbs.ts';
+
+export interface TrpSettings {
+  /** Data packets in flight per QP (default 256). */
+  window: number;
+  rtoMinMs: number;
+  rtoMaxMs: number;
+  /** RTO before the first RTT sample (default 3 x rtoMin, at least 10 ms... see rdma.ts). */
+  rtoInitMs: number;
+  /** Retransmissions of one packet before the QP fails with retry-exceeded (default 7). */
+  maxRetries: number;
+}
+
+export interface RdmaEvent {
+  type: 'qp-error' | 'qp-established' | 'qp-disconnected' | 'cq-error' | 'srq-limit' | 'connect-failed' | 'connect-request';
+  qpn?: number;
+  cq?: number;
+  srq?: number;
+  reason?: string;
+}
+
+export interface RdmaCounters {
+  badAck: number;
+  retryExceeded: number;
+  terminatesSent: number;
+  terminatesReceived: number;
+}
+
+/** STag = MR table index << 8 | consumer key. */
+export const STAG_KEY_BITS = 8;
+
+export class RdmaCore {
+  readonly graph: Graph;
+  readonly net: Netstack;
+  readonly qps: (Qp | null)[];
+  /** QP table index by local UDP port, -1 = none. */
+  readonly qpByPort = new Int32Array(65536).fill(-1);
+  readonly mrs: (Mr | null)[];
+  readonly window: number;
+  readonly rtoMinNs: number;
+  readonly rtoMaxNs: number;
+  readonly rtoInitNs: number;
+  readonly maxRetries: number;
+  readonly timerTickNs: number;
+  readonly counters: RdmaCounters = { badAck: 0, retryExceeded: 0, terminatesSent: 0, terminatesReceived: 0 };
+  /** QPs with something to transmit (ring of QP indices). */
+  readonly txq: Int32Array;
+  txHead = 0;
+  txCount = 0;
+  /** Nodes that own timers and the transmit input node (set when registered). */
+  trpOutput!: NodeRuntime;
+  ddpOutput!: NodeRuntime;
+  cmNode!: NodeRuntime;
+  onEvent: ((e: RdmaEvent) => void) | null = null;
+  private dirty: Cq[] = [];
+  private notifyScheduled = false;
+
+  constructor(graph: Graph, net: Netstack, maxQps: number, maxMrs: number, trp: TrpSettings) {
+    this.graph = graph;
+    this.net = net;
+    this.qps = new Array<Qp | null>(maxQps).fill(null);
+    this.mrs = new Array<Mr | null>(maxMrs + 1).fill(null); // index 0 unused: STag 0 is never valid
+    this.window = trp.window;
+    this.rtoMinNs = trp.rtoMinMs * 1e6;
+    this.rtoMaxNs = trp.rtoMaxMs * 1e6;
+    this.rtoInitNs = trp.rtoInitMs * 1e6;
+    this.maxRetries = trp.maxRetries;
+    this.timerTickNs = graph.timers.tickNs;
+    this.txq = new Int32Array(maxQps);
+  }
+
+  /** The MR an STag names if it is valid and in `pd`, else null. */
+  mrFor(stag: number, pd: Pd): Mr | null {
+    const mr = this.mrs[stag >>> STAG_KEY_BITS];
+    if (mr === undefined || mr === null || mr.stag !== stag || !mr.valid || mr.pd !== pd) return null;
+    return mr;
+  }
+
+  /** Put a QP on the transmit queue (ddp-output serves it on the next pass). */
+  schedule(qp: Qp): void {
+    if (qp.inTxQueue) return;
+    qp.inTxQueue = true;
+    this.txq[(this.txHead + this.txCount) % this.txq.length] = qp.index;
+    this.txCount++;
+    this.graph.wake();
+  }
+
+  /** Take the next QP to serve, or -1. */
+  nextTx(): number {
+    if (this.txCount === 0) return -1;
+    const ix = this.txq[this.txHead];
+    this.txHead = (this.txHead + 1) % this.txq.length;
+    this.txCount--;
+    return ix;
+  }
+
+  complete(cq: Cq, c: Completion): void {
+    if (!cq.push(c)) this.event({ type: 'cq-error', cq: cq.handle, reason: `completion queue ${cq.handle} overflowed (depth ${cq.depth})` });
+    if (cq.dirty && !cq.notifyQueued) {
+      cq.notifyQueued = true;
+      this.dirty.push(cq);
+      if (!this.notifyScheduled) {
+        this.notifyScheduled = true;
+        queueMicrotask(this.notify);
+      }
+    }
+  }
+
+  private readonly notify = (): void => {
+    this.notifyScheduled = false;
+    const list = this.dirty;
+    this.dirty = [];
+    for (const cq of list) {
+      cq.notifyQueued = false;
+      cq.dirty = false;
+      cq.onCompletion?.(cq);
+    }
+  };
+
+  event(e: RdmaEvent): void {
+    this.onEvent?.(e);
+  }
+
+  /** Arm the retransmission timer of a QP (lazy: one wheel timer per QP, re-armed on expiry). */
+  armRto(qp: Qp, nowNs: number): void {
+    if (qp.rtoDeadline === 0) qp.rtoDeadline = nowNs + qp.rtoNs;
+    if (qp.rtoTimer < 0) qp.rtoTimer = this.graph.startTimer(this.trpOutput, qp.rtoDeadline - nowNs, qp.index);
+  }
+}

@@ -1,0 +1,220 @@
+/**
+ * ddp-output: the transmit side of every QP with something to send (an input node: it runs
+ * each pass while QPs are queued on core.txq, round robin, up to one frame per pass).
+ *
+ * Per QP, in this order: retransmissions (rebuilt from the WR or response and the offset in
+ * their transmit slot), a pending Terminate, Read/Atomic responses, then the send queue: each
+ * work request segmented to the path MTU (Sends and Immediate Data on QN 0 with their MSN and
+ * MO, Writes and Read Responses tagged with the TO advancing per segment, one packet per Read
+ * or Atomic Request), as far as the TRP window and ORD allow. Then, if data arrived since the
+ * last ACK and nothing carried one, a pure ACK, and one SACK per received range above the
+ * cumulative ACK. trp-output puts the TRP header on.
+ */
+import { FRAME_SIZE, type Graph, INVALID_INDEX, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
+import type { RdmaCore } from './core.ts';
+import { type Qp, QpState, TxFlag, TxKind } from './qp.ts';
+import { RdmaOpaque } from './trp-input.ts';
+import { buildSegment, completeSq, takePsn, toError } from './transport.ts';
+import { isAtomic, WrOpcode } from './verbs.ts';
+
+export const DDP_OUTPUT = 'ddp-output';
+/** What trp-output puts in front (the INFO opaque word on transmit). */
+export const TxPacket = { DATA: 0, ACK: 1, SACK: 2 } as const;
+/** At most this many SACK packets per QP per pass. */
+const MAX_SACKS = 16;
+
+export const DdpOutputError = { NO_BUFFERS: 0, ACKS: 1, SACKS: 2 } as const;
+const ERRORS = [
+  { name: 'no_buffers', description: 'no buffers for transmit (retried next pass)', severity: 'error' },
+  { name: 'acks', description: 'pure ACKs sent', severity: 'info' },
+  { name: 'sacks', description: 'SACKs sent', severity: 'info' },
+] as const;
+
+export function registerDdpOutput(graph: Graph, core: RdmaCore): NodeRuntime {
+  return graph.register({ name: DDP_OUTPUT, type: 'input', next: ['trp-output'], errors: ERRORS, runtimeData: core, fn: ddpOutput, formatTrace: (r) => String(r) });
+}
+
+let nOut = 0;
+let out: Uint32Array;
+let starved = false;
+
+function ddpOutput(rt: NodeRuntime): number {
+  const core = rt.runtimeData as RdmaCore;
+  if (core.txCount === 0) return 0;
+  out = rt.scratch;
+  nOut = 0;
+  starved = false;
+  let rounds = core.txCount;
+  while (nOut < FRAME_SIZE && core.txCount > 0 && rounds-- > 0) {
+    const qp = core.qps[core.nextTx()];
+    if (qp === null) continue;
+    qp.inTxQueue = false;
+    if (serve(rt, core, qp)) core.schedule(qp);
+    if (starved) break;
+  }
+  if (starved) rt.countError(DdpOutputError.NO_BUFFERS);
+  const n = nOut;
+  if (n > 0) rt.graph.enqueueToSingleNext(rt, 0, out, 0, n);
+  return n;
+}
+
+function alloc(rt: NodeRuntime): number {
+  const bi = rt.graph.pool.allocOne();
+  if (bi === INVALID_INDEX) starved = true;
+  return bi;
+}
+
+function emit(rt: NodeRuntime, qp: Qp, bi: number, kind: number, psn: number, end: number): void {
+  const w = bi * OPAQUE_WORDS, op = rt.graph.pool.opaque;
+  op[w + RdmaOpaque.QP] = qp.index;
+  op[w + RdmaOpaque.PSN] = psn;
+  op[w + RdmaOpaque.INFO] = kind;
+  op[w + RdmaOpaque.AUX] = end;
+  out[nOut++] = bi;
+}
+
+/** A new data packet: PSN, slot, bytes. Returns false when no buffer was left. */
+function emitNew(rt: NodeRuntime, qp: Qp, kind: number, ref: number, off: number, len: number, flags: number): number {
+  const bi = alloc(rt);
+  if (bi === INVALID_INDEX) return -1;
+  const psn = takePsn(qp, kind, ref, off, len, flags);
+  buildSegment(qp, psn, rt.graph.pool, bi);
+  qp.txBytes += len;
+  emit(rt, qp, bi, TxPacket.DATA, psn, 0);
+  return psn;
+}
+
+/** Serve one QP; true when it still has work that fits the window (budget ran out). */
+function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
+  const pool = rt.graph.pool;
+  const first = nOut;
+  const mask = qp.wMask;
+  const inError = qp.state === QpState.ERROR;
+  // 1. Retransmissions.
+  while (qp.rtxCount > 0 && nOut < FRAME_SIZE) {
+    const psn = qp.rtx[qp.rtxHead & mask];
+    const s = psn & mask;
+    if (((psn - qp.sndUna) | 0) >= 0 && ((psn - qp.sndNxt) | 0) < 0 && qp.txKind[s] !== TxKind.FREE && !(qp.txFlags[s] & TxFlag.SACKED) && (!inError || qp.txKind[s] === TxKind.TERM)) {
+      const bi = alloc(rt);
+      if (bi === INVALID_INDEX) return true;
+      buildSegment(qp, psn, pool, bi);
+      qp.txFlags[s] |= TxFlag.RETRANSMITTED;
+      qp.retransmits++;
+      emit(rt, qp, bi, TxPacket.DATA, psn, 0);
+    }
+    qp.rtxQueued[s] = 0;
+    qp.rtxHead = (qp.rtxHead + 1) >>> 0;
+    qp.rtxCount--;
+  }
+  // 2. A Terminate (sent even when the window is full).
+  if (qp.term !== null && !qp.termSent && nOut < FRAME_SIZE) {
+    if (emitNew(rt, qp, TxKind.TERM, 0, 0, 0, TxFlag.LAST) < 0) return true;
+    qp.termSent = true;
+  }
+  const window = core.window;
+  if (!inError && qp.state !== QpState.RESET && qp.state !== QpState.INIT && qp.state !== QpState.RTR) {
+    // 3. Responses to the peer's Reads and Atomics.
+    while (qp.respNext !== qp.respTail && nOut < FRAME_SIZE && qp.inFlight < window) {
+      const ref = qp.respNext & qp.respMask;
+      const r = qp.resp[ref];
+      const len = r.atomic ? 0 : Math.min(qp.mtuTagged, r.length - r.sent);
+      const last = r.atomic || r.sent + len === r.length;
+      const psn = emitNew(rt, qp, TxKind.RESP, ref, r.sent, len, last ? TxFlag.LAST : 0);
+      if (psn < 0) return true;
+      r.sent += len;
+      if (last) {
+        r.emitted = true;
+        r.lastPsn = psn;
+        qp.respNext++;
+      }
+    }
+    // 4. The send queue.
+    const sq = qp.sq, nsq = sq.length;
+    while (qp.sqNext !== qp.sqTail && nOut < FRAME_SIZE && qp.inFlight < window) {
+      const ref = qp.sqNext % nsq;
+      const wr = sq[ref];
+      const op = wr.opcode;
+      if (!wr.started) {
+        if (qp.state !== QpState.RTS) break; // SQD: drain what started, start nothing new
+        if (wr.postError >= 0) {
+          wr.done = true;
+          wr.status = wr.postError;
+          qp.sqNext++;
+          toError(core, qp, 'local protection error in a send work request');
+          return false;
+        }
+        if (op >= WrOpcode.READ) {
+          if (qp.ordOut >= qp.ord) break;
+          wr.msn = qp.readMsn;
+          qp.readMsn = (qp.readMsn + 1) >>> 0;
+          qp.ordRing[wr.msn & qp.ordMask] = wr;
+          qp.ordOut++;
+        } else if (op !== WrOpcode.WRITE) {
+          wr.msn = qp.sendMsn;
+          qp.sendMsn = (qp.sendMsn + 1) >>> 0;
+        }
+        wr.started = true;
+      }
+      let psn: number, last: boolean;
+      if (op >= WrOpcode.READ) {
+        psn = emitNew(rt, qp, TxKind.SQ, ref, 0, 0, TxFlag.LAST);
+        last = true;
+      } else if (op === WrOpcode.WRITE_WITH_IMM && wr.sent === wr.length && wr.immSent === false && (wr.length > 0 || wr.lastPsn === -1)) {
+        psn = emitNew(rt, qp, TxKind.SQ, ref, wr.length, 0, TxFlag.LAST | TxFlag.IMM);
+        last = true;
+        if (psn >= 0) wr.immSent = true;
+      } else {
+        const seg = op === WrOpcode.WRITE || op === WrOpcode.WRITE_WITH_IMM ? qp.mtuTagged : qp.mtuUntagged;
+        const len = Math.min(seg, wr.length - wr.sent);
+        const end = wr.sent + len === wr.length;
+        const msgLast = end && op !== WrOpcode.WRITE_WITH_IMM;
+        psn = emitNew(rt, qp, TxKind.SQ, ref, wr.sent, len, end ? TxFlag.LAST : 0);
+        if (psn >= 0) {
+          wr.sent += len;
+          if (end && op === WrOpcode.WRITE_WITH_IMM) wr.lastPsn = -1; // data done: the Immediate Data follows
+        }
+        last = msgLast;
+      }
+      if (psn < 0) return true;
+      if (last) {
+        wr.emitted = true;
+        wr.lastPsn = psn;
+        qp.sqNext++;
+      }
+    }
+  }
+  // 5. ACK and SACKs.
+  if (qp.ackNeeded && nOut < FRAME_SIZE - 1) {
+    qp.ackNeeded = false;
+    if (nOut === first) {
+      const bi = alloc(rt);
+      if (bi === INVALID_INDEX) {
+        qp.ackNeeded = true;
+        return true;
+      }
+      pool.length[bi] = 0;
+      emit(rt, qp, bi, TxPacket.ACK, 0, 0);
+      rt.countError(DdpOutputError.ACKS);
+    }
+    let sacks = 0;
+    let p = qp.rcvNxt;
+    while (p !== qp.rcvHigh && sacks < MAX_SACKS && nOut < FRAME_SIZE) {
+      while (p !== qp.rcvHigh && !qp.rxGot[p & mask]) p = (p + 1) >>> 0;
+      if (p === qp.rcvHigh) break;
+      const start = p;
+      while (p !== qp.rcvHigh && qp.rxGot[p & mask]) p = (p + 1) >>> 0;
+      const bi = alloc(rt);
+      if (bi === INVALID_INDEX) break;
+      pool.length[bi] = 0;
+      emit(rt, qp, bi, TxPacket.SACK, start, p);
+      sacks++;
+    }
+    if (sacks > 0) rt.countError(DdpOutputError.SACKS, sacks);
+  }
+  completeSq(core, qp);
+  if (nOut < FRAME_SIZE) return false;
+  // Out of budget: more to do if anything is queued and the window is open.
+  return qp.rtxCount > 0 || (!inError && qp.inFlight < window && (qp.respNext !== qp.respTail || qp.sqNext !== qp.sqTail));
+}
+
+export { isAtomic };

@@ -1,0 +1,339 @@
+/**
+ * A queue pair: RC over TRP. Everything the RDMA nodes keep per connection lives here, in typed
+ * arrays and preallocated slots sized at creation (no allocation per packet):
+ *
+ * - the send queue: a ring of SendWr slots, posted at `sqTail`, segmented from `sqNext`,
+ *   completed in order from `sqHead`;
+ * - the receive queue (or the SRQ it draws from), with the MSN of each posted receive;
+ * - the transmit window: per PSN slot what the packet was (which WR or response, byte offset,
+ *   length, flags), so a retransmission is rebuilt from the WR and offset, never from a kept
+ *   packet;
+ * - the receive window: per PSN slot whether it arrived and what in-order delivery must do
+ *   when no hole precedes it (complete a receive, answer a Read or Atomic, take a Terminate);
+ * - the responder's ring of Read/Atomic responses in progress (IRD), the requester's
+ *   outstanding Reads/Atomics (ORD);
+ * - TRP sequence state, RTT estimate (RFC 6298) and retry counter.
+ */
+import { Mr, Pd, type Cq, RecvWr, SgList, type Srq, WcStatus } from './verbs.ts';
+
+export const QpState = { RESET: 0, INIT: 1, RTR: 2, RTS: 3, SQD: 4, SQE: 5, ERROR: 6 } as const;
+export const QP_STATE_NAMES = ['reset', 'init', 'rtr', 'rts', 'sqd', 'sqe', 'error'] as const;
+export type QpStateName = (typeof QP_STATE_NAMES)[number];
+
+/** Transitions ibv_modify_qp allows for RC (IB spec table, simplified to what RC uses). */
+export function transitionAllowed(from: number, to: number): boolean {
+  if (to === QpState.RESET || to === QpState.ERROR) return true;
+  switch (from) {
+    case QpState.RESET: return to === QpState.INIT;
+    case QpState.INIT: return to === QpState.INIT || to === QpState.RTR;
+    case QpState.RTR: return to === QpState.RTS;
+    case QpState.RTS: return to === QpState.RTS || to === QpState.SQD;
+    case QpState.SQD: return to === QpState.SQD || to === QpState.RTS;
+    case QpState.SQE: return to === QpState.RTS;
+    default: return false;
+  }
+}
+
+/** A posted send work request (one preallocated slot of the send queue). */
+export class SendWr {
+  wrId: unknown = null;
+  opcode = 0;
+  signaled = true;
+  solicited = false;
+  readonly sg: SgList;
+  /** Inline data lives here (copied at post time), seen through `inlineMr`. */
+  readonly inlineMr: Mr | null;
+  length = 0;
+  rstag = 0;
+  roff = 0;
+  imm = 0;
+  invStag = 0;
+  /** Atomic operands as 32-bit halves: add/swap and compare. */
+  swapHi = 0;
+  swapLo = 0;
+  cmpHi = 0;
+  cmpLo = 0;
+  /** Send MSN (sends, immediate data) or read/atomic MSN. */
+  msn = 0;
+  /** Bytes segmented so far; `immSent` for write-with-imm's trailing message. */
+  sent = 0;
+  immSent = false;
+  started = false;
+  /** PSN of the last packet of this WR (valid once `emitted`). */
+  lastPsn = 0;
+  emitted = false;
+  /** Completed (successfully or not): may leave the queue once it is the head. */
+  done = false;
+  status: number = WcStatus.SUCCESS;
+  /** Set at post when a local SGE is invalid: completes with this status when reached. */
+  postError = -1;
+
+  constructor(maxSge: number, maxInline: number, inlinePd: Pd) {
+    this.sg = new SgList(Math.max(1, maxSge));
+    this.inlineMr = maxInline > 0 ? new Mr(-1, inlinePd, 0, new Uint8Array(maxInline), 0) : null;
+  }
+
+  reset(): void {
+    this.sg.clear();
+    this.wrId = null;
+    this.sent = 0;
+    this.immSent = false;
+    this.started = false;
+    this.emitted = false;
+    this.done = false;
+    this.status = WcStatus.SUCCESS;
+    this.postError = -1;
+    this.solicited = false;
+    this.lastPsn = 0;
+  }
+}
+
+/** A Read or Atomic the responder is answering (IRD slot). */
+export class RespSlot {
+  atomic = false;
+  src: Mr | null = null;
+  srcOff = 0;
+  length = 0;
+  sinkStag = 0;
+  sinkTo = 0;
+  sent = 0;
+  emitted = false;
+  lastPsn = 0;
+  /** Atomic response: request id, QN 3 MSN and the original value. */
+  reqId = 0;
+  msn = 0;
+  origHi = 0;
+  origLo = 0;
+}
+
+/** Transmit window slot kinds and flags. */
+export const TxKind = { FREE: 0, SQ: 1, RESP: 2, TERM: 3 } as const;
+export const TxFlag = { LAST: 1, SACKED: 2, RETRANSMITTED: 4, IMM: 8 } as const;
+
+/** Receive window: what in-order delivery does with a slot. */
+export const RxEvent = {
+  NONE: 0,
+  WRITE: 1, // a tagged Write segment (its length counts for write-with-imm's byte length)
+  SEND_LAST: 2,
+  IMMEDIATE: 3,
+  READ_REQUEST: 4,
+  ATOMIC_REQUEST: 5,
+  READ_RESPONSE_LAST: 6,
+  ATOMIC_RESPONSE: 7,
+  TERMINATE: 8,
+} as const;
+/** u32 words of event parameters per receive slot. */
+export const RX_WORDS = 16;
+
+/** Largest IRD/ORD a QP can have (urdma's limit too); the rings are this size. */
+export const MAX_RD_ATOMIC = 128;
+
+export interface QpConfig {
+  maxSendWr: number;
+  maxRecvWr: number;
+  maxSge: number;
+  maxInline: number;
+  ird: number;
+  ord: number;
+  window: number;
+}
+
+function pow2(n: number): number {
+  let p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+export class Qp {
+  /** Index in the RDMA context's QP table (the opaque word the nodes carry). */
+  readonly index: number;
+  /** = the local UDP port. */
+  readonly qpn: number;
+  readonly pd: Pd;
+  readonly sendCq: Cq;
+  readonly recvCq: Cq;
+  readonly srq: Srq | null;
+  readonly cfg: QpConfig;
+  state: number = QpState.RESET;
+  /** Our address (0 until connected: the interface's) and the peer's. */
+  localAddr = 0;
+  remoteAddr = 0;
+  remotePort = 0;
+  /** DDP payload bytes per segment (from the interface MTU). */
+  mtuUntagged = 1024;
+  mtuTagged = 1024;
+  ird: number;
+  ord: number;
+  destroyed = false;
+
+  // ------------------------------------------------------------ send queue
+  readonly sq: SendWr[];
+  sqHead = 0; // oldest not yet completed
+  sqNext = 0; // next to start segmenting
+  sqAcked = 0; // next whose acknowledgement is awaited (sends and writes complete on ACK)
+  sqTail = 0; // next free slot (counters are free-running; slot = counter % maxSendWr)
+  sendMsn = 1; // next QN 0 MSN
+  readMsn = 1; // next QN 1 MSN
+  /** Outstanding Reads/Atomics by read MSN (ORD ring). */
+  readonly ordRing: (SendWr | null)[];
+  readonly ordMask: number;
+  ordOut = 0;
+
+  // ------------------------------------------------------------ receive queue
+  readonly rq: RecvWr[];
+  rqPosted = 0; // receives posted (the MSN of the latest)
+  rqDone = 0; // receives completed (MSNs 1..rqDone)
+  /** SRQ receives assigned to MSNs (rqAssigned..), by MSN. */
+  readonly srqRing: (RecvWr | null)[];
+  readonly srqMask: number;
+  srqAssigned = 0;
+  /** Bytes placed so far per receive MSN slot (for "message too long" and byte counts). */
+  lastWriteLen = 0;
+  writeAcc = 0;
+
+  // ------------------------------------------------------------ responder (IRD)
+  readonly resp: RespSlot[];
+  readonly respMask: number;
+  respHead = 0; // oldest response not yet acknowledged
+  respNext = 0; // next response to segment
+  respTail = 0;
+  readExpect = 1; // next QN 1 MSN we expect
+  atomicRespMsn = 1; // next QN 3 MSN we send
+  termMsn = 1;
+  /** A Terminate to send (its bytes: control, hdrct, segment length, offending headers). */
+  term: Uint8Array | null = null;
+  termLen = 0;
+  termSent = false;
+
+  // ------------------------------------------------------------ TRP send side
+  readonly W: number;
+  readonly wMask: number;
+  sndUna = 0;
+  sndNxt = 0;
+  readonly txKind: Uint8Array;
+  readonly txFlags: Uint8Array;
+  readonly txRef: Uint32Array;
+  readonly txOff: Uint32Array;
+  readonly txLen: Uint32Array;
+  readonly txSeq: Float64Array;
+  readonly txTime: Float64Array;
+  txCounter = 0;
+  /** PSNs to retransmit at the next opportunity (a small ring). */
+  readonly rtx: Uint32Array;
+  rtxHead = 0;
+  rtxCount = 0;
+  readonly rtxQueued: Uint8Array;
+  srttNs = 0;
+  rttvarNs = 0;
+  rtoNs: number;
+  /** Absolute deadline of the retransmission timer (0 = not armed) and its wheel handle. */
+  rtoDeadline = 0;
+  rtoTimer = -1;
+  retries = 0;
+
+  // ------------------------------------------------------------ TRP receive side
+  rcvNxt = 0; // cumulative: every PSN below arrived
+  deliverNext = 0; // every PSN below was delivered in order
+  rcvHigh = 0; // one past the highest PSN received
+  readonly rxGot: Uint8Array;
+  readonly rxEv: Uint8Array;
+  readonly rxW: Uint32Array;
+  /** Terminates received, by PSN slot (rare; kept as bytes). */
+  readonly rxTerm: (Uint8Array | null)[];
+  ackNeeded = false;
+
+  // ------------------------------------------------------------ scheduling, FIN, CM
+  inTxQueue = false;
+  dispatchMark = 0;
+  finSent = false;
+  /** Connection manager state (cm.ts). */
+  cmPending = false;
+  cmRole: 'none' | 'active' | 'passive' = 'none';
+  privateData: Uint8Array = new Uint8Array(0);
+
+  // ------------------------------------------------------------ counters
+  txPackets = 0;
+  rxPackets = 0;
+  retransmits = 0;
+  fastRetransmits = 0;
+  timeouts = 0;
+  duplicates = 0;
+  txBytes = 0;
+  rxBytes = 0;
+
+  constructor(index: number, qpn: number, pd: Pd, sendCq: Cq, recvCq: Cq, srq: Srq | null, cfg: QpConfig, rtoInitNs: number) {
+    this.index = index;
+    this.qpn = qpn;
+    this.pd = pd;
+    this.sendCq = sendCq;
+    this.recvCq = recvCq;
+    this.srq = srq;
+    this.cfg = cfg;
+    this.ird = cfg.ird;
+    this.ord = cfg.ord;
+    const inlinePd = new Pd(-1);
+    this.sq = Array.from({ length: cfg.maxSendWr }, () => new SendWr(cfg.maxSge, cfg.maxInline, inlinePd));
+    this.rq = srq ? [] : Array.from({ length: cfg.maxRecvWr }, () => new RecvWr(cfg.maxSge));
+    this.ordMask = MAX_RD_ATOMIC - 1;
+    this.ordRing = new Array<SendWr | null>(this.ordMask + 1).fill(null);
+    const W = pow2(cfg.window);
+    this.W = W;
+    this.wMask = W - 1;
+    this.srqMask = srq ? W - 1 : 0;
+    this.srqRing = srq ? new Array<RecvWr | null>(W).fill(null) : [];
+    const nResp = MAX_RD_ATOMIC;
+    this.respMask = nResp - 1;
+    this.resp = Array.from({ length: nResp }, () => new RespSlot());
+    this.txKind = new Uint8Array(W);
+    this.txFlags = new Uint8Array(W);
+    this.txRef = new Uint32Array(W);
+    this.txOff = new Uint32Array(W);
+    this.txLen = new Uint32Array(W);
+    this.txSeq = new Float64Array(W);
+    this.txTime = new Float64Array(W);
+    this.rtx = new Uint32Array(W);
+    this.rtxQueued = new Uint8Array(W);
+    this.rxGot = new Uint8Array(W);
+    this.rxEv = new Uint8Array(W);
+    this.rxW = new Uint32Array(W * RX_WORDS);
+    this.rxTerm = new Array<Uint8Array | null>(W).fill(null);
+    this.rtoNs = rtoInitNs;
+  }
+
+  get stateName(): QpStateName {
+    return QP_STATE_NAMES[this.state];
+  }
+
+  /** Send WRs posted and not yet completed. */
+  get sqDepth(): number {
+    return this.sqTail - this.sqHead;
+  }
+
+  /** Receives posted and not yet completed (own RQ). */
+  get rqDepth(): number {
+    return this.rqPosted - this.rqDone;
+  }
+
+  /** Data packets in flight (sent, not cumulatively acknowledged). */
+  get inFlight(): number {
+    return (this.sndNxt - this.sndUna) | 0;
+  }
+
+  /** The receive WR that a Send with `msn` lands in, or null (no buffer). */
+  recvFor(msn: number): RecvWr | null {
+    if (((msn - this.rqDone) | 0) <= 0) return null;
+    if (this.srq === null) {
+      if (((msn - this.rqPosted) | 0) > 0) return null;
+      return this.rq[(msn - 1) % this.rq.length];
+    }
+    // SRQ: receives are bound to MSNs in MSN order as Sends arrive.
+    if (((msn - this.rqDone) | 0) > this.W) return null;
+    while (((this.srqAssigned - msn) | 0) < 0) {
+      const wr = this.srq.take();
+      if (wr === null) return null;
+      this.srqAssigned++;
+      this.srqRing[this.srqAssigned & this.srqMask] = wr;
+    }
+    return this.srqRing[msn & this.srqMask];
+  }
+}

@@ -1,0 +1,662 @@
+/**
+ * The RDMA layer on one data-plane thread: registers the RDMA nodes on a graph that already has
+ * the L2–L4 nodes, and is the verbs API the Dataplane facade drives (rdma-core's names in
+ * brackets): PDs [ibv_alloc_pd], MRs [ibv_reg_mr], CQs [ibv_create_cq, ibv_poll_cq], SRQs
+ * [ibv_create_srq, ibv_post_srq_recv], QPs [ibv_create_qp, ibv_modify_qp, ibv_destroy_qp],
+ * work requests [ibv_post_send, ibv_post_recv], and connections [rdma_connect, rdma_listen].
+ *
+ *   udp4-input -> trp-input -> ddp-input -> rdmap-input -> qp-dispatch
+ *                           -> cm-input (REQ/ACCEPT/REJECT)
+ *   ddp-output (input node) -> trp-output -> udp4-encap -> ip4-rewrite -> <if>-output
+ *
+ * A QP's number is its local UDP port, allocated from `portRange`. Errors a caller can cause
+ * throw a VerbsError whose kind says which (invalid, not-found, state, busy, too-large,
+ * resource); nothing a caller passes can break the data path.
+ */
+import type { Graph } from '../../graph/index.ts';
+import type { Netstack } from '../netstack.ts';
+import { formatIp4, parseIp4 } from '../ip4/ip4.ts';
+import { type AcceptDecision, type ConnectRequest, ConnectionManager, type Listener, registerCmInput } from './cm.ts';
+import { type RdmaEvent, RdmaCore, STAG_KEY_BITS, type TrpSettings } from './core.ts';
+import { registerDdpInput } from './ddp-input.ts';
+import { registerDdpOutput } from './ddp-output.ts';
+import { registerQpDispatch } from './qp-dispatch.ts';
+import { MAX_RD_ATOMIC, Qp, QP_STATE_NAMES, type QpStateName, QpState, transitionAllowed } from './qp.ts';
+import { registerRdmapInput } from './rdmap-input.ts';
+import { completeRecv, completeSq, toError } from './transport.ts';
+import { registerTrpInput } from './trp-input.ts';
+import { registerTrpOutput } from './trp-output.ts';
+import {
+  Access, accessFromNames, Cq, Mr, Pd, type SgList, Srq, VerbsError, WcStatus, WR_OPCODE_NAMES, WrOpcode, type WrOpcodeName,
+} from './verbs.ts';
+import { DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, segmentPayload, TRP_HEADER_BYTES, TrpOp } from './wire.ts';
+
+export interface RdmaOptions {
+  /** UDP ports QPs get (their QPNs), inclusive; default [20000, 29999]. */
+  portRange?: [number, number];
+  maxQps?: number;
+  maxMrs?: number;
+  trp?: Partial<TrpSettings>;
+  /** Connection manager: REQ resend interval and connect timeout (ms). */
+  cmRetryMs?: number;
+  cmTimeoutMs?: number;
+  /** Largest message a work request may carry (bytes, default 2^31). */
+  maxMessage?: number;
+}
+
+export interface Sge {
+  mr: Mr;
+  offset: number;
+  length: number;
+}
+
+export interface SendRequest {
+  wrId: unknown;
+  opcode: WrOpcodeName;
+  sg?: Sge[];
+  /** Copy the data at post time (its MRs may be reused at once); up to the QP's maxInline. */
+  inline?: boolean;
+  signaled?: boolean;
+  solicited?: boolean;
+  /** Write / read / atomic target: the peer's STag and byte offset in its MR. */
+  remote?: { stag: number; offset: number };
+  imm?: number;
+  invalidateStag?: number;
+  /** fetch-add: {add}; swap: {swap}; cmp-swap: {compare, swap}; 64-bit. */
+  atomic?: { add?: bigint; swap?: bigint; compare?: bigint };
+}
+
+export interface RecvRequest {
+  wrId: unknown;
+  sg?: Sge[];
+}
+
+export interface QpInit {
+  pd: Pd;
+  sendCq: Cq;
+  recvCq: Cq;
+  srq?: Srq | null;
+  maxSendWr: number;
+  maxRecvWr: number;
+  maxSge?: number;
+  maxInline?: number;
+  ird?: number;
+  ord?: number;
+  /** A specific local port (QPN); default the next free one in the range. */
+  port?: number;
+  /** Our address for this QP (default: any of ours; the route picks the source). */
+  address?: string;
+}
+
+export interface QpModify {
+  state: QpStateName;
+  /** RTR: the peer QP's address and port (manual connect). */
+  remote?: { address: string; port: number };
+  ird?: number;
+  ord?: number;
+}
+
+export interface QpInfo {
+  qpn: number;
+  state: QpStateName;
+  local: { address: string; port: number };
+  remote: { address: string; port: number } | null;
+  ird: number;
+  ord: number;
+  maxSendWr: number;
+  maxRecvWr: number;
+  maxSge: number;
+  maxInline: number;
+  mtu: number;
+  sqOutstanding: number;
+  rqPosted: number;
+  srq: number | null;
+  counters: { txPackets: number; rxPackets: number; txBytes: number; rxBytes: number; retransmits: number; fastRetransmits: number; timeouts: number; duplicates: number };
+  rtt: { srttUs: number; rttvarUs: number; rtoUs: number };
+}
+
+const LIMIT_WR = 16384;
+const LIMIT_SGE = 32;
+const LIMIT_INLINE = 4096;
+
+function int(v: unknown, lo: number, hi: number, what: string): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < lo || v > hi) throw new VerbsError('invalid', `${what} must be an integer in ${lo}..${hi}, got ${String(v)}`);
+  return v;
+}
+
+export class Rdma {
+  readonly graph: Graph;
+  readonly net: Netstack;
+  readonly core: RdmaCore;
+  readonly cm: ConnectionManager;
+  private readonly portLo: number;
+  private readonly portHi: number;
+  private portCursor: number;
+  private readonly maxMessage: number;
+  private handles = 0;
+  readonly pds = new Map<number, Pd>();
+  readonly mrsByHandle = new Map<number, Mr>();
+  readonly cqs = new Map<number, Cq>();
+  readonly srqs = new Map<number, Srq>();
+  readonly qpsByQpn = new Map<number, Qp>();
+  private readonly mrKeys: Uint8Array;
+  private mrCursor = 1;
+  private readonly cmRetryNs: number;
+  private readonly cmTimeoutNs: number;
+
+  constructor(graph: Graph, net: Netstack, opts: RdmaOptions = {}) {
+    this.graph = graph;
+    this.net = net;
+    const [lo, hi] = opts.portRange ?? [20000, 29999];
+    if (!(Number.isInteger(lo) && Number.isInteger(hi) && lo >= 1 && hi <= 65535 && lo <= hi)) throw new RangeError(`rdma port-range must be two ports lo <= hi in 1..65535, got [${lo}, ${hi}]`);
+    this.portLo = lo;
+    this.portHi = hi;
+    this.portCursor = lo;
+    const maxQps = opts.maxQps ?? 1024;
+    const maxMrs = opts.maxMrs ?? 4096;
+    if (!(Number.isInteger(maxMrs) && maxMrs >= 1 && maxMrs < 1 << 24)) throw new RangeError(`rdma max-mrs must be 1..${(1 << 24) - 1}, got ${maxMrs}`);
+    const t = opts.trp ?? {};
+    const rtoMinMs = t.rtoMinMs ?? 1;
+    const trp: TrpSettings = {
+      window: t.window ?? 256,
+      rtoMinMs,
+      rtoMaxMs: t.rtoMaxMs ?? 200,
+      rtoInitMs: t.rtoInitMs ?? Math.max(rtoMinMs, 10),
+      maxRetries: t.maxRetries ?? 7,
+    };
+    if (!(Number.isInteger(trp.window) && trp.window >= 1 && trp.window <= 32768)) throw new RangeError(`rdma trp window must be 1..32768, got ${trp.window}`);
+    if (!(trp.rtoMinMs > 0 && trp.rtoMaxMs >= trp.rtoMinMs)) throw new RangeError(`rdma trp: need 0 < rto-min-ms <= rto-max-ms, got ${trp.rtoMinMs} and ${trp.rtoMaxMs}`);
+    if (!(Number.isInteger(trp.maxRetries) && trp.maxRetries >= 0)) throw new RangeError(`rdma trp max-retries must be an integer >= 0, got ${trp.maxRetries}`);
+    this.core = new RdmaCore(graph, net, maxQps, maxMrs, trp);
+    this.mrKeys = new Uint8Array(maxMrs + 1);
+    this.maxMessage = opts.maxMessage ?? 2 ** 31;
+    this.cmRetryNs = (opts.cmRetryMs ?? 100) * 1e6;
+    this.cmTimeoutNs = (opts.cmTimeoutMs ?? 5000) * 1e6;
+    this.cm = new ConnectionManager(this.core);
+    this.cm.hooks = {
+      established: (qp, addr, port, ird, ord) => this.established(qp, addr, port, ird, ord),
+      failed: (qp, reason) => {
+        if (qp.state !== QpState.ERROR) toError(this.core, qp, reason);
+        this.core.event({ type: 'connect-failed', qpn: qp.qpn, reason });
+      },
+    };
+    // Registered after their next nodes (udp4-encap exists already).
+    registerQpDispatch(graph, this.core);
+    registerRdmapInput(graph, this.core);
+    registerDdpInput(graph, this.core);
+    registerCmInput(graph, this.cm);
+    registerTrpInput(graph, this.core);
+    registerTrpOutput(graph, this.core);
+    this.core.ddpOutput = registerDdpOutput(graph, this.core);
+  }
+
+  set onEvent(fn: ((e: RdmaEvent) => void) | null) {
+    this.core.onEvent = fn;
+  }
+
+  private handle(): number {
+    return ++this.handles;
+  }
+
+  // ------------------------------------------------------------------ PD
+
+  createPd(): Pd {
+    const pd = new Pd(this.handle());
+    this.pds.set(pd.handle, pd);
+    return pd;
+  }
+
+  destroyPd(pd: Pd): void {
+    if (pd.destroyed) throw new VerbsError('not-found', `pd ${pd.handle} is already destroyed`);
+    if (pd.users > 0) throw new VerbsError('busy', `pd ${pd.handle} is in use by ${pd.users} MR/QP/SRQ`);
+    pd.destroyed = true;
+    this.pds.delete(pd.handle);
+  }
+
+  // ------------------------------------------------------------------ MR
+
+  /** Register memory (a length: the data plane allocates it; or the application's bytes). */
+  regMr(pd: Pd, memory: number | Uint8Array, access: number | readonly string[]): Mr {
+    if (pd.destroyed) throw new VerbsError('not-found', `pd ${pd.handle} is destroyed`);
+    const acc = typeof access === 'number' ? access : accessFromNames(access);
+    if (typeof memory === 'number') {
+      if (!Number.isInteger(memory) || memory < 0 || memory > 2 ** 31) throw new VerbsError(memory > 2 ** 31 ? 'too-large' : 'invalid', `mr length must be an integer in 0..2^31, got ${memory}`);
+    } else if (memory.byteLength > 2 ** 32 - 1) throw new VerbsError('too-large', 'mr larger than 4 GiB');
+    // A free table slot; its key byte advances on every registration so an old STag never matches.
+    const mrs = this.core.mrs;
+    let ix = -1;
+    for (let k = 0; k < mrs.length - 1; k++) {
+      const c = ((this.mrCursor + k - 1) % (mrs.length - 1)) + 1;
+      if (mrs[c] === null) {
+        ix = c;
+        break;
+      }
+    }
+    if (ix < 0) throw new VerbsError('resource', `no free memory region slot (max-mrs ${mrs.length - 1})`);
+    this.mrCursor = ix + 1;
+    const key = (this.mrKeys[ix] = (this.mrKeys[ix] + 1) & 0xff);
+    const bytes = typeof memory === 'number' ? new Uint8Array(new SharedArrayBuffer(memory)) : memory;
+    const mr = new Mr(this.handle(), pd, ((ix << STAG_KEY_BITS) | key) >>> 0, bytes, acc);
+    mrs[ix] = mr;
+    this.mrsByHandle.set(mr.handle, mr);
+    pd.users++;
+    return mr;
+  }
+
+  deregMr(mr: Mr): void {
+    if (!this.mrsByHandle.has(mr.handle)) throw new VerbsError('not-found', `mr ${mr.handle} is not registered`);
+    mr.valid = false;
+    this.core.mrs[mr.stag >>> STAG_KEY_BITS] = null;
+    this.mrsByHandle.delete(mr.handle);
+    mr.pd.users--;
+  }
+
+  // ------------------------------------------------------------------ CQ
+
+  createCq(depth: number): Cq {
+    int(depth, 1, 1 << 20, 'cq depth');
+    const cq = new Cq(this.handle(), depth);
+    this.cqs.set(cq.handle, cq);
+    return cq;
+  }
+
+  destroyCq(cq: Cq): void {
+    if (cq.destroyed) throw new VerbsError('not-found', `cq ${cq.handle} is already destroyed`);
+    if (cq.users > 0) throw new VerbsError('busy', `cq ${cq.handle} is in use by ${cq.users} QP(s)`);
+    cq.destroyed = true;
+    this.cqs.delete(cq.handle);
+  }
+
+  // ------------------------------------------------------------------ SRQ
+
+  createSrq(pd: Pd, maxWr: number, maxSge = 4): Srq {
+    if (pd.destroyed) throw new VerbsError('not-found', `pd ${pd.handle} is destroyed`);
+    int(maxWr, 1, LIMIT_WR, 'srq maxWr');
+    int(maxSge, 1, LIMIT_SGE, 'srq maxSge');
+    const srq = new Srq(this.handle(), pd, maxWr, maxSge);
+    srq.onLimit = (s) => this.core.event({ type: 'srq-limit', srq: s.handle, reason: `fewer than the limit of receives left (${s.length})` });
+    this.srqs.set(srq.handle, srq);
+    pd.users++;
+    return srq;
+  }
+
+  /** Arm the SRQ limit event: it fires once when fewer than `limit` receives remain. */
+  modifySrq(srq: Srq, limit: number): void {
+    int(limit, 0, srq.maxWr, 'srq limit');
+    srq.limit = limit;
+  }
+
+  postSrqRecv(srq: Srq, req: RecvRequest): void {
+    if (srq.destroyed) throw new VerbsError('not-found', `srq ${srq.handle} is destroyed`);
+    const wr = srq.slot();
+    if (wr === null) throw new VerbsError('resource', `srq ${srq.handle} is full (maxWr ${srq.maxWr})`);
+    try {
+      this.fillSg(wr.sg, req.sg ?? [], srq.pd, srq.maxSge, true, 'srq recv');
+    } catch (e) {
+      srq.release(wr);
+      throw e;
+    }
+    wr.wrId = req.wrId;
+    srq.push(wr);
+  }
+
+  destroySrq(srq: Srq): void {
+    if (srq.destroyed) throw new VerbsError('not-found', `srq ${srq.handle} is already destroyed`);
+    if (srq.users > 0) throw new VerbsError('busy', `srq ${srq.handle} is in use by ${srq.users} QP(s)`);
+    srq.destroyed = true;
+    for (const wr of srq.drain()) srq.release(wr);
+    this.srqs.delete(srq.handle);
+    srq.pd.users--;
+  }
+
+  // ------------------------------------------------------------------ QP
+
+  createQp(init: QpInit): Qp {
+    const { pd, sendCq, recvCq } = init;
+    const srq = init.srq ?? null;
+    if (pd.destroyed) throw new VerbsError('not-found', `pd ${pd.handle} is destroyed`);
+    if (sendCq.destroyed || recvCq.destroyed) throw new VerbsError('not-found', 'completion queue is destroyed');
+    if (srq !== null && (srq.destroyed || srq.pd !== pd)) throw new VerbsError('invalid', `srq ${srq.handle} is destroyed or in another PD`);
+    const cfg = {
+      maxSendWr: int(init.maxSendWr, 1, LIMIT_WR, 'maxSendWr'),
+      maxRecvWr: srq ? 0 : int(init.maxRecvWr, 1, LIMIT_WR, 'maxRecvWr'),
+      maxSge: int(init.maxSge ?? 4, 1, LIMIT_SGE, 'maxSge'),
+      maxInline: int(init.maxInline ?? 64, 0, LIMIT_INLINE, 'maxInline'),
+      ird: int(init.ird ?? 16, 1, MAX_RD_ATOMIC, 'ird'),
+      ord: int(init.ord ?? 16, 1, MAX_RD_ATOMIC, 'ord'),
+      window: this.core.window + 1,
+    };
+    const index = this.core.qps.indexOf(null);
+    if (index < 0) throw new VerbsError('resource', `no free QP (max-qps ${this.core.qps.length})`);
+    const port = init.port === undefined ? this.freePort() : int(init.port, this.portLo, this.portHi, `qp port (port-range ${this.portLo}..${this.portHi})`);
+    if (this.core.qpByPort[port] >= 0) throw new VerbsError('busy', `port ${port} already has a QP`);
+    const local = init.address === undefined ? 0 : this.parseAddr(init.address, 'qp address');
+    try {
+      this.net.udp.bind(port, 'trp-input', init.address);
+    } catch (e) {
+      throw new VerbsError('busy', (e as Error).message);
+    }
+    const qp = new Qp(index, port, pd, sendCq, recvCq, srq, cfg, this.core.rtoInitNs);
+    qp.localAddr = local;
+    this.core.qps[index] = qp;
+    this.core.qpByPort[port] = index;
+    this.qpsByQpn.set(port, qp);
+    pd.users++;
+    sendCq.users++;
+    recvCq.users++;
+    if (srq) srq.users++;
+    return qp;
+  }
+
+  private parseAddr(s: string, where: string): number {
+    try {
+      return parseIp4(s, where);
+    } catch (e) {
+      throw new VerbsError('invalid', (e as Error).message);
+    }
+  }
+
+  private freePort(): number {
+    const span = this.portHi - this.portLo + 1;
+    for (let k = 0; k < span; k++) {
+      const p = this.portLo + ((this.portCursor - this.portLo + k) % span);
+      if (this.core.qpByPort[p] < 0 && this.net.udp.lookup(0, p) < 0) {
+        this.portCursor = p + 1 > this.portHi ? this.portLo : p + 1;
+        return p;
+      }
+    }
+    throw new VerbsError('resource', `no free port in the QP port range ${this.portLo}..${this.portHi}`);
+  }
+
+  qp(qpn: number): Qp {
+    const qp = this.qpsByQpn.get(qpn);
+    if (!qp) throw new VerbsError('not-found', `no QP ${qpn}`);
+    return qp;
+  }
+
+  modifyQp(qp: Qp, m: QpModify): void {
+    if (qp.destroyed) throw new VerbsError('not-found', `qp ${qp.qpn} is destroyed`);
+    const to = (QP_STATE_NAMES as readonly string[]).indexOf(m.state);
+    if (to < 0) throw new VerbsError('invalid', `qp state must be one of ${QP_STATE_NAMES.join(', ')}, got "${m.state}"`);
+    if (!transitionAllowed(qp.state, to)) throw new VerbsError('state', `qp ${qp.qpn}: cannot go from ${qp.stateName} to ${m.state}`);
+    if (m.ird !== undefined) qp.ird = int(m.ird, 1, qp.cfg.ird, 'ird');
+    if (m.ord !== undefined) qp.ord = int(m.ord, 1, qp.cfg.ord, 'ord');
+    if (to === QpState.RTR) {
+      if (!m.remote) throw new VerbsError('invalid', `qp ${qp.qpn}: RTR needs remote {address, port}`);
+      const addr = this.parseAddr(m.remote.address, 'remote address');
+      const port = int(m.remote.port, 1, 65535, 'remote port');
+      this.setPeer(qp, addr, port);
+    }
+    if (to === QpState.ERROR) {
+      this.cm.cancel(qp, `qp ${qp.qpn} moved to ERROR`);
+      toError(this.core, qp, 'modified to ERROR');
+      return;
+    }
+    if (to === QpState.RESET) {
+      this.cm.cancel(qp, `qp ${qp.qpn} reset`);
+      if (qp.state !== QpState.ERROR && qp.state !== QpState.RESET) toError(this.core, qp, 'reset');
+      this.resetQp(qp);
+      return;
+    }
+    qp.state = to;
+    if (to === QpState.RTS) this.core.schedule(qp);
+  }
+
+  private setPeer(qp: Qp, addr: number, port: number): void {
+    const ifs = this.net.interfaces;
+    const ix = ifs.route(addr);
+    if (ix === 0) throw new VerbsError('invalid', `qp ${qp.qpn}: no route to ${formatIp4(addr)}`);
+    const mtu = ifs.mtu[ix];
+    const room = this.graph.pool.dataSize;
+    qp.mtuUntagged = Math.max(1, Math.min(segmentPayload(mtu, false), room - DDP_UNTAGGED_BYTES));
+    qp.mtuTagged = Math.max(1, Math.min(segmentPayload(mtu, true), room - DDP_TAGGED_BYTES));
+    qp.remoteAddr = addr;
+    qp.remotePort = port;
+  }
+
+  private resetQp(qp: Qp): void {
+    if (qp.rtoTimer >= 0) this.graph.stopTimer(qp.rtoTimer);
+    const fresh = new Qp(qp.index, qp.qpn, qp.pd, qp.sendCq, qp.recvCq, qp.srq, qp.cfg, this.core.rtoInitNs);
+    fresh.localAddr = qp.localAddr;
+    // Keep the object identity for callers: copy the fresh state over.
+    Object.assign(qp, fresh);
+  }
+
+  private established(qp: Qp, addr: number, port: number, ird: number, ord: number): void {
+    this.setPeer(qp, addr, port);
+    qp.ird = Math.min(ird, MAX_RD_ATOMIC);
+    qp.ord = Math.min(ord, MAX_RD_ATOMIC);
+    qp.state = QpState.RTS;
+    this.core.schedule(qp);
+    this.core.event({ type: 'qp-established', qpn: qp.qpn });
+  }
+
+  /** Active connect through the peer's listener (rdma_connect): resolves in RTS. */
+  connect(qp: Qp, address: string, port: number, opts: { privateData?: Uint8Array; timeoutMs?: number; retryMs?: number } = {}): Promise<{ privateData: Uint8Array }> {
+    if (qp.destroyed) throw new VerbsError('not-found', `qp ${qp.qpn} is destroyed`);
+    if (qp.state === QpState.RESET) qp.state = QpState.INIT;
+    if (qp.state !== QpState.INIT) throw new VerbsError('state', `qp ${qp.qpn}: connect needs a QP in INIT, it is ${qp.stateName}`);
+    if (this.cm.pending.has(qp.index)) throw new VerbsError('state', `qp ${qp.qpn} is already connecting`);
+    const pd = opts.privateData ?? new Uint8Array(0);
+    if (pd.length > 512) throw new VerbsError('too-large', `private data is at most 512 bytes, got ${pd.length}`);
+    const addr = this.parseAddr(address, 'connect address');
+    int(port, 1, 65535, 'connect port');
+    this.setPeer(qp, addr, port);
+    qp.cmRole = 'active';
+    const now = this.graph.clock.nowNs();
+    return new Promise((resolve, reject) => {
+      this.cm.connect({
+        qp, startNs: now, timeoutNs: opts.timeoutMs !== undefined ? opts.timeoutMs * 1e6 : this.cmTimeoutNs, retryNs: opts.retryMs !== undefined ? opts.retryMs * 1e6 : this.cmRetryNs,
+        req: ConnectionManager.message(TrpOp.REQ, qp.ird, qp.ord, pd), resolve, reject,
+      }, addr, port);
+    });
+  }
+
+  /** Listen for connection requests on `port` (rdma_listen); `accept` decides per request. */
+  listen(port: number, accept: (req: ConnectRequest) => AcceptDecision): void {
+    int(port, 1, 65535, 'listen port');
+    if (this.cm.listeners.has(port)) throw new VerbsError('busy', `already listening on port ${port}`);
+    if (this.core.qpByPort[port] >= 0) throw new VerbsError('busy', `port ${port} has a QP`);
+    try {
+      this.net.udp.bind(port, 'cm-input');
+    } catch (e) {
+      throw new VerbsError('busy', (e as Error).message);
+    }
+    const l: Listener = { port, accept, conns: new Map() };
+    this.cm.listeners.set(port, l);
+  }
+
+  unlisten(port: number): void {
+    if (!this.cm.listeners.delete(port)) throw new VerbsError('not-found', `not listening on port ${port}`);
+    this.net.udp.unbind(port);
+  }
+
+  /** Send FIN and move to ERROR (rdma_disconnect); completions are flushed. */
+  disconnect(qp: Qp): void {
+    if (qp.destroyed) throw new VerbsError('not-found', `qp ${qp.qpn} is destroyed`);
+    this.sendFin(qp);
+    this.cm.cancel(qp, `qp ${qp.qpn} disconnected`);
+    if (qp.state !== QpState.ERROR) toError(this.core, qp, 'disconnected');
+  }
+
+  private sendFin(qp: Qp): void {
+    if (qp.remotePort === 0 || qp.state === QpState.RESET || qp.state === QpState.INIT) return;
+    if (qp.state === QpState.ERROR && qp.cmRole === 'none' && qp.finSent) return;
+    if (qp.finSent) return;
+    qp.finSent = true;
+    const m = new Uint8Array(TRP_HEADER_BYTES);
+    const v = new DataView(m.buffer);
+    v.setUint32(0, qp.sndNxt);
+    v.setUint32(4, qp.rcvNxt);
+    v.setUint16(8, TrpOp.FIN << 12);
+    this.net.udp.sendTo(m, qp.remoteAddr, qp.remotePort, qp.qpn, qp.localAddr);
+  }
+
+  destroyQp(qp: Qp): void {
+    if (qp.destroyed) throw new VerbsError('not-found', `qp ${qp.qpn} is already destroyed`);
+    this.sendFin(qp);
+    this.cm.cancel(qp, `qp ${qp.qpn} destroyed`);
+    qp.term = null;
+    if (qp.state !== QpState.ERROR) toError(this.core, qp, 'destroyed');
+    if (qp.rtoTimer >= 0) this.graph.stopTimer(qp.rtoTimer);
+    qp.rtoTimer = -1;
+    qp.destroyed = true;
+    this.net.udp.unbind(qp.qpn, qp.localAddr === 0 ? undefined : formatIp4(qp.localAddr));
+    this.core.qps[qp.index] = null;
+    this.core.qpByPort[qp.qpn] = -1;
+    this.qpsByQpn.delete(qp.qpn);
+    for (const l of this.cm.listeners.values()) for (const [k, q] of l.conns) if (q === qp) l.conns.delete(k);
+    qp.pd.users--;
+    qp.sendCq.users--;
+    qp.recvCq.users--;
+    if (qp.srq) qp.srq.users--;
+  }
+
+  queryQp(qp: Qp): QpInfo {
+    return {
+      qpn: qp.qpn,
+      state: qp.stateName,
+      local: { address: qp.localAddr ? formatIp4(qp.localAddr) : '0.0.0.0', port: qp.qpn },
+      remote: qp.remotePort ? { address: formatIp4(qp.remoteAddr), port: qp.remotePort } : null,
+      ird: qp.ird,
+      ord: qp.ord,
+      maxSendWr: qp.cfg.maxSendWr,
+      maxRecvWr: qp.cfg.maxRecvWr,
+      maxSge: qp.cfg.maxSge,
+      maxInline: qp.cfg.maxInline,
+      mtu: qp.mtuUntagged,
+      sqOutstanding: qp.sqDepth,
+      rqPosted: qp.srq ? 0 : qp.rqDepth,
+      srq: qp.srq ? qp.srq.handle : null,
+      counters: {
+        txPackets: qp.txPackets, rxPackets: qp.rxPackets, txBytes: qp.txBytes, rxBytes: qp.rxBytes,
+        retransmits: qp.retransmits, fastRetransmits: qp.fastRetransmits, timeouts: qp.timeouts, duplicates: qp.duplicates,
+      },
+      rtt: { srttUs: qp.srttNs / 1e3, rttvarUs: qp.rttvarNs / 1e3, rtoUs: qp.rtoNs / 1e3 },
+    };
+  }
+
+  // ------------------------------------------------------------------ work requests
+
+  /**
+   * Check an SG list against the PD and copy it into a slot's list. Receive buffers and read /
+   * atomic destinations need local-write. Returns a WcStatus to complete with when the list is
+   * well-formed but not allowed (local protection), else -1; throws for malformed requests.
+   */
+  private fillSg(sg: SgList, list: readonly Sge[], pd: Pd, maxSge: number, needWrite: boolean, what: string, throwProt = true): number {
+    if (!Array.isArray(list)) throw new VerbsError('invalid', `${what}: sg must be a list`);
+    if (list.length > maxSge) throw new VerbsError('invalid', `${what}: ${list.length} SGEs, the queue allows ${maxSge}`);
+    sg.clear();
+    let prot = -1;
+    for (let i = 0; i < list.length; i++) {
+      const e = list[i];
+      const mr = e?.mr;
+      if (!(mr instanceof Mr)) throw new VerbsError('invalid', `${what}: sg[${i}].mr is not a memory region`);
+      const off = int(e.offset, 0, 2 ** 32, `${what}: sg[${i}].offset`);
+      const len = int(e.length, 0, 2 ** 32, `${what}: sg[${i}].length`);
+      const bad = !mr.valid || mr.pd !== pd ? `mr ${mr.handle} is not valid in this PD` : off + len > mr.length ? `[${off}, ${off + len}) is outside mr ${mr.handle} (length ${mr.length})` : needWrite && !(mr.access & Access.LOCAL_WRITE) ? `mr ${mr.handle} lacks local-write` : '';
+      if (bad) {
+        if (throwProt) throw new VerbsError('invalid', `${what}: sg[${i}]: ${bad}`);
+        prot = WcStatus.LOC_PROT_ERR;
+      }
+      sg.mr[i] = mr;
+      sg.off[i] = off;
+      sg.len[i] = len;
+      sg.total += len;
+      sg.n = i + 1;
+    }
+    return prot;
+  }
+
+  postRecv(qp: Qp, req: RecvRequest): void {
+    if (qp.destroyed) throw new VerbsError('not-found', `qp ${qp.qpn} is destroyed`);
+    if (qp.srq) throw new VerbsError('invalid', `qp ${qp.qpn} receives from srq ${qp.srq.handle}: post there`);
+    if (qp.state === QpState.RESET) throw new VerbsError('state', `qp ${qp.qpn} is in RESET`);
+    if (qp.rqDepth >= qp.cfg.maxRecvWr) throw new VerbsError('resource', `qp ${qp.qpn}: receive queue full (${qp.cfg.maxRecvWr})`);
+    const wr = qp.rq[qp.rqPosted % qp.rq.length];
+    this.fillSg(wr.sg, req.sg ?? [], qp.pd, qp.cfg.maxSge, true, 'recv');
+    wr.wrId = req.wrId;
+    qp.rqPosted++;
+    if (qp.state === QpState.ERROR) completeRecv(this.core, qp, wr, WcStatus.WR_FLUSH_ERR, { byteLen: 0 });
+  }
+
+  postSend(qp: Qp, req: SendRequest): void {
+    if (qp.destroyed) throw new VerbsError('not-found', `qp ${qp.qpn} is destroyed`);
+    const op = (WR_OPCODE_NAMES as readonly string[]).indexOf(req.opcode);
+    if (op < 0) throw new VerbsError('invalid', `opcode must be one of ${WR_OPCODE_NAMES.join(', ')}, got "${String(req.opcode)}"`);
+    if (qp.state !== QpState.RTS && qp.state !== QpState.SQD && qp.state !== QpState.ERROR) {
+      throw new VerbsError('state', `qp ${qp.qpn} is in ${qp.stateName}: post send needs RTS`);
+    }
+    if (qp.sqDepth >= qp.cfg.maxSendWr) throw new VerbsError('resource', `qp ${qp.qpn}: send queue full (${qp.cfg.maxSendWr})`);
+    const wr = qp.sq[qp.sqTail % qp.sq.length];
+    wr.reset();
+    const list = req.sg ?? [];
+    const needWrite = op === WrOpcode.READ || op >= WrOpcode.FETCH_ADD;
+    let prot: number;
+    if (req.inline) {
+      if (needWrite) throw new VerbsError('invalid', `${req.opcode} cannot be inline`);
+      const m = wr.inlineMr;
+      const total = list.reduce((a, e) => a + (e?.length ?? 0), 0);
+      if (m === null || total > m.length) throw new VerbsError('too-large', `inline data of ${total} bytes exceeds the QP's maxInline ${qp.cfg.maxInline}`);
+      prot = this.fillSg(wr.sg, list, qp.pd, qp.cfg.maxSge, false, req.opcode, false);
+      if (prot < 0) {
+        wr.sg.gather(0, m.memory, 0, total);
+        wr.sg.clear();
+        wr.sg.mr[0] = m;
+        wr.sg.off[0] = 0;
+        wr.sg.len[0] = total;
+        wr.sg.total = total;
+        wr.sg.n = 1;
+      }
+    } else prot = this.fillSg(wr.sg, list, qp.pd, qp.cfg.maxSge, needWrite, req.opcode, false);
+    const length = wr.sg.total;
+    if (length > this.maxMessage) throw new VerbsError('too-large', `message of ${length} bytes exceeds the maximum ${this.maxMessage}`);
+    if (op >= WrOpcode.WRITE) {
+      const r = req.remote;
+      if (!r) throw new VerbsError('invalid', `${req.opcode} needs remote {stag, offset}`);
+      wr.rstag = int(r.stag, 0, 0xffffffff, 'remote.stag');
+      wr.roff = int(r.offset, 0, Number.MAX_SAFE_INTEGER, 'remote.offset');
+    }
+    if (op >= WrOpcode.FETCH_ADD) {
+      if (length !== 8) throw new VerbsError('invalid', `${req.opcode} needs exactly 8 bytes of local buffer for the original value, got ${length}`);
+      if (wr.roff % 8 !== 0) throw new VerbsError('invalid', `${req.opcode}: remote.offset must be 8-byte aligned, got ${wr.roff}`);
+      const a = req.atomic ?? {};
+      const u64 = (x: unknown, what: string): bigint => {
+        if (typeof x !== 'bigint' || x < 0n || x > 0xffffffffffffffffn) throw new VerbsError('invalid', `atomic.${what} must be a 64-bit unsigned integer`);
+        return x;
+      };
+      const first = op === WrOpcode.FETCH_ADD ? u64(a.add, 'add') : u64(a.swap, 'swap');
+      wr.swapHi = Number(first >> 32n);
+      wr.swapLo = Number(first & 0xffffffffn);
+      if (op === WrOpcode.CMP_SWAP) {
+        const c = u64(a.compare, 'compare');
+        wr.cmpHi = Number(c >> 32n);
+        wr.cmpLo = Number(c & 0xffffffffn);
+      } else wr.cmpHi = wr.cmpLo = 0;
+    }
+    if (op === WrOpcode.WRITE_WITH_IMM) wr.imm = int(req.imm, 0, 0xffffffff, 'imm');
+    if (op === WrOpcode.SEND_WITH_INV) wr.invStag = int(req.invalidateStag, 0, 0xffffffff, 'invalidateStag');
+    wr.opcode = op;
+    wr.wrId = req.wrId;
+    wr.signaled = req.signaled !== false;
+    wr.solicited = req.solicited === true || op === WrOpcode.SEND_WITH_SE;
+    wr.length = op >= WrOpcode.FETCH_ADD ? 8 : length;
+    wr.postError = prot;
+    qp.sqTail++;
+    if (qp.state === QpState.ERROR) {
+      wr.done = true;
+      wr.status = WcStatus.WR_FLUSH_ERR;
+      qp.sqNext = qp.sqTail;
+      qp.sqAcked = qp.sqTail;
+      completeSq(this.core, qp);
+      return;
+    }
+    this.core.schedule(qp);
+  }
+}
+
+export function registerRdma(graph: Graph, net: Netstack, opts: RdmaOptions = {}): Rdma {
+  return new Rdma(graph, net, opts);
+}
+
+export { QpState };

@@ -1,0 +1,374 @@
+/**
+ * TRP and RDMAP logic shared by the RDMA nodes, as plain functions over a Qp: building a data
+ * packet's DDP/RDMAP bytes from its transmit slot (first transmission and retransmission are
+ * the same code: rebuilt from the WR and offset), cumulative ACK and SACK processing with RTT
+ * estimation (RFC 6298) and fast retransmission, send-queue completion in posting order, and
+ * moving a QP to ERROR with its work requests flushed.
+ */
+import type { BufferPool } from '../../graph/index.ts';
+import { Qp, QpState, RespSlot, type SendWr, TxFlag, TxKind } from './qp.ts';
+import type { RdmaCore } from './core.ts';
+import { type Completion, type Cq, type RecvWr, WC_OPCODE_NAMES, WC_STATUS_NAMES, WcOpcode, WcStatus, WrOpcode, WR_WC_OPCODE, isAtomic } from './verbs.ts';
+import {
+  AtomicOp, ATOMIC_REQUEST_BYTES, ATOMIC_RESPONSE_BYTES, DDP_L, DDP_T, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, DDP_VERSION,
+  IMMEDIATE_BYTES, Qn, RDMAP_CTL, RdmapOp, READ_REQUEST_BYTES, TermCode,
+} from './wire.ts';
+
+const TWO32 = 4294967296;
+
+function untagged(v: DataView, o: number, last: boolean, op: number, inv: number, qn: number, msn: number, mo: number): number {
+  v.setUint8(o, (last ? DDP_L : 0) | DDP_VERSION);
+  v.setUint8(o + 1, RDMAP_CTL | op);
+  v.setUint32(o + 2, inv);
+  v.setUint32(o + 6, qn);
+  v.setUint32(o + 10, msn);
+  v.setUint32(o + 14, mo);
+  return DDP_UNTAGGED_BYTES;
+}
+
+function tagged(v: DataView, o: number, last: boolean, op: number, stag: number, to: number): number {
+  v.setUint8(o, DDP_T | (last ? DDP_L : 0) | DDP_VERSION);
+  v.setUint8(o + 1, RDMAP_CTL | op);
+  v.setUint32(o + 2, stag);
+  v.setUint32(o + 6, Math.floor(to / TWO32));
+  v.setUint32(o + 10, to >>> 0);
+  return DDP_TAGGED_BYTES;
+}
+
+const SEND_OP: readonly number[] = [RdmapOp.SEND, RdmapOp.SEND_SE, RdmapOp.SEND_INV];
+
+/** Write the DDP/RDMAP header and payload of transmit slot `psn` into fresh buffer `bi`. */
+export function buildSegment(qp: Qp, psn: number, pool: BufferPool, bi: number): void {
+  const s = psn & qp.wMask;
+  const kind = qp.txKind[s], fl = qp.txFlags[s], off = qp.txOff[s], len = qp.txLen[s];
+  const last = (fl & TxFlag.LAST) !== 0;
+  const v = pool.view, u8 = pool.u8, o = pool.offset[bi];
+  let h = 0;
+  if (kind === TxKind.SQ) {
+    const wr = qp.sq[qp.txRef[s]];
+    const op = wr.opcode;
+    if (op <= WrOpcode.SEND_WITH_INV) {
+      let rop = SEND_OP[op];
+      if (wr.solicited && rop === RdmapOp.SEND_INV) rop = RdmapOp.SEND_SE_INV;
+      else if (wr.solicited) rop = RdmapOp.SEND_SE;
+      h = untagged(v, o, last, rop, op === WrOpcode.SEND_WITH_INV ? wr.invStag : 0, Qn.SEND, wr.msn, off);
+      wr.sg.gather(off, u8, o + h, len);
+    } else if (op === WrOpcode.WRITE || op === WrOpcode.WRITE_WITH_IMM) {
+      if (fl & TxFlag.IMM) {
+        h = untagged(v, o, true, wr.solicited ? RdmapOp.IMMEDIATE_SE : RdmapOp.IMMEDIATE, 0, Qn.SEND, wr.msn, 0);
+        v.setUint32(o + h, 0);
+        v.setUint32(o + h + 4, wr.imm);
+      } else {
+        h = tagged(v, o, last, RdmapOp.WRITE, wr.rstag, wr.roff + off);
+        wr.sg.gather(off, u8, o + h, len);
+      }
+    } else if (op === WrOpcode.READ) {
+      h = untagged(v, o, true, RdmapOp.READ_REQUEST, 0, Qn.READ, wr.msn, 0);
+      // sink STag = our read MSN (names the outstanding Read), sink TO = 0: offset in its SG list
+      v.setUint32(o + h, wr.msn);
+      v.setUint32(o + h + 4, 0);
+      v.setUint32(o + h + 8, 0);
+      v.setUint32(o + h + 12, wr.length);
+      v.setUint32(o + h + 16, wr.rstag);
+      v.setUint32(o + h + 20, Math.floor(wr.roff / TWO32));
+      v.setUint32(o + h + 24, wr.roff >>> 0);
+    } else {
+      h = untagged(v, o, true, RdmapOp.ATOMIC_REQUEST, 0, Qn.READ, wr.msn, 0);
+      const b = o + h;
+      v.setUint32(b, op === WrOpcode.FETCH_ADD ? AtomicOp.FETCH_ADD : op === WrOpcode.SWAP ? AtomicOp.SWAP : AtomicOp.CMP_SWAP);
+      v.setUint32(b + 4, wr.msn);
+      v.setUint32(b + 8, wr.rstag);
+      v.setUint32(b + 12, Math.floor(wr.roff / TWO32));
+      v.setUint32(b + 16, wr.roff >>> 0);
+      v.setUint32(b + 20, wr.swapHi);
+      v.setUint32(b + 24, wr.swapLo);
+      // masks: all ones = the plain (unmasked) operation; fetch-add's add mask 0 = no carry breaks
+      const m = op === WrOpcode.FETCH_ADD ? 0 : 0xffffffff;
+      v.setUint32(b + 28, m);
+      v.setUint32(b + 32, m);
+      v.setUint32(b + 36, wr.cmpHi);
+      v.setUint32(b + 40, wr.cmpLo);
+      v.setUint32(b + 44, op === WrOpcode.CMP_SWAP ? 0xffffffff : 0);
+      v.setUint32(b + 48, op === WrOpcode.CMP_SWAP ? 0xffffffff : 0);
+      pool.length[bi] = h + ATOMIC_REQUEST_BYTES;
+      return;
+    }
+    if (op === WrOpcode.READ) {
+      pool.length[bi] = DDP_UNTAGGED_BYTES + READ_REQUEST_BYTES;
+      return;
+    }
+    if (fl & TxFlag.IMM) {
+      pool.length[bi] = DDP_UNTAGGED_BYTES + IMMEDIATE_BYTES;
+      return;
+    }
+  } else if (kind === TxKind.RESP) {
+    const r = qp.resp[qp.txRef[s]];
+    if (r.atomic) {
+      h = untagged(v, o, true, RdmapOp.ATOMIC_RESPONSE, 0, Qn.ATOMIC_RESPONSE, r.msn, 0);
+      v.setUint32(o + h, r.reqId);
+      v.setUint32(o + h + 4, r.origHi);
+      v.setUint32(o + h + 8, r.origLo);
+      pool.length[bi] = h + ATOMIC_RESPONSE_BYTES;
+      return;
+    }
+    h = tagged(v, o, last, RdmapOp.READ_RESPONSE, r.sinkStag, r.sinkTo + off);
+    if (len > 0) {
+      const src = (r.src as { memory: Uint8Array }).memory, from = r.srcOff + off;
+      u8.set(src.subarray(from, from + len), o + h);
+    }
+  } else {
+    // Terminate: its bytes were prepared when the error was found.
+    h = untagged(v, o, true, RdmapOp.TERMINATE, 0, Qn.TERMINATE, qp.termMsn, 0);
+    u8.set((qp.term as Uint8Array).subarray(0, qp.termLen), o + h);
+    pool.length[bi] = h + qp.termLen;
+    return;
+  }
+  pool.length[bi] = h + len;
+}
+
+/** Take the next PSN for a new data packet and describe it in its transmit slot. */
+export function takePsn(qp: Qp, kind: number, ref: number, off: number, len: number, flags: number): number {
+  const psn = qp.sndNxt;
+  const s = psn & qp.wMask;
+  qp.txKind[s] = kind;
+  qp.txRef[s] = ref;
+  qp.txOff[s] = off;
+  qp.txLen[s] = len;
+  qp.txFlags[s] = flags;
+  qp.rtxQueued[s] = 0;
+  qp.sndNxt = (psn + 1) >>> 0;
+  return psn;
+}
+
+export function queueRetransmit(qp: Qp, psn: number): void {
+  const s = psn & qp.wMask;
+  if (qp.rtxQueued[s]) return;
+  qp.rtxQueued[s] = 1;
+  qp.rtx[(qp.rtxHead + qp.rtxCount) & qp.wMask] = psn;
+  qp.rtxCount++;
+}
+
+/** Cumulative ACK `ack` (the next PSN the peer expects). Returns true if it acknowledged anything. */
+export function onAck(core: RdmaCore, qp: Qp, ack: number, nowNs: number): boolean {
+  const d = (ack - qp.sndUna) | 0;
+  if (d <= 0) return false;
+  if (((ack - qp.sndNxt) | 0) > 0) {
+    core.counters.badAck++;
+    return false;
+  }
+  const mask = qp.wMask;
+  let sampleNs = -1;
+  for (let p = qp.sndUna; p !== ack; p = (p + 1) >>> 0) {
+    const s = p & mask;
+    if (!(qp.txFlags[s] & TxFlag.RETRANSMITTED)) sampleNs = qp.txTime[s];
+    qp.txKind[s] = TxKind.FREE;
+    qp.txFlags[s] = 0;
+    qp.rtxQueued[s] = 0;
+  }
+  qp.sndUna = ack;
+  qp.retries = 0;
+  if (sampleNs > 0) rttSample(core, qp, nowNs - sampleNs);
+  qp.rtoDeadline = qp.inFlight > 0 ? nowNs + qp.rtoNs : 0;
+  // Responses fully acknowledged leave the IRD ring.
+  while (qp.respHead !== qp.respNext) {
+    const r = qp.resp[qp.respHead & qp.respMask];
+    if (!r.emitted || !(((r.lastPsn - ack) | 0) < 0)) break;
+    r.src = null;
+    qp.respHead++;
+  }
+  // Sends and Writes complete when all their bytes are acknowledged.
+  const sq = qp.sq, nsq = sq.length;
+  while (qp.sqAcked !== qp.sqNext) {
+    const wr = sq[qp.sqAcked % nsq];
+    if (!wr.emitted || !(((wr.lastPsn - ack) | 0) < 0)) break;
+    if (wr.opcode < WrOpcode.READ) wr.done = true;
+    qp.sqAcked++;
+  }
+  completeSq(core, qp);
+  return true;
+}
+
+function rttSample(core: RdmaCore, qp: Qp, r: number): void {
+  if (qp.srttNs === 0) {
+    qp.srttNs = r;
+    qp.rttvarNs = r / 2;
+  } else {
+    qp.rttvarNs = 0.75 * qp.rttvarNs + 0.25 * Math.abs(qp.srttNs - r);
+    qp.srttNs = 0.875 * qp.srttNs + 0.125 * r;
+  }
+  const rto = qp.srttNs + Math.max(core.timerTickNs, 4 * qp.rttvarNs);
+  qp.rtoNs = Math.min(core.rtoMaxNs, Math.max(core.rtoMinNs, rto));
+}
+
+/** SACK of [start, end): mark those received, retransmit at once the holes sent before them. */
+export function onSack(core: RdmaCore, qp: Qp, start: number, end: number): void {
+  if (((start - qp.sndUna) | 0) < 0) start = qp.sndUna;
+  if (((end - qp.sndNxt) | 0) > 0 || ((end - start) | 0) <= 0) {
+    if (((end - qp.sndNxt) | 0) > 0) core.counters.badAck++;
+    return;
+  }
+  const mask = qp.wMask;
+  let maxSeq = -1;
+  for (let p = start; p !== end; p = (p + 1) >>> 0) {
+    const s = p & mask;
+    if (qp.txKind[s] === TxKind.FREE) continue;
+    qp.txFlags[s] |= TxFlag.SACKED;
+    if (qp.txSeq[s] > maxSeq) maxSeq = qp.txSeq[s];
+  }
+  let queued = 0;
+  for (let p = qp.sndUna; p !== start; p = (p + 1) >>> 0) {
+    const s = p & mask;
+    if (qp.txKind[s] === TxKind.FREE || qp.txFlags[s] & TxFlag.SACKED || qp.rtxQueued[s]) continue;
+    if (qp.txSeq[s] < maxSeq) {
+      queueRetransmit(qp, p);
+      queued++;
+    }
+  }
+  if (queued > 0) {
+    qp.fastRetransmits += queued;
+    core.schedule(qp);
+  }
+}
+
+/** The retransmission timer expired: back off and resend what is not known to have arrived. */
+export function onTimeout(core: RdmaCore, qp: Qp): void {
+  qp.timeouts++;
+  qp.retries++;
+  // In ERROR only a Terminate is still retransmitted (its WRs are gone; the peer takes a
+  // Terminate as soon as it arrives, holes or not).
+  const onlyTerm = qp.state === QpState.ERROR;
+  if (qp.retries > core.maxRetries) {
+    if (onlyTerm) qp.rtoDeadline = 0;
+    else retryExceeded(core, qp);
+    return;
+  }
+  qp.rtoNs = Math.min(core.rtoMaxNs, qp.rtoNs * 2);
+  const mask = qp.wMask;
+  let queued = 0;
+  for (let p = qp.sndUna; p !== qp.sndNxt; p = (p + 1) >>> 0) {
+    const s = p & mask;
+    const k = qp.txKind[s];
+    if (k === TxKind.FREE || qp.txFlags[s] & TxFlag.SACKED || (onlyTerm && k !== TxKind.TERM)) continue;
+    queueRetransmit(qp, p);
+    queued++;
+  }
+  if (queued === 0 && onlyTerm) qp.rtoDeadline = 0;
+  core.schedule(qp);
+}
+
+function retryExceeded(core: RdmaCore, qp: Qp): void {
+  core.counters.retryExceeded++;
+  // The oldest incomplete WR fails with retry-exceeded; the QP goes to ERROR, the rest flush.
+  const sq = qp.sq, nsq = sq.length;
+  for (let i = qp.sqHead; i !== qp.sqNext; i++) {
+    const wr = sq[i % nsq];
+    if (!wr.done) {
+      wr.done = true;
+      wr.status = WcStatus.RETRY_EXC_ERR;
+      break;
+    }
+  }
+  qp.term = null;
+  toError(core, qp, 'retry-exceeded');
+}
+
+/** Completions of the send queue, strictly in posting order. */
+export function completeSq(core: RdmaCore, qp: Qp): void {
+  const sq = qp.sq, nsq = sq.length;
+  while (qp.sqHead !== qp.sqTail) {
+    const wr = sq[qp.sqHead % nsq];
+    if (!wr.done) break;
+    if (wr.signaled || wr.status !== WcStatus.SUCCESS) {
+      core.complete(qp.sendCq, {
+        wrId: wr.wrId, qpn: qp.qpn, status: WC_STATUS_NAMES[wr.status], opcode: WC_OPCODE_NAMES[WR_WC_OPCODE[wr.opcode]],
+        byteLen: wr.status !== WcStatus.SUCCESS ? 0 : isAtomic(wr.opcode) ? 8 : wr.length,
+      });
+    }
+    wr.reset();
+    qp.sqHead++;
+  }
+  if (qp.sqAcked - qp.sqHead < 0) qp.sqAcked = qp.sqHead;
+}
+
+/** A receive completed (or failed): its completion, in MSN order. */
+export interface RecvResult {
+  byteLen: number;
+  opcode?: number;
+  imm?: number;
+  invalidatedStag?: number;
+  solicited?: boolean;
+}
+
+export function completeRecv(core: RdmaCore, qp: Qp, wr: RecvWr, status: number, c: RecvResult): void {
+  const cq: Cq = qp.recvCq;
+  const out: Completion = {
+    wrId: wr.wrId, qpn: qp.qpn, status: WC_STATUS_NAMES[status], opcode: WC_OPCODE_NAMES[c.opcode ?? WcOpcode.RECV], byteLen: c.byteLen,
+  };
+  if (c.imm !== undefined) out.imm = c.imm;
+  if (c.invalidatedStag !== undefined) out.invalidatedStag = c.invalidatedStag;
+  if (c.solicited) out.solicited = true;
+  core.complete(cq, out);
+  qp.rqDone++;
+  if (qp.srq !== null) {
+    qp.srqRing[qp.rqDone & qp.srqMask] = null;
+    qp.srq.release(wr);
+  } else {
+    wr.sg.clear();
+    wr.wrId = null;
+  }
+}
+
+/**
+ * Move the QP to ERROR: every incomplete send WR completes (those already marked with an error
+ * keep their status, the rest `flushed`), then every posted receive is flushed. A Terminate
+ * still to be sent (or unacknowledged) keeps the transmit side alive until it is acknowledged.
+ */
+export function toError(core: RdmaCore, qp: Qp, why: string): void {
+  const was = qp.state;
+  qp.state = QpState.ERROR;
+  const sq = qp.sq, nsq = sq.length;
+  for (let i = qp.sqHead; i !== qp.sqTail; i++) {
+    const wr = sq[i % nsq];
+    if (!wr.done) {
+      wr.done = true;
+      wr.status = WcStatus.WR_FLUSH_ERR;
+    }
+  }
+  qp.sqNext = qp.sqTail;
+  qp.sqAcked = qp.sqTail;
+  qp.ordRing.fill(null);
+  qp.ordOut = 0;
+  completeSq(core, qp);
+  flushRecv(core, qp);
+  qp.respNext = qp.respTail = qp.respHead;
+  // Nothing but a pending Terminate is transmitted any more.
+  if (qp.term === null) {
+    qp.rtxCount = 0;
+    qp.rtoDeadline = 0;
+  }
+  if (was !== QpState.ERROR) core.event({ type: 'qp-error', qpn: qp.qpn, reason: why });
+}
+
+export function flushRecv(core: RdmaCore, qp: Qp): void {
+  if (qp.srq === null) {
+    while (qp.rqDone !== qp.rqPosted) completeRecv(core, qp, qp.rq[qp.rqDone % qp.rq.length], WcStatus.WR_FLUSH_ERR, { byteLen: 0 });
+  } else {
+    while (((qp.srqAssigned - qp.rqDone) | 0) > 0) {
+      const wr = qp.srqRing[(qp.rqDone + 1) & qp.srqMask] as RecvWr;
+      completeRecv(core, qp, wr, WcStatus.WR_FLUSH_ERR, { byteLen: 0 });
+    }
+  }
+}
+
+/** Reserve the next IRD slot for a Read or Atomic response; null when IRD is exhausted. */
+export function takeResp(qp: Qp): RespSlot | null {
+  if (qp.respTail - qp.respHead >= qp.ird) return null;
+  const r = qp.resp[qp.respTail & qp.respMask];
+  r.sent = 0;
+  r.emitted = false;
+  r.src = null;
+  qp.respTail++;
+  return r;
+}
+
+export { Qp, type SendWr };

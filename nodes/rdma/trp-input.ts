@@ -1,0 +1,171 @@
+/**
+ * trp-input: the TRP layer of every datagram to a QP's port (udp4-input sends them here).
+ *
+ * Per packet: find the QP by local port, accept only its peer's (address, port), then by TRP
+ * opcode: cumulative ACK (every packet carries one) and SACK ranges free acknowledged transmit
+ * slots and complete Sends/Writes; FIN moves the QP to ERROR; REQ/ACCEPT/REJECT go to
+ * cm-input; data is checked against the receive window with serial arithmetic: a duplicate is
+ * dropped and re-acknowledged (urdma does not, and loses idle connections when a final ACK is
+ * lost), a packet above a hole is accepted at once (out-of-order placement is safe for DDP),
+ * and accepted data goes on to ddp-input. The ACKs themselves are sent by ddp-output, once per
+ * QP per pass (not per packet).
+ */
+import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
+import { formatIp4, Ip4Opaque } from '../ip4/ip4.ts';
+import type { RdmaCore } from './core.ts';
+import { QpState } from './qp.ts';
+import { onAck, onSack, toError } from './transport.ts';
+import { TRP_HEADER_BYTES, TRP_OP_NAMES, TrpOp } from './wire.ts';
+
+export const TRP_INPUT = 'trp-input';
+/** Opaque words the RDMA receive nodes use (after the IPv4/UDP words). */
+export const RdmaOpaque = { QP: 4, PSN: 5, INFO: 6, AUX: 7 } as const;
+
+const NEXT_DROP = 0, NEXT_DDP = 1, NEXT_CM = 2;
+
+export const TrpInputError = {
+  NO_QP: 0, WRONG_PEER: 1, TRUNCATED: 2, BAD_OPCODE: 3, NOT_READY: 4, DUPLICATE: 5, OUT_OF_WINDOW: 6, ACK: 7, SACK: 8, FIN: 9,
+} as const;
+const ERRORS = [
+  { name: 'no_qp', description: 'no QP on this port', severity: 'error' },
+  { name: 'wrong_peer', description: 'datagram not from the connected peer', severity: 'error' },
+  { name: 'truncated', description: 'shorter than the TRP header', severity: 'error' },
+  { name: 'bad_opcode', description: 'unknown TRP opcode', severity: 'error' },
+  { name: 'not_ready', description: 'data for a QP not in RTR/RTS/SQD', severity: 'warn' },
+  { name: 'duplicate', description: 'duplicate data packet (re-acknowledged)', severity: 'info' },
+  { name: 'out_of_window', description: 'data beyond the receive window', severity: 'warn' },
+  { name: 'ack', description: 'pure ACKs processed', severity: 'info' },
+  { name: 'sack', description: 'SACKs processed', severity: 'info' },
+  { name: 'fin', description: 'FINs received', severity: 'info' },
+] as const;
+
+export interface TrpTrace {
+  qpn: number;
+  op: number;
+  psn: number;
+  ack: number;
+  len: number;
+  note: string;
+}
+
+export function formatTrpTrace(r: unknown): string {
+  if (typeof r === 'string') return r;
+  const t = r as TrpTrace;
+  const name = TRP_OP_NAMES[t.op] ?? `opcode ${t.op}`;
+  return `TRP: qp ${t.qpn} ${name} psn ${t.psn} ack ${t.ack} length ${t.len}${t.note ? `\n  ${t.note}` : ''}`;
+}
+
+export function registerTrpInput(graph: Graph, core: RdmaCore): NodeRuntime {
+  return graph.register({ name: TRP_INPUT, next: ['error-drop', 'ddp-input', 'cm-input'], errors: ERRORS, runtimeData: core, fn: trpInput, formatTrace: formatTrpTrace });
+}
+
+function trpInput(rt: NodeRuntime, frame: Frame | null): number {
+  const f = frame as Frame;
+  const core = rt.runtimeData as RdmaCore;
+  const pool = rt.graph.pool;
+  const v = pool.view, offset = pool.offset, length = pool.length, opaque = pool.opaque, error = pool.error, flags = pool.flags;
+  const vec = f.vec, n = f.n, nexts = rt.nexts;
+  const eBase = rt.errorIndex(0);
+  const qps = core.qps, byPort = core.qpByPort;
+  const now = rt.graph.clock.nowNs();
+  const free = rt.scratch;
+  let nFree = 0, nAck = 0, nSack = 0, nDup = 0;
+  for (let i = 0; i < n; i++) {
+    const bi = vec[i];
+    const w = bi * OPAQUE_WORDS;
+    const ports = opaque[w + Ip4Opaque.PORTS];
+    const ix = byPort[ports & 0xffff];
+    const o = offset[bi], len = flags[bi] & BufferFlag.NEXT_PRESENT ? pool.packetLength(bi) : length[bi];
+    let err = -1, next = NEXT_DROP, note = '';
+    const qp = ix < 0 ? null : qps[ix];
+    let op = -1, psn = 0, ack = 0;
+    if (qp === null) err = TrpInputError.NO_QP;
+    else if (len < TRP_HEADER_BYTES || length[bi] < TRP_HEADER_BYTES) err = TrpInputError.TRUNCATED;
+    else {
+      psn = v.getUint32(o);
+      ack = v.getUint32(o + 4);
+      op = v.getUint16(o + 8) >>> 12;
+      const fromPeer = opaque[w + Ip4Opaque.REMOTE] === qp.remoteAddr && ports >>> 16 === qp.remotePort && qp.remotePort !== 0;
+      if (op === TrpOp.ACCEPT || op === TrpOp.REJECT || op === TrpOp.REQ) {
+        next = NEXT_CM;
+        opaque[w + RdmaOpaque.QP] = qp.index;
+      } else if (!fromPeer) err = TrpInputError.WRONG_PEER;
+      else if (op > TrpOp.SACK) err = TrpInputError.BAD_OPCODE;
+      else if (op === TrpOp.SACK) {
+        nSack++;
+        onSack(core, qp, psn, ack);
+        free[nFree++] = bi;
+        next = -1;
+      } else if (op === TrpOp.FIN) {
+        rt.countError(TrpInputError.FIN);
+        if (qp.state !== QpState.ERROR) {
+          qp.term = null;
+          toError(core, qp, 'FIN received');
+          core.event({ type: 'qp-disconnected', qpn: qp.qpn, reason: 'FIN received' });
+        }
+        free[nFree++] = bi;
+        next = -1;
+      } else {
+        // DATA or pure ACK: both carry a cumulative ACK.
+        if (onAck(core, qp, ack, now)) core.schedule(qp);
+        if (len === TRP_HEADER_BYTES) {
+          nAck++;
+          free[nFree++] = bi;
+          next = -1;
+        } else if (qp.state !== QpState.RTR && qp.state !== QpState.RTS && qp.state !== QpState.SQD) {
+          err = TrpInputError.NOT_READY;
+        } else {
+          qp.rxPackets++;
+          const d = (psn - qp.rcvNxt) | 0;
+          const s = psn & qp.wMask;
+          if (d < 0 || (qp.rxGot[s] && ((psn - qp.deliverNext) | 0) < qp.W)) {
+            nDup++;
+            qp.duplicates++;
+            qp.ackNeeded = true;
+            core.schedule(qp);
+            free[nFree++] = bi;
+            next = -1;
+            note = 'duplicate, re-acknowledged';
+          } else if (((psn - qp.deliverNext) | 0) >= qp.W) {
+            err = TrpInputError.OUT_OF_WINDOW;
+            qp.ackNeeded = true;
+            core.schedule(qp);
+          } else {
+            qp.rxGot[s] = 1;
+            qp.rxEv[s] = 0;
+            if (((psn + 1 - qp.rcvHigh) | 0) > 0) qp.rcvHigh = (psn + 1) >>> 0;
+            if (d === 0) {
+              let r = (qp.rcvNxt + 1) >>> 0;
+              while (((r - qp.deliverNext) | 0) < qp.W && qp.rxGot[r & qp.wMask]) r = (r + 1) >>> 0;
+              qp.rcvNxt = r;
+            }
+            qp.ackNeeded = true;
+            core.schedule(qp);
+            opaque[w + RdmaOpaque.QP] = qp.index;
+            opaque[w + RdmaOpaque.PSN] = psn;
+            pool.advance(bi, TRP_HEADER_BYTES);
+            next = NEXT_DDP;
+          }
+        }
+      }
+    }
+    if (rt.traceOn && flags[bi] & BufferFlag.TRACED) {
+      if (qp === null) rt.addTrace(bi, `TRP: no QP on port ${ports & 0xffff}`);
+      else {
+        if (err >= 0) note = ERRORS[err].description;
+        if (err === TrpInputError.WRONG_PEER) note += ` (${formatIp4(opaque[w + Ip4Opaque.REMOTE])}:${ports >>> 16})`;
+        rt.addTrace(bi, { qpn: qp.qpn, op, psn, ack, len, note } satisfies TrpTrace);
+      }
+    }
+    if (next < 0) continue;
+    if (err >= 0) error[bi] = eBase + err;
+    vec[i - nFree] = bi;
+    nexts[i - nFree] = next;
+  }
+  if (nAck > 0) rt.countError(TrpInputError.ACK, nAck);
+  if (nSack > 0) rt.countError(TrpInputError.SACK, nSack);
+  if (nDup > 0) rt.countError(TrpInputError.DUPLICATE, nDup);
+  if (nFree > 0) pool.free(free, 0, nFree);
+  if (n - nFree > 0) rt.enqueue(vec, n - nFree);
+  return n;
+}

@@ -1,0 +1,316 @@
+/**
+ * The verbs objects (rdma-core's ibv_pd, ibv_mr, ibv_cq, ibv_srq) and the work request and
+ * completion vocabulary. QPs are in qp.ts. None of these is touched per packet except through
+ * the typed arrays and preallocated slots they hold.
+ */
+
+export const Access = {
+  LOCAL_WRITE: 1,
+  REMOTE_WRITE: 2,
+  REMOTE_READ: 4,
+  REMOTE_ATOMIC: 8,
+} as const;
+export const ACCESS_NAMES = ['local-write', 'remote-write', 'remote-read', 'remote-atomic'] as const;
+export type AccessName = (typeof ACCESS_NAMES)[number];
+
+export function accessFromNames(names: readonly string[], where = 'access'): number {
+  let a = 0;
+  for (const n of names) {
+    const i = (ACCESS_NAMES as readonly string[]).indexOf(n);
+    if (i < 0) throw new VerbsError('invalid', `${where}: unknown access flag "${n}" (expected ${ACCESS_NAMES.join(', ')})`);
+    a |= 1 << i;
+  }
+  // verbs: remote write and remote atomic need local write.
+  if (a & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC) && !(a & Access.LOCAL_WRITE)) {
+    throw new VerbsError('invalid', `${where}: remote-write and remote-atomic need local-write as well`);
+  }
+  return a;
+}
+
+export function accessNames(a: number): AccessName[] {
+  return ACCESS_NAMES.filter((_, i) => a & (1 << i));
+}
+
+/** Why a verb failed: maps onto the API's 400/404/409/413/503. */
+export type VerbsErrorKind = 'invalid' | 'not-found' | 'state' | 'busy' | 'too-large' | 'resource';
+
+export class VerbsError extends Error {
+  readonly kind: VerbsErrorKind;
+  constructor(kind: VerbsErrorKind, message: string) {
+    super(message);
+    this.kind = kind;
+    this.name = 'VerbsError';
+  }
+}
+
+export const WcStatus = {
+  SUCCESS: 0,
+  LOC_LEN_ERR: 1,
+  LOC_PROT_ERR: 2,
+  LOC_QP_OP_ERR: 3,
+  REM_ACCESS_ERR: 4,
+  REM_OP_ERR: 5,
+  REM_INV_REQ_ERR: 6,
+  RNR_RETRY_EXC_ERR: 7,
+  RETRY_EXC_ERR: 8,
+  WR_FLUSH_ERR: 9,
+} as const;
+export const WC_STATUS_NAMES = [
+  'success', 'local-length-error', 'local-protection-error', 'local-qp-operation-error', 'remote-access-error',
+  'remote-operation-error', 'remote-invalid-request', 'rnr-retry-exceeded', 'retry-exceeded', 'flushed',
+] as const;
+export type WcStatusName = (typeof WC_STATUS_NAMES)[number];
+
+export const WcOpcode = { SEND: 0, WRITE: 1, READ: 2, FETCH_ADD: 3, SWAP: 4, CMP_SWAP: 5, RECV: 6, RECV_WITH_IMM: 7 } as const;
+export const WC_OPCODE_NAMES = ['send', 'write', 'read', 'fetch-add', 'swap', 'cmp-swap', 'recv', 'recv-with-imm'] as const;
+export type WcOpcodeName = (typeof WC_OPCODE_NAMES)[number];
+
+/** Send work request opcodes. */
+export const WrOpcode = {
+  SEND: 0,
+  SEND_WITH_SE: 1,
+  SEND_WITH_INV: 2,
+  WRITE: 3,
+  WRITE_WITH_IMM: 4,
+  READ: 5,
+  FETCH_ADD: 6,
+  SWAP: 7,
+  CMP_SWAP: 8,
+} as const;
+export const WR_OPCODE_NAMES = ['send', 'send-with-solicited', 'send-with-invalidate', 'write', 'write-with-imm', 'read', 'fetch-add', 'swap', 'cmp-swap'] as const;
+export type WrOpcodeName = (typeof WR_OPCODE_NAMES)[number];
+
+export const WR_WC_OPCODE = [WcOpcode.SEND, WcOpcode.SEND, WcOpcode.SEND, WcOpcode.WRITE, WcOpcode.WRITE, WcOpcode.READ, WcOpcode.FETCH_ADD, WcOpcode.SWAP, WcOpcode.CMP_SWAP];
+
+export function isAtomic(op: number): boolean {
+  return op >= WrOpcode.FETCH_ADD;
+}
+
+export interface Completion {
+  wrId: unknown;
+  qpn: number;
+  status: WcStatusName;
+  opcode: WcOpcodeName;
+  byteLen: number;
+  imm?: number;
+  invalidatedStag?: number;
+  solicited?: boolean;
+}
+
+export class Pd {
+  readonly handle: number;
+  /** Objects using this PD (MRs, QPs, SRQs): destroy refuses while any is left. */
+  users = 0;
+  destroyed = false;
+  constructor(handle: number) {
+    this.handle = handle;
+  }
+}
+
+export class Mr {
+  readonly handle: number;
+  readonly pd: Pd;
+  stag: number;
+  readonly memory: Uint8Array;
+  readonly view: DataView;
+  readonly length: number;
+  readonly access: number;
+  valid = true;
+  constructor(handle: number, pd: Pd, stag: number, memory: Uint8Array, access: number) {
+    this.handle = handle;
+    this.pd = pd;
+    this.stag = stag;
+    this.memory = memory;
+    this.view = new DataView(memory.buffer, memory.byteOffset, memory.byteLength);
+    this.length = memory.byteLength;
+    this.access = access;
+  }
+}
+
+/** A completion queue: a ring of completions; overflow puts it in error and is reported. */
+export class Cq {
+  readonly handle: number;
+  readonly depth: number;
+  private readonly ring: Completion[];
+  private head = 0;
+  private count = 0;
+  /** Set when a completion found the CQ full (the completion is kept in `overflowed`). */
+  error = false;
+  /** Completions that did not fit: never dropped silently, reported and kept for inspection. */
+  readonly overflowed: Completion[] = [];
+  users = 0;
+  destroyed = false;
+  /** Called once per vector that added completions (the facade wakes waiting pollers). */
+  onCompletion: ((cq: Cq) => void) | null = null;
+  /** Called when the CQ overflows. */
+  onError: ((cq: Cq) => void) | null = null;
+  dirty = false;
+  notifyQueued = false;
+
+  constructor(handle: number, depth: number) {
+    this.handle = handle;
+    this.depth = depth;
+    this.ring = new Array<Completion>(depth);
+  }
+
+  get length(): number {
+    return this.count;
+  }
+
+  /** Add a completion; false (and the CQ in error) when it is full. */
+  push(c: Completion): boolean {
+    if (this.error || this.count === this.depth) {
+      if (!this.error) {
+        this.error = true;
+        this.onError?.(this);
+      }
+      this.overflowed.push(c);
+      return false;
+    }
+    this.ring[(this.head + this.count) % this.depth] = c;
+    this.count++;
+    this.dirty = true;
+    return true;
+  }
+
+  /** Take up to `max` completions, oldest first. */
+  poll(max: number): Completion[] {
+    const n = Math.min(max, this.count);
+    const out = new Array<Completion>(n);
+    for (let i = 0; i < n; i++) {
+      out[i] = this.ring[this.head];
+      this.ring[this.head] = undefined as unknown as Completion;
+      this.head = (this.head + 1) % this.depth;
+    }
+    this.count -= n;
+    return out;
+  }
+}
+
+/** Scatter/gather list of a work request: MRs, offsets and lengths, preallocated per slot. */
+export class SgList {
+  n = 0;
+  readonly mr: (Mr | null)[];
+  readonly off: Float64Array;
+  readonly len: Float64Array;
+  total = 0;
+  constructor(max: number) {
+    this.mr = new Array<Mr | null>(max).fill(null);
+    this.off = new Float64Array(max);
+    this.len = new Float64Array(max);
+  }
+
+  clear(): void {
+    for (let i = 0; i < this.n; i++) this.mr[i] = null;
+    this.n = 0;
+    this.total = 0;
+  }
+
+  /** Copy `len` bytes starting at byte `pos` of the list into `dst` at `dstOff`. */
+  gather(pos: number, dst: Uint8Array, dstOff: number, len: number): void {
+    let i = 0;
+    while (i < this.n && pos >= this.len[i]) pos -= this.len[i++];
+    while (len > 0) {
+      const m = this.mr[i] as Mr;
+      const take = Math.min(len, this.len[i] - pos);
+      const s = this.off[i] + pos;
+      dst.set(m.memory.subarray(s, s + take), dstOff);
+      dstOff += take;
+      len -= take;
+      pos = 0;
+      i++;
+    }
+  }
+
+  /** Copy `len` bytes of `src` at `srcOff` into the list at byte `pos`. */
+  scatter(pos: number, src: Uint8Array, srcOff: number, len: number): void {
+    let i = 0;
+    while (i < this.n && pos >= this.len[i]) pos -= this.len[i++];
+    while (len > 0) {
+      const m = this.mr[i] as Mr;
+      const take = Math.min(len, this.len[i] - pos);
+      m.memory.set(src.subarray(srcOff, srcOff + take), this.off[i] + pos);
+      srcOff += take;
+      len -= take;
+      pos = 0;
+      i++;
+    }
+  }
+}
+
+/** A posted receive. */
+export class RecvWr {
+  wrId: unknown = null;
+  readonly sg: SgList;
+  constructor(maxSge: number) {
+    this.sg = new SgList(maxSge);
+  }
+}
+
+/** A shared receive queue. */
+export class Srq {
+  readonly handle: number;
+  readonly pd: Pd;
+  readonly maxWr: number;
+  readonly maxSge: number;
+  private readonly slots: RecvWr[];
+  private readonly free: RecvWr[];
+  private readonly queue: RecvWr[];
+  private qHead = 0;
+  private qCount = 0;
+  /** Limit event (ibv_modify_srq srq_limit): armed when > 0, fires once when fewer remain. */
+  limit = 0;
+  onLimit: ((srq: Srq) => void) | null = null;
+  users = 0;
+  destroyed = false;
+
+  constructor(handle: number, pd: Pd, maxWr: number, maxSge: number) {
+    this.handle = handle;
+    this.pd = pd;
+    this.maxWr = maxWr;
+    this.maxSge = maxSge;
+    this.slots = Array.from({ length: maxWr }, () => new RecvWr(maxSge));
+    this.free = [...this.slots];
+    this.queue = new Array<RecvWr>(maxWr);
+  }
+
+  get length(): number {
+    return this.qCount;
+  }
+
+  /** A free slot to fill, or null when the SRQ is full. */
+  slot(): RecvWr | null {
+    return this.free.length > 0 ? (this.free.pop() as RecvWr) : null;
+  }
+
+  push(wr: RecvWr): void {
+    this.queue[(this.qHead + this.qCount) % this.maxWr] = wr;
+    this.qCount++;
+  }
+
+  /** The oldest posted receive (the caller gives it back with `release` when completed). */
+  take(): RecvWr | null {
+    if (this.qCount === 0) return null;
+    const wr = this.queue[this.qHead];
+    this.qHead = (this.qHead + 1) % this.maxWr;
+    this.qCount--;
+    if (this.limit > 0 && this.qCount < this.limit) {
+      this.limit = 0;
+      this.onLimit?.(this);
+    }
+    return wr;
+  }
+
+  release(wr: RecvWr): void {
+    wr.sg.clear();
+    wr.wrId = null;
+    this.free.push(wr);
+  }
+
+  /** Take every posted receive (destroy). */
+  drain(): RecvWr[] {
+    const out: RecvWr[] = [];
+    for (let wr = this.take(); wr !== null; wr = this.take()) out.push(wr);
+    return out;
+  }
+}

@@ -1,0 +1,125 @@
+/**
+ * The wire format of PROTOCOL.md: the 10-byte TRP header, the DDP/RDMAP headers of RFC 5041 /
+ * RFC 5040 / RFC 7306, the Terminate error codes, and PSN serial arithmetic (RFC 1982). Offsets
+ * are relative to the start of the TRP header or of the DDP header; every field big-endian.
+ */
+
+export const TRP_HEADER_BYTES = 10;
+/** TRP opcodes (the high nibble of the 16-bit opcode field). */
+export const TrpOp = { DATA: 0, REQ: 1, ACCEPT: 2, REJECT: 3, FIN: 4, SACK: 5 } as const;
+export const TRP_OP_NAMES = ['DATA', 'REQ', 'ACCEPT', 'REJECT', 'FIN', 'SACK'] as const;
+
+export const DDP_TAGGED_BYTES = 14;
+export const DDP_UNTAGGED_BYTES = 18;
+/** DDP control byte: T (tagged), L (last), DV = 1. */
+export const DDP_T = 0x80;
+export const DDP_L = 0x40;
+export const DDP_VERSION = 1;
+/** RDMAP control byte: RV = 1 in the top two bits, then the opcode in the low nibble. */
+export const RDMAP_VERSION = 1;
+export const RDMAP_CTL = 0x40;
+
+export const RdmapOp = {
+  WRITE: 0,
+  READ_REQUEST: 1,
+  READ_RESPONSE: 2,
+  SEND: 3,
+  SEND_INV: 4,
+  SEND_SE: 5,
+  SEND_SE_INV: 6,
+  TERMINATE: 7,
+  IMMEDIATE: 8,
+  IMMEDIATE_SE: 9,
+  ATOMIC_REQUEST: 10,
+  ATOMIC_RESPONSE: 11,
+} as const;
+export const RDMAP_OP_NAMES = [
+  'Write', 'Read Request', 'Read Response', 'Send', 'Send with Invalidate', 'Send with SE', 'Send with SE and Invalidate',
+  'Terminate', 'Immediate Data', 'Immediate Data with SE', 'Atomic Request', 'Atomic Response',
+] as const;
+
+/** Untagged queue numbers. */
+export const Qn = { SEND: 0, READ: 1, TERMINATE: 2, ATOMIC_RESPONSE: 3 } as const;
+
+/** Untagged header fields (offsets from the DDP header). */
+export const U_INV_STAG = 2;
+export const U_QN = 6;
+export const U_MSN = 10;
+export const U_MO = 14;
+/** Tagged header fields. */
+export const T_STAG = 2;
+export const T_TO = 6;
+
+/** Bodies after the untagged header. */
+export const READ_REQUEST_BYTES = 28;
+export const ATOMIC_REQUEST_BYTES = 52;
+export const ATOMIC_RESPONSE_BYTES = 12;
+export const IMMEDIATE_BYTES = 8;
+export const TERMINATE_CTL_BYTES = 4;
+/** Atomic Request AOpCodes (RFC 7306). */
+export const AtomicOp = { FETCH_ADD: 0, SWAP: 1, CMP_SWAP: 2 } as const;
+
+/** Terminate hdrct bits (RFC 5040): segment length valid, DDP header included, RDMAP header included. */
+export const HDRCT_M = 0x80;
+export const HDRCT_D = 0x40;
+export const HDRCT_R = 0x20;
+
+/** Terminate error codes: layer << 12 | etype << 8 | code. */
+export const TermCode = {
+  RDMAP_INVALID_STAG: 0x0100,
+  RDMAP_BOUNDS: 0x0101,
+  RDMAP_ACCESS: 0x0102,
+  RDMAP_VERSION: 0x0205,
+  RDMAP_UNEXPECTED_OPCODE: 0x0206,
+  RDMAP_CATASTROPHIC: 0x0207,
+  DDP_T_INVALID_STAG: 0x1100,
+  DDP_T_BOUNDS: 0x1101,
+  DDP_T_VERSION: 0x1104,
+  DDP_U_INVALID_QN: 0x1201,
+  DDP_U_NO_BUFFER: 0x1202,
+  DDP_U_INVALID_MSN: 0x1203,
+  DDP_U_INVALID_MO: 0x1204,
+  DDP_U_TOO_LONG: 0x1205,
+  DDP_U_VERSION: 0x1206,
+} as const;
+
+const TERM_TEXT: Record<number, string> = {
+  0x0100: 'RDMAP invalid STag',
+  0x0101: 'RDMAP base or bounds violation',
+  0x0102: 'RDMAP access rights violation',
+  0x0205: 'RDMAP invalid version',
+  0x0206: 'RDMAP unexpected opcode',
+  0x0207: 'RDMAP catastrophic error',
+  0x1100: 'DDP tagged invalid STag',
+  0x1101: 'DDP tagged base or bounds violation',
+  0x1104: 'DDP tagged invalid version',
+  0x1201: 'DDP untagged invalid QN',
+  0x1202: 'DDP untagged no buffer',
+  0x1203: 'DDP untagged invalid MSN',
+  0x1204: 'DDP untagged invalid MO',
+  0x1205: 'DDP untagged message too long',
+  0x1206: 'DDP untagged invalid version',
+};
+
+export function termCodeText(code: number): string {
+  return `${TERM_TEXT[code] ?? 'unknown error'} (0x${code.toString(16).padStart(4, '0')})`;
+}
+
+/** a - b as a signed 32-bit distance (RFC 1982 serial arithmetic on PSNs and MSNs). */
+export function seqDiff(a: number, b: number): number {
+  return (a - b) | 0;
+}
+
+/** a < b in serial arithmetic. */
+export function seqLt(a: number, b: number): boolean {
+  return ((a - b) | 0) < 0;
+}
+
+/** Maximum DDP payload per segment for an interface MTU (IPv4 20 + UDP 8 + TRP 10 + header). */
+export function segmentPayload(mtu: number, tagged: boolean): number {
+  return mtu - 20 - 8 - TRP_HEADER_BYTES - (tagged ? DDP_TAGGED_BYTES : DDP_UNTAGGED_BYTES);
+}
+
+/** CM (REQ/ACCEPT/REJECT) body after the TRP header: pdlen(2) ird(2) ord(2) + private data. */
+export const CM_PARAMS_BYTES = 6;
+export const CM_MAX_PRIVATE_DATA = 512;

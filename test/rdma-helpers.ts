@@ -1,0 +1,126 @@
+/**
+ * Two RDMA stacks back to back in one process: one buffer pool, two graphs (one per stack, both
+ * run by the adaptive loop on this thread), joined by a pipe pair, each with the L2–L4 nodes
+ * and the RDMA layer, static neighbours. Plus helpers to connect a QP pair, poll completions
+ * with a deadline, and fill/compare memory.
+ */
+import { Graph, type BufferPool } from '../graph/index.ts';
+import { Interfaces } from '../drivers/interfaces.ts';
+import { createPipe } from '../drivers/pipe.ts';
+import type { FaultConfig } from '../drivers/fault.ts';
+import { registerL2L4 } from '../nodes/netstack.ts';
+import { type QpInit, type Rdma, registerRdma, type RdmaOptions } from '../nodes/rdma/rdma.ts';
+import type { Completion, Cq, Pd } from '../nodes/rdma/verbs.ts';
+import type { Qp } from '../nodes/rdma/qp.ts';
+import { memPool } from './helpers.ts';
+
+export const IP_A = '10.0.0.1';
+export const IP_B = '10.0.0.2';
+
+export interface Stack {
+  graph: Graph;
+  ifs: Interfaces;
+  rdma: Rdma;
+  ifName: string;
+}
+
+export interface Pair {
+  pool: BufferPool;
+  a: Stack;
+  b: Stack;
+  close(): void;
+}
+
+export function twoStacks(opts: { rdma?: RdmaOptions; mtu?: number; buffers?: number; faultA?: { rx?: FaultConfig; tx?: FaultConfig } } = {}): Pair {
+  const pool = memPool(opts.buffers ?? 8192, 2048);
+  const [pa, pb] = createPipe('pa', 'pb', { mtu: opts.mtu ?? 1500, ringSize: 4096, macA: '02:00:00:00:00:0a', macB: '02:00:00:00:00:0b' });
+  const mk = (name: string, drv: typeof pa, ip: string, peerIp: string, peerMac: string, fault?: { rx?: FaultConfig; tx?: FaultConfig }): Stack => {
+    const graph = new Graph({ pool, threadName: name, idlePollUs: 20, timerTickNs: 50_000 });
+    const net = registerL2L4(graph);
+    const ifs = new Interfaces(graph);
+    const itf = ifs.add(drv, { next: 'ethernet-input', fault });
+    net.addInterface({ index: itf.index, name: drv.name, mac: drv.mac, address: `${ip}/24`, mtu: drv.mtu, output: itf.output.name, neighbours: [{ address: peerIp, mac: peerMac }] });
+    const rdma = registerRdma(graph, net, opts.rdma);
+    graph.build();
+    return { graph, ifs, rdma, ifName: drv.name };
+  };
+  const a = mk('A', pa, IP_A, IP_B, '02:00:00:00:00:0b', opts.faultA);
+  const b = mk('B', pb, IP_B, IP_A, '02:00:00:00:00:0a');
+  a.graph.start();
+  b.graph.start();
+  return {
+    pool, a, b,
+    close() {
+      a.graph.close();
+      b.graph.close();
+      a.ifs.closeAll();
+      b.ifs.closeAll();
+    },
+  };
+}
+
+export interface Ends {
+  pd: Pd;
+  scq: Cq;
+  rcq: Cq;
+  qp: Qp;
+}
+
+export function makeEnds(s: Stack, init: Partial<QpInit> = {}, cqDepth = 4096): Ends {
+  const pd = init.pd ?? s.rdma.createPd();
+  const scq = init.sendCq ?? s.rdma.createCq(cqDepth);
+  const rcq = init.recvCq ?? s.rdma.createCq(cqDepth);
+  const qp = s.rdma.createQp({ maxSendWr: 1024, maxRecvWr: 1024, ...init, pd, sendCq: scq, recvCq: rcq });
+  return { pd, scq, rcq, qp };
+}
+
+/** Manual connect: both sides RTR with the other's address and port, then RTS. */
+export function connectManual(x: Stack, qx: Qp, y: Stack, qy: Qp): void {
+  for (const [s, q, peer, ip] of [[x, qx, qy, y === x ? IP_A : ipOf(y)], [y, qy, qx, ipOf(x)]] as const) {
+    s.rdma.modifyQp(q, { state: 'init' });
+    s.rdma.modifyQp(q, { state: 'rtr', remote: { address: ip, port: peer.qpn } });
+    s.rdma.modifyQp(q, { state: 'rts' });
+  }
+}
+
+function ipOf(s: Stack): string {
+  return s.graph.threadName === 'A' ? IP_A : IP_B;
+}
+
+/** Wait until `cq` holds `n` completions (or `ms` pass); returns them (taken from the CQ). */
+export async function waitCompletions(cq: Cq, n: number, ms = 5000): Promise<Completion[]> {
+  const out: Completion[] = [];
+  const deadline = Date.now() + ms;
+  while (out.length < n) {
+    out.push(...cq.poll(n - out.length));
+    if (out.length >= n) break;
+    if (Date.now() > deadline) throw new Error(`timed out: ${out.length} of ${n} completions after ${ms} ms: ${JSON.stringify(out.slice(-3))}`);
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(resolve, 20);
+      cq.onCompletion = () => {
+        clearTimeout(t);
+        cq.onCompletion = null;
+        resolve();
+      };
+    });
+  }
+  return out;
+}
+
+/** Let the loops run for `ms`. */
+export const settle = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Deterministic bytes (xorshift) for payloads. */
+export function pattern(n: number, seed: number): Uint8Array {
+  const b = new Uint8Array(n);
+  let x = seed >>> 0 || 1;
+  for (let i = 0; i < n; i++) {
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
+    b[i] = x & 0xff;
+  }
+  return b;
+}
