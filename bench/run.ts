@@ -1,11 +1,12 @@
 /**
  * npm run bench [-- <name...>] [--json] [--seconds N]
  * Benchmarks print figures and compare with baselines measured in the same run; they assert
- * nothing. Names: graph, l2l4, af_packet (root: veth pair in a network namespace).
+ * nothing. Names: graph, l2l4, af_packet (root: veth pair in a network namespace), rdma.
  */
 import { runGraphBench } from './graph.ts';
 import { runAfPacketBench } from './af-packet.ts';
 import { runL2l4Bench } from './l2l4.ts';
+import { runRdmaBench } from './rdma.ts';
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');
@@ -15,7 +16,7 @@ if (!(seconds > 0)) {
   console.error(`bench: --seconds needs a positive number, got "${args[si + 1]}"`);
   process.exit(2);
 }
-const known = ['graph', 'l2l4', 'af_packet'];
+const known = ['graph', 'l2l4', 'af_packet', 'rdma'];
 const names = args.filter((a, i) => !a.startsWith('--') && !(si >= 0 && i === si + 1));
 for (const n of names) {
   if (!known.includes(n)) {
@@ -44,6 +45,10 @@ for (const name of run) {
       const r = await runL2l4Bench({ seconds, size });
       console.log(json ? JSON.stringify({ bench: 'l2l4', payload: size, mpps: round(r.mpps), perNode: r.perNode }) : r.text);
     }
+  }
+  if (name === 'rdma') {
+    const r = await runRdmaBench({ seconds });
+    console.log(json ? JSON.stringify(r.json) : r.text);
   }
   if (name === 'af_packet') {
     const r = await runAfPacketBench({ seconds });

@@ -15,6 +15,8 @@ import {
 } from './wire.ts';
 
 const TWO32 = 4294967296;
+/** Packets sent after a hole that must arrive before it counts as lost (RFC 5681's 3). */
+const DUP_THRESH = 3;
 
 function untagged(v: DataView, o: number, last: boolean, op: number, inv: number, qn: number, msn: number, mo: number): number {
   v.setUint8(o, (last ? DDP_L : 0) | DDP_VERSION);
@@ -219,7 +221,9 @@ export function onSack(core: RdmaCore, qp: Qp, start: number, end: number): void
   for (let p = qp.sndUna; p !== start; p = (p + 1) >>> 0) {
     const s = p & mask;
     if (qp.txKind[s] === TxKind.FREE || qp.txFlags[s] & TxFlag.SACKED || qp.rtxQueued[s]) continue;
-    if (qp.txSeq[s] < maxSeq) {
+    // Lost when DUP_THRESH packets sent after it arrived (TCP's reordering tolerance), or when
+    // the newest packet sent arrived and nothing more is coming to tell (early retransmit).
+    if (maxSeq - qp.txSeq[s] >= DUP_THRESH || (maxSeq === qp.txCounter && qp.txSeq[s] < maxSeq)) {
       queueRetransmit(qp, p);
       queued++;
     }
