@@ -75,7 +75,8 @@ export class RdmaCore {
     this.rtoInitNs = trp.rtoInitMs * 1e6;
     this.maxRetries = trp.maxRetries;
     this.timerTickNs = graph.timers.tickNs;
-    this.txq = new Int32Array(maxQps);
+    // Room for every QP twice: a destroyed QP's stale entry and its index's next owner.
+    this.txq = new Int32Array(2 * maxQps);
   }
 
   /** The MR an STag names if it is valid and in `pd`, else null. */

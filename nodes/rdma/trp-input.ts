@@ -114,6 +114,11 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
           next = -1;
         } else if (qp.state !== QpState.RTR && qp.state !== QpState.RTS && qp.state !== QpState.SQD) {
           err = TrpInputError.NOT_READY;
+          // In ERROR, a repeat of what we already took (a Terminate) is still acknowledged.
+          if (qp.state === QpState.ERROR && ((psn - qp.rcvNxt) | 0) < 0) {
+            qp.ackNeeded = true;
+            core.schedule(qp);
+          }
         } else {
           qp.rxPackets++;
           const d = (psn - qp.rcvNxt) | 0;
