@@ -156,7 +156,7 @@ function ddpInput(rt: NodeRuntime, frame: Frame | null): number {
       }
     }
     if (code !== 0 && qp !== null) {
-      raiseTerminate(core, qp, code, pool, o, segLen, `ddp-input on qp ${qp.qpn}`);
+      raiseTerminate(core, qp, code, pool, o, segLen, `ddp-input on qp ${qp.qpn}`, opaque[w + RdmaOpaque.PSN]);
       err = DdpInputError.TERMINATED;
     }
     if (err >= 0) {

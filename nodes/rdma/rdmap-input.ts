@@ -175,7 +175,7 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
       }
     }
     if (code !== 0) {
-      raiseTerminate(core, qp, code, pool, o, segLen, `rdmap-input on qp ${qp.qpn}: ${RDMAP_OP_NAMES[op] ?? op}`);
+      raiseTerminate(core, qp, code, pool, o, segLen, `rdmap-input on qp ${qp.qpn}: ${RDMAP_OP_NAMES[op] ?? op}`, psn);
       err = RdmapInputError.TERMINATED;
       note = `terminate 0x${code.toString(16).padStart(4, '0')}`;
     }

@@ -19,9 +19,15 @@ const TERM_MAX = TERMINATE_CTL_BYTES + 2 + DDP_UNTAGGED_BYTES + READ_REQUEST_BYT
  * The segment at `o` (DDP header start, `segLen` bytes) of QP `qp` broke the protocol with
  * `code`: prepare the Terminate (sent by ddp-output as a reliable data packet) and move the QP
  * to ERROR. Later errors on the same QP change nothing (one Terminate per stream).
+ *
+ * `psn` is the offending segment's: the cumulative ACK goes back to it, so neither it nor
+ * anything after it is acknowledged. Otherwise the ACK that trp-input already counted (carried
+ * by the Terminate itself, or a pure ACK) would complete the peer's Send or Write successfully
+ * before the Terminate naming it arrives, and the error would land on some other WR.
  */
-export function raiseTerminate(core: RdmaCore, qp: Qp, code: number, pool: BufferPool, o: number, segLen: number, why: string): void {
+export function raiseTerminate(core: RdmaCore, qp: Qp, code: number, pool: BufferPool, o: number, segLen: number, why: string, psn?: number): void {
   if (qp.term !== null || qp.state === 6) return;
+  if (psn !== undefined && ((psn - qp.deliverNext) | 0) >= 0 && ((psn - qp.rcvNxt) | 0) < 0) qp.rcvNxt = psn;
   const u8 = pool.u8;
   const t = new Uint8Array(TERM_MAX);
   t[0] = code >>> 8; // layer << 4 | etype
