@@ -197,7 +197,9 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
       rt.countError(DdpOutputError.ACKS);
     }
     let sacks = 0;
-    let p = qp.rcvNxt;
+    // A QP in ERROR takes no more data: no SACKs (after a Terminate, the cumulative ACK stops
+    // before the offending segment, which a SACK must not report as received either).
+    let p = inError ? qp.rcvHigh : qp.rcvNxt;
     while (p !== qp.rcvHigh && sacks < MAX_SACKS && nOut < FRAME_SIZE) {
       while (p !== qp.rcvHigh && !qp.rxGot[p & mask]) p = (p + 1) >>> 0;
       if (p === qp.rcvHigh) break;
