@@ -124,3 +124,38 @@ export function pattern(n: number, seed: number): Uint8Array {
   }
   return b;
 }
+
+/** Wait until `cond()` holds, checking every 2 ms; throws naming `what` after `ms`. */
+export async function waitFor(what: string, cond: () => boolean, ms = 3000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await settle(2);
+  }
+}
+
+/**
+ * Stacks for tests that end with `finish`: a test that fails before it leaves its loops running
+ * (the process would never exit), so register `closeLeftovers` with `test.after.each`.
+ */
+const unfinished = new Set<Pair>();
+
+export function trackedStacks(opts: Parameters<typeof twoStacks>[0] = {}): Pair {
+  const p = twoStacks(opts);
+  unfinished.add(p);
+  return p;
+}
+
+export function closeLeftovers(): void {
+  for (const p of unfinished) p.close();
+  unfinished.clear();
+}
+
+/** Let what is in flight land, close both stacks; throws unless every buffer is back in the pool. */
+export async function finish(p: Pair): Promise<void> {
+  await settle(10);
+  unfinished.delete(p);
+  p.close();
+  const lost = p.pool.count - p.pool.available();
+  if (lost !== 0) throw new Error(`${lost} buffer(s) not back in the pool after close`);
+}

@@ -123,8 +123,9 @@ export class ConnectionManager {
   /** One CM message (data at the TRP header). */
   input(rt: NodeRuntime, bytes: Uint8Array, src: number, srcPort: number, dstPort: number, qpIndex: number): void {
     const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    const op = v.getUint16(8) >>> 12;
     if (bytes.length < TRP_HEADER_BYTES + CM_PARAMS_BYTES) return rt.countError(CmError.MALFORMED);
+    const op = v.getUint16(8) >>> 12;
+    if (op !== TrpOp.REQ && op !== TrpOp.ACCEPT && op !== TrpOp.REJECT) return rt.countError(CmError.MALFORMED);
     const pdLen = v.getUint16(10), ird = v.getUint16(12), ord = v.getUint16(14);
     if (bytes.length !== TRP_HEADER_BYTES + CM_PARAMS_BYTES + pdLen || pdLen > CM_MAX_PRIVATE_DATA) return rt.countError(CmError.MALFORMED);
     const pd = bytes.slice(16, 16 + pdLen);
@@ -162,7 +163,8 @@ export class ConnectionManager {
       return;
     }
     const p = qpIndex >= 0 ? this.pending.get(qpIndex) : undefined;
-    if (!p) return rt.countError(CmError.UNEXPECTED);
+    // Only the host we sent the REQ to answers it (from the port of the QP it made).
+    if (!p || src !== p.qp.remoteAddr) return rt.countError(CmError.UNEXPECTED);
     this.pending.delete(qpIndex);
     if (op === TrpOp.ACCEPT) {
       // Our ORD may not exceed the peer's IRD; our IRD serves the peer's ORD.
@@ -196,9 +198,10 @@ function cmInput(rt: NodeRuntime, frame: Frame | null): number {
     const bi = f.vec[i];
     const w = bi * OPAQUE_WORDS;
     const ports = op[w + Ip4Opaque.PORTS];
-    const bytes = pool.packetBytes(bi);
-    const isReq = bytes.length >= 10 && bytes[8] >>> 4 === TrpOp.REQ;
-    cm.input(rt, bytes, op[w + Ip4Opaque.REMOTE], ports >>> 16, ports & 0xffff, isReq ? -1 : op[w + 4]);
+    // ACCEPT/REJECT concern the QP on the destination port (-1 on a listener's port, which
+    // udp4-input hands over directly: no RDMA opaque word is set there).
+    const dstPort = ports & 0xffff;
+    cm.input(rt, pool.packetBytes(bi), op[w + Ip4Opaque.REMOTE], ports >>> 16, dstPort, cm.core.qpByPort[dstPort]);
   }
   pool.free(f.vec, 0, f.n);
   return f.n;

@@ -105,7 +105,9 @@ export class RdmaCore {
   }
 
   complete(cq: Cq, c: Completion): void {
-    if (!cq.push(c)) this.event({ type: 'cq-error', cq: cq.handle, reason: `completion queue ${cq.handle} overflowed (depth ${cq.depth})` });
+    // Reported once, when the CQ goes to error (later completions go to cq.overflowed too).
+    const wasError = cq.error;
+    if (!cq.push(c) && !wasError) this.event({ type: 'cq-error', cq: cq.handle, reason: `completion queue ${cq.handle} overflowed (depth ${cq.depth})` });
     if (cq.dirty && !cq.notifyQueued) {
       cq.notifyQueued = true;
       this.dirty.push(cq);

@@ -137,6 +137,9 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
       if (!wr.started) {
         if (qp.state !== QpState.RTS) break; // SQD: drain what started, start nothing new
         if (wr.postError >= 0) {
+          // The WRs before it went out and complete on their own (ACK, response) first: the
+          // error may not flush what the peer takes and completes as successful.
+          if (qp.sqHead !== qp.sqNext) break;
           wr.done = true;
           wr.status = wr.postError;
           qp.sqNext++;

@@ -120,7 +120,8 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
           const isRead = op === RdmapOp.READ_REQUEST;
           const d = (msn - qp.readExpect) | 0;
           if (plen < (isRead ? READ_REQUEST_BYTES : ATOMIC_REQUEST_BYTES) || !last) code = TermCode.RDMAP_CATASTROPHIC;
-          else if (d < 0 || d >= qp.ird) code = TermCode.DDP_U_INVALID_MSN;
+          // IRD counts the requests not yet delivered and the responses not yet acknowledged.
+          else if (d < 0 || d + (qp.respTail - qp.respHead) >= qp.ird) code = TermCode.DDP_U_INVALID_MSN;
           else if (isRead) {
             const size = v.getUint32(body + 12), stag = v.getUint32(body + 16);
             const to = v.getUint32(body + 20) * 4294967296 + v.getUint32(body + 24);
@@ -166,8 +167,7 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
           const tb = pool.packetBytes(bi).subarray(DDP_UNTAGGED_BYTES);
           rt.countError(RdmapInputError.TERMINATE_RECEIVED);
           note = `terminate received: 0x${tb.length >= TERMINATE_CTL_BYTES ? ((tb[0] << 8) | tb[1]).toString(16) : '?'}`;
-          receiveTerminate(core, qp, tb);
-          core.event({ type: 'qp-error', qpn: qp.qpn, reason: note });
+          receiveTerminate(core, qp, tb); // reports qp-error (once) with the code
           break;
         }
         default:
