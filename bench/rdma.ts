@@ -118,6 +118,7 @@ async function kernelUdpLatency(seconds: number): Promise<{ medianUs: number; p9
 
 export async function runRdmaBench(opts: { seconds: number }): Promise<RdmaBenchResult> {
   const s = opts.seconds;
+  await writeThroughput(Math.min(s, 1), 0); // warm-up (JIT), not reported
   const w0 = await writeThroughput(s, 0);
   const w1 = await writeThroughput(s, 0.01);
   const w10 = await writeThroughput(s, 0.1);
