@@ -14,7 +14,7 @@ export interface TrpSettings {
   window: number;
   rtoMinMs: number;
   rtoMaxMs: number;
-  /** RTO before the first RTT sample (default 3 x rtoMin, at least 10 ms... see rdma.ts). */
+  /** RTO before the first RTT sample (rdma.ts default: max(rtoMin, 10 ms)). */
   rtoInitMs: number;
   /** Retransmissions of one packet before the QP fails with retry-exceeded (default 7). */
   maxRetries: number;
@@ -56,10 +56,8 @@ export class RdmaCore {
   readonly txq: Int32Array;
   txHead = 0;
   txCount = 0;
-  /** Nodes that own timers and the transmit input node (set when registered). */
+  /** The node that owns the retransmission timers (set when registered). */
   trpOutput!: NodeRuntime;
-  ddpOutput!: NodeRuntime;
-  cmNode!: NodeRuntime;
   onEvent: ((e: RdmaEvent) => void) | null = null;
   private dirty: Cq[] = [];
   private notifyScheduled = false;

@@ -21,7 +21,7 @@ import { RdmaOpaque } from './trp-input.ts';
 import { completeRecv } from './transport.ts';
 import { Access, type SgList, WcStatus, WrOpcode } from './verbs.ts';
 import {
-  DDP_T, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, DDP_VERSION, Qn, RdmapOp, RDMAP_OP_NAMES, T_STAG, T_TO, TermCode, U_MO, U_MSN, U_QN,
+  DDP_L, DDP_T, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, DDP_VERSION, Qn, RdmapOp, RDMAP_OP_NAMES, T_STAG, T_TO, TermCode, U_MO, U_MSN, U_QN,
 } from './wire.ts';
 
 export const DDP_INPUT = 'ddp-input';
@@ -60,29 +60,18 @@ export function registerDdpInput(graph: Graph, core: RdmaCore): NodeRuntime {
   return graph.register({ name: DDP_INPUT, next: ['error-drop', 'rdmap-input'], errors: ERRORS, runtimeData: core, fn: ddpInput, formatTrace: formatDdpTrace });
 }
 
-/** Copy `len` payload bytes of packet `bi`, from `skip` bytes into it, to `dst` at `at`. */
-function placeBytes(pool: BufferPool, bi: number, skip: number, dst: Uint8Array, at: number, len: number): void {
+/**
+ * Copy `len` payload bytes of packet `bi` (a chain), from `skip` bytes into it, to position
+ * `pos` of an MR's memory (`mem`) or, when `mem` is null, of a work request's SG list.
+ */
+function place(pool: BufferPool, bi: number, skip: number, mem: Uint8Array | null, sg: SgList | null, pos: number, len: number): void {
   for (;;) {
     const l = pool.length[bi];
     if (skip < l) {
       const take = Math.min(len, l - skip);
       const o = pool.offset[bi] + skip;
-      dst.set(pool.u8.subarray(o, o + take), at);
-      at += take;
-      len -= take;
-      skip = 0;
-    } else skip -= l;
-    if (len <= 0 || !(pool.flags[bi] & BufferFlag.NEXT_PRESENT)) return;
-    bi = pool.next[bi];
-  }
-}
-
-function placeSg(pool: BufferPool, bi: number, skip: number, sg: SgList, pos: number, len: number): void {
-  for (;;) {
-    const l = pool.length[bi];
-    if (skip < l) {
-      const take = Math.min(len, l - skip);
-      sg.scatter(pos, pool.u8, pool.offset[bi] + skip, take);
+      if (mem !== null) mem.set(pool.u8.subarray(o, o + take), pos);
+      else (sg as SgList).scatter(pos, pool.u8, o, take);
       pos += take;
       len -= take;
       skip = 0;
@@ -106,7 +95,7 @@ function ddpInput(rt: NodeRuntime, frame: Frame | null): number {
     const qp = qps[opaque[w + RdmaOpaque.QP]];
     const o = offset[bi];
     const segLen = flags[bi] & BufferFlag.NEXT_PRESENT ? pool.packetLength(bi) : length[bi];
-    let err = -1, code = 0, note = '';
+    let err = -1, code = 0;
     const b0 = u8[o], b1 = u8[o + 1];
     const tagged = (b0 & DDP_T) !== 0;
     const hlen = tagged ? DDP_TAGGED_BYTES : DDP_UNTAGGED_BYTES;
@@ -123,18 +112,15 @@ function ddpInput(rt: NodeRuntime, frame: Frame | null): number {
           const mr = core.mrFor(stag, qp.pd);
           if (mr === null || !(mr.access & Access.REMOTE_WRITE)) code = TermCode.DDP_T_INVALID_STAG;
           else if (to + plen > mr.length) code = TermCode.DDP_T_BOUNDS;
-          else placeBytes(pool, bi, hlen, mr.memory, to, plen);
+          else place(pool, bi, hlen, mr.memory, null, to, plen);
         }
       } else if (op === RdmapOp.READ_RESPONSE) {
         const wr = qp.ordRing[stag & qp.ordMask];
         if (wr === null || wr.opcode !== WrOpcode.READ || wr.msn !== stag || wr.done) code = TermCode.DDP_T_INVALID_STAG;
         else if (to + plen > wr.length) code = TermCode.DDP_T_BOUNDS;
-        else if (plen > 0) placeSg(pool, bi, hlen, wr.sg, to, plen);
+        else if (plen > 0) place(pool, bi, hlen, null, wr.sg, to, plen);
       }
       // Any other tagged opcode is rdmap-input's to reject.
-      if (rt.traceOn && flags[bi] & BufferFlag.TRACED) {
-        rt.addTrace(bi, { qpn: qp.qpn, psn: opaque[w + RdmaOpaque.PSN], tagged, last: (b0 & 0x40) !== 0, op, stag, to, qn: 0, msn: 0, mo: 0, len: plen, note } satisfies DdpTrace);
-      }
     } else {
       const qn = v.getUint32(o + U_QN), msn = v.getUint32(o + U_MSN), mo = v.getUint32(o + U_MO);
       if (qn === Qn.SEND) {
@@ -148,16 +134,22 @@ function ddpInput(rt: NodeRuntime, frame: Frame | null): number {
             code = TermCode.DDP_U_TOO_LONG;
             // verbs: the receive completes with local-length-error (after those before it).
             if (msn === ((qp.rqDone + 1) >>> 0)) completeRecv(core, qp, rwr, WcStatus.LOC_LEN_ERR, { byteLen: 0 });
-          } else if (plen > 0) placeSg(pool, bi, hlen, rwr.sg, mo, plen);
+          } else if (plen > 0) place(pool, bi, hlen, null, rwr.sg, mo, plen);
         }
       } else if (qn !== Qn.READ && qn !== Qn.TERMINATE && qn !== Qn.ATOMIC_RESPONSE) code = TermCode.DDP_U_INVALID_QN;
-      if (rt.traceOn && flags[bi] & BufferFlag.TRACED) {
-        rt.addTrace(bi, { qpn: qp.qpn, psn: opaque[w + RdmaOpaque.PSN], tagged, last: (b0 & 0x40) !== 0, op, stag: 0, to: 0, qn, msn, mo, len: plen, note } satisfies DdpTrace);
-      }
     }
     if (code !== 0 && qp !== null) {
       raiseTerminate(core, qp, code, pool, o, segLen, `ddp-input on qp ${qp.qpn}`, opaque[w + RdmaOpaque.PSN]);
       err = DdpInputError.TERMINATED;
+    }
+    if (rt.traceOn && flags[bi] & BufferFlag.TRACED && qp !== null && err !== DdpInputError.TRUNCATED) {
+      const full = segLen >= hlen;
+      rt.addTrace(bi, {
+        qpn: qp.qpn, psn: opaque[w + RdmaOpaque.PSN], tagged, last: (b0 & DDP_L) !== 0, op,
+        stag: tagged && full ? v.getUint32(o + T_STAG) : 0, to: tagged && full ? v.getUint32(o + T_TO) * 4294967296 + v.getUint32(o + T_TO + 4) : 0,
+        qn: !tagged && full ? v.getUint32(o + U_QN) : 0, msn: !tagged && full ? v.getUint32(o + U_MSN) : 0, mo: !tagged && full ? v.getUint32(o + U_MO) : 0,
+        len: plen, note: code !== 0 ? `terminate 0x${code.toString(16).padStart(4, '0')}` : err >= 0 ? ERRORS[err].description : '',
+      } satisfies DdpTrace);
     }
     if (err >= 0) {
       error[bi] = eBase + err;

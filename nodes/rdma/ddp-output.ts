@@ -15,7 +15,7 @@ import type { RdmaCore } from './core.ts';
 import { type Qp, QpState, TxFlag, TxKind } from './qp.ts';
 import { RdmaOpaque } from './trp-input.ts';
 import { buildSegment, completeSq, takePsn, toError } from './transport.ts';
-import { isAtomic, WrOpcode } from './verbs.ts';
+import { WrOpcode } from './verbs.ts';
 
 export const DDP_OUTPUT = 'ddp-output';
 /** What trp-output puts in front (the INFO opaque word on transmit). */
@@ -222,4 +222,3 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
   return qp.rtxCount > 0 || (!inError && qp.inFlight < window && (qp.respNext !== qp.respTail || qp.sqNext !== qp.sqTail));
 }
 
-export { isAtomic };

@@ -14,7 +14,7 @@ import type { RdmaCore } from './core.ts';
 import { type Qp, QpState, RX_WORDS, RxEvent } from './qp.ts';
 import { RdmaOpaque } from './trp-input.ts';
 import { completeRecv, completeSq, takeResp, toError } from './transport.ts';
-import { WcOpcode, WcStatus, WrOpcode } from './verbs.ts';
+import { WcOpcode, WcStatus } from './verbs.ts';
 import { AtomicOp, RdmapOp } from './wire.ts';
 
 export const QP_DISPATCH = 'qp-dispatch';
@@ -172,4 +172,3 @@ export function deliver(core: RdmaCore, qp: Qp): void {
   }
 }
 
-export { WrOpcode };

@@ -247,7 +247,6 @@ export class Qp {
   dispatchMark = 0;
   finSent = false;
   /** Connection manager state (cm.ts). */
-  cmPending = false;
   cmRole: 'none' | 'active' | 'passive' = 'none';
   privateData: Uint8Array = new Uint8Array(0);
 

@@ -187,7 +187,7 @@ export class Rdma {
     registerCmInput(graph, this.cm);
     registerTrpInput(graph, this.core);
     registerTrpOutput(graph, this.core);
-    this.core.ddpOutput = registerDdpOutput(graph, this.core);
+    registerDdpOutput(graph, this.core);
   }
 
   set onEvent(fn: ((e: RdmaEvent) => void) | null) {
@@ -481,7 +481,6 @@ export class Rdma {
 
   private sendFin(qp: Qp): void {
     if (qp.remotePort === 0 || qp.state === QpState.RESET || qp.state === QpState.INIT) return;
-    if (qp.state === QpState.ERROR && qp.cmRole === 'none' && qp.finSent) return;
     if (qp.finSent) return;
     qp.finSent = true;
     const m = new Uint8Array(TRP_HEADER_BYTES);

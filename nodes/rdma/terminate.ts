@@ -6,7 +6,7 @@
  */
 import type { BufferPool } from '../../graph/index.ts';
 import type { RdmaCore } from './core.ts';
-import { type Qp } from './qp.ts';
+import { type Qp, QpState } from './qp.ts';
 import { toError } from './transport.ts';
 import { WcStatus, WrOpcode } from './verbs.ts';
 import {
@@ -26,7 +26,7 @@ const TERM_MAX = TERMINATE_CTL_BYTES + 2 + DDP_UNTAGGED_BYTES + READ_REQUEST_BYT
  * before the Terminate naming it arrives, and the error would land on some other WR.
  */
 export function raiseTerminate(core: RdmaCore, qp: Qp, code: number, pool: BufferPool, o: number, segLen: number, why: string, psn?: number): void {
-  if (qp.term !== null || qp.state === 6) return;
+  if (qp.term !== null || qp.state === QpState.ERROR) return;
   if (psn !== undefined && ((psn - qp.deliverNext) | 0) >= 0 && ((psn - qp.rcvNxt) | 0) < 0) qp.rcvNxt = psn;
   const u8 = pool.u8;
   const t = new Uint8Array(TERM_MAX);

@@ -6,12 +6,12 @@
  * moving a QP to ERROR with its work requests flushed.
  */
 import type { BufferPool } from '../../graph/index.ts';
-import { Qp, QpState, RespSlot, type SendWr, TxFlag, TxKind } from './qp.ts';
+import { type Qp, QpState, type RespSlot, type SendWr, TxFlag, TxKind } from './qp.ts';
 import type { RdmaCore } from './core.ts';
-import { type Completion, type Cq, type RecvWr, WC_OPCODE_NAMES, WC_STATUS_NAMES, WcOpcode, WcStatus, WrOpcode, WR_WC_OPCODE, isAtomic } from './verbs.ts';
+import { type Completion, type Cq, type Mr, type RecvWr, WC_OPCODE_NAMES, WC_STATUS_NAMES, WcOpcode, WcStatus, WrOpcode, WR_WC_OPCODE, isAtomic } from './verbs.ts';
 import {
   AtomicOp, ATOMIC_REQUEST_BYTES, ATOMIC_RESPONSE_BYTES, DDP_L, DDP_T, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, DDP_VERSION,
-  IMMEDIATE_BYTES, Qn, RDMAP_CTL, RdmapOp, READ_REQUEST_BYTES, TermCode,
+  IMMEDIATE_BYTES, Qn, RDMAP_CTL, RdmapOp, READ_REQUEST_BYTES,
 } from './wire.ts';
 
 const TWO32 = 4294967296;
@@ -45,87 +45,85 @@ export function buildSegment(qp: Qp, psn: number, pool: BufferPool, bi: number):
   const kind = qp.txKind[s], fl = qp.txFlags[s], off = qp.txOff[s], len = qp.txLen[s];
   const last = (fl & TxFlag.LAST) !== 0;
   const v = pool.view, u8 = pool.u8, o = pool.offset[bi];
-  let h = 0;
-  if (kind === TxKind.SQ) {
-    const wr = qp.sq[qp.txRef[s]];
-    const op = wr.opcode;
-    if (op <= WrOpcode.SEND_WITH_INV) {
-      let rop = SEND_OP[op];
-      if (wr.solicited && rop === RdmapOp.SEND_INV) rop = RdmapOp.SEND_SE_INV;
-      else if (wr.solicited) rop = RdmapOp.SEND_SE;
-      h = untagged(v, o, last, rop, op === WrOpcode.SEND_WITH_INV ? wr.invStag : 0, Qn.SEND, wr.msn, off);
-      wr.sg.gather(off, u8, o + h, len);
-    } else if (op === WrOpcode.WRITE || op === WrOpcode.WRITE_WITH_IMM) {
-      if (fl & TxFlag.IMM) {
-        h = untagged(v, o, true, wr.solicited ? RdmapOp.IMMEDIATE_SE : RdmapOp.IMMEDIATE, 0, Qn.SEND, wr.msn, 0);
-        v.setUint32(o + h, 0);
-        v.setUint32(o + h + 4, wr.imm);
-      } else {
-        h = tagged(v, o, last, RdmapOp.WRITE, wr.rstag, wr.roff + off);
-        wr.sg.gather(off, u8, o + h, len);
-      }
-    } else if (op === WrOpcode.READ) {
-      h = untagged(v, o, true, RdmapOp.READ_REQUEST, 0, Qn.READ, wr.msn, 0);
-      // sink STag = our read MSN (names the outstanding Read), sink TO = 0: offset in its SG list
-      v.setUint32(o + h, wr.msn);
-      v.setUint32(o + h + 4, 0);
-      v.setUint32(o + h + 8, 0);
-      v.setUint32(o + h + 12, wr.length);
-      v.setUint32(o + h + 16, wr.rstag);
-      v.setUint32(o + h + 20, Math.floor(wr.roff / TWO32));
-      v.setUint32(o + h + 24, wr.roff >>> 0);
-    } else {
-      h = untagged(v, o, true, RdmapOp.ATOMIC_REQUEST, 0, Qn.READ, wr.msn, 0);
-      const b = o + h;
-      v.setUint32(b, op === WrOpcode.FETCH_ADD ? AtomicOp.FETCH_ADD : op === WrOpcode.SWAP ? AtomicOp.SWAP : AtomicOp.CMP_SWAP);
-      v.setUint32(b + 4, wr.msn);
-      v.setUint32(b + 8, wr.rstag);
-      v.setUint32(b + 12, Math.floor(wr.roff / TWO32));
-      v.setUint32(b + 16, wr.roff >>> 0);
-      v.setUint32(b + 20, wr.swapHi);
-      v.setUint32(b + 24, wr.swapLo);
-      // masks: all ones = the plain (unmasked) operation; fetch-add's add mask 0 = no carry breaks
-      const m = op === WrOpcode.FETCH_ADD ? 0 : 0xffffffff;
-      v.setUint32(b + 28, m);
-      v.setUint32(b + 32, m);
-      v.setUint32(b + 36, wr.cmpHi);
-      v.setUint32(b + 40, wr.cmpLo);
-      v.setUint32(b + 44, op === WrOpcode.CMP_SWAP ? 0xffffffff : 0);
-      v.setUint32(b + 48, op === WrOpcode.CMP_SWAP ? 0xffffffff : 0);
-      pool.length[bi] = h + ATOMIC_REQUEST_BYTES;
-      return;
-    }
-    if (op === WrOpcode.READ) {
-      pool.length[bi] = DDP_UNTAGGED_BYTES + READ_REQUEST_BYTES;
-      return;
-    }
-    if (fl & TxFlag.IMM) {
-      pool.length[bi] = DDP_UNTAGGED_BYTES + IMMEDIATE_BYTES;
-      return;
-    }
-  } else if (kind === TxKind.RESP) {
+  let bytes: number;
+  if (kind === TxKind.SQ) bytes = buildRequest(qp.sq[qp.txRef[s]], fl, off, len, last, v, u8, o);
+  else if (kind === TxKind.RESP) {
     const r = qp.resp[qp.txRef[s]];
     if (r.atomic) {
-      h = untagged(v, o, true, RdmapOp.ATOMIC_RESPONSE, 0, Qn.ATOMIC_RESPONSE, r.msn, 0);
+      const h = untagged(v, o, true, RdmapOp.ATOMIC_RESPONSE, 0, Qn.ATOMIC_RESPONSE, r.msn, 0);
       v.setUint32(o + h, r.reqId);
       v.setUint32(o + h + 4, r.origHi);
       v.setUint32(o + h + 8, r.origLo);
-      pool.length[bi] = h + ATOMIC_RESPONSE_BYTES;
-      return;
-    }
-    h = tagged(v, o, last, RdmapOp.READ_RESPONSE, r.sinkStag, r.sinkTo + off);
-    if (len > 0) {
-      const src = (r.src as { memory: Uint8Array }).memory, from = r.srcOff + off;
-      u8.set(src.subarray(from, from + len), o + h);
+      bytes = h + ATOMIC_RESPONSE_BYTES;
+    } else {
+      const h = tagged(v, o, last, RdmapOp.READ_RESPONSE, r.sinkStag, r.sinkTo + off);
+      if (len > 0) {
+        const from = r.srcOff + off;
+        u8.set((r.src as Mr).memory.subarray(from, from + len), o + h);
+      }
+      bytes = h + len;
     }
   } else {
     // Terminate: its bytes were prepared when the error was found.
-    h = untagged(v, o, true, RdmapOp.TERMINATE, 0, Qn.TERMINATE, qp.termMsn, 0);
+    const h = untagged(v, o, true, RdmapOp.TERMINATE, 0, Qn.TERMINATE, qp.termMsn, 0);
     u8.set((qp.term as Uint8Array).subarray(0, qp.termLen), o + h);
-    pool.length[bi] = h + qp.termLen;
-    return;
+    bytes = h + qp.termLen;
   }
-  pool.length[bi] = h + len;
+  pool.length[bi] = bytes;
+}
+
+/** The segment of send work request `wr` at byte `off`; returns its DDP length. */
+function buildRequest(wr: SendWr, fl: number, off: number, len: number, last: boolean, v: DataView, u8: Uint8Array, o: number): number {
+  const op = wr.opcode;
+  if (op <= WrOpcode.SEND_WITH_INV) {
+    let rop = SEND_OP[op];
+    if (wr.solicited) rop = rop === RdmapOp.SEND_INV ? RdmapOp.SEND_SE_INV : RdmapOp.SEND_SE;
+    const h = untagged(v, o, last, rop, op === WrOpcode.SEND_WITH_INV ? wr.invStag : 0, Qn.SEND, wr.msn, off);
+    wr.sg.gather(off, u8, o + h, len);
+    return h + len;
+  }
+  if (op === WrOpcode.WRITE || op === WrOpcode.WRITE_WITH_IMM) {
+    if (fl & TxFlag.IMM) {
+      const h = untagged(v, o, true, wr.solicited ? RdmapOp.IMMEDIATE_SE : RdmapOp.IMMEDIATE, 0, Qn.SEND, wr.msn, 0);
+      v.setUint32(o + h, 0);
+      v.setUint32(o + h + 4, wr.imm);
+      return h + IMMEDIATE_BYTES;
+    }
+    const h = tagged(v, o, last, RdmapOp.WRITE, wr.rstag, wr.roff + off);
+    wr.sg.gather(off, u8, o + h, len);
+    return h + len;
+  }
+  if (op === WrOpcode.READ) {
+    const h = untagged(v, o, true, RdmapOp.READ_REQUEST, 0, Qn.READ, wr.msn, 0);
+    // sink STag = our read MSN (names the outstanding Read), sink TO = 0: offset in its SG list
+    v.setUint32(o + h, wr.msn);
+    v.setUint32(o + h + 4, 0);
+    v.setUint32(o + h + 8, 0);
+    v.setUint32(o + h + 12, wr.length);
+    v.setUint32(o + h + 16, wr.rstag);
+    v.setUint32(o + h + 20, Math.floor(wr.roff / TWO32));
+    v.setUint32(o + h + 24, wr.roff >>> 0);
+    return h + READ_REQUEST_BYTES;
+  }
+  const h = untagged(v, o, true, RdmapOp.ATOMIC_REQUEST, 0, Qn.READ, wr.msn, 0);
+  const b = o + h;
+  v.setUint32(b, op === WrOpcode.FETCH_ADD ? AtomicOp.FETCH_ADD : op === WrOpcode.SWAP ? AtomicOp.SWAP : AtomicOp.CMP_SWAP);
+  v.setUint32(b + 4, wr.msn);
+  v.setUint32(b + 8, wr.rstag);
+  v.setUint32(b + 12, Math.floor(wr.roff / TWO32));
+  v.setUint32(b + 16, wr.roff >>> 0);
+  v.setUint32(b + 20, wr.swapHi);
+  v.setUint32(b + 24, wr.swapLo);
+  // masks: all ones = the plain (unmasked) operation; fetch-add's add mask 0 = no carry breaks
+  const m = op === WrOpcode.FETCH_ADD ? 0 : 0xffffffff;
+  v.setUint32(b + 28, m);
+  v.setUint32(b + 32, m);
+  v.setUint32(b + 36, wr.cmpHi);
+  v.setUint32(b + 40, wr.cmpLo);
+  const cm = op === WrOpcode.CMP_SWAP ? 0xffffffff : 0;
+  v.setUint32(b + 44, cm);
+  v.setUint32(b + 48, cm);
+  return h + ATOMIC_REQUEST_BYTES;
 }
 
 /** Take the next PSN for a new data packet and describe it in its transmit slot. */
@@ -375,4 +373,3 @@ export function takeResp(qp: Qp): RespSlot | null {
   return r;
 }
 
-export { Qp, type SendWr };

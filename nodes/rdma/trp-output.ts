@@ -11,6 +11,7 @@
 import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
 import { setUdpDestination } from '../udp/udp-ports.ts';
 import type { RdmaCore } from './core.ts';
+import type { Qp } from './qp.ts';
 import { TxPacket } from './ddp-output.ts';
 import { RdmaOpaque } from './trp-input.ts';
 import { onTimeout } from './transport.ts';
@@ -37,11 +38,11 @@ function trpOutput(rt: NodeRuntime, frame: Frame | null): number {
   for (let i = 0; i < n; i++) {
     const bi = vec[i];
     const w = bi * OPAQUE_WORDS;
-    const qp = core.qps[opaque[w + RdmaOpaque.QP]];
+    // ddp-output queued it in this same pass: the QP exists (destroy runs between passes).
+    const qp = core.qps[opaque[w + RdmaOpaque.QP]] as Qp;
     const kind = opaque[w + RdmaOpaque.INFO];
     pool.prepend(bi, TRP_HEADER_BYTES);
     const o = offset[bi];
-    if (qp === null) continue; // cannot happen: ddp-output and this node run in one pass
     let psn: number, ack: number, op: number;
     if (kind === TxPacket.DATA) {
       psn = opaque[w + RdmaOpaque.PSN];

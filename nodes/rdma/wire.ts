@@ -83,37 +83,10 @@ export const TermCode = {
   DDP_U_VERSION: 0x1206,
 } as const;
 
-const TERM_TEXT: Record<number, string> = {
-  0x0100: 'RDMAP invalid STag',
-  0x0101: 'RDMAP base or bounds violation',
-  0x0102: 'RDMAP access rights violation',
-  0x0205: 'RDMAP invalid version',
-  0x0206: 'RDMAP unexpected opcode',
-  0x0207: 'RDMAP catastrophic error',
-  0x1100: 'DDP tagged invalid STag',
-  0x1101: 'DDP tagged base or bounds violation',
-  0x1104: 'DDP tagged invalid version',
-  0x1201: 'DDP untagged invalid QN',
-  0x1202: 'DDP untagged no buffer',
-  0x1203: 'DDP untagged invalid MSN',
-  0x1204: 'DDP untagged invalid MO',
-  0x1205: 'DDP untagged message too long',
-  0x1206: 'DDP untagged invalid version',
-};
-
-export function termCodeText(code: number): string {
-  return `${TERM_TEXT[code] ?? 'unknown error'} (0x${code.toString(16).padStart(4, '0')})`;
-}
-
-/** a - b as a signed 32-bit distance (RFC 1982 serial arithmetic on PSNs and MSNs). */
-export function seqDiff(a: number, b: number): number {
-  return (a - b) | 0;
-}
-
-/** a < b in serial arithmetic. */
-export function seqLt(a: number, b: number): boolean {
-  return ((a - b) | 0) < 0;
-}
+/**
+ * PSNs and MSNs are 32-bit serial numbers (RFC 1982): the nodes compare them inline as
+ * `((a - b) | 0) < 0` (a before b), which stays monomorphic and allocation-free.
+ */
 
 /** Maximum DDP payload per segment for an interface MTU (IPv4 20 + UDP 8 + TRP 10 + header). */
 export function segmentPayload(mtu: number, tagged: boolean): number {
