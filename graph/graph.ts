@@ -96,6 +96,7 @@ export class Graph {
   private readonly mode: 'adaptive' | 'polling';
   private waiter: IdleWaiter | null = null;
   private readonly dueSources: (() => number)[] = [];
+  private readonly closeHooks: (() => void)[] = [];
   private readonly waitFds = new Set<number>();
   /** Set when a node throws; the loop logs it and goes on. */
   lastError: Error | null = null;
@@ -640,6 +641,13 @@ export class Graph {
       this.waiter.close();
       this.waiter = null;
     }
+    // Whoever holds buffers outside frames (queues fed from outside the graph) gives them back.
+    for (const hook of this.closeHooks.splice(0)) hook();
+  }
+
+  /** Run `hook` when the graph is closed (e.g. free buffers a queue still holds). */
+  onClose(hook: () => void): void {
+    this.closeHooks.push(hook);
   }
 
   // ---------------------------------------------------------------- trace

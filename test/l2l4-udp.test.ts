@@ -122,6 +122,15 @@ test('UDP API: sendTo from the control plane; a computed checksum of 0 goes out 
   assert.is(udp.checksum, 0xffff, 'RFC 768: a computed 0 is sent as all ones');
 });
 
+test('UDP API: datagrams still queued when the graph closes go back to the pool', () => {
+  const s = makeStack({ neighbours: PEER });
+  const before = s.pool.available();
+  for (let i = 0; i < 3; i++) assert.ok(s.net.udp.sendTo(Uint8Array.from(data(100)), PEER_IP, 6001, 6000));
+  assert.is(s.pool.available(), before - 3, 'queued, not yet sent');
+  s.g.close();
+  assert.is(s.pool.available(), before);
+});
+
 test('UDP API: bindings by address and wildcard, unbind, double bind refused', () => {
   const s = makeStack({ neighbours: PEER });
   const seen: string[] = [];

@@ -44,6 +44,11 @@ export class UdpSendQueue {
 }
 
 export function registerUdp4Send(graph: Graph, queue: UdpSendQueue): NodeRuntime {
+  // Datagrams still queued when the graph closes go back to the pool.
+  graph.onClose(() => {
+    const left = new Uint32Array(queue.length);
+    graph.pool.free(left, 0, queue.pop(left, left.length));
+  });
   return graph.register({
     name: UDP4_SEND,
     type: 'input',
