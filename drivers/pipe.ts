@@ -6,8 +6,13 @@
  * Each end owns its receive ring: a power-of-two Uint32Array with free-running u32 head (written
  * by the peer's txBurst) and tail (read by this end's rxBurst) counters. Single thread, so no
  * atomics: the engine runs both ends on the same data-plane thread.
+ *
+ * Two data planes in one process (two graphs, two pools, one thread) can be joined by a pipe
+ * too: `pipeEnd(name, peer)` makes one end per data plane and pairs them by name. Their pools
+ * differ, so txBurst then copies each packet into buffers of the peer's pool and frees ours
+ * (one view per segment copied; zero-copy needs one pool).
  */
-import type { BufferPool } from '../graph/buffer-pool.ts';
+import { BufferFlag, type BufferPool } from '../graph/buffer-pool.ts';
 import type { Driver, DriverCounters } from './driver.ts';
 import { zeroCounters } from './driver.ts';
 import { macOption } from './mac.ts';
@@ -30,8 +35,8 @@ export class PipeDriver implements Driver {
   readonly rxQueues = 1;
   readonly txQueues = 1;
 
-  /** The other end. */
-  peer!: PipeDriver;
+  /** The other end (null: a named end whose peer has not been created yet). */
+  peer: PipeDriver | null = null;
   pool: BufferPool | null = null;
   private state: 'new' | 'open' | 'closed' = 'new';
 
@@ -53,11 +58,11 @@ export class PipeDriver implements Driver {
 
   open(pool: BufferPool): void {
     if (this.state !== 'new') throw new Error(`pipe interface ${this.name}: already ${this.state === 'open' ? 'open' : 'closed'}`);
-    const other = this.peer.pool;
-    if (other !== null && other !== pool) {
+    const other = this.peer?.pool ?? null;
+    if (other !== null && other !== pool && !this.named) {
       throw new Error(
         `pipe interface ${this.name}: opened with a different buffer pool (${pool.memory.owner}, ${pool.count} buffers) than its peer ` +
-          `${this.peer.name} (${other.memory.owner}, ${other.count} buffers); both ends of a pipe must share one pool (same data-plane thread)`,
+          `${this.peer!.name} (${other.memory.owner}, ${other.count} buffers); both ends of a pipe must share one pool (same data-plane thread)`,
       );
     }
     this.pool = pool;
@@ -97,32 +102,47 @@ export class PipeDriver implements Driver {
     if (queue !== 0) throw new RangeError(`pipe interface ${this.name}: no tx queue ${queue}`);
     const peer = this.peer;
     const pool = this.pool;
-    if (this.state !== 'open' || peer.state !== 'open' || pool === null) {
+    if (this.state !== 'open' || peer === null || peer.state !== 'open' || pool === null) {
       this.stats.txDrops += n;
       return 0;
     }
     const ring = peer.ring, mask = peer.mask;
     const space = ring.length - ((peer.head - peer.tail) >>> 0);
     const m = n < space ? n : space;
+    const dst = peer.pool!;
     let h = peer.head;
     let bytes = 0;
+    let moved = 0;
     for (let i = 0; i < m; i++) {
       const bi = bufs[off + i];
-      ring[h & mask] = bi;
-      bytes += pool.packetLength(bi);
+      const len = pool.packetLength(bi);
+      let to = bi;
+      if (dst !== pool) {
+        // Another data plane's pool: copy, then ours goes back (the caller frees only what we refuse).
+        to = copyAcross(pool, bi, dst, len);
+        if (to < 0) {
+          this.stats.txDrops++;
+          pool.freeOne(bi);
+          continue;
+        }
+        pool.freeOne(bi);
+      }
+      ring[h & mask] = to;
+      bytes += len;
+      moved++;
       h = (h + 1) >>> 0;
     }
     peer.head = h;
-    this.stats.txPackets += m;
+    this.stats.txPackets += moved;
     this.stats.txBytes += bytes;
     this.stats.txDrops += n - m;
-    if (m > 0 && peer.wake !== null) peer.wake();
+    if (moved > 0 && peer.wake !== null) peer.wake();
     return m;
   }
 
   /** Up while both ends are open. */
   linkUp(): boolean {
-    return this.state === 'open' && this.peer.state === 'open';
+    return this.state === 'open' && this.peer !== null && this.peer.state === 'open';
   }
 
   rxWaitFd(_queue: number): number {
@@ -153,19 +173,110 @@ export class PipeDriver implements Driver {
     this.tail = this.head;
     this.state = 'closed';
     this.wake = null;
+    if (this.named) {
+      if (waiting.get(this.name) === this) waiting.delete(this.name);
+      // The peer's end can be made again (a data plane restarted) and pair with a new one.
+      if (this.peer !== null && this.peer.peer === this) this.peer.peerGone();
+    }
   }
+
+  /** Made by `pipeEnd` (pairs by name, may cross pools). */
+  named = false;
+  /** The name of the peer a named end pairs with. */
+  peerName = '';
+
+  private peerGone(): void {
+    this.peer = null;
+    if (this.state !== 'closed') waiting.set(this.name, this);
+  }
+
+  /** @internal pipeEnd's pairing. */
+  static pair(end: PipeDriver, peerName: string): void {
+    end.named = true;
+    end.peerName = peerName;
+    const other = waiting.get(peerName);
+    if (other !== undefined && other.peerName === end.name) {
+      waiting.delete(peerName);
+      other.peer = end;
+      end.peer = other;
+    } else waiting.set(end.name, end);
+  }
+}
+
+/** Named pipe ends not yet paired, process-wide. */
+const waiting = new Map<string, PipeDriver>();
+
+let segs = new Uint32Array(64);
+
+/** Copy packet `bi` of `src` (`len` bytes) into a new packet of `dst`; -1 when `dst` is out of buffers. */
+function copyAcross(src: BufferPool, bi: number, dst: BufferPool, len: number): number {
+  const nseg = len === 0 ? 1 : Math.ceil(len / dst.dataSize);
+  if (nseg > segs.length) segs = new Uint32Array(nseg);
+  const got = dst.alloc(segs, 0, nseg);
+  if (got < nseg) {
+    if (got > 0) dst.free(segs, 0, got);
+    return -1;
+  }
+  for (let k = 0; k + 1 < nseg; k++) {
+    dst.flags[segs[k]] |= BufferFlag.NEXT_PRESENT;
+    dst.next[segs[k]] = segs[k + 1];
+  }
+  const out = segs[0];
+  let d = out, dOff = dst.offset[d], dRoom = dst.dataSize;
+  dst.length[d] = 0;
+  for (let s = bi; ; s = src.next[s]) {
+    let o = src.offset[s], l = src.length[s];
+    while (l > 0) {
+      if (dRoom === 0) {
+        d = dst.next[d];
+        dOff = dst.offset[d];
+        dRoom = dst.dataSize;
+        dst.length[d] = 0;
+      }
+      const k = l < dRoom ? l : dRoom;
+      dst.u8.set(src.u8.subarray(o, o + k), dOff);
+      dOff += k;
+      dRoom -= k;
+      dst.length[d] += k;
+      o += k;
+      l -= k;
+    }
+    if (!(src.flags[s] & BufferFlag.NEXT_PRESENT)) break;
+  }
+  return out;
+}
+
+/**
+ * One end of a pipe named `name` whose other end is named `peer`: the two pair when both exist,
+ * in one data plane or in two in this process (they then copy across their pools). The link is
+ * down until the peer exists and is open. Names are unique process-wide while unpaired.
+ */
+export function pipeEnd(name: string, peer: string, opts: { ringSize?: number; mac?: string | Uint8Array; mtu?: number } = {}): PipeDriver {
+  const where = `pipe interface ${name}`;
+  if (name === peer) throw new Error(`${where}: its peer must be another interface`);
+  const w = waiting.get(name);
+  if (w !== undefined) throw new Error(`${where}: a pipe end named ${name} already exists in this process (waiting for ${w.peerName})`);
+  const { ringSize, mtu } = pipeSizes(where, opts.ringSize, opts.mtu);
+  const end = new PipeDriver(name, ringSize, macOption(where, opts.mac, name), mtu);
+  PipeDriver.pair(end, peer);
+  return end;
+}
+
+function pipeSizes(where: string, ring: number | undefined, m: number | undefined): { ringSize: number; mtu: number } {
+  const ringSize = ring ?? 1024;
+  if (!Number.isInteger(ringSize) || ringSize < 1 || ringSize > 1 << 24 || (ringSize & (ringSize - 1)) !== 0) {
+    throw new RangeError(`${where}: ringSize must be a power of 2 in 1..16777216, got ${ringSize}`);
+  }
+  const mtu = m ?? 1500;
+  if (!Number.isInteger(mtu) || mtu < 68 || mtu > 65535) throw new RangeError(`${where}: mtu must be an integer in 68..65535, got ${mtu}`);
+  return { ringSize, mtu };
 }
 
 /** Create the two ends of a pipe. Open both with the same pool. */
 export function createPipe(nameA = 'pipe0', nameB = 'pipe1', opts: PipeOptions = {}): [PipeDriver, PipeDriver] {
   const where = `pipe ${nameA}/${nameB}`;
   if (nameA === nameB) throw new Error(`${where}: the two ends need different names`);
-  const ringSize = opts.ringSize ?? 1024;
-  if (!Number.isInteger(ringSize) || ringSize < 1 || ringSize > 1 << 24 || (ringSize & (ringSize - 1)) !== 0) {
-    throw new RangeError(`${where}: ringSize must be a power of 2 in 1..16777216, got ${ringSize}`);
-  }
-  const mtu = opts.mtu ?? 1500;
-  if (!Number.isInteger(mtu) || mtu < 68 || mtu > 65535) throw new RangeError(`${where}: mtu must be an integer in 68..65535, got ${mtu}`);
+  const { ringSize, mtu } = pipeSizes(where, opts.ringSize, opts.mtu);
   const a = new PipeDriver(nameA, ringSize, macOption(`pipe interface ${nameA}`, opts.macA, nameA), mtu);
   const b = new PipeDriver(nameB, ringSize, macOption(`pipe interface ${nameB}`, opts.macB, nameB), mtu);
   a.peer = b;

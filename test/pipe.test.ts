@@ -2,7 +2,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import type { BufferPool } from '../graph/buffer-pool.ts';
 import { memPool } from './helpers.ts';
-import { createPipe } from '../drivers/pipe.ts';
+import { createPipe, pipeEnd } from '../drivers/pipe.ts';
 
 /** Allocate `n` packets of distinct lengths and contents; returns their head indices. */
 function packets(pool: BufferPool, n: number, seed: number): Uint32Array {
@@ -172,6 +172,52 @@ test('both ends must share one pool', () => {
   const [a, b] = createPipe('s0', 's1');
   a.open(memPool(64));
   assert.throws(() => b.open(memPool(64)), /s1.*different buffer pool.*s0.*share one pool/);
+});
+
+test('named ends pair across two pools: bytes copied into the peer pool, ours freed, chains re-cut', () => {
+  const poolA = memPool(256, 2048);
+  const poolB = memPool(256, 1024); // smaller buffers: a 3000-byte packet becomes 3 segments at B
+  const a = pipeEnd('xa', 'xb', { mtu: 9000 });
+  assert.not.ok(a.linkUp(), 'no peer yet');
+  a.open(poolA);
+  const lone = Uint32Array.of(poolA.allocOne());
+  assert.is(a.txBurst(0, lone, 0, 1), 0, 'no peer: refused');
+  assert.is(a.counters().txDrops, 1);
+  poolA.free(lone, 0, 1);
+  const b = pipeEnd('xb', 'xa', { mtu: 9000 });
+  b.open(poolB);
+  assert.ok(a.linkUp() && b.linkUp());
+  const freeA = poolA.available(), freeB = poolB.available();
+  const sent = packets(poolA, 20, 3);
+  const want = snapshot(poolA, sent);
+  assert.is(a.txBurst(0, sent, 0, sent.length), 20);
+  assert.is(poolA.available(), freeA, 'A got its buffers back');
+  const out = new Uint32Array(32);
+  assert.is(b.rxBurst(0, out, 32), 20);
+  for (let i = 0; i < 20; i++) {
+    assert.equal(poolB.packetBytes(out[i]), want[i], `packet ${i}`);
+    assert.is(poolB.segments(out[i]), Math.max(1, Math.ceil(want[i].length / 1024)));
+  }
+  poolB.free(out, 0, 20);
+  assert.is(poolB.available(), freeB);
+  // Peer pool exhausted: the packet is dropped and counted, ours still freed.
+  const hog = new Uint32Array(poolB.available());
+  poolB.alloc(hog, 0, hog.length);
+  const one = packets(poolA, 1, 9);
+  assert.is(a.txBurst(0, one, 0, 1), 1);
+  assert.is(a.counters().txDrops, 2);
+  assert.is(poolA.available(), freeA);
+  poolB.free(hog, 0, hog.length);
+  // B goes away and comes back: a new end with that name pairs again.
+  b.close();
+  assert.not.ok(a.linkUp());
+  assert.throws(() => pipeEnd('xa', 'xb'), /already exists in this process/);
+  const b2 = pipeEnd('xb', 'xa');
+  b2.open(poolB);
+  assert.ok(a.linkUp());
+  a.close();
+  b2.close();
+  assert.throws(() => pipeEnd('same', 'same'), /its peer must be another interface/);
 });
 
 test('option checks', () => {

@@ -1,0 +1,112 @@
+/**
+ * The start-up configuration after loading and validation (config/load.ts): every default
+ * filled in, keys in camelCase. The YAML spelling of each key is given in its comment; the
+ * schema in config/schema.ts is the one source of both.
+ */
+import type { FaultConfig } from '../drivers/fault.ts';
+
+export type DriverKind = 'memif' | 'af_packet' | 'pcap' | 'pipe' | 'dpdk' | 'ibverbs' | 'mlx5dv';
+export const DRIVER_KINDS: readonly DriverKind[] = ['memif', 'af_packet', 'pcap', 'pipe', 'dpdk', 'ibverbs', 'mlx5dv'];
+export type LogLevel = 'error' | 'warn' | 'info' | 'debug';
+
+/** `memif: {socket, role, id, secret, buffer-size}`. */
+export interface MemifConfig {
+  socket: string;
+  role: 'server' | 'client';
+  id: number;
+  secret: string | null;
+  bufferSize: number;
+}
+
+/** `af_packet: {host-interface, promisc, tx-mode, block-size, qdisc-bypass}`. */
+export interface AfPacketConfig {
+  hostInterface: string;
+  promisc: boolean;
+  txMode: 'sendmmsg' | 'ring';
+  blockSize: number;
+  qdiscBypass: boolean;
+}
+
+/** `pcap: {rx-file, tx-file, rate, loop}` (at least one of the files). */
+export interface PcapConfig {
+  rxFile: string | null;
+  txFile: string | null;
+  rate: number;
+  loop: number;
+}
+
+/** `pipe: {peer}`: the other end, an interface of this data plane or of another in this process. */
+export interface PipeConfig {
+  peer: string;
+}
+
+/** `dpdk: {device, eal-args}`. */
+export interface DpdkConfig {
+  device: string;
+  ealArgs: string[];
+}
+
+/** `ibverbs: {device, port}` and `mlx5dv: {device, port}`. */
+export interface VerbsDeviceConfig {
+  device: string;
+  port: number;
+}
+
+export interface InterfaceConfig {
+  name: string;
+  driver: DriverKind;
+  /** The options under the driver's own key; exactly the one matching `driver` is set. */
+  memif?: MemifConfig;
+  afPacket?: AfPacketConfig;
+  pcap?: PcapConfig;
+  pipe?: PipeConfig;
+  dpdk?: DpdkConfig;
+  ibverbs?: VerbsDeviceConfig;
+  mlx5dv?: VerbsDeviceConfig;
+  /** "02:fe:..." or null (the driver's default). */
+  mac: string | null;
+  /** "10.10.0.1/24" or null (no IPv4 on this interface). */
+  address: string | null;
+  /** Default gateway through this interface, or null. */
+  gateway: string | null;
+  mtu: number;
+  rxQueues: number;
+  rxQueueSize: number;
+  txQueueSize: number;
+  /** `fault: {direction: rx|tx|both (default rx), seed, loss, reorder, reorder-depth, reorder-delay-us, duplicate, corrupt}`. */
+  fault: { direction: 'rx' | 'tx' | 'both'; config: FaultConfig } | null;
+  /** The YAML line of this interface entry (for start-up errors that name it). */
+  line: number;
+}
+
+export interface NeighborConfig {
+  interface: string;
+  address: string;
+  mac: string;
+}
+
+export interface Config {
+  /** The file it came from (or '<string>'). */
+  source: string;
+  /** `api: {listen: "host:port", token}`. */
+  api: { host: string; port: number; token: string | null };
+  /** `cpu: {workers}`. */
+  cpu: { workers: number };
+  /** `buffers: {count, data-size}`. */
+  buffers: { count: number; dataSize: number };
+  /** `log: {level}`. */
+  log: { level: LogLevel };
+  interfaces: InterfaceConfig[];
+  neighbors: NeighborConfig[];
+  /** `rdma: {port-range, max-qps, max-mrs, cm-retry-ms, cm-timeout-ms, trp: {window, rto-min-ms, rto-max-ms, rto-init-ms, max-retries}}`. */
+  rdma: {
+    portRange: [number, number];
+    maxQps: number;
+    maxMrs: number;
+    cmRetryMs: number;
+    cmTimeoutMs: number;
+    trp: { window: number; rtoMinMs: number; rtoMaxMs: number; rtoInitMs: number | null; maxRetries: number };
+  };
+  /** `trace: {max-packets}`. */
+  trace: { maxPackets: number };
+}
