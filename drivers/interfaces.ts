@@ -75,8 +75,10 @@ export class Interface {
 /** A running capture: the file and how many packets it may still take. */
 export class Capture {
   readonly writer: PcapWriter;
+  readonly path: string;
   remaining: number;
   constructor(path: string, max: number) {
+    this.path = path;
     this.writer = new PcapWriter(path, { nanosecond: true });
     this.remaining = max;
   }

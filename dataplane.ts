@@ -1,0 +1,794 @@
+/**
+ * The Dataplane facade: the one door from the control plane (api/, rdmactl through the API, an
+ * embedding application) into the data plane (DESIGN.md section 1).
+ *
+ *   const dp = await Dataplane.create(loadConfig('config/startup.yaml'));
+ *   const pd = await dp.createPd();
+ *   ...
+ *   await dp.close();
+ *
+ * Every method is async and takes and returns plain JSON-able values (handles are numbers,
+ * wrIds come back as sent, atomics are decimal strings), so the graph can move to a worker
+ * thread without touching its callers. Failures are DataplaneErrors whose `kind` says what
+ * kind of wrong it is (the API maps kinds to HTTP statuses); nothing a caller passes can throw
+ * anything else or leave the data plane half-changed.
+ */
+import { createRequire } from 'node:module';
+import { Graph, GraphError, createPool, type BufferPool, type ErrorThreadSnapshot, type RuntimeThreadSnapshot, type TraceThreadSnapshot } from './graph/index.ts';
+import { Interfaces, type InterfaceCounters } from './drivers/interfaces.ts';
+import type { FaultConfig, FaultCounters } from './drivers/fault.ts';
+import { openDriver } from './drivers/open.ts';
+import type { Config, InterfaceConfig } from './config/types.ts';
+import { registerL2L4, type Netstack } from './nodes/netstack.ts';
+import { registerRdma, type Rdma, type Sge } from './nodes/rdma/rdma.ts';
+import type { RdmaEvent } from './nodes/rdma/core.ts';
+import { QP_STATE_NAMES, type Qp, type QpStateName } from './nodes/rdma/qp.ts';
+import { ACCESS_NAMES, accessNames, type Completion, type Cq, type Mr, type Pd, type Srq, VerbsError, WR_OPCODE_NAMES, type WrOpcodeName } from './nodes/rdma/verbs.ts';
+
+export const VERSION: string = createRequire(import.meta.url)('./package.json').version;
+
+/** What kind of wrong: the API answers 400, 404, 409, 409, 413, 503, 504, 409, 503. */
+export type DataplaneErrorKind = 'invalid' | 'not-found' | 'state' | 'busy' | 'too-large' | 'resource' | 'timeout' | 'rejected' | 'unavailable';
+
+export class DataplaneError extends Error {
+  readonly kind: DataplaneErrorKind;
+  constructor(kind: DataplaneErrorKind, message: string) {
+    super(message);
+    this.kind = kind;
+    this.name = 'DataplaneError';
+  }
+}
+
+export type WrId = string | number;
+export type Logger = (level: 'error' | 'warn' | 'info' | 'debug', message: string) => void;
+
+export interface InterfaceView {
+  name: string;
+  index: number;
+  driver: string;
+  mac: string;
+  /** "10.10.0.1/24"; empty when the interface has no IPv4. */
+  addresses: string[];
+  gateway: string | null;
+  mtu: number;
+  state: 'up' | 'down';
+  rxQueues: number;
+  counters: InterfaceCounters;
+  fault: { rx: FaultCounters | null; tx: FaultCounters | null };
+  capture: { rx: string | null; tx: string | null };
+}
+
+export interface NeighborView {
+  interface: string;
+  address: string;
+  mac: string | null;
+  state: string;
+  age: number;
+  held: number;
+}
+
+export interface PdView { pd: number; users: number }
+export interface MrView { mr: number; pd: number; stag: number; length: number; access: string[] }
+export interface CqView { cq: number; depth: number; pending: number; error: boolean; users: number }
+export interface SrqView { srq: number; pd: number; maxWr: number; maxSge: number; posted: number; limit: number }
+export interface Endpoint { ip: string; port: number }
+
+export interface QpView {
+  qpn: number;
+  state: QpStateName;
+  local: Endpoint;
+  remote: Endpoint | null;
+  pd: number;
+  sendCq: number;
+  recvCq: number;
+  srq: number | null;
+  /** The listener port that accepted it, or null. */
+  listener: number | null;
+  ird: number;
+  ord: number;
+  maxSendWr: number;
+  maxRecvWr: number;
+  maxSge: number;
+  maxInline: number;
+  mtu: number;
+  sqOutstanding: number;
+  rqPosted: number;
+  counters: { txPackets: number; rxPackets: number; txBytes: number; rxBytes: number; retransmits: number; fastRetransmits: number; timeouts: number; duplicates: number };
+  rtt: { srttUs: number; rttvarUs: number; rtoUs: number };
+}
+
+export interface SgeIn { mr: number; offset: number; length: number }
+
+export interface QpCreate {
+  pd: number;
+  sendCq: number;
+  recvCq: number;
+  srq?: number | null;
+  maxSendWr: number;
+  maxRecvWr?: number;
+  maxSge?: number;
+  maxInline?: number;
+  ird?: number;
+  ord?: number;
+  /** Bind the QP to this interface's address (default: any of ours). */
+  interface?: string;
+  /** A specific QPN (UDP port) in the port range. */
+  port?: number;
+}
+
+export interface ConnectIn {
+  remote: Endpoint;
+  mode: 'manual' | 'cm';
+  /** cm: bytes sent with the request (base64 in the API). */
+  privateData?: Uint8Array;
+  ird?: number;
+  ord?: number;
+  /** cm: give up after this long (default rdma.cm-timeout-ms). */
+  timeoutMs?: number;
+}
+
+export interface ListenerCreate extends Omit<QpCreate, 'port'> {
+  port: number;
+  /** Bytes sent back with each ACCEPT. */
+  privateData?: Uint8Array;
+}
+
+export interface ListenerView { port: number; pd: number; sendCq: number; recvCq: number; srq: number | null; maxSendWr: number; maxRecvWr: number; accepted: number[]; requests: number }
+
+export type AtomicValue = string | number | bigint;
+
+export interface SendIn {
+  wrId: WrId;
+  opcode: WrOpcodeName;
+  sge?: SgeIn[];
+  remote?: { stag: number; offset: number };
+  imm?: number;
+  invalidateStag?: number;
+  atomic?: { add?: AtomicValue; swap?: AtomicValue; compare?: AtomicValue };
+  signaled?: boolean;
+  solicited?: boolean;
+  inline?: boolean;
+}
+
+export interface RecvIn { wrId: WrId; sge?: SgeIn[] }
+
+export interface PollResult {
+  completions: Completion[];
+  /** Set once the CQ overflowed: it is in error (completions that did not fit follow the ring's). */
+  error: string | null;
+}
+
+export interface EventView extends RdmaEvent { seq: number; time: string }
+
+export interface HealthView { status: 'ok'; version: string; uptime: number; interfaces: number; qps: number }
+
+const EVENT_LOG = 1024;
+
+function asError(e: unknown): DataplaneError {
+  if (e instanceof DataplaneError) return e;
+  if (e instanceof VerbsError) return new DataplaneError(e.kind, e.message);
+  if (e instanceof GraphError || e instanceof RangeError || e instanceof TypeError) return new DataplaneError('invalid', (e as Error).message);
+  return new DataplaneError('invalid', (e as Error)?.message ?? String(e));
+}
+
+/** Run `fn`, turning every failure into a DataplaneError. */
+function guard<T>(fn: () => T): T {
+  try {
+    return fn();
+  } catch (e) {
+    throw asError(e);
+  }
+}
+
+function atomic64(v: AtomicValue | undefined, what: string): bigint | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v === 'bigint') return v;
+  if (typeof v === 'number') {
+    if (!Number.isSafeInteger(v) || v < 0) throw new DataplaneError('invalid', `atomic.${what} must be a non-negative safe integer or a decimal string, got ${v}`);
+    return BigInt(v);
+  }
+  if (typeof v !== 'string' || !/^[0-9]{1,20}$/.test(v) || BigInt(v) > 0xffffffffffffffffn) {
+    throw new DataplaneError('invalid', `atomic.${what} must be a decimal string of an unsigned 64-bit integer, got ${JSON.stringify(v)}`);
+  }
+  return BigInt(v);
+}
+
+export class Dataplane {
+  readonly config: Config;
+  readonly graph: Graph;
+  readonly pool: BufferPool;
+  readonly net: Netstack;
+  readonly ifs: Interfaces;
+  readonly rdma: Rdma;
+  private readonly log: Logger;
+  private readonly startedMs = Date.now();
+  private closed = false;
+  private readonly listeners = new Map<number, ListenerView & { create: ListenerCreate }>();
+  private readonly acceptedBy = new Map<number, number>();
+  private readonly cqWaiters = new Map<number, Set<() => void>>();
+  private readonly events: EventView[] = [];
+  private eventSeq = 0;
+
+  private constructor(config: Config, graph: Graph, net: Netstack, ifs: Interfaces, rdma: Rdma, log: Logger) {
+    this.config = config;
+    this.graph = graph;
+    this.pool = graph.pool;
+    this.net = net;
+    this.ifs = ifs;
+    this.rdma = rdma;
+    this.log = log;
+    rdma.onEvent = (e) => this.onEvent(e);
+  }
+
+  /**
+   * Build the graph, open the configured interfaces and start the loop on this thread. A
+   * failure closes whatever was opened and rejects with a DataplaneError naming the interface.
+   */
+  static async create(config: Config, opts: { log?: Logger } = {}): Promise<Dataplane> {
+    const log = opts.log ?? (() => {});
+    if (config.cpu.workers !== 0) throw new DataplaneError('unavailable', `cpu.workers ${config.cpu.workers}: worker threads are not implemented; use workers: 0`);
+    let pool: BufferPool;
+    try {
+      pool = createPool({ count: config.buffers.count, dataSize: config.buffers.dataSize });
+    } catch (e) {
+      throw new DataplaneError('resource', `buffers: ${(e as Error).message}`);
+    }
+    const graph = new Graph({ pool, threadName: 'main', traceMaxPackets: config.trace.maxPackets });
+    const net = registerL2L4(graph);
+    const ifs = new Interfaces(graph);
+    try {
+      for (const c of config.interfaces) await Dataplane.addInterface(c, config, graph, net, ifs);
+      const r = config.rdma;
+      const rdma = registerRdma(graph, net, {
+        portRange: r.portRange, maxQps: r.maxQps, maxMrs: r.maxMrs, cmRetryMs: r.cmRetryMs, cmTimeoutMs: r.cmTimeoutMs,
+        trp: { window: r.trp.window, rtoMinMs: r.trp.rtoMinMs, rtoMaxMs: r.trp.rtoMaxMs, maxRetries: r.trp.maxRetries, ...(r.trp.rtoInitMs === null ? {} : { rtoInitMs: r.trp.rtoInitMs }) },
+      });
+      graph.build();
+      const dp = new Dataplane(config, graph, net, ifs, rdma, log);
+      graph.start();
+      for (const itf of ifs.all()) if (net.interfaces.isConfigured(itf.index) && itf.driver.linkUp()) net.announce(itf.index);
+      return dp;
+    } catch (e) {
+      graph.close();
+      ifs.closeAll();
+      throw e instanceof DataplaneError ? e : new DataplaneError('unavailable', (e as Error).message);
+    }
+  }
+
+  private static async addInterface(c: InterfaceConfig, config: Config, graph: Graph, net: Netstack, ifs: Interfaces): Promise<void> {
+    const drv = await openDriver(c);
+    const fault = c.fault === null ? undefined : c.fault.direction === 'both' ? { rx: c.fault.config, tx: c.fault.config } : { [c.fault.direction]: c.fault.config };
+    let itf;
+    try {
+      itf = ifs.add(drv, { next: 'ethernet-input', fault });
+    } catch (e) {
+      drv.close();
+      throw new DataplaneError('unavailable', `interface ${c.name} (line ${c.line}): ${(e as Error).message}`);
+    }
+    if (c.address === null) return;
+    net.addInterface({
+      index: itf.index, name: c.name, mac: drv.mac, address: c.address, gateway: c.gateway ?? undefined, mtu: c.mtu, output: itf.output.name,
+      neighbours: config.neighbors.filter((n) => n.interface === c.name).map((n) => ({ address: n.address, mac: n.mac })),
+    });
+  }
+
+  /** Destroy every QP (each sends FIN), stop the loop, close the interfaces. Idempotent. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const port of [...this.listeners.keys()]) guard(() => this.rdma.unlisten(port));
+    this.listeners.clear();
+    const qps = [...this.rdma.qpsByQpn.values()];
+    for (const qp of qps) guard(() => this.rdma.destroyQp(qp));
+    // Let the FINs leave: one pass moves them from the UDP send queue through to the drivers.
+    if (qps.length > 0) this.graph.runPass();
+    for (const set of this.cqWaiters.values()) for (const wake of set) wake();
+    this.graph.close();
+    this.ifs.closeAll();
+    this.rdma.onEvent = null;
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  private live(): void {
+    if (this.closed) throw new DataplaneError('unavailable', 'the data plane is shut down');
+  }
+
+  private onEvent(e: RdmaEvent): void {
+    const ev: EventView = { seq: ++this.eventSeq, time: new Date().toISOString(), ...e };
+    this.events.push(ev);
+    if (this.events.length > EVENT_LOG) this.events.shift();
+    this.log(e.type === 'qp-error' || e.type === 'cq-error' ? 'warn' : 'info', `${e.type}${e.qpn !== undefined ? ` qp ${e.qpn}` : ''}${e.cq !== undefined ? ` cq ${e.cq}` : ''}${e.srq !== undefined ? ` srq ${e.srq}` : ''}${e.reason ? `: ${e.reason}` : ''}`);
+  }
+
+  // ------------------------------------------------------------------ status
+
+  async health(): Promise<HealthView> {
+    return { status: 'ok', version: VERSION, uptime: (Date.now() - this.startedMs) / 1000, interfaces: this.ifs.all().length, qps: this.rdma.qpsByQpn.size };
+  }
+
+  async interfaces(): Promise<InterfaceView[]> {
+    return this.ifs.all().map((itf) => this.interfaceView(itf.name));
+  }
+
+  async interface(name: string): Promise<InterfaceView> {
+    return this.interfaceView(name);
+  }
+
+  private interfaceView(name: string): InterfaceView {
+    const itf = this.ifs.all().find((x) => x.name === name);
+    if (!itf) throw new DataplaneError('not-found', `no interface "${name}" (have: ${this.ifs.all().map((x) => x.name).join(', ') || 'none'})`);
+    const ip = this.net.interfaces.isConfigured(itf.index) ? this.net.interfaces.info(itf.index) : null;
+    return {
+      name: itf.name, index: itf.index, driver: itf.driver.kind, mac: itf.macString,
+      addresses: ip ? [`${ip.address}/${ip.prefix}`] : [], gateway: ip?.gateway ?? null,
+      mtu: ip?.mtu ?? itf.driver.mtu, state: itf.driver.linkUp() ? 'up' : 'down', rxQueues: itf.driver.rxQueues,
+      counters: itf.counters(), fault: this.ifs.faultCounters(itf.name),
+      capture: { rx: itf.rxCapture?.path ?? null, tx: itf.txCapture?.path ?? null },
+    };
+  }
+
+  async neighbors(): Promise<NeighborView[]> {
+    return this.net.neighbours.entries().map((n) => ({ ...n, interface: this.ifs.byIndex(n.interface)?.name ?? `if${n.interface}` }));
+  }
+
+  async runtime(): Promise<RuntimeThreadSnapshot[]> {
+    return [this.graph.runtimeSnapshot()];
+  }
+
+  async clearRuntime(): Promise<void> {
+    this.graph.clearRuntime();
+  }
+
+  async errors(): Promise<ErrorThreadSnapshot[]> {
+    return [this.graph.errorSnapshot()];
+  }
+
+  async clearErrors(): Promise<void> {
+    this.graph.clearErrors();
+  }
+
+  async traceAdd(node: string, count: number): Promise<void> {
+    this.live();
+    guard(() => {
+      this.graph.node(node);
+      this.graph.traceAdd(node, count);
+    });
+  }
+
+  async trace(): Promise<TraceThreadSnapshot[]> {
+    return [this.graph.traceSnapshot()];
+  }
+
+  async clearTrace(): Promise<void> {
+    this.graph.clearTrace();
+  }
+
+  /** Nodes `trace add` accepts. */
+  async traceNodes(): Promise<string[]> {
+    return this.graph.nodes.filter((n) => n.type === 'input' && n.flags & 1).map((n) => n.name);
+  }
+
+  async capture(name: string, opts: { direction: 'rx' | 'tx' | 'both'; file: string; count?: number }): Promise<InterfaceView> {
+    this.live();
+    this.interfaceView(name);
+    const d = opts.direction;
+    if (d !== 'rx' && d !== 'tx' && d !== 'both') throw new DataplaneError('invalid', `capture direction must be rx, tx or both, got ${JSON.stringify(d)}`);
+    if (typeof opts.file !== 'string' || opts.file === '') throw new DataplaneError('invalid', 'capture needs a file');
+    // Both directions in one file would interleave two writers: give the tx side its own name.
+    const rx = d === 'tx' ? undefined : opts.file;
+    const tx = d === 'rx' ? undefined : d === 'both' ? opts.file.replace(/(\.pcap)?$/, '-tx.pcap') : opts.file;
+    guard(() => this.ifs.capture(name, { rx, tx, max: opts.count }));
+    return this.interfaceView(name);
+  }
+
+  async stopCapture(name: string): Promise<InterfaceView> {
+    this.interfaceView(name);
+    guard(() => this.ifs.stopCapture(name));
+    return this.interfaceView(name);
+  }
+
+  async setFault(name: string, direction: 'rx' | 'tx' | 'both', cfg: FaultConfig | null): Promise<InterfaceView> {
+    this.live();
+    this.interfaceView(name);
+    guard(() => this.ifs.setFault(name, direction, cfg));
+    return this.interfaceView(name);
+  }
+
+  async recentEvents(since = 0): Promise<EventView[]> {
+    return this.events.filter((e) => e.seq > since);
+  }
+
+  // ------------------------------------------------------------------ lookups
+
+  private pd(h: number): Pd {
+    const pd = this.rdma.pds.get(h);
+    if (!pd) throw new DataplaneError('not-found', `no protection domain ${h}`);
+    return pd;
+  }
+
+  private mr(h: number): Mr {
+    const mr = this.rdma.mrsByHandle.get(h);
+    if (!mr) throw new DataplaneError('not-found', `no memory region ${h}`);
+    return mr;
+  }
+
+  private cq(h: number): Cq {
+    const cq = this.rdma.cqs.get(h);
+    if (!cq) throw new DataplaneError('not-found', `no completion queue ${h}`);
+    return cq;
+  }
+
+  private srq(h: number): Srq {
+    const srq = this.rdma.srqs.get(h);
+    if (!srq) throw new DataplaneError('not-found', `no shared receive queue ${h}`);
+    return srq;
+  }
+
+  private qp(qpn: number): Qp {
+    const qp = this.rdma.qpsByQpn.get(qpn);
+    if (!qp) throw new DataplaneError('not-found', `no QP ${qpn}`);
+    return qp;
+  }
+
+  private sges(list: SgeIn[] | undefined, what: string): Sge[] {
+    if (list === undefined) return [];
+    if (!Array.isArray(list)) throw new DataplaneError('invalid', `${what}: sge must be a list`);
+    return list.map((e, i) => {
+      if (e === null || typeof e !== 'object') throw new DataplaneError('invalid', `${what}: sge[${i}] must be {mr, offset, length}`);
+      const mr = this.rdma.mrsByHandle.get(e.mr);
+      if (!mr) throw new DataplaneError('not-found', `${what}: sge[${i}]: no memory region ${e.mr}`);
+      return { mr, offset: e.offset, length: e.length };
+    });
+  }
+
+  // ------------------------------------------------------------------ PD, MR
+
+  async createPd(): Promise<PdView> {
+    this.live();
+    const pd = this.rdma.createPd();
+    return { pd: pd.handle, users: pd.users };
+  }
+
+  async pds(): Promise<PdView[]> {
+    return [...this.rdma.pds.values()].map((pd) => ({ pd: pd.handle, users: pd.users }));
+  }
+
+  async destroyPd(h: number): Promise<void> {
+    guard(() => this.rdma.destroyPd(this.pd(h)));
+  }
+
+  async createMr(req: { pd: number; length: number; access: string[] }): Promise<MrView> {
+    this.live();
+    return guard(() => {
+      const pd = this.pd(req.pd);
+      if (!Array.isArray(req.access)) throw new DataplaneError('invalid', `access must be a list of ${ACCESS_NAMES.join(', ')}`);
+      return this.mrView(this.rdma.regMr(pd, req.length, req.access));
+    });
+  }
+
+  private mrView(mr: Mr): MrView {
+    return { mr: mr.handle, pd: mr.pd.handle, stag: mr.stag, length: mr.length, access: accessNames(mr.access) };
+  }
+
+  async getMr(h: number): Promise<MrView> {
+    return this.mrView(this.mr(h));
+  }
+
+  async mrs(): Promise<MrView[]> {
+    return [...this.rdma.mrsByHandle.values()].map((m) => this.mrView(m));
+  }
+
+  async destroyMr(h: number): Promise<void> {
+    guard(() => this.rdma.deregMr(this.mr(h)));
+  }
+
+  private range(mr: Mr, offset: number, length: number, what: string): void {
+    if (!Number.isSafeInteger(offset) || offset < 0) throw new DataplaneError('invalid', `${what}: offset must be a non-negative integer, got ${offset}`);
+    if (!Number.isSafeInteger(length) || length < 0) throw new DataplaneError('invalid', `${what}: length must be a non-negative integer, got ${length}`);
+    if (offset > mr.length) throw new DataplaneError('invalid', `${what}: offset ${offset} is past the end of mr ${mr.handle} (length ${mr.length})`);
+    if (offset + length > mr.length) throw new DataplaneError('too-large', `${what}: ${length} bytes at offset ${offset} do not fit in mr ${mr.handle} (length ${mr.length})`);
+  }
+
+  /** Copy `data` into the MR at `offset`. */
+  async writeMr(h: number, offset: number, data: Uint8Array): Promise<{ written: number }> {
+    const mr = this.mr(h);
+    this.range(mr, offset, data.length, `write mr ${h}`);
+    mr.memory.set(data, offset);
+    return { written: data.length };
+  }
+
+  /** A copy of `length` bytes of the MR at `offset` (default: to its end). */
+  async readMr(h: number, offset = 0, length?: number): Promise<Uint8Array> {
+    const mr = this.mr(h);
+    const len = length ?? Math.max(0, mr.length - offset);
+    this.range(mr, offset, len, `read mr ${h}`);
+    return mr.memory.slice(offset, offset + len);
+  }
+
+  // ------------------------------------------------------------------ CQ, SRQ
+
+  async createCq(req: { depth: number }): Promise<CqView> {
+    this.live();
+    const cq = guard(() => this.rdma.createCq(req.depth));
+    cq.onCompletion = (c) => this.wakeCq(c.handle);
+    return this.cqView(cq);
+  }
+
+  private cqView(cq: Cq): CqView {
+    return { cq: cq.handle, depth: cq.depth, pending: cq.length, error: cq.error, users: cq.users };
+  }
+
+  async cqs(): Promise<CqView[]> {
+    return [...this.rdma.cqs.values()].map((c) => this.cqView(c));
+  }
+
+  async getCq(h: number): Promise<CqView> {
+    return this.cqView(this.cq(h));
+  }
+
+  private wakeCq(h: number): void {
+    const set = this.cqWaiters.get(h);
+    if (set) for (const wake of [...set]) wake();
+  }
+
+  /** Take up to `max` completions; with `waitMs`, wait that long for the first one. */
+  async pollCq(h: number, max = 64, waitMs = 0): Promise<PollResult> {
+    let cq = this.cq(h);
+    if (!Number.isInteger(max) || max < 1 || max > 65536) throw new DataplaneError('invalid', `max must be an integer in 1..65536, got ${max}`);
+    if (!Number.isFinite(waitMs) || waitMs < 0 || waitMs > 60000) throw new DataplaneError('invalid', `waitMs must be a number in 0..60000, got ${waitMs}`);
+    if (cq.length === 0 && !(cq.error && cq.overflowed.length > 0) && waitMs > 0 && !this.closed) {
+      await new Promise<void>((resolve) => {
+        let set = this.cqWaiters.get(h);
+        if (!set) this.cqWaiters.set(h, (set = new Set()));
+        const s = set;
+        const done = () => {
+          clearTimeout(timer);
+          s.delete(done);
+          resolve();
+        };
+        const timer = setTimeout(done, waitMs);
+        s.add(done);
+      });
+      // Destroyed while we waited: nothing to report but that.
+      cq = this.cq(h);
+    }
+    const out = cq.poll(max);
+    if (out.length < max && cq.error && cq.overflowed.length > 0) out.push(...cq.overflowed.splice(0, max - out.length));
+    return { completions: out, error: cq.error ? `cq ${h} overflowed (depth ${cq.depth}); it is in error: destroy it and use a deeper one` : null };
+  }
+
+  async destroyCq(h: number): Promise<void> {
+    const cq = this.cq(h);
+    guard(() => this.rdma.destroyCq(cq));
+    cq.onCompletion = null;
+    this.wakeCq(h);
+    this.cqWaiters.delete(h);
+  }
+
+  async createSrq(req: { pd: number; maxWr: number; maxSge?: number; limit?: number }): Promise<SrqView> {
+    this.live();
+    return guard(() => {
+      const srq = this.rdma.createSrq(this.pd(req.pd), req.maxWr, req.maxSge ?? 4);
+      if (req.limit !== undefined) this.rdma.modifySrq(srq, req.limit);
+      return this.srqView(srq);
+    });
+  }
+
+  private srqView(s: Srq): SrqView {
+    return { srq: s.handle, pd: s.pd.handle, maxWr: s.maxWr, maxSge: s.maxSge, posted: s.length, limit: s.limit };
+  }
+
+  async srqs(): Promise<SrqView[]> {
+    return [...this.rdma.srqs.values()].map((s) => this.srqView(s));
+  }
+
+  async modifySrq(h: number, limit: number): Promise<SrqView> {
+    const srq = this.srq(h);
+    guard(() => this.rdma.modifySrq(srq, limit));
+    return this.srqView(srq);
+  }
+
+  async postSrqRecv(h: number, req: RecvIn): Promise<void> {
+    this.live();
+    const srq = this.srq(h);
+    guard(() => this.rdma.postSrqRecv(srq, { wrId: req.wrId, sg: this.sges(req.sge, 'srq recv') }));
+  }
+
+  async destroySrq(h: number): Promise<void> {
+    guard(() => this.rdma.destroySrq(this.srq(h)));
+  }
+
+  // ------------------------------------------------------------------ QP
+
+  private address(ifName: string | undefined): string | undefined {
+    if (ifName === undefined) return undefined;
+    const itf = this.ifs.all().find((x) => x.name === ifName);
+    if (!itf) throw new DataplaneError('not-found', `no interface "${ifName}"`);
+    if (!this.net.interfaces.isConfigured(itf.index)) throw new DataplaneError('invalid', `interface ${ifName} has no IPv4 address`);
+    return this.net.interfaces.info(itf.index).address;
+  }
+
+  async createQp(req: QpCreate): Promise<QpView> {
+    this.live();
+    return guard(() => {
+      const srq = req.srq === undefined || req.srq === null ? null : this.srq(req.srq);
+      const qp = this.rdma.createQp({
+        pd: this.pd(req.pd), sendCq: this.cq(req.sendCq), recvCq: this.cq(req.recvCq), srq,
+        maxSendWr: req.maxSendWr, maxRecvWr: req.maxRecvWr ?? (srq ? 0 : 256), maxSge: req.maxSge, maxInline: req.maxInline,
+        ird: req.ird, ord: req.ord, port: req.port, address: this.address(req.interface),
+      });
+      return this.qpView(qp);
+    });
+  }
+
+  private localIp(qp: Qp, info: { local: { address: string }; remote: { address: string } | null }): string {
+    if (info.local.address !== '0.0.0.0') return info.local.address;
+    const ips = this.net.interfaces;
+    if (qp.remotePort !== 0) {
+      const ix = ips.route(qp.remoteAddr);
+      if (ix > 0) return ips.info(ix).address;
+    }
+    return ips.list.length === 1 ? ips.info(ips.list[0]).address : '0.0.0.0';
+  }
+
+  private qpView(qp: Qp): QpView {
+    const q = this.rdma.queryQp(qp);
+    return {
+      qpn: q.qpn, state: q.state, local: { ip: this.localIp(qp, q), port: q.local.port },
+      remote: q.remote ? { ip: q.remote.address, port: q.remote.port } : null,
+      pd: qp.pd.handle, sendCq: qp.sendCq.handle, recvCq: qp.recvCq.handle, srq: q.srq, listener: this.acceptedBy.get(qp.qpn) ?? null,
+      ird: q.ird, ord: q.ord, maxSendWr: q.maxSendWr, maxRecvWr: q.maxRecvWr, maxSge: q.maxSge, maxInline: q.maxInline, mtu: q.mtu,
+      sqOutstanding: q.sqOutstanding, rqPosted: q.rqPosted, counters: q.counters, rtt: q.rtt,
+    };
+  }
+
+  async qps(): Promise<QpView[]> {
+    return [...this.rdma.qpsByQpn.values()].map((q) => this.qpView(q));
+  }
+
+  async getQp(qpn: number): Promise<QpView> {
+    return this.qpView(this.qp(qpn));
+  }
+
+  /**
+   * To RTS. manual: INIT (from RESET), RTR with the peer's address and port, RTS. cm: through
+   * the peer's listener; resolves once accepted, rejects with kind 'rejected' or 'timeout'.
+   */
+  async connect(qpn: number, req: ConnectIn): Promise<QpView & { privateData?: Uint8Array }> {
+    this.live();
+    const qp = this.qp(qpn);
+    const r = req.remote;
+    if (r === null || typeof r !== 'object') throw new DataplaneError('invalid', 'connect needs remote {ip, port}');
+    if (req.mode === 'manual') {
+      guard(() => {
+        if (qp.stateName !== 'reset' && qp.stateName !== 'init') throw new DataplaneError('state', `qp ${qpn} is in ${qp.stateName}: a manual connect needs RESET or INIT`);
+        if (qp.stateName === 'reset') this.rdma.modifyQp(qp, { state: 'init' });
+        this.rdma.modifyQp(qp, { state: 'rtr', remote: { address: r.ip, port: r.port }, ird: req.ird, ord: req.ord });
+        this.rdma.modifyQp(qp, { state: 'rts' });
+      });
+      return this.qpView(qp);
+    }
+    if (req.mode !== 'cm') throw new DataplaneError('invalid', `mode must be manual or cm, got ${JSON.stringify(req.mode)}`);
+    const p = guard(() => {
+      if (req.ird !== undefined || req.ord !== undefined) {
+        if (qp.stateName === 'reset') this.rdma.modifyQp(qp, { state: 'init' });
+        if (qp.stateName === 'init') this.rdma.modifyQp(qp, { state: 'init', ird: req.ird, ord: req.ord });
+      }
+      return this.rdma.connect(qp, r.ip, r.port, { privateData: req.privateData, timeoutMs: req.timeoutMs });
+    });
+    try {
+      const res = await p;
+      return { ...this.qpView(qp), privateData: res.privateData };
+    } catch (e) {
+      const msg = (e as Error).message;
+      if (/reject/i.test(msg)) throw new DataplaneError('rejected', `qp ${qpn}: ${msg}`);
+      if (/time(d)? ?out/i.test(msg)) throw new DataplaneError('timeout', `qp ${qpn}: ${msg}`);
+      throw new DataplaneError(qp.destroyed ? 'not-found' : 'state', `qp ${qpn}: ${msg}`);
+    }
+  }
+
+  async modifyQp(qpn: number, req: { state: QpStateName; remote?: Endpoint; ird?: number; ord?: number }): Promise<QpView> {
+    this.live();
+    const qp = this.qp(qpn);
+    if (!(QP_STATE_NAMES as readonly string[]).includes(req.state)) throw new DataplaneError('invalid', `state must be one of ${QP_STATE_NAMES.join(', ')}, got ${JSON.stringify(req.state)}`);
+    guard(() => this.rdma.modifyQp(qp, { state: req.state, remote: req.remote ? { address: req.remote.ip, port: req.remote.port } : undefined, ird: req.ird, ord: req.ord }));
+    return this.qpView(qp);
+  }
+
+  /** Send FIN, flush its work requests (their completions go to its CQs), free its port. */
+  async destroyQp(qpn: number): Promise<void> {
+    guard(() => this.rdma.destroyQp(this.qp(qpn)));
+    const l = this.acceptedBy.get(qpn);
+    if (l !== undefined) {
+      const lv = this.listeners.get(l);
+      if (lv) lv.accepted = lv.accepted.filter((q) => q !== qpn);
+      this.acceptedBy.delete(qpn);
+    }
+  }
+
+  async postRecv(qpn: number, req: RecvIn): Promise<void> {
+    this.live();
+    const qp = this.qp(qpn);
+    guard(() => this.rdma.postRecv(qp, { wrId: req.wrId, sg: this.sges(req.sge, 'recv') }));
+  }
+
+  async postSend(qpn: number, req: SendIn): Promise<void> {
+    this.live();
+    const qp = this.qp(qpn);
+    guard(() => {
+      if (!(WR_OPCODE_NAMES as readonly string[]).includes(req.opcode)) throw new DataplaneError('invalid', `opcode must be one of ${WR_OPCODE_NAMES.join(', ')}, got ${JSON.stringify(req.opcode)}`);
+      const a = req.atomic;
+      this.rdma.postSend(qp, {
+        wrId: req.wrId, opcode: req.opcode, sg: this.sges(req.sge, req.opcode), remote: req.remote, imm: req.imm, invalidateStag: req.invalidateStag,
+        signaled: req.signaled, solicited: req.solicited, inline: req.inline,
+        atomic: a === undefined ? undefined : { add: atomic64(a.add, 'add'), swap: atomic64(a.swap, 'swap'), compare: atomic64(a.compare, 'compare') },
+      });
+    });
+  }
+
+  // ------------------------------------------------------------------ listeners
+
+  /** Accept connection requests on `port`: each gets a new QP made from these parameters. */
+  async listen(req: ListenerCreate): Promise<ListenerView> {
+    this.live();
+    return guard(() => {
+      // Check the parameters now, not at the first request.
+      this.pd(req.pd);
+      this.cq(req.sendCq);
+      this.cq(req.recvCq);
+      if (req.srq !== undefined && req.srq !== null) this.srq(req.srq);
+      this.address(req.interface);
+      if (req.privateData !== undefined && req.privateData.length > 512) throw new DataplaneError('too-large', `private data is at most 512 bytes, got ${req.privateData.length}`);
+      const view: ListenerView & { create: ListenerCreate } = {
+        port: req.port, pd: req.pd, sendCq: req.sendCq, recvCq: req.recvCq, srq: req.srq ?? null, maxSendWr: req.maxSendWr, maxRecvWr: req.maxRecvWr ?? 256,
+        accepted: [], requests: 0, create: req,
+      };
+      this.rdma.listen(req.port, (cr) => {
+        view.requests++;
+        try {
+          const { port: _p, privateData, ...init } = view.create;
+          const q = this.createQpSync({ ...init, ird: Math.min(init.ird ?? 16, cr.ord), ord: Math.min(init.ord ?? 16, cr.ird) });
+          view.accepted.push(q.qpn);
+          this.acceptedBy.set(q.qpn, view.port);
+          this.log('info', `listener ${view.port}: accepted ${cr.address}:${cr.port} as qp ${q.qpn}`);
+          return { qp: q, privateData };
+        } catch (e) {
+          this.log('warn', `listener ${view.port}: rejected ${cr.address}:${cr.port}: ${(e as Error).message}`);
+          return { reject: true, reason: (e as Error).message };
+        }
+      });
+      this.listeners.set(req.port, view);
+      return this.listenerView(view);
+    });
+  }
+
+  private createQpSync(init: Omit<QpCreate, 'port'>): Qp {
+    const srq = init.srq === undefined || init.srq === null ? null : this.srq(init.srq);
+    return this.rdma.createQp({
+      pd: this.pd(init.pd), sendCq: this.cq(init.sendCq), recvCq: this.cq(init.recvCq), srq,
+      maxSendWr: init.maxSendWr, maxRecvWr: init.maxRecvWr ?? (srq ? 0 : 256), maxSge: init.maxSge, maxInline: init.maxInline,
+      ird: init.ird, ord: init.ord, address: this.address(init.interface),
+    });
+  }
+
+  private listenerView(v: ListenerView): ListenerView {
+    return { port: v.port, pd: v.pd, sendCq: v.sendCq, recvCq: v.recvCq, srq: v.srq, maxSendWr: v.maxSendWr, maxRecvWr: v.maxRecvWr, accepted: [...v.accepted], requests: v.requests };
+  }
+
+  async listenersList(): Promise<ListenerView[]> {
+    return [...this.listeners.values()].map((v) => this.listenerView(v));
+  }
+
+  /** Stop listening; QPs it accepted stay. */
+  async unlisten(port: number): Promise<void> {
+    if (!this.listeners.has(port)) throw new DataplaneError('not-found', `no listener on port ${port}`);
+    guard(() => this.rdma.unlisten(port));
+    this.listeners.delete(port);
+  }
+}
+
+export type { Config } from './config/types.ts';
+export type { Completion } from './nodes/rdma/verbs.ts';

@@ -1,0 +1,73 @@
+/**
+ * Make the driver a start-up configuration entry asks for. Drivers rdma-graph does not have
+ * (yet) fail here with an error that says so and what to use instead; nothing is opened.
+ */
+import type { InterfaceConfig } from '../config/types.ts';
+import type { Driver } from './driver.ts';
+import { AfPacketDriver } from './af-packet.ts';
+import { PcapDriver } from './pcap.ts';
+import { pipeEnd } from './pipe.ts';
+
+export class DriverUnavailableError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'DriverUnavailableError';
+  }
+}
+
+const MISSING: Record<string, string> = {
+  dpdk: 'the dpdk driver (DPDK ethdev PMDs) is not implemented in rdma-graph yet',
+  ibverbs: 'the ibverbs driver (RAW_PACKET QPs on a Mellanox NIC) is not implemented in rdma-graph yet',
+  mlx5dv: 'the mlx5dv driver (mlx5 direct verbs) is not implemented in rdma-graph yet',
+};
+
+/** The memif driver module, when this build has it (loaded lazily: it needs the native addon). */
+async function memifModule(): Promise<{ MemifDriver: new (name: string, opts: Record<string, unknown>) => Driver } | null> {
+  const spec = './memif.ts';
+  try {
+    return await import(spec);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ERR_MODULE_NOT_FOUND' && String((e as Error).message).includes('memif')) return null;
+    throw e;
+  }
+}
+
+export async function openDriver(c: InterfaceConfig): Promise<Driver> {
+  const where = `interface ${c.name} (line ${c.line})`;
+  const mac = c.mac ?? undefined;
+  const single = (kind: string) => {
+    if (c.rxQueues !== 1) throw new Error(`${where}: the ${kind} driver has one rx queue, rx-queues is ${c.rxQueues}`);
+  };
+  switch (c.driver) {
+    case 'pipe': {
+      single('pipe');
+      return pipeEnd(c.name, c.pipe!.peer, { mac, mtu: c.mtu, ringSize: c.rxQueueSize });
+    }
+    case 'pcap': {
+      single('pcap');
+      const p = c.pcap!;
+      return new PcapDriver(c.name, { rxFile: p.rxFile ?? undefined, txFile: p.txFile ?? undefined, rate: p.rate, loop: p.loop, mac, mtu: c.mtu });
+    }
+    case 'af_packet': {
+      single('af_packet');
+      const a = c.afPacket!;
+      return new AfPacketDriver({
+        hostIf: a.hostInterface, name: c.name, mac, mtu: c.mtu, promisc: a.promisc, txMode: a.txMode,
+        blockSize: a.blockSize, qdiscBypass: a.qdiscBypass, rxFrames: Math.max(c.rxQueueSize, 64), txFrames: c.txQueueSize,
+      });
+    }
+    case 'memif': {
+      const mod = await memifModule();
+      if (mod === null) throw new DriverUnavailableError(`${where}: the memif driver is not in this build (drivers/memif.ts is missing)`);
+      const m = c.memif!;
+      return new mod.MemifDriver(c.name, {
+        socket: m.socket, role: m.role, id: m.id, secret: m.secret ?? undefined, mac, mtu: c.mtu,
+        rxQueues: c.rxQueues, txQueues: c.rxQueues, ringSize: c.rxQueueSize, bufferSize: m.bufferSize,
+      });
+    }
+    default: {
+      const why = MISSING[c.driver] ?? `unknown driver "${String(c.driver)}"`;
+      throw new DriverUnavailableError(`${where}: ${why}; use memif, af_packet, pcap or pipe`);
+    }
+  }
+}
