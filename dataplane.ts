@@ -20,7 +20,7 @@ import type { FaultConfig, FaultCounters } from './drivers/fault.ts';
 import { openDriver } from './drivers/open.ts';
 import type { Config, InterfaceConfig } from './config/types.ts';
 import { registerL2L4, type Netstack } from './nodes/netstack.ts';
-import { registerRdma, type Rdma, type Sge } from './nodes/rdma/rdma.ts';
+import { registerRdma, type QpInfo, type Rdma, type Sge } from './nodes/rdma/rdma.ts';
 import type { RdmaEvent } from './nodes/rdma/core.ts';
 import { QP_STATE_NAMES, type Qp, type QpStateName } from './nodes/rdma/qp.ts';
 import { ACCESS_NAMES, accessNames, type Completion, type Cq, type Mr, type Pd, type Srq, VerbsError, WR_OPCODE_NAMES, type WrOpcodeName } from './nodes/rdma/verbs.ts';
@@ -93,8 +93,8 @@ export interface QpView {
   mtu: number;
   sqOutstanding: number;
   rqPosted: number;
-  counters: { txPackets: number; rxPackets: number; txBytes: number; rxBytes: number; retransmits: number; fastRetransmits: number; timeouts: number; duplicates: number };
-  rtt: { srttUs: number; rttvarUs: number; rtoUs: number };
+  counters: QpInfo['counters'];
+  rtt: QpInfo['rtt'];
 }
 
 export interface SgeIn { mr: number; offset: number; length: number }
@@ -613,15 +613,7 @@ export class Dataplane {
 
   async createQp(req: QpCreate): Promise<QpView> {
     this.live();
-    return guard(() => {
-      const srq = req.srq === undefined || req.srq === null ? null : this.srq(req.srq);
-      const qp = this.rdma.createQp({
-        pd: this.pd(req.pd), sendCq: this.cq(req.sendCq), recvCq: this.cq(req.recvCq), srq,
-        maxSendWr: req.maxSendWr, maxRecvWr: req.maxRecvWr ?? (srq ? 0 : 256), maxSge: req.maxSge, maxInline: req.maxInline,
-        ird: req.ird, ord: req.ord, port: req.port, address: this.address(req.interface),
-      });
-      return this.qpView(qp);
-    });
+    return guard(() => this.qpView(this.createQpSync(req)));
   }
 
   private localIp(qp: Qp, info: { local: { address: string }; remote: { address: string } | null }): string {
@@ -765,12 +757,12 @@ export class Dataplane {
     });
   }
 
-  private createQpSync(init: Omit<QpCreate, 'port'>): Qp {
+  private createQpSync(init: QpCreate): Qp {
     const srq = init.srq === undefined || init.srq === null ? null : this.srq(init.srq);
     return this.rdma.createQp({
       pd: this.pd(init.pd), sendCq: this.cq(init.sendCq), recvCq: this.cq(init.recvCq), srq,
       maxSendWr: init.maxSendWr, maxRecvWr: init.maxRecvWr ?? (srq ? 0 : 256), maxSge: init.maxSge, maxInline: init.maxInline,
-      ird: init.ird, ord: init.ord, address: this.address(init.interface),
+      ird: init.ird, ord: init.ord, port: init.port, address: this.address(init.interface),
     });
   }
 
