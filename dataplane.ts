@@ -162,6 +162,9 @@ export interface EventView extends RdmaEvent { seq: number; time: string }
 
 export interface HealthView { status: 'ok'; version: string; uptime: number; interfaces: number; qps: number }
 
+/** The packet buffer pool: how many buffers, how many are free, bytes of data each. */
+export interface BufferView { count: number; free: number; dataSize: number }
+
 const EVENT_LOG = 1024;
 
 function asError(e: unknown): DataplaneError {
@@ -307,6 +310,10 @@ export class Dataplane {
 
   async health(): Promise<HealthView> {
     return { status: 'ok', version: VERSION, uptime: (Date.now() - this.startedMs) / 1000, interfaces: this.ifs.all().length, qps: this.rdma.qpsByQpn.size };
+  }
+
+  async buffers(): Promise<BufferView> {
+    return { count: this.pool.count, free: this.pool.available(), dataSize: this.pool.dataSize };
   }
 
   async interfaces(): Promise<InterfaceView[]> {
@@ -534,12 +541,16 @@ export class Dataplane {
     if (set) for (const wake of [...set]) wake();
   }
 
-  /** Take up to `max` completions; with `waitMs`, wait that long for the first one. */
-  async pollCq(h: number, max = 64, waitMs = 0): Promise<PollResult> {
+  /**
+   * Take up to `max` completions; with `waitMs`, wait that long for the first one. When
+   * `signal` aborts (the caller went away), the wait ends and nothing is taken from the CQ, so
+   * no completion is lost to a caller that can no longer receive it.
+   */
+  async pollCq(h: number, max = 64, waitMs = 0, signal?: AbortSignal): Promise<PollResult> {
     let cq = this.cq(h);
     if (!Number.isInteger(max) || max < 1 || max > 65536) throw new DataplaneError('invalid', `max must be an integer in 1..65536, got ${max}`);
     if (!Number.isFinite(waitMs) || waitMs < 0 || waitMs > 60000) throw new DataplaneError('invalid', `waitMs must be a number in 0..60000, got ${waitMs}`);
-    if (cq.length === 0 && !(cq.error && cq.overflowed.length > 0) && waitMs > 0 && !this.closed) {
+    if (cq.length === 0 && !(cq.error && cq.overflowed.length > 0) && waitMs > 0 && !this.closed && !signal?.aborted) {
       await new Promise<void>((resolve) => {
         let set = this.cqWaiters.get(h);
         if (!set) this.cqWaiters.set(h, (set = new Set()));
@@ -547,17 +558,21 @@ export class Dataplane {
         const done = () => {
           clearTimeout(timer);
           s.delete(done);
+          signal?.removeEventListener('abort', done);
           resolve();
         };
         const timer = setTimeout(done, waitMs);
         s.add(done);
+        signal?.addEventListener('abort', done);
       });
       // Destroyed while we waited: nothing to report but that.
       cq = this.cq(h);
     }
+    const error = cq.error ? `cq ${h} overflowed (depth ${cq.depth}); it is in error: destroy it and use a deeper one` : null;
+    if (signal?.aborted) return { completions: [], error };
     const out = cq.poll(max);
     if (out.length < max && cq.error && cq.overflowed.length > 0) out.push(...cq.overflowed.splice(0, max - out.length));
-    return { completions: out, error: cq.error ? `cq ${h} overflowed (depth ${cq.depth}); it is in error: destroy it and use a deeper one` : null };
+    return { completions: out, error };
   }
 
   async destroyCq(h: number): Promise<void> {
@@ -783,4 +798,7 @@ export class Dataplane {
 }
 
 export type { Config } from './config/types.ts';
+/** The names the API's schemas enumerate. */
+export { ACCESS_NAMES, WC_OPCODE_NAMES, WC_STATUS_NAMES, WR_OPCODE_NAMES } from './nodes/rdma/verbs.ts';
+export { QP_STATE_NAMES } from './nodes/rdma/qp.ts';
 export type { Completion } from './nodes/rdma/verbs.ts';
