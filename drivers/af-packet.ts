@@ -38,7 +38,7 @@ import { BufferFlag } from '../graph/buffer-pool.ts';
 import { FRAME_SIZE } from '../graph/node.ts';
 import { loadCore, type AfPacketIfInfo, type AfPacketSocket, type AfPacketStats, type CoreAddon } from '../native/load.ts';
 import type { Driver, DriverCounters } from './driver.ts';
-import { zeroCounters } from './driver.ts';
+import { poolArrays, zeroCounters } from './driver.ts';
 import { macOption } from './mac.ts';
 
 export interface AfPacketOptions {
@@ -190,16 +190,7 @@ export class AfPacketDriver implements Driver {
       // Room for a whole burst plus one frame as large as a ring block, in the smallest buffers.
       this.idx = new Uint32Array(FRAME_SIZE + Math.ceil((this.blockSize + 4) / pool.dataSize) + 1);
       sock.bindPool({
-        memory: pool.memory.buffer,
-        firstOffset: pool.firstOffset,
-        stride: pool.stride,
-        headroom: pool.headroom,
-        dataSize: pool.dataSize,
-        count: pool.count,
-        offset: pool.offset,
-        length: pool.length,
-        flags: pool.flags,
-        next: pool.next,
+        ...poolArrays(pool),
         tsSec: pool.tsSec,
         tsNsec: pool.tsNsec,
         idx: this.idx,

@@ -8,6 +8,7 @@
  * caller keeps the rest (and drops them, counting "no free tx slots").
  */
 import type { BufferMemory, BufferPool } from '../graph/buffer-pool.ts';
+import type { PoolArrays } from '../native/load.ts';
 
 export interface DriverCounters {
   rxPackets: number;
@@ -79,4 +80,20 @@ export interface Driver {
 
   /** Release the device. Buffers it holds go back to the pool. Idempotent. */
   close(): void;
+}
+
+/** What a native driver needs to read and write a pool's buffers (its bindPool argument). */
+export function poolArrays(pool: BufferPool): PoolArrays {
+  return {
+    memory: pool.memory.buffer,
+    firstOffset: pool.firstOffset,
+    stride: pool.stride,
+    headroom: pool.headroom,
+    dataSize: pool.dataSize,
+    count: pool.count,
+    offset: pool.offset,
+    length: pool.length,
+    flags: pool.flags,
+    next: pool.next,
+  };
 }

@@ -141,8 +141,8 @@ export interface AfPacketSocketOptions {
   txFrameSize?: number;
 }
 
-/** Where the rx path writes: the pool's memory and metadata arrays (BufferPool fields). */
-export interface AfPacketPoolBinding {
+/** A buffer pool's memory, layout and metadata arrays as native drivers see them (BufferPool fields). */
+export interface PoolArrays {
   memory: ArrayBuffer;
   firstOffset: number;
   stride: number;
@@ -153,6 +153,10 @@ export interface AfPacketPoolBinding {
   length: Uint32Array;
   flags: Uint32Array;
   next: Uint32Array;
+}
+
+/** Where the rx path writes: the pool's memory and metadata arrays. */
+export interface AfPacketPoolBinding extends PoolArrays {
   tsSec: Uint32Array;
   tsNsec: Uint32Array;
   /** Buffer indices allocated for the current burst; holds at least one maximal frame. */
@@ -223,6 +227,97 @@ export interface AfPacketSocket {
   close(): void;
 }
 
+/** Options of a native memif interface (drivers/memif.ts validates them first). */
+export interface MemifNativeOptions {
+  name: string;
+  /** A filesystem path, or an abstract name as "@name" or "abstract:name". */
+  socket: string;
+  role: 'server' | 'client';
+  id?: number;
+  secret?: string;
+  /** log2 of the ring size: 1..14 (the server's upper limit, the client's request). */
+  log2RingSize?: number;
+  /** Client copy mode: bytes per buffer in region 0. */
+  bufferSize?: number;
+  rxQueues?: number;
+  txQueues?: number;
+}
+
+/** Where the memif data path reads and writes: the pool and the driver's shared arrays. */
+export interface MemifPoolBinding extends PoolArrays {
+  /** memfd of `memory` (allocMemory's), or -1: a client registers it as region 1 (zero copy). */
+  fd: number;
+  /** Allocated buffers the receive path takes from the top of (count in state[0]). */
+  stash: Uint32Array;
+  /** Buffers the last call is done with, for the caller to free (count in state[1]); >= ringSize + 256. */
+  done: Uint32Array;
+  /** [stash count, done count, link generation, link up, orphans waiting, ...] (8 entries). */
+  state: Uint32Array;
+  flagNext: number;
+}
+
+export interface MemifInfo {
+  name: string;
+  role: 'server' | 'client';
+  socket: string;
+  abstract: boolean;
+  id: number;
+  state: 'idle' | 'hello' | 'handshake' | 'connected' | 'closed';
+  connected: boolean;
+  zeroCopy: boolean;
+  remoteName: string;
+  remoteIfName: string;
+  ringSize: number;
+  rxRings: number;
+  txRings: number;
+  regions: number;
+  bufferSize: number;
+  lastDisconnect: { reason: string; code: number; byPeer: boolean } | null;
+  lastConnectError: string | null;
+}
+
+export interface MemifStats {
+  rxPackets: number;
+  rxBytes: number;
+  /** Frames dropped for bad descriptors (outside their region, too long, broken chains). */
+  rxErrors: number;
+  /** Receive polls that left frames in the ring for want of buffers. */
+  rxNoBuffers: number;
+  rxChained: number;
+  txPackets: number;
+  txBytes: number;
+  /** Taken but dropped: invalid buffer chains. */
+  txErrors: number;
+  /** Offered but not taken (ring full, link down). */
+  txRefused: number;
+  txChained: number;
+  /** Interrupts we sent (eventfd writes) / received (eventfd reads that found a count). */
+  kicks: number;
+  interrupts: number;
+  connects: number;
+  disconnects: number;
+  connectFailures: number;
+  /** Connections refused at INIT (wrong secret, already connected...). */
+  refused: number;
+  controlMessages: number;
+}
+
+/** One memif interface (native/core/memif.cc). */
+export interface MemifNative {
+  readonly handle: number;
+  /** One epoll fd per rx queue: readable on that queue's interrupt (queue 0: also control). */
+  readonly waitFds: number[];
+  bindPool(b: MemifPoolBinding): void;
+  /** Service the control channel now; true while connected. */
+  poll(): boolean;
+  info(): MemifInfo;
+  stats(): MemifStats;
+  /** Move up to done.length orphaned buffers into done; returns how many. */
+  reclaim(): number;
+  /** Send DISCONNECT, release rings, regions, fds and (last server on it) the socket. */
+  close(): void;
+}
+
 export interface CoreAddon {
   /** Package version the addon was built from. */
   readonly version: string;
@@ -264,6 +359,21 @@ export interface CoreAddon {
   afPacketRxSkip(handle: number, max: number, touch?: boolean): number;
   /** Transmit bufs[off..off+n); returns how many were taken (the caller frees those). */
   afPacketTx(handle: number, bufs: Uint32Array, off: number, n: number): number;
+  /** A memif interface; throws naming the interface (bad options, socket in use...). */
+  Memif: new (opts: MemifNativeOptions) => MemifNative;
+  /** One receive burst from rx queue `queue` into out[]; frees go to done (state[1]). */
+  memifRx(handle: number, queue: number, out: Uint32Array, max: number): number;
+  /** One transmit burst; returns how many were taken; buffers to free go to done (state[1]). */
+  memifTx(handle: number, queue: number, bufs: Uint32Array, off: number, n: number): number;
+  memifReclaim(handle: number): number;
+  memifPoll(handle: number): boolean;
+  /** Test helpers: raw SOCK_SEQPACKET control sockets (non-blocking) and region mapping. */
+  memifRawConnect(socket: string): number;
+  memifRawListen(socket: string): number;
+  memifRawAccept(fd: number): number;
+  memifRawSend(fd: number, bytes: Uint8Array, passFd?: number): number;
+  memifRawRecv(fd: number): null | { eof: true } | { data: Uint8Array; fd: number };
+  memifMapFd(fd: number, size: number): ArrayBuffer;
 }
 
 /** The core addon is missing or cannot be loaded. */

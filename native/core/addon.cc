@@ -1,4 +1,4 @@
-// core.node module init: buffer memory, TSC, eventfd, FdWaiter and the af_packet socket (see
+// core.node module init: buffer memory, TSC, eventfd, FdWaiter, the af_packet socket and memif (see
 // native/load.ts for the TypeScript view of these exports).
 #include "common.h"
 
@@ -10,6 +10,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   rg::InitEventfd(env, exports);
   rg::InitWaiter(env, exports);
   rg::InitAfPacket(env, exports);
+  rg::InitMemif(env, exports);
   exports.Set("version", Napi::String::New(env, RDMA_GRAPH_VERSION));
   return exports;
 }

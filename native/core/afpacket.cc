@@ -66,16 +66,6 @@ inline void StoreRelease(volatile uint32_t* p, uint32_t v) {
   __atomic_store_n(const_cast<uint32_t*>(p), v, __ATOMIC_RELEASE);
 }
 
-// An Error with .code/.errno/.syscall like ErrnoError, but with a message of our own.
-Napi::Error CodedError(Napi::Env env, const std::string& msg, int err, const char* syscall) {
-  Napi::Error e = Napi::Error::New(env, msg);
-  Napi::Object o = e.Value();
-  o.Set("code", Napi::String::New(env, uv_err_name(-err)));
-  o.Set("errno", Napi::Number::New(env, -err));
-  o.Set("syscall", Napi::String::New(env, syscall));
-  return e;
-}
-
 std::string ArgIfName(const Napi::CallbackInfo& info, size_t i, const char* fn) {
   Napi::Env env = info.Env();
   if (!info[i].IsString()) throw TypeErr(env, std::string(fn) + ": interface name must be a string");
@@ -156,36 +146,10 @@ Napi::Value AfPacketIfInfo(const Napi::CallbackInfo& info) {
   }
 }
 
-uint32_t OptU32(Napi::Object o, const char* key, const char* fn, uint32_t def, double min, double max) {
-  Napi::Env env = o.Env();
-  Napi::Value v = o.Get(key);
-  if (v.IsUndefined()) return def;
-  if (!v.IsNumber()) throw TypeErr(env, std::string(fn) + ": " + key + " must be a number");
-  double d = v.As<Napi::Number>().DoubleValue();
-  if (!(d >= min && d <= max) || d != static_cast<double>(static_cast<uint64_t>(d))) {
-    throw RangeErr(env, std::string(fn) + ": " + key + " must be an integer in [" + std::to_string(static_cast<uint64_t>(min)) +
-                            ", " + std::to_string(static_cast<uint64_t>(max)) + "], got " + v.ToString().Utf8Value());
-  }
-  return static_cast<uint32_t>(d);
-}
-
 bool OptBool(Napi::Object o, const char* key, bool def) {
   Napi::Value v = o.Get(key);
   if (v.IsUndefined()) return def;
   return v.ToBoolean().Value();
-}
-
-uint32_t* U32Array(Napi::Env env, Napi::Value v, const char* what, size_t min_len, size_t* len_out = nullptr) {
-  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array) {
-    throw TypeErr(env, std::string("AfPacketSocket.bindPool: ") + what + " must be a Uint32Array");
-  }
-  Napi::Uint32Array a = v.As<Napi::Uint32Array>();
-  if (a.ElementLength() < min_len) {
-    throw RangeErr(env, std::string("AfPacketSocket.bindPool: ") + what + " has " + std::to_string(a.ElementLength()) +
-                            " elements, need " + std::to_string(min_len));
-  }
-  if (len_out) *len_out = a.ElementLength();
-  return a.Data();
 }
 
 class AfPacketSocket;
@@ -460,16 +424,16 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
       throw RangeErr(env, "AfPacketSocket.bindPool: " + std::to_string(p.count) + " buffers of " + std::to_string(p.stride) +
                               " bytes do not fit in " + std::to_string(p.mem_len) + " bytes of memory");
     }
-    p.offset = U32Array(env, o.Get("offset"), "offset", p.count);
-    p.length = U32Array(env, o.Get("length"), "length", p.count);
-    p.flags = U32Array(env, o.Get("flags"), "flags", p.count);
-    p.next = U32Array(env, o.Get("next"), "next", p.count);
-    p.ts_sec = U32Array(env, o.Get("tsSec"), "tsSec", p.count);
-    p.ts_nsec = U32Array(env, o.Get("tsNsec"), "tsNsec", p.count);
+    p.offset = U32ArrayArg(env, o.Get("offset"), "AfPacketSocket.bindPool", "offset", p.count);
+    p.length = U32ArrayArg(env, o.Get("length"), "AfPacketSocket.bindPool", "length", p.count);
+    p.flags = U32ArrayArg(env, o.Get("flags"), "AfPacketSocket.bindPool", "flags", p.count);
+    p.next = U32ArrayArg(env, o.Get("next"), "AfPacketSocket.bindPool", "next", p.count);
+    p.ts_sec = U32ArrayArg(env, o.Get("tsSec"), "AfPacketSocket.bindPool", "tsSec", p.count);
+    p.ts_nsec = U32ArrayArg(env, o.Get("tsNsec"), "AfPacketSocket.bindPool", "tsNsec", p.count);
     size_t idx_len = 0;
-    p.idx = U32Array(env, o.Get("idx"), "idx", 1, &idx_len);
+    p.idx = U32ArrayArg(env, o.Get("idx"), "AfPacketSocket.bindPool", "idx", 1, &idx_len);
     p.idx_cap = static_cast<uint32_t>(idx_len);
-    p.result = U32Array(env, o.Get("result"), "result", 4);
+    p.result = U32ArrayArg(env, o.Get("result"), "AfPacketSocket.bindPool", "result", 4);
     p.f_next = OptU32(o, "flagNext", fn, 0, 1, 4294967295.0);
     p.f_ts = OptU32(o, "flagTimestamp", fn, 0, 0, 4294967295.0);
     p.f_l4ok = OptU32(o, "flagL4Ok", fn, 0, 0, 4294967295.0);

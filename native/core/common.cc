@@ -61,6 +61,41 @@ double ArgInteger(const Napi::CallbackInfo& info, size_t i, const char* fn, cons
   return d;
 }
 
+uint32_t OptU32(Napi::Object o, const char* key, const char* fn, uint32_t def, double min, double max) {
+  Napi::Env env = o.Env();
+  Napi::Value v = o.Get(key);
+  if (v.IsUndefined()) return def;
+  if (!v.IsNumber()) throw TypeErr(env, std::string(fn) + ": " + key + " must be a number");
+  double d = v.As<Napi::Number>().DoubleValue();
+  if (!(d >= min && d <= max) || d != static_cast<double>(static_cast<uint64_t>(d))) {
+    throw RangeErr(env, std::string(fn) + ": " + key + " must be an integer in [" + std::to_string(static_cast<uint64_t>(min)) +
+                            ", " + std::to_string(static_cast<uint64_t>(max)) + "], got " + v.ToString().Utf8Value());
+  }
+  return static_cast<uint32_t>(d);
+}
+
+uint32_t* U32ArrayArg(Napi::Env env, Napi::Value v, const char* fn, const char* what, size_t min_len, size_t* len_out) {
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array) {
+    throw TypeErr(env, std::string(fn) + ": " + what + " must be a Uint32Array");
+  }
+  Napi::Uint32Array a = v.As<Napi::Uint32Array>();
+  if (a.ElementLength() < min_len) {
+    throw RangeErr(env, std::string(fn) + ": " + what + " has " + std::to_string(a.ElementLength()) + " elements, need " +
+                            std::to_string(min_len));
+  }
+  if (len_out) *len_out = a.ElementLength();
+  return a.Data();
+}
+
+Napi::Error CodedError(Napi::Env env, const std::string& msg, int err, const char* syscall) {
+  Napi::Error e = Napi::Error::New(env, msg);
+  Napi::Object o = e.Value();
+  o.Set("code", Napi::String::New(env, uv_err_name(-err)));
+  o.Set("errno", Napi::Number::New(env, -err));
+  o.Set("syscall", Napi::String::New(env, syscall));
+  return e;
+}
+
 int ArgFd(const Napi::CallbackInfo& info, size_t i, const char* fn) {
   return static_cast<int>(ArgInteger(info, i, fn, "fd", 0, 2147483647.0));
 }

@@ -14,6 +14,7 @@ void InitMemory(Napi::Env env, Napi::Object exports);
 void InitEventfd(Napi::Env env, Napi::Object exports);
 void InitWaiter(Napi::Env env, Napi::Object exports);
 void InitAfPacket(Napi::Env env, Napi::Object exports);
+void InitMemif(Napi::Env env, Napi::Object exports);
 
 // An Error whose message is "<what>: <strerror(err)>", with .code ("EBADF"), .errno and
 // .syscall set like Node's own system errors.
@@ -29,6 +30,17 @@ int ArgFd(const Napi::CallbackInfo& info, size_t i, const char* fn);
 // info[i] as an integral number in [min, max]; throws TypeError/RangeError naming fn and arg.
 double ArgInteger(const Napi::CallbackInfo& info, size_t i, const char* fn, const char* arg,
                   double min, double max);
+
+// opts[key] as an integer in [min, max], or def when absent; throws naming fn and key.
+uint32_t OptU32(Napi::Object opts, const char* key, const char* fn, uint32_t def, double min, double max);
+
+// v as a Uint32Array of at least min_len elements (its length in *len_out); throws naming fn
+// and what.
+uint32_t* U32ArrayArg(Napi::Env env, Napi::Value v, const char* fn, const char* what, size_t min_len,
+                      size_t* len_out = nullptr);
+
+// An Error with .code/.errno/.syscall like ErrnoError, but with a message of our own.
+Napi::Error CodedError(Napi::Env env, const std::string& msg, int err, const char* syscall);
 
 // True for a descriptor owned by an allocMemory() buffer: closeFd() refuses those, since the
 // buffer's finalizer closes them (closing early would let the number be reused, then closed

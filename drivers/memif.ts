@@ -1,0 +1,288 @@
+/**
+ * The memif driver: the shared-memory packet interface of VPP and DPDK (net_memif), as server
+ * or client, over a UNIX socket that is a filesystem path or an abstract name ("@name" or
+ * "abstract:name"; DPDK 22.11's net_memif uses the abstract namespace unless given
+ * socket-abstract=no). No privileges needed. The protocol lives in native/core/memif.cc.
+ *
+ * Data path: one native call per burst. Receive takes pool buffers from a stash of indices
+ * this wrapper allocates in batches between bursts; transmit reports the buffers it is done
+ * with in a `done` array this wrapper frees with one `pool.free`. A client whose pool memory
+ * is a memfd (`createPool`/`allocBufferMemory` of graph/memory.ts) registers that memory as a
+ * memif region and runs zero-copy: descriptors point at pool buffers both ways. A server, and
+ * a client whose pool has no fd (plain JS memory), copy between the peer's buffers and the
+ * pool (`npm run bench -- memif` measures both).
+ *
+ * Link: up while the control channel is connected. A client reconnects every 250 ms while the
+ * server is away; a server takes the next client. Every buffer held in a ring when the link
+ * goes down (the peer vanished mid-burst, sent DISCONNECT, broke the protocol) comes back to
+ * the pool, and so does the stash: while down the driver holds no buffer at all.
+ *
+ * Sleeping: `rxWaitFd(q)` is an epoll fd that stays the same across reconnections; it is
+ * readable when queue q's interrupt eventfd is (queue 0: also the control socket, the listener
+ * and the reconnect timer). While packets flow the receive rings are flagged MASK_INT (the
+ * sender does not kick); an empty poll clears the flag, so an idle engine sleeps until the
+ * peer's next kick.
+ */
+import type { BufferPool } from '../graph/buffer-pool.ts';
+import { BufferFlag } from '../graph/buffer-pool.ts';
+import { FRAME_SIZE } from '../graph/node.ts';
+import { loadCore, type CoreAddon, type MemifInfo, type MemifNative, type MemifStats } from '../native/load.ts';
+import type { Driver, DriverCounters } from './driver.ts';
+import { poolArrays, zeroCounters } from './driver.ts';
+import { macOption } from './mac.ts';
+
+export interface MemifOptions {
+  /** The control socket: a filesystem path (parent directories are created) or "@name" / "abstract:name". */
+  socket: string;
+  role: 'server' | 'client';
+  /** Interface id on the socket (several interfaces may share a server socket). Default 0. */
+  id?: number;
+  /** Shared secret the client presents (at most 24 bytes). */
+  secret?: string;
+  mac?: string | Uint8Array;
+  /** Default 1500. Frames larger than one buffer travel as chained descriptors. */
+  mtu?: number;
+  /** Default 1. */
+  rxQueues?: number;
+  /** Default: rxQueues. */
+  txQueues?: number;
+  /** Slots per ring, a power of 2 up to 16384 (the server's limit, the client's request). Default 1024. */
+  ringSize?: number;
+  /** Bytes per memif buffer of a copy-mode client (zero copy uses the pool's buffers). Default 2048. */
+  bufferSize?: number;
+}
+
+const KNOWN = new Set(['socket', 'role', 'id', 'secret', 'mac', 'mtu', 'rxQueues', 'txQueues', 'ringSize', 'bufferSize']);
+const ST_STASH = 0, ST_DONE = 1, ST_GEN = 2, ST_LINK = 3, ST_ORPHANS = 4;
+/** Largest frame the native receive path accepts (kMaxFrame). */
+const MAX_RX_FRAME = 256 * 1024;
+
+export class MemifDriver implements Driver {
+  readonly kind = 'memif';
+  readonly name: string;
+  readonly mac: Uint8Array;
+  readonly mtu: number;
+  readonly rxQueues: number;
+  readonly txQueues: number;
+  readonly role: 'server' | 'client';
+  readonly socket: string;
+  readonly id: number;
+  readonly ringSize: number;
+  readonly bufferSize: number;
+
+  private readonly secret: string;
+  private readonly core: CoreAddon;
+  private state: 'new' | 'open' | 'closed' = 'new';
+  private native: MemifNative | null = null;
+  private handle = -1;
+  private pool: BufferPool | null = null;
+  private stash = new Uint32Array(0);
+  private done = new Uint32Array(0);
+  private readonly st = new Uint32Array(8);
+  private low = 0;
+  private gen = 0;
+  private waitFds: number[] = [];
+  private final: MemifStats | null = null;
+  private finalInfo: MemifInfo | null = null;
+
+  constructor(name: string, opts: MemifOptions) {
+    if (typeof name !== 'string' || name.length === 0) throw new TypeError(`memif: interface name must be a non-empty string, got ${JSON.stringify(name)}`);
+    const where = `memif interface ${name}`;
+    if (opts === null || typeof opts !== 'object') throw new TypeError(`${where}: options must be an object with socket and role`);
+    for (const k of Object.keys(opts)) {
+      if (!KNOWN.has(k)) throw new RangeError(`${where}: unknown option "${k}" (known: ${[...KNOWN].join(', ')})`);
+    }
+    this.name = name;
+    if (typeof opts.socket !== 'string' || opts.socket.length === 0) throw new TypeError(`${where}: socket must be a non-empty string (a path, or "@name" for the abstract namespace)`);
+    const abstract = opts.socket.startsWith('@') || opts.socket.startsWith('abstract:');
+    const sockName = opts.socket.startsWith('@') ? opts.socket.slice(1) : opts.socket.startsWith('abstract:') ? opts.socket.slice(9) : opts.socket;
+    const bytes = Buffer.byteLength(sockName);
+    if (bytes === 0 || bytes > 107 || sockName.includes('\0')) throw new RangeError(`${where}: socket must name 1 to 107 bytes${abstract ? ' after the abstract prefix' : ''}, got ${bytes}`);
+    this.socket = opts.socket;
+    if (opts.role !== 'server' && opts.role !== 'client') throw new RangeError(`${where}: role must be 'server' or 'client', got ${JSON.stringify(opts.role)}`);
+    this.role = opts.role;
+    this.id = intOption(where, 'id', opts.id, 0, 0, 0xffffffff);
+    if (opts.secret !== undefined) {
+      if (typeof opts.secret !== 'string' || opts.secret.length === 0 || Buffer.byteLength(opts.secret) > 24 || opts.secret.includes('\0')) {
+        throw new RangeError(`${where}: secret must be a string of 1 to 24 bytes without NUL, got ${JSON.stringify(opts.secret)}`);
+      }
+    }
+    this.secret = opts.secret ?? '';
+    this.mac = macOption(where, opts.mac, name);
+    this.mtu = intOption(where, 'mtu', opts.mtu, 1500, 68, 65535);
+    this.rxQueues = intOption(where, 'rxQueues', opts.rxQueues, 1, 1, 255);
+    this.txQueues = intOption(where, 'txQueues', opts.txQueues, this.rxQueues, 1, 255);
+    this.ringSize = intOption(where, 'ringSize', opts.ringSize, 1024, 2, 16384);
+    if ((this.ringSize & (this.ringSize - 1)) !== 0) throw new RangeError(`${where}: ringSize must be a power of 2 in 2..16384, got ${this.ringSize}`);
+    this.bufferSize = intOption(where, 'bufferSize', opts.bufferSize, 2048, 128, 65535);
+    this.core = loadCore();
+  }
+
+  /** Bind (server) or start connecting (client) with the pool. Throws when the socket cannot be used. */
+  open(pool: BufferPool): void {
+    if (this.state !== 'new') throw new Error(`memif interface ${this.name}: already ${this.state === 'open' ? 'open' : 'closed'}`);
+    const native = new this.core.Memif({
+      name: this.name,
+      socket: this.socket,
+      role: this.role,
+      id: this.id,
+      secret: this.secret,
+      log2RingSize: Math.log2(this.ringSize),
+      bufferSize: this.bufferSize,
+      rxQueues: this.rxQueues,
+      txQueues: this.txQueues,
+    });
+    const maxSegs = Math.ceil(MAX_RX_FRAME / pool.dataSize);
+    this.stash = new Uint32Array(2 * FRAME_SIZE + maxSegs);
+    this.low = FRAME_SIZE + maxSegs;
+    this.done = new Uint32Array(this.ringSize + FRAME_SIZE + 256);
+    this.pool = pool;
+    this.native = native;
+    this.handle = native.handle;
+    this.waitFds = native.waitFds.slice();
+    this.state = 'open';
+    try {
+      native.bindPool({
+        ...poolArrays(pool),
+        fd: pool.memory.fd,
+        stash: this.stash,
+        done: this.done,
+        state: this.st,
+        flagNext: BufferFlag.NEXT_PRESENT,
+      });
+    } catch (e) {
+      this.close();
+      throw e;
+    }
+    this.sync();
+  }
+
+  rxBurst(queue: number, out: Uint32Array, max: number): number {
+    const h = this.handle;
+    if (h < 0) return 0;
+    if (queue >= this.rxQueues) throw new RangeError(`memif interface ${this.name}: no rx queue ${queue}`);
+    const st = this.st;
+    if (st[ST_LINK] !== 0 && st[ST_STASH] < this.low) this.topUp();
+    const n = this.core.memifRx(h, queue, out, max);
+    if (st[ST_DONE] !== 0) (this.pool as BufferPool).free(this.done, 0, st[ST_DONE]);
+    if (st[ST_GEN] !== this.gen) this.sync();
+    return n;
+  }
+
+  txBurst(queue: number, bufs: Uint32Array, off: number, n: number): number {
+    const h = this.handle;
+    if (h < 0) return 0;
+    const taken = this.core.memifTx(h, queue, bufs, off, n);
+    const st = this.st;
+    if (st[ST_DONE] !== 0) (this.pool as BufferPool).free(this.done, 0, st[ST_DONE]);
+    if (st[ST_GEN] !== this.gen) this.sync();
+    return taken;
+  }
+
+  /** Service the control channel now (the receive path does it by itself); true while connected. */
+  poll(): boolean {
+    if (this.native === null) return false;
+    this.native.poll();
+    const st = this.st;
+    if (st[ST_DONE] !== 0) (this.pool as BufferPool).free(this.done, 0, st[ST_DONE]);
+    if (st[ST_GEN] !== this.gen) this.sync();
+    return st[ST_LINK] !== 0;
+  }
+
+  /** Connected to a peer. */
+  linkUp(): boolean {
+    return this.st[ST_LINK] !== 0 && this.native !== null;
+  }
+
+  /** An epoll fd that stays the same across reconnections (see the file comment). */
+  rxWaitFd(queue: number): number {
+    return this.waitFds[queue] ?? -1;
+  }
+
+  setWakeup(_wake: () => void): void {
+    // Everything that should wake the engine makes rxWaitFd readable.
+  }
+
+  /** Connection state, peer names, ring geometry, zero copy or not, the last disconnect reason. */
+  info(): MemifInfo {
+    if (this.native !== null) return this.native.info();
+    if (this.finalInfo !== null) return this.finalInfo;
+    throw new Error(`memif interface ${this.name}: not open`);
+  }
+
+  /** Everything the native side counts. */
+  stats(): MemifStats {
+    if (this.native !== null) return this.native.stats();
+    if (this.final !== null) return { ...this.final };
+    return { rxPackets: 0, rxBytes: 0, rxErrors: 0, rxNoBuffers: 0, rxChained: 0, txPackets: 0, txBytes: 0, txErrors: 0, txRefused: 0, txChained: 0, kicks: 0, interrupts: 0, connects: 0, disconnects: 0, connectFailures: 0, refused: 0, controlMessages: 0 };
+  }
+
+  counters(): DriverCounters {
+    if (this.native === null && this.final === null) return zeroCounters();
+    const s = this.stats();
+    return {
+      rxPackets: s.rxPackets,
+      rxBytes: s.rxBytes,
+      txPackets: s.txPackets,
+      txBytes: s.txBytes,
+      rxDrops: 0, // memif never drops on receive: frames wait in the ring (the sender sees it full)
+      txDrops: s.txRefused,
+      rxErrors: s.rxErrors,
+      txErrors: s.txErrors,
+    };
+  }
+
+  /** Send DISCONNECT, give every buffer back to the pool, close the fds, remove the socket file. Idempotent. */
+  close(): void {
+    if (this.state === 'closed') return;
+    this.state = 'closed';
+    const native = this.native;
+    if (native !== null) {
+      native.close();
+      this.final = native.stats();
+      this.finalInfo = native.info();
+      // Buffers that were in the rings, then the stash.
+      const pool = this.pool as BufferPool;
+      for (let k = native.reclaim(); k > 0; k = native.reclaim()) pool.free(this.done, 0, k);
+      this.freeStash();
+    }
+    this.native = null;
+    this.handle = -1;
+    this.waitFds = [];
+    this.pool = null;
+  }
+
+  private topUp(): void {
+    const st = this.st;
+    const have = st[ST_STASH];
+    st[ST_STASH] = have + (this.pool as BufferPool).alloc(this.stash, have, this.stash.length - have);
+  }
+
+  private freeStash(): void {
+    const n = this.st[ST_STASH];
+    if (n > 0 && this.pool !== null) this.pool.free(this.stash, 0, n);
+    this.st[ST_STASH] = 0;
+  }
+
+  /** The link went up or down: reclaim what the rings held; hold nothing while down. */
+  private sync(): void {
+    const st = this.st;
+    this.gen = st[ST_GEN];
+    const native = this.native;
+    const pool = this.pool;
+    if (native === null || pool === null) return;
+    if (st[ST_ORPHANS] !== 0) {
+      for (let k = native.reclaim(); k > 0; k = native.reclaim()) pool.free(this.done, 0, k);
+    }
+    if (st[ST_LINK] === 0) this.freeStash();
+    else this.topUp();
+  }
+}
+
+function intOption(where: string, key: string, v: unknown, def: number, min: number, max: number): number {
+  if (v === undefined) return def;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
+    throw new RangeError(`${where}: ${key} must be an integer in ${min}..${max}, got ${JSON.stringify(v)}`);
+  }
+  return v;
+}
