@@ -2,11 +2,30 @@
  * Make the driver a start-up configuration entry asks for. Drivers rdma-graph does not have
  * (yet) fail here with an error that says so and what to use instead; nothing is opened.
  */
-import type { InterfaceConfig } from '../config/types.ts';
 import type { Driver } from './driver.ts';
 import { AfPacketDriver } from './af-packet.ts';
 import { PcapDriver } from './pcap.ts';
 import { pipeEnd } from './pipe.ts';
+
+/**
+ * What a driver is made from: an interface entry of the start-up configuration (config/types.ts
+ * InterfaceConfig has this shape; drivers/ does not import config/).
+ */
+export interface DriverSpec {
+  name: string;
+  driver: string;
+  /** Where the entry is (for messages). */
+  line: number;
+  mac: string | null;
+  mtu: number;
+  rxQueues: number;
+  rxQueueSize: number;
+  txQueueSize: number;
+  memif?: { socket: string; role: 'server' | 'client'; id: number; secret: string | null; bufferSize: number };
+  afPacket?: { hostInterface: string; promisc: boolean; txMode: 'sendmmsg' | 'ring'; blockSize: number; qdiscBypass: boolean };
+  pcap?: { rxFile: string | null; txFile: string | null; rate: number; loop: number };
+  pipe?: { peer: string };
+}
 
 export class DriverUnavailableError extends Error {
   constructor(message: string) {
@@ -32,7 +51,7 @@ async function memifModule(): Promise<{ MemifDriver: new (name: string, opts: Re
   }
 }
 
-export async function openDriver(c: InterfaceConfig): Promise<Driver> {
+export async function openDriver(c: DriverSpec): Promise<Driver> {
   const where = `interface ${c.name} (line ${c.line})`;
   const mac = c.mac ?? undefined;
   const single = (kind: string) => {

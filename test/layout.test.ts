@@ -60,4 +60,16 @@ test('nodes/ import only graph/ and each other (never drivers/, native/, config/
   }
 });
 
+test('api/ reaches the data plane only through the Dataplane facade (plus the pure renderers of graph/format.ts)', () => {
+  const files = sources('api');
+  assert.ok(files.length >= 3, `found ${files.length} api sources`);
+  for (const f of files) {
+    for (const spec of imports(f)) {
+      const to = spec.startsWith('.') ? join(f, '..', spec) : spec;
+      const ok = spec.startsWith('node:') || !spec.startsWith('.') || to.startsWith('api/') || to === 'dataplane.ts' || to === 'graph/format.ts';
+      assert.ok(ok, `${f} imports "${spec}"`);
+    }
+  }
+});
+
 test.run();
