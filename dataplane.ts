@@ -259,7 +259,7 @@ export class Dataplane {
   }
 
   private static async addInterface(c: InterfaceConfig, config: Config, graph: Graph, net: Netstack, ifs: Interfaces): Promise<void> {
-    const drv = await openDriver(c);
+    const drv = openDriver(c);
     const fault = c.fault === null ? undefined : c.fault.direction === 'both' ? { rx: c.fault.config, tx: c.fault.config } : { [c.fault.direction]: c.fault.config };
     let itf;
     try {

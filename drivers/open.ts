@@ -6,6 +6,7 @@ import type { Driver } from './driver.ts';
 import { AfPacketDriver } from './af-packet.ts';
 import { PcapDriver } from './pcap.ts';
 import { pipeEnd } from './pipe.ts';
+import { MemifDriver } from './memif.ts';
 
 /**
  * What a driver is made from: an interface entry of the start-up configuration (config/types.ts
@@ -40,18 +41,7 @@ const MISSING: Record<string, string> = {
   mlx5dv: 'the mlx5dv driver (mlx5 direct verbs) is not implemented in rdma-graph yet',
 };
 
-/** The memif driver module, when this build has it (loaded lazily: it needs the native addon). */
-async function memifModule(): Promise<{ MemifDriver: new (name: string, opts: Record<string, unknown>) => Driver } | null> {
-  const spec = './memif.ts';
-  try {
-    return await import(spec);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ERR_MODULE_NOT_FOUND' && String((e as Error).message).includes('memif')) return null;
-    throw e;
-  }
-}
-
-export async function openDriver(c: DriverSpec): Promise<Driver> {
+export function openDriver(c: DriverSpec): Driver {
   const where = `interface ${c.name} (line ${c.line})`;
   const mac = c.mac ?? undefined;
   const single = (kind: string) => {
@@ -76,10 +66,8 @@ export async function openDriver(c: DriverSpec): Promise<Driver> {
       });
     }
     case 'memif': {
-      const mod = await memifModule();
-      if (mod === null) throw new DriverUnavailableError(`${where}: the memif driver is not in this build (drivers/memif.ts is missing)`);
       const m = c.memif!;
-      return new mod.MemifDriver(c.name, {
+      return new MemifDriver(c.name, {
         socket: m.socket, role: m.role, id: m.id, secret: m.secret ?? undefined, mac, mtu: c.mtu,
         rxQueues: c.rxQueues, txQueues: c.rxQueues, ringSize: c.rxQueueSize, bufferSize: m.bufferSize,
       });
