@@ -279,6 +279,8 @@ export class Dataplane {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    // Shutting down is not an error of each QP: no qp-error events for the destroys below.
+    this.rdma.onEvent = null;
     for (const port of [...this.listeners.keys()]) guard(() => this.rdma.unlisten(port));
     this.listeners.clear();
     const qps = [...this.rdma.qpsByQpn.values()];
@@ -288,7 +290,6 @@ export class Dataplane {
     for (const set of this.cqWaiters.values()) for (const wake of set) wake();
     this.graph.close();
     this.ifs.closeAll();
-    this.rdma.onEvent = null;
   }
 
   get isClosed(): boolean {

@@ -1,115 +1,132 @@
 /**
  * rdma-graph command line.
  *
- *   rdma-graph start [--pcap-in FILE] [--pcap-out FILE] [--trace N] [--seconds S]
+ *   rdma-graph start [--config FILE]   build the data plane from FILE, open its interfaces, serve the API
+ *   rdma-graph check [--config FILE]   validate FILE and exit (0 valid, 2 not)
+ *   rdma-graph --version
  *
- * Starts the data plane on the embedded default: until the memif driver (issue 6) and the
- * start-up YAML (issue 5) exist, that is a pipe pair (pipe0 <-> pipe1) driven by the adaptive
- * loop, optionally fed from a pcap file (pcap0). SIGUSR1 prints show runtime / errors / trace;
- * SIGINT/SIGTERM (or --seconds) stops cleanly and prints them.
+ * FILE defaults to config/startup.yaml (the embedded default). SIGINT/SIGTERM shut down
+ * cleanly: QPs send FIN, the API closes, interfaces close (memif sockets are removed).
  */
-import { Graph, createPool, formatErrors, formatRuntime, formatTrace } from './graph/index.ts';
-import { Interfaces } from './drivers/interfaces.ts';
-import { createPipe } from './drivers/pipe.ts';
-import { PcapDriver } from './drivers/pcap.ts';
+import { loadConfig, ConfigError } from './config/load.ts';
+import type { Config } from './config/types.ts';
+import { Dataplane, DataplaneError, VERSION, type Logger } from './dataplane.ts';
+import { startApi } from './api/server.ts';
 
-const USAGE = `usage: rdma-graph start [--pcap-in FILE] [--pcap-out FILE] [--trace N] [--seconds S]
-       rdma-graph --version`;
+const DEFAULT_CONFIG = 'config/startup.yaml';
+const USAGE = `usage: rdma-graph start [--config FILE]     run the data plane and its REST API
+       rdma-graph check [--config FILE]     validate a start-up file
+       rdma-graph --version
+FILE defaults to ${DEFAULT_CONFIG}.`;
 
-function fail(msg: string): never {
+function usage(msg: string): never {
   console.error(`rdma-graph: ${msg}\n${USAGE}`);
   process.exit(2);
 }
 
-function parseArgs(argv: string[]): { cmd: string; opts: Record<string, string> } {
-  const [cmd, ...rest] = argv;
-  const opts: Record<string, string> = {};
-  const known = ['--pcap-in', '--pcap-out', '--trace', '--seconds'];
+function parseArgs(argv: string[]): { cmd: string; config: string } {
+  const [cmd = '', ...rest] = argv;
+  let config = DEFAULT_CONFIG;
   for (let i = 0; i < rest.length; i++) {
     const a = rest[i];
-    if (!known.includes(a)) fail(`unknown option "${a}"`);
-    if (i + 1 >= rest.length) fail(`option ${a} needs a value`);
-    opts[a.slice(2)] = rest[++i];
+    if (a === '--config' || a === '-c') {
+      if (i + 1 >= rest.length) usage(`option ${a} needs a file`);
+      config = rest[++i];
+    } else if (a.startsWith('--config=')) config = a.slice('--config='.length);
+    else usage(`unknown option "${a}"`);
   }
-  return { cmd: cmd ?? '', opts };
+  return { cmd, config };
 }
 
-function positiveInt(name: string, v: string | undefined, dflt: number): number {
-  if (v === undefined) return dflt;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 0) fail(`--${name} needs a non-negative integer, got "${v}"`);
-  return n;
-}
+const LEVELS = ['error', 'warn', 'info', 'debug'] as const;
 
-async function start(opts: Record<string, string>): Promise<void> {
-  const traceN = positiveInt('trace', opts.trace, 0);
-  const seconds = opts.seconds === undefined ? 0 : Number(opts.seconds);
-  if (!(seconds >= 0)) fail(`--seconds needs a non-negative number, got "${opts.seconds}"`);
-  const pool = createPool({ count: 16384 });
-  const g = new Graph({ pool });
-  const ifs = new Interfaces(g);
-  const [p0, p1] = createPipe('pipe0', 'pipe1');
-  // Until ethernet-input exists (issue 3), received frames are cross-connected: what arrives
-  // on pcap0 leaves through pipe0, what pipe1 receives leaves through pcap1 (or is dropped).
-  const out = opts['pcap-out'] ? 'pcap1-output' : 'error-drop';
-  g.register({ name: 'l2-xconnect', next: ['pipe0-output', out],
-    errors: [{ name: 'no_output', description: 'no output interface (no --pcap-out)', severity: 'info' }],
-    fn: (rt, f) => {
-    const fr = f!;
-    const from = g.pool.rxIf, err = g.pool.error;
-    const pipe1 = ifs.get('pipe1').index;
-    for (let i = 0; i < fr.n; i++) {
-      const back = from[fr.vec[i]] === pipe1;
-      rt.nexts[i] = back ? 1 : 0;
-      if (back) err[fr.vec[i]] = rt.errorIndex(0);
-    }
-    if (fr.n > 0) g.enqueueToNext(rt, fr.vec, rt.nexts, fr.n);
-    return fr.n;
-  } });
-  const log = (s: string) => console.log(`rdma-graph: ${s}`);
-  try {
-    if (opts['pcap-out']) ifs.add(new PcapDriver('pcap1', { txFile: opts['pcap-out'] }), { next: 'error-drop' });
-    ifs.add(p0, { next: 'error-drop' });
-    ifs.add(p1, { next: 'l2-xconnect' });
-    if (opts['pcap-in']) ifs.add(new PcapDriver('pcap0', { rxFile: opts['pcap-in'] }), { next: 'l2-xconnect' });
-    g.build();
-  } catch (e) {
-    fail((e as Error).message);
-  }
-  for (const itf of ifs.all()) log(`interface ${itf.name} (${itf.driver.kind}) mac ${itf.macString} mtu ${itf.driver.mtu} ${itf.driver.linkUp() ? 'up' : 'down'}`);
-  const st = pool.stats();
-  log(`buffers: ${st.count} x ${st.dataSize} B (${st.hugepages ? '2 MiB hugepages' : 'normal pages'}), ${g.clock.source} clock`);
-  if (traceN > 0) g.traceAdd(opts['pcap-in'] ? 'pcap-input' : 'pipe-input', traceN);
-  const show = () => {
-    process.stdout.write(formatRuntime([g.runtimeSnapshot()]));
-    process.stdout.write(formatErrors([g.errorSnapshot()]));
-    if (traceN > 0) process.stdout.write(formatTrace([g.traceSnapshot()]));
+function makeLogger(level: Config['log']['level']): Logger {
+  const max = LEVELS.indexOf(level);
+  return (l, msg) => {
+    if (LEVELS.indexOf(l) > max) return;
+    const line = `rdma-graph: ${l === 'info' ? '' : `${l}: `}${msg}`;
+    if (l === 'error' || l === 'warn') console.error(line);
+    else console.log(line);
   };
-  g.start();
-  log('running; SIGUSR1 prints show runtime/errors, SIGINT or SIGTERM stops');
-  await new Promise<void>((resolve) => {
-    const stop = () => resolve();
-    process.once('SIGINT', stop);
-    process.once('SIGTERM', stop);
-    process.on('SIGUSR1', show);
-    if (seconds > 0) setTimeout(stop, seconds * 1000);
+}
+
+function load(file: string): Config {
+  try {
+    return loadConfig(file);
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      console.error(e.message);
+      console.error(`rdma-graph: ${file}: ${e.issues.length} error${e.issues.length === 1 ? '' : 's'}`);
+      process.exit(2);
+    }
+    throw e;
+  }
+}
+
+async function start(file: string): Promise<void> {
+  const config = load(file);
+  const log = makeLogger(config.log.level);
+  log('info', `rdma-graph ${VERSION}, config ${file}`);
+  let dp: Dataplane;
+  try {
+    dp = await Dataplane.create(config, { log });
+  } catch (e) {
+    log('error', (e as Error).message);
+    process.exit(1);
+  }
+  const st = dp.pool.stats();
+  log('info', `buffers: ${st.count} x ${st.dataSize} B (${st.hugepages ? '2 MiB hugepages' : 'normal pages'}), graph on the main thread`);
+  const seen = new Map<string, string>();
+  for (const itf of await dp.interfaces()) {
+    seen.set(itf.name, itf.state);
+    log('info', `interface ${itf.name} (${itf.driver}) mac ${itf.mac} ${itf.addresses.join(' ') || 'no address'} mtu ${itf.mtu} ${itf.state}`);
+  }
+  let api: { url: string; close(): Promise<void> };
+  try {
+    api = await startApi(dp, { host: config.api.host, port: config.api.port, token: config.api.token });
+  } catch (e) {
+    const err = e as NodeJS.ErrnoException;
+    const why = err.code === 'EADDRINUSE' ? `${config.api.host}:${config.api.port} is in use (another rdma-graph? set api.listen)` : err.message;
+    log('error', `cannot start the API: ${why}`);
+    await dp.close();
+    process.exit(1);
+  }
+  log('info', `API on ${api.url}/v1 (${config.api.token ? 'token required' : 'no token'}); rdmactl --api ${api.url} show runtime`);
+  // Link state changes (a memif peer connecting or going away) are worth a line each.
+  const watch = setInterval(async () => {
+    for (const itf of await dp.interfaces()) {
+      if (seen.get(itf.name) !== itf.state) log('info', `interface ${itf.name} is ${itf.state}`);
+      seen.set(itf.name, itf.state);
+    }
+  }, 500);
+  watch.unref();
+  const signal = await new Promise<string>((resolve) => {
+    process.once('SIGINT', () => resolve('SIGINT'));
+    process.once('SIGTERM', () => resolve('SIGTERM'));
   });
-  g.close();
-  show();
-  ifs.closeAll();
-  const leaked = pool.count - pool.available();
-  log(leaked === 0 ? 'stopped; every buffer back in the pool' : `stopped; ${leaked} buffers still allocated`);
+  clearInterval(watch);
+  log('info', `${signal}: shutting down`);
+  const qps = (await dp.qps()).length;
+  await api.close();
+  await dp.close();
+  const leaked = dp.pool.count - dp.pool.available();
+  log(leaked === 0 ? 'info' : 'warn', `stopped (${qps} QP${qps === 1 ? '' : 's'} closed with FIN); ${leaked === 0 ? 'every buffer back in the pool' : `${leaked} buffers still allocated`}`);
   process.exit(leaked === 0 ? 0 : 1);
 }
 
-const { cmd, opts } = parseArgs(process.argv.slice(2));
-if (cmd === '--version') {
-  const { createRequire } = await import('node:module');
-  console.log(createRequire(import.meta.url)('./package.json').version);
-} else if (cmd === 'start') {
-  await start(opts);
-} else if (cmd === '' || cmd === 'help' || cmd === '--help') {
-  console.log(USAGE);
-} else {
-  fail(`unknown command "${cmd}"`);
+function check(file: string): void {
+  const c = load(file);
+  const ifs = c.interfaces.map((i) => `${i.name} (${i.driver})`).join(', ') || 'none';
+  console.log(`rdma-graph: ${file}: valid; interfaces: ${ifs}; api ${c.api.host}:${c.api.port}`);
 }
+
+const { cmd, config } = parseArgs(process.argv.slice(2));
+if (cmd === '--version' || cmd === 'version') console.log(VERSION);
+else if (cmd === 'start') {
+  await start(config).catch((e) => {
+    console.error(`rdma-graph: error: ${e instanceof DataplaneError ? e.message : (e as Error).stack}`);
+    process.exit(1);
+  });
+} else if (cmd === 'check') check(config);
+else if (cmd === '' || cmd === 'help' || cmd === '--help' || cmd === '-h') console.log(USAGE);
+else usage(`unknown command "${cmd}"`);

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// rdmactl is a client of the REST API, which does not exist yet (issue 5: control plane).
-console.error('rdmactl: not available yet: it is a client of the rdma-graph REST API, which is not built yet. ' +
-  '`rdma-graph start` prints show runtime / show errors on SIGUSR1 and at exit meanwhile.');
-process.exit(1);
+// rdmactl: the command-line client of the rdma-graph REST API (api/rdmactl.ts), through tsx.
+import { register } from 'tsx/esm/api';
+register();
+const { main } = await import('../api/rdmactl-cli.ts');
+process.exitCode = await main(process.argv.slice(2));
