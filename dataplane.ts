@@ -14,7 +14,7 @@
  * anything else or leave the data plane half-changed.
  */
 import { createRequire } from 'node:module';
-import { Graph, GraphError, createPool, type BufferPool, type ErrorThreadSnapshot, type RuntimeThreadSnapshot, type TraceThreadSnapshot } from './graph/index.ts';
+import { Graph, GraphError, NodeFlag, createPool, type BufferPool, type ErrorThreadSnapshot, type RuntimeThreadSnapshot, type TraceThreadSnapshot } from './graph/index.ts';
 import { Interfaces, type InterfaceCounters } from './drivers/interfaces.ts';
 import type { FaultConfig, FaultCounters } from './drivers/fault.ts';
 import { openDriver } from './drivers/open.ts';
@@ -376,7 +376,7 @@ export class Dataplane {
 
   /** Nodes `trace add` accepts. */
   async traceNodes(): Promise<string[]> {
-    return this.graph.nodes.filter((n) => n.type === 'input' && n.flags & 1).map((n) => n.name);
+    return this.graph.nodes.filter((n) => n.type === 'input' && n.flags & NodeFlag.TRACE_SUPPORTED).map((n) => n.name);
   }
 
   async capture(name: string, opts: { direction: 'rx' | 'tx' | 'both'; file: string; count?: number }): Promise<InterfaceView> {
