@@ -1,0 +1,140 @@
+/**
+ * The daemon as a user runs it: `rdma-graph check`, `rdma-graph start` with its log lines, the
+ * API answering, rdmactl against it, SIGTERM shutdown (socket removed, exit 0), refusals at
+ * start-up (bad file, API port taken), and `npm run demo` end to end.
+ */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const dir = mkdtempSync(join(tmpdir(), 'rdma-graph-daemon-'));
+
+function cli(args: string[]): { code: number | null; out: string; err: string } {
+  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'main.ts'), ...args], { cwd: ROOT, encoding: 'utf8', timeout: 30_000 });
+  return { code: r.status, out: r.stdout, err: r.stderr };
+}
+
+function rdmactl(args: string[]): { code: number | null; out: string; err: string } {
+  const r = spawnSync(process.execPath, [join(ROOT, 'bin/rdmactl.mjs'), ...args], { cwd: ROOT, encoding: 'utf8', timeout: 30_000 });
+  return { code: r.status, out: r.stdout, err: r.stderr };
+}
+
+function config(name: string, text: string): string {
+  const p = join(dir, name);
+  writeFileSync(p, text);
+  return p;
+}
+
+const SERVER = (sock: string, listen = '127.0.0.1:0') => `
+api: { listen: "${listen}" }
+interfaces:
+  - { name: memif0, driver: memif, memif: { socket: ${sock}, role: server }, mac: "02:fe:00:00:00:01", address: 10.10.0.1/24 }
+`;
+
+interface Running { proc: ChildProcess; lines: string[]; url: Promise<string>; exit: Promise<number | null> }
+
+function start(cfg: string): Running {
+  const proc = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'main.ts'), 'start', '--config', cfg], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const lines: string[] = [];
+  const exit = new Promise<number | null>((r) => proc.on('exit', (c) => r(c)));
+  const url = new Promise<string>((resolve, reject) => {
+    let buf = '';
+    const on = (d: Buffer) => {
+      buf += d;
+      let nl;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const l = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        lines.push(l);
+        const m = /API on (http:\/\/\S+)\/v1/.exec(l);
+        if (m) resolve(m[1]);
+      }
+    };
+    proc.stdout!.on('data', on);
+    proc.stderr!.on('data', on);
+    exit.then((c) => reject(new Error(`daemon exited (${c}) before the API came up:\n${lines.join('\n')}`)));
+  });
+  return { proc, lines, url, exit };
+}
+
+test('check: the shipped files are valid; a bad file names line, column and key; exit 2', () => {
+  const ok = cli(['check', '--config', 'config/examples/peer.yaml']);
+  assert.is(ok.code, 0, ok.err);
+  assert.match(ok.out, /config\/examples\/peer\.yaml: valid; interfaces: memif0 \(memif\); api 127\.0\.0\.1:7071/);
+  const bad = config('bad.yaml', 'api: { listen: "127.0.0.1:7070" }\ninterfaces:\n  - { name: m0, driver: memif, memif: { socket: x, role: boss }, mtu: 10 }\n');
+  const r = cli(['check', '--config', bad]);
+  assert.is(r.code, 2);
+  assert.match(r.err, new RegExp(`${bad}:3:\\d+: interfaces\\[0\\]\\.memif\\.role: .*boss`));
+  assert.match(r.err, new RegExp(`${bad}:3:\\d+: interfaces\\[0\\]\\.mtu: `));
+  assert.match(r.err, /2 errors/);
+  const missing = cli(['check', '--config', join(dir, 'nope.yaml')]);
+  assert.is(missing.code, 2);
+  assert.match(missing.err, /cannot read the configuration file/);
+  const usage = cli(['start', '--colour']);
+  assert.is(usage.code, 2);
+  assert.match(usage.err, /unknown option "--colour"/);
+});
+
+test('start: logs each interface and the API URL, answers, shuts down on SIGTERM (socket removed, buffers back)', async () => {
+  const sock = join(dir, 'run1', 'memif.sock');
+  const d = start(config('s1.yaml', SERVER(sock)));
+  const url = await d.url;
+  assert.ok(d.lines.some((l) => l === 'rdma-graph: interface memif0 (memif) mac 02:fe:00:00:00:01 10.10.0.1/24 mtu 1500 down'), d.lines.join('\n'));
+  assert.ok(existsSync(sock), 'memif socket created (directory made)');
+  const health = (await (await fetch(`${url}/v1/health`)).json()) as { status: string };
+  assert.is(health.status, 'ok');
+  const c = rdmactl(['--api', url, 'create', 'pd']);
+  assert.is(c.code, 0, c.err);
+  assert.match(c.out, /^\d+\n$/);
+  const e = rdmactl(['--api', url, 'destroy', 'pd', '999']);
+  assert.is(e.code, 1);
+  assert.match(e.err, /^rdmactl: 404 Not Found: no protection domain 999/);
+  const show = rdmactl(['--api', url, 'show', 'interfaces']);
+  assert.match(show.out, /^memif0 +1 +down +1500\/0\/0\/0/m);
+  d.proc.kill('SIGTERM');
+  assert.is(await d.exit, 0, d.lines.join('\n'));
+  assert.ok(d.lines.includes('rdma-graph: SIGTERM: shutting down'));
+  assert.ok(d.lines.some((l) => /stopped \(0 QPs closed with FIN\); every buffer back in the pool/.test(l)), d.lines.join('\n'));
+  assert.not.ok(existsSync(sock), 'memif socket removed');
+  const gone = rdmactl(['--api', url, 'show', 'qps']);
+  assert.is(gone.code, 3);
+  assert.match(gone.err, /cannot reach the rdma-graph API at .*: is the daemon running\? \(ECONNREFUSED\)/);
+});
+
+test('start refuses an API port in use with a clear message, exit 1, nothing left behind', async () => {
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  const port = (srv.address() as { port: number }).port;
+  const sock = join(dir, 'run2', 'memif.sock');
+  const r = cli(['start', '--config', config('s2.yaml', SERVER(sock, `127.0.0.1:${port}`))]);
+  srv.close();
+  assert.is(r.code, 1);
+  assert.match(r.err, new RegExp(`cannot start the API: 127\\.0\\.0\\.1:${port} is in use`));
+  assert.not.ok(existsSync(sock), 'memif socket removed on the way out');
+});
+
+test('start refuses a driver rdma-graph does not have, naming the interface and its line', () => {
+  const r = cli(['start', '--config', config('s3.yaml', 'interfaces:\n  - { name: d0, driver: dpdk, dpdk: { device: net_null0 }, address: 10.1.0.1/24 }\n')]);
+  assert.is(r.code, 1);
+  assert.match(r.err, /interface d0 \(line 2\): the dpdk driver .* is not implemented in rdma-graph yet; use memif, af_packet, pcap or pipe/);
+});
+
+test('npm run demo: two daemons over memif, every step checked, both stop cleanly', () => {
+  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'api/demo.ts')], { cwd: ROOT, encoding: 'utf8', timeout: 120_000 });
+  assert.is(r.status, 0, r.stdout.slice(-3000) + r.stderr);
+  const oks = r.stdout.split('\n').filter((l) => /^\s+ok: /.test(l));
+  assert.is(oks.length, 15, `${oks.length} checks passed:\n${oks.join('\n')}`);
+  assert.not.match(r.stdout, /FAILED/);
+  assert.match(r.stdout, /demo: all checks passed\n$/);
+  for (const p of ['A', 'B']) assert.ok(r.stdout.includes(`ok: ${p} stopped (exit 0)`));
+});
+
+test.after(() => rmSync(dir, { recursive: true, force: true }));
+
+test.run();
