@@ -128,6 +128,35 @@ test('facade errors carry kinds; nothing else escapes', async () => {
   }
 });
 
+test('a fault from the start-up config is on from the start; the API-level setter changes and removes it', async () => {
+  const { a, b, close } = await twoDataplanes({ ifA: { fault: { direction: 'rx', config: { seed: 3, loss: 0.5 } } } });
+  try {
+    const x = await ends(a), y = await ends(b);
+    await a.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual' });
+    await b.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual' });
+    // 50 % of what A receives is lost: WRITEs still complete (retransmission), and the injector counted.
+    for (let i = 0; i < 20; i++) await a.postSend(x.qp.qpn, { wrId: i, opcode: 'write', sge: [{ mr: x.mr.mr, offset: 0, length: 3000 }], remote: { stag: y.mr.stag, offset: 0 } });
+    let done = 0;
+    while (done < 20) {
+      const r = await a.pollCq(x.cq, 64, 3000);
+      assert.ok(r.completions.length > 0, `completions stalled at ${done}`);
+      for (const c of r.completions) assert.is(c.status, 'success');
+      done += r.completions.length;
+    }
+    const [ia] = await a.interfaces();
+    assert.ok(ia.fault.rx !== null && ia.fault.rx.dropped > 0 && ia.fault.rx.packets > ia.fault.rx.dropped, JSON.stringify(ia.fault));
+    assert.is(ia.fault.tx, null);
+    assert.ok((await a.getQp(x.qp.qpn)).counters.retransmits + (await b.getQp(y.qp.qpn)).counters.retransmits > 0);
+    const off = await a.setFault(ia.name, 'rx', null);
+    assert.equal(off.fault, { rx: null, tx: null });
+    const bad = await a.setFault(ia.name, 'tx', { loss: 2 }).then(() => null, (e) => e);
+    assert.is(bad?.kind, 'invalid');
+    assert.match(bad.message, /loss/);
+  } finally {
+    await close();
+  }
+});
+
 test('close sends FIN: the peer QP goes to error and its posted receive is flushed; buffers all back', async () => {
   const { a, b } = await twoDataplanes();
   const x = await ends(a), y = await ends(b);
