@@ -1,0 +1,288 @@
+/**
+ * Every JSON schema of the REST API, declared once: the routes validate requests (and, with
+ * checkResponses, responses) against them, and api/openapi.ts publishes the same objects (the
+ * named ones in `components` become `$ref`s). Written in the subset OpenAPI 3.0 and Ajv share:
+ * no `const`, no type arrays (`nullable: true` instead), no `format`; `x-expected` says in words
+ * what a value must be, for the error message.
+ */
+import { ACCESS_NAMES, QP_STATE_NAMES, WC_OPCODE_NAMES, WC_STATUS_NAMES, WR_OPCODE_NAMES } from '../dataplane.ts';
+import { EXPECTED } from './errors.ts';
+
+export type JsonSchema = { [key: string]: unknown };
+
+export const U32_MAX = 0xffffffff;
+export const SAFE_MAX = Number.MAX_SAFE_INTEGER;
+/** Largest privateData (decoded) the connection manager carries. */
+export const PRIVATE_DATA_MAX = 512;
+/** Longest wait a poll or a CM connect may ask for. */
+export const WAIT_MAX_MS = 60000;
+
+function int(minimum: number, maximum: number, description?: string): JsonSchema {
+  return { type: 'integer', minimum, maximum, ...(description ? { description } : {}) };
+}
+
+/** An object with exactly these properties; all required but the `optional` ones. */
+function obj(properties: Record<string, JsonSchema>, optional: string[] = [], description?: string): JsonSchema {
+  const required = Object.keys(properties).filter((k) => !optional.includes(k));
+  return { type: 'object', additionalProperties: false, ...(required.length ? { required } : {}), properties, ...(description ? { description } : {}) };
+}
+
+const str = (description?: string): JsonSchema => ({ type: 'string', ...(description ? { description } : {}) });
+const num = (description?: string): JsonSchema => ({ type: 'number', ...(description ? { description } : {}) });
+const count = (description?: string): JsonSchema => ({ type: 'integer', minimum: 0, ...(description ? { description } : {}) });
+const bool = (description?: string): JsonSchema => ({ type: 'boolean', ...(description ? { description } : {}) });
+const list = (items: JsonSchema, description?: string): JsonSchema => ({ type: 'array', items, ...(description ? { description } : {}) });
+const oneOf = (names: readonly string[], description?: string): JsonSchema => ({ type: 'string', enum: [...names], ...(description ? { description } : {}) });
+const nullable = (s: JsonSchema): JsonSchema => ({ ...s, nullable: true });
+
+const handle = (what: string): JsonSchema => int(0, U32_MAX, `${what} handle`);
+const port = (description: string): JsonSchema => int(1, 65535, description);
+const u32 = (description: string): JsonSchema => int(0, U32_MAX, description);
+
+// ------------------------------------------------------------------ shared pieces
+
+export const ErrorResponse = obj({ statusCode: int(400, 599), error: str('HTTP reason phrase'), message: str('what is wrong and where') });
+
+export const WrId: JsonSchema = {
+  description: 'work request id: comes back exactly as sent in its completion',
+  [EXPECTED]: 'a string of at most 256 characters or a safe integer',
+  oneOf: [{ type: 'string', maxLength: 256 }, int(-SAFE_MAX, SAFE_MAX)],
+};
+
+export const AtomicValue: JsonSchema = {
+  description: 'an unsigned 64-bit value: a decimal string, or a safe integer',
+  [EXPECTED]: 'a decimal string of an unsigned 64-bit integer or a non-negative safe integer',
+  oneOf: [{ type: 'string', pattern: '^[0-9]{1,20}$' }, int(0, SAFE_MAX)],
+};
+
+export const Ipv4: JsonSchema = {
+  type: 'string',
+  pattern: '^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$',
+  [EXPECTED]: 'an IPv4 address in dotted decimal, like 10.10.0.2',
+};
+
+export const Base64: JsonSchema = {
+  type: 'string',
+  pattern: '^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$',
+  description: `bytes in base64 (at most ${PRIVATE_DATA_MAX} of them)`,
+  [EXPECTED]: 'base64 (standard alphabet, with = padding)',
+};
+
+export const Endpoint = obj({ ip: Ipv4, port: port('UDP port (a QPN or a listener port)') });
+export const EndpointView = obj({ ip: str('IPv4 address'), port: int(0, 65535) });
+
+export const Sge = obj({ mr: handle('memory region'), offset: int(0, SAFE_MAX, 'byte offset from the start of the MR'), length: int(0, SAFE_MAX, 'bytes') });
+const SgeList = { ...list(Sge, 'scatter/gather list'), maxItems: 64 };
+
+// ------------------------------------------------------------------ status views
+
+const counterObject = (names: string[]): JsonSchema => obj(Object.fromEntries(names.map((n) => [n, count()])));
+
+export const InterfaceCounters = counterObject(['rxPackets', 'rxBytes', 'txPackets', 'txBytes', 'rxDrops', 'txDrops', 'rxErrors', 'txErrors', 'txNoSlots']);
+export const FaultCounters = counterObject(['packets', 'dropped', 'reordered', 'duplicated', 'corrupted']);
+
+export const InterfaceView = obj({
+  name: str(),
+  index: count(),
+  driver: str('driver kind: pipe, pcap, af_packet, memif, ...'),
+  mac: str(),
+  addresses: list(str('address/prefix, like 10.10.0.1/24')),
+  gateway: nullable(str()),
+  mtu: count(),
+  state: oneOf(['up', 'down']),
+  rxQueues: count(),
+  counters: InterfaceCounters,
+  fault: obj({ rx: nullable(FaultCounters), tx: nullable(FaultCounters) }, [], 'fault injector counters by direction (null: no injector)'),
+  capture: obj({ rx: nullable(str()), tx: nullable(str()) }, [], 'pcap files being written by direction (null: none)'),
+});
+
+export const NeighborView = obj({ interface: str(), address: str(), mac: nullable(str()), state: str(), age: num('seconds since last confirmed'), held: count('packets waiting for resolution') });
+
+export const HealthView = obj({ status: oneOf(['ok']), version: str(), uptime: num('seconds since the data plane started'), interfaces: count(), qps: count() });
+export const BufferView = obj({ count: count('buffers in the pool'), free: count('buffers free now'), dataSize: count('data bytes per buffer') });
+
+export const RuntimeRow = obj({ name: str(), state: str(), calls: count(), vectors: count(), suspends: count(), clocks: num('CPU clocks spent, total'), eventsPending: bool() }, ['eventsPending']);
+export const RuntimeThread = obj({
+  index: count(),
+  name: str(),
+  lcore: count(),
+  time: num('seconds since the last clear'),
+  updateInterval: num(),
+  internalVectorRate: num(),
+  loopsPerSec: num(),
+  ratesIn: num(),
+  ratesOut: num(),
+  ratesDrop: num(),
+  ratesPunt: num(),
+  rows: list(RuntimeRow),
+}, ['lcore']);
+export const RuntimeResponse = obj({ threads: list(RuntimeThread) });
+
+export const ErrorRow = obj({ count: count(), node: str(), reason: str(), severity: oneOf(['error', 'warn', 'info']), index: count() }, ['index']);
+export const ErrorThread = obj({ index: count(), name: str(), rows: list(ErrorRow) });
+export const ErrorsResponse = obj({ threads: list(ErrorThread) });
+
+export const TraceEntry = obj({ timeNs: num('nanoseconds since the data plane started'), node: str(), text: str() });
+export const TraceThread = obj({ index: count(), name: str(), packets: list(obj({ entries: list(TraceEntry) })) });
+export const TraceResponse = obj({ threads: list(TraceThread) });
+export const TraceNodes = list(str(), 'input nodes that trace add accepts');
+
+export const EventView = obj({
+  seq: count(),
+  time: str('ISO 8601'),
+  type: oneOf(['qp-error', 'qp-established', 'qp-disconnected', 'cq-error', 'srq-limit', 'connect-failed', 'connect-request']),
+  qpn: count(),
+  cq: count(),
+  srq: count(),
+  reason: str(),
+}, ['qpn', 'cq', 'srq', 'reason']);
+
+// ------------------------------------------------------------------ verbs views
+
+export const PdView = obj({ pd: count(), users: count('MRs, QPs and SRQs using it') });
+export const MrView = obj({ mr: count(), pd: count(), stag: u32('steering tag peers name it by'), length: count(), access: list(oneOf(ACCESS_NAMES)) });
+export const CqView = obj({ cq: count(), depth: count(), pending: count('completions waiting to be polled'), error: bool('overflowed'), users: count() });
+export const SrqView = obj({ srq: count(), pd: count(), maxWr: count(), maxSge: count(), posted: count(), limit: count() });
+
+export const QpCounters = counterObject(['txPackets', 'rxPackets', 'txBytes', 'rxBytes', 'retransmits', 'fastRetransmits', 'timeouts', 'duplicates']);
+export const QpRtt = obj({ srttUs: num(), rttvarUs: num(), rtoUs: num() });
+const qpViewProps = {
+  qpn: int(0, 65535, 'QP number = its UDP port'),
+  state: oneOf(QP_STATE_NAMES),
+  local: EndpointView,
+  remote: nullable(EndpointView),
+  pd: count(),
+  sendCq: count(),
+  recvCq: count(),
+  srq: nullable(count()),
+  listener: nullable(count('the listener port that accepted it')),
+  ird: count(),
+  ord: count(),
+  maxSendWr: count(),
+  maxRecvWr: count(),
+  maxSge: count(),
+  maxInline: count(),
+  mtu: count(),
+  sqOutstanding: count(),
+  rqPosted: count(),
+  counters: QpCounters,
+  rtt: QpRtt,
+};
+export const QpView = obj(qpViewProps);
+export const ConnectResult = obj({ ...qpViewProps, privateData: { ...Base64, description: 'cm: the bytes the peer accepted with' } }, ['privateData']);
+
+export const ListenerView = obj({
+  port: port('listening port'),
+  pd: count(),
+  sendCq: count(),
+  recvCq: count(),
+  srq: nullable(count()),
+  maxSendWr: count(),
+  maxRecvWr: count(),
+  accepted: list(count(), 'QPNs it accepted'),
+  requests: count('connection requests seen'),
+});
+
+export const Completion = obj({
+  wrId: WrId,
+  qpn: count(),
+  status: oneOf(WC_STATUS_NAMES),
+  opcode: oneOf(WC_OPCODE_NAMES),
+  byteLen: count(),
+  imm: u32('immediate data'),
+  invalidatedStag: u32('STag the peer invalidated'),
+  solicited: bool(),
+}, ['imm', 'invalidatedStag', 'solicited']);
+export const PollResult = obj({ completions: list(Completion), error: nullable(str('set once the CQ overflowed: it is in error')) });
+
+export const Posted = obj({ wrId: WrId }, [], 'accepted: the completion comes on the CQ');
+export const Written = obj({ written: count('bytes written') });
+
+// ------------------------------------------------------------------ request bodies
+
+export const TraceAdd = obj({ node: { ...str('an input node (GET /v1/trace/nodes)'), maxLength: 256 }, count: int(0, 1000000, 'packets to trace; 0 stops') });
+const path = { ...str('file path on the daemon host'), minLength: 1, maxLength: 4096 };
+export const CaptureStart = obj({ direction: oneOf(['rx', 'tx', 'both']), file: path, count: int(1, SAFE_MAX, 'stop after this many packets') }, ['count']);
+const probability = (what: string): JsonSchema => ({ type: 'number', minimum: 0, maximum: 1, description: `probability a packet is ${what}` });
+export const FaultSet = obj({
+  direction: oneOf(['rx', 'tx', 'both']),
+  off: { type: 'boolean', enum: [true], description: 'remove the injector (no other field with it)' },
+  seed: u32('generator seed'),
+  loss: probability('dropped'),
+  reorder: probability('held back'),
+  reorderDepth: int(1, 65535, 'at most this many later packets overtake a held one'),
+  reorderDelayUs: { type: 'number', minimum: 1, maximum: 1e7, description: 'a held packet goes out after this long at the latest' },
+  duplicate: probability('duplicated'),
+  corrupt: probability('corrupted (one bit)'),
+}, ['off', 'seed', 'loss', 'reorder', 'reorderDepth', 'reorderDelayUs', 'duplicate', 'corrupt']);
+
+export const MrCreate = obj({ pd: handle('protection domain'), length: int(0, SAFE_MAX, 'bytes'), access: { ...list(oneOf(ACCESS_NAMES)), maxItems: 8 } });
+export const CqCreate = obj({ depth: int(1, U32_MAX, 'completions it holds') });
+export const SrqCreate = obj({ pd: handle('protection domain'), maxWr: int(1, U32_MAX), maxSge: int(1, U32_MAX), limit: int(0, U32_MAX, 'arm the limit event') }, ['maxSge', 'limit']);
+export const SrqModify = obj({ limit: int(0, U32_MAX, 'the limit event fires once fewer receives than this remain') });
+export const RecvRequest = obj({ wrId: WrId, sge: SgeList }, ['sge']);
+
+const qpParams = {
+  pd: handle('protection domain'),
+  sendCq: handle('completion queue'),
+  recvCq: handle('completion queue'),
+  srq: nullable(handle('shared receive queue')),
+  maxSendWr: int(1, U32_MAX),
+  maxRecvWr: int(0, U32_MAX),
+  maxSge: int(1, U32_MAX),
+  maxInline: int(0, U32_MAX),
+  ird: int(1, U32_MAX, 'inbound RDMA READ / atomic depth'),
+  ord: int(1, U32_MAX, 'outbound RDMA READ / atomic depth'),
+  interface: { ...str('bind to this interface\'s address'), maxLength: 256 },
+};
+const qpOptional = ['srq', 'maxRecvWr', 'maxSge', 'maxInline', 'ird', 'ord', 'interface'];
+export const QpCreate = obj({ ...qpParams, port: port('a specific QPN in the port range') }, [...qpOptional, 'port']);
+export const ListenerCreate = obj({ port: port('port to accept connection requests on'), ...qpParams, privateData: Base64 }, [...qpOptional, 'privateData']);
+
+export const Connect = obj({
+  remote: Endpoint,
+  mode: oneOf(['manual', 'cm'], 'manual: straight to RTS; cm: through the peer\'s listener'),
+  privateData: Base64,
+  ird: int(1, U32_MAX),
+  ord: int(1, U32_MAX),
+  timeoutMs: int(1, WAIT_MAX_MS, 'cm: give up after this long'),
+}, ['privateData', 'ird', 'ord', 'timeoutMs']);
+export const QpModify = obj({ state: oneOf(QP_STATE_NAMES), remote: Endpoint, ird: int(1, U32_MAX), ord: int(1, U32_MAX) }, ['remote', 'ird', 'ord']);
+
+export const SendRequest = obj({
+  wrId: WrId,
+  opcode: oneOf(WR_OPCODE_NAMES),
+  sge: SgeList,
+  remote: obj({ stag: u32('the peer MR\'s STag'), offset: int(0, SAFE_MAX, 'byte offset from the start of the peer MR') }),
+  imm: u32('immediate data (write-with-imm)'),
+  invalidateStag: u32('send-with-invalidate'),
+  atomic: obj({ add: AtomicValue, swap: AtomicValue, compare: AtomicValue }, ['add', 'swap', 'compare'], '{add} fetch-add, {swap} swap, {compare, swap} cmp-swap'),
+  signaled: bool('default true'),
+  solicited: bool(),
+  inline: bool(),
+}, ['sge', 'remote', 'imm', 'invalidateStag', 'atomic', 'signaled', 'solicited', 'inline']);
+
+// ------------------------------------------------------------------ params and querystrings
+
+export const NameParams = obj({ name: { ...str('interface name'), minLength: 1, maxLength: 256 } });
+export const PdParams = obj({ pd: handle('protection domain') });
+export const MrParams = obj({ mr: handle('memory region') });
+export const CqParams = obj({ cq: handle('completion queue') });
+export const SrqParams = obj({ srq: handle('shared receive queue') });
+export const QpParams = obj({ qpn: int(0, 65535, 'QP number') });
+export const ListenerParams = obj({ port: int(0, 65535, 'listening port') });
+
+export const VerboseQuery = obj({ verbose: oneOf(['0', '1', 'true', 'false'], 'include rows with no calls') }, ['verbose']);
+export const EventsQuery = obj({ since: int(0, SAFE_MAX, 'only events after this seq') }, ['since']);
+export const OffsetQuery = obj({ offset: int(0, SAFE_MAX, 'byte offset from the start of the MR') }, ['offset']);
+export const ReadQuery = obj({ offset: int(0, SAFE_MAX, 'byte offset from the start of the MR'), length: int(0, SAFE_MAX, 'bytes (default: to the end)') }, ['offset', 'length']);
+export const PollQuery = obj({ max: int(1, 65536, 'most completions to take (default 64)'), waitMs: int(0, WAIT_MAX_MS, 'wait this long for the first one (default 0)') }, ['max', 'waitMs']);
+
+/** The named schemas the OpenAPI document lists under components/schemas (and refers to). */
+export const components: Record<string, JsonSchema> = {
+  Error: ErrorResponse, WrId, AtomicValue, Ipv4, Base64, Endpoint, EndpointView, Sge,
+  InterfaceCounters, FaultCounters, InterfaceView, NeighborView, HealthView, BufferView,
+  RuntimeRow, RuntimeThread, RuntimeResponse, ErrorRow, ErrorThread, ErrorsResponse, TraceEntry, TraceThread, TraceResponse, EventView,
+  PdView, MrView, CqView, SrqView, QpCounters, QpRtt, QpView, ConnectResult, ListenerView, Completion, PollResult, Posted, Written,
+  TraceAdd, CaptureStart, FaultSet, MrCreate, CqCreate, SrqCreate, SrqModify, RecvRequest, QpCreate, ListenerCreate, Connect, QpModify, SendRequest,
+};

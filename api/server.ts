@@ -1,0 +1,269 @@
+/**
+ * The REST API server (fastify): the route table of api/routes/ over a Dataplane, with request
+ * validation against api/schemas.ts, bearer-token authentication, `{statusCode, error,
+ * message}` errors, GET /metrics and GET /v1/openapi.json.
+ *
+ *   const api = await startApi(dp, { host: '127.0.0.1', port: 7070, token: null });
+ *   console.log(api.url);
+ *   await api.close();
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { DataplaneError, type Dataplane } from '../dataplane.ts';
+import { EXPECTED, HttpError, KIND_STATUS, describeValidation, errorBody } from './errors.ts';
+import { metricsRoute } from './metrics.ts';
+import { openApiRoute } from './openapi.ts';
+import { qpRoutes } from './routes/qps.ts';
+import { JSON_TYPE, OCTETS, fastifyPath, type RouteDef } from './routes/route.ts';
+import { statusRoutes } from './routes/status.ts';
+import { verbsRoutes } from './routes/verbs.ts';
+import { ErrorResponse, type JsonSchema } from './schemas.ts';
+
+/** Largest JSON body (MR bytes go as raw octets, up to 64 MiB a request). */
+export const JSON_BODY_LIMIT = 1024 * 1024;
+
+export interface ServerOptions {
+  /** When set, every request needs `Authorization: Bearer <token>`. */
+  token?: string | null;
+  /** fastify's request log (pino, to stdout). */
+  logger?: boolean;
+  /** Where a 500 (a bug) is reported; default: fastify's log when `logger`, else stderr. */
+  log?: (level: 'error' | 'warn' | 'info', message: string) => void;
+  /** Check every JSON response against its declared schema (a mismatch is a 500): for tests. */
+  checkResponses?: boolean;
+}
+
+export interface RouteEntry {
+  method: string;
+  url: string;
+}
+
+/** Every route the API serves, in the order they are registered (the OpenAPI route last). */
+export function apiRoutes(opts: { token: boolean }): RouteDef[] {
+  const routes: RouteDef[] = [...statusRoutes, ...verbsRoutes, ...qpRoutes, metricsRoute];
+  routes.push(openApiRoute(() => routes, opts));
+  return routes;
+}
+
+const NO_BODY: JsonSchema = { type: 'object', additionalProperties: false, properties: {} };
+
+function newAjv(): Ajv {
+  const ajv = new Ajv({ allErrors: false, verbose: true, strict: true, coerceTypes: false, useDefaults: false, removeAdditional: false });
+  ajv.addKeyword({ keyword: EXPECTED, schemaType: 'string' });
+  return ajv;
+}
+
+/** Query and path values arrive as strings: those that are written as numbers become numbers. */
+function coerceNumbers(data: Record<string, unknown>, schema: JsonSchema): Record<string, unknown> {
+  const props = (schema.properties ?? {}) as Record<string, JsonSchema>;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(data)) {
+    const type = Object.hasOwn(props, k) ? props[k].type : undefined;
+    out[k] = (type === 'integer' || type === 'number') && typeof v === 'string' && /^-?[0-9]+(\.[0-9]+)?$/.test(v) ? Number(v) : v;
+  }
+  return out;
+}
+
+function validatorFor(ajv: Ajv, schema: JsonSchema, part: string) {
+  const validate = ajv.compile(schema);
+  const fn = (data: unknown): boolean | { value: unknown } => {
+    if (part === 'body') {
+      // No body at all, or a JSON null: fine for routes that take none, else say what is wanted.
+      if (data === null && schema === NO_BODY) return true;
+      if (data === null) {
+        fn.errors = [{ instancePath: '', keyword: 'type', params: {}, message: 'is required: send a JSON object with Content-Type: application/json', schemaPath: '#' }];
+        return false;
+      }
+      const ok = validate(data);
+      fn.errors = validate.errors ?? null;
+      return ok;
+    }
+    const value = data === null ? {} : coerceNumbers(data as Record<string, unknown>, schema);
+    const ok = validate(value);
+    fn.errors = validate.errors ?? null;
+    return ok ? { value } : false;
+  };
+  fn.errors = null as ErrorObject[] | null;
+  return fn;
+}
+
+function defOf(req: FastifyRequest): RouteDef | undefined {
+  return (req.routeOptions.config as { def?: RouteDef } | undefined)?.def;
+}
+
+function describeContentType(req: FastifyRequest): string {
+  const ct = req.headers['content-type'];
+  return ct === undefined ? 'no Content-Type' : `Content-Type ${JSON.stringify(ct)}`;
+}
+
+function takes(def: RouteDef | undefined): string {
+  if (!def) return 'application/json';
+  if (def.consumes) return def.consumes;
+  return def.body ? JSON_TYPE : 'no body (or an empty JSON object)';
+}
+
+/** The status and message of any error a request ran into; `bug` when it is none of the known kinds. */
+function classify(err: FastifyError | Error, req: FastifyRequest): { status: number; message: string; bug: boolean } {
+  const def = defOf(req);
+  const where = def ? `${def.method} ${def.path}` : `${req.method} ${req.url}`;
+  if (err instanceof DataplaneError) return { status: KIND_STATUS[err.kind], message: err.message, bug: false };
+  if (err instanceof HttpError) return { status: err.statusCode, message: err.message, bug: false };
+  const fe = err as FastifyError;
+  if (fe.validation) return { status: 400, message: fe.message, bug: false };
+  switch (fe.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return { status: 413, message: `body too large: ${where} takes at most ${req.routeOptions.bodyLimit} bytes${def?.consumes === OCTETS ? ' a request (write in pieces with ?offset=)' : ''}`, bug: false };
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return { status: 415, message: `${where} takes ${takes(def)}, got ${describeContentType(req)}`, bug: false };
+  }
+  if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) return { status: fe.statusCode, message: fe.message, bug: false };
+  return { status: 500, message: `internal error in ${where}: ${err.message}`, bug: true };
+}
+
+function notFoundMessage(req: FastifyRequest, routes: RouteDef[]): string {
+  const path = (req.url.split('?')[0] ?? '').replace(/\/+$/, '') || '/';
+  const same = routes.filter((r) => new RegExp(`^${r.path.replace(/\{\w+\}/g, '[^/]+')}$`).test(path));
+  const others = same.length ? ` (${path} takes ${[...new Set(same.map((r) => r.method))].join(', ')})` : ' (GET /v1/openapi.json lists the routes)';
+  return `no route ${req.method} ${path}${others}`;
+}
+
+export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Promise<FastifyInstance> {
+  const token = opts.token ?? null;
+  const routes = apiRoutes({ token: token !== null });
+  const app = Fastify({
+    logger: opts.logger ?? false,
+    bodyLimit: JSON_BODY_LIMIT,
+    exposeHeadRoutes: false,
+    forceCloseConnections: true,
+    schemaErrorFormatter: (errors, dataVar) => new Error(describeValidation(errors as ErrorObject[], dataVar)),
+    // Errors before routing (a URL that does not decode) in the same shape as the rest.
+    frameworkErrors: (err, _req, reply) => {
+      const status = typeof err.statusCode === 'number' && err.statusCode >= 400 && err.statusCode < 500 ? err.statusCode : 400;
+      (reply as FastifyReply).code(status).type(JSON_TYPE).send(errorBody(status, err.message));
+    },
+  });
+  const report = opts.log ?? ((level: 'error' | 'warn' | 'info', message: string) => (opts.logger ? app.log[level](message) : level === 'error' && console.error(`rdma-graph api: ${message}`)));
+  const ajv = newAjv();
+  app.setValidatorCompiler(({ schema, httpPart }) => validatorFor(ajv, schema as JsonSchema, httpPart ?? 'body') as unknown as ValidateFunction);
+
+  // Only JSON and raw octets; the JSON parser says what is wrong with malformed text.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser(JSON_TYPE, { parseAs: 'string' }, (_req, text, done) => {
+    if (text === '') return done(new HttpError(400, 'body is empty but Content-Type is application/json: send a JSON object, or no body and no Content-Type'), undefined);
+    try {
+      done(null, JSON.parse(text as string));
+    } catch (e) {
+      done(new HttpError(400, `body is not valid JSON: ${(e as Error).message}`), undefined);
+    }
+  });
+  app.addContentTypeParser(OCTETS, { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
+
+  // Authentication: constant-time comparison of digests (equal length whatever was sent).
+  if (token !== null) {
+    const want = createHash('sha256').update(token).digest();
+    app.addHook('onRequest', async (req) => {
+      const h = req.headers.authorization;
+      if (h === undefined) throw new HttpError(401, 'missing Authorization header: this API needs "Authorization: Bearer <token>"');
+      const m = /^Bearer +(\S+) *$/i.exec(h);
+      if (!m) throw new HttpError(401, 'the Authorization header must be "Bearer <token>"');
+      if (!timingSafeEqual(createHash('sha256').update(m[1]).digest(), want)) throw new HttpError(401, 'wrong token');
+    });
+  }
+
+  // A body of the wrong media type for the route (the parsers accepted it: JSON or octets).
+  app.addHook('preValidation', async (req) => {
+    const def = defOf(req);
+    if (!def || req.body === undefined || req.body === null) return;
+    const isOctets = Buffer.isBuffer(req.body);
+    if (isOctets !== (def.consumes === OCTETS)) throw new HttpError(415, `${def.method} ${def.path} takes ${takes(def)}, got ${describeContentType(req)}`);
+  });
+
+  if (opts.checkResponses) {
+    const checks = new Map<JsonSchema, ValidateFunction>();
+    const check = (schema: JsonSchema, payload: unknown, what: string) => {
+      let v = checks.get(schema);
+      if (!v) checks.set(schema, (v = ajv.compile(schema)));
+      if (!v(payload)) throw new Error(`${what} does not match its schema: ${describeValidation(v.errors ?? [], 'response')}`);
+    };
+    app.addHook('preSerialization', async (req, reply, payload) => {
+      const def = defOf(req);
+      if (reply.statusCode >= 400) check(ErrorResponse, payload, `the ${reply.statusCode} response`);
+      else if (def?.response && reply.statusCode === def.status) check(def.response, payload, `the response of ${def.method} ${def.path}`);
+      return payload;
+    });
+  }
+
+  app.setErrorHandler((err: FastifyError, req, reply) => {
+    const { status, message, bug } = classify(err, req);
+    if (bug) report('error', `${message}\n${err.stack ?? ''}`);
+    if (status === 401) reply.header('www-authenticate', 'Bearer');
+    reply.code(status).type(JSON_TYPE).send(errorBody(status, message));
+  });
+  app.setNotFoundHandler((req, reply) => {
+    reply.code(404).type(JSON_TYPE).send(errorBody(404, notFoundMessage(req, routes)));
+  });
+
+  // Requests waiting in the data plane (a poll with waitMs) end when the server closes.
+  const closing = new AbortController();
+  app.addHook('preClose', async () => closing.abort());
+
+  const registered: RouteEntry[] = [];
+  app.addHook('onRoute', (r) => {
+    for (const method of [r.method].flat()) registered.push({ method, url: r.url });
+  });
+  app.decorate('registeredRoutes', registered);
+
+  for (const def of routes) {
+    app.route({
+      method: def.method,
+      url: fastifyPath(def.path),
+      bodyLimit: def.bodyLimit,
+      config: { def },
+      schema: {
+        ...(def.params ? { params: def.params } : {}),
+        ...(def.querystring ? { querystring: def.querystring } : {}),
+        ...(def.method !== 'GET' && def.consumes === undefined ? { body: def.body ?? NO_BODY } : {}),
+      },
+      handler: async (req: FastifyRequest, reply: FastifyReply) => {
+        const gone = new AbortController();
+        reply.raw.once('close', () => {
+          if (!reply.raw.writableFinished) gone.abort();
+        });
+        const result = await def.handler({
+          dp, reply, params: req.params, query: req.query, body: req.body,
+          signal: AbortSignal.any([gone.signal, closing.signal]),
+        });
+        reply.code(def.status);
+        return def.status === 204 ? reply.send() : reply.send(result);
+      },
+    });
+  }
+  await app.ready();
+  return app;
+}
+
+/** The routes fastify registered (method and URL in fastify's spelling), from its onRoute hook. */
+export function registeredRoutes(app: FastifyInstance): RouteEntry[] {
+  return (app as FastifyInstance & { registeredRoutes: RouteEntry[] }).registeredRoutes;
+}
+
+export interface RunningApi {
+  /** http://HOST:PORT (the port actually bound when 0 was asked for). */
+  url: string;
+  server: FastifyInstance;
+  /** Stop listening; requests waiting in the data plane answer at once. Idempotent. */
+  close(): Promise<void>;
+}
+
+/** Build the server and listen on host:port (port 0: an ephemeral one). */
+export async function startApi(dp: Dataplane, opts: ServerOptions & { host?: string; port?: number } = {}): Promise<RunningApi> {
+  const server = await buildServer(dp, opts);
+  const host = opts.host ?? '127.0.0.1';
+  await server.listen({ host, port: opts.port ?? 7070 });
+  const addr = server.server.address();
+  const port = typeof addr === 'object' && addr !== null ? addr.port : opts.port;
+  const shown = host.includes(':') ? `[${host}]` : host;
+  let closing: Promise<void> | null = null;
+  return { url: `http://${shown}:${port}`, server, close: () => (closing ??= server.close()) };
+}
