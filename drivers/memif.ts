@@ -165,7 +165,10 @@ export class MemifDriver implements Driver {
     if (st[ST_LINK] !== 0 && st[ST_STASH] < this.low) this.topUp();
     const n = this.core.memifRx(h, queue, out, max);
     if (st[ST_DONE] !== 0) (this.pool as BufferPool).free(this.done, 0, st[ST_DONE]);
-    if (st[ST_GEN] !== this.gen) this.sync();
+    if (st[ST_GEN] !== this.gen) {
+      this.sync();
+      if (st[ST_LINK] !== 0) this.refill();
+    }
     return n;
   }
 
@@ -185,7 +188,10 @@ export class MemifDriver implements Driver {
     this.native.poll();
     const st = this.st;
     if (st[ST_DONE] !== 0) (this.pool as BufferPool).free(this.done, 0, st[ST_DONE]);
-    if (st[ST_GEN] !== this.gen) this.sync();
+    if (st[ST_GEN] !== this.gen) {
+      this.sync();
+      if (st[ST_LINK] !== 0) this.refill();
+    }
     return st[ST_LINK] !== 0;
   }
 
@@ -251,6 +257,21 @@ export class MemifDriver implements Driver {
     this.waitFds = [];
     this.pool = null;
   }
+
+  /**
+   * Just connected: give the peer receive buffers at once (a zero-copy client refills its
+   * rings from the stash sync() just filled), not at the next poll, which may come only after
+   * the engine slept, and the peer cannot send before.
+   */
+  private refill(): void {
+    const st = this.st;
+    for (let q = 0; q < this.rxQueues && this.handle >= 0; q++) {
+      if (st[ST_STASH] < this.low) this.topUp();
+      this.core.memifRx(this.handle, q, this.noOut, 0);
+      if (st[ST_DONE] !== 0) (this.pool as BufferPool).free(this.done, 0, st[ST_DONE]);
+    }
+  }
+  private readonly noOut = new Uint32Array(1);
 
   private topUp(): void {
     const st = this.st;

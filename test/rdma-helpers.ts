@@ -1,12 +1,17 @@
 /**
- * Two RDMA stacks back to back in one process: one buffer pool, two graphs (one per stack, both
- * run by the adaptive loop on this thread), joined by a pipe pair, each with the L2–L4 nodes
- * and the RDMA layer, static neighbours. Plus helpers to connect a QP pair, poll completions
+ * Two RDMA stacks back to back in one process: two graphs (one per stack, both run by the
+ * adaptive loop on this thread), each with the L2–L4 nodes and the RDMA layer, static
+ * neighbours, joined by a pipe pair (one buffer pool) or by a memif pair (link 'memif': A is a
+ * zero-copy client with a memfd pool, B a server with its own pool, on an abstract socket;
+ * `ready` resolves once the link is up). Plus helpers to connect a QP pair, poll completions
  * with a deadline, and fill/compare memory.
  */
 import { Graph, type BufferPool } from '../graph/index.ts';
 import { Interfaces } from '../drivers/interfaces.ts';
 import { createPipe } from '../drivers/pipe.ts';
+import { MemifDriver } from '../drivers/memif.ts';
+import type { Driver } from '../drivers/driver.ts';
+import { createPool } from '../graph/memory.ts';
 import type { FaultConfig } from '../drivers/fault.ts';
 import { registerL2L4 } from '../nodes/netstack.ts';
 import { type QpInit, type Rdma, registerRdma, type RdmaOptions } from '../nodes/rdma/rdma.ts';
@@ -24,17 +29,42 @@ export interface Stack {
   ifName: string;
 }
 
+/** What joins the two stacks. */
+export type Link = 'pipe' | 'memif';
+
 export interface Pair {
+  /** The pipe's pool; with memif, A's. */
   pool: BufferPool;
+  /** Every pool (one with a pipe, A's and B's with memif). */
+  pools: BufferPool[];
   a: Stack;
   b: Stack;
+  link: Link;
+  /** Resolves when the link is up (at once for a pipe). */
+  ready: Promise<void>;
+  /** Buffers not in their pool right now, summed over the pools. */
+  lost(): number;
   close(): void;
 }
 
-export function twoStacks(opts: { rdma?: RdmaOptions; mtu?: number; buffers?: number; faultA?: { rx?: FaultConfig; tx?: FaultConfig } } = {}): Pair {
-  const pool = memPool(opts.buffers ?? 8192, 2048);
-  const [pa, pb] = createPipe('pa', 'pb', { mtu: opts.mtu ?? 1500, ringSize: 4096, macA: '02:00:00:00:00:0a', macB: '02:00:00:00:00:0b' });
-  const mk = (name: string, drv: typeof pa, ip: string, peerIp: string, peerMac: string, fault?: { rx?: FaultConfig; tx?: FaultConfig }): Stack => {
+let memifPairs = 0;
+
+export function twoStacks(opts: { rdma?: RdmaOptions; mtu?: number; buffers?: number; faultA?: { rx?: FaultConfig; tx?: FaultConfig }; link?: Link } = {}): Pair {
+  const link = opts.link ?? 'pipe';
+  const macA = '02:00:00:00:00:0a', macB = '02:00:00:00:00:0b';
+  const mtu = opts.mtu ?? 1500;
+  let pools: BufferPool[];
+  let da: Driver, db: Driver;
+  if (link === 'pipe') {
+    pools = [memPool(opts.buffers ?? 8192, 2048)];
+    [da, db] = createPipe('pa', 'pb', { mtu, ringSize: 4096, macA, macB });
+  } else {
+    pools = [createPool({ count: opts.buffers ?? 8192, dataSize: 2048, hugepages: 'never', name: 'memif-pair-a' }), memPool(opts.buffers ?? 8192, 2048)];
+    const socket = `@rdma-graph-pair-${process.pid}-${memifPairs++}`;
+    da = new MemifDriver('ma', { socket, role: 'client', mac: macA, mtu });
+    db = new MemifDriver('mb', { socket, role: 'server', mac: macB, mtu });
+  }
+  const mk = (name: string, pool: BufferPool, drv: Driver, ip: string, peerIp: string, peerMac: string, fault?: { rx?: FaultConfig; tx?: FaultConfig }): Stack => {
     const graph = new Graph({ pool, threadName: name, idlePollUs: 20, timerTickNs: 50_000 });
     const net = registerL2L4(graph);
     const ifs = new Interfaces(graph);
@@ -44,12 +74,15 @@ export function twoStacks(opts: { rdma?: RdmaOptions; mtu?: number; buffers?: nu
     graph.build();
     return { graph, ifs, rdma, ifName: drv.name };
   };
-  const a = mk('A', pa, IP_A, IP_B, '02:00:00:00:00:0b', opts.faultA);
-  const b = mk('B', pb, IP_B, IP_A, '02:00:00:00:00:0a');
+  // The server first, so that the client finds its socket at once.
+  const b = mk('B', pools[pools.length - 1], db, IP_B, IP_A, macA);
+  const a = mk('A', pools[0], da, IP_A, IP_B, macB, opts.faultA);
   a.graph.start();
   b.graph.start();
+  const ready = link === 'pipe' ? Promise.resolve() : waitFor('the memif link', () => da.linkUp() && db.linkUp(), 5000);
   return {
-    pool, a, b,
+    pool: pools[0], pools, a, b, link, ready,
+    lost: () => pools.reduce((n, p) => n + p.count - p.available(), 0),
     close() {
       a.graph.close();
       b.graph.close();
@@ -156,6 +189,6 @@ export async function finish(p: Pair): Promise<void> {
   await settle(10);
   unfinished.delete(p);
   p.close();
-  const lost = p.pool.count - p.pool.available();
+  const lost = p.lost();
   if (lost !== 0) throw new Error(`${lost} buffer(s) not back in the pool after close`);
 }
