@@ -37,6 +37,8 @@ export interface ServerOptions {
 export interface RouteEntry {
   method: string;
   url: string;
+  /** The schemas fastify validates the route's request parts with. */
+  schema: { params?: unknown; querystring?: unknown; body?: unknown };
 }
 
 /** Every route the API serves, in the order they are registered (the OpenAPI route last). */
@@ -46,7 +48,9 @@ export function apiRoutes(opts: { token: boolean }): RouteDef[] {
   return routes;
 }
 
+/** Routes without a body schema take none, or {}; routes without a query schema take no query. */
 const NO_BODY: JsonSchema = { type: 'object', additionalProperties: false, properties: {} };
+const NO_QUERY: JsonSchema = { type: 'object', additionalProperties: false, properties: {} };
 
 function newAjv(): Ajv {
   const ajv = new Ajv({ allErrors: false, verbose: true, strict: true, coerceTypes: false, useDefaults: false, removeAdditional: false });
@@ -135,6 +139,8 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
     logger: opts.logger ?? false,
     bodyLimit: JSON_BODY_LIMIT,
     exposeHeadRoutes: false,
+    // Long path values reach the schema (and its message) instead of failing to route.
+    routerOptions: { maxParamLength: 1024 },
     forceCloseConnections: true,
     schemaErrorFormatter: (errors, dataVar) => new Error(describeValidation(errors as ErrorObject[], dataVar)),
     // Errors before routing (a URL that does not decode) in the same shape as the rest.
@@ -210,7 +216,7 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
 
   const registered: RouteEntry[] = [];
   app.addHook('onRoute', (r) => {
-    for (const method of [r.method].flat()) registered.push({ method, url: r.url });
+    for (const method of [r.method].flat()) registered.push({ method, url: r.url, schema: (r.schema ?? {}) as RouteEntry['schema'] });
   });
   app.decorate('registeredRoutes', registered);
 
@@ -222,7 +228,7 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
       config: { def },
       schema: {
         ...(def.params ? { params: def.params } : {}),
-        ...(def.querystring ? { querystring: def.querystring } : {}),
+        querystring: def.querystring ?? NO_QUERY,
         ...(def.method !== 'GET' && def.consumes === undefined ? { body: def.body ?? NO_BODY } : {}),
       },
       handler: async (req: FastifyRequest, reply: FastifyReply) => {

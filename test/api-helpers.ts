@@ -42,14 +42,17 @@ export interface RawResponse {
   headers: Headers;
 }
 
-/** A request exactly as given: `body` a string is sent as is, anything else as JSON. */
+/** A request exactly as given: `body` a string is sent as is, anything else as JSON; `bytes` as octets (unless a Content-Type is given). */
 export async function raw(url: string, method: string, path: string, opts: { body?: unknown; headers?: Record<string, string>; bytes?: Uint8Array } = {}): Promise<RawResponse> {
   const headers: Record<string, string> = { ...opts.headers };
   let body: string | Uint8Array | undefined;
-  if (opts.bytes !== undefined) body = opts.bytes;
-  else if (opts.body !== undefined) {
+  const typed = Object.keys(headers).some((h) => h.toLowerCase() === 'content-type');
+  if (opts.bytes !== undefined) {
+    body = opts.bytes;
+    if (!typed) headers['content-type'] = 'application/octet-stream';
+  } else if (opts.body !== undefined) {
     body = typeof opts.body === 'string' ? opts.body : JSON.stringify(opts.body);
-    if (!Object.keys(headers).some((h) => h.toLowerCase() === 'content-type')) headers['content-type'] = 'application/json';
+    if (!typed) headers['content-type'] = 'application/json';
   }
   const res = await fetch(url + path, { method, headers, body });
   const text = await res.text();
