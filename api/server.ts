@@ -171,7 +171,7 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
     app.addHook('onRequest', async (req) => {
       const h = req.headers.authorization;
       if (h === undefined) throw new HttpError(401, 'missing Authorization header: this API needs "Authorization: Bearer <token>"');
-      const m = /^Bearer +(\S+) *$/i.exec(h);
+      const m = /^Bearer +(.+)$/i.exec(h);
       if (!m) throw new HttpError(401, 'the Authorization header must be "Bearer <token>"');
       if (!timingSafeEqual(createHash('sha256').update(m[1]).digest(), want)) throw new HttpError(401, 'wrong token');
     });
@@ -232,13 +232,20 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
         ...(def.method !== 'GET' && def.consumes === undefined ? { body: def.body ?? NO_BODY } : {}),
       },
       handler: async (req: FastifyRequest, reply: FastifyReply) => {
-        const gone = new AbortController();
-        reply.raw.once('close', () => {
-          if (!reply.raw.writableFinished) gone.abort();
-        });
+        let signal: AbortSignal | null = null;
         const result = await def.handler({
           dp, reply, params: req.params, query: req.query, body: req.body,
-          signal: AbortSignal.any([gone.signal, closing.signal]),
+          // Made for the handlers that wait (a poll): aborts when the client goes or the server closes.
+          get signal() {
+            if (signal === null) {
+              const gone = new AbortController();
+              reply.raw.once('close', () => {
+                if (!reply.raw.writableFinished) gone.abort();
+              });
+              signal = AbortSignal.any([gone.signal, closing.signal]);
+            }
+            return signal;
+          },
         });
         reply.code(def.status);
         return def.status === 204 ? reply.send() : reply.send(result);
