@@ -672,9 +672,16 @@ export class Dataplane {
     if (r === null || typeof r !== 'object') throw new DataplaneError('invalid', 'connect needs remote {ip, port}');
     if (req.mode === 'manual') {
       guard(() => {
-        if (qp.stateName !== 'reset' && qp.stateName !== 'init') throw new DataplaneError('state', `qp ${qpn} is in ${qp.stateName}: a manual connect needs RESET or INIT`);
-        if (qp.stateName === 'reset') this.rdma.modifyQp(qp, { state: 'init' });
-        this.rdma.modifyQp(qp, { state: 'rtr', remote: { address: r.ip, port: r.port }, ird: req.ird, ord: req.ord });
+        const from = qp.stateName;
+        if (from !== 'reset' && from !== 'init') throw new DataplaneError('state', `qp ${qpn} is in ${from}: a manual connect needs RESET or INIT`);
+        if (from === 'reset') this.rdma.modifyQp(qp, { state: 'init' });
+        try {
+          this.rdma.modifyQp(qp, { state: 'rtr', remote: { address: r.ip, port: r.port }, ird: req.ird, ord: req.ord });
+        } catch (e) {
+          // All or nothing: a refused RTR (bad address, no route) leaves the QP as it was.
+          if (from === 'reset') this.rdma.modifyQp(qp, { state: 'reset' });
+          throw e;
+        }
         this.rdma.modifyQp(qp, { state: 'rts' });
       });
       return this.qpView(qp);

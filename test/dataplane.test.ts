@@ -116,10 +116,12 @@ test('facade errors carry kinds; nothing else escapes', async () => {
     assert.is(await kind(a.postSend(qp.qpn, { wrId: 1, opcode: 'send' })), 'state');
     assert.is(await kind(a.postSend(qp.qpn, { wrId: 1, opcode: 'jump' as 'send' })), 'invalid');
     assert.is(await kind(a.connect(qp.qpn, { remote: { ip: '192.168.9.9', port: 1 }, mode: 'manual' })), 'invalid');
+    assert.is((await a.getQp(qp.qpn)).state, 'reset', 'a refused manual connect leaves the QP as it was');
+    const cqErr = await a.destroyCq(cq).then(() => null, (e) => e);
+    assert.match(cqErr?.message, /in use by 1 QP\(s\)/, 'one QP using a CQ for send and receive counts once');
     assert.is(await kind(a.traceAdd('no-such-node', 3)), 'invalid');
     assert.is(await kind(a.interface('eth9')), 'not-found');
     assert.is(await kind(a.pollCq(cq, 0)), 'invalid');
-    assert.is(await kind(a.destroyCq(cq)), 'busy');
     await a.destroyQp(qp.qpn);
     await a.destroyCq(cq);
     assert.is(await kind(a.getQp(qp.qpn)), 'not-found');

@@ -342,8 +342,9 @@ export class Rdma {
     this.core.qpByPort[port] = index;
     this.qpsByQpn.set(port, qp);
     pd.users++;
+    // A CQ counts the QPs that use it, once each (send and receive CQ may be the same).
     sendCq.users++;
-    recvCq.users++;
+    if (recvCq !== sendCq) recvCq.users++;
     if (srq) srq.users++;
     return qp;
   }
@@ -507,7 +508,7 @@ export class Rdma {
     for (const l of this.cm.listeners.values()) for (const [k, q] of l.conns) if (q === qp) l.conns.delete(k);
     qp.pd.users--;
     qp.sendCq.users--;
-    qp.recvCq.users--;
+    if (qp.recvCq !== qp.sendCq) qp.recvCq.users--;
     if (qp.srq) qp.srq.users--;
   }
 
