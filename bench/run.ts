@@ -1,12 +1,14 @@
 /**
  * npm run bench [-- <name...>] [--json] [--seconds N]
  * Benchmarks print figures and compare with baselines measured in the same run; they assert
- * nothing. Names: graph, l2l4, af_packet (root: veth pair in a network namespace), rdma.
+ * nothing. Names: graph, l2l4, af_packet (root: veth pair in a network namespace), rdma, memif
+ * (root: dpdk-testpmd).
  */
 import { runGraphBench } from './graph.ts';
 import { runAfPacketBench } from './af-packet.ts';
 import { runL2l4Bench } from './l2l4.ts';
 import { runRdmaBench } from './rdma.ts';
+import { runMemifBench } from './memif.ts';
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');
@@ -16,7 +18,7 @@ if (!(seconds > 0)) {
   console.error(`bench: --seconds needs a positive number, got "${args[si + 1]}"`);
   process.exit(2);
 }
-const known = ['graph', 'l2l4', 'af_packet', 'rdma'];
+const known = ['graph', 'l2l4', 'af_packet', 'rdma', 'memif'];
 const names = args.filter((a, i) => !a.startsWith('--') && !(si >= 0 && i === si + 1));
 for (const n of names) {
   if (!known.includes(n)) {
@@ -49,6 +51,12 @@ for (const name of run) {
   if (name === 'rdma') {
     const r = await runRdmaBench({ seconds });
     console.log(json ? JSON.stringify(r.json) : r.text);
+  }
+  if (name === 'memif') {
+    const r = await runMemifBench({ seconds });
+    // Always ends with its JSON line (the text above it when not --json).
+    if (!json) console.log(r.text);
+    console.log(JSON.stringify(r.json));
   }
   if (name === 'af_packet') {
     const r = await runAfPacketBench({ seconds });

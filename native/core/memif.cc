@@ -54,6 +54,8 @@ constexpr uint32_t kMaxChain = 256;             // descriptors in one received f
 constexpr uint64_t kMaxFrame = 256 * 1024;      // bytes in one received frame
 constexpr uint32_t kMaxTxSegs = 64;             // pool segments in one transmitted frame
 constexpr uint32_t kBusyControlEvery = 64;      // busy rx polls between control-channel checks
+constexpr uint32_t kIdleControlEvery = 16;      // empty polls (interrupts still off) between checks
+constexpr uint64_t kIdleNs = 50 * 1000;         // empty this long: interrupts back on
 constexpr long kRetryNs = 250 * 1000 * 1000;    // client reconnect interval
 
 // Indices into the shared state array (a Uint32Array JavaScript reads after each call).
@@ -272,6 +274,7 @@ struct Ring {
   std::vector<uint32_t> shadow;  // zero-copy: pool buffer held by each slot
   uint32_t buffers = 0;     // client copy mode: offset of this ring's buffers in region 0
   bool masked = false;      // receive ring: MASK_INT currently set by us
+  uint64_t empty_since = 0; // receive ring: when polls started finding it empty (0: not empty)
   bool present = false;
   uint16_t region = 0;
   uint32_t offset = 0;
@@ -346,6 +349,15 @@ class Memif : public Napi::ObjectWrap<Memif> {
         throw ErrnoError(env, where + ": epoll_create1", err, "epoll_create1");
       }
       ep_.push_back(ep);
+      int hold = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+      if (hold < 0) {
+        int err = errno;
+        Release();
+        throw ErrnoError(env, where + ": eventfd", err, "eventfd");
+      }
+      hold_.push_back(hold);
+      hold_set_.push_back(0);
+      EpollAdd(ep, hold);
     }
     try {
       if (server_) {
@@ -935,6 +947,7 @@ class Memif : public Napi::ObjectWrap<Memif> {
     // A server region whose fd arrived but was never mapped (refused before CONNECT).
     regions_.clear();
     ResetRun();
+    for (uint32_t q = 0; q < hold_.size(); q++) ClearHold(q);
     nrx_run_ = ntx_run_ = 0;
     phase_ = Phase::kIdle;
     if (!server_ && !released_) ArmRetry();
@@ -1155,22 +1168,31 @@ class Memif : public Napi::ObjectWrap<Memif> {
     uint32_t n = RxRing(r, outa.Data(), max);
     if (phase_ != Phase::kConnected) return Napi::Number::New(env, n);
     if (n > 0) {
-      if (!r.masked) {
-        Store16Relaxed(r.flags_p(), memif::kRingFlagMaskInt);
-        r.masked = true;
-      }
+      r.empty_since = 0;
+      if (!r.masked) Mask(q, r);
       return Napi::Number::New(env, n);
     }
-    // Idle: interrupts back on, then look once more (a frame published before the sender saw
-    // the flag cleared would otherwise wait for the next kick), and drain the eventfd.
     if (r.masked) {
-      Store16Relaxed(r.flags_p(), 0);
-      r.masked = false;
-      __atomic_thread_fence(__ATOMIC_SEQ_CST);
+      // Traffic stopped a moment ago: keep polling with interrupts off (the sender need not kick
+      // on every burst) for kIdleNs, then switch them on. The hold eventfd keeps the engine
+      // from sleeping meanwhile: it must not sleep on a ring whose sender will not kick.
+      const uint64_t now = NowNs();
+      if (r.empty_since == 0) r.empty_since = now;
+      if (now - r.empty_since < kIdleNs) {
+        if (q == 0 && ++idle_polls_ >= kIdleControlEvery) {
+          idle_polls_ = 0;
+          Poll();
+          if (zc_ && phase_ == Phase::kConnected) ReclaimAll();
+        }
+        return Napi::Number::New(env, 0);
+      }
+      Unmask(q, r);
+      // A frame published before the sender saw the flag cleared would otherwise wait for the
+      // next kick: look once more.
       n = RxRing(r, outa.Data(), max);
       if (n > 0 && phase_ == Phase::kConnected) {
-        Store16Relaxed(r.flags_p(), memif::kRingFlagMaskInt);
-        r.masked = true;
+        r.empty_since = 0;
+        Mask(q, r);
       }
     }
     uint64_t v;
@@ -1181,6 +1203,38 @@ class Memif : public Napi::ObjectWrap<Memif> {
       if (zc_ && phase_ == Phase::kConnected) ReclaimAll();
     }
     return Napi::Number::New(env, n);
+  }
+
+  static uint64_t NowNs() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  }
+
+  // Receiving: no kicks wanted; the queue's hold eventfd turns readable so the engine polls on.
+  void Mask(uint32_t q, Ring& r) {
+    Store16Relaxed(r.flags_p(), memif::kRingFlagMaskInt);
+    r.masked = true;
+    if (!hold_set_[q]) {
+      uint64_t one = 1;
+      if (write(hold_[q], &one, sizeof one) == static_cast<ssize_t>(sizeof one)) hold_set_[q] = 1;
+    }
+  }
+
+  // Idle: kicks wanted again (the store is ordered before any later read of head/tail), and
+  // the engine may sleep.
+  void Unmask(uint32_t q, Ring& r) {
+    Store16Relaxed(r.flags_p(), 0);
+    r.masked = false;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    ClearHold(q);
+  }
+
+  void ClearHold(uint32_t q) {
+    if (hold_set_[q]) {
+      uint64_t v;
+      if (read(hold_[q], &v, sizeof v) >= 0 || errno == EAGAIN) hold_set_[q] = 0;
+    }
   }
 
   // Zero-copy transmit rings: buffers the server has moved tail past go to `done`.
@@ -1693,6 +1747,9 @@ class Memif : public Napi::ObjectWrap<Memif> {
     }
     for (int ep : ep_) close(ep);
     ep_.clear();
+    for (int h : hold_) close(h);
+    hold_.clear();
+    hold_set_.clear();
     if (pool_.state != nullptr) {
       pool_.state[kStLink] = 0;
       pool_.state[kStOrphans] = static_cast<uint32_t>(orphans_.size());
@@ -1720,7 +1777,9 @@ class Memif : public Napi::ObjectWrap<Memif> {
   std::vector<Ring> rx_, tx_;
   uint32_t nrx_run_ = 0, ntx_run_ = 0;
   bool zc_ = false;
-  uint32_t busy_polls_ = 0;
+  uint32_t busy_polls_ = 0, idle_polls_ = 0;
+  std::vector<int> hold_;             // per rx queue: readable while its ring is masked
+  std::vector<uint8_t> hold_set_;
   uint32_t dummy_ = kInvalid;
 
   PoolView pool_;
