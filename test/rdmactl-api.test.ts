@@ -1,0 +1,66 @@
+/**
+ * rdmactl against real API servers (two data planes, real HTTP): the verbs lifecycle as a
+ * script would run it, the rendered show commands, the API's refusals passed on, the token.
+ */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { runCommand } from '../api/rdmactl.ts';
+import { httpCall } from '../api/rdmactl-cli.ts';
+import { ApiError } from '../api/client.ts';
+import { apiPair } from './api-helpers.ts';
+import { IP_A, IP_B } from './dataplane-helpers.ts';
+
+function ctl(url: string, token: string | null = null) {
+  return async (line: string): Promise<string> => {
+    let out = '';
+    await runCommand(line.split(' '), httpCall(url, token), { out: (s) => (out += s), bytes: (b) => (out += Buffer.from(b).toString('hex')) }, { json: false });
+    return out;
+  };
+}
+
+test('a script: create, connect, write, read back, show qps/runtime/errors/trace, destroy', async () => {
+  const p = await apiPair({ tokenA: 's3cret' });
+  try {
+    const A = ctl(p.apiA.url, 's3cret'), B = ctl(p.apiB.url);
+    const pa = (await A('create pd')).trim(), ca = (await A('create cq depth 32')).trim();
+    const [ma] = (await A(`create mr pd ${pa} length 4096 access local-write`)).trim().split(' ');
+    const qa = (await A(`create qp pd ${pa} send-cq ${ca} recv-cq ${ca} max-send-wr 8 max-recv-wr 8`)).trim();
+    const pb = (await B('create pd')).trim(), cb = (await B('create cq depth 32')).trim();
+    const [mb, sb] = (await B(`create mr pd ${pb} length 4096 access local-write,remote-write`)).trim().split(' ');
+    const qb = (await B(`create qp pd ${pb} send-cq ${cb} recv-cq ${cb}`)).trim();
+    for (const h of [pa, ca, ma, qa, pb, cb, mb, sb, qb]) assert.match(h, /^\d+$/);
+    assert.is((await p.a.getMr(Number(ma))).length, 4096, 'create mr printed the real handle');
+    assert.is(Number(sb), (await p.b.getMr(Number(mb))).stag, 'and the STag');
+    assert.is(await A(`connect ${qa} ${IP_B}:${qb}`), `qp ${qa} rts ${IP_A}:${qa} -> ${IP_B}:${qb}\n`);
+    await B(`connect ${qb} ${IP_A}:${qa}`);
+    await A('trace add pipe-input 4');
+    await A(`mr write ${ma} 0 text rdmactl!`);
+    await A(`post send ${qa} write wr-id w-1 sge ${ma}:0:8 remote ${sb}:16`);
+    assert.is(await A(`poll ${ca} wait 2000`), `wr-id "w-1" qpn ${qa} write success byte-len 8\n`);
+    assert.is(await B(`mr read ${mb} 16 8 text`), 'rdmactl!\n');
+    assert.match(await B(`mr read ${mb} 16 2`), /^00000010  72 64 +rd\n$/);
+    const qps = (await A('show qps')).split('\n');
+    assert.match(qps[1], new RegExp(`^ *${qa} +rts +${IP_A}:${qa} +${IP_B}:${qb} `));
+    const rt = await A('show runtime');
+    assert.match(rt, /^Time [\d.]+, 10\.000000 sec internal node vector rate /);
+    assert.match(rt, /\ntrp-input +active +[1-9]\d* +[1-9]\d* +0 +[\d.e-]+ +[\d.]+\n/, 'trp-input ran on A (the write\'s ACK)');
+    const tr = await A('show trace');
+    assert.match(tr, /Packet 1\n/);
+    assert.match(tr, /pipe-input/);
+    assert.match(await A('show errors'), /Count +Node +Reason +Severity/);
+    // The API's refusal comes through as an ApiError with its status and message.
+    const err = await A(`destroy cq ${ca}`).then(() => null, (e) => e);
+    assert.instance(err, ApiError);
+    assert.is(err.statusCode, 409);
+    assert.is(err.message, `cq ${ca} is in use by 1 QP(s)`);
+    const noTok = await ctl(p.apiA.url)('show qps').then(() => null, (e) => e);
+    assert.is(noTok?.statusCode, 401);
+    await A(`destroy qp ${qa}`);
+    await A(`destroy cq ${ca}`);
+    assert.is((await A('show qps')).split('\n').filter((l) => l.trim()).length, 1, 'only the header left');
+  } finally {
+    await p.close();
+  }
+});
+
+test.run();
