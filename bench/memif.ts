@@ -10,9 +10,9 @@
  *                  a memif client process on CPU 1, since testpmd cannot make TRP) into a QP of
  *                  rdma-graph: memif-input ... udp4-input, trp-input, ddp-input (placed in an
  *                  MR), rdmap-input, qp-dispatch
- *   copy vs zero copy  testpmd txonly as server -> rdma-graph as client, l4 path as in (b), with
- *                  a memfd pool (the client registers it: zero copy) and with the same pool
- *                  memory offered without its fd (the client copies)
+ *   copy vs zero copy  testpmd txonly as server -> rdma-graph as client, l4 path as in (b), 64-
+ *                  and 1500-byte frames, with a memfd pool (the client registers it: zero copy)
+ *                  and with the same kind of pool offered without its fd (the client copies)
  *
  * Mpps counted at the node each case ends in over the measured window; ratios to (a). Ends
  * with one JSON line {"bench":"memif","baselineMpps":N,"l4Mpps":N,"spineMpps":N}.
@@ -93,9 +93,9 @@ const TXONLY = ['--txpkts=64', `--eth-peer=0,${MAC}`, '--tx-ip=10.0.0.2,10.0.0.1
 async function baseline(dir: string, seconds: number): Promise<number> {
   const sock = path.join(dir, 'base.sock');
   const rx = new Testpmd({ memif: `role=server,socket=${sock}`, mode: 'rxonly', lcores: '0@0,1@0', maxSeconds: seconds + 60 });
+  await rx.ready(); // listening before the client starts: DPDK's client connects once, at port start
   const tx = new Testpmd({ memif: `role=client,socket=${sock}`, mode: 'txonly', lcores: '0@1,1@1', args: TXONLY, maxSeconds: seconds + 60 });
   try {
-    await rx.ready();
     await tx.ready();
     rx.send('start');
     tx.send('start');
@@ -130,11 +130,12 @@ async function l4Server(dir: string, seconds: number): Promise<number> {
 
 const breakdown = { l4: '', spine: '' };
 
-async function l4Client(dir: string, seconds: number, zeroCopy: boolean): Promise<{ mpps: number; zeroCopy: boolean }> {
-  const sock = path.join(dir, `cl-${zeroCopy}.sock`);
+async function l4Client(dir: string, seconds: number, zeroCopy: boolean, size: number): Promise<{ mpps: number; zeroCopy: boolean }> {
+  const sock = path.join(dir, `cl-${zeroCopy}-${size}.sock`);
   const mem = allocBufferMemory({ count: 16384, name: 'bench-memif-client' });
   const p = plane(new BufferPool(zeroCopy ? mem : { ...mem, fd: -1 }), `@${sock}`, 'client', false);
-  const tx = new Testpmd({ memif: `role=server,socket=${sock}`, mode: 'txonly', lcores: '0@1,1@1', args: TXONLY, maxSeconds: seconds + 60 });
+  const args = TXONLY.map((a) => (a === '--txpkts=64' ? `--txpkts=${size}` : a));
+  const tx = new Testpmd({ memif: `role=server,socket=${sock}`, mode: 'txonly', lcores: '0@1,1@1', args, maxSeconds: seconds + 60 });
   try {
     await tx.ready();
     await untilUp(p.g, p.d, 'l4 client');
@@ -195,16 +196,18 @@ export async function runMemifBench(opts: { seconds?: number } = {}): Promise<Me
     pin('0');
     const l4 = await l4Server(dir, seconds);
     const spineR = await spine(dir, seconds).catch((e) => ({ mpps: 0, genMpps: 0, drops: -1, error: String(e) }));
-    const zc = await l4Client(dir, seconds, true);
-    const cp = await l4Client(dir, seconds, false);
+    const zc = await l4Client(dir, seconds, true, 64);
+    const cp = await l4Client(dir, seconds, false, 64);
+    const zcBig = await l4Client(dir, seconds, true, 1500);
+    const cpBig = await l4Client(dir, seconds, false, 1500);
     const ratio = (x: number) => (base > 0 ? (x / base).toFixed(2) : '-');
     lines.push(
       `memif, 1 queue pair, ring 1024, ${seconds} s per case (testpmd ${'0@0/0@1'}, rdma-graph pinned to CPU 0):`,
       `  (a) baseline  testpmd txonly -> testpmd rxonly            ${base.toFixed(2).padStart(7)} Mpps`,
       `  (b) l4        testpmd txonly -> rdma-graph udp4-input     ${l4.toFixed(2).padStart(7)} Mpps  ${ratio(l4)} x (a)   (server: copies)`,
       `  (c) spine     WRITE segments -> rdma-graph qp-dispatch    ${spineR.mpps.toFixed(2).padStart(7)} Mpps  ${ratio(spineR.mpps)} x (a)   (generator offered ${spineR.genMpps.toFixed(2)} Mpps, ${spineR.drops} dropped${'error' in spineR ? `; failed: ${spineR.error}` : ''})`,
-      `  client l4, zero copy (pool registered as region 1)       ${zc.mpps.toFixed(2).padStart(7)} Mpps  ${ratio(zc.mpps)} x (a)   (zeroCopy ${zc.zeroCopy})`,
-      `  client l4, copy (same pool offered without its fd)       ${cp.mpps.toFixed(2).padStart(7)} Mpps  ${ratio(cp.mpps)} x (a)   (zeroCopy ${cp.zeroCopy})`,
+      `  client l4, zero copy (pool registered as region 1)  64 B ${zc.mpps.toFixed(2).padStart(7)} Mpps, 1500 B ${zcBig.mpps.toFixed(2).padStart(6)} Mpps (zeroCopy ${zc.zeroCopy && zcBig.zeroCopy})`,
+      `  client l4, copy (the pool offered without its fd)   64 B ${cp.mpps.toFixed(2).padStart(7)} Mpps, 1500 B ${cpBig.mpps.toFixed(2).padStart(6)} Mpps (zeroCopy ${cp.zeroCopy || cpBig.zeroCopy})`,
       `  goal: (c) >= 10 Mpps and >= 0.5 x (a)`,
       `  ns/packet per node, (b): ${breakdown.l4}`,
       `  ns/packet per node, (c): ${breakdown.spine}`,
