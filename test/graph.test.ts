@@ -1,4 +1,5 @@
 import { test } from 'uvu';
+import { manualClock } from './l2l4-helpers.ts';
 import * as assert from 'uvu/assert';
 import { Graph, GraphError } from '../graph/graph.ts';
 import { NodeFlag, type Frame, type NodeRuntime } from '../graph/node.ts';
@@ -261,8 +262,10 @@ test('trace: the next N packets of an input node, each with its path and records
   assert.is(pool.available(), pool.count);
 });
 
-test('timers: a node timer fires in the pass after its delay; stop cancels', async () => {
-  const g = new Graph({ pool: memPool(16), clock: monotonicClock(), timerTickNs: 100_000 });
+test('timers: a node timer fires in the pass after its delay; stop cancels', () => {
+  // A manual clock: wall-clock sleeps overshoot on a loaded machine (an 8 ms sleep once took 15).
+  const clock = manualClock();
+  const g = new Graph({ pool: memPool(16), clock, timerTickNs: 100_000 });
   const fired: number[] = [];
   const rt = g.register({ name: 't', fn: () => 0, timer: (_rt, user) => { fired.push(user); } });
   g.build();
@@ -273,10 +276,10 @@ test('timers: a node timer fires in the pass after its delay; stop cancels', asy
   assert.not.ok(g.stopTimer(h2), 'second stop is a no-op');
   g.runPass();
   assert.equal(fired, []);
-  await new Promise((r) => setTimeout(r, 8));
+  clock.advance(8e6);
   g.runPass();
   assert.equal(fired, [1]);
-  await new Promise((r) => setTimeout(r, 12));
+  clock.advance(12e6);
   g.runPass();
   assert.equal(fired, [1, 3]);
   const plain = g.register({ name: 'no-timer', fn: () => 0 });
