@@ -65,7 +65,7 @@ async function untilUp(g: Graph, d: MemifDriver, what: string): Promise<void> {
   }
 }
 
-/** ns per packet of each node that saw packets in the last measure() window: "memif-input 40.1, ...". */
+/** ns per packet of each node that saw packets in the last measure() window (memif-input: and packets per call). */
 let lastBreakdown = '';
 
 /** Packets into `node` per second over `seconds`, after a warm-up, running passes in a tight loop. */
@@ -83,7 +83,7 @@ async function measure(g: Graph, node: string, seconds: number): Promise<number>
   lastBreakdown = g.nodes
     .map((rt) => ({ name: rt.name, c: g.nodeCounters(rt.name) }))
     .filter((x) => x.c.vectors > 0)
-    .map((x) => `${x.name} ${(x.c.clocks / cpn / x.c.vectors).toFixed(1)}`)
+    .map((x) => `${x.name} ${(x.c.clocks / cpn / x.c.vectors).toFixed(1)}${x.name === 'memif-input' ? ` (${(x.c.vectors / Math.max(x.c.calls, 1)).toFixed(1)}/call)` : ''}`)
     .join(', ');
   return (g.nodeCounters(node).vectors - v0) / dt / 1e6;
 }
