@@ -73,28 +73,15 @@ export interface CqView { cq: number; depth: number; pending: number; error: boo
 export interface SrqView { srq: number; pd: number; maxWr: number; maxSge: number; posted: number; limit: number }
 export interface Endpoint { ip: string; port: number }
 
-export interface QpView {
-  qpn: number;
-  state: QpStateName;
+/** queryQp's fields, with endpoints as {ip, port} and the handles of the objects it uses. */
+export interface QpView extends Omit<QpInfo, 'local' | 'remote'> {
   local: Endpoint;
   remote: Endpoint | null;
   pd: number;
   sendCq: number;
   recvCq: number;
-  srq: number | null;
   /** The listener port that accepted it, or null. */
   listener: number | null;
-  ird: number;
-  ord: number;
-  maxSendWr: number;
-  maxRecvWr: number;
-  maxSge: number;
-  maxInline: number;
-  mtu: number;
-  sqOutstanding: number;
-  rqPosted: number;
-  counters: QpInfo['counters'];
-  rtt: QpInfo['rtt'];
 }
 
 export interface SgeIn { mr: number; offset: number; length: number }
