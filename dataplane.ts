@@ -153,6 +153,7 @@ export interface HealthView { status: 'ok'; version: string; uptime: number; int
 export interface BufferView { count: number; free: number; dataSize: number }
 
 const EVENT_LOG = 1024;
+const LINK_WATCH_MS = 200;
 
 function asError(e: unknown): DataplaneError {
   if (e instanceof DataplaneError) return e;
@@ -198,6 +199,9 @@ export class Dataplane {
   private readonly cqWaiters = new Map<number, Set<() => void>>();
   private readonly events: EventView[] = [];
   private eventSeq = 0;
+  /** Interface index -> link up at the last look (for a gratuitous ARP when it comes up). */
+  private readonly linkWasUp = new Map<number, boolean>();
+  private readonly linkWatch: ReturnType<typeof setInterval>;
 
   private constructor(config: Config, graph: Graph, net: Netstack, ifs: Interfaces, rdma: Rdma, log: Logger) {
     this.config = config;
@@ -208,6 +212,19 @@ export class Dataplane {
     this.rdma = rdma;
     this.log = log;
     rdma.onEvent = (e) => this.onEvent(e);
+    this.linkWatch = setInterval(() => this.watchLinks(), LINK_WATCH_MS);
+    this.linkWatch.unref();
+  }
+
+  /** A link that comes up (a memif peer connecting, a pipe's other end created) gets a gratuitous ARP. */
+  private watchLinks(): void {
+    for (const itf of this.ifs.all()) {
+      const up = itf.driver.linkUp();
+      const was = this.linkWasUp.get(itf.index) ?? false;
+      this.linkWasUp.set(itf.index, up);
+      if (up && !was && this.net.interfaces.isConfigured(itf.index)) this.net.announce(itf.index);
+      if (up !== was) this.log('info', `interface ${itf.name} is ${up ? 'up' : 'down'}`);
+    }
   }
 
   /**
@@ -236,7 +253,7 @@ export class Dataplane {
       graph.build();
       const dp = new Dataplane(config, graph, net, ifs, rdma, log);
       graph.start();
-      for (const itf of ifs.all()) if (net.interfaces.isConfigured(itf.index) && itf.driver.linkUp()) net.announce(itf.index);
+      dp.watchLinks();
       return dp;
     } catch (e) {
       graph.close();
@@ -266,6 +283,7 @@ export class Dataplane {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    clearInterval(this.linkWatch);
     // Shutting down is not an error of each QP: no qp-error events for the destroys below.
     this.rdma.onEvent = null;
     for (const port of [...this.listeners.keys()]) guard(() => this.rdma.unlisten(port));

@@ -76,9 +76,7 @@ async function start(file: string): Promise<void> {
   }
   const st = dp.pool.stats();
   log('info', `buffers: ${st.count} x ${st.dataSize} B (${st.hugepages ? '2 MiB hugepages' : 'normal pages'}), graph on the main thread`);
-  const seen = new Map<string, string>();
   for (const itf of await dp.interfaces()) {
-    seen.set(itf.name, itf.state);
     log('info', `interface ${itf.name} (${itf.driver}) mac ${itf.mac} ${itf.addresses.join(' ') || 'no address'} mtu ${itf.mtu} ${itf.state}`);
   }
   let api: { url: string; close(): Promise<void> };
@@ -92,19 +90,10 @@ async function start(file: string): Promise<void> {
     process.exit(1);
   }
   log('info', `API on ${api.url}/v1 (${config.api.token ? 'token required' : 'no token'}); rdmactl --api ${api.url} show runtime`);
-  // Link state changes (a memif peer connecting or going away) are worth a line each.
-  const watch = setInterval(async () => {
-    for (const itf of await dp.interfaces()) {
-      if (seen.get(itf.name) !== itf.state) log('info', `interface ${itf.name} is ${itf.state}`);
-      seen.set(itf.name, itf.state);
-    }
-  }, 500);
-  watch.unref();
   const signal = await new Promise<string>((resolve) => {
     process.once('SIGINT', () => resolve('SIGINT'));
     process.once('SIGTERM', () => resolve('SIGTERM'));
   });
-  clearInterval(watch);
   log('info', `${signal}: shutting down`);
   const qps = (await dp.qps()).length;
   await api.close();

@@ -159,6 +159,31 @@ test('a fault from the start-up config is on from the start; the API-level sette
   }
 });
 
+test('a link that comes up later gets a gratuitous ARP (sent once, when it comes up) and a log line', async () => {
+  // A's pipe end waits for its peer (link down at start); B comes later.
+  const { baseConfig, pipeInterface } = await import('./dataplane-helpers.ts');
+  const { Dataplane } = await import('../dataplane.ts');
+  const lines: string[] = [];
+  const a = await Dataplane.create(baseConfig({ interfaces: [pipeInterface('garp-a', 'garp-b', `${IP_A}/24`, '02:fe:00:00:01:0a')] }), { log: (_l, m) => lines.push(m) });
+  const garps = async (dp: typeof a) => (await dp.errors())[0].rows.find((r) => r.node === 'arp-input' && r.reason === 'gratuitous ARPs sent')?.count ?? 0;
+  assert.is((await a.interfaces())[0].state, 'down');
+  assert.is(await garps(a), 0);
+  const b = await Dataplane.create(baseConfig({ interfaces: [pipeInterface('garp-b', 'garp-a', `${IP_B}/24`, '02:fe:00:00:01:0b')] }));
+  try {
+    assert.is(await garps(b), 1, 'B is up at creation: it announces at once');
+    for (let i = 0; i < 50 && (await garps(a)) === 0; i++) await new Promise((r) => setTimeout(r, 20));
+    assert.is(await garps(a), 1, 'A announced when its link came up');
+    const rx = (await b.interfaces())[0].counters.rxPackets;
+    assert.ok(rx >= 1, `B received it (${rx} packets)`);
+    assert.ok(lines.includes('interface garp-a is up'), lines.join('\n'));
+    await new Promise((r) => setTimeout(r, 450));
+    assert.is(await garps(a), 1, 'once, not on every look');
+  } finally {
+    await a.close();
+    await b.close();
+  }
+});
+
 test('close sends FIN: the peer QP goes to error and its posted receive is flushed; buffers all back', async () => {
   const { a, b } = await twoDataplanes();
   const x = await ends(a), y = await ends(b);
