@@ -244,7 +244,7 @@ export class Dataplane {
     const net = registerL2L4(graph);
     const ifs = new Interfaces(graph);
     try {
-      for (const c of config.interfaces) await Dataplane.addInterface(c, config, graph, net, ifs);
+      for (const c of config.interfaces) Dataplane.addInterface(c, config, net, ifs);
       const r = config.rdma;
       const rdma = registerRdma(graph, net, {
         portRange: r.portRange, maxQps: r.maxQps, maxMrs: r.maxMrs, cmRetryMs: r.cmRetryMs, cmTimeoutMs: r.cmTimeoutMs,
@@ -262,7 +262,7 @@ export class Dataplane {
     }
   }
 
-  private static async addInterface(c: InterfaceConfig, config: Config, graph: Graph, net: Netstack, ifs: Interfaces): Promise<void> {
+  private static addInterface(c: InterfaceConfig, config: Config, net: Netstack, ifs: Interfaces): void {
     const drv = openDriver(c);
     const fault = c.fault === null ? undefined : c.fault.direction === 'both' ? { rx: c.fault.config, tx: c.fault.config } : { [c.fault.direction]: c.fault.config };
     let itf;
@@ -295,10 +295,6 @@ export class Dataplane {
     for (const set of this.cqWaiters.values()) for (const wake of set) wake();
     this.graph.close();
     this.ifs.closeAll();
-  }
-
-  get isClosed(): boolean {
-    return this.closed;
   }
 
   private live(): void {

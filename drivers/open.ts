@@ -28,13 +28,6 @@ export interface DriverSpec {
   pipe?: { peer: string };
 }
 
-export class DriverUnavailableError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'DriverUnavailableError';
-  }
-}
-
 const MISSING: Record<string, string> = {
   dpdk: 'the dpdk driver (DPDK ethdev PMDs) is not implemented in rdma-graph yet',
   ibverbs: 'the ibverbs driver (RAW_PACKET QPs on a Mellanox NIC) is not implemented in rdma-graph yet',
@@ -74,7 +67,7 @@ export function openDriver(c: DriverSpec): Driver {
     }
     default: {
       const why = MISSING[c.driver] ?? `unknown driver "${String(c.driver)}"`;
-      throw new DriverUnavailableError(`${where}: ${why}; use memif, af_packet, pcap or pipe`);
+      throw new Error(`${where}: ${why}; use memif, af_packet, pcap or pipe`);
     }
   }
 }
