@@ -15,7 +15,8 @@
  */
 import { createRequire } from 'node:module';
 import { Graph, GraphError, NodeFlag, createPool, type BufferPool, type ErrorThreadSnapshot, type RuntimeThreadSnapshot, type TraceThreadSnapshot } from './graph/index.ts';
-import { Interfaces, type InterfaceCounters } from './drivers/interfaces.ts';
+import { type Capture, Interfaces, type InterfaceCounters } from './drivers/interfaces.ts';
+import { CaptureFileError, discardCaptureFile, openCaptureFile } from './drivers/capture-file.ts';
 import type { FaultConfig, FaultCounters } from './drivers/fault.ts';
 import { openDriver } from './drivers/open.ts';
 import type { Config, InterfaceConfig } from './config/types.ts';
@@ -55,7 +56,8 @@ export interface InterfaceView {
   rxQueues: number;
   counters: InterfaceCounters;
   fault: { rx: FaultCounters | null; tx: FaultCounters | null };
-  capture: { rx: string | null; tx: string | null };
+  /** Files being written (absolute paths), and why a direction stopped taking packets (count or capture.max-bytes). */
+  capture: { rx: string | null; tx: string | null; rxStopped: string | null; txStopped: string | null };
 }
 
 export interface NeighborView {
@@ -106,6 +108,8 @@ export interface QpCreate {
 export interface ConnectIn {
   remote: Endpoint;
   mode: 'manual' | 'cm';
+  /** manual: the peer QP's initial PSN (its `psn`; required: sequence numbers are random). */
+  remotePsn?: number;
   /** cm: bytes sent with the request (base64 in the API). */
   privateData?: Uint8Array;
   ird?: number;
@@ -201,6 +205,8 @@ export class Dataplane {
   private eventSeq = 0;
   /** Interface index -> link up at the last look (for a gratuitous ARP when it comes up). */
   private readonly linkWasUp = new Map<number, boolean>();
+  /** Interface index -> connection drops logged so far (Driver.linkDrops). */
+  private readonly linkDropsSeen = new Map<number, number>();
   private readonly linkWatch: ReturnType<typeof setInterval>;
 
   private constructor(config: Config, graph: Graph, net: Netstack, ifs: Interfaces, rdma: Rdma, log: Logger) {
@@ -224,6 +230,12 @@ export class Dataplane {
       this.linkWasUp.set(itf.index, up);
       if (up && !was && this.net.interfaces.isConfigured(itf.index)) this.net.announce(itf.index);
       if (up !== was) this.log('info', `interface ${itf.name} is ${up ? 'up' : 'down'}`);
+      const drops = itf.driver.linkDrops?.();
+      if (drops === undefined) continue;
+      const seen = this.linkDropsSeen.get(itf.index) ?? 0;
+      this.linkDropsSeen.set(itf.index, drops.count);
+      const n = drops.count - seen;
+      if (n > 0) this.log('warn', `interface ${itf.name}: connection dropped${n > 1 ? ` (${n} times)` : ''}: ${drops.reason ?? 'no reason given'}`);
     }
   }
 
@@ -247,7 +259,8 @@ export class Dataplane {
       for (const c of config.interfaces) Dataplane.addInterface(c, config, net, ifs);
       const r = config.rdma;
       const rdma = registerRdma(graph, net, {
-        portRange: r.portRange, maxQps: r.maxQps, maxMrs: r.maxMrs, cmRetryMs: r.cmRetryMs, cmTimeoutMs: r.cmTimeoutMs,
+        portRange: r.portRange, maxQps: r.maxQps, maxMrs: r.maxMrs, cmRetryMs: r.cmRetryMs, cmTimeoutMs: r.cmTimeoutMs, cmBacklog: r.cmBacklog, cmHalfOpenMs: r.cmHalfOpenMs,
+        maxPds: r.maxPds, maxCqs: r.maxCqs, maxSrqs: r.maxSrqs, maxMrBytes: r.maxMrBytes, maxCqEntries: r.maxCqEntries, maxWrSlots: r.maxWrSlots,
         trp: { window: r.trp.window, rtoMinMs: r.trp.rtoMinMs, rtoMaxMs: r.trp.rtoMaxMs, maxRetries: r.trp.maxRetries, ...(r.trp.rtoInitMs === null ? {} : { rtoInitMs: r.trp.rtoInitMs }) },
       });
       graph.build();
@@ -335,7 +348,7 @@ export class Dataplane {
       addresses: ip ? [`${ip.address}/${ip.prefix}`] : [], gateway: ip?.gateway ?? null,
       mtu: ip?.mtu ?? itf.driver.mtu, state: itf.driver.linkUp() ? 'up' : 'down', rxQueues: itf.driver.rxQueues,
       counters: itf.counters(), fault: this.ifs.faultCounters(itf.name),
-      capture: { rx: itf.rxCapture?.path ?? null, tx: itf.txCapture?.path ?? null },
+      capture: { rx: itf.rxCapture?.path ?? null, tx: itf.txCapture?.path ?? null, rxStopped: itf.rxCapture?.stopped ?? null, txStopped: itf.txCapture?.stopped ?? null },
     };
   }
 
@@ -380,16 +393,35 @@ export class Dataplane {
     return this.graph.nodes.filter((n) => n.type === 'input' && n.flags & NodeFlag.TRACE_SUPPORTED).map((n) => n.name);
   }
 
+  /**
+   * Capture into new files of the configured directory (capture.dir): `file` is a name, never a
+   * path, and never an existing file ('busy'). Each direction stops by itself after `count`
+   * packets or before its file passes capture.max-bytes (logged; the view's rxStopped/txStopped
+   * say why).
+   */
   async capture(name: string, opts: { direction: 'rx' | 'tx' | 'both'; file: string; count?: number }): Promise<InterfaceView> {
     this.live();
     this.interfaceView(name);
     const d = opts.direction;
     if (d !== 'rx' && d !== 'tx' && d !== 'both') throw new DataplaneError('invalid', `capture direction must be rx, tx or both, got ${JSON.stringify(d)}`);
-    if (typeof opts.file !== 'string' || opts.file === '') throw new DataplaneError('invalid', 'capture needs a file');
+    const count = opts.count ?? Infinity;
+    if (!(count >= 1)) throw new DataplaneError('invalid', `capture count must be at least 1, got ${opts.count}`);
     // Both directions in one file would interleave two writers: give the tx side its own name.
-    const rx = d === 'tx' ? undefined : opts.file;
-    const tx = d === 'rx' ? undefined : d === 'both' ? opts.file.replace(/(\.pcap)?$/, '-tx.pcap') : opts.file;
-    guard(() => this.ifs.capture(name, { rx, tx, max: opts.count }));
+    const rxName = d === 'tx' ? undefined : opts.file;
+    const txName = d === 'rx' ? undefined : d === 'both' ? String(opts.file).replace(/(\.pcap)?$/, '-tx.pcap') : opts.file;
+    const opened: { fd: number; path: string }[] = [];
+    try {
+      const rx = rxName === undefined ? undefined : openCaptureFile(this.config.capture.dir, rxName);
+      if (rx) opened.push(rx);
+      const tx = txName === undefined ? undefined : openCaptureFile(this.config.capture.dir, txName);
+      if (tx) opened.push(tx);
+      const onStop = (c: Capture) => this.log('warn', `capture on ${name}: ${c.path}: ${c.stopped}`);
+      this.ifs.capture(name, { rx, tx, max: count, maxBytes: this.config.capture.maxBytes, onStop });
+    } catch (e) {
+      for (const f of opened) discardCaptureFile(f);
+      if (e instanceof CaptureFileError) throw new DataplaneError(e.kind === 'exists' ? 'busy' : e.kind, e.message);
+      throw asError(e);
+    }
     return this.interfaceView(name);
   }
 
@@ -457,7 +489,7 @@ export class Dataplane {
 
   async createPd(): Promise<PdView> {
     this.live();
-    const pd = this.rdma.createPd();
+    const pd = guard(() => this.rdma.createPd());
     return { pd: pd.handle, users: pd.users };
   }
 
@@ -646,7 +678,7 @@ export class Dataplane {
   private qpView(qp: Qp): QpView {
     const q = this.rdma.queryQp(qp);
     return {
-      qpn: q.qpn, state: q.state, local: { ip: this.localIp(qp, q), port: q.local.port },
+      qpn: q.qpn, state: q.state, psn: q.psn, local: { ip: this.localIp(qp, q), port: q.local.port },
       remote: q.remote ? { ip: q.remote.address, port: q.remote.port } : null,
       pd: qp.pd.handle, sendCq: qp.sendCq.handle, recvCq: qp.recvCq.handle, srq: q.srq, listener: this.acceptedBy.get(qp.qpn) ?? null,
       ird: q.ird, ord: q.ord, maxSendWr: q.maxSendWr, maxRecvWr: q.maxRecvWr, maxSge: q.maxSge, maxInline: q.maxInline, mtu: q.mtu,
@@ -675,9 +707,10 @@ export class Dataplane {
       guard(() => {
         const from = qp.stateName;
         if (from !== 'reset' && from !== 'init') throw new DataplaneError('state', `qp ${qpn} is in ${from}: a manual connect needs RESET or INIT`);
+        if (req.remotePsn === undefined) throw new DataplaneError('invalid', `qp ${qpn}: a manual connect needs remotePsn, the peer QP's psn (GET /v1/qps/{qpn} on the peer shows it)`);
         if (from === 'reset') this.rdma.modifyQp(qp, { state: 'init' });
         try {
-          this.rdma.modifyQp(qp, { state: 'rtr', remote: { address: r.ip, port: r.port }, ird: req.ird, ord: req.ord });
+          this.rdma.modifyQp(qp, { state: 'rtr', remote: { address: r.ip, port: r.port }, rqPsn: req.remotePsn, ird: req.ird, ord: req.ord });
         } catch (e) {
           // All or nothing: a refused RTR (bad address, no route) leaves the QP as it was.
           if (from === 'reset') this.rdma.modifyQp(qp, { state: 'reset' });
@@ -706,17 +739,22 @@ export class Dataplane {
     }
   }
 
-  async modifyQp(qpn: number, req: { state: QpStateName; remote?: Endpoint; ird?: number; ord?: number }): Promise<QpView> {
+  async modifyQp(qpn: number, req: { state: QpStateName; remote?: Endpoint; rqPsn?: number; sqPsn?: number; ird?: number; ord?: number }): Promise<QpView> {
     this.live();
     const qp = this.qp(qpn);
     if (!(QP_STATE_NAMES as readonly string[]).includes(req.state)) throw new DataplaneError('invalid', `state must be one of ${QP_STATE_NAMES.join(', ')}, got ${JSON.stringify(req.state)}`);
-    guard(() => this.rdma.modifyQp(qp, { state: req.state, remote: req.remote ? { address: req.remote.ip, port: req.remote.port } : undefined, ird: req.ird, ord: req.ord }));
+    guard(() => this.rdma.modifyQp(qp, { state: req.state, remote: req.remote ? { address: req.remote.ip, port: req.remote.port } : undefined, rqPsn: req.rqPsn, sqPsn: req.sqPsn, ird: req.ird, ord: req.ord }));
     return this.qpView(qp);
   }
 
   /** Send FIN, flush its work requests (their completions go to its CQs), free its port. */
   async destroyQp(qpn: number): Promise<void> {
     guard(() => this.rdma.destroyQp(this.qp(qpn)));
+    this.forgetAccepted(qpn);
+  }
+
+  /** A QP a listener accepted is gone (destroyed, or reaped while half-open). */
+  private forgetAccepted(qpn: number): void {
     const l = this.acceptedBy.get(qpn);
     if (l !== undefined) {
       const lv = this.listeners.get(l);
@@ -775,6 +813,11 @@ export class Dataplane {
           this.log('warn', `listener ${view.port}: rejected ${cr.address}:${cr.port}: ${(e as Error).message}`);
           return { reject: true, reason: (e as Error).message };
         }
+      }, {
+        onReap: (q, reason) => {
+          this.forgetAccepted(q.qpn);
+          this.log('warn', `listener ${view.port}: qp ${q.qpn}: ${reason}`);
+        },
       });
       this.listeners.set(req.port, view);
       return this.listenerView(view);

@@ -2,14 +2,14 @@
  * rdma-graph for embedding applications:
  *
  *   import { Dataplane, loadConfig } from 'rdma-graph';
- *   const dp = await Dataplane.create(loadConfig('config/startup.yaml'));
+ *   const dp = await Dataplane.create(loadConfig());   // the embedded default, or loadConfig(FILE)
  *
  * The Dataplane facade is the whole programmatic surface (the REST API and rdmactl use nothing
  * else); startApi serves it over HTTP, ApiClient talks to a running daemon.
  */
 export { Dataplane, DataplaneError, VERSION } from './dataplane.ts';
 export type * from './dataplane.ts';
-export { parseConfig, loadConfig, ConfigError, type ConfigIssue } from './config/load.ts';
+export { parseConfig, loadConfig, STARTUP_CONFIG, ConfigError, type ConfigIssue } from './config/load.ts';
 export type { Config, InterfaceConfig, DriverKind } from './config/types.ts';
 export { startApi, buildServer } from './api/server.ts';
 export { ApiClient, ApiError, ApiConnectionError } from './api/client.ts';

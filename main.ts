@@ -5,26 +5,32 @@
  *   rdma-graph check [--config FILE]   validate FILE and exit (0 valid, 2 not)
  *   rdma-graph --version
  *
- * FILE defaults to config/startup.yaml (the embedded default). SIGINT/SIGTERM shut down
- * cleanly: QPs send FIN, the API closes, interfaces close (memif sockets are removed).
+ * FILE defaults to the package's config/startup.yaml (the embedded default), wherever the
+ * command runs from; relative paths inside a file (memif sockets...) are relative to the
+ * working directory. SIGINT/SIGTERM shut down cleanly: QPs send FIN, the API closes,
+ * interfaces close (memif sockets are removed). `npm start` execs this process, so the PID a
+ * shell gets from `npm start &` takes the signal.
  */
-import { loadConfig, ConfigError } from './config/load.ts';
+import { existsSync } from 'node:fs';
+import { STARTUP_CONFIG, loadConfig, ConfigError } from './config/load.ts';
 import type { Config } from './config/types.ts';
 import { Dataplane, DataplaneError, VERSION, type Logger } from './dataplane.ts';
 import { startApi } from './api/server.ts';
+import { driverUnavailable } from './drivers/open.ts';
 
-const DEFAULT_CONFIG = 'config/startup.yaml';
+/** The embedded default, found from the package (not from the working directory). */
+const DEFAULT_CONFIG = STARTUP_CONFIG;
 const USAGE = `usage: rdma-graph start [--config FILE]     run the data plane and its REST API
-       rdma-graph check [--config FILE]     validate a start-up file
+       rdma-graph check [--config FILE]     say whether start would run FILE (exit 0), or why not (exit 2)
        rdma-graph --version
-FILE defaults to ${DEFAULT_CONFIG}.`;
+FILE defaults to the embedded default, ${DEFAULT_CONFIG}.`;
 
 function usage(msg: string): never {
   console.error(`rdma-graph: ${msg}\n${USAGE}`);
   process.exit(2);
 }
 
-function parseArgs(argv: string[]): { cmd: string; config: string } {
+function parseArgs(argv: string[]): { cmd: string; config: string; isDefault: boolean } {
   const [cmd = '', ...rest] = argv;
   let config = DEFAULT_CONFIG;
   for (let i = 0; i < rest.length; i++) {
@@ -35,7 +41,12 @@ function parseArgs(argv: string[]): { cmd: string; config: string } {
     } else if (a.startsWith('--config=')) config = a.slice('--config='.length);
     else usage(`unknown option "${a}"`);
   }
-  return { cmd, config };
+  return { cmd, config, isDefault: config === DEFAULT_CONFIG };
+}
+
+/** How a file is named in messages: as given, and "(the embedded default)" for the default. */
+function named(file: string, isDefault: boolean): string {
+  return isDefault ? `${file} (the embedded default)` : file;
 }
 
 const LEVELS = ['error', 'warn', 'info', 'debug'] as const;
@@ -63,10 +74,11 @@ function load(file: string): Config {
   }
 }
 
-async function start(file: string): Promise<void> {
+async function start(file: string, isDefault: boolean): Promise<void> {
   const config = load(file);
   const log = makeLogger(config.log.level);
-  log('info', `rdma-graph ${VERSION}, config ${file}`);
+  log('info', `rdma-graph ${VERSION}, config ${named(file, isDefault)}`);
+  if (config.interfaces.length === 0) log('warn', 'no interfaces configured: the data plane has nothing to receive from or send to');
   let dp: Dataplane;
   try {
     dp = await Dataplane.create(config, { log });
@@ -103,19 +115,38 @@ async function start(file: string): Promise<void> {
   process.exit(leaked === 0 ? 0 : 1);
 }
 
-function check(file: string): void {
+/**
+ * Validate `file` and say what `start` would: the drivers it cannot open here are errors (exit
+ * 2, with start's own words), a data plane without interfaces or an af_packet interface whose
+ * kernel interface is not there (now) are warnings.
+ */
+function check(file: string, isDefault: boolean): void {
   const c = load(file);
+  const errors: string[] = [], warnings: string[] = [];
+  for (const i of c.interfaces) {
+    const why = driverUnavailable(i.driver);
+    if (why !== null) errors.push(`${file}:${i.line}: interface ${i.name}: ${why}`);
+    const host = i.afPacket?.hostInterface;
+    if (host !== undefined && !existsSync(`/sys/class/net/${host}`)) warnings.push(`${file}:${i.line}: interface ${i.name}: kernel interface "${host}" does not exist (now)`);
+  }
+  if (c.interfaces.length === 0) warnings.push(`${file}: no interfaces: the data plane would have nothing to receive from or send to`);
+  for (const w of warnings) console.error(`rdma-graph: warning: ${w}`);
+  for (const e of errors) console.error(`rdma-graph: ${e}`);
   const ifs = c.interfaces.map((i) => `${i.name} (${i.driver})`).join(', ') || 'none';
-  console.log(`rdma-graph: ${file}: valid; interfaces: ${ifs}; api ${c.api.host}:${c.api.port}`);
+  if (errors.length > 0) {
+    console.error(`rdma-graph: ${named(file, isDefault)}: valid YAML, but start would refuse it (${errors.length} error${errors.length === 1 ? '' : 's'})`);
+    process.exit(2);
+  }
+  console.log(`rdma-graph: ${named(file, isDefault)}: valid; interfaces: ${ifs}; api ${c.api.host}:${c.api.port}${warnings.length ? ` (${warnings.length} warning${warnings.length === 1 ? '' : 's'})` : ''}`);
 }
 
-const { cmd, config } = parseArgs(process.argv.slice(2));
+const { cmd, config, isDefault } = parseArgs(process.argv.slice(2));
 if (cmd === '--version' || cmd === 'version') console.log(VERSION);
 else if (cmd === 'start') {
-  await start(config).catch((e) => {
+  await start(config, isDefault).catch((e) => {
     console.error(`rdma-graph: error: ${e instanceof DataplaneError ? e.message : (e as Error).stack}`);
     process.exit(1);
   });
-} else if (cmd === 'check') check(config);
+} else if (cmd === 'check') check(config, isDefault);
 else if (cmd === '' || cmd === 'help' || cmd === '--help' || cmd === '-h') console.log(USAGE);
 else usage(`unknown command "${cmd}"`);

@@ -70,9 +70,10 @@ export class ApiClient {
     if (opts.bytes !== undefined) {
       headers['content-type'] = 'application/octet-stream';
       body = opts.bytes;
-    } else if (opts.json !== undefined) {
+    } else if (opts.json !== undefined || method === 'POST') {
+      // Every POST is JSON, {} when there is nothing to say: the API refuses others (api/guard.ts).
       headers['content-type'] = 'application/json';
-      body = JSON.stringify(opts.json);
+      body = JSON.stringify(opts.json ?? {});
     }
     const qs = new URLSearchParams();
     for (const [k, v] of Object.entries(opts.query ?? {})) if (v !== undefined) qs.set(k, String(v));

@@ -106,15 +106,15 @@ async function demo(a: Daemon, b: Daemon): Promise<void> {
   const pdA = await ctl(a, 'create pd');
   const cqA = await ctl(a, 'create cq depth 64');
   const [mrA] = (await ctl(a, `create mr pd ${pdA} length 65536 ${ACCESS}`)).split(' ');
-  const qpA = await ctl(a, `create qp pd ${pdA} send-cq ${cqA} recv-cq ${cqA} max-send-wr 64 max-recv-wr 64`);
+  const [qpA, psnA] = (await ctl(a, `create qp pd ${pdA} send-cq ${cqA} recv-cq ${cqA} max-send-wr 64 max-recv-wr 64`)).split(' ');
   const pdB = await ctl(b, 'create pd');
   const cqB = await ctl(b, 'create cq depth 64');
   const [mrB, stagB] = (await ctl(b, `create mr pd ${pdB} length 65536 ${ACCESS}`)).split(' ');
-  const qpB = await ctl(b, `create qp pd ${pdB} send-cq ${cqB} recv-cq ${cqB} max-send-wr 64 max-recv-wr 64`);
+  const [qpB, psnB] = (await ctl(b, `create qp pd ${pdB} send-cq ${cqB} recv-cq ${cqB} max-send-wr 64 max-recv-wr 64`)).split(' ');
 
-  say('\n# manual connect: each side RTR/RTS with the other\'s address and QPN\n');
-  await ctl(a, `connect ${qpA} 10.10.0.2:${qpB}`);
-  await ctl(b, `connect ${qpB} 10.10.0.1:${qpA}`);
+  say('\n# manual connect: each side RTR/RTS with the other\'s address, QPN and initial PSN\n');
+  await ctl(a, `connect ${qpA} 10.10.0.2:${qpB} psn ${psnB}`);
+  await ctl(b, `connect ${qpB} 10.10.0.1:${qpA} psn ${psnA}`);
 
   say('\n# SEND/RECV\n');
   const hello = 'hello_from_A_over_rdma-graph';
@@ -148,7 +148,7 @@ async function demo(a: Daemon, b: Daemon): Promise<void> {
 
   say('\n# connection manager: B listens, A connects with private data\n');
   await ctl(b, `listen 18515 pd ${pdB} send-cq ${cqB} recv-cq ${cqB} max-send-wr 64 max-recv-wr 64 private-data 6f6b`);
-  const qpA2 = await ctl(a, `create qp pd ${pdA} send-cq ${cqA} recv-cq ${cqA} max-send-wr 64 max-recv-wr 64`);
+  const [qpA2] = (await ctl(a, `create qp pd ${pdA} send-cq ${cqA} recv-cq ${cqA} max-send-wr 64 max-recv-wr 64`)).split(' ');
   const conn = await ctl(a, `connect ${qpA2} 10.10.0.2:18515 cm private-data 6869`);
   check(conn.includes(' rts ') && conn.endsWith('private-data 6f6b'), 'A\'s QP is in RTS and got B\'s private data');
   const listeners = await ctl(b, 'show listeners');

@@ -72,6 +72,8 @@ export function errorStatuses(def: RouteDef, token: boolean): number[] {
   if (def.params) set.add(404);
   if (def.method !== 'GET') set.add(413).add(415);
   if (token) set.add(401);
+  // Host, Origin and Sec-Fetch-Site checks (api/guard.ts) apply to every route.
+  set.add(403);
   set.add(500);
   return [...set].sort((a, b) => a - b);
 }

@@ -38,7 +38,7 @@ show:
   show health
   clear runtime|errors|trace
   trace add NODE COUNT                trace the next COUNT packets from input node NODE
-  capture IF rx|tx|both FILE [count N] | capture IF off
+  capture IF rx|tx|both NAME [count N] | capture IF off   (a new file NAME in the daemon's capture.dir)
   fault IF rx|tx|both [seed N] [loss P] [reorder P] [duplicate P] [corrupt P] [reorder-depth N] [reorder-delay-us N] | fault IF off
 
 verbs (handles are numbers; sge is MR:OFFSET:LENGTH[,MR:OFFSET:LENGTH...]):
@@ -46,11 +46,12 @@ verbs (handles are numbers; sge is MR:OFFSET:LENGTH[,MR:OFFSET:LENGTH...]):
   create mr pd PD length N [access local-write,remote-write,remote-read,remote-atomic]   -> "MR STAG"
   create cq [depth N]
   create srq pd PD max-wr N [max-sge N]
-  create qp pd PD send-cq CQ recv-cq CQ [srq SRQ] [max-send-wr N] [max-recv-wr N] [max-sge N] [max-inline N] [ird N] [ord N] [interface IF]
-  connect QPN IP:PORT [manual|cm] [private-data HEX] [ird N] [ord N] [timeout-ms N]
+  create qp pd PD send-cq CQ recv-cq CQ [srq SRQ] [max-send-wr N] [max-recv-wr N] [max-sge N] [max-inline N] [ird N] [ord N] [interface IF]   -> "QPN PSN"
+  connect QPN IP:PORT psn PSN [ird N] [ord N]          manual: PSN is the peer QP's (its create qp or show qp)
+  connect QPN IP:PORT cm [private-data HEX] [ird N] [ord N] [timeout-ms N]
   listen PORT pd PD send-cq CQ recv-cq CQ [srq SRQ] [max-send-wr N] [max-recv-wr N] [private-data HEX]
   unlisten PORT
-  modify qp QPN STATE                 reset|init|rtr|rts|sqd|sqe|error
+  modify qp QPN STATE [remote IP:PORT] [rq-psn N] [sq-psn N] [ird N] [ord N]   STATE: reset|init|rtr|rts|sqd|sqe|error
   post recv QPN wr-id ID [sge SGE]
   post srq-recv SRQ wr-id ID [sge SGE]
   post send QPN OPCODE wr-id ID [sge SGE] [remote STAG:OFFSET] [imm N] [invalidate STAG]
@@ -262,7 +263,7 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
         await call('DELETE', `/v1/interfaces/${encodeURIComponent(ifName)}/capture`);
         return;
       }
-      const file = a.word('FILE');
+      const file = a.word('NAME');
       const o = a.options(['count']);
       const v = await call('POST', `/v1/interfaces/${encodeURIComponent(ifName)}/capture`, { direction: dir, file, ...(o.has('count') ? { count: intOpt(o, 'count', 'capture') } : {}) });
       if (opts.json) json(v);
@@ -294,9 +295,10 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
       const a = new Args(sub === undefined ? [] : [sub, ...rest], 'connect');
       const qpn = a.int('QPN');
       const remote = endpoint(a.word('IP:PORT'), 'connect');
-      const o = a.options(['private-data', 'ird', 'ord', 'timeout-ms'], ['manual', 'cm']);
+      const o = a.options(['private-data', 'ird', 'ord', 'timeout-ms', 'psn'], ['manual', 'cm']);
       const mode = o.has('cm') ? 'cm' : 'manual';
       const body: Record<string, unknown> = { remote, mode };
+      if (o.has('psn')) body.remotePsn = intOpt(o, 'psn', 'connect');
       if (o.has('private-data')) body.privateData = base64(hexBytes(o.get('private-data')!, 'connect: private-data'));
       for (const [k, key] of [['ird', 'ird'], ['ord', 'ord'], ['timeout-ms', 'timeoutMs']] as const) if (o.has(k)) body[key] = intOpt(o, k, 'connect');
       const v = (await call('POST', `/v1/qps/${qpn}/connect`, body)) as QpView & { privateData?: string };
@@ -326,10 +328,12 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
       const a = new Args(rest, 'modify qp');
       const qpn = a.int('QPN');
       const state = a.word('STATE');
-      const o = a.options(['remote', 'ird', 'ord']);
+      const o = a.options(['remote', 'ird', 'ord', 'rq-psn', 'sq-psn']);
       const body: Record<string, unknown> = { state };
       if (o.has('remote')) body.remote = endpoint(o.get('remote')!, 'modify qp: remote');
       for (const k of ['ird', 'ord']) if (o.has(k)) body[k] = intOpt(o, k, 'modify qp');
+      if (o.has('rq-psn')) body.rqPsn = intOpt(o, 'rq-psn', 'modify qp');
+      if (o.has('sq-psn')) body.sqPsn = intOpt(o, 'sq-psn', 'modify qp');
       const v = (await call('POST', `/v1/qps/${qpn}/modify`, body)) as QpView;
       created(v, `qp ${v.qpn} ${v.state}`);
       return;
@@ -429,7 +433,7 @@ async function create(what: string | undefined, rest: string[], call: Call, crea
     case 'qp': {
       const o = a.options(['pd', 'send-cq', 'recv-cq', 'srq', 'max-send-wr', 'max-recv-wr', 'max-sge', 'max-inline', 'ird', 'ord', 'interface']);
       const v = (await call('POST', '/v1/qps', qpBody(o, 'create qp'))) as QpView;
-      return created(v, String(v.qpn));
+      return created(v, `${v.qpn} ${v.psn}`);
     }
     default:
       throw new UsageError(`create: expected pd, mr, cq, srq or qp, got "${what ?? ''}"`);

@@ -23,7 +23,7 @@ export function routeReference(): string {
   const rows = apiRoutes({ token: false }).map((r) => {
     const body = r.consumes && r.consumes !== 'application/json' ? `raw bytes (${r.consumes})` : bodyKeys(r.body);
     const query = bodyKeys(r.querystring);
-    return `| \`${r.method} ${r.path}\` | ${r.summary.replace(/\|/g, '\\|')} | ${[query && `query: ${query}`, body && `body: ${body}`].filter(Boolean).join('; ') || '-'} | ${r.status} | ${[400, 401, ...r.errors].sort((a, b) => a - b).join(', ')} |`;
+    return `| \`${r.method} ${r.path}\` | ${r.summary.replace(/\|/g, '\\|')} | ${[query && `query: ${query}`, body && `body: ${body}`].filter(Boolean).join('; ') || '-'} | ${r.status} | ${[400, 401, 403, ...(r.method === 'POST' ? [415] : []), ...r.errors].sort((a, b) => a - b).join(', ')} |`;
   });
   return ['| Route | Does | Request | OK | Errors |', '|---|---|---|---|---|', ...rows].join('\n');
 }

@@ -87,6 +87,7 @@ export function formatQps(views: QpView[]): string {
 export function formatQp(q: QpView): string {
   const lines = [
     `qp ${q.qpn}: state ${q.state}, local ${endpoint(q.local)}, remote ${endpoint(q.remote)}${q.listener === null ? '' : `, accepted by listener ${q.listener}`}`,
+    `  psn ${q.psn} (initial send PSN: a manual connect of the peer needs it)`,
     `  pd ${q.pd} send-cq ${q.sendCq} recv-cq ${q.recvCq} srq ${q.srq ?? '-'}`,
     `  ird ${q.ird} ord ${q.ord} max-send-wr ${q.maxSendWr} max-recv-wr ${q.maxRecvWr} max-sge ${q.maxSge} max-inline ${q.maxInline} mtu ${q.mtu}`,
     `  sq outstanding ${q.sqOutstanding} rq posted ${q.rqPosted}`,

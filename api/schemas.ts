@@ -93,7 +93,10 @@ export const InterfaceView = obj({
   rxQueues: count(),
   counters: InterfaceCounters,
   fault: obj({ rx: nullable(FaultCounters), tx: nullable(FaultCounters) }, [], 'fault injector counters by direction (null: no injector)'),
-  capture: obj({ rx: nullable(str()), tx: nullable(str()) }, [], 'pcap files being written by direction (null: none)'),
+  capture: obj({
+    rx: nullable(str()), tx: nullable(str()),
+    rxStopped: nullable(str('why it takes no more packets: the count, or capture.max-bytes')), txStopped: nullable(str()),
+  }, [], 'pcap files being written by direction (null: none), in capture.dir'),
 });
 
 export const NeighborView = obj({ interface: str(), address: str(), mac: nullable(str()), state: str(), age: num('seconds since last confirmed'), held: count('packets waiting for resolution') });
@@ -149,6 +152,7 @@ export const QpRtt = obj({ srttUs: num(), rttvarUs: num(), rtoUs: num() });
 const qpViewProps = {
   qpn: int(0, 65535, 'QP number = its UDP port'),
   state: oneOf(QP_STATE_NAMES),
+  psn: u32('initial send PSN (random): the peer\'s manual connect needs it'),
   local: EndpointView,
   remote: nullable(EndpointView),
   pd: count(),
@@ -201,8 +205,11 @@ export const Written = obj({ written: count('bytes written') });
 // ------------------------------------------------------------------ request bodies
 
 export const TraceAdd = obj({ node: { ...str('an input node (GET /v1/trace/nodes)'), maxLength: 256 }, count: int(0, 1000000, 'packets to trace; 0 stops') });
-const path = { ...str('file path on the daemon host'), minLength: 1, maxLength: 4096 };
-export const CaptureStart = obj({ direction: oneOf(['rx', 'tx', 'both']), file: path, count: int(1, SAFE_MAX, 'stop after this many packets') }, ['count']);
+const captureName = {
+  ...str('a file NAME, created in the start-up file\'s capture.dir (never an existing file)'), minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_][A-Za-z0-9._-]*$',
+  [EXPECTED]: 'a file name of 1..128 letters, digits, ".", "_" and "-", not starting with "." or "-" (no path: it goes into capture.dir)',
+};
+export const CaptureStart = obj({ direction: oneOf(['rx', 'tx', 'both']), file: captureName, count: int(1, U32_MAX, 'stop after this many packets (the file also stops at capture.max-bytes)') }, ['count']);
 const probability = (what: string): JsonSchema => ({ type: 'number', minimum: 0, maximum: 1, description: `probability a packet is ${what}` });
 export const FaultSet = obj({
   direction: oneOf(['rx', 'tx', 'both']),
@@ -246,8 +253,12 @@ export const Connect = obj({
   ird: int(1, U32_MAX),
   ord: int(1, U32_MAX),
   timeoutMs: int(1, WAIT_MAX_MS, 'cm: give up after this long'),
-}, ['privateData', 'ird', 'ord', 'timeoutMs']);
-export const QpModify = obj({ state: oneOf(QP_STATE_NAMES), remote: Endpoint, ird: int(1, U32_MAX), ord: int(1, U32_MAX) }, ['remote', 'ird', 'ord']);
+  remotePsn: u32('manual (required): the peer QP\'s psn'),
+}, ['privateData', 'ird', 'ord', 'timeoutMs', 'remotePsn']);
+export const QpModify = obj({
+  state: oneOf(QP_STATE_NAMES), remote: Endpoint, rqPsn: u32('rtr (required): the peer QP\'s psn'), sqPsn: u32('rts: our initial PSN (default: the QP\'s psn)'),
+  ird: int(1, U32_MAX), ord: int(1, U32_MAX),
+}, ['remote', 'rqPsn', 'sqPsn', 'ird', 'ord']);
 
 export const SendRequest = obj({
   wrId: WrId,

@@ -12,6 +12,7 @@ import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { DataplaneError, type Dataplane } from '../dataplane.ts';
 import { EXPECTED, HttpError, KIND_STATUS, describeValidation, errorBody } from './errors.ts';
+import { checkPostType, isLoopback, makeOriginCheck } from './guard.ts';
 import { metricsRoute } from './metrics.ts';
 import { openApiRoute } from './openapi.ts';
 import { qpRoutes } from './routes/qps.ts';
@@ -26,6 +27,8 @@ export const JSON_BODY_LIMIT = 1024 * 1024;
 export interface ServerOptions {
   /** When set, every request needs `Authorization: Bearer <token>`. */
   token?: string | null;
+  /** The listen address: the Host header must name it (or localhost, 127.0.0.1, [::1]); default 127.0.0.1. */
+  host?: string;
   /** fastify's request log (pino, to stdout). */
   logger?: boolean;
   /** Where a 500 (a bug) is reported; default: fastify's log when `logger`, else stderr. */
@@ -156,7 +159,8 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
   // Only JSON and raw octets; the JSON parser says what is wrong with malformed text.
   app.removeAllContentTypeParsers();
   app.addContentTypeParser(JSON_TYPE, { parseAs: 'string' }, (_req, text, done) => {
-    if (text === '') return done(new HttpError(400, 'body is empty but Content-Type is application/json: send a JSON object, or no body and no Content-Type'), undefined);
+    // Empty: no body (routes that take none accept it; the others say a body is required).
+    if (text === '') return done(null, null);
     try {
       done(null, JSON.parse(text as string));
     } catch (e) {
@@ -164,6 +168,16 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
     }
   });
   app.addContentTypeParser(OCTETS, { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
+
+  // Web pages stay out (api/guard.ts): the Host must name us, no foreign Origin, POSTs are JSON.
+  const originCheck = makeOriginCheck({
+    host: opts.host ?? '127.0.0.1',
+    port: () => {
+      const a = app.server.listening ? app.server.address() : null;
+      return typeof a === 'object' && a !== null ? a.port : null;
+    },
+  });
+  app.addHook('onRequest', async (req) => originCheck(req.headers));
 
   // Authentication: constant-time comparison of digests (equal length whatever was sent).
   if (token !== null) {
@@ -176,6 +190,11 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
       if (!timingSafeEqual(createHash('sha256').update(m[1]).digest(), want)) throw new HttpError(401, 'wrong token');
     });
   }
+
+  app.addHook('onRequest', async (req) => {
+    const def = defOf(req);
+    if (def && def.method === 'POST' && def.consumes === undefined) checkPostType(req.headers['content-type'], `${def.method} ${def.path}`);
+  });
 
   // A body of the wrong media type for the route (the parsers accepted it: JSON or octets).
   app.addHook('preValidation', async (req) => {
@@ -269,10 +288,18 @@ export interface RunningApi {
   close(): Promise<void>;
 }
 
-/** Build the server and listen on host:port (port 0: an ephemeral one). */
-export async function startApi(dp: Dataplane, opts: ServerOptions & { host?: string; port?: number } = {}): Promise<RunningApi> {
-  const server = await buildServer(dp, opts);
+/** Why `host` cannot be listened on without a token, or undefined when it can. */
+export function listenRefusal(host: string, token: string | null | undefined): string | undefined {
+  if (isLoopback(host) || (token ?? null) !== null) return undefined;
+  return `api.listen ${host} is not a loopback address and api.token is not set: anyone who can reach it would control the data plane; listen on 127.0.0.1 (or ::1, localhost), or set api.token`;
+}
+
+/** Build the server and listen on host:port (port 0: an ephemeral one). A non-loopback host needs a token. */
+export async function startApi(dp: Dataplane, opts: ServerOptions & { port?: number } = {}): Promise<RunningApi> {
   const host = opts.host ?? '127.0.0.1';
+  const refusal = listenRefusal(host, opts.token);
+  if (refusal !== undefined) throw new Error(refusal);
+  const server = await buildServer(dp, { ...opts, host });
   await server.listen({ host, port: opts.port ?? 7070 });
   const addr = server.server.address();
   const port = typeof addr === 'object' && addr !== null ? addr.port : opts.port;

@@ -158,8 +158,8 @@ async function spine(dir: string, seconds: number): Promise<{ mpps: number; genM
   const QPN = 20001, SPORT = 31000;
   const qp = rdma.createQp({ pd, sendCq: cq, recvCq: cq, maxSendWr: 16, maxRecvWr: 16, port: QPN });
   rdma.modifyQp(qp, { state: 'init' });
-  rdma.modifyQp(qp, { state: 'rtr', remote: { address: '10.0.0.2', port: SPORT } });
-  rdma.modifyQp(qp, { state: 'rts' });
+  rdma.modifyQp(qp, { state: 'rtr', remote: { address: '10.0.0.2', port: SPORT }, rqPsn: 0 });
+  rdma.modifyQp(qp, { state: 'rts', sqPsn: 0 }); // the generator starts at PSN 0 and acknowledges 0
   const gen = spawn('taskset', ['-c', '1', process.execPath, '--import', 'tsx', GEN, sock, String(mr.stag), String(QPN), String(SPORT), String(seconds + 3)], { stdio: ['ignore', 'pipe', 'inherit'] });
   let out = '';
   gen.stdout!.on('data', (d) => (out += d));

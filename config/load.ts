@@ -21,7 +21,7 @@ import { inSubnet, notAHost, parseIp4, parseIp4Prefix, parseListen, subnetText, 
 import { camel, expected, expectedOrNull, SCHEMA, type MapSpec, type Spec } from './schema.ts';
 import { DRIVER_KINDS, type Config, type InterfaceConfig } from './types.ts';
 
-/** The embedded default configuration file (absolute path). */
+/** The embedded default configuration file (absolute path, found from the package wherever the process runs). */
 export const STARTUP_CONFIG = fileURLToPath(new URL('./startup.yaml', import.meta.url));
 
 export interface ConfigIssue {
@@ -52,7 +52,8 @@ export function formatIssue(source: string, i: ConfigIssue): string {
 }
 
 /** Read and check a configuration file. Throws ConfigError (also when it cannot be read). */
-export function loadConfig(path: string): Config {
+/** Read and check a start-up file (the embedded default when no path is given). Throws ConfigError. */
+export function loadConfig(path: string = STARTUP_CONFIG): Config {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
@@ -346,6 +347,13 @@ function crossCheck(raw: Raw, c: Checker): void {
     else seen.set(key, k);
   });
 
+  const api = isRecord(raw.api) ? raw.api : {};
+  const listen = typeof api.listen === 'string' ? parseListen(api.listen) : undefined;
+  if (typeof listen === 'object' && !isLoopbackHost(listen.host) && api.token === null) {
+    c.report('api.listen', c.where('api.listen'), `${q(api.listen as string)} is not a loopback address and api.token is not set: anyone who can reach it would control the data plane`,
+      'a loopback address (127.0.0.1, [::1], localhost), or api.token set');
+  }
+
   const rdma = isRecord(raw.rdma) ? raw.rdma : {};
   const range = rdma.portRange;
   if (Array.isArray(range) && range[0] > range[1]) {
@@ -361,6 +369,11 @@ function crossCheck(raw: Raw, c: Checker): void {
     if (typeof min === 'number' && init < min) c.report('rdma.trp.rto-init-ms', where, `${init} is less than rto-min-ms ${min}`, 'a number in rto-min-ms..rto-max-ms');
     else if (typeof max === 'number' && init > max) c.report('rdma.trp.rto-init-ms', where, `${init} is more than rto-max-ms ${max}`, 'a number in rto-min-ms..rto-max-ms');
   }
+}
+
+/** Only this machine reaches it: 127.0.0.0/8, ::1, localhost (a host parseListen accepted). */
+function isLoopbackHost(host: string): boolean {
+  return host === 'localhost' || host === '::1' || host.startsWith('127.');
 }
 
 /** `text` (a valid IPv4 address) as another host of interface `ifName`'s subnet. */
@@ -399,6 +412,7 @@ function build(raw: Raw, source: string, c: Checker): Config {
     interfaces,
     neighbors,
     rdma: raw.rdma as Config['rdma'],
+    capture: raw.capture as Config['capture'],
     trace: raw.trace as Config['trace'],
   };
 }

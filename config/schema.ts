@@ -233,9 +233,20 @@ export const SCHEMA: MapSpec = {
           expect: '[lo, hi], two ports in 1..65535 with lo <= hi', doc: 'UDP ports QPs get (a QP\'s number is its port), inclusive',
         },
         'max-qps': { type: 'int', min: 1, max: 65536, default: 1024, doc: 'most QPs at once' },
-        'max-mrs': { type: 'int', min: 1, max: 16777215, default: 4096, doc: 'most memory regions at once' },
+        'max-mrs': { type: 'int', min: 1, max: 1048575, default: 4096, doc: 'most memory regions at once (STags keep at least 12 random key bits)' },
+        'max-pds': { type: 'int', min: 1, max: 1048576, default: 4096, doc: 'most protection domains at once' },
+        'max-cqs': { type: 'int', min: 1, max: 1048576, default: 4096, doc: 'most completion queues at once' },
+        'max-srqs': { type: 'int', min: 1, max: 1048576, default: 1024, doc: 'most shared receive queues at once' },
+        'max-mr-bytes': { type: 'int', min: 1, max: 2 ** 48, default: 4 * 2 ** 30, doc: 'bytes of MR memory the data plane allocates, all MRs together (4 GiB)' },
+        'max-cq-entries': { type: 'int', min: 1, max: 2 ** 31, default: 4 * 2 ** 20, doc: 'completion queue depths, all CQs together' },
+        'max-wr-slots': {
+          type: 'int', min: 1, max: 2 ** 31, default: 2 ** 20,
+          doc: 'work request slots, all QPs (send + receive) and SRQs together; a send slot also counts 1 per KiB of maxInline',
+        },
         'cm-retry-ms': { type: 'number', above: 0, default: 100, doc: 'connection manager: REQ resend interval' },
         'cm-timeout-ms': { type: 'number', above: 0, default: 5000, doc: 'connection manager: connect timeout' },
+        'cm-backlog': { type: 'int', min: 1, max: 65536, default: 64, doc: 'connection manager: half-open connections a listener holds at most (more REQs are dropped)' },
+        'cm-half-open-ms': { type: 'number', above: 0, default: 5000, doc: 'connection manager: an accepted connection with no traffic from the peer this long is destroyed' },
         trp: {
           type: 'map', doc: 'the TRP reliability layer',
           keys: {
@@ -246,6 +257,13 @@ export const SCHEMA: MapSpec = {
             'max-retries': { type: 'int', min: 0, max: 255, default: 7, doc: 'retransmissions of one segment before the QP fails' },
           },
         },
+      },
+    },
+    capture: {
+      type: 'map', doc: 'pcap captures the API starts (POST /v1/interfaces/{name}/capture)',
+      keys: {
+        dir: { type: 'string', default: 'run/captures', doc: 'the directory capture files are created in (made at the first capture, mode 0700; relative: against the daemon\'s working directory); the API names files in it' },
+        'max-bytes': { type: 'int', min: 4096, max: 2 ** 40, default: 64 * 2 ** 20, doc: 'largest capture file: the capture of that direction stops there (64 MiB)' },
       },
     },
     trace: {

@@ -98,15 +98,26 @@ export interface Config {
   log: { level: LogLevel };
   interfaces: InterfaceConfig[];
   neighbors: NeighborConfig[];
-  /** `rdma: {port-range, max-qps, max-mrs, cm-retry-ms, cm-timeout-ms, trp: {window, rto-min-ms, rto-max-ms, rto-init-ms, max-retries}}`. */
+  /** `rdma: {port-range, max-qps, max-mrs, cm-retry-ms, cm-timeout-ms, cm-backlog, cm-half-open-ms, trp: {window, rto-min-ms, rto-max-ms, rto-init-ms, max-retries}}`. */
   rdma: {
     portRange: [number, number];
     maxQps: number;
     maxMrs: number;
     cmRetryMs: number;
     cmTimeoutMs: number;
+    cmBacklog: number;
+    cmHalfOpenMs: number;
+    /** Budgets (nodes/rdma/budget.ts): `max-pds`, `max-cqs`, `max-srqs`, `max-mr-bytes`, `max-cq-entries`, `max-wr-slots`. */
+    maxPds: number;
+    maxCqs: number;
+    maxSrqs: number;
+    maxMrBytes: number;
+    maxCqEntries: number;
+    maxWrSlots: number;
     trp: { window: number; rtoMinMs: number; rtoMaxMs: number; rtoInitMs: number | null; maxRetries: number };
   };
+  /** `capture: {dir, max-bytes}`: where the API's captures go, and how large one file may grow. */
+  capture: { dir: string; maxBytes: number };
   /** `trace: {max-packets}`. */
   trace: { maxPackets: number };
 }

@@ -57,6 +57,13 @@ export interface Driver {
   linkUp(): boolean;
 
   /**
+   * How many times a connection was dropped (a link that went down, or a peer refused while
+   * connecting) and the last reason, for the log: counted, so none is missed between two looks.
+   * Drivers with nothing to say (no peer) leave it out.
+   */
+  linkDrops?(): { count: number; reason: string | null };
+
+  /**
    * File descriptor that becomes readable when `queue` has packets (memif eventfd, af_packet
    * socket), or -1 when the driver has none and wakes the engine through `setWakeup` instead.
    */

@@ -19,7 +19,7 @@
  */
 import { Graph, type NodeRuntime, type Frame, NodeFlag, FRAME_SIZE, type BufferPool } from '../graph/index.ts';
 import type { Driver, DriverCounters } from './driver.ts';
-import { PcapWriter } from './pcap-file.ts';
+import { PCAP_GLOBAL_HEADER_BYTES, PCAP_RECORD_HEADER_BYTES, PcapWriter } from './pcap-file.ts';
 import { FaultInjector, validateFaultConfig, validateFaultDirections, type FaultConfig, type FaultCounters, type FaultDirections } from './fault.ts';
 
 export interface InterfaceOptions {
@@ -72,41 +72,70 @@ export class Interface {
   }
 }
 
-/** A running capture: the file and how many packets it may still take. */
+/** A file to capture into: a path (opened, or replaced, here) or a file opened already (drivers/capture-file.ts). */
+export type CaptureTarget = string | { path: string; fd: number };
+
+/** A running capture: the file, how many packets and bytes it may still take, and why it stopped. */
 export class Capture {
   readonly writer: PcapWriter;
   readonly path: string;
   remaining: number;
-  constructor(path: string, max: number) {
-    this.path = path;
-    this.writer = new PcapWriter(path, { nanosecond: true });
+  /** Largest file, header included. */
+  readonly maxBytes: number;
+  bytes = PCAP_GLOBAL_HEADER_BYTES;
+  /** Why it takes no more packets (count or byte limit reached), or null while it does. */
+  stopped: string | null = null;
+  private readonly onStop: ((c: Capture) => void) | null;
+  constructor(target: CaptureTarget, max: number, maxBytes = Infinity, onStop: ((c: Capture) => void) | null = null) {
+    this.path = typeof target === 'string' ? target : target.path;
+    this.writer = new PcapWriter(this.path, { nanosecond: true, ...(typeof target === 'string' ? {} : { fd: target.fd }) });
     this.remaining = max;
+    this.maxBytes = maxBytes;
+    this.onStop = onStop;
   }
 
   /** Append `bufs[off..off+n)` (whole chains) to the file; one write per call. */
   write(pool: BufferPool, bufs: Uint32Array, off: number, n: number): void {
+    if (this.stopped !== null) return;
     const w = this.writer;
     const ms = Date.now();
     const sec = Math.floor(ms / 1000), nsec = (ms % 1000) * 1e6;
     const m = n < this.remaining ? n : this.remaining;
-    for (let i = 0; i < m; i++) {
+    let i = 0;
+    for (; i < m; i++) {
       const bi = bufs[off + i];
       const len = pool.packetLength(bi);
+      if (this.bytes + PCAP_RECORD_HEADER_BYTES + len > this.maxBytes) break;
+      this.bytes += PCAP_RECORD_HEADER_BYTES + len;
       const at = w.beginRecord(sec, nsec, len, len);
       pool.readPacket(bi, w.buf, at);
     }
-    this.remaining -= m;
+    this.remaining -= i;
     w.flush();
+    if (i < m) this.stop(`stopped at ${this.bytes} bytes: the next packet would pass the limit of ${this.maxBytes}`);
+    else if (this.remaining === 0) this.stop(`stopped after ${w.records} packets, the count asked for`);
+  }
+
+  /** Take no more packets; the file is flushed and closed. */
+  private stop(why: string): void {
+    this.stopped = why;
+    this.remaining = 0;
+    this.writer.close();
+    this.onStop?.(this);
   }
 }
 
 export interface CaptureOptions {
   /** File for received packets. */
-  rx?: string;
+  rx?: CaptureTarget;
   /** File for transmitted packets. */
-  tx?: string;
+  tx?: CaptureTarget;
   /** Stop after this many packets per direction (default unlimited). */
   max?: number;
+  /** Stop a direction before its file passes this many bytes (default unlimited). */
+  maxBytes?: number;
+  /** Told once when a direction stops by itself (`stopped` says why). */
+  onStop?: (c: Capture) => void;
 }
 
 /** The earlier of `due` and when `f`'s first held packet is due (-1 = never). */
@@ -197,8 +226,10 @@ export class Interfaces {
     if (!(max > 0)) throw new RangeError(`capture on ${name}: max must be a positive number, got ${opts.max}`);
     if (!opts.rx && !opts.tx) throw new Error(`capture on ${name}: give an rx file, a tx file or both`);
     this.stopCapture(name);
-    if (opts.rx) itf.rxCapture = new Capture(opts.rx, max);
-    if (opts.tx) itf.txCapture = new Capture(opts.tx, max);
+    const maxBytes = opts.maxBytes ?? Infinity;
+    if (!(maxBytes > PCAP_GLOBAL_HEADER_BYTES)) throw new RangeError(`capture on ${name}: maxBytes must be more than the ${PCAP_GLOBAL_HEADER_BYTES}-byte header, got ${opts.maxBytes}`);
+    if (opts.rx) itf.rxCapture = new Capture(opts.rx, max, maxBytes, opts.onStop ?? null);
+    if (opts.tx) itf.txCapture = new Capture(opts.tx, max, maxBytes, opts.onStop ?? null);
   }
 
   /** Stop capturing on an interface and close its files. */

@@ -1,15 +1,18 @@
 /** MAC address options shared by the drivers. */
+import { getRandomValues } from 'node:crypto';
 
 /**
  * A driver's `mac` option: "aa:bb:cc:dd:ee:ff" (or '-' separated) or 6 bytes; when absent, a
- * stable locally administered unicast address derived from the interface name (02:fe + FNV-1a).
+ * random locally administered unicast address, 02:fe:xx:xx:xx:xx, drawn when the interface is
+ * made (as VPP's memif does). Not derived from the interface name: every daemon's `memif0`
+ * would get the same address, and two of them on one segment would take each other's frames.
+ * The data plane logs the address each interface got.
  */
-export function macOption(where: string, mac: string | Uint8Array | undefined, name: string): Uint8Array {
+export function macOption(where: string, mac: string | Uint8Array | undefined, _name: string): Uint8Array {
   if (mac === undefined) {
-    // FNV-1a of the name into the low 4 bytes: 02:fe:xx:xx:xx:xx.
-    let h = 0x811c9dc5;
-    for (let i = 0; i < name.length; i++) h = Math.imul(h ^ name.charCodeAt(i), 0x01000193) >>> 0;
-    return Uint8Array.of(0x02, 0xfe, h >>> 24, (h >>> 16) & 0xff, (h >>> 8) & 0xff, h & 0xff);
+    const m = Uint8Array.of(0x02, 0xfe, 0, 0, 0, 0);
+    getRandomValues(m.subarray(2));
+    return m;
   }
   if (mac instanceof Uint8Array) {
     if (mac.length !== 6) throw new RangeError(`${where}: mac must be 6 bytes, got ${mac.length}`);

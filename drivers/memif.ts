@@ -216,11 +216,16 @@ export class MemifDriver implements Driver {
     throw new Error(`memif interface ${this.name}: not open`);
   }
 
+  linkDrops(): { count: number; reason: string | null } {
+    if (this.native === null) return { count: this.final?.disconnects ?? 0, reason: this.finalInfo?.lastDisconnect?.reason ?? null };
+    return { count: this.native.stats().disconnects, reason: this.native.info().lastDisconnect?.reason ?? null };
+  }
+
   /** Everything the native side counts. */
   stats(): MemifStats {
     if (this.native !== null) return this.native.stats();
     if (this.final !== null) return { ...this.final };
-    return { rxPackets: 0, rxBytes: 0, rxErrors: 0, rxNoBuffers: 0, rxChained: 0, txPackets: 0, txBytes: 0, txErrors: 0, txRefused: 0, txChained: 0, kicks: 0, interrupts: 0, connects: 0, disconnects: 0, connectFailures: 0, refused: 0, controlMessages: 0 };
+    return { rxPackets: 0, rxBytes: 0, rxErrors: 0, rxNoBuffers: 0, rxChained: 0, txPackets: 0, txBytes: 0, txErrors: 0, txRefused: 0, txChained: 0, kicks: 0, interrupts: 0, connects: 0, disconnects: 0, connectFailures: 0, refused: 0, socketRefused: 0, controlMessages: 0 };
   }
 
   counters(): DriverCounters {

@@ -34,6 +34,18 @@ const MISSING: Record<string, string> = {
   mlx5dv: 'the mlx5dv driver (mlx5 direct verbs) is not implemented in rdma-graph yet',
 };
 
+/** Drivers openDriver makes. */
+const HAVE = new Set(['pipe', 'pcap', 'af_packet', 'memif']);
+
+/**
+ * Why `driver` cannot be opened here, in the words start-up would use, or null when it can
+ * (`rdma-graph check` says what `start` would).
+ */
+export function driverUnavailable(driver: string): string | null {
+  if (HAVE.has(driver)) return null;
+  return `${MISSING[driver] ?? `unknown driver "${driver}"`}; use memif, af_packet, pcap or pipe`;
+}
+
 export function openDriver(c: DriverSpec): Driver {
   const where = `interface ${c.name} (line ${c.line})`;
   const mac = c.mac ?? undefined;
@@ -65,9 +77,7 @@ export function openDriver(c: DriverSpec): Driver {
         rxQueues: c.rxQueues, txQueues: c.rxQueues, ringSize: c.rxQueueSize, bufferSize: m.bufferSize,
       });
     }
-    default: {
-      const why = MISSING[c.driver] ?? `unknown driver "${String(c.driver)}"`;
-      throw new Error(`${where}: ${why}; use memif, af_packet, pcap or pipe`);
-    }
+    default:
+      throw new Error(`${where}: ${driverUnavailable(String(c.driver))}`);
   }
 }

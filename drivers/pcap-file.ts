@@ -210,6 +210,12 @@ export interface PcapWriterOptions {
   thiszone?: number;
   /** Default 0. */
   sigfigs?: number;
+  /**
+   * An open, writable file descriptor to write to instead of opening `path` (the writer takes it
+   * over and closes it); `path` then only names the file. For files opened with care
+   * (drivers/capture-file.ts).
+   */
+  fd?: number;
 }
 
 /**
@@ -261,10 +267,13 @@ export class PcapWriter {
     };
     this.buf = new Uint8Array(64 * 1024);
     this.view = new DataView(this.buf.buffer);
-    try {
-      this.fd = fs.openSync(path, 'w');
-    } catch (e) {
-      throw new Error(`pcap file ${path} cannot be created: ${(e as Error).message}`);
+    if (opts.fd !== undefined) this.fd = opts.fd;
+    else {
+      try {
+        this.fd = fs.openSync(path, 'w');
+      } catch (e) {
+        throw new Error(`pcap file ${path} cannot be created: ${(e as Error).message}`);
+      }
     }
     const v = this.view;
     v.setUint32(0, this.nanosecond ? PCAP_MAGIC_NSEC : PCAP_MAGIC_USEC, true);

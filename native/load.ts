@@ -299,6 +299,8 @@ export interface MemifStats {
   connectFailures: number;
   /** Connections refused at INIT (wrong secret, already connected...). */
   refused: number;
+  /** Server: connections its socket closed unserved (too many waiting for INIT, none in 2 s, out of fds). */
+  socketRefused: number;
   controlMessages: number;
 }
 

@@ -35,8 +35,8 @@ async function fixture(p: ApiPair) {
   const bCq = (await cb.createCq({ depth: 64 })).cq;
   const bMr = await cb.createMr({ pd: bPd, length: 65536, access: ['local-write', 'remote-write', 'remote-read'] });
   const peer = await cb.createQp({ pd: bPd, sendCq: bCq, recvCq: bCq, maxSendWr: 16, maxRecvWr: 16 });
-  await ca.connect(rts.qpn, { remote: { ip: IP_B, port: peer.qpn }, mode: 'manual' });
-  await cb.connect(peer.qpn, { remote: { ip: IP_A, port: rts.qpn }, mode: 'manual' });
+  await ca.connect(rts.qpn, { remote: { ip: IP_B, port: peer.qpn }, mode: 'manual', remotePsn: peer.psn });
+  await cb.connect(peer.qpn, { remote: { ip: IP_A, port: rts.qpn }, mode: 'manual', remotePsn: rts.psn });
   await ca.listen({ port: 18700, pd, sendCq: cq, recvCq: cq, maxSendWr: 4, maxRecvWr: 4 });
   // A listener on B whose QPs cannot be made (maxSendWr over the limit): every request is rejected.
   await cb.listen({ port: 18701, pd: bPd, sendCq: bCq, recvCq: bCq, maxSendWr: 99999, maxRecvWr: 4 });
@@ -60,11 +60,13 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
     { method: 'GET', path: `/v1/interfaces/${long}`, status: 400, message: 'params/name must NOT have more than 256 characters' },
     { method: 'GET', path: '/v1/interfaces/%E0%A4%A', status: 400, message: "'/v1/interfaces/%E0%A4%A' is not a valid url component" },
     { method: 'POST', path: `/v1/interfaces/${itf}/capture`, body: {}, status: 400, message: 'body/direction is required' },
-    { method: 'POST', path: `/v1/interfaces/${itf}/capture`, body: { direction: 'up', file: '/tmp/x.pcap' }, status: 400, message: 'body/direction must be one of "rx", "tx", "both"' },
-    { method: 'POST', path: `/v1/interfaces/${itf}/capture`, body: { direction: 'rx', file: '' }, status: 400, message: 'body/file must NOT have fewer than 1 characters' },
-    { method: 'POST', path: `/v1/interfaces/${itf}/capture`, body: { direction: 'rx', file: '/tmp/x.pcap', count: 0 }, status: 400, message: 'body/count must be >= 1' },
-    { method: 'POST', path: `/v1/interfaces/${itf}/capture`, body: { direction: 'rx', file: '/nonexistent-dir/x.pcap' }, status: 400, message: /ENOENT.*\/nonexistent-dir\/x\.pcap/ },
-    { method: 'POST', path: '/v1/interfaces/eth9/capture', body: { direction: 'rx', file: '/tmp/x.pcap' }, status: 404, message: `no interface "eth9" (have: ${itf})` },
+    { method: 'POST', path: `/v1/interfaces/${itf}/capture`, body: { direction: 'up', file: 'x.pcap' }, status: 400, message: 'body/direction must be one of "rx", "tx", "both"' },
+    { method: 'POST', path: `/v1/interfaces/${itf}/capture`, body: { direction: 'rx', file: '' }, status: 400, message: 'body/file must be a file name of 1..128 letters, digits, ".", "_" and "-", not starting with "." or "-" (no path: it goes into capture.dir)' },
+    { method: 'POST', path: `/v1/interfaces/${itf}/capture`, body: { direction: 'rx', file: 'x.pcap', count: 0 }, status: 400, message: 'body/count must be >= 1' },
+    { method: 'POST', path: `/v1/interfaces/${itf}/capture`, body: { direction: 'rx', file: 'x.pcap', count: 2 ** 32 }, status: 400, message: 'body/count must be <= 4294967295' },
+    { method: 'POST', path: `/v1/interfaces/${itf}/capture`, body: { direction: 'rx', file: '/nonexistent-dir/x.pcap' }, status: 400, message: 'body/file must be a file name of 1..128 letters, digits, ".", "_" and "-", not starting with "." or "-" (no path: it goes into capture.dir)' },
+    { method: 'POST', path: `/v1/interfaces/${itf}/capture`, body: { direction: 'rx', file: 'a..b' }, status: 400, message: 'capture file name "a..b" contains ".."' },
+    { method: 'POST', path: '/v1/interfaces/eth9/capture', body: { direction: 'rx', file: 'x.pcap' }, status: 404, message: `no interface "eth9" (have: ${itf})` },
     { method: 'DELETE', path: '/v1/interfaces/eth9/capture', status: 404, message: `no interface "eth9" (have: ${itf})` },
     { method: 'DELETE', path: `/v1/interfaces/${itf}/capture`, body: { file: 'x' }, status: 400, message: NOFIELDS('body', 'file') },
     { method: 'POST', path: `/v1/interfaces/${itf}/fault`, body: { direction: 'rx', loss: 2 }, status: 400, message: 'body/loss must be <= 1' },
@@ -80,7 +82,8 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
     { method: 'GET', path: '/v1/runtime?verbose=yes', status: 400, message: 'querystring/verbose must be one of "0", "1", "true", "false"' },
     { method: 'GET', path: '/v1/runtime?verbose=1&x=2', status: 400, message: 'querystring/x is not allowed (allowed: verbose)' },
     { method: 'POST', path: '/v1/runtime/clear', body: { a: 1 }, status: 400, message: NOFIELDS('body', 'a') },
-    { method: 'POST', path: '/v1/runtime/clear', body: 'clear', headers: { 'content-type': 'text/plain' }, status: 415, message: 'POST /v1/runtime/clear takes no body (or an empty JSON object), got Content-Type "text/plain"' },
+    { method: 'POST', path: '/v1/runtime/clear', body: 'clear', headers: { 'content-type': 'text/plain' }, status: 415, message: 'POST /v1/runtime/clear needs Content-Type: application/json (send {} when the route takes no body): web pages cannot send that without asking, got Content-Type "text/plain"' },
+    { method: 'POST', path: '/v1/runtime/clear', status: 415, message: 'POST /v1/runtime/clear needs Content-Type: application/json (send {} when the route takes no body): web pages cannot send that without asking, got no Content-Type' },
     { method: 'GET', path: '/v1/errors?verbose=1', status: 400, message: NOFIELDS('querystring', 'verbose') },
     { method: 'POST', path: '/v1/errors/clear', body: [], status: 400, message: 'body must be object' },
     { method: 'POST', path: '/v1/trace', body: { node: 'ethernet-input', count: 1 }, status: 400, message: /^trace add: node "ethernet-input" is not an input node that supports trace \(these do: [^)]*pipe-input[^)]*\)$/ },
@@ -110,7 +113,7 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
     { method: 'DELETE', path: '/v1/pds/4294967296', status: 400, message: 'params/pd must be <= 4294967295' },
     // MR
     { method: 'POST', path: '/v1/mrs', body: { pd, length: 16 }, status: 400, message: 'body/access is required' },
-    { method: 'POST', path: '/v1/mrs', body: { pd, length: 16, access: ['fly'] }, status: 400, message: 'body/access/0 must be one of "local-write", "remote-write", "remote-read", "remote-atomic"' },
+    { method: 'POST', path: '/v1/mrs', body: { pd, length: 16, access: ['fly'] }, status: 400, message: 'body/access/0 must be one of "local-write", "remote-write", "remote-read", "remote-atomic", "remote-invalidate"' },
     { method: 'POST', path: '/v1/mrs', body: { pd, length: 16, access: 'local-write' }, status: 400, message: 'body/access must be array' },
     { method: 'POST', path: '/v1/mrs', body: { pd, length: -1, access: [] }, status: 400, message: 'body/length must be >= 0' },
     { method: 'POST', path: '/v1/mrs', body: { pd, length: '16', access: [] }, status: 400, message: 'body/length must be integer' },
@@ -144,12 +147,12 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
     { method: 'POST', path: '/v1/cqs', body: '{"depth": 1e400}', status: 400, message: 'body/depth must be integer' },
     { method: 'POST', path: '/v1/cqs', body: {}, status: 400, message: 'body/depth is required' },
     { method: 'POST', path: '/v1/cqs', body: '{"depth": 1,}', status: 400, message: /^body is not valid JSON: .*position 12/ },
-    { method: 'POST', path: '/v1/cqs', body: '', status: 400, message: 'body is empty but Content-Type is application/json: send a JSON object, or no body and no Content-Type' },
+    { method: 'POST', path: '/v1/cqs', body: '', status: 400, message: 'body is required: send a JSON object with Content-Type: application/json' },
     { method: 'POST', path: '/v1/cqs', body: '{"depth": 1, "__proto__": {"polluted": 1}}', status: 400, message: 'body/__proto__ is not allowed (allowed: depth)' },
-    { method: 'POST', path: '/v1/cqs', body: '{"depth": 1}', headers: { 'content-type': '' }, status: 415, message: 'POST /v1/cqs takes application/json, got Content-Type ""' },
-    { method: 'POST', path: '/v1/cqs', body: '{"depth": 1}', headers: { 'content-type': 'text/plain' }, status: 415, message: 'POST /v1/cqs takes application/json, got Content-Type "text/plain"' },
-    { method: 'POST', path: '/v1/cqs', bytes: new Uint8Array([123, 125]), status: 415, message: 'POST /v1/cqs takes application/json, got Content-Type "application/octet-stream"' },
-    { method: 'POST', path: '/v1/cqs', status: 400, message: 'body is required: send a JSON object with Content-Type: application/json' },
+    { method: 'POST', path: '/v1/cqs', body: '{"depth": 1}', headers: { 'content-type': '' }, status: 415, message: 'POST /v1/cqs needs Content-Type: application/json (send {} when the route takes no body): web pages cannot send that without asking, got Content-Type ""' },
+    { method: 'POST', path: '/v1/cqs', body: '{"depth": 1}', headers: { 'content-type': 'text/plain' }, status: 415, message: 'POST /v1/cqs needs Content-Type: application/json (send {} when the route takes no body): web pages cannot send that without asking, got Content-Type "text/plain"' },
+    { method: 'POST', path: '/v1/cqs', bytes: new Uint8Array([123, 125]), status: 415, message: 'POST /v1/cqs needs Content-Type: application/json (send {} when the route takes no body): web pages cannot send that without asking, got Content-Type "application/octet-stream"' },
+    { method: 'POST', path: '/v1/cqs', status: 415, message: 'POST /v1/cqs needs Content-Type: application/json (send {} when the route takes no body): web pages cannot send that without asking, got no Content-Type' },
     { method: 'GET', path: '/v1/cqs?depth=1', status: 400, message: NOFIELDS('querystring', 'depth') },
     { method: 'GET', path: '/v1/cqs/999999', status: 404, message: 'no completion queue 999999' },
     { method: 'GET', path: `/v1/cqs/${cq}/completions?max=0`, status: 400, message: 'querystring/max must be >= 1' },
@@ -200,7 +203,9 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
     { method: 'POST', path: `/v1/qps/${qpn}/connect`, body: { remote: { ip: IP_B, port: 1 }, mode: 'cm', privateData: 'not base64!' }, status: 400, message: 'body/privateData must be base64 (standard alphabet, with = padding)' },
     { method: 'POST', path: `/v1/qps/${qpn}/connect`, body: { remote: { ip: IP_B, port: 1 }, mode: 'cm', privateData: Buffer.alloc(513).toString('base64') }, status: 413, message: 'body/privateData is 513 bytes decoded; private data is at most 512 bytes' },
     { method: 'POST', path: `/v1/qps/${qpn}/connect`, body: { remote: { ip: IP_B, port: 1 }, mode: 'cm', timeoutMs: 0 }, status: 400, message: 'body/timeoutMs must be >= 1' },
-    { method: 'POST', path: `/v1/qps/${spare}/connect`, body: { remote: { ip: '198.51.100.1', port: 1 }, mode: 'manual' }, status: 400, message: /no route to 198\.51\.100\.1/ },
+    { method: 'POST', path: `/v1/qps/${spare}/connect`, body: { remote: { ip: '198.51.100.1', port: 1 }, mode: 'manual', remotePsn: 0 }, status: 400, message: /no route to 198\.51\.100\.1/ },
+    { method: 'POST', path: `/v1/qps/${spare}/connect`, body: { remote: { ip: IP_B, port: 1 }, mode: 'manual' }, status: 400, message: `qp ${spare}: a manual connect needs remotePsn, the peer QP's psn (GET /v1/qps/{qpn} on the peer shows it)` },
+    { method: 'POST', path: `/v1/qps/${spare}/connect`, body: { remote: { ip: IP_B, port: 1 }, mode: 'manual', remotePsn: 2 ** 32 }, status: 400, message: 'body/remotePsn must be <= 4294967295' },
     { method: 'POST', path: `/v1/qps/${rts}/connect`, body: { remote: { ip: IP_B, port: 1 }, mode: 'manual' }, status: 409, message: `qp ${rts} is in rts: a manual connect needs RESET or INIT` },
     { method: 'POST', path: '/v1/qps/1/connect', body: { remote: { ip: IP_B, port: 1 }, mode: 'manual' }, status: 404, message: 'no QP 1' },
     { method: 'POST', path: `/v1/qps/${qpn}/modify`, body: { state: 'flying' }, status: 400, message: 'body/state must be one of "reset", "init", "rtr", "rts", "sqd", "sqe", "error"' },

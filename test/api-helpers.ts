@@ -19,8 +19,10 @@ export interface ApiPair {
   close(): Promise<void>;
 }
 
-export async function apiPair(opts: { tokenA?: string } = {}): Promise<ApiPair> {
-  const dps = await twoDataplanes();
+/** `captureDir`/`captureMaxBytes`: A's capture.dir and capture.max-bytes (default run/captures, 64 MiB). */
+export async function apiPair(opts: { tokenA?: string; captureDir?: string; captureMaxBytes?: number } = {}): Promise<ApiPair> {
+  const capture = { dir: opts.captureDir ?? 'run/captures', maxBytes: opts.captureMaxBytes ?? 64 * 2 ** 20 };
+  const dps = await twoDataplanes({ a: { capture } });
   const apiA = await startApi(dps.a, { host: '127.0.0.1', port: 0, token: opts.tokenA ?? null, checkResponses: true });
   const apiB = await startApi(dps.b, { host: '127.0.0.1', port: 0, checkResponses: true });
   return {

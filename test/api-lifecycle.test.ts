@@ -39,10 +39,10 @@ test('manual connect; SEND/RECV, WRITE, WRITE-with-imm, READ, fetch-add, swap, c
     assert.is(x.qp.state, 'reset');
     assert.equal(x.qp.local, { ip: IP_A, port: x.qp.qpn });
     assert.equal(x.mr.access, ALL);
-    const cx = await ca.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual' });
+    const cx = await ca.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual', remotePsn: y.qp.psn });
     assert.is(cx.state, 'rts');
     assert.is(cx.privateData, undefined);
-    assert.is((await cb.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual' })).state, 'rts');
+    assert.is((await cb.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual', remotePsn: x.qp.psn })).state, 'rts');
 
     // SEND/RECV: the poll on B waits for the completion that arrives while it waits.
     const msg = enc('hello over HTTP');
@@ -103,8 +103,8 @@ test('wrId: strings (empty, unicode, 256 characters) and integers (negative, lar
   const p = await apiPair();
   try {
     const x = await ends(p.ca), y = await ends(p.cb);
-    await p.ca.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual' });
-    await p.cb.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual' });
+    await p.ca.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual', remotePsn: y.qp.psn });
+    await p.cb.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual', remotePsn: x.qp.psn });
     const ids = ['', 'ünïcødé 🚀 "quoted" \\ \n', 'x'.repeat(256), '42', 0, -5, Number.MAX_SAFE_INTEGER, -Number.MAX_SAFE_INTEGER];
     for (const [i, wrId] of ids.entries()) {
       assert.equal(await p.cb.postRecv(y.qp.qpn, { wrId, sge: [{ mr: y.mr.mr, offset: 0, length: 64 }] }), { wrId });
@@ -122,7 +122,7 @@ test('statuses: creates 201 with the view, posts 202 {wrId}, deletes 204 with no
   const p = await apiPair();
   const u = p.apiA.url;
   try {
-    const pd = await raw(u, 'POST', '/v1/pds');
+    const pd = await raw(u, 'POST', '/v1/pds', { body: {} });
     assert.is(pd.status, 201);
     const pdn = (pd.json as { pd: number }).pd;
     assert.equal(pd.json, { pd: pdn, users: 0 });
@@ -215,9 +215,9 @@ test('connection manager through a listener: private data both ways, the accepte
 });
 
 test('interfaces, neighbours, runtime (verbose), errors, trace, capture and fault through the API', async () => {
-  const p = await apiPair();
-  const { ca, cb } = p;
   const dir = mkdtempSync(join(tmpdir(), 'rdma-graph-api-'));
+  const p = await apiPair({ captureDir: dir });
+  const { ca, cb } = p;
   try {
     const [ia] = await ca.interfaces();
     assert.equal([ia.driver, ia.state, ia.addresses, ia.mac], ['pipe', 'up', [`${IP_A}/24`], '02:fe:00:00:00:01']);
@@ -229,14 +229,14 @@ test('interfaces, neighbours, runtime (verbose), errors, trace, capture and faul
     assert.ok(nodes.includes('pipe-input'), `trace nodes: ${nodes}`);
     await ca.traceAdd('pipe-input', 5);
     const x = await ends(ca), y = await ends(cb);
-    await ca.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual' });
-    await cb.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual' });
-    const cap = await ca.capture(ia.name, { direction: 'both', file: join(dir, 'a.pcap'), count: 100 });
-    assert.equal(cap.capture, { rx: join(dir, 'a.pcap'), tx: join(dir, 'a-tx.pcap') });
+    await ca.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual', remotePsn: y.qp.psn });
+    await cb.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual', remotePsn: x.qp.psn });
+    const cap = await ca.capture(ia.name, { direction: 'both', file: 'a.pcap', count: 100 });
+    assert.equal(cap.capture, { rx: join(dir, 'a.pcap'), tx: join(dir, 'a-tx.pcap'), rxStopped: null, txStopped: null });
     await ca.postSend(x.qp.qpn, { wrId: 1, opcode: 'write', sge: [{ mr: x.mr.mr, offset: 0, length: 3000 }], remote: { stag: y.mr.stag, offset: 0 } });
     await pollOne(ca, x.cq);
     await ca.stopCapture(ia.name);
-    assert.equal((await ca.interface(ia.name)).capture, { rx: null, tx: null });
+    assert.equal((await ca.interface(ia.name)).capture, { rx: null, tx: null, rxStopped: null, txStopped: null });
     assert.ok(statSync(join(dir, 'a-tx.pcap')).size > 24 + 3000, 'tx capture holds the WRITE');
     assert.ok(readFileSync(join(dir, 'a.pcap')).length > 24, 'rx capture holds the ACKs');
 
@@ -277,8 +277,8 @@ test('a poll whose client goes away takes nothing: the completion is there for t
   const { ca, cb } = p;
   try {
     const x = await ends(ca), y = await ends(cb);
-    await ca.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual' });
-    await cb.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual' });
+    await ca.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual', remotePsn: y.qp.psn });
+    await cb.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual', remotePsn: x.qp.psn });
     const ac = new AbortController();
     const gone = fetch(`${p.apiA.url}/v1/cqs/${x.cq}/completions?waitMs=10000`, { signal: ac.signal }).then(() => 'answered', (e) => e.name);
     await new Promise((r) => setTimeout(r, 50));

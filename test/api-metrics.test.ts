@@ -167,8 +167,8 @@ test('GET /metrics after traffic: valid exposition, content type 0.0.4, values e
     const bcq = (await cb.createCq({ depth: 64 })).cq;
     const bmr = await cb.createMr({ pd: bpd, length: 8192, access: ['local-write', 'remote-write'] });
     const qb = await cb.createQp({ pd: bpd, sendCq: bcq, recvCq: bcq, maxSendWr: 8, maxRecvWr: 8 });
-    await ca.connect(qa.qpn, { remote: { ip: IP_B, port: qb.qpn }, mode: 'manual' });
-    await cb.connect(qb.qpn, { remote: { ip: IP_A, port: qa.qpn }, mode: 'manual' });
+    await ca.connect(qa.qpn, { remote: { ip: IP_B, port: qb.qpn }, mode: 'manual', remotePsn: qb.psn });
+    await cb.connect(qb.qpn, { remote: { ip: IP_A, port: qa.qpn }, mode: 'manual', remotePsn: qa.psn });
     await ca.postSend(qa.qpn, { wrId: 1, opcode: 'write', sge: [{ mr: mr.mr, offset: 0, length: 6000 }], remote: { stag: bmr.stag, offset: 0 } });
     assert.is((await ca.pollCq(cq, { waitMs: 2000 })).completions.length, 1);
     const idle = await ca.createQp({ pd, sendCq: cq, recvCq: cq, maxSendWr: 8, maxRecvWr: 8 });

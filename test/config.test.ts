@@ -32,7 +32,7 @@ const M = 'interfaces:\n  - name: m0\n    driver: memif\n    memif: {socket: s}\
 // The same with an address on line 5.
 const MA = `${M}    address: 10.0.0.1/24\n`;
 const IF_KEYS = 'name, driver, memif, af_packet, pcap, pipe, dpdk, ibverbs, mlx5dv, mac, address, gateway, mtu, rx-queues, rx-queue-size, tx-queue-size, fault';
-const TOP_KEYS = 'api, cpu, buffers, log, interfaces, neighbors, rdma, trace';
+const TOP_KEYS = 'api, cpu, buffers, log, interfaces, neighbors, rdma, capture, trace';
 const CIDR = 'an IPv4 host address with prefix length, a.b.c.d/N with N in 0..32';
 const MAC = 'a unicast MAC address xx:xx:xx:xx:xx:xx';
 const LISTEN = 'host:port with an IPv4 address, localhost or [IPv6] and a port in 0..65535';
@@ -60,7 +60,7 @@ const CASES: [string, string, string][] = [
   ['unknown key: buffers', 'buffers:\n  size: 2048\n', 't.yaml:2:3: buffers.size: unknown key "size" (expected one of: count, data-size)'],
   ['unknown key: log', 'log: {file: x}\n', 't.yaml:1:7: log.file: unknown key "file" (expected one of: level)'],
   ['unknown key: trace', 'trace: {max: 1}\n', 't.yaml:1:9: trace.max: unknown key "max" (expected one of: max-packets)'],
-  ['unknown key: rdma', 'rdma: {max-qp: 1}\n', 't.yaml:1:8: rdma.max-qp: unknown key "max-qp" (expected one of: port-range, max-qps, max-mrs, cm-retry-ms, cm-timeout-ms, trp)'],
+  ['unknown key: rdma', 'rdma: {max-qp: 1}\n', 't.yaml:1:8: rdma.max-qp: unknown key "max-qp" (expected one of: port-range, max-qps, max-mrs, max-pds, max-cqs, max-srqs, max-mr-bytes, max-cq-entries, max-wr-slots, cm-retry-ms, cm-timeout-ms, cm-backlog, cm-half-open-ms, trp)'],
   ['unknown key: rdma.trp', 'rdma: {trp: {rto: 5}}\n', 't.yaml:1:14: rdma.trp.rto: unknown key "rto" (expected one of: window, rto-min-ms, rto-max-ms, rto-init-ms, max-retries)'],
   ['unknown key: an interface', `${M}    mtuu: 9000\n`, `t.yaml:5:5: interfaces[0].mtuu: unknown key "mtuu" (expected one of: ${IF_KEYS})`],
   ['unknown key: memif', 'interfaces:\n  - name: m0\n    driver: memif\n    memif: {socket: s, mode: x}\n',
@@ -296,9 +296,11 @@ const DEFAULTS: Config = {
   interfaces: [],
   neighbors: [],
   rdma: {
-    portRange: [20000, 29999], maxQps: 1024, maxMrs: 4096, cmRetryMs: 100, cmTimeoutMs: 5000,
+    portRange: [20000, 29999], maxQps: 1024, maxMrs: 4096, cmRetryMs: 100, cmTimeoutMs: 5000, cmBacklog: 64, cmHalfOpenMs: 5000,
+    maxPds: 4096, maxCqs: 4096, maxSrqs: 1024, maxMrBytes: 4 * 2 ** 30, maxCqEntries: 4 * 2 ** 20, maxWrSlots: 2 ** 20,
     trp: { window: 256, rtoMinMs: 1, rtoMaxMs: 200, rtoInitMs: null, maxRetries: 7 },
   },
+  capture: { dir: 'run/captures', maxBytes: 64 * 2 ** 20 },
   trace: { maxPackets: 1000 },
 };
 
@@ -405,10 +407,21 @@ neighbors:
 rdma:
   port-range: [1, 65535]
   max-qps: 65536
-  max-mrs: 16777215
+  max-mrs: 1048575
   cm-retry-ms: 50
   cm-timeout-ms: 2000.5
+  cm-backlog: 3
+  cm-half-open-ms: 750
+  max-pds: 7
+  max-cqs: 8
+  max-srqs: 9
+  max-mr-bytes: 1048576
+  max-cq-entries: 4096
+  max-wr-slots: 65536
   trp: {window: 32768, rto-min-ms: 0.5, rto-max-ms: 1000, rto-init-ms: 20, max-retries: 255}
+capture:
+  dir: /var/tmp/caps
+  max-bytes: 4096
 trace:
   max-packets: 1000000
 `;
@@ -443,19 +456,22 @@ test('a full example: the normalised Config, every key taken', () => {
       { interface: 'm0', address: '10.1.255.254', mac: '02:00:00:00:00:fe' },
     ],
     rdma: {
-      portRange: [1, 65535], maxQps: 65536, maxMrs: 16777215, cmRetryMs: 50, cmTimeoutMs: 2000.5,
+      portRange: [1, 65535], maxQps: 65536, maxMrs: 1048575, cmRetryMs: 50, cmTimeoutMs: 2000.5, cmBacklog: 3, cmHalfOpenMs: 750,
+      maxPds: 7, maxCqs: 8, maxSrqs: 9, maxMrBytes: 1048576, maxCqEntries: 4096, maxWrSlots: 65536,
       trp: { window: 32768, rtoMinMs: 0.5, rtoMaxMs: 1000, rtoInitMs: 20, maxRetries: 255 },
     },
+    capture: { dir: '/var/tmp/caps', maxBytes: 4096 },
     trace: { maxPackets: 1000000 },
   };
   assert.equal(parseConfig(FULL, 'full.yaml'), want);
 });
 
 test('api.listen: localhost, IPv6, port 0', () => {
-  const api = (listen: string) => parseConfig(`api: {listen: "${listen}"}`).api;
+  const api = (listen: string, token = '') => parseConfig(`api: {listen: "${listen}"${token ? `, token: ${token}` : ''}}`).api;
   assert.equal(api('localhost:0'), { host: 'localhost', port: 0, token: null });
-  assert.equal(api('[::]:7070'), { host: '::', port: 7070, token: null });
-  assert.equal(api('0.0.0.0:65535'), { host: '0.0.0.0', port: 65535, token: null });
+  // Not loopback: only with a token (test/api-guard.test.ts has the refusal).
+  assert.equal(api('[::]:7070', 't'), { host: '::', port: 7070, token: 't' });
+  assert.equal(api('0.0.0.0:65535', 't'), { host: '0.0.0.0', port: 65535, token: 't' });
 });
 
 test('aliases are followed; an issue in aliased content points at the anchor', () => {

@@ -119,6 +119,54 @@ test('start refuses an API port in use with a clear message, exit 1, nothing lef
   assert.not.ok(existsSync(sock), 'memif socket removed on the way out');
 });
 
+test('check finds the embedded default from any directory and says what start would: unavailable drivers are errors, no interface a warning', () => {
+  // As `npx rdma-graph check` runs it from an application's directory.
+  const away = spawnSync(process.execPath, [join(ROOT, 'bin/rdma-graph.mjs'), 'check'], { cwd: tmpdir(), encoding: 'utf8', timeout: 30_000 });
+  assert.is(away.status, 0, away.stderr);
+  assert.is(away.stdout, `rdma-graph: ${join(ROOT, 'config/startup.yaml')} (the embedded default): valid; interfaces: memif0 (memif); api 127.0.0.1:7070\n`);
+  for (const d of ['dpdk', 'ibverbs', 'mlx5dv']) {
+    const r = cli(['check', '--config', `config/examples/${d}.yaml`]);
+    assert.is(r.code, 2, `${d}: ${r.out}${r.err}`);
+    assert.match(r.err, new RegExp(`config/examples/${d}\\.yaml:\\d+: interface \\w+: the ${d} driver .* is not implemented in rdma-graph yet; use memif, af_packet, pcap or pipe`));
+    assert.match(r.err, new RegExp(`config/examples/${d}\\.yaml: valid YAML, but start would refuse it \\(1 error\\)`));
+  }
+  const empty = cli(['check', '--config', config('empty.yaml', '')]);
+  assert.is(empty.code, 0);
+  assert.match(empty.err, /warning: .*empty\.yaml: no interfaces: the data plane would have nothing to receive from or send to/);
+  assert.match(empty.out, /empty\.yaml: valid; interfaces: none; api 127\.0\.0\.1:7070 \(1 warning\)/);
+});
+
+test('npm start: SIGTERM to the PID the shell got stops the daemon itself (npm execs it)', async () => {
+  const sock = join(dir, 'run-npm', 'memif.sock');
+  const cfg = config('npm.yaml', SERVER(sock));
+  const npm = spawn('npm', ['start', '--silent', '--', '--config', cfg], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const exit = new Promise<number | null>((r) => npm.on('exit', (c) => r(c)));
+  let out = '';
+  const url = await new Promise<string>((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`no API line after 30 s:\n${out}`)), 30_000);
+    const on = (d: Buffer) => {
+      out += d;
+      const m = /API on (http:\/\/\S+)\/v1/.exec(out);
+      if (m) {
+        clearTimeout(t);
+        resolve(m[1]);
+      }
+    };
+    npm.stdout!.on('data', on);
+    npm.stderr!.on('data', on);
+  });
+  assert.ok(existsSync(sock));
+  npm.kill('SIGTERM');
+  await exit;
+  // The daemon (not only npm) is gone: its socket removed on the way out, its API refusing.
+  const deadline = Date.now() + 10_000;
+  while (existsSync(sock) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  assert.not.ok(existsSync(sock), `the daemon removed its socket:\n${out}`);
+  assert.match(out, /SIGTERM: shutting down/);
+  const gone = rdmactl(['--api', url, 'show', 'qps']);
+  assert.is(gone.code, 3, 'nobody answers the API any more');
+});
+
 test('start refuses a driver rdma-graph does not have, naming the interface and its line', () => {
   const r = cli(['start', '--config', config('s3.yaml', 'interfaces:\n  - { name: d0, driver: dpdk, dpdk: { device: net_null0 }, address: 10.1.0.1/24 }\n')]);
   assert.is(r.code, 1);

@@ -16,7 +16,10 @@ export function baseConfig(over: Partial<Config> = {}): Config {
     log: { level: 'info' },
     interfaces: [],
     neighbors: [],
-    rdma: { portRange: [20000, 29999], maxQps: 256, maxMrs: 1024, cmRetryMs: 50, cmTimeoutMs: 2000, trp: { window: 256, rtoMinMs: 1, rtoMaxMs: 200, rtoInitMs: null, maxRetries: 7 } },
+    rdma: { portRange: [20000, 29999], maxQps: 256, maxMrs: 1024, cmRetryMs: 50, cmTimeoutMs: 2000, cmBacklog: 64, cmHalfOpenMs: 5000,
+      maxPds: 4096, maxCqs: 4096, maxSrqs: 1024, maxMrBytes: 2 ** 32, maxCqEntries: 2 ** 22, maxWrSlots: 2 ** 20,
+      trp: { window: 256, rtoMinMs: 1, rtoMaxMs: 200, rtoInitMs: null, maxRetries: 7 } },
+    capture: { dir: 'run/captures', maxBytes: 64 * 2 ** 20 },
     trace: { maxPackets: 1000 },
     ...over,
   };

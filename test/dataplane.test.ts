@@ -25,8 +25,8 @@ test('two data planes over a cross-pool pipe: manual connect, SEND/RECV, WRITE, 
     assert.equal(ia.addresses, [`${IP_A}/24`]);
     const x = await ends(a), y = await ends(b);
     assert.is(x.qp.local.ip, IP_A);
-    await a.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual' });
-    const qy = await b.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual' });
+    await a.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual', remotePsn: y.qp.psn });
+    const qy = await b.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual', remotePsn: x.qp.psn });
     assert.is(qy.state, 'rts');
     const msg = new TextEncoder().encode('hello over the facade');
     await a.writeMr(x.mr.mr, 100, msg);
@@ -115,7 +115,7 @@ test('facade errors carry kinds; nothing else escapes', async () => {
     const qp = await a.createQp({ pd, sendCq: cq, recvCq: cq, maxSendWr: 4, maxRecvWr: 4 });
     assert.is(await kind(a.postSend(qp.qpn, { wrId: 1, opcode: 'send' })), 'state');
     assert.is(await kind(a.postSend(qp.qpn, { wrId: 1, opcode: 'jump' as 'send' })), 'invalid');
-    assert.is(await kind(a.connect(qp.qpn, { remote: { ip: '192.168.9.9', port: 1 }, mode: 'manual' })), 'invalid');
+    assert.is(await kind(a.connect(qp.qpn, { remote: { ip: '192.168.9.9', port: 1 }, mode: 'manual', remotePsn: 0 })), 'invalid');
     assert.is((await a.getQp(qp.qpn)).state, 'reset', 'a refused manual connect leaves the QP as it was');
     const cqErr = await a.destroyCq(cq).then(() => null, (e) => e);
     assert.match(cqErr?.message, /in use by 1 QP\(s\)/, 'one QP using a CQ for send and receive counts once');
@@ -134,8 +134,8 @@ test('a fault from the start-up config is on from the start; the API-level sette
   const { a, b, close } = await twoDataplanes({ ifA: { fault: { direction: 'rx', config: { seed: 3, loss: 0.5 } } } });
   try {
     const x = await ends(a), y = await ends(b);
-    await a.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual' });
-    await b.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual' });
+    await a.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual', remotePsn: y.qp.psn });
+    await b.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual', remotePsn: x.qp.psn });
     // 50 % of what A receives is lost: WRITEs still complete (retransmission), and the injector counted.
     for (let i = 0; i < 20; i++) await a.postSend(x.qp.qpn, { wrId: i, opcode: 'write', sge: [{ mr: x.mr.mr, offset: 0, length: 3000 }], remote: { stag: y.mr.stag, offset: 0 } });
     let done = 0;
@@ -187,8 +187,8 @@ test('a link that comes up later gets a gratuitous ARP (sent once, when it comes
 test('close sends FIN: the peer QP goes to error and its posted receive is flushed; buffers all back', async () => {
   const { a, b } = await twoDataplanes();
   const x = await ends(a), y = await ends(b);
-  await a.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual' });
-  await b.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual' });
+  await a.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual', remotePsn: y.qp.psn });
+  await b.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual', remotePsn: x.qp.psn });
   await b.postRecv(y.qp.qpn, { wrId: 'pending', sge: [{ mr: y.mr.mr, offset: 0, length: 64 }] });
   await a.close();
   const c = await pollOne(b, y.cq);

@@ -34,9 +34,11 @@ function pair(opts: Parameters<typeof twoStacks>[0] = {}) {
 const wc = (wrId: unknown, qpn: number, status: string, opcode: string, byteLen = 0): Completion => ({ wrId, qpn, status, opcode, byteLen }) as Completion;
 
 /** A CM message: TRP header (psn 0, ack 0, opcode), pdlen, ird, ord, private data. */
-function cmMessage(op: number, ird: number, ord: number, pd: Uint8Array, pdLen = pd.length): Uint8Array {
+function cmMessage(op: number, ird: number, ord: number, pd: Uint8Array, pdLen = pd.length, psn = 0, ack = 0): Uint8Array {
   const m = new Uint8Array(16 + pd.length);
   const v = new DataView(m.buffer);
+  v.setUint32(0, psn);
+  v.setUint32(4, ack);
   v.setUint16(8, op << 12);
   v.setUint16(10, pdLen);
   v.setUint16(12, ird);
@@ -94,13 +96,18 @@ test('listen/connect: private data both ways, both QPs in RTS with each other as
   assert.equal(await waitCompletions(B.scq, 1), [wc('to-a', B.qp.qpn, 'success', 'send', 100)]);
   assert.equal(await waitCompletions(A.rcq, 1), [wc('a0', A.qp.qpn, 'success', 'recv', 100)]);
   assert.equal(ma.memory.subarray(256, 356), pattern(100, 2));
-  // The connection is up: a repeated REQ (say its ACCEPT was lost) gets the same ACCEPT again,
-  // from the same QP, and no second QP; A, already connected, counts the ACCEPT as unexpected.
-  assert.ok(p.a.rdma.net.udp.sendTo(cmMessage(REQ, 16, 16, text('hello from A')), IP_B, LISTEN, A.qp.qpn));
-  await waitFor('the repeated ACCEPT', () => p.a.graph.errorCount('cm-input', 'unexpected') === 1);
+  // The connection is up and A's traffic showed B that A has its ACCEPT: a repeated REQ (the
+  // same attempt, or another from the same address and port) is not answered, and makes no
+  // second QP.
+  assert.is(B.qp.halfOpen, false, 'B saw traffic from A');
+  assert.ok(p.a.rdma.net.udp.sendTo(cmMessage(REQ, 16, 16, text('hello from A'), undefined, A.qp.isn), IP_B, LISTEN, A.qp.qpn));
+  assert.ok(p.a.rdma.net.udp.sendTo(cmMessage(REQ, 16, 16, text('hello from A'), undefined, 12345), IP_B, LISTEN, A.qp.qpn));
+  await waitFor('the repeated REQs', () => p.b.graph.errorCount('cm-input', 'repeated') === 2);
+  await settle(20);
+  assert.is(p.a.graph.errorCount('cm-input', 'unexpected'), 0, 'no ACCEPT came back');
   assert.is(L.reqs.length, 1, 'accept was not called again');
   assert.is(p.b.rdma.qpsByQpn.size, 1);
-  assert.is(p.b.graph.errorCount('cm-input', 'requests'), 2);
+  assert.is(p.b.graph.errorCount('cm-input', 'requests'), 3);
   assert.is(A.qp.stateName, 'rts');
   await finish(p);
 });

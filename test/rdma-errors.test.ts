@@ -269,7 +269,9 @@ test('re-registration: the old STag fails after the new registration in the same
   const old = mem(p.b, B.pd, 64);
   p.b.rdma.deregMr(old);
   const fresh = mem(p.b, B.pd, 64);
-  assert.is(fresh.stag >>> 8, old.stag >>> 8, 'same MR table slot');
+  const kb = p.b.rdma.core.stagKeyBits;
+  assert.ok(kb >= 12, `at least 12 key bits, got ${kb}`);
+  assert.is(fresh.stag >>> kb, old.stag >>> kb, 'same MR table slot');
   assert.is.not(fresh.stag, old.stag, 'a new key');
   throwsVerbs(() => p.b.rdma.regMr(B.pd, 8, RW), 'resource', /no free memory region slot \(max-mrs 1\)/);
   p.a.rdma.postSend(A.qp, { wrId: 'new', opcode: 'write', sg: [{ mr: src, offset: 0, length: 32 }], remote: { stag: fresh.stag, offset: 8 } });
@@ -311,9 +313,12 @@ test('unaligned atomic: refused at post; an unaligned Atomic Request on the wire
   const before = target.memory.slice();
   throwsVerbs(() => p.a.rdma.postSend(A.qp, remoteReq('fetch-add', 1, local, target.stag, 4, 8)), 'invalid', /fetch-add: remote\.offset must be 8-byte aligned, got 4/);
   assert.is(A.qp.sqDepth, 0, 'nothing was queued');
-  // Craft one: TRP psn 0 from A's QP port, Atomic Request FetchAdd at TO 4.
+  // Craft one: TRP psn = what B expects next, ack = what A has sent, from A's QP port,
+  // Atomic Request FetchAdd at TO 4.
   const m = new Uint8Array(10 + 18 + 52);
   const v = new DataView(m.buffer);
+  v.setUint32(0, B.qp.rcvNxt);
+  v.setUint32(4, B.qp.sndNxt);
   m[10] = 0x41;
   m[11] = 0x4a;
   v.setUint32(16, 1); // QN 1
@@ -615,11 +620,13 @@ test('QP state machine: IB transitions, post rules per state, ERROR flushes at p
   throwsVerbs(() => ra.postSend(q, { wrId: 1, opcode: 'send' }), 'state', /is in init: post send needs RTS/);
   ra.postRecv(q, { wrId: 'early', sg: [{ mr: m, offset: 0, length: 8 }] }); // allowed in INIT
   throwsVerbs(() => ra.modifyQp(q, { state: 'rtr' }), 'invalid', /RTR needs remote \{address, port\}/);
-  throwsVerbs(() => ra.modifyQp(q, { state: 'rtr', remote: { address: '192.168.9.9', port: 1 } }), 'invalid', /no route to 192\.168\.9\.9/);
-  throwsVerbs(() => ra.modifyQp(q, { state: 'rtr', remote: { address: 'nope', port: 1 } }), 'invalid', /remote address/);
-  throwsVerbs(() => ra.modifyQp(q, { state: 'rtr', remote: { address: IP_B, port: 70000 } }), 'invalid', /remote port must be an integer in 1\.\.65535, got 70000/);
+  throwsVerbs(() => ra.modifyQp(q, { state: 'rtr', remote: { address: '192.168.9.9', port: 1 }, rqPsn: 0 }), 'invalid', /no route to 192\.168\.9\.9/);
+  throwsVerbs(() => ra.modifyQp(q, { state: 'rtr', remote: { address: 'nope', port: 1 }, rqPsn: 0 }), 'invalid', /remote address/);
+  throwsVerbs(() => ra.modifyQp(q, { state: 'rtr', remote: { address: IP_B, port: 70000 }, rqPsn: 0 }), 'invalid', /remote port must be an integer in 1\.\.65535, got 70000/);
+  throwsVerbs(() => ra.modifyQp(q, { state: 'rtr', remote: { address: IP_B, port: B.qp.qpn } }), 'invalid', /RTR needs rqPsn, the peer QP's initial PSN/);
+  throwsVerbs(() => ra.modifyQp(q, { state: 'rtr', remote: { address: IP_B, port: B.qp.qpn }, rqPsn: 2 ** 32 }), 'invalid', /rqPsn must be an integer in 0\.\.4294967295/);
   assert.is(q.stateName, 'init', 'a refused transition changes nothing');
-  ra.modifyQp(q, { state: 'rtr', remote: { address: IP_B, port: B.qp.qpn } });
+  ra.modifyQp(q, { state: 'rtr', remote: { address: IP_B, port: B.qp.qpn }, rqPsn: B.qp.isn });
   bad('init');
   bad('sqd');
   throwsVerbs(() => ra.postSend(q, { wrId: 1, opcode: 'send' }), 'state', /is in rtr: post send needs RTS/);
@@ -629,7 +636,7 @@ test('QP state machine: IB transitions, post rules per state, ERROR flushes at p
   ra.modifyQp(q, { state: 'rts' });
   // B up: a send works; SQD holds new work until RTS again.
   p.b.rdma.modifyQp(B.qp, { state: 'init' });
-  p.b.rdma.modifyQp(B.qp, { state: 'rtr', remote: { address: IP_A, port: q.qpn } });
+  p.b.rdma.modifyQp(B.qp, { state: 'rtr', remote: { address: IP_A, port: q.qpn }, rqPsn: q.isn });
   p.b.rdma.modifyQp(B.qp, { state: 'rts' });
   const bm = mem(p.b, B.pd, 64);
   for (let i = 0; i < 3; i++) p.b.rdma.postRecv(B.qp, { wrId: i, sg: [{ mr: bm, offset: i * 16, length: 16 }] });
@@ -653,9 +660,11 @@ test('QP state machine: IB transitions, post rules per state, ERROR flushes at p
   assert.equal(A.rcq.poll(5), [wc('e2', q.qpn, 'flushed', 'recv')]);
   assert.equal(q.sqDepth, 0);
   // reset -> init -> rtr -> rts again (both sides), and traffic flows from fresh sequence numbers.
+  const oldIsn = q.isn;
   ra.modifyQp(q, { state: 'reset' });
   assert.is(q.stateName, 'reset');
   assert.equal([q.sndNxt, q.rcvNxt, q.sqDepth, q.rqDepth], [0, 0, 0, 0]);
+  assert.is.not(q.isn, oldIsn, 'a new random initial PSN after reset');
   p.b.rdma.modifyQp(B.qp, { state: 'reset' });
   assert.equal(await waitCompletions(B.rcq, 2), [wc(1, B.qp.qpn, 'flushed', 'recv'), wc(2, B.qp.qpn, 'flushed', 'recv')]);
   connectManual(p.a, q, p.b, B.qp);
@@ -756,7 +765,7 @@ test('bad input: every VerbsError says what is wrong', async () => {
   assert.is(q.sqDepth, 0, 'no refused request took a slot');
   assert.is(q.stateName, 'rts', 'and the QP is unharmed');
   // Objects.
-  throwsVerbs(() => ra.regMr(A.pd, 16, ['remote-jump']), 'invalid', /access: unknown access flag "remote-jump" \(expected local-write, remote-write, remote-read, remote-atomic\)/);
+  throwsVerbs(() => ra.regMr(A.pd, 16, ['remote-jump']), 'invalid', /access: unknown access flag "remote-jump" \(expected local-write, remote-write, remote-read, remote-atomic, remote-invalidate\)/);
   throwsVerbs(() => ra.regMr(A.pd, 16, ['remote-write']), 'invalid', /remote-write and remote-atomic need local-write as well/);
   throwsVerbs(() => ra.regMr(A.pd, -1, RW), 'invalid', /mr length must be an integer in 0\.\.2\^31, got -1/);
   throwsVerbs(() => ra.regMr(A.pd, 2 ** 31 + 1, RW), 'too-large', /mr length/);

@@ -107,11 +107,11 @@ export function makeEnds(s: Stack, init: Partial<QpInit> = {}, cqDepth = 4096): 
   return { pd, scq, rcq, qp };
 }
 
-/** Manual connect: both sides RTR with the other's address and port, then RTS. */
+/** Manual connect: both sides RTR with the other's address, port and initial PSN, then RTS. */
 export function connectManual(x: Stack, qx: Qp, y: Stack, qy: Qp): void {
   for (const [s, q, peer, ip] of [[x, qx, qy, y === x ? IP_A : ipOf(y)], [y, qy, qx, ipOf(x)]] as const) {
     s.rdma.modifyQp(q, { state: 'init' });
-    s.rdma.modifyQp(q, { state: 'rtr', remote: { address: ip, port: peer.qpn } });
+    s.rdma.modifyQp(q, { state: 'rtr', remote: { address: ip, port: peer.qpn }, rqPsn: peer.isn });
     s.rdma.modifyQp(q, { state: 'rts' });
   }
 }

@@ -254,9 +254,10 @@ test('send-with-invalidate: the named MR becomes invalid, a later write to it fa
   withPair(async ({ a, b, A, B, eventsA, eventsB }) => {
     const src = a.rdma.regMr(A.pd, pattern(4000, 31), []);
     const dst = b.rdma.regMr(B.pd, 4000, ['local-write']);
-    const target = b.rdma.regMr(B.pd, 4096, RW);
-    const other = b.rdma.regMr(B.pd, 4096, RW);
-    const third = b.rdma.regMr(B.pd, 64, ['remote-read']);
+    // Remote invalidation only of what was registered for it (remote-invalidate).
+    const target = b.rdma.regMr(B.pd, 4096, [...RW, 'remote-invalidate']);
+    const other = b.rdma.regMr(B.pd, 4096, [...RW, 'remote-invalidate']);
+    const third = b.rdma.regMr(B.pd, 64, ['remote-read', 'remote-invalidate']);
     // Before: a write to `target` works.
     a.rdma.postSend(A.qp, { wrId: 'w0', opcode: 'write', sg: [{ mr: src, offset: 0, length: 100 }], remote: { stag: target.stag, offset: 0 } });
     assert.equal(await one(A.scq), { wrId: 'w0', qpn: A.qp.qpn, status: 'success', opcode: 'write', byteLen: 100 });

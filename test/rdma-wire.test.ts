@@ -80,11 +80,14 @@ interface Want {
   note?: string;
 }
 
-/** The data frames are PSNs 0, 1, 2... one per wanted segment, each decoding as wanted. */
-function expectSegments(data: Map<number, TrpDecoded>, want: Want[], who: string): void {
-  assert.equal([...data.keys()].sort((x, y) => x - y), want.map((_, i) => i), `${who} sent PSNs 0.. one per segment`);
+/** A PSN relative to a side's initial PSN (PSNs are 32-bit and wrap). */
+const rel = (psn: number, isn: number) => (psn - isn) >>> 0;
+
+/** The data frames are PSNs isn, isn+1... one per wanted segment, each decoding as wanted. */
+function expectSegments(data: Map<number, TrpDecoded>, want: Want[], who: string, isn: number): void {
+  assert.equal([...data.keys()].map((k) => rel(k, isn)).sort((x, y) => x - y), want.map((_, i) => i), `${who} sent PSNs isn.. one per segment`);
   want.forEach((w, psn) => {
-    const d = data.get(psn) as TrpDecoded;
+    const d = data.get((isn + psn) >>> 0) as TrpDecoded;
     const at = `${who} PSN ${psn} (${d.info})`;
     assert.equal(d.ddp, w.ddp, `${at}: DDP`);
     assert.equal(d.rdmap, w.rdmap, `${at}: RDMAP`);
@@ -142,8 +145,8 @@ test('every message type two stacks send decodes in Wireshark as what was posted
     tdv.setBigUint64(40000, V_ADD, true);
     tdv.setBigUint64(40008, V_SWAP, true);
     tdv.setBigUint64(40016, V_CMP, true);
-    const inv1 = b.rdma.regMr(B.pd, 64, ['local-write', 'remote-write']);
-    const inv2 = b.rdma.regMr(B.pd, 64, ['local-write', 'remote-read']);
+    const inv1 = b.rdma.regMr(B.pd, 64, ['local-write', 'remote-write', 'remote-invalidate']);
+    const inv2 = b.rdma.regMr(B.pd, 64, ['local-write', 'remote-read', 'remote-invalidate']);
     const rbuf = b.rdma.regMr(B.pd, 8 * 4096, ['local-write']);
 
     // ---------------------------------------------------------------- A: two QPs
@@ -239,37 +242,42 @@ test('every message type two stacks send decodes in Wireshark as what was posted
     clean(a1, 'A phase 1');
     clean(b1, 'B phase 1');
     // CM: REQ from A's QP port to the listener, ACCEPT from B's new QP port (IRD := REQ.ord,
-    // ORD := REQ.ird), REQ to the refusing listener and its REJECT. psn 0, ack 0.
+    // ORD := REQ.ird), REQ to the refusing listener and its REJECT. A REQ carries its QP's
+    // random initial PSN; the ACCEPT carries the acceptor's and echoes the REQ's in ack; the
+    // REJECT echoes it too.
+    const aIsn = A.qp.isn, a2Isn = A2.qp.isn, bIsn = bqp.isn;
+    assert.ok(new Set([aIsn, a2Isn, bIsn]).size === 3, `initial PSNs differ: ${aIsn} ${a2Isn} ${bIsn}`);
     const cm = (frames: TrpDecoded[], op: number) => frames.filter((d) => d.trp?.opcode === op);
     const reqFrames = cm(a1, TRP.REQ);
     assert.ok(reqFrames.length >= 2, 'two REQs');
     const reqKinds = [...new Set(reqFrames.map((d) => JSON.stringify(d.trp)))].map((x) => JSON.parse(x)).sort((x, y) => x.cm.ird - y.cm.ird);
     assert.equal(reqKinds, [
-      { psn: 0, ack: 0, opcode: TRP.REQ, reserved: 0, pureAck: false, cm: { pdlen: 5, ird: 8, ord: 4, privateData: hex(ascii('hello')) } },
-      { psn: 0, ack: 0, opcode: TRP.REQ, reserved: 0, pureAck: false, cm: { pdlen: 5, ird: 16, ord: 16, privateData: hex(ascii('may I')) } },
+      { psn: aIsn, ack: 0, opcode: TRP.REQ, reserved: 0, pureAck: false, cm: { pdlen: 5, ird: 8, ord: 4, privateData: hex(ascii('hello')) } },
+      { psn: a2Isn, ack: 0, opcode: TRP.REQ, reserved: 0, pureAck: false, cm: { pdlen: 5, ird: 16, ord: 16, privateData: hex(ascii('may I')) } },
     ], 'each REQ (repeats identical)');
     assert.equal(reqs, [{ ird: 8, ord: 4, pd: hex(ascii('hello')) }], 'the listener saw the REQ once');
     const acc = cm(b1, TRP.ACCEPT);
     assert.ok(acc.length >= 1);
-    for (const d of acc) assert.equal(d.trp, { psn: 0, ack: 0, opcode: TRP.ACCEPT, reserved: 0, pureAck: false, cm: { pdlen: 7, ird: 4, ord: 8, privateData: hex(ascii('welcome')) } });
+    for (const d of acc) assert.equal(d.trp, { psn: bIsn, ack: aIsn, opcode: TRP.ACCEPT, reserved: 0, pureAck: false, cm: { pdlen: 7, ird: 4, ord: 8, privateData: hex(ascii('welcome')) } });
     const rej = cm(b1, TRP.REJECT);
     assert.ok(rej.length >= 1);
-    for (const d of rej) assert.equal(d.trp, { psn: 0, ack: 0, opcode: TRP.REJECT, reserved: 0, pureAck: false, cm: { pdlen: 2, ird: 0, ord: 0, privateData: hex(ascii('no')) } });
+    for (const d of rej) assert.equal(d.trp, { psn: 0, ack: a2Isn, opcode: TRP.REJECT, reserved: 0, pureAck: false, cm: { pdlen: 2, ird: 0, ord: 0, privateData: hex(ascii('no')) } });
 
-    // A's data: every segment of every WR, PSN 0, 1, 2... in posting order.
+    // A's data: every segment of every WR, PSN aIsn, aIsn+1... in posting order.
     const aData = byPsn(a1, 'A phase 1');
+    const aAt = (k: number) => aData.get((aIsn + k) >>> 0);
     const wantA: Want[] = posted.flatMap((x) => x.want);
     // The Read Request (QN 1, the first MSN there) and the Atomic Requests (the MSNs after it).
     const rrIndex = wantA.length;
     wantA.push({ ddp: untaggedWant(OP.READ_REQ, true, 0, 1, readReqMsn, 0), rdmap: rdmapWant(OP.READ_REQ, { reserved: '00000000' }) });
     atomics.forEach((x, k) => wantA.push({ ddp: untaggedWant(OP.ATOMIC_REQ, true, 0, 1, atomicMsns[k], 0), rdmap: rdmapWant(OP.ATOMIC_REQ) }));
-    const rr = aData.get(rrIndex)?.rdmap?.readRequest;
+    const rr = aAt(rrIndex)?.rdmap?.readRequest;
     assert.ok(rr, 'the Read Request decoded its fields');
     assert.equal({ size: rr.size, srcStag: rr.srcStag, srcTo: rr.srcTo }, { size: READ.len, srcStag: target.stag, srcTo: BigInt(READ.off) }, 'Read Request');
     wantA[rrIndex].rdmap.readRequest = rr; // the sink STag/TO are the requester's choice; the response must use them
     const reqIds: number[] = [];
     atomics.forEach((x, k) => {
-      const got = aData.get(rrIndex + 1 + k)?.rdmap?.atomicRequest;
+      const got = aAt(rrIndex + 1 + k)?.rdmap?.atomicRequest;
       assert.ok(got, `atomic ${x.req.wrId} decoded`);
       reqIds.push(got.requestId);
       const base = { reserved: 0, opcode: x.aop, requestId: got.requestId, stag: target.stag, to: BigInt(x.req.remote.offset) };
@@ -283,7 +291,7 @@ test('every message type two stacks send decodes in Wireshark as what was posted
       if (x.aop === 1) wantA[rrIndex + 1 + k].note = 'tshark 4.0: Swap\'s swap data/mask under compare labels';
     });
     assert.is(new Set(reqIds).size, atomics.length, 'distinct request ids');
-    expectSegments(aData, wantA, 'A');
+    expectSegments(aData, wantA, 'A', aIsn);
 
     // B's data: the Read Response segments, then the Atomic Responses (QN 3, MSN 1, 2, 3).
     const bData = byPsn(b1, 'B phase 1');
@@ -295,15 +303,15 @@ test('every message type two stacks send decodes in Wireshark as what was posted
     atomics.forEach((x, k) => wantB.push({
       ddp: untaggedWant(OP.ATOMIC_RESP, true, 0, 3, k + 1, 0), rdmap: rdmapWant(OP.ATOMIC_RESP, { atomicResponse: { requestId: reqIds[k], originalValue: x.orig } }),
     }));
-    expectSegments(bData, wantB, 'B');
+    expectSegments(bData, wantB, 'B', bIsn);
     // Pure ACKs (data going back carries the ACK instead, so a side may send none): the next
     // PSN, and a cumulative ack no further than what the other side sent. In the end each side
     // acknowledged everything the other sent.
-    for (const [frames, peerSent, ownSent, who] of [[a1, wantB.length, wantA.length, 'A'], [b1, wantA.length, wantB.length, 'B']] as const) {
+    for (const [frames, peerSent, ownSent, who, ownIsn, peerIsn] of [[a1, wantB.length, wantA.length, 'A', aIsn, bIsn], [b1, wantA.length, wantB.length, 'B', bIsn, aIsn]] as const) {
       for (const d of frames.filter((x) => x.trp?.pureAck)) {
-        assert.ok(d.trp && d.trp.opcode === TRP.DATA && d.trp.ack <= peerSent && d.trp.psn <= ownSent && !d.ddp, `${who} ACK ${JSON.stringify(d.trp)}`);
+        assert.ok(d.trp && d.trp.opcode === TRP.DATA && rel(d.trp.ack, peerIsn) <= peerSent && rel(d.trp.psn, ownIsn) <= ownSent && !d.ddp, `${who} ACK ${JSON.stringify(d.trp)}`);
       }
-      assert.ok(frames.some((d) => d.trp?.opcode === TRP.DATA && d.trp.ack === peerSent), `${who} acknowledged everything`);
+      assert.ok(frames.some((d) => d.trp?.opcode === TRP.DATA && d.trp.ack === ((peerIsn + peerSent) >>> 0)), `${who} acknowledged everything`);
     }
     assert.ok(a1.some((d) => d.trp?.pureAck), 'A acknowledged the responses with a pure ACK');
 
@@ -327,14 +335,15 @@ test('every message type two stacks send decodes in Wireshark as what was posted
     const P0 = wantA.length;
     for (const d of sacks) {
       const t = d.trp as NonNullable<TrpDecoded['trp']>;
-      assert.ok(t.psn < t.ack && t.psn > P0 && t.ack <= P0 + N, `SACK [${t.psn}, ${t.ack}) within what A sent`);
+      const lo = rel(t.psn, aIsn), hi = rel(t.ack, aIsn);
+      assert.ok(lo < hi && lo > P0 && hi <= P0 + N, `SACK [${lo}, ${hi}) (relative) within what A sent`);
       assert.is(t.sack, `[${t.psn}, ${t.ack})`);
       assert.is(d.ddp, undefined);
     }
     const aData2 = byPsn(a2, 'A phase 2');
-    assert.equal([...aData2.keys()].sort((x, y) => x - y), Array.from({ length: N }, (_, k) => P0 + k));
+    assert.equal([...aData2.keys()].map((k) => rel(k, aIsn)).sort((x, y) => x - y), Array.from({ length: N }, (_, k) => P0 + k));
     for (const [psn, d] of aData2) {
-      const k = psn - P0;
+      const k = rel(psn, aIsn) - P0;
       assert.equal(d.ddp, taggedWant(true, target.stag, BigInt(BASE + k * 100)), `A PSN ${psn}`);
       assert.equal(d.rdmap, rdmapWant(OP.WRITE));
       assert.is(d.payload, srcHex(k * 100, 100));
@@ -357,8 +366,8 @@ test('every message type two stacks send decodes in Wireshark as what was posted
     clean(b3, 'B phase 3');
     const badSeg = [0xc1, 0x40 | OP.WRITE, ...be32(badStag), ...be64(64n)];
     const aBad = byPsn(a3, 'A phase 3');
-    assert.equal([...aBad.keys()], [P0 + N]);
-    assert.equal(aBad.get(P0 + N)?.ddp, taggedWant(true, badStag, 64n));
+    assert.equal([...aBad.keys()], [(aIsn + P0 + N) >>> 0]);
+    assert.equal(aBad.get((aIsn + P0 + N) >>> 0)?.ddp, taggedWant(true, badStag, 64n));
     const terms = [...byPsn(b3, 'B phase 3').values()];
     assert.is(terms.length, 1, 'one Terminate');
     assert.equal(terms[0].ddp, untaggedWant(OP.TERMINATE, true, 0, 2, 1, 0), 'Terminate: QN 2, MSN 1');
@@ -367,13 +376,13 @@ test('every message type two stacks send decodes in Wireshark as what was posted
       // DDP layer (1), tagged buffer error (1), invalid STag (0); M and D: the segment length and its 14-byte header.
       terminate: { layer: 1, etype: 1, errcode: 0, m: true, d: true, r: false, rsvd: 0, ddpSegLen: 14 + 100, ddpHeader: hex(badSeg) },
     }));
-    assert.is(terms[0].trp?.psn, wantB.length, "B's next PSN");
+    assert.is(terms[0].trp?.psn, (bIsn + wantB.length) >>> 0, "B's next PSN");
     const fins = (frames: TrpDecoded[]) => frames.filter((d) => d.trp?.opcode === TRP.FIN);
     const aFin = fins(a3), bFin = fins(b3);
     assert.is(aFin.length, 1);
     assert.is(bFin.length, 1);
-    assert.equal(aFin[0].trp, { psn: aPsnEnd, ack: wantB.length + 1, opcode: TRP.FIN, reserved: 0, pureAck: false }, "A's FIN: its next PSN, everything of B's taken (the Terminate too)");
-    assert.is(bFin[0].trp?.psn, wantB.length + 1, "B's FIN: its next PSN");
+    assert.equal(aFin[0].trp, { psn: (aIsn + aPsnEnd) >>> 0, ack: (bIsn + wantB.length + 1) >>> 0, opcode: TRP.FIN, reserved: 0, pureAck: false }, "A's FIN: its next PSN, everything of B's taken (the Terminate too)");
+    assert.is(bFin[0].trp?.psn, (bIsn + wantB.length + 1) >>> 0, "B's FIN: its next PSN");
     // Every frame of every phase decoded as one of the kinds covered above.
     const kinds = new Set<string>();
     for (const d of [...a1, ...b1, ...a2, ...b2, ...a3, ...b3]) {

@@ -31,6 +31,9 @@ const CASES: [string, Req][] = [
   ['create srq pd 1 max-wr 32', { method: 'POST', path: '/v1/srqs', body: { pd: 1, maxWr: 32 } }],
   ['create qp pd 1 send-cq 2 recv-cq 3 max-send-wr 16 max-recv-wr 8 interface memif0', { method: 'POST', path: '/v1/qps', body: { pd: 1, sendCq: 2, recvCq: 3, maxSendWr: 16, maxRecvWr: 8, interface: 'memif0' } }],
   ['connect 20000 10.10.0.2:20001', { method: 'POST', path: '/v1/qps/20000/connect', body: { remote: { ip: '10.10.0.2', port: 20001 }, mode: 'manual' } }],
+  ['connect 20000 10.10.0.2:20001 psn 4000000000', { method: 'POST', path: '/v1/qps/20000/connect', body: { remote: { ip: '10.10.0.2', port: 20001 }, mode: 'manual', remotePsn: 4000000000 } }],
+  ['modify qp 20000 rtr remote 10.10.0.2:20001 rq-psn 7', { method: 'POST', path: '/v1/qps/20000/modify', body: { state: 'rtr', remote: { ip: '10.10.0.2', port: 20001 }, rqPsn: 7 } }],
+  ['modify qp 20000 rts sq-psn 9', { method: 'POST', path: '/v1/qps/20000/modify', body: { state: 'rts', sqPsn: 9 } }],
   ['connect 20000 10.10.0.2:18515 cm private-data 0102ff ord 4', { method: 'POST', path: '/v1/qps/20000/connect', body: { remote: { ip: '10.10.0.2', port: 18515 }, mode: 'cm', privateData: 'AQL/', ord: 4 } }],
   ['listen 18515 pd 1 send-cq 2 recv-cq 2', { method: 'POST', path: '/v1/listeners', body: { port: 18515, pd: 1, sendCq: 2, recvCq: 2, maxSendWr: 256 } }],
   ['unlisten 18515', { method: 'DELETE', path: '/v1/listeners/18515' }],
@@ -102,8 +105,8 @@ test('renderers on live views: show interfaces / neighbors / qps in VPP columns'
     const pb = await b.createPd();
     const cb = await b.createCq({ depth: 16 });
     const qb = await b.createQp({ pd: pb.pd, sendCq: cb.cq, recvCq: cb.cq, maxSendWr: 8, maxRecvWr: 8 });
-    await a.connect(qa.qpn, { remote: { ip: IP_B, port: qb.qpn }, mode: 'manual' });
-    await b.connect(qb.qpn, { remote: { ip: IP_A, port: qa.qpn }, mode: 'manual' });
+    await a.connect(qa.qpn, { remote: { ip: IP_B, port: qb.qpn }, mode: 'manual', remotePsn: qb.psn });
+    await b.connect(qb.qpn, { remote: { ip: IP_A, port: qa.qpn }, mode: 'manual', remotePsn: qa.psn });
     await a.postSend(qa.qpn, { wrId: 1, opcode: 'write', remote: { stag: 0, offset: 0 } });
     await a.pollCq(cq, 4, 1000);
     const ifs = await a.interfaces();

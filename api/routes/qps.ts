@@ -7,14 +7,14 @@ import * as S from '../schemas.ts';
 import { base64, privateData, type Ctx, type RouteDef } from './route.ts';
 
 type Qpn = { qpn: number };
-type ConnectBody = { remote: Endpoint; mode: 'manual' | 'cm'; privateData?: string; ird?: number; ord?: number; timeoutMs?: number };
+type ConnectBody = { remote: Endpoint; mode: 'manual' | 'cm'; remotePsn?: number; privateData?: string; ird?: number; ord?: number; timeoutMs?: number };
 type ListenBody = QpCreate & { port: number; privateData?: string };
-type ModifyBody = { state: 'reset' | 'init' | 'rtr' | 'rts' | 'sqd' | 'sqe' | 'error'; remote?: Endpoint; ird?: number; ord?: number };
+type ModifyBody = { state: 'reset' | 'init' | 'rtr' | 'rts' | 'sqd' | 'sqe' | 'error'; remote?: Endpoint; rqPsn?: number; sqPsn?: number; ird?: number; ord?: number };
 
 export const qpRoutes: RouteDef[] = [
   {
-    method: 'POST', path: '/v1/qps', tag: 'qps', summary: 'create a QP in RESET (its QPN is its UDP port)',
-    body: S.QpCreate, status: 201, response: S.QpView, errors: [404, 409, 503],
+    method: 'POST', path: '/v1/qps', tag: 'qps', summary: 'create a QP in RESET (its QPN is its UDP port; 409 past rdma.max-wr-slots)',
+    body: S.QpCreate, status: 201, response: S.QpView, errors: [404, 409, 413, 503],
     handler: ({ dp, body }: Ctx<never, never, QpCreate>) => dp.createQp(body),
   },
   {

@@ -37,8 +37,8 @@ export const statusRoutes: RouteDef[] = [
     handler: ({ dp, params }: Ctx<Name>) => dp.interface(params.name),
   },
   {
-    method: 'POST', path: '/v1/interfaces/{name}/capture', tag: 'interfaces', summary: 'start a pcap capture of rx, tx or both (both: FILE for rx, FILE-tx.pcap for tx)',
-    params: S.NameParams, body: S.CaptureStart, status: 200, response: S.InterfaceView, errors: [404, 503],
+    method: 'POST', path: '/v1/interfaces/{name}/capture', tag: 'interfaces', summary: 'start a pcap capture of rx, tx or both into new files of capture.dir (both: FILE for rx, FILE-tx.pcap for tx; 409 if one exists)',
+    params: S.NameParams, body: S.CaptureStart, status: 200, response: S.InterfaceView, errors: [404, 409, 503],
     handler: ({ dp, params, body }: Ctx<Name, never, { direction: 'rx' | 'tx' | 'both'; file: string; count?: number }>) => dp.capture(params.name, body),
   },
   {

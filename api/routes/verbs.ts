@@ -18,8 +18,8 @@ type Srq = { srq: number };
 export const verbsRoutes: RouteDef[] = [
   // ---------------------------------------------------------------- PD
   {
-    method: 'POST', path: '/v1/pds', tag: 'verbs', summary: 'create a protection domain',
-    status: 201, response: S.PdView, errors: [503],
+    method: 'POST', path: '/v1/pds', tag: 'verbs', summary: 'create a protection domain (409 past rdma.max-pds)',
+    status: 201, response: S.PdView, errors: [409],
     handler: ({ dp }: Ctx) => dp.createPd(),
   },
   {
@@ -34,8 +34,8 @@ export const verbsRoutes: RouteDef[] = [
   },
   // ---------------------------------------------------------------- MR
   {
-    method: 'POST', path: '/v1/mrs', tag: 'verbs', summary: 'register a memory region the data plane allocates (zero-filled)',
-    body: S.MrCreate, status: 201, response: S.MrView, errors: [404, 413, 503],
+    method: 'POST', path: '/v1/mrs', tag: 'verbs', summary: 'register a memory region the data plane allocates (zero-filled; 409 past rdma.max-mr-bytes)',
+    body: S.MrCreate, status: 201, response: S.MrView, errors: [404, 409, 413, 503],
     handler: ({ dp, body }: Ctx<never, never, { pd: number; length: number; access: string[] }>) => dp.createMr(body),
   },
   {
@@ -77,8 +77,8 @@ export const verbsRoutes: RouteDef[] = [
   },
   // ---------------------------------------------------------------- CQ
   {
-    method: 'POST', path: '/v1/cqs', tag: 'verbs', summary: 'create a completion queue',
-    body: S.CqCreate, status: 201, response: S.CqView, errors: [503],
+    method: 'POST', path: '/v1/cqs', tag: 'verbs', summary: 'create a completion queue (409 past rdma.max-cqs or rdma.max-cq-entries)',
+    body: S.CqCreate, status: 201, response: S.CqView, errors: [409, 413],
     handler: ({ dp, body }: Ctx<never, never, { depth: number }>) => dp.createCq(body),
   },
   {
@@ -103,8 +103,8 @@ export const verbsRoutes: RouteDef[] = [
   },
   // ---------------------------------------------------------------- SRQ
   {
-    method: 'POST', path: '/v1/srqs', tag: 'verbs', summary: 'create a shared receive queue',
-    body: S.SrqCreate, status: 201, response: S.SrqView, errors: [404, 503],
+    method: 'POST', path: '/v1/srqs', tag: 'verbs', summary: 'create a shared receive queue (409 past rdma.max-srqs or rdma.max-wr-slots)',
+    body: S.SrqCreate, status: 201, response: S.SrqView, errors: [404, 409, 413],
     handler: ({ dp, body }: Ctx<never, never, { pd: number; maxWr: number; maxSge?: number; limit?: number }>) => dp.createSrq(body),
   },
   {

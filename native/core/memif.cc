@@ -25,12 +25,14 @@
 #include "memif_proto.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 #include <uv.h>
@@ -57,6 +59,8 @@ constexpr uint32_t kBusyControlEvery = 64;      // busy rx polls between control
 constexpr uint32_t kIdleControlEvery = 16;      // empty polls (interrupts still off) between checks
 constexpr uint64_t kIdleNs = 50 * 1000;         // empty this long: interrupts back on
 constexpr long kRetryNs = 250 * 1000 * 1000;    // client reconnect interval
+constexpr size_t kMaxPending = 8;               // accepted connections waiting for INIT, per socket
+constexpr uint64_t kPendingNs = 2000ull * 1000 * 1000;  // how long one may wait for INIT
 
 // Indices into the shared state array (a Uint32Array JavaScript reads after each call).
 enum State : uint32_t {
@@ -213,6 +217,45 @@ std::string NameOf(const uint8_t* p, size_t cap) {
   return std::string(reinterpret_cast<const char*>(p), n);
 }
 
+// The interrupt eventfds are shared with the peer: SCM_RIGHTS shares the open file
+// description, O_NONBLOCK included, so the peer can make one blocking at any moment, and a
+// pipe or a socket could be sent in its place. ADD_RING takes only eventfds (IsEventfd) and
+// sets O_NONBLOCK; reads never block (preadv2 RWF_NOWAIT, or poll first on kernels without
+// it); writes go only when poll says there is room, and a peer found to have cleared
+// O_NONBLOCK is disconnected (EventWrite returns -1).
+bool IsEventfd(int fd) {
+  char path[40], link[40];
+  std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  const ssize_t n = readlink(path, link, sizeof link - 1);
+  if (n <= 0) return false;
+  link[n] = 0;
+  return std::strcmp(link, "anon_inode:[eventfd]") == 0;
+}
+
+bool PollFd(int fd, short ev) {
+  pollfd p = {fd, ev, 0};
+  return poll(&p, 1, 0) == 1 && (p.revents & ev) != 0;
+}
+
+// Takes the counter if there is one; true when it was non-zero.
+bool EventRead(int fd) {
+  uint64_t v;
+  iovec io = {&v, sizeof v};
+  const ssize_t r = preadv2(fd, &io, 1, -1, RWF_NOWAIT);
+  if (r == static_cast<ssize_t>(sizeof v)) return true;
+  if (r < 0 && errno == EOPNOTSUPP) return PollFd(fd, POLLIN) && read(fd, &v, sizeof v) == static_cast<ssize_t>(sizeof v);
+  return false;
+}
+
+// Adds 1; 1 when written, 0 when there was no room, -1 when the fd was made blocking.
+int EventWrite(int fd) {
+  const int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || !(fl & O_NONBLOCK)) return -1;
+  if (!PollFd(fd, POLLOUT)) return 0;
+  uint64_t one = 1;
+  return write(fd, &one, sizeof one) == static_cast<ssize_t>(sizeof one) ? 1 : 0;
+}
+
 void EpollAdd(int ep, int fd) {
   struct epoll_event ev;
   std::memset(&ev, 0, sizeof ev);
@@ -231,6 +274,7 @@ struct Listener;
 // no owner until its INIT names an interface id.
 struct Conn {
   int fd = -1;
+  uint64_t since = 0;            // when accepted (pending connections time out)
   Memif* owner = nullptr;
   Listener* listener = nullptr;  // server side only
   int watch_ep = -1;             // the epoll fd it is registered in
@@ -249,7 +293,9 @@ struct Listener {
   dev_t dev = 0;
   ino_t ino = 0;
   std::vector<Memif*> members;
-  std::vector<Conn*> pending;  // accepted, waiting for INIT
+  std::vector<Conn*> pending;  // accepted, waiting for INIT (at most kMaxPending)
+  int reserve_fd = -1;         // an fd held back so accept() can drain a connection on EMFILE
+  uint64_t refused = 0;        // connections closed unserved (too many pending, timed out, no fd)
 };
 
 thread_local std::vector<Listener*> t_listeners;
@@ -441,14 +487,46 @@ class Memif : public Napi::ObjectWrap<Memif> {
   }
 
   static void PollListener(Listener* l, int ep) {
+    const uint64_t now = NowNs();
+    // Connections that never sent INIT go first: they make room for new ones.
+    for (size_t i = 0; i < l->pending.size();) {
+      Conn* c = l->pending[i];
+      if (now - c->since < kPendingNs) {
+        i++;
+        continue;
+      }
+      SendDisconnect(c->fd, "Timed out waiting for INIT", 0);
+      l->refused++;
+      ClosePending(l, c);
+    }
     for (;;) {
       int fd = accept4(l->fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
+        if ((errno == EMFILE || errno == ENFILE) && l->reserve_fd >= 0) {
+          // Out of descriptors: the listener would stay readable and the engine spin. Give back
+          // the reserve, take the connection off the queue and close it, keep the reserve again.
+          close(l->reserve_fd);
+          l->reserve_fd = -1;
+          int lost = accept4(l->fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (lost >= 0) {
+            close(lost);
+            l->refused++;
+          }
+          l->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+          if (lost >= 0) continue;
+        }
         break;
+      }
+      if (l->pending.size() >= kMaxPending) {
+        SendDisconnect(fd, "Too many connections waiting for INIT", 0);
+        close(fd);
+        l->refused++;
+        continue;
       }
       Conn* c = new Conn();
       c->fd = fd;
+      c->since = now;
       c->listener = l;
       EpollAdd(ep, fd);
       c->watch_ep = ep;
@@ -659,6 +737,11 @@ class Memif : public Napi::ObjectWrap<Memif> {
         const memif::AddRegion& ar = m.add_region;
         if (ar.index != regions_.size() || ar.index >= memif::kMaxRegions) return CloseAnd(afd, "Invalid region index");
         if (ar.size == 0 || ar.size > (uint64_t{1} << 40)) return CloseAnd(afd, "Invalid region size");
+        // A region the client could shrink after we map it would kill us with SIGBUS on the next
+        // access: it must be sealed against shrinking (memfd F_SEAL_SHRINK, as libmemif, DPDK
+        // and our own client do), and as large as it claims.
+        const int seals = fcntl(afd, F_GET_SEALS);
+        if (seals < 0 || !(seals & F_SEAL_SHRINK)) return CloseAnd(afd, "Region not sealed against shrinking (F_SEAL_SHRINK)");
         struct stat st;
         if (fstat(afd, &st) != 0 || static_cast<uint64_t>(st.st_size) < ar.size) return CloseAnd(afd, "Region fd smaller than the region");
         Region reg;
@@ -678,6 +761,9 @@ class Memif : public Napi::ObjectWrap<Memif> {
         if (ar.index >= limit || rings[ar.index].present) return CloseAnd(afd, "Invalid ring index");
         if (ar.log2_ring_size == 0 || ar.log2_ring_size > log2_) return CloseAnd(afd, "Invalid ring size");
         if (ar.private_hdr_size != 0) return CloseAnd(afd, "Private headers not supported");
+        if (!IsEventfd(afd)) return CloseAnd(afd, "Interrupt fd is not an eventfd");
+        const int fl = fcntl(afd, F_GETFL);
+        if (fl < 0 || fcntl(afd, F_SETFL, fl | O_NONBLOCK) != 0) return CloseAnd(afd, "Interrupt fd cannot be made non-blocking");
         Ring& r = rings[ar.index];
         r.present = true;
         r.fd = afd;
@@ -1017,6 +1103,9 @@ class Memif : public Napi::ObjectWrap<Memif> {
     return reg.addr + d.offset;
   }
 
+  // The peer owns the descriptors it publishes and may rewrite them at any moment (a double
+  // fetch is a hole): each descriptor of a frame is read once, volatile, into chain_, validated
+  // there, and only the copy is used afterwards. Stash pops are counted from the copies.
   uint32_t RxRing(Ring& r, uint32_t* out, uint32_t max) {
     PoolView& p = pool_;
     const bool c2s = server_;  // the server receives on C2S rings, the client on S2C rings
@@ -1025,6 +1114,12 @@ class Memif : public Napi::ObjectWrap<Memif> {
     uint16_t avail = static_cast<uint16_t>(last - cur);
     if (avail > r.size) {
       Disconnect("Ring index beyond the ring size", true, true);
+      return 0;
+    }
+    // A client's receive ring holds only the buffers it gave (head); a server publishing its
+    // tail past them would hand us slots we never filled.
+    if (!c2s && avail > static_cast<uint16_t>(r.head - cur)) {
+      Disconnect("Ring tail beyond the buffers given to the peer", true, true);
       return 0;
     }
     if (avail == 0) {
@@ -1036,23 +1131,27 @@ class Memif : public Napi::ObjectWrap<Memif> {
     const uint32_t ds = p.data_size;
     uint32_t n = 0;
     uint64_t bytes = 0;
+    Desc* const chain = chain_;
     while (n < max && avail > 0) {
-      // The frame: descriptors up to one without NEXT.
+      // The frame: descriptors up to one without NEXT, each copied once.
       uint32_t segs = 0;
       uint64_t total = 0;
       bool complete = false, bad = false;
       while (segs < avail && segs < kMaxChain) {
-        const Desc& d = r.desc[(cur + segs) & r.mask];
-        const uint16_t fl = d.flags;
-        const uint32_t len = d.length;
+        const volatile Desc& sd = r.desc[(cur + segs) & r.mask];
+        Desc& d = chain[segs];
+        d.flags = sd.flags;
+        d.region = sd.region;
+        d.length = sd.length;
+        d.offset = sd.offset;
         if (zc_) {
-          if (len > ds || r.shadow[(cur + segs) & r.mask] == kInvalid) bad = true;
+          if (d.length > ds || r.shadow[(cur + segs) & r.mask] == kInvalid) bad = true;
         } else if (DescData(d) == nullptr) {
           bad = true;
         }
-        total += len;
+        total += d.length;
         segs++;
-        if (!(fl & memif::kDescFlagNext)) {
+        if (!(d.flags & memif::kDescFlagNext)) {
           complete = true;
           break;
         }
@@ -1083,7 +1182,7 @@ class Memif : public Napi::ObjectWrap<Memif> {
           const uint32_t bi = r.shadow[s];
           r.shadow[s] = kInvalid;
           p.offset[bi] = p.DataStart(bi);
-          p.length[bi] = r.desc[s].length;
+          p.length[bi] = chain[k].length;
           p.flags[bi] = 0;
           if (prev != kInvalid) {
             p.flags[prev] = p.f_next;
@@ -1095,7 +1194,7 @@ class Memif : public Napi::ObjectWrap<Memif> {
         }
         out[n++] = head;
       } else {
-        uint32_t need = total == 0 ? 1 : static_cast<uint32_t>((total + ds - 1) / ds);
+        const uint32_t need = total == 0 ? 1 : static_cast<uint32_t>((total + ds - 1) / ds);
         if (need > stash_n) {
           rx_no_buffers_++;
           break;
@@ -1104,14 +1203,20 @@ class Memif : public Napi::ObjectWrap<Memif> {
         const uint32_t head = bi;
         uint8_t* dst = p.mem + p.DataStart(bi);
         uint32_t w = 0;
+        bool dry = false;
         p.offset[bi] = p.DataStart(bi);
         p.flags[bi] = 0;
-        for (uint32_t k = 0; k < segs; k++) {
-          const Desc& d = r.desc[(cur + k) & r.mask];
+        for (uint32_t k = 0; k < segs && !dry; k++) {
+          const Desc& d = chain[k];
           const uint8_t* src = DescData(d);
           uint32_t len = d.length;
           while (len > 0) {
             if (w == ds) {
+              // `need` came from these same lengths, so the stash has them; checked all the same.
+              if (stash_n == 0) {
+                dry = true;
+                break;
+              }
               p.length[bi] = w;
               const uint32_t nb = p.stash[--stash_n];
               p.flags[bi] = p.f_next;
@@ -1130,6 +1235,21 @@ class Memif : public Napi::ObjectWrap<Memif> {
           }
         }
         p.length[bi] = w;
+        p.flags[bi] = 0;
+        if (dry) {
+          // Give the chain back and drop the frame.
+          for (uint32_t b = head;;) {
+            const bool more = (p.flags[b] & p.f_next) != 0;
+            const uint32_t nx = p.next[b];
+            Recycle(b, stash_n, done_n);
+            if (!more || b == bi) break;
+            b = nx;
+          }
+          rx_errors_++;
+          cur += segs;
+          avail -= segs;
+          continue;
+        }
         out[n++] = head;
       }
       bytes += total;
@@ -1195,8 +1315,7 @@ class Memif : public Napi::ObjectWrap<Memif> {
         Mask(q, r);
       }
     }
-    uint64_t v;
-    if (phase_ == Phase::kConnected && read(r.fd, &v, sizeof v) == static_cast<ssize_t>(sizeof v)) interrupts_++;
+    if (phase_ == Phase::kConnected && EventRead(r.fd)) interrupts_++;
     if (q == 0 && n == 0) {
       busy_polls_ = 0;
       Poll();
@@ -1263,8 +1382,9 @@ class Memif : public Napi::ObjectWrap<Memif> {
   void Kick(Ring& r) {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (Load16Relaxed(r.flags_p()) & memif::kRingFlagMaskInt) return;
-    uint64_t one = 1;
-    if (write(r.fd, &one, sizeof one) == static_cast<ssize_t>(sizeof one)) kicks_++;
+    const int w = EventWrite(r.fd);
+    if (w > 0) kicks_++;
+    else if (w < 0) Disconnect("Interrupt fd made blocking by the peer", true, true);
   }
 
   // Gathers a pool packet's segments; 0 when the chain is invalid.
@@ -1620,6 +1740,7 @@ class Memif : public Napi::ObjectWrap<Memif> {
     set("disconnects", static_cast<double>(disconnects_));
     set("connectFailures", static_cast<double>(connect_failures_));
     set("refused", static_cast<double>(refused_));
+    set("socketRefused", static_cast<double>(listener_ != nullptr ? listener_->refused : 0));
     set("controlMessages", static_cast<double>(msgs_received_));
     return o;
   }
@@ -1689,6 +1810,7 @@ class Memif : public Napi::ObjectWrap<Memif> {
     Listener* l = new Listener();
     l->addr = addr_;
     l->fd = fd;
+    l->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     struct stat st;
     if (!addr_.abstract && stat(addr_.name.c_str(), &st) == 0) {
       l->dev = st.st_dev;
@@ -1723,6 +1845,7 @@ class Memif : public Napi::ObjectWrap<Memif> {
       delete c;
     }
     close(l->fd);
+    if (l->reserve_fd >= 0) close(l->reserve_fd);
     if (!l->addr.abstract) {
       struct stat st;
       // Remove the socket file only if it is still ours.
@@ -1781,6 +1904,7 @@ class Memif : public Napi::ObjectWrap<Memif> {
   std::vector<int> hold_;             // per rx queue: readable while its ring is masked
   std::vector<uint8_t> hold_set_;
   uint32_t dummy_ = kInvalid;
+  Desc chain_[kMaxChain];  // RxRing's private copies of one frame's descriptors
 
   PoolView pool_;
   bool pool_bound_ = false;

@@ -1,32 +1,56 @@
 /**
  * The connection manager (PROTOCOL.md section 6), in band on UDP. REQ/ACCEPT/REJECT carry,
- * after a TRP header with psn 0 and ack 0: private-data length(2) ird(2) ord(2) and up to 512
- * bytes of private data; the datagram length must be exactly 16 + that length.
+ * after the TRP header: private-data length(2) ird(2) ord(2) and up to 512 bytes of private
+ * data; the datagram length must be exactly 16 + that length.
+ *
+ * Sequence numbers and the connection id (our extension of urdma's exchange, where both TRP
+ * fields were 0): REQ's psn is the active QP's random initial PSN, which also names this
+ * connection attempt; ACCEPT's psn is the passive QP's random initial PSN and its ack echoes
+ * the REQ's psn (the next PSN the acceptor expects); REJECT's ack echoes it too. An ACCEPT or
+ * REJECT that does not echo it is not an answer to our REQ (a spoofer must guess 32 random
+ * bits), whatever address and port it comes from.
  *
  * Active side: `connect` sends REQ from the QP's port to the listener and resends it every
  * `retryMs` until ACCEPT or REJECT arrives or `timeoutMs` passes (urdma sends it once). The
- * ACCEPT's source port is the peer QP's port; IRD/ORD are settled and the QP goes to RTS.
+ * ACCEPT's source port is the peer QP's port; IRD/ORD are settled, the QP goes to RTS and a
+ * pure ACK goes back at once (the handshake's third packet: it shows the acceptor that we
+ * got its ACCEPT).
  *
  * Passive side: a listener port is bound to cm-input. A REQ makes the listener's `accept`
  * callback create a QP (on a new port), IRD := REQ.ord and ORD := REQ.ird (REJECT if either
- * is over the limit), the QP goes to RTS and ACCEPT goes out from its port. A repeated REQ
- * (our ACCEPT was lost) gets the same ACCEPT again, not a second QP.
+ * is over the limit), the QP goes to RTS and ACCEPT goes out from its port. Until something
+ * from the peer acknowledges within its window (only who got the ACCEPT knows its initial
+ * PSN) the QP is half-open: a listener holds at most `backlog` of those (further REQs are
+ * dropped unanswered, as a full SYN queue does), and one still half-open after
+ * `halfOpenTimeoutNs` is destroyed (reaped). A repeated REQ (our ACCEPT was lost) gets the same
+ * ACCEPT again, not a second QP, and only while half-open, at most every REACCEPT_NS and
+ * REACCEPT_MAX times: spoofed REQs cannot turn us into an amplifier.
  */
 import { type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
 import { formatIp4, Ip4Opaque } from '../ip4/ip4.ts';
 import type { RdmaCore } from './core.ts';
-import { MAX_RD_ATOMIC, type Qp } from './qp.ts';
+import { MAX_RD_ATOMIC, type Qp, QpState } from './qp.ts';
 import { CM_MAX_PRIVATE_DATA, CM_PARAMS_BYTES, TRP_HEADER_BYTES, TrpOp } from './wire.ts';
 
 export const CM_INPUT = 'cm-input';
 
-export const CmError = { MALFORMED: 0, NO_LISTENER: 1, UNEXPECTED: 2, REQUESTS: 3 } as const;
+export const CmError = { MALFORMED: 0, NO_LISTENER: 1, UNEXPECTED: 2, REQUESTS: 3, BACKLOG_FULL: 4, REPEATED: 5, REAPED: 6, WRONG_ID: 7 } as const;
 const ERRORS = [
   { name: 'malformed', description: 'CM message with a bad length or values', severity: 'error' },
   { name: 'no_listener', description: 'REQ to a port with no listener', severity: 'warn' },
   { name: 'unexpected', description: 'ACCEPT/REJECT for a QP not connecting', severity: 'info' },
   { name: 'requests', description: 'connection requests received', severity: 'info' },
+  { name: 'backlog_full', description: 'REQ dropped: the listener has its backlog of half-open connections', severity: 'warn' },
+  { name: 'repeated', description: 'repeated REQ not answered (connection up, or re-ACCEPT limit)', severity: 'info' },
+  { name: 'reaped', description: 'half-open connections destroyed (no traffic after ACCEPT)', severity: 'warn' },
+  { name: 'wrong_id', description: 'ACCEPT/REJECT not echoing our REQ (spoofed or stale)', severity: 'warn' },
 ] as const;
+
+/** A repeated REQ of a half-open connection gets its ACCEPT again at most this often / this many times. */
+const REACCEPT_NS = 20e6;
+const REACCEPT_MAX = 8;
+/** Timer user ids at and above this are half-open checks of the QP at (id - REAP_TIMER). */
+const REAP_TIMER = 1 << 20;
 
 export interface ConnectRequest {
   /** The peer's address and (data) port. */
@@ -44,8 +68,14 @@ export type AcceptDecision = { qp: Qp; privateData?: Uint8Array } | { reject: tr
 export interface Listener {
   port: number;
   accept: (req: ConnectRequest) => AcceptDecision;
+  /** Most half-open connections at once. */
+  backlog: number;
   /** Peer "address:port" -> the QP we created for it (repeated REQs). */
   readonly conns: Map<string, Qp>;
+  /** Accepted QPs that may still be half-open (pruned as they open, at most `backlog`). */
+  readonly halfOpen: Set<Qp>;
+  /** Told when a half-open QP it accepted was reaped (destroyed). */
+  onReap?: (qp: Qp, reason: string) => void;
 }
 
 export interface PendingConnect {
@@ -60,8 +90,11 @@ export interface PendingConnect {
 
 /** Hooks the verbs layer gives the CM (QP state changes live there). */
 export interface CmHooks {
-  established(qp: Qp, peerAddr: number, peerPort: number, ird: number, ord: number): void;
+  /** To RTS toward the peer, receiving from `peerIsn`; throws (a VerbsError) when it cannot (no route). */
+  established(qp: Qp, peerAddr: number, peerPort: number, ird: number, ord: number, peerIsn: number): void;
   failed(qp: Qp, reason: string): void;
+  /** Destroy a half-open QP (no traffic after our ACCEPT). */
+  reap(qp: Qp, reason: string): void;
 }
 
 export class ConnectionManager {
@@ -70,14 +103,19 @@ export class ConnectionManager {
   readonly pending = new Map<number, PendingConnect>(); // by QP index
   hooks!: CmHooks;
   rt!: NodeRuntime;
+  /** How long an accepted connection may stay half-open before it is reaped. */
+  halfOpenTimeoutNs = 5000e6;
 
   constructor(core: RdmaCore) {
     this.core = core;
   }
 
-  static message(op: number, ird: number, ord: number, pd: Uint8Array): Uint8Array {
+  /** A CM message: TRP header (psn, ack, opcode), then the parameters and private data. */
+  static message(op: number, ird: number, ord: number, pd: Uint8Array, psn = 0, ack = 0): Uint8Array {
     const m = new Uint8Array(TRP_HEADER_BYTES + CM_PARAMS_BYTES + pd.length);
     const v = new DataView(m.buffer);
+    v.setUint32(0, psn);
+    v.setUint32(4, ack);
     v.setUint16(8, op << 12);
     v.setUint16(10, pd.length);
     v.setUint16(12, ird);
@@ -104,8 +142,10 @@ export class ConnectionManager {
     p.reject(new Error(reason));
   }
 
-  /** REQ retransmission timer. */
-  timer(index: number): void {
+  /** REQ retransmission timer, and half-open checks (user >= REAP_TIMER). */
+  timer(user: number): void {
+    if (user >= REAP_TIMER) return this.reapCheck(user - REAP_TIMER);
+    const index = user;
     const p = this.pending.get(index);
     if (!p) return;
     const now = this.core.graph.clock.nowNs();
@@ -120,55 +160,60 @@ export class ConnectionManager {
     this.core.graph.startTimer(this.rt, p.retryNs, index);
   }
 
+  /** Reap the passive QP at `index` if it is still half-open after the timeout. */
+  private reapCheck(index: number): void {
+    const qp = this.core.qps[index];
+    if (qp === null || !qp.halfOpen || qp.destroyed) return;
+    const left = qp.acceptedNs + this.halfOpenTimeoutNs - this.core.graph.clock.nowNs();
+    if (left > 0) {
+      // Another QP took this index since the timer was set: check it when its own time is up.
+      this.core.graph.startTimer(this.rt, left, REAP_TIMER + index);
+      return;
+    }
+    const why = `half-open connection from ${formatIp4(qp.remoteAddr)}:${qp.remotePort} reaped: no traffic ${Math.round(this.halfOpenTimeoutNs / 1e6)} ms after ACCEPT`;
+    this.rt.countError(CmError.REAPED);
+    const l = this.listeners.get(qp.listenPort);
+    if (l) l.halfOpen.delete(qp);
+    this.hooks.reap(qp, why);
+    l?.onReap?.(qp, why);
+  }
+
+  /** Half-open QPs of `l` right now (prunes those that opened or went away). */
+  private halfOpenCount(l: Listener): number {
+    for (const q of l.halfOpen) if (!q.halfOpen || q.destroyed || q.state === QpState.ERROR) l.halfOpen.delete(q);
+    return l.halfOpen.size;
+  }
+
   /** One CM message (data at the TRP header). */
   input(rt: NodeRuntime, bytes: Uint8Array, src: number, srcPort: number, dstPort: number, qpIndex: number): void {
     const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     if (bytes.length < TRP_HEADER_BYTES + CM_PARAMS_BYTES) return rt.countError(CmError.MALFORMED);
     const op = v.getUint16(8) >>> 12;
     if (op !== TrpOp.REQ && op !== TrpOp.ACCEPT && op !== TrpOp.REJECT) return rt.countError(CmError.MALFORMED);
+    const psn = v.getUint32(0), ack = v.getUint32(4);
     const pdLen = v.getUint16(10), ird = v.getUint16(12), ord = v.getUint16(14);
     if (bytes.length !== TRP_HEADER_BYTES + CM_PARAMS_BYTES + pdLen || pdLen > CM_MAX_PRIVATE_DATA) return rt.countError(CmError.MALFORMED);
-    const pd = bytes.slice(16, 16 + pdLen);
-    if (op === TrpOp.REQ) {
-      rt.countError(CmError.REQUESTS);
-      const l = this.listeners.get(dstPort);
-      if (!l) return rt.countError(CmError.NO_LISTENER);
-      const key = `${src}:${srcPort}`;
-      const have = l.conns.get(key);
-      if (have && !have.destroyed) {
-        this.send(ConnectionManager.message(TrpOp.ACCEPT, have.ird, have.ord, have.privateData), src, srcPort, have.qpn);
-        return;
-      }
-      if (ird > MAX_RD_ATOMIC || ord > MAX_RD_ATOMIC) {
-        this.send(ConnectionManager.message(TrpOp.REJECT, 0, 0, new Uint8Array(0)), src, srcPort, dstPort);
-        return;
-      }
-      let d: AcceptDecision;
-      try {
-        d = l.accept({ address: formatIp4(src), port: srcPort, listenPort: dstPort, ird, ord, privateData: pd });
-      } catch (e) {
-        d = { reject: true, reason: (e as Error).message };
-      }
-      if ('reject' in d) {
-        this.send(ConnectionManager.message(TrpOp.REJECT, 0, 0, d.privateData ?? new Uint8Array(0)), src, srcPort, dstPort);
-        return;
-      }
-      const qp = d.qp;
-      // Passive side: IRD := REQ.ord, ORD := REQ.ird, each within what the QP allows.
-      this.hooks.established(qp, src, srcPort, Math.min(ord, qp.cfg.ird) || 1, Math.min(ird, qp.cfg.ord) || 1);
-      qp.privateData = d.privateData ?? new Uint8Array(0);
-      qp.cmRole = 'passive';
-      l.conns.set(key, qp);
-      this.send(ConnectionManager.message(TrpOp.ACCEPT, qp.ird, qp.ord, qp.privateData), src, srcPort, qp.qpn);
-      return;
-    }
+    if (op === TrpOp.REQ) return this.request(rt, bytes, src, srcPort, dstPort, psn, ird, ord, pdLen);
     const p = qpIndex >= 0 ? this.pending.get(qpIndex) : undefined;
-    // Only the host we sent the REQ to answers it (from the port of the QP it made).
+    // Only the host we sent the REQ to answers it (from the port of the QP it made), and only
+    // an answer that echoes our REQ's initial PSN is one.
     if (!p || src !== p.qp.remoteAddr) return rt.countError(CmError.UNEXPECTED);
+    if (ack !== p.qp.isn) return rt.countError(CmError.WRONG_ID);
     this.pending.delete(qpIndex);
+    const pd = bytes.slice(16, 16 + pdLen);
     if (op === TrpOp.ACCEPT) {
       // Our ORD may not exceed the peer's IRD; our IRD serves the peer's ORD.
-      this.hooks.established(p.qp, src, srcPort, Math.max(p.qp.ird, Math.min(ord, p.qp.cfg.ird)), Math.min(p.qp.ord, ird) || 1);
+      try {
+        this.hooks.established(p.qp, src, srcPort, Math.max(p.qp.ird, Math.min(ord, p.qp.cfg.ird)), Math.min(p.qp.ord, ird) || 1, psn);
+      } catch (e) {
+        const why = `connect to ${formatIp4(src)}: ${(e as Error).message}`;
+        this.hooks.failed(p.qp, why);
+        p.reject(new Error(why));
+        return;
+      }
+      // The handshake's third packet: a pure ACK shows the acceptor we have its ACCEPT.
+      p.qp.ackNeeded = true;
+      this.core.schedule(p.qp);
       p.resolve({ privateData: pd });
     } else {
       const why = `connection rejected by ${formatIp4(src)}:${srcPort}`;
@@ -177,6 +222,58 @@ export class ConnectionManager {
       e.privateData = pd;
       p.reject(e);
     }
+  }
+
+  private request(rt: NodeRuntime, bytes: Uint8Array, src: number, srcPort: number, dstPort: number, peerIsn: number, ird: number, ord: number, pdLen: number): void {
+    rt.countError(CmError.REQUESTS);
+    const l = this.listeners.get(dstPort);
+    if (!l) return rt.countError(CmError.NO_LISTENER);
+    const now = this.core.graph.clock.nowNs();
+    const key = `${src}:${srcPort}`;
+    const have = l.conns.get(key);
+    if (have && !have.destroyed && have.state !== QpState.ERROR) {
+      // The same attempt again (our ACCEPT was lost): the same ACCEPT, while the peer has shown
+      // nothing of having it, and not too often. Another attempt from the same address and
+      // port while this connection is up is stale or spoofed: not answered.
+      if (have.peerIsn !== peerIsn || !have.halfOpen || have.cmAccepts > REACCEPT_MAX || now - have.cmAcceptNs < REACCEPT_NS) return rt.countError(CmError.REPEATED);
+      have.cmAccepts++;
+      have.cmAcceptNs = now;
+      this.send(ConnectionManager.message(TrpOp.ACCEPT, have.ird, have.ord, have.privateData, have.isn, peerIsn), src, srcPort, have.qpn);
+      return;
+    }
+    if (have) l.conns.delete(key);
+    if (this.halfOpenCount(l) >= l.backlog) return rt.countError(CmError.BACKLOG_FULL);
+    const reject = (pd?: Uint8Array) => this.send(ConnectionManager.message(TrpOp.REJECT, 0, 0, pd ?? new Uint8Array(0), 0, peerIsn), src, srcPort, dstPort);
+    if (ird > MAX_RD_ATOMIC || ord > MAX_RD_ATOMIC) return reject();
+    let d: AcceptDecision;
+    try {
+      d = l.accept({ address: formatIp4(src), port: srcPort, listenPort: dstPort, ird, ord, privateData: bytes.slice(16, 16 + pdLen) });
+    } catch (e) {
+      d = { reject: true, reason: (e as Error).message };
+    }
+    if ('reject' in d) return reject(d.privateData);
+    const qp = d.qp;
+    // Passive side: IRD := REQ.ord, ORD := REQ.ird, each within what the QP allows.
+    try {
+      this.hooks.established(qp, src, srcPort, Math.min(ord, qp.cfg.ird) || 1, Math.min(ird, qp.cfg.ord) || 1, peerIsn);
+    } catch (e) {
+      // No route back to the requester: nobody to accept. The QP goes (as if reaped).
+      const why = `connection request from ${formatIp4(src)}:${srcPort}: ${(e as Error).message}`;
+      this.hooks.reap(qp, why);
+      l.onReap?.(qp, why);
+      return;
+    }
+    qp.privateData = d.privateData ?? new Uint8Array(0);
+    qp.cmRole = 'passive';
+    qp.halfOpen = true;
+    qp.acceptedNs = qp.cmAcceptNs = now;
+    qp.cmAccepts = 1;
+    qp.listenPort = dstPort;
+    qp.peerIsn = peerIsn;
+    l.conns.set(key, qp);
+    l.halfOpen.add(qp);
+    this.core.graph.startTimer(this.rt, this.halfOpenTimeoutNs, REAP_TIMER + qp.index);
+    this.send(ConnectionManager.message(TrpOp.ACCEPT, qp.ird, qp.ord, qp.privateData, qp.isn, peerIsn), src, srcPort, qp.qpn);
   }
 }
 

@@ -8,6 +8,7 @@ import type { Graph, NodeRuntime } from '../../graph/index.ts';
 import type { Netstack } from '../netstack.ts';
 import type { Qp } from './qp.ts';
 import type { Completion, Cq, Mr, Pd } from './verbs.ts';
+import { TRP_HEADER_BYTES, TrpOp } from './wire.ts';
 
 export interface TrpSettings {
   /** Data packets in flight per QP (default 256). */
@@ -35,8 +36,18 @@ export interface RdmaCounters {
   terminatesReceived: number;
 }
 
-/** STag = MR table index << 8 | consumer key. */
-export const STAG_KEY_BITS = 8;
+/**
+ * STag = MR table index << keyBits | key. The index takes the bits max-mrs needs and the key
+ * the rest (at least MIN_STAG_KEY_BITS): keys are random, so a stale or guessed STag names a
+ * live MR only by a 1 in 2^keyBits chance, and a reused slot does not bring an old STag back.
+ */
+export const MIN_STAG_KEY_BITS = 12;
+export const MAX_MRS = 2 ** (32 - MIN_STAG_KEY_BITS) - 1;
+
+/** Key bits of the STags of a table of `maxMrs` regions (index 1..maxMrs). */
+export function stagKeyBits(maxMrs: number): number {
+  return 32 - (32 - Math.clz32(maxMrs));
+}
 
 export class RdmaCore {
   readonly graph: Graph;
@@ -45,6 +56,8 @@ export class RdmaCore {
   /** QP table index by local UDP port, -1 = none. */
   readonly qpByPort = new Int32Array(65536).fill(-1);
   readonly mrs: (Mr | null)[];
+  /** STag = index << stagKeyBits | key. */
+  readonly stagKeyBits: number;
   readonly window: number;
   readonly rtoMinNs: number;
   readonly rtoMaxNs: number;
@@ -67,6 +80,7 @@ export class RdmaCore {
     this.net = net;
     this.qps = new Array<Qp | null>(maxQps).fill(null);
     this.mrs = new Array<Mr | null>(maxMrs + 1).fill(null); // index 0 unused: STag 0 is never valid
+    this.stagKeyBits = stagKeyBits(maxMrs);
     this.window = trp.window;
     this.rtoMinNs = trp.rtoMinMs * 1e6;
     this.rtoMaxNs = trp.rtoMaxMs * 1e6;
@@ -79,7 +93,7 @@ export class RdmaCore {
 
   /** The MR an STag names if it is valid and in `pd`, else null. */
   mrFor(stag: number, pd: Pd): Mr | null {
-    const mr = this.mrs[stag >>> STAG_KEY_BITS];
+    const mr = this.mrs[stag >>> this.stagKeyBits];
     if (mr === undefined || mr === null || mr.stag !== stag || !mr.valid || mr.pd !== pd) return null;
     return mr;
   }
@@ -129,6 +143,20 @@ export class RdmaCore {
 
   event(e: RdmaEvent): void {
     this.onEvent?.(e);
+  }
+
+  /**
+   * FIN at `psn` (our next PSN, or the one a challenge ACK says the peer expects) with our
+   * cumulative ACK, straight out through UDP. The peer takes it only at its expected PSN.
+   */
+  sendFin(qp: Qp, psn: number): void {
+    const m = new Uint8Array(TRP_HEADER_BYTES);
+    const v = new DataView(m.buffer);
+    v.setUint32(0, psn);
+    v.setUint32(4, qp.rcvNxt);
+    v.setUint16(8, TrpOp.FIN << 12);
+    qp.finPsn = psn;
+    this.net.udp.sendTo(m, qp.remoteAddr, qp.remotePort, qp.qpn, qp.localAddr);
   }
 
   /** Arm the retransmission timer of a QP (lazy: one wheel timer per QP, re-armed on expiry). */

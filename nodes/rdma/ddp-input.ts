@@ -15,10 +15,10 @@
  */
 import { BufferFlag, type BufferPool, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
 import type { RdmaCore } from './core.ts';
-import { QpState } from './qp.ts';
+import { QpState, SRQ_LATER } from './qp.ts';
 import { raiseTerminate } from './terminate.ts';
 import { RdmaOpaque } from './trp-input.ts';
-import { completeRecv } from './transport.ts';
+import { completeRecv, unreceive } from './transport.ts';
 import { Access, type SgList, WcStatus, WrOpcode } from './verbs.ts';
 import {
   DDP_L, DDP_T, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, DDP_VERSION, Qn, RdmapOp, RDMAP_OP_NAMES, T_STAG, T_TO, TermCode, U_MO, U_MSN, U_QN,
@@ -27,11 +27,12 @@ import {
 export const DDP_INPUT = 'ddp-input';
 const NEXT_DROP = 0, NEXT_RDMAP = 1;
 
-export const DdpInputError = { QP_ERROR: 0, TERMINATED: 1, TRUNCATED: 2 } as const;
+export const DdpInputError = { QP_ERROR: 0, TERMINATED: 1, TRUNCATED: 2, SRQ_ORDER: 3 } as const;
 const ERRORS = [
   { name: 'qp_error', description: 'segment for a QP in ERROR', severity: 'warn' },
   { name: 'terminated', description: 'DDP violation (Terminate sent)', severity: 'error' },
   { name: 'truncated', description: 'shorter than its DDP header', severity: 'error' },
+  { name: 'srq_order', description: 'Send ahead of an earlier MSN without an SRQ receive (not acknowledged)', severity: 'info' },
 ] as const;
 
 export interface DdpTrace {
@@ -127,7 +128,10 @@ function ddpInput(rt: NodeRuntime, frame: Frame | null): number {
         if (((msn - qp.rqDone) | 0) <= 0 || ((msn - qp.rqDone) | 0) > qp.W) code = TermCode.DDP_U_INVALID_MSN;
         else {
           const rwr = qp.recvFor(msn);
-          if (rwr === null) code = TermCode.DDP_U_NO_BUFFER;
+          if (rwr === SRQ_LATER) {
+            unreceive(core, qp, opaque[w + RdmaOpaque.PSN]);
+            err = DdpInputError.SRQ_ORDER;
+          } else if (rwr === null) code = TermCode.DDP_U_NO_BUFFER;
           else if (op === RdmapOp.IMMEDIATE || op === RdmapOp.IMMEDIATE_SE) {
             // Immediate Data uses the receive but places nothing in it.
           } else if (mo + plen > rwr.sg.total) {
@@ -139,7 +143,7 @@ function ddpInput(rt: NodeRuntime, frame: Frame | null): number {
       } else if (qn !== Qn.READ && qn !== Qn.TERMINATE && qn !== Qn.ATOMIC_RESPONSE) code = TermCode.DDP_U_INVALID_QN;
     }
     if (code !== 0 && qp !== null) {
-      raiseTerminate(core, qp, code, pool, o, segLen, `ddp-input on qp ${qp.qpn}`, opaque[w + RdmaOpaque.PSN]);
+      raiseTerminate(core, qp, code, pool.u8, o, segLen, `ddp-input on qp ${qp.qpn}`, opaque[w + RdmaOpaque.PSN]);
       err = DdpInputError.TERMINATED;
     }
     if (rt.traceOn && flags[bi] & BufferFlag.TRACED && qp !== null && err !== DdpInputError.TRUNCATED) {

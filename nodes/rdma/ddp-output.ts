@@ -108,8 +108,10 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
   }
   // 2. A Terminate (sent even when the window is full).
   if (qp.term !== null && !qp.termSent && nOut < FRAME_SIZE) {
-    if (emitNew(rt, qp, TxKind.TERM, 0, 0, 0, TxFlag.LAST) < 0) return true;
+    const psn = emitNew(rt, qp, TxKind.TERM, 0, 0, 0, TxFlag.LAST);
+    if (psn < 0) return true;
     qp.termSent = true;
+    qp.termPsn = psn;
   }
   const window = core.window;
   if (!inError && qp.state !== QpState.RESET && qp.state !== QpState.INIT && qp.state !== QpState.RTR) {
@@ -200,21 +202,32 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
       rt.countError(DdpOutputError.ACKS);
     }
     let sacks = 0;
+    // SACKs only for what changed: the ranges that took new packets since the last SACKs;
+    // every range again at most once per RTT (SACKs get lost too). A duplicate draws its ACK,
+    // not a SACK per range (that was 17 datagrams out for one in).
+    const now = rt.graph.clock.nowNs();
+    const all = now - qp.sackAllNs >= Math.max(qp.srttNs, core.timerTickNs);
     // A QP in ERROR takes no more data: no SACKs (after a Terminate, the cumulative ACK stops
     // before the offending segment, which a SACK must not report as received either).
-    let p = inError ? qp.rcvHigh : qp.rcvNxt;
+    let p = inError || !(all || qp.sackDirty) ? qp.rcvHigh : qp.rcvNxt;
     while (p !== qp.rcvHigh && sacks < MAX_SACKS && nOut < FRAME_SIZE) {
       while (p !== qp.rcvHigh && !qp.rxGot[p & mask]) p = (p + 1) >>> 0;
       if (p === qp.rcvHigh) break;
       const start = p;
       while (p !== qp.rcvHigh && qp.rxGot[p & mask]) p = (p + 1) >>> 0;
+      // [start, p) took new packets if it overlaps [sackLo, sackHi].
+      if (!all && (((qp.sackHi - start) | 0) < 0 || ((p - 1 - qp.sackLo) | 0) < 0)) continue;
       const bi = alloc(rt);
       if (bi === INVALID_INDEX) break;
       pool.length[bi] = 0;
       emit(rt, qp, bi, TxPacket.SACK, start, p);
       sacks++;
     }
-    if (sacks > 0) rt.countError(DdpOutputError.SACKS, sacks);
+    if (sacks > 0) {
+      rt.countError(DdpOutputError.SACKS, sacks);
+      if (all) qp.sackAllNs = now;
+    }
+    qp.sackDirty = false;
   }
   completeSq(core, qp);
   if (nOut < FRAME_SIZE) return false;

@@ -13,9 +13,10 @@ import { OPAQUE_WORDS } from '../../graph/index.ts';
 import type { RdmaCore } from './core.ts';
 import { type Qp, QpState, RX_WORDS, RxEvent } from './qp.ts';
 import { RdmaOpaque } from './trp-input.ts';
+import { raiseTerminate } from './terminate.ts';
 import { completeRecv, completeSq, takeResp, toError } from './transport.ts';
-import { WcOpcode, WcStatus } from './verbs.ts';
-import { AtomicOp, RdmapOp } from './wire.ts';
+import { Access, WcOpcode, WcStatus } from './verbs.ts';
+import { AtomicOp, DDP_L, DDP_UNTAGGED_BYTES, DDP_VERSION, Qn, RDMAP_CTL, RDMAP_OP_NAMES, RdmapOp, TermCode } from './wire.ts';
 
 export const QP_DISPATCH = 'qp-dispatch';
 
@@ -26,6 +27,25 @@ export function registerQpDispatch(graph: Graph, core: RdmaCore): NodeRuntime {
 let mark = 1;
 const touched: Qp[] = [];
 const result = new Uint8Array(8);
+const hdr = new Uint8Array(DDP_UNTAGGED_BYTES);
+const hdrView = new DataView(hdr.buffer);
+
+/**
+ * Receives complete strictly in MSN order: a Send (or Immediate Data) delivered in order must
+ * carry the next MSN. One that skips MSNs (or repeats one) would complete the wrong receive
+ * and leave another never completed: the peer gets a Terminate (invalid MSN range) naming the
+ * message, rebuilt from what rdmap-input recorded.
+ */
+function msnOutOfOrder(core: RdmaCore, qp: Qp, op: number, msn: number, inv: number): void {
+  hdr[0] = DDP_L | DDP_VERSION;
+  hdr[1] = RDMAP_CTL | op;
+  hdrView.setUint32(2, inv);
+  hdrView.setUint32(6, Qn.SEND);
+  hdrView.setUint32(10, msn);
+  hdrView.setUint32(14, 0);
+  const why = `qp-dispatch on qp ${qp.qpn}: ${RDMAP_OP_NAMES[op]} with MSN ${msn}, expected ${(qp.rqDone + 1) >>> 0}`;
+  raiseTerminate(core, qp, TermCode.DDP_U_INVALID_MSN, hdr, 0, DDP_UNTAGGED_BYTES, why);
+}
 
 function qpDispatch(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
@@ -69,13 +89,17 @@ export function deliver(core: RdmaCore, qp: Qp): void {
         }
         break;
       case RxEvent.SEND_LAST: {
+        const op = rw[b + 2];
+        if (rw[b] !== ((qp.rqDone + 1) >>> 0)) {
+          msnOutOfOrder(core, qp, op, rw[b], rw[b + 3]);
+          break;
+        }
         const wr = qp.recvFor(rw[b]);
         if (wr === null) break;
-        const op = rw[b + 2];
         const inv = op === RdmapOp.SEND_INV || op === RdmapOp.SEND_SE_INV;
         if (inv) {
           const mr = core.mrFor(rw[b + 3], qp.pd);
-          if (mr !== null) mr.valid = false;
+          if (mr !== null && mr.access & Access.REMOTE_INVALIDATE) mr.valid = false;
         }
         completeRecv(core, qp, wr, WcStatus.SUCCESS, {
           byteLen: rw[b + 1], invalidatedStag: inv ? rw[b + 3] : undefined, solicited: op === RdmapOp.SEND_SE || op === RdmapOp.SEND_SE_INV,
@@ -83,6 +107,10 @@ export function deliver(core: RdmaCore, qp: Qp): void {
         break;
       }
       case RxEvent.IMMEDIATE: {
+        if (rw[b] !== ((qp.rqDone + 1) >>> 0)) {
+          msnOutOfOrder(core, qp, rw[b + 3], rw[b], 0);
+          break;
+        }
         const wr = qp.recvFor(rw[b]);
         if (wr === null) break;
         completeRecv(core, qp, wr, WcStatus.SUCCESS, {

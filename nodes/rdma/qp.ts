@@ -41,8 +41,6 @@ export class SendWr {
   signaled = true;
   solicited = false;
   readonly sg: SgList;
-  /** Inline data lives here (copied at post time), seen through `inlineMr`. */
-  readonly inlineMr: Mr | null;
   length = 0;
   rstag = 0;
   roff = 0;
@@ -68,9 +66,8 @@ export class SendWr {
   /** Set at post when a local SGE is invalid: completes with this status when reached. */
   postError = -1;
 
-  constructor(maxSge: number, maxInline: number, inlinePd: Pd) {
+  constructor(maxSge: number) {
     this.sg = new SgList(Math.max(1, maxSge));
-    this.inlineMr = maxInline > 0 ? new Mr(-1, inlinePd, 0, new Uint8Array(maxInline), 0) : null;
   }
 
   reset(): void {
@@ -167,7 +164,10 @@ export class Qp {
   destroyed = false;
 
   // ------------------------------------------------------------ send queue
+  /** Slots are made at their first post (sendSlot): creating a QP of 16384 WRs costs no time. */
   readonly sq: SendWr[];
+  /** Inline data of every send slot, maxInline bytes each, made at the first inline post. */
+  private inline: Mr | null = null;
   sqHead = 0; // oldest not yet completed
   sqNext = 0; // next to start segmenting
   sqAcked = 0; // next whose acknowledgement is awaited (sends and writes complete on ACK)
@@ -204,8 +204,16 @@ export class Qp {
   term: Uint8Array | null = null;
   termLen = 0;
   termSent = false;
+  /** The PSN the Terminate first went out with. */
+  termPsn = 0;
 
   // ------------------------------------------------------------ TRP send side
+  /**
+   * Our initial send PSN: random (a blind spoofer must guess it), drawn at creation and at
+   * reset, shown to the application (manual connect hands it to the peer) and sent in REQ /
+   * ACCEPT by the connection manager. `sndUna`/`sndNxt` start from it at RTS.
+   */
+  isn = 0;
   readonly W: number;
   readonly wMask: number;
   sndUna = 0;
@@ -241,14 +249,39 @@ export class Qp {
   /** Terminates received, by PSN slot (rare; kept as bytes). */
   readonly rxTerm: (Uint8Array | null)[];
   ackNeeded = false;
+  /**
+   * SACK pacing: the range of PSNs newly received above a hole since the last SACKs went out
+   * (only ranges touching it are reported again at once), and when every range was last
+   * reported (all of them again at most once per RTT, in case SACKs were lost).
+   */
+  sackDirty = false;
+  sackLo = 0;
+  sackHi = 0;
+  sackAllNs = 0;
 
   // ------------------------------------------------------------ scheduling, FIN, CM
   inTxQueue = false;
   dispatchMark = 0;
   finSent = false;
+  /** The PSN our FIN carried, and how often it was sent again to a challenge ACK. */
+  finPsn = 0;
+  finResends = 0;
   /** Connection manager state (cm.ts). */
   cmRole: 'none' | 'active' | 'passive' = 'none';
   privateData: Uint8Array = new Uint8Array(0);
+  /**
+   * Passive side: accepted, but nothing from the peer has shown it saw our ACCEPT (a packet
+   * acknowledging within our window: only who got the ACCEPT knows our initial PSN). Such a QP
+   * counts against its listener's backlog and is reaped if it stays so (cm.ts).
+   */
+  halfOpen = false;
+  acceptedNs = 0;
+  /** ACCEPTs sent for this connection, and when the last one went (repeated REQs). */
+  cmAccepts = 0;
+  cmAcceptNs = 0;
+  /** The listener that accepted it (passive side), and the peer's initial PSN from its REQ. */
+  listenPort = 0;
+  peerIsn = 0;
 
   // ------------------------------------------------------------ counters
   txPackets = 0;
@@ -270,9 +303,8 @@ export class Qp {
     this.cfg = cfg;
     this.ird = cfg.ird;
     this.ord = cfg.ord;
-    const inlinePd = new Pd(-1);
-    this.sq = Array.from({ length: cfg.maxSendWr }, () => new SendWr(cfg.maxSge, cfg.maxInline, inlinePd));
-    this.rq = srq ? [] : Array.from({ length: cfg.maxRecvWr }, () => new RecvWr(cfg.maxSge));
+    this.sq = new Array<SendWr>(cfg.maxSendWr);
+    this.rq = srq ? [] : new Array<RecvWr>(cfg.maxRecvWr);
     this.ordMask = MAX_RD_ATOMIC - 1;
     this.ordRing = new Array<SendWr | null>(this.ordMask + 1).fill(null);
     const W = pow2(cfg.window);
@@ -299,6 +331,43 @@ export class Qp {
     this.rtoNs = rtoInitNs;
   }
 
+  /** The send slot of sqTail, made at its first use (posting is not the data path). */
+  sendSlot(): SendWr {
+    const i = this.sqTail % this.sq.length;
+    return this.sq[i] ?? (this.sq[i] = new SendWr(this.cfg.maxSge));
+  }
+
+  /** The receive slot of rqPosted, made at its first use. */
+  recvSlot(): RecvWr {
+    const i = this.rqPosted % this.rq.length;
+    return this.rq[i] ?? (this.rq[i] = new RecvWr(this.cfg.maxSge));
+  }
+
+  /** The inline area of the send slots (an MR of no PD): slot i has bytes [i * maxInline, (i + 1) * maxInline). */
+  inlineArea(): Mr {
+    return (this.inline ??= new Mr(-1, new Pd(-1), 0, new Uint8Array(this.cfg.maxSendWr * this.cfg.maxInline), 0));
+  }
+
+  /** RTS: our sequence numbers start at `psn` (nothing may be in flight yet). */
+  startSend(psn: number): void {
+    this.sndUna = this.sndNxt = psn >>> 0;
+  }
+
+  /** RTR: the peer's first data packet carries `psn`. */
+  startRecv(psn: number): void {
+    this.rcvNxt = this.deliverNext = this.rcvHigh = psn >>> 0;
+  }
+
+  /**
+   * Whether `ack` (a cumulative ACK in a packet from the peer) is one the peer can honestly
+   * send: within [snd_una - W, snd_nxt] (RFC 5961 section 5). Anything else is dropped: a blind
+   * spoofer must then guess both a PSN in the receive window and an ACK in the send window.
+   */
+  ackAcceptable(ack: number): boolean {
+    const d = (ack - this.sndUna) | 0;
+    return d >= -this.W && d <= ((this.sndNxt - this.sndUna) | 0);
+  }
+
   get stateName(): QpStateName {
     return QP_STATE_NAMES[this.state];
   }
@@ -318,21 +387,31 @@ export class Qp {
     return (this.sndNxt - this.sndUna) | 0;
   }
 
-  /** The receive WR that a Send with `msn` lands in, or null (no buffer). */
+  /**
+   * The receive WR that a Send segment with `msn` lands in: null when there is no buffer (the
+   * peer gets a Terminate), SRQ_LATER when the QP draws from an SRQ and an earlier MSN has no
+   * receive bound yet. SRQ receives are bound strictly in MSN order, one per message, as its
+   * first segment arrives: a segment naming a later MSN cannot take receives for the messages
+   * before it (one spoofed segment could otherwise take a whole window of receives from every
+   * other QP of the SRQ). Such a segment is dropped unacknowledged and comes again.
+   */
   recvFor(msn: number): RecvWr | null {
     if (((msn - this.rqDone) | 0) <= 0) return null;
     if (this.srq === null) {
       if (((msn - this.rqPosted) | 0) > 0) return null;
       return this.rq[(msn - 1) % this.rq.length];
     }
-    // SRQ: receives are bound to MSNs in MSN order as Sends arrive.
     if (((msn - this.rqDone) | 0) > this.W) return null;
-    while (((this.srqAssigned - msn) | 0) < 0) {
-      const wr = this.srq.take();
-      if (wr === null) return null;
-      this.srqAssigned++;
-      this.srqRing[this.srqAssigned & this.srqMask] = wr;
-    }
-    return this.srqRing[msn & this.srqMask];
+    const ahead = (msn - this.srqAssigned) | 0;
+    if (ahead <= 0) return this.srqRing[msn & this.srqMask];
+    if (ahead > 1) return SRQ_LATER;
+    const wr = this.srq.take();
+    if (wr === null) return null;
+    this.srqAssigned++;
+    this.srqRing[this.srqAssigned & this.srqMask] = wr;
+    return wr;
   }
 }
+
+/** recvFor's answer for an SRQ segment that must wait for the MSNs before it (never a real receive). */
+export const SRQ_LATER = new RecvWr(1);

@@ -16,12 +16,14 @@
 import type { Graph } from '../../graph/index.ts';
 import type { Netstack } from '../netstack.ts';
 import { formatIp4, parseIp4 } from '../ip4/ip4.ts';
+import { Budget, type BudgetLimits, qpSlots } from './budget.ts';
 import { type AcceptDecision, type ConnectRequest, ConnectionManager, type Listener, registerCmInput } from './cm.ts';
-import { type RdmaEvent, RdmaCore, STAG_KEY_BITS, type TrpSettings } from './core.ts';
+import { MAX_MRS, type RdmaEvent, RdmaCore, type TrpSettings } from './core.ts';
 import { registerDdpInput } from './ddp-input.ts';
 import { registerDdpOutput } from './ddp-output.ts';
 import { registerQpDispatch } from './qp-dispatch.ts';
 import { MAX_RD_ATOMIC, Qp, QP_STATE_NAMES, type QpStateName, QpState, transitionAllowed } from './qp.ts';
+import { randomBelow, randomU32 } from './random.ts';
 import { registerRdmapInput } from './rdmap-input.ts';
 import { completeRecv, completeSq, toError } from './transport.ts';
 import { registerTrpInput } from './trp-input.ts';
@@ -29,9 +31,10 @@ import { registerTrpOutput } from './trp-output.ts';
 import {
   Access, accessFromNames, Cq, Mr, Pd, type SgList, Srq, VerbsError, WcStatus, WR_OPCODE_NAMES, WrOpcode, type WrOpcodeName,
 } from './verbs.ts';
-import { DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, segmentPayload, TRP_HEADER_BYTES, TrpOp } from './wire.ts';
+import { DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, segmentPayload, TrpOp } from './wire.ts';
 
-export interface RdmaOptions {
+/** Budgets (budget.ts): maxMrBytes, maxCqEntries, maxWrSlots, maxPds, maxCqs, maxSrqs. */
+export interface RdmaOptions extends Partial<BudgetLimits> {
   /** UDP ports QPs get (their QPNs), inclusive; default [20000, 29999]. */
   portRange?: [number, number];
   maxQps?: number;
@@ -40,6 +43,9 @@ export interface RdmaOptions {
   /** Connection manager: REQ resend interval and connect timeout (ms). */
   cmRetryMs?: number;
   cmTimeoutMs?: number;
+  /** Half-open connections a listener holds at most (default 64), and how long one may stay so (ms, default 5000). */
+  cmBacklog?: number;
+  cmHalfOpenMs?: number;
   /** Largest message a work request may carry (bytes, default 2^31). */
   maxMessage?: number;
 }
@@ -92,6 +98,10 @@ export interface QpModify {
   state: QpStateName;
   /** RTR: the peer QP's address and port (manual connect). */
   remote?: { address: string; port: number };
+  /** RTR: the peer QP's initial send PSN (its `psn`; ibv_modify_qp's rq_psn). Required for RTR. */
+  rqPsn?: number;
+  /** RTS: our initial send PSN (ibv_modify_qp's sq_psn); default the random one the QP got at creation. */
+  sqPsn?: number;
   ird?: number;
   ord?: number;
 }
@@ -99,6 +109,8 @@ export interface QpModify {
 export interface QpInfo {
   qpn: number;
   state: QpStateName;
+  /** The QP's initial send PSN: random; the peer's manual connect needs it. */
+  psn: number;
   local: { address: string; port: number };
   remote: { address: string; port: number } | null;
   ird: number;
@@ -131,7 +143,6 @@ export class Rdma {
   readonly cm: ConnectionManager;
   private readonly portLo: number;
   private readonly portHi: number;
-  private portCursor: number;
   private readonly maxMessage: number;
   private handles = 0;
   readonly pds = new Map<number, Pd>();
@@ -139,7 +150,10 @@ export class Rdma {
   readonly cqs = new Map<number, Cq>();
   readonly srqs = new Map<number, Srq>();
   readonly qpsByQpn = new Map<number, Qp>();
-  private readonly mrKeys: Uint8Array;
+  /** What the objects together may cost (the start-up file's rdma.max-*). */
+  readonly budget: Budget;
+  private readonly mrKeys: Uint32Array;
+  private readonly cmBacklog: number;
   private mrCursor = 1;
   private readonly cmRetryNs: number;
   private readonly cmTimeoutNs: number;
@@ -151,10 +165,9 @@ export class Rdma {
     if (!(Number.isInteger(lo) && Number.isInteger(hi) && lo >= 1 && hi <= 65535 && lo <= hi)) throw new RangeError(`rdma port-range must be two ports lo <= hi in 1..65535, got [${lo}, ${hi}]`);
     this.portLo = lo;
     this.portHi = hi;
-    this.portCursor = lo;
     const maxQps = opts.maxQps ?? 1024;
     const maxMrs = opts.maxMrs ?? 4096;
-    if (!(Number.isInteger(maxMrs) && maxMrs >= 1 && maxMrs < 1 << 24)) throw new RangeError(`rdma max-mrs must be 1..${(1 << 24) - 1}, got ${maxMrs}`);
+    if (!(Number.isInteger(maxMrs) && maxMrs >= 1 && maxMrs <= MAX_MRS)) throw new RangeError(`rdma max-mrs must be 1..${MAX_MRS}, got ${maxMrs}`);
     const t = opts.trp ?? {};
     const rtoMinMs = t.rtoMinMs ?? 1;
     const trp: TrpSettings = {
@@ -168,16 +181,24 @@ export class Rdma {
     if (!(trp.rtoMinMs > 0 && trp.rtoMaxMs >= trp.rtoMinMs)) throw new RangeError(`rdma trp: need 0 < rto-min-ms <= rto-max-ms, got ${trp.rtoMinMs} and ${trp.rtoMaxMs}`);
     if (!(Number.isInteger(trp.maxRetries) && trp.maxRetries >= 0)) throw new RangeError(`rdma trp max-retries must be an integer >= 0, got ${trp.maxRetries}`);
     this.core = new RdmaCore(graph, net, maxQps, maxMrs, trp);
-    this.mrKeys = new Uint8Array(maxMrs + 1);
+    this.mrKeys = new Uint32Array(maxMrs + 1);
     this.maxMessage = opts.maxMessage ?? 2 ** 31;
+    this.budget = new Budget(opts);
     this.cmRetryNs = (opts.cmRetryMs ?? 100) * 1e6;
     this.cmTimeoutNs = (opts.cmTimeoutMs ?? 5000) * 1e6;
     this.cm = new ConnectionManager(this.core);
+    this.cmBacklog = opts.cmBacklog ?? 64;
+    if (!(Number.isInteger(this.cmBacklog) && this.cmBacklog >= 1)) throw new RangeError(`rdma cm-backlog must be an integer >= 1, got ${this.cmBacklog}`);
+    this.cm.halfOpenTimeoutNs = (opts.cmHalfOpenMs ?? 5000) * 1e6;
     this.cm.hooks = {
-      established: (qp, addr, port, ird, ord) => this.established(qp, addr, port, ird, ord),
+      established: (qp, addr, port, ird, ord, peerIsn) => this.established(qp, addr, port, ird, ord, peerIsn),
       failed: (qp, reason) => {
         if (qp.state !== QpState.ERROR) toError(this.core, qp, reason);
         this.core.event({ type: 'connect-failed', qpn: qp.qpn, reason });
+      },
+      reap: (qp, reason) => {
+        this.core.event({ type: 'connect-failed', qpn: qp.qpn, reason });
+        if (!qp.destroyed) this.destroyQp(qp);
       },
     };
     // Registered after their next nodes (udp4-encap exists already).
@@ -201,7 +222,9 @@ export class Rdma {
   // ------------------------------------------------------------------ PD
 
   createPd(): Pd {
+    this.budget.check('a protection domain', { pds: 1 });
     const pd = new Pd(this.handle());
+    this.budget.charge(pd, { pds: 1 });
     this.pds.set(pd.handle, pd);
     return pd;
   }
@@ -211,6 +234,7 @@ export class Rdma {
     if (pd.users > 0) throw new VerbsError('busy', `pd ${pd.handle} is in use by ${pd.users} MR/QP/SRQ`);
     pd.destroyed = true;
     this.pds.delete(pd.handle);
+    this.budget.release(pd);
   }
 
   // ------------------------------------------------------------------ MR
@@ -222,7 +246,9 @@ export class Rdma {
     if (typeof memory === 'number') {
       if (!Number.isInteger(memory) || memory < 0 || memory > 2 ** 31) throw new VerbsError(memory > 2 ** 31 ? 'too-large' : 'invalid', `mr length must be an integer in 0..2^31, got ${memory}`);
     } else if (memory.byteLength > 2 ** 32 - 1) throw new VerbsError('too-large', 'mr larger than 4 GiB');
-    // A free table slot; its key byte advances on every registration so an old STag never matches.
+    const charge = typeof memory === 'number' ? { 'mr-bytes': memory } : {};
+    this.budget.check(`mr of ${memory} bytes`, charge);
+    // A free table slot and a random key, never the slot's previous one (a stale STag is dead).
     const mrs = this.core.mrs;
     let ix = -1;
     for (let k = 0; k < mrs.length - 1; k++) {
@@ -234,11 +260,13 @@ export class Rdma {
     }
     if (ix < 0) throw new VerbsError('resource', `no free memory region slot (max-mrs ${mrs.length - 1})`);
     this.mrCursor = ix + 1;
-    const key = (this.mrKeys[ix] = (this.mrKeys[ix] + 1) & 0xff);
+    const kb = this.core.stagKeyBits, span = 2 ** kb;
+    const key = (this.mrKeys[ix] = (this.mrKeys[ix] + 1 + randomBelow(span - 1)) % span);
     const bytes = typeof memory === 'number' ? new Uint8Array(new SharedArrayBuffer(memory)) : memory;
-    const mr = new Mr(this.handle(), pd, ((ix << STAG_KEY_BITS) | key) >>> 0, bytes, acc);
+    const mr = new Mr(this.handle(), pd, (ix * span + key) >>> 0, bytes, acc);
     mrs[ix] = mr;
     this.mrsByHandle.set(mr.handle, mr);
+    this.budget.charge(mr, charge);
     pd.users++;
     return mr;
   }
@@ -246,8 +274,9 @@ export class Rdma {
   deregMr(mr: Mr): void {
     if (!this.mrsByHandle.has(mr.handle)) throw new VerbsError('not-found', `mr ${mr.handle} is not registered`);
     mr.valid = false;
-    this.core.mrs[mr.stag >>> STAG_KEY_BITS] = null;
+    this.core.mrs[mr.stag >>> this.core.stagKeyBits] = null;
     this.mrsByHandle.delete(mr.handle);
+    this.budget.release(mr);
     mr.pd.users--;
   }
 
@@ -255,7 +284,9 @@ export class Rdma {
 
   createCq(depth: number): Cq {
     int(depth, 1, 1 << 20, 'cq depth');
+    this.budget.check(`cq depth ${depth}`, { cqs: 1, 'cq-entries': depth });
     const cq = new Cq(this.handle(), depth);
+    this.budget.charge(cq, { cqs: 1, 'cq-entries': depth });
     this.cqs.set(cq.handle, cq);
     return cq;
   }
@@ -265,6 +296,7 @@ export class Rdma {
     if (cq.users > 0) throw new VerbsError('busy', `cq ${cq.handle} is in use by ${cq.users} QP(s)`);
     cq.destroyed = true;
     this.cqs.delete(cq.handle);
+    this.budget.release(cq);
   }
 
   // ------------------------------------------------------------------ SRQ
@@ -273,7 +305,9 @@ export class Rdma {
     if (pd.destroyed) throw new VerbsError('not-found', `pd ${pd.handle} is destroyed`);
     int(maxWr, 1, LIMIT_WR, 'srq maxWr');
     int(maxSge, 1, LIMIT_SGE, 'srq maxSge');
+    this.budget.check(`srq maxWr ${maxWr}`, { srqs: 1, 'wr-slots': maxWr });
     const srq = new Srq(this.handle(), pd, maxWr, maxSge);
+    this.budget.charge(srq, { srqs: 1, 'wr-slots': maxWr });
     srq.onLimit = (s) => this.core.event({ type: 'srq-limit', srq: s.handle, reason: `fewer than the limit of receives left (${s.length})` });
     this.srqs.set(srq.handle, srq);
     pd.users++;
@@ -306,6 +340,7 @@ export class Rdma {
     srq.destroyed = true;
     for (const wr of srq.drain()) srq.release(wr);
     this.srqs.delete(srq.handle);
+    this.budget.release(srq);
     srq.pd.users--;
   }
 
@@ -326,6 +361,8 @@ export class Rdma {
       ord: int(init.ord ?? 16, 1, MAX_RD_ATOMIC, 'ord'),
       window: this.core.window + 1,
     };
+    const slots = { 'wr-slots': qpSlots(cfg.maxSendWr, cfg.maxRecvWr, cfg.maxInline) };
+    this.budget.check(`qp of maxSendWr ${cfg.maxSendWr}, maxRecvWr ${cfg.maxRecvWr}, maxInline ${cfg.maxInline}`, slots);
     const index = this.core.qps.indexOf(null);
     if (index < 0) throw new VerbsError('resource', `no free QP (max-qps ${this.core.qps.length})`);
     const port = init.port === undefined ? this.freePort() : int(init.port, this.portLo, this.portHi, `qp port (port-range ${this.portLo}..${this.portHi})`);
@@ -338,9 +375,11 @@ export class Rdma {
     }
     const qp = new Qp(index, port, pd, sendCq, recvCq, srq, cfg, this.core.rtoInitNs);
     qp.localAddr = local;
+    qp.isn = randomU32();
     this.core.qps[index] = qp;
     this.core.qpByPort[port] = index;
     this.qpsByQpn.set(port, qp);
+    this.budget.charge(qp, slots);
     pd.users++;
     // A CQ counts the QPs that use it, once each (send and receive CQ may be the same).
     sendCq.users++;
@@ -357,14 +396,13 @@ export class Rdma {
     }
   }
 
+  /** A free port of the range, from a random place in it (QPNs are not handed out in order: a spoofer must find them). */
   private freePort(): number {
     const span = this.portHi - this.portLo + 1;
+    const from = randomBelow(span);
     for (let k = 0; k < span; k++) {
-      const p = this.portLo + ((this.portCursor - this.portLo + k) % span);
-      if (this.core.qpByPort[p] < 0 && this.net.udp.lookup(0, p) < 0) {
-        this.portCursor = p + 1 > this.portHi ? this.portLo : p + 1;
-        return p;
-      }
+      const p = this.portLo + ((from + k) % span);
+      if (this.core.qpByPort[p] < 0 && this.net.udp.lookup(0, p) < 0) return p;
     }
     throw new VerbsError('resource', `no free port in the QP port range ${this.portLo}..${this.portHi}`);
   }
@@ -386,7 +424,14 @@ export class Rdma {
       if (!m.remote) throw new VerbsError('invalid', `qp ${qp.qpn}: RTR needs remote {address, port}`);
       const addr = this.parseAddr(m.remote.address, 'remote address');
       const port = int(m.remote.port, 1, 65535, 'remote port');
+      if (m.rqPsn === undefined) throw new VerbsError('invalid', `qp ${qp.qpn}: RTR needs rqPsn, the peer QP's initial PSN (its psn)`);
+      const rqPsn = int(m.rqPsn, 0, 0xffffffff, 'rqPsn');
       this.setPeer(qp, addr, port);
+      qp.startRecv(rqPsn);
+    }
+    if (to === QpState.RTS && qp.state === QpState.RTR) {
+      if (m.sqPsn !== undefined) qp.isn = int(m.sqPsn, 0, 0xffffffff, 'sqPsn');
+      qp.startSend(qp.isn);
     }
     if (to === QpState.ERROR) {
       this.cm.cancel(qp, `qp ${qp.qpn} moved to ERROR`);
@@ -419,12 +464,15 @@ export class Rdma {
     if (qp.rtoTimer >= 0) this.graph.stopTimer(qp.rtoTimer);
     const fresh = new Qp(qp.index, qp.qpn, qp.pd, qp.sendCq, qp.recvCq, qp.srq, qp.cfg, this.core.rtoInitNs);
     fresh.localAddr = qp.localAddr;
-    // Keep the object identity for callers: copy the fresh state over.
+    // Keep the object identity for callers: copy the fresh state over, with a new initial PSN.
     Object.assign(qp, fresh);
+    qp.isn = randomU32();
   }
 
-  private established(qp: Qp, addr: number, port: number, ird: number, ord: number): void {
+  private established(qp: Qp, addr: number, port: number, ird: number, ord: number, peerIsn: number): void {
     this.setPeer(qp, addr, port);
+    qp.startSend(qp.isn);
+    qp.startRecv(peerIsn);
     qp.ird = Math.min(ird, MAX_RD_ATOMIC);
     qp.ord = Math.min(ord, MAX_RD_ATOMIC);
     qp.state = QpState.RTS;
@@ -448,14 +496,19 @@ export class Rdma {
     return new Promise((resolve, reject) => {
       this.cm.connect({
         qp, startNs: now, timeoutNs: opts.timeoutMs !== undefined ? opts.timeoutMs * 1e6 : this.cmTimeoutNs, retryNs: opts.retryMs !== undefined ? opts.retryMs * 1e6 : this.cmRetryNs,
-        req: ConnectionManager.message(TrpOp.REQ, qp.ird, qp.ord, pd), resolve, reject,
+        req: ConnectionManager.message(TrpOp.REQ, qp.ird, qp.ord, pd, qp.isn, 0), resolve, reject,
       }, addr, port);
     });
   }
 
-  /** Listen for connection requests on `port` (rdma_listen); `accept` decides per request. */
-  listen(port: number, accept: (req: ConnectRequest) => AcceptDecision): void {
+  /**
+   * Listen for connection requests on `port` (rdma_listen); `accept` decides per request.
+   * `backlog`: half-open connections held at most (default rdma cm-backlog); `onReap`: told
+   * when a connection it accepted was destroyed for staying half-open.
+   */
+  listen(port: number, accept: (req: ConnectRequest) => AcceptDecision, opts: { backlog?: number; onReap?: (qp: Qp, reason: string) => void } = {}): void {
     int(port, 1, 65535, 'listen port');
+    const backlog = opts.backlog === undefined ? this.cmBacklog : int(opts.backlog, 1, 65536, 'listen backlog');
     if (this.cm.listeners.has(port)) throw new VerbsError('busy', `already listening on port ${port}`);
     if (this.core.qpByPort[port] >= 0) throw new VerbsError('busy', `port ${port} has a QP`);
     try {
@@ -463,7 +516,7 @@ export class Rdma {
     } catch (e) {
       throw new VerbsError('busy', (e as Error).message);
     }
-    const l: Listener = { port, accept, conns: new Map() };
+    const l: Listener = { port, accept, backlog, conns: new Map(), halfOpen: new Set(), onReap: opts.onReap };
     this.cm.listeners.set(port, l);
   }
 
@@ -484,12 +537,7 @@ export class Rdma {
     if (qp.remotePort === 0 || qp.state === QpState.RESET || qp.state === QpState.INIT) return;
     if (qp.finSent) return;
     qp.finSent = true;
-    const m = new Uint8Array(TRP_HEADER_BYTES);
-    const v = new DataView(m.buffer);
-    v.setUint32(0, qp.sndNxt);
-    v.setUint32(4, qp.rcvNxt);
-    v.setUint16(8, TrpOp.FIN << 12);
-    this.net.udp.sendTo(m, qp.remoteAddr, qp.remotePort, qp.qpn, qp.localAddr);
+    this.core.sendFin(qp, qp.sndNxt);
   }
 
   destroyQp(qp: Qp): void {
@@ -505,7 +553,11 @@ export class Rdma {
     this.core.qps[qp.index] = null;
     this.core.qpByPort[qp.qpn] = -1;
     this.qpsByQpn.delete(qp.qpn);
-    for (const l of this.cm.listeners.values()) for (const [k, q] of l.conns) if (q === qp) l.conns.delete(k);
+    this.budget.release(qp);
+    for (const l of this.cm.listeners.values()) {
+      for (const [k, q] of l.conns) if (q === qp) l.conns.delete(k);
+      l.halfOpen.delete(qp);
+    }
     qp.pd.users--;
     qp.sendCq.users--;
     if (qp.recvCq !== qp.sendCq) qp.recvCq.users--;
@@ -516,6 +568,7 @@ export class Rdma {
     return {
       qpn: qp.qpn,
       state: qp.stateName,
+      psn: qp.isn,
       local: { address: qp.localAddr ? formatIp4(qp.localAddr) : '0.0.0.0', port: qp.qpn },
       remote: qp.remotePort ? { address: formatIp4(qp.remoteAddr), port: qp.remotePort } : null,
       ird: qp.ird,
@@ -573,7 +626,7 @@ export class Rdma {
     if (qp.srq) throw new VerbsError('invalid', `qp ${qp.qpn} receives from srq ${qp.srq.handle}: post there`);
     if (qp.state === QpState.RESET) throw new VerbsError('state', `qp ${qp.qpn} is in RESET`);
     if (qp.rqDepth >= qp.cfg.maxRecvWr) throw new VerbsError('resource', `qp ${qp.qpn}: receive queue full (${qp.cfg.maxRecvWr})`);
-    const wr = qp.rq[qp.rqPosted % qp.rq.length];
+    const wr = qp.recvSlot();
     this.fillSg(wr.sg, req.sg ?? [], qp.pd, qp.cfg.maxSge, true, 'recv');
     wr.wrId = req.wrId;
     qp.rqPosted++;
@@ -588,22 +641,23 @@ export class Rdma {
       throw new VerbsError('state', `qp ${qp.qpn} is in ${qp.stateName}: post send needs RTS`);
     }
     if (qp.sqDepth >= qp.cfg.maxSendWr) throw new VerbsError('resource', `qp ${qp.qpn}: send queue full (${qp.cfg.maxSendWr})`);
-    const wr = qp.sq[qp.sqTail % qp.sq.length];
+    const wr = qp.sendSlot();
     wr.reset();
     const list = req.sg ?? [];
     const needWrite = op === WrOpcode.READ || op >= WrOpcode.FETCH_ADD;
     let prot: number;
     if (req.inline) {
       if (needWrite) throw new VerbsError('invalid', `${req.opcode} cannot be inline`);
-      const m = wr.inlineMr;
       const total = list.reduce((a, e) => a + (e?.length ?? 0), 0);
-      if (m === null || total > m.length) throw new VerbsError('too-large', `inline data of ${total} bytes exceeds the QP's maxInline ${qp.cfg.maxInline}`);
+      if (qp.cfg.maxInline === 0 || total > qp.cfg.maxInline) throw new VerbsError('too-large', `inline data of ${total} bytes exceeds the QP's maxInline ${qp.cfg.maxInline}`);
       prot = this.fillSg(wr.sg, list, qp.pd, qp.cfg.maxSge, false, req.opcode, false);
       if (prot < 0) {
-        wr.sg.gather(0, m.memory, 0, total);
+        // This slot's part of the QP's inline area.
+        const m = qp.inlineArea(), at = (qp.sqTail % qp.sq.length) * qp.cfg.maxInline;
+        wr.sg.gather(0, m.memory, at, total);
         wr.sg.clear();
         wr.sg.mr[0] = m;
-        wr.sg.off[0] = 0;
+        wr.sg.off[0] = at;
         wr.sg.len[0] = total;
         wr.sg.total = total;
         wr.sg.n = 1;

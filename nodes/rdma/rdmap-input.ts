@@ -14,6 +14,7 @@ import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } fr
 import type { RdmaCore } from './core.ts';
 import { QpState, RX_WORDS, RxEvent } from './qp.ts';
 import { raiseTerminate, receiveTerminate } from './terminate.ts';
+import { unreceive } from './transport.ts';
 import { RdmaOpaque } from './trp-input.ts';
 import { Access, WrOpcode } from './verbs.ts';
 import {
@@ -24,10 +25,11 @@ import {
 export const RDMAP_INPUT = 'rdmap-input';
 const NEXT_DROP = 0, NEXT_DISPATCH = 1;
 
-export const RdmapInputError = { TERMINATED: 0, TERMINATE_RECEIVED: 1 } as const;
+export const RdmapInputError = { TERMINATED: 0, TERMINATE_RECEIVED: 1, TERMINATE_EARLY: 2 } as const;
 const ERRORS = [
   { name: 'terminated', description: 'RDMAP violation (Terminate sent)', severity: 'error' },
   { name: 'terminate_received', description: 'Terminate received', severity: 'warn' },
+  { name: 'terminate_early', description: 'Terminate above a hole (not taken, not acknowledged)', severity: 'warn' },
 ] as const;
 
 /** Which QN each untagged opcode must arrive on (-1: tagged only or not an opcode we take). */
@@ -92,8 +94,11 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
           qp.rxBytes += plen;
           const inv = v.getUint32(o + U_INV_STAG);
           if (op === RdmapOp.SEND_INV || op === RdmapOp.SEND_SE_INV) {
+            // Only an MR registered as remotely invalidatable (RFC 5040 6.1: an STag the ULP
+            // let the peer invalidate); any other gets "STag cannot be invalidated".
             const mr = core.mrFor(inv, qp.pd);
             if (mr === null) code = TermCode.RDMAP_INVALID_STAG;
+            else if (!(mr.access & Access.REMOTE_INVALIDATE)) code = TermCode.RDMAP_CANNOT_INVALIDATE;
           }
           if (code === 0 && last) {
             qp.rxEv[s] = RxEvent.SEND_LAST;
@@ -164,6 +169,16 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
           break;
         }
         case RdmapOp.TERMINATE: {
+          // Taken only at the expected PSN, everything before it received (RFC 5961's rule for
+          // RST): a blind spoofer must hit that one PSN, not just the window. One above a hole
+          // is dropped unacknowledged; our ACK tells the peer where we are and it sends the
+          // Terminate again at that PSN (transport.ts, termChallenged).
+          if (((psn - qp.rcvNxt) | 0) >= 0) {
+            unreceive(core, qp, psn);
+            err = RdmapInputError.TERMINATE_EARLY;
+            note = 'terminate above a hole: not taken';
+            break;
+          }
           const tb = pool.packetBytes(bi).subarray(DDP_UNTAGGED_BYTES);
           rt.countError(RdmapInputError.TERMINATE_RECEIVED);
           note = `terminate received: 0x${tb.length >= TERMINATE_CTL_BYTES ? ((tb[0] << 8) | tb[1]).toString(16) : '?'}`;
@@ -175,7 +190,7 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
       }
     }
     if (code !== 0) {
-      raiseTerminate(core, qp, code, pool, o, segLen, `rdmap-input on qp ${qp.qpn}: ${RDMAP_OP_NAMES[op] ?? op}`, psn);
+      raiseTerminate(core, qp, code, pool.u8, o, segLen, `rdmap-input on qp ${qp.qpn}: ${RDMAP_OP_NAMES[op] ?? op}`, psn);
       err = RdmapInputError.TERMINATED;
       note = `terminate 0x${code.toString(16).padStart(4, '0')}`;
     }

@@ -4,7 +4,6 @@
  * headers, with the RFC's M=0x80 D=0x40 R=0x20 bits, not urdma's), and taking one in: which of
  * our work requests it is about, and with which completion status.
  */
-import type { BufferPool } from '../../graph/index.ts';
 import type { RdmaCore } from './core.ts';
 import { type Qp, QpState } from './qp.ts';
 import { toError } from './transport.ts';
@@ -16,7 +15,7 @@ import {
 const TERM_MAX = TERMINATE_CTL_BYTES + 2 + DDP_UNTAGGED_BYTES + READ_REQUEST_BYTES;
 
 /**
- * The segment at `o` (DDP header start, `segLen` bytes) of QP `qp` broke the protocol with
+ * The segment at `o` of `u8` (DDP header start, `segLen` bytes) of QP `qp` broke the protocol with
  * `code`: prepare the Terminate (sent by ddp-output as a reliable data packet) and move the QP
  * to ERROR. Later errors on the same QP change nothing (one Terminate per stream).
  *
@@ -25,10 +24,9 @@ const TERM_MAX = TERMINATE_CTL_BYTES + 2 + DDP_UNTAGGED_BYTES + READ_REQUEST_BYT
  * by the Terminate itself, or a pure ACK) would complete the peer's Send or Write successfully
  * before the Terminate naming it arrives, and the error would land on some other WR.
  */
-export function raiseTerminate(core: RdmaCore, qp: Qp, code: number, pool: BufferPool, o: number, segLen: number, why: string, psn?: number): void {
+export function raiseTerminate(core: RdmaCore, qp: Qp, code: number, u8: Uint8Array, o: number, segLen: number, why: string, psn?: number): void {
   if (qp.term !== null || qp.state === QpState.ERROR) return;
   if (psn !== undefined && ((psn - qp.deliverNext) | 0) >= 0 && ((psn - qp.rcvNxt) | 0) < 0) qp.rcvNxt = psn;
-  const u8 = pool.u8;
   const t = new Uint8Array(TERM_MAX);
   t[0] = code >>> 8; // layer << 4 | etype
   t[1] = code & 0xff;
@@ -63,6 +61,7 @@ export function termStatus(code: number): number {
     case TermCode.RDMAP_INVALID_STAG:
     case TermCode.RDMAP_BOUNDS:
     case TermCode.RDMAP_ACCESS:
+    case TermCode.RDMAP_CANNOT_INVALIDATE:
     case TermCode.DDP_T_INVALID_STAG:
     case TermCode.DDP_T_BOUNDS:
       return WcStatus.REM_ACCESS_ERR;

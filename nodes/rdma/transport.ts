@@ -200,12 +200,23 @@ function rttSample(core: RdmaCore, qp: Qp, r: number): void {
   qp.rtoNs = Math.min(core.rtoMaxNs, Math.max(core.rtoMinNs, rto));
 }
 
-/** SACK of [start, end): mark those received, retransmit at once the holes sent before them. */
-export function onSack(core: RdmaCore, qp: Qp, start: number, end: number): void {
-  if (((start - qp.sndUna) | 0) < 0) start = qp.sndUna;
-  if (((end - qp.sndNxt) | 0) > 0 || ((end - start) | 0) <= 0) {
-    if (((end - qp.sndNxt) | 0) > 0) core.counters.badAck++;
-    return;
+/**
+ * SACK of [start, end): mark those received, retransmit at once the holes sent before them.
+ * The range is taken only inside [snd_una, snd_nxt] (offsets from snd_una, unsigned, so a
+ * value half the sequence space away cannot pass a serial comparison): the walk is bounded by
+ * what we have in flight, never by the numbers the packet carries. A start at most a window
+ * below snd_una (a SACK overtaken by a cumulative ACK) is clipped to it. Returns false when the
+ * range is refused.
+ */
+export function onSack(core: RdmaCore, qp: Qp, start: number, end: number): boolean {
+  const flight = (qp.sndNxt - qp.sndUna) >>> 0;
+  const endOff = (end - qp.sndUna) >>> 0;
+  const back = (start - qp.sndUna) | 0;
+  if (back < 0 && back >= -qp.W) start = qp.sndUna;
+  const startOff = (start - qp.sndUna) >>> 0;
+  if (endOff > flight || startOff >= endOff) {
+    core.counters.badAck++;
+    return false;
   }
   const mask = qp.wMask;
   let maxSeq = -1;
@@ -230,6 +241,7 @@ export function onSack(core: RdmaCore, qp: Qp, start: number, end: number): void
     qp.fastRetransmits += queued;
     core.schedule(qp);
   }
+  return true;
 }
 
 /** The retransmission timer expired: back off and resend what is not known to have arrived. */
@@ -250,7 +262,15 @@ export function onTimeout(core: RdmaCore, qp: Qp): void {
   for (let p = qp.sndUna; p !== qp.sndNxt; p = (p + 1) >>> 0) {
     const s = p & mask;
     const k = qp.txKind[s];
-    if (k === TxKind.FREE || qp.txFlags[s] & TxFlag.SACKED || (onlyTerm && k !== TxKind.TERM)) continue;
+    if (k === TxKind.FREE || qp.txFlags[s] & TxFlag.SACKED) continue;
+    if (onlyTerm) {
+      if (qp.term === null) continue;
+      // The peer takes a Terminate only at the PSN it expects next, and the data we sent
+      // before ours is gone (its WRs were flushed): every hole gets a copy of the Terminate,
+      // so whichever PSN the peer is missing, what it finds there is the Terminate.
+      qp.txKind[s] = TxKind.TERM;
+      qp.txFlags[s] = TxFlag.LAST;
+    }
     queueRetransmit(qp, p);
     queued++;
   }
@@ -360,6 +380,21 @@ export function flushRecv(core: RdmaCore, qp: Qp): void {
       completeRecv(core, qp, wr, WcStatus.WR_FLUSH_ERR, { byteLen: 0 });
     }
   }
+}
+
+/**
+ * Take back the acceptance of data packet `psn` (trp-input marked it received): it is dropped
+ * unacknowledged, as if it had been lost, and the peer sends it again. The cumulative ACK point
+ * goes back to it if it had passed it; ACKs go out only after the receive path has run, so
+ * none has acknowledged it yet.
+ */
+export function unreceive(core: RdmaCore, qp: Qp, psn: number): void {
+  const s = psn & qp.wMask;
+  qp.rxGot[s] = 0;
+  qp.rxEv[s] = 0;
+  if (((psn - qp.deliverNext) | 0) >= 0 && ((psn - qp.rcvNxt) | 0) < 0) qp.rcvNxt = psn;
+  qp.ackNeeded = true;
+  core.schedule(qp);
 }
 
 /** Reserve the next IRD slot for a Read or Atomic response; null when IRD is exhausted. */

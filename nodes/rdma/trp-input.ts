@@ -2,13 +2,24 @@
  * trp-input: the TRP layer of every datagram to a QP's port (udp4-input sends them here).
  *
  * Per packet: find the QP by local port, accept only its peer's (address, port), then by TRP
- * opcode: cumulative ACK (every packet carries one) and SACK ranges free acknowledged transmit
- * slots and complete Sends/Writes; FIN moves the QP to ERROR; REQ/ACCEPT/REJECT go to
- * cm-input; data is checked against the receive window with serial arithmetic: a duplicate is
- * dropped and re-acknowledged (urdma does not, and loses idle connections when a final ACK is
- * lost), a packet above a hole is accepted at once (out-of-order placement is safe for DDP),
- * and accepted data goes on to ddp-input. The ACKs themselves are sent by ddp-output, once per
- * QP per pass (not per packet).
+ * opcode. Every packet is treated as possibly spoofed (UDP has no authentication) and costs
+ * one packet's work: loops run over our own window, never over a distance the packet names.
+ *
+ * - REQ/ACCEPT/REJECT go to cm-input.
+ * - DATA and pure ACK: the cumulative ACK must lie in [snd_una - W, snd_nxt] (RFC 5961 5),
+ *   else the packet is dropped; it frees acknowledged transmit slots and completes Sends and
+ *   Writes. Data is checked against the receive window with serial arithmetic: a duplicate is
+ *   dropped and re-acknowledged (urdma does not, and loses idle connections when a final ACK is
+ *   lost), a packet above a hole is accepted at once (out-of-order placement is safe for DDP),
+ *   and accepted data goes on to ddp-input.
+ * - SACK: a range inside [snd_una, snd_nxt] only (transport.ts onSack).
+ * - FIN: taken only at exactly the expected PSN with an acceptable ACK (RFC 5961's rule for
+ *   RST); one elsewhere in the window draws a challenge ACK, which tells an honest closer where
+ *   to send its FIN again (and makes it do so, a few times at most).
+ *
+ * The first acceptable packet from the peer of a passively accepted QP shows the peer saw our
+ * ACCEPT (only it knows our initial PSN): the QP stops being half-open. ACKs are sent by
+ * ddp-output, once per QP per pass (not per packet).
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
 import { formatIp4, Ip4Opaque } from '../ip4/ip4.ts';
@@ -22,9 +33,12 @@ export const TRP_INPUT = 'trp-input';
 export const RdmaOpaque = { QP: 4, PSN: 5, INFO: 6, AUX: 7 } as const;
 
 const NEXT_DROP = 0, NEXT_DDP = 1, NEXT_CM = 2;
+/** FINs sent again to challenge ACKs, at most (per QP). */
+const FIN_RESENDS = 3;
 
 export const TrpInputError = {
   NO_QP: 0, WRONG_PEER: 1, TRUNCATED: 2, BAD_OPCODE: 3, NOT_READY: 4, DUPLICATE: 5, OUT_OF_WINDOW: 6, ACK: 7, SACK: 8, FIN: 9,
+  BAD_ACK: 10, BAD_SACK: 11, FIN_REJECTED: 12,
 } as const;
 const ERRORS = [
   { name: 'no_qp', description: 'no QP on this port', severity: 'error' },
@@ -37,6 +51,9 @@ const ERRORS = [
   { name: 'ack', description: 'pure ACKs processed', severity: 'info' },
   { name: 'sack', description: 'SACKs processed', severity: 'info' },
   { name: 'fin', description: 'FINs received', severity: 'info' },
+  { name: 'bad_ack', description: 'ACK outside [snd_una - window, snd_nxt] (dropped)', severity: 'warn' },
+  { name: 'bad_sack', description: 'SACK range outside [snd_una, snd_nxt] (ignored)', severity: 'warn' },
+  { name: 'fin_rejected', description: 'FIN not at the expected PSN (challenge ACK sent)', severity: 'warn' },
 ] as const;
 
 export interface TrpTrace {
@@ -93,25 +110,43 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
       else if (op > TrpOp.SACK) err = TrpInputError.BAD_OPCODE;
       else if (op === TrpOp.SACK) {
         nSack++;
-        onSack(core, qp, psn, ack);
-        free[nFree++] = bi;
-        next = -1;
+        if (!onSack(core, qp, psn, ack)) err = TrpInputError.BAD_SACK;
+        else {
+          free[nFree++] = bi;
+          next = -1;
+        }
       } else if (op === TrpOp.FIN) {
         rt.countError(TrpInputError.FIN);
-        if (qp.state !== QpState.ERROR) {
-          qp.term = null;
-          toError(core, qp, 'FIN received');
-          core.event({ type: 'qp-disconnected', qpn: qp.qpn, reason: 'FIN received' });
+        if (psn === qp.rcvNxt && qp.ackAcceptable(ack)) {
+          if (qp.state !== QpState.ERROR) {
+            qp.term = null;
+            toError(core, qp, 'FIN received');
+            core.event({ type: 'qp-disconnected', qpn: qp.qpn, reason: 'FIN received' });
+          }
+          free[nFree++] = bi;
+          next = -1;
+        } else {
+          err = TrpInputError.FIN_REJECTED;
+          if (qp.state !== QpState.ERROR) {
+            qp.ackNeeded = true;
+            core.schedule(qp);
+          }
         }
-        free[nFree++] = bi;
-        next = -1;
-      } else {
+      } else if (!qp.ackAcceptable(ack)) err = TrpInputError.BAD_ACK;
+      else {
         // DATA or pure ACK: both carry a cumulative ACK.
+        qp.halfOpen = false;
         if (onAck(core, qp, ack, now)) core.schedule(qp);
         if (len === TRP_HEADER_BYTES) {
           nAck++;
           free[nFree++] = bi;
           next = -1;
+          // We closed with a FIN the peer did not take (not at its expected PSN): its
+          // challenge ACK says which PSN it expects; send the FIN again there (a few times).
+          if (qp.finSent && qp.state === QpState.ERROR && ack !== qp.finPsn && qp.finResends < FIN_RESENDS) {
+            qp.finResends++;
+            core.sendFin(qp, ack);
+          }
         } else if (qp.state !== QpState.RTR && qp.state !== QpState.RTS && qp.state !== QpState.SQD) {
           err = TrpInputError.NOT_READY;
           // In ERROR, a repeat of what we already took (a Terminate) is still acknowledged.
@@ -143,7 +178,12 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
               let r = (qp.rcvNxt + 1) >>> 0;
               while (((r - qp.deliverNext) | 0) < qp.W && qp.rxGot[r & qp.wMask]) r = (r + 1) >>> 0;
               qp.rcvNxt = r;
-            }
+            } else if (!qp.sackDirty) {
+              // Above a hole: the SACK of the range it joins goes out with the next ACK.
+              qp.sackDirty = true;
+              qp.sackLo = qp.sackHi = psn;
+            } else if (((psn - qp.sackLo) | 0) < 0) qp.sackLo = psn;
+            else if (((psn - qp.sackHi) | 0) > 0) qp.sackHi = psn;
             qp.ackNeeded = true;
             core.schedule(qp);
             opaque[w + RdmaOpaque.QP] = qp.index;

@@ -9,8 +9,13 @@ export const Access = {
   REMOTE_WRITE: 2,
   REMOTE_READ: 4,
   REMOTE_ATOMIC: 8,
+  /**
+   * The peer may invalidate this MR with Send with Invalidate. Off unless asked for: otherwise
+   * any peer of a QP in the PD could revoke any of its MRs (even a local-only one).
+   */
+  REMOTE_INVALIDATE: 16,
 } as const;
-export const ACCESS_NAMES = ['local-write', 'remote-write', 'remote-read', 'remote-atomic'] as const;
+export const ACCESS_NAMES = ['local-write', 'remote-write', 'remote-read', 'remote-atomic', 'remote-invalidate'] as const;
 export type AccessName = (typeof ACCESS_NAMES)[number];
 
 export function accessFromNames(names: readonly string[], where = 'access'): number {
@@ -241,6 +246,8 @@ export class SgList {
 /** A posted receive. */
 export class RecvWr {
   wrId: unknown = null;
+  /** On its SRQ's free list (release is idempotent: a slot is never listed twice). */
+  free = true;
   readonly sg: SgList;
   constructor(maxSge: number) {
     this.sg = new SgList(maxSge);
@@ -253,7 +260,8 @@ export class Srq {
   readonly pd: Pd;
   readonly maxWr: number;
   readonly maxSge: number;
-  private readonly slots: RecvWr[];
+  /** Slots made so far: they are made at their first post (creating an SRQ costs no time), at most maxWr. */
+  private made = 0;
   private readonly free: RecvWr[];
   private readonly queue: RecvWr[];
   private qHead = 0;
@@ -269,8 +277,7 @@ export class Srq {
     this.pd = pd;
     this.maxWr = maxWr;
     this.maxSge = maxSge;
-    this.slots = Array.from({ length: maxWr }, () => new RecvWr(maxSge));
-    this.free = [...this.slots];
+    this.free = [];
     this.queue = new Array<RecvWr>(maxWr);
   }
 
@@ -280,7 +287,14 @@ export class Srq {
 
   /** A free slot to fill, or null when the SRQ is full. */
   slot(): RecvWr | null {
-    return this.free.length > 0 ? (this.free.pop() as RecvWr) : null;
+    let wr = this.free.pop();
+    if (wr === undefined) {
+      if (this.made === this.maxWr) return null;
+      wr = new RecvWr(this.maxSge);
+      this.made++;
+    }
+    wr.free = false;
+    return wr;
   }
 
   push(wr: RecvWr): void {
@@ -302,6 +316,8 @@ export class Srq {
   }
 
   release(wr: RecvWr): void {
+    if (wr.free) return;
+    wr.free = true;
     wr.sg.clear();
     wr.wrId = null;
     this.free.push(wr);

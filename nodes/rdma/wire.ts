@@ -69,6 +69,8 @@ export const TermCode = {
   RDMAP_INVALID_STAG: 0x0100,
   RDMAP_BOUNDS: 0x0101,
   RDMAP_ACCESS: 0x0102,
+  /** Send with Invalidate naming an STag not registered as remotely invalidatable. */
+  RDMAP_CANNOT_INVALIDATE: 0x0109,
   RDMAP_VERSION: 0x0205,
   RDMAP_UNEXPECTED_OPCODE: 0x0206,
   RDMAP_CATASTROPHIC: 0x0207,

@@ -1,0 +1,115 @@
+/**
+ * The README's command blocks, run as written. Two daemons start the way the README says (the
+ * embedded default and config/examples/peer.yaml, from the repository directory); then the
+ * rdmactl session and the curl session run in bash, line for line, and what they print is
+ * checked. Every other indented block of the README must be one this file knows is run by
+ * another test (named below): a new block nobody runs fails here.
+ */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { skipOrFail } from './helpers.ts';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const README = readFileSync(join(ROOT, 'README.md'), 'utf8');
+
+/** Indented (4-space) blocks after a blank line, as Markdown reads them. */
+function blocks(md: string): string[] {
+  const out: string[] = [];
+  const lines = md.split('\n');
+  for (let i = 0; i < lines.length; i++) {
+    if (!lines[i].startsWith('    ') || (i > 0 && lines[i - 1].trim() !== '')) continue;
+    const b: string[] = [];
+    while (i < lines.length && (lines[i].startsWith('    ') || (lines[i].trim() === '' && lines[i + 1]?.startsWith('    ')))) b.push(lines[i++].slice(4));
+    out.push(b.join('\n'));
+  }
+  return out;
+}
+
+/** Blocks other tests run, by their first line, and where. */
+const ELSEWHERE: Record<string, string> = {
+  'npm ci && npm start': 'test/daemon.test.ts (npm start, SIGTERM to its PID); the two-daemon set-up below',
+  'npm ci && npm test': '.ci/run runs exactly this',
+  "new MemifDriver('memif0', { socket: 'run/memif.sock', role: 'server', id: 0, secret: 'k',": 'test/memif.test.ts (the driver with these options)',
+  'tshark -X lua_script:nodes/rdma/trp.lua -d udp.port==49200,urdma_trp \\': 'test/trp-dissector.test.ts (the same tshark options on hand-built messages)',
+  "import { Dataplane, loadConfig } from 'rdma-graph';": 'test/dataplane.test.ts (the embedding API); loadConfig() is checked below',
+};
+
+const RDMACTL = 'A="npx rdmactl --api http://127.0.0.1:7070"; B="npx rdmactl --api http://127.0.0.1:7071"';
+const CURL = 'A=http://127.0.0.1:7070/v1; B=http://127.0.0.1:7071/v1';
+
+test('every README block is run by this file or a named test', () => {
+  const firsts = blocks(README).map((b) => b.split('\n')[0]);
+  for (const f of firsts) assert.ok(f === RDMACTL || f === CURL || f in ELSEWHERE, `README block nobody runs: "${f}"`);
+  assert.ok(firsts.includes(RDMACTL) && firsts.includes(CURL), 'the rdmactl and curl sessions are there');
+});
+
+test('the embedding snippet\'s loadConfig() loads the embedded default from anywhere', async () => {
+  const { loadConfig } = await import('../index.ts');
+  const c = loadConfig();
+  assert.equal(c.interfaces.map((i) => [i.name, i.driver]), [['memif0', 'memif']]);
+});
+
+interface Daemon { proc: ChildProcess; out: string; exit: Promise<number | null> }
+
+function daemon(args: string[]): Promise<Daemon> {
+  const proc = spawn(process.execPath, ['--import', 'tsx', 'main.ts', 'start', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const d: Daemon = { proc, out: '', exit: new Promise((r) => proc.on('exit', (c) => r(c))) };
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`daemon ${args.join(' ')}: no API after 30 s:\n${d.out}`)), 30_000);
+    const on = (b: Buffer) => {
+      d.out += b;
+      if (/API on http/.test(d.out)) {
+        clearTimeout(t);
+        resolve(d);
+      }
+    };
+    proc.stdout!.on('data', on);
+    proc.stderr!.on('data', on);
+    proc.on('exit', (c) => reject(new Error(`daemon ${args.join(' ')} exited ${c}:\n${d.out}`)));
+  });
+}
+
+function bash(script: string): { code: number | null; out: string } {
+  const r = spawnSync('bash', ['-eo', 'pipefail', '-c', script], { cwd: ROOT, encoding: 'utf8', timeout: 240_000, env: { ...process.env, npm_config_loglevel: 'error' } });
+  return { code: r.status, out: r.stdout + r.stderr };
+}
+
+test('the rdmactl and curl sessions run as written against the two daemons the README starts', async () => {
+  if (spawnSync('jq', ['--version']).status !== 0 || spawnSync('curl', ['--version']).status !== 0) {
+    skipOrFail('jq and curl are needed (Debian packages jq, curl)');
+    return;
+  }
+  const a = await daemon([]);
+  const b = await daemon(['--config', 'config/examples/peer.yaml']);
+  try {
+    const all = blocks(README);
+    // The memif link comes up within a second (the client retries every 250 ms).
+    const up = bash('for i in $(seq 50); do node bin/rdmactl.mjs show interfaces | grep -q " up " && exit 0; sleep 0.1; done; exit 1');
+    assert.is(up.code, 0, `memif link up:\n${up.out}`);
+    const ctl = bash(all.find((x) => x.startsWith(RDMACTL)) as string);
+    assert.is(ctl.code, 0, ctl.out);
+    assert.match(ctl.out, /wr-id "s1" qpn \d+ send success byte-len 5/);
+    assert.match(ctl.out, /wr-id "r1" qpn \d+ recv success byte-len 5/);
+    assert.match(ctl.out, /^hello$/m);
+    for (const w of ['w1', 'r2', 'f1']) assert.match(ctl.out, new RegExp(`wr-id "${w}" qpn \\d+ \\S+ success`));
+    assert.match(ctl.out, /Time [\d.]+, 10\.000000 sec internal node vector rate/, 'show runtime');
+    assert.match(ctl.out, /Packet 1\n/, 'show trace has the packets armed before the traffic');
+    const curl = bash(all.find((x) => x.startsWith(CURL)) as string);
+    assert.is(curl.code, 0, curl.out);
+    assert.match(curl.out, /\{"qpn":\d+,"state":"rts"\}\n\{"qpn":\d+,"state":"rts"\}/);
+    assert.match(curl.out, /"wrId":"w1".*"status":"success"/);
+    assert.match(curl.out, /^hello$/m);
+    assert.match(curl.out, /^rdmagraph_qp_tx_packets_total\{.*\} [1-9]\d*$/m, 'the QP\'s counters in /metrics');
+  } finally {
+    a.proc.kill('SIGTERM');
+    b.proc.kill('SIGTERM');
+    assert.is(await a.exit, 0, a.out);
+    assert.is(await b.exit, 0, b.out);
+  }
+});
+
+test.run();
