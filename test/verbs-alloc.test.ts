@@ -9,7 +9,9 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { IP_A, IP_B, twoDataplanes } from './dataplane-helpers.ts';
 
-test('creating a QP of 16384 send WRs with 4096 inline bytes and 16384 receive WRs takes milliseconds, not half a second', async () => {
+// Timings are printed, never asserted (bench material); what is asserted is the memory the
+// creation takes, which is what made it slow.
+test('creating a QP of 16384 send WRs with 4096 inline bytes and 16384 receive WRs makes no slot up front (heap, time printed)', async () => {
   const dps = await twoDataplanes();
   try {
     const a = dps.a;
@@ -25,20 +27,21 @@ test('creating a QP of 16384 send WRs with 4096 inline bytes and 16384 receive W
     }
     times.sort((x, y) => x - y);
     console.log(`  createQp 16384/16384 inline 4096: ${times.map((t) => t.toFixed(1)).join(', ')} ms`);
-    assert.ok(times[1] < 50, `median ${times[1].toFixed(1)} ms (it was ~400 ms when every slot was made up front)`);
     const grew = (process.memoryUsage().heapUsed - heap0) / 2 ** 20;
+    console.log(`  heap grew ${grew.toFixed(1)} MiB for three such QPs`);
     assert.ok(grew < 20, `heap grew ${grew.toFixed(0)} MiB for three such QPs`);
   } finally {
     await dps.close();
   }
 });
 
-test('creating an SRQ of 16384 receive WRs with 32 SGEs each takes milliseconds (its slots are made at their first post, at most maxWr)', async () => {
+test('creating an SRQ of 16384 receive WRs with 32 SGEs each makes no slot up front (made at their first post, at most maxWr)', async () => {
   const dps = await twoDataplanes();
   try {
     const a = dps.a;
     const { pd } = await a.createPd();
     const times: number[] = [];
+    const heap0 = process.memoryUsage().heapUsed;
     for (let i = 0; i < 3; i++) {
       const t0 = performance.now();
       const s = await a.createSrq({ pd, maxWr: 16384, maxSge: 32 });
@@ -47,7 +50,9 @@ test('creating an SRQ of 16384 receive WRs with 32 SGEs each takes milliseconds 
     }
     times.sort((x, y) => x - y);
     console.log(`  createSrq 16384 x 32 SGEs: ${times.map((t) => t.toFixed(1)).join(', ')} ms`);
-    assert.ok(times[1] < 20, `median ${times[1].toFixed(1)} ms (it was 50-140 ms when every slot was made up front)`);
+    const grew = (process.memoryUsage().heapUsed - heap0) / 2 ** 20;
+    console.log(`  heap grew ${grew.toFixed(1)} MiB for three such SRQs`);
+    assert.ok(grew < 8, `heap grew ${grew.toFixed(1)} MiB for three such SRQs (slots made up front: 3 x 16384 receive WRs of 32 SGEs)`);
     // Still exactly maxWr receives fit.
     const s = await a.createSrq({ pd, maxWr: 3 });
     const mr = (await a.createMr({ pd, length: 64, access: ['local-write'] })).mr;
