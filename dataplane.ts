@@ -18,10 +18,10 @@ import { Graph, GraphError, NodeFlag, createPool, type BufferPool, type ErrorThr
 import { type Capture, Interfaces, type InterfaceCounters } from './drivers/interfaces.ts';
 import { CaptureFileError, discardCaptureFile, openCaptureFile } from './drivers/capture-file.ts';
 import type { FaultConfig, FaultCounters } from './drivers/fault.ts';
-import { openDriver } from './drivers/open.ts';
-import type { Config, InterfaceConfig } from './config/types.ts';
+import { driverUnavailable, openDriver } from './drivers/open.ts';
+import { DRIVER_KINDS, type Config, type InterfaceConfig } from './config/types.ts';
 import { registerL2L4, type Netstack } from './nodes/netstack.ts';
-import { registerRdma, type QpInfo, type Rdma, type Sge } from './nodes/rdma/rdma.ts';
+import { type DeviceAttr, registerRdma, type QpInfo, type Rdma, type Sge } from './nodes/rdma/rdma.ts';
 import type { RdmaEvent } from './nodes/rdma/core.ts';
 import { QP_STATE_NAMES, type Qp, type QpStateName } from './nodes/rdma/qp.ts';
 import { ACCESS_NAMES, accessNames, type Completion, type Cq, type Mr, type Pd, type Srq, VerbsError, WR_OPCODE_NAMES, type WrOpcodeName } from './nodes/rdma/verbs.ts';
@@ -152,6 +152,39 @@ export interface PollResult {
 export interface EventView extends RdmaEvent { seq: number; time: string }
 
 export interface HealthView { status: 'ok'; version: string; uptime: number; interfaces: number; qps: number }
+
+/** `show hardware`: the generic lines of an interface and what its driver says of itself. */
+export interface HardwareView {
+  name: string;
+  index: number;
+  driver: string;
+  mac: string;
+  mtu: number;
+  state: 'up' | 'down';
+  rxQueues: number;
+  txQueues: number;
+  /** Driver facts in display order (memif role/socket/peer/rings, af_packet host interface/rings), as text. */
+  info: Record<string, string | null>;
+  counters: Record<string, number>;
+}
+
+/** `show device` (ibv_devinfo): the software RDMA device's limits and one port per interface. */
+export interface DeviceView extends DeviceAttr {
+  name: string;
+  transport: 'iWARP over UDP (urdma TRP)';
+  version: string;
+  ports: { port: number; interface: string; state: 'active' | 'down'; mtu: number; activeMtu: number; linkLayer: 'Ethernet'; gid: string | null; address: string | null }[];
+}
+
+/** `show version`. */
+export interface VersionView {
+  version: string;
+  node: string;
+  platform: string;
+  /** Drivers this build can open, and why each other one cannot. */
+  drivers: { name: string; available: boolean; why: string | null }[];
+  startedAt: string;
+}
 
 /** The packet buffer pool: how many buffers, how many are free, bytes of data each. */
 export interface BufferView { count: number; free: number; dataSize: number }
@@ -329,6 +362,41 @@ export class Dataplane {
 
   async buffers(): Promise<BufferView> {
     return { count: this.pool.count, free: this.pool.available(), dataSize: this.pool.dataSize };
+  }
+
+  async hardware(): Promise<HardwareView[]> {
+    return this.ifs.all().map((itf) => {
+      const d = itf.driver;
+      const hw = d.hardware?.() ?? { info: {}, counters: {} };
+      const ip = this.net.interfaces.isConfigured(itf.index) ? this.net.interfaces.info(itf.index) : null;
+      return {
+        name: itf.name, index: itf.index, driver: d.kind, mac: itf.macString, mtu: ip?.mtu ?? d.mtu, state: d.linkUp() ? 'up' : 'down',
+        rxQueues: d.rxQueues, txQueues: d.txQueues, counters: hw.counters,
+        info: Object.fromEntries(Object.entries(hw.info).map(([k, v]) => [k, v === null ? null : typeof v === 'boolean' ? (v ? 'yes' : 'no') : String(v)])),
+      };
+    });
+  }
+
+  async device(): Promise<DeviceView> {
+    const ports = this.ifs.all().map((itf, k) => {
+      const ip = this.net.interfaces.isConfigured(itf.index) ? this.net.interfaces.info(itf.index) : null;
+      const mtu = ip?.mtu ?? itf.driver.mtu;
+      return {
+        port: k + 1, interface: itf.name, state: itf.driver.linkUp() ? 'active' as const : 'down' as const, mtu,
+        // What a segment may carry: the MTU less IPv4 20, UDP 8 and TRP 10 bytes.
+        activeMtu: mtu - 38, linkLayer: 'Ethernet' as const,
+        gid: ip ? `::ffff:${ip.address}` : null, address: ip?.address ?? null,
+      };
+    });
+    return { name: 'rdma-graph0', transport: 'iWARP over UDP (urdma TRP)', version: VERSION, ...this.rdma.deviceAttr(), ports };
+  }
+
+  async version(): Promise<VersionView> {
+    const drivers = DRIVER_KINDS.map((name) => {
+      const why = driverUnavailable(name);
+      return { name, available: why === null, why };
+    });
+    return { version: VERSION, node: process.version, platform: `${process.platform} ${process.arch}`, drivers, startedAt: new Date(this.startedMs).toISOString() };
   }
 
   async interfaces(): Promise<InterfaceView[]> {

@@ -44,11 +44,27 @@ export class ApiError extends Error {
 /** The API could not be reached at all (statusCode 0; `code` is the system error, e.g. ECONNREFUSED). */
 export class ApiConnectionError extends ApiError {
   readonly code: string;
-  constructor(url: string, code: string) {
-    super(0, 'Connection Failed', `cannot reach the rdma-graph API at ${url}: is the daemon running? (${code})`);
+  constructor(url: string, code: string, message?: string) {
+    super(0, 'Connection Failed', message ?? (code.startsWith('HPE_') || code === 'UND_ERR_SOCKET'
+      ? `${url} did not answer in HTTP (${code}): is --api pointing at the rdma-graph API?`
+      : `cannot reach the rdma-graph API at ${url}: is the daemon running? (${code})`));
     this.code = code;
     this.name = 'ApiConnectionError';
   }
+}
+
+/** Something answered that is not the rdma-graph API (an HTML page, another server's error). */
+export class ApiForeignError extends ApiError {
+  constructor(statusCode: number, message: string) {
+    super(statusCode, 'Not rdma-graph', message);
+    this.name = 'ApiForeignError';
+  }
+}
+
+/** One line of at most `n` printable characters of a body (for messages about foreign answers). */
+function snippet(text: string, n = 80): string {
+  const one = text.replace(/\s+/g, ' ').replace(/[^\x20-\x7e]/g, '?').trim();
+  return one.length > n ? `${one.slice(0, n)}...` : one;
 }
 
 type Query = Record<string, string | number | boolean | undefined>;
@@ -56,14 +72,17 @@ type Query = Record<string, string | number | boolean | undefined>;
 export class ApiClient {
   readonly url: string;
   private readonly token: string | null;
+  /** How long a request may wait for its answer (ms); 0: no limit. */
+  readonly timeoutMs: number;
 
-  constructor(url: string, token?: string | null) {
+  constructor(url: string, token?: string | null, opts: { timeoutMs?: number } = {}) {
     this.url = url.replace(/\/+$/, '');
     this.token = token ?? null;
+    this.timeoutMs = opts.timeoutMs ?? 0;
   }
 
   /** One exchange: `json` or `bytes` out; parsed JSON, text or bytes back (as the response says). */
-  async request<T>(method: string, path: string, opts: { json?: unknown; bytes?: Uint8Array; query?: Query } = {}): Promise<T> {
+  async request<T>(method: string, path: string, opts: { json?: unknown; bytes?: Uint8Array; query?: Query; timeoutMs?: number } = {}): Promise<T> {
     const headers: Record<string, string> = {};
     if (this.token !== null) headers.authorization = `Bearer ${this.token}`;
     let body: string | Uint8Array | undefined;
@@ -78,14 +97,29 @@ export class ApiClient {
     const qs = new URLSearchParams();
     for (const [k, v] of Object.entries(opts.query ?? {})) if (v !== undefined) qs.set(k, String(v));
     const url = `${this.url}${path}${qs.size ? `?${qs}` : ''}`;
+    const timeoutMs = opts.timeoutMs ?? this.timeoutMs;
+    const signal = timeoutMs > 0 ? AbortSignal.timeout(timeoutMs) : undefined;
+    const timedOut = (e: unknown) => (e as Error)?.name === 'TimeoutError' || signal?.aborted === true;
+    const noAnswer = () => new ApiConnectionError(this.url, 'ETIMEDOUT', `no answer from ${this.url} within ${timeoutMs} ms (${method} ${path}): is --api pointing at the rdma-graph API? (--timeout MS waits longer)`);
     let res: Response;
     try {
-      res = await fetch(url, { method, headers, body });
+      res = await fetch(url, { method, headers, body, signal });
     } catch (e) {
+      if (timedOut(e)) throw noAnswer();
       const cause = (e as { cause?: { code?: string; errors?: { code?: string }[] } }).cause;
       const code = cause?.code ?? cause?.errors?.[0]?.code ?? (e as Error).message;
       throw new ApiConnectionError(this.url, code);
     }
+    try {
+      return await this.answer<T>(res, method, path);
+    } catch (e) {
+      if (timedOut(e)) throw noAnswer();
+      throw e;
+    }
+  }
+
+  /** The body of `res` as the API sends it (JSON, bytes, text), or the error it says. */
+  private async answer<T>(res: Response, method: string, path: string): Promise<T> {
     const type = res.headers.get('content-type') ?? '';
     if (!res.ok) {
       const text = await res.text();
@@ -96,7 +130,7 @@ export class ApiClient {
         parsed = null;
       }
       if (parsed && typeof parsed.message === 'string') throw new ApiError(res.status, typeof parsed.error === 'string' ? parsed.error : res.statusText, parsed.message);
-      throw new ApiError(res.status, res.statusText, `${method} ${path}: HTTP ${res.status} ${res.statusText}${text ? `: ${text.slice(0, 200)}` : ''}`);
+      throw new ApiForeignError(res.status, `${this.url} answered ${method} ${path} with HTTP ${res.status} ${res.statusText} (${type || 'no content type'}${text ? `: ${snippet(text)}` : ''}), not as the rdma-graph API does: is --api right?`);
     }
     if (res.status === 204) return undefined as T;
     if (type.startsWith('application/json')) return (await res.json()) as T;

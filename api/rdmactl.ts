@@ -8,34 +8,45 @@
  * Exit status: 0 done, 1 the API refused (its message is printed), 2 bad command line, 3 the
  * daemon cannot be reached.
  */
-import { formatErrors, formatRuntime, formatTrace, type ErrorThreadSnapshot, type RuntimeThreadSnapshot, type TraceThreadSnapshot } from '../graph/format.ts';
-import type { CqView, EventView, InterfaceView, ListenerView, MrView, NeighborView, PdView, PollResult, QpView, SrqView } from '../dataplane.ts';
-import { formatCompletions, formatInterfaceAddresses, formatInterfaces, formatListeners, formatNeighbors, formatQp, formatQps } from './render.ts';
+import type { CqView, InterfaceView, ListenerView, MrView, PdView, PollResult, QpView, SrqView } from '../dataplane.ts';
+import { formatCompletions } from './render.ts';
+import { Args, base64, endpoint, hexBytes, hexdump, intOpt, numOpt, resolveWord, sges, toInt, UsageError, wrId } from './rdmactl-args.ts';
+import { showCommand } from './rdmactl-show.ts';
+
+export { UsageError };
 
 export const DEFAULT_API = 'http://127.0.0.1:7070';
 
 /** One HTTP exchange with the API: JSON (or raw bytes) out, parsed JSON (or bytes) back. */
-export type Call = (method: string, path: string, body?: unknown, opts?: { raw?: boolean; bytes?: Uint8Array }) => Promise<unknown>;
+export type Call = (method: string, path: string, body?: unknown, opts?: { raw?: boolean; bytes?: Uint8Array; timeoutMs?: number }) => Promise<unknown>;
 
-export class UsageError extends Error {}
+/** The API answered, but not what rdma-graph answers (another server on that port?): exit 3. */
+export class ForeignAnswerError extends Error {}
 
 export interface CtlOutput {
   out(s: string): void;
   bytes(b: Uint8Array): void;
 }
 
-const HELP = `usage: rdmactl [--api URL] [--token TOKEN] [--json] COMMAND
-  (URL defaults to $RDMACTL_API or ${DEFAULT_API}; TOKEN to $RDMACTL_TOKEN)
+export const HELP = `usage: rdmactl [--api URL] [--token TOKEN] [--timeout MS] [--json] [--quiet] COMMAND
+  (URL defaults to $RDMACTL_API or ${DEFAULT_API}; TOKEN to $RDMACTL_TOKEN; MS to $RDMACTL_TIMEOUT or 10000)
+  rdmactl -h|--help | -V|--version     this text | rdmactl's own version
+  Words may be cut to a unique prefix, as in VPP: sh int, sh run, sh hard.
 
 show:
   show runtime [verbose]              per-node calls, vectors, clocks (VPP layout)
   show errors [verbose]               per-node error counters
-  show interfaces [addr]              interfaces with counters / addresses
-  show neighbors                      the neighbour (ARP) table
+  show interfaces [addr]              interfaces with counters / addresses (also: show interface)
+  show hardware                       driver details: memif role, socket, peer, rings, last disconnect; af_packet rings; driver counters
+  show memif                          the memif interfaces, as VPP's show memif
+  show buffers                        the packet buffer pool
+  show ip neighbors | show neighbors  the neighbour (ARP) table
   show trace                          traced packets (see trace add)
   show qps | show qp QPN              queue pairs
   show listeners | mrs | cqs | srqs | pds | events
-  show health
+  show device                         the RDMA device as ibv_devinfo prints it: limits, ports, GIDs
+  show version | show health
+  ping IP [count N] [interval SECONDS] [size BYTES]   ICMP echo from the data plane (count also: repeat)
   clear runtime|errors|trace
   trace add NODE COUNT                trace the next COUNT packets from input node NODE
   capture IF rx|tx|both NAME [count N] | capture IF off   (a new file NAME in the daemon's capture.dir)
@@ -43,7 +54,7 @@ show:
 
 verbs (handles are numbers; sge is MR:OFFSET:LENGTH[,MR:OFFSET:LENGTH...]):
   create pd
-  create mr pd PD length N [access local-write,remote-write,remote-read,remote-atomic]   -> "MR STAG"
+  create mr pd PD length N [access local-write,remote-write,remote-read,remote-atomic,remote-invalidate]   -> "MR STAG" (STAG in hex; STAGs are taken in hex or decimal)
   create cq [depth N]
   create srq pd PD max-wr N [max-sge N]
   create qp pd PD send-cq CQ recv-cq CQ [srq SRQ] [max-send-wr N] [max-recv-wr N] [max-sge N] [max-inline N] [ird N] [ord N] [interface IF]   -> "QPN PSN"
@@ -63,195 +74,68 @@ verbs (handles are numbers; sge is MR:OFFSET:LENGTH[,MR:OFFSET:LENGTH...]):
   destroy pd|mr|cq|srq|qp N
 `;
 
-/** Words after a command, as `key value` pairs and bare flags. */
-class Args {
-  private i = 0;
-  constructor(private readonly words: string[], private readonly what: string) {}
-
-  get done(): boolean {
-    return this.i >= this.words.length;
-  }
-
-  word(name: string): string {
-    if (this.i >= this.words.length) throw new UsageError(`${this.what}: missing ${name}`);
-    return this.words[this.i++];
-  }
-
-  int(name: string): number {
-    const w = this.word(name);
-    return toInt(w, `${this.what}: ${name}`);
-  }
-
-  /** The remaining words as options: `key value` for keys in `valued`, bare flags for `flags`. */
-  options(valued: string[], flags: string[] = []): Map<string, string> {
-    const m = new Map<string, string>();
-    while (this.i < this.words.length) {
-      const k = this.words[this.i++];
-      if (flags.includes(k)) m.set(k, 'true');
-      else if (valued.includes(k)) {
-        if (this.i >= this.words.length) throw new UsageError(`${this.what}: ${k} needs a value`);
-        m.set(k, this.words[this.i++]);
-      } else throw new UsageError(`${this.what}: unknown word "${k}" (expected ${[...valued, ...flags].join(', ') || 'nothing more'})`);
-    }
-    return m;
-  }
-
-  end(): void {
-    if (this.i < this.words.length) throw new UsageError(`${this.what}: unexpected "${this.words[this.i]}"`);
-  }
-}
-
-function toInt(w: string, what: string): number {
-  if (!/^(0|[1-9][0-9]*|0x[0-9a-fA-F]+)$/.test(w)) throw new UsageError(`${what} must be a non-negative integer, got "${w}"`);
-  const n = Number(w);
-  if (!Number.isSafeInteger(n)) throw new UsageError(`${what} is too large: ${w}`);
-  return n;
-}
-
-function intOpt(m: Map<string, string>, key: string, what: string): number | undefined {
-  const v = m.get(key);
-  return v === undefined ? undefined : toInt(v, `${what}: ${key}`);
-}
-
-function numOpt(m: Map<string, string>, key: string, what: string): number | undefined {
-  const v = m.get(key);
-  if (v === undefined) return undefined;
-  const n = Number(v);
-  if (v.trim() === '' || !Number.isFinite(n)) throw new UsageError(`${what}: ${key} must be a number, got "${v}"`);
-  return n;
-}
-
-/** wr-id: an integer when it looks like one, else the string. */
-function wrId(w: string): string | number {
-  return /^(0|[1-9][0-9]{0,14})$/.test(w) ? Number(w) : w;
-}
-
-function sges(s: string | undefined, what: string): { mr: number; offset: number; length: number }[] | undefined {
-  if (s === undefined) return undefined;
-  return s.split(',').map((e, i) => {
-    const p = e.split(':');
-    if (p.length !== 3) throw new UsageError(`${what}: sge ${i} must be MR:OFFSET:LENGTH, got "${e}"`);
-    return { mr: toInt(p[0], `${what}: sge ${i} mr`), offset: toInt(p[1], `${what}: sge ${i} offset`), length: toInt(p[2], `${what}: sge ${i} length`) };
-  });
-}
-
-function endpoint(s: string, what: string): { ip: string; port: number } {
-  const m = /^(\d+\.\d+\.\d+\.\d+):(\d+)$/.exec(s);
-  if (!m) throw new UsageError(`${what}: expected IP:PORT, got "${s}"`);
-  return { ip: m[1], port: toInt(m[2], `${what}: port`) };
-}
-
-function hexBytes(s: string, what: string): Uint8Array {
-  const h = s.startsWith('0x') ? s.slice(2) : s;
-  if (!/^([0-9a-fA-F]{2})*$/.test(h)) throw new UsageError(`${what}: expected hex bytes (an even number of hex digits), got "${s}"`);
-  return Uint8Array.from(h.match(/../g) ?? [], (x) => parseInt(x, 16));
-}
-
-function base64(b: Uint8Array): string {
-  return Buffer.from(b).toString('base64');
-}
-
-function hexdump(b: Uint8Array, base: number): string {
-  let out = '';
-  for (let o = 0; o < b.length; o += 16) {
-    const row = b.subarray(o, o + 16);
-    const hex = Array.from(row, (x) => x.toString(16).padStart(2, '0')).join(' ');
-    const txt = Array.from(row, (x) => (x >= 0x20 && x < 0x7f ? String.fromCharCode(x) : '.')).join('');
-    out += `${(base + o).toString(16).padStart(8, '0')}  ${hex.padEnd(48)}  ${txt}\n`;
-  }
-  return out;
-}
-
 export interface CtlOptions {
   json: boolean;
+  /** No confirmation lines (create still prints its handles). */
+  quiet?: boolean;
 }
+
+/** Accepted command words (aliases included) to their canonical command. */
+const COMMANDS: Record<string, string> = {
+  show: 'show', clear: 'clear', trace: 'trace', capture: 'capture', fault: 'fault', create: 'create', connect: 'connect', listen: 'listen',
+  unlisten: 'unlisten', modify: 'modify', post: 'post', poll: 'poll', mr: 'mr', destroy: 'destroy', ping: 'ping', help: 'help',
+};
 
 /** Run one rdmactl command (words after the global options). */
 export async function runCommand(words: string[], call: Call, io: CtlOutput, opts: CtlOptions): Promise<void> {
-  const [cmd, sub, ...rest] = words;
+  const [first, sub, ...rest] = words;
   const json = (v: unknown) => io.out(JSON.stringify(v, null, 2) + '\n');
   const show = async (path: string, render: (v: never) => string, body?: unknown) => {
     const v = await call('GET', path, body);
-    if (opts.json) json(v);
-    else io.out(render(v as never));
+    if (opts.json) return json(v);
+    let text: string;
+    try {
+      text = render(v as never);
+    } catch (e) {
+      // Not the shape rdma-graph sends: another server (or another version) answered.
+      throw new ForeignAnswerError(`GET ${path}: the answer is not what rdma-graph sends (${(e as Error).message}): is --api pointing at an rdma-graph daemon?`);
+    }
+    io.out(text);
   };
   const created = (v: unknown, line: string) => (opts.json ? json(v) : io.out(line + '\n'));
+  /** A one-line confirmation (or the JSON answer with --json; nothing with --quiet). */
+  const done = (v: unknown, line: string) => {
+    if (opts.json) json(v ?? {});
+    else if (!opts.quiet) io.out(line + '\n');
+  };
+  if (first === undefined || first === 'help' || first === '-h') {
+    io.out(HELP);
+    return;
+  }
+  const cmd = resolveWord(first, COMMANDS, '');
   switch (cmd) {
-    case undefined:
     case 'help':
       io.out(HELP);
       return;
-    case 'show': {
-      const a = new Args(rest, `show ${sub ?? ''}`.trim());
-      switch (sub) {
-        case 'runtime': {
-          const verbose = a.options([], ['verbose']).has('verbose');
-          return show(`/v1/runtime${verbose ? '?verbose=1' : ''}`, (v: { threads: RuntimeThreadSnapshot[] }) => formatRuntime(v.threads, { verbose }));
-        }
-        case 'errors': {
-          const verbose = a.options([], ['verbose']).has('verbose');
-          return show('/v1/errors', (v: { threads: ErrorThreadSnapshot[] }) => formatErrors(v.threads, { verbose }));
-        }
-        case 'interfaces':
-        case 'interface': {
-          const addr = a.options([], ['addr']).has('addr');
-          return show('/v1/interfaces', (v: InterfaceView[]) => (addr ? formatInterfaceAddresses(v) : formatInterfaces(v)));
-        }
-        case 'neighbors':
-        case 'neighbours':
-          a.end();
-          return show('/v1/neighbors', (v: NeighborView[]) => formatNeighbors(v));
-        case 'trace':
-          a.end();
-          return show('/v1/trace', (v: { threads: TraceThreadSnapshot[] }) => formatTrace(v.threads));
-        case 'qps':
-          a.end();
-          return show('/v1/qps', (v: QpView[]) => formatQps(v));
-        case 'qp': {
-          const qpn = a.int('QPN');
-          a.end();
-          return show(`/v1/qps/${qpn}`, (v: QpView) => formatQp(v));
-        }
-        case 'listeners':
-          a.end();
-          return show('/v1/listeners', (v: ListenerView[]) => formatListeners(v));
-        case 'mrs':
-          a.end();
-          return show('/v1/mrs', (v: MrView[]) => v.map((m) => `mr ${m.mr} pd ${m.pd} stag 0x${m.stag.toString(16)} length ${m.length} access ${m.access.join(',') || '-'}\n`).join(''));
-        case 'cqs':
-          a.end();
-          return show('/v1/cqs', (v: CqView[]) => v.map((c) => `cq ${c.cq} depth ${c.depth} pending ${c.pending} users ${c.users}${c.error ? ' ERROR (overflowed)' : ''}\n`).join(''));
-        case 'srqs':
-          a.end();
-          return show('/v1/srqs', (v: SrqView[]) => v.map((s) => `srq ${s.srq} pd ${s.pd} max-wr ${s.maxWr} max-sge ${s.maxSge} posted ${s.posted} limit ${s.limit}\n`).join(''));
-        case 'pds':
-          a.end();
-          return show('/v1/pds', (v: PdView[]) => v.map((p) => `pd ${p.pd} users ${p.users}\n`).join(''));
-        case 'events':
-          a.end();
-          return show('/v1/events', (v: EventView[]) => v.map((e) => `${e.time} #${e.seq} ${e.type}${e.qpn !== undefined ? ` qp ${e.qpn}` : ''}${e.cq !== undefined ? ` cq ${e.cq}` : ''}${e.srq !== undefined ? ` srq ${e.srq}` : ''}${e.reason ? `: ${e.reason}` : ''}\n`).join(''));
-        case 'health':
-          a.end();
-          return show('/v1/health', (v: { status: string; version: string; uptime: number }) => `${v.status}: rdma-graph ${v.version}, up ${v.uptime.toFixed(1)} s\n`);
-        default:
-          throw new UsageError(`show: unknown object "${sub ?? ''}" (expected runtime, errors, interfaces, neighbors, trace, qps, qp, listeners, mrs, cqs, srqs, pds, events, health)`);
-      }
-    }
+    case 'show':
+      return showCommand(sub === undefined ? [] : [sub, ...rest], show);
+    case 'ping':
+      return ping(sub === undefined ? [] : [sub, ...rest], call, io, opts);
     case 'clear': {
-      if (sub !== 'runtime' && sub !== 'errors' && sub !== 'trace') throw new UsageError(`clear: expected runtime, errors or trace, got "${sub ?? ''}"`);
-      new Args(rest, `clear ${sub}`).end();
-      if (sub === 'trace') await call('DELETE', '/v1/trace');
-      else await call('POST', `/v1/${sub}/clear`);
-      return;
+      const what = resolveWord(sub, { runtime: 'runtime', errors: 'errors', trace: 'trace' }, 'clear');
+      new Args(rest, `clear ${what}`).end();
+      if (what === 'trace') await call('DELETE', '/v1/trace');
+      else await call('POST', `/v1/${what}/clear`);
+      return done(null, `cleared ${what}`);
     }
     case 'trace': {
-      if (sub !== 'add') throw new UsageError(`trace: expected "trace add NODE COUNT", got "trace ${sub ?? ''}"`);
+      resolveWord(sub, { add: 'add' }, 'trace');
       const a = new Args(rest, 'trace add');
       const node = a.word('NODE');
       const count = a.int('COUNT');
       a.end();
       await call('POST', '/v1/trace', { node, count });
-      return;
+      return done(null, `tracing the next ${count} packet${count === 1 ? '' : 's'} from ${node} (show trace)`);
     }
     case 'capture': {
       const ifName = sub ?? '';
@@ -261,13 +145,13 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
       if (dir === 'off') {
         a.end();
         await call('DELETE', `/v1/interfaces/${encodeURIComponent(ifName)}/capture`);
-        return;
+        return done(null, `capture on ${ifName} stopped`);
       }
       const file = a.word('NAME');
       const o = a.options(['count']);
-      const v = await call('POST', `/v1/interfaces/${encodeURIComponent(ifName)}/capture`, { direction: dir, file, ...(o.has('count') ? { count: intOpt(o, 'count', 'capture') } : {}) });
-      if (opts.json) json(v);
-      return;
+      const v = (await call('POST', `/v1/interfaces/${encodeURIComponent(ifName)}/capture`, { direction: dir, file, ...(o.has('count') ? { count: intOpt(o, 'count', 'capture') } : {}) })) as InterfaceView;
+      const files = [v?.capture?.rx ? `rx into ${v.capture.rx}` : '', v?.capture?.tx ? `tx into ${v.capture.tx}` : ''].filter((x) => x !== '').join(', ');
+      return done(v, `capturing on ${ifName}: ${files || dir}`);
     }
     case 'fault': {
       const ifName = sub ?? '';
@@ -286,8 +170,7 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
         for (const k of ['loss', 'reorder', 'duplicate', 'corrupt']) if (o.has(k)) body[k] = numOpt(o, k, w);
       }
       const v = await call('POST', `/v1/interfaces/${encodeURIComponent(ifName)}/fault`, body);
-      if (opts.json) json(v);
-      return;
+      return done(v, dir === 'off' ? `fault injection on ${ifName} off` : `fault injection on ${ifName} ${dir}: ${Object.entries(body).filter(([k]) => k !== 'direction').map(([k, x]) => `${k} ${x}`).join(', ') || 'nothing set'}`);
     }
     case 'create':
       return create(sub, rest, call, created);
@@ -321,10 +204,10 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
       const port = a.int('PORT');
       a.end();
       await call('DELETE', `/v1/listeners/${port}`);
-      return;
+      return done(null, `listener ${port} closed`);
     }
     case 'modify': {
-      if (sub !== 'qp') throw new UsageError(`modify: expected "modify qp QPN STATE", got "modify ${sub ?? ''}"`);
+      resolveWord(sub, { qp: 'qp' }, 'modify');
       const a = new Args(rest, 'modify qp');
       const qpn = a.int('QPN');
       const state = a.word('STATE');
@@ -338,8 +221,10 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
       created(v, `qp ${v.qpn} ${v.state}`);
       return;
     }
-    case 'post':
-      return post(sub, rest, call);
+    case 'post': {
+      const r = await post(sub, rest, call);
+      return done(r.answer, r.line);
+    }
     case 'poll': {
       const a = new Args(sub === undefined ? [] : [sub, ...rest], 'poll');
       const cq = a.int('CQ');
@@ -354,17 +239,17 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
     }
     case 'mr': {
       const a = new Args(rest, `mr ${sub ?? ''}`.trim());
-      if (sub === 'write') {
+      const op = resolveWord(sub, { write: 'write', read: 'read' }, 'mr');
+      if (op === 'write') {
         const mr = a.int('MR');
         const offset = a.int('OFFSET');
         const o = a.options(['text', 'hex']);
         if (o.has('text') === o.has('hex')) throw new UsageError('mr write: give the data as text STRING or hex HEX');
         const bytes = o.has('text') ? new TextEncoder().encode(o.get('text')) : hexBytes(o.get('hex')!, 'mr write: hex');
-        const v = await call('PUT', `/v1/mrs/${mr}/data?offset=${offset}`, undefined, { bytes });
-        if (opts.json) json(v);
-        return;
+        const v = (await call('PUT', `/v1/mrs/${mr}/data?offset=${offset}`, undefined, { bytes })) as { written?: number };
+        return done(v, `wrote ${v?.written ?? bytes.length} bytes to mr ${mr} at offset ${offset}`);
       }
-      if (sub === 'read') {
+      if (op === 'read') {
         const mr = a.int('MR');
         const offset = a.int('OFFSET');
         const length = a.int('LENGTH');
@@ -379,16 +264,15 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
     }
     case 'destroy': {
       const kinds: Record<string, string> = { pd: 'pds', mr: 'mrs', cq: 'cqs', srq: 'srqs', qp: 'qps' };
-      const coll = kinds[sub ?? ''];
-      if (!coll) throw new UsageError(`destroy: expected pd, mr, cq, srq or qp, got "${sub ?? ''}"`);
-      const a = new Args(rest, `destroy ${sub}`);
-      const h = a.int(sub === 'qp' ? 'QPN' : 'N');
+      const kind = resolveWord(sub, { pd: 'pd', mr: 'mr', cq: 'cq', srq: 'srq', qp: 'qp' }, 'destroy');
+      const a = new Args(rest, `destroy ${kind}`);
+      const h = a.int(kind === 'qp' ? 'QPN' : 'N');
       a.end();
-      await call('DELETE', `/v1/${coll}/${h}`);
-      return;
+      await call('DELETE', `/v1/${kinds[kind]}/${h}`);
+      return done(null, `destroyed ${kind} ${h}`);
     }
     default:
-      throw new UsageError(`unknown command "${cmd}" (try rdmactl help)`);
+      throw new UsageError(`unknown command "${cmd}"`);
   }
 }
 
@@ -402,8 +286,9 @@ function qpBody(o: Map<string, string>, what: string): Record<string, unknown> {
   return body;
 }
 
-async function create(what: string | undefined, rest: string[], call: Call, created: (v: unknown, line: string) => void): Promise<void> {
-  const a = new Args(rest, `create ${what ?? ''}`.trim());
+async function create(word: string | undefined, rest: string[], call: Call, created: (v: unknown, line: string) => void): Promise<void> {
+  const what = resolveWord(word, { pd: 'pd', mr: 'mr', cq: 'cq', srq: 'srq', qp: 'qp' }, 'create');
+  const a = new Args(rest, `create ${what}`);
   switch (what) {
     case 'pd': {
       a.end();
@@ -415,7 +300,7 @@ async function create(what: string | undefined, rest: string[], call: Call, crea
       if (!o.has('pd') || !o.has('length')) throw new UsageError('create mr: needs pd PD and length N');
       const access = (o.get('access') ?? 'local-write').split(',').filter((x) => x !== '');
       const v = (await call('POST', '/v1/mrs', { pd: intOpt(o, 'pd', 'create mr'), length: intOpt(o, 'length', 'create mr'), access })) as MrView;
-      return created(v, `${v.mr} ${v.stag}`);
+      return created(v, `${v.mr} 0x${v.stag.toString(16)}`);
     }
     case 'cq': {
       const o = a.options(['depth']);
@@ -440,17 +325,17 @@ async function create(what: string | undefined, rest: string[], call: Call, crea
   }
 }
 
-async function post(kind: string | undefined, rest: string[], call: Call): Promise<void> {
-  const a = new Args(rest, `post ${kind ?? ''}`.trim());
+async function post(word: string | undefined, rest: string[], call: Call): Promise<{ answer: unknown; line: string }> {
+  const kind = resolveWord(word, { send: 'send', recv: 'recv', 'srq-recv': 'srq-recv' }, 'post');
+  const a = new Args(rest, `post ${kind}`);
   if (kind === 'recv' || kind === 'srq-recv') {
     const h = a.int(kind === 'recv' ? 'QPN' : 'SRQ');
     const o = a.options(['wr-id', 'sge']);
     if (!o.has('wr-id')) throw new UsageError(`post ${kind}: missing wr-id`);
     const body = { wrId: wrId(o.get('wr-id')!), sge: sges(o.get('sge'), `post ${kind}`) ?? [] };
-    await call('POST', kind === 'recv' ? `/v1/qps/${h}/recv` : `/v1/srqs/${h}/recv`, body);
-    return;
+    const answer = await call('POST', kind === 'recv' ? `/v1/qps/${h}/recv` : `/v1/srqs/${h}/recv`, body);
+    return { answer, line: `posted receive wr-id ${String(body.wrId)} on ${kind === 'recv' ? 'qp' : 'srq'} ${h}` };
   }
-  if (kind !== 'send') throw new UsageError(`post: expected send, recv or srq-recv, got "${kind ?? ''}"`);
   const qpn = a.int('QPN');
   const opcode = a.word('OPCODE');
   const o = a.options(['wr-id', 'sge', 'remote', 'imm', 'invalidate', 'add', 'swap', 'compare'], ['unsignaled', 'solicited', 'inline']);
@@ -476,5 +361,35 @@ async function post(kind: string | undefined, rest: string[], call: Call): Promi
   if (o.has('unsignaled')) body.signaled = false;
   if (o.has('solicited')) body.solicited = true;
   if (o.has('inline')) body.inline = true;
-  await call('POST', `/v1/qps/${qpn}/send`, body);
+  const answer = await call('POST', `/v1/qps/${qpn}/send`, body);
+  return { answer, line: `posted ${opcode} wr-id ${String(body.wrId)} on qp ${qpn}` };
+}
+
+/** `ping IP [count N] [interval SECONDS] [size BYTES]`: VPP's output, one line a reply, then the statistics. */
+async function ping(words: string[], call: Call, io: CtlOutput, opts: CtlOptions): Promise<void> {
+  const a = new Args(words, 'ping');
+  const address = a.word('IP');
+  if (!/^\d+\.\d+\.\d+\.\d+$/.test(address)) throw new UsageError(`ping: expected an IPv4 address, got "${address}"`);
+  const o = a.options(['count', 'repeat', 'interval', 'size']);
+  const count = intOpt(o, 'count', 'ping') ?? intOpt(o, 'repeat', 'ping') ?? 5;
+  const interval = numOpt(o, 'interval', 'ping') ?? 1;
+  const body: Record<string, unknown> = { address, count, intervalMs: Math.round(interval * 1000) };
+  if (o.has('size')) body.size = intOpt(o, 'size', 'ping');
+  // The answer comes when the last reply (or its timeout) is in.
+  const v = (await call('POST', '/v1/ping', body, { timeoutMs: count * interval * 1000 + 15000 })) as PingView;
+  if (opts.json) return void io.out(JSON.stringify(v, null, 2) + '\n');
+  let out = '';
+  for (const r of v.replies) out += `${r.bytes} bytes from ${v.address}: icmp_seq=${r.seq} ttl=${r.ttl} time=${r.rttMs.toFixed(4)} ms\n`;
+  for (const e of v.errors ?? []) out += `${e}\n`;
+  const loss = v.sent === 0 ? 100 : Math.round((100 * (v.sent - v.received)) / v.sent);
+  io.out(`${out}\nStatistics: ${v.sent} sent, ${v.received} received, ${loss}% packet loss\n`);
+}
+
+/** What POST /v1/ping answers (dataplane.ts PingResult). */
+interface PingView {
+  address: string;
+  sent: number;
+  received: number;
+  replies: { seq: number; ttl: number; bytes: number; rttMs: number }[];
+  errors?: string[];
 }

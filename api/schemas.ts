@@ -102,6 +102,27 @@ export const InterfaceView = obj({
 export const NeighborView = obj({ interface: str(), address: str(), mac: nullable(str()), state: str(), age: num('seconds since last confirmed'), held: count('packets waiting for resolution') });
 
 export const HealthView = obj({ status: oneOf(['ok']), version: str(), uptime: num('seconds since the data plane started'), interfaces: count(), qps: count() });
+/** Driver facts: names to text, or null (not known, not connected). */
+const FactMap: JsonSchema = { type: 'object', additionalProperties: { type: 'string', nullable: true }, description: 'driver facts in display order' };
+const CounterMap: JsonSchema = { type: 'object', additionalProperties: { type: 'number' }, description: 'driver counters' };
+export const HardwareView = obj({
+  name: str(), index: count(), driver: str(), mac: str(), mtu: count(), state: oneOf(['up', 'down']), rxQueues: count(), txQueues: count(), info: FactMap, counters: CounterMap,
+});
+export const DevicePort = obj({
+  port: count('port number, from 1'), interface: str(), state: oneOf(['active', 'down']), mtu: count('the interface MTU'),
+  activeMtu: count('what a TRP segment may carry: the MTU less IPv4, UDP and TRP headers'), linkLayer: oneOf(['Ethernet']),
+  gid: nullable(str('GID 0: the IPv4 address as an IPv4-mapped IPv6 address')), address: nullable(str()),
+});
+export const DeviceView = obj({
+  name: str(), transport: str(), version: str(),
+  maxQp: count(), maxQpWr: count(), maxSge: count(), maxInline: count(), maxCq: count(), maxCqe: count(), maxMr: count(), maxMrSize: count(),
+  maxPd: count(), maxSrq: count(), maxSrqWr: count(), maxSrqSge: count(), maxQpRdAtom: count(), maxQpInitRdAtom: count(),
+  atomicCap: oneOf(['hca']), stagKeyBits: count(), portRange: { ...list(count()), minItems: 2, maxItems: 2 }, window: count(), ports: list(DevicePort),
+});
+export const VersionView = obj({
+  version: str(), node: str(), platform: str(), startedAt: str(),
+  drivers: list(obj({ name: str(), available: bool(), why: nullable(str()) })),
+});
 export const BufferView = obj({ count: count('buffers in the pool'), free: count('buffers free now'), dataSize: count('data bytes per buffer') });
 
 export const RuntimeRow = obj({ name: str(), state: str(), calls: count(), vectors: count(), suspends: count(), clocks: num('CPU clocks spent, total'), eventsPending: bool() }, ['eventsPending']);
@@ -292,7 +313,7 @@ export const PollQuery = obj({ max: int(1, 65536, 'most completions to take (def
 /** The named schemas the OpenAPI document lists under components/schemas (and refers to). */
 export const components: Record<string, JsonSchema> = {
   Error: ErrorResponse, WrId, AtomicValue, Ipv4, Base64, Endpoint, EndpointView, Sge,
-  InterfaceCounters, FaultCounters, InterfaceView, NeighborView, HealthView, BufferView,
+  InterfaceCounters, FaultCounters, InterfaceView, NeighborView, HealthView, BufferView, HardwareView, DevicePort, DeviceView, VersionView,
   RuntimeRow, RuntimeThread, RuntimeResponse, ErrorRow, ErrorThread, ErrorsResponse, TraceEntry, TraceThread, TraceResponse, EventView,
   PdView, MrView, CqView, SrqView, QpCounters, QpRtt, QpView, ConnectResult, ListenerView, Completion, PollResult, Posted, Written,
   TraceAdd, CaptureStart, FaultSet, MrCreate, CqCreate, SrqCreate, SrqModify, RecvRequest, QpCreate, ListenerCreate, Connect, QpModify, SendRequest,

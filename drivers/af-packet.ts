@@ -38,7 +38,7 @@ import { BufferFlag } from '../graph/buffer-pool.ts';
 import { FRAME_SIZE } from '../graph/node.ts';
 import { loadCore, type AfPacketIfInfo, type AfPacketSocket, type AfPacketStats, type CoreAddon } from '../native/load.ts';
 import type { Driver, DriverCounters } from './driver.ts';
-import { poolArrays, zeroCounters } from './driver.ts';
+import { poolArrays, zeroCounters, type DriverHardware } from './driver.ts';
 import { macOption } from './mac.ts';
 
 export interface AfPacketOptions {
@@ -259,6 +259,17 @@ export class AfPacketDriver implements Driver {
   }
 
   /** Everything the driver and the kernel count (PACKET_STATISTICS accumulated). */
+  hardware(): DriverHardware {
+    return {
+      info: {
+        'host-interface': `${this.hostIf} (ifindex ${this.hostInfo.ifindex})`, state: this.state, promiscuous: this.promisc,
+        'rx ring': `TPACKET_V3, ${this.blocks} blocks of ${this.blockSize} bytes, block timeout ${this.blockTimeoutMs} ms`,
+        'tx': this.txMode === 'ring' ? `TX ring, ${this.txFrames} frames` : 'sendmmsg', 'qdisc-bypass': this.qdiscBypass,
+      },
+      counters: { ...this.stats() },
+    };
+  }
+
   stats(): AfPacketDriverStats {
     const s = this.sock !== null ? this.sock.stats() : this.final ?? emptyStats();
     return { ...s, rxNoBuffers: this.rxNoBuffers };

@@ -24,6 +24,12 @@ export interface DriverCounters {
   txErrors: number;
 }
 
+/** Driver-specific facts and counters (Driver.hardware). */
+export interface DriverHardware {
+  info: Record<string, string | number | boolean | null>;
+  counters: Record<string, number>;
+}
+
 export function zeroCounters(): DriverCounters {
   return { rxPackets: 0, rxBytes: 0, txPackets: 0, txBytes: 0, rxDrops: 0, txDrops: 0, rxErrors: 0, txErrors: 0 };
 }
@@ -62,6 +68,13 @@ export interface Driver {
    * Drivers with nothing to say (no peer) leave it out.
    */
   linkDrops?(): { count: number; reason: string | null };
+
+  /**
+   * What `show hardware` prints below the generic lines: driver facts in display order (memif
+   * role, socket, peer, rings; af_packet host interface, ring geometry) and driver counters.
+   * Drivers with nothing beyond the generic leave it out.
+   */
+  hardware?(): DriverHardware;
 
   /**
    * File descriptor that becomes readable when `queue` has packets (memif eventfd, af_packet

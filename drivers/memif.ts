@@ -28,7 +28,7 @@ import { BufferFlag } from '../graph/buffer-pool.ts';
 import { FRAME_SIZE } from '../graph/node.ts';
 import { loadCore, type CoreAddon, type MemifInfo, type MemifNative, type MemifStats } from '../native/load.ts';
 import type { Driver, DriverCounters } from './driver.ts';
-import { poolArrays, zeroCounters } from './driver.ts';
+import { poolArrays, zeroCounters, type DriverHardware } from './driver.ts';
 import { macOption } from './mac.ts';
 
 export interface MemifOptions {
@@ -214,6 +214,19 @@ export class MemifDriver implements Driver {
     if (this.native !== null) return this.native.info();
     if (this.finalInfo !== null) return this.finalInfo;
     throw new Error(`memif interface ${this.name}: not open`);
+  }
+
+  hardware(): DriverHardware {
+    const i = this.native !== null ? this.native.info() : this.finalInfo;
+    const st = this.stats();
+    const info: DriverHardware['info'] = i === null ? { state: 'not open' } : {
+      role: i.role, socket: i.abstract ? `@${i.socket}` : i.socket, id: i.id, state: i.state,
+      peer: i.connected ? `${i.remoteName || '-'} (interface ${i.remoteIfName || '-'})` : null,
+      'zero-copy': i.zeroCopy, rings: `${i.rxRings} rx, ${i.txRings} tx, ${i.ringSize} slots`, regions: i.regions, 'buffer-size': i.bufferSize,
+      'last disconnect': i.lastDisconnect === null ? null : `${i.lastDisconnect.reason} (${i.lastDisconnect.byPeer ? 'by the peer' : 'by us'})`,
+      'last connect error': i.lastConnectError,
+    };
+    return { info, counters: { ...st } };
   }
 
   linkDrops(): { count: number; reason: string | null } {

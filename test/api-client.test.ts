@@ -8,7 +8,7 @@ import * as assert from 'uvu/assert';
 import { createServer } from 'node:http';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { ApiClient, ApiConnectionError, ApiError } from '../api/client.ts';
+import { ApiClient, ApiConnectionError, ApiError, ApiForeignError } from '../api/client.ts';
 import { apiError, apiPair } from './api-helpers.ts';
 
 test('refusals are ApiErrors with the API\'s status, reason and message', async () => {
@@ -53,7 +53,7 @@ test('no daemon: ApiConnectionError "cannot reach the rdma-graph API at URL: is 
   assert.is(e.message, `cannot reach the rdma-graph API at ${url}: is the daemon running? (ECONNREFUSED)`);
 });
 
-test('something that is not the API answering: ApiError with the HTTP status and the start of the body', async () => {
+test('something that is not the API answering: ApiForeignError (an ApiError) with the HTTP status and the start of the body, on one line', async () => {
   const srv = createServer((_req, res) => {
     res.writeHead(502, { 'content-type': 'text/html' });
     res.end('<h1>bad gateway</h1>');
@@ -62,7 +62,8 @@ test('something that is not the API answering: ApiError with the HTTP status and
   const url = `http://127.0.0.1:${(srv.address() as { port: number }).port}`;
   try {
     const e = await apiError(new ApiClient(url).health());
-    assert.equal([e.statusCode, e.error, e.message], [502, 'Bad Gateway', 'GET /v1/health: HTTP 502 Bad Gateway: <h1>bad gateway</h1>']);
+    assert.instance(e, ApiForeignError);
+    assert.equal([e.statusCode, e.error, e.message], [502, 'Not rdma-graph', `${url} answered GET /v1/health with HTTP 502 Bad Gateway (text/html: <h1>bad gateway</h1>), not as the rdma-graph API does: is --api right?`]);
   } finally {
     await new Promise<void>((r) => srv.close(() => r()));
   }

@@ -223,10 +223,10 @@ const E_1532_V = '      1532             rdma-0-tx                       no free
 const E_0_V = '         0             rdma-input                     buffer alloc error           error     3  ';
 const E_12_V = '        12             udp-local                   no listener for dst port        info     20  ';
 const E_100_V = '       100             rdma-0-tx                       no free tx slots            error     7  ';
-// Total rows: node %=40, reason %=20 (cut), index %=10, no severity.
-const T_1532 = '      1532                rdma-0-tx                 no free tx slots       7    ';
-const T_1632 = '      1632                rdma-0-tx                 no free tx slots       7    ';
-const T_12 = '        12                udp-local               no listener for dst     20    ';
+// Total rows: node %=40, reason %=20 widened to the longest reason + 2 (never cut; 26 here), index %=10, no severity.
+const T_1532 = '      1532                rdma-0-tx                    no free tx slots          7    ';
+const T_1632 = '      1632                rdma-0-tx                    no free tx slots          7    ';
+const T_12 = '        12                udp-local                no listener for dst port     20    ';
 
 const errThread0 = (): ErrorThreadSnapshot => ({
   index: 0,
@@ -283,6 +283,19 @@ test('show errors verbose with several threads sums in Total', () => {
 test('show errors with no counters prints only the header', () => {
   assert.is(formatErrors([]), text(EHDR));
   assert.is(formatErrors([{ index: 0, name: 'vpp_main', rows: [] }], { verbose: true }), text(EHDR_V, 'Thread 0 (vpp_main):', 'Total:'));
+});
+
+test('show errors never cuts a reason: a longer one widens the column, every row aligned', () => {
+  const long = 'ACK outside [snd_una - window, snd_nxt] (dropped)';
+  const out = formatErrors([{ index: 0, name: 'vpp_main', rows: [
+    { index: 0, count: 3, node: 'trp-input', reason: long, severity: 'error' },
+    { index: 1, count: 12, node: 'udp-local', reason: 'no listener for dst port', severity: 'info' },
+  ] }]);
+  const lines = out.split('\n').filter((l) => l !== '');
+  assert.ok(lines[1].includes(long), lines[1]);
+  assert.is(new Set(lines.map((l) => l.length)).size, 1, 'header and rows the same width');
+  const sev = lines[0].indexOf('Severity') - 1; // %=10s: "Severity" has one space before it
+  assert.equal(lines.slice(1).map((l) => l.slice(sev, sev + 10).trim()), ['error', 'info'], 'severity in its column');
 });
 
 // ------------------------------------------------------------------------------- show trace

@@ -28,7 +28,8 @@ test('a script: create, connect, write, read back, show qps/runtime/errors/trace
     const pb = (await B('create pd')).trim(), cb = (await B('create cq depth 32')).trim();
     const [mb, sb] = (await B(`create mr pd ${pb} length 4096 access local-write,remote-write`)).trim().split(' ');
     const [qb, psb] = (await B(`create qp pd ${pb} send-cq ${cb} recv-cq ${cb}`)).trim().split(' ');
-    for (const h of [pa, ca, ma, qa, psa, pb, cb, mb, sb, qb, psb]) assert.match(h, /^\d+$/);
+    for (const h of [pa, ca, ma, qa, psa, pb, cb, mb, qb, psb]) assert.match(h, /^\d+$/);
+    assert.match(sb, /^0x[0-9a-f]+$/, 'the STag in hex, as show mrs prints it');
     assert.is(Number(psa), (await p.a.getQp(Number(qa))).psn, 'create qp printed the QPN and its initial PSN');
     assert.is((await p.a.getMr(Number(ma))).length, 4096, 'create mr printed the real handle');
     assert.is(Number(sb), (await p.b.getMr(Number(mb))).stag, 'and the STag');

@@ -6,7 +6,8 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { runCommand, UsageError, type Call } from '../api/rdmactl.ts';
 import { formatInterfaces, formatNeighbors, formatQps } from '../api/render.ts';
-import { IP_A, IP_B, MAC_B, twoDataplanes } from './dataplane-helpers.ts';
+import { formatBuffers, formatDevice, formatHardware, formatMemif, formatVersion } from '../api/rdmactl-show.ts';
+import { baseConfig, IP_A, IP_B, MAC_B, twoDataplanes } from './dataplane-helpers.ts';
 
 interface Req { method: string; path: string; body?: unknown; bytes?: number[] }
 
@@ -55,18 +56,38 @@ const CASES: [string, Req][] = [
   ['fault memif0 rx seed 7 loss 0.05 reorder-depth 4', { method: 'POST', path: '/v1/interfaces/memif0/fault', body: { direction: 'rx', seed: 7, reorderDepth: 4, loss: 0.05 } }],
   ['fault memif0 off', { method: 'POST', path: '/v1/interfaces/memif0/fault', body: { direction: 'both', off: true } }],
   ['show qp 20000', { method: 'GET', path: '/v1/qps/20000' }],
+  // VPP's unique prefixes and the commands VPP and rdma-core users reach for.
+  ['sh int', { method: 'GET', path: '/v1/interfaces' }],
+  ['sh run', { method: 'GET', path: '/v1/runtime' }],
+  ['show runtim verbose', { method: 'GET', path: '/v1/runtime?verbose=1' }],
+  ['sh hard', { method: 'GET', path: '/v1/hardware' }],
+  ['show hardware-interfaces', { method: 'GET', path: '/v1/hardware' }],
+  ['show memif', { method: 'GET', path: '/v1/hardware' }],
+  ['show buffers', { method: 'GET', path: '/v1/buffers' }],
+  ['show ip neighbors', { method: 'GET', path: '/v1/neighbors' }],
+  ['sh ip nei', { method: 'GET', path: '/v1/neighbors' }],
+  ['show version', { method: 'GET', path: '/v1/version' }],
+  ['show dev', { method: 'GET', path: '/v1/device' }],
+  ['cl err', { method: 'POST', path: '/v1/errors/clear' }],
+  ['cre p', { method: 'POST', path: '/v1/pds', body: {} }],
+  ['ping 10.10.0.2 count 3 interval 0.2 size 100', { method: 'POST', path: '/v1/ping', body: { address: '10.10.0.2', count: 3, intervalMs: 200, size: 100 } }],
+  ['ping 10.10.0.2 repeat 2', { method: 'POST', path: '/v1/ping', body: { address: '10.10.0.2', count: 2, intervalMs: 1000 } }],
 ];
 
 for (const [line, want] of CASES) {
   test(`rdmactl ${line}`, async () => {
     const { call, reqs } = recorder({ pd: 1, mr: 4, stag: 769, cq: 2, srq: 3, qpn: 20000, state: 'rts', local: { ip: IP_A, port: 20000 }, remote: null, port: 18515, completions: [], error: null, rtt: { srttUs: 0, rttvarUs: 0, rtoUs: 0 }, counters: {} });
-    await runCommand(line.split(' '), call, sink(), { json: false });
+    // --json: the recorder's one canned answer is not every view (rendering it is tested below).
+    await runCommand(line.split(' '), call, sink(), { json: true });
     assert.equal(reqs, [want]);
   });
 }
 
 const BAD: [string, RegExp][] = [
-  ['show', /show: unknown object ""/],
+  ['show', /show: missing \(expected runtime, errors, interfaces, hardware/],
+  ['show q 1', /show: "q" is ambiguous: qps, qp/],
+  ['c', /^command "c" is ambiguous: clear, capture, create, connect$/],
+  ['ping 10.10.0', /ping: expected an IPv4 address, got "10.10.0"/],
   ['show qp x', /show qp: QPN must be a non-negative integer, got "x"/],
   ['create mr pd 1', /create mr: needs pd PD and length N/],
   ['create qp pd 1 send-cq 2', /create qp: missing recv-cq/],
@@ -80,10 +101,10 @@ const BAD: [string, RegExp][] = [
   ['mr write 4 0 hex abc', /expected hex bytes/],
   ['fault memif0 rx loss lots', /loss must be a number, got "lots"/],
   ['trace add memif-input', /trace add: missing COUNT/],
-  ['clear everything', /clear: expected runtime, errors or trace/],
-  ['destroy table 1', /destroy: expected pd, mr, cq, srq or qp/],
+  ['clear everything', /clear: unknown "everything" \(expected runtime, errors, trace\)/],
+  ['destroy table 1', /destroy: unknown "table" \(expected pd, mr, cq, srq, qp\)/],
   ['poll 1 max 99999999999999999999', /too large/],
-  ['frobnicate', /unknown command "frobnicate"/],
+  ['frobnicate', /^unknown command "frobnicate" \(expected show, clear/],
 ];
 
 for (const [line, re] of BAD) {
@@ -131,6 +152,47 @@ test('renderers on live views: show interfaces / neighbors / qps in VPP columns'
   } finally {
     await close();
   }
+});
+
+test('show device, version, buffers, hardware, memif on a live data plane', async () => {
+  const { a, close } = await twoDataplanes({ a: { rdma: { ...baseConfig().rdma, maxQps: 77 } } });
+  try {
+    const dev = formatDevice(await a.device()).split('\n');
+    assert.is(dev[0], 'hca_id:\trdma-graph0');
+    assert.ok(dev.includes('\tmax_qp:\t\t\t77'), dev.join('\n'));
+    assert.ok(dev.includes('\tatomic_cap:\t\tATOMIC_HCA (1)'), dev.join('\n'));
+    assert.ok(dev.includes(`\t\t\tGID[  0]:\t\t::ffff:${IP_A}`), dev.join('\n'));
+    // MTU 1500: segments carry 1462 bytes; the largest IB MTU within it is 1024 (3).
+    assert.ok(dev.some((l) => l.startsWith('\t\t\tactive_mtu:\t\t1024 (3) (segments carry up to 1462 bytes')), dev.join('\n'));
+    const ver = formatVersion(await a.version());
+    assert.match(ver, /^rdma-graph v\d+\.\d+\.\d+ on Node v20/);
+    assert.match(ver, /\ndrivers: memif, af_packet, pcap, pipe\n/);
+    const buf = await a.buffers();
+    const b = formatBuffers(buf).split('\n');
+    assert.match(b[1], new RegExp(`^default +0 +${buf.dataSize} +${buf.count} +${buf.free} +${buf.count - buf.free} *$`));
+    const hw = formatHardware(await a.hardware()).split('\n');
+    assert.match(hw[0], /^ +Name +Idx +Link +Hardware$/);
+    assert.match(hw[1], /^pa\d+ +1 +up +pa\d+$/);
+    assert.is(hw[2], '  pipe: 1 rx queue, 1 tx queue, MTU 1500');
+    assert.is(formatMemif(await a.hardware()), 'no memif interfaces\n');
+  } finally {
+    await close();
+  }
+});
+
+test('show memif and show hardware print what the memif driver says, nulls left out', () => {
+  const h = {
+    name: 'memif0', index: 1, driver: 'memif', mac: '02:fe:00:00:00:01', mtu: 1500, state: 'down' as const, rxQueues: 1, txQueues: 1,
+    info: { role: 'client', socket: 'run/memif.sock', id: '0', state: 'idle', peer: null, 'zero-copy': 'no', rings: '1 rx, 1 tx, 1024 slots', regions: '0', 'buffer-size': '2048',
+      'last disconnect': 'Interface id already in use (by the peer)', 'last connect error': null },
+    counters: { rxPackets: 0, disconnects: 3 },
+  };
+  assert.is(formatMemif([h]), 'interface memif0\n  role client id 0 socket run/memif.sock\n  state idle link down zero-copy no\n  rings 1 rx, 1 tx, 1024 slots, regions 0, buffer-size 2048\n  last disconnect: Interface id already in use (by the peer)\n');
+  const hw = formatHardware([h]);
+  assert.match(hw, /\n  last disconnect: Interface id already in use \(by the peer\)\n/);
+  assert.not.match(hw, /peer:|last connect error/);
+  assert.match(hw, /\n    disconnects +3\n/);
+  assert.not.match(hw, /rxPackets/);
 });
 
 test.run();

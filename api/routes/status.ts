@@ -27,6 +27,21 @@ export const statusRoutes: RouteDef[] = [
     handler: ({ dp }: Ctx) => dp.buffers(),
   },
   {
+    method: 'GET', path: '/v1/version', tag: 'status', summary: 'version, Node, platform, which drivers this build can open',
+    status: 200, response: S.VersionView, errors: [],
+    handler: ({ dp }: Ctx) => dp.version(),
+  },
+  {
+    method: 'GET', path: '/v1/device', tag: 'status', summary: 'the RDMA device as ibv_devinfo shows one: limits, atomic capability, a port per interface with its GID',
+    status: 200, response: S.DeviceView, errors: [],
+    handler: ({ dp }: Ctx) => dp.device(),
+  },
+  {
+    method: 'GET', path: '/v1/hardware', tag: 'interfaces', summary: 'interfaces with their driver details (memif role, socket, peer, rings, last disconnect; af_packet rings) and driver counters',
+    status: 200, response: { type: 'array', items: S.HardwareView }, errors: [],
+    handler: ({ dp }: Ctx) => dp.hardware(),
+  },
+  {
     method: 'GET', path: '/v1/interfaces', tag: 'interfaces', summary: 'interfaces: driver, MAC, addresses, MTU, state, counters',
     status: 200, response: { type: 'array', items: S.InterfaceView }, errors: [],
     handler: ({ dp }: Ctx) => dp.interfaces(),

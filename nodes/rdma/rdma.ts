@@ -131,6 +131,33 @@ const LIMIT_WR = 16384;
 const LIMIT_SGE = 32;
 const LIMIT_INLINE = 4096;
 
+/** What `ibv_query_device` would say of this device: its limits and capabilities. */
+export interface DeviceAttr {
+  maxQp: number;
+  maxQpWr: number;
+  maxSge: number;
+  maxInline: number;
+  maxCq: number;
+  maxCqe: number;
+  maxMr: number;
+  maxMrSize: number;
+  maxPd: number;
+  maxSrq: number;
+  maxSrqWr: number;
+  maxSrqSge: number;
+  maxQpRdAtom: number;
+  maxQpInitRdAtom: number;
+  /** Atomics are carried out by the responder's data plane, one at a time: atomic w.r.t. this device (IBV_ATOMIC_HCA). */
+  atomicCap: 'hca';
+  /** Bits of an STag that are its key (the rest is the MR table index). */
+  stagKeyBits: number;
+  portRange: [number, number];
+  /** The TRP window (packets in flight per QP). */
+  window: number;
+}
+
+const LIMIT_CQE = 1 << 20;
+
 function int(v: unknown, lo: number, hi: number, what: string): number {
   if (typeof v !== 'number' || !Number.isInteger(v) || v < lo || v > hi) throw new VerbsError('invalid', `${what} must be an integer in ${lo}..${hi}, got ${String(v)}`);
   return v;
@@ -282,8 +309,19 @@ export class Rdma {
 
   // ------------------------------------------------------------------ CQ
 
+  /** The device's limits (`show device`, ibv_devinfo -v's figures). */
+  deviceAttr(): DeviceAttr {
+    const l = this.budget.limits;
+    return {
+      maxQp: this.core.qps.length, maxQpWr: LIMIT_WR, maxSge: LIMIT_SGE, maxInline: LIMIT_INLINE,
+      maxCq: l.maxCqs, maxCqe: Math.min(LIMIT_CQE, l.maxCqEntries), maxMr: this.core.mrs.length - 1, maxMrSize: l.maxMrBytes,
+      maxPd: l.maxPds, maxSrq: l.maxSrqs, maxSrqWr: LIMIT_WR, maxSrqSge: LIMIT_SGE, maxQpRdAtom: MAX_RD_ATOMIC, maxQpInitRdAtom: MAX_RD_ATOMIC,
+      atomicCap: 'hca', stagKeyBits: this.core.stagKeyBits, portRange: [this.portLo, this.portHi], window: this.core.window,
+    };
+  }
+
   createCq(depth: number): Cq {
-    int(depth, 1, 1 << 20, 'cq depth');
+    int(depth, 1, LIMIT_CQE, 'cq depth');
     this.budget.check(`cq depth ${depth}`, { cqs: 1, 'cq-entries': depth });
     const cq = new Cq(this.handle(), depth);
     this.budget.charge(cq, { cqs: 1, 'cq-entries': depth });
