@@ -128,11 +128,14 @@ function classify(err: FastifyError | Error, req: FastifyRequest): { status: num
   return { status: 500, message: `internal error in ${where}: ${err.message}`, bug: true };
 }
 
-function notFoundMessage(req: FastifyRequest, routes: RouteDef[]): string {
+/** 404 for a path no route has; 405 with the methods it has (its Allow header) for a known path. */
+function noRoute(req: FastifyRequest, routes: RouteDef[]): { status: 404 | 405; allow: string | null; message: string } {
   const path = (req.url.split('?')[0] ?? '').replace(/\/+$/, '') || '/';
   const same = routes.filter((r) => new RegExp(`^${r.path.replace(/\{\w+\}/g, '[^/]+')}$`).test(path));
-  const others = same.length ? ` (${path} takes ${[...new Set(same.map((r) => r.method))].join(', ')})` : ' (GET /v1/openapi.json lists the routes)';
-  return `no route ${req.method} ${path}${others}`;
+  if (same.length === 0) return { status: 404, allow: null, message: `no route ${req.method} ${path} (GET /v1/openapi.json lists the routes)` };
+  const order = ['GET', 'POST', 'PUT', 'DELETE'];
+  const allow = [...new Set(same.map((r) => r.method))].sort((x, y) => order.indexOf(x) - order.indexOf(y)).join(', ');
+  return { status: 405, allow, message: `${req.method} is not a method of ${path}: it takes ${allow}` };
 }
 
 export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Promise<FastifyInstance> {
@@ -184,10 +187,11 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
     const want = createHash('sha256').update(token).digest();
     app.addHook('onRequest', async (req) => {
       const h = req.headers.authorization;
-      if (h === undefined) throw new HttpError(401, 'missing Authorization header: this API needs "Authorization: Bearer <token>"');
+      const how = ' (rdmactl: --token TOKEN or RDMACTL_TOKEN; curl: -H "Authorization: Bearer TOKEN")';
+      if (h === undefined) throw new HttpError(401, `missing Authorization header: this API needs "Authorization: Bearer <token>"${how}`);
       const m = /^Bearer +(.+)$/i.exec(h);
-      if (!m) throw new HttpError(401, 'the Authorization header must be "Bearer <token>"');
-      if (!timingSafeEqual(createHash('sha256').update(m[1]).digest(), want)) throw new HttpError(401, 'wrong token');
+      if (!m) throw new HttpError(401, `the Authorization header must be "Bearer <token>"${how}`);
+      if (!timingSafeEqual(createHash('sha256').update(m[1]).digest(), want)) throw new HttpError(401, `wrong token${how}`);
     });
   }
 
@@ -226,7 +230,15 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
     reply.code(status).type(JSON_TYPE).send(errorBody(status, message));
   });
   app.setNotFoundHandler((req, reply) => {
-    reply.code(404).type(JSON_TYPE).send(errorBody(404, notFoundMessage(req, routes)));
+    const r = noRoute(req, routes);
+    if (r.allow !== null) reply.header('allow', r.allow);
+    reply.code(r.status).type(JSON_TYPE).send(errorBody(r.status, r.message));
+  });
+
+  // JSON bodies end with a newline (curl leaves the prompt on its own line).
+  app.addHook('onSend', async (_req, reply, payload) => {
+    if (typeof payload === 'string' && !payload.endsWith('\n') && String(reply.getHeader('content-type') ?? '').startsWith('application/json')) return `${payload}\n`;
+    return payload;
   });
 
   // Requests waiting in the data plane (a poll with waitMs) end when the server closes.

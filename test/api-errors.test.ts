@@ -52,7 +52,7 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
   return [
     // status
     { method: 'GET', path: '/v1/health?x=1', status: 400, message: NOFIELDS('querystring', 'x') },
-    { method: 'POST', path: '/v1/health', status: 404, message: 'no route POST /v1/health (/v1/health takes GET)' },
+    { method: 'POST', path: '/v1/health', status: 405, message: 'POST is not a method of /v1/health: it takes GET' },
     { method: 'GET', path: '/v1/buffers?count=1', status: 400, message: NOFIELDS('querystring', 'count') },
     { method: 'GET', path: '/v1/version?v=1', status: 400, message: NOFIELDS('querystring', 'v') },
     { method: 'GET', path: '/v1/device?port=1', status: 400, message: NOFIELDS('querystring', 'port') },
@@ -247,9 +247,13 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
     { method: 'DELETE', path: '/v1/listeners/65536', status: 400, message: 'params/port must be <= 65535' },
     // unknown routes
     { method: 'GET', path: '/v1/nope', status: 404, message: 'no route GET /v1/nope (GET /v1/openapi.json lists the routes)' },
-    { method: 'PATCH', path: `/v1/qps/${qpn}`, body: {}, status: 404, message: `no route PATCH /v1/qps/${qpn} (/v1/qps/${qpn} takes GET, DELETE)` },
+    { method: 'PATCH', path: `/v1/qps/${qpn}`, body: {}, status: 405, message: `PATCH is not a method of /v1/qps/${qpn}: it takes GET, DELETE` },
+    { method: 'GET', path: '/v1/nothing-here', status: 404, message: 'no route GET /v1/nothing-here (GET /v1/openapi.json lists the routes)' },
   ];
 }
+
+/** What every 401 adds: how rdmactl and curl send the token. */
+const HOW = ' (rdmactl: --token TOKEN or RDMACTL_TOKEN; curl: -H "Authorization: Bearer TOKEN")';
 
 test('bad input for every route: status and message of each', async () => {
   const p = await apiPair();
@@ -361,14 +365,14 @@ test('token: every route, /metrics, the OpenAPI document and unknown routes need
     for (const def of routes) {
       const path = def.path.replace(/\{\w+\}/g, '1');
       const none = await raw(u, def.method, path);
-      assertError(none, 401, 'missing Authorization header: this API needs "Authorization: Bearer <token>"', `${def.method} ${path} without a token`);
+      assertError(none, 401, `missing Authorization header: this API needs "Authorization: Bearer <token>"${HOW}`, `${def.method} ${path} without a token`);
       assert.is(none.headers.get('www-authenticate'), 'Bearer');
       for (const [h, msg] of [
-        ['Bearer wrong', 'wrong token'],
-        ['Bearer s3cret-toke', 'wrong token'],
-        ['Bearer s3cret-token-and-more', 'wrong token'],
-        ['Basic czNjcmV0LXRva2Vu', 'the Authorization header must be "Bearer <token>"'],
-        ['Bearer', 'the Authorization header must be "Bearer <token>"'],
+        ['Bearer wrong', `wrong token${HOW}`],
+        ['Bearer s3cret-toke', `wrong token${HOW}`],
+        ['Bearer s3cret-token-and-more', `wrong token${HOW}`],
+        ['Basic czNjcmV0LXRva2Vu', `the Authorization header must be "Bearer <token>"${HOW}`],
+        ['Bearer', `the Authorization header must be "Bearer <token>"${HOW}`],
       ]) {
         assertError(await raw(u, def.method, path, { headers: { authorization: h } }), 401, msg, `${def.method} ${path} with "${h}"`);
       }
@@ -406,6 +410,23 @@ test('a bug (a facade method that throws something unexpected) is a 500 with the
   } finally {
     await api.close();
     await app.close();
+  }
+});
+
+test('405 names the methods in Allow; every JSON answer ends with a newline', async () => {
+  const p = await apiPair();
+  try {
+    const r = await fetch(`${p.apiA.url}/v1/qps`, { method: 'PUT' });
+    assert.is(r.status, 405);
+    assert.is(r.headers.get('allow'), 'GET, POST');
+    const text = await r.text();
+    assert.ok(text.endsWith('}\n'), JSON.stringify(text));
+    for (const path of ['/v1/health', '/v1/qps', '/v1/openapi.json', '/v1/nope']) {
+      const t = await (await fetch(`${p.apiA.url}${path}`)).text();
+      assert.ok(t.endsWith('\n') && !t.endsWith('\n\n'), `${path}: ${JSON.stringify(t.slice(-20))}`);
+    }
+  } finally {
+    await p.close();
   }
 });
 
