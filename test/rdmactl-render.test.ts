@@ -70,8 +70,6 @@ const CASES: [string, Req][] = [
   ['show dev', { method: 'GET', path: '/v1/device' }],
   ['cl err', { method: 'POST', path: '/v1/errors/clear' }],
   ['cre p', { method: 'POST', path: '/v1/pds', body: {} }],
-  ['ping 10.10.0.2 count 3 interval 0.2 size 100', { method: 'POST', path: '/v1/ping', body: { address: '10.10.0.2', count: 3, intervalMs: 200, size: 100 } }],
-  ['ping 10.10.0.2 repeat 2', { method: 'POST', path: '/v1/ping', body: { address: '10.10.0.2', count: 2, intervalMs: 1000 } }],
 ];
 
 for (const [line, want] of CASES) {
@@ -87,7 +85,7 @@ const BAD: [string, RegExp][] = [
   ['show', /show: missing \(expected runtime, errors, interfaces, hardware/],
   ['show q 1', /show: "q" is ambiguous: qps, qp/],
   ['c', /^command "c" is ambiguous: clear, capture, create, connect$/],
-  ['ping 10.10.0', /ping: expected an IPv4 address, got "10.10.0"/],
+  ['ping 10.10.0.2', /ping: not available yet: the data plane does not originate ICMP echo requests/],
   ['show qp x', /show qp: QPN must be a non-negative integer, got "x"/],
   ['create mr pd 1', /create mr: needs pd PD and length N/],
   ['create qp pd 1 send-cq 2', /create qp: missing recv-cq/],
