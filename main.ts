@@ -77,6 +77,20 @@ function load(file: string): Config {
 async function start(file: string, isDefault: boolean): Promise<void> {
   const config = load(file);
   const log = makeLogger(config.log.level);
+  // Signal listeners go in before anything is announced: a supervisor that sends SIGTERM as soon
+  // as it reads the API line must find them there (until then Node's default kills the process,
+  // leaving the socket behind). They stay for the whole shutdown: with `once`, Node would restore
+  // the default action as the first signal is handled, and a repeated SIGTERM (npm forwarding, a
+  // supervisor repeating itself) would kill the daemon half-way.
+  let stopping: string | undefined;
+  let stop: (sig: string) => void = () => {};
+  const stopped = new Promise<string>((resolve) => (stop = resolve));
+  const onSignal = (sig: string) => {
+    if (stopping !== undefined) log('info', `${sig}: already shutting down`);
+    else stop((stopping = sig));
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
   log('info', `rdma-graph ${VERSION}, config ${named(file, isDefault)}`);
   if (config.interfaces.length === 0) log('warn', 'no interfaces configured: the data plane has nothing to receive from or send to');
   let dp: Dataplane;
@@ -102,10 +116,7 @@ async function start(file: string, isDefault: boolean): Promise<void> {
     process.exit(1);
   }
   log('info', `API on ${api.url}/v1 (${config.api.token ? 'token required' : 'no token'}); rdmactl --api ${api.url} show runtime`);
-  const signal = await new Promise<string>((resolve) => {
-    process.once('SIGINT', () => resolve('SIGINT'));
-    process.once('SIGTERM', () => resolve('SIGTERM'));
-  });
+  const signal = await stopped;
   log('info', `${signal}: shutting down`);
   const qps = (await dp.qps()).length;
   await api.close();

@@ -140,7 +140,9 @@ test('npm start: SIGTERM to the PID the shell got stops the daemon itself (npm e
   const sock = join(dir, 'run-npm', 'memif.sock');
   const cfg = config('npm.yaml', SERVER(sock));
   const npm = spawn('npm', ['start', '--silent', '--', '--config', cfg], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-  const exit = new Promise<number | null>((r) => npm.on('exit', (c) => r(c)));
+  // 'close' comes when every holder of the stdio pipes has gone: npm and the daemon it exec'd,
+  // so every line the daemon wrote on its way out has been read by then.
+  const closed = new Promise<void>((r) => npm.on('close', () => r()));
   let out = '';
   const url = await new Promise<string>((resolve, reject) => {
     const t = setTimeout(() => reject(new Error(`no API line after 30 s:\n${out}`)), 30_000);
@@ -157,10 +159,15 @@ test('npm start: SIGTERM to the PID the shell got stops the daemon itself (npm e
   });
   assert.ok(existsSync(sock));
   npm.kill('SIGTERM');
-  await exit;
-  // The daemon (not only npm) is gone: its socket removed on the way out, its API refusing.
-  const deadline = Date.now() + 10_000;
-  while (existsSync(sock) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  // The daemon (not only npm) is gone: its pipes closed, its socket removed on the way out, its
+  // API refusing.
+  let timer: NodeJS.Timeout | undefined;
+  const gaveUp = await Promise.race([
+    closed.then(() => false),
+    new Promise<boolean>((r) => (timer = setTimeout(() => r(true), 20_000))),
+  ]);
+  clearTimeout(timer);
+  assert.not.ok(gaveUp, `npm and the daemon still hold their output 20 s after SIGTERM:\n${out}`);
   assert.not.ok(existsSync(sock), `the daemon removed its socket:\n${out}`);
   assert.match(out, /SIGTERM: shutting down/);
   const gone = rdmactl(['--api', url, 'show', 'qps']);
