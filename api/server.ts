@@ -133,8 +133,8 @@ function noRoute(req: FastifyRequest, routes: RouteDef[]): { status: 404 | 405; 
   const path = (req.url.split('?')[0] ?? '').replace(/\/+$/, '') || '/';
   const same = routes.filter((r) => new RegExp(`^${r.path.replace(/\{\w+\}/g, '[^/]+')}$`).test(path));
   if (same.length === 0) return { status: 404, allow: null, message: `no route ${req.method} ${path} (GET /v1/openapi.json lists the routes)` };
-  const order = ['GET', 'POST', 'PUT', 'DELETE'];
-  const allow = [...new Set(same.map((r) => r.method))].sort((x, y) => order.indexOf(x) - order.indexOf(y)).join(', ');
+  const order = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE'];
+  const allow = [...new Set(same.flatMap((r) => (r.method === 'GET' ? ['GET', 'HEAD'] : [r.method])))].sort((x, y) => order.indexOf(x) - order.indexOf(y)).join(', ');
   return { status: 405, allow, message: `${req.method} is not a method of ${path}: it takes ${allow}` };
 }
 
@@ -144,7 +144,9 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
   const app = Fastify({
     logger: opts.logger ?? false,
     bodyLimit: JSON_BODY_LIMIT,
-    exposeHeadRoutes: false,
+    // HEAD on every GET route (health checks, metrics scrapers probing): the GET's status and
+    // headers, no body.
+    exposeHeadRoutes: true,
     // Long path values reach the schema (and its message) instead of failing to route.
     routerOptions: { maxParamLength: 1024 },
     forceCloseConnections: true,
@@ -247,7 +249,8 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
 
   const registered: RouteEntry[] = [];
   app.addHook('onRoute', (r) => {
-    for (const method of [r.method].flat()) registered.push({ method, url: r.url, schema: (r.schema ?? {}) as RouteEntry['schema'] });
+    // The HEAD twins fastify makes of GET routes are not routes of their own (OpenAPI lists GET).
+    for (const method of [r.method].flat()) if (method !== 'HEAD') registered.push({ method, url: r.url, schema: (r.schema ?? {}) as RouteEntry['schema'] });
   });
   app.decorate('registeredRoutes', registered);
 

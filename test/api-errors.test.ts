@@ -52,7 +52,7 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
   return [
     // status
     { method: 'GET', path: '/v1/health?x=1', status: 400, message: NOFIELDS('querystring', 'x') },
-    { method: 'POST', path: '/v1/health', status: 405, message: 'POST is not a method of /v1/health: it takes GET' },
+    { method: 'POST', path: '/v1/health', status: 405, message: 'POST is not a method of /v1/health: it takes GET, HEAD' },
     { method: 'GET', path: '/v1/buffers?count=1', status: 400, message: NOFIELDS('querystring', 'count') },
     { method: 'GET', path: '/v1/version?v=1', status: 400, message: NOFIELDS('querystring', 'v') },
     { method: 'GET', path: '/v1/device?port=1', status: 400, message: NOFIELDS('querystring', 'port') },
@@ -247,7 +247,7 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
     { method: 'DELETE', path: '/v1/listeners/65536', status: 400, message: 'params/port must be <= 65535' },
     // unknown routes
     { method: 'GET', path: '/v1/nope', status: 404, message: 'no route GET /v1/nope (GET /v1/openapi.json lists the routes)' },
-    { method: 'PATCH', path: `/v1/qps/${qpn}`, body: {}, status: 405, message: `PATCH is not a method of /v1/qps/${qpn}: it takes GET, DELETE` },
+    { method: 'PATCH', path: `/v1/qps/${qpn}`, body: {}, status: 405, message: `PATCH is not a method of /v1/qps/${qpn}: it takes GET, HEAD, DELETE` },
     { method: 'GET', path: '/v1/nothing-here', status: 404, message: 'no route GET /v1/nothing-here (GET /v1/openapi.json lists the routes)' },
   ];
 }
@@ -418,13 +418,37 @@ test('405 names the methods in Allow; every JSON answer ends with a newline', as
   try {
     const r = await fetch(`${p.apiA.url}/v1/qps`, { method: 'PUT' });
     assert.is(r.status, 405);
-    assert.is(r.headers.get('allow'), 'GET, POST');
+    assert.is(r.headers.get('allow'), 'GET, HEAD, POST');
     const text = await r.text();
     assert.ok(text.endsWith('}\n'), JSON.stringify(text));
+    const post = await fetch(`${p.apiA.url}/v1/cqs`, { method: 'DELETE' });
+    assert.is(post.headers.get('allow'), 'GET, HEAD, POST', 'a path with GET and POST');
     for (const path of ['/v1/health', '/v1/qps', '/v1/openapi.json', '/v1/nope']) {
       const t = await (await fetch(`${p.apiA.url}${path}`)).text();
       assert.ok(t.endsWith('\n') && !t.endsWith('\n\n'), `${path}: ${JSON.stringify(t.slice(-20))}`);
     }
+  } finally {
+    await p.close();
+  }
+});
+
+test('HEAD on a GET route answers as GET without a body (health, metrics, a missing object)', async () => {
+  const p = await apiPair();
+  try {
+    for (const path of ['/v1/health', '/metrics', '/v1/qps']) {
+      const get = await fetch(`${p.apiA.url}${path}`);
+      const getBody = await get.text();
+      const head = await fetch(`${p.apiA.url}${path}`, { method: 'HEAD' });
+      assert.is(head.status, get.status, path);
+      assert.is(head.headers.get('content-type'), get.headers.get('content-type'), path);
+      assert.is(await head.text(), '', `${path}: no body`);
+      assert.ok(getBody.length > 0, `${path}: GET has one`);
+    }
+    const missing = await fetch(`${p.apiA.url}/v1/qps/4242`, { method: 'HEAD' });
+    assert.is(missing.status, (await fetch(`${p.apiA.url}/v1/qps/4242`)).status);
+    assert.is(missing.status, 404);
+    const notGet = await fetch(`${p.apiA.url}/v1/qps/4242/send`, { method: 'HEAD' });
+    assert.is(notGet.status, 405, 'HEAD only where GET is');
   } finally {
     await p.close();
   }
