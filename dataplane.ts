@@ -21,7 +21,7 @@ import type { FaultConfig, FaultCounters } from './drivers/fault.ts';
 import { driverUnavailable, openDriver } from './drivers/open.ts';
 import { DRIVER_KINDS, type Config, type InterfaceConfig } from './config/types.ts';
 import { registerL2L4, type Netstack } from './nodes/netstack.ts';
-import { type DeviceAttr, registerRdma, type QpInfo, type Rdma, type Sge } from './nodes/rdma/rdma.ts';
+import { type DeviceAttr, registerRdma, VERBS_DEFAULTS, type QpInfo, type Rdma, type Sge } from './nodes/rdma/rdma.ts';
 import type { RdmaEvent } from './nodes/rdma/core.ts';
 import { QP_STATE_NAMES, type Qp, type QpStateName } from './nodes/rdma/qp.ts';
 import { ACCESS_NAMES, accessNames, type Completion, type Cq, type Mr, type Pd, type Srq, VerbsError, WR_OPCODE_NAMES, type WrOpcodeName } from './nodes/rdma/verbs.ts';
@@ -93,7 +93,8 @@ export interface QpCreate {
   sendCq: number;
   recvCq: number;
   srq?: number | null;
-  maxSendWr: number;
+  /** Default 256 (VERBS_DEFAULTS, as every optional size here). */
+  maxSendWr?: number;
   maxRecvWr?: number;
   maxSge?: number;
   maxInline?: number;
@@ -569,12 +570,14 @@ export class Dataplane {
     guard(() => this.rdma.destroyPd(this.pd(h)));
   }
 
-  async createMr(req: { pd: number; length: number; access: string[] }): Promise<MrView> {
+  /** `access` defaults to ['local-write'] (VERBS_DEFAULTS.access), as rdmactl's. */
+  async createMr(req: { pd: number; length: number; access?: string[] }): Promise<MrView> {
     this.live();
     return guard(() => {
       const pd = this.pd(req.pd);
-      if (!Array.isArray(req.access)) throw new DataplaneError('invalid', `access must be a list of ${ACCESS_NAMES.join(', ')}`);
-      return this.mrView(this.rdma.regMr(pd, req.length, req.access));
+      const access = req.access ?? VERBS_DEFAULTS.access;
+      if (!Array.isArray(access)) throw new DataplaneError('invalid', `access must be a list of ${ACCESS_NAMES.join(', ')}`);
+      return this.mrView(this.rdma.regMr(pd, req.length, access));
     });
   }
 
@@ -688,7 +691,7 @@ export class Dataplane {
   async createSrq(req: { pd: number; maxWr: number; maxSge?: number; limit?: number }): Promise<SrqView> {
     this.live();
     return guard(() => {
-      const srq = this.rdma.createSrq(this.pd(req.pd), req.maxWr, req.maxSge ?? 4);
+      const srq = this.rdma.createSrq(this.pd(req.pd), req.maxWr, req.maxSge);
       if (req.limit !== undefined) this.rdma.modifySrq(srq, req.limit);
       return this.srqView(srq);
     });
@@ -865,7 +868,7 @@ export class Dataplane {
       this.address(req.interface);
       if (req.privateData !== undefined && req.privateData.length > 512) throw new DataplaneError('too-large', `private data is at most 512 bytes, got ${req.privateData.length}`);
       const view: ListenerView & { create: ListenerCreate } = {
-        port: req.port, pd: req.pd, sendCq: req.sendCq, recvCq: req.recvCq, srq: req.srq ?? null, maxSendWr: req.maxSendWr, maxRecvWr: req.maxRecvWr ?? 256,
+        port: req.port, pd: req.pd, sendCq: req.sendCq, recvCq: req.recvCq, srq: req.srq ?? null, maxSendWr: req.maxSendWr ?? VERBS_DEFAULTS.maxSendWr, maxRecvWr: req.maxRecvWr ?? VERBS_DEFAULTS.maxRecvWr,
         accepted: [], requests: 0, create: req,
       };
       this.rdma.listen(req.port, (cr) => {
@@ -896,7 +899,7 @@ export class Dataplane {
     const srq = init.srq === undefined || init.srq === null ? null : this.srq(init.srq);
     return this.rdma.createQp({
       pd: this.pd(init.pd), sendCq: this.cq(init.sendCq), recvCq: this.cq(init.recvCq), srq,
-      maxSendWr: init.maxSendWr, maxRecvWr: init.maxRecvWr ?? (srq ? 0 : 256), maxSge: init.maxSge, maxInline: init.maxInline,
+      maxSendWr: init.maxSendWr, maxRecvWr: init.maxRecvWr ?? (srq ? 0 : undefined), maxSge: init.maxSge, maxInline: init.maxInline,
       ird: init.ird, ord: init.ord, port: init.port, address: this.address(init.interface),
     });
   }
@@ -921,4 +924,5 @@ export type { Config } from './config/types.ts';
 /** The names the API's schemas enumerate. */
 export { ACCESS_NAMES, WC_OPCODE_NAMES, WC_STATUS_NAMES, WR_OPCODE_NAMES } from './nodes/rdma/verbs.ts';
 export { QP_STATE_NAMES } from './nodes/rdma/qp.ts';
+export { VERBS_DEFAULTS, VERBS_LIMITS } from './nodes/rdma/rdma.ts';
 export type { Completion } from './nodes/rdma/verbs.ts';

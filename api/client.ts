@@ -181,7 +181,7 @@ export class ApiClient {
   createPd(): Promise<PdView> { return this.post('/v1/pds'); }
   pds(): Promise<PdView[]> { return this.get('/v1/pds'); }
   destroyPd(pd: number): Promise<void> { return this.del(`/v1/pds/${pd}`); }
-  createMr(req: { pd: number; length: number; access: string[] }): Promise<MrView> { return this.post('/v1/mrs', req); }
+  createMr(req: { pd: number; length: number; access?: string[] }): Promise<MrView> { return this.post('/v1/mrs', req); }
   mrs(): Promise<MrView[]> { return this.get('/v1/mrs'); }
   getMr(mr: number): Promise<MrView> { return this.get(`/v1/mrs/${mr}`); }
   destroyMr(mr: number): Promise<void> { return this.del(`/v1/mrs/${mr}`); }

@@ -281,7 +281,7 @@ function qpBody(o: Map<string, string>, what: string): Record<string, unknown> {
   const map: [string, string][] = [['pd', 'pd'], ['send-cq', 'sendCq'], ['recv-cq', 'recvCq'], ['srq', 'srq'], ['max-send-wr', 'maxSendWr'], ['max-recv-wr', 'maxRecvWr'], ['max-sge', 'maxSge'], ['max-inline', 'maxInline'], ['ird', 'ird'], ['ord', 'ord']];
   for (const [k, key] of map) if (o.has(k)) body[key] = intOpt(o, k, what);
   for (const k of ['pd', 'send-cq', 'recv-cq']) if (!o.has(k)) throw new UsageError(`${what}: missing ${k}`);
-  if (!o.has('max-send-wr')) body.maxSendWr = 256;
+  // Sizes left out take the data plane's defaults (the same for REST and the embedding API).
   if (o.has('interface')) body.interface = o.get('interface');
   return body;
 }
@@ -298,8 +298,8 @@ async function create(word: string | undefined, rest: string[], call: Call, crea
     case 'mr': {
       const o = a.options(['pd', 'length', 'access']);
       if (!o.has('pd') || !o.has('length')) throw new UsageError('create mr: needs pd PD and length N');
-      const access = (o.get('access') ?? 'local-write').split(',').filter((x) => x !== '');
-      const v = (await call('POST', '/v1/mrs', { pd: intOpt(o, 'pd', 'create mr'), length: intOpt(o, 'length', 'create mr'), access })) as MrView;
+      const access = o.has('access') ? { access: o.get('access')!.split(',').filter((x) => x !== '') } : {};
+      const v = (await call('POST', '/v1/mrs', { pd: intOpt(o, 'pd', 'create mr'), length: intOpt(o, 'length', 'create mr'), ...access })) as MrView;
       return created(v, `${v.mr} 0x${v.stag.toString(16)}`);
     }
     case 'cq': {

@@ -5,7 +5,7 @@
  * no `const`, no type arrays (`nullable: true` instead), no `format`; `x-expected` says in words
  * what a value must be, for the error message.
  */
-import { ACCESS_NAMES, QP_STATE_NAMES, WC_OPCODE_NAMES, WC_STATUS_NAMES, WR_OPCODE_NAMES } from '../dataplane.ts';
+import { ACCESS_NAMES, QP_STATE_NAMES, VERBS_DEFAULTS, VERBS_LIMITS, WC_OPCODE_NAMES, WC_STATUS_NAMES, WR_OPCODE_NAMES } from '../dataplane.ts';
 import { EXPECTED } from './errors.ts';
 
 export type JsonSchema = { [key: string]: unknown };
@@ -34,6 +34,9 @@ const bool = (description?: string): JsonSchema => ({ type: 'boolean', ...(descr
 const list = (items: JsonSchema, description?: string): JsonSchema => ({ type: 'array', items, ...(description ? { description } : {}) });
 const oneOf = (names: readonly string[], description?: string): JsonSchema => ({ type: 'string', enum: [...names], ...(description ? { description } : {}) });
 const nullable = (s: JsonSchema): JsonSchema => ({ ...s, nullable: true });
+
+/** An optional field's default, stated for clients (the data plane applies it). */
+const dflt = (s: JsonSchema, value: unknown): JsonSchema => ({ ...s, default: value });
 
 const handle = (what: string): JsonSchema => int(0, U32_MAX, `${what} handle`);
 const port = (description: string): JsonSchema => int(1, 65535, description);
@@ -244,9 +247,14 @@ export const FaultSet = obj({
   corrupt: probability('corrupted (one bit)'),
 }, ['off', 'seed', 'loss', 'reorder', 'reorderDepth', 'reorderDelayUs', 'duplicate', 'corrupt']);
 
-export const MrCreate = obj({ pd: handle('protection domain'), length: int(0, SAFE_MAX, 'bytes'), access: { ...list(oneOf(ACCESS_NAMES)), maxItems: 8 } });
-export const CqCreate = obj({ depth: int(1, U32_MAX, 'completions it holds') });
-export const SrqCreate = obj({ pd: handle('protection domain'), maxWr: int(1, U32_MAX), maxSge: int(1, U32_MAX), limit: int(0, U32_MAX, 'arm the limit event') }, ['maxSge', 'limit']);
+const L = VERBS_LIMITS, D = VERBS_DEFAULTS;
+export const MrCreate = obj({
+  pd: handle('protection domain'),
+  length: int(0, L.maxMrLength, 'bytes (all MRs together: at most rdma.max-mr-bytes, GET /v1/device maxMrSize)'),
+  access: dflt({ ...list(oneOf(ACCESS_NAMES)), maxItems: 8 }, [...D.access]),
+}, ['access']);
+export const CqCreate = obj({ depth: int(1, L.maxCqe, 'completions it holds (rdma.max-cq-entries may lower the limit: GET /v1/device maxCqe)') });
+export const SrqCreate = obj({ pd: handle('protection domain'), maxWr: int(1, L.maxWr), maxSge: dflt(int(1, L.maxSge), D.srqMaxSge), limit: int(0, U32_MAX, 'arm the limit event') }, ['maxSge', 'limit']);
 export const SrqModify = obj({ limit: int(0, U32_MAX, 'the limit event fires once fewer receives than this remain') });
 export const RecvRequest = obj({ wrId: WrId, sge: SgeList }, ['sge']);
 
@@ -255,15 +263,15 @@ const qpParams = {
   sendCq: handle('completion queue'),
   recvCq: handle('completion queue'),
   srq: nullable(handle('shared receive queue')),
-  maxSendWr: int(1, U32_MAX),
-  maxRecvWr: int(0, U32_MAX),
-  maxSge: int(1, U32_MAX),
-  maxInline: int(0, U32_MAX),
-  ird: int(1, U32_MAX, 'inbound RDMA READ / atomic depth'),
-  ord: int(1, U32_MAX, 'outbound RDMA READ / atomic depth'),
+  maxSendWr: dflt(int(1, L.maxWr), D.maxSendWr),
+  maxRecvWr: dflt(int(0, L.maxWr, 'ignored with an srq'), D.maxRecvWr),
+  maxSge: dflt(int(1, L.maxSge), D.maxSge),
+  maxInline: dflt(int(0, L.maxInline), D.maxInline),
+  ird: dflt(int(1, L.maxRdAtomic, 'inbound RDMA READ / atomic depth'), D.ird),
+  ord: dflt(int(1, L.maxRdAtomic, 'outbound RDMA READ / atomic depth'), D.ord),
   interface: { ...str('bind to this interface\'s address'), maxLength: 256 },
 };
-const qpOptional = ['srq', 'maxRecvWr', 'maxSge', 'maxInline', 'ird', 'ord', 'interface'];
+const qpOptional = ['srq', 'maxSendWr', 'maxRecvWr', 'maxSge', 'maxInline', 'ird', 'ord', 'interface'];
 export const QpCreate = obj({ ...qpParams, port: port('a specific QPN in the port range') }, [...qpOptional, 'port']);
 export const ListenerCreate = obj({ port: port('port to accept connection requests on'), ...qpParams, privateData: Base64 }, [...qpOptional, 'privateData']);
 
@@ -271,14 +279,14 @@ export const Connect = obj({
   remote: Endpoint,
   mode: oneOf(['manual', 'cm'], 'manual: straight to RTS; cm: through the peer\'s listener'),
   privateData: Base64,
-  ird: int(1, U32_MAX),
-  ord: int(1, U32_MAX),
+  ird: int(1, L.maxRdAtomic),
+  ord: int(1, L.maxRdAtomic),
   timeoutMs: int(1, WAIT_MAX_MS, 'cm: give up after this long'),
   remotePsn: u32('manual (required): the peer QP\'s psn'),
 }, ['privateData', 'ird', 'ord', 'timeoutMs', 'remotePsn']);
 export const QpModify = obj({
   state: oneOf(QP_STATE_NAMES), remote: Endpoint, rqPsn: u32('rtr (required): the peer QP\'s psn'), sqPsn: u32('rts: our initial PSN (default: the QP\'s psn)'),
-  ird: int(1, U32_MAX), ord: int(1, U32_MAX),
+  ird: int(1, L.maxRdAtomic), ord: int(1, L.maxRdAtomic),
 }, ['remote', 'rqPsn', 'sqPsn', 'ird', 'ord']);
 
 export const SendRequest = obj({

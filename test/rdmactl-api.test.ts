@@ -18,6 +18,34 @@ function ctl(url: string, token: string | null = null) {
   };
 }
 
+test('rdmactl and REST agree: what both leave out gets the same defaults (access, maxSendWr/maxRecvWr, sge, inline, ird/ord)', async () => {
+  const p = await apiPair();
+  try {
+    const A = ctl(p.apiA.url);
+    const pd = Number((await A('create pd')).trim()), cq = Number((await A('create cq depth 32')).trim());
+    const [cliMr] = (await A(`create mr pd ${pd} length 64`)).trim().split(' ');
+    const restMr = await p.ca.createMr({ pd, length: 64 });
+    assert.equal((await p.a.getMr(Number(cliMr))).access, restMr.access);
+    assert.equal(restMr.access, ['local-write']);
+    const [cliQp] = (await A(`create qp pd ${pd} send-cq ${cq} recv-cq ${cq}`)).trim().split(' ');
+    const restQp = await p.ca.createQp({ pd, sendCq: cq, recvCq: cq });
+    const sizes = (q: { maxSendWr: number; maxRecvWr: number; maxSge: number; maxInline: number; ird: number; ord: number }) => [q.maxSendWr, q.maxRecvWr, q.maxSge, q.maxInline, q.ird, q.ord];
+    assert.equal(sizes(await p.a.getQp(Number(cliQp))), sizes(restQp));
+    assert.equal(sizes(restQp), [256, 256, 4, 64, 16, 16]);
+    // The OpenAPI document states the defaults and the real limits, so a client can check first.
+    const doc = (await (await fetch(`${p.apiA.url}/v1/openapi.json`)).json()) as { components: { schemas: Record<string, { properties: Record<string, { default?: unknown; maximum?: number }> }> } };
+    const qp = doc.components.schemas.QpCreate.properties;
+    assert.is(qp.maxSendWr.default, 256);
+    assert.is(qp.maxSendWr.maximum, (await p.a.device()).maxQpWr);
+    assert.is(qp.maxSge.maximum, (await p.a.device()).maxSge);
+    assert.is(qp.ird.maximum, (await p.a.device()).maxQpRdAtom);
+    assert.is(doc.components.schemas.CqCreate.properties.depth.maximum, 1 << 20);
+    assert.equal(doc.components.schemas.MrCreate.properties.access.default, ['local-write']);
+  } finally {
+    await p.close();
+  }
+});
+
 test('a script: create, connect, write, read back, show qps/runtime/errors/trace, destroy', async () => {
   const p = await apiPair({ tokenA: 's3cret' });
   try {

@@ -36,7 +36,7 @@ export const verbsRoutes: RouteDef[] = [
   {
     method: 'POST', path: '/v1/mrs', tag: 'verbs', summary: 'register a memory region the data plane allocates (zero-filled; 409 past rdma.max-mr-bytes)',
     body: S.MrCreate, status: 201, response: S.MrView, errors: [404, 409, 413, 503],
-    handler: ({ dp, body }: Ctx<never, never, { pd: number; length: number; access: string[] }>) => dp.createMr(body),
+    handler: ({ dp, body }: Ctx<never, never, { pd: number; length: number; access?: string[] }>) => dp.createMr(body),
   },
   {
     method: 'GET', path: '/v1/mrs', tag: 'verbs', summary: 'memory regions',

@@ -82,8 +82,9 @@ export interface QpInit {
   sendCq: Cq;
   recvCq: Cq;
   srq?: Srq | null;
-  maxSendWr: number;
-  maxRecvWr: number;
+  /** Default VERBS_DEFAULTS (as every other optional field). */
+  maxSendWr?: number;
+  maxRecvWr?: number;
   maxSge?: number;
   maxInline?: number;
   ird?: number;
@@ -127,9 +128,42 @@ export interface QpInfo {
   rtt: { srttUs: number; rttvarUs: number; rtoUs: number };
 }
 
-const LIMIT_WR = 16384;
-const LIMIT_SGE = 32;
-const LIMIT_INLINE = 4096;
+/**
+ * The verbs' fixed limits, once: the checks below, `deviceAttr()` (ibv_query_device's figures)
+ * and the REST schemas (through the facade) all read them from here.
+ */
+export const VERBS_LIMITS = Object.freeze({
+  /** Work requests of a send queue, a receive queue or an SRQ. */
+  maxWr: 16384,
+  maxSge: 32,
+  maxInline: 4096,
+  /** Entries of a CQ (rdma.max-cq-entries may lower it). */
+  maxCqe: 1 << 20,
+  /** Bytes of one MR the data plane allocates (rdma.max-mr-bytes bounds all together). */
+  maxMrLength: 2 ** 31,
+  /** IRD and ORD: RDMA READs / atomics in flight per QP, each way. */
+  maxRdAtomic: MAX_RD_ATOMIC,
+});
+
+/**
+ * What a verb takes when the caller leaves a value out: the embedding API, REST and rdmactl use
+ * these same defaults.
+ */
+export const VERBS_DEFAULTS = Object.freeze({
+  maxSendWr: 256,
+  /** Without an SRQ (with one the QP has no receive queue of its own). */
+  maxRecvWr: 256,
+  maxSge: 4,
+  maxInline: 64,
+  ird: 16,
+  ord: 16,
+  access: Object.freeze(['local-write']) as readonly string[],
+  srqMaxSge: 4,
+});
+
+const LIMIT_WR = VERBS_LIMITS.maxWr;
+const LIMIT_SGE = VERBS_LIMITS.maxSge;
+const LIMIT_INLINE = VERBS_LIMITS.maxInline;
 
 /** What `ibv_query_device` would say of this device: its limits and capabilities. */
 export interface DeviceAttr {
@@ -156,7 +190,7 @@ export interface DeviceAttr {
   window: number;
 }
 
-const LIMIT_CQE = 1 << 20;
+const LIMIT_CQE = VERBS_LIMITS.maxCqe;
 
 function int(v: unknown, lo: number, hi: number, what: string): number {
   if (typeof v !== 'number' || !Number.isInteger(v) || v < lo || v > hi) throw new VerbsError('invalid', `${what} must be an integer in ${lo}..${hi}, got ${String(v)}`);
@@ -271,7 +305,8 @@ export class Rdma {
     if (pd.destroyed) throw new VerbsError('not-found', `pd ${pd.handle} is destroyed`);
     const acc = typeof access === 'number' ? access : accessFromNames(access);
     if (typeof memory === 'number') {
-      if (!Number.isInteger(memory) || memory < 0 || memory > 2 ** 31) throw new VerbsError(memory > 2 ** 31 ? 'too-large' : 'invalid', `mr length must be an integer in 0..2^31, got ${memory}`);
+      const max = VERBS_LIMITS.maxMrLength;
+      if (!Number.isInteger(memory) || memory < 0 || memory > max) throw new VerbsError(memory > max ? 'too-large' : 'invalid', `mr length must be an integer in 0..2^31, got ${memory}`);
     } else if (memory.byteLength > 2 ** 32 - 1) throw new VerbsError('too-large', 'mr larger than 4 GiB');
     const charge = typeof memory === 'number' ? { 'mr-bytes': memory } : {};
     this.budget.check(`mr of ${memory} bytes`, charge);
@@ -339,7 +374,7 @@ export class Rdma {
 
   // ------------------------------------------------------------------ SRQ
 
-  createSrq(pd: Pd, maxWr: number, maxSge = 4): Srq {
+  createSrq(pd: Pd, maxWr: number, maxSge: number = VERBS_DEFAULTS.srqMaxSge): Srq {
     if (pd.destroyed) throw new VerbsError('not-found', `pd ${pd.handle} is destroyed`);
     int(maxWr, 1, LIMIT_WR, 'srq maxWr');
     int(maxSge, 1, LIMIT_SGE, 'srq maxSge');
@@ -391,12 +426,12 @@ export class Rdma {
     if (sendCq.destroyed || recvCq.destroyed) throw new VerbsError('not-found', 'completion queue is destroyed');
     if (srq !== null && (srq.destroyed || srq.pd !== pd)) throw new VerbsError('invalid', `srq ${srq.handle} is destroyed or in another PD`);
     const cfg = {
-      maxSendWr: int(init.maxSendWr, 1, LIMIT_WR, 'maxSendWr'),
-      maxRecvWr: srq ? 0 : int(init.maxRecvWr, 1, LIMIT_WR, 'maxRecvWr'),
-      maxSge: int(init.maxSge ?? 4, 1, LIMIT_SGE, 'maxSge'),
-      maxInline: int(init.maxInline ?? 64, 0, LIMIT_INLINE, 'maxInline'),
-      ird: int(init.ird ?? 16, 1, MAX_RD_ATOMIC, 'ird'),
-      ord: int(init.ord ?? 16, 1, MAX_RD_ATOMIC, 'ord'),
+      maxSendWr: int(init.maxSendWr ?? VERBS_DEFAULTS.maxSendWr, 1, LIMIT_WR, 'maxSendWr'),
+      maxRecvWr: srq ? 0 : int(init.maxRecvWr ?? VERBS_DEFAULTS.maxRecvWr, 1, LIMIT_WR, 'maxRecvWr'),
+      maxSge: int(init.maxSge ?? VERBS_DEFAULTS.maxSge, 1, LIMIT_SGE, 'maxSge'),
+      maxInline: int(init.maxInline ?? VERBS_DEFAULTS.maxInline, 0, LIMIT_INLINE, 'maxInline'),
+      ird: int(init.ird ?? VERBS_DEFAULTS.ird, 1, MAX_RD_ATOMIC, 'ird'),
+      ord: int(init.ord ?? VERBS_DEFAULTS.ord, 1, MAX_RD_ATOMIC, 'ord'),
       window: this.core.window + 1,
     };
     const slots = { 'wr-slots': qpSlots(cfg.maxSendWr, cfg.maxRecvWr, cfg.maxInline) };
