@@ -191,6 +191,8 @@ export interface VersionView {
 export interface BufferView { count: number; free: number; dataSize: number }
 
 const EVENT_LOG = 1024;
+/** A repeated link event (same reason) is logged at most this often. */
+const LINK_REPEAT_MS = 30_000;
 const LINK_WATCH_MS = 200;
 
 function asError(e: unknown): DataplaneError {
@@ -239,8 +241,8 @@ export class Dataplane {
   private eventSeq = 0;
   /** Interface index -> link up at the last look (for a gratuitous ARP when it comes up). */
   private readonly linkWasUp = new Map<number, boolean>();
-  /** Interface index -> connection drops logged so far (Driver.linkDrops). */
-  private readonly linkDropsSeen = new Map<number, number>();
+  /** "<interface index>/<drop|refusal>" -> what linkNews has seen and logged. */
+  private readonly linkNewsSeen = new Map<string, { count: number; logged: number; text: string; at: number }>();
   private readonly linkWatch: ReturnType<typeof setInterval>;
 
   private constructor(config: Config, graph: Graph, net: Netstack, ifs: Interfaces, rdma: Rdma, log: Logger) {
@@ -265,12 +267,36 @@ export class Dataplane {
       if (up && !was && this.net.interfaces.isConfigured(itf.index)) this.net.announce(itf.index);
       if (up !== was) this.log('info', `interface ${itf.name} is ${up ? 'up' : 'down'}`);
       const drops = itf.driver.linkDrops?.();
-      if (drops === undefined) continue;
-      const seen = this.linkDropsSeen.get(itf.index) ?? 0;
-      this.linkDropsSeen.set(itf.index, drops.count);
-      const n = drops.count - seen;
-      if (n > 0) this.log('warn', `interface ${itf.name}: connection dropped${n > 1 ? ` (${n} times)` : ''}: ${drops.reason ?? 'no reason given'}`);
+      if (drops !== undefined) {
+        const what = drops.wasUp === false && drops.byPeer === true ? 'the peer refused the connection' : 'connection dropped';
+        this.linkNews(`${itf.index}/drop`, drops.count, `interface ${itf.name}: ${what}: ${drops.reason ?? 'no reason given'}`);
+      }
+      const refused = itf.driver.refusals?.();
+      if (refused !== undefined) {
+        this.linkNews(`${itf.index}/refusal`, refused.count, `interface ${itf.name}: refused a peer${refused.peer ? ` ("${refused.peer}")` : ''}: ${refused.reason ?? 'no reason given'}`);
+      }
     }
+  }
+
+  /**
+   * Log a counted link event (`count` so far; `text` describes the last one) once it happens,
+   * and a peer that keeps retrying (a memif client every 250 ms against a taken id) at most once
+   * per LINK_REPEAT_MS with the number since: a new reason is logged at once.
+   */
+  private linkNews(key: string, count: number, text: string): void {
+    let s = this.linkNewsSeen.get(key);
+    if (s === undefined) this.linkNewsSeen.set(key, (s = { count: 0, logged: 0, text: '', at: -Infinity }));
+    if (count <= s.count) return;
+    const now = performance.now();
+    if (text === s.text && now - s.at < LINK_REPEAT_MS) {
+      s.count = count;
+      return;
+    }
+    const n = count - s.logged;
+    this.log('warn', `${text}${n > 1 ? ` (${n} times${s.logged > 0 ? ` since the last report` : ''})` : ''}`);
+    s.count = s.logged = count;
+    s.text = text;
+    s.at = now;
   }
 
   /**

@@ -34,6 +34,16 @@ export function zeroCounters(): DriverCounters {
   return { rxPackets: 0, rxBytes: 0, txPackets: 0, txBytes: 0, rxDrops: 0, txDrops: 0, rxErrors: 0, txErrors: 0 };
 }
 
+/** Driver.linkDrops. */
+export interface LinkDrops {
+  count: number;
+  reason: string | null;
+  /** The last drop ended a connection that had come up (false: it ended while connecting). */
+  wasUp?: boolean;
+  /** The peer ended it (its DISCONNECT), rather than us. */
+  byPeer?: boolean;
+}
+
 export interface Driver {
   /** Driver family: "pcap", "pipe", "af_packet", "memif", ... */
   readonly kind: string;
@@ -67,7 +77,13 @@ export interface Driver {
    * connecting) and the last reason, for the log: counted, so none is missed between two looks.
    * Drivers with nothing to say (no peer) leave it out.
    */
-  linkDrops?(): { count: number; reason: string | null };
+  linkDrops?(): LinkDrops;
+
+  /**
+   * Peers refused while connecting to us (a memif server: wrong secret, a taken id), counted,
+   * with the last reason and the peer's name. Drivers that never refuse leave it out.
+   */
+  refusals?(): { count: number; reason: string | null; peer: string | null };
 
   /**
    * What `show hardware` prints below the generic lines: driver facts in display order (memif

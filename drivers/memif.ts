@@ -27,7 +27,7 @@ import type { BufferPool } from '../graph/buffer-pool.ts';
 import { BufferFlag } from '../graph/buffer-pool.ts';
 import { FRAME_SIZE } from '../graph/node.ts';
 import { loadCore, type CoreAddon, type MemifInfo, type MemifNative, type MemifStats } from '../native/load.ts';
-import type { Driver, DriverCounters } from './driver.ts';
+import type { Driver, DriverCounters, LinkDrops } from './driver.ts';
 import { poolArrays, zeroCounters, type DriverHardware } from './driver.ts';
 import { macOption } from './mac.ts';
 
@@ -223,15 +223,23 @@ export class MemifDriver implements Driver {
       role: i.role, socket: i.abstract ? `@${i.socket}` : i.socket, id: i.id, state: i.state,
       peer: i.connected ? `${i.remoteName || '-'} (interface ${i.remoteIfName || '-'})` : null,
       'zero-copy': i.zeroCopy, rings: `${i.rxRings} rx, ${i.txRings} tx, ${i.ringSize} slots`, regions: i.regions, 'buffer-size': i.bufferSize,
-      'last disconnect': i.lastDisconnect === null ? null : `${i.lastDisconnect.reason} (${i.lastDisconnect.byPeer ? 'by the peer' : 'by us'})`,
+      'last disconnect': i.lastDisconnect === null ? null : `${i.lastDisconnect.reason} (${i.lastDisconnect.byPeer ? (i.lastDisconnect.wasUp ? 'by the peer' : 'the peer refused us') : 'by us'})`,
+      'last refused': i.lastRefused === null ? null : `${i.lastRefused.peer ? `"${i.lastRefused.peer}"` : 'a client'}: ${i.lastRefused.reason}`,
       'last connect error': i.lastConnectError,
     };
     return { info, counters: { ...st } };
   }
 
-  linkDrops(): { count: number; reason: string | null } {
-    if (this.native === null) return { count: this.final?.disconnects ?? 0, reason: this.finalInfo?.lastDisconnect?.reason ?? null };
-    return { count: this.native.stats().disconnects, reason: this.native.info().lastDisconnect?.reason ?? null };
+  linkDrops(): LinkDrops {
+    const count = this.native !== null ? this.native.stats().disconnects : this.final?.disconnects ?? 0;
+    const last = (this.native !== null ? this.native.info() : this.finalInfo)?.lastDisconnect ?? null;
+    return { count, reason: last?.reason ?? null, wasUp: last?.wasUp ?? true, byPeer: last?.byPeer ?? false };
+  }
+
+  refusals(): { count: number; reason: string | null; peer: string | null } {
+    const count = this.native !== null ? this.native.stats().refused : this.final?.refused ?? 0;
+    const last = (this.native !== null ? this.native.info() : this.finalInfo)?.lastRefused ?? null;
+    return { count, reason: last?.reason ?? null, peer: last?.peer || null };
   }
 
   /** Everything the native side counts. */

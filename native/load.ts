@@ -272,7 +272,10 @@ export interface MemifInfo {
   txRings: number;
   regions: number;
   bufferSize: number;
-  lastDisconnect: { reason: string; code: number; byPeer: boolean } | null;
+  /** wasUp: the connection had come up (false: the peer refused it during the handshake). */
+  lastDisconnect: { reason: string; code: number; byPeer: boolean; wasUp: boolean } | null;
+  /** Server: the last client refused (the reason sent in its DISCONNECT, the name in its INIT). */
+  lastRefused: { reason: string; peer: string } | null;
   lastConnectError: string | null;
 }
 

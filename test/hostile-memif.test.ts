@@ -228,4 +228,42 @@ test('the daemon logs every dropped memif connection with its reason', async () 
   }
 });
 
+test('a second memif client on a taken id: both sides log the refusal once, with the reason; show hardware has it', async () => {
+  if (!ready()) return;
+  const sock = join(dir, `s${seq++}.sock`);
+  const logs: Record<string, string[]> = { server: [], first: [], second: [] };
+  const make = (who: string, role: 'server' | 'client', addr: string) => Dataplane.create(baseConfig({
+    interfaces: [{ ...pipeInterface('memif0', 'unused', addr, MAC_A), driver: 'memif', pipe: undefined, memif: { socket: sock, role, id: 3, secret: null, bufferSize: 2048 } }],
+  }), { log: (level, msg) => logs[who].push(`${level} ${msg}`) });
+  const server = await make('server', 'server', '10.9.0.1/24');
+  const first = await make('first', 'client', '10.9.0.2/24');
+  let second: Dataplane | null = null;
+  try {
+    const until = async (what: string, ok: () => boolean) => {
+      const end = Date.now() + 5000;
+      while (!ok() && Date.now() < end) await sleep(20);
+      assert.ok(ok(), `${what}:\n${JSON.stringify(logs, null, 1)}`);
+    };
+    await until('first client up', () => logs.first.includes('info interface memif0 is up'));
+    second = await make('second', 'client', '10.9.0.3/24');
+    const refusedHere = 'warn interface memif0: refused a peer ("rdma-graph 0.1.0"): Already connected';
+    const refusedThere = 'warn interface memif0: the peer refused the connection: Already connected';
+    await until('both sides logged', () => logs.server.includes(refusedHere) && logs.second.includes(refusedThere));
+    // The second client retries every 250 ms: 1.5 s more of refusals, no more lines (one per 30 s).
+    await sleep(1500);
+    const hw = (await server.hardware())[0];
+    assert.ok((hw.counters.refused ?? 0) >= 4, `refused ${hw.counters.refused}: the client kept retrying`);
+    assert.is(hw.info['last refused'], '"rdma-graph 0.1.0": Already connected');
+    assert.is((await second.hardware())[0].info['last disconnect'], 'Already connected (the peer refused us)');
+    assert.is(logs.server.filter((l) => l.startsWith('warn')).length, 1, logs.server.join('\n'));
+    assert.is(logs.second.filter((l) => l.startsWith('warn')).length, 1, logs.second.join('\n'));
+    assert.not.ok(logs.first.some((l) => l.startsWith('warn')), 'the first client is not disturbed');
+    assert.ok((await first.interfaces())[0].state === 'up');
+  } finally {
+    await second?.close();
+    await first.close();
+    await server.close();
+  }
+});
+
 test.run();

@@ -589,7 +589,11 @@ class Memif : public Napi::ObjectWrap<Memif> {
         EpollDel(c->watch_ep, c->fd);
         close(c->fd);
         delete c;
-        if (target != nullptr) target->refused_++;
+        if (target != nullptr) {
+          target->refused_++;
+          target->last_refusal_ = reason;
+          target->last_refused_peer_ = NameOf(m.init.name, memif::kNameSize);
+        }
         continue;
       }
       // The rest of the handshake (often already queued behind INIT) goes to the interface.
@@ -676,10 +680,38 @@ class Memif : public Napi::ObjectWrap<Memif> {
       }
       c->out.pop_front();
       if (err != 0) {
-        Disconnect(std::string("control socket send failed: ") + std::strerror(err), false, false);
+        // A peer that refused us (a taken id, a wrong secret) sent DISCONNECT and closed while our
+        // handshake messages were on their way: its reason is more use than "Broken pipe".
+        uint32_t code = 0;
+        std::string why = (err == EPIPE || err == ECONNRESET) ? LeftDisconnect(c->fd, &code) : std::string();
+        if (!why.empty()) Disconnect(why, false, false, code, true);
+        else Disconnect(std::string("control socket send failed: ") + std::strerror(err), false, false);
         return;
       }
     }
+  }
+
+  // The reason of a DISCONNECT among the messages a closed peer left unread on `fd`, or "".
+  // Reads at most kLeftMessages (the peer decides how many it sent, we decide how many we read).
+  static std::string LeftDisconnect(int fd, uint32_t* code) {
+    constexpr int kLeftMessages = 64;
+    bool reset = false;
+    for (int i = 0; i < kLeftMessages; i++) {
+      Msg m;
+      int afd = -1;
+      ssize_t r = RecvMsg(fd, &m, sizeof m, &afd);
+      if (afd >= 0) close(afd);
+      if (r == -ECONNRESET && !reset) {
+        reset = true;
+        continue;
+      }
+      if (r != static_cast<ssize_t>(memif::kMsgSize)) return std::string();
+      if (m.type == memif::kMsgDisconnect) {
+        *code = m.disconnect.code;
+        return NameOf(m.disconnect.string, memif::kReasonSize);
+      }
+    }
+    return std::string();
   }
 
   void ArmSoon() {
@@ -1012,6 +1044,7 @@ class Memif : public Napi::ObjectWrap<Memif> {
     last_code_ = code;
     last_local_ = local || !remote_msg;
     last_by_peer_ = remote_msg;
+    last_was_up_ = was_up;
     disconnects_++;
     for (uint32_t q = 0; q < rx_.size(); q++) {
       Ring& r = rx_[q];
@@ -1714,7 +1747,16 @@ class Memif : public Napi::ObjectWrap<Memif> {
       d.Set("reason", Napi::String::New(env, last_reason_));
       d.Set("code", Napi::Number::New(env, last_code_));
       d.Set("byPeer", Napi::Boolean::New(env, last_by_peer_));
+      d.Set("wasUp", Napi::Boolean::New(env, last_was_up_));
       o.Set("lastDisconnect", d);
+    }
+    if (last_refusal_.empty()) {
+      o.Set("lastRefused", env.Null());
+    } else {
+      Napi::Object d = Napi::Object::New(env);
+      d.Set("reason", Napi::String::New(env, last_refusal_));
+      d.Set("peer", Napi::String::New(env, last_refused_peer_));
+      o.Set("lastRefused", d);
     }
     o.Set("lastConnectError", last_connect_errno_ ? Napi::Value(Napi::String::New(env, std::strerror(last_connect_errno_))) : env.Null());
     return o;
@@ -1913,7 +1955,9 @@ class Memif : public Napi::ObjectWrap<Memif> {
 
   std::string remote_name_, remote_if_name_, last_reason_, local_error_;
   uint32_t last_code_ = 0;
-  bool last_local_ = false, last_by_peer_ = false;
+  bool last_local_ = false, last_by_peer_ = false, last_was_up_ = false;
+  // The last client this server interface refused (the reason sent in its DISCONNECT).
+  std::string last_refusal_, last_refused_peer_;
   int last_connect_errno_ = 0;
 
  public:
