@@ -381,7 +381,7 @@ test('our client seen by a hand-written server: INIT, ADD_REGION x2 (zero copy),
     assert.is((map.getUint32(s2c + 128 + 8, true) - pool.headroom) % pool.stride, 0, 'offset = a pool buffer\'s data start');
     core.memifRawSend(fd, msg(T.DISCONNECT, (v, b) => { v.setUint32(2, 5, true); put(b, 6, 'bye now'); }));
     for (let i = 0; i < 100 && c.linkUp(); i++) { c.poll(); await sleep(1); }
-    assert.equal(c.info().lastDisconnect, { reason: 'bye now', code: 5, byPeer: true });
+    assert.equal(c.info().lastDisconnect, { reason: 'bye now', code: 5, byPeer: true, wasUp: true });
     assert.is(pool.available(), pool.count, 'the refilled buffers came back');
     for (const f of [r0.fd, r1.fd, ...ringMsgs.map((m) => m.fd), fd]) core.closeFd(f);
   } finally {

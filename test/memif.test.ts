@@ -258,7 +258,7 @@ test('refused handshakes: wrong secret, missing secret, unknown id, second clien
   const s = drv('ss', { socket: sock, role: 'server', id: 7, secret: 'sesame' }, ps);
   const wrong = drv('c1', { socket: sock, role: 'client', id: 7, secret: 'nope' }, pc);
   await until('refusal', [s, wrong], () => wrong.info().lastDisconnect !== null);
-  assert.equal(wrong.info().lastDisconnect, { reason: 'Incorrect secret', code: 0, byPeer: true });
+  assert.equal(wrong.info().lastDisconnect, { reason: 'Incorrect secret', code: 0, byPeer: true, wasUp: false });
   wrong.close();
   const none = drv('c2', { socket: sock, role: 'client', id: 7 }, pc);
   await until('refusal', [s, none], () => none.info().lastDisconnect !== null);
@@ -276,6 +276,7 @@ test('refused handshakes: wrong secret, missing secret, unknown id, second clien
   assert.is(second.info().lastDisconnect?.reason, 'Already connected');
   assert.ok(s.linkUp() && good.linkUp(), 'the first client stays connected');
   assert.ok(s.stats().refused >= 1);
+  assert.equal(s.info().lastRefused, { reason: 'Already connected', peer: 'rdma-graph 0.1.0' });
   await exchange(good, pc, s, ps, [64]);
   second.close();
   good.close();
