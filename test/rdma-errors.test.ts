@@ -18,6 +18,7 @@ import { type Completion, type Mr, VerbsError, type VerbsErrorKind } from '../no
 import {
   closeLeftovers, connectManual, type Ends, finish, IP_A, IP_B, makeEnds, type Pair, pattern, settle, type Stack, trackedStacks, twoStacks, waitCompletions, waitFor,
 } from './rdma-helpers.ts';
+import { termName } from '../nodes/rdma/wire.ts';
 
 // ------------------------------------------------------------------ rig
 
@@ -145,6 +146,26 @@ const BOUNDS: Record<RemoteOp, number> = { write: 0x1101, read: 0x0101, 'fetch-a
 /** A Write without remote-write is an invalid STag for DDP; Read/Atomic: RDMAP access violation. */
 const NO_RIGHTS: Record<RemoteOp, number> = { write: 0x1100, read: 0x0102, 'fetch-add': 0x0102 };
 
+/** What the events say of each code (RFC 5040/5041 section 7 names, written out here). */
+const TERM_WORDS: Record<number, string> = {
+  0x0100: 'remote protection error: invalid STag (0x0100)',
+  0x0101: 'remote protection error: base or bounds violation (0x0101)',
+  0x0102: 'remote protection error: access rights violation (0x0102)',
+  0x1100: 'DDP tagged buffer error: invalid STag (0x1100)',
+  0x1101: 'DDP tagged buffer error: base or bounds violation (0x1101)',
+  0x1202: 'DDP untagged buffer error: no receive buffer posted (0x1202)',
+  0x1203: 'DDP untagged buffer error: MSN out of range (0x1203)',
+  0x1205: 'DDP untagged buffer error: message too long for the receive buffer (0x1205)',
+};
+
+test('termName: every code the responder sends is named; codes the RFCs do not name keep what can be named', () => {
+  for (const [code, words] of Object.entries(TERM_WORDS)) assert.is(termName(Number(code)), words);
+  assert.is(termName(0x0207), 'remote operation error: catastrophic error, local to the RDMAP stream (0x0207)');
+  assert.is(termName(0x0277), 'remote operation error (0x0277)', 'a code the RFC does not list');
+  assert.is(termName(0x0500), 'RDMAP error (0x0500)', 'an error type the RFC does not list');
+  assert.is(termName(0x7000), 'error (0x7000)', 'a layer the RFC does not list');
+});
+
 const zeroed = (mr: Mr) => () => assert.ok(mr.memory.every((b) => b === 0), 'target memory untouched');
 
 const cases: AccessCase[] = [];
@@ -212,10 +233,9 @@ for (const c of cases) {
     assert.equal(p.b.rdma.core.counters.terminatesSent, 1);
     assert.equal(p.a.rdma.core.counters.terminatesReceived, 1);
     assert.is(p.a.rdma.core.counters.terminatesSent, 0);
-    const hex = c.code.toString(16).padStart(4, '0');
-    assert.equal(r.evA.filter((e) => e.type === 'qp-error'), [{ type: 'qp-error', qpn: A.qp.qpn, reason: `terminate received: 0x${hex}` }]);
+    assert.equal(r.evA.filter((e) => e.type === 'qp-error'), [{ type: 'qp-error', qpn: A.qp.qpn, reason: `terminate received: ${TERM_WORDS[c.code]}` }]);
     assert.equal(r.evB.map((e) => e.type), ['qp-error']);
-    assert.match(r.evB[0].reason as string, /^terminate sent/);
+    assert.ok((r.evB[0].reason as string).startsWith(`terminate sent: ${TERM_WORDS[c.code]}: `), r.evB[0].reason as string);
     // The Terminate on the wire: RFC 5040 layout, the code, hdrct M|D(|R), the offending header.
     await waitFor('the Terminate to be acknowledged', () => B.qp.sndUna === B.qp.sndNxt);
     const terms = cap.terminates(B.qp.qpn);
@@ -281,7 +301,7 @@ test('re-registration: the old STag fails after the new registration in the same
   assert.equal(await waitCompletions(A.scq, 1), [wc('old', A.qp.qpn, 'remote-access-error', 'write')]);
   await waitFor('B in ERROR', () => B.qp.stateName === 'error');
   assert.is(p.b.rdma.core.counters.terminatesSent, 1);
-  assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: 'terminate received: 0x1100' }]);
+  assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: `terminate received: ${TERM_WORDS[0x1100]}` }]);
   await finish(p);
 });
 
@@ -299,7 +319,7 @@ test('re-registration for read and atomic: old STags fail (RDMAP invalid STag), 
     assert.equal(local.memory.subarray(0, 8), want);
     p.a.rdma.postSend(A.qp, remoteReq(op, 'old', local, old.stag, 0, 8));
     assert.equal(await waitCompletions(A.scq, 1), [wc('old', A.qp.qpn, 'remote-access-error', op)]);
-    assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: 'terminate received: 0x0100' }]);
+    assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: `terminate received: ${TERM_WORDS[0x0100]}` }]);
     await waitFor('B in ERROR', () => B.qp.stateName === 'error');
     await finish(p);
   }
@@ -334,7 +354,7 @@ test('unaligned atomic: refused at post; an unaligned Atomic Request on the wire
   assert.is(p.b.graph.errorCount('rdmap-input', 'terminated'), 1);
   assert.equal(target.memory, before, 'nothing changed');
   await waitFor('A to take the Terminate', () => A.qp.stateName === 'error');
-  assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: 'terminate received: 0x0101' }]);
+  assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: `terminate received: ${TERM_WORDS[0x0101]}` }]);
   await finish(p);
 });
 
@@ -349,7 +369,7 @@ test('send with invalidate naming a bad STag: remote-access-error, Terminate 0x0
     p.a.rdma.postSend(A.qp, { wrId: 'inv', opcode: 'send-with-invalidate', invalidateStag: stag, sg: [{ mr: src, offset: 0, length: 16 }] });
     assert.equal(await waitCompletions(A.scq, 1), [wc('inv', A.qp.qpn, 'remote-access-error', 'send')], which);
     assert.equal(await waitCompletions(B.rcq, 2), [wc(100, B.qp.qpn, 'flushed', 'recv'), wc(101, B.qp.qpn, 'flushed', 'recv')], which);
-    assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: 'terminate received: 0x0100' }], which);
+    assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: `terminate received: ${TERM_WORDS[0x0100]}` }], which);
     assert.ok(foreign.valid && dst.valid, 'nothing was invalidated');
     await finish(p);
   }
@@ -364,7 +384,7 @@ test('ORD above the peer IRD: Terminate 0x1203 whether the extra Read Request co
     for (let i = 0; i < 2; i++) p.a.rdma.postSend(A.qp, { wrId: i, opcode: 'read', sg: [{ mr: la, offset: i * 1024, length: 1024 }], remote: { stag: rb.stag, offset: 0 } });
     // Read 0 was taken but B never answered it (it went to ERROR): flushed, in posting order.
     assert.equal(await waitCompletions(A.scq, 2), [wc(0, A.qp.qpn, 'flushed', 'read'), wc(1, A.qp.qpn, 'remote-invalid-request', 'read')]);
-    assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: 'terminate received: 0x1203' }]);
+    assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: `terminate received: ${TERM_WORDS[0x1203]}` }]);
     assert.is(p.b.rdma.core.counters.terminatesSent, 1);
     await finish(p);
   }
@@ -380,10 +400,10 @@ test('ORD above the peer IRD: Terminate 0x1203 whether the extra Read Request co
     p.a.rdma.postSend(A.qp, { wrId: 1, opcode: 'read', sg: [{ mr: la, offset: 1024, length: 1024 }], remote: { stag: rb.stag, offset: 0 } });
     await waitFor('B to refuse Read 1', () => B.qp.stateName === 'error');
     assert.is(p.b.rdma.core.counters.terminatesSent, 1);
-    assert.equal(r.evB.map((e) => e.reason), ['terminate sent: rdmap-input on qp ' + B.qp.qpn + ': Read Request']);
+    assert.equal(r.evB.map((e) => e.reason), [`terminate sent: ${TERM_WORDS[0x1203]}: rdmap-input on qp ${B.qp.qpn}: Read Request`]);
     p.b.ifs.setFault(p.b.ifName, 'tx', null);
     assert.equal(await waitCompletions(A.scq, 2), [wc(0, A.qp.qpn, 'flushed', 'read'), wc(1, A.qp.qpn, 'remote-invalid-request', 'read')]);
-    assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: 'terminate received: 0x1203' }]);
+    assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: `terminate received: ${TERM_WORDS[0x1203]}` }]);
     await finish(p);
   }
 });
@@ -400,7 +420,7 @@ test('send with no receive posted: rnr-retry-exceeded, Terminate 0x1202, both in
   assert.equal(await waitCompletions(A.scq, 2), [wc('s1', A.qp.qpn, 'rnr-retry-exceeded', 'send'), wc('s2', A.qp.qpn, 'flushed', 'send')]);
   assert.is(A.qp.stateName, 'error');
   await waitFor('B in ERROR', () => B.qp.stateName === 'error');
-  assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: 'terminate received: 0x1202' }]);
+  assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: `terminate received: ${TERM_WORDS[0x1202]}` }]);
   assert.is(p.b.graph.errorCount('ddp-input', 'terminated'), 1);
   await waitFor('the Terminate to be acknowledged', () => B.qp.sndUna === B.qp.sndNxt);
   const [tm] = cap.terminates(B.qp.qpn);
@@ -427,7 +447,7 @@ test('message too long: requester remote-invalid-request, responder local-length
     assert.equal(await waitCompletions(B.rcq, 2), [wc('small', B.qp.qpn, 'local-length-error', 'recv'), wc('spare', B.qp.qpn, 'flushed', 'recv')]);
     assert.is(A.qp.stateName, 'error');
     assert.is(B.qp.stateName, 'error');
-    assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: 'terminate received: 0x1205' }]);
+    assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: `terminate received: ${TERM_WORDS[0x1205]}` }]);
     assert.is(p.b.rdma.core.counters.terminatesSent, 1);
     await finish(p);
   }

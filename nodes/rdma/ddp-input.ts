@@ -21,7 +21,7 @@ import { RdmaOpaque } from './trp-input.ts';
 import { completeRecv, unreceive } from './transport.ts';
 import { Access, type SgList, WcStatus, WrOpcode } from './verbs.ts';
 import {
-  DDP_L, DDP_T, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, DDP_VERSION, Qn, RdmapOp, RDMAP_OP_NAMES, T_STAG, T_TO, TermCode, U_MO, U_MSN, U_QN,
+  DDP_L, DDP_T, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, DDP_VERSION, Qn, RdmapOp, RDMAP_OP_NAMES, T_STAG, T_TO, TermCode, termName, U_MO, U_MSN, U_QN,
 } from './wire.ts';
 
 export const DDP_INPUT = 'ddp-input';
@@ -152,7 +152,7 @@ function ddpInput(rt: NodeRuntime, frame: Frame | null): number {
         qpn: qp.qpn, psn: opaque[w + RdmaOpaque.PSN], tagged, last: (b0 & DDP_L) !== 0, op,
         stag: tagged && full ? v.getUint32(o + T_STAG) : 0, to: tagged && full ? v.getUint32(o + T_TO) * 4294967296 + v.getUint32(o + T_TO + 4) : 0,
         qn: !tagged && full ? v.getUint32(o + U_QN) : 0, msn: !tagged && full ? v.getUint32(o + U_MSN) : 0, mo: !tagged && full ? v.getUint32(o + U_MO) : 0,
-        len: plen, note: code !== 0 ? `terminate 0x${code.toString(16).padStart(4, '0')}` : err >= 0 ? ERRORS[err].description : '',
+        len: plen, note: code !== 0 ? `terminate ${termName(code)}` : err >= 0 ? ERRORS[err].description : '',
       } satisfies DdpTrace);
     }
     if (err >= 0) {

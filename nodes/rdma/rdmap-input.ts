@@ -19,7 +19,7 @@ import { RdmaOpaque } from './trp-input.ts';
 import { Access, WrOpcode } from './verbs.ts';
 import {
   AtomicOp, ATOMIC_REQUEST_BYTES, ATOMIC_RESPONSE_BYTES, DDP_L, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, IMMEDIATE_BYTES, Qn, RdmapOp, RDMAP_OP_NAMES,
-  RDMAP_VERSION, READ_REQUEST_BYTES, TERMINATE_CTL_BYTES, TermCode, T_STAG, U_INV_STAG, U_MO, U_MSN, U_QN,
+  RDMAP_VERSION, READ_REQUEST_BYTES, TERMINATE_CTL_BYTES, TermCode, termName, T_STAG, U_INV_STAG, U_MO, U_MSN, U_QN,
 } from './wire.ts';
 
 export const RDMAP_INPUT = 'rdmap-input';
@@ -181,7 +181,7 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
           }
           const tb = pool.packetBytes(bi).subarray(DDP_UNTAGGED_BYTES);
           rt.countError(RdmapInputError.TERMINATE_RECEIVED);
-          note = `terminate received: 0x${tb.length >= TERMINATE_CTL_BYTES ? ((tb[0] << 8) | tb[1]).toString(16) : '?'}`;
+          note = `terminate received: ${tb.length >= TERMINATE_CTL_BYTES ? termName((tb[0] << 8) | tb[1]) : 'truncated'}`;
           receiveTerminate(core, qp, tb); // reports qp-error (once) with the code
           break;
         }
@@ -192,7 +192,7 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
     if (code !== 0) {
       raiseTerminate(core, qp, code, pool.u8, o, segLen, `rdmap-input on qp ${qp.qpn}: ${RDMAP_OP_NAMES[op] ?? op}`, psn);
       err = RdmapInputError.TERMINATED;
-      note = `terminate 0x${code.toString(16).padStart(4, '0')}`;
+      note = `terminate ${termName(code)}`;
     }
     if (rt.traceOn && flags[bi] & BufferFlag.TRACED) rt.addTrace(bi, `RDMAP: qp ${qp.qpn} psn ${psn} ${RDMAP_OP_NAMES[op] ?? `opcode ${op}`}${last ? ' last' : ''}${note ? ` (${note})` : ''}`);
     if (err >= 0) {

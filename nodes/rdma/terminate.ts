@@ -9,7 +9,7 @@ import { type Qp, QpState } from './qp.ts';
 import { toError } from './transport.ts';
 import { WcStatus, WrOpcode } from './verbs.ts';
 import {
-  DDP_T, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, HDRCT_D, HDRCT_M, HDRCT_R, Qn, RdmapOp, READ_REQUEST_BYTES, TERMINATE_CTL_BYTES, TermCode,
+  DDP_T, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, HDRCT_D, HDRCT_M, HDRCT_R, Qn, RdmapOp, READ_REQUEST_BYTES, TERMINATE_CTL_BYTES, TermCode, termName,
 } from './wire.ts';
 
 const TERM_MAX = TERMINATE_CTL_BYTES + 2 + DDP_UNTAGGED_BYTES + READ_REQUEST_BYTES;
@@ -51,7 +51,7 @@ export function raiseTerminate(core: RdmaCore, qp: Qp, code: number, u8: Uint8Ar
   qp.termLen = n;
   qp.termSent = false;
   core.counters.terminatesSent++;
-  toError(core, qp, `terminate sent: ${why}`);
+  toError(core, qp, `terminate sent: ${termName(code)}: ${why}`);
   core.schedule(qp);
 }
 
@@ -119,5 +119,5 @@ export function receiveTerminate(core: RdmaCore, qp: Qp, body: Uint8Array): void
     wr.status = status;
   }
   qp.term = null;
-  toError(core, qp, `terminate received: 0x${code.toString(16).padStart(4, '0')}`);
+  toError(core, qp, `terminate received: ${termName(code)}`);
 }

@@ -85,6 +85,47 @@ export const TermCode = {
   DDP_U_VERSION: 0x1206,
 } as const;
 
+/** Layer, error type and code names of RFC 5040 section 7 (RDMAP) and RFC 5041 section 7 (DDP). */
+const TERM_LAYERS: Record<number, { name: string; etypes: Record<number, { name: string; codes: Record<number, string> }> }> = {
+  0: {
+    name: 'RDMAP',
+    etypes: {
+      0: { name: 'local catastrophic error', codes: {} },
+      1: {
+        name: 'remote protection error',
+        codes: { 0x00: 'invalid STag', 0x01: 'base or bounds violation', 0x02: 'access rights violation', 0x03: 'STag not associated with the RDMAP stream', 0x04: 'tagged offset wrap', 0x09: 'STag cannot be invalidated', 0xff: 'unspecified' },
+      },
+      2: {
+        name: 'remote operation error',
+        codes: { 0x05: 'invalid RDMAP version', 0x06: 'unexpected opcode', 0x07: 'catastrophic error, local to the RDMAP stream', 0x08: 'catastrophic error, global', 0x09: 'STag cannot be invalidated', 0xff: 'unspecified' },
+      },
+    },
+  },
+  1: {
+    name: 'DDP',
+    etypes: {
+      0: { name: 'local catastrophic error', codes: {} },
+      1: { name: 'tagged buffer error', codes: { 0x00: 'invalid STag', 0x01: 'base or bounds violation', 0x02: 'STag not associated with the DDP stream', 0x03: 'tagged offset wrap', 0x04: 'invalid DDP version' } },
+      2: { name: 'untagged buffer error', codes: { 0x01: 'invalid queue number', 0x02: 'no receive buffer posted', 0x03: 'MSN out of range', 0x04: 'invalid message offset', 0x05: 'message too long for the receive buffer', 0x06: 'invalid DDP version' } },
+    },
+  },
+  2: { name: 'LLP', etypes: {} },
+};
+
+/**
+ * A Terminate code in words, e.g. 0x0100 -> "remote protection error: invalid STag (0x0100)";
+ * codes the RFCs do not name keep what can be named and the hex.
+ */
+export function termName(code: number): string {
+  const hex = `0x${(code & 0xffff).toString(16).padStart(4, '0')}`;
+  const layer = TERM_LAYERS[(code >>> 12) & 0xf];
+  const etype = layer?.etypes[(code >>> 8) & 0xf];
+  if (etype === undefined) return `${layer ? `${layer.name} ` : ''}error (${hex})`;
+  const what = etype.codes[code & 0xff];
+  const layerName = layer.name === 'DDP' ? 'DDP ' : '';
+  return `${layerName}${etype.name}${what ? `: ${what}` : ''} (${hex})`;
+}
+
 /**
  * PSNs and MSNs are 32-bit serial numbers (RFC 1982): the nodes compare them inline as
  * `((a - b) | 0) < 0` (a before b), which stays monomorphic and allocation-free.
