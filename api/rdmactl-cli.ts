@@ -40,8 +40,18 @@ export function cliWords(message: string): string {
     .replace(/\b(maxSendWr|maxRecvWr|maxSge|maxInline|maxWr|sendCq|recvCq|wrId|remotePsn|rqPsn|sqPsn|invalidateStag|timeoutMs|privateData|waitMs|intervalMs|reorderDepth|reorderDelayUs)\b/g, (w) => CLI_WORDS[w]);
 }
 
+/** The package's version: package.json one level up from api/, two from the compiled bin/dist/. */
 function ownVersion(): string {
-  return (createRequire(import.meta.url)('../package.json') as { version: string }).version;
+  const req = createRequire(import.meta.url);
+  for (const p of ['../package.json', '../../package.json']) {
+    try {
+      const pkg = req(p) as { name?: string; version?: string };
+      if (pkg.name === 'rdma-graph' && typeof pkg.version === 'string') return pkg.version;
+    } catch {
+      // not this one
+    }
+  }
+  return 'unknown';
 }
 
 /** Run rdmactl with `argv` (without node and the script); returns the exit status. */
@@ -74,7 +84,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
         else timeoutText = v;
       } else throw new UsageError(`unknown option "${a}"`);
     }
-    if (!/^https?:\/\/[^/]+/.test(api)) throw new UsageError(`--api must be an http:// URL, got "${api}"`);
+    if (!/^http:\/\/[^/]+/.test(api)) throw new UsageError(`--api must be an http:// URL (the API does not speak TLS), got "${api}"`);
     if (!/^[0-9]{1,7}$/.test(timeoutText) || Number(timeoutText) < 1) throw new UsageError(`--timeout (or RDMACTL_TIMEOUT) must be milliseconds, 1..9999999, got "${timeoutText}"`);
     await runCommand(argv.slice(i), httpCall(api, token, Number(timeoutText)), { out: (s) => process.stdout.write(s), bytes: (b) => process.stdout.write(b) }, { json, quiet });
     return 0;

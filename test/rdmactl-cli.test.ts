@@ -5,11 +5,14 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
 import { createServer as createTcpServer, type Server as TcpServer, type Socket } from 'node:net';
-import { fileURLToPath } from 'node:url';
-import { readFileSync } from 'node:fs';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { isFresh } from '../bin/fresh.mjs';
 
 const BIN = fileURLToPath(new URL('../bin/rdmactl.mjs', import.meta.url));
 const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
@@ -126,6 +129,62 @@ test('-h, --help, -V, --version; no arguments: usage on stderr, exit 2; a usage 
   const t = await ctl(['--timeout', 'soon', 'show', 'health']);
   assert.is(t.code, 2);
   assert.match(t.err, /--timeout \(or RDMACTL_TIMEOUT\) must be milliseconds/);
+});
+
+test('the compiled rdmactl: bin/build-cli.mjs bundles it; it runs without tsx; used only while newer than its sources', () => {
+  const root = fileURLToPath(new URL('..', import.meta.url));
+  // Two levels below the package root, as bin/dist is (the bundle finds package.json from there).
+  const out = join(root, 'bin', `.dist-test-${process.pid}`);
+  try {
+    execFileSync(process.execPath, [join(root, 'bin/build-cli.mjs'), '--out', out], { stdio: 'pipe' });
+    const inputs = JSON.parse(readFileSync(join(out, 'rdmactl.inputs.json'), 'utf8')) as string[];
+    assert.ok(inputs.includes('api/rdmactl-cli.ts') && inputs.includes('api/client.ts'), inputs.join(' '));
+    assert.not.ok(inputs.some((f) => f.startsWith('nodes/') || f === 'dataplane.ts'), 'no data plane in the CLI');
+    const bundle = readFileSync(join(out, 'rdmactl.mjs'), 'utf8');
+    assert.not.ok(/from ["']tsx/.test(bundle), 'no TypeScript loader');
+    const run = (args: string[]) => {
+      const code = `const { main } = await import(${JSON.stringify(pathToFileURL(join(out, 'rdmactl.mjs')).href)}); process.exitCode = await main(${JSON.stringify(args)});`;
+      try {
+        return { code: 0, out: execFileSync(process.execPath, ['--input-type=module', '-e', code], { encoding: 'utf8', stdio: 'pipe', env: { ...process.env, RDMACTL_API: '' } }), err: '' };
+      } catch (e) {
+        const x = e as { status: number; stdout: string; stderr: string };
+        return { code: x.status, out: x.stdout, err: x.stderr };
+      }
+    };
+    assert.equal(run(['--version']), { code: 0, out: `rdmactl ${VERSION}\n`, err: '' });
+    const refused = run(['--api', 'http://127.0.0.1:1', 'show', 'version']);
+    assert.is(refused.code, 3);
+    oneLine(refused.err, 'http://127.0.0.1:1');
+  } finally {
+    rmSync(out, { recursive: true, force: true });
+  }
+});
+
+test('isFresh: the bundle counts only while no source listed beside it is newer', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'fresh-'));
+  try {
+    const root = pathToFileURL(`${dir}/`);
+    mkdirSync(join(dir, 'src'));
+    writeFileSync(join(dir, 'src/a.ts'), '');
+    writeFileSync(join(dir, 'src/b.ts'), '');
+    writeFileSync(join(dir, 'out.mjs'), '');
+    writeFileSync(join(dir, 'inputs.json'), JSON.stringify(['src/a.ts', 'src/b.ts']));
+    const at = (f: string, s: number) => utimesSync(join(dir, f), s, s);
+    at('src/a.ts', 1000);
+    at('src/b.ts', 1000);
+    at('out.mjs', 2000);
+    assert.ok(isFresh(root, 'out.mjs', 'inputs.json'));
+    at('src/b.ts', 3000);
+    assert.not.ok(isFresh(root, 'out.mjs', 'inputs.json'), 'a source edited after the build');
+    at('src/b.ts', 1000);
+    rmSync(join(dir, 'src/a.ts'));
+    assert.not.ok(isFresh(root, 'out.mjs', 'inputs.json'), 'a source gone');
+    writeFileSync(join(dir, 'inputs.json'), '[]');
+    assert.not.ok(isFresh(root, 'out.mjs', 'inputs.json'), 'an empty list');
+    assert.not.ok(isFresh(root, 'missing.mjs', 'inputs.json'), 'no bundle');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test.run();

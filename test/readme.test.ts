@@ -38,7 +38,7 @@ const ELSEWHERE: Record<string, string> = {
   "import { Dataplane, loadConfig } from 'rdma-graph';": 'test/dataplane.test.ts (the embedding API); loadConfig() is checked below',
 };
 
-const RDMACTL = 'A="npx rdmactl --api http://127.0.0.1:7070"; B="npx rdmactl --api http://127.0.0.1:7071"';
+const RDMACTL = 'A="bin/rdmactl.mjs --api http://127.0.0.1:7070"; B="bin/rdmactl.mjs --api http://127.0.0.1:7071"';
 const CURL = 'A=http://127.0.0.1:7070/v1; B=http://127.0.0.1:7071/v1';
 
 test('every README block is run by this file or a named test', () => {
