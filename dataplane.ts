@@ -21,6 +21,8 @@ import type { FaultConfig, FaultCounters } from './drivers/fault.ts';
 import { driverUnavailable, openDriver } from './drivers/open.ts';
 import { DRIVER_KINDS, type Config, type InterfaceConfig } from './config/types.ts';
 import { registerL2L4, type Netstack } from './nodes/netstack.ts';
+import { PING_MAX_SIZE } from './nodes/ip4/icmp4-ping.ts';
+import { parseIp4 } from './nodes/ip4/ip4.ts';
 import { type DeviceAttr, registerRdma, VERBS_DEFAULTS, type QpInfo, type Rdma, type Sge } from './nodes/rdma/rdma.ts';
 import type { RdmaEvent } from './nodes/rdma/core.ts';
 import { QP_STATE_NAMES, type Qp, type QpStateName } from './nodes/rdma/qp.ts';
@@ -185,6 +187,25 @@ export interface VersionView {
   /** Drivers this build can open, and why each other one cannot. */
   drivers: { name: string; available: boolean; why: string | null }[];
   startedAt: string;
+}
+
+/** POST /v1/ping's limits (the schema states them too). */
+export const PING_LIMITS = Object.freeze({ maxCount: 100, minIntervalMs: 1, maxWaitMs: 60_000, maxSize: PING_MAX_SIZE });
+
+/** `ping`: defaults count 1, intervalMs 1000, size 56 (data bytes after the 8-byte header), timeoutMs 1000. */
+export interface PingRequest { address: string; count?: number; intervalMs?: number; size?: number; timeoutMs?: number }
+
+export interface PingResult {
+  address: string;
+  size: number;
+  sent: number;
+  received: number;
+  /** In sequence order; timeMs is the round trip measured by the graph. */
+  replies: { seq: number; bytes: number; ttl: number; from: string; timeMs: number }[];
+  /** Sequence numbers without a reply within timeoutMs. */
+  lost: number[];
+  /** Why sending stopped early (no free buffers, too many waiting), else null. */
+  stopped: string | null;
 }
 
 /** The packet buffer pool: how many buffers, how many are free, bytes of data each. */
@@ -444,6 +465,39 @@ export class Dataplane {
       mtu: ip?.mtu ?? itf.driver.mtu, state: itf.driver.linkUp() ? 'up' : 'down', rxQueues: itf.driver.rxQueues,
       counters: itf.counters(), fault: this.ifs.faultCounters(itf.name),
       capture: { rx: itf.rxCapture?.path ?? null, tx: itf.txCapture?.path ?? null, rxStopped: itf.rxCapture?.stopped ?? null, txStopped: itf.txCapture?.stopped ?? null },
+    };
+  }
+
+  /**
+   * `ping`: ICMP echo requests from the data plane to `address` (routed, ARP-resolved, sent by
+   * the graph as any packet), `count` of them `intervalMs` apart; resolves when each has its
+   * reply or `timeoutMs` has passed. `signal` stops sending more (a client that went away).
+   */
+  async ping(req: PingRequest, signal?: AbortSignal): Promise<PingResult> {
+    this.live();
+    const count = req.count ?? 1, intervalMs = req.intervalMs ?? 1000, size = req.size ?? 56, timeoutMs = req.timeoutMs ?? 1000;
+    const L = PING_LIMITS;
+    const int = (v: number, lo: number, hi: number, what: string) => {
+      if (!Number.isInteger(v) || v < lo || v > hi) throw new DataplaneError('invalid', `ping ${what} must be an integer in ${lo}..${hi}, got ${v}`);
+    };
+    int(count, 1, L.maxCount, 'count');
+    int(intervalMs, L.minIntervalMs, L.maxWaitMs, 'intervalMs');
+    int(size, 0, L.maxSize, 'size');
+    int(timeoutMs, 1, L.maxWaitMs, 'timeoutMs');
+    if ((count - 1) * intervalMs + timeoutMs > L.maxWaitMs) throw new DataplaneError('invalid', `ping: ${count} requests ${intervalMs} ms apart waited ${timeoutMs} ms take longer than ${L.maxWaitMs} ms`);
+    let dst: number;
+    try {
+      dst = parseIp4(req.address, 'ping');
+    } catch (e) {
+      throw new DataplaneError('invalid', (e as Error).message);
+    }
+    if (this.net.interfaces.route(dst) === 0) throw new DataplaneError('not-found', `ping: no route to ${req.address} (no interface address or gateway covers it)`);
+    const r = await this.net.pinger.series({ dst, count, intervalMs, size, timeoutMs }, signal);
+    if (r.sent === 0 && r.stopped !== null) throw new DataplaneError('busy', `ping: ${r.stopped}`);
+    return {
+      address: req.address, size, sent: r.sent, received: r.replies.length,
+      replies: r.replies.map((x) => ({ seq: x.seq, bytes: x.bytes, ttl: x.ttl, from: x.from, timeMs: x.rttNs / 1e6 })),
+      lost: r.lost, stopped: r.stopped,
     };
   }
 

@@ -8,6 +8,7 @@
  */
 import { createRequire } from 'node:module';
 import { ApiClient, ApiConnectionError, ApiError, ApiForeignError } from './client.ts';
+import { NoReplyError } from './rdmactl-ping.ts';
 import { DEFAULT_API, ForeignAnswerError, HELP, runCommand, UsageError, type Call } from './rdmactl.ts';
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
@@ -96,6 +97,10 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
     if (e instanceof ApiConnectionError || e instanceof ApiForeignError || e instanceof ForeignAnswerError) {
       console.error(`rdmactl: ${e.message.includes(api) ? '' : `${api}: `}${e.message}`);
       return 3;
+    }
+    if (e instanceof NoReplyError) {
+      console.error(`rdmactl: ${e.message}`);
+      return 1;
     }
     if (e instanceof ApiError) {
       console.error(`rdmactl: ${e.statusCode} ${e.error}: ${cliWords(e.message)}${e.statusCode === 401 && token === null ? ' (give it with --token TOKEN or RDMACTL_TOKEN)' : ''}`);

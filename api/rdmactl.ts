@@ -12,6 +12,7 @@ import type { CqView, InterfaceView, ListenerView, MrView, PdView, PollResult, Q
 import { formatCompletions } from './render.ts';
 import { Args, base64, endpoint, hexBytes, hexdump, intOpt, numOpt, resolveWord, sges, toInt, UsageError, wrId } from './rdmactl-args.ts';
 import { showCommand } from './rdmactl-show.ts';
+import { pingCommand } from './rdmactl-ping.ts';
 
 export { UsageError };
 
@@ -46,6 +47,7 @@ show:
   show listeners | mrs | cqs | srqs | pds | events
   show device                         the RDMA device as ibv_devinfo prints it: limits, ports, GIDs
   show version | show health
+  ping IP [repeat N] [interval SECONDS] [size BYTES] [timeout SECONDS]   ICMP echo from the data plane (5 by default; count N = repeat N)
   clear runtime|errors|trace
   trace add NODE COUNT                trace the next COUNT packets from input node NODE
   capture IF rx|tx|both NAME [count N] | capture IF off   (a new file NAME in the daemon's capture.dir)
@@ -119,8 +121,7 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
     case 'show':
       return showCommand(sub === undefined ? [] : [sub, ...rest], show);
     case 'ping':
-      // VPP's ping needs ICMP echo requests originated by the graph, which it cannot do yet.
-      throw new UsageError('ping: not available yet: the data plane does not originate ICMP echo requests (ping the interface from the peer instead)');
+      return pingCommand(sub === undefined ? [] : [sub, ...rest], call, io, opts.json);
     case 'clear': {
       const what = resolveWord(sub, { runtime: 'runtime', errors: 'errors', trace: 'trace' }, 'clear');
       new Args(rest, `clear ${what}`).end();

@@ -5,7 +5,7 @@
  * no `const`, no type arrays (`nullable: true` instead), no `format`; `x-expected` says in words
  * what a value must be, for the error message.
  */
-import { ACCESS_NAMES, QP_STATE_NAMES, VERBS_DEFAULTS, VERBS_LIMITS, WC_OPCODE_NAMES, WC_STATUS_NAMES, WR_OPCODE_NAMES } from '../dataplane.ts';
+import { ACCESS_NAMES, PING_LIMITS, QP_STATE_NAMES, VERBS_DEFAULTS, VERBS_LIMITS, WC_OPCODE_NAMES, WC_STATUS_NAMES, WR_OPCODE_NAMES } from '../dataplane.ts';
 import { EXPECTED } from './errors.ts';
 
 export type JsonSchema = { [key: string]: unknown };
@@ -318,11 +318,25 @@ export const OffsetQuery = obj({ offset: int(0, SAFE_MAX, 'byte offset from the 
 export const ReadQuery = obj({ offset: int(0, SAFE_MAX, 'byte offset from the start of the MR'), length: int(0, SAFE_MAX, 'bytes (default: to the end)') }, ['offset', 'length']);
 export const PollQuery = obj({ max: int(1, 65536, 'most completions to take (default 64)'), waitMs: int(0, WAIT_MAX_MS, 'wait this long for the first one (default 0)') }, ['max', 'waitMs']);
 
+export const PingRequest = obj({
+  address: Ipv4,
+  count: dflt(int(1, PING_LIMITS.maxCount, 'echo requests to send'), 1),
+  intervalMs: dflt(int(PING_LIMITS.minIntervalMs, PING_LIMITS.maxWaitMs, 'between two requests'), 1000),
+  size: dflt(int(0, PING_LIMITS.maxSize, 'data bytes after the 8-byte ICMP header'), 56),
+  timeoutMs: dflt(int(1, PING_LIMITS.maxWaitMs, 'wait this long for each reply; the whole series takes at most 60 s'), 1000),
+}, ['count', 'intervalMs', 'size', 'timeoutMs']);
+export const PingResult = obj({
+  address: str(), size: count(), sent: count(), received: count(),
+  replies: list(obj({ seq: count(), bytes: count('ICMP bytes received'), ttl: count(), from: str(), timeMs: num('round trip measured by the graph') })),
+  lost: list(count(), 'sequence numbers without a reply in time'),
+  stopped: nullable(str('why sending stopped early')),
+});
+
 /** The named schemas the OpenAPI document lists under components/schemas (and refers to). */
 export const components: Record<string, JsonSchema> = {
   Error: ErrorResponse, WrId, AtomicValue, Ipv4, Base64, Endpoint, EndpointView, Sge,
   InterfaceCounters, FaultCounters, InterfaceView, NeighborView, HealthView, BufferView, HardwareView, DevicePort, DeviceView, VersionView,
   RuntimeRow, RuntimeThread, RuntimeResponse, ErrorRow, ErrorThread, ErrorsResponse, TraceEntry, TraceThread, TraceResponse, EventView,
   PdView, MrView, CqView, SrqView, QpCounters, QpRtt, QpView, ConnectResult, ListenerView, Completion, PollResult, Posted, Written,
-  TraceAdd, CaptureStart, FaultSet, MrCreate, CqCreate, SrqCreate, SrqModify, RecvRequest, QpCreate, ListenerCreate, Connect, QpModify, SendRequest,
+  TraceAdd, CaptureStart, FaultSet, PingRequest, PingResult, MrCreate, CqCreate, SrqCreate, SrqModify, RecvRequest, QpCreate, ListenerCreate, Connect, QpModify, SendRequest,
 };

@@ -6,6 +6,7 @@
  *                  -> ip4-input -> icmp4-echo           (reply in place)
  *                               -> udp4-input -> bound nodes (udp-echo, QPs, callbacks)
  *   udp4-send (input) / udp-echo / upper layers -> udp4-encap -> ip4-rewrite -> <if>-output
+ *   icmp4-ping (input: echo requests of `ping`)               -> ip4-rewrite
  *
  * Wiring order: `registerL2L4` first (device input nodes name `ethernet-input` as their
  * next), then the drivers' interfaces, then `addInterface` for each with the index and output
@@ -17,6 +18,7 @@ import { registerArpInput } from './ethernet/arp-input.ts';
 import { registerEthernetInput } from './ethernet/ethernet-input.ts';
 import { type NeighbourOptions, NeighbourTable } from './ethernet/neighbour.ts';
 import { registerIcmp4Echo } from './ip4/icmp4-echo.ts';
+import { Pinger, registerIcmp4Ping } from './ip4/icmp4-ping.ts';
 import { registerIp4Input } from './ip4/ip4-input.ts';
 import { type Ip4InterfaceConfig, Ip4Interfaces } from './ip4/ip4-interfaces.ts';
 import { registerIp4Rewrite } from './ip4/ip4-rewrite.ts';
@@ -49,6 +51,8 @@ export interface Netstack {
   readonly interfaces: Ip4Interfaces;
   readonly neighbours: NeighbourTable;
   readonly udp: UdpApi;
+  /** Echo requests from the data plane (ping) and their replies. */
+  readonly pinger: Pinger;
   /** The registered nodes by name. */
   readonly nodes: Record<string, NodeRuntime>;
   /** Configure an interface for IPv4 (see Ip4InterfaceConfig) and its static neighbours. */
@@ -62,14 +66,16 @@ export function registerL2L4(graph: Graph, opts: NetstackOptions = {}): Netstack
   const neighbours = new NeighbourTable(graph, interfaces, opts.neighbour);
   const udp = new UdpApi(graph);
   const queue = new UdpSendQueue(opts.sendQueue ?? 4096);
+  const pinger = new Pinger(graph);
   // Every node after the nodes it names as next.
   const list = [
     registerIp4Rewrite(graph, interfaces, neighbours),
+    registerIcmp4Ping(graph, pinger),
     registerUdp4Encap(graph, interfaces),
     registerUdpEcho(graph),
     registerUdp4Send(graph, queue),
     registerUdp4Input(graph, udp),
-    registerIcmp4Echo(graph, interfaces),
+    registerIcmp4Echo(graph, interfaces, pinger),
     registerIp4Input(graph, interfaces),
     registerArpInput(graph, interfaces, neighbours),
     registerEthernetInput(graph, interfaces),
@@ -82,6 +88,7 @@ export function registerL2L4(graph: Graph, opts: NetstackOptions = {}): Netstack
     interfaces,
     neighbours,
     udp,
+    pinger,
     nodes,
     addInterface(cfg: NetInterfaceConfig): void {
       interfaces.add(cfg);

@@ -73,6 +73,11 @@ export const statusRoutes: RouteDef[] = [
     },
   },
   {
+    method: 'POST', path: '/v1/ping', tag: 'interfaces', summary: 'ICMP echo requests from the data plane (routed and ARP-resolved as any packet); answers when each has its reply or timed out',
+    body: S.PingRequest, status: 200, response: S.PingResult, errors: [404, 409],
+    handler: ({ dp, body, signal }: Ctx<never, never, { address: string; count?: number; intervalMs?: number; size?: number; timeoutMs?: number }>) => dp.ping(body, signal),
+  },
+  {
     method: 'GET', path: '/v1/neighbors', tag: 'interfaces', summary: 'the neighbour (ARP) table',
     status: 200, response: { type: 'array', items: S.NeighborView }, errors: [],
     handler: ({ dp }: Ctx) => dp.neighbors(),

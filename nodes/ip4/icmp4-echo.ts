@@ -8,11 +8,13 @@
  * of the interface it came in on: a host answers the neighbour (or router) that asked, so no
  * route or neighbour lookup is needed.
  *
- * Other ICMP types (echo replies, unreachables, ...) have no consumer here: they are counted
- * and dropped (info).
+ * Echo replies carrying the identifier of our own pinger (icmp4-ping.ts) settle the request
+ * they answer first; then they, and the other ICMP types (unreachables, ...), are counted and
+ * dropped (info).
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime } from '../../graph/index.ts';
 import { ETH_HEADER_BYTES } from '../ethernet/ethernet.ts';
+import type { Pinger } from './icmp4-ping.ts';
 import type { Ip4Interfaces } from './ip4-interfaces.ts';
 import { IP4_DEFAULT_TTL, IP4_HEADER_BYTES, ip4SetChecksum20, packetSum, RX_ONLY_FLAGS } from './ip4.ts';
 
@@ -45,6 +47,7 @@ const TYPE_NAMES: Record<number, string> = {
 interface IcmpData {
   ifs: Ip4Interfaces;
   out: Int32Array;
+  pinger: Pinger | null;
 }
 
 interface IcmpTrace {
@@ -65,8 +68,8 @@ function formatIcmpTrace(r: unknown): string {
   return `ICMP ${name} code ${t.code} checksum 0x${t.checksum.toString(16).padStart(4, '0')}${echo} length ${t.length}\n  ${t.note}`;
 }
 
-export function registerIcmp4Echo(graph: Graph, ifs: Ip4Interfaces): NodeRuntime {
-  const data: IcmpData = { ifs, out: new Int32Array(0) };
+export function registerIcmp4Echo(graph: Graph, ifs: Ip4Interfaces, pinger: Pinger | null = null): NodeRuntime {
+  const data: IcmpData = { ifs, out: new Int32Array(0), pinger };
   const rt = graph.register({
     name: ICMP4_ECHO,
     next: ['error-drop'],
@@ -81,7 +84,7 @@ export function registerIcmp4Echo(graph: Graph, ifs: Ip4Interfaces): NodeRuntime
 
 function icmp4Echo(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
-  const { ifs, out } = rt.runtimeData as IcmpData;
+  const { ifs, out, pinger } = rt.runtimeData as IcmpData;
   const pool = rt.graph.pool;
   const v = pool.view, u8 = pool.u8, offset = pool.offset, length = pool.length, flags = pool.flags, rxIf = pool.rxIf, error = pool.error;
   const vec = f.vec, n = f.n, nexts = rt.nexts;
@@ -98,10 +101,12 @@ function icmp4Echo(rt: NodeRuntime, frame: Frame | null): number {
     if (len < 8 || length[bi] < 8) err = IcmpError.TRUNCATED;
     else if (!(fl & BufferFlag.L4_CKSUM_OK) && packetSum(pool, bi) !== 0xffff) err = IcmpError.BAD_CHECKSUM;
     else if (u8[o] !== ICMP_ECHO_REQUEST) err = u8[o] === ICMP_ECHO_REPLY ? IcmpError.ECHO_REPLY : IcmpError.OTHER_TYPE;
+    let ours = false;
+    if (err === IcmpError.ECHO_REPLY && pinger !== null && v.getUint16(o + 4) === pinger.id) ours = pinger.reply(bi, rt.graph.clock.nowNs());
     if (traced) {
       rt.addTrace(bi, len < 8 ? `ICMP message truncated: ${len} bytes` : {
         type: u8[o], code: u8[o + 1], checksum: v.getUint16(o + 2), id: v.getUint16(o + 4), seq: v.getUint16(o + 6), length: len,
-        note: err >= 0 ? ERRORS[err].description : 'echo reply sent',
+        note: ours ? 'echo reply to our ping' : err >= 0 ? ERRORS[err].description : 'echo reply sent',
       } satisfies IcmpTrace);
     }
     if (err >= 0) {
