@@ -22,7 +22,7 @@ import { driverUnavailable, openDriver } from './drivers/open.ts';
 import { DRIVER_KINDS, type Config, type InterfaceConfig } from './config/types.ts';
 import { registerL2L4, type Netstack } from './nodes/netstack.ts';
 import { PING_MAX_SIZE } from './nodes/ip4/icmp4-ping.ts';
-import { parseIp4 } from './nodes/ip4/ip4.ts';
+import { parseIp4 } from './nodes/net/address.ts';
 import { type DeviceAttr, registerRdma, VERBS_DEFAULTS, type QpInfo, type Rdma, type Sge } from './nodes/rdma/rdma.ts';
 import type { RdmaEvent } from './nodes/rdma/core.ts';
 import { QP_STATE_NAMES, type Qp, type QpStateName } from './nodes/rdma/qp.ts';

@@ -28,6 +28,12 @@ export const BufferFlag = {
   FREE: 1 << 15,
 } as const;
 
+/**
+ * Flags a received buffer turned around for transmit must not carry on (what the receive side
+ * verified or stamped: checksums, the timestamp).
+ */
+export const RX_ONLY_FLAGS = BufferFlag.IP4_CKSUM_OK | BufferFlag.L4_CKSUM_OK | BufferFlag.TIMESTAMP_VALID;
+
 /** Number of opaque u32 words per buffer for the nodes (QP index, PSN, ...). */
 export const OPAQUE_WORDS = 8;
 

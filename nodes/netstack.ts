@@ -20,7 +20,7 @@ import { type NeighbourOptions, NeighbourTable } from './ethernet/neighbour.ts';
 import { registerIcmp4Echo } from './ip4/icmp4-echo.ts';
 import { Pinger, registerIcmp4Ping } from './ip4/icmp4-ping.ts';
 import { registerIp4Input } from './ip4/ip4-input.ts';
-import { type Ip4InterfaceConfig, Ip4Interfaces } from './ip4/ip4-interfaces.ts';
+import { type InterfaceTableConfig, InterfaceTable } from './net/interfaces.ts';
 import { registerIp4Rewrite } from './ip4/ip4-rewrite.ts';
 import { registerUdpEcho } from './udp/udp-echo.ts';
 import { UdpApi } from './udp/udp-ports.ts';
@@ -41,28 +41,28 @@ export interface StaticNeighbour {
   mac: string | Uint8Array;
 }
 
-export interface NetInterfaceConfig extends Ip4InterfaceConfig {
+export interface NetInterfaceConfig extends InterfaceTableConfig {
   /** Static neighbours on this interface (configuration). */
   neighbours?: StaticNeighbour[];
 }
 
 export interface Netstack {
   readonly graph: Graph;
-  readonly interfaces: Ip4Interfaces;
+  readonly interfaces: InterfaceTable;
   readonly neighbours: NeighbourTable;
   readonly udp: UdpApi;
   /** Echo requests from the data plane (ping) and their replies. */
   readonly pinger: Pinger;
   /** The registered nodes by name. */
   readonly nodes: Record<string, NodeRuntime>;
-  /** Configure an interface for IPv4 (see Ip4InterfaceConfig) and its static neighbours. */
+  /** Configure an interface for IPv4 (see InterfaceTableConfig) and its static neighbours. */
   addInterface(cfg: NetInterfaceConfig): void;
   /** Gratuitous ARP on interface `index` (call when it comes up). */
   announce(index: number): boolean;
 }
 
 export function registerL2L4(graph: Graph, opts: NetstackOptions = {}): Netstack {
-  const interfaces = new Ip4Interfaces(graph, opts.maxInterfaces ?? 64);
+  const interfaces = new InterfaceTable(graph, opts.maxInterfaces ?? 64);
   const neighbours = new NeighbourTable(graph, interfaces, opts.neighbour);
   const udp = new UdpApi(graph);
   const queue = new UdpSendQueue(opts.sendQueue ?? 4096);

@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { AfPacketDriver } from '../drivers/af-packet.ts';
 import { Interfaces, type Interface } from '../drivers/interfaces.ts';
 import { type BufferPool, createPool, Graph } from '../graph/index.ts';
-import { formatMac } from '../nodes/ethernet/ethernet.ts';
+import { formatMac } from '../nodes/net/address.ts';
 import { registerL2L4, type Netstack } from '../nodes/netstack.ts';
 import { skipOrFail, sleep } from './helpers.ts';
 import { createVethNs, destroyVethNs, ip, netnsUnavailable, PY_RECV_UDP, pyInNsAsync, type VethNs } from './helpers-netns.ts';

@@ -1,7 +1,8 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { BufferFlag, formatTrace } from '../graph/index.ts';
-import { foldSum, ip4HeaderSum20, parseIp4 as parseIp4Addr, rangeSum } from '../nodes/ip4/ip4.ts';
+import { foldSum, ip4HeaderSum20, rangeSum } from '../nodes/ip4/ip4.ts';
+import { parseIp4 as parseIp4Addr } from '../nodes/net/address.ts';
 import {
   eth, icmpEcho, inetChecksum, ip4, makeStack, parseEth, parseIp4, PEER_IP, PEER_MAC, pingFrame, udpFrame, US_IP, US_MAC,
 } from './l2l4-helpers.ts';

@@ -2,7 +2,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { formatTrace } from '../graph/index.ts';
 import { NeighbourTable } from '../nodes/ethernet/neighbour.ts';
-import { parseIp4 as ipNum } from '../nodes/ip4/ip4.ts';
+import { parseIp4 as ipNum } from '../nodes/net/address.ts';
 import {
   arp, arpReplyFrame, arpRequestFrame, BCAST, eth, hex, makeStack, manualClock, parseArp, parseEth, parseIp4, parseUdp, PEER_IP,
   PEER_MAC, udpFrame, US_IP, US_MAC,

@@ -1,7 +1,8 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { formatErrors, formatTrace, OPAQUE_WORDS } from '../graph/index.ts';
-import { formatIp4, Ip4Opaque } from '../nodes/ip4/ip4.ts';
+import { Ip4Opaque } from '../nodes/ip4/ip4.ts';
+import { formatIp4 } from '../nodes/net/address.ts';
 import { setUdpDestination } from '../nodes/udp/udp-ports.ts';
 import {
   inetChecksum, makeStack, parseEth, parseIp4, parseUdp, PEER_IP, PEER_MAC, pseudoHeader, u16, udpFrame, US_IP, US_MAC,

@@ -60,6 +60,29 @@ test('nodes/ import only graph/ and each other (never drivers/, native/, config/
   }
 });
 
+/**
+ * Inside nodes/, each layer imports only the layers below it: net/ (addresses, the interface
+ * table) < ethernet/ (L2, ARP) < ip4/ < udp/ < netstack.ts (the L2-L4 wiring) < rdma/.
+ */
+const NODE_LAYERS = ['net', 'ethernet', 'ip4', 'udp', 'netstack.ts', 'rdma'];
+
+test('nodes/ layers: net < ethernet < ip4 < udp < netstack < rdma; none imports a layer above it (ethernet never ip4)', () => {
+  let checked = 0;
+  for (const f of sources('nodes')) {
+    const from = NODE_LAYERS.indexOf(f.split('/')[1]);
+    if (from < 0) continue;
+    for (const spec of imports(f)) {
+      if (!spec.startsWith('.')) continue;
+      const to = join(f, '..', spec);
+      if (!to.startsWith('nodes/')) continue;
+      const layer = NODE_LAYERS.indexOf(to.split('/')[1]);
+      assert.ok(layer >= 0 && layer <= from, `${f} (layer ${NODE_LAYERS[from]}) imports "${spec}" (${to.split('/')[1]})`);
+      checked++;
+    }
+  }
+  assert.ok(checked >= 20, `checked ${checked} imports`);
+});
+
 test('api/ reaches the data plane only through the Dataplane facade (plus the pure renderers of graph/format.ts)', () => {
   const files = sources('api');
   assert.ok(files.length >= 3, `found ${files.length} api sources`);

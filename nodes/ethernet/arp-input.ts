@@ -15,9 +15,9 @@
  * The node also owns the neighbour table's timers (retransmission, aging) and is the node its
  * ARP requests and gratuitous ARPs leave from.
  */
-import { BufferFlag, type Frame, type Graph, type NodeRuntime } from '../../graph/index.ts';
-import type { Ip4Interfaces } from '../ip4/ip4-interfaces.ts';
-import { formatIp4, RX_ONLY_FLAGS } from '../ip4/ip4.ts';
+import { BufferFlag, type Frame, type Graph, type NodeRuntime, RX_ONLY_FLAGS } from '../../graph/index.ts';
+import type { InterfaceTable } from '../net/interfaces.ts';
+import { formatIp4, formatMacHiLo } from '../net/address.ts';
 import {
   ARP_BYTES,
   ARP_ERRORS,
@@ -31,13 +31,13 @@ import {
   ARP_TPA,
   ArpError,
 } from './arp.ts';
-import { ETH_HEADER_BYTES, ETHERTYPE_ARP, formatMacHiLo } from './ethernet.ts';
+import { ETH_HEADER_BYTES, ETHERTYPE_ARP } from './ethernet.ts';
 import { ARP_NEXT_DROP, ARP_NEXT_REWRITE, type NeighbourTable } from './neighbour.ts';
 
 export const ARP_INPUT = 'arp-input';
 
 interface ArpData {
-  ifs: Ip4Interfaces;
+  ifs: InterfaceTable;
   table: NeighbourTable;
   /** Next index of each interface's output node. */
   out: Int32Array;
@@ -65,7 +65,7 @@ function formatArpTrace(r: unknown): string {
   );
 }
 
-export function registerArpInput(graph: Graph, ifs: Ip4Interfaces, table: NeighbourTable): NodeRuntime {
+export function registerArpInput(graph: Graph, ifs: InterfaceTable, table: NeighbourTable): NodeRuntime {
   const data: ArpData = { ifs, table, out: new Int32Array(0) };
   const rt = graph.register({
     name: ARP_INPUT,

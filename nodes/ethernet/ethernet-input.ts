@@ -13,20 +13,9 @@
  * are dropped with the VLAN counter.
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime } from '../../graph/index.ts';
-import type { Ip4Interfaces } from '../ip4/ip4-interfaces.ts';
-import {
-  BROADCAST_HI,
-  BROADCAST_LO,
-  ETH_HEADER_BYTES,
-  ETHERTYPE_ARP,
-  ETHERTYPE_IP4,
-  ETHERTYPE_IP6,
-  ETHERTYPE_MIN,
-  ETHERTYPE_QINQ,
-  ETHERTYPE_VLAN,
-  etherTypeName,
-  formatMacHiLo,
-} from './ethernet.ts';
+import type { InterfaceTable } from '../net/interfaces.ts';
+import { BROADCAST_HI, BROADCAST_LO, ETH_HEADER_BYTES, ETHERTYPE_ARP, ETHERTYPE_IP4, ETHERTYPE_IP6, ETHERTYPE_MIN, ETHERTYPE_QINQ, ETHERTYPE_VLAN, etherTypeName } from './ethernet.ts';
+import { formatMacHiLo } from '../net/address.ts';
 
 export const ETHERNET_INPUT = 'ethernet-input';
 
@@ -74,7 +63,7 @@ function formatEthTrace(r: unknown): string {
   return `${etherTypeName(t.type)}: ${formatMacHiLo(t.srcHi, t.srcLo)} -> ${formatMacHiLo(t.dstHi, t.dstLo)}${tag} next ${t.next}`;
 }
 
-export function registerEthernetInput(graph: Graph, ifs: Ip4Interfaces): NodeRuntime {
+export function registerEthernetInput(graph: Graph, ifs: InterfaceTable): NodeRuntime {
   return graph.register({
     name: ETHERNET_INPUT,
     next: NEXT_NAMES,
@@ -87,7 +76,7 @@ export function registerEthernetInput(graph: Graph, ifs: Ip4Interfaces): NodeRun
 
 function ethernetInput(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
-  const ifs = rt.runtimeData as Ip4Interfaces;
+  const ifs = rt.runtimeData as InterfaceTable;
   const pool = rt.graph.pool;
   const v = pool.view, u8 = pool.u8, offset = pool.offset, length = pool.length, rxIf = pool.rxIf, error = pool.error, flags = pool.flags;
   const configured = ifs.configured, ourHi = ifs.macHi, ourLo = ifs.macLo;

@@ -20,12 +20,10 @@
  * table sends (requests, held packets released to ip4-rewrite, drops) goes out through that
  * node's arcs, so it works from a node, a timer or the control plane alike.
  */
-import type { Graph, NodeRuntime } from '../../graph/index.ts';
-import { INVALID_INDEX } from '../../graph/index.ts';
-import type { Ip4Interfaces } from '../ip4/ip4-interfaces.ts';
-import { formatIp4, parseIp4 } from '../ip4/ip4.ts';
+import { type Graph, INVALID_INDEX, type NodeRuntime } from '../../graph/index.ts';
+import type { InterfaceTable } from '../net/interfaces.ts';
+import { formatIp4, formatMacHiLo, macHi, macLo, parseIp4, parseMac } from '../net/address.ts';
 import { ArpError, buildArpRequest } from './arp.ts';
-import { formatMacHiLo, macHi, macLo, parseMac } from './ethernet.ts';
 
 export const NeighbourState = {
   FREE: 0,
@@ -70,7 +68,7 @@ export const HoldResult = { HELD: 0, QUEUE_FULL: 1, TABLE_FULL: 2 } as const;
 
 export class NeighbourTable {
   readonly graph: Graph;
-  readonly interfaces: Ip4Interfaces;
+  readonly interfaces: InterfaceTable;
   readonly capacity: number;
   readonly maxDynamic: number;
   readonly holdMax: number;
@@ -103,7 +101,7 @@ export class NeighbourTable {
   private arp: NodeRuntime | null = null;
   private outArcs: Int32Array | null = null;
 
-  constructor(graph: Graph, interfaces: Ip4Interfaces, opts: NeighbourOptions = {}) {
+  constructor(graph: Graph, interfaces: InterfaceTable, opts: NeighbourOptions = {}) {
     this.graph = graph;
     this.interfaces = interfaces;
     const int = (v: number | undefined, def: number, lo: number, hi: number, what: string): number => {

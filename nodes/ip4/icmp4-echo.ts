@@ -12,11 +12,11 @@
  * they answer first; then they, and the other ICMP types (unreachables, ...), are counted and
  * dropped (info).
  */
-import { BufferFlag, type Frame, type Graph, type NodeRuntime } from '../../graph/index.ts';
+import { BufferFlag, type Frame, type Graph, type NodeRuntime, RX_ONLY_FLAGS } from '../../graph/index.ts';
 import { ETH_HEADER_BYTES } from '../ethernet/ethernet.ts';
 import type { Pinger } from './icmp4-ping.ts';
-import type { Ip4Interfaces } from './ip4-interfaces.ts';
-import { IP4_DEFAULT_TTL, IP4_HEADER_BYTES, ip4SetChecksum20, packetSum, RX_ONLY_FLAGS } from './ip4.ts';
+import type { InterfaceTable } from '../net/interfaces.ts';
+import { IP4_DEFAULT_TTL, IP4_HEADER_BYTES, ip4SetChecksum20, packetSum } from './ip4.ts';
 
 export const ICMP4_ECHO = 'icmp4-echo';
 export const ICMP_ECHO_REPLY = 0;
@@ -45,7 +45,7 @@ const TYPE_NAMES: Record<number, string> = {
 };
 
 interface IcmpData {
-  ifs: Ip4Interfaces;
+  ifs: InterfaceTable;
   out: Int32Array;
   pinger: Pinger | null;
 }
@@ -68,7 +68,7 @@ function formatIcmpTrace(r: unknown): string {
   return `ICMP ${name} code ${t.code} checksum 0x${t.checksum.toString(16).padStart(4, '0')}${echo} length ${t.length}\n  ${t.note}`;
 }
 
-export function registerIcmp4Echo(graph: Graph, ifs: Ip4Interfaces, pinger: Pinger | null = null): NodeRuntime {
+export function registerIcmp4Echo(graph: Graph, ifs: InterfaceTable, pinger: Pinger | null = null): NodeRuntime {
   const data: IcmpData = { ifs, out: new Int32Array(0), pinger };
   const rt = graph.register({
     name: ICMP4_ECHO,

@@ -16,7 +16,8 @@
 import { randomInt } from 'node:crypto';
 import { BufferFlag, type Frame, type Graph, INVALID_INDEX, NodeFlag, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
 import { ICMP_ECHO_REQUEST } from './icmp4-echo.ts';
-import { formatIp4, Ip4Opaque, IP_PROTO_ICMP, packetSum } from './ip4.ts';
+import { Ip4Opaque, IP_PROTO_ICMP, packetSum } from './ip4.ts';
+import { formatIp4 } from '../net/address.ts';
 
 export const ICMP4_PING = 'icmp4-ping';
 

@@ -14,17 +14,9 @@
  * options were refused) sits just before it.
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime } from '../../graph/index.ts';
-import type { Ip4Interfaces } from './ip4-interfaces.ts';
-import {
-  formatIp4,
-  IP4_HEADER_BYTES,
-  IP_PROTO_ICMP,
-  IP_PROTO_TCP,
-  IP_PROTO_UDP,
-  ip4HeaderSum,
-  ip4HeaderSum20,
-  isIp4Multicast,
-} from './ip4.ts';
+import type { InterfaceTable } from '../net/interfaces.ts';
+import { IP4_HEADER_BYTES, IP_PROTO_ICMP, IP_PROTO_TCP, IP_PROTO_UDP, ip4HeaderSum, ip4HeaderSum20 } from './ip4.ts';
+import { formatIp4, isIp4Multicast } from '../net/address.ts';
 
 export const IP4_INPUT = 'ip4-input';
 
@@ -109,7 +101,7 @@ export function ip4HeaderRecord(v: DataView, o: number, note: string): Ip4Header
   };
 }
 
-export function registerIp4Input(graph: Graph, ifs: Ip4Interfaces): NodeRuntime {
+export function registerIp4Input(graph: Graph, ifs: InterfaceTable): NodeRuntime {
   return graph.register({
     name: IP4_INPUT,
     next: NEXT_NAMES,
@@ -122,7 +114,7 @@ export function registerIp4Input(graph: Graph, ifs: Ip4Interfaces): NodeRuntime 
 
 function ip4Input(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
-  const ifs = rt.runtimeData as Ip4Interfaces;
+  const ifs = rt.runtimeData as InterfaceTable;
   const pool = rt.graph.pool;
   const v = pool.view, u8 = pool.u8, offset = pool.offset, length = pool.length, flags = pool.flags, rxIf = pool.rxIf, error = pool.error;
   const ifAddr = ifs.address;

@@ -12,12 +12,13 @@
  * (one per neighbour per interval: that is the rate limit), and sends the held packets back
  * here when the reply comes, or drops them ("no ARP reply") when the probes run out.
  */
-import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
-import { BROADCAST_HI, BROADCAST_LO, ETH_HEADER_BYTES, ETHERTYPE_IP4, formatMacHiLo } from '../ethernet/ethernet.ts';
+import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS, RX_ONLY_FLAGS } from '../../graph/index.ts';
+import { BROADCAST_HI, BROADCAST_LO, ETH_HEADER_BYTES, ETHERTYPE_IP4 } from '../ethernet/ethernet.ts';
+import { formatIp4, formatMacHiLo, isIp4Multicast } from '../net/address.ts';
 import { HoldResult, type NeighbourTable } from '../ethernet/neighbour.ts';
 import { formatIp4HeaderTrace, type Ip4HeaderTrace, ip4HeaderRecord } from './ip4-input.ts';
-import type { Ip4Interfaces } from './ip4-interfaces.ts';
-import { formatIp4, IP4_DEFAULT_TTL, IP4_FLAG_DF, IP4_HEADER_BYTES, Ip4Opaque, ip4SetChecksum20, isIp4Multicast, RX_ONLY_FLAGS } from './ip4.ts';
+import type { InterfaceTable } from '../net/interfaces.ts';
+import { IP4_DEFAULT_TTL, IP4_FLAG_DF, IP4_HEADER_BYTES, Ip4Opaque, ip4SetChecksum20 } from './ip4.ts';
 
 export const IP4_REWRITE = 'ip4-rewrite';
 
@@ -44,7 +45,7 @@ const ERRORS = [
 ] as const;
 
 interface RewriteData {
-  ifs: Ip4Interfaces;
+  ifs: InterfaceTable;
   table: NeighbourTable;
   out: Int32Array;
   ident: number;
@@ -67,7 +68,7 @@ function formatRewriteTrace(r: unknown): string {
   return `${head}\n${formatIp4HeaderTrace(t.ip)}`;
 }
 
-export function registerIp4Rewrite(graph: Graph, ifs: Ip4Interfaces, table: NeighbourTable): NodeRuntime {
+export function registerIp4Rewrite(graph: Graph, ifs: InterfaceTable, table: NeighbourTable): NodeRuntime {
   const data: RewriteData = { ifs, table, out: new Int32Array(0), ident: 0 };
   const rt = graph.register({
     name: IP4_REWRITE,

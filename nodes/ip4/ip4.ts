@@ -38,44 +38,6 @@ export const Ip4Opaque = {
 } as const;
 export { OPAQUE_WORDS };
 
-/** "10.0.0.1" -> u32 (host order). Throws a RangeError naming `where` on anything else. */
-export function parseIp4(s: string, where = 'address'): number {
-  const m = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(s);
-  if (m === null) throw new RangeError(`${where}: "${s}" is not a dotted-quad IPv4 address`);
-  let a = 0;
-  for (let i = 1; i <= 4; i++) {
-    const b = Number(m[i]);
-    if (b > 255) throw new RangeError(`${where}: "${s}" is not a dotted-quad IPv4 address (${b} > 255)`);
-    a = a * 256 + b;
-  }
-  return a;
-}
-
-/** "10.0.0.1/24" -> { address, prefix }; a bare address means /32. */
-export function parseIp4Prefix(s: string, where = 'address'): { address: number; prefix: number } {
-  const slash = s.indexOf('/');
-  if (slash < 0) return { address: parseIp4(s, where), prefix: 32 };
-  const p = s.slice(slash + 1);
-  const prefix = /^\d{1,2}$/.test(p) ? Number(p) : -1;
-  if (prefix < 0 || prefix > 32) throw new RangeError(`${where}: prefix length in "${s}" must be 0..32`);
-  return { address: parseIp4(s.slice(0, slash), where), prefix };
-}
-
-/** u32 -> "10.0.0.1". Allocates: control plane and trace formatters only. */
-export function formatIp4(a: number): string {
-  return `${a >>> 24}.${(a >>> 16) & 0xff}.${(a >>> 8) & 0xff}.${a & 0xff}`;
-}
-
-/** Netmask of a prefix length, as u32. */
-export function prefixMask(prefix: number): number {
-  return prefix === 0 ? 0 : (0xffffffff << (32 - prefix)) >>> 0;
-}
-
-/** 224.0.0.0/4 */
-export function isIp4Multicast(a: number): boolean {
-  return a >>> 28 === 0xe;
-}
-
 /** Fold a sum of 16- or 32-bit big-endian words (any non-negative integer < 2^53) to 16 bits. */
 export function foldSum(s: number): number {
   // 2^32 = 1 in one's complement arithmetic mod 0xffff: the part above 32 bits adds as is.
@@ -153,5 +115,3 @@ export function pseudoHeaderSum(src: number, dst: number, proto: number, l4Lengt
   return (src >>> 16) + (src & 0xffff) + (dst >>> 16) + (dst & 0xffff) + proto + l4Length;
 }
 
-/** Flags a rewritten buffer must not carry on (checksums the NIC verified on receive). */
-export const RX_ONLY_FLAGS = BufferFlag.IP4_CKSUM_OK | BufferFlag.L4_CKSUM_OK | BufferFlag.TIMESTAMP_VALID;

@@ -27,7 +27,8 @@
  * REACCEPT_MAX times: spoofed REQs cannot turn us into an amplifier.
  */
 import { type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
-import { formatIp4, Ip4Opaque } from '../ip4/ip4.ts';
+import { Ip4Opaque } from '../ip4/ip4.ts';
+import { formatIp4 } from '../net/address.ts';
 import type { RdmaCore } from './core.ts';
 import { MAX_RD_ATOMIC, type Qp, QpState } from './qp.ts';
 import { CM_MAX_PRIVATE_DATA, CM_PARAMS_BYTES, TRP_HEADER_BYTES, TrpOp } from './wire.ts';

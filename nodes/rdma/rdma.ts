@@ -15,7 +15,7 @@
  */
 import type { Graph } from '../../graph/index.ts';
 import type { Netstack } from '../netstack.ts';
-import { formatIp4, parseIp4 } from '../ip4/ip4.ts';
+import { formatIp4, parseIp4 } from '../net/address.ts';
 import { Budget, type BudgetLimits, qpSlots } from './budget.ts';
 import { type AcceptDecision, type ConnectRequest, ConnectionManager, type Listener, registerCmInput } from './cm.ts';
 import { MAX_MRS, type RdmaEvent, RdmaCore, type TrpSettings } from './core.ts';

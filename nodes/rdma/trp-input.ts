@@ -22,7 +22,8 @@
  * ddp-output, once per QP per pass (not per packet).
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
-import { formatIp4, Ip4Opaque } from '../ip4/ip4.ts';
+import { Ip4Opaque } from '../ip4/ip4.ts';
+import { formatIp4 } from '../net/address.ts';
 import type { RdmaCore } from './core.ts';
 import { QpState } from './qp.ts';
 import { onAck, onSack, toError } from './transport.ts';

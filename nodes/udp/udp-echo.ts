@@ -6,7 +6,8 @@
  * vector on (the frame itself moves to udp4-encap).
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
-import { formatIp4, Ip4Opaque } from '../ip4/ip4.ts';
+import { Ip4Opaque } from '../ip4/ip4.ts';
+import { formatIp4 } from '../net/address.ts';
 
 export const UDP_ECHO = 'udp-echo';
 

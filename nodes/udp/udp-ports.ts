@@ -16,7 +16,8 @@
  * address-specific ones (checked first), so demultiplexing creates nothing.
  */
 import { type BufferPool, type Frame, type Graph, INVALID_INDEX, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
-import { formatIp4, Ip4Opaque, IP_PROTO_UDP, parseIp4 } from '../ip4/ip4.ts';
+import { Ip4Opaque, IP_PROTO_UDP } from '../ip4/ip4.ts';
+import { formatIp4, parseIp4 } from '../net/address.ts';
 import type { UdpSendQueue } from './udp4-send.ts';
 
 const MAX_EXACT = 64;

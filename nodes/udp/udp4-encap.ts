@@ -8,7 +8,7 @@
  * the layers above segment to the MTU).
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
-import type { Ip4Interfaces } from '../ip4/ip4-interfaces.ts';
+import type { InterfaceTable } from '../net/interfaces.ts';
 import { foldSum, IP4_HEADER_BYTES, Ip4Opaque, IP_PROTO_UDP, packetSum, pseudoHeaderSum } from '../ip4/ip4.ts';
 import { formatUdpTrace, UDP_HEADER_BYTES, type UdpTrace } from './udp4-input.ts';
 
@@ -28,7 +28,7 @@ const ERRORS = [
   { name: 'no_headroom', description: 'no headroom for UDP header', severity: 'error' },
 ] as const;
 
-export function registerUdp4Encap(graph: Graph, ifs: Ip4Interfaces): NodeRuntime {
+export function registerUdp4Encap(graph: Graph, ifs: InterfaceTable): NodeRuntime {
   return graph.register({
     name: UDP4_ENCAP,
     next: ['error-drop', 'ip4-rewrite'],
@@ -41,7 +41,7 @@ export function registerUdp4Encap(graph: Graph, ifs: Ip4Interfaces): NodeRuntime
 
 function udp4Encap(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
-  const ifs = rt.runtimeData as Ip4Interfaces;
+  const ifs = rt.runtimeData as InterfaceTable;
   const pool = rt.graph.pool;
   const v = pool.view, offset = pool.offset, length = pool.length, flags = pool.flags, error = pool.error, opaque = pool.opaque;
   const ifAddr = ifs.address, mtu = ifs.mtu;

@@ -13,7 +13,8 @@
  * reply would be the optional extra).
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
-import { foldSum, formatIp4, IP4_HEADER_BYTES, Ip4Opaque, IP_PROTO_UDP, packetSum, pseudoHeaderSum } from '../ip4/ip4.ts';
+import { foldSum, IP4_HEADER_BYTES, Ip4Opaque, IP_PROTO_UDP, packetSum, pseudoHeaderSum } from '../ip4/ip4.ts';
+import { formatIp4 } from '../net/address.ts';
 import type { UdpApi } from './udp-ports.ts';
 
 export const UDP4_INPUT = 'udp4-input';

@@ -12,10 +12,9 @@
  * anything else goes to the first interface with a gateway (the default route), else no route.
  */
 import type { Graph, NodeRuntime } from '../../graph/index.ts';
-import { formatMac, formatMacHiLo, macHi, macLo, parseMac } from '../ethernet/ethernet.ts';
-import { formatIp4, parseIp4, parseIp4Prefix, prefixMask } from './ip4.ts';
+import { formatIp4, formatMac, formatMacHiLo, macHi, macLo, parseIp4, parseIp4Prefix, parseMac, prefixMask } from './address.ts';
 
-export interface Ip4InterfaceConfig {
+export interface InterfaceTableConfig {
   /** Interface index in the drivers' registry (`Interface.index`, what `pool.rxIf` holds). */
   index: number;
   /** For show commands (default `if<index>`). */
@@ -33,7 +32,7 @@ export interface Ip4InterfaceConfig {
   output: string;
 }
 
-export interface Ip4InterfaceInfo {
+export interface InterfaceTableInfo {
   index: number;
   name: string;
   mac: string;
@@ -48,7 +47,7 @@ export interface Ip4InterfaceInfo {
 /** Most multicast MACs one interface subscribes to. */
 export const MAX_MCAST_PER_IF = 8;
 
-export class Ip4Interfaces {
+export class InterfaceTable {
   readonly graph: Graph;
   /** Interface indices 0..max-1 (index 0 is never configured). */
   readonly max: number;
@@ -90,7 +89,7 @@ export class Ip4Interfaces {
   }
 
   /** Configure an interface for IPv4 and add the output arcs of every attached node. */
-  add(cfg: Ip4InterfaceConfig): void {
+  add(cfg: InterfaceTableConfig): void {
     const ix = cfg.index;
     const where = `interface ${cfg.name ?? ix}`;
     if (!Number.isInteger(ix) || ix < 1 || ix >= this.max) throw new RangeError(`${where}: index must be an integer in 1..${this.max - 1}, got ${ix}`);
@@ -211,7 +210,7 @@ export class Ip4Interfaces {
     return this.byAddress.get(/^\d+\.\d+\.\d+\.\d+$/.test(nameOrAddress) ? parseIp4(nameOrAddress) : -1) ?? 0;
   }
 
-  info(ix: number): Ip4InterfaceInfo {
+  info(ix: number): InterfaceTableInfo {
     this.check(ix);
     const mc: string[] = [];
     for (let k = 0; k < this.mcastCount[ix]; k++) {
@@ -231,7 +230,7 @@ export class Ip4Interfaces {
     };
   }
 
-  all(): Ip4InterfaceInfo[] {
+  all(): InterfaceTableInfo[] {
     return this.list.map((ix) => this.info(ix));
   }
 
