@@ -7,8 +7,10 @@
  * The Dataplane facade is the whole programmatic surface (the REST API and rdmactl use nothing
  * else); startApi serves it over HTTP, ApiClient talks to a running daemon.
  */
-export { Dataplane, DataplaneError, VERSION } from './dataplane.ts';
-export type * from './dataplane.ts';
+export { Dataplane } from './dataplane/dataplane.ts';
+export { VERSION } from './dataplane/views.ts';
+export { DataplaneError } from './dataplane/views.ts';
+export type * from './dataplane/dataplane.ts';
 export { parseConfig, loadConfig, STARTUP_CONFIG, ConfigError, type ConfigIssue } from './config/load.ts';
 export type { Config, InterfaceConfig, DriverKind } from './config/types.ts';
 export { startApi, buildServer } from './api/server.ts';

@@ -9,10 +9,7 @@
  *
  * It imports only types, so rdmactl and scripts load it without the data plane.
  */
-import type {
-  BufferView, ConnectIn, CqView, Endpoint, EventView, HealthView, InterfaceView, ListenerView, MrView, NeighborView, PdView, PollResult, QpCreate, QpView, RecvIn,
-  SendIn, SrqView, WrId,
-} from '../dataplane.ts';
+import type { BufferView, ConnectIn, CqView, Endpoint, EventView, HealthView, InterfaceView, ListenerView, MrView, NeighborView, PdView, PollResult, QpCreate, QpView, RecvIn, SendIn, SrqView, WrId } from '../dataplane/views.ts';
 import type { ErrorThreadSnapshot, RuntimeThreadSnapshot, TraceThreadSnapshot } from '../graph/format.ts';
 import { request as httpRequest, STATUS_CODES } from 'node:http';
 

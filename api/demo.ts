@@ -45,7 +45,7 @@ function variant(file: string, dir: string, out: string): string {
 }
 
 function startDaemon(name: string, config: string): Promise<Daemon> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'main.ts'), 'start', '--config', config], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bin/main.ts'), 'start', '--config', config], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   const log: string[] = [];
   const exit = new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)));
   return new Promise((resolve, reject) => {

@@ -5,7 +5,7 @@
  */
 import { STATUS_CODES } from 'node:http';
 import type { ErrorObject } from 'ajv';
-import type { DataplaneErrorKind } from '../dataplane.ts';
+import type { DataplaneErrorKind } from '../dataplane/views.ts';
 
 /** What every error response carries (and what the client throws). */
 export interface ErrorBody {

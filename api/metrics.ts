@@ -3,7 +3,7 @@
  * (https://prometheus.io/docs/instrumenting/exposition_formats/), built from the same facade
  * views the JSON routes answer with.
  */
-import type { Dataplane } from '../dataplane.ts';
+import type { Dataplane } from '../dataplane/dataplane.ts';
 import { PROMETHEUS, type Ctx, type RouteDef } from './routes/route.ts';
 
 type Labels = Record<string, string | number>;

@@ -4,7 +4,7 @@
  * appears as a $ref to it.
  */
 import { STATUS_CODES } from 'node:http';
-import { VERSION } from '../dataplane.ts';
+import { VERSION } from '../dataplane/views.ts';
 import { JSON_TYPE, OCTETS, type Ctx, type RouteDef } from './routes/route.ts';
 import { components, type JsonSchema } from './schemas.ts';
 

@@ -6,7 +6,7 @@
  */
 import { Args, numOpt, intOpt, UsageError } from './rdmactl-args.ts';
 import type { Call, CtlOutput } from './rdmactl.ts';
-import type { PingResult } from '../dataplane.ts';
+import type { PingResult } from '../dataplane/views.ts';
 
 /** No echo reply at all: exit 1. */
 export class NoReplyError extends Error {}

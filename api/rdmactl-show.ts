@@ -4,7 +4,7 @@
  * device), plus the verbs objects. Words may be cut to a unique prefix (`sh int`, `sh hard`).
  */
 import { formatErrors, formatRuntime, formatTrace, vppFormat, type ErrorThreadSnapshot, type RuntimeThreadSnapshot, type TraceThreadSnapshot } from '../graph/format.ts';
-import type { BufferView, CqView, DeviceView, EventView, HardwareView, HealthView, InterfaceView, ListenerView, MrView, NeighborView, PdView, QpView, SrqView, VersionView } from '../dataplane.ts';
+import type { BufferView, CqView, DeviceView, EventView, HardwareView, HealthView, InterfaceView, ListenerView, MrView, NeighborView, PdView, QpView, SrqView, VersionView } from '../dataplane/views.ts';
 import { formatInterfaceAddresses, formatInterfaces, formatListeners, formatNeighbors, formatQp, formatQps } from './render.ts';
 import { Args, resolveWord, UsageError } from './rdmactl-args.ts';
 

@@ -8,7 +8,7 @@
  * Exit status: 0 done, 1 the API refused (its message is printed), 2 bad command line, 3 the
  * daemon cannot be reached.
  */
-import type { CqView, InterfaceView, ListenerView, MrView, PdView, PollResult, QpView, SrqView } from '../dataplane.ts';
+import type { CqView, InterfaceView, ListenerView, MrView, PdView, PollResult, QpView, SrqView } from '../dataplane/views.ts';
 import { formatCompletions } from './render.ts';
 import { Args, base64, endpoint, hexBytes, hexdump, intOpt, numOpt, resolveWord, sges, toInt, UsageError, wrId } from './rdmactl-args.ts';
 import { showCommand } from './rdmactl-show.ts';

@@ -12,7 +12,7 @@
  * Pure functions over the API's JSON views; every line ends with '\n'.
  */
 import { vppFormat } from '../graph/format.ts';
-import type { Completion, InterfaceView, ListenerView, NeighborView, QpView } from '../dataplane.ts';
+import type { Completion, InterfaceView, ListenerView, NeighborView, QpView } from '../dataplane/views.ts';
 
 const IF_HEADER = '%=32s%=5s%=10s%=21s%=16s%=16s';
 const IF_ROW = '%-32s%=5d%=10s%=21s';

@@ -5,7 +5,7 @@
  * no `const`, no type arrays (`nullable: true` instead), no `format`; `x-expected` says in words
  * what a value must be, for the error message.
  */
-import { ACCESS_NAMES, PING_LIMITS, QP_STATE_NAMES, VERBS_DEFAULTS, VERBS_LIMITS, WC_OPCODE_NAMES, WC_STATUS_NAMES, WR_OPCODE_NAMES } from '../dataplane.ts';
+import { ACCESS_NAMES, PING_LIMITS, QP_STATE_NAMES, VERBS_DEFAULTS, VERBS_LIMITS, WC_OPCODE_NAMES, WC_STATUS_NAMES, WR_OPCODE_NAMES } from '../dataplane/views.ts';
 import { EXPECTED } from './errors.ts';
 
 export type JsonSchema = { [key: string]: unknown };
@@ -126,7 +126,7 @@ export const VersionView = obj({
   version: str(), node: str(), platform: str(), startedAt: str(),
   drivers: list(obj({ name: str(), available: bool(), why: nullable(str()) })),
 });
-export const BufferView = obj({ count: count('buffers in the pool'), free: count('buffers free now'), dataSize: count('data bytes per buffer') });
+export const BufferView = obj({ count: count('buffers in the pool'), free: count('buffers free now'), dataSize: count('data bytes per buffer'), hugepages: bool('the pool is in 2 MiB hugepages') });
 
 export const RuntimeRow = obj({ name: str(), state: str(), calls: count(), vectors: count(), suspends: count(), clocks: num('CPU clocks spent, total'), eventsPending: bool() }, ['eventsPending']);
 export const RuntimeThread = obj({

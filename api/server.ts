@@ -10,7 +10,8 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { DataplaneError, type Dataplane } from '../dataplane.ts';
+import { type Dataplane } from '../dataplane/dataplane.ts';
+import { DataplaneError } from '../dataplane/views.ts';
 import { EXPECTED, HttpError, KIND_STATUS, describeValidation, errorBody } from './errors.ts';
 import { checkPostType, isLoopback, makeOriginCheck } from './guard.ts';
 import { metricsRoute } from './metrics.ts';

@@ -27,7 +27,7 @@ import { Interfaces } from '../drivers/interfaces.ts';
 import { BufferPool, Graph } from '../graph/index.ts';
 import { allocBufferMemory } from '../graph/memory.ts';
 import { registerL2L4 } from '../nodes/netstack.ts';
-import { registerRdma } from '../nodes/rdma/rdma.ts';
+import { registerRdma } from '../dataplane/verbs.ts';
 import { Testpmd, testpmdUnavailable } from '../test/helpers-dpdk.ts';
 
 export interface MemifBenchResult {

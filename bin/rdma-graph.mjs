@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Runs main.ts through tsx (TypeScript without a build step).
+// Runs bin/main.ts through tsx (TypeScript without a build step).
 import { register } from 'tsx/esm/api';
 register();
-await import('../main.ts');
+await import('./main.ts');

@@ -9,7 +9,8 @@ import * as assert from 'uvu/assert';
 import { startApi } from '../api/server.ts';
 import { ApiClient } from '../api/client.ts';
 import { parseConfig } from '../config/load.ts';
-import { Dataplane, type DataplaneError } from '../dataplane.ts';
+import { Dataplane } from '../dataplane/dataplane.ts';
+import { type DataplaneError } from '../dataplane/views.ts';
 import { baseConfig, IP_A, twoDataplanes } from './dataplane-helpers.ts';
 import { apiError, assertError, raw } from './api-helpers.ts';
 

@@ -1,7 +1,7 @@
 /**
  * api/client.ts against real servers: refusals as ApiError {statusCode, error, message}, a
  * daemon that is not running as ApiConnectionError with a message that says so, a non-API
- * answer, raw bytes and text; and api/ reaching the data plane only through dataplane.ts.
+ * answer, raw bytes and text; and api/ reaching the data plane only through the facade (dataplane/).
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -69,7 +69,7 @@ test('something that is not the API answering: ApiForeignError (an ApiError) wit
   }
 });
 
-test('api/ reaches the data plane only through dataplane.ts (and graph/format.ts for the VPP renderers)', () => {
+test('api/ reaches the data plane only through the facade and its views in dataplane/ (and graph/format.ts for the VPP renderers)', () => {
   const root = new URL('..', import.meta.url).pathname;
   const files = (dir: string): string[] => readdirSync(join(root, dir)).flatMap((f) => {
     const rel = join(dir, f);
@@ -83,7 +83,7 @@ test('api/ reaches the data plane only through dataplane.ts (and graph/format.ts
       const spec = m[1];
       if (!spec.startsWith('.')) continue; // node: built-ins and packages
       const to = join(f, '..', spec);
-      assert.ok(to.startsWith('api/') || to === 'dataplane.ts' || to === 'graph/format.ts' || to === 'package.json', `${f} imports "${spec}"`);
+      assert.ok(to.startsWith('api/') || to === 'dataplane/dataplane.ts' || to === 'dataplane/views.ts' || to === 'graph/format.ts' || to === 'package.json', `${f} imports "${spec}"`);
     }
   }
 });

@@ -4,7 +4,7 @@
  * and `raw` for requests a well-behaved client would never send.
  */
 import * as assert from 'uvu/assert';
-import type { Dataplane } from '../dataplane.ts';
+import type { Dataplane } from '../dataplane/dataplane.ts';
 import { ApiClient, ApiError } from '../api/client.ts';
 import { startApi, type RunningApi } from '../api/server.ts';
 import { twoDataplanes } from './dataplane-helpers.ts';

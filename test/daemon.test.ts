@@ -16,7 +16,7 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'rdma-graph-daemon-'));
 
 function cli(args: string[]): { code: number | null; out: string; err: string } {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'main.ts'), ...args], { cwd: ROOT, encoding: 'utf8', timeout: 30_000 });
+  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'bin/main.ts'), ...args], { cwd: ROOT, encoding: 'utf8', timeout: 30_000 });
   return { code: r.status, out: r.stdout, err: r.stderr };
 }
 
@@ -40,7 +40,7 @@ interfaces:
 interface Running { proc: ChildProcess; lines: string[]; url: Promise<string>; exit: Promise<number | null> }
 
 function start(cfg: string): Running {
-  const proc = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'main.ts'), 'start', '--config', cfg], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bin/main.ts'), 'start', '--config', cfg], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   const lines: string[] = [];
   const exit = new Promise<number | null>((r) => proc.on('exit', (c) => r(c)));
   const url = new Promise<string>((resolve, reject) => {

@@ -3,7 +3,7 @@
  * joined by a pipe whose ends live in the two data planes (they copy across their pools).
  */
 import type { Config, InterfaceConfig } from '../config/types.ts';
-import { Dataplane } from '../dataplane.ts';
+import { Dataplane } from '../dataplane/dataplane.ts';
 
 let pairs = 0;
 

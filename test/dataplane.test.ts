@@ -1,6 +1,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { DataplaneError, type Dataplane } from '../dataplane.ts';
+import { type Dataplane } from '../dataplane/dataplane.ts';
+import { DataplaneError } from '../dataplane/views.ts';
 import { IP_A, IP_B, twoDataplanes } from './dataplane-helpers.ts';
 
 async function ends(dp: Dataplane) {
@@ -162,7 +163,7 @@ test('a fault from the start-up config is on from the start; the API-level sette
 test('a link that comes up later gets a gratuitous ARP (sent once, when it comes up) and a log line', async () => {
   // A's pipe end waits for its peer (link down at start); B comes later.
   const { baseConfig, pipeInterface } = await import('./dataplane-helpers.ts');
-  const { Dataplane } = await import('../dataplane.ts');
+  const { Dataplane } = await import('../dataplane/dataplane.ts');
   const lines: string[] = [];
   const a = await Dataplane.create(baseConfig({ interfaces: [pipeInterface('garp-a', 'garp-b', `${IP_A}/24`, '02:fe:00:00:01:0a')] }), { log: (_l, m) => lines.push(m) });
   const garps = async (dp: typeof a) => (await dp.errors())[0].rows.find((r) => r.node === 'arp-input' && r.reason === 'gratuitous ARPs sent')?.count ?? 0;
@@ -197,9 +198,11 @@ test('close sends FIN: the peer QP goes to error and its posted receive is flush
   const c = await pollOne(b, y.cq);
   assert.equal([c.wrId, c.status], ['pending', 'flushed']);
   assert.is((await b.getQp(y.qp.qpn)).state, 'error');
-  assert.is(a.pool.available(), a.pool.count, 'A: every buffer back');
+  const ba = await a.buffers();
+  assert.is(ba.free, ba.count, 'A: every buffer back');
   await b.close();
-  assert.is(b.pool.available(), b.pool.count, 'B: every buffer back');
+  const bb = await b.buffers();
+  assert.is(bb.free, bb.count, 'B: every buffer back');
 });
 
 test.run();

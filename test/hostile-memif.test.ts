@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { MemifDriver } from '../drivers/memif.ts';
-import { Dataplane } from '../dataplane.ts';
+import { Dataplane } from '../dataplane/dataplane.ts';
 import { baseConfig, MAC_A, pipeInterface } from './dataplane-helpers.ts';
 import { NATIVE_BUILD_DIR } from '../native/load.ts';
 import { memPool, skipOrFail, sleep } from './helpers.ts';

@@ -12,7 +12,7 @@ import * as assert from 'uvu/assert';
 import { Graph } from '../graph/index.ts';
 import { Interfaces } from '../drivers/interfaces.ts';
 import { registerL2L4 } from '../nodes/netstack.ts';
-import { registerRdma, type Rdma } from '../nodes/rdma/rdma.ts';
+import { registerRdma, type Rdma } from '../dataplane/verbs.ts';
 import { QpState, type Qp } from '../nodes/rdma/qp.ts';
 import type { Cq, Mr, Pd } from '../nodes/rdma/verbs.ts';
 import { memPool } from './helpers.ts';

@@ -18,8 +18,8 @@ function imports(file: string): string[] {
   return [...text.matchAll(/(?:from|import)\s*\(?\s*['"]([^'"]+)['"]/g)].map((m) => m[1]);
 }
 
-test('the top-level layout of DESIGN.md exists', () => {
-  for (const d of ['graph', 'nodes', 'drivers', 'native', 'config', 'api', 'test', 'bench']) {
+test('the top-level layout exists (README: Layout)', () => {
+  for (const d of ['graph', 'nodes', 'drivers', 'native', 'config', 'dataplane', 'api', 'bin', 'test', 'bench']) {
     assert.ok(statSync(join(root, d)).isDirectory(), `${d}/ exists`);
   }
 });
@@ -83,13 +83,32 @@ test('nodes/ layers: net < ethernet < ip4 < udp < netstack < rdma; none imports 
   assert.ok(checked >= 20, `checked ${checked} imports`);
 });
 
+test('bin/ and index.ts reach the data plane only through dataplane/dataplane.ts and dataplane/views.ts (no nodes/, drivers/, graph/, dataplane/verbs.ts)', () => {
+  const files = [...sources('bin'), 'index.ts'];
+  assert.ok(files.includes('bin/main.ts'), files.join(' '));
+  for (const f of files) {
+    for (const spec of imports(f)) {
+      if (!spec.startsWith('.')) continue;
+      const to = join(f, '..', spec);
+      const ok = to.startsWith('bin/') || to.startsWith('api/') || to.startsWith('config/') || to === 'dataplane/dataplane.ts' || to === 'dataplane/views.ts' || to === 'index.ts';
+      assert.ok(ok, `${f} imports "${spec}"`);
+    }
+  }
+});
+
+test('Dataplane.internals (the insides, for tests and benchmarks) is never used by api/, bin/ or index.ts', () => {
+  for (const f of [...sources('api'), ...sources('bin'), 'index.ts']) {
+    assert.not.match(readFileSync(join(root, f), 'utf8'), /\binternals\(/, `${f} uses Dataplane.internals`);
+  }
+});
+
 test('api/ reaches the data plane only through the Dataplane facade (plus the pure renderers of graph/format.ts)', () => {
   const files = sources('api');
   assert.ok(files.length >= 3, `found ${files.length} api sources`);
   for (const f of files) {
     for (const spec of imports(f)) {
       const to = spec.startsWith('.') ? join(f, '..', spec) : spec;
-      const ok = spec.startsWith('node:') || !spec.startsWith('.') || to.startsWith('api/') || to === 'dataplane.ts' || to === 'graph/format.ts';
+      const ok = spec.startsWith('node:') || !spec.startsWith('.') || to.startsWith('api/') || to === 'dataplane/dataplane.ts' || to === 'dataplane/views.ts' || to === 'graph/format.ts';
       assert.ok(ok, `${f} imports "${spec}"`);
     }
   }

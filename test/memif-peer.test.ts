@@ -19,7 +19,7 @@ import { Interfaces } from '../drivers/interfaces.ts';
 import { Graph, type BufferPool } from '../graph/index.ts';
 import { createPool } from '../graph/memory.ts';
 import { registerL2L4 } from '../nodes/netstack.ts';
-import { registerRdma } from '../nodes/rdma/rdma.ts';
+import { registerRdma } from '../dataplane/verbs.ts';
 import { memPool, packet, sleep } from './helpers.ts';
 import { arpRequestFrame, inetChecksum, parseArp, parseEth, parseIp4, PEER_IP, PEER_MAC, pingFrame, US_IP, US_MAC } from './l2l4-helpers.ts';
 import { pattern, waitCompletions, waitFor } from './rdma-helpers.ts';

@@ -5,7 +5,8 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { DataplaneError } from '../dataplane.ts';
+import { DataplaneError } from '../dataplane/views.ts';
+import { Dataplane } from '../dataplane/dataplane.ts';
 import { runCommand } from '../api/rdmactl.ts';
 import { httpCall } from '../api/rdmactl-cli.ts';
 import { NoReplyError } from '../api/rdmactl-ping.ts';
@@ -76,9 +77,9 @@ test('nobody answers: each request times out and is listed lost; no route and ba
 test('a reply with our identifier but a sequence number nobody waits for settles nothing', async () => {
   const p = await twoDataplanes();
   try {
-    const net = (p.a as unknown as { net: { pinger: { id: number; pending: number; reply(bi: number, now: number): boolean } } }).net;
+    const { net, pool } = Dataplane.internals(p.a);
     const { INVALID_INDEX } = await import('../graph/index.ts');
-    const a = p.a as unknown as { pool: { alloc(o: Uint32Array, off: number, n: number): number; free(o: Uint32Array, off: number, n: number): void; offset: Uint32Array; view: DataView; u8: Uint8Array; length: Uint16Array | Uint32Array } };
+    const a = { pool };
     const one = new Uint32Array(1);
     assert.is(a.pool.alloc(one, 0, 1), 1);
     assert.is.not(one[0], INVALID_INDEX);

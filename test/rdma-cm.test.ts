@@ -9,7 +9,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import type { ConnectRequest } from '../nodes/rdma/cm.ts';
 import type { RdmaEvent } from '../nodes/rdma/core.ts';
-import type { QpInit } from '../nodes/rdma/rdma.ts';
+import type { QpInit } from '../dataplane/verbs.ts';
 import { type Completion, type Mr, VerbsError } from '../nodes/rdma/verbs.ts';
 import {
   closeLeftovers, type Ends, finish, IP_A, IP_B, makeEnds, pattern, settle, type Stack, trackedStacks, twoStacks, waitCompletions, waitFor,

@@ -19,7 +19,7 @@ import { connectManual, type Ends, IP_A, IP_B, type Link, makeEnds, type Pair, p
 import type { Completion, Cq, Mr } from '../nodes/rdma/verbs.ts';
 import type { Qp } from '../nodes/rdma/qp.ts';
 import type { RdmaEvent } from '../nodes/rdma/core.ts';
-import type { QpInit, RdmaOptions, SendRequest } from '../nodes/rdma/rdma.ts';
+import type { QpInit, RdmaOptions, SendRequest } from '../dataplane/verbs.ts';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;

@@ -8,7 +8,7 @@
 import { Graph, type BufferPool } from '../graph/index.ts';
 import { Interfaces } from '../drivers/interfaces.ts';
 import { registerL2L4 } from '../nodes/netstack.ts';
-import { type QpInit, type Rdma, registerRdma, type RdmaOptions, type RecvRequest, type SendRequest } from '../nodes/rdma/rdma.ts';
+import { type QpInit, type Rdma, registerRdma, type RdmaOptions, type RecvRequest, type SendRequest } from '../dataplane/verbs.ts';
 import type { Qp } from '../nodes/rdma/qp.ts';
 import type { Completion, Cq, Mr, Pd } from '../nodes/rdma/verbs.ts';
 import { memPool } from './helpers.ts';

@@ -139,7 +139,7 @@ test('the compiled rdmactl: bin/build-cli.mjs bundles it; it runs without tsx; u
     execFileSync(process.execPath, [join(root, 'bin/build-cli.mjs'), '--out', out], { stdio: 'pipe' });
     const inputs = JSON.parse(readFileSync(join(out, 'rdmactl.inputs.json'), 'utf8')) as string[];
     assert.ok(inputs.includes('api/rdmactl-cli.ts') && inputs.includes('api/client.ts'), inputs.join(' '));
-    assert.not.ok(inputs.some((f) => f.startsWith('nodes/') || f === 'dataplane.ts'), 'no data plane in the CLI');
+    assert.not.ok(inputs.some((f) => f.startsWith('nodes/') || f.startsWith('dataplane/')), 'no data plane in the CLI');
     const bundle = readFileSync(join(out, 'rdmactl.mjs'), 'utf8');
     assert.not.ok(/from ["']tsx/.test(bundle), 'no TypeScript loader');
     const run = (args: string[]) => {

@@ -56,7 +56,7 @@ test('the embedding snippet\'s loadConfig() loads the embedded default from anyw
 interface Daemon { proc: ChildProcess; out: string; exit: Promise<number | null> }
 
 function daemon(args: string[]): Promise<Daemon> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'main.ts', 'start', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, ['--import', 'tsx', 'bin/main.ts', 'start', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   const d: Daemon = { proc, out: '', exit: new Promise((r) => proc.on('exit', (c) => r(c))) };
   return new Promise((resolve, reject) => {
     const t = setTimeout(() => reject(new Error(`daemon ${args.join(' ')}: no API after 30 s:\n${d.out}`)), 30_000);

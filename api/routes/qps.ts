@@ -2,7 +2,7 @@
  * Routes of queue pairs (create, query, connect, modify, destroy, post receive and send) and of
  * the listeners that accept connection requests.
  */
-import type { Endpoint, QpCreate, RecvIn, SendIn } from '../../dataplane.ts';
+import type { Endpoint, QpCreate, RecvIn, SendIn } from '../../dataplane/views.ts';
 import * as S from '../schemas.ts';
 import { base64, privateData, type Ctx, type RouteDef } from './route.ts';
 

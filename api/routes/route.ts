@@ -3,7 +3,7 @@
  * server registers these with fastify and api/openapi.ts documents the very same list.
  */
 import type { FastifyReply } from 'fastify';
-import type { Dataplane } from '../../dataplane.ts';
+import type { Dataplane } from '../../dataplane/dataplane.ts';
 import { HttpError } from '../errors.ts';
 import { PRIVATE_DATA_MAX, type JsonSchema } from '../schemas.ts';
 

@@ -2,7 +2,7 @@
  * Routes of the verbs objects that are not QPs: protection domains, memory regions (and their
  * bytes), completion queues (and polling them), shared receive queues.
  */
-import type { RecvIn } from '../../dataplane.ts';
+import type { RecvIn } from '../../dataplane/views.ts';
 import { HttpError } from '../errors.ts';
 import * as S from '../schemas.ts';
 import { OCTETS, type Ctx, type RouteDef } from './route.ts';

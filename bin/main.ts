@@ -12,11 +12,11 @@
  * shell gets from `npm start &` takes the signal.
  */
 import { existsSync } from 'node:fs';
-import { STARTUP_CONFIG, loadConfig, ConfigError } from './config/load.ts';
-import type { Config } from './config/types.ts';
-import { Dataplane, DataplaneError, VERSION, type Logger } from './dataplane.ts';
-import { startApi } from './api/server.ts';
-import { driverUnavailable } from './drivers/open.ts';
+import { STARTUP_CONFIG, loadConfig, ConfigError } from '../config/load.ts';
+import type { Config } from '../config/types.ts';
+import { Dataplane, driverUnavailable } from '../dataplane/dataplane.ts';
+import { DataplaneError, type Logger, VERSION } from '../dataplane/views.ts';
+import { startApi } from '../api/server.ts';
 
 /** The embedded default, found from the package (not from the working directory). */
 const DEFAULT_CONFIG = STARTUP_CONFIG;
@@ -100,7 +100,7 @@ async function start(file: string, isDefault: boolean): Promise<void> {
     log('error', (e as Error).message);
     process.exit(1);
   }
-  const st = dp.pool.stats();
+  const st = await dp.buffers();
   log('info', `buffers: ${st.count} x ${st.dataSize} B (${st.hugepages ? '2 MiB hugepages' : 'normal pages'}), graph on the main thread`);
   for (const itf of await dp.interfaces()) {
     log('info', `interface ${itf.name} (${itf.driver}) mac ${itf.mac} ${itf.addresses.join(' ') || 'no address'} mtu ${itf.mtu} ${itf.state}`);
@@ -121,7 +121,8 @@ async function start(file: string, isDefault: boolean): Promise<void> {
   const qps = (await dp.qps()).length;
   await api.close();
   await dp.close();
-  const leaked = dp.pool.count - dp.pool.available();
+  const after = await dp.buffers();
+  const leaked = after.count - after.free;
   log(leaked === 0 ? 'info' : 'warn', `stopped (${qps} QP${qps === 1 ? '' : 's'} closed with FIN); ${leaked === 0 ? 'every buffer back in the pool' : `${leaked} buffers still allocated`}`);
   process.exit(leaked === 0 ? 0 : 1);
 }

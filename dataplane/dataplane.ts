@@ -13,203 +13,22 @@
  * kind of wrong it is (the API maps kinds to HTTP statuses); nothing a caller passes can throw
  * anything else or leave the data plane half-changed.
  */
-import { createRequire } from 'node:module';
-import { Graph, GraphError, NodeFlag, createPool, type BufferPool, type ErrorThreadSnapshot, type RuntimeThreadSnapshot, type TraceThreadSnapshot } from './graph/index.ts';
-import { type Capture, Interfaces, type InterfaceCounters } from './drivers/interfaces.ts';
-import { CaptureFileError, discardCaptureFile, openCaptureFile } from './drivers/capture-file.ts';
-import type { FaultConfig, FaultCounters } from './drivers/fault.ts';
-import { driverUnavailable, openDriver } from './drivers/open.ts';
-import { DRIVER_KINDS, type Config, type InterfaceConfig } from './config/types.ts';
-import { registerL2L4, type Netstack } from './nodes/netstack.ts';
-import { PING_MAX_SIZE } from './nodes/ip4/icmp4-ping.ts';
-import { parseIp4 } from './nodes/net/address.ts';
-import { type DeviceAttr, registerRdma, VERBS_DEFAULTS, type QpInfo, type Rdma, type Sge } from './nodes/rdma/rdma.ts';
-import type { RdmaEvent } from './nodes/rdma/core.ts';
-import { QP_STATE_NAMES, type Qp, type QpStateName } from './nodes/rdma/qp.ts';
-import { ACCESS_NAMES, accessNames, type Completion, type Cq, type Mr, type Pd, type Srq, VerbsError, WR_OPCODE_NAMES, type WrOpcodeName } from './nodes/rdma/verbs.ts';
+import { Graph, GraphError, NodeFlag, createPool, type BufferPool, type ErrorThreadSnapshot, type RuntimeThreadSnapshot, type TraceThreadSnapshot } from '../graph/index.ts';
+import { type Capture, Interfaces, type InterfaceCounters } from '../drivers/interfaces.ts';
+import { CaptureFileError, discardCaptureFile, openCaptureFile } from '../drivers/capture-file.ts';
+import type { FaultConfig, FaultCounters } from '../drivers/fault.ts';
+import { driverUnavailable, openDriver } from '../drivers/open.ts';
+import { DRIVER_KINDS, type Config, type InterfaceConfig } from '../config/types.ts';
+import { registerL2L4, type Netstack } from '../nodes/netstack.ts';
+import { PING_MAX_SIZE } from '../nodes/ip4/icmp4-ping.ts';
+import { parseIp4 } from '../nodes/net/address.ts';
+import { type AtomicValue, type BufferView, VERSION, type ConnectIn, type CqView, DataplaneError, type DeviceView, type Endpoint, type EventView, type HardwareView, type HealthView, type InterfaceView, type ListenerCreate, type ListenerView, type Logger, type MrView, type NeighborView, type PdView, PING_LIMITS, type PingRequest, type PingResult, type PollResult, type QpCreate, type QpView, type RecvIn, type SendIn, type SgeIn, type SrqView, type VersionView } from './views.ts';
+import { type DeviceAttr, registerRdma, VERBS_DEFAULTS, type QpInfo, type Rdma, type Sge } from './verbs.ts';
+import type { RdmaEvent } from '../nodes/rdma/core.ts';
+import { QP_STATE_NAMES, type Qp, type QpStateName } from '../nodes/rdma/qp.ts';
+import { ACCESS_NAMES, accessNames, type Completion, type Cq, type Mr, type Pd, type Srq, VerbsError, WR_OPCODE_NAMES, type WrOpcodeName } from '../nodes/rdma/verbs.ts';
 
-export const VERSION: string = createRequire(import.meta.url)('./package.json').version;
 
-/** What kind of wrong: the API answers 400, 404, 409, 409, 413, 503, 504, 409, 503. */
-export type DataplaneErrorKind = 'invalid' | 'not-found' | 'state' | 'busy' | 'too-large' | 'resource' | 'timeout' | 'rejected' | 'unavailable';
-
-export class DataplaneError extends Error {
-  readonly kind: DataplaneErrorKind;
-  constructor(kind: DataplaneErrorKind, message: string) {
-    super(message);
-    this.kind = kind;
-    this.name = 'DataplaneError';
-  }
-}
-
-export type WrId = string | number;
-export type Logger = (level: 'error' | 'warn' | 'info' | 'debug', message: string) => void;
-
-export interface InterfaceView {
-  name: string;
-  index: number;
-  driver: string;
-  mac: string;
-  /** "10.10.0.1/24"; empty when the interface has no IPv4. */
-  addresses: string[];
-  gateway: string | null;
-  mtu: number;
-  state: 'up' | 'down';
-  rxQueues: number;
-  counters: InterfaceCounters;
-  fault: { rx: FaultCounters | null; tx: FaultCounters | null };
-  /** Files being written (absolute paths), and why a direction stopped taking packets (count or capture.max-bytes). */
-  capture: { rx: string | null; tx: string | null; rxStopped: string | null; txStopped: string | null };
-}
-
-export interface NeighborView {
-  interface: string;
-  address: string;
-  mac: string | null;
-  state: string;
-  age: number;
-  held: number;
-}
-
-export interface PdView { pd: number; users: number }
-export interface MrView { mr: number; pd: number; stag: number; length: number; access: string[] }
-export interface CqView { cq: number; depth: number; pending: number; error: boolean; users: number }
-export interface SrqView { srq: number; pd: number; maxWr: number; maxSge: number; posted: number; limit: number }
-export interface Endpoint { ip: string; port: number }
-
-/** queryQp's fields, with endpoints as {ip, port} and the handles of the objects it uses. */
-export interface QpView extends Omit<QpInfo, 'local' | 'remote'> {
-  local: Endpoint;
-  remote: Endpoint | null;
-  pd: number;
-  sendCq: number;
-  recvCq: number;
-  /** The listener port that accepted it, or null. */
-  listener: number | null;
-}
-
-export interface SgeIn { mr: number; offset: number; length: number }
-
-export interface QpCreate {
-  pd: number;
-  sendCq: number;
-  recvCq: number;
-  srq?: number | null;
-  /** Default 256 (VERBS_DEFAULTS, as every optional size here). */
-  maxSendWr?: number;
-  maxRecvWr?: number;
-  maxSge?: number;
-  maxInline?: number;
-  ird?: number;
-  ord?: number;
-  /** Bind the QP to this interface's address (default: any of ours). */
-  interface?: string;
-  /** A specific QPN (UDP port) in the port range. */
-  port?: number;
-}
-
-export interface ConnectIn {
-  remote: Endpoint;
-  mode: 'manual' | 'cm';
-  /** manual: the peer QP's initial PSN (its `psn`; required: sequence numbers are random). */
-  remotePsn?: number;
-  /** cm: bytes sent with the request (base64 in the API). */
-  privateData?: Uint8Array;
-  ird?: number;
-  ord?: number;
-  /** cm: give up after this long (default rdma.cm-timeout-ms). */
-  timeoutMs?: number;
-}
-
-export interface ListenerCreate extends Omit<QpCreate, 'port'> {
-  port: number;
-  /** Bytes sent back with each ACCEPT. */
-  privateData?: Uint8Array;
-}
-
-export interface ListenerView { port: number; pd: number; sendCq: number; recvCq: number; srq: number | null; maxSendWr: number; maxRecvWr: number; accepted: number[]; requests: number }
-
-export type AtomicValue = string | number | bigint;
-
-export interface SendIn {
-  wrId: WrId;
-  opcode: WrOpcodeName;
-  sge?: SgeIn[];
-  remote?: { stag: number; offset: number };
-  imm?: number;
-  invalidateStag?: number;
-  atomic?: { add?: AtomicValue; swap?: AtomicValue; compare?: AtomicValue };
-  signaled?: boolean;
-  solicited?: boolean;
-  inline?: boolean;
-}
-
-export interface RecvIn { wrId: WrId; sge?: SgeIn[] }
-
-export interface PollResult {
-  completions: Completion[];
-  /** Set once the CQ overflowed: it is in error (completions that did not fit follow the ring's). */
-  error: string | null;
-}
-
-export interface EventView extends RdmaEvent { seq: number; time: string }
-
-export interface HealthView { status: 'ok'; version: string; uptime: number; interfaces: number; qps: number }
-
-/** `show hardware`: the generic lines of an interface and what its driver says of itself. */
-export interface HardwareView {
-  name: string;
-  index: number;
-  driver: string;
-  mac: string;
-  mtu: number;
-  state: 'up' | 'down';
-  rxQueues: number;
-  txQueues: number;
-  /** Driver facts in display order (memif role/socket/peer/rings, af_packet host interface/rings), as text. */
-  info: Record<string, string | null>;
-  counters: Record<string, number>;
-}
-
-/** `show device` (ibv_devinfo): the software RDMA device's limits and one port per interface. */
-export interface DeviceView extends DeviceAttr {
-  name: string;
-  transport: 'iWARP over UDP (urdma TRP)';
-  version: string;
-  ports: { port: number; interface: string; state: 'active' | 'down'; mtu: number; activeMtu: number; linkLayer: 'Ethernet'; gid: string | null; address: string | null }[];
-}
-
-/** `show version`. */
-export interface VersionView {
-  version: string;
-  node: string;
-  platform: string;
-  /** Drivers this build can open, and why each other one cannot. */
-  drivers: { name: string; available: boolean; why: string | null }[];
-  startedAt: string;
-}
-
-/** POST /v1/ping's limits (the schema states them too). */
-export const PING_LIMITS = Object.freeze({ maxCount: 100, minIntervalMs: 1, maxWaitMs: 60_000, maxSize: PING_MAX_SIZE });
-
-/** `ping`: defaults count 1, intervalMs 1000, size 56 (data bytes after the 8-byte header), timeoutMs 1000. */
-export interface PingRequest { address: string; count?: number; intervalMs?: number; size?: number; timeoutMs?: number }
-
-export interface PingResult {
-  address: string;
-  size: number;
-  sent: number;
-  received: number;
-  /** In sequence order; timeMs is the round trip measured by the graph. */
-  replies: { seq: number; bytes: number; ttl: number; from: string; timeMs: number }[];
-  /** Sequence numbers without a reply within timeoutMs. */
-  lost: number[];
-  /** Why sending stopped early (no free buffers, too many waiting), else null. */
-  stopped: string | null;
-}
-
-/** The packet buffer pool: how many buffers, how many are free, bytes of data each. */
-export interface BufferView { count: number; free: number; dataSize: number }
 
 const EVENT_LOG = 1024;
 /** A repeated link event (same reason) is logged at most this often. */
@@ -245,16 +64,33 @@ function atomic64(v: AtomicValue | undefined, what: string): bigint | undefined 
   return BigInt(v);
 }
 
+/** Dataplane.internals: what tests and benchmarks that drive the nodes directly reach. */
+export interface DataplaneInternals {
+  graph: Graph;
+  pool: BufferPool;
+  net: Netstack;
+  ifs: Interfaces;
+  rdma: Rdma;
+}
+
 export class Dataplane {
   readonly config: Config;
-  readonly graph: Graph;
-  readonly pool: BufferPool;
-  readonly net: Netstack;
-  readonly ifs: Interfaces;
-  readonly rdma: Rdma;
+  private readonly graph: Graph;
+  private readonly pool: BufferPool;
+  private readonly net: Netstack;
+  private readonly ifs: Interfaces;
+  private readonly rdma: Rdma;
   private readonly log: Logger;
   private readonly startedMs = Date.now();
   private closed = false;
+
+  /**
+   * The insides, for tests and benchmarks that drive nodes and verbs directly. api/ and bin/
+   * never use it (test/layout.test.ts checks): they go through the methods, the one door.
+   */
+  static internals(dp: Dataplane): DataplaneInternals {
+    return { graph: dp.graph, pool: dp.pool, net: dp.net, ifs: dp.ifs, rdma: dp.rdma };
+  }
   private readonly listeners = new Map<number, ListenerView & { create: ListenerCreate }>();
   private readonly acceptedBy = new Map<number, number>();
   private readonly cqWaiters = new Map<number, Set<() => void>>();
@@ -409,7 +245,7 @@ export class Dataplane {
   }
 
   async buffers(): Promise<BufferView> {
-    return { count: this.pool.count, free: this.pool.available(), dataSize: this.pool.dataSize };
+    return { count: this.pool.count, free: this.pool.available(), dataSize: this.pool.dataSize, hugepages: this.pool.stats().hugepages };
   }
 
   async hardware(): Promise<HardwareView[]> {
@@ -1000,9 +836,6 @@ export class Dataplane {
   }
 }
 
-export type { Config } from './config/types.ts';
-/** The names the API's schemas enumerate. */
-export { ACCESS_NAMES, WC_OPCODE_NAMES, WC_STATUS_NAMES, WR_OPCODE_NAMES } from './nodes/rdma/verbs.ts';
-export { QP_STATE_NAMES } from './nodes/rdma/qp.ts';
-export { VERBS_DEFAULTS, VERBS_LIMITS } from './nodes/rdma/rdma.ts';
-export type { Completion } from './nodes/rdma/verbs.ts';
+export * from './views.ts';
+/** Why a driver cannot be opened here (start-up's words), or null: `rdma-graph check` asks before any data plane exists. */
+export { driverUnavailable } from '../drivers/open.ts';
