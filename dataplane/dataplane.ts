@@ -25,6 +25,7 @@ import { parseIp4 } from '../nodes/net/address.ts';
 import { type AtomicValue, type BufferView, VERSION, type ConnectIn, type CqView, DataplaneError, type DeviceView, type Endpoint, type EventView, type HardwareView, type HealthView, type InterfaceView, type ListenerCreate, type ListenerView, type Logger, type MrView, type NeighborView, type PdView, PING_LIMITS, type PingRequest, type PingResult, type PollResult, type QpCreate, type QpView, type RecvIn, type SendIn, type SgeIn, type SrqView, type VersionView } from './views.ts';
 import { type DeviceAttr, registerRdma, VERBS_DEFAULTS, type QpInfo, type Rdma, type Sge } from './verbs.ts';
 import type { RdmaEvent } from '../nodes/rdma/core.ts';
+import { CmConnectError } from '../nodes/rdma/cm.ts';
 import { QP_STATE_NAMES, type Qp, type QpStateName } from '../nodes/rdma/qp.ts';
 import { ACCESS_NAMES, accessNames, type Completion, type Cq, type Mr, type Pd, type Srq, VerbsError, WR_OPCODE_NAMES, type WrOpcodeName } from '../nodes/rdma/verbs.ts';
 
@@ -719,10 +720,11 @@ export class Dataplane {
       const res = await p;
       return { ...this.qpView(qp), privateData: res.privateData };
     } catch (e) {
-      const msg = (e as Error).message;
-      if (/reject/i.test(msg)) throw new DataplaneError('rejected', `qp ${qpn}: ${msg}`);
-      if (/time(d)? ?out/i.test(msg)) throw new DataplaneError('timeout', `qp ${qpn}: ${msg}`);
-      throw new DataplaneError(qp.destroyed ? 'not-found' : 'state', `qp ${qpn}: ${msg}`);
+      const msg = `qp ${qpn}: ${(e as Error).message}`;
+      const code = e instanceof CmConnectError ? e.code : null;
+      if (code === 'rejected') throw new DataplaneError('rejected', msg);
+      if (code === 'timeout') throw new DataplaneError('timeout', msg);
+      throw new DataplaneError(qp.destroyed ? 'not-found' : 'state', msg);
     }
   }
 

@@ -6,6 +6,7 @@
  * every buffer back in the pool.
  */
 import { test } from 'uvu';
+import { CmConnectError } from '../nodes/rdma/cm.ts';
 import * as assert from 'uvu/assert';
 import type { ConnectRequest } from '../nodes/rdma/cm.ts';
 import type { RdmaEvent } from '../nodes/rdma/core.ts';
@@ -172,6 +173,8 @@ test('REJECT: connect rejects with the private data; the QP goes to ERROR; a thr
     err = e as Error & { privateData?: Uint8Array };
   }
   assert.ok(err, 'connect rejected');
+  assert.instance(err, CmConnectError);
+  assert.is((err as CmConnectError).code, 'rejected', 'a code to branch on, not the message');
   assert.is(err.message, `connection rejected by ${IP_B}:${LISTEN}`);
   assert.is(str(err.privateData as Uint8Array), 'go away');
   assert.is(str(seen[0].privateData), 'please');
@@ -201,6 +204,7 @@ test('connect timeout to a port with no listener: rejects after timeoutMs, REQ r
   const e = await p.a.rdma.connect(A.qp, IP_B, 7001, { timeoutMs: 60, retryMs: 10 }).then(() => null, (x: Error) => x);
   const ms = performance.now() - t0;
   assert.ok(e);
+  assert.is((e as CmConnectError).code, 'timeout');
   assert.is(e.message, `connect to ${IP_B}:7001 timed out after 60 ms`);
   assert.ok(ms >= 55 && ms < 1000, `gave up after ${ms.toFixed(1)} ms`);
   assert.is(A.qp.stateName, 'error');

@@ -63,6 +63,22 @@ export interface ConnectRequest {
   privateData: Uint8Array;
 }
 
+/** Why an active connect failed: the code says what happened, the message says it in words. */
+export type CmFailure = 'rejected' | 'timeout' | 'cancelled' | 'refused-parameters';
+
+/** A failed `connect`: `code` is what callers branch on (never the message text). */
+export class CmConnectError extends Error {
+  readonly code: CmFailure;
+  /** The REJECT's private data (code 'rejected'). */
+  readonly privateData?: Uint8Array;
+  constructor(code: CmFailure, message: string, privateData?: Uint8Array) {
+    super(message);
+    this.code = code;
+    this.privateData = privateData;
+    this.name = 'CmConnectError';
+  }
+}
+
 /** What a listener's accept callback returns: a QP in INIT to connect, or a rejection. */
 export type AcceptDecision = { qp: Qp; privateData?: Uint8Array } | { reject: true; privateData?: Uint8Array; reason?: string };
 
@@ -140,7 +156,7 @@ export class ConnectionManager {
     const p = this.pending.get(qp.index);
     if (!p) return;
     this.pending.delete(qp.index);
-    p.reject(new Error(reason));
+    p.reject(new CmConnectError('cancelled', reason));
   }
 
   /** REQ retransmission timer, and half-open checks (user >= REAP_TIMER). */
@@ -154,7 +170,7 @@ export class ConnectionManager {
       this.pending.delete(index);
       const why = `connect to ${formatIp4(p.qp.remoteAddr)}:${p.qp.remotePort} timed out after ${Math.round(p.timeoutNs / 1e6)} ms`;
       this.hooks.failed(p.qp, why);
-      p.reject(new Error(why));
+      p.reject(new CmConnectError('timeout', why));
       return;
     }
     this.send(p.req, p.qp.remoteAddr, p.qp.remotePort, p.qp.qpn);
@@ -209,7 +225,7 @@ export class ConnectionManager {
       } catch (e) {
         const why = `connect to ${formatIp4(src)}: ${(e as Error).message}`;
         this.hooks.failed(p.qp, why);
-        p.reject(new Error(why));
+        p.reject(new CmConnectError('refused-parameters', why));
         return;
       }
       // The handshake's third packet: a pure ACK shows the acceptor we have its ACCEPT.
@@ -219,9 +235,7 @@ export class ConnectionManager {
     } else {
       const why = `connection rejected by ${formatIp4(src)}:${srcPort}`;
       this.hooks.failed(p.qp, why);
-      const e = new Error(why) as Error & { privateData?: Uint8Array };
-      e.privateData = pd;
-      p.reject(e);
+      p.reject(new CmConnectError('rejected', why, pd));
     }
   }
 
