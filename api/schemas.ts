@@ -13,7 +13,7 @@ export type JsonSchema = { [key: string]: unknown };
 export const U32_MAX = 0xffffffff;
 export const SAFE_MAX = Number.MAX_SAFE_INTEGER;
 /** Largest privateData (decoded) the connection manager carries. */
-export const PRIVATE_DATA_MAX = 512;
+export const PRIVATE_DATA_MAX = VERBS_LIMITS.maxPrivateData;
 /** Longest wait a poll or a CM connect may ask for. */
 export const WAIT_MAX_MS = 60000;
 

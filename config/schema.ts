@@ -12,6 +12,7 @@
  *   for a mapping, an empty list for a list, and an error anywhere else;
  * - strings are never empty; numbers are finite.
  */
+import { MTU_MAX, MTU_MIN } from '../graph/link.ts';
 import { DRIVER_KINDS, type DriverKind } from './types.ts';
 import { checkHostIfName, checkIfName, checkIp4, checkIp4Prefix, checkListen, checkMac, checkNoWhitespace } from './formats.ts';
 
@@ -169,7 +170,7 @@ const INTERFACE: MapSpec = {
       doc: 'IPv4 address and prefix (null: no IPv4)',
     },
     gateway: { type: 'string', nullable: true, check: checkIp4, expect: 'an IPv4 address a.b.c.d', doc: 'default gateway through this interface, inside its subnet' },
-    mtu: { type: 'int', min: 68, max: 65535, default: 1500, doc: 'largest IP packet (it may exceed buffers.data-size: frames are chained)' },
+    mtu: { type: 'int', min: MTU_MIN, max: MTU_MAX, default: 1500, doc: 'largest IP packet (it may exceed buffers.data-size: frames are chained)' },
     'rx-queues': { type: 'int', min: 1, max: 64, default: 1, doc: 'receive queues' },
     'rx-queue-size': { type: 'int', min: 16, max: 65536, pow2: true, default: 1024, doc: 'descriptors per receive queue' },
     'tx-queue-size': { type: 'int', min: 16, max: 65536, pow2: true, default: 1024, doc: 'descriptors per transmit queue' },

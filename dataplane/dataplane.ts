@@ -23,7 +23,7 @@ import { registerL2L4, type Netstack } from '../nodes/netstack.ts';
 import { PING_MAX_SIZE } from '../nodes/ip4/icmp4-ping.ts';
 import { parseIp4 } from '../nodes/net/address.ts';
 import { type AtomicValue, type BufferView, VERSION, type ConnectIn, type CqView, DataplaneError, type DeviceView, type Endpoint, type EventView, type HardwareView, type HealthView, type InterfaceView, type ListenerCreate, type ListenerView, type Logger, type MrView, type NeighborView, type PdView, PING_LIMITS, type PingRequest, type PingResult, type PollResult, type QpCreate, type QpView, type RecvIn, type SendIn, type SgeIn, type SrqView, type VersionView } from './views.ts';
-import { type DeviceAttr, registerRdma, VERBS_DEFAULTS, type QpInfo, type Rdma, type Sge } from './verbs.ts';
+import { type DeviceAttr, registerRdma, VERBS_DEFAULTS, VERBS_LIMITS, type QpInfo, type Rdma, type Sge } from './verbs.ts';
 import type { RdmaEvent } from '../nodes/rdma/core.ts';
 import { CmConnectError } from '../nodes/rdma/cm.ts';
 import { QP_STATE_NAMES, type Qp, type QpStateName } from '../nodes/rdma/qp.ts';
@@ -784,7 +784,8 @@ export class Dataplane {
       this.cq(req.recvCq);
       if (req.srq !== undefined && req.srq !== null) this.srq(req.srq);
       this.address(req.interface);
-      if (req.privateData !== undefined && req.privateData.length > 512) throw new DataplaneError('too-large', `private data is at most 512 bytes, got ${req.privateData.length}`);
+      const maxPd = VERBS_LIMITS.maxPrivateData;
+      if (req.privateData !== undefined && req.privateData.length > maxPd) throw new DataplaneError('too-large', `private data is at most ${maxPd} bytes, got ${req.privateData.length}`);
       const view: ListenerView & { create: ListenerCreate } = {
         port: req.port, pd: req.pd, sendCq: req.sendCq, recvCq: req.recvCq, srq: req.srq ?? null, maxSendWr: req.maxSendWr ?? VERBS_DEFAULTS.maxSendWr, maxRecvWr: req.maxRecvWr ?? VERBS_DEFAULTS.maxRecvWr,
         accepted: [], requests: 0, create: req,

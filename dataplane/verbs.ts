@@ -31,7 +31,7 @@ import { registerTrpOutput } from '../nodes/rdma/trp-output.ts';
 import {
   Access, accessFromNames, Cq, Mr, Pd, type SgList, Srq, VerbsError, WcStatus, WR_OPCODE_NAMES, WrOpcode, type WrOpcodeName,
 } from '../nodes/rdma/verbs.ts';
-import { DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, segmentPayload, TrpOp } from '../nodes/rdma/wire.ts';
+import { CM_MAX_PRIVATE_DATA, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, segmentPayload, TrpOp } from '../nodes/rdma/wire.ts';
 
 /** Budgets (budget.ts): maxMrBytes, maxCqEntries, maxWrSlots, maxPds, maxCqs, maxSrqs. */
 export interface RdmaOptions extends Partial<BudgetLimits> {
@@ -143,6 +143,8 @@ export const VERBS_LIMITS = Object.freeze({
   maxMrLength: 2 ** 31,
   /** IRD and ORD: RDMA READs / atomics in flight per QP, each way. */
   maxRdAtomic: MAX_RD_ATOMIC,
+  /** Bytes of private data a connection request, accept or reject carries (the CM's wire limit). */
+  maxPrivateData: CM_MAX_PRIVATE_DATA,
 });
 
 /**
@@ -560,7 +562,7 @@ export class Rdma {
     if (qp.state !== QpState.INIT) throw new VerbsError('state', `qp ${qp.qpn}: connect needs a QP in INIT, it is ${qp.stateName}`);
     if (this.cm.pending.has(qp.index)) throw new VerbsError('state', `qp ${qp.qpn} is already connecting`);
     const pd = opts.privateData ?? new Uint8Array(0);
-    if (pd.length > 512) throw new VerbsError('too-large', `private data is at most 512 bytes, got ${pd.length}`);
+    if (pd.length > VERBS_LIMITS.maxPrivateData) throw new VerbsError('too-large', `private data is at most ${VERBS_LIMITS.maxPrivateData} bytes, got ${pd.length}`);
     const addr = this.parseAddr(address, 'connect address');
     int(port, 1, 65535, 'connect port');
     this.setPeer(qp, addr, port);

@@ -33,6 +33,7 @@
  * (a veth is up only while its peer is). The MAC is the kernel interface's unless `mac` is
  * given; a different MAC on a real NIC needs `promisc: true` to receive frames sent to it.
  */
+import { checkMtu } from '../graph/link.ts';
 import type { BufferPool } from '../graph/buffer-pool.ts';
 import { BufferFlag } from '../graph/buffer-pool.ts';
 import { FRAME_SIZE } from '../graph/node.ts';
@@ -153,7 +154,7 @@ export class AfPacketDriver implements Driver {
     this.hostInfo = info;
 
     const mtu = opts.mtu ?? info.mtu;
-    if (!Number.isInteger(mtu) || mtu < 68 || mtu > 65535) throw new RangeError(`${where}: mtu must be an integer in 68..65535, got ${mtu}`);
+    checkMtu(mtu, where);
     if (mtu > info.mtu) {
       throw new RangeError(`${where}: mtu ${mtu} is larger than kernel interface ${hostIf}'s MTU ${info.mtu} (raise it with: ip link set dev ${hostIf} mtu ${mtu})`);
     }

@@ -23,6 +23,7 @@
  * sender does not kick); an empty poll clears the flag, so an idle engine sleeps until the
  * peer's next kick.
  */
+import { MTU_MAX, MTU_MIN } from '../graph/link.ts';
 import type { BufferPool } from '../graph/buffer-pool.ts';
 import { BufferFlag } from '../graph/buffer-pool.ts';
 import { FRAME_SIZE } from '../graph/node.ts';
@@ -109,7 +110,7 @@ export class MemifDriver implements Driver {
     }
     this.secret = opts.secret ?? '';
     this.mac = macOption(where, opts.mac, name);
-    this.mtu = intOption(where, 'mtu', opts.mtu, 1500, 68, 65535);
+    this.mtu = intOption(where, 'mtu', opts.mtu, 1500, MTU_MIN, MTU_MAX);
     this.rxQueues = intOption(where, 'rxQueues', opts.rxQueues, 1, 1, 255);
     this.txQueues = intOption(where, 'txQueues', opts.txQueues, this.rxQueues, 1, 255);
     this.ringSize = intOption(where, 'ringSize', opts.ringSize, 1024, 2, 16384);

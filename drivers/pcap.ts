@@ -12,6 +12,7 @@
  *
  * Transmit: each packet (all its segments) becomes one record; one file write per burst.
  */
+import { checkMtu } from '../graph/link.ts';
 import type { BufferPool } from '../graph/buffer-pool.ts';
 import { BufferFlag } from '../graph/buffer-pool.ts';
 import { nowNs } from '../graph/clock.ts';
@@ -86,7 +87,7 @@ export class PcapDriver implements Driver {
     const loop = opts.loop ?? 1;
     if (!Number.isInteger(loop) || loop < 0) throw new RangeError(`${where}: loop must be an integer >= 0 (0 = forever), got ${loop}`);
     const mtu = opts.mtu ?? 1500;
-    if (!Number.isInteger(mtu) || mtu < 68 || mtu > 65535) throw new RangeError(`${where}: mtu must be an integer in 68..65535, got ${mtu}`);
+    checkMtu(mtu, where);
     this.rate = rate;
     this.periodNs = rate > 0 ? 1e9 / rate : 0;
     this.loop = loop;

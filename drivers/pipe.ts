@@ -12,6 +12,7 @@
  * differ, so txBurst then copies each packet into buffers of the peer's pool and frees ours
  * (one view per segment copied; zero-copy needs one pool).
  */
+import { checkMtu } from '../graph/link.ts';
 import { BufferFlag, type BufferPool } from '../graph/buffer-pool.ts';
 import type { Driver, DriverCounters } from './driver.ts';
 import { zeroCounters } from './driver.ts';
@@ -268,7 +269,7 @@ function pipeSizes(where: string, ring: number | undefined, m: number | undefine
     throw new RangeError(`${where}: ringSize must be a power of 2 in 1..16777216, got ${ringSize}`);
   }
   const mtu = m ?? 1500;
-  if (!Number.isInteger(mtu) || mtu < 68 || mtu > 65535) throw new RangeError(`${where}: mtu must be an integer in 68..65535, got ${mtu}`);
+  checkMtu(mtu, where);
   return { ringSize, mtu };
 }
 

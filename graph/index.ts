@@ -6,3 +6,4 @@ export * from './memory.ts';
 export * from './node.ts';
 export * from './timer-wheel.ts';
 export * from './format.ts';
+export * from './link.ts';

@@ -52,7 +52,7 @@ export function fastifyPath(path: string): string {
   return path.replace(/\{(\w+)\}/g, ':$1');
 }
 
-/** Decode `privateData` (schema-checked base64); more than 512 bytes is 413. */
+/** Decode `privateData` (schema-checked base64); more than PRIVATE_DATA_MAX bytes is 413. */
 export function privateData(b64: string | undefined, where: string): Uint8Array | undefined {
   if (b64 === undefined) return undefined;
   const bytes = Buffer.from(b64, 'base64');

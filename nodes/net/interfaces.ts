@@ -11,7 +11,7 @@
  * Routing is what a host needs: a destination inside an interface's prefix is on-link there;
  * anything else goes to the first interface with a gateway (the default route), else no route.
  */
-import type { Graph, NodeRuntime } from '../../graph/index.ts';
+import { checkMtu, type Graph, type NodeRuntime } from '../../graph/index.ts';
 import { formatIp4, formatMac, formatMacHiLo, macHi, macLo, parseIp4, parseIp4Prefix, parseMac, prefixMask } from './address.ts';
 
 export interface InterfaceTableConfig {
@@ -109,7 +109,7 @@ export class InterfaceTable {
       if (((gw ^ p.address) & mask) !== 0 || gw === p.address) throw new RangeError(`${where}: gateway ${cfg.gateway} is not a neighbour on ${cfg.address}/${prefix}`);
     }
     const mtu = cfg.mtu ?? 1500;
-    if (!Number.isInteger(mtu) || mtu < 68 || mtu > 65535) throw new RangeError(`${where}: mtu must be an integer in 68..65535, got ${mtu}`);
+    checkMtu(mtu, where);
     if (!this.graph.hasNode(cfg.output)) throw new Error(`${where}: output node "${cfg.output}" does not exist (add the interface to the drivers' registry first)`);
     // Arcs first: if one fails nothing is configured.
     const arcs = this.attached.map((a) => this.graph.addNext(a.rt, cfg.output));
