@@ -41,7 +41,7 @@ show:
   show hardware                       driver details: memif role, socket, peer, rings, last disconnect; af_packet rings; driver counters
   show memif                          the memif interfaces, as VPP's show memif
   show buffers                        the packet buffer pool
-  show ip neighbors | show neighbors  the neighbour (ARP) table
+  show ip neighbors | show neighbors  the neighbor (ARP) table
   show trace                          traced packets (see trace add)
   show qps | show qp QPN              queue pairs
   show listeners | mrs | cqs | srqs | pds | events

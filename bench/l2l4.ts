@@ -6,7 +6,7 @@
  * An input node fills 256 fresh buffers per pass with one 60-byte-class Ethernet/IPv4/UDP
  * frame (the copy a driver would do), the graph runs ethernet-input -> ip4-input (header
  * checksum verified) -> udp4-input (UDP checksum verified) -> udp-echo -> udp4-encap (UDP
- * checksum computed) -> ip4-rewrite (IPv4 header + checksum, neighbour lookup) -> a sink output
+ * checksum computed) -> ip4-rewrite (IPv4 header + checksum, neighbor lookup) -> a sink output
  * node that frees them. Prints packets per second and each node's ns per packet.
  */
 import { Graph, FRAME_SIZE, type Frame, type NodeRuntime, NodeFlag, createPool } from '../graph/index.ts';
@@ -76,7 +76,7 @@ export async function runL2l4Bench(opts: { seconds?: number; size?: number } = {
       return n;
     },
   });
-  net.addInterface({ index: 1, name: 'bench0', mac: '02:00:00:00:00:01', address: '10.0.0.1/24', output: 'bench0-output', neighbours: [{ address: '10.0.0.2', mac: '02:00:00:00:00:02' }] });
+  net.addInterface({ index: 1, name: 'bench0', mac: '02:00:00:00:00:01', address: '10.0.0.1/24', output: 'bench0-output', neighbors: [{ address: '10.0.0.2', mac: '02:00:00:00:00:02' }] });
   net.udp.bind(7, 'udp-echo');
   g.build();
   // Warm up, then measure.

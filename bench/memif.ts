@@ -49,7 +49,7 @@ function plane(pool: BufferPool, socket: string, role: 'server' | 'client', rdma
   const ifs = new Interfaces(g);
   const d = new MemifDriver('memif0', { socket, role, mac: MAC });
   const itf = ifs.add(d);
-  net.addInterface({ index: itf.index, name: d.name, mac: d.mac, address: '10.0.0.1/24', mtu: d.mtu, output: itf.output.name, neighbours: [{ address: '10.0.0.2', mac: '02:00:00:00:00:02' }] });
+  net.addInterface({ index: itf.index, name: d.name, mac: d.mac, address: '10.0.0.1/24', mtu: d.mtu, output: itf.output.name, neighbors: [{ address: '10.0.0.2', mac: '02:00:00:00:00:02' }] });
   const r = rdma ? registerRdma(g, net) : null;
   g.build();
   return { g, d, ifs, rdma: r, close: () => { g.close(); ifs.closeAll(); } };

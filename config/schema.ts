@@ -1,7 +1,7 @@
 /**
  * The schema of the start-up YAML: every key with its type, range, default and a one-line
  * description. config/load.ts validates against it (and adds the checks that relate several
- * keys: unique names, driver options, subnets, pipe peers, neighbours, port range, RTO order);
+ * keys: unique names, driver options, subnets, pipe peers, neighbors, port range, RTO order);
  * `schemaReference()` renders it as the key table of config/README.md. Keys are kebab-case in
  * YAML and camelCase in the loaded `Config` (config/types.ts).
  *
@@ -179,7 +179,7 @@ const INTERFACE: MapSpec = {
 };
 
 const NEIGHBOR: MapSpec = {
-  type: 'map', expect: 'a mapping of: interface, address, mac', doc: 'one static neighbour',
+  type: 'map', expect: 'a mapping of: interface, address, mac', doc: 'one static neighbor',
   keys: {
     interface: ifName('the interface it is reached through'),
     address: { type: 'string', required: true, check: checkIp4, expect: 'an IPv4 address a.b.c.d', doc: 'its IPv4 address, inside that interface\'s subnet' },
@@ -225,7 +225,7 @@ export const SCHEMA: MapSpec = {
       keys: { level: { type: 'enum', values: ['error', 'warn', 'info', 'debug'], default: 'info', doc: 'least severe level logged' } },
     },
     interfaces: { type: 'list', items: INTERFACE, default: [], expect: 'a list of interfaces', doc: 'the interfaces of the data plane' },
-    neighbors: { type: 'list', items: NEIGHBOR, default: [], expect: 'a list of neighbours', doc: 'static neighbour (ARP) entries' },
+    neighbors: { type: 'list', items: NEIGHBOR, default: [], expect: 'a list of neighbors', doc: 'static neighbor (ARP) entries' },
     rdma: {
       type: 'map', doc: 'the RDMA transport',
       keys: {

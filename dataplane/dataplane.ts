@@ -206,7 +206,7 @@ export class Dataplane {
     if (c.address === null) return;
     net.addInterface({
       index: itf.index, name: c.name, mac: drv.mac, address: c.address, gateway: c.gateway ?? undefined, mtu: c.mtu, output: itf.output.name,
-      neighbours: config.neighbors.filter((n) => n.interface === c.name).map((n) => ({ address: n.address, mac: n.mac })),
+      neighbors: config.neighbors.filter((n) => n.interface === c.name).map((n) => ({ address: n.address, mac: n.mac })),
     });
   }
 
@@ -339,7 +339,7 @@ export class Dataplane {
   }
 
   async neighbors(): Promise<NeighborView[]> {
-    return this.net.neighbours.entries().map((n) => ({ ...n, interface: this.ifs.byIndex(n.interface)?.name ?? `if${n.interface}` }));
+    return this.net.neighbors.entries().map((n) => ({ ...n, interface: this.ifs.byIndex(n.interface)?.name ?? `if${n.interface}` }));
   }
 
   async runtime(): Promise<RuntimeThreadSnapshot[]> {

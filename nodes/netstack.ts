@@ -1,8 +1,8 @@
 /**
  * The L2–L4 node set (DESIGN.md section 3) registered on a graph in one call, and the handles
- * whoever wires a data plane needs: the per-interface table, the neighbour table, the UDP API.
+ * whoever wires a data plane needs: the per-interface table, the neighbor table, the UDP API.
  *
- *   ethernet-input -> arp-input                         (reply, learn; neighbour timers)
+ *   ethernet-input -> arp-input                         (reply, learn; neighbor timers)
  *                  -> ip4-input -> icmp4-echo           (reply in place)
  *                               -> udp4-input -> bound nodes (udp-echo, QPs, callbacks)
  *   udp4-send (input) / udp-echo / upper layers -> udp4-encap -> ip4-rewrite -> <if>-output
@@ -16,7 +16,7 @@
 import type { Graph, NodeRuntime } from '../graph/index.ts';
 import { registerArpInput } from './ethernet/arp-input.ts';
 import { registerEthernetInput } from './ethernet/ethernet-input.ts';
-import { type NeighbourOptions, NeighbourTable } from './ethernet/neighbour.ts';
+import { type NeighborOptions, NeighborTable } from './ethernet/neighbor.ts';
 import { registerIcmp4Echo } from './ip4/icmp4-echo.ts';
 import { Pinger, registerIcmp4Ping } from './ip4/icmp4-ping.ts';
 import { registerIp4Input } from './ip4/ip4-input.ts';
@@ -31,31 +31,31 @@ import { registerUdp4Send, UdpSendQueue } from './udp/udp4-send.ts';
 export interface NetstackOptions {
   /** Highest interface index + 1 the tables hold (default 64). */
   maxInterfaces?: number;
-  neighbour?: NeighbourOptions;
+  neighbor?: NeighborOptions;
   /** Slots of the UDP API's send queue (a power of 2, default 4096). */
   sendQueue?: number;
 }
 
-export interface StaticNeighbour {
+export interface StaticNeighbor {
   address: string;
   mac: string | Uint8Array;
 }
 
 export interface NetInterfaceConfig extends InterfaceTableConfig {
-  /** Static neighbours on this interface (configuration). */
-  neighbours?: StaticNeighbour[];
+  /** Static neighbors on this interface (configuration). */
+  neighbors?: StaticNeighbor[];
 }
 
 export interface Netstack {
   readonly graph: Graph;
   readonly interfaces: InterfaceTable;
-  readonly neighbours: NeighbourTable;
+  readonly neighbors: NeighborTable;
   readonly udp: UdpApi;
   /** Echo requests from the data plane (ping) and their replies. */
   readonly pinger: Pinger;
   /** The registered nodes by name. */
   readonly nodes: Record<string, NodeRuntime>;
-  /** Configure an interface for IPv4 (see InterfaceTableConfig) and its static neighbours. */
+  /** Configure an interface for IPv4 (see InterfaceTableConfig) and its static neighbors. */
   addInterface(cfg: NetInterfaceConfig): void;
   /** Gratuitous ARP on interface `index` (call when it comes up). */
   announce(index: number): boolean;
@@ -63,13 +63,13 @@ export interface Netstack {
 
 export function registerL2L4(graph: Graph, opts: NetstackOptions = {}): Netstack {
   const interfaces = new InterfaceTable(graph, opts.maxInterfaces ?? 64);
-  const neighbours = new NeighbourTable(graph, interfaces, opts.neighbour);
+  const neighbors = new NeighborTable(graph, interfaces, opts.neighbor);
   const udp = new UdpApi(graph);
   const queue = new UdpSendQueue(opts.sendQueue ?? 4096);
   const pinger = new Pinger(graph);
   // Every node after the nodes it names as next.
   const list = [
-    registerIp4Rewrite(graph, interfaces, neighbours),
+    registerIp4Rewrite(graph, interfaces, neighbors),
     registerIcmp4Ping(graph, pinger),
     registerUdp4Encap(graph, interfaces),
     registerUdpEcho(graph),
@@ -77,7 +77,7 @@ export function registerL2L4(graph: Graph, opts: NetstackOptions = {}): Netstack
     registerUdp4Input(graph, udp),
     registerIcmp4Echo(graph, interfaces, pinger),
     registerIp4Input(graph, interfaces),
-    registerArpInput(graph, interfaces, neighbours),
+    registerArpInput(graph, interfaces, neighbors),
     registerEthernetInput(graph, interfaces),
   ];
   udp.attach(graph.node('udp4-input'), queue);
@@ -86,16 +86,16 @@ export function registerL2L4(graph: Graph, opts: NetstackOptions = {}): Netstack
   return {
     graph,
     interfaces,
-    neighbours,
+    neighbors,
     udp,
     pinger,
     nodes,
     addInterface(cfg: NetInterfaceConfig): void {
       interfaces.add(cfg);
-      for (const nb of cfg.neighbours ?? []) neighbours.addStatic(cfg.index, nb.address, nb.mac);
+      for (const nb of cfg.neighbors ?? []) neighbors.addStatic(cfg.index, nb.address, nb.mac);
     },
     announce(index: number): boolean {
-      return neighbours.announce(index);
+      return neighbors.announce(index);
     },
   };
 }

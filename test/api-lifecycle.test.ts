@@ -214,7 +214,7 @@ test('connection manager through a listener: private data both ways, the accepte
   }
 });
 
-test('interfaces, neighbours, runtime (verbose), errors, trace, capture and fault through the API', async () => {
+test('interfaces, neighbors, runtime (verbose), errors, trace, capture and fault through the API', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'rdma-graph-api-'));
   const p = await apiPair({ captureDir: dir });
   const { ca, cb } = p;

@@ -79,7 +79,7 @@ const CASES: [string, string, string][] = [
     't.yaml:4:25: interfaces[0].mlx5dv.qp: unknown key "qp" (expected one of: device, port)'],
   ['unknown key: fault', `${M}    fault: {drop: 0.1}\n`,
     't.yaml:5:13: interfaces[0].fault.drop: unknown key "drop" (expected one of: direction, seed, loss, reorder, reorder-depth, reorder-delay-us, duplicate, corrupt)'],
-  ['unknown key: a neighbour', `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:02", vlan: 5}\n`,
+  ['unknown key: a neighbor', `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:02", vlan: 5}\n`,
     't.yaml:7:66: neighbors[0].vlan: unknown key "vlan" (expected one of: interface, address, mac)'],
   // ---- missing keys: at the mapping that lacks them
   ['missing: interface name', 'interfaces:\n  - driver: memif\n    memif: {socket: s}\n', `t.yaml:2:5: interfaces[0].name: missing (expected ${IFNAME})`],
@@ -94,7 +94,7 @@ const CASES: [string, string, string][] = [
   ['missing: dpdk device', 'interfaces:\n  - name: e0\n    driver: dpdk\n    dpdk: {eal-args: [-l, "0"]}\n', 't.yaml:4:11: interfaces[0].dpdk.device: missing (expected a non-empty string)'],
   ['missing: ibverbs device', 'interfaces:\n  - name: e0\n    driver: ibverbs\n    ibverbs: {port: 1}\n', 't.yaml:4:14: interfaces[0].ibverbs.device: missing (expected a non-empty string)'],
   ['missing: mlx5dv device', 'interfaces:\n  - name: e0\n    driver: mlx5dv\n    mlx5dv: {port: 2}\n', 't.yaml:4:13: interfaces[0].mlx5dv.device: missing (expected a non-empty string)'],
-  ['missing: neighbour mac', `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.2}\n`, `t.yaml:7:5: neighbors[0].mac: missing (expected ${MAC})`],
+  ['missing: neighbor mac', `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.2}\n`, `t.yaml:7:5: neighbors[0].mac: missing (expected ${MAC})`],
   ['missing: the driver\'s options', 'interfaces:\n  - name: p0\n    driver: pipe\n', 't.yaml:2:5: interfaces[0].pipe: missing, driver pipe takes its options here (expected a mapping of: peer)'],
   ['missing: the driver\'s options (af_packet)', 'interfaces:\n  - name: h0\n    driver: af_packet\n',
     't.yaml:2:5: interfaces[0].af_packet: missing, driver af_packet takes its options here (expected a mapping of: host-interface, promisc, tx-mode, block-size, qdisc-bypass)'],
@@ -188,22 +188,22 @@ const CASES: [string, string, string][] = [
     't.yaml:7:18: interfaces[1].pipe.peer: "m0" is a memif interface (expected a pipe interface in this file, or a name not in this file)'],
   ['pipe: the peer\'s peer is another', 'interfaces:\n  - {name: p0, driver: pipe, pipe: {peer: p1}}\n  - {name: p1, driver: pipe, pipe: {peer: p2}}\n',
     't.yaml:2:43: interfaces[0].pipe.peer: "p1" is a pipe whose peer is "p2" (expected a pipe whose peer is "p0")'],
-  // ---- neighbours
-  ['neighbour: unknown interface', `${MA}neighbors:\n  - {interface: m1, address: 10.0.0.2, mac: "02:00:00:00:00:02"}\n`,
+  // ---- neighbors
+  ['neighbor: unknown interface', `${MA}neighbors:\n  - {interface: m1, address: 10.0.0.2, mac: "02:00:00:00:00:02"}\n`,
     't.yaml:7:17: neighbors[0].interface: "m1" is not a configured interface (expected one of: m0)'],
-  ['neighbour: no interfaces at all', 'neighbors:\n  - {interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:02"}\n',
+  ['neighbor: no interfaces at all', 'neighbors:\n  - {interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:02"}\n',
     't.yaml:2:17: neighbors[0].interface: "m0" is not a configured interface (expected an interface of interfaces:, there are none)'],
-  ['neighbour: interface without an address', `${M}neighbors:\n  - {interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:02"}\n`,
+  ['neighbor: interface without an address', `${M}neighbors:\n  - {interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:02"}\n`,
     't.yaml:6:17: neighbors[0].interface: "m0" has no IPv4 address (expected an interface with address: a.b.c.d/N)'],
-  ['neighbour: outside the subnet', `${MA}neighbors:\n  - {interface: m0, address: 10.1.0.2, mac: "02:00:00:00:00:02"}\n`,
+  ['neighbor: outside the subnet', `${MA}neighbors:\n  - {interface: m0, address: 10.1.0.2, mac: "02:00:00:00:00:02"}\n`,
     't.yaml:7:30: neighbors[0].address: "10.1.0.2" is outside m0\'s subnet 10.0.0.0/24 (expected an address in 10.0.0.0/24)'],
-  ['neighbour: the interface itself', `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.1, mac: "02:00:00:00:00:02"}\n`,
+  ['neighbor: the interface itself', `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.1, mac: "02:00:00:00:00:02"}\n`,
     't.yaml:7:30: neighbors[0].address: "10.0.0.1" is m0\'s own address (expected another host in 10.0.0.0/24)'],
-  ['neighbour: the broadcast address', `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.255, mac: "02:00:00:00:00:02"}\n`,
+  ['neighbor: the broadcast address', `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.255, mac: "02:00:00:00:00:02"}\n`,
     't.yaml:7:30: neighbors[0].address: "10.0.0.255" is the broadcast address of 10.0.0.0/24 (expected a host address in 10.0.0.0/24)'],
-  ['neighbour: not an address', `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.02, mac: "02:00:00:00:00:02"}\n`,
+  ['neighbor: not an address', `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.02, mac: "02:00:00:00:00:02"}\n`,
     't.yaml:7:30: neighbors[0].address: "10.0.0.02" is not an IPv4 address (expected an IPv4 address a.b.c.d)'],
-  ['neighbour: twice', `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:02"}\n  - {interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:03"}\n`,
+  ['neighbor: twice', `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:02"}\n  - {interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:03"}\n`,
     't.yaml:8:5: neighbors[1]: m0 10.0.0.2 is already in neighbors[0] (expected one entry per interface and address)'],
   // ---- rdma
   ['port-range: lo > hi', 'rdma:\n  port-range: [30000, 20000]\n', 't.yaml:2:15: rdma.port-range: [30000, 20000] has lo > hi (expected lo <= hi)'],
@@ -280,7 +280,7 @@ test('the checks across keys are sorted in among the others by position', () => 
 });
 
 test('a value the walk rejected is not looked at again by the checks across keys', () => {
-  // The bad address gives one issue; the gateway and the neighbour are not checked against it.
+  // The bad address gives one issue; the gateway and the neighbor are not checked against it.
   const e = configError(`${M}    address: 10.0.0.1/40\n    gateway: 10.9.9.9\nneighbors:\n  - {interface: m0, address: 10.7.0.2, mac: "02:00:00:00:00:02"}\n`);
   assert.equal(e.issues.map((i) => i.path), ['interfaces[0].address']);
 });

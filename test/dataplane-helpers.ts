@@ -37,7 +37,7 @@ export const MAC_B = '02:fe:00:00:00:02';
 export const IP_A = '10.10.0.1';
 export const IP_B = '10.10.0.2';
 
-/** Two data planes A (10.10.0.1) and B (10.10.0.2) joined by a pipe, static neighbours. */
+/** Two data planes A (10.10.0.1) and B (10.10.0.2) joined by a pipe, static neighbors. */
 export async function twoDataplanes(over: { a?: Partial<Config>; b?: Partial<Config>; ifA?: Partial<InterfaceConfig> } = {}): Promise<{ a: Dataplane; b: Dataplane; close(): Promise<void> }> {
   const n = ++pairs;
   const ea = `pa${n}`, eb = `pb${n}`;

@@ -64,7 +64,7 @@ function stack(): Stack {
   const ifs = new Interfaces(g);
   const drv = new ListDriver('tst0', US_MAC, 1500);
   const itf = ifs.add(drv);
-  net.addInterface({ index: itf.index, name: 'tst0', mac: US_MAC, address: `${US_IP}/24`, mtu: 1500, output: itf.output.name, neighbours: [{ address: PEER_IP, mac: PEER_MAC }] });
+  net.addInterface({ index: itf.index, name: 'tst0', mac: US_MAC, address: `${US_IP}/24`, mtu: 1500, output: itf.output.name, neighbors: [{ address: PEER_IP, mac: PEER_MAC }] });
   const rdma = registerRdma(g, net, { portRange: [20000, 20099], cmBacklog: 16 });
   g.build();
   const pd = rdma.createPd();

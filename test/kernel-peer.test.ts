@@ -111,8 +111,8 @@ async function snmp(ns: string, group: 'Udp' | 'Icmp' = 'Udp'): Promise<Record<s
   return Object.fromEntries(names.map((n, i) => [n, values[i]]));
 }
 
-/** The namespace kernel's neighbour entry for `addr`, or null. */
-function kernelNeighbour(ns: string, dev: string, addr: string): { lladdr?: string; state: string[] } | null {
+/** The namespace kernel's neighbor entry for `addr`, or null. */
+function kernelNeighbor(ns: string, dev: string, addr: string): { lladdr?: string; state: string[] } | null {
   const j = JSON.parse(ip('-j', '-n', ns, 'neigh', 'show', addr, 'dev', dev)) as { lladdr?: string; state: string[] }[];
   return j.length ? j[0] : null;
 }
@@ -363,18 +363,18 @@ test('the kernel pings us: 100 pings, 0 % loss (and the kernel pinging itself ov
   assert.is(x.g.errorCount('icmp4-echo', 'bad_checksum'), 0);
 });
 
-test('ARP: arping gets our MAC, the kernel neighbour table learns it; we learn the kernel\'s, and resolve it ourselves', async () => {
+test('ARP: arping gets our MAC, the kernel neighbor table learns it; we learn the kernel\'s, and resolve it ourselves', async () => {
   const x = await plane();
   if (!x) return;
   const { p, net, itf, g } = x;
   const peerMac = formatMac(p.peerMac);
   // After the pings the kernel knows us already; start both tables empty.
   ip('-n', p.ns, 'neigh', 'flush', 'dev', p.peer);
-  net.neighbours.flush(itf.index);
-  assert.is(kernelNeighbour(p.ns, p.peer, US_IP), null, 'kernel entry flushed');
-  assert.is(net.neighbours.get(itf.index, NS_IP), null, 'our entry flushed');
+  net.neighbors.flush(itf.index);
+  assert.is(kernelNeighbor(p.ns, p.peer, US_IP), null, 'kernel entry flushed');
+  assert.is(net.neighbors.get(itf.index, NS_IP), null, 'our entry flushed');
 
-  // The kernel resolves us: arping (its own raw socket: it does not touch the neighbour table).
+  // The kernel resolves us: arping (its own raw socket: it does not touch the neighbor table).
   const a = await run('ip', ['netns', 'exec', p.ns, 'arping', '-c', '3', '-w', '4', '-I', p.peer, US_IP], 10000);
   const replies = [...(a.out + a.err).matchAll(/Unicast reply from ([\d.]+) \[([0-9A-Fa-f:]+)\]/g)];
   assert.is(replies.length, 3, `arping: ${a.out}${a.err}`);
@@ -384,19 +384,19 @@ test('ARP: arping gets our MAC, the kernel neighbour table learns it; we learn t
   }
   assert.match(a.out, /Received 3 response\(s\)/);
   assert.is(a.code, 0);
-  const ours = net.neighbours.get(itf.index, NS_IP);
+  const ours = net.neighbors.get(itf.index, NS_IP);
   assert.is(ours?.mac, peerMac, 'we learned the kernel\'s MAC from the requests addressed to us');
   assert.is(ours?.state, 'reachable');
 
-  // The kernel's own resolution: one ping, then its neighbour table has our MAC.
+  // The kernel's own resolution: one ping, then its neighbor table has our MAC.
   await inNs(p.ns, ['ping', '-n', '-q', '-c', '1', '-W', '1', US_IP]);
-  const k = kernelNeighbour(p.ns, p.peer, US_IP);
+  const k = kernelNeighbor(p.ns, p.peer, US_IP);
   assert.ok(k, 'the kernel has an entry for us');
   assert.is(k!.lladdr, US_MAC);
   assert.ok(k!.state.some((s) => ['REACHABLE', 'STALE', 'DELAY'].includes(s)), `state ${k!.state}`);
 
   // We resolve the kernel: a datagram to it with an empty table is held, we ask, it answers.
-  net.neighbours.flush(itf.index);
+  net.neighbors.flush(itf.index);
   ip('-n', p.ns, 'neigh', 'flush', 'dev', p.peer);
   const req = g.errorCount('arp-input', 'requests_sent'), rep = g.errorCount('arp-input', 'reply_received');
   const sink = pyInNsAsync(p.ns, PY_RECV_UDP, [NS_IP, '9100', '1', '2']);
@@ -406,8 +406,8 @@ test('ARP: arping gets our MAC, the kernel neighbour table learns it; we learn t
   assert.equal(got, [`${US_IP} 010203`], 'the held datagram went out after the reply');
   assert.is(g.errorCount('arp-input', 'requests_sent') - req, 1, 'one ARP request');
   assert.is(g.errorCount('arp-input', 'reply_received') - rep, 1, 'one reply');
-  assert.is(net.neighbours.get(itf.index, NS_IP)?.mac, peerMac);
-  assert.is(kernelNeighbour(p.ns, p.peer, US_IP)?.lladdr, US_MAC, 'the kernel learned us from our request');
+  assert.is(net.neighbors.get(itf.index, NS_IP)?.mac, peerMac);
+  assert.is(kernelNeighbor(p.ns, p.peer, US_IP)?.lladdr, US_MAC, 'the kernel learned us from our request');
 });
 
 test('UDP echo: a kernel socket gets every datagram back byte-identical (0..1472 bytes, one by one and in a burst)', async () => {

@@ -18,7 +18,7 @@ test('ARP request for our address: answered in place, sender learned, counted', 
   assert.is(hex(out[0]), expectedReply(PEER_MAC, PEER_IP), 'exact reply bytes (42, no padding)');
   const r = parseArp(parseEth(out[0]).payload);
   assert.equal([r.op, r.sha, r.spa, r.tha, r.tpa], [2, US_MAC, US_IP, PEER_MAC, PEER_IP]);
-  const nb = s.net.neighbours.get(s.itf.index, PEER_IP);
+  const nb = s.net.neighbors.get(s.itf.index, PEER_IP);
   assert.ok(nb);
   assert.equal([nb.mac, nb.state], [PEER_MAC, 'reachable']);
   assert.is(s.err('arp-input', 'replies_sent'), 1);
@@ -40,18 +40,18 @@ test('ARP probe (sender 0.0.0.0, RFC 5227) for our address is answered but teach
   const out = s.run(arpRequestFrame('0.0.0.0', US_IP));
   assert.is(out.length, 1);
   assert.is(hex(out[0]), expectedReply(PEER_MAC, '0.0.0.0'));
-  assert.is(s.net.neighbours.entries().length, 0);
+  assert.is(s.net.neighbors.entries().length, 0);
 });
 
 test('ARP not for us: consumed, not learned; but an existing entry is refreshed (merge)', () => {
   const s = makeStack();
   assert.is(s.run(arpRequestFrame(PEER_IP, '10.0.0.77')).length, 0);
-  assert.is(s.net.neighbours.entries().length, 0, 'a request for someone else creates nothing');
+  assert.is(s.net.neighbors.entries().length, 0, 'a request for someone else creates nothing');
   assert.is(s.err('arp-input', 'not_for_us'), 1);
   s.run(arpRequestFrame(PEER_IP, US_IP)); // now we know the peer
   // The peer moves to another MAC and announces it (gratuitous ARP, not addressed to us).
   assert.is(s.run(arpRequestFrame(PEER_IP, PEER_IP, OTHER_MAC)).length, 0);
-  assert.is(s.net.neighbours.get(s.itf.index, PEER_IP)?.mac, OTHER_MAC);
+  assert.is(s.net.neighbors.get(s.itf.index, PEER_IP)?.mac, OTHER_MAC);
   assert.is(s.err('arp-input', 'not_for_us'), 2);
   assert.is(s.drops(), 2, 'both consumed ARPs end in error-drop (counted)');
   assert.is(s.pool.available(), s.pool.count);
@@ -60,15 +60,15 @@ test('ARP not for us: consumed, not learned; but an existing entry is refreshed 
 test('ARP reply addressed to us: learned and consumed ("ARP replies received")', () => {
   const s = makeStack();
   assert.is(s.run(arpReplyFrame('10.0.0.5', OTHER_MAC)).length, 0);
-  assert.is(s.net.neighbours.get(s.itf.index, '10.0.0.5')?.mac, OTHER_MAC);
+  assert.is(s.net.neighbors.get(s.itf.index, '10.0.0.5')?.mac, OTHER_MAC);
   assert.is(s.err('arp-input', 'reply_received'), 1);
   assert.is(s.drops(), 1);
 });
 
-test('static neighbours are not overwritten by ARP', () => {
-  const s = makeStack({ neighbours: [{ address: PEER_IP, mac: PEER_MAC }] });
+test('static neighbors are not overwritten by ARP', () => {
+  const s = makeStack({ neighbors: [{ address: PEER_IP, mac: PEER_MAC }] });
   s.run(arpReplyFrame(PEER_IP, OTHER_MAC));
-  const nb = s.net.neighbours.get(s.itf.index, PEER_IP);
+  const nb = s.net.neighbors.get(s.itf.index, PEER_IP);
   assert.equal([nb?.mac, nb?.state], [PEER_MAC, 'static']);
   assert.is(s.err('arp-input', 'static_kept'), 1);
 });
@@ -89,7 +89,7 @@ test('malformed and hostile ARP: each dropped with its own counter, nothing lear
   assert.is(s.err('arp-input', 'bad_opcode'), 1);
   assert.is(s.err('arp-input', 'bad_sender'), 1);
   assert.is(s.err('arp-input', 'conflict'), 1);
-  assert.is(s.net.neighbours.entries().length, 0);
+  assert.is(s.net.neighbors.entries().length, 0);
   assert.is(s.drops(), frames.length);
   assert.is(s.pool.available(), s.pool.count);
 });

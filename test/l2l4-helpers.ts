@@ -377,7 +377,7 @@ export interface StackOptions extends NetstackOptions {
   address?: string;
   gateway?: string;
   mtu?: number;
-  neighbours?: { address: string; mac: string }[];
+  neighbors?: { address: string; mac: string }[];
 }
 
 export function makeStack(o: StackOptions = {}): Stack {
@@ -389,7 +389,7 @@ export function makeStack(o: StackOptions = {}): Stack {
   const itf = ifs.add(drv);
   net.addInterface({
     index: itf.index, name: 'tst0', mac: US_MAC, address: o.address ?? `${US_IP}/24`, gateway: o.gateway, mtu: o.mtu,
-    output: itf.output.name, neighbours: o.neighbours,
+    output: itf.output.name, neighbors: o.neighbors,
   });
   g.build();
   const s: Stack = {

@@ -120,12 +120,12 @@ test('two stacks back to back over a pipe: ARP both ways, UDP echo round trip, p
   };
   a.net.announce(a.itf.index);
   spin();
-  assert.is(b.net.neighbours.entries().length, 0, 'a gratuitous ARP does not create entries');
+  assert.is(b.net.neighbors.entries().length, 0, 'a gratuitous ARP does not create entries');
   for (let k = 0; k < 5; k++) assert.ok(a.net.udp.sendTo(Uint8Array.from(payload(100 + k)), PEER_IP, 7, 6000));
   spin();
   assert.equal(back, [0, 1, 2, 3, 4].map((k) => payload(100 + k)));
-  assert.is(a.net.neighbours.get(a.itf.index, PEER_IP)?.mac, PEER_MAC);
-  assert.is(b.net.neighbours.get(b.itf.index, US_IP)?.mac, US_MAC, 'B learned A from its request');
+  assert.is(a.net.neighbors.get(a.itf.index, PEER_IP)?.mac, PEER_MAC);
+  assert.is(b.net.neighbors.get(b.itf.index, US_IP)?.mac, US_MAC, 'B learned A from its request');
   assert.is(b.g.errorCount('arp-input', 'replies_sent'), 1);
   assert.is(a.g.errorCount('ip4-rewrite', 'held'), 5);
   // B pings A through the graph (an ICMP echo built by hand, sent out of B's output node).

@@ -28,7 +28,7 @@ function checkDatagram(frame: Uint8Array, o: { sport: number; dport: number; pay
 }
 
 test('UDP echo service: datagrams come back byte-identical with valid IPv4/UDP checksums', () => {
-  const s = makeStack({ neighbours: PEER });
+  const s = makeStack({ neighbors: PEER });
   s.net.udp.bind(7, 'udp-echo');
   const sizes = [0, 1, 18, 1001, 1472];
   const out = s.run(...sizes.map((n, k) => udpFrame({ sport: 40000 + k, dport: 7, payload: data(n, k) })));
@@ -41,7 +41,7 @@ test('UDP echo service: datagrams come back byte-identical with valid IPv4/UDP c
 });
 
 test('UDP: zero checksum accepted (counted), shorter UDP length trims, chained datagrams verified', () => {
-  const s = makeStack({ neighbours: PEER, dataSize: 256 });
+  const s = makeStack({ neighbors: PEER, dataSize: 256 });
   s.net.udp.bind(7, 'udp-echo');
   const big = data(1200, 9);
   const out = s.run(
@@ -59,7 +59,7 @@ test('UDP: zero checksum accepted (counted), shorter UDP length trims, chained d
 });
 
 test('udp4-input drops: bad checksum, bad length, truncated, no listener; all accounted for', () => {
-  const s = makeStack({ neighbours: PEER });
+  const s = makeStack({ neighbors: PEER });
   s.net.udp.bind(7, 'udp-echo');
   const good = udpFrame({ payload: data(12) });
   const badCk = udpFrame({ payload: data(12), checksum: 0x1234 });
@@ -83,7 +83,7 @@ test('udp4-input drops: bad checksum, bad length, truncated, no listener; all ac
 });
 
 test('UDP API: a callback listener gets payload + peer in opaque words and answers through send()', () => {
-  const s = makeStack({ neighbours: PEER });
+  const s = makeStack({ neighbors: PEER });
   const got: { payload: number[]; peer: string; ports: [number, number]; local: string }[] = [];
   const name = s.net.udp.listen(4791, (bufs, n, pool) => {
     for (let i = 0; i < n; i++) {
@@ -109,7 +109,7 @@ test('UDP API: a callback listener gets payload + peer in opaque words and answe
 });
 
 test('UDP API: sendTo from the control plane; a computed checksum of 0 goes out as 0xFFFF', () => {
-  const s = makeStack({ neighbours: PEER });
+  const s = makeStack({ neighbors: PEER });
   // Choose the last two payload bytes so that the one's complement sum is 0xffff (checksum 0).
   const head = data(10);
   const partial = [...pseudoHeader(US_IP, PEER_IP, 17, 20), ...u16(6000), ...u16(6001), ...u16(20), 0, 0, ...head, 0, 0];
@@ -124,7 +124,7 @@ test('UDP API: sendTo from the control plane; a computed checksum of 0 goes out 
 });
 
 test('UDP API: datagrams still queued when the graph closes go back to the pool', () => {
-  const s = makeStack({ neighbours: PEER });
+  const s = makeStack({ neighbors: PEER });
   const before = s.pool.available();
   for (let i = 0; i < 3; i++) assert.ok(s.net.udp.sendTo(Uint8Array.from(data(100)), PEER_IP, 6001, 6000));
   assert.is(s.pool.available(), before - 3, 'queued, not yet sent');
@@ -133,7 +133,7 @@ test('UDP API: datagrams still queued when the graph closes go back to the pool'
 });
 
 test('UDP API: bindings by address and wildcard, unbind, double bind refused', () => {
-  const s = makeStack({ neighbours: PEER });
+  const s = makeStack({ neighbors: PEER });
   const seen: string[] = [];
   s.net.udp.listen(5555, (b, n, pool) => { seen.push('exact'); pool.free(b, 0, n); }, { address: US_IP, name: 'exact-5555' });
   s.net.udp.listen(5556, (b, n, pool) => { seen.push('wild'); pool.free(b, 0, n); });
@@ -151,7 +151,7 @@ test('UDP API: bindings by address and wildcard, unbind, double bind refused', (
 });
 
 test('transmit errors: no route, datagram over MTU, bad tx interface; gateway routing', () => {
-  const s = makeStack({ neighbours: [...PEER, { address: '10.0.0.254', mac: '02:00:00:00:00:fe' }], mtu: 600 });
+  const s = makeStack({ neighbors: [...PEER, { address: '10.0.0.254', mac: '02:00:00:00:00:fe' }], mtu: 600 });
   assert.ok(s.net.udp.sendTo(Uint8Array.of(1), '192.168.1.1', 9, 9));
   assert.ok(s.net.udp.sendTo(new Uint8Array(600 - 28 + 1), PEER_IP, 9, 9));
   assert.ok(s.net.udp.sendTo(new Uint8Array(600 - 28), PEER_IP, 9, 9));
@@ -175,7 +175,7 @@ test('transmit errors: no route, datagram over MTU, bad tx interface; gateway ro
   assert.is(s.err('ip4-rewrite', 'bad_interface'), 1);
   assert.is(s.pool.available(), s.pool.count);
 
-  const gw = makeStack({ gateway: '10.0.0.254', neighbours: [{ address: '10.0.0.254', mac: '02:00:00:00:00:fe' }] });
+  const gw = makeStack({ gateway: '10.0.0.254', neighbors: [{ address: '10.0.0.254', mac: '02:00:00:00:00:fe' }] });
   assert.ok(gw.net.udp.sendTo(Uint8Array.of(7, 7), '192.168.1.1', 9, 10));
   const o2 = gw.run();
   assert.is(o2.length, 1);
@@ -183,7 +183,7 @@ test('transmit errors: no route, datagram over MTU, bad tx interface; gateway ro
 });
 
 test('show trace: the UDP echo path from wire to wire', () => {
-  const s = makeStack({ neighbours: PEER });
+  const s = makeStack({ neighbors: PEER });
   s.net.udp.bind(7, 'udp-echo');
   s.g.traceAdd('list-input', 1);
   s.run(udpFrame({ sport: 5000, dport: 7, payload: data(28) }));

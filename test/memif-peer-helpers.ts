@@ -3,7 +3,7 @@
  *
  *   node --import tsx test/memif-peer-helpers.ts <socket> <server|client>
  *
- * One memif interface (02:00:00:00:00:01, 10.0.0.1/24, no static neighbour: ARP does the work),
+ * One memif interface (02:00:00:00:00:01, 10.0.0.1/24, no static neighbor: ARP does the work),
  * the L2-L4 nodes and the RDMA layer on the adaptive loop. An RDMA responder listens on port
  * 7000: each connection gets a QP; the accept private data carries the stag and length of a
  * 64 KiB MR (remote read, write, atomic) filled with pattern(65536, 99); every Send it receives

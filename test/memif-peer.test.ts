@@ -163,7 +163,7 @@ test('RDMA between two processes over memif: CM connect after ARP, send echo, wr
     };
     const { qp, stag, length } = await connectQp();
     assert.is(length, 65536);
-    const nb = net.neighbours.get(itf.index, US_IP);
+    const nb = net.neighbors.get(itf.index, US_IP);
     assert.ok(nb !== null && nb.mac === US_MAC && nb.state !== 'static', `the child resolved by ARP: ${JSON.stringify(nb)}`);
     // Send echo: 30 messages of up to 16 KiB (the child has 32 receives posted) come back unchanged.
     const src = rdma.regMr(pd, pattern(30 * 16384, 5), []);

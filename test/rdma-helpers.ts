@@ -1,7 +1,7 @@
 /**
  * Two RDMA stacks back to back in one process: two graphs (one per stack, both run by the
  * adaptive loop on this thread), each with the L2–L4 nodes and the RDMA layer, static
- * neighbours, joined by a pipe pair (one buffer pool) or by a memif pair (link 'memif': A is a
+ * neighbors, joined by a pipe pair (one buffer pool) or by a memif pair (link 'memif': A is a
  * zero-copy client with a memfd pool, B a server with its own pool, on an abstract socket;
  * `ready` resolves once the link is up). Plus helpers to connect a QP pair, poll completions
  * with a deadline, and fill/compare memory.
@@ -69,7 +69,7 @@ export function twoStacks(opts: { rdma?: RdmaOptions; mtu?: number; buffers?: nu
     const net = registerL2L4(graph);
     const ifs = new Interfaces(graph);
     const itf = ifs.add(drv, { next: 'ethernet-input', fault });
-    net.addInterface({ index: itf.index, name: drv.name, mac: drv.mac, address: `${ip}/24`, mtu: drv.mtu, output: itf.output.name, neighbours: [{ address: peerIp, mac: peerMac }] });
+    net.addInterface({ index: itf.index, name: drv.name, mac: drv.mac, address: `${ip}/24`, mtu: drv.mtu, output: itf.output.name, neighbors: [{ address: peerIp, mac: peerMac }] });
     const rdma = registerRdma(graph, net, opts.rdma);
     graph.build();
     return { graph, ifs, rdma, ifName: drv.name };

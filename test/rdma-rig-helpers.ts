@@ -170,7 +170,7 @@ export function rig(o: { rdma?: RdmaOptions; mtu?: number; qp?: Partial<QpInit>;
   const ifs = new Interfaces(g);
   const drv = new ListDriver('tst0', US_MAC, mtu);
   const itf = ifs.add(drv);
-  net.addInterface({ index: itf.index, name: 'tst0', mac: US_MAC, address: `${US_IP}/24`, mtu, output: itf.output.name, neighbours: [{ address: PEER_IP, mac: PEER_MAC }] });
+  net.addInterface({ index: itf.index, name: 'tst0', mac: US_MAC, address: `${US_IP}/24`, mtu, output: itf.output.name, neighbors: [{ address: PEER_IP, mac: PEER_MAC }] });
   const rdma = registerRdma(g, net, { portRange: [20000, 20099], ...o.rdma });
   g.build();
   const pd = rdma.createPd();

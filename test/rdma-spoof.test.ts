@@ -281,7 +281,7 @@ test('6. SRQ: a Send naming a far MSN takes no receive; another QP of the SRQ st
   const ifs = new Interfaces(g);
   const drv = new ListDriver('tst0', US_MAC, 1500);
   const itf = ifs.add(drv);
-  net.addInterface({ index: itf.index, name: 'tst0', mac: US_MAC, address: `${US_IP}/24`, mtu: 1500, output: itf.output.name, neighbours: [{ address: PEER_IP, mac: PEER_MAC }] });
+  net.addInterface({ index: itf.index, name: 'tst0', mac: US_MAC, address: `${US_IP}/24`, mtu: 1500, output: itf.output.name, neighbors: [{ address: PEER_IP, mac: PEER_MAC }] });
   const rdma = registerRdma(g, net, { portRange: [20000, 20099] });
   g.build();
   const pd = rdma.createPd(), cq = rdma.createCq(64);

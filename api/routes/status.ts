@@ -1,5 +1,5 @@
 /**
- * Routes that look at and steer the data plane as a whole: health, interfaces, neighbours,
+ * Routes that look at and steer the data plane as a whole: health, interfaces, neighbors,
  * runtime, errors, trace, capture, fault injection, events.
  */
 import type { RuntimeThreadSnapshot } from '../../graph/format.ts';
@@ -78,7 +78,7 @@ export const statusRoutes: RouteDef[] = [
     handler: ({ dp, body, signal }: Ctx<never, never, { address: string; count?: number; intervalMs?: number; size?: number; timeoutMs?: number }>) => dp.ping(body, signal),
   },
   {
-    method: 'GET', path: '/v1/neighbors', tag: 'interfaces', summary: 'the neighbour (ARP) table',
+    method: 'GET', path: '/v1/neighbors', tag: 'interfaces', summary: 'the neighbor (ARP) table',
     status: 200, response: { type: 'array', items: S.NeighborView }, errors: [],
     handler: ({ dp }: Ctx) => dp.neighbors(),
   },

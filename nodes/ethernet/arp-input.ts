@@ -12,7 +12,7 @@
  * - We answer only for the address of the interface the request came in on (Linux's
  *   arp_ignore=1 behaviour; VPP does the same per interface).
  *
- * The node also owns the neighbour table's timers (retransmission, aging) and is the node its
+ * The node also owns the neighbor table's timers (retransmission, aging) and is the node its
  * ARP requests and gratuitous ARPs leave from.
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime, RX_ONLY_FLAGS } from '../../graph/index.ts';
@@ -32,13 +32,13 @@ import {
   ArpError,
 } from './arp.ts';
 import { ETH_HEADER_BYTES, ETHERTYPE_ARP } from './ethernet.ts';
-import { ARP_NEXT_DROP, ARP_NEXT_REWRITE, type NeighbourTable } from './neighbour.ts';
+import { ARP_NEXT_DROP, ARP_NEXT_REWRITE, type NeighborTable } from './neighbor.ts';
 
 export const ARP_INPUT = 'arp-input';
 
 interface ArpData {
   ifs: InterfaceTable;
-  table: NeighbourTable;
+  table: NeighborTable;
   /** Next index of each interface's output node. */
   out: Int32Array;
 }
@@ -65,7 +65,7 @@ function formatArpTrace(r: unknown): string {
   );
 }
 
-export function registerArpInput(graph: Graph, ifs: InterfaceTable, table: NeighbourTable): NodeRuntime {
+export function registerArpInput(graph: Graph, ifs: InterfaceTable, table: NeighborTable): NodeRuntime {
   const data: ArpData = { ifs, table, out: new Int32Array(0) };
   const rt = graph.register({
     name: ARP_INPUT,

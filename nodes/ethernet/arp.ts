@@ -1,6 +1,6 @@
 /**
  * ARP (RFC 826) for Ethernet/IPv4: the packet layout, building requests, and the error
- * counters of `arp-input` (shared with the neighbour table, whose timers run on that node).
+ * counters of `arp-input` (shared with the neighbor table, whose timers run on that node).
  *
  *   0 htype(2)=1  2 ptype(2)=0x0800  4 hlen(1)=6  5 plen(1)=4  6 op(2)
  *   8 sha(6)  14 spa(4)  18 tha(6)  24 tpa(4)     (28 bytes)
@@ -20,7 +20,7 @@ export const ARP_TPA = 24;
 export const ARP_ETH_IP4_HEAD = 0x00010800;
 export const ARP_ETH_IP4_LENS = 0x0604;
 
-/** arp-input's error counters (the neighbour table counts on them too). */
+/** arp-input's error counters (the neighbor table counts on them too). */
 export const ArpError = {
   TRUNCATED: 0,
   BAD_FORMAT: 1,
@@ -50,14 +50,14 @@ export const ARP_ERRORS: readonly ErrorDesc[] = [
   { name: 'replies_sent', description: 'ARP replies sent', severity: 'info' },
   { name: 'reply_received', description: 'ARP replies received', severity: 'info' },
   { name: 'not_for_us', description: 'ARP for another address', severity: 'info' },
-  { name: 'learned', description: 'neighbours learned', severity: 'info' },
-  { name: 'static_kept', description: 'ARP ignored: static neighbour', severity: 'warn' },
+  { name: 'learned', description: 'neighbors learned', severity: 'info' },
+  { name: 'static_kept', description: 'ARP ignored: static neighbor', severity: 'warn' },
   { name: 'requests_sent', description: 'ARP requests sent', severity: 'info' },
   { name: 'gratuitous_sent', description: 'gratuitous ARPs sent', severity: 'info' },
   { name: 'resolution_failed', description: 'held packet dropped: no ARP reply', severity: 'error' },
   { name: 'evicted_held', description: 'held packet dropped: entry removed', severity: 'error' },
-  { name: 'aged', description: 'neighbours aged out', severity: 'info' },
-  { name: 'evicted', description: 'neighbours evicted (table full)', severity: 'warn' },
+  { name: 'aged', description: 'neighbors aged out', severity: 'info' },
+  { name: 'evicted', description: 'neighbors evicted (table full)', severity: 'warn' },
   { name: 'no_buffer', description: 'no buffer for an ARP request', severity: 'error' },
 ];
 

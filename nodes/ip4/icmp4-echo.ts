@@ -5,8 +5,8 @@
  * message (every segment of a chained packet), the IPv4 addresses swapped with TTL 64 and a new
  * header checksum (identification and DF are kept, as Linux does), and the Ethernet header
  * rebuilt in front of it addressed to the request's Ethernet source. It goes straight back out
- * of the interface it came in on: a host answers the neighbour (or router) that asked, so no
- * route or neighbour lookup is needed.
+ * of the interface it came in on: a host answers the neighbor (or router) that asked, so no
+ * route or neighbor lookup is needed.
  *
  * Echo replies carrying the identifier of our own pinger (icmp4-ping.ts) settle the request
  * they answer first; then they, and the other ICMP types (unreachables, ...), are counted and

@@ -6,16 +6,16 @@
  * interface's), L4 (protocol; interface index in the high half, 0 = route by destination).
  * The IPv4 header is prepended in the headroom: version 4, IHL 5, TOS 0, DF, TTL 64, an
  * identification from a per-graph counter, the unrolled header checksum. The next hop is the
- * destination when on-link, else the interface's gateway. Its MAC comes from the neighbour
+ * destination when on-link, else the interface's gateway. Its MAC comes from the neighbor
  * table (broadcast and multicast map directly). When it is unresolved the packet is held by
- * the neighbour table, which sends an ARP request at once and again every retransmit interval
- * (one per neighbour per interval: that is the rate limit), and sends the held packets back
+ * the neighbor table, which sends an ARP request at once and again every retransmit interval
+ * (one per neighbor per interval: that is the rate limit), and sends the held packets back
  * here when the reply comes, or drops them ("no ARP reply") when the probes run out.
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS, RX_ONLY_FLAGS } from '../../graph/index.ts';
 import { BROADCAST_HI, BROADCAST_LO, ETH_HEADER_BYTES, ETHERTYPE_IP4 } from '../ethernet/ethernet.ts';
 import { formatIp4, formatMacHiLo, isIp4Multicast } from '../net/address.ts';
-import { HoldResult, type NeighbourTable } from '../ethernet/neighbour.ts';
+import { HoldResult, type NeighborTable } from '../ethernet/neighbor.ts';
 import { formatIp4HeaderTrace, type Ip4HeaderTrace, ip4HeaderRecord } from './ip4-input.ts';
 import type { InterfaceTable } from '../net/interfaces.ts';
 import { IP4_DEFAULT_TTL, IP4_FLAG_DF, IP4_HEADER_BYTES, Ip4Opaque, ip4SetChecksum20 } from './ip4.ts';
@@ -31,7 +31,7 @@ export const Ip4RewriteError = {
   NO_HEADROOM: 3,
   HELD: 4,
   HOLD_QUEUE_FULL: 5,
-  NEIGHBOUR_TABLE_FULL: 6,
+  NEIGHBOR_TABLE_FULL: 6,
 } as const;
 
 const ERRORS = [
@@ -41,12 +41,12 @@ const ERRORS = [
   { name: 'no_headroom', description: 'no headroom for IPv4+Ethernet', severity: 'error' },
   { name: 'held', description: 'held awaiting ARP resolution', severity: 'info' },
   { name: 'hold_queue_full', description: 'ARP hold queue full', severity: 'error' },
-  { name: 'neighbour_table_full', description: 'neighbour table full (static)', severity: 'error' },
+  { name: 'neighbor_table_full', description: 'neighbor table full (static)', severity: 'error' },
 ] as const;
 
 interface RewriteData {
   ifs: InterfaceTable;
-  table: NeighbourTable;
+  table: NeighborTable;
   out: Int32Array;
   ident: number;
 }
@@ -68,7 +68,7 @@ function formatRewriteTrace(r: unknown): string {
   return `${head}\n${formatIp4HeaderTrace(t.ip)}`;
 }
 
-export function registerIp4Rewrite(graph: Graph, ifs: InterfaceTable, table: NeighbourTable): NodeRuntime {
+export function registerIp4Rewrite(graph: Graph, ifs: InterfaceTable, table: NeighborTable): NodeRuntime {
   const data: RewriteData = { ifs, table, out: new Int32Array(0), ident: 0 };
   const rt = graph.register({
     name: IP4_REWRITE,
@@ -96,7 +96,7 @@ function ip4Rewrite(rt: NodeRuntime, frame: Frame | null): number {
   const eBase = rt.errorIndex(0);
   let k = 0, held = 0;
   let ident = d.ident;
-  // Neighbour lookup cache for runs to the same next hop.
+  // Neighbor lookup cache for runs to the same next hop.
   let cIx = -1, cNh = -1, cE = -1;
   for (let i = 0; i < n; i++) {
     const bi = vec[i];
@@ -143,7 +143,7 @@ function ip4Rewrite(rt: NodeRuntime, frame: Frame | null): number {
               if (traced) rt.addTrace(bi, `held awaiting ARP for ${formatIp4(nh)} on ${ifs.names[ix]} (${table.held(table.lookup(ix, nh))} held)`);
               continue;
             }
-            err = r === HoldResult.QUEUE_FULL ? Ip4RewriteError.HOLD_QUEUE_FULL : Ip4RewriteError.NEIGHBOUR_TABLE_FULL;
+            err = r === HoldResult.QUEUE_FULL ? Ip4RewriteError.HOLD_QUEUE_FULL : Ip4RewriteError.NEIGHBOR_TABLE_FULL;
           }
         }
       }

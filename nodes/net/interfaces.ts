@@ -106,7 +106,7 @@ export class InterfaceTable {
     let gw = 0;
     if (cfg.gateway !== undefined) {
       gw = parseIp4(cfg.gateway, `${where}: gateway`);
-      if (((gw ^ p.address) & mask) !== 0 || gw === p.address) throw new RangeError(`${where}: gateway ${cfg.gateway} is not a neighbour on ${cfg.address}/${prefix}`);
+      if (((gw ^ p.address) & mask) !== 0 || gw === p.address) throw new RangeError(`${where}: gateway ${cfg.gateway} is not a neighbor on ${cfg.address}/${prefix}`);
     }
     const mtu = cfg.mtu ?? 1500;
     checkMtu(mtu, where);

@@ -1,5 +1,5 @@
 /**
- * The IPv4 neighbour (ARP) table: (interface, address) -> MAC, for every interface, in typed
+ * The IPv4 neighbor (ARP) table: (interface, address) -> MAC, for every interface, in typed
  * arrays with an open-addressing hash (linear probing, backward-shift deletion), so a lookup
  * creates nothing.
  *
@@ -25,7 +25,7 @@ import type { InterfaceTable } from '../net/interfaces.ts';
 import { formatIp4, formatMacHiLo, macHi, macLo, parseIp4, parseMac } from '../net/address.ts';
 import { ArpError, buildArpRequest } from './arp.ts';
 
-export const NeighbourState = {
+export const NeighborState = {
   FREE: 0,
   INCOMPLETE: 1,
   REACHABLE: 2,
@@ -38,12 +38,12 @@ const STATE_NAMES = ['free', 'incomplete', 'reachable', 'probe', 'static'];
 export const ARP_NEXT_DROP = 0;
 export const ARP_NEXT_REWRITE = 1;
 
-export interface NeighbourOptions {
+export interface NeighborOptions {
   /** Entries in all interfaces together (default 4096). */
   capacity?: number;
   /** Non-static entries per interface (default 1024). */
   maxDynamic?: number;
-  /** Packets held per unresolved neighbour (default 16). */
+  /** Packets held per unresolved neighbor (default 16). */
   holdMax?: number;
   /** Seconds a learned entry stays valid without confirmation (default 300). */
   ageSec?: number;
@@ -53,7 +53,7 @@ export interface NeighbourOptions {
   maxProbes?: number;
 }
 
-export interface NeighbourInfo {
+export interface NeighborInfo {
   interface: number;
   address: string;
   mac: string | null;
@@ -66,7 +66,7 @@ export interface NeighbourInfo {
 /** What `hold` did with a packet. */
 export const HoldResult = { HELD: 0, QUEUE_FULL: 1, TABLE_FULL: 2 } as const;
 
-export class NeighbourTable {
+export class NeighborTable {
   readonly graph: Graph;
   readonly interfaces: InterfaceTable;
   readonly capacity: number;
@@ -89,7 +89,7 @@ export class NeighbourTable {
   private readonly holdHead: Uint32Array;
   private readonly holdTail: Uint32Array;
   private readonly holdCount: Uint16Array;
-  /** Per buffer: the next held buffer of the same neighbour. */
+  /** Per buffer: the next held buffer of the same neighbor. */
   private readonly holdNext: Uint32Array;
   private readonly freeList: Uint32Array;
   private nFree: number;
@@ -101,12 +101,12 @@ export class NeighbourTable {
   private arp: NodeRuntime | null = null;
   private outArcs: Int32Array | null = null;
 
-  constructor(graph: Graph, interfaces: InterfaceTable, opts: NeighbourOptions = {}) {
+  constructor(graph: Graph, interfaces: InterfaceTable, opts: NeighborOptions = {}) {
     this.graph = graph;
     this.interfaces = interfaces;
     const int = (v: number | undefined, def: number, lo: number, hi: number, what: string): number => {
       const x = v ?? def;
-      if (!Number.isInteger(x) || x < lo || x > hi) throw new RangeError(`neighbour table: ${what} must be an integer in ${lo}..${hi}, got ${x}`);
+      if (!Number.isInteger(x) || x < lo || x > hi) throw new RangeError(`neighbor table: ${what} must be an integer in ${lo}..${hi}, got ${x}`);
       return x;
     };
     this.capacity = int(opts.capacity, 4096, 1, 1 << 22, 'capacity');
@@ -114,9 +114,9 @@ export class NeighbourTable {
     this.holdMax = int(opts.holdMax, 16, 0, 65535, 'holdMax');
     this.maxProbes = int(opts.maxProbes, 3, 1, 255, 'maxProbes');
     const age = opts.ageSec ?? 300;
-    if (!(age > 0)) throw new RangeError(`neighbour table: ageSec must be > 0, got ${age}`);
+    if (!(age > 0)) throw new RangeError(`neighbor table: ageSec must be > 0, got ${age}`);
     const rtx = opts.retransmitMs ?? 1000;
-    if (!(rtx > 0)) throw new RangeError(`neighbour table: retransmitMs must be > 0, got ${rtx}`);
+    if (!(rtx > 0)) throw new RangeError(`neighbor table: retransmitMs must be > 0, got ${rtx}`);
     this.ageNs = age * 1e9;
     this.retransmitNs = rtx * 1e6;
     const n = this.capacity;
@@ -171,7 +171,7 @@ export class NeighbourTable {
 
   /** True when entry `e` has a usable MAC. */
   resolved(e: number): boolean {
-    return this.state[e] >= NeighbourState.REACHABLE;
+    return this.state[e] >= NeighborState.REACHABLE;
   }
 
   /**
@@ -182,7 +182,7 @@ export class NeighbourTable {
   hold(ix: number, ip: number, bi: number): number {
     let e = this.lookup(ix, ip);
     if (e < 0) {
-      e = this.create(ix, ip, NeighbourState.INCOMPLETE);
+      e = this.create(ix, ip, NeighborState.INCOMPLETE);
       if (e < 0) return HoldResult.TABLE_FULL;
       this.probes[e] = 1;
       this.sendRequest(ix, ip);
@@ -213,19 +213,19 @@ export class NeighbourTable {
     let e = this.lookup(ix, ip);
     if (e < 0) {
       if (!create) return -1;
-      e = this.create(ix, ip, NeighbourState.REACHABLE);
+      e = this.create(ix, ip, NeighborState.REACHABLE);
       if (e < 0) return -1;
       this.timer[e] = this.graph.startTimer(arp, this.ageNs, e);
       arp.countError(ArpError.LEARNED);
     } else {
       const st = this.state[e];
-      if (st === NeighbourState.STATIC) {
+      if (st === NeighborState.STATIC) {
         if (this.macHi[e] !== hi || this.macLo[e] !== lo) arp.countError(ArpError.STATIC_KEPT);
         return e;
       }
-      if (st === NeighbourState.INCOMPLETE) arp.countError(ArpError.LEARNED);
+      if (st === NeighborState.INCOMPLETE) arp.countError(ArpError.LEARNED);
       // The running timer (retransmit or age) re-arms itself from updatedNs when it fires.
-      this.state[e] = NeighbourState.REACHABLE;
+      this.state[e] = NeighborState.REACHABLE;
     }
     this.macHi[e] = hi;
     this.macLo[e] = lo;
@@ -241,12 +241,12 @@ export class NeighbourTable {
     this.timer[e] = -1;
     const st = this.state[e];
     const arp = this.arp as NodeRuntime;
-    if (st === NeighbourState.FREE) return;
-    if (st === NeighbourState.STATIC) {
+    if (st === NeighborState.FREE) return;
+    if (st === NeighborState.STATIC) {
       if (this.holdCount[e] > 0) this.release(e);
       return;
     }
-    if (st === NeighbourState.REACHABLE) {
+    if (st === NeighborState.REACHABLE) {
       const left = this.updatedNs[e] + this.ageNs - this.graph.clock.nowNs();
       if (left > 0) {
         this.timer[e] = this.graph.startTimer(arp, left, e);
@@ -257,7 +257,7 @@ export class NeighbourTable {
         this.remove(e, ArpError.EVICTED_HELD);
         return;
       }
-      this.state[e] = NeighbourState.PROBE;
+      this.state[e] = NeighborState.PROBE;
       this.probes[e] = 0;
     }
     // INCOMPLETE or PROBE: another request, or give up.
@@ -267,7 +267,7 @@ export class NeighbourTable {
       this.timer[e] = this.graph.startTimer(arp, this.retransmitNs, e);
       return;
     }
-    if (st === NeighbourState.PROBE) arp.countError(ArpError.AGED);
+    if (st === NeighborState.PROBE) arp.countError(ArpError.AGED);
     this.remove(e, ArpError.RESOLUTION_FAILED);
   }
 
@@ -275,18 +275,18 @@ export class NeighbourTable {
 
   /** Add or replace a static entry (configuration). Held packets for it are sent on. */
   addStatic(ix: number, address: string | number, mac: string | Uint8Array): void {
-    if (!this.interfaces.isConfigured(ix)) throw new Error(`static neighbour: interface index ${ix} is not configured for IPv4`);
-    const ip = typeof address === 'number' ? address >>> 0 : parseIp4(address, 'static neighbour');
-    const m = parseMac(mac, `static neighbour ${formatIp4(ip)}`);
-    if (m[0] & 1) throw new RangeError(`static neighbour ${formatIp4(ip)}: MAC must be unicast`);
+    if (!this.interfaces.isConfigured(ix)) throw new Error(`static neighbor: interface index ${ix} is not configured for IPv4`);
+    const ip = typeof address === 'number' ? address >>> 0 : parseIp4(address, 'static neighbor');
+    const m = parseMac(mac, `static neighbor ${formatIp4(ip)}`);
+    if (m[0] & 1) throw new RangeError(`static neighbor ${formatIp4(ip)}: MAC must be unicast`);
     let e = this.lookup(ix, ip);
-    if (e >= 0 && this.state[e] !== NeighbourState.STATIC) {
+    if (e >= 0 && this.state[e] !== NeighborState.STATIC) {
       this.stopTimer(e);
       this.dynCount[ix]--;
-      this.state[e] = NeighbourState.STATIC;
+      this.state[e] = NeighborState.STATIC;
     } else if (e < 0) {
-      e = this.create(ix, ip, NeighbourState.STATIC);
-      if (e < 0) throw new Error(`static neighbour ${formatIp4(ip)}: the neighbour table is full of static entries (capacity ${this.capacity})`);
+      e = this.create(ix, ip, NeighborState.STATIC);
+      if (e < 0) throw new Error(`static neighbor ${formatIp4(ip)}: the neighbor table is full of static entries (capacity ${this.capacity})`);
     }
     this.macHi[e] = macHi(m);
     this.macLo[e] = macLo(m);
@@ -299,7 +299,7 @@ export class NeighbourTable {
 
   /** Delete the entry of (interface, address); held packets are dropped. False if none. */
   delete(ix: number, address: string | number): boolean {
-    const ip = typeof address === 'number' ? address >>> 0 : parseIp4(address, 'neighbour');
+    const ip = typeof address === 'number' ? address >>> 0 : parseIp4(address, 'neighbor');
     const e = this.lookup(ix, ip);
     if (e < 0) return false;
     this.remove(e, ArpError.EVICTED_HELD);
@@ -315,7 +315,7 @@ export class NeighbourTable {
     let n = 0;
     for (let e = 0; e < this.capacity; e++) {
       const st = this.state[e];
-      if (st === NeighbourState.FREE || st === NeighbourState.STATIC || (ix >= 0 && this.ifIndex[e] !== ix)) continue;
+      if (st === NeighborState.FREE || st === NeighborState.STATIC || (ix >= 0 && this.ifIndex[e] !== ix)) continue;
       this.remove(e, ArpError.EVICTED_HELD);
       n++;
     }
@@ -345,16 +345,16 @@ export class NeighbourTable {
     return ok;
   }
 
-  entries(): NeighbourInfo[] {
-    const out: NeighbourInfo[] = [];
+  entries(): NeighborInfo[] {
+    const out: NeighborInfo[] = [];
     const now = this.graph.clock.nowNs();
     for (let e = 0; e < this.capacity; e++) {
       const st = this.state[e];
-      if (st === NeighbourState.FREE) continue;
+      if (st === NeighborState.FREE) continue;
       out.push({
         interface: this.ifIndex[e],
         address: formatIp4(this.ip[e]),
-        mac: st === NeighbourState.INCOMPLETE ? null : formatMacHiLo(this.macHi[e], this.macLo[e]),
+        mac: st === NeighborState.INCOMPLETE ? null : formatMacHiLo(this.macHi[e], this.macLo[e]),
         state: STATE_NAMES[st],
         age: (now - this.updatedNs[e]) / 1e9,
         held: this.holdCount[e],
@@ -364,8 +364,8 @@ export class NeighbourTable {
   }
 
   /** One entry (tests, show), or null. */
-  get(ix: number, address: string | number): NeighbourInfo | null {
-    const ip = typeof address === 'number' ? address >>> 0 : parseIp4(address, 'neighbour');
+  get(ix: number, address: string | number): NeighborInfo | null {
+    const ip = typeof address === 'number' ? address >>> 0 : parseIp4(address, 'neighbor');
     const e = this.lookup(ix, ip);
     if (e < 0) return null;
     return this.entries().find((x) => x.interface === ix && x.address === formatIp4(ip)) ?? null;
@@ -379,7 +379,7 @@ export class NeighbourTable {
 
   /** A new entry (mac unset), evicting when a bound is reached; -1 when nothing can go. */
   private create(ix: number, ip: number, state: number): number {
-    const dynamic = state !== NeighbourState.STATIC;
+    const dynamic = state !== NeighborState.STATIC;
     if (dynamic && this.dynCount[ix] >= this.maxDynamic) this.evictOldest(ix);
     if (this.nFree === 0) this.evictOldest(-1);
     if (this.nFree === 0 || (dynamic && this.dynCount[ix] >= this.maxDynamic)) return -1;
@@ -409,7 +409,7 @@ export class NeighbourTable {
     let best = -1, bestNs = Infinity;
     for (let e = 0; e < this.capacity; e++) {
       const st = this.state[e];
-      if (st === NeighbourState.FREE || st === NeighbourState.STATIC) continue;
+      if (st === NeighborState.FREE || st === NeighborState.STATIC) continue;
       if (ix >= 0 && this.ifIndex[e] !== ix) continue;
       if (this.updatedNs[e] < bestNs) {
         bestNs = this.updatedNs[e];
@@ -425,8 +425,8 @@ export class NeighbourTable {
   private remove(e: number, code: number): void {
     this.stopTimer(e);
     if (this.holdCount[e] > 0) this.dropHeld(e, code);
-    if (this.state[e] !== NeighbourState.STATIC) this.dynCount[this.ifIndex[e]]--;
-    this.state[e] = NeighbourState.FREE;
+    if (this.state[e] !== NeighborState.STATIC) this.dynCount[this.ifIndex[e]]--;
+    this.state[e] = NeighborState.FREE;
     this.unhash(e);
     this.freeList[this.nFree++] = e;
   }
