@@ -1,5 +1,5 @@
 /**
- * A hashed timing wheel for protocol timers (retransmission, connection setup, neighbour
+ * A hashed timing wheel for protocol timers (retransmission, connection setup, neighbor
  * aging). Timers live in parallel typed arrays; each slot is a doubly linked list so start and
  * stop are O(1). A timer further away than one rotation stays in its slot and is skipped until
  * its absolute expiry tick comes round. Handles carry a generation so stopping a timer that
