@@ -89,7 +89,7 @@ export function formatQp(q: QpView): string {
     `qp ${q.qpn}: state ${q.state}, local ${endpoint(q.local)}, remote ${endpoint(q.remote)}${q.listener === null ? '' : `, accepted by listener ${q.listener}`}`,
     `  psn ${q.psn} (initial send PSN: a manual connect of the peer needs it)`,
     `  pd ${q.pd} send-cq ${q.sendCq} recv-cq ${q.recvCq} srq ${q.srq ?? '-'}`,
-    `  ird ${q.ird} ord ${q.ord} max-send-wr ${q.maxSendWr} max-recv-wr ${q.maxRecvWr} max-sge ${q.maxSge} max-inline ${q.maxInline} mtu ${q.mtu}`,
+    `  ird ${q.ird} ord ${q.ord} max-send-wr ${q.maxSendWr} max-recv-wr ${q.maxRecvWr} max-sge ${q.maxSge} max-inline ${q.maxInline} segment-size ${q.segmentSize}`,
     `  sq outstanding ${q.sqOutstanding} rq posted ${q.rqPosted}`,
     `  tx ${q.counters.txPackets} packets ${q.counters.txBytes} bytes, rx ${q.counters.rxPackets} packets ${q.counters.rxBytes} bytes`,
     `  retransmits ${q.counters.retransmits} (fast ${q.counters.fastRetransmits}) timeouts ${q.counters.timeouts} duplicates ${q.counters.duplicates}`,

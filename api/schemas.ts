@@ -190,7 +190,7 @@ const qpViewProps = {
   maxRecvWr: count(),
   maxSge: count(),
   maxInline: count(),
-  mtu: count(),
+  segmentSize: count('payload bytes of one untagged DDP segment (the link MTU less IPv4, UDP, TRP and DDP headers)'),
   sqOutstanding: count(),
   rqPosted: count(),
   counters: QpCounters,

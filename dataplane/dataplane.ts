@@ -669,7 +669,7 @@ export class Dataplane {
       qpn: q.qpn, state: q.state, psn: q.psn, local: { ip: this.localIp(qp, q), port: q.local.port },
       remote: q.remote ? { ip: q.remote.address, port: q.remote.port } : null,
       pd: qp.pd.handle, sendCq: qp.sendCq.handle, recvCq: qp.recvCq.handle, srq: q.srq, listener: this.acceptedBy.get(qp.qpn) ?? null,
-      ird: q.ird, ord: q.ord, maxSendWr: q.maxSendWr, maxRecvWr: q.maxRecvWr, maxSge: q.maxSge, maxInline: q.maxInline, mtu: q.mtu,
+      ird: q.ird, ord: q.ord, maxSendWr: q.maxSendWr, maxRecvWr: q.maxRecvWr, maxSge: q.maxSge, maxInline: q.maxInline, segmentSize: q.segmentSize,
       sqOutstanding: q.sqOutstanding, rqPosted: q.rqPosted, counters: q.counters, rtt: q.rtt,
     };
   }

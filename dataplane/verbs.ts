@@ -120,7 +120,8 @@ export interface QpInfo {
   maxRecvWr: number;
   maxSge: number;
   maxInline: number;
-  mtu: number;
+  /** Payload bytes of one untagged DDP segment (Send): the link MTU less IPv4, UDP, TRP and DDP headers. */
+  segmentSize: number;
   sqOutstanding: number;
   rqPosted: number;
   srq: number | null;
@@ -652,7 +653,7 @@ export class Rdma {
       maxRecvWr: qp.cfg.maxRecvWr,
       maxSge: qp.cfg.maxSge,
       maxInline: qp.cfg.maxInline,
-      mtu: qp.mtuUntagged,
+      segmentSize: qp.mtuUntagged,
       sqOutstanding: qp.sqDepth,
       rqPosted: qp.srq ? 0 : qp.rqDepth,
       srq: qp.srq ? qp.srq.handle : null,

@@ -63,7 +63,7 @@ async function withPairOn(link: Link, body: (c: Ctx) => Promise<void>, opts: Pai
     await p.ready;
     const A = makeEnds(p.a, opts.init), B = makeEnds(p.b, opts.init);
     if (opts.connect !== false) connectManual(p.a, A.qp, p.b, B.qp);
-    const mtu = opts.connect !== false ? p.a.rdma.queryQp(A.qp).mtu : MTU_UNTAGGED;
+    const mtu = opts.connect !== false ? p.a.rdma.queryQp(A.qp).segmentSize : MTU_UNTAGGED;
     await body({ p, a: p.a, b: p.b, A, B, mtu, mtuT: mtu + 4, eventsA, eventsB });
     ok = true;
   } finally {
@@ -144,7 +144,7 @@ test('a manually connected pair: RTS both ways, segment payloads from the link M
     assert.equal(qb.remote, { address: IP_A, port: A.qp.qpn });
     assert.is(qa.qpn, A.qp.qpn);
     assert.is(mtu, MTU_UNTAGGED, 'untagged payload = 1500 - 20 - 8 - 10 - 18');
-    assert.is(qb.mtu, MTU_UNTAGGED);
+    assert.is(qb.segmentSize, MTU_UNTAGGED);
     assert.is(A.qp.mtuTagged, MTU_TAGGED, 'tagged segments carry 4 bytes more');
   }));
 
