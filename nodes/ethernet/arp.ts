@@ -6,7 +6,7 @@
  *   8 sha(6)  14 spa(4)  18 tha(6)  24 tpa(4)     (28 bytes)
  */
 import { type BufferPool, INVALID_INDEX, type ErrorDesc } from '../../graph/index.ts';
-import { BROADCAST_HI, BROADCAST_LO, ETH_HEADER_BYTES, ETHERTYPE_ARP } from './ethernet.ts';
+import { BROADCAST_HI, BROADCAST_LO, ETH_HEADER_BYTES, ETHERTYPE_ARP, ETHERTYPE_IP4 } from './ethernet.ts';
 
 export const ARP_BYTES = 28;
 export const ARP_OP_REQUEST = 1;
@@ -17,8 +17,8 @@ export const ARP_SPA = 14;
 export const ARP_THA = 18;
 export const ARP_TPA = 24;
 /** htype, ptype, hlen, plen of Ethernet/IPv4 ARP as one big-endian u32 + u16. */
-export const ARP_ETH_IP4_HEAD = 0x00010800;
-export const ARP_ETH_IP4_LENS = 0x0604;
+export const ARP_ETH_IP4_HEAD = ((ARP_HTYPE_ETHERNET << 16) | ETHERTYPE_IP4) >>> 0;
+export const ARP_ETH_IP4_LENS = (6 << 8) | 4;
 
 /** arp-input's error counters (the neighbor table counts on them too). */
 export const ArpError = {

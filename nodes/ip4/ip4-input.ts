@@ -15,7 +15,7 @@
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime } from '../../graph/index.ts';
 import type { InterfaceTable } from '../net/interfaces.ts';
-import { IP4_HEADER_BYTES, IP_PROTO_ICMP, IP_PROTO_TCP, IP_PROTO_UDP, ip4HeaderSum, ip4HeaderSum20 } from './ip4.ts';
+import { IP4_FLAG_MF, IP4_FRAG, IP4_FRAG_OFFSET_MASK, IP4_HEADER_BYTES, IP_PROTO_ICMP, IP_PROTO_TCP, IP_PROTO_UDP, ip4HeaderSum, ip4HeaderSum20 } from './ip4.ts';
 import { formatIp4, isIp4Multicast } from '../net/address.ts';
 
 export const IP4_INPUT = 'ip4-input';
@@ -78,8 +78,8 @@ export function formatIp4HeaderTrace(r: unknown): string {
   const t = r as Ip4HeaderTrace;
   const fl: string[] = [];
   if (t.frag & 0x4000) fl.push('DONT_FRAGMENT');
-  if (t.frag & 0x2000) fl.push('MORE_FRAGMENTS');
-  const off = t.frag & 0x1fff;
+  if (t.frag & IP4_FLAG_MF) fl.push('MORE_FRAGMENTS');
+  const off = t.frag & IP4_FRAG_OFFSET_MASK;
   return (
     `${ipProtoName(t.proto)}: ${formatIp4(t.src)} -> ${formatIp4(t.dst)}\n` +
     `  tos 0x${hex2(t.tos)}, ttl ${t.ttl}, length ${t.length}, checksum 0x${t.checksum.toString(16).padStart(4, '0')}\n` +
@@ -142,7 +142,7 @@ function ip4Input(rt: NodeRuntime, frame: Frame | null): number {
       else if (!(fl & BufferFlag.IP4_CKSUM_OK) && (hl === IP4_HEADER_BYTES ? ip4HeaderSum20(v, o) : ip4HeaderSum(v, o, hl)) !== 0xffff) {
         err = Ip4InputError.BAD_CHECKSUM;
       } else if (hl !== IP4_HEADER_BYTES) err = Ip4InputError.OPTIONS;
-      else if (v.getUint16(o + 6) & 0x3fff) err = Ip4InputError.FRAGMENT;
+      else if (v.getUint16(o + IP4_FRAG) & (IP4_FLAG_MF | IP4_FRAG_OFFSET_MASK)) err = Ip4InputError.FRAGMENT;
       else if (u8[o + 8] === 0) err = Ip4InputError.TTL0;
       else {
         const src = v.getUint32(o + 12), dst = v.getUint32(o + 16);

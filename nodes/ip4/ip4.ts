@@ -10,6 +10,8 @@ export const IP4_HEADER_BYTES = 20;
 export const IP_PROTO_ICMP = 1;
 export const IP_PROTO_TCP = 6;
 export const IP_PROTO_UDP = 17;
+/** The 16-bit flags + fragment offset field (offset from the IPv4 header). */
+export const IP4_FRAG = 6;
 export const IP4_FLAG_DF = 0x4000;
 export const IP4_FLAG_MF = 0x2000;
 export const IP4_FRAG_OFFSET_MASK = 0x1fff;

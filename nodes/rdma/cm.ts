@@ -31,7 +31,7 @@ import { Ip4Opaque } from '../ip4/ip4.ts';
 import { formatIp4 } from '../net/address.ts';
 import type { RdmaCore } from './core.ts';
 import { MAX_RD_ATOMIC, type Qp, QpState } from './qp.ts';
-import { CM_MAX_PRIVATE_DATA, CM_PARAMS_BYTES, TRP_HEADER_BYTES, TrpOp } from './wire.ts';
+import { CM_PRIVATE_DATA, CM_IRD, CM_MAX_PRIVATE_DATA, CM_ORD, CM_PARAMS_BYTES, CM_PD_LEN, TRP_ACK, TRP_HEADER_BYTES, TRP_OP_SHIFT, TRP_OPCODE, TRP_PSN, TrpOp } from './wire.ts';
 
 export const CM_INPUT = 'cm-input';
 
@@ -131,13 +131,13 @@ export class ConnectionManager {
   static message(op: number, ird: number, ord: number, pd: Uint8Array, psn = 0, ack = 0): Uint8Array {
     const m = new Uint8Array(TRP_HEADER_BYTES + CM_PARAMS_BYTES + pd.length);
     const v = new DataView(m.buffer);
-    v.setUint32(0, psn);
-    v.setUint32(4, ack);
-    v.setUint16(8, op << 12);
-    v.setUint16(10, pd.length);
-    v.setUint16(12, ird);
-    v.setUint16(14, ord);
-    m.set(pd, 16);
+    v.setUint32(TRP_PSN, psn);
+    v.setUint32(TRP_ACK, ack);
+    v.setUint16(TRP_OPCODE, op << TRP_OP_SHIFT);
+    v.setUint16(CM_PD_LEN, pd.length);
+    v.setUint16(CM_IRD, ird);
+    v.setUint16(CM_ORD, ord);
+    m.set(pd, CM_PRIVATE_DATA);
     return m;
   }
 
@@ -205,10 +205,10 @@ export class ConnectionManager {
   input(rt: NodeRuntime, bytes: Uint8Array, src: number, srcPort: number, dstPort: number, qpIndex: number): void {
     const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     if (bytes.length < TRP_HEADER_BYTES + CM_PARAMS_BYTES) return rt.countError(CmError.MALFORMED);
-    const op = v.getUint16(8) >>> 12;
+    const op = v.getUint16(TRP_OPCODE) >>> TRP_OP_SHIFT;
     if (op !== TrpOp.REQ && op !== TrpOp.ACCEPT && op !== TrpOp.REJECT) return rt.countError(CmError.MALFORMED);
-    const psn = v.getUint32(0), ack = v.getUint32(4);
-    const pdLen = v.getUint16(10), ird = v.getUint16(12), ord = v.getUint16(14);
+    const psn = v.getUint32(TRP_PSN), ack = v.getUint32(TRP_ACK);
+    const pdLen = v.getUint16(CM_PD_LEN), ird = v.getUint16(CM_IRD), ord = v.getUint16(CM_ORD);
     if (bytes.length !== TRP_HEADER_BYTES + CM_PARAMS_BYTES + pdLen || pdLen > CM_MAX_PRIVATE_DATA) return rt.countError(CmError.MALFORMED);
     if (op === TrpOp.REQ) return this.request(rt, bytes, src, srcPort, dstPort, psn, ird, ord, pdLen);
     const p = qpIndex >= 0 ? this.pending.get(qpIndex) : undefined;
@@ -217,7 +217,7 @@ export class ConnectionManager {
     if (!p || src !== p.qp.remoteAddr) return rt.countError(CmError.UNEXPECTED);
     if (ack !== p.qp.isn) return rt.countError(CmError.WRONG_ID);
     this.pending.delete(qpIndex);
-    const pd = bytes.slice(16, 16 + pdLen);
+    const pd = bytes.slice(CM_PRIVATE_DATA, CM_PRIVATE_DATA + pdLen);
     if (op === TrpOp.ACCEPT) {
       // Our ORD may not exceed the peer's IRD; our IRD serves the peer's ORD.
       try {
@@ -262,7 +262,7 @@ export class ConnectionManager {
     if (ird > MAX_RD_ATOMIC || ord > MAX_RD_ATOMIC) return reject();
     let d: AcceptDecision;
     try {
-      d = l.accept({ address: formatIp4(src), port: srcPort, listenPort: dstPort, ird, ord, privateData: bytes.slice(16, 16 + pdLen) });
+      d = l.accept({ address: formatIp4(src), port: srcPort, listenPort: dstPort, ird, ord, privateData: bytes.slice(CM_PRIVATE_DATA, CM_PRIVATE_DATA + pdLen) });
     } catch (e) {
       d = { reject: true, reason: (e as Error).message };
     }

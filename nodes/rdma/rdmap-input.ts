@@ -17,10 +17,7 @@ import { raiseTerminate, receiveTerminate } from './terminate.ts';
 import { unreceive } from './transport.ts';
 import { RdmaOpaque } from './trp-input.ts';
 import { Access, WrOpcode } from './verbs.ts';
-import {
-  AtomicOp, ATOMIC_REQUEST_BYTES, ATOMIC_RESPONSE_BYTES, DDP_L, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, IMMEDIATE_BYTES, Qn, RdmapOp, RDMAP_OP_NAMES,
-  RDMAP_VERSION, READ_REQUEST_BYTES, TERMINATE_CTL_BYTES, TermCode, termName, T_STAG, U_INV_STAG, U_MO, U_MSN, U_QN,
-} from './wire.ts';
+import { AR_OPCODE, AR_STAG, AR_TO, ARESP_ORIG, ARESP_REQ_ID, ATOMIC_REQUEST_BYTES, ATOMIC_RESPONSE_BYTES, AtomicOp, DDP_L, DDP_T, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, IMM_DATA, IMMEDIATE_BYTES, Qn, RDMAP_OP_NAMES, RDMAP_VERSION, RdmapOp, READ_REQUEST_BYTES, RR_SIZE, RR_SRC_STAG, RR_SRC_TO, T_STAG, TermCode, TERMINATE_CTL_BYTES, termName, U_INV_STAG, U_MO, U_MSN, U_QN } from './wire.ts';
 
 export const RDMAP_INPUT = 'rdmap-input';
 const NEXT_DROP = 0, NEXT_DISPATCH = 1;
@@ -56,7 +53,7 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
     const psn = opaque[w + RdmaOpaque.PSN];
     const info = opaque[w + RdmaOpaque.INFO];
     const b0 = info >>> 8, b1 = info & 0xff;
-    const tagged = (b0 & 0x80) !== 0, last = (b0 & DDP_L) !== 0;
+    const tagged = (b0 & DDP_T) !== 0, last = (b0 & DDP_L) !== 0;
     const op = b1 & 0x0f;
     const o = offset[bi];
     const segLen = flags[bi] & BufferFlag.NEXT_PRESENT ? pool.packetLength(bi) : length[bi];
@@ -116,7 +113,7 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
             qp.rxEv[s] = RxEvent.IMMEDIATE;
             rw[b] = msn;
             rw[b + 1] = v.getUint32(body);
-            rw[b + 2] = v.getUint32(body + 4);
+            rw[b + 2] = v.getUint32(body + IMM_DATA);
             rw[b + 3] = op;
           }
           break;
@@ -128,8 +125,8 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
           // IRD counts the requests not yet delivered and the responses not yet acknowledged.
           else if (d < 0 || d + (qp.respTail - qp.respHead) >= qp.ird) code = TermCode.DDP_U_INVALID_MSN;
           else if (isRead) {
-            const size = v.getUint32(body + 12), stag = v.getUint32(body + 16);
-            const to = v.getUint32(body + 20) * 4294967296 + v.getUint32(body + 24);
+            const size = v.getUint32(body + RR_SIZE), stag = v.getUint32(body + RR_SRC_STAG);
+            const to = v.getUint32(body + RR_SRC_TO) * 4294967296 + v.getUint32(body + RR_SRC_TO + 4);
             const mr = core.mrFor(stag, qp.pd);
             if (size > 0 && mr === null) code = TermCode.RDMAP_INVALID_STAG;
             else if (size > 0 && !((mr as { access: number }).access & Access.REMOTE_READ)) code = TermCode.RDMAP_ACCESS;
@@ -140,8 +137,8 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
               for (let k = 0; k < 7; k++) rw[b + 1 + k] = v.getUint32(body + 4 * k);
             }
           } else {
-            const aop = v.getUint32(body) & 0x0f, stag = v.getUint32(body + 8);
-            const to = v.getUint32(body + 12) * 4294967296 + v.getUint32(body + 16);
+            const aop = v.getUint32(body + AR_OPCODE) & 0x0f, stag = v.getUint32(body + AR_STAG);
+            const to = v.getUint32(body + AR_TO) * 4294967296 + v.getUint32(body + AR_TO + 4);
             const mr = core.mrFor(stag, qp.pd);
             if (aop > AtomicOp.CMP_SWAP) code = TermCode.RDMAP_UNEXPECTED_OPCODE;
             else if (mr === null) code = TermCode.RDMAP_INVALID_STAG;
@@ -156,15 +153,15 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
           break;
         }
         case RdmapOp.ATOMIC_RESPONSE: {
-          const reqId = plen >= ATOMIC_RESPONSE_BYTES ? v.getUint32(body) : 0;
+          const reqId = plen >= ATOMIC_RESPONSE_BYTES ? v.getUint32(body + ARESP_REQ_ID) : 0;
           const wr = qp.ordRing[reqId & qp.ordMask];
           if (plen < ATOMIC_RESPONSE_BYTES || wr === null || wr.msn !== reqId || wr.opcode < WrOpcode.FETCH_ADD || wr.done) {
             code = TermCode.RDMAP_UNEXPECTED_OPCODE;
           } else {
             qp.rxEv[s] = RxEvent.ATOMIC_RESPONSE;
             rw[b] = reqId;
-            rw[b + 1] = v.getUint32(body + 4);
-            rw[b + 2] = v.getUint32(body + 8);
+            rw[b + 1] = v.getUint32(body + ARESP_ORIG);
+            rw[b + 2] = v.getUint32(body + ARESP_ORIG + 4);
           }
           break;
         }

@@ -9,31 +9,28 @@ import type { BufferPool } from '../../graph/index.ts';
 import { type Qp, QpState, type RespSlot, type SendWr, TxFlag, TxKind } from './qp.ts';
 import type { RdmaCore } from './core.ts';
 import { type Completion, type Cq, type Mr, type RecvWr, WC_OPCODE_NAMES, WC_STATUS_NAMES, WcOpcode, WcStatus, WrOpcode, WR_WC_OPCODE, isAtomic } from './verbs.ts';
-import {
-  AtomicOp, ATOMIC_REQUEST_BYTES, ATOMIC_RESPONSE_BYTES, DDP_L, DDP_T, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, DDP_VERSION,
-  IMMEDIATE_BYTES, Qn, RDMAP_CTL, RdmapOp, READ_REQUEST_BYTES,
-} from './wire.ts';
+import { AR_COMPARE, AR_COMPARE_MASK, AR_OPCODE, AR_REQ_ID, AR_STAG, AR_SWAP, AR_SWAP_MASK, AR_TO, ARESP_ORIG, ARESP_REQ_ID, ATOMIC_REQUEST_BYTES, ATOMIC_RESPONSE_BYTES, AtomicOp, DDP_CTL, DDP_L, DDP_T, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, DDP_VERSION, IMM_DATA, IMMEDIATE_BYTES, Qn, RDMAP_CTL, RDMAP_CTL_BYTE, RdmapOp, READ_REQUEST_BYTES, RR_SINK_STAG, RR_SINK_TO, RR_SIZE, RR_SRC_STAG, RR_SRC_TO, T_STAG, T_TO, U_INV_STAG, U_MO, U_MSN, U_QN } from './wire.ts';
 
 const TWO32 = 4294967296;
 /** Packets sent after a hole that must arrive before it counts as lost (RFC 5681's 3). */
 const DUP_THRESH = 3;
 
 function untagged(v: DataView, o: number, last: boolean, op: number, inv: number, qn: number, msn: number, mo: number): number {
-  v.setUint8(o, (last ? DDP_L : 0) | DDP_VERSION);
-  v.setUint8(o + 1, RDMAP_CTL | op);
-  v.setUint32(o + 2, inv);
-  v.setUint32(o + 6, qn);
-  v.setUint32(o + 10, msn);
-  v.setUint32(o + 14, mo);
+  v.setUint8(o + DDP_CTL, (last ? DDP_L : 0) | DDP_VERSION);
+  v.setUint8(o + RDMAP_CTL_BYTE, RDMAP_CTL | op);
+  v.setUint32(o + U_INV_STAG, inv);
+  v.setUint32(o + U_QN, qn);
+  v.setUint32(o + U_MSN, msn);
+  v.setUint32(o + U_MO, mo);
   return DDP_UNTAGGED_BYTES;
 }
 
 function tagged(v: DataView, o: number, last: boolean, op: number, stag: number, to: number): number {
-  v.setUint8(o, DDP_T | (last ? DDP_L : 0) | DDP_VERSION);
-  v.setUint8(o + 1, RDMAP_CTL | op);
-  v.setUint32(o + 2, stag);
-  v.setUint32(o + 6, Math.floor(to / TWO32));
-  v.setUint32(o + 10, to >>> 0);
+  v.setUint8(o + DDP_CTL, DDP_T | (last ? DDP_L : 0) | DDP_VERSION);
+  v.setUint8(o + RDMAP_CTL_BYTE, RDMAP_CTL | op);
+  v.setUint32(o + T_STAG, stag);
+  v.setUint32(o + T_TO, Math.floor(to / TWO32));
+  v.setUint32(o + T_TO + 4, to >>> 0);
   return DDP_TAGGED_BYTES;
 }
 
@@ -51,9 +48,9 @@ export function buildSegment(qp: Qp, psn: number, pool: BufferPool, bi: number):
     const r = qp.resp[qp.txRef[s]];
     if (r.atomic) {
       const h = untagged(v, o, true, RdmapOp.ATOMIC_RESPONSE, 0, Qn.ATOMIC_RESPONSE, r.msn, 0);
-      v.setUint32(o + h, r.reqId);
-      v.setUint32(o + h + 4, r.origHi);
-      v.setUint32(o + h + 8, r.origLo);
+      v.setUint32(o + h + ARESP_REQ_ID, r.reqId);
+      v.setUint32(o + h + ARESP_ORIG, r.origHi);
+      v.setUint32(o + h + ARESP_ORIG + 4, r.origLo);
       bytes = h + ATOMIC_RESPONSE_BYTES;
     } else {
       const h = tagged(v, o, last, RdmapOp.READ_RESPONSE, r.sinkStag, r.sinkTo + off);
@@ -86,7 +83,7 @@ function buildRequest(wr: SendWr, fl: number, off: number, len: number, last: bo
     if (fl & TxFlag.IMM) {
       const h = untagged(v, o, true, wr.solicited ? RdmapOp.IMMEDIATE_SE : RdmapOp.IMMEDIATE, 0, Qn.SEND, wr.msn, 0);
       v.setUint32(o + h, 0);
-      v.setUint32(o + h + 4, wr.imm);
+      v.setUint32(o + h + IMM_DATA, wr.imm);
       return h + IMMEDIATE_BYTES;
     }
     const h = tagged(v, o, last, RdmapOp.WRITE, wr.rstag, wr.roff + off);
@@ -96,33 +93,33 @@ function buildRequest(wr: SendWr, fl: number, off: number, len: number, last: bo
   if (op === WrOpcode.READ) {
     const h = untagged(v, o, true, RdmapOp.READ_REQUEST, 0, Qn.READ, wr.msn, 0);
     // sink STag = our read MSN (names the outstanding Read), sink TO = 0: offset in its SG list
-    v.setUint32(o + h, wr.msn);
-    v.setUint32(o + h + 4, 0);
-    v.setUint32(o + h + 8, 0);
-    v.setUint32(o + h + 12, wr.length);
-    v.setUint32(o + h + 16, wr.rstag);
-    v.setUint32(o + h + 20, Math.floor(wr.roff / TWO32));
-    v.setUint32(o + h + 24, wr.roff >>> 0);
+    v.setUint32(o + h + RR_SINK_STAG, wr.msn);
+    v.setUint32(o + h + RR_SINK_TO, 0);
+    v.setUint32(o + h + RR_SINK_TO + 4, 0);
+    v.setUint32(o + h + RR_SIZE, wr.length);
+    v.setUint32(o + h + RR_SRC_STAG, wr.rstag);
+    v.setUint32(o + h + RR_SRC_TO, Math.floor(wr.roff / TWO32));
+    v.setUint32(o + h + RR_SRC_TO + 4, wr.roff >>> 0);
     return h + READ_REQUEST_BYTES;
   }
   const h = untagged(v, o, true, RdmapOp.ATOMIC_REQUEST, 0, Qn.READ, wr.msn, 0);
   const b = o + h;
-  v.setUint32(b, op === WrOpcode.FETCH_ADD ? AtomicOp.FETCH_ADD : op === WrOpcode.SWAP ? AtomicOp.SWAP : AtomicOp.CMP_SWAP);
-  v.setUint32(b + 4, wr.msn);
-  v.setUint32(b + 8, wr.rstag);
-  v.setUint32(b + 12, Math.floor(wr.roff / TWO32));
-  v.setUint32(b + 16, wr.roff >>> 0);
-  v.setUint32(b + 20, wr.swapHi);
-  v.setUint32(b + 24, wr.swapLo);
+  v.setUint32(b + AR_OPCODE, op === WrOpcode.FETCH_ADD ? AtomicOp.FETCH_ADD : op === WrOpcode.SWAP ? AtomicOp.SWAP : AtomicOp.CMP_SWAP);
+  v.setUint32(b + AR_REQ_ID, wr.msn);
+  v.setUint32(b + AR_STAG, wr.rstag);
+  v.setUint32(b + AR_TO, Math.floor(wr.roff / TWO32));
+  v.setUint32(b + AR_TO + 4, wr.roff >>> 0);
+  v.setUint32(b + AR_SWAP, wr.swapHi);
+  v.setUint32(b + AR_SWAP + 4, wr.swapLo);
   // masks: all ones = the plain (unmasked) operation; fetch-add's add mask 0 = no carry breaks
   const m = op === WrOpcode.FETCH_ADD ? 0 : 0xffffffff;
-  v.setUint32(b + 28, m);
-  v.setUint32(b + 32, m);
-  v.setUint32(b + 36, wr.cmpHi);
-  v.setUint32(b + 40, wr.cmpLo);
+  v.setUint32(b + AR_SWAP_MASK, m);
+  v.setUint32(b + AR_SWAP_MASK + 4, m);
+  v.setUint32(b + AR_COMPARE, wr.cmpHi);
+  v.setUint32(b + AR_COMPARE + 4, wr.cmpLo);
   const cm = op === WrOpcode.CMP_SWAP ? 0xffffffff : 0;
-  v.setUint32(b + 44, cm);
-  v.setUint32(b + 48, cm);
+  v.setUint32(b + AR_COMPARE_MASK, cm);
+  v.setUint32(b + AR_COMPARE_MASK + 4, cm);
   return h + ATOMIC_REQUEST_BYTES;
 }
 

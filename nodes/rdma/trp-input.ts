@@ -27,7 +27,7 @@ import { formatIp4 } from '../net/address.ts';
 import type { RdmaCore } from './core.ts';
 import { QpState } from './qp.ts';
 import { onAck, onSack, toError } from './transport.ts';
-import { TRP_HEADER_BYTES, TRP_OP_NAMES, TrpOp } from './wire.ts';
+import { TRP_ACK, TRP_HEADER_BYTES, TRP_OP_NAMES, TRP_OP_SHIFT, TRP_OPCODE, TRP_PSN, TrpOp } from './wire.ts';
 
 export const TRP_INPUT = 'trp-input';
 /** Opaque words the RDMA receive nodes use (after the IPv4/UDP words). */
@@ -100,9 +100,9 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
     if (qp === null) err = TrpInputError.NO_QP;
     else if (len < TRP_HEADER_BYTES || length[bi] < TRP_HEADER_BYTES) err = TrpInputError.TRUNCATED;
     else {
-      psn = v.getUint32(o);
-      ack = v.getUint32(o + 4);
-      op = v.getUint16(o + 8) >>> 12;
+      psn = v.getUint32(o + TRP_PSN);
+      ack = v.getUint32(o + TRP_ACK);
+      op = v.getUint16(o + TRP_OPCODE) >>> TRP_OP_SHIFT;
       const fromPeer = opaque[w + Ip4Opaque.REMOTE] === qp.remoteAddr && ports >>> 16 === qp.remotePort && qp.remotePort !== 0;
       if (op === TrpOp.ACCEPT || op === TrpOp.REJECT || op === TrpOp.REQ) {
         next = NEXT_CM;

@@ -15,7 +15,7 @@ import type { Qp } from './qp.ts';
 import { TxPacket } from './ddp-output.ts';
 import { RdmaOpaque } from './trp-input.ts';
 import { onTimeout } from './transport.ts';
-import { TRP_HEADER_BYTES, TRP_OP_NAMES, TrpOp } from './wire.ts';
+import { TRP_ACK, TRP_HEADER_BYTES, TRP_OP_NAMES, TRP_OP_SHIFT, TRP_OPCODE, TRP_PSN, TrpOp } from './wire.ts';
 
 export const TRP_OUTPUT = 'trp-output';
 
@@ -62,9 +62,9 @@ function trpOutput(rt: NodeRuntime, frame: Frame | null): number {
       ack = opaque[w + RdmaOpaque.AUX];
       op = TrpOp.SACK;
     }
-    v.setUint32(o, psn);
-    v.setUint32(o + 4, ack);
-    v.setUint16(o + 8, op << 12);
+    v.setUint32(o + TRP_PSN, psn);
+    v.setUint32(o + TRP_ACK, ack);
+    v.setUint16(o + TRP_OPCODE, op << TRP_OP_SHIFT);
     setUdpDestination(pool, bi, qp.remoteAddr, qp.remotePort, qp.qpn, qp.localAddr);
     if (rt.traceOn && flags[bi] & BufferFlag.TRACED) rt.addTrace(bi, `TRP: qp ${qp.qpn} ${kind === TxPacket.ACK ? 'ACK' : TRP_OP_NAMES[op]} psn ${psn} ack ${ack}`);
   }

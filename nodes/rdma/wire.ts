@@ -5,6 +5,16 @@
  */
 
 export const TRP_HEADER_BYTES = 10;
+/** TRP header fields (offsets from its start): PSN, cumulative ACK, opcode (high nibble of 16 bits). */
+export const TRP_PSN = 0;
+export const TRP_ACK = 4;
+export const TRP_OPCODE = 8;
+export const TRP_OP_SHIFT = 12;
+/** CM messages (REQ, ACCEPT, REJECT) after the TRP header: private-data length, IRD, ORD, data. */
+export const CM_PD_LEN = 10;
+export const CM_IRD = 12;
+export const CM_ORD = 14;
+export const CM_PRIVATE_DATA = 16;
 /** TRP opcodes (the high nibble of the 16-bit opcode field). */
 export const TrpOp = { DATA: 0, REQ: 1, ACCEPT: 2, REJECT: 3, FIN: 4, SACK: 5 } as const;
 export const TRP_OP_NAMES = ['DATA', 'REQ', 'ACCEPT', 'REJECT', 'FIN', 'SACK'] as const;
@@ -41,14 +51,37 @@ export const RDMAP_OP_NAMES = [
 /** Untagged queue numbers. */
 export const Qn = { SEND: 0, READ: 1, TERMINATE: 2, ATOMIC_RESPONSE: 3 } as const;
 
+/** DDP/RDMAP control bytes (offsets from the DDP header): DDP's T|L|DV, then RDMAP's RV|opcode. */
+export const DDP_CTL = 0;
+export const RDMAP_CTL_BYTE = 1;
 /** Untagged header fields (offsets from the DDP header). */
 export const U_INV_STAG = 2;
 export const U_QN = 6;
 export const U_MSN = 10;
 export const U_MO = 14;
-/** Tagged header fields. */
+/** Tagged header fields (the 64-bit tagged offset: high word at T_TO, low word at T_TO + 4). */
 export const T_STAG = 2;
 export const T_TO = 6;
+/** Read Request body (after the untagged header): sink STag, sink TO (64), size, source STag, source TO (64). */
+export const RR_SINK_STAG = 0;
+export const RR_SINK_TO = 4;
+export const RR_SIZE = 12;
+export const RR_SRC_STAG = 16;
+export const RR_SRC_TO = 20;
+/** Immediate Data body: 4 reserved bytes, then the 32-bit immediate. */
+export const IMM_DATA = 4;
+/** Atomic Request body (RFC 7306): AOpCode, request id, remote STag, remote TO, then add-or-swap data and mask, compare data and mask (64 bits each). */
+export const AR_OPCODE = 0;
+export const AR_REQ_ID = 4;
+export const AR_STAG = 8;
+export const AR_TO = 12;
+export const AR_SWAP = 20;
+export const AR_SWAP_MASK = 28;
+export const AR_COMPARE = 36;
+export const AR_COMPARE_MASK = 44;
+/** Atomic Response body: request id, original value (64). */
+export const ARESP_REQ_ID = 0;
+export const ARESP_ORIG = 4;
 
 /** Bodies after the untagged header. */
 export const READ_REQUEST_BYTES = 28;
