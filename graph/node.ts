@@ -26,6 +26,28 @@ export interface ErrorDesc {
   severity?: Severity;
 }
 
+/**
+ * A node's next nodes as one table (VPP's `[NEXT_DROP] = "error-drop"`): `names` go to the
+ * registration, `index.KEY` is the arc the code sets; the two cannot drift apart.
+ */
+export function nextTable<K extends string>(t: Record<K, string>): { names: string[]; index: Readonly<Record<K, number>> } {
+  const keys = Object.keys(t) as K[];
+  const index = {} as Record<K, number>;
+  keys.forEach((k, i) => (index[k] = i));
+  return { names: keys.map((k) => t[k]), index: Object.freeze(index) };
+}
+
+/**
+ * A node's error counters as one table (VPP's `foreach_*_error`): `list` goes to the
+ * registration, `code.KEY` is what `countError` and `pool.error` take.
+ */
+export function errorTable<K extends string>(t: Record<K, ErrorDesc>): { list: readonly ErrorDesc[]; code: Readonly<Record<K, number>> } {
+  const keys = Object.keys(t) as K[];
+  const code = {} as Record<K, number>;
+  keys.forEach((k, i) => (code[k] = i));
+  return { list: Object.freeze(keys.map((k) => t[k])), code: Object.freeze(code) };
+}
+
 /** A frame: up to FRAME_SIZE buffer indices addressed to one node. */
 export class Frame {
   readonly vec = new Uint32Array(FRAME_SIZE);

@@ -2,7 +2,7 @@ import { test } from 'uvu';
 import { manualClock } from './l2l4-helpers.ts';
 import * as assert from 'uvu/assert';
 import { Graph, GraphError } from '../graph/graph.ts';
-import { NodeFlag, type Frame, type NodeRuntime } from '../graph/node.ts';
+import { errorTable, NodeFlag, nextTable, type Frame, type NodeRuntime } from '../graph/node.ts';
 import { monotonicClock } from '../graph/clock.ts';
 import { memPool } from './helpers.ts';
 
@@ -364,6 +364,16 @@ test('a node that throws is reported by the loop; the other frames of the pass s
   assert.equal(got, [1], 'the frame queued after the failing one ran');
   assert.is(g.pendingFrames, 0);
   assert.is(pool.available(), pool.count);
+});
+
+test('nextTable / errorTable: names and indices come from one table, in its order', () => {
+  const n = nextTable({ DROP: 'error-drop', IP4: 'ip4-input', ARP: 'arp-input' });
+  assert.equal(n.names, ['error-drop', 'ip4-input', 'arp-input']);
+  assert.equal([n.index.DROP, n.index.IP4, n.index.ARP], [0, 1, 2]);
+  const e = errorTable({ A: { name: 'a', description: 'first' }, B: { name: 'b', description: 'second', severity: 'warn' } });
+  assert.equal(e.list.map((x) => x.name), ['a', 'b']);
+  assert.equal([e.code.A, e.code.B], [0, 1]);
+  assert.ok(Object.isFrozen(e.code) && Object.isFrozen(n.index));
 });
 
 test.run();

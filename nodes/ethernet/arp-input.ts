@@ -32,7 +32,7 @@ import {
   ArpError,
 } from './arp.ts';
 import { ETH_HEADER_BYTES, ETHERTYPE_ARP } from './ethernet.ts';
-import { ARP_NEXT_DROP, ARP_NEXT_REWRITE, type NeighborTable } from './neighbor.ts';
+import { ARP_NEXT, ARP_NEXT_DROP, ARP_NEXT_REWRITE, type NeighborTable } from './neighbor.ts';
 
 export const ARP_INPUT = 'arp-input';
 
@@ -70,7 +70,7 @@ export function registerArpInput(graph: Graph, ifs: InterfaceTable, table: Neigh
   const rt = graph.register({
     name: ARP_INPUT,
     // Order matters: ARP_NEXT_DROP and ARP_NEXT_REWRITE.
-    next: ['error-drop', 'ip4-rewrite'],
+    next: ARP_NEXT.names,
     errors: ARP_ERRORS,
     runtimeData: data,
     fn: arpInput,

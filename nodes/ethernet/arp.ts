@@ -5,7 +5,7 @@
  *   0 htype(2)=1  2 ptype(2)=0x0800  4 hlen(1)=6  5 plen(1)=4  6 op(2)
  *   8 sha(6)  14 spa(4)  18 tha(6)  24 tpa(4)     (28 bytes)
  */
-import { type BufferPool, INVALID_INDEX, type ErrorDesc } from '../../graph/index.ts';
+import { type BufferPool, INVALID_INDEX, type ErrorDesc, errorTable } from '../../graph/index.ts';
 import { BROADCAST_HI, BROADCAST_LO, ETH_HEADER_BYTES, ETHERTYPE_ARP, ETHERTYPE_IP4 } from './ethernet.ts';
 
 export const ARP_BYTES = 28;
@@ -21,45 +21,27 @@ export const ARP_ETH_IP4_HEAD = ((ARP_HTYPE_ETHERNET << 16) | ETHERTYPE_IP4) >>>
 export const ARP_ETH_IP4_LENS = (6 << 8) | 4;
 
 /** arp-input's error counters (the neighbor table counts on them too). */
-export const ArpError = {
-  TRUNCATED: 0,
-  BAD_FORMAT: 1,
-  BAD_OPCODE: 2,
-  BAD_SENDER: 3,
-  CONFLICT: 4,
-  REPLIES_SENT: 5,
-  REPLY_RECEIVED: 6,
-  NOT_FOR_US: 7,
-  LEARNED: 8,
-  STATIC_KEPT: 9,
-  REQUESTS_SENT: 10,
-  GRATUITOUS_SENT: 11,
-  RESOLUTION_FAILED: 12,
-  EVICTED_HELD: 13,
-  AGED: 14,
-  EVICTED: 15,
-  NO_BUFFER: 16,
-} as const;
-
-export const ARP_ERRORS: readonly ErrorDesc[] = [
-  { name: 'truncated', description: 'ARP packet truncated', severity: 'error' },
-  { name: 'bad_format', description: 'ARP not Ethernet/IPv4', severity: 'warn' },
-  { name: 'bad_opcode', description: 'ARP unknown opcode', severity: 'warn' },
-  { name: 'bad_sender', description: 'ARP sender MAC is multicast', severity: 'error' },
-  { name: 'conflict', description: 'ARP our address from another MAC', severity: 'warn' },
-  { name: 'replies_sent', description: 'ARP replies sent', severity: 'info' },
-  { name: 'reply_received', description: 'ARP replies received', severity: 'info' },
-  { name: 'not_for_us', description: 'ARP for another address', severity: 'info' },
-  { name: 'learned', description: 'neighbors learned', severity: 'info' },
-  { name: 'static_kept', description: 'ARP ignored: static neighbor', severity: 'warn' },
-  { name: 'requests_sent', description: 'ARP requests sent', severity: 'info' },
-  { name: 'gratuitous_sent', description: 'gratuitous ARPs sent', severity: 'info' },
-  { name: 'resolution_failed', description: 'held packet dropped: no ARP reply', severity: 'error' },
-  { name: 'evicted_held', description: 'held packet dropped: entry removed', severity: 'error' },
-  { name: 'aged', description: 'neighbors aged out', severity: 'info' },
-  { name: 'evicted', description: 'neighbors evicted (table full)', severity: 'warn' },
-  { name: 'no_buffer', description: 'no buffer for an ARP request', severity: 'error' },
-];
+const ARP_ERROR_TABLE = errorTable({
+  TRUNCATED: { name: 'truncated', description: 'ARP packet truncated', severity: 'error' },
+  BAD_FORMAT: { name: 'bad_format', description: 'ARP not Ethernet/IPv4', severity: 'warn' },
+  BAD_OPCODE: { name: 'bad_opcode', description: 'ARP unknown opcode', severity: 'warn' },
+  BAD_SENDER: { name: 'bad_sender', description: 'ARP sender MAC is multicast', severity: 'error' },
+  CONFLICT: { name: 'conflict', description: 'ARP our address from another MAC', severity: 'warn' },
+  REPLIES_SENT: { name: 'replies_sent', description: 'ARP replies sent', severity: 'info' },
+  REPLY_RECEIVED: { name: 'reply_received', description: 'ARP replies received', severity: 'info' },
+  NOT_FOR_US: { name: 'not_for_us', description: 'ARP for another address', severity: 'info' },
+  LEARNED: { name: 'learned', description: 'neighbors learned', severity: 'info' },
+  STATIC_KEPT: { name: 'static_kept', description: 'ARP ignored: static neighbor', severity: 'warn' },
+  REQUESTS_SENT: { name: 'requests_sent', description: 'ARP requests sent', severity: 'info' },
+  GRATUITOUS_SENT: { name: 'gratuitous_sent', description: 'gratuitous ARPs sent', severity: 'info' },
+  RESOLUTION_FAILED: { name: 'resolution_failed', description: 'held packet dropped: no ARP reply', severity: 'error' },
+  EVICTED_HELD: { name: 'evicted_held', description: 'held packet dropped: entry removed', severity: 'error' },
+  AGED: { name: 'aged', description: 'neighbors aged out', severity: 'info' },
+  EVICTED: { name: 'evicted', description: 'neighbors evicted (table full)', severity: 'warn' },
+  NO_BUFFER: { name: 'no_buffer', description: 'no buffer for an ARP request', severity: 'error' },
+});
+export const ArpError = ARP_ERROR_TABLE.code;
+export const ARP_ERRORS = ARP_ERROR_TABLE.list;
 
 /**
  * A new buffer holding an Ethernet broadcast ARP request from interface MAC (hi, lo) and

@@ -12,39 +12,30 @@
  * handled as untagged; its replies go out untagged. Stacked tags (802.1ad, a tag inside a tag)
  * are dropped with the VLAN counter.
  */
-import { BufferFlag, type Frame, type Graph, type NodeRuntime } from '../../graph/index.ts';
+import { BufferFlag, type Frame, type Graph, type NodeRuntime, errorTable, nextTable } from '../../graph/index.ts';
 import type { InterfaceTable } from '../net/interfaces.ts';
 import { BROADCAST_HI, BROADCAST_LO, ETH_HEADER_BYTES, ETHERTYPE_ARP, ETHERTYPE_IP4, ETHERTYPE_IP6, ETHERTYPE_MIN, ETHERTYPE_QINQ, ETHERTYPE_VLAN, etherTypeName } from './ethernet.ts';
 import { formatMacHiLo } from '../net/address.ts';
 
 export const ETHERNET_INPUT = 'ethernet-input';
 
-const NEXT_DROP = 0, NEXT_IP4 = 1, NEXT_ARP = 2;
-const NEXT_NAMES = ['error-drop', 'ip4-input', 'arp-input'];
+const NEXT = nextTable({ DROP: 'error-drop', IP4: 'ip4-input', ARP: 'arp-input' });
+const NEXT_DROP = NEXT.index.DROP, NEXT_IP4 = NEXT.index.IP4, NEXT_ARP = NEXT.index.ARP;
 
-export const EthernetError = {
-  TRUNCATED: 0,
-  NOT_CONFIGURED: 1,
-  NOT_OUR_MAC: 2,
-  MCAST_NOT_SUBSCRIBED: 3,
-  VLAN: 4,
-  PRIORITY_TAG: 5,
-  LLC: 6,
-  IP6: 7,
-  UNKNOWN_TYPE: 8,
-} as const;
 
-const ERRORS = [
-  { name: 'truncated', description: 'frame shorter than Ethernet header', severity: 'error' },
-  { name: 'not_configured', description: 'interface has no IPv4 config', severity: 'warn' },
-  { name: 'not_our_mac', description: 'unicast to another MAC', severity: 'warn' },
-  { name: 'mcast_not_subscribed', description: 'multicast MAC not subscribed', severity: 'info' },
-  { name: 'vlan', description: 'VLAN-tagged frame (no sub-ifs)', severity: 'warn' },
-  { name: 'priority_tag', description: 'priority tag (VLAN 0) removed', severity: 'info' },
-  { name: 'llc', description: '802.3/LLC frame (not Ethernet II)', severity: 'info' },
-  { name: 'ip6', description: 'IPv6 (not supported)', severity: 'info' },
-  { name: 'unknown_ethertype', description: 'unknown EtherType', severity: 'warn' },
-] as const;
+const ERROR_TABLE = errorTable({
+  TRUNCATED: { name: 'truncated', description: 'frame shorter than Ethernet header', severity: 'error' },
+  NOT_CONFIGURED: { name: 'not_configured', description: 'interface has no IPv4 config', severity: 'warn' },
+  NOT_OUR_MAC: { name: 'not_our_mac', description: 'unicast to another MAC', severity: 'warn' },
+  MCAST_NOT_SUBSCRIBED: { name: 'mcast_not_subscribed', description: 'multicast MAC not subscribed', severity: 'info' },
+  VLAN: { name: 'vlan', description: 'VLAN-tagged frame (no sub-ifs)', severity: 'warn' },
+  PRIORITY_TAG: { name: 'priority_tag', description: 'priority tag (VLAN 0) removed', severity: 'info' },
+  LLC: { name: 'llc', description: '802.3/LLC frame (not Ethernet II)', severity: 'info' },
+  IP6: { name: 'ip6', description: 'IPv6 (not supported)', severity: 'info' },
+  UNKNOWN_TYPE: { name: 'unknown_ethertype', description: 'unknown EtherType', severity: 'warn' },
+});
+export const EthernetError = ERROR_TABLE.code;
+const ERRORS = ERROR_TABLE.list;
 
 interface EthTrace {
   dstHi: number;
@@ -66,7 +57,7 @@ function formatEthTrace(r: unknown): string {
 export function registerEthernetInput(graph: Graph, ifs: InterfaceTable): NodeRuntime {
   return graph.register({
     name: ETHERNET_INPUT,
-    next: NEXT_NAMES,
+    next: NEXT.names,
     errors: ERRORS,
     runtimeData: ifs,
     fn: ethernetInput,
@@ -132,7 +123,7 @@ function ethernetInput(rt: NodeRuntime, frame: Frame | null): number {
         ? `truncated frame: ${length[bi]} bytes`
         : {
           dstHi: v.getUint32(o), dstLo: v.getUint16(o + 4), srcHi: v.getUint32(o + 6), srcLo: v.getUint16(o + 10),
-          type: tagged ? type : v.getUint16(o + 12), priorityTag: tagged, next: NEXT_NAMES[next],
+          type: tagged ? type : v.getUint16(o + 12), priorityTag: tagged, next: NEXT.names[next],
         } satisfies EthTrace);
     }
   }

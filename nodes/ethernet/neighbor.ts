@@ -20,7 +20,7 @@
  * table sends (requests, held packets released to ip4-rewrite, drops) goes out through that
  * node's arcs, so it works from a node, a timer or the control plane alike.
  */
-import { type Graph, INVALID_INDEX, type NodeRuntime } from '../../graph/index.ts';
+import { type Graph, INVALID_INDEX, type NodeRuntime, nextTable } from '../../graph/index.ts';
 import type { InterfaceTable } from '../net/interfaces.ts';
 import { formatIp4, formatMacHiLo, macHi, macLo, parseIp4, parseMac } from '../net/address.ts';
 import { ArpError, buildArpRequest } from './arp.ts';
@@ -35,8 +35,10 @@ export const NeighborState = {
 const STATE_NAMES = ['free', 'incomplete', 'reachable', 'probe', 'static'];
 
 /** arp-input's next indices the table uses. */
-export const ARP_NEXT_DROP = 0;
-export const ARP_NEXT_REWRITE = 1;
+/** arp-input's next nodes (the neighbor table sends held packets on through ARP_NEXT_REWRITE). */
+export const ARP_NEXT = nextTable({ DROP: 'error-drop', REWRITE: 'ip4-rewrite' });
+export const ARP_NEXT_DROP = ARP_NEXT.index.DROP;
+export const ARP_NEXT_REWRITE = ARP_NEXT.index.REWRITE;
 
 export interface NeighborOptions {
   /** Entries in all interfaces together (default 4096). */

@@ -12,7 +12,7 @@
  * they answer first; then they, and the other ICMP types (unreachables, ...), are counted and
  * dropped (info).
  */
-import { BufferFlag, type Frame, type Graph, type NodeRuntime, RX_ONLY_FLAGS } from '../../graph/index.ts';
+import { BufferFlag, type Frame, type Graph, type NodeRuntime, RX_ONLY_FLAGS, errorTable, nextTable } from '../../graph/index.ts';
 import { ETH_HEADER_BYTES } from '../ethernet/ethernet.ts';
 import type { Pinger } from './icmp4-ping.ts';
 import type { InterfaceTable } from '../net/interfaces.ts';
@@ -22,23 +22,19 @@ export const ICMP4_ECHO = 'icmp4-echo';
 export const ICMP_ECHO_REPLY = 0;
 export const ICMP_ECHO_REQUEST = 8;
 
-const NEXT_DROP = 0;
+const NEXT = nextTable({ DROP: 'error-drop' });
+const NEXT_DROP = NEXT.index.DROP;
 
-export const IcmpError = {
-  TRUNCATED: 0,
-  BAD_CHECKSUM: 1,
-  REPLIES: 2,
-  ECHO_REPLY: 3,
-  OTHER_TYPE: 4,
-} as const;
 
-const ERRORS = [
-  { name: 'truncated', description: 'ICMP message < 8 bytes', severity: 'error' },
-  { name: 'bad_checksum', description: 'bad ICMP checksum', severity: 'error' },
-  { name: 'replies', description: 'ICMP echo replies sent', severity: 'info' },
-  { name: 'echo_reply', description: 'ICMP echo reply received', severity: 'info' },
-  { name: 'other_type', description: 'ICMP type not handled', severity: 'info' },
-] as const;
+const ERROR_TABLE = errorTable({
+  TRUNCATED: { name: 'truncated', description: 'ICMP message < 8 bytes', severity: 'error' },
+  BAD_CHECKSUM: { name: 'bad_checksum', description: 'bad ICMP checksum', severity: 'error' },
+  REPLIES: { name: 'replies', description: 'ICMP echo replies sent', severity: 'info' },
+  ECHO_REPLY: { name: 'echo_reply', description: 'ICMP echo reply received', severity: 'info' },
+  OTHER_TYPE: { name: 'other_type', description: 'ICMP type not handled', severity: 'info' },
+});
+export const IcmpError = ERROR_TABLE.code;
+const ERRORS = ERROR_TABLE.list;
 
 const TYPE_NAMES: Record<number, string> = {
   0: 'echo_reply', 3: 'destination_unreachable', 5: 'redirect', 8: 'echo_request', 11: 'time_exceeded', 12: 'parameter_problem',
@@ -72,7 +68,7 @@ export function registerIcmp4Echo(graph: Graph, ifs: InterfaceTable, pinger: Pin
   const data: IcmpData = { ifs, out: new Int32Array(0), pinger };
   const rt = graph.register({
     name: ICMP4_ECHO,
-    next: ['error-drop'],
+    next: NEXT.names,
     errors: ERRORS,
     runtimeData: data,
     fn: icmp4Echo,

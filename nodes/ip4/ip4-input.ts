@@ -13,47 +13,34 @@
  * Local packets go on with the data start at the L4 header; the IPv4 header (always 20 bytes:
  * options were refused) sits just before it.
  */
-import { BufferFlag, type Frame, type Graph, type NodeRuntime } from '../../graph/index.ts';
+import { BufferFlag, type Frame, type Graph, type NodeRuntime, errorTable, nextTable } from '../../graph/index.ts';
 import type { InterfaceTable } from '../net/interfaces.ts';
 import { IP4_FLAG_MF, IP4_FRAG, IP4_FRAG_OFFSET_MASK, IP4_HEADER_BYTES, IP_PROTO_ICMP, IP_PROTO_TCP, IP_PROTO_UDP, ip4HeaderSum, ip4HeaderSum20 } from './ip4.ts';
 import { formatIp4, isIp4Multicast } from '../net/address.ts';
 
 export const IP4_INPUT = 'ip4-input';
 
-const NEXT_DROP = 0, NEXT_ICMP = 1, NEXT_UDP = 2;
-const NEXT_NAMES = ['error-drop', 'icmp4-echo', 'udp4-input'];
+const NEXT = nextTable({ DROP: 'error-drop', ICMP: 'icmp4-echo', UDP: 'udp4-input' });
+const NEXT_DROP = NEXT.index.DROP, NEXT_ICMP = NEXT.index.ICMP, NEXT_UDP = NEXT.index.UDP;
 
-export const Ip4InputError = {
-  TOO_SHORT: 0,
-  BAD_VERSION: 1,
-  BAD_IHL: 2,
-  BAD_LENGTH: 3,
-  TRUNCATED: 4,
-  BAD_CHECKSUM: 5,
-  OPTIONS: 6,
-  FRAGMENT: 7,
-  TTL0: 8,
-  MARTIAN_SOURCE: 9,
-  NOT_FOR_US: 10,
-  BROADCAST: 11,
-  UNKNOWN_PROTOCOL: 12,
-} as const;
 
-const ERRORS = [
-  { name: 'too_short', description: 'shorter than an IPv4 header', severity: 'error' },
-  { name: 'bad_version', description: 'IP version is not 4', severity: 'error' },
-  { name: 'bad_ihl', description: 'IPv4 header length < 20', severity: 'error' },
-  { name: 'bad_length', description: 'total length < header length', severity: 'error' },
-  { name: 'truncated', description: 'total length exceeds frame', severity: 'error' },
-  { name: 'bad_checksum', description: 'bad IPv4 header checksum', severity: 'error' },
-  { name: 'options', description: 'IPv4 options (not supported)', severity: 'warn' },
-  { name: 'fragment', description: 'IPv4 fragment (no reassembly)', severity: 'warn' },
-  { name: 'ttl0', description: 'TTL 0', severity: 'error' },
-  { name: 'martian_source', description: 'source multicast/bcast/loopback', severity: 'error' },
-  { name: 'not_for_us', description: 'not our address (host, no fwd)', severity: 'warn' },
-  { name: 'broadcast', description: 'broadcast/multicast destination', severity: 'info' },
-  { name: 'unknown_protocol', description: 'unknown IP protocol', severity: 'warn' },
-] as const;
+const ERROR_TABLE = errorTable({
+  TOO_SHORT: { name: 'too_short', description: 'shorter than an IPv4 header', severity: 'error' },
+  BAD_VERSION: { name: 'bad_version', description: 'IP version is not 4', severity: 'error' },
+  BAD_IHL: { name: 'bad_ihl', description: 'IPv4 header length < 20', severity: 'error' },
+  BAD_LENGTH: { name: 'bad_length', description: 'total length < header length', severity: 'error' },
+  TRUNCATED: { name: 'truncated', description: 'total length exceeds frame', severity: 'error' },
+  BAD_CHECKSUM: { name: 'bad_checksum', description: 'bad IPv4 header checksum', severity: 'error' },
+  OPTIONS: { name: 'options', description: 'IPv4 options (not supported)', severity: 'warn' },
+  FRAGMENT: { name: 'fragment', description: 'IPv4 fragment (no reassembly)', severity: 'warn' },
+  TTL0: { name: 'ttl0', description: 'TTL 0', severity: 'error' },
+  MARTIAN_SOURCE: { name: 'martian_source', description: 'source multicast/bcast/loopback', severity: 'error' },
+  NOT_FOR_US: { name: 'not_for_us', description: 'not our address (host, no fwd)', severity: 'warn' },
+  BROADCAST: { name: 'broadcast', description: 'broadcast/multicast destination', severity: 'info' },
+  UNKNOWN_PROTOCOL: { name: 'unknown_protocol', description: 'unknown IP protocol', severity: 'warn' },
+});
+export const Ip4InputError = ERROR_TABLE.code;
+const ERRORS = ERROR_TABLE.list;
 
 export function ipProtoName(p: number): string {
   return p === IP_PROTO_UDP ? 'UDP' : p === IP_PROTO_ICMP ? 'ICMP' : p === IP_PROTO_TCP ? 'TCP' : `protocol ${p}`;
@@ -104,7 +91,7 @@ export function ip4HeaderRecord(v: DataView, o: number, note: string): Ip4Header
 export function registerIp4Input(graph: Graph, ifs: InterfaceTable): NodeRuntime {
   return graph.register({
     name: IP4_INPUT,
-    next: NEXT_NAMES,
+    next: NEXT.names,
     errors: ERRORS,
     runtimeData: ifs,
     fn: ip4Input,
@@ -165,7 +152,7 @@ function ip4Input(rt: NodeRuntime, frame: Frame | null): number {
     nexts[i] = next;
     if (rt.traceOn && flags[bi] & BufferFlag.TRACED) {
       if (err === Ip4InputError.TOO_SHORT && len0 < IP4_HEADER_BYTES) rt.addTrace(bi, `${ERRORS[err].description}: ${len0} bytes`);
-      else rt.addTrace(bi, ip4HeaderRecord(v, o, err >= 0 ? ERRORS[err].description : `${fl & BufferFlag.IP4_CKSUM_OK ? 'checksum offloaded' : 'checksum ok'}, next ${NEXT_NAMES[next]}`));
+      else rt.addTrace(bi, ip4HeaderRecord(v, o, err >= 0 ? ERRORS[err].description : `${fl & BufferFlag.IP4_CKSUM_OK ? 'checksum offloaded' : 'checksum ok'}, next ${NEXT.names[next]}`));
     }
   }
   rt.enqueue(vec, n);

@@ -12,7 +12,7 @@
  * (one per neighbor per interval: that is the rate limit), and sends the held packets back
  * here when the reply comes, or drops them ("no ARP reply") when the probes run out.
  */
-import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS, RX_ONLY_FLAGS } from '../../graph/index.ts';
+import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS, RX_ONLY_FLAGS, errorTable, nextTable } from '../../graph/index.ts';
 import { BROADCAST_HI, BROADCAST_LO, ETH_HEADER_BYTES, ETHERTYPE_IP4 } from '../ethernet/ethernet.ts';
 import { formatIp4, formatMacHiLo, isIp4Multicast } from '../net/address.ts';
 import { HoldResult, type NeighborTable } from '../ethernet/neighbor.ts';
@@ -22,27 +22,21 @@ import { IP4_DEFAULT_TTL, IP4_FLAG_DF, IP4_HEADER_BYTES, Ip4Opaque, ip4SetChecks
 
 export const IP4_REWRITE = 'ip4-rewrite';
 
-const NEXT_DROP = 0;
+const NEXT = nextTable({ DROP: 'error-drop' });
+const NEXT_DROP = NEXT.index.DROP;
 
-export const Ip4RewriteError = {
-  NO_ROUTE: 0,
-  BAD_INTERFACE: 1,
-  TOO_BIG: 2,
-  NO_HEADROOM: 3,
-  HELD: 4,
-  HOLD_QUEUE_FULL: 5,
-  NEIGHBOR_TABLE_FULL: 6,
-} as const;
 
-const ERRORS = [
-  { name: 'no_route', description: 'no route to destination', severity: 'error' },
-  { name: 'bad_interface', description: 'tx interface has no IPv4 config', severity: 'error' },
-  { name: 'too_big', description: 'packet exceeds MTU', severity: 'error' },
-  { name: 'no_headroom', description: 'no headroom for IPv4+Ethernet', severity: 'error' },
-  { name: 'held', description: 'held awaiting ARP resolution', severity: 'info' },
-  { name: 'hold_queue_full', description: 'ARP hold queue full', severity: 'error' },
-  { name: 'neighbor_table_full', description: 'neighbor table full (static)', severity: 'error' },
-] as const;
+const ERROR_TABLE = errorTable({
+  NO_ROUTE: { name: 'no_route', description: 'no route to destination', severity: 'error' },
+  BAD_INTERFACE: { name: 'bad_interface', description: 'tx interface has no IPv4 config', severity: 'error' },
+  TOO_BIG: { name: 'too_big', description: 'packet exceeds MTU', severity: 'error' },
+  NO_HEADROOM: { name: 'no_headroom', description: 'no headroom for IPv4+Ethernet', severity: 'error' },
+  HELD: { name: 'held', description: 'held awaiting ARP resolution', severity: 'info' },
+  HOLD_QUEUE_FULL: { name: 'hold_queue_full', description: 'ARP hold queue full', severity: 'error' },
+  NEIGHBOR_TABLE_FULL: { name: 'neighbor_table_full', description: 'neighbor table full (static)', severity: 'error' },
+});
+export const Ip4RewriteError = ERROR_TABLE.code;
+const ERRORS = ERROR_TABLE.list;
 
 interface RewriteData {
   ifs: InterfaceTable;
@@ -72,7 +66,7 @@ export function registerIp4Rewrite(graph: Graph, ifs: InterfaceTable, table: Nei
   const data: RewriteData = { ifs, table, out: new Int32Array(0), ident: 0 };
   const rt = graph.register({
     name: IP4_REWRITE,
-    next: ['error-drop'],
+    next: NEXT.names,
     errors: ERRORS,
     runtimeData: data,
     fn: ip4Rewrite,

@@ -26,7 +26,7 @@
  * ACCEPT again, not a second QP, and only while half-open, at most every REACCEPT_NS and
  * REACCEPT_MAX times: spoofed REQs cannot turn us into an amplifier.
  */
-import { type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
+import { type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS, errorTable } from '../../graph/index.ts';
 import { Ip4Opaque } from '../ip4/ip4.ts';
 import { formatIp4 } from '../net/address.ts';
 import type { RdmaCore } from './core.ts';
@@ -35,17 +35,18 @@ import { CM_PRIVATE_DATA, CM_IRD, CM_MAX_PRIVATE_DATA, CM_ORD, CM_PARAMS_BYTES, 
 
 export const CM_INPUT = 'cm-input';
 
-export const CmError = { MALFORMED: 0, NO_LISTENER: 1, UNEXPECTED: 2, REQUESTS: 3, BACKLOG_FULL: 4, REPEATED: 5, REAPED: 6, WRONG_ID: 7 } as const;
-const ERRORS = [
-  { name: 'malformed', description: 'CM message with a bad length or values', severity: 'error' },
-  { name: 'no_listener', description: 'REQ to a port with no listener', severity: 'warn' },
-  { name: 'unexpected', description: 'ACCEPT/REJECT for a QP not connecting', severity: 'info' },
-  { name: 'requests', description: 'connection requests received', severity: 'info' },
-  { name: 'backlog_full', description: 'REQ dropped: the listener has its backlog of half-open connections', severity: 'warn' },
-  { name: 'repeated', description: 'repeated REQ not answered (connection up, or re-ACCEPT limit)', severity: 'info' },
-  { name: 'reaped', description: 'half-open connections destroyed (no traffic after ACCEPT)', severity: 'warn' },
-  { name: 'wrong_id', description: 'ACCEPT/REJECT not echoing our REQ (spoofed or stale)', severity: 'warn' },
-] as const;
+const ERROR_TABLE = errorTable({
+  MALFORMED: { name: 'malformed', description: 'CM message with a bad length or values', severity: 'error' },
+  NO_LISTENER: { name: 'no_listener', description: 'REQ to a port with no listener', severity: 'warn' },
+  UNEXPECTED: { name: 'unexpected', description: 'ACCEPT/REJECT for a QP not connecting', severity: 'info' },
+  REQUESTS: { name: 'requests', description: 'connection requests received', severity: 'info' },
+  BACKLOG_FULL: { name: 'backlog_full', description: 'REQ dropped: the listener has its backlog of half-open connections', severity: 'warn' },
+  REPEATED: { name: 'repeated', description: 'repeated REQ not answered (connection up, or re-ACCEPT limit)', severity: 'info' },
+  REAPED: { name: 'reaped', description: 'half-open connections destroyed (no traffic after ACCEPT)', severity: 'warn' },
+  WRONG_ID: { name: 'wrong_id', description: 'ACCEPT/REJECT not echoing our REQ (spoofed or stale)', severity: 'warn' },
+});
+export const CmError = ERROR_TABLE.code;
+const ERRORS = ERROR_TABLE.list;
 
 /** A repeated REQ of a half-open connection gets its ACCEPT again at most this often / this many times. */
 const REACCEPT_NS = 20e6;

@@ -13,7 +13,7 @@
  *
  * The segment then goes to rdmap-input with the DDP control bytes in the INFO opaque word.
  */
-import { BufferFlag, type BufferPool, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
+import { BufferFlag, type BufferPool, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS, errorTable, nextTable } from '../../graph/index.ts';
 import type { RdmaCore } from './core.ts';
 import { QpState, SRQ_LATER } from './qp.ts';
 import { raiseTerminate } from './terminate.ts';
@@ -25,15 +25,17 @@ import {
 } from './wire.ts';
 
 export const DDP_INPUT = 'ddp-input';
-const NEXT_DROP = 0, NEXT_RDMAP = 1;
+const NEXT = nextTable({ DROP: 'error-drop', RDMAP: 'rdmap-input' });
+const NEXT_DROP = NEXT.index.DROP, NEXT_RDMAP = NEXT.index.RDMAP;
 
-export const DdpInputError = { QP_ERROR: 0, TERMINATED: 1, TRUNCATED: 2, SRQ_ORDER: 3 } as const;
-const ERRORS = [
-  { name: 'qp_error', description: 'segment for a QP in ERROR', severity: 'warn' },
-  { name: 'terminated', description: 'DDP violation (Terminate sent)', severity: 'error' },
-  { name: 'truncated', description: 'shorter than its DDP header', severity: 'error' },
-  { name: 'srq_order', description: 'Send ahead of an earlier MSN without an SRQ receive (not acknowledged)', severity: 'info' },
-] as const;
+const ERROR_TABLE = errorTable({
+  QP_ERROR: { name: 'qp_error', description: 'segment for a QP in ERROR', severity: 'warn' },
+  TERMINATED: { name: 'terminated', description: 'DDP violation (Terminate sent)', severity: 'error' },
+  TRUNCATED: { name: 'truncated', description: 'shorter than its DDP header', severity: 'error' },
+  SRQ_ORDER: { name: 'srq_order', description: 'Send ahead of an earlier MSN without an SRQ receive (not acknowledged)', severity: 'info' },
+});
+export const DdpInputError = ERROR_TABLE.code;
+const ERRORS = ERROR_TABLE.list;
 
 export interface DdpTrace {
   qpn: number;
@@ -58,7 +60,7 @@ export function formatDdpTrace(r: unknown): string {
 }
 
 export function registerDdpInput(graph: Graph, core: RdmaCore): NodeRuntime {
-  return graph.register({ name: DDP_INPUT, next: ['error-drop', 'rdmap-input'], errors: ERRORS, runtimeData: core, fn: ddpInput, formatTrace: formatDdpTrace });
+  return graph.register({ name: DDP_INPUT, next: NEXT.names, errors: ERRORS, runtimeData: core, fn: ddpInput, formatTrace: formatDdpTrace });
 }
 
 /**

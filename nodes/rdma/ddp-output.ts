@@ -10,7 +10,7 @@
  * last ACK and nothing carried one, a pure ACK, and one SACK per received range above the
  * cumulative ACK. trp-output puts the TRP header on.
  */
-import { FRAME_SIZE, type Graph, INVALID_INDEX, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
+import { FRAME_SIZE, type Graph, INVALID_INDEX, type NodeRuntime, OPAQUE_WORDS, errorTable } from '../../graph/index.ts';
 import type { RdmaCore } from './core.ts';
 import { type Qp, QpState, TxFlag, TxKind } from './qp.ts';
 import { RdmaOpaque } from './trp-input.ts';
@@ -23,12 +23,13 @@ export const TxPacket = { DATA: 0, ACK: 1, SACK: 2 } as const;
 /** At most this many SACK packets per QP per pass. */
 const MAX_SACKS = 16;
 
-export const DdpOutputError = { NO_BUFFERS: 0, ACKS: 1, SACKS: 2 } as const;
-const ERRORS = [
-  { name: 'no_buffers', description: 'no buffers for transmit (retried next pass)', severity: 'error' },
-  { name: 'acks', description: 'pure ACKs sent', severity: 'info' },
-  { name: 'sacks', description: 'SACKs sent', severity: 'info' },
-] as const;
+const ERROR_TABLE = errorTable({
+  NO_BUFFERS: { name: 'no_buffers', description: 'no buffers for transmit (retried next pass)', severity: 'error' },
+  ACKS: { name: 'acks', description: 'pure ACKs sent', severity: 'info' },
+  SACKS: { name: 'sacks', description: 'SACKs sent', severity: 'info' },
+});
+export const DdpOutputError = ERROR_TABLE.code;
+const ERRORS = ERROR_TABLE.list;
 
 export function registerDdpOutput(graph: Graph, core: RdmaCore): NodeRuntime {
   return graph.register({ name: DDP_OUTPUT, type: 'input', next: ['trp-output'], errors: ERRORS, runtimeData: core, fn: ddpOutput, formatTrace: (r) => String(r) });

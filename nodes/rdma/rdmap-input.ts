@@ -10,7 +10,7 @@
  * executed) must happen in order, only when no hole precedes it: rdmap-input records it in the
  * QP's receive window slot for qp-dispatch. A Terminate is taken at once (the stream is over).
  */
-import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
+import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS, errorTable, nextTable } from '../../graph/index.ts';
 import type { RdmaCore } from './core.ts';
 import { QpState, RX_WORDS, RxEvent } from './qp.ts';
 import { raiseTerminate, receiveTerminate } from './terminate.ts';
@@ -20,21 +20,23 @@ import { Access, WrOpcode } from './verbs.ts';
 import { AR_OPCODE, AR_STAG, AR_TO, ARESP_ORIG, ARESP_REQ_ID, ATOMIC_REQUEST_BYTES, ATOMIC_RESPONSE_BYTES, AtomicOp, DDP_L, DDP_T, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, IMM_DATA, IMMEDIATE_BYTES, Qn, RDMAP_OP_NAMES, RDMAP_VERSION, RdmapOp, READ_REQUEST_BYTES, RR_SIZE, RR_SRC_STAG, RR_SRC_TO, T_STAG, TermCode, TERMINATE_CTL_BYTES, termName, U_INV_STAG, U_MO, U_MSN, U_QN } from './wire.ts';
 
 export const RDMAP_INPUT = 'rdmap-input';
-const NEXT_DROP = 0, NEXT_DISPATCH = 1;
+const NEXT = nextTable({ DROP: 'error-drop', DISPATCH: 'qp-dispatch' });
+const NEXT_DROP = NEXT.index.DROP, NEXT_DISPATCH = NEXT.index.DISPATCH;
 
-export const RdmapInputError = { TERMINATED: 0, TERMINATE_RECEIVED: 1, TERMINATE_EARLY: 2 } as const;
-const ERRORS = [
-  { name: 'terminated', description: 'RDMAP violation (Terminate sent)', severity: 'error' },
-  { name: 'terminate_received', description: 'Terminate received', severity: 'warn' },
-  { name: 'terminate_early', description: 'Terminate above a hole (not taken, not acknowledged)', severity: 'warn' },
-] as const;
+const ERROR_TABLE = errorTable({
+  TERMINATED: { name: 'terminated', description: 'RDMAP violation (Terminate sent)', severity: 'error' },
+  TERMINATE_RECEIVED: { name: 'terminate_received', description: 'Terminate received', severity: 'warn' },
+  TERMINATE_EARLY: { name: 'terminate_early', description: 'Terminate above a hole (not taken, not acknowledged)', severity: 'warn' },
+});
+export const RdmapInputError = ERROR_TABLE.code;
+const ERRORS = ERROR_TABLE.list;
 
 /** Which QN each untagged opcode must arrive on (-1: tagged only or not an opcode we take). */
 const OP_QN = [-1, Qn.READ, -1, Qn.SEND, Qn.SEND, Qn.SEND, Qn.SEND, Qn.TERMINATE, Qn.SEND, Qn.SEND, Qn.READ, Qn.ATOMIC_RESPONSE, -1, -1, -1, -1];
 
 export function registerRdmapInput(graph: Graph, core: RdmaCore): NodeRuntime {
   return graph.register({
-    name: RDMAP_INPUT, next: ['error-drop', 'qp-dispatch'], errors: ERRORS, runtimeData: core, fn: rdmapInput,
+    name: RDMAP_INPUT, next: NEXT.names, errors: ERRORS, runtimeData: core, fn: rdmapInput,
     formatTrace: (r) => String(r),
   });
 }

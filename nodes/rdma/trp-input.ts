@@ -21,7 +21,7 @@
  * ACCEPT (only it knows our initial PSN): the QP stops being half-open. ACKs are sent by
  * ddp-output, once per QP per pass (not per packet).
  */
-import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
+import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS, errorTable, nextTable } from '../../graph/index.ts';
 import { Ip4Opaque } from '../ip4/ip4.ts';
 import { formatIp4 } from '../net/address.ts';
 import type { RdmaCore } from './core.ts';
@@ -33,29 +33,28 @@ export const TRP_INPUT = 'trp-input';
 /** Opaque words the RDMA receive nodes use (after the IPv4/UDP words). */
 export const RdmaOpaque = { QP: 4, PSN: 5, INFO: 6, AUX: 7 } as const;
 
-const NEXT_DROP = 0, NEXT_DDP = 1, NEXT_CM = 2;
+const NEXT = nextTable({ DROP: 'error-drop', DDP: 'ddp-input', CM: 'cm-input' });
+const NEXT_DROP = NEXT.index.DROP, NEXT_DDP = NEXT.index.DDP, NEXT_CM = NEXT.index.CM;
 /** FINs sent again to challenge ACKs, at most (per QP). */
 const FIN_RESENDS = 3;
 
-export const TrpInputError = {
-  NO_QP: 0, WRONG_PEER: 1, TRUNCATED: 2, BAD_OPCODE: 3, NOT_READY: 4, DUPLICATE: 5, OUT_OF_WINDOW: 6, ACK: 7, SACK: 8, FIN: 9,
-  BAD_ACK: 10, BAD_SACK: 11, FIN_REJECTED: 12,
-} as const;
-const ERRORS = [
-  { name: 'no_qp', description: 'no QP on this port', severity: 'error' },
-  { name: 'wrong_peer', description: 'datagram not from the connected peer', severity: 'error' },
-  { name: 'truncated', description: 'shorter than the TRP header', severity: 'error' },
-  { name: 'bad_opcode', description: 'unknown TRP opcode', severity: 'error' },
-  { name: 'not_ready', description: 'data for a QP not in RTR/RTS/SQD', severity: 'warn' },
-  { name: 'duplicate', description: 'duplicate data packet (re-acknowledged)', severity: 'info' },
-  { name: 'out_of_window', description: 'data beyond the receive window', severity: 'warn' },
-  { name: 'ack', description: 'pure ACKs processed', severity: 'info' },
-  { name: 'sack', description: 'SACKs processed', severity: 'info' },
-  { name: 'fin', description: 'FINs received', severity: 'info' },
-  { name: 'bad_ack', description: 'ACK outside [snd_una - window, snd_nxt] (dropped)', severity: 'warn' },
-  { name: 'bad_sack', description: 'SACK range outside [snd_una, snd_nxt] (ignored)', severity: 'warn' },
-  { name: 'fin_rejected', description: 'FIN not at the expected PSN (challenge ACK sent)', severity: 'warn' },
-] as const;
+const ERROR_TABLE = errorTable({
+  NO_QP: { name: 'no_qp', description: 'no QP on this port', severity: 'error' },
+  WRONG_PEER: { name: 'wrong_peer', description: 'datagram not from the connected peer', severity: 'error' },
+  TRUNCATED: { name: 'truncated', description: 'shorter than the TRP header', severity: 'error' },
+  BAD_OPCODE: { name: 'bad_opcode', description: 'unknown TRP opcode', severity: 'error' },
+  NOT_READY: { name: 'not_ready', description: 'data for a QP not in RTR/RTS/SQD', severity: 'warn' },
+  DUPLICATE: { name: 'duplicate', description: 'duplicate data packet (re-acknowledged)', severity: 'info' },
+  OUT_OF_WINDOW: { name: 'out_of_window', description: 'data beyond the receive window', severity: 'warn' },
+  ACK: { name: 'ack', description: 'pure ACKs processed', severity: 'info' },
+  SACK: { name: 'sack', description: 'SACKs processed', severity: 'info' },
+  FIN: { name: 'fin', description: 'FINs received', severity: 'info' },
+  BAD_ACK: { name: 'bad_ack', description: 'ACK outside [snd_una - window, snd_nxt] (dropped)', severity: 'warn' },
+  BAD_SACK: { name: 'bad_sack', description: 'SACK range outside [snd_una, snd_nxt] (ignored)', severity: 'warn' },
+  FIN_REJECTED: { name: 'fin_rejected', description: 'FIN not at the expected PSN (challenge ACK sent)', severity: 'warn' },
+});
+export const TrpInputError = ERROR_TABLE.code;
+const ERRORS = ERROR_TABLE.list;
 
 export interface TrpTrace {
   qpn: number;
@@ -74,7 +73,7 @@ export function formatTrpTrace(r: unknown): string {
 }
 
 export function registerTrpInput(graph: Graph, core: RdmaCore): NodeRuntime {
-  return graph.register({ name: TRP_INPUT, next: ['error-drop', 'ddp-input', 'cm-input'], errors: ERRORS, runtimeData: core, fn: trpInput, formatTrace: formatTrpTrace });
+  return graph.register({ name: TRP_INPUT, next: NEXT.names, errors: ERRORS, runtimeData: core, fn: trpInput, formatTrace: formatTrpTrace });
 }
 
 function trpInput(rt: NodeRuntime, frame: Frame | null): number {

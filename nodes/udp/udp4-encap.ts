@@ -7,31 +7,29 @@
  * No fragmentation: a datagram that does not fit the interface's MTU is dropped ("exceeds MTU";
  * the layers above segment to the MTU).
  */
-import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
+import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS, errorTable, nextTable } from '../../graph/index.ts';
 import type { InterfaceTable } from '../net/interfaces.ts';
 import { foldSum, IP4_HEADER_BYTES, Ip4Opaque, IP_PROTO_UDP, packetSum, pseudoHeaderSum } from '../ip4/ip4.ts';
 import { formatUdpTrace, UDP_HEADER_BYTES, type UdpTrace } from './udp4-input.ts';
 
 export const UDP4_ENCAP = 'udp4-encap';
 
-const NEXT_DROP = 0, NEXT_REWRITE = 1;
+const NEXT = nextTable({ DROP: 'error-drop', REWRITE: 'ip4-rewrite' });
+const NEXT_DROP = NEXT.index.DROP, NEXT_REWRITE = NEXT.index.REWRITE;
 
-export const UdpEncapError = {
-  NO_ROUTE: 0,
-  TOO_BIG: 1,
-  NO_HEADROOM: 2,
-} as const;
 
-const ERRORS = [
-  { name: 'no_route', description: 'no route to destination', severity: 'error' },
-  { name: 'too_big', description: 'datagram exceeds MTU', severity: 'error' },
-  { name: 'no_headroom', description: 'no headroom for UDP header', severity: 'error' },
-] as const;
+const ERROR_TABLE = errorTable({
+  NO_ROUTE: { name: 'no_route', description: 'no route to destination', severity: 'error' },
+  TOO_BIG: { name: 'too_big', description: 'datagram exceeds MTU', severity: 'error' },
+  NO_HEADROOM: { name: 'no_headroom', description: 'no headroom for UDP header', severity: 'error' },
+});
+export const UdpEncapError = ERROR_TABLE.code;
+const ERRORS = ERROR_TABLE.list;
 
 export function registerUdp4Encap(graph: Graph, ifs: InterfaceTable): NodeRuntime {
   return graph.register({
     name: UDP4_ENCAP,
-    next: ['error-drop', 'ip4-rewrite'],
+    next: NEXT.names,
     errors: ERRORS,
     runtimeData: ifs,
     fn: udp4Encap,

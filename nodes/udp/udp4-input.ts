@@ -12,7 +12,7 @@
  * unreachable is sent (no reflection or flood to rate-limit; the kernel's default rate-limited
  * reply would be the optional extra).
  */
-import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
+import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS, errorTable, nextTable } from '../../graph/index.ts';
 import { foldSum, IP4_HEADER_BYTES, Ip4Opaque, IP_PROTO_UDP, packetSum, pseudoHeaderSum } from '../ip4/ip4.ts';
 import { formatIp4 } from '../net/address.ts';
 import type { UdpApi } from './udp-ports.ts';
@@ -20,23 +20,19 @@ import type { UdpApi } from './udp-ports.ts';
 export const UDP4_INPUT = 'udp4-input';
 export const UDP_HEADER_BYTES = 8;
 
-const NEXT_DROP = 0;
+const NEXT = nextTable({ DROP: 'error-drop' });
+const NEXT_DROP = NEXT.index.DROP;
 
-export const UdpInputError = {
-  TRUNCATED: 0,
-  BAD_LENGTH: 1,
-  BAD_CHECKSUM: 2,
-  NO_LISTENER: 3,
-  NO_CHECKSUM: 4,
-} as const;
 
-const ERRORS = [
-  { name: 'truncated', description: 'UDP header truncated', severity: 'error' },
-  { name: 'bad_length', description: 'UDP length exceeds IP payload', severity: 'error' },
-  { name: 'bad_checksum', description: 'bad UDP checksum', severity: 'error' },
-  { name: 'no_listener', description: 'no listener on UDP port', severity: 'warn' },
-  { name: 'no_checksum', description: 'UDP without checksum (accepted)', severity: 'info' },
-] as const;
+const ERROR_TABLE = errorTable({
+  TRUNCATED: { name: 'truncated', description: 'UDP header truncated', severity: 'error' },
+  BAD_LENGTH: { name: 'bad_length', description: 'UDP length exceeds IP payload', severity: 'error' },
+  BAD_CHECKSUM: { name: 'bad_checksum', description: 'bad UDP checksum', severity: 'error' },
+  NO_LISTENER: { name: 'no_listener', description: 'no listener on UDP port', severity: 'warn' },
+  NO_CHECKSUM: { name: 'no_checksum', description: 'UDP without checksum (accepted)', severity: 'info' },
+});
+export const UdpInputError = ERROR_TABLE.code;
+const ERRORS = ERROR_TABLE.list;
 
 export interface UdpTrace {
   src: number;
@@ -61,7 +57,7 @@ export function formatUdpTrace(r: unknown): string {
 export function registerUdp4Input(graph: Graph, api: UdpApi): NodeRuntime {
   return graph.register({
     name: UDP4_INPUT,
-    next: ['error-drop'],
+    next: NEXT.names,
     errors: ERRORS,
     runtimeData: api,
     fn: udp4Input,
