@@ -3,4 +3,16 @@
 import { tsImport } from 'tsx/esm/api';
 
 const m = await tsImport('./index.ts', import.meta.url);
-export const { Dataplane, DataplaneError, VERSION, parseConfig, loadConfig, ConfigError, startApi, buildServer, ApiClient, ApiError, ApiConnectionError } = m;
+export const {
+  Dataplane,
+  DataplaneError,
+  VERSION,
+  parseConfig,
+  loadConfig,
+  ConfigError,
+  startApi,
+  buildServer,
+  ApiClient,
+  ApiError,
+  ApiConnectionError,
+} = m;

@@ -9,7 +9,26 @@
  *
  * It imports only types, so rdmactl and scripts load it without the data plane.
  */
-import type { BufferView, ConnectIn, CqView, Endpoint, EventView, HealthView, InterfaceView, ListenerView, MrView, NeighborView, PdView, PollResult, QpCreate, QpView, RecvIn, SendIn, SrqView, WrId } from '../dataplane/views.ts';
+import type {
+  BufferView,
+  ConnectIn,
+  CqView,
+  Endpoint,
+  EventView,
+  HealthView,
+  InterfaceView,
+  ListenerView,
+  MrView,
+  NeighborView,
+  PdView,
+  PollResult,
+  QpCreate,
+  QpView,
+  RecvIn,
+  SendIn,
+  SrqView,
+  WrId,
+} from '../dataplane/views.ts';
 import type { ErrorThreadSnapshot, RuntimeThreadSnapshot, TraceThreadSnapshot } from '../graph/format.ts';
 import { request as httpRequest, STATUS_CODES } from 'node:http';
 
@@ -25,9 +44,21 @@ export type ConnectResult = QpView & { privateData?: Base64 };
 export type ListenerRequest = Omit<QpCreate, 'port'> & { port: number; privateData?: Base64 };
 export type RecvRequest = RecvIn;
 /** SendIn as JSON: atomic operands are decimal strings or safe integers (no bigint). */
-export type SendRequest = Omit<SendIn, 'atomic'> & { atomic?: { add?: AtomicValue; swap?: AtomicValue; compare?: AtomicValue } };
-export interface FaultSettings { seed?: number; loss?: number; reorder?: number; reorderDepth?: number; reorderDelayUs?: number; duplicate?: number; corrupt?: number }
-export interface Posted { wrId: WrId }
+export type SendRequest = Omit<SendIn, 'atomic'> & {
+  atomic?: { add?: AtomicValue; swap?: AtomicValue; compare?: AtomicValue };
+};
+export interface FaultSettings {
+  seed?: number;
+  loss?: number;
+  reorder?: number;
+  reorderDepth?: number;
+  reorderDelayUs?: number;
+  duplicate?: number;
+  corrupt?: number;
+}
+export interface Posted {
+  wrId: WrId;
+}
 
 /** What the API answered with when it refused a request (or statusCode 0: no answer). */
 export class ApiError extends Error {
@@ -45,9 +76,14 @@ export class ApiError extends Error {
 export class ApiConnectionError extends ApiError {
   readonly code: string;
   constructor(url: string, code: string, message?: string) {
-    super(0, 'Connection Failed', message ?? (code.startsWith('HPE_') || code === 'UND_ERR_SOCKET'
-      ? `${url} did not answer in HTTP (${code}): is --api pointing at the rdma-graph API?`
-      : `cannot reach the rdma-graph API at ${url}: is the daemon running? (${code})`));
+    super(
+      0,
+      'Connection Failed',
+      message ??
+        (code.startsWith('HPE_') || code === 'UND_ERR_SOCKET'
+          ? `${url} did not answer in HTTP (${code}): is --api pointing at the rdma-graph API?`
+          : `cannot reach the rdma-graph API at ${url}: is the daemon running? (${code})`),
+    );
     this.code = code;
     this.name = 'ApiConnectionError';
   }
@@ -63,7 +99,10 @@ export class ApiForeignError extends ApiError {
 
 /** One line of at most `n` printable characters of a body (for messages about foreign answers). */
 function snippet(text: string, n = 80): string {
-  const one = text.replace(/\s+/g, ' ').replace(/[^\x20-\x7e]/g, '?').trim();
+  const one = text
+    .replace(/\s+/g, ' ')
+    .replace(/[^\x20-\x7e]/g, '?')
+    .trim();
   return one.length > n ? `${one.slice(0, n)}...` : one;
 }
 
@@ -72,12 +111,23 @@ type Query = Record<string, string | number | boolean | undefined>;
 /** Largest answer read (MR data comes in pieces of at most 64 MiB): a foreign server cannot fill memory. */
 const ANSWER_MAX = 128 * 2 ** 20;
 
-interface Answer { status: number; statusText: string; type: string; body: Buffer }
+interface Answer {
+  status: number;
+  statusText: string;
+  type: string;
+  body: Buffer;
+}
 
 class Timeout extends Error {}
 
 /** One HTTP exchange; rejects with the socket's error (its `code`) or a Timeout after `timeoutMs` (0: none). */
-function exchange(url: string, method: string, headers: Record<string, string>, body: string | Uint8Array | undefined, timeoutMs: number): Promise<Answer> {
+function exchange(
+  url: string,
+  method: string,
+  headers: Record<string, string>,
+  body: string | Uint8Array | undefined,
+  timeoutMs: number,
+): Promise<Answer> {
   return new Promise<Answer>((resolve, reject) => {
     let timer: NodeJS.Timeout | undefined;
     const fail = (e: Error) => {
@@ -85,21 +135,34 @@ function exchange(url: string, method: string, headers: Record<string, string>, 
       req.destroy();
       reject(e);
     };
-    const req = httpRequest(url, { method, headers: body === undefined ? headers : { ...headers, 'content-length': String(Buffer.byteLength(body)) } }, (res) => {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      res.on('data', (c: Buffer) => {
-        size += c.length;
-        if (size > ANSWER_MAX) fail(Object.assign(new Error(`answer larger than ${ANSWER_MAX} bytes`), { code: 'ETOOBIG' }));
-        else chunks.push(c);
-      });
-      res.on('error', fail);
-      res.on('end', () => {
-        clearTimeout(timer);
-        const status = res.statusCode ?? 0;
-        resolve({ status, statusText: res.statusMessage || STATUS_CODES[status] || '', type: String(res.headers['content-type'] ?? ''), body: Buffer.concat(chunks) });
-      });
-    });
+    const req = httpRequest(
+      url,
+      {
+        method,
+        headers: body === undefined ? headers : { ...headers, 'content-length': String(Buffer.byteLength(body)) },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on('data', (c: Buffer) => {
+          size += c.length;
+          if (size > ANSWER_MAX)
+            fail(Object.assign(new Error(`answer larger than ${ANSWER_MAX} bytes`), { code: 'ETOOBIG' }));
+          else chunks.push(c);
+        });
+        res.on('error', fail);
+        res.on('end', () => {
+          clearTimeout(timer);
+          const status = res.statusCode ?? 0;
+          resolve({
+            status,
+            statusText: res.statusMessage || STATUS_CODES[status] || '',
+            type: String(res.headers['content-type'] ?? ''),
+            body: Buffer.concat(chunks),
+          });
+        });
+      },
+    );
     req.on('error', fail);
     if (timeoutMs > 0) timer = setTimeout(() => fail(new Timeout()), timeoutMs);
     req.end(body);
@@ -119,7 +182,11 @@ export class ApiClient {
   }
 
   /** One exchange: `json` or `bytes` out; parsed JSON, text or bytes back (as the response says). */
-  async request<T>(method: string, path: string, opts: { json?: unknown; bytes?: Uint8Array; query?: Query; timeoutMs?: number } = {}): Promise<T> {
+  async request<T>(
+    method: string,
+    path: string,
+    opts: { json?: unknown; bytes?: Uint8Array; query?: Query; timeoutMs?: number } = {},
+  ): Promise<T> {
     const headers: Record<string, string> = {};
     if (this.token !== null) headers.authorization = `Bearer ${this.token}`;
     let body: string | Uint8Array | undefined;
@@ -140,10 +207,18 @@ export class ApiClient {
       res = await exchange(url, method, headers, body, timeoutMs);
     } catch (e) {
       if (e instanceof Timeout) {
-        throw new ApiConnectionError(this.url, 'ETIMEDOUT', `no answer from ${this.url} within ${timeoutMs} ms (${method} ${path}): is --api pointing at the rdma-graph API? (--timeout MS waits longer)`);
+        throw new ApiConnectionError(
+          this.url,
+          'ETIMEDOUT',
+          `no answer from ${this.url} within ${timeoutMs} ms (${method} ${path}): is --api pointing at the rdma-graph API? (--timeout MS waits longer)`,
+        );
       }
       const err = e as NodeJS.ErrnoException;
-      if (err.code === 'ETOOBIG') throw new ApiForeignError(0, `${this.url} answered ${method} ${path} with more than ${ANSWER_MAX} bytes, which the rdma-graph API never does: is --api right?`);
+      if (err.code === 'ETOOBIG')
+        throw new ApiForeignError(
+          0,
+          `${this.url} answered ${method} ${path} with more than ${ANSWER_MAX} bytes, which the rdma-graph API never does: is --api right?`,
+        );
       throw new ApiConnectionError(this.url, err.code ?? err.message);
     }
     return this.answer<T>(res, method, path);
@@ -160,18 +235,30 @@ export class ApiClient {
       } catch {
         parsed = null;
       }
-      if (parsed && typeof parsed.message === 'string') throw new ApiError(res.status, typeof parsed.error === 'string' ? parsed.error : res.statusText, parsed.message);
-      throw new ApiForeignError(res.status, `${this.url} answered ${method} ${path} with HTTP ${res.status} ${res.statusText} (${type || 'no content type'}${text ? `: ${snippet(text)}` : ''}), not as the rdma-graph API does: is --api right?`);
+      if (parsed && typeof parsed.message === 'string')
+        throw new ApiError(
+          res.status,
+          typeof parsed.error === 'string' ? parsed.error : res.statusText,
+          parsed.message,
+        );
+      throw new ApiForeignError(
+        res.status,
+        `${this.url} answered ${method} ${path} with HTTP ${res.status} ${res.statusText} (${type || 'no content type'}${text ? `: ${snippet(text)}` : ''}), not as the rdma-graph API does: is --api right?`,
+      );
     }
     if (res.status === 204) return undefined as T;
     if (type.startsWith('application/json')) {
       try {
         return JSON.parse(res.body.toString('utf8')) as T;
       } catch (e) {
-        throw new ApiForeignError(res.status, `${this.url} answered ${method} ${path} with malformed JSON (${(e as Error).message}): is --api right?`);
+        throw new ApiForeignError(
+          res.status,
+          `${this.url} answered ${method} ${path} with malformed JSON (${(e as Error).message}): is --api right?`,
+        );
       }
     }
-    if (type.startsWith('application/octet-stream')) return new Uint8Array(res.body.buffer, res.body.byteOffset, res.body.byteLength) as T;
+    if (type.startsWith('application/octet-stream'))
+      return new Uint8Array(res.body.buffer, res.body.byteOffset, res.body.byteLength) as T;
     return res.body.toString('utf8') as T;
   }
 
@@ -189,68 +276,167 @@ export class ApiClient {
 
   // ---------------------------------------------------------------- status
 
-  health(): Promise<HealthView> { return this.get('/v1/health'); }
-  buffers(): Promise<BufferView> { return this.get('/v1/buffers'); }
-  interfaces(): Promise<InterfaceView[]> { return this.get('/v1/interfaces'); }
-  interface(name: string): Promise<InterfaceView> { return this.get(`/v1/interfaces/${encodeURIComponent(name)}`); }
-  neighbors(): Promise<NeighborView[]> { return this.get('/v1/neighbors'); }
-  runtime(opts: { verbose?: boolean } = {}): Promise<{ threads: RuntimeThreadSnapshot[] }> { return this.get('/v1/runtime', { verbose: opts.verbose ? 1 : undefined }); }
-  clearRuntime(): Promise<void> { return this.post('/v1/runtime/clear'); }
-  errors(): Promise<{ threads: ErrorThreadSnapshot[] }> { return this.get('/v1/errors'); }
-  clearErrors(): Promise<void> { return this.post('/v1/errors/clear'); }
-  traceAdd(node: string, count: number): Promise<void> { return this.post('/v1/trace', { node, count }); }
-  trace(): Promise<{ threads: TraceThreadSnapshot[] }> { return this.get('/v1/trace'); }
-  clearTrace(): Promise<void> { return this.del('/v1/trace'); }
-  traceNodes(): Promise<string[]> { return this.get('/v1/trace/nodes'); }
-  capture(name: string, req: { direction: Direction; file: string; count?: number }): Promise<InterfaceView> { return this.post(`/v1/interfaces/${encodeURIComponent(name)}/capture`, req); }
-  stopCapture(name: string): Promise<void> { return this.del(`/v1/interfaces/${encodeURIComponent(name)}/capture`); }
+  health(): Promise<HealthView> {
+    return this.get('/v1/health');
+  }
+  buffers(): Promise<BufferView> {
+    return this.get('/v1/buffers');
+  }
+  interfaces(): Promise<InterfaceView[]> {
+    return this.get('/v1/interfaces');
+  }
+  interface(name: string): Promise<InterfaceView> {
+    return this.get(`/v1/interfaces/${encodeURIComponent(name)}`);
+  }
+  neighbors(): Promise<NeighborView[]> {
+    return this.get('/v1/neighbors');
+  }
+  runtime(opts: { verbose?: boolean } = {}): Promise<{ threads: RuntimeThreadSnapshot[] }> {
+    return this.get('/v1/runtime', { verbose: opts.verbose ? 1 : undefined });
+  }
+  clearRuntime(): Promise<void> {
+    return this.post('/v1/runtime/clear');
+  }
+  errors(): Promise<{ threads: ErrorThreadSnapshot[] }> {
+    return this.get('/v1/errors');
+  }
+  clearErrors(): Promise<void> {
+    return this.post('/v1/errors/clear');
+  }
+  traceAdd(node: string, count: number): Promise<void> {
+    return this.post('/v1/trace', { node, count });
+  }
+  trace(): Promise<{ threads: TraceThreadSnapshot[] }> {
+    return this.get('/v1/trace');
+  }
+  clearTrace(): Promise<void> {
+    return this.del('/v1/trace');
+  }
+  traceNodes(): Promise<string[]> {
+    return this.get('/v1/trace/nodes');
+  }
+  capture(name: string, req: { direction: Direction; file: string; count?: number }): Promise<InterfaceView> {
+    return this.post(`/v1/interfaces/${encodeURIComponent(name)}/capture`, req);
+  }
+  stopCapture(name: string): Promise<void> {
+    return this.del(`/v1/interfaces/${encodeURIComponent(name)}/capture`);
+  }
   /** `settings` null removes the injector. */
   setFault(name: string, direction: Direction, settings: FaultSettings | null): Promise<InterfaceView> {
-    return this.post(`/v1/interfaces/${encodeURIComponent(name)}/fault`, settings === null ? { direction, off: true } : { direction, ...settings });
+    return this.post(
+      `/v1/interfaces/${encodeURIComponent(name)}/fault`,
+      settings === null ? { direction, off: true } : { direction, ...settings },
+    );
   }
-  events(since?: number): Promise<EventView[]> { return this.get('/v1/events', { since }); }
+  events(since?: number): Promise<EventView[]> {
+    return this.get('/v1/events', { since });
+  }
   /** Prometheus text. */
-  metrics(): Promise<string> { return this.get('/metrics'); }
-  openapi(): Promise<Record<string, unknown>> { return this.get('/v1/openapi.json'); }
+  metrics(): Promise<string> {
+    return this.get('/metrics');
+  }
+  openapi(): Promise<Record<string, unknown>> {
+    return this.get('/v1/openapi.json');
+  }
 
   // ---------------------------------------------------------------- PD, MR
 
-  createPd(): Promise<PdView> { return this.post('/v1/pds'); }
-  pds(): Promise<PdView[]> { return this.get('/v1/pds'); }
-  destroyPd(pd: number): Promise<void> { return this.del(`/v1/pds/${pd}`); }
-  createMr(req: { pd: number; length: number; access?: string[] }): Promise<MrView> { return this.post('/v1/mrs', req); }
-  mrs(): Promise<MrView[]> { return this.get('/v1/mrs'); }
-  getMr(mr: number): Promise<MrView> { return this.get(`/v1/mrs/${mr}`); }
-  destroyMr(mr: number): Promise<void> { return this.del(`/v1/mrs/${mr}`); }
-  writeMr(mr: number, offset: number, data: Uint8Array): Promise<{ written: number }> { return this.request('PUT', `/v1/mrs/${mr}/data`, { bytes: data, query: { offset } }); }
+  createPd(): Promise<PdView> {
+    return this.post('/v1/pds');
+  }
+  pds(): Promise<PdView[]> {
+    return this.get('/v1/pds');
+  }
+  destroyPd(pd: number): Promise<void> {
+    return this.del(`/v1/pds/${pd}`);
+  }
+  createMr(req: { pd: number; length: number; access?: string[] }): Promise<MrView> {
+    return this.post('/v1/mrs', req);
+  }
+  mrs(): Promise<MrView[]> {
+    return this.get('/v1/mrs');
+  }
+  getMr(mr: number): Promise<MrView> {
+    return this.get(`/v1/mrs/${mr}`);
+  }
+  destroyMr(mr: number): Promise<void> {
+    return this.del(`/v1/mrs/${mr}`);
+  }
+  writeMr(mr: number, offset: number, data: Uint8Array): Promise<{ written: number }> {
+    return this.request('PUT', `/v1/mrs/${mr}/data`, { bytes: data, query: { offset } });
+  }
   /** `length` bytes at `offset` (default: to the MR's end). */
-  readMr(mr: number, offset = 0, length?: number): Promise<Uint8Array> { return this.get(`/v1/mrs/${mr}/data`, { offset, length }); }
+  readMr(mr: number, offset = 0, length?: number): Promise<Uint8Array> {
+    return this.get(`/v1/mrs/${mr}/data`, { offset, length });
+  }
 
   // ---------------------------------------------------------------- CQ, SRQ
 
-  createCq(req: { depth: number }): Promise<CqView> { return this.post('/v1/cqs', req); }
-  cqs(): Promise<CqView[]> { return this.get('/v1/cqs'); }
-  getCq(cq: number): Promise<CqView> { return this.get(`/v1/cqs/${cq}`); }
+  createCq(req: { depth: number }): Promise<CqView> {
+    return this.post('/v1/cqs', req);
+  }
+  cqs(): Promise<CqView[]> {
+    return this.get('/v1/cqs');
+  }
+  getCq(cq: number): Promise<CqView> {
+    return this.get(`/v1/cqs/${cq}`);
+  }
   /** Take up to `max` completions (default 64), waiting up to `waitMs` (default 0) for the first. */
-  pollCq(cq: number, opts: { max?: number; waitMs?: number } = {}): Promise<PollResult> { return this.get(`/v1/cqs/${cq}/completions`, opts); }
-  destroyCq(cq: number): Promise<void> { return this.del(`/v1/cqs/${cq}`); }
-  createSrq(req: { pd: number; maxWr: number; maxSge?: number; limit?: number }): Promise<SrqView> { return this.post('/v1/srqs', req); }
-  srqs(): Promise<SrqView[]> { return this.get('/v1/srqs'); }
-  modifySrq(srq: number, limit: number): Promise<SrqView> { return this.post(`/v1/srqs/${srq}/modify`, { limit }); }
-  postSrqRecv(srq: number, req: RecvRequest): Promise<Posted> { return this.post(`/v1/srqs/${srq}/recv`, req); }
-  destroySrq(srq: number): Promise<void> { return this.del(`/v1/srqs/${srq}`); }
+  pollCq(cq: number, opts: { max?: number; waitMs?: number } = {}): Promise<PollResult> {
+    return this.get(`/v1/cqs/${cq}/completions`, opts);
+  }
+  destroyCq(cq: number): Promise<void> {
+    return this.del(`/v1/cqs/${cq}`);
+  }
+  createSrq(req: { pd: number; maxWr: number; maxSge?: number; limit?: number }): Promise<SrqView> {
+    return this.post('/v1/srqs', req);
+  }
+  srqs(): Promise<SrqView[]> {
+    return this.get('/v1/srqs');
+  }
+  modifySrq(srq: number, limit: number): Promise<SrqView> {
+    return this.post(`/v1/srqs/${srq}/modify`, { limit });
+  }
+  postSrqRecv(srq: number, req: RecvRequest): Promise<Posted> {
+    return this.post(`/v1/srqs/${srq}/recv`, req);
+  }
+  destroySrq(srq: number): Promise<void> {
+    return this.del(`/v1/srqs/${srq}`);
+  }
 
   // ---------------------------------------------------------------- QP, listeners
 
-  createQp(req: QpCreate): Promise<QpView> { return this.post('/v1/qps', req); }
-  qps(): Promise<QpView[]> { return this.get('/v1/qps'); }
-  getQp(qpn: number): Promise<QpView> { return this.get(`/v1/qps/${qpn}`); }
-  connect(qpn: number, req: ConnectRequest): Promise<ConnectResult> { return this.post(`/v1/qps/${qpn}/connect`, req); }
-  modifyQp(qpn: number, req: { state: QpStateName; remote?: Endpoint; ird?: number; ord?: number }): Promise<QpView> { return this.post(`/v1/qps/${qpn}/modify`, req); }
-  destroyQp(qpn: number): Promise<void> { return this.del(`/v1/qps/${qpn}`); }
-  postRecv(qpn: number, req: RecvRequest): Promise<Posted> { return this.post(`/v1/qps/${qpn}/recv`, req); }
-  postSend(qpn: number, req: SendRequest): Promise<Posted> { return this.post(`/v1/qps/${qpn}/send`, req); }
-  listen(req: ListenerRequest): Promise<ListenerView> { return this.post('/v1/listeners', req); }
-  listeners(): Promise<ListenerView[]> { return this.get('/v1/listeners'); }
-  unlisten(port: number): Promise<void> { return this.del(`/v1/listeners/${port}`); }
+  createQp(req: QpCreate): Promise<QpView> {
+    return this.post('/v1/qps', req);
+  }
+  qps(): Promise<QpView[]> {
+    return this.get('/v1/qps');
+  }
+  getQp(qpn: number): Promise<QpView> {
+    return this.get(`/v1/qps/${qpn}`);
+  }
+  connect(qpn: number, req: ConnectRequest): Promise<ConnectResult> {
+    return this.post(`/v1/qps/${qpn}/connect`, req);
+  }
+  modifyQp(qpn: number, req: { state: QpStateName; remote?: Endpoint; ird?: number; ord?: number }): Promise<QpView> {
+    return this.post(`/v1/qps/${qpn}/modify`, req);
+  }
+  destroyQp(qpn: number): Promise<void> {
+    return this.del(`/v1/qps/${qpn}`);
+  }
+  postRecv(qpn: number, req: RecvRequest): Promise<Posted> {
+    return this.post(`/v1/qps/${qpn}/recv`, req);
+  }
+  postSend(qpn: number, req: SendRequest): Promise<Posted> {
+    return this.post(`/v1/qps/${qpn}/send`, req);
+  }
+  listen(req: ListenerRequest): Promise<ListenerView> {
+    return this.post('/v1/listeners', req);
+  }
+  listeners(): Promise<ListenerView[]> {
+    return this.get('/v1/listeners');
+  }
+  unlisten(port: number): Promise<void> {
+    return this.del(`/v1/listeners/${port}`);
+  }
 }

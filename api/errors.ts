@@ -58,7 +58,7 @@ function describeOne(e: ErrorObject, where: string): string {
     case 'required':
       return `${at}/${String(params.missingProperty)} is required`;
     case 'additionalProperties': {
-      const known = Object.keys(((e.parentSchema as { properties?: object } | undefined)?.properties) ?? {});
+      const known = Object.keys((e.parentSchema as { properties?: object } | undefined)?.properties ?? {});
       return `${at}/${String(params.additionalProperty)} is not allowed (${known.length ? `allowed: ${known.join(', ')}` : `${at} takes no fields`})`;
     }
     case 'enum':

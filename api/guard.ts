@@ -83,20 +83,30 @@ export function makeOriginCheck(opts: GuardOptions): (h: RequestHeaders) => void
   const portText = () => (opts.port() === null ? 'its port' : `port ${opts.port()}`);
   return (h) => {
     const host = h.host;
-    if (host === undefined || host === '') throw new HttpError(403, `missing Host header: this API answers only to ${listed} with ${portText()}`);
+    if (host === undefined || host === '')
+      throw new HttpError(403, `missing Host header: this API answers only to ${listed} with ${portText()}`);
     if (!ours(host)) {
-      throw new HttpError(403, `Host ${JSON.stringify(host.slice(0, 300))} is not this API: it answers only to ${listed} with ${portText()} (a page whose name resolves here, DNS rebinding, is refused)`);
+      throw new HttpError(
+        403,
+        `Host ${JSON.stringify(host.slice(0, 300))} is not this API: it answers only to ${listed} with ${portText()} (a page whose name resolves here, DNS rebinding, is refused)`,
+      );
     }
     const origin = h.origin;
     if (origin !== undefined) {
       const m = /^http:\/\/(.+)$/i.exec(origin);
       if (!m || !ours(m[1])) {
-        throw new HttpError(403, `Origin ${JSON.stringify(origin.slice(0, 300))} is not this API: requests from web pages are refused (send no Origin header, as curl and rdmactl do)`);
+        throw new HttpError(
+          403,
+          `Origin ${JSON.stringify(origin.slice(0, 300))} is not this API: requests from web pages are refused (send no Origin header, as curl and rdmactl do)`,
+        );
       }
     }
     const site = h['sec-fetch-site'];
     if (site !== undefined && site !== 'same-origin' && site !== 'none') {
-      throw new HttpError(403, `Sec-Fetch-Site ${JSON.stringify(site.slice(0, 100))}: requests from web pages are refused`);
+      throw new HttpError(
+        403,
+        `Sec-Fetch-Site ${JSON.stringify(site.slice(0, 100))}: requests from web pages are refused`,
+      );
     }
   };
 }
@@ -109,6 +119,10 @@ export function mediaType(ct: string | undefined): string | undefined {
 /** POSTs need application/json (see the head of this file); `where` is "POST /v1/pds". */
 export function checkPostType(contentType: string | undefined, where: string): void {
   if (mediaType(contentType) === 'application/json') return;
-  const got = contentType === undefined ? 'no Content-Type' : `Content-Type ${JSON.stringify(contentType.slice(0, 100))}`;
-  throw new HttpError(415, `${where} needs Content-Type: application/json (send {} when the route takes no body): web pages cannot send that without asking, got ${got}`);
+  const got =
+    contentType === undefined ? 'no Content-Type' : `Content-Type ${JSON.stringify(contentType.slice(0, 100))}`;
+  throw new HttpError(
+    415,
+    `${where} needs Content-Type: application/json (send {} when the route takes no body): web pages cannot send that without asking, got ${got}`,
+  );
 }

@@ -37,7 +37,9 @@ export function renderFamilies(families: Family[]): string {
   for (const f of families) {
     out.push(`# HELP ${f.name} ${escapeHelp(f.help)}`, `# TYPE ${f.name} ${f.type}`);
     for (const s of f.samples) {
-      const labels = Object.entries(s.labels).map(([k, v]) => `${k}="${escapeLabel(String(v))}"`).join(',');
+      const labels = Object.entries(s.labels)
+        .map(([k, v]) => `${k}="${escapeLabel(String(v))}"`)
+        .join(',');
       out.push(`${f.name}${labels ? `{${labels}}` : ''} ${formatValue(s.value)}`);
     }
   }
@@ -47,24 +49,60 @@ export function renderFamilies(families: Family[]): string {
 const P = 'rdmagraph_';
 
 /** Families of one kind of row: one sample a row for each of the given fields. */
-function perRow<R>(rows: R[], labels: (r: R) => Labels, fields: [name: string, type: Family['type'], help: string, value: (r: R) => number][]): Family[] {
-  return fields.map(([name, type, help, value]) => ({ name: P + name, type, help, samples: rows.map((r) => ({ labels: labels(r), value: value(r) })) }));
+function perRow<R>(
+  rows: R[],
+  labels: (r: R) => Labels,
+  fields: [name: string, type: Family['type'], help: string, value: (r: R) => number][],
+): Family[] {
+  return fields.map(([name, type, help, value]) => ({
+    name: P + name,
+    type,
+    help,
+    samples: rows.map((r) => ({ labels: labels(r), value: value(r) })),
+  }));
 }
 
 export async function renderMetrics(dp: Dataplane): Promise<string> {
-  const [health, buffers, ifs, runtime, errors, qps] = await Promise.all([dp.health(), dp.buffers(), dp.interfaces(), dp.runtime(), dp.errors(), dp.qps()]);
+  const [health, buffers, ifs, runtime, errors, qps] = await Promise.all([
+    dp.health(),
+    dp.buffers(),
+    dp.interfaces(),
+    dp.runtime(),
+    dp.errors(),
+    dp.qps(),
+  ]);
   const nodes = runtime.flatMap((t) => t.rows.map((r) => ({ ...r, thread: t.name })));
   const errs = errors.flatMap((t) => t.rows);
   const families: Family[] = [
-    { name: `${P}uptime_seconds`, type: 'gauge', help: 'Seconds since the data plane started.', samples: [{ labels: {}, value: health.uptime }] },
-    { name: `${P}buffers`, type: 'gauge', help: 'Packet buffers in the pool.', samples: [{ labels: {}, value: buffers.count }] },
-    { name: `${P}buffers_free`, type: 'gauge', help: 'Packet buffers free now.', samples: [{ labels: {}, value: buffers.free }] },
+    {
+      name: `${P}uptime_seconds`,
+      type: 'gauge',
+      help: 'Seconds since the data plane started.',
+      samples: [{ labels: {}, value: health.uptime }],
+    },
+    {
+      name: `${P}buffers`,
+      type: 'gauge',
+      help: 'Packet buffers in the pool.',
+      samples: [{ labels: {}, value: buffers.count }],
+    },
+    {
+      name: `${P}buffers_free`,
+      type: 'gauge',
+      help: 'Packet buffers free now.',
+      samples: [{ labels: {}, value: buffers.free }],
+    },
     ...perRow(ifs, (i) => ({ interface: i.name, driver: i.driver }), [
       ['interface_rx_packets_total', 'counter', 'Packets received.', (i) => i.counters.rxPackets],
       ['interface_rx_bytes_total', 'counter', 'Bytes received.', (i) => i.counters.rxBytes],
       ['interface_tx_packets_total', 'counter', 'Packets transmitted.', (i) => i.counters.txPackets],
       ['interface_tx_bytes_total', 'counter', 'Bytes transmitted.', (i) => i.counters.txBytes],
-      ['interface_rx_drops_total', 'counter', 'Packets the device received but lost before the graph (ring full, no buffers).', (i) => i.counters.rxDrops],
+      [
+        'interface_rx_drops_total',
+        'counter',
+        'Packets the device received but lost before the graph (ring full, no buffers).',
+        (i) => i.counters.rxDrops,
+      ],
       ['interface_tx_drops_total', 'counter', 'Packets offered to the driver but not sent.', (i) => i.counters.txDrops],
       ['interface_rx_errors_total', 'counter', 'Receive errors the device reports.', (i) => i.counters.rxErrors],
       ['interface_tx_errors_total', 'counter', 'Transmit errors the device reports.', (i) => i.counters.txErrors],
@@ -73,7 +111,12 @@ export async function renderMetrics(dp: Dataplane): Promise<string> {
     ...perRow(nodes, (n) => ({ node: n.name, thread: n.thread }), [
       ['node_calls_total', 'counter', 'Times the node ran (since the last runtime clear).', (n) => n.calls],
       ['node_vectors_total', 'counter', 'Packets the node processed (since the last runtime clear).', (n) => n.vectors],
-      ['node_suspends_total', 'counter', 'Times the process node suspended (since the last runtime clear).', (n) => n.suspends],
+      [
+        'node_suspends_total',
+        'counter',
+        'Times the process node suspended (since the last runtime clear).',
+        (n) => n.suspends,
+      ],
       ['node_clocks_total', 'counter', 'CPU clocks spent in the node (since the last runtime clear).', (n) => n.clocks],
     ]),
     ...perRow(errs, (e) => ({ node: e.node, reason: e.reason, severity: e.severity }), [
@@ -93,8 +136,14 @@ export async function renderMetrics(dp: Dataplane): Promise<string> {
 }
 
 export const metricsRoute: RouteDef = {
-  method: 'GET', path: '/metrics', tag: 'status', summary: 'interface, node, error and QP counters in the Prometheus text format 0.0.4',
-  status: 200, produces: PROMETHEUS, response: { type: 'string', description: 'Prometheus text exposition format 0.0.4' }, errors: [],
+  method: 'GET',
+  path: '/metrics',
+  tag: 'status',
+  summary: 'interface, node, error and QP counters in the Prometheus text format 0.0.4',
+  status: 200,
+  produces: PROMETHEUS,
+  response: { type: 'string', description: 'Prometheus text exposition format 0.0.4' },
+  errors: [],
   handler: async ({ dp, reply }: Ctx) => {
     reply.type(PROMETHEUS);
     return renderMetrics(dp);

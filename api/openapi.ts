@@ -34,7 +34,8 @@ function withRefs(s: JsonSchema, keepTop = false): JsonSchema {
   if (name !== undefined && !keepTop) return { $ref: `#/components/schemas/${name}` };
   const out: JsonSchema = {};
   for (const [k, v] of Object.entries(s)) {
-    if (k === 'properties') out[k] = Object.fromEntries(Object.entries(v as Record<string, JsonSchema>).map(([p, ps]) => [p, withRefs(ps)]));
+    if (k === 'properties')
+      out[k] = Object.fromEntries(Object.entries(v as Record<string, JsonSchema>).map(([p, ps]) => [p, withRefs(ps)]));
     else if (k === 'items') out[k] = withRefs(v as JsonSchema);
     else if (k === 'oneOf' || k === 'anyOf' || k === 'allOf') out[k] = (v as JsonSchema[]).map((x) => withRefs(x));
     else out[k] = v;
@@ -44,22 +45,37 @@ function withRefs(s: JsonSchema, keepTop = false): JsonSchema {
 
 /** GET /v1/qps/{qpn}/connect -> postQpsByQpnConnect. */
 export function operationId(def: RouteDef): string {
-  const words = def.path.split('/').filter((p) => p !== '' && p !== 'v1').map((p) => {
-    const param = /^\{(\w+)\}$/.exec(p);
-    const w = param ? `by-${param[1]}` : p;
-    return w.split(/[-_.]/).map((x) => x.charAt(0).toUpperCase() + x.slice(1)).join('');
-  });
+  const words = def.path
+    .split('/')
+    .filter((p) => p !== '' && p !== 'v1')
+    .map((p) => {
+      const param = /^\{(\w+)\}$/.exec(p);
+      const w = param ? `by-${param[1]}` : p;
+      return w
+        .split(/[-_.]/)
+        .map((x) => x.charAt(0).toUpperCase() + x.slice(1))
+        .join('');
+    });
   return def.method.toLowerCase() + words.join('');
 }
 
 function parameters(def: RouteDef): Operation['parameters'] {
   const out: NonNullable<Operation['parameters']> = [];
-  for (const [where, s] of [['path', def.params], ['query', def.querystring]] as const) {
+  for (const [where, s] of [
+    ['path', def.params],
+    ['query', def.querystring],
+  ] as const) {
     if (!s) continue;
     const required = (s.required as string[] | undefined) ?? [];
     for (const [name, ps] of Object.entries(s.properties as Record<string, JsonSchema>)) {
       const { description, ...schema } = ps;
-      out.push({ name, in: where, required: where === 'path' || required.includes(name), ...(typeof description === 'string' ? { description } : {}), schema: withRefs(schema) });
+      out.push({
+        name,
+        in: where,
+        required: where === 'path' || required.includes(name),
+        ...(typeof description === 'string' ? { description } : {}),
+        schema: withRefs(schema),
+      });
     }
   }
   return out.length ? out : undefined;
@@ -84,7 +100,8 @@ export function openApiDocument(routes: RouteDef[], opts: { token: boolean }): O
     const op: Operation = { operationId: operationId(def), summary: def.summary, tags: [def.tag], responses: {} };
     const params = parameters(def);
     if (params) op.parameters = params;
-    if (def.consumes === OCTETS) op.requestBody = { required: true, content: { [OCTETS]: { schema: { type: 'string', format: 'binary' } } } };
+    if (def.consumes === OCTETS)
+      op.requestBody = { required: true, content: { [OCTETS]: { schema: { type: 'string', format: 'binary' } } } };
     else if (def.body) op.requestBody = { required: true, content: { [JSON_TYPE]: { schema: withRefs(def.body) } } };
     const ok = STATUS_CODES[def.status] ?? 'OK';
     if (def.status === 204) op.responses['204'] = { description: ok };
@@ -94,7 +111,10 @@ export function openApiDocument(routes: RouteDef[], opts: { token: boolean }): O
       op.responses[String(def.status)] = { description: ok, content: { [type.split(';')[0]]: { schema } } };
     }
     for (const code of errorStatuses(def, opts.token)) {
-      op.responses[String(code)] = { description: STATUS_CODES[code] ?? 'Error', content: { [JSON_TYPE]: { schema: { $ref: '#/components/schemas/Error' } } } };
+      op.responses[String(code)] = {
+        description: STATUS_CODES[code] ?? 'Error',
+        content: { [JSON_TYPE]: { schema: { $ref: '#/components/schemas/Error' } } },
+      };
     }
     (paths[def.path] ??= {})[def.method.toLowerCase()] = op;
   }
@@ -103,14 +123,19 @@ export function openApiDocument(routes: RouteDef[], opts: { token: boolean }): O
     info: {
       title: 'rdma-graph',
       version: VERSION,
-      description: 'REST API of the rdma-graph data plane: interfaces, runtime, errors, trace, and the RDMA verbs (PDs, MRs, CQs, SRQs, QPs, listeners, post, poll). Errors are {statusCode, error, message}.',
+      description:
+        'REST API of the rdma-graph data plane: interfaces, runtime, errors, trace, and the RDMA verbs (PDs, MRs, CQs, SRQs, QPs, listeners, post, poll). Errors are {statusCode, error, message}.',
     },
     tags: [...new Set(routes.map((r) => r.tag))].map((name) => ({ name })),
     paths,
-    components: { schemas: Object.fromEntries(Object.entries(components).map(([name, s]) => [name, withRefs(s, true)])) },
+    components: {
+      schemas: Object.fromEntries(Object.entries(components).map(([name, s]) => [name, withRefs(s, true)])),
+    },
   };
   if (opts.token) {
-    doc.components.securitySchemes = { bearer: { type: 'http', scheme: 'bearer', description: 'the token of api.token in the start-up configuration' } };
+    doc.components.securitySchemes = {
+      bearer: { type: 'http', scheme: 'bearer', description: 'the token of api.token in the start-up configuration' },
+    };
     doc.security = [{ bearer: [] }];
   }
   return doc;
@@ -120,8 +145,13 @@ export function openApiDocument(routes: RouteDef[], opts: { token: boolean }): O
 export function openApiRoute(routes: () => RouteDef[], opts: { token: boolean }): RouteDef {
   let doc: OpenApiDocument | null = null;
   return {
-    method: 'GET', path: '/v1/openapi.json', tag: 'status', summary: 'this OpenAPI 3.0 document',
-    status: 200, response: { type: 'object', description: 'an OpenAPI 3.0 document' }, errors: [],
+    method: 'GET',
+    path: '/v1/openapi.json',
+    tag: 'status',
+    summary: 'this OpenAPI 3.0 document',
+    status: 200,
+    response: { type: 'object', description: 'an OpenAPI 3.0 document' },
+    errors: [],
     handler: async (_: Ctx) => (doc ??= openApiDocument(routes(), opts)),
   };
 }

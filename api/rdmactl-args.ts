@@ -13,10 +13,15 @@ export class UsageError extends Error {}
 export function resolveWord(word: string | undefined, choices: Record<string, string>, what: string): string {
   const list = [...new Set(Object.values(choices))].join(', ');
   // what '' is the command word itself: "unknown command", not "rdmactl: rdmactl: ...".
-  const pre = what === '' ? '' : `${what}: `, noun = what === '' ? 'command ' : '';
+  const pre = what === '' ? '' : `${what}: `,
+    noun = what === '' ? 'command ' : '';
   if (word === undefined || word === '') throw new UsageError(`${pre}missing ${noun}(expected ${list})`);
   if (Object.hasOwn(choices, word)) return choices[word];
-  const hits = new Set(Object.keys(choices).filter((k) => k.startsWith(word)).map((k) => choices[k]));
+  const hits = new Set(
+    Object.keys(choices)
+      .filter((k) => k.startsWith(word))
+      .map((k) => choices[k]),
+  );
   if (hits.size === 1) return [...hits][0];
   if (hits.size > 1) throw new UsageError(`${pre}${noun}"${word}" is ambiguous: ${[...hits].join(', ')}`);
   throw new UsageError(`${pre}unknown ${noun}"${word}" (expected ${list})`);
@@ -25,7 +30,10 @@ export function resolveWord(word: string | undefined, choices: Record<string, st
 /** Words after a command, as `key value` pairs and bare flags. */
 export class Args {
   private i = 0;
-  constructor(private readonly words: string[], private readonly what: string) {}
+  constructor(
+    private readonly words: string[],
+    private readonly what: string,
+  ) {}
 
   get done(): boolean {
     return this.i >= this.words.length;
@@ -50,7 +58,10 @@ export class Args {
       else if (valued.includes(k)) {
         if (this.i >= this.words.length) throw new UsageError(`${this.what}: ${k} needs a value`);
         m.set(k, this.words[this.i++]);
-      } else throw new UsageError(`${this.what}: unknown word "${k}" (expected ${[...valued, ...flags].join(', ') || 'nothing more'})`);
+      } else
+        throw new UsageError(
+          `${this.what}: unknown word "${k}" (expected ${[...valued, ...flags].join(', ') || 'nothing more'})`,
+        );
     }
     return m;
   }
@@ -61,7 +72,8 @@ export class Args {
 }
 
 export function toInt(w: string, what: string): number {
-  if (!/^(0|[1-9][0-9]*|0x[0-9a-fA-F]+)$/.test(w)) throw new UsageError(`${what} must be a non-negative integer, got "${w}"`);
+  if (!/^(0|[1-9][0-9]*|0x[0-9a-fA-F]+)$/.test(w))
+    throw new UsageError(`${what} must be a non-negative integer, got "${w}"`);
   const n = Number(w);
   if (!Number.isSafeInteger(n)) throw new UsageError(`${what} is too large: ${w}`);
   return n;
@@ -85,12 +97,19 @@ export function wrId(w: string): string | number {
   return /^(0|[1-9][0-9]{0,14})$/.test(w) ? Number(w) : w;
 }
 
-export function sges(s: string | undefined, what: string): { mr: number; offset: number; length: number }[] | undefined {
+export function sges(
+  s: string | undefined,
+  what: string,
+): { mr: number; offset: number; length: number }[] | undefined {
   if (s === undefined) return undefined;
   return s.split(',').map((e, i) => {
     const p = e.split(':');
     if (p.length !== 3) throw new UsageError(`${what}: sge ${i} must be MR:OFFSET:LENGTH, got "${e}"`);
-    return { mr: toInt(p[0], `${what}: sge ${i} mr`), offset: toInt(p[1], `${what}: sge ${i} offset`), length: toInt(p[2], `${what}: sge ${i} length`) };
+    return {
+      mr: toInt(p[0], `${what}: sge ${i} mr`),
+      offset: toInt(p[1], `${what}: sge ${i} offset`),
+      length: toInt(p[2], `${what}: sge ${i} length`),
+    };
   });
 }
 
@@ -102,7 +121,8 @@ export function endpoint(s: string, what: string): { ip: string; port: number } 
 
 export function hexBytes(s: string, what: string): Uint8Array {
   const h = s.startsWith('0x') ? s.slice(2) : s;
-  if (!/^([0-9a-fA-F]{2})*$/.test(h)) throw new UsageError(`${what}: expected hex bytes (an even number of hex digits), got "${s}"`);
+  if (!/^([0-9a-fA-F]{2})*$/.test(h))
+    throw new UsageError(`${what}: expected hex bytes (an even number of hex digits), got "${s}"`);
   return Uint8Array.from(h.match(/../g) ?? [], (x) => parseInt(x, 16));
 }
 

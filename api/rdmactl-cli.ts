@@ -17,11 +17,19 @@ export const DEFAULT_TIMEOUT_MS = 10_000;
 export function httpCall(url: string, token: string | null, timeoutMs = DEFAULT_TIMEOUT_MS): Call {
   const client = new ApiClient(url, token, { timeoutMs });
   return async (method, path, body, opts) => {
-    const v = await client.request(method, path, { ...(opts?.bytes !== undefined ? { bytes: opts.bytes } : { json: body }), ...(opts?.timeoutMs !== undefined ? { timeoutMs: Math.max(timeoutMs, opts.timeoutMs) } : {}) });
+    const v = await client.request(method, path, {
+      ...(opts?.bytes !== undefined ? { bytes: opts.bytes } : { json: body }),
+      ...(opts?.timeoutMs !== undefined ? { timeoutMs: Math.max(timeoutMs, opts.timeoutMs) } : {}),
+    });
     if (opts?.raw === true) {
-      if (!(v instanceof Uint8Array)) throw new ForeignAnswerError(`${url} answered ${method} ${path} with text, not the raw bytes the rdma-graph API sends: is --api right?`);
+      if (!(v instanceof Uint8Array))
+        throw new ForeignAnswerError(
+          `${url} answered ${method} ${path} with text, not the raw bytes the rdma-graph API sends: is --api right?`,
+        );
     } else if (typeof v === 'string' || v instanceof Uint8Array) {
-      throw new ForeignAnswerError(`${url} answered ${method} ${path} with ${typeof v === 'string' ? 'text' : 'bytes'}, not JSON: is --api pointing at the rdma-graph API?`);
+      throw new ForeignAnswerError(
+        `${url} answered ${method} ${path} with ${typeof v === 'string' ? 'text' : 'bytes'}, not JSON: is --api pointing at the rdma-graph API?`,
+      );
     }
     return v;
   };
@@ -29,16 +37,40 @@ export function httpCall(url: string, token: string | null, timeoutMs = DEFAULT_
 
 /** REST field names in the API's messages, as the command line spells them. */
 const CLI_WORDS: Record<string, string> = {
-  maxSendWr: 'max-send-wr', maxRecvWr: 'max-recv-wr', maxSge: 'max-sge', maxInline: 'max-inline', maxWr: 'max-wr', sendCq: 'send-cq', recvCq: 'recv-cq',
-  wrId: 'wr-id', remotePsn: 'psn', rqPsn: 'rq-psn', sqPsn: 'sq-psn', invalidateStag: 'invalidate', timeoutMs: 'timeout-ms', privateData: 'private-data',
-  waitMs: 'wait', intervalMs: 'interval', sge: 'sge', reorderDepth: 'reorder-depth', reorderDelayUs: 'reorder-delay-us',
+  maxSendWr: 'max-send-wr',
+  maxRecvWr: 'max-recv-wr',
+  maxSge: 'max-sge',
+  maxInline: 'max-inline',
+  maxWr: 'max-wr',
+  sendCq: 'send-cq',
+  recvCq: 'recv-cq',
+  wrId: 'wr-id',
+  remotePsn: 'psn',
+  rqPsn: 'rq-psn',
+  sqPsn: 'sq-psn',
+  invalidateStag: 'invalidate',
+  timeoutMs: 'timeout-ms',
+  privateData: 'private-data',
+  waitMs: 'wait',
+  intervalMs: 'interval',
+  sge: 'sge',
+  reorderDepth: 'reorder-depth',
+  reorderDelayUs: 'reorder-delay-us',
 };
 
 /** "body/sge/0/length must be ..." -> "sge 0 length must be ...", maxSendWr -> max-send-wr. */
 export function cliWords(message: string): string {
   return message
-    .replace(/\b(?:body|querystring|params)\/([A-Za-z0-9/]+)/g, (_, path: string) => path.split('/').map((w) => CLI_WORDS[w] ?? w).join(' '))
-    .replace(/\b(maxSendWr|maxRecvWr|maxSge|maxInline|maxWr|sendCq|recvCq|wrId|remotePsn|rqPsn|sqPsn|invalidateStag|timeoutMs|privateData|waitMs|intervalMs|reorderDepth|reorderDelayUs)\b/g, (w) => CLI_WORDS[w]);
+    .replace(/\b(?:body|querystring|params)\/([A-Za-z0-9/]+)/g, (_, path: string) =>
+      path
+        .split('/')
+        .map((w) => CLI_WORDS[w] ?? w)
+        .join(' '),
+    )
+    .replace(
+      /\b(maxSendWr|maxRecvWr|maxSge|maxInline|maxWr|sendCq|recvCq|wrId|remotePsn|rqPsn|sqPsn|invalidateStag|timeoutMs|privateData|waitMs|intervalMs|reorderDepth|reorderDelayUs)\b/g,
+      (w) => CLI_WORDS[w],
+    );
 }
 
 /** The package's version: package.json one level up from api/, two from the compiled bin/dist/. */
@@ -60,7 +92,8 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
   let api = env.RDMACTL_API || DEFAULT_API;
   let token: string | null = env.RDMACTL_TOKEN || null;
   let timeoutText = env.RDMACTL_TIMEOUT || String(DEFAULT_TIMEOUT_MS);
-  let json = false, quiet = false;
+  let json = false,
+    quiet = false;
   let i = 0;
   try {
     if (argv.length === 0) {
@@ -85,9 +118,16 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
         else timeoutText = v;
       } else throw new UsageError(`unknown option "${a}"`);
     }
-    if (!/^http:\/\/[^/]+/.test(api)) throw new UsageError(`--api must be an http:// URL (the API does not speak TLS), got "${api}"`);
-    if (!/^[0-9]{1,7}$/.test(timeoutText) || Number(timeoutText) < 1) throw new UsageError(`--timeout (or RDMACTL_TIMEOUT) must be milliseconds, 1..9999999, got "${timeoutText}"`);
-    await runCommand(argv.slice(i), httpCall(api, token, Number(timeoutText)), { out: (s) => process.stdout.write(s), bytes: (b) => process.stdout.write(b) }, { json, quiet });
+    if (!/^http:\/\/[^/]+/.test(api))
+      throw new UsageError(`--api must be an http:// URL (the API does not speak TLS), got "${api}"`);
+    if (!/^[0-9]{1,7}$/.test(timeoutText) || Number(timeoutText) < 1)
+      throw new UsageError(`--timeout (or RDMACTL_TIMEOUT) must be milliseconds, 1..9999999, got "${timeoutText}"`);
+    await runCommand(
+      argv.slice(i),
+      httpCall(api, token, Number(timeoutText)),
+      { out: (s) => process.stdout.write(s), bytes: (b) => process.stdout.write(b) },
+      { json, quiet },
+    );
     return 0;
   } catch (e) {
     if (e instanceof UsageError) {
@@ -103,7 +143,9 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
       return 1;
     }
     if (e instanceof ApiError) {
-      console.error(`rdmactl: ${e.statusCode} ${e.error}: ${cliWords(e.message)}${e.statusCode === 401 && token === null ? ' (give it with --token TOKEN or RDMACTL_TOKEN)' : ''}`);
+      console.error(
+        `rdmactl: ${e.statusCode} ${e.error}: ${cliWords(e.message)}${e.statusCode === 401 && token === null ? ' (give it with --token TOKEN or RDMACTL_TOKEN)' : ''}`,
+      );
       return 1;
     }
     // A bug of ours: still one line, no stack (RDMACTL_DEBUG=1 shows it).

@@ -30,14 +30,22 @@ export async function pingCommand(words: string[], call: Call, io: CtlOutput, js
   const timeout = numOpt(o, 'timeout', 'ping') ?? 1;
   const size = intOpt(o, 'size', 'ping');
   if (count < 1 || count > 100_000) throw new UsageError(`ping: repeat must be 1..100000, got ${count}`);
-  if (!(interval >= 0.001 && interval <= 60)) throw new UsageError(`ping: interval must be 0.001..60 seconds, got ${interval}`);
-  if (!(timeout >= 0.001 && timeout <= 60)) throw new UsageError(`ping: timeout must be 0.001..60 seconds, got ${timeout}`);
+  if (!(interval >= 0.001 && interval <= 60))
+    throw new UsageError(`ping: interval must be 0.001..60 seconds, got ${interval}`);
+  if (!(timeout >= 0.001 && timeout <= 60))
+    throw new UsageError(`ping: timeout must be 0.001..60 seconds, got ${timeout}`);
   const results: PingResult[] = [];
   let received = 0;
   for (let i = 0; i < count; i++) {
     const started = Date.now();
-    const r = (await call('POST', '/v1/ping', { address, count: 1, timeoutMs: Math.round(timeout * 1000), ...(size !== undefined ? { size } : {}) }, { timeoutMs: Math.round(timeout * 1000) + 5000 })) as PingResult;
-    if (typeof r !== 'object' || r === null || !Array.isArray(r.replies)) throw new UsageError('ping: the API did not answer as rdma-graph does');
+    const r = (await call(
+      'POST',
+      '/v1/ping',
+      { address, count: 1, timeoutMs: Math.round(timeout * 1000), ...(size !== undefined ? { size } : {}) },
+      { timeoutMs: Math.round(timeout * 1000) + 5000 },
+    )) as PingResult;
+    if (typeof r !== 'object' || r === null || !Array.isArray(r.replies))
+      throw new UsageError('ping: the API did not answer as rdma-graph does');
     results.push(r);
     received += r.received;
     if (!json) for (const x of r.replies) io.out(formatPingReply(x));
@@ -45,7 +53,14 @@ export async function pingCommand(words: string[], call: Call, io: CtlOutput, js
     if (i + 1 < count && wait > 0) await new Promise((res) => setTimeout(res, wait));
   }
   const sent = results.reduce((s, r) => s + r.sent, 0);
-  if (json) io.out(JSON.stringify({ address, sent, received, replies: results.flatMap((r) => r.replies), lost: results.flatMap((r) => r.lost) }, null, 2) + '\n');
+  if (json)
+    io.out(
+      JSON.stringify(
+        { address, sent, received, replies: results.flatMap((r) => r.replies), lost: results.flatMap((r) => r.lost) },
+        null,
+        2,
+      ) + '\n',
+    );
   else io.out(formatPingStatistics(sent, received));
   if (received === 0) throw new NoReplyError(`no reply from ${address}`);
 }

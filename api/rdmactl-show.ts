@@ -3,16 +3,66 @@
  * ip neighbors, trace, version) and rdma-core's (`show device`, as `ibv_devinfo -v` prints a
  * device), plus the verbs objects. Words may be cut to a unique prefix (`sh int`, `sh hard`).
  */
-import { formatErrors, formatRuntime, formatTrace, vppFormat, type ErrorThreadSnapshot, type RuntimeThreadSnapshot, type TraceThreadSnapshot } from '../graph/format.ts';
-import type { BufferView, CqView, DeviceView, EventView, HardwareView, HealthView, InterfaceView, ListenerView, MrView, NeighborView, PdView, QpView, SrqView, VersionView } from '../dataplane/views.ts';
-import { formatInterfaceAddresses, formatInterfaces, formatListeners, formatNeighbors, formatQp, formatQps } from './render.ts';
+import {
+  formatErrors,
+  formatRuntime,
+  formatTrace,
+  vppFormat,
+  type ErrorThreadSnapshot,
+  type RuntimeThreadSnapshot,
+  type TraceThreadSnapshot,
+} from '../graph/format.ts';
+import type {
+  BufferView,
+  CqView,
+  DeviceView,
+  EventView,
+  HardwareView,
+  HealthView,
+  InterfaceView,
+  ListenerView,
+  MrView,
+  NeighborView,
+  PdView,
+  QpView,
+  SrqView,
+  VersionView,
+} from '../dataplane/views.ts';
+import {
+  formatInterfaceAddresses,
+  formatInterfaces,
+  formatListeners,
+  formatNeighbors,
+  formatQp,
+  formatQps,
+} from './render.ts';
 import { Args, resolveWord, UsageError } from './rdmactl-args.ts';
 
 /** Accepted words (aliases included) of `show`, to their canonical object. */
 export const SHOW_OBJECTS: Record<string, string> = {
-  runtime: 'runtime', errors: 'errors', interfaces: 'interfaces', interface: 'interfaces', hardware: 'hardware', 'hardware-interfaces': 'hardware',
-  buffers: 'buffers', memif: 'memif', neighbors: 'neighbors', neighbours: 'neighbors', ip: 'ip', trace: 'trace', qps: 'qps', qp: 'qp',
-  listeners: 'listeners', mrs: 'mrs', cqs: 'cqs', srqs: 'srqs', pds: 'pds', events: 'events', health: 'health', version: 'version', device: 'device',
+  runtime: 'runtime',
+  errors: 'errors',
+  interfaces: 'interfaces',
+  interface: 'interfaces',
+  hardware: 'hardware',
+  'hardware-interfaces': 'hardware',
+  buffers: 'buffers',
+  memif: 'memif',
+  neighbors: 'neighbors',
+  neighbours: 'neighbors',
+  ip: 'ip',
+  trace: 'trace',
+  qps: 'qps',
+  qp: 'qp',
+  listeners: 'listeners',
+  mrs: 'mrs',
+  cqs: 'cqs',
+  srqs: 'srqs',
+  pds: 'pds',
+  events: 'events',
+  health: 'health',
+  version: 'version',
+  device: 'device',
 };
 
 /** `show hardware`: VPP's header and generic lines, then what the driver says (non-zero counters only). */
@@ -20,7 +70,9 @@ export function formatHardware(v: HardwareView[]): string {
   const lines = [vppFormat('%=32s%=6s%=8s%s', 'Name', 'Idx', 'Link', 'Hardware')];
   for (const h of v) {
     lines.push(vppFormat('%-32s%=6u%=8s%s', h.name, h.index, h.state, h.name));
-    lines.push(`  ${h.driver}: ${h.rxQueues} rx queue${h.rxQueues === 1 ? '' : 's'}, ${h.txQueues} tx queue${h.txQueues === 1 ? '' : 's'}, MTU ${h.mtu}`);
+    lines.push(
+      `  ${h.driver}: ${h.rxQueues} rx queue${h.rxQueues === 1 ? '' : 's'}, ${h.txQueues} tx queue${h.txQueues === 1 ? '' : 's'}, MTU ${h.mtu}`,
+    );
     lines.push(`  Ethernet address ${h.mac}`);
     for (const [k, val] of Object.entries(h.info)) if (val !== null) lines.push(`  ${k}: ${val}`);
     const counters = Object.entries(h.counters).filter(([, n]) => n !== 0);
@@ -36,21 +88,31 @@ export function formatHardware(v: HardwareView[]): string {
 export function formatMemif(v: HardwareView[]): string {
   const m = v.filter((h) => h.driver === 'memif');
   if (m.length === 0) return 'no memif interfaces\n';
-  return m.map((h) => {
-    const i = h.info;
-    const lines = [`interface ${h.name}`, `  role ${i.role ?? '-'} id ${i.id ?? '-'} socket ${i.socket ?? '-'}`, `  state ${i.state ?? '-'} link ${h.state} zero-copy ${i['zero-copy'] ?? '-'}`];
-    if (i.peer) lines.push(`  remote ${i.peer}`);
-    lines.push(`  rings ${i.rings ?? '-'}, regions ${i.regions ?? '-'}, buffer-size ${i['buffer-size'] ?? '-'}`);
-    if (i['last disconnect']) lines.push(`  last disconnect: ${i['last disconnect']}`);
-    if (i['last connect error']) lines.push(`  last connect error: ${i['last connect error']}`);
-    return lines.map((l) => l + '\n').join('');
-  }).join('');
+  return m
+    .map((h) => {
+      const i = h.info;
+      const lines = [
+        `interface ${h.name}`,
+        `  role ${i.role ?? '-'} id ${i.id ?? '-'} socket ${i.socket ?? '-'}`,
+        `  state ${i.state ?? '-'} link ${h.state} zero-copy ${i['zero-copy'] ?? '-'}`,
+      ];
+      if (i.peer) lines.push(`  remote ${i.peer}`);
+      lines.push(`  rings ${i.rings ?? '-'}, regions ${i.regions ?? '-'}, buffer-size ${i['buffer-size'] ?? '-'}`);
+      if (i['last disconnect']) lines.push(`  last disconnect: ${i['last disconnect']}`);
+      if (i['last connect error']) lines.push(`  last connect error: ${i['last connect error']}`);
+      return lines.map((l) => l + '\n').join('');
+    })
+    .join('');
 }
 
 /** `show buffers`, in VPP's columns (one pool). */
 export function formatBuffers(b: BufferView): string {
-  return vppFormat('%-20s%=6s%=11s%=9s%=9s%=9s', 'Pool Name', 'Index', 'Data Size', 'Total', 'Avail', 'Used') + '\n'
-    + vppFormat('%-20s%=6u%=11u%=9u%=9u%=9u', 'default', 0, b.dataSize, b.count, b.free, b.count - b.free) + '\n';
+  return (
+    vppFormat('%-20s%=6s%=11s%=9s%=9s%=9s', 'Pool Name', 'Index', 'Data Size', 'Total', 'Avail', 'Used') +
+    '\n' +
+    vppFormat('%-20s%=6u%=11u%=9u%=9u%=9u', 'default', 0, b.dataSize, b.count, b.free, b.count - b.free) +
+    '\n'
+  );
 }
 
 /** The largest IB MTU (256..4096) not over `bytes`, as ibv_devinfo prints one: "1024 (3)". */
@@ -62,15 +124,30 @@ function ibMtu(bytes: number): string {
 
 /** `show device`: ibv_devinfo -v's layout for what applies to this device. */
 export function formatDevice(d: DeviceView): string {
-  const f = (k: string, v: string | number) => `\t${k}:${'\t'.repeat(Math.max(1, 3 - Math.floor((k.length + 1) / 8)))}${v}`;
+  const f = (k: string, v: string | number) =>
+    `\t${k}:${'\t'.repeat(Math.max(1, 3 - Math.floor((k.length + 1) / 8)))}${v}`;
   const lines = [
     `hca_id:\t${d.name}`,
-    f('transport', d.transport), f('fw_ver', d.version),
-    f('max_qp', d.maxQp), f('max_qp_wr', d.maxQpWr), f('max_sge', d.maxSge), f('max_inline_data', d.maxInline),
-    f('max_cq', d.maxCq), f('max_cqe', d.maxCqe), f('max_mr', d.maxMr), f('max_mr_size', `0x${d.maxMrSize.toString(16)}`), f('max_pd', d.maxPd),
-    f('max_qp_rd_atom', d.maxQpRdAtom), f('max_qp_init_rd_atom', d.maxQpInitRdAtom), f('atomic_cap', 'ATOMIC_HCA (1)'),
-    f('max_srq', d.maxSrq), f('max_srq_wr', d.maxSrqWr), f('max_srq_sge', d.maxSrqSge),
-    f('stag_key_bits', d.stagKeyBits), f('qpn_range', `${d.portRange[0]}..${d.portRange[1]} (UDP ports)`), f('trp_window', d.window),
+    f('transport', d.transport),
+    f('fw_ver', d.version),
+    f('max_qp', d.maxQp),
+    f('max_qp_wr', d.maxQpWr),
+    f('max_sge', d.maxSge),
+    f('max_inline_data', d.maxInline),
+    f('max_cq', d.maxCq),
+    f('max_cqe', d.maxCqe),
+    f('max_mr', d.maxMr),
+    f('max_mr_size', `0x${d.maxMrSize.toString(16)}`),
+    f('max_pd', d.maxPd),
+    f('max_qp_rd_atom', d.maxQpRdAtom),
+    f('max_qp_init_rd_atom', d.maxQpInitRdAtom),
+    f('atomic_cap', 'ATOMIC_HCA (1)'),
+    f('max_srq', d.maxSrq),
+    f('max_srq_wr', d.maxSrqWr),
+    f('max_srq_sge', d.maxSrqSge),
+    f('stag_key_bits', d.stagKeyBits),
+    f('qpn_range', `${d.portRange[0]}..${d.portRange[1]} (UDP ports)`),
+    f('trp_window', d.window),
     f('phys_port_cnt', d.ports.length),
   ];
   for (const p of d.ports) {
@@ -78,7 +155,9 @@ export function formatDevice(d: DeviceView): string {
     lines.push(`\t\t\tinterface:\t\t${p.interface}`);
     lines.push(`\t\t\tstate:\t\t\t${p.state === 'active' ? 'PORT_ACTIVE (4)' : 'PORT_DOWN (1)'}`);
     lines.push(`\t\t\tmax_mtu:\t\t4096 (5)`);
-    lines.push(`\t\t\tactive_mtu:\t\t${ibMtu(p.activeMtu)} (segments carry up to ${p.activeMtu} bytes; interface MTU ${p.mtu})`);
+    lines.push(
+      `\t\t\tactive_mtu:\t\t${ibMtu(p.activeMtu)} (segments carry up to ${p.activeMtu} bytes; interface MTU ${p.mtu})`,
+    );
     lines.push(`\t\t\tlink_layer:\t\t${p.linkLayer}`);
     lines.push(`\t\t\tGID[  0]:\t\t${p.gid ?? '(no IPv4 address)'}`);
   }
@@ -87,7 +166,10 @@ export function formatDevice(d: DeviceView): string {
 
 export function formatVersion(v: VersionView): string {
   const have = v.drivers.filter((d) => d.available).map((d) => d.name);
-  const lines = [`rdma-graph v${v.version} on Node ${v.node} (${v.platform}), started ${v.startedAt}`, `drivers: ${have.join(', ') || 'none'}`];
+  const lines = [
+    `rdma-graph v${v.version} on Node ${v.node} (${v.platform}), started ${v.startedAt}`,
+    `drivers: ${have.join(', ') || 'none'}`,
+  ];
   for (const d of v.drivers) if (!d.available) lines.push(`not available: ${d.name}: ${d.why}`);
   return lines.map((l) => l + '\n').join('');
 }
@@ -102,7 +184,9 @@ export function showCommand(words: string[], show: Show): Promise<void> {
   switch (sub) {
     case 'runtime': {
       const verbose = a.options([], ['verbose']).has('verbose');
-      return show(`/v1/runtime${verbose ? '?verbose=1' : ''}`, (v: { threads: RuntimeThreadSnapshot[] }) => formatRuntime(v.threads, { verbose }));
+      return show(`/v1/runtime${verbose ? '?verbose=1' : ''}`, (v: { threads: RuntimeThreadSnapshot[] }) =>
+        formatRuntime(v.threads, { verbose }),
+      );
     }
     case 'errors': {
       const verbose = a.options([], ['verbose']).has('verbose');
@@ -122,7 +206,11 @@ export function showCommand(words: string[], show: Show): Promise<void> {
       a.end();
       return show('/v1/buffers', (v: BufferView) => formatBuffers(v));
     case 'ip': {
-      const what = resolveWord(rest[0], { neighbors: 'neighbors', neighbours: 'neighbors', neighbor: 'neighbors', arp: 'neighbors' }, 'show ip');
+      const what = resolveWord(
+        rest[0],
+        { neighbors: 'neighbors', neighbours: 'neighbors', neighbor: 'neighbors', arp: 'neighbors' },
+        'show ip',
+      );
       new Args(rest.slice(1), `show ip ${what}`).end();
       return show('/v1/neighbors', (v: NeighborView[]) => formatNeighbors(v));
     }
@@ -145,22 +233,53 @@ export function showCommand(words: string[], show: Show): Promise<void> {
       return show('/v1/listeners', (v: ListenerView[]) => formatListeners(v));
     case 'mrs':
       a.end();
-      return show('/v1/mrs', (v: MrView[]) => v.map((m) => `mr ${m.mr} pd ${m.pd} stag 0x${m.stag.toString(16)} length ${m.length} access ${m.access.join(',') || '-'}\n`).join(''));
+      return show('/v1/mrs', (v: MrView[]) =>
+        v
+          .map(
+            (m) =>
+              `mr ${m.mr} pd ${m.pd} stag 0x${m.stag.toString(16)} length ${m.length} access ${m.access.join(',') || '-'}\n`,
+          )
+          .join(''),
+      );
     case 'cqs':
       a.end();
-      return show('/v1/cqs', (v: CqView[]) => v.map((c) => `cq ${c.cq} depth ${c.depth} pending ${c.pending} users ${c.users}${c.error ? ' ERROR (overflowed)' : ''}\n`).join(''));
+      return show('/v1/cqs', (v: CqView[]) =>
+        v
+          .map(
+            (c) =>
+              `cq ${c.cq} depth ${c.depth} pending ${c.pending} users ${c.users}${c.error ? ' ERROR (overflowed)' : ''}\n`,
+          )
+          .join(''),
+      );
     case 'srqs':
       a.end();
-      return show('/v1/srqs', (v: SrqView[]) => v.map((s) => `srq ${s.srq} pd ${s.pd} max-wr ${s.maxWr} max-sge ${s.maxSge} posted ${s.posted} limit ${s.limit}\n`).join(''));
+      return show('/v1/srqs', (v: SrqView[]) =>
+        v
+          .map(
+            (s) =>
+              `srq ${s.srq} pd ${s.pd} max-wr ${s.maxWr} max-sge ${s.maxSge} posted ${s.posted} limit ${s.limit}\n`,
+          )
+          .join(''),
+      );
     case 'pds':
       a.end();
       return show('/v1/pds', (v: PdView[]) => v.map((p) => `pd ${p.pd} users ${p.users}\n`).join(''));
     case 'events':
       a.end();
-      return show('/v1/events', (v: EventView[]) => v.map((e) => `${e.time} #${e.seq} ${e.type}${e.qpn !== undefined ? ` qp ${e.qpn}` : ''}${e.cq !== undefined ? ` cq ${e.cq}` : ''}${e.srq !== undefined ? ` srq ${e.srq}` : ''}${e.reason ? `: ${e.reason}` : ''}\n`).join(''));
+      return show('/v1/events', (v: EventView[]) =>
+        v
+          .map(
+            (e) =>
+              `${e.time} #${e.seq} ${e.type}${e.qpn !== undefined ? ` qp ${e.qpn}` : ''}${e.cq !== undefined ? ` cq ${e.cq}` : ''}${e.srq !== undefined ? ` srq ${e.srq}` : ''}${e.reason ? `: ${e.reason}` : ''}\n`,
+          )
+          .join(''),
+      );
     case 'health':
       a.end();
-      return show('/v1/health', (v: HealthView) => `${v.status}: rdma-graph ${v.version}, up ${v.uptime.toFixed(1)} s\n`);
+      return show(
+        '/v1/health',
+        (v: HealthView) => `${v.status}: rdma-graph ${v.version}, up ${v.uptime.toFixed(1)} s\n`,
+      );
     case 'version':
       a.end();
       return show('/v1/version', (v: VersionView) => formatVersion(v));

@@ -8,9 +8,31 @@
  * Exit status: 0 done, 1 the API refused (its message is printed), 2 bad command line, 3 the
  * daemon cannot be reached.
  */
-import type { CqView, InterfaceView, ListenerView, MrView, PdView, PollResult, QpView, SrqView } from '../dataplane/views.ts';
+import type {
+  CqView,
+  InterfaceView,
+  ListenerView,
+  MrView,
+  PdView,
+  PollResult,
+  QpView,
+  SrqView,
+} from '../dataplane/views.ts';
 import { formatCompletions } from './render.ts';
-import { Args, base64, endpoint, hexBytes, hexdump, intOpt, numOpt, resolveWord, sges, toInt, UsageError, wrId } from './rdmactl-args.ts';
+import {
+  Args,
+  base64,
+  endpoint,
+  hexBytes,
+  hexdump,
+  intOpt,
+  numOpt,
+  resolveWord,
+  sges,
+  toInt,
+  UsageError,
+  wrId,
+} from './rdmactl-args.ts';
 import { showCommand } from './rdmactl-show.ts';
 import { pingCommand } from './rdmactl-ping.ts';
 
@@ -19,7 +41,12 @@ export { UsageError };
 export const DEFAULT_API = 'http://127.0.0.1:7070';
 
 /** One HTTP exchange with the API: JSON (or raw bytes) out, parsed JSON (or bytes) back. */
-export type Call = (method: string, path: string, body?: unknown, opts?: { raw?: boolean; bytes?: Uint8Array; timeoutMs?: number }) => Promise<unknown>;
+export type Call = (
+  method: string,
+  path: string,
+  body?: unknown,
+  opts?: { raw?: boolean; bytes?: Uint8Array; timeoutMs?: number },
+) => Promise<unknown>;
 
 /** The API answered, but not what rdma-graph answers (another server on that port?): exit 3. */
 export class ForeignAnswerError extends Error {}
@@ -83,8 +110,22 @@ export interface CtlOptions {
 
 /** Accepted command words (aliases included) to their canonical command. */
 const COMMANDS: Record<string, string> = {
-  show: 'show', clear: 'clear', trace: 'trace', capture: 'capture', fault: 'fault', create: 'create', connect: 'connect', listen: 'listen',
-  unlisten: 'unlisten', modify: 'modify', post: 'post', poll: 'poll', mr: 'mr', destroy: 'destroy', ping: 'ping', help: 'help',
+  show: 'show',
+  clear: 'clear',
+  trace: 'trace',
+  capture: 'capture',
+  fault: 'fault',
+  create: 'create',
+  connect: 'connect',
+  listen: 'listen',
+  unlisten: 'unlisten',
+  modify: 'modify',
+  post: 'post',
+  poll: 'poll',
+  mr: 'mr',
+  destroy: 'destroy',
+  ping: 'ping',
+  help: 'help',
 };
 
 /** Run one rdmactl command (words after the global options). */
@@ -99,7 +140,9 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
       text = render(v as never);
     } catch (e) {
       // Not the shape rdma-graph sends: another server (or another version) answered.
-      throw new ForeignAnswerError(`GET ${path}: the answer is not what rdma-graph sends (${(e as Error).message}): is --api pointing at an rdma-graph daemon?`);
+      throw new ForeignAnswerError(
+        `GET ${path}: the answer is not what rdma-graph sends (${(e as Error).message}): is --api pointing at an rdma-graph daemon?`,
+      );
     }
     io.out(text);
   };
@@ -150,8 +193,14 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
       }
       const file = a.word('NAME');
       const o = a.options(['count']);
-      const v = (await call('POST', `/v1/interfaces/${encodeURIComponent(ifName)}/capture`, { direction: dir, file, ...(o.has('count') ? { count: intOpt(o, 'count', 'capture') } : {}) })) as InterfaceView;
-      const files = [v?.capture?.rx ? `rx into ${v.capture.rx}` : '', v?.capture?.tx ? `tx into ${v.capture.tx}` : ''].filter((x) => x !== '').join(', ');
+      const v = (await call('POST', `/v1/interfaces/${encodeURIComponent(ifName)}/capture`, {
+        direction: dir,
+        file,
+        ...(o.has('count') ? { count: intOpt(o, 'count', 'capture') } : {}),
+      })) as InterfaceView;
+      const files = [v?.capture?.rx ? `rx into ${v.capture.rx}` : '', v?.capture?.tx ? `tx into ${v.capture.tx}` : '']
+        .filter((x) => x !== '')
+        .join(', ');
       return done(v, `capturing on ${ifName}: ${files || dir}`);
     }
     case 'fault': {
@@ -167,11 +216,26 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
         const o = a.options(['seed', 'loss', 'reorder', 'duplicate', 'corrupt', 'reorder-depth', 'reorder-delay-us']);
         body = { direction: dir };
         const w = `fault ${ifName}`;
-        for (const [k, key] of [['seed', 'seed'], ['reorder-depth', 'reorderDepth'], ['reorder-delay-us', 'reorderDelayUs']] as const) if (o.has(k)) body[key] = intOpt(o, k, w);
+        for (const [k, key] of [
+          ['seed', 'seed'],
+          ['reorder-depth', 'reorderDepth'],
+          ['reorder-delay-us', 'reorderDelayUs'],
+        ] as const)
+          if (o.has(k)) body[key] = intOpt(o, k, w);
         for (const k of ['loss', 'reorder', 'duplicate', 'corrupt']) if (o.has(k)) body[k] = numOpt(o, k, w);
       }
       const v = await call('POST', `/v1/interfaces/${encodeURIComponent(ifName)}/fault`, body);
-      return done(v, dir === 'off' ? `fault injection on ${ifName} off` : `fault injection on ${ifName} ${dir}: ${Object.entries(body).filter(([k]) => k !== 'direction').map(([k, x]) => `${k} ${x}`).join(', ') || 'nothing set'}`);
+      return done(
+        v,
+        dir === 'off'
+          ? `fault injection on ${ifName} off`
+          : `fault injection on ${ifName} ${dir}: ${
+              Object.entries(body)
+                .filter(([k]) => k !== 'direction')
+                .map(([k, x]) => `${k} ${x}`)
+                .join(', ') || 'nothing set'
+            }`,
+      );
     }
     case 'create':
       return create(sub, rest, call, created);
@@ -184,16 +248,37 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
       const body: Record<string, unknown> = { remote, mode };
       if (o.has('psn')) body.remotePsn = intOpt(o, 'psn', 'connect');
       if (o.has('private-data')) body.privateData = base64(hexBytes(o.get('private-data')!, 'connect: private-data'));
-      for (const [k, key] of [['ird', 'ird'], ['ord', 'ord'], ['timeout-ms', 'timeoutMs']] as const) if (o.has(k)) body[key] = intOpt(o, k, 'connect');
+      for (const [k, key] of [
+        ['ird', 'ird'],
+        ['ord', 'ord'],
+        ['timeout-ms', 'timeoutMs'],
+      ] as const)
+        if (o.has(k)) body[key] = intOpt(o, k, 'connect');
       const v = (await call('POST', `/v1/qps/${qpn}/connect`, body)) as QpView & { privateData?: string };
       if (opts.json) json(v);
-      else io.out(`qp ${v.qpn} ${v.state} ${v.local.ip}:${v.local.port} -> ${v.remote ? `${v.remote.ip}:${v.remote.port}` : '-'}${v.privateData ? ` private-data ${Buffer.from(v.privateData, 'base64').toString('hex')}` : ''}\n`);
+      else
+        io.out(
+          `qp ${v.qpn} ${v.state} ${v.local.ip}:${v.local.port} -> ${v.remote ? `${v.remote.ip}:${v.remote.port}` : '-'}${v.privateData ? ` private-data ${Buffer.from(v.privateData, 'base64').toString('hex')}` : ''}\n`,
+        );
       return;
     }
     case 'listen': {
       const a = new Args(sub === undefined ? [] : [sub, ...rest], 'listen');
       const port = a.int('PORT');
-      const o = a.options(['pd', 'send-cq', 'recv-cq', 'srq', 'max-send-wr', 'max-recv-wr', 'max-sge', 'max-inline', 'ird', 'ord', 'interface', 'private-data']);
+      const o = a.options([
+        'pd',
+        'send-cq',
+        'recv-cq',
+        'srq',
+        'max-send-wr',
+        'max-recv-wr',
+        'max-sge',
+        'max-inline',
+        'ird',
+        'ord',
+        'interface',
+        'private-data',
+      ]);
       const body = qpBody(o, 'listen');
       if (o.has('private-data')) body.privateData = base64(hexBytes(o.get('private-data')!, 'listen: private-data'));
       const v = (await call('POST', '/v1/listeners', { port, ...body })) as ListenerView;
@@ -246,8 +331,12 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
         const offset = a.int('OFFSET');
         const o = a.options(['text', 'hex']);
         if (o.has('text') === o.has('hex')) throw new UsageError('mr write: give the data as text STRING or hex HEX');
-        const bytes = o.has('text') ? new TextEncoder().encode(o.get('text')) : hexBytes(o.get('hex')!, 'mr write: hex');
-        const v = (await call('PUT', `/v1/mrs/${mr}/data?offset=${offset}`, undefined, { bytes })) as { written?: number };
+        const bytes = o.has('text')
+          ? new TextEncoder().encode(o.get('text'))
+          : hexBytes(o.get('hex')!, 'mr write: hex');
+        const v = (await call('PUT', `/v1/mrs/${mr}/data?offset=${offset}`, undefined, { bytes })) as {
+          written?: number;
+        };
         return done(v, `wrote ${v?.written ?? bytes.length} bytes to mr ${mr} at offset ${offset}`);
       }
       if (op === 'read') {
@@ -255,7 +344,9 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
         const offset = a.int('OFFSET');
         const length = a.int('LENGTH');
         const o = a.options([], ['hex', 'text', 'raw']);
-        const b = (await call('GET', `/v1/mrs/${mr}/data?offset=${offset}&length=${length}`, undefined, { raw: true })) as Uint8Array;
+        const b = (await call('GET', `/v1/mrs/${mr}/data?offset=${offset}&length=${length}`, undefined, {
+          raw: true,
+        })) as Uint8Array;
         if (o.has('raw')) io.bytes(b);
         else if (o.has('text')) io.out(new TextDecoder().decode(b) + '\n');
         else io.out(hexdump(b, offset));
@@ -279,7 +370,18 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
 
 function qpBody(o: Map<string, string>, what: string): Record<string, unknown> {
   const body: Record<string, unknown> = {};
-  const map: [string, string][] = [['pd', 'pd'], ['send-cq', 'sendCq'], ['recv-cq', 'recvCq'], ['srq', 'srq'], ['max-send-wr', 'maxSendWr'], ['max-recv-wr', 'maxRecvWr'], ['max-sge', 'maxSge'], ['max-inline', 'maxInline'], ['ird', 'ird'], ['ord', 'ord']];
+  const map: [string, string][] = [
+    ['pd', 'pd'],
+    ['send-cq', 'sendCq'],
+    ['recv-cq', 'recvCq'],
+    ['srq', 'srq'],
+    ['max-send-wr', 'maxSendWr'],
+    ['max-recv-wr', 'maxRecvWr'],
+    ['max-sge', 'maxSge'],
+    ['max-inline', 'maxInline'],
+    ['ird', 'ird'],
+    ['ord', 'ord'],
+  ];
   for (const [k, key] of map) if (o.has(k)) body[key] = intOpt(o, k, what);
   for (const k of ['pd', 'send-cq', 'recv-cq']) if (!o.has(k)) throw new UsageError(`${what}: missing ${k}`);
   // Sizes left out take the data plane's defaults (the same for REST and the embedding API).
@@ -287,7 +389,12 @@ function qpBody(o: Map<string, string>, what: string): Record<string, unknown> {
   return body;
 }
 
-async function create(word: string | undefined, rest: string[], call: Call, created: (v: unknown, line: string) => void): Promise<void> {
+async function create(
+  word: string | undefined,
+  rest: string[],
+  call: Call,
+  created: (v: unknown, line: string) => void,
+): Promise<void> {
   const what = resolveWord(word, { pd: 'pd', mr: 'mr', cq: 'cq', srq: 'srq', qp: 'qp' }, 'create');
   const a = new Args(rest, `create ${what}`);
   switch (what) {
@@ -299,8 +406,19 @@ async function create(word: string | undefined, rest: string[], call: Call, crea
     case 'mr': {
       const o = a.options(['pd', 'length', 'access']);
       if (!o.has('pd') || !o.has('length')) throw new UsageError('create mr: needs pd PD and length N');
-      const access = o.has('access') ? { access: o.get('access')!.split(',').filter((x) => x !== '') } : {};
-      const v = (await call('POST', '/v1/mrs', { pd: intOpt(o, 'pd', 'create mr'), length: intOpt(o, 'length', 'create mr'), ...access })) as MrView;
+      const access = o.has('access')
+        ? {
+            access: o
+              .get('access')!
+              .split(',')
+              .filter((x) => x !== ''),
+          }
+        : {};
+      const v = (await call('POST', '/v1/mrs', {
+        pd: intOpt(o, 'pd', 'create mr'),
+        length: intOpt(o, 'length', 'create mr'),
+        ...access,
+      })) as MrView;
       return created(v, `${v.mr} 0x${v.stag.toString(16)}`);
     }
     case 'cq': {
@@ -311,13 +429,28 @@ async function create(word: string | undefined, rest: string[], call: Call, crea
     case 'srq': {
       const o = a.options(['pd', 'max-wr', 'max-sge']);
       if (!o.has('pd') || !o.has('max-wr')) throw new UsageError('create srq: needs pd PD and max-wr N');
-      const body: Record<string, unknown> = { pd: intOpt(o, 'pd', 'create srq'), maxWr: intOpt(o, 'max-wr', 'create srq') };
+      const body: Record<string, unknown> = {
+        pd: intOpt(o, 'pd', 'create srq'),
+        maxWr: intOpt(o, 'max-wr', 'create srq'),
+      };
       if (o.has('max-sge')) body.maxSge = intOpt(o, 'max-sge', 'create srq');
       const v = (await call('POST', '/v1/srqs', body)) as SrqView;
       return created(v, String(v.srq));
     }
     case 'qp': {
-      const o = a.options(['pd', 'send-cq', 'recv-cq', 'srq', 'max-send-wr', 'max-recv-wr', 'max-sge', 'max-inline', 'ird', 'ord', 'interface']);
+      const o = a.options([
+        'pd',
+        'send-cq',
+        'recv-cq',
+        'srq',
+        'max-send-wr',
+        'max-recv-wr',
+        'max-sge',
+        'max-inline',
+        'ird',
+        'ord',
+        'interface',
+      ]);
       const v = (await call('POST', '/v1/qps', qpBody(o, 'create qp'))) as QpView;
       return created(v, `${v.qpn} ${v.psn}`);
     }
@@ -339,7 +472,10 @@ async function post(word: string | undefined, rest: string[], call: Call): Promi
   }
   const qpn = a.int('QPN');
   const opcode = a.word('OPCODE');
-  const o = a.options(['wr-id', 'sge', 'remote', 'imm', 'invalidate', 'add', 'swap', 'compare'], ['unsignaled', 'solicited', 'inline']);
+  const o = a.options(
+    ['wr-id', 'sge', 'remote', 'imm', 'invalidate', 'add', 'swap', 'compare'],
+    ['unsignaled', 'solicited', 'inline'],
+  );
   if (!o.has('wr-id')) throw new UsageError('post send: missing wr-id');
   const body: Record<string, unknown> = { wrId: wrId(o.get('wr-id')!), opcode };
   const sg = sges(o.get('sge'), 'post send');
@@ -365,4 +501,3 @@ async function post(word: string | undefined, rest: string[], call: Call): Promi
   const answer = await call('POST', `/v1/qps/${qpn}/send`, body);
   return { answer, line: `posted ${opcode} wr-id ${String(body.wrId)} on qp ${qpn}` };
 }
-

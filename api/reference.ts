@@ -12,10 +12,12 @@ export const END = '<!-- end of routes -->';
 export const README = fileURLToPath(new URL('./README.md', import.meta.url));
 
 function bodyKeys(schema: unknown): string {
-  const props = (schema as { properties?: Record<string, unknown>; required?: string[] } | undefined);
+  const props = schema as { properties?: Record<string, unknown>; required?: string[] } | undefined;
   if (!props?.properties) return '';
   const req = new Set(props.required ?? []);
-  return Object.keys(props.properties).map((k) => (req.has(k) ? k : `${k}?`)).join(', ');
+  return Object.keys(props.properties)
+    .map((k) => (req.has(k) ? k : `${k}?`))
+    .join(', ');
 }
 
 /** The markdown table: route, what it does, request body keys, success and error statuses. */
@@ -29,7 +31,8 @@ export function routeReference(): string {
 }
 
 export function renderReadme(text: string): string {
-  const a = text.indexOf(BEGIN), b = text.indexOf(END);
+  const a = text.indexOf(BEGIN),
+    b = text.indexOf(END);
   if (a < 0 || b < a) throw new Error(`${README}: markers ${BEGIN} ... ${END} not found`);
   return text.slice(0, a + BEGIN.length) + '\n' + routeReference() + '\n' + text.slice(b);
 }

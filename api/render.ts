@@ -24,8 +24,13 @@ export function formatInterfaces(views: InterfaceView[]): string {
   for (const v of [...views].sort((a, b) => a.index - b.index)) {
     const c = v.counters;
     const counters: [string, number][] = [
-      ['rx packets', c.rxPackets], ['rx bytes', c.rxBytes], ['tx packets', c.txPackets], ['tx bytes', c.txBytes],
-      ['drops', c.rxDrops + c.txDrops + c.txNoSlots], ['rx-error', c.rxErrors], ['tx-error', c.txErrors],
+      ['rx packets', c.rxPackets],
+      ['rx bytes', c.rxBytes],
+      ['tx packets', c.txPackets],
+      ['tx bytes', c.txBytes],
+      ['drops', c.rxDrops + c.txDrops + c.txNoSlots],
+      ['rx-error', c.rxErrors],
+      ['tx-error', c.txErrors],
     ];
     const shown = counters.filter(([, n]) => n !== 0);
     const row = vppFormat(IF_ROW, v.name, v.index, v.state, `${v.mtu}/0/0/0`);
@@ -63,7 +68,8 @@ function neighborFlags(state: string): string {
 
 export function formatNeighbors(views: NeighborView[]): string {
   let out = vppFormat(NEIGH_HEADER, 'Time', 'IP', 'Flags', 'Ethernet', 'Interface') + '\n';
-  for (const n of views) out += vppFormat(NEIGH_ROW, n.age, n.address, neighborFlags(n.state), n.mac ?? '', n.interface) + '\n';
+  for (const n of views)
+    out += vppFormat(NEIGH_ROW, n.age, n.address, neighborFlags(n.state), n.mac ?? '', n.interface) + '\n';
   return out;
 }
 
@@ -75,10 +81,23 @@ function endpoint(e: { ip: string; port: number } | null): string {
 }
 
 export function formatQps(views: QpView[]): string {
-  let out = vppFormat(QP_HEADER, 'QPN', 'State', 'Local', 'Remote', 'SQ/RQ', 'Tx-packets', 'Rx-packets', 'Retrans', 'SRTT-us') + '\n';
+  let out =
+    vppFormat(QP_HEADER, 'QPN', 'State', 'Local', 'Remote', 'SQ/RQ', 'Tx-packets', 'Rx-packets', 'Retrans', 'SRTT-us') +
+    '\n';
   for (const q of [...views].sort((a, b) => a.qpn - b.qpn)) {
-    out += vppFormat(QP_ROW, q.qpn, q.state, endpoint(q.local), endpoint(q.remote), `${q.sqOutstanding}/${q.srq === null ? q.rqPosted : `srq${q.srq}`}`,
-      q.counters.txPackets, q.counters.rxPackets, q.counters.retransmits, q.rtt.srttUs) + '\n';
+    out +=
+      vppFormat(
+        QP_ROW,
+        q.qpn,
+        q.state,
+        endpoint(q.local),
+        endpoint(q.remote),
+        `${q.sqOutstanding}/${q.srq === null ? q.rqPosted : `srq${q.srq}`}`,
+        q.counters.txPackets,
+        q.counters.rxPackets,
+        q.counters.retransmits,
+        q.rtt.srttUs,
+      ) + '\n';
   }
   return out;
 }
@@ -102,9 +121,23 @@ const L_HEADER = '%=8s%=6s%=10s%=10s%=6s%=12s%=12s%=10s  %s';
 const L_ROW = '%=8d%=6d%=10d%=10d%=6s%=12d%=12d%=10d  %s';
 
 export function formatListeners(views: ListenerView[]): string {
-  let out = vppFormat(L_HEADER, 'Port', 'PD', 'Send-CQ', 'Recv-CQ', 'SRQ', 'Max-send', 'Max-recv', 'Requests', 'Accepted QPs') + '\n';
+  let out =
+    vppFormat(L_HEADER, 'Port', 'PD', 'Send-CQ', 'Recv-CQ', 'SRQ', 'Max-send', 'Max-recv', 'Requests', 'Accepted QPs') +
+    '\n';
   for (const l of views) {
-    out += vppFormat(L_ROW, l.port, l.pd, l.sendCq, l.recvCq, l.srq === null ? '-' : String(l.srq), l.maxSendWr, l.maxRecvWr, l.requests, l.accepted.join(' ') || '-') + '\n';
+    out +=
+      vppFormat(
+        L_ROW,
+        l.port,
+        l.pd,
+        l.sendCq,
+        l.recvCq,
+        l.srq === null ? '-' : String(l.srq),
+        l.maxSendWr,
+        l.maxRecvWr,
+        l.requests,
+        l.accepted.join(' ') || '-',
+      ) + '\n';
   }
   return out;
 }

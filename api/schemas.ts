@@ -5,7 +5,16 @@
  * no `const`, no type arrays (`nullable: true` instead), no `format`; `x-expected` says in words
  * what a value must be, for the error message.
  */
-import { ACCESS_NAMES, PING_LIMITS, QP_STATE_NAMES, VERBS_DEFAULTS, VERBS_LIMITS, WC_OPCODE_NAMES, WC_STATUS_NAMES, WR_OPCODE_NAMES } from '../dataplane/views.ts';
+import {
+  ACCESS_NAMES,
+  PING_LIMITS,
+  QP_STATE_NAMES,
+  VERBS_DEFAULTS,
+  VERBS_LIMITS,
+  WC_OPCODE_NAMES,
+  WC_STATUS_NAMES,
+  WR_OPCODE_NAMES,
+} from '../dataplane/views.ts';
 import { EXPECTED } from './errors.ts';
 
 export type JsonSchema = { [key: string]: unknown };
@@ -24,15 +33,33 @@ function int(minimum: number, maximum: number, description?: string): JsonSchema
 /** An object with exactly these properties; all required but the `optional` ones. */
 function obj(properties: Record<string, JsonSchema>, optional: string[] = [], description?: string): JsonSchema {
   const required = Object.keys(properties).filter((k) => !optional.includes(k));
-  return { type: 'object', additionalProperties: false, ...(required.length ? { required } : {}), properties, ...(description ? { description } : {}) };
+  return {
+    type: 'object',
+    additionalProperties: false,
+    ...(required.length ? { required } : {}),
+    properties,
+    ...(description ? { description } : {}),
+  };
 }
 
 const str = (description?: string): JsonSchema => ({ type: 'string', ...(description ? { description } : {}) });
 const num = (description?: string): JsonSchema => ({ type: 'number', ...(description ? { description } : {}) });
-const count = (description?: string): JsonSchema => ({ type: 'integer', minimum: 0, ...(description ? { description } : {}) });
+const count = (description?: string): JsonSchema => ({
+  type: 'integer',
+  minimum: 0,
+  ...(description ? { description } : {}),
+});
 const bool = (description?: string): JsonSchema => ({ type: 'boolean', ...(description ? { description } : {}) });
-const list = (items: JsonSchema, description?: string): JsonSchema => ({ type: 'array', items, ...(description ? { description } : {}) });
-const oneOf = (names: readonly string[], description?: string): JsonSchema => ({ type: 'string', enum: [...names], ...(description ? { description } : {}) });
+const list = (items: JsonSchema, description?: string): JsonSchema => ({
+  type: 'array',
+  items,
+  ...(description ? { description } : {}),
+});
+const oneOf = (names: readonly string[], description?: string): JsonSchema => ({
+  type: 'string',
+  enum: [...names],
+  ...(description ? { description } : {}),
+});
 const nullable = (s: JsonSchema): JsonSchema => ({ ...s, nullable: true });
 
 /** An optional field's default, stated for clients (the data plane applies it). */
@@ -44,7 +71,11 @@ const u32 = (description: string): JsonSchema => int(0, U32_MAX, description);
 
 // ------------------------------------------------------------------ shared pieces
 
-export const ErrorResponse = obj({ statusCode: int(400, 599), error: str('HTTP reason phrase'), message: str('what is wrong and where') });
+export const ErrorResponse = obj({
+  statusCode: int(400, 599),
+  error: str('HTTP reason phrase'),
+  message: str('what is wrong and where'),
+});
 
 export const WrId: JsonSchema = {
   description: 'work request id: comes back exactly as sent in its completion',
@@ -74,14 +105,28 @@ export const Base64: JsonSchema = {
 export const Endpoint = obj({ ip: Ipv4, port: port('UDP port (a QPN or a listener port)') });
 export const EndpointView = obj({ ip: str('IPv4 address'), port: int(0, 65535) });
 
-export const Sge = obj({ mr: handle('memory region'), offset: int(0, SAFE_MAX, 'byte offset from the start of the MR'), length: int(0, SAFE_MAX, 'bytes') });
+export const Sge = obj({
+  mr: handle('memory region'),
+  offset: int(0, SAFE_MAX, 'byte offset from the start of the MR'),
+  length: int(0, SAFE_MAX, 'bytes'),
+});
 const SgeList = { ...list(Sge, 'scatter/gather list'), maxItems: 64 };
 
 // ------------------------------------------------------------------ status views
 
 const counterObject = (names: string[]): JsonSchema => obj(Object.fromEntries(names.map((n) => [n, count()])));
 
-export const InterfaceCounters = counterObject(['rxPackets', 'rxBytes', 'txPackets', 'txBytes', 'rxDrops', 'txDrops', 'rxErrors', 'txErrors', 'txNoSlots']);
+export const InterfaceCounters = counterObject([
+  'rxPackets',
+  'rxBytes',
+  'txPackets',
+  'txBytes',
+  'rxDrops',
+  'txDrops',
+  'rxErrors',
+  'txErrors',
+  'txNoSlots',
+]);
 export const FaultCounters = counterObject(['packets', 'dropped', 'reordered', 'duplicated', 'corrupted']);
 
 export const InterfaceView = obj({
@@ -95,57 +140,145 @@ export const InterfaceView = obj({
   state: oneOf(['up', 'down']),
   rxQueues: count(),
   counters: InterfaceCounters,
-  fault: obj({ rx: nullable(FaultCounters), tx: nullable(FaultCounters) }, [], 'fault injector counters by direction (null: no injector)'),
-  capture: obj({
-    rx: nullable(str()), tx: nullable(str()),
-    rxStopped: nullable(str('why it takes no more packets: the count, or capture.max-bytes')), txStopped: nullable(str()),
-  }, [], 'pcap files being written by direction (null: none), in capture.dir'),
+  fault: obj(
+    { rx: nullable(FaultCounters), tx: nullable(FaultCounters) },
+    [],
+    'fault injector counters by direction (null: no injector)',
+  ),
+  capture: obj(
+    {
+      rx: nullable(str()),
+      tx: nullable(str()),
+      rxStopped: nullable(str('why it takes no more packets: the count, or capture.max-bytes')),
+      txStopped: nullable(str()),
+    },
+    [],
+    'pcap files being written by direction (null: none), in capture.dir',
+  ),
 });
 
-export const NeighborView = obj({ interface: str(), address: str(), mac: nullable(str()), state: str(), age: num('seconds since last confirmed'), held: count('packets waiting for resolution') });
+export const NeighborView = obj({
+  interface: str(),
+  address: str(),
+  mac: nullable(str()),
+  state: str(),
+  age: num('seconds since last confirmed'),
+  held: count('packets waiting for resolution'),
+});
 
-export const HealthView = obj({ status: oneOf(['ok']), version: str(), uptime: num('seconds since the data plane started'), interfaces: count(), qps: count() });
+export const HealthView = obj({
+  status: oneOf(['ok']),
+  version: str(),
+  uptime: num('seconds since the data plane started'),
+  interfaces: count(),
+  qps: count(),
+});
 /** Driver facts: names to text, or null (not known, not connected). */
-const FactMap: JsonSchema = { type: 'object', additionalProperties: { type: 'string', nullable: true }, description: 'driver facts in display order' };
-const CounterMap: JsonSchema = { type: 'object', additionalProperties: { type: 'number' }, description: 'driver counters' };
+const FactMap: JsonSchema = {
+  type: 'object',
+  additionalProperties: { type: 'string', nullable: true },
+  description: 'driver facts in display order',
+};
+const CounterMap: JsonSchema = {
+  type: 'object',
+  additionalProperties: { type: 'number' },
+  description: 'driver counters',
+};
 export const HardwareView = obj({
-  name: str(), index: count(), driver: str(), mac: str(), mtu: count(), state: oneOf(['up', 'down']), rxQueues: count(), txQueues: count(), info: FactMap, counters: CounterMap,
+  name: str(),
+  index: count(),
+  driver: str(),
+  mac: str(),
+  mtu: count(),
+  state: oneOf(['up', 'down']),
+  rxQueues: count(),
+  txQueues: count(),
+  info: FactMap,
+  counters: CounterMap,
 });
 export const DevicePort = obj({
-  port: count('port number, from 1'), interface: str(), state: oneOf(['active', 'down']), mtu: count('the interface MTU'),
-  activeMtu: count('what a TRP segment may carry: the MTU less IPv4, UDP and TRP headers'), linkLayer: oneOf(['Ethernet']),
-  gid: nullable(str('GID 0: the IPv4 address as an IPv4-mapped IPv6 address')), address: nullable(str()),
+  port: count('port number, from 1'),
+  interface: str(),
+  state: oneOf(['active', 'down']),
+  mtu: count('the interface MTU'),
+  activeMtu: count('what a TRP segment may carry: the MTU less IPv4, UDP and TRP headers'),
+  linkLayer: oneOf(['Ethernet']),
+  gid: nullable(str('GID 0: the IPv4 address as an IPv4-mapped IPv6 address')),
+  address: nullable(str()),
 });
 export const DeviceView = obj({
-  name: str(), transport: str(), version: str(),
-  maxQp: count(), maxQpWr: count(), maxSge: count(), maxInline: count(), maxCq: count(), maxCqe: count(), maxMr: count(), maxMrSize: count(),
-  maxPd: count(), maxSrq: count(), maxSrqWr: count(), maxSrqSge: count(), maxQpRdAtom: count(), maxQpInitRdAtom: count(),
-  atomicCap: oneOf(['hca']), stagKeyBits: count(), portRange: { ...list(count()), minItems: 2, maxItems: 2 }, window: count(), ports: list(DevicePort),
+  name: str(),
+  transport: str(),
+  version: str(),
+  maxQp: count(),
+  maxQpWr: count(),
+  maxSge: count(),
+  maxInline: count(),
+  maxCq: count(),
+  maxCqe: count(),
+  maxMr: count(),
+  maxMrSize: count(),
+  maxPd: count(),
+  maxSrq: count(),
+  maxSrqWr: count(),
+  maxSrqSge: count(),
+  maxQpRdAtom: count(),
+  maxQpInitRdAtom: count(),
+  atomicCap: oneOf(['hca']),
+  stagKeyBits: count(),
+  portRange: { ...list(count()), minItems: 2, maxItems: 2 },
+  window: count(),
+  ports: list(DevicePort),
 });
 export const VersionView = obj({
-  version: str(), node: str(), platform: str(), startedAt: str(),
+  version: str(),
+  node: str(),
+  platform: str(),
+  startedAt: str(),
   drivers: list(obj({ name: str(), available: bool(), why: nullable(str()) })),
 });
-export const BufferView = obj({ count: count('buffers in the pool'), free: count('buffers free now'), dataSize: count('data bytes per buffer'), hugepages: bool('the pool is in 2 MiB hugepages') });
+export const BufferView = obj({
+  count: count('buffers in the pool'),
+  free: count('buffers free now'),
+  dataSize: count('data bytes per buffer'),
+  hugepages: bool('the pool is in 2 MiB hugepages'),
+});
 
-export const RuntimeRow = obj({ name: str(), state: str(), calls: count(), vectors: count(), suspends: count(), clocks: num('CPU clocks spent, total'), eventsPending: bool() }, ['eventsPending']);
-export const RuntimeThread = obj({
-  index: count(),
-  name: str(),
-  lcore: count(),
-  time: num('seconds since the last clear'),
-  updateInterval: num(),
-  internalVectorRate: num(),
-  loopsPerSec: num(),
-  ratesIn: num(),
-  ratesOut: num(),
-  ratesDrop: num(),
-  ratesPunt: num(),
-  rows: list(RuntimeRow),
-}, ['lcore']);
+export const RuntimeRow = obj(
+  {
+    name: str(),
+    state: str(),
+    calls: count(),
+    vectors: count(),
+    suspends: count(),
+    clocks: num('CPU clocks spent, total'),
+    eventsPending: bool(),
+  },
+  ['eventsPending'],
+);
+export const RuntimeThread = obj(
+  {
+    index: count(),
+    name: str(),
+    lcore: count(),
+    time: num('seconds since the last clear'),
+    updateInterval: num(),
+    internalVectorRate: num(),
+    loopsPerSec: num(),
+    ratesIn: num(),
+    ratesOut: num(),
+    ratesDrop: num(),
+    ratesPunt: num(),
+    rows: list(RuntimeRow),
+  },
+  ['lcore'],
+);
 export const RuntimeResponse = obj({ threads: list(RuntimeThread) });
 
-export const ErrorRow = obj({ count: count(), node: str(), reason: str(), severity: oneOf(['error', 'warn', 'info']), index: count() }, ['index']);
+export const ErrorRow = obj(
+  { count: count(), node: str(), reason: str(), severity: oneOf(['error', 'warn', 'info']), index: count() },
+  ['index'],
+);
 export const ErrorThread = obj({ index: count(), name: str(), rows: list(ErrorRow) });
 export const ErrorsResponse = obj({ threads: list(ErrorThread) });
 
@@ -154,29 +287,68 @@ export const TraceThread = obj({ index: count(), name: str(), packets: list(obj(
 export const TraceResponse = obj({ threads: list(TraceThread) });
 export const TraceNodes = list(str(), 'input nodes that trace add accepts');
 
-export const EventView = obj({
-  seq: count(),
-  time: str('ISO 8601'),
-  type: oneOf(['qp-error', 'qp-established', 'qp-disconnected', 'cq-error', 'srq-limit', 'connect-failed', 'connect-request']),
-  qpn: count(),
-  cq: count(),
-  srq: count(),
-  reason: str(),
-}, ['qpn', 'cq', 'srq', 'reason']);
+export const EventView = obj(
+  {
+    seq: count(),
+    time: str('ISO 8601'),
+    type: oneOf([
+      'qp-error',
+      'qp-established',
+      'qp-disconnected',
+      'cq-error',
+      'srq-limit',
+      'connect-failed',
+      'connect-request',
+    ]),
+    qpn: count(),
+    cq: count(),
+    srq: count(),
+    reason: str(),
+  },
+  ['qpn', 'cq', 'srq', 'reason'],
+);
 
 // ------------------------------------------------------------------ verbs views
 
 export const PdView = obj({ pd: count(), users: count('MRs, QPs and SRQs using it') });
-export const MrView = obj({ mr: count(), pd: count(), stag: u32('steering tag peers name it by'), length: count(), access: list(oneOf(ACCESS_NAMES)) });
-export const CqView = obj({ cq: count(), depth: count(), pending: count('completions waiting to be polled'), error: bool('overflowed'), users: count() });
-export const SrqView = obj({ srq: count(), pd: count(), maxWr: count(), maxSge: count(), posted: count(), limit: count() });
+export const MrView = obj({
+  mr: count(),
+  pd: count(),
+  stag: u32('steering tag peers name it by'),
+  length: count(),
+  access: list(oneOf(ACCESS_NAMES)),
+});
+export const CqView = obj({
+  cq: count(),
+  depth: count(),
+  pending: count('completions waiting to be polled'),
+  error: bool('overflowed'),
+  users: count(),
+});
+export const SrqView = obj({
+  srq: count(),
+  pd: count(),
+  maxWr: count(),
+  maxSge: count(),
+  posted: count(),
+  limit: count(),
+});
 
-export const QpCounters = counterObject(['txPackets', 'rxPackets', 'txBytes', 'rxBytes', 'retransmits', 'fastRetransmits', 'timeouts', 'duplicates']);
+export const QpCounters = counterObject([
+  'txPackets',
+  'rxPackets',
+  'txBytes',
+  'rxBytes',
+  'retransmits',
+  'fastRetransmits',
+  'timeouts',
+  'duplicates',
+]);
 export const QpRtt = obj({ srttUs: num(), rttvarUs: num(), rtoUs: num() });
 const qpViewProps = {
   qpn: int(0, 65535, 'QP number = its UDP port'),
   state: oneOf(QP_STATE_NAMES),
-  psn: u32('initial send PSN (random): the peer\'s manual connect needs it'),
+  psn: u32("initial send PSN (random): the peer's manual connect needs it"),
   local: EndpointView,
   remote: nullable(EndpointView),
   pd: count(),
@@ -197,7 +369,10 @@ const qpViewProps = {
   rtt: QpRtt,
 };
 export const QpView = obj(qpViewProps);
-export const ConnectResult = obj({ ...qpViewProps, privateData: { ...Base64, description: 'cm: the bytes the peer accepted with' } }, ['privateData']);
+export const ConnectResult = obj(
+  { ...qpViewProps, privateData: { ...Base64, description: 'cm: the bytes the peer accepted with' } },
+  ['privateData'],
+);
 
 export const ListenerView = obj({
   port: port('listening port'),
@@ -211,50 +386,97 @@ export const ListenerView = obj({
   requests: count('connection requests seen'),
 });
 
-export const Completion = obj({
-  wrId: WrId,
-  qpn: count(),
-  status: oneOf(WC_STATUS_NAMES),
-  opcode: oneOf(WC_OPCODE_NAMES),
-  byteLen: count(),
-  imm: u32('immediate data'),
-  invalidatedStag: u32('STag the peer invalidated'),
-  solicited: bool(),
-}, ['imm', 'invalidatedStag', 'solicited']);
-export const PollResult = obj({ completions: list(Completion), error: nullable(str('set once the CQ overflowed: it is in error')) });
+export const Completion = obj(
+  {
+    wrId: WrId,
+    qpn: count(),
+    status: oneOf(WC_STATUS_NAMES),
+    opcode: oneOf(WC_OPCODE_NAMES),
+    byteLen: count(),
+    imm: u32('immediate data'),
+    invalidatedStag: u32('STag the peer invalidated'),
+    solicited: bool(),
+  },
+  ['imm', 'invalidatedStag', 'solicited'],
+);
+export const PollResult = obj({
+  completions: list(Completion),
+  error: nullable(str('set once the CQ overflowed: it is in error')),
+});
 
 export const Posted = obj({ wrId: WrId }, [], 'accepted: the completion comes on the CQ');
 export const Written = obj({ written: count('bytes written') });
 
 // ------------------------------------------------------------------ request bodies
 
-export const TraceAdd = obj({ node: { ...str('an input node (GET /v1/trace/nodes)'), maxLength: 256 }, count: int(0, 1000000, 'packets to trace; 0 stops') });
+export const TraceAdd = obj({
+  node: { ...str('an input node (GET /v1/trace/nodes)'), maxLength: 256 },
+  count: int(0, 1000000, 'packets to trace; 0 stops'),
+});
 const captureName = {
-  ...str('a file NAME, created in the start-up file\'s capture.dir (never an existing file)'), minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_][A-Za-z0-9._-]*$',
-  [EXPECTED]: 'a file name of 1..128 letters, digits, ".", "_" and "-", not starting with "." or "-" (no path: it goes into capture.dir)',
+  ...str("a file NAME, created in the start-up file's capture.dir (never an existing file)"),
+  minLength: 1,
+  maxLength: 128,
+  pattern: '^[A-Za-z0-9_][A-Za-z0-9._-]*$',
+  [EXPECTED]:
+    'a file name of 1..128 letters, digits, ".", "_" and "-", not starting with "." or "-" (no path: it goes into capture.dir)',
 };
-export const CaptureStart = obj({ direction: oneOf(['rx', 'tx', 'both']), file: captureName, count: int(1, U32_MAX, 'stop after this many packets (the file also stops at capture.max-bytes)') }, ['count']);
-const probability = (what: string): JsonSchema => ({ type: 'number', minimum: 0, maximum: 1, description: `probability a packet is ${what}` });
-export const FaultSet = obj({
-  direction: oneOf(['rx', 'tx', 'both']),
-  off: { type: 'boolean', enum: [true], description: 'remove the injector (no other field with it)' },
-  seed: u32('generator seed'),
-  loss: probability('dropped'),
-  reorder: probability('held back'),
-  reorderDepth: int(1, 65535, 'at most this many later packets overtake a held one'),
-  reorderDelayUs: { type: 'number', minimum: 1, maximum: 1e7, description: 'a held packet goes out after this long at the latest' },
-  duplicate: probability('duplicated'),
-  corrupt: probability('corrupted (one bit)'),
-}, ['off', 'seed', 'loss', 'reorder', 'reorderDepth', 'reorderDelayUs', 'duplicate', 'corrupt']);
+export const CaptureStart = obj(
+  {
+    direction: oneOf(['rx', 'tx', 'both']),
+    file: captureName,
+    count: int(1, U32_MAX, 'stop after this many packets (the file also stops at capture.max-bytes)'),
+  },
+  ['count'],
+);
+const probability = (what: string): JsonSchema => ({
+  type: 'number',
+  minimum: 0,
+  maximum: 1,
+  description: `probability a packet is ${what}`,
+});
+export const FaultSet = obj(
+  {
+    direction: oneOf(['rx', 'tx', 'both']),
+    off: { type: 'boolean', enum: [true], description: 'remove the injector (no other field with it)' },
+    seed: u32('generator seed'),
+    loss: probability('dropped'),
+    reorder: probability('held back'),
+    reorderDepth: int(1, 65535, 'at most this many later packets overtake a held one'),
+    reorderDelayUs: {
+      type: 'number',
+      minimum: 1,
+      maximum: 1e7,
+      description: 'a held packet goes out after this long at the latest',
+    },
+    duplicate: probability('duplicated'),
+    corrupt: probability('corrupted (one bit)'),
+  },
+  ['off', 'seed', 'loss', 'reorder', 'reorderDepth', 'reorderDelayUs', 'duplicate', 'corrupt'],
+);
 
-const L = VERBS_LIMITS, D = VERBS_DEFAULTS;
-export const MrCreate = obj({
-  pd: handle('protection domain'),
-  length: int(0, L.maxMrLength, 'bytes (all MRs together: at most rdma.max-mr-bytes, GET /v1/device maxMrSize)'),
-  access: dflt({ ...list(oneOf(ACCESS_NAMES)), maxItems: 8 }, [...D.access]),
-}, ['access']);
-export const CqCreate = obj({ depth: int(1, L.maxCqe, 'completions it holds (rdma.max-cq-entries may lower the limit: GET /v1/device maxCqe)') });
-export const SrqCreate = obj({ pd: handle('protection domain'), maxWr: int(1, L.maxWr), maxSge: dflt(int(1, L.maxSge), D.srqMaxSge), limit: int(0, U32_MAX, 'arm the limit event') }, ['maxSge', 'limit']);
+const L = VERBS_LIMITS,
+  D = VERBS_DEFAULTS;
+export const MrCreate = obj(
+  {
+    pd: handle('protection domain'),
+    length: int(0, L.maxMrLength, 'bytes (all MRs together: at most rdma.max-mr-bytes, GET /v1/device maxMrSize)'),
+    access: dflt({ ...list(oneOf(ACCESS_NAMES)), maxItems: 8 }, [...D.access]),
+  },
+  ['access'],
+);
+export const CqCreate = obj({
+  depth: int(1, L.maxCqe, 'completions it holds (rdma.max-cq-entries may lower the limit: GET /v1/device maxCqe)'),
+});
+export const SrqCreate = obj(
+  {
+    pd: handle('protection domain'),
+    maxWr: int(1, L.maxWr),
+    maxSge: dflt(int(1, L.maxSge), D.srqMaxSge),
+    limit: int(0, U32_MAX, 'arm the limit event'),
+  },
+  ['maxSge', 'limit'],
+);
 export const SrqModify = obj({ limit: int(0, U32_MAX, 'the limit event fires once fewer receives than this remain') });
 export const RecvRequest = obj({ wrId: WrId, sge: SgeList }, ['sge']);
 
@@ -269,38 +491,61 @@ const qpParams = {
   maxInline: dflt(int(0, L.maxInline), D.maxInline),
   ird: dflt(int(1, L.maxRdAtomic, 'inbound RDMA READ / atomic depth'), D.ird),
   ord: dflt(int(1, L.maxRdAtomic, 'outbound RDMA READ / atomic depth'), D.ord),
-  interface: { ...str('bind to this interface\'s address'), maxLength: 256 },
+  interface: { ...str("bind to this interface's address"), maxLength: 256 },
 };
 const qpOptional = ['srq', 'maxSendWr', 'maxRecvWr', 'maxSge', 'maxInline', 'ird', 'ord', 'interface'];
 export const QpCreate = obj({ ...qpParams, port: port('a specific QPN in the port range') }, [...qpOptional, 'port']);
-export const ListenerCreate = obj({ port: port('port to accept connection requests on'), ...qpParams, privateData: Base64 }, [...qpOptional, 'privateData']);
+export const ListenerCreate = obj(
+  { port: port('port to accept connection requests on'), ...qpParams, privateData: Base64 },
+  [...qpOptional, 'privateData'],
+);
 
-export const Connect = obj({
-  remote: Endpoint,
-  mode: oneOf(['manual', 'cm'], 'manual: straight to RTS; cm: through the peer\'s listener'),
-  privateData: Base64,
-  ird: int(1, L.maxRdAtomic),
-  ord: int(1, L.maxRdAtomic),
-  timeoutMs: int(1, WAIT_MAX_MS, 'cm: give up after this long'),
-  remotePsn: u32('manual (required): the peer QP\'s psn'),
-}, ['privateData', 'ird', 'ord', 'timeoutMs', 'remotePsn']);
-export const QpModify = obj({
-  state: oneOf(QP_STATE_NAMES), remote: Endpoint, rqPsn: u32('rtr (required): the peer QP\'s psn'), sqPsn: u32('rts: our initial PSN (default: the QP\'s psn)'),
-  ird: int(1, L.maxRdAtomic), ord: int(1, L.maxRdAtomic),
-}, ['remote', 'rqPsn', 'sqPsn', 'ird', 'ord']);
+export const Connect = obj(
+  {
+    remote: Endpoint,
+    mode: oneOf(['manual', 'cm'], "manual: straight to RTS; cm: through the peer's listener"),
+    privateData: Base64,
+    ird: int(1, L.maxRdAtomic),
+    ord: int(1, L.maxRdAtomic),
+    timeoutMs: int(1, WAIT_MAX_MS, 'cm: give up after this long'),
+    remotePsn: u32("manual (required): the peer QP's psn"),
+  },
+  ['privateData', 'ird', 'ord', 'timeoutMs', 'remotePsn'],
+);
+export const QpModify = obj(
+  {
+    state: oneOf(QP_STATE_NAMES),
+    remote: Endpoint,
+    rqPsn: u32("rtr (required): the peer QP's psn"),
+    sqPsn: u32("rts: our initial PSN (default: the QP's psn)"),
+    ird: int(1, L.maxRdAtomic),
+    ord: int(1, L.maxRdAtomic),
+  },
+  ['remote', 'rqPsn', 'sqPsn', 'ird', 'ord'],
+);
 
-export const SendRequest = obj({
-  wrId: WrId,
-  opcode: oneOf(WR_OPCODE_NAMES),
-  sge: SgeList,
-  remote: obj({ stag: u32('the peer MR\'s STag'), offset: int(0, SAFE_MAX, 'byte offset from the start of the peer MR') }),
-  imm: u32('immediate data (write-with-imm)'),
-  invalidateStag: u32('send-with-invalidate'),
-  atomic: obj({ add: AtomicValue, swap: AtomicValue, compare: AtomicValue }, ['add', 'swap', 'compare'], '{add} fetch-add, {swap} swap, {compare, swap} cmp-swap'),
-  signaled: bool('default true'),
-  solicited: bool(),
-  inline: bool(),
-}, ['sge', 'remote', 'imm', 'invalidateStag', 'atomic', 'signaled', 'solicited', 'inline']);
+export const SendRequest = obj(
+  {
+    wrId: WrId,
+    opcode: oneOf(WR_OPCODE_NAMES),
+    sge: SgeList,
+    remote: obj({
+      stag: u32("the peer MR's STag"),
+      offset: int(0, SAFE_MAX, 'byte offset from the start of the peer MR'),
+    }),
+    imm: u32('immediate data (write-with-imm)'),
+    invalidateStag: u32('send-with-invalidate'),
+    atomic: obj(
+      { add: AtomicValue, swap: AtomicValue, compare: AtomicValue },
+      ['add', 'swap', 'compare'],
+      '{add} fetch-add, {swap} swap, {compare, swap} cmp-swap',
+    ),
+    signaled: bool('default true'),
+    solicited: bool(),
+    inline: bool(),
+  },
+  ['sge', 'remote', 'imm', 'invalidateStag', 'atomic', 'signaled', 'solicited', 'inline'],
+);
 
 // ------------------------------------------------------------------ params and querystrings
 
@@ -312,31 +557,113 @@ export const SrqParams = obj({ srq: handle('shared receive queue') });
 export const QpParams = obj({ qpn: int(0, 65535, 'QP number') });
 export const ListenerParams = obj({ port: int(0, 65535, 'listening port') });
 
-export const VerboseQuery = obj({ verbose: oneOf(['0', '1', 'true', 'false'], 'include rows with no calls') }, ['verbose']);
+export const VerboseQuery = obj({ verbose: oneOf(['0', '1', 'true', 'false'], 'include rows with no calls') }, [
+  'verbose',
+]);
 export const EventsQuery = obj({ since: int(0, SAFE_MAX, 'only events after this seq') }, ['since']);
 export const OffsetQuery = obj({ offset: int(0, SAFE_MAX, 'byte offset from the start of the MR') }, ['offset']);
-export const ReadQuery = obj({ offset: int(0, SAFE_MAX, 'byte offset from the start of the MR'), length: int(0, SAFE_MAX, 'bytes (default: to the end)') }, ['offset', 'length']);
-export const PollQuery = obj({ max: int(1, 65536, 'most completions to take (default 64)'), waitMs: int(0, WAIT_MAX_MS, 'wait this long for the first one (default 0)') }, ['max', 'waitMs']);
+export const ReadQuery = obj(
+  {
+    offset: int(0, SAFE_MAX, 'byte offset from the start of the MR'),
+    length: int(0, SAFE_MAX, 'bytes (default: to the end)'),
+  },
+  ['offset', 'length'],
+);
+export const PollQuery = obj(
+  {
+    max: int(1, 65536, 'most completions to take (default 64)'),
+    waitMs: int(0, WAIT_MAX_MS, 'wait this long for the first one (default 0)'),
+  },
+  ['max', 'waitMs'],
+);
 
-export const PingRequest = obj({
-  address: Ipv4,
-  count: dflt(int(1, PING_LIMITS.maxCount, 'echo requests to send'), 1),
-  intervalMs: dflt(int(PING_LIMITS.minIntervalMs, PING_LIMITS.maxWaitMs, 'between two requests'), 1000),
-  size: dflt(int(0, PING_LIMITS.maxSize, 'data bytes after the 8-byte ICMP header'), 56),
-  timeoutMs: dflt(int(1, PING_LIMITS.maxWaitMs, 'wait this long for each reply; the whole series takes at most 60 s'), 1000),
-}, ['count', 'intervalMs', 'size', 'timeoutMs']);
+export const PingRequest = obj(
+  {
+    address: Ipv4,
+    count: dflt(int(1, PING_LIMITS.maxCount, 'echo requests to send'), 1),
+    intervalMs: dflt(int(PING_LIMITS.minIntervalMs, PING_LIMITS.maxWaitMs, 'between two requests'), 1000),
+    size: dflt(int(0, PING_LIMITS.maxSize, 'data bytes after the 8-byte ICMP header'), 56),
+    timeoutMs: dflt(
+      int(1, PING_LIMITS.maxWaitMs, 'wait this long for each reply; the whole series takes at most 60 s'),
+      1000,
+    ),
+  },
+  ['count', 'intervalMs', 'size', 'timeoutMs'],
+);
 export const PingResult = obj({
-  address: str(), size: count(), sent: count(), received: count(),
-  replies: list(obj({ seq: count(), bytes: count('ICMP bytes received'), ttl: count(), from: str(), timeMs: num('round trip measured by the graph') })),
+  address: str(),
+  size: count(),
+  sent: count(),
+  received: count(),
+  replies: list(
+    obj({
+      seq: count(),
+      bytes: count('ICMP bytes received'),
+      ttl: count(),
+      from: str(),
+      timeMs: num('round trip measured by the graph'),
+    }),
+  ),
   lost: list(count(), 'sequence numbers without a reply in time'),
   stopped: nullable(str('why sending stopped early')),
 });
 
 /** The named schemas the OpenAPI document lists under components/schemas (and refers to). */
 export const components: Record<string, JsonSchema> = {
-  Error: ErrorResponse, WrId, AtomicValue, Ipv4, Base64, Endpoint, EndpointView, Sge,
-  InterfaceCounters, FaultCounters, InterfaceView, NeighborView, HealthView, BufferView, HardwareView, DevicePort, DeviceView, VersionView,
-  RuntimeRow, RuntimeThread, RuntimeResponse, ErrorRow, ErrorThread, ErrorsResponse, TraceEntry, TraceThread, TraceResponse, EventView,
-  PdView, MrView, CqView, SrqView, QpCounters, QpRtt, QpView, ConnectResult, ListenerView, Completion, PollResult, Posted, Written,
-  TraceAdd, CaptureStart, FaultSet, PingRequest, PingResult, MrCreate, CqCreate, SrqCreate, SrqModify, RecvRequest, QpCreate, ListenerCreate, Connect, QpModify, SendRequest,
+  Error: ErrorResponse,
+  WrId,
+  AtomicValue,
+  Ipv4,
+  Base64,
+  Endpoint,
+  EndpointView,
+  Sge,
+  InterfaceCounters,
+  FaultCounters,
+  InterfaceView,
+  NeighborView,
+  HealthView,
+  BufferView,
+  HardwareView,
+  DevicePort,
+  DeviceView,
+  VersionView,
+  RuntimeRow,
+  RuntimeThread,
+  RuntimeResponse,
+  ErrorRow,
+  ErrorThread,
+  ErrorsResponse,
+  TraceEntry,
+  TraceThread,
+  TraceResponse,
+  EventView,
+  PdView,
+  MrView,
+  CqView,
+  SrqView,
+  QpCounters,
+  QpRtt,
+  QpView,
+  ConnectResult,
+  ListenerView,
+  Completion,
+  PollResult,
+  Posted,
+  Written,
+  TraceAdd,
+  CaptureStart,
+  FaultSet,
+  PingRequest,
+  PingResult,
+  MrCreate,
+  CqCreate,
+  SrqCreate,
+  SrqModify,
+  RecvRequest,
+  QpCreate,
+  ListenerCreate,
+  Connect,
+  QpModify,
+  SendRequest,
 };

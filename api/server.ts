@@ -57,7 +57,14 @@ const NO_BODY: JsonSchema = { type: 'object', additionalProperties: false, prope
 const NO_QUERY: JsonSchema = { type: 'object', additionalProperties: false, properties: {} };
 
 function newAjv(): Ajv {
-  const ajv = new Ajv({ allErrors: false, verbose: true, strict: true, coerceTypes: false, useDefaults: false, removeAdditional: false });
+  const ajv = new Ajv({
+    allErrors: false,
+    verbose: true,
+    strict: true,
+    coerceTypes: false,
+    useDefaults: false,
+    removeAdditional: false,
+  });
   ajv.addKeyword({ keyword: EXPECTED, schemaType: 'string' });
   return ajv;
 }
@@ -68,7 +75,10 @@ function coerceNumbers(data: Record<string, unknown>, schema: JsonSchema): Recor
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(data)) {
     const type = Object.hasOwn(props, k) ? props[k].type : undefined;
-    out[k] = (type === 'integer' || type === 'number') && typeof v === 'string' && /^-?[0-9]+(\.[0-9]+)?$/.test(v) ? Number(v) : v;
+    out[k] =
+      (type === 'integer' || type === 'number') && typeof v === 'string' && /^-?[0-9]+(\.[0-9]+)?$/.test(v)
+        ? Number(v)
+        : v;
   }
   return out;
 }
@@ -80,7 +90,15 @@ function validatorFor(ajv: Ajv, schema: JsonSchema, part: string) {
       // No body at all, or a JSON null: fine for routes that take none, else say what is wanted.
       if (data === null && schema === NO_BODY) return true;
       if (data === null) {
-        fn.errors = [{ instancePath: '', keyword: 'type', params: {}, message: 'is required: send a JSON object with Content-Type: application/json', schemaPath: '#' }];
+        fn.errors = [
+          {
+            instancePath: '',
+            keyword: 'type',
+            params: {},
+            message: 'is required: send a JSON object with Content-Type: application/json',
+            schemaPath: '#',
+          },
+        ];
         return false;
       }
       const ok = validate(data);
@@ -121,21 +139,36 @@ function classify(err: FastifyError | Error, req: FastifyRequest): { status: num
   if (fe.validation) return { status: 400, message: fe.message, bug: false };
   switch (fe.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return { status: 413, message: `body too large: ${where} takes at most ${req.routeOptions.bodyLimit} bytes${def?.consumes === OCTETS ? ' a request (write in pieces with ?offset=)' : ''}`, bug: false };
+      return {
+        status: 413,
+        message: `body too large: ${where} takes at most ${req.routeOptions.bodyLimit} bytes${def?.consumes === OCTETS ? ' a request (write in pieces with ?offset=)' : ''}`,
+        bug: false,
+      };
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
       return { status: 415, message: `${where} takes ${takes(def)}, got ${describeContentType(req)}`, bug: false };
   }
-  if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) return { status: fe.statusCode, message: fe.message, bug: false };
+  if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500)
+    return { status: fe.statusCode, message: fe.message, bug: false };
   return { status: 500, message: `internal error in ${where}: ${err.message}`, bug: true };
 }
 
 /** 404 for a path no route has; 405 with the methods it has (its Allow header) for a known path. */
-function noRoute(req: FastifyRequest, routes: RouteDef[]): { status: 404 | 405; allow: string | null; message: string } {
+function noRoute(
+  req: FastifyRequest,
+  routes: RouteDef[],
+): { status: 404 | 405; allow: string | null; message: string } {
   const path = (req.url.split('?')[0] ?? '').replace(/\/+$/, '') || '/';
   const same = routes.filter((r) => new RegExp(`^${r.path.replace(/\{\w+\}/g, '[^/]+')}$`).test(path));
-  if (same.length === 0) return { status: 404, allow: null, message: `no route ${req.method} ${path} (GET /v1/openapi.json lists the routes)` };
+  if (same.length === 0)
+    return {
+      status: 404,
+      allow: null,
+      message: `no route ${req.method} ${path} (GET /v1/openapi.json lists the routes)`,
+    };
   const order = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE'];
-  const allow = [...new Set(same.flatMap((r) => (r.method === 'GET' ? ['GET', 'HEAD'] : [r.method])))].sort((x, y) => order.indexOf(x) - order.indexOf(y)).join(', ');
+  const allow = [...new Set(same.flatMap((r) => (r.method === 'GET' ? ['GET', 'HEAD'] : [r.method])))]
+    .sort((x, y) => order.indexOf(x) - order.indexOf(y))
+    .join(', ');
   return { status: 405, allow, message: `${req.method} is not a method of ${path}: it takes ${allow}` };
 }
 
@@ -154,13 +187,20 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
     schemaErrorFormatter: (errors, dataVar) => new Error(describeValidation(errors as ErrorObject[], dataVar)),
     // Errors before routing (a URL that does not decode) in the same shape as the rest.
     frameworkErrors: (err, _req, reply) => {
-      const status = typeof err.statusCode === 'number' && err.statusCode >= 400 && err.statusCode < 500 ? err.statusCode : 400;
+      const status =
+        typeof err.statusCode === 'number' && err.statusCode >= 400 && err.statusCode < 500 ? err.statusCode : 400;
       (reply as FastifyReply).code(status).type(JSON_TYPE).send(errorBody(status, err.message));
     },
   });
-  const report = opts.log ?? ((level: 'error' | 'warn' | 'info', message: string) => (opts.logger ? app.log[level](message) : level === 'error' && console.error(`rdma-graph api: ${message}`)));
+  const report =
+    opts.log ??
+    ((level: 'error' | 'warn' | 'info', message: string) =>
+      opts.logger ? app.log[level](message) : level === 'error' && console.error(`rdma-graph api: ${message}`));
   const ajv = newAjv();
-  app.setValidatorCompiler(({ schema, httpPart }) => validatorFor(ajv, schema as JsonSchema, httpPart ?? 'body') as unknown as ValidateFunction);
+  app.setValidatorCompiler(
+    ({ schema, httpPart }) =>
+      validatorFor(ajv, schema as JsonSchema, httpPart ?? 'body') as unknown as ValidateFunction,
+  );
 
   // Only JSON and raw octets; the JSON parser says what is wrong with malformed text.
   app.removeAllContentTypeParsers();
@@ -191,16 +231,19 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
     app.addHook('onRequest', async (req) => {
       const h = req.headers.authorization;
       const how = ' (rdmactl: --token TOKEN or RDMACTL_TOKEN; curl: -H "Authorization: Bearer TOKEN")';
-      if (h === undefined) throw new HttpError(401, `missing Authorization header: this API needs "Authorization: Bearer <token>"${how}`);
+      if (h === undefined)
+        throw new HttpError(401, `missing Authorization header: this API needs "Authorization: Bearer <token>"${how}`);
       const m = /^Bearer +(.+)$/i.exec(h);
       if (!m) throw new HttpError(401, `the Authorization header must be "Bearer <token>"${how}`);
-      if (!timingSafeEqual(createHash('sha256').update(m[1]).digest(), want)) throw new HttpError(401, `wrong token${how}`);
+      if (!timingSafeEqual(createHash('sha256').update(m[1]).digest(), want))
+        throw new HttpError(401, `wrong token${how}`);
     });
   }
 
   app.addHook('onRequest', async (req) => {
     const def = defOf(req);
-    if (def && def.method === 'POST' && def.consumes === undefined) checkPostType(req.headers['content-type'], `${def.method} ${def.path}`);
+    if (def && def.method === 'POST' && def.consumes === undefined)
+      checkPostType(req.headers['content-type'], `${def.method} ${def.path}`);
   });
 
   // A body of the wrong media type for the route (the parsers accepted it: JSON or octets).
@@ -208,7 +251,8 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
     const def = defOf(req);
     if (!def || req.body === undefined || req.body === null) return;
     const isOctets = Buffer.isBuffer(req.body);
-    if (isOctets !== (def.consumes === OCTETS)) throw new HttpError(415, `${def.method} ${def.path} takes ${takes(def)}, got ${describeContentType(req)}`);
+    if (isOctets !== (def.consumes === OCTETS))
+      throw new HttpError(415, `${def.method} ${def.path} takes ${takes(def)}, got ${describeContentType(req)}`);
   });
 
   if (opts.checkResponses) {
@@ -216,12 +260,14 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
     const check = (schema: JsonSchema, payload: unknown, what: string) => {
       let v = checks.get(schema);
       if (!v) checks.set(schema, (v = ajv.compile(schema)));
-      if (!v(payload)) throw new Error(`${what} does not match its schema: ${describeValidation(v.errors ?? [], 'response')}`);
+      if (!v(payload))
+        throw new Error(`${what} does not match its schema: ${describeValidation(v.errors ?? [], 'response')}`);
     };
     app.addHook('preSerialization', async (req, reply, payload) => {
       const def = defOf(req);
       if (reply.statusCode >= 400) check(ErrorResponse, payload, `the ${reply.statusCode} response`);
-      else if (def?.response && reply.statusCode === def.status) check(def.response, payload, `the response of ${def.method} ${def.path}`);
+      else if (def?.response && reply.statusCode === def.status)
+        check(def.response, payload, `the response of ${def.method} ${def.path}`);
       return payload;
     });
   }
@@ -240,7 +286,12 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
 
   // JSON bodies end with a newline (curl leaves the prompt on its own line).
   app.addHook('onSend', async (_req, reply, payload) => {
-    if (typeof payload === 'string' && !payload.endsWith('\n') && String(reply.getHeader('content-type') ?? '').startsWith('application/json')) return `${payload}\n`;
+    if (
+      typeof payload === 'string' &&
+      !payload.endsWith('\n') &&
+      String(reply.getHeader('content-type') ?? '').startsWith('application/json')
+    )
+      return `${payload}\n`;
     return payload;
   });
 
@@ -251,7 +302,8 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
   const registered: RouteEntry[] = [];
   app.addHook('onRoute', (r) => {
     // The HEAD twins fastify makes of GET routes are not routes of their own (OpenAPI lists GET).
-    for (const method of [r.method].flat()) if (method !== 'HEAD') registered.push({ method, url: r.url, schema: (r.schema ?? {}) as RouteEntry['schema'] });
+    for (const method of [r.method].flat())
+      if (method !== 'HEAD') registered.push({ method, url: r.url, schema: (r.schema ?? {}) as RouteEntry['schema'] });
   });
   app.decorate('registeredRoutes', registered);
 
@@ -269,7 +321,11 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
       handler: async (req: FastifyRequest, reply: FastifyReply) => {
         let signal: AbortSignal | null = null;
         const result = await def.handler({
-          dp, reply, params: req.params, query: req.query, body: req.body,
+          dp,
+          reply,
+          params: req.params,
+          query: req.query,
+          body: req.body,
           // Made for the handlers that wait (a poll): aborts when the client goes or the server closes.
           get signal() {
             if (signal === null) {

@@ -67,7 +67,10 @@ function generator(ifname: string, count: number, seconds: number, len: number):
   console.log(JSON.stringify({ sent, secs, txErrors: s.txErrors, refused: s.txRefused }));
 }
 
-interface GenResult { sent: number; secs: number }
+interface GenResult {
+  sent: number;
+  secs: number;
+}
 
 /**
  * CPU for the generator: the last CPU when there are several and taskset exists. Decided once,
@@ -92,10 +95,26 @@ function startGenerator(ns: string, ifname: string, count: number, seconds: numb
   const self = fileURLToPath(import.meta.url);
   const root = fileURLToPath(new URL('..', import.meta.url));
   const cpu = genCpu();
-  const args = ['netns', 'exec', ns, ...(cpu !== null ? ['taskset', '-c', cpu] : []), process.execPath, '--import', 'tsx', self, '--generator', ifname, String(count), String(seconds), String(len)];
+  const args = [
+    'netns',
+    'exec',
+    ns,
+    ...(cpu !== null ? ['taskset', '-c', cpu] : []),
+    process.execPath,
+    '--import',
+    'tsx',
+    self,
+    '--generator',
+    ifname,
+    String(count),
+    String(seconds),
+    String(len),
+  ];
   const child = spawn('ip', args, { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] });
   let out = '';
-  child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
+  child.stdout.on('data', (d: Buffer) => {
+    out += d.toString();
+  });
   return new Promise((res, rej) => {
     child.on('close', (code) => {
       if (code !== 0) return rej(new Error(`generator exited ${code}`));
@@ -127,7 +146,8 @@ export async function runAfPacketBench(opts: { seconds?: number } = {}): Promise
       const tmpl = frameTemplate(OTHER_HOST, d.mac, 64);
       const bufs = new Uint32Array(256);
       const before = linkStats(p.peer, p.ns).rxPackets;
-      let taken = 0, bursts = 0;
+      let taken = 0,
+        bursts = 0;
       const t0 = performance.now();
       const end = t0 + seconds * 1000;
       while (performance.now() < end) {
@@ -146,8 +166,11 @@ export async function runAfPacketBench(opts: { seconds?: number } = {}): Promise
       const arrived = linkStats(p.peer, p.ns).rxPackets - before;
       const s = d.stats();
       d.close();
-      const mpps = taken / secs / 1e6, arrivedMpps = arrived / secs / 1e6;
-      lines.push(`af_packet tx ${txMode.padEnd(8)} 64 B: ${mpps.toFixed(3)} Mpps taken, ${arrivedMpps.toFixed(3)} Mpps received by the peer (${(100 * arrived / Math.max(1, taken)).toFixed(1)} %), refused ${s.txRefused}, ${bursts} bursts`);
+      const mpps = taken / secs / 1e6,
+        arrivedMpps = arrived / secs / 1e6;
+      lines.push(
+        `af_packet tx ${txMode.padEnd(8)} 64 B: ${mpps.toFixed(3)} Mpps taken, ${arrivedMpps.toFixed(3)} Mpps received by the peer (${((100 * arrived) / Math.max(1, taken)).toFixed(1)} %), refused ${s.txRefused}, ${bursts} bursts`,
+      );
       json[`tx_${txMode}_mpps`] = round(mpps);
       json[`tx_${txMode}_received_mpps`] = round(arrivedMpps);
     }
@@ -162,14 +185,25 @@ export async function runAfPacketBench(opts: { seconds?: number } = {}): Promise
       const d = new AfPacketDriver({ hostIf: p.host, rxFrames: 32768 });
       d.open(pool);
       const out = new Uint32Array(256);
-      let got = 0, et = 0;
+      let got = 0,
+        et = 0;
       const gen = startGenerator(p.ns, p.peer, 0, seconds, 64);
       let done = false;
       let res: GenResult | null = null;
-      gen.then((r) => { res = r; done = true; }, () => { done = true; });
-      const u8 = pool.u8, off = pool.offset;
+      gen.then(
+        (r) => {
+          res = r;
+          done = true;
+        },
+        () => {
+          done = true;
+        },
+      );
+      const u8 = pool.u8,
+        off = pool.offset;
       let lastGot = -1;
-      let maxGapMs = 0, prev = performance.now();
+      let maxGapMs = 0,
+        prev = performance.now();
       while (!done || got !== lastGot) {
         lastGot = got;
         const t = performance.now();
@@ -189,7 +223,9 @@ export async function runAfPacketBench(opts: { seconds?: number } = {}): Promise
       const r = res as GenResult | null;
       if (r) {
         const genMpps = r.sent / r.secs / 1e6;
-        lines.push(`af_packet rx 64 B: generator ${genMpps.toFixed(3)} Mpps (${r.sent} frames in ${r.secs.toFixed(2)} s), JS received ${got} (${(100 * got / Math.max(1, r.sent)).toFixed(2)} %), kernel drops ${s.kernelDrops}, longest event-loop turn between polls ${maxGapMs.toFixed(1)} ms${pinned ? '' : ' (not pinned)'}${et === 0 ? ' (nothing read)' : ''}`);
+        lines.push(
+          `af_packet rx 64 B: generator ${genMpps.toFixed(3)} Mpps (${r.sent} frames in ${r.secs.toFixed(2)} s), JS received ${got} (${((100 * got) / Math.max(1, r.sent)).toFixed(2)} %), kernel drops ${s.kernelDrops}, longest event-loop turn between polls ${maxGapMs.toFixed(1)} ms${pinned ? '' : ' (not pinned)'}${et === 0 ? ' (nothing read)' : ''}`,
+        );
         json.rx_generator_mpps = round(genMpps);
         json.rx_received_fraction = round(got / Math.max(1, r.sent));
         json.rx_kernel_drops = s.kernelDrops;
@@ -204,7 +240,8 @@ export async function runAfPacketBench(opts: { seconds?: number } = {}): Promise
       const d = new AfPacketDriver({ hostIf: p.host });
       d.open(pool);
       const out = new Uint32Array(256);
-      let n = 0, calls = 0;
+      let n = 0,
+        calls = 0;
       const t0 = process.hrtime.bigint();
       const end = performance.now() + Math.min(1, seconds) * 1000;
       while (performance.now() < end) {
@@ -217,7 +254,9 @@ export async function runAfPacketBench(opts: { seconds?: number } = {}): Promise
       }
       const ns = Number(process.hrtime.bigint() - t0) / calls;
       d.close();
-      lines.push(`af_packet rxBurst on an empty ring: ${ns.toFixed(1)} ns per poll (one native call)${n ? ` (${n} stray frames)` : ''}`);
+      lines.push(
+        `af_packet rxBurst on an empty ring: ${ns.toFixed(1)} ns per poll (one native call)${n ? ` (${n} stray frames)` : ''}`,
+      );
       json.rx_empty_poll_ns = round(ns);
     }
 
@@ -237,9 +276,13 @@ for i in range(100):
     s.send(f); time.sleep(0.003)
 `;
       const f = frameTemplate(OTHER_HOST, Uint8Array.of(2, 0, 0, 0, 0, 2), 64);
-      const child = spawn('ip', ['netns', 'exec', p.ns, 'python3', '-c', py, p.peer, Buffer.from(f).toString('hex')], { stdio: 'ignore' });
+      const child = spawn('ip', ['netns', 'exec', p.ns, 'python3', '-c', py, p.peer, Buffer.from(f).toString('hex')], {
+        stdio: 'ignore',
+      });
       let done = false;
-      child.on('close', () => { done = true; });
+      child.on('close', () => {
+        done = true;
+      });
       const out = new Uint32Array(256);
       const delays: number[] = [];
       const origin = performance.timeOrigin;
@@ -254,8 +297,11 @@ for i in range(100):
       }
       d.close();
       delays.sort((a, b) => a - b);
-      const q = (x: number) => (delays.length ? delays[Math.min(delays.length - 1, Math.floor(x * delays.length))] : NaN);
-      lines.push(`af_packet rx latency (1 frame / 3 ms, block timeout 1 ms): min ${q(0).toFixed(3)} median ${q(0.5).toFixed(3)} p99 ${q(0.99).toFixed(3)} ms over ${delays.length} frames`);
+      const q = (x: number) =>
+        delays.length ? delays[Math.min(delays.length - 1, Math.floor(x * delays.length))] : NaN;
+      lines.push(
+        `af_packet rx latency (1 frame / 3 ms, block timeout 1 ms): min ${q(0).toFixed(3)} median ${q(0.5).toFixed(3)} p99 ${q(0.99).toFixed(3)} ms over ${delays.length} frames`,
+      );
       json.rx_latency_median_ms = round(q(0.5));
     }
 
@@ -276,8 +322,10 @@ for i in range(100):
           await startGenerator(p.ns, p.peer, count, 60, len);
           await sleep(20);
           const out = new Uint32Array(256);
-          const u8 = pool.u8, off = pool.offset;
-          let n = 0, et = 0;
+          const u8 = pool.u8,
+            off = pool.offset;
+          let n = 0,
+            et = 0;
           const t0 = process.hrtime.bigint();
           if (mode === 'copy') {
             for (;;) {
@@ -301,11 +349,19 @@ for i in range(100):
         runs.sort((a, b) => a.ns / Math.max(1, a.n) - b.ns / Math.max(1, b.n));
         const { ns, n, drops, et } = runs[0];
         res[mode] = ns / Math.max(1, n);
-        const label = { copy: 'copy into pool, JS reads EtherType', touch: 'zero-copy: walk + read EtherType  ', walk: 'ring walk only                    ' }[mode];
-        lines.push(`af_packet drain ${String(len).padStart(4)} B ${label}: ${n} frames, ${(n / ns * 1e3).toFixed(2)} Mpps, ${(ns / Math.max(1, n)).toFixed(1)} ns/frame${drops ? `, kernel drops ${drops}` : ''}${mode === 'copy' && et === 0 ? ' (nothing read)' : ''}`);
+        const label = {
+          copy: 'copy into pool, JS reads EtherType',
+          touch: 'zero-copy: walk + read EtherType  ',
+          walk: 'ring walk only                    ',
+        }[mode];
+        lines.push(
+          `af_packet drain ${String(len).padStart(4)} B ${label}: ${n} frames, ${((n / ns) * 1e3).toFixed(2)} Mpps, ${(ns / Math.max(1, n)).toFixed(1)} ns/frame${drops ? `, kernel drops ${drops}` : ''}${mode === 'copy' && et === 0 ? ' (nothing read)' : ''}`,
+        );
         json[`drain_${len}_${mode}_ns`] = round(ns / Math.max(1, n));
       }
-      lines.push(`  copy cost at ${len} B: ${(res.copy - res.touch).toFixed(1)} ns/frame over zero-copy (alloc + memcpy + metadata + free)`);
+      lines.push(
+        `  copy cost at ${len} B: ${(res.copy - res.touch).toFixed(1)} ns/frame over zero-copy (alloc + memcpy + metadata + free)`,
+      );
     }
   } finally {
     destroyVethNs(p);

@@ -16,19 +16,24 @@ export interface GraphBenchResult {
 const CHAIN = 8;
 const VECTOR = 256;
 
-export function runGraphBench(opts: { seconds?: number; quiet?: boolean; loop?: 'direct' | 'scheduler' } = {}): Promise<GraphBenchResult & { text: string }> {
+export function runGraphBench(
+  opts: { seconds?: number; quiet?: boolean; loop?: 'direct' | 'scheduler' } = {},
+): Promise<GraphBenchResult & { text: string }> {
   const seconds = opts.seconds ?? 2;
   const pool = createPool({ count: 4096 });
   // A plausible 64-byte Ethernet/IPv4/UDP frame in every buffer's data area.
   for (let bi = 0; bi < pool.count; bi++) {
     const o = pool.dataStart(bi);
     for (let k = 0; k < 64; k++) pool.u8[o + k] = (k * 31 + bi) & 0xff;
-    pool.u8[o + 12] = 0x08; pool.u8[o + 13] = 0x00;
+    pool.u8[o + 12] = 0x08;
+    pool.u8[o + 13] = 0x00;
   }
   const g = new Graph({ pool, passBudgetUs: 1000 });
   let sum = 0;
   g.register({
-    name: 'bench-input', type: 'input', next: ['node-0'],
+    name: 'bench-input',
+    type: 'input',
+    next: ['node-0'],
     fn: (rt: NodeRuntime) => {
       const out = rt.scratch;
       const n = pool.alloc(out, 0, VECTOR);
@@ -45,8 +50,13 @@ export function runGraphBench(opts: { seconds?: number; quiet?: boolean; loop?: 
       next: [k + 1 < CHAIN ? `node-${k + 1}` : 'bench-drop', 'error-drop'],
       fn: (rt: NodeRuntime, frame: Frame | null) => {
         const f = frame as Frame;
-        const vec = f.vec, n = f.n, dv = pool.view, off = pool.offset, nexts = rt.nexts;
-        let acc = 0, diff = 0;
+        const vec = f.vec,
+          n = f.n,
+          dv = pool.view,
+          off = pool.offset,
+          nexts = rt.nexts;
+        let acc = 0,
+          diff = 0;
         for (let i = 0; i < n; i++) {
           const o = off[vec[i]] + field;
           const v = dv.getUint16(o);
@@ -76,7 +86,7 @@ export function runGraphBench(opts: { seconds?: number; quiet?: boolean; loop?: 
   g.clearRuntime();
   const nodes = CHAIN + 2;
   const finish = (packets: number, ns: number): GraphBenchResult & { text: string } => {
-    const mpps = packets / ns * 1e3;
+    const mpps = (packets / ns) * 1e3;
     const nsPerPacketPerNode = ns / packets / nodes;
     const snap = g.runtimeSnapshot();
     const cpn = g.clock.clocksPerNs();
@@ -91,7 +101,8 @@ export function runGraphBench(opts: { seconds?: number; quiet?: boolean; loop?: 
       formatRuntime([snap], { time: true, clocksPerNs: cpn }),
     ];
     if (sum === 0.5) lines.push(''); // keep `sum` observable so the reads are not optimised away
-    if (pool.available() !== pool.count) lines.push(`WARNING: ${pool.count - pool.available()} buffers not returned to the pool`);
+    if (pool.available() !== pool.count)
+      lines.push(`WARNING: ${pool.count - pool.available()} buffers not returned to the pool`);
     g.close();
     return { bench: 'graph', mpps, nsPerPacketPerNode, vector: VECTOR, text: lines.join('\n') };
   };

@@ -52,7 +52,8 @@ export async function runL2l4Bench(opts: { seconds?: number; size?: number } = {
   const tmpl = frameBytes(size);
   let sunk = 0;
   g.register({
-    name: 'bench0-output', flags: NodeFlag.IS_OUTPUT,
+    name: 'bench0-output',
+    flags: NodeFlag.IS_OUTPUT,
     fn: (rt: NodeRuntime, fr: Frame | null) => {
       const f = fr as Frame;
       sunk += f.n;
@@ -61,11 +62,17 @@ export async function runL2l4Bench(opts: { seconds?: number; size?: number } = {
     },
   });
   g.register({
-    name: 'bench-input', type: 'input', next: ['ethernet-input'],
+    name: 'bench-input',
+    type: 'input',
+    next: ['ethernet-input'],
     fn: (rt: NodeRuntime) => {
       const out = rt.scratch;
       const n = pool.alloc(out, 0, FRAME_SIZE);
-      const u8 = pool.u8, offset = pool.offset, length = pool.length, rxIf = pool.rxIf, len = tmpl.length;
+      const u8 = pool.u8,
+        offset = pool.offset,
+        length = pool.length,
+        rxIf = pool.rxIf,
+        len = tmpl.length;
       for (let i = 0; i < n; i++) {
         const bi = out[i];
         u8.set(tmpl, offset[bi]);
@@ -76,7 +83,14 @@ export async function runL2l4Bench(opts: { seconds?: number; size?: number } = {
       return n;
     },
   });
-  net.addInterface({ index: 1, name: 'bench0', mac: '02:00:00:00:00:01', address: '10.0.0.1/24', output: 'bench0-output', neighbors: [{ address: '10.0.0.2', mac: '02:00:00:00:00:02' }] });
+  net.addInterface({
+    index: 1,
+    name: 'bench0',
+    mac: '02:00:00:00:00:01',
+    address: '10.0.0.1/24',
+    output: 'bench0-output',
+    neighbors: [{ address: '10.0.0.2', mac: '02:00:00:00:00:02' }],
+  });
   net.udp.bind(7, 'udp-echo');
   g.build();
   // Warm up, then measure.
@@ -88,15 +102,31 @@ export async function runL2l4Bench(opts: { seconds?: number; size?: number } = {
   while (performance.now() - t0 < seconds * 1000) for (let k = 0; k < 64; k++) g.runPass();
   const dt = (performance.now() - t0) / 1000;
   const cpn = g.clock.clocksPerNs();
-  const names = ['bench-input', 'ethernet-input', 'ip4-input', 'udp4-input', 'udp-echo', 'udp4-encap', 'ip4-rewrite', 'bench0-output'];
+  const names = [
+    'bench-input',
+    'ethernet-input',
+    'ip4-input',
+    'udp4-input',
+    'udp-echo',
+    'udp4-encap',
+    'ip4-rewrite',
+    'bench0-output',
+  ];
   const perNode = names.map((name) => {
     const c = g.nodeCounters(name);
-    return { name, nsPerPacket: c.clocks / cpn / Math.max(c.vectors, 1), vectorsPerCall: c.vectors / Math.max(c.calls, 1) };
+    return {
+      name,
+      nsPerPacket: c.clocks / cpn / Math.max(c.vectors, 1),
+      vectorsPerCall: c.vectors / Math.max(c.calls, 1),
+    };
   });
   const mpps = sunk / dt / 1e6;
   const lines = [
     `l2l4: UDP echo, ${size}-byte payload (${tmpl.length}-byte frames), ${seconds} s: ${mpps.toFixed(2)} Mpps through the whole graph`,
-    ...perNode.map((p) => `  ${p.name.padEnd(16)} ${p.nsPerPacket.toFixed(2).padStart(7)} ns/packet  ${p.vectorsPerCall.toFixed(1)} vectors/call`),
+    ...perNode.map(
+      (p) =>
+        `  ${p.name.padEnd(16)} ${p.nsPerPacket.toFixed(2).padStart(7)} ns/packet  ${p.vectorsPerCall.toFixed(1)} vectors/call`,
+    ),
     `  (clock source ${g.clock.source}; bench-input includes the frame copy a driver does)`,
   ];
   g.close();

@@ -15,14 +15,40 @@ import { FRAME_SIZE } from '../graph/node.ts';
 import { udpFrame } from '../test/l2l4-helpers.ts';
 
 const [socket, stagS, qpnS, sportS, secondsS] = process.argv.slice(2);
-const stag = Number(stagS), qpn = Number(qpnS), sport = Number(sportS), seconds = Number(secondsS);
+const stag = Number(stagS),
+  qpn = Number(qpnS),
+  sport = Number(sportS),
+  seconds = Number(secondsS);
 
 /** The frame with PSN 0; the PSN is at byte 42 (TRP header right after the UDP header). */
 export function writeSegment(stagValue: number, dport: number, srcPort: number): Uint8Array {
   const be32 = (x: number) => [x >>> 24, (x >>> 16) & 0xff, (x >>> 8) & 0xff, x & 0xff];
   // TRP: PSN 0, ACK 0, DATA. DDP tagged, last, DV 1; RDMAP RV 1 WRITE; STag, TO 0; 4 bytes.
-  const payload = [...be32(0), ...be32(0), 0, 0, 0x80 | 0x40 | 1, 1 << 6, ...be32(stagValue), ...be32(0), ...be32(0), 0xde, 0xad, 0xbe, 0xef];
-  const f = udpFrame({ src: '10.0.0.2', dst: '10.0.0.1', srcMac: '02:00:00:00:00:02', dstMac: '02:00:00:00:00:01', sport: srcPort, dport, payload, checksum: 'zero' });
+  const payload = [
+    ...be32(0),
+    ...be32(0),
+    0,
+    0,
+    0x80 | 0x40 | 1,
+    1 << 6,
+    ...be32(stagValue),
+    ...be32(0),
+    ...be32(0),
+    0xde,
+    0xad,
+    0xbe,
+    0xef,
+  ];
+  const f = udpFrame({
+    src: '10.0.0.2',
+    dst: '10.0.0.1',
+    srcMac: '02:00:00:00:00:02',
+    dstMac: '02:00:00:00:00:01',
+    sport: srcPort,
+    dport,
+    payload,
+    checksum: 'zero',
+  });
   return Uint8Array.from(f);
 }
 
@@ -36,16 +62,22 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     await new Promise((r) => setTimeout(r, 2));
   }
   const tmpl = writeSegment(stag, qpn, sport);
-  const bufs = new Uint32Array(FRAME_SIZE), out = new Uint32Array(FRAME_SIZE);
-  const u8 = pool.u8, offset = pool.offset, length = pool.length;
-  let psn = 0, sent = 0;
+  const bufs = new Uint32Array(FRAME_SIZE),
+    out = new Uint32Array(FRAME_SIZE);
+  const u8 = pool.u8,
+    offset = pool.offset,
+    length = pool.length;
+  let psn = 0,
+    sent = 0;
   const t0 = performance.now();
   const end = t0 + seconds * 1000;
   while (performance.now() < end) {
     for (let k = 0; k < 64; k++) {
       const n = pool.alloc(bufs, 0, FRAME_SIZE);
       for (let i = 0; i < n; i++) {
-        const bi = bufs[i], o = offset[bi], p = (psn + i) >>> 0;
+        const bi = bufs[i],
+          o = offset[bi],
+          p = (psn + i) >>> 0;
         u8.set(tmpl, o);
         u8[o + 42] = p >>> 24;
         u8[o + 43] = (p >>> 16) & 0xff;

@@ -49,10 +49,27 @@ function plane(pool: BufferPool, socket: string, role: 'server' | 'client', rdma
   const ifs = new Interfaces(g);
   const d = new MemifDriver('memif0', { socket, role, mac: MAC });
   const itf = ifs.add(d);
-  net.addInterface({ index: itf.index, name: d.name, mac: d.mac, address: '10.0.0.1/24', mtu: d.mtu, output: itf.output.name, neighbors: [{ address: '10.0.0.2', mac: '02:00:00:00:00:02' }] });
+  net.addInterface({
+    index: itf.index,
+    name: d.name,
+    mac: d.mac,
+    address: '10.0.0.1/24',
+    mtu: d.mtu,
+    output: itf.output.name,
+    neighbors: [{ address: '10.0.0.2', mac: '02:00:00:00:00:02' }],
+  });
   const r = rdma ? registerRdma(g, net) : null;
   g.build();
-  return { g, d, ifs, rdma: r, close: () => { g.close(); ifs.closeAll(); } };
+  return {
+    g,
+    d,
+    ifs,
+    rdma: r,
+    close: () => {
+      g.close();
+      ifs.closeAll();
+    },
+  };
 }
 
 /** Run passes until the link is up (servicing the control channel). */
@@ -83,7 +100,10 @@ async function measure(g: Graph, node: string, seconds: number): Promise<number>
   lastBreakdown = g.nodes
     .map((rt) => ({ name: rt.name, c: g.nodeCounters(rt.name) }))
     .filter((x) => x.c.vectors > 0)
-    .map((x) => `${x.name} ${(x.c.clocks / cpn / x.c.vectors).toFixed(1)}${x.name === 'memif-input' ? ` (${(x.c.vectors / Math.max(x.c.calls, 1)).toFixed(1)}/call)` : ''}`)
+    .map(
+      (x) =>
+        `${x.name} ${(x.c.clocks / cpn / x.c.vectors).toFixed(1)}${x.name === 'memif-input' ? ` (${(x.c.vectors / Math.max(x.c.calls, 1)).toFixed(1)}/call)` : ''}`,
+    )
     .join(', ');
   return (g.nodeCounters(node).vectors - v0) / dt / 1e6;
 }
@@ -92,9 +112,20 @@ const TXONLY = ['--txpkts=64', `--eth-peer=0,${MAC}`, '--tx-ip=10.0.0.2,10.0.0.1
 
 async function baseline(dir: string, seconds: number): Promise<number> {
   const sock = path.join(dir, 'base.sock');
-  const rx = new Testpmd({ memif: `role=server,socket=${sock}`, mode: 'rxonly', lcores: '0@0,1@0', maxSeconds: seconds + 60 });
+  const rx = new Testpmd({
+    memif: `role=server,socket=${sock}`,
+    mode: 'rxonly',
+    lcores: '0@0,1@0',
+    maxSeconds: seconds + 60,
+  });
   await rx.ready(); // listening before the client starts: DPDK's client connects once, at port start
-  const tx = new Testpmd({ memif: `role=client,socket=${sock}`, mode: 'txonly', lcores: '0@1,1@1', args: TXONLY, maxSeconds: seconds + 60 });
+  const tx = new Testpmd({
+    memif: `role=client,socket=${sock}`,
+    mode: 'txonly',
+    lcores: '0@1,1@1',
+    args: TXONLY,
+    maxSeconds: seconds + 60,
+  });
   try {
     await tx.ready();
     rx.send('start');
@@ -113,8 +144,19 @@ async function baseline(dir: string, seconds: number): Promise<number> {
 
 async function l4Server(dir: string, seconds: number): Promise<number> {
   const sock = path.join(dir, 'l4.sock');
-  const p = plane(new BufferPool(allocBufferMemory({ count: 16384, name: 'bench-memif' })), `@${sock}`, 'server', false);
-  const tx = new Testpmd({ memif: `role=client,socket=${sock}`, mode: 'txonly', lcores: '0@1,1@1', args: TXONLY, maxSeconds: seconds + 60 });
+  const p = plane(
+    new BufferPool(allocBufferMemory({ count: 16384, name: 'bench-memif' })),
+    `@${sock}`,
+    'server',
+    false,
+  );
+  const tx = new Testpmd({
+    memif: `role=client,socket=${sock}`,
+    mode: 'txonly',
+    lcores: '0@1,1@1',
+    args: TXONLY,
+    maxSeconds: seconds + 60,
+  });
   try {
     await tx.ready();
     await untilUp(p.g, p.d, 'l4');
@@ -130,12 +172,23 @@ async function l4Server(dir: string, seconds: number): Promise<number> {
 
 const breakdown = { l4: '', spine: '' };
 
-async function l4Client(dir: string, seconds: number, zeroCopy: boolean, size: number): Promise<{ mpps: number; zeroCopy: boolean }> {
+async function l4Client(
+  dir: string,
+  seconds: number,
+  zeroCopy: boolean,
+  size: number,
+): Promise<{ mpps: number; zeroCopy: boolean }> {
   const sock = path.join(dir, `cl-${zeroCopy}-${size}.sock`);
   const mem = allocBufferMemory({ count: 16384, name: 'bench-memif-client' });
   const p = plane(new BufferPool(zeroCopy ? mem : { ...mem, fd: -1 }), `@${sock}`, 'client', false);
   const args = TXONLY.map((a) => (a === '--txpkts=64' ? `--txpkts=${size}` : a));
-  const tx = new Testpmd({ memif: `role=server,socket=${sock}`, mode: 'txonly', lcores: '0@1,1@1', args, maxSeconds: seconds + 60 });
+  const tx = new Testpmd({
+    memif: `role=server,socket=${sock}`,
+    mode: 'txonly',
+    lcores: '0@1,1@1',
+    args,
+    maxSeconds: seconds + 60,
+  });
   try {
     await tx.ready();
     await untilUp(p.g, p.d, 'l4 client');
@@ -155,12 +208,29 @@ async function spine(dir: string, seconds: number): Promise<{ mpps: number; genM
   const pd = rdma.createPd();
   const cq = rdma.createCq(64);
   const mr = rdma.regMr(pd, 4096, ['local-write', 'remote-write']);
-  const QPN = 20001, SPORT = 31000;
+  const QPN = 20001,
+    SPORT = 31000;
   const qp = rdma.createQp({ pd, sendCq: cq, recvCq: cq, maxSendWr: 16, maxRecvWr: 16, port: QPN });
   rdma.modifyQp(qp, { state: 'init' });
   rdma.modifyQp(qp, { state: 'rtr', remote: { address: '10.0.0.2', port: SPORT }, rqPsn: 0 });
   rdma.modifyQp(qp, { state: 'rts', sqPsn: 0 }); // the generator starts at PSN 0 and acknowledges 0
-  const gen = spawn('taskset', ['-c', '1', process.execPath, '--import', 'tsx', GEN, sock, String(mr.stag), String(QPN), String(SPORT), String(seconds + 3)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const gen = spawn(
+    'taskset',
+    [
+      '-c',
+      '1',
+      process.execPath,
+      '--import',
+      'tsx',
+      GEN,
+      sock,
+      String(mr.stag),
+      String(QPN),
+      String(SPORT),
+      String(seconds + 3),
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
   let out = '';
   gen.stdout!.on('data', (d) => (out += d));
   const exited = new Promise<void>((r) => gen.on('exit', () => r()));

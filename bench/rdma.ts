@@ -13,18 +13,33 @@ export interface RdmaBenchResult {
   json: Record<string, number | string>;
 }
 
-async function writeThroughput(seconds: number, fault: number, msg = 65536): Promise<{ gbps: number; mpps: number; ops: number; retransmits: number }> {
+async function writeThroughput(
+  seconds: number,
+  fault: number,
+  msg = 65536,
+): Promise<{ gbps: number; mpps: number; ops: number; retransmits: number }> {
   const f = fault > 0 ? { seed: 7, loss: fault, reorder: fault, duplicate: fault, corrupt: fault } : undefined;
-  const p = twoStacks({ buffers: 16384, faultA: f ? { rx: f, tx: f } : undefined, rdma: { trp: { rtoMinMs: 2, rtoMaxMs: 50, maxRetries: 30 } } });
+  const p = twoStacks({
+    buffers: 16384,
+    faultA: f ? { rx: f, tx: f } : undefined,
+    rdma: { trp: { rtoMinMs: 2, rtoMaxMs: 50, maxRetries: 30 } },
+  });
   try {
-    const A = makeEnds(p.a, { maxSendWr: 64 }), B = makeEnds(p.b);
+    const A = makeEnds(p.a, { maxSendWr: 64 }),
+      B = makeEnds(p.b);
     connectManual(p.a, A.qp, p.b, B.qp);
     const src = p.a.rdma.regMr(A.pd, msg, ['local-write']);
     const dst = p.b.rdma.regMr(B.pd, msg, ['local-write', 'remote-write']);
-    let done = 0, posted = 0;
+    let done = 0,
+      posted = 0;
     const post = () => {
       while (posted - done < 16) {
-        p.a.rdma.postSend(A.qp, { wrId: posted++, opcode: 'write', sg: [{ mr: src, offset: 0, length: msg }], remote: { stag: dst.stag, offset: 0 } });
+        p.a.rdma.postSend(A.qp, {
+          wrId: posted++,
+          opcode: 'write',
+          sg: [{ mr: src, offset: 0, length: msg }],
+          remote: { stag: dst.stag, offset: 0 },
+        });
       }
     };
     const t0 = performance.now();
@@ -42,7 +57,12 @@ async function writeThroughput(seconds: number, fault: number, msg = 65536): Pro
     });
     const s = (performance.now() - t0) / 1000;
     const q = p.a.rdma.queryQp(A.qp);
-    return { gbps: (done * msg * 8) / s / 1e9, mpps: q.counters.txPackets / s / 1e6, ops: done, retransmits: q.counters.retransmits };
+    return {
+      gbps: (done * msg * 8) / s / 1e9,
+      mpps: q.counters.txPackets / s / 1e6,
+      ops: done,
+      retransmits: q.counters.retransmits,
+    };
   } finally {
     p.close();
   }
@@ -51,7 +71,8 @@ async function writeThroughput(seconds: number, fault: number, msg = 65536): Pro
 async function sendLatency(seconds: number): Promise<{ medianUs: number; p99Us: number; n: number }> {
   const p = twoStacks();
   try {
-    const A = makeEnds(p.a), B = makeEnds(p.b);
+    const A = makeEnds(p.a),
+      B = makeEnds(p.b);
     connectManual(p.a, A.qp, p.b, B.qp);
     const am = p.a.rdma.regMr(A.pd, 128, ['local-write']);
     const bm = p.b.rdma.regMr(B.pd, 128, ['local-write']);
@@ -86,16 +107,25 @@ async function sendLatency(seconds: number): Promise<{ medianUs: number; p99Us: 
       ping();
     });
     rtts.sort((x, y) => x - y);
-    return { medianUs: rtts[rtts.length >> 1] * 1000, p99Us: rtts[Math.floor(rtts.length * 0.99)] * 1000, n: rtts.length };
+    return {
+      medianUs: rtts[rtts.length >> 1] * 1000,
+      p99Us: rtts[Math.floor(rtts.length * 0.99)] * 1000,
+      n: rtts.length,
+    };
   } finally {
     p.close();
   }
 }
 
 async function kernelUdpLatency(seconds: number): Promise<{ medianUs: number; p99Us: number; n: number }> {
-  const a = dgram.createSocket('udp4'), b = dgram.createSocket('udp4');
-  await Promise.all([new Promise<void>((r) => a.bind(0, '127.0.0.1', r)), new Promise<void>((r) => b.bind(0, '127.0.0.1', r))]);
-  const bp = b.address().port, ap = a.address().port;
+  const a = dgram.createSocket('udp4'),
+    b = dgram.createSocket('udp4');
+  await Promise.all([
+    new Promise<void>((r) => a.bind(0, '127.0.0.1', r)),
+    new Promise<void>((r) => b.bind(0, '127.0.0.1', r)),
+  ]);
+  const bp = b.address().port,
+    ap = a.address().port;
   const msg = Buffer.alloc(64);
   b.on('message', (m) => b.send(m, ap, '127.0.0.1'));
   const rtts: number[] = [];
@@ -113,7 +143,11 @@ async function kernelUdpLatency(seconds: number): Promise<{ medianUs: number; p9
   a.close();
   b.close();
   rtts.sort((x, y) => x - y);
-  return { medianUs: rtts[rtts.length >> 1] * 1000, p99Us: rtts[Math.floor(rtts.length * 0.99)] * 1000, n: rtts.length };
+  return {
+    medianUs: rtts[rtts.length >> 1] * 1000,
+    p99Us: rtts[Math.floor(rtts.length * 0.99)] * 1000,
+    n: rtts.length,
+  };
 }
 
 export async function runRdmaBench(opts: { seconds: number }): Promise<RdmaBenchResult> {
@@ -136,8 +170,12 @@ export async function runRdmaBench(opts: { seconds: number }): Promise<RdmaBench
   return {
     text,
     json: {
-      bench: 'rdma', writeGbps: +f(w0.gbps, 3), goodput1: +f(w1.gbps / w0.gbps, 3), goodput10: +f(w10.gbps / w0.gbps, 3),
-      sendRttUs: +f(lat.medianUs, 1), kernelUdpRttUs: +f(k.medianUs, 1),
+      bench: 'rdma',
+      writeGbps: +f(w0.gbps, 3),
+      goodput1: +f(w1.gbps / w0.gbps, 3),
+      goodput10: +f(w10.gbps / w0.gbps, 3),
+      sendRttUs: +f(lat.medianUs, 1),
+      kernelUdpRttUs: +f(k.medianUs, 1),
     },
   };
 }

@@ -35,17 +35,29 @@ for (const name of run) {
     if (!json) {
       console.log(direct.text);
       console.log(sched.text.split('\n').slice(0, 3).join('\n'));
-      console.log(`  target: <= 3 ns/packet/node; event-loop scheduling costs ${(100 * (1 - sched.mpps / direct.mpps)).toFixed(1)} % of direct dispatch`);
+      console.log(
+        `  target: <= 3 ns/packet/node; event-loop scheduling costs ${(100 * (1 - sched.mpps / direct.mpps)).toFixed(1)} % of direct dispatch`,
+      );
     } else {
       console.log(direct.text.split('\n').slice(0, 3).join('\n'));
       console.log(sched.text.split('\n').slice(0, 3).join('\n'));
     }
-    if (json) console.log(JSON.stringify({ bench: 'graph', mpps: round(direct.mpps), nsPerPacketPerNode: round(direct.nsPerPacketPerNode), vector: direct.vector }));
+    if (json)
+      console.log(
+        JSON.stringify({
+          bench: 'graph',
+          mpps: round(direct.mpps),
+          nsPerPacketPerNode: round(direct.nsPerPacketPerNode),
+          vector: direct.vector,
+        }),
+      );
   }
   if (name === 'l2l4') {
     for (const size of [18, 1000]) {
       const r = await runL2l4Bench({ seconds, size });
-      console.log(json ? JSON.stringify({ bench: 'l2l4', payload: size, mpps: round(r.mpps), perNode: r.perNode }) : r.text);
+      console.log(
+        json ? JSON.stringify({ bench: 'l2l4', payload: size, mpps: round(r.mpps), perNode: r.perNode }) : r.text,
+      );
     }
   }
   if (name === 'rdma') {

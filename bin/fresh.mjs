@@ -7,7 +7,11 @@ export function isFresh(root, bundle, inputs) {
   try {
     const built = statSync(new URL(bundle, root)).mtimeMs;
     const list = JSON.parse(readFileSync(new URL(inputs, root), 'utf8'));
-    return Array.isArray(list) && list.length > 0 && list.every((f) => typeof f === 'string' && statSync(new URL(f, root)).mtimeMs <= built);
+    return (
+      Array.isArray(list) &&
+      list.length > 0 &&
+      list.every((f) => typeof f === 'string' && statSync(new URL(f, root)).mtimeMs <= built)
+    );
   } catch {
     return false;
   }

@@ -92,7 +92,8 @@ async function start(file: string, isDefault: boolean): Promise<void> {
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   log('info', `rdma-graph ${VERSION}, config ${named(file, isDefault)}`);
-  if (config.interfaces.length === 0) log('warn', 'no interfaces configured: the data plane has nothing to receive from or send to');
+  if (config.interfaces.length === 0)
+    log('warn', 'no interfaces configured: the data plane has nothing to receive from or send to');
   let dp: Dataplane;
   try {
     dp = await Dataplane.create(config, { log });
@@ -101,21 +102,33 @@ async function start(file: string, isDefault: boolean): Promise<void> {
     process.exit(1);
   }
   const st = await dp.buffers();
-  log('info', `buffers: ${st.count} x ${st.dataSize} B (${st.hugepages ? '2 MiB hugepages' : 'normal pages'}), graph on the main thread`);
+  log(
+    'info',
+    `buffers: ${st.count} x ${st.dataSize} B (${st.hugepages ? '2 MiB hugepages' : 'normal pages'}), graph on the main thread`,
+  );
   for (const itf of await dp.interfaces()) {
-    log('info', `interface ${itf.name} (${itf.driver}) mac ${itf.mac} ${itf.addresses.join(' ') || 'no address'} mtu ${itf.mtu} ${itf.state}`);
+    log(
+      'info',
+      `interface ${itf.name} (${itf.driver}) mac ${itf.mac} ${itf.addresses.join(' ') || 'no address'} mtu ${itf.mtu} ${itf.state}`,
+    );
   }
   let api: { url: string; close(): Promise<void> };
   try {
     api = await startApi(dp, { host: config.api.host, port: config.api.port, token: config.api.token });
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
-    const why = err.code === 'EADDRINUSE' ? `${config.api.host}:${config.api.port} is in use (another rdma-graph? set api.listen)` : err.message;
+    const why =
+      err.code === 'EADDRINUSE'
+        ? `${config.api.host}:${config.api.port} is in use (another rdma-graph? set api.listen)`
+        : err.message;
     log('error', `cannot start the API: ${why}`);
     await dp.close();
     process.exit(1);
   }
-  log('info', `API on ${api.url}/v1 (${config.api.token ? 'token required' : 'no token'}); rdmactl --api ${api.url} show runtime`);
+  log(
+    'info',
+    `API on ${api.url}/v1 (${config.api.token ? 'token required' : 'no token'}); rdmactl --api ${api.url} show runtime`,
+  );
   const signal = await stopped;
   log('info', `${signal}: shutting down`);
   const qps = (await dp.qps()).length;
@@ -123,7 +136,10 @@ async function start(file: string, isDefault: boolean): Promise<void> {
   await dp.close();
   const after = await dp.buffers();
   const leaked = after.count - after.free;
-  log(leaked === 0 ? 'info' : 'warn', `stopped (${qps} QP${qps === 1 ? '' : 's'} closed with FIN); ${leaked === 0 ? 'every buffer back in the pool' : `${leaked} buffers still allocated`}`);
+  log(
+    leaked === 0 ? 'info' : 'warn',
+    `stopped (${qps} QP${qps === 1 ? '' : 's'} closed with FIN); ${leaked === 0 ? 'every buffer back in the pool' : `${leaked} buffers still allocated`}`,
+  );
   process.exit(leaked === 0 ? 0 : 1);
 }
 
@@ -134,22 +150,29 @@ async function start(file: string, isDefault: boolean): Promise<void> {
  */
 function check(file: string, isDefault: boolean): void {
   const c = load(file);
-  const errors: string[] = [], warnings: string[] = [];
+  const errors: string[] = [],
+    warnings: string[] = [];
   for (const i of c.interfaces) {
     const why = driverUnavailable(i.driver);
     if (why !== null) errors.push(`${file}:${i.line}: interface ${i.name}: ${why}`);
     const host = i.afPacket?.hostInterface;
-    if (host !== undefined && !existsSync(`/sys/class/net/${host}`)) warnings.push(`${file}:${i.line}: interface ${i.name}: kernel interface "${host}" does not exist (now)`);
+    if (host !== undefined && !existsSync(`/sys/class/net/${host}`))
+      warnings.push(`${file}:${i.line}: interface ${i.name}: kernel interface "${host}" does not exist (now)`);
   }
-  if (c.interfaces.length === 0) warnings.push(`${file}: no interfaces: the data plane would have nothing to receive from or send to`);
+  if (c.interfaces.length === 0)
+    warnings.push(`${file}: no interfaces: the data plane would have nothing to receive from or send to`);
   for (const w of warnings) console.error(`rdma-graph: warning: ${w}`);
   for (const e of errors) console.error(`rdma-graph: ${e}`);
   const ifs = c.interfaces.map((i) => `${i.name} (${i.driver})`).join(', ') || 'none';
   if (errors.length > 0) {
-    console.error(`rdma-graph: ${named(file, isDefault)}: valid YAML, but start would refuse it (${errors.length} error${errors.length === 1 ? '' : 's'})`);
+    console.error(
+      `rdma-graph: ${named(file, isDefault)}: valid YAML, but start would refuse it (${errors.length} error${errors.length === 1 ? '' : 's'})`,
+    );
     process.exit(2);
   }
-  console.log(`rdma-graph: ${named(file, isDefault)}: valid; interfaces: ${ifs}; api ${c.api.host}:${c.api.port}${warnings.length ? ` (${warnings.length} warning${warnings.length === 1 ? '' : 's'})` : ''}`);
+  console.log(
+    `rdma-graph: ${named(file, isDefault)}: valid; interfaces: ${ifs}; api ${c.api.host}:${c.api.port}${warnings.length ? ` (${warnings.length} warning${warnings.length === 1 ? '' : 's'})` : ''}`,
+  );
 }
 
 const { cmd, config, isDefault } = parseArgs(process.argv.slice(2));

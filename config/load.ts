@@ -58,7 +58,9 @@ export function loadConfig(path: string = STARTUP_CONFIG): Config {
   try {
     text = readFileSync(path, 'utf8');
   } catch (e) {
-    throw new ConfigError(path, [{ path: '', line: 0, column: 0, message: `cannot read the configuration file: ${(e as Error).message}` }]);
+    throw new ConfigError(path, [
+      { path: '', line: 0, column: 0, message: `cannot read the configuration file: ${(e as Error).message}` },
+    ]);
   }
   return parseConfig(text, path);
 }
@@ -93,7 +95,10 @@ export function parseConfig(text: string, source = '<string>'): Config {
 
 type Raw = Record<string, unknown>;
 type YNode = Document['contents'] | undefined;
-interface Pos { line: number; column: number }
+interface Pos {
+  line: number;
+  column: number;
+}
 
 const isRecord = (v: unknown): v is Raw => typeof v === 'object' && v !== null && !Array.isArray(v);
 const q = (s: string) => JSON.stringify(s);
@@ -118,7 +123,10 @@ class Checker {
   /** Where each key that is present is. */
   readonly keyAt = new Map<string, Pos>();
 
-  constructor(private readonly doc: Document, private readonly lines: LineCounter) {}
+  constructor(
+    private readonly doc: Document,
+    private readonly lines: LineCounter,
+  ) {}
 
   offsetPos(offset: number): Pos {
     const { line, col } = this.lines.linePos(offset);
@@ -135,7 +143,12 @@ class Checker {
   }
 
   report(path: string, pos: Pos, what: string, expect?: string): void {
-    this.issues.push({ path, line: pos.line, column: pos.column, message: expect === undefined ? what : `${what} (expected ${expect})` });
+    this.issues.push({
+      path,
+      line: pos.line,
+      column: pos.column,
+      message: expect === undefined ? what : `${what} (expected ${expect})`,
+    });
   }
 
   /** Where `path` is (its value, else its mapping, else the top). */
@@ -144,8 +157,13 @@ class Checker {
   }
 
   error(source: string): ConfigError {
-    const sorted = this.issues.map((i, k) => ({ i, k })).sort((a, b) => a.i.line - b.i.line || a.i.column - b.i.column || a.k - b.k);
-    return new ConfigError(source, sorted.map((x) => x.i));
+    const sorted = this.issues
+      .map((i, k) => ({ i, k }))
+      .sort((a, b) => a.i.line - b.i.line || a.i.column - b.i.column || a.k - b.k);
+    return new ConfigError(
+      source,
+      sorted.map((x) => x.i),
+    );
   }
 
   /** The checked value at `path`, defaults filled; undefined when it is wrong (an issue was reported). */
@@ -165,11 +183,18 @@ class Checker {
       case 'tuple': {
         if (!isSeq(node)) return this.wrong(node, s, path, pos);
         if (s.type === 'tuple' && node.items.length !== s.items.length) {
-          this.report(path, pos, `got a list of ${node.items.length} item${node.items.length === 1 ? '' : 's'}`, expectedOrNull(s));
+          this.report(
+            path,
+            pos,
+            `got a list of ${node.items.length} item${node.items.length === 1 ? '' : 's'}`,
+            expectedOrNull(s),
+          );
           return undefined;
         }
         // A wrong item is undefined in the list (and reported); the rest are still checked.
-        return node.items.map((item, k) => this.value(item, s.type === 'list' ? s.items : s.items[k], `${path}[${k}]`, this.pos(item as YNode)));
+        return node.items.map((item, k) =>
+          this.value(item, s.type === 'list' ? s.items : s.items[k], `${path}[${k}]`, this.pos(item as YNode)),
+        );
       }
     }
     if (!isScalar(node)) return this.wrong(node, s, path, pos);
@@ -187,7 +212,8 @@ class Checker {
         const low = s.type === 'number' && s.above !== undefined ? v <= s.above : s.min !== undefined && v < s.min;
         if (low || (s.max !== undefined && v > s.max)) return fail(`${v} is out of range`);
         if (s.type === 'int' && s.pow2 && (v & (v - 1)) !== 0) return fail(`${v} is not a power of 2`);
-        if (s.type === 'int' && s.multipleOf !== undefined && v % s.multipleOf !== 0) return fail(`${v} is not a multiple of ${s.multipleOf}`);
+        if (s.type === 'int' && s.multipleOf !== undefined && v % s.multipleOf !== 0)
+          return fail(`${v} is not a multiple of ${s.multipleOf}`);
         break;
       }
       case 'bool':
@@ -269,7 +295,13 @@ function crossCheck(raw: Raw, c: Checker): void {
     const name = typeof itf.name === 'string' ? itf.name : undefined;
     if (name !== undefined) {
       const prev = byName.get(name);
-      if (prev !== undefined) c.report(`${p}.name`, c.where(`${p}.name`), `${q(name)} is already the name of interfaces[${prev.k}]`, 'a unique name');
+      if (prev !== undefined)
+        c.report(
+          `${p}.name`,
+          c.where(`${p}.name`),
+          `${q(name)} is already the name of interfaces[${prev.k}]`,
+          'a unique name',
+        );
       else byName.set(name, { k, itf });
     }
     const driver = typeof itf.driver === 'string' ? itf.driver : undefined;
@@ -277,7 +309,12 @@ function crossCheck(raw: Raw, c: Checker): void {
       for (const d of DRIVER_KINDS) {
         const present = c.keyAt.get(`${p}.${d}`);
         if (d === driver && present === undefined) {
-          c.report(`${p}.${d}`, c.where(p), `missing, driver ${d} takes its options here`, expected(INTERFACE_SPEC.keys[d]));
+          c.report(
+            `${p}.${d}`,
+            c.where(p),
+            `missing, driver ${d} takes its options here`,
+            expected(INTERFACE_SPEC.keys[d]),
+          );
         } else if (d !== driver && present !== undefined) {
           c.report(`${p}.${d}`, present, `${d} options on a ${driver} interface`, `only the ${driver} key`);
         }
@@ -297,7 +334,12 @@ function crossCheck(raw: Raw, c: Checker): void {
     }
     if (typeof itf.gateway === 'string') {
       if (itf.address === null) {
-        c.report(`${p}.gateway`, c.where(`${p}.gateway`), `${q(itf.gateway)} needs an address on this interface`, 'address: a.b.c.d/N on the interface');
+        c.report(
+          `${p}.gateway`,
+          c.where(`${p}.gateway`),
+          `${q(itf.gateway)} needs an address on this interface`,
+          'address: a.b.c.d/N on the interface',
+        );
       } else if (typeof itf.address === 'string') {
         checkHost(c, `${p}.gateway`, itf.gateway, name ?? p, parseIp4Prefix(itf.address)!);
       }
@@ -315,9 +357,24 @@ function crossCheck(raw: Raw, c: Checker): void {
     const other = byName.get(peer)?.itf;
     if (other === undefined || typeof other.driver !== 'string') return;
     if (other.driver !== 'pipe') {
-      c.report(path, c.where(path), `${q(peer)} is a ${other.driver} interface`, 'a pipe interface in this file, or a name not in this file');
-    } else if (isRecord(other.pipe) && typeof other.pipe.peer === 'string' && typeof itf.name === 'string' && other.pipe.peer !== itf.name) {
-      c.report(path, c.where(path), `${q(peer)} is a pipe whose peer is ${q(other.pipe.peer)}`, `a pipe whose peer is ${q(itf.name)}`);
+      c.report(
+        path,
+        c.where(path),
+        `${q(peer)} is a ${other.driver} interface`,
+        'a pipe interface in this file, or a name not in this file',
+      );
+    } else if (
+      isRecord(other.pipe) &&
+      typeof other.pipe.peer === 'string' &&
+      typeof itf.name === 'string' &&
+      other.pipe.peer !== itf.name
+    ) {
+      c.report(
+        path,
+        c.where(path),
+        `${q(peer)} is a pipe whose peer is ${q(other.pipe.peer)}`,
+        `a pipe whose peer is ${q(itf.name)}`,
+      );
     }
   });
 
@@ -331,10 +388,19 @@ function crossCheck(raw: Raw, c: Checker): void {
     if (ifName !== undefined) {
       const itf = byName.get(ifName)?.itf;
       if (itf === undefined) {
-        c.report(`${p}.interface`, c.where(`${p}.interface`), `${q(ifName)} is not a configured interface`,
-          names.length > 0 ? `one of: ${names.join(', ')}` : 'an interface of interfaces:, there are none');
+        c.report(
+          `${p}.interface`,
+          c.where(`${p}.interface`),
+          `${q(ifName)} is not a configured interface`,
+          names.length > 0 ? `one of: ${names.join(', ')}` : 'an interface of interfaces:, there are none',
+        );
       } else if (itf.address === null) {
-        c.report(`${p}.interface`, c.where(`${p}.interface`), `${q(ifName)} has no IPv4 address`, 'an interface with address: a.b.c.d/N');
+        c.report(
+          `${p}.interface`,
+          c.where(`${p}.interface`),
+          `${q(ifName)} has no IPv4 address`,
+          'an interface with address: a.b.c.d/N',
+        );
       } else if (typeof itf.address === 'string') {
         subnet = parseIp4Prefix(itf.address);
       }
@@ -343,15 +409,25 @@ function crossCheck(raw: Raw, c: Checker): void {
     if (subnet !== null) checkHost(c, `${p}.address`, n.address, ifName, subnet);
     const key = `${ifName} ${n.address}`;
     const prev = seen.get(key);
-    if (prev !== undefined) c.report(p, c.where(p), `${ifName} ${n.address} is already in neighbors[${prev}]`, 'one entry per interface and address');
+    if (prev !== undefined)
+      c.report(
+        p,
+        c.where(p),
+        `${ifName} ${n.address} is already in neighbors[${prev}]`,
+        'one entry per interface and address',
+      );
     else seen.set(key, k);
   });
 
   const api = isRecord(raw.api) ? raw.api : {};
   const listen = typeof api.listen === 'string' ? parseListen(api.listen) : undefined;
   if (typeof listen === 'object' && !isLoopbackHost(listen.host) && api.token === null) {
-    c.report('api.listen', c.where('api.listen'), `${q(api.listen as string)} is not a loopback address and api.token is not set: anyone who can reach it would control the data plane`,
-      'a loopback address (127.0.0.1, [::1], localhost), or api.token set');
+    c.report(
+      'api.listen',
+      c.where('api.listen'),
+      `${q(api.listen as string)} is not a loopback address and api.token is not set: anyone who can reach it would control the data plane`,
+      'a loopback address (127.0.0.1, [::1], localhost), or api.token set',
+    );
   }
 
   const rdma = isRecord(raw.rdma) ? raw.rdma : {};
@@ -362,12 +438,29 @@ function crossCheck(raw: Raw, c: Checker): void {
   const trp = isRecord(rdma.trp) ? rdma.trp : {};
   const { rtoMinMs: min, rtoMaxMs: max, rtoInitMs: init } = trp;
   if (typeof min === 'number' && typeof max === 'number' && max < min) {
-    c.report('rdma.trp.rto-max-ms', c.where('rdma.trp.rto-max-ms'), `${max} is less than rto-min-ms ${min}`, 'a number >= rto-min-ms');
+    c.report(
+      'rdma.trp.rto-max-ms',
+      c.where('rdma.trp.rto-max-ms'),
+      `${max} is less than rto-min-ms ${min}`,
+      'a number >= rto-min-ms',
+    );
   }
   if (typeof init === 'number') {
     const where = c.where('rdma.trp.rto-init-ms');
-    if (typeof min === 'number' && init < min) c.report('rdma.trp.rto-init-ms', where, `${init} is less than rto-min-ms ${min}`, 'a number in rto-min-ms..rto-max-ms');
-    else if (typeof max === 'number' && init > max) c.report('rdma.trp.rto-init-ms', where, `${init} is more than rto-max-ms ${max}`, 'a number in rto-min-ms..rto-max-ms');
+    if (typeof min === 'number' && init < min)
+      c.report(
+        'rdma.trp.rto-init-ms',
+        where,
+        `${init} is less than rto-min-ms ${min}`,
+        'a number in rto-min-ms..rto-max-ms',
+      );
+    else if (typeof max === 'number' && init > max)
+      c.report(
+        'rdma.trp.rto-init-ms',
+        where,
+        `${init} is more than rto-max-ms ${max}`,
+        'a number in rto-min-ms..rto-max-ms',
+      );
   }
 }
 
@@ -381,8 +474,10 @@ function checkHost(c: Checker, path: string, text: string, ifName: string, subne
   const addr = parseIp4(text)!;
   const net = subnetText(subnet);
   const pos = c.where(path);
-  if (!inSubnet(subnet, addr)) return c.report(path, pos, `${q(text)} is outside ${ifName}'s subnet ${net}`, `an address in ${net}`);
-  if (addr === subnet.addr) return c.report(path, pos, `${q(text)} is ${ifName}'s own address`, `another host in ${net}`);
+  if (!inSubnet(subnet, addr))
+    return c.report(path, pos, `${q(text)} is outside ${ifName}'s subnet ${net}`, `an address in ${net}`);
+  if (addr === subnet.addr)
+    return c.report(path, pos, `${q(text)} is ${ifName}'s own address`, `another host in ${net}`);
   const why = notAHost(subnet, addr);
   if (why !== undefined) c.report(path, pos, `${q(text)} is ${why}`, `a host address in ${net}`);
 }
@@ -397,10 +492,18 @@ function build(raw: Raw, source: string, c: Checker): Config {
     let f: InterfaceConfig['fault'] = null;
     if (isRecord(fault)) {
       const { direction, ...settings } = fault;
-      f = { direction: direction as 'rx' | 'tx' | 'both', config: validateFaultConfig(settings, `interfaces[${k}].fault`) };
+      f = {
+        direction: direction as 'rx' | 'tx' | 'both',
+        config: validateFaultConfig(settings, `interfaces[${k}].fault`),
+      };
     }
     const line = c.where(`interfaces[${k}]`).line;
-    return { ...(rest as Omit<InterfaceConfig, 'fault' | 'mac' | 'line'>), mac: typeof mac === 'string' ? mac.toLowerCase() : null, fault: f, line };
+    return {
+      ...(rest as Omit<InterfaceConfig, 'fault' | 'mac' | 'line'>),
+      mac: typeof mac === 'string' ? mac.toLowerCase() : null,
+      fault: f,
+      line,
+    };
   });
   const neighbors = (raw.neighbors as Config['neighbors']).map((n) => ({ ...n, mac: n.mac.toLowerCase() }));
   return {

@@ -14,7 +14,15 @@
  */
 import { MTU_MAX, MTU_MIN } from '../graph/link.ts';
 import { DRIVER_KINDS, type DriverKind } from './types.ts';
-import { checkHostIfName, checkIfName, checkIp4, checkIp4Prefix, checkListen, checkMac, checkNoWhitespace } from './formats.ts';
+import {
+  checkHostIfName,
+  checkIfName,
+  checkIp4,
+  checkIp4Prefix,
+  checkListen,
+  checkMac,
+  checkNoWhitespace,
+} from './formats.ts';
 
 interface Base {
   /** One line for the reference table. */
@@ -31,15 +39,45 @@ interface Base {
   check?: (v: never) => string | undefined;
 }
 
-export interface IntSpec extends Base { type: 'int'; min?: number; max?: number; pow2?: boolean; multipleOf?: number; check?: (v: number) => string | undefined }
+export interface IntSpec extends Base {
+  type: 'int';
+  min?: number;
+  max?: number;
+  pow2?: boolean;
+  multipleOf?: number;
+  check?: (v: number) => string | undefined;
+}
 /** `above`: an exclusive lower bound (instead of `min`). */
-export interface NumberSpec extends Base { type: 'number'; min?: number; above?: number; max?: number }
-export interface BoolSpec extends Base { type: 'bool' }
-export interface StringSpec extends Base { type: 'string'; maxLength?: number; check?: (v: string) => string | undefined }
-export interface EnumSpec extends Base { type: 'enum'; values: readonly string[] }
-export interface MapSpec extends Base { type: 'map'; keys: Readonly<Record<string, Spec>> }
-export interface ListSpec extends Base { type: 'list'; items: Spec }
-export interface TupleSpec extends Base { type: 'tuple'; items: readonly Spec[] }
+export interface NumberSpec extends Base {
+  type: 'number';
+  min?: number;
+  above?: number;
+  max?: number;
+}
+export interface BoolSpec extends Base {
+  type: 'bool';
+}
+export interface StringSpec extends Base {
+  type: 'string';
+  maxLength?: number;
+  check?: (v: string) => string | undefined;
+}
+export interface EnumSpec extends Base {
+  type: 'enum';
+  values: readonly string[];
+}
+export interface MapSpec extends Base {
+  type: 'map';
+  keys: Readonly<Record<string, Spec>>;
+}
+export interface ListSpec extends Base {
+  type: 'list';
+  items: Spec;
+}
+export interface TupleSpec extends Base {
+  type: 'tuple';
+  items: readonly Spec[];
+}
 export type Spec = IntSpec | NumberSpec | BoolSpec | StringSpec | EnumSpec | MapSpec | ListSpec | TupleSpec;
 
 /** The property name in the loaded Config: "rx-queue-size" -> "rxQueueSize", "af_packet" -> "afPacket". */
@@ -52,12 +90,17 @@ export function expected(s: Spec): string {
   if (s.expect !== undefined) return s.expect;
   switch (s.type) {
     case 'int': {
-      const what = s.pow2 ? 'a power of 2' : s.multipleOf !== undefined ? `a multiple of ${s.multipleOf}` : 'an integer';
+      const what = s.pow2
+        ? 'a power of 2'
+        : s.multipleOf !== undefined
+          ? `a multiple of ${s.multipleOf}`
+          : 'an integer';
       if (s.min === undefined) return what;
       return s.max === undefined ? `${what} >= ${s.min}` : `${what} in ${s.min}..${s.max}`;
     }
     case 'number':
-      if (s.above !== undefined) return s.max === undefined ? `a number > ${s.above}` : `a number > ${s.above} and <= ${s.max}`;
+      if (s.above !== undefined)
+        return s.max === undefined ? `a number > ${s.above}` : `a number > ${s.above} and <= ${s.max}`;
       return s.max === undefined ? `a number >= ${s.min}` : `a number in ${s.min}..${s.max}`;
     case 'bool':
       return 'true or false';
@@ -86,189 +129,445 @@ const probability = (doc: string): NumberSpec => ({ type: 'number', min: 0, max:
 const device = (doc: string): StringSpec => ({ type: 'string', required: true, doc });
 const verbsPort: IntSpec = { type: 'int', min: 1, max: 255, default: 1, doc: 'the port number on the device' };
 const ifName = (doc: string, required = true): StringSpec => ({
-  type: 'string', required, check: checkIfName, expect: 'a lowercase letter then up to 31 of a-z, 0-9, _ and -', doc,
+  type: 'string',
+  required,
+  check: checkIfName,
+  expect: 'a lowercase letter then up to 31 of a-z, 0-9, _ and -',
+  doc,
 });
 
 /** The options of each driver, under a key named like the driver. */
 const DRIVER_OPTIONS: Record<DriverKind, MapSpec> = {
   memif: {
-    type: 'map', omit: true, doc: 'memif options (required with driver: memif)',
+    type: 'map',
+    omit: true,
+    doc: 'memif options (required with driver: memif)',
     keys: {
-      socket: { type: 'string', required: true, doc: 'control socket path (a relative path is resolved against the daemon\'s working directory)' },
-      role: { type: 'enum', values: ['server', 'client'], default: 'server', doc: 'server creates the socket and the shared memory; client connects' },
-      id: { type: 'int', min: 0, max: 0xffffffff, default: 0, doc: 'interface id on the socket (both ends use the same)' },
+      socket: {
+        type: 'string',
+        required: true,
+        doc: "control socket path (a relative path is resolved against the daemon's working directory)",
+      },
+      role: {
+        type: 'enum',
+        values: ['server', 'client'],
+        default: 'server',
+        doc: 'server creates the socket and the shared memory; client connects',
+      },
+      id: {
+        type: 'int',
+        min: 0,
+        max: 0xffffffff,
+        default: 0,
+        doc: 'interface id on the socket (both ends use the same)',
+      },
       secret: { type: 'string', maxLength: 24, nullable: true, doc: 'shared secret the client must present' },
-      'buffer-size': { type: 'int', min: 256, max: 65536, pow2: true, default: 2048, doc: 'bytes per shared-memory buffer (server)' },
+      'buffer-size': {
+        type: 'int',
+        min: 256,
+        max: 65536,
+        pow2: true,
+        default: 2048,
+        doc: 'bytes per shared-memory buffer (server)',
+      },
     },
   },
   af_packet: {
-    type: 'map', omit: true, doc: 'af_packet options (required with driver: af_packet)',
+    type: 'map',
+    omit: true,
+    doc: 'af_packet options (required with driver: af_packet)',
     keys: {
       'host-interface': {
-        type: 'string', required: true, maxLength: 15, check: checkHostIfName,
-        expect: 'a Linux interface name of 1..15 characters without /, : or white space', doc: 'the kernel interface to attach to (e.g. a veth end)',
+        type: 'string',
+        required: true,
+        maxLength: 15,
+        check: checkHostIfName,
+        expect: 'a Linux interface name of 1..15 characters without /, : or white space',
+        doc: 'the kernel interface to attach to (e.g. a veth end)',
       },
       promisc: { type: 'bool', default: false, doc: 'put the host interface in promiscuous mode' },
-      'tx-mode': { type: 'enum', values: ['sendmmsg', 'ring'], default: 'sendmmsg', doc: 'transmit with sendmmsg or through a TPACKET_V3 tx ring' },
-      'block-size': { type: 'int', min: 4096, max: 67108864, pow2: true, default: 65536, doc: 'rx ring block size in bytes (largest frame: block-size - 130)' },
-      'qdisc-bypass': { type: 'bool', default: true, doc: 'transmitted frames skip the kernel qdisc (PACKET_QDISC_BYPASS)' },
+      'tx-mode': {
+        type: 'enum',
+        values: ['sendmmsg', 'ring'],
+        default: 'sendmmsg',
+        doc: 'transmit with sendmmsg or through a TPACKET_V3 tx ring',
+      },
+      'block-size': {
+        type: 'int',
+        min: 4096,
+        max: 67108864,
+        pow2: true,
+        default: 65536,
+        doc: 'rx ring block size in bytes (largest frame: block-size - 130)',
+      },
+      'qdisc-bypass': {
+        type: 'bool',
+        default: true,
+        doc: 'transmitted frames skip the kernel qdisc (PACKET_QDISC_BYPASS)',
+      },
     },
   },
   pcap: {
-    type: 'map', omit: true, doc: 'pcap options (required with driver: pcap; rx-file or tx-file or both)',
+    type: 'map',
+    omit: true,
+    doc: 'pcap options (required with driver: pcap; rx-file or tx-file or both)',
     keys: {
-      'rx-file': { type: 'string', nullable: true, doc: 'capture replayed as received packets (relative: against the daemon\'s working directory)' },
-      'tx-file': { type: 'string', nullable: true, doc: 'capture the transmitted packets are written to (relative: likewise)' },
+      'rx-file': {
+        type: 'string',
+        nullable: true,
+        doc: "capture replayed as received packets (relative: against the daemon's working directory)",
+      },
+      'tx-file': {
+        type: 'string',
+        nullable: true,
+        doc: 'capture the transmitted packets are written to (relative: likewise)',
+      },
       rate: { type: 'number', min: 0, default: 0, doc: 'replay rate in packets per second (0 = as fast as possible)' },
       loop: { type: 'int', min: 0, default: 1, doc: 'times the rx file is replayed (0 = forever)' },
     },
   },
   pipe: {
-    type: 'map', omit: true, doc: 'pipe options (required with driver: pipe)',
+    type: 'map',
+    omit: true,
+    doc: 'pipe options (required with driver: pipe)',
     keys: { peer: ifName('the interface at the other end (in this file, or in another data plane of this process)') },
   },
   dpdk: {
-    type: 'map', omit: true, doc: 'dpdk options (required with driver: dpdk)',
+    type: 'map',
+    omit: true,
+    doc: 'dpdk options (required with driver: dpdk)',
     keys: {
       device: device('the port: a PCI address (0000:3b:00.0) or a vdev'),
-      'eal-args': { type: 'list', items: { type: 'string', doc: 'one EAL argument' }, default: [], doc: 'extra DPDK EAL arguments' },
+      'eal-args': {
+        type: 'list',
+        items: { type: 'string', doc: 'one EAL argument' },
+        default: [],
+        doc: 'extra DPDK EAL arguments',
+      },
     },
   },
   ibverbs: {
-    type: 'map', omit: true, doc: 'ibverbs options (required with driver: ibverbs)',
+    type: 'map',
+    omit: true,
+    doc: 'ibverbs options (required with driver: ibverbs)',
     keys: { device: device('the verbs device name (ibv_devices), e.g. mlx5_0'), port: verbsPort },
   },
   mlx5dv: {
-    type: 'map', omit: true, doc: 'mlx5dv options (required with driver: mlx5dv)',
+    type: 'map',
+    omit: true,
+    doc: 'mlx5dv options (required with driver: mlx5dv)',
     keys: { device: device('the mlx5 device name, e.g. mlx5_0'), port: verbsPort },
   },
 };
 
 const FAULT: MapSpec = {
-  type: 'map', nullable: true, doc: 'a seeded fault injector on this interface (null: none)',
+  type: 'map',
+  nullable: true,
+  doc: 'a seeded fault injector on this interface (null: none)',
   keys: {
     direction: { type: 'enum', values: ['rx', 'tx', 'both'], default: 'rx', doc: 'which direction the faults hit' },
-    seed: { type: 'int', min: 0, max: 0xffffffff, default: 1, doc: 'same seed and same traffic give the same decisions' },
+    seed: {
+      type: 'int',
+      min: 0,
+      max: 0xffffffff,
+      default: 1,
+      doc: 'same seed and same traffic give the same decisions',
+    },
     loss: probability('probability a packet is dropped'),
     reorder: probability('probability a packet is held back behind later ones'),
-    'reorder-depth': { type: 'int', min: 1, max: 65535, default: 8, doc: 'at most this many later packets overtake a held one' },
-    'reorder-delay-us': { type: 'number', min: 1, max: 10000000, default: 500, doc: 'a held packet goes out at the latest after this many microseconds' },
+    'reorder-depth': {
+      type: 'int',
+      min: 1,
+      max: 65535,
+      default: 8,
+      doc: 'at most this many later packets overtake a held one',
+    },
+    'reorder-delay-us': {
+      type: 'number',
+      min: 1,
+      max: 10000000,
+      default: 500,
+      doc: 'a held packet goes out at the latest after this many microseconds',
+    },
     duplicate: probability('probability a packet is sent twice'),
     corrupt: probability('probability one random bit of a packet is flipped'),
   },
 };
 
 const INTERFACE: MapSpec = {
-  type: 'map', expect: 'a mapping with name, driver and the driver\'s options', doc: 'one interface',
+  type: 'map',
+  expect: "a mapping with name, driver and the driver's options",
+  doc: 'one interface',
   keys: {
     name: ifName('the interface name, unique'),
-    driver: { type: 'enum', values: DRIVER_KINDS, required: true, doc: 'the driver; its options go under the key of the same name' },
+    driver: {
+      type: 'enum',
+      values: DRIVER_KINDS,
+      required: true,
+      doc: 'the driver; its options go under the key of the same name',
+    },
     ...DRIVER_OPTIONS,
-    mac: { type: 'string', nullable: true, check: checkMac, expect: 'a unicast MAC address xx:xx:xx:xx:xx:xx', doc: 'MAC address (null: the driver\'s, or one derived from the name)' },
+    mac: {
+      type: 'string',
+      nullable: true,
+      check: checkMac,
+      expect: 'a unicast MAC address xx:xx:xx:xx:xx:xx',
+      doc: "MAC address (null: the driver's, or one derived from the name)",
+    },
     address: {
-      type: 'string', nullable: true, check: checkIp4Prefix, expect: 'an IPv4 host address with prefix length, a.b.c.d/N with N in 0..32',
+      type: 'string',
+      nullable: true,
+      check: checkIp4Prefix,
+      expect: 'an IPv4 host address with prefix length, a.b.c.d/N with N in 0..32',
       doc: 'IPv4 address and prefix (null: no IPv4)',
     },
-    gateway: { type: 'string', nullable: true, check: checkIp4, expect: 'an IPv4 address a.b.c.d', doc: 'default gateway through this interface, inside its subnet' },
-    mtu: { type: 'int', min: MTU_MIN, max: MTU_MAX, default: 1500, doc: 'largest IP packet (it may exceed buffers.data-size: frames are chained)' },
+    gateway: {
+      type: 'string',
+      nullable: true,
+      check: checkIp4,
+      expect: 'an IPv4 address a.b.c.d',
+      doc: 'default gateway through this interface, inside its subnet',
+    },
+    mtu: {
+      type: 'int',
+      min: MTU_MIN,
+      max: MTU_MAX,
+      default: 1500,
+      doc: 'largest IP packet (it may exceed buffers.data-size: frames are chained)',
+    },
     'rx-queues': { type: 'int', min: 1, max: 64, default: 1, doc: 'receive queues' },
-    'rx-queue-size': { type: 'int', min: 16, max: 65536, pow2: true, default: 1024, doc: 'descriptors per receive queue' },
-    'tx-queue-size': { type: 'int', min: 16, max: 65536, pow2: true, default: 1024, doc: 'descriptors per transmit queue' },
+    'rx-queue-size': {
+      type: 'int',
+      min: 16,
+      max: 65536,
+      pow2: true,
+      default: 1024,
+      doc: 'descriptors per receive queue',
+    },
+    'tx-queue-size': {
+      type: 'int',
+      min: 16,
+      max: 65536,
+      pow2: true,
+      default: 1024,
+      doc: 'descriptors per transmit queue',
+    },
     fault: FAULT,
   },
 };
 
 const NEIGHBOR: MapSpec = {
-  type: 'map', expect: 'a mapping of: interface, address, mac', doc: 'one static neighbor',
+  type: 'map',
+  expect: 'a mapping of: interface, address, mac',
+  doc: 'one static neighbor',
   keys: {
     interface: ifName('the interface it is reached through'),
-    address: { type: 'string', required: true, check: checkIp4, expect: 'an IPv4 address a.b.c.d', doc: 'its IPv4 address, inside that interface\'s subnet' },
-    mac: { type: 'string', required: true, check: checkMac, expect: 'a unicast MAC address xx:xx:xx:xx:xx:xx', doc: 'its MAC address' },
+    address: {
+      type: 'string',
+      required: true,
+      check: checkIp4,
+      expect: 'an IPv4 address a.b.c.d',
+      doc: "its IPv4 address, inside that interface's subnet",
+    },
+    mac: {
+      type: 'string',
+      required: true,
+      check: checkMac,
+      expect: 'a unicast MAC address xx:xx:xx:xx:xx:xx',
+      doc: 'its MAC address',
+    },
   },
 };
 
 export const SCHEMA: MapSpec = {
-  type: 'map', doc: 'the start-up configuration',
+  type: 'map',
+  doc: 'the start-up configuration',
   keys: {
     api: {
-      type: 'map', doc: 'the REST API',
+      type: 'map',
+      doc: 'the REST API',
       keys: {
         listen: {
-          type: 'string', default: '127.0.0.1:7070', check: checkListen,
-          expect: 'host:port with an IPv4 address, localhost or [IPv6] and a port in 0..65535', doc: 'address the API listens on',
+          type: 'string',
+          default: '127.0.0.1:7070',
+          check: checkListen,
+          expect: 'host:port with an IPv4 address, localhost or [IPv6] and a port in 0..65535',
+          doc: 'address the API listens on',
         },
         token: {
-          type: 'string', nullable: true, check: checkNoWhitespace, expect: 'a non-empty string without white space',
+          type: 'string',
+          nullable: true,
+          check: checkNoWhitespace,
+          expect: 'a non-empty string without white space',
           doc: 'when set, every request needs "Authorization: Bearer <token>"',
         },
       },
     },
     cpu: {
-      type: 'map', doc: 'threads',
+      type: 'map',
+      doc: 'threads',
       keys: {
         workers: {
-          type: 'int', default: 0, expect: '0',
-          check: (v: number) => (v === 0 ? undefined : `${v} is not supported: worker threads are not implemented yet, the graph runs on the main thread`),
+          type: 'int',
+          default: 0,
+          expect: '0',
+          check: (v: number) =>
+            v === 0
+              ? undefined
+              : `${v} is not supported: worker threads are not implemented yet, the graph runs on the main thread`,
           doc: 'worker threads; only 0 today: the graph runs on the main thread',
         },
       },
     },
     buffers: {
-      type: 'map', doc: 'the packet buffer pool',
+      type: 'map',
+      doc: 'the packet buffer pool',
       keys: {
         count: { type: 'int', min: 64, max: 1048576, default: 16384, doc: 'buffers in the pool' },
-        'data-size': { type: 'int', min: 256, max: 65536, multipleOf: 64, default: 2048, doc: 'data bytes per buffer (larger packets are chains)' },
+        'data-size': {
+          type: 'int',
+          min: 256,
+          max: 65536,
+          multipleOf: 64,
+          default: 2048,
+          doc: 'data bytes per buffer (larger packets are chains)',
+        },
       },
     },
     log: {
-      type: 'map', doc: 'logging',
-      keys: { level: { type: 'enum', values: ['error', 'warn', 'info', 'debug'], default: 'info', doc: 'least severe level logged' } },
+      type: 'map',
+      doc: 'logging',
+      keys: {
+        level: {
+          type: 'enum',
+          values: ['error', 'warn', 'info', 'debug'],
+          default: 'info',
+          doc: 'least severe level logged',
+        },
+      },
     },
-    interfaces: { type: 'list', items: INTERFACE, default: [], expect: 'a list of interfaces', doc: 'the interfaces of the data plane' },
-    neighbors: { type: 'list', items: NEIGHBOR, default: [], expect: 'a list of neighbors', doc: 'static neighbor (ARP) entries' },
+    interfaces: {
+      type: 'list',
+      items: INTERFACE,
+      default: [],
+      expect: 'a list of interfaces',
+      doc: 'the interfaces of the data plane',
+    },
+    neighbors: {
+      type: 'list',
+      items: NEIGHBOR,
+      default: [],
+      expect: 'a list of neighbors',
+      doc: 'static neighbor (ARP) entries',
+    },
     rdma: {
-      type: 'map', doc: 'the RDMA transport',
+      type: 'map',
+      doc: 'the RDMA transport',
       keys: {
         'port-range': {
-          type: 'tuple', items: [port('lowest QP port'), port('highest QP port')], default: [20000, 29999],
-          expect: '[lo, hi], two ports in 1..65535 with lo <= hi', doc: 'UDP ports QPs get (a QP\'s number is its port), inclusive',
+          type: 'tuple',
+          items: [port('lowest QP port'), port('highest QP port')],
+          default: [20000, 29999],
+          expect: '[lo, hi], two ports in 1..65535 with lo <= hi',
+          doc: "UDP ports QPs get (a QP's number is its port), inclusive",
         },
         'max-qps': { type: 'int', min: 1, max: 65536, default: 1024, doc: 'most QPs at once' },
-        'max-mrs': { type: 'int', min: 1, max: 1048575, default: 4096, doc: 'most memory regions at once (STags keep at least 12 random key bits)' },
+        'max-mrs': {
+          type: 'int',
+          min: 1,
+          max: 1048575,
+          default: 4096,
+          doc: 'most memory regions at once (STags keep at least 12 random key bits)',
+        },
         'max-pds': { type: 'int', min: 1, max: 1048576, default: 4096, doc: 'most protection domains at once' },
         'max-cqs': { type: 'int', min: 1, max: 1048576, default: 4096, doc: 'most completion queues at once' },
         'max-srqs': { type: 'int', min: 1, max: 1048576, default: 1024, doc: 'most shared receive queues at once' },
-        'max-mr-bytes': { type: 'int', min: 1, max: 2 ** 48, default: 4 * 2 ** 30, doc: 'bytes of MR memory the data plane allocates, all MRs together (4 GiB)' },
-        'max-cq-entries': { type: 'int', min: 1, max: 2 ** 31, default: 4 * 2 ** 20, doc: 'completion queue depths, all CQs together' },
+        'max-mr-bytes': {
+          type: 'int',
+          min: 1,
+          max: 2 ** 48,
+          default: 4 * 2 ** 30,
+          doc: 'bytes of MR memory the data plane allocates, all MRs together (4 GiB)',
+        },
+        'max-cq-entries': {
+          type: 'int',
+          min: 1,
+          max: 2 ** 31,
+          default: 4 * 2 ** 20,
+          doc: 'completion queue depths, all CQs together',
+        },
         'max-wr-slots': {
-          type: 'int', min: 1, max: 2 ** 31, default: 2 ** 20,
+          type: 'int',
+          min: 1,
+          max: 2 ** 31,
+          default: 2 ** 20,
           doc: 'work request slots, all QPs (send + receive) and SRQs together; a send slot also counts 1 per KiB of maxInline',
         },
         'cm-retry-ms': { type: 'number', above: 0, default: 100, doc: 'connection manager: REQ resend interval' },
         'cm-timeout-ms': { type: 'number', above: 0, default: 5000, doc: 'connection manager: connect timeout' },
-        'cm-backlog': { type: 'int', min: 1, max: 65536, default: 64, doc: 'connection manager: half-open connections a listener holds at most (more REQs are dropped)' },
-        'cm-half-open-ms': { type: 'number', above: 0, default: 5000, doc: 'connection manager: an accepted connection with no traffic from the peer this long is destroyed' },
+        'cm-backlog': {
+          type: 'int',
+          min: 1,
+          max: 65536,
+          default: 64,
+          doc: 'connection manager: half-open connections a listener holds at most (more REQs are dropped)',
+        },
+        'cm-half-open-ms': {
+          type: 'number',
+          above: 0,
+          default: 5000,
+          doc: 'connection manager: an accepted connection with no traffic from the peer this long is destroyed',
+        },
         trp: {
-          type: 'map', doc: 'the TRP reliability layer',
+          type: 'map',
+          doc: 'the TRP reliability layer',
           keys: {
             window: { type: 'int', min: 1, max: 32768, default: 256, doc: 'segments in flight per QP' },
             'rto-min-ms': { type: 'number', above: 0, default: 1, doc: 'smallest retransmission timeout' },
-            'rto-max-ms': { type: 'number', above: 0, default: 200, doc: 'largest retransmission timeout, >= rto-min-ms' },
-            'rto-init-ms': { type: 'number', above: 0, nullable: true, doc: 'timeout before the first RTT sample, in rto-min-ms..rto-max-ms (null: max(rto-min-ms, 10))' },
-            'max-retries': { type: 'int', min: 0, max: 255, default: 7, doc: 'retransmissions of one segment before the QP fails' },
+            'rto-max-ms': {
+              type: 'number',
+              above: 0,
+              default: 200,
+              doc: 'largest retransmission timeout, >= rto-min-ms',
+            },
+            'rto-init-ms': {
+              type: 'number',
+              above: 0,
+              nullable: true,
+              doc: 'timeout before the first RTT sample, in rto-min-ms..rto-max-ms (null: max(rto-min-ms, 10))',
+            },
+            'max-retries': {
+              type: 'int',
+              min: 0,
+              max: 255,
+              default: 7,
+              doc: 'retransmissions of one segment before the QP fails',
+            },
           },
         },
       },
     },
     capture: {
-      type: 'map', doc: 'pcap captures the API starts (POST /v1/interfaces/{name}/capture)',
+      type: 'map',
+      doc: 'pcap captures the API starts (POST /v1/interfaces/{name}/capture)',
       keys: {
-        dir: { type: 'string', default: 'run/captures', doc: 'the directory capture files are created in (made at the first capture, mode 0700; relative: against the daemon\'s working directory); the API names files in it' },
-        'max-bytes': { type: 'int', min: 4096, max: 2 ** 40, default: 64 * 2 ** 20, doc: 'largest capture file: the capture of that direction stops there (64 MiB)' },
+        dir: {
+          type: 'string',
+          default: 'run/captures',
+          doc: "the directory capture files are created in (made at the first capture, mode 0700; relative: against the daemon's working directory); the API names files in it",
+        },
+        'max-bytes': {
+          type: 'int',
+          min: 4096,
+          max: 2 ** 40,
+          default: 64 * 2 ** 20,
+          doc: 'largest capture file: the capture of that direction stops there (64 MiB)',
+        },
       },
     },
     trace: {
-      type: 'map', doc: 'packet trace',
+      type: 'map',
+      doc: 'packet trace',
       keys: { 'max-packets': { type: 'int', min: 1, max: 1000000, default: 1000, doc: 'most packets a trace holds' } },
     },
   },

@@ -8,7 +8,8 @@ import { fileURLToPath } from 'node:url';
 import { schemaReference } from './schema.ts';
 
 export const README = fileURLToPath(new URL('./README.md', import.meta.url));
-export const BEGIN = '<!-- BEGIN GENERATED: schemaReference() in config/schema.ts; node --import tsx config/update-readme.ts -->\n';
+export const BEGIN =
+  '<!-- BEGIN GENERATED: schemaReference() in config/schema.ts; node --import tsx config/update-readme.ts -->\n';
 export const END = '<!-- END GENERATED -->\n';
 
 /** The README text with the reference between the markers replaced by `schemaReference()`. */

@@ -13,7 +13,16 @@
  * kind of wrong it is (the API maps kinds to HTTP statuses); nothing a caller passes can throw
  * anything else or leave the data plane half-changed.
  */
-import { Graph, GraphError, NodeFlag, createPool, type BufferPool, type ErrorThreadSnapshot, type RuntimeThreadSnapshot, type TraceThreadSnapshot } from '../graph/index.ts';
+import {
+  Graph,
+  GraphError,
+  NodeFlag,
+  createPool,
+  type BufferPool,
+  type ErrorThreadSnapshot,
+  type RuntimeThreadSnapshot,
+  type TraceThreadSnapshot,
+} from '../graph/index.ts';
 import { type Capture, Interfaces, type InterfaceCounters } from '../drivers/interfaces.ts';
 import { CaptureFileError, discardCaptureFile, openCaptureFile } from '../drivers/capture-file.ts';
 import type { FaultConfig, FaultCounters } from '../drivers/fault.ts';
@@ -22,14 +31,61 @@ import { DRIVER_KINDS, type Config, type InterfaceConfig } from '../config/types
 import { registerL2L4, type Netstack } from '../nodes/netstack.ts';
 import { PING_MAX_SIZE } from '../nodes/ip4/icmp4-ping.ts';
 import { parseIp4 } from '../nodes/net/address.ts';
-import { type AtomicValue, type BufferView, VERSION, type ConnectIn, type CqView, DataplaneError, type DeviceView, type Endpoint, type EventView, type HardwareView, type HealthView, type InterfaceView, type ListenerCreate, type ListenerView, type Logger, type MrView, type NeighborView, type PdView, PING_LIMITS, type PingRequest, type PingResult, type PollResult, type QpCreate, type QpView, type RecvIn, type SendIn, type SgeIn, type SrqView, type VersionView } from './views.ts';
-import { type DeviceAttr, registerRdma, VERBS_DEFAULTS, VERBS_LIMITS, type QpInfo, type Rdma, type Sge } from './verbs.ts';
+import {
+  type AtomicValue,
+  type BufferView,
+  VERSION,
+  type ConnectIn,
+  type CqView,
+  DataplaneError,
+  type DeviceView,
+  type Endpoint,
+  type EventView,
+  type HardwareView,
+  type HealthView,
+  type InterfaceView,
+  type ListenerCreate,
+  type ListenerView,
+  type Logger,
+  type MrView,
+  type NeighborView,
+  type PdView,
+  PING_LIMITS,
+  type PingRequest,
+  type PingResult,
+  type PollResult,
+  type QpCreate,
+  type QpView,
+  type RecvIn,
+  type SendIn,
+  type SgeIn,
+  type SrqView,
+  type VersionView,
+} from './views.ts';
+import {
+  type DeviceAttr,
+  registerRdma,
+  VERBS_DEFAULTS,
+  VERBS_LIMITS,
+  type QpInfo,
+  type Rdma,
+  type Sge,
+} from './verbs.ts';
 import type { RdmaEvent } from '../nodes/rdma/core.ts';
 import { CmConnectError } from '../nodes/rdma/cm.ts';
 import { QP_STATE_NAMES, type Qp, type QpStateName } from '../nodes/rdma/qp.ts';
-import { ACCESS_NAMES, accessNames, type Completion, type Cq, type Mr, type Pd, type Srq, VerbsError, WR_OPCODE_NAMES, type WrOpcodeName } from '../nodes/rdma/verbs.ts';
-
-
+import {
+  ACCESS_NAMES,
+  accessNames,
+  type Completion,
+  type Cq,
+  type Mr,
+  type Pd,
+  type Srq,
+  VerbsError,
+  WR_OPCODE_NAMES,
+  type WrOpcodeName,
+} from '../nodes/rdma/verbs.ts';
 
 const EVENT_LOG = 1024;
 /** A repeated link event (same reason) is logged at most this often. */
@@ -39,7 +95,8 @@ const LINK_WATCH_MS = 200;
 function asError(e: unknown): DataplaneError {
   if (e instanceof DataplaneError) return e;
   if (e instanceof VerbsError) return new DataplaneError(e.kind, e.message);
-  if (e instanceof GraphError || e instanceof RangeError || e instanceof TypeError) return new DataplaneError('invalid', (e as Error).message);
+  if (e instanceof GraphError || e instanceof RangeError || e instanceof TypeError)
+    return new DataplaneError('invalid', (e as Error).message);
   return new DataplaneError('invalid', (e as Error)?.message ?? String(e));
 }
 
@@ -56,11 +113,18 @@ function atomic64(v: AtomicValue | undefined, what: string): bigint | undefined 
   if (v === undefined) return undefined;
   if (typeof v === 'bigint') return v;
   if (typeof v === 'number') {
-    if (!Number.isSafeInteger(v) || v < 0) throw new DataplaneError('invalid', `atomic.${what} must be a non-negative safe integer or a decimal string, got ${v}`);
+    if (!Number.isSafeInteger(v) || v < 0)
+      throw new DataplaneError(
+        'invalid',
+        `atomic.${what} must be a non-negative safe integer or a decimal string, got ${v}`,
+      );
     return BigInt(v);
   }
   if (typeof v !== 'string' || !/^[0-9]{1,20}$/.test(v) || BigInt(v) > 0xffffffffffffffffn) {
-    throw new DataplaneError('invalid', `atomic.${what} must be a decimal string of an unsigned 64-bit integer, got ${JSON.stringify(v)}`);
+    throw new DataplaneError(
+      'invalid',
+      `atomic.${what} must be a decimal string of an unsigned 64-bit integer, got ${JSON.stringify(v)}`,
+    );
   }
   return BigInt(v);
 }
@@ -126,12 +190,21 @@ export class Dataplane {
       if (up !== was) this.log('info', `interface ${itf.name} is ${up ? 'up' : 'down'}`);
       const drops = itf.driver.linkDrops?.();
       if (drops !== undefined) {
-        const what = drops.wasUp === false && drops.byPeer === true ? 'the peer refused the connection' : 'connection dropped';
-        this.linkNews(`${itf.index}/drop`, drops.count, `interface ${itf.name}: ${what}: ${drops.reason ?? 'no reason given'}`);
+        const what =
+          drops.wasUp === false && drops.byPeer === true ? 'the peer refused the connection' : 'connection dropped';
+        this.linkNews(
+          `${itf.index}/drop`,
+          drops.count,
+          `interface ${itf.name}: ${what}: ${drops.reason ?? 'no reason given'}`,
+        );
       }
       const refused = itf.driver.refusals?.();
       if (refused !== undefined) {
-        this.linkNews(`${itf.index}/refusal`, refused.count, `interface ${itf.name}: refused a peer${refused.peer ? ` ("${refused.peer}")` : ''}: ${refused.reason ?? 'no reason given'}`);
+        this.linkNews(
+          `${itf.index}/refusal`,
+          refused.count,
+          `interface ${itf.name}: refused a peer${refused.peer ? ` ("${refused.peer}")` : ''}: ${refused.reason ?? 'no reason given'}`,
+        );
       }
     }
   }
@@ -163,7 +236,11 @@ export class Dataplane {
    */
   static async create(config: Config, opts: { log?: Logger } = {}): Promise<Dataplane> {
     const log = opts.log ?? (() => {});
-    if (config.cpu.workers !== 0) throw new DataplaneError('unavailable', `cpu.workers ${config.cpu.workers}: worker threads are not implemented; use workers: 0`);
+    if (config.cpu.workers !== 0)
+      throw new DataplaneError(
+        'unavailable',
+        `cpu.workers ${config.cpu.workers}: worker threads are not implemented; use workers: 0`,
+      );
     let pool: BufferPool;
     try {
       pool = createPool({ count: config.buffers.count, dataSize: config.buffers.dataSize });
@@ -177,9 +254,26 @@ export class Dataplane {
       for (const c of config.interfaces) Dataplane.addInterface(c, config, net, ifs);
       const r = config.rdma;
       const rdma = registerRdma(graph, net, {
-        portRange: r.portRange, maxQps: r.maxQps, maxMrs: r.maxMrs, cmRetryMs: r.cmRetryMs, cmTimeoutMs: r.cmTimeoutMs, cmBacklog: r.cmBacklog, cmHalfOpenMs: r.cmHalfOpenMs,
-        maxPds: r.maxPds, maxCqs: r.maxCqs, maxSrqs: r.maxSrqs, maxMrBytes: r.maxMrBytes, maxCqEntries: r.maxCqEntries, maxWrSlots: r.maxWrSlots,
-        trp: { window: r.trp.window, rtoMinMs: r.trp.rtoMinMs, rtoMaxMs: r.trp.rtoMaxMs, maxRetries: r.trp.maxRetries, ...(r.trp.rtoInitMs === null ? {} : { rtoInitMs: r.trp.rtoInitMs }) },
+        portRange: r.portRange,
+        maxQps: r.maxQps,
+        maxMrs: r.maxMrs,
+        cmRetryMs: r.cmRetryMs,
+        cmTimeoutMs: r.cmTimeoutMs,
+        cmBacklog: r.cmBacklog,
+        cmHalfOpenMs: r.cmHalfOpenMs,
+        maxPds: r.maxPds,
+        maxCqs: r.maxCqs,
+        maxSrqs: r.maxSrqs,
+        maxMrBytes: r.maxMrBytes,
+        maxCqEntries: r.maxCqEntries,
+        maxWrSlots: r.maxWrSlots,
+        trp: {
+          window: r.trp.window,
+          rtoMinMs: r.trp.rtoMinMs,
+          rtoMaxMs: r.trp.rtoMaxMs,
+          maxRetries: r.trp.maxRetries,
+          ...(r.trp.rtoInitMs === null ? {} : { rtoInitMs: r.trp.rtoInitMs }),
+        },
       });
       graph.build();
       const dp = new Dataplane(config, graph, net, ifs, rdma, log);
@@ -195,7 +289,12 @@ export class Dataplane {
 
   private static addInterface(c: InterfaceConfig, config: Config, net: Netstack, ifs: Interfaces): void {
     const drv = openDriver(c);
-    const fault = c.fault === null ? undefined : c.fault.direction === 'both' ? { rx: c.fault.config, tx: c.fault.config } : { [c.fault.direction]: c.fault.config };
+    const fault =
+      c.fault === null
+        ? undefined
+        : c.fault.direction === 'both'
+          ? { rx: c.fault.config, tx: c.fault.config }
+          : { [c.fault.direction]: c.fault.config };
     let itf;
     try {
       itf = ifs.add(drv, { next: 'ethernet-input', fault });
@@ -205,8 +304,16 @@ export class Dataplane {
     }
     if (c.address === null) return;
     net.addInterface({
-      index: itf.index, name: c.name, mac: drv.mac, address: c.address, gateway: c.gateway ?? undefined, mtu: c.mtu, output: itf.output.name,
-      neighbors: config.neighbors.filter((n) => n.interface === c.name).map((n) => ({ address: n.address, mac: n.mac })),
+      index: itf.index,
+      name: c.name,
+      mac: drv.mac,
+      address: c.address,
+      gateway: c.gateway ?? undefined,
+      mtu: c.mtu,
+      output: itf.output.name,
+      neighbors: config.neighbors
+        .filter((n) => n.interface === c.name)
+        .map((n) => ({ address: n.address, mac: n.mac })),
     });
   }
 
@@ -236,17 +343,31 @@ export class Dataplane {
     const ev: EventView = { seq: ++this.eventSeq, time: new Date().toISOString(), ...e };
     this.events.push(ev);
     if (this.events.length > EVENT_LOG) this.events.shift();
-    this.log(e.type === 'qp-error' || e.type === 'cq-error' ? 'warn' : 'info', `${e.type}${e.qpn !== undefined ? ` qp ${e.qpn}` : ''}${e.cq !== undefined ? ` cq ${e.cq}` : ''}${e.srq !== undefined ? ` srq ${e.srq}` : ''}${e.reason ? `: ${e.reason}` : ''}`);
+    this.log(
+      e.type === 'qp-error' || e.type === 'cq-error' ? 'warn' : 'info',
+      `${e.type}${e.qpn !== undefined ? ` qp ${e.qpn}` : ''}${e.cq !== undefined ? ` cq ${e.cq}` : ''}${e.srq !== undefined ? ` srq ${e.srq}` : ''}${e.reason ? `: ${e.reason}` : ''}`,
+    );
   }
 
   // ------------------------------------------------------------------ status
 
   async health(): Promise<HealthView> {
-    return { status: 'ok', version: VERSION, uptime: (Date.now() - this.startedMs) / 1000, interfaces: this.ifs.all().length, qps: this.rdma.qpsByQpn.size };
+    return {
+      status: 'ok',
+      version: VERSION,
+      uptime: (Date.now() - this.startedMs) / 1000,
+      interfaces: this.ifs.all().length,
+      qps: this.rdma.qpsByQpn.size,
+    };
   }
 
   async buffers(): Promise<BufferView> {
-    return { count: this.pool.count, free: this.pool.available(), dataSize: this.pool.dataSize, hugepages: this.pool.stats().hugepages };
+    return {
+      count: this.pool.count,
+      free: this.pool.available(),
+      dataSize: this.pool.dataSize,
+      hugepages: this.pool.stats().hugepages,
+    };
   }
 
   async hardware(): Promise<HardwareView[]> {
@@ -255,9 +376,21 @@ export class Dataplane {
       const hw = d.hardware?.() ?? { info: {}, counters: {} };
       const ip = this.net.interfaces.isConfigured(itf.index) ? this.net.interfaces.info(itf.index) : null;
       return {
-        name: itf.name, index: itf.index, driver: d.kind, mac: itf.macString, mtu: ip?.mtu ?? d.mtu, state: d.linkUp() ? 'up' : 'down',
-        rxQueues: d.rxQueues, txQueues: d.txQueues, counters: hw.counters,
-        info: Object.fromEntries(Object.entries(hw.info).map(([k, v]) => [k, v === null ? null : typeof v === 'boolean' ? (v ? 'yes' : 'no') : String(v)])),
+        name: itf.name,
+        index: itf.index,
+        driver: d.kind,
+        mac: itf.macString,
+        mtu: ip?.mtu ?? d.mtu,
+        state: d.linkUp() ? 'up' : 'down',
+        rxQueues: d.rxQueues,
+        txQueues: d.txQueues,
+        counters: hw.counters,
+        info: Object.fromEntries(
+          Object.entries(hw.info).map(([k, v]) => [
+            k,
+            v === null ? null : typeof v === 'boolean' ? (v ? 'yes' : 'no') : String(v),
+          ]),
+        ),
       };
     });
   }
@@ -267,13 +400,24 @@ export class Dataplane {
       const ip = this.net.interfaces.isConfigured(itf.index) ? this.net.interfaces.info(itf.index) : null;
       const mtu = ip?.mtu ?? itf.driver.mtu;
       return {
-        port: k + 1, interface: itf.name, state: itf.driver.linkUp() ? 'active' as const : 'down' as const, mtu,
+        port: k + 1,
+        interface: itf.name,
+        state: itf.driver.linkUp() ? ('active' as const) : ('down' as const),
+        mtu,
         // What a segment may carry: the MTU less IPv4 20, UDP 8 and TRP 10 bytes.
-        activeMtu: mtu - 38, linkLayer: 'Ethernet' as const,
-        gid: ip ? `::ffff:${ip.address}` : null, address: ip?.address ?? null,
+        activeMtu: mtu - 38,
+        linkLayer: 'Ethernet' as const,
+        gid: ip ? `::ffff:${ip.address}` : null,
+        address: ip?.address ?? null,
       };
     });
-    return { name: 'rdma-graph0', transport: 'iWARP over UDP (urdma TRP)', version: VERSION, ...this.rdma.deviceAttr(), ports };
+    return {
+      name: 'rdma-graph0',
+      transport: 'iWARP over UDP (urdma TRP)',
+      version: VERSION,
+      ...this.rdma.deviceAttr(),
+      ports,
+    };
   }
 
   async version(): Promise<VersionView> {
@@ -281,7 +425,13 @@ export class Dataplane {
       const why = driverUnavailable(name);
       return { name, available: why === null, why };
     });
-    return { version: VERSION, node: process.version, platform: `${process.platform} ${process.arch}`, drivers, startedAt: new Date(this.startedMs).toISOString() };
+    return {
+      version: VERSION,
+      node: process.version,
+      platform: `${process.platform} ${process.arch}`,
+      drivers,
+      startedAt: new Date(this.startedMs).toISOString(),
+    };
   }
 
   async interfaces(): Promise<InterfaceView[]> {
@@ -294,14 +444,35 @@ export class Dataplane {
 
   private interfaceView(name: string): InterfaceView {
     const itf = this.ifs.all().find((x) => x.name === name);
-    if (!itf) throw new DataplaneError('not-found', `no interface "${name}" (have: ${this.ifs.all().map((x) => x.name).join(', ') || 'none'})`);
+    if (!itf)
+      throw new DataplaneError(
+        'not-found',
+        `no interface "${name}" (have: ${
+          this.ifs
+            .all()
+            .map((x) => x.name)
+            .join(', ') || 'none'
+        })`,
+      );
     const ip = this.net.interfaces.isConfigured(itf.index) ? this.net.interfaces.info(itf.index) : null;
     return {
-      name: itf.name, index: itf.index, driver: itf.driver.kind, mac: itf.macString,
-      addresses: ip ? [`${ip.address}/${ip.prefix}`] : [], gateway: ip?.gateway ?? null,
-      mtu: ip?.mtu ?? itf.driver.mtu, state: itf.driver.linkUp() ? 'up' : 'down', rxQueues: itf.driver.rxQueues,
-      counters: itf.counters(), fault: this.ifs.faultCounters(itf.name),
-      capture: { rx: itf.rxCapture?.path ?? null, tx: itf.txCapture?.path ?? null, rxStopped: itf.rxCapture?.stopped ?? null, txStopped: itf.txCapture?.stopped ?? null },
+      name: itf.name,
+      index: itf.index,
+      driver: itf.driver.kind,
+      mac: itf.macString,
+      addresses: ip ? [`${ip.address}/${ip.prefix}`] : [],
+      gateway: ip?.gateway ?? null,
+      mtu: ip?.mtu ?? itf.driver.mtu,
+      state: itf.driver.linkUp() ? 'up' : 'down',
+      rxQueues: itf.driver.rxQueues,
+      counters: itf.counters(),
+      fault: this.ifs.faultCounters(itf.name),
+      capture: {
+        rx: itf.rxCapture?.path ?? null,
+        tx: itf.txCapture?.path ?? null,
+        rxStopped: itf.rxCapture?.stopped ?? null,
+        txStopped: itf.txCapture?.stopped ?? null,
+      },
     };
   }
 
@@ -312,34 +483,52 @@ export class Dataplane {
    */
   async ping(req: PingRequest, signal?: AbortSignal): Promise<PingResult> {
     this.live();
-    const count = req.count ?? 1, intervalMs = req.intervalMs ?? 1000, size = req.size ?? 56, timeoutMs = req.timeoutMs ?? 1000;
+    const count = req.count ?? 1,
+      intervalMs = req.intervalMs ?? 1000,
+      size = req.size ?? 56,
+      timeoutMs = req.timeoutMs ?? 1000;
     const L = PING_LIMITS;
     const int = (v: number, lo: number, hi: number, what: string) => {
-      if (!Number.isInteger(v) || v < lo || v > hi) throw new DataplaneError('invalid', `ping ${what} must be an integer in ${lo}..${hi}, got ${v}`);
+      if (!Number.isInteger(v) || v < lo || v > hi)
+        throw new DataplaneError('invalid', `ping ${what} must be an integer in ${lo}..${hi}, got ${v}`);
     };
     int(count, 1, L.maxCount, 'count');
     int(intervalMs, L.minIntervalMs, L.maxWaitMs, 'intervalMs');
     int(size, 0, L.maxSize, 'size');
     int(timeoutMs, 1, L.maxWaitMs, 'timeoutMs');
-    if ((count - 1) * intervalMs + timeoutMs > L.maxWaitMs) throw new DataplaneError('invalid', `ping: ${count} requests ${intervalMs} ms apart waited ${timeoutMs} ms take longer than ${L.maxWaitMs} ms`);
+    if ((count - 1) * intervalMs + timeoutMs > L.maxWaitMs)
+      throw new DataplaneError(
+        'invalid',
+        `ping: ${count} requests ${intervalMs} ms apart waited ${timeoutMs} ms take longer than ${L.maxWaitMs} ms`,
+      );
     let dst: number;
     try {
       dst = parseIp4(req.address, 'ping');
     } catch (e) {
       throw new DataplaneError('invalid', (e as Error).message);
     }
-    if (this.net.interfaces.route(dst) === 0) throw new DataplaneError('not-found', `ping: no route to ${req.address} (no interface address or gateway covers it)`);
+    if (this.net.interfaces.route(dst) === 0)
+      throw new DataplaneError(
+        'not-found',
+        `ping: no route to ${req.address} (no interface address or gateway covers it)`,
+      );
     const r = await this.net.pinger.series({ dst, count, intervalMs, size, timeoutMs }, signal);
     if (r.sent === 0 && r.stopped !== null) throw new DataplaneError('busy', `ping: ${r.stopped}`);
     return {
-      address: req.address, size, sent: r.sent, received: r.replies.length,
+      address: req.address,
+      size,
+      sent: r.sent,
+      received: r.replies.length,
       replies: r.replies.map((x) => ({ seq: x.seq, bytes: x.bytes, ttl: x.ttl, from: x.from, timeMs: x.rttNs / 1e6 })),
-      lost: r.lost, stopped: r.stopped,
+      lost: r.lost,
+      stopped: r.stopped,
     };
   }
 
   async neighbors(): Promise<NeighborView[]> {
-    return this.net.neighbors.entries().map((n) => ({ ...n, interface: this.ifs.byIndex(n.interface)?.name ?? `if${n.interface}` }));
+    return this.net.neighbors
+      .entries()
+      .map((n) => ({ ...n, interface: this.ifs.byIndex(n.interface)?.name ?? `if${n.interface}` }));
   }
 
   async runtime(): Promise<RuntimeThreadSnapshot[]> {
@@ -385,16 +574,21 @@ export class Dataplane {
    * packets or before its file passes capture.max-bytes (logged; the view's rxStopped/txStopped
    * say why).
    */
-  async capture(name: string, opts: { direction: 'rx' | 'tx' | 'both'; file: string; count?: number }): Promise<InterfaceView> {
+  async capture(
+    name: string,
+    opts: { direction: 'rx' | 'tx' | 'both'; file: string; count?: number },
+  ): Promise<InterfaceView> {
     this.live();
     this.interfaceView(name);
     const d = opts.direction;
-    if (d !== 'rx' && d !== 'tx' && d !== 'both') throw new DataplaneError('invalid', `capture direction must be rx, tx or both, got ${JSON.stringify(d)}`);
+    if (d !== 'rx' && d !== 'tx' && d !== 'both')
+      throw new DataplaneError('invalid', `capture direction must be rx, tx or both, got ${JSON.stringify(d)}`);
     const count = opts.count ?? Infinity;
     if (!(count >= 1)) throw new DataplaneError('invalid', `capture count must be at least 1, got ${opts.count}`);
     // Both directions in one file would interleave two writers: give the tx side its own name.
     const rxName = d === 'tx' ? undefined : opts.file;
-    const txName = d === 'rx' ? undefined : d === 'both' ? String(opts.file).replace(/(\.pcap)?$/, '-tx.pcap') : opts.file;
+    const txName =
+      d === 'rx' ? undefined : d === 'both' ? String(opts.file).replace(/(\.pcap)?$/, '-tx.pcap') : opts.file;
     const opened: { fd: number; path: string }[] = [];
     try {
       const rx = rxName === undefined ? undefined : openCaptureFile(this.config.capture.dir, rxName);
@@ -464,7 +658,8 @@ export class Dataplane {
     if (list === undefined) return [];
     if (!Array.isArray(list)) throw new DataplaneError('invalid', `${what}: sge must be a list`);
     return list.map((e, i) => {
-      if (e === null || typeof e !== 'object') throw new DataplaneError('invalid', `${what}: sge[${i}] must be {mr, offset, length}`);
+      if (e === null || typeof e !== 'object')
+        throw new DataplaneError('invalid', `${what}: sge[${i}] must be {mr, offset, length}`);
       const mr = this.rdma.mrsByHandle.get(e.mr);
       if (!mr) throw new DataplaneError('not-found', `${what}: sge[${i}]: no memory region ${e.mr}`);
       return { mr, offset: e.offset, length: e.length };
@@ -493,7 +688,8 @@ export class Dataplane {
     return guard(() => {
       const pd = this.pd(req.pd);
       const access = req.access ?? VERBS_DEFAULTS.access;
-      if (!Array.isArray(access)) throw new DataplaneError('invalid', `access must be a list of ${ACCESS_NAMES.join(', ')}`);
+      if (!Array.isArray(access))
+        throw new DataplaneError('invalid', `access must be a list of ${ACCESS_NAMES.join(', ')}`);
       return this.mrView(this.rdma.regMr(pd, req.length, access));
     });
   }
@@ -515,10 +711,20 @@ export class Dataplane {
   }
 
   private range(mr: Mr, offset: number, length: number, what: string): void {
-    if (!Number.isSafeInteger(offset) || offset < 0) throw new DataplaneError('invalid', `${what}: offset must be a non-negative integer, got ${offset}`);
-    if (!Number.isSafeInteger(length) || length < 0) throw new DataplaneError('invalid', `${what}: length must be a non-negative integer, got ${length}`);
-    if (offset > mr.length) throw new DataplaneError('invalid', `${what}: offset ${offset} is past the end of mr ${mr.handle} (length ${mr.length})`);
-    if (offset + length > mr.length) throw new DataplaneError('too-large', `${what}: ${length} bytes at offset ${offset} do not fit in mr ${mr.handle} (length ${mr.length})`);
+    if (!Number.isSafeInteger(offset) || offset < 0)
+      throw new DataplaneError('invalid', `${what}: offset must be a non-negative integer, got ${offset}`);
+    if (!Number.isSafeInteger(length) || length < 0)
+      throw new DataplaneError('invalid', `${what}: length must be a non-negative integer, got ${length}`);
+    if (offset > mr.length)
+      throw new DataplaneError(
+        'invalid',
+        `${what}: offset ${offset} is past the end of mr ${mr.handle} (length ${mr.length})`,
+      );
+    if (offset + length > mr.length)
+      throw new DataplaneError(
+        'too-large',
+        `${what}: ${length} bytes at offset ${offset} do not fit in mr ${mr.handle} (length ${mr.length})`,
+      );
   }
 
   /** Copy `data` into the MR at `offset`. */
@@ -570,8 +776,10 @@ export class Dataplane {
    */
   async pollCq(h: number, max = 64, waitMs = 0, signal?: AbortSignal): Promise<PollResult> {
     let cq = this.cq(h);
-    if (!Number.isInteger(max) || max < 1 || max > 65536) throw new DataplaneError('invalid', `max must be an integer in 1..65536, got ${max}`);
-    if (!Number.isFinite(waitMs) || waitMs < 0 || waitMs > 60000) throw new DataplaneError('invalid', `waitMs must be a number in 0..60000, got ${waitMs}`);
+    if (!Number.isInteger(max) || max < 1 || max > 65536)
+      throw new DataplaneError('invalid', `max must be an integer in 1..65536, got ${max}`);
+    if (!Number.isFinite(waitMs) || waitMs < 0 || waitMs > 60000)
+      throw new DataplaneError('invalid', `waitMs must be a number in 0..60000, got ${waitMs}`);
     if (cq.length === 0 && !(cq.error && cq.overflowed.length > 0) && waitMs > 0 && !this.closed && !signal?.aborted) {
       await new Promise<void>((resolve) => {
         let set = this.cqWaiters.get(h);
@@ -590,10 +798,13 @@ export class Dataplane {
       // Destroyed while we waited: nothing to report but that.
       cq = this.cq(h);
     }
-    const error = cq.error ? `cq ${h} overflowed (depth ${cq.depth}); it is in error: destroy it and use a deeper one` : null;
+    const error = cq.error
+      ? `cq ${h} overflowed (depth ${cq.depth}); it is in error: destroy it and use a deeper one`
+      : null;
     if (signal?.aborted) return { completions: [], error };
     const out = cq.poll(max);
-    if (out.length < max && cq.error && cq.overflowed.length > 0) out.push(...cq.overflowed.splice(0, max - out.length));
+    if (out.length < max && cq.error && cq.overflowed.length > 0)
+      out.push(...cq.overflowed.splice(0, max - out.length));
     return { completions: out, error };
   }
 
@@ -644,7 +855,8 @@ export class Dataplane {
     if (ifName === undefined) return undefined;
     const itf = this.ifs.all().find((x) => x.name === ifName);
     if (!itf) throw new DataplaneError('not-found', `no interface "${ifName}"`);
-    if (!this.net.interfaces.isConfigured(itf.index)) throw new DataplaneError('invalid', `interface ${ifName} has no IPv4 address`);
+    if (!this.net.interfaces.isConfigured(itf.index))
+      throw new DataplaneError('invalid', `interface ${ifName} has no IPv4 address`);
     return this.net.interfaces.info(itf.index).address;
   }
 
@@ -666,11 +878,27 @@ export class Dataplane {
   private qpView(qp: Qp): QpView {
     const q = this.rdma.queryQp(qp);
     return {
-      qpn: q.qpn, state: q.state, psn: q.psn, local: { ip: this.localIp(qp, q), port: q.local.port },
+      qpn: q.qpn,
+      state: q.state,
+      psn: q.psn,
+      local: { ip: this.localIp(qp, q), port: q.local.port },
       remote: q.remote ? { ip: q.remote.address, port: q.remote.port } : null,
-      pd: qp.pd.handle, sendCq: qp.sendCq.handle, recvCq: qp.recvCq.handle, srq: q.srq, listener: this.acceptedBy.get(qp.qpn) ?? null,
-      ird: q.ird, ord: q.ord, maxSendWr: q.maxSendWr, maxRecvWr: q.maxRecvWr, maxSge: q.maxSge, maxInline: q.maxInline, segmentSize: q.segmentSize,
-      sqOutstanding: q.sqOutstanding, rqPosted: q.rqPosted, counters: q.counters, rtt: q.rtt,
+      pd: qp.pd.handle,
+      sendCq: qp.sendCq.handle,
+      recvCq: qp.recvCq.handle,
+      srq: q.srq,
+      listener: this.acceptedBy.get(qp.qpn) ?? null,
+      ird: q.ird,
+      ord: q.ord,
+      maxSendWr: q.maxSendWr,
+      maxRecvWr: q.maxRecvWr,
+      maxSge: q.maxSge,
+      maxInline: q.maxInline,
+      segmentSize: q.segmentSize,
+      sqOutstanding: q.sqOutstanding,
+      rqPosted: q.rqPosted,
+      counters: q.counters,
+      rtt: q.rtt,
     };
   }
 
@@ -694,11 +922,22 @@ export class Dataplane {
     if (req.mode === 'manual') {
       guard(() => {
         const from = qp.stateName;
-        if (from !== 'reset' && from !== 'init') throw new DataplaneError('state', `qp ${qpn} is in ${from}: a manual connect needs RESET or INIT`);
-        if (req.remotePsn === undefined) throw new DataplaneError('invalid', `qp ${qpn}: a manual connect needs remotePsn, the peer QP's psn (GET /v1/qps/{qpn} on the peer shows it)`);
+        if (from !== 'reset' && from !== 'init')
+          throw new DataplaneError('state', `qp ${qpn} is in ${from}: a manual connect needs RESET or INIT`);
+        if (req.remotePsn === undefined)
+          throw new DataplaneError(
+            'invalid',
+            `qp ${qpn}: a manual connect needs remotePsn, the peer QP's psn (GET /v1/qps/{qpn} on the peer shows it)`,
+          );
         if (from === 'reset') this.rdma.modifyQp(qp, { state: 'init' });
         try {
-          this.rdma.modifyQp(qp, { state: 'rtr', remote: { address: r.ip, port: r.port }, rqPsn: req.remotePsn, ird: req.ird, ord: req.ord });
+          this.rdma.modifyQp(qp, {
+            state: 'rtr',
+            remote: { address: r.ip, port: r.port },
+            rqPsn: req.remotePsn,
+            ird: req.ird,
+            ord: req.ord,
+          });
         } catch (e) {
           // All or nothing: a refused RTR (bad address, no route) leaves the QP as it was.
           if (from === 'reset') this.rdma.modifyQp(qp, { state: 'reset' });
@@ -708,7 +947,8 @@ export class Dataplane {
       });
       return this.qpView(qp);
     }
-    if (req.mode !== 'cm') throw new DataplaneError('invalid', `mode must be manual or cm, got ${JSON.stringify(req.mode)}`);
+    if (req.mode !== 'cm')
+      throw new DataplaneError('invalid', `mode must be manual or cm, got ${JSON.stringify(req.mode)}`);
     const p = guard(() => {
       if (req.ird !== undefined || req.ord !== undefined) {
         if (qp.stateName === 'reset') this.rdma.modifyQp(qp, { state: 'init' });
@@ -728,11 +968,27 @@ export class Dataplane {
     }
   }
 
-  async modifyQp(qpn: number, req: { state: QpStateName; remote?: Endpoint; rqPsn?: number; sqPsn?: number; ird?: number; ord?: number }): Promise<QpView> {
+  async modifyQp(
+    qpn: number,
+    req: { state: QpStateName; remote?: Endpoint; rqPsn?: number; sqPsn?: number; ird?: number; ord?: number },
+  ): Promise<QpView> {
     this.live();
     const qp = this.qp(qpn);
-    if (!(QP_STATE_NAMES as readonly string[]).includes(req.state)) throw new DataplaneError('invalid', `state must be one of ${QP_STATE_NAMES.join(', ')}, got ${JSON.stringify(req.state)}`);
-    guard(() => this.rdma.modifyQp(qp, { state: req.state, remote: req.remote ? { address: req.remote.ip, port: req.remote.port } : undefined, rqPsn: req.rqPsn, sqPsn: req.sqPsn, ird: req.ird, ord: req.ord }));
+    if (!(QP_STATE_NAMES as readonly string[]).includes(req.state))
+      throw new DataplaneError(
+        'invalid',
+        `state must be one of ${QP_STATE_NAMES.join(', ')}, got ${JSON.stringify(req.state)}`,
+      );
+    guard(() =>
+      this.rdma.modifyQp(qp, {
+        state: req.state,
+        remote: req.remote ? { address: req.remote.ip, port: req.remote.port } : undefined,
+        rqPsn: req.rqPsn,
+        sqPsn: req.sqPsn,
+        ird: req.ird,
+        ord: req.ord,
+      }),
+    );
     return this.qpView(qp);
   }
 
@@ -762,12 +1018,26 @@ export class Dataplane {
     this.live();
     const qp = this.qp(qpn);
     guard(() => {
-      if (!(WR_OPCODE_NAMES as readonly string[]).includes(req.opcode)) throw new DataplaneError('invalid', `opcode must be one of ${WR_OPCODE_NAMES.join(', ')}, got ${JSON.stringify(req.opcode)}`);
+      if (!(WR_OPCODE_NAMES as readonly string[]).includes(req.opcode))
+        throw new DataplaneError(
+          'invalid',
+          `opcode must be one of ${WR_OPCODE_NAMES.join(', ')}, got ${JSON.stringify(req.opcode)}`,
+        );
       const a = req.atomic;
       this.rdma.postSend(qp, {
-        wrId: req.wrId, opcode: req.opcode, sg: this.sges(req.sge, req.opcode), remote: req.remote, imm: req.imm, invalidateStag: req.invalidateStag,
-        signaled: req.signaled, solicited: req.solicited, inline: req.inline,
-        atomic: a === undefined ? undefined : { add: atomic64(a.add, 'add'), swap: atomic64(a.swap, 'swap'), compare: atomic64(a.compare, 'compare') },
+        wrId: req.wrId,
+        opcode: req.opcode,
+        sg: this.sges(req.sge, req.opcode),
+        remote: req.remote,
+        imm: req.imm,
+        invalidateStag: req.invalidateStag,
+        signaled: req.signaled,
+        solicited: req.solicited,
+        inline: req.inline,
+        atomic:
+          a === undefined
+            ? undefined
+            : { add: atomic64(a.add, 'add'), swap: atomic64(a.swap, 'swap'), compare: atomic64(a.compare, 'compare') },
       });
     });
   }
@@ -785,30 +1055,47 @@ export class Dataplane {
       if (req.srq !== undefined && req.srq !== null) this.srq(req.srq);
       this.address(req.interface);
       const maxPd = VERBS_LIMITS.maxPrivateData;
-      if (req.privateData !== undefined && req.privateData.length > maxPd) throw new DataplaneError('too-large', `private data is at most ${maxPd} bytes, got ${req.privateData.length}`);
+      if (req.privateData !== undefined && req.privateData.length > maxPd)
+        throw new DataplaneError('too-large', `private data is at most ${maxPd} bytes, got ${req.privateData.length}`);
       const view: ListenerView & { create: ListenerCreate } = {
-        port: req.port, pd: req.pd, sendCq: req.sendCq, recvCq: req.recvCq, srq: req.srq ?? null, maxSendWr: req.maxSendWr ?? VERBS_DEFAULTS.maxSendWr, maxRecvWr: req.maxRecvWr ?? VERBS_DEFAULTS.maxRecvWr,
-        accepted: [], requests: 0, create: req,
+        port: req.port,
+        pd: req.pd,
+        sendCq: req.sendCq,
+        recvCq: req.recvCq,
+        srq: req.srq ?? null,
+        maxSendWr: req.maxSendWr ?? VERBS_DEFAULTS.maxSendWr,
+        maxRecvWr: req.maxRecvWr ?? VERBS_DEFAULTS.maxRecvWr,
+        accepted: [],
+        requests: 0,
+        create: req,
       };
-      this.rdma.listen(req.port, (cr) => {
-        view.requests++;
-        try {
-          const { port: _p, privateData, ...init } = view.create;
-          const q = this.createQpSync({ ...init, ird: Math.min(init.ird ?? 16, cr.ord), ord: Math.min(init.ord ?? 16, cr.ird) });
-          view.accepted.push(q.qpn);
-          this.acceptedBy.set(q.qpn, view.port);
-          this.log('info', `listener ${view.port}: accepted ${cr.address}:${cr.port} as qp ${q.qpn}`);
-          return { qp: q, privateData };
-        } catch (e) {
-          this.log('warn', `listener ${view.port}: rejected ${cr.address}:${cr.port}: ${(e as Error).message}`);
-          return { reject: true, reason: (e as Error).message };
-        }
-      }, {
-        onReap: (q, reason) => {
-          this.forgetAccepted(q.qpn);
-          this.log('warn', `listener ${view.port}: qp ${q.qpn}: ${reason}`);
+      this.rdma.listen(
+        req.port,
+        (cr) => {
+          view.requests++;
+          try {
+            const { port: _p, privateData, ...init } = view.create;
+            const q = this.createQpSync({
+              ...init,
+              ird: Math.min(init.ird ?? 16, cr.ord),
+              ord: Math.min(init.ord ?? 16, cr.ird),
+            });
+            view.accepted.push(q.qpn);
+            this.acceptedBy.set(q.qpn, view.port);
+            this.log('info', `listener ${view.port}: accepted ${cr.address}:${cr.port} as qp ${q.qpn}`);
+            return { qp: q, privateData };
+          } catch (e) {
+            this.log('warn', `listener ${view.port}: rejected ${cr.address}:${cr.port}: ${(e as Error).message}`);
+            return { reject: true, reason: (e as Error).message };
+          }
         },
-      });
+        {
+          onReap: (q, reason) => {
+            this.forgetAccepted(q.qpn);
+            this.log('warn', `listener ${view.port}: qp ${q.qpn}: ${reason}`);
+          },
+        },
+      );
       this.listeners.set(req.port, view);
       return this.listenerView(view);
     });
@@ -817,14 +1104,33 @@ export class Dataplane {
   private createQpSync(init: QpCreate): Qp {
     const srq = init.srq === undefined || init.srq === null ? null : this.srq(init.srq);
     return this.rdma.createQp({
-      pd: this.pd(init.pd), sendCq: this.cq(init.sendCq), recvCq: this.cq(init.recvCq), srq,
-      maxSendWr: init.maxSendWr, maxRecvWr: init.maxRecvWr ?? (srq ? 0 : undefined), maxSge: init.maxSge, maxInline: init.maxInline,
-      ird: init.ird, ord: init.ord, port: init.port, address: this.address(init.interface),
+      pd: this.pd(init.pd),
+      sendCq: this.cq(init.sendCq),
+      recvCq: this.cq(init.recvCq),
+      srq,
+      maxSendWr: init.maxSendWr,
+      maxRecvWr: init.maxRecvWr ?? (srq ? 0 : undefined),
+      maxSge: init.maxSge,
+      maxInline: init.maxInline,
+      ird: init.ird,
+      ord: init.ord,
+      port: init.port,
+      address: this.address(init.interface),
     });
   }
 
   private listenerView(v: ListenerView): ListenerView {
-    return { port: v.port, pd: v.pd, sendCq: v.sendCq, recvCq: v.recvCq, srq: v.srq, maxSendWr: v.maxSendWr, maxRecvWr: v.maxRecvWr, accepted: [...v.accepted], requests: v.requests };
+    return {
+      port: v.port,
+      pd: v.pd,
+      sendCq: v.sendCq,
+      recvCq: v.recvCq,
+      srq: v.srq,
+      maxSendWr: v.maxSendWr,
+      maxRecvWr: v.maxRecvWr,
+      accepted: [...v.accepted],
+      requests: v.requests,
+    };
   }
 
   async listenersList(): Promise<ListenerView[]> {

@@ -17,7 +17,13 @@ import type { Graph } from '../graph/index.ts';
 import type { Netstack } from '../nodes/netstack.ts';
 import { formatIp4, parseIp4 } from '../nodes/net/address.ts';
 import { Budget, type BudgetLimits, qpSlots } from '../nodes/rdma/budget.ts';
-import { type AcceptDecision, type ConnectRequest, ConnectionManager, type Listener, registerCmInput } from '../nodes/rdma/cm.ts';
+import {
+  type AcceptDecision,
+  type ConnectRequest,
+  ConnectionManager,
+  type Listener,
+  registerCmInput,
+} from '../nodes/rdma/cm.ts';
 import { MAX_MRS, type RdmaEvent, RdmaCore, type TrpSettings } from '../nodes/rdma/core.ts';
 import { registerDdpInput } from '../nodes/rdma/ddp-input.ts';
 import { registerDdpOutput } from '../nodes/rdma/ddp-output.ts';
@@ -29,9 +35,26 @@ import { completeRecv, completeSq, toError } from '../nodes/rdma/transport.ts';
 import { registerTrpInput } from '../nodes/rdma/trp-input.ts';
 import { registerTrpOutput } from '../nodes/rdma/trp-output.ts';
 import {
-  Access, accessFromNames, Cq, Mr, Pd, type SgList, Srq, VerbsError, WcStatus, WR_OPCODE_NAMES, WrOpcode, type WrOpcodeName,
+  Access,
+  accessFromNames,
+  Cq,
+  Mr,
+  Pd,
+  type SgList,
+  Srq,
+  VerbsError,
+  WcStatus,
+  WR_OPCODE_NAMES,
+  WrOpcode,
+  type WrOpcodeName,
 } from '../nodes/rdma/verbs.ts';
-import { CM_MAX_PRIVATE_DATA, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, segmentPayload, TrpOp } from '../nodes/rdma/wire.ts';
+import {
+  CM_MAX_PRIVATE_DATA,
+  DDP_TAGGED_BYTES,
+  DDP_UNTAGGED_BYTES,
+  segmentPayload,
+  TrpOp,
+} from '../nodes/rdma/wire.ts';
 
 /** Budgets (budget.ts): maxMrBytes, maxCqEntries, maxWrSlots, maxPds, maxCqs, maxSrqs. */
 export interface RdmaOptions extends Partial<BudgetLimits> {
@@ -125,7 +148,16 @@ export interface QpInfo {
   sqOutstanding: number;
   rqPosted: number;
   srq: number | null;
-  counters: { txPackets: number; rxPackets: number; txBytes: number; rxBytes: number; retransmits: number; fastRetransmits: number; timeouts: number; duplicates: number };
+  counters: {
+    txPackets: number;
+    rxPackets: number;
+    txBytes: number;
+    rxBytes: number;
+    retransmits: number;
+    fastRetransmits: number;
+    timeouts: number;
+    duplicates: number;
+  };
   rtt: { srttUs: number; rttvarUs: number; rtoUs: number };
 }
 
@@ -196,7 +228,8 @@ export interface DeviceAttr {
 const LIMIT_CQE = VERBS_LIMITS.maxCqe;
 
 function int(v: unknown, lo: number, hi: number, what: string): number {
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < lo || v > hi) throw new VerbsError('invalid', `${what} must be an integer in ${lo}..${hi}, got ${String(v)}`);
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < lo || v > hi)
+    throw new VerbsError('invalid', `${what} must be an integer in ${lo}..${hi}, got ${String(v)}`);
   return v;
 }
 
@@ -226,12 +259,14 @@ export class Rdma {
     this.graph = graph;
     this.net = net;
     const [lo, hi] = opts.portRange ?? [20000, 29999];
-    if (!(Number.isInteger(lo) && Number.isInteger(hi) && lo >= 1 && hi <= 65535 && lo <= hi)) throw new RangeError(`rdma port-range must be two ports lo <= hi in 1..65535, got [${lo}, ${hi}]`);
+    if (!(Number.isInteger(lo) && Number.isInteger(hi) && lo >= 1 && hi <= 65535 && lo <= hi))
+      throw new RangeError(`rdma port-range must be two ports lo <= hi in 1..65535, got [${lo}, ${hi}]`);
     this.portLo = lo;
     this.portHi = hi;
     const maxQps = opts.maxQps ?? 1024;
     const maxMrs = opts.maxMrs ?? 4096;
-    if (!(Number.isInteger(maxMrs) && maxMrs >= 1 && maxMrs <= MAX_MRS)) throw new RangeError(`rdma max-mrs must be 1..${MAX_MRS}, got ${maxMrs}`);
+    if (!(Number.isInteger(maxMrs) && maxMrs >= 1 && maxMrs <= MAX_MRS))
+      throw new RangeError(`rdma max-mrs must be 1..${MAX_MRS}, got ${maxMrs}`);
     const t = opts.trp ?? {};
     const rtoMinMs = t.rtoMinMs ?? 1;
     const trp: TrpSettings = {
@@ -241,9 +276,12 @@ export class Rdma {
       rtoInitMs: t.rtoInitMs ?? Math.max(rtoMinMs, 10),
       maxRetries: t.maxRetries ?? 7,
     };
-    if (!(Number.isInteger(trp.window) && trp.window >= 1 && trp.window <= 32768)) throw new RangeError(`rdma trp window must be 1..32768, got ${trp.window}`);
-    if (!(trp.rtoMinMs > 0 && trp.rtoMaxMs >= trp.rtoMinMs)) throw new RangeError(`rdma trp: need 0 < rto-min-ms <= rto-max-ms, got ${trp.rtoMinMs} and ${trp.rtoMaxMs}`);
-    if (!(Number.isInteger(trp.maxRetries) && trp.maxRetries >= 0)) throw new RangeError(`rdma trp max-retries must be an integer >= 0, got ${trp.maxRetries}`);
+    if (!(Number.isInteger(trp.window) && trp.window >= 1 && trp.window <= 32768))
+      throw new RangeError(`rdma trp window must be 1..32768, got ${trp.window}`);
+    if (!(trp.rtoMinMs > 0 && trp.rtoMaxMs >= trp.rtoMinMs))
+      throw new RangeError(`rdma trp: need 0 < rto-min-ms <= rto-max-ms, got ${trp.rtoMinMs} and ${trp.rtoMaxMs}`);
+    if (!(Number.isInteger(trp.maxRetries) && trp.maxRetries >= 0))
+      throw new RangeError(`rdma trp max-retries must be an integer >= 0, got ${trp.maxRetries}`);
     this.core = new RdmaCore(graph, net, maxQps, maxMrs, trp);
     this.mrKeys = new Uint32Array(maxMrs + 1);
     this.maxMessage = opts.maxMessage ?? 2 ** 31;
@@ -252,7 +290,8 @@ export class Rdma {
     this.cmTimeoutNs = (opts.cmTimeoutMs ?? 5000) * 1e6;
     this.cm = new ConnectionManager(this.core);
     this.cmBacklog = opts.cmBacklog ?? 64;
-    if (!(Number.isInteger(this.cmBacklog) && this.cmBacklog >= 1)) throw new RangeError(`rdma cm-backlog must be an integer >= 1, got ${this.cmBacklog}`);
+    if (!(Number.isInteger(this.cmBacklog) && this.cmBacklog >= 1))
+      throw new RangeError(`rdma cm-backlog must be an integer >= 1, got ${this.cmBacklog}`);
     this.cm.halfOpenTimeoutNs = (opts.cmHalfOpenMs ?? 5000) * 1e6;
     this.cm.hooks = {
       established: (qp, addr, port, ird, ord, peerIsn) => this.established(qp, addr, port, ird, ord, peerIsn),
@@ -309,7 +348,11 @@ export class Rdma {
     const acc = typeof access === 'number' ? access : accessFromNames(access);
     if (typeof memory === 'number') {
       const max = VERBS_LIMITS.maxMrLength;
-      if (!Number.isInteger(memory) || memory < 0 || memory > max) throw new VerbsError(memory > max ? 'too-large' : 'invalid', `mr length must be an integer in 0..2^31, got ${memory}`);
+      if (!Number.isInteger(memory) || memory < 0 || memory > max)
+        throw new VerbsError(
+          memory > max ? 'too-large' : 'invalid',
+          `mr length must be an integer in 0..2^31, got ${memory}`,
+        );
     } else if (memory.byteLength > 2 ** 32 - 1) throw new VerbsError('too-large', 'mr larger than 4 GiB');
     const charge = typeof memory === 'number' ? { 'mr-bytes': memory } : {};
     this.budget.check(`mr of ${memory} bytes`, charge);
@@ -325,7 +368,8 @@ export class Rdma {
     }
     if (ix < 0) throw new VerbsError('resource', `no free memory region slot (max-mrs ${mrs.length - 1})`);
     this.mrCursor = ix + 1;
-    const kb = this.core.stagKeyBits, span = 2 ** kb;
+    const kb = this.core.stagKeyBits,
+      span = 2 ** kb;
     const key = (this.mrKeys[ix] = (this.mrKeys[ix] + 1 + randomBelow(span - 1)) % span);
     const bytes = typeof memory === 'number' ? new Uint8Array(new SharedArrayBuffer(memory)) : memory;
     const mr = new Mr(this.handle(), pd, (ix * span + key) >>> 0, bytes, acc);
@@ -351,10 +395,24 @@ export class Rdma {
   deviceAttr(): DeviceAttr {
     const l = this.budget.limits;
     return {
-      maxQp: this.core.qps.length, maxQpWr: LIMIT_WR, maxSge: LIMIT_SGE, maxInline: LIMIT_INLINE,
-      maxCq: l.maxCqs, maxCqe: Math.min(LIMIT_CQE, l.maxCqEntries), maxMr: this.core.mrs.length - 1, maxMrSize: l.maxMrBytes,
-      maxPd: l.maxPds, maxSrq: l.maxSrqs, maxSrqWr: LIMIT_WR, maxSrqSge: LIMIT_SGE, maxQpRdAtom: MAX_RD_ATOMIC, maxQpInitRdAtom: MAX_RD_ATOMIC,
-      atomicCap: 'hca', stagKeyBits: this.core.stagKeyBits, portRange: [this.portLo, this.portHi], window: this.core.window,
+      maxQp: this.core.qps.length,
+      maxQpWr: LIMIT_WR,
+      maxSge: LIMIT_SGE,
+      maxInline: LIMIT_INLINE,
+      maxCq: l.maxCqs,
+      maxCqe: Math.min(LIMIT_CQE, l.maxCqEntries),
+      maxMr: this.core.mrs.length - 1,
+      maxMrSize: l.maxMrBytes,
+      maxPd: l.maxPds,
+      maxSrq: l.maxSrqs,
+      maxSrqWr: LIMIT_WR,
+      maxSrqSge: LIMIT_SGE,
+      maxQpRdAtom: MAX_RD_ATOMIC,
+      maxQpInitRdAtom: MAX_RD_ATOMIC,
+      atomicCap: 'hca',
+      stagKeyBits: this.core.stagKeyBits,
+      portRange: [this.portLo, this.portHi],
+      window: this.core.window,
     };
   }
 
@@ -384,7 +442,12 @@ export class Rdma {
     this.budget.check(`srq maxWr ${maxWr}`, { srqs: 1, 'wr-slots': maxWr });
     const srq = new Srq(this.handle(), pd, maxWr, maxSge);
     this.budget.charge(srq, { srqs: 1, 'wr-slots': maxWr });
-    srq.onLimit = (s) => this.core.event({ type: 'srq-limit', srq: s.handle, reason: `fewer than the limit of receives left (${s.length})` });
+    srq.onLimit = (s) =>
+      this.core.event({
+        type: 'srq-limit',
+        srq: s.handle,
+        reason: `fewer than the limit of receives left (${s.length})`,
+      });
     this.srqs.set(srq.handle, srq);
     pd.users++;
     return srq;
@@ -427,7 +490,8 @@ export class Rdma {
     const srq = init.srq ?? null;
     if (pd.destroyed) throw new VerbsError('not-found', `pd ${pd.handle} is destroyed`);
     if (sendCq.destroyed || recvCq.destroyed) throw new VerbsError('not-found', 'completion queue is destroyed');
-    if (srq !== null && (srq.destroyed || srq.pd !== pd)) throw new VerbsError('invalid', `srq ${srq.handle} is destroyed or in another PD`);
+    if (srq !== null && (srq.destroyed || srq.pd !== pd))
+      throw new VerbsError('invalid', `srq ${srq.handle} is destroyed or in another PD`);
     const cfg = {
       maxSendWr: int(init.maxSendWr ?? VERBS_DEFAULTS.maxSendWr, 1, LIMIT_WR, 'maxSendWr'),
       maxRecvWr: srq ? 0 : int(init.maxRecvWr ?? VERBS_DEFAULTS.maxRecvWr, 1, LIMIT_WR, 'maxRecvWr'),
@@ -438,10 +502,16 @@ export class Rdma {
       window: this.core.window + 1,
     };
     const slots = { 'wr-slots': qpSlots(cfg.maxSendWr, cfg.maxRecvWr, cfg.maxInline) };
-    this.budget.check(`qp of maxSendWr ${cfg.maxSendWr}, maxRecvWr ${cfg.maxRecvWr}, maxInline ${cfg.maxInline}`, slots);
+    this.budget.check(
+      `qp of maxSendWr ${cfg.maxSendWr}, maxRecvWr ${cfg.maxRecvWr}, maxInline ${cfg.maxInline}`,
+      slots,
+    );
     const index = this.core.qps.indexOf(null);
     if (index < 0) throw new VerbsError('resource', `no free QP (max-qps ${this.core.qps.length})`);
-    const port = init.port === undefined ? this.freePort() : int(init.port, this.portLo, this.portHi, `qp port (port-range ${this.portLo}..${this.portHi})`);
+    const port =
+      init.port === undefined
+        ? this.freePort()
+        : int(init.port, this.portLo, this.portHi, `qp port (port-range ${this.portLo}..${this.portHi})`);
     if (this.core.qpByPort[port] >= 0) throw new VerbsError('busy', `port ${port} already has a QP`);
     const local = init.address === undefined ? 0 : this.parseAddr(init.address, 'qp address');
     try {
@@ -492,15 +562,18 @@ export class Rdma {
   modifyQp(qp: Qp, m: QpModify): void {
     if (qp.destroyed) throw new VerbsError('not-found', `qp ${qp.qpn} is destroyed`);
     const to = (QP_STATE_NAMES as readonly string[]).indexOf(m.state);
-    if (to < 0) throw new VerbsError('invalid', `qp state must be one of ${QP_STATE_NAMES.join(', ')}, got "${m.state}"`);
-    if (!transitionAllowed(qp.state, to)) throw new VerbsError('state', `qp ${qp.qpn}: cannot go from ${qp.stateName} to ${m.state}`);
+    if (to < 0)
+      throw new VerbsError('invalid', `qp state must be one of ${QP_STATE_NAMES.join(', ')}, got "${m.state}"`);
+    if (!transitionAllowed(qp.state, to))
+      throw new VerbsError('state', `qp ${qp.qpn}: cannot go from ${qp.stateName} to ${m.state}`);
     if (m.ird !== undefined) qp.ird = int(m.ird, 1, qp.cfg.ird, 'ird');
     if (m.ord !== undefined) qp.ord = int(m.ord, 1, qp.cfg.ord, 'ord');
     if (to === QpState.RTR) {
       if (!m.remote) throw new VerbsError('invalid', `qp ${qp.qpn}: RTR needs remote {address, port}`);
       const addr = this.parseAddr(m.remote.address, 'remote address');
       const port = int(m.remote.port, 1, 65535, 'remote port');
-      if (m.rqPsn === undefined) throw new VerbsError('invalid', `qp ${qp.qpn}: RTR needs rqPsn, the peer QP's initial PSN (its psn)`);
+      if (m.rqPsn === undefined)
+        throw new VerbsError('invalid', `qp ${qp.qpn}: RTR needs rqPsn, the peer QP's initial PSN (its psn)`);
       const rqPsn = int(m.rqPsn, 0, 0xffffffff, 'rqPsn');
       this.setPeer(qp, addr, port);
       qp.startRecv(rqPsn);
@@ -557,23 +630,42 @@ export class Rdma {
   }
 
   /** Active connect through the peer's listener (rdma_connect): resolves in RTS. */
-  connect(qp: Qp, address: string, port: number, opts: { privateData?: Uint8Array; timeoutMs?: number; retryMs?: number } = {}): Promise<{ privateData: Uint8Array }> {
+  connect(
+    qp: Qp,
+    address: string,
+    port: number,
+    opts: { privateData?: Uint8Array; timeoutMs?: number; retryMs?: number } = {},
+  ): Promise<{ privateData: Uint8Array }> {
     if (qp.destroyed) throw new VerbsError('not-found', `qp ${qp.qpn} is destroyed`);
     if (qp.state === QpState.RESET) qp.state = QpState.INIT;
-    if (qp.state !== QpState.INIT) throw new VerbsError('state', `qp ${qp.qpn}: connect needs a QP in INIT, it is ${qp.stateName}`);
+    if (qp.state !== QpState.INIT)
+      throw new VerbsError('state', `qp ${qp.qpn}: connect needs a QP in INIT, it is ${qp.stateName}`);
     if (this.cm.pending.has(qp.index)) throw new VerbsError('state', `qp ${qp.qpn} is already connecting`);
     const pd = opts.privateData ?? new Uint8Array(0);
-    if (pd.length > VERBS_LIMITS.maxPrivateData) throw new VerbsError('too-large', `private data is at most ${VERBS_LIMITS.maxPrivateData} bytes, got ${pd.length}`);
+    if (pd.length > VERBS_LIMITS.maxPrivateData)
+      throw new VerbsError(
+        'too-large',
+        `private data is at most ${VERBS_LIMITS.maxPrivateData} bytes, got ${pd.length}`,
+      );
     const addr = this.parseAddr(address, 'connect address');
     int(port, 1, 65535, 'connect port');
     this.setPeer(qp, addr, port);
     qp.cmRole = 'active';
     const now = this.graph.clock.nowNs();
     return new Promise((resolve, reject) => {
-      this.cm.connect({
-        qp, startNs: now, timeoutNs: opts.timeoutMs !== undefined ? opts.timeoutMs * 1e6 : this.cmTimeoutNs, retryNs: opts.retryMs !== undefined ? opts.retryMs * 1e6 : this.cmRetryNs,
-        req: ConnectionManager.message(TrpOp.REQ, qp.ird, qp.ord, pd, qp.isn, 0), resolve, reject,
-      }, addr, port);
+      this.cm.connect(
+        {
+          qp,
+          startNs: now,
+          timeoutNs: opts.timeoutMs !== undefined ? opts.timeoutMs * 1e6 : this.cmTimeoutNs,
+          retryNs: opts.retryMs !== undefined ? opts.retryMs * 1e6 : this.cmRetryNs,
+          req: ConnectionManager.message(TrpOp.REQ, qp.ird, qp.ord, pd, qp.isn, 0),
+          resolve,
+          reject,
+        },
+        addr,
+        port,
+      );
     });
   }
 
@@ -582,7 +674,11 @@ export class Rdma {
    * `backlog`: half-open connections held at most (default rdma cm-backlog); `onReap`: told
    * when a connection it accepted was destroyed for staying half-open.
    */
-  listen(port: number, accept: (req: ConnectRequest) => AcceptDecision, opts: { backlog?: number; onReap?: (qp: Qp, reason: string) => void } = {}): void {
+  listen(
+    port: number,
+    accept: (req: ConnectRequest) => AcceptDecision,
+    opts: { backlog?: number; onReap?: (qp: Qp, reason: string) => void } = {},
+  ): void {
     int(port, 1, 65535, 'listen port');
     const backlog = opts.backlog === undefined ? this.cmBacklog : int(opts.backlog, 1, 65536, 'listen backlog');
     if (this.cm.listeners.has(port)) throw new VerbsError('busy', `already listening on port ${port}`);
@@ -658,8 +754,14 @@ export class Rdma {
       rqPosted: qp.srq ? 0 : qp.rqDepth,
       srq: qp.srq ? qp.srq.handle : null,
       counters: {
-        txPackets: qp.txPackets, rxPackets: qp.rxPackets, txBytes: qp.txBytes, rxBytes: qp.rxBytes,
-        retransmits: qp.retransmits, fastRetransmits: qp.fastRetransmits, timeouts: qp.timeouts, duplicates: qp.duplicates,
+        txPackets: qp.txPackets,
+        rxPackets: qp.rxPackets,
+        txBytes: qp.txBytes,
+        rxBytes: qp.rxBytes,
+        retransmits: qp.retransmits,
+        fastRetransmits: qp.fastRetransmits,
+        timeouts: qp.timeouts,
+        duplicates: qp.duplicates,
       },
       rtt: { srttUs: qp.srttNs / 1e3, rttvarUs: qp.rttvarNs / 1e3, rtoUs: qp.rtoNs / 1e3 },
     };
@@ -672,9 +774,18 @@ export class Rdma {
    * atomic destinations need local-write. Returns a WcStatus to complete with when the list is
    * well-formed but not allowed (local protection), else -1; throws for malformed requests.
    */
-  private fillSg(sg: SgList, list: readonly Sge[], pd: Pd, maxSge: number, needWrite: boolean, what: string, throwProt = true): number {
+  private fillSg(
+    sg: SgList,
+    list: readonly Sge[],
+    pd: Pd,
+    maxSge: number,
+    needWrite: boolean,
+    what: string,
+    throwProt = true,
+  ): number {
     if (!Array.isArray(list)) throw new VerbsError('invalid', `${what}: sg must be a list`);
-    if (list.length > maxSge) throw new VerbsError('invalid', `${what}: ${list.length} SGEs, the queue allows ${maxSge}`);
+    if (list.length > maxSge)
+      throw new VerbsError('invalid', `${what}: ${list.length} SGEs, the queue allows ${maxSge}`);
     sg.clear();
     let prot = -1;
     for (let i = 0; i < list.length; i++) {
@@ -683,7 +794,14 @@ export class Rdma {
       if (!(mr instanceof Mr)) throw new VerbsError('invalid', `${what}: sg[${i}].mr is not a memory region`);
       const off = int(e.offset, 0, 2 ** 32, `${what}: sg[${i}].offset`);
       const len = int(e.length, 0, 2 ** 32, `${what}: sg[${i}].length`);
-      const bad = !mr.valid || mr.pd !== pd ? `mr ${mr.handle} is not valid in this PD` : off + len > mr.length ? `[${off}, ${off + len}) is outside mr ${mr.handle} (length ${mr.length})` : needWrite && !(mr.access & Access.LOCAL_WRITE) ? `mr ${mr.handle} lacks local-write` : '';
+      const bad =
+        !mr.valid || mr.pd !== pd
+          ? `mr ${mr.handle} is not valid in this PD`
+          : off + len > mr.length
+            ? `[${off}, ${off + len}) is outside mr ${mr.handle} (length ${mr.length})`
+            : needWrite && !(mr.access & Access.LOCAL_WRITE)
+              ? `mr ${mr.handle} lacks local-write`
+              : '';
       if (bad) {
         if (throwProt) throw new VerbsError('invalid', `${what}: sg[${i}]: ${bad}`);
         prot = WcStatus.LOC_PROT_ERR;
@@ -701,7 +819,8 @@ export class Rdma {
     if (qp.destroyed) throw new VerbsError('not-found', `qp ${qp.qpn} is destroyed`);
     if (qp.srq) throw new VerbsError('invalid', `qp ${qp.qpn} receives from srq ${qp.srq.handle}: post there`);
     if (qp.state === QpState.RESET) throw new VerbsError('state', `qp ${qp.qpn} is in RESET`);
-    if (qp.rqDepth >= qp.cfg.maxRecvWr) throw new VerbsError('resource', `qp ${qp.qpn}: receive queue full (${qp.cfg.maxRecvWr})`);
+    if (qp.rqDepth >= qp.cfg.maxRecvWr)
+      throw new VerbsError('resource', `qp ${qp.qpn}: receive queue full (${qp.cfg.maxRecvWr})`);
     const wr = qp.recvSlot();
     this.fillSg(wr.sg, req.sg ?? [], qp.pd, qp.cfg.maxSge, true, 'recv');
     wr.wrId = req.wrId;
@@ -712,11 +831,16 @@ export class Rdma {
   postSend(qp: Qp, req: SendRequest): void {
     if (qp.destroyed) throw new VerbsError('not-found', `qp ${qp.qpn} is destroyed`);
     const op = (WR_OPCODE_NAMES as readonly string[]).indexOf(req.opcode);
-    if (op < 0) throw new VerbsError('invalid', `opcode must be one of ${WR_OPCODE_NAMES.join(', ')}, got "${String(req.opcode)}"`);
+    if (op < 0)
+      throw new VerbsError(
+        'invalid',
+        `opcode must be one of ${WR_OPCODE_NAMES.join(', ')}, got "${String(req.opcode)}"`,
+      );
     if (qp.state !== QpState.RTS && qp.state !== QpState.SQD && qp.state !== QpState.ERROR) {
       throw new VerbsError('state', `qp ${qp.qpn} is in ${qp.stateName}: post send needs RTS`);
     }
-    if (qp.sqDepth >= qp.cfg.maxSendWr) throw new VerbsError('resource', `qp ${qp.qpn}: send queue full (${qp.cfg.maxSendWr})`);
+    if (qp.sqDepth >= qp.cfg.maxSendWr)
+      throw new VerbsError('resource', `qp ${qp.qpn}: send queue full (${qp.cfg.maxSendWr})`);
     const wr = qp.sendSlot();
     wr.reset();
     const list = req.sg ?? [];
@@ -725,11 +849,16 @@ export class Rdma {
     if (req.inline) {
       if (needWrite) throw new VerbsError('invalid', `${req.opcode} cannot be inline`);
       const total = list.reduce((a, e) => a + (e?.length ?? 0), 0);
-      if (qp.cfg.maxInline === 0 || total > qp.cfg.maxInline) throw new VerbsError('too-large', `inline data of ${total} bytes exceeds the QP's maxInline ${qp.cfg.maxInline}`);
+      if (qp.cfg.maxInline === 0 || total > qp.cfg.maxInline)
+        throw new VerbsError(
+          'too-large',
+          `inline data of ${total} bytes exceeds the QP's maxInline ${qp.cfg.maxInline}`,
+        );
       prot = this.fillSg(wr.sg, list, qp.pd, qp.cfg.maxSge, false, req.opcode, false);
       if (prot < 0) {
         // This slot's part of the QP's inline area.
-        const m = qp.inlineArea(), at = (qp.sqTail % qp.sq.length) * qp.cfg.maxInline;
+        const m = qp.inlineArea(),
+          at = (qp.sqTail % qp.sq.length) * qp.cfg.maxInline;
         wr.sg.gather(0, m.memory, at, total);
         wr.sg.clear();
         wr.sg.mr[0] = m;
@@ -740,7 +869,8 @@ export class Rdma {
       }
     } else prot = this.fillSg(wr.sg, list, qp.pd, qp.cfg.maxSge, needWrite, req.opcode, false);
     const length = wr.sg.total;
-    if (length > this.maxMessage) throw new VerbsError('too-large', `message of ${length} bytes exceeds the maximum ${this.maxMessage}`);
+    if (length > this.maxMessage)
+      throw new VerbsError('too-large', `message of ${length} bytes exceeds the maximum ${this.maxMessage}`);
     if (op >= WrOpcode.WRITE) {
       const r = req.remote;
       if (!r) throw new VerbsError('invalid', `${req.opcode} needs remote {stag, offset}`);
@@ -748,11 +878,17 @@ export class Rdma {
       wr.roff = int(r.offset, 0, Number.MAX_SAFE_INTEGER, 'remote.offset');
     }
     if (op >= WrOpcode.FETCH_ADD) {
-      if (length !== 8) throw new VerbsError('invalid', `${req.opcode} needs exactly 8 bytes of local buffer for the original value, got ${length}`);
-      if (wr.roff % 8 !== 0) throw new VerbsError('invalid', `${req.opcode}: remote.offset must be 8-byte aligned, got ${wr.roff}`);
+      if (length !== 8)
+        throw new VerbsError(
+          'invalid',
+          `${req.opcode} needs exactly 8 bytes of local buffer for the original value, got ${length}`,
+        );
+      if (wr.roff % 8 !== 0)
+        throw new VerbsError('invalid', `${req.opcode}: remote.offset must be 8-byte aligned, got ${wr.roff}`);
       const a = req.atomic ?? {};
       const u64 = (x: unknown, what: string): bigint => {
-        if (typeof x !== 'bigint' || x < 0n || x > 0xffffffffffffffffn) throw new VerbsError('invalid', `atomic.${what} must be a 64-bit unsigned integer`);
+        if (typeof x !== 'bigint' || x < 0n || x > 0xffffffffffffffffn)
+          throw new VerbsError('invalid', `atomic.${what} must be a 64-bit unsigned integer`);
         return x;
       };
       const first = op === WrOpcode.FETCH_ADD ? u64(a.add, 'add') : u64(a.swap, 'swap');

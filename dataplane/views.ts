@@ -16,7 +16,8 @@ import { PING_MAX_SIZE } from '../nodes/ip4/icmp4-ping.ts';
 export const VERSION: string = createRequire(import.meta.url)('../package.json').version;
 
 /** What kind of wrong: the API answers 400, 404, 409, 409, 413, 503, 504, 409, 503. */
-export type DataplaneErrorKind = 'invalid' | 'not-found' | 'state' | 'busy' | 'too-large' | 'resource' | 'timeout' | 'rejected' | 'unavailable';
+export type DataplaneErrorKind =
+  'invalid' | 'not-found' | 'state' | 'busy' | 'too-large' | 'resource' | 'timeout' | 'rejected' | 'unavailable';
 
 export class DataplaneError extends Error {
   readonly kind: DataplaneErrorKind;
@@ -56,11 +57,36 @@ export interface NeighborView {
   held: number;
 }
 
-export interface PdView { pd: number; users: number }
-export interface MrView { mr: number; pd: number; stag: number; length: number; access: string[] }
-export interface CqView { cq: number; depth: number; pending: number; error: boolean; users: number }
-export interface SrqView { srq: number; pd: number; maxWr: number; maxSge: number; posted: number; limit: number }
-export interface Endpoint { ip: string; port: number }
+export interface PdView {
+  pd: number;
+  users: number;
+}
+export interface MrView {
+  mr: number;
+  pd: number;
+  stag: number;
+  length: number;
+  access: string[];
+}
+export interface CqView {
+  cq: number;
+  depth: number;
+  pending: number;
+  error: boolean;
+  users: number;
+}
+export interface SrqView {
+  srq: number;
+  pd: number;
+  maxWr: number;
+  maxSge: number;
+  posted: number;
+  limit: number;
+}
+export interface Endpoint {
+  ip: string;
+  port: number;
+}
 
 /** queryQp's fields, with endpoints as {ip, port} and the handles of the objects it uses. */
 export interface QpView extends Omit<QpInfo, 'local' | 'remote'> {
@@ -73,7 +99,11 @@ export interface QpView extends Omit<QpInfo, 'local' | 'remote'> {
   listener: number | null;
 }
 
-export interface SgeIn { mr: number; offset: number; length: number }
+export interface SgeIn {
+  mr: number;
+  offset: number;
+  length: number;
+}
 
 export interface QpCreate {
   pd: number;
@@ -112,7 +142,17 @@ export interface ListenerCreate extends Omit<QpCreate, 'port'> {
   privateData?: Uint8Array;
 }
 
-export interface ListenerView { port: number; pd: number; sendCq: number; recvCq: number; srq: number | null; maxSendWr: number; maxRecvWr: number; accepted: number[]; requests: number }
+export interface ListenerView {
+  port: number;
+  pd: number;
+  sendCq: number;
+  recvCq: number;
+  srq: number | null;
+  maxSendWr: number;
+  maxRecvWr: number;
+  accepted: number[];
+  requests: number;
+}
 
 export type AtomicValue = string | number | bigint;
 
@@ -129,7 +169,10 @@ export interface SendIn {
   inline?: boolean;
 }
 
-export interface RecvIn { wrId: WrId; sge?: SgeIn[] }
+export interface RecvIn {
+  wrId: WrId;
+  sge?: SgeIn[];
+}
 
 export interface PollResult {
   completions: Completion[];
@@ -137,9 +180,18 @@ export interface PollResult {
   error: string | null;
 }
 
-export interface EventView extends RdmaEvent { seq: number; time: string }
+export interface EventView extends RdmaEvent {
+  seq: number;
+  time: string;
+}
 
-export interface HealthView { status: 'ok'; version: string; uptime: number; interfaces: number; qps: number }
+export interface HealthView {
+  status: 'ok';
+  version: string;
+  uptime: number;
+  interfaces: number;
+  qps: number;
+}
 
 /** `show hardware`: the generic lines of an interface and what its driver says of itself. */
 export interface HardwareView {
@@ -161,7 +213,16 @@ export interface DeviceView extends DeviceAttr {
   name: string;
   transport: 'iWARP over UDP (urdma TRP)';
   version: string;
-  ports: { port: number; interface: string; state: 'active' | 'down'; mtu: number; activeMtu: number; linkLayer: 'Ethernet'; gid: string | null; address: string | null }[];
+  ports: {
+    port: number;
+    interface: string;
+    state: 'active' | 'down';
+    mtu: number;
+    activeMtu: number;
+    linkLayer: 'Ethernet';
+    gid: string | null;
+    address: string | null;
+  }[];
 }
 
 /** `show version`. */
@@ -175,10 +236,21 @@ export interface VersionView {
 }
 
 /** POST /v1/ping's limits (the schema states them too). */
-export const PING_LIMITS = Object.freeze({ maxCount: 100, minIntervalMs: 1, maxWaitMs: 60_000, maxSize: PING_MAX_SIZE });
+export const PING_LIMITS = Object.freeze({
+  maxCount: 100,
+  minIntervalMs: 1,
+  maxWaitMs: 60_000,
+  maxSize: PING_MAX_SIZE,
+});
 
 /** `ping`: defaults count 1, intervalMs 1000, size 56 (data bytes after the 8-byte header), timeoutMs 1000. */
-export interface PingRequest { address: string; count?: number; intervalMs?: number; size?: number; timeoutMs?: number }
+export interface PingRequest {
+  address: string;
+  count?: number;
+  intervalMs?: number;
+  size?: number;
+  timeoutMs?: number;
+}
 
 export interface PingResult {
   address: string;
@@ -194,7 +266,12 @@ export interface PingResult {
 }
 
 /** The packet buffer pool: how many buffers, how many are free, bytes of data each. */
-export interface BufferView { count: number; free: number; dataSize: number; hugepages: boolean }
+export interface BufferView {
+  count: number;
+  free: number;
+  dataSize: number;
+  hugepages: boolean;
+}
 
 export type { Config } from '../config/types.ts';
 /** The names the API's schemas enumerate. */

@@ -37,7 +37,13 @@ import { checkMtu } from '../graph/link.ts';
 import type { BufferPool } from '../graph/buffer-pool.ts';
 import { BufferFlag } from '../graph/buffer-pool.ts';
 import { FRAME_SIZE } from '../graph/node.ts';
-import { loadCore, type AfPacketIfInfo, type AfPacketSocket, type AfPacketStats, type CoreAddon } from '../native/load.ts';
+import {
+  loadCore,
+  type AfPacketIfInfo,
+  type AfPacketSocket,
+  type AfPacketStats,
+  type CoreAddon,
+} from '../native/load.ts';
 import type { Driver, DriverCounters } from './driver.ts';
 import { poolArrays, zeroCounters, type DriverHardware } from './driver.ts';
 import { macOption } from './mac.ts';
@@ -123,17 +129,25 @@ export class AfPacketDriver implements Driver {
   private wake: (() => void) | null = null;
 
   constructor(opts: AfPacketOptions) {
-    if (opts === null || typeof opts !== 'object') throw new TypeError('af_packet: options must be an object with hostIf');
+    if (opts === null || typeof opts !== 'object')
+      throw new TypeError('af_packet: options must be an object with hostIf');
     const hostIf = opts.hostIf;
     if (typeof hostIf !== 'string' || hostIf.length === 0 || hostIf.length > 15) {
-      throw new RangeError(`af_packet: hostIf must be a kernel interface name of 1 to 15 characters, got ${JSON.stringify(hostIf)}`);
+      throw new RangeError(
+        `af_packet: hostIf must be a kernel interface name of 1 to 15 characters, got ${JSON.stringify(hostIf)}`,
+      );
     }
     this.hostIf = hostIf;
     this.name = opts.name ?? `host-${hostIf}`;
     const where = `af_packet interface ${this.name}`;
 
     const blockSize = opts.blockSize ?? 65536;
-    if (!Number.isInteger(blockSize) || blockSize < 4096 || blockSize > 1 << 26 || (blockSize & (blockSize - 1)) !== 0) {
+    if (
+      !Number.isInteger(blockSize) ||
+      blockSize < 4096 ||
+      blockSize > 1 << 26 ||
+      (blockSize & (blockSize - 1)) !== 0
+    ) {
       throw new RangeError(`${where}: blockSize must be a power of 2 in 4096..67108864, got ${blockSize}`);
     }
     const rxFrames = opts.rxFrames ?? 4096;
@@ -141,25 +155,35 @@ export class AfPacketDriver implements Driver {
       throw new RangeError(`${where}: rxFrames must be an integer in 16..4194304, got ${rxFrames}`);
     }
     const tov = opts.blockTimeoutMs ?? 1;
-    if (!Number.isInteger(tov) || tov < 1 || tov > 1000) throw new RangeError(`${where}: blockTimeoutMs must be an integer in 1..1000, got ${tov}`);
+    if (!Number.isInteger(tov) || tov < 1 || tov > 1000)
+      throw new RangeError(`${where}: blockTimeoutMs must be an integer in 1..1000, got ${tov}`);
     const txMode = opts.txMode ?? 'sendmmsg';
-    if (txMode !== 'sendmmsg' && txMode !== 'ring') throw new RangeError(`${where}: txMode must be 'sendmmsg' or 'ring', got ${JSON.stringify(txMode)}`);
+    if (txMode !== 'sendmmsg' && txMode !== 'ring')
+      throw new RangeError(`${where}: txMode must be 'sendmmsg' or 'ring', got ${JSON.stringify(txMode)}`);
     const txFrames = opts.txFrames ?? 1024;
-    if (!Number.isInteger(txFrames) || txFrames < 8 || txFrames > 1 << 20) throw new RangeError(`${where}: txFrames must be an integer in 8..1048576, got ${txFrames}`);
+    if (!Number.isInteger(txFrames) || txFrames < 8 || txFrames > 1 << 20)
+      throw new RangeError(`${where}: txFrames must be an integer in 8..1048576, got ${txFrames}`);
 
     // Throws ENODEV naming the interface when it does not exist (no privilege needed).
     this.core = loadCore();
     const info = this.core.afPacketIfInfo(hostIf);
-    if (!info.ethernet) throw Object.assign(new Error(`${where}: kernel interface "${hostIf}" is not Ethernet (ARPHRD ${info.hwType})`), { code: 'EPROTONOSUPPORT' });
+    if (!info.ethernet)
+      throw Object.assign(new Error(`${where}: kernel interface "${hostIf}" is not Ethernet (ARPHRD ${info.hwType})`), {
+        code: 'EPROTONOSUPPORT',
+      });
     this.hostInfo = info;
 
     const mtu = opts.mtu ?? info.mtu;
     checkMtu(mtu, where);
     if (mtu > info.mtu) {
-      throw new RangeError(`${where}: mtu ${mtu} is larger than kernel interface ${hostIf}'s MTU ${info.mtu} (raise it with: ip link set dev ${hostIf} mtu ${mtu})`);
+      throw new RangeError(
+        `${where}: mtu ${mtu} is larger than kernel interface ${hostIf}'s MTU ${info.mtu} (raise it with: ip link set dev ${hostIf} mtu ${mtu})`,
+      );
     }
     if (blockSize < mtu + 18 + BLOCK_OVERHEAD) {
-      throw new RangeError(`${where}: blockSize ${blockSize} cannot hold a ${mtu + 18}-byte frame (MTU ${mtu}); use at least ${nextPow2(mtu + 18 + BLOCK_OVERHEAD)}`);
+      throw new RangeError(
+        `${where}: blockSize ${blockSize} cannot hold a ${mtu + 18}-byte frame (MTU ${mtu}); use at least ${nextPow2(mtu + 18 + BLOCK_OVERHEAD)}`,
+      );
     }
     this.mtu = mtu;
     this.mac = opts.mac === undefined ? Uint8Array.from(info.mac) : macOption(where, opts.mac, this.name);
@@ -175,7 +199,8 @@ export class AfPacketDriver implements Driver {
 
   /** Open the socket (needs CAP_NET_RAW), map the rings, bind the pool. */
   open(pool: BufferPool): void {
-    if (this.state !== 'new') throw new Error(`af_packet interface ${this.name}: already ${this.state === 'open' ? 'open' : 'closed'}`);
+    if (this.state !== 'new')
+      throw new Error(`af_packet interface ${this.name}: already ${this.state === 'open' ? 'open' : 'closed'}`);
     const sock = new this.core.AfPacketSocket(this.hostIf, {
       promisc: this.promisc,
       bringUp: this.bringUp,
@@ -263,16 +288,19 @@ export class AfPacketDriver implements Driver {
   hardware(): DriverHardware {
     return {
       info: {
-        'host-interface': `${this.hostIf} (ifindex ${this.hostInfo.ifindex})`, state: this.state, promiscuous: this.promisc,
+        'host-interface': `${this.hostIf} (ifindex ${this.hostInfo.ifindex})`,
+        state: this.state,
+        promiscuous: this.promisc,
         'rx ring': `TPACKET_V3, ${this.blocks} blocks of ${this.blockSize} bytes, block timeout ${this.blockTimeoutMs} ms`,
-        'tx': this.txMode === 'ring' ? `TX ring, ${this.txFrames} frames` : 'sendmmsg', 'qdisc-bypass': this.qdiscBypass,
+        tx: this.txMode === 'ring' ? `TX ring, ${this.txFrames} frames` : 'sendmmsg',
+        'qdisc-bypass': this.qdiscBypass,
       },
       counters: { ...this.stats() },
     };
   }
 
   stats(): AfPacketDriverStats {
-    const s = this.sock !== null ? this.sock.stats() : this.final ?? emptyStats();
+    const s = this.sock !== null ? this.sock.stats() : (this.final ?? emptyStats());
     return { ...s, rxNoBuffers: this.rxNoBuffers };
   }
 
@@ -330,8 +358,23 @@ function nextPow2(x: number): number {
 
 function emptyStats(): AfPacketStats {
   return {
-    rxPackets: 0, rxBytes: 0, rxTruncated: 0, rxBad: 0, rxVlan: 0, rxCsumPartial: 0, rxSkipped: 0,
-    txPackets: 0, txBytes: 0, txErrors: 0, txInvalid: 0, txRefused: 0,
-    kernelPackets: 0, kernelDrops: 0, kernelFreezeQueue: 0, socketErrors: 0, lastSocketErrno: 0, lastTxErrno: 0,
+    rxPackets: 0,
+    rxBytes: 0,
+    rxTruncated: 0,
+    rxBad: 0,
+    rxVlan: 0,
+    rxCsumPartial: 0,
+    rxSkipped: 0,
+    txPackets: 0,
+    txBytes: 0,
+    txErrors: 0,
+    txInvalid: 0,
+    txRefused: 0,
+    kernelPackets: 0,
+    kernelDrops: 0,
+    kernelFreezeQueue: 0,
+    socketErrors: 0,
+    lastSocketErrno: 0,
+    lastTxErrno: 0,
   };
 }

@@ -42,9 +42,13 @@ function ensureDir(dir: string): void {
   try {
     fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
   } catch (e) {
-    throw new CaptureFileError('unavailable', `capture.dir ${dir} cannot be made: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+    throw new CaptureFileError(
+      'unavailable',
+      `capture.dir ${dir} cannot be made: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`,
+    );
   }
-  if (!fs.statSync(dir).isDirectory()) throw new CaptureFileError('unavailable', `capture.dir ${dir} is not a directory`);
+  if (!fs.statSync(dir).isDirectory())
+    throw new CaptureFileError('unavailable', `capture.dir ${dir} is not a directory`);
 }
 
 /**
@@ -53,7 +57,8 @@ function ensureDir(dir: string): void {
  */
 export function openCaptureFile(dir: string, name: string): { fd: number; path: string } {
   const why = captureNameProblem(name);
-  if (why !== undefined) throw new CaptureFileError('invalid', `capture file name ${JSON.stringify(String(name).slice(0, 200))} ${why}`);
+  if (why !== undefined)
+    throw new CaptureFileError('invalid', `capture file name ${JSON.stringify(String(name).slice(0, 200))} ${why}`);
   ensureDir(dir);
   const path = join(resolve(dir), name);
   const c = fs.constants;
@@ -62,8 +67,15 @@ export function openCaptureFile(dir: string, name: string): { fd: number; path: 
     fd = fs.openSync(path, c.O_WRONLY | c.O_CREAT | c.O_EXCL | c.O_NOFOLLOW | c.O_NONBLOCK, 0o600);
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
-    if (code === 'EEXIST' || code === 'ELOOP') throw new CaptureFileError('exists', `capture file ${name} already exists in capture.dir (${dir}): pick another name, or remove it`);
-    throw new CaptureFileError('unavailable', `capture file ${name} cannot be created in capture.dir (${dir}): ${code ?? (e as Error).message}`);
+    if (code === 'EEXIST' || code === 'ELOOP')
+      throw new CaptureFileError(
+        'exists',
+        `capture file ${name} already exists in capture.dir (${dir}): pick another name, or remove it`,
+      );
+    throw new CaptureFileError(
+      'unavailable',
+      `capture file ${name} cannot be created in capture.dir (${dir}): ${code ?? (e as Error).message}`,
+    );
   }
   const st = fs.fstatSync(fd);
   if (!st.isFile()) {

@@ -60,7 +60,15 @@ export interface FaultDirections {
   tx?: FaultConfig;
 }
 
-export const FAULT_DEFAULTS = { seed: 1, loss: 0, reorder: 0, reorderDepth: 8, reorderDelayUs: 500, duplicate: 0, corrupt: 0 } as const;
+export const FAULT_DEFAULTS = {
+  seed: 1,
+  loss: 0,
+  reorder: 0,
+  reorderDepth: 8,
+  reorderDelayUs: 500,
+  duplicate: 0,
+  corrupt: 0,
+} as const;
 
 /** Most packets one injector holds back at once. */
 export const HOLD_MAX = 64;
@@ -80,7 +88,10 @@ function isRecord(v: unknown): v is Record<string, unknown> {
  * outside 1..10 000 000.
  */
 export function validateFaultConfig(cfg: unknown, where: string): FaultConfig {
-  if (!isRecord(cfg)) throw new RangeError(`${where}: a fault configuration must be an object (keys: ${KEYS.join(', ')}), got ${describe(cfg)}`);
+  if (!isRecord(cfg))
+    throw new RangeError(
+      `${where}: a fault configuration must be an object (keys: ${KEYS.join(', ')}), got ${describe(cfg)}`,
+    );
   const out: FaultConfig = {};
   for (const [key, v] of Object.entries(cfg)) {
     if (!KEYS.includes(key)) throw new RangeError(`${where}.${key}: unknown key (known: ${KEYS.join(', ')})`);
@@ -103,7 +114,8 @@ export function validateFaultConfig(cfg: unknown, where: string): FaultConfig {
 
 /** Check `InterfaceOptions.fault`: an object with rx and/or tx configurations. */
 export function validateFaultDirections(v: unknown, where: string): FaultDirections {
-  if (!isRecord(v)) throw new RangeError(`${where}: must be an object with rx and/or tx fault configurations, got ${describe(v)}`);
+  if (!isRecord(v))
+    throw new RangeError(`${where}: must be an object with rx and/or tx fault configurations, got ${describe(v)}`);
   const out: FaultDirections = {};
   for (const [key, c] of Object.entries(v)) {
     if (key !== 'rx' && key !== 'tx') throw new RangeError(`${where}.${key}: unknown key (known: rx, tx)`);
@@ -191,7 +203,13 @@ export class FaultInjector {
   }
 
   counters(): FaultCounters {
-    return { packets: this.nPackets, dropped: this.nDropped, reordered: this.nReordered, duplicated: this.nDuplicated, corrupted: this.nCorrupted };
+    return {
+      packets: this.nPackets,
+      dropped: this.nDropped,
+      reordered: this.nReordered,
+      duplicated: this.nDuplicated,
+      corrupted: this.nCorrupted,
+    };
   }
 
   /** Monotonic ns at which the oldest held packet is due, or -1 when none is held. */
@@ -215,8 +233,12 @@ export class FaultInjector {
     for (let i = 0; i < n; i++) {
       const bi = vec[off + i];
       // Always six draws: decisions of one kind do not depend on the others.
-      const rLoss = this.next(), rCorrupt = this.next(), rBit = this.next();
-      const rDup = this.next(), rReorder = this.next(), rDepth = this.next();
+      const rLoss = this.next(),
+        rCorrupt = this.next(),
+        rBit = this.next();
+      const rDup = this.next(),
+        rReorder = this.next(),
+        rDepth = this.next();
       this.nPackets++;
       if (rLoss < this.loss) {
         drops[nDrop++] = bi;
@@ -306,12 +328,17 @@ export class FaultInjector {
       if (got > 0) pool.free(segs, 0, got);
       return -1;
     }
-    const u8 = pool.u8, offset = pool.offset, length = pool.length, flags = pool.flags;
-    const base = pool.firstOffset, stride = pool.stride;
+    const u8 = pool.u8,
+      offset = pool.offset,
+      length = pool.length,
+      flags = pool.flags;
+    const base = pool.firstOffset,
+      stride = pool.stride;
     let src = bi;
     for (let s = 0; s < nseg; s++) {
       const dst = segs[s];
-      const o = offset[src], l = length[src];
+      const o = offset[src],
+        l = length[src];
       const at = base + dst * stride + (o - (base + src * stride));
       u8.copyWithin(at, o, o + l);
       offset[dst] = at;

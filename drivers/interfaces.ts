@@ -20,7 +20,14 @@
 import { Graph, type NodeRuntime, type Frame, NodeFlag, FRAME_SIZE, type BufferPool } from '../graph/index.ts';
 import type { Driver, DriverCounters } from './driver.ts';
 import { PCAP_GLOBAL_HEADER_BYTES, PCAP_RECORD_HEADER_BYTES, PcapWriter } from './pcap-file.ts';
-import { FaultInjector, validateFaultConfig, validateFaultDirections, type FaultConfig, type FaultCounters, type FaultDirections } from './fault.ts';
+import {
+  FaultInjector,
+  validateFaultConfig,
+  validateFaultDirections,
+  type FaultConfig,
+  type FaultCounters,
+  type FaultDirections,
+} from './fault.ts';
 
 export interface InterfaceOptions {
   /** Node the input node sends this interface's packets to (default "ethernet-input"). */
@@ -88,7 +95,10 @@ export class Capture {
   private readonly onStop: ((c: Capture) => void) | null;
   constructor(target: CaptureTarget, max: number, maxBytes = Infinity, onStop: ((c: Capture) => void) | null = null) {
     this.path = typeof target === 'string' ? target : target.path;
-    this.writer = new PcapWriter(this.path, { nanosecond: true, ...(typeof target === 'string' ? {} : { fd: target.fd }) });
+    this.writer = new PcapWriter(this.path, {
+      nanosecond: true,
+      ...(typeof target === 'string' ? {} : { fd: target.fd }),
+    });
     this.remaining = max;
     this.maxBytes = maxBytes;
     this.onStop = onStop;
@@ -99,7 +109,8 @@ export class Capture {
     if (this.stopped !== null) return;
     const w = this.writer;
     const ms = Date.now();
-    const sec = Math.floor(ms / 1000), nsec = (ms % 1000) * 1e6;
+    const sec = Math.floor(ms / 1000),
+      nsec = (ms % 1000) * 1e6;
     const m = n < this.remaining ? n : this.remaining;
     let i = 0;
     for (; i < m; i++) {
@@ -227,7 +238,10 @@ export class Interfaces {
     if (!opts.rx && !opts.tx) throw new Error(`capture on ${name}: give an rx file, a tx file or both`);
     this.stopCapture(name);
     const maxBytes = opts.maxBytes ?? Infinity;
-    if (!(maxBytes > PCAP_GLOBAL_HEADER_BYTES)) throw new RangeError(`capture on ${name}: maxBytes must be more than the ${PCAP_GLOBAL_HEADER_BYTES}-byte header, got ${opts.maxBytes}`);
+    if (!(maxBytes > PCAP_GLOBAL_HEADER_BYTES))
+      throw new RangeError(
+        `capture on ${name}: maxBytes must be more than the ${PCAP_GLOBAL_HEADER_BYTES}-byte header, got ${opts.maxBytes}`,
+      );
     if (opts.rx) itf.rxCapture = new Capture(opts.rx, max, maxBytes, opts.onStop ?? null);
     if (opts.tx) itf.txCapture = new Capture(opts.tx, max, maxBytes, opts.onStop ?? null);
   }
@@ -250,7 +264,8 @@ export class Interfaces {
    */
   setFault(name: string, dir: 'rx' | 'tx' | 'both', cfg: FaultConfig | null): void {
     const itf = this.get(name);
-    if (dir !== 'rx' && dir !== 'tx' && dir !== 'both') throw new RangeError(`fault on ${name}: direction must be rx, tx or both, got ${String(dir)}`);
+    if (dir !== 'rx' && dir !== 'tx' && dir !== 'both')
+      throw new RangeError(`fault on ${name}: direction must be rx, tx or both, got ${String(dir)}`);
     const c = cfg === null ? null : validateFaultConfig(cfg, `interface ${name} fault.${dir}`);
     if (dir !== 'tx') this.setFaultDir(itf, 'rx', c);
     if (dir !== 'rx') this.setFaultDir(itf, 'tx', c);
@@ -334,8 +349,10 @@ export class Interfaces {
 
   private createTxNodes(itf: Interface): void {
     const g = this.graph;
-    const txName = `${itf.name}-tx`, outName = `${itf.name}-output`;
-    for (const n of [txName, outName]) if (g.hasNode(n)) throw new Error(`interface "${itf.name}": node "${n}" already exists`);
+    const txName = `${itf.name}-tx`,
+      outName = `${itf.name}-output`;
+    for (const n of [txName, outName])
+      if (g.hasNode(n)) throw new Error(`interface "${itf.name}": node "${n}" already exists`);
     itf.tx = g.register({
       name: txName,
       next: ['error-drop'],
@@ -434,7 +451,8 @@ function transmit(rt: NodeRuntime, itf: Interface, vec: Uint32Array, n: number):
   const sent = itf.driver.txBurst(0, vec, 0, n);
   if (sent < n) {
     const g = rt.graph;
-    const err = g.pool.error, code = itf.tx.errorIndex(TX_NO_SLOTS);
+    const err = g.pool.error,
+      code = itf.tx.errorIndex(TX_NO_SLOTS);
     for (let i = sent; i < n; i++) err[vec[i]] = code;
     itf.txNoSlots += n - sent;
     g.enqueueToSingleNext(rt, 0, vec, sent, n - sent);
@@ -467,7 +485,8 @@ function traceBytes(rt: NodeRuntime, f: Frame, ifName: string): void {
     const show = pool.u8.subarray(o, o + Math.min(pool.length[bi], 64));
     const hex = Array.from(show, (b) => b.toString(16).padStart(2, '0')).join('');
     const lines = [`${ifName} len ${len}`];
-    for (let p = 0; p < hex.length; p += 64) lines.push(`  ${(p / 2).toString(16).padStart(8, '0')}: ${hex.slice(p, p + 64)}`);
+    for (let p = 0; p < hex.length; p += 64)
+      lines.push(`  ${(p / 2).toString(16).padStart(8, '0')}: ${hex.slice(p, p + 64)}`);
     rt.addTrace(bi, lines.join('\n'));
   }
 }

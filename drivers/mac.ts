@@ -18,7 +18,8 @@ export function macOption(where: string, mac: string | Uint8Array | undefined, _
     if (mac.length !== 6) throw new RangeError(`${where}: mac must be 6 bytes, got ${mac.length}`);
     return Uint8Array.from(mac);
   }
-  const m = /^([0-9a-f]{2})[:-]([0-9a-f]{2})[:-]([0-9a-f]{2})[:-]([0-9a-f]{2})[:-]([0-9a-f]{2})[:-]([0-9a-f]{2})$/i.exec(mac);
+  const m =
+    /^([0-9a-f]{2})[:-]([0-9a-f]{2})[:-]([0-9a-f]{2})[:-]([0-9a-f]{2})[:-]([0-9a-f]{2})[:-]([0-9a-f]{2})$/i.exec(mac);
   if (m === null) throw new RangeError(`${where}: mac must look like aa:bb:cc:dd:ee:ff, got "${mac}"`);
   return Uint8Array.from(m.slice(1), (x) => parseInt(x, 16));
 }

@@ -53,8 +53,23 @@ export interface MemifOptions {
   bufferSize?: number;
 }
 
-const KNOWN = new Set(['socket', 'role', 'id', 'secret', 'mac', 'mtu', 'rxQueues', 'txQueues', 'ringSize', 'bufferSize']);
-const ST_STASH = 0, ST_DONE = 1, ST_GEN = 2, ST_LINK = 3, ST_ORPHANS = 4;
+const KNOWN = new Set([
+  'socket',
+  'role',
+  'id',
+  'secret',
+  'mac',
+  'mtu',
+  'rxQueues',
+  'txQueues',
+  'ringSize',
+  'bufferSize',
+]);
+const ST_STASH = 0,
+  ST_DONE = 1,
+  ST_GEN = 2,
+  ST_LINK = 3,
+  ST_ORPHANS = 4;
 /** Largest frame the native receive path accepts (kMaxFrame). */
 const MAX_RX_FRAME = 256 * 1024;
 
@@ -87,25 +102,45 @@ export class MemifDriver implements Driver {
   private finalInfo: MemifInfo | null = null;
 
   constructor(name: string, opts: MemifOptions) {
-    if (typeof name !== 'string' || name.length === 0) throw new TypeError(`memif: interface name must be a non-empty string, got ${JSON.stringify(name)}`);
+    if (typeof name !== 'string' || name.length === 0)
+      throw new TypeError(`memif: interface name must be a non-empty string, got ${JSON.stringify(name)}`);
     const where = `memif interface ${name}`;
-    if (opts === null || typeof opts !== 'object') throw new TypeError(`${where}: options must be an object with socket and role`);
+    if (opts === null || typeof opts !== 'object')
+      throw new TypeError(`${where}: options must be an object with socket and role`);
     for (const k of Object.keys(opts)) {
       if (!KNOWN.has(k)) throw new RangeError(`${where}: unknown option "${k}" (known: ${[...KNOWN].join(', ')})`);
     }
     this.name = name;
-    if (typeof opts.socket !== 'string' || opts.socket.length === 0) throw new TypeError(`${where}: socket must be a non-empty string (a path, or "@name" for the abstract namespace)`);
+    if (typeof opts.socket !== 'string' || opts.socket.length === 0)
+      throw new TypeError(
+        `${where}: socket must be a non-empty string (a path, or "@name" for the abstract namespace)`,
+      );
     const abstract = opts.socket.startsWith('@') || opts.socket.startsWith('abstract:');
-    const sockName = opts.socket.startsWith('@') ? opts.socket.slice(1) : opts.socket.startsWith('abstract:') ? opts.socket.slice(9) : opts.socket;
+    const sockName = opts.socket.startsWith('@')
+      ? opts.socket.slice(1)
+      : opts.socket.startsWith('abstract:')
+        ? opts.socket.slice(9)
+        : opts.socket;
     const bytes = Buffer.byteLength(sockName);
-    if (bytes === 0 || bytes > 107 || sockName.includes('\0')) throw new RangeError(`${where}: socket must name 1 to 107 bytes${abstract ? ' after the abstract prefix' : ''}, got ${bytes}`);
+    if (bytes === 0 || bytes > 107 || sockName.includes('\0'))
+      throw new RangeError(
+        `${where}: socket must name 1 to 107 bytes${abstract ? ' after the abstract prefix' : ''}, got ${bytes}`,
+      );
     this.socket = opts.socket;
-    if (opts.role !== 'server' && opts.role !== 'client') throw new RangeError(`${where}: role must be 'server' or 'client', got ${JSON.stringify(opts.role)}`);
+    if (opts.role !== 'server' && opts.role !== 'client')
+      throw new RangeError(`${where}: role must be 'server' or 'client', got ${JSON.stringify(opts.role)}`);
     this.role = opts.role;
     this.id = intOption(where, 'id', opts.id, 0, 0, 0xffffffff);
     if (opts.secret !== undefined) {
-      if (typeof opts.secret !== 'string' || opts.secret.length === 0 || Buffer.byteLength(opts.secret) > 24 || opts.secret.includes('\0')) {
-        throw new RangeError(`${where}: secret must be a string of 1 to 24 bytes without NUL, got ${JSON.stringify(opts.secret)}`);
+      if (
+        typeof opts.secret !== 'string' ||
+        opts.secret.length === 0 ||
+        Buffer.byteLength(opts.secret) > 24 ||
+        opts.secret.includes('\0')
+      ) {
+        throw new RangeError(
+          `${where}: secret must be a string of 1 to 24 bytes without NUL, got ${JSON.stringify(opts.secret)}`,
+        );
       }
     }
     this.secret = opts.secret ?? '';
@@ -114,14 +149,16 @@ export class MemifDriver implements Driver {
     this.rxQueues = intOption(where, 'rxQueues', opts.rxQueues, 1, 1, 255);
     this.txQueues = intOption(where, 'txQueues', opts.txQueues, this.rxQueues, 1, 255);
     this.ringSize = intOption(where, 'ringSize', opts.ringSize, 1024, 2, 16384);
-    if ((this.ringSize & (this.ringSize - 1)) !== 0) throw new RangeError(`${where}: ringSize must be a power of 2 in 2..16384, got ${this.ringSize}`);
+    if ((this.ringSize & (this.ringSize - 1)) !== 0)
+      throw new RangeError(`${where}: ringSize must be a power of 2 in 2..16384, got ${this.ringSize}`);
     this.bufferSize = intOption(where, 'bufferSize', opts.bufferSize, 2048, 128, 65535);
     this.core = loadCore();
   }
 
   /** Bind (server) or start connecting (client) with the pool. Throws when the socket cannot be used. */
   open(pool: BufferPool): void {
-    if (this.state !== 'new') throw new Error(`memif interface ${this.name}: already ${this.state === 'open' ? 'open' : 'closed'}`);
+    if (this.state !== 'new')
+      throw new Error(`memif interface ${this.name}: already ${this.state === 'open' ? 'open' : 'closed'}`);
     const native = new this.core.Memif({
       name: this.name,
       socket: this.socket,
@@ -220,25 +257,40 @@ export class MemifDriver implements Driver {
   hardware(): DriverHardware {
     const i = this.native !== null ? this.native.info() : this.finalInfo;
     const st = this.stats();
-    const info: DriverHardware['info'] = i === null ? { state: 'not open' } : {
-      role: i.role, socket: i.abstract ? `@${i.socket}` : i.socket, id: i.id, state: i.state,
-      peer: i.connected ? `${i.remoteName || '-'} (interface ${i.remoteIfName || '-'})` : null,
-      'zero-copy': i.zeroCopy, rings: `${i.rxRings} rx, ${i.txRings} tx, ${i.ringSize} slots`, regions: i.regions, 'buffer-size': i.bufferSize,
-      'last disconnect': i.lastDisconnect === null ? null : `${i.lastDisconnect.reason} (${i.lastDisconnect.byPeer ? (i.lastDisconnect.wasUp ? 'by the peer' : 'the peer refused us') : 'by us'})`,
-      'last refused': i.lastRefused === null ? null : `${i.lastRefused.peer ? `"${i.lastRefused.peer}"` : 'a client'}: ${i.lastRefused.reason}`,
-      'last connect error': i.lastConnectError,
-    };
+    const info: DriverHardware['info'] =
+      i === null
+        ? { state: 'not open' }
+        : {
+            role: i.role,
+            socket: i.abstract ? `@${i.socket}` : i.socket,
+            id: i.id,
+            state: i.state,
+            peer: i.connected ? `${i.remoteName || '-'} (interface ${i.remoteIfName || '-'})` : null,
+            'zero-copy': i.zeroCopy,
+            rings: `${i.rxRings} rx, ${i.txRings} tx, ${i.ringSize} slots`,
+            regions: i.regions,
+            'buffer-size': i.bufferSize,
+            'last disconnect':
+              i.lastDisconnect === null
+                ? null
+                : `${i.lastDisconnect.reason} (${i.lastDisconnect.byPeer ? (i.lastDisconnect.wasUp ? 'by the peer' : 'the peer refused us') : 'by us'})`,
+            'last refused':
+              i.lastRefused === null
+                ? null
+                : `${i.lastRefused.peer ? `"${i.lastRefused.peer}"` : 'a client'}: ${i.lastRefused.reason}`,
+            'last connect error': i.lastConnectError,
+          };
     return { info, counters: { ...st } };
   }
 
   linkDrops(): LinkDrops {
-    const count = this.native !== null ? this.native.stats().disconnects : this.final?.disconnects ?? 0;
+    const count = this.native !== null ? this.native.stats().disconnects : (this.final?.disconnects ?? 0);
     const last = (this.native !== null ? this.native.info() : this.finalInfo)?.lastDisconnect ?? null;
     return { count, reason: last?.reason ?? null, wasUp: last?.wasUp ?? true, byPeer: last?.byPeer ?? false };
   }
 
   refusals(): { count: number; reason: string | null; peer: string | null } {
-    const count = this.native !== null ? this.native.stats().refused : this.final?.refused ?? 0;
+    const count = this.native !== null ? this.native.stats().refused : (this.final?.refused ?? 0);
     const last = (this.native !== null ? this.native.info() : this.finalInfo)?.lastRefused ?? null;
     return { count, reason: last?.reason ?? null, peer: last?.peer || null };
   }
@@ -247,7 +299,26 @@ export class MemifDriver implements Driver {
   stats(): MemifStats {
     if (this.native !== null) return this.native.stats();
     if (this.final !== null) return { ...this.final };
-    return { rxPackets: 0, rxBytes: 0, rxErrors: 0, rxNoBuffers: 0, rxChained: 0, txPackets: 0, txBytes: 0, txErrors: 0, txRefused: 0, txChained: 0, kicks: 0, interrupts: 0, connects: 0, disconnects: 0, connectFailures: 0, refused: 0, socketRefused: 0, controlMessages: 0 };
+    return {
+      rxPackets: 0,
+      rxBytes: 0,
+      rxErrors: 0,
+      rxNoBuffers: 0,
+      rxChained: 0,
+      txPackets: 0,
+      txBytes: 0,
+      txErrors: 0,
+      txRefused: 0,
+      txChained: 0,
+      kicks: 0,
+      interrupts: 0,
+      connects: 0,
+      disconnects: 0,
+      connectFailures: 0,
+      refused: 0,
+      socketRefused: 0,
+      controlMessages: 0,
+    };
   }
 
   counters(): DriverCounters {

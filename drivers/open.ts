@@ -23,7 +23,13 @@ export interface DriverSpec {
   rxQueueSize: number;
   txQueueSize: number;
   memif?: { socket: string; role: 'server' | 'client'; id: number; secret: string | null; bufferSize: number };
-  afPacket?: { hostInterface: string; promisc: boolean; txMode: 'sendmmsg' | 'ring'; blockSize: number; qdiscBypass: boolean };
+  afPacket?: {
+    hostInterface: string;
+    promisc: boolean;
+    txMode: 'sendmmsg' | 'ring';
+    blockSize: number;
+    qdiscBypass: boolean;
+  };
   pcap?: { rxFile: string | null; txFile: string | null; rate: number; loop: number };
   pipe?: { peer: string };
 }
@@ -60,21 +66,44 @@ export function openDriver(c: DriverSpec): Driver {
     case 'pcap': {
       single('pcap');
       const p = c.pcap!;
-      return new PcapDriver(c.name, { rxFile: p.rxFile ?? undefined, txFile: p.txFile ?? undefined, rate: p.rate, loop: p.loop, mac, mtu: c.mtu });
+      return new PcapDriver(c.name, {
+        rxFile: p.rxFile ?? undefined,
+        txFile: p.txFile ?? undefined,
+        rate: p.rate,
+        loop: p.loop,
+        mac,
+        mtu: c.mtu,
+      });
     }
     case 'af_packet': {
       single('af_packet');
       const a = c.afPacket!;
       return new AfPacketDriver({
-        hostIf: a.hostInterface, name: c.name, mac, mtu: c.mtu, promisc: a.promisc, txMode: a.txMode,
-        blockSize: a.blockSize, qdiscBypass: a.qdiscBypass, rxFrames: Math.max(c.rxQueueSize, 64), txFrames: c.txQueueSize,
+        hostIf: a.hostInterface,
+        name: c.name,
+        mac,
+        mtu: c.mtu,
+        promisc: a.promisc,
+        txMode: a.txMode,
+        blockSize: a.blockSize,
+        qdiscBypass: a.qdiscBypass,
+        rxFrames: Math.max(c.rxQueueSize, 64),
+        txFrames: c.txQueueSize,
       });
     }
     case 'memif': {
       const m = c.memif!;
       return new MemifDriver(c.name, {
-        socket: m.socket, role: m.role, id: m.id, secret: m.secret ?? undefined, mac, mtu: c.mtu,
-        rxQueues: c.rxQueues, txQueues: c.rxQueues, ringSize: c.rxQueueSize, bufferSize: m.bufferSize,
+        socket: m.socket,
+        role: m.role,
+        id: m.id,
+        secret: m.secret ?? undefined,
+        mac,
+        mtu: c.mtu,
+        rxQueues: c.rxQueues,
+        txQueues: c.rxQueues,
+        ringSize: c.rxQueueSize,
+        bufferSize: m.bufferSize,
       });
     }
     default:

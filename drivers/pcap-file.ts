@@ -69,7 +69,9 @@ export class PcapReader {
     this.data = data;
     const where = `pcap file ${source}`;
     if (data.byteLength < PCAP_GLOBAL_HEADER_BYTES) {
-      throw new Error(`${where}: too short for a pcap global header (${data.byteLength} bytes, need ${PCAP_GLOBAL_HEADER_BYTES})`);
+      throw new Error(
+        `${where}: too short for a pcap global header (${data.byteLength} bytes, need ${PCAP_GLOBAL_HEADER_BYTES})`,
+      );
     }
     const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
     const magicLE = view.getUint32(0, true);
@@ -84,7 +86,9 @@ export class PcapReader {
         le = false;
         ns = magicBE === PCAP_MAGIC_NSEC;
       } else if (magicLE === PCAPNG_MAGIC) {
-        throw new Error(`${where}: this is a pcapng file (magic 0x0a0d0d0a); pcapng is not supported, convert it with "editcap -F pcap IN OUT"`);
+        throw new Error(
+          `${where}: this is a pcapng file (magic 0x0a0d0d0a); pcapng is not supported, convert it with "editcap -F pcap IN OUT"`,
+        );
       } else {
         throw new Error(
           `${where}: bad magic 0x${hex32(view.getUint32(0, false))} (first 4 bytes); expected a classic pcap file ` +
@@ -103,7 +107,9 @@ export class PcapReader {
       linktype: view.getUint32(20, le),
     };
     if (header.versionMajor !== 2) {
-      throw new Error(`${where}: unsupported pcap version ${header.versionMajor}.${header.versionMinor} (expected 2.x)`);
+      throw new Error(
+        `${where}: unsupported pcap version ${header.versionMajor}.${header.versionMinor} (expected 2.x)`,
+      );
     }
     this.header = header;
 
@@ -121,10 +127,14 @@ export class PcapReader {
       }
       const incl = view.getUint32(pos + 8, le);
       if (incl > PCAP_MAX_RECORD_BYTES) {
-        throw new Error(`${where}: record ${rec} at byte offset ${pos} has incl_len ${incl}, more than the ${PCAP_MAX_RECORD_BYTES}-byte maximum`);
+        throw new Error(
+          `${where}: record ${rec} at byte offset ${pos} has incl_len ${incl}, more than the ${PCAP_MAX_RECORD_BYTES}-byte maximum`,
+        );
       }
       if (incl > snaplen) {
-        throw new Error(`${where}: record ${rec} at byte offset ${pos} has incl_len ${incl}, more than the file's snaplen ${snaplen}`);
+        throw new Error(
+          `${where}: record ${rec} at byte offset ${pos} has incl_len ${incl}, more than the file's snaplen ${snaplen}`,
+        );
       }
       const end = pos + PCAP_RECORD_HEADER_BYTES + incl;
       if (end > len) {
@@ -144,7 +154,8 @@ export class PcapReader {
     this.tsNsec = new Uint32Array(n);
     const fracPerSec = ns ? 1e9 : 1e6;
     const nsPerFrac = ns ? 1 : 1000;
-    let total = 0, maxIncl = 0;
+    let total = 0,
+      maxIncl = 0;
     pos = PCAP_GLOBAL_HEADER_BYTES;
     for (let i = 0; i < n; i++) {
       let sec = view.getUint32(pos, le);
@@ -247,10 +258,13 @@ export class PcapWriter {
     checkU32('linktype', linktype, 0);
     const versionMajor = opts.versionMajor ?? 2;
     const versionMinor = opts.versionMinor ?? 4;
-    if (!Number.isInteger(versionMajor) || versionMajor < 0 || versionMajor > 0xffff) throw new RangeError(`pcap writer: versionMajor must be a u16, got ${versionMajor}`);
-    if (!Number.isInteger(versionMinor) || versionMinor < 0 || versionMinor > 0xffff) throw new RangeError(`pcap writer: versionMinor must be a u16, got ${versionMinor}`);
+    if (!Number.isInteger(versionMajor) || versionMajor < 0 || versionMajor > 0xffff)
+      throw new RangeError(`pcap writer: versionMajor must be a u16, got ${versionMajor}`);
+    if (!Number.isInteger(versionMinor) || versionMinor < 0 || versionMinor > 0xffff)
+      throw new RangeError(`pcap writer: versionMinor must be a u16, got ${versionMinor}`);
     const thiszone = opts.thiszone ?? 0;
-    if (!Number.isInteger(thiszone) || thiszone < -0x80000000 || thiszone > 0x7fffffff) throw new RangeError(`pcap writer: thiszone must be an i32, got ${thiszone}`);
+    if (!Number.isInteger(thiszone) || thiszone < -0x80000000 || thiszone > 0x7fffffff)
+      throw new RangeError(`pcap writer: thiszone must be an i32, got ${thiszone}`);
     const sigfigs = opts.sigfigs ?? 0;
     checkU32('sigfigs', sigfigs, 0);
     this.path = path;
@@ -307,7 +321,8 @@ export class PcapWriter {
       tsSec += Math.floor(tsNsec / 1e9);
       tsNsec %= 1e9;
     }
-    const v = this.view, p = this.pending;
+    const v = this.view,
+      p = this.pending;
     v.setUint32(p, tsSec >>> 0, true);
     v.setUint32(p + 4, this.nanosecond ? tsNsec : Math.floor(tsNsec / 1000), true);
     v.setUint32(p + 8, inclLen, true);
@@ -355,7 +370,8 @@ export class PcapWriter {
 }
 
 function checkU32(name: string, v: number, min: number): void {
-  if (!Number.isInteger(v) || v < min || v > 0xffffffff) throw new RangeError(`pcap writer: ${name} must be an integer in ${min}..4294967295, got ${v}`);
+  if (!Number.isInteger(v) || v < min || v > 0xffffffff)
+    throw new RangeError(`pcap writer: ${name} must be an integer in ${min}..4294967295, got ${v}`);
 }
 
 function hex32(v: number): string {

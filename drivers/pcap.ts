@@ -83,9 +83,11 @@ export class PcapDriver implements Driver {
       throw new Error(`${where}: give rxFile, txFile or both`);
     }
     const rate = opts.rate ?? 0;
-    if (typeof rate !== 'number' || !Number.isFinite(rate) || rate < 0) throw new RangeError(`${where}: rate must be a number of packets per second >= 0, got ${rate}`);
+    if (typeof rate !== 'number' || !Number.isFinite(rate) || rate < 0)
+      throw new RangeError(`${where}: rate must be a number of packets per second >= 0, got ${rate}`);
     const loop = opts.loop ?? 1;
-    if (!Number.isInteger(loop) || loop < 0) throw new RangeError(`${where}: loop must be an integer >= 0 (0 = forever), got ${loop}`);
+    if (!Number.isInteger(loop) || loop < 0)
+      throw new RangeError(`${where}: loop must be an integer >= 0 (0 = forever), got ${loop}`);
     const mtu = opts.mtu ?? 1500;
     checkMtu(mtu, where);
     this.rate = rate;
@@ -99,7 +101,9 @@ export class PcapDriver implements Driver {
     if (opts.rxFile !== undefined) {
       const r = PcapReader.open(opts.rxFile);
       if (r.header.linktype !== LINKTYPE_ETHERNET) {
-        throw new Error(`${where}: ${opts.rxFile} is not an Ethernet capture (linktype ${r.header.linktype}, need ${LINKTYPE_ETHERNET})`);
+        throw new Error(
+          `${where}: ${opts.rxFile} is not an Ethernet capture (linktype ${r.header.linktype}, need ${LINKTYPE_ETHERNET})`,
+        );
       }
       this.reader = r;
     } else {
@@ -111,7 +115,8 @@ export class PcapDriver implements Driver {
   }
 
   open(pool: BufferPool): void {
-    if (this.state !== 'new') throw new Error(`pcap interface ${this.name}: already ${this.state === 'open' ? 'open' : 'closed'}`);
+    if (this.state !== 'new')
+      throw new Error(`pcap interface ${this.name}: already ${this.state === 'open' ? 'open' : 'closed'}`);
     const r = this.reader;
     if (r !== null && r.maxInclLen > pool.count * pool.dataSize) {
       // Such a packet could never be allocated: the replay would stall on it forever.
@@ -148,7 +153,9 @@ export class PcapDriver implements Driver {
       const now = monoNs();
       if (this.startNs < 0) this.startNs = now;
       // Packet k is due at start + k * period; release only those.
-      const start = this.startNs, period = this.periodNs, k0 = this.released;
+      const start = this.startNs,
+        period = this.periodNs,
+        k0 = this.released;
       let due = 0;
       while (due < max && start + (k0 + due) * period <= now) due++;
       max = due;
@@ -158,8 +165,12 @@ export class PcapDriver implements Driver {
     // Buffers needed by the next `max` records (stopping at the end of the last pass).
     const ds = pool.dataSize;
     const inclLen = r.inclLen;
-    const count = r.count, loop = this.loop;
-    let ri = this.cur, passes = this.passes, nPlan = 0, nSegs = 0;
+    const count = r.count,
+      loop = this.loop;
+    let ri = this.cur,
+      passes = this.passes,
+      nPlan = 0,
+      nSegs = 0;
     while (nPlan < max) {
       const len = inclLen[ri];
       nSegs += len <= ds ? 1 : Math.ceil(len / ds);
@@ -175,10 +186,20 @@ export class PcapDriver implements Driver {
     const segs = this.segs;
     const got = pool.alloc(segs, 0, nSegs);
 
-    const data = r.data, dataOffset = r.dataOffset, tsSec = r.tsSec, tsNsec = r.tsNsec;
-    const u8 = pool.u8, offset = pool.offset, length = pool.length, flags = pool.flags, next = pool.next;
-    const pts = pool.tsSec, ptn = pool.tsNsec;
-    let used = 0, n = 0, bytes = 0;
+    const data = r.data,
+      dataOffset = r.dataOffset,
+      tsSec = r.tsSec,
+      tsNsec = r.tsNsec;
+    const u8 = pool.u8,
+      offset = pool.offset,
+      length = pool.length,
+      flags = pool.flags,
+      next = pool.next;
+    const pts = pool.tsSec,
+      ptn = pool.tsNsec;
+    let used = 0,
+      n = 0,
+      bytes = 0;
     ri = this.cur;
     passes = this.passes;
     for (; n < nPlan; n++) {
@@ -232,9 +253,14 @@ export class PcapDriver implements Driver {
       return 0;
     }
     if (n === 0) return 0;
-    const u8 = pool.u8, offset = pool.offset, length = pool.length, flags = pool.flags, next = pool.next;
+    const u8 = pool.u8,
+      offset = pool.offset,
+      length = pool.length,
+      flags = pool.flags,
+      next = pool.next;
     const snaplen = w.snaplen;
-    let nowSec = -1, nowNsec = 0;
+    let nowSec = -1,
+      nowNsec = 0;
     let bytes = 0;
     try {
       for (let i = 0; i < n; i++) {

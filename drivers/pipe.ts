@@ -58,7 +58,8 @@ export class PipeDriver implements Driver {
   }
 
   open(pool: BufferPool): void {
-    if (this.state !== 'new') throw new Error(`pipe interface ${this.name}: already ${this.state === 'open' ? 'open' : 'closed'}`);
+    if (this.state !== 'new')
+      throw new Error(`pipe interface ${this.name}: already ${this.state === 'open' ? 'open' : 'closed'}`);
     const other = this.peer?.pool ?? null;
     if (other !== null && other !== pool && !this.named) {
       throw new Error(
@@ -83,7 +84,8 @@ export class PipeDriver implements Driver {
     if (max > out.length) max = out.length;
     const n = avail < max ? avail : max;
     if (n === 0) return 0;
-    const ring = this.ring, mask = this.mask;
+    const ring = this.ring,
+      mask = this.mask;
     let t = this.tail;
     let bytes = 0;
     for (let i = 0; i < n; i++) {
@@ -107,7 +109,8 @@ export class PipeDriver implements Driver {
       this.stats.txDrops += n;
       return 0;
     }
-    const ring = peer.ring, mask = peer.mask;
+    const ring = peer.ring,
+      mask = peer.mask;
     const space = ring.length - ((peer.head - peer.tail) >>> 0);
     const m = n < space ? n : space;
     const dst = peer.pool!;
@@ -223,10 +226,13 @@ function copyAcross(src: BufferPool, bi: number, dst: BufferPool, len: number): 
     dst.next[segs[k]] = segs[k + 1];
   }
   const out = segs[0];
-  let d = out, dOff = dst.offset[d], dRoom = dst.dataSize;
+  let d = out,
+    dOff = dst.offset[d],
+    dRoom = dst.dataSize;
   dst.length[d] = 0;
   for (let s = bi; ; s = src.next[s]) {
-    let o = src.offset[s], l = src.length[s];
+    let o = src.offset[s],
+      l = src.length[s];
     while (l > 0) {
       if (dRoom === 0) {
         d = dst.next[d];
@@ -252,11 +258,16 @@ function copyAcross(src: BufferPool, bi: number, dst: BufferPool, len: number): 
  * in one data plane or in two in this process (they then copy across their pools). The link is
  * down until the peer exists and is open. Names are unique process-wide while unpaired.
  */
-export function pipeEnd(name: string, peer: string, opts: { ringSize?: number; mac?: string | Uint8Array; mtu?: number } = {}): PipeDriver {
+export function pipeEnd(
+  name: string,
+  peer: string,
+  opts: { ringSize?: number; mac?: string | Uint8Array; mtu?: number } = {},
+): PipeDriver {
   const where = `pipe interface ${name}`;
   if (name === peer) throw new Error(`${where}: its peer must be another interface`);
   const w = waiting.get(name);
-  if (w !== undefined) throw new Error(`${where}: a pipe end named ${name} already exists in this process (waiting for ${w.peerName})`);
+  if (w !== undefined)
+    throw new Error(`${where}: a pipe end named ${name} already exists in this process (waiting for ${w.peerName})`);
   const { ringSize, mtu } = pipeSizes(where, opts.ringSize, opts.mtu);
   const end = new PipeDriver(name, ringSize, macOption(where, opts.mac, name), mtu);
   PipeDriver.pair(end, peer);
@@ -284,4 +295,3 @@ export function createPipe(nameA = 'pipe0', nameB = 'pipe1', opts: PipeOptions =
   b.peer = a;
   return [a, b];
 }
-

@@ -174,8 +174,13 @@ export class BufferPool {
       for (let i = 0; i < got; i++) out[off + i] = stack[--top];
       this.nFree = top;
     }
-    const hr = this.headroom, base = this.firstOffset, stride = this.stride;
-    const offset = this.offset, length = this.length, flags = this.flags, error = this.error;
+    const hr = this.headroom,
+      base = this.firstOffset,
+      stride = this.stride;
+    const offset = this.offset,
+      length = this.length,
+      flags = this.flags,
+      error = this.error;
     // `next` is left as it was: it means nothing without NEXT_PRESENT.
     for (let i = 0; i < got; i++) {
       const bi = out[off + i];
@@ -199,7 +204,9 @@ export class BufferPool {
    * Freeing a buffer that is already free throws: that is a bug in a node, never input.
    */
   free(src: Uint32Array, off: number, n: number): void {
-    const flags = this.flags, next = this.next, count = this.count;
+    const flags = this.flags,
+      next = this.next,
+      count = this.count;
     if (this.external) {
       // Gather every segment, then one call into the driver for the whole batch.
       let m = 0;
@@ -312,7 +319,8 @@ export class BufferPool {
   readPacket(bi: number, dst: Uint8Array, dstOff: number): number {
     let pos = dstOff;
     for (;;) {
-      const o = this.offset[bi], l = this.length[bi];
+      const o = this.offset[bi],
+        l = this.length[bi];
       dst.set(this.u8.subarray(o, o + l), pos);
       pos += l;
       if (!(this.flags[bi] & BufferFlag.NEXT_PRESENT)) break;
@@ -343,7 +351,9 @@ export class BufferPool {
    * beyond the packet's length changes nothing.
    */
   trim(bi: number, len: number): void {
-    const length = this.length, flags = this.flags, next = this.next;
+    const length = this.length,
+      flags = this.flags,
+      next = this.next;
     for (;;) {
       const l = length[bi];
       if (len <= l) {
@@ -389,14 +399,22 @@ function growU32(a: Uint32Array): Uint32Array {
 
 function validateMemory(m: BufferMemory): void {
   const where = `buffer memory from ${m.owner}`;
-  if (!Number.isInteger(m.count) || m.count <= 0) throw new RangeError(`${where}: count must be a positive integer, got ${m.count}`);
+  if (!Number.isInteger(m.count) || m.count <= 0)
+    throw new RangeError(`${where}: count must be a positive integer, got ${m.count}`);
   if (m.count >= INVALID_INDEX) throw new RangeError(`${where}: count ${m.count} exceeds the u32 index space`);
-  if (!Number.isInteger(m.headroom) || m.headroom < 0) throw new RangeError(`${where}: headroom must be >= 0, got ${m.headroom}`);
-  if (!Number.isInteger(m.dataSize) || m.dataSize < 64) throw new RangeError(`${where}: data size must be >= 64, got ${m.dataSize}`);
-  if (m.stride < m.headroom + m.dataSize) throw new RangeError(`${where}: stride ${m.stride} is smaller than headroom + data size (${m.headroom + m.dataSize})`);
+  if (!Number.isInteger(m.headroom) || m.headroom < 0)
+    throw new RangeError(`${where}: headroom must be >= 0, got ${m.headroom}`);
+  if (!Number.isInteger(m.dataSize) || m.dataSize < 64)
+    throw new RangeError(`${where}: data size must be >= 64, got ${m.dataSize}`);
+  if (m.stride < m.headroom + m.dataSize)
+    throw new RangeError(
+      `${where}: stride ${m.stride} is smaller than headroom + data size (${m.headroom + m.dataSize})`,
+    );
   const end = m.firstOffset + (m.count - 1) * m.stride + m.stride;
   if (m.firstOffset < 0 || end > m.buffer.byteLength) {
-    throw new RangeError(`${where}: ${m.count} buffers of ${m.stride} bytes at offset ${m.firstOffset} need ${end} bytes, region has ${m.buffer.byteLength}`);
+    throw new RangeError(
+      `${where}: ${m.count} buffers of ${m.stride} bytes at offset ${m.firstOffset} need ${end} bytes, region has ${m.buffer.byteLength}`,
+    );
   }
 }
 
@@ -409,13 +427,22 @@ export interface PoolOptions {
 export const DEFAULT_POOL = { count: 16384, dataSize: 2048, headroom: 128 } as const;
 
 /** Layout for a pool that owns its memory: buffers back to back, cache-line aligned. */
-export function poolLayout(opts: PoolOptions = {}): { count: number; dataSize: number; headroom: number; stride: number; bytes: number } {
+export function poolLayout(opts: PoolOptions = {}): {
+  count: number;
+  dataSize: number;
+  headroom: number;
+  stride: number;
+  bytes: number;
+} {
   const count = opts.count ?? DEFAULT_POOL.count;
   const dataSize = opts.dataSize ?? DEFAULT_POOL.dataSize;
   const headroom = opts.headroom ?? DEFAULT_POOL.headroom;
-  if (!Number.isInteger(count) || count < 1 || count > 16 * 1024 * 1024) throw new RangeError(`buffers.count must be an integer in 1..16777216, got ${count}`);
-  if (!Number.isInteger(dataSize) || dataSize < 128 || dataSize > 65535) throw new RangeError(`buffers.data-size must be an integer in 128..65535, got ${dataSize}`);
-  if (!Number.isInteger(headroom) || headroom < 0 || headroom > 1024) throw new RangeError(`buffers.headroom must be an integer in 0..1024, got ${headroom}`);
+  if (!Number.isInteger(count) || count < 1 || count > 16 * 1024 * 1024)
+    throw new RangeError(`buffers.count must be an integer in 1..16777216, got ${count}`);
+  if (!Number.isInteger(dataSize) || dataSize < 128 || dataSize > 65535)
+    throw new RangeError(`buffers.data-size must be an integer in 128..65535, got ${dataSize}`);
+  if (!Number.isInteger(headroom) || headroom < 0 || headroom > 1024)
+    throw new RangeError(`buffers.headroom must be an integer in 0..1024, got ${headroom}`);
   const stride = (headroom + dataSize + 63) & ~63;
   return { count, dataSize, headroom, stride, bytes: stride * count };
 }

@@ -40,7 +40,8 @@ class CalibratedClock implements Clock {
     let dt = nowNs() - this.ns0;
     if (dt < 5e6) {
       // Too young to be accurate: measure 5 ms now.
-      const t0 = this.tsc(), n0 = nowNs();
+      const t0 = this.tsc(),
+        n0 = nowNs();
       while (nowNs() - n0 < 5e6);
       return (this.tsc() - t0) / (nowNs() - n0);
     }

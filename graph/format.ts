@@ -369,13 +369,17 @@ export function formatErrors(threads: ErrorThreadSnapshot[], opts: ErrorFormatOp
   const idx = (r: ErrorRow): string => (r.index === undefined ? '' : formatInteger(r.index, 10, false));
   // VPP's columns are 35 wide; a longer node name or reason widens its column instead of
   // being cut (every row stays aligned).
-  let nodeLen = 0, reasonLen = 0;
-  for (const t of threads) for (const r of t.rows) {
-    if (r.node.length > nodeLen) nodeLen = r.node.length;
-    if (r.reason.length > reasonLen) reasonLen = r.reason.length;
-  }
-  const nw = Math.max(35, nodeLen + 2), rw = Math.max(35, reasonLen + 2);
-  const head = `%=10s%=${nw}s%=${rw}s%=10s`, row = `%10lu%=${nw}s%=${rw}s%=10s`;
+  let nodeLen = 0,
+    reasonLen = 0;
+  for (const t of threads)
+    for (const r of t.rows) {
+      if (r.node.length > nodeLen) nodeLen = r.node.length;
+      if (r.reason.length > reasonLen) reasonLen = r.reason.length;
+    }
+  const nw = Math.max(35, nodeLen + 2),
+    rw = Math.max(35, reasonLen + 2);
+  const head = `%=10s%=${nw}s%=${rw}s%=10s`,
+    row = `%10lu%=${nw}s%=${rw}s%=10s`;
   if (verbose) lines.push(vppFormat(`${head}%=6s`, 'Count', 'Node', 'Reason', 'Severity', 'Index'));
   else lines.push(vppFormat(head, 'Count', 'Node', 'Reason', 'Severity'));
 
@@ -399,7 +403,16 @@ export function formatErrors(threads: ErrorThreadSnapshot[], opts: ErrorFormatOp
     lines.push('Total:');
     for (const { row, sum } of sums.values()) {
       // VPP's Total rows use other widths (node 40, reason 20, widened to fit) and have no Severity.
-      if (sum) lines.push(vppFormat(`%10lu%=${Math.max(40, nodeLen + 2)}s%=${Math.max(20, reasonLen + 2)}s%=10s`, sum, row.node, row.reason, idx(row)));
+      if (sum)
+        lines.push(
+          vppFormat(
+            `%10lu%=${Math.max(40, nodeLen + 2)}s%=${Math.max(20, reasonLen + 2)}s%=10s`,
+            sum,
+            row.node,
+            row.reason,
+            idx(row),
+          ),
+        );
     }
   }
   return lines.map((l) => l + '\n').join('');

@@ -135,12 +135,16 @@ export class Graph {
 
   /** Register a node. Before build() its next names may refer to nodes registered later. */
   register(reg: NodeRegistration): NodeRuntime {
-    if (typeof reg.name !== 'string' || reg.name.length === 0) throw new GraphError('node registration: name must be a non-empty string');
+    if (typeof reg.name !== 'string' || reg.name.length === 0)
+      throw new GraphError('node registration: name must be a non-empty string');
     if (this.byName.has(reg.name)) throw new GraphError(`node "${reg.name}" is already registered`);
     const type = reg.type ?? 'internal';
-    if (type !== 'input' && type !== 'internal' && type !== 'process') throw new GraphError(`node "${reg.name}": unknown type "${String(type)}" (input, internal or process)`);
-    if (type === 'process' && typeof reg.process !== 'function') throw new GraphError(`node "${reg.name}": a process node needs a process generator function`);
-    if (type !== 'process' && typeof reg.fn !== 'function') throw new GraphError(`node "${reg.name}": an ${type} node needs a function`);
+    if (type !== 'input' && type !== 'internal' && type !== 'process')
+      throw new GraphError(`node "${reg.name}": unknown type "${String(type)}" (input, internal or process)`);
+    if (type === 'process' && typeof reg.process !== 'function')
+      throw new GraphError(`node "${reg.name}": a process node needs a process generator function`);
+    if (type !== 'process' && typeof reg.fn !== 'function')
+      throw new GraphError(`node "${reg.name}": an ${type} node needs a function`);
     const seen = new Set<string>();
     for (const e of reg.errors ?? []) {
       if (seen.has(e.name)) throw new GraphError(`node "${reg.name}": error "${e.name}" is declared twice`);
@@ -180,7 +184,10 @@ export class Graph {
     for (const name of rt.nextNames) {
       const t = this.byName.get(name);
       if (!t) throw new GraphError(`node "${rt.name}": next node "${name}" does not exist`);
-      if (t.type !== 'internal') throw new GraphError(`node "${rt.name}": next node "${name}" is an ${t.type} node; frames go only to internal nodes`);
+      if (t.type !== 'internal')
+        throw new GraphError(
+          `node "${rt.name}": next node "${name}" is an ${t.type} node; frames go only to internal nodes`,
+        );
       nexts.push(t);
     }
     rt.nextNodes = nexts;
@@ -196,7 +203,10 @@ export class Graph {
     if (have >= 0) return have;
     const t = this.byName.get(nextName);
     if (!t) throw new GraphError(`node "${rt.name}": next node "${nextName}" does not exist`);
-    if (t.type !== 'internal') throw new GraphError(`node "${rt.name}": next node "${nextName}" is an ${t.type} node; frames go only to internal nodes`);
+    if (t.type !== 'internal')
+      throw new GraphError(
+        `node "${rt.name}": next node "${nextName}" is an ${t.type} node; frames go only to internal nodes`,
+      );
     rt.nextNames.push(nextName);
     if (this.built) rt.nextNodes.push(t);
     return rt.nextNames.length - 1;
@@ -252,7 +262,8 @@ export class Graph {
     let i = allSame ? n : 1;
     while (i < n && nexts[i] === nx0) i++;
     let t = targets[nx0];
-    if (t === undefined) throw new GraphError(`node "${rt.name}": next index ${nx0} is not one of its ${targets.length} next nodes`);
+    if (t === undefined)
+      throw new GraphError(`node "${rt.name}": next index ${nx0} is not one of its ${targets.length} next nodes`);
     if (i === n) {
       this.enqueueWhole(t, from, n);
       return;
@@ -263,7 +274,8 @@ export class Graph {
       let j = i + 1;
       while (j < n && nexts[j] === nx) j++;
       t = targets[nx];
-      if (t === undefined) throw new GraphError(`node "${rt.name}": next index ${nx} is not one of its ${targets.length} next nodes`);
+      if (t === undefined)
+        throw new GraphError(`node "${rt.name}": next index ${nx} is not one of its ${targets.length} next nodes`);
       this.enqueueRun(t, from, i, j - i);
       i = j;
     }
@@ -272,7 +284,8 @@ export class Graph {
   /** Every buffer `from[off..off+n)` to one next node. */
   enqueueToSingleNext(rt: NodeRuntime, next: number, from: Uint32Array, off: number, n: number): void {
     const t = rt.nextNodes[next];
-    if (t === undefined) throw new GraphError(`node "${rt.name}": next index ${next} is not one of its ${rt.nextNodes.length} next nodes`);
+    if (t === undefined)
+      throw new GraphError(`node "${rt.name}": next index ${next} is not one of its ${rt.nextNodes.length} next nodes`);
     if (off === 0) this.enqueueWhole(t, from, n);
     else this.enqueueRun(t, from, off, n);
   }
@@ -314,7 +327,8 @@ export class Graph {
   /** One buffer to one next node. */
   enqueueOne(rt: NodeRuntime, next: number, bi: number): void {
     const t = rt.nextNodes[next];
-    if (t === undefined) throw new GraphError(`node "${rt.name}": next index ${next} is not one of its ${rt.nextNodes.length} next nodes`);
+    if (t === undefined)
+      throw new GraphError(`node "${rt.name}": next index ${next} is not one of its ${rt.nextNodes.length} next nodes`);
     let f = t.cur;
     if (f === null) f = this.openFrame(t);
     f.vec[f.n++] = bi;
@@ -411,7 +425,8 @@ export class Graph {
 
   /** Start a timer owned by `rt`: its `timer(rt, user)` runs after `delayNs`. */
   startTimer(rt: NodeRuntime, delayNs: number, user: number): number {
-    if (rt.type !== 'process' && typeof rt.reg.timer !== 'function') throw new GraphError(`node "${rt.name}" has no timer function`);
+    if (rt.type !== 'process' && typeof rt.reg.timer !== 'function')
+      throw new GraphError(`node "${rt.name}" has no timer function`);
     return this.timers.start(this.clock.nowNs(), delayNs, rt.index, user);
   }
 
@@ -657,9 +672,12 @@ export class Graph {
     const rt = this.node(nodeName);
     if (rt.type !== 'input' || !(rt.flags & NodeFlag.TRACE_SUPPORTED)) {
       const ok = this.nodes.filter((x) => x.type === 'input' && x.flags & NodeFlag.TRACE_SUPPORTED).map((x) => x.name);
-      throw new GraphError(`trace add: node "${nodeName}" is not an input node that supports trace (these do: ${ok.join(', ') || 'none'})`);
+      throw new GraphError(
+        `trace add: node "${nodeName}" is not an input node that supports trace (these do: ${ok.join(', ') || 'none'})`,
+      );
     }
-    if (!Number.isInteger(n) || n < 0) throw new GraphError(`trace add: count must be a non-negative integer, got ${n}`);
+    if (!Number.isInteger(n) || n < 0)
+      throw new GraphError(`trace add: count must be a non-negative integer, got ${n}`);
     rt.traceBudget = n === 0 ? 0 : rt.traceBudget + n;
   }
 
@@ -689,7 +707,12 @@ export class Graph {
     const nowNs = this.clock.nowNs();
     const time = Math.max((nowNs - this.runtime.clearTimeNs) / 1e9, 1e-9);
     const rows: RuntimeRow[] = [];
-    let inV = 0, outV = 0, dropV = 0, puntV = 0, intV = 0, intC = 0;
+    let inV = 0,
+      outV = 0,
+      dropV = 0,
+      puntV = 0,
+      intV = 0,
+      intC = 0;
     for (const rt of this.nodes) {
       const calls = this.runtime.get(rt.index, RT_CALLS);
       const vectors = this.runtime.get(rt.index, RT_VECTORS);
@@ -733,7 +756,13 @@ export class Graph {
   errorSnapshot(): ErrorThreadSnapshot {
     const rows = this.errorOwner.map(({ node, code }, idx) => {
       const d = node.errors[code];
-      return { index: idx, count: this.errors.get(node.errorBase + code), node: node.name, reason: d.description, severity: d.severity ?? 'error' };
+      return {
+        index: idx,
+        count: this.errors.get(node.errorBase + code),
+        node: node.name,
+        reason: d.description,
+        severity: d.severity ?? 'error',
+      };
     });
     return { index: this.threadIndex, name: this.threadName, rows };
   }
@@ -786,7 +815,8 @@ function errorDrop(rt: NodeRuntime, frame: import('./node.ts').Frame | null): nu
   const g = rt.graph;
   const err = g.pool.error;
   const counts = g.errorCounts;
-  const vec = f.vec, n = f.n;
+  const vec = f.vec,
+    n = f.n;
   let i = 0;
   while (i < n) {
     const e = err[vec[i]];

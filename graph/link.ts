@@ -7,6 +7,7 @@ export const MTU_MAX = 65535;
 
 /** `mtu` if it is an integer in MTU_MIN..MTU_MAX; else a RangeError naming `where`. */
 export function checkMtu(mtu: number, where: string): number {
-  if (!Number.isInteger(mtu) || mtu < MTU_MIN || mtu > MTU_MAX) throw new RangeError(`${where}: mtu must be an integer in ${MTU_MIN}..${MTU_MAX}, got ${mtu}`);
+  if (!Number.isInteger(mtu) || mtu < MTU_MIN || mtu > MTU_MAX)
+    throw new RangeError(`${where}: mtu must be an integer in ${MTU_MIN}..${MTU_MAX}, got ${mtu}`);
   return mtu;
 }

@@ -9,7 +9,10 @@ export type HugepageMode = 'auto' | 'never' | 'require';
 
 export function allocBufferMemory(opts: PoolOptions & { hugepages?: HugepageMode; name?: string } = {}): BufferMemory {
   const l = poolLayout(opts);
-  const m = loadCore().allocMemory(l.bytes, { hugepages: opts.hugepages ?? 'auto', name: opts.name ?? 'rdma-graph-buffers' });
+  const m = loadCore().allocMemory(l.bytes, {
+    hugepages: opts.hugepages ?? 'auto',
+    name: opts.name ?? 'rdma-graph-buffers',
+  });
   return {
     buffer: m.buffer,
     count: l.count,

@@ -30,7 +30,9 @@ export interface ErrorDesc {
  * A node's next nodes as one table (VPP's `[NEXT_DROP] = "error-drop"`): `names` go to the
  * registration, `index.KEY` is the arc the code sets; the two cannot drift apart.
  */
-export function nextTable<K extends string>(t: Record<K, string>): { names: string[]; index: Readonly<Record<K, number>> } {
+export function nextTable<K extends string>(
+  t: Record<K, string>,
+): { names: string[]; index: Readonly<Record<K, number>> } {
   const keys = Object.keys(t) as K[];
   const index = {} as Record<K, number>;
   keys.forEach((k, i) => (index[k] = i));
@@ -41,7 +43,9 @@ export function nextTable<K extends string>(t: Record<K, string>): { names: stri
  * A node's error counters as one table (VPP's `foreach_*_error`): `list` goes to the
  * registration, `code.KEY` is what `countError` and `pool.error` take.
  */
-export function errorTable<K extends string>(t: Record<K, ErrorDesc>): { list: readonly ErrorDesc[]; code: Readonly<Record<K, number>> } {
+export function errorTable<K extends string>(
+  t: Record<K, ErrorDesc>,
+): { list: readonly ErrorDesc[]; code: Readonly<Record<K, number>> } {
   const keys = Object.keys(t) as K[];
   const code = {} as Record<K, number>;
   keys.forEach((k, i) => (code[k] = i));
@@ -56,10 +60,7 @@ export class Frame {
 }
 
 /** What a process node yields to suspend itself. */
-export type ProcessWait =
-  | { kind: 'clock'; ns: number }
-  | { kind: 'event' }
-  | { kind: 'any'; ns: number };
+export type ProcessWait = { kind: 'clock'; ns: number } | { kind: 'event' } | { kind: 'any'; ns: number };
 
 export interface ProcessEvent {
   type: string;

@@ -42,7 +42,8 @@ export class TimerWheel {
     this.tickNs = opts.tickNs ?? 100_000;
     this.nSlots = opts.slots ?? 2048;
     if (!(this.tickNs > 0)) throw new RangeError(`timer wheel: tick must be > 0 ns, got ${this.tickNs}`);
-    if (this.nSlots < 2 || (this.nSlots & (this.nSlots - 1)) !== 0) throw new RangeError(`timer wheel: slots must be a power of two >= 2, got ${this.nSlots}`);
+    if (this.nSlots < 2 || (this.nSlots & (this.nSlots - 1)) !== 0)
+      throw new RangeError(`timer wheel: slots must be a power of two >= 2, got ${this.nSlots}`);
     this.mask = this.nSlots - 1;
     this.head = new Uint32Array(this.nSlots).fill(NONE);
     this.cap = 0;
@@ -138,7 +139,8 @@ export class TimerWheel {
       while (id !== NONE) {
         const nx = this.nextT[id];
         if (this.expiry[id] <= target) {
-          const o = this.owner[id], u = this.user[id];
+          const o = this.owner[id],
+            u = this.user[id];
           this.unlink(id);
           this.release(id);
           fired++;
@@ -173,7 +175,8 @@ export class TimerWheel {
   }
 
   private unlink(id: number): void {
-    const p = this.prevT[id], n = this.nextT[id];
+    const p = this.prevT[id],
+      n = this.nextT[id];
     if (p !== NONE) this.nextT[p] = n;
     else this.head[this.expiry[id] & this.mask] = n;
     if (n !== NONE) this.prevT[n] = p;

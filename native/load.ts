@@ -418,11 +418,7 @@ export function loadCore(): CoreAddon {
   if (core) return core;
   const path = NATIVE_BUILD_DIR + 'core.node';
   if (!existsSync(path)) {
-    throw new NativeAddonError(
-      'native addon core.node not built: run npm run build (needs cmake, g++)',
-      'core',
-      path,
-    );
+    throw new NativeAddonError('native addon core.node not built: run npm run build (needs cmake, g++)', 'core', path);
   }
   try {
     core = require(path) as CoreAddon;

@@ -8,7 +8,14 @@ import { memPool, sleep } from './helpers.ts';
 const core = loadCore();
 
 function dropSink(g: Graph, got: { n: number }) {
-  g.register({ name: 'sink', fn: (rt: NodeRuntime, f: Frame | null) => { got.n += f!.n; rt.graph.pool.free(f!.vec, 0, f!.n); return f!.n; } });
+  g.register({
+    name: 'sink',
+    fn: (rt: NodeRuntime, f: Frame | null) => {
+      got.n += f!.n;
+      rt.graph.pool.free(f!.vec, 0, f!.n);
+      return f!.n;
+    },
+  });
 }
 
 test('adaptive: sleeps when idle, an fd becoming readable wakes it, then it sleeps again', async () => {
@@ -17,7 +24,9 @@ test('adaptive: sleeps when idle, an fd becoming readable wakes it, then it slee
   const fd = core.eventfd();
   const got = { n: 0 };
   g.register({
-    name: 'efd-input', type: 'input', next: ['sink'],
+    name: 'efd-input',
+    type: 'input',
+    next: ['sink'],
     fn: (rt) => {
       const k = core.eventfdRead(fd);
       if (k === 0) return 0;
@@ -52,7 +61,13 @@ test('adaptive: a due timer wakes the sleeping loop', async () => {
   const g = new Graph({ pool: memPool(16), idlePollUs: 100 });
   let firedAt = -1;
   const t0 = performance.now();
-  const rt = g.register({ name: 'tmr', fn: () => 0, timer: () => { firedAt = performance.now() - t0; } });
+  const rt = g.register({
+    name: 'tmr',
+    fn: () => 0,
+    timer: () => {
+      firedAt = performance.now() - t0;
+    },
+  });
   g.start();
   try {
     g.startTimer(rt, 40e6, 7);
@@ -72,10 +87,15 @@ test('adaptive: wake() from outside the loop (a driver without an fd) resumes po
   const queue: number[] = [];
   const got = { n: 0 };
   g.register({
-    name: 'q-input', type: 'input', next: ['sink'],
+    name: 'q-input',
+    type: 'input',
+    next: ['sink'],
     fn: (rt) => {
       let n = 0;
-      while (queue.length) { queue.pop(); rt.scratch[n++] = pool.allocOne(); }
+      while (queue.length) {
+        queue.pop();
+        rt.scratch[n++] = pool.allocOne();
+      }
       g.enqueueToSingleNext(rt, 0, rt.scratch, 0, n);
       return n;
     },
@@ -105,10 +125,17 @@ test('a busy loop still yields to the event loop between passes', async () => {
   const t0 = performance.now();
   let busyUntil = -1;
   g.register({
-    name: 'busy-input', type: 'input', next: ['sink'],
+    name: 'busy-input',
+    type: 'input',
+    next: ['sink'],
     fn: (rt) => {
-      if (performance.now() - t0 > 1000) { if (busyUntil < 0) busyUntil = performance.now() - t0; return 0; }
-      const n = pool.alloc(rt.scratch, 0, 256); g.enqueueToSingleNext(rt, 0, rt.scratch, 0, n); return n;
+      if (performance.now() - t0 > 1000) {
+        if (busyUntil < 0) busyUntil = performance.now() - t0;
+        return 0;
+      }
+      const n = pool.alloc(rt.scratch, 0, 256);
+      g.enqueueToSingleNext(rt, 0, rt.scratch, 0, n);
+      return n;
     },
   });
   dropSink(g, got);

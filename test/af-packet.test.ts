@@ -12,8 +12,20 @@ import { BufferFlag, type BufferPool } from '../graph/buffer-pool.ts';
 import { Graph, createPool, type Frame, type NodeRuntime } from '../graph/index.ts';
 import { memPool, skipOrFail, sleep } from './helpers.ts';
 import {
-  PY_RECV_FRAMES, PY_RECV_UDP, PY_SEND_FRAMES, PY_TAP_COUNT, createVethNs, destroyVethNs, ip, linkFlags, linkStats, netnsUnavailable,
-  pyAsync, pyInNs, pyInNsAsync, type VethNs,
+  PY_RECV_FRAMES,
+  PY_RECV_UDP,
+  PY_SEND_FRAMES,
+  PY_TAP_COUNT,
+  createVethNs,
+  destroyVethNs,
+  ip,
+  linkFlags,
+  linkStats,
+  netnsUnavailable,
+  pyAsync,
+  pyInNs,
+  pyInNsAsync,
+  type VethNs,
 } from './helpers-netns.ts';
 
 const unavailable = netnsUnavailable();
@@ -67,7 +79,15 @@ function csum16(b: Uint8Array, sum = 0): number {
 
 const ip4 = (s: string) => Uint8Array.from(s.split('.').map(Number));
 
-function udpFrame(dstMac: Uint8Array, srcMac: Uint8Array, src: string, dst: string, sport: number, dport: number, data: Uint8Array): Uint8Array {
+function udpFrame(
+  dstMac: Uint8Array,
+  srcMac: Uint8Array,
+  src: string,
+  dst: string,
+  sport: number,
+  dport: number,
+  data: Uint8Array,
+): Uint8Array {
   const udp = new Uint8Array(8 + data.length);
   const uv = new DataView(udp.buffer);
   uv.setUint16(0, sport);
@@ -112,8 +132,14 @@ function arpRequest(srcMac: Uint8Array, srcIp: string, targetIp: string): Uint8A
 }
 
 /** Poll rxBurst for up to `ms`, keeping the frames `want` accepts (freeing every buffer). */
-async function receive(d: AfPacketDriver, pool: BufferPool, ms: number, want: (b: Uint8Array) => boolean, count: number,
-  onPacket?: (bi: number) => void): Promise<Uint8Array[]> {
+async function receive(
+  d: AfPacketDriver,
+  pool: BufferPool,
+  ms: number,
+  want: (b: Uint8Array) => boolean,
+  count: number,
+  onPacket?: (bi: number) => void,
+): Promise<Uint8Array[]> {
   const out = new Uint32Array(256);
   const got: Uint8Array[] = [];
   const end = performance.now() + ms;
@@ -234,9 +260,15 @@ test('errors: no such interface (ENODEV, named), not Ethernet, MTU above the ker
     assert.is((e as { code?: string }).code, 'EPROTONOSUPPORT');
     assert.match((e as Error).message, /not Ethernet/);
   }
-  assert.throws(() => new AfPacketDriver({ hostIf: p.host, mtu: 9000 }), /larger than kernel interface .*MTU 1500 .*ip link set dev/);
+  assert.throws(
+    () => new AfPacketDriver({ hostIf: p.host, mtu: 9000 }),
+    /larger than kernel interface .*MTU 1500 .*ip link set dev/,
+  );
   assert.throws(() => new AfPacketDriver({ hostIf: p.host, blockSize: 3000 }), /blockSize must be a power of 2/);
-  assert.throws(() => new AfPacketDriver({ hostIf: p.host, blockSize: 1024 }), /blockSize must be a power of 2 in 4096/);
+  assert.throws(
+    () => new AfPacketDriver({ hostIf: p.host, blockSize: 1024 }),
+    /blockSize must be a power of 2 in 4096/,
+  );
   assert.throws(() => new AfPacketDriver({ hostIf: p.host, txMode: 'xdp' as 'ring' }), /txMode/);
   assert.throws(() => new AfPacketDriver({ hostIf: 'a-name-too-long-for-linux' }), /1 to 15 characters/);
   const d = new AfPacketDriver({ hostIf: p.host });
@@ -299,9 +331,16 @@ test('rx: frames the kernel sends from the namespace arrive byte for byte in poo
       assert.is(pool.offset[bi], pool.dataStart(bi), 'data starts after the headroom');
     });
     assert.equal(got.map(hex), frames.map(hex), 'every frame, in order, byte for byte');
-    assert.equal(segs, sizes.map((l) => Math.ceil(l / 512)), 'chained by 512-byte buffers');
+    assert.equal(
+      segs,
+      sizes.map((l) => Math.ceil(l / 512)),
+      'chained by 512-byte buffers',
+    );
     const now = Date.now() / 1000;
-    assert.ok(stamps.every((t) => Math.abs(t - now) < 10), `kernel receive timestamps near now: ${stamps[0]} vs ${now}`);
+    assert.ok(
+      stamps.every((t) => Math.abs(t - now) < 10),
+      `kernel receive timestamps near now: ${stamps[0]} vs ${now}`,
+    );
     const c = d.counters();
     assert.ok(c.rxPackets >= frames.length, `rxPackets ${c.rxPackets}`);
     assert.ok(c.rxBytes >= sizes.reduce((a, b) => a + b, 0));
@@ -320,12 +359,35 @@ test('rx: UDP from the kernel stack over veth carries a partial checksum (TP_STA
   const d = new AfPacketDriver({ hostIf: p.host });
   d.open(pool);
   const ours = '10.77.1.1';
-  ip('-n', p.ns, 'neigh', 'replace', ours, 'lladdr', [...p.hostMac].map((b) => b.toString(16).padStart(2, '0')).join(':'), 'dev', p.peer);
+  ip(
+    '-n',
+    p.ns,
+    'neigh',
+    'replace',
+    ours,
+    'lladdr',
+    [...p.hostMac].map((b) => b.toString(16).padStart(2, '0')).join(':'),
+    'dev',
+    p.peer,
+  );
   try {
     const payload = 'checksum offload';
-    pyInNs(p.ns, `import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"${payload}", ("${ours}", 4791))`, []);
+    pyInNs(
+      p.ns,
+      `import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"${payload}", ("${ours}", 4791))`,
+      [],
+    );
     let flags = 0;
-    const got = await receive(d, pool, 1000, (b) => b[12] === 0x08 && b[13] === 0x00 && b[23] === 17, 1, (bi) => { flags = pool.flags[bi]; });
+    const got = await receive(
+      d,
+      pool,
+      1000,
+      (b) => b[12] === 0x08 && b[13] === 0x00 && b[23] === 17,
+      1,
+      (bi) => {
+        flags = pool.flags[bi];
+      },
+    );
     assert.is(got.length, 1, 'the datagram arrived');
     const f = got[0];
     assert.is(new TextDecoder().decode(f.subarray(42)), payload);
@@ -342,7 +404,9 @@ test('rx: UDP from the kernel stack over veth carries a partial checksum (TP_STA
     // Frames from a raw socket (CHECKSUM_NONE) carry no such flag.
     pyInNs(p.ns, PY_SEND_FRAMES, [p.peer], hex(testFrame(p.hostMac, p.peerMac, 7, 64)) + '\n');
     let rawFlags = -1;
-    await receive(d, pool, 1000, isTest, 1, (bi) => { rawFlags = pool.flags[bi]; });
+    await receive(d, pool, 1000, isTest, 1, (bi) => {
+      rawFlags = pool.flags[bi];
+    });
     assert.is(rawFlags & BufferFlag.L4_CKSUM_OK, 0);
   } finally {
     ip('-n', p.ns, 'neigh', 'del', ours, 'dev', p.peer);
@@ -369,7 +433,14 @@ test('rx: an 802.1Q tag the kernel strips (TP_STATUS_VLAN_VALID) is put back in 
     const tagged = [tag(testFrame(p.hostMac, p.peerMac, 99, 100)), tag(testFrame(p.hostMac, p.peerMac, 100, 1200))];
     pyInNs(p.ns, PY_SEND_FRAMES, [p.peer], tagged.map(hex).join('\n') + '\n');
     const segs: number[] = [];
-    const got = await receive(d, pool, 1000, (b) => b[12] === 0x81 && b[13] === 0x00, 2, (bi) => segs.push(pool.segments(bi)));
+    const got = await receive(
+      d,
+      pool,
+      1000,
+      (b) => b[12] === 0x81 && b[13] === 0x00,
+      2,
+      (bi) => segs.push(pool.segments(bi)),
+    );
     assert.equal(got.map(hex), tagged.map(hex), 'tags restored in place');
     assert.equal(segs, [1, 3], '1204 bytes in 512-byte buffers');
     assert.is(d.stats().rxVlan, 2, 'the kernel had stripped them (hv1.tp_vlan_tci)');
@@ -424,7 +495,11 @@ test('rx: frames longer than a ring block arrive truncated; they are dropped and
     const d = new AfPacketDriver({ hostIf: q.host, mtu: 1500, blockSize: 4096, rxFrames: 64 });
     d.open(pool);
     try {
-      const frames = [testFrame(q.hostMac, q.peerMac, 1, 100), testFrame(q.hostMac, q.peerMac, 2, 8000), testFrame(q.hostMac, q.peerMac, 3, 200)];
+      const frames = [
+        testFrame(q.hostMac, q.peerMac, 1, 100),
+        testFrame(q.hostMac, q.peerMac, 2, 8000),
+        testFrame(q.hostMac, q.peerMac, 3, 200),
+      ];
       pyInNs(q.ns, PY_SEND_FRAMES, [q.peer], frames.map(hex).join('\n') + '\n');
       const got = await receive(d, pool, 1000, isTest, 2);
       assert.equal(got.map(hex), [hex(frames[0]), hex(frames[2])], 'the frames around it arrive whole');
@@ -467,7 +542,10 @@ for (const txMode of ['sendmmsg', 'ring'] as const) {
       assert.equal(lines, frames.map(hex), 'the kernel received each frame exactly, in order, and neither bad one');
       const c = d.counters();
       assert.is(c.txPackets, frames.length);
-      assert.is(c.txBytes, sizes.reduce((a, b) => a + b, 0));
+      assert.is(
+        c.txBytes,
+        sizes.reduce((a, b) => a + b, 0),
+      );
       assert.is(c.txErrors, 2, 'the oversize and the runt frames');
       assert.is(c.txDrops, 0);
       assert.ok(linkStats(p.peer, p.ns).rxPackets - before >= frames.length, 'peer interface counters');
@@ -491,7 +569,10 @@ test('tx: with PACKET_QDISC_BYPASS (default) a tap on our end does not see what 
       const peer = pyInNsAsync(p.ns, PY_RECV_FRAMES, [p.peer, TYPE_TEST.toString(16), '3', '2']);
       await tap.ready;
       await peer.ready;
-      const bufs = toPool(pool, [1, 2, 3].map((i) => testFrame(p.peerMac, d.mac, i, 64)));
+      const bufs = toPool(
+        pool,
+        [1, 2, 3].map((i) => testFrame(p.peerMac, d.mac, i, 64)),
+      );
       assert.is(d.txBurst(0, bufs, 0, 3), 3);
       assert.is((await peer.done).length, 3, 'the peer receives them either way');
       seen[String(bypass)] = Number((await tap.done).pop());
@@ -533,11 +614,22 @@ test('tx + rx with the kernel stack: UDP datagrams delivered to a kernel socket,
     const ours = '10.77.1.1';
     const udp = pyInNsAsync(p.ns, PY_RECV_UDP, [p.peerIp!, '9999', '3', '3']);
     await udp.ready;
-    const payloads = [Uint8Array.from([1, 2, 3]), new Uint8Array(1472).map((_, i) => i & 0xff), new TextEncoder().encode('hello kernel')];
-    const bufs = toPool(pool, payloads.map((pl) => udpFrame(p.peerMac, d.mac, ours, p.peerIp!, 5555, 9999, pl)));
+    const payloads = [
+      Uint8Array.from([1, 2, 3]),
+      new Uint8Array(1472).map((_, i) => i & 0xff),
+      new TextEncoder().encode('hello kernel'),
+    ];
+    const bufs = toPool(
+      pool,
+      payloads.map((pl) => udpFrame(p.peerMac, d.mac, ours, p.peerIp!, 5555, 9999, pl)),
+    );
     assert.is(d.txBurst(0, bufs, 0, bufs.length), 3);
     const lines = await udp.done;
-    assert.equal(lines, payloads.map((pl) => `${ours} ${hex(pl)}`), 'the kernel accepted IPv4 + UDP checksums and delivered');
+    assert.equal(
+      lines,
+      payloads.map((pl) => `${ours} ${hex(pl)}`),
+      'the kernel accepted IPv4 + UDP checksums and delivered',
+    );
 
     const arp = toPool(pool, [arpRequest(d.mac, ours, p.peerIp!)]);
     assert.is(d.txBurst(0, arp, 0, 1), 1);
@@ -573,9 +665,15 @@ test('PACKET_STATISTICS: a ring too small for a burst drops in the kernel; count
     assert.ok(got.length > 0 && got.length < N, `received ${got.length} of ${N}`);
     assert.ok(s.kernelDrops > 0, `kernel drops ${s.kernelDrops}`);
     assert.is(s.kernelPackets, s.rxPackets + s.kernelDrops, 'tp_packets = delivered + tp_drops');
-    assert.ok(got.length + s.kernelDrops >= N && got.length <= N, `received ${got.length} + dropped ${s.kernelDrops} covers ${N} sent`);
+    assert.ok(
+      got.length + s.kernelDrops >= N && got.length <= N,
+      `received ${got.length} + dropped ${s.kernelDrops} covers ${N} sent`,
+    );
     const seqs = got.map((b) => new DataView(b.buffer, b.byteOffset).getUint32(14));
-    assert.ok(seqs.every((v, i) => i === 0 || v > seqs[i - 1]), 'what arrived is in order');
+    assert.ok(
+      seqs.every((v, i) => i === 0 || v > seqs[i - 1]),
+      'what arrived is in order',
+    );
     assert.is(d.counters().rxDrops, s.kernelDrops, 'counters().rxDrops are the kernel drops');
     const again = d.stats();
     assert.is(again.kernelDrops, s.kernelDrops, 'accumulated: a second read does not reset them');
@@ -596,7 +694,8 @@ function graphWith(d: AfPacketDriver, pool: BufferPool) {
     fn: (rt: NodeRuntime, fr: Frame | null) => {
       const f = fr as Frame;
       for (let i = 0; i < f.n; i++) {
-        const bi = f.vec[i], o = pool.offset[bi];
+        const bi = f.vec[i],
+          o = pool.offset[bi];
         if (((pool.u8[o + 12] << 8) | pool.u8[o + 13]) === TYPE_TEST) seen.test++;
         else seen.other++;
         seen.rxIf.add(pool.rxIf[bi]);

@@ -19,18 +19,42 @@ const SMALL = { maxPds: 3, maxCqs: 4, maxSrqs: 2, maxMrBytes: 1 << 20, maxCqEntr
 async function smallApi() {
   const dps = await twoDataplanes({ a: { rdma: { ...baseConfig().rdma, ...SMALL } } });
   const api = await startApi(dps.a, { port: 0, checkResponses: true });
-  return { url: api.url, c: new ApiClient(api.url), b: dps.b, async close() { await api.close(); await dps.close(); } };
+  return {
+    url: api.url,
+    c: new ApiClient(api.url),
+    b: dps.b,
+    async close() {
+      await api.close();
+      await dps.close();
+    },
+  };
 }
 
-const over = (key: string) => new RegExp(`needs \\d+ of ${key.replace(/\./g, '\\.')} \\(\\d+\\), and \\d+ are in use: destroy objects first, or raise ${key.replace(/\./g, '\\.')} in the start-up file$`);
-const alone = (key: string) => new RegExp(`needs \\d+ of ${key.replace(/\./g, '\\.')}, more than its whole \\d+: ask for less, or raise ${key.replace(/\./g, '\\.')} in the start-up file$`);
+const over = (key: string) =>
+  new RegExp(
+    `needs \\d+ of ${key.replace(/\./g, '\\.')} \\(\\d+\\), and \\d+ are in use: destroy objects first, or raise ${key.replace(/\./g, '\\.')} in the start-up file$`,
+  );
+const alone = (key: string) =>
+  new RegExp(
+    `needs \\d+ of ${key.replace(/\./g, '\\.')}, more than its whole \\d+: ask for less, or raise ${key.replace(/\./g, '\\.')} in the start-up file$`,
+  );
 
 test('CQs: depths add up to rdma.max-cq-entries (409 past it, 413 alone), their number to rdma.max-cqs; destroy gives it back', async () => {
   const t = await smallApi();
   try {
     const a = await t.c.createCq({ depth: 600 });
-    assertError(await raw(t.url, 'POST', '/v1/cqs', { body: { depth: 600 } }), 409, /^cq depth 600 needs 600 of rdma\.max-cq-entries \(1000\), and 600 are in use: destroy objects first, or raise rdma\.max-cq-entries in the start-up file$/, 'second CQ of 600');
-    assertError(await raw(t.url, 'POST', '/v1/cqs', { body: { depth: 1001 } }), 413, /^cq depth 1001 needs 1001 of rdma\.max-cq-entries, more than its whole 1000/, 'a CQ deeper than the budget');
+    assertError(
+      await raw(t.url, 'POST', '/v1/cqs', { body: { depth: 600 } }),
+      409,
+      /^cq depth 600 needs 600 of rdma\.max-cq-entries \(1000\), and 600 are in use: destroy objects first, or raise rdma\.max-cq-entries in the start-up file$/,
+      'second CQ of 600',
+    );
+    assertError(
+      await raw(t.url, 'POST', '/v1/cqs', { body: { depth: 1001 } }),
+      413,
+      /^cq depth 1001 needs 1001 of rdma\.max-cq-entries, more than its whole 1000/,
+      'a CQ deeper than the budget',
+    );
     await t.c.destroyCq(a.cq);
     const b = await t.c.createCq({ depth: 600 });
     for (let i = 0; i < 3; i++) await t.c.createCq({ depth: 1 });
@@ -48,8 +72,18 @@ test('MRs: allocated bytes add up to rdma.max-mr-bytes; PDs count to rdma.max-pd
   try {
     const { pd } = await t.c.createPd();
     const m = await t.c.createMr({ pd, length: 600 * 1024, access: [] });
-    assertError(await raw(t.url, 'POST', '/v1/mrs', { body: { pd, length: 600 * 1024, access: [] } }), 409, over('rdma.max-mr-bytes'), 'second MR');
-    assertError(await raw(t.url, 'POST', '/v1/mrs', { body: { pd, length: 2 << 20, access: [] } }), 413, alone('rdma.max-mr-bytes'), 'an MR larger than the budget');
+    assertError(
+      await raw(t.url, 'POST', '/v1/mrs', { body: { pd, length: 600 * 1024, access: [] } }),
+      409,
+      over('rdma.max-mr-bytes'),
+      'second MR',
+    );
+    assertError(
+      await raw(t.url, 'POST', '/v1/mrs', { body: { pd, length: 2 << 20, access: [] } }),
+      413,
+      alone('rdma.max-mr-bytes'),
+      'an MR larger than the budget',
+    );
     await t.c.destroyMr(m.mr);
     await t.c.createMr({ pd, length: 1 << 20, access: [] });
     await t.c.createPd();
@@ -68,21 +102,44 @@ test('QPs and SRQs: work request slots (inline bytes count) add up to rdma.max-w
     // 1000 send slots with 4096 inline bytes each (1 + 4) and 1000 receive slots: 6000.
     const q = await t.c.createQp({ pd, sendCq: cq, recvCq: cq, maxSendWr: 1000, maxRecvWr: 1000, maxInline: 4096 });
     const body = { pd, sendCq: cq, recvCq: cq, maxSendWr: 1000, maxRecvWr: 1000, maxInline: 4096 };
-    assertError(await raw(t.url, 'POST', '/v1/qps', { body }), 409, /^qp of maxSendWr 1000, maxRecvWr 1000, maxInline 4096 needs 6000 of rdma\.max-wr-slots \(10000\), and 6000 are in use/, 'second QP');
-    assertError(await raw(t.url, 'POST', '/v1/qps', { body: { ...body, maxSendWr: 16384, maxInline: 0 } }), 413, alone('rdma.max-wr-slots'), 'a QP larger than the budget');
-    assertError(await raw(t.url, 'POST', '/v1/srqs', { body: { pd, maxWr: 5000 } }), 409, over('rdma.max-wr-slots'), 'an SRQ past the budget');
+    assertError(
+      await raw(t.url, 'POST', '/v1/qps', { body }),
+      409,
+      /^qp of maxSendWr 1000, maxRecvWr 1000, maxInline 4096 needs 6000 of rdma\.max-wr-slots \(10000\), and 6000 are in use/,
+      'second QP',
+    );
+    assertError(
+      await raw(t.url, 'POST', '/v1/qps', { body: { ...body, maxSendWr: 16384, maxInline: 0 } }),
+      413,
+      alone('rdma.max-wr-slots'),
+      'a QP larger than the budget',
+    );
+    assertError(
+      await raw(t.url, 'POST', '/v1/srqs', { body: { pd, maxWr: 5000 } }),
+      409,
+      over('rdma.max-wr-slots'),
+      'an SRQ past the budget',
+    );
     await t.c.listen({ port: 18800, ...body });
     const bp = await t.b.createPd();
     const bc = await t.b.createCq({ depth: 16 });
     const bq = await t.b.createQp({ pd: bp.pd, sendCq: bc.cq, recvCq: bc.cq, maxSendWr: 4, maxRecvWr: 4 });
-    const refused = await t.b.connect(bq.qpn, { remote: { ip: IP_A, port: 18800 }, mode: 'cm', timeoutMs: 2000 }).then(() => null, (x: DataplaneError) => x);
+    const refused = await t.b.connect(bq.qpn, { remote: { ip: IP_A, port: 18800 }, mode: 'cm', timeoutMs: 2000 }).then(
+      () => null,
+      (x: DataplaneError) => x,
+    );
     assert.is(refused?.kind, 'rejected', `the listener cannot make its QP: ${refused?.message}`);
     const [lv] = await t.c.listeners();
     assert.equal([lv.requests, lv.accepted], [1, []]);
     await t.c.destroyQp(q.qpn);
     const s1 = await t.c.createSrq({ pd, maxWr: 2000 });
     await t.c.createSrq({ pd, maxWr: 10 });
-    assertError(await raw(t.url, 'POST', '/v1/srqs', { body: { pd, maxWr: 1 } }), 409, over('rdma.max-srqs'), 'a third SRQ');
+    assertError(
+      await raw(t.url, 'POST', '/v1/srqs', { body: { pd, maxWr: 1 } }),
+      409,
+      over('rdma.max-srqs'),
+      'a third SRQ',
+    );
     await t.c.destroySrq(s1.srq);
     await t.c.createSrq({ pd, maxWr: 1 });
     // Budgets are returned exactly: all of it is free again once everything is gone.
@@ -92,16 +149,29 @@ test('QPs and SRQs: work request slots (inline bytes count) add up to rdma.max-w
   }
 });
 
-test('default budgets: the issue\'s attack (CQs of depth 2^20, again and again) stops at rdma.max-cq-entries; every existing size still fits', async () => {
+test("default budgets: the issue's attack (CQs of depth 2^20, again and again) stops at rdma.max-cq-entries; every existing size still fits", async () => {
   const cfg = parseConfig('');
-  assert.equal([cfg.rdma.maxMrBytes, cfg.rdma.maxCqEntries, cfg.rdma.maxWrSlots, cfg.rdma.maxPds, cfg.rdma.maxCqs, cfg.rdma.maxSrqs], [4 * 2 ** 30, 4 * 2 ** 20, 2 ** 20, 4096, 4096, 1024]);
+  assert.equal(
+    [
+      cfg.rdma.maxMrBytes,
+      cfg.rdma.maxCqEntries,
+      cfg.rdma.maxWrSlots,
+      cfg.rdma.maxPds,
+      cfg.rdma.maxCqs,
+      cfg.rdma.maxSrqs,
+    ],
+    [4 * 2 ** 30, 4 * 2 ** 20, 2 ** 20, 4096, 4096, 1024],
+  );
   const dp = await Dataplane.create({ ...cfg, interfaces: [], api: { host: '127.0.0.1', port: 0, token: null } });
   const api = await startApi(dp, { port: 0 });
   const c = new ApiClient(api.url);
   try {
     let made = 0;
     for (;;) {
-      const e = await c.createCq({ depth: 2 ** 20 }).then(() => null, (x) => x);
+      const e = await c.createCq({ depth: 2 ** 20 }).then(
+        () => null,
+        (x) => x,
+      );
       if (e !== null) {
         assert.is(e.statusCode, 409, e.message);
         assert.match(e.message, over('rdma.max-cq-entries'));
@@ -117,7 +187,12 @@ test('default budgets: the issue\'s attack (CQs of depth 2^20, again and again) 
     const { cq } = await c.createCq({ depth: 16 });
     const q = await c.createQp({ pd, sendCq: cq, recvCq: cq, maxSendWr: 16384, maxRecvWr: 16384, maxInline: 4096 });
     assert.is(q.maxInline, 4096);
-    const e = await apiError(c.createMr({ pd, length: 2 ** 31, access: [] }).then(() => c.createMr({ pd, length: 2 ** 31, access: [] })).then(() => c.createMr({ pd, length: 1, access: [] })));
+    const e = await apiError(
+      c
+        .createMr({ pd, length: 2 ** 31, access: [] })
+        .then(() => c.createMr({ pd, length: 2 ** 31, access: [] }))
+        .then(() => c.createMr({ pd, length: 1, access: [] })),
+    );
     assert.is(e.statusCode, 409);
     assert.match(e.message, over('rdma.max-mr-bytes'));
   } finally {

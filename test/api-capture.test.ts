@@ -6,7 +6,16 @@
  * capture.max-bytes and says so. Paths here are all inside temporary directories.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
@@ -18,7 +27,12 @@ import { apiPair, assertError, raw, type ApiPair } from './api-helpers.ts';
 
 function dirs() {
   const root = mkdtempSync(join(tmpdir(), 'rdma-graph-capture-'));
-  return { root, caps: join(root, 'caps'), outside: join(root, 'outside'), close: () => rmSync(root, { recursive: true, force: true }) };
+  return {
+    root,
+    caps: join(root, 'caps'),
+    outside: join(root, 'outside'),
+    close: () => rmSync(root, { recursive: true, force: true }),
+  };
 }
 
 async function capturePair(caps: string, maxBytes?: number): Promise<ApiPair & { itf: string }> {
@@ -36,15 +50,25 @@ async function traffic(p: ApiPair, bytes: number): Promise<void> {
     const qp = await c.createQp({ pd, sendCq: cq, recvCq: cq, maxSendWr: 16, maxRecvWr: 16 });
     return { cq, mr, qp };
   };
-  const x = await ends(p.ca), y = await ends(p.cb);
+  const x = await ends(p.ca),
+    y = await ends(p.cb);
   await p.ca.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual', remotePsn: y.qp.psn });
   await p.cb.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual', remotePsn: x.qp.psn });
-  await p.ca.postSend(x.qp.qpn, { wrId: 1, opcode: 'write', sge: [{ mr: x.mr.mr, offset: 0, length: bytes }], remote: { stag: y.mr.stag, offset: 0 } });
+  await p.ca.postSend(x.qp.qpn, {
+    wrId: 1,
+    opcode: 'write',
+    sge: [{ mr: x.mr.mr, offset: 0, length: bytes }],
+    remote: { stag: y.mr.stag, offset: 0 },
+  });
   const r = await p.ca.pollCq(x.cq, { waitMs: 2000 });
-  assert.equal(r.completions.map((c) => c.status), ['success']);
+  assert.equal(
+    r.completions.map((c) => c.status),
+    ['success'],
+  );
 }
 
-const NAME_RULE = 'body/file must be a file name of 1..128 letters, digits, ".", "_" and "-", not starting with "." or "-" (no path: it goes into capture.dir)';
+const NAME_RULE =
+  'body/file must be a file name of 1..128 letters, digits, ".", "_" and "-", not starting with "." or "-" (no path: it goes into capture.dir)';
 
 test('paths and hostile names are refused before anything is opened, with the same words whether the path exists or not', async () => {
   const d = dirs();
@@ -53,8 +77,24 @@ test('paths and hostile names are refused before anything is opened, with the sa
     spawnSync('mkdir', ['-p', d.outside]);
     const victim = join(d.outside, 'victim');
     writeFileSync(victim, 'precious');
-    const post = (file: string) => raw(p.apiA.url, 'POST', `/v1/interfaces/${p.itf}/capture`, { body: { direction: 'rx', file } });
-    for (const file of [victim, join(d.outside, 'absent'), '../outside/victim', '../escape.pcap', '..', '.', '.hidden', 'a/b', 'x\u0000y', '-r', 'a b', 'a\nb', 'x'.repeat(129), '']) {
+    const post = (file: string) =>
+      raw(p.apiA.url, 'POST', `/v1/interfaces/${p.itf}/capture`, { body: { direction: 'rx', file } });
+    for (const file of [
+      victim,
+      join(d.outside, 'absent'),
+      '../outside/victim',
+      '../escape.pcap',
+      '..',
+      '.',
+      '.hidden',
+      'a/b',
+      'x\u0000y',
+      '-r',
+      'a b',
+      'a\nb',
+      'x'.repeat(129),
+      '',
+    ]) {
       assertError(await post(file), 400, NAME_RULE, `file ${JSON.stringify(file)}`);
     }
     assertError(await post('a..b'), 400, 'capture file name "a..b" contains ".."', 'a..b');
@@ -71,7 +111,8 @@ test('an existing name, a planted symlink or FIFO: 409 naming the file, nothing 
   const d = dirs();
   const p = await capturePair(d.caps);
   try {
-    const post = (file: string, direction = 'rx') => raw(p.apiA.url, 'POST', `/v1/interfaces/${p.itf}/capture`, { body: { direction, file } });
+    const post = (file: string, direction = 'rx') =>
+      raw(p.apiA.url, 'POST', `/v1/interfaces/${p.itf}/capture`, { body: { direction, file } });
     // The first capture makes capture.dir (0700) and a 0600 file.
     assert.is((await post('first.pcap')).status, 200);
     assert.is(statSync(d.caps).mode & 0o777, 0o700);
@@ -87,7 +128,12 @@ test('an existing name, a planted symlink or FIFO: 409 naming the file, nothing 
     for (const name of ['first.pcap', 'old.pcap', 'link.pcap', 'dangling.pcap', 'fifo.pcap']) {
       const t0 = Date.now();
       const r = await post(name);
-      assertError(r, 409, `capture file ${name} already exists in capture.dir (${d.caps}): pick another name, or remove it`, name);
+      assertError(
+        r,
+        409,
+        `capture file ${name} already exists in capture.dir (${d.caps}): pick another name, or remove it`,
+        name,
+      );
       assert.ok(Date.now() - t0 < 2000, `${name}: answered at once`);
     }
     assert.is(readFileSync(victim, 'utf8'), 'precious');
@@ -97,7 +143,14 @@ test('an existing name, a planted symlink or FIFO: 409 naming the file, nothing 
     writeFileSync(join(d.caps, 'new-tx.pcap'), 'keep me too');
     assertError(await post('new.pcap', 'both'), 409, /^capture file new-tx\.pcap already exists/, 'both, tx exists');
     assert.not.ok(existsSync(join(d.caps, 'new.pcap')), 'the rx file made before the refusal is removed');
-    assert.equal(readdirSync(d.caps).sort(), ['dangling.pcap', 'fifo.pcap', 'first.pcap', 'link.pcap', 'new-tx.pcap', 'old.pcap']);
+    assert.equal(readdirSync(d.caps).sort(), [
+      'dangling.pcap',
+      'fifo.pcap',
+      'first.pcap',
+      'link.pcap',
+      'new-tx.pcap',
+      'old.pcap',
+    ]);
     // The data plane still answers.
     assert.is((await p.ca.health()).status, 'ok');
   } finally {
@@ -111,7 +164,12 @@ test('a capture stops before capture.max-bytes and at its count, says so in the 
   const p = await capturePair(d.caps, 4096);
   try {
     const cap = await p.ca.capture(p.itf, { direction: 'both', file: 'small.pcap' });
-    assert.equal(cap.capture, { rx: join(d.caps, 'small.pcap'), tx: join(d.caps, 'small-tx.pcap'), rxStopped: null, txStopped: null });
+    assert.equal(cap.capture, {
+      rx: join(d.caps, 'small.pcap'),
+      tx: join(d.caps, 'small-tx.pcap'),
+      rxStopped: null,
+      txStopped: null,
+    });
     await traffic(p, 3000);
     await traffic(p, 3000);
     const v = (await p.ca.interface(p.itf)).capture;

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { ApiClient, ApiConnectionError, ApiError, ApiForeignError } from '../api/client.ts';
 import { apiError, apiPair } from './api-helpers.ts';
 
-test('refusals are ApiErrors with the API\'s status, reason and message', async () => {
+test("refusals are ApiErrors with the API's status, reason and message", async () => {
   const p = await apiPair();
   try {
     const e = await apiError(p.ca.getQp(1));
@@ -45,7 +45,10 @@ test('no daemon: ApiConnectionError "cannot reach the rdma-graph API at URL: is 
   const port = (srv.address() as { port: number }).port;
   await new Promise<void>((r) => srv.close(() => r()));
   const url = `http://127.0.0.1:${port}`;
-  const e = await new ApiClient(url).health().then(() => null, (x) => x);
+  const e = await new ApiClient(url).health().then(
+    () => null,
+    (x) => x,
+  );
   assert.instance(e, ApiConnectionError);
   assert.instance(e, ApiError);
   assert.is(e.statusCode, 0);
@@ -63,7 +66,14 @@ test('something that is not the API answering: ApiForeignError (an ApiError) wit
   try {
     const e = await apiError(new ApiClient(url).health());
     assert.instance(e, ApiForeignError);
-    assert.equal([e.statusCode, e.error, e.message], [502, 'Not rdma-graph', `${url} answered GET /v1/health with HTTP 502 Bad Gateway (text/html: <h1>bad gateway</h1>), not as the rdma-graph API does: is --api right?`]);
+    assert.equal(
+      [e.statusCode, e.error, e.message],
+      [
+        502,
+        'Not rdma-graph',
+        `${url} answered GET /v1/health with HTTP 502 Bad Gateway (text/html: <h1>bad gateway</h1>), not as the rdma-graph API does: is --api right?`,
+      ],
+    );
   } finally {
     await new Promise<void>((r) => srv.close(() => r()));
   }
@@ -71,10 +81,11 @@ test('something that is not the API answering: ApiForeignError (an ApiError) wit
 
 test('api/ reaches the data plane only through the facade and its views in dataplane/ (and graph/format.ts for the VPP renderers)', () => {
   const root = new URL('..', import.meta.url).pathname;
-  const files = (dir: string): string[] => readdirSync(join(root, dir)).flatMap((f) => {
-    const rel = join(dir, f);
-    return statSync(join(root, rel)).isDirectory() ? files(rel) : rel.endsWith('.ts') ? [rel] : [];
-  });
+  const files = (dir: string): string[] =>
+    readdirSync(join(root, dir)).flatMap((f) => {
+      const rel = join(dir, f);
+      return statSync(join(root, rel)).isDirectory() ? files(rel) : rel.endsWith('.ts') ? [rel] : [];
+    });
   const list = files('api');
   assert.ok(list.length >= 10, `${list.length} api sources`);
   for (const f of list) {
@@ -83,7 +94,14 @@ test('api/ reaches the data plane only through the facade and its views in datap
       const spec = m[1];
       if (!spec.startsWith('.')) continue; // node: built-ins and packages
       const to = join(f, '..', spec);
-      assert.ok(to.startsWith('api/') || to === 'dataplane/dataplane.ts' || to === 'dataplane/views.ts' || to === 'graph/format.ts' || to === 'package.json', `${f} imports "${spec}"`);
+      assert.ok(
+        to.startsWith('api/') ||
+          to === 'dataplane/dataplane.ts' ||
+          to === 'dataplane/views.ts' ||
+          to === 'graph/format.ts' ||
+          to === 'package.json',
+        `${f} imports "${spec}"`,
+      );
     }
   }
 });

@@ -26,7 +26,11 @@ async function fixture(p: ApiPair) {
   const { ca, cb } = p;
   const { pd } = await ca.createPd();
   const { cq } = await ca.createCq({ depth: 64 });
-  const mr = await ca.createMr({ pd, length: 65536, access: ['local-write', 'remote-write', 'remote-read', 'remote-atomic'] });
+  const mr = await ca.createMr({
+    pd,
+    length: 65536,
+    access: ['local-write', 'remote-write', 'remote-read', 'remote-atomic'],
+  });
   const srq = await ca.createSrq({ pd, maxWr: 1 });
   const qp = await ca.createQp({ pd, sendCq: cq, recvCq: cq, maxSendWr: 16, maxRecvWr: 16 });
   const rts = await ca.createQp({ pd, sendCq: cq, recvCq: cq, maxSendWr: 16, maxRecvWr: 16 });
@@ -42,7 +46,19 @@ async function fixture(p: ApiPair) {
   // the embedding API takes it and fails each QP): every request is rejected.
   await p.b.listen({ port: 18701, pd: bPd, sendCq: bCq, recvCq: bCq, maxSendWr: 99999, maxRecvWr: 4 });
   const [itf] = await ca.interfaces();
-  return { pd, cq, mr, srq: srq.srq, qpn: qp.qpn, rts: rts.qpn, spare: spare.qpn, peer: peer.qpn, bCq, bMr, itf: itf.name };
+  return {
+    pd,
+    cq,
+    mr,
+    srq: srq.srq,
+    qpn: qp.qpn,
+    rts: rts.qpn,
+    spare: spare.qpn,
+    peer: peer.qpn,
+    bCq,
+    bMr,
+    itf: itf.name,
+  };
 }
 
 function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
@@ -53,7 +69,12 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
   return [
     // status
     { method: 'GET', path: '/v1/health?x=1', status: 400, message: NOFIELDS('querystring', 'x') },
-    { method: 'POST', path: '/v1/health', status: 405, message: 'POST is not a method of /v1/health: it takes GET, HEAD' },
+    {
+      method: 'POST',
+      path: '/v1/health',
+      status: 405,
+      message: 'POST is not a method of /v1/health: it takes GET, HEAD',
+    },
     { method: 'GET', path: '/v1/buffers?count=1', status: 400, message: NOFIELDS('querystring', 'count') },
     { method: 'GET', path: '/v1/version?v=1', status: 400, message: NOFIELDS('querystring', 'v') },
     { method: 'GET', path: '/v1/device?port=1', status: 400, message: NOFIELDS('querystring', 'port') },
@@ -61,43 +82,242 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
     { method: 'GET', path: '/v1/interfaces?verbose=1', status: 400, message: NOFIELDS('querystring', 'verbose') },
     { method: 'GET', path: '/v1/interfaces/eth9', status: 404, message: `no interface "eth9" (have: ${itf})` },
     { method: 'GET', path: '/v1/interfaces/%F0%9F%9A%80', status: 404, message: `no interface "🚀" (have: ${itf})` },
-    { method: 'GET', path: `/v1/interfaces/${long}`, status: 400, message: 'params/name must NOT have more than 256 characters' },
-    { method: 'GET', path: '/v1/interfaces/%E0%A4%A', status: 400, message: "'/v1/interfaces/%E0%A4%A' is not a valid url component" },
-    { method: 'POST', path: `/v1/interfaces/${itf}/capture`, body: {}, status: 400, message: 'body/direction is required' },
-    { method: 'POST', path: `/v1/interfaces/${itf}/capture`, body: { direction: 'up', file: 'x.pcap' }, status: 400, message: 'body/direction must be one of "rx", "tx", "both"' },
-    { method: 'POST', path: `/v1/interfaces/${itf}/capture`, body: { direction: 'rx', file: '' }, status: 400, message: 'body/file must be a file name of 1..128 letters, digits, ".", "_" and "-", not starting with "." or "-" (no path: it goes into capture.dir)' },
-    { method: 'POST', path: `/v1/interfaces/${itf}/capture`, body: { direction: 'rx', file: 'x.pcap', count: 0 }, status: 400, message: 'body/count must be >= 1' },
-    { method: 'POST', path: `/v1/interfaces/${itf}/capture`, body: { direction: 'rx', file: 'x.pcap', count: 2 ** 32 }, status: 400, message: 'body/count must be <= 4294967295' },
-    { method: 'POST', path: `/v1/interfaces/${itf}/capture`, body: { direction: 'rx', file: '/nonexistent-dir/x.pcap' }, status: 400, message: 'body/file must be a file name of 1..128 letters, digits, ".", "_" and "-", not starting with "." or "-" (no path: it goes into capture.dir)' },
-    { method: 'POST', path: `/v1/interfaces/${itf}/capture`, body: { direction: 'rx', file: 'a..b' }, status: 400, message: 'capture file name "a..b" contains ".."' },
-    { method: 'POST', path: '/v1/interfaces/eth9/capture', body: { direction: 'rx', file: 'x.pcap' }, status: 404, message: `no interface "eth9" (have: ${itf})` },
-    { method: 'DELETE', path: '/v1/interfaces/eth9/capture', status: 404, message: `no interface "eth9" (have: ${itf})` },
-    { method: 'DELETE', path: `/v1/interfaces/${itf}/capture`, body: { file: 'x' }, status: 400, message: NOFIELDS('body', 'file') },
-    { method: 'POST', path: `/v1/interfaces/${itf}/fault`, body: { direction: 'rx', loss: 2 }, status: 400, message: 'body/loss must be <= 1' },
-    { method: 'POST', path: `/v1/interfaces/${itf}/fault`, body: { direction: 'rx', loss: '0.5' }, status: 400, message: 'body/loss must be number' },
-    { method: 'POST', path: `/v1/interfaces/${itf}/fault`, body: { direction: 'rx', off: true, loss: 0.1 }, status: 400, message: 'body/off: true removes the injector; it takes no loss' },
-    { method: 'POST', path: `/v1/interfaces/${itf}/fault`, body: { direction: 'rx', off: false }, status: 400, message: 'body/off must be one of true' },
-    { method: 'POST', path: `/v1/interfaces/${itf}/fault`, body: { direction: 'rx', reorderDepth: 0 }, status: 400, message: 'body/reorderDepth must be >= 1' },
-    { method: 'POST', path: `/v1/interfaces/${itf}/fault`, body: { direction: 'rx', 'reorder-depth': 4 }, status: 400, message: /^body\/reorder-depth is not allowed \(allowed: direction, off, seed, loss, reorder, reorderDepth, reorderDelayUs, duplicate, corrupt\)$/ },
-    { method: 'POST', path: `/v1/interfaces/${itf}/fault`, body: { direction: 'rx', seed: -1 }, status: 400, message: 'body/seed must be >= 0' },
-    { method: 'POST', path: `/v1/interfaces/${itf}/fault`, body: { loss: 0.1 }, status: 400, message: 'body/direction is required' },
-    { method: 'POST', path: '/v1/interfaces/eth9/fault', body: { direction: 'rx', loss: 0.1 }, status: 404, message: `no interface "eth9" (have: ${itf})` },
+    {
+      method: 'GET',
+      path: `/v1/interfaces/${long}`,
+      status: 400,
+      message: 'params/name must NOT have more than 256 characters',
+    },
+    {
+      method: 'GET',
+      path: '/v1/interfaces/%E0%A4%A',
+      status: 400,
+      message: "'/v1/interfaces/%E0%A4%A' is not a valid url component",
+    },
+    {
+      method: 'POST',
+      path: `/v1/interfaces/${itf}/capture`,
+      body: {},
+      status: 400,
+      message: 'body/direction is required',
+    },
+    {
+      method: 'POST',
+      path: `/v1/interfaces/${itf}/capture`,
+      body: { direction: 'up', file: 'x.pcap' },
+      status: 400,
+      message: 'body/direction must be one of "rx", "tx", "both"',
+    },
+    {
+      method: 'POST',
+      path: `/v1/interfaces/${itf}/capture`,
+      body: { direction: 'rx', file: '' },
+      status: 400,
+      message:
+        'body/file must be a file name of 1..128 letters, digits, ".", "_" and "-", not starting with "." or "-" (no path: it goes into capture.dir)',
+    },
+    {
+      method: 'POST',
+      path: `/v1/interfaces/${itf}/capture`,
+      body: { direction: 'rx', file: 'x.pcap', count: 0 },
+      status: 400,
+      message: 'body/count must be >= 1',
+    },
+    {
+      method: 'POST',
+      path: `/v1/interfaces/${itf}/capture`,
+      body: { direction: 'rx', file: 'x.pcap', count: 2 ** 32 },
+      status: 400,
+      message: 'body/count must be <= 4294967295',
+    },
+    {
+      method: 'POST',
+      path: `/v1/interfaces/${itf}/capture`,
+      body: { direction: 'rx', file: '/nonexistent-dir/x.pcap' },
+      status: 400,
+      message:
+        'body/file must be a file name of 1..128 letters, digits, ".", "_" and "-", not starting with "." or "-" (no path: it goes into capture.dir)',
+    },
+    {
+      method: 'POST',
+      path: `/v1/interfaces/${itf}/capture`,
+      body: { direction: 'rx', file: 'a..b' },
+      status: 400,
+      message: 'capture file name "a..b" contains ".."',
+    },
+    {
+      method: 'POST',
+      path: '/v1/interfaces/eth9/capture',
+      body: { direction: 'rx', file: 'x.pcap' },
+      status: 404,
+      message: `no interface "eth9" (have: ${itf})`,
+    },
+    {
+      method: 'DELETE',
+      path: '/v1/interfaces/eth9/capture',
+      status: 404,
+      message: `no interface "eth9" (have: ${itf})`,
+    },
+    {
+      method: 'DELETE',
+      path: `/v1/interfaces/${itf}/capture`,
+      body: { file: 'x' },
+      status: 400,
+      message: NOFIELDS('body', 'file'),
+    },
+    {
+      method: 'POST',
+      path: `/v1/interfaces/${itf}/fault`,
+      body: { direction: 'rx', loss: 2 },
+      status: 400,
+      message: 'body/loss must be <= 1',
+    },
+    {
+      method: 'POST',
+      path: `/v1/interfaces/${itf}/fault`,
+      body: { direction: 'rx', loss: '0.5' },
+      status: 400,
+      message: 'body/loss must be number',
+    },
+    {
+      method: 'POST',
+      path: `/v1/interfaces/${itf}/fault`,
+      body: { direction: 'rx', off: true, loss: 0.1 },
+      status: 400,
+      message: 'body/off: true removes the injector; it takes no loss',
+    },
+    {
+      method: 'POST',
+      path: `/v1/interfaces/${itf}/fault`,
+      body: { direction: 'rx', off: false },
+      status: 400,
+      message: 'body/off must be one of true',
+    },
+    {
+      method: 'POST',
+      path: `/v1/interfaces/${itf}/fault`,
+      body: { direction: 'rx', reorderDepth: 0 },
+      status: 400,
+      message: 'body/reorderDepth must be >= 1',
+    },
+    {
+      method: 'POST',
+      path: `/v1/interfaces/${itf}/fault`,
+      body: { direction: 'rx', 'reorder-depth': 4 },
+      status: 400,
+      message:
+        /^body\/reorder-depth is not allowed \(allowed: direction, off, seed, loss, reorder, reorderDepth, reorderDelayUs, duplicate, corrupt\)$/,
+    },
+    {
+      method: 'POST',
+      path: `/v1/interfaces/${itf}/fault`,
+      body: { direction: 'rx', seed: -1 },
+      status: 400,
+      message: 'body/seed must be >= 0',
+    },
+    {
+      method: 'POST',
+      path: `/v1/interfaces/${itf}/fault`,
+      body: { loss: 0.1 },
+      status: 400,
+      message: 'body/direction is required',
+    },
+    {
+      method: 'POST',
+      path: '/v1/interfaces/eth9/fault',
+      body: { direction: 'rx', loss: 0.1 },
+      status: 404,
+      message: `no interface "eth9" (have: ${itf})`,
+    },
     { method: 'GET', path: '/v1/neighbors?x=1', status: 400, message: NOFIELDS('querystring', 'x') },
-    { method: 'POST', path: '/v1/ping', body: { address: '10.10.0.2', size: 5000 }, status: 400, message: 'body/size must be <= 1472' },
-    { method: 'POST', path: '/v1/ping', body: { address: '172.16.0.1' }, status: 404, message: 'ping: no route to 172.16.0.1 (no interface address or gateway covers it)' },
-    { method: 'POST', path: '/v1/ping', body: { address: '10.10.0.2', count: 60, intervalMs: 1001 }, status: 400, message: 'ping: 60 requests 1001 ms apart waited 1000 ms take longer than 60000 ms' },
-    { method: 'GET', path: '/v1/runtime?verbose=yes', status: 400, message: 'querystring/verbose must be one of "0", "1", "true", "false"' },
-    { method: 'GET', path: '/v1/runtime?verbose=1&x=2', status: 400, message: 'querystring/x is not allowed (allowed: verbose)' },
+    {
+      method: 'POST',
+      path: '/v1/ping',
+      body: { address: '10.10.0.2', size: 5000 },
+      status: 400,
+      message: 'body/size must be <= 1472',
+    },
+    {
+      method: 'POST',
+      path: '/v1/ping',
+      body: { address: '172.16.0.1' },
+      status: 404,
+      message: 'ping: no route to 172.16.0.1 (no interface address or gateway covers it)',
+    },
+    {
+      method: 'POST',
+      path: '/v1/ping',
+      body: { address: '10.10.0.2', count: 60, intervalMs: 1001 },
+      status: 400,
+      message: 'ping: 60 requests 1001 ms apart waited 1000 ms take longer than 60000 ms',
+    },
+    {
+      method: 'GET',
+      path: '/v1/runtime?verbose=yes',
+      status: 400,
+      message: 'querystring/verbose must be one of "0", "1", "true", "false"',
+    },
+    {
+      method: 'GET',
+      path: '/v1/runtime?verbose=1&x=2',
+      status: 400,
+      message: 'querystring/x is not allowed (allowed: verbose)',
+    },
     { method: 'POST', path: '/v1/runtime/clear', body: { a: 1 }, status: 400, message: NOFIELDS('body', 'a') },
-    { method: 'POST', path: '/v1/runtime/clear', body: 'clear', headers: { 'content-type': 'text/plain' }, status: 415, message: 'POST /v1/runtime/clear needs Content-Type: application/json (send {} when the route takes no body): web pages cannot send that without asking, got Content-Type "text/plain"' },
-    { method: 'POST', path: '/v1/runtime/clear', status: 415, message: 'POST /v1/runtime/clear needs Content-Type: application/json (send {} when the route takes no body): web pages cannot send that without asking, got no Content-Type' },
+    {
+      method: 'POST',
+      path: '/v1/runtime/clear',
+      body: 'clear',
+      headers: { 'content-type': 'text/plain' },
+      status: 415,
+      message:
+        'POST /v1/runtime/clear needs Content-Type: application/json (send {} when the route takes no body): web pages cannot send that without asking, got Content-Type "text/plain"',
+    },
+    {
+      method: 'POST',
+      path: '/v1/runtime/clear',
+      status: 415,
+      message:
+        'POST /v1/runtime/clear needs Content-Type: application/json (send {} when the route takes no body): web pages cannot send that without asking, got no Content-Type',
+    },
     { method: 'GET', path: '/v1/errors?verbose=1', status: 400, message: NOFIELDS('querystring', 'verbose') },
     { method: 'POST', path: '/v1/errors/clear', body: [], status: 400, message: 'body must be object' },
-    { method: 'POST', path: '/v1/trace', body: { node: 'ethernet-input', count: 1 }, status: 400, message: /^trace add: node "ethernet-input" is not an input node that supports trace \(these do: [^)]*pipe-input[^)]*\)$/ },
-    { method: 'POST', path: '/v1/trace', body: { node: 'no-such-node', count: 1 }, status: 400, message: /no-such-node/ },
-    { method: 'POST', path: '/v1/trace', body: { node: 'pipe-input', count: -1 }, status: 400, message: 'body/count must be >= 0' },
-    { method: 'POST', path: '/v1/trace', body: { node: 'pipe-input', count: '5' }, status: 400, message: 'body/count must be integer' },
-    { method: 'POST', path: '/v1/trace', body: { node: 'pipe-input', count: 1e7 }, status: 400, message: 'body/count must be <= 1000000' },
+    {
+      method: 'POST',
+      path: '/v1/trace',
+      body: { node: 'ethernet-input', count: 1 },
+      status: 400,
+      message:
+        /^trace add: node "ethernet-input" is not an input node that supports trace \(these do: [^)]*pipe-input[^)]*\)$/,
+    },
+    {
+      method: 'POST',
+      path: '/v1/trace',
+      body: { node: 'no-such-node', count: 1 },
+      status: 400,
+      message: /no-such-node/,
+    },
+    {
+      method: 'POST',
+      path: '/v1/trace',
+      body: { node: 'pipe-input', count: -1 },
+      status: 400,
+      message: 'body/count must be >= 0',
+    },
+    {
+      method: 'POST',
+      path: '/v1/trace',
+      body: { node: 'pipe-input', count: '5' },
+      status: 400,
+      message: 'body/count must be integer',
+    },
+    {
+      method: 'POST',
+      path: '/v1/trace',
+      body: { node: 'pipe-input', count: 1e7 },
+      status: 400,
+      message: 'body/count must be <= 1000000',
+    },
     { method: 'POST', path: '/v1/trace', body: { count: 1 }, status: 400, message: 'body/node is required' },
     { method: 'GET', path: '/v1/trace?max=3', status: 400, message: NOFIELDS('querystring', 'max') },
     { method: 'DELETE', path: '/v1/trace', body: { all: true }, status: 400, message: NOFIELDS('body', 'all') },
@@ -119,140 +339,710 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
     { method: 'DELETE', path: '/v1/pds/-1', status: 400, message: 'params/pd must be >= 0' },
     { method: 'DELETE', path: '/v1/pds/4294967296', status: 400, message: 'params/pd must be <= 4294967295' },
     // MR
-    { method: 'POST', path: '/v1/mrs', body: { pd, length: 16, access: 'local-write' }, status: 400, message: 'body/access must be array' },
-    { method: 'POST', path: '/v1/mrs', body: { pd, length: 16, access: ['fly'] }, status: 400, message: 'body/access/0 must be one of "local-write", "remote-write", "remote-read", "remote-atomic", "remote-invalidate"' },
-    { method: 'POST', path: '/v1/mrs', body: { pd, length: 16, access: 'local-write' }, status: 400, message: 'body/access must be array' },
-    { method: 'POST', path: '/v1/mrs', body: { pd, length: -1, access: [] }, status: 400, message: 'body/length must be >= 0' },
-    { method: 'POST', path: '/v1/mrs', body: { pd, length: '16', access: [] }, status: 400, message: 'body/length must be integer' },
-    { method: 'POST', path: '/v1/mrs', body: { pd, length: 2 ** 40, access: [] }, status: 400, message: 'body/length must be <= 2147483648' },
-    { method: 'POST', path: '/v1/mrs', body: { pd, length: 1e300, access: [] }, status: 400, message: 'body/length must be <= 2147483648' },
-    { method: 'POST', path: '/v1/mrs', body: { pd: 999999, length: 16, access: [] }, status: 404, message: 'no protection domain 999999' },
-    { method: 'POST', path: '/v1/mrs', body: { pd: 2 ** 33, length: 16, access: [] }, status: 400, message: 'body/pd must be <= 4294967295' },
-    { method: 'POST', path: '/v1/mrs', body: { pd, length: 16, access: [], mr: 5 }, status: 400, message: 'body/mr is not allowed (allowed: pd, length, access)' },
+    {
+      method: 'POST',
+      path: '/v1/mrs',
+      body: { pd, length: 16, access: 'local-write' },
+      status: 400,
+      message: 'body/access must be array',
+    },
+    {
+      method: 'POST',
+      path: '/v1/mrs',
+      body: { pd, length: 16, access: ['fly'] },
+      status: 400,
+      message:
+        'body/access/0 must be one of "local-write", "remote-write", "remote-read", "remote-atomic", "remote-invalidate"',
+    },
+    {
+      method: 'POST',
+      path: '/v1/mrs',
+      body: { pd, length: 16, access: 'local-write' },
+      status: 400,
+      message: 'body/access must be array',
+    },
+    {
+      method: 'POST',
+      path: '/v1/mrs',
+      body: { pd, length: -1, access: [] },
+      status: 400,
+      message: 'body/length must be >= 0',
+    },
+    {
+      method: 'POST',
+      path: '/v1/mrs',
+      body: { pd, length: '16', access: [] },
+      status: 400,
+      message: 'body/length must be integer',
+    },
+    {
+      method: 'POST',
+      path: '/v1/mrs',
+      body: { pd, length: 2 ** 40, access: [] },
+      status: 400,
+      message: 'body/length must be <= 2147483648',
+    },
+    {
+      method: 'POST',
+      path: '/v1/mrs',
+      body: { pd, length: 1e300, access: [] },
+      status: 400,
+      message: 'body/length must be <= 2147483648',
+    },
+    {
+      method: 'POST',
+      path: '/v1/mrs',
+      body: { pd: 999999, length: 16, access: [] },
+      status: 404,
+      message: 'no protection domain 999999',
+    },
+    {
+      method: 'POST',
+      path: '/v1/mrs',
+      body: { pd: 2 ** 33, length: 16, access: [] },
+      status: 400,
+      message: 'body/pd must be <= 4294967295',
+    },
+    {
+      method: 'POST',
+      path: '/v1/mrs',
+      body: { pd, length: 16, access: [], mr: 5 },
+      status: 400,
+      message: 'body/mr is not allowed (allowed: pd, length, access)',
+    },
     { method: 'GET', path: '/v1/mrs?pd=1', status: 400, message: NOFIELDS('querystring', 'pd') },
     { method: 'GET', path: '/v1/mrs/999999', status: 404, message: 'no memory region 999999' },
     { method: 'GET', path: '/v1/mrs/1.5', status: 400, message: 'params/mr must be integer' },
     { method: 'DELETE', path: '/v1/mrs/999999', status: 404, message: 'no memory region 999999' },
-    { method: 'PUT', path: `/v1/mrs/${mr.mr}/data`, body: { data: 'aGk=' }, status: 415, message: 'PUT /v1/mrs/{mr}/data takes application/octet-stream, got Content-Type "application/json"' },
-    { method: 'PUT', path: `/v1/mrs/${mr.mr}/data`, body: 'hi', headers: { 'content-type': 'text/plain' }, status: 415, message: 'PUT /v1/mrs/{mr}/data takes application/octet-stream, got Content-Type "text/plain"' },
-    { method: 'PUT', path: `/v1/mrs/${mr.mr}/data?offset=65537`, bytes: new Uint8Array(1), status: 400, message: `write mr ${mr.mr}: offset 65537 is past the end of mr ${mr.mr} (length 65536)` },
-    { method: 'PUT', path: `/v1/mrs/${mr.mr}/data?offset=65530`, bytes: new Uint8Array(7), status: 413, message: `write mr ${mr.mr}: 7 bytes at offset 65530 do not fit in mr ${mr.mr} (length 65536)` },
-    { method: 'PUT', path: `/v1/mrs/${mr.mr}/data?offset=-1`, bytes: new Uint8Array(1), status: 400, message: 'querystring/offset must be >= 0' },
-    { method: 'PUT', path: `/v1/mrs/${mr.mr}/data?offset=abc`, bytes: new Uint8Array(1), status: 400, message: 'querystring/offset must be integer' },
-    { method: 'PUT', path: `/v1/mrs/${mr.mr}/data?length=1`, bytes: new Uint8Array(1), status: 400, message: 'querystring/length is not allowed (allowed: offset)' },
-    { method: 'PUT', path: '/v1/mrs/999999/data', bytes: new Uint8Array(1), status: 404, message: 'no memory region 999999' },
-    { method: 'GET', path: `/v1/mrs/${mr.mr}/data?offset=65000&length=1000`, status: 413, message: `read mr ${mr.mr}: 1000 bytes at offset 65000 do not fit in mr ${mr.mr} (length 65536)` },
-    { method: 'GET', path: `/v1/mrs/${mr.mr}/data?offset=70000`, status: 400, message: `read mr ${mr.mr}: offset 70000 is past the end of mr ${mr.mr} (length 65536)` },
-    { method: 'GET', path: `/v1/mrs/${mr.mr}/data?length=${MR_DATA_MAX + 1}`, status: 413, message: `querystring/length: ${MR_DATA_MAX + 1} bytes is more than one request reads (${MR_DATA_MAX}); read in pieces with offset and length` },
-    { method: 'GET', path: `/v1/mrs/${mr.mr}/data?length=ten`, status: 400, message: 'querystring/length must be integer' },
+    {
+      method: 'PUT',
+      path: `/v1/mrs/${mr.mr}/data`,
+      body: { data: 'aGk=' },
+      status: 415,
+      message: 'PUT /v1/mrs/{mr}/data takes application/octet-stream, got Content-Type "application/json"',
+    },
+    {
+      method: 'PUT',
+      path: `/v1/mrs/${mr.mr}/data`,
+      body: 'hi',
+      headers: { 'content-type': 'text/plain' },
+      status: 415,
+      message: 'PUT /v1/mrs/{mr}/data takes application/octet-stream, got Content-Type "text/plain"',
+    },
+    {
+      method: 'PUT',
+      path: `/v1/mrs/${mr.mr}/data?offset=65537`,
+      bytes: new Uint8Array(1),
+      status: 400,
+      message: `write mr ${mr.mr}: offset 65537 is past the end of mr ${mr.mr} (length 65536)`,
+    },
+    {
+      method: 'PUT',
+      path: `/v1/mrs/${mr.mr}/data?offset=65530`,
+      bytes: new Uint8Array(7),
+      status: 413,
+      message: `write mr ${mr.mr}: 7 bytes at offset 65530 do not fit in mr ${mr.mr} (length 65536)`,
+    },
+    {
+      method: 'PUT',
+      path: `/v1/mrs/${mr.mr}/data?offset=-1`,
+      bytes: new Uint8Array(1),
+      status: 400,
+      message: 'querystring/offset must be >= 0',
+    },
+    {
+      method: 'PUT',
+      path: `/v1/mrs/${mr.mr}/data?offset=abc`,
+      bytes: new Uint8Array(1),
+      status: 400,
+      message: 'querystring/offset must be integer',
+    },
+    {
+      method: 'PUT',
+      path: `/v1/mrs/${mr.mr}/data?length=1`,
+      bytes: new Uint8Array(1),
+      status: 400,
+      message: 'querystring/length is not allowed (allowed: offset)',
+    },
+    {
+      method: 'PUT',
+      path: '/v1/mrs/999999/data',
+      bytes: new Uint8Array(1),
+      status: 404,
+      message: 'no memory region 999999',
+    },
+    {
+      method: 'GET',
+      path: `/v1/mrs/${mr.mr}/data?offset=65000&length=1000`,
+      status: 413,
+      message: `read mr ${mr.mr}: 1000 bytes at offset 65000 do not fit in mr ${mr.mr} (length 65536)`,
+    },
+    {
+      method: 'GET',
+      path: `/v1/mrs/${mr.mr}/data?offset=70000`,
+      status: 400,
+      message: `read mr ${mr.mr}: offset 70000 is past the end of mr ${mr.mr} (length 65536)`,
+    },
+    {
+      method: 'GET',
+      path: `/v1/mrs/${mr.mr}/data?length=${MR_DATA_MAX + 1}`,
+      status: 413,
+      message: `querystring/length: ${MR_DATA_MAX + 1} bytes is more than one request reads (${MR_DATA_MAX}); read in pieces with offset and length`,
+    },
+    {
+      method: 'GET',
+      path: `/v1/mrs/${mr.mr}/data?length=ten`,
+      status: 400,
+      message: 'querystring/length must be integer',
+    },
     { method: 'GET', path: '/v1/mrs/999999/data', status: 404, message: 'no memory region 999999' },
     // CQ
     { method: 'POST', path: '/v1/cqs', body: { depth: 0 }, status: 400, message: 'body/depth must be >= 1' },
-    { method: 'POST', path: '/v1/cqs', body: { depth: 2 ** 21 }, status: 400, message: 'body/depth must be <= 1048576' },
+    {
+      method: 'POST',
+      path: '/v1/cqs',
+      body: { depth: 2 ** 21 },
+      status: 400,
+      message: 'body/depth must be <= 1048576',
+    },
     { method: 'POST', path: '/v1/cqs', body: { depth: '5' }, status: 400, message: 'body/depth must be integer' },
     { method: 'POST', path: '/v1/cqs', body: { depth: 5.5 }, status: 400, message: 'body/depth must be integer' },
     { method: 'POST', path: '/v1/cqs', body: '{"depth": 1e400}', status: 400, message: 'body/depth must be integer' },
     { method: 'POST', path: '/v1/cqs', body: {}, status: 400, message: 'body/depth is required' },
-    { method: 'POST', path: '/v1/cqs', body: '{"depth": 1,}', status: 400, message: /^body is not valid JSON: .*position 12/ },
-    { method: 'POST', path: '/v1/cqs', body: '', status: 400, message: 'body is required: send a JSON object with Content-Type: application/json' },
-    { method: 'POST', path: '/v1/cqs', body: '{"depth": 1, "__proto__": {"polluted": 1}}', status: 400, message: 'body/__proto__ is not allowed (allowed: depth)' },
-    { method: 'POST', path: '/v1/cqs', body: '{"depth": 1}', headers: { 'content-type': '' }, status: 415, message: 'POST /v1/cqs needs Content-Type: application/json (send {} when the route takes no body): web pages cannot send that without asking, got Content-Type ""' },
-    { method: 'POST', path: '/v1/cqs', body: '{"depth": 1}', headers: { 'content-type': 'text/plain' }, status: 415, message: 'POST /v1/cqs needs Content-Type: application/json (send {} when the route takes no body): web pages cannot send that without asking, got Content-Type "text/plain"' },
-    { method: 'POST', path: '/v1/cqs', bytes: new Uint8Array([123, 125]), status: 415, message: 'POST /v1/cqs needs Content-Type: application/json (send {} when the route takes no body): web pages cannot send that without asking, got Content-Type "application/octet-stream"' },
-    { method: 'POST', path: '/v1/cqs', status: 415, message: 'POST /v1/cqs needs Content-Type: application/json (send {} when the route takes no body): web pages cannot send that without asking, got no Content-Type' },
+    {
+      method: 'POST',
+      path: '/v1/cqs',
+      body: '{"depth": 1,}',
+      status: 400,
+      message: /^body is not valid JSON: .*position 12/,
+    },
+    {
+      method: 'POST',
+      path: '/v1/cqs',
+      body: '',
+      status: 400,
+      message: 'body is required: send a JSON object with Content-Type: application/json',
+    },
+    {
+      method: 'POST',
+      path: '/v1/cqs',
+      body: '{"depth": 1, "__proto__": {"polluted": 1}}',
+      status: 400,
+      message: 'body/__proto__ is not allowed (allowed: depth)',
+    },
+    {
+      method: 'POST',
+      path: '/v1/cqs',
+      body: '{"depth": 1}',
+      headers: { 'content-type': '' },
+      status: 415,
+      message:
+        'POST /v1/cqs needs Content-Type: application/json (send {} when the route takes no body): web pages cannot send that without asking, got Content-Type ""',
+    },
+    {
+      method: 'POST',
+      path: '/v1/cqs',
+      body: '{"depth": 1}',
+      headers: { 'content-type': 'text/plain' },
+      status: 415,
+      message:
+        'POST /v1/cqs needs Content-Type: application/json (send {} when the route takes no body): web pages cannot send that without asking, got Content-Type "text/plain"',
+    },
+    {
+      method: 'POST',
+      path: '/v1/cqs',
+      bytes: new Uint8Array([123, 125]),
+      status: 415,
+      message:
+        'POST /v1/cqs needs Content-Type: application/json (send {} when the route takes no body): web pages cannot send that without asking, got Content-Type "application/octet-stream"',
+    },
+    {
+      method: 'POST',
+      path: '/v1/cqs',
+      status: 415,
+      message:
+        'POST /v1/cqs needs Content-Type: application/json (send {} when the route takes no body): web pages cannot send that without asking, got no Content-Type',
+    },
     { method: 'GET', path: '/v1/cqs?depth=1', status: 400, message: NOFIELDS('querystring', 'depth') },
     { method: 'GET', path: '/v1/cqs/999999', status: 404, message: 'no completion queue 999999' },
     { method: 'GET', path: `/v1/cqs/${cq}/completions?max=0`, status: 400, message: 'querystring/max must be >= 1' },
-    { method: 'GET', path: `/v1/cqs/${cq}/completions?max=65537`, status: 400, message: 'querystring/max must be <= 65536' },
-    { method: 'GET', path: `/v1/cqs/${cq}/completions?waitMs=60001`, status: 400, message: 'querystring/waitMs must be <= 60000' },
-    { method: 'GET', path: `/v1/cqs/${cq}/completions?waitMs=-5`, status: 400, message: 'querystring/waitMs must be >= 0' },
+    {
+      method: 'GET',
+      path: `/v1/cqs/${cq}/completions?max=65537`,
+      status: 400,
+      message: 'querystring/max must be <= 65536',
+    },
+    {
+      method: 'GET',
+      path: `/v1/cqs/${cq}/completions?waitMs=60001`,
+      status: 400,
+      message: 'querystring/waitMs must be <= 60000',
+    },
+    {
+      method: 'GET',
+      path: `/v1/cqs/${cq}/completions?waitMs=-5`,
+      status: 400,
+      message: 'querystring/waitMs must be >= 0',
+    },
     { method: 'GET', path: `/v1/cqs/${cq}/completions?max=`, status: 400, message: 'querystring/max must be integer' },
-    { method: 'GET', path: `/v1/cqs/${cq}/completions?wait=5`, status: 400, message: 'querystring/wait is not allowed (allowed: max, waitMs)' },
+    {
+      method: 'GET',
+      path: `/v1/cqs/${cq}/completions?wait=5`,
+      status: 400,
+      message: 'querystring/wait is not allowed (allowed: max, waitMs)',
+    },
     { method: 'GET', path: '/v1/cqs/999999/completions', status: 404, message: 'no completion queue 999999' },
     { method: 'DELETE', path: `/v1/cqs/${cq}`, status: 409, message: `cq ${cq} is in use by 3 QP(s)` }, // qp, rts, spare: each once, though each uses it for send and receive
     { method: 'DELETE', path: '/v1/cqs/999999', status: 404, message: 'no completion queue 999999' },
     // SRQ
     { method: 'POST', path: '/v1/srqs', body: { pd, maxWr: 0 }, status: 400, message: 'body/maxWr must be >= 1' },
-    { method: 'POST', path: '/v1/srqs', body: { pd, maxWr: 99999 }, status: 400, message: 'body/maxWr must be <= 16384' },
-    { method: 'POST', path: '/v1/srqs', body: { pd: 999999, maxWr: 4 }, status: 404, message: 'no protection domain 999999' },
-    { method: 'POST', path: '/v1/srqs', body: { pd, maxWr: 4, limit: 5 }, status: 400, message: 'srq limit must be an integer in 0..4, got 5' },
+    {
+      method: 'POST',
+      path: '/v1/srqs',
+      body: { pd, maxWr: 99999 },
+      status: 400,
+      message: 'body/maxWr must be <= 16384',
+    },
+    {
+      method: 'POST',
+      path: '/v1/srqs',
+      body: { pd: 999999, maxWr: 4 },
+      status: 404,
+      message: 'no protection domain 999999',
+    },
+    {
+      method: 'POST',
+      path: '/v1/srqs',
+      body: { pd, maxWr: 4, limit: 5 },
+      status: 400,
+      message: 'srq limit must be an integer in 0..4, got 5',
+    },
     { method: 'POST', path: '/v1/srqs', body: { maxWr: 4 }, status: 400, message: 'body/pd is required' },
     { method: 'GET', path: '/v1/srqs?pd=1', status: 400, message: NOFIELDS('querystring', 'pd') },
-    { method: 'POST', path: `/v1/srqs/${srq}/modify`, body: { limit: -1 }, status: 400, message: 'body/limit must be >= 0' },
-    { method: 'POST', path: `/v1/srqs/${srq}/modify`, body: { limit: 2 }, status: 400, message: 'srq limit must be an integer in 0..1, got 2' },
+    {
+      method: 'POST',
+      path: `/v1/srqs/${srq}/modify`,
+      body: { limit: -1 },
+      status: 400,
+      message: 'body/limit must be >= 0',
+    },
+    {
+      method: 'POST',
+      path: `/v1/srqs/${srq}/modify`,
+      body: { limit: 2 },
+      status: 400,
+      message: 'srq limit must be an integer in 0..1, got 2',
+    },
     { method: 'POST', path: `/v1/srqs/${srq}/modify`, body: {}, status: 400, message: 'body/limit is required' },
-    { method: 'POST', path: '/v1/srqs/999999/modify', body: { limit: 0 }, status: 404, message: 'no shared receive queue 999999' },
+    {
+      method: 'POST',
+      path: '/v1/srqs/999999/modify',
+      body: { limit: 0 },
+      status: 404,
+      message: 'no shared receive queue 999999',
+    },
     { method: 'POST', path: `/v1/srqs/${srq}/recv`, body: { sge }, status: 400, message: 'body/wrId is required' },
-    { method: 'POST', path: `/v1/srqs/${srq}/recv`, body: { wrId: 1, sge: [{ mr: 999999, offset: 0, length: 8 }] }, status: 404, message: 'srq recv: sge[0]: no memory region 999999' },
+    {
+      method: 'POST',
+      path: `/v1/srqs/${srq}/recv`,
+      body: { wrId: 1, sge: [{ mr: 999999, offset: 0, length: 8 }] },
+      status: 404,
+      message: 'srq recv: sge[0]: no memory region 999999',
+    },
     { method: 'POST', path: `/v1/srqs/${srq}/recv`, body: { wrId: 'fills-it', sge }, status: 202, message: '' },
-    { method: 'POST', path: `/v1/srqs/${srq}/recv`, body: { wrId: 'one-too-many', sge }, status: 503, message: `srq ${srq} is full (maxWr 1)` },
-    { method: 'POST', path: '/v1/srqs/999999/recv', body: { wrId: 1 }, status: 404, message: 'no shared receive queue 999999' },
+    {
+      method: 'POST',
+      path: `/v1/srqs/${srq}/recv`,
+      body: { wrId: 'one-too-many', sge },
+      status: 503,
+      message: `srq ${srq} is full (maxWr 1)`,
+    },
+    {
+      method: 'POST',
+      path: '/v1/srqs/999999/recv',
+      body: { wrId: 1 },
+      status: 404,
+      message: 'no shared receive queue 999999',
+    },
     { method: 'DELETE', path: '/v1/srqs/999999', status: 404, message: 'no shared receive queue 999999' },
     // QP
-    { method: 'POST', path: '/v1/qps', body: { pd, sendCq: cq, recvCq: cq, maxSendWr: '5', maxRecvWr: 4 }, status: 400, message: 'body/maxSendWr must be integer' },
-    { method: 'POST', path: '/v1/qps', body: { pd, sendCq: cq, recvCq: cq, maxSendWr: 99999, maxRecvWr: 4 }, status: 400, message: 'body/maxSendWr must be <= 16384' },
-    { method: 'POST', path: '/v1/qps', body: { sendCq: cq, recvCq: cq, maxSendWr: 4 }, status: 400, message: 'body/pd is required' },
-    { method: 'POST', path: '/v1/qps', body: { pd, sendCq: 999999, recvCq: cq, maxSendWr: 4 }, status: 404, message: 'no completion queue 999999' },
-    { method: 'POST', path: '/v1/qps', body: { pd, sendCq: cq, recvCq: cq, maxSendWr: 4, interface: 'eth9' }, status: 404, message: 'no interface "eth9"' },
-    { method: 'POST', path: '/v1/qps', body: { pd, sendCq: cq, recvCq: cq, maxSendWr: 4, port: qpn }, status: 409, message: `port ${qpn} already has a QP` },
-    { method: 'POST', path: '/v1/qps', body: { pd, sendCq: cq, recvCq: cq, maxSendWr: 4, port: 80 }, status: 400, message: 'qp port (port-range 20000..29999) must be an integer in 20000..29999, got 80' },
-    { method: 'POST', path: '/v1/qps', body: { pd, sendCq: cq, recvCq: cq, maxSendWr: 4, port: 70000 }, status: 400, message: 'body/port must be <= 65535' },
-    { method: 'POST', path: '/v1/qps', body: { pd, sendCq: cq, recvCq: cq, maxSendWr: 4, srq: 'none' }, status: 400, message: 'body/srq must be integer' },
-    { method: 'POST', path: '/v1/qps', body: { pd, sendCq: cq, recvCq: cq, maxSendWr: 4, qpn: 1 }, status: 400, message: /^body\/qpn is not allowed \(allowed: pd, sendCq, recvCq, srq, maxSendWr, maxRecvWr, maxSge, maxInline, ird, ord, interface, port\)$/ },
+    {
+      method: 'POST',
+      path: '/v1/qps',
+      body: { pd, sendCq: cq, recvCq: cq, maxSendWr: '5', maxRecvWr: 4 },
+      status: 400,
+      message: 'body/maxSendWr must be integer',
+    },
+    {
+      method: 'POST',
+      path: '/v1/qps',
+      body: { pd, sendCq: cq, recvCq: cq, maxSendWr: 99999, maxRecvWr: 4 },
+      status: 400,
+      message: 'body/maxSendWr must be <= 16384',
+    },
+    {
+      method: 'POST',
+      path: '/v1/qps',
+      body: { sendCq: cq, recvCq: cq, maxSendWr: 4 },
+      status: 400,
+      message: 'body/pd is required',
+    },
+    {
+      method: 'POST',
+      path: '/v1/qps',
+      body: { pd, sendCq: 999999, recvCq: cq, maxSendWr: 4 },
+      status: 404,
+      message: 'no completion queue 999999',
+    },
+    {
+      method: 'POST',
+      path: '/v1/qps',
+      body: { pd, sendCq: cq, recvCq: cq, maxSendWr: 4, interface: 'eth9' },
+      status: 404,
+      message: 'no interface "eth9"',
+    },
+    {
+      method: 'POST',
+      path: '/v1/qps',
+      body: { pd, sendCq: cq, recvCq: cq, maxSendWr: 4, port: qpn },
+      status: 409,
+      message: `port ${qpn} already has a QP`,
+    },
+    {
+      method: 'POST',
+      path: '/v1/qps',
+      body: { pd, sendCq: cq, recvCq: cq, maxSendWr: 4, port: 80 },
+      status: 400,
+      message: 'qp port (port-range 20000..29999) must be an integer in 20000..29999, got 80',
+    },
+    {
+      method: 'POST',
+      path: '/v1/qps',
+      body: { pd, sendCq: cq, recvCq: cq, maxSendWr: 4, port: 70000 },
+      status: 400,
+      message: 'body/port must be <= 65535',
+    },
+    {
+      method: 'POST',
+      path: '/v1/qps',
+      body: { pd, sendCq: cq, recvCq: cq, maxSendWr: 4, srq: 'none' },
+      status: 400,
+      message: 'body/srq must be integer',
+    },
+    {
+      method: 'POST',
+      path: '/v1/qps',
+      body: { pd, sendCq: cq, recvCq: cq, maxSendWr: 4, qpn: 1 },
+      status: 400,
+      message:
+        /^body\/qpn is not allowed \(allowed: pd, sendCq, recvCq, srq, maxSendWr, maxRecvWr, maxSge, maxInline, ird, ord, interface, port\)$/,
+    },
     { method: 'GET', path: '/v1/qps?state=rts', status: 400, message: NOFIELDS('querystring', 'state') },
     { method: 'GET', path: '/v1/qps/1', status: 404, message: 'no QP 1' },
     { method: 'GET', path: '/v1/qps/70000', status: 400, message: 'params/qpn must be <= 65535' },
-    { method: 'POST', path: `/v1/qps/${qpn}/connect`, body: { remote: { ip: IP_B, port: 1 }, mode: 'tcp' }, status: 400, message: 'body/mode must be one of "manual", "cm"' },
-    { method: 'POST', path: `/v1/qps/${qpn}/connect`, body: { mode: 'manual' }, status: 400, message: 'body/remote is required' },
-    { method: 'POST', path: `/v1/qps/${qpn}/connect`, body: { remote: { ip: IP_B, port: 0 }, mode: 'manual' }, status: 400, message: 'body/remote/port must be >= 1' },
-    { method: 'POST', path: `/v1/qps/${qpn}/connect`, body: { remote: { ip: '10.10.0.256', port: 1 }, mode: 'manual' }, status: 400, message: 'body/remote/ip must be an IPv4 address in dotted decimal, like 10.10.0.2' },
-    { method: 'POST', path: `/v1/qps/${qpn}/connect`, body: { remote: { ip: IP_B, port: 1, host: 'b' }, mode: 'manual' }, status: 400, message: 'body/remote/host is not allowed (allowed: ip, port)' },
-    { method: 'POST', path: `/v1/qps/${qpn}/connect`, body: { remote: { ip: IP_B, port: 1 }, mode: 'cm', privateData: 'not base64!' }, status: 400, message: 'body/privateData must be base64 (standard alphabet, with = padding)' },
-    { method: 'POST', path: `/v1/qps/${qpn}/connect`, body: { remote: { ip: IP_B, port: 1 }, mode: 'cm', privateData: Buffer.alloc(513).toString('base64') }, status: 413, message: 'body/privateData is 513 bytes decoded; private data is at most 512 bytes' },
-    { method: 'POST', path: `/v1/qps/${qpn}/connect`, body: { remote: { ip: IP_B, port: 1 }, mode: 'cm', timeoutMs: 0 }, status: 400, message: 'body/timeoutMs must be >= 1' },
-    { method: 'POST', path: `/v1/qps/${spare}/connect`, body: { remote: { ip: '198.51.100.1', port: 1 }, mode: 'manual', remotePsn: 0 }, status: 400, message: /no route to 198\.51\.100\.1/ },
-    { method: 'POST', path: `/v1/qps/${spare}/connect`, body: { remote: { ip: IP_B, port: 1 }, mode: 'manual' }, status: 400, message: `qp ${spare}: a manual connect needs remotePsn, the peer QP's psn (GET /v1/qps/{qpn} on the peer shows it)` },
-    { method: 'POST', path: `/v1/qps/${spare}/connect`, body: { remote: { ip: IP_B, port: 1 }, mode: 'manual', remotePsn: 2 ** 32 }, status: 400, message: 'body/remotePsn must be <= 4294967295' },
-    { method: 'POST', path: `/v1/qps/${rts}/connect`, body: { remote: { ip: IP_B, port: 1 }, mode: 'manual' }, status: 409, message: `qp ${rts} is in rts: a manual connect needs RESET or INIT` },
-    { method: 'POST', path: '/v1/qps/1/connect', body: { remote: { ip: IP_B, port: 1 }, mode: 'manual' }, status: 404, message: 'no QP 1' },
-    { method: 'POST', path: `/v1/qps/${qpn}/modify`, body: { state: 'flying' }, status: 400, message: 'body/state must be one of "reset", "init", "rtr", "rts", "sqd", "sqe", "error"' },
-    { method: 'POST', path: `/v1/qps/${qpn}/modify`, body: { state: 'rts' }, status: 409, message: `qp ${qpn}: cannot go from reset to rts` },
+    {
+      method: 'POST',
+      path: `/v1/qps/${qpn}/connect`,
+      body: { remote: { ip: IP_B, port: 1 }, mode: 'tcp' },
+      status: 400,
+      message: 'body/mode must be one of "manual", "cm"',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${qpn}/connect`,
+      body: { mode: 'manual' },
+      status: 400,
+      message: 'body/remote is required',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${qpn}/connect`,
+      body: { remote: { ip: IP_B, port: 0 }, mode: 'manual' },
+      status: 400,
+      message: 'body/remote/port must be >= 1',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${qpn}/connect`,
+      body: { remote: { ip: '10.10.0.256', port: 1 }, mode: 'manual' },
+      status: 400,
+      message: 'body/remote/ip must be an IPv4 address in dotted decimal, like 10.10.0.2',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${qpn}/connect`,
+      body: { remote: { ip: IP_B, port: 1, host: 'b' }, mode: 'manual' },
+      status: 400,
+      message: 'body/remote/host is not allowed (allowed: ip, port)',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${qpn}/connect`,
+      body: { remote: { ip: IP_B, port: 1 }, mode: 'cm', privateData: 'not base64!' },
+      status: 400,
+      message: 'body/privateData must be base64 (standard alphabet, with = padding)',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${qpn}/connect`,
+      body: { remote: { ip: IP_B, port: 1 }, mode: 'cm', privateData: Buffer.alloc(513).toString('base64') },
+      status: 413,
+      message: 'body/privateData is 513 bytes decoded; private data is at most 512 bytes',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${qpn}/connect`,
+      body: { remote: { ip: IP_B, port: 1 }, mode: 'cm', timeoutMs: 0 },
+      status: 400,
+      message: 'body/timeoutMs must be >= 1',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${spare}/connect`,
+      body: { remote: { ip: '198.51.100.1', port: 1 }, mode: 'manual', remotePsn: 0 },
+      status: 400,
+      message: /no route to 198\.51\.100\.1/,
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${spare}/connect`,
+      body: { remote: { ip: IP_B, port: 1 }, mode: 'manual' },
+      status: 400,
+      message: `qp ${spare}: a manual connect needs remotePsn, the peer QP's psn (GET /v1/qps/{qpn} on the peer shows it)`,
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${spare}/connect`,
+      body: { remote: { ip: IP_B, port: 1 }, mode: 'manual', remotePsn: 2 ** 32 },
+      status: 400,
+      message: 'body/remotePsn must be <= 4294967295',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${rts}/connect`,
+      body: { remote: { ip: IP_B, port: 1 }, mode: 'manual' },
+      status: 409,
+      message: `qp ${rts} is in rts: a manual connect needs RESET or INIT`,
+    },
+    {
+      method: 'POST',
+      path: '/v1/qps/1/connect',
+      body: { remote: { ip: IP_B, port: 1 }, mode: 'manual' },
+      status: 404,
+      message: 'no QP 1',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${qpn}/modify`,
+      body: { state: 'flying' },
+      status: 400,
+      message: 'body/state must be one of "reset", "init", "rtr", "rts", "sqd", "sqe", "error"',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${qpn}/modify`,
+      body: { state: 'rts' },
+      status: 409,
+      message: `qp ${qpn}: cannot go from reset to rts`,
+    },
     { method: 'POST', path: `/v1/qps/${qpn}/modify`, body: {}, status: 400, message: 'body/state is required' },
     { method: 'POST', path: '/v1/qps/1/modify', body: { state: 'init' }, status: 404, message: 'no QP 1' },
     { method: 'DELETE', path: '/v1/qps/1', status: 404, message: 'no QP 1' },
     { method: 'DELETE', path: '/v1/qps/x', status: 400, message: 'params/qpn must be integer' },
-    { method: 'POST', path: `/v1/qps/${qpn}/recv`, body: { wrId: 1, sge }, status: 409, message: `qp ${qpn} is in RESET` },
-    { method: 'POST', path: `/v1/qps/${rts}/recv`, body: { wrId: 1, sge: [{ mr: mr.mr, offset: 0, length: -1 }] }, status: 400, message: 'body/sge/0/length must be >= 0' },
-    { method: 'POST', path: `/v1/qps/${rts}/recv`, body: { wrId: 1, sge: [{ mr: mr.mr, offset: 0, length: 1, key: 2 }] }, status: 400, message: 'body/sge/0/key is not allowed (allowed: mr, offset, length)' },
-    { method: 'POST', path: `/v1/qps/${rts}/recv`, body: { wrId: { id: 1 } }, status: 400, message: 'body/wrId must be a string of at most 256 characters or a safe integer' },
-    { method: 'POST', path: `/v1/qps/${rts}/recv`, body: { wrId: 2 ** 53 }, status: 400, message: 'body/wrId must be a string of at most 256 characters or a safe integer' },
-    { method: 'POST', path: `/v1/qps/${rts}/recv`, body: { wrId: 'x'.repeat(257) }, status: 400, message: 'body/wrId must be a string of at most 256 characters or a safe integer' },
-    { method: 'POST', path: `/v1/qps/${rts}/recv`, body: { wrId: 1, sge: Array.from({ length: 65 }, () => sge[0]) }, status: 400, message: 'body/sge must NOT have more than 64 items' },
-    { method: 'POST', path: `/v1/qps/${rts}/recv`, body: { wrId: 1, sge: [{ mr: 999999, offset: 0, length: 1 }] }, status: 404, message: 'recv: sge[0]: no memory region 999999' },
+    {
+      method: 'POST',
+      path: `/v1/qps/${qpn}/recv`,
+      body: { wrId: 1, sge },
+      status: 409,
+      message: `qp ${qpn} is in RESET`,
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${rts}/recv`,
+      body: { wrId: 1, sge: [{ mr: mr.mr, offset: 0, length: -1 }] },
+      status: 400,
+      message: 'body/sge/0/length must be >= 0',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${rts}/recv`,
+      body: { wrId: 1, sge: [{ mr: mr.mr, offset: 0, length: 1, key: 2 }] },
+      status: 400,
+      message: 'body/sge/0/key is not allowed (allowed: mr, offset, length)',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${rts}/recv`,
+      body: { wrId: { id: 1 } },
+      status: 400,
+      message: 'body/wrId must be a string of at most 256 characters or a safe integer',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${rts}/recv`,
+      body: { wrId: 2 ** 53 },
+      status: 400,
+      message: 'body/wrId must be a string of at most 256 characters or a safe integer',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${rts}/recv`,
+      body: { wrId: 'x'.repeat(257) },
+      status: 400,
+      message: 'body/wrId must be a string of at most 256 characters or a safe integer',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${rts}/recv`,
+      body: { wrId: 1, sge: Array.from({ length: 65 }, () => sge[0]) },
+      status: 400,
+      message: 'body/sge must NOT have more than 64 items',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${rts}/recv`,
+      body: { wrId: 1, sge: [{ mr: 999999, offset: 0, length: 1 }] },
+      status: 404,
+      message: 'recv: sge[0]: no memory region 999999',
+    },
     { method: 'POST', path: '/v1/qps/1/recv', body: { wrId: 1 }, status: 404, message: 'no QP 1' },
-    { method: 'POST', path: `/v1/qps/${rts}/send`, body: { wrId: 1, opcode: 'jump' }, status: 400, message: 'body/opcode must be one of "send", "send-with-solicited", "send-with-invalidate", "write", "write-with-imm", "read", "fetch-add", "swap", "cmp-swap"' },
-    { method: 'POST', path: `/v1/qps/${qpn}/send`, body: { wrId: 1, opcode: 'send', sge }, status: 409, message: `qp ${qpn} is in reset: post send needs RTS` },
-    { method: 'POST', path: `/v1/qps/${rts}/send`, body: { wrId: 1, opcode: 'write', sge }, status: 400, message: 'write needs remote {stag, offset}' },
-    { method: 'POST', path: `/v1/qps/${rts}/send`, body: { wrId: 1, opcode: 'fetch-add', sge, remote: { stag: 1, offset: 0 }, atomic: { add: '-1' } }, status: 400, message: 'body/atomic/add must be a decimal string of an unsigned 64-bit integer or a non-negative safe integer' },
-    { method: 'POST', path: `/v1/qps/${rts}/send`, body: { wrId: 1, opcode: 'fetch-add', sge, remote: { stag: 1, offset: 0 }, atomic: { add: '18446744073709551616' } }, status: 400, message: 'atomic.add must be a decimal string of an unsigned 64-bit integer, got "18446744073709551616"' },
-    { method: 'POST', path: `/v1/qps/${rts}/send`, body: { wrId: 1, opcode: 'fetch-add', sge, remote: { stag: 1, offset: 0 }, atomic: { sub: 1 } }, status: 400, message: 'body/atomic/sub is not allowed (allowed: add, swap, compare)' },
-    { method: 'POST', path: `/v1/qps/${rts}/send`, body: { wrId: 1, opcode: 'write-with-imm', sge, remote: { stag: 1, offset: 0 }, imm: 2 ** 32 }, status: 400, message: 'body/imm must be <= 4294967295' },
-    { method: 'POST', path: `/v1/qps/${rts}/send`, body: { wrId: 1, opcode: 'send', sge, signaled: 'yes' }, status: 400, message: 'body/signaled must be boolean' },
-    { method: 'POST', path: `/v1/qps/${rts}/send`, body: { wrId: 1, opcode: 'send', sge: [{ mr: 999999, offset: 0, length: 1 }] }, status: 404, message: 'send: sge[0]: no memory region 999999' },
+    {
+      method: 'POST',
+      path: `/v1/qps/${rts}/send`,
+      body: { wrId: 1, opcode: 'jump' },
+      status: 400,
+      message:
+        'body/opcode must be one of "send", "send-with-solicited", "send-with-invalidate", "write", "write-with-imm", "read", "fetch-add", "swap", "cmp-swap"',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${qpn}/send`,
+      body: { wrId: 1, opcode: 'send', sge },
+      status: 409,
+      message: `qp ${qpn} is in reset: post send needs RTS`,
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${rts}/send`,
+      body: { wrId: 1, opcode: 'write', sge },
+      status: 400,
+      message: 'write needs remote {stag, offset}',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${rts}/send`,
+      body: { wrId: 1, opcode: 'fetch-add', sge, remote: { stag: 1, offset: 0 }, atomic: { add: '-1' } },
+      status: 400,
+      message: 'body/atomic/add must be a decimal string of an unsigned 64-bit integer or a non-negative safe integer',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${rts}/send`,
+      body: {
+        wrId: 1,
+        opcode: 'fetch-add',
+        sge,
+        remote: { stag: 1, offset: 0 },
+        atomic: { add: '18446744073709551616' },
+      },
+      status: 400,
+      message: 'atomic.add must be a decimal string of an unsigned 64-bit integer, got "18446744073709551616"',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${rts}/send`,
+      body: { wrId: 1, opcode: 'fetch-add', sge, remote: { stag: 1, offset: 0 }, atomic: { sub: 1 } },
+      status: 400,
+      message: 'body/atomic/sub is not allowed (allowed: add, swap, compare)',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${rts}/send`,
+      body: { wrId: 1, opcode: 'write-with-imm', sge, remote: { stag: 1, offset: 0 }, imm: 2 ** 32 },
+      status: 400,
+      message: 'body/imm must be <= 4294967295',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${rts}/send`,
+      body: { wrId: 1, opcode: 'send', sge, signaled: 'yes' },
+      status: 400,
+      message: 'body/signaled must be boolean',
+    },
+    {
+      method: 'POST',
+      path: `/v1/qps/${rts}/send`,
+      body: { wrId: 1, opcode: 'send', sge: [{ mr: 999999, offset: 0, length: 1 }] },
+      status: 404,
+      message: 'send: sge[0]: no memory region 999999',
+    },
     { method: 'POST', path: '/v1/qps/1/send', body: { wrId: 1, opcode: 'send' }, status: 404, message: 'no QP 1' },
     // listeners
-    { method: 'POST', path: '/v1/listeners', body: { port: 0, pd, sendCq: cq, recvCq: cq, maxSendWr: 4 }, status: 400, message: 'body/port must be >= 1' },
-    { method: 'POST', path: '/v1/listeners', body: { port: 18700, pd, sendCq: cq, recvCq: cq, maxSendWr: 4 }, status: 409, message: /18700/ },
-    { method: 'POST', path: '/v1/listeners', body: { port: 18702, pd: 999999, sendCq: cq, recvCq: cq, maxSendWr: 4 }, status: 404, message: 'no protection domain 999999' },
-    { method: 'POST', path: '/v1/listeners', body: { port: 18702, pd, sendCq: cq, recvCq: cq, maxSendWr: 4, privateData: Buffer.alloc(600).toString('base64') }, status: 413, message: 'body/privateData is 600 bytes decoded; private data is at most 512 bytes' },
-    { method: 'POST', path: '/v1/listeners', body: { port: 18702, pd, sendCq: cq }, status: 400, message: 'body/recvCq is required' },
+    {
+      method: 'POST',
+      path: '/v1/listeners',
+      body: { port: 0, pd, sendCq: cq, recvCq: cq, maxSendWr: 4 },
+      status: 400,
+      message: 'body/port must be >= 1',
+    },
+    {
+      method: 'POST',
+      path: '/v1/listeners',
+      body: { port: 18700, pd, sendCq: cq, recvCq: cq, maxSendWr: 4 },
+      status: 409,
+      message: /18700/,
+    },
+    {
+      method: 'POST',
+      path: '/v1/listeners',
+      body: { port: 18702, pd: 999999, sendCq: cq, recvCq: cq, maxSendWr: 4 },
+      status: 404,
+      message: 'no protection domain 999999',
+    },
+    {
+      method: 'POST',
+      path: '/v1/listeners',
+      body: {
+        port: 18702,
+        pd,
+        sendCq: cq,
+        recvCq: cq,
+        maxSendWr: 4,
+        privateData: Buffer.alloc(600).toString('base64'),
+      },
+      status: 413,
+      message: 'body/privateData is 600 bytes decoded; private data is at most 512 bytes',
+    },
+    {
+      method: 'POST',
+      path: '/v1/listeners',
+      body: { port: 18702, pd, sendCq: cq },
+      status: 400,
+      message: 'body/recvCq is required',
+    },
     { method: 'GET', path: '/v1/listeners?port=1', status: 400, message: NOFIELDS('querystring', 'port') },
     { method: 'DELETE', path: '/v1/listeners/1', status: 404, message: 'no listener on port 1' },
     { method: 'DELETE', path: '/v1/listeners/65536', status: 400, message: 'params/port must be <= 65535' },
     // unknown routes
-    { method: 'GET', path: '/v1/nope', status: 404, message: 'no route GET /v1/nope (GET /v1/openapi.json lists the routes)' },
-    { method: 'PATCH', path: `/v1/qps/${qpn}`, body: {}, status: 405, message: `PATCH is not a method of /v1/qps/${qpn}: it takes GET, HEAD, DELETE` },
-    { method: 'GET', path: '/v1/nothing-here', status: 404, message: 'no route GET /v1/nothing-here (GET /v1/openapi.json lists the routes)' },
+    {
+      method: 'GET',
+      path: '/v1/nope',
+      status: 404,
+      message: 'no route GET /v1/nope (GET /v1/openapi.json lists the routes)',
+    },
+    {
+      method: 'PATCH',
+      path: `/v1/qps/${qpn}`,
+      body: {},
+      status: 405,
+      message: `PATCH is not a method of /v1/qps/${qpn}: it takes GET, HEAD, DELETE`,
+    },
+    {
+      method: 'GET',
+      path: '/v1/nothing-here',
+      status: 404,
+      message: 'no route GET /v1/nothing-here (GET /v1/openapi.json lists the routes)',
+    },
   ];
 }
 
@@ -274,26 +1064,43 @@ test('bad input for every route: status and message of each', async () => {
     const routes = apiRoutes({ token: false });
     for (const def of routes) {
       const re = new RegExp(`^${def.path.replace(/\{\w+\}/g, '[^/?]+')}(\\?|$)`);
-      assert.ok(table.some((r) => r.method === def.method && r.status >= 400 && re.test(r.path)), `no bad-input row for ${def.method} ${def.path}`);
+      assert.ok(
+        table.some((r) => r.method === def.method && r.status >= 400 && re.test(r.path)),
+        `no bad-input row for ${def.method} ${def.path}`,
+      );
     }
     // The CM errors need the peer: a listener that rejects (409) and a port with none (504).
-    const reject = await raw(p.apiA.url, 'POST', `/v1/qps/${f.qpn}/connect`, { body: { remote: { ip: IP_B, port: 18701 }, mode: 'cm', timeoutMs: 2000 } });
+    const reject = await raw(p.apiA.url, 'POST', `/v1/qps/${f.qpn}/connect`, {
+      body: { remote: { ip: IP_B, port: 18701 }, mode: 'cm', timeoutMs: 2000 },
+    });
     assertError(reject, 409, new RegExp(`^qp ${f.qpn}: .*reject`, 'i'), 'CM connect to a listener that rejects');
     const q2 = await p.ca.createQp({ pd: f.pd, sendCq: f.cq, recvCq: f.cq, maxSendWr: 4, maxRecvWr: 4 });
-    const timeout = await raw(p.apiA.url, 'POST', `/v1/qps/${q2.qpn}/connect`, { body: { remote: { ip: IP_B, port: 18799 }, mode: 'cm', timeoutMs: 150 } });
+    const timeout = await raw(p.apiA.url, 'POST', `/v1/qps/${q2.qpn}/connect`, {
+      body: { remote: { ip: IP_B, port: 18799 }, mode: 'cm', timeoutMs: 150 },
+    });
     assertError(timeout, 504, new RegExp(`^qp ${q2.qpn}: .*time`, 'i'), 'CM connect to a port with no listener');
     // A body over the limit: 413 for JSON (1 MiB) and for MR data (64 MiB).
-    const huge = await raw(p.apiA.url, 'POST', '/v1/cqs', { body: JSON.stringify({ depth: 1, pad: 'x'.repeat(1100000) }) });
+    const huge = await raw(p.apiA.url, 'POST', '/v1/cqs', {
+      body: JSON.stringify({ depth: 1, pad: 'x'.repeat(1100000) }),
+    });
     assertError(huge, 413, 'body too large: POST /v1/cqs takes at most 1048576 bytes', 'JSON over 1 MiB');
     const tooMuch = await raw(p.apiA.url, 'PUT', `/v1/mrs/${f.mr.mr}/data`, { bytes: new Uint8Array(MR_DATA_MAX + 1) });
-    assertError(tooMuch, 413, `body too large: PUT /v1/mrs/{mr}/data takes at most ${MR_DATA_MAX} bytes a request (write in pieces with ?offset=)`, 'MR data over 64 MiB');
+    assertError(
+      tooMuch,
+      413,
+      `body too large: PUT /v1/mrs/{mr}/data takes at most ${MR_DATA_MAX} bytes a request (write in pieces with ?offset=)`,
+      'MR data over 64 MiB',
+    );
 
     // After all that, the data plane still carries a SEND from A to B.
     await p.cb.postRecv(f.peer, { wrId: 'after', sge: [{ mr: f.bMr.mr, offset: 0, length: 64 }] });
     await p.ca.writeMr(f.mr.mr, 0, new TextEncoder().encode('still alive'));
     await p.ca.postSend(f.rts, { wrId: 'alive', opcode: 'send', sge: [{ mr: f.mr.mr, offset: 0, length: 11 }] });
     const c = await p.cb.pollCq(f.bCq, { waitMs: 2000 });
-    assert.equal(c.completions.map((x) => [x.wrId, x.status, x.byteLen]), [['after', 'success', 11]]);
+    assert.equal(
+      c.completions.map((x) => [x.wrId, x.status, x.byteLen]),
+      [['after', 'success', 11]],
+    );
     assert.equal(await p.cb.readMr(f.bMr.mr, 0, 11), new TextEncoder().encode('still alive'));
   } finally {
     await p.close();
@@ -304,16 +1111,56 @@ test('fuzz: malformed JSON, wrong media types, hostile values and keys on every 
   const p = await apiPair();
   try {
     const f = await fixture(p);
-    const ids: Record<string, number | string> = { name: f.itf, pd: 999999, mr: 999999, cq: 999999, srq: 999999, qpn: 1, port: 1 };
+    const ids: Record<string, number | string> = {
+      name: f.itf,
+      pd: 999999,
+      mr: 999999,
+      cq: 999999,
+      srq: 999999,
+      qpn: 1,
+      port: 1,
+    };
     const bodies: { body?: string; bytes?: Uint8Array; type?: string }[] = [
-      { body: '{' }, { body: '[1,2' }, { body: '"str"' }, { body: 'null' }, { body: '[]' }, { body: '123' }, { body: 'true' }, { body: 'NaN' },
-      { body: '{"a":1,}' }, { body: "{'a':1}" }, { body: '\u0000' }, { body: '\ufeff{}' },
+      { body: '{' },
+      { body: '[1,2' },
+      { body: '"str"' },
+      { body: 'null' },
+      { body: '[]' },
+      { body: '123' },
+      { body: 'true' },
+      { body: 'NaN' },
+      { body: '{"a":1,}' },
+      { body: "{'a':1}" },
+      { body: '\u0000' },
+      { body: '\ufeff{}' },
       { body: '['.repeat(100000) + ']'.repeat(100000) },
-      { body: JSON.stringify({ wrId: '🚀'.repeat(1000), opcode: 'sénd', node: '\u0000', name: 'a\nb', direction: 'ｒｘ' }) },
+      {
+        body: JSON.stringify({
+          wrId: '🚀'.repeat(1000),
+          opcode: 'sénd',
+          node: '\u0000',
+          name: 'a\nb',
+          direction: 'ｒｘ',
+        }),
+      },
       { body: '{"__proto__": {"polluted": true}, "depth": 1}' },
       { body: '{"constructor": {"prototype": {"polluted": true}}}' },
-      { body: '{"depth": 1e309, "pd": -0, "length": 1e-400, "maxSendWr": 18446744073709551616, "wrId": 9007199254740993}' },
-      { body: JSON.stringify({ pd: [], sendCq: {}, recvCq: null, maxSendWr: true, remote: 'x', sge: 'x', atomic: [], limit: {}, port: '80' }) },
+      {
+        body: '{"depth": 1e309, "pd": -0, "length": 1e-400, "maxSendWr": 18446744073709551616, "wrId": 9007199254740993}',
+      },
+      {
+        body: JSON.stringify({
+          pd: [],
+          sendCq: {},
+          recvCq: null,
+          maxSendWr: true,
+          remote: 'x',
+          sge: 'x',
+          atomic: [],
+          limit: {},
+          port: '80',
+        }),
+      },
       { body: JSON.stringify({ remote: { ip: IP_B, port: 1, __proto__: { x: 1 } }, mode: 'manual' }) },
       { body: '{"a": 1}', type: 'application/json; charset=latin1' },
       { body: 'a=1&b=2', type: 'application/x-www-form-urlencoded' },
@@ -340,11 +1187,36 @@ test('fuzz: malformed JSON, wrong media types, hostile values and keys on every 
         n++;
       }
       // Hostile path and query values.
-      for (const v of ['-1', '1.5', '1e3', '0x1', '99999999999999999999999', '%00', '%F0%9F%9A%80', '__proto__', 'constructor', '', 'NaN', 'Infinity']) {
+      for (const v of [
+        '-1',
+        '1.5',
+        '1e3',
+        '0x1',
+        '99999999999999999999999',
+        '%00',
+        '%F0%9F%9A%80',
+        '__proto__',
+        'constructor',
+        '',
+        'NaN',
+        'Infinity',
+      ]) {
         const pth = def.path.replace(/\{(\w+)\}/g, () => v);
-        const qs = def.querystring ? Object.keys(def.querystring.properties as object).map((k) => `${k}=${v}`).join('&') : `__proto__=${v}`;
-        const res = await raw(p.apiA.url, def.method, `${pth}?${qs}`, def.method === 'GET' || def.consumes ? {} : { body: {} });
-        assert.ok(res.status < 500 && res.status >= 200, `${def.method} ${pth}?${qs}: ${res.status} ${res.text.slice(0, 300)}`);
+        const qs = def.querystring
+          ? Object.keys(def.querystring.properties as object)
+              .map((k) => `${k}=${v}`)
+              .join('&')
+          : `__proto__=${v}`;
+        const res = await raw(
+          p.apiA.url,
+          def.method,
+          `${pth}?${qs}`,
+          def.method === 'GET' || def.consumes ? {} : { body: {} },
+        );
+        assert.ok(
+          res.status < 500 && res.status >= 200,
+          `${def.method} ${pth}?${qs}: ${res.status} ${res.text.slice(0, 300)}`,
+        );
         if (res.status >= 400) assertError(res, res.status, /\S/, `${def.method} ${pth}?${qs}`);
         n++;
       }
@@ -355,7 +1227,10 @@ test('fuzz: malformed JSON, wrong media types, hostile values and keys on every 
     await p.cb.postRecv(f.peer, { wrId: 'after-fuzz', sge: [{ mr: f.bMr.mr, offset: 0, length: 64 }] });
     await p.ca.postSend(f.rts, { wrId: 'alive', opcode: 'send', sge: [{ mr: f.mr.mr, offset: 0, length: 4 }] });
     const c = await p.cb.pollCq(f.bCq, { waitMs: 2000 });
-    assert.equal(c.completions.map((x) => [x.wrId, x.status]), [['after-fuzz', 'success']]);
+    assert.equal(
+      c.completions.map((x) => [x.wrId, x.status]),
+      [['after-fuzz', 'success']],
+    );
   } finally {
     await p.close();
   }
@@ -369,7 +1244,12 @@ test('token: every route, /metrics, the OpenAPI document and unknown routes need
     for (const def of routes) {
       const path = def.path.replace(/\{\w+\}/g, '1');
       const none = await raw(u, def.method, path);
-      assertError(none, 401, `missing Authorization header: this API needs "Authorization: Bearer <token>"${HOW}`, `${def.method} ${path} without a token`);
+      assertError(
+        none,
+        401,
+        `missing Authorization header: this API needs "Authorization: Bearer <token>"${HOW}`,
+        `${def.method} ${path} without a token`,
+      );
       assert.is(none.headers.get('www-authenticate'), 'Bearer');
       for (const [h, msg] of [
         ['Bearer wrong', `wrong token${HOW}`],
@@ -378,15 +1258,29 @@ test('token: every route, /metrics, the OpenAPI document and unknown routes need
         ['Basic czNjcmV0LXRva2Vu', `the Authorization header must be "Bearer <token>"${HOW}`],
         ['Bearer', `the Authorization header must be "Bearer <token>"${HOW}`],
       ]) {
-        assertError(await raw(u, def.method, path, { headers: { authorization: h } }), 401, msg, `${def.method} ${path} with "${h}"`);
+        assertError(
+          await raw(u, def.method, path, { headers: { authorization: h } }),
+          401,
+          msg,
+          `${def.method} ${path} with "${h}"`,
+        );
       }
     }
     assertError(await raw(u, 'GET', '/v1/nope'), 401, /missing Authorization/, 'unknown route without a token');
     const ok = { authorization: 'Bearer s3cret-token' };
     assert.is((await raw(u, 'GET', '/metrics', { headers: ok })).status, 200);
     assert.is((await raw(u, 'GET', '/v1/openapi.json', { headers: ok })).status, 200);
-    assert.is((await raw(u, 'GET', '/v1/health', { headers: { authorization: 'bearer s3cret-token' } })).status, 200, 'the scheme is case-insensitive');
-    assertError(await raw(u, 'GET', '/v1/nope', { headers: ok }), 404, /no route GET \/v1\/nope/, 'unknown route with the token');
+    assert.is(
+      (await raw(u, 'GET', '/v1/health', { headers: { authorization: 'bearer s3cret-token' } })).status,
+      200,
+      'the scheme is case-insensitive',
+    );
+    assertError(
+      await raw(u, 'GET', '/v1/nope', { headers: ok }),
+      404,
+      /no route GET \/v1\/nope/,
+      'unknown route with the token',
+    );
     // The client sends it.
     assert.is((await p.ca.health()).status, 'ok');
     // B has no token: no header needed.
@@ -398,7 +1292,11 @@ test('token: every route, /metrics, the OpenAPI document and unknown routes need
 
 test('a bug (a facade method that throws something unexpected) is a 500 with the message, and it is logged', async () => {
   const logged: string[] = [];
-  const broken = { health: async () => { throw new TypeError('cannot read properties of undefined (reading "x")'); } };
+  const broken = {
+    health: async () => {
+      throw new TypeError('cannot read properties of undefined (reading "x")');
+    },
+  };
   const app = await buildServer(broken as never, { log: (_level, m) => logged.push(m) });
   const api = await startApi(broken as never, { port: 0, log: (_level, m) => logged.push(m) });
   try {

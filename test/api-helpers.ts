@@ -20,14 +20,20 @@ export interface ApiPair {
 }
 
 /** `captureDir`/`captureMaxBytes`: A's capture.dir and capture.max-bytes (default run/captures, 64 MiB). */
-export async function apiPair(opts: { tokenA?: string; captureDir?: string; captureMaxBytes?: number } = {}): Promise<ApiPair> {
+export async function apiPair(
+  opts: { tokenA?: string; captureDir?: string; captureMaxBytes?: number } = {},
+): Promise<ApiPair> {
   const capture = { dir: opts.captureDir ?? 'run/captures', maxBytes: opts.captureMaxBytes ?? 64 * 2 ** 20 };
   const dps = await twoDataplanes({ a: { capture } });
   const apiA = await startApi(dps.a, { host: '127.0.0.1', port: 0, token: opts.tokenA ?? null, checkResponses: true });
   const apiB = await startApi(dps.b, { host: '127.0.0.1', port: 0, checkResponses: true });
   return {
-    a: dps.a, b: dps.b, apiA, apiB,
-    ca: new ApiClient(apiA.url, opts.tokenA), cb: new ApiClient(apiB.url),
+    a: dps.a,
+    b: dps.b,
+    apiA,
+    apiB,
+    ca: new ApiClient(apiA.url, opts.tokenA),
+    cb: new ApiClient(apiB.url),
     async close() {
       await apiA.close();
       await apiB.close();
@@ -45,7 +51,12 @@ export interface RawResponse {
 }
 
 /** A request exactly as given: `body` a string is sent as is, anything else as JSON; `bytes` as octets (unless a Content-Type is given). */
-export async function raw(url: string, method: string, path: string, opts: { body?: unknown; headers?: Record<string, string>; bytes?: Uint8Array } = {}): Promise<RawResponse> {
+export async function raw(
+  url: string,
+  method: string,
+  path: string,
+  opts: { body?: unknown; headers?: Record<string, string>; bytes?: Uint8Array } = {},
+): Promise<RawResponse> {
   const headers: Record<string, string> = { ...opts.headers };
   let body: string | Uint8Array | undefined;
   const typed = Object.keys(headers).some((h) => h.toLowerCase() === 'content-type');
@@ -69,7 +80,11 @@ export function assertError(r: RawResponse, status: number, message: string | Re
   assert.is(r.status, status, `${what}: status ${r.status} ${r.text}`);
   const body = r.json as { statusCode: number; error: string; message: string };
   assert.ok(body && typeof body === 'object', `${what}: JSON error body, got ${r.type} ${r.text}`);
-  assert.equal(Object.keys(body).sort(), ['error', 'message', 'statusCode'], `${what}: exactly statusCode, error, message: ${r.text}`);
+  assert.equal(
+    Object.keys(body).sort(),
+    ['error', 'message', 'statusCode'],
+    `${what}: exactly statusCode, error, message: ${r.text}`,
+  );
   assert.is(body.statusCode, status, what);
   assert.type(body.error, 'string');
   if (typeof message === 'string') assert.is(body.message, message, what);
@@ -78,7 +93,10 @@ export function assertError(r: RawResponse, status: number, message: string | Re
 
 /** The ApiError `p` rejects with. */
 export async function apiError(p: Promise<unknown>): Promise<ApiError> {
-  const e = await p.then(() => null, (x) => x);
+  const e = await p.then(
+    () => null,
+    (x) => x,
+  );
   assert.instance(e, ApiError, `expected an ApiError, got ${e}`);
   return e as ApiError;
 }

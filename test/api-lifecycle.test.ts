@@ -35,43 +35,92 @@ test('manual connect; SEND/RECV, WRITE, WRITE-with-imm, READ, fetch-add, swap, c
   const p = await apiPair();
   const { ca, cb } = p;
   try {
-    const x = await ends(ca), y = await ends(cb);
+    const x = await ends(ca),
+      y = await ends(cb);
     assert.is(x.qp.state, 'reset');
     assert.equal(x.qp.local, { ip: IP_A, port: x.qp.qpn });
     assert.equal(x.mr.access, ALL);
-    const cx = await ca.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual', remotePsn: y.qp.psn });
+    const cx = await ca.connect(x.qp.qpn, {
+      remote: { ip: IP_B, port: y.qp.qpn },
+      mode: 'manual',
+      remotePsn: y.qp.psn,
+    });
     assert.is(cx.state, 'rts');
     assert.is(cx.privateData, undefined);
-    assert.is((await cb.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual', remotePsn: x.qp.psn })).state, 'rts');
+    assert.is(
+      (await cb.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual', remotePsn: x.qp.psn })).state,
+      'rts',
+    );
 
     // SEND/RECV: the poll on B waits for the completion that arrives while it waits.
     const msg = enc('hello over HTTP');
     assert.equal(await ca.writeMr(x.mr.mr, 100, msg), { written: msg.length });
-    assert.equal(await cb.postRecv(y.qp.qpn, { wrId: 'r1', sge: [{ mr: y.mr.mr, offset: 0, length: 4096 }] }), { wrId: 'r1' });
+    assert.equal(await cb.postRecv(y.qp.qpn, { wrId: 'r1', sge: [{ mr: y.mr.mr, offset: 0, length: 4096 }] }), {
+      wrId: 'r1',
+    });
     const t0 = Date.now();
     const waiting = cb.pollCq(y.cq, { max: 4, waitMs: 5000 });
     await new Promise((r) => setTimeout(r, 30));
-    assert.equal(await ca.postSend(x.qp.qpn, { wrId: 7, opcode: 'send', sge: [{ mr: x.mr.mr, offset: 100, length: msg.length }] }), { wrId: 7 });
+    assert.equal(
+      await ca.postSend(x.qp.qpn, { wrId: 7, opcode: 'send', sge: [{ mr: x.mr.mr, offset: 100, length: msg.length }] }),
+      { wrId: 7 },
+    );
     const got = await waiting;
     assert.ok(Date.now() - t0 < 4000, `the waiting poll returned when the completion came (${Date.now() - t0} ms)`);
-    assert.equal(got.completions, [{ wrId: 'r1', qpn: y.qp.qpn, status: 'success', opcode: 'recv', byteLen: msg.length }]);
-    assert.equal(await pollOne(ca, x.cq), { wrId: 7, qpn: x.qp.qpn, status: 'success', opcode: 'send', byteLen: msg.length });
+    assert.equal(got.completions, [
+      { wrId: 'r1', qpn: y.qp.qpn, status: 'success', opcode: 'recv', byteLen: msg.length },
+    ]);
+    assert.equal(await pollOne(ca, x.cq), {
+      wrId: 7,
+      qpn: x.qp.qpn,
+      status: 'success',
+      opcode: 'send',
+      byteLen: msg.length,
+    });
     assert.equal(await cb.readMr(y.mr.mr, 0, msg.length), msg);
 
     // WRITE 5000 bytes into B at 8192; READ them back into A at 20000.
     const big = Uint8Array.from({ length: 5000 }, (_, i) => (i * 31 + 7) & 0xff);
     await ca.writeMr(x.mr.mr, 0, big);
-    await ca.postSend(x.qp.qpn, { wrId: 'w', opcode: 'write', sge: [{ mr: x.mr.mr, offset: 0, length: 5000 }], remote: { stag: y.mr.stag, offset: 8192 } });
-    assert.equal(await pollOne(ca, x.cq), { wrId: 'w', qpn: x.qp.qpn, status: 'success', opcode: 'write', byteLen: 5000 });
+    await ca.postSend(x.qp.qpn, {
+      wrId: 'w',
+      opcode: 'write',
+      sge: [{ mr: x.mr.mr, offset: 0, length: 5000 }],
+      remote: { stag: y.mr.stag, offset: 8192 },
+    });
+    assert.equal(await pollOne(ca, x.cq), {
+      wrId: 'w',
+      qpn: x.qp.qpn,
+      status: 'success',
+      opcode: 'write',
+      byteLen: 5000,
+    });
     assert.equal(await cb.readMr(y.mr.mr, 8192, 5000), big);
-    await ca.postSend(x.qp.qpn, { wrId: 'r', opcode: 'read', sge: [{ mr: x.mr.mr, offset: 20000, length: 5000 }], remote: { stag: y.mr.stag, offset: 8192 } });
-    assert.equal(await pollOne(ca, x.cq), { wrId: 'r', qpn: x.qp.qpn, status: 'success', opcode: 'read', byteLen: 5000 });
+    await ca.postSend(x.qp.qpn, {
+      wrId: 'r',
+      opcode: 'read',
+      sge: [{ mr: x.mr.mr, offset: 20000, length: 5000 }],
+      remote: { stag: y.mr.stag, offset: 8192 },
+    });
+    assert.equal(await pollOne(ca, x.cq), {
+      wrId: 'r',
+      qpn: x.qp.qpn,
+      status: 'success',
+      opcode: 'read',
+      byteLen: 5000,
+    });
     assert.equal(await ca.readMr(x.mr.mr, 20000, 5000), big);
 
     // WRITE with immediate: the bytes land and B's receive completes with the immediate.
     await cb.postRecv(y.qp.qpn, { wrId: 'imm-recv' });
     await ca.writeMr(x.mr.mr, 30000, enc('immediate!'));
-    await ca.postSend(x.qp.qpn, { wrId: 'wi', opcode: 'write-with-imm', sge: [{ mr: x.mr.mr, offset: 30000, length: 10 }], remote: { stag: y.mr.stag, offset: 30000 }, imm: 0xdeadbeef });
+    await ca.postSend(x.qp.qpn, {
+      wrId: 'wi',
+      opcode: 'write-with-imm',
+      sge: [{ mr: x.mr.mr, offset: 30000, length: 10 }],
+      remote: { stag: y.mr.stag, offset: 30000 },
+      imm: 0xdeadbeef,
+    });
     assert.is((await pollOne(ca, x.cq)).opcode, 'write');
     const ri = await pollOne(cb, y.cq);
     assert.equal([ri.wrId, ri.opcode, ri.imm, ri.status], ['imm-recv', 'recv-with-imm', 0xdeadbeef, 'success']);
@@ -79,16 +128,35 @@ test('manual connect; SEND/RECV, WRITE, WRITE-with-imm, READ, fetch-add, swap, c
 
     // Atomics on B's 8 bytes at 0 (host order); the original value lands in A's 8-byte SGE.
     await cb.writeMr(y.mr.mr, 0, u64(1000n));
-    const atomic = async (wrId: string, opcode: 'fetch-add' | 'swap' | 'cmp-swap', a: { add?: string | number; swap?: string | number; compare?: string | number }) => {
-      await ca.postSend(x.qp.qpn, { wrId, opcode, sge: [{ mr: x.mr.mr, offset: 40000, length: 8 }], remote: { stag: y.mr.stag, offset: 0 }, atomic: a });
+    const atomic = async (
+      wrId: string,
+      opcode: 'fetch-add' | 'swap' | 'cmp-swap',
+      a: { add?: string | number; swap?: string | number; compare?: string | number },
+    ) => {
+      await ca.postSend(x.qp.qpn, {
+        wrId,
+        opcode,
+        sge: [{ mr: x.mr.mr, offset: 40000, length: 8 }],
+        remote: { stag: y.mr.stag, offset: 0 },
+        atomic: a,
+      });
       const c = await pollOne(ca, x.cq);
       assert.equal([c.wrId, c.opcode, c.status], [wrId, opcode, 'success']);
       return { orig: readU64(await ca.readMr(x.mr.mr, 40000, 8)), now: readU64(await cb.readMr(y.mr.mr, 0, 8)) };
     };
-    assert.equal(await atomic('fa', 'fetch-add', { add: '9007199254740993' }), { orig: 1000n, now: 1000n + 9007199254740993n });
+    assert.equal(await atomic('fa', 'fetch-add', { add: '9007199254740993' }), {
+      orig: 1000n,
+      now: 1000n + 9007199254740993n,
+    });
     assert.equal(await atomic('sw', 'swap', { swap: 42 }), { orig: 1000n + 9007199254740993n, now: 42n });
-    assert.equal(await atomic('cs', 'cmp-swap', { compare: '42', swap: '18446744073709551615' }), { orig: 42n, now: 0xffffffffffffffffn });
-    assert.equal(await atomic('cs-miss', 'cmp-swap', { compare: 1, swap: 2 }), { orig: 0xffffffffffffffffn, now: 0xffffffffffffffffn });
+    assert.equal(await atomic('cs', 'cmp-swap', { compare: '42', swap: '18446744073709551615' }), {
+      orig: 42n,
+      now: 0xffffffffffffffffn,
+    });
+    assert.equal(await atomic('cs-miss', 'cmp-swap', { compare: 1, swap: 2 }), {
+      orig: 0xffffffffffffffffn,
+      now: 0xffffffffffffffffn,
+    });
 
     const q = await ca.getQp(x.qp.qpn);
     assert.ok(q.counters.txPackets >= 8, `QP counters move: ${JSON.stringify(q.counters)}`);
@@ -102,14 +170,28 @@ test('manual connect; SEND/RECV, WRITE, WRITE-with-imm, READ, fetch-add, swap, c
 test('wrId: strings (empty, unicode, 256 characters) and integers (negative, largest safe) come back exactly as sent, in the post answer and the completion', async () => {
   const p = await apiPair();
   try {
-    const x = await ends(p.ca), y = await ends(p.cb);
+    const x = await ends(p.ca),
+      y = await ends(p.cb);
     await p.ca.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual', remotePsn: y.qp.psn });
     await p.cb.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual', remotePsn: x.qp.psn });
-    const ids = ['', 'ünïcødé 🚀 "quoted" \\ \n', 'x'.repeat(256), '42', 0, -5, Number.MAX_SAFE_INTEGER, -Number.MAX_SAFE_INTEGER];
+    const ids = [
+      '',
+      'ünïcødé 🚀 "quoted" \\ \n',
+      'x'.repeat(256),
+      '42',
+      0,
+      -5,
+      Number.MAX_SAFE_INTEGER,
+      -Number.MAX_SAFE_INTEGER,
+    ];
     for (const [i, wrId] of ids.entries()) {
       assert.equal(await p.cb.postRecv(y.qp.qpn, { wrId, sge: [{ mr: y.mr.mr, offset: 0, length: 64 }] }), { wrId });
-      assert.equal(await p.ca.postSend(x.qp.qpn, { wrId, opcode: 'send', sge: [{ mr: x.mr.mr, offset: i, length: 1 }] }), { wrId });
-      const s = await pollOne(p.ca, x.cq), r = await pollOne(p.cb, y.cq);
+      assert.equal(
+        await p.ca.postSend(x.qp.qpn, { wrId, opcode: 'send', sge: [{ mr: x.mr.mr, offset: i, length: 1 }] }),
+        { wrId },
+      );
+      const s = await pollOne(p.ca, x.cq),
+        r = await pollOne(p.cb, y.cq);
       assert.is(s.wrId, wrId, `send wrId ${JSON.stringify(wrId)}`);
       assert.is(r.wrId, wrId, `recv wrId ${JSON.stringify(wrId)}`);
     }
@@ -134,7 +216,9 @@ test('statuses: creates 201 with the view, posts 202 {wrId}, deletes 204 with no
     assert.is(mr.status, 201);
     const srq = await raw(u, 'POST', '/v1/srqs', { body: { pd: pdn, maxWr: 8 } });
     assert.is(srq.status, 201);
-    const qp = await raw(u, 'POST', '/v1/qps', { body: { pd: pdn, sendCq: cqn, recvCq: cqn, maxSendWr: 4, maxRecvWr: 4 } });
+    const qp = await raw(u, 'POST', '/v1/qps', {
+      body: { pd: pdn, sendCq: cqn, recvCq: cqn, maxSendWr: 4, maxRecvWr: 4 },
+    });
     assert.is(qp.status, 201);
     const qpn = (qp.json as { qpn: number }).qpn;
     const init = await raw(u, 'POST', `/v1/qps/${qpn}/modify`, { body: { state: 'init' } });
@@ -144,9 +228,18 @@ test('statuses: creates 201 with the view, posts 202 {wrId}, deletes 204 with no
     const srqn = (srq.json as { srq: number }).srq;
     const sr = await raw(u, 'POST', `/v1/srqs/${srqn}/recv`, { body: { wrId: 9 } });
     assert.equal([sr.status, sr.json], [202, { wrId: 9 }]);
-    const l = await raw(u, 'POST', '/v1/listeners', { body: { port: 18600, pd: pdn, sendCq: cqn, recvCq: cqn, maxSendWr: 4 } });
+    const l = await raw(u, 'POST', '/v1/listeners', {
+      body: { port: 18600, pd: pdn, sendCq: cqn, recvCq: cqn, maxSendWr: 4 },
+    });
     assert.is(l.status, 201, l.text);
-    for (const path of ['/v1/listeners/18600', `/v1/qps/${qpn}`, `/v1/srqs/${srqn}`, `/v1/mrs/${(mr.json as { mr: number }).mr}`, `/v1/cqs/${cqn}`, `/v1/pds/${pdn}`]) {
+    for (const path of [
+      '/v1/listeners/18600',
+      `/v1/qps/${qpn}`,
+      `/v1/srqs/${srqn}`,
+      `/v1/mrs/${(mr.json as { mr: number }).mr}`,
+      `/v1/cqs/${cqn}`,
+      `/v1/pds/${pdn}`,
+    ]) {
       const d = await raw(u, 'DELETE', path);
       assert.equal([d.status, d.text], [204, ''], `DELETE ${path}`);
       const again = await raw(u, 'DELETE', path);
@@ -172,9 +265,32 @@ test('connection manager through a listener: private data both ways, the accepte
     const srq = await cb.createSrq({ pd, maxWr: 16 });
     assert.equal(srq, { srq: srq.srq, pd, maxWr: 16, maxSge: 4, posted: 0, limit: 0 });
     assert.equal(await cb.modifySrq(srq.srq, 2), { ...srq, limit: 2 });
-    const l = await cb.listen({ port: 18515, pd, sendCq: cq, recvCq: cq, srq: srq.srq, maxSendWr: 16, privateData: Buffer.from([9, 8]).toString('base64') });
-    assert.equal(l, { port: 18515, pd, sendCq: cq, recvCq: cq, srq: srq.srq, maxSendWr: 16, maxRecvWr: 256, accepted: [], requests: 0 });
-    const res = await ca.connect(x.qp.qpn, { remote: { ip: IP_B, port: 18515 }, mode: 'cm', privateData: Buffer.from([1, 2, 3]).toString('base64'), timeoutMs: 2000 });
+    const l = await cb.listen({
+      port: 18515,
+      pd,
+      sendCq: cq,
+      recvCq: cq,
+      srq: srq.srq,
+      maxSendWr: 16,
+      privateData: Buffer.from([9, 8]).toString('base64'),
+    });
+    assert.equal(l, {
+      port: 18515,
+      pd,
+      sendCq: cq,
+      recvCq: cq,
+      srq: srq.srq,
+      maxSendWr: 16,
+      maxRecvWr: 256,
+      accepted: [],
+      requests: 0,
+    });
+    const res = await ca.connect(x.qp.qpn, {
+      remote: { ip: IP_B, port: 18515 },
+      mode: 'cm',
+      privateData: Buffer.from([1, 2, 3]).toString('base64'),
+      timeoutMs: 2000,
+    });
     assert.is(res.state, 'rts');
     assert.is(res.privateData, Buffer.from([9, 8]).toString('base64'));
     const [ls] = await cb.listeners();
@@ -182,10 +298,14 @@ test('connection manager through a listener: private data both ways, the accepte
     assert.is(ls.requests, 1);
     const qb = await cb.getQp(ls.accepted[0]);
     assert.equal([qb.listener, qb.state, qb.srq, qb.remote], [18515, 'rts', srq.srq, { ip: IP_A, port: x.qp.qpn }]);
-    assert.ok((await cb.qps()).some((q) => q.qpn === qb.qpn), 'the accepted QP is in GET /v1/qps');
+    assert.ok(
+      (await cb.qps()).some((q) => q.qpn === qb.qpn),
+      'the accepted QP is in GET /v1/qps',
+    );
 
     // A SEND from A lands in a receive posted to B's SRQ.
-    for (const w of ['s1', 's2', 's3']) await cb.postSrqRecv(srq.srq, { wrId: w, sge: [{ mr: mr.mr, offset: 0, length: 256 }] });
+    for (const w of ['s1', 's2', 's3'])
+      await cb.postSrqRecv(srq.srq, { wrId: w, sge: [{ mr: mr.mr, offset: 0, length: 256 }] });
     assert.is((await cb.srqs())[0].posted, 3);
     await ca.writeMr(x.mr.mr, 0, enc('through the SRQ'));
     await ca.postSend(x.qp.qpn, { wrId: 1, opcode: 'send', sge: [{ mr: x.mr.mr, offset: 0, length: 15 }] });
@@ -195,7 +315,10 @@ test('connection manager through a listener: private data both ways, the accepte
     assert.equal(await cb.readMr(mr.mr, 0, 15), enc('through the SRQ'));
 
     const events = await ca.events();
-    assert.ok(events.some((e) => e.type === 'qp-established' && e.qpn === x.qp.qpn), `A's events: ${JSON.stringify(events)}`);
+    assert.ok(
+      events.some((e) => e.type === 'qp-established' && e.qpn === x.qp.qpn),
+      `A's events: ${JSON.stringify(events)}`,
+    );
     const last = events[events.length - 1].seq;
     assert.equal(await ca.events(last), []);
 
@@ -223,17 +346,31 @@ test('interfaces, neighbors, runtime (verbose), errors, trace, capture and fault
     assert.equal([ia.driver, ia.state, ia.addresses, ia.mac], ['pipe', 'up', [`${IP_A}/24`], '02:fe:00:00:00:01']);
     assert.equal(await ca.interface(ia.name), { ...ia, counters: (await ca.interface(ia.name)).counters });
     const n = await ca.neighbors();
-    assert.ok(n.some((e) => e.address === IP_B && e.mac === '02:fe:00:00:00:02' && e.interface === ia.name), JSON.stringify(n));
+    assert.ok(
+      n.some((e) => e.address === IP_B && e.mac === '02:fe:00:00:00:02' && e.interface === ia.name),
+      JSON.stringify(n),
+    );
 
     const nodes = await ca.traceNodes();
     assert.ok(nodes.includes('pipe-input'), `trace nodes: ${nodes}`);
     await ca.traceAdd('pipe-input', 5);
-    const x = await ends(ca), y = await ends(cb);
+    const x = await ends(ca),
+      y = await ends(cb);
     await ca.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual', remotePsn: y.qp.psn });
     await cb.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual', remotePsn: x.qp.psn });
     const cap = await ca.capture(ia.name, { direction: 'both', file: 'a.pcap', count: 100 });
-    assert.equal(cap.capture, { rx: join(dir, 'a.pcap'), tx: join(dir, 'a-tx.pcap'), rxStopped: null, txStopped: null });
-    await ca.postSend(x.qp.qpn, { wrId: 1, opcode: 'write', sge: [{ mr: x.mr.mr, offset: 0, length: 3000 }], remote: { stag: y.mr.stag, offset: 0 } });
+    assert.equal(cap.capture, {
+      rx: join(dir, 'a.pcap'),
+      tx: join(dir, 'a-tx.pcap'),
+      rxStopped: null,
+      txStopped: null,
+    });
+    await ca.postSend(x.qp.qpn, {
+      wrId: 1,
+      opcode: 'write',
+      sge: [{ mr: x.mr.mr, offset: 0, length: 3000 }],
+      remote: { stag: y.mr.stag, offset: 0 },
+    });
     await pollOne(ca, x.cq);
     await ca.stopCapture(ia.name);
     assert.equal((await ca.interface(ia.name)).capture, { rx: null, tx: null, rxStopped: null, txStopped: null });
@@ -248,11 +385,20 @@ test('interfaces, neighbors, runtime (verbose), errors, trace, capture and fault
 
     const rt = await ca.runtime();
     const rv = await ca.runtime({ verbose: true });
-    assert.ok(rt.threads[0].rows.every((r) => r.calls > 0 || r.suspends > 0), 'rows with no calls are left out');
+    assert.ok(
+      rt.threads[0].rows.every((r) => r.calls > 0 || r.suspends > 0),
+      'rows with no calls are left out',
+    );
     assert.ok(rv.threads[0].rows.length > rt.threads[0].rows.length, 'verbose shows them');
-    assert.ok(rt.threads[0].rows.some((r) => r.name === 'trp-input' && r.vectors > 0), 'trp-input ran');
+    assert.ok(
+      rt.threads[0].rows.some((r) => r.name === 'trp-input' && r.vectors > 0),
+      'trp-input ran',
+    );
     await ca.clearRuntime();
-    assert.ok((await ca.runtime({ verbose: true })).threads[0].rows.find((r) => r.name === 'trp-input')!.vectors === 0, 'clear zeroes');
+    assert.ok(
+      (await ca.runtime({ verbose: true })).threads[0].rows.find((r) => r.name === 'trp-input')!.vectors === 0,
+      'clear zeroes',
+    );
 
     const errs = await ca.errors();
     assert.ok(errs.threads[0].rows.length > 0 && errs.threads[0].rows.every((r) => typeof r.reason === 'string'));
@@ -262,7 +408,12 @@ test('interfaces, neighbors, runtime (verbose), errors, trace, capture and fault
     const f = await ca.setFault(ia.name, 'tx', { seed: 7, loss: 0.5 });
     assert.equal(f.fault, { rx: null, tx: { packets: 0, dropped: 0, reordered: 0, duplicated: 0, corrupted: 0 } });
     // Lossy tx: the WRITE still completes (retransmitted), and the injector counted.
-    await ca.postSend(x.qp.qpn, { wrId: 2, opcode: 'write', sge: [{ mr: x.mr.mr, offset: 0, length: 8000 }], remote: { stag: y.mr.stag, offset: 0 } });
+    await ca.postSend(x.qp.qpn, {
+      wrId: 2,
+      opcode: 'write',
+      sge: [{ mr: x.mr.mr, offset: 0, length: 8000 }],
+      remote: { stag: y.mr.stag, offset: 0 },
+    });
     assert.is((await pollOne(ca, x.cq)).status, 'success');
     assert.ok((await ca.interface(ia.name)).fault.tx!.dropped > 0, 'packets were dropped');
     assert.equal((await ca.setFault(ia.name, 'both', null)).fault, { rx: null, tx: null });
@@ -276,20 +427,32 @@ test('a poll whose client goes away takes nothing: the completion is there for t
   const p = await apiPair();
   const { ca, cb } = p;
   try {
-    const x = await ends(ca), y = await ends(cb);
+    const x = await ends(ca),
+      y = await ends(cb);
     await ca.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual', remotePsn: y.qp.psn });
     await cb.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual', remotePsn: x.qp.psn });
     const ac = new AbortController();
-    const gone = fetch(`${p.apiA.url}/v1/cqs/${x.cq}/completions?waitMs=10000`, { signal: ac.signal }).then(() => 'answered', (e) => e.name);
+    const gone = fetch(`${p.apiA.url}/v1/cqs/${x.cq}/completions?waitMs=10000`, { signal: ac.signal }).then(
+      () => 'answered',
+      (e) => e.name,
+    );
     await new Promise((r) => setTimeout(r, 50));
     ac.abort();
     assert.is(await gone, 'AbortError');
     await new Promise((r) => setTimeout(r, 50));
-    await ca.postSend(x.qp.qpn, { wrId: 'kept', opcode: 'write', sge: [{ mr: x.mr.mr, offset: 0, length: 10 }], remote: { stag: y.mr.stag, offset: 0 } });
+    await ca.postSend(x.qp.qpn, {
+      wrId: 'kept',
+      opcode: 'write',
+      sge: [{ mr: x.mr.mr, offset: 0, length: 10 }],
+      remote: { stag: y.mr.stag, offset: 0 },
+    });
     const c = await pollOne(ca, x.cq);
     assert.is(c.wrId, 'kept');
 
-    const waiting = cb.pollCq(y.cq, { waitMs: 30000 }).then((r) => r, (e) => e);
+    const waiting = cb.pollCq(y.cq, { waitMs: 30000 }).then(
+      (r) => r,
+      (e) => e,
+    );
     await new Promise((r) => setTimeout(r, 50));
     const t0 = Date.now();
     await p.apiB.close();

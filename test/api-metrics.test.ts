@@ -8,8 +8,16 @@ import { renderFamilies } from '../api/metrics.ts';
 import { IP_A, IP_B } from './dataplane-helpers.ts';
 import { apiPair, raw } from './api-helpers.ts';
 
-interface Sample { name: string; labels: Record<string, string>; value: number }
-interface Parsed { types: Map<string, string>; help: Map<string, string>; samples: Sample[] }
+interface Sample {
+  name: string;
+  labels: Record<string, string>;
+  value: number;
+}
+interface Parsed {
+  types: Map<string, string>;
+  help: Map<string, string>;
+  samples: Sample[];
+}
 
 const NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
 const LABEL = /^[a-zA-Z_][a-zA-Z0-9_]*$/;
@@ -124,26 +132,49 @@ function one(p: Parsed, name: string, labels: Record<string, string>): number {
 
 test('label values and help text are escaped, and the parser reads them back', () => {
   const text = renderFamilies([
-    { name: 'x_total', type: 'counter', help: 'back\\slash and\nnewline', samples: [{ labels: { a: 'q"uote', b: 'back\\slash', c: 'new\nline', d: 'ünï 🚀 {},=' }, value: 3 }] },
-    { name: 'y', type: 'gauge', help: 'g', samples: [{ labels: {}, value: NaN }, { labels: { k: 'v' }, value: Infinity }, { labels: { k: 'w' }, value: 1.5e-7 }] },
+    {
+      name: 'x_total',
+      type: 'counter',
+      help: 'back\\slash and\nnewline',
+      samples: [{ labels: { a: 'q"uote', b: 'back\\slash', c: 'new\nline', d: 'ünï 🚀 {},=' }, value: 3 }],
+    },
+    {
+      name: 'y',
+      type: 'gauge',
+      help: 'g',
+      samples: [
+        { labels: {}, value: NaN },
+        { labels: { k: 'v' }, value: Infinity },
+        { labels: { k: 'w' }, value: 1.5e-7 },
+      ],
+    },
   ]);
-  assert.is(text, [
-    '# HELP x_total back\\\\slash and\\nnewline',
-    '# TYPE x_total counter',
-    'x_total{a="q\\"uote",b="back\\\\slash",c="new\\nline",d="ünï 🚀 {},="} 3',
-    '# HELP y g',
-    '# TYPE y gauge',
-    'y NaN',
-    'y{k="v"} +Inf',
-    'y{k="w"} 1.5e-7',
-    '',
-  ].join('\n'));
+  assert.is(
+    text,
+    [
+      '# HELP x_total back\\\\slash and\\nnewline',
+      '# TYPE x_total counter',
+      'x_total{a="q\\"uote",b="back\\\\slash",c="new\\nline",d="ünï 🚀 {},="} 3',
+      '# HELP y g',
+      '# TYPE y gauge',
+      'y NaN',
+      'y{k="v"} +Inf',
+      'y{k="w"} 1.5e-7',
+      '',
+    ].join('\n'),
+  );
   const p = parseExposition(text);
   assert.equal(p.samples[0].labels, { a: 'q"uote', b: 'back\\slash', c: 'new\nline', d: 'ünï 🚀 {},=' });
   assert.is(p.help.get('x_total'), 'back\\slash and\nnewline');
   assert.ok(Number.isNaN(p.samples[1].value));
   // The parser does reject what is not the format.
-  for (const bad of ['x_total 1\n', '# TYPE x_total counter\n# HELP x_total h\nx_total{a="b} 1\n', '# TYPE y gauge\n# HELP y h\ny{a="\\t"} 1\n', '# TYPE y gauge\n# HELP y h\ny 1 2 3\n', '# TYPE y gauge\n# HELP y h\ny{1a="b"} 1\n']) {
+  for (const bad of [
+    'x_total 1\n',
+    '# TYPE x_total counter\n# HELP x_total h\nx_total{a="b} 1\n',
+    '# TYPE y gauge\n# HELP y h\ny{a="\\t"} 1\n',
+    '# TYPE y gauge\n# HELP y h\ny 1 2 3\n',
+    '# TYPE y gauge\n# HELP y h\ny{1a="b"} 1\n',
+  ]) {
     let threw = false;
     try {
       parseExposition(bad);
@@ -169,19 +200,37 @@ test('GET /metrics after traffic: valid exposition, content type 0.0.4, values e
     const qb = await cb.createQp({ pd: bpd, sendCq: bcq, recvCq: bcq, maxSendWr: 8, maxRecvWr: 8 });
     await ca.connect(qa.qpn, { remote: { ip: IP_B, port: qb.qpn }, mode: 'manual', remotePsn: qb.psn });
     await cb.connect(qb.qpn, { remote: { ip: IP_A, port: qa.qpn }, mode: 'manual', remotePsn: qa.psn });
-    await ca.postSend(qa.qpn, { wrId: 1, opcode: 'write', sge: [{ mr: mr.mr, offset: 0, length: 6000 }], remote: { stag: bmr.stag, offset: 0 } });
+    await ca.postSend(qa.qpn, {
+      wrId: 1,
+      opcode: 'write',
+      sge: [{ mr: mr.mr, offset: 0, length: 6000 }],
+      remote: { stag: bmr.stag, offset: 0 },
+    });
     assert.is((await ca.pollCq(cq, { waitMs: 2000 })).completions.length, 1);
     const idle = await ca.createQp({ pd, sendCq: cq, recvCq: cq, maxSendWr: 8, maxRecvWr: 8 });
 
-    const before = { ifs: await ca.interfaces(), rt: await ca.runtime({ verbose: true }), errs: await ca.errors(), qps: await ca.qps() };
+    const before = {
+      ifs: await ca.interfaces(),
+      rt: await ca.runtime({ verbose: true }),
+      errs: await ca.errors(),
+      qps: await ca.qps(),
+    };
     const res = await raw(p.apiA.url, 'GET', '/metrics');
-    const after = { ifs: await ca.interfaces(), rt: await ca.runtime({ verbose: true }), errs: await ca.errors(), qps: await ca.qps(), health: await ca.health(), buffers: await ca.buffers() };
+    const after = {
+      ifs: await ca.interfaces(),
+      rt: await ca.runtime({ verbose: true }),
+      errs: await ca.errors(),
+      qps: await ca.qps(),
+      health: await ca.health(),
+      buffers: await ca.buffers(),
+    };
     assert.is(res.status, 200);
     assert.is(res.type, 'text/plain; version=0.0.4; charset=utf-8');
     const m = parseExposition(res.text);
 
     /** A counter read between two JSON reads lies between them. */
-    const between = (v: number, lo: number, hi: number, what: string) => assert.ok(lo <= v && v <= hi, `${what}: ${lo} <= ${v} <= ${hi}`);
+    const between = (v: number, lo: number, hi: number, what: string) =>
+      assert.ok(lo <= v && v <= hi, `${what}: ${lo} <= ${v} <= ${hi}`);
 
     const up = one(m, 'rdmagraph_uptime_seconds', {});
     assert.ok(up > 0 && up <= after.health.uptime, `uptime ${up} <= ${after.health.uptime}`);
@@ -190,16 +239,36 @@ test('GET /metrics after traffic: valid exposition, content type 0.0.4, values e
 
     for (const [i, itf] of after.ifs.entries()) {
       const l = { interface: itf.name, driver: itf.driver };
-      for (const [k, metric] of [['rxPackets', 'rx_packets'], ['rxBytes', 'rx_bytes'], ['txPackets', 'tx_packets'], ['txBytes', 'tx_bytes'], ['rxDrops', 'rx_drops'], ['txDrops', 'tx_drops'], ['rxErrors', 'rx_errors'], ['txErrors', 'tx_errors']] as const) {
-        between(one(m, `rdmagraph_interface_${metric}_total`, l), before.ifs[i].counters[k], itf.counters[k], `${itf.name} ${k}`);
+      for (const [k, metric] of [
+        ['rxPackets', 'rx_packets'],
+        ['rxBytes', 'rx_bytes'],
+        ['txPackets', 'tx_packets'],
+        ['txBytes', 'tx_bytes'],
+        ['rxDrops', 'rx_drops'],
+        ['txDrops', 'tx_drops'],
+        ['rxErrors', 'rx_errors'],
+        ['txErrors', 'tx_errors'],
+      ] as const) {
+        between(
+          one(m, `rdmagraph_interface_${metric}_total`, l),
+          before.ifs[i].counters[k],
+          itf.counters[k],
+          `${itf.name} ${k}`,
+        );
       }
       assert.ok(itf.counters.txBytes > 6000, 'the WRITE went out');
       assert.is(one(m, 'rdmagraph_interface_link_up', l), itf.state === 'up' ? 1 : 0);
     }
 
-    const rows = (x: typeof before.rt) => new Map(x.threads.flatMap((t) => t.rows.map((r) => [`${t.name}/${r.name}`, r] as const)));
-    const rb = rows(before.rt), ra = rows(after.rt);
-    assert.is(m.samples.filter((s) => s.name === 'rdmagraph_node_calls_total').length, ra.size, 'a calls sample per node, idle ones too');
+    const rows = (x: typeof before.rt) =>
+      new Map(x.threads.flatMap((t) => t.rows.map((r) => [`${t.name}/${r.name}`, r] as const)));
+    const rb = rows(before.rt),
+      ra = rows(after.rt);
+    assert.is(
+      m.samples.filter((s) => s.name === 'rdmagraph_node_calls_total').length,
+      ra.size,
+      'a calls sample per node, idle ones too',
+    );
     for (const [key, r] of ra) {
       const [thread, node] = key.split('/');
       const l = { node, thread };
@@ -208,26 +277,58 @@ test('GET /metrics after traffic: valid exposition, content type 0.0.4, values e
       between(one(m, 'rdmagraph_node_suspends_total', l), rb.get(key)!.suspends, r.suspends, `${key} suspends`);
       between(one(m, 'rdmagraph_node_clocks_total', l), rb.get(key)!.clocks, r.clocks, `${key} clocks`);
     }
-    assert.ok(one(m, 'rdmagraph_node_vectors_total', { node: 'trp-input', thread: 'main' }) > 0, 'trp-input counted packets');
+    assert.ok(
+      one(m, 'rdmagraph_node_vectors_total', { node: 'trp-input', thread: 'main' }) > 0,
+      'trp-input counted packets',
+    );
 
     const errRows = after.errs.threads.flatMap((t) => t.rows);
     const errBefore = before.errs.threads.flatMap((t) => t.rows);
     assert.is(m.samples.filter((s) => s.name === 'rdmagraph_errors_total').length, errRows.length);
-    for (const [j, e] of errRows.entries()) between(one(m, 'rdmagraph_errors_total', { node: e.node, reason: e.reason, severity: e.severity }), errBefore[j].count, e.count, `${e.node}: ${e.reason}`);
+    for (const [j, e] of errRows.entries())
+      between(
+        one(m, 'rdmagraph_errors_total', { node: e.node, reason: e.reason, severity: e.severity }),
+        errBefore[j].count,
+        e.count,
+        `${e.node}: ${e.reason}`,
+      );
 
     assert.is(after.qps.length, 2);
     for (const [j, q] of after.qps.entries()) {
       const l = { qpn: String(q.qpn), state: q.state };
       const b = before.qps[j];
-      between(one(m, 'rdmagraph_qp_tx_packets_total', l), b.counters.txPackets, q.counters.txPackets, `qp ${q.qpn} tx packets`);
-      between(one(m, 'rdmagraph_qp_rx_packets_total', l), b.counters.rxPackets, q.counters.rxPackets, `qp ${q.qpn} rx packets`);
+      between(
+        one(m, 'rdmagraph_qp_tx_packets_total', l),
+        b.counters.txPackets,
+        q.counters.txPackets,
+        `qp ${q.qpn} tx packets`,
+      );
+      between(
+        one(m, 'rdmagraph_qp_rx_packets_total', l),
+        b.counters.rxPackets,
+        q.counters.rxPackets,
+        `qp ${q.qpn} rx packets`,
+      );
       between(one(m, 'rdmagraph_qp_tx_bytes_total', l), b.counters.txBytes, q.counters.txBytes, `qp ${q.qpn} tx bytes`);
       between(one(m, 'rdmagraph_qp_rx_bytes_total', l), b.counters.rxBytes, q.counters.rxBytes, `qp ${q.qpn} rx bytes`);
-      between(one(m, 'rdmagraph_qp_retransmits_total', l), b.counters.retransmits, q.counters.retransmits, `qp ${q.qpn} retransmits`);
-      between(one(m, 'rdmagraph_qp_timeouts_total', l), b.counters.timeouts, q.counters.timeouts, `qp ${q.qpn} timeouts`);
+      between(
+        one(m, 'rdmagraph_qp_retransmits_total', l),
+        b.counters.retransmits,
+        q.counters.retransmits,
+        `qp ${q.qpn} retransmits`,
+      );
+      between(
+        one(m, 'rdmagraph_qp_timeouts_total', l),
+        b.counters.timeouts,
+        q.counters.timeouts,
+        `qp ${q.qpn} timeouts`,
+      );
       assert.is(one(m, 'rdmagraph_qp_srtt_seconds', l), q.rtt.srttUs / 1e6);
     }
-    assert.ok(one(m, 'rdmagraph_qp_tx_bytes_total', { qpn: String(qa.qpn), state: 'rts' }) >= 6000, 'the WRITE counted on its QP');
+    assert.ok(
+      one(m, 'rdmagraph_qp_tx_bytes_total', { qpn: String(qa.qpn), state: 'rts' }) >= 6000,
+      'the WRITE counted on its QP',
+    );
     assert.is(one(m, 'rdmagraph_qp_tx_packets_total', { qpn: String(idle.qpn), state: 'reset' }), 0);
     assert.is(m.types.get('rdmagraph_qp_srtt_seconds'), 'gauge');
     assert.is(m.types.get('rdmagraph_interface_link_up'), 'gauge');

@@ -59,7 +59,9 @@ test('the document is valid OpenAPI 3.0 and lists every route fastify registered
 
     const registered = registeredRoutes(p.apiA.server);
     assert.ok(registered.length >= 40, `fastify registered ${registered.length} routes`);
-    const inDoc = Object.entries(doc.paths).flatMap(([path, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${path}`)).sort();
+    const inDoc = Object.entries(doc.paths)
+      .flatMap(([path, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${path}`))
+      .sort();
     const fromFastify = registered.map((r) => `${r.method} ${r.url.replace(/:(\w+)/g, '{$1}')}`).sort();
     assert.equal(inDoc, fromFastify, 'the document has exactly the registered routes');
 
@@ -70,13 +72,24 @@ test('the document is valid OpenAPI 3.0 and lists every route fastify registered
       const what = `${r.method} ${path}`;
       assert.ok(!ids.has(op.operationId), `${what}: operationId ${op.operationId} is unique`);
       ids.add(op.operationId);
-      assert.ok(Object.keys(op.responses).some((c) => /^2\d\d$/.test(c)), `${what}: a success response`);
+      assert.ok(
+        Object.keys(op.responses).some((c) => /^2\d\d$/.test(c)),
+        `${what}: a success response`,
+      );
       for (const code of Object.keys(op.responses).filter((c) => Number(c) >= 400)) {
-        assert.equal(resolve(op.responses[code].content!['application/json'].schema, doc), resolve({ $ref: '#/components/schemas/Error' }, doc), `${what} ${code}: the error shape`);
+        assert.equal(
+          resolve(op.responses[code].content!['application/json'].schema, doc),
+          resolve({ $ref: '#/components/schemas/Error' }, doc),
+          `${what} ${code}: the error shape`,
+        );
       }
       // Path parameters and query parameters: one for each property, with its schema.
-      for (const [where, schema] of [['path', r.schema.params], ['query', r.schema.querystring]] as const) {
-        const props = ((schema as { properties?: Record<string, Record<string, unknown>> } | undefined)?.properties) ?? {};
+      for (const [where, schema] of [
+        ['path', r.schema.params],
+        ['query', r.schema.querystring],
+      ] as const) {
+        const props =
+          (schema as { properties?: Record<string, Record<string, unknown>> } | undefined)?.properties ?? {};
         const params = (op.parameters ?? []).filter((x) => x.in === where);
         assert.equal(params.map((x) => x.name).sort(), Object.keys(props).sort(), `${what}: ${where} parameters`);
         for (const prm of params) {
@@ -90,12 +103,22 @@ test('the document is valid OpenAPI 3.0 and lists every route fastify registered
       // The JSON body: exactly the schema fastify validates (routes that take none have no requestBody).
       const body = r.schema.body as { properties?: object } | undefined;
       const takesBody = body !== undefined && Object.keys(body.properties ?? {}).length > 0;
-      if (takesBody) assert.equal(resolve(op.requestBody!.content['application/json'].schema, doc), plain(body), `${what}: request body schema`);
-      else if (op.requestBody) assert.ok(op.requestBody.content['application/octet-stream'], `${what}: only MR data takes a non-JSON body`);
+      if (takesBody)
+        assert.equal(
+          resolve(op.requestBody!.content['application/json'].schema, doc),
+          plain(body),
+          `${what}: request body schema`,
+        );
+      else if (op.requestBody)
+        assert.ok(op.requestBody.content['application/octet-stream'], `${what}: only MR data takes a non-JSON body`);
     }
     // Response schemas of the JSON routes are the components the handlers' answers are checked against.
-    assert.equal(doc.paths['/v1/qps/{qpn}'].get.responses['200'].content!['application/json'].schema, { $ref: '#/components/schemas/QpView' });
-    assert.equal(doc.paths['/v1/cqs/{cq}/completions'].get.responses['200'].content!['application/json'].schema, { $ref: '#/components/schemas/PollResult' });
+    assert.equal(doc.paths['/v1/qps/{qpn}'].get.responses['200'].content!['application/json'].schema, {
+      $ref: '#/components/schemas/QpView',
+    });
+    assert.equal(doc.paths['/v1/cqs/{cq}/completions'].get.responses['200'].content!['application/json'].schema, {
+      $ref: '#/components/schemas/PollResult',
+    });
     assert.ok(doc.paths['/v1/mrs/{mr}/data'].get.responses['200'].content!['application/octet-stream']);
     assert.ok(doc.paths['/metrics'].get.responses['200'].content!['text/plain']);
     assert.ok(!doc.paths['/v1/health'].get.responses['401'], 'no 401 without a token');
@@ -108,10 +131,14 @@ test('the document is valid OpenAPI 3.0 and lists every route fastify registered
 test('with a token the document declares bearer security and a 401 on every route', async () => {
   const p = await apiPair({ tokenA: 't' });
   try {
-    const doc = (await raw(p.apiA.url, 'GET', '/v1/openapi.json', { headers: { authorization: 'Bearer t' } })).json as Doc;
+    const doc = (await raw(p.apiA.url, 'GET', '/v1/openapi.json', { headers: { authorization: 'Bearer t' } }))
+      .json as Doc;
     assert.equal(doc.security, [{ bearer: [] }]);
-    assert.equal(doc.components.securitySchemes, { bearer: { type: 'http', scheme: 'bearer', description: 'the token of api.token in the start-up configuration' } });
-    for (const [path, ops] of Object.entries(doc.paths)) for (const [m, op] of Object.entries(ops)) assert.ok(op.responses['401'], `${m} ${path} documents 401`);
+    assert.equal(doc.components.securitySchemes, {
+      bearer: { type: 'http', scheme: 'bearer', description: 'the token of api.token in the start-up configuration' },
+    });
+    for (const [path, ops] of Object.entries(doc.paths))
+      for (const [m, op] of Object.entries(ops)) assert.ok(op.responses['401'], `${m} ${path} documents 401`);
   } finally {
     await p.close();
   }

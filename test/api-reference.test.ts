@@ -8,7 +8,8 @@ test('api/README.md lists every route the server registers (regenerate: node --i
   const text = readFileSync(README, 'utf8');
   assert.is(renderReadme(text), text);
   const table = routeReference();
-  for (const r of apiRoutes({ token: false })) assert.ok(table.includes(`| \`${r.method} ${r.path}\` |`), `${r.method} ${r.path} in the table`);
+  for (const r of apiRoutes({ token: false }))
+    assert.ok(table.includes(`| \`${r.method} ${r.path}\` |`), `${r.method} ${r.path} in the table`);
 });
 
 test.run();

@@ -56,7 +56,10 @@ test('buffers do not overlap and data lies after the headroom', () => {
   for (let i = 0; i < 16; i++) pool.u8.fill(i + 1, pool.offset[a[i]], pool.offset[a[i]] + 256);
   for (let i = 0; i < 16; i++) {
     const o = pool.offset[a[i]];
-    assert.ok(pool.u8.subarray(o, o + 256).every((v) => v === i + 1), `buffer ${a[i]} intact`);
+    assert.ok(
+      pool.u8.subarray(o, o + 256).every((v) => v === i + 1),
+      `buffer ${a[i]} intact`,
+    );
     assert.ok(pool.prepend(a[i], 128), 'headroom available');
     assert.not.ok(pool.prepend(a[i], 1), 'no more than the headroom');
   }
@@ -82,14 +85,14 @@ test('trim cuts a chained packet and returns the segments past the end', () => {
   const src = new Uint8Array(5000).map((_, i) => i & 0xff);
   const head = pool.writePacket(src, 0, src.length);
   assert.is(pool.available(), 29);
-  pool.trim(head, 3000);          // ends inside the second segment: the third goes back
+  pool.trim(head, 3000); // ends inside the second segment: the third goes back
   assert.is(pool.segments(head), 2);
   assert.is(pool.packetLength(head), 3000);
   assert.equal(pool.packetBytes(head), src.subarray(0, 3000));
   assert.is(pool.available(), 30);
-  pool.trim(head, 9999);          // longer than the packet: unchanged
+  pool.trim(head, 9999); // longer than the packet: unchanged
   assert.is(pool.packetLength(head), 3000);
-  pool.trim(head, 60);            // inside the head: a single buffer remains
+  pool.trim(head, 60); // inside the head: a single buffer remains
   assert.is(pool.segments(head), 1);
   assert.equal(pool.packetBytes(head), src.subarray(0, 60));
   assert.is(pool.available(), 31);
@@ -107,16 +110,39 @@ test('writePacket with too few buffers allocates nothing', () => {
 test('pool takes its memory and allocation from a driver when one provides them', () => {
   // A stand-in for DPDK: memory with a per-buffer header before the headroom, and a native
   // allocator that hands out indices from its own ring.
-  const count = 32, stride = 128 + 128 + 2048, first = 64;
+  const count = 32,
+    stride = 128 + 128 + 2048,
+    first = 64;
   const buffer = new ArrayBuffer(first + count * stride);
   const ring: number[] = Array.from({ length: count }, (_, i) => i);
   let calls = 0;
   const ext: ExternalAllocator = {
-    alloc(out, off, n) { calls++; const k = Math.min(n, ring.length); for (let i = 0; i < k; i++) out[off + i] = ring.pop() as number; return k; },
-    free(src, off, n) { calls++; for (let i = 0; i < n; i++) ring.push(src[off + i]); },
+    alloc(out, off, n) {
+      calls++;
+      const k = Math.min(n, ring.length);
+      for (let i = 0; i < k; i++) out[off + i] = ring.pop() as number;
+      return k;
+    },
+    free(src, off, n) {
+      calls++;
+      for (let i = 0; i < n; i++) ring.push(src[off + i]);
+    },
     available: () => ring.length,
   };
-  const pool = new BufferPool({ buffer, count, stride, firstOffset: first, headroom: 128, dataSize: 2048, hugepages: false, fd: -1, owner: 'fake-dpdk' }, ext);
+  const pool = new BufferPool(
+    {
+      buffer,
+      count,
+      stride,
+      firstOffset: first,
+      headroom: 128,
+      dataSize: 2048,
+      hugepages: false,
+      fd: -1,
+      owner: 'fake-dpdk',
+    },
+    ext,
+  );
   const a = new Uint32Array(4);
   assert.is(pool.alloc(a, 0, 4), 4);
   assert.is(calls, 1, 'one call for the batch');
@@ -134,7 +160,21 @@ test('pool takes its memory and allocation from a driver when one provides them'
 
 test('memory that does not fit the layout is refused with the reason', () => {
   const l = poolLayout({ count: 8 });
-  assert.throws(() => new BufferPool({ buffer: new ArrayBuffer(l.bytes - 1), count: 8, stride: l.stride, firstOffset: 0, headroom: 128, dataSize: 2048, hugepages: false, fd: -1, owner: 'x' }), /need \d+ bytes, region has/);
+  assert.throws(
+    () =>
+      new BufferPool({
+        buffer: new ArrayBuffer(l.bytes - 1),
+        count: 8,
+        stride: l.stride,
+        firstOffset: 0,
+        headroom: 128,
+        dataSize: 2048,
+        hugepages: false,
+        fd: -1,
+        owner: 'x',
+      }),
+    /need \d+ bytes, region has/,
+  );
   assert.throws(() => poolLayout({ count: 0 }), /buffers.count/);
   assert.throws(() => poolLayout({ dataSize: 100000 }), /data-size/);
 });

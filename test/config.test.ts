@@ -31,7 +31,8 @@ function configError(yaml: string): ConfigError {
 const M = 'interfaces:\n  - name: m0\n    driver: memif\n    memif: {socket: s}\n';
 // The same with an address on line 5.
 const MA = `${M}    address: 10.0.0.1/24\n`;
-const IF_KEYS = 'name, driver, memif, af_packet, pcap, pipe, dpdk, ibverbs, mlx5dv, mac, address, gateway, mtu, rx-queues, rx-queue-size, tx-queue-size, fault';
+const IF_KEYS =
+  'name, driver, memif, af_packet, pcap, pipe, dpdk, ibverbs, mlx5dv, mac, address, gateway, mtu, rx-queues, rx-queue-size, tx-queue-size, fault';
 const TOP_KEYS = 'api, cpu, buffers, log, interfaces, neighbors, rdma, capture, trace';
 const CIDR = 'an IPv4 host address with prefix length, a.b.c.d/N with N in 0..32';
 const MAC = 'a unicast MAC address xx:xx:xx:xx:xx:xx';
@@ -41,176 +42,588 @@ const IFNAME = 'a lowercase letter then up to 31 of a-z, 0-9, _ and -';
 /** [what it shows, YAML, the whole ConfigError message]. One row per message the loader has. */
 const CASES: [string, string, string][] = [
   // ---- YAML itself
-  ['syntax: unclosed flow sequence (and so mapping): every syntax error', 'rdma: {port-range: [1, 2\nlog: {}\n',
-    't.yaml:2:1: YAML syntax error: Flow sequence in block collection must be sufficiently indented and end with a ]\n'
-    + 't.yaml:2:1: YAML syntax error: Flow map in block collection must be sufficiently indented and end with a }'],
-  ['syntax: duplicate key', 'log: {level: info}\nlog: {level: warn}\n', 't.yaml:2:1: YAML syntax error: Map keys must be unique'],
-  ['syntax: tab indentation', 'api:\n\tlisten: 127.0.0.1:1\n', 't.yaml:2:1: YAML syntax error: Tabs are not allowed as indentation'],
-  ['syntax: two documents', 'log: {}\n---\ntrace: {}\n', 't.yaml:2:1: YAML syntax error: Source contains multiple documents; please use YAML.parseAllDocuments()'],
-  ['YAML warning: unknown tag', 'log: {level: !!foo info}\n', 't.yaml:1:14: YAML: Unresolved tag: tag:yaml.org,2002:foo'],
+  [
+    'syntax: unclosed flow sequence (and so mapping): every syntax error',
+    'rdma: {port-range: [1, 2\nlog: {}\n',
+    't.yaml:2:1: YAML syntax error: Flow sequence in block collection must be sufficiently indented and end with a ]\n' +
+      't.yaml:2:1: YAML syntax error: Flow map in block collection must be sufficiently indented and end with a }',
+  ],
+  [
+    'syntax: duplicate key',
+    'log: {level: info}\nlog: {level: warn}\n',
+    't.yaml:2:1: YAML syntax error: Map keys must be unique',
+  ],
+  [
+    'syntax: tab indentation',
+    'api:\n\tlisten: 127.0.0.1:1\n',
+    't.yaml:2:1: YAML syntax error: Tabs are not allowed as indentation',
+  ],
+  [
+    'syntax: two documents',
+    'log: {}\n---\ntrace: {}\n',
+    't.yaml:2:1: YAML syntax error: Source contains multiple documents; please use YAML.parseAllDocuments()',
+  ],
+  [
+    'YAML warning: unknown tag',
+    'log: {level: !!foo info}\n',
+    't.yaml:1:14: YAML: Unresolved tag: tag:yaml.org,2002:foo',
+  ],
   // ---- the top level
   ['top level: a list', '- api\n- log\n', `t.yaml:1:1: the top level is a list (expected a mapping of: ${TOP_KEYS})`],
-  ['top level: a string', 'hello\n', `t.yaml:1:1: the top level is the string "hello" (expected a mapping of: ${TOP_KEYS})`],
+  [
+    'top level: a string',
+    'hello\n',
+    `t.yaml:1:1: the top level is the string "hello" (expected a mapping of: ${TOP_KEYS})`,
+  ],
   ['a key that is a list', '? [a, b]\n: 1\n', `t.yaml:1:3: got a list as a key (expected one of: ${TOP_KEYS})`],
   // ---- unknown keys, at every level
   ['unknown key: top', 'log: {}\nmtu: 9000\n', `t.yaml:2:1: mtu: unknown key "mtu" (expected one of: ${TOP_KEYS})`],
-  ['unknown key: an Object.prototype name', 'log: {}\nconstructor: 1\n', `t.yaml:2:1: constructor: unknown key "constructor" (expected one of: ${TOP_KEYS})`],
+  [
+    'unknown key: an Object.prototype name',
+    'log: {}\nconstructor: 1\n',
+    `t.yaml:2:1: constructor: unknown key "constructor" (expected one of: ${TOP_KEYS})`,
+  ],
   ['unknown key: api', 'api: {port: 1}\n', 't.yaml:1:7: api.port: unknown key "port" (expected one of: listen, token)'],
-  ['unknown key: cpu', 'cpu: {threads: 2}\n', 't.yaml:1:7: cpu.threads: unknown key "threads" (expected one of: workers)'],
-  ['unknown key: buffers', 'buffers:\n  size: 2048\n', 't.yaml:2:3: buffers.size: unknown key "size" (expected one of: count, data-size)'],
+  [
+    'unknown key: cpu',
+    'cpu: {threads: 2}\n',
+    't.yaml:1:7: cpu.threads: unknown key "threads" (expected one of: workers)',
+  ],
+  [
+    'unknown key: buffers',
+    'buffers:\n  size: 2048\n',
+    't.yaml:2:3: buffers.size: unknown key "size" (expected one of: count, data-size)',
+  ],
   ['unknown key: log', 'log: {file: x}\n', 't.yaml:1:7: log.file: unknown key "file" (expected one of: level)'],
-  ['unknown key: trace', 'trace: {max: 1}\n', 't.yaml:1:9: trace.max: unknown key "max" (expected one of: max-packets)'],
-  ['unknown key: rdma', 'rdma: {max-qp: 1}\n', 't.yaml:1:8: rdma.max-qp: unknown key "max-qp" (expected one of: port-range, max-qps, max-mrs, max-pds, max-cqs, max-srqs, max-mr-bytes, max-cq-entries, max-wr-slots, cm-retry-ms, cm-timeout-ms, cm-backlog, cm-half-open-ms, trp)'],
-  ['unknown key: rdma.trp', 'rdma: {trp: {rto: 5}}\n', 't.yaml:1:14: rdma.trp.rto: unknown key "rto" (expected one of: window, rto-min-ms, rto-max-ms, rto-init-ms, max-retries)'],
-  ['unknown key: an interface', `${M}    mtuu: 9000\n`, `t.yaml:5:5: interfaces[0].mtuu: unknown key "mtuu" (expected one of: ${IF_KEYS})`],
-  ['unknown key: memif', 'interfaces:\n  - name: m0\n    driver: memif\n    memif: {socket: s, mode: x}\n',
-    't.yaml:4:24: interfaces[0].memif.mode: unknown key "mode" (expected one of: socket, role, id, secret, buffer-size)'],
-  ['unknown key: af_packet', 'interfaces:\n  - name: h0\n    driver: af_packet\n    af_packet: {host-interface: v0, ring: 1}\n',
-    't.yaml:4:37: interfaces[0].af_packet.ring: unknown key "ring" (expected one of: host-interface, promisc, tx-mode, block-size, qdisc-bypass)'],
-  ['unknown key: pcap', 'interfaces:\n  - name: p0\n    driver: pcap\n    pcap: {rx-file: a, file: b}\n',
-    't.yaml:4:24: interfaces[0].pcap.file: unknown key "file" (expected one of: rx-file, tx-file, rate, loop)'],
-  ['unknown key: pipe', 'interfaces:\n  - name: p0\n    driver: pipe\n    pipe: {peer: p1, ring: 8}\n',
-    't.yaml:4:22: interfaces[0].pipe.ring: unknown key "ring" (expected one of: peer)'],
-  ['unknown key: dpdk', 'interfaces:\n  - name: e0\n    driver: dpdk\n    dpdk: {device: x, eal: []}\n',
-    't.yaml:4:23: interfaces[0].dpdk.eal: unknown key "eal" (expected one of: device, eal-args)'],
-  ['unknown key: ibverbs', 'interfaces:\n  - name: e0\n    driver: ibverbs\n    ibverbs: {device: x, qp: 1}\n',
-    't.yaml:4:26: interfaces[0].ibverbs.qp: unknown key "qp" (expected one of: device, port)'],
-  ['unknown key: mlx5dv', 'interfaces:\n  - name: e0\n    driver: mlx5dv\n    mlx5dv: {device: x, qp: 1}\n',
-    't.yaml:4:25: interfaces[0].mlx5dv.qp: unknown key "qp" (expected one of: device, port)'],
-  ['unknown key: fault', `${M}    fault: {drop: 0.1}\n`,
-    't.yaml:5:13: interfaces[0].fault.drop: unknown key "drop" (expected one of: direction, seed, loss, reorder, reorder-depth, reorder-delay-us, duplicate, corrupt)'],
-  ['unknown key: a neighbor', `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:02", vlan: 5}\n`,
-    't.yaml:7:66: neighbors[0].vlan: unknown key "vlan" (expected one of: interface, address, mac)'],
+  [
+    'unknown key: trace',
+    'trace: {max: 1}\n',
+    't.yaml:1:9: trace.max: unknown key "max" (expected one of: max-packets)',
+  ],
+  [
+    'unknown key: rdma',
+    'rdma: {max-qp: 1}\n',
+    't.yaml:1:8: rdma.max-qp: unknown key "max-qp" (expected one of: port-range, max-qps, max-mrs, max-pds, max-cqs, max-srqs, max-mr-bytes, max-cq-entries, max-wr-slots, cm-retry-ms, cm-timeout-ms, cm-backlog, cm-half-open-ms, trp)',
+  ],
+  [
+    'unknown key: rdma.trp',
+    'rdma: {trp: {rto: 5}}\n',
+    't.yaml:1:14: rdma.trp.rto: unknown key "rto" (expected one of: window, rto-min-ms, rto-max-ms, rto-init-ms, max-retries)',
+  ],
+  [
+    'unknown key: an interface',
+    `${M}    mtuu: 9000\n`,
+    `t.yaml:5:5: interfaces[0].mtuu: unknown key "mtuu" (expected one of: ${IF_KEYS})`,
+  ],
+  [
+    'unknown key: memif',
+    'interfaces:\n  - name: m0\n    driver: memif\n    memif: {socket: s, mode: x}\n',
+    't.yaml:4:24: interfaces[0].memif.mode: unknown key "mode" (expected one of: socket, role, id, secret, buffer-size)',
+  ],
+  [
+    'unknown key: af_packet',
+    'interfaces:\n  - name: h0\n    driver: af_packet\n    af_packet: {host-interface: v0, ring: 1}\n',
+    't.yaml:4:37: interfaces[0].af_packet.ring: unknown key "ring" (expected one of: host-interface, promisc, tx-mode, block-size, qdisc-bypass)',
+  ],
+  [
+    'unknown key: pcap',
+    'interfaces:\n  - name: p0\n    driver: pcap\n    pcap: {rx-file: a, file: b}\n',
+    't.yaml:4:24: interfaces[0].pcap.file: unknown key "file" (expected one of: rx-file, tx-file, rate, loop)',
+  ],
+  [
+    'unknown key: pipe',
+    'interfaces:\n  - name: p0\n    driver: pipe\n    pipe: {peer: p1, ring: 8}\n',
+    't.yaml:4:22: interfaces[0].pipe.ring: unknown key "ring" (expected one of: peer)',
+  ],
+  [
+    'unknown key: dpdk',
+    'interfaces:\n  - name: e0\n    driver: dpdk\n    dpdk: {device: x, eal: []}\n',
+    't.yaml:4:23: interfaces[0].dpdk.eal: unknown key "eal" (expected one of: device, eal-args)',
+  ],
+  [
+    'unknown key: ibverbs',
+    'interfaces:\n  - name: e0\n    driver: ibverbs\n    ibverbs: {device: x, qp: 1}\n',
+    't.yaml:4:26: interfaces[0].ibverbs.qp: unknown key "qp" (expected one of: device, port)',
+  ],
+  [
+    'unknown key: mlx5dv',
+    'interfaces:\n  - name: e0\n    driver: mlx5dv\n    mlx5dv: {device: x, qp: 1}\n',
+    't.yaml:4:25: interfaces[0].mlx5dv.qp: unknown key "qp" (expected one of: device, port)',
+  ],
+  [
+    'unknown key: fault',
+    `${M}    fault: {drop: 0.1}\n`,
+    't.yaml:5:13: interfaces[0].fault.drop: unknown key "drop" (expected one of: direction, seed, loss, reorder, reorder-depth, reorder-delay-us, duplicate, corrupt)',
+  ],
+  [
+    'unknown key: a neighbor',
+    `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:02", vlan: 5}\n`,
+    't.yaml:7:66: neighbors[0].vlan: unknown key "vlan" (expected one of: interface, address, mac)',
+  ],
   // ---- missing keys: at the mapping that lacks them
-  ['missing: interface name', 'interfaces:\n  - driver: memif\n    memif: {socket: s}\n', `t.yaml:2:5: interfaces[0].name: missing (expected ${IFNAME})`],
-  ['missing: interface driver', 'interfaces:\n  - name: m0\n', 't.yaml:2:5: interfaces[0].driver: missing (expected one of: memif, af_packet, pcap, pipe, dpdk, ibverbs, mlx5dv)'],
-  ['missing: memif socket', 'interfaces:\n  - name: m0\n    driver: memif\n    memif: {role: client}\n',
-    't.yaml:4:12: interfaces[0].memif.socket: missing (expected a non-empty string)'],
-  ['missing: memif socket, empty options', 'interfaces:\n  - name: m0\n    driver: memif\n    memif:\n',
-    't.yaml:4:5: interfaces[0].memif.socket: missing (expected a non-empty string)'],
-  ['missing: af_packet host-interface', 'interfaces:\n  - name: h0\n    driver: af_packet\n    af_packet: {promisc: true}\n',
-    't.yaml:4:16: interfaces[0].af_packet.host-interface: missing (expected a Linux interface name of 1..15 characters without /, : or white space)'],
-  ['missing: pipe peer', 'interfaces:\n  - name: p0\n    driver: pipe\n    pipe: {}\n', `t.yaml:4:11: interfaces[0].pipe.peer: missing (expected ${IFNAME})`],
-  ['missing: dpdk device', 'interfaces:\n  - name: e0\n    driver: dpdk\n    dpdk: {eal-args: [-l, "0"]}\n', 't.yaml:4:11: interfaces[0].dpdk.device: missing (expected a non-empty string)'],
-  ['missing: ibverbs device', 'interfaces:\n  - name: e0\n    driver: ibverbs\n    ibverbs: {port: 1}\n', 't.yaml:4:14: interfaces[0].ibverbs.device: missing (expected a non-empty string)'],
-  ['missing: mlx5dv device', 'interfaces:\n  - name: e0\n    driver: mlx5dv\n    mlx5dv: {port: 2}\n', 't.yaml:4:13: interfaces[0].mlx5dv.device: missing (expected a non-empty string)'],
-  ['missing: neighbor mac', `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.2}\n`, `t.yaml:7:5: neighbors[0].mac: missing (expected ${MAC})`],
-  ['missing: the driver\'s options', 'interfaces:\n  - name: p0\n    driver: pipe\n', 't.yaml:2:5: interfaces[0].pipe: missing, driver pipe takes its options here (expected a mapping of: peer)'],
-  ['missing: the driver\'s options (af_packet)', 'interfaces:\n  - name: h0\n    driver: af_packet\n',
-    't.yaml:2:5: interfaces[0].af_packet: missing, driver af_packet takes its options here (expected a mapping of: host-interface, promisc, tx-mode, block-size, qdisc-bypass)'],
+  [
+    'missing: interface name',
+    'interfaces:\n  - driver: memif\n    memif: {socket: s}\n',
+    `t.yaml:2:5: interfaces[0].name: missing (expected ${IFNAME})`,
+  ],
+  [
+    'missing: interface driver',
+    'interfaces:\n  - name: m0\n',
+    't.yaml:2:5: interfaces[0].driver: missing (expected one of: memif, af_packet, pcap, pipe, dpdk, ibverbs, mlx5dv)',
+  ],
+  [
+    'missing: memif socket',
+    'interfaces:\n  - name: m0\n    driver: memif\n    memif: {role: client}\n',
+    't.yaml:4:12: interfaces[0].memif.socket: missing (expected a non-empty string)',
+  ],
+  [
+    'missing: memif socket, empty options',
+    'interfaces:\n  - name: m0\n    driver: memif\n    memif:\n',
+    't.yaml:4:5: interfaces[0].memif.socket: missing (expected a non-empty string)',
+  ],
+  [
+    'missing: af_packet host-interface',
+    'interfaces:\n  - name: h0\n    driver: af_packet\n    af_packet: {promisc: true}\n',
+    't.yaml:4:16: interfaces[0].af_packet.host-interface: missing (expected a Linux interface name of 1..15 characters without /, : or white space)',
+  ],
+  [
+    'missing: pipe peer',
+    'interfaces:\n  - name: p0\n    driver: pipe\n    pipe: {}\n',
+    `t.yaml:4:11: interfaces[0].pipe.peer: missing (expected ${IFNAME})`,
+  ],
+  [
+    'missing: dpdk device',
+    'interfaces:\n  - name: e0\n    driver: dpdk\n    dpdk: {eal-args: [-l, "0"]}\n',
+    't.yaml:4:11: interfaces[0].dpdk.device: missing (expected a non-empty string)',
+  ],
+  [
+    'missing: ibverbs device',
+    'interfaces:\n  - name: e0\n    driver: ibverbs\n    ibverbs: {port: 1}\n',
+    't.yaml:4:14: interfaces[0].ibverbs.device: missing (expected a non-empty string)',
+  ],
+  [
+    'missing: mlx5dv device',
+    'interfaces:\n  - name: e0\n    driver: mlx5dv\n    mlx5dv: {port: 2}\n',
+    't.yaml:4:13: interfaces[0].mlx5dv.device: missing (expected a non-empty string)',
+  ],
+  [
+    'missing: neighbor mac',
+    `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.2}\n`,
+    `t.yaml:7:5: neighbors[0].mac: missing (expected ${MAC})`,
+  ],
+  [
+    "missing: the driver's options",
+    'interfaces:\n  - name: p0\n    driver: pipe\n',
+    't.yaml:2:5: interfaces[0].pipe: missing, driver pipe takes its options here (expected a mapping of: peer)',
+  ],
+  [
+    "missing: the driver's options (af_packet)",
+    'interfaces:\n  - name: h0\n    driver: af_packet\n',
+    't.yaml:2:5: interfaces[0].af_packet: missing, driver af_packet takes its options here (expected a mapping of: host-interface, promisc, tx-mode, block-size, qdisc-bypass)',
+  ],
   // ---- wrong types
-  ['type: a number for a string', 'api:\n  listen: 7070\n', `t.yaml:2:11: api.listen: got the number 7070 (expected ${LISTEN})`],
-  ['type: a string for an integer', 'buffers: {count: "64"}\n', 't.yaml:1:18: buffers.count: got the string "64" (expected an integer in 64..1048576)'],
-  ['type: yes is a string in YAML 1.2', 'interfaces:\n  - name: h0\n    driver: af_packet\n    af_packet: {host-interface: veth0, promisc: yes}\n',
-    't.yaml:4:49: interfaces[0].af_packet.promisc: got the string "yes" (expected true or false)'],
-  ['type: a boolean for an enum', 'log: {level: true}\n', 't.yaml:1:14: log.level: got the boolean true (expected one of: error, warn, info, debug)'],
-  ['type: no value (empty), at the key', 'trace:\n  max-packets:\n', 't.yaml:2:3: trace.max-packets: got no value (expected an integer in 1..1000000)'],
-  ['type: no value (null)', 'trace: {max-packets: null}\n', 't.yaml:1:22: trace.max-packets: got no value (expected an integer in 1..1000000)'],
-  ['type: a list for a scalar', 'log: {level: [info]}\n', 't.yaml:1:14: log.level: got a list (expected one of: error, warn, info, debug)'],
-  ['type: a mapping for a scalar', 'api: {listen: {host: a}}\n', `t.yaml:1:15: api.listen: got a mapping (expected ${LISTEN})`],
-  ['type: a number for a nullable string', `${M}    mac: 12345\n`, `t.yaml:5:10: interfaces[0].mac: got the number 12345 (expected null or ${MAC})`],
-  ['type: a section that is not a mapping', 'api: 5\n', 't.yaml:1:6: api: got the number 5 (expected a mapping of: listen, token)'],
-  ['type: interfaces that is not a list', 'interfaces: {name: m0}\n', 't.yaml:1:13: interfaces: got a mapping (expected a list of interfaces)'],
-  ['type: an interface that is not a mapping', 'interfaces:\n  - m0\n', 't.yaml:2:5: interfaces[0]: got the string "m0" (expected a mapping with name, driver and the driver\'s options)'],
-  ['type: a list item', 'interfaces:\n  - name: e0\n    driver: dpdk\n    dpdk: {device: x, eal-args: [-l, 5]}\n',
-    't.yaml:4:38: interfaces[0].dpdk.eal-args[1]: got the number 5 (expected a non-empty string)'],
-  ['type: port-range of 3 items', 'rdma: {port-range: [1, 2, 3]}\n', 't.yaml:1:20: rdma.port-range: got a list of 3 items (expected [lo, hi], two ports in 1..65535 with lo <= hi)'],
-  ['type: port-range of 1 item', 'rdma: {port-range: [1]}\n', 't.yaml:1:20: rdma.port-range: got a list of 1 item (expected [lo, hi], two ports in 1..65535 with lo <= hi)'],
+  [
+    'type: a number for a string',
+    'api:\n  listen: 7070\n',
+    `t.yaml:2:11: api.listen: got the number 7070 (expected ${LISTEN})`,
+  ],
+  [
+    'type: a string for an integer',
+    'buffers: {count: "64"}\n',
+    't.yaml:1:18: buffers.count: got the string "64" (expected an integer in 64..1048576)',
+  ],
+  [
+    'type: yes is a string in YAML 1.2',
+    'interfaces:\n  - name: h0\n    driver: af_packet\n    af_packet: {host-interface: veth0, promisc: yes}\n',
+    't.yaml:4:49: interfaces[0].af_packet.promisc: got the string "yes" (expected true or false)',
+  ],
+  [
+    'type: a boolean for an enum',
+    'log: {level: true}\n',
+    't.yaml:1:14: log.level: got the boolean true (expected one of: error, warn, info, debug)',
+  ],
+  [
+    'type: no value (empty), at the key',
+    'trace:\n  max-packets:\n',
+    't.yaml:2:3: trace.max-packets: got no value (expected an integer in 1..1000000)',
+  ],
+  [
+    'type: no value (null)',
+    'trace: {max-packets: null}\n',
+    't.yaml:1:22: trace.max-packets: got no value (expected an integer in 1..1000000)',
+  ],
+  [
+    'type: a list for a scalar',
+    'log: {level: [info]}\n',
+    't.yaml:1:14: log.level: got a list (expected one of: error, warn, info, debug)',
+  ],
+  [
+    'type: a mapping for a scalar',
+    'api: {listen: {host: a}}\n',
+    `t.yaml:1:15: api.listen: got a mapping (expected ${LISTEN})`,
+  ],
+  [
+    'type: a number for a nullable string',
+    `${M}    mac: 12345\n`,
+    `t.yaml:5:10: interfaces[0].mac: got the number 12345 (expected null or ${MAC})`,
+  ],
+  [
+    'type: a section that is not a mapping',
+    'api: 5\n',
+    't.yaml:1:6: api: got the number 5 (expected a mapping of: listen, token)',
+  ],
+  [
+    'type: interfaces that is not a list',
+    'interfaces: {name: m0}\n',
+    't.yaml:1:13: interfaces: got a mapping (expected a list of interfaces)',
+  ],
+  [
+    'type: an interface that is not a mapping',
+    'interfaces:\n  - m0\n',
+    't.yaml:2:5: interfaces[0]: got the string "m0" (expected a mapping with name, driver and the driver\'s options)',
+  ],
+  [
+    'type: a list item',
+    'interfaces:\n  - name: e0\n    driver: dpdk\n    dpdk: {device: x, eal-args: [-l, 5]}\n',
+    't.yaml:4:38: interfaces[0].dpdk.eal-args[1]: got the number 5 (expected a non-empty string)',
+  ],
+  [
+    'type: port-range of 3 items',
+    'rdma: {port-range: [1, 2, 3]}\n',
+    't.yaml:1:20: rdma.port-range: got a list of 3 items (expected [lo, hi], two ports in 1..65535 with lo <= hi)',
+  ],
+  [
+    'type: port-range of 1 item',
+    'rdma: {port-range: [1]}\n',
+    't.yaml:1:20: rdma.port-range: got a list of 1 item (expected [lo, hi], two ports in 1..65535 with lo <= hi)',
+  ],
   // ---- numbers
-  ['number: not finite', 'rdma: {cm-retry-ms: .inf}\n', 't.yaml:1:21: rdma.cm-retry-ms: Infinity is not a finite number (expected a number > 0)'],
-  ['number: not an integer', `${M}    mtu: 1500.5\n`, 't.yaml:5:10: interfaces[0].mtu: 1500.5 is not an integer (expected an integer in 68..65535)'],
-  ['number: integer above the range', `${M}    mtu: 100000\n`, 't.yaml:5:10: interfaces[0].mtu: 100000 is out of range (expected an integer in 68..65535)'],
-  ['number: integer below the range', `${M}    mtu: 67\n`, 't.yaml:5:10: interfaces[0].mtu: 67 is out of range (expected an integer in 68..65535)'],
-  ['number: > 0', 'rdma: {cm-timeout-ms: 0}\n', 't.yaml:1:23: rdma.cm-timeout-ms: 0 is out of range (expected a number > 0)'],
-  ['number: a probability', `${M}    fault: {loss: 1.5}\n`, 't.yaml:5:19: interfaces[0].fault.loss: 1.5 is out of range (expected a number in 0..1)'],
-  ['number: >= 0', 'interfaces:\n  - name: p0\n    driver: pcap\n    pcap: {rx-file: a, rate: -1}\n',
-    't.yaml:4:30: interfaces[0].pcap.rate: -1 is out of range (expected a number >= 0)'],
-  ['number: integer >= 0', 'interfaces:\n  - name: p0\n    driver: pcap\n    pcap: {rx-file: a, loop: -1}\n',
-    't.yaml:4:30: interfaces[0].pcap.loop: -1 is out of range (expected an integer >= 0)'],
-  ['number: a u32', 'interfaces:\n  - name: m0\n    driver: memif\n    memif: {socket: s, id: 4294967296}\n',
-    't.yaml:4:28: interfaces[0].memif.id: 4294967296 is out of range (expected an integer in 0..4294967295)'],
-  ['number: a power of 2', `${M}    rx-queue-size: 1000\n`, 't.yaml:5:20: interfaces[0].rx-queue-size: 1000 is not a power of 2 (expected a power of 2 in 16..65536)'],
-  ['number: a power of 2 below the range', `${M}    tx-queue-size: 8\n`, 't.yaml:5:20: interfaces[0].tx-queue-size: 8 is out of range (expected a power of 2 in 16..65536)'],
-  ['number: a multiple of 64', 'buffers: {data-size: 2000}\n', 't.yaml:1:22: buffers.data-size: 2000 is not a multiple of 64 (expected a multiple of 64 in 256..65536)'],
-  ['number: fault reorder-delay-us as fault.ts has it', `${M}    fault: {reorder-delay-us: 0}\n`,
-    't.yaml:5:31: interfaces[0].fault.reorder-delay-us: 0 is out of range (expected a number in 1..10000000)'],
+  [
+    'number: not finite',
+    'rdma: {cm-retry-ms: .inf}\n',
+    't.yaml:1:21: rdma.cm-retry-ms: Infinity is not a finite number (expected a number > 0)',
+  ],
+  [
+    'number: not an integer',
+    `${M}    mtu: 1500.5\n`,
+    't.yaml:5:10: interfaces[0].mtu: 1500.5 is not an integer (expected an integer in 68..65535)',
+  ],
+  [
+    'number: integer above the range',
+    `${M}    mtu: 100000\n`,
+    't.yaml:5:10: interfaces[0].mtu: 100000 is out of range (expected an integer in 68..65535)',
+  ],
+  [
+    'number: integer below the range',
+    `${M}    mtu: 67\n`,
+    't.yaml:5:10: interfaces[0].mtu: 67 is out of range (expected an integer in 68..65535)',
+  ],
+  [
+    'number: > 0',
+    'rdma: {cm-timeout-ms: 0}\n',
+    't.yaml:1:23: rdma.cm-timeout-ms: 0 is out of range (expected a number > 0)',
+  ],
+  [
+    'number: a probability',
+    `${M}    fault: {loss: 1.5}\n`,
+    't.yaml:5:19: interfaces[0].fault.loss: 1.5 is out of range (expected a number in 0..1)',
+  ],
+  [
+    'number: >= 0',
+    'interfaces:\n  - name: p0\n    driver: pcap\n    pcap: {rx-file: a, rate: -1}\n',
+    't.yaml:4:30: interfaces[0].pcap.rate: -1 is out of range (expected a number >= 0)',
+  ],
+  [
+    'number: integer >= 0',
+    'interfaces:\n  - name: p0\n    driver: pcap\n    pcap: {rx-file: a, loop: -1}\n',
+    't.yaml:4:30: interfaces[0].pcap.loop: -1 is out of range (expected an integer >= 0)',
+  ],
+  [
+    'number: a u32',
+    'interfaces:\n  - name: m0\n    driver: memif\n    memif: {socket: s, id: 4294967296}\n',
+    't.yaml:4:28: interfaces[0].memif.id: 4294967296 is out of range (expected an integer in 0..4294967295)',
+  ],
+  [
+    'number: a power of 2',
+    `${M}    rx-queue-size: 1000\n`,
+    't.yaml:5:20: interfaces[0].rx-queue-size: 1000 is not a power of 2 (expected a power of 2 in 16..65536)',
+  ],
+  [
+    'number: a power of 2 below the range',
+    `${M}    tx-queue-size: 8\n`,
+    't.yaml:5:20: interfaces[0].tx-queue-size: 8 is out of range (expected a power of 2 in 16..65536)',
+  ],
+  [
+    'number: a multiple of 64',
+    'buffers: {data-size: 2000}\n',
+    't.yaml:1:22: buffers.data-size: 2000 is not a multiple of 64 (expected a multiple of 64 in 256..65536)',
+  ],
+  [
+    'number: fault reorder-delay-us as fault.ts has it',
+    `${M}    fault: {reorder-delay-us: 0}\n`,
+    't.yaml:5:31: interfaces[0].fault.reorder-delay-us: 0 is out of range (expected a number in 1..10000000)',
+  ],
   // ---- strings and choices
-  ['enum: not a choice', 'interfaces:\n  - name: m0\n    driver: memif\n    memif: {socket: s, role: master}\n',
-    't.yaml:4:30: interfaces[0].memif.role: "master" is not a valid choice (expected one of: server, client)'],
-  ['enum: unknown driver', 'interfaces:\n  - name: m0\n    driver: vhost\n    memif: {socket: s}\n',
-    't.yaml:3:13: interfaces[0].driver: "vhost" is not a valid choice (expected one of: memif, af_packet, pcap, pipe, dpdk, ibverbs, mlx5dv)'],
-  ['string: empty', 'interfaces:\n  - name: m0\n    driver: memif\n    memif: {socket: ""}\n', 't.yaml:4:21: interfaces[0].memif.socket: "" is empty (expected a non-empty string)'],
-  ['string: too long', 'interfaces:\n  - name: m0\n    driver: memif\n    memif: {socket: s, secret: abcdefghijklmnopqrstuvwxy}\n',
-    't.yaml:4:32: interfaces[0].memif.secret: "abcdefghijklmnopqrstuvwxy" is 25 characters long (expected a string of 1..24 characters)'],
-  ['string: interface name', 'interfaces:\n  - name: Memif0\n    driver: memif\n    memif: {socket: s}\n',
-    `t.yaml:2:11: interfaces[0].name: "Memif0" is not a valid interface name (expected ${IFNAME})`],
-  ['string: interface name of 33 characters', `interfaces:\n  - name: ${'a'.repeat(33)}\n    driver: memif\n    memif: {socket: s}\n`,
-    `t.yaml:2:11: interfaces[0].name: "${'a'.repeat(33)}" is not a valid interface name (expected ${IFNAME})`],
-  ['string: host interface with a slash', 'interfaces:\n  - name: h0\n    driver: af_packet\n    af_packet: {host-interface: eth/0}\n',
-    't.yaml:4:33: interfaces[0].af_packet.host-interface: "eth/0" is not a Linux interface name (expected a Linux interface name of 1..15 characters without /, : or white space)'],
-  ['string: host interface of 16 characters', 'interfaces:\n  - name: h0\n    driver: af_packet\n    af_packet: {host-interface: abcdefghijklmnop}\n',
-    't.yaml:4:33: interfaces[0].af_packet.host-interface: "abcdefghijklmnop" is 16 characters long (expected a Linux interface name of 1..15 characters without /, : or white space)'],
-  ['string: token with white space', 'api: {token: "a b"}\n', 't.yaml:1:14: api.token: "a b" contains white space (expected a non-empty string without white space)'],
-  ['string: empty token', 'api: {token: ""}\n', 't.yaml:1:14: api.token: "" is empty (expected a non-empty string without white space)'],
+  [
+    'enum: not a choice',
+    'interfaces:\n  - name: m0\n    driver: memif\n    memif: {socket: s, role: master}\n',
+    't.yaml:4:30: interfaces[0].memif.role: "master" is not a valid choice (expected one of: server, client)',
+  ],
+  [
+    'enum: unknown driver',
+    'interfaces:\n  - name: m0\n    driver: vhost\n    memif: {socket: s}\n',
+    't.yaml:3:13: interfaces[0].driver: "vhost" is not a valid choice (expected one of: memif, af_packet, pcap, pipe, dpdk, ibverbs, mlx5dv)',
+  ],
+  [
+    'string: empty',
+    'interfaces:\n  - name: m0\n    driver: memif\n    memif: {socket: ""}\n',
+    't.yaml:4:21: interfaces[0].memif.socket: "" is empty (expected a non-empty string)',
+  ],
+  [
+    'string: too long',
+    'interfaces:\n  - name: m0\n    driver: memif\n    memif: {socket: s, secret: abcdefghijklmnopqrstuvwxy}\n',
+    't.yaml:4:32: interfaces[0].memif.secret: "abcdefghijklmnopqrstuvwxy" is 25 characters long (expected a string of 1..24 characters)',
+  ],
+  [
+    'string: interface name',
+    'interfaces:\n  - name: Memif0\n    driver: memif\n    memif: {socket: s}\n',
+    `t.yaml:2:11: interfaces[0].name: "Memif0" is not a valid interface name (expected ${IFNAME})`,
+  ],
+  [
+    'string: interface name of 33 characters',
+    `interfaces:\n  - name: ${'a'.repeat(33)}\n    driver: memif\n    memif: {socket: s}\n`,
+    `t.yaml:2:11: interfaces[0].name: "${'a'.repeat(33)}" is not a valid interface name (expected ${IFNAME})`,
+  ],
+  [
+    'string: host interface with a slash',
+    'interfaces:\n  - name: h0\n    driver: af_packet\n    af_packet: {host-interface: eth/0}\n',
+    't.yaml:4:33: interfaces[0].af_packet.host-interface: "eth/0" is not a Linux interface name (expected a Linux interface name of 1..15 characters without /, : or white space)',
+  ],
+  [
+    'string: host interface of 16 characters',
+    'interfaces:\n  - name: h0\n    driver: af_packet\n    af_packet: {host-interface: abcdefghijklmnop}\n',
+    't.yaml:4:33: interfaces[0].af_packet.host-interface: "abcdefghijklmnop" is 16 characters long (expected a Linux interface name of 1..15 characters without /, : or white space)',
+  ],
+  [
+    'string: token with white space',
+    'api: {token: "a b"}\n',
+    't.yaml:1:14: api.token: "a b" contains white space (expected a non-empty string without white space)',
+  ],
+  [
+    'string: empty token',
+    'api: {token: ""}\n',
+    't.yaml:1:14: api.token: "" is empty (expected a non-empty string without white space)',
+  ],
   // ---- addresses
-  ['address: no prefix length', `${M}    address: 10.0.0.1\n`, `t.yaml:5:14: interfaces[0].address: "10.0.0.1" is not an IPv4 address with a prefix length (expected ${CIDR})`],
-  ['address: an octet over 255', `${M}    address: 10.0.0.256/24\n`, `t.yaml:5:14: interfaces[0].address: "10.0.0.256/24" is not an IPv4 address with a prefix length (expected ${CIDR})`],
-  ['address: prefix length 33', `${M}    address: 10.0.0.1/33\n`, `t.yaml:5:14: interfaces[0].address: "10.0.0.1/33" has a prefix length out of range (expected ${CIDR})`],
-  ['address: the network address', `${M}    address: 10.0.0.0/24\n`, `t.yaml:5:14: interfaces[0].address: "10.0.0.0/24" is the network address of 10.0.0.0/24 (expected ${CIDR})`],
-  ['address: the broadcast address', `${M}    address: 10.0.0.255/24\n`, `t.yaml:5:14: interfaces[0].address: "10.0.0.255/24" is the broadcast address of 10.0.0.0/24 (expected ${CIDR})`],
-  ['address: the broadcast address of a /30', `${M}    address: 10.0.0.3/30\n`, `t.yaml:5:14: interfaces[0].address: "10.0.0.3/30" is the broadcast address of 10.0.0.0/30 (expected ${CIDR})`],
-  ['gateway: not an address', `${MA}    gateway: 10.0.0\n`, 't.yaml:6:14: interfaces[0].gateway: "10.0.0" is not an IPv4 address (expected an IPv4 address a.b.c.d)'],
-  ['gateway: without an address', `${M}    gateway: 10.0.0.254\n`, 't.yaml:5:14: interfaces[0].gateway: "10.0.0.254" needs an address on this interface (expected address: a.b.c.d/N on the interface)'],
-  ['gateway: outside the subnet', `${MA}    gateway: 10.0.1.1\n`, 't.yaml:6:14: interfaces[0].gateway: "10.0.1.1" is outside m0\'s subnet 10.0.0.0/24 (expected an address in 10.0.0.0/24)'],
-  ['gateway: the interface itself', `${MA}    gateway: 10.0.0.1\n`, 't.yaml:6:14: interfaces[0].gateway: "10.0.0.1" is m0\'s own address (expected another host in 10.0.0.0/24)'],
-  ['gateway: the broadcast address', `${MA}    gateway: 10.0.0.255\n`, 't.yaml:6:14: interfaces[0].gateway: "10.0.0.255" is the broadcast address of 10.0.0.0/24 (expected a host address in 10.0.0.0/24)'],
-  ['gateway: the network address', `${MA}    gateway: 10.0.0.0\n`, 't.yaml:6:14: interfaces[0].gateway: "10.0.0.0" is the network address of 10.0.0.0/24 (expected a host address in 10.0.0.0/24)'],
-  ['mac: not a MAC', `${M}    mac: 02:fe:00:00:00\n`, `t.yaml:5:10: interfaces[0].mac: "02:fe:00:00:00" is not a MAC address (expected ${MAC})`],
-  ['mac: dashes', `${M}    mac: 02-fe-00-00-00-01\n`, `t.yaml:5:10: interfaces[0].mac: "02-fe-00-00-00-01" is not a MAC address (expected ${MAC})`],
-  ['mac: multicast', `${M}    mac: 03:00:00:00:00:01\n`, `t.yaml:5:10: interfaces[0].mac: "03:00:00:00:00:01" is a multicast address (expected ${MAC})`],
-  ['mac: all zeros', `${M}    mac: 00:00:00:00:00:00\n`, `t.yaml:5:10: interfaces[0].mac: "00:00:00:00:00:00" is all zeros (expected ${MAC})`],
-  ['listen: no port', 'api: {listen: 127.0.0.1}\n', `t.yaml:1:15: api.listen: "127.0.0.1" is not host:port (expected ${LISTEN})`],
-  ['listen: a host name', 'api: {listen: "example.com:80"}\n', `t.yaml:1:15: api.listen: "example.com:80" has a host that is not an IPv4 address, localhost or [IPv6] (expected ${LISTEN})`],
-  ['listen: a bad IPv6 address', 'api: {listen: "[::g]:80"}\n', `t.yaml:1:15: api.listen: "[::g]:80" has a host that is not an IPv4 address, localhost or [IPv6] (expected ${LISTEN})`],
-  ['listen: port 65536', 'api: {listen: "127.0.0.1:65536"}\n', `t.yaml:1:15: api.listen: "127.0.0.1:65536" has a port out of range (expected ${LISTEN})`],
+  [
+    'address: no prefix length',
+    `${M}    address: 10.0.0.1\n`,
+    `t.yaml:5:14: interfaces[0].address: "10.0.0.1" is not an IPv4 address with a prefix length (expected ${CIDR})`,
+  ],
+  [
+    'address: an octet over 255',
+    `${M}    address: 10.0.0.256/24\n`,
+    `t.yaml:5:14: interfaces[0].address: "10.0.0.256/24" is not an IPv4 address with a prefix length (expected ${CIDR})`,
+  ],
+  [
+    'address: prefix length 33',
+    `${M}    address: 10.0.0.1/33\n`,
+    `t.yaml:5:14: interfaces[0].address: "10.0.0.1/33" has a prefix length out of range (expected ${CIDR})`,
+  ],
+  [
+    'address: the network address',
+    `${M}    address: 10.0.0.0/24\n`,
+    `t.yaml:5:14: interfaces[0].address: "10.0.0.0/24" is the network address of 10.0.0.0/24 (expected ${CIDR})`,
+  ],
+  [
+    'address: the broadcast address',
+    `${M}    address: 10.0.0.255/24\n`,
+    `t.yaml:5:14: interfaces[0].address: "10.0.0.255/24" is the broadcast address of 10.0.0.0/24 (expected ${CIDR})`,
+  ],
+  [
+    'address: the broadcast address of a /30',
+    `${M}    address: 10.0.0.3/30\n`,
+    `t.yaml:5:14: interfaces[0].address: "10.0.0.3/30" is the broadcast address of 10.0.0.0/30 (expected ${CIDR})`,
+  ],
+  [
+    'gateway: not an address',
+    `${MA}    gateway: 10.0.0\n`,
+    't.yaml:6:14: interfaces[0].gateway: "10.0.0" is not an IPv4 address (expected an IPv4 address a.b.c.d)',
+  ],
+  [
+    'gateway: without an address',
+    `${M}    gateway: 10.0.0.254\n`,
+    't.yaml:5:14: interfaces[0].gateway: "10.0.0.254" needs an address on this interface (expected address: a.b.c.d/N on the interface)',
+  ],
+  [
+    'gateway: outside the subnet',
+    `${MA}    gateway: 10.0.1.1\n`,
+    't.yaml:6:14: interfaces[0].gateway: "10.0.1.1" is outside m0\'s subnet 10.0.0.0/24 (expected an address in 10.0.0.0/24)',
+  ],
+  [
+    'gateway: the interface itself',
+    `${MA}    gateway: 10.0.0.1\n`,
+    't.yaml:6:14: interfaces[0].gateway: "10.0.0.1" is m0\'s own address (expected another host in 10.0.0.0/24)',
+  ],
+  [
+    'gateway: the broadcast address',
+    `${MA}    gateway: 10.0.0.255\n`,
+    't.yaml:6:14: interfaces[0].gateway: "10.0.0.255" is the broadcast address of 10.0.0.0/24 (expected a host address in 10.0.0.0/24)',
+  ],
+  [
+    'gateway: the network address',
+    `${MA}    gateway: 10.0.0.0\n`,
+    't.yaml:6:14: interfaces[0].gateway: "10.0.0.0" is the network address of 10.0.0.0/24 (expected a host address in 10.0.0.0/24)',
+  ],
+  [
+    'mac: not a MAC',
+    `${M}    mac: 02:fe:00:00:00\n`,
+    `t.yaml:5:10: interfaces[0].mac: "02:fe:00:00:00" is not a MAC address (expected ${MAC})`,
+  ],
+  [
+    'mac: dashes',
+    `${M}    mac: 02-fe-00-00-00-01\n`,
+    `t.yaml:5:10: interfaces[0].mac: "02-fe-00-00-00-01" is not a MAC address (expected ${MAC})`,
+  ],
+  [
+    'mac: multicast',
+    `${M}    mac: 03:00:00:00:00:01\n`,
+    `t.yaml:5:10: interfaces[0].mac: "03:00:00:00:00:01" is a multicast address (expected ${MAC})`,
+  ],
+  [
+    'mac: all zeros',
+    `${M}    mac: 00:00:00:00:00:00\n`,
+    `t.yaml:5:10: interfaces[0].mac: "00:00:00:00:00:00" is all zeros (expected ${MAC})`,
+  ],
+  [
+    'listen: no port',
+    'api: {listen: 127.0.0.1}\n',
+    `t.yaml:1:15: api.listen: "127.0.0.1" is not host:port (expected ${LISTEN})`,
+  ],
+  [
+    'listen: a host name',
+    'api: {listen: "example.com:80"}\n',
+    `t.yaml:1:15: api.listen: "example.com:80" has a host that is not an IPv4 address, localhost or [IPv6] (expected ${LISTEN})`,
+  ],
+  [
+    'listen: a bad IPv6 address',
+    'api: {listen: "[::g]:80"}\n',
+    `t.yaml:1:15: api.listen: "[::g]:80" has a host that is not an IPv4 address, localhost or [IPv6] (expected ${LISTEN})`,
+  ],
+  [
+    'listen: port 65536',
+    'api: {listen: "127.0.0.1:65536"}\n',
+    `t.yaml:1:15: api.listen: "127.0.0.1:65536" has a port out of range (expected ${LISTEN})`,
+  ],
   // ---- cpu
-  ['workers: 2', 'cpu: {workers: 2}\n', 't.yaml:1:16: cpu.workers: 2 is not supported: worker threads are not implemented yet, the graph runs on the main thread (expected 0)'],
-  ['workers: -1', 'cpu: {workers: -1}\n', 't.yaml:1:16: cpu.workers: -1 is not supported: worker threads are not implemented yet, the graph runs on the main thread (expected 0)'],
+  [
+    'workers: 2',
+    'cpu: {workers: 2}\n',
+    't.yaml:1:16: cpu.workers: 2 is not supported: worker threads are not implemented yet, the graph runs on the main thread (expected 0)',
+  ],
+  [
+    'workers: -1',
+    'cpu: {workers: -1}\n',
+    't.yaml:1:16: cpu.workers: -1 is not supported: worker threads are not implemented yet, the graph runs on the main thread (expected 0)',
+  ],
   // ---- interfaces with each other
-  ['duplicate interface name', `${M}  - name: m0\n    driver: memif\n    memif: {socket: s2}\n`,
-    't.yaml:5:11: interfaces[1].name: "m0" is already the name of interfaces[0] (expected a unique name)'],
-  ['another driver\'s options', `${M}    pcap: {rx-file: a}\n`, 't.yaml:5:5: interfaces[0].pcap: pcap options on a memif interface (expected only the memif key)'],
-  ['pcap: neither file', 'interfaces:\n  - name: p0\n    driver: pcap\n    pcap: {rate: 10}\n',
-    't.yaml:4:11: interfaces[0].pcap: neither rx-file nor tx-file is set (expected at least one of them)'],
-  ['pipe: its own peer', 'interfaces:\n  - name: p0\n    driver: pipe\n    pipe: {peer: p0}\n',
-    't.yaml:4:18: interfaces[0].pipe.peer: "p0" is this interface itself (expected the name of the other end)'],
-  ['pipe: the peer is not a pipe', `${M}  - name: p0\n    driver: pipe\n    pipe: {peer: m0}\n`,
-    't.yaml:7:18: interfaces[1].pipe.peer: "m0" is a memif interface (expected a pipe interface in this file, or a name not in this file)'],
-  ['pipe: the peer\'s peer is another', 'interfaces:\n  - {name: p0, driver: pipe, pipe: {peer: p1}}\n  - {name: p1, driver: pipe, pipe: {peer: p2}}\n',
-    't.yaml:2:43: interfaces[0].pipe.peer: "p1" is a pipe whose peer is "p2" (expected a pipe whose peer is "p0")'],
+  [
+    'duplicate interface name',
+    `${M}  - name: m0\n    driver: memif\n    memif: {socket: s2}\n`,
+    't.yaml:5:11: interfaces[1].name: "m0" is already the name of interfaces[0] (expected a unique name)',
+  ],
+  [
+    "another driver's options",
+    `${M}    pcap: {rx-file: a}\n`,
+    't.yaml:5:5: interfaces[0].pcap: pcap options on a memif interface (expected only the memif key)',
+  ],
+  [
+    'pcap: neither file',
+    'interfaces:\n  - name: p0\n    driver: pcap\n    pcap: {rate: 10}\n',
+    't.yaml:4:11: interfaces[0].pcap: neither rx-file nor tx-file is set (expected at least one of them)',
+  ],
+  [
+    'pipe: its own peer',
+    'interfaces:\n  - name: p0\n    driver: pipe\n    pipe: {peer: p0}\n',
+    't.yaml:4:18: interfaces[0].pipe.peer: "p0" is this interface itself (expected the name of the other end)',
+  ],
+  [
+    'pipe: the peer is not a pipe',
+    `${M}  - name: p0\n    driver: pipe\n    pipe: {peer: m0}\n`,
+    't.yaml:7:18: interfaces[1].pipe.peer: "m0" is a memif interface (expected a pipe interface in this file, or a name not in this file)',
+  ],
+  [
+    "pipe: the peer's peer is another",
+    'interfaces:\n  - {name: p0, driver: pipe, pipe: {peer: p1}}\n  - {name: p1, driver: pipe, pipe: {peer: p2}}\n',
+    't.yaml:2:43: interfaces[0].pipe.peer: "p1" is a pipe whose peer is "p2" (expected a pipe whose peer is "p0")',
+  ],
   // ---- neighbors
-  ['neighbor: unknown interface', `${MA}neighbors:\n  - {interface: m1, address: 10.0.0.2, mac: "02:00:00:00:00:02"}\n`,
-    't.yaml:7:17: neighbors[0].interface: "m1" is not a configured interface (expected one of: m0)'],
-  ['neighbor: no interfaces at all', 'neighbors:\n  - {interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:02"}\n',
-    't.yaml:2:17: neighbors[0].interface: "m0" is not a configured interface (expected an interface of interfaces:, there are none)'],
-  ['neighbor: interface without an address', `${M}neighbors:\n  - {interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:02"}\n`,
-    't.yaml:6:17: neighbors[0].interface: "m0" has no IPv4 address (expected an interface with address: a.b.c.d/N)'],
-  ['neighbor: outside the subnet', `${MA}neighbors:\n  - {interface: m0, address: 10.1.0.2, mac: "02:00:00:00:00:02"}\n`,
-    't.yaml:7:30: neighbors[0].address: "10.1.0.2" is outside m0\'s subnet 10.0.0.0/24 (expected an address in 10.0.0.0/24)'],
-  ['neighbor: the interface itself', `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.1, mac: "02:00:00:00:00:02"}\n`,
-    't.yaml:7:30: neighbors[0].address: "10.0.0.1" is m0\'s own address (expected another host in 10.0.0.0/24)'],
-  ['neighbor: the broadcast address', `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.255, mac: "02:00:00:00:00:02"}\n`,
-    't.yaml:7:30: neighbors[0].address: "10.0.0.255" is the broadcast address of 10.0.0.0/24 (expected a host address in 10.0.0.0/24)'],
-  ['neighbor: not an address', `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.02, mac: "02:00:00:00:00:02"}\n`,
-    't.yaml:7:30: neighbors[0].address: "10.0.0.02" is not an IPv4 address (expected an IPv4 address a.b.c.d)'],
-  ['neighbor: twice', `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:02"}\n  - {interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:03"}\n`,
-    't.yaml:8:5: neighbors[1]: m0 10.0.0.2 is already in neighbors[0] (expected one entry per interface and address)'],
+  [
+    'neighbor: unknown interface',
+    `${MA}neighbors:\n  - {interface: m1, address: 10.0.0.2, mac: "02:00:00:00:00:02"}\n`,
+    't.yaml:7:17: neighbors[0].interface: "m1" is not a configured interface (expected one of: m0)',
+  ],
+  [
+    'neighbor: no interfaces at all',
+    'neighbors:\n  - {interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:02"}\n',
+    't.yaml:2:17: neighbors[0].interface: "m0" is not a configured interface (expected an interface of interfaces:, there are none)',
+  ],
+  [
+    'neighbor: interface without an address',
+    `${M}neighbors:\n  - {interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:02"}\n`,
+    't.yaml:6:17: neighbors[0].interface: "m0" has no IPv4 address (expected an interface with address: a.b.c.d/N)',
+  ],
+  [
+    'neighbor: outside the subnet',
+    `${MA}neighbors:\n  - {interface: m0, address: 10.1.0.2, mac: "02:00:00:00:00:02"}\n`,
+    't.yaml:7:30: neighbors[0].address: "10.1.0.2" is outside m0\'s subnet 10.0.0.0/24 (expected an address in 10.0.0.0/24)',
+  ],
+  [
+    'neighbor: the interface itself',
+    `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.1, mac: "02:00:00:00:00:02"}\n`,
+    't.yaml:7:30: neighbors[0].address: "10.0.0.1" is m0\'s own address (expected another host in 10.0.0.0/24)',
+  ],
+  [
+    'neighbor: the broadcast address',
+    `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.255, mac: "02:00:00:00:00:02"}\n`,
+    't.yaml:7:30: neighbors[0].address: "10.0.0.255" is the broadcast address of 10.0.0.0/24 (expected a host address in 10.0.0.0/24)',
+  ],
+  [
+    'neighbor: not an address',
+    `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.02, mac: "02:00:00:00:00:02"}\n`,
+    't.yaml:7:30: neighbors[0].address: "10.0.0.02" is not an IPv4 address (expected an IPv4 address a.b.c.d)',
+  ],
+  [
+    'neighbor: twice',
+    `${MA}neighbors:\n  - {interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:02"}\n  - {interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:03"}\n`,
+    't.yaml:8:5: neighbors[1]: m0 10.0.0.2 is already in neighbors[0] (expected one entry per interface and address)',
+  ],
   // ---- rdma
-  ['port-range: lo > hi', 'rdma:\n  port-range: [30000, 20000]\n', 't.yaml:2:15: rdma.port-range: [30000, 20000] has lo > hi (expected lo <= hi)'],
-  ['port-range: port 0', 'rdma: {port-range: [0, 2]}\n', 't.yaml:1:21: rdma.port-range[0]: 0 is out of range (expected an integer in 1..65535)'],
-  ['rto-max-ms below rto-min-ms', 'rdma:\n  trp: {rto-min-ms: 5, rto-max-ms: 2}\n', 't.yaml:2:36: rdma.trp.rto-max-ms: 2 is less than rto-min-ms 5 (expected a number >= rto-min-ms)'],
-  ['rto-init-ms below rto-min-ms', 'rdma:\n  trp: {rto-init-ms: 0.5}\n', 't.yaml:2:22: rdma.trp.rto-init-ms: 0.5 is less than rto-min-ms 1 (expected a number in rto-min-ms..rto-max-ms)'],
-  ['rto-init-ms above rto-max-ms', 'rdma:\n  trp: {rto-init-ms: 300}\n', 't.yaml:2:22: rdma.trp.rto-init-ms: 300 is more than rto-max-ms 200 (expected a number in rto-min-ms..rto-max-ms)'],
+  [
+    'port-range: lo > hi',
+    'rdma:\n  port-range: [30000, 20000]\n',
+    't.yaml:2:15: rdma.port-range: [30000, 20000] has lo > hi (expected lo <= hi)',
+  ],
+  [
+    'port-range: port 0',
+    'rdma: {port-range: [0, 2]}\n',
+    't.yaml:1:21: rdma.port-range[0]: 0 is out of range (expected an integer in 1..65535)',
+  ],
+  [
+    'rto-max-ms below rto-min-ms',
+    'rdma:\n  trp: {rto-min-ms: 5, rto-max-ms: 2}\n',
+    't.yaml:2:36: rdma.trp.rto-max-ms: 2 is less than rto-min-ms 5 (expected a number >= rto-min-ms)',
+  ],
+  [
+    'rto-init-ms below rto-min-ms',
+    'rdma:\n  trp: {rto-init-ms: 0.5}\n',
+    't.yaml:2:22: rdma.trp.rto-init-ms: 0.5 is less than rto-min-ms 1 (expected a number in rto-min-ms..rto-max-ms)',
+  ],
+  [
+    'rto-init-ms above rto-max-ms',
+    'rdma:\n  trp: {rto-init-ms: 300}\n',
+    't.yaml:2:22: rdma.trp.rto-init-ms: 300 is more than rto-max-ms 200 (expected a number in rto-min-ms..rto-max-ms)',
+  ],
 ];
 
 for (const [name, yaml, want] of CASES) {
@@ -227,20 +640,32 @@ test('a missing or unreadable file is a ConfigError naming the path and the OS e
   try {
     const missing = join(dir, 'nope.yaml');
     let e = catchConfigError(() => loadConfig(missing));
-    assert.is(e.message, `${missing}: cannot read the configuration file: ENOENT: no such file or directory, open '${missing}'`);
-    assert.equal(e.issues, [{ path: '', line: 0, column: 0, message: `cannot read the configuration file: ENOENT: no such file or directory, open '${missing}'` }]);
+    assert.is(
+      e.message,
+      `${missing}: cannot read the configuration file: ENOENT: no such file or directory, open '${missing}'`,
+    );
+    assert.equal(e.issues, [
+      {
+        path: '',
+        line: 0,
+        column: 0,
+        message: `cannot read the configuration file: ENOENT: no such file or directory, open '${missing}'`,
+      },
+    ]);
     e = catchConfigError(() => loadConfig(dir));
     assert.is(e.message, `${dir}: cannot read the configuration file: EISDIR: illegal operation on a directory, read`);
     // A file that reads is checked, and its errors name it.
     const bad = join(dir, 'bad.yaml');
     writeFileSync(bad, 'log:\n  level: loud\n');
     e = catchConfigError(() => loadConfig(bad));
-    assert.is(e.message, `${bad}:2:10: log.level: "loud" is not a valid choice (expected one of: error, warn, info, debug)`);
+    assert.is(
+      e.message,
+      `${bad}:2:10: log.level: "loud" is not a valid choice (expected one of: error, warn, info, debug)`,
+    );
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 });
-
 
 test('every issue at once, in the order of the file, each with its path, line and column', () => {
   const yaml = [
@@ -254,9 +679,24 @@ test('every issue at once, in the order of the file, each with its path, line an
   ].join('\n');
   const e = configError(yaml);
   const want: ConfigIssue[] = [
-    { path: 'api.listen', line: 1, column: 15, message: `"127.0.0.1:99999" has a port out of range (expected ${LISTEN})` },
-    { path: 'interfaces[0].memif.role', line: 5, column: 30, message: '"master" is not a valid choice (expected one of: server, client)' },
-    { path: 'interfaces[0].mtu', line: 6, column: 10, message: '100000 is out of range (expected an integer in 68..65535)' },
+    {
+      path: 'api.listen',
+      line: 1,
+      column: 15,
+      message: `"127.0.0.1:99999" has a port out of range (expected ${LISTEN})`,
+    },
+    {
+      path: 'interfaces[0].memif.role',
+      line: 5,
+      column: 30,
+      message: '"master" is not a valid choice (expected one of: server, client)',
+    },
+    {
+      path: 'interfaces[0].mtu',
+      line: 6,
+      column: 10,
+      message: '100000 is out of range (expected an integer in 68..65535)',
+    },
     { path: 'rdma.max-qps', line: 7, column: 17, message: '0 is out of range (expected an integer in 1..65536)' },
   ];
   assert.equal(e.issues, want);
@@ -276,13 +716,25 @@ test('the checks across keys are sorted in among the others by position', () => 
     'cpu: {workers: 4}', // 9
   ].join('\n');
   const e = configError(yaml);
-  assert.equal(e.issues.map((i) => [i.line, i.path]), [[5, 'interfaces[1].name'], [8, 'interfaces[1].mtu'], [9, 'cpu.workers']]);
+  assert.equal(
+    e.issues.map((i) => [i.line, i.path]),
+    [
+      [5, 'interfaces[1].name'],
+      [8, 'interfaces[1].mtu'],
+      [9, 'cpu.workers'],
+    ],
+  );
 });
 
 test('a value the walk rejected is not looked at again by the checks across keys', () => {
   // The bad address gives one issue; the gateway and the neighbor are not checked against it.
-  const e = configError(`${M}    address: 10.0.0.1/40\n    gateway: 10.9.9.9\nneighbors:\n  - {interface: m0, address: 10.7.0.2, mac: "02:00:00:00:00:02"}\n`);
-  assert.equal(e.issues.map((i) => i.path), ['interfaces[0].address']);
+  const e = configError(
+    `${M}    address: 10.0.0.1/40\n    gateway: 10.9.9.9\nneighbors:\n  - {interface: m0, address: 10.7.0.2, mac: "02:00:00:00:00:02"}\n`,
+  );
+  assert.equal(
+    e.issues.map((i) => i.path),
+    ['interfaces[0].address'],
+  );
 });
 
 // ------------------------------------------------------------------ what loads
@@ -296,8 +748,19 @@ const DEFAULTS: Config = {
   interfaces: [],
   neighbors: [],
   rdma: {
-    portRange: [20000, 29999], maxQps: 1024, maxMrs: 4096, cmRetryMs: 100, cmTimeoutMs: 5000, cmBacklog: 64, cmHalfOpenMs: 5000,
-    maxPds: 4096, maxCqs: 4096, maxSrqs: 1024, maxMrBytes: 4 * 2 ** 30, maxCqEntries: 4 * 2 ** 20, maxWrSlots: 2 ** 20,
+    portRange: [20000, 29999],
+    maxQps: 1024,
+    maxMrs: 4096,
+    cmRetryMs: 100,
+    cmTimeoutMs: 5000,
+    cmBacklog: 64,
+    cmHalfOpenMs: 5000,
+    maxPds: 4096,
+    maxCqs: 4096,
+    maxSrqs: 1024,
+    maxMrBytes: 4 * 2 ** 30,
+    maxCqEntries: 4 * 2 ** 20,
+    maxWrSlots: 2 ** 20,
     trp: { window: 256, rtoMinMs: 1, rtoMaxMs: 200, rtoInitMs: null, maxRetries: 7 },
   },
   capture: { dir: 'run/captures', maxBytes: 64 * 2 ** 20 },
@@ -307,12 +770,15 @@ const DEFAULTS: Config = {
 test('an empty file, a file of comments, empty sections: the defaults and no interfaces', () => {
   assert.equal(parseConfig('', 't.yaml'), DEFAULTS);
   assert.equal(parseConfig('# nothing here\n\n   # at all\n', 't.yaml'), DEFAULTS);
-  assert.equal(parseConfig('api:\ncpu:\nbuffers: {}\nlog: ~\ninterfaces:\nneighbors: []\nrdma: {trp: }\ntrace:\n', 't.yaml'), DEFAULTS);
+  assert.equal(
+    parseConfig('api:\ncpu:\nbuffers: {}\nlog: ~\ninterfaces:\nneighbors: []\nrdma: {trp: }\ntrace:\n', 't.yaml'),
+    DEFAULTS,
+  );
   assert.equal(parseConfig('null\n', 't.yaml'), DEFAULTS);
   assert.is(parseConfig('').source, '<string>');
 });
 
-test('defaults of an interface and of each driver\'s options', () => {
+test("defaults of an interface and of each driver's options", () => {
   const yaml = `interfaces:
   - {name: m0, driver: memif, memif: {socket: run/m.sock}}
   - {name: h0, driver: af_packet, af_packet: {host-interface: veth0}}
@@ -323,19 +789,47 @@ test('defaults of an interface and of each driver\'s options', () => {
   - {name: x0, driver: mlx5dv, mlx5dv: {device: mlx5_1}}
   - {name: f0, driver: pipe, pipe: {peer: other}, fault: {}}
 `;
-  const common = { mac: null, address: null, gateway: null, mtu: 1500, rxQueues: 1, rxQueueSize: 1024, txQueueSize: 1024, fault: null };
+  const common = {
+    mac: null,
+    address: null,
+    gateway: null,
+    mtu: 1500,
+    rxQueues: 1,
+    rxQueueSize: 1024,
+    txQueueSize: 1024,
+    fault: null,
+  };
   const cfg = parseConfig(yaml, 't.yaml');
   assert.equal(cfg.interfaces, [
-    { name: 'm0', driver: 'memif', memif: { socket: 'run/m.sock', role: 'server', id: 0, secret: null, bufferSize: 2048 }, ...common, line: 2 },
-    { name: 'h0', driver: 'af_packet', afPacket: { hostInterface: 'veth0', promisc: false, txMode: 'sendmmsg', blockSize: 65536, qdiscBypass: true }, ...common, line: 3 },
+    {
+      name: 'm0',
+      driver: 'memif',
+      memif: { socket: 'run/m.sock', role: 'server', id: 0, secret: null, bufferSize: 2048 },
+      ...common,
+      line: 2,
+    },
+    {
+      name: 'h0',
+      driver: 'af_packet',
+      afPacket: { hostInterface: 'veth0', promisc: false, txMode: 'sendmmsg', blockSize: 65536, qdiscBypass: true },
+      ...common,
+      line: 3,
+    },
     { name: 'c0', driver: 'pcap', pcap: { rxFile: null, txFile: 'out.pcap', rate: 0, loop: 1 }, ...common, line: 4 },
     { name: 'p0', driver: 'pipe', pipe: { peer: 'elsewhere' }, ...common, line: 5 },
     { name: 'd0', driver: 'dpdk', dpdk: { device: '0000:3b:00.0', ealArgs: [] }, ...common, line: 6 },
     { name: 'i0', driver: 'ibverbs', ibverbs: { device: 'mlx5_0', port: 1 }, ...common, line: 7 },
     { name: 'x0', driver: 'mlx5dv', mlx5dv: { device: 'mlx5_1', port: 1 }, ...common, line: 8 },
     {
-      name: 'f0', driver: 'pipe', pipe: { peer: 'other' }, ...common, line: 9,
-      fault: { direction: 'rx', config: { seed: 1, loss: 0, reorder: 0, reorderDepth: 8, reorderDelayUs: 500, duplicate: 0, corrupt: 0 } },
+      name: 'f0',
+      driver: 'pipe',
+      pipe: { peer: 'other' },
+      ...common,
+      line: 9,
+      fault: {
+        direction: 'rx',
+        config: { seed: 1, loss: 0, reorder: 0, reorderDepth: 8, reorderDelayUs: 500, duplicate: 0, corrupt: 0 },
+      },
     },
   ]);
 });
@@ -427,7 +921,16 @@ trace:
 `;
 
 test('a full example: the normalised Config, every key taken', () => {
-  const base = { mac: null, address: null, gateway: null, mtu: 1500, rxQueues: 1, rxQueueSize: 1024, txQueueSize: 1024, fault: null };
+  const base = {
+    mac: null,
+    address: null,
+    gateway: null,
+    mtu: 1500,
+    rxQueues: 1,
+    rxQueueSize: 1024,
+    txQueueSize: 1024,
+    fault: null,
+  };
   const want: Config = {
     source: 'full.yaml',
     api: { host: '::1', port: 8080, token: 't0k3n' },
@@ -436,17 +939,54 @@ test('a full example: the normalised Config, every key taken', () => {
     log: { level: 'debug' },
     interfaces: [
       {
-        name: 'm0', driver: 'memif',
+        name: 'm0',
+        driver: 'memif',
         memif: { socket: '/run/rg/m0.sock', role: 'client', id: 3, secret: 'sesame', bufferSize: 4096 },
-        mac: '02:fe:00:00:00:0a', address: '10.1.0.1/16', gateway: '10.1.255.254', mtu: 9000, rxQueues: 2, rxQueueSize: 512, txQueueSize: 256,
-        fault: { direction: 'both', config: { seed: 7, loss: 0.1, reorder: 0.2, reorderDepth: 4, reorderDelayUs: 250, duplicate: 0.3, corrupt: 0.4 } },
+        mac: '02:fe:00:00:00:0a',
+        address: '10.1.0.1/16',
+        gateway: '10.1.255.254',
+        mtu: 9000,
+        rxQueues: 2,
+        rxQueueSize: 512,
+        txQueueSize: 256,
+        fault: {
+          direction: 'both',
+          config: {
+            seed: 7,
+            loss: 0.1,
+            reorder: 0.2,
+            reorderDepth: 4,
+            reorderDelayUs: 250,
+            duplicate: 0.3,
+            corrupt: 0.4,
+          },
+        },
         line: 13,
       },
       { ...base, name: 'p-a', driver: 'pipe', pipe: { peer: 'p_b' }, address: '192.168.7.0/31', line: 37 },
       { ...base, name: 'p_b', driver: 'pipe', pipe: { peer: 'p-a' }, address: '192.168.7.1/31', line: 41 },
-      { ...base, name: 'c0', driver: 'pcap', pcap: { rxFile: 'in.pcap', txFile: 'out.pcap', rate: 2.5, loop: 0 }, address: '172.16.0.9/32', line: 45 },
-      { ...base, name: 'h0', driver: 'af_packet', afPacket: { hostInterface: 'veth-rg.1', promisc: true, txMode: 'ring', blockSize: 1048576, qdiscBypass: false }, line: 49 },
-      { ...base, name: 'd0', driver: 'dpdk', dpdk: { device: 'net_tap0', ealArgs: ['--no-pci', '--vdev=net_tap0'] }, line: 52 },
+      {
+        ...base,
+        name: 'c0',
+        driver: 'pcap',
+        pcap: { rxFile: 'in.pcap', txFile: 'out.pcap', rate: 2.5, loop: 0 },
+        address: '172.16.0.9/32',
+        line: 45,
+      },
+      {
+        ...base,
+        name: 'h0',
+        driver: 'af_packet',
+        afPacket: { hostInterface: 'veth-rg.1', promisc: true, txMode: 'ring', blockSize: 1048576, qdiscBypass: false },
+        line: 49,
+      },
+      {
+        ...base,
+        name: 'd0',
+        driver: 'dpdk',
+        dpdk: { device: 'net_tap0', ealArgs: ['--no-pci', '--vdev=net_tap0'] },
+        line: 52,
+      },
       { ...base, name: 'i0', driver: 'ibverbs', ibverbs: { device: 'mlx5_0', port: 2 }, line: 55 },
       { ...base, name: 'x0', driver: 'mlx5dv', mlx5dv: { device: 'mlx5_1', port: 255 }, line: 58 },
     ],
@@ -456,8 +996,19 @@ test('a full example: the normalised Config, every key taken', () => {
       { interface: 'm0', address: '10.1.255.254', mac: '02:00:00:00:00:fe' },
     ],
     rdma: {
-      portRange: [1, 65535], maxQps: 65536, maxMrs: 1048575, cmRetryMs: 50, cmTimeoutMs: 2000.5, cmBacklog: 3, cmHalfOpenMs: 750,
-      maxPds: 7, maxCqs: 8, maxSrqs: 9, maxMrBytes: 1048576, maxCqEntries: 4096, maxWrSlots: 65536,
+      portRange: [1, 65535],
+      maxQps: 65536,
+      maxMrs: 1048575,
+      cmRetryMs: 50,
+      cmTimeoutMs: 2000.5,
+      cmBacklog: 3,
+      cmHalfOpenMs: 750,
+      maxPds: 7,
+      maxCqs: 8,
+      maxSrqs: 9,
+      maxMrBytes: 1048576,
+      maxCqEntries: 4096,
+      maxWrSlots: 65536,
       trp: { window: 32768, rtoMinMs: 0.5, rtoMaxMs: 1000, rtoInitMs: 20, maxRetries: 255 },
     },
     capture: { dir: '/var/tmp/caps', maxBytes: 4096 },
@@ -467,7 +1018,8 @@ test('a full example: the normalised Config, every key taken', () => {
 });
 
 test('api.listen: localhost, IPv6, port 0', () => {
-  const api = (listen: string, token = '') => parseConfig(`api: {listen: "${listen}"${token ? `, token: ${token}` : ''}}`).api;
+  const api = (listen: string, token = '') =>
+    parseConfig(`api: {listen: "${listen}"${token ? `, token: ${token}` : ''}}`).api;
   assert.equal(api('localhost:0'), { host: 'localhost', port: 0, token: null });
   // Not loopback: only with a token (test/api-guard.test.ts has the refusal).
   assert.equal(api('[::]:7070', 't'), { host: '::', port: 7070, token: 't' });
@@ -475,15 +1027,25 @@ test('api.listen: localhost, IPv6, port 0', () => {
 });
 
 test('aliases are followed; an issue in aliased content points at the anchor', () => {
-  const cfg = parseConfig(`${MA}    fault: &lossy {loss: 0.5}\n  - {name: m1, driver: memif, memif: {socket: t}, fault: *lossy}\n`);
+  const cfg = parseConfig(
+    `${MA}    fault: &lossy {loss: 0.5}\n  - {name: m1, driver: memif, memif: {socket: t}, fault: *lossy}\n`,
+  );
   assert.equal(cfg.interfaces[1].fault, cfg.interfaces[0].fault);
   assert.is(cfg.interfaces[1].fault?.config.loss, 0.5);
-  const e = configError(`${MA}    fault: &lossy {loss: 5}\n  - {name: m1, driver: memif, memif: {socket: t}, fault: *lossy}\n`);
-  assert.equal(e.issues.map((i) => `${i.line}:${i.column} ${i.path}`), ['6:26 interfaces[0].fault.loss', '6:26 interfaces[1].fault.loss']);
+  const e = configError(
+    `${MA}    fault: &lossy {loss: 5}\n  - {name: m1, driver: memif, memif: {socket: t}, fault: *lossy}\n`,
+  );
+  assert.equal(
+    e.issues.map((i) => `${i.line}:${i.column} ${i.path}`),
+    ['6:26 interfaces[0].fault.loss', '6:26 interfaces[1].fault.loss'],
+  );
 });
 
 test('the fault ranges of the schema are those of drivers/fault.ts validateFaultConfig', () => {
-  const fault = SCHEMA.keys.interfaces.type === 'list' && SCHEMA.keys.interfaces.items.type === 'map' ? SCHEMA.keys.interfaces.items.keys.fault : undefined;
+  const fault =
+    SCHEMA.keys.interfaces.type === 'list' && SCHEMA.keys.interfaces.items.type === 'map'
+      ? SCHEMA.keys.interfaces.items.keys.fault
+      : undefined;
   assert.ok(fault !== undefined && fault.type === 'map');
   for (const [key, s] of Object.entries(fault.keys)) {
     if (s.type !== 'int' && s.type !== 'number') continue;
@@ -501,7 +1063,11 @@ test('the fault ranges of the schema are those of drivers/fault.ts validateFault
       } catch {
         faultOk = false;
       }
-      assert.is(yamlOk, faultOk, `${key}: ${v}: YAML ${yamlOk ? 'accepts' : 'rejects'}, fault.ts ${faultOk ? 'accepts' : 'rejects'}`);
+      assert.is(
+        yamlOk,
+        faultOk,
+        `${key}: ${v}: YAML ${yamlOk ? 'accepts' : 'rejects'}, fault.ts ${faultOk ? 'accepts' : 'rejects'}`,
+      );
       return yamlOk;
     };
     const lo = s.type === 'number' && s.above !== undefined ? s.above : s.min!;
@@ -516,7 +1082,10 @@ test('the fault ranges of the schema are those of drivers/fault.ts validateFault
 // ------------------------------------------------------------------ the shipped files
 
 function yamlFiles(dir: string): string[] {
-  return (readdirSync(join(root, dir), { recursive: true }) as string[]).filter((f) => f.endsWith('.yaml')).map((f) => join(dir, f)).sort();
+  return (readdirSync(join(root, dir), { recursive: true }) as string[])
+    .filter((f) => f.endsWith('.yaml'))
+    .map((f) => join(dir, f))
+    .sort();
 }
 
 test('every shipped configuration loads (config/**/*.yaml)', () => {
@@ -528,18 +1097,25 @@ test('every shipped configuration loads (config/**/*.yaml)', () => {
     for (const itf of cfg.interfaces) drivers.add(itf.driver);
   }
   assert.equal([...drivers].sort(), [...DRIVER_KINDS].sort(), 'the examples cover every driver');
-  for (const kind of DRIVER_KINDS) assert.ok(files.includes(`config/examples/${kind}.yaml`), `config/examples/${kind}.yaml`);
+  for (const kind of DRIVER_KINDS)
+    assert.ok(files.includes(`config/examples/${kind}.yaml`), `config/examples/${kind}.yaml`);
 });
 
 test('startup.yaml: one memif server on run/memif.sock, 10.10.0.1/24; peer.yaml is its client', () => {
   const s = loadConfig(STARTUP_CONFIG);
   assert.is(STARTUP_CONFIG, join(root, 'config/startup.yaml'));
   assert.equal(s.api, { host: '127.0.0.1', port: 7070, token: null });
-  assert.equal(s.interfaces.map((i) => [i.name, i.driver, i.memif?.role, i.memif?.socket, i.address, i.mac]), [['memif0', 'memif', 'server', 'run/memif.sock', '10.10.0.1/24', '02:fe:00:00:00:01']]);
+  assert.equal(
+    s.interfaces.map((i) => [i.name, i.driver, i.memif?.role, i.memif?.socket, i.address, i.mac]),
+    [['memif0', 'memif', 'server', 'run/memif.sock', '10.10.0.1/24', '02:fe:00:00:00:01']],
+  );
   assert.equal(s.neighbors, [{ interface: 'memif0', address: '10.10.0.2', mac: '02:fe:00:00:00:02' }]);
   const p = loadConfig(join(root, 'config/examples/peer.yaml'));
   assert.equal(p.api, { host: '127.0.0.1', port: 7071, token: null });
-  assert.equal(p.interfaces.map((i) => [i.name, i.driver, i.memif?.role, i.memif?.socket, i.memif?.id, i.address, i.mac]), [['memif0', 'memif', 'client', 'run/memif.sock', s.interfaces[0].memif?.id, '10.10.0.2/24', '02:fe:00:00:00:02']]);
+  assert.equal(
+    p.interfaces.map((i) => [i.name, i.driver, i.memif?.role, i.memif?.socket, i.memif?.id, i.address, i.mac]),
+    [['memif0', 'memif', 'client', 'run/memif.sock', s.interfaces[0].memif?.id, '10.10.0.2/24', '02:fe:00:00:00:02']],
+  );
   assert.equal(p.neighbors, [{ interface: 'memif0', address: '10.10.0.1', mac: '02:fe:00:00:00:01' }]);
 });
 
@@ -549,7 +1125,14 @@ test('config/README.md holds exactly the generated key reference', () => {
   const ref = schemaReference();
   assert.ok(readme.includes(ref));
   // One row per key of the schema, nested ones included.
-  for (const key of ['api.listen', 'interfaces[].memif.buffer-size', 'interfaces[].fault.reorder-delay-us', 'neighbors[].mac', 'rdma.trp.rto-init-ms', 'trace.max-packets']) {
+  for (const key of [
+    'api.listen',
+    'interfaces[].memif.buffer-size',
+    'interfaces[].fault.reorder-delay-us',
+    'neighbors[].mac',
+    'rdma.trp.rto-init-ms',
+    'trace.max-packets',
+  ]) {
     assert.ok(ref.includes(`| \`${key}\` |`), key);
   }
 });

@@ -16,12 +16,20 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'rdma-graph-daemon-'));
 
 function cli(args: string[]): { code: number | null; out: string; err: string } {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'bin/main.ts'), ...args], { cwd: ROOT, encoding: 'utf8', timeout: 30_000 });
+  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'bin/main.ts'), ...args], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    timeout: 30_000,
+  });
   return { code: r.status, out: r.stdout, err: r.stderr };
 }
 
 function rdmactl(args: string[]): { code: number | null; out: string; err: string } {
-  const r = spawnSync(process.execPath, [join(ROOT, 'bin/rdmactl.mjs'), ...args], { cwd: ROOT, encoding: 'utf8', timeout: 30_000 });
+  const r = spawnSync(process.execPath, [join(ROOT, 'bin/rdmactl.mjs'), ...args], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    timeout: 30_000,
+  });
   return { code: r.status, out: r.stdout, err: r.stderr };
 }
 
@@ -37,10 +45,18 @@ interfaces:
   - { name: memif0, driver: memif, memif: { socket: ${sock}, role: server }, mac: "02:fe:00:00:00:01", address: 10.10.0.1/24 }
 `;
 
-interface Running { proc: ChildProcess; lines: string[]; url: Promise<string>; exit: Promise<number | null> }
+interface Running {
+  proc: ChildProcess;
+  lines: string[];
+  url: Promise<string>;
+  exit: Promise<number | null>;
+}
 
 function start(cfg: string): Running {
-  const proc = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bin/main.ts'), 'start', '--config', cfg], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bin/main.ts'), 'start', '--config', cfg], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const lines: string[] = [];
   const exit = new Promise<number | null>((r) => proc.on('exit', (c) => r(c)));
   const url = new Promise<string>((resolve, reject) => {
@@ -67,7 +83,10 @@ test('check: the shipped files are valid; a bad file names line, column and key;
   const ok = cli(['check', '--config', 'config/examples/peer.yaml']);
   assert.is(ok.code, 0, ok.err);
   assert.match(ok.out, /config\/examples\/peer\.yaml: valid; interfaces: memif0 \(memif\); api 127\.0\.0\.1:7071/);
-  const bad = config('bad.yaml', 'api: { listen: "127.0.0.1:7070" }\ninterfaces:\n  - { name: m0, driver: memif, memif: { socket: x, role: boss }, mtu: 10 }\n');
+  const bad = config(
+    'bad.yaml',
+    'api: { listen: "127.0.0.1:7070" }\ninterfaces:\n  - { name: m0, driver: memif, memif: { socket: x, role: boss }, mtu: 10 }\n',
+  );
   const r = cli(['check', '--config', bad]);
   assert.is(r.code, 2);
   assert.match(r.err, new RegExp(`${bad}:3:\\d+: interfaces\\[0\\]\\.memif\\.role: .*boss`));
@@ -85,7 +104,10 @@ test('start: logs each interface and the API URL, answers, shuts down on SIGTERM
   const sock = join(dir, 'run1', 'memif.sock');
   const d = start(config('s1.yaml', SERVER(sock)));
   const url = await d.url;
-  assert.ok(d.lines.some((l) => l === 'rdma-graph: interface memif0 (memif) mac 02:fe:00:00:00:01 10.10.0.1/24 mtu 1500 down'), d.lines.join('\n'));
+  assert.ok(
+    d.lines.some((l) => l === 'rdma-graph: interface memif0 (memif) mac 02:fe:00:00:00:01 10.10.0.1/24 mtu 1500 down'),
+    d.lines.join('\n'),
+  );
   assert.ok(existsSync(sock), 'memif socket created (directory made)');
   const health = (await (await fetch(`${url}/v1/health`)).json()) as { status: string };
   assert.is(health.status, 'ok');
@@ -100,7 +122,10 @@ test('start: logs each interface and the API URL, answers, shuts down on SIGTERM
   d.proc.kill('SIGTERM');
   assert.is(await d.exit, 0, d.lines.join('\n'));
   assert.ok(d.lines.includes('rdma-graph: SIGTERM: shutting down'));
-  assert.ok(d.lines.some((l) => /stopped \(0 QPs closed with FIN\); every buffer back in the pool/.test(l)), d.lines.join('\n'));
+  assert.ok(
+    d.lines.some((l) => /stopped \(0 QPs closed with FIN\); every buffer back in the pool/.test(l)),
+    d.lines.join('\n'),
+  );
   assert.not.ok(existsSync(sock), 'memif socket removed');
   const gone = rdmactl(['--api', url, 'show', 'qps']);
   assert.is(gone.code, 3);
@@ -121,25 +146,43 @@ test('start refuses an API port in use with a clear message, exit 1, nothing lef
 
 test('check finds the embedded default from any directory and says what start would: unavailable drivers are errors, no interface a warning', () => {
   // As `npx rdma-graph check` runs it from an application's directory.
-  const away = spawnSync(process.execPath, [join(ROOT, 'bin/rdma-graph.mjs'), 'check'], { cwd: tmpdir(), encoding: 'utf8', timeout: 30_000 });
+  const away = spawnSync(process.execPath, [join(ROOT, 'bin/rdma-graph.mjs'), 'check'], {
+    cwd: tmpdir(),
+    encoding: 'utf8',
+    timeout: 30_000,
+  });
   assert.is(away.status, 0, away.stderr);
-  assert.is(away.stdout, `rdma-graph: ${join(ROOT, 'config/startup.yaml')} (the embedded default): valid; interfaces: memif0 (memif); api 127.0.0.1:7070\n`);
+  assert.is(
+    away.stdout,
+    `rdma-graph: ${join(ROOT, 'config/startup.yaml')} (the embedded default): valid; interfaces: memif0 (memif); api 127.0.0.1:7070\n`,
+  );
   for (const d of ['dpdk', 'ibverbs', 'mlx5dv']) {
     const r = cli(['check', '--config', `config/examples/${d}.yaml`]);
     assert.is(r.code, 2, `${d}: ${r.out}${r.err}`);
-    assert.match(r.err, new RegExp(`config/examples/${d}\\.yaml:\\d+: interface \\w+: the ${d} driver .* is not implemented in rdma-graph yet; use memif, af_packet, pcap or pipe`));
+    assert.match(
+      r.err,
+      new RegExp(
+        `config/examples/${d}\\.yaml:\\d+: interface \\w+: the ${d} driver .* is not implemented in rdma-graph yet; use memif, af_packet, pcap or pipe`,
+      ),
+    );
     assert.match(r.err, new RegExp(`config/examples/${d}\\.yaml: valid YAML, but start would refuse it \\(1 error\\)`));
   }
   const empty = cli(['check', '--config', config('empty.yaml', '')]);
   assert.is(empty.code, 0);
-  assert.match(empty.err, /warning: .*empty\.yaml: no interfaces: the data plane would have nothing to receive from or send to/);
+  assert.match(
+    empty.err,
+    /warning: .*empty\.yaml: no interfaces: the data plane would have nothing to receive from or send to/,
+  );
   assert.match(empty.out, /empty\.yaml: valid; interfaces: none; api 127\.0\.0\.1:7070 \(1 warning\)/);
 });
 
 test('npm start: SIGTERM to the PID the shell got stops the daemon itself (npm execs it)', async () => {
   const sock = join(dir, 'run-npm', 'memif.sock');
   const cfg = config('npm.yaml', SERVER(sock));
-  const npm = spawn('npm', ['start', '--silent', '--', '--config', cfg], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const npm = spawn('npm', ['start', '--silent', '--', '--config', cfg], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   // 'close' comes when every holder of the stdio pipes has gone: npm and the daemon it exec'd,
   // so every line the daemon wrote on its way out has been read by then.
   const closed = new Promise<void>((r) => npm.on('close', () => r()));
@@ -175,13 +218,27 @@ test('npm start: SIGTERM to the PID the shell got stops the daemon itself (npm e
 });
 
 test('start refuses a driver rdma-graph does not have, naming the interface and its line', () => {
-  const r = cli(['start', '--config', config('s3.yaml', 'interfaces:\n  - { name: d0, driver: dpdk, dpdk: { device: net_null0 }, address: 10.1.0.1/24 }\n')]);
+  const r = cli([
+    'start',
+    '--config',
+    config(
+      's3.yaml',
+      'interfaces:\n  - { name: d0, driver: dpdk, dpdk: { device: net_null0 }, address: 10.1.0.1/24 }\n',
+    ),
+  ]);
   assert.is(r.code, 1);
-  assert.match(r.err, /interface d0 \(line 2\): the dpdk driver .* is not implemented in rdma-graph yet; use memif, af_packet, pcap or pipe/);
+  assert.match(
+    r.err,
+    /interface d0 \(line 2\): the dpdk driver .* is not implemented in rdma-graph yet; use memif, af_packet, pcap or pipe/,
+  );
 });
 
 test('npm run demo: two daemons over memif, every step checked, both stop cleanly', () => {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'api/demo.ts')], { cwd: ROOT, encoding: 'utf8', timeout: 120_000 });
+  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'api/demo.ts')], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    timeout: 120_000,
+  });
   assert.is(r.status, 0, r.stdout.slice(-3000) + r.stderr);
   const oks = r.stdout.split('\n').filter((l) => /^\s+ok: /.test(l));
   assert.is(oks.length, 15, `${oks.length} checks passed:\n${oks.join('\n')}`);

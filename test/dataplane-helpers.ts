@@ -16,19 +16,49 @@ export function baseConfig(over: Partial<Config> = {}): Config {
     log: { level: 'info' },
     interfaces: [],
     neighbors: [],
-    rdma: { portRange: [20000, 29999], maxQps: 256, maxMrs: 1024, cmRetryMs: 50, cmTimeoutMs: 2000, cmBacklog: 64, cmHalfOpenMs: 5000,
-      maxPds: 4096, maxCqs: 4096, maxSrqs: 1024, maxMrBytes: 2 ** 32, maxCqEntries: 2 ** 22, maxWrSlots: 2 ** 20,
-      trp: { window: 256, rtoMinMs: 1, rtoMaxMs: 200, rtoInitMs: null, maxRetries: 7 } },
+    rdma: {
+      portRange: [20000, 29999],
+      maxQps: 256,
+      maxMrs: 1024,
+      cmRetryMs: 50,
+      cmTimeoutMs: 2000,
+      cmBacklog: 64,
+      cmHalfOpenMs: 5000,
+      maxPds: 4096,
+      maxCqs: 4096,
+      maxSrqs: 1024,
+      maxMrBytes: 2 ** 32,
+      maxCqEntries: 2 ** 22,
+      maxWrSlots: 2 ** 20,
+      trp: { window: 256, rtoMinMs: 1, rtoMaxMs: 200, rtoInitMs: null, maxRetries: 7 },
+    },
     capture: { dir: 'run/captures', maxBytes: 64 * 2 ** 20 },
     trace: { maxPackets: 1000 },
     ...over,
   };
 }
 
-export function pipeInterface(name: string, peer: string, address: string, mac: string, over: Partial<InterfaceConfig> = {}): InterfaceConfig {
+export function pipeInterface(
+  name: string,
+  peer: string,
+  address: string,
+  mac: string,
+  over: Partial<InterfaceConfig> = {},
+): InterfaceConfig {
   return {
-    name, driver: 'pipe', pipe: { peer }, mac, address, gateway: null, mtu: 1500,
-    rxQueues: 1, rxQueueSize: 4096, txQueueSize: 1024, fault: null, line: 1, ...over,
+    name,
+    driver: 'pipe',
+    pipe: { peer },
+    mac,
+    address,
+    gateway: null,
+    mtu: 1500,
+    rxQueues: 1,
+    rxQueueSize: 4096,
+    txQueueSize: 1024,
+    fault: null,
+    line: 1,
+    ...over,
   };
 }
 
@@ -38,18 +68,32 @@ export const IP_A = '10.10.0.1';
 export const IP_B = '10.10.0.2';
 
 /** Two data planes A (10.10.0.1) and B (10.10.0.2) joined by a pipe, static neighbors. */
-export async function twoDataplanes(over: { a?: Partial<Config>; b?: Partial<Config>; ifA?: Partial<InterfaceConfig> } = {}): Promise<{ a: Dataplane; b: Dataplane; close(): Promise<void> }> {
+export async function twoDataplanes(
+  over: { a?: Partial<Config>; b?: Partial<Config>; ifA?: Partial<InterfaceConfig> } = {},
+): Promise<{ a: Dataplane; b: Dataplane; close(): Promise<void> }> {
   const n = ++pairs;
-  const ea = `pa${n}`, eb = `pb${n}`;
-  const a = await Dataplane.create(baseConfig({
-    interfaces: [pipeInterface(ea, eb, `${IP_A}/24`, MAC_A, over.ifA)],
-    neighbors: [{ interface: ea, address: IP_B, mac: MAC_B }],
-    ...over.a,
-  }));
-  const b = await Dataplane.create(baseConfig({
-    interfaces: [pipeInterface(eb, ea, `${IP_B}/24`, MAC_B)],
-    neighbors: [{ interface: eb, address: IP_A, mac: MAC_A }],
-    ...over.b,
-  }));
-  return { a, b, async close() { await a.close(); await b.close(); } };
+  const ea = `pa${n}`,
+    eb = `pb${n}`;
+  const a = await Dataplane.create(
+    baseConfig({
+      interfaces: [pipeInterface(ea, eb, `${IP_A}/24`, MAC_A, over.ifA)],
+      neighbors: [{ interface: ea, address: IP_B, mac: MAC_B }],
+      ...over.a,
+    }),
+  );
+  const b = await Dataplane.create(
+    baseConfig({
+      interfaces: [pipeInterface(eb, ea, `${IP_B}/24`, MAC_B)],
+      neighbors: [{ interface: eb, address: IP_A, mac: MAC_A }],
+      ...over.b,
+    }),
+  );
+  return {
+    a,
+    b,
+    async close() {
+      await a.close();
+      await b.close();
+    },
+  };
 }

@@ -7,7 +7,11 @@ import { IP_A, IP_B, twoDataplanes } from './dataplane-helpers.ts';
 async function ends(dp: Dataplane) {
   const { pd } = await dp.createPd();
   const { cq } = await dp.createCq({ depth: 256 });
-  const mr = await dp.createMr({ pd, length: 65536, access: ['local-write', 'remote-write', 'remote-read', 'remote-atomic'] });
+  const mr = await dp.createMr({
+    pd,
+    length: 65536,
+    access: ['local-write', 'remote-write', 'remote-read', 'remote-atomic'],
+  });
   const qp = await dp.createQp({ pd, sendCq: cq, recvCq: cq, maxSendWr: 64, maxRecvWr: 64 });
   return { pd, cq, mr, qp };
 }
@@ -24,7 +28,8 @@ test('two data planes over a cross-pool pipe: manual connect, SEND/RECV, WRITE, 
     const [ia] = await a.interfaces();
     assert.is(ia.state, 'up');
     assert.equal(ia.addresses, [`${IP_A}/24`]);
-    const x = await ends(a), y = await ends(b);
+    const x = await ends(a),
+      y = await ends(b);
     assert.is(x.qp.local.ip, IP_A);
     await a.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual', remotePsn: y.qp.psn });
     const qy = await b.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual', remotePsn: x.qp.psn });
@@ -33,7 +38,13 @@ test('two data planes over a cross-pool pipe: manual connect, SEND/RECV, WRITE, 
     await a.writeMr(x.mr.mr, 100, msg);
     await b.postRecv(y.qp.qpn, { wrId: 'r1', sge: [{ mr: y.mr.mr, offset: 0, length: 4096 }] });
     await a.postSend(x.qp.qpn, { wrId: 7, opcode: 'send', sge: [{ mr: x.mr.mr, offset: 100, length: msg.length }] });
-    assert.equal(await pollOne(a, x.cq), { wrId: 7, qpn: x.qp.qpn, status: 'success', opcode: 'send', byteLen: msg.length });
+    assert.equal(await pollOne(a, x.cq), {
+      wrId: 7,
+      qpn: x.qp.qpn,
+      status: 'success',
+      opcode: 'send',
+      byteLen: msg.length,
+    });
     const rc = await pollOne(b, y.cq);
     assert.is(rc.wrId, 'r1');
     assert.is(rc.byteLen, msg.length);
@@ -41,17 +52,33 @@ test('two data planes over a cross-pool pipe: manual connect, SEND/RECV, WRITE, 
     // WRITE 5000 bytes into B at offset 8192, READ them back into A at 20000.
     const big = Uint8Array.from({ length: 5000 }, (_, i) => (i * 31) & 0xff);
     await a.writeMr(x.mr.mr, 0, big);
-    await a.postSend(x.qp.qpn, { wrId: 'w', opcode: 'write', sge: [{ mr: x.mr.mr, offset: 0, length: 5000 }], remote: { stag: y.mr.stag, offset: 8192 } });
+    await a.postSend(x.qp.qpn, {
+      wrId: 'w',
+      opcode: 'write',
+      sge: [{ mr: x.mr.mr, offset: 0, length: 5000 }],
+      remote: { stag: y.mr.stag, offset: 8192 },
+    });
     assert.is((await pollOne(a, x.cq)).status, 'success');
     assert.equal(await b.readMr(y.mr.mr, 8192, 5000), big);
-    await a.postSend(x.qp.qpn, { wrId: 'r', opcode: 'read', sge: [{ mr: x.mr.mr, offset: 20000, length: 5000 }], remote: { stag: y.mr.stag, offset: 8192 } });
+    await a.postSend(x.qp.qpn, {
+      wrId: 'r',
+      opcode: 'read',
+      sge: [{ mr: x.mr.mr, offset: 20000, length: 5000 }],
+      remote: { stag: y.mr.stag, offset: 8192 },
+    });
     assert.is((await pollOne(a, x.cq)).opcode, 'read');
     assert.equal(await a.readMr(x.mr.mr, 20000, 5000), big);
     // fetch-add on B's 8 bytes at 0 (host order) with a decimal string.
     const t = new Uint8Array(8);
     new DataView(t.buffer).setBigUint64(0, 1000n, true);
     await b.writeMr(y.mr.mr, 0, t);
-    await a.postSend(x.qp.qpn, { wrId: 'fa', opcode: 'fetch-add', sge: [{ mr: x.mr.mr, offset: 40000, length: 8 }], remote: { stag: y.mr.stag, offset: 0 }, atomic: { add: '9007199254740993' } });
+    await a.postSend(x.qp.qpn, {
+      wrId: 'fa',
+      opcode: 'fetch-add',
+      sge: [{ mr: x.mr.mr, offset: 40000, length: 8 }],
+      remote: { stag: y.mr.stag, offset: 0 },
+      atomic: { add: '9007199254740993' },
+    });
     assert.is((await pollOne(a, x.cq)).opcode, 'fetch-add');
     const orig = await a.readMr(x.mr.mr, 40000, 8);
     assert.is(new DataView(orig.buffer).getBigUint64(0, true), 1000n);
@@ -71,9 +98,21 @@ test('connection manager through a listener; the accepted QP shows its listener;
     const x = await ends(a);
     const { pd } = await b.createPd();
     const { cq } = await b.createCq({ depth: 64 });
-    const l = await b.listen({ port: 18515, pd, sendCq: cq, recvCq: cq, maxSendWr: 16, maxRecvWr: 16, privateData: new Uint8Array([9, 8]) });
+    const l = await b.listen({
+      port: 18515,
+      pd,
+      sendCq: cq,
+      recvCq: cq,
+      maxSendWr: 16,
+      maxRecvWr: 16,
+      privateData: new Uint8Array([9, 8]),
+    });
     assert.is(l.port, 18515);
-    const res = await a.connect(x.qp.qpn, { remote: { ip: IP_B, port: 18515 }, mode: 'cm', privateData: new Uint8Array([1, 2, 3]) });
+    const res = await a.connect(x.qp.qpn, {
+      remote: { ip: IP_B, port: 18515 },
+      mode: 'cm',
+      privateData: new Uint8Array([1, 2, 3]),
+    });
     assert.is(res.state, 'rts');
     assert.equal(Array.from(res.privateData!), [9, 8]);
     const [ls] = await b.listenersList();
@@ -84,14 +123,20 @@ test('connection manager through a listener; the accepted QP shows its listener;
     assert.equal(qb.remote, { ip: IP_A, port: x.qp.qpn });
     // No listener on 18516: the request times out.
     const x2 = await ends(a);
-    const err = await a.connect(x2.qp.qpn, { remote: { ip: IP_B, port: 18516 }, mode: 'cm', timeoutMs: 150 }).then(() => null, (e) => e);
+    const err = await a.connect(x2.qp.qpn, { remote: { ip: IP_B, port: 18516 }, mode: 'cm', timeoutMs: 150 }).then(
+      () => null,
+      (e) => e,
+    );
     assert.instance(err, DataplaneError);
     assert.is(err.kind, 'timeout', err.message);
     // A listener whose QP parameters fail (pd destroyed after listen is refused: pd busy? use a destroyed CQ instead).
     const { cq: cq2 } = await b.createCq({ depth: 4 });
     await b.listen({ port: 18517, pd, sendCq: cq2, recvCq: cq2, maxSendWr: 99999, maxRecvWr: 4 });
     const x3 = await ends(a);
-    const rej = await a.connect(x3.qp.qpn, { remote: { ip: IP_B, port: 18517 }, mode: 'cm' }).then(() => null, (e) => e);
+    const rej = await a.connect(x3.qp.qpn, { remote: { ip: IP_B, port: 18517 }, mode: 'cm' }).then(
+      () => null,
+      (e) => e,
+    );
     assert.instance(rej, DataplaneError);
     assert.is(rej.kind, 'rejected', rej.message);
   } finally {
@@ -102,7 +147,11 @@ test('connection manager through a listener; the accepted QP shows its listener;
 test('facade errors carry kinds; nothing else escapes', async () => {
   const { a, close } = await twoDataplanes();
   try {
-    const kind = (p: Promise<unknown>) => p.then(() => 'ok', (e) => (e instanceof DataplaneError ? e.kind : `not a DataplaneError: ${e}`));
+    const kind = (p: Promise<unknown>) =>
+      p.then(
+        () => 'ok',
+        (e) => (e instanceof DataplaneError ? e.kind : `not a DataplaneError: ${e}`),
+      );
     assert.is(await kind(a.destroyPd(999)), 'not-found');
     const { pd } = await a.createPd();
     assert.is(await kind(a.createMr({ pd, length: -1, access: [] })), 'invalid');
@@ -116,9 +165,15 @@ test('facade errors carry kinds; nothing else escapes', async () => {
     const qp = await a.createQp({ pd, sendCq: cq, recvCq: cq, maxSendWr: 4, maxRecvWr: 4 });
     assert.is(await kind(a.postSend(qp.qpn, { wrId: 1, opcode: 'send' })), 'state');
     assert.is(await kind(a.postSend(qp.qpn, { wrId: 1, opcode: 'jump' as 'send' })), 'invalid');
-    assert.is(await kind(a.connect(qp.qpn, { remote: { ip: '192.168.9.9', port: 1 }, mode: 'manual', remotePsn: 0 })), 'invalid');
+    assert.is(
+      await kind(a.connect(qp.qpn, { remote: { ip: '192.168.9.9', port: 1 }, mode: 'manual', remotePsn: 0 })),
+      'invalid',
+    );
     assert.is((await a.getQp(qp.qpn)).state, 'reset', 'a refused manual connect leaves the QP as it was');
-    const cqErr = await a.destroyCq(cq).then(() => null, (e) => e);
+    const cqErr = await a.destroyCq(cq).then(
+      () => null,
+      (e) => e,
+    );
     assert.match(cqErr?.message, /in use by 1 QP\(s\)/, 'one QP using a CQ for send and receive counts once');
     assert.is(await kind(a.traceAdd('no-such-node', 3)), 'invalid');
     assert.is(await kind(a.interface('eth9')), 'not-found');
@@ -134,11 +189,18 @@ test('facade errors carry kinds; nothing else escapes', async () => {
 test('a fault from the start-up config is on from the start; the API-level setter changes and removes it', async () => {
   const { a, b, close } = await twoDataplanes({ ifA: { fault: { direction: 'rx', config: { seed: 3, loss: 0.5 } } } });
   try {
-    const x = await ends(a), y = await ends(b);
+    const x = await ends(a),
+      y = await ends(b);
     await a.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual', remotePsn: y.qp.psn });
     await b.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual', remotePsn: x.qp.psn });
     // 50 % of what A receives is lost: WRITEs still complete (retransmission), and the injector counted.
-    for (let i = 0; i < 20; i++) await a.postSend(x.qp.qpn, { wrId: i, opcode: 'write', sge: [{ mr: x.mr.mr, offset: 0, length: 3000 }], remote: { stag: y.mr.stag, offset: 0 } });
+    for (let i = 0; i < 20; i++)
+      await a.postSend(x.qp.qpn, {
+        wrId: i,
+        opcode: 'write',
+        sge: [{ mr: x.mr.mr, offset: 0, length: 3000 }],
+        remote: { stag: y.mr.stag, offset: 0 },
+      });
     let done = 0;
     while (done < 20) {
       const r = await a.pollCq(x.cq, 64, 3000);
@@ -147,12 +209,18 @@ test('a fault from the start-up config is on from the start; the API-level sette
       done += r.completions.length;
     }
     const [ia] = await a.interfaces();
-    assert.ok(ia.fault.rx !== null && ia.fault.rx.dropped > 0 && ia.fault.rx.packets > ia.fault.rx.dropped, JSON.stringify(ia.fault));
+    assert.ok(
+      ia.fault.rx !== null && ia.fault.rx.dropped > 0 && ia.fault.rx.packets > ia.fault.rx.dropped,
+      JSON.stringify(ia.fault),
+    );
     assert.is(ia.fault.tx, null);
     assert.ok((await a.getQp(x.qp.qpn)).counters.retransmits + (await b.getQp(y.qp.qpn)).counters.retransmits > 0);
     const off = await a.setFault(ia.name, 'rx', null);
     assert.equal(off.fault, { rx: null, tx: null });
-    const bad = await a.setFault(ia.name, 'tx', { loss: 2 }).then(() => null, (e) => e);
+    const bad = await a.setFault(ia.name, 'tx', { loss: 2 }).then(
+      () => null,
+      (e) => e,
+    );
     assert.is(bad?.kind, 'invalid');
     assert.match(bad.message, /loss/);
   } finally {
@@ -165,11 +233,17 @@ test('a link that comes up later gets a gratuitous ARP (sent once, when it comes
   const { baseConfig, pipeInterface } = await import('./dataplane-helpers.ts');
   const { Dataplane } = await import('../dataplane/dataplane.ts');
   const lines: string[] = [];
-  const a = await Dataplane.create(baseConfig({ interfaces: [pipeInterface('garp-a', 'garp-b', `${IP_A}/24`, '02:fe:00:00:01:0a')] }), { log: (_l, m) => lines.push(m) });
-  const garps = async (dp: typeof a) => (await dp.errors())[0].rows.find((r) => r.node === 'arp-input' && r.reason === 'gratuitous ARPs sent')?.count ?? 0;
+  const a = await Dataplane.create(
+    baseConfig({ interfaces: [pipeInterface('garp-a', 'garp-b', `${IP_A}/24`, '02:fe:00:00:01:0a')] }),
+    { log: (_l, m) => lines.push(m) },
+  );
+  const garps = async (dp: typeof a) =>
+    (await dp.errors())[0].rows.find((r) => r.node === 'arp-input' && r.reason === 'gratuitous ARPs sent')?.count ?? 0;
   assert.is((await a.interfaces())[0].state, 'down');
   assert.is(await garps(a), 0);
-  const b = await Dataplane.create(baseConfig({ interfaces: [pipeInterface('garp-b', 'garp-a', `${IP_B}/24`, '02:fe:00:00:01:0b')] }));
+  const b = await Dataplane.create(
+    baseConfig({ interfaces: [pipeInterface('garp-b', 'garp-a', `${IP_B}/24`, '02:fe:00:00:01:0b')] }),
+  );
   try {
     assert.is(await garps(b), 1, 'B is up at creation: it announces at once');
     for (let i = 0; i < 50 && (await garps(a)) === 0; i++) await new Promise((r) => setTimeout(r, 20));
@@ -190,7 +264,8 @@ test('a link that comes up later gets a gratuitous ARP (sent once, when it comes
 
 test('close sends FIN: the peer QP goes to error and its posted receive is flushed; buffers all back', async () => {
   const { a, b } = await twoDataplanes();
-  const x = await ends(a), y = await ends(b);
+  const x = await ends(a),
+    y = await ends(b);
   await a.connect(x.qp.qpn, { remote: { ip: IP_B, port: y.qp.qpn }, mode: 'manual', remotePsn: y.qp.psn });
   await b.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual', remotePsn: x.qp.psn });
   await b.postRecv(y.qp.qpn, { wrId: 'pending', sge: [{ mr: y.mr.mr, offset: 0, length: 64 }] });

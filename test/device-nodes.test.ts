@@ -3,7 +3,15 @@ import * as assert from 'uvu/assert';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Graph, createPool, type Frame, type NodeRuntime, formatRuntime, formatTrace, formatErrors } from '../graph/index.ts';
+import {
+  Graph,
+  createPool,
+  type Frame,
+  type NodeRuntime,
+  formatRuntime,
+  formatTrace,
+  formatErrors,
+} from '../graph/index.ts';
 import { Interfaces } from '../drivers/interfaces.ts';
 import { createPipe } from '../drivers/pipe.ts';
 import { PcapDriver } from '../drivers/pcap.ts';
@@ -14,8 +22,10 @@ function capture(g: Graph, name: string, log: { rxIf: number; bi: number; bytes:
   g.register({
     name,
     fn: (rt: NodeRuntime, fr: Frame | null) => {
-      const f = fr as Frame, pool = rt.graph.pool;
-      for (let i = 0; i < f.n; i++) log.push({ rxIf: pool.rxIf[f.vec[i]], bi: f.vec[i], bytes: Array.from(pool.packetBytes(f.vec[i])) });
+      const f = fr as Frame,
+        pool = rt.graph.pool;
+      for (let i = 0; i < f.n; i++)
+        log.push({ rxIf: pool.rxIf[f.vec[i]], bi: f.vec[i], bytes: Array.from(pool.packetBytes(f.vec[i])) });
       pool.free(f.vec, 0, f.n);
       return f.n;
     },
@@ -25,7 +35,9 @@ function capture(g: Graph, name: string, log: { rxIf: number; bi: number; bytes:
 /** An input node that sends queued byte arrays to `next`. */
 function generator(g: Graph, name: string, next: string, queue: number[][], sent: number[]) {
   g.register({
-    name, type: 'input', next: [next],
+    name,
+    type: 'input',
+    next: [next],
     fn: (rt: NodeRuntime) => {
       let n = 0;
       while (queue.length && n < 256) {
@@ -43,8 +55,12 @@ function generator(g: Graph, name: string, next: string, queue: number[][], sent
 test('pipe through the graph: both directions, zero-copy, counters, runtime rows and trace', () => {
   const pool = memPool(512);
   const g = new Graph({ pool });
-  const at0: { rxIf: number; bi: number; bytes: number[] }[] = [], at1: typeof at0 = [];
-  const q0: number[][] = [], q1: number[][] = [], sent0: number[] = [], sent1: number[] = [];
+  const at0: { rxIf: number; bi: number; bytes: number[] }[] = [],
+    at1: typeof at0 = [];
+  const q0: number[][] = [],
+    q1: number[][] = [],
+    sent0: number[] = [],
+    sent1: number[] = [];
   capture(g, 'cap0', at0);
   capture(g, 'cap1', at1);
   generator(g, 'gen0', 'pipe0-output', q0, sent0);
@@ -59,18 +75,37 @@ test('pipe through the graph: both directions, zero-copy, counters, runtime rows
   g.traceAdd('pipe-input', 1);
   g.runPass(); // gen -> output -> tx -> peer ring
   g.runPass(); // pipe-input -> capture
-  assert.equal(at1.map((x) => x.bytes), [0, 1, 2, 3, 4].map((k) => [0xa0, k, 1, 2, 3]));
-  assert.equal(at0.map((x) => x.bytes), [0, 1, 2].map((k) => [0xb0, k]));
-  assert.equal(at1.map((x) => x.bi), sent0, 'same buffer indices arrive: nothing copied');
+  assert.equal(
+    at1.map((x) => x.bytes),
+    [0, 1, 2, 3, 4].map((k) => [0xa0, k, 1, 2, 3]),
+  );
+  assert.equal(
+    at0.map((x) => x.bytes),
+    [0, 1, 2].map((k) => [0xb0, k]),
+  );
+  assert.equal(
+    at1.map((x) => x.bi),
+    sent0,
+    'same buffer indices arrive: nothing copied',
+  );
   assert.ok(at1.every((x) => x.rxIf === i1.index) && at0.every((x) => x.rxIf === i0.index));
-  const c0 = i0.counters(), c1 = i1.counters();
-  assert.is(c0.txPackets, 5); assert.is(c0.txBytes, 25); assert.is(c0.rxPackets, 3);
-  assert.is(c1.rxPackets, 5); assert.is(c1.txPackets, 3);
+  const c0 = i0.counters(),
+    c1 = i1.counters();
+  assert.is(c0.txPackets, 5);
+  assert.is(c0.txBytes, 25);
+  assert.is(c0.rxPackets, 3);
+  assert.is(c1.rxPackets, 5);
+  assert.is(c1.txPackets, 3);
   const text = formatRuntime([g.runtimeSnapshot()]);
-  for (const n of ['pipe-input', 'pipe0-output', 'pipe0-tx', 'pipe1-output', 'pipe1-tx', 'cap0', 'cap1']) assert.match(text, new RegExp(`^${n} `, 'm'));
+  for (const n of ['pipe-input', 'pipe0-output', 'pipe0-tx', 'pipe1-output', 'pipe1-tx', 'cap0', 'cap1'])
+    assert.match(text, new RegExp(`^${n} `, 'm'));
   const tr = g.traceSnapshot();
   assert.is(tr.packets.length, 1);
-  assert.equal(tr.packets[0].entries.map((e) => e.node), ['pipe-input', 'cap0'], 'pipe0 is polled first');
+  assert.equal(
+    tr.packets[0].entries.map((e) => e.node),
+    ['pipe-input', 'cap0'],
+    'pipe0 is polled first',
+  );
   assert.match(tr.packets[0].entries[0].text, 'pipe: pipe0 (1) queue 0 len 2 next-node cap0');
   assert.match(formatTrace([tr]), /Packet 1\n\n\d\d:\d\d:\d\d:\d{6}: pipe-input\n  pipe: pipe0/);
   ifs.closeAll();
@@ -80,7 +115,8 @@ test('pipe through the graph: both directions, zero-copy, counters, runtime rows
 test('tx ring full: the rest is dropped as "no free tx slots" and counted', () => {
   const pool = memPool(512);
   const g = new Graph({ pool });
-  const q: number[][] = [], sent: number[] = [];
+  const q: number[][] = [],
+    sent: number[] = [];
   generator(g, 'gen', 'p0-output', q, sent);
   const [a, b] = createPipe('p0', 'p1', { ringSize: 4 });
   const ifs = new Interfaces(g);
@@ -103,22 +139,35 @@ test('pcap in, pcap out through the graph on native buffer memory: byte-identica
     const frames = [60, 1514, 5000].map((len, k) => Uint8Array.from({ length: len }, (_, i) => (i * 13 + k) & 0xff));
     const parts: Uint8Array[] = [];
     const gh = new DataView(new ArrayBuffer(24));
-    gh.setUint32(0, 0xa1b2c3d4, true); gh.setUint16(4, 2, true); gh.setUint16(6, 4, true);
-    gh.setUint32(16, 262144, true); gh.setUint32(20, 1, true);
+    gh.setUint32(0, 0xa1b2c3d4, true);
+    gh.setUint16(4, 2, true);
+    gh.setUint16(6, 4, true);
+    gh.setUint32(16, 262144, true);
+    gh.setUint32(20, 1, true);
     parts.push(new Uint8Array(gh.buffer));
     frames.forEach((fr, k) => {
       const rh = new DataView(new ArrayBuffer(16));
-      rh.setUint32(0, 1700000000 + k, true); rh.setUint32(4, 1000 * k + 7, true);
-      rh.setUint32(8, fr.length, true); rh.setUint32(12, fr.length, true);
+      rh.setUint32(0, 1700000000 + k, true);
+      rh.setUint32(4, 1000 * k + 7, true);
+      rh.setUint32(8, fr.length, true);
+      rh.setUint32(12, fr.length, true);
       parts.push(new Uint8Array(rh.buffer), fr);
     });
-    const inFile = join(dir, 'in.pcap'), outFile = join(dir, 'out.pcap');
+    const inFile = join(dir, 'in.pcap'),
+      outFile = join(dir, 'out.pcap');
     writeFileSync(inFile, Buffer.concat(parts));
 
     const pool = createPool({ count: 256 });
     const g = new Graph({ pool });
     // Cross-connect: whatever pcap0 receives goes out of pcap1.
-    g.register({ name: 'xc', next: ['pcap1-output'], fn: (rt, fr) => { rt.graph.enqueueToSingleNext(rt, 0, fr!.vec, 0, fr!.n); return fr!.n; } });
+    g.register({
+      name: 'xc',
+      next: ['pcap1-output'],
+      fn: (rt, fr) => {
+        rt.graph.enqueueToSingleNext(rt, 0, fr!.vec, 0, fr!.n);
+        return fr!.n;
+      },
+    });
     const ifs = new Interfaces(g);
     const rx = new PcapDriver('pcap0', { rxFile: inFile });
     ifs.add(rx, { next: 'xc' });
@@ -151,7 +200,10 @@ test('a running graph sleeps, and a packet sent into a pipe from outside wakes i
     const v = Uint32Array.of(bi);
     assert.is(a.txBurst(0, v, 0, 1), 1);
     await sleep(10);
-    assert.equal(got.map((x) => x.bytes), [[1, 2, 3]]);
+    assert.equal(
+      got.map((x) => x.bytes),
+      [[1, 2, 3]],
+    );
   } finally {
     g.close();
     ifs.closeAll();
@@ -159,12 +211,13 @@ test('a running graph sleeps, and a packet sent into a pipe from outside wakes i
   assert.is(pool.available(), pool.count);
 });
 
-test('pcap capture of an interface\'s rx and tx, bounded by max', () => {
+test("pcap capture of an interface's rx and tx, bounded by max", () => {
   const dir = mkdtempSync(join(tmpdir(), 'rg-cap-'));
   try {
     const pool = memPool(256);
     const g = new Graph({ pool });
-    const q: number[][] = [], sent: number[] = [];
+    const q: number[][] = [],
+      sent: number[] = [];
     const got: { rxIf: number; bi: number; bytes: number[] }[] = [];
     capture(g, 'cap', got);
     generator(g, 'gen', 'c0-output', q, sent);
@@ -183,12 +236,27 @@ test('pcap capture of an interface\'s rx and tx, bounded by max', () => {
     const records = (file: string) => {
       const d = readFileSync(file);
       const out: number[][] = [];
-      for (let o = 24; o < d.length;) { const l = d.readUInt32LE(o + 8); out.push([...d.subarray(o + 16, o + 16 + l)]); o += 16 + l; }
+      for (let o = 24; o < d.length;) {
+        const l = d.readUInt32LE(o + 8);
+        out.push([...d.subarray(o + 16, o + 16 + l)]);
+        o += 16 + l;
+      }
       assert.is(d.readUInt32LE(0), 0xa1b23c4d, 'nanosecond pcap');
       return out;
     };
-    assert.equal(records(join(dir, 'c0-tx.pcap')), [[0xee, 0, 7], [0xee, 1, 7], [0xee, 2, 7]]);
-    assert.equal(records(join(dir, 'c1-rx.pcap')), [[0xee, 0, 7], [0xee, 1, 7]], 'max 2');
+    assert.equal(records(join(dir, 'c0-tx.pcap')), [
+      [0xee, 0, 7],
+      [0xee, 1, 7],
+      [0xee, 2, 7],
+    ]);
+    assert.equal(
+      records(join(dir, 'c1-rx.pcap')),
+      [
+        [0xee, 0, 7],
+        [0xee, 1, 7],
+      ],
+      'max 2',
+    );
     assert.is(got.length, 3, 'capturing does not take packets away');
     assert.is(pool.available(), pool.count);
   } finally {

@@ -22,7 +22,12 @@ const short = () => 64;
 /** 60..4959 bytes: with 2048-byte buffers, chains of up to 3 segments. */
 const mixed = (seq: number) => 60 + ((seq * 997) % 4900);
 
-interface Got { seq: number; bi: number; bytes: Uint8Array | null; at: number }
+interface Got {
+  seq: number;
+  bi: number;
+  bytes: Uint8Array | null;
+  at: number;
+}
 
 interface RigOptions {
   fault0?: FaultDirections;
@@ -44,7 +49,8 @@ function rig(o: RigOptions = {}) {
   const g = new Graph({ pool, clock: o.clock });
   const len = o.len ?? short;
   const got: Got[] = [];
-  let next = 0, end = 0;
+  let next = 0,
+    end = 0;
   g.register({
     name: 'sink',
     fn: (rt: NodeRuntime, fr: Frame | null) => {
@@ -52,14 +58,21 @@ function rig(o: RigOptions = {}) {
       const at = performance.now();
       for (let i = 0; i < f.n; i++) {
         const bi = f.vec[i];
-        got.push({ seq: pool.view.getUint32(pool.offset[bi]), bi, bytes: o.keepBytes ? pool.packetBytes(bi) : null, at });
+        got.push({
+          seq: pool.view.getUint32(pool.offset[bi]),
+          bi,
+          bytes: o.keepBytes ? pool.packetBytes(bi) : null,
+          at,
+        });
       }
       pool.free(f.vec, 0, f.n);
       return f.n;
     },
   });
   g.register({
-    name: 'gen', type: 'input', next: ['pipe0-output'],
+    name: 'gen',
+    type: 'input',
+    next: ['pipe0-output'],
     fn: (rt: NodeRuntime) => {
       let n = 0;
       while (next < end && n < (o.burst ?? 128)) {
@@ -78,7 +91,14 @@ function rig(o: RigOptions = {}) {
   const i1 = ifs.add(b, { next: 'sink', fault: o.fault1 });
   g.build();
   const r = {
-    pool, g, ifs, a, b, i0, i1, got,
+    pool,
+    g,
+    ifs,
+    a,
+    b,
+    i0,
+    i1,
+    got,
     /** Queue `n` more packets for the generator. */
     send(n: number) {
       end += n;
@@ -111,7 +131,8 @@ function hash(b: Uint8Array): number {
 
 /** Bits in which two equally long byte arrays differ, and the byte index of the last one. */
 function bitDiff(x: Uint8Array, y: Uint8Array): { bits: number; at: number } {
-  let bits = 0, at = -1;
+  let bits = 0,
+    at = -1;
   for (let i = 0; i < x.length; i++) {
     let d = x[i] ^ y[i];
     if (d !== 0) at = i;
@@ -142,7 +163,12 @@ const range = (n: number, from = 0) => Array.from({ length: n }, (_, i) => from 
 
 test('loss: the drop rate is close to the probability, rx and tx, and the counters say exactly what was lost', () => {
   const N = 20000;
-  for (const [dir, p, seed] of [['rx', 0.05, 1], ['rx', 0.05, 2], ['tx', 0.3, 3], ['rx', 0.01, 4]] as const) {
+  for (const [dir, p, seed] of [
+    ['rx', 0.05, 1],
+    ['rx', 0.05, 2],
+    ['tx', 0.3, 3],
+    ['rx', 0.01, 4],
+  ] as const) {
     const cfg = { loss: p, seed };
     const r = rig(dir === 'rx' ? { fault1: { rx: cfg } } : { fault0: { tx: cfg } });
     r.send(N);
@@ -153,7 +179,10 @@ test('loss: the drop rate is close to the probability, rx and tx, and the counte
     const sigma = Math.sqrt((p * (1 - p)) / N);
     assert.ok(Math.abs(lost / N - p) < 4 * sigma, `${dir} loss ${p}: lost ${lost} of ${N}`);
     const s = r.seqs();
-    assert.ok(s.every((x, i) => i === 0 || x > s[i - 1]), 'loss alone keeps the order');
+    assert.ok(
+      s.every((x, i) => i === 0 || x > s[i - 1]),
+      'loss alone keeps the order',
+    );
     assert.is(r.i0.counters().txPackets, dir === 'tx' ? N - lost : N, 'tx losses never reach the driver');
     r.close();
   }
@@ -170,7 +199,8 @@ test('determinism: the same seed gives the same delivered sequence, another seed
     clock.advance(2e6); // past every reorder delay: the last held packets go
     r.run();
     const out = r.got.map((x) => `${x.seq}:${(x.bytes as Uint8Array).length}:${hash(x.bytes as Uint8Array)}`);
-    const c0 = r.ifs.faultCounters('pipe0').tx as FaultCounters, c1 = r.ifs.faultCounters('pipe1').rx as FaultCounters;
+    const c0 = r.ifs.faultCounters('pipe0').tx as FaultCounters,
+      c1 = r.ifs.faultCounters('pipe1').rx as FaultCounters;
     // Every packet accounted for: what tx let through is what rx saw; what rx let through arrived.
     assert.is(c0.packets, N);
     assert.is(c1.packets, c0.packets - c0.dropped + c0.duplicated);
@@ -184,13 +214,20 @@ test('determinism: the same seed gives the same delivered sequence, another seed
     r.close();
     return { out, c0, c1 };
   };
-  const a = once(7), b = once(7), c = once(8);
+  const a = once(7),
+    b = once(7),
+    c = once(8);
   assert.equal(a.out, b.out, 'same seed: the same packets, bytes and order');
   assert.equal([a.c0, a.c1], [b.c0, b.c1]);
   assert.not.equal(a.out, c.out, 'another seed: another sequence');
   // Something of every kind happened: out of order, copies, corrupted bytes.
   const seqs = a.out.map((x) => Number(x.split(':')[0]));
-  assert.ok(overtakes(seqs.filter((s) => s < N), N).some((k) => k > 0));
+  assert.ok(
+    overtakes(
+      seqs.filter((s) => s < N),
+      N,
+    ).some((k) => k > 0),
+  );
   assert.ok(new Set(a.out).size < a.out.length, 'duplicates present');
 });
 
@@ -238,12 +275,19 @@ test('reorder: held packets are overtaken by at most reorderDepth later ones; al
     clock.advance(500_000); // the default reorderDelayUs
     r.run();
     const s = r.seqs();
-    assert.equal([...s].sort((x, y) => x - y), range(N), 'every packet exactly once');
+    assert.equal(
+      [...s].sort((x, y) => x - y),
+      range(N),
+      'every packet exactly once',
+    );
     const ov = overtakes(s, N);
     const c = r.ifs.faultCounters('pipe1').rx as FaultCounters;
     assert.is(Math.max(...ov), depth, `at most ${depth} later packets overtake a held one, and that happens`);
     const overtaken = ov.filter((k) => k > 0).length;
-    assert.ok(overtaken <= c.reordered && overtaken >= c.reordered - heldAtEnd, `${overtaken} overtaken, ${c.reordered} held`);
+    assert.ok(
+      overtaken <= c.reordered && overtaken >= c.reordered - heldAtEnd,
+      `${overtaken} overtaken, ${c.reordered} held`,
+    );
     assert.ok(Math.abs(c.reordered / N - 0.2) < 0.02, `reordered ${c.reordered}`);
     assert.equal([c.packets, c.dropped, c.duplicated, c.corrupted], [N, 0, 0, 0]);
     r.close();
@@ -272,7 +316,10 @@ test('reorder: with no traffic after it a held packet arrives within reorderDela
       assert.ok(r.g.nodeCounters('pipe-input').calls - calls < 100, `${dir}: woken for it, not polling`);
       const dt = r.got[0].at - t0;
       // Never before the delay; after it, as soon as the sleeping loop wakes (loose for loaded CI).
-      assert.ok(dt >= DELAY_MS && dt < DELAY_MS + 400, `${dir}: arrived after ${dt.toFixed(2)} ms for a ${DELAY_MS} ms delay`);
+      assert.ok(
+        dt >= DELAY_MS && dt < DELAY_MS + 400,
+        `${dir}: arrived after ${dt.toFixed(2)} ms for a ${DELAY_MS} ms delay`,
+      );
       assert.is(r.got[0].seq, 0);
       assert.is(inj.held, 0);
       assert.is((r.ifs.faultCounters(name)[dir] as FaultCounters).reordered, 1);
@@ -295,20 +342,28 @@ test('reorder: with no traffic after it a held packet arrives within reorderDela
 test('duplicate: the copy is a separate buffer chain, byte-identical, right behind the original (rx and tx)', () => {
   for (const dir of ['rx', 'tx'] as const) {
     const cfg = { duplicate: 1 };
-    const r = rig({ len: mixed, keepBytes: true, ...(dir === 'rx' ? { fault1: { rx: cfg } } : { fault0: { tx: cfg } }) });
+    const r = rig({
+      len: mixed,
+      keepBytes: true,
+      ...(dir === 'rx' ? { fault1: { rx: cfg } } : { fault0: { tx: cfg } }),
+    });
     const N = 50;
     r.send(N);
     r.run();
     assert.is(r.got.length, 2 * N);
     for (let i = 0; i < N; i++) {
-      const x = r.got[2 * i], y = r.got[2 * i + 1];
+      const x = r.got[2 * i],
+        y = r.got[2 * i + 1];
       assert.is(x.seq, i);
       assert.is(y.seq, i);
       assert.equal(x.bytes, frame(i, mixed(i)), 'the original is intact');
       assert.equal(y.bytes, x.bytes, 'the copy is byte-identical');
       assert.is.not(y.bi, x.bi, 'the copy is another buffer');
     }
-    assert.ok(r.got.some((x) => (x.bytes as Uint8Array).length > 2 * r.pool.dataSize), 'chains of three segments were copied');
+    assert.ok(
+      r.got.some((x) => (x.bytes as Uint8Array).length > 2 * r.pool.dataSize),
+      'chains of three segments were copied',
+    );
     const c = r.ifs.faultCounters(dir === 'rx' ? 'pipe1' : 'pipe0')[dir] as FaultCounters;
     assert.equal(c, { packets: N, dropped: 0, reordered: 0, duplicated: N, corrupted: 0 });
     r.close();
@@ -349,7 +404,10 @@ test('corrupt: exactly one bit of the frame flips, in any segment; the counter m
     assert.is(c.corrupted, changed);
     if (p === 1) assert.is(changed, N);
     else assert.ok(Math.abs(changed / N - 0.1) < 0.025, `${changed} of ${N}`);
-    assert.ok(where.some((at) => at < r.pool.dataSize) && where.some((at) => at >= r.pool.dataSize), 'first and later segments both hit');
+    assert.ok(
+      where.some((at) => at < r.pool.dataSize) && where.some((at) => at >= r.pool.dataSize),
+      'first and later segments both hit',
+    );
     r.close();
   }
 });
@@ -383,12 +441,19 @@ test('corrupt: through the L2-L4 stack, a corrupted frame is dropped or (header 
 test('all faults at once over both directions: counters match what arrived, no buffer leaks', () => {
   const clock = manualClock();
   const cfg = { loss: 0.1, reorder: 0.1, duplicate: 0.1, corrupt: 0.1 };
-  const r = rig({ clock, len: mixed, keepBytes: true, fault0: { tx: { ...cfg, seed: 21 } }, fault1: { rx: { ...cfg, seed: 22 } } });
+  const r = rig({
+    clock,
+    len: mixed,
+    keepBytes: true,
+    fault0: { tx: { ...cfg, seed: 21 } },
+    fault1: { rx: { ...cfg, seed: 22 } },
+  });
   r.send(4000);
   r.run();
   clock.advance(1e9);
   r.run();
-  const c0 = r.ifs.faultCounters('pipe0').tx as FaultCounters, c1 = r.ifs.faultCounters('pipe1').rx as FaultCounters;
+  const c0 = r.ifs.faultCounters('pipe0').tx as FaultCounters,
+    c1 = r.ifs.faultCounters('pipe1').rx as FaultCounters;
   assert.is(r.a.counters().txPackets, c0.packets - c0.dropped + c0.duplicated);
   assert.is(r.b.counters().rxPackets, c1.packets);
   assert.is(r.got.length, c1.packets - c1.dropped + c1.duplicated);
@@ -424,7 +489,8 @@ test('setFault at run time: add, change (counters kept; reseed only with a seed)
   const clock = manualClock();
   const r = rig({ clock });
   const batch = (n: number) => {
-    const from = r.sent, before = r.got.length;
+    const from = r.sent,
+      before = r.got.length;
     r.send(n);
     r.run();
     return r.got.slice(before).map((x) => x.seq - from);
@@ -463,7 +529,10 @@ test('setFault at run time: add, change (counters kept; reseed only with a seed)
   assert.is(c.dropped, 650 - (r.got.length - 100), 'what did not arrive was dropped');
 
   // A bad configuration changes nothing.
-  assert.throws(() => r.ifs.setFault('pipe1', 'rx', { loss: 2 }), /interface pipe1 fault\.rx\.loss must be a probability in \[0, 1\], got 2/);
+  assert.throws(
+    () => r.ifs.setFault('pipe1', 'rx', { loss: 2 }),
+    /interface pipe1 fault\.rx\.loss must be a probability in \[0, 1\], got 2/,
+  );
   assert.equal(batch(10), [], 'loss 1 still in force');
   assert.throws(() => r.ifs.setFault('nope', 'rx', { loss: 0 }), /no interface named "nope" \(have: pipe0, pipe1\)/);
   assert.throws(() => r.ifs.setFault('pipe1', 'up' as 'rx', { loss: 0 }), /direction must be rx, tx or both/);
@@ -472,7 +541,11 @@ test('setFault at run time: add, change (counters kept; reseed only with a seed)
   r.ifs.setFault('pipe1', 'both', { reorder: 1, seed: 1 });
   c = r.ifs.faultCounters('pipe1').rx as FaultCounters;
   assert.is(c.packets, 660, 'rx changed in place');
-  assert.equal(r.ifs.faultCounters('pipe1').tx, { packets: 0, dropped: 0, reordered: 0, duplicated: 0, corrupted: 0 }, 'tx new');
+  assert.equal(
+    r.ifs.faultCounters('pipe1').tx,
+    { packets: 0, dropped: 0, reordered: 0, duplicated: 0, corrupted: 0 },
+    'tx new',
+  );
   assert.equal(batch(20), []);
   assert.is(r.pool.available(), r.pool.count - 20, 'twenty held');
   r.ifs.setFault('pipe1', 'rx', null);
@@ -485,10 +558,16 @@ test('setFault at run time: add, change (counters kept; reseed only with a seed)
 
 test('no leaks: packets held on rx and tx (chains) return to the pool at closeAll', () => {
   const clock = manualClock();
-  const r = rig({ clock, len: () => 5000, fault0: { tx: { reorder: 0.5, seed: 1 } }, fault1: { rx: { reorder: 1, seed: 2 } } });
+  const r = rig({
+    clock,
+    len: () => 5000,
+    fault0: { tx: { reorder: 0.5, seed: 1 } },
+    fault1: { rx: { reorder: 1, seed: 2 } },
+  });
   r.send(30);
   r.run();
-  const held0 = (r.i0.txFault as FaultInjector).held, held1 = (r.i1.rxFault as FaultInjector).held;
+  const held0 = (r.i0.txFault as FaultInjector).held,
+    held1 = (r.i1.rxFault as FaultInjector).held;
   assert.ok(held0 > 0 && held1 > 0, `held tx ${held0}, rx ${held1}`);
   assert.is(r.got.length, 0);
   assert.is(r.pool.available(), r.pool.count - 3 * (held0 + held1));
@@ -499,7 +578,10 @@ test('no leaks: packets held on rx and tx (chains) return to the pool at closeAl
 test('validation: errors name the key and where it is', () => {
   const w = 'interfaces.pipe1.fault.rx';
   const bad: [unknown, RegExp][] = [
-    [{ los: 0.1 }, /^interfaces\.pipe1\.fault\.rx\.los: unknown key \(known: seed, loss, reorder, reorderDepth, reorderDelayUs, duplicate, corrupt\)$/],
+    [
+      { los: 0.1 },
+      /^interfaces\.pipe1\.fault\.rx\.los: unknown key \(known: seed, loss, reorder, reorderDepth, reorderDelayUs, duplicate, corrupt\)$/,
+    ],
     [{ loss: 1.5 }, /\.rx\.loss must be a probability in \[0, 1\], got 1\.5/],
     [{ corrupt: -0.1 }, /\.rx\.corrupt must be a probability/],
     [{ duplicate: NaN }, /\.rx\.duplicate must be a finite number, got NaN/],
@@ -522,19 +604,35 @@ test('validation: errors name the key and where it is', () => {
       assert.match((e as Error).message, re);
     }
   }
-  assert.equal(validateFaultConfig({ loss: 0, corrupt: 1, seed: 0, reorder: undefined }, w), { loss: 0, corrupt: 1, seed: 0 });
+  assert.equal(validateFaultConfig({ loss: 0, corrupt: 1, seed: 0, reorder: undefined }, w), {
+    loss: 0,
+    corrupt: 1,
+    seed: 0,
+  });
 
   // At interface creation: nothing is left behind, the same driver can be added right after.
   const g = new Graph({ pool: memPool(64) });
   const ifs = new Interfaces(g);
   const [a, b] = createPipe();
-  assert.throws(() => ifs.add(b, { fault: { rx: { loss: 2 } } }), /^interface pipe1 fault\.rx\.loss must be a probability/);
-  assert.throws(() => ifs.add(b, { fault: { rxx: {} } as FaultDirections }), /^interface pipe1 fault\.rxx: unknown key \(known: rx, tx\)$/);
+  assert.throws(
+    () => ifs.add(b, { fault: { rx: { loss: 2 } } }),
+    /^interface pipe1 fault\.rx\.loss must be a probability/,
+  );
+  assert.throws(
+    () => ifs.add(b, { fault: { rxx: {} } as FaultDirections }),
+    /^interface pipe1 fault\.rxx: unknown key \(known: rx, tx\)$/,
+  );
   assert.throws(() => ifs.add(b, { fault: 3 as FaultDirections }), /^interface pipe1 fault: must be an object/);
   ifs.add(a, { next: 'error-drop' });
   ifs.add(b, { next: 'error-drop', fault: { tx: { loss: 0.5 } } });
-  assert.equal(ifs.faultCounters('pipe1'), { rx: null, tx: { packets: 0, dropped: 0, reordered: 0, duplicated: 0, corrupted: 0 } });
-  assert.throws(() => ifs.setFault('pipe1', 'tx', { corupt: 0.1 } as object), /^interface pipe1 fault\.tx\.corupt: unknown key/);
+  assert.equal(ifs.faultCounters('pipe1'), {
+    rx: null,
+    tx: { packets: 0, dropped: 0, reordered: 0, duplicated: 0, corrupted: 0 },
+  });
+  assert.throws(
+    () => ifs.setFault('pipe1', 'tx', { corupt: 0.1 } as object),
+    /^interface pipe1 fault\.tx\.corupt: unknown key/,
+  );
   assert.throws(() => ifs.faultCounters('pipe9'), /no interface named "pipe9"/);
   ifs.closeAll();
 });

@@ -76,17 +76,27 @@ test('vppFormat: width is a minimum and a maximum, = centres with the odd pad on
 
 // ----------------------------------------------------------------------------- show runtime
 
-const HDR = '             Name                 State         Calls          Vectors        Suspends         Clocks       Vectors/Call  ';
-const HDR_TIME = '             Name                 State         Calls          Vectors        Suspends       Packet-Time    Vectors/Call  ';
+const HDR =
+  '             Name                 State         Calls          Vectors        Suspends         Clocks       Vectors/Call  ';
+const HDR_TIME =
+  '             Name                 State         Calls          Vectors        Suspends       Packet-Time    Vectors/Call  ';
 
-const ROW_TEN = 'TenGigabitEthernet86/0/0-outpu   active               1000          256000               0          8.00e0          256.00';
-const ROW_API = 'api-rx-from-ring               event wait                0               0              12          2.00e3            0.00';
-const ROW_ETH = 'ethernet-input                   active             400000        99968750               0          1.38e1          249.92';
-const ROW_IP4 = 'ip4-lookup                       active                  0               0               0          0.00e0            0.00';
-const ROW_PG = 'pg-input                         polling               200             100               0          5.00e1             .50';
-const ROW_RDMA = 'rdma-input                       polling            400000        99968750               0          3.62e1          249.92';
-const ROW_TAP = 'tap0-rx                       interrupt wa              10              30               0          1.00e2            3.00';
-const ROW_UNIX = 'unix-epoll-input                 polling               381               0               0          1.93e3            0.00';
+const ROW_TEN =
+  'TenGigabitEthernet86/0/0-outpu   active               1000          256000               0          8.00e0          256.00';
+const ROW_API =
+  'api-rx-from-ring               event wait                0               0              12          2.00e3            0.00';
+const ROW_ETH =
+  'ethernet-input                   active             400000        99968750               0          1.38e1          249.92';
+const ROW_IP4 =
+  'ip4-lookup                       active                  0               0               0          0.00e0            0.00';
+const ROW_PG =
+  'pg-input                         polling               200             100               0          5.00e1             .50';
+const ROW_RDMA =
+  'rdma-input                       polling            400000        99968750               0          3.62e1          249.92';
+const ROW_TAP =
+  'tap0-rx                       interrupt wa              10              30               0          1.00e2            3.00';
+const ROW_UNIX =
+  'unix-epoll-input                 polling               381               0               0          1.93e3            0.00';
 
 const rows = (): RuntimeRow[] => [
   // Deliberately not in name order.
@@ -94,7 +104,14 @@ const rows = (): RuntimeRow[] => [
   { name: 'rdma-input', state: 'polling', calls: 400000, vectors: 99968750, suspends: 0, clocks: 3618977750 },
   { name: 'ip4-lookup', state: 'active', calls: 0, vectors: 0, suspends: 0, clocks: 0 },
   { name: 'ethernet-input', state: 'active', calls: 400000, vectors: 99968750, suspends: 0, clocks: 1379568750 },
-  { name: 'TenGigabitEthernet86/0/0-output', state: 'active', calls: 1000, vectors: 256000, suspends: 0, clocks: 2048000 },
+  {
+    name: 'TenGigabitEthernet86/0/0-output',
+    state: 'active',
+    calls: 1000,
+    vectors: 256000,
+    suspends: 0,
+    clocks: 2048000,
+  },
   { name: 'pg-input', state: 'polling', calls: 200, vectors: 100, suspends: 0, clocks: 5000 },
   { name: 'tap0-rx', state: 'interrupt wait', calls: 10, vectors: 30, suspends: 0, clocks: 3000 },
   { name: 'api-rx-from-ring', state: 'event wait', calls: 0, vectors: 0, suspends: 12, clocks: 24000 },
@@ -205,7 +222,17 @@ test('show runtime: several threads get headings and a separator', () => {
 
 test('show runtime: a process with events pending gets an extra line', () => {
   const t = thread({
-    rows: [{ name: 'api-rx-from-ring', state: 'event wait', calls: 0, vectors: 0, suspends: 12, clocks: 24000, eventsPending: true }],
+    rows: [
+      {
+        name: 'api-rx-from-ring',
+        state: 'event wait',
+        calls: 0,
+        vectors: 0,
+        suspends: 12,
+        clocks: 24000,
+        eventsPending: true,
+      },
+    ],
   });
   assert.is(formatRuntime([t]), text(TIME_LINE, RATES_LINE, HDR, ROW_API, '    events pending, '));
 });
@@ -282,20 +309,33 @@ test('show errors verbose with several threads sums in Total', () => {
 
 test('show errors with no counters prints only the header', () => {
   assert.is(formatErrors([]), text(EHDR));
-  assert.is(formatErrors([{ index: 0, name: 'vpp_main', rows: [] }], { verbose: true }), text(EHDR_V, 'Thread 0 (vpp_main):', 'Total:'));
+  assert.is(
+    formatErrors([{ index: 0, name: 'vpp_main', rows: [] }], { verbose: true }),
+    text(EHDR_V, 'Thread 0 (vpp_main):', 'Total:'),
+  );
 });
 
 test('show errors never cuts a reason: a longer one widens the column, every row aligned', () => {
   const long = 'ACK outside [snd_una - window, snd_nxt] (dropped)';
-  const out = formatErrors([{ index: 0, name: 'vpp_main', rows: [
-    { index: 0, count: 3, node: 'trp-input', reason: long, severity: 'error' },
-    { index: 1, count: 12, node: 'udp-local', reason: 'no listener for dst port', severity: 'info' },
-  ] }]);
+  const out = formatErrors([
+    {
+      index: 0,
+      name: 'vpp_main',
+      rows: [
+        { index: 0, count: 3, node: 'trp-input', reason: long, severity: 'error' },
+        { index: 1, count: 12, node: 'udp-local', reason: 'no listener for dst port', severity: 'info' },
+      ],
+    },
+  ]);
   const lines = out.split('\n').filter((l) => l !== '');
   assert.ok(lines[1].includes(long), lines[1]);
   assert.is(new Set(lines.map((l) => l.length)).size, 1, 'header and rows the same width');
   const sev = lines[0].indexOf('Severity') - 1; // %=10s: "Severity" has one space before it
-  assert.equal(lines.slice(1).map((l) => l.slice(sev, sev + 10).trim()), ['error', 'info'], 'severity in its column');
+  assert.equal(
+    lines.slice(1).map((l) => l.slice(sev, sev + 10).trim()),
+    ['error', 'info'],
+    'severity in its column',
+  );
 });
 
 // ------------------------------------------------------------------------------- show trace
@@ -316,7 +356,11 @@ const traceThreads = (): TraceThreadSnapshot[] => [
       },
       {
         entries: [
-          { timeNs: 9_155_832_000, node: 'rdma-input', text: 'rdma: rdma0 (1) next-node ethernet-input l2-ok l3-ok l4-ok ip4 udp' },
+          {
+            timeNs: 9_155_832_000,
+            node: 'rdma-input',
+            text: 'rdma: rdma0 (1) next-node ethernet-input l2-ok l3-ok l4-ok ip4 udp',
+          },
           {
             timeNs: 9_155_840_500,
             node: 'ethernet-input',

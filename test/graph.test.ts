@@ -9,7 +9,10 @@ import { memPool } from './helpers.ts';
 /** An input node that emits the packets queued in `src` (first byte = class). */
 function source(g: Graph, name: string, next: string[], queue: number[][]) {
   return g.register({
-    name, type: 'input', next, flags: NodeFlag.TRACE_SUPPORTED,
+    name,
+    type: 'input',
+    next,
+    flags: NodeFlag.TRACE_SUPPORTED,
     fn: (rt: NodeRuntime) => {
       let n = 0;
       const out = rt.scratch;
@@ -28,7 +31,8 @@ function source(g: Graph, name: string, next: string[], queue: number[][]) {
 /** classify: next = first byte (0 = a, 1 = b, 2 = c, anything else = error-drop "bad class"). */
 function classifier(g: Graph) {
   return g.register({
-    name: 'classify', next: ['sink-a', 'sink-b', 'sink-c', 'error-drop'],
+    name: 'classify',
+    next: ['sink-a', 'sink-b', 'sink-c', 'error-drop'],
     errors: [{ name: 'bad', description: 'bad class', severity: 'warn' }],
     formatTrace: (r) => `class ${r as number}`,
     fn: (rt: NodeRuntime, f: Frame | null) => {
@@ -38,7 +42,10 @@ function classifier(g: Graph) {
         const bi = fr.vec[i];
         const c = pool.u8[pool.offset[bi]];
         if (c <= 2) rt.nexts[i] = c;
-        else { rt.nexts[i] = 3; pool.error[bi] = rt.errorIndex(0); }
+        else {
+          rt.nexts[i] = 3;
+          pool.error[bi] = rt.errorIndex(0);
+        }
         if (rt.traceOn) rt.addTrace(bi, c);
       }
       rt.enqueue(fr.vec, fr.n);
@@ -49,7 +56,8 @@ function classifier(g: Graph) {
 
 function sink(g: Graph, name: string, got: number[], vectorSizes: number[]) {
   return g.register({
-    name, flags: NodeFlag.IS_OUTPUT,
+    name,
+    flags: NodeFlag.IS_OUTPUT,
     fn: (rt: NodeRuntime, f: Frame | null) => {
       const fr = f as Frame;
       const pool = rt.graph.pool;
@@ -96,7 +104,18 @@ test('registry: duplicate names, missing functions, bad types and next-to-input 
   assert.throws(() => g.register({ name: 'y' }), /needs a function/);
   assert.throws(() => g.register({ name: 'p', type: 'process' }), /needs a process generator/);
   assert.throws(() => g.register({ name: 'z', type: 'bogus' as 'input', fn: () => 0 }), /unknown type "bogus"/);
-  assert.throws(() => g.register({ name: 'e', fn: () => 0, errors: [{ name: 'a', description: 'a' }, { name: 'a', description: 'b' }] }), /declared twice/);
+  assert.throws(
+    () =>
+      g.register({
+        name: 'e',
+        fn: () => 0,
+        errors: [
+          { name: 'a', description: 'a' },
+          { name: 'a', description: 'b' },
+        ],
+      }),
+    /declared twice/,
+  );
   g.register({ name: 'in', type: 'input', fn: () => 0 });
   g.register({ name: 'w', next: ['in'], fn: () => 0 });
   assert.throws(() => g.build(), /next node "in" is an input node/);
@@ -107,7 +126,10 @@ test('registry: nodes and arcs added after build resolve at once', () => {
   const g = new Graph({ pool: memPool(16), clock: monotonicClock() });
   const a = g.register({ name: 'a', fn: () => 0 });
   g.build();
-  assert.throws(() => g.register({ name: 'late', next: ['missing'], fn: () => 0 }), /next node "missing" does not exist/);
+  assert.throws(
+    () => g.register({ name: 'late', next: ['missing'], fn: () => 0 }),
+    /next node "missing" does not exist/,
+  );
   g.register({ name: 'b', fn: () => 0 });
   assert.is(g.addNext(a, 'b'), 0);
   assert.is(g.addNext(a, 'b'), 0, 'same arc twice gives the same index');
@@ -121,9 +143,15 @@ test('dispatch: fan-out to several next nodes, every packet where it belongs, ve
   const { g, pool, got, sizes } = fanoutGraph(queue);
   // 700 packets: the input emits 256 per pass.
   let passes = 0;
-  while (queue.length > 0 || g.pendingFrames > 0) { g.runPass(); passes++; }
+  while (queue.length > 0 || g.pendingFrames > 0) {
+    g.runPass();
+    passes++;
+  }
   assert.is(passes, 3);
-  const expect = (cls: number) => Array.from({ length: 700 }, (_, i) => i).filter((i) => i % 4 === cls).map((i) => i & 0xff);
+  const expect = (cls: number) =>
+    Array.from({ length: 700 }, (_, i) => i)
+      .filter((i) => i % 4 === cls)
+      .map((i) => i & 0xff);
   assert.equal(got.a, expect(0));
   assert.equal(got.b, expect(1));
   assert.equal(got.c, expect(2));
@@ -145,7 +173,9 @@ test('dispatch: a frame holds at most 256 and the rest spills into a second fram
   const sizes: number[] = [];
   const buf = new Uint32Array(600);
   g.register({
-    name: 'burst', type: 'input', next: ['merge'],
+    name: 'burst',
+    type: 'input',
+    next: ['merge'],
     fn: (rt) => {
       if (pool.available() < 600) return 0;
       const n = pool.alloc(buf, 0, 600);
@@ -153,7 +183,14 @@ test('dispatch: a frame holds at most 256 and the rest spills into a second fram
       return n;
     },
   });
-  g.register({ name: 'merge', fn: (rt, f) => { sizes.push(f!.n); pool.free(f!.vec, 0, f!.n); return f!.n; } });
+  g.register({
+    name: 'merge',
+    fn: (rt, f) => {
+      sizes.push(f!.n);
+      pool.free(f!.vec, 0, f!.n);
+      return f!.n;
+    },
+  });
   g.build();
   g.runPass();
   assert.equal(sizes, [256, 256, 88]);
@@ -164,16 +201,29 @@ test('dispatch: a node that sends back to itself gets a fresh frame in the same 
   const pool = memPool(64);
   const g = new Graph({ pool, clock: monotonicClock() });
   let calls = 0;
-  g.register({ name: 'in', type: 'input', next: ['loop'], fn: (rt) => {
-    if (calls > 0) return 0;
-    const bi = pool.allocOne(); pool.opaque[bi * 8] = 3; g.enqueueOne(rt, 0, bi); return 1;
-  } });
-  g.register({ name: 'loop', next: ['loop', 'error-drop'], fn: (rt, f) => {
-    calls++;
-    const bi = f!.vec[0];
-    if (--pool.opaque[bi * 8] > 0) g.enqueueOne(rt, 0, bi); else g.enqueueOne(rt, 1, bi);
-    return 1;
-  } });
+  g.register({
+    name: 'in',
+    type: 'input',
+    next: ['loop'],
+    fn: (rt) => {
+      if (calls > 0) return 0;
+      const bi = pool.allocOne();
+      pool.opaque[bi * 8] = 3;
+      g.enqueueOne(rt, 0, bi);
+      return 1;
+    },
+  });
+  g.register({
+    name: 'loop',
+    next: ['loop', 'error-drop'],
+    fn: (rt, f) => {
+      calls++;
+      const bi = f!.vec[0];
+      if (--pool.opaque[bi * 8] > 0) g.enqueueOne(rt, 0, bi);
+      else g.enqueueOne(rt, 1, bi);
+      return 1;
+    },
+  });
   g.build();
   g.runPass();
   assert.is(calls, 3);
@@ -184,7 +234,15 @@ test('dispatch: a node that sends back to itself gets a fresh frame in the same 
 test('input states: a disabled input node is not polled; nextIndex names arcs', () => {
   const g = new Graph({ pool: memPool(16), clock: monotonicClock() });
   let polls = 0;
-  const inp = g.register({ name: 'in', type: 'input', next: ['x', 'error-drop'], fn: () => { polls++; return 0; } });
+  const inp = g.register({
+    name: 'in',
+    type: 'input',
+    next: ['x', 'error-drop'],
+    fn: () => {
+      polls++;
+      return 0;
+    },
+  });
   g.register({ name: 'x', fn: () => 0 });
   g.build();
   g.runPass();
@@ -226,11 +284,18 @@ test('counters: clear snapshots, later work counts from the clear', () => {
 });
 
 test('error counters: per node, with severity, cleared by snapshot', () => {
-  const queue: number[][] = [[9, 0], [9, 1], [0, 2]];
+  const queue: number[][] = [
+    [9, 0],
+    [9, 1],
+    [0, 2],
+  ];
   const { g } = fanoutGraph(queue);
   g.runPass();
   const rows = g.errorSnapshot().rows.filter((r) => r.count > 0);
-  assert.equal(rows.map((r) => [r.count, r.node, r.reason, r.severity]), [[2, 'classify', 'bad class', 'warn']]);
+  assert.equal(
+    rows.map((r) => [r.count, r.node, r.reason, r.severity]),
+    [[2, 'classify', 'bad class', 'warn']],
+  );
   g.clearErrors();
   assert.is(g.errorCount('classify', 'bad'), 0);
   queue.push([7, 0]);
@@ -240,19 +305,36 @@ test('error counters: per node, with severity, cleared by snapshot', () => {
 });
 
 test('trace: the next N packets of an input node, each with its path and records', () => {
-  const queue: number[][] = [[0, 1], [9, 2], [1, 3], [2, 4]];
+  const queue: number[][] = [
+    [0, 1],
+    [9, 2],
+    [1, 3],
+    [2, 4],
+  ];
   const { g, pool } = fanoutGraph(queue);
   assert.throws(() => g.traceAdd('classify', 5), /not an input node that supports trace \(these do: src-input\)/);
   g.traceAdd('src-input', 2);
   g.runPass();
   const t = g.traceSnapshot();
   assert.is(t.packets.length, 2);
-  assert.equal(t.packets[0].entries.map((e) => e.node), ['src-input', 'classify', 'sink-a']);
-  assert.equal(t.packets[0].entries.map((e) => e.text), ['', 'class 0', '']);
-  assert.equal(t.packets[1].entries.map((e) => e.node), ['src-input', 'classify', 'error-drop']);
+  assert.equal(
+    t.packets[0].entries.map((e) => e.node),
+    ['src-input', 'classify', 'sink-a'],
+  );
+  assert.equal(
+    t.packets[0].entries.map((e) => e.text),
+    ['', 'class 0', ''],
+  );
+  assert.equal(
+    t.packets[1].entries.map((e) => e.node),
+    ['src-input', 'classify', 'error-drop'],
+  );
   assert.is(t.packets[1].entries[2].text, 'classify: bad class');
   const times = t.packets[0].entries.map((e) => e.timeNs);
-  assert.ok(times.every((x, i) => i === 0 || x >= times[i - 1]), 'timestamps do not go backwards');
+  assert.ok(
+    times.every((x, i) => i === 0 || x >= times[i - 1]),
+    'timestamps do not go backwards',
+  );
   // Budget used up: further packets are not traced.
   queue.push([0, 5]);
   g.runPass();
@@ -267,7 +349,13 @@ test('timers: a node timer fires in the pass after its delay; stop cancels', () 
   const clock = manualClock();
   const g = new Graph({ pool: memPool(16), clock, timerTickNs: 100_000 });
   const fired: number[] = [];
-  const rt = g.register({ name: 't', fn: () => 0, timer: (_rt, user) => { fired.push(user); } });
+  const rt = g.register({
+    name: 't',
+    fn: () => 0,
+    timer: (_rt, user) => {
+      fired.push(user);
+    },
+  });
   g.build();
   g.startTimer(rt, 5e6, 1);
   const h2 = g.startTimer(rt, 5e6, 2);
@@ -290,13 +378,19 @@ test('process nodes: sleep, events and counters', async () => {
   const g = new Graph({ pool: memPool(16), clock: monotonicClock() });
   const log: string[] = [];
   const p = g.register({
-    name: 'proc', type: 'process',
+    name: 'proc',
+    type: 'process',
     *process(ctx) {
       log.push('start');
       yield ctx.sleep(2);
       log.push('slept');
       yield ctx.waitEvent();
-      log.push(`event ${ctx.takeEvents().map((e) => e.type).join(',')}`);
+      log.push(
+        `event ${ctx
+          .takeEvents()
+          .map((e) => e.type)
+          .join(',')}`,
+      );
       yield ctx.waitEventOrTimeout(3);
       log.push(`timeout ${ctx.takeEvents().length}`);
     },
@@ -319,17 +413,35 @@ test('enqueue: a whole vector to one next moves the frame itself; allSame skips 
   const pool = memPool(1024);
   const g = new Graph({ pool, clock: monotonicClock() });
   const seen: { vec: Uint32Array; n: number }[] = [];
-  g.register({ name: 'in', type: 'input', next: ['a'], fn: (rt) => {
-    if (pool.available() < pool.count) return 0;
-    const n = pool.alloc(rt.scratch, 0, 200); g.enqueueToSingleNext(rt, 0, rt.scratch, 0, n); return n;
-  } });
-  g.register({ name: 'a', next: ['b', 'error-drop'], fn: (rt, f) => {
-    seen.push({ vec: f!.vec, n: f!.n });
-    rt.nexts.fill(0, 0, f!.n);
-    g.enqueueToNext(rt, f!.vec, rt.nexts, f!.n, true);
-    return f!.n;
-  } });
-  g.register({ name: 'b', fn: (_rt, f) => { seen.push({ vec: f!.vec, n: f!.n }); pool.free(f!.vec, 0, f!.n); return f!.n; } });
+  g.register({
+    name: 'in',
+    type: 'input',
+    next: ['a'],
+    fn: (rt) => {
+      if (pool.available() < pool.count) return 0;
+      const n = pool.alloc(rt.scratch, 0, 200);
+      g.enqueueToSingleNext(rt, 0, rt.scratch, 0, n);
+      return n;
+    },
+  });
+  g.register({
+    name: 'a',
+    next: ['b', 'error-drop'],
+    fn: (rt, f) => {
+      seen.push({ vec: f!.vec, n: f!.n });
+      rt.nexts.fill(0, 0, f!.n);
+      g.enqueueToNext(rt, f!.vec, rt.nexts, f!.n, true);
+      return f!.n;
+    },
+  });
+  g.register({
+    name: 'b',
+    fn: (_rt, f) => {
+      seen.push({ vec: f!.vec, n: f!.n });
+      pool.free(f!.vec, 0, f!.n);
+      return f!.n;
+    },
+  });
   g.build();
   g.runPass();
   assert.is(seen.length, 2);
@@ -345,16 +457,35 @@ test('a node that throws is reported by the loop; the other frames of the pass s
   g.onError = (e) => errors.push(e.message);
   const got: number[] = [];
   let fed = false;
-  g.register({ name: 'in', type: 'input', next: ['bad', 'good'], fn: (rt) => {
-    if (fed) return 0;
-    fed = true;
-    const a = pool.allocOne(), b = pool.allocOne();
-    g.enqueueOne(rt, 0, a);
-    g.enqueueOne(rt, 1, b);
-    return 2;
-  } });
-  g.register({ name: 'bad', fn: (_rt, f) => { pool.free(f!.vec, 0, f!.n); throw new Error('boom'); } });
-  g.register({ name: 'good', fn: (_rt, f) => { got.push(f!.n); pool.free(f!.vec, 0, f!.n); return f!.n; } });
+  g.register({
+    name: 'in',
+    type: 'input',
+    next: ['bad', 'good'],
+    fn: (rt) => {
+      if (fed) return 0;
+      fed = true;
+      const a = pool.allocOne(),
+        b = pool.allocOne();
+      g.enqueueOne(rt, 0, a);
+      g.enqueueOne(rt, 1, b);
+      return 2;
+    },
+  });
+  g.register({
+    name: 'bad',
+    fn: (_rt, f) => {
+      pool.free(f!.vec, 0, f!.n);
+      throw new Error('boom');
+    },
+  });
+  g.register({
+    name: 'good',
+    fn: (_rt, f) => {
+      got.push(f!.n);
+      pool.free(f!.vec, 0, f!.n);
+      return f!.n;
+    },
+  });
   g.start();
   await new Promise((r) => setTimeout(r, 20));
   g.close();
@@ -370,8 +501,14 @@ test('nextTable / errorTable: names and indices come from one table, in its orde
   const n = nextTable({ DROP: 'error-drop', IP4: 'ip4-input', ARP: 'arp-input' });
   assert.equal(n.names, ['error-drop', 'ip4-input', 'arp-input']);
   assert.equal([n.index.DROP, n.index.IP4, n.index.ARP], [0, 1, 2]);
-  const e = errorTable({ A: { name: 'a', description: 'first' }, B: { name: 'b', description: 'second', severity: 'warn' } });
-  assert.equal(e.list.map((x) => x.name), ['a', 'b']);
+  const e = errorTable({
+    A: { name: 'a', description: 'first' },
+    B: { name: 'b', description: 'second', severity: 'warn' },
+  });
+  assert.equal(
+    e.list.map((x) => x.name),
+    ['a', 'b'],
+  );
   assert.equal([e.code.A, e.code.B], [0, 1]);
   assert.ok(Object.isFrozen(e.code) && Object.isFrozen(n.index));
 });

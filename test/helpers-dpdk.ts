@@ -46,13 +46,27 @@ export class Testpmd {
   constructor(o: TestpmdOptions) {
     removeStaleRuntimeDirs();
     this.prefix = `rg-test-${process.pid}-${seq++}`;
-    const eal = ['--no-huge', '-m', '1024', '--no-shconf', '--iova-mode=va', '--no-pci', '--no-telemetry', '--log-level=warning',
-      `--lcores=${o.lcores ?? '0@1,1@1'}`, '--file-prefix', this.prefix, `--vdev=net_memif0,${o.memif}`];
+    const eal = [
+      '--no-huge',
+      '-m',
+      '1024',
+      '--no-shconf',
+      '--iova-mode=va',
+      '--no-pci',
+      '--no-telemetry',
+      '--log-level=warning',
+      `--lcores=${o.lcores ?? '0@1,1@1'}`,
+      '--file-prefix',
+      this.prefix,
+      `--vdev=net_memif0,${o.memif}`,
+    ];
     const app = ['-i', `--forward-mode=${o.mode}`, '--no-mlockall', '--total-num-mbufs=16384', ...(o.args ?? [])];
     // stdbuf: testpmd's stdout is a pipe, fully buffered otherwise (nothing to read until exit).
     // timeout: a testpmd whose parent died (it ignores its stdin closing) does not stay behind.
     const limit = String(o.maxSeconds ?? 120);
-    this.proc = spawn('timeout', ['-k', '5', limit, 'stdbuf', '-o0', '-e0', TESTPMD, ...eal, '--', ...app], { stdio: ['pipe', 'pipe', 'pipe'] });
+    this.proc = spawn('timeout', ['-k', '5', limit, 'stdbuf', '-o0', '-e0', TESTPMD, ...eal, '--', ...app], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     const add = (d: Buffer) => {
       this.output += d.toString('utf8');
     };
@@ -71,7 +85,8 @@ export class Testpmd {
       const m = this.output.slice(from).match(re);
       if (m) return m;
       if (this.exited) throw new Error(`testpmd exited before printing ${re}:\n${this.output.slice(-3000)}`);
-      if (Date.now() > end) throw new Error(`testpmd did not print ${re} within ${ms} ms:\n${this.output.slice(-3000)}`);
+      if (Date.now() > end)
+        throw new Error(`testpmd did not print ${re} within ${ms} ms:\n${this.output.slice(-3000)}`);
       await new Promise((r) => setTimeout(r, 5));
     }
   }
@@ -89,7 +104,11 @@ export class Testpmd {
   async stats(): Promise<PortStats> {
     const from = this.output.length;
     this.send('show port stats 0');
-    const m = await this.waitFor(/NIC statistics for port 0[\s\S]*?RX-packets:\s+(\d+)[\s\S]*?RX-bytes:\s+(\d+)[\s\S]*?TX-packets:\s+(\d+)[\s\S]*?TX-bytes:\s+(\d+)/, 5000, from);
+    const m = await this.waitFor(
+      /NIC statistics for port 0[\s\S]*?RX-packets:\s+(\d+)[\s\S]*?RX-bytes:\s+(\d+)[\s\S]*?TX-packets:\s+(\d+)[\s\S]*?TX-bytes:\s+(\d+)/,
+      5000,
+      from,
+    );
     return { rxPackets: Number(m[1]), rxBytes: Number(m[2]), txPackets: Number(m[3]), txBytes: Number(m[4]) };
   }
 

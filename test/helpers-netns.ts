@@ -27,7 +27,8 @@ export function netnsUnavailable(): string | null {
   if (process.platform !== 'linux') return 'needs Linux';
   if (typeof process.getuid === 'function' && process.getuid() !== 0) return 'needs root (CAP_NET_ADMIN, CAP_NET_RAW)';
   for (const tool of ['ip', 'python3']) {
-    if (spawnSync('sh', ['-c', `command -v ${tool}`]).status !== 0) return `${tool} not installed (${tool === 'ip' ? 'iproute2' : 'python3'})`;
+    if (spawnSync('sh', ['-c', `command -v ${tool}`]).status !== 0)
+      return `${tool} not installed (${tool === 'ip' ? 'iproute2' : 'python3'})`;
   }
   const probe = `rgprobe-${process.pid}`;
   const r = spawnSync('ip', ['netns', 'add', probe], { encoding: 'utf8' });
@@ -71,7 +72,14 @@ function disableIpv6(path: string, ns?: string): void {
  */
 export function createVethNs(opts: { peerCidr?: string; hostUp?: boolean } = {}): VethNs {
   const tag = `${process.pid.toString(36)}${(seq++).toString(36)}`;
-  const p: VethNs = { ns: `rgtest-${tag}`, host: `rgv${tag}a`, peer: `rgv${tag}b`, peerMac: new Uint8Array(6), hostMac: new Uint8Array(6), peerIp: null };
+  const p: VethNs = {
+    ns: `rgtest-${tag}`,
+    host: `rgv${tag}a`,
+    peer: `rgv${tag}b`,
+    peerMac: new Uint8Array(6),
+    hostMac: new Uint8Array(6),
+    peerIp: null,
+  };
   if (!exitHook) {
     exitHook = true;
     process.on('exit', () => {
@@ -117,7 +125,10 @@ export function linkFlags(dev: string, ns?: string): string[] {
 }
 
 /** An interface's kernel counters (`ip -s -j link`): rx/tx packets, bytes, dropped. */
-export function linkStats(dev: string, ns?: string): { rxPackets: number; txPackets: number; rxDropped: number; txDropped: number } {
+export function linkStats(
+  dev: string,
+  ns?: string,
+): { rxPackets: number; txPackets: number; rxDropped: number; txDropped: number } {
   const j = JSON.parse(ip('-s', '-j', ...(ns ? ['-n', ns] : []), 'link', 'show', 'dev', dev)) as {
     stats64: { rx: { packets: number; dropped: number }; tx: { packets: number; dropped: number } };
   }[];
@@ -205,7 +216,11 @@ for _ in range(int(sys.argv[3])):
 
 /** Run python3 code inside the namespace and wait for it; stdin `input`, returns stdout lines. */
 export function pyInNs(ns: string, code: string, args: string[], input = ''): string[] {
-  const r = spawnSync('ip', ['netns', 'exec', ns, 'python3', '-c', code, ...args], { input, encoding: 'utf8', maxBuffer: 64 << 20 });
+  const r = spawnSync('ip', ['netns', 'exec', ns, 'python3', '-c', code, ...args], {
+    input,
+    encoding: 'utf8',
+    maxBuffer: 64 << 20,
+  });
   if (r.status !== 0) throw new Error(`python3 in ${ns} failed (${r.status}): ${r.stderr}`);
   return r.stdout.split('\n').filter((l) => l.length > 0);
 }
@@ -227,16 +242,25 @@ function pyRun(prefix: string[], code: string, args: string[], input?: string): 
   const ns = prefix.length ? prefix[prefix.length - 1] : 'this namespace';
   const cmd = [...prefix, 'python3', '-c', code, ...args];
   const child = spawn(cmd[0], cmd.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
-  let out = '', err = '';
+  let out = '',
+    err = '';
   let readyResolve!: () => void, readyReject!: (e: Error) => void;
-  const ready = new Promise<void>((res, rej) => { readyResolve = res; readyReject = rej; });
+  const ready = new Promise<void>((res, rej) => {
+    readyResolve = res;
+    readyReject = rej;
+  });
   const done = new Promise<string[]>((res, rej) => {
     child.stdout!.on('data', (d: Buffer) => {
       out += d.toString();
       if (/^ready$/m.test(out)) readyResolve();
     });
-    child.stderr!.on('data', (d: Buffer) => { err += d.toString(); });
-    child.on('error', (e) => { readyReject(e); rej(e); });
+    child.stderr!.on('data', (d: Buffer) => {
+      err += d.toString();
+    });
+    child.on('error', (e) => {
+      readyReject(e);
+      rej(e);
+    });
     child.on('close', (code) => {
       const lines = out.split('\n').filter((l) => l.length > 0 && l !== 'ready');
       if (code !== 0) {

@@ -25,9 +25,12 @@ export const TRP_LUA = fileURLToPath(new URL('../nodes/rdma/trp.lua', import.met
  * Send payloads (RPC-over-RDMA and SMB Direct call every other payload malformed).
  */
 export const TSHARK_TRP_PREFS = [
-  '-o', 'iwarp_ddp_rdmap.reassemble_iwarp_rdma_send:FALSE',
-  '--disable-protocol', 'rpcordma',
-  '--disable-protocol', 'smb_direct',
+  '-o',
+  'iwarp_ddp_rdmap.reassemble_iwarp_rdma_send:FALSE',
+  '--disable-protocol',
+  'rpcordma',
+  '--disable-protocol',
+  'smb_direct',
 ];
 
 const TSHARK_TIMEOUT_MS = 60_000;
@@ -143,29 +146,110 @@ export interface TrpDecoded {
   raw: Record<string, string[]>;
 }
 
-const TRP_FIELDS = ['trp.psn', 'trp.ack', 'trp.opcode', 'trp.reserved', 'trp.sack', 'trp.pure_ack', 'trp.cm.pdlen', 'trp.cm.ird', 'trp.cm.ord', 'trp.cm.private_data'];
-const DDP_FIELDS = ['iwarp_ddp.tagged_flag', 'iwarp_ddp.last_flag', 'iwarp_ddp.rsvd', 'iwarp_ddp.dv', 'iwarp_ddp.rsvdulp', 'iwarp_ddp.stag', 'iwarp_ddp.tagged_offset', 'iwarp_ddp.qn', 'iwarp_ddp.msn', 'iwarp_ddp.mo'];
+const TRP_FIELDS = [
+  'trp.psn',
+  'trp.ack',
+  'trp.opcode',
+  'trp.reserved',
+  'trp.sack',
+  'trp.pure_ack',
+  'trp.cm.pdlen',
+  'trp.cm.ird',
+  'trp.cm.ord',
+  'trp.cm.private_data',
+];
+const DDP_FIELDS = [
+  'iwarp_ddp.tagged_flag',
+  'iwarp_ddp.last_flag',
+  'iwarp_ddp.rsvd',
+  'iwarp_ddp.dv',
+  'iwarp_ddp.rsvdulp',
+  'iwarp_ddp.stag',
+  'iwarp_ddp.tagged_offset',
+  'iwarp_ddp.qn',
+  'iwarp_ddp.msn',
+  'iwarp_ddp.mo',
+];
 const R = 'iwarp_rdma.';
 const RDMAP_FIELDS = [
-  'version', 'rsv', 'opcode', 'reserved', 'inval_stag', 'sinkstag', 'sinkto', 'rdmardsz', 'srcstag', 'srcto',
-  'term_layer', 'term_etype_rdma', 'term_etype_ddp', 'term_etype_llp', 'term_etype',
-  'term_errcode_rdma', 'term_errcode_ddp_tagged', 'term_errcode_ddp_untagged', 'term_errcode_llp', 'term_errcode',
-  'term_hdrct_m', 'hdrct_d', 'hdrct_r', 'term_rsvd', 'term_ddp_seg_len', 'term_ddp_h', 'term_rdma_h',
-  'atomic.reserved', 'atomic.opcode', 'atomic.request_identifier', 'atomic.remote_stag', 'atomic.remote_tagged_offset',
-  'atomic.add_data', 'atomic.add_mask', 'atomic.swap_data', 'atomic.swap_mask', 'atomic.compare_data', 'atomic.compare_mask',
-  'atomic.original_request_identifier', 'atomic.original_remote_data_value',
+  'version',
+  'rsv',
+  'opcode',
+  'reserved',
+  'inval_stag',
+  'sinkstag',
+  'sinkto',
+  'rdmardsz',
+  'srcstag',
+  'srcto',
+  'term_layer',
+  'term_etype_rdma',
+  'term_etype_ddp',
+  'term_etype_llp',
+  'term_etype',
+  'term_errcode_rdma',
+  'term_errcode_ddp_tagged',
+  'term_errcode_ddp_untagged',
+  'term_errcode_llp',
+  'term_errcode',
+  'term_hdrct_m',
+  'hdrct_d',
+  'hdrct_r',
+  'term_rsvd',
+  'term_ddp_seg_len',
+  'term_ddp_h',
+  'term_rdma_h',
+  'atomic.reserved',
+  'atomic.opcode',
+  'atomic.request_identifier',
+  'atomic.remote_stag',
+  'atomic.remote_tagged_offset',
+  'atomic.add_data',
+  'atomic.add_mask',
+  'atomic.swap_data',
+  'atomic.swap_mask',
+  'atomic.compare_data',
+  'atomic.compare_mask',
+  'atomic.original_request_identifier',
+  'atomic.original_remote_data_value',
 ].map((f) => R + f);
 const FIELDS = [
-  'frame.number', 'frame.protocols', '_ws.col.Info', ...TRP_FIELDS, ...DDP_FIELDS, ...RDMAP_FIELDS, 'data.data',
-  '_ws.malformed', '_ws.expert.severity', '_ws.expert.group', '_ws.expert.message',
+  'frame.number',
+  'frame.protocols',
+  '_ws.col.Info',
+  ...TRP_FIELDS,
+  ...DDP_FIELDS,
+  ...RDMAP_FIELDS,
+  'data.data',
+  '_ws.malformed',
+  '_ws.expert.severity',
+  '_ws.expert.group',
+  '_ws.expert.message',
 ];
 
 // epan/proto.h
-const SEVERITY: Record<number, string> = { 0x00100000: 'comment', 0x00200000: 'chat', 0x00400000: 'note', 0x00600000: 'warning', 0x00800000: 'error' };
+const SEVERITY: Record<number, string> = {
+  0x00100000: 'comment',
+  0x00200000: 'chat',
+  0x00400000: 'note',
+  0x00600000: 'warning',
+  0x00800000: 'error',
+};
 const GROUP: Record<number, string> = {
-  0x01000000: 'checksum', 0x02000000: 'sequence', 0x03000000: 'response-code', 0x04000000: 'request-code', 0x05000000: 'undecoded',
-  0x06000000: 'reassemble', 0x07000000: 'malformed', 0x08000000: 'debug', 0x09000000: 'protocol', 0x0a000000: 'security',
-  0x0b000000: 'comment', 0x0c000000: 'decryption', 0x0d000000: 'assumption', 0x0e000000: 'deprecated',
+  0x01000000: 'checksum',
+  0x02000000: 'sequence',
+  0x03000000: 'response-code',
+  0x04000000: 'request-code',
+  0x05000000: 'undecoded',
+  0x06000000: 'reassemble',
+  0x07000000: 'malformed',
+  0x08000000: 'debug',
+  0x09000000: 'protocol',
+  0x0a000000: 'security',
+  0x0b000000: 'comment',
+  0x0c000000: 'decryption',
+  0x0d000000: 'assumption',
+  0x0e000000: 'deprecated',
 };
 
 let availability: string | null | undefined;
@@ -180,10 +264,18 @@ export function tsharkAvailable(): string | null {
 function probe(): string | null {
   if (!existsSync(TRP_LUA)) return `${TRP_LUA} is missing`;
   const v = spawnSync('tshark', ['--version'], { encoding: 'utf8', timeout: TSHARK_TIMEOUT_MS, env: tsharkEnv() });
-  if (v.error) return (v.error as NodeJS.ErrnoException).code === 'ENOENT' ? 'tshark not installed (Debian package tshark)' : `tshark --version: ${v.error.message}`;
+  if (v.error)
+    return (v.error as NodeJS.ErrnoException).code === 'ENOENT'
+      ? 'tshark not installed (Debian package tshark)'
+      : `tshark --version: ${v.error.message}`;
   if (v.status !== 0) return `tshark --version exited ${v.status}: ${v.stderr.trim()}`;
   if (!/with Lua/.test(v.stdout)) return 'this tshark is built without Lua';
-  const p = spawnSync('tshark', ['-G', 'protocols'], { encoding: 'utf8', timeout: TSHARK_TIMEOUT_MS, maxBuffer: 64 << 20, env: tsharkEnv() });
+  const p = spawnSync('tshark', ['-G', 'protocols'], {
+    encoding: 'utf8',
+    timeout: TSHARK_TIMEOUT_MS,
+    maxBuffer: 64 << 20,
+    env: tsharkEnv(),
+  });
   if (p.status !== 0) return `tshark -G protocols exited ${p.status}: ${p.stderr.trim()}`;
   if (!/\tiwarp_ddp_rdmap$/m.test(p.stdout)) return 'this tshark has no iwarp_ddp_rdmap dissector';
   return null;
@@ -202,7 +294,15 @@ function tsharkEnv(): NodeJS.ProcessEnv {
 /** The tshark command line decodeTrp runs (also what a user types, minus -T/-e). */
 export function tsharkTrpArgs(pcapFile: string, ports: number[]): string[] {
   if (ports.length === 0) throw new Error('decodeTrp: no UDP ports to decode as TRP');
-  return ['-r', pcapFile, '-n', '-X', `lua_script:${TRP_LUA}`, ...ports.flatMap((p) => ['-d', `udp.port==${p},urdma_trp`]), ...TSHARK_TRP_PREFS];
+  return [
+    '-r',
+    pcapFile,
+    '-n',
+    '-X',
+    `lua_script:${TRP_LUA}`,
+    ...ports.flatMap((p) => ['-d', `udp.port==${p},urdma_trp`]),
+    ...TSHARK_TRP_PREFS,
+  ];
 }
 
 /**
@@ -213,23 +313,37 @@ export function decodeTrp(pcapFile: string, ports: number[]): Promise<TrpDecoded
   const base = tsharkTrpArgs(pcapFile, ports);
   const args = [...base, '-T', 'json', ...FIELDS.flatMap((f) => ['-e', f])];
   return new Promise((resolve, reject) => {
-    execFile('tshark', args, { encoding: 'utf8', timeout: TSHARK_TIMEOUT_MS, maxBuffer: 256 << 20, env: tsharkEnv() }, (err, stdout, stderr) => {
-      // tshark says "Running as user root ..." on stderr; only a failure makes it worth showing.
-      if (err) {
-        const why = err.killed ? `timed out after ${TSHARK_TIMEOUT_MS / 1000} s` : `exited ${err.code ?? err.signal}`;
-        const said = stderr.split('\n').filter((l) => l.trim() && !/^Running as user/.test(l)).join('\n');
-        reject(new Error(`tshark ${why}: ${said || '(no message)'}\n  command: tshark ${base.join(' ')} -T json -e <${FIELDS.length} fields>`));
-        return;
-      }
-      let rows: { _source: { layers: Record<string, string[]> } }[];
-      try {
-        rows = JSON.parse(stdout);
-      } catch (e) {
-        reject(new Error(`tshark printed no JSON (${(e as Error).message}): ${stdout.slice(0, 200)}\n${stderr.trim()}`));
-        return;
-      }
-      resolve(rows.map((r) => decodeRow(r._source.layers)));
-    });
+    execFile(
+      'tshark',
+      args,
+      { encoding: 'utf8', timeout: TSHARK_TIMEOUT_MS, maxBuffer: 256 << 20, env: tsharkEnv() },
+      (err, stdout, stderr) => {
+        // tshark says "Running as user root ..." on stderr; only a failure makes it worth showing.
+        if (err) {
+          const why = err.killed ? `timed out after ${TSHARK_TIMEOUT_MS / 1000} s` : `exited ${err.code ?? err.signal}`;
+          const said = stderr
+            .split('\n')
+            .filter((l) => l.trim() && !/^Running as user/.test(l))
+            .join('\n');
+          reject(
+            new Error(
+              `tshark ${why}: ${said || '(no message)'}\n  command: tshark ${base.join(' ')} -T json -e <${FIELDS.length} fields>`,
+            ),
+          );
+          return;
+        }
+        let rows: { _source: { layers: Record<string, string[]> } }[];
+        try {
+          rows = JSON.parse(stdout);
+        } catch (e) {
+          reject(
+            new Error(`tshark printed no JSON (${(e as Error).message}): ${stdout.slice(0, 200)}\n${stderr.trim()}`),
+          );
+          return;
+        }
+        resolve(rows.map((r) => decodeRow(r._source.layers)));
+      },
+    );
   });
 }
 
@@ -245,7 +359,9 @@ function decodeRow(l: Record<string, string[]>): TrpDecoded {
   };
   const bool = (f: string): boolean | undefined => {
     const s = one(f);
-    return s === undefined ? undefined : s === '1' || /^true$/i.test(s) || (/^(0x)?[0-9a-f]+$/i.test(s) && Number(s) !== 0);
+    return s === undefined
+      ? undefined
+      : s === '1' || /^true$/i.test(s) || (/^(0x)?[0-9a-f]+$/i.test(s) && Number(s) !== 0);
   };
   const hex = (f: string): string | undefined => one(f)?.replace(/:/g, '').toLowerCase();
   const need = (f: string): number => u(f) as number;
@@ -263,14 +379,37 @@ function decodeRow(l: Record<string, string[]>): TrpDecoded {
     raw: l,
   };
   if (l['trp.psn']) {
-    d.trp = { psn: need('trp.psn'), ack: need('trp.ack'), opcode: need('trp.opcode'), reserved: need('trp.reserved'), pureAck: bool('trp.pure_ack') ?? false };
+    d.trp = {
+      psn: need('trp.psn'),
+      ack: need('trp.ack'),
+      opcode: need('trp.opcode'),
+      reserved: need('trp.reserved'),
+      pureAck: bool('trp.pure_ack') ?? false,
+    };
     if (l['trp.sack']) d.trp.sack = one('trp.sack');
-    if (l['trp.cm.pdlen']) d.trp.cm = { pdlen: need('trp.cm.pdlen'), ird: need('trp.cm.ird'), ord: need('trp.cm.ord'), privateData: hex('trp.cm.private_data') ?? '' };
+    if (l['trp.cm.pdlen'])
+      d.trp.cm = {
+        pdlen: need('trp.cm.pdlen'),
+        ird: need('trp.cm.ird'),
+        ord: need('trp.cm.ord'),
+        privateData: hex('trp.cm.private_data') ?? '',
+      };
   }
   if (l['iwarp_ddp.tagged_flag']) {
-    d.ddp = { tagged: bool('iwarp_ddp.tagged_flag')!, last: bool('iwarp_ddp.last_flag')!, rsvd: need('iwarp_ddp.rsvd'), dv: need('iwarp_ddp.dv') };
+    d.ddp = {
+      tagged: bool('iwarp_ddp.tagged_flag')!,
+      last: bool('iwarp_ddp.last_flag')!,
+      rsvd: need('iwarp_ddp.rsvd'),
+      dv: need('iwarp_ddp.dv'),
+    };
     if (d.ddp.tagged) put(d.ddp, { stag: u('iwarp_ddp.stag'), to: u64('iwarp_ddp.tagged_offset') });
-    else put(d.ddp, { rsvdulp: hex('iwarp_ddp.rsvdulp'), qn: u('iwarp_ddp.qn'), msn: u('iwarp_ddp.msn'), mo: u('iwarp_ddp.mo') });
+    else
+      put(d.ddp, {
+        rsvdulp: hex('iwarp_ddp.rsvdulp'),
+        qn: u('iwarp_ddp.qn'),
+        msn: u('iwarp_ddp.msn'),
+        mo: u('iwarp_ddp.mo'),
+      });
   }
   if (l[`${R}opcode`]) {
     const rd: RdmapHeader = { version: need(`${R}version`), rsv: need(`${R}rsv`), opcode: need(`${R}opcode`) };
@@ -278,7 +417,13 @@ function decodeRow(l: Record<string, string[]>): TrpDecoded {
     if (l[`${R}inval_stag`]) rd.invalidateStag = u(`${R}inval_stag`);
     if (l[`${R}sinkstag`]) {
       rd.readRequest = {} as NonNullable<RdmapHeader['readRequest']>;
-      put(rd.readRequest, { sinkStag: u(`${R}sinkstag`), sinkTo: u64(`${R}sinkto`), size: u(`${R}rdmardsz`), srcStag: u(`${R}srcstag`), srcTo: u64(`${R}srcto`) });
+      put(rd.readRequest, {
+        sinkStag: u(`${R}sinkstag`),
+        sinkTo: u64(`${R}sinkto`),
+        size: u(`${R}rdmardsz`),
+        srcStag: u(`${R}srcstag`),
+        srcTo: u64(`${R}srcto`),
+      });
     }
     if (l[`${R}term_layer`]) {
       // Wireshark names the error type and code fields by layer (and, for DDP, by error type).
@@ -286,8 +431,17 @@ function decodeRow(l: Record<string, string[]>): TrpDecoded {
       const t: TerminateFields = {
         layer: need(`${R}term_layer`),
         etype: first(['term_etype_rdma', 'term_etype_ddp', 'term_etype_llp', 'term_etype']),
-        errcode: first(['term_errcode_rdma', 'term_errcode_ddp_tagged', 'term_errcode_ddp_untagged', 'term_errcode_llp', 'term_errcode']),
-        m: bool(`${R}term_hdrct_m`)!, d: bool(`${R}hdrct_d`)!, r: bool(`${R}hdrct_r`)!, rsvd: need(`${R}term_rsvd`),
+        errcode: first([
+          'term_errcode_rdma',
+          'term_errcode_ddp_tagged',
+          'term_errcode_ddp_untagged',
+          'term_errcode_llp',
+          'term_errcode',
+        ]),
+        m: bool(`${R}term_hdrct_m`)!,
+        d: bool(`${R}hdrct_d`)!,
+        r: bool(`${R}hdrct_r`)!,
+        rsvd: need(`${R}term_rsvd`),
       };
       if (l[`${R}term_ddp_seg_len`]) t.ddpSegLen = parseInt(hex(`${R}term_ddp_seg_len`)!, 16);
       if (l[`${R}term_ddp_h`]) t.ddpHeader = hex(`${R}term_ddp_h`);
@@ -298,14 +452,25 @@ function decodeRow(l: Record<string, string[]>): TrpDecoded {
     if (l[`${A}opcode`]) {
       rd.atomicRequest = {} as AtomicRequestFields;
       put(rd.atomicRequest, {
-        reserved: u(`${A}reserved`), opcode: u(`${A}opcode`), requestId: u(`${A}request_identifier`), stag: u(`${A}remote_stag`),
-        to: u64(`${A}remote_tagged_offset`), addData: u64(`${A}add_data`), addMask: u64(`${A}add_mask`), swapData: u64(`${A}swap_data`),
-        swapMask: u64(`${A}swap_mask`), compareData: u64(`${A}compare_data`), compareMask: u64(`${A}compare_mask`),
+        reserved: u(`${A}reserved`),
+        opcode: u(`${A}opcode`),
+        requestId: u(`${A}request_identifier`),
+        stag: u(`${A}remote_stag`),
+        to: u64(`${A}remote_tagged_offset`),
+        addData: u64(`${A}add_data`),
+        addMask: u64(`${A}add_mask`),
+        swapData: u64(`${A}swap_data`),
+        swapMask: u64(`${A}swap_mask`),
+        compareData: u64(`${A}compare_data`),
+        compareMask: u64(`${A}compare_mask`),
       });
     }
     if (l[`${A}original_request_identifier`]) {
       rd.atomicResponse = {} as NonNullable<RdmapHeader['atomicResponse']>;
-      put(rd.atomicResponse, { requestId: u(`${A}original_request_identifier`), originalValue: u64(`${A}original_remote_data_value`) });
+      put(rd.atomicResponse, {
+        requestId: u(`${A}original_request_identifier`),
+        originalValue: u64(`${A}original_remote_data_value`),
+      });
     }
     d.rdmap = rd;
   }
@@ -332,8 +497,17 @@ export function writeUdpPcap(file: string, datagrams: PcapDatagram[]): void {
   const w = new PcapWriter(file);
   try {
     datagrams.forEach((g, i) => {
-      const src = g.src ?? PEER_IP, dst = g.dst ?? US_IP;
-      const frame = udpFrame({ src, dst, sport: g.sport, dport: g.dport, payload: Array.from(g.payload), srcMac: PEER_MAC, dstMac: US_MAC });
+      const src = g.src ?? PEER_IP,
+        dst = g.dst ?? US_IP;
+      const frame = udpFrame({
+        src,
+        dst,
+        sport: g.sport,
+        dport: g.dport,
+        payload: Array.from(g.payload),
+        srcMac: PEER_MAC,
+        dstMac: US_MAC,
+      });
       w.writeRecord(1_700_000_000, i * 1000, Uint8Array.from(frame));
     });
   } finally {

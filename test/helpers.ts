@@ -5,8 +5,15 @@ import { BufferPool, poolLayout } from '../graph/buffer-pool.ts';
 export function memPool(count = 1024, dataSize = 2048, headroom = 128): BufferPool {
   const l = poolLayout({ count, dataSize, headroom });
   return new BufferPool({
-    buffer: new ArrayBuffer(l.bytes), count: l.count, stride: l.stride, firstOffset: 0,
-    headroom: l.headroom, dataSize: l.dataSize, hugepages: false, fd: -1, owner: 'test',
+    buffer: new ArrayBuffer(l.bytes),
+    count: l.count,
+    stride: l.stride,
+    firstOffset: 0,
+    headroom: l.headroom,
+    dataSize: l.dataSize,
+    hugepages: false,
+    fd: -1,
+    owner: 'test',
   });
 }
 

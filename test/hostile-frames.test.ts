@@ -18,7 +18,7 @@ import { hexDump } from './hostile-helpers.ts';
 import { BEAT_BYTES, readBeat, type HostileRun } from './hostile-run-helpers.ts';
 
 const argSeed = process.argv.indexOf('--seed');
-const SEED = Number(argSeed > 0 ? process.argv[argSeed + 1] : process.env.HOSTILE_SEED ?? 1);
+const SEED = Number(argSeed > 0 ? process.argv[argSeed + 1] : (process.env.HOSTILE_SEED ?? 1));
 const FRAMES = Number(process.env.HOSTILE_FRAMES ?? 100_000);
 const BOUND_US = 50;
 const STUCK_MS = 2000;
@@ -27,14 +27,20 @@ const STUCK_MS = 2000;
 function inWorker(run: HostileRun): Promise<{ ok: boolean; report?: string[]; message?: string }> {
   // tsx's ESM entry, from its package's exports map (this file may run as CommonJS under uvu).
   const pkg = createRequire(import.meta.url).resolve('tsx/package.json');
-  const entry = (JSON.parse(readFileSync(pkg, 'utf8')) as { exports: Record<string, { import: { default: string } }> }).exports['./esm/api'].import.default;
+  const entry = (JSON.parse(readFileSync(pkg, 'utf8')) as { exports: Record<string, { import: { default: string } }> })
+    .exports['./esm/api'].import.default;
   const tsx = pathToFileURL(join(dirname(pkg), entry)).href;
   const me = new URL('./hostile-run-helpers.ts', import.meta.url).href;
-  const w = new Worker(`import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(me)}); })`, {
-    eval: true, workerData: { hostile: true, run },
-  });
+  const w = new Worker(
+    `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(me)}); })`,
+    {
+      eval: true,
+      workerData: { hostile: true, run },
+    },
+  );
   return new Promise((resolve, reject) => {
-    let last = -1, since = Date.now();
+    let last = -1,
+      since = Date.now();
     const watch = setInterval(() => {
       const b = readBeat(run.beat);
       if (b.index !== last) {
@@ -45,16 +51,37 @@ function inWorker(run: HostileRun): Promise<{ ok: boolean; report?: string[]; me
       if (Date.now() - since < STUCK_MS) return;
       clearInterval(watch);
       void w.terminate();
-      const what = b.index >= 0 ? `frame ${b.index} of seed ${run.seed} (${b.kind}, ${b.bytes.length} bytes)` : b.index === -2 ? 'the good exchange after the frames' : `warm-up frame ${-1 - b.index} (${b.kind}, ${b.bytes.length} bytes)`;
-      resolve({ ok: false, message: `${what} still running after ${STUCK_MS} ms: stopped${b.index !== -2 ? `\n${hexDump(b.bytes)}` : ''}` });
+      const what =
+        b.index >= 0
+          ? `frame ${b.index} of seed ${run.seed} (${b.kind}, ${b.bytes.length} bytes)`
+          : b.index === -2
+            ? 'the good exchange after the frames'
+            : `warm-up frame ${-1 - b.index} (${b.kind}, ${b.bytes.length} bytes)`;
+      resolve({
+        ok: false,
+        message: `${what} still running after ${STUCK_MS} ms: stopped${b.index !== -2 ? `\n${hexDump(b.bytes)}` : ''}`,
+      });
     }, 100);
-    w.on('message', (m) => { clearInterval(watch); void w.terminate(); resolve(m); });
-    w.on('error', (e) => { clearInterval(watch); reject(e); });
+    w.on('message', (m) => {
+      clearInterval(watch);
+      void w.terminate();
+      resolve(m);
+    });
+    w.on('error', (e) => {
+      clearInterval(watch);
+      reject(e);
+    });
   });
 }
 
 test(`${FRAMES} hostile frames (seed ${SEED}): no exception, each within ${BOUND_US} µs, all counted, pool full, the stack still works`, async () => {
-  const r = await inWorker({ seed: SEED, frames: FRAMES, boundUs: BOUND_US, warmup: 5000, beat: new SharedArrayBuffer(BEAT_BYTES) });
+  const r = await inWorker({
+    seed: SEED,
+    frames: FRAMES,
+    boundUs: BOUND_US,
+    warmup: 5000,
+    beat: new SharedArrayBuffer(BEAT_BYTES),
+  });
   if (r.report) for (const l of r.report) console.log(`  ${l}`);
   assert.ok(r.ok, r.message);
 });

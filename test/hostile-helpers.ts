@@ -38,11 +38,16 @@ export class Rng {
   /** A 32-bit field: 0, all ones, the sign boundary, random, or `near` give or take `spread`. */
   field32(near: number, spread: number): number {
     switch (this.int(6)) {
-      case 0: return 0;
-      case 1: return 0xffffffff;
-      case 2: return this.pick([0x7fffffff, 0x80000000, 0xc0000000]);
-      case 3: return this.u32();
-      default: return (near + this.int(2 * spread + 1) - spread) >>> 0;
+      case 0:
+        return 0;
+      case 1:
+        return 0xffffffff;
+      case 2:
+        return this.pick([0x7fffffff, 0x80000000, 0xc0000000]);
+      case 3:
+        return this.u32();
+      default:
+        return (near + this.int(2 * spread + 1) - spread) >>> 0;
     }
   }
 }
@@ -55,11 +60,20 @@ function sum16(b: Uint8Array, from: number, to: number, acc = 0): number {
   return acc;
 }
 
-const put16 = (b: Uint8Array, o: number, v: number) => { b[o] = (v >>> 8) & 0xff; b[o + 1] = v & 0xff; };
-const put32 = (b: Uint8Array, o: number, v: number) => { put16(b, o, v >>> 16); put16(b, o + 2, v & 0xffff); };
+const put16 = (b: Uint8Array, o: number, v: number) => {
+  b[o] = (v >>> 8) & 0xff;
+  b[o + 1] = v & 0xff;
+};
+const put32 = (b: Uint8Array, o: number, v: number) => {
+  put16(b, o, v >>> 16);
+  put16(b, o + 2, v & 0xffff);
+};
 
-const MAC_US = Uint8Array.from(mac(US_MAC)), MAC_PEER = Uint8Array.from(mac(PEER_MAC)), MAC_BC = Uint8Array.from(mac(BCAST));
-const IP_US = Uint8Array.from(ip(US_IP)), IP_PEER = Uint8Array.from(ip(PEER_IP));
+const MAC_US = Uint8Array.from(mac(US_MAC)),
+  MAC_PEER = Uint8Array.from(mac(PEER_MAC)),
+  MAC_BC = Uint8Array.from(mac(BCAST));
+const IP_US = Uint8Array.from(ip(US_IP)),
+  IP_PEER = Uint8Array.from(ip(PEER_IP));
 
 /** Ethernet II frame around `payload`. */
 export function ethFrame(dst: Uint8Array, src: Uint8Array, type: number, payload: Uint8Array): Uint8Array {
@@ -95,13 +109,19 @@ export function ip4Packet(proto: number, payload: Uint8Array, o: Ip4Opts = {}, r
   p.set(o.src ?? IP_PEER, 12);
   p.set(IP_US, 16);
   if (rng && hl > 20) rng.fill(p, 20, hl);
-  put16(p, 10, ~sum16(p, 0, hl) & 0xffff ^ (o.badChecksum ? 0x1234 : 0));
+  put16(p, 10, (~sum16(p, 0, hl) & 0xffff) ^ (o.badChecksum ? 0x1234 : 0));
   p.set(payload, hl);
   return p;
 }
 
 /** UDP datagram from `src` with a correct checksum (or none, or a wrong one), length as given. */
-export function udpDgram(src: Uint8Array, sport: number, dport: number, payload: Uint8Array, o: { length?: number; checksum?: 'zero' | 'bad' } = {}): Uint8Array {
+export function udpDgram(
+  src: Uint8Array,
+  sport: number,
+  dport: number,
+  payload: Uint8Array,
+  o: { length?: number; checksum?: 'zero' | 'bad' } = {},
+): Uint8Array {
   const d = new Uint8Array(8 + payload.length);
   put16(d, 0, sport);
   put16(d, 2, dport);
@@ -159,9 +179,13 @@ function trpPayload(rng: Rng, t: Target): { kind: string; payload: Uint8Array } 
   const op = rng.chance(0.05) ? rng.int(16) : rng.pick(TRP_OPS);
   const w = t.window;
   // Half the time exactly what the QP takes next (or just above: out of order), else anything.
-  const psn = rng.chance(0.5) ? (t.rcvNxt + (rng.chance(0.8) ? 0 : rng.int(8))) >>> 0 : rng.field32(t.rcvNxt + (rng.chance(0.5) ? 0 : w / 2), w + 4);
+  const psn = rng.chance(0.5)
+    ? (t.rcvNxt + (rng.chance(0.8) ? 0 : rng.int(8))) >>> 0
+    : rng.field32(t.rcvNxt + (rng.chance(0.5) ? 0 : w / 2), w + 4);
   const inFlight = (t.sndNxt - t.sndUna) >>> 0;
-  const ack = rng.chance(0.6) ? (t.sndUna + rng.int(inFlight + 1)) >>> 0 : rng.field32(rng.chance(0.5) ? t.sndNxt : t.sndUna, w + 4);
+  const ack = rng.chance(0.6)
+    ? (t.sndUna + rng.int(inFlight + 1)) >>> 0
+    : rng.field32(rng.chance(0.5) ? t.sndNxt : t.sndUna, w + 4);
   const low = rng.chance(0.1) ? rng.int(0x1000) : 0;
   let body: Uint8Array;
   let kind = `trp-op${op}`;
@@ -174,7 +198,10 @@ function trpPayload(rng: Rng, t: Target): { kind: string; payload: Uint8Array } 
     const pd = rng.int(rng.chance(0.1) ? 2000 : 600);
     body = rng.fill(new Uint8Array(6 + (rng.chance(0.8) ? pd : rng.int(700))));
     put16(body, 0, pd);
-    if (rng.chance(0.7)) { put16(body, 2, rng.int(20)); put16(body, 4, rng.int(20)); }
+    if (rng.chance(0.7)) {
+      put16(body, 2, rng.int(20));
+      put16(body, 4, rng.int(20));
+    }
     kind = `cm-op${op}`;
   } else {
     body = rng.fill(new Uint8Array(rng.chance(0.7) ? 0 : rng.int(64)));
@@ -236,7 +263,7 @@ function ddpSegment(rng: Rng, t: Target): { kind: string; body: Uint8Array } {
   if (rng.chance(0.2)) extra = rng.int(extra + 8); // wrong body length
   const data = rng.chance(0.5) ? rng.int(64) : rng.int(1400);
   const b = rng.fill(new Uint8Array(hl + extra + data));
-  b[0] = (taggedSeg ? 0x80 : 0) | last | dv | (rng.chance(0.05) ? rng.int(64) << 2 & 0x3c : 0);
+  b[0] = (taggedSeg ? 0x80 : 0) | last | dv | (rng.chance(0.05) ? (rng.int(64) << 2) & 0x3c : 0);
   b[1] = (rv << 6) | rop | (rng.chance(0.05) ? 0x30 : 0);
   const stag = () => (rng.chance(0.6) ? rng.pick(t.stags) ^ (rng.chance(0.3) ? 1 << rng.int(32) : 0) : rng.u32()) >>> 0;
   if (taggedSeg) {
@@ -289,17 +316,37 @@ export function hostileFrame(rng: Rng, t: Target): Hostile {
     kind = 'ip4';
     const proto = rng.pick([1, 17, 6, rng.int(256)]);
     const inner = rng.fill(new Uint8Array(rng.int(200)));
-    if (proto === 1 && inner.length >= 8 && rng.chance(0.6)) { inner[0] = 8; inner[1] = 0; put16(inner, 2, 0); put16(inner, 2, ~sum16(inner, 0, inner.length) & 0xffff); }
+    if (proto === 1 && inner.length >= 8 && rng.chance(0.6)) {
+      inner[0] = 8;
+      inner[1] = 0;
+      put16(inner, 2, 0);
+      put16(inner, 2, ~sum16(inner, 0, inner.length) & 0xffff);
+    }
     const o: Ip4Opts = {};
     switch (rng.int(8)) {
-      case 0: o.version = rng.int(16); break;
-      case 1: o.ihl = rng.int(16); break;
-      case 2: o.totalLength = rng.int(65536); break;
-      case 3: o.frag = rng.u32() & 0xffff; break;
-      case 4: o.ttl = rng.int(2); break;
-      case 5: o.badChecksum = true; break;
-      case 6: o.src = Uint8Array.from([rng.int(256), rng.int(256), rng.int(256), rng.int(256)]); break;
-      default: break;
+      case 0:
+        o.version = rng.int(16);
+        break;
+      case 1:
+        o.ihl = rng.int(16);
+        break;
+      case 2:
+        o.totalLength = rng.int(65536);
+        break;
+      case 3:
+        o.frag = rng.u32() & 0xffff;
+        break;
+      case 4:
+        o.ttl = rng.int(2);
+        break;
+      case 5:
+        o.badChecksum = true;
+        break;
+      case 6:
+        o.src = Uint8Array.from([rng.int(256), rng.int(256), rng.int(256), rng.int(256)]);
+        break;
+      default:
+        break;
     }
     f = ethFrame(MAC_US, MAC_PEER, 0x0800, ip4Packet(proto, inner, o, rng));
   } else {
@@ -308,7 +355,8 @@ export function hostileFrame(rng: Rng, t: Target): Hostile {
     const dport = to < 7 ? t.qpn : to < 9 ? t.listenPort : rng.int(65536);
     const sport = rng.chance(0.85) ? t.peerPort : rng.int(65536);
     const src = rng.chance(0.9) ? IP_PEER : Uint8Array.from([10, 0, 0, 2 + rng.int(250)]);
-    const { kind: k, payload } = to < 9 ? trpPayload(rng, t) : { kind: 'udp', payload: rng.fill(new Uint8Array(rng.int(100))) };
+    const { kind: k, payload } =
+      to < 9 ? trpPayload(rng, t) : { kind: 'udp', payload: rng.fill(new Uint8Array(rng.int(100))) };
     kind = k;
     const uo: { length?: number; checksum?: 'zero' | 'bad' } = {};
     const m = rng.int(20);
@@ -320,8 +368,13 @@ export function hostileFrame(rng: Rng, t: Target): Hostile {
   }
   // Mutations on the finished frame: a truncation (often at a header boundary), a flipped byte.
   if (f.length > 0 && rng.chance(0.15)) {
-    const cut = rng.chance(0.6) ? rng.pick([0, 1, 13, 14, 15, 33, 34, 41, 42, 51, 52, 55, 60, 65, 66, 69, 70, 94, 98]) : rng.int(f.length);
-    if (cut < f.length) { f = f.subarray(0, cut); kind += '+cut'; }
+    const cut = rng.chance(0.6)
+      ? rng.pick([0, 1, 13, 14, 15, 33, 34, 41, 42, 51, 52, 55, 60, 65, 66, 69, 70, 94, 98])
+      : rng.int(f.length);
+    if (cut < f.length) {
+      f = f.subarray(0, cut);
+      kind += '+cut';
+    }
   }
   if (f.length > 14 && rng.chance(0.05)) {
     f[rng.int(f.length)] ^= 1 << rng.int(8);
@@ -344,7 +397,9 @@ export function hostileFrame(rng: Rng, t: Target): Hostile {
 export function hexDump(b: Uint8Array): string {
   const lines: string[] = [];
   for (let i = 0; i < b.length; i += 16) {
-    lines.push(`${i.toString(16).padStart(4, '0')}  ${Array.from(b.subarray(i, i + 16), (x) => x.toString(16).padStart(2, '0')).join(' ')}`);
+    lines.push(
+      `${i.toString(16).padStart(4, '0')}  ${Array.from(b.subarray(i, i + 16), (x) => x.toString(16).padStart(2, '0')).join(' ')}`,
+    );
   }
   return lines.join('\n');
 }

@@ -41,25 +41,53 @@ interface Victim {
 }
 
 async function victim(sock: string): Promise<Victim> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'test/memif-victim-helpers.ts'), sock], { cwd: ROOT, stdio: ['pipe', 'pipe', 'inherit'] });
+  const proc = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'test/memif-victim-helpers.ts'), sock], {
+    cwd: ROOT,
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
   victims.push(proc);
   const events: Record<string, unknown>[] = [];
-  const waiters: { pred: (e: Record<string, unknown>) => boolean; resolve: (e: Record<string, unknown>) => void; from: number }[] = [];
-  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) => proc.on('exit', (code, signal) => r({ code, signal })));
+  const waiters: {
+    pred: (e: Record<string, unknown>) => boolean;
+    resolve: (e: Record<string, unknown>) => void;
+    from: number;
+  }[] = [];
+  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) =>
+    proc.on('exit', (code, signal) => r({ code, signal })),
+  );
   createInterface({ input: proc.stdout! }).on('line', (l) => {
     const e = JSON.parse(l) as Record<string, unknown>;
     events.push(e);
     for (let i = waiters.length - 1; i >= 0; i--) if (waiters[i].pred(e)) waiters.splice(i, 1)[0].resolve(e);
   });
   const v: Victim = {
-    proc, events, exit,
+    proc,
+    events,
+    exit,
     next(pred, ms = 5000) {
       const seen = events.find(pred);
       if (seen) return Promise.resolve(seen);
       return new Promise((resolve, reject) => {
-        const t = setTimeout(() => reject(new Error(`victim: nothing matching within ${ms} ms; events: ${JSON.stringify(events.slice(-5))}`)), ms);
-        waiters.push({ pred, from: events.length, resolve: (e) => { clearTimeout(t); resolve(e); } });
-        void exit.then((x) => reject(new Error(`victim exited (${x.code ?? x.signal}) while waiting; events: ${JSON.stringify(events.slice(-5))}`)));
+        const t = setTimeout(
+          () =>
+            reject(new Error(`victim: nothing matching within ${ms} ms; events: ${JSON.stringify(events.slice(-5))}`)),
+          ms,
+        );
+        waiters.push({
+          pred,
+          from: events.length,
+          resolve: (e) => {
+            clearTimeout(t);
+            resolve(e);
+          },
+        });
+        void exit.then((x) =>
+          reject(
+            new Error(
+              `victim exited (${x.code ?? x.signal}) while waiting; events: ${JSON.stringify(events.slice(-5))}`,
+            ),
+          ),
+        );
       });
     },
     async status(ms = 3000) {
@@ -108,7 +136,10 @@ async function goodClientWorks(v: Victim, sock: string): Promise<void> {
       if (n > 0) pool.free(out, 0, n);
       await sleep(2);
     }
-    assert.ok(got > 0, `a good client gets frames from the victim afterwards (link ${c.linkUp()}, ${JSON.stringify(c.info().lastDisconnect)})`);
+    assert.ok(
+      got > 0,
+      `a good client gets frames from the victim afterwards (link ${c.linkUp()}, ${JSON.stringify(c.info().lastDisconnect)})`,
+    );
     const st = await v.status();
     assert.is(st.up, true);
   } finally {
@@ -121,7 +152,7 @@ async function finishVictim(v: Victim): Promise<Record<string, unknown>> {
   const f = await v.stop();
   const x = await v.exit;
   assert.is(x.code, 0, `the victim exits cleanly (signal ${x.signal})`);
-  assert.is(f.lost, 0, 'every buffer back in the victim\'s pool');
+  assert.is(f.lost, 0, "every buffer back in the victim's pool");
   return f;
 }
 
@@ -212,9 +243,19 @@ test('the daemon logs every dropped memif connection with its reason', async () 
   if (!ready()) return;
   const sock = join(dir, `s${seq++}.sock`);
   const lines: string[] = [];
-  const dp = await Dataplane.create(baseConfig({
-    interfaces: [{ ...pipeInterface('memif0', 'unused', '10.9.0.1/24', MAC_A), driver: 'memif', pipe: undefined, memif: { socket: sock, role: 'server', id: 0, secret: null, bufferSize: 2048 } }],
-  }), { log: (level, msg) => lines.push(`${level} ${msg}`) });
+  const dp = await Dataplane.create(
+    baseConfig({
+      interfaces: [
+        {
+          ...pipeInterface('memif0', 'unused', '10.9.0.1/24', MAC_A),
+          driver: 'memif',
+          pipe: undefined,
+          memif: { socket: sock, role: 'server', id: 0, secret: null, bufferSize: 2048 },
+        },
+      ],
+    }),
+    { log: (level, msg) => lines.push(`${level} ${msg}`) },
+  );
   try {
     // Refused while connecting (the link never comes up): only the count shows it. The data
     // plane runs in this process: the hostile client must not block it (spawnSync would).
@@ -222,7 +263,10 @@ test('the daemon logs every dropped memif connection with its reason', async () 
     assert.match(p.out, /disconnect: Interrupt fd is not an eventfd/, p.out);
     const end = Date.now() + 3000;
     while (!lines.some((l) => l.includes('connection dropped')) && Date.now() < end) await sleep(20);
-    assert.ok(lines.includes('warn interface memif0: connection dropped: Interrupt fd is not an eventfd'), lines.join('\n'));
+    assert.ok(
+      lines.includes('warn interface memif0: connection dropped: Interrupt fd is not an eventfd'),
+      lines.join('\n'),
+    );
   } finally {
     await dp.close();
   }
@@ -232,9 +276,20 @@ test('a second memif client on a taken id: both sides log the refusal once, with
   if (!ready()) return;
   const sock = join(dir, `s${seq++}.sock`);
   const logs: Record<string, string[]> = { server: [], first: [], second: [] };
-  const make = (who: string, role: 'server' | 'client', addr: string) => Dataplane.create(baseConfig({
-    interfaces: [{ ...pipeInterface('memif0', 'unused', addr, MAC_A), driver: 'memif', pipe: undefined, memif: { socket: sock, role, id: 3, secret: null, bufferSize: 2048 } }],
-  }), { log: (level, msg) => logs[who].push(`${level} ${msg}`) });
+  const make = (who: string, role: 'server' | 'client', addr: string) =>
+    Dataplane.create(
+      baseConfig({
+        interfaces: [
+          {
+            ...pipeInterface('memif0', 'unused', addr, MAC_A),
+            driver: 'memif',
+            pipe: undefined,
+            memif: { socket: sock, role, id: 3, secret: null, bufferSize: 2048 },
+          },
+        ],
+      }),
+      { log: (level, msg) => logs[who].push(`${level} ${msg}`) },
+    );
   const server = await make('server', 'server', '10.9.0.1/24');
   const first = await make('first', 'client', '10.9.0.2/24');
   let second: Dataplane | null = null;
@@ -257,7 +312,10 @@ test('a second memif client on a taken id: both sides log the refusal once, with
     assert.is((await second.hardware())[0].info['last disconnect'], 'Already connected (the peer refused us)');
     assert.is(logs.server.filter((l) => l.startsWith('warn')).length, 1, logs.server.join('\n'));
     assert.is(logs.second.filter((l) => l.startsWith('warn')).length, 1, logs.second.join('\n'));
-    assert.not.ok(logs.first.some((l) => l.startsWith('warn')), 'the first client is not disturbed');
+    assert.not.ok(
+      logs.first.some((l) => l.startsWith('warn')),
+      'the first client is not disturbed',
+    );
     assert.ok((await first.interfaces())[0].state === 'up');
   } finally {
     await second?.close();

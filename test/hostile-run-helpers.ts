@@ -17,7 +17,16 @@ import { QpState, type Qp } from '../nodes/rdma/qp.ts';
 import type { Cq, Mr, Pd } from '../nodes/rdma/verbs.ts';
 import { memPool } from './helpers.ts';
 import { ListDriver, manualClock, PEER_IP, PEER_MAC, US_IP, US_MAC } from './l2l4-helpers.ts';
-import { ethFrame, hexDump, hostileFrame, ip4Packet, Rng, udpDgram, type Hostile, type Target } from './hostile-helpers.ts';
+import {
+  ethFrame,
+  hexDump,
+  hostileFrame,
+  ip4Packet,
+  Rng,
+  udpDgram,
+  type Hostile,
+  type Target,
+} from './hostile-helpers.ts';
 
 export interface HostileRun {
   seed: number;
@@ -36,11 +45,26 @@ export function readBeat(sab: SharedArrayBuffer): { index: number; kind: string;
   const h = new Int32Array(sab, 0, 2);
   const u8 = new Uint8Array(sab);
   const len = Math.min(Atomics.load(h, 1), 2048);
-  return { index: Atomics.load(h, 0), kind: Buffer.from(u8.subarray(8, 72)).toString('utf8').replace(/\0+$/, ''), bytes: u8.slice(72, 72 + len) };
+  return {
+    index: Atomics.load(h, 0),
+    kind: Buffer.from(u8.subarray(8, 72)).toString('utf8').replace(/\0+$/, ''),
+    bytes: u8.slice(72, 72 + len),
+  };
 }
 const PEER_PORT = 31000;
 const LISTEN = 25000;
-const RECEIVE_NODES = ['ethernet-input', 'arp-input', 'ip4-input', 'icmp4-echo', 'udp4-input', 'trp-input', 'cm-input', 'ddp-input', 'rdmap-input', 'qp-dispatch'];
+const RECEIVE_NODES = [
+  'ethernet-input',
+  'arp-input',
+  'ip4-input',
+  'icmp4-echo',
+  'udp4-input',
+  'trp-input',
+  'cm-input',
+  'ddp-input',
+  'rdmap-input',
+  'qp-dispatch',
+];
 const ALL = ['local-write', 'remote-write', 'remote-read', 'remote-atomic', 'remote-invalidate'];
 
 interface Stack {
@@ -64,22 +88,50 @@ function stack(): Stack {
   const ifs = new Interfaces(g);
   const drv = new ListDriver('tst0', US_MAC, 1500);
   const itf = ifs.add(drv);
-  net.addInterface({ index: itf.index, name: 'tst0', mac: US_MAC, address: `${US_IP}/24`, mtu: 1500, output: itf.output.name, neighbors: [{ address: PEER_IP, mac: PEER_MAC }] });
+  net.addInterface({
+    index: itf.index,
+    name: 'tst0',
+    mac: US_MAC,
+    address: `${US_IP}/24`,
+    mtu: 1500,
+    output: itf.output.name,
+    neighbors: [{ address: PEER_IP, mac: PEER_MAC }],
+  });
   const rdma = registerRdma(g, net, { portRange: [20000, 20099], cmBacklog: 16 });
   g.build();
   const pd = rdma.createPd();
   const s: Stack = {
-    g, clock, drv, rdma, pd, scq: rdma.createCq(4096), rcq: rdma.createCq(4096),
-    mrs: [rdma.regMr(pd, 65536, ALL), rdma.regMr(pd, 4096, ['local-write']), rdma.regMr(pd, 8192, ['local-write', 'remote-read'])],
-    rbuf: rdma.regMr(pd, 64 * 2048, ['local-write']), src: rdma.regMr(pd, 65536, ['local-write']),
+    g,
+    clock,
+    drv,
+    rdma,
+    pd,
+    scq: rdma.createCq(4096),
+    rcq: rdma.createCq(4096),
+    mrs: [
+      rdma.regMr(pd, 65536, ALL),
+      rdma.regMr(pd, 4096, ['local-write']),
+      rdma.regMr(pd, 8192, ['local-write', 'remote-read']),
+    ],
+    rbuf: rdma.regMr(pd, 64 * 2048, ['local-write']),
+    src: rdma.regMr(pd, 65536, ['local-write']),
   };
-  rdma.listen(LISTEN, () => ({ qp: rdma.createQp({ pd, sendCq: s.scq, recvCq: s.rcq, maxSendWr: 16, maxRecvWr: 16 }) }));
+  rdma.listen(LISTEN, () => ({
+    qp: rdma.createQp({ pd, sendCq: s.scq, recvCq: s.rcq, maxSendWr: 16, maxRecvWr: 16 }),
+  }));
   return s;
 }
 
 /** A QP in RTS toward PEER_IP:`peerPort` on a free port, receive and send PSNs as given. */
 function rtsQp(s: Stack, peerPort: number, rq: number, sq: number, port?: number): Qp {
-  const qp = s.rdma.createQp({ pd: s.pd, sendCq: s.scq, recvCq: s.rcq, maxSendWr: 16, maxRecvWr: 16, ...(port === undefined ? {} : { port }) });
+  const qp = s.rdma.createQp({
+    pd: s.pd,
+    sendCq: s.scq,
+    recvCq: s.rcq,
+    maxSendWr: 16,
+    maxRecvWr: 16,
+    ...(port === undefined ? {} : { port }),
+  });
   s.rdma.modifyQp(qp, { state: 'init' });
   s.rdma.modifyQp(qp, { state: 'rtr', remote: { address: PEER_IP, port: peerPort }, rqPsn: rq });
   s.rdma.modifyQp(qp, { state: 'rts', sqPsn: sq });
@@ -101,11 +153,18 @@ function app(s: Stack, qp: Qp, rng: Rng, seq: { n: number }): Qp {
     qp = rtsQp(s, PEER_PORT, rng.u32(), rng.u32());
     seq.n++;
   }
-  while (qp.rqPosted - qp.rqDone < 8) s.rdma.postRecv(qp, { wrId: 0, sg: [{ mr: s.rbuf, offset: (qp.rqPosted % 16) * 2048, length: 2048 }] });
+  while (qp.rqPosted - qp.rqDone < 8)
+    s.rdma.postRecv(qp, { wrId: 0, sg: [{ mr: s.rbuf, offset: (qp.rqPosted % 16) * 2048, length: 2048 }] });
   if (qp.sqTail - qp.sqHead < 8) {
     const len = 1 + rng.int(3000);
     if (rng.chance(0.5)) s.rdma.postSend(qp, { wrId: 0, opcode: 'send', sg: [{ mr: s.src, offset: 0, length: len }] });
-    else s.rdma.postSend(qp, { wrId: 0, opcode: 'write', sg: [{ mr: s.src, offset: 0, length: len }], remote: { stag: rng.u32(), offset: 0 } });
+    else
+      s.rdma.postSend(qp, {
+        wrId: 0,
+        opcode: 'write',
+        sg: [{ mr: s.src, offset: 0, length: len }],
+        remote: { stag: rng.u32(), offset: 0 },
+      });
   }
   return qp;
 }
@@ -127,7 +186,8 @@ const frameText = (h: Hostile, i: number, seed: number) =>
 export function runHostile(o: HostileRun): string[] {
   const { seed: SEED, frames: FRAMES, boundUs: BOUND_US, warmup: WARMUP } = o;
   const report: string[] = [];
-  const bh = new Int32Array(o.beat, 0, 2), bu8 = new Uint8Array(o.beat);
+  const bh = new Int32Array(o.beat, 0, 2),
+    bu8 = new Uint8Array(o.beat);
   const beat = (i: number, h: Hostile | null) => {
     if (h !== null) {
       bu8.fill(0, 8, 72);
@@ -142,7 +202,19 @@ export function runHostile(o: HostileRun): string[] {
   const rng = new Rng(SEED);
   const seq = { n: 0 };
   let qp = rtsQp(s, PEER_PORT, rng.u32(), rng.u32());
-  const t: Target = { qpn: 0, peerPort: PEER_PORT, rcvNxt: 0, sndUna: 0, sndNxt: 0, window: 0, sendMsn: 1, readMsn: 1, stags: s.mrs.map((m) => m.stag), mrLen: 65536, listenPort: LISTEN };
+  const t: Target = {
+    qpn: 0,
+    peerPort: PEER_PORT,
+    rcvNxt: 0,
+    sndUna: 0,
+    sndNxt: 0,
+    window: 0,
+    sendMsn: 1,
+    readMsn: 1,
+    stags: s.mrs.map((m) => m.stag),
+    mrLen: 65536,
+    listenPort: LISTEN,
+  };
   const ethBefore = s.g.nodeCounters('ethernet-input').vectors;
   let fed = 0;
   let minFree = pool.available();
@@ -188,8 +260,12 @@ export function runHostile(o: HostileRun): string[] {
     if (us > BOUND_US) {
       // Once more, three times, the same bytes: a slow frame stays slow; a GC pause does not repeat.
       let best = us;
-      for (let k = 0; k < 3 && best > BOUND_US; k++) best = Math.min(best, feedOne({ ...h, bytes: h.bytes.slice() }, i));
-      if (best > BOUND_US) slow.push(`${us.toFixed(0)} µs, again at best ${best.toFixed(0)} µs (QP ${qp.qpn} state ${qp.state}${qp.destroyed ? ' destroyed' : ''}, ${qp.sqTail - qp.sqHead} sends, ${qp.rqPosted - qp.rqDone} receives outstanding): ${frameText(h, i, SEED)}`);
+      for (let k = 0; k < 3 && best > BOUND_US; k++)
+        best = Math.min(best, feedOne({ ...h, bytes: h.bytes.slice() }, i));
+      if (best > BOUND_US)
+        slow.push(
+          `${us.toFixed(0)} µs, again at best ${best.toFixed(0)} µs (QP ${qp.qpn} state ${qp.state}${qp.destroyed ? ' destroyed' : ''}, ${qp.sqTail - qp.sqHead} sends, ${qp.rqPosted - qp.rqDone} receives outstanding): ${frameText(h, i, SEED)}`,
+        );
       if (slow.length >= 3) break;
     }
   }
@@ -199,21 +275,50 @@ export function runHostile(o: HostileRun): string[] {
   assert.is(s.g.nodeCounters('ethernet-input').vectors - ethBefore, fed, 'every frame entered the graph once');
   const seen = RECEIVE_NODES.map((n) => [n, s.g.nodeCounters(n).vectors] as const);
   for (const [n, v] of seen) assert.ok(v > 0, `${n} got frames (${seen.map(([a, b]) => `${a} ${b}`).join(', ')})`);
-  const errs = s.g.errorSnapshot().rows.filter((r) => r.count > 0).sort((a, b) => b.count - a.count);
+  const errs = s.g
+    .errorSnapshot()
+    .rows.filter((r) => r.count > 0)
+    .sort((a, b) => b.count - a.count);
   const counted = errs.reduce((a, r) => a + r.count, 0);
-  report.push(`${fed} frames, seed ${SEED}, in ${ms} ms (${((ms * 1000) / fed).toFixed(1)} µs each with generation); ${seq.n} QPs replaced; fewest free buffers ${minFree} of ${pool.count}`);
+  report.push(
+    `${fed} frames, seed ${SEED}, in ${ms} ms (${((ms * 1000) / fed).toFixed(1)} µs each with generation); ${seq.n} QPs replaced; fewest free buffers ${minFree} of ${pool.count}`,
+  );
   report.push(`per node: ${seen.map(([a, b]) => `${a} ${b}`).join(', ')}`);
-  report.push(`${counted} counted by ${errs.length} error counters, most: ${errs.slice(0, 8).map((r) => `${r.node} "${r.reason}" ${r.count}`).join('; ')}`);
+  report.push(
+    `${counted} counted by ${errs.length} error counters, most: ${errs
+      .slice(0, 8)
+      .map((r) => `${r.node} "${r.reason}" ${r.count}`)
+      .join('; ')}`,
+  );
   assert.ok(counted > fed / 2, `most hostile frames are dropped and counted (${counted} of ${fed})`);
 
   // ---------------------------------------------------------------- the stack still works
   s.drv.tx.length = 0;
   beat(-2, null);
-  const good = (bytes: Uint8Array) => { s.drv.rx.push({ bytes }); spin(s); };
+  const good = (bytes: Uint8Array) => {
+    s.drv.rx.push({ bytes });
+    spin(s);
+  };
   const IP_PEER = Uint8Array.from(PEER_IP.split('.').map(Number));
   // ARP: the peer says who it is (hostile ARPs may have moved the entry).
-  const arpReply = Uint8Array.from([0, 1, 8, 0, 6, 4, 0, 2, ...s.drv.mac.map(() => 0), ...IP_PEER, ...s.drv.mac, ...US_IP.split('.').map(Number)]);
-  arpReply.set(PEER_MAC.split(':').map((x) => parseInt(x, 16)), 8);
+  const arpReply = Uint8Array.from([
+    0,
+    1,
+    8,
+    0,
+    6,
+    4,
+    0,
+    2,
+    ...s.drv.mac.map(() => 0),
+    ...IP_PEER,
+    ...s.drv.mac,
+    ...US_IP.split('.').map(Number),
+  ]);
+  arpReply.set(
+    PEER_MAC.split(':').map((x) => parseInt(x, 16)),
+    8,
+  );
   good(ethFrame(s.drv.mac, Uint8Array.from(PEER_MAC.split(':').map((x) => parseInt(x, 16))), 0x0806, arpReply));
   // Ping.
   const echo = Uint8Array.from([8, 0, 0, 0, 0, 7, 0, 1, 1, 2, 3, 4]);
@@ -222,8 +327,13 @@ export function runHostile(o: HostileRun): string[] {
   while (ck > 0xffff) ck = (ck & 0xffff) + (ck >>> 16);
   echo[2] = (~ck >> 8) & 0xff;
   echo[3] = ~ck & 0xff;
-  good(ethFrame(s.drv.mac, Uint8Array.from(PEER_MAC.split(':').map((x) => parseInt(x, 16))), 0x0800, ip4Packet(1, echo)));
-  assert.ok(s.drv.tx.some((f) => f[12] === 8 && f[13] === 0 && f[23] === 1 && f[34] === 0), 'a ping is answered');
+  good(
+    ethFrame(s.drv.mac, Uint8Array.from(PEER_MAC.split(':').map((x) => parseInt(x, 16))), 0x0800, ip4Packet(1, echo)),
+  );
+  assert.ok(
+    s.drv.tx.some((f) => f[12] === 8 && f[13] === 0 && f[23] === 1 && f[34] === 0),
+    'a ping is answered',
+  );
   // RDMA: a fresh QP takes a Write and a Send from the peer and acknowledges both; our Send completes on the peer's ACK.
   if (!qp.destroyed) s.rdma.destroyQp(qp);
   const gq = rtsQp(s, PEER_PORT + 1, 1000, 5000);
@@ -237,7 +347,12 @@ export function runHostile(o: HostileRun): string[] {
     new DataView(p.buffer).setUint32(0, psn);
     new DataView(p.buffer).setUint32(4, ack);
     p.set(body, 10);
-    return ethFrame(s.drv.mac, Uint8Array.from(PEER_MAC.split(':').map((x) => parseInt(x, 16))), 0x0800, ip4Packet(17, udpDgram(IP_PEER, PEER_PORT + 1, gq.qpn, p)));
+    return ethFrame(
+      s.drv.mac,
+      Uint8Array.from(PEER_MAC.split(':').map((x) => parseInt(x, 16))),
+      0x0800,
+      ip4Packet(17, udpDgram(IP_PEER, PEER_PORT + 1, gq.qpn, p)),
+    );
   };
   const be32 = (x: number) => [(x >>> 24) & 0xff, (x >>> 16) & 0xff, (x >>> 8) & 0xff, x & 0xff];
   const payload = Array.from({ length: 100 }, (_, k) => (k * 7 + 3) & 0xff);
@@ -249,12 +364,20 @@ export function runHostile(o: HostileRun): string[] {
   spin(s);
   assert.equal(Array.from(target.memory.subarray(0, 100)), payload, 'the Write landed');
   const rc = s.rcq.poll(16);
-  assert.equal(rc.map((c) => `${String(c.wrId)}:${c.status}:${c.byteLen}`), ['good-recv:success:50']);
-  const acks = s.drv.tx.filter((f) => f.length >= 52 && ((f[34] << 8) | f[35]) === gq.qpn).map((f) => new DataView(f.buffer, f.byteOffset).getUint32(46));
+  assert.equal(
+    rc.map((c) => `${String(c.wrId)}:${c.status}:${c.byteLen}`),
+    ['good-recv:success:50'],
+  );
+  const acks = s.drv.tx
+    .filter((f) => f.length >= 52 && ((f[34] << 8) | f[35]) === gq.qpn)
+    .map((f) => new DataView(f.buffer, f.byteOffset).getUint32(46));
   assert.ok(acks.includes(1002), `the QP acknowledged both segments (acks sent: ${acks.join(', ')})`);
   good(trp(1002, 5001, []));
   const sc = s.scq.poll(16);
-  assert.equal(sc.map((c) => `${String(c.wrId)}:${c.status}`), ['good-send:success']);
+  assert.equal(
+    sc.map((c) => `${String(c.wrId)}:${c.status}`),
+    ['good-send:success'],
+  );
 
   // ---------------------------------------------------------------- every buffer back
   s.rdma.destroyQp(gq);

@@ -17,7 +17,15 @@ import { type BufferPool, createPool, Graph } from '../graph/index.ts';
 import { formatMac } from '../nodes/net/address.ts';
 import { registerL2L4, type Netstack } from '../nodes/netstack.ts';
 import { skipOrFail, sleep } from './helpers.ts';
-import { createVethNs, destroyVethNs, ip, netnsUnavailable, PY_RECV_UDP, pyInNsAsync, type VethNs } from './helpers-netns.ts';
+import {
+  createVethNs,
+  destroyVethNs,
+  ip,
+  netnsUnavailable,
+  PY_RECV_UDP,
+  pyInNsAsync,
+  type VethNs,
+} from './helpers-netns.ts';
 
 const US_IP = '10.77.0.1';
 const NS_IP = '10.77.0.2';
@@ -32,18 +40,26 @@ const US_MAC = '02:fe:0a:4d:00:01';
 const ECHO_PORT = 7;
 
 /** Debian packages of the tools these tests run. */
-const TOOLS: [string, string][] = [['ping', 'iputils-ping'], ['arping', 'iputils-arping'], ['tcpdump', 'tcpdump'], ['tshark', 'tshark'], ['nstat', 'iproute2']];
+const TOOLS: [string, string][] = [
+  ['ping', 'iputils-ping'],
+  ['arping', 'iputils-arping'],
+  ['tcpdump', 'tcpdump'],
+  ['tshark', 'tshark'],
+  ['nstat', 'iproute2'],
+];
 
 function unavailableReason(): string | null {
   const r = netnsUnavailable();
   if (r !== null) return r;
   for (const [tool, pkg] of TOOLS) {
-    if (spawnSync('sh', ['-c', `command -v ${tool}`]).status !== 0) return `${tool} not installed (Debian package ${pkg})`;
+    if (spawnSync('sh', ['-c', `command -v ${tool}`]).status !== 0)
+      return `${tool} not installed (Debian package ${pkg})`;
   }
   // The output parsed here is iputils' (Debian's "arping" package is another program).
   for (const tool of ['ping', 'arping']) {
     const v = spawnSync(tool, ['-V'], { encoding: 'utf8' });
-    if (!/iputils/.test(`${v.stdout}${v.stderr}`)) return `${tool} is not the iputils one (Debian package iputils-${tool})`;
+    if (!/iputils/.test(`${v.stdout}${v.stderr}`))
+      return `${tool} is not the iputils one (Debian package iputils-${tool})`;
   }
   return null;
 }
@@ -63,12 +79,23 @@ interface RunResult {
 function run(cmd: string, args: string[], timeoutMs = 15000): Promise<RunResult> {
   return new Promise((resolve, reject) => {
     const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '', err = '';
-    child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
-    child.stderr.on('data', (d: Buffer) => { err += d.toString(); });
+    let out = '',
+      err = '';
+    child.stdout.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      err += d.toString();
+    });
     const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('error', (e) => { clearTimeout(timer); reject(e); });
-    child.on('close', (code) => { clearTimeout(timer); resolve({ code, out, err }); });
+    child.on('error', (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, out, err });
+    });
   });
 }
 
@@ -96,8 +123,13 @@ function parsePing(out: string): PingResult {
   const t = /rtt min\/avg\/max\/mdev = ([\d.]+)\/([\d.]+)\/([\d.]+)\/([\d.]+) ms/.exec(out);
   if (!c) throw new Error(`no ping summary in: ${out}`);
   return {
-    transmitted: Number(c[1]), received: Number(c[2]), loss: `${c[3]}%`,
-    min: t ? Number(t[1]) : NaN, avg: t ? Number(t[2]) : NaN, max: t ? Number(t[3]) : NaN, mdev: t ? Number(t[4]) : NaN,
+    transmitted: Number(c[1]),
+    received: Number(c[2]),
+    loss: `${c[3]}%`,
+    min: t ? Number(t[1]) : NaN,
+    avg: t ? Number(t[2]) : NaN,
+    max: t ? Number(t[3]) : NaN,
+    mdev: t ? Number(t[4]) : NaN,
     text: t ? t[0] : '(no rtt line)',
   };
 }
@@ -107,7 +139,8 @@ const PING_ARGS = ['-n', '-c', '100', '-i', '0.01', '-W', '1', '-w', '10'];
 /** The namespace's UDP or ICMP counters (/proc/net/snmp is per network namespace). */
 async function snmp(ns: string, group: 'Udp' | 'Icmp' = 'Udp'): Promise<Record<string, number>> {
   const lines = (await inNs(ns, ['cat', '/proc/net/snmp'])).split('\n').filter((l) => l.startsWith(`${group}:`));
-  const names = lines[0].split(/\s+/).slice(1), values = lines[1].split(/\s+/).slice(1).map(Number);
+  const names = lines[0].split(/\s+/).slice(1),
+    values = lines[1].split(/\s+/).slice(1).map(Number);
   return Object.fromEntries(names.map((n, i) => [n, values[i]]));
 }
 
@@ -237,7 +270,9 @@ async function baselinePing(p: VethNs): Promise<PingResult> {
   ip('netns', 'add', ns2);
   // Deleting the namespace while the end is in it deletes the pair (createVethNs's exit hook
   // then finds nothing left to do).
-  const del = () => { spawnSync('ip', ['netns', 'del', ns2], { stdio: 'ignore' }); };
+  const del = () => {
+    spawnSync('ip', ['netns', 'del', ns2], { stdio: 'ignore' });
+  };
   process.once('exit', del);
   try {
     ip('link', 'set', p.host, 'netns', ns2);
@@ -261,18 +296,41 @@ async function setUp(): Promise<Plane> {
   ip('link', 'set', p.host, 'up');
   ip('-n', p.ns, 'neigh', 'flush', 'dev', p.peer);
   const addrs = JSON.parse(ip('-j', 'addr', 'show', 'dev', p.host)) as { addr_info: unknown[] }[];
-  if (addrs[0].addr_info.length !== 0) throw new Error(`host veth end ${p.host} has addresses: ${JSON.stringify(addrs[0].addr_info)}`);
+  if (addrs[0].addr_info.length !== 0)
+    throw new Error(`host veth end ${p.host} has addresses: ${JSON.stringify(addrs[0].addr_info)}`);
 
   const dir = mkdtempSync(join(tmpdir(), 'rg-kpeer-'));
   undo.push(() => rmSync(dir, { recursive: true, force: true }));
-  const txPcap = join(dir, 'tx.pcap'), nsPcap = join(dir, 'ns.pcap');
+  const txPcap = join(dir, 'tx.pcap'),
+    nsPcap = join(dir, 'ns.pcap');
   // tcpdump on the namespace end: it sees what we send as received frames (our af_packet tx
   // bypasses the qdisc and the host end's taps). -Z root: it writes into our private directory.
   // --immediate-mode: without it libpcap's ring blocks retire after 1 s, and what the last
   // block held when tcpdump is stopped never reaches the file. Its ring then has one slot per
   // snaplen: -s 2048 (not the default 262144) so a 64-datagram burst fits.
-  const tcpdump = spawn('ip', ['netns', 'exec', p.ns, 'tcpdump', '-i', p.peer, '-n', '--immediate-mode', '-s', '2048', '-B', '4096', '-U', '-Z', 'root', '-w', nsPcap],
-    { stdio: ['ignore', 'ignore', 'pipe'] });
+  const tcpdump = spawn(
+    'ip',
+    [
+      'netns',
+      'exec',
+      p.ns,
+      'tcpdump',
+      '-i',
+      p.peer,
+      '-n',
+      '--immediate-mode',
+      '-s',
+      '2048',
+      '-B',
+      '4096',
+      '-U',
+      '-Z',
+      'root',
+      '-w',
+      nsPcap,
+    ],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
   const tcpdumpLog = { text: '' };
   const td = { tcpdump: tcpdump as ChildProcess | null };
   undo.push(() => stopTcpdump(td));
@@ -280,10 +338,19 @@ async function setUp(): Promise<Plane> {
     const t = setTimeout(() => rej(new Error(`tcpdump did not start: ${tcpdumpLog.text}`)), 5000);
     tcpdump.stderr!.on('data', (d: Buffer) => {
       tcpdumpLog.text += d.toString();
-      if (/listening on/.test(tcpdumpLog.text)) { clearTimeout(t); res(); }
+      if (/listening on/.test(tcpdumpLog.text)) {
+        clearTimeout(t);
+        res();
+      }
     });
-    tcpdump.on('error', (e) => { clearTimeout(t); rej(e); });
-    tcpdump.on('exit', (code) => { clearTimeout(t); rej(new Error(`tcpdump exited ${code}: ${tcpdumpLog.text}`)); });
+    tcpdump.on('error', (e) => {
+      clearTimeout(t);
+      rej(e);
+    });
+    tcpdump.on('exit', (code) => {
+      clearTimeout(t);
+      rej(new Error(`tcpdump exited ${code}: ${tcpdumpLog.text}`));
+    });
   });
 
   const pool = createPool({ count: 1024 });
@@ -292,9 +359,30 @@ async function setUp(): Promise<Plane> {
   const ifs = new Interfaces(g);
   const drv = new AfPacketDriver({ hostIf: p.host, mac: US_MAC });
   const itf = ifs.add(drv, { next: 'ethernet-input' });
-  const x: Plane = { p, pool, g, net, ifs, itf, drv, txPcap, nsPcap, tcpdump: td, tcpdumpLog, baseline, stopped: false };
+  const x: Plane = {
+    p,
+    pool,
+    g,
+    net,
+    ifs,
+    itf,
+    drv,
+    txPcap,
+    nsPcap,
+    tcpdump: td,
+    tcpdumpLog,
+    baseline,
+    stopped: false,
+  };
   undo.push(() => stopPlane(x));
-  net.addInterface({ index: itf.index, name: itf.name, mac: drv.mac, address: `${US_IP}/24`, mtu: drv.mtu, output: itf.output.name });
+  net.addInterface({
+    index: itf.index,
+    name: itf.name,
+    mac: drv.mac,
+    address: `${US_IP}/24`,
+    mtu: drv.mtu,
+    output: itf.output.name,
+  });
   net.udp.bind(ECHO_PORT, 'udp-echo');
   ifs.capture(itf.name, { tx: txPcap });
   g.start();
@@ -342,13 +430,23 @@ test('the kernel pings us: 100 pings, 0 % loss (and the kernel pinging itself ov
   const icmp = await snmp(x.p.ns, 'Icmp');
   const r = await run('ip', ['netns', 'exec', x.p.ns, 'ping', ...PING_ARGS, US_IP], 20000);
   const ours = parsePing(r.out + r.err);
-  const rl = await run('ip', ['netns', 'exec', x.p.ns, 'ping', '-n', '-c', '20', '-i', '0.01', '-s', '1472', '-W', '1', '-w', '5', US_IP], 10000);
+  const rl = await run(
+    'ip',
+    ['netns', 'exec', x.p.ns, 'ping', '-n', '-c', '20', '-i', '0.01', '-s', '1472', '-W', '1', '-w', '5', US_IP],
+    10000,
+  );
   const large = parsePing(rl.out);
   const icmpAfter = await snmp(x.p.ns, 'Icmp');
   const b = x.baseline;
-  console.log(`  ping RTT through our stack (af_packet, 56 B): min/avg/max/mdev = ${ours.min}/${ours.avg}/${ours.max}/${ours.mdev} ms, ${ours.received}/${ours.transmitted} replies`);
-  console.log(`  ping RTT kernel to kernel over the same veth:  min/avg/max/mdev = ${b.min}/${b.avg}/${b.max}/${b.mdev} ms, ${b.received}/${b.transmitted} replies`);
-  console.log(`  ping RTT through our stack, 1472 B:            min/avg/max/mdev = ${large.min}/${large.avg}/${large.max}/${large.mdev} ms, ${large.received}/${large.transmitted} replies`);
+  console.log(
+    `  ping RTT through our stack (af_packet, 56 B): min/avg/max/mdev = ${ours.min}/${ours.avg}/${ours.max}/${ours.mdev} ms, ${ours.received}/${ours.transmitted} replies`,
+  );
+  console.log(
+    `  ping RTT kernel to kernel over the same veth:  min/avg/max/mdev = ${b.min}/${b.avg}/${b.max}/${b.mdev} ms, ${b.received}/${b.transmitted} replies`,
+  );
+  console.log(
+    `  ping RTT through our stack, 1472 B:            min/avg/max/mdev = ${large.min}/${large.avg}/${large.max}/${large.mdev} ms, ${large.received}/${large.transmitted} replies`,
+  );
   assert.is(b.received, 100, `baseline: ${b.text} (${b.loss} loss)`);
   assert.is(ours.transmitted, 100, r.out + r.err);
   assert.is(ours.received, 100, `${ours.loss} loss: ${r.out}${r.err}`);
@@ -363,7 +461,7 @@ test('the kernel pings us: 100 pings, 0 % loss (and the kernel pinging itself ov
   assert.is(x.g.errorCount('icmp4-echo', 'bad_checksum'), 0);
 });
 
-test('ARP: arping gets our MAC, the kernel neighbor table learns it; we learn the kernel\'s, and resolve it ourselves', async () => {
+test("ARP: arping gets our MAC, the kernel neighbor table learns it; we learn the kernel's, and resolve it ourselves", async () => {
   const x = await plane();
   if (!x) return;
   const { p, net, itf, g } = x;
@@ -380,12 +478,12 @@ test('ARP: arping gets our MAC, the kernel neighbor table learns it; we learn th
   assert.is(replies.length, 3, `arping: ${a.out}${a.err}`);
   for (const m of replies) {
     assert.is(m[1], US_IP);
-    assert.is(m[2].toLowerCase(), US_MAC, 'the reply carries our MAC, not the host veth end\'s');
+    assert.is(m[2].toLowerCase(), US_MAC, "the reply carries our MAC, not the host veth end's");
   }
   assert.match(a.out, /Received 3 response\(s\)/);
   assert.is(a.code, 0);
   const ours = net.neighbors.get(itf.index, NS_IP);
-  assert.is(ours?.mac, peerMac, 'we learned the kernel\'s MAC from the requests addressed to us');
+  assert.is(ours?.mac, peerMac, "we learned the kernel's MAC from the requests addressed to us");
   assert.is(ours?.state, 'reachable');
 
   // The kernel's own resolution: one ping, then its neighbor table has our MAC.
@@ -393,12 +491,16 @@ test('ARP: arping gets our MAC, the kernel neighbor table learns it; we learn th
   const k = kernelNeighbor(p.ns, p.peer, US_IP);
   assert.ok(k, 'the kernel has an entry for us');
   assert.is(k!.lladdr, US_MAC);
-  assert.ok(k!.state.some((s) => ['REACHABLE', 'STALE', 'DELAY'].includes(s)), `state ${k!.state}`);
+  assert.ok(
+    k!.state.some((s) => ['REACHABLE', 'STALE', 'DELAY'].includes(s)),
+    `state ${k!.state}`,
+  );
 
   // We resolve the kernel: a datagram to it with an empty table is held, we ask, it answers.
   net.neighbors.flush(itf.index);
   ip('-n', p.ns, 'neigh', 'flush', 'dev', p.peer);
-  const req = g.errorCount('arp-input', 'requests_sent'), rep = g.errorCount('arp-input', 'reply_received');
+  const req = g.errorCount('arp-input', 'requests_sent'),
+    rep = g.errorCount('arp-input', 'reply_received');
   const sink = pyInNsAsync(p.ns, PY_RECV_UDP, [NS_IP, '9100', '1', '2']);
   await sink.ready;
   assert.ok(net.udp.sendTo(Uint8Array.from([1, 2, 3]), NS_IP, 9100, 9101));
@@ -418,15 +520,30 @@ test('UDP echo: a kernel socket gets every datagram back byte-identical (0..1472
   const burst = 64;
   const before = await snmp(x.p.ns);
   const partial = x.drv.stats().rxCsumPartial;
-  const out = (await inNs(x.p.ns, ['python3', '-c', PY_ECHO_CLIENT, US_IP, String(ECHO_PORT), sizes.join(','), String(burst)], 30000)).trim().split('\n');
+  const out = (
+    await inNs(
+      x.p.ns,
+      ['python3', '-c', PY_ECHO_CLIENT, US_IP, String(ECHO_PORT), sizes.join(','), String(burst)],
+      30000,
+    )
+  )
+    .trim()
+    .split('\n');
   const after = await snmp(x.p.ns);
   const single = out.slice(0, -1);
-  assert.equal(single, sizes.map((n) => `ok ${n}`), 'each datagram back, byte-identical, from our address and port 7');
+  assert.equal(
+    single,
+    sizes.map((n) => `ok ${n}`),
+    'each datagram back, byte-identical, from our address and port 7',
+  );
   assert.is(out[out.length - 1], `burst ${burst} ${burst}`, 'every burst datagram back byte-identical');
   assert.is(after.InDatagrams - before.InDatagrams, sizes.length + burst, 'the kernel accepted every echo');
   assert.is(after.InCsumErrors, 0, 'no UDP checksum errors in the namespace');
   assert.is(after.InErrors - before.InErrors, 0);
-  assert.ok(x.drv.stats().rxCsumPartial - partial >= sizes.length + burst, 'the kernel\'s datagrams came checksum-partial (L4_CKSUM_OK path)');
+  assert.ok(
+    x.drv.stats().rxCsumPartial - partial >= sizes.length + burst,
+    "the kernel's datagrams came checksum-partial (L4_CKSUM_OK path)",
+  );
   assert.is(x.g.errorCount('udp4-input', 'bad_checksum'), 0);
 });
 
@@ -434,15 +551,20 @@ test('we send to a kernel UDP socket: it receives the exact payloads (the kernel
   const x = await plane();
   if (!x) return;
   const payloads: Uint8Array[] = [];
-  for (const n of [0, 1, 2, 100, 555, 1471, 1472]) payloads.push(Uint8Array.from({ length: n }, (_, i) => (i * 31 + n) & 0xff));
-  for (let k = 0; k < 33; k++) payloads.push(Uint8Array.from({ length: (k * 97) % 1473 }, (_, i) => (i ^ k * 13) & 0xff));
+  for (const n of [0, 1, 2, 100, 555, 1471, 1472])
+    payloads.push(Uint8Array.from({ length: n }, (_, i) => (i * 31 + n) & 0xff));
+  for (let k = 0; k < 33; k++)
+    payloads.push(Uint8Array.from({ length: (k * 97) % 1473 }, (_, i) => (i ^ (k * 13)) & 0xff));
   const before = await snmp(x.p.ns);
   const sink = pyInNsAsync(x.p.ns, PY_RECV_UDP, [NS_IP, '9200', String(payloads.length), '2']);
   await sink.ready;
   for (const pl of payloads) assert.ok(x.net.udp.sendTo(pl, NS_IP, 9200, 5555), 'taken');
   const got = await sink.done;
   const after = await snmp(x.p.ns);
-  assert.equal(got, payloads.map((pl) => `${US_IP} ${Buffer.from(pl).toString('hex')}`));
+  assert.equal(
+    got,
+    payloads.map((pl) => `${US_IP} ${Buffer.from(pl).toString('hex')}`),
+  );
   assert.is(after.InDatagrams - before.InDatagrams, payloads.length);
   assert.is(after.InCsumErrors, 0, 'Udp InCsumErrors stays 0');
   assert.is(after.InErrors - before.InErrors, 0);
@@ -479,28 +601,66 @@ function tsharkDisableArgs(): string[] {
   if (disableArgs !== null) return disableArgs;
   const r = spawnSync('tshark', ['-G', 'protocols'], { encoding: 'utf8', maxBuffer: 64 << 20 });
   if (r.status !== 0) throw new Error(`tshark -G protocols exited ${r.status}: ${r.stderr}`);
-  const names = r.stdout.split('\n').map((l) => l.split('\t')[2]).filter((n) => n !== undefined && n.length > 0);
+  const names = r.stdout
+    .split('\n')
+    .map((l) => l.split('\t')[2])
+    .filter((n) => n !== undefined && n.length > 0);
   for (const p of DISSECT) if (!names.includes(p)) throw new Error(`tshark has no protocol "${p}"`);
-  disableArgs = names.filter((n) => !DISSECT.includes(n) && !n.startsWith('_ws')).flatMap((n) => ['--disable-protocol', n]);
+  disableArgs = names
+    .filter((n) => !DISSECT.includes(n) && !n.startsWith('_ws'))
+    .flatMap((n) => ['--disable-protocol', n]);
   return disableArgs;
 }
 
 /** tshark's verdict on a capture: fields per frame, tab-separated. */
 function tshark(file: string, filter?: string): string[][] {
-  const fields = ['frame.number', 'eth.src', 'eth.type', 'ip.checksum.status', 'udp.checksum.status', 'icmp.checksum.status', 'icmp.type', '_ws.expert.severity', '_ws.expert.group', '_ws.expert.message'];
-  const args = ['-r', file, '-n', ...tsharkDisableArgs(), '-o', 'ip.check_checksum:TRUE', '-o', 'udp.check_checksum:TRUE', '-T', 'fields', '-E', 'separator=/t', '-E', 'occurrence=a', '-E', 'aggregator=|'];
+  const fields = [
+    'frame.number',
+    'eth.src',
+    'eth.type',
+    'ip.checksum.status',
+    'udp.checksum.status',
+    'icmp.checksum.status',
+    'icmp.type',
+    '_ws.expert.severity',
+    '_ws.expert.group',
+    '_ws.expert.message',
+  ];
+  const args = [
+    '-r',
+    file,
+    '-n',
+    ...tsharkDisableArgs(),
+    '-o',
+    'ip.check_checksum:TRUE',
+    '-o',
+    'udp.check_checksum:TRUE',
+    '-T',
+    'fields',
+    '-E',
+    'separator=/t',
+    '-E',
+    'occurrence=a',
+    '-E',
+    'aggregator=|',
+  ];
   if (filter) args.push('-Y', filter);
   for (const f of fields) args.push('-e', f);
   const r = spawnSync('tshark', args, { encoding: 'utf8', maxBuffer: 64 << 20 });
   if (r.status !== 0) throw new Error(`tshark -r ${file} exited ${r.status}: ${r.stderr}`);
-  return r.stdout.split('\n').filter((l) => l.length > 0).map((l) => l.split('\t'));
+  return r.stdout
+    .split('\n')
+    .filter((l) => l.length > 0)
+    .map((l) => l.split('\t'));
 }
 
 // tshark field values: checksum status 0 = Bad, 1 = Good, 2 = Unverified; expert severity and
 // group as epan/proto.h numbers.
 const GOOD = '1';
-const PI_ERROR = 0x00800000, PI_WARN = 0x00600000;
-const PI_CHECKSUM = 0x01000000, PI_MALFORMED = 0x07000000;
+const PI_ERROR = 0x00800000,
+  PI_WARN = 0x00600000;
+const PI_CHECKSUM = 0x01000000,
+  PI_MALFORMED = 0x07000000;
 
 interface Verdict {
   frames: number;
@@ -528,11 +688,13 @@ function judge(rows: string[][]): Verdict {
         if (icmpSt !== GOOD) v.bad.push(`frame ${no}: ICMP checksum status ${icmpSt}`);
       }
     } else v.bad.push(`frame ${no}: EtherType ${type}`);
-    const sevs = sev ? sev.split('|').map(Number) : [], grps = grp ? grp.split('|').map(Number) : [];
+    const sevs = sev ? sev.split('|').map(Number) : [],
+      grps = grp ? grp.split('|').map(Number) : [];
     const msgs = msg ? msg.split('|') : [];
     sevs.forEach((s, i) => {
       const g = grps[i];
-      if (s >= PI_WARN || g === PI_CHECKSUM || g === PI_MALFORMED) v.bad.push(`frame ${no}: expert ${s.toString(16)}/${(g ?? 0).toString(16)} ${msgs[i] ?? ''}`);
+      if (s >= PI_WARN || g === PI_CHECKSUM || g === PI_MALFORMED)
+        v.bad.push(`frame ${no}: expert ${s.toString(16)}/${(g ?? 0).toString(16)} ${msgs[i] ?? ''}`);
     });
   }
   return v;
@@ -553,10 +715,13 @@ test('independent decoding: tshark finds every IPv4/UDP/ICMP checksum we sent Go
   const seen = judge(tshark(x.nsPcap, `eth.src == ${US_MAC}`));
   const kernel = tshark(x.nsPcap, `eth.src != ${US_MAC} && udp`);
   const kernelBad = kernel.filter((r) => r[4] !== GOOD).length;
-  const say = (v: Verdict) => `${v.frames} frames: ${v.arp} ARP, ${v.ip} IPv4 (${v.icmp} ICMP, ${v.udp} UDP); ${v.bad.length ? `${v.bad.length} problems` : 'all checksums Good, no expert warnings'}`;
+  const say = (v: Verdict) =>
+    `${v.frames} frames: ${v.arp} ARP, ${v.ip} IPv4 (${v.icmp} ICMP, ${v.udp} UDP); ${v.bad.length ? `${v.bad.length} problems` : 'all checksums Good, no expert warnings'}`;
   console.log(`  tshark, our tx capture (Interfaces.capture): ${say(ours)}`);
   console.log(`  tshark, tcpdump on the namespace end, frames from us: ${say(seen)}`);
-  console.log(`  (the kernel's own UDP in that capture: ${kernel.length} datagrams, ${kernelBad} not Good: checksum-partial, as sent over veth)`);
+  console.log(
+    `  (the kernel's own UDP in that capture: ${kernel.length} datagrams, ${kernelBad} not Good: checksum-partial, as sent over veth)`,
+  );
   assert.equal(ours.bad, [], 'our tx capture');
   assert.equal(seen.bad, [], 'what the namespace received from us');
   // The earlier tests sent 120 echo replies (plus 1 for the ARP test's ping) and

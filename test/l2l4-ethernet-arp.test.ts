@@ -2,8 +2,22 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { formatErrors, formatTrace } from '../graph/index.ts';
 import {
-  arp, arpReplyFrame, arpRequestFrame, BCAST, eth, hex, makeStack, mac, OTHER_MAC, parseArp, parseEth, PEER_IP, PEER_MAC,
-  US_IP, US_MAC, vlanEth,
+  arp,
+  arpReplyFrame,
+  arpRequestFrame,
+  BCAST,
+  eth,
+  hex,
+  makeStack,
+  mac,
+  OTHER_MAC,
+  parseArp,
+  parseEth,
+  PEER_IP,
+  PEER_MAC,
+  US_IP,
+  US_MAC,
+  vlanEth,
 } from './l2l4-helpers.ts';
 
 /** The reply we expect to a request from (sha, spa) for our address, built here byte by byte. */
@@ -115,7 +129,12 @@ test('ethernet-input: destination MAC filter, EtherType dispatch, VLAN policy; e
   ];
   const out = s.run(...frames);
   assert.is(out.length, 4, 'four ARP replies');
-  for (const f of out) assert.is(hex(f), hex(eth(PEER_MAC, US_MAC, 0x0806, arp({ op: 2, sha: US_MAC, spa: US_IP, tha: PEER_MAC, tpa: PEER_IP }))), 'untagged reply');
+  for (const f of out)
+    assert.is(
+      hex(f),
+      hex(eth(PEER_MAC, US_MAC, 0x0806, arp({ op: 2, sha: US_MAC, spa: US_IP, tha: PEER_MAC, tpa: PEER_IP }))),
+      'untagged reply',
+    );
   const e = (n: string) => s.err('ethernet-input', n);
   assert.is(e('truncated'), 2);
   assert.is(e('not_our_mac'), 1);
@@ -158,10 +177,16 @@ test('gratuitous ARP on interface up', () => {
 test('show trace: ethernet-input and arp-input records read like VPP', () => {
   const s = makeStack();
   s.g.traceAdd('list-input', 2);
-  s.run(arpRequestFrame(PEER_IP, US_IP), eth(OTHER_MAC, PEER_MAC, 0x0806, arp({ op: 1, sha: PEER_MAC, spa: PEER_IP, tpa: US_IP })));
+  s.run(
+    arpRequestFrame(PEER_IP, US_IP),
+    eth(OTHER_MAC, PEER_MAC, 0x0806, arp({ op: 1, sha: PEER_MAC, spa: PEER_IP, tpa: US_IP })),
+  );
   const text = formatTrace([s.g.traceSnapshot()]);
   assert.match(text, `ARP: ${PEER_MAC} -> ff:ff:ff:ff:ff:ff next arp-input`);
-  assert.match(text, `request, type ethernet/IP4, address size 6/4\n  ${PEER_MAC}/${PEER_IP} -> 00:00:00:00:00:00/${US_IP}\n  reply sent`);
+  assert.match(
+    text,
+    `request, type ethernet/IP4, address size 6/4\n  ${PEER_MAC}/${PEER_IP} -> 00:00:00:00:00:00/${US_IP}\n  reply sent`,
+  );
   assert.match(text, /: tst0-output\n/);
   assert.match(text, `ARP: ${PEER_MAC} -> ${OTHER_MAC} next error-drop`);
   assert.match(text, /error-drop\n\s+ethernet-input: unicast to another MAC/);

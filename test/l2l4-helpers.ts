@@ -71,7 +71,18 @@ export interface ArpFields {
 }
 
 export function arp(f: ArpFields): number[] {
-  return [...u16(f.htype ?? 1), 0x08, 0x00, 6, 4, ...u16(f.op), ...mac(f.sha), ...ip(f.spa), ...mac(f.tha ?? '00:00:00:00:00:00'), ...ip(f.tpa)];
+  return [
+    ...u16(f.htype ?? 1),
+    0x08,
+    0x00,
+    6,
+    4,
+    ...u16(f.op),
+    ...mac(f.sha),
+    ...ip(f.spa),
+    ...mac(f.tha ?? '00:00:00:00:00:00'),
+    ...ip(f.tpa),
+  ];
 }
 
 export interface Ip4Fields {
@@ -98,8 +109,18 @@ export function ip4(f: Ip4Fields): number[] {
   const hl = 20 + opts.length;
   const tl = f.totalLength ?? hl + f.payload.length;
   const h = [
-    ((f.version ?? 4) << 4) | (f.ihl ?? hl / 4), f.tos ?? 0, ...u16(tl), ...u16(f.id ?? 1), ...u16(f.frag ?? 0x4000),
-    f.ttl ?? 64, f.proto, 0, 0, ...ip(f.src), ...ip(f.dst), ...opts,
+    ((f.version ?? 4) << 4) | (f.ihl ?? hl / 4),
+    f.tos ?? 0,
+    ...u16(tl),
+    ...u16(f.id ?? 1),
+    ...u16(f.frag ?? 0x4000),
+    f.ttl ?? 64,
+    f.proto,
+    0,
+    0,
+    ...ip(f.src),
+    ...ip(f.dst),
+    ...opts,
   ];
   const ck = f.checksum ?? inetChecksum(h);
   h[10] = ck >>> 8;
@@ -144,15 +165,40 @@ export function udp(f: UdpFields): number[] {
 }
 
 /** A complete Ethernet/IPv4/UDP frame from the peer to us. */
-export function udpFrame(o: Partial<UdpFields> & { payload: number[]; srcMac?: string; dstMac?: string; ip?: Partial<Ip4Fields> }): number[] {
-  const src = o.src ?? PEER_IP, dst = o.dst ?? US_IP;
-  const u = udp({ src, dst, sport: o.sport ?? 5000, dport: o.dport ?? 7, payload: o.payload, checksum: o.checksum, length: o.length });
+export function udpFrame(
+  o: Partial<UdpFields> & { payload: number[]; srcMac?: string; dstMac?: string; ip?: Partial<Ip4Fields> },
+): number[] {
+  const src = o.src ?? PEER_IP,
+    dst = o.dst ?? US_IP;
+  const u = udp({
+    src,
+    dst,
+    sport: o.sport ?? 5000,
+    dport: o.dport ?? 7,
+    payload: o.payload,
+    checksum: o.checksum,
+    length: o.length,
+  });
   return eth(o.dstMac ?? US_MAC, o.srcMac ?? PEER_MAC, 0x0800, ip4({ src, dst, proto: 17, payload: u, ...o.ip }));
 }
 
-export function pingFrame(o: { id?: number; seq?: number; data: number[]; src?: string; dst?: string; ip?: Partial<Ip4Fields>; checksum?: number }): number[] {
-  const src = o.src ?? PEER_IP, dst = o.dst ?? US_IP;
-  return eth(US_MAC, PEER_MAC, 0x0800, ip4({ src, dst, proto: 1, payload: icmpEcho(8, o.id ?? 7, o.seq ?? 1, o.data, o.checksum), ...o.ip }));
+export function pingFrame(o: {
+  id?: number;
+  seq?: number;
+  data: number[];
+  src?: string;
+  dst?: string;
+  ip?: Partial<Ip4Fields>;
+  checksum?: number;
+}): number[] {
+  const src = o.src ?? PEER_IP,
+    dst = o.dst ?? US_IP;
+  return eth(
+    US_MAC,
+    PEER_MAC,
+    0x0800,
+    ip4({ src, dst, proto: 1, payload: icmpEcho(8, o.id ?? 7, o.seq ?? 1, o.data, o.checksum), ...o.ip }),
+  );
 }
 
 export function arpRequestFrame(spa: string, tpa: string, sha = PEER_MAC): number[] {
@@ -215,8 +261,18 @@ export function parseIp4(p: Uint8Array): ParsedIp4 {
   const ihl = p[0] & 0xf;
   const tl = p[2] * 256 + p[3];
   return {
-    version: p[0] >> 4, ihl, tos: p[1], totalLength: tl, id: p[4] * 256 + p[5], frag: p[6] * 256 + p[7], ttl: p[8], proto: p[9],
-    checksumOk: inetChecksum(p.subarray(0, ihl * 4)) === 0, src: ipStr(p, 12), dst: ipStr(p, 16), payload: p.subarray(ihl * 4, tl),
+    version: p[0] >> 4,
+    ihl,
+    tos: p[1],
+    totalLength: tl,
+    id: p[4] * 256 + p[5],
+    frag: p[6] * 256 + p[7],
+    ttl: p[8],
+    proto: p[9],
+    checksumOk: inetChecksum(p.subarray(0, ihl * 4)) === 0,
+    src: ipStr(p, 12),
+    dst: ipStr(p, 16),
+    payload: p.subarray(ihl * 4, tl),
   };
 }
 
@@ -234,7 +290,10 @@ export function parseUdp(ipp: ParsedIp4): ParsedUdp {
   const len = p[4] * 256 + p[5];
   const ck = p[6] * 256 + p[7];
   return {
-    sport: p[0] * 256 + p[1], dport: p[2] * 256 + p[3], length: len, checksum: ck,
+    sport: p[0] * 256 + p[1],
+    dport: p[2] * 256 + p[3],
+    length: len,
+    checksum: ck,
     checksumOk: ck !== 0 && inetChecksum([...pseudoHeader(ipp.src, ipp.dst, 17, len), ...p.subarray(0, len)]) === 0,
     payload: p.subarray(8, len),
   };
@@ -388,12 +447,24 @@ export function makeStack(o: StackOptions = {}): Stack {
   const drv = new ListDriver('tst0', US_MAC, o.mtu ?? 1500);
   const itf = ifs.add(drv);
   net.addInterface({
-    index: itf.index, name: 'tst0', mac: US_MAC, address: o.address ?? `${US_IP}/24`, gateway: o.gateway, mtu: o.mtu,
-    output: itf.output.name, neighbors: o.neighbors,
+    index: itf.index,
+    name: 'tst0',
+    mac: US_MAC,
+    address: o.address ?? `${US_IP}/24`,
+    gateway: o.gateway,
+    mtu: o.mtu,
+    output: itf.output.name,
+    neighbors: o.neighbors,
   });
   g.build();
   const s: Stack = {
-    g, pool, net, drv, itf, ifs, inputs: 0,
+    g,
+    pool,
+    net,
+    drv,
+    itf,
+    ifs,
+    inputs: 0,
     run(...frames) {
       const before = drv.tx.length;
       for (const f of frames) drv.rx.push(Array.isArray(f) ? { bytes: f } : f);

@@ -4,7 +4,19 @@ import { BufferFlag, formatTrace } from '../graph/index.ts';
 import { foldSum, ip4HeaderSum20, rangeSum } from '../nodes/ip4/ip4.ts';
 import { parseIp4 as parseIp4Addr } from '../nodes/net/address.ts';
 import {
-  eth, icmpEcho, inetChecksum, ip4, makeStack, parseEth, parseIp4, PEER_IP, PEER_MAC, pingFrame, udpFrame, US_IP, US_MAC,
+  eth,
+  icmpEcho,
+  inetChecksum,
+  ip4,
+  makeStack,
+  parseEth,
+  parseIp4,
+  PEER_IP,
+  PEER_MAC,
+  pingFrame,
+  udpFrame,
+  US_IP,
+  US_MAC,
 } from './l2l4-helpers.ts';
 
 const data = (n: number, seed = 1) => Array.from({ length: n }, (_, i) => (i * 7 + seed) & 0xff);
@@ -134,8 +146,15 @@ test('the unrolled header sum and the word sums agree with the byte-pair checksu
     if (k % 10 === 0) b.fill(0xff);
     pool.u8.set(b, pool.offset[bi]);
     const ref = inetChecksum(b);
-    assert.is(~rangeSum(pool.view, pool.u8, pool.offset[bi], len) & 0xffff, ref === 0xffff ? 0xffff : ref, `range ${len}`);
-    assert.is(~ip4HeaderSum20(pool.view, pool.offset[bi]) & 0xffff, inetChecksum(b.slice(0, 20)) === 0xffff ? 0xffff : inetChecksum(b.slice(0, 20)));
+    assert.is(
+      ~rangeSum(pool.view, pool.u8, pool.offset[bi], len) & 0xffff,
+      ref === 0xffff ? 0xffff : ref,
+      `range ${len}`,
+    );
+    assert.is(
+      ~ip4HeaderSum20(pool.view, pool.offset[bi]) & 0xffff,
+      inetChecksum(b.slice(0, 20)) === 0xffff ? 0xffff : inetChecksum(b.slice(0, 20)),
+    );
   }
   assert.is(foldSum(5 * 0xffffffff), 0xffff);
   assert.is(parseIp4Addr('255.255.255.255'), 0xffffffff);
@@ -149,7 +168,10 @@ test('show trace: ip4-input and icmp4-echo records', () => {
   const text = formatTrace([s.g.traceSnapshot()]);
   assert.match(text, `ICMP: ${PEER_IP} -> ${US_IP}\n    tos 0x00, ttl 64, length 32, checksum 0x`);
   assert.match(text, 'fragment id 0x0042, flags DONT_FRAGMENT\n    checksum ok, next icmp4-echo');
-  assert.match(text, /icmp4-echo\n  ICMP echo_request code 0 checksum 0x[0-9a-f]{4} id 1 seq 2 length 12\n    echo reply sent/);
+  assert.match(
+    text,
+    /icmp4-echo\n  ICMP echo_request code 0 checksum 0x[0-9a-f]{4} id 1 seq 2 length 12\n    echo reply sent/,
+  );
   assert.match(text, /tst0-output/);
 });
 

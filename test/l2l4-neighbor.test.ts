@@ -4,8 +4,23 @@ import { formatTrace } from '../graph/index.ts';
 import { NeighborTable } from '../nodes/ethernet/neighbor.ts';
 import { parseIp4 as ipNum } from '../nodes/net/address.ts';
 import {
-  arp, arpReplyFrame, arpRequestFrame, BCAST, eth, hex, makeStack, manualClock, parseArp, parseEth, parseIp4, parseUdp, PEER_IP,
-  PEER_MAC, udpFrame, US_IP, US_MAC,
+  arp,
+  arpReplyFrame,
+  arpRequestFrame,
+  BCAST,
+  eth,
+  hex,
+  makeStack,
+  manualClock,
+  parseArp,
+  parseEth,
+  parseIp4,
+  parseUdp,
+  PEER_IP,
+  PEER_MAC,
+  udpFrame,
+  US_IP,
+  US_MAC,
 } from './l2l4-helpers.ts';
 
 const SEC = 1e9;
@@ -13,7 +28,11 @@ const FAR = '10.0.0.3';
 const FAR_MAC = '02:00:00:00:00:03';
 
 function expectArpRequest(f: Uint8Array, target: string) {
-  assert.is(hex(f), hex(eth(BCAST, US_MAC, 0x0806, arp({ op: 1, sha: US_MAC, spa: US_IP, tpa: target }))), `ARP request for ${target}`);
+  assert.is(
+    hex(f),
+    hex(eth(BCAST, US_MAC, 0x0806, arp({ op: 1, sha: US_MAC, spa: US_IP, tpa: target }))),
+    `ARP request for ${target}`,
+  );
 }
 
 test('unresolved neighbor: ARP request out, datagrams held; the reply releases them in order', () => {
@@ -24,7 +43,14 @@ test('unresolved neighbor: ARP request out, datagrams held; the reply releases t
   assert.is(out.length, 1, 'only the ARP request: one per neighbor, not one per packet');
   expectArpRequest(out[0], FAR);
   assert.is(s.err('ip4-rewrite', 'held'), 3);
-  assert.equal(s.net.neighbors.get(s.itf.index, FAR), { interface: s.itf.index, address: FAR, mac: null, state: 'incomplete', age: 0, held: 3 });
+  assert.equal(s.net.neighbors.get(s.itf.index, FAR), {
+    interface: s.itf.index,
+    address: FAR,
+    mac: null,
+    state: 'incomplete',
+    age: 0,
+    held: 3,
+  });
   clock.advance(0.2 * SEC);
   const rel = s.run(arpReplyFrame(FAR, FAR_MAC));
   assert.is(rel.length, 3);
@@ -131,19 +157,32 @@ test('aging: an unused entry is deleted after ageSec; a used one is re-probed an
 
 test('size bound: past maxDynamic the oldest dynamic entry is evicted; static entries stay', () => {
   const clock = manualClock();
-  const s = makeStack({ clock, neighbor: { maxDynamic: 4 }, neighbors: [{ address: '10.0.0.200', mac: '02:00:00:00:00:c8' }] });
+  const s = makeStack({
+    clock,
+    neighbor: { maxDynamic: 4 },
+    neighbors: [{ address: '10.0.0.200', mac: '02:00:00:00:00:c8' }],
+  });
   for (let k = 10; k < 16; k++) {
     s.run(arpReplyFrame(`10.0.0.${k}`, `02:00:00:00:01:${k.toString(16).padStart(2, '0')}`));
     clock.advance(1 * SEC);
   }
   const addrs = s.net.neighbors.entries().map((e) => `${e.address} ${e.state}`);
-  assert.equal(addrs, ['10.0.0.12 reachable', '10.0.0.13 reachable', '10.0.0.14 reachable', '10.0.0.15 reachable', '10.0.0.200 static']);
+  assert.equal(addrs, [
+    '10.0.0.12 reachable',
+    '10.0.0.13 reachable',
+    '10.0.0.14 reachable',
+    '10.0.0.15 reachable',
+    '10.0.0.200 static',
+  ]);
   assert.is(s.err('arp-input', 'evicted'), 2);
   // Refreshing 10.0.0.12 makes 10.0.0.13 the oldest.
   s.run(arpReplyFrame('10.0.0.12', '02:00:00:00:01:0c'));
   clock.advance(1 * SEC);
   s.run(arpReplyFrame('10.0.0.16', '02:00:00:00:01:10'));
-  assert.equal(s.net.neighbors.entries().map((e) => e.address), ['10.0.0.12', '10.0.0.14', '10.0.0.15', '10.0.0.16', '10.0.0.200']);
+  assert.equal(
+    s.net.neighbors.entries().map((e) => e.address),
+    ['10.0.0.12', '10.0.0.14', '10.0.0.15', '10.0.0.16', '10.0.0.200'],
+  );
   // An incomplete entry with held packets evicted: the packets are dropped and counted.
   const t = makeStack({ clock, neighbor: { maxDynamic: 1 } });
   t.net.udp.sendTo(Uint8Array.of(1), FAR, 9, 9);
@@ -177,7 +216,10 @@ test('flush: learned and incomplete entries go (held packets dropped and counted
   assert.is(s.net.neighbors.entries().length, 3);
   assert.is(s.net.neighbors.flush(), 2);
   s.run();
-  assert.equal(s.net.neighbors.entries().map((e) => `${e.address} ${e.state}`), ['10.0.0.200 static']);
+  assert.equal(
+    s.net.neighbors.entries().map((e) => `${e.address} ${e.state}`),
+    ['10.0.0.200 static'],
+  );
   assert.is(s.err('arp-input', 'evicted_held'), 2);
   assert.is(s.pool.available(), s.pool.count, 'nothing stays held after a flush');
 });
@@ -196,7 +238,8 @@ test('neighbor hash: random inserts and deletes agree with a Map (backward-shift
       nt.addStatic(s.itf.index, a, '02:00:00:00:00:77');
       ref.set(a, true);
     }
-    if (step % 100 === 0) for (let x = 2; x < 102; x++) assert.is(nt.lookup(s.itf.index, 0x0a000000 + x) >= 0, ref.has(0x0a000000 + x));
+    if (step % 100 === 0)
+      for (let x = 2; x < 102; x++) assert.is(nt.lookup(s.itf.index, 0x0a000000 + x) >= 0, ref.has(0x0a000000 + x));
   }
   assert.is(nt.size, ref.size);
   assert.is(nt.lookup(s.itf.index, ipNum('10.0.0.1')) >= 0, false);

@@ -11,8 +11,22 @@ import { createPipe } from '../drivers/pipe.ts';
 import { registerL2L4 } from '../nodes/netstack.ts';
 import { memPool } from './helpers.ts';
 import {
-  arp, arpRequestFrame, eth, hex, icmpEcho, ip4, manualClock, OTHER_MAC, PEER_IP, PEER_MAC, pingFrame, udp, udpFrame, US_IP,
-  US_MAC, vlanEth,
+  arp,
+  arpRequestFrame,
+  eth,
+  hex,
+  icmpEcho,
+  ip4,
+  manualClock,
+  OTHER_MAC,
+  PEER_IP,
+  PEER_MAC,
+  pingFrame,
+  udp,
+  udpFrame,
+  US_IP,
+  US_MAC,
+  vlanEth,
 } from './l2l4-helpers.ts';
 
 function writePcap(path: string, frames: number[][]): void {
@@ -50,16 +64,34 @@ test('pcap in -> L2-L4 graph -> pcap out: the replies written are exactly the ex
       ['ethernet-input', 'truncated', [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]],
       ['ip4-input', 'bad_checksum', pingFrame({ data: payload(8), ip: { checksum: 0xabcd } })],
       ['udp4-input', 'bad_checksum', udpFrame({ payload: payload(8), checksum: 0x4242 })],
-      ['ethernet-input', 'not_our_mac', eth(OTHER_MAC, PEER_MAC, 0x0800, ip4({ ...udpBase, payload: udp({ src: PEER_IP, dst: US_IP, sport: 1, dport: 7, payload: [] }) }))],
+      [
+        'ethernet-input',
+        'not_our_mac',
+        eth(
+          OTHER_MAC,
+          PEER_MAC,
+          0x0800,
+          ip4({ ...udpBase, payload: udp({ src: PEER_IP, dst: US_IP, sport: 1, dport: 7, payload: [] }) }),
+        ),
+      ],
       ['ip4-input', 'fragment', udpFrame({ payload: payload(8), ip: { frag: 0x2000 } })],
       ['ip4-input', 'options', udpFrame({ payload: payload(8), ip: { options: [0x01, 0x01, 0x01, 0x00] } })],
       ['ethernet-input', 'unknown_ethertype', eth(US_MAC, PEER_MAC, 0x9000, payload(46))],
-      ['ip4-input', 'unknown_protocol', eth(US_MAC, PEER_MAC, 0x0800, ip4({ ...udpBase, proto: 132, payload: payload(16) }))],
+      [
+        'ip4-input',
+        'unknown_protocol',
+        eth(US_MAC, PEER_MAC, 0x0800, ip4({ ...udpBase, proto: 132, payload: payload(16) })),
+      ],
       ['udp4-input', 'no_listener', udpFrame({ payload: payload(8), dport: 9 })],
       ['ip4-input', 'ttl0', udpFrame({ payload: payload(8), ip: { ttl: 0 } })],
-      ['ethernet-input', 'vlan', vlanEth(US_MAC, PEER_MAC, 100, 0x0806, arp({ op: 1, sha: PEER_MAC, spa: PEER_IP, tpa: US_IP }))],
+      [
+        'ethernet-input',
+        'vlan',
+        vlanEth(US_MAC, PEER_MAC, 100, 0x0806, arp({ op: 1, sha: PEER_MAC, spa: PEER_IP, tpa: US_IP })),
+      ],
     ];
-    const inFile = join(dir, 'in.pcap'), outFile = join(dir, 'out.pcap');
+    const inFile = join(dir, 'in.pcap'),
+      outFile = join(dir, 'out.pcap');
     writePcap(inFile, [...good, ...bad.map(([, , f]) => f)]);
 
     const pool = memPool(256);
@@ -68,19 +100,45 @@ test('pcap in -> L2-L4 graph -> pcap out: the replies written are exactly the ex
     const ifs = new Interfaces(g);
     const drv = new PcapDriver('pcap0', { rxFile: inFile, txFile: outFile, mac: US_MAC });
     const itf = ifs.add(drv);
-    net.addInterface({ index: itf.index, name: 'pcap0', mac: drv.mac, address: `${US_IP}/24`, mtu: drv.mtu, output: itf.output.name });
+    net.addInterface({
+      index: itf.index,
+      name: 'pcap0',
+      mac: drv.mac,
+      address: `${US_IP}/24`,
+      mtu: drv.mtu,
+      output: itf.output.name,
+    });
     net.udp.bind(7, 'udp-echo');
     g.build();
     for (let k = 0; k < 20 && (!drv.done() || g.runPass() > 0); k++) g.runPass();
     ifs.closeAll();
 
     const r = PcapReader.open(outFile);
-    const got = Array.from({ length: r.count }, (_, i) => hex(r.data.subarray(r.dataOffset[i], r.dataOffset[i] + r.inclLen[i])));
+    const got = Array.from({ length: r.count }, (_, i) =>
+      hex(r.data.subarray(r.dataOffset[i], r.dataOffset[i] + r.inclLen[i])),
+    );
     const expected = [
       eth(PEER_MAC, US_MAC, 0x0806, arp({ op: 2, sha: US_MAC, spa: US_IP, tha: PEER_MAC, tpa: PEER_IP })),
-      eth(PEER_MAC, US_MAC, 0x0800, ip4({ src: US_IP, dst: PEER_IP, proto: 1, id: 0x1111, ttl: 64, payload: icmpEcho(0, 0x77, 1, payload(40)) })),
+      eth(
+        PEER_MAC,
+        US_MAC,
+        0x0800,
+        ip4({ src: US_IP, dst: PEER_IP, proto: 1, id: 0x1111, ttl: 64, payload: icmpEcho(0, 0x77, 1, payload(40)) }),
+      ),
       // The first packet through ip4-rewrite: identification 1.
-      eth(PEER_MAC, US_MAC, 0x0800, ip4({ src: US_IP, dst: PEER_IP, proto: 17, id: 1, ttl: 64, payload: udp({ src: US_IP, dst: PEER_IP, sport: 7, dport: 5000, payload: payload(33) }) })),
+      eth(
+        PEER_MAC,
+        US_MAC,
+        0x0800,
+        ip4({
+          src: US_IP,
+          dst: PEER_IP,
+          proto: 17,
+          id: 1,
+          ttl: 64,
+          payload: udp({ src: US_IP, dst: PEER_IP, sport: 7, dport: 5000, payload: payload(33) }),
+        }),
+      ),
     ].map(hex);
     assert.equal(got, expected);
 
@@ -108,7 +166,8 @@ test('two stacks back to back over a pipe: ARP both ways, UDP echo round trip, p
     g.build();
     return { g, net, ifs, itf };
   };
-  const a = side(pa, `${US_IP}/24`), b = side(pb, `${PEER_IP}/24`);
+  const a = side(pa, `${US_IP}/24`),
+    b = side(pb, `${PEER_IP}/24`);
   b.net.udp.bind(7, 'udp-echo');
   const back: number[][] = [];
   a.net.udp.listen(6000, (bufs, n, p) => {
@@ -123,7 +182,10 @@ test('two stacks back to back over a pipe: ARP both ways, UDP echo round trip, p
   assert.is(b.net.neighbors.entries().length, 0, 'a gratuitous ARP does not create entries');
   for (let k = 0; k < 5; k++) assert.ok(a.net.udp.sendTo(Uint8Array.from(payload(100 + k)), PEER_IP, 7, 6000));
   spin();
-  assert.equal(back, [0, 1, 2, 3, 4].map((k) => payload(100 + k)));
+  assert.equal(
+    back,
+    [0, 1, 2, 3, 4].map((k) => payload(100 + k)),
+  );
   assert.is(a.net.neighbors.get(a.itf.index, PEER_IP)?.mac, PEER_MAC);
   assert.is(b.net.neighbors.get(b.itf.index, US_IP)?.mac, US_MAC, 'B learned A from its request');
   assert.is(b.g.errorCount('arp-input', 'replies_sent'), 1);

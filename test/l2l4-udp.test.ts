@@ -5,19 +5,36 @@ import { Ip4Opaque } from '../nodes/ip4/ip4.ts';
 import { formatIp4 } from '../nodes/net/address.ts';
 import { setUdpDestination } from '../nodes/udp/udp-ports.ts';
 import {
-  inetChecksum, makeStack, parseEth, parseIp4, parseUdp, PEER_IP, PEER_MAC, pseudoHeader, u16, udpFrame, US_IP, US_MAC,
+  inetChecksum,
+  makeStack,
+  parseEth,
+  parseIp4,
+  parseUdp,
+  PEER_IP,
+  PEER_MAC,
+  pseudoHeader,
+  u16,
+  udpFrame,
+  US_IP,
+  US_MAC,
 } from './l2l4-helpers.ts';
 
 const data = (n: number, seed = 3) => Array.from({ length: n }, (_, i) => (i * 31 + seed) & 0xff);
 const PEER = [{ address: PEER_IP, mac: PEER_MAC }];
 
 /** Parse a frame we sent to the peer as Ethernet/IPv4/UDP and check every header and checksum. */
-function checkDatagram(frame: Uint8Array, o: { sport: number; dport: number; payload: number[]; src?: string; dst?: string; dstMac?: string }) {
+function checkDatagram(
+  frame: Uint8Array,
+  o: { sport: number; dport: number; payload: number[]; src?: string; dst?: string; dstMac?: string },
+) {
   const e = parseEth(frame);
   assert.equal([e.dst, e.src, e.type], [o.dstMac ?? PEER_MAC, US_MAC, 0x0800]);
   const p = parseIp4(e.payload);
   assert.ok(p.checksumOk, 'IPv4 header checksum valid (independent check)');
-  assert.equal([p.version, p.ihl, p.tos, p.ttl, p.proto, p.frag, p.src, p.dst], [4, 5, 0, 64, 17, 0x4000, o.src ?? US_IP, o.dst ?? PEER_IP]);
+  assert.equal(
+    [p.version, p.ihl, p.tos, p.ttl, p.proto, p.frag, p.src, p.dst],
+    [4, 5, 0, 64, 17, 0x4000, o.src ?? US_IP, o.dst ?? PEER_IP],
+  );
   assert.is(p.totalLength, 28 + o.payload.length);
   assert.is(e.payload.length, p.totalLength);
   const u = parseUdp(p);
@@ -87,7 +104,8 @@ test('UDP API: a callback listener gets payload + peer in opaque words and answe
   const got: { payload: number[]; peer: string; ports: [number, number]; local: string }[] = [];
   const name = s.net.udp.listen(4791, (bufs, n, pool) => {
     for (let i = 0; i < n; i++) {
-      const bi = bufs[i], w = bi * OPAQUE_WORDS;
+      const bi = bufs[i],
+        w = bi * OPAQUE_WORDS;
       got.push({
         payload: Array.from(pool.packetBytes(bi)),
         peer: formatIp4(pool.opaque[w + Ip4Opaque.REMOTE]),
@@ -95,7 +113,8 @@ test('UDP API: a callback listener gets payload + peer in opaque words and answe
         local: formatIp4(pool.opaque[w + Ip4Opaque.LOCAL]),
       });
       // Reverse the payload in place and send it back to where it came from.
-      const o = pool.offset[bi], l = pool.length[bi];
+      const o = pool.offset[bi],
+        l = pool.length[bi];
       pool.u8.subarray(o, o + l).reverse();
     }
     assert.is(s.net.udp.send(bufs, 0, n), n);
@@ -112,7 +131,17 @@ test('UDP API: sendTo from the control plane; a computed checksum of 0 goes out 
   const s = makeStack({ neighbors: PEER });
   // Choose the last two payload bytes so that the one's complement sum is 0xffff (checksum 0).
   const head = data(10);
-  const partial = [...pseudoHeader(US_IP, PEER_IP, 17, 20), ...u16(6000), ...u16(6001), ...u16(20), 0, 0, ...head, 0, 0];
+  const partial = [
+    ...pseudoHeader(US_IP, PEER_IP, 17, 20),
+    ...u16(6000),
+    ...u16(6001),
+    ...u16(20),
+    0,
+    0,
+    ...head,
+    0,
+    0,
+  ];
   const sum = ~inetChecksum(partial) & 0xffff;
   const fill = 0xffff - sum;
   const payload = [...head, fill >>> 8, fill & 0xff];
@@ -135,14 +164,27 @@ test('UDP API: datagrams still queued when the graph closes go back to the pool'
 test('UDP API: bindings by address and wildcard, unbind, double bind refused', () => {
   const s = makeStack({ neighbors: PEER });
   const seen: string[] = [];
-  s.net.udp.listen(5555, (b, n, pool) => { seen.push('exact'); pool.free(b, 0, n); }, { address: US_IP, name: 'exact-5555' });
-  s.net.udp.listen(5556, (b, n, pool) => { seen.push('wild'); pool.free(b, 0, n); });
+  s.net.udp.listen(
+    5555,
+    (b, n, pool) => {
+      seen.push('exact');
+      pool.free(b, 0, n);
+    },
+    { address: US_IP, name: 'exact-5555' },
+  );
+  s.net.udp.listen(5556, (b, n, pool) => {
+    seen.push('wild');
+    pool.free(b, 0, n);
+  });
   assert.throws(() => s.net.udp.bind(5556, 'udp-echo'), /already bound to udp-listen-5556/);
   assert.throws(() => s.net.udp.bind(0, 'udp-echo'), /1\.\.65535/);
   assert.throws(() => s.net.udp.bind(7, 'no-such-node'), /does not exist/);
   s.run(udpFrame({ dport: 5555, payload: [1] }), udpFrame({ dport: 5556, payload: [2] }));
   assert.equal(seen, ['exact', 'wild']);
-  assert.equal(s.net.udp.bound().map((b) => `${b.address}:${b.port}>${b.next}`), [`${US_IP}:5555>exact-5555`, '0.0.0.0:5556>udp-listen-5556']);
+  assert.equal(
+    s.net.udp.bound().map((b) => `${b.address}:${b.port}>${b.next}`),
+    [`${US_IP}:5555>exact-5555`, '0.0.0.0:5556>udp-listen-5556'],
+  );
   assert.ok(s.net.udp.unbind(5556));
   assert.not.ok(s.net.udp.unbind(5556));
   s.run(udpFrame({ dport: 5556, payload: [3] }));
@@ -188,13 +230,26 @@ test('show trace: the UDP echo path from wire to wire', () => {
   s.g.traceAdd('list-input', 1);
   s.run(udpFrame({ sport: 5000, dport: 7, payload: data(28) }));
   const text = formatTrace([s.g.traceSnapshot()]);
-  for (const node of ['list-input', 'ethernet-input', 'ip4-input', 'udp4-input', 'udp-echo', 'udp4-encap', 'ip4-rewrite', 'tst0-output', 'tst0-tx']) {
+  for (const node of [
+    'list-input',
+    'ethernet-input',
+    'ip4-input',
+    'udp4-input',
+    'udp-echo',
+    'udp4-encap',
+    'ip4-rewrite',
+    'tst0-output',
+    'tst0-tx',
+  ]) {
     assert.match(text, new RegExp(`: ${node}\\n`), node);
   }
   assert.match(text, /UDP: 10\.0\.0\.2:5000 -> 10\.0\.0\.1:7 length 36 checksum 0x[0-9a-f]{4}\n    next udp-echo/);
   assert.match(text, 'echo 28 bytes back to 10.0.0.2:5000');
   assert.match(text, /UDP: 10\.0\.0\.1:7 -> 10\.0\.0\.2:5000 length 36 checksum 0x[0-9a-f]{4}\n    via tst0/);
-  assert.match(text, `IP4: ${US_MAC} -> ${PEER_MAC} via ${PEER_IP} on tst0\n  UDP: ${US_IP} -> ${PEER_IP}\n    tos 0x00, ttl 64, length 56`);
+  assert.match(
+    text,
+    `IP4: ${US_MAC} -> ${PEER_MAC} via ${PEER_IP} on tst0\n  UDP: ${US_IP} -> ${PEER_IP}\n    tos 0x00, ttl 64, length 56`,
+  );
 });
 
 test.run();

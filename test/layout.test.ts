@@ -37,14 +37,21 @@ test('graph/ imports nothing from nodes/, drivers/ or api/ (only itself, native/
 
 test('native/ imports nothing above it', () => {
   for (const f of sources('native')) {
-    for (const spec of imports(f)) assert.ok(spec.startsWith('node:') || spec.startsWith('./'), `${f} imports "${spec}"`);
+    for (const spec of imports(f))
+      assert.ok(spec.startsWith('node:') || spec.startsWith('./'), `${f} imports "${spec}"`);
   }
 });
 
 test('drivers/ import only graph/, native/ and each other', () => {
   for (const f of sources('drivers')) {
     for (const spec of imports(f)) {
-      assert.ok(spec.startsWith('node:') || spec.startsWith('./') || spec.startsWith('../graph/') || spec.startsWith('../native/'), `${f} imports "${spec}"`);
+      assert.ok(
+        spec.startsWith('node:') ||
+          spec.startsWith('./') ||
+          spec.startsWith('../graph/') ||
+          spec.startsWith('../native/'),
+        `${f} imports "${spec}"`,
+      );
     }
   }
 });
@@ -55,7 +62,10 @@ test('nodes/ import only graph/ and each other (never drivers/, native/, config/
   for (const f of files) {
     for (const spec of imports(f)) {
       const to = spec.startsWith('.') ? join(f, '..', spec) : spec;
-      assert.ok(spec.startsWith('node:') || to.startsWith('graph/') || to.startsWith('nodes/'), `${f} imports "${spec}"`);
+      assert.ok(
+        spec.startsWith('node:') || to.startsWith('graph/') || to.startsWith('nodes/'),
+        `${f} imports "${spec}"`,
+      );
     }
   }
 });
@@ -76,7 +86,10 @@ test('nodes/ layers: net < ethernet < ip4 < udp < netstack < rdma; none imports 
       const to = join(f, '..', spec);
       if (!to.startsWith('nodes/')) continue;
       const layer = NODE_LAYERS.indexOf(to.split('/')[1]);
-      assert.ok(layer >= 0 && layer <= from, `${f} (layer ${NODE_LAYERS[from]}) imports "${spec}" (${to.split('/')[1]})`);
+      assert.ok(
+        layer >= 0 && layer <= from,
+        `${f} (layer ${NODE_LAYERS[from]}) imports "${spec}" (${to.split('/')[1]})`,
+      );
       checked++;
     }
   }
@@ -90,7 +103,13 @@ test('bin/ and index.ts reach the data plane only through dataplane/dataplane.ts
     for (const spec of imports(f)) {
       if (!spec.startsWith('.')) continue;
       const to = join(f, '..', spec);
-      const ok = to.startsWith('bin/') || to.startsWith('api/') || to.startsWith('config/') || to === 'dataplane/dataplane.ts' || to === 'dataplane/views.ts' || to === 'index.ts';
+      const ok =
+        to.startsWith('bin/') ||
+        to.startsWith('api/') ||
+        to.startsWith('config/') ||
+        to === 'dataplane/dataplane.ts' ||
+        to === 'dataplane/views.ts' ||
+        to === 'index.ts';
       assert.ok(ok, `${f} imports "${spec}"`);
     }
   }
@@ -108,7 +127,13 @@ test('api/ reaches the data plane only through the Dataplane facade (plus the pu
   for (const f of files) {
     for (const spec of imports(f)) {
       const to = spec.startsWith('.') ? join(f, '..', spec) : spec;
-      const ok = spec.startsWith('node:') || !spec.startsWith('.') || to.startsWith('api/') || to === 'dataplane/dataplane.ts' || to === 'dataplane/views.ts' || to === 'graph/format.ts';
+      const ok =
+        spec.startsWith('node:') ||
+        !spec.startsWith('.') ||
+        to.startsWith('api/') ||
+        to === 'dataplane/dataplane.ts' ||
+        to === 'dataplane/views.ts' ||
+        to === 'graph/format.ts';
       assert.ok(ok, `${f} imports "${spec}"`);
     }
   }

@@ -37,7 +37,8 @@ function testpmd(o: ConstructorParameters<typeof Testpmd>[0]): Testpmd {
 async function linkUp(d: MemifDriver, t: Testpmd): Promise<void> {
   const end = Date.now() + 15000;
   while (!d.poll()) {
-    if (Date.now() > end) throw new Error(`no memif link with testpmd: ${JSON.stringify(d.info())}\n${t.output.slice(-2000)}`);
+    if (Date.now() > end)
+      throw new Error(`no memif link with testpmd: ${JSON.stringify(d.info())}\n${t.output.slice(-2000)}`);
     await sleep(2);
   }
 }
@@ -46,7 +47,17 @@ async function linkUp(d: MemifDriver, t: Testpmd): Promise<void> {
 function frames(sizes: number[], srcMac: string): Uint8Array[] {
   return sizes.map((len, i) => {
     const payload = Array.from({ length: len - 42 }, (_, k) => (k * 31 + i) & 255);
-    return Uint8Array.from(udpFrame({ payload, srcMac, dstMac: '02:00:00:00:00:99', src: '10.0.0.1', dst: '10.0.0.2', sport: 1000 + i, dport: 2000 }));
+    return Uint8Array.from(
+      udpFrame({
+        payload,
+        srcMac,
+        dstMac: '02:00:00:00:00:99',
+        src: '10.0.0.1',
+        dst: '10.0.0.2',
+        sport: 1000 + i,
+        dport: 2000,
+      }),
+    );
   });
 }
 
@@ -62,7 +73,8 @@ async function reflect(d: MemifDriver, pool: BufferPool, sent: Uint8Array[]): Pr
     const n = d.rxBurst(0, out, 256);
     for (let i = 0; i < n; i++) got.push(pool.packetBytes(out[i]));
     if (n > 0) pool.free(out, 0, n);
-    if (Date.now() > end) throw new Error(`${got.length} of ${sent.length} frames reflected (${off} sent): ${JSON.stringify(d.stats())}`);
+    if (Date.now() > end)
+      throw new Error(`${got.length} of ${sent.length} frames reflected (${off} sent): ${JSON.stringify(d.stats())}`);
     if (n === 0) await sleep(0);
   }
   return got;
@@ -71,9 +83,13 @@ async function reflect(d: MemifDriver, pool: BufferPool, sent: Uint8Array[]): Pr
 function checkSwapped(sent: Uint8Array[], got: Uint8Array[]): void {
   assert.is(got.length, sent.length);
   for (let i = 0; i < sent.length; i++) {
-    const s = Buffer.from(sent[i]), g = Buffer.from(got[i]);
+    const s = Buffer.from(sent[i]),
+      g = Buffer.from(got[i]);
     assert.is(g.length, s.length, `frame ${i}: length`);
-    assert.ok(g.subarray(0, 6).equals(s.subarray(6, 12)) && g.subarray(6, 12).equals(s.subarray(0, 6)), `frame ${i}: MAC addresses swapped`);
+    assert.ok(
+      g.subarray(0, 6).equals(s.subarray(6, 12)) && g.subarray(6, 12).equals(s.subarray(0, 6)),
+      `frame ${i}: MAC addresses swapped`,
+    );
     assert.ok(g.subarray(12).equals(s.subarray(12)), `frame ${i} (${s.length} bytes): the rest byte for byte`);
   }
 }
@@ -93,7 +109,10 @@ test('testpmd (client, default abstract socket) against our server: macswap refl
     await linkUp(d, t);
     assert.not.ok(fs.existsSync(name), 'testpmd used the abstract namespace, no file');
     assert.is(d.info().remoteName.startsWith('DPDK'), true, `the peer says who it is: ${d.info().remoteName}`);
-    const sent = frames(Array.from({ length: 2000 }, (_, i) => SIZES[i % SIZES.length]), '02:00:00:00:00:01');
+    const sent = frames(
+      Array.from({ length: 2000 }, (_, i) => SIZES[i % SIZES.length]),
+      '02:00:00:00:00:01',
+    );
     checkSwapped(sent, await reflect(d, pool, sent));
     t.send('stop');
     const st = await t.stats();
@@ -127,7 +146,10 @@ test('testpmd (server, filesystem socket) against our zero-copy client: macswap 
     d.open(pool);
     await linkUp(d, t);
     assert.is(d.info().zeroCopy, true, 'our client shares its pool as region 1');
-    const sent = frames(Array.from({ length: 2000 }, (_, i) => SIZES[(i * 7) % SIZES.length]), '02:00:00:00:00:01');
+    const sent = frames(
+      Array.from({ length: 2000 }, (_, i) => SIZES[(i * 7) % SIZES.length]),
+      '02:00:00:00:00:01',
+    );
     checkSwapped(sent, await reflect(d, pool, sent));
     t.send('stop');
     const st = await t.stats();
@@ -145,7 +167,7 @@ test('testpmd (server, filesystem socket) against our zero-copy client: macswap 
   assert.is(pool.available(), pool.count);
 });
 
-test('testpmd txonly into our L2-L4 stack: our counters equal testpmd\'s transmit count, every datagram reaches udp4-input', async () => {
+test("testpmd txonly into our L2-L4 stack: our counters equal testpmd's transmit count, every datagram reaches udp4-input", async () => {
   if (why && skipOrFail(why)) return;
   const name = path.join(dir, 'txonly.sock');
   const pool = memPool(16384);
@@ -154,10 +176,21 @@ test('testpmd txonly into our L2-L4 stack: our counters equal testpmd\'s transmi
   const ifs = new Interfaces(g);
   const d = new MemifDriver('dpdk2', { socket: `@${name}`, role: 'server', mac: '02:00:00:00:00:01' });
   const itf = ifs.add(d);
-  net.addInterface({ index: itf.index, name: d.name, mac: d.mac, address: '10.0.0.1/24', mtu: d.mtu, output: itf.output.name });
+  net.addInterface({
+    index: itf.index,
+    name: d.name,
+    mac: d.mac,
+    address: '10.0.0.1/24',
+    mtu: d.mtu,
+    output: itf.output.name,
+  });
   g.build();
   g.start();
-  const t = testpmd({ memif: `role=client,socket=${name}`, mode: 'txonly', args: ['--txpkts=64', '--eth-peer=0,02:00:00:00:00:01', '--tx-ip=10.0.0.2,10.0.0.1', '--tx-udp=4000,9'] });
+  const t = testpmd({
+    memif: `role=client,socket=${name}`,
+    mode: 'txonly',
+    args: ['--txpkts=64', '--eth-peer=0,02:00:00:00:00:01', '--tx-ip=10.0.0.2,10.0.0.1', '--tx-udp=4000,9'],
+  });
   try {
     await t.ready();
     const end = Date.now() + 15000;
@@ -182,7 +215,11 @@ test('testpmd txonly into our L2-L4 stack: our counters equal testpmd\'s transmi
     assert.is(ours.rxPackets, st.txPackets, 'every frame testpmd counts as sent was received');
     assert.is(ours.rxBytes, st.txBytes, 'byte for byte');
     assert.is(ours.rxErrors, 0);
-    assert.is(g.errorCount('udp4-input', 'no_listener'), st.txPackets, 'each one a valid UDP datagram that reached udp4-input');
+    assert.is(
+      g.errorCount('udp4-input', 'no_listener'),
+      st.txPackets,
+      'each one a valid UDP datagram that reached udp4-input',
+    );
   } finally {
     await t.quit();
     g.close();

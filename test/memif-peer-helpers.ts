@@ -29,7 +29,14 @@ const net = registerL2L4(graph);
 const ifs = new Interfaces(graph);
 const drv = new MemifDriver('memif0', { socket, role, mac: '02:00:00:00:00:01' });
 const itf = ifs.add(drv);
-net.addInterface({ index: itf.index, name: drv.name, mac: drv.mac, address: '10.0.0.1/24', mtu: drv.mtu, output: itf.output.name });
+net.addInterface({
+  index: itf.index,
+  name: drv.name,
+  mac: drv.mac,
+  address: '10.0.0.1/24',
+  mtu: drv.mtu,
+  output: itf.output.name,
+});
 const rdma = registerRdma(graph, net);
 graph.build();
 graph.start();
@@ -37,7 +44,8 @@ graph.start();
 const pd = rdma.createPd();
 const cq = rdma.createCq(4096);
 const mr = rdma.regMr(pd, pattern(65536, 99), ['local-write', 'remote-write', 'remote-read', 'remote-atomic']);
-const SLOT = 16384, SLOTS = 32;
+const SLOT = 16384,
+  SLOTS = 32;
 const recvMr = rdma.regMr(pd, SLOT * SLOTS, ['local-write']);
 const qps = new Map<number, Qp>();
 rdma.listen(7000, () => {
@@ -60,11 +68,16 @@ cq.onCompletion = () => {
     if (c.opcode === 'recv' && c.status === 'success') {
       const id = echoId++;
       echoing.set(id, { qp, slot: c.wrId as number });
-      rdma.postSend(qp, { wrId: id, opcode: 'send', sg: [{ mr: recvMr, offset: (c.wrId as number) * SLOT, length: c.byteLen }] });
+      rdma.postSend(qp, {
+        wrId: id,
+        opcode: 'send',
+        sg: [{ mr: recvMr, offset: (c.wrId as number) * SLOT, length: c.byteLen }],
+      });
     } else if (c.opcode === 'send') {
       const e = echoing.get(c.wrId as number);
       echoing.delete(c.wrId as number);
-      if (e !== undefined && c.status === 'success') rdma.postRecv(e.qp, { wrId: e.slot, sg: [{ mr: recvMr, offset: e.slot * SLOT, length: SLOT }] });
+      if (e !== undefined && c.status === 'success')
+        rdma.postRecv(e.qp, { wrId: e.slot, sg: [{ mr: recvMr, offset: e.slot * SLOT, length: SLOT }] });
     }
   }
 };

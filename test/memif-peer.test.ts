@@ -21,7 +21,18 @@ import { createPool } from '../graph/memory.ts';
 import { registerL2L4 } from '../nodes/netstack.ts';
 import { registerRdma } from '../dataplane/verbs.ts';
 import { memPool, packet, sleep } from './helpers.ts';
-import { arpRequestFrame, inetChecksum, parseArp, parseEth, parseIp4, PEER_IP, PEER_MAC, pingFrame, US_IP, US_MAC } from './l2l4-helpers.ts';
+import {
+  arpRequestFrame,
+  inetChecksum,
+  parseArp,
+  parseEth,
+  parseIp4,
+  PEER_IP,
+  PEER_MAC,
+  pingFrame,
+  US_IP,
+  US_MAC,
+} from './l2l4-helpers.ts';
 import { pattern, waitCompletions, waitFor } from './rdma-helpers.ts';
 
 const CHILD = fileURLToPath(new URL('./memif-peer-helpers.ts', import.meta.url));
@@ -35,7 +46,10 @@ interface Child {
 }
 
 function startChild(socket: string, role: 'server' | 'client'): Child {
-  const proc = spawn(process.execPath, ['--import', 'tsx', CHILD, socket, role], { stdio: ['pipe', 'pipe', 'inherit'], cwd: path.dirname(CHILD) + '/..' });
+  const proc = spawn(process.execPath, ['--import', 'tsx', CHILD, socket, role], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+    cwd: path.dirname(CHILD) + '/..',
+  });
   children.add(proc);
   proc.on('exit', () => children.delete(proc));
   const lines: Child['lines'] = [];
@@ -50,7 +64,8 @@ function startChild(socket: string, role: 'server' | 'client'): Child {
   });
   let seen = 0;
   return {
-    proc, lines,
+    proc,
+    lines,
     async next(event, ms = 15000) {
       const end = Date.now() + ms;
       for (;;) {
@@ -82,7 +97,10 @@ async function roundTrip(d: MemifDriver, pool: BufferPool, frames: number[][], w
     const n = d.rxBurst(0, out, 256);
     for (let i = 0; i < n; i++) got.push(pool.packetBytes(out[i]));
     if (n > 0) pool.free(out, 0, n);
-    if (Date.now() > end) throw new Error(`${got.length} of ${want} frames came back (${off} sent): ${JSON.stringify(d.stats())} ${JSON.stringify(d.info())}`);
+    if (Date.now() > end)
+      throw new Error(
+        `${got.length} of ${want} frames came back (${off} sent): ${JSON.stringify(d.stats())} ${JSON.stringify(d.info())}`,
+      );
     await sleep(1);
   }
   return got;
@@ -102,11 +120,20 @@ test('a data plane in another process: ARP and ping answered over memif, byte fo
     const e = parseEth(reply);
     assert.is(e.type, 0x0806);
     assert.is(e.dst, PEER_MAC);
-    assert.equal(parseArp(e.payload), { op: 2, sha: US_MAC, spa: US_IP, tha: PEER_MAC, tpa: PEER_IP }, 'the child answers with its MAC');
+    assert.equal(
+      parseArp(e.payload),
+      { op: 2, sha: US_MAC, spa: US_IP, tha: PEER_MAC, tpa: PEER_IP },
+      'the child answers with its MAC',
+    );
     // Ping: 20 echo requests, each answered with the same id, sequence and data.
     const data = Array.from({ length: 56 }, (_, i) => (i * 3) & 255);
     const t0 = performance.now();
-    const replies = await roundTrip(d, pool, Array.from({ length: 20 }, (_, i) => pingFrame({ id: 0x4242, seq: i + 1, data })), 20);
+    const replies = await roundTrip(
+      d,
+      pool,
+      Array.from({ length: 20 }, (_, i) => pingFrame({ id: 0x4242, seq: i + 1, data })),
+      20,
+    );
     const ms = performance.now() - t0;
     replies.forEach((r, i) => {
       const eth = parseEth(r);
@@ -127,7 +154,7 @@ test('a data plane in another process: ARP and ping answered over memif, byte fo
     console.log(`  20 pings to the other process over memif in ${ms.toFixed(2)} ms`);
     child.proc.stdin!.write('quit\n');
     const closed = await child.next('closed');
-    assert.is(closed.lost, 0, 'the child\'s pool is whole after its shutdown');
+    assert.is(closed.lost, 0, "the child's pool is whole after its shutdown");
     await waitFor('link down here', () => !d.poll(), 5000);
     assert.is(d.info().lastDisconnect?.reason, 'Interface closed', 'the child said goodbye');
   } finally {
@@ -145,7 +172,14 @@ test('RDMA between two processes over memif: CM connect after ARP, send echo, wr
   const ifs = new Interfaces(graph);
   const drv = new MemifDriver('memif0', { socket, role: 'client', mac: PEER_MAC });
   const itf = ifs.add(drv);
-  net.addInterface({ index: itf.index, name: drv.name, mac: drv.mac, address: `${PEER_IP}/24`, mtu: drv.mtu, output: itf.output.name });
+  net.addInterface({
+    index: itf.index,
+    name: drv.name,
+    mac: drv.mac,
+    address: `${PEER_IP}/24`,
+    mtu: drv.mtu,
+    output: itf.output.name,
+  });
   const rdma = registerRdma(graph, net);
   graph.build();
   graph.start();
@@ -154,7 +188,8 @@ test('RDMA between two processes over memif: CM connect after ARP, send echo, wr
     await waitFor('link up', () => drv.linkUp(), 10000);
     assert.is(drv.info().zeroCopy, true, 'this side is a zero-copy client');
     const pd = rdma.createPd();
-    const scq = rdma.createCq(1024), rcq = rdma.createCq(1024);
+    const scq = rdma.createCq(1024),
+      rcq = rdma.createCq(1024);
     const connectQp = async () => {
       const qp = rdma.createQp({ pd, sendCq: scq, recvCq: rcq, maxSendWr: 256, maxRecvWr: 256 });
       const res = await rdma.connect(qp, US_IP, 7000, { timeoutMs: 5000 });
@@ -164,37 +199,84 @@ test('RDMA between two processes over memif: CM connect after ARP, send echo, wr
     const { qp, stag, length } = await connectQp();
     assert.is(length, 65536);
     const nb = net.neighbors.get(itf.index, US_IP);
-    assert.ok(nb !== null && nb.mac === US_MAC && nb.state !== 'static', `the child resolved by ARP: ${JSON.stringify(nb)}`);
+    assert.ok(
+      nb !== null && nb.mac === US_MAC && nb.state !== 'static',
+      `the child resolved by ARP: ${JSON.stringify(nb)}`,
+    );
     // Send echo: 30 messages of up to 16 KiB (the child has 32 receives posted) come back unchanged.
     const src = rdma.regMr(pd, pattern(30 * 16384, 5), []);
     const back = rdma.regMr(pd, 30 * 16384, ['local-write']);
     for (let i = 0; i < 30; i++) rdma.postRecv(qp, { wrId: i, sg: [{ mr: back, offset: i * 16384, length: 16384 }] });
-    for (let i = 0; i < 30; i++) rdma.postSend(qp, { wrId: i, opcode: 'send', sg: [{ mr: src, offset: i * 16384, length: 1 + ((i * 977) % 16384) }] });
+    for (let i = 0; i < 30; i++)
+      rdma.postSend(qp, {
+        wrId: i,
+        opcode: 'send',
+        sg: [{ mr: src, offset: i * 16384, length: 1 + ((i * 977) % 16384) }],
+      });
     const sends = await waitCompletions(scq, 30, 10000);
-    assert.ok(sends.every((c) => c.status === 'success'), JSON.stringify(sends.filter((c) => c.status !== 'success')));
+    assert.ok(
+      sends.every((c) => c.status === 'success'),
+      JSON.stringify(sends.filter((c) => c.status !== 'success')),
+    );
     const echoes = await waitCompletions(rcq, 30, 10000);
     for (const c of echoes) {
-      const i = c.wrId as number, len = 1 + ((i * 977) % 16384);
+      const i = c.wrId as number,
+        len = 1 + ((i * 977) % 16384);
       assert.is(c.byteLen, len);
-      assert.ok(Buffer.from(back.memory.subarray(i * 16384, i * 16384 + len)).equals(Buffer.from(src.memory.subarray(i * 16384, i * 16384 + len))), `echo ${i}`);
+      assert.ok(
+        Buffer.from(back.memory.subarray(i * 16384, i * 16384 + len)).equals(
+          Buffer.from(src.memory.subarray(i * 16384, i * 16384 + len)),
+        ),
+        `echo ${i}`,
+      );
     }
     // Read the child's MR, write part of it, read that back; fetch-add.
     const rd = rdma.regMr(pd, 65536, ['local-write']);
-    rdma.postSend(qp, { wrId: 'read', opcode: 'read', sg: [{ mr: rd, offset: 0, length: 65536 }], remote: { stag, offset: 0 } });
+    rdma.postSend(qp, {
+      wrId: 'read',
+      opcode: 'read',
+      sg: [{ mr: rd, offset: 0, length: 65536 }],
+      remote: { stag, offset: 0 },
+    });
     const [r1] = await waitCompletions(scq, 1, 10000);
     assert.equal([r1.status, r1.byteLen], ['success', 65536]);
-    assert.ok(Buffer.from(rd.memory).equals(Buffer.from(pattern(65536, 99))), 'the child\'s MR, read byte for byte');
+    assert.ok(Buffer.from(rd.memory).equals(Buffer.from(pattern(65536, 99))), "the child's MR, read byte for byte");
     const wr = rdma.regMr(pd, pattern(30000, 6), []);
-    rdma.postSend(qp, { wrId: 'write', opcode: 'write', sg: [{ mr: wr, offset: 0, length: 30000 }], remote: { stag, offset: 1000 } });
-    rdma.postSend(qp, { wrId: 'read2', opcode: 'read', sg: [{ mr: rd, offset: 0, length: 32000 }], remote: { stag, offset: 0 } });
+    rdma.postSend(qp, {
+      wrId: 'write',
+      opcode: 'write',
+      sg: [{ mr: wr, offset: 0, length: 30000 }],
+      remote: { stag, offset: 1000 },
+    });
+    rdma.postSend(qp, {
+      wrId: 'read2',
+      opcode: 'read',
+      sg: [{ mr: rd, offset: 0, length: 32000 }],
+      remote: { stag, offset: 0 },
+    });
     const w = await waitCompletions(scq, 2, 10000);
-    assert.equal(w.map((c) => [c.wrId, c.status]), [['write', 'success'], ['read2', 'success']]);
+    assert.equal(
+      w.map((c) => [c.wrId, c.status]),
+      [
+        ['write', 'success'],
+        ['read2', 'success'],
+      ],
+    );
     const expect = pattern(65536, 99).subarray(0, 32000);
     expect.set(pattern(30000, 6), 1000);
-    assert.ok(Buffer.from(rd.memory.subarray(0, 32000)).equals(Buffer.from(expect)), 'the write landed at offset 1000 only');
+    assert.ok(
+      Buffer.from(rd.memory.subarray(0, 32000)).equals(Buffer.from(expect)),
+      'the write landed at offset 1000 only',
+    );
     const at = rdma.regMr(pd, 8, ['local-write']);
     const before = new DataView(expect.buffer).getBigUint64(0, true);
-    rdma.postSend(qp, { wrId: 'fadd', opcode: 'fetch-add', sg: [{ mr: at, offset: 0, length: 8 }], remote: { stag, offset: 0 }, atomic: { add: 5n } });
+    rdma.postSend(qp, {
+      wrId: 'fadd',
+      opcode: 'fetch-add',
+      sg: [{ mr: at, offset: 0, length: 8 }],
+      remote: { stag, offset: 0 },
+      atomic: { add: 5n },
+    });
     const [fa] = await waitCompletions(scq, 1, 10000);
     assert.is(fa.status, 'success');
     assert.is(at.view.getBigUint64(0, true), before, 'fetch-add returns the old value');
@@ -217,7 +299,13 @@ test('RDMA between two processes over memif: CM connect after ARP, send echo, wr
 
     // Killed mid-burst: a stream of writes, then SIGKILL. Nothing of ours is lost.
     const big = rdma.regMr(pd, pattern(65536, 9), []);
-    for (let i = 0; i < 200; i++) rdma.postSend(second.qp, { wrId: `w${i}`, opcode: 'write', sg: [{ mr: big, offset: 0, length: 60000 }], remote: { stag: second.stag, offset: 0 } });
+    for (let i = 0; i < 200; i++)
+      rdma.postSend(second.qp, {
+        wrId: `w${i}`,
+        opcode: 'write',
+        sg: [{ mr: big, offset: 0, length: 60000 }],
+        remote: { stag: second.stag, offset: 0 },
+      });
     await sleep(5);
     child.proc.kill('SIGKILL');
     await waitFor('link down after the kill', () => !drv.linkUp(), 5000);

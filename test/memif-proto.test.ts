@@ -36,7 +36,10 @@ function msg(type: number, fill: (v: DataView, b: Uint8Array) => void = () => {}
   fill(v, b);
   return b;
 }
-const str = (b: Uint8Array, at: number, len: number) => Buffer.from(b.subarray(at, at + len)).toString('latin1').replace(/\0.*$/s, '');
+const str = (b: Uint8Array, at: number, len: number) =>
+  Buffer.from(b.subarray(at, at + len))
+    .toString('latin1')
+    .replace(/\0.*$/s, '');
 const put = (b: Uint8Array, at: number, s: string) => b.set(Buffer.from(s, 'latin1'), at);
 
 const initMsg = (id: number, secret = '', version = VERSION, mode = 0) =>
@@ -49,7 +52,11 @@ const initMsg = (id: number, secret = '', version = VERSION, mode = 0) =>
   });
 
 /** The next message on fd (waits up to ms, polling `drive` meanwhile). */
-async function recv(fd: number, drive: () => void, ms = 2000): Promise<{ data: Uint8Array; fd: number } | { eof: true }> {
+async function recv(
+  fd: number,
+  drive: () => void,
+  ms = 2000,
+): Promise<{ data: Uint8Array; fd: number } | { eof: true }> {
   const end = Date.now() + ms;
   for (;;) {
     drive();
@@ -60,13 +67,18 @@ async function recv(fd: number, drive: () => void, ms = 2000): Promise<{ data: U
   }
 }
 
-async function expectType(fd: number, drive: () => void, type: number): Promise<{ data: Uint8Array; v: DataView; fd: number }> {
+async function expectType(
+  fd: number,
+  drive: () => void,
+  type: number,
+): Promise<{ data: Uint8Array; v: DataView; fd: number }> {
   const r = await recv(fd, drive);
   assert.ok(!('eof' in r), `expected message ${type}, got end of file`);
   const m = r as { data: Uint8Array; fd: number };
   const v = new DataView(m.data.buffer, m.data.byteOffset, m.data.byteLength);
   assert.is(m.data.length, 128, 'every message is 128 bytes');
-  if (v.getUint16(0, true) !== type) assert.unreachable(`expected message type ${type}, got ${v.getUint16(0, true)} (${str(m.data, 6, 96)})`);
+  if (v.getUint16(0, true) !== type)
+    assert.unreachable(`expected message type ${type}, got ${v.getUint16(0, true)} (${str(m.data, 6, 96)})`);
   return { data: m.data, v, fd: m.fd };
 }
 
@@ -78,7 +90,11 @@ async function expectDisconnect(fd: number, drive: () => void, reason: string): 
   core.closeFd(fd);
 }
 
-function server(s: string, opts: Partial<{ id: number; secret: string; rxQueues: number; txQueues: number; ringSize: number }> = {}, pool: BufferPool = memPool(1024)) {
+function server(
+  s: string,
+  opts: Partial<{ id: number; secret: string; rxQueues: number; txQueues: number; ringSize: number }> = {},
+  pool: BufferPool = memPool(1024),
+) {
   const d = new MemifDriver('srv', { socket: s, role: 'server', ...opts });
   d.open(pool);
   return { d, pool, drive: () => void d.poll() };
@@ -137,23 +153,53 @@ test('refusals, each with its DISCONNECT reason: message size, order, version, m
     fd = await opened();
     core.memifRawSend(fd, initMsg(3, 'k'));
     await expectType(fd, drive, T.ACK);
-    core.memifRawSend(fd, msg(T.ADD_REGION, (v) => { v.setUint16(2, 0, true); v.setBigUint64(4, 4096n, true); }));
+    core.memifRawSend(
+      fd,
+      msg(T.ADD_REGION, (v) => {
+        v.setUint16(2, 0, true);
+        v.setBigUint64(4, 4096n, true);
+      }),
+    );
     await expectDisconnect(fd, drive, 'Missing region fd');
     // A region fd smaller than the size claimed (mapping it would fault).
     fd = await opened();
     core.memifRawSend(fd, initMsg(3, 'k'));
     await expectType(fd, drive, T.ACK);
     const small = core.allocMemory(4096, { hugepages: 'never' });
-    core.memifRawSend(fd, msg(T.ADD_REGION, (v) => { v.setUint16(2, 0, true); v.setBigUint64(4, 1n << 20n, true); }), small.fd);
+    core.memifRawSend(
+      fd,
+      msg(T.ADD_REGION, (v) => {
+        v.setUint16(2, 0, true);
+        v.setBigUint64(4, 1n << 20n, true);
+      }),
+      small.fd,
+    );
     await expectDisconnect(fd, drive, 'Region fd smaller than the region');
     // A ring outside its region, found at CONNECT.
     fd = await opened();
     core.memifRawSend(fd, initMsg(3, 'k'));
     await expectType(fd, drive, T.ACK);
-    core.memifRawSend(fd, msg(T.ADD_REGION, (v) => { v.setUint16(2, 0, true); v.setBigUint64(4, 4096n, true); }), small.fd);
+    core.memifRawSend(
+      fd,
+      msg(T.ADD_REGION, (v) => {
+        v.setUint16(2, 0, true);
+        v.setBigUint64(4, 4096n, true);
+      }),
+      small.fd,
+    );
     await expectType(fd, drive, T.ACK);
     const efd = core.eventfd();
-    core.memifRawSend(fd, msg(T.ADD_RING, (v) => { v.setUint16(2, 1, true); v.setUint16(4, 0, true); v.setUint16(6, 0, true); v.setUint32(8, 0, true); v.setUint8(12, 10); }), efd);
+    core.memifRawSend(
+      fd,
+      msg(T.ADD_RING, (v) => {
+        v.setUint16(2, 1, true);
+        v.setUint16(4, 0, true);
+        v.setUint16(6, 0, true);
+        v.setUint32(8, 0, true);
+        v.setUint8(12, 10);
+      }),
+      efd,
+    );
     await expectType(fd, drive, T.ACK);
     core.memifRawSend(fd, msg(T.CONNECT));
     await expectDisconnect(fd, drive, 'Ring beyond its region');
@@ -161,17 +207,36 @@ test('refusals, each with its DISCONNECT reason: message size, order, version, m
     fd = await opened();
     core.memifRawSend(fd, initMsg(3, 'k'));
     await expectType(fd, drive, T.ACK);
-    core.memifRawSend(fd, msg(T.ADD_RING, (v) => { v.setUint16(2, 1, true); v.setUint16(4, 5, true); v.setUint8(12, 4); }), efd);
+    core.memifRawSend(
+      fd,
+      msg(T.ADD_RING, (v) => {
+        v.setUint16(2, 1, true);
+        v.setUint16(4, 5, true);
+        v.setUint8(12, 4);
+      }),
+      efd,
+    );
     await expectDisconnect(fd, drive, 'Invalid ring index');
     // A ring larger than the server allows.
     fd = await opened();
     core.memifRawSend(fd, initMsg(3, 'k'));
     await expectType(fd, drive, T.ACK);
-    core.memifRawSend(fd, msg(T.ADD_RING, (v) => { v.setUint16(2, 1, true); v.setUint8(12, 11); }), efd);
+    core.memifRawSend(
+      fd,
+      msg(T.ADD_RING, (v) => {
+        v.setUint16(2, 1, true);
+        v.setUint8(12, 11);
+      }),
+      efd,
+    );
     await expectDisconnect(fd, drive, 'Invalid ring size');
     core.closeFd(efd);
     assert.not.ok(d.linkUp());
-    assert.is(d.stats().refused, 4, 'four refused by the interface at INIT (version, mode, two secrets; the unknown id is nobody\'s)');
+    assert.is(
+      d.stats().refused,
+      4,
+      "four refused by the interface at INIT (version, mode, two secrets; the unknown id is nobody's)",
+    );
   } finally {
     d.close();
   }
@@ -186,18 +251,47 @@ async function handClient(s: string, drive: () => void, log2 = 4) {
   const v = new DataView(mem.buffer);
   const u8 = new Uint8Array(mem.buffer);
   for (const r of [0, ringBytes]) v.setUint32(r, COOKIE, true);
-  const efC2S = core.eventfd(), efS2C = core.eventfd();
+  const efC2S = core.eventfd(),
+    efS2C = core.eventfd();
   const fd = core.memifRawConnect(s);
   await expectType(fd, drive, T.HELLO);
   core.memifRawSend(fd, initMsg(0));
   await expectType(fd, drive, T.ACK);
-  core.memifRawSend(fd, msg(T.ADD_REGION, (m) => { m.setUint16(2, 0, true); m.setBigUint64(4, BigInt(mem.size), true); }), mem.fd);
+  core.memifRawSend(
+    fd,
+    msg(T.ADD_REGION, (m) => {
+      m.setUint16(2, 0, true);
+      m.setBigUint64(4, BigInt(mem.size), true);
+    }),
+    mem.fd,
+  );
   await expectType(fd, drive, T.ACK);
-  core.memifRawSend(fd, msg(T.ADD_RING, (m) => { m.setUint16(2, 1, true); m.setUint16(4, 0, true); m.setUint32(8, 0, true); m.setUint8(12, log2); }), efC2S);
+  core.memifRawSend(
+    fd,
+    msg(T.ADD_RING, (m) => {
+      m.setUint16(2, 1, true);
+      m.setUint16(4, 0, true);
+      m.setUint32(8, 0, true);
+      m.setUint8(12, log2);
+    }),
+    efC2S,
+  );
   await expectType(fd, drive, T.ACK);
-  core.memifRawSend(fd, msg(T.ADD_RING, (m) => { m.setUint16(2, 0, true); m.setUint16(4, 0, true); m.setUint32(8, ringBytes, true); m.setUint8(12, log2); }), efS2C);
+  core.memifRawSend(
+    fd,
+    msg(T.ADD_RING, (m) => {
+      m.setUint16(2, 0, true);
+      m.setUint16(4, 0, true);
+      m.setUint32(8, ringBytes, true);
+      m.setUint8(12, log2);
+    }),
+    efS2C,
+  );
   await expectType(fd, drive, T.ACK);
-  core.memifRawSend(fd, msg(T.CONNECT, (_, b) => put(b, 2, 'hand0')));
+  core.memifRawSend(
+    fd,
+    msg(T.CONNECT, (_, b) => put(b, 2, 'hand0')),
+  );
   const c = await expectType(fd, drive, T.CONNECTED);
   const ring = (r: number) => ({
     flags: () => v.getUint16(r + 4, true),
@@ -207,14 +301,45 @@ async function handClient(s: string, drive: () => void, log2 = 4) {
     desc: (slot: number) => {
       const at = r + RING_HDR + (slot & (size - 1)) * DESC;
       return {
-        get flags() { return v.getUint16(at, true); }, set flags(x) { v.setUint16(at, x, true); },
-        get region() { return v.getUint16(at + 2, true); }, set region(x) { v.setUint16(at + 2, x, true); },
-        get length() { return v.getUint32(at + 4, true); }, set length(x) { v.setUint32(at + 4, x, true); },
-        get offset() { return v.getUint32(at + 8, true); }, set offset(x) { v.setUint32(at + 8, x, true); },
+        get flags() {
+          return v.getUint16(at, true);
+        },
+        set flags(x) {
+          v.setUint16(at, x, true);
+        },
+        get region() {
+          return v.getUint16(at + 2, true);
+        },
+        set region(x) {
+          v.setUint16(at + 2, x, true);
+        },
+        get length() {
+          return v.getUint32(at + 4, true);
+        },
+        set length(x) {
+          v.setUint32(at + 4, x, true);
+        },
+        get offset() {
+          return v.getUint32(at + 8, true);
+        },
+        set offset(x) {
+          v.setUint32(at + 8, x, true);
+        },
       };
     },
   });
-  return { fd, mem, u8, c2s: ring(0), s2c: ring(ringBytes), efC2S, efS2C, bufAt, size, connectedName: str(c.data, 2, 32) };
+  return {
+    fd,
+    mem,
+    u8,
+    c2s: ring(0),
+    s2c: ring(ringBytes),
+    efC2S,
+    efS2C,
+    bufAt,
+    size,
+    connectedName: str(c.data, 2, 32),
+  };
 }
 
 test('a hand-written client: full handshake, then frames both ways through the rings, chained, with interrupts', async () => {
@@ -228,7 +353,11 @@ test('a hand-written client: full handshake, then frames both ways through the r
     // Client to server: one 100-byte frame, then a 3000-byte frame in two chained descriptors.
     const f1 = Uint8Array.from({ length: 100 }, (_, i) => i);
     const f2 = Uint8Array.from({ length: 3000 }, (_, i) => (i * 13) & 255);
-    const slots: [Uint8Array, number, number][] = [[f1, 0, 100], [f2, 0, 2048], [f2, 2048, 952]];
+    const slots: [Uint8Array, number, number][] = [
+      [f1, 0, 100],
+      [f2, 0, 2048],
+      [f2, 2048, 952],
+    ];
     slots.forEach(([src, from, len], k) => {
       const dsc = h.c2s.desc(k);
       dsc.region = 0;
@@ -276,8 +405,8 @@ test('a hand-written client: full handshake, then frames both ways through the r
     const got = new Uint8Array(2100);
     got.set(h.u8.subarray(h.bufAt + 16 * 2048, h.bufAt + 17 * 2048), 0);
     got.set(h.u8.subarray(h.bufAt + 17 * 2048, h.bufAt + 17 * 2048 + 52), 2048);
-    assert.ok(Buffer.from(got).equals(Buffer.from(f3)), 'bytes in the client\'s buffers');
-    assert.is(core.eventfdRead(h.efS2C), 1, 'the server kicked (the client\'s ring flags are 0)');
+    assert.ok(Buffer.from(got).equals(Buffer.from(f3)), "bytes in the client's buffers");
+    assert.is(core.eventfdRead(h.efS2C), 1, "the server kicked (the client's ring flags are 0)");
     // Only two empty buffers left: a frame needing three is refused, not cut.
     const big = packet(pool, new Uint8Array(5000));
     assert.is(d.txBurst(0, Uint32Array.of(big), 0, 1), 0, 'no room for a 3-slot frame');
@@ -328,7 +457,14 @@ test('our client seen by a hand-written server: INIT, ADD_REGION x2 (zero copy),
   const s = sock();
   const lfd = core.memifRawListen(s);
   const pool = createPool({ count: 1024, hugepages: 'never' });
-  const c = new MemifDriver('cli', { socket: s, role: 'client', id: 9, secret: 'open sesame', ringSize: 64, rxQueues: 2 });
+  const c = new MemifDriver('cli', {
+    socket: s,
+    role: 'client',
+    id: 9,
+    secret: 'open sesame',
+    ringSize: 64,
+    rxQueues: 2,
+  });
   c.open(pool);
   try {
     let fd = -1;
@@ -338,11 +474,18 @@ test('our client seen by a hand-written server: INIT, ADD_REGION x2 (zero copy),
       if (fd < 0) await sleep(2);
     }
     assert.ok(fd >= 0, 'the client connected');
-    core.memifRawSend(fd, msg(T.HELLO, (v, b) => {
-      put(b, 2, 'hand-server');
-      v.setUint16(34, VERSION, true); v.setUint16(36, VERSION, true);
-      v.setUint16(38, 255, true); v.setUint16(40, 0, true); v.setUint16(42, 0, true); v.setUint8(44, 5);
-    }));
+    core.memifRawSend(
+      fd,
+      msg(T.HELLO, (v, b) => {
+        put(b, 2, 'hand-server');
+        v.setUint16(34, VERSION, true);
+        v.setUint16(36, VERSION, true);
+        v.setUint16(38, 255, true);
+        v.setUint16(40, 0, true);
+        v.setUint16(42, 0, true);
+        v.setUint8(44, 5);
+      }),
+    );
     const drive = () => void c.poll();
     const init = await expectType(fd, drive, T.INIT);
     assert.is(init.v.getUint16(2, true), VERSION);
@@ -354,21 +497,44 @@ test('our client seen by a hand-written server: INIT, ADD_REGION x2 (zero copy),
     assert.is(r0.v.getUint16(2, true), 0);
     assert.ok(r0.fd >= 0, 'region 0 fd passed');
     const r0size = Number(r0.v.getBigUint64(4, true));
-    assert.is(r0size, 2 * (128 + 16 * 32), 'one C2S and one S2C ring of 32 slots (the server allows 2^5 and one ring each way)');
+    assert.is(
+      r0size,
+      2 * (128 + 16 * 32),
+      'one C2S and one S2C ring of 32 slots (the server allows 2^5 and one ring each way)',
+    );
     const r1 = await expectType(fd, drive, T.ADD_REGION);
     assert.is(r1.v.getUint16(2, true), 1);
     assert.is(Number(r1.v.getBigUint64(4, true)), pool.memory.buffer.byteLength, 'region 1 is the whole pool memory');
     const ringMsgs = [await expectType(fd, drive, T.ADD_RING), await expectType(fd, drive, T.ADD_RING)];
-    assert.equal(ringMsgs.map((m) => [m.v.getUint16(2, true), m.v.getUint16(4, true), m.v.getUint16(6, true), m.v.getUint32(8, true), m.v.getUint8(12), m.fd >= 0]),
-      [[1, 0, 0, 0, 5, true], [0, 0, 0, 128 + 16 * 32, 5, true]], 'C2S ring 0 at offset 0, then S2C ring 0, each with an eventfd');
+    assert.equal(
+      ringMsgs.map((m) => [
+        m.v.getUint16(2, true),
+        m.v.getUint16(4, true),
+        m.v.getUint16(6, true),
+        m.v.getUint32(8, true),
+        m.v.getUint8(12),
+        m.fd >= 0,
+      ]),
+      [
+        [1, 0, 0, 0, 5, true],
+        [0, 0, 0, 128 + 16 * 32, 5, true],
+      ],
+      'C2S ring 0 at offset 0, then S2C ring 0, each with an eventfd',
+    );
     const conn = await expectType(fd, drive, T.CONNECT);
     assert.is(str(conn.data, 2, 32), 'cli');
     const map = new DataView(core.memifMapFd(r0.fd, r0size));
     assert.is(map.getUint32(0, true), COOKIE, 'ring cookie');
     assert.is(map.getUint32(128 + 16 * 32, true), COOKIE);
     for (const m of [init, r0, r1, ...ringMsgs, conn]) core.memifRawSend(fd, msg(T.ACK));
-    core.memifRawSend(fd, msg(T.CONNECTED, (_, b) => put(b, 2, 'hand-srv0')));
-    for (let i = 0; i < 100 && !c.linkUp(); i++) { c.poll(); await sleep(1); }
+    core.memifRawSend(
+      fd,
+      msg(T.CONNECTED, (_, b) => put(b, 2, 'hand-srv0')),
+    );
+    for (let i = 0; i < 100 && !c.linkUp(); i++) {
+      c.poll();
+      await sleep(1);
+    }
     assert.ok(c.linkUp());
     assert.is(c.info().remoteIfName, 'hand-srv0');
     assert.is(c.info().rxRings, 1, 'the server offered one ring each way');
@@ -378,9 +544,22 @@ test('our client seen by a hand-written server: INIT, ADD_REGION x2 (zero copy),
     assert.is(map.getUint16(s2c + 6, true), 32, 'S2C head: every slot offered');
     assert.is(map.getUint16(s2c + 128 + 2, true), 1, 'descriptor region 1');
     assert.is(map.getUint32(s2c + 128 + 4, true), pool.dataSize, 'descriptor length = pool data size');
-    assert.is((map.getUint32(s2c + 128 + 8, true) - pool.headroom) % pool.stride, 0, 'offset = a pool buffer\'s data start');
-    core.memifRawSend(fd, msg(T.DISCONNECT, (v, b) => { v.setUint32(2, 5, true); put(b, 6, 'bye now'); }));
-    for (let i = 0; i < 100 && c.linkUp(); i++) { c.poll(); await sleep(1); }
+    assert.is(
+      (map.getUint32(s2c + 128 + 8, true) - pool.headroom) % pool.stride,
+      0,
+      "offset = a pool buffer's data start",
+    );
+    core.memifRawSend(
+      fd,
+      msg(T.DISCONNECT, (v, b) => {
+        v.setUint32(2, 5, true);
+        put(b, 6, 'bye now');
+      }),
+    );
+    for (let i = 0; i < 100 && c.linkUp(); i++) {
+      c.poll();
+      await sleep(1);
+    }
     assert.equal(c.info().lastDisconnect, { reason: 'bye now', code: 5, byPeer: true, wasUp: true });
     assert.is(pool.available(), pool.count, 'the refilled buffers came back');
     for (const f of [r0.fd, r1.fd, ...ringMsgs.map((m) => m.fd), fd]) core.closeFd(f);

@@ -13,7 +13,9 @@ const ops = rdmaOpsSuite('memif');
 ops('10 000 mixed operations with 5 % loss, reordering, duplication and corruption at once, over memif', async () => {
   const r = await faultRun(0.05, 51, 'memif');
   assert.ok(r.retransmits > 0);
-  console.log(`  memif faults 5%: ${OPS} ops in ${r.ms.toFixed(0)} ms, ${((r.bytes * 8) / (r.ms * 1e3)).toFixed(1)} Mbit/s payload, ${r.retransmits} retransmissions, ${r.dropped} dropped by the injector`);
+  console.log(
+    `  memif faults 5%: ${OPS} ops in ${r.ms.toFixed(0)} ms, ${((r.bytes * 8) / (r.ms * 1e3)).toFixed(1)} Mbit/s payload, ${r.retransmits} retransmissions, ${r.dropped} dropped by the injector`,
+  );
 });
 
 ops.run();

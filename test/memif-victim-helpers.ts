@@ -20,7 +20,8 @@ const out = new Uint32Array(256);
 const one = new Uint32Array(1);
 const say = (o: object) => process.stdout.write(JSON.stringify(o) + '\n');
 let up = false;
-let connects = 0, disconnects = 0;
+let connects = 0,
+  disconnects = 0;
 let lastTx = 0;
 
 const timer = setInterval(() => {
@@ -33,7 +34,8 @@ const timer = setInterval(() => {
   // Counted, not sampled: a link can come up and go down between two polls.
   const st = d.stats();
   for (; connects < st.connects; connects++) say({ up: true });
-  for (; disconnects < st.disconnects; disconnects++) say({ down: true, reason: d.info().lastDisconnect?.reason ?? null });
+  for (; disconnects < st.disconnects; disconnects++)
+    say({ down: true, reason: d.info().lastDisconnect?.reason ?? null });
   up = d.linkUp();
   const now = Date.now();
   if (up && now - lastTx >= 1) {
@@ -55,7 +57,8 @@ const stop = () => {
   process.exit(0);
 };
 rl.on('line', (l) => {
-  if (l === 'status') say({ alive: true, up: d.linkUp(), stats: d.stats(), reason: d.info().lastDisconnect?.reason ?? null });
+  if (l === 'status')
+    say({ alive: true, up: d.linkUp(), stats: d.stats(), reason: d.info().lastDisconnect?.reason ?? null });
   if (l === 'stop') stop();
 });
 rl.on('close', stop);

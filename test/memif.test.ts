@@ -39,23 +39,37 @@ async function until(what: string, ds: MemifDriver[], cond: () => boolean, ms = 
   for (;;) {
     for (const d of ds) d.poll();
     if (cond()) return;
-    if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${what}: ${JSON.stringify(ds.map((d) => d.info()))}`);
+    if (Date.now() > end)
+      throw new Error(`timed out after ${ms} ms waiting for ${what}: ${JSON.stringify(ds.map((d) => d.info()))}`);
     await sleep(2);
   }
 }
 
 function bytes(len: number, seed: number): Uint8Array {
   const b = new Uint8Array(len);
-  let x = seed * 2654435761 >>> 0 || 1;
+  let x = (seed * 2654435761) >>> 0 || 1;
   for (let i = 0; i < len; i++) {
-    x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0;
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
     b[i] = x & 0xff;
   }
   return b;
 }
 
 /** Send frames of `sizes` from a to b on queue q (txQueue tq), receive them all; returns what arrived. */
-async function exchange(a: MemifDriver, pa: BufferPool, b: MemifDriver, pb: BufferPool, sizes: number[], q = 0, tq = q, seed = 1): Promise<Uint8Array[]> {
+async function exchange(
+  a: MemifDriver,
+  pa: BufferPool,
+  b: MemifDriver,
+  pb: BufferPool,
+  sizes: number[],
+  q = 0,
+  tq = q,
+  seed = 1,
+): Promise<Uint8Array[]> {
   const sent = sizes.map((n, i) => bytes(n, seed + i));
   const bufs = Uint32Array.from(sent, (s) => packet(pa, s));
   let off = 0;
@@ -72,7 +86,8 @@ async function exchange(a: MemifDriver, pa: BufferPool, b: MemifDriver, pb: Buff
     if (n === 0) await sleep(0);
   }
   assert.is(got.length, sent.length);
-  for (let i = 0; i < sent.length; i++) assert.ok(Buffer.from(got[i]).equals(Buffer.from(sent[i])), `frame ${i} (${sizes[i]} bytes) byte for byte`);
+  for (let i = 0; i < sent.length; i++)
+    assert.ok(Buffer.from(got[i]).equals(Buffer.from(sent[i])), `frame ${i} (${sizes[i]} bytes) byte for byte`);
   return got;
 }
 
@@ -117,13 +132,15 @@ test('options: bad values throw naming the interface and the option', () => {
 test('server and client connect on a filesystem socket (directory created, file removed on close); zero copy for a memfd pool', async () => {
   const sock = sockPath();
   assert.not.ok(fs.existsSync(path.dirname(sock)));
-  const ps = memPool(2048), pc = createPool({ count: 4096, hugepages: 'never' });
+  const ps = memPool(2048),
+    pc = createPool({ count: 4096, hugepages: 'never' });
   const s = drv('ms', { socket: sock, role: 'server', mac: '02:00:00:00:00:01' }, ps);
   assert.ok(fs.statSync(sock).isSocket(), 'the server created the socket and its directory');
   assert.not.ok(s.linkUp(), 'down without a client');
   const c = drv('mc', { socket: sock, role: 'client' }, pc);
   await until('link up', [s, c], () => s.linkUp() && c.linkUp());
-  const si = s.info(), ci = c.info();
+  const si = s.info(),
+    ci = c.info();
   assert.is(si.state, 'connected');
   assert.is(ci.zeroCopy, true, 'client with a memfd pool registers it as region 1');
   assert.is(ci.regions, 2);
@@ -134,7 +151,8 @@ test('server and client connect on a filesystem socket (directory created, file 
   assert.ok(s.rxWaitFd(0) >= 0 && c.rxWaitFd(0) >= 0);
   await exchange(c, pc, s, ps, [60, 64, 1514, 100]);
   await exchange(s, ps, c, pc, [60, 64, 1514, 100]);
-  const sc = s.counters(), cc = c.counters();
+  const sc = s.counters(),
+    cc = c.counters();
   assert.is(sc.rxPackets, 4);
   assert.is(sc.rxBytes, 60 + 64 + 1514 + 100);
   assert.is(sc.txPackets, 4);
@@ -152,7 +170,8 @@ test('server and client connect on a filesystem socket (directory created, file 
 test('chained descriptors: jumbo frames both ways, zero-copy and copy clients, small memif buffers', async () => {
   for (const zc of [true, false]) {
     const sock = sockPath();
-    const ps = memPool(4096, 2048), pc = zc ? createPool({ count: 4096, hugepages: 'never' }) : memPool(4096, 2048);
+    const ps = memPool(4096, 2048),
+      pc = zc ? createPool({ count: 4096, hugepages: 'never' }) : memPool(4096, 2048);
     const s = drv('js', { socket: sock, role: 'server', mtu: 9000 }, ps);
     const c = drv('jc', { socket: sock, role: 'client', mtu: 9000, bufferSize: 1024 }, pc);
     await until('link up', [s, c], () => s.linkUp() && c.linkUp());
@@ -160,7 +179,10 @@ test('chained descriptors: jumbo frames both ways, zero-copy and copy clients, s
     const sizes = [9014, 2048, 2049, 4097, 60, 9014, 1024, 1025];
     await exchange(c, pc, s, ps, sizes, 0, 0, 7);
     await exchange(s, ps, c, pc, sizes, 0, 0, 9);
-    assert.ok(s.stats().rxChained >= 4 && s.stats().txChained >= 4, `chained frames counted ${JSON.stringify(s.stats())}`);
+    assert.ok(
+      s.stats().rxChained >= 4 && s.stats().txChained >= 4,
+      `chained frames counted ${JSON.stringify(s.stats())}`,
+    );
     c.close();
     s.close();
     whole(ps, `server (${zc ? 'zero-copy' : 'copy'} client)`);
@@ -170,7 +192,8 @@ test('chained descriptors: jumbo frames both ways, zero-copy and copy clients, s
 
 test('several queue pairs: each queue delivers to the same queue on the other side', async () => {
   const sock = sockPath();
-  const ps = memPool(4096), pc = createPool({ count: 8192, hugepages: 'never' });
+  const ps = memPool(4096),
+    pc = createPool({ count: 8192, hugepages: 'never' });
   const s = drv('qs', { socket: sock, role: 'server', rxQueues: 4, ringSize: 256 }, ps);
   const c = drv('qc', { socket: sock, role: 'client', rxQueues: 4, ringSize: 256 }, pc);
   await until('link up', [s, c], () => s.linkUp() && c.linkUp());
@@ -197,7 +220,8 @@ test('several queue pairs: each queue delivers to the same queue on the other si
 
 test('reconnection: the server restarts, then the client restarts; link state follows', async () => {
   const sock = sockPath();
-  const ps = memPool(2048), pc = createPool({ count: 4096, hugepages: 'never' });
+  const ps = memPool(2048),
+    pc = createPool({ count: 4096, hugepages: 'never' });
   let s = drv('rs', { socket: sock, role: 'server' }, ps);
   let c = drv('rc', { socket: sock, role: 'client' }, pc);
   await until('link up', [s, c], () => s.linkUp() && c.linkUp());
@@ -228,7 +252,8 @@ test('reconnection: the server restarts, then the client restarts; link state fo
 
 test('a peer that goes away mid-burst: frames in flight and refilled buffers all come back', async () => {
   const sock = sockPath();
-  const ps = memPool(2048), pc = createPool({ count: 4096, hugepages: 'never' });
+  const ps = memPool(2048),
+    pc = createPool({ count: 4096, hugepages: 'never' });
   const s = drv('vs', { socket: sock, role: 'server', ringSize: 512 }, ps);
   const c = drv('vc', { socket: sock, role: 'client', ringSize: 512 }, pc);
   await until('link up', [s, c], () => s.linkUp() && c.linkUp());
@@ -254,7 +279,8 @@ test('a peer that goes away mid-burst: frames in flight and refilled buffers all
 
 test('refused handshakes: wrong secret, missing secret, unknown id, second client; the right ones connect', async () => {
   const sock = sockPath();
-  const ps = memPool(1024), pc = memPool(1024);
+  const ps = memPool(1024),
+    pc = memPool(1024);
   const s = drv('ss', { socket: sock, role: 'server', id: 7, secret: 'sesame' }, ps);
   const wrong = drv('c1', { socket: sock, role: 'client', id: 7, secret: 'nope' }, pc);
   await until('refusal', [s, wrong], () => wrong.info().lastDisconnect !== null);
@@ -287,10 +313,14 @@ test('refused handshakes: wrong secret, missing secret, unknown id, second clien
 
 test('two server interfaces share one socket by id; abstract namespace socket', async () => {
   const name = `@rdma-graph-test-${process.pid}-${seq++}`;
-  const ps = memPool(2048), pc = memPool(2048);
+  const ps = memPool(2048),
+    pc = memPool(2048);
   const s0 = drv('a0', { socket: name, role: 'server', id: 0 }, ps);
   const s1 = drv('a1', { socket: name, role: 'server', id: 1 }, ps);
-  assert.throws(() => drv('a2', { socket: name, role: 'server', id: 1 }, ps), /interface id 1 is already served on socket @rdma-graph-test.* by a1/);
+  assert.throws(
+    () => drv('a2', { socket: name, role: 'server', id: 1 }, ps),
+    /interface id 1 is already served on socket @rdma-graph-test.* by a1/,
+  );
   const unix = fs.readFileSync('/proc/net/unix', 'utf8');
   assert.ok(unix.includes(' ' + name + '\n'), 'the listener is in the abstract namespace under its exact name');
   const c1 = drv('b1', { socket: `abstract:${name.slice(1)}`, role: 'client', id: 1 }, pc);
@@ -316,7 +346,14 @@ test('two server interfaces share one socket by id; abstract namespace socket', 
 test('a socket another process serves is refused; a stale socket file is replaced', async () => {
   const busy = sockPath();
   fs.mkdirSync(path.dirname(busy), { recursive: true });
-  const holder = spawn('python3', ['-c', `import socket,time; s=socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind(${JSON.stringify(busy)}); s.listen(1); print('ok', flush=True); time.sleep(30)`], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const holder = spawn(
+    'python3',
+    [
+      '-c',
+      `import socket,time; s=socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind(${JSON.stringify(busy)}); s.listen(1); print('ok', flush=True); time.sleep(30)`,
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
   try {
     await new Promise<void>((resolve) => holder.stdout!.once('data', () => resolve()));
     const other = new MemifDriver('u1', { socket: busy, role: 'server' });
@@ -327,7 +364,10 @@ test('a socket another process serves is refused; a stale socket file is replace
   const stale = sockPath();
   fs.mkdirSync(path.dirname(stale), { recursive: true });
   // A socket file nobody listens on (left by a process that died).
-  const r = spawnSync('python3', ['-c', `import socket; s=socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind(${JSON.stringify(stale)}); s.listen(1)`]);
+  const r = spawnSync('python3', [
+    '-c',
+    `import socket; s=socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind(${JSON.stringify(stale)}); s.listen(1)`,
+  ]);
   assert.is(r.status, 0);
   assert.ok(fs.existsSync(stale));
   const s = drv('u2', { socket: stale, role: 'server' }, memPool(64));
@@ -336,13 +376,21 @@ test('a socket another process serves is refused; a stale socket file is replace
   assert.not.ok(fs.existsSync(stale));
 });
 
-test('in the engine: the receiving graph sleeps when idle and wakes on the peer\'s interrupt', async () => {
+test("in the engine: the receiving graph sleeps when idle and wakes on the peer's interrupt", async () => {
   const sock = sockPath();
-  const ps = memPool(2048), pc = createPool({ count: 4096, hugepages: 'never' });
+  const ps = memPool(2048),
+    pc = createPool({ count: 4096, hugepages: 'never' });
   const g = new Graph({ pool: ps, idlePollUs: 20 });
   const ifs = new Interfaces(g);
   let received = 0;
-  g.register({ name: 'count-sink', fn: (rt, f) => { received += f!.n; ps.free(f!.vec, 0, f!.n); return f!.n; } });
+  g.register({
+    name: 'count-sink',
+    fn: (rt, f) => {
+      received += f!.n;
+      ps.free(f!.vec, 0, f!.n);
+      return f!.n;
+    },
+  });
   const s = new MemifDriver('gs', { socket: sock, role: 'server' });
   ifs.add(s, { next: 'count-sink' });
   g.build();

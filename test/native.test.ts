@@ -8,13 +8,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import { Worker } from 'node:worker_threads';
 
-import {
-  DriverUnavailableError,
-  NATIVE_BUILD_DIR,
-  loadAddon,
-  loadCore,
-  type FdWaiter,
-} from '../native/load.ts';
+import { DriverUnavailableError, NATIVE_BUILD_DIR, loadAddon, loadCore, type FdWaiter } from '../native/load.ts';
 
 const core = loadCore();
 const CORE_PATH = NATIVE_BUILD_DIR + 'core.node';
@@ -141,7 +135,10 @@ test('allocMemory (no hugepages) is writable, zeroed, page-rounded and shared th
   assert.ok(m.size >= 10_000 && m.size % m.pageSize === 0 && m.size < 10_000 + m.pageSize);
   assert.is(m.buffer.byteLength, m.size);
   const u8 = new Uint8Array(m.buffer);
-  assert.ok(u8.every((b) => b === 0), 'fresh memory is zero-filled');
+  assert.ok(
+    u8.every((b) => b === 0),
+    'fresh memory is zero-filled',
+  );
 
   // JS writes -> visible through an independent read of the memfd.
   u8.set([0xde, 0xad, 0xbe, 0xef], 8190);
@@ -155,7 +152,10 @@ test('allocMemory (no hugepages) is writable, zeroed, page-rounded and shared th
     fs.writeSync(other, Buffer.from([1, 2, 3]), 0, 3, 100);
     assert.equal([...u8.subarray(100, 103)], [1, 2, 3]);
     // The size is sealed: a peer holding the fd cannot shrink it under our mapping.
-    assert.throws(() => fs.ftruncateSync(other, 0), (e: NodeJS.ErrnoException) => e.code === 'EPERM');
+    assert.throws(
+      () => fs.ftruncateSync(other, 0),
+      (e: NodeJS.ErrnoException) => e.code === 'EPERM',
+    );
   } finally {
     fs.closeSync(other);
   }

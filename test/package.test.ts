@@ -24,9 +24,17 @@ test('an application imports rdma-graph and drives a data plane through the faca
   `;
   const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], { cwd: ROOT, encoding: 'utf8' });
   const r = JSON.parse(out.trim().split('\n').pop()!);
-  const { version } = JSON.parse(execFileSync(process.execPath, ['-p', 'JSON.stringify(require("./package.json"))'], { cwd: ROOT, encoding: 'utf8' }));
+  const { version } = JSON.parse(
+    execFileSync(process.execPath, ['-p', 'JSON.stringify(require("./package.json"))'], {
+      cwd: ROOT,
+      encoding: 'utf8',
+    }),
+  );
   assert.is(r.version, version);
-  assert.equal(r.ifs, [['p0', 'up'], ['p1', 'up']]);
+  assert.equal(r.ifs, [
+    ['p0', 'up'],
+    ['p1', 'up'],
+  ]);
   assert.is(typeof r.pd, 'number');
   assert.is(r.kind, 'not-found');
 });

@@ -20,7 +20,10 @@ interface Rec {
 }
 
 /** A classic pcap file built by hand (independent of the writer under test). */
-function makePcap(recs: Rec[], o: { le?: boolean; ns?: boolean; snaplen?: number; linktype?: number } = {}): Uint8Array {
+function makePcap(
+  recs: Rec[],
+  o: { le?: boolean; ns?: boolean; snaplen?: number; linktype?: number } = {},
+): Uint8Array {
   const le = o.le ?? true;
   const size = 24 + recs.reduce((a, r) => a + 16 + r.data.length, 0);
   const out = new Uint8Array(size);
@@ -123,14 +126,18 @@ test('rxBurst delivers lengths, bytes, timestamps; big packets become chains', (
   const big = out[2];
   assert.is(pool.dataSize, 2048);
   assert.is(pool.segments(big), 3);
-  const s1 = pool.next[big], s2 = pool.next[s1];
+  const s1 = pool.next[big],
+    s2 = pool.next[s1];
   assert.equal([pool.length[big], pool.length[s1], pool.length[s2]], [2048, 2048, 904]);
   assert.ok(pool.flags[big] & BufferFlag.NEXT_PRESENT);
   assert.ok(pool.flags[s1] & BufferFlag.NEXT_PRESENT);
   assert.not.ok(pool.flags[s2] & BufferFlag.NEXT_PRESENT);
   const c = drv.counters();
   assert.is(c.rxPackets, recs.length);
-  assert.is(c.rxBytes, SIZES.reduce((a, b) => a + b, 0));
+  assert.is(
+    c.rxBytes,
+    SIZES.reduce((a, b) => a + b, 0),
+  );
   pool.free(out, 0, n);
   drv.close();
   assert.not.ok(drv.linkUp());
@@ -189,7 +196,8 @@ function roundTrip(input: Uint8Array, name: string, poolCount = 1024): Uint8Arra
     const n = rx.rxBurst(0, out, out.length);
     assert.is(tx.txBurst(0, out, 0, n), n);
   }
-  const rc = rx.counters(), tc = tx.counters();
+  const rc = rx.counters(),
+    tc = tx.counters();
   assert.is(tc.txPackets, rc.rxPackets);
   assert.is(tc.txBytes, rc.rxBytes);
   rx.close();
@@ -223,7 +231,8 @@ test('round trip: big-endian input re-written little-endian has the same records
   const recs = sampleRecs(true);
   const input = makePcap(recs, { ns: true, le: false });
   const output = roundTrip(input, 'rt-be');
-  const a = PcapReader.parse(input), b = PcapReader.parse(output);
+  const a = PcapReader.parse(input),
+    b = PcapReader.parse(output);
   assert.is(b.header.littleEndian, true);
   assert.is(b.header.nanosecond, true);
   assert.is(b.count, a.count);
@@ -238,7 +247,8 @@ test('round trip: big-endian input re-written little-endian has the same records
 });
 
 test('writer → reader → writer with the reader header is byte-identical', () => {
-  const p1 = file('w1.pcap'), p2 = file('w2.pcap');
+  const p1 = file('w1.pcap'),
+    p2 = file('w2.pcap');
   const w1 = new PcapWriter(p1, { nanosecond: true, snaplen: 1000, thiszone: -3600, sigfigs: 0 });
   w1.writeRecord(10, 999_999_999, bytes(100, 7));
   w1.writeRecord(11, 1, bytes(1500, 8)); // truncated to snaplen 1000, orig_len 1500
@@ -462,7 +472,10 @@ test('rate: 1000 pps over 20 packets is paced', async () => {
 
 test('errors: missing file names the path', () => {
   const p = path.join(dir, 'nope', 'missing.pcap');
-  assert.throws(() => new PcapDriver('pcap0', { rxFile: p }), (e: Error) => e.message.includes(p) && /does not exist/.test(e.message));
+  assert.throws(
+    () => new PcapDriver('pcap0', { rxFile: p }),
+    (e: Error) => e.message.includes(p) && /does not exist/.test(e.message),
+  );
 });
 
 test('errors: a directory, bad options', () => {
@@ -479,7 +492,10 @@ test('errors: a directory, bad options', () => {
 });
 
 test('errors: too short, bad magic, pcapng', () => {
-  assert.throws(() => new PcapDriver('pcap0', { rxFile: file('short.pcap', new Uint8Array(10)) }), /too short.*10 bytes/);
+  assert.throws(
+    () => new PcapDriver('pcap0', { rxFile: file('short.pcap', new Uint8Array(10)) }),
+    /too short.*10 bytes/,
+  );
   const bad = makePcap([]);
   bad.set([0xde, 0xad, 0xbe, 0xef], 0);
   assert.throws(() => new PcapDriver('pcap0', { rxFile: file('bad.pcap', bad) }), /bad magic 0xdeadbeef/);
@@ -493,15 +509,27 @@ test('errors: truncated record names the record and offset', () => {
   const whole = makePcap(recs);
   // Cut inside the third record's data: it starts at 24 + (16+60) + (16+1514) = 1630.
   const cut = whole.subarray(0, 1630 + 16 + 100);
-  assert.throws(() => PcapReader.parse(cut, 'cut.pcap'), /record 3 at byte offset 1630 is truncated: incl_len 5000 but only 100/);
+  assert.throws(
+    () => PcapReader.parse(cut, 'cut.pcap'),
+    /record 3 at byte offset 1630 is truncated: incl_len 5000 but only 100/,
+  );
   // Cut inside a record header.
-  assert.throws(() => PcapReader.parse(whole.subarray(0, 1630 + 7)), /record 3 at byte offset 1630 is truncated: 7 bytes left/);
+  assert.throws(
+    () => PcapReader.parse(whole.subarray(0, 1630 + 7)),
+    /record 3 at byte offset 1630 is truncated: 7 bytes left/,
+  );
   const p = file('trunc.pcap', cut);
-  assert.throws(() => new PcapDriver('pcap0', { rxFile: p }), (e: Error) => e.message.includes(p) && /record 3/.test(e.message));
+  assert.throws(
+    () => new PcapDriver('pcap0', { rxFile: p }),
+    (e: Error) => e.message.includes(p) && /record 3/.test(e.message),
+  );
 });
 
 test('errors: incl_len beyond snaplen or 256 KiB', () => {
-  assert.throws(() => PcapReader.parse(makePcap(sampleRecs(false), { snaplen: 1000 })), /record 2 at byte offset 100 has incl_len 1514, more than the file's snaplen 1000/);
+  assert.throws(
+    () => PcapReader.parse(makePcap(sampleRecs(false), { snaplen: 1000 })),
+    /record 2 at byte offset 100 has incl_len 1514, more than the file's snaplen 1000/,
+  );
   const big = makePcap([{ sec: 0, frac: 0, data: new Uint8Array(300 * 1024) }], { snaplen: 0x7fffffff });
   assert.throws(() => PcapReader.parse(big), /incl_len 307200, more than the 262144-byte maximum/);
 });

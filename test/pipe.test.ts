@@ -34,13 +34,20 @@ test('both directions move the same indices, zero-copy, with counters', () => {
   assert.ok(a.linkUp() && b.linkUp());
   assert.is(a.rxWaitFd(0), -1);
 
-  for (const [tx, rx, seed] of [[a, b, 1], [b, a, 2]] as const) {
+  for (const [tx, rx, seed] of [
+    [a, b, 1],
+    [b, a, 2],
+  ] as const) {
     const sent = packets(pool, 10, seed);
     const before = snapshot(pool, sent);
     const offsets = Array.from(sent, (bi) => pool.offset[bi]);
     const bytes = before.reduce((s, p) => s + p.length, 0);
-    assert.ok(before.some((p) => p.length > pool.dataSize), 'some packets are chains');
-    const txBefore = tx.counters(), rxBefore = rx.counters();
+    assert.ok(
+      before.some((p) => p.length > pool.dataSize),
+      'some packets are chains',
+    );
+    const txBefore = tx.counters(),
+      rxBefore = rx.counters();
 
     assert.is(tx.txBurst(0, sent, 0, 10), 10);
     assert.is(rx.rxPending(), 10);
@@ -48,11 +55,16 @@ test('both directions move the same indices, zero-copy, with counters', () => {
     const n = rx.rxBurst(0, out, 256);
     assert.is(n, 10);
     assert.equal(Array.from(out.subarray(0, n)), Array.from(sent), 'same indices, same order');
-    assert.equal(Array.from(out.subarray(0, n), (bi) => pool.offset[bi]), offsets, 'same data offsets');
+    assert.equal(
+      Array.from(out.subarray(0, n), (bi) => pool.offset[bi]),
+      offsets,
+      'same data offsets',
+    );
     assert.equal(snapshot(pool, out.subarray(0, n)), before, 'bytes unchanged');
     assert.is(rx.rxBurst(0, out, 256), 0);
 
-    const tc = tx.counters(), rc = rx.counters();
+    const tc = tx.counters(),
+      rc = rx.counters();
     assert.is(tc.txPackets - txBefore.txPackets, 10);
     assert.is(tc.txBytes - txBefore.txBytes, bytes);
     assert.is(rc.rxPackets - rxBefore.rxPackets, 10);
@@ -95,7 +107,7 @@ test('ring full: partial accept, the rest stays with the caller; wrap-around kee
   assert.is(a.txBurst(0, bufs, 0, 12), 8);
   assert.is(a.counters().txDrops, 4);
   assert.is(a.counters().txPackets, 8);
-  for (let i = 8; i < 12; i++) assert.ok(pool.isAllocated(bufs[i]), 'rejected buffers are the caller\'s');
+  for (let i = 8; i < 12; i++) assert.ok(pool.isAllocated(bufs[i]), "rejected buffers are the caller's");
   assert.is(a.txBurst(0, bufs, 8, 4), 0, 'still full');
   const out = new Uint32Array(16);
   assert.is(b.rxBurst(0, out, 5), 5);
@@ -113,7 +125,8 @@ test('ring full: partial accept, the rest stays with the caller; wrap-around kee
 test('wakeup is called when the peer enqueues, not when nothing moved', () => {
   const pool = memPool();
   const [a, b] = createPipe('w0', 'w1', { ringSize: 2 });
-  let wakesA = 0, wakesB = 0;
+  let wakesA = 0,
+    wakesB = 0;
   a.setWakeup(() => wakesA++);
   b.setWakeup(() => wakesB++);
   a.open(pool);
@@ -187,7 +200,8 @@ test('named ends pair across two pools: bytes copied into the peer pool, ours fr
   const b = pipeEnd('xb', 'xa', { mtu: 9000 });
   b.open(poolB);
   assert.ok(a.linkUp() && b.linkUp());
-  const freeA = poolA.available(), freeB = poolB.available();
+  const freeA = poolA.available(),
+    freeB = poolB.available();
   const sent = packets(poolA, 20, 3);
   const want = snapshot(poolA, sent);
   assert.is(a.txBurst(0, sent, 0, sent.length), 20);

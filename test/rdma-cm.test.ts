@@ -13,7 +13,19 @@ import type { RdmaEvent } from '../nodes/rdma/core.ts';
 import type { QpInit } from '../dataplane/verbs.ts';
 import { type Completion, type Mr, VerbsError } from '../nodes/rdma/verbs.ts';
 import {
-  closeLeftovers, type Ends, finish, IP_A, IP_B, makeEnds, pattern, settle, type Stack, trackedStacks, twoStacks, waitCompletions, waitFor,
+  closeLeftovers,
+  type Ends,
+  finish,
+  IP_A,
+  IP_B,
+  makeEnds,
+  pattern,
+  settle,
+  type Stack,
+  trackedStacks,
+  twoStacks,
+  waitCompletions,
+  waitFor,
 } from './rdma-helpers.ts';
 
 const RW = ['local-write', 'remote-write', 'remote-read', 'remote-atomic'];
@@ -25,17 +37,26 @@ test.after.each(closeLeftovers);
 
 function pair(opts: Parameters<typeof twoStacks>[0] = {}) {
   const p = trackedStacks(opts);
-  const evA: RdmaEvent[] = [], evB: RdmaEvent[] = [];
+  const evA: RdmaEvent[] = [],
+    evB: RdmaEvent[] = [];
   p.a.rdma.onEvent = (e) => evA.push(e);
   p.b.rdma.onEvent = (e) => evB.push(e);
   return { p, evA, evB };
 }
 
-
-const wc = (wrId: unknown, qpn: number, status: string, opcode: string, byteLen = 0): Completion => ({ wrId, qpn, status, opcode, byteLen }) as Completion;
+const wc = (wrId: unknown, qpn: number, status: string, opcode: string, byteLen = 0): Completion =>
+  ({ wrId, qpn, status, opcode, byteLen }) as Completion;
 
 /** A CM message: TRP header (psn 0, ack 0, opcode), pdlen, ird, ord, private data. */
-function cmMessage(op: number, ird: number, ord: number, pd: Uint8Array, pdLen = pd.length, psn = 0, ack = 0): Uint8Array {
+function cmMessage(
+  op: number,
+  ird: number,
+  ord: number,
+  pd: Uint8Array,
+  pdLen = pd.length,
+  psn = 0,
+  ack = 0,
+): Uint8Array {
   const m = new Uint8Array(16 + pd.length);
   const v = new DataView(m.buffer);
   v.setUint32(0, psn);
@@ -47,7 +68,9 @@ function cmMessage(op: number, ird: number, ord: number, pd: Uint8Array, pdLen =
   m.set(pd, 16);
   return m;
 }
-const REQ = 1, ACCEPT = 2, REJECT = 3;
+const REQ = 1,
+  ACCEPT = 2,
+  REJECT = 3;
 
 /** B listens; each request gets a new QP (INIT, `recvs` receives of 256 bytes posted) and `reply`. */
 function listenB(s: Stack, init: Partial<QpInit> = {}, reply = text('welcome'), recvs = 4) {
@@ -59,7 +82,8 @@ function listenB(s: Stack, init: Partial<QpInit> = {}, reply = text('welcome'), 
     const e = makeEnds(s, init);
     s.rdma.modifyQp(e.qp, { state: 'init' });
     const mr = s.rdma.regMr(e.pd, 256 * recvs, RW);
-    for (let i = 0; i < recvs; i++) s.rdma.postRecv(e.qp, { wrId: `b${i}`, sg: [{ mr, offset: i * 256, length: 256 }] });
+    for (let i = 0; i < recvs; i++)
+      s.rdma.postRecv(e.qp, { wrId: `b${i}`, sg: [{ mr, offset: i * 256, length: 256 }] });
     ends.push(e);
     mrs.push(mr);
     return { qp: e.qp, privateData: reply };
@@ -75,10 +99,14 @@ test('listen/connect: private data both ways, both QPs in RTS with each other as
   assert.is(str(res.privateData), 'welcome');
   assert.is(L.reqs.length, 1);
   const req = L.reqs[0];
-  assert.equal({ ...req, privateData: str(req.privateData) }, { address: IP_A, port: A.qp.qpn, listenPort: LISTEN, ird: 16, ord: 16, privateData: 'hello from A' });
+  assert.equal(
+    { ...req, privateData: str(req.privateData) },
+    { address: IP_A, port: A.qp.qpn, listenPort: LISTEN, ird: 16, ord: 16, privateData: 'hello from A' },
+  );
   const B = L.ends[0];
   assert.is.not(B.qp.qpn, LISTEN, 'the passive QP has a port of its own');
-  const qa = p.a.rdma.queryQp(A.qp), qb = p.b.rdma.queryQp(B.qp);
+  const qa = p.a.rdma.queryQp(A.qp),
+    qb = p.b.rdma.queryQp(B.qp);
   assert.equal([qa.state, qa.remote], ['rts', { address: IP_B, port: B.qp.qpn }]);
   assert.equal([qb.state, qb.remote], ['rts', { address: IP_A, port: A.qp.qpn }]);
   assert.equal(evA, [{ type: 'qp-established', qpn: A.qp.qpn }]);
@@ -101,8 +129,12 @@ test('listen/connect: private data both ways, both QPs in RTS with each other as
   // same attempt, or another from the same address and port) is not answered, and makes no
   // second QP.
   assert.is(B.qp.halfOpen, false, 'B saw traffic from A');
-  assert.ok(p.a.rdma.net.udp.sendTo(cmMessage(REQ, 16, 16, text('hello from A'), undefined, A.qp.isn), IP_B, LISTEN, A.qp.qpn));
-  assert.ok(p.a.rdma.net.udp.sendTo(cmMessage(REQ, 16, 16, text('hello from A'), undefined, 12345), IP_B, LISTEN, A.qp.qpn));
+  assert.ok(
+    p.a.rdma.net.udp.sendTo(cmMessage(REQ, 16, 16, text('hello from A'), undefined, A.qp.isn), IP_B, LISTEN, A.qp.qpn),
+  );
+  assert.ok(
+    p.a.rdma.net.udp.sendTo(cmMessage(REQ, 16, 16, text('hello from A'), undefined, 12345), IP_B, LISTEN, A.qp.qpn),
+  );
   await waitFor('the repeated REQs', () => p.b.graph.errorCount('cm-input', 'repeated') === 2);
   await settle(20);
   assert.is(p.a.graph.errorCount('cm-input', 'unexpected'), 0, 'no ACCEPT came back');
@@ -121,7 +153,8 @@ test('IRD/ORD negotiation: the passive side takes IRD := REQ.ord and ORD := REQ.
   await p.a.rdma.connect(A.qp, IP_B, LISTEN);
   assert.equal([L.reqs[0].ird, L.reqs[0].ord], [4, 8]);
   const B = L.ends[0];
-  const qa = p.a.rdma.queryQp(A.qp), qb = p.b.rdma.queryQp(B.qp);
+  const qa = p.a.rdma.queryQp(A.qp),
+    qb = p.b.rdma.queryQp(B.qp);
   assert.equal([qb.ird, qb.ord], [8, 2], 'B: IRD 8 serves A ORD 8; ORD 2 (its own limit)');
   assert.equal([qa.ird, qa.ord], [4, 8], 'A: IRD 4 covers B ORD 2; ORD 8 = B IRD');
   assert.ok(qa.ord <= qb.ird && qb.ord <= qa.ird, 'neither side may have more reads out than the other takes');
@@ -130,10 +163,28 @@ test('IRD/ORD negotiation: the passive side takes IRD := REQ.ord and ORD := REQ.
   ma.memory.set(pattern(2048, 3));
   const mb = p.b.rdma.regMr(B.pd, 4096, RW);
   mb.memory.set(pattern(2048, 4));
-  for (let i = 0; i < 12; i++) p.a.rdma.postSend(A.qp, { wrId: i, opcode: 'read', sg: [{ mr: ma, offset: 2048 + i * 128, length: 128 }], remote: { stag: mb.stag, offset: i * 128 } });
-  for (let i = 0; i < 6; i++) p.b.rdma.postSend(B.qp, { wrId: i, opcode: 'read', sg: [{ mr: mb, offset: 2048 + i * 128, length: 128 }], remote: { stag: ma.stag, offset: i * 128 } });
-  assert.equal(await waitCompletions(A.scq, 12), Array.from({ length: 12 }, (_, i) => wc(i, A.qp.qpn, 'success', 'read', 128)));
-  assert.equal(await waitCompletions(B.scq, 6), Array.from({ length: 6 }, (_, i) => wc(i, B.qp.qpn, 'success', 'read', 128)));
+  for (let i = 0; i < 12; i++)
+    p.a.rdma.postSend(A.qp, {
+      wrId: i,
+      opcode: 'read',
+      sg: [{ mr: ma, offset: 2048 + i * 128, length: 128 }],
+      remote: { stag: mb.stag, offset: i * 128 },
+    });
+  for (let i = 0; i < 6; i++)
+    p.b.rdma.postSend(B.qp, {
+      wrId: i,
+      opcode: 'read',
+      sg: [{ mr: mb, offset: 2048 + i * 128, length: 128 }],
+      remote: { stag: ma.stag, offset: i * 128 },
+    });
+  assert.equal(
+    await waitCompletions(A.scq, 12),
+    Array.from({ length: 12 }, (_, i) => wc(i, A.qp.qpn, 'success', 'read', 128)),
+  );
+  assert.equal(
+    await waitCompletions(B.scq, 6),
+    Array.from({ length: 6 }, (_, i) => wc(i, B.qp.qpn, 'success', 'read', 128)),
+  );
   assert.equal(ma.memory.subarray(2048, 2048 + 12 * 128), mb.memory.subarray(0, 12 * 128));
   assert.equal(mb.memory.subarray(2048, 2048 + 6 * 128), ma.memory.subarray(0, 6 * 128));
   assert.is(A.qp.stateName, 'rts');
@@ -181,7 +232,10 @@ test('REJECT: connect rejects with the private data; the QP goes to ERROR; a thr
   assert.is(A.qp.stateName, 'error');
   assert.equal(A.rcq.poll(5), [wc('r', A.qp.qpn, 'flushed', 'recv')]);
   const why = `connection rejected by ${IP_B}:${LISTEN}`;
-  assert.equal(evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: why }, { type: 'connect-failed', qpn: A.qp.qpn, reason: why }]);
+  assert.equal(evA, [
+    { type: 'qp-error', qpn: A.qp.qpn, reason: why },
+    { type: 'connect-failed', qpn: A.qp.qpn, reason: why },
+  ]);
   assert.is(p.b.rdma.qpsByQpn.size, 0, 'no QP on the passive side');
   // A throwing accept callback is a REJECT (no private data).
   p.b.rdma.unlisten(LISTEN);
@@ -189,7 +243,10 @@ test('REJECT: connect rejects with the private data; the QP goes to ERROR; a thr
     throw new Error('accept blew up');
   });
   const A2 = makeEnds(p.a);
-  const e2 = await p.a.rdma.connect(A2.qp, IP_B, LISTEN).then(() => null, (e: Error & { privateData?: Uint8Array }) => e);
+  const e2 = await p.a.rdma.connect(A2.qp, IP_B, LISTEN).then(
+    () => null,
+    (e: Error & { privateData?: Uint8Array }) => e,
+  );
   assert.ok(e2);
   assert.match(e2.message, /connection rejected/);
   assert.equal(e2.privateData, new Uint8Array(0));
@@ -201,14 +258,20 @@ test('connect timeout to a port with no listener: rejects after timeoutMs, REQ r
   const { p, evA } = pair();
   const A = makeEnds(p.a);
   const t0 = performance.now();
-  const e = await p.a.rdma.connect(A.qp, IP_B, 7001, { timeoutMs: 60, retryMs: 10 }).then(() => null, (x: Error) => x);
+  const e = await p.a.rdma.connect(A.qp, IP_B, 7001, { timeoutMs: 60, retryMs: 10 }).then(
+    () => null,
+    (x: Error) => x,
+  );
   const ms = performance.now() - t0;
   assert.ok(e);
   assert.is((e as CmConnectError).code, 'timeout');
   assert.is(e.message, `connect to ${IP_B}:7001 timed out after 60 ms`);
   assert.ok(ms >= 55 && ms < 1000, `gave up after ${ms.toFixed(1)} ms`);
   assert.is(A.qp.stateName, 'error');
-  assert.equal(evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: e.message }, { type: 'connect-failed', qpn: A.qp.qpn, reason: e.message }]);
+  assert.equal(evA, [
+    { type: 'qp-error', qpn: A.qp.qpn, reason: e.message },
+    { type: 'connect-failed', qpn: A.qp.qpn, reason: e.message },
+  ]);
   // The REQs reach B and are dropped there (no one listens): resent, not sent once.
   const atB = () => p.b.graph.errorCount('udp4-input', 'no_listener');
   await waitFor('REQs at B', () => atB() >= 2);
@@ -286,8 +349,13 @@ test('unexpected CM messages: ACCEPT/REJECT to a listener or a QP not connecting
   const Bc = makeEnds(p.b);
   let settled = false;
   const pending = p.b.rdma.connect(Bc.qp, IP_A, 7009, { timeoutMs: 10_000, retryMs: 1000 }).then(
-    () => { settled = true; },
-    (e: Error) => { settled = true; return e; },
+    () => {
+      settled = true;
+    },
+    (e: Error) => {
+      settled = true;
+      return e;
+    },
   );
   const Bq = makeEnds(p.b);
   p.b.rdma.modifyQp(Bq.qp, { state: 'init' });
@@ -318,7 +386,10 @@ test('connect API: twice, on a connected QP, disconnect while connecting; listen
   const { p } = pair();
   const ra = p.a.rdma;
   const A = makeEnds(p.a);
-  const first = ra.connect(A.qp, IP_B, 7002, { timeoutMs: 10_000 }).then(() => null, (e: Error) => e);
+  const first = ra.connect(A.qp, IP_B, 7002, { timeoutMs: 10_000 }).then(
+    () => null,
+    (e: Error) => e,
+  );
   assert.is(A.qp.stateName, 'init', 'connect moves a RESET QP to INIT');
   try {
     ra.connect(A.qp, IP_B, 7002);
@@ -342,7 +413,10 @@ test('connect API: twice, on a connected QP, disconnect while connecting; listen
   const L = listenB(p.b);
   p.b.rdma.unlisten(LISTEN);
   const A2 = makeEnds(p.a);
-  const e2 = await ra.connect(A2.qp, IP_B, LISTEN, { timeoutMs: 30, retryMs: 10 }).then(() => null, (e: Error) => e);
+  const e2 = await ra.connect(A2.qp, IP_B, LISTEN, { timeoutMs: 30, retryMs: 10 }).then(
+    () => null,
+    (e: Error) => e,
+  );
   assert.match(e2?.message ?? '', /timed out after 30 ms/);
   assert.is(L.reqs.length, 0);
   assert.ok(p.b.graph.errorCount('udp4-input', 'no_listener') >= 2);

@@ -16,7 +16,21 @@ import type { RdmaEvent } from '../nodes/rdma/core.ts';
 import type { SendRequest } from '../dataplane/verbs.ts';
 import { type Completion, type Mr, VerbsError, type VerbsErrorKind } from '../nodes/rdma/verbs.ts';
 import {
-  closeLeftovers, connectManual, type Ends, finish, IP_A, IP_B, makeEnds, type Pair, pattern, settle, type Stack, trackedStacks, twoStacks, waitCompletions, waitFor,
+  closeLeftovers,
+  connectManual,
+  type Ends,
+  finish,
+  IP_A,
+  IP_B,
+  makeEnds,
+  type Pair,
+  pattern,
+  settle,
+  type Stack,
+  trackedStacks,
+  twoStacks,
+  waitCompletions,
+  waitFor,
 } from './rdma-helpers.ts';
 import { termName } from '../nodes/rdma/wire.ts';
 
@@ -34,10 +48,12 @@ interface Rig {
 
 function rig(opts: Parameters<typeof twoStacks>[0] = {}, initA = {}, initB = {}, cqDepth = 4096): Rig {
   const p = trackedStacks(opts);
-  const evA: RdmaEvent[] = [], evB: RdmaEvent[] = [];
+  const evA: RdmaEvent[] = [],
+    evB: RdmaEvent[] = [];
   p.a.rdma.onEvent = (e) => evA.push(e);
   p.b.rdma.onEvent = (e) => evB.push(e);
-  const A = makeEnds(p.a, initA, cqDepth), B = makeEnds(p.b, initB, cqDepth);
+  const A = makeEnds(p.a, initA, cqDepth),
+    B = makeEnds(p.b, initB, cqDepth);
   connectManual(p.a, A.qp, p.b, B.qp);
   return { p, A, B, evA, evB };
 }
@@ -60,7 +76,8 @@ function throwsVerbs(fn: () => unknown, kind: VerbsErrorKind, msg: RegExp): Verb
   throw new Error('unreachable');
 }
 
-const wc = (wrId: unknown, qpn: number, status: string, opcode: string, byteLen = 0): Completion => ({ wrId, qpn, status, opcode, byteLen }) as Completion;
+const wc = (wrId: unknown, qpn: number, status: string, opcode: string, byteLen = 0): Completion =>
+  ({ wrId, qpn, status, opcode, byteLen }) as Completion;
 
 /** Register `n` bytes of data-plane memory (optionally filled) on a stack. */
 function mem(s: Stack, pd: Ends['pd'], n: number, access: string[] = RW, fill?: Uint8Array): Mr {
@@ -166,21 +183,34 @@ test('termName: every code the responder sends is named; codes the RFCs do not n
   assert.is(termName(0x7000), 'error (0x7000)', 'a layer the RFC does not list');
 });
 
-const zeroed = (mr: Mr) => () => assert.ok(mr.memory.every((b) => b === 0), 'target memory untouched');
+const zeroed = (mr: Mr) => () =>
+  assert.ok(
+    mr.memory.every((b) => b === 0),
+    'target memory untouched',
+  );
 
 const cases: AccessCase[] = [];
 for (const op of ['write', 'read', 'fetch-add'] as RemoteOp[]) {
   cases.push(
-    { name: 'an STag that does not exist', op, code: INVALID_STAG[op], target: () => ({ stag: 0x00abcd01, offset: 0 }) },
     {
-      name: "an STag of another PD on the peer", op, code: INVALID_STAG[op],
+      name: 'an STag that does not exist',
+      op,
+      code: INVALID_STAG[op],
+      target: () => ({ stag: 0x00abcd01, offset: 0 }),
+    },
+    {
+      name: 'an STag of another PD on the peer',
+      op,
+      code: INVALID_STAG[op],
       target: (r) => {
         const mr = mem(r.p.b, r.p.b.rdma.createPd(), 64);
         return { stag: mr.stag, offset: 0, untouched: zeroed(mr) };
       },
     },
     {
-      name: 'a deregistered STag', op, code: INVALID_STAG[op],
+      name: 'a deregistered STag',
+      op,
+      code: INVALID_STAG[op],
       target: (r) => {
         const mr = mem(r.p.b, r.B.pd, 64);
         r.p.b.rdma.deregMr(mr);
@@ -188,16 +218,26 @@ for (const op of ['write', 'read', 'fetch-add'] as RemoteOp[]) {
       },
     },
     {
-      name: 'past the end of the region', op, code: BOUNDS[op], length: 16,
+      name: 'past the end of the region',
+      op,
+      code: BOUNDS[op],
+      length: 16,
       target: (r) => {
         const mr = mem(r.p.b, r.B.pd, 64);
         return { stag: mr.stag, offset: op === 'fetch-add' ? 64 : 56, untouched: zeroed(mr) };
       },
     },
     {
-      name: `a region without ${RIGHTS[op]}`, op, code: NO_RIGHTS[op],
+      name: `a region without ${RIGHTS[op]}`,
+      op,
+      code: NO_RIGHTS[op],
       target: (r) => {
-        const mr = mem(r.p.b, r.B.pd, 64, RW.filter((a) => a !== RIGHTS[op]));
+        const mr = mem(
+          r.p.b,
+          r.B.pd,
+          64,
+          RW.filter((a) => a !== RIGHTS[op]),
+        );
         return { stag: mr.stag, offset: 0, untouched: zeroed(mr) };
       },
     },
@@ -217,7 +257,12 @@ for (const c of cases) {
     p.a.rdma.postSend(A.qp, remoteReq(c.op, 'bad', local, t.stag, t.offset, len));
     // Queued behind it: flushed, in posting order.
     p.a.rdma.postSend(A.qp, { wrId: 'next-send', opcode: 'send', sg: [{ mr: local, offset: 0, length: 8 }] });
-    p.a.rdma.postSend(A.qp, { wrId: 'next-write', opcode: 'write', sg: [{ mr: local, offset: 0, length: 8 }], remote: { stag: bRecv.stag, offset: 0 } });
+    p.a.rdma.postSend(A.qp, {
+      wrId: 'next-write',
+      opcode: 'write',
+      sg: [{ mr: local, offset: 0, length: 8 }],
+      remote: { stag: bRecv.stag, offset: 0 },
+    });
     recvs(p.a, A, 1, 16, 500);
     const got = await waitCompletions(A.scq, 3);
     assert.equal(got, [
@@ -228,14 +273,26 @@ for (const c of cases) {
     assert.equal(await waitCompletions(A.rcq, 1), [wc(500, A.qp.qpn, 'flushed', 'recv')]);
     assert.is(A.qp.stateName, 'error');
     // The responder sent the Terminate and is in ERROR with its receives flushed.
-    assert.equal(await waitCompletions(B.rcq, 2), [wc(100, B.qp.qpn, 'flushed', 'recv'), wc(101, B.qp.qpn, 'flushed', 'recv')]);
+    assert.equal(await waitCompletions(B.rcq, 2), [
+      wc(100, B.qp.qpn, 'flushed', 'recv'),
+      wc(101, B.qp.qpn, 'flushed', 'recv'),
+    ]);
     assert.is(B.qp.stateName, 'error');
     assert.equal(p.b.rdma.core.counters.terminatesSent, 1);
     assert.equal(p.a.rdma.core.counters.terminatesReceived, 1);
     assert.is(p.a.rdma.core.counters.terminatesSent, 0);
-    assert.equal(r.evA.filter((e) => e.type === 'qp-error'), [{ type: 'qp-error', qpn: A.qp.qpn, reason: `terminate received: ${TERM_WORDS[c.code]}` }]);
-    assert.equal(r.evB.map((e) => e.type), ['qp-error']);
-    assert.ok((r.evB[0].reason as string).startsWith(`terminate sent: ${TERM_WORDS[c.code]}: `), r.evB[0].reason as string);
+    assert.equal(
+      r.evA.filter((e) => e.type === 'qp-error'),
+      [{ type: 'qp-error', qpn: A.qp.qpn, reason: `terminate received: ${TERM_WORDS[c.code]}` }],
+    );
+    assert.equal(
+      r.evB.map((e) => e.type),
+      ['qp-error'],
+    );
+    assert.ok(
+      (r.evB[0].reason as string).startsWith(`terminate sent: ${TERM_WORDS[c.code]}: `),
+      r.evB[0].reason as string,
+    );
     // The Terminate on the wire: RFC 5040 layout, the code, hdrct M|D(|R), the offending header.
     await waitFor('the Terminate to be acknowledged', () => B.qp.sndUna === B.qp.sndNxt);
     const terms = cap.terminates(B.qp.qpn);
@@ -294,10 +351,20 @@ test('re-registration: the old STag fails after the new registration in the same
   assert.is(fresh.stag >>> kb, old.stag >>> kb, 'same MR table slot');
   assert.is.not(fresh.stag, old.stag, 'a new key');
   throwsVerbs(() => p.b.rdma.regMr(B.pd, 8, RW), 'resource', /no free memory region slot \(max-mrs 1\)/);
-  p.a.rdma.postSend(A.qp, { wrId: 'new', opcode: 'write', sg: [{ mr: src, offset: 0, length: 32 }], remote: { stag: fresh.stag, offset: 8 } });
+  p.a.rdma.postSend(A.qp, {
+    wrId: 'new',
+    opcode: 'write',
+    sg: [{ mr: src, offset: 0, length: 32 }],
+    remote: { stag: fresh.stag, offset: 8 },
+  });
   assert.equal(await waitCompletions(A.scq, 1), [wc('new', A.qp.qpn, 'success', 'write', 32)]);
   assert.equal(fresh.memory.subarray(8, 40), src.memory);
-  p.a.rdma.postSend(A.qp, { wrId: 'old', opcode: 'write', sg: [{ mr: src, offset: 0, length: 32 }], remote: { stag: old.stag, offset: 8 } });
+  p.a.rdma.postSend(A.qp, {
+    wrId: 'old',
+    opcode: 'write',
+    sg: [{ mr: src, offset: 0, length: 32 }],
+    remote: { stag: old.stag, offset: 8 },
+  });
   assert.equal(await waitCompletions(A.scq, 1), [wc('old', A.qp.qpn, 'remote-access-error', 'write')]);
   await waitFor('B in ERROR', () => B.qp.stateName === 'error');
   assert.is(p.b.rdma.core.counters.terminatesSent, 1);
@@ -331,7 +398,11 @@ test('unaligned atomic: refused at post; an unaligned Atomic Request on the wire
   const local = mem(p.a, A.pd, 8);
   const target = mem(p.b, B.pd, 64, RW, pattern(64, 5));
   const before = target.memory.slice();
-  throwsVerbs(() => p.a.rdma.postSend(A.qp, remoteReq('fetch-add', 1, local, target.stag, 4, 8)), 'invalid', /fetch-add: remote\.offset must be 8-byte aligned, got 4/);
+  throwsVerbs(
+    () => p.a.rdma.postSend(A.qp, remoteReq('fetch-add', 1, local, target.stag, 4, 8)),
+    'invalid',
+    /fetch-add: remote\.offset must be 8-byte aligned, got 4/,
+  );
   assert.is(A.qp.sqDepth, 0, 'nothing was queued');
   // Craft one: TRP psn = what B expects next, ack = what A has sent, from A's QP port,
   // Atomic Request FetchAdd at TO 4.
@@ -366,10 +437,23 @@ test('send with invalidate naming a bad STag: remote-access-error, Terminate 0x0
     const dst = recvs(p.b, B, 2, 16);
     const foreign = mem(p.b, p.b.rdma.createPd(), 16);
     const stag = which === 'none' ? 0x00777701 : foreign.stag;
-    p.a.rdma.postSend(A.qp, { wrId: 'inv', opcode: 'send-with-invalidate', invalidateStag: stag, sg: [{ mr: src, offset: 0, length: 16 }] });
+    p.a.rdma.postSend(A.qp, {
+      wrId: 'inv',
+      opcode: 'send-with-invalidate',
+      invalidateStag: stag,
+      sg: [{ mr: src, offset: 0, length: 16 }],
+    });
     assert.equal(await waitCompletions(A.scq, 1), [wc('inv', A.qp.qpn, 'remote-access-error', 'send')], which);
-    assert.equal(await waitCompletions(B.rcq, 2), [wc(100, B.qp.qpn, 'flushed', 'recv'), wc(101, B.qp.qpn, 'flushed', 'recv')], which);
-    assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: `terminate received: ${TERM_WORDS[0x0100]}` }], which);
+    assert.equal(
+      await waitCompletions(B.rcq, 2),
+      [wc(100, B.qp.qpn, 'flushed', 'recv'), wc(101, B.qp.qpn, 'flushed', 'recv')],
+      which,
+    );
+    assert.equal(
+      r.evA,
+      [{ type: 'qp-error', qpn: A.qp.qpn, reason: `terminate received: ${TERM_WORDS[0x0100]}` }],
+      which,
+    );
     assert.ok(foreign.valid && dst.valid, 'nothing was invalidated');
     await finish(p);
   }
@@ -380,10 +464,20 @@ test('ORD above the peer IRD: Terminate 0x1203 whether the extra Read Request co
   {
     const r = rig({}, { ord: 4 }, { ird: 1 });
     const { p, A, B } = r;
-    const la = mem(p.a, A.pd, 2048), rb = mem(p.b, B.pd, 1024);
-    for (let i = 0; i < 2; i++) p.a.rdma.postSend(A.qp, { wrId: i, opcode: 'read', sg: [{ mr: la, offset: i * 1024, length: 1024 }], remote: { stag: rb.stag, offset: 0 } });
+    const la = mem(p.a, A.pd, 2048),
+      rb = mem(p.b, B.pd, 1024);
+    for (let i = 0; i < 2; i++)
+      p.a.rdma.postSend(A.qp, {
+        wrId: i,
+        opcode: 'read',
+        sg: [{ mr: la, offset: i * 1024, length: 1024 }],
+        remote: { stag: rb.stag, offset: 0 },
+      });
     // Read 0 was taken but B never answered it (it went to ERROR): flushed, in posting order.
-    assert.equal(await waitCompletions(A.scq, 2), [wc(0, A.qp.qpn, 'flushed', 'read'), wc(1, A.qp.qpn, 'remote-invalid-request', 'read')]);
+    assert.equal(await waitCompletions(A.scq, 2), [
+      wc(0, A.qp.qpn, 'flushed', 'read'),
+      wc(1, A.qp.qpn, 'remote-invalid-request', 'read'),
+    ]);
     assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: `terminate received: ${TERM_WORDS[0x1203]}` }]);
     assert.is(p.b.rdma.core.counters.terminatesSent, 1);
     await finish(p);
@@ -393,16 +487,33 @@ test('ORD above the peer IRD: Terminate 0x1203 whether the extra Read Request co
   {
     const r = rig({}, { ord: 4 }, { ird: 1 });
     const { p, A, B } = r;
-    const la = mem(p.a, A.pd, 2048), rb = mem(p.b, B.pd, 1024);
+    const la = mem(p.a, A.pd, 2048),
+      rb = mem(p.b, B.pd, 1024);
     p.b.ifs.setFault(p.b.ifName, 'tx', { loss: 1 });
-    p.a.rdma.postSend(A.qp, { wrId: 0, opcode: 'read', sg: [{ mr: la, offset: 0, length: 1024 }], remote: { stag: rb.stag, offset: 0 } });
+    p.a.rdma.postSend(A.qp, {
+      wrId: 0,
+      opcode: 'read',
+      sg: [{ mr: la, offset: 0, length: 1024 }],
+      remote: { stag: rb.stag, offset: 0 },
+    });
     await waitFor('B to take Read 0', () => B.qp.respTail === 1);
-    p.a.rdma.postSend(A.qp, { wrId: 1, opcode: 'read', sg: [{ mr: la, offset: 1024, length: 1024 }], remote: { stag: rb.stag, offset: 0 } });
+    p.a.rdma.postSend(A.qp, {
+      wrId: 1,
+      opcode: 'read',
+      sg: [{ mr: la, offset: 1024, length: 1024 }],
+      remote: { stag: rb.stag, offset: 0 },
+    });
     await waitFor('B to refuse Read 1', () => B.qp.stateName === 'error');
     assert.is(p.b.rdma.core.counters.terminatesSent, 1);
-    assert.equal(r.evB.map((e) => e.reason), [`terminate sent: ${TERM_WORDS[0x1203]}: rdmap-input on qp ${B.qp.qpn}: Read Request`]);
+    assert.equal(
+      r.evB.map((e) => e.reason),
+      [`terminate sent: ${TERM_WORDS[0x1203]}: rdmap-input on qp ${B.qp.qpn}: Read Request`],
+    );
     p.b.ifs.setFault(p.b.ifName, 'tx', null);
-    assert.equal(await waitCompletions(A.scq, 2), [wc(0, A.qp.qpn, 'flushed', 'read'), wc(1, A.qp.qpn, 'remote-invalid-request', 'read')]);
+    assert.equal(await waitCompletions(A.scq, 2), [
+      wc(0, A.qp.qpn, 'flushed', 'read'),
+      wc(1, A.qp.qpn, 'remote-invalid-request', 'read'),
+    ]);
     assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: `terminate received: ${TERM_WORDS[0x1203]}` }]);
     await finish(p);
   }
@@ -417,7 +528,10 @@ test('send with no receive posted: rnr-retry-exceeded, Terminate 0x1202, both in
   const src = mem(p.a, A.pd, 64, RW, pattern(64, 1));
   p.a.rdma.postSend(A.qp, { wrId: 's1', opcode: 'send', sg: [{ mr: src, offset: 0, length: 64 }] });
   p.a.rdma.postSend(A.qp, { wrId: 's2', opcode: 'send', sg: [{ mr: src, offset: 0, length: 4 }] });
-  assert.equal(await waitCompletions(A.scq, 2), [wc('s1', A.qp.qpn, 'rnr-retry-exceeded', 'send'), wc('s2', A.qp.qpn, 'flushed', 'send')]);
+  assert.equal(await waitCompletions(A.scq, 2), [
+    wc('s1', A.qp.qpn, 'rnr-retry-exceeded', 'send'),
+    wc('s2', A.qp.qpn, 'flushed', 'send'),
+  ]);
   assert.is(A.qp.stateName, 'error');
   await waitFor('B in ERROR', () => B.qp.stateName === 'error');
   assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: `terminate received: ${TERM_WORDS[0x1202]}` }]);
@@ -434,7 +548,10 @@ test('send with no receive posted: rnr-retry-exceeded, Terminate 0x1202, both in
 });
 
 test('message too long: requester remote-invalid-request, responder local-length-error, Terminate 0x1205', async () => {
-  for (const [size, posted] of [[100, 16], [3000, 1000]] as const) {
+  for (const [size, posted] of [
+    [100, 16],
+    [3000, 1000],
+  ] as const) {
     const r = rig();
     const { p, A, B } = r;
     const src = mem(p.a, A.pd, size, RW, pattern(size, 2));
@@ -443,8 +560,14 @@ test('message too long: requester remote-invalid-request, responder local-length
     p.b.rdma.postRecv(B.qp, { wrId: 'spare', sg: [{ mr: dst, offset: posted, length: 32 }] });
     p.a.rdma.postSend(A.qp, { wrId: 'big', opcode: 'send', sg: [{ mr: src, offset: 0, length: size }] });
     p.a.rdma.postSend(A.qp, { wrId: 'after', opcode: 'send', sg: [{ mr: src, offset: 0, length: 8 }] });
-    assert.equal(await waitCompletions(A.scq, 2), [wc('big', A.qp.qpn, 'remote-invalid-request', 'send'), wc('after', A.qp.qpn, 'flushed', 'send')]);
-    assert.equal(await waitCompletions(B.rcq, 2), [wc('small', B.qp.qpn, 'local-length-error', 'recv'), wc('spare', B.qp.qpn, 'flushed', 'recv')]);
+    assert.equal(await waitCompletions(A.scq, 2), [
+      wc('big', A.qp.qpn, 'remote-invalid-request', 'send'),
+      wc('after', A.qp.qpn, 'flushed', 'send'),
+    ]);
+    assert.equal(await waitCompletions(B.rcq, 2), [
+      wc('small', B.qp.qpn, 'local-length-error', 'recv'),
+      wc('spare', B.qp.qpn, 'flushed', 'recv'),
+    ]);
     assert.is(A.qp.stateName, 'error');
     assert.is(B.qp.stateName, 'error');
     assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: `terminate received: ${TERM_WORDS[0x1205]}` }]);
@@ -461,11 +584,19 @@ test('receive queue overflow throws resource; send queue overflow throws resourc
   const m = mem(p.a, A.pd, 64);
   p.a.rdma.postRecv(A.qp, { wrId: 1, sg: [{ mr: m, offset: 0, length: 8 }] });
   p.a.rdma.postRecv(A.qp, { wrId: 2, sg: [{ mr: m, offset: 8, length: 8 }] });
-  throwsVerbs(() => p.a.rdma.postRecv(A.qp, { wrId: 3, sg: [{ mr: m, offset: 16, length: 8 }] }), 'resource', new RegExp(`qp ${A.qp.qpn}: receive queue full \\(2\\)`));
+  throwsVerbs(
+    () => p.a.rdma.postRecv(A.qp, { wrId: 3, sg: [{ mr: m, offset: 16, length: 8 }] }),
+    'resource',
+    new RegExp(`qp ${A.qp.qpn}: receive queue full \\(2\\)`),
+  );
   assert.is(A.qp.rqDepth, 2);
   p.a.rdma.postSend(A.qp, { wrId: 1, opcode: 'send', sg: [] });
   p.a.rdma.postSend(A.qp, { wrId: 2, opcode: 'send', sg: [] });
-  throwsVerbs(() => p.a.rdma.postSend(A.qp, { wrId: 3, opcode: 'send', sg: [] }), 'resource', new RegExp(`qp ${A.qp.qpn}: send queue full \\(2\\)`));
+  throwsVerbs(
+    () => p.a.rdma.postSend(A.qp, { wrId: 3, opcode: 'send', sg: [] }),
+    'resource',
+    new RegExp(`qp ${A.qp.qpn}: send queue full \\(2\\)`),
+  );
   assert.is(A.qp.sqDepth, 2);
   await finish(p);
 });
@@ -478,7 +609,10 @@ test('send queue slots come back: after completions the queue takes as many agai
     p.a.rdma.postSend(A.qp, { wrId: round * 2, opcode: 'send', sg: [] });
     p.a.rdma.postSend(A.qp, { wrId: round * 2 + 1, opcode: 'send', sg: [] });
     throwsVerbs(() => p.a.rdma.postSend(A.qp, { wrId: 'x', opcode: 'send', sg: [] }), 'resource', /send queue full/);
-    assert.equal(await waitCompletions(A.scq, 2), [wc(round * 2, A.qp.qpn, 'success', 'send'), wc(round * 2 + 1, A.qp.qpn, 'success', 'send')]);
+    assert.equal(await waitCompletions(A.scq, 2), [
+      wc(round * 2, A.qp.qpn, 'success', 'send'),
+      wc(round * 2 + 1, A.qp.qpn, 'success', 'send'),
+    ]);
   }
   assert.is((await waitCompletions(B.rcq, 6)).filter((c) => c.status === 'success').length, 6);
   await finish(p);
@@ -489,14 +623,28 @@ test('CQ overflow: the CQ goes to error, one cq-error event, the completions tha
   const { p, A, B } = r;
   const target = mem(p.b, B.pd, 8);
   const src = mem(p.a, A.pd, 8);
-  const write = (i: number) => p.a.rdma.postSend(A.qp, { wrId: i, opcode: 'write', sg: [{ mr: src, offset: 0, length: 8 }], remote: { stag: target.stag, offset: 0 } });
+  const write = (i: number) =>
+    p.a.rdma.postSend(A.qp, {
+      wrId: i,
+      opcode: 'write',
+      sg: [{ mr: src, offset: 0, length: 8 }],
+      remote: { stag: target.stag, offset: 0 },
+    });
   for (let i = 0; i < 5; i++) write(i);
   await waitFor('all five completions', () => A.scq.length + A.scq.overflowed.length === 5);
   assert.ok(A.scq.error, 'the CQ is in error');
   const cqErrors = r.evA.filter((e) => e.type === 'cq-error');
-  assert.equal(cqErrors, [{ type: 'cq-error', cq: A.scq.handle, reason: `completion queue ${A.scq.handle} overflowed (depth 2)` }]);
-  assert.equal(A.scq.poll(10), [0, 1].map((i) => wc(i, A.qp.qpn, 'success', 'write', 8)));
-  assert.equal(A.scq.overflowed, [2, 3, 4].map((i) => wc(i, A.qp.qpn, 'success', 'write', 8)));
+  assert.equal(cqErrors, [
+    { type: 'cq-error', cq: A.scq.handle, reason: `completion queue ${A.scq.handle} overflowed (depth 2)` },
+  ]);
+  assert.equal(
+    A.scq.poll(10),
+    [0, 1].map((i) => wc(i, A.qp.qpn, 'success', 'write', 8)),
+  );
+  assert.equal(
+    A.scq.overflowed,
+    [2, 3, 4].map((i) => wc(i, A.qp.qpn, 'success', 'write', 8)),
+  );
   // In error the CQ takes nothing more into its ring, even with room: it goes to overflowed.
   write(5);
   await waitFor('the sixth completion', () => A.scq.overflowed.length === 4);
@@ -521,13 +669,29 @@ async function vanish(how: (p: Pair) => void): Promise<void> {
   await waitCompletions(B.rcq, 1);
   how(p);
   const t0 = performance.now();
-  const timeouts0 = A.qp.timeouts, rtx0 = A.qp.retransmits, tx0 = A.qp.txPackets;
+  const timeouts0 = A.qp.timeouts,
+    rtx0 = A.qp.retransmits,
+    tx0 = A.qp.txPackets;
   p.a.rdma.postSend(A.qp, { wrId: 'lost', opcode: 'send', sg: [{ mr: src, offset: 0, length: 3000 }] });
-  p.a.rdma.postSend(A.qp, { wrId: 'w', opcode: 'write', sg: [{ mr: src, offset: 0, length: 64 }], remote: { stag: dst.stag, offset: 0 } });
-  p.a.rdma.postSend(A.qp, { wrId: 'r', opcode: 'read', sg: [{ mr: src, offset: 0, length: 64 }], remote: { stag: dst.stag, offset: 0 } });
+  p.a.rdma.postSend(A.qp, {
+    wrId: 'w',
+    opcode: 'write',
+    sg: [{ mr: src, offset: 0, length: 64 }],
+    remote: { stag: dst.stag, offset: 0 },
+  });
+  p.a.rdma.postSend(A.qp, {
+    wrId: 'r',
+    opcode: 'read',
+    sg: [{ mr: src, offset: 0, length: 64 }],
+    remote: { stag: dst.stag, offset: 0 },
+  });
   const got = await waitCompletions(A.scq, 3, 3000);
   const ms = performance.now() - t0;
-  assert.equal(got, [wc('lost', A.qp.qpn, 'retry-exceeded', 'send'), wc('w', A.qp.qpn, 'flushed', 'write'), wc('r', A.qp.qpn, 'flushed', 'read')]);
+  assert.equal(got, [
+    wc('lost', A.qp.qpn, 'retry-exceeded', 'send'),
+    wc('w', A.qp.qpn, 'flushed', 'write'),
+    wc('r', A.qp.qpn, 'flushed', 'read'),
+  ]);
   assert.is(A.qp.stateName, 'error');
   assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: 'retry-exceeded' }]);
   assert.is(p.a.rdma.core.counters.retryExceeded, 1);
@@ -553,7 +717,7 @@ test('peer graph stopped: retry-exceeded within the RTO bound, QP in ERROR, the 
   await vanish((p) => p.b.graph.stop());
 });
 
-test("peer closed (graph and interface gone): retry-exceeded, QP in ERROR, the rest flushed", async () => {
+test('peer closed (graph and interface gone): retry-exceeded, QP in ERROR, the rest flushed', async () => {
   await vanish((p) => {
     p.b.graph.close();
     p.b.ifs.closeAll();
@@ -568,19 +732,35 @@ test('destroy flushes posted sends and receives; the peer gets FIN: qp-disconnec
   const m = mem(p.a, A.pd, 64);
   recvs(p.b, B, 3, 16);
   for (let i = 0; i < 3; i++) p.a.rdma.postRecv(A.qp, { wrId: `r${i}`, sg: [{ mr: m, offset: i * 8, length: 8 }] });
-  for (let i = 0; i < 2; i++) p.a.rdma.postSend(A.qp, { wrId: `s${i}`, opcode: 'write', sg: [{ mr: m, offset: 0, length: 8 }], remote: { stag: 1, offset: 0 } });
+  for (let i = 0; i < 2; i++)
+    p.a.rdma.postSend(A.qp, {
+      wrId: `s${i}`,
+      opcode: 'write',
+      sg: [{ mr: m, offset: 0, length: 8 }],
+      remote: { stag: 1, offset: 0 },
+    });
   const qpn = A.qp.qpn;
   p.a.rdma.destroyQp(A.qp);
   assert.equal(A.scq.poll(10), [wc('s0', qpn, 'flushed', 'write'), wc('s1', qpn, 'flushed', 'write')]);
-  assert.equal(A.rcq.poll(10), [0, 1, 2].map((i) => wc(`r${i}`, qpn, 'flushed', 'recv')));
+  assert.equal(
+    A.rcq.poll(10),
+    [0, 1, 2].map((i) => wc(`r${i}`, qpn, 'flushed', 'recv')),
+  );
   assert.ok(A.qp.destroyed);
   assert.equal(r.evA, [{ type: 'qp-error', qpn, reason: 'destroyed' }]);
-  throwsVerbs(() => p.a.rdma.postSend(A.qp, { wrId: 1, opcode: 'send' }), 'not-found', new RegExp(`qp ${qpn} is destroyed`));
+  throwsVerbs(
+    () => p.a.rdma.postSend(A.qp, { wrId: 1, opcode: 'send' }),
+    'not-found',
+    new RegExp(`qp ${qpn} is destroyed`),
+  );
   throwsVerbs(() => p.a.rdma.postRecv(A.qp, { wrId: 1 }), 'not-found', /is destroyed/);
   throwsVerbs(() => p.a.rdma.destroyQp(A.qp), 'not-found', /already destroyed/);
   throwsVerbs(() => p.a.rdma.qp(qpn), 'not-found', new RegExp(`no QP ${qpn}`));
   // B: the FIN.
-  assert.equal(await waitCompletions(B.rcq, 3), [100, 101, 102].map((i) => wc(i, B.qp.qpn, 'flushed', 'recv')));
+  assert.equal(
+    await waitCompletions(B.rcq, 3),
+    [100, 101, 102].map((i) => wc(i, B.qp.qpn, 'flushed', 'recv')),
+  );
   assert.is(B.qp.stateName, 'error');
   assert.equal(r.evB, [
     { type: 'qp-error', qpn: B.qp.qpn, reason: 'FIN received' },
@@ -603,7 +783,10 @@ test('disconnect: FIN to the peer, both in ERROR, the peer flushes its receives 
   p.a.rdma.disconnect(A.qp);
   assert.is(A.qp.stateName, 'error');
   assert.equal(A.rcq.poll(5), [wc(200, A.qp.qpn, 'flushed', 'recv'), wc(201, A.qp.qpn, 'flushed', 'recv')]);
-  assert.equal(await waitCompletions(B.rcq, 2), [wc(100, B.qp.qpn, 'flushed', 'recv'), wc(101, B.qp.qpn, 'flushed', 'recv')]);
+  assert.equal(await waitCompletions(B.rcq, 2), [
+    wc(100, B.qp.qpn, 'flushed', 'recv'),
+    wc(101, B.qp.qpn, 'flushed', 'recv'),
+  ]);
   assert.is(B.qp.stateName, 'error');
   assert.ok(r.evB.some((e) => e.type === 'qp-disconnected' && e.qpn === B.qp.qpn));
   assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: 'disconnected' }]);
@@ -621,16 +804,26 @@ test('disconnect: FIN to the peer, both in ERROR, the peer flushes its receives 
 
 test('QP state machine: IB transitions, post rules per state, ERROR flushes at post, reset and reconnect work', async () => {
   const p = trackedStacks();
-  const A = makeEnds(p.a), B = makeEnds(p.b);
+  const A = makeEnds(p.a),
+    B = makeEnds(p.b);
   const ra = p.a.rdma;
   const m = mem(p.a, A.pd, 64, RW, pattern(64, 9));
   const q = A.qp;
   assert.is(q.stateName, 'reset');
-  const bad = (to: string) => throwsVerbs(() => ra.modifyQp(q, { state: to as 'rts' }), 'state', new RegExp(`qp ${q.qpn}: cannot go from ${q.stateName} to ${to}`));
+  const bad = (to: string) =>
+    throwsVerbs(
+      () => ra.modifyQp(q, { state: to as 'rts' }),
+      'state',
+      new RegExp(`qp ${q.qpn}: cannot go from ${q.stateName} to ${to}`),
+    );
   bad('rtr');
   bad('rts');
   bad('sqd');
-  throwsVerbs(() => ra.modifyQp(q, { state: 'bogus' as 'rts' }), 'invalid', /qp state must be one of reset, init, rtr, rts, sqd, sqe, error, got "bogus"/);
+  throwsVerbs(
+    () => ra.modifyQp(q, { state: 'bogus' as 'rts' }),
+    'invalid',
+    /qp state must be one of reset, init, rtr, rts, sqd, sqe, error, got "bogus"/,
+  );
   throwsVerbs(() => ra.postRecv(q, { wrId: 1, sg: [{ mr: m, offset: 0, length: 8 }] }), 'state', /is in RESET/);
   throwsVerbs(() => ra.postSend(q, { wrId: 1, opcode: 'send' }), 'state', /is in reset: post send needs RTS/);
   ra.modifyQp(q, { state: 'init' });
@@ -640,11 +833,31 @@ test('QP state machine: IB transitions, post rules per state, ERROR flushes at p
   throwsVerbs(() => ra.postSend(q, { wrId: 1, opcode: 'send' }), 'state', /is in init: post send needs RTS/);
   ra.postRecv(q, { wrId: 'early', sg: [{ mr: m, offset: 0, length: 8 }] }); // allowed in INIT
   throwsVerbs(() => ra.modifyQp(q, { state: 'rtr' }), 'invalid', /RTR needs remote \{address, port\}/);
-  throwsVerbs(() => ra.modifyQp(q, { state: 'rtr', remote: { address: '192.168.9.9', port: 1 }, rqPsn: 0 }), 'invalid', /no route to 192\.168\.9\.9/);
-  throwsVerbs(() => ra.modifyQp(q, { state: 'rtr', remote: { address: 'nope', port: 1 }, rqPsn: 0 }), 'invalid', /remote address/);
-  throwsVerbs(() => ra.modifyQp(q, { state: 'rtr', remote: { address: IP_B, port: 70000 }, rqPsn: 0 }), 'invalid', /remote port must be an integer in 1\.\.65535, got 70000/);
-  throwsVerbs(() => ra.modifyQp(q, { state: 'rtr', remote: { address: IP_B, port: B.qp.qpn } }), 'invalid', /RTR needs rqPsn, the peer QP's initial PSN/);
-  throwsVerbs(() => ra.modifyQp(q, { state: 'rtr', remote: { address: IP_B, port: B.qp.qpn }, rqPsn: 2 ** 32 }), 'invalid', /rqPsn must be an integer in 0\.\.4294967295/);
+  throwsVerbs(
+    () => ra.modifyQp(q, { state: 'rtr', remote: { address: '192.168.9.9', port: 1 }, rqPsn: 0 }),
+    'invalid',
+    /no route to 192\.168\.9\.9/,
+  );
+  throwsVerbs(
+    () => ra.modifyQp(q, { state: 'rtr', remote: { address: 'nope', port: 1 }, rqPsn: 0 }),
+    'invalid',
+    /remote address/,
+  );
+  throwsVerbs(
+    () => ra.modifyQp(q, { state: 'rtr', remote: { address: IP_B, port: 70000 }, rqPsn: 0 }),
+    'invalid',
+    /remote port must be an integer in 1\.\.65535, got 70000/,
+  );
+  throwsVerbs(
+    () => ra.modifyQp(q, { state: 'rtr', remote: { address: IP_B, port: B.qp.qpn } }),
+    'invalid',
+    /RTR needs rqPsn, the peer QP's initial PSN/,
+  );
+  throwsVerbs(
+    () => ra.modifyQp(q, { state: 'rtr', remote: { address: IP_B, port: B.qp.qpn }, rqPsn: 2 ** 32 }),
+    'invalid',
+    /rqPsn must be an integer in 0\.\.4294967295/,
+  );
   assert.is(q.stateName, 'init', 'a refused transition changes nothing');
   ra.modifyQp(q, { state: 'rtr', remote: { address: IP_B, port: B.qp.qpn }, rqPsn: B.qp.isn });
   bad('init');
@@ -674,7 +887,12 @@ test('QP state machine: IB transitions, post rules per state, ERROR flushes at p
   assert.equal(A.rcq.poll(5), [wc('early', q.qpn, 'flushed', 'recv')]);
   for (const to of ['init', 'rtr', 'rts', 'sqd', 'sqe']) bad(to);
   ra.modifyQp(q, { state: 'error' });
-  ra.postSend(q, { wrId: 'e1', opcode: 'write', sg: [{ mr: m, offset: 0, length: 8 }], remote: { stag: 5, offset: 0 } });
+  ra.postSend(q, {
+    wrId: 'e1',
+    opcode: 'write',
+    sg: [{ mr: m, offset: 0, length: 8 }],
+    remote: { stag: 5, offset: 0 },
+  });
   ra.postRecv(q, { wrId: 'e2', sg: [{ mr: m, offset: 0, length: 8 }] });
   assert.equal(A.scq.poll(5), [wc('e1', q.qpn, 'flushed', 'write')]);
   assert.equal(A.rcq.poll(5), [wc('e2', q.qpn, 'flushed', 'recv')]);
@@ -686,7 +904,10 @@ test('QP state machine: IB transitions, post rules per state, ERROR flushes at p
   assert.equal([q.sndNxt, q.rcvNxt, q.sqDepth, q.rqDepth], [0, 0, 0, 0]);
   assert.is.not(q.isn, oldIsn, 'a new random initial PSN after reset');
   p.b.rdma.modifyQp(B.qp, { state: 'reset' });
-  assert.equal(await waitCompletions(B.rcq, 2), [wc(1, B.qp.qpn, 'flushed', 'recv'), wc(2, B.qp.qpn, 'flushed', 'recv')]);
+  assert.equal(await waitCompletions(B.rcq, 2), [
+    wc(1, B.qp.qpn, 'flushed', 'recv'),
+    wc(2, B.qp.qpn, 'flushed', 'recv'),
+  ]);
   connectManual(p.a, q, p.b, B.qp);
   p.b.rdma.postRecv(B.qp, { wrId: 'again', sg: [{ mr: bm, offset: 0, length: 64 }] });
   ra.postSend(q, { wrId: 'again', opcode: 'send', sg: [{ mr: m, offset: 0, length: 64 }] });
@@ -701,15 +922,45 @@ test('QP state machine: IB transitions, post rules per state, ERROR flushes at p
 
 test('local protection: a send SGE outside its MR, from another PD or deregistered completes local-protection-error', async () => {
   const cases: [string, (r: Rig) => SendRequest][] = [
-    ['outside its MR', (r) => ({ wrId: 'bad', opcode: 'send', sg: [{ mr: mem(r.p.a, r.A.pd, 16), offset: 8, length: 16 }] })],
-    ['from another PD', (r) => ({ wrId: 'bad', opcode: 'send', sg: [{ mr: mem(r.p.a, r.p.a.rdma.createPd(), 16), offset: 0, length: 16 }] })],
-    ['deregistered', (r) => {
-      const m = mem(r.p.a, r.A.pd, 16);
-      r.p.a.rdma.deregMr(m);
-      return { wrId: 'bad', opcode: 'write', sg: [{ mr: m, offset: 0, length: 16 }], remote: { stag: 1, offset: 0 } };
-    }],
-    ['a read into memory without local-write', (r) => ({ wrId: 'bad', opcode: 'read', sg: [{ mr: mem(r.p.a, r.A.pd, 16, ['remote-read']), offset: 0, length: 16 }], remote: { stag: 1, offset: 0 } })],
-    ['an atomic result without local-write', (r) => ({ wrId: 'bad', opcode: 'swap', sg: [{ mr: mem(r.p.a, r.A.pd, 8, []), offset: 0, length: 8 }], remote: { stag: 1, offset: 0 }, atomic: { swap: 1n } })],
+    [
+      'outside its MR',
+      (r) => ({ wrId: 'bad', opcode: 'send', sg: [{ mr: mem(r.p.a, r.A.pd, 16), offset: 8, length: 16 }] }),
+    ],
+    [
+      'from another PD',
+      (r) => ({
+        wrId: 'bad',
+        opcode: 'send',
+        sg: [{ mr: mem(r.p.a, r.p.a.rdma.createPd(), 16), offset: 0, length: 16 }],
+      }),
+    ],
+    [
+      'deregistered',
+      (r) => {
+        const m = mem(r.p.a, r.A.pd, 16);
+        r.p.a.rdma.deregMr(m);
+        return { wrId: 'bad', opcode: 'write', sg: [{ mr: m, offset: 0, length: 16 }], remote: { stag: 1, offset: 0 } };
+      },
+    ],
+    [
+      'a read into memory without local-write',
+      (r) => ({
+        wrId: 'bad',
+        opcode: 'read',
+        sg: [{ mr: mem(r.p.a, r.A.pd, 16, ['remote-read']), offset: 0, length: 16 }],
+        remote: { stag: 1, offset: 0 },
+      }),
+    ],
+    [
+      'an atomic result without local-write',
+      (r) => ({
+        wrId: 'bad',
+        opcode: 'swap',
+        sg: [{ mr: mem(r.p.a, r.A.pd, 8, []), offset: 0, length: 8 }],
+        remote: { stag: 1, offset: 0 },
+        atomic: { swap: 1n },
+      }),
+    ],
   ];
   for (const [what, req] of cases) {
     const r = rig();
@@ -721,13 +972,21 @@ test('local protection: a send SGE outside its MR, from another PD or deregister
     p.a.rdma.postSend(A.qp, bad);
     p.a.rdma.postSend(A.qp, { wrId: 'after', opcode: 'send', sg: [{ mr: ok, offset: 0, length: 16 }] });
     const got = await waitCompletions(A.scq, 3);
-    assert.equal(got, [
-      wc('first', A.qp.qpn, 'success', 'send', 16),
-      wc('bad', A.qp.qpn, 'local-protection-error', bad.opcode === 'swap' ? 'swap' : bad.opcode),
-      wc('after', A.qp.qpn, 'flushed', 'send'),
-    ], what);
+    assert.equal(
+      got,
+      [
+        wc('first', A.qp.qpn, 'success', 'send', 16),
+        wc('bad', A.qp.qpn, 'local-protection-error', bad.opcode === 'swap' ? 'swap' : bad.opcode),
+        wc('after', A.qp.qpn, 'flushed', 'send'),
+      ],
+      what,
+    );
     assert.is(A.qp.stateName, 'error', what);
-    assert.equal(r.evA, [{ type: 'qp-error', qpn: A.qp.qpn, reason: 'local protection error in a send work request' }], what);
+    assert.equal(
+      r.evA,
+      [{ type: 'qp-error', qpn: A.qp.qpn, reason: 'local protection error in a send work request' }],
+      what,
+    );
     // Nothing of it reached B: one receive used, the other still posted.
     assert.equal(await waitCompletions(B.rcq, 1), [wc(100, B.qp.qpn, 'success', 'recv', 16)], what);
     assert.is(B.qp.rqDepth, 1, what);
@@ -740,11 +999,30 @@ test('local protection on receives: no local-write, outside the MR, another PD t
   const r = rig();
   const { p, A } = r;
   const ro = mem(p.a, A.pd, 16, ['remote-read']);
-  throwsVerbs(() => p.a.rdma.postRecv(A.qp, { wrId: 1, sg: [{ mr: ro, offset: 0, length: 8 }] }), 'invalid', new RegExp(`recv: sg\\[0\\]: mr ${ro.handle} lacks local-write`));
+  throwsVerbs(
+    () => p.a.rdma.postRecv(A.qp, { wrId: 1, sg: [{ mr: ro, offset: 0, length: 8 }] }),
+    'invalid',
+    new RegExp(`recv: sg\\[0\\]: mr ${ro.handle} lacks local-write`),
+  );
   const m = mem(p.a, A.pd, 16);
-  throwsVerbs(() => p.a.rdma.postRecv(A.qp, { wrId: 1, sg: [{ mr: m, offset: 0, length: 8 }, { mr: m, offset: 10, length: 8 }] }), 'invalid', new RegExp(`recv: sg\\[1\\]: \\[10, 18\\) is outside mr ${m.handle} \\(length 16\\)`));
+  throwsVerbs(
+    () =>
+      p.a.rdma.postRecv(A.qp, {
+        wrId: 1,
+        sg: [
+          { mr: m, offset: 0, length: 8 },
+          { mr: m, offset: 10, length: 8 },
+        ],
+      }),
+    'invalid',
+    new RegExp(`recv: sg\\[1\\]: \\[10, 18\\) is outside mr ${m.handle} \\(length 16\\)`),
+  );
   const other = mem(p.a, p.a.rdma.createPd(), 16);
-  throwsVerbs(() => p.a.rdma.postRecv(A.qp, { wrId: 1, sg: [{ mr: other, offset: 0, length: 8 }] }), 'invalid', new RegExp(`mr ${other.handle} is not valid in this PD`));
+  throwsVerbs(
+    () => p.a.rdma.postRecv(A.qp, { wrId: 1, sg: [{ mr: other, offset: 0, length: 8 }] }),
+    'invalid',
+    new RegExp(`mr ${other.handle} is not valid in this PD`),
+  );
   assert.is(A.qp.rqDepth, 0, 'nothing was posted');
   assert.is(A.qp.stateName, 'rts', 'the QP is unharmed');
   await finish(p);
@@ -761,40 +1039,170 @@ test('bad input: every VerbsError says what is wrong', async () => {
   const m = mem(p.a, A.pd, 8192);
   const post = (req: Partial<SendRequest>) => () => ra.postSend(q, { wrId: 1, opcode: 'send', ...req } as SendRequest);
   // Work requests.
-  throwsVerbs(post({ opcode: 'jump' as 'send' }), 'invalid', /opcode must be one of send, send-with-solicited, send-with-invalidate, write, write-with-imm, read, fetch-add, swap, cmp-swap, got "jump"/);
-  throwsVerbs(post({ opcode: 'write', sg: [{ mr: m, offset: 0, length: 8 }] }), 'invalid', /write needs remote \{stag, offset\}/);
-  throwsVerbs(post({ opcode: 'read', sg: [{ mr: m, offset: 0, length: 8 }], remote: { stag: -1, offset: 0 } }), 'invalid', /remote\.stag must be an integer in 0\.\.4294967295, got -1/);
-  throwsVerbs(post({ opcode: 'read', sg: [{ mr: m, offset: 0, length: 8 }], remote: { stag: 1, offset: 1.5 } }), 'invalid', /remote\.offset must be an integer/);
-  throwsVerbs(post({ opcode: 'fetch-add', sg: [{ mr: m, offset: 0, length: 8 }], remote: { stag: 1, offset: 0 } }), 'invalid', /atomic\.add must be a 64-bit unsigned integer/);
-  throwsVerbs(post({ opcode: 'fetch-add', sg: [{ mr: m, offset: 0, length: 8 }], remote: { stag: 1, offset: 0 }, atomic: { add: 5 as unknown as bigint } }), 'invalid', /atomic\.add must be a 64-bit unsigned integer/);
-  throwsVerbs(post({ opcode: 'swap', sg: [{ mr: m, offset: 0, length: 8 }], remote: { stag: 1, offset: 0 }, atomic: { swap: -1n } }), 'invalid', /atomic\.swap must be a 64-bit unsigned integer/);
-  throwsVerbs(post({ opcode: 'swap', sg: [{ mr: m, offset: 0, length: 8 }], remote: { stag: 1, offset: 0 }, atomic: { swap: 1n << 64n } }), 'invalid', /atomic\.swap/);
-  throwsVerbs(post({ opcode: 'cmp-swap', sg: [{ mr: m, offset: 0, length: 8 }], remote: { stag: 1, offset: 0 }, atomic: { swap: 1n } }), 'invalid', /atomic\.compare must be a 64-bit unsigned integer/);
-  throwsVerbs(post({ opcode: 'fetch-add', sg: [{ mr: m, offset: 0, length: 4 }], remote: { stag: 1, offset: 0 }, atomic: { add: 1n } }), 'invalid', /fetch-add needs exactly 8 bytes of local buffer for the original value, got 4/);
-  throwsVerbs(post({ opcode: 'write-with-imm', sg: [], remote: { stag: 1, offset: 0 } }), 'invalid', /imm must be an integer in 0\.\.4294967295, got undefined/);
+  throwsVerbs(
+    post({ opcode: 'jump' as 'send' }),
+    'invalid',
+    /opcode must be one of send, send-with-solicited, send-with-invalidate, write, write-with-imm, read, fetch-add, swap, cmp-swap, got "jump"/,
+  );
+  throwsVerbs(
+    post({ opcode: 'write', sg: [{ mr: m, offset: 0, length: 8 }] }),
+    'invalid',
+    /write needs remote \{stag, offset\}/,
+  );
+  throwsVerbs(
+    post({ opcode: 'read', sg: [{ mr: m, offset: 0, length: 8 }], remote: { stag: -1, offset: 0 } }),
+    'invalid',
+    /remote\.stag must be an integer in 0\.\.4294967295, got -1/,
+  );
+  throwsVerbs(
+    post({ opcode: 'read', sg: [{ mr: m, offset: 0, length: 8 }], remote: { stag: 1, offset: 1.5 } }),
+    'invalid',
+    /remote\.offset must be an integer/,
+  );
+  throwsVerbs(
+    post({ opcode: 'fetch-add', sg: [{ mr: m, offset: 0, length: 8 }], remote: { stag: 1, offset: 0 } }),
+    'invalid',
+    /atomic\.add must be a 64-bit unsigned integer/,
+  );
+  throwsVerbs(
+    post({
+      opcode: 'fetch-add',
+      sg: [{ mr: m, offset: 0, length: 8 }],
+      remote: { stag: 1, offset: 0 },
+      atomic: { add: 5 as unknown as bigint },
+    }),
+    'invalid',
+    /atomic\.add must be a 64-bit unsigned integer/,
+  );
+  throwsVerbs(
+    post({
+      opcode: 'swap',
+      sg: [{ mr: m, offset: 0, length: 8 }],
+      remote: { stag: 1, offset: 0 },
+      atomic: { swap: -1n },
+    }),
+    'invalid',
+    /atomic\.swap must be a 64-bit unsigned integer/,
+  );
+  throwsVerbs(
+    post({
+      opcode: 'swap',
+      sg: [{ mr: m, offset: 0, length: 8 }],
+      remote: { stag: 1, offset: 0 },
+      atomic: { swap: 1n << 64n },
+    }),
+    'invalid',
+    /atomic\.swap/,
+  );
+  throwsVerbs(
+    post({
+      opcode: 'cmp-swap',
+      sg: [{ mr: m, offset: 0, length: 8 }],
+      remote: { stag: 1, offset: 0 },
+      atomic: { swap: 1n },
+    }),
+    'invalid',
+    /atomic\.compare must be a 64-bit unsigned integer/,
+  );
+  throwsVerbs(
+    post({
+      opcode: 'fetch-add',
+      sg: [{ mr: m, offset: 0, length: 4 }],
+      remote: { stag: 1, offset: 0 },
+      atomic: { add: 1n },
+    }),
+    'invalid',
+    /fetch-add needs exactly 8 bytes of local buffer for the original value, got 4/,
+  );
+  throwsVerbs(
+    post({ opcode: 'write-with-imm', sg: [], remote: { stag: 1, offset: 0 } }),
+    'invalid',
+    /imm must be an integer in 0\.\.4294967295, got undefined/,
+  );
   throwsVerbs(post({ opcode: 'send-with-invalidate', sg: [] }), 'invalid', /invalidateStag must be an integer/);
-  throwsVerbs(post({ inline: true, sg: [{ mr: m, offset: 0, length: 33 }] }), 'too-large', /inline data of 33 bytes exceeds the QP's maxInline 32/);
-  throwsVerbs(post({ inline: true, opcode: 'read', sg: [{ mr: m, offset: 0, length: 8 }], remote: { stag: 1, offset: 0 } }), 'invalid', /read cannot be inline/);
-  throwsVerbs(post({ sg: [{ mr: m, offset: 0, length: 4096 }, { mr: m, offset: 0, length: 1 }] }), 'too-large', /message of 4097 bytes exceeds the maximum 4096/);
-  throwsVerbs(post({ sg: [1, 2, 3].map(() => ({ mr: m, offset: 0, length: 1 })) }), 'invalid', /send: 3 SGEs, the queue allows 2/);
-  throwsVerbs(post({ sg: [{ mr: {} as Mr, offset: 0, length: 1 }] }), 'invalid', /send: sg\[0\]\.mr is not a memory region/);
-  throwsVerbs(post({ sg: [{ mr: m, offset: -1, length: 1 }] }), 'invalid', /send: sg\[0\]\.offset must be an integer in 0\.\.4294967296, got -1/);
+  throwsVerbs(
+    post({ inline: true, sg: [{ mr: m, offset: 0, length: 33 }] }),
+    'too-large',
+    /inline data of 33 bytes exceeds the QP's maxInline 32/,
+  );
+  throwsVerbs(
+    post({ inline: true, opcode: 'read', sg: [{ mr: m, offset: 0, length: 8 }], remote: { stag: 1, offset: 0 } }),
+    'invalid',
+    /read cannot be inline/,
+  );
+  throwsVerbs(
+    post({
+      sg: [
+        { mr: m, offset: 0, length: 4096 },
+        { mr: m, offset: 0, length: 1 },
+      ],
+    }),
+    'too-large',
+    /message of 4097 bytes exceeds the maximum 4096/,
+  );
+  throwsVerbs(
+    post({ sg: [1, 2, 3].map(() => ({ mr: m, offset: 0, length: 1 })) }),
+    'invalid',
+    /send: 3 SGEs, the queue allows 2/,
+  );
+  throwsVerbs(
+    post({ sg: [{ mr: {} as Mr, offset: 0, length: 1 }] }),
+    'invalid',
+    /send: sg\[0\]\.mr is not a memory region/,
+  );
+  throwsVerbs(
+    post({ sg: [{ mr: m, offset: -1, length: 1 }] }),
+    'invalid',
+    /send: sg\[0\]\.offset must be an integer in 0\.\.4294967296, got -1/,
+  );
   throwsVerbs(post({ sg: [{ mr: m, offset: 0, length: NaN }] }), 'invalid', /sg\[0\]\.length must be an integer/);
   throwsVerbs(post({ sg: 'x' as unknown as [] }), 'invalid', /send: sg must be a list/);
-  throwsVerbs(() => ra.postRecv(q, { wrId: 1, sg: [1, 2, 3].map(() => ({ mr: m, offset: 0, length: 1 })) }), 'invalid', /recv: 3 SGEs, the queue allows 2/);
+  throwsVerbs(
+    () => ra.postRecv(q, { wrId: 1, sg: [1, 2, 3].map(() => ({ mr: m, offset: 0, length: 1 })) }),
+    'invalid',
+    /recv: 3 SGEs, the queue allows 2/,
+  );
   assert.is(q.sqDepth, 0, 'no refused request took a slot');
   assert.is(q.stateName, 'rts', 'and the QP is unharmed');
   // Objects.
-  throwsVerbs(() => ra.regMr(A.pd, 16, ['remote-jump']), 'invalid', /access: unknown access flag "remote-jump" \(expected local-write, remote-write, remote-read, remote-atomic, remote-invalidate\)/);
-  throwsVerbs(() => ra.regMr(A.pd, 16, ['remote-write']), 'invalid', /remote-write and remote-atomic need local-write as well/);
+  throwsVerbs(
+    () => ra.regMr(A.pd, 16, ['remote-jump']),
+    'invalid',
+    /access: unknown access flag "remote-jump" \(expected local-write, remote-write, remote-read, remote-atomic, remote-invalidate\)/,
+  );
+  throwsVerbs(
+    () => ra.regMr(A.pd, 16, ['remote-write']),
+    'invalid',
+    /remote-write and remote-atomic need local-write as well/,
+  );
   throwsVerbs(() => ra.regMr(A.pd, -1, RW), 'invalid', /mr length must be an integer in 0\.\.2\^31, got -1/);
   throwsVerbs(() => ra.regMr(A.pd, 2 ** 31 + 1, RW), 'too-large', /mr length/);
   throwsVerbs(() => ra.createCq(0), 'invalid', /cq depth must be an integer in 1\.\.1048576, got 0/);
-  throwsVerbs(() => ra.createQp({ pd: A.pd, sendCq: A.scq, recvCq: A.rcq, maxSendWr: 0, maxRecvWr: 1 }), 'invalid', /maxSendWr must be an integer in 1\.\.16384, got 0/);
-  throwsVerbs(() => ra.createQp({ pd: A.pd, sendCq: A.scq, recvCq: A.rcq, maxSendWr: 1, maxRecvWr: 1, ird: 129 }), 'invalid', /ird must be an integer in 1\.\.128, got 129/);
-  throwsVerbs(() => ra.createQp({ pd: A.pd, sendCq: A.scq, recvCq: A.rcq, maxSendWr: 1, maxRecvWr: 1, port: q.qpn }), 'busy', new RegExp(`port ${q.qpn} already has a QP`));
-  throwsVerbs(() => ra.createQp({ pd: A.pd, sendCq: A.scq, recvCq: A.rcq, maxSendWr: 1, maxRecvWr: 1, port: 80 }), 'invalid', /qp port \(port-range 20000\.\.29999\) must be an integer in 20000\.\.29999, got 80/);
-  throwsVerbs(() => ra.createQp({ pd: A.pd, sendCq: A.scq, recvCq: A.rcq, maxSendWr: 1, maxRecvWr: 1, address: '1.2.3' }), 'invalid', /qp address/);
+  throwsVerbs(
+    () => ra.createQp({ pd: A.pd, sendCq: A.scq, recvCq: A.rcq, maxSendWr: 0, maxRecvWr: 1 }),
+    'invalid',
+    /maxSendWr must be an integer in 1\.\.16384, got 0/,
+  );
+  throwsVerbs(
+    () => ra.createQp({ pd: A.pd, sendCq: A.scq, recvCq: A.rcq, maxSendWr: 1, maxRecvWr: 1, ird: 129 }),
+    'invalid',
+    /ird must be an integer in 1\.\.128, got 129/,
+  );
+  throwsVerbs(
+    () => ra.createQp({ pd: A.pd, sendCq: A.scq, recvCq: A.rcq, maxSendWr: 1, maxRecvWr: 1, port: q.qpn }),
+    'busy',
+    new RegExp(`port ${q.qpn} already has a QP`),
+  );
+  throwsVerbs(
+    () => ra.createQp({ pd: A.pd, sendCq: A.scq, recvCq: A.rcq, maxSendWr: 1, maxRecvWr: 1, port: 80 }),
+    'invalid',
+    /qp port \(port-range 20000\.\.29999\) must be an integer in 20000\.\.29999, got 80/,
+  );
+  throwsVerbs(
+    () => ra.createQp({ pd: A.pd, sendCq: A.scq, recvCq: A.rcq, maxSendWr: 1, maxRecvWr: 1, address: '1.2.3' }),
+    'invalid',
+    /qp address/,
+  );
   throwsVerbs(() => ra.modifyQp(q, { state: 'rts', ird: 0 }), 'invalid', /ird must be an integer in 1\.\.16, got 0/);
   throwsVerbs(() => ra.qp(1), 'not-found', /no QP 1/);
   // Destroying what is in use, or twice.
@@ -803,10 +1211,22 @@ test('bad input: every VerbsError says what is wrong', async () => {
   const srq = ra.createSrq(A.pd, 4);
   const sq = ra.createQp({ pd: A.pd, sendCq: A.scq, recvCq: A.rcq, srq, maxSendWr: 1, maxRecvWr: 1 });
   throwsVerbs(() => ra.destroySrq(srq), 'busy', new RegExp(`srq ${srq.handle} is in use by 1 QP\\(s\\)`));
-  throwsVerbs(() => ra.postRecv(sq, { wrId: 1 }), 'invalid', new RegExp(`qp ${sq.qpn} receives from srq ${srq.handle}: post there`));
-  throwsVerbs(() => ra.postSrqRecv(srq, { wrId: 1, sg: [{ mr: mem(p.a, ra.createPd(), 8), offset: 0, length: 8 }] }), 'invalid', /srq recv: sg\[0\]: mr \d+ is not valid in this PD/);
+  throwsVerbs(
+    () => ra.postRecv(sq, { wrId: 1 }),
+    'invalid',
+    new RegExp(`qp ${sq.qpn} receives from srq ${srq.handle}: post there`),
+  );
+  throwsVerbs(
+    () => ra.postSrqRecv(srq, { wrId: 1, sg: [{ mr: mem(p.a, ra.createPd(), 8), offset: 0, length: 8 }] }),
+    'invalid',
+    /srq recv: sg\[0\]: mr \d+ is not valid in this PD/,
+  );
   for (let i = 0; i < 4; i++) ra.postSrqRecv(srq, { wrId: i, sg: [{ mr: m, offset: i * 8, length: 8 }] });
-  throwsVerbs(() => ra.postSrqRecv(srq, { wrId: 5 }), 'resource', new RegExp(`srq ${srq.handle} is full \\(maxWr 4\\)`));
+  throwsVerbs(
+    () => ra.postSrqRecv(srq, { wrId: 5 }),
+    'resource',
+    new RegExp(`srq ${srq.handle} is full \\(maxWr 4\\)`),
+  );
   throwsVerbs(() => ra.modifySrq(srq, 5), 'invalid', /srq limit must be an integer in 0\.\.4, got 5/);
   ra.destroyQp(sq);
   ra.destroySrq(srq);
@@ -819,19 +1239,31 @@ test('bad input: every VerbsError says what is wrong', async () => {
   throwsVerbs(() => ra.destroyPd(pd2), 'not-found', new RegExp(`pd ${pd2.handle} is already destroyed`));
   throwsVerbs(() => ra.destroyCq(cq2), 'not-found', new RegExp(`cq ${cq2.handle} is already destroyed`));
   throwsVerbs(() => ra.regMr(pd2, 8, RW), 'not-found', /is destroyed/);
-  throwsVerbs(() => ra.createQp({ pd: A.pd, sendCq: cq2, recvCq: A.rcq, maxSendWr: 1, maxRecvWr: 1 }), 'not-found', /completion queue is destroyed/);
+  throwsVerbs(
+    () => ra.createQp({ pd: A.pd, sendCq: cq2, recvCq: A.rcq, maxSendWr: 1, maxRecvWr: 1 }),
+    'not-found',
+    /completion queue is destroyed/,
+  );
   const m2 = mem(p.a, A.pd, 8);
   ra.deregMr(m2);
   throwsVerbs(() => ra.deregMr(m2), 'not-found', new RegExp(`mr ${m2.handle} is not registered`));
   // Connection management input.
-  throwsVerbs(() => ra.listen(0, () => ({ reject: true })), 'invalid', /listen port must be an integer in 1\.\.65535, got 0/);
+  throwsVerbs(
+    () => ra.listen(0, () => ({ reject: true })),
+    'invalid',
+    /listen port must be an integer in 1\.\.65535, got 0/,
+  );
   ra.listen(7000, () => ({ reject: true }));
   throwsVerbs(() => ra.listen(7000, () => ({ reject: true })), 'busy', /already listening on port 7000/);
   throwsVerbs(() => ra.listen(q.qpn, () => ({ reject: true })), 'busy', new RegExp(`port ${q.qpn} has a QP`));
   throwsVerbs(() => ra.unlisten(7001), 'not-found', /not listening on port 7001/);
   throwsVerbs(() => ra.connect(q, IP_B, 7000), 'state', /connect needs a QP in INIT, it is rts/);
   const fresh = makeEnds(p.a, { pd: A.pd, sendCq: A.scq, recvCq: A.rcq });
-  throwsVerbs(() => ra.connect(fresh.qp, IP_B, 7000, { privateData: new Uint8Array(513) }), 'too-large', /private data is at most 512 bytes, got 513/);
+  throwsVerbs(
+    () => ra.connect(fresh.qp, IP_B, 7000, { privateData: new Uint8Array(513) }),
+    'too-large',
+    /private data is at most 512 bytes, got 513/,
+  );
   throwsVerbs(() => ra.connect(fresh.qp, '10.0.0', 7000), 'invalid', /connect address/);
   ra.unlisten(7000);
   await finish(p);

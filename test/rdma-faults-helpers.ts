@@ -26,9 +26,17 @@ function rng(seed: number): () => number {
 }
 
 /** 10 000 mixed operations at fault level p on both directions of A's interface; asserts everything. */
-export async function faultRun(p: number, seed: number, link: Link = 'pipe'): Promise<{ ms: number; bytes: number; retransmits: number; dropped: number }> {
+export async function faultRun(
+  p: number,
+  seed: number,
+  link: Link = 'pipe',
+): Promise<{ ms: number; bytes: number; retransmits: number; dropped: number }> {
   const fault = { seed, loss: p, reorder: p, duplicate: p, corrupt: p, reorderDepth: 8, reorderDelayUs: 300 };
-  const pair = twoStacks({ rdma: { trp: { rtoMinMs: 2, rtoMaxMs: 50, maxRetries: 30 } }, faultA: { rx: fault, tx: fault }, link });
+  const pair = twoStacks({
+    rdma: { trp: { rtoMinMs: 2, rtoMaxMs: 50, maxRetries: 30 } },
+    faultA: { rx: fault, tx: fault },
+    link,
+  });
   try {
     await pair.ready;
     const A = makeEnds(pair.a, { maxSendWr: 512, maxRecvWr: 16 }, 16384);
@@ -44,9 +52,14 @@ export async function faultRun(p: number, seed: number, link: Link = 'pipe'): Pr
     // What each in-flight op expects, by wrId.
     const expect = new Map<number, { kind: string; slot: number; len: number; data: Uint8Array }>();
     const recvPosted: number[] = [];
-    let adds = 0n, addsDone = 0, bytes = 0, nextRecv = 0;
+    let adds = 0n,
+      addsDone = 0,
+      bytes = 0,
+      nextRecv = 0;
     const t0 = performance.now();
-    let issued = 0, completed = 0, sendsCompleted = 0;
+    let issued = 0,
+      completed = 0,
+      sendsCompleted = 0;
     const outstanding = new Set<number>();
     let recvChecked = 0;
     // A receive's buffer is reused SLOTS receives later: check each as soon as it completes.
@@ -73,23 +86,46 @@ export async function faultRun(p: number, seed: number, link: Link = 'pipe'): Pr
         if (pick < 0.3) {
           // send: B posts a receive for it first (MSN order = post order)
           aSrc.memory.set(data, slot * REGION);
-          pair.b.rdma.postRecv(B.qp, { wrId: nextRecv, sg: [{ mr: bRecv, offset: (nextRecv % SLOTS) * REGION, length: REGION }] });
+          pair.b.rdma.postRecv(B.qp, {
+            wrId: nextRecv,
+            sg: [{ mr: bRecv, offset: (nextRecv % SLOTS) * REGION, length: REGION }],
+          });
           recvPosted.push(id);
           nextRecv++;
-          pair.a.rdma.postSend(A.qp, { wrId: id, opcode: 'send', sg: [{ mr: aSrc, offset: slot * REGION, length: len }] });
+          pair.a.rdma.postSend(A.qp, {
+            wrId: id,
+            opcode: 'send',
+            sg: [{ mr: aSrc, offset: slot * REGION, length: len }],
+          });
           expect.set(id, { kind: 'send', slot, len, data });
         } else if (pick < 0.6) {
           aSrc.memory.set(data, slot * REGION);
-          pair.a.rdma.postSend(A.qp, { wrId: id, opcode: 'write', sg: [{ mr: aSrc, offset: slot * REGION, length: len }], remote: { stag: bMem.stag, offset: slot * REGION } });
+          pair.a.rdma.postSend(A.qp, {
+            wrId: id,
+            opcode: 'write',
+            sg: [{ mr: aSrc, offset: slot * REGION, length: len }],
+            remote: { stag: bMem.stag, offset: slot * REGION },
+          });
           expect.set(id, { kind: 'write', slot, len, data });
         } else if (pick < 0.9) {
           bMem.memory.set(data, slot * REGION);
-          pair.a.rdma.postSend(A.qp, { wrId: id, opcode: 'read', sg: [{ mr: aDst, offset: slot * REGION, length: len }], remote: { stag: bMem.stag, offset: slot * REGION } });
+          pair.a.rdma.postSend(A.qp, {
+            wrId: id,
+            opcode: 'read',
+            sg: [{ mr: aDst, offset: slot * REGION, length: len }],
+            remote: { stag: bMem.stag, offset: slot * REGION },
+          });
           expect.set(id, { kind: 'read', slot, len, data });
         } else {
           const add = BigInt(id + 1);
           adds += add;
-          pair.a.rdma.postSend(A.qp, { wrId: id, opcode: 'fetch-add', sg: [{ mr: aDst, offset: slot * REGION, length: 8 }], remote: { stag: counter.stag, offset: 0 }, atomic: { add } });
+          pair.a.rdma.postSend(A.qp, {
+            wrId: id,
+            opcode: 'fetch-add',
+            sg: [{ mr: aDst, offset: slot * REGION, length: 8 }],
+            remote: { stag: counter.stag, offset: 0 },
+            atomic: { add },
+          });
           expect.set(id, { kind: 'atomic', slot, len: 8, data });
         }
         // Writes/reads on one slot must not overlap in time: wait for completion before reuse.
@@ -106,10 +142,16 @@ export async function faultRun(p: number, seed: number, link: Link = 'pipe'): Pr
         outstanding.delete(id);
         completed++;
         if (e!.kind === 'write') {
-          assert.ok(Buffer.from(bMem.memory.subarray(e!.slot * REGION, e!.slot * REGION + e!.len)).equals(e!.data), `write ${id} data`);
+          assert.ok(
+            Buffer.from(bMem.memory.subarray(e!.slot * REGION, e!.slot * REGION + e!.len)).equals(e!.data),
+            `write ${id} data`,
+          );
           bytes += e!.len;
         } else if (e!.kind === 'read') {
-          assert.ok(Buffer.from(aDst.memory.subarray(e!.slot * REGION, e!.slot * REGION + e!.len)).equals(e!.data), `read ${id} data`);
+          assert.ok(
+            Buffer.from(aDst.memory.subarray(e!.slot * REGION, e!.slot * REGION + e!.len)).equals(e!.data),
+            `read ${id} data`,
+          );
           bytes += e!.len;
         } else if (e!.kind === 'atomic') addsDone++;
         else {
@@ -128,7 +170,10 @@ export async function faultRun(p: number, seed: number, link: Link = 'pipe'): Pr
     const fc = pair.a.ifs.faultCounters(pair.a.ifName);
     const dropped = (fc.rx?.dropped ?? 0) + (fc.tx?.dropped ?? 0);
     if (p > 0) {
-      assert.ok(dropped > 0 && (fc.rx?.corrupted ?? 0) > 0 && (fc.tx?.duplicated ?? 0) > 0 && (fc.tx?.reordered ?? 0) > 0, `faults really injected: ${JSON.stringify(fc)}`);
+      assert.ok(
+        dropped > 0 && (fc.rx?.corrupted ?? 0) > 0 && (fc.tx?.duplicated ?? 0) > 0 && (fc.tx?.reordered ?? 0) > 0,
+        `faults really injected: ${JSON.stringify(fc)}`,
+      );
       assert.ok(q.counters.retransmits > 0, 'losses were repaired by retransmission');
     }
     return { ms, bytes, retransmits: q.counters.retransmits, dropped };

@@ -12,7 +12,10 @@ for (const p of [0, 0.01, 0.05, 0.1]) {
     const r = await faultRun(p, 1 + Math.round(p * 1000));
     results[p] = r;
     const mbps = (r.bytes * 8) / (r.ms * 1e3);
-    console.log(`  faults ${p * 100}%: ${OPS} ops in ${r.ms.toFixed(0)} ms, ${mbps.toFixed(1)} Mbit/s payload, ${r.retransmits} retransmissions, ${r.dropped} dropped by the injector` + (results[0] ? `, goodput ${(r.bytes / r.ms / (results[0].bytes / results[0].ms)).toFixed(2)} of lossless` : ''));
+    console.log(
+      `  faults ${p * 100}%: ${OPS} ops in ${r.ms.toFixed(0)} ms, ${mbps.toFixed(1)} Mbit/s payload, ${r.retransmits} retransmissions, ${r.dropped} dropped by the injector` +
+        (results[0] ? `, goodput ${(r.bytes / r.ms / (results[0].bytes / results[0].ms)).toFixed(2)} of lossless` : ''),
+    );
   });
 }
 

@@ -49,9 +49,18 @@ export interface Pair {
 
 let memifPairs = 0;
 
-export function twoStacks(opts: { rdma?: RdmaOptions; mtu?: number; buffers?: number; faultA?: { rx?: FaultConfig; tx?: FaultConfig }; link?: Link } = {}): Pair {
+export function twoStacks(
+  opts: {
+    rdma?: RdmaOptions;
+    mtu?: number;
+    buffers?: number;
+    faultA?: { rx?: FaultConfig; tx?: FaultConfig };
+    link?: Link;
+  } = {},
+): Pair {
   const link = opts.link ?? 'pipe';
-  const macA = '02:00:00:00:00:0a', macB = '02:00:00:00:00:0b';
+  const macA = '02:00:00:00:00:0a',
+    macB = '02:00:00:00:00:0b';
   const mtu = opts.mtu ?? 1500;
   let pools: BufferPool[];
   let da: Driver, db: Driver;
@@ -59,17 +68,36 @@ export function twoStacks(opts: { rdma?: RdmaOptions; mtu?: number; buffers?: nu
     pools = [memPool(opts.buffers ?? 8192, 2048)];
     [da, db] = createPipe('pa', 'pb', { mtu, ringSize: 4096, macA, macB });
   } else {
-    pools = [createPool({ count: opts.buffers ?? 8192, dataSize: 2048, hugepages: 'never', name: 'memif-pair-a' }), memPool(opts.buffers ?? 8192, 2048)];
+    pools = [
+      createPool({ count: opts.buffers ?? 8192, dataSize: 2048, hugepages: 'never', name: 'memif-pair-a' }),
+      memPool(opts.buffers ?? 8192, 2048),
+    ];
     const socket = `@rdma-graph-pair-${process.pid}-${memifPairs++}`;
     da = new MemifDriver('ma', { socket, role: 'client', mac: macA, mtu });
     db = new MemifDriver('mb', { socket, role: 'server', mac: macB, mtu });
   }
-  const mk = (name: string, pool: BufferPool, drv: Driver, ip: string, peerIp: string, peerMac: string, fault?: { rx?: FaultConfig; tx?: FaultConfig }): Stack => {
+  const mk = (
+    name: string,
+    pool: BufferPool,
+    drv: Driver,
+    ip: string,
+    peerIp: string,
+    peerMac: string,
+    fault?: { rx?: FaultConfig; tx?: FaultConfig },
+  ): Stack => {
     const graph = new Graph({ pool, threadName: name, idlePollUs: 20, timerTickNs: 50_000 });
     const net = registerL2L4(graph);
     const ifs = new Interfaces(graph);
     const itf = ifs.add(drv, { next: 'ethernet-input', fault });
-    net.addInterface({ index: itf.index, name: drv.name, mac: drv.mac, address: `${ip}/24`, mtu: drv.mtu, output: itf.output.name, neighbors: [{ address: peerIp, mac: peerMac }] });
+    net.addInterface({
+      index: itf.index,
+      name: drv.name,
+      mac: drv.mac,
+      address: `${ip}/24`,
+      mtu: drv.mtu,
+      output: itf.output.name,
+      neighbors: [{ address: peerIp, mac: peerMac }],
+    });
     const rdma = registerRdma(graph, net, opts.rdma);
     graph.build();
     return { graph, ifs, rdma, ifName: drv.name };
@@ -81,7 +109,12 @@ export function twoStacks(opts: { rdma?: RdmaOptions; mtu?: number; buffers?: nu
   b.graph.start();
   const ready = link === 'pipe' ? Promise.resolve() : waitFor('the memif link', () => da.linkUp() && db.linkUp(), 5000);
   return {
-    pool: pools[0], pools, a, b, link, ready,
+    pool: pools[0],
+    pools,
+    a,
+    b,
+    link,
+    ready,
     lost: () => pools.reduce((n, p) => n + p.count - p.available(), 0),
     close() {
       a.graph.close();
@@ -109,7 +142,10 @@ export function makeEnds(s: Stack, init: Partial<QpInit> = {}, cqDepth = 4096): 
 
 /** Manual connect: both sides RTR with the other's address, port and initial PSN, then RTS. */
 export function connectManual(x: Stack, qx: Qp, y: Stack, qy: Qp): void {
-  for (const [s, q, peer, ip] of [[x, qx, qy, y === x ? IP_A : ipOf(y)], [y, qy, qx, ipOf(x)]] as const) {
+  for (const [s, q, peer, ip] of [
+    [x, qx, qy, y === x ? IP_A : ipOf(y)],
+    [y, qy, qx, ipOf(x)],
+  ] as const) {
     s.rdma.modifyQp(q, { state: 'init' });
     s.rdma.modifyQp(q, { state: 'rtr', remote: { address: ip, port: peer.qpn }, rqPsn: peer.isn });
     s.rdma.modifyQp(q, { state: 'rts' });
@@ -127,7 +163,8 @@ export async function waitCompletions(cq: Cq, n: number, ms = 5000): Promise<Com
   while (out.length < n) {
     out.push(...cq.poll(n - out.length));
     if (out.length >= n) break;
-    if (Date.now() > deadline) throw new Error(`timed out: ${out.length} of ${n} completions after ${ms} ms: ${JSON.stringify(out.slice(-3))}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out: ${out.length} of ${n} completions after ${ms} ms: ${JSON.stringify(out.slice(-3))}`);
     await new Promise<void>((resolve) => {
       const t = setTimeout(resolve, 20);
       cq.onCompletion = () => {

@@ -9,7 +9,34 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import {
-  ALL, D, M, OP, R, PEER_PORT, Rig, TRP, atomicBody, be32, be64, bytes, fromHex, fromQp, isPureAck, polls, readRequestBody, rig, seg, summary, tagged, taggedMtu, terminate, trpHeader, u32, u64, untagged, untaggedMtu,
+  ALL,
+  D,
+  M,
+  OP,
+  R,
+  PEER_PORT,
+  Rig,
+  TRP,
+  atomicBody,
+  be32,
+  be64,
+  bytes,
+  fromHex,
+  fromQp,
+  isPureAck,
+  polls,
+  readRequestBody,
+  rig,
+  seg,
+  summary,
+  tagged,
+  taggedMtu,
+  terminate,
+  trpHeader,
+  u32,
+  u64,
+  untagged,
+  untaggedMtu,
 } from './rdma-rig-helpers.ts';
 import { hex } from './l2l4-helpers.ts';
 
@@ -25,9 +52,16 @@ test('PROTOCOL.md vectors: SEND "hi" lands in the posted receive, WRITE places 0
   for (let k = 0; k < 16; k++) r.post({ wrId: `s${k}`, opcode: 'send', sg: [{ mr: src, offset: k, length: 1 }] });
   const sent = r.run();
   fromQp(sent);
-  assert.equal(sent.map((p) => p.psn), Array.from({ length: 16 }, (_, k) => k));
+  assert.equal(
+    sent.map((p) => p.psn),
+    Array.from({ length: 16 }, (_, k) => k),
+  );
   // The peer's PSNs 0..6: one-byte Write middle segments at TO 0..6 (so the vectors' PSNs 7 and 8 come in order).
-  const pre = Array.from({ length: 7 }, (_, k) => [...trpHeader(k, 0), ...tagged({ last: false, stag: sink.stag, to: k }), 0x10 + k]);
+  const pre = Array.from({ length: 7 }, (_, k) => [
+    ...trpHeader(k, 0),
+    ...tagged({ last: false, stag: sink.stag, to: k }),
+    0x10 + k,
+  ]);
   let out = r.feed(...pre);
   assert.is(out.length, 1, 'one pure ACK for the vector');
   assert.ok(isPureAck(out[0]));
@@ -37,7 +71,11 @@ test('PROTOCOL.md vectors: SEND "hi" lands in the posted receive, WRITE places 0
   out = r.feed(fromHex('00000007 00000003 0000 41 43 00000000 00000000 00000001 00000000 6869'));
   assert.equal(summary(polls(r.rcq)), ['r1:recv:success:2']);
   assert.equal(Array.from(rbuf.memory.subarray(4, 6)), [0x68, 0x69]);
-  assert.equal(summary(polls(r.scq)), ['s0:send:success:1', 's1:send:success:1', 's2:send:success:1'], 'its ACK 3 completed our first three sends');
+  assert.equal(
+    summary(polls(r.scq)),
+    ['s0:send:success:1', 's1:send:success:1', 's2:send:success:1'],
+    'its ACK 3 completed our first three sends',
+  );
   assert.is(out.length, 1);
   assert.ok(isPureAck(out[0]));
   assert.equal([out[0].psn, out[0].ack], [16, 8]);
@@ -47,7 +85,11 @@ test('PROTOCOL.md vectors: SEND "hi" lands in the posted receive, WRITE places 0
   w.splice(12, 4, ...be32(sink.stag));
   out = r.feed(w);
   assert.is(sink.memory[0x1000], 0xaa);
-  assert.equal(Array.from(sink.memory.subarray(0, 8)), [0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0], 'the prelude placed too');
+  assert.equal(
+    Array.from(sink.memory.subarray(0, 8)),
+    [0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0],
+    'the prelude placed too',
+  );
   assert.equal(polls(r.rcq), [], 'a middle Write segment completes nothing');
   assert.equal([out.length, out[0].psn, out[0].ack], [1, 16, 9]);
 
@@ -61,7 +103,10 @@ test('PROTOCOL.md vectors: SEND "hi" lands in the posted receive, WRITE places 0
   out = r.feed(fromHex('0000000c 0000000f 5000'));
   assert.is(r.err('trp-input', 'sack'), 1);
   fromQp(out);
-  assert.equal(out.map((p) => p.psn), [5, 6, 7, 8, 9, 10, 11]);
+  assert.equal(
+    out.map((p) => p.psn),
+    [5, 6, 7, 8, 9, 10, 11],
+  );
   for (const p of out) {
     const orig = sent[p.psn];
     assert.is(p.ack, 9, 'a retransmission carries the current cumulative ACK');
@@ -71,7 +116,10 @@ test('PROTOCOL.md vectors: SEND "hi" lands in the posted receive, WRITE places 0
   assert.equal(polls(r.scq), [], 'a SACK completes nothing');
   // The rest acknowledged: everything completes in order.
   assert.equal(r.feed(trpHeader(9, 16)), []);
-  assert.equal(summary(polls(r.scq)), Array.from({ length: 11 }, (_, k) => `s${k + 5}:send:success:1`));
+  assert.equal(
+    summary(polls(r.scq)),
+    Array.from({ length: 11 }, (_, k) => `s${k + 5}:send:success:1`),
+  );
   assert.is(r.qp.stateName, 'rts');
   r.close();
 });
@@ -81,17 +129,30 @@ test('PROTOCOL.md vectors: SEND "hi" lands in the posted receive, WRITE places 0
 test('trp-input: in-order data gets exactly one pure ACK per received vector, with the cumulative ack_psn', () => {
   const r = rig();
   const sink = r.mr(256, ['local-write', 'remote-write']);
-  const wr = (psn: number, b: number) => [...trpHeader(psn, 0), ...tagged({ last: false, stag: sink.stag, to: psn }), b];
+  const wr = (psn: number, b: number) => [
+    ...trpHeader(psn, 0),
+    ...tagged({ last: false, stag: sink.stag, to: psn }),
+    b,
+  ];
   let out = r.feed(...[0, 1, 2, 3, 4].map((p) => wr(p, 0xa0 + p)));
   fromQp(out);
   assert.is(out.length, 1, 'five packets in one vector: one ACK');
   assert.ok(isPureAck(out[0]));
   assert.equal([out[0].psn, out[0].ack], [0, 5], 'psn = our next PSN (nothing sent), ack = 5');
   out = r.feed(...[5, 6, 7].map((p) => wr(p, 0xa0 + p)));
-  assert.equal(out.map((p) => [isPureAck(p), p.ack]), [[true, 8]]);
+  assert.equal(
+    out.map((p) => [isPureAck(p), p.ack]),
+    [[true, 8]],
+  );
   // Two vectors (two separate rx bursts): two ACKs.
   out = [...r.feed(wr(8, 0xa8)), ...r.feed(wr(9, 0xa9))];
-  assert.equal(out.map((p) => [isPureAck(p), p.ack]), [[true, 9], [true, 10]]);
+  assert.equal(
+    out.map((p) => [isPureAck(p), p.ack]),
+    [
+      [true, 9],
+      [true, 10],
+    ],
+  );
   assert.equal(Array.from(sink.memory.subarray(0, 10)), [0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7, 0xa8, 0xa9]);
   assert.is(r.g.errorCount('ddp-output', 'acks'), 4);
   assert.is(r.qp.rxPackets, 10);
@@ -101,17 +162,27 @@ test('trp-input: in-order data gets exactly one pure ACK per received vector, wi
 test('trp-input: a duplicate is dropped (not placed again) and re-acknowledged', () => {
   const r = rig();
   const sink = r.mr(256, ['local-write', 'remote-write']);
-  const wr = (psn: number, b: number) => [...trpHeader(psn, 0), ...tagged({ last: false, stag: sink.stag, to: psn }), b];
+  const wr = (psn: number, b: number) => [
+    ...trpHeader(psn, 0),
+    ...tagged({ last: false, stag: sink.stag, to: psn }),
+    b,
+  ];
   r.feed(wr(0, 1), wr(1, 2), wr(2, 3));
   // PSN 1 again, with other data: not placed, counted, and the ACK goes out again.
   let out = r.feed(wr(1, 0xee));
   assert.is(sink.memory[1], 2, 'the duplicate was not placed');
   assert.is(r.err('trp-input', 'duplicate'), 1);
   assert.is(r.qp.duplicates, 1);
-  assert.equal(out.map((p) => [isPureAck(p), p.psn, p.ack]), [[true, 0, 3]]);
+  assert.equal(
+    out.map((p) => [isPureAck(p), p.psn, p.ack]),
+    [[true, 0, 3]],
+  );
   // A whole vector of duplicates: one ACK.
   out = r.feed(wr(0, 0xee), wr(2, 0xee), wr(1, 0xee));
-  assert.equal(out.map((p) => [isPureAck(p), p.ack]), [[true, 3]]);
+  assert.equal(
+    out.map((p) => [isPureAck(p), p.ack]),
+    [[true, 3]],
+  );
   assert.is(r.err('trp-input', 'duplicate'), 4);
   assert.equal(Array.from(sink.memory.subarray(0, 3)), [1, 2, 3]);
   r.close();
@@ -127,37 +198,72 @@ test('trp-input: out-of-order packets are placed at once and answered with one S
   fromQp(out);
   for (const p of [3, 4, 6, 8]) assert.is(sink.memory[p], 0x40 + p, `PSN ${p} placed at once`);
   assert.is(sink.memory[2], 0);
-  assert.equal(out.map((p) => [p.op, p.psn, p.ack, p.body.length]), [
-    [TRP.DATA, 0, 2, 0], // pure ACK: cumulative 2
-    [TRP.SACK, 3, 5, 0],
-    [TRP.SACK, 6, 7, 0],
-    [TRP.SACK, 8, 9, 0],
-  ]);
+  assert.equal(
+    out.map((p) => [p.op, p.psn, p.ack, p.body.length]),
+    [
+      [TRP.DATA, 0, 2, 0], // pure ACK: cumulative 2
+      [TRP.SACK, 3, 5, 0],
+      [TRP.SACK, 6, 7, 0],
+      [TRP.SACK, 8, 9, 0],
+    ],
+  );
   assert.is(r.g.errorCount('ddp-output', 'sacks'), 3);
   // A repeat of one taken above the hole: a duplicate (not placed again), answered with the
   // ACK only: nothing changed, and every range was reported less than an RTT ago.
   out = r.feed([...trpHeader(6, 0), ...tagged({ last: false, stag: sink.stag, to: 6 }), 0xee]);
   assert.is(sink.memory[6], 0x46);
   assert.is(r.err('trp-input', 'duplicate'), 1);
-  assert.equal(out.map((p) => [p.op, p.psn, p.ack]), [[TRP.DATA, 0, 2]]);
+  assert.equal(
+    out.map((p) => [p.op, p.psn, p.ack]),
+    [[TRP.DATA, 0, 2]],
+  );
   // A new packet above a hole: the SACK of the range it joined, not of the others.
   out = r.feed(wr(9));
-  assert.equal(out.map((p) => [p.op, p.psn, p.ack]), [[TRP.DATA, 0, 2], [TRP.SACK, 8, 10]]);
+  assert.equal(
+    out.map((p) => [p.op, p.psn, p.ack]),
+    [
+      [TRP.DATA, 0, 2],
+      [TRP.SACK, 8, 10],
+    ],
+  );
   // An RTT later (no sample yet: a timer tick), the next duplicate draws every range again, once.
   r.clock.advance(200_000);
   out = r.feed([...trpHeader(6, 0), ...tagged({ last: false, stag: sink.stag, to: 6 }), 0xee]);
-  assert.equal(out.map((p) => [p.op, p.psn, p.ack]), [[TRP.DATA, 0, 2], [TRP.SACK, 3, 5], [TRP.SACK, 6, 7], [TRP.SACK, 8, 10]]);
+  assert.equal(
+    out.map((p) => [p.op, p.psn, p.ack]),
+    [
+      [TRP.DATA, 0, 2],
+      [TRP.SACK, 3, 5],
+      [TRP.SACK, 6, 7],
+      [TRP.SACK, 8, 10],
+    ],
+  );
   out = r.feed([...trpHeader(6, 0), ...tagged({ last: false, stag: sink.stag, to: 6 }), 0xee]);
-  assert.equal(out.map((p) => [p.op, p.psn, p.ack]), [[TRP.DATA, 0, 2]]);
+  assert.equal(
+    out.map((p) => [p.op, p.psn, p.ack]),
+    [[TRP.DATA, 0, 2]],
+  );
   assert.is(r.g.errorCount('ddp-output', 'sacks'), 7);
   // The first hole filled: the ack moves to 5 (the ranges above were reported already).
   out = r.feed(wr(2));
-  assert.equal(out.map((p) => [p.op, p.psn, p.ack]), [[TRP.DATA, 0, 5]]);
+  assert.equal(
+    out.map((p) => [p.op, p.psn, p.ack]),
+    [[TRP.DATA, 0, 5]],
+  );
   out = r.feed(wr(5));
-  assert.equal(out.map((p) => [p.op, p.psn, p.ack]), [[TRP.DATA, 0, 7]]);
+  assert.equal(
+    out.map((p) => [p.op, p.psn, p.ack]),
+    [[TRP.DATA, 0, 7]],
+  );
   out = r.feed(wr(7));
-  assert.equal(out.map((p) => [p.op, p.psn, p.ack]), [[TRP.DATA, 0, 10]]);
-  assert.equal(Array.from(sink.memory.subarray(0, 10)), Array.from({ length: 10 }, (_, k) => 0x40 + k));
+  assert.equal(
+    out.map((p) => [p.op, p.psn, p.ack]),
+    [[TRP.DATA, 0, 10]],
+  );
+  assert.equal(
+    Array.from(sink.memory.subarray(0, 10)),
+    Array.from({ length: 10 }, (_, k) => 0x40 + k),
+  );
   r.close();
 });
 
@@ -179,26 +285,46 @@ test('trp-input: packets from another address or port are dropped and counted (w
   // The peer's own packet still goes in.
   out = r.feed(wr(0, 0x33));
   assert.is(sink.memory[0], 0x33);
-  assert.equal(out.map((p) => [isPureAck(p), p.ack]), [[true, 1]]);
+  assert.equal(
+    out.map((p) => [isPureAck(p), p.ack]),
+    [[true, 1]],
+  );
   r.close();
 });
 
 test('trp-input: data beyond the receive window is dropped, counted and answered with the current ACK', () => {
   const r = rig({ rdma: { trp: { window: 8 } } });
   const sink = r.mr(64, ['local-write', 'remote-write']);
-  const wr = (psn: number, b: number) => [...trpHeader(psn, 0), ...tagged({ last: false, stag: sink.stag, to: psn % 64 }), b];
+  const wr = (psn: number, b: number) => [
+    ...trpHeader(psn, 0),
+    ...tagged({ last: false, stag: sink.stag, to: psn % 64 }),
+    b,
+  ];
   r.feed(wr(0, 1));
   // Far ahead (2^20) and just past any window this QP can have (8 < W <= 2^16).
   let out = r.feed(wr(1 << 20, 0xee));
   assert.is(r.err('trp-input', 'out_of_window'), 1);
-  assert.equal(out.map((p) => [isPureAck(p), p.ack]), [[true, 1]]);
+  assert.equal(
+    out.map((p) => [isPureAck(p), p.ack]),
+    [[true, 1]],
+  );
   out = r.feed(wr((1 << 16) + 1, 0xee));
   assert.is(r.err('trp-input', 'out_of_window'), 2);
-  assert.equal(out.map((p) => [p.op, p.ack]), [[TRP.DATA, 1]], 'no SACK for what was dropped');
+  assert.equal(
+    out.map((p) => [p.op, p.ack]),
+    [[TRP.DATA, 1]],
+    'no SACK for what was dropped',
+  );
   assert.equal(Array.from(sink.memory.subarray(0, 2)), [1, 0]);
   // Within the window, ahead: accepted.
   out = r.feed(wr(3, 3));
-  assert.equal(out.map((p) => [p.op, p.psn, p.ack]), [[TRP.DATA, 0, 1], [TRP.SACK, 3, 4]]);
+  assert.equal(
+    out.map((p) => [p.op, p.psn, p.ack]),
+    [
+      [TRP.DATA, 0, 1],
+      [TRP.SACK, 3, 4],
+    ],
+  );
   assert.is(r.err('trp-input', 'out_of_window'), 2);
   r.close();
 });
@@ -213,7 +339,10 @@ test('trp-input: an unknown TRP opcode is dropped and counted', () => {
   const sink = r.mr(16, ['local-write', 'remote-write']);
   out = r.feed([...trpHeader(0, 0, TRP.DATA, 0x5a5), ...tagged({ last: false, stag: sink.stag, to: 0 }), 7]);
   assert.is(sink.memory[0], 7);
-  assert.equal(out.map((p) => [isPureAck(p), p.ack]), [[true, 1]]);
+  assert.equal(
+    out.map((p) => [isPureAck(p), p.ack]),
+    [[true, 1]],
+  );
   r.close();
 });
 
@@ -224,7 +353,10 @@ test('trp-input: a FIN from the peer moves the QP to ERROR and flushes what is o
   const m = r.mr(64, ['local-write']);
   r.recv({ wrId: 'r', sg: [{ mr: m, offset: 0, length: 8 }] });
   r.post({ wrId: 's', opcode: 'send', sg: [{ mr: m, offset: 8, length: 8 }] });
-  assert.equal(r.run().map((p) => p.psn), [0]);
+  assert.equal(
+    r.run().map((p) => p.psn),
+    [0],
+  );
   assert.equal(r.feed(trpHeader(0, 0, TRP.FIN)), []);
   assert.is(r.err('trp-input', 'fin'), 1);
   assert.is(r.qp.stateName, 'error');
@@ -239,17 +371,27 @@ test('trp-input: a FIN from the peer moves the QP to ERROR and flushes what is o
 
 test('completions only when no hole precedes them: PSN 1 (message 2) before PSN 0 (message 1)', () => {
   const r = rig();
-  const a = r.mr(16, ['local-write']), b = r.mr(16, ['local-write']);
+  const a = r.mr(16, ['local-write']),
+    b = r.mr(16, ['local-write']);
   r.recv({ wrId: 'm1', sg: [{ mr: a, offset: 0, length: 16 }] });
   r.recv({ wrId: 'm2', sg: [{ mr: b, offset: 0, length: 16 }] });
   let out = r.feed([...trpHeader(1, 0), ...untagged({ op: OP.SEND, qn: 0, msn: 2 }), ...[0xb1, 0xb2, 0xb3]]);
   assert.equal(Array.from(b.memory.subarray(0, 3)), [0xb1, 0xb2, 0xb3], 'placed at once');
   assert.equal(polls(r.rcq), [], 'no completion while PSN 0 is missing');
-  assert.equal(out.map((p) => [p.op, p.psn, p.ack]), [[TRP.DATA, 0, 0], [TRP.SACK, 1, 2]]);
+  assert.equal(
+    out.map((p) => [p.op, p.psn, p.ack]),
+    [
+      [TRP.DATA, 0, 0],
+      [TRP.SACK, 1, 2],
+    ],
+  );
   out = r.feed([...trpHeader(0, 0), ...untagged({ op: OP.SEND, qn: 0, msn: 1 }), ...[0xa1, 0xa2]]);
   assert.equal(summary(polls(r.rcq)), ['m1:recv:success:2', 'm2:recv:success:3'], 'both, in MSN order');
   assert.equal(Array.from(a.memory.subarray(0, 2)), [0xa1, 0xa2]);
-  assert.equal(out.map((p) => [p.op, p.psn, p.ack]), [[TRP.DATA, 0, 2]]);
+  assert.equal(
+    out.map((p) => [p.op, p.psn, p.ack]),
+    [[TRP.DATA, 0, 2]],
+  );
   r.close();
 });
 
@@ -317,38 +459,56 @@ const violations: Violation[] = [
     name: 'Read Request from an STag that names no MR: RDMAP invalid STag, with the RDMAP header',
     code: 0x0100,
     r: true,
-    segment: () => ({ ddp: untagged({ op: OP.READ_REQ, qn: 1, msn: 1 }), body: readRequestBody({ sinkStag: 0x77, sinkTo: 0n, size: 16, srcStag: 0x00abcdef, srcTo: 0n }) }),
+    segment: () => ({
+      ddp: untagged({ op: OP.READ_REQ, qn: 1, msn: 1 }),
+      body: readRequestBody({ sinkStag: 0x77, sinkTo: 0n, size: 16, srcStag: 0x00abcdef, srcTo: 0n }),
+    }),
   },
   {
     name: 'Read Request past the end of the MR: RDMAP base or bounds, with the RDMAP header',
     code: 0x0101,
     r: true,
     setup: (r) => ({ stag: r.mr(100, ['local-write', 'remote-read']).stag }),
-    segment: ({ stag }) => ({ ddp: untagged({ op: OP.READ_REQ, qn: 1, msn: 1 }), body: readRequestBody({ sinkStag: 0x77, sinkTo: 0n, size: 16, srcStag: stag, srcTo: 90n }) }),
+    segment: ({ stag }) => ({
+      ddp: untagged({ op: OP.READ_REQ, qn: 1, msn: 1 }),
+      body: readRequestBody({ sinkStag: 0x77, sinkTo: 0n, size: 16, srcStag: stag, srcTo: 90n }),
+    }),
   },
   {
     name: 'Read Request from an MR without remote-read: RDMAP access rights, with the RDMAP header',
     code: 0x0102,
     r: true,
     setup: (r) => ({ stag: r.mr(100, ['local-write', 'remote-write']).stag }),
-    segment: ({ stag }) => ({ ddp: untagged({ op: OP.READ_REQ, qn: 1, msn: 1 }), body: readRequestBody({ sinkStag: 0x77, sinkTo: 0n, size: 16, srcStag: stag, srcTo: 0n }) }),
+    segment: ({ stag }) => ({
+      ddp: untagged({ op: OP.READ_REQ, qn: 1, msn: 1 }),
+      body: readRequestBody({ sinkStag: 0x77, sinkTo: 0n, size: 16, srcStag: stag, srcTo: 0n }),
+    }),
   },
   {
     name: 'Atomic on an MR without remote-atomic: RDMAP access rights',
     code: 0x0102,
     setup: (r) => ({ stag: r.mr(64, ['local-write', 'remote-write', 'remote-read']).stag }),
-    segment: ({ stag }) => ({ ddp: untagged({ op: OP.ATOMIC_REQ, qn: 1, msn: 1 }), body: atomicBody(0, 9, stag, 8n, 1n, 0n, 0n, 0n) }),
+    segment: ({ stag }) => ({
+      ddp: untagged({ op: OP.ATOMIC_REQ, qn: 1, msn: 1 }),
+      body: atomicBody(0, 9, stag, 8n, 1n, 0n, 0n, 0n),
+    }),
   },
   {
     name: 'Atomic on an STag that names no MR: RDMAP invalid STag',
     code: 0x0100,
-    segment: () => ({ ddp: untagged({ op: OP.ATOMIC_REQ, qn: 1, msn: 1 }), body: atomicBody(0, 9, 0x00abcdef, 8n, 1n, 0n, 0n, 0n) }),
+    segment: () => ({
+      ddp: untagged({ op: OP.ATOMIC_REQ, qn: 1, msn: 1 }),
+      body: atomicBody(0, 9, 0x00abcdef, 8n, 1n, 0n, 0n, 0n),
+    }),
   },
   {
     name: 'Atomic at an unaligned TO: RDMAP base or bounds',
     code: 0x0101,
     setup: (r) => ({ stag: r.mr(64, ALL).stag }),
-    segment: ({ stag }) => ({ ddp: untagged({ op: OP.ATOMIC_REQ, qn: 1, msn: 1 }), body: atomicBody(0, 9, stag, 4n, 1n, 0n, 0n, 0n) }),
+    segment: ({ stag }) => ({
+      ddp: untagged({ op: OP.ATOMIC_REQ, qn: 1, msn: 1 }),
+      body: atomicBody(0, 9, stag, 4n, 1n, 0n, 0n, 0n),
+    }),
   },
   {
     name: 'Send with no receive posted: DDP untagged no buffer',
@@ -442,7 +602,11 @@ for (const v of violations) {
     const { ddp, body } = v.segment({ stag: got.stag ?? 0, extra: got.extra ?? {} });
     const out = r.feed([...trpHeader(0, 0), ...ddp, ...body]);
     fromQp(out);
-    assert.is(out.length, 1, `one packet, the Terminate: no ACK or SACK of the offending segment (got ${out.map((p) => `${p.op}/${p.psn}/${p.ack}/${hex(p.body)}`).join(' | ')})`);
+    assert.is(
+      out.length,
+      1,
+      `one packet, the Terminate: no ACK or SACK of the offending segment (got ${out.map((p) => `${p.op}/${p.psn}/${p.ack}/${hex(p.body)}`).join(' | ')})`,
+    );
     const p = out[0];
     // A reliable data packet (our PSN 0) whose ACK stops before the offending segment: were
     // it acknowledged, the peer would complete that WR successfully before taking the Terminate.
@@ -463,7 +627,10 @@ for (const v of violations) {
     // A second violation sends no second Terminate; the first is retransmitted until acknowledged.
     assert.equal(r.feed([...trpHeader(1, 0), ...ddp, ...body]), []);
     const again = r.advance(12);
-    assert.ok(again.length >= 1 && again.every((x) => x.psn === 0 && hex(x.body) === hex(p.body)), 'retransmitted as it was');
+    assert.ok(
+      again.length >= 1 && again.every((x) => x.psn === 0 && hex(x.body) === hex(p.body)),
+      'retransmitted as it was',
+    );
     assert.equal(r.feed(trpHeader(2, 1)), []);
     assert.equal(r.advance(50), [], 'acknowledged: no more retransmissions');
     r.close();
@@ -476,20 +643,52 @@ test('a Read Request gets its Read Response segments: sink STag, TO advancing, L
   const r = rig({ mtu: 600 });
   const src = r.mr(4000, ['local-write', 'remote-read']);
   src.memory.set(bytes(4000, 3));
-  const sinkStag = 0x12345678, sinkTo = 0x10_0000_0100n, size = 1500, srcTo = 300;
-  const out = r.feed([...trpHeader(0, 0), ...untagged({ op: OP.READ_REQ, qn: 1, msn: 1 }), ...readRequestBody({ sinkStag, sinkTo, size, srcStag: src.stag, srcTo: BigInt(srcTo) })]);
+  const sinkStag = 0x12345678,
+    sinkTo = 0x10_0000_0100n,
+    size = 1500,
+    srcTo = 300;
+  const out = r.feed([
+    ...trpHeader(0, 0),
+    ...untagged({ op: OP.READ_REQ, qn: 1, msn: 1 }),
+    ...readRequestBody({ sinkStag, sinkTo, size, srcStag: src.stag, srcTo: BigInt(srcTo) }),
+  ]);
   fromQp(out);
   const per = taggedMtu(600);
   const lens = [per, per, size - 2 * per];
-  assert.equal(out.map((p) => [p.psn, p.ack]), [[0, 1], [1, 1], [2, 1]], 'the responses carry the ACK (no separate pure ACK)');
+  assert.equal(
+    out.map((p) => [p.psn, p.ack]),
+    [
+      [0, 1],
+      [1, 1],
+      [2, 1],
+    ],
+    'the responses carry the ACK (no separate pure ACK)',
+  );
   const segs = out.map(seg);
   segs.forEach((s, k) => {
-    assert.equal([s.tagged, s.op, s.stag, s.to, s.last, s.data.length], [true, OP.READ_RESP, sinkStag, sinkTo + BigInt(k * per), k === 2, lens[k]], `segment ${k}`);
+    assert.equal(
+      [s.tagged, s.op, s.stag, s.to, s.last, s.data.length],
+      [true, OP.READ_RESP, sinkStag, sinkTo + BigInt(k * per), k === 2, lens[k]],
+      `segment ${k}`,
+    );
   });
-  assert.is(hex(Uint8Array.from(segs.flatMap((s) => Array.from(s.data)))), hex(src.memory.subarray(srcTo, srcTo + size)));
+  assert.is(
+    hex(Uint8Array.from(segs.flatMap((s) => Array.from(s.data)))),
+    hex(src.memory.subarray(srcTo, srcTo + size)),
+  );
   // A zero-length Read is answered too (one empty last segment).
-  const z = r.feed([...trpHeader(1, 3), ...untagged({ op: OP.READ_REQ, qn: 1, msn: 2 }), ...readRequestBody({ sinkStag: 5, sinkTo: 7n, size: 0, srcStag: 0, srcTo: 0n })]);
-  assert.equal(z.map((p) => { const s = seg(p); return [p.psn, s.op, s.stag, s.to, s.last, s.data.length]; }), [[3, OP.READ_RESP, 5, 7n, true, 0]]);
+  const z = r.feed([
+    ...trpHeader(1, 3),
+    ...untagged({ op: OP.READ_REQ, qn: 1, msn: 2 }),
+    ...readRequestBody({ sinkStag: 5, sinkTo: 7n, size: 0, srcStag: 0, srcTo: 0n }),
+  ]);
+  assert.equal(
+    z.map((p) => {
+      const s = seg(p);
+      return [p.psn, s.op, s.stag, s.to, s.last, s.data.length];
+    }),
+    [[3, OP.READ_RESP, 5, 7n, true, 0]],
+  );
   assert.equal(r.feed(trpHeader(2, 4)), []);
   assert.is(r.qp.stateName, 'rts');
   r.close();
@@ -504,7 +703,11 @@ test('Atomic Requests get Atomic Responses (QN 3, MSN from 1) with the original 
   dv.setBigUint64(16, 5n, true);
   dv.setBigUint64(24, 0xaaaan, true);
   const ONES = 0xffff_ffff_ffff_ffffn;
-  const req = (psn: number, msn: number, body: number[]) => [...trpHeader(psn, 0), ...untagged({ op: OP.ATOMIC_REQ, qn: 1, msn }), ...body];
+  const req = (psn: number, msn: number, body: number[]) => [
+    ...trpHeader(psn, 0),
+    ...untagged({ op: OP.ATOMIC_REQ, qn: 1, msn }),
+    ...body,
+  ];
   const out = r.feed(
     req(0, 1, atomicBody(0, 0xdead0001, m.stag, 8n, 0x20n, 0n, 0n, 0n)), // fetch-add: carry into the high word
     req(1, 2, atomicBody(2, 0xdead0002, m.stag, 16n, 77n, ONES, 5n, ONES)), // cmp-swap, compare matches
@@ -531,19 +734,42 @@ test('Atomic Requests get Atomic Responses (QN 3, MSN from 1) with the original 
 
 test('our Read: the Read Request names a sink; Read Responses (out of order too) land in the SG list and complete it once whole', () => {
   const r = rig({ mtu: 600 });
-  const a = r.mr(1000, ['local-write']), b = r.mr(1000, ['local-write']);
-  r.post({ wrId: 'rd', opcode: 'read', sg: [{ mr: a, offset: 100, length: 500 }, { mr: b, offset: 0, length: 700 }], remote: { stag: 0x4242, offset: 2 ** 32 + 16 } });
+  const a = r.mr(1000, ['local-write']),
+    b = r.mr(1000, ['local-write']);
+  r.post({
+    wrId: 'rd',
+    opcode: 'read',
+    sg: [
+      { mr: a, offset: 100, length: 500 },
+      { mr: b, offset: 0, length: 700 },
+    ],
+    remote: { stag: 0x4242, offset: 2 ** 32 + 16 },
+  });
   const out = r.run();
   assert.is(out.length, 1);
   const s = seg(out[0]);
-  assert.equal([s.tagged, s.last, s.op, s.qn, s.msn, s.mo, s.data.length], [false, true, OP.READ_REQ, 1, 1, 0, 28], 'Read Request: QN 1, MSN 1, 28-byte body');
-  const sinkStag = u32(s.data, 0), sinkTo = u64(s.data, 4);
-  assert.equal([u32(s.data, 12), u32(s.data, 16), u64(s.data, 20)], [1200, 0x4242, 2n ** 32n + 16n], 'size, source STag, source TO');
+  assert.equal(
+    [s.tagged, s.last, s.op, s.qn, s.msn, s.mo, s.data.length],
+    [false, true, OP.READ_REQ, 1, 1, 0, 28],
+    'Read Request: QN 1, MSN 1, 28-byte body',
+  );
+  const sinkStag = u32(s.data, 0),
+    sinkTo = u64(s.data, 4);
+  assert.equal(
+    [u32(s.data, 12), u32(s.data, 16), u64(s.data, 20)],
+    [1200, 0x4242, 2n ** 32n + 16n],
+    'size, source STag, source TO',
+  );
   const data = bytes(1200, 9);
   const per = taggedMtu(600);
   const resp = (psn: number, k: number) => {
-    const to = k * per, len = Math.min(per, 1200 - to);
-    return [...trpHeader(psn, 1), ...tagged({ op: OP.READ_RESP, last: to + len === 1200, stag: sinkStag, to: sinkTo + BigInt(to) }), ...data.slice(to, to + len)];
+    const to = k * per,
+      len = Math.min(per, 1200 - to);
+    return [
+      ...trpHeader(psn, 1),
+      ...tagged({ op: OP.READ_RESP, last: to + len === 1200, stag: sinkStag, to: sinkTo + BigInt(to) }),
+      ...data.slice(to, to + len),
+    ];
   };
   // The last segment first: placed, but the Read completes only when the first arrives.
   r.feed(resp(2, 2), resp(1, 1));
@@ -554,23 +780,50 @@ test('our Read: the Read Request names a sink; Read Responses (out of order too)
   r.close();
 });
 
-test('our Atomic: the Atomic Response\'s original value lands in the local 8 bytes and completes it', () => {
+test("our Atomic: the Atomic Response's original value lands in the local 8 bytes and completes it", () => {
   const r = rig();
   const m = r.mr(16, ['local-write']);
-  r.post({ wrId: 'cs', opcode: 'cmp-swap', sg: [{ mr: m, offset: 8, length: 8 }], remote: { stag: 0x777, offset: 24 }, atomic: { compare: 5n, swap: 0x1_0000_0002n } });
+  r.post({
+    wrId: 'cs',
+    opcode: 'cmp-swap',
+    sg: [{ mr: m, offset: 8, length: 8 }],
+    remote: { stag: 0x777, offset: 24 },
+    atomic: { compare: 5n, swap: 0x1_0000_0002n },
+  });
   const out = r.run();
   const s = seg(out[0]);
   assert.equal([s.op, s.qn, s.msn, s.data.length], [OP.ATOMIC_REQ, 1, 1, 52]);
-  assert.equal([u32(s.data, 0), u32(s.data, 8), u64(s.data, 12), u64(s.data, 20), u64(s.data, 28), u64(s.data, 36), u64(s.data, 44)], [2, 0x777, 24n, 0x1_0000_0002n, 0xffff_ffff_ffff_ffffn, 5n, 0xffff_ffff_ffff_ffffn], 'CmpSwap, STag, TO, swap data/mask, compare data/mask');
+  assert.equal(
+    [
+      u32(s.data, 0),
+      u32(s.data, 8),
+      u64(s.data, 12),
+      u64(s.data, 20),
+      u64(s.data, 28),
+      u64(s.data, 36),
+      u64(s.data, 44),
+    ],
+    [2, 0x777, 24n, 0x1_0000_0002n, 0xffff_ffff_ffff_ffffn, 5n, 0xffff_ffff_ffff_ffffn],
+    'CmpSwap, STag, TO, swap data/mask, compare data/mask',
+  );
   const id = u32(s.data, 4);
   // A response naming another request id is an error; this one is right.
-  r.feed([...trpHeader(0, 1), ...untagged({ op: OP.ATOMIC_RESP, qn: 3, msn: 1 }), ...be32(id), ...be64(0x0102_0304_0506_0708n)]);
+  r.feed([
+    ...trpHeader(0, 1),
+    ...untagged({ op: OP.ATOMIC_RESP, qn: 3, msn: 1 }),
+    ...be32(id),
+    ...be64(0x0102_0304_0506_0708n),
+  ]);
   assert.equal(summary(polls(r.scq)), ['cs:cmp-swap:success:8']);
-  assert.is(new DataView(m.memory.buffer, m.memory.byteOffset).getBigUint64(8, true), 0x0102_0304_0506_0708n, 'host order');
+  assert.is(
+    new DataView(m.memory.buffer, m.memory.byteOffset).getBigUint64(8, true),
+    0x0102_0304_0506_0708n,
+    'host order',
+  );
   r.close();
 });
 
-test('Write with Immediate received: Write segments then Immediate Data complete the receive with the immediate and the Write\'s length', () => {
+test("Write with Immediate received: Write segments then Immediate Data complete the receive with the immediate and the Write's length", () => {
   const r = rig();
   const sink = r.mr(256, ['local-write', 'remote-write']);
   r.recv({ wrId: 'imm', sg: [] });
@@ -593,7 +846,14 @@ test('ddp-output: a large Send is segmented to the MTU (MSN fixed, MO advancing,
   const m = r.mr(5000, ['local-write']);
   const data = bytes(3000, 4);
   m.memory.set(data, 100);
-  r.post({ wrId: 'big', opcode: 'send', sg: [{ mr: m, offset: 100, length: 1000 }, { mr: m, offset: 1100, length: 2000 }] });
+  r.post({
+    wrId: 'big',
+    opcode: 'send',
+    sg: [
+      { mr: m, offset: 100, length: 1000 },
+      { mr: m, offset: 1100, length: 2000 },
+    ],
+  });
   r.post({ wrId: 'second', opcode: 'send-with-solicited', sg: [{ mr: m, offset: 0, length: 10 }] });
   const out = r.run();
   fromQp(out);
@@ -603,7 +863,11 @@ test('ddp-output: a large Send is segmented to the MTU (MSN fixed, MO advancing,
   const segs = out.map(seg);
   for (let k = 0; k < n; k++) {
     const s = segs[k];
-    assert.equal([out[k].psn, s.tagged, s.op, s.qn, s.msn, s.mo, s.last, s.data.length], [k, false, OP.SEND, 0, 1, k * per, k === n - 1, Math.min(per, 3000 - k * per)], `segment ${k}`);
+    assert.equal(
+      [out[k].psn, s.tagged, s.op, s.qn, s.msn, s.mo, s.last, s.data.length],
+      [k, false, OP.SEND, 0, 1, k * per, k === n - 1, Math.min(per, 3000 - k * per)],
+      `segment ${k}`,
+    );
   }
   assert.is(hex(Uint8Array.from(segs.slice(0, n).flatMap((s) => Array.from(s.data)))), hex(data));
   assert.equal([segs[n].op, segs[n].msn, segs[n].mo, segs[n].last], [OP.SEND_SE, 2, 0, true]);
@@ -620,7 +884,8 @@ test('ddp-output: a large Write is segmented to the tagged MTU with the TO advan
   const m = r.mr(4096, ['local-write']);
   const data = bytes(2000, 5);
   m.memory.set(data);
-  const stag = 0x00c0ffee, base = 2 ** 33 + 7;
+  const stag = 0x00c0ffee,
+    base = 2 ** 33 + 7;
   r.post({ wrId: 'w', opcode: 'write', sg: [{ mr: m, offset: 0, length: 2000 }], remote: { stag, offset: base } });
   const out = r.run();
   fromQp(out);
@@ -629,7 +894,11 @@ test('ddp-output: a large Write is segmented to the tagged MTU with the TO advan
   const segs = out.map(seg);
   assert.is(segs.length, n);
   segs.forEach((s, k) => {
-    assert.equal([out[k].psn, s.tagged, s.op, s.stag, s.to, s.last, s.data.length], [k, true, OP.WRITE, stag, BigInt(base + k * per), k === n - 1, Math.min(per, 2000 - k * per)], `segment ${k}`);
+    assert.equal(
+      [out[k].psn, s.tagged, s.op, s.stag, s.to, s.last, s.data.length],
+      [k, true, OP.WRITE, stag, BigInt(base + k * per), k === n - 1, Math.min(per, 2000 - k * per)],
+      `segment ${k}`,
+    );
   });
   assert.is(hex(Uint8Array.from(segs.flatMap((s) => Array.from(s.data)))), hex(data));
   r.feed(trpHeader(0, n));
@@ -644,25 +913,43 @@ test('ddp-output: no more than `window` unacknowledged packets on the wire; each
   r.post({ wrId: 'long', opcode: 'send', sg: [{ mr: m, offset: 0, length: 20 * per }] });
   let out = r.run();
   const sent = out;
-  assert.equal(out.map((p) => p.psn), [0, 1, 2, 3, 4, 5, 6, 7]);
+  assert.equal(
+    out.map((p) => p.psn),
+    [0, 1, 2, 3, 4, 5, 6, 7],
+  );
   assert.equal(r.run(), [], 'no ACK: nothing more');
   out = r.feed(trpHeader(0, 3));
-  assert.equal(out.map((p) => p.psn), [8, 9, 10]);
+  assert.equal(
+    out.map((p) => p.psn),
+    [8, 9, 10],
+  );
   out = r.feed(trpHeader(0, 4));
-  assert.equal(out.map((p) => p.psn), [11]);
+  assert.equal(
+    out.map((p) => p.psn),
+    [11],
+  );
   // A SACK does not open the window (the cumulative ACK does).
   out = r.feed(trpHeader(5, 12, TRP.SACK));
-  assert.equal(out.map((p) => p.psn), [4], 'only the hole is resent');
+  assert.equal(
+    out.map((p) => p.psn),
+    [4],
+    'only the hole is resent',
+  );
   assert.is(hex(out[0].body), hex(sent[4].body), 'rebuilt from the WR at its offset, byte for byte');
   out = r.feed(trpHeader(0, 12));
-  assert.equal(out.map((p) => p.psn), [12, 13, 14, 15, 16, 17, 18, 19]);
+  assert.equal(
+    out.map((p) => p.psn),
+    [12, 13, 14, 15, 16, 17, 18, 19],
+  );
   assert.equal(r.feed(trpHeader(0, 20)), []);
   assert.equal(summary(polls(r.scq)), [`long:send:success:${20 * per}`]);
   r.close();
 });
 
 test('ddp-output: RTO (RFC 6298 estimate) retransmits the unacknowledged packets with exponential backoff, then retry-exceeded after maxRetries', () => {
-  const rtoInitMs = 10, rtoMaxMs = 200, maxRetries = 7;
+  const rtoInitMs = 10,
+    rtoMaxMs = 200,
+    maxRetries = 7;
   const r = rig({ rdma: { trp: { rtoInitMs, rtoMinMs: 1, rtoMaxMs, maxRetries } } });
   const m = r.mr(64, ['local-write']);
   const events: string[] = [];
@@ -671,7 +958,10 @@ test('ddp-output: RTO (RFC 6298 estimate) retransmits the unacknowledged packets
   r.post({ wrId: 'b', opcode: 'write', sg: [{ mr: m, offset: 8, length: 8 }], remote: { stag: 0x100, offset: 0 } });
   r.post({ wrId: 'c', opcode: 'send', sg: [{ mr: m, offset: 16, length: 8 }] });
   const first = r.run();
-  assert.equal(first.map((p) => p.psn), [0, 1, 2]);
+  assert.equal(
+    first.map((p) => p.psn),
+    [0, 1, 2],
+  );
   // 4 ms later the first is acknowledged: one RTT sample of 4 ms, so SRTT 4, RTTVAR 2 and
   // RTO = SRTT + max(G, 4 RTTVAR) = 12 ms, restarted at the ACK; 1 and 2 stay unacknowledged.
   assert.equal(r.advance(4), [], 'no retransmission before the initial RTO');
@@ -686,7 +976,11 @@ test('ddp-output: RTO (RFC 6298 estimate) retransmits the unacknowledged packets
     if (last && last.t === p.t) last.psns.push(p.psn);
     else bursts.push({ t: p.t, psns: [p.psn] });
   }
-  assert.equal(bursts.map((b) => b.psns), Array.from({ length: maxRetries }, () => [1, 2]), `${maxRetries} retransmissions`);
+  assert.equal(
+    bursts.map((b) => b.psns),
+    Array.from({ length: maxRetries }, () => [1, 2]),
+    `${maxRetries} retransmissions`,
+  );
   for (const p of out) assert.is(hex(p.body), hex(first[p.psn].body), `PSN ${p.psn} rebuilt byte for byte`);
   // Intervals: 12 ms, then doubling, bounded by rtoMax (tolerance: clock step + timer tick).
   const expected: number[] = [];
@@ -694,14 +988,22 @@ test('ddp-output: RTO (RFC 6298 estimate) retransmits the unacknowledged packets
   assert.ok(expected.includes(rtoMaxMs), 'the test reaches the bound');
   const times = [tAck, ...bursts.map((b) => b.t)];
   const got = bursts.map((b, k) => (b.t - times[k]) / 1e6);
-  got.forEach((ms, k) => assert.ok(ms >= expected[k] - 1e-6 && ms <= expected[k] + 0.5, `interval ${k}: ${ms} ms, expected ${expected[k]} ms (all: ${got})`));
+  got.forEach((ms, k) =>
+    assert.ok(
+      ms >= expected[k] - 1e-6 && ms <= expected[k] + 0.5,
+      `interval ${k}: ${ms} ms, expected ${expected[k]} ms (all: ${got})`,
+    ),
+  );
   assert.is(r.qp.timeouts, maxRetries + 1);
   assert.is(r.qp.retransmits, 2 * maxRetries);
   // The timeout after the last retransmission fails the oldest WR with retry-exceeded, the rest flush.
   assert.equal(summary(polls(r.scq)), ['b:write:retry-exceeded:0', 'c:send:flushed:0']);
   assert.is(r.qp.stateName, 'error');
   assert.is(r.rdma.core.counters.retryExceeded, 1);
-  assert.ok(events.some((e) => e.startsWith('qp-error:') && e.includes('retry-exceeded')), events.join(', '));
+  assert.ok(
+    events.some((e) => e.startsWith('qp-error:') && e.includes('retry-exceeded')),
+    events.join(', '),
+  );
   assert.equal(r.advance(500, 5), [], 'nothing after the QP failed');
   r.close();
 });

@@ -4,23 +4,57 @@
  * by hand on a known port, frames built here from PROTOCOL.md with l2l4-helpers' independent
  * builders and checksums, and what the stack transmits parsed (and checksum-checked) from the
  * bytes by code that shares nothing with nodes/rdma.
- */import * as assert from 'uvu/assert';
+ */ import * as assert from 'uvu/assert';
 import { Graph, type BufferPool } from '../graph/index.ts';
 import { Interfaces } from '../drivers/interfaces.ts';
 import { registerL2L4 } from '../nodes/netstack.ts';
-import { type QpInit, type Rdma, registerRdma, type RdmaOptions, type RecvRequest, type SendRequest } from '../dataplane/verbs.ts';
+import {
+  type QpInit,
+  type Rdma,
+  registerRdma,
+  type RdmaOptions,
+  type RecvRequest,
+  type SendRequest,
+} from '../dataplane/verbs.ts';
 import type { Qp } from '../nodes/rdma/qp.ts';
 import type { Completion, Cq, Mr, Pd } from '../nodes/rdma/verbs.ts';
 import { memPool } from './helpers.ts';
-import { hex, ListDriver, manualClock, parseEth, parseIp4, parseUdp, PEER_IP, PEER_MAC, udpFrame, US_IP, US_MAC } from './l2l4-helpers.ts';
+import {
+  hex,
+  ListDriver,
+  manualClock,
+  parseEth,
+  parseIp4,
+  parseUdp,
+  PEER_IP,
+  PEER_MAC,
+  udpFrame,
+  US_IP,
+  US_MAC,
+} from './l2l4-helpers.ts';
 
 // ------------------------------------------------------------------ wire, from PROTOCOL.md
 
 export const QPN = 20001;
 export const PEER_PORT = 31000;
 export const TRP = { DATA: 0, REQ: 1, ACCEPT: 2, REJECT: 3, FIN: 4, SACK: 5 };
-export const OP = { WRITE: 0, READ_REQ: 1, READ_RESP: 2, SEND: 3, SEND_INV: 4, SEND_SE: 5, SEND_SE_INV: 6, TERMINATE: 7, IMM: 8, IMM_SE: 9, ATOMIC_REQ: 10, ATOMIC_RESP: 11 };
-export const M = 0x80, D = 0x40, R = 0x20;
+export const OP = {
+  WRITE: 0,
+  READ_REQ: 1,
+  READ_RESP: 2,
+  SEND: 3,
+  SEND_INV: 4,
+  SEND_SE: 5,
+  SEND_SE_INV: 6,
+  TERMINATE: 7,
+  IMM: 8,
+  IMM_SE: 9,
+  ATOMIC_REQ: 10,
+  ATOMIC_RESP: 11,
+};
+export const M = 0x80,
+  D = 0x40,
+  R = 0x20;
 
 export const be16 = (x: number) => [(x >>> 8) & 0xff, x & 0xff];
 export const be32 = (x: number) => [(x >>> 24) & 0xff, (x >>> 16) & 0xff, (x >>> 8) & 0xff, x & 0xff];
@@ -32,22 +66,65 @@ export function trpHeader(psn: number, ack: number, op = TRP.DATA, low = 0): num
   return [...be32(psn), ...be32(ack), ...be16((op << 12) | low)];
 }
 
-export interface TaggedH { op?: number; last?: boolean; stag: number; to: number | bigint; dv?: number; rv?: number }
-export interface UntaggedH { op: number; last?: boolean; inv?: number; qn: number; msn: number; mo?: number; dv?: number; rv?: number }
+export interface TaggedH {
+  op?: number;
+  last?: boolean;
+  stag: number;
+  to: number | bigint;
+  dv?: number;
+  rv?: number;
+}
+export interface UntaggedH {
+  op: number;
+  last?: boolean;
+  inv?: number;
+  qn: number;
+  msn: number;
+  mo?: number;
+  dv?: number;
+  rv?: number;
+}
 
 export function tagged(h: TaggedH): number[] {
-  return [0x80 | (h.last === false ? 0 : 0x40) | (h.dv ?? 1), ((h.rv ?? 1) << 6) | (h.op ?? OP.WRITE), ...be32(h.stag), ...be64(BigInt(h.to))];
+  return [
+    0x80 | (h.last === false ? 0 : 0x40) | (h.dv ?? 1),
+    ((h.rv ?? 1) << 6) | (h.op ?? OP.WRITE),
+    ...be32(h.stag),
+    ...be64(BigInt(h.to)),
+  ];
 }
 
 export function untagged(h: UntaggedH): number[] {
-  return [(h.last === false ? 0 : 0x40) | (h.dv ?? 1), ((h.rv ?? 1) << 6) | h.op, ...be32(h.inv ?? 0), ...be32(h.qn), ...be32(h.msn), ...be32(h.mo ?? 0)];
+  return [
+    (h.last === false ? 0 : 0x40) | (h.dv ?? 1),
+    ((h.rv ?? 1) << 6) | h.op,
+    ...be32(h.inv ?? 0),
+    ...be32(h.qn),
+    ...be32(h.msn),
+    ...be32(h.mo ?? 0),
+  ];
 }
 
-export function readRequestBody(r: { sinkStag: number; sinkTo: bigint; size: number; srcStag: number; srcTo: bigint }): number[] {
+export function readRequestBody(r: {
+  sinkStag: number;
+  sinkTo: bigint;
+  size: number;
+  srcStag: number;
+  srcTo: bigint;
+}): number[] {
   return [...be32(r.sinkStag), ...be64(r.sinkTo), ...be32(r.size), ...be32(r.srcStag), ...be64(r.srcTo)];
 }
 
-export function atomicBody(aop: number, id: number, stag: number, to: bigint, d1: bigint, m1: bigint, d2: bigint, m2: bigint): number[] {
+export function atomicBody(
+  aop: number,
+  id: number,
+  stag: number,
+  to: bigint,
+  d1: bigint,
+  m1: bigint,
+  d2: bigint,
+  m2: bigint,
+): number[] {
   return [...be32(aop), ...be32(id), ...be32(stag), ...be64(to), ...be64(d1), ...be64(m1), ...be64(d2), ...be64(m2)];
 }
 
@@ -90,7 +167,17 @@ export function seg(p: Out): Seg {
   assert.ok(p.op === TRP.DATA && b.length >= 14, `a DDP segment (TRP opcode ${p.op}, ${b.length} bytes)`);
   const t = (b[0] & 0x80) !== 0;
   const s: Seg = {
-    tagged: t, last: (b[0] & 0x40) !== 0, dv: b[0] & 3, rv: b[1] >> 6, op: b[1] & 15, stag: 0, to: 0n, inv: 0, qn: -1, msn: -1, mo: -1,
+    tagged: t,
+    last: (b[0] & 0x40) !== 0,
+    dv: b[0] & 3,
+    rv: b[1] >> 6,
+    op: b[1] & 15,
+    stag: 0,
+    to: 0n,
+    inv: 0,
+    qn: -1,
+    msn: -1,
+    mo: -1,
     data: b.subarray(t ? 14 : 18),
   };
   assert.is(b[0] & 0x3c, 0, 'DDP reserved bits');
@@ -115,7 +202,16 @@ export function terminate(p: Out) {
   assert.is(s.qn, 2);
   assert.is(s.last, true);
   const b = s.data;
-  const r = { msn: s.msn, code: (b[0] << 8) | b[1], hdrct: b[2], reserved: b[3], segLen: -1, ddp: '', rdmap: '', rest: b.length };
+  const r = {
+    msn: s.msn,
+    code: (b[0] << 8) | b[1],
+    hdrct: b[2],
+    reserved: b[3],
+    segLen: -1,
+    ddp: '',
+    rdmap: '',
+    rest: b.length,
+  };
   let at = 4;
   if (r.hdrct & M) {
     r.segLen = (b[4] << 8) | b[5];
@@ -161,7 +257,9 @@ export interface Rig {
   close(): void;
 }
 
-export function rig(o: { rdma?: RdmaOptions; mtu?: number; qp?: Partial<QpInit>; psn?: { rq: number; sq?: number } } = {}): Rig {
+export function rig(
+  o: { rdma?: RdmaOptions; mtu?: number; qp?: Partial<QpInit>; psn?: { rq: number; sq?: number } } = {},
+): Rig {
   const mtu = o.mtu ?? 1500;
   const clock = manualClock();
   const pool = memPool(1024, 2048);
@@ -170,11 +268,20 @@ export function rig(o: { rdma?: RdmaOptions; mtu?: number; qp?: Partial<QpInit>;
   const ifs = new Interfaces(g);
   const drv = new ListDriver('tst0', US_MAC, mtu);
   const itf = ifs.add(drv);
-  net.addInterface({ index: itf.index, name: 'tst0', mac: US_MAC, address: `${US_IP}/24`, mtu, output: itf.output.name, neighbors: [{ address: PEER_IP, mac: PEER_MAC }] });
+  net.addInterface({
+    index: itf.index,
+    name: 'tst0',
+    mac: US_MAC,
+    address: `${US_IP}/24`,
+    mtu,
+    output: itf.output.name,
+    neighbors: [{ address: PEER_IP, mac: PEER_MAC }],
+  });
   const rdma = registerRdma(g, net, { portRange: [20000, 20099], ...o.rdma });
   g.build();
   const pd = rdma.createPd();
-  const scq = rdma.createCq(1024), rcq = rdma.createCq(1024);
+  const scq = rdma.createCq(1024),
+    rcq = rdma.createCq(1024);
   const qp = rdma.createQp({ pd, sendCq: scq, recvCq: rcq, maxSendWr: 256, maxRecvWr: 256, port: QPN, ...o.qp });
   rdma.modifyQp(qp, { state: 'init' });
   // The test plays the peer from PSN 0 both ways (the QP's own initial PSN is random otherwise).
@@ -196,7 +303,17 @@ export function rig(o: { rdma?: RdmaOptions; mtu?: number; qp?: Partial<QpInit>;
       const p = u.payload;
       assert.ok(p.length >= 10, 'a TRP header');
       const op16 = (p[8] << 8) | p[9];
-      return { t: stamps[from + k], sport: u.sport, dport: u.dport, dst: ip.dst, psn: u32(p, 0), ack: u32(p, 4), op: op16 >>> 12, low: op16 & 0xfff, body: p.subarray(10) };
+      return {
+        t: stamps[from + k],
+        sport: u.sport,
+        dport: u.dport,
+        dst: ip.dst,
+        psn: u32(p, 0),
+        ack: u32(p, 4),
+        op: op16 >>> 12,
+        low: op16 & 0xfff,
+        body: p.subarray(10),
+      };
     });
   const stamps: number[] = [];
   const spin = () => {
@@ -208,12 +325,30 @@ export function rig(o: { rdma?: RdmaOptions; mtu?: number; qp?: Partial<QpInit>;
     throw new Error('the graph did not go idle');
   };
   const r: Rig = {
-    g, pool, clock, drv, ifs, rdma, pd, scq, rcq, qp, mtu,
+    g,
+    pool,
+    clock,
+    drv,
+    ifs,
+    rdma,
+    pd,
+    scq,
+    rcq,
+    qp,
+    mtu,
     feed(...dgrams) {
       const before = drv.tx.length;
       for (const d of dgrams) {
         const x = Array.isArray(d) ? { payload: d } : d;
-        drv.rx.push({ bytes: udpFrame({ src: x.src ?? PEER_IP, dst: US_IP, sport: x.sport ?? PEER_PORT, dport: x.dport ?? QPN, payload: x.payload }) });
+        drv.rx.push({
+          bytes: udpFrame({
+            src: x.src ?? PEER_IP,
+            dst: US_IP,
+            sport: x.sport ?? PEER_PORT,
+            dport: x.dport ?? QPN,
+            payload: x.payload,
+          }),
+        });
       }
       spin();
       return collect(before);
@@ -267,4 +402,3 @@ export const ALL = ['local-write', 'remote-write', 'remote-read', 'remote-atomic
 /** Segment payload bytes per datagram: MTU - IPv4 20 - UDP 8 - TRP 10 - DDP header. */
 export const untaggedMtu = (mtu: number) => mtu - 20 - 8 - 10 - 18;
 export const taggedMtu = (mtu: number) => mtu - 20 - 8 - 10 - 14;
-

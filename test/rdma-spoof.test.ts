@@ -14,13 +14,42 @@ import { Interfaces } from '../drivers/interfaces.ts';
 import { registerL2L4 } from '../nodes/netstack.ts';
 import { memPool } from './helpers.ts';
 import { ListDriver, PEER_IP, PEER_MAC, udpFrame, US_IP, US_MAC } from './l2l4-helpers.ts';
-import { OP, type Out, PEER_PORT, QPN, type Rig, TRP, rig, summary, tagged, terminate, trpHeader, untagged } from './rdma-rig-helpers.ts';
+import {
+  OP,
+  type Out,
+  PEER_PORT,
+  QPN,
+  type Rig,
+  TRP,
+  rig,
+  summary,
+  tagged,
+  terminate,
+  trpHeader,
+  untagged,
+} from './rdma-rig-helpers.ts';
 import { finish, IP_B, makeEnds, settle, twoStacks, waitCompletions } from './rdma-helpers.ts';
 
 const LISTEN = 18515;
-const send = (psn: number, msn: number, data: number[], o: { ack?: number; last?: boolean; mo?: number; op?: number; inv?: number } = {}) =>
-  [...trpHeader(psn, o.ack ?? 0), ...untagged({ op: o.op ?? OP.SEND, last: o.last, qn: 0, msn, mo: o.mo, inv: o.inv }), ...data];
-const cm = (op: number, psn: number, ack: number, ird = 4, ord = 4) => [...trpHeader(psn, ack, op), 0, 0, ird >> 8, ird & 0xff, ord >> 8, ord & 0xff];
+const send = (
+  psn: number,
+  msn: number,
+  data: number[],
+  o: { ack?: number; last?: boolean; mo?: number; op?: number; inv?: number } = {},
+) => [
+  ...trpHeader(psn, o.ack ?? 0),
+  ...untagged({ op: o.op ?? OP.SEND, last: o.last, qn: 0, msn, mo: o.mo, inv: o.inv }),
+  ...data,
+];
+const cm = (op: number, psn: number, ack: number, ird = 4, ord = 4) => [
+  ...trpHeader(psn, ack, op),
+  0,
+  0,
+  ird >> 8,
+  ird & 0xff,
+  ord >> 8,
+  ord & 0xff,
+];
 const acks = (out: Out[]) => out.filter((p) => p.op === TRP.DATA && p.body.length === 0);
 const sacks = (out: Out[]) => out.filter((p) => p.op === TRP.SACK);
 
@@ -30,10 +59,19 @@ test('1. a SACK whose range does not lie in [snd_una, snd_nxt] is refused at onc
   const r = rig();
   const src = r.mr(64, ['local-write']);
   for (let k = 0; k < 4; k++) r.post({ wrId: k, opcode: 'send', sg: [{ mr: src, offset: k, length: 1 }] });
-  assert.equal(r.run().map((p) => p.psn), [0, 1, 2, 3]);
+  assert.equal(
+    r.run().map((p) => p.psn),
+    [0, 1, 2, 3],
+  );
   // The reported freeze: start half the sequence space away; "end" then looks before snd_nxt to
   // a serial comparison. Then: start beyond snd_nxt, end before start, end beyond snd_nxt.
-  const bad: [number, number][] = [[0x7fffffff, 0xc0000000], [5, 6], [3, 1], [1, 9], [0x80000000, 2]];
+  const bad: [number, number][] = [
+    [0x7fffffff, 0xc0000000],
+    [5, 6],
+    [3, 1],
+    [1, 9],
+    [0x80000000, 2],
+  ];
   for (const [start, end] of bad) r.feed(trpHeader(start, end, TRP.SACK));
   assert.is(r.err('trp-input', 'bad_sack'), bad.length);
   assert.is(r.rdma.core.counters.badAck, bad.length);
@@ -41,10 +79,19 @@ test('1. a SACK whose range does not lie in [snd_una, snd_nxt] is refused at onc
   // A good one is still taken: [2, 4) marks 2 and 3, and 0, 1 are sent again at once (early retransmit).
   const out = r.feed(trpHeader(2, 4, TRP.SACK));
   assert.is(r.err('trp-input', 'bad_sack'), bad.length);
-  assert.equal(out.map((p) => p.psn), [0, 1], 'the holes before the range, retransmitted');
+  assert.equal(
+    out.map((p) => p.psn),
+    [0, 1],
+    'the holes before the range, retransmitted',
+  );
   assert.is(r.qp.txFlags[2] & 2, 2);
   r.feed(trpHeader(4, 4));
-  assert.equal(summary(r.scq.poll(8)), ['0:send:success:1', '1:send:success:1', '2:send:success:1', '3:send:success:1']);
+  assert.equal(summary(r.scq.poll(8)), [
+    '0:send:success:1',
+    '1:send:success:1',
+    '2:send:success:1',
+    '3:send:success:1',
+  ]);
   r.close();
 });
 
@@ -54,13 +101,18 @@ test('2. initial PSNs, QP ports and STag keys are random; a guessed ACK complete
   const g = new Graph({ pool: memPool(64, 2048) });
   const net = registerL2L4(g);
   const rdma = registerRdma(g, net, { portRange: [20000, 29999], maxMrs: 1 });
-  const pd = rdma.createPd(), cq = rdma.createCq(8);
+  const pd = rdma.createPd(),
+    cq = rdma.createCq(8);
   const qps: Qp[] = [];
   for (let k = 0; k < 64; k++) qps.push(rdma.createQp({ pd, sendCq: cq, recvCq: cq, maxSendWr: 1, maxRecvWr: 1 }));
-  const isns = new Set(qps.map((q) => q.isn)), ports = qps.map((q) => q.qpn);
+  const isns = new Set(qps.map((q) => q.isn)),
+    ports = qps.map((q) => q.qpn);
   assert.is(isns.size, 64, '64 QPs, 64 initial PSNs');
   assert.not.ok(isns.has(0) && isns.size === 1);
-  assert.ok(ports.some((p, k) => k > 0 && p !== ports[k - 1] + 1), `QPNs not handed out in order: ${ports.slice(0, 8).join(' ')}...`);
+  assert.ok(
+    ports.some((p, k) => k > 0 && p !== ports[k - 1] + 1),
+    `QPNs not handed out in order: ${ports.slice(0, 8).join(' ')}...`,
+  );
   assert.ok(Math.min(...ports) > 20000 || Math.max(...ports) < 29999, 'not from the start of the range');
   assert.is(rdma.queryQp(qps[0]).psn, qps[0].isn, 'query shows the initial PSN');
   // One MR slot registered 300 times: its STag never comes back (8-bit keys came back after 256).
@@ -79,7 +131,11 @@ test('2. initial PSNs, QP ports and STag keys are random; a guessed ACK complete
   const isn = r.qp.isn;
   const src = r.mr(64, ['local-write']);
   for (let k = 0; k < 3; k++) r.post({ wrId: k, opcode: 'send', sg: [{ mr: src, offset: k, length: 1 }] });
-  assert.equal(r.run().map((p) => p.psn), [isn, (isn + 1) >>> 0, (isn + 2) >>> 0], 'sent from the random initial PSN');
+  assert.equal(
+    r.run().map((p) => p.psn),
+    [isn, (isn + 1) >>> 0, (isn + 2) >>> 0],
+    'sent from the random initial PSN',
+  );
   const guess = isn === 0 ? 0x80000000 : 0;
   r.feed(trpHeader(0, (guess + 3) >>> 0));
   assert.is(r.err('trp-input', 'bad_ack'), 1);
@@ -95,7 +151,7 @@ test('2. initial PSNs, QP ports and STag keys are random; a guessed ACK complete
   r.close();
 });
 
-test('2. the connection manager exchanges random initial PSNs: each side receives from the other\'s', async () => {
+test("2. the connection manager exchanges random initial PSNs: each side receives from the other's", async () => {
   const p = twoStacks();
   const A = makeEnds(p.a);
   let B: ReturnType<typeof makeEnds> | null = null;
@@ -106,8 +162,8 @@ test('2. the connection manager exchanges random initial PSNs: each side receive
   const isnA = A.qp.isn;
   await p.a.rdma.connect(A.qp, IP_B, LISTEN);
   const b = (B as unknown as ReturnType<typeof makeEnds>).qp;
-  assert.is(b.rcvNxt, isnA, 'B expects A\'s initial PSN');
-  assert.is(A.qp.rcvNxt, b.isn, 'A expects B\'s');
+  assert.is(b.rcvNxt, isnA, "B expects A's initial PSN");
+  assert.is(A.qp.rcvNxt, b.isn, "A expects B's");
   assert.is.not(isnA, b.isn);
   // The third packet (A's pure ACK) showed B that A has its ACCEPT.
   await settle(20);
@@ -129,7 +185,11 @@ test('3. FIN only at the expected PSN: elsewhere it draws a challenge ACK and th
   // Expected PSN is 1 now. FINs at 0 (old), 2 and 0x40000000 (in the window / far), and at 1
   // with an ACK we never sent: all refused; the in-window ones draw an ACK saying 1.
   let out = r.feed(trpHeader(2, 0, TRP.FIN));
-  assert.equal(acks(out).map((p) => p.ack), [1], 'challenge ACK');
+  assert.equal(
+    acks(out).map((p) => p.ack),
+    [1],
+    'challenge ACK',
+  );
   r.feed(trpHeader(0, 0, TRP.FIN), trpHeader(0x40000000, 0, TRP.FIN), trpHeader(1, 12345, TRP.FIN));
   assert.is(r.err('trp-input', 'fin_rejected'), 4);
   assert.is(r.qp.stateName, 'rts');
@@ -147,10 +207,17 @@ test('3. an honest closer whose FIN was refused sends it again where the challen
   r.run();
   r.rdma.disconnect(r.qp);
   const fin = r.run().filter((p) => p.op === TRP.FIN);
-  assert.equal(fin.map((p) => p.psn), [3], 'FIN at our next PSN');
+  assert.equal(
+    fin.map((p) => p.psn),
+    [3],
+    'FIN at our next PSN',
+  );
   // The peer got only PSN 0: its challenge ACK says 1. Our FIN goes again at 1 (at most 3 times).
   let out = r.feed(trpHeader(0, 1));
-  assert.equal(out.filter((p) => p.op === TRP.FIN).map((p) => p.psn), [1]);
+  assert.equal(
+    out.filter((p) => p.op === TRP.FIN).map((p) => p.psn),
+    [1],
+  );
   // Each new challenge moves it; after three it stops, whatever comes.
   let fins = 0;
   for (const ack of [2, 1, 2, 1, 2]) fins += r.feed(trpHeader(0, ack)).filter((p) => p.op === TRP.FIN).length;
@@ -163,7 +230,10 @@ test('3. an ACK outside [snd_una - W, snd_nxt] is dropped with its packet', () =
   const r = rig();
   const sink = r.mr(16, ['local-write', 'remote-write']);
   // Nothing sent: snd_una = snd_nxt = 0; ACK 1 is beyond, 0xffff0000 far behind.
-  r.feed([...trpHeader(0, 1), ...tagged({ stag: sink.stag, to: 0 }), 9], [...trpHeader(0, 0xffff0000), ...tagged({ stag: sink.stag, to: 1 }), 9]);
+  r.feed(
+    [...trpHeader(0, 1), ...tagged({ stag: sink.stag, to: 0 }), 9],
+    [...trpHeader(0, 0xffff0000), ...tagged({ stag: sink.stag, to: 1 }), 9],
+  );
   assert.is(r.err('trp-input', 'bad_ack'), 2);
   assert.equal(Array.from(sink.memory.subarray(0, 2)), [0, 0]);
   // Within the window behind snd_una is fine (a late packet).
@@ -176,11 +246,21 @@ test('3. a Terminate is taken only at the expected PSN; after loss the closer pu
   const r = rig();
   const sink = r.mr(16, ['local-write', 'remote-write']);
   // A spoofed Terminate at PSN 3 (0..2 not received): not taken, not acknowledged.
-  const term = (psn: number) => [...trpHeader(psn, 0), ...untagged({ op: OP.TERMINATE, qn: 2, msn: 1 }), 0x01, 0x00, 0, 0];
+  const term = (psn: number) => [
+    ...trpHeader(psn, 0),
+    ...untagged({ op: OP.TERMINATE, qn: 2, msn: 1 }),
+    0x01,
+    0x00,
+    0,
+    0,
+  ];
   let out = r.feed(term(3));
   assert.is(r.err('rdmap-input', 'terminate_early'), 1);
   assert.is(r.qp.stateName, 'rts');
-  assert.equal(acks(out).map((p) => p.ack), [0]);
+  assert.equal(
+    acks(out).map((p) => p.ack),
+    [0],
+  );
   assert.equal(sacks(out), [], 'not reported as received');
   for (let k = 0; k < 3; k++) r.feed([...trpHeader(k, 0), ...tagged({ stag: sink.stag, to: k, last: false }), k]);
   out = r.feed(term(3));
@@ -194,11 +274,17 @@ test('3. a Terminate is taken only at the expected PSN; after loss the closer pu
   s.run();
   out = s.feed([...trpHeader(0, 1), ...tagged({ stag: 0x12345, to: 0 }), 1]); // Write to a bad STag
   const t = out.filter((p) => p.op === TRP.DATA && p.body.length > 0);
-  assert.equal(t.map((p) => [p.psn, terminate(p).code]), [[3, 0x1100]]);
+  assert.equal(
+    t.map((p) => [p.psn, terminate(p).code]),
+    [[3, 0x1100]],
+  );
   // On the timeout, PSNs 1..3 all go again, each as the Terminate.
   out = s.advance(30);
   const again = out.filter((p) => p.op === TRP.DATA && p.body.length > 0).slice(0, 3);
-  assert.equal(again.map((p) => p.psn), [1, 2, 3]);
+  assert.equal(
+    again.map((p) => p.psn),
+    [1, 2, 3],
+  );
   for (const p of again) assert.is(terminate(p).code, 0x1100);
   s.close();
 });
@@ -206,25 +292,36 @@ test('3. a Terminate is taken only at the expected PSN; after loss the closer pu
 // ------------------------------------------------------------------ 4 and 5. connection manager
 
 function listener(r: Rig, backlog: number, halfOpenMs = 1000) {
-  const made: Qp[] = [], reaped: string[] = [];
-  r.rdma.listen(LISTEN, () => {
-    const q = r.rdma.createQp({ pd: r.pd, sendCq: r.scq, recvCq: r.rcq, maxSendWr: 4, maxRecvWr: 4 });
-    made.push(q);
-    return { qp: q };
-  }, { backlog, onReap: (_q, why) => reaped.push(why) });
+  const made: Qp[] = [],
+    reaped: string[] = [];
+  r.rdma.listen(
+    LISTEN,
+    () => {
+      const q = r.rdma.createQp({ pd: r.pd, sendCq: r.scq, recvCq: r.rcq, maxSendWr: 4, maxRecvWr: 4 });
+      made.push(q);
+      return { qp: q };
+    },
+    { backlog, onReap: (_q, why) => reaped.push(why) },
+  );
   r.rdma.cm.halfOpenTimeoutNs = halfOpenMs * 1e6;
   return { made, reaped };
 }
 
-test('4. ACCEPT and REJECT must echo the REQ\'s initial PSN: a spoofed one neither connects nor fails the QP', async () => {
+test("4. ACCEPT and REJECT must echo the REQ's initial PSN: a spoofed one neither connects nor fails the QP", async () => {
   const r = rig({ rdma: { cmRetryMs: 50 } });
   const q = r.rdma.createQp({ pd: r.pd, sendCq: r.scq, recvCq: r.rcq, maxSendWr: 4, maxRecvWr: 4 });
   let settled = '';
-  const done = r.rdma.connect(q, PEER_IP, LISTEN).then(() => (settled = 'connected'), (e: Error) => (settled = e.message));
+  const done = r.rdma.connect(q, PEER_IP, LISTEN).then(
+    () => (settled = 'connected'),
+    (e: Error) => (settled = e.message),
+  );
   const req = r.run().find((p) => p.op === TRP.REQ) as Out;
   assert.is(req.psn, q.isn, 'REQ carries our initial PSN');
   // From the listener's address, from another port (as a real ACCEPT would be), but not echoing.
-  r.feed({ payload: cm(TRP.ACCEPT, 777, 0), sport: 4000, dport: q.qpn }, { payload: cm(TRP.REJECT, 0, (q.isn + 1) >>> 0), sport: LISTEN, dport: q.qpn });
+  r.feed(
+    { payload: cm(TRP.ACCEPT, 777, 0), sport: 4000, dport: q.qpn },
+    { payload: cm(TRP.REJECT, 0, (q.isn + 1) >>> 0), sport: LISTEN, dport: q.qpn },
+  );
   await settle(1);
   assert.is(r.err('cm-input', 'wrong_id'), 2);
   assert.is(settled, '');
@@ -234,7 +331,11 @@ test('4. ACCEPT and REJECT must echo the REQ\'s initial PSN: a spoofed one neith
   await done;
   assert.is(settled, 'connected');
   assert.equal([q.stateName, q.remotePort, q.rcvNxt], ['rts', 4000, 777]);
-  assert.equal(acks(out).map((p) => [p.dport, p.psn, p.ack]), [[4000, q.isn, 777]], 'the third packet of the handshake');
+  assert.equal(
+    acks(out).map((p) => [p.dport, p.psn, p.ack]),
+    [[4000, q.isn, 777]],
+    'the third packet of the handshake',
+  );
   r.close();
 });
 
@@ -243,10 +344,15 @@ test('5. REQ flood: at most `backlog` half-open connections, the rest dropped un
   const L = listener(r, 4, 1000);
   const before = r.rdma.qpsByQpn.size;
   let out: Out[] = [];
-  for (let k = 0; k < 10; k++) out.push(...r.feed({ payload: cm(TRP.REQ, 1000 + k, 0), sport: 5000 + k, dport: LISTEN }));
+  for (let k = 0; k < 10; k++)
+    out.push(...r.feed({ payload: cm(TRP.REQ, 1000 + k, 0), sport: 5000 + k, dport: LISTEN }));
   assert.is(L.made.length, 4);
   assert.is(r.err('cm-input', 'backlog_full'), 6);
-  assert.equal(out.filter((p) => p.op === TRP.ACCEPT).map((p) => p.dport), [5000, 5001, 5002, 5003], 'only the four accepted were answered');
+  assert.equal(
+    out.filter((p) => p.op === TRP.ACCEPT).map((p) => p.dport),
+    [5000, 5001, 5002, 5003],
+    'only the four accepted were answered',
+  );
   // One of them shows it has our ACCEPT (an ACK within our window): no longer half-open.
   const good = L.made[0];
   r.feed({ payload: trpHeader(1000, good.isn), sport: 5000, dport: good.qpn });
@@ -262,7 +368,12 @@ test('5. REQ flood: at most `backlog` half-open connections, the rest dropped un
   r.advance(1100, 50);
   assert.is(r.err('cm-input', 'reaped'), 3);
   assert.is(L.reaped.length, 3);
-  assert.ok(L.reaped.some((w) => /^half-open connection from 10\.0\.0\.2:5001 reaped: no traffic 1000 ms after ACCEPT$/.test(w)), L.reaped.join('\n'));
+  assert.ok(
+    L.reaped.some((w) =>
+      /^half-open connection from 10\.0\.0\.2:5001 reaped: no traffic 1000 ms after ACCEPT$/.test(w),
+    ),
+    L.reaped.join('\n'),
+  );
   assert.is(r.rdma.qpsByQpn.size, before + 1);
   assert.is(good.destroyed, false);
   // Room again for new requests.
@@ -281,10 +392,19 @@ test('6. SRQ: a Send naming a far MSN takes no receive; another QP of the SRQ st
   const ifs = new Interfaces(g);
   const drv = new ListDriver('tst0', US_MAC, 1500);
   const itf = ifs.add(drv);
-  net.addInterface({ index: itf.index, name: 'tst0', mac: US_MAC, address: `${US_IP}/24`, mtu: 1500, output: itf.output.name, neighbors: [{ address: PEER_IP, mac: PEER_MAC }] });
+  net.addInterface({
+    index: itf.index,
+    name: 'tst0',
+    mac: US_MAC,
+    address: `${US_IP}/24`,
+    mtu: 1500,
+    output: itf.output.name,
+    neighbors: [{ address: PEER_IP, mac: PEER_MAC }],
+  });
   const rdma = registerRdma(g, net, { portRange: [20000, 20099] });
   g.build();
-  const pd = rdma.createPd(), cq = rdma.createCq(64);
+  const pd = rdma.createPd(),
+    cq = rdma.createCq(64);
   const srq = rdma.createSrq(pd, 8);
   const mr = rdma.regMr(pd, 8 * 64, ['local-write']);
   for (let k = 0; k < 8; k++) rdma.postSrqRecv(srq, { wrId: `r${k}`, sg: [{ mr, offset: k * 64, length: 64 }] });
@@ -295,7 +415,8 @@ test('6. SRQ: a Send naming a far MSN takes no receive; another QP of the SRQ st
     rdma.modifyQp(q, { state: 'rts', sqPsn: 0 });
     return q;
   };
-  const q1 = mk(QPN, PEER_PORT), q2 = mk(QPN + 1, PEER_PORT + 1);
+  const q1 = mk(QPN, PEER_PORT),
+    q2 = mk(QPN + 1, PEER_PORT + 1);
   const feed = (payload: number[], sport: number, dport: number) => {
     drv.rx.push({ bytes: udpFrame({ src: PEER_IP, dst: US_IP, sport, dport, payload }) });
     for (let k = 0; k < 50 && (g.runPass() > 0 || drv.rx.length > 0); k++);
@@ -308,14 +429,23 @@ test('6. SRQ: a Send naming a far MSN takes no receive; another QP of the SRQ st
   // QP2's honest Send gets its receive.
   feed(send(0, 1, [7, 7, 7]), PEER_PORT + 1, QPN + 1);
   const c = cq.poll(8);
-  assert.equal(c.map((x) => [x.qpn, x.status, x.byteLen]), [[QPN + 1, 'success', 3]]);
+  assert.equal(
+    c.map((x) => [x.qpn, x.status, x.byteLen]),
+    [[QPN + 1, 'success', 3]],
+  );
   assert.is(q2.stateName, 'rts');
   // QP1's Sends arriving out of order: MSN 2 before MSN 1 waits (not acknowledged), then both land in order.
   feed(send(1, 2, [2]), PEER_PORT, QPN);
   assert.is(q1.rcvNxt, 0);
   feed(send(0, 1, [1]), PEER_PORT, QPN);
   feed(send(1, 2, [2]), PEER_PORT, QPN);
-  assert.equal(cq.poll(8).map((x) => [x.qpn, x.status, x.byteLen]), [[QPN, 'success', 1], [QPN, 'success', 1]]);
+  assert.equal(
+    cq.poll(8).map((x) => [x.qpn, x.status, x.byteLen]),
+    [
+      [QPN, 'success', 1],
+      [QPN, 'success', 1],
+    ],
+  );
   assert.is(srq.length, 5);
   g.close();
   ifs.closeAll();
@@ -328,10 +458,21 @@ test('7. receives complete strictly in MSN order: a Send that skips an MSN gets 
   // In PSN order, but MSN 2 first: skips the receive of MSN 1.
   const out = r.feed(send(0, 2, [9]));
   const t = out.filter((p) => p.op === TRP.DATA && p.body.length > 0).map((p) => terminate(p));
-  assert.equal(t.map((x) => x.code), [0x1203]);
+  assert.equal(
+    t.map((x) => x.code),
+    [0x1203],
+  );
   assert.is(r.qp.stateName, 'error');
   const c = r.rcq.poll(8);
-  assert.equal(c.map((x) => [x.wrId, x.status]), [['r0', 'flushed'], ['r1', 'flushed'], ['r2', 'flushed']], 'no completion without its wrId, none twice');
+  assert.equal(
+    c.map((x) => [x.wrId, x.status]),
+    [
+      ['r0', 'flushed'],
+      ['r1', 'flushed'],
+      ['r2', 'flushed'],
+    ],
+    'no completion without its wrId, none twice',
+  );
   r.close();
 });
 
@@ -363,10 +504,16 @@ test('8. Send with Invalidate: only MRs registered remote-invalidate; any other 
   const open = r.mr(64, ['local-write', 'remote-invalidate']);
   for (let k = 0; k < 2; k++) r.recv({ wrId: `r${k}`, sg: [{ mr: buf, offset: k * 32, length: 32 }] });
   r.feed(send(0, 1, [1], { op: OP.SEND_INV, inv: open.stag }));
-  assert.equal(r.rcq.poll(4).map((c) => [c.wrId, c.status, c.invalidatedStag]), [['r0', 'success', open.stag]]);
+  assert.equal(
+    r.rcq.poll(4).map((c) => [c.wrId, c.status, c.invalidatedStag]),
+    [['r0', 'success', open.stag]],
+  );
   assert.is(open.valid, false);
   const out = r.feed(send(1, 2, [1], { op: OP.SEND_INV, inv: local.stag }));
-  assert.equal(out.filter((p) => p.op === TRP.DATA && p.body.length > 0).map((p) => terminate(p).code), [0x0109]);
+  assert.equal(
+    out.filter((p) => p.op === TRP.DATA && p.body.length > 0).map((p) => terminate(p).code),
+    [0x0109],
+  );
   assert.is(local.valid, true, 'a local-only MR cannot be revoked by the peer');
   r.close();
 });

@@ -21,13 +21,30 @@ import type { SendRequest } from '../dataplane/verbs.ts';
 import type { Mr } from '../nodes/rdma/verbs.ts';
 import { skipOrFail } from './helpers.ts';
 import { hex } from './l2l4-helpers.ts';
-import { decodeTrp, tsharkAvailable, type DdpHeader, type RdmapHeader, type TrpDecoded, type TrpExpert } from './helpers-tshark.ts';
+import {
+  decodeTrp,
+  tsharkAvailable,
+  type DdpHeader,
+  type RdmapHeader,
+  type TrpDecoded,
+  type TrpExpert,
+} from './helpers-tshark.ts';
 import { IP_B, makeEnds, pattern, settle, twoStacks, waitCompletions, type Pair } from './rdma-helpers.ts';
 
 const TRP = { DATA: 0, REQ: 1, ACCEPT: 2, REJECT: 3, FIN: 4, SACK: 5 } as const;
 const OP = {
-  WRITE: 0, READ_REQ: 1, READ_RESP: 2, SEND: 3, SEND_INV: 4, SEND_SE: 5, SEND_SE_INV: 6, TERMINATE: 7,
-  IMM: 8, IMM_SE: 9, ATOMIC_REQ: 10, ATOMIC_RESP: 11,
+  WRITE: 0,
+  READ_REQ: 1,
+  READ_RESP: 2,
+  SEND: 3,
+  SEND_INV: 4,
+  SEND_SE: 5,
+  SEND_SE_INV: 6,
+  TERMINATE: 7,
+  IMM: 8,
+  IMM_SE: 9,
+  ATOMIC_REQ: 10,
+  ATOMIC_RESP: 11,
 } as const;
 const ONES = 0xffff_ffff_ffff_ffffn;
 const MTU = 1500;
@@ -40,10 +57,29 @@ const be64 = (x: bigint) => [...be32(Number(x >> 32n)), ...be32(Number(x & 0xfff
 const ascii = (s: string) => Uint8Array.from(Buffer.from(s, 'latin1'));
 
 const untaggedWant = (op: number, last: boolean, ulp: number, qn: number, msn: number, mo: number): DdpHeader => ({
-  tagged: false, last, rsvd: 0, dv: 1, rsvdulp: hex([0x40 | op, ...be32(ulp)]), qn, msn, mo,
+  tagged: false,
+  last,
+  rsvd: 0,
+  dv: 1,
+  rsvdulp: hex([0x40 | op, ...be32(ulp)]),
+  qn,
+  msn,
+  mo,
 });
-const taggedWant = (last: boolean, stag: number, to: bigint): DdpHeader => ({ tagged: true, last, rsvd: 0, dv: 1, stag, to });
-const rdmapWant = (opcode: number, extra: Partial<RdmapHeader> = {}): RdmapHeader => ({ version: 1, rsv: 0, opcode, ...extra });
+const taggedWant = (last: boolean, stag: number, to: bigint): DdpHeader => ({
+  tagged: true,
+  last,
+  rsvd: 0,
+  dv: 1,
+  stag,
+  to,
+});
+const rdmapWant = (opcode: number, extra: Partial<RdmapHeader> = {}): RdmapHeader => ({
+  version: 1,
+  rsv: 0,
+  opcode,
+  ...extra,
+});
 
 const bad = (e: TrpExpert) => e.severity === 'error' || e.severity === 'warning' || e.group === 'malformed';
 
@@ -65,7 +101,10 @@ function byPsn(frames: TrpDecoded[], where: string): Map<number, TrpDecoded> {
     if (!d.trp || d.trp.opcode !== TRP.DATA || d.trp.pureAck) continue;
     const have = m.get(d.trp.psn);
     if (have) {
-      const same = (x: TrpDecoded) => JSON.stringify({ ddp: x.ddp, rdmap: x.rdmap, payload: x.payload }, (_, v) => (typeof v === 'bigint' ? v.toString() : v));
+      const same = (x: TrpDecoded) =>
+        JSON.stringify({ ddp: x.ddp, rdmap: x.rdmap, payload: x.payload }, (_, v) =>
+          typeof v === 'bigint' ? v.toString() : v,
+        );
       assert.is(same(d), same(have), `${where}: PSN ${d.trp.psn} retransmitted as it was`);
     } else m.set(d.trp.psn, d);
   }
@@ -85,7 +124,11 @@ const rel = (psn: number, isn: number) => (psn - isn) >>> 0;
 
 /** The data frames are PSNs isn, isn+1... one per wanted segment, each decoding as wanted. */
 function expectSegments(data: Map<number, TrpDecoded>, want: Want[], who: string, isn: number): void {
-  assert.equal([...data.keys()].map((k) => rel(k, isn)).sort((x, y) => x - y), want.map((_, i) => i), `${who} sent PSNs isn.. one per segment`);
+  assert.equal(
+    [...data.keys()].map((k) => rel(k, isn)).sort((x, y) => x - y),
+    want.map((_, i) => i),
+    `${who} sent PSNs isn.. one per segment`,
+  );
   want.forEach((w, psn) => {
     const d = data.get((isn + psn) >>> 0) as TrpDecoded;
     const at = `${who} PSN ${psn} (${d.info})`;
@@ -129,7 +172,8 @@ test('every message type two stacks send decodes in Wireshark as what was posted
     // ---------------------------------------------------------------- B: listeners and memory
     const B = makeEnds(b, {}, 256);
     b.rdma.destroyQp(B.qp); // the listener makes the QP; only its PD and CQs are used
-    const LISTEN = 25000, REFUSE = 25001;
+    const LISTEN = 25000,
+      REFUSE = 25001;
     let bq: Qp | null = null;
     const reqs: { ird: number; ord: number; pd: string }[] = [];
     b.rdma.listen(LISTEN, (r) => {
@@ -141,7 +185,9 @@ test('every message type two stacks send decodes in Wireshark as what was posted
     const target = b.rdma.regMr(B.pd, 65536, ['local-write', 'remote-write', 'remote-read', 'remote-atomic']);
     target.memory.set(pattern(65536, 11));
     const tdv = new DataView(target.memory.buffer, target.memory.byteOffset, target.memory.byteLength);
-    const V_ADD = 0x0000_0001_ffff_fff0n, V_SWAP = 0x5555_6666_7777_8888n, V_CMP = 0x0102_0304_0506_0708n;
+    const V_ADD = 0x0000_0001_ffff_fff0n,
+      V_SWAP = 0x5555_6666_7777_8888n,
+      V_CMP = 0x0102_0304_0506_0708n;
     tdv.setBigUint64(40000, V_ADD, true);
     tdv.setBigUint64(40008, V_SWAP, true);
     tdv.setBigUint64(40016, V_CMP, true);
@@ -161,15 +207,20 @@ test('every message type two stacks send decodes in Wireshark as what was posted
     const f1 = capture(p, dir, 'ops');
     const accepted = await a.rdma.connect(A.qp, IP_B, LISTEN, { privateData: ascii('hello') });
     assert.is(hex(accepted.privateData), hex(ascii('welcome')));
-    const refused = await a.rdma.connect(A2.qp, IP_B, REFUSE, { privateData: ascii('may I') }).then(() => null, (e: Error & { privateData?: Uint8Array }) => e);
+    const refused = await a.rdma.connect(A2.qp, IP_B, REFUSE, { privateData: ascii('may I') }).then(
+      () => null,
+      (e: Error & { privateData?: Uint8Array }) => e,
+    );
     assert.ok(refused instanceof Error && /rejected/.test(refused.message), String(refused));
     assert.is(hex(refused.privateData as Uint8Array), hex(ascii('no')));
     assert.ok(bq !== null, 'B made a QP for the request');
     const bqp = bq as unknown as Qp;
     ports.push(bqp.qpn);
-    for (let k = 0; k < 6; k++) b.rdma.postRecv(bqp, { wrId: `r${k}`, sg: [{ mr: rbuf, offset: k * 4096, length: 4096 }] });
+    for (let k = 0; k < 6; k++)
+      b.rdma.postRecv(bqp, { wrId: `r${k}`, sg: [{ mr: rbuf, offset: k * 4096, length: 4096 }] });
 
-    const sendMsn = { n: 0 }, readMsn = { n: 0 };
+    const sendMsn = { n: 0 },
+      readMsn = { n: 0 };
     const srcHex = (off: number, len: number) => hex(src.memory.subarray(off, off + len));
     /** A Send's segments: MSN fixed, MO advancing by the untagged payload, L on the last. */
     const sendSegs = (op: number, off: number, len: number, inv = 0): Want[] => {
@@ -178,62 +229,152 @@ test('every message type two stacks send decodes in Wireshark as what was posted
       const rd = op === OP.SEND || op === OP.SEND_SE ? { reserved: '00000000' } : { invalidateStag: inv };
       return Array.from({ length: n }, (_, k) => {
         const l = Math.min(UNTAGGED, len - k * UNTAGGED);
-        return { ddp: untaggedWant(op, k === n - 1, inv, 0, msn, k * UNTAGGED), rdmap: rdmapWant(op, rd), payload: l > 0 ? srcHex(off + k * UNTAGGED, l) : undefined };
+        return {
+          ddp: untaggedWant(op, k === n - 1, inv, 0, msn, k * UNTAGGED),
+          rdmap: rdmapWant(op, rd),
+          payload: l > 0 ? srcHex(off + k * UNTAGGED, l) : undefined,
+        };
       });
     };
     /** A Write's segments: TO = offset + k x tagged payload, L on the last. */
     const writeSegs = (stag: number, to: number, off: number, len: number): Want[] => {
       const n = Math.max(1, Math.ceil(len / TAGGED));
       return Array.from({ length: n }, (_, k) => ({
-        ddp: taggedWant(k === n - 1, stag, BigInt(to + k * TAGGED)), rdmap: rdmapWant(OP.WRITE), payload: srcHex(off + k * TAGGED, Math.min(TAGGED, len - k * TAGGED)),
+        ddp: taggedWant(k === n - 1, stag, BigInt(to + k * TAGGED)),
+        rdmap: rdmapWant(OP.WRITE),
+        payload: srcHex(off + k * TAGGED, Math.min(TAGGED, len - k * TAGGED)),
       }));
     };
     const immSeg = (op: number): Want => ({
-      ddp: untaggedWant(op, true, 0, 0, ++sendMsn.n, 0), rdmap: rdmapWant(op),
+      ddp: untaggedWant(op, true, 0, 0, ++sendMsn.n, 0),
+      rdmap: rdmapWant(op),
       note: 'tshark 4.0: opcode 8/9 "Unknown", the 8 bytes of immediate data undissected',
     });
-    const IMM1 = 0x12345678, IMM2 = 0x9abcdef0;
+    const IMM1 = 0x12345678,
+      IMM2 = 0x9abcdef0;
     const sg = (off: number, len: number, mr: Mr = src) => [{ mr, offset: off, length: len }];
     const posted: Posted[] = [
       { req: { wrId: 'send', opcode: 'send', sg: sg(0, 3000) }, want: sendSegs(OP.SEND, 0, 3000) },
-      { req: { wrId: 'send-se', opcode: 'send-with-solicited', sg: sg(3000, 100) }, want: sendSegs(OP.SEND_SE, 3000, 100) },
-      { req: { wrId: 'send-inv', opcode: 'send-with-invalidate', sg: sg(3100, 50), invalidateStag: inv1.stag }, want: sendSegs(OP.SEND_INV, 3100, 50, inv1.stag) },
-      { req: { wrId: 'send-se-inv', opcode: 'send-with-invalidate', solicited: true, sg: sg(3150, 60), invalidateStag: inv2.stag }, want: sendSegs(OP.SEND_SE_INV, 3150, 60, inv2.stag) },
-      { req: { wrId: 'write', opcode: 'write', sg: sg(4000, 4000), remote: { stag: target.stag, offset: 1000 } }, want: writeSegs(target.stag, 1000, 4000, 4000) },
       {
-        req: { wrId: 'write-imm', opcode: 'write-with-imm', sg: sg(8000, 2000), remote: { stag: target.stag, offset: 10000 }, imm: IMM1 },
+        req: { wrId: 'send-se', opcode: 'send-with-solicited', sg: sg(3000, 100) },
+        want: sendSegs(OP.SEND_SE, 3000, 100),
+      },
+      {
+        req: { wrId: 'send-inv', opcode: 'send-with-invalidate', sg: sg(3100, 50), invalidateStag: inv1.stag },
+        want: sendSegs(OP.SEND_INV, 3100, 50, inv1.stag),
+      },
+      {
+        req: {
+          wrId: 'send-se-inv',
+          opcode: 'send-with-invalidate',
+          solicited: true,
+          sg: sg(3150, 60),
+          invalidateStag: inv2.stag,
+        },
+        want: sendSegs(OP.SEND_SE_INV, 3150, 60, inv2.stag),
+      },
+      {
+        req: { wrId: 'write', opcode: 'write', sg: sg(4000, 4000), remote: { stag: target.stag, offset: 1000 } },
+        want: writeSegs(target.stag, 1000, 4000, 4000),
+      },
+      {
+        req: {
+          wrId: 'write-imm',
+          opcode: 'write-with-imm',
+          sg: sg(8000, 2000),
+          remote: { stag: target.stag, offset: 10000 },
+          imm: IMM1,
+        },
         want: [...writeSegs(target.stag, 10000, 8000, 2000), immSeg(OP.IMM)],
       },
       {
-        req: { wrId: 'write-imm-se', opcode: 'write-with-imm', solicited: true, sg: sg(10000, 10), remote: { stag: target.stag, offset: 12000 }, imm: IMM2 },
+        req: {
+          wrId: 'write-imm-se',
+          opcode: 'write-with-imm',
+          solicited: true,
+          sg: sg(10000, 10),
+          remote: { stag: target.stag, offset: 12000 },
+          imm: IMM2,
+        },
         want: [...writeSegs(target.stag, 12000, 10000, 10), immSeg(OP.IMM_SE)],
       },
     ];
     const READ = { off: 20000, len: 3000 };
-    posted.push({ req: { wrId: 'read', opcode: 'read', sg: sg(0, READ.len, sink), remote: { stag: target.stag, offset: READ.off } }, want: [] });
+    posted.push({
+      req: { wrId: 'read', opcode: 'read', sg: sg(0, READ.len, sink), remote: { stag: target.stag, offset: READ.off } },
+      want: [],
+    });
     const readReqMsn = ++readMsn.n;
     const atomics = [
-      { req: { wrId: 'fetch-add', opcode: 'fetch-add', sg: sg(4000, 8, sink), remote: { stag: target.stag, offset: 40000 }, atomic: { add: 0x10n } }, aop: 0, orig: V_ADD },
-      { req: { wrId: 'swap', opcode: 'swap', sg: sg(4008, 8, sink), remote: { stag: target.stag, offset: 40008 }, atomic: { swap: 0xfeed_0000_0000_beefn } }, aop: 1, orig: V_SWAP },
-      { req: { wrId: 'cmp-swap', opcode: 'cmp-swap', sg: sg(4016, 8, sink), remote: { stag: target.stag, offset: 40016 }, atomic: { compare: V_CMP, swap: 0x0a0b_0c0d_0e0f_1011n } }, aop: 2, orig: V_CMP },
+      {
+        req: {
+          wrId: 'fetch-add',
+          opcode: 'fetch-add',
+          sg: sg(4000, 8, sink),
+          remote: { stag: target.stag, offset: 40000 },
+          atomic: { add: 0x10n },
+        },
+        aop: 0,
+        orig: V_ADD,
+      },
+      {
+        req: {
+          wrId: 'swap',
+          opcode: 'swap',
+          sg: sg(4008, 8, sink),
+          remote: { stag: target.stag, offset: 40008 },
+          atomic: { swap: 0xfeed_0000_0000_beefn },
+        },
+        aop: 1,
+        orig: V_SWAP,
+      },
+      {
+        req: {
+          wrId: 'cmp-swap',
+          opcode: 'cmp-swap',
+          sg: sg(4016, 8, sink),
+          remote: { stag: target.stag, offset: 40016 },
+          atomic: { compare: V_CMP, swap: 0x0a0b_0c0d_0e0f_1011n },
+        },
+        aop: 2,
+        orig: V_CMP,
+      },
     ] as const;
     const atomicMsns = atomics.map(() => ++readMsn.n);
     for (const x of atomics) posted.push({ req: x.req as SendRequest, want: [] });
     for (const x of posted) a.rdma.postSend(A.qp, x.req);
 
     const aDone = await waitCompletions(A.scq, posted.length);
-    assert.equal(aDone.map((c) => `${String(c.wrId)}:${c.status}`), posted.map((x) => `${String(x.req.wrId)}:success`));
+    assert.equal(
+      aDone.map((c) => `${String(c.wrId)}:${c.status}`),
+      posted.map((x) => `${String(x.req.wrId)}:success`),
+    );
     const bDone = await waitCompletions(B.rcq, 6);
-    assert.equal(bDone.map((c) => [c.wrId, c.status, c.opcode, c.byteLen, c.solicited ?? false, c.invalidatedStag ?? null, c.imm ?? null]), [
-      ['r0', 'success', 'recv', 3000, false, null, null],
-      ['r1', 'success', 'recv', 100, true, null, null],
-      ['r2', 'success', 'recv', 50, false, inv1.stag, null],
-      ['r3', 'success', 'recv', 60, true, inv2.stag, null],
-      ['r4', 'success', 'recv-with-imm', 2000, false, null, IMM1],
-      ['r5', 'success', 'recv-with-imm', 10, true, null, IMM2],
-    ]);
+    assert.equal(
+      bDone.map((c) => [
+        c.wrId,
+        c.status,
+        c.opcode,
+        c.byteLen,
+        c.solicited ?? false,
+        c.invalidatedStag ?? null,
+        c.imm ?? null,
+      ]),
+      [
+        ['r0', 'success', 'recv', 3000, false, null, null],
+        ['r1', 'success', 'recv', 100, true, null, null],
+        ['r2', 'success', 'recv', 50, false, inv1.stag, null],
+        ['r3', 'success', 'recv', 60, true, inv2.stag, null],
+        ['r4', 'success', 'recv-with-imm', 2000, false, null, IMM1],
+        ['r5', 'success', 'recv-with-imm', 10, true, null, IMM2],
+      ],
+    );
     const adv = new DataView(sink.memory.buffer, sink.memory.byteOffset, sink.memory.byteLength);
-    assert.equal(atomics.map((x, k) => adv.getBigUint64(4000 + 8 * k, true)), atomics.map((x) => x.orig), 'original values returned');
+    assert.equal(
+      atomics.map((x, k) => adv.getBigUint64(4000 + 8 * k, true)),
+      atomics.map((x) => x.orig),
+      'original values returned',
+    );
     assert.is(hex(sink.memory.subarray(0, READ.len)), hex(target.memory.subarray(READ.off, READ.off + READ.len)));
     await settle(50);
     stop(p);
@@ -245,23 +386,61 @@ test('every message type two stacks send decodes in Wireshark as what was posted
     // ORD := REQ.ird), REQ to the refusing listener and its REJECT. A REQ carries its QP's
     // random initial PSN; the ACCEPT carries the acceptor's and echoes the REQ's in ack; the
     // REJECT echoes it too.
-    const aIsn = A.qp.isn, a2Isn = A2.qp.isn, bIsn = bqp.isn;
+    const aIsn = A.qp.isn,
+      a2Isn = A2.qp.isn,
+      bIsn = bqp.isn;
     assert.ok(new Set([aIsn, a2Isn, bIsn]).size === 3, `initial PSNs differ: ${aIsn} ${a2Isn} ${bIsn}`);
     const cm = (frames: TrpDecoded[], op: number) => frames.filter((d) => d.trp?.opcode === op);
     const reqFrames = cm(a1, TRP.REQ);
     assert.ok(reqFrames.length >= 2, 'two REQs');
-    const reqKinds = [...new Set(reqFrames.map((d) => JSON.stringify(d.trp)))].map((x) => JSON.parse(x)).sort((x, y) => x.cm.ird - y.cm.ird);
-    assert.equal(reqKinds, [
-      { psn: aIsn, ack: 0, opcode: TRP.REQ, reserved: 0, pureAck: false, cm: { pdlen: 5, ird: 8, ord: 4, privateData: hex(ascii('hello')) } },
-      { psn: a2Isn, ack: 0, opcode: TRP.REQ, reserved: 0, pureAck: false, cm: { pdlen: 5, ird: 16, ord: 16, privateData: hex(ascii('may I')) } },
-    ], 'each REQ (repeats identical)');
+    const reqKinds = [...new Set(reqFrames.map((d) => JSON.stringify(d.trp)))]
+      .map((x) => JSON.parse(x))
+      .sort((x, y) => x.cm.ird - y.cm.ird);
+    assert.equal(
+      reqKinds,
+      [
+        {
+          psn: aIsn,
+          ack: 0,
+          opcode: TRP.REQ,
+          reserved: 0,
+          pureAck: false,
+          cm: { pdlen: 5, ird: 8, ord: 4, privateData: hex(ascii('hello')) },
+        },
+        {
+          psn: a2Isn,
+          ack: 0,
+          opcode: TRP.REQ,
+          reserved: 0,
+          pureAck: false,
+          cm: { pdlen: 5, ird: 16, ord: 16, privateData: hex(ascii('may I')) },
+        },
+      ],
+      'each REQ (repeats identical)',
+    );
     assert.equal(reqs, [{ ird: 8, ord: 4, pd: hex(ascii('hello')) }], 'the listener saw the REQ once');
     const acc = cm(b1, TRP.ACCEPT);
     assert.ok(acc.length >= 1);
-    for (const d of acc) assert.equal(d.trp, { psn: bIsn, ack: aIsn, opcode: TRP.ACCEPT, reserved: 0, pureAck: false, cm: { pdlen: 7, ird: 4, ord: 8, privateData: hex(ascii('welcome')) } });
+    for (const d of acc)
+      assert.equal(d.trp, {
+        psn: bIsn,
+        ack: aIsn,
+        opcode: TRP.ACCEPT,
+        reserved: 0,
+        pureAck: false,
+        cm: { pdlen: 7, ird: 4, ord: 8, privateData: hex(ascii('welcome')) },
+      });
     const rej = cm(b1, TRP.REJECT);
     assert.ok(rej.length >= 1);
-    for (const d of rej) assert.equal(d.trp, { psn: 0, ack: a2Isn, opcode: TRP.REJECT, reserved: 0, pureAck: false, cm: { pdlen: 2, ird: 0, ord: 0, privateData: hex(ascii('no')) } });
+    for (const d of rej)
+      assert.equal(d.trp, {
+        psn: 0,
+        ack: a2Isn,
+        opcode: TRP.REJECT,
+        reserved: 0,
+        pureAck: false,
+        cm: { pdlen: 2, ird: 0, ord: 0, privateData: hex(ascii('no')) },
+      });
 
     // A's data: every segment of every WR, PSN aIsn, aIsn+1... in posting order.
     const aData = byPsn(a1, 'A phase 1');
@@ -269,26 +448,43 @@ test('every message type two stacks send decodes in Wireshark as what was posted
     const wantA: Want[] = posted.flatMap((x) => x.want);
     // The Read Request (QN 1, the first MSN there) and the Atomic Requests (the MSNs after it).
     const rrIndex = wantA.length;
-    wantA.push({ ddp: untaggedWant(OP.READ_REQ, true, 0, 1, readReqMsn, 0), rdmap: rdmapWant(OP.READ_REQ, { reserved: '00000000' }) });
-    atomics.forEach((x, k) => wantA.push({ ddp: untaggedWant(OP.ATOMIC_REQ, true, 0, 1, atomicMsns[k], 0), rdmap: rdmapWant(OP.ATOMIC_REQ) }));
+    wantA.push({
+      ddp: untaggedWant(OP.READ_REQ, true, 0, 1, readReqMsn, 0),
+      rdmap: rdmapWant(OP.READ_REQ, { reserved: '00000000' }),
+    });
+    atomics.forEach((x, k) =>
+      wantA.push({ ddp: untaggedWant(OP.ATOMIC_REQ, true, 0, 1, atomicMsns[k], 0), rdmap: rdmapWant(OP.ATOMIC_REQ) }),
+    );
     const rr = aAt(rrIndex)?.rdmap?.readRequest;
     assert.ok(rr, 'the Read Request decoded its fields');
-    assert.equal({ size: rr.size, srcStag: rr.srcStag, srcTo: rr.srcTo }, { size: READ.len, srcStag: target.stag, srcTo: BigInt(READ.off) }, 'Read Request');
+    assert.equal(
+      { size: rr.size, srcStag: rr.srcStag, srcTo: rr.srcTo },
+      { size: READ.len, srcStag: target.stag, srcTo: BigInt(READ.off) },
+      'Read Request',
+    );
     wantA[rrIndex].rdmap.readRequest = rr; // the sink STag/TO are the requester's choice; the response must use them
     const reqIds: number[] = [];
     atomics.forEach((x, k) => {
       const got = aAt(rrIndex + 1 + k)?.rdmap?.atomicRequest;
       assert.ok(got, `atomic ${x.req.wrId} decoded`);
       reqIds.push(got.requestId);
-      const base = { reserved: 0, opcode: x.aop, requestId: got.requestId, stag: target.stag, to: BigInt(x.req.remote.offset) };
+      const base = {
+        reserved: 0,
+        opcode: x.aop,
+        requestId: got.requestId,
+        stag: target.stag,
+        to: BigInt(x.req.remote.offset),
+      };
       const a = x.req.atomic as { add?: bigint; swap?: bigint; compare?: bigint };
       // tshark 4.0 shows add data/mask for FetchAdd (mask 0: one unpartitioned 64-bit add),
       // swap data/mask for CmpSwap, and compare data/mask always: for Swap, those are its swap data/mask.
       wantA[rrIndex + 1 + k].rdmap.atomicRequest =
-        x.aop === 0 ? { ...base, addData: a.add, addMask: 0n, compareData: 0n, compareMask: 0n }
-        : x.aop === 1 ? { ...base, compareData: a.swap, compareMask: ONES }
-        : { ...base, swapData: a.swap, swapMask: ONES, compareData: a.compare, compareMask: ONES };
-      if (x.aop === 1) wantA[rrIndex + 1 + k].note = 'tshark 4.0: Swap\'s swap data/mask under compare labels';
+        x.aop === 0
+          ? { ...base, addData: a.add, addMask: 0n, compareData: 0n, compareMask: 0n }
+          : x.aop === 1
+            ? { ...base, compareData: a.swap, compareMask: ONES }
+            : { ...base, swapData: a.swap, swapMask: ONES, compareData: a.compare, compareMask: ONES };
+      if (x.aop === 1) wantA[rrIndex + 1 + k].note = "tshark 4.0: Swap's swap data/mask under compare labels";
     });
     assert.is(new Set(reqIds).size, atomics.length, 'distinct request ids');
     expectSegments(aData, wantA, 'A', aIsn);
@@ -297,31 +493,61 @@ test('every message type two stacks send decodes in Wireshark as what was posted
     const bData = byPsn(b1, 'B phase 1');
     const nResp = Math.ceil(READ.len / TAGGED);
     const wantB: Want[] = Array.from({ length: nResp }, (_, k) => ({
-      ddp: taggedWant(k === nResp - 1, rr.sinkStag, rr.sinkTo + BigInt(k * TAGGED)), rdmap: rdmapWant(OP.READ_RESP),
+      ddp: taggedWant(k === nResp - 1, rr.sinkStag, rr.sinkTo + BigInt(k * TAGGED)),
+      rdmap: rdmapWant(OP.READ_RESP),
       payload: hex(target.memory.subarray(READ.off + k * TAGGED, READ.off + Math.min(READ.len, (k + 1) * TAGGED))),
     }));
-    atomics.forEach((x, k) => wantB.push({
-      ddp: untaggedWant(OP.ATOMIC_RESP, true, 0, 3, k + 1, 0), rdmap: rdmapWant(OP.ATOMIC_RESP, { atomicResponse: { requestId: reqIds[k], originalValue: x.orig } }),
-    }));
+    atomics.forEach((x, k) =>
+      wantB.push({
+        ddp: untaggedWant(OP.ATOMIC_RESP, true, 0, 3, k + 1, 0),
+        rdmap: rdmapWant(OP.ATOMIC_RESP, { atomicResponse: { requestId: reqIds[k], originalValue: x.orig } }),
+      }),
+    );
     expectSegments(bData, wantB, 'B', bIsn);
     // Pure ACKs (data going back carries the ACK instead, so a side may send none): the next
     // PSN, and a cumulative ack no further than what the other side sent. In the end each side
     // acknowledged everything the other sent.
-    for (const [frames, peerSent, ownSent, who, ownIsn, peerIsn] of [[a1, wantB.length, wantA.length, 'A', aIsn, bIsn], [b1, wantA.length, wantB.length, 'B', bIsn, aIsn]] as const) {
+    for (const [frames, peerSent, ownSent, who, ownIsn, peerIsn] of [
+      [a1, wantB.length, wantA.length, 'A', aIsn, bIsn],
+      [b1, wantA.length, wantB.length, 'B', bIsn, aIsn],
+    ] as const) {
       for (const d of frames.filter((x) => x.trp?.pureAck)) {
-        assert.ok(d.trp && d.trp.opcode === TRP.DATA && rel(d.trp.ack, peerIsn) <= peerSent && rel(d.trp.psn, ownIsn) <= ownSent && !d.ddp, `${who} ACK ${JSON.stringify(d.trp)}`);
+        assert.ok(
+          d.trp &&
+            d.trp.opcode === TRP.DATA &&
+            rel(d.trp.ack, peerIsn) <= peerSent &&
+            rel(d.trp.psn, ownIsn) <= ownSent &&
+            !d.ddp,
+          `${who} ACK ${JSON.stringify(d.trp)}`,
+        );
       }
-      assert.ok(frames.some((d) => d.trp?.opcode === TRP.DATA && d.trp.ack === ((peerIsn + peerSent) >>> 0)), `${who} acknowledged everything`);
+      assert.ok(
+        frames.some((d) => d.trp?.opcode === TRP.DATA && d.trp.ack === (peerIsn + peerSent) >>> 0),
+        `${who} acknowledged everything`,
+      );
     }
-    assert.ok(a1.some((d) => d.trp?.pureAck), 'A acknowledged the responses with a pure ACK');
+    assert.ok(
+      a1.some((d) => d.trp?.pureAck),
+      'A acknowledged the responses with a pure ACK',
+    );
 
     // ---------------------------------------------------------------- phase 2: SACKs (A's tx reorders and loses)
     const f2 = capture(p, dir, 'sack');
     a.ifs.setFault(a.ifName, 'tx', { seed: 7, reorder: 0.3, reorderDepth: 4, loss: 0.05 });
-    const N = 48, BASE = 50000;
-    for (let k = 0; k < N; k++) a.rdma.postSend(A.qp, { wrId: `w${k}`, opcode: 'write', sg: sg(k * 100, 100), remote: { stag: target.stag, offset: BASE + k * 100 } });
+    const N = 48,
+      BASE = 50000;
+    for (let k = 0; k < N; k++)
+      a.rdma.postSend(A.qp, {
+        wrId: `w${k}`,
+        opcode: 'write',
+        sg: sg(k * 100, 100),
+        remote: { stag: target.stag, offset: BASE + k * 100 },
+      });
     const w2 = await waitCompletions(A.scq, N);
-    assert.equal(w2.map((c) => `${String(c.wrId)}:${c.status}`), Array.from({ length: N }, (_, k) => `w${k}:success`));
+    assert.equal(
+      w2.map((c) => `${String(c.wrId)}:${c.status}`),
+      Array.from({ length: N }, (_, k) => `w${k}:success`),
+    );
     const fc = a.ifs.faultCounters(a.ifName).tx;
     assert.ok(fc !== null && fc.reordered > 0, `reordered ${JSON.stringify(fc)}`);
     a.ifs.setFault(a.ifName, 'tx', null);
@@ -335,13 +561,17 @@ test('every message type two stacks send decodes in Wireshark as what was posted
     const P0 = wantA.length;
     for (const d of sacks) {
       const t = d.trp as NonNullable<TrpDecoded['trp']>;
-      const lo = rel(t.psn, aIsn), hi = rel(t.ack, aIsn);
+      const lo = rel(t.psn, aIsn),
+        hi = rel(t.ack, aIsn);
       assert.ok(lo < hi && lo > P0 && hi <= P0 + N, `SACK [${lo}, ${hi}) (relative) within what A sent`);
       assert.is(t.sack, `[${t.psn}, ${t.ack})`);
       assert.is(d.ddp, undefined);
     }
     const aData2 = byPsn(a2, 'A phase 2');
-    assert.equal([...aData2.keys()].map((k) => rel(k, aIsn)).sort((x, y) => x - y), Array.from({ length: N }, (_, k) => P0 + k));
+    assert.equal(
+      [...aData2.keys()].map((k) => rel(k, aIsn)).sort((x, y) => x - y),
+      Array.from({ length: N }, (_, k) => P0 + k),
+    );
     for (const [psn, d] of aData2) {
       const k = rel(psn, aIsn) - P0;
       assert.equal(d.ddp, taggedWant(true, target.stag, BigInt(BASE + k * 100)), `A PSN ${psn}`);
@@ -354,7 +584,10 @@ test('every message type two stacks send decodes in Wireshark as what was posted
     const badStag = (target.stag & ~0xff) | ((target.stag + 1) & 0xff); // same MR index, another key
     a.rdma.postSend(A.qp, { wrId: 'bad', opcode: 'write', sg: sg(0, 100), remote: { stag: badStag, offset: 64 } });
     const t = await waitCompletions(A.scq, 1);
-    assert.equal(t.map((c) => `${String(c.wrId)}:${c.status}`), ['bad:remote-access-error']);
+    assert.equal(
+      t.map((c) => `${String(c.wrId)}:${c.status}`),
+      ['bad:remote-access-error'],
+    );
     await settle(30);
     const aPsnEnd = P0 + N + 1; // A's next PSN after the bad Write
     a.rdma.destroyQp(A.qp);
@@ -371,17 +604,41 @@ test('every message type two stacks send decodes in Wireshark as what was posted
     const terms = [...byPsn(b3, 'B phase 3').values()];
     assert.is(terms.length, 1, 'one Terminate');
     assert.equal(terms[0].ddp, untaggedWant(OP.TERMINATE, true, 0, 2, 1, 0), 'Terminate: QN 2, MSN 1');
-    assert.equal(terms[0].rdmap, rdmapWant(OP.TERMINATE, {
-      reserved: '00000000',
-      // DDP layer (1), tagged buffer error (1), invalid STag (0); M and D: the segment length and its 14-byte header.
-      terminate: { layer: 1, etype: 1, errcode: 0, m: true, d: true, r: false, rsvd: 0, ddpSegLen: 14 + 100, ddpHeader: hex(badSeg) },
-    }));
+    assert.equal(
+      terms[0].rdmap,
+      rdmapWant(OP.TERMINATE, {
+        reserved: '00000000',
+        // DDP layer (1), tagged buffer error (1), invalid STag (0); M and D: the segment length and its 14-byte header.
+        terminate: {
+          layer: 1,
+          etype: 1,
+          errcode: 0,
+          m: true,
+          d: true,
+          r: false,
+          rsvd: 0,
+          ddpSegLen: 14 + 100,
+          ddpHeader: hex(badSeg),
+        },
+      }),
+    );
     assert.is(terms[0].trp?.psn, (bIsn + wantB.length) >>> 0, "B's next PSN");
     const fins = (frames: TrpDecoded[]) => frames.filter((d) => d.trp?.opcode === TRP.FIN);
-    const aFin = fins(a3), bFin = fins(b3);
+    const aFin = fins(a3),
+      bFin = fins(b3);
     assert.is(aFin.length, 1);
     assert.is(bFin.length, 1);
-    assert.equal(aFin[0].trp, { psn: (aIsn + aPsnEnd) >>> 0, ack: (bIsn + wantB.length + 1) >>> 0, opcode: TRP.FIN, reserved: 0, pureAck: false }, "A's FIN: its next PSN, everything of B's taken (the Terminate too)");
+    assert.equal(
+      aFin[0].trp,
+      {
+        psn: (aIsn + aPsnEnd) >>> 0,
+        ack: (bIsn + wantB.length + 1) >>> 0,
+        opcode: TRP.FIN,
+        reserved: 0,
+        pureAck: false,
+      },
+      "A's FIN: its next PSN, everything of B's taken (the Terminate too)",
+    );
     assert.is(bFin[0].trp?.psn, (bIsn + wantB.length + 1) >>> 0, "B's FIN: its next PSN");
     // Every frame of every phase decoded as one of the kinds covered above.
     const kinds = new Set<string>();
@@ -389,7 +646,11 @@ test('every message type two stacks send decodes in Wireshark as what was posted
       const trpOp = d.trp?.opcode ?? -1;
       kinds.add(trpOp === TRP.DATA ? (d.trp?.pureAck ? 'ACK' : `rdmap ${d.rdmap?.opcode}`) : `trp ${trpOp}`);
     }
-    const want = ['ACK', ...Object.values(OP).map((o) => `rdmap ${o}`), ...[TRP.REQ, TRP.ACCEPT, TRP.REJECT, TRP.FIN, TRP.SACK].map((o) => `trp ${o}`)];
+    const want = [
+      'ACK',
+      ...Object.values(OP).map((o) => `rdmap ${o}`),
+      ...[TRP.REQ, TRP.ACCEPT, TRP.REJECT, TRP.FIN, TRP.SACK].map((o) => `trp ${o}`),
+    ];
     assert.equal([...kinds].sort(), want.sort(), 'every message type seen, nothing else');
     for (const x of wantA.concat(wantB).filter((w) => w.note)) console.log(`  ${x.note}`);
   } finally {

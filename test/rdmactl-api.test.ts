@@ -13,7 +13,12 @@ import { IP_A, IP_B } from './dataplane-helpers.ts';
 function ctl(url: string, token: string | null = null) {
   return async (line: string): Promise<string> => {
     let out = '';
-    await runCommand(line.split(' '), httpCall(url, token), { out: (s) => (out += s), bytes: (b) => (out += Buffer.from(b).toString('hex')) }, { json: false });
+    await runCommand(
+      line.split(' '),
+      httpCall(url, token),
+      { out: (s) => (out += s), bytes: (b) => (out += Buffer.from(b).toString('hex')) },
+      { json: false },
+    );
     return out;
   };
 }
@@ -22,18 +27,28 @@ test('rdmactl and REST agree: what both leave out gets the same defaults (access
   const p = await apiPair();
   try {
     const A = ctl(p.apiA.url);
-    const pd = Number((await A('create pd')).trim()), cq = Number((await A('create cq depth 32')).trim());
+    const pd = Number((await A('create pd')).trim()),
+      cq = Number((await A('create cq depth 32')).trim());
     const [cliMr] = (await A(`create mr pd ${pd} length 64`)).trim().split(' ');
     const restMr = await p.ca.createMr({ pd, length: 64 });
     assert.equal((await p.a.getMr(Number(cliMr))).access, restMr.access);
     assert.equal(restMr.access, ['local-write']);
     const [cliQp] = (await A(`create qp pd ${pd} send-cq ${cq} recv-cq ${cq}`)).trim().split(' ');
     const restQp = await p.ca.createQp({ pd, sendCq: cq, recvCq: cq });
-    const sizes = (q: { maxSendWr: number; maxRecvWr: number; maxSge: number; maxInline: number; ird: number; ord: number }) => [q.maxSendWr, q.maxRecvWr, q.maxSge, q.maxInline, q.ird, q.ord];
+    const sizes = (q: {
+      maxSendWr: number;
+      maxRecvWr: number;
+      maxSge: number;
+      maxInline: number;
+      ird: number;
+      ord: number;
+    }) => [q.maxSendWr, q.maxRecvWr, q.maxSge, q.maxInline, q.ird, q.ord];
     assert.equal(sizes(await p.a.getQp(Number(cliQp))), sizes(restQp));
     assert.equal(sizes(restQp), [256, 256, 4, 64, 16, 16]);
     // The OpenAPI document states the defaults and the real limits, so a client can check first.
-    const doc = (await (await fetch(`${p.apiA.url}/v1/openapi.json`)).json()) as { components: { schemas: Record<string, { properties: Record<string, { default?: unknown; maximum?: number }> }> } };
+    const doc = (await (await fetch(`${p.apiA.url}/v1/openapi.json`)).json()) as {
+      components: { schemas: Record<string, { properties: Record<string, { default?: unknown; maximum?: number }> }> };
+    };
     const qp = doc.components.schemas.QpCreate.properties;
     assert.is(qp.maxSendWr.default, 256);
     assert.is(qp.maxSendWr.maximum, (await p.a.device()).maxQpWr);
@@ -49,11 +64,16 @@ test('rdmactl and REST agree: what both leave out gets the same defaults (access
 test('a script: create, connect, write, read back, show qps/runtime/errors/trace, destroy', async () => {
   const p = await apiPair({ tokenA: 's3cret' });
   try {
-    const A = ctl(p.apiA.url, 's3cret'), B = ctl(p.apiB.url);
-    const pa = (await A('create pd')).trim(), ca = (await A('create cq depth 32')).trim();
+    const A = ctl(p.apiA.url, 's3cret'),
+      B = ctl(p.apiB.url);
+    const pa = (await A('create pd')).trim(),
+      ca = (await A('create cq depth 32')).trim();
     const [ma] = (await A(`create mr pd ${pa} length 4096 access local-write`)).trim().split(' ');
-    const [qa, psa] = (await A(`create qp pd ${pa} send-cq ${ca} recv-cq ${ca} max-send-wr 8 max-recv-wr 8`)).trim().split(' ');
-    const pb = (await B('create pd')).trim(), cb = (await B('create cq depth 32')).trim();
+    const [qa, psa] = (await A(`create qp pd ${pa} send-cq ${ca} recv-cq ${ca} max-send-wr 8 max-recv-wr 8`))
+      .trim()
+      .split(' ');
+    const pb = (await B('create pd')).trim(),
+      cb = (await B('create cq depth 32')).trim();
     const [mb, sb] = (await B(`create mr pd ${pb} length 4096 access local-write,remote-write`)).trim().split(' ');
     const [qb, psb] = (await B(`create qp pd ${pb} send-cq ${cb} recv-cq ${cb}`)).trim().split(' ');
     for (const h of [pa, ca, ma, qa, psa, pb, cb, mb, qb, psb]) assert.match(h, /^\d+$/);
@@ -73,17 +93,27 @@ test('a script: create, connect, write, read back, show qps/runtime/errors/trace
     assert.match(qps[1], new RegExp(`^ *${qa} +rts +${IP_A}:${qa} +${IP_B}:${qb} `));
     const rt = await A('show runtime');
     assert.match(rt, /^Time [\d.]+, 10\.000000 sec internal node vector rate /);
-    assert.match(rt, /\ntrp-input +active +[1-9]\d* +[1-9]\d* +0 +[\d.e-]+ +[\d.]+\n/, 'trp-input ran on A (the write\'s ACK)');
+    assert.match(
+      rt,
+      /\ntrp-input +active +[1-9]\d* +[1-9]\d* +0 +[\d.e-]+ +[\d.]+\n/,
+      "trp-input ran on A (the write's ACK)",
+    );
     const tr = await A('show trace');
     assert.match(tr, /Packet 1\n/);
     assert.match(tr, /pipe-input/);
     assert.match(await A('show errors'), /Count +Node +Reason +Severity/);
     // The API's refusal comes through as an ApiError with its status and message.
-    const err = await A(`destroy cq ${ca}`).then(() => null, (e) => e);
+    const err = await A(`destroy cq ${ca}`).then(
+      () => null,
+      (e) => e,
+    );
     assert.instance(err, ApiError);
     assert.is(err.statusCode, 409);
     assert.is(err.message, `cq ${ca} is in use by 1 QP(s)`);
-    const noTok = await ctl(p.apiA.url)('show qps').then(() => null, (e) => e);
+    const noTok = await ctl(p.apiA.url)('show qps').then(
+      () => null,
+      (e) => e,
+    );
     assert.is(noTok?.statusCode, 401);
     await A(`destroy qp ${qa}`);
     await A(`destroy cq ${ca}`);

@@ -15,13 +15,19 @@ import { join } from 'node:path';
 import { isFresh } from '../bin/fresh.mjs';
 
 const BIN = fileURLToPath(new URL('../bin/rdmactl.mjs', import.meta.url));
-const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string })
+  .version;
 
 function ctl(args: string[], env: Record<string, string> = {}): Promise<{ code: number; out: string; err: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, ...args], { env: { ...process.env, RDMACTL_API: '', RDMACTL_TOKEN: '', RDMACTL_TIMEOUT: '', ...env }, timeout: 20000 }, (e, out, err) => {
-      resolve({ code: e ? ((e as { code?: number }).code ?? 1) : 0, out, err });
-    });
+    execFile(
+      process.execPath,
+      [BIN, ...args],
+      { env: { ...process.env, RDMACTL_API: '', RDMACTL_TOKEN: '', RDMACTL_TIMEOUT: '', ...env }, timeout: 20000 },
+      (e, out, err) => {
+        resolve({ code: e ? ((e as { code?: number }).code ?? 1) : 0, out, err });
+      },
+    );
   });
 }
 
@@ -43,7 +49,12 @@ function oneLine(err: string, url: string): void {
 }
 
 test('a server answering {} to everything: show runtime is one line, exit 3', async () => {
-  const { s, url } = await listen(createServer((_q, r) => { r.setHeader('content-type', 'application/json'); r.end('{}'); }));
+  const { s, url } = await listen(
+    createServer((_q, r) => {
+      r.setHeader('content-type', 'application/json');
+      r.end('{}');
+    }),
+  );
   try {
     const r = await ctl(['--api', url, 'show', 'runtime']);
     assert.is(r.code, 3, r.err);
@@ -57,7 +68,11 @@ test('a server answering {} to everything: show runtime is one line, exit 3', as
 
 test('a server that never answers: --timeout ends it, one line, exit 3', async () => {
   const held: import('node:http').ServerResponse[] = [];
-  const { s, url } = await listen(createServer((_q, r) => { held.push(r); }));
+  const { s, url } = await listen(
+    createServer((_q, r) => {
+      held.push(r);
+    }),
+  );
   try {
     const t0 = Date.now();
     const r = await ctl(['--api', url, '--timeout', '300', 'show', 'health']);
@@ -74,11 +89,13 @@ test('a server that never answers: --timeout ends it, one line, exit 3', async (
 
 test('an HTML page (200 and 404): one line with a short snippet, never the page, exit 3', async () => {
   const page = `<!doctype html><html><head><title>Welcome</title></head><body>${'x'.repeat(5000)}</body></html>`;
-  const { s, url } = await listen(createServer((q, r) => {
-    r.statusCode = q.url === '/v1/health' ? 200 : 404;
-    r.setHeader('content-type', 'text/html');
-    r.end(page);
-  }));
+  const { s, url } = await listen(
+    createServer((q, r) => {
+      r.statusCode = q.url === '/v1/health' ? 200 : 404;
+      r.setHeader('content-type', 'text/html');
+      r.end(page);
+    }),
+  );
   try {
     const ok = await ctl(['--api', url, 'show', 'health']);
     assert.is(ok.code, 3, ok.err);
@@ -96,7 +113,12 @@ test('an HTML page (200 and 404): one line with a short snippet, never the page,
 
 test('a port that does not speak HTTP: one line, exit 3', async () => {
   const socks: Socket[] = [];
-  const { s, url } = await listen(createTcpServer((c) => { socks.push(c); c.end('SSH-2.0-OpenSSH_9.2\r\nProtocol mismatch.\r\n'); }));
+  const { s, url } = await listen(
+    createTcpServer((c) => {
+      socks.push(c);
+      c.end('SSH-2.0-OpenSSH_9.2\r\nProtocol mismatch.\r\n');
+    }),
+  );
   try {
     const r = await ctl(['--api', url, '--timeout', '3000', 'show', 'health']);
     assert.is(r.code, 3, r.err);
@@ -124,7 +146,10 @@ test('-h, --help, -V, --version; no arguments: usage on stderr, exit 2; a usage 
   assert.match(none.err, /^usage: rdmactl /);
   const bad = await ctl(['frobnicate']);
   assert.is(bad.code, 2);
-  assert.is(bad.err, 'rdmactl: unknown command "frobnicate" (expected show, clear, trace, capture, fault, create, connect, listen, unlisten, modify, post, poll, mr, destroy, ping, help) (rdmactl help lists the commands)\n');
+  assert.is(
+    bad.err,
+    'rdmactl: unknown command "frobnicate" (expected show, clear, trace, capture, fault, create, connect, listen, unlisten, modify, post, poll, mr, destroy, ping, help) (rdmactl help lists the commands)\n',
+  );
   assert.is((bad.err.match(/help/g) ?? []).length, 2, 'one hint (and the word help in the list)');
   const t = await ctl(['--timeout', 'soon', 'show', 'health']);
   assert.is(t.code, 2);
@@ -139,13 +164,24 @@ test('the compiled rdmactl: bin/build-cli.mjs bundles it; it runs without tsx; u
     execFileSync(process.execPath, [join(root, 'bin/build-cli.mjs'), '--out', out], { stdio: 'pipe' });
     const inputs = JSON.parse(readFileSync(join(out, 'rdmactl.inputs.json'), 'utf8')) as string[];
     assert.ok(inputs.includes('api/rdmactl-cli.ts') && inputs.includes('api/client.ts'), inputs.join(' '));
-    assert.not.ok(inputs.some((f) => f.startsWith('nodes/') || f.startsWith('dataplane/')), 'no data plane in the CLI');
+    assert.not.ok(
+      inputs.some((f) => f.startsWith('nodes/') || f.startsWith('dataplane/')),
+      'no data plane in the CLI',
+    );
     const bundle = readFileSync(join(out, 'rdmactl.mjs'), 'utf8');
     assert.not.ok(/from ["']tsx/.test(bundle), 'no TypeScript loader');
     const run = (args: string[]) => {
       const code = `const { main } = await import(${JSON.stringify(pathToFileURL(join(out, 'rdmactl.mjs')).href)}); process.exitCode = await main(${JSON.stringify(args)});`;
       try {
-        return { code: 0, out: execFileSync(process.execPath, ['--input-type=module', '-e', code], { encoding: 'utf8', stdio: 'pipe', env: { ...process.env, RDMACTL_API: '' } }), err: '' };
+        return {
+          code: 0,
+          out: execFileSync(process.execPath, ['--input-type=module', '-e', code], {
+            encoding: 'utf8',
+            stdio: 'pipe',
+            env: { ...process.env, RDMACTL_API: '' },
+          }),
+          err: '',
+        };
       } catch (e) {
         const x = e as { status: number; stdout: string; stderr: string };
         return { code: x.status, out: x.stdout, err: x.stderr };

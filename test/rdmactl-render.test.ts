@@ -9,43 +9,151 @@ import { formatInterfaces, formatNeighbors, formatQps } from '../api/render.ts';
 import { formatBuffers, formatDevice, formatHardware, formatMemif, formatVersion } from '../api/rdmactl-show.ts';
 import { baseConfig, IP_A, IP_B, MAC_B, twoDataplanes } from './dataplane-helpers.ts';
 
-interface Req { method: string; path: string; body?: unknown; bytes?: number[] }
+interface Req {
+  method: string;
+  path: string;
+  body?: unknown;
+  bytes?: number[];
+}
 
 function recorder(reply: unknown = {}): { call: Call; reqs: Req[] } {
   const reqs: Req[] = [];
   const call: Call = async (method, path, body, opts) => {
-    reqs.push({ method, path, ...(body === undefined ? {} : { body }), ...(opts?.bytes ? { bytes: Array.from(opts.bytes) } : {}) });
+    reqs.push({
+      method,
+      path,
+      ...(body === undefined ? {} : { body }),
+      ...(opts?.bytes ? { bytes: Array.from(opts.bytes) } : {}),
+    });
     return reply;
   };
   return { call, reqs };
 }
 
 const sink = () => {
-  const o = { text: '', out(s: string) { o.text += s; }, bytes(b: Uint8Array) { o.text += Buffer.from(b).toString('hex'); } };
+  const o = {
+    text: '',
+    out(s: string) {
+      o.text += s;
+    },
+    bytes(b: Uint8Array) {
+      o.text += Buffer.from(b).toString('hex');
+    },
+  };
   return o;
 };
 
 const CASES: [string, Req][] = [
   ['create pd', { method: 'POST', path: '/v1/pds', body: {} }],
-  ['create mr pd 1 length 4096 access local-write,remote-write', { method: 'POST', path: '/v1/mrs', body: { pd: 1, length: 4096, access: ['local-write', 'remote-write'] } }],
+  [
+    'create mr pd 1 length 4096 access local-write,remote-write',
+    { method: 'POST', path: '/v1/mrs', body: { pd: 1, length: 4096, access: ['local-write', 'remote-write'] } },
+  ],
   ['create cq depth 64', { method: 'POST', path: '/v1/cqs', body: { depth: 64 } }],
   ['create srq pd 1 max-wr 32', { method: 'POST', path: '/v1/srqs', body: { pd: 1, maxWr: 32 } }],
-  ['create qp pd 1 send-cq 2 recv-cq 3 max-send-wr 16 max-recv-wr 8 interface memif0', { method: 'POST', path: '/v1/qps', body: { pd: 1, sendCq: 2, recvCq: 3, maxSendWr: 16, maxRecvWr: 8, interface: 'memif0' } }],
-  ['connect 20000 10.10.0.2:20001', { method: 'POST', path: '/v1/qps/20000/connect', body: { remote: { ip: '10.10.0.2', port: 20001 }, mode: 'manual' } }],
-  ['connect 20000 10.10.0.2:20001 psn 4000000000', { method: 'POST', path: '/v1/qps/20000/connect', body: { remote: { ip: '10.10.0.2', port: 20001 }, mode: 'manual', remotePsn: 4000000000 } }],
-  ['modify qp 20000 rtr remote 10.10.0.2:20001 rq-psn 7', { method: 'POST', path: '/v1/qps/20000/modify', body: { state: 'rtr', remote: { ip: '10.10.0.2', port: 20001 }, rqPsn: 7 } }],
+  [
+    'create qp pd 1 send-cq 2 recv-cq 3 max-send-wr 16 max-recv-wr 8 interface memif0',
+    {
+      method: 'POST',
+      path: '/v1/qps',
+      body: { pd: 1, sendCq: 2, recvCq: 3, maxSendWr: 16, maxRecvWr: 8, interface: 'memif0' },
+    },
+  ],
+  [
+    'connect 20000 10.10.0.2:20001',
+    {
+      method: 'POST',
+      path: '/v1/qps/20000/connect',
+      body: { remote: { ip: '10.10.0.2', port: 20001 }, mode: 'manual' },
+    },
+  ],
+  [
+    'connect 20000 10.10.0.2:20001 psn 4000000000',
+    {
+      method: 'POST',
+      path: '/v1/qps/20000/connect',
+      body: { remote: { ip: '10.10.0.2', port: 20001 }, mode: 'manual', remotePsn: 4000000000 },
+    },
+  ],
+  [
+    'modify qp 20000 rtr remote 10.10.0.2:20001 rq-psn 7',
+    {
+      method: 'POST',
+      path: '/v1/qps/20000/modify',
+      body: { state: 'rtr', remote: { ip: '10.10.0.2', port: 20001 }, rqPsn: 7 },
+    },
+  ],
   ['modify qp 20000 rts sq-psn 9', { method: 'POST', path: '/v1/qps/20000/modify', body: { state: 'rts', sqPsn: 9 } }],
-  ['connect 20000 10.10.0.2:18515 cm private-data 0102ff ord 4', { method: 'POST', path: '/v1/qps/20000/connect', body: { remote: { ip: '10.10.0.2', port: 18515 }, mode: 'cm', privateData: 'AQL/', ord: 4 } }],
-  ['listen 18515 pd 1 send-cq 2 recv-cq 2', { method: 'POST', path: '/v1/listeners', body: { port: 18515, pd: 1, sendCq: 2, recvCq: 2 } }],
+  [
+    'connect 20000 10.10.0.2:18515 cm private-data 0102ff ord 4',
+    {
+      method: 'POST',
+      path: '/v1/qps/20000/connect',
+      body: { remote: { ip: '10.10.0.2', port: 18515 }, mode: 'cm', privateData: 'AQL/', ord: 4 },
+    },
+  ],
+  [
+    'listen 18515 pd 1 send-cq 2 recv-cq 2',
+    { method: 'POST', path: '/v1/listeners', body: { port: 18515, pd: 1, sendCq: 2, recvCq: 2 } },
+  ],
   ['create mr pd 1 length 64', { method: 'POST', path: '/v1/mrs', body: { pd: 1, length: 64 } }],
   ['create qp pd 1 send-cq 2 recv-cq 2', { method: 'POST', path: '/v1/qps', body: { pd: 1, sendCq: 2, recvCq: 2 } }],
   ['unlisten 18515', { method: 'DELETE', path: '/v1/listeners/18515' }],
   ['modify qp 20000 error', { method: 'POST', path: '/v1/qps/20000/modify', body: { state: 'error' } }],
-  ['post recv 20000 wr-id r1 sge 4:0:1024,5:8:16', { method: 'POST', path: '/v1/qps/20000/recv', body: { wrId: 'r1', sge: [{ mr: 4, offset: 0, length: 1024 }, { mr: 5, offset: 8, length: 16 }] } }],
-  ['post srq-recv 3 wr-id 77 sge 4:0:64', { method: 'POST', path: '/v1/srqs/3/recv', body: { wrId: 77, sge: [{ mr: 4, offset: 0, length: 64 }] } }],
-  ['post send 20000 write wr-id 9 sge 4:0:100 remote 0x301:4096 unsignaled', { method: 'POST', path: '/v1/qps/20000/send', body: { wrId: 9, opcode: 'write', sge: [{ mr: 4, offset: 0, length: 100 }], remote: { stag: 0x301, offset: 4096 }, signaled: false } }],
-  ['post send 20000 cmp-swap wr-id cs sge 4:0:8 remote 769:0 compare 18446744073709551615 swap 5', { method: 'POST', path: '/v1/qps/20000/send', body: { wrId: 'cs', opcode: 'cmp-swap', sge: [{ mr: 4, offset: 0, length: 8 }], remote: { stag: 769, offset: 0 }, atomic: { swap: '5', compare: '18446744073709551615' } } }],
-  ['post send 20000 write-with-imm wr-id 1 remote 1:0 imm 4294967295', { method: 'POST', path: '/v1/qps/20000/send', body: { wrId: 1, opcode: 'write-with-imm', remote: { stag: 1, offset: 0 }, imm: 4294967295 } }],
+  [
+    'post recv 20000 wr-id r1 sge 4:0:1024,5:8:16',
+    {
+      method: 'POST',
+      path: '/v1/qps/20000/recv',
+      body: {
+        wrId: 'r1',
+        sge: [
+          { mr: 4, offset: 0, length: 1024 },
+          { mr: 5, offset: 8, length: 16 },
+        ],
+      },
+    },
+  ],
+  [
+    'post srq-recv 3 wr-id 77 sge 4:0:64',
+    { method: 'POST', path: '/v1/srqs/3/recv', body: { wrId: 77, sge: [{ mr: 4, offset: 0, length: 64 }] } },
+  ],
+  [
+    'post send 20000 write wr-id 9 sge 4:0:100 remote 0x301:4096 unsignaled',
+    {
+      method: 'POST',
+      path: '/v1/qps/20000/send',
+      body: {
+        wrId: 9,
+        opcode: 'write',
+        sge: [{ mr: 4, offset: 0, length: 100 }],
+        remote: { stag: 0x301, offset: 4096 },
+        signaled: false,
+      },
+    },
+  ],
+  [
+    'post send 20000 cmp-swap wr-id cs sge 4:0:8 remote 769:0 compare 18446744073709551615 swap 5',
+    {
+      method: 'POST',
+      path: '/v1/qps/20000/send',
+      body: {
+        wrId: 'cs',
+        opcode: 'cmp-swap',
+        sge: [{ mr: 4, offset: 0, length: 8 }],
+        remote: { stag: 769, offset: 0 },
+        atomic: { swap: '5', compare: '18446744073709551615' },
+      },
+    },
+  ],
+  [
+    'post send 20000 write-with-imm wr-id 1 remote 1:0 imm 4294967295',
+    {
+      method: 'POST',
+      path: '/v1/qps/20000/send',
+      body: { wrId: 1, opcode: 'write-with-imm', remote: { stag: 1, offset: 0 }, imm: 4294967295 },
+    },
+  ],
   ['poll 2 max 8 wait 500', { method: 'GET', path: '/v1/cqs/2/completions?max=8&waitMs=500' }],
   ['mr write 4 16 text hi', { method: 'PUT', path: '/v1/mrs/4/data?offset=16', bytes: [0x68, 0x69] }],
   ['mr write 4 0 hex 00ff', { method: 'PUT', path: '/v1/mrs/4/data?offset=0', bytes: [0, 255] }],
@@ -53,9 +161,23 @@ const CASES: [string, Req][] = [
   ['trace add memif-input 10', { method: 'POST', path: '/v1/trace', body: { node: 'memif-input', count: 10 } }],
   ['clear runtime', { method: 'POST', path: '/v1/runtime/clear' }],
   ['clear trace', { method: 'DELETE', path: '/v1/trace' }],
-  ['capture memif0 both /tmp/x.pcap count 100', { method: 'POST', path: '/v1/interfaces/memif0/capture', body: { direction: 'both', file: '/tmp/x.pcap', count: 100 } }],
+  [
+    'capture memif0 both /tmp/x.pcap count 100',
+    {
+      method: 'POST',
+      path: '/v1/interfaces/memif0/capture',
+      body: { direction: 'both', file: '/tmp/x.pcap', count: 100 },
+    },
+  ],
   ['capture memif0 off', { method: 'DELETE', path: '/v1/interfaces/memif0/capture' }],
-  ['fault memif0 rx seed 7 loss 0.05 reorder-depth 4', { method: 'POST', path: '/v1/interfaces/memif0/fault', body: { direction: 'rx', seed: 7, reorderDepth: 4, loss: 0.05 } }],
+  [
+    'fault memif0 rx seed 7 loss 0.05 reorder-depth 4',
+    {
+      method: 'POST',
+      path: '/v1/interfaces/memif0/fault',
+      body: { direction: 'rx', seed: 7, reorderDepth: 4, loss: 0.05 },
+    },
+  ],
   ['fault memif0 off', { method: 'POST', path: '/v1/interfaces/memif0/fault', body: { direction: 'both', off: true } }],
   ['show qp 20000', { method: 'GET', path: '/v1/qps/20000' }],
   // VPP's unique prefixes and the commands VPP and rdma-core users reach for.
@@ -76,7 +198,22 @@ const CASES: [string, Req][] = [
 
 for (const [line, want] of CASES) {
   test(`rdmactl ${line}`, async () => {
-    const { call, reqs } = recorder({ pd: 1, mr: 4, stag: 769, cq: 2, srq: 3, qpn: 20000, state: 'rts', local: { ip: IP_A, port: 20000 }, remote: null, port: 18515, completions: [], error: null, rtt: { srttUs: 0, rttvarUs: 0, rtoUs: 0 }, counters: {} });
+    const { call, reqs } = recorder({
+      pd: 1,
+      mr: 4,
+      stag: 769,
+      cq: 2,
+      srq: 3,
+      qpn: 20000,
+      state: 'rts',
+      local: { ip: IP_A, port: 20000 },
+      remote: null,
+      port: 18515,
+      completions: [],
+      error: null,
+      rtt: { srttUs: 0, rttvarUs: 0, rtoUs: 0 },
+      counters: {},
+    });
     // --json: the recorder's one canned answer is not every view (rendering it is tested below).
     await runCommand(line.split(' '), call, sink(), { json: true });
     assert.equal(reqs, [want]);
@@ -113,7 +250,10 @@ const BAD: [string, RegExp][] = [
 for (const [line, re] of BAD) {
   test(`rdmactl ${line}: usage error, no request`, async () => {
     const { call, reqs } = recorder();
-    const err = await runCommand(line.split(' '), call, sink(), { json: false }).then(() => null, (e) => e);
+    const err = await runCommand(line.split(' '), call, sink(), { json: false }).then(
+      () => null,
+      (e) => e,
+    );
     assert.instance(err, UsageError, String(err));
     assert.match(err.message, re);
     assert.is(reqs.length, 0);
@@ -135,20 +275,32 @@ test('renderers on live views: show interfaces / neighbors / qps in VPP columns'
     await a.pollCq(cq, 4, 1000);
     const ifs = await a.interfaces();
     const text = formatInterfaces(ifs).split('\n');
-    assert.is(text[0], '              Name               Idx    State  MTU (L3/IP4/IP6/MPLS)     Counter          Count     ');
+    assert.is(
+      text[0],
+      '              Name               Idx    State  MTU (L3/IP4/IP6/MPLS)     Counter          Count     ',
+    );
     const c = ifs[0].counters;
     assert.ok(c.txPackets > 0 && c.rxPackets > 0);
     // Name %-32s, Idx %=5d, State %=10s, MTU %=21s (odd padding on the left), then %-16s%16d.
-    assert.is(text[1], `${ifs[0].name.padEnd(32)}  ${ifs[0].index}  ${'    up    '}${'      1500/0/0/0     '}${'rx packets'.padEnd(16)}${String(c.rxPackets).padStart(16)}`);
+    assert.is(
+      text[1],
+      `${ifs[0].name.padEnd(32)}  ${ifs[0].index}  ${'    up    '}${'      1500/0/0/0     '}${'rx packets'.padEnd(16)}${String(c.rxPackets).padStart(16)}`,
+    );
     assert.ok(text.includes(`${' '.repeat(68)}tx bytes        ${String(c.txBytes).padStart(16)}`), text.join('\n'));
     const n = formatNeighbors(await a.neighbors()).split('\n');
     // %=12s %=40s %=6s %=20s %=24s
-    assert.is(n[0], `${'    Time    '}${' '.repeat(19)}IP${' '.repeat(19)} Flags${'      Ethernet      '}${'        Interface       '}`);
+    assert.is(
+      n[0],
+      `${'    Time    '}${' '.repeat(19)}IP${' '.repeat(19)} Flags${'      Ethernet      '}${'        Interface       '}`,
+    );
     assert.match(n[1], new RegExp(`^ +\\d*\\.\\d{4} +${IP_B.replace(/\./g, '\\.')} +S +${MAC_B} +${ifs[0].name}$`));
     const q = formatQps(await a.qps()).split('\n');
     assert.match(q[0], /^ +QPN +State +Local +Remote +SQ\/RQ +Tx-packets +Rx-packets +Retrans +SRTT-us *$/);
     const row = q[1];
-    assert.match(row, new RegExp(`^ *${qa.qpn} +rts +${IP_A}:${qa.qpn} +${IP_B}:${qb.qpn} +0/0 +\\d+ +\\d+ +\\d+ +\\d+\\.\\d$`));
+    assert.match(
+      row,
+      new RegExp(`^ *${qa.qpn} +rts +${IP_A}:${qa.qpn} +${IP_B}:${qb.qpn} +0/0 +\\d+ +\\d+ +\\d+ +\\d+\\.\\d$`),
+    );
     const txp = (await a.getQp(qa.qpn)).counters.txPackets;
     assert.ok(txp >= 1);
     assert.is(Number(row.trim().split(/ +/)[5]), txp);
@@ -166,13 +318,19 @@ test('show device, version, buffers, hardware, memif on a live data plane', asyn
     assert.ok(dev.includes('\tatomic_cap:\t\tATOMIC_HCA (1)'), dev.join('\n'));
     assert.ok(dev.includes(`\t\t\tGID[  0]:\t\t::ffff:${IP_A}`), dev.join('\n'));
     // MTU 1500: segments carry 1462 bytes; the largest IB MTU within it is 1024 (3).
-    assert.ok(dev.some((l) => l.startsWith('\t\t\tactive_mtu:\t\t1024 (3) (segments carry up to 1462 bytes')), dev.join('\n'));
+    assert.ok(
+      dev.some((l) => l.startsWith('\t\t\tactive_mtu:\t\t1024 (3) (segments carry up to 1462 bytes')),
+      dev.join('\n'),
+    );
     const ver = formatVersion(await a.version());
     assert.match(ver, /^rdma-graph v\d+\.\d+\.\d+ on Node v20/);
     assert.match(ver, /\ndrivers: memif, af_packet, pcap, pipe\n/);
     const buf = await a.buffers();
     const b = formatBuffers(buf).split('\n');
-    assert.match(b[1], new RegExp(`^default +0 +${buf.dataSize} +${buf.count} +${buf.free} +${buf.count - buf.free} *$`));
+    assert.match(
+      b[1],
+      new RegExp(`^default +0 +${buf.dataSize} +${buf.count} +${buf.free} +${buf.count - buf.free} *$`),
+    );
     const hw = formatHardware(await a.hardware()).split('\n');
     assert.match(hw[0], /^ +Name +Idx +Link +Hardware$/);
     assert.match(hw[1], /^pa\d+ +1 +up +pa\d+$/);
@@ -185,12 +343,33 @@ test('show device, version, buffers, hardware, memif on a live data plane', asyn
 
 test('show memif and show hardware print what the memif driver says, nulls left out', () => {
   const h = {
-    name: 'memif0', index: 1, driver: 'memif', mac: '02:fe:00:00:00:01', mtu: 1500, state: 'down' as const, rxQueues: 1, txQueues: 1,
-    info: { role: 'client', socket: 'run/memif.sock', id: '0', state: 'idle', peer: null, 'zero-copy': 'no', rings: '1 rx, 1 tx, 1024 slots', regions: '0', 'buffer-size': '2048',
-      'last disconnect': 'Interface id already in use (by the peer)', 'last connect error': null },
+    name: 'memif0',
+    index: 1,
+    driver: 'memif',
+    mac: '02:fe:00:00:00:01',
+    mtu: 1500,
+    state: 'down' as const,
+    rxQueues: 1,
+    txQueues: 1,
+    info: {
+      role: 'client',
+      socket: 'run/memif.sock',
+      id: '0',
+      state: 'idle',
+      peer: null,
+      'zero-copy': 'no',
+      rings: '1 rx, 1 tx, 1024 slots',
+      regions: '0',
+      'buffer-size': '2048',
+      'last disconnect': 'Interface id already in use (by the peer)',
+      'last connect error': null,
+    },
     counters: { rxPackets: 0, disconnects: 3 },
   };
-  assert.is(formatMemif([h]), 'interface memif0\n  role client id 0 socket run/memif.sock\n  state idle link down zero-copy no\n  rings 1 rx, 1 tx, 1024 slots, regions 0, buffer-size 2048\n  last disconnect: Interface id already in use (by the peer)\n');
+  assert.is(
+    formatMemif([h]),
+    'interface memif0\n  role client id 0 socket run/memif.sock\n  state idle link down zero-copy no\n  rings 1 rx, 1 tx, 1024 slots, regions 0, buffer-size 2048\n  last disconnect: Interface id already in use (by the peer)\n',
+  );
   const hw = formatHardware([h]);
   assert.match(hw, /\n  last disconnect: Interface id already in use \(by the peer\)\n/);
   assert.not.match(hw, /peer:|last connect error/);

@@ -23,7 +23,11 @@ function blocks(md: string): string[] {
   for (let i = 0; i < lines.length; i++) {
     if (!lines[i].startsWith('    ') || (i > 0 && lines[i - 1].trim() !== '')) continue;
     const b: string[] = [];
-    while (i < lines.length && (lines[i].startsWith('    ') || (lines[i].trim() === '' && lines[i + 1]?.startsWith('    ')))) b.push(lines[i++].slice(4));
+    while (
+      i < lines.length &&
+      (lines[i].startsWith('    ') || (lines[i].trim() === '' && lines[i + 1]?.startsWith('    ')))
+    )
+      b.push(lines[i++].slice(4));
     out.push(b.join('\n'));
   }
   return out;
@@ -33,9 +37,12 @@ function blocks(md: string): string[] {
 const ELSEWHERE: Record<string, string> = {
   'npm ci && npm start': 'test/daemon.test.ts (npm start, SIGTERM to its PID); the two-daemon set-up below',
   'npm ci && npm test': '.ci/run runs exactly this',
-  "new MemifDriver('memif0', { socket: 'run/memif.sock', role: 'server', id: 0, secret: 'k',": 'test/memif.test.ts (the driver with these options)',
-  'tshark -X lua_script:nodes/rdma/trp.lua -d udp.port==49200,urdma_trp \\': 'test/trp-dissector.test.ts (the same tshark options on hand-built messages)',
-  "import { Dataplane, loadConfig } from 'rdma-graph';": 'test/dataplane.test.ts (the embedding API); loadConfig() is checked below',
+  "new MemifDriver('memif0', { socket: 'run/memif.sock', role: 'server', id: 0, secret: 'k',":
+    'test/memif.test.ts (the driver with these options)',
+  'tshark -X lua_script:nodes/rdma/trp.lua -d udp.port==49200,urdma_trp \\':
+    'test/trp-dissector.test.ts (the same tshark options on hand-built messages)',
+  "import { Dataplane, loadConfig } from 'rdma-graph';":
+    'test/dataplane.test.ts (the embedding API); loadConfig() is checked below',
 };
 
 const RDMACTL = 'A="bin/rdmactl.mjs --api http://127.0.0.1:7070"; B="bin/rdmactl.mjs --api http://127.0.0.1:7071"';
@@ -47,16 +54,26 @@ test('every README block is run by this file or a named test', () => {
   assert.ok(firsts.includes(RDMACTL) && firsts.includes(CURL), 'the rdmactl and curl sessions are there');
 });
 
-test('the embedding snippet\'s loadConfig() loads the embedded default from anywhere', async () => {
+test("the embedding snippet's loadConfig() loads the embedded default from anywhere", async () => {
   const { loadConfig } = await import('../index.ts');
   const c = loadConfig();
-  assert.equal(c.interfaces.map((i) => [i.name, i.driver]), [['memif0', 'memif']]);
+  assert.equal(
+    c.interfaces.map((i) => [i.name, i.driver]),
+    [['memif0', 'memif']],
+  );
 });
 
-interface Daemon { proc: ChildProcess; out: string; exit: Promise<number | null> }
+interface Daemon {
+  proc: ChildProcess;
+  out: string;
+  exit: Promise<number | null>;
+}
 
 function daemon(args: string[]): Promise<Daemon> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'bin/main.ts', 'start', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, ['--import', 'tsx', 'bin/main.ts', 'start', ...args], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const d: Daemon = { proc, out: '', exit: new Promise((r) => proc.on('exit', (c) => r(c))) };
   return new Promise((resolve, reject) => {
     const t = setTimeout(() => reject(new Error(`daemon ${args.join(' ')}: no API after 30 s:\n${d.out}`)), 30_000);
@@ -74,7 +91,12 @@ function daemon(args: string[]): Promise<Daemon> {
 }
 
 function bash(script: string): { code: number | null; out: string } {
-  const r = spawnSync('bash', ['-eo', 'pipefail', '-c', script], { cwd: ROOT, encoding: 'utf8', timeout: 240_000, env: { ...process.env, npm_config_loglevel: 'error' } });
+  const r = spawnSync('bash', ['-eo', 'pipefail', '-c', script], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    timeout: 240_000,
+    env: { ...process.env, npm_config_loglevel: 'error' },
+  });
   return { code: r.status, out: r.stdout + r.stderr };
 }
 
@@ -88,7 +110,9 @@ test('the rdmactl and curl sessions run as written against the two daemons the R
   try {
     const all = blocks(README);
     // The memif link comes up within a second (the client retries every 250 ms).
-    const up = bash('for i in $(seq 50); do node bin/rdmactl.mjs show interfaces | grep -q " up " && exit 0; sleep 0.1; done; exit 1');
+    const up = bash(
+      'for i in $(seq 50); do node bin/rdmactl.mjs show interfaces | grep -q " up " && exit 0; sleep 0.1; done; exit 1',
+    );
     assert.is(up.code, 0, `memif link up:\n${up.out}`);
     const ctl = bash(all.find((x) => x.startsWith(RDMACTL)) as string);
     assert.is(ctl.code, 0, ctl.out);
@@ -103,7 +127,7 @@ test('the rdmactl and curl sessions run as written against the two daemons the R
     assert.match(curl.out, /\{"qpn":\d+,"state":"rts"\}\n\{"qpn":\d+,"state":"rts"\}/);
     assert.match(curl.out, /"wrId":"w1".*"status":"success"/);
     assert.match(curl.out, /^hello$/m);
-    assert.match(curl.out, /^rdmagraph_qp_tx_packets_total\{.*\} [1-9]\d*$/m, 'the QP\'s counters in /metrics');
+    assert.match(curl.out, /^rdmagraph_qp_tx_packets_total\{.*\} [1-9]\d*$/m, "the QP's counters in /metrics");
   } finally {
     a.proc.kill('SIGTERM');
     b.proc.kill('SIGTERM');

@@ -11,11 +11,19 @@ const pattern = process.argv[2];
 const args = [uvu, '-r', 'tsx', 'test', ...(pattern ? [pattern] : []), '-i', 'run.mjs', '-i', 'helpers'];
 const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });
 let out = '';
-child.stdout.on('data', (d) => { process.stdout.write(d); out += d; });
+child.stdout.on('data', (d) => {
+  process.stdout.write(d);
+  out += d;
+});
 child.on('close', (code, signal) => {
   const plain = out.replace(/\x1b\[[0-9;]*m/g, '');
-  const num = (label) => { const m = new RegExp(`^\\s*${label}:\\s+(\\d+)`, 'm').exec(plain); return m ? Number(m[1]) : 0; };
-  const total = num('Total'), passed = num('Passed'), skipped = num('Skipped');
+  const num = (label) => {
+    const m = new RegExp(`^\\s*${label}:\\s+(\\d+)`, 'm').exec(plain);
+    return m ? Number(m[1]) : 0;
+  };
+  const total = num('Total'),
+    passed = num('Passed'),
+    skipped = num('Skipped');
   const failed = code === 0 ? total - passed - skipped : Math.max(total - passed - skipped, 1);
   console.log(`\n${passed} passed, ${failed} failed, ${skipped} skipped`);
   process.exit(code ?? (signal ? 1 : 0));

@@ -17,14 +17,17 @@ test('timers expire at their tick, in order, not before', () => {
   w.start(0, 2 * T, 2, 20);
   assert.equal(collect(w, 0.5 * T), []);
   assert.equal(collect(w, 1 * T), [[1, 10]]);
-  assert.equal(collect(w, 3 * T), [[2, 20], [1, 30]]);
+  assert.equal(collect(w, 3 * T), [
+    [2, 20],
+    [1, 30],
+  ]);
   assert.is(w.size, 0);
 });
 
 test('delays are rounded up to whole ticks and never fire in the current tick', () => {
   const w = new TimerWheel(0, { tickNs: T, slots: 16 });
-  w.start(0.7 * T, 0, 0, 1);          // due now: still the next tick
-  w.start(0.7 * T, 0.4 * T, 0, 2);    // 1.1 ticks -> tick 2
+  w.start(0.7 * T, 0, 0, 1); // due now: still the next tick
+  w.start(0.7 * T, 0.4 * T, 0, 2); // 1.1 ticks -> tick 2
   assert.equal(collect(w, 0.9 * T), []);
   assert.equal(collect(w, 1.0 * T), [[0, 1]]);
   assert.equal(collect(w, 1.9 * T), []);
@@ -33,7 +36,7 @@ test('delays are rounded up to whole ticks and never fire in the current tick', 
 
 test('timers beyond one rotation wait for their round', () => {
   const w = new TimerWheel(0, { tickNs: T, slots: 8 });
-  w.start(0, 20 * T, 0, 20);  // 2.5 rotations away, same slot as tick 4 and 12
+  w.start(0, 20 * T, 0, 20); // 2.5 rotations away, same slot as tick 4 and 12
   w.start(0, 4 * T, 0, 4);
   assert.equal(collect(w, 4 * T), [[0, 4]]);
   assert.equal(collect(w, 12 * T), []);
@@ -44,8 +47,13 @@ test('timers beyond one rotation wait for their round', () => {
 test('a jump of many rotations fires everything due exactly once', () => {
   const w = new TimerWheel(0, { tickNs: T, slots: 8 });
   for (let i = 1; i <= 50; i++) w.start(0, i * T, 0, i);
-  const got = collect(w, 1000 * T).map(([, u]) => u).sort((a, b) => a - b);
-  assert.equal(got, Array.from({ length: 50 }, (_, i) => i + 1));
+  const got = collect(w, 1000 * T)
+    .map(([, u]) => u)
+    .sort((a, b) => a - b);
+  assert.equal(
+    got,
+    Array.from({ length: 50 }, (_, i) => i + 1),
+  );
   assert.is(w.size, 0);
 });
 
@@ -56,7 +64,12 @@ test('stop: O(1) unlink from the middle of a slot list; stale handles are harmle
   const c = w.start(0, T, 0, 3);
   assert.ok(w.stop(b));
   assert.ok(w.isRunning(a) && !w.isRunning(b) && w.isRunning(c));
-  assert.equal(collect(w, T).map(([, u]) => u).sort(), [1, 3]);
+  assert.equal(
+    collect(w, T)
+      .map(([, u]) => u)
+      .sort(),
+    [1, 3],
+  );
   assert.not.ok(w.stop(a), 'already expired');
   // The slot of a is reused by a new timer: the old handle must not stop it.
   const d = w.start(T, T, 0, 4);
@@ -68,14 +81,17 @@ test('timers started from the expiry callback', () => {
   const w = new TimerWheel(0, { tickNs: T, slots: 8 });
   w.start(0, T, 0, 1);
   const seen: number[] = [];
-  w.advance(5 * T, (_o, u) => { seen.push(u); if (u < 3) w.start(T * u, T, 0, u + 1); });
+  w.advance(5 * T, (_o, u) => {
+    seen.push(u);
+    if (u < 3) w.start(T * u, T, 0, u + 1);
+  });
   assert.equal(seen, [1, 2, 3], 'restarted timers already due fire in the same advance');
 });
 
 test('nextDueNs reports the earliest timer, -1 when none', () => {
   const w = new TimerWheel(0, { tickNs: T, slots: 8 });
   assert.is(w.nextDueNs(), -1);
-  w.start(0, 30 * T, 0, 1);  // beyond a rotation: reported no later than one rotation
+  w.start(0, 30 * T, 0, 1); // beyond a rotation: reported no later than one rotation
   assert.is(w.nextDueNs(), 8 * T);
   w.start(0, 5 * T, 0, 2);
   w.start(0, 3 * T, 0, 3);

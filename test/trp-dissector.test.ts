@@ -13,12 +13,19 @@ import { join } from 'node:path';
 import { skipOrFail } from './helpers.ts';
 import { hex } from './l2l4-helpers.ts';
 import {
-  decodeTrp, tsharkAvailable, writeUdpPcap,
-  type DdpHeader, type RdmapHeader, type TrpDecoded, type TrpExpert, type TrpHeader,
+  decodeTrp,
+  tsharkAvailable,
+  writeUdpPcap,
+  type DdpHeader,
+  type RdmapHeader,
+  type TrpDecoded,
+  type TrpExpert,
+  type TrpHeader,
 } from './helpers-tshark.ts';
 
 /** Two QP ports (the peer's and ours): every datagram goes from one to the other. */
-const PEER_QP = 49200, OUR_QP = 49201;
+const PEER_QP = 49200,
+  OUR_QP = 49201;
 
 // ------------------------------------------------------------------ bytes
 
@@ -30,8 +37,18 @@ const ascii = (s: string) => Array.from(Buffer.from(s, 'latin1'));
 
 const TRP = { DATA: 0, REQ: 1, ACCEPT: 2, REJECT: 3, FIN: 4, SACK: 5 } as const;
 const OP = {
-  WRITE: 0, READ_REQ: 1, READ_RESP: 2, SEND: 3, SEND_INV: 4, SEND_SE: 5, SEND_SE_INV: 6, TERMINATE: 7,
-  IMM: 8, IMM_SE: 9, ATOMIC_REQ: 10, ATOMIC_RESP: 11,
+  WRITE: 0,
+  READ_REQ: 1,
+  READ_RESP: 2,
+  SEND: 3,
+  SEND_INV: 4,
+  SEND_SE: 5,
+  SEND_SE_INV: 6,
+  TERMINATE: 7,
+  IMM: 8,
+  IMM_SE: 9,
+  ATOMIC_REQ: 10,
+  ATOMIC_RESP: 11,
 } as const;
 
 function trpHeader(psn: number, ack: number, opcode: number, reserved = 0): number[] {
@@ -49,7 +66,14 @@ interface Untagged {
 }
 
 function untagged(u: Untagged): number[] {
-  return [(u.last === false ? 0 : 0x40) | 0x01, 0x40 | u.op, ...be32(u.ulp ?? 0), ...be32(u.qn), ...be32(u.msn), ...be32(u.mo ?? 0)];
+  return [
+    (u.last === false ? 0 : 0x40) | 0x01,
+    0x40 | u.op,
+    ...be32(u.ulp ?? 0),
+    ...be32(u.qn),
+    ...be32(u.msn),
+    ...be32(u.mo ?? 0),
+  ];
 }
 
 interface Tagged {
@@ -64,13 +88,31 @@ function tagged(t: Tagged): number[] {
 }
 
 // What Wireshark should show for the headers built above.
-const trpWant = (psn: number, ack: number, opcode: number, extra: Partial<TrpHeader> = {}): TrpHeader =>
-  ({ psn, ack, opcode, reserved: 0, pureAck: false, ...extra });
+const trpWant = (psn: number, ack: number, opcode: number, extra: Partial<TrpHeader> = {}): TrpHeader => ({
+  psn,
+  ack,
+  opcode,
+  reserved: 0,
+  pureAck: false,
+  ...extra,
+});
 const untaggedWant = (u: Untagged): DdpHeader => ({
-  tagged: false, last: u.last !== false, rsvd: 0, dv: 1, rsvdulp: hex([0x40 | u.op, ...be32(u.ulp ?? 0)]), qn: u.qn, msn: u.msn, mo: u.mo ?? 0,
+  tagged: false,
+  last: u.last !== false,
+  rsvd: 0,
+  dv: 1,
+  rsvdulp: hex([0x40 | u.op, ...be32(u.ulp ?? 0)]),
+  qn: u.qn,
+  msn: u.msn,
+  mo: u.mo ?? 0,
 });
 const taggedWant = (t: Tagged): DdpHeader => ({ tagged: true, last: t.last, rsvd: 0, dv: 1, stag: t.stag, to: t.to });
-const rdmapWant = (opcode: number, extra: Partial<RdmapHeader> = {}): RdmapHeader => ({ version: 1, rsv: 0, opcode, ...extra });
+const rdmapWant = (opcode: number, extra: Partial<RdmapHeader> = {}): RdmapHeader => ({
+  version: 1,
+  rsv: 0,
+  opcode,
+  ...extra,
+});
 
 // ------------------------------------------------------------------ the messages
 
@@ -94,7 +136,14 @@ interface Case {
 const cases: Case[] = [];
 
 /** A DDP segment after TRP: untagged or tagged header, then body. */
-function data(name: string, psn: number, ack: number, h: Untagged | Tagged, body: number[], want: { rdmap: RdmapHeader; payload?: string; note?: string }): void {
+function data(
+  name: string,
+  psn: number,
+  ack: number,
+  h: Untagged | Tagged,
+  body: number[],
+  want: { rdmap: RdmapHeader; payload?: string; note?: string },
+): void {
   const isTagged = 'stag' in h;
   cases.push({
     name,
@@ -136,22 +185,69 @@ cases.push({
 // Sends (QN 0). Wireshark shows bytes 2..5 as "Reserved" for Send and Send with SE, as the
 // Invalidate STag for the two invalidating ones.
 const hello = ascii('hello, world');
-data('Send', 20, 4, { op: OP.SEND, qn: 0, msn: 2, mo: 0 }, hello, { rdmap: rdmapWant(OP.SEND, { reserved: '00000000' }), payload: hex(hello) });
-data('Send, first of two segments (L clear, MSN 3)', 21, 4, { op: OP.SEND, last: false, qn: 0, msn: 3, mo: 0 }, [1, 2, 3, 4], { rdmap: rdmapWant(OP.SEND, { reserved: '00000000' }), payload: '01020304' });
-data('Send, second segment at MO 4', 22, 4, { op: OP.SEND, qn: 0, msn: 3, mo: 4 }, [5, 6], { rdmap: rdmapWant(OP.SEND, { reserved: '00000000' }), payload: '0506' });
-data('Send with Invalidate', 23, 4, { op: OP.SEND_INV, ulp: 0x12345678, qn: 0, msn: 4 }, [0xde, 0xad], { rdmap: rdmapWant(OP.SEND_INV, { invalidateStag: 0x12345678 }), payload: 'dead' });
-data('Send with SE', 24, 4, { op: OP.SEND_SE, qn: 0, msn: 5 }, [0xbe, 0xef], { rdmap: rdmapWant(OP.SEND_SE, { reserved: '00000000' }), payload: 'beef' });
-data('Send with SE and Invalidate', 25, 4, { op: OP.SEND_SE_INV, ulp: 0xfedcba98, qn: 0, msn: 6 }, [0x42], { rdmap: rdmapWant(OP.SEND_SE_INV, { invalidateStag: 0xfedcba98 }), payload: '42' });
+data('Send', 20, 4, { op: OP.SEND, qn: 0, msn: 2, mo: 0 }, hello, {
+  rdmap: rdmapWant(OP.SEND, { reserved: '00000000' }),
+  payload: hex(hello),
+});
+data(
+  'Send, first of two segments (L clear, MSN 3)',
+  21,
+  4,
+  { op: OP.SEND, last: false, qn: 0, msn: 3, mo: 0 },
+  [1, 2, 3, 4],
+  { rdmap: rdmapWant(OP.SEND, { reserved: '00000000' }), payload: '01020304' },
+);
+data('Send, second segment at MO 4', 22, 4, { op: OP.SEND, qn: 0, msn: 3, mo: 4 }, [5, 6], {
+  rdmap: rdmapWant(OP.SEND, { reserved: '00000000' }),
+  payload: '0506',
+});
+data('Send with Invalidate', 23, 4, { op: OP.SEND_INV, ulp: 0x12345678, qn: 0, msn: 4 }, [0xde, 0xad], {
+  rdmap: rdmapWant(OP.SEND_INV, { invalidateStag: 0x12345678 }),
+  payload: 'dead',
+});
+data('Send with SE', 24, 4, { op: OP.SEND_SE, qn: 0, msn: 5 }, [0xbe, 0xef], {
+  rdmap: rdmapWant(OP.SEND_SE, { reserved: '00000000' }),
+  payload: 'beef',
+});
+data('Send with SE and Invalidate', 25, 4, { op: OP.SEND_SE_INV, ulp: 0xfedcba98, qn: 0, msn: 6 }, [0x42], {
+  rdmap: rdmapWant(OP.SEND_SE_INV, { invalidateStag: 0xfedcba98 }),
+  payload: '42',
+});
 
 // RDMA Write and Read (tagged; Read Request untagged on QN 1 with the RFC's 28-byte body).
 const wbody = Array.from({ length: 64 }, (_, i) => i);
-data('RDMA Write, middle segment', 30, 4, { op: OP.WRITE, last: false, stag: 0x01020304, to: 0x7f0000001000n }, wbody, { rdmap: rdmapWant(OP.WRITE), payload: hex(wbody) });
-data('RDMA Write, last segment (TO advanced by 64)', 31, 4, { op: OP.WRITE, last: true, stag: 0x01020304, to: 0x7f0000001040n }, [0xff], { rdmap: rdmapWant(OP.WRITE), payload: 'ff' });
-const rr = { sinkStag: 0x0000abcd, sinkTo: 0x0000_7fff_0000_2000n, size: 4096, srcStag: 0x00001234, srcTo: 0xffff_0000_0000_3000n };
+data('RDMA Write, middle segment', 30, 4, { op: OP.WRITE, last: false, stag: 0x01020304, to: 0x7f0000001000n }, wbody, {
+  rdmap: rdmapWant(OP.WRITE),
+  payload: hex(wbody),
+});
+data(
+  'RDMA Write, last segment (TO advanced by 64)',
+  31,
+  4,
+  { op: OP.WRITE, last: true, stag: 0x01020304, to: 0x7f0000001040n },
+  [0xff],
+  { rdmap: rdmapWant(OP.WRITE), payload: 'ff' },
+);
+const rr = {
+  sinkStag: 0x0000abcd,
+  sinkTo: 0x0000_7fff_0000_2000n,
+  size: 4096,
+  srcStag: 0x00001234,
+  srcTo: 0xffff_0000_0000_3000n,
+};
 const rrBody = [...be32(rr.sinkStag), ...be64(rr.sinkTo), ...be32(rr.size), ...be32(rr.srcStag), ...be64(rr.srcTo)];
 const rrHeader: Untagged = { op: OP.READ_REQ, qn: 1, msn: 1 };
-data('RDMA Read Request (28-byte RFC body)', 32, 4, rrHeader, rrBody, { rdmap: rdmapWant(OP.READ_REQ, { reserved: '00000000', readRequest: rr }) });
-data('RDMA Read Response, last segment', 33, 4, { op: OP.READ_RESP, last: true, stag: rr.sinkStag, to: rr.sinkTo }, [9, 8, 7], { rdmap: rdmapWant(OP.READ_RESP), payload: '090807' });
+data('RDMA Read Request (28-byte RFC body)', 32, 4, rrHeader, rrBody, {
+  rdmap: rdmapWant(OP.READ_REQ, { reserved: '00000000', readRequest: rr }),
+});
+data(
+  'RDMA Read Response, last segment',
+  33,
+  4,
+  { op: OP.READ_RESP, last: true, stag: rr.sinkStag, to: rr.sinkTo },
+  [9, 8, 7],
+  { rdmap: rdmapWant(OP.READ_RESP), payload: '090807' },
+);
 
 // Terminate (QN 2): control word layer(4) etype(4) code(8) hdrct(8) reserved(8).
 const term = (code: number, hdrct: number) => [...be16(code), hdrct, 0];
@@ -159,41 +255,125 @@ const term = (code: number, hdrct: number) => [...be16(code), hdrct, 0];
   // DDP untagged "invalid MSN range" on the Read Request above: M|D|R, the DDP segment length,
   // its 18-byte untagged DDP header and its 28-byte Read Request header.
   const ddpH = untagged(rrHeader);
-  data('Terminate M|D|R: DDP untagged 0x1203, 18-byte DDP header, 28-byte Read Request header', 34, 4, { op: OP.TERMINATE, qn: 2, msn: 1 },
+  data(
+    'Terminate M|D|R: DDP untagged 0x1203, 18-byte DDP header, 28-byte Read Request header',
+    34,
+    4,
+    { op: OP.TERMINATE, qn: 2, msn: 1 },
     [...term(0x1203, 0xe0), ...be16(ddpH.length + rrBody.length), ...ddpH, ...rrBody],
-    { rdmap: rdmapWant(OP.TERMINATE, { reserved: '00000000', terminate: { layer: 1, etype: 2, errcode: 3, m: true, d: true, r: true, rsvd: 0, ddpSegLen: 46, ddpHeader: hex(ddpH), rdmaHeader: hex(rrBody) } }) });
+    {
+      rdmap: rdmapWant(OP.TERMINATE, {
+        reserved: '00000000',
+        terminate: {
+          layer: 1,
+          etype: 2,
+          errcode: 3,
+          m: true,
+          d: true,
+          r: true,
+          rsvd: 0,
+          ddpSegLen: 46,
+          ddpHeader: hex(ddpH),
+          rdmaHeader: hex(rrBody),
+        },
+      }),
+    },
+  );
 }
 {
   // DDP tagged "invalid STag" on a Write segment: M|D, the segment length and its 14-byte header.
   const ddpH = tagged({ op: OP.WRITE, last: true, stag: 0x00000bad, to: 0x2000n });
-  data('Terminate M|D: DDP tagged 0x1100, 14-byte tagged DDP header', 35, 4, { op: OP.TERMINATE, qn: 2, msn: 2 },
+  data(
+    'Terminate M|D: DDP tagged 0x1100, 14-byte tagged DDP header',
+    35,
+    4,
+    { op: OP.TERMINATE, qn: 2, msn: 2 },
     [...term(0x1100, 0xc0), ...be16(ddpH.length + 100), ...ddpH],
-    { rdmap: rdmapWant(OP.TERMINATE, { reserved: '00000000', terminate: { layer: 1, etype: 1, errcode: 0, m: true, d: true, r: false, rsvd: 0, ddpSegLen: 114, ddpHeader: hex(ddpH) } }) });
+    {
+      rdmap: rdmapWant(OP.TERMINATE, {
+        reserved: '00000000',
+        terminate: {
+          layer: 1,
+          etype: 1,
+          errcode: 0,
+          m: true,
+          d: true,
+          r: false,
+          rsvd: 0,
+          ddpSegLen: 114,
+          ddpHeader: hex(ddpH),
+        },
+      }),
+    },
+  );
 }
 {
   // RDMAP access rights violation (0x0102) on a Write: Wireshark sizes the terminated DDP header
   // by the error type (1 = protection error: tagged, 14 bytes), which fits a tagged message.
   const ddpH = tagged({ op: OP.WRITE, last: false, stag: 0x00000c00, to: 0n });
-  data('Terminate M|D: RDMAP 0x0102 on a Write, 14-byte tagged DDP header', 36, 4, { op: OP.TERMINATE, qn: 2, msn: 3 },
+  data(
+    'Terminate M|D: RDMAP 0x0102 on a Write, 14-byte tagged DDP header',
+    36,
+    4,
+    { op: OP.TERMINATE, qn: 2, msn: 3 },
     [...term(0x0102, 0xc0), ...be16(ddpH.length), ...ddpH],
-    { rdmap: rdmapWant(OP.TERMINATE, { reserved: '00000000', terminate: { layer: 0, etype: 1, errcode: 2, m: true, d: true, r: false, rsvd: 0, ddpSegLen: 14, ddpHeader: hex(ddpH) } }) });
+    {
+      rdmap: rdmapWant(OP.TERMINATE, {
+        reserved: '00000000',
+        terminate: {
+          layer: 0,
+          etype: 1,
+          errcode: 2,
+          m: true,
+          d: true,
+          r: false,
+          rsvd: 0,
+          ddpSegLen: 14,
+          ddpHeader: hex(ddpH),
+        },
+      }),
+    },
+  );
 }
 {
   // RDMAP invalid STag (0x0100) on the Read Request above, M|D|R: Wireshark 4.0 takes error type
   // 1 to mean a tagged header, so it shows the first 14 of the 18 DDP header bytes and the
   // "RDMA header" 4 bytes early (the last 4 bytes go undissected). No marker, no expert info.
   const ddpH = untagged(rrHeader);
-  data('Terminate M|D|R: RDMAP 0x0100 on a Read Request', 38, 4, { op: OP.TERMINATE, qn: 2, msn: 5 },
+  data(
+    'Terminate M|D|R: RDMAP 0x0100 on a Read Request',
+    38,
+    4,
+    { op: OP.TERMINATE, qn: 2, msn: 5 },
     [...term(0x0100, 0xe0), ...be16(ddpH.length + rrBody.length), ...ddpH, ...rrBody],
     {
-      rdmap: rdmapWant(OP.TERMINATE, { reserved: '00000000', terminate: { layer: 0, etype: 1, errcode: 0, m: true, d: true, r: true, rsvd: 0, ddpSegLen: 46, ddpHeader: hex(ddpH.slice(0, 14)), rdmaHeader: hex([...ddpH.slice(14), ...rrBody.slice(0, 24)]) } }),
+      rdmap: rdmapWant(OP.TERMINATE, {
+        reserved: '00000000',
+        terminate: {
+          layer: 0,
+          etype: 1,
+          errcode: 0,
+          m: true,
+          d: true,
+          r: true,
+          rsvd: 0,
+          ddpSegLen: 46,
+          ddpHeader: hex(ddpH.slice(0, 14)),
+          rdmaHeader: hex([...ddpH.slice(14), ...rrBody.slice(0, 24)]),
+        },
+      }),
       note: 'Wireshark 4.0 sizes the terminated DDP header by error type (1: tagged, 14 bytes), not by its T bit',
-    });
+    },
+  );
 }
 {
   // Terminate with no headers (hdrct 0): RDMAP catastrophic error 0x0207.
-  data('Terminate, no headers: RDMAP 0x0207', 37, 4, { op: OP.TERMINATE, qn: 2, msn: 4 }, term(0x0207, 0x00),
-    { rdmap: rdmapWant(OP.TERMINATE, { reserved: '00000000', terminate: { layer: 0, etype: 2, errcode: 7, m: false, d: false, r: false, rsvd: 0 } }) });
+  data('Terminate, no headers: RDMAP 0x0207', 37, 4, { op: OP.TERMINATE, qn: 2, msn: 4 }, term(0x0207, 0x00), {
+    rdmap: rdmapWant(OP.TERMINATE, {
+      reserved: '00000000',
+      terminate: { layer: 0, etype: 2, errcode: 7, m: false, d: false, r: false, rsvd: 0 },
+    }),
+  });
 }
 
 // Immediate Data (RFC 7306): Wireshark 4.0 has no names or fields for opcodes 8 and 9. It shows
@@ -201,25 +381,82 @@ const term = (code: number, hdrct: number) => [...be16(code), hdrct, 0];
 // undissected (no "data" item); no malformed marker, no expert info.
 const IMM_NOTE = 'Wireshark 4.0 shows opcode 8/9 as "Unknown", the immediate data undissected';
 const imm = [0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef];
-data('Immediate Data (opcode 8)', 40, 4, { op: OP.IMM, qn: 0, msn: 7 }, imm, { rdmap: rdmapWant(OP.IMM), note: IMM_NOTE });
-data('Immediate Data with SE (opcode 9)', 41, 4, { op: OP.IMM_SE, qn: 0, msn: 8 }, imm, { rdmap: rdmapWant(OP.IMM_SE), note: IMM_NOTE });
+data('Immediate Data (opcode 8)', 40, 4, { op: OP.IMM, qn: 0, msn: 7 }, imm, {
+  rdmap: rdmapWant(OP.IMM),
+  note: IMM_NOTE,
+});
+data('Immediate Data with SE (opcode 9)', 41, 4, { op: OP.IMM_SE, qn: 0, msn: 8 }, imm, {
+  rdmap: rdmapWant(OP.IMM_SE),
+  note: IMM_NOTE,
+});
 
 // Atomics (RFC 7306), Atomic Request on QN 1 with the 52-byte body, Atomic Response on QN 3.
 {
   const ONES = 0xffff_ffff_ffff_ffffn;
-  const atomic = (aop: number, id: number, stag: number, to: bigint, d1: bigint, m1: bigint, d2: bigint, m2: bigint) =>
-    [...be32(aop), ...be32(id), ...be32(stag), ...be64(to), ...be64(d1), ...be64(m1), ...be64(d2), ...be64(m2)];
-  const base = (opcode: number, requestId: number) => ({ reserved: 0, opcode, requestId, stag: 0x00c0ffee, to: 0x1000_0000_0008n });
-  data('Atomic Request FetchAdd', 42, 4, { op: OP.ATOMIC_REQ, qn: 1, msn: 2 }, atomic(0, 101, 0x00c0ffee, 0x1000_0000_0008n, 5n, ONES, 0n, 0n),
-    { rdmap: rdmapWant(OP.ATOMIC_REQ, { atomicRequest: { ...base(0, 101), addData: 5n, addMask: ONES, compareData: 0n, compareMask: 0n } }) });
+  const atomic = (
+    aop: number,
+    id: number,
+    stag: number,
+    to: bigint,
+    d1: bigint,
+    m1: bigint,
+    d2: bigint,
+    m2: bigint,
+  ) => [...be32(aop), ...be32(id), ...be32(stag), ...be64(to), ...be64(d1), ...be64(m1), ...be64(d2), ...be64(m2)];
+  const base = (opcode: number, requestId: number) => ({
+    reserved: 0,
+    opcode,
+    requestId,
+    stag: 0x00c0ffee,
+    to: 0x1000_0000_0008n,
+  });
+  data(
+    'Atomic Request FetchAdd',
+    42,
+    4,
+    { op: OP.ATOMIC_REQ, qn: 1, msn: 2 },
+    atomic(0, 101, 0x00c0ffee, 0x1000_0000_0008n, 5n, ONES, 0n, 0n),
+    {
+      rdmap: rdmapWant(OP.ATOMIC_REQ, {
+        atomicRequest: { ...base(0, 101), addData: 5n, addMask: ONES, compareData: 0n, compareMask: 0n },
+      }),
+    },
+  );
   // Wireshark 4.0 dissects swap data/mask only for AOpCode 2 and compare data/mask always, from
   // wherever it stands: for Swap (1) the swap data and mask come out as "Compare Data/Mask".
-  data('Atomic Request Swap', 43, 4, { op: OP.ATOMIC_REQ, qn: 1, msn: 3 }, atomic(1, 102, 0x00c0ffee, 0x1000_0000_0008n, 0x1122334455667788n, ONES, 0n, 0n),
-    { rdmap: rdmapWant(OP.ATOMIC_REQ, { atomicRequest: { ...base(1, 102), compareData: 0x1122334455667788n, compareMask: ONES } }), note: 'Wireshark 4.0 shows Swap\'s swap data/mask as compare data/mask' });
-  data('Atomic Request CmpSwap', 44, 4, { op: OP.ATOMIC_REQ, qn: 1, msn: 4 }, atomic(2, 103, 0x00c0ffee, 0x1000_0000_0008n, 99n, ONES, 7n, ONES),
-    { rdmap: rdmapWant(OP.ATOMIC_REQ, { atomicRequest: { ...base(2, 103), swapData: 99n, swapMask: ONES, compareData: 7n, compareMask: ONES } }) });
-  data('Atomic Response', 45, 4, { op: OP.ATOMIC_RESP, qn: 3, msn: 1 }, [...be32(103), ...be64(0x8000_0000_0000_0007n)],
-    { rdmap: rdmapWant(OP.ATOMIC_RESP, { atomicResponse: { requestId: 103, originalValue: 0x8000_0000_0000_0007n } }) });
+  data(
+    'Atomic Request Swap',
+    43,
+    4,
+    { op: OP.ATOMIC_REQ, qn: 1, msn: 3 },
+    atomic(1, 102, 0x00c0ffee, 0x1000_0000_0008n, 0x1122334455667788n, ONES, 0n, 0n),
+    {
+      rdmap: rdmapWant(OP.ATOMIC_REQ, {
+        atomicRequest: { ...base(1, 102), compareData: 0x1122334455667788n, compareMask: ONES },
+      }),
+      note: "Wireshark 4.0 shows Swap's swap data/mask as compare data/mask",
+    },
+  );
+  data(
+    'Atomic Request CmpSwap',
+    44,
+    4,
+    { op: OP.ATOMIC_REQ, qn: 1, msn: 4 },
+    atomic(2, 103, 0x00c0ffee, 0x1000_0000_0008n, 99n, ONES, 7n, ONES),
+    {
+      rdmap: rdmapWant(OP.ATOMIC_REQ, {
+        atomicRequest: { ...base(2, 103), swapData: 99n, swapMask: ONES, compareData: 7n, compareMask: ONES },
+      }),
+    },
+  );
+  data(
+    'Atomic Response',
+    45,
+    4,
+    { op: OP.ATOMIC_RESP, qn: 3, msn: 1 },
+    [...be32(103), ...be64(0x8000_0000_0000_0007n)],
+    { rdmap: rdmapWant(OP.ATOMIC_RESP, { atomicResponse: { requestId: 103, originalValue: 0x8000_0000_0000_0007n } }) },
+  );
 }
 
 // Connection management: psn 0, ack 0, private-data-length(2) ird(2) ord(2) private data.
@@ -233,7 +470,13 @@ function cm(name: string, opcode: number, ird: number, ord: number, pd: number[]
 cm('REQ with private data', TRP.REQ, 16, 8, ascii('client says hi'));
 cm('ACCEPT with private data', TRP.ACCEPT, 8, 16, ascii('ok'));
 cm('REJECT with private data', TRP.REJECT, 0, 0, ascii('no'));
-cm('REQ with 512 bytes of private data', TRP.REQ, 1, 1, Array.from({ length: 512 }, (_, i) => i & 0xff));
+cm(
+  'REQ with 512 bytes of private data',
+  TRP.REQ,
+  1,
+  1,
+  Array.from({ length: 512 }, (_, i) => i & 0xff),
+);
 cm('ACCEPT without private data', TRP.ACCEPT, 4, 4, []);
 cases.push({ name: 'FIN', bytes: trpHeader(50, 7, TRP.FIN), trp: trpWant(50, 7, TRP.FIN) });
 
@@ -250,12 +493,20 @@ cases.push({
   const h: Untagged = { op: OP.READ_REQ, ulp: 0xabcd, qn: 1, msn: 9 };
   const body = [...be64(0x2000n), ...be32(16), ...be32(0x1234), ...be64(0x3000n)];
   cases.push({
-    name: 'malformed: urdma\'s Read Request (24-byte body)',
+    name: "malformed: urdma's Read Request (24-byte body)",
     bytes: [...trpHeader(60, 4, TRP.DATA), ...untagged(h), ...body],
     trp: trpWant(60, 4, TRP.DATA),
     ddp: untaggedWant(h),
     // Read 4 bytes late, from the sink TO on, and cut short at the source TO.
-    rdmap: rdmapWant(OP.READ_REQ, { reserved: '0000abcd', readRequest: { sinkStag: 0, sinkTo: 0x0000_2000_0000_0010n, size: 0x1234, srcStag: 0 } as RdmapHeader['readRequest'] }),
+    rdmap: rdmapWant(OP.READ_REQ, {
+      reserved: '0000abcd',
+      readRequest: {
+        sinkStag: 0,
+        sinkTo: 0x0000_2000_0000_0010n,
+        size: 0x1234,
+        srcStag: 0,
+      } as RdmapHeader['readRequest'],
+    }),
     malformed: true,
     experts: [{ severity: 'error', group: 'malformed' }],
   });
@@ -290,7 +541,10 @@ function decodeAll(): Promise<TrpDecoded[] | null> {
     const dir = mkdtempSync(join(tmpdir(), 'trp-dissector-'));
     try {
       const file = join(dir, 'trp.pcap');
-      writeUdpPcap(file, cases.map((c) => ({ payload: c.bytes, sport: PEER_QP, dport: OUR_QP })));
+      writeUdpPcap(
+        file,
+        cases.map((c) => ({ payload: c.bytes, sport: PEER_QP, dport: OUR_QP })),
+      );
       return await decodeTrp(file, [PEER_QP, OUR_QP]);
     } finally {
       rmSync(dir, { recursive: true, force: true });
@@ -314,8 +568,15 @@ const bad = (e: TrpExpert) => e.severity === 'error' || e.severity === 'warning'
 test('every packet decodes as TRP over UDP, frames in order', async () => {
   const all = await decodeAll();
   if (all === null) return void skipOrFail(tsharkAvailable() as string);
-  assert.equal(all.map((d) => d.frame), cases.map((_, i) => i + 1));
-  for (const d of all) assert.ok(d.protocols.join(':').startsWith('eth:ethertype:ip:udp:urdma_trp'), `frame ${d.frame}: ${d.protocols.join(':')}`);
+  assert.equal(
+    all.map((d) => d.frame),
+    cases.map((_, i) => i + 1),
+  );
+  for (const d of all)
+    assert.ok(
+      d.protocols.join(':').startsWith('eth:ethertype:ip:udp:urdma_trp'),
+      `frame ${d.frame}: ${d.protocols.join(':')}`,
+    );
 });
 
 cases.forEach((c, i) => {
@@ -327,14 +588,22 @@ cases.forEach((c, i) => {
     assert.equal(d.ddp, c.ddp, `${where}: DDP`);
     assert.equal(d.rdmap, c.rdmap, `${where}: RDMAP`);
     assert.is(d.payload, c.payload, `${where}: payload`);
-    assert.is(d.malformed.length > 0, c.malformed === true, `${where}: malformed markers ${JSON.stringify(d.malformed)}`);
+    assert.is(
+      d.malformed.length > 0,
+      c.malformed === true,
+      `${where}: malformed markers ${JSON.stringify(d.malformed)}`,
+    );
     const wanted = c.experts ?? [];
     const flagged = d.experts.filter(bad);
     for (const w of wanted) {
-      assert.ok(flagged.some((e) => Object.entries(w).every(([k, v]) => e[k as keyof TrpExpert] === v)), `${where}: expected expert ${JSON.stringify(w)}, got ${JSON.stringify(d.experts)}`);
+      assert.ok(
+        flagged.some((e) => Object.entries(w).every(([k, v]) => e[k as keyof TrpExpert] === v)),
+        `${where}: expected expert ${JSON.stringify(w)}, got ${JSON.stringify(d.experts)}`,
+      );
     }
     if (wanted.length === 0) assert.equal(flagged, [], `${where}: no expert warnings or errors`);
-    if (d.ddp && !c.malformed) assert.ok(d.protocols.includes('iwarp_ddp_rdmap'), `${where}: handed to iwarp_ddp_rdmap`);
+    if (d.ddp && !c.malformed)
+      assert.ok(d.protocols.includes('iwarp_ddp_rdmap'), `${where}: handed to iwarp_ddp_rdmap`);
     if (c.note) console.log(`  ${c.name}: ${c.note}; info "${d.info}"`);
   });
 });

@@ -52,12 +52,18 @@ test('creating an SRQ of 16384 receive WRs with 32 SGEs each makes no slot up fr
     console.log(`  createSrq 16384 x 32 SGEs: ${times.map((t) => t.toFixed(1)).join(', ')} ms`);
     const grew = (process.memoryUsage().heapUsed - heap0) / 2 ** 20;
     console.log(`  heap grew ${grew.toFixed(1)} MiB for three such SRQs`);
-    assert.ok(grew < 8, `heap grew ${grew.toFixed(1)} MiB for three such SRQs (slots made up front: 3 x 16384 receive WRs of 32 SGEs)`);
+    assert.ok(
+      grew < 8,
+      `heap grew ${grew.toFixed(1)} MiB for three such SRQs (slots made up front: 3 x 16384 receive WRs of 32 SGEs)`,
+    );
     // Still exactly maxWr receives fit.
     const s = await a.createSrq({ pd, maxWr: 3 });
     const mr = (await a.createMr({ pd, length: 64, access: ['local-write'] })).mr;
     for (let i = 0; i < 3; i++) await a.postSrqRecv(s.srq, { wrId: i, sge: [{ mr, offset: 0, length: 64 }] });
-    const full = await a.postSrqRecv(s.srq, { wrId: 3, sge: [{ mr, offset: 0, length: 64 }] }).then(() => null, (e: Error) => e.message);
+    const full = await a.postSrqRecv(s.srq, { wrId: 3, sge: [{ mr, offset: 0, length: 64 }] }).then(
+      () => null,
+      (e: Error) => e.message,
+    );
     assert.is(full, `srq ${s.srq} is full (maxWr 3)`);
   } finally {
     await dps.close();
@@ -68,8 +74,10 @@ test('inline sends: each of many outstanding WRs carries the bytes it was posted
   const dps = await twoDataplanes();
   try {
     const { a, b } = dps;
-    const pa = (await a.createPd()).pd, pb = (await b.createPd()).pd;
-    const ca = (await a.createCq({ depth: 256 })).cq, cb = (await b.createCq({ depth: 256 })).cq;
+    const pa = (await a.createPd()).pd,
+      pb = (await b.createPd()).pd;
+    const ca = (await a.createCq({ depth: 256 })).cq,
+      cb = (await b.createCq({ depth: 256 })).cq;
     const src = (await a.createMr({ pd: pa, length: 64, access: [] })).mr;
     const N = 100;
     const dst = (await b.createMr({ pd: pb, length: N * 64, access: ['local-write'] })).mr;
@@ -93,7 +101,8 @@ test('inline sends: each of many outstanding WRs carries the bytes it was posted
     }
     assert.is(got.length, N);
     const bytes = await b.readMr(dst);
-    for (let i = 0; i < N; i++) assert.equal([...bytes.subarray(i * 64, i * 64 + 48)], new Array(48).fill(i + 1), `message ${i}`);
+    for (let i = 0; i < N; i++)
+      assert.equal([...bytes.subarray(i * 64, i * 64 + 48)], new Array(48).fill(i + 1), `message ${i}`);
   } finally {
     await dps.close();
   }

@@ -56,7 +56,11 @@ export function fastifyPath(path: string): string {
 export function privateData(b64: string | undefined, where: string): Uint8Array | undefined {
   if (b64 === undefined) return undefined;
   const bytes = Buffer.from(b64, 'base64');
-  if (bytes.length > PRIVATE_DATA_MAX) throw new HttpError(413, `${where} is ${bytes.length} bytes decoded; private data is at most ${PRIVATE_DATA_MAX} bytes`);
+  if (bytes.length > PRIVATE_DATA_MAX)
+    throw new HttpError(
+      413,
+      `${where} is ${bytes.length} bytes decoded; private data is at most ${PRIVATE_DATA_MAX} bytes`,
+    );
   return new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.length);
 }
 

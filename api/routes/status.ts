@@ -8,7 +8,17 @@ import * as S from '../schemas.ts';
 import type { Ctx, RouteDef } from './route.ts';
 
 type Name = { name: string };
-type Fault = { direction: 'rx' | 'tx' | 'both'; off?: true; seed?: number; loss?: number; reorder?: number; reorderDepth?: number; reorderDelayUs?: number; duplicate?: number; corrupt?: number };
+type Fault = {
+  direction: 'rx' | 'tx' | 'both';
+  off?: true;
+  seed?: number;
+  loss?: number;
+  reorder?: number;
+  reorderDepth?: number;
+  reorderDelayUs?: number;
+  duplicate?: number;
+  corrupt?: number;
+};
 
 /** Rows with neither calls nor suspends are left out unless verbose, as `show runtime` does. */
 export function visibleRuntime(threads: RuntimeThreadSnapshot[], verbose: boolean): RuntimeThreadSnapshot[] {
@@ -17,114 +27,243 @@ export function visibleRuntime(threads: RuntimeThreadSnapshot[], verbose: boolea
 
 export const statusRoutes: RouteDef[] = [
   {
-    method: 'GET', path: '/v1/health', tag: 'status', summary: 'status, version, uptime',
-    status: 200, response: S.HealthView, errors: [],
+    method: 'GET',
+    path: '/v1/health',
+    tag: 'status',
+    summary: 'status, version, uptime',
+    status: 200,
+    response: S.HealthView,
+    errors: [],
     handler: ({ dp }: Ctx) => dp.health(),
   },
   {
-    method: 'GET', path: '/v1/buffers', tag: 'status', summary: 'packet buffer pool: count, free, data size',
-    status: 200, response: S.BufferView, errors: [],
+    method: 'GET',
+    path: '/v1/buffers',
+    tag: 'status',
+    summary: 'packet buffer pool: count, free, data size',
+    status: 200,
+    response: S.BufferView,
+    errors: [],
     handler: ({ dp }: Ctx) => dp.buffers(),
   },
   {
-    method: 'GET', path: '/v1/version', tag: 'status', summary: 'version, Node, platform, which drivers this build can open',
-    status: 200, response: S.VersionView, errors: [],
+    method: 'GET',
+    path: '/v1/version',
+    tag: 'status',
+    summary: 'version, Node, platform, which drivers this build can open',
+    status: 200,
+    response: S.VersionView,
+    errors: [],
     handler: ({ dp }: Ctx) => dp.version(),
   },
   {
-    method: 'GET', path: '/v1/device', tag: 'status', summary: 'the RDMA device as ibv_devinfo shows one: limits, atomic capability, a port per interface with its GID',
-    status: 200, response: S.DeviceView, errors: [],
+    method: 'GET',
+    path: '/v1/device',
+    tag: 'status',
+    summary: 'the RDMA device as ibv_devinfo shows one: limits, atomic capability, a port per interface with its GID',
+    status: 200,
+    response: S.DeviceView,
+    errors: [],
     handler: ({ dp }: Ctx) => dp.device(),
   },
   {
-    method: 'GET', path: '/v1/hardware', tag: 'interfaces', summary: 'interfaces with their driver details (memif role, socket, peer, rings, last disconnect; af_packet rings) and driver counters',
-    status: 200, response: { type: 'array', items: S.HardwareView }, errors: [],
+    method: 'GET',
+    path: '/v1/hardware',
+    tag: 'interfaces',
+    summary:
+      'interfaces with their driver details (memif role, socket, peer, rings, last disconnect; af_packet rings) and driver counters',
+    status: 200,
+    response: { type: 'array', items: S.HardwareView },
+    errors: [],
     handler: ({ dp }: Ctx) => dp.hardware(),
   },
   {
-    method: 'GET', path: '/v1/interfaces', tag: 'interfaces', summary: 'interfaces: driver, MAC, addresses, MTU, state, counters',
-    status: 200, response: { type: 'array', items: S.InterfaceView }, errors: [],
+    method: 'GET',
+    path: '/v1/interfaces',
+    tag: 'interfaces',
+    summary: 'interfaces: driver, MAC, addresses, MTU, state, counters',
+    status: 200,
+    response: { type: 'array', items: S.InterfaceView },
+    errors: [],
     handler: ({ dp }: Ctx) => dp.interfaces(),
   },
   {
-    method: 'GET', path: '/v1/interfaces/{name}', tag: 'interfaces', summary: 'one interface',
-    params: S.NameParams, status: 200, response: S.InterfaceView, errors: [404],
+    method: 'GET',
+    path: '/v1/interfaces/{name}',
+    tag: 'interfaces',
+    summary: 'one interface',
+    params: S.NameParams,
+    status: 200,
+    response: S.InterfaceView,
+    errors: [404],
     handler: ({ dp, params }: Ctx<Name>) => dp.interface(params.name),
   },
   {
-    method: 'POST', path: '/v1/interfaces/{name}/capture', tag: 'interfaces', summary: 'start a pcap capture of rx, tx or both into new files of capture.dir (both: FILE for rx, FILE-tx.pcap for tx; 409 if one exists)',
-    params: S.NameParams, body: S.CaptureStart, status: 200, response: S.InterfaceView, errors: [404, 409, 503],
-    handler: ({ dp, params, body }: Ctx<Name, never, { direction: 'rx' | 'tx' | 'both'; file: string; count?: number }>) => dp.capture(params.name, body),
+    method: 'POST',
+    path: '/v1/interfaces/{name}/capture',
+    tag: 'interfaces',
+    summary:
+      'start a pcap capture of rx, tx or both into new files of capture.dir (both: FILE for rx, FILE-tx.pcap for tx; 409 if one exists)',
+    params: S.NameParams,
+    body: S.CaptureStart,
+    status: 200,
+    response: S.InterfaceView,
+    errors: [404, 409, 503],
+    handler: ({
+      dp,
+      params,
+      body,
+    }: Ctx<Name, never, { direction: 'rx' | 'tx' | 'both'; file: string; count?: number }>) =>
+      dp.capture(params.name, body),
   },
   {
-    method: 'DELETE', path: '/v1/interfaces/{name}/capture', tag: 'interfaces', summary: 'stop capturing and close the files',
-    params: S.NameParams, status: 204, errors: [404],
+    method: 'DELETE',
+    path: '/v1/interfaces/{name}/capture',
+    tag: 'interfaces',
+    summary: 'stop capturing and close the files',
+    params: S.NameParams,
+    status: 204,
+    errors: [404],
     handler: async ({ dp, params }: Ctx<Name>) => {
       await dp.stopCapture(params.name);
     },
   },
   {
-    method: 'POST', path: '/v1/interfaces/{name}/fault', tag: 'interfaces', summary: 'set the fault injector of rx, tx or both ({direction, off: true} removes it)',
-    params: S.NameParams, body: S.FaultSet, status: 200, response: S.InterfaceView, errors: [404, 503],
+    method: 'POST',
+    path: '/v1/interfaces/{name}/fault',
+    tag: 'interfaces',
+    summary: 'set the fault injector of rx, tx or both ({direction, off: true} removes it)',
+    params: S.NameParams,
+    body: S.FaultSet,
+    status: 200,
+    response: S.InterfaceView,
+    errors: [404, 503],
     handler: ({ dp, params, body }: Ctx<Name, never, Fault>) => {
       const { direction, off, ...cfg } = body;
-      if (off && Object.keys(cfg).length > 0) throw new HttpError(400, `body/off: true removes the injector; it takes no ${Object.keys(cfg).join(', ')}`);
+      if (off && Object.keys(cfg).length > 0)
+        throw new HttpError(400, `body/off: true removes the injector; it takes no ${Object.keys(cfg).join(', ')}`);
       return dp.setFault(params.name, direction, off ? null : cfg);
     },
   },
   {
-    method: 'POST', path: '/v1/ping', tag: 'interfaces', summary: 'ICMP echo requests from the data plane (routed and ARP-resolved as any packet); answers when each has its reply or timed out',
-    body: S.PingRequest, status: 200, response: S.PingResult, errors: [404, 409],
-    handler: ({ dp, body, signal }: Ctx<never, never, { address: string; count?: number; intervalMs?: number; size?: number; timeoutMs?: number }>) => dp.ping(body, signal),
+    method: 'POST',
+    path: '/v1/ping',
+    tag: 'interfaces',
+    summary:
+      'ICMP echo requests from the data plane (routed and ARP-resolved as any packet); answers when each has its reply or timed out',
+    body: S.PingRequest,
+    status: 200,
+    response: S.PingResult,
+    errors: [404, 409],
+    handler: ({
+      dp,
+      body,
+      signal,
+    }: Ctx<
+      never,
+      never,
+      { address: string; count?: number; intervalMs?: number; size?: number; timeoutMs?: number }
+    >) => dp.ping(body, signal),
   },
   {
-    method: 'GET', path: '/v1/neighbors', tag: 'interfaces', summary: 'the neighbor (ARP) table',
-    status: 200, response: { type: 'array', items: S.NeighborView }, errors: [],
+    method: 'GET',
+    path: '/v1/neighbors',
+    tag: 'interfaces',
+    summary: 'the neighbor (ARP) table',
+    status: 200,
+    response: { type: 'array', items: S.NeighborView },
+    errors: [],
     handler: ({ dp }: Ctx) => dp.neighbors(),
   },
   {
-    method: 'GET', path: '/v1/runtime', tag: 'runtime', summary: 'per-thread figures and per-node calls, vectors, suspends, clocks (rows with no calls only with verbose)',
-    querystring: S.VerboseQuery, status: 200, response: S.RuntimeResponse, errors: [],
-    handler: async ({ dp, query }: Ctx<never, { verbose?: string }>) => ({ threads: visibleRuntime(await dp.runtime(), query.verbose === '1' || query.verbose === 'true') }),
+    method: 'GET',
+    path: '/v1/runtime',
+    tag: 'runtime',
+    summary: 'per-thread figures and per-node calls, vectors, suspends, clocks (rows with no calls only with verbose)',
+    querystring: S.VerboseQuery,
+    status: 200,
+    response: S.RuntimeResponse,
+    errors: [],
+    handler: async ({ dp, query }: Ctx<never, { verbose?: string }>) => ({
+      threads: visibleRuntime(await dp.runtime(), query.verbose === '1' || query.verbose === 'true'),
+    }),
   },
   {
-    method: 'POST', path: '/v1/runtime/clear', tag: 'runtime', summary: 'zero the runtime counters',
-    status: 204, errors: [],
+    method: 'POST',
+    path: '/v1/runtime/clear',
+    tag: 'runtime',
+    summary: 'zero the runtime counters',
+    status: 204,
+    errors: [],
     handler: ({ dp }: Ctx) => dp.clearRuntime(),
   },
   {
-    method: 'GET', path: '/v1/errors', tag: 'runtime', summary: 'error counters: node, reason, severity, count',
-    status: 200, response: S.ErrorsResponse, errors: [],
+    method: 'GET',
+    path: '/v1/errors',
+    tag: 'runtime',
+    summary: 'error counters: node, reason, severity, count',
+    status: 200,
+    response: S.ErrorsResponse,
+    errors: [],
     handler: async ({ dp }: Ctx) => ({ threads: await dp.errors() }),
   },
   {
-    method: 'POST', path: '/v1/errors/clear', tag: 'runtime', summary: 'zero the error counters',
-    status: 204, errors: [],
+    method: 'POST',
+    path: '/v1/errors/clear',
+    tag: 'runtime',
+    summary: 'zero the error counters',
+    status: 204,
+    errors: [],
     handler: ({ dp }: Ctx) => dp.clearErrors(),
   },
   {
-    method: 'POST', path: '/v1/trace', tag: 'trace', summary: 'trace the next COUNT packets of an input node',
-    body: S.TraceAdd, status: 204, errors: [503],
+    method: 'POST',
+    path: '/v1/trace',
+    tag: 'trace',
+    summary: 'trace the next COUNT packets of an input node',
+    body: S.TraceAdd,
+    status: 204,
+    errors: [503],
     handler: ({ dp, body }: Ctx<never, never, { node: string; count: number }>) => dp.traceAdd(body.node, body.count),
   },
   {
-    method: 'GET', path: '/v1/trace', tag: 'trace', summary: 'the traced packets',
-    status: 200, response: S.TraceResponse, errors: [],
+    method: 'GET',
+    path: '/v1/trace',
+    tag: 'trace',
+    summary: 'the traced packets',
+    status: 200,
+    response: S.TraceResponse,
+    errors: [],
     handler: async ({ dp }: Ctx) => ({ threads: await dp.trace() }),
   },
   {
-    method: 'DELETE', path: '/v1/trace', tag: 'trace', summary: 'forget the traced packets',
-    status: 204, errors: [],
+    method: 'DELETE',
+    path: '/v1/trace',
+    tag: 'trace',
+    summary: 'forget the traced packets',
+    status: 204,
+    errors: [],
     handler: ({ dp }: Ctx) => dp.clearTrace(),
   },
   {
-    method: 'GET', path: '/v1/trace/nodes', tag: 'trace', summary: 'the nodes trace add accepts',
-    status: 200, response: S.TraceNodes, errors: [],
+    method: 'GET',
+    path: '/v1/trace/nodes',
+    tag: 'trace',
+    summary: 'the nodes trace add accepts',
+    status: 200,
+    response: S.TraceNodes,
+    errors: [],
     handler: ({ dp }: Ctx) => dp.traceNodes(),
   },
   {
-    method: 'GET', path: '/v1/events', tag: 'status', summary: 'recent RDMA events (QP established/error/disconnected, CQ error, SRQ limit, CM) after seq SINCE',
-    querystring: S.EventsQuery, status: 200, response: { type: 'array', items: S.EventView }, errors: [],
+    method: 'GET',
+    path: '/v1/events',
+    tag: 'status',
+    summary: 'recent RDMA events (QP established/error/disconnected, CQ error, SRQ limit, CM) after seq SINCE',
+    querystring: S.EventsQuery,
+    status: 200,
+    response: { type: 'array', items: S.EventView },
+    errors: [],
     handler: ({ dp, query }: Ctx<never, { since?: number }>) => dp.recentEvents(query.since ?? 0),
   },
 ];

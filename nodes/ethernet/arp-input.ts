@@ -77,7 +77,8 @@ export function registerArpInput(graph: Graph, ifs: InterfaceTable, table: Neigh
     timer: arpTimer,
     formatTrace: formatArpTrace,
   });
-  if (rt.nextNames[ARP_NEXT_DROP] !== 'error-drop' || rt.nextNames[ARP_NEXT_REWRITE] !== 'ip4-rewrite') throw new Error('arp-input: arc order');
+  if (rt.nextNames[ARP_NEXT_DROP] !== 'error-drop' || rt.nextNames[ARP_NEXT_REWRITE] !== 'ip4-rewrite')
+    throw new Error('arp-input: arc order');
   table.bind(rt);
   data.out = ifs.attach(rt);
   return rt;
@@ -91,8 +92,15 @@ function arpInput(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
   const { ifs, table, out } = rt.runtimeData as ArpData;
   const pool = rt.graph.pool;
-  const v = pool.view, offset = pool.offset, length = pool.length, rxIf = pool.rxIf, error = pool.error, flags = pool.flags;
-  const vec = f.vec, n = f.n, nexts = rt.nexts;
+  const v = pool.view,
+    offset = pool.offset,
+    length = pool.length,
+    rxIf = pool.rxIf,
+    error = pool.error,
+    flags = pool.flags;
+  const vec = f.vec,
+    n = f.n,
+    nexts = rt.nexts;
   const eBase = rt.errorIndex(0);
   let replies = 0;
   for (let i = 0; i < n; i++) {
@@ -101,7 +109,11 @@ function arpInput(rt: NodeRuntime, frame: Frame | null): number {
     const ix = rxIf[bi];
     let err = -1;
     let next = ARP_NEXT_DROP;
-    let op = 0, shaHi = 0, shaLo = 0, spa = 0, tpa = 0;
+    let op = 0,
+      shaHi = 0,
+      shaLo = 0,
+      spa = 0,
+      tpa = 0;
     if (length[bi] < ARP_BYTES) err = ArpError.TRUNCATED;
     else if (v.getUint32(o) !== ARP_ETH_IP4_HEAD || v.getUint16(o + 4) !== ARP_ETH_IP4_LENS) err = ArpError.BAD_FORMAT;
     else {
@@ -151,7 +163,8 @@ function arpInput(rt: NodeRuntime, frame: Frame | null): number {
     error[bi] = eBase + err;
     nexts[i] = next;
     if (rt.traceOn && flags[bi] & BufferFlag.TRACED) {
-      if (err === ArpError.TRUNCATED || err === ArpError.BAD_FORMAT) rt.addTrace(bi, `${ARP_ERRORS[err].description}: ${length[bi]} bytes`);
+      if (err === ArpError.TRUNCATED || err === ArpError.BAD_FORMAT)
+        rt.addTrace(bi, `${ARP_ERRORS[err].description}: ${length[bi]} bytes`);
       else traceArp(rt, v, o, bi, op, ARP_ERRORS[err].description);
     }
   }
@@ -163,8 +176,12 @@ function arpInput(rt: NodeRuntime, frame: Frame | null): number {
 function traceArp(rt: NodeRuntime, v: DataView, o: number, bi: number, op: number, action: string): void {
   rt.addTrace(bi, {
     op,
-    shaHi: v.getUint32(o + ARP_SHA), shaLo: v.getUint16(o + ARP_SHA + 4), spa: v.getUint32(o + ARP_SPA),
-    thaHi: v.getUint32(o + ARP_THA), thaLo: v.getUint16(o + ARP_THA + 4), tpa: v.getUint32(o + ARP_TPA),
+    shaHi: v.getUint32(o + ARP_SHA),
+    shaLo: v.getUint16(o + ARP_SHA + 4),
+    spa: v.getUint32(o + ARP_SPA),
+    thaHi: v.getUint32(o + ARP_THA),
+    thaLo: v.getUint16(o + ARP_THA + 4),
+    tpa: v.getUint32(o + ARP_TPA),
     action,
   } satisfies ArpTrace);
 }

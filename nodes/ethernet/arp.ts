@@ -51,7 +51,8 @@ export const ARP_ERRORS = ARP_ERROR_TABLE.list;
 export function buildArpRequest(pool: BufferPool, srcHi: number, srcLo: number, spa: number, tpa: number): number {
   const bi = pool.allocOne();
   if (bi === INVALID_INDEX) return bi;
-  const v = pool.view, o = pool.offset[bi];
+  const v = pool.view,
+    o = pool.offset[bi];
   v.setUint32(o, BROADCAST_HI);
   v.setUint16(o + 4, BROADCAST_LO);
   v.setUint32(o + 6, srcHi);

@@ -14,14 +14,26 @@
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime, errorTable, nextTable } from '../../graph/index.ts';
 import type { InterfaceTable } from '../net/interfaces.ts';
-import { BROADCAST_HI, BROADCAST_LO, ETH_HEADER_BYTES, ETHERTYPE_ARP, ETHERTYPE_IP4, ETHERTYPE_IP6, ETHERTYPE_MIN, ETHERTYPE_QINQ, ETHERTYPE_VLAN, etherTypeName } from './ethernet.ts';
+import {
+  BROADCAST_HI,
+  BROADCAST_LO,
+  ETH_HEADER_BYTES,
+  ETHERTYPE_ARP,
+  ETHERTYPE_IP4,
+  ETHERTYPE_IP6,
+  ETHERTYPE_MIN,
+  ETHERTYPE_QINQ,
+  ETHERTYPE_VLAN,
+  etherTypeName,
+} from './ethernet.ts';
 import { formatMacHiLo } from '../net/address.ts';
 
 export const ETHERNET_INPUT = 'ethernet-input';
 
 const NEXT = nextTable({ DROP: 'error-drop', IP4: 'ip4-input', ARP: 'arp-input' });
-const NEXT_DROP = NEXT.index.DROP, NEXT_IP4 = NEXT.index.IP4, NEXT_ARP = NEXT.index.ARP;
-
+const NEXT_DROP = NEXT.index.DROP,
+  NEXT_IP4 = NEXT.index.IP4,
+  NEXT_ARP = NEXT.index.ARP;
 
 const ERROR_TABLE = errorTable({
   TRUNCATED: { name: 'truncated', description: 'frame shorter than Ethernet header', severity: 'error' },
@@ -69,9 +81,19 @@ function ethernetInput(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
   const ifs = rt.runtimeData as InterfaceTable;
   const pool = rt.graph.pool;
-  const v = pool.view, u8 = pool.u8, offset = pool.offset, length = pool.length, rxIf = pool.rxIf, error = pool.error, flags = pool.flags;
-  const configured = ifs.configured, ourHi = ifs.macHi, ourLo = ifs.macLo;
-  const vec = f.vec, n = f.n, nexts = rt.nexts;
+  const v = pool.view,
+    u8 = pool.u8,
+    offset = pool.offset,
+    length = pool.length,
+    rxIf = pool.rxIf,
+    error = pool.error,
+    flags = pool.flags;
+  const configured = ifs.configured,
+    ourHi = ifs.macHi,
+    ourLo = ifs.macLo;
+  const vec = f.vec,
+    n = f.n,
+    nexts = rt.nexts;
   const eBase = rt.errorIndex(0);
   for (let i = 0; i < n; i++) {
     const bi = vec[i];
@@ -84,9 +106,11 @@ function ethernetInput(rt: NodeRuntime, frame: Frame | null): number {
     if (length[bi] < ETH_HEADER_BYTES) err = EthernetError.TRUNCATED;
     else if (configured[ix] !== 1) err = EthernetError.NOT_CONFIGURED;
     else {
-      const dhi = v.getUint32(o), dlo = v.getUint16(o + 4);
+      const dhi = v.getUint32(o),
+        dlo = v.getUint16(o + 4);
       if (dhi & 0x01000000) {
-        if ((dhi !== BROADCAST_HI || dlo !== BROADCAST_LO) && !ifs.mcastMember(ix, dhi, dlo)) err = EthernetError.MCAST_NOT_SUBSCRIBED;
+        if ((dhi !== BROADCAST_HI || dlo !== BROADCAST_LO) && !ifs.mcastMember(ix, dhi, dlo))
+          err = EthernetError.MCAST_NOT_SUBSCRIBED;
       } else if (dhi !== ourHi[ix] || dlo !== ourLo[ix]) err = EthernetError.NOT_OUR_MAC;
       if (err < 0) {
         type = v.getUint16(o + 12);
@@ -119,12 +143,20 @@ function ethernetInput(rt: NodeRuntime, frame: Frame | null): number {
     else pool.advance(bi, ETH_HEADER_BYTES);
     nexts[i] = next;
     if (rt.traceOn && flags[bi] & BufferFlag.TRACED) {
-      rt.addTrace(bi, err === EthernetError.TRUNCATED && length[bi] < ETH_HEADER_BYTES
-        ? `truncated frame: ${length[bi]} bytes`
-        : {
-          dstHi: v.getUint32(o), dstLo: v.getUint16(o + 4), srcHi: v.getUint32(o + 6), srcLo: v.getUint16(o + 10),
-          type: tagged ? type : v.getUint16(o + 12), priorityTag: tagged, next: NEXT.names[next],
-        } satisfies EthTrace);
+      rt.addTrace(
+        bi,
+        err === EthernetError.TRUNCATED && length[bi] < ETH_HEADER_BYTES
+          ? `truncated frame: ${length[bi]} bytes`
+          : ({
+              dstHi: v.getUint32(o),
+              dstLo: v.getUint16(o + 4),
+              srcHi: v.getUint32(o + 6),
+              srcLo: v.getUint16(o + 10),
+              type: tagged ? type : v.getUint16(o + 12),
+              priorityTag: tagged,
+              next: NEXT.names[next],
+            } satisfies EthTrace),
+      );
     }
   }
   rt.enqueue(vec, n);

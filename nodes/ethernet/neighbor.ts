@@ -108,7 +108,8 @@ export class NeighborTable {
     this.interfaces = interfaces;
     const int = (v: number | undefined, def: number, lo: number, hi: number, what: string): number => {
       const x = v ?? def;
-      if (!Number.isInteger(x) || x < lo || x > hi) throw new RangeError(`neighbor table: ${what} must be an integer in ${lo}..${hi}, got ${x}`);
+      if (!Number.isInteger(x) || x < lo || x > hi)
+        throw new RangeError(`neighbor table: ${what} must be an integer in ${lo}..${hi}, got ${x}`);
       return x;
     };
     this.capacity = int(opts.capacity, 4096, 1, 1 << 22, 'capacity');
@@ -161,7 +162,10 @@ export class NeighborTable {
 
   /** Entry of (interface, address), or -1. */
   lookup(ix: number, ip: number): number {
-    const slots = this.slots, mask = this.slotMask, eip = this.ip, eif = this.ifIndex;
+    const slots = this.slots,
+      mask = this.slotMask,
+      eip = this.ip,
+      eif = this.ifIndex;
     let s = this.hash(ix, ip);
     for (;;) {
       const e = slots[s];
@@ -277,7 +281,8 @@ export class NeighborTable {
 
   /** Add or replace a static entry (configuration). Held packets for it are sent on. */
   addStatic(ix: number, address: string | number, mac: string | Uint8Array): void {
-    if (!this.interfaces.isConfigured(ix)) throw new Error(`static neighbor: interface index ${ix} is not configured for IPv4`);
+    if (!this.interfaces.isConfigured(ix))
+      throw new Error(`static neighbor: interface index ${ix} is not configured for IPv4`);
     const ip = typeof address === 'number' ? address >>> 0 : parseIp4(address, 'static neighbor');
     const m = parseMac(mac, `static neighbor ${formatIp4(ip)}`);
     if (m[0] & 1) throw new RangeError(`static neighbor ${formatIp4(ip)}: MAC must be unicast`);
@@ -288,7 +293,10 @@ export class NeighborTable {
       this.state[e] = NeighborState.STATIC;
     } else if (e < 0) {
       e = this.create(ix, ip, NeighborState.STATIC);
-      if (e < 0) throw new Error(`static neighbor ${formatIp4(ip)}: the neighbor table is full of static entries (capacity ${this.capacity})`);
+      if (e < 0)
+        throw new Error(
+          `static neighbor ${formatIp4(ip)}: the neighbor table is full of static entries (capacity ${this.capacity})`,
+        );
     }
     this.macHi[e] = macHi(m);
     this.macLo[e] = macLo(m);
@@ -341,7 +349,8 @@ export class NeighborTable {
 
   /** Gratuitous ARP for interface `ix`'s address (call when the interface comes up). */
   announce(ix: number): boolean {
-    if (!this.interfaces.isConfigured(ix)) throw new Error(`gratuitous ARP: interface index ${ix} is not configured for IPv4`);
+    if (!this.interfaces.isConfigured(ix))
+      throw new Error(`gratuitous ARP: interface index ${ix} is not configured for IPv4`);
     const ok = this.sendRequest(ix, this.interfaces.address[ix]);
     this.graph.wake();
     return ok;
@@ -399,7 +408,8 @@ export class NeighborTable {
     this.holdHead[e] = INVALID_INDEX;
     this.holdTail[e] = INVALID_INDEX;
     if (dynamic) this.dynCount[ix]++;
-    const slots = this.slots, mask = this.slotMask;
+    const slots = this.slots,
+      mask = this.slotMask;
     let s = this.hash(ix, ip);
     while (slots[s] >= 0) s = (s + 1) & mask;
     slots[s] = e;
@@ -408,7 +418,8 @@ export class NeighborTable {
 
   /** Evict the least recently confirmed non-static entry (of interface `ix`, or any when -1). */
   private evictOldest(ix: number): void {
-    let best = -1, bestNs = Infinity;
+    let best = -1,
+      bestNs = Infinity;
     for (let e = 0; e < this.capacity; e++) {
       const st = this.state[e];
       if (st === NeighborState.FREE || st === NeighborState.STATIC) continue;
@@ -440,7 +451,8 @@ export class NeighborTable {
 
   /** Held packets of `e` back into ip4-rewrite, in order. */
   private release(e: number): void {
-    const arp = this.arp as NodeRuntime, g = this.graph;
+    const arp = this.arp as NodeRuntime,
+      g = this.graph;
     let bi = this.holdHead[e];
     while (bi !== INVALID_INDEX) {
       const nx = this.holdNext[bi];
@@ -452,7 +464,10 @@ export class NeighborTable {
   }
 
   private dropHeld(e: number, code: number): void {
-    const arp = this.arp as NodeRuntime, g = this.graph, err = g.pool.error, idx = arp.errorIndex(code);
+    const arp = this.arp as NodeRuntime,
+      g = this.graph,
+      err = g.pool.error,
+      idx = arp.errorIndex(code);
     let bi = this.holdHead[e];
     while (bi !== INVALID_INDEX) {
       const nx = this.holdNext[bi];
@@ -466,7 +481,8 @@ export class NeighborTable {
 
   /** Remove `e` from the hash (backward-shift deletion keeps every probe chain intact). */
   private unhash(e: number): void {
-    const slots = this.slots, mask = this.slotMask;
+    const slots = this.slots,
+      mask = this.slotMask;
     let i = this.hash(this.ifIndex[e], this.ip[e]);
     while (slots[i] !== e) i = (i + 1) & mask;
     slots[i] = -1;

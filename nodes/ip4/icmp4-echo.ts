@@ -12,7 +12,15 @@
  * they answer first; then they, and the other ICMP types (unreachables, ...), are counted and
  * dropped (info).
  */
-import { BufferFlag, type Frame, type Graph, type NodeRuntime, RX_ONLY_FLAGS, errorTable, nextTable } from '../../graph/index.ts';
+import {
+  BufferFlag,
+  type Frame,
+  type Graph,
+  type NodeRuntime,
+  RX_ONLY_FLAGS,
+  errorTable,
+  nextTable,
+} from '../../graph/index.ts';
 import { ETH_HEADER_BYTES } from '../ethernet/ethernet.ts';
 import type { Pinger } from './icmp4-ping.ts';
 import type { InterfaceTable } from '../net/interfaces.ts';
@@ -25,7 +33,6 @@ export const ICMP_ECHO_REQUEST = 8;
 const NEXT = nextTable({ DROP: 'error-drop' });
 const NEXT_DROP = NEXT.index.DROP;
 
-
 const ERROR_TABLE = errorTable({
   TRUNCATED: { name: 'truncated', description: 'ICMP message < 8 bytes', severity: 'error' },
   BAD_CHECKSUM: { name: 'bad_checksum', description: 'bad ICMP checksum', severity: 'error' },
@@ -37,7 +44,12 @@ export const IcmpError = ERROR_TABLE.code;
 const ERRORS = ERROR_TABLE.list;
 
 const TYPE_NAMES: Record<number, string> = {
-  0: 'echo_reply', 3: 'destination_unreachable', 5: 'redirect', 8: 'echo_request', 11: 'time_exceeded', 12: 'parameter_problem',
+  0: 'echo_reply',
+  3: 'destination_unreachable',
+  5: 'redirect',
+  8: 'echo_request',
+  11: 'time_exceeded',
+  12: 'parameter_problem',
 };
 
 interface IcmpData {
@@ -82,8 +94,16 @@ function icmp4Echo(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
   const { ifs, out, pinger } = rt.runtimeData as IcmpData;
   const pool = rt.graph.pool;
-  const v = pool.view, u8 = pool.u8, offset = pool.offset, length = pool.length, flags = pool.flags, rxIf = pool.rxIf, error = pool.error;
-  const vec = f.vec, n = f.n, nexts = rt.nexts;
+  const v = pool.view,
+    u8 = pool.u8,
+    offset = pool.offset,
+    length = pool.length,
+    flags = pool.flags,
+    rxIf = pool.rxIf,
+    error = pool.error;
+  const vec = f.vec,
+    n = f.n,
+    nexts = rt.nexts;
   const eBase = rt.errorIndex(0);
   let replies = 0;
   for (let i = 0; i < n; i++) {
@@ -98,12 +118,23 @@ function icmp4Echo(rt: NodeRuntime, frame: Frame | null): number {
     else if (!(fl & BufferFlag.L4_CKSUM_OK) && packetSum(pool, bi) !== 0xffff) err = IcmpError.BAD_CHECKSUM;
     else if (u8[o] !== ICMP_ECHO_REQUEST) err = u8[o] === ICMP_ECHO_REPLY ? IcmpError.ECHO_REPLY : IcmpError.OTHER_TYPE;
     let ours = false;
-    if (err === IcmpError.ECHO_REPLY && pinger !== null && v.getUint16(o + 4) === pinger.id) ours = pinger.reply(bi, rt.graph.clock.nowNs());
+    if (err === IcmpError.ECHO_REPLY && pinger !== null && v.getUint16(o + 4) === pinger.id)
+      ours = pinger.reply(bi, rt.graph.clock.nowNs());
     if (traced) {
-      rt.addTrace(bi, len < 8 ? `ICMP message truncated: ${len} bytes` : {
-        type: u8[o], code: u8[o + 1], checksum: v.getUint16(o + 2), id: v.getUint16(o + 4), seq: v.getUint16(o + 6), length: len,
-        note: ours ? 'echo reply to our ping' : err >= 0 ? ERRORS[err].description : 'echo reply sent',
-      } satisfies IcmpTrace);
+      rt.addTrace(
+        bi,
+        len < 8
+          ? `ICMP message truncated: ${len} bytes`
+          : ({
+              type: u8[o],
+              code: u8[o + 1],
+              checksum: v.getUint16(o + 2),
+              id: v.getUint16(o + 4),
+              seq: v.getUint16(o + 6),
+              length: len,
+              note: ours ? 'echo reply to our ping' : err >= 0 ? ERRORS[err].description : 'echo reply sent',
+            } satisfies IcmpTrace),
+      );
     }
     if (err >= 0) {
       error[bi] = eBase + err;

@@ -14,7 +14,15 @@
  * the send queue holds as many.
  */
 import { randomInt } from 'node:crypto';
-import { BufferFlag, type Frame, type Graph, INVALID_INDEX, NodeFlag, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
+import {
+  BufferFlag,
+  type Frame,
+  type Graph,
+  INVALID_INDEX,
+  NodeFlag,
+  type NodeRuntime,
+  OPAQUE_WORDS,
+} from '../../graph/index.ts';
 import { ICMP_ECHO_REQUEST } from './icmp4-echo.ts';
 import { Ip4Opaque, IP_PROTO_ICMP, packetSum } from './ip4.ts';
 import { formatIp4 } from '../net/address.ts';
@@ -91,7 +99,12 @@ export class Pinger {
    * interface address). Returns its sequence number and a promise of the reply (null: none
    * within `timeoutMs`), or a string saying why nothing was sent.
    */
-  send(dst: number, size: number, timeoutMs: number, src = 0): { seq: number; reply: Promise<PingReply | null> } | string {
+  send(
+    dst: number,
+    size: number,
+    timeoutMs: number,
+    src = 0,
+  ): { seq: number; reply: Promise<PingReply | null> } | string {
     if (this.waiting.size >= MAX_WAITING) return `${MAX_WAITING} echo requests are already waiting for replies`;
     const pool = this.graph.pool;
     const len = 8 + size;
@@ -103,7 +116,8 @@ export class Pinger {
     while (this.waiting.has(seq)) seq = seq === 0xffff ? 1 : seq + 1;
     this.nextSeq = seq === 0xffff ? 1 : seq + 1;
     const o = pool.offset[bi];
-    const u8 = pool.u8, v = pool.view;
+    const u8 = pool.u8,
+      v = pool.view;
     pool.length[bi] = len;
     u8[o] = ICMP_ECHO_REQUEST;
     u8[o + 1] = 0;
@@ -112,7 +126,8 @@ export class Pinger {
     v.setUint16(o + 6, seq);
     for (let i = 0; i < size; i++) u8[o + 8 + i] = (0x10 + i) & 0xff;
     v.setUint16(o + 2, ~packetSum(pool, bi) & 0xffff);
-    const w = bi * OPAQUE_WORDS, op = pool.opaque;
+    const w = bi * OPAQUE_WORDS,
+      op = pool.opaque;
     op[w + Ip4Opaque.REMOTE] = dst >>> 0;
     op[w + Ip4Opaque.LOCAL] = src >>> 0;
     op[w + Ip4Opaque.PORTS] = 0;
@@ -139,8 +154,10 @@ export class Pinger {
   /** Send a series and wait for every reply or its timeout; `signal` stops sending more. */
   async series(p: PingSeries, signal?: AbortSignal): Promise<PingOutcome> {
     const waits: Promise<void>[] = [];
-    const replies: PingReply[] = [], lost: number[] = [];
-    let sent = 0, stopped: string | null = null;
+    const replies: PingReply[] = [],
+      lost: number[] = [];
+    let sent = 0,
+      stopped: string | null = null;
     const aborted = () => signal !== undefined && signal.aborted;
     for (let i = 0; i < p.count && !aborted(); i++) {
       if (i > 0) await abortableSleep(p.intervalMs, signal);
@@ -185,7 +202,13 @@ export class Pinger {
     this.waiting.delete(seq);
     const ip = o - 20;
     const bytes = pool.flags[bi] & BufferFlag.NEXT_PRESENT ? pool.packetLength(bi) : pool.length[bi];
-    w.settle({ seq, bytes, ttl: pool.u8[ip + 8], from: formatIp4(pool.view.getUint32(ip + 12)), rttNs: nowNs - w.sentNs });
+    w.settle({
+      seq,
+      bytes,
+      ttl: pool.u8[ip + 8],
+      from: formatIp4(pool.view.getUint32(ip + 12)),
+      rttNs: nowNs - w.sentNs,
+    });
     return true;
   }
 }
@@ -210,7 +233,11 @@ function icmp4Ping(rt: NodeRuntime, _frame: Frame | null): number {
   if (n === 0) return 0;
   g.traceInput(rt, out, 0, n);
   if (rt.traceOn) {
-    for (let i = 0; i < n; i++) rt.addTrace(out[i], `echo request id ${p.id} seq ${g.pool.view.getUint16(g.pool.offset[out[i]] + 6)} (${g.pool.length[out[i]]} bytes) from the control plane`);
+    for (let i = 0; i < n; i++)
+      rt.addTrace(
+        out[i],
+        `echo request id ${p.id} seq ${g.pool.view.getUint16(g.pool.offset[out[i]] + 6)} (${g.pool.length[out[i]]} bytes) from the control plane`,
+      );
   }
   g.enqueueToSingleNext(rt, 0, out, 0, n);
   return n;

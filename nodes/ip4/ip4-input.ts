@@ -15,14 +15,25 @@
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime, errorTable, nextTable } from '../../graph/index.ts';
 import type { InterfaceTable } from '../net/interfaces.ts';
-import { IP4_FLAG_MF, IP4_FRAG, IP4_FRAG_OFFSET_MASK, IP4_HEADER_BYTES, IP_PROTO_ICMP, IP_PROTO_TCP, IP_PROTO_UDP, ip4HeaderSum, ip4HeaderSum20 } from './ip4.ts';
+import {
+  IP4_FLAG_MF,
+  IP4_FRAG,
+  IP4_FRAG_OFFSET_MASK,
+  IP4_HEADER_BYTES,
+  IP_PROTO_ICMP,
+  IP_PROTO_TCP,
+  IP_PROTO_UDP,
+  ip4HeaderSum,
+  ip4HeaderSum20,
+} from './ip4.ts';
 import { formatIp4, isIp4Multicast } from '../net/address.ts';
 
 export const IP4_INPUT = 'ip4-input';
 
 const NEXT = nextTable({ DROP: 'error-drop', ICMP: 'icmp4-echo', UDP: 'udp4-input' });
-const NEXT_DROP = NEXT.index.DROP, NEXT_ICMP = NEXT.index.ICMP, NEXT_UDP = NEXT.index.UDP;
-
+const NEXT_DROP = NEXT.index.DROP,
+  NEXT_ICMP = NEXT.index.ICMP,
+  NEXT_UDP = NEXT.index.UDP;
 
 const ERROR_TABLE = errorTable({
   TOO_SHORT: { name: 'too_short', description: 'shorter than an IPv4 header', severity: 'error' },
@@ -82,9 +93,16 @@ function hex2(x: number): string {
 /** A trace record of the 20-byte header at `o`. */
 export function ip4HeaderRecord(v: DataView, o: number, note: string): Ip4HeaderTrace {
   return {
-    src: v.getUint32(o + 12), dst: v.getUint32(o + 16), proto: v.getUint8(o + 9), tos: v.getUint8(o + 1),
-    ttl: v.getUint8(o + 8), length: v.getUint16(o + 2), checksum: v.getUint16(o + 10), id: v.getUint16(o + 4),
-    frag: v.getUint16(o + 6), note,
+    src: v.getUint32(o + 12),
+    dst: v.getUint32(o + 16),
+    proto: v.getUint8(o + 9),
+    tos: v.getUint8(o + 1),
+    ttl: v.getUint8(o + 8),
+    length: v.getUint16(o + 2),
+    checksum: v.getUint16(o + 10),
+    id: v.getUint16(o + 4),
+    frag: v.getUint16(o + 6),
+    note,
   };
 }
 
@@ -103,9 +121,17 @@ function ip4Input(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
   const ifs = rt.runtimeData as InterfaceTable;
   const pool = rt.graph.pool;
-  const v = pool.view, u8 = pool.u8, offset = pool.offset, length = pool.length, flags = pool.flags, rxIf = pool.rxIf, error = pool.error;
+  const v = pool.view,
+    u8 = pool.u8,
+    offset = pool.offset,
+    length = pool.length,
+    flags = pool.flags,
+    rxIf = pool.rxIf,
+    error = pool.error;
   const ifAddr = ifs.address;
-  const vec = f.vec, n = f.n, nexts = rt.nexts;
+  const vec = f.vec,
+    n = f.n,
+    nexts = rt.nexts;
   const eBase = rt.errorIndex(0);
   for (let i = 0; i < n; i++) {
     const bi = vec[i];
@@ -126,13 +152,17 @@ function ip4Input(rt: NodeRuntime, frame: Frame | null): number {
       else if (tl < hl) err = Ip4InputError.BAD_LENGTH;
       else if (tl > plen) err = Ip4InputError.TRUNCATED;
       else if (hl > len0) err = Ip4InputError.TOO_SHORT;
-      else if (!(fl & BufferFlag.IP4_CKSUM_OK) && (hl === IP4_HEADER_BYTES ? ip4HeaderSum20(v, o) : ip4HeaderSum(v, o, hl)) !== 0xffff) {
+      else if (
+        !(fl & BufferFlag.IP4_CKSUM_OK) &&
+        (hl === IP4_HEADER_BYTES ? ip4HeaderSum20(v, o) : ip4HeaderSum(v, o, hl)) !== 0xffff
+      ) {
         err = Ip4InputError.BAD_CHECKSUM;
       } else if (hl !== IP4_HEADER_BYTES) err = Ip4InputError.OPTIONS;
       else if (v.getUint16(o + IP4_FRAG) & (IP4_FLAG_MF | IP4_FRAG_OFFSET_MASK)) err = Ip4InputError.FRAGMENT;
       else if (u8[o + 8] === 0) err = Ip4InputError.TTL0;
       else {
-        const src = v.getUint32(o + 12), dst = v.getUint32(o + 16);
+        const src = v.getUint32(o + 12),
+          dst = v.getUint32(o + 16);
         const ix = rxIf[bi];
         if (src >>> 28 >= 0xe || src >>> 24 === 127) err = Ip4InputError.MARTIAN_SOURCE;
         else if (dst === ifAddr[ix] || ifs.localInterface(dst) !== 0) {
@@ -151,8 +181,19 @@ function ip4Input(rt: NodeRuntime, frame: Frame | null): number {
     if (err >= 0) error[bi] = eBase + err;
     nexts[i] = next;
     if (rt.traceOn && flags[bi] & BufferFlag.TRACED) {
-      if (err === Ip4InputError.TOO_SHORT && len0 < IP4_HEADER_BYTES) rt.addTrace(bi, `${ERRORS[err].description}: ${len0} bytes`);
-      else rt.addTrace(bi, ip4HeaderRecord(v, o, err >= 0 ? ERRORS[err].description : `${fl & BufferFlag.IP4_CKSUM_OK ? 'checksum offloaded' : 'checksum ok'}, next ${NEXT.names[next]}`));
+      if (err === Ip4InputError.TOO_SHORT && len0 < IP4_HEADER_BYTES)
+        rt.addTrace(bi, `${ERRORS[err].description}: ${len0} bytes`);
+      else
+        rt.addTrace(
+          bi,
+          ip4HeaderRecord(
+            v,
+            o,
+            err >= 0
+              ? ERRORS[err].description
+              : `${fl & BufferFlag.IP4_CKSUM_OK ? 'checksum offloaded' : 'checksum ok'}, next ${NEXT.names[next]}`,
+          ),
+        );
     }
   }
   rt.enqueue(vec, n);

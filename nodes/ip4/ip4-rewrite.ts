@@ -12,7 +12,16 @@
  * (one per neighbor per interval: that is the rate limit), and sends the held packets back
  * here when the reply comes, or drops them ("no ARP reply") when the probes run out.
  */
-import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS, RX_ONLY_FLAGS, errorTable, nextTable } from '../../graph/index.ts';
+import {
+  BufferFlag,
+  type Frame,
+  type Graph,
+  type NodeRuntime,
+  OPAQUE_WORDS,
+  RX_ONLY_FLAGS,
+  errorTable,
+  nextTable,
+} from '../../graph/index.ts';
 import { BROADCAST_HI, BROADCAST_LO, ETH_HEADER_BYTES, ETHERTYPE_IP4 } from '../ethernet/ethernet.ts';
 import { formatIp4, formatMacHiLo, isIp4Multicast } from '../net/address.ts';
 import { HoldResult, type NeighborTable } from '../ethernet/neighbor.ts';
@@ -24,7 +33,6 @@ export const IP4_REWRITE = 'ip4-rewrite';
 
 const NEXT = nextTable({ DROP: 'error-drop' });
 const NEXT_DROP = NEXT.index.DROP;
-
 
 const ERROR_TABLE = errorTable({
   NO_ROUTE: { name: 'no_route', description: 'no route to destination', severity: 'error' },
@@ -81,17 +89,34 @@ function ip4Rewrite(rt: NodeRuntime, frame: Frame | null): number {
   const d = rt.runtimeData as RewriteData;
   const { ifs, table, out } = d;
   const pool = rt.graph.pool;
-  const v = pool.view, u8 = pool.u8, offset = pool.offset, length = pool.length, flags = pool.flags, error = pool.error, opaque = pool.opaque;
-  const configured = ifs.configured, ifAddr = ifs.address, mtu = ifs.mtu, ifHi = ifs.macHi, ifLo = ifs.macLo;
-  const nMacHi = table.macHi, nMacLo = table.macLo, nUsed = table.used;
-  const vec = f.vec, n = f.n;
+  const v = pool.view,
+    u8 = pool.u8,
+    offset = pool.offset,
+    length = pool.length,
+    flags = pool.flags,
+    error = pool.error,
+    opaque = pool.opaque;
+  const configured = ifs.configured,
+    ifAddr = ifs.address,
+    mtu = ifs.mtu,
+    ifHi = ifs.macHi,
+    ifLo = ifs.macLo;
+  const nMacHi = table.macHi,
+    nMacLo = table.macLo,
+    nUsed = table.used;
+  const vec = f.vec,
+    n = f.n;
   // Packets that go on (held ones do not) are compacted into scratch.
-  const keep = rt.scratch, nexts = rt.nexts;
+  const keep = rt.scratch,
+    nexts = rt.nexts;
   const eBase = rt.errorIndex(0);
-  let k = 0, held = 0;
+  let k = 0,
+    held = 0;
   let ident = d.ident;
   // Neighbor lookup cache for runs to the same next hop.
-  let cIx = -1, cNh = -1, cE = -1;
+  let cIx = -1,
+    cNh = -1,
+    cE = -1;
   for (let i = 0; i < n; i++) {
     const bi = vec[i];
     const w = bi * OPAQUE_WORDS;
@@ -100,7 +125,9 @@ function ip4Rewrite(rt: NodeRuntime, frame: Frame | null): number {
     const traced = rt.traceOn && (flags[bi] & BufferFlag.TRACED) !== 0;
     let ix = l4 >>> 16;
     let err = -1;
-    let nh = 0, mHi = 0, mLo = 0;
+    let nh = 0,
+      mHi = 0,
+      mLo = 0;
     if (ix === 0) {
       ix = ifs.route(dst);
       if (ix === 0) err = Ip4RewriteError.NO_ROUTE;
@@ -134,7 +161,11 @@ function ip4Rewrite(rt: NodeRuntime, frame: Frame | null): number {
             cIx = -1; // the entry may have been created or evicted
             if (r === HoldResult.HELD) {
               held++;
-              if (traced) rt.addTrace(bi, `held awaiting ARP for ${formatIp4(nh)} on ${ifs.names[ix]} (${table.held(table.lookup(ix, nh))} held)`);
+              if (traced)
+                rt.addTrace(
+                  bi,
+                  `held awaiting ARP for ${formatIp4(nh)} on ${ifs.names[ix]} (${table.held(table.lookup(ix, nh))} held)`,
+                );
               continue;
             }
             err = r === HoldResult.QUEUE_FULL ? Ip4RewriteError.HOLD_QUEUE_FULL : Ip4RewriteError.NEIGHBOR_TABLE_FULL;
@@ -172,7 +203,13 @@ function ip4Rewrite(rt: NodeRuntime, frame: Frame | null): number {
     nexts[k++] = out[ix];
     if (traced) {
       rt.addTrace(bi, {
-        ip: ip4HeaderRecord(v, ip, ''), dstHi: mHi, dstLo: mLo, srcHi: ifHi[ix], srcLo: ifLo[ix], via: nh || dst, ifName: ifs.names[ix],
+        ip: ip4HeaderRecord(v, ip, ''),
+        dstHi: mHi,
+        dstLo: mLo,
+        srcHi: ifHi[ix],
+        srcLo: ifLo[ix],
+        via: nh || dst,
+        ifName: ifs.names[ix],
       } satisfies RewriteTrace);
     }
   }

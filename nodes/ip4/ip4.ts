@@ -97,7 +97,12 @@ export function rangeSum(v: DataView, u8: Uint8Array, o: number, len: number): n
  * (RFC 1071: the sum is byte-order independent).
  */
 export function packetSum(pool: BufferPool, bi: number): number {
-  const v = pool.view, u8 = pool.u8, offset = pool.offset, length = pool.length, flags = pool.flags, next = pool.next;
+  const v = pool.view,
+    u8 = pool.u8,
+    offset = pool.offset,
+    length = pool.length,
+    flags = pool.flags,
+    next = pool.next;
   let sum = 0;
   let odd = false;
   for (;;) {
@@ -116,4 +121,3 @@ export function packetSum(pool: BufferPool, bi: number): number {
 export function pseudoHeaderSum(src: number, dst: number, proto: number, l4Length: number): number {
   return (src >>> 16) + (src & 0xffff) + (dst >>> 16) + (dst & 0xffff) + proto + l4Length;
 }
-

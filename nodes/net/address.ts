@@ -11,7 +11,8 @@ export function parseMac(mac: string | Uint8Array, where = 'mac'): Uint8Array {
     if (mac.length !== 6) throw new RangeError(`${where}: a MAC address is 6 bytes, got ${mac.length}`);
     return Uint8Array.from(mac);
   }
-  const m = /^([0-9a-f]{2})[:-]([0-9a-f]{2})[:-]([0-9a-f]{2})[:-]([0-9a-f]{2})[:-]([0-9a-f]{2})[:-]([0-9a-f]{2})$/i.exec(mac);
+  const m =
+    /^([0-9a-f]{2})[:-]([0-9a-f]{2})[:-]([0-9a-f]{2})[:-]([0-9a-f]{2})[:-]([0-9a-f]{2})[:-]([0-9a-f]{2})$/i.exec(mac);
   if (m === null) throw new RangeError(`${where}: "${mac}" is not a MAC address like aa:bb:cc:dd:ee:ff`);
   return Uint8Array.from(m.slice(1), (x) => parseInt(x, 16));
 }

@@ -12,7 +12,17 @@
  * anything else goes to the first interface with a gateway (the default route), else no route.
  */
 import { checkMtu, type Graph, type NodeRuntime } from '../../graph/index.ts';
-import { formatIp4, formatMac, formatMacHiLo, macHi, macLo, parseIp4, parseIp4Prefix, parseMac, prefixMask } from './address.ts';
+import {
+  formatIp4,
+  formatMac,
+  formatMacHiLo,
+  macHi,
+  macLo,
+  parseIp4,
+  parseIp4Prefix,
+  parseMac,
+  prefixMask,
+} from './address.ts';
 
 export interface InterfaceTableConfig {
   /** Interface index in the drivers' registry (`Interface.index`, what `pool.rxIf` holds). */
@@ -72,7 +82,8 @@ export class InterfaceTable {
   private readonly byAddress = new Map<number, number>();
 
   constructor(graph: Graph, max = 64) {
-    if (!Number.isInteger(max) || max < 2 || max > 65536) throw new RangeError(`interfaces: max must be an integer in 2..65536, got ${max}`);
+    if (!Number.isInteger(max) || max < 2 || max > 65536)
+      throw new RangeError(`interfaces: max must be an integer in 2..65536, got ${max}`);
     this.graph = graph;
     this.max = max;
     this.configured = new Uint8Array(max);
@@ -92,25 +103,34 @@ export class InterfaceTable {
   add(cfg: InterfaceTableConfig): void {
     const ix = cfg.index;
     const where = `interface ${cfg.name ?? ix}`;
-    if (!Number.isInteger(ix) || ix < 1 || ix >= this.max) throw new RangeError(`${where}: index must be an integer in 1..${this.max - 1}, got ${ix}`);
-    if (this.configured[ix]) throw new Error(`${where}: interface index ${ix} is already configured (${this.names[ix]})`);
+    if (!Number.isInteger(ix) || ix < 1 || ix >= this.max)
+      throw new RangeError(`${where}: index must be an integer in 1..${this.max - 1}, got ${ix}`);
+    if (this.configured[ix])
+      throw new Error(`${where}: interface index ${ix} is already configured (${this.names[ix]})`);
     const mac = parseMac(cfg.mac, `${where}: mac`);
     if (mac[0] & 1) throw new RangeError(`${where}: mac ${formatMac(mac)} is a group (multicast) address`);
     const p = parseIp4Prefix(cfg.address, `${where}: address`);
     const prefix = cfg.prefix ?? p.prefix;
-    if (!Number.isInteger(prefix) || prefix < 0 || prefix > 32) throw new RangeError(`${where}: prefix must be 0..32, got ${prefix}`);
-    if (p.address === 0 || p.address >>> 28 >= 0xe || p.address >>> 24 === 127) throw new RangeError(`${where}: ${formatIp4(p.address)} cannot be an interface address`);
+    if (!Number.isInteger(prefix) || prefix < 0 || prefix > 32)
+      throw new RangeError(`${where}: prefix must be 0..32, got ${prefix}`);
+    if (p.address === 0 || p.address >>> 28 >= 0xe || p.address >>> 24 === 127)
+      throw new RangeError(`${where}: ${formatIp4(p.address)} cannot be an interface address`);
     const other = this.byAddress.get(p.address);
-    if (other !== undefined) throw new Error(`${where}: address ${formatIp4(p.address)} is already on ${this.names[other]}`);
+    if (other !== undefined)
+      throw new Error(`${where}: address ${formatIp4(p.address)} is already on ${this.names[other]}`);
     const mask = prefixMask(prefix);
     let gw = 0;
     if (cfg.gateway !== undefined) {
       gw = parseIp4(cfg.gateway, `${where}: gateway`);
-      if (((gw ^ p.address) & mask) !== 0 || gw === p.address) throw new RangeError(`${where}: gateway ${cfg.gateway} is not a neighbor on ${cfg.address}/${prefix}`);
+      if (((gw ^ p.address) & mask) !== 0 || gw === p.address)
+        throw new RangeError(`${where}: gateway ${cfg.gateway} is not a neighbor on ${cfg.address}/${prefix}`);
     }
     const mtu = cfg.mtu ?? 1500;
     checkMtu(mtu, where);
-    if (!this.graph.hasNode(cfg.output)) throw new Error(`${where}: output node "${cfg.output}" does not exist (add the interface to the drivers' registry first)`);
+    if (!this.graph.hasNode(cfg.output))
+      throw new Error(
+        `${where}: output node "${cfg.output}" does not exist (add the interface to the drivers' registry first)`,
+      );
     // Arcs first: if one fails nothing is configured.
     const arcs = this.attached.map((a) => this.graph.addNext(a.rt, cfg.output));
     this.attached.forEach((a, k) => (a.arcs[ix] = arcs[k]));
@@ -146,9 +166,13 @@ export class InterfaceTable {
     this.check(ix);
     const m = parseMac(mac, `interface ${this.names[ix]}: multicast mac`);
     if (!(m[0] & 1)) throw new RangeError(`interface ${this.names[ix]}: ${formatMac(m)} is not a multicast MAC`);
-    const hi = macHi(m), lo = macLo(m), base = ix * MAX_MCAST_PER_IF, n = this.mcastCount[ix];
+    const hi = macHi(m),
+      lo = macLo(m),
+      base = ix * MAX_MCAST_PER_IF,
+      n = this.mcastCount[ix];
     for (let k = 0; k < n; k++) if (this.mcastHi[base + k] === hi && this.mcastLo[base + k] === lo) return;
-    if (n === MAX_MCAST_PER_IF) throw new Error(`interface ${this.names[ix]}: at most ${MAX_MCAST_PER_IF} multicast MACs`);
+    if (n === MAX_MCAST_PER_IF)
+      throw new Error(`interface ${this.names[ix]}: at most ${MAX_MCAST_PER_IF} multicast MACs`);
     this.mcastHi[base + n] = hi;
     this.mcastLo[base + n] = lo;
     this.mcastCount[ix] = n + 1;
@@ -156,22 +180,28 @@ export class InterfaceTable {
 
   /** True when interface `ix` subscribed to multicast MAC (hi, lo). */
   mcastMember(ix: number, hi: number, lo: number): boolean {
-    const base = ix * MAX_MCAST_PER_IF, n = this.mcastCount[ix];
+    const base = ix * MAX_MCAST_PER_IF,
+      n = this.mcastCount[ix];
     for (let k = 0; k < n; k++) if (this.mcastHi[base + k] === hi && this.mcastLo[base + k] === lo) return true;
     return false;
   }
 
   /** Interface owning local address `a`, or 0. Data path: a scan of the configured list. */
   localInterface(a: number): number {
-    const list = this.list, addr = this.address;
+    const list = this.list,
+      addr = this.address;
     for (let k = 0; k < list.length; k++) if (addr[list[k]] === a) return list[k];
     return 0;
   }
 
   /** Interface to reach `dst` on: on-link prefix match (longest), else the default route, else 0. */
   route(dst: number): number {
-    const list = this.list, addr = this.address, mask = this.mask, prefix = this.prefix;
-    let best = 0, bestLen = -1;
+    const list = this.list,
+      addr = this.address,
+      mask = this.mask,
+      prefix = this.prefix;
+    let best = 0,
+      bestLen = -1;
     for (let k = 0; k < list.length; k++) {
       const ix = list[k];
       if (((dst ^ addr[ix]) & mask[ix]) === 0 && prefix[ix] > bestLen) {
@@ -214,7 +244,8 @@ export class InterfaceTable {
     this.check(ix);
     const mc: string[] = [];
     for (let k = 0; k < this.mcastCount[ix]; k++) {
-      const hi = this.mcastHi[ix * MAX_MCAST_PER_IF + k], lo = this.mcastLo[ix * MAX_MCAST_PER_IF + k];
+      const hi = this.mcastHi[ix * MAX_MCAST_PER_IF + k],
+        lo = this.mcastLo[ix * MAX_MCAST_PER_IF + k];
       mc.push(formatMacHiLo(hi, lo));
     }
     return {

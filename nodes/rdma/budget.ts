@@ -39,12 +39,21 @@ export const BUDGET_DEFAULTS: BudgetLimits = {
 export type BudgetKind = 'mr-bytes' | 'cq-entries' | 'wr-slots' | 'pds' | 'cqs' | 'srqs';
 const KINDS: readonly BudgetKind[] = ['mr-bytes', 'cq-entries', 'wr-slots', 'pds', 'cqs', 'srqs'];
 const LIMIT_OF: Record<BudgetKind, keyof BudgetLimits> = {
-  'mr-bytes': 'maxMrBytes', 'cq-entries': 'maxCqEntries', 'wr-slots': 'maxWrSlots', pds: 'maxPds', cqs: 'maxCqs', srqs: 'maxSrqs',
+  'mr-bytes': 'maxMrBytes',
+  'cq-entries': 'maxCqEntries',
+  'wr-slots': 'maxWrSlots',
+  pds: 'maxPds',
+  cqs: 'maxCqs',
+  srqs: 'maxSrqs',
 };
 /** The start-up file's key of each budget. */
 export const BUDGET_KEY: Record<BudgetKind, string> = {
-  'mr-bytes': 'rdma.max-mr-bytes', 'cq-entries': 'rdma.max-cq-entries', 'wr-slots': 'rdma.max-wr-slots',
-  pds: 'rdma.max-pds', cqs: 'rdma.max-cqs', srqs: 'rdma.max-srqs',
+  'mr-bytes': 'rdma.max-mr-bytes',
+  'cq-entries': 'rdma.max-cq-entries',
+  'wr-slots': 'rdma.max-wr-slots',
+  pds: 'rdma.max-pds',
+  cqs: 'rdma.max-cqs',
+  srqs: 'rdma.max-srqs',
 };
 
 export type Charge = Partial<Record<BudgetKind, number>>;
@@ -59,7 +68,14 @@ export function qpSlots(maxSendWr: number, maxRecvWr: number, maxInline: number)
 
 export class Budget {
   readonly limits: BudgetLimits;
-  private readonly used: Record<BudgetKind, number> = { 'mr-bytes': 0, 'cq-entries': 0, 'wr-slots': 0, pds: 0, cqs: 0, srqs: 0 };
+  private readonly used: Record<BudgetKind, number> = {
+    'mr-bytes': 0,
+    'cq-entries': 0,
+    'wr-slots': 0,
+    pds: 0,
+    cqs: 0,
+    srqs: 0,
+  };
   private readonly charges = new WeakMap<object, Charge>();
 
   constructor(limits: Partial<BudgetLimits> = {}) {
@@ -67,7 +83,8 @@ export class Budget {
     for (const kind of KINDS) {
       const k = LIMIT_OF[kind];
       const v = limits[k] ?? l[k];
-      if (!(Number.isSafeInteger(v) && v >= 1)) throw new RangeError(`${BUDGET_KEY[kind]} must be an integer >= 1, got ${v}`);
+      if (!(Number.isSafeInteger(v) && v >= 1))
+        throw new RangeError(`${BUDGET_KEY[kind]} must be an integer >= 1, got ${v}`);
       l[k] = v;
     }
     this.limits = l;
@@ -85,10 +102,17 @@ export class Budget {
       if (n === undefined || n === 0) continue;
       const limit = this.limits[LIMIT_OF[kind]];
       const key = BUDGET_KEY[kind];
-      if (n > limit) throw new VerbsError('too-large', `${what} needs ${n} of ${key}, more than its whole ${limit}: ask for less, or raise ${key} in the start-up file`);
+      if (n > limit)
+        throw new VerbsError(
+          'too-large',
+          `${what} needs ${n} of ${key}, more than its whole ${limit}: ask for less, or raise ${key} in the start-up file`,
+        );
       const used = this.used[kind];
       if (used + n > limit) {
-        throw new VerbsError('busy', `${what} needs ${n} of ${key} (${limit}), and ${used} are in use: destroy objects first, or raise ${key} in the start-up file`);
+        throw new VerbsError(
+          'busy',
+          `${what} needs ${n} of ${key} (${limit}), and ${used} are in use: destroy objects first, or raise ${key} in the start-up file`,
+        );
       }
     }
   }

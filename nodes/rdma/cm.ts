@@ -31,7 +31,20 @@ import { Ip4Opaque } from '../ip4/ip4.ts';
 import { formatIp4 } from '../net/address.ts';
 import type { RdmaCore } from './core.ts';
 import { MAX_RD_ATOMIC, type Qp, QpState } from './qp.ts';
-import { CM_PRIVATE_DATA, CM_IRD, CM_MAX_PRIVATE_DATA, CM_ORD, CM_PARAMS_BYTES, CM_PD_LEN, TRP_ACK, TRP_HEADER_BYTES, TRP_OP_SHIFT, TRP_OPCODE, TRP_PSN, TrpOp } from './wire.ts';
+import {
+  CM_PRIVATE_DATA,
+  CM_IRD,
+  CM_MAX_PRIVATE_DATA,
+  CM_ORD,
+  CM_PARAMS_BYTES,
+  CM_PD_LEN,
+  TRP_ACK,
+  TRP_HEADER_BYTES,
+  TRP_OP_SHIFT,
+  TRP_OPCODE,
+  TRP_PSN,
+  TrpOp,
+} from './wire.ts';
 
 export const CM_INPUT = 'cm-input';
 
@@ -40,9 +53,21 @@ const ERROR_TABLE = errorTable({
   NO_LISTENER: { name: 'no_listener', description: 'REQ to a port with no listener', severity: 'warn' },
   UNEXPECTED: { name: 'unexpected', description: 'ACCEPT/REJECT for a QP not connecting', severity: 'info' },
   REQUESTS: { name: 'requests', description: 'connection requests received', severity: 'info' },
-  BACKLOG_FULL: { name: 'backlog_full', description: 'REQ dropped: the listener has its backlog of half-open connections', severity: 'warn' },
-  REPEATED: { name: 'repeated', description: 'repeated REQ not answered (connection up, or re-ACCEPT limit)', severity: 'info' },
-  REAPED: { name: 'reaped', description: 'half-open connections destroyed (no traffic after ACCEPT)', severity: 'warn' },
+  BACKLOG_FULL: {
+    name: 'backlog_full',
+    description: 'REQ dropped: the listener has its backlog of half-open connections',
+    severity: 'warn',
+  },
+  REPEATED: {
+    name: 'repeated',
+    description: 'repeated REQ not answered (connection up, or re-ACCEPT limit)',
+    severity: 'info',
+  },
+  REAPED: {
+    name: 'reaped',
+    description: 'half-open connections destroyed (no traffic after ACCEPT)',
+    severity: 'warn',
+  },
   WRONG_ID: { name: 'wrong_id', description: 'ACCEPT/REJECT not echoing our REQ (spoofed or stale)', severity: 'warn' },
 });
 export const CmError = ERROR_TABLE.code;
@@ -81,7 +106,8 @@ export class CmConnectError extends Error {
 }
 
 /** What a listener's accept callback returns: a QP in INIT to connect, or a rejection. */
-export type AcceptDecision = { qp: Qp; privateData?: Uint8Array } | { reject: true; privateData?: Uint8Array; reason?: string };
+export type AcceptDecision =
+  { qp: Qp; privateData?: Uint8Array } | { reject: true; privateData?: Uint8Array; reason?: string };
 
 export interface Listener {
   port: number;
@@ -208,9 +234,13 @@ export class ConnectionManager {
     if (bytes.length < TRP_HEADER_BYTES + CM_PARAMS_BYTES) return rt.countError(CmError.MALFORMED);
     const op = v.getUint16(TRP_OPCODE) >>> TRP_OP_SHIFT;
     if (op !== TrpOp.REQ && op !== TrpOp.ACCEPT && op !== TrpOp.REJECT) return rt.countError(CmError.MALFORMED);
-    const psn = v.getUint32(TRP_PSN), ack = v.getUint32(TRP_ACK);
-    const pdLen = v.getUint16(CM_PD_LEN), ird = v.getUint16(CM_IRD), ord = v.getUint16(CM_ORD);
-    if (bytes.length !== TRP_HEADER_BYTES + CM_PARAMS_BYTES + pdLen || pdLen > CM_MAX_PRIVATE_DATA) return rt.countError(CmError.MALFORMED);
+    const psn = v.getUint32(TRP_PSN),
+      ack = v.getUint32(TRP_ACK);
+    const pdLen = v.getUint16(CM_PD_LEN),
+      ird = v.getUint16(CM_IRD),
+      ord = v.getUint16(CM_ORD);
+    if (bytes.length !== TRP_HEADER_BYTES + CM_PARAMS_BYTES + pdLen || pdLen > CM_MAX_PRIVATE_DATA)
+      return rt.countError(CmError.MALFORMED);
     if (op === TrpOp.REQ) return this.request(rt, bytes, src, srcPort, dstPort, psn, ird, ord, pdLen);
     const p = qpIndex >= 0 ? this.pending.get(qpIndex) : undefined;
     // Only the host we sent the REQ to answers it (from the port of the QP it made), and only
@@ -222,7 +252,14 @@ export class ConnectionManager {
     if (op === TrpOp.ACCEPT) {
       // Our ORD may not exceed the peer's IRD; our IRD serves the peer's ORD.
       try {
-        this.hooks.established(p.qp, src, srcPort, Math.max(p.qp.ird, Math.min(ord, p.qp.cfg.ird)), Math.min(p.qp.ord, ird) || 1, psn);
+        this.hooks.established(
+          p.qp,
+          src,
+          srcPort,
+          Math.max(p.qp.ird, Math.min(ord, p.qp.cfg.ird)),
+          Math.min(p.qp.ord, ird) || 1,
+          psn,
+        );
       } catch (e) {
         const why = `connect to ${formatIp4(src)}: ${(e as Error).message}`;
         this.hooks.failed(p.qp, why);
@@ -240,7 +277,17 @@ export class ConnectionManager {
     }
   }
 
-  private request(rt: NodeRuntime, bytes: Uint8Array, src: number, srcPort: number, dstPort: number, peerIsn: number, ird: number, ord: number, pdLen: number): void {
+  private request(
+    rt: NodeRuntime,
+    bytes: Uint8Array,
+    src: number,
+    srcPort: number,
+    dstPort: number,
+    peerIsn: number,
+    ird: number,
+    ord: number,
+    pdLen: number,
+  ): void {
     rt.countError(CmError.REQUESTS);
     const l = this.listeners.get(dstPort);
     if (!l) return rt.countError(CmError.NO_LISTENER);
@@ -251,19 +298,43 @@ export class ConnectionManager {
       // The same attempt again (our ACCEPT was lost): the same ACCEPT, while the peer has shown
       // nothing of having it, and not too often. Another attempt from the same address and
       // port while this connection is up is stale or spoofed: not answered.
-      if (have.peerIsn !== peerIsn || !have.halfOpen || have.cmAccepts > REACCEPT_MAX || now - have.cmAcceptNs < REACCEPT_NS) return rt.countError(CmError.REPEATED);
+      if (
+        have.peerIsn !== peerIsn ||
+        !have.halfOpen ||
+        have.cmAccepts > REACCEPT_MAX ||
+        now - have.cmAcceptNs < REACCEPT_NS
+      )
+        return rt.countError(CmError.REPEATED);
       have.cmAccepts++;
       have.cmAcceptNs = now;
-      this.send(ConnectionManager.message(TrpOp.ACCEPT, have.ird, have.ord, have.privateData, have.isn, peerIsn), src, srcPort, have.qpn);
+      this.send(
+        ConnectionManager.message(TrpOp.ACCEPT, have.ird, have.ord, have.privateData, have.isn, peerIsn),
+        src,
+        srcPort,
+        have.qpn,
+      );
       return;
     }
     if (have) l.conns.delete(key);
     if (this.halfOpenCount(l) >= l.backlog) return rt.countError(CmError.BACKLOG_FULL);
-    const reject = (pd?: Uint8Array) => this.send(ConnectionManager.message(TrpOp.REJECT, 0, 0, pd ?? new Uint8Array(0), 0, peerIsn), src, srcPort, dstPort);
+    const reject = (pd?: Uint8Array) =>
+      this.send(
+        ConnectionManager.message(TrpOp.REJECT, 0, 0, pd ?? new Uint8Array(0), 0, peerIsn),
+        src,
+        srcPort,
+        dstPort,
+      );
     if (ird > MAX_RD_ATOMIC || ord > MAX_RD_ATOMIC) return reject();
     let d: AcceptDecision;
     try {
-      d = l.accept({ address: formatIp4(src), port: srcPort, listenPort: dstPort, ird, ord, privateData: bytes.slice(CM_PRIVATE_DATA, CM_PRIVATE_DATA + pdLen) });
+      d = l.accept({
+        address: formatIp4(src),
+        port: srcPort,
+        listenPort: dstPort,
+        ird,
+        ord,
+        privateData: bytes.slice(CM_PRIVATE_DATA, CM_PRIVATE_DATA + pdLen),
+      });
     } catch (e) {
       d = { reject: true, reason: (e as Error).message };
     }
@@ -289,13 +360,22 @@ export class ConnectionManager {
     l.conns.set(key, qp);
     l.halfOpen.add(qp);
     this.core.graph.startTimer(this.rt, this.halfOpenTimeoutNs, REAP_TIMER + qp.index);
-    this.send(ConnectionManager.message(TrpOp.ACCEPT, qp.ird, qp.ord, qp.privateData, qp.isn, peerIsn), src, srcPort, qp.qpn);
+    this.send(
+      ConnectionManager.message(TrpOp.ACCEPT, qp.ird, qp.ord, qp.privateData, qp.isn, peerIsn),
+      src,
+      srcPort,
+      qp.qpn,
+    );
   }
 }
 
 export function registerCmInput(graph: Graph, cm: ConnectionManager): NodeRuntime {
   const rt = graph.register({
-    name: CM_INPUT, errors: ERRORS, runtimeData: cm, fn: cmInput, timer: (r, user) => (r.runtimeData as ConnectionManager).timer(user),
+    name: CM_INPUT,
+    errors: ERRORS,
+    runtimeData: cm,
+    fn: cmInput,
+    timer: (r, user) => (r.runtimeData as ConnectionManager).timer(user),
     formatTrace: (r) => String(r),
   });
   cm.rt = rt;

@@ -22,7 +22,8 @@ export interface TrpSettings {
 }
 
 export interface RdmaEvent {
-  type: 'qp-error' | 'qp-established' | 'qp-disconnected' | 'cq-error' | 'srq-limit' | 'connect-failed' | 'connect-request';
+  type:
+    'qp-error' | 'qp-established' | 'qp-disconnected' | 'cq-error' | 'srq-limit' | 'connect-failed' | 'connect-request';
   qpn?: number;
   cq?: number;
   srq?: number;
@@ -119,7 +120,12 @@ export class RdmaCore {
   complete(cq: Cq, c: Completion): void {
     // Reported once, when the CQ goes to error (later completions go to cq.overflowed too).
     const wasError = cq.error;
-    if (!cq.push(c) && !wasError) this.event({ type: 'cq-error', cq: cq.handle, reason: `completion queue ${cq.handle} overflowed (depth ${cq.depth})` });
+    if (!cq.push(c) && !wasError)
+      this.event({
+        type: 'cq-error',
+        cq: cq.handle,
+        reason: `completion queue ${cq.handle} overflowed (depth ${cq.depth})`,
+      });
     if (cq.dirty && !cq.notifyQueued) {
       cq.notifyQueued = true;
       this.dirty.push(cq);

@@ -13,7 +13,16 @@
  *
  * The segment then goes to rdmap-input with the DDP control bytes in the INFO opaque word.
  */
-import { BufferFlag, type BufferPool, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS, errorTable, nextTable } from '../../graph/index.ts';
+import {
+  BufferFlag,
+  type BufferPool,
+  type Frame,
+  type Graph,
+  type NodeRuntime,
+  OPAQUE_WORDS,
+  errorTable,
+  nextTable,
+} from '../../graph/index.ts';
 import type { RdmaCore } from './core.ts';
 import { QpState, SRQ_LATER } from './qp.ts';
 import { raiseTerminate } from './terminate.ts';
@@ -21,18 +30,37 @@ import { RdmaOpaque } from './trp-input.ts';
 import { completeRecv, unreceive } from './transport.ts';
 import { Access, type SgList, WcStatus, WrOpcode } from './verbs.ts';
 import {
-  DDP_L, DDP_T, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, DDP_VERSION, Qn, RdmapOp, RDMAP_OP_NAMES, T_STAG, T_TO, TermCode, termName, U_MO, U_MSN, U_QN,
+  DDP_L,
+  DDP_T,
+  DDP_TAGGED_BYTES,
+  DDP_UNTAGGED_BYTES,
+  DDP_VERSION,
+  Qn,
+  RdmapOp,
+  RDMAP_OP_NAMES,
+  T_STAG,
+  T_TO,
+  TermCode,
+  termName,
+  U_MO,
+  U_MSN,
+  U_QN,
 } from './wire.ts';
 
 export const DDP_INPUT = 'ddp-input';
 const NEXT = nextTable({ DROP: 'error-drop', RDMAP: 'rdmap-input' });
-const NEXT_DROP = NEXT.index.DROP, NEXT_RDMAP = NEXT.index.RDMAP;
+const NEXT_DROP = NEXT.index.DROP,
+  NEXT_RDMAP = NEXT.index.RDMAP;
 
 const ERROR_TABLE = errorTable({
   QP_ERROR: { name: 'qp_error', description: 'segment for a QP in ERROR', severity: 'warn' },
   TERMINATED: { name: 'terminated', description: 'DDP violation (Terminate sent)', severity: 'error' },
   TRUNCATED: { name: 'truncated', description: 'shorter than its DDP header', severity: 'error' },
-  SRQ_ORDER: { name: 'srq_order', description: 'Send ahead of an earlier MSN without an SRQ receive (not acknowledged)', severity: 'info' },
+  SRQ_ORDER: {
+    name: 'srq_order',
+    description: 'Send ahead of an earlier MSN without an SRQ receive (not acknowledged)',
+    severity: 'info',
+  },
 });
 export const DdpInputError = ERROR_TABLE.code;
 const ERRORS = ERROR_TABLE.list;
@@ -55,19 +83,36 @@ export interface DdpTrace {
 export function formatDdpTrace(r: unknown): string {
   if (typeof r === 'string') return r;
   const t = r as DdpTrace;
-  const where = t.tagged ? `stag 0x${t.stag.toString(16).padStart(8, '0')} to ${t.to}` : `qn ${t.qn} msn ${t.msn} mo ${t.mo}`;
+  const where = t.tagged
+    ? `stag 0x${t.stag.toString(16).padStart(8, '0')} to ${t.to}`
+    : `qn ${t.qn} msn ${t.msn} mo ${t.mo}`;
   return `DDP: qp ${t.qpn} psn ${t.psn} ${RDMAP_OP_NAMES[t.op] ?? `opcode ${t.op}`} ${t.tagged ? 'tagged' : 'untagged'}${t.last ? ' last' : ''} ${where} payload ${t.len}${t.note ? `\n  ${t.note}` : ''}`;
 }
 
 export function registerDdpInput(graph: Graph, core: RdmaCore): NodeRuntime {
-  return graph.register({ name: DDP_INPUT, next: NEXT.names, errors: ERRORS, runtimeData: core, fn: ddpInput, formatTrace: formatDdpTrace });
+  return graph.register({
+    name: DDP_INPUT,
+    next: NEXT.names,
+    errors: ERRORS,
+    runtimeData: core,
+    fn: ddpInput,
+    formatTrace: formatDdpTrace,
+  });
 }
 
 /**
  * Copy `len` payload bytes of packet `bi` (a chain), from `skip` bytes into it, to position
  * `pos` of an MR's memory (`mem`) or, when `mem` is null, of a work request's SG list.
  */
-function place(pool: BufferPool, bi: number, skip: number, mem: Uint8Array | null, sg: SgList | null, pos: number, len: number): void {
+function place(
+  pool: BufferPool,
+  bi: number,
+  skip: number,
+  mem: Uint8Array | null,
+  sg: SgList | null,
+  pos: number,
+  len: number,
+): void {
   for (;;) {
     const l = pool.length[bi];
     if (skip < l) {
@@ -88,8 +133,16 @@ function ddpInput(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
   const core = rt.runtimeData as RdmaCore;
   const pool = rt.graph.pool;
-  const u8 = pool.u8, v = pool.view, offset = pool.offset, length = pool.length, opaque = pool.opaque, error = pool.error, flags = pool.flags;
-  const vec = f.vec, n = f.n, nexts = rt.nexts;
+  const u8 = pool.u8,
+    v = pool.view,
+    offset = pool.offset,
+    length = pool.length,
+    opaque = pool.opaque,
+    error = pool.error,
+    flags = pool.flags;
+  const vec = f.vec,
+    n = f.n,
+    nexts = rt.nexts;
   const eBase = rt.errorIndex(0);
   const qps = core.qps;
   for (let i = 0; i < n; i++) {
@@ -98,8 +151,10 @@ function ddpInput(rt: NodeRuntime, frame: Frame | null): number {
     const qp = qps[opaque[w + RdmaOpaque.QP]];
     const o = offset[bi];
     const segLen = flags[bi] & BufferFlag.NEXT_PRESENT ? pool.packetLength(bi) : length[bi];
-    let err = -1, code = 0;
-    const b0 = u8[o], b1 = u8[o + 1];
+    let err = -1,
+      code = 0;
+    const b0 = u8[o],
+      b1 = u8[o + 1];
     const tagged = (b0 & DDP_T) !== 0;
     const hlen = tagged ? DDP_TAGGED_BYTES : DDP_UNTAGGED_BYTES;
     const op = b1 & 0x0f;
@@ -109,7 +164,9 @@ function ddpInput(rt: NodeRuntime, frame: Frame | null): number {
     else if ((b0 & 3) !== DDP_VERSION) code = tagged ? TermCode.DDP_T_VERSION : TermCode.DDP_U_VERSION;
     else if (plen < 0) code = tagged ? TermCode.DDP_T_BOUNDS : TermCode.DDP_U_INVALID_MO;
     else if (tagged) {
-      const stag = v.getUint32(o + T_STAG), toHi = v.getUint32(o + T_TO), to = toHi * 4294967296 + v.getUint32(o + T_TO + 4);
+      const stag = v.getUint32(o + T_STAG),
+        toHi = v.getUint32(o + T_TO),
+        to = toHi * 4294967296 + v.getUint32(o + T_TO + 4);
       if (op === RdmapOp.WRITE) {
         if (plen > 0) {
           const mr = core.mrFor(stag, qp.pd);
@@ -119,13 +176,16 @@ function ddpInput(rt: NodeRuntime, frame: Frame | null): number {
         }
       } else if (op === RdmapOp.READ_RESPONSE) {
         const wr = qp.ordRing[stag & qp.ordMask];
-        if (wr === null || wr.opcode !== WrOpcode.READ || wr.msn !== stag || wr.done) code = TermCode.DDP_T_INVALID_STAG;
+        if (wr === null || wr.opcode !== WrOpcode.READ || wr.msn !== stag || wr.done)
+          code = TermCode.DDP_T_INVALID_STAG;
         else if (to + plen > wr.length) code = TermCode.DDP_T_BOUNDS;
         else if (plen > 0) place(pool, bi, hlen, null, wr.sg, to, plen);
       }
       // Any other tagged opcode is rdmap-input's to reject.
     } else {
-      const qn = v.getUint32(o + U_QN), msn = v.getUint32(o + U_MSN), mo = v.getUint32(o + U_MO);
+      const qn = v.getUint32(o + U_QN),
+        msn = v.getUint32(o + U_MSN),
+        mo = v.getUint32(o + U_MO);
       if (qn === Qn.SEND) {
         if (((msn - qp.rqDone) | 0) <= 0 || ((msn - qp.rqDone) | 0) > qp.W) code = TermCode.DDP_U_INVALID_MSN;
         else {
@@ -139,7 +199,7 @@ function ddpInput(rt: NodeRuntime, frame: Frame | null): number {
           } else if (mo + plen > rwr.sg.total) {
             code = TermCode.DDP_U_TOO_LONG;
             // verbs: the receive completes with local-length-error (after those before it).
-            if (msn === ((qp.rqDone + 1) >>> 0)) completeRecv(core, qp, rwr, WcStatus.LOC_LEN_ERR, { byteLen: 0 });
+            if (msn === (qp.rqDone + 1) >>> 0) completeRecv(core, qp, rwr, WcStatus.LOC_LEN_ERR, { byteLen: 0 });
           } else if (plen > 0) place(pool, bi, hlen, null, rwr.sg, mo, plen);
         }
       } else if (qn !== Qn.READ && qn !== Qn.TERMINATE && qn !== Qn.ATOMIC_RESPONSE) code = TermCode.DDP_U_INVALID_QN;
@@ -151,10 +211,18 @@ function ddpInput(rt: NodeRuntime, frame: Frame | null): number {
     if (rt.traceOn && flags[bi] & BufferFlag.TRACED && qp !== null && err !== DdpInputError.TRUNCATED) {
       const full = segLen >= hlen;
       rt.addTrace(bi, {
-        qpn: qp.qpn, psn: opaque[w + RdmaOpaque.PSN], tagged, last: (b0 & DDP_L) !== 0, op,
-        stag: tagged && full ? v.getUint32(o + T_STAG) : 0, to: tagged && full ? v.getUint32(o + T_TO) * 4294967296 + v.getUint32(o + T_TO + 4) : 0,
-        qn: !tagged && full ? v.getUint32(o + U_QN) : 0, msn: !tagged && full ? v.getUint32(o + U_MSN) : 0, mo: !tagged && full ? v.getUint32(o + U_MO) : 0,
-        len: plen, note: code !== 0 ? `terminate ${termName(code)}` : err >= 0 ? ERRORS[err].description : '',
+        qpn: qp.qpn,
+        psn: opaque[w + RdmaOpaque.PSN],
+        tagged,
+        last: (b0 & DDP_L) !== 0,
+        op,
+        stag: tagged && full ? v.getUint32(o + T_STAG) : 0,
+        to: tagged && full ? v.getUint32(o + T_TO) * 4294967296 + v.getUint32(o + T_TO + 4) : 0,
+        qn: !tagged && full ? v.getUint32(o + U_QN) : 0,
+        msn: !tagged && full ? v.getUint32(o + U_MSN) : 0,
+        mo: !tagged && full ? v.getUint32(o + U_MO) : 0,
+        len: plen,
+        note: code !== 0 ? `terminate ${termName(code)}` : err >= 0 ? ERRORS[err].description : '',
       } satisfies DdpTrace);
     }
     if (err >= 0) {

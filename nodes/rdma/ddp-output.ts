@@ -10,7 +10,14 @@
  * last ACK and nothing carried one, a pure ACK, and one SACK per received range above the
  * cumulative ACK. trp-output puts the TRP header on.
  */
-import { FRAME_SIZE, type Graph, INVALID_INDEX, type NodeRuntime, OPAQUE_WORDS, errorTable } from '../../graph/index.ts';
+import {
+  FRAME_SIZE,
+  type Graph,
+  INVALID_INDEX,
+  type NodeRuntime,
+  OPAQUE_WORDS,
+  errorTable,
+} from '../../graph/index.ts';
 import type { RdmaCore } from './core.ts';
 import { type Qp, QpState, TxFlag, TxKind } from './qp.ts';
 import { RdmaOpaque } from './trp-input.ts';
@@ -32,7 +39,15 @@ export const DdpOutputError = ERROR_TABLE.code;
 const ERRORS = ERROR_TABLE.list;
 
 export function registerDdpOutput(graph: Graph, core: RdmaCore): NodeRuntime {
-  return graph.register({ name: DDP_OUTPUT, type: 'input', next: ['trp-output'], errors: ERRORS, runtimeData: core, fn: ddpOutput, formatTrace: (r) => String(r) });
+  return graph.register({
+    name: DDP_OUTPUT,
+    type: 'input',
+    next: ['trp-output'],
+    errors: ERRORS,
+    runtimeData: core,
+    fn: ddpOutput,
+    formatTrace: (r) => String(r),
+  });
 }
 
 let nOut = 0;
@@ -66,7 +81,8 @@ function alloc(rt: NodeRuntime): number {
 }
 
 function emit(rt: NodeRuntime, qp: Qp, bi: number, kind: number, psn: number, end: number): void {
-  const w = bi * OPAQUE_WORDS, op = rt.graph.pool.opaque;
+  const w = bi * OPAQUE_WORDS,
+    op = rt.graph.pool.opaque;
   op[w + RdmaOpaque.QP] = qp.index;
   op[w + RdmaOpaque.PSN] = psn;
   op[w + RdmaOpaque.INFO] = kind;
@@ -95,7 +111,13 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
   while (qp.rtxCount > 0 && nOut < FRAME_SIZE) {
     const psn = qp.rtx[qp.rtxHead & mask];
     const s = psn & mask;
-    if (((psn - qp.sndUna) | 0) >= 0 && ((psn - qp.sndNxt) | 0) < 0 && qp.txKind[s] !== TxKind.FREE && !(qp.txFlags[s] & TxFlag.SACKED) && (!inError || qp.txKind[s] === TxKind.TERM)) {
+    if (
+      ((psn - qp.sndUna) | 0) >= 0 &&
+      ((psn - qp.sndNxt) | 0) < 0 &&
+      qp.txKind[s] !== TxKind.FREE &&
+      !(qp.txFlags[s] & TxFlag.SACKED) &&
+      (!inError || qp.txKind[s] === TxKind.TERM)
+    ) {
       const bi = alloc(rt);
       if (bi === INVALID_INDEX) return true;
       buildSegment(qp, psn, pool, bi);
@@ -132,7 +154,8 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
       }
     }
     // 4. The send queue.
-    const sq = qp.sq, nsq = sq.length;
+    const sq = qp.sq,
+      nsq = sq.length;
     while (qp.sqNext !== qp.sqTail && nOut < FRAME_SIZE && qp.inFlight < window) {
       const ref = qp.sqNext % nsq;
       const wr = sq[ref];
@@ -165,7 +188,12 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
       if (op >= WrOpcode.READ) {
         psn = emitNew(rt, qp, TxKind.SQ, ref, 0, 0, TxFlag.LAST);
         last = true;
-      } else if (op === WrOpcode.WRITE_WITH_IMM && wr.sent === wr.length && wr.immSent === false && (wr.length > 0 || wr.lastPsn === -1)) {
+      } else if (
+        op === WrOpcode.WRITE_WITH_IMM &&
+        wr.sent === wr.length &&
+        wr.immSent === false &&
+        (wr.length > 0 || wr.lastPsn === -1)
+      ) {
         psn = emitNew(rt, qp, TxKind.SQ, ref, wr.length, 0, TxFlag.LAST | TxFlag.IMM);
         last = true;
         if (psn >= 0) wr.immSent = true;
@@ -233,6 +261,7 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
   completeSq(core, qp);
   if (nOut < FRAME_SIZE) return false;
   // Out of budget: more to do if anything is queued and the window is open.
-  return qp.rtxCount > 0 || (!inError && qp.inFlight < window && (qp.respNext !== qp.respTail || qp.sqNext !== qp.sqTail));
+  return (
+    qp.rtxCount > 0 || (!inError && qp.inFlight < window && (qp.respNext !== qp.respTail || qp.sqNext !== qp.sqTail))
+  );
 }
-

@@ -16,7 +16,17 @@ import { RdmaOpaque } from './trp-input.ts';
 import { raiseTerminate } from './terminate.ts';
 import { completeRecv, completeSq, takeResp, toError } from './transport.ts';
 import { Access, WcOpcode, WcStatus } from './verbs.ts';
-import { AtomicOp, DDP_L, DDP_UNTAGGED_BYTES, DDP_VERSION, Qn, RDMAP_CTL, RDMAP_OP_NAMES, RdmapOp, TermCode } from './wire.ts';
+import {
+  AtomicOp,
+  DDP_L,
+  DDP_UNTAGGED_BYTES,
+  DDP_VERSION,
+  Qn,
+  RDMAP_CTL,
+  RDMAP_OP_NAMES,
+  RdmapOp,
+  TermCode,
+} from './wire.ts';
 
 export const QP_DISPATCH = 'qp-dispatch';
 
@@ -52,7 +62,8 @@ function qpDispatch(rt: NodeRuntime, frame: Frame | null): number {
   const core = rt.runtimeData as RdmaCore;
   const pool = rt.graph.pool;
   const opaque = pool.opaque;
-  const vec = f.vec, n = f.n;
+  const vec = f.vec,
+    n = f.n;
   const m = ++mark;
   let nt = 0;
   for (let i = 0; i < n; i++) {
@@ -72,10 +83,12 @@ function qpDispatch(rt: NodeRuntime, frame: Frame | null): number {
 
 /** Deliver every slot below the cumulative ACK point. */
 export function deliver(core: RdmaCore, qp: Qp): void {
-  const mask = qp.wMask, rw = qp.rxW;
+  const mask = qp.wMask,
+    rw = qp.rxW;
   while (qp.deliverNext !== qp.rcvNxt) {
     const s = qp.deliverNext & mask;
-    const ev = qp.rxEv[s], b = s * RX_WORDS;
+    const ev = qp.rxEv[s],
+      b = s * RX_WORDS;
     qp.rxGot[s] = 0;
     qp.rxEv[s] = RxEvent.NONE;
     qp.deliverNext = (qp.deliverNext + 1) >>> 0;
@@ -90,7 +103,7 @@ export function deliver(core: RdmaCore, qp: Qp): void {
         break;
       case RxEvent.SEND_LAST: {
         const op = rw[b + 2];
-        if (rw[b] !== ((qp.rqDone + 1) >>> 0)) {
+        if (rw[b] !== (qp.rqDone + 1) >>> 0) {
           msnOutOfOrder(core, qp, op, rw[b], rw[b + 3]);
           break;
         }
@@ -102,29 +115,39 @@ export function deliver(core: RdmaCore, qp: Qp): void {
           if (mr !== null && mr.access & Access.REMOTE_INVALIDATE) mr.valid = false;
         }
         completeRecv(core, qp, wr, WcStatus.SUCCESS, {
-          byteLen: rw[b + 1], invalidatedStag: inv ? rw[b + 3] : undefined, solicited: op === RdmapOp.SEND_SE || op === RdmapOp.SEND_SE_INV,
+          byteLen: rw[b + 1],
+          invalidatedStag: inv ? rw[b + 3] : undefined,
+          solicited: op === RdmapOp.SEND_SE || op === RdmapOp.SEND_SE_INV,
         });
         break;
       }
       case RxEvent.IMMEDIATE: {
-        if (rw[b] !== ((qp.rqDone + 1) >>> 0)) {
+        if (rw[b] !== (qp.rqDone + 1) >>> 0) {
           msnOutOfOrder(core, qp, rw[b + 3], rw[b], 0);
           break;
         }
         const wr = qp.recvFor(rw[b]);
         if (wr === null) break;
         completeRecv(core, qp, wr, WcStatus.SUCCESS, {
-          byteLen: qp.lastWriteLen, opcode: WcOpcode.RECV_WITH_IMM, imm: rw[b + 2], solicited: rw[b + 3] === RdmapOp.IMMEDIATE_SE,
+          byteLen: qp.lastWriteLen,
+          opcode: WcOpcode.RECV_WITH_IMM,
+          imm: rw[b + 2],
+          solicited: rw[b + 3] === RdmapOp.IMMEDIATE_SE,
         });
         qp.lastWriteLen = 0;
         break;
       }
       case RxEvent.READ_REQUEST: {
         const r = takeResp(qp);
-        const size = rw[b + 4], stag = rw[b + 5];
+        const size = rw[b + 4],
+          stag = rw[b + 5];
         const mr = size > 0 ? core.mrFor(stag, qp.pd) : null;
         if (r === null || (size > 0 && mr === null)) {
-          toError(core, qp, r === null ? 'IRD exceeded' : `read source STag 0x${stag.toString(16)} invalidated before the read`);
+          toError(
+            core,
+            qp,
+            r === null ? 'IRD exceeded' : `read source STag 0x${stag.toString(16)} invalidated before the read`,
+          );
           break;
         }
         r.atomic = false;
@@ -142,21 +165,32 @@ export function deliver(core: RdmaCore, qp: Qp): void {
         const stag = rw[b + 3];
         const mr = core.mrFor(stag, qp.pd);
         if (r === null || mr === null) {
-          toError(core, qp, r === null ? 'IRD exceeded' : `atomic STag 0x${stag.toString(16)} invalidated before the atomic`);
+          toError(
+            core,
+            qp,
+            r === null ? 'IRD exceeded' : `atomic STag 0x${stag.toString(16)} invalidated before the atomic`,
+          );
           break;
         }
         const to = rw[b + 4] * 4294967296 + rw[b + 5];
         const dv = mr.view;
-        const oLo = dv.getUint32(to, true), oHi = dv.getUint32(to + 4, true);
+        const oLo = dv.getUint32(to, true),
+          oHi = dv.getUint32(to + 4, true);
         const aop = rw[b + 1] & 0x0f;
-        let nLo = oLo, nHi = oHi;
+        let nLo = oLo,
+          nHi = oHi;
         if (aop === AtomicOp.FETCH_ADD) {
           const lo = oLo + rw[b + 7];
           nLo = lo >>> 0;
           nHi = (oHi + rw[b + 6] + (lo > 0xffffffff ? 1 : 0)) >>> 0;
         } else {
-          const swHi = rw[b + 6], swLo = rw[b + 7], smHi = rw[b + 8], smLo = rw[b + 9];
-          const match = aop === AtomicOp.SWAP || (((oHi ^ rw[b + 10]) & rw[b + 12]) === 0 && ((oLo ^ rw[b + 11]) & rw[b + 13]) === 0);
+          const swHi = rw[b + 6],
+            swLo = rw[b + 7],
+            smHi = rw[b + 8],
+            smLo = rw[b + 9];
+          const match =
+            aop === AtomicOp.SWAP ||
+            (((oHi ^ rw[b + 10]) & rw[b + 12]) === 0 && ((oLo ^ rw[b + 11]) & rw[b + 13]) === 0);
           if (match) {
             nHi = ((oHi & ~smHi) | (swHi & smHi)) >>> 0;
             nLo = ((oLo & ~smLo) | (swLo & smLo)) >>> 0;
@@ -182,7 +216,8 @@ export function deliver(core: RdmaCore, qp: Qp): void {
         if (wr === null || wr.msn !== msn) break;
         if (ev === RxEvent.ATOMIC_RESPONSE) {
           // The original value lands in the local 8 bytes in host (little-endian) order.
-          const hi = rw[b + 1], lo = rw[b + 2];
+          const hi = rw[b + 1],
+            lo = rw[b + 2];
           for (let k = 0; k < 4; k++) {
             result[k] = (lo >>> (8 * k)) & 0xff;
             result[4 + k] = (hi >>> (8 * k)) & 0xff;
@@ -199,4 +234,3 @@ export function deliver(core: RdmaCore, qp: Qp): void {
     }
   }
 }
-

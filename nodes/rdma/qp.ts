@@ -24,13 +24,20 @@ export type QpStateName = (typeof QP_STATE_NAMES)[number];
 export function transitionAllowed(from: number, to: number): boolean {
   if (to === QpState.RESET || to === QpState.ERROR) return true;
   switch (from) {
-    case QpState.RESET: return to === QpState.INIT;
-    case QpState.INIT: return to === QpState.INIT || to === QpState.RTR;
-    case QpState.RTR: return to === QpState.RTS;
-    case QpState.RTS: return to === QpState.RTS || to === QpState.SQD;
-    case QpState.SQD: return to === QpState.SQD || to === QpState.RTS;
-    case QpState.SQE: return to === QpState.RTS;
-    default: return false;
+    case QpState.RESET:
+      return to === QpState.INIT;
+    case QpState.INIT:
+      return to === QpState.INIT || to === QpState.RTR;
+    case QpState.RTR:
+      return to === QpState.RTS;
+    case QpState.RTS:
+      return to === QpState.RTS || to === QpState.SQD;
+    case QpState.SQD:
+      return to === QpState.SQD || to === QpState.RTS;
+    case QpState.SQE:
+      return to === QpState.RTS;
+    default:
+      return false;
   }
 }
 
@@ -293,7 +300,16 @@ export class Qp {
   txBytes = 0;
   rxBytes = 0;
 
-  constructor(index: number, qpn: number, pd: Pd, sendCq: Cq, recvCq: Cq, srq: Srq | null, cfg: QpConfig, rtoInitNs: number) {
+  constructor(
+    index: number,
+    qpn: number,
+    pd: Pd,
+    sendCq: Cq,
+    recvCq: Cq,
+    srq: Srq | null,
+    cfg: QpConfig,
+    rtoInitNs: number,
+  ) {
     this.index = index;
     this.qpn = qpn;
     this.pd = pd;

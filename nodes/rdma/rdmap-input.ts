@@ -10,33 +10,98 @@
  * executed) must happen in order, only when no hole precedes it: rdmap-input records it in the
  * QP's receive window slot for qp-dispatch. A Terminate is taken at once (the stream is over).
  */
-import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS, errorTable, nextTable } from '../../graph/index.ts';
+import {
+  BufferFlag,
+  type Frame,
+  type Graph,
+  type NodeRuntime,
+  OPAQUE_WORDS,
+  errorTable,
+  nextTable,
+} from '../../graph/index.ts';
 import type { RdmaCore } from './core.ts';
 import { QpState, RX_WORDS, RxEvent } from './qp.ts';
 import { raiseTerminate, receiveTerminate } from './terminate.ts';
 import { unreceive } from './transport.ts';
 import { RdmaOpaque } from './trp-input.ts';
 import { Access, WrOpcode } from './verbs.ts';
-import { AR_OPCODE, AR_STAG, AR_TO, ARESP_ORIG, ARESP_REQ_ID, ATOMIC_REQUEST_BYTES, ATOMIC_RESPONSE_BYTES, AtomicOp, DDP_L, DDP_T, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, IMM_DATA, IMMEDIATE_BYTES, Qn, RDMAP_OP_NAMES, RDMAP_VERSION, RdmapOp, READ_REQUEST_BYTES, RR_SIZE, RR_SRC_STAG, RR_SRC_TO, T_STAG, TermCode, TERMINATE_CTL_BYTES, termName, U_INV_STAG, U_MO, U_MSN, U_QN } from './wire.ts';
+import {
+  AR_OPCODE,
+  AR_STAG,
+  AR_TO,
+  ARESP_ORIG,
+  ARESP_REQ_ID,
+  ATOMIC_REQUEST_BYTES,
+  ATOMIC_RESPONSE_BYTES,
+  AtomicOp,
+  DDP_L,
+  DDP_T,
+  DDP_TAGGED_BYTES,
+  DDP_UNTAGGED_BYTES,
+  IMM_DATA,
+  IMMEDIATE_BYTES,
+  Qn,
+  RDMAP_OP_NAMES,
+  RDMAP_VERSION,
+  RdmapOp,
+  READ_REQUEST_BYTES,
+  RR_SIZE,
+  RR_SRC_STAG,
+  RR_SRC_TO,
+  T_STAG,
+  TermCode,
+  TERMINATE_CTL_BYTES,
+  termName,
+  U_INV_STAG,
+  U_MO,
+  U_MSN,
+  U_QN,
+} from './wire.ts';
 
 export const RDMAP_INPUT = 'rdmap-input';
 const NEXT = nextTable({ DROP: 'error-drop', DISPATCH: 'qp-dispatch' });
-const NEXT_DROP = NEXT.index.DROP, NEXT_DISPATCH = NEXT.index.DISPATCH;
+const NEXT_DROP = NEXT.index.DROP,
+  NEXT_DISPATCH = NEXT.index.DISPATCH;
 
 const ERROR_TABLE = errorTable({
   TERMINATED: { name: 'terminated', description: 'RDMAP violation (Terminate sent)', severity: 'error' },
   TERMINATE_RECEIVED: { name: 'terminate_received', description: 'Terminate received', severity: 'warn' },
-  TERMINATE_EARLY: { name: 'terminate_early', description: 'Terminate above a hole (not taken, not acknowledged)', severity: 'warn' },
+  TERMINATE_EARLY: {
+    name: 'terminate_early',
+    description: 'Terminate above a hole (not taken, not acknowledged)',
+    severity: 'warn',
+  },
 });
 export const RdmapInputError = ERROR_TABLE.code;
 const ERRORS = ERROR_TABLE.list;
 
 /** Which QN each untagged opcode must arrive on (-1: tagged only or not an opcode we take). */
-const OP_QN = [-1, Qn.READ, -1, Qn.SEND, Qn.SEND, Qn.SEND, Qn.SEND, Qn.TERMINATE, Qn.SEND, Qn.SEND, Qn.READ, Qn.ATOMIC_RESPONSE, -1, -1, -1, -1];
+const OP_QN = [
+  -1,
+  Qn.READ,
+  -1,
+  Qn.SEND,
+  Qn.SEND,
+  Qn.SEND,
+  Qn.SEND,
+  Qn.TERMINATE,
+  Qn.SEND,
+  Qn.SEND,
+  Qn.READ,
+  Qn.ATOMIC_RESPONSE,
+  -1,
+  -1,
+  -1,
+  -1,
+];
 
 export function registerRdmapInput(graph: Graph, core: RdmaCore): NodeRuntime {
   return graph.register({
-    name: RDMAP_INPUT, next: NEXT.names, errors: ERRORS, runtimeData: core, fn: rdmapInput,
+    name: RDMAP_INPUT,
+    next: NEXT.names,
+    errors: ERRORS,
+    runtimeData: core,
+    fn: rdmapInput,
     formatTrace: (r) => String(r),
   });
 }
@@ -45,8 +110,15 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
   const core = rt.runtimeData as RdmaCore;
   const pool = rt.graph.pool;
-  const v = pool.view, offset = pool.offset, length = pool.length, opaque = pool.opaque, error = pool.error, flags = pool.flags;
-  const vec = f.vec, n = f.n, nexts = rt.nexts;
+  const v = pool.view,
+    offset = pool.offset,
+    length = pool.length,
+    opaque = pool.opaque,
+    error = pool.error,
+    flags = pool.flags;
+  const vec = f.vec,
+    n = f.n,
+    nexts = rt.nexts;
   const eBase = rt.errorIndex(0);
   for (let i = 0; i < n; i++) {
     const bi = vec[i];
@@ -54,20 +126,25 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
     const qp = core.qps[opaque[w + RdmaOpaque.QP]];
     const psn = opaque[w + RdmaOpaque.PSN];
     const info = opaque[w + RdmaOpaque.INFO];
-    const b0 = info >>> 8, b1 = info & 0xff;
-    const tagged = (b0 & DDP_T) !== 0, last = (b0 & DDP_L) !== 0;
+    const b0 = info >>> 8,
+      b1 = info & 0xff;
+    const tagged = (b0 & DDP_T) !== 0,
+      last = (b0 & DDP_L) !== 0;
     const op = b1 & 0x0f;
     const o = offset[bi];
     const segLen = flags[bi] & BufferFlag.NEXT_PRESENT ? pool.packetLength(bi) : length[bi];
     const plen = segLen - (tagged ? DDP_TAGGED_BYTES : DDP_UNTAGGED_BYTES);
     const body = o + DDP_UNTAGGED_BYTES;
-    let code = 0, err = -1;
+    let code = 0,
+      err = -1;
     let note = '';
     if (qp === null || qp.state === QpState.ERROR) {
       nexts[i] = NEXT_DISPATCH;
       continue;
     }
-    const s = psn & qp.wMask, rw = qp.rxW, b = s * RX_WORDS;
+    const s = psn & qp.wMask,
+      rw = qp.rxW,
+      b = s * RX_WORDS;
     if (b1 >>> 6 !== RDMAP_VERSION) code = TermCode.RDMAP_VERSION;
     else if (tagged) {
       if (op === RdmapOp.WRITE) {
@@ -127,11 +204,13 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
           // IRD counts the requests not yet delivered and the responses not yet acknowledged.
           else if (d < 0 || d + (qp.respTail - qp.respHead) >= qp.ird) code = TermCode.DDP_U_INVALID_MSN;
           else if (isRead) {
-            const size = v.getUint32(body + RR_SIZE), stag = v.getUint32(body + RR_SRC_STAG);
+            const size = v.getUint32(body + RR_SIZE),
+              stag = v.getUint32(body + RR_SRC_STAG);
             const to = v.getUint32(body + RR_SRC_TO) * 4294967296 + v.getUint32(body + RR_SRC_TO + 4);
             const mr = core.mrFor(stag, qp.pd);
             if (size > 0 && mr === null) code = TermCode.RDMAP_INVALID_STAG;
-            else if (size > 0 && !((mr as { access: number }).access & Access.REMOTE_READ)) code = TermCode.RDMAP_ACCESS;
+            else if (size > 0 && !((mr as { access: number }).access & Access.REMOTE_READ))
+              code = TermCode.RDMAP_ACCESS;
             else if (size > 0 && to + size > (mr as { length: number }).length) code = TermCode.RDMAP_BOUNDS;
             else {
               qp.rxEv[s] = RxEvent.READ_REQUEST;
@@ -139,7 +218,8 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
               for (let k = 0; k < 7; k++) rw[b + 1 + k] = v.getUint32(body + 4 * k);
             }
           } else {
-            const aop = v.getUint32(body + AR_OPCODE) & 0x0f, stag = v.getUint32(body + AR_STAG);
+            const aop = v.getUint32(body + AR_OPCODE) & 0x0f,
+              stag = v.getUint32(body + AR_STAG);
             const to = v.getUint32(body + AR_TO) * 4294967296 + v.getUint32(body + AR_TO + 4);
             const mr = core.mrFor(stag, qp.pd);
             if (aop > AtomicOp.CMP_SWAP) code = TermCode.RDMAP_UNEXPECTED_OPCODE;
@@ -157,7 +237,13 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
         case RdmapOp.ATOMIC_RESPONSE: {
           const reqId = plen >= ATOMIC_RESPONSE_BYTES ? v.getUint32(body + ARESP_REQ_ID) : 0;
           const wr = qp.ordRing[reqId & qp.ordMask];
-          if (plen < ATOMIC_RESPONSE_BYTES || wr === null || wr.msn !== reqId || wr.opcode < WrOpcode.FETCH_ADD || wr.done) {
+          if (
+            plen < ATOMIC_RESPONSE_BYTES ||
+            wr === null ||
+            wr.msn !== reqId ||
+            wr.opcode < WrOpcode.FETCH_ADD ||
+            wr.done
+          ) {
             code = TermCode.RDMAP_UNEXPECTED_OPCODE;
           } else {
             qp.rxEv[s] = RxEvent.ATOMIC_RESPONSE;
@@ -189,11 +275,24 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
       }
     }
     if (code !== 0) {
-      raiseTerminate(core, qp, code, pool.u8, o, segLen, `rdmap-input on qp ${qp.qpn}: ${RDMAP_OP_NAMES[op] ?? op}`, psn);
+      raiseTerminate(
+        core,
+        qp,
+        code,
+        pool.u8,
+        o,
+        segLen,
+        `rdmap-input on qp ${qp.qpn}: ${RDMAP_OP_NAMES[op] ?? op}`,
+        psn,
+      );
       err = RdmapInputError.TERMINATED;
       note = `terminate ${termName(code)}`;
     }
-    if (rt.traceOn && flags[bi] & BufferFlag.TRACED) rt.addTrace(bi, `RDMAP: qp ${qp.qpn} psn ${psn} ${RDMAP_OP_NAMES[op] ?? `opcode ${op}`}${last ? ' last' : ''}${note ? ` (${note})` : ''}`);
+    if (rt.traceOn && flags[bi] & BufferFlag.TRACED)
+      rt.addTrace(
+        bi,
+        `RDMAP: qp ${qp.qpn} psn ${psn} ${RDMAP_OP_NAMES[op] ?? `opcode ${op}`}${last ? ' last' : ''}${note ? ` (${note})` : ''}`,
+      );
     if (err >= 0) {
       error[bi] = eBase + err;
       nexts[i] = NEXT_DROP;

@@ -9,7 +9,18 @@ import { type Qp, QpState } from './qp.ts';
 import { toError } from './transport.ts';
 import { WcStatus, WrOpcode } from './verbs.ts';
 import {
-  DDP_T, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, HDRCT_D, HDRCT_M, HDRCT_R, Qn, RdmapOp, READ_REQUEST_BYTES, TERMINATE_CTL_BYTES, TermCode, termName,
+  DDP_T,
+  DDP_TAGGED_BYTES,
+  DDP_UNTAGGED_BYTES,
+  HDRCT_D,
+  HDRCT_M,
+  HDRCT_R,
+  Qn,
+  RdmapOp,
+  READ_REQUEST_BYTES,
+  TERMINATE_CTL_BYTES,
+  TermCode,
+  termName,
 } from './wire.ts';
 
 const TERM_MAX = TERMINATE_CTL_BYTES + 2 + DDP_UNTAGGED_BYTES + READ_REQUEST_BYTES;
@@ -24,7 +35,16 @@ const TERM_MAX = TERMINATE_CTL_BYTES + 2 + DDP_UNTAGGED_BYTES + READ_REQUEST_BYT
  * by the Terminate itself, or a pure ACK) would complete the peer's Send or Write successfully
  * before the Terminate naming it arrives, and the error would land on some other WR.
  */
-export function raiseTerminate(core: RdmaCore, qp: Qp, code: number, u8: Uint8Array, o: number, segLen: number, why: string, psn?: number): void {
+export function raiseTerminate(
+  core: RdmaCore,
+  qp: Qp,
+  code: number,
+  u8: Uint8Array,
+  o: number,
+  segLen: number,
+  why: string,
+  psn?: number,
+): void {
   if (qp.term !== null || qp.state === QpState.ERROR) return;
   if (psn !== undefined && ((psn - qp.deliverNext) | 0) >= 0 && ((psn - qp.rcvNxt) | 0) < 0) qp.rcvNxt = psn;
   const t = new Uint8Array(TERM_MAX);
@@ -40,7 +60,12 @@ export function raiseTerminate(core: RdmaCore, qp: Qp, code: number, u8: Uint8Ar
     t.set(u8.subarray(o, o + hlen), 6);
     n = 6 + hlen;
     // RDMAP-layer errors about a Read Request carry its 28-byte RDMAP header as well.
-    if (code >> 12 === 0 && !tagged && (u8[o + 1] & 0x0f) === RdmapOp.READ_REQUEST && segLen >= hlen + READ_REQUEST_BYTES) {
+    if (
+      code >> 12 === 0 &&
+      !tagged &&
+      (u8[o + 1] & 0x0f) === RdmapOp.READ_REQUEST &&
+      segLen >= hlen + READ_REQUEST_BYTES
+    ) {
       t.set(u8.subarray(o + hlen, o + hlen + READ_REQUEST_BYTES), n);
       n += READ_REQUEST_BYTES;
       hdrct |= HDRCT_R;
@@ -84,7 +109,8 @@ export function receiveTerminate(core: RdmaCore, qp: Qp, body: Uint8Array): void
   const code = body.length >= 2 ? (body[0] << 8) | body[1] : TermCode.RDMAP_CATASTROPHIC;
   const hdrct = body.length >= 3 ? body[2] : 0;
   const status = termStatus(code);
-  const sq = qp.sq, nsq = sq.length;
+  const sq = qp.sq,
+    nsq = sq.length;
   let target = -1;
   if (hdrct & HDRCT_D && body.length >= 6 + DDP_TAGGED_BYTES) {
     const h = 6;
@@ -95,10 +121,17 @@ export function receiveTerminate(core: RdmaCore, qp: Qp, body: Uint8Array): void
       const wr = sq[i % nsq];
       if (wr.done) continue;
       if (isTagged && rop === RdmapOp.WRITE) {
-        if ((wr.opcode === WrOpcode.WRITE || wr.opcode === WrOpcode.WRITE_WITH_IMM) && wr.rstag === dv.getUint32(h + 2)) target = i;
+        if ((wr.opcode === WrOpcode.WRITE || wr.opcode === WrOpcode.WRITE_WITH_IMM) && wr.rstag === dv.getUint32(h + 2))
+          target = i;
       } else if (!isTagged && body.length >= 6 + DDP_UNTAGGED_BYTES) {
-        const qn = dv.getUint32(h + 6), msn = dv.getUint32(h + 10);
-        if (qn === Qn.SEND && (wr.opcode <= WrOpcode.SEND_WITH_INV || wr.opcode === WrOpcode.WRITE_WITH_IMM) && wr.msn === msn) target = i;
+        const qn = dv.getUint32(h + 6),
+          msn = dv.getUint32(h + 10);
+        if (
+          qn === Qn.SEND &&
+          (wr.opcode <= WrOpcode.SEND_WITH_INV || wr.opcode === WrOpcode.WRITE_WITH_IMM) &&
+          wr.msn === msn
+        )
+          target = i;
         if (qn === Qn.READ && wr.opcode >= WrOpcode.READ && wr.msn === msn) target = i;
       }
     }

@@ -8,14 +8,73 @@
 import type { BufferPool } from '../../graph/index.ts';
 import { type Qp, QpState, type RespSlot, type SendWr, TxFlag, TxKind } from './qp.ts';
 import type { RdmaCore } from './core.ts';
-import { type Completion, type Cq, type Mr, type RecvWr, WC_OPCODE_NAMES, WC_STATUS_NAMES, WcOpcode, WcStatus, WrOpcode, WR_WC_OPCODE, isAtomic } from './verbs.ts';
-import { AR_COMPARE, AR_COMPARE_MASK, AR_OPCODE, AR_REQ_ID, AR_STAG, AR_SWAP, AR_SWAP_MASK, AR_TO, ARESP_ORIG, ARESP_REQ_ID, ATOMIC_REQUEST_BYTES, ATOMIC_RESPONSE_BYTES, AtomicOp, DDP_CTL, DDP_L, DDP_T, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, DDP_VERSION, IMM_DATA, IMMEDIATE_BYTES, Qn, RDMAP_CTL, RDMAP_CTL_BYTE, RdmapOp, READ_REQUEST_BYTES, RR_SINK_STAG, RR_SINK_TO, RR_SIZE, RR_SRC_STAG, RR_SRC_TO, T_STAG, T_TO, U_INV_STAG, U_MO, U_MSN, U_QN } from './wire.ts';
+import {
+  type Completion,
+  type Cq,
+  type Mr,
+  type RecvWr,
+  WC_OPCODE_NAMES,
+  WC_STATUS_NAMES,
+  WcOpcode,
+  WcStatus,
+  WrOpcode,
+  WR_WC_OPCODE,
+  isAtomic,
+} from './verbs.ts';
+import {
+  AR_COMPARE,
+  AR_COMPARE_MASK,
+  AR_OPCODE,
+  AR_REQ_ID,
+  AR_STAG,
+  AR_SWAP,
+  AR_SWAP_MASK,
+  AR_TO,
+  ARESP_ORIG,
+  ARESP_REQ_ID,
+  ATOMIC_REQUEST_BYTES,
+  ATOMIC_RESPONSE_BYTES,
+  AtomicOp,
+  DDP_CTL,
+  DDP_L,
+  DDP_T,
+  DDP_TAGGED_BYTES,
+  DDP_UNTAGGED_BYTES,
+  DDP_VERSION,
+  IMM_DATA,
+  IMMEDIATE_BYTES,
+  Qn,
+  RDMAP_CTL,
+  RDMAP_CTL_BYTE,
+  RdmapOp,
+  READ_REQUEST_BYTES,
+  RR_SINK_STAG,
+  RR_SINK_TO,
+  RR_SIZE,
+  RR_SRC_STAG,
+  RR_SRC_TO,
+  T_STAG,
+  T_TO,
+  U_INV_STAG,
+  U_MO,
+  U_MSN,
+  U_QN,
+} from './wire.ts';
 
 const TWO32 = 4294967296;
 /** Packets sent after a hole that must arrive before it counts as lost (RFC 5681's 3). */
 const DUP_THRESH = 3;
 
-function untagged(v: DataView, o: number, last: boolean, op: number, inv: number, qn: number, msn: number, mo: number): number {
+function untagged(
+  v: DataView,
+  o: number,
+  last: boolean,
+  op: number,
+  inv: number,
+  qn: number,
+  msn: number,
+  mo: number,
+): number {
   v.setUint8(o + DDP_CTL, (last ? DDP_L : 0) | DDP_VERSION);
   v.setUint8(o + RDMAP_CTL_BYTE, RDMAP_CTL | op);
   v.setUint32(o + U_INV_STAG, inv);
@@ -39,9 +98,14 @@ const SEND_OP: readonly number[] = [RdmapOp.SEND, RdmapOp.SEND_SE, RdmapOp.SEND_
 /** Write the DDP/RDMAP header and payload of transmit slot `psn` into fresh buffer `bi`. */
 export function buildSegment(qp: Qp, psn: number, pool: BufferPool, bi: number): void {
   const s = psn & qp.wMask;
-  const kind = qp.txKind[s], fl = qp.txFlags[s], off = qp.txOff[s], len = qp.txLen[s];
+  const kind = qp.txKind[s],
+    fl = qp.txFlags[s],
+    off = qp.txOff[s],
+    len = qp.txLen[s];
   const last = (fl & TxFlag.LAST) !== 0;
-  const v = pool.view, u8 = pool.u8, o = pool.offset[bi];
+  const v = pool.view,
+    u8 = pool.u8,
+    o = pool.offset[bi];
   let bytes: number;
   if (kind === TxKind.SQ) bytes = buildRequest(qp.sq[qp.txRef[s]], fl, off, len, last, v, u8, o);
   else if (kind === TxKind.RESP) {
@@ -70,7 +134,16 @@ export function buildSegment(qp: Qp, psn: number, pool: BufferPool, bi: number):
 }
 
 /** The segment of send work request `wr` at byte `off`; returns its DDP length. */
-function buildRequest(wr: SendWr, fl: number, off: number, len: number, last: boolean, v: DataView, u8: Uint8Array, o: number): number {
+function buildRequest(
+  wr: SendWr,
+  fl: number,
+  off: number,
+  len: number,
+  last: boolean,
+  v: DataView,
+  u8: Uint8Array,
+  o: number,
+): number {
   const op = wr.opcode;
   if (op <= WrOpcode.SEND_WITH_INV) {
     let rop = SEND_OP[op];
@@ -104,7 +177,10 @@ function buildRequest(wr: SendWr, fl: number, off: number, len: number, last: bo
   }
   const h = untagged(v, o, true, RdmapOp.ATOMIC_REQUEST, 0, Qn.READ, wr.msn, 0);
   const b = o + h;
-  v.setUint32(b + AR_OPCODE, op === WrOpcode.FETCH_ADD ? AtomicOp.FETCH_ADD : op === WrOpcode.SWAP ? AtomicOp.SWAP : AtomicOp.CMP_SWAP);
+  v.setUint32(
+    b + AR_OPCODE,
+    op === WrOpcode.FETCH_ADD ? AtomicOp.FETCH_ADD : op === WrOpcode.SWAP ? AtomicOp.SWAP : AtomicOp.CMP_SWAP,
+  );
   v.setUint32(b + AR_REQ_ID, wr.msn);
   v.setUint32(b + AR_STAG, wr.rstag);
   v.setUint32(b + AR_TO, Math.floor(wr.roff / TWO32));
@@ -174,7 +250,8 @@ export function onAck(core: RdmaCore, qp: Qp, ack: number, nowNs: number): boole
     qp.respHead++;
   }
   // Sends and Writes complete when all their bytes are acknowledged.
-  const sq = qp.sq, nsq = sq.length;
+  const sq = qp.sq,
+    nsq = sq.length;
   while (qp.sqAcked !== qp.sqNext) {
     const wr = sq[qp.sqAcked % nsq];
     if (!wr.emitted || !(((wr.lastPsn - ack) | 0) < 0)) break;
@@ -278,7 +355,8 @@ export function onTimeout(core: RdmaCore, qp: Qp): void {
 function retryExceeded(core: RdmaCore, qp: Qp): void {
   core.counters.retryExceeded++;
   // The oldest incomplete WR fails with retry-exceeded; the QP goes to ERROR, the rest flush.
-  const sq = qp.sq, nsq = sq.length;
+  const sq = qp.sq,
+    nsq = sq.length;
   for (let i = qp.sqHead; i !== qp.sqNext; i++) {
     const wr = sq[i % nsq];
     if (!wr.done) {
@@ -293,13 +371,17 @@ function retryExceeded(core: RdmaCore, qp: Qp): void {
 
 /** Completions of the send queue, strictly in posting order. */
 export function completeSq(core: RdmaCore, qp: Qp): void {
-  const sq = qp.sq, nsq = sq.length;
+  const sq = qp.sq,
+    nsq = sq.length;
   while (qp.sqHead !== qp.sqTail) {
     const wr = sq[qp.sqHead % nsq];
     if (!wr.done) break;
     if (wr.signaled || wr.status !== WcStatus.SUCCESS) {
       core.complete(qp.sendCq, {
-        wrId: wr.wrId, qpn: qp.qpn, status: WC_STATUS_NAMES[wr.status], opcode: WC_OPCODE_NAMES[WR_WC_OPCODE[wr.opcode]],
+        wrId: wr.wrId,
+        qpn: qp.qpn,
+        status: WC_STATUS_NAMES[wr.status],
+        opcode: WC_OPCODE_NAMES[WR_WC_OPCODE[wr.opcode]],
         byteLen: wr.status !== WcStatus.SUCCESS ? 0 : isAtomic(wr.opcode) ? 8 : wr.length,
       });
     }
@@ -321,7 +403,11 @@ export interface RecvResult {
 export function completeRecv(core: RdmaCore, qp: Qp, wr: RecvWr, status: number, c: RecvResult): void {
   const cq: Cq = qp.recvCq;
   const out: Completion = {
-    wrId: wr.wrId, qpn: qp.qpn, status: WC_STATUS_NAMES[status], opcode: WC_OPCODE_NAMES[c.opcode ?? WcOpcode.RECV], byteLen: c.byteLen,
+    wrId: wr.wrId,
+    qpn: qp.qpn,
+    status: WC_STATUS_NAMES[status],
+    opcode: WC_OPCODE_NAMES[c.opcode ?? WcOpcode.RECV],
+    byteLen: c.byteLen,
   };
   if (c.imm !== undefined) out.imm = c.imm;
   if (c.invalidatedStag !== undefined) out.invalidatedStag = c.invalidatedStag;
@@ -345,7 +431,8 @@ export function completeRecv(core: RdmaCore, qp: Qp, wr: RecvWr, status: number,
 export function toError(core: RdmaCore, qp: Qp, why: string): void {
   const was = qp.state;
   qp.state = QpState.ERROR;
-  const sq = qp.sq, nsq = sq.length;
+  const sq = qp.sq,
+    nsq = sq.length;
   for (let i = qp.sqHead; i !== qp.sqTail; i++) {
     const wr = sq[i % nsq];
     if (!wr.done) {
@@ -370,7 +457,8 @@ export function toError(core: RdmaCore, qp: Qp, why: string): void {
 
 export function flushRecv(core: RdmaCore, qp: Qp): void {
   if (qp.srq === null) {
-    while (qp.rqDone !== qp.rqPosted) completeRecv(core, qp, qp.rq[qp.rqDone % qp.rq.length], WcStatus.WR_FLUSH_ERR, { byteLen: 0 });
+    while (qp.rqDone !== qp.rqPosted)
+      completeRecv(core, qp, qp.rq[qp.rqDone % qp.rq.length], WcStatus.WR_FLUSH_ERR, { byteLen: 0 });
   } else {
     while (((qp.srqAssigned - qp.rqDone) | 0) > 0) {
       const wr = qp.srqRing[(qp.rqDone + 1) & qp.srqMask] as RecvWr;
@@ -404,4 +492,3 @@ export function takeResp(qp: Qp): RespSlot | null {
   qp.respTail++;
   return r;
 }
-

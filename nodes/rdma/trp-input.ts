@@ -21,7 +21,15 @@
  * ACCEPT (only it knows our initial PSN): the QP stops being half-open. ACKs are sent by
  * ddp-output, once per QP per pass (not per packet).
  */
-import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS, errorTable, nextTable } from '../../graph/index.ts';
+import {
+  BufferFlag,
+  type Frame,
+  type Graph,
+  type NodeRuntime,
+  OPAQUE_WORDS,
+  errorTable,
+  nextTable,
+} from '../../graph/index.ts';
 import { Ip4Opaque } from '../ip4/ip4.ts';
 import { formatIp4 } from '../net/address.ts';
 import type { RdmaCore } from './core.ts';
@@ -34,7 +42,9 @@ export const TRP_INPUT = 'trp-input';
 export const RdmaOpaque = { QP: 4, PSN: 5, INFO: 6, AUX: 7 } as const;
 
 const NEXT = nextTable({ DROP: 'error-drop', DDP: 'ddp-input', CM: 'cm-input' });
-const NEXT_DROP = NEXT.index.DROP, NEXT_DDP = NEXT.index.DDP, NEXT_CM = NEXT.index.CM;
+const NEXT_DROP = NEXT.index.DROP,
+  NEXT_DDP = NEXT.index.DDP,
+  NEXT_CM = NEXT.index.CM;
 /** FINs sent again to challenge ACKs, at most (per QP). */
 const FIN_RESENDS = 3;
 
@@ -51,7 +61,11 @@ const ERROR_TABLE = errorTable({
   FIN: { name: 'fin', description: 'FINs received', severity: 'info' },
   BAD_ACK: { name: 'bad_ack', description: 'ACK outside [snd_una - window, snd_nxt] (dropped)', severity: 'warn' },
   BAD_SACK: { name: 'bad_sack', description: 'SACK range outside [snd_una, snd_nxt] (ignored)', severity: 'warn' },
-  FIN_REJECTED: { name: 'fin_rejected', description: 'FIN not at the expected PSN (challenge ACK sent)', severity: 'warn' },
+  FIN_REJECTED: {
+    name: 'fin_rejected',
+    description: 'FIN not at the expected PSN (challenge ACK sent)',
+    severity: 'warn',
+  },
 });
 export const TrpInputError = ERROR_TABLE.code;
 const ERRORS = ERROR_TABLE.list;
@@ -73,36 +87,60 @@ export function formatTrpTrace(r: unknown): string {
 }
 
 export function registerTrpInput(graph: Graph, core: RdmaCore): NodeRuntime {
-  return graph.register({ name: TRP_INPUT, next: NEXT.names, errors: ERRORS, runtimeData: core, fn: trpInput, formatTrace: formatTrpTrace });
+  return graph.register({
+    name: TRP_INPUT,
+    next: NEXT.names,
+    errors: ERRORS,
+    runtimeData: core,
+    fn: trpInput,
+    formatTrace: formatTrpTrace,
+  });
 }
 
 function trpInput(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
   const core = rt.runtimeData as RdmaCore;
   const pool = rt.graph.pool;
-  const v = pool.view, offset = pool.offset, length = pool.length, opaque = pool.opaque, error = pool.error, flags = pool.flags;
-  const vec = f.vec, n = f.n, nexts = rt.nexts;
+  const v = pool.view,
+    offset = pool.offset,
+    length = pool.length,
+    opaque = pool.opaque,
+    error = pool.error,
+    flags = pool.flags;
+  const vec = f.vec,
+    n = f.n,
+    nexts = rt.nexts;
   const eBase = rt.errorIndex(0);
-  const qps = core.qps, byPort = core.qpByPort;
+  const qps = core.qps,
+    byPort = core.qpByPort;
   const now = rt.graph.clock.nowNs();
   const free = rt.scratch;
-  let nFree = 0, nAck = 0, nSack = 0, nDup = 0;
+  let nFree = 0,
+    nAck = 0,
+    nSack = 0,
+    nDup = 0;
   for (let i = 0; i < n; i++) {
     const bi = vec[i];
     const w = bi * OPAQUE_WORDS;
     const ports = opaque[w + Ip4Opaque.PORTS];
     const ix = byPort[ports & 0xffff];
-    const o = offset[bi], len = flags[bi] & BufferFlag.NEXT_PRESENT ? pool.packetLength(bi) : length[bi];
-    let err = -1, next = NEXT_DROP, note = '';
+    const o = offset[bi],
+      len = flags[bi] & BufferFlag.NEXT_PRESENT ? pool.packetLength(bi) : length[bi];
+    let err = -1,
+      next = NEXT_DROP,
+      note = '';
     const qp = ix < 0 ? null : qps[ix];
-    let op = -1, psn = 0, ack = 0;
+    let op = -1,
+      psn = 0,
+      ack = 0;
     if (qp === null) err = TrpInputError.NO_QP;
     else if (len < TRP_HEADER_BYTES || length[bi] < TRP_HEADER_BYTES) err = TrpInputError.TRUNCATED;
     else {
       psn = v.getUint32(o + TRP_PSN);
       ack = v.getUint32(o + TRP_ACK);
       op = v.getUint16(o + TRP_OPCODE) >>> TRP_OP_SHIFT;
-      const fromPeer = opaque[w + Ip4Opaque.REMOTE] === qp.remoteAddr && ports >>> 16 === qp.remotePort && qp.remotePort !== 0;
+      const fromPeer =
+        opaque[w + Ip4Opaque.REMOTE] === qp.remoteAddr && ports >>> 16 === qp.remotePort && qp.remotePort !== 0;
       if (op === TrpOp.ACCEPT || op === TrpOp.REJECT || op === TrpOp.REQ) {
         next = NEXT_CM;
         opaque[w + RdmaOpaque.QP] = qp.index;

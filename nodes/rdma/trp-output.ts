@@ -21,7 +21,11 @@ export const TRP_OUTPUT = 'trp-output';
 
 export function registerTrpOutput(graph: Graph, core: RdmaCore): NodeRuntime {
   const rt = graph.register({
-    name: TRP_OUTPUT, next: ['udp4-encap'], runtimeData: core, fn: trpOutput, timer: rtoExpired,
+    name: TRP_OUTPUT,
+    next: ['udp4-encap'],
+    runtimeData: core,
+    fn: trpOutput,
+    timer: rtoExpired,
     formatTrace: (r) => String(r),
   });
   core.trpOutput = rt;
@@ -32,8 +36,12 @@ function trpOutput(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
   const core = rt.runtimeData as RdmaCore;
   const pool = rt.graph.pool;
-  const v = pool.view, opaque = pool.opaque, offset = pool.offset, flags = pool.flags;
-  const vec = f.vec, n = f.n;
+  const v = pool.view,
+    opaque = pool.opaque,
+    offset = pool.offset,
+    flags = pool.flags;
+  const vec = f.vec,
+    n = f.n;
   const now = rt.graph.clock.nowNs();
   for (let i = 0; i < n; i++) {
     const bi = vec[i];
@@ -66,7 +74,8 @@ function trpOutput(rt: NodeRuntime, frame: Frame | null): number {
     v.setUint32(o + TRP_ACK, ack);
     v.setUint16(o + TRP_OPCODE, op << TRP_OP_SHIFT);
     setUdpDestination(pool, bi, qp.remoteAddr, qp.remotePort, qp.qpn, qp.localAddr);
-    if (rt.traceOn && flags[bi] & BufferFlag.TRACED) rt.addTrace(bi, `TRP: qp ${qp.qpn} ${kind === TxPacket.ACK ? 'ACK' : TRP_OP_NAMES[op]} psn ${psn} ack ${ack}`);
+    if (rt.traceOn && flags[bi] & BufferFlag.TRACED)
+      rt.addTrace(bi, `TRP: qp ${qp.qpn} ${kind === TxPacket.ACK ? 'ACK' : TRP_OP_NAMES[op]} psn ${psn} ack ${ack}`);
   }
   rt.graph.enqueueToSingleNext(rt, 0, vec, 0, n);
   return n;

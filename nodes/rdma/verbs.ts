@@ -15,14 +15,21 @@ export const Access = {
    */
   REMOTE_INVALIDATE: 16,
 } as const;
-export const ACCESS_NAMES = ['local-write', 'remote-write', 'remote-read', 'remote-atomic', 'remote-invalidate'] as const;
+export const ACCESS_NAMES = [
+  'local-write',
+  'remote-write',
+  'remote-read',
+  'remote-atomic',
+  'remote-invalidate',
+] as const;
 export type AccessName = (typeof ACCESS_NAMES)[number];
 
 export function accessFromNames(names: readonly string[], where = 'access'): number {
   let a = 0;
   for (const n of names) {
     const i = (ACCESS_NAMES as readonly string[]).indexOf(n);
-    if (i < 0) throw new VerbsError('invalid', `${where}: unknown access flag "${n}" (expected ${ACCESS_NAMES.join(', ')})`);
+    if (i < 0)
+      throw new VerbsError('invalid', `${where}: unknown access flag "${n}" (expected ${ACCESS_NAMES.join(', ')})`);
     a |= 1 << i;
   }
   // verbs: remote write and remote atomic need local write.
@@ -61,13 +68,39 @@ export const WcStatus = {
   WR_FLUSH_ERR: 9,
 } as const;
 export const WC_STATUS_NAMES = [
-  'success', 'local-length-error', 'local-protection-error', 'local-qp-operation-error', 'remote-access-error',
-  'remote-operation-error', 'remote-invalid-request', 'rnr-retry-exceeded', 'retry-exceeded', 'flushed',
+  'success',
+  'local-length-error',
+  'local-protection-error',
+  'local-qp-operation-error',
+  'remote-access-error',
+  'remote-operation-error',
+  'remote-invalid-request',
+  'rnr-retry-exceeded',
+  'retry-exceeded',
+  'flushed',
 ] as const;
 export type WcStatusName = (typeof WC_STATUS_NAMES)[number];
 
-export const WcOpcode = { SEND: 0, WRITE: 1, READ: 2, FETCH_ADD: 3, SWAP: 4, CMP_SWAP: 5, RECV: 6, RECV_WITH_IMM: 7 } as const;
-export const WC_OPCODE_NAMES = ['send', 'write', 'read', 'fetch-add', 'swap', 'cmp-swap', 'recv', 'recv-with-imm'] as const;
+export const WcOpcode = {
+  SEND: 0,
+  WRITE: 1,
+  READ: 2,
+  FETCH_ADD: 3,
+  SWAP: 4,
+  CMP_SWAP: 5,
+  RECV: 6,
+  RECV_WITH_IMM: 7,
+} as const;
+export const WC_OPCODE_NAMES = [
+  'send',
+  'write',
+  'read',
+  'fetch-add',
+  'swap',
+  'cmp-swap',
+  'recv',
+  'recv-with-imm',
+] as const;
 export type WcOpcodeName = (typeof WC_OPCODE_NAMES)[number];
 
 /** Send work request opcodes. */
@@ -82,10 +115,30 @@ export const WrOpcode = {
   SWAP: 7,
   CMP_SWAP: 8,
 } as const;
-export const WR_OPCODE_NAMES = ['send', 'send-with-solicited', 'send-with-invalidate', 'write', 'write-with-imm', 'read', 'fetch-add', 'swap', 'cmp-swap'] as const;
+export const WR_OPCODE_NAMES = [
+  'send',
+  'send-with-solicited',
+  'send-with-invalidate',
+  'write',
+  'write-with-imm',
+  'read',
+  'fetch-add',
+  'swap',
+  'cmp-swap',
+] as const;
 export type WrOpcodeName = (typeof WR_OPCODE_NAMES)[number];
 
-export const WR_WC_OPCODE = [WcOpcode.SEND, WcOpcode.SEND, WcOpcode.SEND, WcOpcode.WRITE, WcOpcode.WRITE, WcOpcode.READ, WcOpcode.FETCH_ADD, WcOpcode.SWAP, WcOpcode.CMP_SWAP];
+export const WR_WC_OPCODE = [
+  WcOpcode.SEND,
+  WcOpcode.SEND,
+  WcOpcode.SEND,
+  WcOpcode.WRITE,
+  WcOpcode.WRITE,
+  WcOpcode.READ,
+  WcOpcode.FETCH_ADD,
+  WcOpcode.SWAP,
+  WcOpcode.CMP_SWAP,
+];
 
 export function isAtomic(op: number): boolean {
   return op >= WrOpcode.FETCH_ADD;

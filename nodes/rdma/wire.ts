@@ -44,8 +44,18 @@ export const RdmapOp = {
   ATOMIC_RESPONSE: 11,
 } as const;
 export const RDMAP_OP_NAMES = [
-  'Write', 'Read Request', 'Read Response', 'Send', 'Send with Invalidate', 'Send with SE', 'Send with SE and Invalidate',
-  'Terminate', 'Immediate Data', 'Immediate Data with SE', 'Atomic Request', 'Atomic Response',
+  'Write',
+  'Read Request',
+  'Read Response',
+  'Send',
+  'Send with Invalidate',
+  'Send with SE',
+  'Send with SE and Invalidate',
+  'Terminate',
+  'Immediate Data',
+  'Immediate Data with SE',
+  'Atomic Request',
+  'Atomic Response',
 ] as const;
 
 /** Untagged queue numbers. */
@@ -119,18 +129,36 @@ export const TermCode = {
 } as const;
 
 /** Layer, error type and code names of RFC 5040 section 7 (RDMAP) and RFC 5041 section 7 (DDP). */
-const TERM_LAYERS: Record<number, { name: string; etypes: Record<number, { name: string; codes: Record<number, string> }> }> = {
+const TERM_LAYERS: Record<
+  number,
+  { name: string; etypes: Record<number, { name: string; codes: Record<number, string> }> }
+> = {
   0: {
     name: 'RDMAP',
     etypes: {
       0: { name: 'local catastrophic error', codes: {} },
       1: {
         name: 'remote protection error',
-        codes: { 0x00: 'invalid STag', 0x01: 'base or bounds violation', 0x02: 'access rights violation', 0x03: 'STag not associated with the RDMAP stream', 0x04: 'tagged offset wrap', 0x09: 'STag cannot be invalidated', 0xff: 'unspecified' },
+        codes: {
+          0x00: 'invalid STag',
+          0x01: 'base or bounds violation',
+          0x02: 'access rights violation',
+          0x03: 'STag not associated with the RDMAP stream',
+          0x04: 'tagged offset wrap',
+          0x09: 'STag cannot be invalidated',
+          0xff: 'unspecified',
+        },
       },
       2: {
         name: 'remote operation error',
-        codes: { 0x05: 'invalid RDMAP version', 0x06: 'unexpected opcode', 0x07: 'catastrophic error, local to the RDMAP stream', 0x08: 'catastrophic error, global', 0x09: 'STag cannot be invalidated', 0xff: 'unspecified' },
+        codes: {
+          0x05: 'invalid RDMAP version',
+          0x06: 'unexpected opcode',
+          0x07: 'catastrophic error, local to the RDMAP stream',
+          0x08: 'catastrophic error, global',
+          0x09: 'STag cannot be invalidated',
+          0xff: 'unspecified',
+        },
       },
     },
   },
@@ -138,8 +166,27 @@ const TERM_LAYERS: Record<number, { name: string; etypes: Record<number, { name:
     name: 'DDP',
     etypes: {
       0: { name: 'local catastrophic error', codes: {} },
-      1: { name: 'tagged buffer error', codes: { 0x00: 'invalid STag', 0x01: 'base or bounds violation', 0x02: 'STag not associated with the DDP stream', 0x03: 'tagged offset wrap', 0x04: 'invalid DDP version' } },
-      2: { name: 'untagged buffer error', codes: { 0x01: 'invalid queue number', 0x02: 'no receive buffer posted', 0x03: 'MSN out of range', 0x04: 'invalid message offset', 0x05: 'message too long for the receive buffer', 0x06: 'invalid DDP version' } },
+      1: {
+        name: 'tagged buffer error',
+        codes: {
+          0x00: 'invalid STag',
+          0x01: 'base or bounds violation',
+          0x02: 'STag not associated with the DDP stream',
+          0x03: 'tagged offset wrap',
+          0x04: 'invalid DDP version',
+        },
+      },
+      2: {
+        name: 'untagged buffer error',
+        codes: {
+          0x01: 'invalid queue number',
+          0x02: 'no receive buffer posted',
+          0x03: 'MSN out of range',
+          0x04: 'invalid message offset',
+          0x05: 'message too long for the receive buffer',
+          0x06: 'invalid DDP version',
+        },
+      },
     },
   },
   2: { name: 'LLP', etypes: {} },

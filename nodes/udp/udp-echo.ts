@@ -24,12 +24,16 @@ function udpEcho(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
   const g = rt.graph;
   if (rt.traceOn) {
-    const pool = g.pool, op = pool.opaque;
+    const pool = g.pool,
+      op = pool.opaque;
     for (let i = 0; i < f.n; i++) {
       const bi = f.vec[i];
       if (!(pool.flags[bi] & BufferFlag.TRACED)) continue;
       const w = bi * OPAQUE_WORDS;
-      rt.addTrace(bi, `echo ${pool.packetLength(bi)} bytes back to ${formatIp4(op[w + Ip4Opaque.REMOTE])}:${op[w + Ip4Opaque.PORTS] >>> 16}`);
+      rt.addTrace(
+        bi,
+        `echo ${pool.packetLength(bi)} bytes back to ${formatIp4(op[w + Ip4Opaque.REMOTE])}:${op[w + Ip4Opaque.PORTS] >>> 16}`,
+      );
     }
   }
   g.enqueueToSingleNext(rt, 0, f.vec, 0, f.n);

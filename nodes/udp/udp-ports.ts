@@ -15,7 +15,14 @@
  * Lookup is an Int32Array over the 65536 ports for wildcard bindings plus a short list of
  * address-specific ones (checked first), so demultiplexing creates nothing.
  */
-import { type BufferPool, type Frame, type Graph, INVALID_INDEX, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
+import {
+  type BufferPool,
+  type Frame,
+  type Graph,
+  INVALID_INDEX,
+  type NodeRuntime,
+  OPAQUE_WORDS,
+} from '../../graph/index.ts';
 import { Ip4Opaque, IP_PROTO_UDP } from '../ip4/ip4.ts';
 import { formatIp4, parseIp4 } from '../net/address.ts';
 import type { UdpSendQueue } from './udp4-send.ts';
@@ -32,8 +39,16 @@ export interface UdpBinding {
 export type UdpHandler = (bufs: Uint32Array, n: number, pool: BufferPool) => void;
 
 /** Write where datagram `bi` goes (all four Ip4Opaque words). `src` 0 = the interface's address. */
-export function setUdpDestination(pool: BufferPool, bi: number, dst: number, dstPort: number, srcPort: number, src = 0): void {
-  const w = bi * OPAQUE_WORDS, op = pool.opaque;
+export function setUdpDestination(
+  pool: BufferPool,
+  bi: number,
+  dst: number,
+  dstPort: number,
+  srcPort: number,
+  src = 0,
+): void {
+  const w = bi * OPAQUE_WORDS,
+    op = pool.opaque;
   op[w + Ip4Opaque.REMOTE] = dst;
   op[w + Ip4Opaque.LOCAL] = src;
   op[w + Ip4Opaque.PORTS] = ((dstPort << 16) | (srcPort & 0xffff)) >>> 0;
@@ -69,7 +84,8 @@ export class UdpApi {
     const key = `${a}:${port}`;
     const have = this.bindings.get(key);
     if (have) throw new Error(`udp port ${port}${a ? ` on ${address}` : ''} is already bound to ${have.next}`);
-    if (a !== 0 && this.nExact === MAX_EXACT) throw new Error(`udp bind: at most ${MAX_EXACT} address-specific bindings`);
+    if (a !== 0 && this.nExact === MAX_EXACT)
+      throw new Error(`udp bind: at most ${MAX_EXACT} address-specific bindings`);
     const arc = this.graph.addNext(this.input as NodeRuntime, next);
     if (a === 0) this.wildcard[port] = arc;
     else {
@@ -124,7 +140,8 @@ export class UdpApi {
 
   /** udp4-input's next index for (our address, port), or -1. */
   lookup(addr: number, port: number): number {
-    for (let k = 0; k < this.nExact; k++) if (this.exactPort[k] === port && this.exactAddr[k] === addr) return this.exactArc[k];
+    for (let k = 0; k < this.nExact; k++)
+      if (this.exactPort[k] === port && this.exactAddr[k] === addr) return this.exactArc[k];
     return this.wildcard[port];
   }
 
@@ -141,7 +158,13 @@ export class UdpApi {
   }
 
   /** Convenience (control plane, tests): copy `payload` into a new packet and send it. */
-  sendTo(payload: Uint8Array, dst: string | number, dstPort: number, srcPort: number, src: string | number = 0): boolean {
+  sendTo(
+    payload: Uint8Array,
+    dst: string | number,
+    dstPort: number,
+    srcPort: number,
+    src: string | number = 0,
+  ): boolean {
     checkPort(dstPort);
     checkPort(srcPort, 0);
     const pool = this.graph.pool;
@@ -163,5 +186,6 @@ export class UdpApi {
 }
 
 function checkPort(port: number, lo = 1): void {
-  if (!Number.isInteger(port) || port < lo || port > 65535) throw new RangeError(`udp port must be an integer in ${lo}..65535, got ${port}`);
+  if (!Number.isInteger(port) || port < lo || port > 65535)
+    throw new RangeError(`udp port must be an integer in ${lo}..65535, got ${port}`);
 }

@@ -7,7 +7,15 @@
  * No fragmentation: a datagram that does not fit the interface's MTU is dropped ("exceeds MTU";
  * the layers above segment to the MTU).
  */
-import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS, errorTable, nextTable } from '../../graph/index.ts';
+import {
+  BufferFlag,
+  type Frame,
+  type Graph,
+  type NodeRuntime,
+  OPAQUE_WORDS,
+  errorTable,
+  nextTable,
+} from '../../graph/index.ts';
 import type { InterfaceTable } from '../net/interfaces.ts';
 import { foldSum, IP4_HEADER_BYTES, Ip4Opaque, IP_PROTO_UDP, packetSum, pseudoHeaderSum } from '../ip4/ip4.ts';
 import { formatUdpTrace, UDP_HEADER_BYTES, type UdpTrace } from './udp4-input.ts';
@@ -15,8 +23,8 @@ import { formatUdpTrace, UDP_HEADER_BYTES, type UdpTrace } from './udp4-input.ts
 export const UDP4_ENCAP = 'udp4-encap';
 
 const NEXT = nextTable({ DROP: 'error-drop', REWRITE: 'ip4-rewrite' });
-const NEXT_DROP = NEXT.index.DROP, NEXT_REWRITE = NEXT.index.REWRITE;
-
+const NEXT_DROP = NEXT.index.DROP,
+  NEXT_REWRITE = NEXT.index.REWRITE;
 
 const ERROR_TABLE = errorTable({
   NO_ROUTE: { name: 'no_route', description: 'no route to destination', severity: 'error' },
@@ -41,12 +49,21 @@ function udp4Encap(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
   const ifs = rt.runtimeData as InterfaceTable;
   const pool = rt.graph.pool;
-  const v = pool.view, offset = pool.offset, length = pool.length, flags = pool.flags, error = pool.error, opaque = pool.opaque;
-  const ifAddr = ifs.address, mtu = ifs.mtu;
-  const vec = f.vec, n = f.n, nexts = rt.nexts;
+  const v = pool.view,
+    offset = pool.offset,
+    length = pool.length,
+    flags = pool.flags,
+    error = pool.error,
+    opaque = pool.opaque;
+  const ifAddr = ifs.address,
+    mtu = ifs.mtu;
+  const vec = f.vec,
+    n = f.n,
+    nexts = rt.nexts;
   const eBase = rt.errorIndex(0);
   // One route lookup per run of datagrams to the same destination.
-  let lastDst = -1, lastIx = 0;
+  let lastDst = -1,
+    lastIx = 0;
   for (let i = 0; i < n; i++) {
     const bi = vec[i];
     const w = bi * OPAQUE_WORDS;
@@ -65,7 +82,8 @@ function udp4Encap(rt: NodeRuntime, frame: Frame | null): number {
     if (err >= 0) {
       error[bi] = eBase + err;
       nexts[i] = NEXT_DROP;
-      if (rt.traceOn && flags[bi] & BufferFlag.TRACED) rt.addTrace(bi, `${ERRORS[err].description}: ${plen} bytes of payload`);
+      if (rt.traceOn && flags[bi] & BufferFlag.TRACED)
+        rt.addTrace(bi, `${ERRORS[err].description}: ${plen} bytes of payload`);
       continue;
     }
     let src = opaque[w + Ip4Opaque.LOCAL];
@@ -85,7 +103,13 @@ function udp4Encap(rt: NodeRuntime, frame: Frame | null): number {
     nexts[i] = NEXT_REWRITE;
     if (rt.traceOn && flags[bi] & BufferFlag.TRACED) {
       rt.addTrace(bi, {
-        src, dst, srcPort: ports & 0xffff, dstPort: ports >>> 16, length: ulen, checksum: v.getUint16(o + 6), note: `via ${ifs.names[ix]}`,
+        src,
+        dst,
+        srcPort: ports & 0xffff,
+        dstPort: ports >>> 16,
+        length: ulen,
+        checksum: v.getUint16(o + 6),
+        note: `via ${ifs.names[ix]}`,
       } satisfies UdpTrace);
     }
   }

@@ -12,7 +12,15 @@
  * unreachable is sent (no reflection or flood to rate-limit; the kernel's default rate-limited
  * reply would be the optional extra).
  */
-import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS, errorTable, nextTable } from '../../graph/index.ts';
+import {
+  BufferFlag,
+  type Frame,
+  type Graph,
+  type NodeRuntime,
+  OPAQUE_WORDS,
+  errorTable,
+  nextTable,
+} from '../../graph/index.ts';
 import { foldSum, IP4_HEADER_BYTES, Ip4Opaque, IP_PROTO_UDP, packetSum, pseudoHeaderSum } from '../ip4/ip4.ts';
 import { formatIp4 } from '../net/address.ts';
 import type { UdpApi } from './udp-ports.ts';
@@ -22,7 +30,6 @@ export const UDP_HEADER_BYTES = 8;
 
 const NEXT = nextTable({ DROP: 'error-drop' });
 const NEXT_DROP = NEXT.index.DROP;
-
 
 const ERROR_TABLE = errorTable({
   TRUNCATED: { name: 'truncated', description: 'UDP header truncated', severity: 'error' },
@@ -69,8 +76,16 @@ function udp4Input(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
   const api = rt.runtimeData as UdpApi;
   const pool = rt.graph.pool;
-  const v = pool.view, offset = pool.offset, length = pool.length, flags = pool.flags, rxIf = pool.rxIf, error = pool.error, opaque = pool.opaque;
-  const vec = f.vec, n = f.n, nexts = rt.nexts;
+  const v = pool.view,
+    offset = pool.offset,
+    length = pool.length,
+    flags = pool.flags,
+    rxIf = pool.rxIf,
+    error = pool.error,
+    opaque = pool.opaque;
+  const vec = f.vec,
+    n = f.n,
+    nexts = rt.nexts;
   const eBase = rt.errorIndex(0);
   let noCksum = 0;
   for (let i = 0; i < n; i++) {
@@ -85,16 +100,21 @@ function udp4Input(rt: NodeRuntime, frame: Frame | null): number {
     else {
       const ulen = v.getUint16(o + 4);
       const ck = v.getUint16(o + 6);
-      const src = v.getUint32(ip + 12), dst = v.getUint32(ip + 16);
+      const src = v.getUint32(ip + 12),
+        dst = v.getUint32(ip + 16);
       if (ulen < UDP_HEADER_BYTES || ulen > len) err = UdpInputError.BAD_LENGTH;
       else {
         if (ulen < len) pool.trim(bi, ulen);
         if (ck === 0) noCksum++;
-        else if (!(fl & BufferFlag.L4_CKSUM_OK) && foldSum(pseudoHeaderSum(src, dst, IP_PROTO_UDP, ulen) + packetSum(pool, bi)) !== 0xffff) {
+        else if (
+          !(fl & BufferFlag.L4_CKSUM_OK) &&
+          foldSum(pseudoHeaderSum(src, dst, IP_PROTO_UDP, ulen) + packetSum(pool, bi)) !== 0xffff
+        ) {
           err = UdpInputError.BAD_CHECKSUM;
         }
         if (err < 0) {
-          const sport = v.getUint16(o), dport = v.getUint16(o + 2);
+          const sport = v.getUint16(o),
+            dport = v.getUint16(o + 2);
           const arc = api.lookup(dst, dport);
           if (arc < 0) err = UdpInputError.NO_LISTENER;
           else {
@@ -114,8 +134,12 @@ function udp4Input(rt: NodeRuntime, frame: Frame | null): number {
       if (err === UdpInputError.TRUNCATED) rt.addTrace(bi, `UDP header truncated: ${len} bytes`);
       else {
         rt.addTrace(bi, {
-          src: v.getUint32(ip + 12), dst: v.getUint32(ip + 16), srcPort: v.getUint16(o), dstPort: v.getUint16(o + 2),
-          length: v.getUint16(o + 4), checksum: v.getUint16(o + 6),
+          src: v.getUint32(ip + 12),
+          dst: v.getUint32(ip + 16),
+          srcPort: v.getUint16(o),
+          dstPort: v.getUint16(o + 2),
+          length: v.getUint16(o + 4),
+          checksum: v.getUint16(o + 6),
           note: err >= 0 ? ERRORS[err].description : `next ${rt.nextNames[next]}`,
         } satisfies UdpTrace);
       }

@@ -15,7 +15,8 @@ export class UdpSendQueue {
   private tail = 0;
 
   constructor(size = 4096) {
-    if (!Number.isInteger(size) || size < 2 || (size & (size - 1)) !== 0) throw new RangeError(`udp send queue: size must be a power of 2 >= 2, got ${size}`);
+    if (!Number.isInteger(size) || size < 2 || (size & (size - 1)) !== 0)
+      throw new RangeError(`udp send queue: size must be a power of 2 >= 2, got ${size}`);
     this.ring = new Uint32Array(size);
     this.mask = size - 1;
   }
@@ -68,7 +69,8 @@ function udp4Send(rt: NodeRuntime, _frame: Frame | null): number {
   const g = rt.graph;
   g.traceInput(rt, out, 0, n);
   if (rt.traceOn) {
-    for (let i = 0; i < n; i++) rt.addTrace(out[i], `datagram of ${g.pool.packetLength(out[i])} bytes from the UDP API`);
+    for (let i = 0; i < n; i++)
+      rt.addTrace(out[i], `datagram of ${g.pool.packetLength(out[i])} bytes from the UDP API`);
   }
   g.enqueueToSingleNext(rt, 0, out, 0, n);
   return n;
