@@ -1,6 +1,6 @@
 /**
  * The Dataplane facade: the one door from the control plane (api/, rdmactl through the API, an
- * embedding application) into the data plane (DESIGN.md section 1).
+ * embedding application) into the data plane (README: Architecture, Control plane).
  *
  *   const dp = await Dataplane.create(loadConfig('config/startup.yaml'));
  *   const pd = await dp.createPd();

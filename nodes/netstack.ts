@@ -1,5 +1,5 @@
 /**
- * The L2–L4 node set (DESIGN.md section 3) registered on a graph in one call, and the handles
+ * The L2–L4 node set (README: Architecture, The graph) registered on a graph in one call, and the handles
  * whoever wires a data plane needs: the per-interface table, the neighbor table, the UDP API.
  *
  *   ethernet-input -> arp-input                         (reply, learn; neighbor timers)

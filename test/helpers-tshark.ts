@@ -1,6 +1,6 @@
 /**
  * tshark as an independent decoder of what we put on the wire: nodes/rdma/trp.lua dissects the
- * TRP header and hands DDP segments to Wireshark's own iwarp_ddp_rdmap dissector (PROTOCOL.md
+ * TRP header and hands DDP segments to Wireshark's own iwarp_ddp_rdmap dissector (nodes/rdma/PROTOCOL.md
  * section 8). `decodeTrp` returns, per frame, the TRP fields, the DDP/RDMAP fields Wireshark
  * decoded, and every malformed marker and expert info, so tests can compare them with what was
  * built or sent. `writeUdpPcap` makes a capture from raw UDP payloads.
@@ -21,7 +21,7 @@ import { PEER_IP, PEER_MAC, US_IP, US_MAC, udpFrame } from './l2l4-helpers.ts';
 export const TRP_LUA = fileURLToPath(new URL('../nodes/rdma/trp.lua', import.meta.url));
 
 /**
- * PROTOCOL.md section 8: per-packet Send decoding (no reassembly), and no heuristic guesses at
+ * nodes/rdma/PROTOCOL.md section 8: per-packet Send decoding (no reassembly), and no heuristic guesses at
  * Send payloads (RPC-over-RDMA and SMB Direct call every other payload malformed).
  */
 export const TSHARK_TRP_PREFS = [

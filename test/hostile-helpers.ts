@@ -1,7 +1,7 @@
 /**
  * The hostile-input generator of test/hostile-frames.test.ts: seeded random and mutated frames
  * aimed at every receive node of one stack (ethernet, ARP, IPv4, ICMP, UDP, TRP, CM, DDP,
- * RDMAP), built byte by byte from PROTOCOL.md and the RFCs with their own checksums (nothing
+ * RDMAP), built byte by byte from nodes/rdma/PROTOCOL.md and the RFCs with their own checksums (nothing
  * shared with the nodes). A frame is either well formed up to some layer with garbage, a wrong
  * field or a truncation above it, or garbage outright; the TRP/DDP/RDMAP fields are drawn near
  * the values the stack's QP would accept (its receive window, its STags, its MSNs) as often as

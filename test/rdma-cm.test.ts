@@ -1,5 +1,5 @@
 /**
- * The in-band connection manager (PROTOCOL.md section 6) between two stacks: listen/connect
+ * The in-band connection manager (nodes/rdma/PROTOCOL.md section 6) between two stacks: listen/connect
  * with private data both ways, IRD/ORD negotiation, REJECT with private data, connect timeout,
  * REQ retransmission through a lossy link (one QP for repeated REQs), malformed and unexpected
  * CM messages counted by cm-input, and the connect/listen API's errors. Every test ends with

@@ -3,7 +3,7 @@
  * driver and a manual clock, one QP put in RTS by hand (init -> rtr {remote} -> rts) on a known
  * port, its peer played by the test. Frames in are built with l2l4-helpers' independent
  * builders and checksums; what the stack transmits is parsed (and checksum-checked) here, from
- * the bytes, by code that follows PROTOCOL.md and shares nothing with nodes/rdma.
+ * the bytes, by code that follows nodes/rdma/PROTOCOL.md and shares nothing with nodes/rdma.
  */
 
 import { test } from 'uvu';
@@ -40,9 +40,9 @@ import {
 } from './rdma-rig-helpers.ts';
 import { hex } from './l2l4-helpers.ts';
 
-// ------------------------------------------------------------------ PROTOCOL.md test vectors
+// ------------------------------------------------------------------ nodes/rdma/PROTOCOL.md test vectors
 
-test('PROTOCOL.md vectors: SEND "hi" lands in the posted receive, WRITE places 0xaa at the TO, a pure ACK and a SACK are consumed', () => {
+test('nodes/rdma/PROTOCOL.md vectors: SEND "hi" lands in the posted receive, WRITE places 0xaa at the TO, a pure ACK and a SACK are consumed', () => {
   const r = rig();
   const src = r.mr(64, ['local-write']);
   const sink = r.mr(8192, ['local-write', 'remote-write']);

@@ -1,7 +1,7 @@
 /**
  * One RDMA stack with a test-played peer, for the node tests (test/rdma-nodes.test.ts) and the
  * spoofing tests (test/rdma-spoof.test.ts): a list driver and a manual clock, one QP put in RTS
- * by hand on a known port, frames built here from PROTOCOL.md with l2l4-helpers' independent
+ * by hand on a known port, frames built here from nodes/rdma/PROTOCOL.md with l2l4-helpers' independent
  * builders and checksums, and what the stack transmits parsed (and checksum-checked) from the
  * bytes by code that shares nothing with nodes/rdma.
  */ import * as assert from 'uvu/assert';
@@ -33,7 +33,7 @@ import {
   US_MAC,
 } from './l2l4-helpers.ts';
 
-// ------------------------------------------------------------------ wire, from PROTOCOL.md
+// ------------------------------------------------------------------ wire, from nodes/rdma/PROTOCOL.md
 
 export const QPN = 20001;
 export const PEER_PORT = 31000;

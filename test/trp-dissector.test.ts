@@ -1,5 +1,5 @@
 // nodes/rdma/trp.lua with Wireshark's iwarp_ddp_rdmap behind it, checked against messages built
-// here byte by byte: the PROTOCOL.md section 3 test vectors and an RFC-conformant message of
+// here byte by byte: the nodes/rdma/PROTOCOL.md section 3 test vectors and an RFC-conformant message of
 // every type (RFC 5040 RDMAP, RFC 5041 DDP, RFC 7306 atomics and immediate data), the TRP
 // control packets, and malformed packets the decode must flag. Each is checked field by field
 // and must carry no malformed marker and no expert warning or error unless stated.
@@ -7,7 +7,7 @@
 // Run: npm test -- trp-dissector
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { skipOrFail } from './helpers.ts';
@@ -154,10 +154,16 @@ function data(
   });
 }
 
-// PROTOCOL.md section 3, verbatim.
+// nodes/rdma/PROTOCOL.md section 3, verbatim (the test below checks the document still has them).
+const PROTOCOL_VECTORS = [
+  '00000007 00000003 0000 41 43 00000000 00000000 00000001 00000000 6869',
+  '00000008 00000003 0000 81 40 00abcdef 0000000000001000 aa',
+  '00000009 00000005 0000',
+  '0000000c 0000000f 5000',
+];
 cases.push({
   name: 'vector: SEND, last segment, PSN 7, ACK 3, MSN 1, MO 0, "hi"',
-  bytes: fromHex('00000007 00000003 0000 41 43 00000000 00000000 00000001 00000000 6869'),
+  bytes: fromHex(PROTOCOL_VECTORS[0]),
   trp: trpWant(7, 3, TRP.DATA),
   ddp: untaggedWant({ op: OP.SEND, qn: 0, msn: 1, mo: 0 }),
   rdmap: rdmapWant(OP.SEND, { reserved: '00000000' }),
@@ -165,7 +171,7 @@ cases.push({
 });
 cases.push({
   name: 'vector: RDMA WRITE middle segment, PSN 8, STag 0x00ABCDEF, TO 0x1000, 0xaa',
-  bytes: fromHex('00000008 00000003 0000 81 40 00abcdef 0000000000001000 aa'),
+  bytes: fromHex(PROTOCOL_VECTORS[1]),
   trp: trpWant(8, 3, TRP.DATA),
   ddp: taggedWant({ op: OP.WRITE, last: false, stag: 0x00abcdef, to: 0x1000n }),
   rdmap: rdmapWant(OP.WRITE),
@@ -173,12 +179,12 @@ cases.push({
 });
 cases.push({
   name: 'vector: pure ACK, next PSN 9, cumulative ack 5',
-  bytes: fromHex('00000009 00000005 0000'),
+  bytes: fromHex(PROTOCOL_VECTORS[2]),
   trp: trpWant(9, 5, TRP.DATA, { pureAck: true }),
 });
 cases.push({
   name: 'vector: SACK of [12,15)',
-  bytes: fromHex('0000000c 0000000f 5000'),
+  bytes: fromHex(PROTOCOL_VECTORS[3]),
   trp: trpWant(12, 15, TRP.SACK, { sack: '[12, 15)' }),
 });
 
@@ -489,7 +495,7 @@ cases.push({
   experts: [{ severity: 'error', group: 'malformed', message: 'Datagram length is not 16 + private data length' }],
 });
 {
-  // urdma's Read Request: the sink STag in bytes 2..5 and a 24-byte body (PROTOCOL.md section 7).
+  // urdma's Read Request: the sink STag in bytes 2..5 and a 24-byte body (nodes/rdma/PROTOCOL.md section 7).
   const h: Untagged = { op: OP.READ_REQ, ulp: 0xabcd, qn: 1, msn: 9 };
   const body = [...be64(0x2000n), ...be32(16), ...be32(0x1234), ...be64(0x3000n)];
   cases.push({
@@ -606,6 +612,18 @@ cases.forEach((c, i) => {
       assert.ok(d.protocols.includes('iwarp_ddp_rdmap'), `${where}: handed to iwarp_ddp_rdmap`);
     if (c.note) console.log(`  ${c.name}: ${c.note}; info "${d.info}"`);
   });
+});
+
+test('nodes/rdma/PROTOCOL.md section 3 lists exactly the vectors decoded here', () => {
+  const doc = readFileSync(new URL('../nodes/rdma/PROTOCOL.md', import.meta.url), 'utf8');
+  const section3 = doc.slice(doc.indexOf('## 3.'), doc.indexOf('## 4.'));
+  const listed = [...section3.matchAll(/\| `([0-9a-f ]+)` \|/g)].map((m) => m[1]);
+  assert.equal(listed, PROTOCOL_VECTORS);
+  for (const v of PROTOCOL_VECTORS)
+    assert.ok(
+      cases.some((c) => hex(c.bytes) === hex(fromHex(v))),
+      `a case decodes ${v}`,
+    );
 });
 
 test.run();

@@ -1,5 +1,5 @@
 /**
- * The connection manager (PROTOCOL.md section 6), in band on UDP. REQ/ACCEPT/REJECT carry,
+ * The connection manager (nodes/rdma/PROTOCOL.md section 6), in band on UDP. REQ/ACCEPT/REJECT carry,
  * after the TRP header: private-data length(2) ird(2) ord(2) and up to 512 bytes of private
  * data; the datagram length must be exactly 16 + that length.
  *

@@ -1,5 +1,5 @@
 -- Wireshark/tshark dissector for TRP, the 10-byte reliability header that rdma-graph (and urdma)
--- put in front of iWARP DDP/RDMAP in every UDP datagram. The wire format is in PROTOCOL.md:
+-- put in front of iWARP DDP/RDMAP in every UDP datagram. The wire format is in nodes/rdma/PROTOCOL.md:
 --
 --   psn(4) ack_psn(4) opcode(2: high 4 bits = TRP opcode, low 12 bits reserved) [body]
 --

@@ -1,5 +1,5 @@
 /**
- * The wire format of PROTOCOL.md: the 10-byte TRP header, the DDP/RDMAP headers of RFC 5041 /
+ * The wire format of nodes/rdma/PROTOCOL.md: the 10-byte TRP header, the DDP/RDMAP headers of RFC 5041 /
  * RFC 5040 / RFC 7306, the Terminate error codes, and PSN serial arithmetic (RFC 1982). Offsets
  * are relative to the start of the TRP header or of the DDP header; every field big-endian.
  */
