@@ -1,0 +1,522 @@
+// memif: the Memif class and what its files share (memif.cc: construction and the JavaScript
+// methods; memif_control.cc: the control channel; memif_rings.cc: the data path;
+// memif_socket.cc: socket, eventfd and epoll helpers; memif_raw.cc: raw sockets for tests).
+// The design is described at the top of memif.cc.
+#pragma once
+
+#include "common.h"
+#include "memif_proto.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <vector>
+
+namespace rg {
+namespace memifimpl {
+
+
+using memif::Desc;
+using memif::Msg;
+
+constexpr uint32_t kInvalid = 0xffffffffu;
+constexpr uint32_t kMaxChain = 256;             // descriptors in one received frame
+constexpr uint64_t kMaxFrame = 256 * 1024;      // bytes in one received frame
+constexpr uint32_t kMaxTxSegs = 64;             // pool segments in one transmitted frame
+constexpr uint32_t kBusyControlEvery = 64;      // busy rx polls between control-channel checks
+constexpr uint32_t kIdleControlEvery = 16;      // empty polls (interrupts still off) between checks
+constexpr uint64_t kIdleNs = 50 * 1000;         // empty this long: interrupts back on
+constexpr long kRetryNs = 250 * 1000 * 1000;    // client reconnect interval
+constexpr size_t kMaxPending = 8;               // accepted connections waiting for INIT, per socket
+constexpr uint64_t kPendingNs = 2000ull * 1000 * 1000;  // how long one may wait for INIT
+
+// Indices into the shared state array (a Uint32Array JavaScript reads after each call).
+enum State : uint32_t {
+  kStStash = 0,    // buffers in the stash
+  kStDone = 1,     // entries of `done` JavaScript must free
+  kStGen = 2,      // bumped at every connect and disconnect
+  kStLink = 3,     // 1 while connected
+  kStOrphans = 4,  // buffers waiting for memifReclaim after a disconnect
+  kStateLen = 8,
+};
+
+inline uint16_t Load16Acquire(const uint8_t* p) {
+  return __atomic_load_n(reinterpret_cast<const uint16_t*>(p), __ATOMIC_ACQUIRE);
+}
+inline uint16_t Load16Relaxed(const uint8_t* p) {
+  return __atomic_load_n(reinterpret_cast<const uint16_t*>(p), __ATOMIC_RELAXED);
+}
+inline void Store16Release(uint8_t* p, uint16_t v) {
+  __atomic_store_n(reinterpret_cast<uint16_t*>(p), v, __ATOMIC_RELEASE);
+}
+inline void Store16Relaxed(uint8_t* p, uint16_t v) {
+  __atomic_store_n(reinterpret_cast<uint16_t*>(p), v, __ATOMIC_RELAXED);
+}
+
+// A socket address: a filesystem path, or a name in the abstract namespace ("@name" or
+// "abstract:name"; bound with its exact length, as DPDK 22.11 and VPP do).
+struct Address {
+  bool abstract = false;
+  std::string name;
+
+  std::string Text() const { return abstract ? "@" + name : name; }
+  bool operator==(const Address& o) const { return abstract == o.abstract && name == o.name; }
+
+  socklen_t Fill(sockaddr_un* sa) const {
+    std::memset(sa, 0, sizeof *sa);
+    sa->sun_family = AF_UNIX;
+    if (abstract) {
+      std::memcpy(sa->sun_path + 1, name.data(), name.size());
+      return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+    }
+    std::memcpy(sa->sun_path, name.data(), name.size());
+    return static_cast<socklen_t>(sizeof *sa);
+  }
+
+  // Throws a RangeError naming what is wrong.
+  static Address Parse(Napi::Env env, const std::string& where, const std::string& s) {
+    Address a;
+    if (s.rfind("abstract:", 0) == 0) {
+      a.abstract = true;
+      a.name = s.substr(9);
+    } else if (!s.empty() && s[0] == '@') {
+      a.abstract = true;
+      a.name = s.substr(1);
+    } else {
+      a.name = s;
+    }
+    const size_t max = sizeof(sockaddr_un::sun_path) - 1;
+    if (a.name.empty() || a.name.size() > max || a.name.find('\0') != std::string::npos) {
+      throw RangeErr(env, where + ": socket must be a path or an abstract name (\"@name\" or \"abstract:name\") of 1 to " +
+                              std::to_string(max) + " bytes, got \"" + s + "\"");
+    }
+    return a;
+  }
+};
+
+
+int MakeSeqpacket();
+
+// mkdir -p of the parent of `path` (mode 0755 for what it creates). 0 or an errno.
+int MakeParents(const std::string& path);
+
+// Sends `len` bytes as one message, with `fd` in SCM_RIGHTS when >= 0. Returns 0, or an errno.
+int SendBytes(int sock, const void* data, size_t len, int fd);
+
+inline int SendMsg(int sock, const Msg& m, int fd) { return SendBytes(sock, &m, sizeof m, fd); }
+
+// Receives one message into buf (up to cap bytes). Returns the length (0: peer closed), or
+// -errno. *fd gets the first descriptor passed with it (others are closed), or -1.
+ssize_t RecvMsg(int sock, void* buf, size_t cap, int* fd);
+
+void CopyName(uint8_t* dst, size_t cap, const std::string& s);
+
+std::string NameOf(const uint8_t* p, size_t cap);
+
+// The interrupt eventfds are shared with the peer: SCM_RIGHTS shares the open file
+// description, O_NONBLOCK included, so the peer can make one blocking at any moment, and a
+// pipe or a socket could be sent in its place. ADD_RING takes only eventfds (IsEventfd) and
+// sets O_NONBLOCK; reads never block (preadv2 RWF_NOWAIT, or poll first on kernels without
+// it); writes go only when poll says there is room, and a peer found to have cleared
+// O_NONBLOCK is disconnected (EventWrite returns -1).
+bool IsEventfd(int fd);
+
+bool PollFd(int fd, short ev);
+
+// Takes the counter if there is one; true when it was non-zero.
+bool EventRead(int fd);
+
+// Adds 1; 1 when written, 0 when there was no room, -1 when the fd was made blocking.
+int EventWrite(int fd);
+
+void EpollAdd(int ep, int fd);
+void EpollDel(int ep, int fd);
+
+class Memif;
+struct Listener;
+
+// One control channel (a connected SOCK_SEQPACKET socket). A server's accepted connection has
+// no owner until its INIT names an interface id.
+struct Conn {
+  int fd = -1;
+  uint64_t since = 0;            // when accepted (pending connections time out)
+  Memif* owner = nullptr;
+  Listener* listener = nullptr;  // server side only
+  int watch_ep = -1;             // the epoll fd it is registered in
+  struct Out {
+    Msg msg;
+    int fd;
+  };
+  std::deque<Out> out;  // messages the socket could not take yet
+};
+
+// A server socket, shared by every server interface of this thread bound to the same address
+// (each with its own interface id), as VPP and DPDK share one socket between interfaces.
+struct Listener {
+  Address addr;
+  int fd = -1;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::vector<Memif*> members;
+  std::vector<Conn*> pending;  // accepted, waiting for INIT (at most kMaxPending)
+  int reserve_fd = -1;         // an fd held back so accept() can drain a connection on EMFILE
+  uint64_t refused = 0;        // connections closed unserved (too many pending, timed out, no fd)
+};
+
+extern thread_local std::vector<Listener*> t_listeners;
+extern thread_local std::vector<Memif*> t_memifs;
+
+struct Region {
+  int fd = -1;
+  uint8_t* addr = nullptr;
+  uint64_t size = 0;
+  bool owns_map = false;  // false: the pool memory (zero-copy region 1)
+};
+
+// One ring as this side uses it.
+struct Ring {
+  uint8_t* base = nullptr;
+  Desc* desc = nullptr;
+  uint32_t log2 = 0, size = 0;
+  uint16_t mask = 0;
+  int fd = -1;              // interrupt eventfd
+  uint16_t head = 0;        // our copy of what we publish (head or tail) and what we consumed
+  uint16_t last = 0;
+  std::vector<uint32_t> shadow;  // zero-copy: pool buffer held by each slot
+  uint32_t buffers = 0;     // client copy mode: offset of this ring's buffers in region 0
+  bool masked = false;      // receive ring: MASK_INT currently set by us
+  uint64_t empty_since = 0; // receive ring: when polls started finding it empty (0: not empty)
+  bool present = false;
+  uint16_t region = 0;
+  uint32_t offset = 0;
+
+  uint8_t* flags_p() const { return base + memif::kRingFlags; }
+  uint8_t* head_p() const { return base + memif::kRingHead; }
+  uint8_t* tail_p() const { return base + memif::kRingTail; }
+};
+
+struct PoolView {
+  uint8_t* mem = nullptr;
+  size_t mem_len = 0;
+  uint32_t first_offset = 0, stride = 0, headroom = 0, data_size = 0, count = 0;
+  uint32_t *offset = nullptr, *length = nullptr, *flags = nullptr, *next = nullptr;
+  uint32_t* stash = nullptr;
+  uint32_t stash_cap = 0;
+  uint32_t* done = nullptr;
+  uint32_t done_cap = 0;
+  uint32_t* state = nullptr;
+  uint32_t f_next = 0;
+  int fd = -1;
+  uint32_t DataStart(uint32_t bi) const { return first_offset + bi * stride + headroom; }
+};
+
+enum class Phase { kIdle, kWaitHello, kHandshake, kConnected };
+
+std::string OptStr(Napi::Object o, const char* key, const char* fn, const std::string& def);
+
+class Memif : public Napi::ObjectWrap<Memif> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Memif",
+                       {
+                           InstanceMethod<&Memif::BindPool>("bindPool"),
+                           InstanceMethod<&Memif::PollJs>("poll"),
+                           InstanceMethod<&Memif::Info>("info"),
+                           InstanceMethod<&Memif::Stats>("stats"),
+                           InstanceMethod<&Memif::ReclaimJs>("reclaim"),
+                           InstanceMethod<&Memif::Close>("close"),
+                       });
+  }
+
+  // new Memif({name, socket, role, id, secret, log2RingSize, bufferSize, rxQueues, txQueues})
+  explicit Memif(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Memif>(info) {
+    Napi::Env env = info.Env();
+    if (!info[0].IsObject()) throw TypeErr(env, "Memif: expects an options object");
+    Napi::Object o = info[0].As<Napi::Object>();
+    name_ = OptStr(o, "name", "Memif", "memif");
+    const std::string where = "memif interface " + name_;
+    addr_ = Address::Parse(env, where, OptStr(o, "socket", "Memif", ""));
+    const std::string role = OptStr(o, "role", "Memif", "");
+    if (role != "server" && role != "client") throw RangeErr(env, where + ": role must be 'server' or 'client', got '" + role + "'");
+    server_ = role == "server";
+    id_ = OptU32(o, "id", "Memif", 0, 0, 4294967295.0);
+    secret_ = OptStr(o, "secret", "Memif", "");
+    if (secret_.size() > memif::kSecretSize) throw RangeErr(env, where + ": secret is longer than 24 bytes");
+    log2_ = OptU32(o, "log2RingSize", "Memif", 10, 1, memif::kMaxLog2RingSize);
+    buffer_size_ = OptU32(o, "bufferSize", "Memif", 2048, 128, 65535);
+    nrx_ = OptU32(o, "rxQueues", "Memif", 1, 1, 255);
+    ntx_ = OptU32(o, "txQueues", "Memif", nrx_, 1, 255);
+
+    for (uint32_t q = 0; q < nrx_; q++) {
+      int ep = epoll_create1(EPOLL_CLOEXEC);
+      if (ep < 0) {
+        int err = errno;
+        Release();
+        throw ErrnoError(env, where + ": epoll_create1", err, "epoll_create1");
+      }
+      ep_.push_back(ep);
+      int hold = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+      if (hold < 0) {
+        int err = errno;
+        Release();
+        throw ErrnoError(env, where + ": eventfd", err, "eventfd");
+      }
+      hold_.push_back(hold);
+      hold_set_.push_back(0);
+      EpollAdd(ep, hold);
+    }
+    try {
+      if (server_) {
+        Listen(env, where);
+      } else {
+        timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        if (timer_fd_ < 0) throw ErrnoError(env, where + ": timerfd_create", errno, "timerfd_create");
+        EpollAdd(ep_[0], timer_fd_);
+      }
+    } catch (...) {
+      Release();
+      throw;
+    }
+
+    handle_ = 0;
+    while (handle_ < t_memifs.size() && t_memifs[handle_] != nullptr) handle_++;
+    if (handle_ == t_memifs.size()) t_memifs.push_back(nullptr);
+    t_memifs[handle_] = this;
+    registered_ = true;
+
+    Napi::Object self = info.This().As<Napi::Object>();
+    self.Set("handle", Napi::Number::New(env, handle_));
+    Napi::Array fds = Napi::Array::New(env, ep_.size());
+    for (uint32_t q = 0; q < ep_.size(); q++) fds.Set(q, Napi::Number::New(env, ep_[q]));
+    self.Set("waitFds", fds);
+  }
+
+  ~Memif() override { Release(); }
+
+  bool server() const { return server_; }
+  uint32_t id() const { return id_; }
+  bool connected() const { return phase_ == Phase::kConnected; }
+  bool busy() const { return phase_ != Phase::kIdle; }
+  int control_ep() const { return ep_.empty() ? -1 : ep_[0]; }
+
+  // ---------------------------------------------------------------- server side of INIT
+
+  // A pending connection's INIT named this interface: take it or refuse with a reason.
+  const char* Adopt(Conn* c, const memif::Init& in);
+
+  static void MoveConn(Conn* c, int ep);
+
+  // ---------------------------------------------------------------- control channel
+
+  // Services the listener, pending connections, our connection and the reconnect timer.
+  void Poll();
+
+  static void PollListener(Listener* l, int ep);
+
+  static void ClosePending(Listener* l, Conn* c);
+
+  static void SendDisconnect(int fd, const std::string& reason, uint32_t code);
+
+  void TryConnect();
+
+  void ArmRetry();
+
+  // Queues (or sends) one message on our connection.
+  void Send(uint16_t type, const void* body, size_t len, int fd);
+
+  void Flush(Conn* c);
+
+  // The reason of a DISCONNECT among the messages a closed peer left unread on `fd`, or "".
+  // Reads at most kLeftMessages (the peer decides how many it sent, we decide how many we read).
+  static std::string LeftDisconnect(int fd, uint32_t* code);
+
+  void ArmSoon();
+
+  void ServiceConn(Conn* c);
+
+  // Handles one message on the server; returns a disconnect reason or nullptr. Takes afd.
+  const char* ServerMsg(const Msg& m, int afd);
+
+  static const char* CloseAnd(int fd, const char* reason);
+
+  // Handles one message on the client; returns a disconnect reason or nullptr. Takes afd.
+  const char* ClientMsg(const Msg& m, int afd);
+
+  // Client: the server's limits are known; build the regions and rings and send them.
+  const char* OnHello(const memif::Hello& h);
+
+  const char* LocalError(const char* what);
+
+  void SetupRing(Ring& r);
+
+  // Server, at CONNECT: map what the client gave and check every ring lies inside its region.
+  const char* MapAndConnect();
+
+  void OnConnected();
+
+  void SetLink(bool up);
+
+  // Forget the run-time configuration (rings, regions) of a finished or refused connection.
+  void ResetRun();
+
+  // Ends the connection: tell the peer why (when `tell`), release rings, regions and fds, move
+  // ring-held buffers to the orphan list. The client retries after kRetryNs.
+  void Disconnect(const std::string& reason, bool local, bool tell, uint32_t code = 0, bool remote_msg = false);
+
+  // ---------------------------------------------------------------- data path
+
+  void PushDone(uint32_t bi, uint32_t& done_n);
+
+  // Recycle a buffer we did not hand out: back to the stash, or to `done` when it is full.
+  void Recycle(uint32_t bi, uint32_t& stash_n, uint32_t& done_n);
+
+  // Client receive ring: give the server empty buffers (zero-copy: pool buffers from the
+  // stash; copy mode: the slot's own buffer in region 0).
+  void Refill(Ring& r);
+
+  // Validates one descriptor of a copy-mode receive; the address of its bytes or nullptr.
+  const uint8_t* DescData(const Desc& d) const;
+
+  // The peer owns the descriptors it publishes and may rewrite them at any moment (a double
+  // fetch is a hole): each descriptor of a frame is read once, volatile, into chain_, validated
+  // there, and only the copy is used afterwards. Stash pops are counted from the copies.
+  uint32_t RxRing(Ring& r, uint32_t* out, uint32_t max);
+
+  // memifRx(handle, queue, out, max): one receive burst.
+  Napi::Value Rx(const Napi::CallbackInfo& info);
+
+  static uint64_t NowNs();
+
+  // Receiving: no kicks wanted; the queue's hold eventfd turns readable so the engine polls on.
+  void Mask(uint32_t q, Ring& r);
+
+  // Idle: kicks wanted again (the store is ordered before any later read of head/tail), and
+  // the engine may sleep.
+  void Unmask(uint32_t q, Ring& r);
+
+  void ClearHold(uint32_t q);
+
+  // Zero-copy transmit rings: buffers the server has moved tail past go to `done`.
+  void Reclaim(Ring& r);
+
+  void ReclaimAll();
+
+  void Kick(Ring& r);
+
+  // Gathers a pool packet's segments; 0 when the chain is invalid.
+  uint32_t Gather(uint32_t head, uint32_t* segs, uint64_t* total) const;
+
+  // memifTx(handle, queue, bufs, off, n): one transmit burst; returns how many were taken.
+  Napi::Value Tx(const Napi::CallbackInfo& info);
+
+  uint32_t TxZeroCopy(Ring& r, const uint32_t* bufs, uint32_t n);
+
+  uint32_t TxCopy(Ring& r, const uint32_t* bufs, uint32_t n);
+
+  // Where a copy-mode transmit slot's bytes go and how many fit.
+  bool DescRoom(Ring& r, uint16_t slot, uint8_t** dst, uint32_t* room);
+
+  uint32_t TxFail(Ring& r, uint32_t taken, uint32_t done_n);
+
+  // memifReclaim(handle): moves up to done_cap orphaned buffers into `done`; returns how many.
+  Napi::Value ReclaimJs(const Napi::CallbackInfo& info);
+
+  Napi::Value PollNow(const Napi::CallbackInfo& info);
+
+  // ---------------------------------------------------------------- JS methods
+
+  // bindPool({memory, fd, firstOffset, stride, headroom, dataSize, count, offset, length, flags,
+  //           next, stash, done, state, flagNext})
+  Napi::Value BindPool(const Napi::CallbackInfo& info);
+
+  Napi::Value PollJs(const Napi::CallbackInfo& info) { return PollNow(info); }
+
+  static const char* PhaseName(Phase ph);
+
+  Napi::Value Info(const Napi::CallbackInfo& info);
+
+  Napi::Value Stats(const Napi::CallbackInfo& info);
+
+  // close(): DISCONNECT to the peer, release everything, remove the socket file (last server
+  // interface on it). Ring-held buffers are left in the orphan list for memifReclaim.
+  Napi::Value Close(const Napi::CallbackInfo& info);
+
+ private:
+  void Listen(Napi::Env env, const std::string& where);
+
+  void LeaveListener();
+
+  void Release();
+
+
+  std::string name_;
+  Address addr_;
+  bool server_ = false;
+  uint32_t id_ = 0;
+  std::string secret_;
+  uint32_t log2_ = 10, buffer_size_ = 2048, nrx_ = 1, ntx_ = 1;
+
+  uint32_t handle_ = 0;
+  bool registered_ = false;
+  bool released_ = false;
+  std::vector<int> ep_;
+  int timer_fd_ = -1;
+  bool tried_ = false;
+  Listener* listener_ = nullptr;
+  Conn* conn_ = nullptr;
+  Phase phase_ = Phase::kIdle;
+
+  std::vector<Region> regions_;
+  std::vector<Ring> rx_, tx_;
+  uint32_t nrx_run_ = 0, ntx_run_ = 0;
+  bool zc_ = false;
+  uint32_t busy_polls_ = 0, idle_polls_ = 0;
+  std::vector<int> hold_;             // per rx queue: readable while its ring is masked
+  std::vector<uint8_t> hold_set_;
+  uint32_t dummy_ = kInvalid;
+  Desc chain_[kMaxChain];  // RxRing's private copies of one frame's descriptors
+
+  PoolView pool_;
+  bool pool_bound_ = false;
+  std::vector<Napi::Reference<Napi::Value>> refs_;
+  std::vector<uint32_t> orphans_;
+
+  std::string remote_name_, remote_if_name_, last_reason_, local_error_;
+  uint32_t last_code_ = 0;
+  bool last_local_ = false, last_by_peer_ = false, last_was_up_ = false;
+  // The last client this server interface refused (the reason sent in its DISCONNECT).
+  std::string last_refusal_, last_refused_peer_;
+  int last_connect_errno_ = 0;
+
+ public:
+  uint64_t rx_packets_ = 0, rx_bytes_ = 0, rx_errors_ = 0, rx_no_buffers_ = 0, rx_chained_ = 0;
+  uint64_t tx_packets_ = 0, tx_bytes_ = 0, tx_errors_ = 0, tx_refused_ = 0, tx_chained_ = 0;
+  uint64_t kicks_ = 0, interrupts_ = 0, connects_ = 0, disconnects_ = 0, connect_failures_ = 0, refused_ = 0;
+  uint64_t msgs_received_ = 0;
+};
+
+template <Napi::Value (Memif::*M)(const Napi::CallbackInfo&)>
+Napi::Value ByHandle(const Napi::CallbackInfo& info) {
+  uint32_t h = info[0].As<Napi::Number>().Uint32Value();
+  if (h >= t_memifs.size() || t_memifs[h] == nullptr) return Napi::Number::New(info.Env(), 0);
+  return (t_memifs[h]->*M)(info);
+}
+
+
+}  // namespace memifimpl
+}  // namespace rg

@@ -1,0 +1,94 @@
+// Raw memif control sockets for the tests (test/memif-proto.test.ts plays a hand-written peer
+// with them): connect, listen, accept, send and receive messages with fds, map a region fd.
+#include "memif.h"
+
+#include <sys/mman.h>
+
+namespace rg {
+namespace memifimpl {
+
+// ---------------------------------------------------------------- raw control sockets (tests)
+
+// A non-blocking SOCK_SEQPACKET socket connected to (listen: bound to and listening on) info[0].
+template <bool kListen>
+Napi::Value RawSocket(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const char* fn = kListen ? "memifRawListen" : "memifRawConnect";
+  if (!info[0].IsString()) throw TypeErr(env, std::string(fn) + ": socket must be a string");
+  Address a = Address::Parse(env, fn, info[0].As<Napi::String>().Utf8Value());
+  int fd = MakeSeqpacket();
+  if (fd < 0) throw ErrnoError(env, std::string(fn) + ": socket", errno, "socket");
+  sockaddr_un sa;
+  socklen_t len = a.Fill(&sa);
+  const sockaddr* sp = reinterpret_cast<sockaddr*>(&sa);
+  if (kListen ? bind(fd, sp, len) != 0 || listen(fd, 4) != 0 : connect(fd, sp, len) != 0) {
+    int err = errno;
+    close(fd);
+    throw ErrnoError(env, std::string(fn) + ": " + a.Text(), err, kListen ? "bind" : "connect");
+  }
+  return Napi::Number::New(env, fd);
+}
+
+Napi::Value RawAccept(const Napi::CallbackInfo& info) {
+  int fd = ArgFd(info, 0, "memifRawAccept");
+  int c = accept4(fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  return Napi::Number::New(info.Env(), c < 0 ? -1 : c);
+}
+
+// memifRawSend(fd, bytes, passFd = -1): sends bytes as one message; returns 0 or an errno.
+Napi::Value RawSend(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info, 0, "memifRawSend");
+  if (!info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) {
+    throw TypeErr(env, "memifRawSend: bytes must be a Uint8Array");
+  }
+  Napi::Uint8Array b = info[1].As<Napi::Uint8Array>();
+  int pass = info[2].IsNumber() ? info[2].As<Napi::Number>().Int32Value() : -1;
+  return Napi::Number::New(env, SendBytes(fd, b.Data(), b.ByteLength(), pass));
+}
+
+// memifRawRecv(fd): null when nothing is waiting; {eof: true} when the peer closed; else
+// {data: Uint8Array, fd} (fd: a descriptor passed with the message, or -1).
+Napi::Value RawRecv(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info, 0, "memifRawRecv");
+  uint8_t buf[512];
+  int afd = -1;
+  ssize_t r = RecvMsg(fd, buf, sizeof buf, &afd);
+  if (r == -EAGAIN || r == -EWOULDBLOCK) return env.Null();
+  Napi::Object o = Napi::Object::New(env);
+  if (r <= 0) {
+    o.Set("eof", Napi::Boolean::New(env, true));
+    return o;
+  }
+  Napi::Uint8Array d = Napi::Uint8Array::New(env, static_cast<size_t>(r));
+  std::memcpy(d.Data(), buf, static_cast<size_t>(r));
+  o.Set("data", d);
+  o.Set("fd", Napi::Number::New(env, afd));
+  return o;
+}
+
+// memifMapFd(fd, size): maps a region fd received by a test (a client's memfd) as an ArrayBuffer.
+Napi::Value MapFd(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info, 0, "memifMapFd");
+  size_t size = static_cast<size_t>(ArgInteger(info, 1, "memifMapFd", "size", 1, 1ull << 32));
+  void* a = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (a == MAP_FAILED) throw ErrnoError(env, "memifMapFd: mmap", errno, "mmap");
+  struct Holder { void* a; size_t n; };
+  Holder* h = new Holder{a, size};
+  return Napi::ArrayBuffer::New(env, a, size, [](Napi::Env, void*, Holder* x) { munmap(x->a, x->n); delete x; }, h);
+}
+
+
+void InitMemifRaw(Napi::Env env, Napi::Object exports) {
+  exports.Set("memifRawConnect", Napi::Function::New(env, RawSocket<false>, "memifRawConnect"));
+  exports.Set("memifRawListen", Napi::Function::New(env, RawSocket<true>, "memifRawListen"));
+  exports.Set("memifRawAccept", Napi::Function::New(env, RawAccept, "memifRawAccept"));
+  exports.Set("memifRawSend", Napi::Function::New(env, RawSend, "memifRawSend"));
+  exports.Set("memifRawRecv", Napi::Function::New(env, RawRecv, "memifRawRecv"));
+  exports.Set("memifMapFd", Napi::Function::New(env, MapFd, "memifMapFd"));
+}
+
+}  // namespace memifimpl
+}  // namespace rg

@@ -1,0 +1,584 @@
+// memif data path: regions and rings, receive and transmit bursts, interrupts, zero copy and
+// the orphan list (the Memif methods declared in memif.h).
+#include "memif.h"
+
+namespace rg {
+namespace memifimpl {
+
+void Memif::PushDone(uint32_t bi, uint32_t& done_n) {
+  if (done_n < pool_.done_cap) pool_.done[done_n++] = bi;
+  else orphans_.push_back(bi);
+}
+
+// Recycle a buffer we did not hand out: back to the stash, or to `done` when it is full.
+void Memif::Recycle(uint32_t bi, uint32_t& stash_n, uint32_t& done_n) {
+  PoolView& p = pool_;
+  if (stash_n < p.stash_cap) p.stash[stash_n++] = bi;
+  else if (done_n < p.done_cap) p.done[done_n++] = bi;
+  else orphans_.push_back(bi);
+}
+
+// Client receive ring: give the server empty buffers (zero-copy: pool buffers from the
+// stash; copy mode: the slot's own buffer in region 0).
+void Memif::Refill(Ring& r) {
+  uint16_t head = r.head;
+  uint32_t room = r.size - static_cast<uint16_t>(head - r.last);
+  if (room == 0) return;
+  if (zc_) {
+    PoolView& p = pool_;
+    uint32_t stash_n = p.state[kStStash];
+    if (room > stash_n) room = stash_n;
+    for (uint32_t k = 0; k < room; k++) {
+      const uint32_t bi = p.stash[--stash_n];
+      const uint16_t s = head & r.mask;
+      r.shadow[s] = bi;
+      Desc& d = r.desc[s];
+      d.flags = 0;
+      d.region = 1;
+      d.offset = p.DataStart(bi);
+      d.length = p.data_size;
+      head++;
+    }
+    p.state[kStStash] = stash_n;
+  } else {
+    for (uint32_t k = 0; k < room; k++) {
+      const uint16_t s = head & r.mask;
+      Desc& d = r.desc[s];
+      d.flags = 0;
+      d.region = 0;
+      d.offset = r.buffers + s * buffer_size_;
+      d.length = buffer_size_;
+      head++;
+    }
+  }
+  if (head != r.head) {
+    r.head = head;
+    Store16Release(r.head_p(), head);
+  }
+}
+
+// Validates one descriptor of a copy-mode receive; the address of its bytes or nullptr.
+const uint8_t* Memif::DescData(const Desc& d) const {
+  if (d.region >= regions_.size()) return nullptr;
+  const Region& reg = regions_[d.region];
+  if (reg.addr == nullptr || uint64_t{d.offset} + d.length > reg.size) return nullptr;
+  return reg.addr + d.offset;
+}
+
+// The peer owns the descriptors it publishes and may rewrite them at any moment (a double
+// fetch is a hole): each descriptor of a frame is read once, volatile, into chain_, validated
+// there, and only the copy is used afterwards. Stash pops are counted from the copies.
+uint32_t Memif::RxRing(Ring& r, uint32_t* out, uint32_t max) {
+  PoolView& p = pool_;
+  const bool c2s = server_;  // the server receives on C2S rings, the client on S2C rings
+  uint16_t cur = r.last;
+  const uint16_t last = c2s ? Load16Acquire(r.head_p()) : Load16Acquire(r.tail_p());
+  uint16_t avail = static_cast<uint16_t>(last - cur);
+  if (avail > r.size) {
+    Disconnect("Ring index beyond the ring size", true, true);
+    return 0;
+  }
+  // A client's receive ring holds only the buffers it gave (head); a server publishing its
+  // tail past them would hand us slots we never filled.
+  if (!c2s && avail > static_cast<uint16_t>(r.head - cur)) {
+    Disconnect("Ring tail beyond the buffers given to the peer", true, true);
+    return 0;
+  }
+  if (avail == 0) {
+    if (!c2s) Refill(r);
+    return 0;
+  }
+  uint32_t stash_n = p.state[kStStash];
+  uint32_t done_n = p.state[kStDone];
+  const uint32_t ds = p.data_size;
+  uint32_t n = 0;
+  uint64_t bytes = 0;
+  Desc* const chain = chain_;
+  while (n < max && avail > 0) {
+    // The frame: descriptors up to one without NEXT, each copied once.
+    uint32_t segs = 0;
+    uint64_t total = 0;
+    bool complete = false, bad = false;
+    while (segs < avail && segs < kMaxChain) {
+      const volatile Desc& sd = r.desc[(cur + segs) & r.mask];
+      Desc& d = chain[segs];
+      d.flags = sd.flags;
+      d.region = sd.region;
+      d.length = sd.length;
+      d.offset = sd.offset;
+      if (zc_) {
+        if (d.length > ds || r.shadow[(cur + segs) & r.mask] == kInvalid) bad = true;
+      } else if (DescData(d) == nullptr) {
+        bad = true;
+      }
+      total += d.length;
+      segs++;
+      if (!(d.flags & memif::kDescFlagNext)) {
+        complete = true;
+        break;
+      }
+    }
+    if (!complete) {
+      // The rest of the frame is not published yet, unless it cannot ever be.
+      if (segs < kMaxChain && segs < r.size) break;
+      bad = true;
+    }
+    if (bad || total > kMaxFrame) {
+      rx_errors_++;
+      for (uint32_t k = 0; k < segs; k++) {
+        uint32_t& sh = zc_ ? r.shadow[(cur + k) & r.mask] : dummy_;
+        if (zc_ && sh != kInvalid) {
+          Recycle(sh, stash_n, done_n);
+          sh = kInvalid;
+        }
+      }
+      cur += segs;
+      avail -= segs;
+      continue;
+    }
+    if (zc_) {
+      // The buffers are the pool's: hand them over as they are.
+      uint32_t head = kInvalid, prev = kInvalid;
+      for (uint32_t k = 0; k < segs; k++) {
+        const uint16_t s = (cur + k) & r.mask;
+        const uint32_t bi = r.shadow[s];
+        r.shadow[s] = kInvalid;
+        p.offset[bi] = p.DataStart(bi);
+        p.length[bi] = chain[k].length;
+        p.flags[bi] = 0;
+        if (prev != kInvalid) {
+          p.flags[prev] = p.f_next;
+          p.next[prev] = bi;
+        } else {
+          head = bi;
+        }
+        prev = bi;
+      }
+      out[n++] = head;
+    } else {
+      const uint32_t need = total == 0 ? 1 : static_cast<uint32_t>((total + ds - 1) / ds);
+      if (need > stash_n) {
+        rx_no_buffers_++;
+        break;
+      }
+      uint32_t bi = p.stash[--stash_n];
+      const uint32_t head = bi;
+      uint8_t* dst = p.mem + p.DataStart(bi);
+      uint32_t w = 0;
+      bool dry = false;
+      p.offset[bi] = p.DataStart(bi);
+      p.flags[bi] = 0;
+      for (uint32_t k = 0; k < segs && !dry; k++) {
+        const Desc& d = chain[k];
+        const uint8_t* src = DescData(d);
+        uint32_t len = d.length;
+        while (len > 0) {
+          if (w == ds) {
+            // `need` came from these same lengths, so the stash has them; checked all the same.
+            if (stash_n == 0) {
+              dry = true;
+              break;
+            }
+            p.length[bi] = w;
+            const uint32_t nb = p.stash[--stash_n];
+            p.flags[bi] = p.f_next;
+            p.next[bi] = nb;
+            bi = nb;
+            p.offset[bi] = p.DataStart(bi);
+            p.flags[bi] = 0;
+            dst = p.mem + p.DataStart(bi);
+            w = 0;
+          }
+          uint32_t take = std::min(len, ds - w);
+          std::memcpy(dst + w, src, take);
+          w += take;
+          src += take;
+          len -= take;
+        }
+      }
+      p.length[bi] = w;
+      p.flags[bi] = 0;
+      if (dry) {
+        // Give the chain back and drop the frame.
+        for (uint32_t b = head;;) {
+          const bool more = (p.flags[b] & p.f_next) != 0;
+          const uint32_t nx = p.next[b];
+          Recycle(b, stash_n, done_n);
+          if (!more || b == bi) break;
+          b = nx;
+        }
+        rx_errors_++;
+        cur += segs;
+        avail -= segs;
+        continue;
+      }
+      out[n++] = head;
+    }
+    bytes += total;
+    if (segs > 1) rx_chained_++;
+    cur += segs;
+    avail -= segs;
+  }
+  r.last = cur;
+  if (c2s) Store16Release(r.tail_p(), cur);
+  p.state[kStStash] = stash_n;
+  p.state[kStDone] = done_n;
+  if (!c2s) Refill(r);
+  rx_packets_ += n;
+  rx_bytes_ += bytes;
+  return n;
+}
+
+// memifRx(handle, queue, out, max): one receive burst.
+Napi::Value Memif::Rx(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (released_ || !pool_bound_) return Napi::Number::New(env, 0);
+  const uint32_t q = info[1].As<Napi::Number>().Uint32Value();
+  if (!info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array) {
+    throw TypeErr(env, "memifRx: out must be a Uint32Array");
+  }
+  Napi::Uint32Array outa = info[2].As<Napi::Uint32Array>();
+  uint32_t max = info[3].As<Napi::Number>().Uint32Value();
+  if (max > outa.ElementLength()) max = static_cast<uint32_t>(outa.ElementLength());
+  pool_.state[kStDone] = 0;
+  if (q == 0 && (phase_ != Phase::kConnected || ++busy_polls_ >= kBusyControlEvery)) {
+    busy_polls_ = 0;
+    Poll();
+  }
+  if (phase_ != Phase::kConnected || q >= rx_.size() || !rx_[q].present) return Napi::Number::New(env, 0);
+  Ring& r = rx_[q];
+  uint32_t n = RxRing(r, outa.Data(), max);
+  if (phase_ != Phase::kConnected) return Napi::Number::New(env, n);
+  if (n > 0) {
+    r.empty_since = 0;
+    if (!r.masked) Mask(q, r);
+    return Napi::Number::New(env, n);
+  }
+  if (r.masked) {
+    // Traffic stopped a moment ago: keep polling with interrupts off (the sender need not kick
+    // on every burst) for kIdleNs, then switch them on. The hold eventfd keeps the engine
+    // from sleeping meanwhile: it must not sleep on a ring whose sender will not kick.
+    const uint64_t now = NowNs();
+    if (r.empty_since == 0) r.empty_since = now;
+    if (now - r.empty_since < kIdleNs) {
+      if (q == 0 && ++idle_polls_ >= kIdleControlEvery) {
+        idle_polls_ = 0;
+        Poll();
+        if (zc_ && phase_ == Phase::kConnected) ReclaimAll();
+      }
+      return Napi::Number::New(env, 0);
+    }
+    Unmask(q, r);
+    // A frame published before the sender saw the flag cleared would otherwise wait for the
+    // next kick: look once more.
+    n = RxRing(r, outa.Data(), max);
+    if (n > 0 && phase_ == Phase::kConnected) {
+      r.empty_since = 0;
+      Mask(q, r);
+    }
+  }
+  if (phase_ == Phase::kConnected && EventRead(r.fd)) interrupts_++;
+  if (q == 0 && n == 0) {
+    busy_polls_ = 0;
+    Poll();
+    if (zc_ && phase_ == Phase::kConnected) ReclaimAll();
+  }
+  return Napi::Number::New(env, n);
+}
+
+uint64_t Memif::NowNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Receiving: no kicks wanted; the queue's hold eventfd turns readable so the engine polls on.
+void Memif::Mask(uint32_t q, Ring& r) {
+  Store16Relaxed(r.flags_p(), memif::kRingFlagMaskInt);
+  r.masked = true;
+  if (!hold_set_[q]) {
+    uint64_t one = 1;
+    if (write(hold_[q], &one, sizeof one) == static_cast<ssize_t>(sizeof one)) hold_set_[q] = 1;
+  }
+}
+
+// Idle: kicks wanted again (the store is ordered before any later read of head/tail), and
+// the engine may sleep.
+void Memif::Unmask(uint32_t q, Ring& r) {
+  Store16Relaxed(r.flags_p(), 0);
+  r.masked = false;
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  ClearHold(q);
+}
+
+void Memif::ClearHold(uint32_t q) {
+  if (hold_set_[q]) {
+    uint64_t v;
+    if (read(hold_[q], &v, sizeof v) >= 0 || errno == EAGAIN) hold_set_[q] = 0;
+  }
+}
+
+// Zero-copy transmit rings: buffers the server has moved tail past go to `done`.
+void Memif::Reclaim(Ring& r) {
+  PoolView& p = pool_;
+  uint32_t done_n = p.state[kStDone];
+  const uint16_t tail = Load16Acquire(r.tail_p());
+  uint16_t last = r.last;
+  if (static_cast<uint16_t>(tail - last) > static_cast<uint16_t>(r.head - last)) return;  // tail beyond head: ignore
+  while (last != tail && done_n < p.done_cap) {
+    uint32_t& sh = r.shadow[last & r.mask];
+    if (sh != kInvalid) {
+      p.done[done_n++] = sh;
+      sh = kInvalid;
+    }
+    last++;
+  }
+  r.last = last;
+  p.state[kStDone] = done_n;
+}
+
+void Memif::ReclaimAll() {
+  for (Ring& r : tx_) if (r.present) Reclaim(r);
+}
+
+void Memif::Kick(Ring& r) {
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (Load16Relaxed(r.flags_p()) & memif::kRingFlagMaskInt) return;
+  const int w = EventWrite(r.fd);
+  if (w > 0) kicks_++;
+  else if (w < 0) Disconnect("Interrupt fd made blocking by the peer", true, true);
+}
+
+// Gathers a pool packet's segments; 0 when the chain is invalid.
+uint32_t Memif::Gather(uint32_t head, uint32_t* segs, uint64_t* total) const {
+  const PoolView& p = pool_;
+  uint32_t bi = head, n = 0;
+  uint64_t len = 0;
+  for (;;) {
+    if (bi >= p.count || n == kMaxTxSegs) return 0;
+    if (uint64_t{p.offset[bi]} + p.length[bi] > p.mem_len) return 0;
+    segs[n++] = bi;
+    len += p.length[bi];
+    if (!(p.flags[bi] & p.f_next)) break;
+    bi = p.next[bi];
+  }
+  *total = len;
+  return n;
+}
+
+// memifTx(handle, queue, bufs, off, n): one transmit burst; returns how many were taken.
+Napi::Value Memif::Tx(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array) {
+    throw TypeErr(env, "memifTx: bufs must be a Uint32Array");
+  }
+  Napi::Uint32Array a = info[2].As<Napi::Uint32Array>();
+  const uint32_t off = info[3].As<Napi::Number>().Uint32Value();
+  uint32_t n = info[4].As<Napi::Number>().Uint32Value();
+  if (uint64_t{off} + n > a.ElementLength()) throw RangeErr(env, "memifTx: off + n beyond bufs");
+  if (released_ || !pool_bound_) return Napi::Number::New(env, 0);
+  if (n > 256) n = 256;  // one frame's worth per call: `done` always has room
+  pool_.state[kStDone] = 0;
+  if (phase_ != Phase::kConnected || ntx_run_ == 0 || n == 0) {
+    tx_refused_ += n;
+    return Napi::Number::New(env, 0);
+  }
+  uint32_t q = info[1].As<Napi::Number>().Uint32Value();
+  // Queues beyond the rings the peer took share them.
+  uint32_t k = q % ntx_run_, idx = 0;
+  for (; idx < tx_.size(); idx++) {
+    if (tx_[idx].present && k-- == 0) break;
+  }
+  Ring& r = tx_[idx];
+  const uint32_t* bufs = a.Data() + off;
+  uint32_t taken = zc_ ? TxZeroCopy(r, bufs, n) : TxCopy(r, bufs, n);
+  tx_refused_ += n - taken;
+  return Napi::Number::New(env, taken);
+}
+
+uint32_t Memif::TxZeroCopy(Ring& r, const uint32_t* bufs, uint32_t n) {
+  Reclaim(r);
+  PoolView& p = pool_;
+  uint16_t slot = r.head;
+  uint32_t free = r.size - static_cast<uint16_t>(slot - r.last);
+  uint32_t done_n = p.state[kStDone];
+  uint32_t taken = 0, sent = 0;
+  uint64_t bytes = 0;
+  uint32_t segs[kMaxTxSegs];
+  for (; taken < n; taken++) {
+    uint64_t total = 0;
+    const uint32_t ns = Gather(bufs[taken], segs, &total);
+    if (ns == 0) {
+      tx_errors_++;
+      PushDone(bufs[taken], done_n);
+      continue;
+    }
+    if (ns > free) break;
+    for (uint32_t s = 0; s < ns; s++) {
+      const uint32_t bi = segs[s];
+      const uint16_t i = slot & r.mask;
+      Desc& d = r.desc[i];
+      d.flags = s + 1 < ns ? memif::kDescFlagNext : 0;
+      d.region = 1;
+      d.length = p.length[bi];
+      d.offset = p.offset[bi];
+      r.shadow[i] = s == 0 ? bufs[taken] : kInvalid;
+      slot++;
+    }
+    free -= ns;
+    bytes += total;
+    sent++;
+    if (ns > 1) tx_chained_++;
+  }
+  p.state[kStDone] = done_n;
+  if (slot != r.head) {
+    r.head = slot;
+    Store16Release(r.head_p(), slot);
+    Kick(r);
+  }
+  tx_packets_ += sent;
+  tx_bytes_ += bytes;
+  return taken;
+}
+
+uint32_t Memif::TxCopy(Ring& r, const uint32_t* bufs, uint32_t n) {
+  PoolView& p = pool_;
+  // Server: fills the client's empty buffers from tail to head. Client (copy mode): writes
+  // into its own slot buffers at head, up to the tail the server published.
+  uint16_t slot;
+  uint32_t free;
+  if (server_) {
+    slot = r.head;  // our tail
+    uint16_t h = Load16Acquire(r.head_p());
+    free = static_cast<uint16_t>(h - slot);
+    if (free > r.size) {
+      Disconnect("Ring index beyond the ring size", true, true);
+      return 0;
+    }
+  } else {
+    slot = r.head;
+    free = r.size - static_cast<uint16_t>(slot - Load16Acquire(r.tail_p()));
+    if (free > r.size) {
+      Disconnect("Ring index beyond the ring size", true, true);
+      return 0;
+    }
+  }
+  uint32_t done_n = p.state[kStDone];
+  uint32_t taken = 0, sent = 0;
+  uint64_t bytes = 0;
+  uint32_t segs[kMaxTxSegs];
+  bool stop = false;
+  for (; taken < n && !stop; taken++) {
+    uint64_t total = 0;
+    const uint32_t ns = Gather(bufs[taken], segs, &total);
+    if (ns == 0) {
+      tx_errors_++;
+      PushDone(bufs[taken], done_n);
+      continue;
+    }
+    if (free == 0) break;
+    const uint16_t saved = slot;
+    uint32_t used = 1;
+    Desc* d = &r.desc[slot & r.mask];
+    uint8_t* dst;
+    uint32_t room;
+    if (!DescRoom(r, slot, &dst, &room)) return TxFail(r, taken, done_n);
+    uint32_t w = 0;
+    for (uint32_t s = 0; s < ns && !stop; s++) {
+      const uint8_t* src = p.mem + p.offset[segs[s]];
+      uint32_t len = p.length[segs[s]];
+      while (len > 0) {
+        if (w == room) {
+          if (used == free) {
+            stop = true;  // ring full mid-frame: the frame stays with the caller
+            break;
+          }
+          d->length = w;
+          d->flags = memif::kDescFlagNext;
+          slot++;
+          used++;
+          d = &r.desc[slot & r.mask];
+          if (!DescRoom(r, slot, &dst, &room)) return TxFail(r, taken, done_n);
+          w = 0;
+        }
+        uint32_t take = std::min(len, room - w);
+        std::memcpy(dst + w, src, take);
+        w += take;
+        src += take;
+        len -= take;
+      }
+    }
+    if (stop) {
+      slot = saved;
+      break;
+    }
+    d->length = w;
+    d->flags = 0;
+    slot++;
+    free -= used;
+    PushDone(bufs[taken], done_n);
+    bytes += total;
+    sent++;
+    if (used > 1) tx_chained_++;
+  }
+  p.state[kStDone] = done_n;
+  if (slot != r.head) {
+    r.head = slot;
+    Store16Release(server_ ? r.tail_p() : r.head_p(), slot);
+    Kick(r);
+  }
+  tx_packets_ += sent;
+  tx_bytes_ += bytes;
+  return taken;
+}
+
+// Where a copy-mode transmit slot's bytes go and how many fit.
+bool Memif::DescRoom(Ring& r, uint16_t slot, uint8_t** dst, uint32_t* room) {
+  Desc& d = r.desc[slot & r.mask];
+  if (!server_) {
+    d.region = 0;
+    d.offset = r.buffers + (slot & r.mask) * buffer_size_;
+    *dst = regions_[0].addr + d.offset;
+    *room = buffer_size_;
+    return true;
+  }
+  const uint32_t len = d.length;  // the room the client gave
+  Desc copy = d;
+  copy.length = len;
+  const uint8_t* at = DescData(copy);
+  if (at == nullptr || len == 0) return false;
+  *dst = const_cast<uint8_t*>(at);
+  *room = len;
+  return true;
+}
+
+uint32_t Memif::TxFail(Ring& r, uint32_t taken, uint32_t done_n) {
+  pool_.state[kStDone] = done_n;
+  Disconnect("Invalid descriptor in a receive ring of the client", true, true);
+  return taken;
+}
+
+// memifReclaim(handle): moves up to done_cap orphaned buffers into `done`; returns how many.
+Napi::Value Memif::ReclaimJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!pool_bound_) return Napi::Number::New(env, 0);
+  uint32_t n = 0;
+  while (!orphans_.empty() && n < pool_.done_cap) {
+    pool_.done[n++] = orphans_.back();
+    orphans_.pop_back();
+  }
+  pool_.state[kStDone] = n;
+  pool_.state[kStOrphans] = static_cast<uint32_t>(orphans_.size());
+  return Napi::Number::New(env, n);
+}
+
+Napi::Value Memif::PollNow(const Napi::CallbackInfo& info) {
+  if (pool_.state != nullptr) pool_.state[kStDone] = 0;
+  Poll();
+  if (zc_ && phase_ == Phase::kConnected) ReclaimAll();
+  return Napi::Boolean::New(info.Env(), connected());
+}
+
+
+}  // namespace memifimpl
+}  // namespace rg
