@@ -18,7 +18,7 @@ import {
   GraphError,
   NodeFlag,
   createPool,
-  type BufferPool,
+  BufferPool,
   type ErrorThreadSnapshot,
   type RuntimeThreadSnapshot,
   type TraceThreadSnapshot,
@@ -26,6 +26,7 @@ import {
 import { type Capture, Interfaces, type InterfaceCounters } from '../drivers/interfaces.ts';
 import { CaptureFileError, discardCaptureFile, openCaptureFile } from '../drivers/capture-file.ts';
 import type { FaultConfig, FaultCounters } from '../drivers/fault.ts';
+import type { Driver, ProvidedMemory } from '../drivers/driver.ts';
 import { driverUnavailable, openDriver } from '../drivers/open.ts';
 import { DRIVER_KINDS, type Config, type InterfaceConfig } from '../config/types.ts';
 import { registerL2L4, type Netstack } from '../nodes/netstack.ts';
@@ -127,6 +128,33 @@ function atomic64(v: AtomicValue | undefined, what: string): bigint | undefined 
     );
   }
   return BigInt(v);
+}
+
+/**
+ * The buffer pool for these interfaces' drivers: over the memory one of them provides (with its
+ * allocator; several interfaces may name the same memory), else from the core addon. Two
+ * different memories cannot both be the one pool: an error naming them. Exported for the tests.
+ */
+export function poolFor(
+  interfaces: { name: string; driver: Driver }[],
+  want: { count: number; dataSize: number },
+): BufferPool {
+  const provided = interfaces
+    .map((i) => ({ name: i.name, p: i.driver.providesMemory?.(want) ?? null }))
+    .filter((x): x is { name: string; p: ProvidedMemory } => x.p !== null);
+  // Interfaces of one kind may share one provider's memory (DPDK ports share one mempool).
+  if (provided.some((x) => x.p.memory.buffer !== provided[0].p.memory.buffer)) {
+    throw new DataplaneError(
+      'unavailable',
+      `interfaces ${provided.map((x) => x.name).join(' and ')} each want the buffer pool in their own memory; one data plane has one pool: give one of them another driver`,
+    );
+  }
+  if (provided.length > 0) return new BufferPool(provided[0].p.memory, provided[0].p.allocator);
+  try {
+    return createPool({ count: want.count, dataSize: want.dataSize });
+  } catch (e) {
+    throw new DataplaneError('resource', `buffers: ${(e as Error).message}`);
+  }
 }
 
 /** Dataplane.internals: what tests and benchmarks that drive the nodes directly reach. */
@@ -241,17 +269,26 @@ export class Dataplane {
         'unavailable',
         `cpu.workers ${config.cpu.workers}: worker threads are not implemented; use workers: 0`,
       );
+    // The drivers first: one of them may provide the pool's memory (DPDK's mempool).
+    const drivers: Driver[] = [];
     let pool: BufferPool;
     try {
-      pool = createPool({ count: config.buffers.count, dataSize: config.buffers.dataSize });
+      for (const c of config.interfaces) drivers.push(openDriver(c));
+      pool = poolFor(
+        config.interfaces.map((c, k) => ({ name: c.name, driver: drivers[k] })),
+        config.buffers,
+      );
     } catch (e) {
-      throw new DataplaneError('resource', `buffers: ${(e as Error).message}`);
+      for (const d of drivers) d.close();
+      throw e instanceof DataplaneError ? e : new DataplaneError('unavailable', (e as Error).message);
     }
     const graph = new Graph({ pool, threadName: 'main', traceMaxPackets: config.trace.maxPackets });
     const net = registerL2L4(graph);
     const ifs = new Interfaces(graph);
+    let adding = 0;
     try {
-      for (const c of config.interfaces) Dataplane.addInterface(c, config, net, ifs);
+      for (; adding < drivers.length; adding++)
+        Dataplane.addInterface(config.interfaces[adding], drivers[adding], config, net, ifs);
       const r = config.rdma;
       const rdma = registerRdma(graph, net, {
         portRange: r.portRange,
@@ -283,12 +320,13 @@ export class Dataplane {
     } catch (e) {
       graph.close();
       ifs.closeAll();
+      // Drivers after the one that failed were made but never added.
+      for (const d of drivers.slice(adding + 1)) d.close();
       throw e instanceof DataplaneError ? e : new DataplaneError('unavailable', (e as Error).message);
     }
   }
 
-  private static addInterface(c: InterfaceConfig, config: Config, net: Netstack, ifs: Interfaces): void {
-    const drv = openDriver(c);
+  private static addInterface(c: InterfaceConfig, drv: Driver, config: Config, net: Netstack, ifs: Interfaces): void {
     const fault =
       c.fault === null
         ? undefined

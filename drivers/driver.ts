@@ -7,7 +7,7 @@
  * it accepts (the first `sent` of the vector) and frees them when it is done with them; the
  * caller keeps the rest (and drops them, counting "no free tx slots").
  */
-import type { BufferMemory, BufferPool } from '../graph/buffer-pool.ts';
+import type { BufferMemory, BufferPool, ExternalAllocator } from '../graph/buffer-pool.ts';
 import type { PoolArrays } from '../native/load.ts';
 
 export interface DriverCounters {
@@ -44,6 +44,12 @@ export interface LinkDrops {
   byPeer?: boolean;
 }
 
+/** Driver.providesMemory: the pool's memory and, when the driver allocates, its allocator. */
+export interface ProvidedMemory {
+  memory: BufferMemory;
+  allocator: ExternalAllocator | null;
+}
+
 export interface Driver {
   /** Driver family: "pcap", "pipe", "af_packet", "memif", ... */
   readonly kind: string;
@@ -55,10 +61,12 @@ export interface Driver {
   readonly txQueues: number;
 
   /**
-   * Memory the driver wants the buffer pool to live in (memif's shared region, DPDK's mempool),
-   * or null when it works with any pool. Asked before the pool is created.
+   * Memory the driver wants the buffer pool to live in (DPDK's mempool: its mbufs' data rooms
+   * become the pool's buffers, so nothing is copied), with the allocator that hands them out, or
+   * null when it works with any pool. Asked before the pool is created, with the configured
+   * buffer count and data size; at most one interface of a data plane may provide it.
    */
-  providesMemory?(): BufferMemory | null;
+  providesMemory?(want: { count: number; dataSize: number }): ProvidedMemory | null;
 
   /** Bind to the pool and start the device. Throws a clear Error when it cannot. */
   open(pool: BufferPool): void;
