@@ -7,6 +7,7 @@ import { AfPacketDriver } from './af-packet.ts';
 import { PcapDriver } from './pcap.ts';
 import { pipeEnd } from './pipe.ts';
 import { MemifDriver } from './memif.ts';
+import { DpdkDriver, dpdkUnavailable } from './dpdk.ts';
 
 /**
  * What a driver is made from: an interface entry of the start-up configuration (config/types.ts
@@ -32,10 +33,10 @@ export interface DriverSpec {
   };
   pcap?: { rxFile: string | null; txFile: string | null; rate: number; loop: number };
   pipe?: { peer: string };
+  dpdk?: { device: string; ealArgs: string[] };
 }
 
 const MISSING: Record<string, string> = {
-  dpdk: 'the dpdk driver (DPDK ethdev PMDs) is not implemented in rdma-graph yet',
   ibverbs: 'the ibverbs driver (RAW_PACKET QPs on a Mellanox NIC) is not implemented in rdma-graph yet',
   mlx5dv: 'the mlx5dv driver (mlx5 direct verbs) is not implemented in rdma-graph yet',
 };
@@ -49,6 +50,7 @@ const HAVE = new Set(['pipe', 'pcap', 'af_packet', 'memif']);
  */
 export function driverUnavailable(driver: string): string | null {
   if (HAVE.has(driver)) return null;
+  if (driver === 'dpdk') return dpdkUnavailable();
   return `${MISSING[driver] ?? `unknown driver "${driver}"`}; use memif, af_packet, pcap or pipe`;
 }
 
@@ -104,6 +106,22 @@ export function openDriver(c: DriverSpec): Driver {
         txQueues: c.rxQueues,
         ringSize: c.rxQueueSize,
         bufferSize: m.bufferSize,
+      });
+    }
+    case 'dpdk': {
+      const why = dpdkUnavailable();
+      if (why !== null) throw new Error(`${where}: ${why}`);
+      const d = c.dpdk!;
+      return new DpdkDriver(c.name, {
+        where,
+        device: d.device,
+        ealArgs: d.ealArgs,
+        mac,
+        mtu: c.mtu,
+        rxQueues: c.rxQueues,
+        txQueues: c.rxQueues,
+        rxQueueSize: c.rxQueueSize,
+        txQueueSize: c.txQueueSize,
       });
     }
     default:

@@ -156,7 +156,17 @@ test('check finds the embedded default from any directory and says what start wo
     away.stdout,
     `rdma-graph: ${join(ROOT, 'config/startup.yaml')} (the embedded default): valid; interfaces: memif0 (memif); api 127.0.0.1:7070\n`,
   );
-  for (const d of ['dpdk', 'ibverbs', 'mlx5dv']) {
+  // dpdk: available when dpdk.node was built; check then calls the example valid (its PCI
+  // address is only probed by start).
+  const dpdk = cli(['check', '--config', 'config/examples/dpdk.yaml']);
+  if (existsSync(join(ROOT, 'native/build/Release/dpdk.node'))) {
+    assert.is(dpdk.code, 0, dpdk.err);
+    assert.match(dpdk.out, /config\/examples\/dpdk\.yaml: valid; interfaces: eth0 \(dpdk\)/);
+  } else {
+    assert.is(dpdk.code, 2);
+    assert.match(dpdk.err, /interface eth0: DPDK is not available: install libdpdk-dev and rebuild/);
+  }
+  for (const d of ['ibverbs', 'mlx5dv']) {
     const r = cli(['check', '--config', `config/examples/${d}.yaml`]);
     assert.is(r.code, 2, `${d}: ${r.out}${r.err}`);
     assert.match(
@@ -223,13 +233,13 @@ test('start refuses a driver rdma-graph does not have, naming the interface and 
     '--config',
     config(
       's3.yaml',
-      'interfaces:\n  - { name: d0, driver: dpdk, dpdk: { device: net_null0 }, address: 10.1.0.1/24 }\n',
+      'interfaces:\n  - { name: d0, driver: ibverbs, ibverbs: { device: mlx5_0 }, address: 10.1.0.1/24 }\n',
     ),
   ]);
   assert.is(r.code, 1);
   assert.match(
     r.err,
-    /interface d0 \(line 2\): the dpdk driver .* is not implemented in rdma-graph yet; use memif, af_packet, pcap or pipe/,
+    /interface d0 \(line 2\): the ibverbs driver .* is not implemented in rdma-graph yet; use memif, af_packet, pcap or pipe/,
   );
 });
 

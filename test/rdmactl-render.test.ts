@@ -324,7 +324,12 @@ test('show device, version, buffers, hardware, memif on a live data plane', asyn
     );
     const ver = formatVersion(await a.version());
     assert.match(ver, /^rdma-graph v\d+\.\d+\.\d+ on Node v20/);
-    assert.match(ver, /\ndrivers: memif, af_packet, pcap, pipe\n/);
+    // dpdk is listed when dpdk.node was built.
+    assert.match(ver, /\ndrivers: memif, af_packet, pcap, pipe(, dpdk)?\n/);
+    assert.is(
+      ver.includes(', dpdk\n'),
+      (await a.version()).drivers.some((d) => d.name === 'dpdk' && d.available),
+    );
     const buf = await a.buffers();
     const b = formatBuffers(buf).split('\n');
     assert.match(

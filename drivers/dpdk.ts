@@ -1,0 +1,271 @@
+/**
+ * The dpdk driver: a DPDK ethdev port (a PCI NIC bound to vfio-pci, or a vdev such as net_ring,
+ * net_null, net_memif, net_af_packet) through native/dpdk/dpdk.cc.
+ *
+ * One EAL and one mbuf mempool per process, shared by every dpdk interface. The mempool is the
+ * data plane's buffer pool (providesMemory): buffer i is the i-th mbuf's data room, so rx and
+ * tx hand buffer indices across, never bytes. Sent buffers go back to the mempool when the PMD
+ * is done with them; ones it refuses stay the caller's.
+ *
+ * Poll mode: a port has no fd to sleep on, so when the graph is idle it comes back to the port
+ * every IDLE_POLL_NS (rxNextDueNs); under load it polls every pass.
+ */
+import { availableParallelism } from 'node:os';
+import { readFileSync } from 'node:fs';
+import { BufferFlag, type BufferPool } from '../graph/buffer-pool.ts';
+import { nowNs } from '../graph/clock.ts';
+import { loadAddon } from '../native/load.ts';
+import type { Driver, DriverCounters, DriverHardware, ProvidedMemory } from './driver.ts';
+import { macOption } from './mac.ts';
+
+interface DpdkAddon {
+  ealInit(args: string[]): { ports: number };
+  createPool(
+    count: number,
+    dataRoom: number,
+  ): { memory: ArrayBuffer; firstOffset: number; stride: number; headroom: number; dataSize: number; count: number };
+  bindPool(
+    offset: Uint32Array,
+    length: Uint32Array,
+    flags: Uint32Array,
+    next: Uint32Array,
+    bits: { nextPresent: number; ip4Ok: number; l4Ok: number },
+  ): void;
+  alloc(out: Uint32Array, off: number, n: number): number;
+  free(src: Uint32Array, off: number, n: number): void;
+  avail(): number;
+  probe(devargs: string): number;
+  portStart(
+    port: number,
+    o: { rxQueues: number; txQueues: number; rxDesc: number; txDesc: number; mtu: number; promisc: boolean },
+  ): { mac: Uint8Array; driver: string; rxDesc: number; txDesc: number };
+  rx(port: number, queue: number, out: Uint32Array, max: number): number;
+  tx(port: number, queue: number, bufs: Uint32Array, off: number, n: number): number;
+  linkUp(port: number): boolean;
+  stats(port: number): Record<string, number> & { xstats: Record<string, number> };
+  portClose(port: number): void;
+}
+
+/** How often an idle graph comes back to poll a port. */
+const IDLE_POLL_NS = 50_000;
+const HINT = 'install libdpdk-dev';
+
+/** Why DPDK cannot be used in this build, or null when it can. */
+export function dpdkUnavailable(): string | null {
+  try {
+    loadAddon<DpdkAddon>('dpdk', HINT);
+    return null;
+  } catch {
+    return 'DPDK is not available: install libdpdk-dev and rebuild (npm run build)';
+  }
+}
+
+/** The process's EAL and mempool, made by the first dpdk interface. */
+let shared: { addon: DpdkAddon; args: string[]; provided: ProvidedMemory | null; bound: BufferPool | null } | null =
+  null;
+
+function hugepagesFree(): number {
+  try {
+    const m = /^HugePages_Free:\s+(\d+)/m.exec(readFileSync('/proc/meminfo', 'utf8'));
+    return m ? Number(m[1]) : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/**
+ * The EAL arguments: `--in-memory` when hugepages are reserved, else `--no-huge -m MB
+ * --no-shconf`; no telemetry; IOVA as VA; one lcore that may run on any CPU (so Node's thread
+ * is not pinned); no PCI scan unless the device is a PCI address; then the configured ones.
+ */
+export function ealArgs(device: string, extra: string[], memBytes: number): string[] {
+  const mem =
+    hugepagesFree() > 0
+      ? ['--in-memory']
+      : [
+          '--no-huge',
+          '--no-shconf',
+          ...(extra.includes('-m') ? [] : ['-m', String(Math.max(512, Math.ceil(memBytes / 2 ** 20) + 128))]),
+        ];
+  const pci = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/i.test(device);
+  return [
+    ...mem,
+    '--no-telemetry',
+    '--iova-mode=va',
+    `--lcores=0@(0-${availableParallelism() - 1})`,
+    '--log-level=warning',
+    ...(pci ? [] : ['--no-pci']),
+    ...extra,
+  ];
+}
+
+export interface DpdkOptions {
+  /** How messages name the interface (default `interface NAME`). */
+  where?: string;
+  device: string;
+  ealArgs: string[];
+  mac?: string;
+  mtu: number;
+  rxQueues: number;
+  txQueues: number;
+  rxQueueSize: number;
+  txQueueSize: number;
+  promisc?: boolean;
+}
+
+export class DpdkDriver implements Driver {
+  readonly kind = 'dpdk';
+  readonly name: string;
+  mac: Uint8Array;
+  readonly mtu: number;
+  readonly rxQueues: number;
+  readonly txQueues: number;
+  private readonly addon: DpdkAddon;
+  private readonly port: number;
+  private readonly opts: DpdkOptions;
+  private readonly macSet: boolean;
+  private state: 'new' | 'open' | 'closed' = 'new';
+  private pmd = '';
+  private desc = { rx: 0, tx: 0 };
+  private readonly counts = { rxPackets: 0, rxBytes: 0, txPackets: 0, txBytes: 0, txDrops: 0 };
+
+  constructor(name: string, o: DpdkOptions) {
+    const where = o.where ?? `interface ${name}`;
+    this.name = name;
+    this.opts = o;
+    this.mtu = o.mtu;
+    this.rxQueues = o.rxQueues;
+    this.txQueues = o.txQueues;
+    const why = dpdkUnavailable();
+    if (why !== null) throw new Error(`${where}: ${why}`);
+    this.addon = loadAddon<DpdkAddon>('dpdk', HINT);
+    const args = ealArgs(o.device, o.ealArgs, 0);
+    if (shared === null) {
+      try {
+        this.addon.ealInit(args);
+      } catch (e) {
+        throw new Error(`${where}: DPDK EAL: ${(e as Error).message}`);
+      }
+      shared = { addon: this.addon, args: o.ealArgs, provided: null, bound: null };
+    } else if (JSON.stringify(shared.args) !== JSON.stringify(o.ealArgs)) {
+      throw new Error(
+        `${where}: dpdk.eal-args differ from another dpdk interface's (${JSON.stringify(shared.args)}); one process has one EAL`,
+      );
+    }
+    try {
+      this.port = this.addon.probe(o.device);
+    } catch (e) {
+      throw new Error(`${where}: DPDK device "${o.device}": ${(e as Error).message}`);
+    }
+    this.macSet = o.mac !== undefined;
+    this.mac = o.mac !== undefined ? macOption(`dpdk ${where}`, o.mac, name) : new Uint8Array(6);
+  }
+
+  providesMemory(want: { count: number; dataSize: number }): ProvidedMemory {
+    const s = shared!;
+    if (s.provided === null) {
+      const p = this.addon.createPool(want.count, want.dataSize + 128);
+      const addon = this.addon;
+      s.provided = {
+        memory: { ...p, buffer: p.memory, hugepages: hugepagesFree() > 0, fd: -1, owner: 'dpdk' },
+        allocator: {
+          alloc: (out, off, n) => addon.alloc(out, off, n),
+          free: (src, off, n) => addon.free(src, off, n),
+          available: () => addon.avail(),
+        },
+      };
+    }
+    return s.provided;
+  }
+
+  open(pool: BufferPool): void {
+    if (this.state !== 'new') throw new Error(`dpdk interface ${this.name}: already ${this.state}`);
+    const s = shared!;
+    if (s.provided === null || pool.memory.buffer !== s.provided.memory.buffer) {
+      throw new Error(`dpdk interface ${this.name}: the buffer pool must be DPDK's mempool (providesMemory)`);
+    }
+    if (s.bound !== pool) {
+      this.addon.bindPool(pool.offset, pool.length, pool.flags, pool.next, {
+        nextPresent: BufferFlag.NEXT_PRESENT,
+        ip4Ok: BufferFlag.IP4_CKSUM_OK,
+        l4Ok: BufferFlag.L4_CKSUM_OK,
+      });
+      s.bound = pool;
+    }
+    const r = this.addon.portStart(this.port, {
+      rxQueues: this.rxQueues,
+      txQueues: this.txQueues,
+      rxDesc: this.opts.rxQueueSize,
+      txDesc: this.opts.txQueueSize,
+      mtu: this.mtu,
+      promisc: this.opts.promisc === true,
+    });
+    if (!this.macSet) this.mac = new Uint8Array(r.mac);
+    this.pmd = r.driver;
+    this.desc = { rx: r.rxDesc, tx: r.txDesc };
+    this.state = 'open';
+  }
+
+  rxBurst(queue: number, out: Uint32Array, max: number): number {
+    if (this.state !== 'open') return 0;
+    return this.addon.rx(this.port, queue, out, max);
+  }
+
+  txBurst(queue: number, bufs: Uint32Array, off: number, n: number): number {
+    if (this.state !== 'open') return 0;
+    const sent = this.addon.tx(this.port, queue, bufs, off, n);
+    this.counts.txDrops += n - sent;
+    return sent;
+  }
+
+  linkUp(): boolean {
+    return this.state === 'open' && this.addon.linkUp(this.port);
+  }
+
+  rxWaitFd(_queue: number): number {
+    return -1;
+  }
+
+  rxNextDueNs(_queue: number): number {
+    return this.state === 'open' ? nowNs() + IDLE_POLL_NS : -1;
+  }
+
+  setWakeup(_wake: () => void): void {
+    // Poll mode: nothing wakes the graph; rxNextDueNs brings it back.
+  }
+
+  counters(): DriverCounters {
+    if (this.state !== 'open')
+      return { rxPackets: 0, rxBytes: 0, txPackets: 0, txBytes: 0, rxDrops: 0, txDrops: 0, rxErrors: 0, txErrors: 0 };
+    const s = this.addon.stats(this.port);
+    return {
+      rxPackets: s.ipackets,
+      rxBytes: s.ibytes,
+      txPackets: s.opackets,
+      txBytes: s.obytes,
+      rxDrops: s.imissed + s.rxNombuf,
+      txDrops: this.counts.txDrops,
+      rxErrors: s.ierrors + s.rxBadChecksum,
+      txErrors: s.oerrors,
+    };
+  }
+
+  hardware(): DriverHardware {
+    const s = this.state === 'open' ? this.addon.stats(this.port) : null;
+    return {
+      info: {
+        pmd: this.pmd || null,
+        device: this.opts.device,
+        port: this.port,
+        queues: `${this.rxQueues} rx (${this.desc.rx} descriptors), ${this.txQueues} tx (${this.desc.tx} descriptors)`,
+        'eal args': (shared?.args ?? []).join(' ') || null,
+      },
+      counters: s === null ? {} : { ...s.xstats, rx_bad_checksum: s.rxBadChecksum },
+    };
+  }
+
+  close(): void {
+    if (this.state === 'open') this.addon.portClose(this.port);
+    this.state = 'closed';
+  }
+}

@@ -1,0 +1,463 @@
+// dpdk.node: DPDK's EAL and ethdev ports for drivers/dpdk.ts, zero copy.
+//
+// One EAL and one mbuf mempool per process. The mempool's memory (one contiguous chunk) is the
+// graph's buffer pool: buffer i is the i-th mbuf's data room, so a received mbuf is handed to
+// the graph as its index and a transmitted index is sent as its mbuf, nothing copied. The
+// pool's metadata arrays (offset, length, flags, next) are bound once (bindPool); a burst is one
+// call: rx writes the metadata of what arrived, tx builds the mbufs' fields from it.
+//
+// Ownership, enforced here: an index JavaScript holds is an mbuf out of the mempool (allocated
+// by alloc or received by rx). tx hands the sent ones to the PMD, which returns them to the
+// mempool when done; the ones not sent stay JavaScript's. free returns indices to the mempool.
+#include <napi.h>
+
+#include <rte_bus.h>
+#include <rte_dev.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_malloc.h>
+#include <rte_mbuf.h>
+#include <rte_mbuf_pool_ops.h>
+#include <rte_mempool.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+// BufferFlag bits of graph/buffer-pool.ts (passed in bindPool so the two cannot drift).
+struct Flags {
+  uint32_t next_present = 0, ip4_ok = 0, l4_ok = 0;
+};
+
+struct State {
+  bool eal = false;
+  std::vector<std::string> eal_args;
+  rte_mempool* mp = nullptr;
+  uint8_t* base = nullptr;   // the chunk's start (the ArrayBuffer's byte 0)
+  size_t len = 0;
+  uint8_t* obj0 = nullptr;   // the lowest mbuf
+  size_t stride = 0;         // bytes between consecutive mbufs
+  uint32_t count = 0;
+  // Bound pool metadata.
+  uint32_t* offset = nullptr;
+  uint32_t* length = nullptr;
+  uint32_t* flags = nullptr;
+  uint32_t* next = nullptr;
+  Flags f;
+  std::vector<Napi::Reference<Napi::Value>> refs;
+  uint64_t rx_bad_cksum = 0;
+};
+State g;
+
+constexpr uint16_t kMaxBurst = 256;
+
+Napi::Error Err(Napi::Env env, const std::string& m) { return Napi::Error::New(env, m); }
+
+std::string DpdkError(int ret) {
+  int e = ret < 0 ? -ret : rte_errno;
+  return std::string(rte_strerror(e));
+}
+
+inline uint32_t IndexOf(const rte_mbuf* m) {
+  return static_cast<uint32_t>((reinterpret_cast<const uint8_t*>(m) - g.obj0) / g.stride);
+}
+inline rte_mbuf* MbufOf(uint32_t i) { return reinterpret_cast<rte_mbuf*>(g.obj0 + static_cast<size_t>(i) * g.stride); }
+inline uint32_t DataStart(const rte_mbuf* m) {
+  return static_cast<uint32_t>(static_cast<uint8_t*>(m->buf_addr) - g.base);
+}
+
+uint32_t* U32(Napi::Env env, Napi::Value v, const char* what, size_t min_len) {
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array)
+    throw Napi::TypeError::New(env, std::string(what) + " must be a Uint32Array");
+  auto a = v.As<Napi::Uint32Array>();
+  if (a.ElementLength() < min_len) throw Napi::RangeError::New(env, std::string(what) + " is too short");
+  return a.Data();
+}
+
+uint32_t Int(const Napi::CallbackInfo& info, size_t i, const char* what, double lo, double hi) {
+  if (!info[i].IsNumber()) throw Napi::TypeError::New(info.Env(), std::string(what) + " must be a number");
+  double d = info[i].As<Napi::Number>().DoubleValue();
+  if (!(d >= lo && d <= hi) || d != static_cast<double>(static_cast<int64_t>(d)))
+    throw Napi::RangeError::New(info.Env(), std::string(what) + " must be an integer in " + std::to_string(static_cast<int64_t>(lo)) + ".." +
+                                                std::to_string(static_cast<int64_t>(hi)));
+  return static_cast<uint32_t>(d);
+}
+
+// ealInit(args: string[]) -> {ports}. Once per process; the same arguments again are a no-op.
+Napi::Value EalInit(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsArray()) throw Napi::TypeError::New(env, "ealInit: expects a list of arguments");
+  auto a = info[0].As<Napi::Array>();
+  std::vector<std::string> args;
+  for (uint32_t i = 0; i < a.Length(); i++) args.push_back(a.Get(i).ToString().Utf8Value());
+  if (g.eal) {
+    if (args != g.eal_args) throw Err(env, "the DPDK EAL is already initialised in this process with other arguments");
+  } else {
+    std::vector<char*> argv;
+    std::vector<std::string> store = args;
+    store.insert(store.begin(), "rdma-graph");
+    for (auto& s : store) argv.push_back(s.data());
+    int ret = rte_eal_init(static_cast<int>(argv.size()), argv.data());
+    if (ret < 0) throw Err(env, "rte_eal_init: " + DpdkError(ret));
+    g.eal = true;
+    g.eal_args = args;
+  }
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("ports", Napi::Number::New(env, rte_eth_dev_count_avail()));
+  return o;
+}
+
+// createPool(count, dataRoom) -> {memory, firstOffset, stride, headroom, dataSize, count}.
+Napi::Value CreatePool(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!g.eal) throw Err(env, "createPool: the EAL is not initialised");
+  if (g.mp != nullptr) throw Err(env, "createPool: this process already has its mempool");
+  uint32_t count = Int(info, 0, "count", 64, 1 << 22);
+  uint32_t data_room = Int(info, 1, "dataRoom", RTE_PKTMBUF_HEADROOM + 64, 65535);
+  // rte_pktmbuf_pool_create keeps each mbuf inside one page, which leaves gaps; the buffer pool
+  // needs them evenly spaced, and vdevs and IOVA-as-VA do not need page-contiguous objects.
+  rte_mempool* mp = rte_mempool_create_empty("rdma_graph", count, sizeof(rte_mbuf) + data_room, 256, sizeof(rte_pktmbuf_pool_private),
+                                             static_cast<int>(rte_socket_id()), RTE_MEMPOOL_F_NO_IOVA_CONTIG);
+  if (mp == nullptr) throw Err(env, "rte_mempool_create_empty: " + DpdkError(0));
+  rte_pktmbuf_pool_private priv;
+  std::memset(&priv, 0, sizeof priv);
+  priv.mbuf_data_room_size = static_cast<uint16_t>(data_room);
+  int ret = rte_mempool_set_ops_byname(mp, rte_mbuf_best_mempool_ops(), nullptr);
+  if (ret != 0) {
+    rte_mempool_free(mp);
+    throw Err(env, "rte_mempool_set_ops_byname: " + DpdkError(ret));
+  }
+  rte_pktmbuf_pool_init(mp, &priv);
+  // One chunk of our own, one object stride longer than the objects need: the buffer pool sees
+  // buffer i as stride bytes from its data start, and the last one's must stay inside.
+  size_t stride0 = mp->header_size + mp->elt_size + mp->trailer_size;
+  size_t chunk = (static_cast<size_t>(count) + 1) * stride0 + RTE_CACHE_LINE_SIZE;
+  char* area = static_cast<char*>(rte_zmalloc_socket("rdma_graph_pool", chunk, RTE_CACHE_LINE_SIZE, static_cast<int>(rte_socket_id())));
+  if (area == nullptr) {
+    rte_mempool_free(mp);
+    throw Err(env, "createPool: no " + std::to_string(chunk >> 20) + " MiB for " + std::to_string(count) +
+                       " mbufs in DPDK's memory (reserve hugepages, or give the EAL more with -m in dpdk.eal-args)");
+  }
+  ret = rte_mempool_populate_iova(mp, area, RTE_BAD_IOVA, chunk, [](rte_mempool_memhdr*, void* a) { rte_free(a); }, area);
+  if (ret < 0 || static_cast<uint32_t>(ret) != count) {
+    rte_mempool_free(mp);
+    if (ret < 0) rte_free(area);
+    throw Err(env, "rte_mempool_populate_iova: " + (ret < 0 ? DpdkError(ret) : "only " + std::to_string(ret) + " of " + std::to_string(count) + " mbufs"));
+  }
+  rte_mempool_obj_iter(mp, rte_pktmbuf_init, nullptr);
+  struct Chunks {
+    unsigned n = 0;
+    uint8_t* addr = nullptr;
+    size_t len = 0;
+  } ch;
+  rte_mempool_mem_iter(
+      mp,
+      [](rte_mempool*, void* arg, rte_mempool_memhdr* h, unsigned) {
+        auto* c = static_cast<Chunks*>(arg);
+        c->n++;
+        c->addr = static_cast<uint8_t*>(h->addr);
+        c->len = h->len;
+      },
+      &ch);
+  if (ch.n != 1) {
+    rte_mempool_free(mp);
+    throw Err(env, "createPool: the mempool is in " + std::to_string(ch.n) + " pieces; the buffer pool needs one (reserve hugepages, or give -m more memory)");
+  }
+  struct Objs {
+    uint8_t* lo = nullptr;
+    uint8_t* hi = nullptr;
+    unsigned n = 0;
+  } ob;
+  rte_mempool_obj_iter(
+      mp,
+      [](rte_mempool*, void* arg, void* obj, unsigned) {
+        auto* o = static_cast<Objs*>(arg);
+        auto* p = static_cast<uint8_t*>(obj);
+        if (o->lo == nullptr || p < o->lo) o->lo = p;
+        if (o->hi == nullptr || p > o->hi) o->hi = p;
+        o->n++;
+      },
+      &ob);
+  size_t stride = mp->header_size + mp->elt_size + mp->trailer_size;
+  if (ob.n != count || static_cast<size_t>(ob.hi - ob.lo) != static_cast<size_t>(count - 1) * stride) {
+    rte_mempool_free(mp);
+    throw Err(env, "createPool: the mbufs are not evenly spaced in the mempool");
+  }
+  g.mp = mp;
+  g.base = ch.addr;
+  g.len = ch.len;
+  g.obj0 = ob.lo;
+  g.stride = stride;
+  g.count = count;
+  const rte_mbuf* m0 = reinterpret_cast<const rte_mbuf*>(ob.lo);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("memory", Napi::ArrayBuffer::New(env, ch.addr, ch.len));
+  o.Set("firstOffset", Napi::Number::New(env, DataStart(m0)));
+  o.Set("stride", Napi::Number::New(env, static_cast<double>(stride)));
+  o.Set("headroom", Napi::Number::New(env, RTE_PKTMBUF_HEADROOM));
+  o.Set("dataSize", Napi::Number::New(env, m0->buf_len - RTE_PKTMBUF_HEADROOM));
+  o.Set("count", Napi::Number::New(env, count));
+  return o;
+}
+
+// bindPool(offset, length, flags, next, {nextPresent, ip4Ok, l4Ok})
+Napi::Value BindPool(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (g.mp == nullptr) throw Err(env, "bindPool: no mempool yet");
+  g.offset = U32(env, info[0], "offset", g.count);
+  g.length = U32(env, info[1], "length", g.count);
+  g.flags = U32(env, info[2], "flags", g.count);
+  g.next = U32(env, info[3], "next", g.count);
+  Napi::Object f = info[4].As<Napi::Object>();
+  g.f.next_present = f.Get("nextPresent").As<Napi::Number>().Uint32Value();
+  g.f.ip4_ok = f.Get("ip4Ok").As<Napi::Number>().Uint32Value();
+  g.f.l4_ok = f.Get("l4Ok").As<Napi::Number>().Uint32Value();
+  g.refs.clear();
+  for (int i = 0; i < 4; i++) g.refs.push_back(Napi::Persistent(info[i]));
+  return env.Undefined();
+}
+
+// alloc(out, off, n) -> how many (all or as many as the mempool has).
+Napi::Value Alloc(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint32_t off = Int(info, 1, "off", 0, 1u << 30), n = Int(info, 2, "n", 0, 1u << 20);
+  uint32_t* out = U32(env, info[0], "out", static_cast<size_t>(off) + n);
+  rte_mbuf* ms[kMaxBurst];
+  uint32_t done = 0;
+  while (done < n) {
+    unsigned k = std::min<uint32_t>(n - done, kMaxBurst);
+    unsigned have = rte_mempool_avail_count(g.mp);
+    if (have == 0) break;
+    k = std::min(k, have);
+    if (rte_pktmbuf_alloc_bulk(g.mp, ms, k) != 0) break;
+    for (unsigned i = 0; i < k; i++) out[off + done + i] = IndexOf(ms[i]);
+    done += k;
+  }
+  return Napi::Number::New(env, done);
+}
+
+// free(src, off, n): single segments (the pool walks chains itself).
+Napi::Value Free(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint32_t off = Int(info, 1, "off", 0, 1u << 30), n = Int(info, 2, "n", 0, 1u << 20);
+  uint32_t* src = U32(env, info[0], "src", static_cast<size_t>(off) + n);
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t bi = src[off + i];
+    if (bi >= g.count) throw Napi::RangeError::New(env, "free: buffer index " + std::to_string(bi) + " is not in the pool");
+    rte_mbuf* m = MbufOf(bi);
+    m->next = nullptr;
+    m->nb_segs = 1;
+    rte_pktmbuf_free_seg(m);
+  }
+  return env.Undefined();
+}
+
+Napi::Value Avail(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), g.mp ? rte_mempool_avail_count(g.mp) : 0); }
+
+// probe(devargs) -> port id (rte_dev_probe: no direct vdev-init symbol).
+Napi::Value Probe(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string devargs = info[0].As<Napi::String>().Utf8Value();
+  std::string name = devargs.substr(0, devargs.find(','));
+  uint16_t port;
+  if (rte_eth_dev_get_port_by_name(name.c_str(), &port) == 0) return Napi::Number::New(env, port);
+  int ret = rte_dev_probe(devargs.c_str());
+  if (ret < 0) throw Err(env, "rte_dev_probe(\"" + devargs + "\"): " + DpdkError(ret));
+  if (rte_eth_dev_get_port_by_name(name.c_str(), &port) != 0) throw Err(env, "\"" + devargs + "\" was probed but is not an ethdev port");
+  return Napi::Number::New(env, port);
+}
+
+// portStart(port, {rxQueues, txQueues, rxDesc, txDesc, mtu, promisc}) -> {mac, driver}
+Napi::Value PortStart(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint16_t port = static_cast<uint16_t>(Int(info, 0, "port", 0, RTE_MAX_ETHPORTS - 1));
+  Napi::Object o = info[1].As<Napi::Object>();
+  auto num = [&](const char* k) { return o.Get(k).As<Napi::Number>().Uint32Value(); };
+  uint16_t nrx = static_cast<uint16_t>(num("rxQueues")), ntx = static_cast<uint16_t>(num("txQueues"));
+  rte_eth_dev_info di;
+  int ret = rte_eth_dev_info_get(port, &di);
+  if (ret != 0) throw Err(env, "rte_eth_dev_info_get: " + DpdkError(ret));
+  if (nrx > di.max_rx_queues || ntx > di.max_tx_queues)
+    throw Err(env, std::string(di.driver_name) + " has at most " + std::to_string(di.max_rx_queues) + " rx and " + std::to_string(di.max_tx_queues) + " tx queues");
+  rte_eth_conf conf;
+  std::memset(&conf, 0, sizeof conf);
+  if (di.rx_offload_capa & RTE_ETH_RX_OFFLOAD_CHECKSUM) conf.rxmode.offloads |= (di.rx_offload_capa & RTE_ETH_RX_OFFLOAD_CHECKSUM);
+  ret = rte_eth_dev_configure(port, nrx, ntx, &conf);
+  if (ret != 0) throw Err(env, "rte_eth_dev_configure: " + DpdkError(ret));
+  uint16_t rxd = static_cast<uint16_t>(num("rxDesc")), txd = static_cast<uint16_t>(num("txDesc"));
+  rte_eth_dev_adjust_nb_rx_tx_desc(port, &rxd, &txd);
+  int socket = rte_eth_dev_socket_id(port);
+  for (uint16_t q = 0; q < nrx; q++) {
+    ret = rte_eth_rx_queue_setup(port, q, rxd, socket < 0 ? 0 : socket, nullptr, g.mp);
+    if (ret != 0) throw Err(env, "rte_eth_rx_queue_setup: " + DpdkError(ret));
+  }
+  for (uint16_t q = 0; q < ntx; q++) {
+    ret = rte_eth_tx_queue_setup(port, q, txd, socket < 0 ? 0 : socket, nullptr);
+    if (ret != 0) throw Err(env, "rte_eth_tx_queue_setup: " + DpdkError(ret));
+  }
+  uint32_t mtu = num("mtu");
+  ret = rte_eth_dev_set_mtu(port, static_cast<uint16_t>(mtu));
+  if (ret != 0 && ret != -ENOTSUP) throw Err(env, "rte_eth_dev_set_mtu(" + std::to_string(mtu) + "): " + DpdkError(ret));
+  ret = rte_eth_dev_start(port);
+  if (ret != 0) throw Err(env, "rte_eth_dev_start: " + DpdkError(ret));
+  if (o.Get("promisc").ToBoolean()) rte_eth_promiscuous_enable(port);
+  rte_ether_addr mac;
+  rte_eth_macaddr_get(port, &mac);
+  Napi::Object r = Napi::Object::New(env);
+  r.Set("mac", Napi::Buffer<uint8_t>::Copy(env, mac.addr_bytes, 6));
+  r.Set("driver", Napi::String::New(env, di.driver_name));
+  r.Set("rxDesc", Napi::Number::New(env, rxd));
+  r.Set("txDesc", Napi::Number::New(env, txd));
+  return r;
+}
+
+// rx(port, queue, out, max) -> n: what arrived, as buffer indices with their metadata written.
+Napi::Value Rx(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint16_t port = static_cast<uint16_t>(info[0].As<Napi::Number>().Uint32Value());
+  uint16_t q = static_cast<uint16_t>(info[1].As<Napi::Number>().Uint32Value());
+  uint32_t max = std::min<uint32_t>(info[3].As<Napi::Number>().Uint32Value(), kMaxBurst);
+  uint32_t* out = U32(env, info[2], "out", max);
+  rte_mbuf* ms[kMaxBurst];
+  uint16_t n = rte_eth_rx_burst(port, q, ms, static_cast<uint16_t>(max));
+  uint32_t k = 0;
+  for (uint16_t i = 0; i < n; i++) {
+    rte_mbuf* m = ms[i];
+    uint64_t ol = m->ol_flags;
+    if ((ol & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_BAD || (ol & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_BAD) {
+      g.rx_bad_cksum++;
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    uint32_t extra = 0;
+    if ((ol & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_GOOD) extra |= g.f.ip4_ok;
+    if ((ol & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_GOOD) extra |= g.f.l4_ok;
+    out[k++] = IndexOf(m);
+    for (rte_mbuf* s = m; s != nullptr; s = s->next) {
+      uint32_t bi = IndexOf(s);
+      g.offset[bi] = DataStart(s) + s->data_off;
+      g.length[bi] = s->data_len;
+      g.flags[bi] = extra | (s->next ? g.f.next_present : 0);
+      g.next[bi] = s->next ? IndexOf(s->next) : 0;
+    }
+  }
+  return Napi::Number::New(env, k);
+}
+
+// tx(port, queue, bufs, off, n) -> how many the PMD took (they go back to the mempool when sent).
+Napi::Value Tx(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint16_t port = static_cast<uint16_t>(info[0].As<Napi::Number>().Uint32Value());
+  uint16_t q = static_cast<uint16_t>(info[1].As<Napi::Number>().Uint32Value());
+  uint32_t off = info[3].As<Napi::Number>().Uint32Value();
+  uint32_t n = std::min<uint32_t>(info[4].As<Napi::Number>().Uint32Value(), kMaxBurst);
+  uint32_t* bufs = U32(env, info[2], "bufs", static_cast<size_t>(off) + n);
+  rte_mbuf* ms[kMaxBurst];
+  uint32_t k = 0;
+  for (; k < n; k++) {
+    uint32_t bi = bufs[off + k];
+    rte_mbuf* head = nullptr;
+    rte_mbuf* prev = nullptr;
+    uint32_t pkt = 0, segs = 0;
+    bool ok = true;
+    for (uint32_t s = bi;; s = g.next[s]) {
+      if (s >= g.count || segs >= 64) {
+        ok = false;
+        break;
+      }
+      rte_mbuf* m = MbufOf(s);
+      uint32_t start = DataStart(m);
+      if (g.offset[s] < start || g.offset[s] - start + g.length[s] > m->buf_len) {
+        ok = false;
+        break;
+      }
+      m->data_off = static_cast<uint16_t>(g.offset[s] - start);
+      m->data_len = static_cast<uint16_t>(g.length[s]);
+      m->next = nullptr;
+      m->ol_flags = 0;
+      if (prev) prev->next = m;
+      else head = m;
+      prev = m;
+      pkt += g.length[s];
+      segs++;
+      if (!(g.flags[s] & g.f.next_present)) break;
+    }
+    if (!ok) break;  // a malformed chain stays the caller's (it drops and counts it)
+    head->pkt_len = pkt;
+    head->nb_segs = static_cast<uint16_t>(segs);
+    ms[k] = head;
+  }
+  uint16_t sent = k ? rte_eth_tx_burst(port, q, ms, static_cast<uint16_t>(k)) : 0;
+  return Napi::Number::New(env, sent);
+}
+
+Napi::Value LinkUp(const Napi::CallbackInfo& info) {
+  uint16_t port = static_cast<uint16_t>(info[0].As<Napi::Number>().Uint32Value());
+  rte_eth_link l;
+  std::memset(&l, 0, sizeof l);
+  if (rte_eth_link_get_nowait(port, &l) != 0) return Napi::Boolean::New(info.Env(), false);
+  return Napi::Boolean::New(info.Env(), l.link_status == RTE_ETH_LINK_UP);
+}
+
+// stats(port) -> rte_eth_stats and every xstat by name.
+Napi::Value Stats(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint16_t port = static_cast<uint16_t>(info[0].As<Napi::Number>().Uint32Value());
+  rte_eth_stats s;
+  std::memset(&s, 0, sizeof s);
+  rte_eth_stats_get(port, &s);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("ipackets", Napi::Number::New(env, static_cast<double>(s.ipackets)));
+  o.Set("opackets", Napi::Number::New(env, static_cast<double>(s.opackets)));
+  o.Set("ibytes", Napi::Number::New(env, static_cast<double>(s.ibytes)));
+  o.Set("obytes", Napi::Number::New(env, static_cast<double>(s.obytes)));
+  o.Set("imissed", Napi::Number::New(env, static_cast<double>(s.imissed)));
+  o.Set("ierrors", Napi::Number::New(env, static_cast<double>(s.ierrors)));
+  o.Set("oerrors", Napi::Number::New(env, static_cast<double>(s.oerrors)));
+  o.Set("rxNombuf", Napi::Number::New(env, static_cast<double>(s.rx_nombuf)));
+  o.Set("rxBadChecksum", Napi::Number::New(env, static_cast<double>(g.rx_bad_cksum)));
+  Napi::Object x = Napi::Object::New(env);
+  int nx = rte_eth_xstats_get_names(port, nullptr, 0);
+  if (nx > 0) {
+    std::vector<rte_eth_xstat_name> names(nx);
+    std::vector<rte_eth_xstat> vals(nx);
+    if (rte_eth_xstats_get_names(port, names.data(), nx) == nx && rte_eth_xstats_get(port, vals.data(), nx) == nx) {
+      for (int i = 0; i < nx; i++) x.Set(names[vals[i].id].name, Napi::Number::New(env, static_cast<double>(vals[i].value)));
+    }
+  }
+  o.Set("xstats", x);
+  return o;
+}
+
+Napi::Value PortClose(const Napi::CallbackInfo& info) {
+  uint16_t port = static_cast<uint16_t>(info[0].As<Napi::Number>().Uint32Value());
+  rte_eth_dev_stop(port);
+  rte_eth_dev_close(port);
+  return info.Env().Undefined();
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("ealInit", Napi::Function::New(env, EalInit, "ealInit"));
+  exports.Set("createPool", Napi::Function::New(env, CreatePool, "createPool"));
+  exports.Set("bindPool", Napi::Function::New(env, BindPool, "bindPool"));
+  exports.Set("alloc", Napi::Function::New(env, Alloc, "alloc"));
+  exports.Set("free", Napi::Function::New(env, Free, "free"));
+  exports.Set("avail", Napi::Function::New(env, Avail, "avail"));
+  exports.Set("probe", Napi::Function::New(env, Probe, "probe"));
+  exports.Set("portStart", Napi::Function::New(env, PortStart, "portStart"));
+  exports.Set("rx", Napi::Function::New(env, Rx, "rx"));
+  exports.Set("tx", Napi::Function::New(env, Tx, "tx"));
+  exports.Set("linkUp", Napi::Function::New(env, LinkUp, "linkUp"));
+  exports.Set("stats", Napi::Function::New(env, Stats, "stats"));
+  exports.Set("portClose", Napi::Function::New(env, PortClose, "portClose"));
+  return exports;
+}
+
+}  // namespace
+
+NODE_API_MODULE(dpdk, Init)
