@@ -6,7 +6,9 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Dataplane } from '../dataplane/dataplane.ts';
 import { DataplaneError } from '../dataplane/views.ts';
 import { NATIVE_BUILD_DIR } from '../native/load.ts';
@@ -89,6 +91,98 @@ test('a data plane on net_ring: its ARP for a neighbor comes back to it (seen in
     assert.ok(itf.counters.txPackets >= 2 && itf.counters.rxPackets >= 2, JSON.stringify(itf.counters));
   } finally {
     await dp.close();
+  }
+});
+
+test('net_memif in our process against our own memif driver: ping both ways, then an RDMA WRITE and a SEND with the DPDK side on zero copy', async () => {
+  if (!ready()) return;
+  const dir = mkdtempSync(join(tmpdir(), 'dpdk-memif-'));
+  const sock = join(dir, 'memif.sock');
+  const server = await Dataplane.create(
+    baseConfig({
+      interfaces: [
+        pipeInterface('memif0', 'unused', '10.78.0.1/24', '02:fe:00:00:78:01', {
+          driver: 'memif',
+          pipe: undefined,
+          memif: { socket: sock, role: 'server', id: 0, secret: null, bufferSize: 2048 },
+        }),
+      ],
+    }),
+  );
+  let client: Dataplane | null = null;
+  try {
+    client = await Dataplane.create(
+      baseConfig({
+        buffers: { count: 4096, dataSize: 2048 },
+        interfaces: [
+          dpdkInterface(
+            'dm0',
+            `net_memif0,role=client,socket=${sock},socket-abstract=no,id=0`,
+            '10.78.0.2/24',
+            '02:fe:00:00:78:02',
+          ),
+        ],
+      }),
+    );
+    const c = client;
+    const end = Date.now() + 5000;
+    while (
+      !((await c.interfaces())[0].state === 'up' && (await server.interfaces())[0].state === 'up') &&
+      Date.now() < end
+    )
+      await sleep(20);
+    assert.is((await c.interfaces())[0].state, 'up', 'the DPDK memif client connected');
+    const p1 = await c.ping({ address: '10.78.0.1', count: 3, intervalMs: 10 });
+    assert.is(p1.received, 3, 'DPDK side pings the memif side');
+    const p2 = await server.ping({ address: '10.78.0.2', count: 3, intervalMs: 10 });
+    assert.is(p2.received, 3, 'and back');
+    // RDMA: a QP on each side, manual connect, WRITE from DPDK to memif, SEND the other way.
+    const mk = async (dp: Dataplane) => {
+      const { pd } = await dp.createPd();
+      const { cq } = await dp.createCq({ depth: 64 });
+      const mr = await dp.createMr({ pd, length: 65536, access: ['local-write', 'remote-write'] });
+      const qp = await dp.createQp({ pd, sendCq: cq, recvCq: cq });
+      return { cq, mr, qp };
+    };
+    const a = await mk(c),
+      b = await mk(server);
+    await c.connect(a.qp.qpn, { remote: { ip: '10.78.0.1', port: b.qp.qpn }, mode: 'manual', remotePsn: b.qp.psn });
+    await server.connect(b.qp.qpn, {
+      remote: { ip: '10.78.0.2', port: a.qp.qpn },
+      mode: 'manual',
+      remotePsn: a.qp.psn,
+    });
+    const data = new Uint8Array(20000).map((_, i) => (i * 13) & 0xff);
+    await c.writeMr(a.mr.mr, 0, data);
+    await c.postSend(a.qp.qpn, {
+      wrId: 'w',
+      opcode: 'write',
+      sge: [{ mr: a.mr.mr, offset: 0, length: data.length }],
+      remote: { stag: b.mr.stag, offset: 100 },
+    });
+    const wc = await c.pollCq(a.cq, 4, 3000);
+    assert.equal(
+      wc.completions.map((x) => [x.wrId, x.status]),
+      [['w', 'success']],
+    );
+    assert.equal(
+      await server.readMr(b.mr.mr, 100, data.length),
+      data,
+      'the WRITE landed byte for byte (14 segments over DPDK)',
+    );
+    await c.postRecv(a.qp.qpn, { wrId: 'r', sge: [{ mr: a.mr.mr, offset: 30000, length: 64 }] });
+    await server.writeMr(b.mr.mr, 0, new TextEncoder().encode('over dpdk'));
+    await server.postSend(b.qp.qpn, { wrId: 's', opcode: 'send', sge: [{ mr: b.mr.mr, offset: 0, length: 9 }] });
+    const rc = await c.pollCq(a.cq, 4, 3000);
+    assert.equal(
+      rc.completions.map((x) => [x.wrId, x.status, x.byteLen]),
+      [['r', 'success', 9]],
+    );
+    assert.is(new TextDecoder().decode(await c.readMr(a.mr.mr, 30000, 9)), 'over dpdk');
+  } finally {
+    await client?.close();
+    await server.close();
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 
