@@ -6,10 +6,13 @@
  * `ready` resolves once the link is up). Plus helpers to connect a QP pair, poll completions
  * with a deadline, and fill/compare memory.
  */
-import { Graph, type BufferPool } from '../graph/index.ts';
+import { BufferPool, Graph } from '../graph/index.ts';
 import { Interfaces } from '../drivers/interfaces.ts';
 import { createPipe } from '../drivers/pipe.ts';
 import { MemifDriver } from '../drivers/memif.ts';
+import { DpdkDriver } from '../drivers/dpdk.ts';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { Driver } from '../drivers/driver.ts';
 import { createPool } from '../graph/memory.ts';
 import type { FaultConfig } from '../drivers/fault.ts';
@@ -30,7 +33,7 @@ export interface Stack {
 }
 
 /** What joins the two stacks. */
-export type Link = 'pipe' | 'memif';
+export type Link = 'pipe' | 'memif' | 'dpdk';
 
 export interface Pair {
   /** The pipe's pool; with memif, A's. */
@@ -67,7 +70,7 @@ export function twoStacks(
   if (link === 'pipe') {
     pools = [memPool(opts.buffers ?? 8192, 2048)];
     [da, db] = createPipe('pa', 'pb', { mtu, ringSize: 4096, macA, macB });
-  } else {
+  } else if (link === 'memif') {
     pools = [
       createPool({ count: opts.buffers ?? 8192, dataSize: 2048, hugepages: 'never', name: 'memif-pair-a' }),
       memPool(opts.buffers ?? 8192, 2048),
@@ -75,6 +78,24 @@ export function twoStacks(
     const socket = `@rdma-graph-pair-${process.pid}-${memifPairs++}`;
     da = new MemifDriver('ma', { socket, role: 'client', mac: macA, mtu });
     db = new MemifDriver('mb', { socket, role: 'server', mac: macB, mtu });
+  } else {
+    // A: DPDK's net_memif client on the process's mempool (zero copy); B: our memif server.
+    const socket = join(tmpdir(), `rdma-graph-dpdk-pair-${process.pid}-${memifPairs}.sock`);
+    const device = `net_memif${memifPairs++},role=client,socket=${socket},socket-abstract=no`;
+    db = new MemifDriver('mb', { socket, role: 'server', mac: macB, mtu });
+    const dd = new DpdkDriver('da', {
+      device,
+      ealArgs: [],
+      mac: macA,
+      mtu,
+      rxQueues: 1,
+      txQueues: 1,
+      rxQueueSize: 1024,
+      txQueueSize: 1024,
+    });
+    const provided = dd.providesMemory({ count: opts.buffers ?? 8192, dataSize: 2048 });
+    da = dd;
+    pools = [new BufferPool(provided.memory, provided.allocator), memPool(opts.buffers ?? 8192, 2048)];
   }
   const mk = (
     name: string,
@@ -107,7 +128,8 @@ export function twoStacks(
   const a = mk('A', pools[0], da, IP_A, IP_B, macB, opts.faultA);
   a.graph.start();
   b.graph.start();
-  const ready = link === 'pipe' ? Promise.resolve() : waitFor('the memif link', () => da.linkUp() && db.linkUp(), 5000);
+  const ready =
+    link === 'pipe' ? Promise.resolve() : waitFor(`the ${link} link`, () => da.linkUp() && db.linkUp(), 5000);
   return {
     pool: pools[0],
     pools,

@@ -434,10 +434,14 @@ Napi::Value Stats(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// portClose(port): stop, close, and remove the device (so its name can be probed again).
 Napi::Value PortClose(const Napi::CallbackInfo& info) {
   uint16_t port = static_cast<uint16_t>(info[0].As<Napi::Number>().Uint32Value());
+  rte_eth_dev_info di;
+  rte_device* dev = rte_eth_dev_info_get(port, &di) == 0 ? di.device : nullptr;
   rte_eth_dev_stop(port);
   rte_eth_dev_close(port);
+  if (dev != nullptr) rte_dev_remove(dev);
   return info.Env().Undefined();
 }
 
