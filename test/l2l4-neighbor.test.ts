@@ -116,6 +116,16 @@ test('no reply: requests every retransmit interval (rate limit), then held packe
   assert.is(s.pool.available(), s.pool.count);
 });
 
+test('closing the graph returns packets still held for an unresolved neighbor to the pool', () => {
+  const s = makeStack({ neighbor: { holdMax: 4 } });
+  for (let k = 0; k < 3; k++) s.net.udp.sendTo(Uint8Array.of(k), FAR, 9, 9);
+  assert.is(s.run().length, 1, 'the ARP request');
+  assert.is(s.net.neighbors.get(s.itf.index, FAR)?.held, 3);
+  assert.is(s.pool.count - s.pool.available(), 3, 'the held datagrams are out of the pool');
+  s.g.close();
+  assert.is(s.pool.available(), s.pool.count);
+});
+
 test('aging: an unused entry is deleted after ageSec; a used one is re-probed and kept if it answers', () => {
   const clock = manualClock();
   const s = makeStack({ clock, neighbor: { ageSec: 60, retransmitMs: 1000, maxProbes: 2 } });

@@ -434,11 +434,27 @@ Napi::Value Stats(const Napi::CallbackInfo& info) {
   return o;
 }
 
-// portClose(port): stop, close, and remove the device (so its name can be probed again).
+// portClose(port): drain what is still queued for us, stop, close, and remove the device (so its
+// name can be probed again). Draining matters for loopback PMDs (net_ring): their close frees the
+// ring but not the mbufs in it, which would be lost to the mempool for the rest of the process.
+// The drain is bounded by the mempool's size, not by what the device keeps returning.
 Napi::Value PortClose(const Napi::CallbackInfo& info) {
   uint16_t port = static_cast<uint16_t>(info[0].As<Napi::Number>().Uint32Value());
   rte_eth_dev_info di;
-  rte_device* dev = rte_eth_dev_info_get(port, &di) == 0 ? di.device : nullptr;
+  bool have = rte_eth_dev_info_get(port, &di) == 0;
+  rte_device* dev = have ? di.device : nullptr;
+  if (have) {
+    rte_mbuf* ms[kMaxBurst];
+    for (uint16_t q = 0; q < di.nb_tx_queues; q++) rte_eth_tx_done_cleanup(port, q, 0);
+    for (uint16_t q = 0; q < di.nb_rx_queues; q++) {
+      for (uint32_t drained = 0; drained <= g.count;) {
+        uint16_t n = rte_eth_rx_burst(port, q, ms, kMaxBurst);
+        if (n == 0) break;
+        for (uint16_t i = 0; i < n; i++) rte_pktmbuf_free(ms[i]);
+        drained += n;
+      }
+    }
+  }
   rte_eth_dev_stop(port);
   rte_eth_dev_close(port);
   if (dev != nullptr) rte_dev_remove(dev);

@@ -145,6 +145,9 @@ export class NeighborTable {
     this.slotMask = slots - 1;
     this.shift = 32 - Math.log2(slots);
     this.dynCount = new Uint32Array(interfaces.max);
+    // Packets still held for an unresolved neighbor go back to the pool when the graph closes
+    // (a pool a driver provides, such as DPDK's mempool, outlives the graph).
+    graph.onClose(() => this.freeAllHeld());
   }
 
   /** Called by arp-input's registration: the node whose arcs and timers the table uses. */
@@ -461,6 +464,22 @@ export class NeighborTable {
     }
     this.holdCount[e] = 0;
     this.holdHead[e] = this.holdTail[e] = INVALID_INDEX;
+  }
+
+  private freeAllHeld(): void {
+    const pool = this.graph.pool,
+      one = new Uint32Array(1);
+    for (let e = 0; e < this.capacity; e++) {
+      let bi = this.holdHead[e];
+      while (bi !== INVALID_INDEX) {
+        const nx = this.holdNext[bi];
+        one[0] = bi;
+        pool.free(one, 0, 1);
+        bi = nx;
+      }
+      this.holdCount[e] = 0;
+      this.holdHead[e] = this.holdTail[e] = INVALID_INDEX;
+    }
   }
 
   private dropHeld(e: number, code: number): void {
