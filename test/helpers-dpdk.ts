@@ -100,6 +100,16 @@ export class Testpmd {
     await this.waitFor(/testpmd> /, 20000);
   }
 
+  /**
+   * `start`, resolved once forwarding runs. testpmd flushes its rx queues when it starts, so a
+   * frame sent before that may be thrown away: send only after this resolves.
+   */
+  async start(): Promise<void> {
+    const from = this.output.length;
+    this.send('start');
+    await this.waitFor(/packet forwarding - ports=[\s\S]*?testpmd> /, 10000, from);
+  }
+
   /** `show port stats 0`: the port's packet counters. */
   async stats(): Promise<PortStats> {
     const from = this.output.length;

@@ -105,7 +105,7 @@ test('testpmd (client, default abstract socket) against our server: macswap refl
   const t = testpmd({ memif: `role=client,socket=${name}`, mode: 'macswap' });
   try {
     await t.ready();
-    t.send('start');
+    await t.start();
     await linkUp(d, t);
     assert.not.ok(fs.existsSync(name), 'testpmd used the abstract namespace, no file');
     assert.is(d.info().remoteName.startsWith('DPDK'), true, `the peer says who it is: ${d.info().remoteName}`);
@@ -141,7 +141,7 @@ test('testpmd (server, filesystem socket) against our zero-copy client: macswap 
   const d = new MemifDriver('dpdk1', { socket: sock, role: 'client', mac: '02:00:00:00:00:01', mtu: 9000 });
   try {
     await t.ready();
-    t.send('start');
+    await t.start();
     assert.ok(fs.statSync(sock).isSocket(), 'testpmd made a socket file');
     d.open(pool);
     await linkUp(d, t);
@@ -198,7 +198,7 @@ test("testpmd txonly into our L2-L4 stack: our counters equal testpmd's transmit
       if (Date.now() > end) throw new Error('no link');
       await sleep(5);
     }
-    t.send('start');
+    await t.start();
     await sleep(1000);
     t.send('stop');
     await t.waitFor(/Accumulated forward statistics/);
