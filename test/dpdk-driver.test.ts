@@ -149,6 +149,18 @@ test('net_memif in our process against our own memif driver: ping both ways, the
     )
       await sleep(20);
     assert.is((await c.interfaces())[0].state, 'up', 'the DPDK memif client connected');
+    // The dpdk link coming up is noticed (polled link state): a gratuitous ARP goes out of it.
+    const errCount = async (dp: Dataplane, node: string, reason: RegExp) =>
+      (await dp.errors())
+        .flatMap((t) => t.rows)
+        .filter((r) => r.node === node && reason.test(r.reason))
+        .reduce((n, r) => n + r.count, 0);
+    const until = Date.now() + 3000;
+    while ((await errCount(c, 'arp-input', /^gratuitous ARPs sent$/)) === 0 && Date.now() < until) await sleep(20);
+    assert.ok(
+      (await errCount(c, 'arp-input', /^gratuitous ARPs sent$/)) >= 1,
+      'a gratuitous ARP when the link came up',
+    );
     const p1 = await c.ping({ address: '10.78.0.1', count: 3, intervalMs: 10 });
     assert.is(p1.received, 3, 'DPDK side pings the memif side');
     const p2 = await server.ping({ address: '10.78.0.2', count: 3, intervalMs: 10 });
