@@ -28,6 +28,7 @@ import { BufferPool, Graph } from '../graph/index.ts';
 import { allocBufferMemory } from '../graph/memory.ts';
 import { registerL2L4 } from '../nodes/netstack.ts';
 import { registerRdma } from '../dataplane/verbs.ts';
+import type { Rdma } from '../dataplane/verbs.ts';
 import { Testpmd, testpmdUnavailable } from '../test/helpers-dpdk.ts';
 
 export interface MemifBenchResult {
@@ -35,10 +36,10 @@ export interface MemifBenchResult {
   json: Record<string, unknown>;
 }
 
-const GEN = fileURLToPath(new URL('./memif-gen.ts', import.meta.url));
-const MAC = '02:00:00:00:00:01';
+export const GEN = fileURLToPath(new URL('./memif-gen.ts', import.meta.url));
+export const MAC = '02:00:00:00:00:01';
 
-function pin(cpus: string): void {
+export function pin(cpus: string): void {
   spawnSync('taskset', ['-a', '-p', '-c', cpus, String(process.pid)], { stdio: 'ignore' });
 }
 
@@ -73,20 +74,21 @@ function plane(pool: BufferPool, socket: string, role: 'server' | 'client', rdma
 }
 
 /** Run passes until the link is up (servicing the control channel). */
-async function untilUp(g: Graph, d: MemifDriver, what: string): Promise<void> {
+export async function untilUp(g: Graph, d: { linkUp(): boolean; info?(): unknown }, what: string): Promise<void> {
   const end = Date.now() + 15000;
   while (!d.linkUp()) {
     for (let k = 0; k < 100; k++) g.runPass();
-    if (Date.now() > end) throw new Error(`bench memif: no link for ${what}: ${JSON.stringify(d.info())}`);
+    if (Date.now() > end) throw new Error(`bench memif: no link for ${what}: ${JSON.stringify(d.info?.() ?? null)}`);
     await new Promise((r) => setTimeout(r, 1));
   }
 }
 
 /** ns per packet of each node that saw packets in the last measure() window (memif-input: and packets per call). */
 let lastBreakdown = '';
+export const lastNodeBreakdown = (): string => lastBreakdown;
 
 /** Packets into `node` per second over `seconds`, after a warm-up, running passes in a tight loop. */
-async function measure(g: Graph, node: string, seconds: number): Promise<number> {
+export async function measure(g: Graph, node: string, seconds: number): Promise<number> {
   const warm = performance.now();
   while (performance.now() - warm < 300) for (let k = 0; k < 64; k++) g.runPass();
   g.clearRuntime();
@@ -108,9 +110,9 @@ async function measure(g: Graph, node: string, seconds: number): Promise<number>
   return (g.nodeCounters(node).vectors - v0) / dt / 1e6;
 }
 
-const TXONLY = ['--txpkts=64', `--eth-peer=0,${MAC}`, '--tx-ip=10.0.0.2,10.0.0.1', '--tx-udp=4000,9'];
+export const TXONLY = ['--txpkts=64', `--eth-peer=0,${MAC}`, '--tx-ip=10.0.0.2,10.0.0.1', '--tx-udp=4000,9'];
 
-async function baseline(dir: string, seconds: number): Promise<number> {
+export async function baseline(dir: string, seconds: number): Promise<number> {
   const sock = path.join(dir, 'base.sock');
   const rx = new Testpmd({
     memif: `role=server,socket=${sock}`,
@@ -201,10 +203,30 @@ async function l4Client(
   }
 }
 
-async function spine(dir: string, seconds: number): Promise<{ mpps: number; genMpps: number; drops: number }> {
+async function spine(dir: string, seconds: number): Promise<SpineResult> {
   const sock = `@${path.join(dir, 'spine.sock')}`;
   const p = plane(new BufferPool(allocBufferMemory({ count: 16384, name: 'bench-memif-spine' })), sock, 'server', true);
-  const rdma = p.rdma!;
+  try {
+    return await spineOn(p.g, p.d, p.rdma!, sock, seconds);
+  } finally {
+    p.close();
+  }
+}
+
+export type SpineResult = { mpps: number; genMpps: number; drops: number };
+
+/**
+ * Case (c) on any interface that a memif client can reach at `sock` (our memif server, DPDK's
+ * net_memif server): a QP on `rdma`, bench/memif-gen.ts on CPU 1 sending WRITE segments to it,
+ * Mpps at qp-dispatch. The caller closes the graph.
+ */
+export async function spineOn(
+  g: Graph,
+  link: { linkUp(): boolean },
+  rdma: Rdma,
+  sock: string,
+  seconds: number,
+): Promise<SpineResult> {
   const pd = rdma.createPd();
   const cq = rdma.createCq(64);
   const mr = rdma.regMr(pd, 4096, ['local-write', 'remote-write']);
@@ -235,21 +257,22 @@ async function spine(dir: string, seconds: number): Promise<{ mpps: number; genM
   gen.stdout!.on('data', (d) => (out += d));
   const exited = new Promise<void>((r) => gen.on('exit', () => r()));
   try {
-    await untilUp(p.g, p.d, 'spine');
-    const d0 = p.g.nodeCounters('error-drop').vectors;
-    const mpps = await measure(p.g, 'qp-dispatch', seconds);
+    await untilUp(g, link, 'spine');
+    const d0 = g.nodeCounters('error-drop').vectors;
+    const mpps = await measure(g, 'qp-dispatch', seconds);
     breakdown.spine = lastBreakdown;
-    const drops = p.g.nodeCounters('error-drop').vectors - d0;
-    while (p.d.linkUp()) {
-      for (let k = 0; k < 256; k++) p.g.runPass();
+    const drops = g.nodeCounters('error-drop').vectors - d0;
+    // Keep servicing the link until the generator's time is up and it leaves.
+    const end = Date.now() + 10000;
+    while (link.linkUp() && gen.exitCode === null && Date.now() < end) {
+      for (let k = 0; k < 256; k++) g.runPass();
       await new Promise((r) => setImmediate(r));
     }
-    await exited;
-    const r = JSON.parse(out.trim().split('\n').pop() ?? '{}') as { sent?: number; seconds?: number };
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))]);
+    const r = JSON.parse(out.trim().split('\n').pop() || '{}') as { sent?: number; seconds?: number };
     return { mpps, genMpps: (r.sent ?? 0) / (r.seconds ?? 1) / 1e6, drops };
   } finally {
     gen.kill('SIGKILL');
-    p.close();
   }
 }
 

@@ -44,6 +44,8 @@ interface DpdkAddon {
   linkUp(port: number): boolean;
   stats(port: number): Record<string, number> & { xstats: Record<string, number> };
   portClose(port: number): void;
+  /** Benchmark baseline: rx straight into tx on one port, in C, for ms milliseconds. */
+  forward(port: number, queue: number, ms: number): { packets: number; ns: number };
 }
 
 /** How often an idle graph comes back to poll a port. */
@@ -262,6 +264,15 @@ export class DpdkDriver implements Driver {
       },
       counters: s === null ? {} : { ...s.xstats, rx_bad_checksum: s.rxBadChecksum },
     };
+  }
+
+  /**
+   * The benchmark's baseline (bench/dpdk.ts, case d): rx straight into tx on this port in C for
+   * `ms` milliseconds, no graph. Not a data path: the graph must not poll the port meanwhile.
+   */
+  forwardInC(queue: number, ms: number): { packets: number; ns: number } {
+    if (this.state !== 'open') throw new Error(`dpdk interface ${this.name}: not open`);
+    return this.addon.forward(this.port, queue, ms);
   }
 
   close(): void {

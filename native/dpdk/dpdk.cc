@@ -12,6 +12,7 @@
 #include <napi.h>
 
 #include <rte_bus.h>
+#include <rte_cycles.h>
 #include <rte_dev.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
@@ -434,6 +435,36 @@ Napi::Value Stats(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// forward(port, queue, ms) -> { packets, ns }: for the benchmark's baseline only (`npm run bench
+// -- dpdk`, case d): rx_burst straight into tx_burst on one port, in C, for `ms` milliseconds —
+// the cost of the same loop the graph runs (input node -> output -> tx) without JavaScript.
+// What the device refuses is freed. The time bound is ours, not the device's.
+Napi::Value Forward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint16_t port = static_cast<uint16_t>(info[0].As<Napi::Number>().Uint32Value());
+  uint16_t q = static_cast<uint16_t>(info[1].As<Napi::Number>().Uint32Value());
+  double ms = info[2].As<Napi::Number>().DoubleValue();
+  if (!(ms > 0 && ms <= 60000)) throw Err(env, "forward: ms must be in (0, 60000]");
+  rte_mbuf* ms_[kMaxBurst];
+  uint64_t hz = rte_get_tsc_hz(), t0 = rte_rdtsc(), end = t0 + static_cast<uint64_t>(ms * 1e-3 * hz);
+  double packets = 0;
+  uint64_t now = t0;
+  while (now < end) {
+    for (int k = 0; k < 64; k++) {
+      uint16_t n = rte_eth_rx_burst(port, q, ms_, kMaxBurst);
+      if (n == 0) continue;
+      uint16_t sent = rte_eth_tx_burst(port, q, ms_, n);
+      for (uint16_t i = sent; i < n; i++) rte_pktmbuf_free(ms_[i]);
+      packets += sent;
+    }
+    now = rte_rdtsc();
+  }
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("packets", Napi::Number::New(env, packets));
+  o.Set("ns", Napi::Number::New(env, static_cast<double>(now - t0) * 1e9 / static_cast<double>(hz)));
+  return o;
+}
+
 // portClose(port): drain what is still queued for us, stop, close, and remove the device (so its
 // name can be probed again). Draining matters for loopback PMDs (net_ring): their close frees the
 // ring but not the mbufs in it, which would be lost to the mempool for the rest of the process.
@@ -475,6 +506,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("linkUp", Napi::Function::New(env, LinkUp, "linkUp"));
   exports.Set("stats", Napi::Function::New(env, Stats, "stats"));
   exports.Set("portClose", Napi::Function::New(env, PortClose, "portClose"));
+  exports.Set("forward", Napi::Function::New(env, Forward, "forward"));
   return exports;
 }
 
