@@ -12,6 +12,7 @@
  */
 import { availableParallelism } from 'node:os';
 import { readFileSync } from 'node:fs';
+import { isAbsolute, resolve } from 'node:path';
 import { BufferFlag, type BufferPool } from '../graph/buffer-pool.ts';
 import { nowNs } from '../graph/clock.ts';
 import { loadAddon } from '../native/load.ts';
@@ -78,7 +79,8 @@ function hugepagesFree(): number {
 /**
  * The EAL arguments: `--in-memory` when hugepages are reserved, else `--no-huge -m MB
  * --no-shconf`; no telemetry; IOVA as VA; one lcore that may run on any CPU (so Node's thread
- * is not pinned); no PCI scan unless the device is a PCI address; then the configured ones.
+ * is not pinned); no PCI scan unless the device is a PCI address, and then only that device
+ * (`-a`, unless the configured arguments allow or block devices themselves); then the configured ones.
  */
 export function ealArgs(device: string, extra: string[], memBytes: number): string[] {
   const mem =
@@ -96,9 +98,22 @@ export function ealArgs(device: string, extra: string[], memBytes: number): stri
     '--iova-mode=va',
     `--lcores=0@(0-${availableParallelism() - 1})`,
     '--log-level=warning',
-    ...(pci ? [] : ['--no-pci']),
+    // A PCI device: only it is probed at start-up (not every NIC EAL can drive on the machine).
+    ...(pci ? (extra.some((a) => /^(-a|-b|--allow|--block)(=|$)/.test(a)) ? [] : ['-a', device]) : ['--no-pci']),
     ...extra,
   ];
+}
+
+/**
+ * The device string as DPDK gets it: a net_memif file socket (`socket-abstract=no`) given
+ * relative is made absolute from the working directory, as our memif driver reads its own
+ * (DPDK 22.11 refuses a relative one: "Invalid socket directory").
+ */
+export function deviceArgs(device: string): string {
+  if (!/^net_memif/.test(device) || !/,socket-abstract=no(,|$)/.test(device)) return device;
+  return device.replace(/,socket=([^,]+)/, (all, path: string) =>
+    isAbsolute(path) ? all : `,socket=${resolve(path)}`,
+  );
 }
 
 export interface DpdkOptions {
@@ -155,7 +170,7 @@ export class DpdkDriver implements Driver {
       );
     }
     try {
-      this.port = this.addon.probe(o.device);
+      this.port = this.addon.probe(deviceArgs(o.device));
     } catch (e) {
       throw new Error(`${where}: DPDK device "${o.device}": ${(e as Error).message}`);
     }

@@ -23,7 +23,12 @@
 #include <rte_mbuf_pool_ops.h>
 #include <rte_mempool.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -103,8 +108,46 @@ Napi::Value EalInit(const Napi::CallbackInfo& info) {
     std::vector<std::string> store = args;
     store.insert(store.begin(), "rdma-graph");
     for (auto& s : store) argv.push_back(s.data());
+    // DPDK's own words go into the error: its log is captured while the EAL initialises (and
+    // passed on to stderr when it succeeds); its usage text on a bad option (stdout) is dropped.
+    char* logText = nullptr;
+    size_t logLen = 0;
+    FILE* mem = open_memstream(&logText, &logLen);
+    if (mem != nullptr) rte_openlog_stream(mem);
+    std::fflush(stdout);
+    int savedOut = dup(STDOUT_FILENO), devNull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (savedOut >= 0 && devNull >= 0) dup2(devNull, STDOUT_FILENO);
     int ret = rte_eal_init(static_cast<int>(argv.size()), argv.data());
-    if (ret < 0) throw Err(env, "rte_eal_init: " + DpdkError(ret));
+    int err = rte_errno;
+    std::fflush(stdout);
+    if (savedOut >= 0) {
+      dup2(savedOut, STDOUT_FILENO);
+      close(savedOut);
+    }
+    if (devNull >= 0) close(devNull);
+    std::string said;
+    if (mem != nullptr) {
+      rte_openlog_stream(nullptr);
+      std::fclose(mem);
+      said.assign(logText != nullptr ? logText : "", logLen);
+      std::free(logText);
+    }
+    if (ret < 0) {
+      // "EAL: Invalid 'command line' arguments.\n..." -> one line, newest last.
+      std::string words;
+      size_t at = 0;
+      while (at < said.size()) {
+        size_t nl = said.find('\n', at);
+        std::string line = said.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+        at = nl == std::string::npos ? said.size() : nl + 1;
+        if (line.rfind("EAL: ", 0) == 0) line = line.substr(5);
+        while (!line.empty() && (line.back() == ' ' || line.back() == '.')) line.pop_back();
+        if (line.empty() || words.find(line) != std::string::npos) continue;
+        words += (words.empty() ? "" : "; ") + line;
+      }
+      throw Err(env, "rte_eal_init: " + (words.empty() ? std::string(rte_strerror(err)) : words));
+    }
+    if (!said.empty()) std::fputs(said.c_str(), stderr);
     g.eal = true;
     g.eal_args = args;
   }
