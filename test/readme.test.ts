@@ -7,31 +7,9 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { spawnSync } from 'node:child_process';
 import { skipOrFail } from './helpers.ts';
-
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const README = readFileSync(join(ROOT, 'README.md'), 'utf8');
-
-/** Indented (4-space) blocks after a blank line, as Markdown reads them. */
-function blocks(md: string): string[] {
-  const out: string[] = [];
-  const lines = md.split('\n');
-  for (let i = 0; i < lines.length; i++) {
-    if (!lines[i].startsWith('    ') || (i > 0 && lines[i - 1].trim() !== '')) continue;
-    const b: string[] = [];
-    while (
-      i < lines.length &&
-      (lines[i].startsWith('    ') || (lines[i].trim() === '' && lines[i + 1]?.startsWith('    ')))
-    )
-      b.push(lines[i++].slice(4));
-    out.push(b.join('\n'));
-  }
-  return out;
-}
+import { bash, blocks, daemon, README, RDMACTL } from './readme-helpers.ts';
 
 /** Blocks other tests run, by their first line, and where. */
 const ELSEWHERE: Record<string, string> = {
@@ -41,11 +19,14 @@ const ELSEWHERE: Record<string, string> = {
     'test/memif.test.ts (the driver with these options)',
   'tshark -X lua_script:nodes/rdma/trp.lua -d udp.port==49200,urdma_trp \\':
     'test/trp-dissector.test.ts (the same tshark options on hand-built messages)',
+  'npm start -- --config config/examples/dpdk-memif.yaml':
+    'test/dpdk-daemon.test.ts (beside the embedded default, the rdmactl session across them)',
+  'modprobe vfio-pci && dpdk-devbind.py --bind=vfio-pci 0000:3b:00.0':
+    'test/hw/dpdk-nic.test.ts (npm run test:hw; never run here: no NIC for DPDK)',
   "import { Dataplane, loadConfig } from 'rdma-graph';":
     'test/dataplane.test.ts (the embedding API); loadConfig() is checked below',
 };
 
-const RDMACTL = 'A="bin/rdmactl.mjs --api http://127.0.0.1:7070"; B="bin/rdmactl.mjs --api http://127.0.0.1:7071"';
 const CURL = 'A=http://127.0.0.1:7070/v1; B=http://127.0.0.1:7071/v1';
 
 test('every README block is run by this file or a named test', () => {
@@ -62,43 +43,6 @@ test("the embedding snippet's loadConfig() loads the embedded default from anywh
     [['memif0', 'memif']],
   );
 });
-
-interface Daemon {
-  proc: ChildProcess;
-  out: string;
-  exit: Promise<number | null>;
-}
-
-function daemon(args: string[]): Promise<Daemon> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'bin/main.ts', 'start', ...args], {
-    cwd: ROOT,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const d: Daemon = { proc, out: '', exit: new Promise((r) => proc.on('exit', (c) => r(c))) };
-  return new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error(`daemon ${args.join(' ')}: no API after 30 s:\n${d.out}`)), 30_000);
-    const on = (b: Buffer) => {
-      d.out += b;
-      if (/API on http/.test(d.out)) {
-        clearTimeout(t);
-        resolve(d);
-      }
-    };
-    proc.stdout!.on('data', on);
-    proc.stderr!.on('data', on);
-    proc.on('exit', (c) => reject(new Error(`daemon ${args.join(' ')} exited ${c}:\n${d.out}`)));
-  });
-}
-
-function bash(script: string): { code: number | null; out: string } {
-  const r = spawnSync('bash', ['-eo', 'pipefail', '-c', script], {
-    cwd: ROOT,
-    encoding: 'utf8',
-    timeout: 240_000,
-    env: { ...process.env, npm_config_loglevel: 'error' },
-  });
-  return { code: r.status, out: r.stdout + r.stderr };
-}
 
 test('the rdmactl and curl sessions run as written against the two daemons the README starts', async () => {
   if (spawnSync('jq', ['--version']).status !== 0 || spawnSync('curl', ['--version']).status !== 0) {

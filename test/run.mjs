@@ -1,14 +1,27 @@
 #!/usr/bin/env node
 // Runs the uvu suite (through tsx) and ends with one plain summary line, "N passed, N failed,
 // N skipped", that CI systems read. Exit status is uvu's. Extra arguments narrow the run to
-// test files matching a pattern, as with uvu itself: npm test -- graph
+// test files matching a pattern, as with uvu itself: npm test -- graph. test/hw/ is left out.
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 
 const require = createRequire(import.meta.url);
 const uvu = require.resolve('uvu').replace(/dist[\/]index.js$/, 'bin.js');
-const pattern = process.argv[2];
-const args = [uvu, '-r', 'tsx', 'test', ...(pattern ? [pattern] : []), '-i', 'run.mjs', '-i', 'helpers'];
+// --hw: the tests of test/hw/ instead (hardware no machine here has; npm run test:hw).
+const hw = process.argv[2] === '--hw';
+const pattern = process.argv[hw ? 3 : 2];
+const args = [
+  uvu,
+  '-r',
+  'tsx',
+  hw ? 'test/hw' : 'test',
+  ...(pattern ? [pattern] : []),
+  '-i',
+  'run.mjs',
+  '-i',
+  'helpers',
+  ...(hw ? [] : ['-i', '^hw/']),
+];
 const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });
 let out = '';
 child.stdout.on('data', (d) => {
