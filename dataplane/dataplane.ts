@@ -349,6 +349,7 @@ export class Dataplane {
       gateway: c.gateway ?? undefined,
       mtu: c.mtu,
       output: itf.output.name,
+      txChecksumOffload: drv.txChecksumOffload?.(),
       neighbors: config.neighbors
         .filter((n) => n.interface === c.name)
         .map((n) => ({ address: n.address, mac: n.mac })),

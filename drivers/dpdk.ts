@@ -30,7 +30,7 @@ interface DpdkAddon {
     length: Uint32Array,
     flags: Uint32Array,
     next: Uint32Array,
-    bits: { nextPresent: number; ip4Ok: number; l4Ok: number },
+    bits: { nextPresent: number; ip4Ok: number; l4Ok: number; txIp4: number; txUdp: number },
   ): void;
   alloc(out: Uint32Array, off: number, n: number): number;
   free(src: Uint32Array, off: number, n: number): void;
@@ -39,7 +39,16 @@ interface DpdkAddon {
   portStart(
     port: number,
     o: { rxQueues: number; txQueues: number; rxDesc: number; txDesc: number; mtu: number; promisc: boolean },
-  ): { mac: Uint8Array; driver: string; rxDesc: number; txDesc: number };
+  ): {
+    mac: Uint8Array;
+    driver: string;
+    rxDesc: number;
+    txDesc: number;
+    txIp4Cksum: boolean;
+    txUdpCksum: boolean;
+    rxOffloads: string;
+    txOffloads: string;
+  };
   rx(port: number, queue: number, out: Uint32Array, max: number): number;
   tx(port: number, queue: number, bufs: Uint32Array, off: number, n: number): number;
   linkUp(port: number): boolean;
@@ -144,6 +153,7 @@ export class DpdkDriver implements Driver {
   private state: 'new' | 'open' | 'closed' = 'new';
   private pmd = '';
   private desc = { rx: 0, tx: 0 };
+  private offloads = { ip4: false, udp: false, rx: '', tx: '' };
   private readonly counts = { rxPackets: 0, rxBytes: 0, txPackets: 0, txBytes: 0, txDrops: 0 };
 
   constructor(name: string, o: DpdkOptions) {
@@ -206,6 +216,8 @@ export class DpdkDriver implements Driver {
         nextPresent: BufferFlag.NEXT_PRESENT,
         ip4Ok: BufferFlag.IP4_CKSUM_OK,
         l4Ok: BufferFlag.L4_CKSUM_OK,
+        txIp4: BufferFlag.TX_IP4_CKSUM,
+        txUdp: BufferFlag.TX_UDP_CKSUM,
       });
       s.bound = pool;
     }
@@ -220,6 +232,7 @@ export class DpdkDriver implements Driver {
     if (!this.macSet) this.mac = new Uint8Array(r.mac);
     this.pmd = r.driver;
     this.desc = { rx: r.rxDesc, tx: r.txDesc };
+    this.offloads = { ip4: r.txIp4Cksum, udp: r.txUdpCksum, rx: r.rxOffloads, tx: r.txOffloads };
     this.state = 'open';
   }
 
@@ -237,6 +250,11 @@ export class DpdkDriver implements Driver {
 
   linkUp(): boolean {
     return this.state === 'open' && this.addon.linkUp(this.port);
+  }
+
+  /** The checksums the port computes on transmit (known once open). */
+  txChecksumOffload(): { ip4: boolean; udp: boolean } {
+    return { ip4: this.offloads.ip4, udp: this.offloads.udp };
   }
 
   rxWaitFd(_queue: number): number {
@@ -276,6 +294,8 @@ export class DpdkDriver implements Driver {
         port: this.port,
         queues: `${this.rxQueues} rx (${this.desc.rx} descriptors), ${this.txQueues} tx (${this.desc.tx} descriptors)`,
         'eal args': (shared?.args ?? []).join(' ') || null,
+        'rx offloads': this.offloads.rx || null,
+        'tx offloads': this.offloads.tx || null,
       },
       counters: s === null ? {} : { ...s.xstats, rx_bad_checksum: s.rxBadChecksum },
     };

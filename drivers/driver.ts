@@ -79,6 +79,8 @@ export interface Driver {
 
   /** Link up (carrier) as the device sees it. */
   linkUp(): boolean;
+  /** Checksums the device computes on transmit, when it can (after open); absent: none. */
+  txChecksumOffload?(): { ip4: boolean; udp: boolean };
 
   /**
    * How many times a connection was dropped (a link that went down, or a peer refused while

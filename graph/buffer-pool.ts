@@ -24,6 +24,10 @@ export const BufferFlag = {
   IP4_CKSUM_OK: 1 << 3,
   /** The driver/NIC verified the L4 checksum. */
   L4_CKSUM_OK: 1 << 4,
+  /** Transmit: the NIC computes the IPv4 header checksum (the field is 0; L2 14, L3 20 bytes). */
+  TX_IP4_CKSUM: 1 << 5,
+  /** Transmit: the NIC computes the UDP checksum (the field holds the pseudo-header sum). */
+  TX_UDP_CKSUM: 1 << 6,
   /** The buffer is in the pool (free). Set by free, cleared by alloc: catches double frees. */
   FREE: 1 << 15,
 } as const;

@@ -360,6 +360,53 @@ test('net_af_packet on a veth to the kernel in a namespace: the kernel pings us 
   assertMempoolWhole(dp!);
 });
 
+test('transmit checksum offload on net_tap: the port computes IPv4 and UDP checksums we leave to it; the kernel accepts every echo', async () => {
+  if (!ready()) return;
+  const nowhy = netnsUnavailable(); // root and iproute2: the same needs as the namespace tests
+  if (nowhy !== null && skipOrFail(nowhy)) return;
+  const tap = `rgtap${process.pid % 10000}`;
+  const sh = (cmd: string, args: string[]) =>
+    new Promise<string>((resolve) => execFile(cmd, args, { timeout: 20000 }, (_e, out, err) => resolve(out + err)));
+  const csumErrors = async () => {
+    const t = await sh('cat', ['/proc/net/snmp']);
+    const get = (g: string) => {
+      const [h, d] = t.split('\n').filter((l) => l.startsWith(`${g}:`));
+      return Number(d.split(/\s+/)[h.split(/\s+/).indexOf('InCsumErrors')]);
+    };
+    return get('Udp');
+  };
+  let dp: Dataplane | null = null;
+  try {
+    dp = await Dataplane.create(
+      baseConfig({
+        buffers: { count: 4096, dataSize: 2048 },
+        interfaces: [dpdkInterface('tp1', `net_tap7,iface=${tap}`, '10.82.0.2/24', '02:fe:00:00:82:02')],
+      }),
+    );
+    const { net, ifs } = Dataplane.internals(dp);
+    net.udp.bind(7, 'udp-echo');
+    const hw = (await dp.hardware())[0];
+    assert.is(hw.info.pmd, 'net_tap');
+    assert.match(String(hw.info['tx offloads']), /IPV4_CKSUM/, JSON.stringify(hw.info));
+    assert.match(String(hw.info['tx offloads']), /UDP_CKSUM/);
+    assert.is(net.interfaces.txOffload[ifs.all()[0].index], 3, 'the graph leaves both checksums to the port');
+    await sh('ip', ['addr', 'add', '10.82.0.1/24', 'dev', tap]);
+    await sh('ip', ['link', 'set', tap, 'up']);
+    const before = await csumErrors();
+    // Every echo goes out through udp4-encap and ip4-rewrite with both checksums left to the
+    // port; the kernel drops a datagram whose IPv4 or UDP checksum is wrong.
+    const echo = await sh('python3', [
+      '-c',
+      'import os,socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.settimeout(1)\nok=0\nfor n in (0,1,100,1000,1472)*4:\n d=os.urandom(n); s.sendto(d,("10.82.0.2",7))\n try:\n  b,a=s.recvfrom(65536); ok+= (b==d and a==("10.82.0.2",7))\n except socket.timeout: pass\nprint("echo",ok)',
+    ]);
+    assert.match(echo, /^echo 20$/m, echo);
+    assert.is(await csumErrors(), before, 'the kernel counted no UDP checksum error');
+  } finally {
+    await dp?.close();
+  }
+  assertMempoolWhole(dp!);
+});
+
 test('bad configurations: an unknown vdev and other EAL arguments name the interface and the reason', async () => {
   if (!ready()) return;
   const refused = async (c: ReturnType<typeof baseConfig>, re: RegExp) => {

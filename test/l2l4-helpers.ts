@@ -321,6 +321,8 @@ export class ListDriver implements Driver {
   readonly tx: Uint8Array[] = [];
   /** Segments of each transmitted packet. */
   readonly txSegments: number[] = [];
+  /** Buffer flags of each transmitted packet's first buffer (TX_*_CKSUM requests). */
+  readonly txFlags: number[] = [];
   private pool: BufferPool | null = null;
   private stats: DriverCounters = zeroCounters();
 
@@ -354,6 +356,7 @@ export class ListDriver implements Driver {
     for (let i = 0; i < n; i++) {
       this.tx.push(pool.packetBytes(bufs[off + i]));
       this.txSegments.push(pool.segments(bufs[off + i]));
+      this.txFlags.push(pool.flags[bufs[off + i]]);
     }
     pool.free(bufs, off, n);
     this.stats.txPackets += n;
@@ -437,6 +440,8 @@ export interface StackOptions extends NetstackOptions {
   gateway?: string;
   mtu?: number;
   neighbors?: { address: string; mac: string }[];
+  /** Checksums the interface's "NIC" computes on transmit. */
+  txChecksumOffload?: { ip4: boolean; udp: boolean };
 }
 
 export function makeStack(o: StackOptions = {}): Stack {
@@ -455,6 +460,7 @@ export function makeStack(o: StackOptions = {}): Stack {
     mtu: o.mtu,
     output: itf.output.name,
     neighbors: o.neighbors,
+    txChecksumOffload: o.txChecksumOffload,
   });
   g.build();
   const s: Stack = {

@@ -1,10 +1,11 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { formatErrors, formatTrace, OPAQUE_WORDS } from '../graph/index.ts';
+import { BufferFlag, formatErrors, formatTrace, OPAQUE_WORDS } from '../graph/index.ts';
 import { Ip4Opaque } from '../nodes/ip4/ip4.ts';
 import { formatIp4 } from '../nodes/net/address.ts';
 import { setUdpDestination } from '../nodes/udp/udp-ports.ts';
 import {
+  hex,
   inetChecksum,
   makeStack,
   parseEth,
@@ -159,6 +160,42 @@ test('UDP API: datagrams still queued when the graph closes go back to the pool'
   assert.is(s.pool.available(), before - 3, 'queued, not yet sent');
   s.g.close();
   assert.is(s.pool.available(), before);
+});
+
+test('transmit checksum offload: the IPv4 and UDP checksums are left to the NIC (flags, pseudo-header sum); finished as a NIC would, the frame is the one software sends', () => {
+  const payloads = [0, 1, 99, 1000, 1472].map((n) => Uint8Array.from({ length: n }, (_, k) => (k * 13 + n) & 0xff));
+  const send = (off?: { ip4: boolean; udp: boolean }) => {
+    const s = makeStack({ txChecksumOffload: off, neighbors: [{ address: PEER_IP, mac: PEER_MAC }] });
+    for (const p of payloads) assert.ok(s.net.udp.sendTo(p, PEER_IP, 6001, 6000));
+    const out = s.run();
+    assert.is(out.length, payloads.length);
+    return { out, flags: s.drv.txFlags.slice() };
+  };
+  const soft = send();
+  const hard = send({ ip4: true, udp: true });
+  const sum = (b: Uint8Array, from: number, to: number) => {
+    let x = 0;
+    for (let k = from; k < to; k += 2) x += (b[k] << 8) | (k + 1 < to ? b[k + 1] : 0);
+    while (x > 0xffff) x = (x & 0xffff) + (x >>> 16);
+    return x;
+  };
+  hard.out.forEach((f, i) => {
+    assert.is(soft.flags[i] & (BufferFlag.TX_IP4_CKSUM | BufferFlag.TX_UDP_CKSUM), 0, 'software: no request');
+    assert.is(hard.flags[i] & BufferFlag.TX_IP4_CKSUM, BufferFlag.TX_IP4_CKSUM, 'IPv4 checksum requested');
+    assert.is(hard.flags[i] & BufferFlag.TX_UDP_CKSUM, BufferFlag.TX_UDP_CKSUM, 'UDP checksum requested');
+    assert.is((f[24] << 8) | f[25], 0, 'IPv4 checksum field left 0');
+    assert.not.equal(hex(f), hex(soft.out[i]), 'not finished in software');
+    // What the NIC does: the IPv4 header sum, and the UDP sum seeded with the pseudo-header sum
+    // already in the field.
+    const done = Uint8Array.from(f);
+    const ip = ~sum(done, 14, 34) & 0xffff;
+    done[24] = ip >> 8;
+    done[25] = ip & 0xff;
+    const u = ~sum(done, 34, done.length) & 0xffff || 0xffff;
+    done[40] = u >> 8;
+    done[41] = u & 0xff;
+    assert.is(hex(done), hex(soft.out[i]), `payload ${payloads[i].length}: the same frame`);
+  });
 });
 
 test('UDP API: bindings by address and wildcard, unbind, double bind refused', () => {

@@ -37,7 +37,7 @@ namespace {
 
 // BufferFlag bits of graph/buffer-pool.ts (passed in bindPool so the two cannot drift).
 struct Flags {
-  uint32_t next_present = 0, ip4_ok = 0, l4_ok = 0;
+  uint32_t next_present = 0, ip4_ok = 0, l4_ok = 0, tx_ip4 = 0, tx_udp = 0;
 };
 
 struct State {
@@ -261,6 +261,8 @@ Napi::Value BindPool(const Napi::CallbackInfo& info) {
   g.f.next_present = f.Get("nextPresent").As<Napi::Number>().Uint32Value();
   g.f.ip4_ok = f.Get("ip4Ok").As<Napi::Number>().Uint32Value();
   g.f.l4_ok = f.Get("l4Ok").As<Napi::Number>().Uint32Value();
+  g.f.tx_ip4 = f.Get("txIp4").As<Napi::Number>().Uint32Value();
+  g.f.tx_udp = f.Get("txUdp").As<Napi::Number>().Uint32Value();
   g.refs.clear();
   for (int i = 0; i < 4; i++) g.refs.push_back(Napi::Persistent(info[i]));
   return env.Undefined();
@@ -331,6 +333,8 @@ Napi::Value PortStart(const Napi::CallbackInfo& info) {
   rte_eth_conf conf;
   std::memset(&conf, 0, sizeof conf);
   if (di.rx_offload_capa & RTE_ETH_RX_OFFLOAD_CHECKSUM) conf.rxmode.offloads |= (di.rx_offload_capa & RTE_ETH_RX_OFFLOAD_CHECKSUM);
+  // Transmit checksums the port can compute: the graph then leaves them to it (TX_*_CKSUM flags).
+  conf.txmode.offloads |= di.tx_offload_capa & (RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | RTE_ETH_TX_OFFLOAD_UDP_CKSUM | RTE_ETH_TX_OFFLOAD_MULTI_SEGS);
   ret = rte_eth_dev_configure(port, nrx, ntx, &conf);
   if (ret != 0) throw Err(env, "rte_eth_dev_configure: " + DpdkError(ret));
   uint16_t rxd = static_cast<uint16_t>(num("rxDesc")), txd = static_cast<uint16_t>(num("txDesc"));
@@ -357,6 +361,16 @@ Napi::Value PortStart(const Napi::CallbackInfo& info) {
   r.Set("driver", Napi::String::New(env, di.driver_name));
   r.Set("rxDesc", Napi::Number::New(env, rxd));
   r.Set("txDesc", Napi::Number::New(env, txd));
+  r.Set("txIp4Cksum", Napi::Boolean::New(env, (conf.txmode.offloads & RTE_ETH_TX_OFFLOAD_IPV4_CKSUM) != 0));
+  r.Set("txUdpCksum", Napi::Boolean::New(env, (conf.txmode.offloads & RTE_ETH_TX_OFFLOAD_UDP_CKSUM) != 0));
+  std::string rxNames, txNames;
+  for (int b = 0; b < 64; b++) {
+    uint64_t bit = 1ULL << b;
+    if (conf.rxmode.offloads & bit) rxNames += (rxNames.empty() ? "" : " ") + std::string(rte_eth_dev_rx_offload_name(bit));
+    if (conf.txmode.offloads & bit) txNames += (txNames.empty() ? "" : " ") + std::string(rte_eth_dev_tx_offload_name(bit));
+  }
+  r.Set("rxOffloads", Napi::String::New(env, rxNames));
+  r.Set("txOffloads", Napi::String::New(env, txNames));
   return r;
 }
 
@@ -402,7 +416,7 @@ Napi::Value Tx(const Napi::CallbackInfo& info) {
   uint32_t n = std::min<uint32_t>(info[4].As<Napi::Number>().Uint32Value(), kMaxBurst);
   uint32_t* bufs = U32(env, info[2], "bufs", static_cast<size_t>(off) + n);
   rte_mbuf* ms[kMaxBurst];
-  uint32_t k = 0;
+  uint32_t k = 0, offloads = 0;
   for (; k < n; k++) {
     uint32_t bi = bufs[off + k];
     rte_mbuf* head = nullptr;
@@ -434,8 +448,20 @@ Napi::Value Tx(const Napi::CallbackInfo& info) {
     if (!ok) break;  // a malformed chain stays the caller's (it drops and counts it)
     head->pkt_len = pkt;
     head->nb_segs = static_cast<uint16_t>(segs);
+    uint32_t fl = g.flags[bi];
+    if (fl & (g.f.tx_ip4 | g.f.tx_udp)) {
+      // Set only for a port that enabled these offloads (ip4-rewrite, udp4-encap): Ethernet + a
+      // 20-byte IPv4 header, the UDP field holding the pseudo-header sum.
+      head->ol_flags = RTE_MBUF_F_TX_IPV4 | ((fl & g.f.tx_ip4) ? RTE_MBUF_F_TX_IP_CKSUM : 0) |
+                       ((fl & g.f.tx_udp) ? RTE_MBUF_F_TX_UDP_CKSUM : 0);
+      head->l2_len = RTE_ETHER_HDR_LEN;
+      head->l3_len = 20;
+      offloads++;
+    }
     ms[k] = head;
   }
+  // tx_prepare checks (and for some PMDs fixes up) offload requests; what it refuses stays ours.
+  if (offloads != 0) k = rte_eth_tx_prepare(port, q, ms, static_cast<uint16_t>(k));
   uint16_t sent = k ? rte_eth_tx_burst(port, q, ms, static_cast<uint16_t>(k)) : 0;
   return Napi::Number::New(env, sent);
 }

@@ -26,7 +26,7 @@ import { BROADCAST_HI, BROADCAST_LO, ETH_HEADER_BYTES, ETHERTYPE_IP4 } from '../
 import { formatIp4, formatMacHiLo, isIp4Multicast } from '../net/address.ts';
 import { HoldResult, type NeighborTable } from '../ethernet/neighbor.ts';
 import { formatIp4HeaderTrace, type Ip4HeaderTrace, ip4HeaderRecord } from './ip4-input.ts';
-import type { InterfaceTable } from '../net/interfaces.ts';
+import { type InterfaceTable, TxOffload } from '../net/interfaces.ts';
 import { IP4_DEFAULT_TTL, IP4_FLAG_DF, IP4_HEADER_BYTES, Ip4Opaque, ip4SetChecksum20 } from './ip4.ts';
 
 export const IP4_REWRITE = 'ip4-rewrite';
@@ -99,6 +99,7 @@ function ip4Rewrite(rt: NodeRuntime, frame: Frame | null): number {
   const configured = ifs.configured,
     ifAddr = ifs.address,
     mtu = ifs.mtu,
+    txOff = ifs.txOffload,
     ifHi = ifs.macHi,
     ifLo = ifs.macLo;
   const nMacHi = table.macHi,
@@ -192,7 +193,13 @@ function ip4Rewrite(rt: NodeRuntime, frame: Frame | null): number {
     u8[ip + 9] = l4 & 0xff;
     v.setUint32(ip + 12, src);
     v.setUint32(ip + 16, dst);
-    ip4SetChecksum20(v, ip);
+    if (txOff[ix] & TxOffload.IP4_CKSUM) {
+      v.setUint16(ip + 10, 0);
+      flags[bi] |= BufferFlag.TX_IP4_CKSUM;
+    } else {
+      ip4SetChecksum20(v, ip);
+      flags[bi] &= ~BufferFlag.TX_IP4_CKSUM;
+    }
     v.setUint32(o, mHi);
     v.setUint16(o + 4, mLo);
     v.setUint32(o + 6, ifHi[ix]);

@@ -40,7 +40,12 @@ export interface InterfaceTableConfig {
   mtu?: number;
   /** The interface's output node, `<if>-output`; must be registered already. */
   output: string;
+  /** Checksums the interface's NIC computes on transmit (the driver's `txChecksumOffload()`). */
+  txChecksumOffload?: { ip4: boolean; udp: boolean };
 }
+
+/** `InterfaceTable.txOffload` bits. */
+export const TxOffload = { IP4_CKSUM: 1, UDP_CKSUM: 2 } as const;
 
 export interface InterfaceTableInfo {
   index: number;
@@ -70,6 +75,8 @@ export class InterfaceTable {
   /** Gateway address, 0 = none. */
   readonly gateway: Uint32Array;
   readonly mtu: Uint32Array;
+  /** TxOffload bits: checksums the NIC computes on transmit. */
+  readonly txOffload: Uint8Array;
   readonly mcastHi: Uint32Array;
   readonly mcastLo: Uint16Array;
   readonly mcastCount: Uint8Array;
@@ -94,6 +101,7 @@ export class InterfaceTable {
     this.prefix = new Uint8Array(max);
     this.gateway = new Uint32Array(max);
     this.mtu = new Uint32Array(max);
+    this.txOffload = new Uint8Array(max);
     this.mcastHi = new Uint32Array(max * MAX_MCAST_PER_IF);
     this.mcastLo = new Uint16Array(max * MAX_MCAST_PER_IF);
     this.mcastCount = new Uint8Array(max);
@@ -138,6 +146,8 @@ export class InterfaceTable {
     this.macLo[ix] = macLo(mac);
     this.address[ix] = p.address;
     this.prefix[ix] = prefix;
+    const off = cfg.txChecksumOffload;
+    this.txOffload[ix] = (off?.ip4 ? TxOffload.IP4_CKSUM : 0) | (off?.udp ? TxOffload.UDP_CKSUM : 0);
     this.mask[ix] = mask;
     this.gateway[ix] = gw;
     this.mtu[ix] = mtu;

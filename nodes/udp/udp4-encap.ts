@@ -16,7 +16,7 @@ import {
   errorTable,
   nextTable,
 } from '../../graph/index.ts';
-import type { InterfaceTable } from '../net/interfaces.ts';
+import { type InterfaceTable, TxOffload } from '../net/interfaces.ts';
 import { foldSum, IP4_HEADER_BYTES, Ip4Opaque, IP_PROTO_UDP, packetSum, pseudoHeaderSum } from '../ip4/ip4.ts';
 import { formatUdpTrace, UDP_HEADER_BYTES, type UdpTrace } from './udp4-input.ts';
 
@@ -56,7 +56,8 @@ function udp4Encap(rt: NodeRuntime, frame: Frame | null): number {
     error = pool.error,
     opaque = pool.opaque;
   const ifAddr = ifs.address,
-    mtu = ifs.mtu;
+    mtu = ifs.mtu,
+    txOff = ifs.txOffload;
   const vec = f.vec,
     n = f.n,
     nexts = rt.nexts;
@@ -98,8 +99,15 @@ function udp4Encap(rt: NodeRuntime, frame: Frame | null): number {
     v.setUint16(o + 2, ports >>> 16);
     v.setUint16(o + 4, ulen);
     v.setUint16(o + 6, 0);
-    const ck = ~foldSum(pseudoHeaderSum(src, dst, IP_PROTO_UDP, ulen) + packetSum(pool, bi)) & 0xffff;
-    v.setUint16(o + 6, ck === 0 ? 0xffff : ck);
+    if (txOff[ix] & TxOffload.UDP_CKSUM) {
+      // The NIC sums the datagram over the pseudo-header sum left in the field.
+      v.setUint16(o + 6, foldSum(pseudoHeaderSum(src, dst, IP_PROTO_UDP, ulen)));
+      flags[bi] |= BufferFlag.TX_UDP_CKSUM;
+    } else {
+      const ck = ~foldSum(pseudoHeaderSum(src, dst, IP_PROTO_UDP, ulen) + packetSum(pool, bi)) & 0xffff;
+      v.setUint16(o + 6, ck === 0 ? 0xffff : ck);
+      flags[bi] &= ~BufferFlag.TX_UDP_CKSUM;
+    }
     nexts[i] = NEXT_REWRITE;
     if (rt.traceOn && flags[bi] & BufferFlag.TRACED) {
       rt.addTrace(bi, {
