@@ -6,7 +6,7 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { execFile } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -312,6 +312,7 @@ test('net_af_packet on a veth to the kernel in a namespace: the kernel pings us 
   const nowhy = netnsUnavailable();
   if (nowhy !== null && skipOrFail(nowhy)) return;
   const v = createVethNs({ peerCidr: '10.80.0.2/24' });
+  const dir = mkdtempSync(join(tmpdir(), 'dpdk-afp-'));
   let dp: Dataplane | null = null;
   const inNs = (args: string[]) =>
     new Promise<string>((resolve) =>
@@ -331,6 +332,7 @@ test('net_af_packet on a veth to the kernel in a namespace: the kernel pings us 
     dp = await Dataplane.create(
       baseConfig({
         buffers: { count: 4096, dataSize: 2048 },
+        capture: { dir, maxBytes: 2 ** 22 },
         interfaces: [
           dpdkInterface('ap0', `net_af_packet9,iface=${v.host},qpairs=1`, '10.80.0.1/24', '02:fe:00:00:80:01'),
         ],
@@ -341,6 +343,7 @@ test('net_af_packet on a veth to the kernel in a namespace: the kernel pings us 
     // with its checksum left to offload arrives unfinished and udp4-input drops it (counted).
     // So the kernel end computes its checksums (rdma-graph's own af_packet driver needs no such step).
     await inNs(['ethtool', '-K', v.peer, 'tx', 'off']);
+    await dp.capture('ap0', { direction: 'tx', file: 'tx.pcap', count: 1000 });
     const before = await csumErrors();
     const ping = await inNs(['ping', '-n', '-c', '20', '-i', '0.01', '-W', '1', '10.80.0.1']);
     assert.match(ping, /20 packets transmitted, 20 received, 0% packet loss/, ping);
@@ -351,11 +354,51 @@ test('net_af_packet on a veth to the kernel in a namespace: the kernel pings us 
     ]);
     assert.match(echo, /^echo 5$/m, echo);
     assert.is(await csumErrors(), before, 'the kernel counted no ICMP or UDP checksum error in what we sent');
+    await dp.stopCapture('ap0');
+    // tshark's verdict on every IPv4, ICMP and UDP checksum we sent (1 = Good).
+    if (spawnSync('tshark', ['-v']).status !== 0) {
+      if (skipOrFail('tshark is not installed (Debian package tshark)')) return;
+    } else {
+      const r = spawnSync(
+        'tshark',
+        [
+          '-n',
+          '-r',
+          join(dir, 'tx.pcap'),
+          '-o',
+          'ip.check_checksum:TRUE',
+          '-o',
+          'udp.check_checksum:TRUE',
+          '-Y',
+          'icmp || udp',
+          '-T',
+          'fields',
+          '-e',
+          'ip.checksum.status',
+          '-e',
+          'icmp.checksum.status',
+          '-e',
+          'udp.checksum.status',
+        ],
+        { encoding: 'utf8', env: { ...process.env, HOME: dir } },
+      );
+      assert.is(r.status, 0, r.stderr);
+      const rows = r.stdout
+        .trim()
+        .split('\n')
+        .map((l) => l.split('\t'));
+      assert.is(rows.length, 25, `20 echo replies and 5 UDP echoes:\n${r.stdout}`);
+      for (const [ip, icmp, udp] of rows) {
+        assert.is(ip, '1', 'IPv4 header checksum Good');
+        assert.is(icmp || udp, '1', `ICMP or UDP checksum Good: ${[ip, icmp, udp]}`);
+      }
+    }
     const hw = (await dp.hardware())[0];
     assert.is(hw.info.pmd, 'net_af_packet');
   } finally {
     await dp?.close();
     destroyVethNs(v);
+    rmSync(dir, { recursive: true, force: true });
   }
   assertMempoolWhole(dp!);
 });
