@@ -3,6 +3,9 @@
  *
  *   rdma-graph start [--config FILE]   build the data plane from FILE, open its interfaces, serve the API
  *   rdma-graph check [--config FILE]   validate FILE and exit (0 valid, 2 not)
+ *   rdma-graph exec [--config FILE | --socket PATH] -- COMMAND...
+ *                                      run an unmodified libibverbs program on the daemon that
+ *                                      serves that verbs socket (LD_PRELOAD of librdmagraph-verbs.so)
  *   rdma-graph --version
  *
  * FILE defaults to the package's config/startup.yaml (the embedded default), wherever the
@@ -11,10 +14,12 @@
  * interfaces close (memif sockets are removed). `npm start` execs this process, so the PID a
  * shell gets from `npm start &` takes the signal.
  */
+import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { STARTUP_CONFIG, loadConfig, ConfigError } from '../config/load.ts';
 import type { Config } from '../config/types.ts';
-import { Dataplane, driverUnavailable } from '../dataplane/dataplane.ts';
+import { Dataplane, driverUnavailable, VERBS_LIBRARY, type VerbsSocket } from '../dataplane/dataplane.ts';
 import { DataplaneError, type Logger, VERSION } from '../dataplane/views.ts';
 import { startApi } from '../api/server.ts';
 
@@ -22,6 +27,8 @@ import { startApi } from '../api/server.ts';
 const DEFAULT_CONFIG = STARTUP_CONFIG;
 const USAGE = `usage: rdma-graph start [--config FILE]     run the data plane and its REST API
        rdma-graph check [--config FILE]     say whether start would run FILE (exit 0), or why not (exit 2)
+       rdma-graph exec [--config FILE | --socket PATH] -- COMMAND [ARG...]
+                                            run a libibverbs program on the daemon of FILE's verbs.socket (or PATH)
        rdma-graph --version
 FILE defaults to the embedded default, ${DEFAULT_CONFIG}.`;
 
@@ -125,6 +132,16 @@ async function start(file: string, isDefault: boolean): Promise<void> {
     await dp.close();
     process.exit(1);
   }
+  let verbs: VerbsSocket;
+  try {
+    verbs = dp.serveVerbs({ path: config.verbs.socket, log: (l, m) => log(l, m) });
+  } catch (e) {
+    log('error', `cannot open the verbs socket: ${(e as Error).message}`);
+    await api.close();
+    await dp.close();
+    process.exit(1);
+  }
+  log('info', `verbs socket ${verbs.path}: rdma-graph exec --socket ${verbs.path} -- ibv_devinfo`);
   log(
     'info',
     `API on ${api.url}/v1 (${config.api.token ? 'token required' : 'no token'}); rdmactl --api ${api.url} show runtime`,
@@ -132,6 +149,7 @@ async function start(file: string, isDefault: boolean): Promise<void> {
   const signal = await stopped;
   log('info', `${signal}: shutting down`);
   const qps = (await dp.qps()).length;
+  verbs.close();
   await api.close();
   await dp.close();
   const after = await dp.buffers();
@@ -175,13 +193,58 @@ function check(file: string, isDefault: boolean): void {
   );
 }
 
-const { cmd, config, isDefault } = parseArgs(process.argv.slice(2));
-if (cmd === '--version' || cmd === 'version') console.log(VERSION);
-else if (cmd === 'start') {
-  await start(config, isDefault).catch((e) => {
-    console.error(`rdma-graph: error: ${e instanceof DataplaneError ? e.message : (e as Error).stack}`);
+/**
+ * `exec`: COMMAND with librdmagraph-verbs.so preloaded and RDMA_GRAPH_SOCKET set (absolute), so
+ * that its libibverbs calls reach the daemon; exits with the command's status.
+ */
+function exec(argv: string[]): void {
+  const dash = argv.indexOf('--');
+  const opts = dash < 0 ? argv : argv.slice(0, dash),
+    command = dash < 0 ? [] : argv.slice(dash + 1);
+  let socket: string | null = null,
+    file = DEFAULT_CONFIG;
+  for (let i = 0; i < opts.length; i++) {
+    const a = opts[i];
+    if ((a === '--socket' || a === '--config' || a === '-c') && i + 1 >= opts.length)
+      usage(`option ${a} needs a value`);
+    if (a === '--socket') socket = opts[++i];
+    else if (a === '--config' || a === '-c') file = opts[++i];
+    else usage(`exec: unknown option "${a}" (the command goes after "--")`);
+  }
+  if (command.length === 0) usage('exec needs a command after "--", e.g. rdma-graph exec -- ibv_devinfo');
+  const lib = VERBS_LIBRARY;
+  if (!existsSync(lib)) {
+    console.error(`rdma-graph: ${lib} was not built: install libibverbs-dev and run npm run build`);
     process.exit(1);
+  }
+  const path = socket ?? load(file).verbs.socket;
+  const env = {
+    ...process.env,
+    RDMA_GRAPH_SOCKET: path.startsWith('@') ? path : resolve(path),
+    LD_PRELOAD: [lib, process.env.LD_PRELOAD].filter(Boolean).join(':'),
+  };
+  const child = spawn(command[0], command.slice(1), { stdio: 'inherit', env });
+  child.on('error', (e) => {
+    console.error(`rdma-graph: exec ${command[0]}: ${e.message}`);
+    process.exit(127);
   });
-} else if (cmd === 'check') check(config, isDefault);
-else if (cmd === '' || cmd === 'help' || cmd === '--help' || cmd === '-h') console.log(USAGE);
-else usage(`unknown command "${cmd}"`);
+  for (const sig of ['SIGINT', 'SIGTERM'] as const) process.on(sig, () => child.kill(sig));
+  child.on('exit', (code, sig) => process.exit(code ?? (sig ? 128 : 1)));
+}
+
+async function main(argv: string[]): Promise<void> {
+  // exec takes its own options and passes everything after "--" to the command.
+  if (argv[0] === 'exec') return exec(argv.slice(1));
+  const { cmd, config, isDefault } = parseArgs(argv);
+  if (cmd === '--version' || cmd === 'version') console.log(VERSION);
+  else if (cmd === 'start') {
+    await start(config, isDefault).catch((e) => {
+      console.error(`rdma-graph: error: ${e instanceof DataplaneError ? e.message : (e as Error).stack}`);
+      process.exit(1);
+    });
+  } else if (cmd === 'check') check(config, isDefault);
+  else if (cmd === '' || cmd === 'help' || cmd === '--help' || cmd === '-h') console.log(USAGE);
+  else usage(`unknown command "${cmd}"`);
+}
+
+await main(process.argv.slice(2));

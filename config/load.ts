@@ -516,6 +516,7 @@ function build(raw: Raw, source: string, c: Checker): Config {
     neighbors,
     rdma: raw.rdma as Config['rdma'],
     capture: raw.capture as Config['capture'],
+    verbs: raw.verbs as Config['verbs'],
     trace: raw.trace as Config['trace'],
   };
 }

@@ -565,6 +565,17 @@ export const SCHEMA: MapSpec = {
         },
       },
     },
+    verbs: {
+      type: 'map',
+      doc: 'the verbs control socket: unmodified libibverbs programs run with `rdma-graph exec` reach the daemon through it',
+      keys: {
+        socket: {
+          type: 'string',
+          default: 'run/verbs.sock',
+          doc: 'its path (mode 0660; relative: against the daemon\'s working directory), or "@name" in the abstract namespace',
+        },
+      },
+    },
     trace: {
       type: 'map',
       doc: 'packet trace',

@@ -118,6 +118,8 @@ export interface Config {
   };
   /** `capture: {dir, max-bytes}`: where the API's captures go, and how large one file may grow. */
   capture: { dir: string; maxBytes: number };
+  /** `verbs: {socket}`: where unmodified libibverbs programs (`rdma-graph exec`) reach the daemon. */
+  verbs: { socket: string };
   /** `trace: {max-packets}`. */
   trace: { maxPackets: number };
 }

@@ -13,6 +13,7 @@
  * kind of wrong it is (the API maps kinds to HTTP statuses); nothing a caller passes can throw
  * anything else or leave the data plane half-changed.
  */
+import { startVerbsSocket, VERBS_LIBRARY, type VerbsSocket, type VerbsSocketOptions } from './verbs-socket.ts';
 import {
   Graph,
   GraphError,
@@ -562,6 +563,14 @@ export class Dataplane {
       lost: r.lost,
       stopped: r.stopped,
     };
+  }
+
+  /**
+   * Serve the verbs control socket (dataplane/verbs-socket.ts) at `opts.path`: unmodified
+   * libibverbs programs run with `rdma-graph exec` find this data plane's devices through it.
+   */
+  serveVerbs(opts: Omit<VerbsSocketOptions, 'maxQps'>): VerbsSocket {
+    return startVerbsSocket(this, { ...opts, maxQps: this.config.rdma.maxQps });
   }
 
   async neighbors(): Promise<NeighborView[]> {
@@ -1187,3 +1196,5 @@ export class Dataplane {
 export * from './views.ts';
 /** Why a driver cannot be opened here (start-up's words), or null: `rdma-graph check` asks before any data plane exists. */
 export { driverUnavailable } from '../drivers/open.ts';
+
+export { VERBS_LIBRARY, type VerbsSocket };

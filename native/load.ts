@@ -379,6 +379,11 @@ export interface CoreAddon {
   memifRawSend(fd: number, bytes: Uint8Array, passFd?: number): number;
   memifRawRecv(fd: number): null | { eof: true } | { data: Uint8Array; fd: number };
   memifMapFd(fd: number, size: number): ArrayBuffer;
+  /** SOCK_SEQPACKET for the verbs control socket: the same non-blocking primitives. */
+  seqpacketListen(socket: string): number;
+  seqpacketAccept(fd: number): number;
+  seqpacketSend(fd: number, bytes: Uint8Array, passFd?: number): number;
+  seqpacketRecv(fd: number): null | { eof: true } | { data: Uint8Array; fd: number };
 }
 
 /** The core addon is missing or cannot be loaded. */

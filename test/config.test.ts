@@ -33,7 +33,7 @@ const M = 'interfaces:\n  - name: m0\n    driver: memif\n    memif: {socket: s}\
 const MA = `${M}    address: 10.0.0.1/24\n`;
 const IF_KEYS =
   'name, driver, memif, af_packet, pcap, pipe, dpdk, ibverbs, mlx5dv, mac, address, gateway, mtu, rx-queues, rx-queue-size, tx-queue-size, fault';
-const TOP_KEYS = 'api, cpu, buffers, log, interfaces, neighbors, rdma, capture, trace';
+const TOP_KEYS = 'api, cpu, buffers, log, interfaces, neighbors, rdma, capture, verbs, trace';
 const CIDR = 'an IPv4 host address with prefix length, a.b.c.d/N with N in 0..32';
 const MAC = 'a unicast MAC address xx:xx:xx:xx:xx:xx';
 const LISTEN = 'host:port with an IPv4 address, localhost or [IPv6] and a port in 0..65535';
@@ -764,6 +764,7 @@ const DEFAULTS: Config = {
     trp: { window: 256, rtoMinMs: 1, rtoMaxMs: 200, rtoInitMs: null, maxRetries: 7 },
   },
   capture: { dir: 'run/captures', maxBytes: 64 * 2 ** 20 },
+  verbs: { socket: 'run/verbs.sock' },
   trace: { maxPackets: 1000 },
 };
 
@@ -916,6 +917,8 @@ rdma:
 capture:
   dir: /var/tmp/caps
   max-bytes: 4096
+verbs:
+  socket: "@rdma-graph-verbs"
 trace:
   max-packets: 1000000
 `;
@@ -1012,6 +1015,7 @@ test('a full example: the normalised Config, every key taken', () => {
       trp: { window: 32768, rtoMinMs: 0.5, rtoMaxMs: 1000, rtoInitMs: 20, maxRetries: 255 },
     },
     capture: { dir: '/var/tmp/caps', maxBytes: 4096 },
+    verbs: { socket: '@rdma-graph-verbs' },
     trace: { maxPackets: 1000000 },
   };
   assert.equal(parseConfig(FULL, 'full.yaml'), want);

@@ -33,6 +33,7 @@ export function baseConfig(over: Partial<Config> = {}): Config {
       trp: { window: 256, rtoMinMs: 1, rtoMaxMs: 200, rtoInitMs: null, maxRetries: 7 },
     },
     capture: { dir: 'run/captures', maxBytes: 64 * 2 ** 20 },
+    verbs: { socket: 'run/verbs.sock' },
     trace: { maxPackets: 1000 },
     ...over,
   };

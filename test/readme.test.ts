@@ -27,11 +27,13 @@ const ELSEWHERE: Record<string, string> = {
     'test/dataplane.test.ts (the embedding API); loadConfig() is checked below',
 };
 
+const VERBS = 'node bin/rdma-graph.mjs exec -- ibv_devinfo -v';
 const CURL = 'A=http://127.0.0.1:7070/v1; B=http://127.0.0.1:7071/v1';
 
 test('every README block is run by this file or a named test', () => {
   const firsts = blocks(README).map((b) => b.split('\n')[0]);
-  for (const f of firsts) assert.ok(f === RDMACTL || f === CURL || f in ELSEWHERE, `README block nobody runs: "${f}"`);
+  for (const f of firsts)
+    assert.ok(f === RDMACTL || f === CURL || f === VERBS || f in ELSEWHERE, `README block nobody runs: "${f}"`);
   assert.ok(firsts.includes(RDMACTL) && firsts.includes(CURL), 'the rdmactl and curl sessions are there');
 });
 
@@ -66,6 +68,14 @@ test('the rdmactl and curl sessions run as written against the two daemons the R
     for (const w of ['w1', 'r2', 'f1']) assert.match(ctl.out, new RegExp(`wr-id "${w}" qpn \\d+ \\S+ success`));
     assert.match(ctl.out, /Time [\d.]+, 10\.000000 sec internal node vector rate/, 'show runtime');
     assert.match(ctl.out, /Packet 1\n/, 'show trace has the packets armed before the traffic');
+    // The verbs block, against A (the embedded default's run/verbs.sock).
+    if (spawnSync('ibv_devinfo', ['--help']).error) skipOrFail('ibverbs-utils is not installed (ibv_devinfo)');
+    else {
+      const verbs = bash(all.find((x) => x.startsWith(VERBS)) as string);
+      assert.is(verbs.code, 0, verbs.out);
+      assert.match(verbs.out, /^hca_id:\s+rdmagraph_memif0$/m);
+      assert.match(verbs.out, /GID\[\s*0\]:\s+::ffff:10\.10\.0\.1, RoCE v2/);
+    }
     const curl = bash(all.find((x) => x.startsWith(CURL)) as string);
     assert.is(curl.code, 0, curl.out);
     assert.match(curl.out, /\{"qpn":\d+,"state":"rts"\}\n\{"qpn":\d+,"state":"rts"\}/);

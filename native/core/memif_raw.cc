@@ -1,5 +1,6 @@
-// Raw memif control sockets for the tests (test/memif-proto.test.ts plays a hand-written peer
-// with them): connect, listen, accept, send and receive messages with fds, map a region fd.
+// Raw SOCK_SEQPACKET sockets: for the tests (test/memif-proto.test.ts plays a hand-written memif
+// peer with them: connect, listen, accept, send and receive messages with fds, map a region fd)
+// and for the daemon's verbs control socket (seqpacket*).
 #include "memif.h"
 
 #include <sys/mman.h>
@@ -88,6 +89,12 @@ void InitMemifRaw(Napi::Env env, Napi::Object exports) {
   exports.Set("memifRawSend", Napi::Function::New(env, RawSend, "memifRawSend"));
   exports.Set("memifRawRecv", Napi::Function::New(env, RawRecv, "memifRawRecv"));
   exports.Set("memifMapFd", Napi::Function::New(env, MapFd, "memifMapFd"));
+  // The same non-blocking SOCK_SEQPACKET primitives serve the daemon's verbs control socket
+  // (api/verbs-socket.ts).
+  exports.Set("seqpacketListen", Napi::Function::New(env, RawSocket<true>, "seqpacketListen"));
+  exports.Set("seqpacketAccept", Napi::Function::New(env, RawAccept, "seqpacketAccept"));
+  exports.Set("seqpacketSend", Napi::Function::New(env, RawSend, "seqpacketSend"));
+  exports.Set("seqpacketRecv", Napi::Function::New(env, RawRecv, "seqpacketRecv"));
 }
 
 }  // namespace memifimpl

@@ -1,0 +1,43 @@
+/*
+ * The verbs control channel between librdmagraph-verbs.so (in an application) and the daemon
+ * (api/verbs-socket.ts): SOCK_SEQPACKET messages, little-endian, fixed layouts. The TypeScript
+ * side mirrors these offsets; test/verbs-lib.test.ts checks them against a real exchange.
+ */
+#ifndef RDMA_GRAPH_VERBS_PROTO_H
+#define RDMA_GRAPH_VERBS_PROTO_H
+
+#include <stdint.h>
+
+#define RGV_MAGIC 0x31564752u /* "RGV1" */
+#define RGV_OP_DEVICES 1u
+#define RGV_MAX_DEVICES 64u
+
+/* Every request and response starts with this (16 bytes). */
+struct rgv_hdr {
+  uint32_t magic;
+  uint16_t op;
+  int16_t status; /* responses: 0 or a negative errno */
+  uint32_t seq;
+  uint32_t count; /* responses: records that follow */
+};
+
+/* One device per data-plane interface with an IPv4 address (RGV_OP_DEVICES), 128 bytes. */
+struct rgv_device {
+  char name[64];   /* rdmagraph_<ifname> */
+  char ifname[32];
+  uint8_t mac[6];
+  uint8_t link_up;
+  uint8_t pad;
+  uint8_t ipv4[4]; /* network order */
+  uint32_t mtu;    /* IP MTU of the interface */
+  uint32_t max_qp;
+  uint32_t max_qp_wr;
+  uint32_t max_sge;
+  uint32_t max_cqe;
+  uint32_t max_rd_atom;
+};
+
+_Static_assert(sizeof(struct rgv_hdr) == 16, "rgv_hdr is 16 bytes");
+_Static_assert(sizeof(struct rgv_device) == 132, "rgv_device is 132 bytes");
+
+#endif

@@ -1,0 +1,407 @@
+/*
+ * librdmagraph-verbs.so: libibverbs' entry points for an unmodified verbs program, loaded with
+ * LD_PRELOAD (`rdma-graph exec -- PROGRAM`). It exports the libibverbs symbols it implements
+ * with libibverbs' own symbol versions (verbs.map), so the program's calls bind here first.
+ *
+ * What works today: devices and their queries. ibv_get_device_list asks the daemon at
+ * $RDMA_GRAPH_SOCKET (default run/verbs.sock) for its interfaces, one device per interface with
+ * an IPv4 address (rdmagraph_<ifname>, Ethernet link layer, GID 0 = ::ffff:<IPv4>);
+ * ibv_open_device opens a connection of its own; query device/port/gid/pkey answer from what the
+ * daemon said. Not yet: every object and the data path (PD, MR, CQ, QP, SRQ, AH, events) —
+ * each of those entry points fails cleanly with EOPNOTSUPP and says so once on stderr, rather
+ * than reaching the real libibverbs with a context it does not know.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "proto.h"
+
+#undef ibv_get_device_list
+#undef ibv_query_port
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+#define EXPORT __attribute__((visibility("default")))
+
+struct rg_device {
+  struct ibv_device dev; /* first: the program holds a struct ibv_device * */
+  struct rgv_device info;
+};
+
+struct rg_context {
+  struct ibv_context ctx; /* first: the program holds a struct ibv_context * */
+  struct rg_device dev;   /* a copy: valid after the device list is freed */
+  int sock;
+};
+
+static const char* socket_path(void) {
+  const char* p = getenv("RDMA_GRAPH_SOCKET");
+  return p != NULL && p[0] != '\0' ? p : "run/verbs.sock";
+}
+
+static void say(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("rdma-graph verbs: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+/* A SOCK_SEQPACKET connection to the daemon (a leading '@': the abstract namespace); -1 + errno. */
+static int connect_daemon(void) {
+  const char* path = socket_path();
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  size_t n = strlen(path);
+  if (n == 0 || n >= sizeof sa.sun_path) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  memcpy(sa.sun_path, path, n);
+  if (path[0] == '@') sa.sun_path[0] = '\0';
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  struct timeval tv = {.tv_sec = 5, .tv_usec = 0}; /* a daemon that stops answering: an error, not a hang */
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + (path[0] == '@' ? 0 : 1));
+  if (connect(fd, (struct sockaddr*)&sa, len) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
+/* One request, one response of up to `cap` bytes; the response's length, or -1 + errno. */
+static ssize_t call(int fd, uint16_t op, void* resp, size_t cap) {
+  static uint32_t seq;
+  struct rgv_hdr q = {.magic = RGV_MAGIC, .op = op, .status = 0, .seq = __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED), .count = 0};
+  if (send(fd, &q, sizeof q, MSG_NOSIGNAL) != (ssize_t)sizeof q) return -1;
+  ssize_t r = recv(fd, resp, cap, 0);
+  if (r < 0) return -1;
+  struct rgv_hdr* h = resp;
+  if (r < (ssize_t)sizeof *h || h->magic != RGV_MAGIC || h->op != op || h->seq != q.seq) {
+    errno = EPROTO;
+    return -1;
+  }
+  if (h->status != 0) {
+    errno = -h->status;
+    return -1;
+  }
+  return r;
+}
+
+/* The daemon's devices into out[]; their number, or -1 + errno. */
+static int query_devices(int fd, struct rgv_device* out) {
+  static __thread uint8_t buf[sizeof(struct rgv_hdr) + RGV_MAX_DEVICES * sizeof(struct rgv_device)];
+  ssize_t r = call(fd, RGV_OP_DEVICES, buf, sizeof buf);
+  if (r < 0) return -1;
+  struct rgv_hdr* h = (struct rgv_hdr*)buf;
+  if (h->count > RGV_MAX_DEVICES || (size_t)r != sizeof *h + h->count * sizeof(struct rgv_device)) {
+    errno = EPROTO;
+    return -1;
+  }
+  memcpy(out, buf + sizeof *h, h->count * sizeof(struct rgv_device));
+  for (uint32_t i = 0; i < h->count; i++) {
+    out[i].name[sizeof out[i].name - 1] = '\0';
+    out[i].ifname[sizeof out[i].ifname - 1] = '\0';
+  }
+  return (int)h->count;
+}
+
+static void fill_device(struct rg_device* d, const struct rgv_device* info) {
+  memset(d, 0, sizeof *d);
+  d->info = *info;
+  d->dev.node_type = IBV_NODE_CA;
+  d->dev.transport_type = IBV_TRANSPORT_IB;
+  _Static_assert(sizeof d->dev.name >= sizeof info->name, "device name fits");
+  _Static_assert(sizeof d->dev.dev_name >= sizeof info->ifname, "interface name fits");
+  memcpy(d->dev.name, info->name, sizeof info->name); /* NUL-terminated by query_devices */
+  memcpy(d->dev.dev_name, info->ifname, sizeof info->ifname);
+}
+
+/* ------------------------------------------------------------------ devices */
+
+EXPORT struct ibv_device** ibv_get_device_list(int* num_devices) {
+  if (num_devices != NULL) *num_devices = 0;
+  struct rgv_device infos[RGV_MAX_DEVICES];
+  int fd = connect_daemon();
+  int n = fd < 0 ? -1 : query_devices(fd, infos);
+  int e = errno;
+  if (fd >= 0) close(fd);
+  if (n < 0) {
+    say("no devices: the daemon at %s: %s (start rdma-graph with verbs.socket, or set RDMA_GRAPH_SOCKET)", socket_path(), strerror(e));
+    n = 0;
+  }
+  struct ibv_device** list = calloc((size_t)n + 1, sizeof *list);
+  struct rg_device* devs = n > 0 ? calloc((size_t)n, sizeof *devs) : NULL;
+  if (list == NULL || (n > 0 && devs == NULL)) {
+    free(list);
+    free(devs);
+    errno = ENOMEM;
+    return NULL;
+  }
+  for (int i = 0; i < n; i++) {
+    fill_device(&devs[i], &infos[i]);
+    list[i] = &devs[i].dev;
+  }
+  if (num_devices != NULL) *num_devices = n;
+  return list;
+}
+
+EXPORT void ibv_free_device_list(struct ibv_device** list) {
+  if (list == NULL) return;
+  if (list[0] != NULL) free(list[0]); /* the devices are one array, list[0] its first */
+  free(list);
+}
+
+EXPORT const char* ibv_get_device_name(struct ibv_device* device) { return device->name; }
+
+/* EUI-64 from the interface's MAC (the universal/local bit flipped), big-endian. */
+static __be64 guid_of(const struct rg_device* d) {
+  const uint8_t* m = d->info.mac;
+  uint8_t g[8] = {(uint8_t)(m[0] ^ 2), m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]};
+  __be64 v;
+  memcpy(&v, g, 8);
+  return v;
+}
+
+EXPORT __be64 ibv_get_device_guid(struct ibv_device* device) { return guid_of((struct rg_device*)device); }
+
+EXPORT int ibv_get_device_index(struct ibv_device* device) {
+  (void)device;
+  return -1; /* no kernel device index */
+}
+
+EXPORT struct ibv_context* ibv_open_device(struct ibv_device* device) {
+  struct rg_context* c = calloc(1, sizeof *c);
+  if (c == NULL) return NULL;
+  c->dev = *(struct rg_device*)device;
+  c->sock = connect_daemon();
+  if (c->sock < 0) {
+    int e = errno;
+    say("ibv_open_device(%s): the daemon at %s: %s", device->name, socket_path(), strerror(e));
+    free(c);
+    errno = e;
+    return NULL;
+  }
+  c->ctx.device = &c->dev.dev;
+  c->ctx.cmd_fd = c->sock;
+  c->ctx.async_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); /* no async events yet */
+  c->ctx.num_comp_vectors = 1;
+  c->ctx.abi_compat = NULL; /* not an extended context: verbs.h's inline helpers take the plain path */
+  pthread_mutex_init(&c->ctx.mutex, NULL);
+  return &c->ctx;
+}
+
+EXPORT int ibv_close_device(struct ibv_context* context) {
+  struct rg_context* c = (struct rg_context*)context;
+  if (c->sock >= 0) close(c->sock);
+  if (c->ctx.async_fd >= 0) close(c->ctx.async_fd);
+  pthread_mutex_destroy(&c->ctx.mutex);
+  free(c);
+  return 0;
+}
+
+/* ------------------------------------------------------------------ queries */
+
+EXPORT int ibv_query_device(struct ibv_context* context, struct ibv_device_attr* a) {
+  const struct rg_context* c = (const struct rg_context*)context;
+  const struct rgv_device* d = &c->dev.info;
+  memset(a, 0, sizeof *a);
+  snprintf(a->fw_ver, sizeof a->fw_ver, "rdma-graph");
+  a->node_guid = guid_of(&c->dev);
+  a->sys_image_guid = a->node_guid;
+  a->max_mr_size = 1ull << 31;
+  a->page_size_cap = 4096;
+  a->max_qp = (int)d->max_qp;
+  a->max_qp_wr = (int)d->max_qp_wr;
+  a->max_sge = (int)d->max_sge;
+  a->max_sge_rd = (int)d->max_sge;
+  a->max_cq = (int)d->max_qp * 2;
+  a->max_cqe = (int)d->max_cqe;
+  a->max_mr = (int)d->max_qp * 4;
+  a->max_pd = (int)d->max_qp;
+  a->max_qp_rd_atom = (int)d->max_rd_atom;
+  a->max_qp_init_rd_atom = (int)d->max_rd_atom;
+  a->max_res_rd_atom = (int)(d->max_rd_atom * d->max_qp);
+  a->atomic_cap = IBV_ATOMIC_HCA;
+  a->max_srq = (int)d->max_qp;
+  a->max_srq_wr = (int)d->max_qp_wr;
+  a->max_srq_sge = (int)d->max_sge;
+  a->max_pkeys = 1;
+  a->phys_port_cnt = 1;
+  return 0;
+}
+
+/* The largest IB MTU whose segments fit the interface (IPv4 20 + UDP 8 + TRP 10 + DDP/RDMAP 18). */
+static enum ibv_mtu ib_mtu(uint32_t ip_mtu) {
+  uint32_t room = ip_mtu > 56 ? ip_mtu - 56 : 0;
+  if (room >= 4096) return IBV_MTU_4096;
+  if (room >= 2048) return IBV_MTU_2048;
+  if (room >= 1024) return IBV_MTU_1024;
+  if (room >= 512) return IBV_MTU_512;
+  return IBV_MTU_256;
+}
+
+EXPORT int ibv_query_port(struct ibv_context* context, uint8_t port_num, struct _compat_ibv_port_attr* out) {
+  const struct rg_context* c = (const struct rg_context*)context;
+  if (port_num != 1) return EINVAL;
+  /* The compat layout is struct ibv_port_attr up to link_layer; fill only that much. */
+  struct ibv_port_attr a;
+  memset(&a, 0, sizeof a);
+  a.state = c->dev.info.link_up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  a.max_mtu = ib_mtu(c->dev.info.mtu);
+  a.active_mtu = a.max_mtu;
+  a.gid_tbl_len = 1;
+  a.max_msg_sz = 1u << 31;
+  a.pkey_tbl_len = 1;
+  a.max_vl_num = 1;
+  a.active_width = 1; /* 1X */
+  a.active_speed = 32; /* EDR (25 Gb/s per lane), as rxe reports */
+  a.phys_state = c->dev.info.link_up ? 5 /* LinkUp */ : 3 /* Disabled */;
+  a.link_layer = IBV_LINK_LAYER_ETHERNET;
+  memcpy(out, &a, offsetof(struct ibv_port_attr, link_layer) + 1);
+  return 0;
+}
+
+static void gid_of(const struct rg_context* c, union ibv_gid* gid) {
+  memset(gid, 0, sizeof *gid);
+  gid->raw[10] = 0xff;
+  gid->raw[11] = 0xff;
+  memcpy(&gid->raw[12], c->dev.info.ipv4, 4);
+}
+
+EXPORT int ibv_query_gid(struct ibv_context* context, uint8_t port_num, int index, union ibv_gid* gid) {
+  if (port_num != 1 || index != 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  gid_of((const struct rg_context*)context, gid);
+  return 0;
+}
+
+EXPORT int _ibv_query_gid_ex(struct ibv_context* context, uint32_t port_num, uint32_t gid_index,
+                             struct ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
+  if (flags != 0 || entry_size < sizeof *entry) return EINVAL;
+  if (port_num != 1 || gid_index != 0) return ENODATA;
+  memset(entry, 0, sizeof *entry);
+  gid_of((const struct rg_context*)context, &entry->gid);
+  entry->port_num = 1;
+  entry->gid_type = IBV_GID_TYPE_ROCE_V2;
+  return 0;
+}
+
+EXPORT ssize_t _ibv_query_gid_table(struct ibv_context* context, struct ibv_gid_entry* entries, size_t max_entries,
+                                   uint32_t flags, size_t entry_size) {
+  if (max_entries == 0) return -EINVAL;
+  int r = _ibv_query_gid_ex(context, 1, 0, entries, flags, entry_size);
+  return r == 0 ? 1 : -r;
+}
+
+/* libibverbs' private (IBVERBS_PRIVATE_34) query ibv_devinfo uses: 1 = RoCE v2 (UDP/IP). */
+EXPORT int ibv_query_gid_type(struct ibv_context* context, uint8_t port_num, unsigned int index, int* type) {
+  (void)context;
+  if (port_num != 1 || index != 0) return -1;
+  *type = 1;
+  return 0;
+}
+
+EXPORT int ibv_query_pkey(struct ibv_context* context, uint8_t port_num, int index, __be16* pkey) {
+  (void)context;
+  if (port_num != 1 || index != 0) return -1;
+  *pkey = 0xffff;
+  return 0;
+}
+
+EXPORT int ibv_get_pkey_index(struct ibv_context* context, uint8_t port_num, __be16 pkey) {
+  (void)context;
+  return port_num == 1 && pkey == 0xffff ? 0 : -1;
+}
+
+/* No sysfs behind these devices: what a program reads there is absent. */
+EXPORT int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size) {
+  (void)dir, (void)file, (void)buf, (void)size;
+  errno = ENOENT;
+  return -1;
+}
+
+/* ------------------------------------------------------------------ not implemented yet */
+
+static void not_yet(const char* fn) {
+  static __thread const char* last;
+  if (last != fn) say("%s is not implemented yet (devices and queries only so far): EOPNOTSUPP", fn);
+  last = fn;
+  errno = EOPNOTSUPP;
+}
+
+#define NULL_VERB(ret, name, ...)    \
+  EXPORT ret name(__VA_ARGS__) {     \
+    not_yet(#name);                  \
+    return NULL;                     \
+  }
+#define ERR_VERB(ret, name, ...)     \
+  EXPORT ret name(__VA_ARGS__) {     \
+    not_yet(#name);                  \
+    return EOPNOTSUPP;               \
+  }
+#define NEG_VERB(ret, name, ...)     \
+  EXPORT ret name(__VA_ARGS__) {     \
+    not_yet(#name);                  \
+    return -1;                       \
+  }
+
+NULL_VERB(struct ibv_pd*, ibv_alloc_pd, struct ibv_context* c)
+ERR_VERB(int, ibv_dealloc_pd, struct ibv_pd* pd)
+NULL_VERB(struct ibv_mr*, ibv_reg_mr, struct ibv_pd* pd, void* addr, size_t length, int access)
+NULL_VERB(struct ibv_mr*, ibv_reg_mr_iova, struct ibv_pd* pd, void* addr, size_t length, uint64_t iova, int access)
+NULL_VERB(struct ibv_mr*, ibv_reg_mr_iova2, struct ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access)
+NULL_VERB(struct ibv_mr*, ibv_reg_dmabuf_mr, struct ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access)
+ERR_VERB(int, ibv_rereg_mr, struct ibv_mr* mr, int flags, struct ibv_pd* pd, void* addr, size_t length, int access)
+ERR_VERB(int, ibv_dereg_mr, struct ibv_mr* mr)
+NULL_VERB(struct ibv_comp_channel*, ibv_create_comp_channel, struct ibv_context* c)
+ERR_VERB(int, ibv_destroy_comp_channel, struct ibv_comp_channel* ch)
+NULL_VERB(struct ibv_cq*, ibv_create_cq, struct ibv_context* c, int cqe, void* cq_context, struct ibv_comp_channel* ch, int comp_vector)
+ERR_VERB(int, ibv_resize_cq, struct ibv_cq* cq, int cqe)
+ERR_VERB(int, ibv_destroy_cq, struct ibv_cq* cq)
+NEG_VERB(int, ibv_get_cq_event, struct ibv_comp_channel* ch, struct ibv_cq** cq, void** cq_context)
+NEG_VERB(int, ibv_get_async_event, struct ibv_context* c, struct ibv_async_event* event)
+NULL_VERB(struct ibv_srq*, ibv_create_srq, struct ibv_pd* pd, struct ibv_srq_init_attr* attr)
+ERR_VERB(int, ibv_modify_srq, struct ibv_srq* srq, struct ibv_srq_attr* attr, int mask)
+ERR_VERB(int, ibv_query_srq, struct ibv_srq* srq, struct ibv_srq_attr* attr)
+ERR_VERB(int, ibv_destroy_srq, struct ibv_srq* srq)
+NULL_VERB(struct ibv_qp*, ibv_create_qp, struct ibv_pd* pd, struct ibv_qp_init_attr* attr)
+ERR_VERB(int, ibv_modify_qp, struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask)
+ERR_VERB(int, ibv_query_qp, struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask, struct ibv_qp_init_attr* init)
+ERR_VERB(int, ibv_destroy_qp, struct ibv_qp* qp)
+NULL_VERB(struct ibv_qp_ex*, ibv_qp_to_qp_ex, struct ibv_qp* qp)
+NULL_VERB(struct ibv_ah*, ibv_create_ah, struct ibv_pd* pd, struct ibv_ah_attr* attr)
+NULL_VERB(struct ibv_ah*, ibv_create_ah_from_wc, struct ibv_pd* pd, struct ibv_wc* wc, struct ibv_grh* grh, uint8_t port_num)
+ERR_VERB(int, ibv_init_ah_from_wc, struct ibv_context* c, uint8_t port_num, struct ibv_wc* wc, struct ibv_grh* grh, struct ibv_ah_attr* ah_attr)
+ERR_VERB(int, ibv_destroy_ah, struct ibv_ah* ah)
+ERR_VERB(int, ibv_attach_mcast, struct ibv_qp* qp, const union ibv_gid* gid, uint16_t lid)
+ERR_VERB(int, ibv_detach_mcast, struct ibv_qp* qp, const union ibv_gid* gid, uint16_t lid)
+ERR_VERB(int, ibv_query_ece, struct ibv_qp* qp, struct ibv_ece* ece)
+ERR_VERB(int, ibv_set_ece, struct ibv_qp* qp, struct ibv_ece* ece)
+NULL_VERB(struct ibv_context*, ibv_import_device, int cmd_fd)
+NULL_VERB(struct ibv_pd*, ibv_import_pd, struct ibv_context* c, uint32_t pd_handle)
+NULL_VERB(struct ibv_mr*, ibv_import_mr, struct ibv_pd* pd, uint32_t mr_handle)
+
+/* Acknowledging nothing is harmless: no events are ever delivered yet. */
+EXPORT void ibv_ack_cq_events(struct ibv_cq* cq, unsigned int nevents) { (void)cq, (void)nevents; }
+EXPORT void ibv_ack_async_event(struct ibv_async_event* event) { (void)event; }

@@ -1,0 +1,190 @@
+/**
+ * librdmagraph-verbs.so with unmodified libibverbs programs (ibverbs-utils): the daemon's verbs
+ * socket (api/verbs-socket.ts) served by a data plane in this process, the programs preloaded
+ * as `rdma-graph exec` does. What works so far: devices and their queries. The objects and the
+ * data path are not implemented: a program that needs them fails with that said, not a crash.
+ * Skips (fails under CI=true) without the library or ibverbs-utils.
+ */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { execFile, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
+import { loadCore } from '../native/load.ts';
+import { IP_A, MAC_A, twoDataplanes } from './dataplane-helpers.ts';
+import { skipOrFail } from './helpers.ts';
+import { ROOT } from './readme-helpers.ts';
+
+const LIB = VERBS_LIBRARY;
+
+const ready = () => {
+  if (!existsSync(LIB))
+    return !skipOrFail('librdmagraph-verbs.so was not built (install libibverbs-dev, npm run build)');
+  if (spawnSync('ibv_devinfo', ['--help']).error) return !skipOrFail('ibverbs-utils is not installed (ibv_devinfo)');
+  return true;
+};
+
+/** A program with the library preloaded against `socket`, run without blocking this loop (it serves the socket). */
+const run = (socket: string, cmd: string[]) =>
+  new Promise<{ code: number | null; signal: string | null; out: string }>((resolve) => {
+    execFile(
+      cmd[0],
+      cmd.slice(1),
+      { timeout: 20_000, env: { ...process.env, LD_PRELOAD: LIB, RDMA_GRAPH_SOCKET: socket } },
+      (e, out, err) =>
+        resolve({
+          code: e === null ? 0 : typeof e.code === 'number' ? e.code : null,
+          signal: e?.signal ?? null,
+          out: out + err,
+        }),
+    );
+  });
+
+/** EUI-64 of a MAC, as ibv_devices prints a node GUID. */
+const guid = (mac: string) => {
+  const m = mac.split(':').map((h) => parseInt(h, 16));
+  return [m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]].map((b) => b.toString(16).padStart(2, '0')).join('');
+};
+
+/** Two data planes over a pipe, A serving its verbs socket in a fresh directory, for `body`. */
+async function withVerbsDaemon(
+  body: (x: { socket: string; dps: Awaited<ReturnType<typeof twoDataplanes>> }) => Promise<void>,
+): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'verbs-lib-'));
+  const socket = join(dir, 'verbs.sock');
+  const dps = await twoDataplanes();
+  const vs = dps.a.serveVerbs({ path: socket });
+  try {
+    await body({ socket, dps });
+  } finally {
+    vs.close();
+    await dps.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+  assert.not.ok(existsSync(socket), 'the socket file is removed on close');
+}
+
+test('ibv_devices and ibv_devinfo -v, unmodified: one device per interface, port state from the link, GID 0 the IPv4 address (RoCE v2)', async () => {
+  if (!ready()) return;
+  await withVerbsDaemon(async ({ socket, dps }) => {
+    assert.is(statSync(socket).mode & 0o777, 0o660, 'the socket is 0660');
+    assert.throws(
+      () => dps.b.serveVerbs({ path: socket }),
+      /verbs\.socket .*verbs\.sock: another process serves it/,
+      'a socket a live daemon serves is not taken over',
+    );
+    const name = `rdmagraph_${(await dps.a.interfaces())[0].name}`;
+    const list = await run(socket, ['ibv_devices']);
+    assert.is(list.code, 0, list.out);
+    assert.match(list.out, new RegExp(`^\\s+${name}\\s+${guid(MAC_A)}$`, 'm'), list.out);
+    const info = await run(socket, ['ibv_devinfo', '-v']);
+    assert.is(info.code, 0, info.out);
+    for (const re of [
+      new RegExp(`^hca_id:\\s+${name}$`, 'm'),
+      /^\s+state:\s+PORT_ACTIVE \(4\)$/m,
+      /^\s+link_layer:\s+Ethernet$/m,
+      /^\s+max_mtu:\s+1024 \(3\)$/m, // a 1500-byte IP MTU carries 1024-byte segments, not 2048
+      new RegExp(`^\\s+max_qp:\\s+${dps.a.config.rdma.maxQps}$`, 'm'),
+      /^\s+max_qp_rd_atom:\s+\d+$/m,
+      /^\s+atomic_cap:\s+ATOMIC_HCA \(1\)$/m,
+      new RegExp(`^\\s+GID\\[\\s*0\\]:\\s+::ffff:${IP_A.replace(/\./g, '\\.')}, RoCE v2$`, 'm'),
+    ])
+      assert.match(info.out, re, info.out);
+  });
+});
+
+test('what is not implemented yet fails cleanly: ibv_rc_pingpong stops at ibv_alloc_pd with EOPNOTSUPP, no crash', async () => {
+  if (!ready()) return;
+  await withVerbsDaemon(async ({ socket }) => {
+    const r = await run(socket, ['ibv_rc_pingpong', '-g', '0']);
+    assert.is(r.signal, null, `no signal: ${r.out}`);
+    assert.is(r.code, 1, r.out);
+    assert.match(r.out, /rdma-graph verbs: ibv_alloc_pd is not implemented yet .*EOPNOTSUPP/);
+  });
+});
+
+test('no daemon: no devices, and the reason; a malformed request closes that connection only', async () => {
+  if (!ready()) return;
+  const dir = mkdtempSync(join(tmpdir(), 'verbs-lib-'));
+  const socket = join(dir, 'verbs.sock');
+  try {
+    const none = await run(socket, ['ibv_devices']);
+    assert.is(none.signal, null, none.out);
+    assert.match(
+      none.out,
+      new RegExp(`rdma-graph verbs: no devices: the daemon at ${socket}: No such file or directory`),
+    );
+    assert.not.match(none.out, /rdmagraph_/);
+    // A stale socket file (its daemon died without removing it) is replaced.
+    const core = loadCore();
+    core.closeFd(core.seqpacketListen(socket));
+    assert.ok(existsSync(socket));
+    const dps = await twoDataplanes();
+    const logged: string[] = [];
+    const vs = dps.a.serveVerbs({ path: socket, log: (_l, m) => logged.push(m) });
+    try {
+      const fd = core.memifRawConnect(socket);
+      assert.is(core.seqpacketSend(fd, Uint8Array.of(1, 2, 3)), 0);
+      const until = Date.now() + 3000;
+      let got: ReturnType<typeof core.seqpacketRecv> = null;
+      while (got === null && Date.now() < until) {
+        await new Promise((r) => setTimeout(r, 10));
+        got = core.seqpacketRecv(fd);
+      }
+      assert.equal(got, { eof: true }, 'the daemon closed that connection');
+      core.closeFd(fd);
+      assert.match(logged.join('\n'), /dropped a connection: a request of 3 bytes \(16 expected\)/);
+      const after = await run(socket, ['ibv_devices']);
+      assert.match(after.out, /rdmagraph_/, 'and still serves the next program');
+      assert.is(vs.connections(), 0);
+    } finally {
+      vs.close();
+      await dps.close();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('rdma-graph exec -- COMMAND: the library preloaded, the socket made absolute, the exit status passed on', async () => {
+  if (!ready()) return;
+  const dir = mkdtempSync(join(tmpdir(), 'verbs-lib-'));
+  const dps = await twoDataplanes();
+  const vs = dps.a.serveVerbs({ path: join(dir, 'verbs.sock') });
+  try {
+    const cli = (args: string[]) =>
+      new Promise<{ code: number | null; out: string }>((resolve) =>
+        execFile(
+          process.execPath,
+          [join(ROOT, 'bin/rdma-graph.mjs'), 'exec', ...args],
+          { cwd: dir, timeout: 30_000 },
+          (e, out, err) =>
+            resolve({ code: e === null ? 0 : typeof e.code === 'number' ? e.code : null, out: out + err }),
+        ),
+      );
+    const ok = await cli(['--socket', 'verbs.sock', '--', 'ibv_devices']);
+    assert.is(ok.code, 0, ok.out);
+    assert.match(ok.out, /rdmagraph_/);
+    const env = await cli([
+      '--socket',
+      'verbs.sock',
+      '--',
+      'sh',
+      '-c',
+      'echo "$RDMA_GRAPH_SOCKET $LD_PRELOAD"; exit 7',
+    ]);
+    assert.is(env.code, 7, 'the exit status of the command');
+    assert.match(env.out, new RegExp(`^${join(dir, 'verbs.sock')} ${LIB}`, 'm'));
+    const bad = await cli(['--', 'no-such-program-here']);
+    assert.is(bad.code, 127, bad.out);
+    assert.match(bad.out, /rdma-graph: exec no-such-program-here: spawn no-such-program-here ENOENT/);
+  } finally {
+    vs.close();
+    await dps.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test.run();
