@@ -4,10 +4,12 @@
  * listener at `verbs.socket` (mode 0660), one connection per opened device context, fixed
  * little-endian messages (native/verbs-lib/proto.h).
  *
- * Served today: RGV_OP_DEVICES, one device per interface with an IPv4 address. Every other
+ * Served today: DEVICES (one device per interface with an IPv4 address), ALLOC_PD/DEALLOC_PD,
+ * REG_MR (the application's pages on a memfd sealed against shrinking, mapped here: the MR's
+ * memory is the application's)/DEREG_MR. A connection touches only what it created, and what it
+ * created is destroyed when it closes (the application exited or was killed). Every other
  * request is answered EOPNOTSUPP; a malformed one closes that connection (logged), never the
- * daemon. Connections are bounded (MAX_CONNECTIONS) and each request is answered from the
- * daemon's own state, so nothing a client sends sizes an allocation.
+ * daemon. Connections are bounded (MAX_CONNECTIONS); a registration is at most 2^31 bytes.
  */
 import { chmodSync, existsSync, mkdirSync, unlinkSync } from 'node:fs';
 import { dirname } from 'node:path';
@@ -20,10 +22,31 @@ export const VERBS_LIBRARY = `${NATIVE_BUILD_DIR}librdmagraph-verbs.so`;
 
 export const RGV_MAGIC = 0x31564752;
 export const RGV_OP_DEVICES = 1;
+export const RGV_OP_ALLOC_PD = 2;
+export const RGV_OP_DEALLOC_PD = 3;
+export const RGV_OP_REG_MR = 4;
+export const RGV_OP_DEREG_MR = 5;
 export const RGV_HDR_BYTES = 16;
 export const RGV_DEVICE_BYTES = 132;
 export const RGV_MAX_DEVICES = 64;
 const EOPNOTSUPP = 95;
+/** errno for a refused verb, by DataplaneError kind. */
+const ERRNO: Record<string, number> = {
+  invalid: 22, // EINVAL
+  'not-found': 2, // ENOENT
+  state: 22,
+  busy: 16, // EBUSY
+  'too-large': 12, // ENOMEM
+  resource: 12,
+  unavailable: 19, // ENODEV
+};
+const ACCESS_BITS = ['local-write', 'remote-write', 'remote-read', 'remote-atomic'] as const;
+
+/** What one connection (one opened device context) created: destroyed when it closes. */
+interface Owned {
+  pds: Set<number>;
+  mrs: Set<number>;
+}
 const MAX_CONNECTIONS = 256;
 
 export interface VerbsSocketOptions {
@@ -107,13 +130,88 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
   const lfd = core.seqpacketListen(path);
   if (!abstract) chmodSync(path, 0o660);
   const waiter: FdWaiter = new core.FdWaiter();
-  const conns = new Set<number>();
+  const conns = new Map<number, Owned>();
   let closed = false;
+  /** Destroy what a closed connection created: MRs, then PDs. */
+  const release = async (own: Owned) => {
+    for (const h of own.mrs) await dp.destroyMr(h).catch(() => undefined);
+    for (const h of own.pds) await dp.destroyPd(h).catch(() => undefined);
+  };
   const drop = (fd: number, why: string | null) => {
     if (why !== null) opts.log?.('warn', `verbs socket: dropped a connection: ${why}`);
+    const own = conns.get(fd);
     waiter.remove(fd);
     conns.delete(fd);
     core.closeFd(fd);
+    if (own) void release(own);
+  };
+  /** One verb: its reply payload, or the errno it failed with. */
+  const verb = async (own: Owned, op: number, body: DataView, passed: number): Promise<Uint8Array | number> => {
+    const u32 = (x: number) => {
+      const b = new Uint8Array(4);
+      new DataView(b.buffer).setUint32(0, x, true);
+      return b;
+    };
+    const want = (n: number) => {
+      if (body.byteLength !== n) throw new Error(`op ${op}: ${body.byteLength} bytes of body, ${n} expected`);
+    };
+    if (op !== RGV_OP_REG_MR && passed >= 0) core.closeFd(passed);
+    try {
+      if (op === RGV_OP_ALLOC_PD) {
+        want(0);
+        const { pd } = await dp.createPd();
+        own.pds.add(pd);
+        return u32(pd);
+      }
+      if (op === RGV_OP_DEALLOC_PD) {
+        want(4);
+        const h = body.getUint32(0, true);
+        if (!own.pds.has(h)) return ERRNO['not-found'];
+        await dp.destroyPd(h);
+        own.pds.delete(h);
+        return new Uint8Array(0);
+      }
+      if (op === RGV_OP_REG_MR) {
+        if (passed < 0) return ERRNO.invalid;
+        let fd = passed;
+        try {
+          want(16);
+          const pd = body.getUint32(0, true),
+            access = body.getUint32(4, true),
+            length = Number(body.getBigUint64(8, true));
+          if (!own.pds.has(pd)) return ERRNO['not-found'];
+          if (length < 1 || length > VERBS_LIMITS.maxMrLength || access > 15) return ERRNO.invalid;
+          fd = -1;
+          const memory = new Uint8Array(core.mapSealedFd(passed, length)); // closes the fd
+          const names = ACCESS_BITS.filter((_, b) => access & (1 << b));
+          const mr = await dp.createMr({ pd, length, access: names, memory });
+          own.mrs.add(mr.mr);
+          const out = new Uint8Array(8);
+          new DataView(out.buffer).setUint32(0, mr.mr, true);
+          new DataView(out.buffer).setUint32(4, mr.stag, true);
+          return out;
+        } finally {
+          if (fd >= 0) core.closeFd(fd);
+        }
+      }
+      if (op === RGV_OP_DEREG_MR) {
+        want(4);
+        const h = body.getUint32(0, true);
+        if (!own.mrs.has(h)) return ERRNO['not-found'];
+        await dp.destroyMr(h);
+        own.mrs.delete(h);
+        return new Uint8Array(0);
+      }
+      return EOPNOTSUPP;
+    } catch (e) {
+      const kind = (e as { kind?: string }).kind;
+      if (kind !== undefined && kind in ERRNO) return ERRNO[kind];
+      if ((e as Error).message.startsWith('mapSealedFd')) {
+        opts.log?.('warn', `verbs socket: refused a registration: ${(e as Error).message}`);
+        return ERRNO.invalid;
+      }
+      throw e;
+    }
   };
   const serve = async (fd: number) => {
     // Bounded: at most 64 messages per wake-up per connection; the rest waits for the next.
@@ -121,17 +219,32 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
       const m = core.seqpacketRecv(fd);
       if (m === null) return;
       if ('eof' in m) return drop(fd, null);
-      if (m.fd >= 0) core.closeFd(m.fd); // no request passes a descriptor yet
-      if (m.data.length !== RGV_HDR_BYTES) return drop(fd, `a request of ${m.data.length} bytes (16 expected)`);
+      if (m.data.length < RGV_HDR_BYTES) {
+        if (m.fd >= 0) core.closeFd(m.fd);
+        return drop(fd, `a request of ${m.data.length} bytes (at least 16 expected)`);
+      }
       const q = new DataView(m.data.buffer, m.data.byteOffset, m.data.length);
-      if (q.getUint32(0, true) !== RGV_MAGIC) return drop(fd, 'a request without the RGV1 magic');
+      if (q.getUint32(0, true) !== RGV_MAGIC) {
+        if (m.fd >= 0) core.closeFd(m.fd);
+        return drop(fd, 'a request without the RGV1 magic');
+      }
       const op = q.getUint16(4, true),
         seq = q.getUint32(8, true);
       let resp: Uint8Array;
-      if (op === RGV_OP_DEVICES) resp = await devices(dp, seq, opts.maxQps);
-      else {
-        resp = new Uint8Array(RGV_HDR_BYTES);
-        header(new DataView(resp.buffer), op, -EOPNOTSUPP, seq, 0);
+      if (op === RGV_OP_DEVICES) {
+        if (m.fd >= 0) core.closeFd(m.fd);
+        resp = await devices(dp, seq, opts.maxQps);
+      } else {
+        const body = new DataView(m.data.buffer, m.data.byteOffset + RGV_HDR_BYTES, m.data.length - RGV_HDR_BYTES);
+        let r: Uint8Array | number;
+        try {
+          r = await verb(conns.get(fd) as Owned, op, body, m.fd);
+        } catch (e) {
+          return drop(fd, (e as Error).message);
+        }
+        resp = new Uint8Array(RGV_HDR_BYTES + (typeof r === 'number' ? 0 : r.length));
+        header(new DataView(resp.buffer), op, typeof r === 'number' ? -r : 0, seq, 0);
+        if (typeof r !== 'number') resp.set(r, RGV_HDR_BYTES);
       }
       if (!conns.has(fd)) return;
       const err = core.seqpacketSend(fd, resp);
@@ -149,7 +262,7 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
             core.closeFd(c);
             continue;
           }
-          conns.add(c);
+          conns.set(c, { pds: new Set(), mrs: new Set() });
           waiter.add(c);
         }
         loop();
@@ -170,7 +283,10 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
       if (closed) return;
       closed = true;
       waiter.close();
-      for (const c of conns) core.closeFd(c);
+      for (const [c, own] of conns) {
+        core.closeFd(c);
+        void release(own);
+      }
       conns.clear();
       core.closeFd(lfd);
       if (!abstract && existsSync(path)) unlinkSync(path);

@@ -384,6 +384,8 @@ export interface CoreAddon {
   seqpacketAccept(fd: number): number;
   seqpacketSend(fd: number, bytes: Uint8Array, passFd?: number): number;
   seqpacketRecv(fd: number): null | { eof: true } | { data: Uint8Array; fd: number };
+  /** Map `size` bytes of a passed memfd sealed against shrinking (closes fd); throws naming what is wrong. */
+  mapSealedFd(fd: number, size: number): ArrayBuffer;
 }
 
 /** The core addon is missing or cannot be loaded. */

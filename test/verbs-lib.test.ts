@@ -7,12 +7,12 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { execFile, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { execFile, spawn, spawnSync } from 'node:child_process';
+import { closeSync, existsSync, mkdtempSync, openSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
-import { loadCore } from '../native/load.ts';
+import { loadCore, NATIVE_BUILD_DIR } from '../native/load.ts';
 import { IP_A, MAC_A, twoDataplanes } from './dataplane-helpers.ts';
 import { skipOrFail } from './helpers.ts';
 import { ROOT } from './readme-helpers.ts';
@@ -95,13 +95,127 @@ test('ibv_devices and ibv_devinfo -v, unmodified: one device per interface, port
   });
 });
 
-test('what is not implemented yet fails cleanly: ibv_rc_pingpong stops at ibv_alloc_pd with EOPNOTSUPP, no crash', async () => {
+test('what is not implemented yet fails cleanly: ibv_rc_pingpong gets its PD and MR, stops at ibv_create_cq with EOPNOTSUPP, no crash; its PD and MR are released', async () => {
   if (!ready()) return;
-  await withVerbsDaemon(async ({ socket }) => {
+  await withVerbsDaemon(async ({ socket, dps }) => {
     const r = await run(socket, ['ibv_rc_pingpong', '-g', '0']);
     assert.is(r.signal, null, `no signal: ${r.out}`);
     assert.is(r.code, 1, r.out);
-    assert.match(r.out, /rdma-graph verbs: ibv_alloc_pd is not implemented yet .*EOPNOTSUPP/);
+    assert.match(r.out, /rdma-graph verbs: ibv_create_cq is not implemented yet .*EOPNOTSUPP/);
+    assert.match(r.out, /Couldn't create CQ/);
+    const until = Date.now() + 3000;
+    while ((await dps.a.pds()).length > 0 && Date.now() < until) await new Promise((res) => setTimeout(res, 20));
+    assert.is((await dps.a.mrs()).length, 0, 'its MR deregistered when it exited');
+    assert.is((await dps.a.pds()).length, 0, 'its PD destroyed');
+  });
+});
+
+const MR_CHECK = `${NATIVE_BUILD_DIR}verbs-mr-check`;
+
+test("ibv_reg_mr shares the program's memory with the daemon both ways; a killed program's MR and PD are released", async () => {
+  if (!ready()) return;
+  if (!existsSync(MR_CHECK)) {
+    skipOrFail('native/build/Release/verbs-mr-check was not built (libibverbs-dev)');
+    return;
+  }
+  await withVerbsDaemon(async ({ socket, dps }) => {
+    const dp = dps.a;
+    const p = spawn(MR_CHECK, [], { env: { ...process.env, LD_PRELOAD: LIB, RDMA_GRAPH_SOCKET: socket } });
+    let out = '';
+    p.stdout.on('data', (d) => (out += d));
+    p.stderr.on('data', (d) => (out += d));
+    const exited = new Promise((r) => p.on('exit', r));
+    const line = async (re: RegExp) => {
+      const until = Date.now() + 10_000;
+      for (;;) {
+        const m = re.exec(out);
+        if (m) return m;
+        if (Date.now() > until) throw new Error(`no ${re} from verbs-mr-check:\n${out}`);
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    };
+    try {
+      const [, h, stag, off, len, pd] = (await line(/^mr (\d+) stag (\d+) offset (\d+) length (\d+) pd (\d+)$/m)).map(
+        Number,
+      );
+      const mr = (await dp.mrs()).find((m) => m.mr === h);
+      assert.ok(mr, `mr ${h} is the daemon's`);
+      assert.equal(mr, { mr: h, pd, stag, length: mr!.length, access: ['local-write', 'remote-write', 'remote-read'] });
+      assert.ok(mr!.length >= off + len && mr!.length % 4096 === 0, `whole pages: ${mr!.length}`);
+      const seen = await dp.readMr(h, off, len);
+      assert.ok(
+        seen.every((b, i) => b === ((i * 7 + 3) & 0xff)),
+        'the daemon reads what the program wrote before registering',
+      );
+      const msg = new TextEncoder().encode('from the daemon');
+      await dp.writeMr(h, off + 10, msg);
+      p.stdin.write(`show 10 ${msg.length}\n`);
+      await line(new RegExp(`^${Buffer.from(msg).toString('hex')}$`, 'm'));
+      p.kill('SIGKILL');
+      await exited;
+      const until = Date.now() + 3000;
+      while (
+        ((await dp.mrs()).some((m) => m.mr === h) || (await dp.pds()).some((x) => x.pd === pd)) &&
+        Date.now() < until
+      )
+        await new Promise((r) => setTimeout(r, 20));
+      assert.not.ok(
+        (await dp.mrs()).some((m) => m.mr === h),
+        "the killed program's MR is deregistered",
+      );
+      assert.not.ok(
+        (await dp.pds()).some((x) => x.pd === pd),
+        'and its PD destroyed',
+      );
+    } finally {
+      p.kill('SIGKILL');
+    }
+  });
+});
+
+test('registration refused: memory that is not a sealed memfd, a PD of another connection', async () => {
+  if (!ready()) return;
+  await withVerbsDaemon(async ({ socket, dps }) => {
+    const core = loadCore();
+    const req = (fd: number, op: number, body: number[], pass = -1) => {
+      const b = new Uint8Array(16 + body.length * 4);
+      const v = new DataView(b.buffer);
+      v.setUint32(0, 0x31564752, true);
+      v.setUint16(4, op, true);
+      v.setUint32(8, 9, true);
+      body.forEach((x, i) => v.setUint32(16 + 4 * i, x, true));
+      assert.is(core.seqpacketSend(fd, b, pass), 0);
+    };
+    const reply = async (fd: number) => {
+      for (let k = 0; k < 300; k++) {
+        const m = core.seqpacketRecv(fd);
+        if (m !== null && 'data' in m) return new DataView(m.data.buffer, m.data.byteOffset, m.data.length);
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      throw new Error('no reply');
+    };
+    const a = core.memifRawConnect(socket),
+      b = core.memifRawConnect(socket);
+    try {
+      req(a, 2, []);
+      const pd = (await reply(a)).getUint32(16, true);
+      // A regular file, not a memfd: no seals, so it could shrink under the daemon (SIGBUS).
+      const f = join(tmpdir(), `verbs-lib-file-${process.pid}`);
+      writeFileSync(f, new Uint8Array(8192));
+      const ffd = openSync(f, 'r+');
+      req(a, 4, [pd, 1, 8192, 0], ffd);
+      closeSync(ffd);
+      rmSync(f);
+      assert.is((await reply(a)).getInt16(6, true), -22, 'EINVAL');
+      // b registers memory under a's PD: not its own.
+      const mem = core.allocMemory(8192, { name: 'verbs-lib-mr', hugepages: 'never' });
+      req(b, 4, [pd, 1, 8192, 0], mem.fd);
+      assert.is((await reply(b)).getInt16(6, true), -2, 'ENOENT: only its own PDs');
+      assert.is((await dps.a.mrs()).length, 0, 'nothing was registered');
+    } finally {
+      core.closeFd(a);
+      core.closeFd(b);
+    }
   });
 });
 
@@ -135,7 +249,7 @@ test('no daemon: no devices, and the reason; a malformed request closes that con
       }
       assert.equal(got, { eof: true }, 'the daemon closed that connection');
       core.closeFd(fd);
-      assert.match(logged.join('\n'), /dropped a connection: a request of 3 bytes \(16 expected\)/);
+      assert.match(logged.join('\n'), /dropped a connection: a request of 3 bytes \(at least 16 expected\)/);
       const after = await run(socket, ['ibv_devices']);
       assert.match(after.out, /rdmagraph_/, 'and still serves the next program');
       assert.is(vs.connections(), 0);

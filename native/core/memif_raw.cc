@@ -3,7 +3,9 @@
 // and for the daemon's verbs control socket (seqpacket*).
 #include "memif.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 namespace rg {
 namespace memifimpl {
@@ -81,6 +83,31 @@ Napi::Value MapFd(const Napi::CallbackInfo& info) {
   return Napi::ArrayBuffer::New(env, a, size, [](Napi::Env, void*, Holder* x) { munmap(x->a, x->n); delete x; }, h);
 }
 
+// mapSealedFd(fd, size): maps `size` bytes of a memfd another process passed (the verbs
+// library's registered memory) as an ArrayBuffer, after checking that it cannot shrink under us
+// (F_SEAL_SHRINK: a peer truncating it would turn our accesses into SIGBUS) and is that large.
+// Closes fd either way; the mapping lives as long as the ArrayBuffer.
+Napi::Value MapSealedFd(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info, 0, "mapSealedFd");
+  size_t size = static_cast<size_t>(ArgInteger(info, 1, "mapSealedFd", "size", 1, 1ull << 32));
+  const int seals = fcntl(fd, F_GET_SEALS);
+  struct stat st;
+  const char* bad = nullptr;
+  if (seals < 0 || !(seals & F_SEAL_SHRINK)) bad = "the memory is not sealed against shrinking (F_SEAL_SHRINK)";
+  else if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < size) bad = "the memory is smaller than the registration";
+  if (bad != nullptr) {
+    close(fd);
+    throw Napi::Error::New(env, std::string("mapSealedFd: ") + bad);
+  }
+  void* a = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int err = errno;
+  close(fd);
+  if (a == MAP_FAILED) throw ErrnoError(env, "mapSealedFd: mmap", err, "mmap");
+  struct Holder { void* a; size_t n; };
+  Holder* h = new Holder{a, size};
+  return Napi::ArrayBuffer::New(env, a, size, [](Napi::Env, void*, Holder* x) { munmap(x->a, x->n); delete x; }, h);
+}
 
 void InitMemifRaw(Napi::Env env, Napi::Object exports) {
   exports.Set("memifRawConnect", Napi::Function::New(env, RawSocket<false>, "memifRawConnect"));
@@ -95,6 +122,7 @@ void InitMemifRaw(Napi::Env env, Napi::Object exports) {
   exports.Set("seqpacketAccept", Napi::Function::New(env, RawAccept, "seqpacketAccept"));
   exports.Set("seqpacketSend", Napi::Function::New(env, RawSend, "seqpacketSend"));
   exports.Set("seqpacketRecv", Napi::Function::New(env, RawRecv, "seqpacketRecv"));
+  exports.Set("mapSealedFd", Napi::Function::New(env, MapSealedFd, "mapSealedFd"));
 }
 
 }  // namespace memifimpl

@@ -9,7 +9,11 @@
 #include <stdint.h>
 
 #define RGV_MAGIC 0x31564752u /* "RGV1" */
-#define RGV_OP_DEVICES 1u
+#define RGV_OP_DEVICES 1u   /* -> count x rgv_device */
+#define RGV_OP_ALLOC_PD 2u  /* -> u32 pd handle */
+#define RGV_OP_DEALLOC_PD 3u /* u32 pd */
+#define RGV_OP_REG_MR 4u    /* rgv_reg_mr + the memory's memfd (SCM_RIGHTS) -> rgv_mr */
+#define RGV_OP_DEREG_MR 5u  /* u32 mr handle */
 #define RGV_MAX_DEVICES 64u
 
 /* Every request and response starts with this (16 bytes). */
@@ -37,6 +41,21 @@ struct rgv_device {
   uint32_t max_rd_atom;
 };
 
+/* RGV_OP_REG_MR: the pages [page start, page end) of the registration, moved onto a memfd sealed
+   against shrinking and growing; `length` bytes of it (a multiple of the page size). */
+struct rgv_reg_mr {
+  uint32_t pd;
+  uint32_t access; /* bit 0 local-write, 1 remote-write, 2 remote-read, 3 remote-atomic */
+  uint64_t length;
+};
+
+struct rgv_mr {
+  uint32_t handle;
+  uint32_t stag; /* lkey and rkey */
+};
+
+_Static_assert(sizeof(struct rgv_reg_mr) == 16, "rgv_reg_mr is 16 bytes");
+_Static_assert(sizeof(struct rgv_mr) == 8, "rgv_mr is 8 bytes");
 _Static_assert(sizeof(struct rgv_hdr) == 16, "rgv_hdr is 16 bytes");
 _Static_assert(sizeof(struct rgv_device) == 132, "rgv_device is 132 bytes");
 

@@ -3,11 +3,12 @@
  * LD_PRELOAD (`rdma-graph exec -- PROGRAM`). It exports the libibverbs symbols it implements
  * with libibverbs' own symbol versions (verbs.map), so the program's calls bind here first.
  *
- * What works today: devices and their queries. ibv_get_device_list asks the daemon at
+ * What works today: devices and their queries, PDs, MRs (the memory shared with the daemon). ibv_get_device_list asks the daemon at
  * $RDMA_GRAPH_SOCKET (default run/verbs.sock) for its interfaces, one device per interface with
  * an IPv4 address (rdmagraph_<ifname>, Ethernet link layer, GID 0 = ::ffff:<IPv4>);
  * ibv_open_device opens a connection of its own; query device/port/gid/pkey answer from what the
- * daemon said. Not yet: every object and the data path (PD, MR, CQ, QP, SRQ, AH, events) —
+ * daemon said; PDs and MRs (reg_mr moves the pages onto a memfd the daemon maps). Not yet: CQ,
+ * QP, SRQ, AH, events and the data path —
  * each of those entry points fails cleanly with EOPNOTSUPP and says so once on stderr, rather
  * than reaching the real libibverbs with a context it does not know.
  */
@@ -19,7 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -87,12 +90,45 @@ static int connect_daemon(void) {
   return fd;
 }
 
-/* One request, one response of up to `cap` bytes; the response's length, or -1 + errno. */
-static ssize_t call(int fd, uint16_t op, void* resp, size_t cap) {
+/*
+ * One request (the header, `len` bytes of `req`, and `pass_fd` when >= 0), one response of up
+ * to `cap` bytes; the response's length, or -1 + errno (the daemon's errno when it refused).
+ */
+static ssize_t call_with(int fd, uint16_t op, const void* req, size_t len, int pass_fd, void* resp, size_t cap) {
   static uint32_t seq;
+  uint8_t msg[sizeof(struct rgv_hdr) + 64];
+  if (len > 64) {
+    errno = EINVAL;
+    return -1;
+  }
   struct rgv_hdr q = {.magic = RGV_MAGIC, .op = op, .status = 0, .seq = __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED), .count = 0};
-  if (send(fd, &q, sizeof q, MSG_NOSIGNAL) != (ssize_t)sizeof q) return -1;
+  memcpy(msg, &q, sizeof q);
+  if (len > 0) memcpy(msg + sizeof q, req, len);
+  struct iovec iov = {.iov_base = msg, .iov_len = sizeof q + len};
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } ctl;
+  struct msghdr mh;
+  memset(&mh, 0, sizeof mh);
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  if (pass_fd >= 0) {
+    memset(&ctl, 0, sizeof ctl);
+    mh.msg_control = ctl.buf;
+    mh.msg_controllen = sizeof ctl.buf;
+    struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+  }
+  if (sendmsg(fd, &mh, MSG_NOSIGNAL) != (ssize_t)iov.iov_len) return -1;
   ssize_t r = recv(fd, resp, cap, 0);
+  if (r == 0) {
+    errno = ECONNRESET; /* the daemon went away */
+    return -1;
+  }
   if (r < 0) return -1;
   struct rgv_hdr* h = resp;
   if (r < (ssize_t)sizeof *h || h->magic != RGV_MAGIC || h->op != op || h->seq != q.seq) {
@@ -105,6 +141,8 @@ static ssize_t call(int fd, uint16_t op, void* resp, size_t cap) {
   }
   return r;
 }
+
+static ssize_t call(int fd, uint16_t op, void* resp, size_t cap) { return call_with(fd, op, NULL, 0, -1, resp, cap); }
 
 /* The daemon's devices into out[]; their number, or -1 + errno. */
 static int query_devices(int fd, struct rgv_device* out) {
@@ -341,11 +379,120 @@ EXPORT int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, siz
   return -1;
 }
 
+/* ------------------------------------------------------------------ PD and MR */
+
+struct rg_pd {
+  struct ibv_pd pd;
+};
+
+/* A request on the context's connection with a u32 reply (or none: out NULL); 0 or -1 + errno. */
+static int ctx_call(struct ibv_context* context, uint16_t op, const void* req, size_t len, int pass_fd, void* out, size_t out_len) {
+  uint8_t buf[sizeof(struct rgv_hdr) + 64];
+  pthread_mutex_lock(&context->mutex); /* one request at a time on the connection */
+  ssize_t r = call_with(((struct rg_context*)context)->sock, op, req, len, pass_fd, buf, sizeof buf);
+  pthread_mutex_unlock(&context->mutex);
+  if (r < 0) return -1;
+  if ((size_t)r != sizeof(struct rgv_hdr) + out_len) {
+    errno = EPROTO;
+    return -1;
+  }
+  if (out_len > 0) memcpy(out, buf + sizeof(struct rgv_hdr), out_len);
+  return 0;
+}
+
+EXPORT struct ibv_pd* ibv_alloc_pd(struct ibv_context* context) {
+  uint32_t h;
+  if (ctx_call(context, RGV_OP_ALLOC_PD, NULL, 0, -1, &h, sizeof h) != 0) return NULL;
+  struct rg_pd* p = calloc(1, sizeof *p);
+  if (p == NULL) return NULL; /* the daemon frees it with the connection */
+  p->pd.context = context;
+  p->pd.handle = h;
+  return &p->pd;
+}
+
+EXPORT int ibv_dealloc_pd(struct ibv_pd* pd) {
+  uint32_t h = pd->handle;
+  if (ctx_call(pd->context, RGV_OP_DEALLOC_PD, &h, sizeof h, -1, NULL, 0) != 0) return errno;
+  free(pd);
+  return 0;
+}
+
+enum { KNOWN_ACCESS = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC };
+
+/*
+ * The registered pages move onto a memfd mapped at the same address (their contents copied
+ * first), and the daemon maps the same memfd: DDP places into what the program reads, sends read
+ * what it wrote, nothing copied per operation. Caveats: the pages are the whole pages around the
+ * buffer; a thread writing to them while the registration runs can lose that write.
+ */
+static struct ibv_mr* reg_mr(struct ibv_pd* pd, void* addr, size_t length, int access) {
+  if (access & ~(KNOWN_ACCESS | IBV_ACCESS_RELAXED_ORDERING)) { /* relaxed ordering is a hint: ours */
+    errno = EINVAL;
+    return NULL;
+  }
+  if (length == 0 || addr == NULL || length > (1ull << 31)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  const uintptr_t start = (uintptr_t)addr & ~(page - 1), end = ((uintptr_t)addr + length + page - 1) & ~(page - 1);
+  const size_t span = end - start;
+  int fd = memfd_create("rdma-graph-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return NULL;
+  void* tmp = MAP_FAILED;
+  if (ftruncate(fd, (off_t)span) != 0 || (tmp = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) goto fail;
+  memcpy(tmp, (void*)start, span);
+  if (mmap((void*)start, span, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) goto fail;
+  munmap(tmp, span);
+  tmp = MAP_FAILED;
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) goto fail;
+  struct rgv_reg_mr q = {.pd = pd->handle, .access = (uint32_t)(access & KNOWN_ACCESS), .length = span};
+  struct rgv_mr r;
+  if (ctx_call(pd->context, RGV_OP_REG_MR, &q, sizeof q, fd, &r, sizeof r) != 0) goto fail;
+  close(fd);
+  struct ibv_mr* mr = calloc(1, sizeof *mr);
+  if (mr == NULL) return NULL;
+  mr->context = pd->context;
+  mr->pd = pd;
+  mr->addr = addr;
+  mr->length = length;
+  mr->handle = r.handle;
+  mr->lkey = mr->rkey = r.stag;
+  return mr;
+fail:;
+  int e = errno;
+  if (tmp != MAP_FAILED) munmap(tmp, span);
+  close(fd);
+  errno = e;
+  return NULL;
+}
+
+EXPORT struct ibv_mr* ibv_reg_mr(struct ibv_pd* pd, void* addr, size_t length, int access) { return reg_mr(pd, addr, length, access); }
+
+EXPORT struct ibv_mr* ibv_reg_mr_iova(struct ibv_pd* pd, void* addr, size_t length, uint64_t iova, int access) {
+  if (iova != (uintptr_t)addr) { /* another virtual address for the peer: not supported yet */
+    errno = EOPNOTSUPP;
+    return NULL;
+  }
+  return reg_mr(pd, addr, length, access);
+}
+
+EXPORT struct ibv_mr* ibv_reg_mr_iova2(struct ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
+  return ibv_reg_mr_iova(pd, addr, length, iova, (int)access);
+}
+
+EXPORT int ibv_dereg_mr(struct ibv_mr* mr) {
+  uint32_t h = mr->handle;
+  if (ctx_call(mr->context, RGV_OP_DEREG_MR, &h, sizeof h, -1, NULL, 0) != 0) return errno;
+  free(mr); /* the pages stay on the memfd mapping: the program's memory is unchanged */
+  return 0;
+}
+
 /* ------------------------------------------------------------------ not implemented yet */
 
 static void not_yet(const char* fn) {
   static __thread const char* last;
-  if (last != fn) say("%s is not implemented yet (devices and queries only so far): EOPNOTSUPP", fn);
+  if (last != fn) say("%s is not implemented yet (devices, queries, PDs and MRs so far): EOPNOTSUPP", fn);
   last = fn;
   errno = EOPNOTSUPP;
 }
@@ -366,14 +513,8 @@ static void not_yet(const char* fn) {
     return -1;                       \
   }
 
-NULL_VERB(struct ibv_pd*, ibv_alloc_pd, struct ibv_context* c)
-ERR_VERB(int, ibv_dealloc_pd, struct ibv_pd* pd)
-NULL_VERB(struct ibv_mr*, ibv_reg_mr, struct ibv_pd* pd, void* addr, size_t length, int access)
-NULL_VERB(struct ibv_mr*, ibv_reg_mr_iova, struct ibv_pd* pd, void* addr, size_t length, uint64_t iova, int access)
-NULL_VERB(struct ibv_mr*, ibv_reg_mr_iova2, struct ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access)
 NULL_VERB(struct ibv_mr*, ibv_reg_dmabuf_mr, struct ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access)
 ERR_VERB(int, ibv_rereg_mr, struct ibv_mr* mr, int flags, struct ibv_pd* pd, void* addr, size_t length, int access)
-ERR_VERB(int, ibv_dereg_mr, struct ibv_mr* mr)
 NULL_VERB(struct ibv_comp_channel*, ibv_create_comp_channel, struct ibv_context* c)
 ERR_VERB(int, ibv_destroy_comp_channel, struct ibv_comp_channel* ch)
 NULL_VERB(struct ibv_cq*, ibv_create_cq, struct ibv_context* c, int cqe, void* cq_context, struct ibv_comp_channel* ch, int comp_vector)
