@@ -141,7 +141,12 @@ async function start(file: string, isDefault: boolean): Promise<void> {
     await dp.close();
     process.exit(1);
   }
-  log('info', `verbs socket ${verbs.path}: rdma-graph exec --socket ${verbs.path} -- ibv_devinfo`);
+  log(
+    'info',
+    existsSync(VERBS_LIBRARY)
+      ? `verbs socket ${verbs.path}: rdma-graph exec --socket ${verbs.path} -- ibv_devinfo`
+      : `verbs socket ${verbs.path} (librdmagraph-verbs.so was not built: install libibverbs-dev, npm run build)`,
+  );
   log(
     'info',
     `API on ${api.url}/v1 (${config.api.token ? 'token required' : 'no token'}); rdmactl --api ${api.url} show runtime`,

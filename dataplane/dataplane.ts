@@ -195,6 +195,8 @@ export class Dataplane {
   /** "<interface index>/<drop|refusal>" -> what linkNews has seen and logged. */
   private readonly linkNewsSeen = new Map<string, { count: number; logged: number; text: string; at: number }>();
   private readonly linkWatch: ReturnType<typeof setInterval>;
+  /** Verbs sockets this data plane serves (serveVerbs), closed with it. */
+  private readonly verbsSockets: VerbsSocket[] = [];
 
   private constructor(config: Config, graph: Graph, net: Netstack, ifs: Interfaces, rdma: Rdma, log: Logger) {
     this.config = config;
@@ -362,6 +364,8 @@ export class Dataplane {
     if (this.closed) return;
     this.closed = true;
     clearInterval(this.linkWatch);
+    // Verbs sockets first: their applications' objects go while the verbs still work.
+    for (const vs of this.verbsSockets.splice(0)) vs.close();
     // Shutting down is not an error of each QP: no qp-error events for the destroys below.
     this.rdma.onEvent = null;
     for (const port of [...this.listeners.keys()]) guard(() => this.rdma.unlisten(port));
@@ -570,7 +574,10 @@ export class Dataplane {
    * libibverbs programs run with `rdma-graph exec` find this data plane's devices through it.
    */
   serveVerbs(opts: Omit<VerbsSocketOptions, 'maxQps'>): VerbsSocket {
-    return startVerbsSocket(this, { ...opts, maxQps: this.config.rdma.maxQps });
+    this.live();
+    const vs = startVerbsSocket(this, { ...opts, maxQps: this.config.rdma.maxQps });
+    this.verbsSockets.push(vs);
+    return vs;
   }
 
   async neighbors(): Promise<NeighborView[]> {

@@ -254,9 +254,9 @@ test('no daemon: no devices, and the reason; a malformed request closes that con
       assert.match(after.out, /rdmagraph_/, 'and still serves the next program');
       assert.is(vs.connections(), 0);
     } finally {
-      vs.close();
-      await dps.close();
+      await dps.close(); // closes the verbs socket it serves too
     }
+    assert.not.ok(existsSync(socket), 'closing the data plane closed its verbs socket');
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
