@@ -6,7 +6,8 @@
  *
  * Served today: DEVICES (one device per interface with an IPv4 address), ALLOC_PD/DEALLOC_PD,
  * REG_MR (the application's pages on a memfd sealed against shrinking, mapped here: the MR's
- * memory is the application's)/DEREG_MR. A connection touches only what it created, and what it
+ * memory is the application's)/DEREG_MR, CREATE_CQ/DESTROY_CQ, CREATE_QP/MODIFY_QP (the peer from
+ * the AV's IPv4-mapped GID and dest_qp_num, PSNs, IRD/ORD)/DESTROY_QP. Not yet: the data path. A connection touches only what it created, and what it
  * created is destroyed when it closes (the application exited or was killed). Every other
  * request is answered EOPNOTSUPP; a malformed one closes that connection (logged), never the
  * daemon. Connections are bounded (MAX_CONNECTIONS); a registration is at most 2^31 bytes.
@@ -26,6 +27,20 @@ export const RGV_OP_ALLOC_PD = 2;
 export const RGV_OP_DEALLOC_PD = 3;
 export const RGV_OP_REG_MR = 4;
 export const RGV_OP_DEREG_MR = 5;
+export const RGV_OP_CREATE_CQ = 6;
+export const RGV_OP_DESTROY_CQ = 7;
+export const RGV_OP_CREATE_QP = 8;
+export const RGV_OP_MODIFY_QP = 9;
+export const RGV_OP_DESTROY_QP = 10;
+/** libibverbs' enum ibv_qp_state, in order; and the attr_mask bits the daemon reads. */
+const IBV_STATES = ['reset', 'init', 'rtr', 'rts', 'sqd', 'sqe', 'error'] as const;
+const IBV_QP_STATE = 1 << 0,
+  IBV_QP_AV = 1 << 7,
+  IBV_QP_RQ_PSN = 1 << 12,
+  IBV_QP_MAX_QP_RD_ATOMIC = 1 << 13,
+  IBV_QP_SQ_PSN = 1 << 16,
+  IBV_QP_MAX_DEST_RD_ATOMIC = 1 << 17,
+  IBV_QP_DEST_QPN = 1 << 20;
 export const RGV_HDR_BYTES = 16;
 export const RGV_DEVICE_BYTES = 132;
 export const RGV_MAX_DEVICES = 64;
@@ -46,6 +61,8 @@ const ACCESS_BITS = ['local-write', 'remote-write', 'remote-read', 'remote-atomi
 interface Owned {
   pds: Set<number>;
   mrs: Set<number>;
+  cqs: Set<number>;
+  qps: Set<number>;
 }
 const MAX_CONNECTIONS = 256;
 
@@ -132,9 +149,11 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
   const waiter: FdWaiter = new core.FdWaiter();
   const conns = new Map<number, Owned>();
   let closed = false;
-  /** Destroy what a closed connection created: MRs, then PDs. */
+  /** Destroy what a closed connection created: QPs (each sends FIN), MRs, CQs, then PDs. */
   const release = async (own: Owned) => {
+    for (const q of own.qps) await dp.destroyQp(q).catch(() => undefined);
     for (const h of own.mrs) await dp.destroyMr(h).catch(() => undefined);
+    for (const h of own.cqs) await dp.destroyCq(h).catch(() => undefined);
     for (const h of own.pds) await dp.destroyPd(h).catch(() => undefined);
   };
   const drop = (fd: number, why: string | null) => {
@@ -193,6 +212,79 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
         } finally {
           if (fd >= 0) core.closeFd(fd);
         }
+      }
+      if (op === RGV_OP_CREATE_CQ) {
+        want(4);
+        const entries = body.getUint32(0, true);
+        if (entries < 1 || entries > VERBS_LIMITS.maxCqe) return ERRNO.invalid;
+        const { cq, depth } = await dp.createCq({ depth: entries });
+        own.cqs.add(cq);
+        const out = new Uint8Array(8);
+        new DataView(out.buffer).setUint32(0, cq, true);
+        new DataView(out.buffer).setUint32(4, depth, true);
+        return out;
+      }
+      if (op === RGV_OP_DESTROY_CQ) {
+        want(4);
+        const h = body.getUint32(0, true);
+        if (!own.cqs.has(h)) return ERRNO['not-found'];
+        await dp.destroyCq(h);
+        own.cqs.delete(h);
+        return new Uint8Array(0);
+      }
+      if (op === RGV_OP_CREATE_QP) {
+        want(28);
+        const f = (k: number) => body.getUint32(4 * k, true);
+        const [pd, sendCq, recvCq] = [f(0), f(1), f(2)];
+        if (!own.pds.has(pd) || !own.cqs.has(sendCq) || !own.cqs.has(recvCq)) return ERRNO['not-found'];
+        const qp = await dp.createQp({
+          pd,
+          sendCq,
+          recvCq,
+          maxSendWr: Math.max(1, f(3)),
+          maxRecvWr: Math.max(1, f(4)),
+          maxSge: Math.max(1, f(5)),
+          maxInline: f(6),
+        });
+        own.qps.add(qp.qpn);
+        const out = new Uint8Array(20);
+        const v = new DataView(out.buffer);
+        [qp.qpn, qp.maxSendWr, qp.maxRecvWr, qp.maxSge, qp.maxInline].forEach((x, k) => v.setUint32(4 * k, x, true));
+        return out;
+      }
+      if (op === RGV_OP_MODIFY_QP) {
+        want(48);
+        const qpn = body.getUint32(0, true),
+          mask = body.getUint32(4, true),
+          state = body.getUint32(8, true);
+        if (!own.qps.has(qpn)) return ERRNO['not-found'];
+        if (!(mask & IBV_QP_STATE)) return EOPNOTSUPP; // attributes alone, no transition: not yet
+        if (state >= IBV_STATES.length) return ERRNO.invalid;
+        let remote: { ip: string; port: number } | undefined;
+        if (mask & IBV_QP_AV) {
+          const gid = new Uint8Array(body.buffer, body.byteOffset + 12, 16);
+          // The peer's GID 0: its IPv4 address, IPv4-mapped (::ffff:a.b.c.d).
+          if (!gid.subarray(0, 10).every((b) => b === 0) || gid[10] !== 0xff || gid[11] !== 0xff) return ERRNO.invalid;
+          if (!(mask & IBV_QP_DEST_QPN)) return ERRNO.invalid;
+          remote = { ip: [...gid.subarray(12, 16)].join('.'), port: body.getUint32(28, true) };
+        }
+        await dp.modifyQp(qpn, {
+          state: IBV_STATES[state],
+          remote,
+          rqPsn: mask & IBV_QP_RQ_PSN ? body.getUint32(32, true) : undefined,
+          sqPsn: mask & IBV_QP_SQ_PSN ? body.getUint32(36, true) : undefined,
+          ord: mask & IBV_QP_MAX_QP_RD_ATOMIC ? body.getUint32(40, true) : undefined,
+          ird: mask & IBV_QP_MAX_DEST_RD_ATOMIC ? body.getUint32(44, true) : undefined,
+        });
+        return new Uint8Array(0);
+      }
+      if (op === RGV_OP_DESTROY_QP) {
+        want(4);
+        const q = body.getUint32(0, true);
+        if (!own.qps.has(q)) return ERRNO['not-found'];
+        await dp.destroyQp(q);
+        own.qps.delete(q);
+        return new Uint8Array(0);
       }
       if (op === RGV_OP_DEREG_MR) {
         want(4);
@@ -262,7 +354,7 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
             core.closeFd(c);
             continue;
           }
-          conns.set(c, { pds: new Set(), mrs: new Set() });
+          conns.set(c, { pds: new Set(), mrs: new Set(), cqs: new Set(), qps: new Set() });
           waiter.add(c);
         }
         loop();

@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import { loadCore, NATIVE_BUILD_DIR } from '../native/load.ts';
-import { IP_A, MAC_A, twoDataplanes } from './dataplane-helpers.ts';
+import { IP_A, IP_B, MAC_A, twoDataplanes } from './dataplane-helpers.ts';
 import { skipOrFail } from './helpers.ts';
 import { ROOT } from './readme-helpers.ts';
 
@@ -95,45 +95,61 @@ test('ibv_devices and ibv_devinfo -v, unmodified: one device per interface, port
   });
 });
 
-test('what is not implemented yet fails cleanly: ibv_rc_pingpong gets its PD and MR, stops at ibv_create_cq with EOPNOTSUPP, no crash; its PD and MR are released', async () => {
+test('what is not implemented yet fails cleanly: ibv_rc_pingpong gets its PD, MR, CQ and QP, stops at ibv_post_recv with EOPNOTSUPP, no crash; all of them are released', async () => {
   if (!ready()) return;
   await withVerbsDaemon(async ({ socket, dps }) => {
     const r = await run(socket, ['ibv_rc_pingpong', '-g', '0']);
     assert.is(r.signal, null, `no signal: ${r.out}`);
     assert.is(r.code, 1, r.out);
-    assert.match(r.out, /rdma-graph verbs: ibv_create_cq is not implemented yet .*EOPNOTSUPP/);
-    assert.match(r.out, /Couldn't create CQ/);
+    assert.match(r.out, /rdma-graph verbs: ibv_post_recv is not implemented yet .*EOPNOTSUPP/);
+    assert.match(r.out, /Couldn't post receive/);
     const until = Date.now() + 3000;
     while ((await dps.a.pds()).length > 0 && Date.now() < until) await new Promise((res) => setTimeout(res, 20));
-    assert.is((await dps.a.mrs()).length, 0, 'its MR deregistered when it exited');
+    assert.is((await dps.a.qps()).length, 0, 'its QP destroyed when it exited');
+    assert.is((await dps.a.mrs()).length, 0, 'its MR deregistered');
+    assert.is((await dps.a.cqs()).length, 0, 'its CQ destroyed');
     assert.is((await dps.a.pds()).length, 0, 'its PD destroyed');
   });
 });
 
-const MR_CHECK = `${NATIVE_BUILD_DIR}verbs-mr-check`;
+const CHECK = `${NATIVE_BUILD_DIR}verbs-check`;
 
-test("ibv_reg_mr shares the program's memory with the daemon both ways; a killed program's MR and PD are released", async () => {
-  if (!ready()) return;
-  if (!existsSync(MR_CHECK)) {
-    skipOrFail('native/build/Release/verbs-mr-check was not built (libibverbs-dev)');
-    return;
-  }
-  await withVerbsDaemon(async ({ socket, dps }) => {
-    const dp = dps.a;
-    const p = spawn(MR_CHECK, [], { env: { ...process.env, LD_PRELOAD: LIB, RDMA_GRAPH_SOCKET: socket } });
-    let out = '';
-    p.stdout.on('data', (d) => (out += d));
-    p.stderr.on('data', (d) => (out += d));
-    const exited = new Promise((r) => p.on('exit', r));
-    const line = async (re: RegExp) => {
+const checkReady = () =>
+  ready() && (existsSync(CHECK) || !skipOrFail('native/build/Release/verbs-check was not built (libibverbs-dev)'));
+
+/** verbs-check with the library preloaded against `socket`, and its output. */
+function startCheck(socket: string) {
+  const p = spawn(CHECK, [], { env: { ...process.env, LD_PRELOAD: LIB, RDMA_GRAPH_SOCKET: socket } });
+  return { p, io: reader(p) };
+}
+
+/** What a child prints (stdout and stderr), and a wait for a line matching `re`. */
+function reader(p: ReturnType<typeof spawn>) {
+  let out = '';
+  p.stdout!.on('data', (d) => (out += d));
+  p.stderr!.on('data', (d) => (out += d));
+  return {
+    out: () => out,
+    exited: new Promise((r) => p.on('exit', r)),
+    async line(re: RegExp): Promise<RegExpExecArray> {
       const until = Date.now() + 10_000;
       for (;;) {
         const m = re.exec(out);
         if (m) return m;
-        if (Date.now() > until) throw new Error(`no ${re} from verbs-mr-check:\n${out}`);
+        if (Date.now() > until) throw new Error(`no ${re} from verbs-check:\n${out}`);
         await new Promise((r) => setTimeout(r, 10));
       }
-    };
+    },
+  };
+}
+
+test("ibv_reg_mr shares the program's memory with the daemon both ways; a killed program's MR and PD are released", async () => {
+  if (!checkReady()) return;
+  await withVerbsDaemon(async ({ socket, dps }) => {
+    const dp = dps.a;
+    const { p, io } = startCheck(socket);
+    const line = io.line;
+    const exited = io.exited;
     try {
       const [, h, stag, off, len, pd] = (await line(/^mr (\d+) stag (\d+) offset (\d+) length (\d+) pd (\d+)$/m)).map(
         Number,
@@ -167,6 +183,41 @@ test("ibv_reg_mr shares the program's memory with the daemon both ways; a killed
         (await dp.pds()).some((x) => x.pd === pd),
         'and its PD destroyed',
       );
+    } finally {
+      p.kill('SIGKILL');
+    }
+  });
+});
+
+test("a QP through ibv_create_qp and ibv_modify_qp: RTS towards the AV's IPv4 GID and dest_qp_num, IRD/ORD as asked; posting is not there yet; SIGKILL destroys it", async () => {
+  if (!checkReady()) return;
+  await withVerbsDaemon(async ({ socket, dps }) => {
+    const dp = dps.a;
+    const { p, io } = startCheck(socket);
+    try {
+      await io.line(/^mr \d+/m);
+      const peer = 23456;
+      p.stdin.write(`qp ${IP_B} ${peer} 1000\n`);
+      const qpn = Number((await io.line(/^qp (\d+) rts rc 0$/m))[1]);
+      const q = (await dp.qps()).find((x) => x.qpn === qpn);
+      assert.ok(q, `qp ${qpn} is the daemon's: ${io.out()}`);
+      assert.is(q!.state, 'rts');
+      assert.equal(q!.remote, { ip: IP_B, port: peer });
+      assert.equal([q!.ird, q!.ord], [4, 2], 'IRD from max_dest_rd_atomic, ORD from max_rd_atomic');
+      assert.equal([q!.maxSendWr, q!.maxRecvWr], [8, 8]);
+      p.stdin.write('post\n');
+      await io.line(/^post 95$/m); // EOPNOTSUPP
+      assert.match(io.out(), /rdma-graph verbs: ibv_post_recv is not implemented yet/);
+      p.kill('SIGKILL');
+      await io.exited;
+      const until = Date.now() + 3000;
+      while ((await dp.qps()).some((x) => x.qpn === qpn) && Date.now() < until)
+        await new Promise((r) => setTimeout(r, 20));
+      assert.not.ok(
+        (await dp.qps()).some((x) => x.qpn === qpn),
+        "the killed program's QP is destroyed",
+      );
+      assert.is((await dp.cqs()).length, 0, 'and its CQ');
     } finally {
       p.kill('SIGKILL');
     }

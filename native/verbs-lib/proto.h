@@ -14,6 +14,11 @@
 #define RGV_OP_DEALLOC_PD 3u /* u32 pd */
 #define RGV_OP_REG_MR 4u    /* rgv_reg_mr + the memory's memfd (SCM_RIGHTS) -> rgv_mr */
 #define RGV_OP_DEREG_MR 5u  /* u32 mr handle */
+#define RGV_OP_CREATE_CQ 6u /* u32 entries -> u32 cq handle, u32 entries */
+#define RGV_OP_DESTROY_CQ 7u /* u32 cq */
+#define RGV_OP_CREATE_QP 8u /* rgv_create_qp -> rgv_qp */
+#define RGV_OP_MODIFY_QP 9u /* rgv_modify_qp */
+#define RGV_OP_DESTROY_QP 10u /* u32 qpn */
 #define RGV_MAX_DEVICES 64u
 
 /* Every request and response starts with this (16 bytes). */
@@ -54,6 +59,31 @@ struct rgv_mr {
   uint32_t stag; /* lkey and rkey */
 };
 
+struct rgv_create_qp {
+  uint32_t pd, send_cq, recv_cq;
+  uint32_t max_send_wr, max_recv_wr, max_sge, max_inline;
+};
+
+/* What the QP got: its number (our UDP port) and its sizes. */
+struct rgv_qp {
+  uint32_t qpn;
+  uint32_t max_send_wr, max_recv_wr, max_sge, max_inline;
+};
+
+/* RGV_OP_MODIFY_QP: libibverbs' attr_mask bits and the attributes the daemon honours. */
+struct rgv_modify_qp {
+  uint32_t qpn;
+  uint32_t mask;  /* IBV_QP_STATE, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_RQ_PSN, IBV_QP_SQ_PSN, ... */
+  uint32_t state; /* enum ibv_qp_state */
+  uint8_t dgid[16];
+  uint32_t dest_qpn, rq_psn, sq_psn;
+  uint32_t max_rd_atomic;      /* ORD */
+  uint32_t max_dest_rd_atomic; /* IRD */
+};
+
+_Static_assert(sizeof(struct rgv_create_qp) == 28, "rgv_create_qp is 28 bytes");
+_Static_assert(sizeof(struct rgv_qp) == 20, "rgv_qp is 20 bytes");
+_Static_assert(sizeof(struct rgv_modify_qp) == 48, "rgv_modify_qp is 48 bytes");
 _Static_assert(sizeof(struct rgv_reg_mr) == 16, "rgv_reg_mr is 16 bytes");
 _Static_assert(sizeof(struct rgv_mr) == 8, "rgv_mr is 8 bytes");
 _Static_assert(sizeof(struct rgv_hdr) == 16, "rgv_hdr is 16 bytes");

@@ -37,6 +37,8 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
+static void set_ops(struct ibv_context_ops* ops);
+
 struct rg_device {
   struct ibv_device dev; /* first: the program holds a struct ibv_device * */
   struct rgv_device info;
@@ -243,6 +245,7 @@ EXPORT struct ibv_context* ibv_open_device(struct ibv_device* device) {
   c->ctx.async_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); /* no async events yet */
   c->ctx.num_comp_vectors = 1;
   c->ctx.abi_compat = NULL; /* not an extended context: verbs.h's inline helpers take the plain path */
+  set_ops(&c->ctx.ops);
   pthread_mutex_init(&c->ctx.mutex, NULL);
   return &c->ctx;
 }
@@ -488,11 +491,117 @@ EXPORT int ibv_dereg_mr(struct ibv_mr* mr) {
   return 0;
 }
 
+/* ------------------------------------------------------------------ CQ and QP (control path) */
+
+EXPORT struct ibv_cq* ibv_create_cq(struct ibv_context* context, int cqe, void* cq_context, struct ibv_comp_channel* channel,
+                                    int comp_vector) {
+  if (channel != NULL || comp_vector != 0 || cqe < 1) {
+    errno = channel != NULL ? EOPNOTSUPP : EINVAL; /* completion channels: not yet */
+    return NULL;
+  }
+  uint32_t q = (uint32_t)cqe, r[2];
+  if (ctx_call(context, RGV_OP_CREATE_CQ, &q, sizeof q, -1, r, sizeof r) != 0) return NULL;
+  struct ibv_cq* cq = calloc(1, sizeof *cq);
+  if (cq == NULL) return NULL;
+  cq->context = context;
+  cq->cq_context = cq_context;
+  cq->handle = r[0];
+  cq->cqe = (int)r[1];
+  pthread_mutex_init(&cq->mutex, NULL);
+  pthread_cond_init(&cq->cond, NULL);
+  return cq;
+}
+
+EXPORT int ibv_destroy_cq(struct ibv_cq* cq) {
+  uint32_t h = cq->handle;
+  if (ctx_call(cq->context, RGV_OP_DESTROY_CQ, &h, sizeof h, -1, NULL, 0) != 0) return errno;
+  pthread_mutex_destroy(&cq->mutex);
+  pthread_cond_destroy(&cq->cond);
+  free(cq);
+  return 0;
+}
+
+EXPORT struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* attr) {
+  if (attr->qp_type != IBV_QPT_RC || attr->srq != NULL) { /* UC/UD and SRQs: not yet */
+    errno = EOPNOTSUPP;
+    return NULL;
+  }
+  if (attr->send_cq == NULL || attr->recv_cq == NULL) {
+    errno = EINVAL;
+    return NULL;
+  }
+  const struct ibv_qp_cap* c = &attr->cap;
+  struct rgv_create_qp q = {
+      .pd = pd->handle,
+      .send_cq = attr->send_cq->handle,
+      .recv_cq = attr->recv_cq->handle,
+      .max_send_wr = c->max_send_wr,
+      .max_recv_wr = c->max_recv_wr,
+      .max_sge = c->max_send_sge > c->max_recv_sge ? c->max_send_sge : c->max_recv_sge,
+      .max_inline = c->max_inline_data,
+  };
+  struct rgv_qp r;
+  if (ctx_call(pd->context, RGV_OP_CREATE_QP, &q, sizeof q, -1, &r, sizeof r) != 0) return NULL;
+  struct ibv_qp* qp = calloc(1, sizeof *qp);
+  if (qp == NULL) return NULL;
+  qp->context = pd->context;
+  qp->qp_context = attr->qp_context;
+  qp->pd = pd;
+  qp->send_cq = attr->send_cq;
+  qp->recv_cq = attr->recv_cq;
+  qp->handle = r.qpn;
+  qp->qp_num = r.qpn; /* the QPN is our UDP port */
+  qp->state = IBV_QPS_RESET;
+  qp->qp_type = IBV_QPT_RC;
+  pthread_mutex_init(&qp->mutex, NULL);
+  pthread_cond_init(&qp->cond, NULL);
+  attr->cap.max_send_wr = r.max_send_wr; /* what it got */
+  attr->cap.max_recv_wr = r.max_recv_wr;
+  attr->cap.max_send_sge = attr->cap.max_recv_sge = r.max_sge;
+  attr->cap.max_inline_data = r.max_inline;
+  return qp;
+}
+
+/*
+ * The transitions and the attributes the daemon honours: the state; at RTR the peer (GID 0 of
+ * the AV is its IPv4 address, dest_qp_num its QPN), rq_psn and max_dest_rd_atomic (IRD); at RTS
+ * sq_psn and max_rd_atomic (ORD). Others (path_mtu: the link's; timeout, retry_cnt, rnr_retry:
+ * the daemon's rdma.trp settings; access flags, P_Key) are taken and not applied yet.
+ */
+EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask) {
+  struct rgv_modify_qp q;
+  memset(&q, 0, sizeof q);
+  q.qpn = qp->qp_num;
+  q.mask = (uint32_t)mask;
+  q.state = (uint32_t)attr->qp_state;
+  if (mask & IBV_QP_AV) {
+    if (!attr->ah_attr.is_global) return EINVAL; /* an Ethernet port needs the GRH: GID 0 of the peer */
+    memcpy(q.dgid, attr->ah_attr.grh.dgid.raw, 16);
+  }
+  q.dest_qpn = attr->dest_qp_num;
+  q.rq_psn = attr->rq_psn;
+  q.sq_psn = attr->sq_psn;
+  q.max_rd_atomic = attr->max_rd_atomic;
+  q.max_dest_rd_atomic = attr->max_dest_rd_atomic;
+  if (ctx_call(qp->context, RGV_OP_MODIFY_QP, &q, sizeof q, -1, NULL, 0) != 0) return errno;
+  if (mask & IBV_QP_STATE) qp->state = attr->qp_state;
+  return 0;
+}
+
+EXPORT int ibv_destroy_qp(struct ibv_qp* qp) {
+  uint32_t h = qp->qp_num;
+  if (ctx_call(qp->context, RGV_OP_DESTROY_QP, &h, sizeof h, -1, NULL, 0) != 0) return errno;
+  pthread_mutex_destroy(&qp->mutex);
+  pthread_cond_destroy(&qp->cond);
+  free(qp);
+  return 0;
+}
+
 /* ------------------------------------------------------------------ not implemented yet */
 
 static void not_yet(const char* fn) {
   static __thread const char* last;
-  if (last != fn) say("%s is not implemented yet (devices, queries, PDs and MRs so far): EOPNOTSUPP", fn);
+  if (last != fn) say("%s is not implemented yet (devices, queries, PDs, MRs, CQs and QPs so far: not the data path): EOPNOTSUPP", fn);
   last = fn;
   errno = EOPNOTSUPP;
 }
@@ -517,19 +626,14 @@ NULL_VERB(struct ibv_mr*, ibv_reg_dmabuf_mr, struct ibv_pd* pd, uint64_t offset,
 ERR_VERB(int, ibv_rereg_mr, struct ibv_mr* mr, int flags, struct ibv_pd* pd, void* addr, size_t length, int access)
 NULL_VERB(struct ibv_comp_channel*, ibv_create_comp_channel, struct ibv_context* c)
 ERR_VERB(int, ibv_destroy_comp_channel, struct ibv_comp_channel* ch)
-NULL_VERB(struct ibv_cq*, ibv_create_cq, struct ibv_context* c, int cqe, void* cq_context, struct ibv_comp_channel* ch, int comp_vector)
 ERR_VERB(int, ibv_resize_cq, struct ibv_cq* cq, int cqe)
-ERR_VERB(int, ibv_destroy_cq, struct ibv_cq* cq)
 NEG_VERB(int, ibv_get_cq_event, struct ibv_comp_channel* ch, struct ibv_cq** cq, void** cq_context)
 NEG_VERB(int, ibv_get_async_event, struct ibv_context* c, struct ibv_async_event* event)
 NULL_VERB(struct ibv_srq*, ibv_create_srq, struct ibv_pd* pd, struct ibv_srq_init_attr* attr)
 ERR_VERB(int, ibv_modify_srq, struct ibv_srq* srq, struct ibv_srq_attr* attr, int mask)
 ERR_VERB(int, ibv_query_srq, struct ibv_srq* srq, struct ibv_srq_attr* attr)
 ERR_VERB(int, ibv_destroy_srq, struct ibv_srq* srq)
-NULL_VERB(struct ibv_qp*, ibv_create_qp, struct ibv_pd* pd, struct ibv_qp_init_attr* attr)
-ERR_VERB(int, ibv_modify_qp, struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask)
 ERR_VERB(int, ibv_query_qp, struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask, struct ibv_qp_init_attr* init)
-ERR_VERB(int, ibv_destroy_qp, struct ibv_qp* qp)
 NULL_VERB(struct ibv_qp_ex*, ibv_qp_to_qp_ex, struct ibv_qp* qp)
 NULL_VERB(struct ibv_ah*, ibv_create_ah, struct ibv_pd* pd, struct ibv_ah_attr* attr)
 NULL_VERB(struct ibv_ah*, ibv_create_ah_from_wc, struct ibv_pd* pd, struct ibv_wc* wc, struct ibv_grh* grh, uint8_t port_num)
@@ -542,6 +646,39 @@ ERR_VERB(int, ibv_set_ece, struct ibv_qp* qp, struct ibv_ece* ece)
 NULL_VERB(struct ibv_context*, ibv_import_device, int cmd_fd)
 NULL_VERB(struct ibv_pd*, ibv_import_pd, struct ibv_context* c, uint32_t pd_handle)
 NULL_VERB(struct ibv_mr*, ibv_import_mr, struct ibv_pd* pd, uint32_t mr_handle)
+
+/* The data path (verbs.h's inline ibv_post_send/recv, ibv_poll_cq, ibv_req_notify_cq): not yet. */
+static int op_post_send(struct ibv_qp* qp, struct ibv_send_wr* wr, struct ibv_send_wr** bad) {
+  not_yet("ibv_post_send");
+  *bad = wr;
+  return EOPNOTSUPP;
+}
+static int op_post_recv(struct ibv_qp* qp, struct ibv_recv_wr* wr, struct ibv_recv_wr** bad) {
+  not_yet("ibv_post_recv");
+  *bad = wr;
+  return EOPNOTSUPP;
+}
+static int op_post_srq_recv(struct ibv_srq* srq, struct ibv_recv_wr* wr, struct ibv_recv_wr** bad) {
+  not_yet("ibv_post_srq_recv");
+  *bad = wr;
+  return EOPNOTSUPP;
+}
+static int op_poll_cq(struct ibv_cq* cq, int n, struct ibv_wc* wc) {
+  not_yet("ibv_poll_cq");
+  return -1;
+}
+static int op_req_notify_cq(struct ibv_cq* cq, int solicited_only) {
+  not_yet("ibv_req_notify_cq");
+  return EOPNOTSUPP;
+}
+
+static void set_ops(struct ibv_context_ops* ops) {
+  ops->post_send = op_post_send;
+  ops->post_recv = op_post_recv;
+  ops->post_srq_recv = op_post_srq_recv;
+  ops->poll_cq = op_poll_cq;
+  ops->req_notify_cq = op_req_notify_cq;
+}
 
 /* Acknowledging nothing is harmless: no events are ever delivered yet. */
 EXPORT void ibv_ack_cq_events(struct ibv_cq* cq, unsigned int nevents) { (void)cq, (void)nevents; }

@@ -1,0 +1,120 @@
+/*
+ * A small libibverbs program for test/verbs-lib.test.ts: registers an unaligned buffer it filled
+ * and then answers commands on stdin, so the test can check that the daemon sees the program's
+ * memory and the program the daemon's writes, and drive a QP through its states. Linked against
+ * libibverbs like any verbs program; run with librdmagraph-verbs.so preloaded.
+ *
+ *   stdout, once registered:  "mr HANDLE stag STAG offset OFF length LEN pd PD"
+ *   stdin:  "show OFF LEN" -> the bytes as hex; "dereg" -> "dereg 0"; "dealloc" -> "dealloc 0";
+ *           "qp A.B.C.D QPN PSN" -> a CQ and an RC QP taken to RTS towards that peer:
+ *           "qp QPN rts rc 0" (or the failing step and its errno); "post" -> "post RC" (ibv_post_recv)
+ */
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  int n = 0;
+  struct ibv_device** list = ibv_get_device_list(&n);
+  if (list == NULL || n == 0) {
+    fprintf(stderr, "no device\n");
+    return 2;
+  }
+  struct ibv_context* ctx = ibv_open_device(list[0]);
+  if (ctx == NULL) return perror("ibv_open_device"), 3;
+  struct ibv_pd* pd = ibv_alloc_pd(ctx);
+  if (pd == NULL) return perror("ibv_alloc_pd"), 4;
+  const size_t len = 10000;
+  uint8_t* block = malloc(len + 200);
+  uint8_t* buf = block + 100; /* not page aligned */
+  for (size_t i = 0; i < len; i++) buf[i] = (uint8_t)(i * 7 + 3);
+  struct ibv_mr* mr = ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  if (mr == NULL) return perror("ibv_reg_mr"), 5;
+  /* The daemon's MR starts at the page that holds buf. */
+  unsigned long off = (unsigned long)((uintptr_t)buf & (uintptr_t)(sysconf(_SC_PAGESIZE) - 1));
+  for (size_t i = 0; i < len; i++)
+    if (buf[i] != (uint8_t)(i * 7 + 3)) return fprintf(stderr, "contents changed by the registration at %zu\n", i), 6;
+  printf("mr %u stag %u offset %lu length %zu pd %u\n", mr->handle, mr->rkey, off, len, pd->handle);
+  struct ibv_cq* cq = NULL;
+  struct ibv_qp* qp = NULL;
+  char line[256];
+  while (fgets(line, sizeof line, stdin) != NULL) {
+    unsigned long o, l;
+    if (sscanf(line, "show %lu %lu", &o, &l) == 2 && o + l <= len) {
+      for (unsigned long i = 0; i < l; i++) printf("%02x", buf[o + i]);
+      printf("\n");
+    } else if (strncmp(line, "dereg", 5) == 0) {
+      printf("dereg %d\n", ibv_dereg_mr(mr));
+    } else if (strncmp(line, "dealloc", 7) == 0) {
+      printf("dealloc %d\n", ibv_dealloc_pd(pd));
+    } else if (strncmp(line, "qp ", 3) == 0) {
+      unsigned a, b, c, d, peer, psn;
+      if (sscanf(line, "qp %u.%u.%u.%u %u %u", &a, &b, &c, &d, &peer, &psn) != 6) continue;
+      cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+      if (cq == NULL) {
+        printf("qp create_cq %d\n", errno);
+        continue;
+      }
+      struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+                                    .cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1}};
+      qp = ibv_create_qp(pd, &ia);
+      if (qp == NULL) {
+        printf("qp create_qp %d\n", errno);
+        continue;
+      }
+      struct ibv_qp_attr at = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
+                               .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
+      int rc = ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+      if (rc != 0) {
+        printf("qp init %d\n", rc);
+        continue;
+      }
+      memset(&at, 0, sizeof at);
+      at.qp_state = IBV_QPS_RTR;
+      at.path_mtu = IBV_MTU_1024;
+      at.dest_qp_num = peer;
+      at.rq_psn = psn;
+      at.max_dest_rd_atomic = 4;
+      at.min_rnr_timer = 12;
+      at.ah_attr.is_global = 1;
+      at.ah_attr.port_num = 1;
+      at.ah_attr.grh.hop_limit = 1;
+      at.ah_attr.grh.dgid.raw[10] = 0xff;
+      at.ah_attr.grh.dgid.raw[11] = 0xff;
+      at.ah_attr.grh.dgid.raw[12] = (uint8_t)a;
+      at.ah_attr.grh.dgid.raw[13] = (uint8_t)b;
+      at.ah_attr.grh.dgid.raw[14] = (uint8_t)c;
+      at.ah_attr.grh.dgid.raw[15] = (uint8_t)d;
+      rc = ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+      if (rc != 0) {
+        printf("qp rtr %d\n", rc);
+        continue;
+      }
+      memset(&at, 0, sizeof at);
+      at.qp_state = IBV_QPS_RTS;
+      at.timeout = 14;
+      at.retry_cnt = 7;
+      at.rnr_retry = 7;
+      at.sq_psn = psn + 1;
+      at.max_rd_atomic = 2;
+      rc = ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                                      IBV_QP_MAX_QP_RD_ATOMIC);
+      printf("qp %u rts rc %d\n", qp->qp_num, rc);
+    } else if (strncmp(line, "post", 4) == 0 && qp != NULL) {
+      struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = 16, .lkey = mr->lkey};
+      struct ibv_recv_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1}, *bad = NULL;
+      printf("post %d\n", ibv_post_recv(qp, &wr, &bad));
+    } else if (strncmp(line, "exit", 4) == 0) {
+      break;
+    }
+  }
+  ibv_close_device(ctx);
+  ibv_free_device_list(list);
+  return 0;
+}
