@@ -73,8 +73,8 @@ export function formatNeighbors(views: NeighborView[]): string {
   return out;
 }
 
-const QP_HEADER = '%=8s%=8s%=22s%=22s%=11s%=14s%=14s%=10s%=12s';
-const QP_ROW = '%=8d%=8s%=22s%=22s%=11s%14d%14d%10d%12.1f';
+const QP_HEADER = '%=8s%=8s%=22s%=22s%=11s%=14s%=14s%=10s%=12s  %s';
+const QP_ROW = '%=8d%=8s%=22s%=22s%=11s%14d%14d%10d%12.1f  %s';
 
 function endpoint(e: { ip: string; port: number } | null): string {
   return e === null ? '-' : `${e.ip}:${e.port}`;
@@ -82,8 +82,19 @@ function endpoint(e: { ip: string; port: number } | null): string {
 
 export function formatQps(views: QpView[]): string {
   let out =
-    vppFormat(QP_HEADER, 'QPN', 'State', 'Local', 'Remote', 'SQ/RQ', 'Tx-packets', 'Rx-packets', 'Retrans', 'SRTT-us') +
-    '\n';
+    vppFormat(
+      QP_HEADER,
+      'QPN',
+      'State',
+      'Local',
+      'Remote',
+      'SQ/RQ',
+      'Tx-packets',
+      'Rx-packets',
+      'Retrans',
+      'SRTT-us',
+      'Owner',
+    ) + '\n';
   for (const q of [...views].sort((a, b) => a.qpn - b.qpn)) {
     out +=
       vppFormat(
@@ -97,6 +108,7 @@ export function formatQps(views: QpView[]): string {
         q.counters.rxPackets,
         q.counters.retransmits,
         q.rtt.srttUs,
+        q.owner ?? '-',
       ) + '\n';
   }
   return out;
@@ -107,7 +119,7 @@ export function formatQp(q: QpView): string {
   const lines = [
     `qp ${q.qpn}: state ${q.state}, local ${endpoint(q.local)}, remote ${endpoint(q.remote)}${q.listener === null ? '' : `, accepted by listener ${q.listener}`}`,
     `  psn ${q.psn} (initial send PSN: a manual connect of the peer needs it)`,
-    `  pd ${q.pd} send-cq ${q.sendCq} recv-cq ${q.recvCq} srq ${q.srq ?? '-'}`,
+    `  pd ${q.pd} send-cq ${q.sendCq} recv-cq ${q.recvCq} srq ${q.srq ?? '-'}${q.owner === null ? '' : ` owner ${q.owner}`}`,
     `  ird ${q.ird} ord ${q.ord} max-send-wr ${q.maxSendWr} max-recv-wr ${q.maxRecvWr} max-sge ${q.maxSge} max-inline ${q.maxInline} segment-size ${q.segmentSize}`,
     `  sq outstanding ${q.sqOutstanding} rq posted ${q.rqPosted}`,
     `  tx ${q.counters.txPackets} packets ${q.counters.txBytes} bytes, rx ${q.counters.rxPackets} packets ${q.counters.rxBytes} bytes`,

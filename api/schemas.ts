@@ -356,6 +356,7 @@ const qpViewProps = {
   recvCq: count(),
   srq: nullable(count()),
   listener: nullable(count('the listener port that accepted it')),
+  owner: nullable(str('the program that created it through the verbs socket, e.g. "pid 1234 (ib_write_bw)"')),
   ird: count(),
   ord: count(),
   maxSendWr: count(),

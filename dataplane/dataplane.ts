@@ -195,6 +195,8 @@ export class Dataplane {
   /** "<interface index>/<drop|refusal>" -> what linkNews has seen and logged. */
   private readonly linkNewsSeen = new Map<string, { count: number; logged: number; text: string; at: number }>();
   private readonly linkWatch: ReturnType<typeof setInterval>;
+  /** QPN -> the program that created it through a verbs socket (QpView.owner). */
+  private readonly qpOwners = new Map<number, string>();
   /** Verbs sockets this data plane serves (serveVerbs), closed with it. */
   private readonly verbsSockets: VerbsSocket[] = [];
 
@@ -946,6 +948,7 @@ export class Dataplane {
       recvCq: qp.recvCq.handle,
       srq: q.srq,
       listener: this.acceptedBy.get(qp.qpn) ?? null,
+      owner: this.qpOwners.get(qp.qpn) ?? null,
       ird: q.ird,
       ord: q.ord,
       maxSendWr: q.maxSendWr,
@@ -1050,9 +1053,15 @@ export class Dataplane {
     return this.qpView(qp);
   }
 
+  /** The verbs socket's: which program created QP `qpn` (shown in its view until it is destroyed). */
+  noteQpOwner(qpn: number, owner: string): void {
+    this.qpOwners.set(qpn, owner);
+  }
+
   /** Send FIN, flush its work requests (their completions go to its CQs), free its port. */
   async destroyQp(qpn: number): Promise<void> {
     guard(() => this.rdma.destroyQp(this.qp(qpn)));
+    this.qpOwners.delete(qpn);
     this.forgetAccepted(qpn);
   }
 

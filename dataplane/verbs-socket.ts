@@ -12,7 +12,7 @@
  * request is answered EOPNOTSUPP; a malformed one closes that connection (logged), never the
  * daemon. Connections are bounded (MAX_CONNECTIONS); a registration is at most 2^31 bytes.
  */
-import { chmodSync, existsSync, mkdirSync, unlinkSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, unlinkSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Dataplane } from './dataplane.ts';
 import { VERBS_LIMITS } from './verbs.ts';
@@ -59,6 +59,8 @@ const ACCESS_BITS = ['local-write', 'remote-write', 'remote-read', 'remote-atomi
 
 /** What one connection (one opened device context) created: destroyed when it closes. */
 interface Owned {
+  /** "pid N (comm)" of the connected program (SO_PEERCRED), for QpView.owner. */
+  owner: string;
   pds: Set<number>;
   mrs: Set<number>;
   cqs: Set<number>;
@@ -112,6 +114,18 @@ async function devices(dp: Dataplane, seq: number, maxQps: number): Promise<Uint
     v.setUint32(o + 128, VERBS_LIMITS.maxRdAtomic, true);
   });
   return out;
+}
+
+/** "pid 1234 (ib_write_bw)": the peer's pid and its command name (/proc, at most 15 bytes). */
+function ownerOf(peer: { pid: number } | null): string {
+  if (peer === null) return 'unknown process';
+  let comm = '';
+  try {
+    comm = readFileSync(`/proc/${peer.pid}/comm`, 'utf8').trim().slice(0, 15);
+  } catch {
+    // gone already, or another pid namespace
+  }
+  return comm ? `pid ${peer.pid} (${comm})` : `pid ${peer.pid}`;
 }
 
 function header(v: DataView, op: number, status: number, seq: number, count: number): void {
@@ -247,6 +261,7 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
           maxInline: f(6),
         });
         own.qps.add(qp.qpn);
+        dp.noteQpOwner(qp.qpn, own.owner);
         const out = new Uint8Array(20);
         const v = new DataView(out.buffer);
         [qp.qpn, qp.maxSendWr, qp.maxRecvWr, qp.maxSge, qp.maxInline].forEach((x, k) => v.setUint32(4 * k, x, true));
@@ -354,7 +369,13 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
             core.closeFd(c);
             continue;
           }
-          conns.set(c, { pds: new Set(), mrs: new Set(), cqs: new Set(), qps: new Set() });
+          conns.set(c, {
+            owner: ownerOf(core.seqpacketPeer(c)),
+            pds: new Set(),
+            mrs: new Set(),
+            cqs: new Set(),
+            qps: new Set(),
+          });
           waiter.add(c);
         }
         loop();

@@ -97,6 +97,8 @@ export interface QpView extends Omit<QpInfo, 'local' | 'remote'> {
   recvCq: number;
   /** The listener port that accepted it, or null. */
   listener: number | null;
+  /** The program that created it through the verbs socket ("pid 1234 (ib_write_bw)"), or null. */
+  owner: string | null;
 }
 
 export interface SgeIn {

@@ -386,6 +386,8 @@ export interface CoreAddon {
   seqpacketRecv(fd: number): null | { eof: true } | { data: Uint8Array; fd: number };
   /** Map `size` bytes of a passed memfd sealed against shrinking (closes fd); throws naming what is wrong. */
   mapSealedFd(fd: number, size: number): ArrayBuffer;
+  /** The process at the other end of a unix socket (SO_PEERCRED), or null. */
+  seqpacketPeer(fd: number): { pid: number; uid: number } | null;
 }
 
 /** The core addon is missing or cannot be loaded. */

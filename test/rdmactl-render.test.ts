@@ -295,11 +295,11 @@ test('renderers on live views: show interfaces / neighbors / qps in VPP columns'
     );
     assert.match(n[1], new RegExp(`^ +\\d*\\.\\d{4} +${IP_B.replace(/\./g, '\\.')} +S +${MAC_B} +${ifs[0].name}$`));
     const q = formatQps(await a.qps()).split('\n');
-    assert.match(q[0], /^ +QPN +State +Local +Remote +SQ\/RQ +Tx-packets +Rx-packets +Retrans +SRTT-us *$/);
+    assert.match(q[0], /^ +QPN +State +Local +Remote +SQ\/RQ +Tx-packets +Rx-packets +Retrans +SRTT-us +Owner$/);
     const row = q[1];
     assert.match(
       row,
-      new RegExp(`^ *${qa.qpn} +rts +${IP_A}:${qa.qpn} +${IP_B}:${qb.qpn} +0/0 +\\d+ +\\d+ +\\d+ +\\d+\\.\\d$`),
+      new RegExp(`^ *${qa.qpn} +rts +${IP_A}:${qa.qpn} +${IP_B}:${qb.qpn} +0/0 +\\d+ +\\d+ +\\d+ +\\d+\\.\\d +-$`),
     );
     const txp = (await a.getQp(qa.qpn)).counters.txPackets;
     assert.ok(txp >= 1);

@@ -11,6 +11,7 @@ import { execFile, spawn, spawnSync } from 'node:child_process';
 import { closeSync, existsSync, mkdtempSync, openSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { formatQps } from '../api/render.ts';
 import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import { loadCore, NATIVE_BUILD_DIR } from '../native/load.ts';
 import { IP_A, IP_B, MAC_A, twoDataplanes } from './dataplane-helpers.ts';
@@ -205,6 +206,8 @@ test("a QP through ibv_create_qp and ibv_modify_qp: RTS towards the AV's IPv4 GI
       assert.equal(q!.remote, { ip: IP_B, port: peer });
       assert.equal([q!.ird, q!.ord], [4, 2], 'IRD from max_dest_rd_atomic, ORD from max_rd_atomic');
       assert.equal([q!.maxSendWr, q!.maxRecvWr], [8, 8]);
+      assert.is(q!.owner, `pid ${p.pid} (verbs-check)`, 'the owning process (SO_PEERCRED)');
+      assert.match(formatQps(await dp.qps()), new RegExp(`^ +${qpn} +rts .* pid ${p.pid} \\(verbs-check\\)$`, 'm'));
       p.stdin.write('post\n');
       await io.line(/^post 95$/m); // EOPNOTSUPP
       assert.match(io.out(), /rdma-graph verbs: ibv_post_recv is not implemented yet/);

@@ -109,6 +109,19 @@ Napi::Value MapSealedFd(const Napi::CallbackInfo& info) {
   return Napi::ArrayBuffer::New(env, a, size, [](Napi::Env, void*, Holder* x) { munmap(x->a, x->n); delete x; }, h);
 }
 
+// seqpacketPeer(fd): the connected process (SO_PEERCRED) as {pid, uid}, or null.
+Napi::Value SeqpacketPeer(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info, 0, "seqpacketPeer");
+  struct ucred cr;
+  socklen_t len = sizeof cr;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) return env.Null();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("pid", Napi::Number::New(env, cr.pid));
+  o.Set("uid", Napi::Number::New(env, cr.uid));
+  return o;
+}
+
 void InitMemifRaw(Napi::Env env, Napi::Object exports) {
   exports.Set("memifRawConnect", Napi::Function::New(env, RawSocket<false>, "memifRawConnect"));
   exports.Set("memifRawListen", Napi::Function::New(env, RawSocket<true>, "memifRawListen"));
@@ -123,6 +136,7 @@ void InitMemifRaw(Napi::Env env, Napi::Object exports) {
   exports.Set("seqpacketSend", Napi::Function::New(env, RawSend, "seqpacketSend"));
   exports.Set("seqpacketRecv", Napi::Function::New(env, RawRecv, "seqpacketRecv"));
   exports.Set("mapSealedFd", Napi::Function::New(env, MapSealedFd, "mapSealedFd"));
+  exports.Set("seqpacketPeer", Napi::Function::New(env, SeqpacketPeer, "seqpacketPeer"));
 }
 
 }  // namespace memifimpl
