@@ -743,14 +743,20 @@ export class Dataplane {
    * `access` defaults to ['local-write'] (VERBS_DEFAULTS.access), as rdmactl's. `memory`: register
    * that memory (the verbs socket's, an application's shared pages) instead of allocating `length`.
    */
-  async createMr(req: { pd: number; length: number; access?: string[]; memory?: Uint8Array }): Promise<MrView> {
+  async createMr(req: {
+    pd: number;
+    length: number;
+    access?: string[];
+    memory?: Uint8Array;
+    base?: number;
+  }): Promise<MrView> {
     this.live();
     return guard(() => {
       const pd = this.pd(req.pd);
       const access = req.access ?? VERBS_DEFAULTS.access;
       if (!Array.isArray(access))
         throw new DataplaneError('invalid', `access must be a list of ${ACCESS_NAMES.join(', ')}`);
-      return this.mrView(this.rdma.regMr(pd, req.memory ?? req.length, access));
+      return this.mrView(this.rdma.regMr(pd, req.memory ?? req.length, access, req.base));
     });
   }
 

@@ -208,16 +208,25 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
         if (passed < 0) return ERRNO.invalid;
         let fd = passed;
         try {
-          want(16);
+          want(40);
           const pd = body.getUint32(0, true),
             access = body.getUint32(4, true),
-            length = Number(body.getBigUint64(8, true));
+            u64 = (at: number) => Number(body.getBigUint64(at, true));
+          const span = u64(8),
+            start = u64(16),
+            addr = u64(24),
+            length = u64(32);
           if (!own.pds.has(pd)) return ERRNO['not-found'];
-          if (length < 1 || length > VERBS_LIMITS.maxMrLength || access > 15) return ERRNO.invalid;
+          // The buffer lies in the pages: [addr, addr + length) within [start, start + span).
+          const skip = addr - start;
+          if (access > 15 || span < 1 || span > VERBS_LIMITS.maxMrLength + 2 ** 22) return ERRNO.invalid;
+          if (length < 1 || length > VERBS_LIMITS.maxMrLength || skip < 0 || skip + length > span) return ERRNO.invalid;
+          if (addr + length > 2 ** 53) return ERRNO.invalid;
           fd = -1;
-          const memory = new Uint8Array(core.mapSealedFd(passed, length)); // closes the fd
+          const pages = new Uint8Array(core.mapSealedFd(passed, span)); // closes the fd
           const names = ACCESS_BITS.filter((_, b) => access & (1 << b));
-          const mr = await dp.createMr({ pd, length, access: names, memory });
+          const memory = pages.subarray(skip, skip + length);
+          const mr = await dp.createMr({ pd, length, access: names, memory, base: addr });
           own.mrs.add(mr.mr);
           const out = new Uint8Array(8);
           new DataView(out.buffer).setUint32(0, mr.mr, true);

@@ -343,8 +343,18 @@ export class Rdma {
   // ------------------------------------------------------------------ MR
 
   /** Register memory (a length: the data plane allocates it; or the application's bytes). */
-  regMr(pd: Pd, memory: number | Uint8Array, access: number | readonly string[]): Mr {
+  /**
+   * `base`: the tagged offset of the MR's byte 0 (default 0: peers address it by offsets); a verbs
+   * program's MR has its virtual address there, since its peers send remote_addr.
+   */
+  regMr(pd: Pd, memory: number | Uint8Array, access: number | readonly string[], base = 0): Mr {
     if (pd.destroyed) throw new VerbsError('not-found', `pd ${pd.handle} is destroyed`);
+    if (
+      !Number.isSafeInteger(base) ||
+      base < 0 ||
+      base + (typeof memory === 'number' ? memory : memory.byteLength) > 2 ** 53
+    )
+      throw new VerbsError('invalid', `mr base must be an integer in 0..2^53 - length, got ${base}`);
     const acc = typeof access === 'number' ? access : accessFromNames(access);
     if (typeof memory === 'number') {
       const max = VERBS_LIMITS.maxMrLength;
@@ -372,7 +382,7 @@ export class Rdma {
       span = 2 ** kb;
     const key = (this.mrKeys[ix] = (this.mrKeys[ix] + 1 + randomBelow(span - 1)) % span);
     const bytes = typeof memory === 'number' ? new Uint8Array(new SharedArrayBuffer(memory)) : memory;
-    const mr = new Mr(this.handle(), pd, (ix * span + key) >>> 0, bytes, acc);
+    const mr = new Mr(this.handle(), pd, (ix * span + key) >>> 0, bytes, acc, base);
     mrs[ix] = mr;
     this.mrsByHandle.set(mr.handle, mr);
     this.budget.charge(mr, charge);

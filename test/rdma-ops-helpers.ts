@@ -284,6 +284,51 @@ export function rdmaOpsSuite(link: Link, only?: readonly string[]): ReturnType<t
   test('read: sizes around both boundaries up to 16 MiB, responses segmented at the tagged payload', () =>
     withPair((c) => taggedSweep(c, 'read')));
 
+  test("an MR with a base (a verbs program's virtual address): write, read and fetch-add address it at base + offset; below the base is out of bounds", () =>
+    withPair(async ({ a, b, A, B }) => {
+      const BASE = 0x7f12_3456_7000 + 24; // a user-space address, not page aligned
+      const src = a.rdma.regMr(A.pd, pattern(4096, 17), ['local-write']);
+      const dst = b.rdma.regMr(B.pd, 4096, [...RW, 'remote-atomic'], BASE);
+      a.rdma.postSend(A.qp, {
+        wrId: 'w',
+        opcode: 'write',
+        sg: [{ mr: src, offset: 0, length: 1000 }],
+        remote: { stag: dst.stag, offset: BASE + 100 },
+      });
+      assert.equal(await one(A.scq), { wrId: 'w', qpn: A.qp.qpn, status: 'success', opcode: 'write', byteLen: 1000 });
+      sameBytes(dst.memory.subarray(100, 1100), src.memory.subarray(0, 1000), 'written at TO - base');
+      allBytes(dst.memory.subarray(0, 100), 0, 'nothing before');
+      const back = a.rdma.regMr(A.pd, 1000, ['local-write']);
+      a.rdma.postSend(A.qp, {
+        wrId: 'r',
+        opcode: 'read',
+        sg: [{ mr: back, offset: 0, length: 1000 }],
+        remote: { stag: dst.stag, offset: BASE + 100 },
+      });
+      assert.equal(await one(A.scq), { wrId: 'r', qpn: A.qp.qpn, status: 'success', opcode: 'read', byteLen: 1000 });
+      sameBytes(back.memory, src.memory.subarray(0, 1000), 'read from TO - base');
+      dst.view.setBigUint64(2048, 41n, true);
+      a.rdma.postSend(A.qp, {
+        wrId: 'f',
+        opcode: 'fetch-add',
+        atomic: { add: 1n },
+        sg: [{ mr: back, offset: 0, length: 8 }],
+        remote: { stag: dst.stag, offset: BASE + 2048 },
+      } as SendRequest);
+      assert.equal(await one(A.scq), { wrId: 'f', qpn: A.qp.qpn, status: 'success', opcode: 'fetch-add', byteLen: 8 });
+      assert.is(dst.view.getBigUint64(2048, true), 42n, 'the atomic at TO - base');
+      // An offset-addressed TO (what the REST API sends) is below this MR's base.
+      a.rdma.postSend(A.qp, {
+        wrId: 'low',
+        opcode: 'write',
+        sg: [{ mr: src, offset: 0, length: 8 }],
+        remote: { stag: dst.stag, offset: 100 },
+      });
+      assert.is((await one(A.scq)).status, 'remote-access-error', 'below the base: out of bounds');
+      allBytes(dst.memory.subarray(0, 100), 0, 'nothing written');
+      assert.is(b.rdma.queryQp(B.qp).state, 'error');
+    }));
+
   // ------------------------------------------------------------------ Send variants
 
   test('send-with-solicited: the receive completion is solicited; solicited: true on a send too', () =>

@@ -47,10 +47,14 @@ struct rgv_device {
 };
 
 /* RGV_OP_REG_MR: the pages [page start, page end) of the registration, moved onto a memfd sealed
-   against shrinking and growing; `length` bytes of it (a multiple of the page size). */
+   against shrinking and growing (`span` bytes, a multiple of the page size); the MR is the
+   `length` bytes at virtual address `addr` in them (peers address it by that address). */
 struct rgv_reg_mr {
   uint32_t pd;
   uint32_t access; /* bit 0 local-write, 1 remote-write, 2 remote-read, 3 remote-atomic */
+  uint64_t span;
+  uint64_t start; /* virtual address of the first page */
+  uint64_t addr;
   uint64_t length;
 };
 
@@ -84,7 +88,7 @@ struct rgv_modify_qp {
 _Static_assert(sizeof(struct rgv_create_qp) == 28, "rgv_create_qp is 28 bytes");
 _Static_assert(sizeof(struct rgv_qp) == 20, "rgv_qp is 20 bytes");
 _Static_assert(sizeof(struct rgv_modify_qp) == 48, "rgv_modify_qp is 48 bytes");
-_Static_assert(sizeof(struct rgv_reg_mr) == 16, "rgv_reg_mr is 16 bytes");
+_Static_assert(sizeof(struct rgv_reg_mr) == 40, "rgv_reg_mr is 40 bytes");
 _Static_assert(sizeof(struct rgv_mr) == 8, "rgv_mr is 8 bytes");
 _Static_assert(sizeof(struct rgv_hdr) == 16, "rgv_hdr is 16 bytes");
 _Static_assert(sizeof(struct rgv_device) == 132, "rgv_device is 132 bytes");

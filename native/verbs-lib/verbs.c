@@ -449,7 +449,7 @@ static struct ibv_mr* reg_mr(struct ibv_pd* pd, void* addr, size_t length, int a
   munmap(tmp, span);
   tmp = MAP_FAILED;
   if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) goto fail;
-  struct rgv_reg_mr q = {.pd = pd->handle, .access = (uint32_t)(access & KNOWN_ACCESS), .length = span};
+  struct rgv_reg_mr q = {.pd = pd->handle, .access = (uint32_t)(access & KNOWN_ACCESS), .span = span, .start = start, .addr = (uintptr_t)addr, .length = length};
   struct rgv_mr r;
   if (ctx_call(pd->context, RGV_OP_REG_MR, &q, sizeof q, fd, &r, sizeof r) != 0) goto fail;
   close(fd);

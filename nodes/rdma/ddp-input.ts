@@ -171,8 +171,8 @@ function ddpInput(rt: NodeRuntime, frame: Frame | null): number {
         if (plen > 0) {
           const mr = core.mrFor(stag, qp.pd);
           if (mr === null || !(mr.access & Access.REMOTE_WRITE)) code = TermCode.DDP_T_INVALID_STAG;
-          else if (to + plen > mr.length) code = TermCode.DDP_T_BOUNDS;
-          else place(pool, bi, hlen, mr.memory, null, to, plen);
+          else if (to < mr.base || to - mr.base + plen > mr.length) code = TermCode.DDP_T_BOUNDS;
+          else place(pool, bi, hlen, mr.memory, null, to - mr.base, plen);
         }
       } else if (op === RdmapOp.READ_RESPONSE) {
         const wr = qp.ordRing[stag & qp.ordMask];

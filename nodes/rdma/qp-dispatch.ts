@@ -152,7 +152,7 @@ export function deliver(core: RdmaCore, qp: Qp): void {
         }
         r.atomic = false;
         r.src = mr;
-        r.srcOff = rw[b + 6] * 4294967296 + rw[b + 7];
+        r.srcOff = rw[b + 6] * 4294967296 + rw[b + 7] - (mr === null ? 0 : mr.base);
         r.length = size;
         r.sinkStag = rw[b + 1];
         r.sinkTo = rw[b + 2] * 4294967296 + rw[b + 3];
@@ -172,7 +172,7 @@ export function deliver(core: RdmaCore, qp: Qp): void {
           );
           break;
         }
-        const to = rw[b + 4] * 4294967296 + rw[b + 5];
+        const to = rw[b + 4] * 4294967296 + rw[b + 5] - mr.base;
         const dv = mr.view;
         const oLo = dv.getUint32(to, true),
           oHi = dv.getUint32(to + 4, true);

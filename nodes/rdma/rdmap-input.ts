@@ -24,7 +24,7 @@ import { QpState, RX_WORDS, RxEvent } from './qp.ts';
 import { raiseTerminate, receiveTerminate } from './terminate.ts';
 import { unreceive } from './transport.ts';
 import { RdmaOpaque } from './trp-input.ts';
-import { Access, WrOpcode } from './verbs.ts';
+import { Access, type Mr, WrOpcode } from './verbs.ts';
 import {
   AR_OPCODE,
   AR_STAG,
@@ -211,7 +211,8 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
             if (size > 0 && mr === null) code = TermCode.RDMAP_INVALID_STAG;
             else if (size > 0 && !((mr as { access: number }).access & Access.REMOTE_READ))
               code = TermCode.RDMAP_ACCESS;
-            else if (size > 0 && to + size > (mr as { length: number }).length) code = TermCode.RDMAP_BOUNDS;
+            else if (size > 0 && (to < (mr as Mr).base || to - (mr as Mr).base + size > (mr as Mr).length))
+              code = TermCode.RDMAP_BOUNDS;
             else {
               qp.rxEv[s] = RxEvent.READ_REQUEST;
               rw[b] = msn;
@@ -225,7 +226,7 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
             if (aop > AtomicOp.CMP_SWAP) code = TermCode.RDMAP_UNEXPECTED_OPCODE;
             else if (mr === null) code = TermCode.RDMAP_INVALID_STAG;
             else if (!(mr.access & Access.REMOTE_ATOMIC)) code = TermCode.RDMAP_ACCESS;
-            else if (to % 8 !== 0 || to + 8 > mr.length) code = TermCode.RDMAP_BOUNDS;
+            else if (to % 8 !== 0 || to < mr.base || to - mr.base + 8 > mr.length) code = TermCode.RDMAP_BOUNDS;
             else {
               qp.rxEv[s] = RxEvent.ATOMIC_REQUEST;
               rw[b] = msn;

@@ -173,8 +173,13 @@ export class Mr {
   readonly view: DataView;
   readonly length: number;
   readonly access: number;
+  /**
+   * The tagged offset of byte 0: 0 for an MR addressed by offsets (the REST API's), the virtual
+   * address of the buffer for one a verbs program registered (peers send remote_addr as TO).
+   */
+  readonly base: number;
   valid = true;
-  constructor(handle: number, pd: Pd, stag: number, memory: Uint8Array, access: number) {
+  constructor(handle: number, pd: Pd, stag: number, memory: Uint8Array, access: number, base = 0) {
     this.handle = handle;
     this.pd = pd;
     this.stag = stag;
@@ -182,6 +187,7 @@ export class Mr {
     this.view = new DataView(memory.buffer, memory.byteOffset, memory.byteLength);
     this.length = memory.byteLength;
     this.access = access;
+    this.base = base;
   }
 }
 
