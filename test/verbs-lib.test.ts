@@ -227,6 +227,30 @@ test("a QP through ibv_create_qp and ibv_modify_qp: RTS towards the AV's IPv4 GI
   });
 });
 
+test("the daemon going away: the program's next verb fails with an errno at once, it does not hang", async () => {
+  if (!checkReady()) return;
+  const dir = mkdtempSync(join(tmpdir(), 'verbs-lib-'));
+  const socket = join(dir, 'verbs.sock');
+  const dps = await twoDataplanes();
+  const vs = dps.a.serveVerbs({ path: socket });
+  const { p, io } = startCheck(socket);
+  try {
+    await io.line(/^mr \d+/m);
+    p.stdin.write('pd\n');
+    await io.line(/^pd \d+$/m);
+    vs.close(); // the daemon stops serving: its end of every connection closes
+    const t0 = Date.now();
+    p.stdin.write('pd\n');
+    const m = await io.line(/^pd failed (\d+)$/m);
+    assert.ok([104, 32].includes(Number(m[1])), `ECONNRESET or EPIPE, got errno ${m[1]}`);
+    assert.ok(Date.now() - t0 < 3000, `failed within ${Date.now() - t0} ms (the library's timeout is 5 s)`);
+  } finally {
+    p.kill('SIGKILL');
+    await dps.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test('registration refused: memory that is not a sealed memfd, a PD of another connection', async () => {
   if (!ready()) return;
   await withVerbsDaemon(async ({ socket, dps }) => {

@@ -6,6 +6,7 @@
  *
  *   stdout, once registered:  "mr HANDLE stag STAG offset OFF length LEN pd PD"
  *   stdin:  "show OFF LEN" -> the bytes as hex; "dereg" -> "dereg 0"; "dealloc" -> "dealloc 0";
+ *           "pd" -> "pd HANDLE" or "pd failed ERRNO" (another ibv_alloc_pd);
  *           "qp A.B.C.D QPN PSN" -> a CQ and an RC QP taken to RTS towards that peer:
  *           "qp QPN rts rc 0" (or the failing step and its errno); "post" -> "post RC" (ibv_post_recv)
  */
@@ -110,6 +111,10 @@ int main(void) {
       struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = 16, .lkey = mr->lkey};
       struct ibv_recv_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1}, *bad = NULL;
       printf("post %d\n", ibv_post_recv(qp, &wr, &bad));
+    } else if (strncmp(line, "pd", 2) == 0) {
+      struct ibv_pd* p2 = ibv_alloc_pd(ctx);
+      if (p2 != NULL) printf("pd %u\n", p2->handle);
+      else printf("pd failed %d\n", errno);
     } else if (strncmp(line, "exit", 4) == 0) {
       break;
     }
