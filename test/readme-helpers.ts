@@ -35,6 +35,8 @@ export interface Daemon {
   proc: ChildProcess;
   out: string;
   exit: Promise<number | null>;
+  /** Every holder of its output pipes has gone (a daemon npm started included): all it wrote is in `out`. */
+  closed: Promise<void>;
 }
 
 /** `rdma-graph start ARGS`, or (`shell`) a README line run by bash; resolves once its API listens. */
@@ -47,7 +49,12 @@ export function daemon(args: string[], shell?: string): Promise<Daemon> {
       stdio: ['ignore', 'pipe', 'pipe'],
     },
   );
-  const d: Daemon = { proc, out: '', exit: new Promise((r) => proc.on('exit', (c) => r(c))) };
+  const d: Daemon = {
+    proc,
+    out: '',
+    exit: new Promise((r) => proc.on('exit', (c) => r(c))),
+    closed: new Promise((r) => proc.on('close', () => r())),
+  };
   return new Promise((resolve, reject) => {
     const t = setTimeout(() => reject(new Error(`daemon ${args.join(' ')}: no API after 30 s:\n${d.out}`)), 30_000);
     const on = (b: Buffer) => {
