@@ -32,6 +32,7 @@ export const RGV_OP_DESTROY_CQ = 7;
 export const RGV_OP_CREATE_QP = 8;
 export const RGV_OP_MODIFY_QP = 9;
 export const RGV_OP_DESTROY_QP = 10;
+export const RGV_OP_QUERY_QP = 11;
 /** libibverbs' enum ibv_qp_state, in order; and the attr_mask bits the daemon reads. */
 const IBV_STATES = ['reset', 'init', 'rtr', 'rts', 'sqd', 'sqe', 'error'] as const;
 const IBV_QP_STATE = 1 << 0,
@@ -64,7 +65,8 @@ interface Owned {
   pds: Set<number>;
   mrs: Set<number>;
   cqs: Set<number>;
-  qps: Set<number>;
+  /** QPN -> the receive PSN it was given at RTR (for ibv_query_qp; the daemon's view has the send one). */
+  qps: Map<number, number>;
 }
 const MAX_CONNECTIONS = 256;
 
@@ -165,7 +167,7 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
   let closed = false;
   /** Destroy what a closed connection created: QPs (each sends FIN), MRs, CQs, then PDs. */
   const release = async (own: Owned) => {
-    for (const q of own.qps) await dp.destroyQp(q).catch(() => undefined);
+    for (const q of own.qps.keys()) await dp.destroyQp(q).catch(() => undefined);
     for (const h of own.mrs) await dp.destroyMr(h).catch(() => undefined);
     for (const h of own.cqs) await dp.destroyCq(h).catch(() => undefined);
     for (const h of own.pds) await dp.destroyPd(h).catch(() => undefined);
@@ -269,7 +271,7 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
           maxSge: Math.max(1, f(5)),
           maxInline: f(6),
         });
-        own.qps.add(qp.qpn);
+        own.qps.set(qp.qpn, 0);
         dp.noteQpOwner(qp.qpn, own.owner);
         const out = new Uint8Array(20);
         const v = new DataView(out.buffer);
@@ -292,15 +294,44 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
           if (!(mask & IBV_QP_DEST_QPN)) return ERRNO.invalid;
           remote = { ip: [...gid.subarray(12, 16)].join('.'), port: body.getUint32(28, true) };
         }
+        const rqPsn = mask & IBV_QP_RQ_PSN ? body.getUint32(32, true) : undefined;
         await dp.modifyQp(qpn, {
           state: IBV_STATES[state],
           remote,
-          rqPsn: mask & IBV_QP_RQ_PSN ? body.getUint32(32, true) : undefined,
+          rqPsn,
           sqPsn: mask & IBV_QP_SQ_PSN ? body.getUint32(36, true) : undefined,
           ord: mask & IBV_QP_MAX_QP_RD_ATOMIC ? body.getUint32(40, true) : undefined,
           ird: mask & IBV_QP_MAX_DEST_RD_ATOMIC ? body.getUint32(44, true) : undefined,
         });
+        if (rqPsn !== undefined) own.qps.set(qpn, rqPsn);
         return new Uint8Array(0);
+      }
+      if (op === RGV_OP_QUERY_QP) {
+        want(4);
+        const qpn = body.getUint32(0, true);
+        const rqPsn = own.qps.get(qpn);
+        if (rqPsn === undefined) return ERRNO['not-found'];
+        const q = await dp.getQp(qpn);
+        const out = new Uint8Array(48);
+        const v = new DataView(out.buffer);
+        // The largest IB MTU the QP's segments (payload plus the 18 DDP/RDMAP bytes) hold.
+        const room = q.segmentSize + 18;
+        const mtu = room >= 4096 ? 5 : room >= 2048 ? 4 : room >= 1024 ? 3 : room >= 512 ? 2 : 1;
+        [
+          IBV_STATES.indexOf(q.state),
+          q.remote?.port ?? 0,
+          rqPsn,
+          q.psn,
+          q.ord,
+          q.ird,
+          mtu,
+          q.maxSendWr,
+          q.maxRecvWr,
+          q.maxSge,
+          q.maxInline,
+        ].forEach((x, k) => v.setUint32(4 * k, x, true));
+        if (q.remote) out.set(q.remote.ip.split('.').map(Number), 44);
+        return out;
       }
       if (op === RGV_OP_DESTROY_QP) {
         want(4);
@@ -383,7 +414,7 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
             pds: new Set(),
             mrs: new Set(),
             cqs: new Set(),
-            qps: new Set(),
+            qps: new Map(),
           });
           waiter.add(c);
         }

@@ -208,6 +208,15 @@ test("a QP through ibv_create_qp and ibv_modify_qp: RTS towards the AV's IPv4 GI
       assert.equal([q!.maxSendWr, q!.maxRecvWr], [8, 8]);
       assert.is(q!.owner, `pid ${p.pid} (verbs-check)`, 'the owning process (SO_PEERCRED)');
       assert.match(formatQps(await dp.qps()), new RegExp(`^ +${qpn} +rts .* pid ${p.pid} \\(verbs-check\\)$`, 'm'));
+      p.stdin.write('query\n');
+      // What it was given: RTR rq_psn 1000, max_dest_rd_atomic 4; RTS sq_psn 1001, max_rd_atomic 2;
+      // 1024-byte segments on a 1500-byte link.
+      await io.line(
+        new RegExp(
+          `^query rc 0 state 3 dest ${peer} rqpsn 1000 sqpsn 1001 ird 4 ord 2 mtu 3 gid ${IP_B.replace(/\./g, '\\.')} send 8 recv 8$`,
+          'm',
+        ),
+      );
       p.stdin.write('post\n');
       await io.line(/^post 95$/m); // EOPNOTSUPP
       assert.match(io.out(), /rdma-graph verbs: ibv_post_recv is not implemented yet/);

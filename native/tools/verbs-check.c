@@ -7,6 +7,7 @@
  *   stdout, once registered:  "mr HANDLE stag STAG offset OFF length LEN pd PD"
  *   stdin:  "show OFF LEN" -> the bytes as hex; "dereg" -> "dereg 0"; "dealloc" -> "dealloc 0";
  *           "pd" -> "pd HANDLE" or "pd failed ERRNO" (another ibv_alloc_pd);
+ *           "query" -> "query rc 0 state S dest QPN rqpsn R sqpsn P ird I ord O mtu M gid A.B.C.D send W recv W"
  *           "qp A.B.C.D QPN PSN" -> a CQ and an RC QP taken to RTS towards that peer:
  *           "qp QPN rts rc 0" (or the failing step and its errno); "post" -> "post RC" (ibv_post_recv)
  */
@@ -111,6 +112,14 @@ int main(void) {
       struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = 16, .lkey = mr->lkey};
       struct ibv_recv_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1}, *bad = NULL;
       printf("post %d\n", ibv_post_recv(qp, &wr, &bad));
+    } else if (strncmp(line, "query", 5) == 0 && qp != NULL) {
+      struct ibv_qp_attr qa;
+      struct ibv_qp_init_attr qi;
+      int rc = ibv_query_qp(qp, &qa, IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN, &qi);
+      printf("query rc %d state %d dest %u rqpsn %u sqpsn %u ird %u ord %u mtu %d gid %u.%u.%u.%u send %u recv %u\n", rc,
+             qa.qp_state, qa.dest_qp_num, qa.rq_psn, qa.sq_psn, qa.max_dest_rd_atomic, qa.max_rd_atomic, qa.path_mtu,
+             qa.ah_attr.grh.dgid.raw[12], qa.ah_attr.grh.dgid.raw[13], qa.ah_attr.grh.dgid.raw[14],
+             qa.ah_attr.grh.dgid.raw[15], qi.cap.max_send_wr, qi.cap.max_recv_wr);
     } else if (strncmp(line, "pd", 2) == 0) {
       struct ibv_pd* p2 = ibv_alloc_pd(ctx);
       if (p2 != NULL) printf("pd %u\n", p2->handle);

@@ -19,6 +19,7 @@
 #define RGV_OP_CREATE_QP 8u /* rgv_create_qp -> rgv_qp */
 #define RGV_OP_MODIFY_QP 9u /* rgv_modify_qp */
 #define RGV_OP_DESTROY_QP 10u /* u32 qpn */
+#define RGV_OP_QUERY_QP 11u /* u32 qpn -> rgv_qp_attr */
 #define RGV_MAX_DEVICES 64u
 
 /* Every request and response starts with this (16 bytes). */
@@ -85,6 +86,17 @@ struct rgv_modify_qp {
   uint32_t max_dest_rd_atomic; /* IRD */
 };
 
+/* RGV_OP_QUERY_QP: the QP as it is, with the attributes it was given. */
+struct rgv_qp_attr {
+  uint32_t state; /* enum ibv_qp_state */
+  uint32_t dest_qpn, rq_psn, sq_psn;
+  uint32_t max_rd_atomic, max_dest_rd_atomic;
+  uint32_t path_mtu; /* enum ibv_mtu of the QP's segments */
+  uint32_t max_send_wr, max_recv_wr, max_sge, max_inline;
+  uint8_t dest_ipv4[4]; /* 0.0.0.0: no peer yet */
+};
+
+_Static_assert(sizeof(struct rgv_qp_attr) == 48, "rgv_qp_attr is 48 bytes");
 _Static_assert(sizeof(struct rgv_create_qp) == 28, "rgv_create_qp is 28 bytes");
 _Static_assert(sizeof(struct rgv_qp) == 20, "rgv_qp is 20 bytes");
 _Static_assert(sizeof(struct rgv_modify_qp) == 48, "rgv_modify_qp is 48 bytes");

@@ -588,6 +588,42 @@ EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask) 
   return 0;
 }
 
+/* Every attribute the QP has, whatever `mask` asks for (libibverbs allows more). */
+EXPORT int ibv_query_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask, struct ibv_qp_init_attr* init) {
+  uint32_t h = qp->qp_num;
+  struct rgv_qp_attr r;
+  if (ctx_call(qp->context, RGV_OP_QUERY_QP, &h, sizeof h, -1, &r, sizeof r) != 0) return errno;
+  memset(attr, 0, sizeof *attr);
+  attr->qp_state = attr->cur_qp_state = (enum ibv_qp_state)r.state;
+  attr->path_mtu = (enum ibv_mtu)r.path_mtu;
+  attr->dest_qp_num = r.dest_qpn;
+  attr->rq_psn = r.rq_psn;
+  attr->sq_psn = r.sq_psn;
+  attr->max_rd_atomic = (uint8_t)r.max_rd_atomic;
+  attr->max_dest_rd_atomic = (uint8_t)r.max_dest_rd_atomic;
+  attr->port_num = 1;
+  attr->cap.max_send_wr = r.max_send_wr;
+  attr->cap.max_recv_wr = r.max_recv_wr;
+  attr->cap.max_send_sge = attr->cap.max_recv_sge = r.max_sge;
+  attr->cap.max_inline_data = r.max_inline;
+  if (r.dest_ipv4[0] | r.dest_ipv4[1] | r.dest_ipv4[2] | r.dest_ipv4[3]) {
+    attr->ah_attr.is_global = 1;
+    attr->ah_attr.port_num = 1;
+    attr->ah_attr.grh.dgid.raw[10] = attr->ah_attr.grh.dgid.raw[11] = 0xff;
+    memcpy(&attr->ah_attr.grh.dgid.raw[12], r.dest_ipv4, 4);
+  }
+  if (init != NULL) {
+    memset(init, 0, sizeof *init);
+    init->qp_context = qp->qp_context;
+    init->send_cq = qp->send_cq;
+    init->recv_cq = qp->recv_cq;
+    init->srq = qp->srq;
+    init->cap = attr->cap;
+    init->qp_type = qp->qp_type;
+  }
+  return 0;
+}
+
 EXPORT int ibv_destroy_qp(struct ibv_qp* qp) {
   uint32_t h = qp->qp_num;
   if (ctx_call(qp->context, RGV_OP_DESTROY_QP, &h, sizeof h, -1, NULL, 0) != 0) return errno;
@@ -633,7 +669,6 @@ NULL_VERB(struct ibv_srq*, ibv_create_srq, struct ibv_pd* pd, struct ibv_srq_ini
 ERR_VERB(int, ibv_modify_srq, struct ibv_srq* srq, struct ibv_srq_attr* attr, int mask)
 ERR_VERB(int, ibv_query_srq, struct ibv_srq* srq, struct ibv_srq_attr* attr)
 ERR_VERB(int, ibv_destroy_srq, struct ibv_srq* srq)
-ERR_VERB(int, ibv_query_qp, struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask, struct ibv_qp_init_attr* init)
 NULL_VERB(struct ibv_qp_ex*, ibv_qp_to_qp_ex, struct ibv_qp* qp)
 NULL_VERB(struct ibv_ah*, ibv_create_ah, struct ibv_pd* pd, struct ibv_ah_attr* attr)
 NULL_VERB(struct ibv_ah*, ibv_create_ah_from_wc, struct ibv_pd* pd, struct ibv_wc* wc, struct ibv_grh* grh, uint8_t port_num)
