@@ -130,6 +130,14 @@ function ownerOf(peer: { pid: number } | null): string {
   return comm ? `pid ${peer.pid} (${comm})` : `pid ${peer.pid}`;
 }
 
+/** A reply payload of little-endian u32 words. */
+function u32s(...words: number[]): Uint8Array {
+  const out = new Uint8Array(4 * words.length);
+  const v = new DataView(out.buffer);
+  words.forEach((x, k) => v.setUint32(4 * k, x >>> 0, true));
+  return out;
+}
+
 function header(v: DataView, op: number, status: number, seq: number, count: number): void {
   v.setUint32(0, RGV_MAGIC, true);
   v.setUint16(4, op, true);
@@ -182,13 +190,20 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
   };
   /** One verb: its reply payload, or the errno it failed with. */
   const verb = async (own: Owned, op: number, body: DataView, passed: number): Promise<Uint8Array | number> => {
-    const u32 = (x: number) => {
-      const b = new Uint8Array(4);
-      new DataView(b.buffer).setUint32(0, x, true);
-      return b;
-    };
     const want = (n: number) => {
       if (body.byteLength !== n) throw new Error(`op ${op}: ${body.byteLength} bytes of body, ${n} expected`);
+    };
+    /** DEALLOC_PD, DEREG_MR, DESTROY_CQ, DESTROY_QP: a u32 handle of this connection's own. */
+    const destroyOwn = async (
+      owned: { has(h: number): boolean; delete(h: number): boolean },
+      destroy: (h: number) => Promise<void>,
+    ) => {
+      want(4);
+      const h = body.getUint32(0, true);
+      if (!owned.has(h)) return ERRNO['not-found'];
+      await destroy(h);
+      owned.delete(h);
+      return u32s();
     };
     if (op !== RGV_OP_REG_MR && passed >= 0) core.closeFd(passed);
     try {
@@ -196,16 +211,12 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
         want(0);
         const { pd } = await dp.createPd();
         own.pds.add(pd);
-        return u32(pd);
+        return u32s(pd);
       }
-      if (op === RGV_OP_DEALLOC_PD) {
-        want(4);
-        const h = body.getUint32(0, true);
-        if (!own.pds.has(h)) return ERRNO['not-found'];
-        await dp.destroyPd(h);
-        own.pds.delete(h);
-        return new Uint8Array(0);
-      }
+      if (op === RGV_OP_DEALLOC_PD) return await destroyOwn(own.pds, (h) => dp.destroyPd(h));
+      if (op === RGV_OP_DEREG_MR) return await destroyOwn(own.mrs, (h) => dp.destroyMr(h));
+      if (op === RGV_OP_DESTROY_CQ) return await destroyOwn(own.cqs, (h) => dp.destroyCq(h));
+      if (op === RGV_OP_DESTROY_QP) return await destroyOwn(own.qps, (q) => dp.destroyQp(q));
       if (op === RGV_OP_REG_MR) {
         if (passed < 0) return ERRNO.invalid;
         let fd = passed;
@@ -230,10 +241,7 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
           const memory = pages.subarray(skip, skip + length);
           const mr = await dp.createMr({ pd, length, access: names, memory, base: addr });
           own.mrs.add(mr.mr);
-          const out = new Uint8Array(8);
-          new DataView(out.buffer).setUint32(0, mr.mr, true);
-          new DataView(out.buffer).setUint32(4, mr.stag, true);
-          return out;
+          return u32s(mr.mr, mr.stag);
         } finally {
           if (fd >= 0) core.closeFd(fd);
         }
@@ -244,18 +252,7 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
         if (entries < 1 || entries > VERBS_LIMITS.maxCqe) return ERRNO.invalid;
         const { cq, depth } = await dp.createCq({ depth: entries });
         own.cqs.add(cq);
-        const out = new Uint8Array(8);
-        new DataView(out.buffer).setUint32(0, cq, true);
-        new DataView(out.buffer).setUint32(4, depth, true);
-        return out;
-      }
-      if (op === RGV_OP_DESTROY_CQ) {
-        want(4);
-        const h = body.getUint32(0, true);
-        if (!own.cqs.has(h)) return ERRNO['not-found'];
-        await dp.destroyCq(h);
-        own.cqs.delete(h);
-        return new Uint8Array(0);
+        return u32s(cq, depth);
       }
       if (op === RGV_OP_CREATE_QP) {
         want(28);
@@ -273,10 +270,7 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
         });
         own.qps.set(qp.qpn, 0);
         dp.noteQpOwner(qp.qpn, own.owner);
-        const out = new Uint8Array(20);
-        const v = new DataView(out.buffer);
-        [qp.qpn, qp.maxSendWr, qp.maxRecvWr, qp.maxSge, qp.maxInline].forEach((x, k) => v.setUint32(4 * k, x, true));
-        return out;
+        return u32s(qp.qpn, qp.maxSendWr, qp.maxRecvWr, qp.maxSge, qp.maxInline);
       }
       if (op === RGV_OP_MODIFY_QP) {
         want(48);
@@ -304,7 +298,7 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
           ird: mask & IBV_QP_MAX_DEST_RD_ATOMIC ? body.getUint32(44, true) : undefined,
         });
         if (rqPsn !== undefined) own.qps.set(qpn, rqPsn);
-        return new Uint8Array(0);
+        return u32s();
       }
       if (op === RGV_OP_QUERY_QP) {
         want(4);
@@ -312,12 +306,11 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
         const rqPsn = own.qps.get(qpn);
         if (rqPsn === undefined) return ERRNO['not-found'];
         const q = await dp.getQp(qpn);
-        const out = new Uint8Array(48);
-        const v = new DataView(out.buffer);
         // The largest IB MTU the QP's segments (payload plus the 18 DDP/RDMAP bytes) hold.
         const room = q.segmentSize + 18;
         const mtu = room >= 4096 ? 5 : room >= 2048 ? 4 : room >= 1024 ? 3 : room >= 512 ? 2 : 1;
-        [
+        const ip = q.remote ? q.remote.ip.split('.').map(Number) : [0, 0, 0, 0];
+        return u32s(
           IBV_STATES.indexOf(q.state),
           q.remote?.port ?? 0,
           rqPsn,
@@ -329,25 +322,9 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
           q.maxRecvWr,
           q.maxSge,
           q.maxInline,
-        ].forEach((x, k) => v.setUint32(4 * k, x, true));
-        if (q.remote) out.set(q.remote.ip.split('.').map(Number), 44);
-        return out;
-      }
-      if (op === RGV_OP_DESTROY_QP) {
-        want(4);
-        const q = body.getUint32(0, true);
-        if (!own.qps.has(q)) return ERRNO['not-found'];
-        await dp.destroyQp(q);
-        own.qps.delete(q);
-        return new Uint8Array(0);
-      }
-      if (op === RGV_OP_DEREG_MR) {
-        want(4);
-        const h = body.getUint32(0, true);
-        if (!own.mrs.has(h)) return ERRNO['not-found'];
-        await dp.destroyMr(h);
-        own.mrs.delete(h);
-        return new Uint8Array(0);
+          // dest_ipv4: four bytes in network order, read as one little-endian word
+          ip[0] | (ip[1] << 8) | (ip[2] << 16) | (ip[3] << 24),
+        );
       }
       return EOPNOTSUPP;
     } catch (e) {
@@ -384,11 +361,14 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
       } else {
         const body = new DataView(m.data.buffer, m.data.byteOffset + RGV_HDR_BYTES, m.data.length - RGV_HDR_BYTES);
         let r: Uint8Array | number;
+        const own = conns.get(fd) as Owned;
         try {
-          r = await verb(conns.get(fd) as Owned, op, body, m.fd);
+          r = await verb(own, op, body, m.fd);
         } catch (e) {
           return drop(fd, (e as Error).message);
         }
+        // Closed while the verb ran (the socket closing): what it just made is released too.
+        if (!conns.has(fd)) return void release(own);
         resp = new Uint8Array(RGV_HDR_BYTES + (typeof r === 'number' ? 0 : r.length));
         header(new DataView(resp.buffer), op, typeof r === 'number' ? -r : 0, seq, 0);
         if (typeof r !== 'number') resp.set(r, RGV_HDR_BYTES);

@@ -71,16 +71,22 @@ Napi::Value RawRecv(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// `size` bytes of fd mapped shared, read-write, as an ArrayBuffer that unmaps them when collected.
+// Throws naming `fn` (the fd stays the caller's).
+Napi::ArrayBuffer MapShared(Napi::Env env, int fd, size_t size, const char* fn) {
+  void* a = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (a == MAP_FAILED) throw ErrnoError(env, std::string(fn) + ": mmap", errno, "mmap");
+  struct Holder { void* a; size_t n; };
+  Holder* h = new Holder{a, size};
+  return Napi::ArrayBuffer::New(env, a, size, [](Napi::Env, void*, Holder* x) { munmap(x->a, x->n); delete x; }, h);
+}
+
 // memifMapFd(fd, size): maps a region fd received by a test (a client's memfd) as an ArrayBuffer.
 Napi::Value MapFd(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int fd = ArgFd(info, 0, "memifMapFd");
   size_t size = static_cast<size_t>(ArgInteger(info, 1, "memifMapFd", "size", 1, 1ull << 32));
-  void* a = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (a == MAP_FAILED) throw ErrnoError(env, "memifMapFd: mmap", errno, "mmap");
-  struct Holder { void* a; size_t n; };
-  Holder* h = new Holder{a, size};
-  return Napi::ArrayBuffer::New(env, a, size, [](Napi::Env, void*, Holder* x) { munmap(x->a, x->n); delete x; }, h);
+  return MapShared(env, fd, size, "memifMapFd");
 }
 
 // mapSealedFd(fd, size): maps `size` bytes of a memfd another process passed (the verbs
@@ -100,13 +106,8 @@ Napi::Value MapSealedFd(const Napi::CallbackInfo& info) {
     close(fd);
     throw Napi::Error::New(env, std::string("mapSealedFd: ") + bad);
   }
-  void* a = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int err = errno;
-  close(fd);
-  if (a == MAP_FAILED) throw ErrnoError(env, "mapSealedFd: mmap", err, "mmap");
-  struct Holder { void* a; size_t n; };
-  Holder* h = new Holder{a, size};
-  return Napi::ArrayBuffer::New(env, a, size, [](Napi::Env, void*, Holder* x) { munmap(x->a, x->n); delete x; }, h);
+  struct Closer { int fd; ~Closer() { close(fd); } } closer{fd};  // the mapping keeps the memory
+  return MapShared(env, fd, size, "mapSealedFd");
 }
 
 // seqpacketPeer(fd): the connected process (SO_PEERCRED) as {pid, uid}, or null.

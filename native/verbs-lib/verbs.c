@@ -403,6 +403,11 @@ static int ctx_call(struct ibv_context* context, uint16_t op, const void* req, s
   return 0;
 }
 
+/* A request whose body is one handle (the destroys), no reply payload; 0 or -1 + errno. */
+static int handle_call(struct ibv_context* context, uint16_t op, uint32_t handle) {
+  return ctx_call(context, op, &handle, sizeof handle, -1, NULL, 0);
+}
+
 EXPORT struct ibv_pd* ibv_alloc_pd(struct ibv_context* context) {
   uint32_t h;
   if (ctx_call(context, RGV_OP_ALLOC_PD, NULL, 0, -1, &h, sizeof h) != 0) return NULL;
@@ -414,8 +419,7 @@ EXPORT struct ibv_pd* ibv_alloc_pd(struct ibv_context* context) {
 }
 
 EXPORT int ibv_dealloc_pd(struct ibv_pd* pd) {
-  uint32_t h = pd->handle;
-  if (ctx_call(pd->context, RGV_OP_DEALLOC_PD, &h, sizeof h, -1, NULL, 0) != 0) return errno;
+  if (handle_call(pd->context, RGV_OP_DEALLOC_PD, pd->handle) != 0) return errno;
   free(pd);
   return 0;
 }
@@ -485,8 +489,7 @@ EXPORT struct ibv_mr* ibv_reg_mr_iova2(struct ibv_pd* pd, void* addr, size_t len
 }
 
 EXPORT int ibv_dereg_mr(struct ibv_mr* mr) {
-  uint32_t h = mr->handle;
-  if (ctx_call(mr->context, RGV_OP_DEREG_MR, &h, sizeof h, -1, NULL, 0) != 0) return errno;
+  if (handle_call(mr->context, RGV_OP_DEREG_MR, mr->handle) != 0) return errno;
   free(mr); /* the pages stay on the memfd mapping: the program's memory is unchanged */
   return 0;
 }
@@ -513,8 +516,7 @@ EXPORT struct ibv_cq* ibv_create_cq(struct ibv_context* context, int cqe, void* 
 }
 
 EXPORT int ibv_destroy_cq(struct ibv_cq* cq) {
-  uint32_t h = cq->handle;
-  if (ctx_call(cq->context, RGV_OP_DESTROY_CQ, &h, sizeof h, -1, NULL, 0) != 0) return errno;
+  if (handle_call(cq->context, RGV_OP_DESTROY_CQ, cq->handle) != 0) return errno;
   pthread_mutex_destroy(&cq->mutex);
   pthread_cond_destroy(&cq->cond);
   free(cq);
@@ -625,8 +627,7 @@ EXPORT int ibv_query_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask, s
 }
 
 EXPORT int ibv_destroy_qp(struct ibv_qp* qp) {
-  uint32_t h = qp->qp_num;
-  if (ctx_call(qp->context, RGV_OP_DESTROY_QP, &h, sizeof h, -1, NULL, 0) != 0) return errno;
+  if (handle_call(qp->context, RGV_OP_DESTROY_QP, qp->qp_num) != 0) return errno;
   pthread_mutex_destroy(&qp->mutex);
   pthread_cond_destroy(&qp->cond);
   free(qp);
