@@ -20,13 +20,10 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { DpdkDriver } from '../drivers/dpdk.ts';
-import { Interfaces } from '../drivers/interfaces.ts';
 import { NATIVE_BUILD_DIR } from '../native/load.ts';
-import { BufferPool, Graph } from '../graph/index.ts';
-import { registerL2L4 } from '../nodes/netstack.ts';
-import { registerRdma } from '../dataplane/verbs.ts';
-import { Testpmd, testpmdUnavailable } from '../test/helpers-dpdk.ts';
-import { baseline, lastNodeBreakdown, MAC, measure, pin, spineOn, TXONLY, untilUp } from './memif.ts';
+import { BufferPool } from '../graph/index.ts';
+import { testpmdUnavailable } from '../test/helpers-dpdk.ts';
+import { baseline, lastNodeBreakdown, MAC, measure, pin, planeOn, spineOn, txonlyInto } from './memif.ts';
 
 export interface DpdkBenchResult {
   text: string;
@@ -58,52 +55,16 @@ function dpdkDriver(name: string, device: string): { d: DpdkDriver; pool: Buffer
 /** A polling graph with one dpdk interface; `next` the node its packets go to. */
 function plane(name: string, device: string, opts: { rdma?: boolean; next?: string } = {}) {
   const { d, pool } = dpdkDriver(name, device);
-  const g = new Graph({ pool, mode: 'polling' });
-  const net = registerL2L4(g);
-  const ifs = new Interfaces(g);
-  const itf = ifs.add(d, { next: opts.next });
-  net.addInterface({
-    index: itf.index,
-    name: d.name,
-    mac: d.mac,
-    address: '10.0.0.1/24',
-    mtu: d.mtu,
-    output: itf.output.name,
-    neighbors: [{ address: '10.0.0.2', mac: '02:00:00:00:00:02' }],
-  });
-  const rdma = opts.rdma ? registerRdma(g, net) : null;
-  g.build();
-  return {
-    g,
-    d,
-    pool,
-    rdma,
-    close: () => {
-      g.close();
-      ifs.closeAll();
-    },
-  };
+  return planeOn(pool, d, opts);
 }
 
 async function l4(dir: string, seconds: number): Promise<{ mpps: number; breakdown: string }> {
   const sock = path.join(dir, 'l4.sock');
-  // Our server listens before testpmd's client starts: DPDK's client connects once, at port start.
   const p = plane('dm0', `net_memif0,role=server,socket=${sock}`);
-  const tx = new Testpmd({
-    memif: `role=client,socket=${sock}`,
-    mode: 'txonly',
-    lcores: '0@1,1@1',
-    args: TXONLY,
-    maxSeconds: seconds + 60,
-  });
   try {
-    await tx.ready();
-    await untilUp(p.g, p.d, 'l4');
-    await tx.start();
-    const mpps = await measure(p.g, 'udp4-input', seconds);
+    const mpps = await txonlyInto(p.g, p.d, sock, seconds);
     return { mpps, breakdown: lastNodeBreakdown() };
   } finally {
-    await tx.quit();
     p.close();
   }
 }

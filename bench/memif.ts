@@ -22,6 +22,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { Driver } from '../drivers/driver.ts';
 import { MemifDriver } from '../drivers/memif.ts';
 import { Interfaces } from '../drivers/interfaces.ts';
 import { BufferPool, Graph } from '../graph/index.ts';
@@ -45,11 +46,18 @@ export function pin(cpus: string): void {
 
 /** A data plane with one memif interface, the L2-L4 nodes and (rdma) the RDMA layer. */
 function plane(pool: BufferPool, socket: string, role: 'server' | 'client', rdma: boolean) {
+  return planeOn(pool, new MemifDriver('memif0', { socket, role, mac: MAC }), { rdma });
+}
+
+/**
+ * A polling data plane with one interface on `d` (10.0.0.1, the peer 10.0.0.2 static), the
+ * L2-L4 nodes and (rdma) the RDMA layer; `next`: where its packets go (default ethernet-input).
+ */
+export function planeOn<D extends Driver>(pool: BufferPool, d: D, opts: { rdma?: boolean; next?: string } = {}) {
   const g = new Graph({ pool, mode: 'polling' });
   const net = registerL2L4(g);
   const ifs = new Interfaces(g);
-  const d = new MemifDriver('memif0', { socket, role, mac: MAC });
-  const itf = ifs.add(d);
+  const itf = ifs.add(d, { next: opts.next });
   net.addInterface({
     index: itf.index,
     name: d.name,
@@ -59,11 +67,12 @@ function plane(pool: BufferPool, socket: string, role: 'server' | 'client', rdma
     output: itf.output.name,
     neighbors: [{ address: '10.0.0.2', mac: '02:00:00:00:00:02' }],
   });
-  const r = rdma ? registerRdma(g, net) : null;
+  const r = opts.rdma ? registerRdma(g, net) : null;
   g.build();
   return {
     g,
     d,
+    pool,
     ifs,
     rdma: r,
     close: () => {
@@ -152,6 +161,21 @@ async function l4Server(dir: string, seconds: number): Promise<number> {
     'server',
     false,
   );
+  try {
+    const mpps = await txonlyInto(p.g, p.d, sock, seconds);
+    breakdown.l4 = lastBreakdown;
+    return mpps;
+  } finally {
+    p.close();
+  }
+}
+
+/**
+ * testpmd txonly as the memif client of `sock` (CPU 1) into the graph `g` whose server interface
+ * `d` listens there: Mpps reaching udp4-input. The server must listen first (DPDK's client
+ * connects once, at port start).
+ */
+export async function txonlyInto(g: Graph, d: { linkUp(): boolean }, sock: string, seconds: number): Promise<number> {
   const tx = new Testpmd({
     memif: `role=client,socket=${sock}`,
     mode: 'txonly',
@@ -161,14 +185,11 @@ async function l4Server(dir: string, seconds: number): Promise<number> {
   });
   try {
     await tx.ready();
-    await untilUp(p.g, p.d, 'l4');
-    tx.send('start');
-    const mpps = await measure(p.g, 'udp4-input', seconds);
-    breakdown.l4 = lastBreakdown;
-    return mpps;
+    await untilUp(g, d, 'l4');
+    await tx.start();
+    return await measure(g, 'udp4-input', seconds);
   } finally {
     await tx.quit();
-    p.close();
   }
 }
 
