@@ -16,6 +16,7 @@ import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import { loadCore, NATIVE_BUILD_DIR } from '../native/load.ts';
 import { IP_A, IP_B, MAC_A, twoDataplanes } from './dataplane-helpers.ts';
 import { skipOrFail } from './helpers.ts';
+import { Rng } from './hostile-helpers.ts';
 import { ROOT } from './readme-helpers.ts';
 
 const LIB = VERBS_LIBRARY;
@@ -258,6 +259,78 @@ test("the daemon going away: the program's next verb fails with an errno at once
     await dps.close();
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test('hostile clients: 3000 seeded random requests (valid ops near real handles, bad sizes, random fds) never stop the daemon, and leave nothing behind', async () => {
+  await withVerbsDaemon(async ({ socket, dps }) => {
+    const core = loadCore();
+    const dp = dps.a;
+    const rng = new Rng(16);
+    const mem = core.allocMemory(8192, { name: 'verbs-hostile', hugepages: 'never' }); // a sealed memfd
+    const file = join(tmpdir(), `verbs-hostile-${process.pid}`);
+    writeFileSync(file, new Uint8Array(8192));
+    const ffd = openSync(file, 'r');
+    const BODY = [0, 0, 4, 4, 40, 4, 28, 48, 4, 4, 4]; // the body size of each op (1..11)
+    let conn = core.memifRawConnect(socket);
+    let replies = 0,
+      drops = 0;
+    const handles: number[] = [1, 2, 3];
+    try {
+      for (let n = 0; n < 3000; n++) {
+        const op = rng.chance(0.9) ? 1 + rng.int(11) : rng.int(65536);
+        const size = rng.chance(0.8) ? (BODY[op - 1] ?? 0) : rng.int(120);
+        const b = rng.fill(new Uint8Array(16 + size));
+        const v = new DataView(b.buffer);
+        if (rng.chance(0.95)) v.setUint32(0, 0x31564752, true);
+        v.setUint16(4, op, true);
+        // Body words near real handles and QPNs as often as random.
+        for (let k = 16; k + 4 <= b.length; k += 4) if (rng.chance(0.6)) v.setUint32(k, rng.pick(handles), true);
+        const pass = rng.chance(0.1) ? rng.pick([mem.fd, ffd]) : -1;
+        assert.is(core.seqpacketSend(conn, b, pass), 0, `request ${n} sent`);
+        let got: ReturnType<typeof core.seqpacketRecv> = null;
+        for (let t = 0; got === null && t < 2000; t++) {
+          await new Promise((r) => setImmediate(r));
+          got = core.seqpacketRecv(conn);
+        }
+        assert.ok(got !== null, `request ${n} (op ${op}, ${size} bytes) answered or refused within its time`);
+        if ('eof' in got) {
+          drops++;
+          core.closeFd(conn);
+          conn = core.memifRawConnect(socket);
+        } else {
+          replies++;
+          const r = new DataView(got.data.buffer, got.data.byteOffset, got.data.length);
+          if (r.getInt16(6, true) === 0 && got.data.length >= 20) handles.push(r.getUint32(16, true));
+          if (handles.length > 64) handles.splice(3, 1);
+        }
+      }
+    } finally {
+      core.closeFd(conn);
+      closeSync(ffd);
+      rmSync(file);
+    }
+    assert.ok(replies > 1000 && drops > 10, `both kinds happened: ${replies} replies, ${drops} drops`);
+    const until = Date.now() + 5000;
+    const left = async () =>
+      (await dp.qps()).length + (await dp.mrs()).length + (await dp.cqs()).length + (await dp.pds()).length;
+    while ((await left()) > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+    assert.is(await left(), 0, 'every object the clients made was released when their connections closed');
+    // The daemon still serves: a DEVICES request on a fresh connection lists the interface.
+    const c = core.memifRawConnect(socket);
+    const q = new Uint8Array(16);
+    new DataView(q.buffer).setUint32(0, 0x31564752, true);
+    q[4] = 1;
+    assert.is(core.seqpacketSend(c, q), 0);
+    let d: ReturnType<typeof core.seqpacketRecv> = null;
+    for (let t = 0; d === null && t < 2000; t++) {
+      await new Promise((r) => setImmediate(r));
+      d = core.seqpacketRecv(c);
+    }
+    core.closeFd(c);
+    assert.ok(d !== null && 'data' in d && d.data.length === 16 + 132, 'one device listed after the storm');
+    const st = await dp.buffers();
+    assert.is(st.count - st.free, 0, 'no buffer lost');
+  });
 });
 
 test('registration refused: memory that is not a sealed memfd, a PD of another connection', async () => {
