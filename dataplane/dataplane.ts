@@ -1065,8 +1065,9 @@ export class Dataplane {
   }
 
   /** Send FIN, flush its work requests (their completions go to its CQs), free its port. */
-  async destroyQp(qpn: number): Promise<void> {
-    guard(() => this.rdma.destroyQp(this.qp(qpn)));
+  /** `quiet`: the peer is not sent a FIN, only a last ACK (ibv_destroy_qp's semantics; Rdma.destroyQp). */
+  async destroyQp(qpn: number, opts: { quiet?: boolean } = {}): Promise<void> {
+    guard(() => this.rdma.destroyQp(this.qp(qpn), opts.quiet === true));
     this.qpOwners.delete(qpn);
     this.forgetAccepted(qpn);
   }

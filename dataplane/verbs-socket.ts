@@ -12,10 +12,13 @@
  * request is answered EOPNOTSUPP; a malformed one closes that connection (logged), never the
  * daemon. Connections are bounded (MAX_CONNECTIONS); a registration is at most 2^31 bytes.
  */
+import type { Qp } from '../nodes/rdma/qp.ts';
+import type { Cq, Srq } from '../nodes/rdma/verbs.ts';
 import { chmodSync, existsSync, mkdirSync, readFileSync, unlinkSync } from 'node:fs';
 import { dirname } from 'node:path';
-import type { Dataplane } from './dataplane.ts';
+import { Dataplane } from './dataplane.ts';
 import { VERBS_LIMITS } from './verbs.ts';
+import { type Channel, CqRing, CQE_BYTES, QpRing, RING_HDR, rqStride, SrqRing, VerbsRings } from './verbs-rings.ts';
 import { loadCore, NATIVE_BUILD_DIR, type FdWaiter } from '../native/load.ts';
 
 /** librdmagraph-verbs.so, what `rdma-graph exec` preloads (built when libibverbs-dev is there). */
@@ -33,6 +36,24 @@ export const RGV_OP_CREATE_QP = 8;
 export const RGV_OP_MODIFY_QP = 9;
 export const RGV_OP_DESTROY_QP = 10;
 export const RGV_OP_QUERY_QP = 11;
+export const RGV_OP_ATTACH = 12;
+export const RGV_OP_CREATE_CHANNEL = 13;
+export const RGV_OP_DESTROY_CHANNEL = 14;
+export const RGV_OP_QP_RING = 15;
+export const RGV_OP_CREATE_SRQ = 16;
+export const RGV_OP_SRQ_RING = 17;
+export const RGV_OP_DESTROY_SRQ = 18;
+export const RGV_OP_MODIFY_SRQ = 19;
+const RGV_NONE = 0xffffffff;
+/** Requests that pass a file descriptor (SCM_RIGHTS); any other's is closed unread. */
+const FD_OPS = new Set([
+  RGV_OP_REG_MR,
+  RGV_OP_ATTACH,
+  RGV_OP_CREATE_CHANNEL,
+  6 /* CREATE_CQ */,
+  RGV_OP_QP_RING,
+  RGV_OP_SRQ_RING,
+]);
 /** libibverbs' enum ibv_qp_state, in order; and the attr_mask bits the daemon reads. */
 const IBV_STATES = ['reset', 'init', 'rtr', 'rts', 'sqd', 'sqe', 'error'] as const;
 const IBV_QP_STATE = 1 << 0,
@@ -65,10 +86,40 @@ interface Owned {
   pds: Set<number>;
   mrs: Set<number>;
   cqs: Set<number>;
+  srqs: Set<number>;
   /** QPN -> the receive PSN it was given at RTR (for ibv_query_qp; the daemon's view has the send one). */
   qps: Map<number, number>;
+  /** The program's doorbell eventfd (RGV_OP_ATTACH), -1 before. */
+  doorbell: number;
+  channels: Map<number, Channel>;
+  nextChannel: number;
+  cqRings: Map<number, CqRing>;
+  qpRings: Map<number, QpRing>;
+  srqRings: Map<number, SrqRing>;
 }
+
+/** Every ring of the connection off the data path and its fds closed: nothing writes them after this. */
+function detachAll(rings: VerbsRings, own: Owned, core: ReturnType<typeof loadCore>): void {
+  for (const r of own.qpRings.values()) rings.detachQp(r);
+  for (const r of own.srqRings.values()) rings.detachSrq(r);
+  for (const r of own.cqRings.values()) rings.detachCq(r);
+  own.qpRings.clear();
+  own.srqRings.clear();
+  own.cqRings.clear();
+  if (own.doorbell >= 0) {
+    rings.detachDoorbell(own.doorbell);
+    core.closeFd(own.doorbell);
+    own.doorbell = -1;
+  }
+  for (const ch of own.channels.values()) core.closeFd(ch.fd);
+  own.channels.clear();
+}
+
+/** One VerbsRings (and verbs-input node) per data plane, however many sockets it serves. */
+const ringsOf = new WeakMap<Dataplane, VerbsRings>();
 const MAX_CONNECTIONS = 256;
+/** Completion channels one connection may hold. */
+const MAX_CHANNELS = 64;
 
 export interface VerbsSocketOptions {
   /** Path of the socket (a relative one against the working directory), or "@name" (abstract). */
@@ -174,8 +225,17 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
   const conns = new Map<number, Owned>();
   let closed = false;
   /** Destroy what a closed connection created: QPs (each sends FIN), MRs, CQs, then PDs. */
+  const internals = Dataplane.internals(dp);
+  let rings = ringsOf.get(dp);
+  if (rings === undefined) {
+    rings = new VerbsRings(internals.graph, internals.rdma, (m) => opts.log?.('warn', m));
+    ringsOf.set(dp, rings);
+  }
+  const vr = rings;
   const release = async (own: Owned) => {
+    detachAll(vr, own, core);
     for (const q of own.qps.keys()) await dp.destroyQp(q).catch(() => undefined);
+    for (const h of own.srqs) await dp.destroySrq(h).catch(() => undefined);
     for (const h of own.mrs) await dp.destroyMr(h).catch(() => undefined);
     for (const h of own.cqs) await dp.destroyCq(h).catch(() => undefined);
     for (const h of own.pds) await dp.destroyPd(h).catch(() => undefined);
@@ -185,11 +245,27 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
     const own = conns.get(fd);
     waiter.remove(fd);
     conns.delete(fd);
+    if (own) detachAll(vr, own, core); // before the program sees the end of file and flushes its rings
     core.closeFd(fd);
     if (own) void release(own);
   };
   /** One verb: its reply payload, or the errno it failed with. */
-  const verb = async (own: Owned, op: number, body: DataView, passed: number): Promise<Uint8Array | number> => {
+  const verb = async (own: Owned, op: number, body: DataView, passedFd: number): Promise<Uint8Array | number> => {
+    const box = { fd: FD_OPS.has(op) ? passedFd : -1 };
+    if (box.fd < 0 && passedFd >= 0) core.closeFd(passedFd);
+    try {
+      return await verbWith(own, op, body, box);
+    } finally {
+      if (box.fd >= 0) core.closeFd(box.fd);
+    }
+  };
+  /** One verb; `box.fd` is the fd it was passed (-1 once taken: mapped or kept). */
+  const verbWith = async (
+    own: Owned,
+    op: number,
+    body: DataView,
+    box: { fd: number },
+  ): Promise<Uint8Array | number> => {
     const want = (n: number) => {
       if (body.byteLength !== n) throw new Error(`op ${op}: ${body.byteLength} bytes of body, ${n} expected`);
     };
@@ -205,7 +281,19 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
       owned.delete(h);
       return u32s();
     };
-    if (op !== RGV_OP_REG_MR && passed >= 0) core.closeFd(passed);
+    /** The passed memfd of `bytes`, mapped (mapSealedFd closes the fd either way). */
+    const mapPassed = (bytes: number): ArrayBuffer => {
+      const fd = box.fd;
+      box.fd = -1;
+      return core.mapSealedFd(fd, bytes);
+    };
+    /** The passed fd if it is an eventfd (kept: the caller owns it now), else -1. */
+    const takeEventfd = (): number => {
+      if (box.fd < 0 || !core.isEventfd(box.fd)) return -1;
+      const fd = box.fd;
+      box.fd = -1;
+      return fd;
+    };
     try {
       if (op === RGV_OP_ALLOC_PD) {
         want(0);
@@ -215,65 +303,181 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
       }
       if (op === RGV_OP_DEALLOC_PD) return await destroyOwn(own.pds, (h) => dp.destroyPd(h));
       if (op === RGV_OP_DEREG_MR) return await destroyOwn(own.mrs, (h) => dp.destroyMr(h));
-      if (op === RGV_OP_DESTROY_CQ) return await destroyOwn(own.cqs, (h) => dp.destroyCq(h));
-      if (op === RGV_OP_DESTROY_QP) return await destroyOwn(own.qps, (q) => dp.destroyQp(q));
       if (op === RGV_OP_REG_MR) {
-        if (passed < 0) return ERRNO.invalid;
-        let fd = passed;
-        try {
-          want(40);
-          const pd = body.getUint32(0, true),
-            access = body.getUint32(4, true),
-            u64 = (at: number) => Number(body.getBigUint64(at, true));
-          const span = u64(8),
-            start = u64(16),
-            addr = u64(24),
-            length = u64(32);
-          if (!own.pds.has(pd)) return ERRNO['not-found'];
-          // The buffer lies in the pages: [addr, addr + length) within [start, start + span).
-          const skip = addr - start;
-          if (access > 15 || span < 1 || span > VERBS_LIMITS.maxMrLength + 2 ** 22) return ERRNO.invalid;
-          if (length < 1 || length > VERBS_LIMITS.maxMrLength || skip < 0 || skip + length > span) return ERRNO.invalid;
-          if (addr + length > 2 ** 53) return ERRNO.invalid;
-          fd = -1;
-          const pages = new Uint8Array(core.mapSealedFd(passed, span)); // closes the fd
-          const names = ACCESS_BITS.filter((_, b) => access & (1 << b));
-          const memory = pages.subarray(skip, skip + length);
-          const mr = await dp.createMr({ pd, length, access: names, memory, base: addr });
-          own.mrs.add(mr.mr);
-          return u32s(mr.mr, mr.stag);
-        } finally {
-          if (fd >= 0) core.closeFd(fd);
-        }
+        if (box.fd < 0) return ERRNO.invalid;
+        want(40);
+        const pd = body.getUint32(0, true),
+          access = body.getUint32(4, true),
+          u64 = (at: number) => Number(body.getBigUint64(at, true));
+        const span = u64(8),
+          start = u64(16),
+          addr = u64(24),
+          length = u64(32);
+        if (!own.pds.has(pd)) return ERRNO['not-found'];
+        // The buffer lies in the pages: [addr, addr + length) within [start, start + span).
+        const skip = addr - start;
+        if (access > 15 || span < 1 || span > VERBS_LIMITS.maxMrLength + 2 ** 22) return ERRNO.invalid;
+        if (length < 1 || length > VERBS_LIMITS.maxMrLength || skip < 0 || skip + length > span) return ERRNO.invalid;
+        if (addr + length > 2 ** 53) return ERRNO.invalid;
+        const pages = new Uint8Array(mapPassed(span));
+        const names = ACCESS_BITS.filter((_, b) => access & (1 << b));
+        const memory = pages.subarray(skip, skip + length);
+        const mr = await dp.createMr({ pd, length, access: names, memory, base: addr });
+        own.mrs.add(mr.mr);
+        return u32s(mr.mr, mr.stag);
+      }
+      if (op === RGV_OP_ATTACH) {
+        want(0);
+        if (own.doorbell >= 0) return ERRNO.busy;
+        const fd = takeEventfd();
+        if (fd < 0) return ERRNO.invalid;
+        own.doorbell = fd;
+        vr.attachDoorbell(fd);
+        return u32s();
+      }
+      if (op === RGV_OP_CREATE_CHANNEL) {
+        want(0);
+        if (own.channels.size >= MAX_CHANNELS) return ERRNO.resource;
+        const fd = takeEventfd();
+        if (fd < 0) return ERRNO.invalid;
+        const h = own.nextChannel++;
+        own.channels.set(h, { fd, users: 0 });
+        return u32s(h);
+      }
+      if (op === RGV_OP_DESTROY_CHANNEL) {
+        want(4);
+        const ch = own.channels.get(body.getUint32(0, true));
+        if (ch === undefined) return ERRNO['not-found'];
+        if (ch.users > 0) return ERRNO.busy;
+        own.channels.delete(body.getUint32(0, true));
+        core.closeFd(ch.fd);
+        return u32s();
       }
       if (op === RGV_OP_CREATE_CQ) {
-        want(4);
-        const entries = body.getUint32(0, true);
-        if (entries < 1 || entries > VERBS_LIMITS.maxCqe) return ERRNO.invalid;
+        want(16);
+        const entries = body.getUint32(0, true),
+          chan = body.getUint32(4, true),
+          bytes = Number(body.getBigUint64(8, true));
+        if (box.fd < 0 || entries < 1 || entries > VERBS_LIMITS.maxCqe || (entries & (entries - 1)) !== 0)
+          return ERRNO.invalid;
+        if (bytes !== RING_HDR + entries * CQE_BYTES) return ERRNO.invalid;
+        const channel = chan === RGV_NONE ? null : (own.channels.get(chan) ?? null);
+        if (chan !== RGV_NONE && channel === null) return ERRNO['not-found'];
+        const mem = mapPassed(bytes);
         const { cq, depth } = await dp.createCq({ depth: entries });
         own.cqs.add(cq);
+        const ring = new CqRing(internals.rdma.cqs.get(cq) as Cq, mem, entries, channel);
+        vr.attachCq(ring);
+        own.cqRings.set(cq, ring);
         return u32s(cq, depth);
       }
-      if (op === RGV_OP_CREATE_QP) {
-        want(28);
+      if (op === RGV_OP_DESTROY_CQ)
+        return await destroyOwn(own.cqs, async (h) => {
+          await dp.destroyCq(h);
+          const r = own.cqRings.get(h);
+          if (r) vr.detachCq(r);
+          own.cqRings.delete(h);
+        });
+      if (op === RGV_OP_DESTROY_QP)
+        return await destroyOwn(own.qps, async (q) => {
+          // ibv_destroy_qp tells the peer nothing (a last ACK only); its flushed work completes into the rings first.
+          await dp.destroyQp(q, { quiet: true });
+          const r = own.qpRings.get(q);
+          if (r) vr.detachQp(r);
+          own.qpRings.delete(q);
+        });
+      if (op === RGV_OP_DESTROY_SRQ)
+        return await destroyOwn(own.srqs, async (h) => {
+          await dp.destroySrq(h);
+          const r = own.srqRings.get(h);
+          if (r) vr.detachSrq(r);
+          own.srqRings.delete(h);
+        });
+      if (op === RGV_OP_CREATE_SRQ) {
+        want(16);
         const f = (k: number) => body.getUint32(4 * k, true);
-        const [pd, sendCq, recvCq] = [f(0), f(1), f(2)];
+        if (!own.pds.has(f(0))) return ERRNO['not-found'];
+        const v = await dp.createSrq({
+          pd: f(0),
+          maxWr: Math.max(1, f(1)),
+          maxSge: Math.max(1, f(2)),
+          ...(f(3) > 0 ? { limit: f(3) } : {}),
+        });
+        own.srqs.add(v.srq);
+        return u32s(v.srq, v.maxWr, v.maxSge);
+      }
+      if (op === RGV_OP_MODIFY_SRQ) {
+        want(8);
+        const h = body.getUint32(0, true);
+        if (!own.srqs.has(h)) return ERRNO['not-found'];
+        await dp.modifySrq(h, body.getUint32(4, true));
+        return u32s();
+      }
+      if (op === RGV_OP_SRQ_RING) {
+        want(24);
+        const h = body.getUint32(0, true),
+          entries = body.getUint32(4, true),
+          stride = body.getUint32(8, true),
+          bytes = Number(body.getBigUint64(16, true));
+        if (!own.srqs.has(h)) return ERRNO['not-found'];
+        if (own.srqRings.has(h) || box.fd < 0) return ERRNO.invalid;
+        const srq = internals.rdma.srqs.get(h) as Srq;
+        if (entries !== VerbsRings.pow2AtLeast(srq.maxWr) || stride !== rqStride(srq.maxSge)) return ERRNO.invalid;
+        if (bytes !== RING_HDR + entries * stride) return ERRNO.invalid;
+        const ring = new SrqRing(srq, mapPassed(bytes), entries, stride);
+        vr.attachSrq(ring);
+        own.srqRings.set(h, ring);
+        return u32s();
+      }
+      if (op === RGV_OP_QP_RING) {
+        want(32);
+        const f = (k: number) => body.getUint32(4 * k, true);
+        const qpn = f(0),
+          bytes = Number(body.getBigUint64(24, true));
+        if (!own.qps.has(qpn)) return ERRNO['not-found'];
+        if (own.qpRings.has(qpn) || box.fd < 0) return ERRNO.invalid;
+        const qp = internals.rdma.qpsByQpn.get(qpn) as Qp;
+        const srqRing = qp.srq ? own.srqRings.get(qp.srq.handle) : null;
+        if (srqRing === undefined) return ERRNO.invalid; // its SRQ has no ring
+        const size = VerbsRings.qpRingBytes(qp, qp.srq !== null);
+        if (
+          f(1) !== size.sq ||
+          f(2) !== size.rq ||
+          f(3) !== size.sqStride ||
+          f(4) !== size.rqStride ||
+          bytes !== size.bytes
+        )
+          return ERRNO.invalid;
+        const ring = new QpRing(qp, mapPassed(bytes), size.sq, size.rq, size.sqStride, size.rqStride, srqRing);
+        vr.attachQp(ring);
+        own.qpRings.set(qpn, ring);
+        return u32s();
+      }
+      if (op === RGV_OP_CREATE_QP) {
+        want(32);
+        const f = (k: number) => body.getUint32(4 * k, true);
+        const [pd, sendCq, recvCq, srq] = [f(0), f(1), f(2), f(7)];
         if (!own.pds.has(pd) || !own.cqs.has(sendCq) || !own.cqs.has(recvCq)) return ERRNO['not-found'];
+        if (srq !== RGV_NONE && !own.srqs.has(srq)) return ERRNO['not-found'];
         const qp = await dp.createQp({
           pd,
           sendCq,
           recvCq,
+          srq: srq === RGV_NONE ? null : srq,
           maxSendWr: Math.max(1, f(3)),
           maxRecvWr: Math.max(1, f(4)),
           maxSge: Math.max(1, f(5)),
           maxInline: f(6),
+          // ibv_create_qp has no IRD/ORD: ibv_modify_qp sets them later, up to what the QP was made with.
+          ird: VERBS_LIMITS.maxRdAtomic,
+          ord: VERBS_LIMITS.maxRdAtomic,
         });
         own.qps.set(qp.qpn, 0);
         dp.noteQpOwner(qp.qpn, own.owner);
         return u32s(qp.qpn, qp.maxSendWr, qp.maxRecvWr, qp.maxSge, qp.maxInline);
       }
       if (op === RGV_OP_MODIFY_QP) {
-        want(48);
+        want(52);
         const qpn = body.getUint32(0, true),
           mask = body.getUint32(4, true),
           state = body.getUint32(8, true);
@@ -294,8 +498,9 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
           remote,
           rqPsn,
           sqPsn: mask & IBV_QP_SQ_PSN ? body.getUint32(36, true) : undefined,
-          ord: mask & IBV_QP_MAX_QP_RD_ATOMIC ? body.getUint32(40, true) : undefined,
-          ird: mask & IBV_QP_MAX_DEST_RD_ATOMIC ? body.getUint32(44, true) : undefined,
+          // 0 (no READs or atomics that way) is allowed by verbs; ours need at least one slot.
+          ord: mask & IBV_QP_MAX_QP_RD_ATOMIC ? Math.max(1, body.getUint32(40, true)) : undefined,
+          ird: mask & IBV_QP_MAX_DEST_RD_ATOMIC ? Math.max(1, body.getUint32(44, true)) : undefined,
         });
         if (rqPsn !== undefined) own.qps.set(qpn, rqPsn);
         return u32s();
@@ -394,7 +599,14 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
             pds: new Set(),
             mrs: new Set(),
             cqs: new Set(),
+            srqs: new Set(),
             qps: new Map(),
+            doorbell: -1,
+            channels: new Map(),
+            nextChannel: 1,
+            cqRings: new Map(),
+            qpRings: new Map(),
+            srqRings: new Map(),
           });
           waiter.add(c);
         }
@@ -417,6 +629,7 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
       closed = true;
       waiter.close();
       for (const [c, own] of conns) {
+        detachAll(vr, own, core);
         core.closeFd(c);
         void release(own);
       }

@@ -722,9 +722,15 @@ export class Rdma {
     this.core.sendFin(qp, qp.sndNxt);
   }
 
-  destroyQp(qp: Qp): void {
+  /**
+   * Destroy a QP. By default the peer is told with a FIN (its QP goes to error and flushes). A
+   * `quiet` destroy is ibv_destroy_qp's: the peer is not told, as on InfiniBand, but gets a last
+   * ACK for everything we took, so its sends complete.
+   */
+  destroyQp(qp: Qp, quiet = false): void {
     if (qp.destroyed) throw new VerbsError('not-found', `qp ${qp.qpn} is already destroyed`);
-    this.sendFin(qp);
+    if (!quiet) this.sendFin(qp);
+    else if (qp.remotePort !== 0 && qp.state !== QpState.RESET && qp.state !== QpState.INIT) this.core.sendAck(qp);
     this.cm.cancel(qp, `qp ${qp.qpn} destroyed`);
     qp.term = null;
     if (qp.state !== QpState.ERROR) toError(this.core, qp, 'destroyed');

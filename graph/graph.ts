@@ -95,6 +95,7 @@ export class Graph {
   private readonly idlePollNs: number;
   private readonly mode: 'adaptive' | 'polling';
   private waiter: IdleWaiter | null = null;
+  private readonly sleepGuards: (() => boolean)[] = [];
   private readonly dueSources: (() => number)[] = [];
   private readonly closeHooks: (() => void)[] = [];
   private readonly waitFds = new Set<number>();
@@ -572,6 +573,19 @@ export class Graph {
     if (this.waiter) this.waiter.remove(fd);
   }
 
+  /**
+   * Asked just before the loop sleeps: a guard that returns true keeps it awake for another
+   * pass (work it can see that no fd announces: a ring in shared memory another process fills;
+   * it also arms that process's doorbell). Returns the function that removes it.
+   */
+  addSleepGuard(guard: () => boolean): () => void {
+    this.sleepGuards.push(guard);
+    return () => {
+      const i = this.sleepGuards.indexOf(guard);
+      if (i >= 0) this.sleepGuards.splice(i, 1);
+    };
+  }
+
   /** A source of "work is due at this monotonic ns" (rate-limited replays); -1 = none. */
   addDueSource(due: () => number): void {
     this.dueSources.push(due);
@@ -612,6 +626,12 @@ export class Graph {
     if (t - this.idleSinceNs < this.idlePollNs) {
       this.schedule();
       return;
+    }
+    for (let i = 0; i < this.sleepGuards.length; i++) {
+      if (this.sleepGuards[i]()) {
+        this.schedule();
+        return;
+      }
     }
     this.sleep(t);
   };

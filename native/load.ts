@@ -342,6 +342,15 @@ export interface CoreAddon {
   eventfdWrite(fd: number, n?: number): void;
   /** Read and reset the eventfd counter; 0 when it was already 0. */
   eventfdRead(fd: number): number;
+  /**
+   * For an eventfd another process gave us (it may be blocking or full): add 1 only if that
+   * cannot block (poll first); true if it did.
+   */
+  eventfdSignal(fd: number): boolean;
+  /** Read and reset the counter of such an eventfd if it is readable (poll first); 0 if not. */
+  eventfdDrain(fd: number): number;
+  /** Whether fd is an eventfd (its /proc/self/fd link is anon_inode:[eventfd]). */
+  isEventfd(fd: number): boolean;
   /** close(2). Throws for a bad fd and for the fd of an allocMemory() buffer. */
   closeFd(fd: number): void;
   FdWaiter: FdWaiterConstructor;

@@ -1,8 +1,11 @@
 // eventfd(2) wake-ups (memif interrupt mode, cross-thread kicks) and closing descriptors.
 #include "common.h"
 
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+
+#include <climits>
 
 #include <cerrno>
 #include <cstdint>
@@ -58,6 +61,50 @@ Napi::Value EventfdRead(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, static_cast<double>(v));
 }
 
+// An eventfd another process gave us (a verbs program's doorbell or completion channel): it may
+// be blocking, or its counter full, so every access first asks poll() whether it would block.
+
+// eventfdSignal(fd): add 1 if that cannot block; true if it did.
+Napi::Value EventfdSignal(const Napi::CallbackInfo& info) {
+  int fd = ArgFd(info, 0, "eventfdSignal");
+  struct pollfd p = {fd, POLLOUT, 0};
+  bool done = false;
+  if (poll(&p, 1, 0) == 1 && (p.revents & POLLOUT)) {
+    uint64_t one = 1;
+    ssize_t w;
+    do {
+      w = write(fd, &one, sizeof one);
+    } while (w < 0 && errno == EINTR);
+    done = w == static_cast<ssize_t>(sizeof one);
+  }
+  return Napi::Boolean::New(info.Env(), done);
+}
+
+// eventfdDrain(fd): read and reset the counter if it is readable; the value, or 0.
+Napi::Value EventfdDrain(const Napi::CallbackInfo& info) {
+  int fd = ArgFd(info, 0, "eventfdDrain");
+  struct pollfd p = {fd, POLLIN, 0};
+  uint64_t v = 0;
+  if (poll(&p, 1, 0) == 1 && (p.revents & POLLIN)) {
+    if (read(fd, &v, sizeof v) != static_cast<ssize_t>(sizeof v)) v = 0;
+  }
+  return Napi::Number::New(info.Env(), static_cast<double>(v));
+}
+
+// isEventfd(fd): whether fd is an eventfd (its /proc/self/fd link is anon_inode:[eventfd]).
+Napi::Value IsEventfd(const Napi::CallbackInfo& info) {
+  int fd = ArgFd(info, 0, "isEventfd");
+  char path[64], link[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(path, link, sizeof link - 1);
+  bool yes = false;
+  if (n > 0) {
+    link[n] = '\0';
+    yes = std::string(link) == "anon_inode:[eventfd]";
+  }
+  return Napi::Boolean::New(info.Env(), yes);
+}
+
 Napi::Value CloseFd(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int fd = ArgFd(info, 0, "closeFd");
@@ -79,6 +126,9 @@ void InitEventfd(Napi::Env env, Napi::Object exports) {
   exports.Set("eventfd", Napi::Function::New(env, Eventfd, "eventfd"));
   exports.Set("eventfdWrite", Napi::Function::New(env, EventfdWrite, "eventfdWrite"));
   exports.Set("eventfdRead", Napi::Function::New(env, EventfdRead, "eventfdRead"));
+  exports.Set("eventfdSignal", Napi::Function::New(env, EventfdSignal, "eventfdSignal"));
+  exports.Set("eventfdDrain", Napi::Function::New(env, EventfdDrain, "eventfdDrain"));
+  exports.Set("isEventfd", Napi::Function::New(env, IsEventfd, "isEventfd"));
   exports.Set("closeFd", Napi::Function::New(env, CloseFd, "closeFd"));
 }
 

@@ -3,14 +3,19 @@
  * LD_PRELOAD (`rdma-graph exec -- PROGRAM`). It exports the libibverbs symbols it implements
  * with libibverbs' own symbol versions (verbs.map), so the program's calls bind here first.
  *
- * What works today: devices and their queries, PDs, MRs (the memory shared with the daemon). ibv_get_device_list asks the daemon at
- * $RDMA_GRAPH_SOCKET (default run/verbs.sock) for its interfaces, one device per interface with
- * an IPv4 address (rdmagraph_<ifname>, Ethernet link layer, GID 0 = ::ffff:<IPv4>);
- * ibv_open_device opens a connection of its own; query device/port/gid/pkey answer from what the
- * daemon said; PDs and MRs (reg_mr moves the pages onto a memfd the daemon maps). Not yet: CQ,
- * QP, SRQ, AH, events and the data path —
- * each of those entry points fails cleanly with EOPNOTSUPP and says so once on stderr, rather
- * than reaching the real libibverbs with a context it does not know.
+ * ibv_get_device_list asks the daemon at $RDMA_GRAPH_SOCKET (default run/verbs.sock) for its
+ * interfaces, one device per interface with an IPv4 address (rdmagraph_<ifname>, Ethernet link
+ * layer, GID 0 = ::ffff:<IPv4>); ibv_open_device opens a connection of its own (the control
+ * path: one request, one answer) and hands the daemon a doorbell eventfd; query
+ * device/port/gid/pkey answer from what the daemon said; PDs, MRs (reg_mr moves the pages onto a
+ * memfd the daemon maps), CQs, completion channels, RC QPs and SRQs are the daemon's objects.
+ *
+ * The data path (verbs_ring.c) is rings in memfds both sides map: post_send/post_recv write
+ * WQEs the daemon's verbs-input node polls, poll_cq reads the CQEs the daemon writes; no
+ * syscall unless the daemon asked for a doorbell before it slept, or a completion channel is
+ * armed. What is not supported (UD/UC QPs, AH, memory windows, extended verbs) fails cleanly
+ * with EOPNOTSUPP and says so once on stderr, rather than reaching the real libibverbs with a
+ * context it does not know.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -28,34 +33,19 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "proto.h"
+#include "lib.h"
 
 #undef ibv_get_device_list
 #undef ibv_query_port
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
 
-#define EXPORT __attribute__((visibility("default")))
-
-static void set_ops(struct ibv_context_ops* ops);
-
-struct rg_device {
-  struct ibv_device dev; /* first: the program holds a struct ibv_device * */
-  struct rgv_device info;
-};
-
-struct rg_context {
-  struct ibv_context ctx; /* first: the program holds a struct ibv_context * */
-  struct rg_device dev;   /* a copy: valid after the device list is freed */
-  int sock;
-};
-
 static const char* socket_path(void) {
   const char* p = getenv("RDMA_GRAPH_SOCKET");
   return p != NULL && p[0] != '\0' ? p : "run/verbs.sock";
 }
 
-static void say(const char* fmt, ...) {
+void rg_say(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fputs("rdma-graph verbs: ", stderr);
@@ -185,7 +175,7 @@ EXPORT struct ibv_device** ibv_get_device_list(int* num_devices) {
   int e = errno;
   if (fd >= 0) close(fd);
   if (n < 0) {
-    say("no devices: the daemon at %s: %s (start rdma-graph with verbs.socket, or set RDMA_GRAPH_SOCKET)", socket_path(), strerror(e));
+    rg_say("no devices: the daemon at %s: %s (start rdma-graph with verbs.socket, or set RDMA_GRAPH_SOCKET)", socket_path(), strerror(e));
     n = 0;
   }
   struct ibv_device** list = calloc((size_t)n + 1, sizeof *list);
@@ -235,17 +225,28 @@ EXPORT struct ibv_context* ibv_open_device(struct ibv_device* device) {
   c->sock = connect_daemon();
   if (c->sock < 0) {
     int e = errno;
-    say("ibv_open_device(%s): the daemon at %s: %s", device->name, socket_path(), strerror(e));
+    rg_say("ibv_open_device(%s): the daemon at %s: %s", device->name, socket_path(), strerror(e));
     free(c);
     errno = e;
     return NULL;
   }
+  c->doorbell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (c->doorbell < 0 || call_with(c->sock, RGV_OP_ATTACH, NULL, 0, c->doorbell, (uint8_t[sizeof(struct rgv_hdr)]){0}, sizeof(struct rgv_hdr)) < 0) {
+    int e = errno;
+    rg_say("ibv_open_device(%s): attaching to the daemon at %s: %s", device->name, socket_path(), strerror(e));
+    if (c->doorbell >= 0) close(c->doorbell);
+    close(c->sock);
+    free(c);
+    errno = e;
+    return NULL;
+  }
+  pthread_mutex_init(&c->objs, NULL);
   c->ctx.device = &c->dev.dev;
   c->ctx.cmd_fd = c->sock;
   c->ctx.async_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); /* no async events yet */
   c->ctx.num_comp_vectors = 1;
   c->ctx.abi_compat = NULL; /* not an extended context: verbs.h's inline helpers take the plain path */
-  set_ops(&c->ctx.ops);
+  rg_set_ops(&c->ctx.ops);
   pthread_mutex_init(&c->ctx.mutex, NULL);
   return &c->ctx;
 }
@@ -253,7 +254,9 @@ EXPORT struct ibv_context* ibv_open_device(struct ibv_device* device) {
 EXPORT int ibv_close_device(struct ibv_context* context) {
   struct rg_context* c = (struct rg_context*)context;
   if (c->sock >= 0) close(c->sock);
+  if (c->doorbell >= 0) close(c->doorbell);
   if (c->ctx.async_fd >= 0) close(c->ctx.async_fd);
+  pthread_mutex_destroy(&c->objs);
   pthread_mutex_destroy(&c->ctx.mutex);
   free(c);
   return 0;
@@ -389,7 +392,7 @@ struct rg_pd {
 };
 
 /* A request on the context's connection with a u32 reply (or none: out NULL); 0 or -1 + errno. */
-static int ctx_call(struct ibv_context* context, uint16_t op, const void* req, size_t len, int pass_fd, void* out, size_t out_len) {
+int rg_ctx_call(struct ibv_context* context, uint16_t op, const void* req, size_t len, int pass_fd, void* out, size_t out_len) {
   uint8_t buf[sizeof(struct rgv_hdr) + 64];
   pthread_mutex_lock(&context->mutex); /* one request at a time on the connection */
   ssize_t r = call_with(((struct rg_context*)context)->sock, op, req, len, pass_fd, buf, sizeof buf);
@@ -404,13 +407,13 @@ static int ctx_call(struct ibv_context* context, uint16_t op, const void* req, s
 }
 
 /* A request whose body is one handle (the destroys), no reply payload; 0 or -1 + errno. */
-static int handle_call(struct ibv_context* context, uint16_t op, uint32_t handle) {
-  return ctx_call(context, op, &handle, sizeof handle, -1, NULL, 0);
+int rg_handle_call(struct ibv_context* context, uint16_t op, uint32_t handle) {
+  return rg_ctx_call(context, op, &handle, sizeof handle, -1, NULL, 0);
 }
 
 EXPORT struct ibv_pd* ibv_alloc_pd(struct ibv_context* context) {
   uint32_t h;
-  if (ctx_call(context, RGV_OP_ALLOC_PD, NULL, 0, -1, &h, sizeof h) != 0) return NULL;
+  if (rg_ctx_call(context, RGV_OP_ALLOC_PD, NULL, 0, -1, &h, sizeof h) != 0) return NULL;
   struct rg_pd* p = calloc(1, sizeof *p);
   if (p == NULL) return NULL; /* the daemon frees it with the connection */
   p->pd.context = context;
@@ -419,7 +422,7 @@ EXPORT struct ibv_pd* ibv_alloc_pd(struct ibv_context* context) {
 }
 
 EXPORT int ibv_dealloc_pd(struct ibv_pd* pd) {
-  if (handle_call(pd->context, RGV_OP_DEALLOC_PD, pd->handle) != 0) return errno;
+  if (rg_handle_call(pd->context, RGV_OP_DEALLOC_PD, pd->handle) != 0) return errno;
   free(pd);
   return 0;
 }
@@ -455,7 +458,7 @@ static struct ibv_mr* reg_mr(struct ibv_pd* pd, void* addr, size_t length, int a
   if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) goto fail;
   struct rgv_reg_mr q = {.pd = pd->handle, .access = (uint32_t)(access & KNOWN_ACCESS), .span = span, .start = start, .addr = (uintptr_t)addr, .length = length};
   struct rgv_mr r;
-  if (ctx_call(pd->context, RGV_OP_REG_MR, &q, sizeof q, fd, &r, sizeof r) != 0) goto fail;
+  if (rg_ctx_call(pd->context, RGV_OP_REG_MR, &q, sizeof q, fd, &r, sizeof r) != 0) goto fail;
   close(fd);
   struct ibv_mr* mr = calloc(1, sizeof *mr);
   if (mr == NULL) return NULL;
@@ -489,47 +492,25 @@ EXPORT struct ibv_mr* ibv_reg_mr_iova2(struct ibv_pd* pd, void* addr, size_t len
 }
 
 EXPORT int ibv_dereg_mr(struct ibv_mr* mr) {
-  if (handle_call(mr->context, RGV_OP_DEREG_MR, mr->handle) != 0) return errno;
+  if (rg_handle_call(mr->context, RGV_OP_DEREG_MR, mr->handle) != 0) return errno;
   free(mr); /* the pages stay on the memfd mapping: the program's memory is unchanged */
   return 0;
 }
 
-/* ------------------------------------------------------------------ CQ and QP (control path) */
 
-EXPORT struct ibv_cq* ibv_create_cq(struct ibv_context* context, int cqe, void* cq_context, struct ibv_comp_channel* channel,
-                                    int comp_vector) {
-  if (channel != NULL || comp_vector != 0 || cqe < 1) {
-    errno = channel != NULL ? EOPNOTSUPP : EINVAL; /* completion channels: not yet */
-    return NULL;
-  }
-  uint32_t q = (uint32_t)cqe, r[2];
-  if (ctx_call(context, RGV_OP_CREATE_CQ, &q, sizeof q, -1, r, sizeof r) != 0) return NULL;
-  struct ibv_cq* cq = calloc(1, sizeof *cq);
-  if (cq == NULL) return NULL;
-  cq->context = context;
-  cq->cq_context = cq_context;
-  cq->handle = r[0];
-  cq->cqe = (int)r[1];
-  pthread_mutex_init(&cq->mutex, NULL);
-  pthread_cond_init(&cq->cond, NULL);
-  return cq;
-}
-
-EXPORT int ibv_destroy_cq(struct ibv_cq* cq) {
-  if (handle_call(cq->context, RGV_OP_DESTROY_CQ, cq->handle) != 0) return errno;
-  pthread_mutex_destroy(&cq->mutex);
-  pthread_cond_destroy(&cq->cond);
-  free(cq);
-  return 0;
-}
+/* ------------------------------------------------------------------ QP (control path) */
 
 EXPORT struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* attr) {
-  if (attr->qp_type != IBV_QPT_RC || attr->srq != NULL) { /* UC/UD and SRQs: not yet */
-    errno = EOPNOTSUPP;
+  if (attr->qp_type != IBV_QPT_RC) { /* UC and UD: not supported */
+    rg_not_yet(attr->qp_type == IBV_QPT_UD ? "a UD QP" : "a QP other than RC");
     return NULL;
   }
-  if (attr->send_cq == NULL || attr->recv_cq == NULL) {
+  if (attr->send_cq == NULL || attr->recv_cq == NULL || (attr->srq != NULL && attr->srq->context != pd->context)) {
     errno = EINVAL;
+    return NULL;
+  }
+  if (rg_ctx(pd->context)->dead) {
+    errno = ECONNRESET;
     return NULL;
   }
   const struct ibv_qp_cap* c = &attr->cap;
@@ -538,27 +519,46 @@ EXPORT struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* 
       .send_cq = attr->send_cq->handle,
       .recv_cq = attr->recv_cq->handle,
       .max_send_wr = c->max_send_wr,
-      .max_recv_wr = c->max_recv_wr,
+      .max_recv_wr = attr->srq != NULL ? 1 : c->max_recv_wr,
       .max_sge = c->max_send_sge > c->max_recv_sge ? c->max_send_sge : c->max_recv_sge,
       .max_inline = c->max_inline_data,
+      .srq = attr->srq != NULL ? attr->srq->handle : RGV_NONE,
   };
   struct rgv_qp r;
-  if (ctx_call(pd->context, RGV_OP_CREATE_QP, &q, sizeof q, -1, &r, sizeof r) != 0) return NULL;
-  struct ibv_qp* qp = calloc(1, sizeof *qp);
-  if (qp == NULL) return NULL;
+  if (rg_ctx_call(pd->context, RGV_OP_CREATE_QP, &q, sizeof q, -1, &r, sizeof r) != 0) return NULL;
+  struct rg_qp* rq = calloc(1, sizeof *rq);
+  if (rq == NULL) {
+    rg_handle_call(pd->context, RGV_OP_DESTROY_QP, r.qpn);
+    errno = ENOMEM;
+    return NULL;
+  }
+  struct ibv_qp* qp = &rq->qp;
   qp->context = pd->context;
   qp->qp_context = attr->qp_context;
   qp->pd = pd;
   qp->send_cq = attr->send_cq;
   qp->recv_cq = attr->recv_cq;
+  qp->srq = attr->srq;
   qp->handle = r.qpn;
   qp->qp_num = r.qpn; /* the QPN is our UDP port */
   qp->state = IBV_QPS_RESET;
   qp->qp_type = IBV_QPT_RC;
   pthread_mutex_init(&qp->mutex, NULL);
   pthread_cond_init(&qp->cond, NULL);
+  rq->max_send_wr = r.max_send_wr;
+  rq->max_recv_wr = attr->srq != NULL ? 0 : r.max_recv_wr;
+  rq->max_sge = r.max_sge;
+  rq->max_inline = r.max_inline;
+  rq->sig_all = attr->sq_sig_all;
+  if (rg_qp_attach(rq, attr) != 0) {
+    int e = errno;
+    rg_handle_call(pd->context, RGV_OP_DESTROY_QP, r.qpn);
+    free(rq);
+    errno = e;
+    return NULL;
+  }
   attr->cap.max_send_wr = r.max_send_wr; /* what it got */
-  attr->cap.max_recv_wr = r.max_recv_wr;
+  attr->cap.max_recv_wr = rq->max_recv_wr;
   attr->cap.max_send_sge = attr->cap.max_recv_sge = r.max_sge;
   attr->cap.max_inline_data = r.max_inline;
   return qp;
@@ -566,9 +566,10 @@ EXPORT struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* 
 
 /*
  * The transitions and the attributes the daemon honours: the state; at RTR the peer (GID 0 of
- * the AV is its IPv4 address, dest_qp_num its QPN), rq_psn and max_dest_rd_atomic (IRD); at RTS
- * sq_psn and max_rd_atomic (ORD). Others (path_mtu: the link's; timeout, retry_cnt, rnr_retry:
- * the daemon's rdma.trp settings; access flags, P_Key) are taken and not applied yet.
+ * the AV is its IPv4 address, dest_qp_num its QPN), rq_psn, max_dest_rd_atomic (IRD) and
+ * path_mtu (the segment size, at most the link's); at RTS sq_psn, max_rd_atomic (ORD), timeout
+ * (the initial RTO: 4.096 us x 2^timeout) and retry_cnt / rnr_retry (retransmissions before the
+ * QP fails). Access flags and the P_Key are taken and not applied.
  */
 EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask) {
   struct rgv_modify_qp q;
@@ -585,7 +586,11 @@ EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask) 
   q.sq_psn = attr->sq_psn;
   q.max_rd_atomic = attr->max_rd_atomic;
   q.max_dest_rd_atomic = attr->max_dest_rd_atomic;
-  if (ctx_call(qp->context, RGV_OP_MODIFY_QP, &q, sizeof q, -1, NULL, 0) != 0) return errno;
+  q.path_mtu = (uint8_t)attr->path_mtu;
+  q.timeout = attr->timeout;
+  q.retry_cnt = attr->retry_cnt;
+  q.rnr_retry = attr->rnr_retry;
+  if (rg_ctx_call(qp->context, RGV_OP_MODIFY_QP, &q, sizeof q, -1, NULL, 0) != 0) return errno;
   if (mask & IBV_QP_STATE) qp->state = attr->qp_state;
   return 0;
 }
@@ -594,7 +599,7 @@ EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask) 
 EXPORT int ibv_query_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask, struct ibv_qp_init_attr* init) {
   uint32_t h = qp->qp_num;
   struct rgv_qp_attr r;
-  if (ctx_call(qp->context, RGV_OP_QUERY_QP, &h, sizeof h, -1, &r, sizeof r) != 0) return errno;
+  if (rg_ctx_call(qp->context, RGV_OP_QUERY_QP, &h, sizeof h, -1, &r, sizeof r) != 0) return errno;
   memset(attr, 0, sizeof *attr);
   attr->qp_state = attr->cur_qp_state = (enum ibv_qp_state)r.state;
   attr->path_mtu = (enum ibv_mtu)r.path_mtu;
@@ -622,54 +627,45 @@ EXPORT int ibv_query_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask, s
     init->srq = qp->srq;
     init->cap = attr->cap;
     init->qp_type = qp->qp_type;
+    init->sq_sig_all = ((struct rg_qp*)qp)->sig_all;
   }
   return 0;
 }
 
 EXPORT int ibv_destroy_qp(struct ibv_qp* qp) {
-  if (handle_call(qp->context, RGV_OP_DESTROY_QP, qp->qp_num) != 0) return errno;
+  struct rg_qp* q = (struct rg_qp*)qp;
+  /* The daemon gone: its QPs are gone with it; what is left to free is ours. */
+  if (!rg_ctx(qp->context)->dead && rg_handle_call(qp->context, RGV_OP_DESTROY_QP, qp->qp_num) != 0) return errno;
+  rg_qp_forget(q);
   pthread_mutex_destroy(&qp->mutex);
   pthread_cond_destroy(&qp->cond);
-  free(qp);
+  free(q);
   return 0;
 }
 
-/* ------------------------------------------------------------------ not implemented yet */
+/* ------------------------------------------------------------------ not supported */
 
-static void not_yet(const char* fn) {
+void rg_not_yet(const char* fn) {
   static __thread const char* last;
-  if (last != fn) say("%s is not implemented yet (devices, queries, PDs, MRs, CQs and QPs so far: not the data path): EOPNOTSUPP", fn);
+  if (last != fn) rg_say("%s is not supported (RC QPs, SRQs, CQs with channels, PDs and MRs are): EOPNOTSUPP", fn);
   last = fn;
   errno = EOPNOTSUPP;
 }
 
 #define NULL_VERB(ret, name, ...)    \
   EXPORT ret name(__VA_ARGS__) {     \
-    not_yet(#name);                  \
+    rg_not_yet(#name);               \
     return NULL;                     \
   }
 #define ERR_VERB(ret, name, ...)     \
   EXPORT ret name(__VA_ARGS__) {     \
-    not_yet(#name);                  \
+    rg_not_yet(#name);               \
     return EOPNOTSUPP;               \
-  }
-#define NEG_VERB(ret, name, ...)     \
-  EXPORT ret name(__VA_ARGS__) {     \
-    not_yet(#name);                  \
-    return -1;                       \
   }
 
 NULL_VERB(struct ibv_mr*, ibv_reg_dmabuf_mr, struct ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access)
 ERR_VERB(int, ibv_rereg_mr, struct ibv_mr* mr, int flags, struct ibv_pd* pd, void* addr, size_t length, int access)
-NULL_VERB(struct ibv_comp_channel*, ibv_create_comp_channel, struct ibv_context* c)
-ERR_VERB(int, ibv_destroy_comp_channel, struct ibv_comp_channel* ch)
 ERR_VERB(int, ibv_resize_cq, struct ibv_cq* cq, int cqe)
-NEG_VERB(int, ibv_get_cq_event, struct ibv_comp_channel* ch, struct ibv_cq** cq, void** cq_context)
-NEG_VERB(int, ibv_get_async_event, struct ibv_context* c, struct ibv_async_event* event)
-NULL_VERB(struct ibv_srq*, ibv_create_srq, struct ibv_pd* pd, struct ibv_srq_init_attr* attr)
-ERR_VERB(int, ibv_modify_srq, struct ibv_srq* srq, struct ibv_srq_attr* attr, int mask)
-ERR_VERB(int, ibv_query_srq, struct ibv_srq* srq, struct ibv_srq_attr* attr)
-ERR_VERB(int, ibv_destroy_srq, struct ibv_srq* srq)
 NULL_VERB(struct ibv_qp_ex*, ibv_qp_to_qp_ex, struct ibv_qp* qp)
 NULL_VERB(struct ibv_ah*, ibv_create_ah, struct ibv_pd* pd, struct ibv_ah_attr* attr)
 NULL_VERB(struct ibv_ah*, ibv_create_ah_from_wc, struct ibv_pd* pd, struct ibv_wc* wc, struct ibv_grh* grh, uint8_t port_num)
@@ -683,39 +679,9 @@ NULL_VERB(struct ibv_context*, ibv_import_device, int cmd_fd)
 NULL_VERB(struct ibv_pd*, ibv_import_pd, struct ibv_context* c, uint32_t pd_handle)
 NULL_VERB(struct ibv_mr*, ibv_import_mr, struct ibv_pd* pd, uint32_t mr_handle)
 
-/* The data path (verbs.h's inline ibv_post_send/recv, ibv_poll_cq, ibv_req_notify_cq): not yet. */
-static int op_post_send(struct ibv_qp* qp, struct ibv_send_wr* wr, struct ibv_send_wr** bad) {
-  not_yet("ibv_post_send");
-  *bad = wr;
-  return EOPNOTSUPP;
-}
-static int op_post_recv(struct ibv_qp* qp, struct ibv_recv_wr* wr, struct ibv_recv_wr** bad) {
-  not_yet("ibv_post_recv");
-  *bad = wr;
-  return EOPNOTSUPP;
-}
-static int op_post_srq_recv(struct ibv_srq* srq, struct ibv_recv_wr* wr, struct ibv_recv_wr** bad) {
-  not_yet("ibv_post_srq_recv");
-  *bad = wr;
-  return EOPNOTSUPP;
-}
-static int op_poll_cq(struct ibv_cq* cq, int n, struct ibv_wc* wc) {
-  not_yet("ibv_poll_cq");
+/* No async events are delivered (the async fd never becomes readable). */
+EXPORT int ibv_get_async_event(struct ibv_context* c, struct ibv_async_event* event) {
+  rg_not_yet("ibv_get_async_event");
   return -1;
 }
-static int op_req_notify_cq(struct ibv_cq* cq, int solicited_only) {
-  not_yet("ibv_req_notify_cq");
-  return EOPNOTSUPP;
-}
-
-static void set_ops(struct ibv_context_ops* ops) {
-  ops->post_send = op_post_send;
-  ops->post_recv = op_post_recv;
-  ops->post_srq_recv = op_post_srq_recv;
-  ops->poll_cq = op_poll_cq;
-  ops->req_notify_cq = op_req_notify_cq;
-}
-
-/* Acknowledging nothing is harmless: no events are ever delivered yet. */
-EXPORT void ibv_ack_cq_events(struct ibv_cq* cq, unsigned int nevents) { (void)cq, (void)nevents; }
 EXPORT void ibv_ack_async_event(struct ibv_async_event* event) { (void)event; }

@@ -118,6 +118,17 @@ export class RdmaCore {
   }
 
   complete(cq: Cq, c: Completion): void {
+    if (cq.sink !== null) {
+      if (!cq.sink(c) && !cq.error) {
+        cq.error = true;
+        this.event({
+          type: 'cq-error',
+          cq: cq.handle,
+          reason: `completion queue ${cq.handle} overflowed (depth ${cq.depth})`,
+        });
+      }
+      return;
+    }
     // Reported once, when the CQ goes to error (later completions go to cq.overflowed too).
     const wasError = cq.error;
     if (!cq.push(c) && !wasError)
@@ -156,12 +167,21 @@ export class RdmaCore {
    * cumulative ACK, straight out through UDP. The peer takes it only at its expected PSN.
    */
   sendFin(qp: Qp, psn: number): void {
+    qp.finPsn = psn;
+    this.sendHeader(qp, TrpOp.FIN, psn);
+  }
+
+  /** A pure ACK (our cumulative ACK at our next PSN), straight out through UDP. */
+  sendAck(qp: Qp): void {
+    this.sendHeader(qp, TrpOp.DATA, qp.sndNxt);
+  }
+
+  private sendHeader(qp: Qp, op: number, psn: number): void {
     const m = new Uint8Array(TRP_HEADER_BYTES);
     const v = new DataView(m.buffer);
     v.setUint32(0, psn);
     v.setUint32(4, qp.rcvNxt);
-    v.setUint16(8, TrpOp.FIN << 12);
-    qp.finPsn = psn;
+    v.setUint16(8, op << 12);
     this.net.udp.sendTo(m, qp.remoteAddr, qp.remotePort, qp.qpn, qp.localAddr);
   }
 

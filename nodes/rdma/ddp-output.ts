@@ -137,7 +137,10 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
     qp.termPsn = psn;
   }
   const window = core.window;
-  if (!inError && qp.state !== QpState.RESET && qp.state !== QpState.INIT && qp.state !== QpState.RTR) {
+  // RTR answers Reads and Atomics too (as an InfiniBand responder does) once its send PSN is set.
+  const mayRespond =
+    qp.state === QpState.RTR ? qp.sendStarted : qp.state !== QpState.RESET && qp.state !== QpState.INIT;
+  if (!inError && mayRespond) {
     // 3. Responses to the peer's Reads and Atomics.
     while (qp.respNext !== qp.respTail && nOut < FRAME_SIZE && qp.inFlight < window) {
       const ref = qp.respNext & qp.respMask;

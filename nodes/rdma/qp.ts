@@ -367,7 +367,11 @@ export class Qp {
   /** RTS: our sequence numbers start at `psn` (nothing may be in flight yet). */
   startSend(psn: number): void {
     this.sndUna = this.sndNxt = psn >>> 0;
+    this.sendStarted = true;
   }
+
+  /** Whether our send PSN is set (RTS, a CM connect, or adopted in RTR: trp-input). */
+  sendStarted = false;
 
   /** RTR: the peer's first data packet carries `psn`. */
   startRecv(psn: number): void {

@@ -33,7 +33,7 @@ import {
 import { Ip4Opaque } from '../ip4/ip4.ts';
 import { formatIp4 } from '../net/address.ts';
 import type { RdmaCore } from './core.ts';
-import { QpState } from './qp.ts';
+import { type Qp, QpState } from './qp.ts';
 import { onAck, onSack, toError } from './transport.ts';
 import { TRP_ACK, TRP_HEADER_BYTES, TRP_OP_NAMES, TRP_OP_SHIFT, TRP_OPCODE, TRP_PSN, TrpOp } from './wire.ts';
 
@@ -157,6 +157,9 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
         rt.countError(TrpInputError.FIN);
         if (psn === qp.rcvNxt && qp.ackAcceptable(ack)) {
           if (qp.state !== QpState.ERROR) {
+            // What the FIN acknowledges completes first (the peer took it before it closed):
+            // only what is still unacknowledged is flushed.
+            onAck(core, qp, ack, now);
             qp.term = null;
             toError(core, qp, 'FIN received');
             core.event({ type: 'qp-disconnected', qpn: qp.qpn, reason: 'FIN received' });
@@ -170,7 +173,7 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
             core.schedule(qp);
           }
         }
-      } else if (!qp.ackAcceptable(ack)) err = TrpInputError.BAD_ACK;
+      } else if (!qp.ackAcceptable(ack) && !adoptSendPsn(qp, psn, ack)) err = TrpInputError.BAD_ACK;
       else {
         // DATA or pure ACK: both carry a cumulative ACK.
         qp.halfOpen = false;
@@ -251,4 +254,15 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
   if (nFree > 0) pool.free(free, 0, nFree);
   if (n - nFree > 0) rt.enqueue(vec, n - nFree);
   return n;
+}
+
+/**
+ * A verbs QP that stays in RTR (a passive side: perftest's write_bw server) never got its send
+ * PSN (ibv_modify_qp gives sq_psn only at RTS), yet the peer ACKs from the PSN it was told. The
+ * first in-order packet from the peer then sets it; RTS, if it comes, sets it again.
+ */
+function adoptSendPsn(qp: Qp, psn: number, ack: number): boolean {
+  if (qp.state !== QpState.RTR || qp.sendStarted || psn !== qp.rcvNxt) return false;
+  qp.startSend(ack);
+  return true;
 }

@@ -208,6 +208,11 @@ export class Cq {
   onCompletion: ((cq: Cq) => void) | null = null;
   /** Called when the CQ overflows. */
   onError: ((cq: Cq) => void) | null = null;
+  /**
+   * Where completions go instead of the ring, as they happen (a verbs program's CQ ring in
+   * shared memory); false when it is full.
+   */
+  sink: ((c: Completion) => boolean) | null = null;
   dirty = false;
   notifyQueued = false;
 
@@ -342,6 +347,11 @@ export class Srq {
 
   get length(): number {
     return this.qCount;
+  }
+
+  /** Whether `slot` would give one. */
+  get hasRoom(): boolean {
+    return this.free.length > 0 || this.made < this.maxWr;
   }
 
   /** A free slot to fill, or null when the SRQ is full. */

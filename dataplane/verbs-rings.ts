@@ -1,0 +1,606 @@
+/**
+ * The data path of verbs programs (librdmagraph-verbs.so): their work queues and CQs are rings
+ * in memfds the program and this daemon both map (layouts in native/verbs-lib/proto.h).
+ *
+ * The `verbs-input` node (an input node beside memif-input) polls every attached send, receive
+ * and shared receive ring each pass and posts what it finds through the same verbs the REST API
+ * uses (postSend / postRecv / postSrqRecv): an SGE's lkey must be an MR of the QP's PD and its
+ * [addr, addr + length) inside that MR, else the work request completes with a local protection
+ * error. A CQ with a ring gets its completions written there as they happen (Cq.sink), and its
+ * completion channel's eventfd is written when the program armed it.
+ *
+ * Sleeping: while programs are attached the engine keeps polling for HOLD_MS after the last
+ * work request or completion; then, before it sleeps, it sets need_kick in every ring and looks
+ * once more (a program that posts after that writes its doorbell eventfd, which wakes it).
+ *
+ * Everything in the rings is the program's to scribble on: indices are checked against the ring
+ * size, every WQE field is read once and validated, a burst is bounded by our own queue room;
+ * a ring whose producer index is impossible is refused for good (the QP goes to error).
+ */
+import type { Graph, NodeRuntime } from '../graph/index.ts';
+import type { Qp } from '../nodes/rdma/qp.ts';
+import { QpState } from '../nodes/rdma/qp.ts';
+import { Access, type Completion, type Cq, Mr, Pd, type Srq, type WrOpcodeName } from '../nodes/rdma/verbs.ts';
+import type { Rdma, RecvRequest, SendRequest, Sge } from './verbs.ts';
+import { loadCore } from '../native/load.ts';
+
+export const VERBS_INPUT = 'verbs-input';
+/** Bytes of a ring's header (two cache lines: the program's, then ours). */
+export const RING_HDR = 128;
+/** Word offsets in the headers. */
+const QP_SQ_PROD = 0,
+  QP_RQ_PROD = 1,
+  QP_SQ_CONS = 16,
+  QP_RQ_CONS = 17,
+  QP_SQ_DONE = 18,
+  QP_RQ_DONE = 19,
+  QP_NEED_KICK = 20,
+  QP_STATE = 21;
+const SRQ_PROD = 0,
+  SRQ_CONS = 16,
+  SRQ_DONE = 17,
+  SRQ_NEED_KICK = 20;
+const CQ_CONS = 0,
+  CQ_ARMED = 1,
+  CQ_PROD = 16,
+  CQ_EVENTS = 17,
+  CQ_OVERFLOW = 18;
+export const CQE_BYTES = 32;
+const SEND_WQE_HDR = 64;
+const RECV_WQE_HDR = 16;
+/** Work requests one ring gives per pass at most (the rest waits for the next pass). */
+const BURST = 64;
+/** The engine stays awake this long after the last verbs work (ms). */
+const HOLD_MS = 1;
+
+/** enum ibv_wr_opcode -> ours (undefined: not supported, completes in error). */
+const WR_OPCODE: (WrOpcodeName | undefined)[] = [
+  'write', // IBV_WR_RDMA_WRITE
+  'write-with-imm', // IBV_WR_RDMA_WRITE_WITH_IMM
+  'send', // IBV_WR_SEND
+  undefined, // IBV_WR_SEND_WITH_IMM: no such iWARP message
+  'read', // IBV_WR_RDMA_READ
+  'cmp-swap', // IBV_WR_ATOMIC_CMP_AND_SWP
+  'fetch-add', // IBV_WR_ATOMIC_FETCH_AND_ADD
+  undefined, // IBV_WR_LOCAL_INV
+  undefined, // IBV_WR_BIND_MW
+  'send-with-invalidate', // IBV_WR_SEND_WITH_INV
+];
+const IBV_SEND_SIGNALED = 2,
+  IBV_SEND_SOLICITED = 4,
+  IBV_SEND_INLINE = 8;
+/** Ours -> enum ibv_wc_status. */
+const WC_STATUS: Record<string, number> = {
+  success: 0,
+  'local-length-error': 1,
+  'local-qp-operation-error': 2,
+  'local-protection-error': 4,
+  flushed: 5,
+  'remote-invalid-request': 9,
+  'remote-access-error': 10,
+  'remote-operation-error': 11,
+  'retry-exceeded': 12,
+  'rnr-retry-exceeded': 13,
+};
+/** Ours -> enum ibv_wc_opcode (swap has no verbs opcode: a verbs program cannot post it). */
+const WC_OPCODE: Record<string, number> = {
+  send: 0,
+  write: 1,
+  read: 2,
+  'cmp-swap': 3,
+  'fetch-add': 4,
+  swap: 4,
+  recv: 128,
+  'recv-with-imm': 129,
+};
+const IBV_WC_WITH_IMM = 2,
+  IBV_WC_WITH_INV = 8;
+
+const pow2AtLeast = (n: number) => {
+  let p = 1;
+  while (p < n) p *= 2;
+  return p;
+};
+/** The strides the library uses (proto.h rgv_sq_stride / rgv_rq_stride). */
+export const sqStride = (maxSge: number, maxInline: number) =>
+  SEND_WQE_HDR + Math.max(maxSge * 16, (maxInline + 15) & ~15);
+export const rqStride = (maxSge: number) => RECV_WQE_HDR + maxSge * 16;
+
+export interface Channel {
+  fd: number;
+  users: number;
+}
+
+export class CqRing {
+  readonly u32: Uint32Array;
+  prod = 0;
+  constructor(
+    readonly cq: Cq,
+    mem: ArrayBuffer,
+    readonly entries: number,
+    readonly channel: Channel | null,
+  ) {
+    this.u32 = new Uint32Array(mem);
+  }
+}
+
+export class SrqRing {
+  readonly u32: Uint32Array;
+  readonly bytes: Uint8Array;
+  cons = 0;
+  done = 0;
+  readonly lo: Uint32Array;
+  readonly hi: Uint32Array;
+  dead = false;
+  constructor(
+    readonly srq: Srq,
+    mem: ArrayBuffer,
+    readonly entries: number,
+    readonly stride: number,
+  ) {
+    this.u32 = new Uint32Array(mem);
+    this.bytes = new Uint8Array(mem);
+    this.lo = new Uint32Array(entries);
+    this.hi = new Uint32Array(entries);
+  }
+}
+
+export class QpRing {
+  readonly u32: Uint32Array;
+  readonly bytes: Uint8Array;
+  sqCons = 0;
+  rqCons = 0;
+  readonly sqLo: Uint32Array;
+  readonly sqHi: Uint32Array;
+  readonly rqLo: Uint32Array;
+  readonly rqHi: Uint32Array;
+  /** The send ring as an MR of the QP's PD (inline data is gathered from it at post). */
+  readonly inlineMr: Mr;
+  readonly rqBase: number;
+  lastState = -1;
+  dead = false;
+  constructor(
+    readonly qp: Qp,
+    mem: ArrayBuffer,
+    readonly sqEntries: number,
+    readonly rqEntries: number,
+    readonly sqStride: number,
+    readonly rqStride: number,
+    readonly srq: SrqRing | null,
+  ) {
+    this.u32 = new Uint32Array(mem);
+    this.bytes = new Uint8Array(mem);
+    this.sqLo = new Uint32Array(sqEntries);
+    this.sqHi = new Uint32Array(sqEntries);
+    this.rqLo = new Uint32Array(rqEntries);
+    this.rqHi = new Uint32Array(rqEntries);
+    this.inlineMr = new Mr(-1, qp.pd, 0, this.bytes, Access.LOCAL_WRITE);
+    this.rqBase = RING_HDR + sqEntries * sqStride;
+  }
+}
+
+/** An MR no lkey resolves to: an SGE that names it completes with a local protection error. */
+const NO_MR = new Mr(-1, new Pd(-1), 0, new Uint8Array(0), 0);
+NO_MR.valid = false;
+
+/** The rings of one data plane's verbs programs and the node that polls them. */
+export class VerbsRings {
+  private readonly core = loadCore();
+  private readonly qps: QpRing[] = [];
+  private readonly srqs: SrqRing[] = [];
+  private readonly byQpn = new Map<number, QpRing>();
+  private readonly doorbells = new Set<number>();
+  private kickArmed = false;
+  private lastWorkMs = 0;
+  private readonly removeGuard: () => void;
+  private readonly rt: NodeRuntime;
+  /** One SG list per length, reused for every post (no allocation per work request). */
+  private readonly sgs: Sge[][] = [];
+  private readonly send: SendRequest & { sg: Sge[]; remote: { stag: number; offset: number } } = {
+    wrId: 0,
+    opcode: 'send',
+    sg: [],
+    inline: false,
+    signaled: true,
+    solicited: false,
+    remote: { stag: 0, offset: 0 },
+    imm: 0,
+    invalidateStag: 0,
+  };
+  private readonly recv: RecvRequest & { sg: Sge[] } = { wrId: 0, sg: [] };
+  /** Messages about misbehaving programs, at most this many (then counted). */
+  private warned = 0;
+
+  constructor(
+    private readonly graph: Graph,
+    private readonly rdma: Rdma,
+    private readonly log: (msg: string) => void,
+  ) {
+    for (let n = 0; n <= 32; n++) this.sgs.push(Array.from({ length: n }, () => ({ mr: NO_MR, offset: 0, length: 0 })));
+    this.rt = graph.register({
+      name: VERBS_INPUT,
+      type: 'input',
+      errors: [
+        {
+          name: 'bad_wqes',
+          description: 'work requests of verbs programs refused (completed in error)',
+          severity: 'error',
+        },
+      ],
+      fn: () => this.poll(),
+      formatTrace: (r) => String(r),
+    });
+    this.removeGuard = graph.addSleepGuard(() => this.keepAwake());
+  }
+
+  attachDoorbell(fd: number): void {
+    this.doorbells.add(fd);
+    this.graph.addWaitFd(fd);
+  }
+
+  detachDoorbell(fd: number): void {
+    if (!this.doorbells.delete(fd)) return;
+    this.graph.removeWaitFd(fd);
+  }
+
+  /** Completions of `cq` go to the ring from now on. */
+  attachCq(ring: CqRing): void {
+    ring.cq.sink = (c) => this.writeCqe(ring, c);
+    if (ring.channel) ring.channel.users++;
+  }
+
+  detachCq(ring: CqRing): void {
+    ring.cq.sink = null;
+    if (ring.channel) ring.channel.users--;
+  }
+
+  attachQp(ring: QpRing): void {
+    this.qps.push(ring);
+    this.byQpn.set(ring.qp.qpn, ring);
+  }
+
+  detachQp(ring: QpRing): void {
+    const i = this.qps.indexOf(ring);
+    if (i >= 0) this.qps.splice(i, 1);
+    if (this.byQpn.get(ring.qp.qpn) === ring) this.byQpn.delete(ring.qp.qpn);
+  }
+
+  attachSrq(ring: SrqRing): void {
+    this.srqs.push(ring);
+  }
+
+  detachSrq(ring: SrqRing): void {
+    const i = this.srqs.indexOf(ring);
+    if (i >= 0) this.srqs.splice(i, 1);
+  }
+
+  close(): void {
+    this.removeGuard();
+    for (const fd of this.doorbells) this.graph.removeWaitFd(fd);
+    this.doorbells.clear();
+  }
+
+  private warn(msg: string): void {
+    if (this.warned < 100) this.log(msg);
+    else if (this.warned === 100) this.log('verbs: more misbehaving work requests; not logging them any more');
+    this.warned++;
+  }
+
+  // ------------------------------------------------------------------ the node
+
+  private poll(): number {
+    if (this.kickArmed) {
+      this.kickArmed = false;
+      for (const r of this.qps) Atomics.store(r.u32, QP_NEED_KICK, 0);
+      for (const s of this.srqs) Atomics.store(s.u32, SRQ_NEED_KICK, 0);
+      for (const fd of this.doorbells) this.core.eventfdDrain(fd);
+    }
+    let work = 0;
+    for (let i = 0; i < this.qps.length; i++) work += this.pollQp(this.qps[i]);
+    for (let i = 0; i < this.srqs.length; i++) work += this.pollSrq(this.srqs[i]);
+    if (work > 0) this.lastWorkMs = performance.now();
+    return work;
+  }
+
+  /** The sleep guard: stay awake a little after verbs work, then arm the doorbells and look again. */
+  private keepAwake(): boolean {
+    if (this.qps.length === 0 && this.srqs.length === 0) return false;
+    if (performance.now() - this.lastWorkMs < HOLD_MS) return true;
+    for (const r of this.qps) Atomics.store(r.u32, QP_NEED_KICK, 1);
+    for (const s of this.srqs) Atomics.store(s.u32, SRQ_NEED_KICK, 1);
+    this.kickArmed = true;
+    // After need_kick is visible: anything posted before it is in the rings now.
+    for (const r of this.qps) {
+      if (r.dead) continue;
+      if (Atomics.load(r.u32, QP_SQ_PROD) !== r.sqCons || Atomics.load(r.u32, QP_RQ_PROD) !== r.rqCons) return true;
+    }
+    for (const s of this.srqs) if (!s.dead && Atomics.load(s.u32, SRQ_PROD) !== s.cons) return true;
+    return false;
+  }
+
+  /** A ring that cannot be right: refused for good, its QP to error. */
+  private refuse(r: QpRing | SrqRing, why: string): void {
+    r.dead = true;
+    this.warn(`verbs: ${why}: the ring is refused from now on`);
+    const qps = r instanceof QpRing ? [r.qp] : this.qps.filter((q) => q.srq === r).map((q) => q.qp);
+    for (const qp of qps) this.toError(qp);
+  }
+
+  private toError(qp: Qp): void {
+    if (qp.destroyed || qp.state === QpState.ERROR) return;
+    try {
+      this.rdma.modifyQp(qp, { state: 'error' });
+    } catch {
+      // Already on its way out.
+    }
+  }
+
+  private pollQp(r: QpRing): number {
+    const qp = r.qp;
+    if (r.dead || qp.destroyed) return 0;
+    const u = r.u32;
+    if (qp.state !== r.lastState) {
+      r.lastState = qp.state;
+      Atomics.store(u, QP_STATE, qp.state);
+    }
+    let work = 0;
+    // Sends once the QP may send (the library refuses earlier posts; a hostile one waits).
+    if (qp.state >= QpState.RTS) {
+      const ahead = (Atomics.load(u, QP_SQ_PROD) - r.sqCons) >>> 0;
+      if (ahead > r.sqEntries) {
+        this.refuse(r, `QP ${qp.qpn}: the send ring's producer is ${ahead} ahead of a ring of ${r.sqEntries}`);
+        return 0;
+      }
+      const n = Math.min(ahead, BURST, qp.cfg.maxSendWr - qp.sqDepth);
+      for (let k = 0; k < n; k++) {
+        this.postSend(r, r.sqCons);
+        r.sqCons = (r.sqCons + 1) >>> 0;
+      }
+      if (n > 0) Atomics.store(u, QP_SQ_CONS, r.sqCons);
+      work += n;
+    }
+    if (r.srq === null && qp.state !== QpState.RESET && !qp.destroyed) {
+      const ahead = (Atomics.load(u, QP_RQ_PROD) - r.rqCons) >>> 0;
+      if (ahead > r.rqEntries) {
+        this.refuse(r, `QP ${qp.qpn}: the receive ring's producer is ${ahead} ahead of a ring of ${r.rqEntries}`);
+        return work;
+      }
+      const n = Math.min(ahead, BURST, qp.cfg.maxRecvWr - qp.rqDepth);
+      for (let k = 0; k < n; k++) {
+        this.postRecv(r, r.rqCons);
+        r.rqCons = (r.rqCons + 1) >>> 0;
+      }
+      if (n > 0) Atomics.store(u, QP_RQ_CONS, r.rqCons);
+      work += n;
+    }
+    return work;
+  }
+
+  private pollSrq(s: SrqRing): number {
+    if (s.dead || s.srq.destroyed) return 0;
+    const ahead = (Atomics.load(s.u32, SRQ_PROD) - s.cons) >>> 0;
+    if (ahead > s.entries) {
+      this.refuse(s, `SRQ ${s.srq.handle}: the ring's producer is ${ahead} ahead of a ring of ${s.entries}`);
+      return 0;
+    }
+    let n = 0;
+    while (n < ahead && n < BURST && s.srq.hasRoom) {
+      const seq = s.cons;
+      const at = RING_HDR + (seq & (s.entries - 1)) * s.stride;
+      const sg = this.recvSg(s.u32, s.stride, at, s.srq.pd);
+      s.lo[seq & (s.entries - 1)] = s.u32[at >>> 2];
+      s.hi[seq & (s.entries - 1)] = s.u32[(at >>> 2) + 1];
+      try {
+        if (sg === null) throw new Error('malformed receive WQE');
+        this.recv.wrId = seq;
+        this.recv.sg = sg;
+        this.rdma.postSrqRecv(s.srq, this.recv);
+      } catch (e) {
+        this.rt.countError(0);
+        this.refuse(s, `SRQ ${s.srq.handle}: work request ${seq}: ${(e as Error).message}`);
+        return n;
+      }
+      s.cons = (seq + 1) >>> 0;
+      n++;
+    }
+    if (n > 0) Atomics.store(s.u32, SRQ_CONS, s.cons);
+    return n;
+  }
+
+  /** The SG list of a receive WQE at byte `at`, resolved in `pd`; null if malformed. */
+  private recvSg(u: Uint32Array, stride: number, at: number, pd: Pd): Sge[] | null {
+    const w = at >>> 2;
+    const n = u[w + 2];
+    if (n > 32 || RECV_WQE_HDR + n * 16 > stride) return null;
+    return this.resolve(u, w + RECV_WQE_HDR / 4, n, pd);
+  }
+
+  /** n SGEs ({u64 addr, u32 length, u32 lkey}) from word w into a reused list. */
+  private resolve(u: Uint32Array, w: number, n: number, pd: Pd): Sge[] {
+    const list = this.sgs[n];
+    for (let i = 0; i < n; i++, w += 4) {
+      const addr = u[w + 1] * 2 ** 32 + u[w],
+        length = u[w + 2],
+        lkey = u[w + 3];
+      const e = list[i];
+      const mr = this.rdma.core.mrFor(lkey, pd);
+      const offset = mr === null ? -1 : addr - mr.base;
+      if (mr === null || offset < 0 || offset + length > mr.length) {
+        e.mr = NO_MR; // a local protection error, in order with the queue's other work
+        e.offset = 0;
+        e.length = length;
+      } else {
+        e.mr = mr;
+        e.offset = offset;
+        e.length = length;
+      }
+    }
+    return list;
+  }
+
+  private postRecv(r: QpRing, seq: number): void {
+    const at = r.rqBase + (seq & (r.rqEntries - 1)) * r.rqStride;
+    r.rqLo[seq & (r.rqEntries - 1)] = r.u32[at >>> 2];
+    r.rqHi[seq & (r.rqEntries - 1)] = r.u32[(at >>> 2) + 1];
+    const sg = this.recvSg(r.u32, r.rqStride, at, r.qp.pd);
+    try {
+      if (sg === null) throw new Error(`${r.u32[(at >>> 2) + 2]} SGEs do not fit the ring's WQE`);
+      this.recv.wrId = seq;
+      this.recv.sg = sg;
+      this.rdma.postRecv(r.qp, this.recv);
+    } catch (e) {
+      this.failed(r, seq, 'recv', e as Error);
+    }
+  }
+
+  private postSend(r: QpRing, seq: number): void {
+    const u = r.u32,
+      at = RING_HDR + (seq & (r.sqEntries - 1)) * r.sqStride,
+      w = at >>> 2,
+      qp = r.qp,
+      req = this.send;
+    r.sqLo[seq & (r.sqEntries - 1)] = u[w];
+    r.sqHi[seq & (r.sqEntries - 1)] = u[w + 1];
+    const opcode = u[w + 2],
+      flags = u[w + 3],
+      nsge = u[w + 4],
+      imm = u[w + 5],
+      raddr = u[w + 7] * 2 ** 32 + u[w + 6],
+      rkey = u[w + 8],
+      inlineLen = u[w + 9];
+    try {
+      const name = opcode < WR_OPCODE.length ? WR_OPCODE[opcode] : undefined;
+      if (name === undefined) throw new Error(`opcode ${opcode} is not supported`);
+      req.wrId = seq;
+      req.opcode = name;
+      req.signaled = (flags & IBV_SEND_SIGNALED) !== 0;
+      req.solicited = (flags & IBV_SEND_SOLICITED) !== 0;
+      req.remote.stag = rkey;
+      req.remote.offset = raddr;
+      req.imm = imm;
+      req.invalidateStag = imm;
+      if (name === 'fetch-add' || name === 'cmp-swap') {
+        const cmpAdd = (BigInt(u[w + 11]) << 32n) | BigInt(u[w + 10]),
+          swap = (BigInt(u[w + 13]) << 32n) | BigInt(u[w + 12]);
+        req.atomic = name === 'fetch-add' ? { add: cmpAdd } : { compare: cmpAdd, swap };
+      } else req.atomic = undefined;
+      if (flags & IBV_SEND_INLINE) {
+        if (inlineLen > r.sqStride - SEND_WQE_HDR)
+          throw new Error(`${inlineLen} bytes of inline data do not fit the WQE`);
+        const sg = this.sgs[1];
+        sg[0].mr = r.inlineMr;
+        sg[0].offset = at + SEND_WQE_HDR;
+        sg[0].length = inlineLen;
+        req.sg = inlineLen > 0 ? sg : this.sgs[0];
+        req.inline = true;
+      } else {
+        if (nsge > 32 || SEND_WQE_HDR + nsge * 16 > r.sqStride)
+          throw new Error(`${nsge} SGEs do not fit the ring's WQE`);
+        req.sg = this.resolve(u, w + SEND_WQE_HDR / 4, nsge, qp.pd);
+        req.inline = false;
+      }
+      this.rdma.postSend(qp, req);
+    } catch (e) {
+      this.failed(r, seq, WR_OPCODE[opcode] ?? 'send', e as Error);
+    }
+  }
+
+  /** A work request the verbs refused: it completes in error and the QP goes to error. */
+  private failed(r: QpRing, seq: number, op: string, e: Error): void {
+    const qp = r.qp;
+    this.rt.countError(0);
+    this.warn(`verbs: QP ${qp.qpn}: a ${op} work request was refused: ${e.message}`);
+    const recv = op === 'recv';
+    const c: Completion = {
+      wrId: seq,
+      qpn: qp.qpn,
+      status: 'local-qp-operation-error',
+      opcode: recv ? 'recv' : op === 'read' ? 'read' : op.startsWith('write') ? 'write' : 'send',
+      byteLen: 0,
+    };
+    this.rdma.core.complete(recv ? qp.recvCq : qp.sendCq, c);
+    this.toError(qp);
+  }
+
+  // ------------------------------------------------------------------ completions
+
+  /** One completion into the CQ's ring (and its channel, if armed); false when the ring is full. */
+  private writeCqe(ring: CqRing, c: Completion): boolean {
+    const u = ring.u32;
+    let lo = 0,
+      hi = 0;
+    const r = this.byQpn.get(c.qpn);
+    if (r !== undefined && typeof c.wrId === 'number') {
+      const seq = c.wrId;
+      if (c.opcode === 'recv' || c.opcode === 'recv-with-imm') {
+        const s = r.srq;
+        if (s !== null) {
+          lo = s.lo[seq & (s.entries - 1)];
+          hi = s.hi[seq & (s.entries - 1)];
+          s.done = (s.done + 1) >>> 0;
+          Atomics.store(s.u32, SRQ_DONE, s.done);
+        } else {
+          lo = r.rqLo[seq & (r.rqEntries - 1)];
+          hi = r.rqHi[seq & (r.rqEntries - 1)];
+          Atomics.store(r.u32, QP_RQ_DONE, (seq + 1) >>> 0);
+        }
+      } else {
+        lo = r.sqLo[seq & (r.sqEntries - 1)];
+        hi = r.sqHi[seq & (r.sqEntries - 1)];
+        Atomics.store(r.u32, QP_SQ_DONE, (seq + 1) >>> 0);
+      }
+    }
+    const cons = Atomics.load(u, CQ_CONS);
+    if ((ring.prod - cons) >>> 0 >= ring.entries) {
+      Atomics.store(u, CQ_OVERFLOW, 1);
+      this.warn(`verbs: CQ ${ring.cq.handle} overflowed (${ring.entries} entries): a completion is lost`);
+      return false;
+    }
+    const w = (RING_HDR >>> 2) + (ring.prod & (ring.entries - 1)) * (CQE_BYTES >>> 2);
+    u[w] = lo;
+    u[w + 1] = hi;
+    u[w + 2] = WC_STATUS[c.status] ?? 21; // IBV_WC_GENERAL_ERR
+    u[w + 3] = WC_OPCODE[c.opcode] ?? 0;
+    u[w + 4] = c.byteLen >>> 0;
+    let flags = 0,
+      imm = 0;
+    if (c.imm !== undefined) {
+      flags = IBV_WC_WITH_IMM;
+      imm = c.imm;
+    } else if (c.invalidatedStag !== undefined) {
+      flags = IBV_WC_WITH_INV;
+      imm = c.invalidatedStag;
+    }
+    u[w + 5] = imm >>> 0;
+    u[w + 6] = c.qpn;
+    u[w + 7] = flags;
+    ring.prod = (ring.prod + 1) >>> 0;
+    Atomics.store(u, CQ_PROD, ring.prod);
+    this.lastWorkMs = performance.now();
+    const armed = Atomics.load(u, CQ_ARMED);
+    if (
+      armed !== 0 &&
+      ring.channel !== null &&
+      (armed === 1 || c.solicited === true || c.status !== 'success') &&
+      Atomics.compareExchange(u, CQ_ARMED, armed, 0) === armed
+    ) {
+      Atomics.add(u, CQ_EVENTS, 1);
+      this.core.eventfdSignal(ring.channel.fd);
+    }
+    return true;
+  }
+
+  /** Sizes the rings must have for `qp` (what the library computes from the same numbers). */
+  static qpRingBytes(
+    qp: Qp,
+    withSrq: boolean,
+  ): { sq: number; rq: number; sqStride: number; rqStride: number; bytes: number } {
+    const sq = pow2AtLeast(qp.cfg.maxSendWr),
+      rq = withSrq ? 1 : pow2AtLeast(qp.cfg.maxRecvWr),
+      ss = sqStride(qp.cfg.maxSge, qp.cfg.maxInline),
+      rs = rqStride(qp.cfg.maxSge);
+    return { sq, rq, sqStride: ss, rqStride: rs, bytes: RING_HDR + sq * ss + rq * rs };
+  }
+
+  static pow2AtLeast = pow2AtLeast;
+}

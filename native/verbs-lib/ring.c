@@ -1,0 +1,649 @@
+/*
+ * The data path of librdmagraph-verbs.so: CQs, completion channels, QP and SRQ rings, and the
+ * context ops verbs.h's inline ibv_post_send / ibv_post_recv / ibv_post_srq_recv / ibv_poll_cq /
+ * ibv_req_notify_cq call. Layouts in proto.h.
+ *
+ * Every ring is a memfd (sealed against shrinking and growing) mapped here and in the daemon.
+ * A post writes WQEs and publishes the producer index; the daemon's verbs-input node polls it.
+ * When the daemon is about to sleep it sets need_kick in the QP's ring first and checks again;
+ * a post that sees need_kick after publishing writes the context's doorbell eventfd (the two
+ * sides order store-then-load with full fences, so one of them sees the other). A poll reads
+ * CQEs the daemon wrote and publishes the consumer index. A completion channel is an eventfd
+ * the daemon writes when it adds a CQE to a CQ armed by ibv_req_notify_cq.
+ *
+ * The daemon going away (its socket's end of file): the first poll or wait that notices flushes
+ * every posted, unfinished WQE of the context's QPs into their CQs (IBV_WC_WR_FLUSH_ERR) and
+ * signals their channels; later verbs fail with ECONNRESET.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "lib.h"
+
+#define LOAD(p) __atomic_load_n((uint32_t*)(p), __ATOMIC_ACQUIRE)
+#define STORE(p, v) __atomic_store_n((uint32_t*)(p), (v), __ATOMIC_RELEASE)
+#define U32(r, off) ((uint32_t*)((r)->mem + (off)))
+
+/* Empty polls of a CQ between two checks that the daemon is still there (one recv each). */
+#define ALIVE_CHECK_POLLS 4096u
+
+static uint32_t pow2_at_least(uint32_t n) {
+  uint32_t p = 1;
+  while (p < n && p < (1u << 30)) p <<= 1;
+  return p;
+}
+
+int rg_ring_create(struct rg_ring* r, size_t bytes) {
+  r->mem = NULL;
+  r->bytes = bytes;
+  int fd = memfd_create("rdma-graph-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return -1;
+  void* m = MAP_FAILED;
+  if (ftruncate(fd, (off_t)bytes) != 0 || (m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    int e = errno;
+    if (m != MAP_FAILED) munmap(m, bytes);
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  r->mem = m;
+  return fd;
+}
+
+void rg_ring_free(struct rg_ring* r) {
+  if (r->mem != NULL) munmap(r->mem, r->bytes);
+  r->mem = NULL;
+}
+
+/* ------------------------------------------------------------------ the daemon going away */
+
+static void signal_cq(struct rg_cq* q) {
+  __atomic_add_fetch(U32(&q->ring, RGV_CQ_EVENTS), 1, __ATOMIC_SEQ_CST);
+  if (q->channel != NULL) {
+    uint64_t one = 1;
+    if (write(q->channel->ch.fd, &one, sizeof one) < 0) { /* a full counter: already readable */
+    }
+  }
+}
+
+/* Append a flush CQE as the daemon would have (the daemon is gone: nobody else writes the ring). */
+static void flush_cqe(struct rg_cq* q, uint64_t wr_id, enum ibv_wc_opcode op, uint32_t qpn) {
+  uint32_t prod = LOAD(U32(&q->ring, RGV_CQ_PROD)), cons = LOAD(U32(&q->ring, RGV_CQ_CONS));
+  if (prod - cons >= q->entries) {
+    STORE(U32(&q->ring, RGV_CQ_OVERFLOW), 1);
+    return;
+  }
+  struct rgv_cqe* e = (struct rgv_cqe*)(q->ring.mem + RGV_RING_HDR) + (prod & (q->entries - 1));
+  memset(e, 0, sizeof *e);
+  e->wr_id = wr_id;
+  e->status = IBV_WC_WR_FLUSH_ERR;
+  e->opcode = op;
+  e->qp_num = qpn;
+  STORE(U32(&q->ring, RGV_CQ_PROD), prod + 1);
+}
+
+static enum ibv_wc_opcode wc_opcode_of(uint32_t wr_opcode) {
+  switch (wr_opcode) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return IBV_WC_FETCH_ADD;
+    default:
+      return IBV_WC_SEND;
+  }
+}
+
+/*
+ * Is the daemon still there? A recv that peeks: end of file means it closed the connection (it
+ * stopped, or died). The first caller that finds it gone flushes the context's QPs.
+ */
+static int daemon_gone(struct rg_context* c) {
+  if (__atomic_load_n(&c->dead, __ATOMIC_ACQUIRE)) return 1;
+  char b;
+  ssize_t r = recv(c->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (r > 0 || (r < 0 && (errno == EAGAIN || errno == EINTR))) return 0;
+  pthread_mutex_lock(&c->objs);
+  if (!c->dead) {
+    for (struct rg_qp* q = c->qps; q != NULL; q = q->next) {
+      struct rg_cq* scq = (struct rg_cq*)q->qp.send_cq;
+      struct rg_cq* rcq = (struct rg_cq*)q->qp.recv_cq;
+      pthread_spin_lock(&q->sq_lock);
+      pthread_spin_lock(&scq->lock);
+      for (uint32_t s = LOAD(U32(&q->ring, RGV_QP_SQ_DONE)), k = 0; s != q->sq_prod && k < q->sq_entries; s++, k++) {
+        const struct rgv_send_wqe* w = (const struct rgv_send_wqe*)(q->ring.mem + RGV_RING_HDR + (size_t)(s & (q->sq_entries - 1)) * q->sq_stride);
+        flush_cqe(scq, w->wr_id, wc_opcode_of(w->opcode), q->qp.qp_num);
+      }
+      pthread_spin_unlock(&scq->lock);
+      pthread_spin_unlock(&q->sq_lock);
+      if (q->qp.srq == NULL) {
+        pthread_spin_lock(&q->rq_lock);
+        pthread_spin_lock(&rcq->lock);
+        const uint8_t* rq = q->ring.mem + RGV_RING_HDR + (size_t)q->sq_entries * q->sq_stride;
+        for (uint32_t s = LOAD(U32(&q->ring, RGV_QP_RQ_DONE)), k = 0; s != q->rq_prod && k < q->rq_entries; s++, k++) {
+          const struct rgv_recv_wqe* w = (const struct rgv_recv_wqe*)(rq + (size_t)(s & (q->rq_entries - 1)) * q->rq_stride);
+          flush_cqe(rcq, w->wr_id, IBV_WC_RECV, q->qp.qp_num);
+        }
+        pthread_spin_unlock(&rcq->lock);
+        pthread_spin_unlock(&q->rq_lock);
+      }
+      q->qp.state = IBV_QPS_ERR;
+    }
+    for (struct rg_cq* q = c->cqs; q != NULL; q = q->next) signal_cq(q);
+    __atomic_store_n(&c->dead, 1, __ATOMIC_RELEASE);
+    rg_say("the daemon closed the connection: the posted work requests are flushed (IBV_WC_WR_FLUSH_ERR)");
+  }
+  pthread_mutex_unlock(&c->objs);
+  return 1;
+}
+
+/* ------------------------------------------------------------------ completion channels */
+
+EXPORT struct ibv_comp_channel* ibv_create_comp_channel(struct ibv_context* context) {
+  struct rg_channel* ch = calloc(1, sizeof *ch);
+  if (ch == NULL) return NULL;
+  ch->ch.context = context;
+  ch->ch.fd = eventfd(0, EFD_CLOEXEC);
+  uint32_t h;
+  if (ch->ch.fd < 0 || rg_ctx_call(context, RGV_OP_CREATE_CHANNEL, NULL, 0, ch->ch.fd, &h, sizeof h) != 0) {
+    int e = errno;
+    if (ch->ch.fd >= 0) close(ch->ch.fd);
+    free(ch);
+    errno = e;
+    return NULL;
+  }
+  ch->handle = h;
+  return &ch->ch;
+}
+
+EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel* channel) {
+  struct rg_channel* ch = (struct rg_channel*)channel;
+  if (channel->refcnt > 0) return EBUSY;
+  if (!rg_ctx(channel->context)->dead && rg_handle_call(channel->context, RGV_OP_DESTROY_CHANNEL, ch->handle) != 0) return errno;
+  close(channel->fd);
+  free(ch);
+  return 0;
+}
+
+/* A CQ of this channel with a notification not yet reported, or NULL. */
+static struct rg_cq* pending_cq(struct rg_context* c, struct rg_channel* ch, int* more) {
+  struct rg_cq* found = NULL;
+  *more = 0;
+  pthread_mutex_lock(&c->objs);
+  for (struct rg_cq* q = c->cqs; q != NULL; q = q->next) {
+    if (q->channel != ch) continue;
+    if (__atomic_load_n(U32(&q->ring, RGV_CQ_EVENTS), __ATOMIC_ACQUIRE) == q->events_seen) continue;
+    if (found == NULL) found = q;
+    else *more = 1;
+  }
+  if (found != NULL) found->events_seen++;
+  pthread_mutex_unlock(&c->objs);
+  return found;
+}
+
+EXPORT int ibv_get_cq_event(struct ibv_comp_channel* channel, struct ibv_cq** cq, void** cq_context) {
+  struct rg_channel* ch = (struct rg_channel*)channel;
+  struct rg_context* c = rg_ctx(channel->context);
+  for (;;) {
+    struct pollfd p[2] = {{.fd = channel->fd, .events = POLLIN}, {.fd = c->sock, .events = POLLIN}};
+    uint64_t v;
+    /* Drain first: a notification after this point makes the fd readable again. */
+    if (poll(p, 1, 0) == 1 && read(channel->fd, &v, sizeof v) < 0 && errno != EAGAIN) return -1;
+    int more;
+    struct rg_cq* q = pending_cq(c, ch, &more);
+    if (q != NULL) {
+      if (more) {
+        uint64_t one = 1;
+        if (write(channel->fd, &one, sizeof one) < 0) { /* readable already */
+        }
+      }
+      *cq = &q->cq;
+      *cq_context = q->cq.cq_context;
+      return 0;
+    }
+    if (c->dead) {
+      errno = ECONNRESET;
+      return -1;
+    }
+    if (fcntl(channel->fd, F_GETFL) & O_NONBLOCK) {
+      errno = EAGAIN;
+      return -1;
+    }
+    p[0].revents = p[1].revents = 0;
+    if (poll(p, 2, -1) < 0 && errno != EINTR) return -1;
+    if (p[1].revents != 0) daemon_gone(c); /* flushes and signals if it went away */
+  }
+}
+
+EXPORT void ibv_ack_cq_events(struct ibv_cq* cq, unsigned int nevents) { (void)cq, (void)nevents; }
+
+/* ------------------------------------------------------------------ CQ */
+
+EXPORT struct ibv_cq* ibv_create_cq(struct ibv_context* context, int cqe, void* cq_context, struct ibv_comp_channel* channel,
+                                    int comp_vector) {
+  struct rg_context* c = rg_ctx(context);
+  if (cqe < 1 || cqe > (int)c->dev.info.max_cqe || comp_vector != 0 || (channel != NULL && channel->context != context)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  struct rg_cq* q = calloc(1, sizeof *q);
+  if (q == NULL) return NULL;
+  q->entries = pow2_at_least((uint32_t)cqe);
+  int fd = rg_ring_create(&q->ring, RGV_RING_HDR + (size_t)q->entries * sizeof(struct rgv_cqe));
+  if (fd < 0) {
+    free(q);
+    return NULL;
+  }
+  struct rgv_create_cq req = {.entries = q->entries, .channel = channel != NULL ? ((struct rg_channel*)channel)->handle : RGV_NONE, .bytes = q->ring.bytes};
+  uint32_t r[2];
+  int rc = rg_ctx_call(context, RGV_OP_CREATE_CQ, &req, sizeof req, fd, r, sizeof r);
+  int e = errno;
+  close(fd);
+  if (rc != 0) {
+    rg_ring_free(&q->ring);
+    free(q);
+    errno = e;
+    return NULL;
+  }
+  q->cq.context = context;
+  q->cq.channel = channel;
+  q->cq.cq_context = cq_context;
+  q->cq.handle = r[0];
+  q->cq.cqe = (int)r[1];
+  q->channel = (struct rg_channel*)channel;
+  pthread_mutex_init(&q->cq.mutex, NULL);
+  pthread_cond_init(&q->cq.cond, NULL);
+  pthread_spin_init(&q->lock, PTHREAD_PROCESS_PRIVATE);
+  if (channel != NULL) __atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&c->objs);
+  q->next = c->cqs;
+  c->cqs = q;
+  pthread_mutex_unlock(&c->objs);
+  return &q->cq;
+}
+
+EXPORT int ibv_destroy_cq(struct ibv_cq* cq) {
+  struct rg_cq* q = (struct rg_cq*)cq;
+  struct rg_context* c = rg_ctx(cq->context);
+  if (!c->dead && rg_handle_call(cq->context, RGV_OP_DESTROY_CQ, cq->handle) != 0) return errno;
+  pthread_mutex_lock(&c->objs);
+  for (struct rg_cq** p = &c->cqs; *p != NULL; p = &(*p)->next)
+    if (*p == q) {
+      *p = q->next;
+      break;
+    }
+  pthread_mutex_unlock(&c->objs);
+  if (q->channel != NULL) __atomic_sub_fetch(&q->channel->ch.refcnt, 1, __ATOMIC_RELAXED);
+  rg_ring_free(&q->ring);
+  pthread_spin_destroy(&q->lock);
+  pthread_mutex_destroy(&cq->mutex);
+  pthread_cond_destroy(&cq->cond);
+  free(q);
+  return 0;
+}
+
+static int op_poll_cq(struct ibv_cq* cq, int n, struct ibv_wc* wc) {
+  struct rg_cq* q = (struct rg_cq*)cq;
+  int k = 0;
+  pthread_spin_lock(&q->lock);
+  const uint32_t prod = LOAD(U32(&q->ring, RGV_CQ_PROD));
+  const struct rgv_cqe* ring = (const struct rgv_cqe*)(q->ring.mem + RGV_RING_HDR);
+  /* Never more than the ring holds, whatever the producer index says. */
+  while (k < n && q->cons != prod && k < (int)q->entries) {
+    const struct rgv_cqe* e = &ring[q->cons & (q->entries - 1)];
+    struct ibv_wc* w = &wc[k++];
+    w->wr_id = e->wr_id;
+    w->status = (enum ibv_wc_status)e->status;
+    w->opcode = (enum ibv_wc_opcode)e->opcode;
+    w->vendor_err = 0;
+    w->byte_len = e->byte_len;
+    w->imm_data = e->imm;
+    w->qp_num = e->qp_num;
+    w->src_qp = 0;
+    w->wc_flags = e->wc_flags;
+    w->pkey_index = 0;
+    w->slid = 0;
+    w->sl = 0;
+    w->dlid_path_bits = 0;
+    q->cons++;
+  }
+  if (k > 0) {
+    STORE(U32(&q->ring, RGV_CQ_CONS), q->cons);
+    q->empty_polls = 0;
+  }
+  const int check = k == 0 && ++q->empty_polls >= ALIVE_CHECK_POLLS;
+  if (check) q->empty_polls = 0;
+  const int overflow = k == 0 && LOAD(U32(&q->ring, RGV_CQ_OVERFLOW)) != 0;
+  pthread_spin_unlock(&q->lock);
+  if (overflow) {
+    errno = EOVERFLOW; /* the CQ overflowed: completions were lost (the daemon logged it) */
+    return -1;
+  }
+  if (check) daemon_gone(rg_ctx(cq->context)); /* flushes into the rings: the next poll sees it */
+  return k;
+}
+
+static int op_req_notify_cq(struct ibv_cq* cq, int solicited_only) {
+  struct rg_cq* q = (struct rg_cq*)cq;
+  if (q->channel == NULL) return EINVAL;
+  if (daemon_gone(rg_ctx(cq->context))) return ECONNRESET;
+  __atomic_store_n(U32(&q->ring, RGV_CQ_ARMED), solicited_only ? 2u : 1u, __ATOMIC_SEQ_CST);
+  return 0;
+}
+
+/* ------------------------------------------------------------------ QP rings */
+
+int rg_qp_attach(struct rg_qp* q, const struct ibv_qp_init_attr* attr) {
+  (void)attr;
+  q->sq_entries = pow2_at_least(q->max_send_wr);
+  q->rq_entries = q->qp.srq != NULL ? 1 : pow2_at_least(q->max_recv_wr);
+  q->sq_stride = rgv_sq_stride(q->max_sge, q->max_inline);
+  q->rq_stride = rgv_rq_stride(q->max_sge);
+  size_t bytes = RGV_RING_HDR + (size_t)q->sq_entries * q->sq_stride + (size_t)q->rq_entries * q->rq_stride;
+  int fd = rg_ring_create(&q->ring, bytes);
+  if (fd < 0) return -1;
+  struct rgv_qp_ring req = {.qpn = q->qp.qp_num, .sq_entries = q->sq_entries, .rq_entries = q->rq_entries, .sq_stride = q->sq_stride, .rq_stride = q->rq_stride, .bytes = bytes};
+  int rc = rg_ctx_call(q->qp.context, RGV_OP_QP_RING, &req, sizeof req, fd, NULL, 0);
+  int e = errno;
+  close(fd);
+  if (rc != 0) {
+    rg_ring_free(&q->ring);
+    errno = e;
+    return -1;
+  }
+  pthread_spin_init(&q->sq_lock, PTHREAD_PROCESS_PRIVATE);
+  pthread_spin_init(&q->rq_lock, PTHREAD_PROCESS_PRIVATE);
+  struct rg_context* c = rg_ctx(q->qp.context);
+  pthread_mutex_lock(&c->objs);
+  q->next = c->qps;
+  c->qps = q;
+  pthread_mutex_unlock(&c->objs);
+  return 0;
+}
+
+void rg_qp_forget(struct rg_qp* q) {
+  struct rg_context* c = rg_ctx(q->qp.context);
+  pthread_mutex_lock(&c->objs);
+  for (struct rg_qp** p = &c->qps; *p != NULL; p = &(*p)->next)
+    if (*p == q) {
+      *p = q->next;
+      break;
+    }
+  pthread_mutex_unlock(&c->objs);
+  rg_ring_free(&q->ring);
+  pthread_spin_destroy(&q->sq_lock);
+  pthread_spin_destroy(&q->rq_lock);
+}
+
+/* After publishing a producer index: the doorbell, if the daemon asked for one before it slept. */
+static void kick(struct rg_context* c, const struct rg_ring* r, uint32_t need_kick_off) {
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (__atomic_load_n(U32(r, need_kick_off), __ATOMIC_RELAXED) != 0) {
+    uint64_t one = 1;
+    if (write(c->doorbell, &one, sizeof one) < 0) { /* counter full: readable already */
+    }
+  }
+}
+
+static int send_opcode_ok(uint32_t op) {
+  switch (op) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return 1;
+    default: /* SEND_WITH_IMM (no such iWARP message), LOCAL_INV, BIND_MW, TSO, DRIVER1 */
+      return 0;
+  }
+}
+
+/* One send WR into a WQE: 0, or the errno ibv_post_send returns for it. */
+static int write_send_wqe(const struct rg_qp* q, const struct ibv_send_wr* wr, uint8_t* slot) {
+  struct rgv_send_wqe* w = (struct rgv_send_wqe*)slot;
+  if (!send_opcode_ok(wr->opcode)) return EINVAL;
+  if (wr->num_sge < 0) return EINVAL;
+  const int atomic = wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+  const int in = (wr->send_flags & IBV_SEND_INLINE) && !atomic && wr->opcode != IBV_WR_RDMA_READ;
+  w->wr_id = wr->wr_id;
+  w->opcode = wr->opcode;
+  w->flags = (uint32_t)wr->send_flags | (q->sig_all ? IBV_SEND_SIGNALED : 0);
+  w->imm = wr->opcode == IBV_WR_SEND_WITH_INV ? wr->invalidate_rkey : wr->imm_data;
+  if (atomic) {
+    w->remote_addr = wr->wr.atomic.remote_addr;
+    w->rkey = wr->wr.atomic.rkey;
+    w->compare_add = wr->wr.atomic.compare_add;
+    w->swap = wr->wr.atomic.swap;
+  } else {
+    w->remote_addr = wr->wr.rdma.remote_addr;
+    w->rkey = wr->wr.rdma.rkey;
+    w->compare_add = w->swap = 0;
+  }
+  uint8_t* data = slot + sizeof *w;
+  if (in) {
+    size_t total = 0;
+    for (int i = 0; i < wr->num_sge; i++) {
+      const struct ibv_sge* s = &wr->sg_list[i];
+      if (s->length > q->max_inline - total) return ENOMEM; /* too much inline data */
+      memcpy(data + total, (const void*)(uintptr_t)s->addr, s->length);
+      total += s->length;
+    }
+    w->num_sge = 0;
+    w->inline_len = (uint32_t)total;
+    w->flags |= IBV_SEND_INLINE;
+  } else {
+    if ((uint32_t)wr->num_sge > q->max_sge) return EINVAL;
+    memcpy(data, wr->sg_list, (size_t)wr->num_sge * sizeof(struct ibv_sge)); /* struct ibv_sge is rgv_sge */
+    w->num_sge = (uint32_t)wr->num_sge;
+    w->inline_len = 0;
+    w->flags &= ~(uint32_t)IBV_SEND_INLINE;
+  }
+  return 0;
+}
+_Static_assert(sizeof(struct ibv_sge) == sizeof(struct rgv_sge), "ibv_sge is laid out as rgv_sge");
+
+static int op_post_send(struct ibv_qp* qp, struct ibv_send_wr* wr, struct ibv_send_wr** bad) {
+  struct rg_qp* q = (struct rg_qp*)qp;
+  struct rg_context* c = rg_ctx(qp->context);
+  int err = 0;
+  if (c->dead) err = ECONNRESET;
+  else if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD && qp->state != IBV_QPS_ERR) err = EINVAL;
+  if (err != 0) {
+    *bad = wr;
+    return err;
+  }
+  pthread_spin_lock(&q->sq_lock);
+  uint32_t done = LOAD(U32(&q->ring, RGV_QP_SQ_DONE));
+  const uint32_t first = q->sq_prod;
+  for (; wr != NULL; wr = wr->next) {
+    if (q->sq_prod - done >= q->max_send_wr) {
+      done = LOAD(U32(&q->ring, RGV_QP_SQ_DONE));
+      if (q->sq_prod - done >= q->max_send_wr) {
+        err = ENOMEM; /* the send queue is full */
+        break;
+      }
+    }
+    uint8_t* slot = q->ring.mem + RGV_RING_HDR + (size_t)(q->sq_prod & (q->sq_entries - 1)) * q->sq_stride;
+    if ((err = write_send_wqe(q, wr, slot)) != 0) break;
+    q->sq_prod++;
+  }
+  if (q->sq_prod != first) {
+    STORE(U32(&q->ring, RGV_QP_SQ_PROD), q->sq_prod);
+    kick(c, &q->ring, RGV_QP_NEED_KICK);
+  }
+  pthread_spin_unlock(&q->sq_lock);
+  if (err != 0) *bad = wr;
+  return err;
+}
+
+static int write_recv_wqe(uint32_t max_sge, const struct ibv_recv_wr* wr, uint8_t* slot) {
+  if (wr->num_sge < 0 || (uint32_t)wr->num_sge > max_sge) return EINVAL;
+  struct rgv_recv_wqe* w = (struct rgv_recv_wqe*)slot;
+  w->wr_id = wr->wr_id;
+  w->num_sge = (uint32_t)wr->num_sge;
+  w->pad = 0;
+  memcpy(slot + sizeof *w, wr->sg_list, (size_t)wr->num_sge * sizeof(struct ibv_sge));
+  return 0;
+}
+
+static int op_post_recv(struct ibv_qp* qp, struct ibv_recv_wr* wr, struct ibv_recv_wr** bad) {
+  struct rg_qp* q = (struct rg_qp*)qp;
+  struct rg_context* c = rg_ctx(qp->context);
+  int err = 0;
+  if (c->dead) err = ECONNRESET;
+  else if (qp->srq != NULL || qp->state == IBV_QPS_RESET) err = EINVAL;
+  if (err != 0) {
+    *bad = wr;
+    return err;
+  }
+  pthread_spin_lock(&q->rq_lock);
+  uint8_t* rq = q->ring.mem + RGV_RING_HDR + (size_t)q->sq_entries * q->sq_stride;
+  uint32_t done = LOAD(U32(&q->ring, RGV_QP_RQ_DONE));
+  const uint32_t first = q->rq_prod;
+  for (; wr != NULL; wr = wr->next) {
+    if (q->rq_prod - done >= q->max_recv_wr) {
+      done = LOAD(U32(&q->ring, RGV_QP_RQ_DONE));
+      if (q->rq_prod - done >= q->max_recv_wr) {
+        err = ENOMEM;
+        break;
+      }
+    }
+    if ((err = write_recv_wqe(q->max_sge, wr, rq + (size_t)(q->rq_prod & (q->rq_entries - 1)) * q->rq_stride)) != 0) break;
+    q->rq_prod++;
+  }
+  if (q->rq_prod != first) {
+    STORE(U32(&q->ring, RGV_QP_RQ_PROD), q->rq_prod);
+    kick(c, &q->ring, RGV_QP_NEED_KICK);
+  }
+  pthread_spin_unlock(&q->rq_lock);
+  if (err != 0) *bad = wr;
+  return err;
+}
+
+/* ------------------------------------------------------------------ SRQ */
+
+EXPORT struct ibv_srq* ibv_create_srq(struct ibv_pd* pd, struct ibv_srq_init_attr* attr) {
+  struct rg_context* c = rg_ctx(pd->context);
+  if (c->dead) {
+    errno = ECONNRESET;
+    return NULL;
+  }
+  struct rgv_create_srq req = {.pd = pd->handle, .max_wr = attr->attr.max_wr, .max_sge = attr->attr.max_sge, .limit = attr->attr.srq_limit};
+  uint32_t r[3];
+  if (rg_ctx_call(pd->context, RGV_OP_CREATE_SRQ, &req, sizeof req, -1, r, sizeof r) != 0) return NULL;
+  struct rg_srq* s = calloc(1, sizeof *s);
+  if (s == NULL) {
+    rg_handle_call(pd->context, RGV_OP_DESTROY_SRQ, r[0]);
+    errno = ENOMEM;
+    return NULL;
+  }
+  s->srq.context = pd->context;
+  s->srq.srq_context = attr->srq_context;
+  s->srq.pd = pd;
+  s->srq.handle = r[0];
+  s->max_wr = r[1];
+  s->max_sge = r[2];
+  s->entries = pow2_at_least(s->max_wr);
+  s->stride = rgv_rq_stride(s->max_sge);
+  int fd = rg_ring_create(&s->ring, RGV_RING_HDR + (size_t)s->entries * s->stride);
+  int rc = -1, e = errno;
+  if (fd >= 0) {
+    struct rgv_srq_ring q = {.srq = s->srq.handle, .entries = s->entries, .stride = s->stride, .bytes = s->ring.bytes};
+    rc = rg_ctx_call(pd->context, RGV_OP_SRQ_RING, &q, sizeof q, fd, NULL, 0);
+    e = errno;
+    close(fd);
+  }
+  if (rc != 0) {
+    rg_handle_call(pd->context, RGV_OP_DESTROY_SRQ, s->srq.handle);
+    rg_ring_free(&s->ring);
+    free(s);
+    errno = e;
+    return NULL;
+  }
+  pthread_mutex_init(&s->srq.mutex, NULL);
+  pthread_cond_init(&s->srq.cond, NULL);
+  pthread_spin_init(&s->lock, PTHREAD_PROCESS_PRIVATE);
+  attr->attr.max_wr = s->max_wr;
+  attr->attr.max_sge = s->max_sge;
+  return &s->srq;
+}
+
+EXPORT int ibv_modify_srq(struct ibv_srq* srq, struct ibv_srq_attr* attr, int mask) {
+  if (mask & IBV_SRQ_MAX_WR) return EINVAL; /* resizing: not supported (as most devices) */
+  if (!(mask & IBV_SRQ_LIMIT)) return 0;
+  uint32_t q[2] = {srq->handle, attr->srq_limit};
+  return rg_ctx_call(srq->context, RGV_OP_MODIFY_SRQ, q, sizeof q, -1, NULL, 0) != 0 ? errno : 0;
+}
+
+EXPORT int ibv_query_srq(struct ibv_srq* srq, struct ibv_srq_attr* attr) {
+  const struct rg_srq* s = (const struct rg_srq*)srq;
+  attr->max_wr = s->max_wr;
+  attr->max_sge = s->max_sge;
+  attr->srq_limit = 0;
+  return 0;
+}
+
+EXPORT int ibv_destroy_srq(struct ibv_srq* srq) {
+  struct rg_srq* s = (struct rg_srq*)srq;
+  if (!rg_ctx(srq->context)->dead && rg_handle_call(srq->context, RGV_OP_DESTROY_SRQ, srq->handle) != 0) return errno;
+  rg_ring_free(&s->ring);
+  pthread_spin_destroy(&s->lock);
+  pthread_mutex_destroy(&srq->mutex);
+  pthread_cond_destroy(&srq->cond);
+  free(s);
+  return 0;
+}
+
+static int op_post_srq_recv(struct ibv_srq* srq, struct ibv_recv_wr* wr, struct ibv_recv_wr** bad) {
+  struct rg_srq* s = (struct rg_srq*)srq;
+  struct rg_context* c = rg_ctx(srq->context);
+  if (c->dead) {
+    *bad = wr;
+    return ECONNRESET;
+  }
+  int err = 0;
+  pthread_spin_lock(&s->lock);
+  uint32_t done = LOAD(U32(&s->ring, RGV_SRQ_DONE));
+  const uint32_t first = s->prod;
+  for (; wr != NULL; wr = wr->next) {
+    if (s->prod - done >= s->max_wr) {
+      done = LOAD(U32(&s->ring, RGV_SRQ_DONE));
+      if (s->prod - done >= s->max_wr) {
+        err = ENOMEM;
+        break;
+      }
+    }
+    if ((err = write_recv_wqe(s->max_sge, wr, s->ring.mem + RGV_RING_HDR + (size_t)(s->prod & (s->entries - 1)) * s->stride)) != 0) break;
+    s->prod++;
+  }
+  if (s->prod != first) {
+    STORE(U32(&s->ring, RGV_SRQ_PROD), s->prod);
+    kick(c, &s->ring, RGV_SRQ_NEED_KICK);
+  }
+  pthread_spin_unlock(&s->lock);
+  if (err != 0) *bad = wr;
+  return err;
+}
+
+void rg_set_ops(struct ibv_context_ops* ops) {
+  ops->post_send = op_post_send;
+  ops->post_recv = op_post_recv;
+  ops->post_srq_recv = op_post_srq_recv;
+  ops->poll_cq = op_poll_cq;
+  ops->req_notify_cq = op_req_notify_cq;
+}
