@@ -9,7 +9,9 @@
  *           "pd" -> "pd HANDLE" or "pd failed ERRNO" (another ibv_alloc_pd);
  *           "query" -> "query rc 0 state S dest QPN rqpsn R sqpsn P ird I ord O mtu M gid A.B.C.D send W recv W"
  *           "qp A.B.C.D QPN PSN" -> a CQ and an RC QP taken to RTS towards that peer:
- *           "qp QPN rts rc 0" (or the failing step and its errno); "post" -> "post RC" (ibv_post_recv)
+ *           "qp QPN rts rc 0" (or the failing step and its errno); "post" -> "post RC" (ibv_post_recv);
+ *           "send LKEY DELTA" -> a signaled 16-byte SEND from buf + DELTA with that lkey, then its
+ *           completion: "send rc RC wc STATUS opcode OP wr_id ID qp QPN" (or "send rc RC" / "send timeout")
  */
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -112,6 +114,25 @@ int main(void) {
       struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = 16, .lkey = mr->lkey};
       struct ibv_recv_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1}, *bad = NULL;
       printf("post %d\n", ibv_post_recv(qp, &wr, &bad));
+    } else if (strncmp(line, "send", 4) == 0 && qp != NULL) {
+      unsigned lkey = 0;
+      long delta = 0;
+      if (sscanf(line + 4, "%u %ld", &lkey, &delta) != 2) continue;
+      struct ibv_sge sge = {.addr = (uintptr_t)(buf + delta), .length = 16, .lkey = lkey};
+      struct ibv_send_wr wr = {.wr_id = 77, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED},
+                         *bad = NULL;
+      int rc = ibv_post_send(qp, &wr, &bad);
+      if (rc != 0) {
+        printf("send rc %d\n", rc);
+        continue;
+      }
+      struct ibv_wc wc;
+      int got = 0;
+      for (long k = 0; k < 200000000 && got == 0; k++) got = ibv_poll_cq(cq, 1, &wc);
+      if (got == 1)
+        printf("send rc 0 wc %d opcode %d wr_id %llu qp %u\n", wc.status, wc.opcode, (unsigned long long)wc.wr_id, wc.qp_num);
+      else
+        printf("send timeout %d\n", got);
     } else if (strncmp(line, "query", 5) == 0 && qp != NULL) {
       struct ibv_qp_attr qa;
       struct ibv_qp_init_attr qi;

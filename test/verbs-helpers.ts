@@ -1,0 +1,92 @@
+/**
+ * Running unmodified verbs programs against data planes in this process (test/verbs-apps.test.ts,
+ * test/verbs-rings.test.ts): each program preloaded with librdmagraph-verbs.so.
+ */
+import * as assert from 'uvu/assert';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type Dataplane, VERBS_LIBRARY } from '../dataplane/dataplane.ts';
+import { twoDataplanes } from './dataplane-helpers.ts';
+
+export interface Run {
+  code: number | null;
+  signal: string | null;
+  out: string;
+}
+
+/** A program preloaded against `socket`; its exit and everything it printed. */
+export function runTool(socket: string, cmd: string[], timeoutMs = 60_000): { done: Promise<Run>; kill(): void } {
+  const p = spawn(cmd[0], cmd.slice(1), {
+    env: { ...process.env, LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: socket },
+  });
+  let out = '';
+  p.stdout.on('data', (d) => (out += d));
+  p.stderr.on('data', (d) => (out += d));
+  const timer = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
+  return {
+    done: new Promise((resolve) =>
+      p.on('exit', (code, signal) => {
+        clearTimeout(timer);
+        resolve({ code, signal, out });
+      }),
+    ),
+    kill: () => p.kill('SIGKILL'),
+  };
+}
+
+/** Two data planes, each serving a verbs socket (A is the client's, B the server's). */
+export async function withTwoDaemons(
+  body: (x: { a: string; b: string; dpA: Dataplane; dpB: Dataplane; stopA(): void }) => Promise<void>,
+): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'verbs-apps-'));
+  const dps = await twoDataplanes();
+  const a = join(dir, 'a.sock'),
+    b = join(dir, 'b.sock');
+  const va = dps.a.serveVerbs({ path: a }),
+    vb = dps.b.serveVerbs({ path: b });
+  try {
+    await body({ a, b, dpA: dps.a, dpB: dps.b, stopA: () => va.close() });
+    for (const dp of [dps.a, dps.b]) await nothingLeft(dp);
+  } finally {
+    va.close();
+    vb.close();
+    await dps.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** Every verbs object the programs made is gone, and every buffer is back in the pool. */
+export async function nothingLeft(dp: Dataplane): Promise<void> {
+  const count = async () =>
+    (await dp.qps()).length +
+    (await dp.mrs()).length +
+    (await dp.cqs()).length +
+    (await dp.srqs()).length +
+    (await dp.pds()).length;
+  const until = Date.now() + 5000;
+  while ((await count()) > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+  assert.is(await count(), 0, 'every QP, MR, CQ, SRQ and PD the programs made is released');
+  const until2 = Date.now() + 3000;
+  let st = await dp.buffers();
+  while (st.count !== st.free && Date.now() < until2) {
+    await new Promise((r) => setTimeout(r, 20));
+    st = await dp.buffers();
+  }
+  assert.is(st.count - st.free, 0, 'no buffer lost');
+}
+
+let port = 18515 + (process.pid % 1000) * 8;
+
+/** A TCP port for a tool's out-of-band exchange, different for each run. */
+export const nextPort = () => port++;
+
+/** The server on B, then the client on A towards 127.0.0.1; both results. */
+export async function pair(a: string, b: string, cmd: string[]): Promise<[Run, Run]> {
+  const p = String(nextPort());
+  const server = runTool(b, [...cmd, '-p', p]);
+  await new Promise((r) => setTimeout(r, 400)); // the server listens on its TCP port
+  const client = runTool(a, [...cmd, '-p', p, '127.0.0.1']);
+  return Promise.all([server.done, client.done]);
+}

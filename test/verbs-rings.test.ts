@@ -1,0 +1,176 @@
+/**
+ * The shared rings of the verbs data path (dataplane/verbs-rings.ts) against a hostile program:
+ * this test speaks the verbs socket itself (native/verbs-lib/proto.h), maps its own rings, and
+ * scribbles seeded garbage into its send and receive rings. Every work request must complete
+ * (in error) or be refused, the CQEs must stay inside the CQ ring and name the QP, an impossible
+ * producer index must refuse the ring, and the daemon must keep serving with nothing left behind.
+ */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadCore } from '../native/load.ts';
+import { IP_B, twoDataplanes } from './dataplane-helpers.ts';
+import { Rng } from './hostile-helpers.ts';
+import { nothingLeft } from './verbs-helpers.ts';
+
+const MAGIC = 0x31564752;
+const NONE = 0xffffffff;
+
+test('a program scribbling on its rings: garbage WQEs complete in error or flush, CQEs stay in the ring, an impossible index refuses the ring, the daemon keeps serving and loses nothing', async () => {
+  const core = loadCore();
+  const dir = mkdtempSync(join(tmpdir(), 'verbs-rings-'));
+  const socket = join(dir, 'v.sock');
+  const dps = await twoDataplanes();
+  const vs = dps.a.serveVerbs({ path: socket, log: () => undefined });
+  const conn = core.memifRawConnect(socket);
+  let seq = 0;
+  /** One request; the reply's status and its u32 words. */
+  const req = async (op: number, words: number[], pass = -1): Promise<{ status: number; w: number[] }> => {
+    const b = new Uint8Array(16 + 4 * words.length);
+    const v = new DataView(b.buffer);
+    v.setUint32(0, MAGIC, true);
+    v.setUint16(4, op, true);
+    v.setUint32(8, ++seq, true);
+    words.forEach((x, k) => v.setUint32(16 + 4 * k, x >>> 0, true));
+    assert.is(core.seqpacketSend(conn, b, pass), 0);
+    for (let t = 0; t < 5000; t++) {
+      const m = core.seqpacketRecv(conn);
+      if (m !== null) {
+        assert.ok('data' in m, `op ${op} answered, not dropped`);
+        const r = new DataView(m.data.buffer, m.data.byteOffset, m.data.length);
+        const w: number[] = [];
+        for (let k = 16; k + 4 <= m.data.length; k += 4) w.push(r.getUint32(k, true));
+        return { status: r.getInt16(6, true), w };
+      }
+      await new Promise((r) => setImmediate(r));
+    }
+    throw new Error(`op ${op}: no answer`);
+  };
+  const efd = core.eventfd();
+  try {
+    // (the connection is closed at the end of the body: its release is part of what is checked)
+    assert.is((await req(12, [], efd)).status, 0, 'ATTACH with a doorbell eventfd');
+    const pd = (await req(2, [])).w[0];
+    // An MR (at a made-up address: for the daemon it is just the tagged offset of byte 0).
+    const mrMem = core.allocMemory(4096, { hugepages: 'never', name: 'hostile-mr' });
+    const base = 0x10000000;
+    const mr = await req(4, [pd, 1, 4096, 0, base, 0, base, 0, 4096, 0], mrMem.fd);
+    assert.is(mr.status, 0);
+    const stag = mr.w[1];
+    const CQE = 64;
+    const cqMem = core.allocMemory(128 + CQE * 32, { hugepages: 'never', name: 'hostile-cq' });
+    const cq = await req(6, [CQE, NONE, 128 + CQE * 32, 0], cqMem.fd);
+    assert.is(cq.status, 0);
+    const qpr = await req(8, [pd, cq.w[0], cq.w[0], 32, 32, 4, 64, NONE]);
+    assert.is(qpr.status, 0);
+    const [qpn, sw, rw, sge, inl] = qpr.w;
+    const sqE = 32,
+      rqE = 32,
+      sqS = 64 + Math.max(sge * 16, (inl + 15) & ~15),
+      rqS = 16 + sge * 16;
+    assert.equal([sw, rw], [32, 32]);
+    const bytes = 128 + sqE * sqS + rqE * rqS;
+    const qpMem = core.allocMemory(bytes, { hugepages: 'never', name: 'hostile-qp' });
+    assert.is(
+      (await req(15, [qpn, sqE, rqE + 1, sqS, rqS, 0, bytes, 0], qpMem.fd)).status,
+      -22,
+      'wrong ring sizes: EINVAL',
+    );
+    assert.is((await req(15, [qpn, sqE, rqE, sqS, rqS, 0, bytes, 0], qpMem.fd)).status, 0);
+    // INIT, RTR towards a QP that does not exist (nothing will answer), RTS.
+    const modify = (state: number, mask: number) => {
+      const w = [qpn, mask, state, 0, 0, 0xffff0000, 0, 23456, 1000, 2000, 1, 1, 0];
+      const ip = IP_B.split('.').map(Number);
+      w[6] = ip[0] | (ip[1] << 8) | (ip[2] << 16) | (ip[3] << 24);
+      return req(9, w);
+    };
+    assert.is((await modify(1, 1)).status, 0);
+    assert.is((await modify(2, 1 | (1 << 7) | (1 << 20) | (1 << 12))).status, 0);
+    assert.is((await modify(3, 1 | (1 << 16))).status, 0);
+
+    const u32 = new Uint32Array(qpMem.buffer);
+    const cq32 = new Uint32Array(cqMem.buffer);
+    const rng = new Rng(1616);
+    let sqProd = 0,
+      rqProd = 0,
+      cqCons = 0;
+    const cqes: { status: number; opcode: number; qp: number }[] = [];
+    const drainCq = () => {
+      const prod = Atomics.load(cq32, 16);
+      assert.ok((prod - cqCons) >>> 0 <= CQE, 'the daemon never writes past the CQ ring');
+      while (cqCons !== prod) {
+        const w = 32 + (cqCons & (CQE - 1)) * 8;
+        cqes.push({ status: cq32[w + 2], opcode: cq32[w + 3], qp: cq32[w + 6] });
+        cqCons = (cqCons + 1) >>> 0;
+      }
+      Atomics.store(cq32, 0, cqCons);
+    };
+    for (let round = 0; round < 60; round++) {
+      const ns = rng.int(33),
+        nr = rng.int(33);
+      for (let k = 0; k < ns; k++) {
+        const w = (128 + ((sqProd + k) & (sqE - 1)) * sqS) >>> 2;
+        rng.fill(new Uint8Array(qpMem.buffer, w * 4, sqS));
+        if (rng.chance(0.7)) u32[w + 2] = rng.pick([0, 1, 2, 3, 4, 5, 6, 9]); // real opcodes as often as not
+        if (rng.chance(0.5)) u32[w + 3] = rng.pick([0, 2, 8, 10]); // flags: signaled, inline
+        if (rng.chance(0.7)) u32[w + 4] = rng.int(6); // num_sge
+        if (rng.chance(0.5)) u32[w + 9] = rng.int(200); // inline_len
+        for (let e = 0; e < 4; e++) {
+          const s = w + 16 + 4 * e;
+          if (rng.chance(0.5)) {
+            u32[s] = base + rng.int(4200);
+            u32[s + 1] = 0;
+            u32[s + 2] = rng.int(300);
+            u32[s + 3] = rng.chance(0.7) ? stag : rng.int(1 << 30);
+          }
+        }
+      }
+      for (let k = 0; k < nr; k++) {
+        const at = 128 + sqE * sqS + ((rqProd + k) & (rqE - 1)) * rqS;
+        rng.fill(new Uint8Array(qpMem.buffer, at, rqS));
+        if (rng.chance(0.7)) u32[(at >>> 2) + 2] = rng.int(6);
+      }
+      // Only what the queues can hold (the library's own check), so nothing is refused for size.
+      sqProd = (sqProd + Math.min(ns, sw - ((sqProd - Atomics.load(u32, 18)) >>> 0))) >>> 0;
+      rqProd = (rqProd + Math.min(nr, rw - ((rqProd - Atomics.load(u32, 19)) >>> 0))) >>> 0;
+      Atomics.store(u32, 0, sqProd);
+      Atomics.store(u32, 1, rqProd);
+      for (let t = 0; t < 200 && (Atomics.load(u32, 16) !== sqProd || Atomics.load(u32, 17) !== rqProd); t++) {
+        drainCq();
+        await new Promise((r) => setImmediate(r));
+      }
+      drainCq();
+    }
+    assert.ok(cqes.length > 100, `completions came back: ${cqes.length}`);
+    assert.ok(
+      cqes.every((c) => c.qp === qpn),
+      'every CQE names the QP',
+    );
+    const statuses = new Set(cqes.map((c) => c.status));
+    assert.ok(
+      [...statuses].every((s) => [2, 4, 5, 12].includes(s)),
+      `only error statuses (no peer answers): ${[...statuses]}`,
+    );
+    assert.ok(statuses.has(2) || statuses.has(4), 'malformed or unprotected work requests completed in error');
+    assert.ok(statuses.has(5), 'and the rest flushed once the QP was in error');
+    const bad = (await dps.a.errors())[0].rows.find((r) => r.node === 'verbs-input');
+    assert.ok(bad !== undefined && bad.count > 0, 'verbs-input counted refused work requests');
+    assert.is((await dps.a.getQp(qpn)).state, 'error');
+    // An impossible producer index: the ring is refused for good, the daemon goes on.
+    Atomics.store(u32, 0, (sqProd + 100000) >>> 0);
+    for (let t = 0; t < 50; t++) await new Promise((r) => setImmediate(r));
+    assert.is(Atomics.load(u32, 16), sqProd, 'nothing taken from a ring whose producer is impossible');
+    assert.is((await req(1, [])).status, 0, 'the daemon still serves');
+    core.closeFd(conn);
+    await nothingLeft(dps.a);
+  } finally {
+    core.closeFd(efd);
+    vs.close();
+    await dps.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test.run();
