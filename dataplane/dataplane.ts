@@ -1037,7 +1037,20 @@ export class Dataplane {
 
   async modifyQp(
     qpn: number,
-    req: { state: QpStateName; remote?: Endpoint; rqPsn?: number; sqPsn?: number; ird?: number; ord?: number },
+    req: {
+      state: QpStateName;
+      remote?: Endpoint;
+      rqPsn?: number;
+      sqPsn?: number;
+      ird?: number;
+      ord?: number;
+      /** RTR: largest segment payload (256..4096), ibv_modify_qp's path_mtu. */
+      pathMtu?: number;
+      /** Initial retransmission timeout (µs), ibv_modify_qp's timeout. */
+      ackTimeoutUs?: number;
+      /** Retransmissions before the QP fails (0..7), ibv_modify_qp's retry_cnt. */
+      retryCount?: number;
+    },
   ): Promise<QpView> {
     this.live();
     const qp = this.qp(qpn);
@@ -1054,6 +1067,9 @@ export class Dataplane {
         sqPsn: req.sqPsn,
         ird: req.ird,
         ord: req.ord,
+        pathMtu: req.pathMtu,
+        ackTimeoutUs: req.ackTimeoutUs,
+        retryCount: req.retryCount,
       }),
     );
     return this.qpView(qp);
@@ -1064,8 +1080,10 @@ export class Dataplane {
     this.qpOwners.set(qpn, owner);
   }
 
-  /** Send FIN, flush its work requests (their completions go to its CQs), free its port. */
-  /** `quiet`: the peer is not sent a FIN, only a last ACK (ibv_destroy_qp's semantics; Rdma.destroyQp). */
+  /**
+   * Send FIN, flush its work requests (their completions go to its CQs), free its port.
+   * `quiet`: the peer is not sent a FIN, only a last ACK (ibv_destroy_qp's semantics; Rdma.destroyQp).
+   */
   async destroyQp(qpn: number, opts: { quiet?: boolean } = {}): Promise<void> {
     guard(() => this.rdma.destroyQp(this.qp(qpn), opts.quiet === true));
     this.qpOwners.delete(qpn);

@@ -58,6 +58,9 @@ const FD_OPS = new Set([
 const IBV_STATES = ['reset', 'init', 'rtr', 'rts', 'sqd', 'sqe', 'error'] as const;
 const IBV_QP_STATE = 1 << 0,
   IBV_QP_AV = 1 << 7,
+  IBV_QP_PATH_MTU = 1 << 8,
+  IBV_QP_TIMEOUT = 1 << 9,
+  IBV_QP_RETRY_CNT = 1 << 10,
   IBV_QP_RQ_PSN = 1 << 12,
   IBV_QP_MAX_QP_RD_ATOMIC = 1 << 13,
   IBV_QP_SQ_PSN = 1 << 16,
@@ -501,6 +504,14 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
           // 0 (no READs or atomics that way) is allowed by verbs; ours need at least one slot.
           ord: mask & IBV_QP_MAX_QP_RD_ATOMIC ? Math.max(1, body.getUint32(40, true)) : undefined,
           ird: mask & IBV_QP_MAX_DEST_RD_ATOMIC ? Math.max(1, body.getUint32(44, true)) : undefined,
+          // enum ibv_mtu 1..5: 256..4096 bytes (anything else: EINVAL from the verb).
+          pathMtu: mask & IBV_QP_PATH_MTU ? 128 << body.getUint8(48) : undefined,
+          // 4.096 us x 2^timeout; 0 is "infinite" on InfiniBand: ours keeps its own then.
+          ackTimeoutUs:
+            mask & IBV_QP_TIMEOUT && body.getUint8(49) > 0
+              ? Math.ceil(4.096 * 2 ** Math.min(31, body.getUint8(49)))
+              : undefined,
+          retryCount: mask & IBV_QP_RETRY_CNT ? Math.min(7, body.getUint8(50)) : undefined,
         });
         if (rqPsn !== undefined) own.qps.set(qpn, rqPsn);
         return u32s();

@@ -128,6 +128,12 @@ export interface QpModify {
   sqPsn?: number;
   ird?: number;
   ord?: number;
+  /** RTR: the largest payload of one segment (ibv_modify_qp's path_mtu: 256..4096), at most the link's. */
+  pathMtu?: number;
+  /** The initial retransmission timeout in µs (ibv_modify_qp's timeout: 4.096 µs x 2^timeout), within rdma.trp's bounds. */
+  ackTimeoutUs?: number;
+  /** Retransmissions of one segment before the QP fails (ibv_modify_qp's retry_cnt, 0..7); default rdma.trp.max-retries. */
+  retryCount?: number;
 }
 
 export interface QpInfo {
@@ -587,7 +593,19 @@ export class Rdma {
       const rqPsn = int(m.rqPsn, 0, 0xffffffff, 'rqPsn');
       this.setPeer(qp, addr, port);
       qp.startRecv(rqPsn);
+      if (m.pathMtu !== undefined) {
+        const mtu = int(m.pathMtu, 256, 4096, 'pathMtu');
+        if ((mtu & (mtu - 1)) !== 0)
+          throw new VerbsError('invalid', `pathMtu must be 256, 512, 1024, 2048 or 4096, got ${mtu}`);
+        qp.mtuUntagged = Math.min(qp.mtuUntagged, mtu);
+        qp.mtuTagged = Math.min(qp.mtuTagged, mtu);
+      }
     }
+    if (m.ackTimeoutUs !== undefined) {
+      const ns = int(m.ackTimeoutUs, 1, 2 ** 40, 'ackTimeoutUs') * 1e3;
+      qp.rtoNs = Math.min(this.core.rtoMaxNs, Math.max(this.core.rtoMinNs, ns));
+    }
+    if (m.retryCount !== undefined) qp.maxRetries = int(m.retryCount, 0, 7, 'retryCount');
     if (to === QpState.RTS && qp.state === QpState.RTR) {
       if (m.sqPsn !== undefined) qp.isn = int(m.sqPsn, 0, 0xffffffff, 'sqPsn');
       qp.startSend(qp.isn);

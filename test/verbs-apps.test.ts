@@ -196,6 +196,15 @@ test("another program's lkey, an lkey that names nothing, an address outside the
         assert.is(q.state, 'error', 'a protection error puts the QP in error');
         assert.is(q.counters.txPackets, 0, 'nothing was sent');
       }
+      // Its own MR, to a peer that never answers: sent, retried retry_cnt (7) times from the
+      // timeout attribute's RTO, then IBV_WC_RETRY_EXC_ERR.
+      x.p.stdin.write(`qp ${IP_B} 23456 1000\n`);
+      const qpn = Number((await x.line(/^qp (\d+) rts rc 0$/m))[1]);
+      x.p.stdin.write(`send ${xs} 0\n`);
+      const m = await x.line(/^send .*$/m);
+      assert.match(m[0], /^send rc 0 wc 12 opcode 0 wr_id 77 qp \d+$/, m[0]);
+      const q = await dpA.getQp(qpn);
+      assert.is(q.counters.txPackets, 1 + 7, 'the segment and its seven retransmissions');
     } finally {
       x.p.kill('SIGKILL');
       y.p.kill('SIGKILL');

@@ -27,7 +27,8 @@ export function runTool(socket: string, cmd: string[], timeoutMs = 60_000): { do
   const timer = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
   return {
     done: new Promise((resolve) =>
-      p.on('exit', (code, signal) => {
+      // 'close', not 'exit': everything it printed has been read by then.
+      p.on('close', (code, signal) => {
         clearTimeout(timer);
         resolve({ code, signal, out });
       }),

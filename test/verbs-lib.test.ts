@@ -190,14 +190,17 @@ test("a QP through ibv_create_qp and ibv_modify_qp: RTS towards the AV's IPv4 GI
       assert.equal(q!.remote, { ip: IP_B, port: peer });
       assert.equal([q!.ird, q!.ord], [4, 2], 'IRD from max_dest_rd_atomic, ORD from max_rd_atomic');
       assert.equal([q!.maxSendWr, q!.maxRecvWr], [8, 8]);
+      assert.is(q!.segmentSize, 512, 'path_mtu IBV_MTU_512 at RTR');
+      // timeout 14 at RTS: 4.096 us x 2^14, the initial RTO.
+      assert.ok(Math.abs(q!.rtt.rtoUs - 67109) < 1, `RTO from the timeout attribute: ${q!.rtt.rtoUs}`);
       assert.is(q!.owner, `pid ${p.pid} (verbs-check)`, 'the owning process (SO_PEERCRED)');
       assert.match(formatQps(await dp.qps()), new RegExp(`^ +${qpn} +rts .* pid ${p.pid} \\(verbs-check\\)$`, 'm'));
       p.stdin.write('query\n');
       // What it was given: RTR rq_psn 1000, max_dest_rd_atomic 4; RTS sq_psn 1001, max_rd_atomic 2;
-      // 1024-byte segments on a 1500-byte link.
+      // path_mtu 512: 512-byte segments (the 1500-byte link would carry 1444).
       await io.line(
         new RegExp(
-          `^query rc 0 state 3 dest ${peer} rqpsn 1000 sqpsn 1001 ird 4 ord 2 mtu 3 gid ${IP_B.replace(/\./g, '\\.')} send 8 recv 8$`,
+          `^query rc 0 state 3 dest ${peer} rqpsn 1000 sqpsn 1001 ird 4 ord 2 mtu 2 gid ${IP_B.replace(/\./g, '\\.')} send 8 recv 8$`,
           'm',
         ),
       );

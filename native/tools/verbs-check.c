@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 int main(void) {
@@ -80,7 +81,7 @@ int main(void) {
       }
       memset(&at, 0, sizeof at);
       at.qp_state = IBV_QPS_RTR;
-      at.path_mtu = IBV_MTU_1024;
+      at.path_mtu = IBV_MTU_512;
       at.dest_qp_num = peer;
       at.rq_psn = psn;
       at.max_dest_rd_atomic = 4;
@@ -128,7 +129,12 @@ int main(void) {
       }
       struct ibv_wc wc;
       int got = 0;
-      for (long k = 0; k < 200000000 && got == 0; k++) got = ibv_poll_cq(cq, 1, &wc);
+      struct timespec t0, t;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      do { /* up to 10 s: a send the peer never answers fails after its retries */
+        got = ibv_poll_cq(cq, 1, &wc);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+      } while (got == 0 && t.tv_sec - t0.tv_sec < 10);
       if (got == 1)
         printf("send rc 0 wc %d opcode %d wr_id %llu qp %u\n", wc.status, wc.opcode, (unsigned long long)wc.wr_id, wc.qp_num);
       else

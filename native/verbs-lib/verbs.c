@@ -567,9 +567,10 @@ EXPORT struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* 
 /*
  * The transitions and the attributes the daemon honours: the state; at RTR the peer (GID 0 of
  * the AV is its IPv4 address, dest_qp_num its QPN), rq_psn, max_dest_rd_atomic (IRD) and
- * path_mtu (the segment size, at most the link's); at RTS sq_psn, max_rd_atomic (ORD), timeout
- * (the initial RTO: 4.096 us x 2^timeout) and retry_cnt / rnr_retry (retransmissions before the
- * QP fails). Access flags and the P_Key are taken and not applied.
+ * path_mtu (the segment size, at most the link's); at RTS sq_psn, max_rd_atomic (ORD); timeout
+ * (the initial RTO: 4.096 us x 2^timeout, within rdma.trp's bounds) and retry_cnt
+ * (retransmissions before the QP fails). Not applied: access flags, the P_Key, min_rnr_timer
+ * and rnr_retry (a Send that finds no receive posted fails the QP, as on iWARP: no RNR NAK).
  */
 EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask) {
   struct rgv_modify_qp q;

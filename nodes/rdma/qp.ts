@@ -370,6 +370,9 @@ export class Qp {
     this.sendStarted = true;
   }
 
+  /** Retransmissions of one segment before the QP fails; -1: rdma.trp.max-retries. */
+  maxRetries = -1;
+
   /** Whether our send PSN is set (RTS, a CM connect, or adopted in RTR: trp-input). */
   sendStarted = false;
 

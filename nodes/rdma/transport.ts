@@ -325,7 +325,7 @@ export function onTimeout(core: RdmaCore, qp: Qp): void {
   // In ERROR only a Terminate is still retransmitted (its WRs are gone; the peer takes a
   // Terminate as soon as it arrives, holes or not).
   const onlyTerm = qp.state === QpState.ERROR;
-  if (qp.retries > core.maxRetries) {
+  if (qp.retries > (qp.maxRetries >= 0 ? qp.maxRetries : core.maxRetries)) {
     if (onlyTerm) qp.rtoDeadline = 0;
     else retryExceeded(core, qp);
     return;
