@@ -68,13 +68,23 @@ test('the rdmactl and curl sessions run as written against the two daemons the R
     for (const w of ['w1', 'r2', 'f1']) assert.match(ctl.out, new RegExp(`wr-id "${w}" qpn \\d+ \\S+ success`));
     assert.match(ctl.out, /Time [\d.]+, 10\.000000 sec internal node vector rate/, 'show runtime');
     assert.match(ctl.out, /Packet 1\n/, 'show trace has the packets armed before the traffic');
-    // The verbs block, against A (the embedded default's run/verbs.sock).
+    // The verbs block: A's run/verbs.sock and B's run/verbs-peer.sock, the programs unmodified.
     if (spawnSync('ibv_devinfo', ['--help']).error) skipOrFail('ibverbs-utils is not installed (ibv_devinfo)');
+    else if (spawnSync('ib_write_bw', ['--help']).error) skipOrFail('perftest is not installed (ib_write_bw)');
     else {
       const verbs = bash(all.find((x) => x.startsWith(VERBS)) as string);
       assert.is(verbs.code, 0, verbs.out);
       assert.match(verbs.out, /^hca_id:\s+rdmagraph_memif0$/m);
       assert.match(verbs.out, /GID\[\s*0\]:\s+::ffff:10\.10\.0\.1, RoCE v2/);
+      assert.is(
+        verbs.out.match(/1000 iters in [\d.]+ seconds = [\d.]+ usec\/iter/g)?.length,
+        2,
+        'both pingpong sides report',
+      );
+      assert.ok(
+        (verbs.out.match(/^ 65536\s+2000\s+[\d.]+\s+[\d.]+/gm)?.length ?? 0) === 2,
+        `ib_write_bw reports:\n${verbs.out}`,
+      );
     }
     const curl = bash(all.find((x) => x.startsWith(CURL)) as string);
     assert.is(curl.code, 0, curl.out);
