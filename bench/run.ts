@@ -2,7 +2,8 @@
  * npm run bench [-- <name...>] [--json] [--seconds N]
  * Benchmarks print figures and compare with baselines measured in the same run; they assert
  * nothing. Names: graph, l2l4, af_packet (root: veth pair in a network namespace), rdma, memif
- * (root: dpdk-testpmd), dpdk (root: dpdk.node and dpdk-testpmd).
+ * (root: dpdk-testpmd), dpdk (root: dpdk.node and dpdk-testpmd), perftest (perftest through
+ * librdmagraph-verbs.so; iperf3 and sockperf baselines, iperf3's needs root).
  */
 import { runGraphBench } from './graph.ts';
 import { runAfPacketBench } from './af-packet.ts';
@@ -10,6 +11,7 @@ import { runL2l4Bench } from './l2l4.ts';
 import { runRdmaBench } from './rdma.ts';
 import { runMemifBench } from './memif.ts';
 import { runDpdkBench } from './dpdk.ts';
+import { runPerftestBench } from './perftest.ts';
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');
@@ -19,7 +21,7 @@ if (!(seconds > 0)) {
   console.error(`bench: --seconds needs a positive number, got "${args[si + 1]}"`);
   process.exit(2);
 }
-const known = ['graph', 'l2l4', 'af_packet', 'rdma', 'memif', 'dpdk'];
+const known = ['graph', 'l2l4', 'af_packet', 'rdma', 'memif', 'dpdk', 'perftest'];
 const names = args.filter((a, i) => !a.startsWith('--') && !(si >= 0 && i === si + 1));
 for (const n of names) {
   if (!known.includes(n)) {
@@ -73,6 +75,11 @@ for (const name of run) {
   }
   if (name === 'dpdk') {
     const r = await runDpdkBench({ seconds });
+    if (!json) console.log(r.text);
+    console.log(JSON.stringify(r.json));
+  }
+  if (name === 'perftest') {
+    const r = await runPerftestBench({ seconds });
     if (!json) console.log(r.text);
     console.log(JSON.stringify(r.json));
   }

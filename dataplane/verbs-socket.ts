@@ -94,6 +94,8 @@ interface Owned {
   qps: Map<number, number>;
   /** The program's doorbell eventfd (RGV_OP_ATTACH), -1 before. */
   doorbell: number;
+  /** The interface of the device it opened (RGV_OP_ATTACH): its QPs take that address. */
+  ifname: string | undefined;
   channels: Map<number, Channel>;
   nextChannel: number;
   cqRings: Map<number, CqRing>;
@@ -330,8 +332,14 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
         return u32s(mr.mr, mr.stag);
       }
       if (op === RGV_OP_ATTACH) {
-        want(0);
+        want(32);
         if (own.doorbell >= 0) return ERRNO.busy;
+        // The opened device: its interface is where this context's QPs live (their address).
+        const raw = new Uint8Array(body.buffer, body.byteOffset, 32);
+        const name = new TextDecoder().decode(raw.subarray(0, raw.indexOf(0) < 0 ? 32 : raw.indexOf(0)));
+        const itf = (await dp.interfaces()).find((i) => i.name === name && i.addresses.length > 0);
+        if (itf === undefined) return ERRNO.unavailable;
+        own.ifname = name;
         const fd = takeEventfd();
         if (fd < 0) return ERRNO.invalid;
         own.doorbell = fd;
@@ -467,6 +475,7 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
           sendCq,
           recvCq,
           srq: srq === RGV_NONE ? null : srq,
+          ...(own.ifname !== undefined ? { interface: own.ifname } : {}),
           maxSendWr: Math.max(1, f(3)),
           maxRecvWr: Math.max(1, f(4)),
           maxSge: Math.max(1, f(5)),
@@ -613,6 +622,7 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
             srqs: new Set(),
             qps: new Map(),
             doorbell: -1,
+            ifname: undefined,
             channels: new Map(),
             nextChannel: 1,
             cqRings: new Map(),

@@ -627,7 +627,7 @@ export class Rdma {
 
   private setPeer(qp: Qp, addr: number, port: number): void {
     const ifs = this.net.interfaces;
-    const ix = ifs.route(addr);
+    const ix = ifs.routeFrom(qp.localAddr, addr);
     if (ix === 0) throw new VerbsError('invalid', `qp ${qp.qpn}: no route to ${formatIp4(addr)}`);
     const mtu = ifs.mtu[ix];
     const room = this.graph.pool.dataSize;

@@ -260,7 +260,7 @@ test('hostile clients: 3000 seeded random requests (valid ops near real handles,
     writeFileSync(file, new Uint8Array(8192));
     const ffd = openSync(file, 'r');
     // The body size of each op (1..19).
-    const BODY = [0, 0, 4, 40, 4, 16, 4, 32, 52, 4, 4, 0, 0, 4, 32, 16, 24, 4, 8];
+    const BODY = [0, 0, 4, 40, 4, 16, 4, 32, 52, 4, 4, 32, 0, 4, 32, 16, 24, 4, 8];
     const efd = core.eventfd();
     let conn = core.memifRawConnect(socket);
     let replies = 0,

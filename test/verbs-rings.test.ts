@@ -51,7 +51,12 @@ test('a program scribbling on its rings: garbage WQEs complete in error or flush
   const efd = core.eventfd();
   try {
     // (the connection is closed at the end of the body: its release is part of what is checked)
-    assert.is((await req(12, [], efd)).status, 0, 'ATTACH with a doorbell eventfd');
+    // ATTACH: the opened device's interface name (32 bytes) and the doorbell eventfd.
+    const ifname = new Uint8Array(32);
+    ifname.set(new TextEncoder().encode((await dps.a.interfaces())[0].name));
+    const nameWords = [...new Uint32Array(ifname.buffer)];
+    assert.is((await req(12, new Array(8).fill(0x41414141), efd)).status, -19, 'no such interface: ENODEV');
+    assert.is((await req(12, nameWords, efd)).status, 0, 'ATTACH with a doorbell eventfd');
     const pd = (await req(2, [])).w[0];
     // An MR (at a made-up address: for the daemon it is just the tagged offset of byte 0).
     const mrMem = core.allocMemory(4096, { hugepages: 'never', name: 'hostile-mr' });

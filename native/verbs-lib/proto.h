@@ -20,7 +20,7 @@
 #define RGV_OP_MODIFY_QP 9u /* rgv_modify_qp */
 #define RGV_OP_DESTROY_QP 10u /* u32 qpn */
 #define RGV_OP_QUERY_QP 11u /* u32 qpn -> rgv_qp_attr */
-#define RGV_OP_ATTACH 12u   /* the context's doorbell eventfd (SCM_RIGHTS), before any ring */
+#define RGV_OP_ATTACH 12u   /* char ifname[32] (the opened device's) + the doorbell eventfd (SCM_RIGHTS) */
 #define RGV_OP_CREATE_CHANNEL 13u /* a completion channel's eventfd (SCM_RIGHTS) -> u32 handle */
 #define RGV_OP_DESTROY_CHANNEL 14u /* u32 channel */
 #define RGV_OP_QP_RING 15u  /* rgv_qp_ring + the rings' memfd: the QP's work queues */

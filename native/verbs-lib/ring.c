@@ -24,6 +24,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include "lib.h"
@@ -34,6 +35,12 @@
 
 /* Empty polls of a CQ between two checks that the daemon is still there (one recv each). */
 #define ALIVE_CHECK_POLLS 4096u
+/*
+ * Empty polls between two sched_yield()s: the work a spinning program waits for is done by the
+ * daemon, a process that may need this very core (more busy pollers than cores). A yield with
+ * nobody else runnable costs a system call (well under a microsecond) every this many polls.
+ */
+#define YIELD_POLLS 64u
 
 static uint32_t pow2_at_least(uint32_t n) {
   uint32_t p = 1;
@@ -325,6 +332,7 @@ static int op_poll_cq(struct ibv_cq* cq, int n, struct ibv_wc* wc) {
     q->empty_polls = 0;
   }
   const int check = k == 0 && ++q->empty_polls >= ALIVE_CHECK_POLLS;
+  const int yield = k == 0 && (q->empty_polls & (YIELD_POLLS - 1)) == 0;
   if (check) q->empty_polls = 0;
   const int overflow = k == 0 && LOAD(U32(&q->ring, RGV_CQ_OVERFLOW)) != 0;
   pthread_spin_unlock(&q->lock);
@@ -333,6 +341,7 @@ static int op_poll_cq(struct ibv_cq* cq, int n, struct ibv_wc* wc) {
     return -1;
   }
   if (check) daemon_gone(rg_ctx(cq->context)); /* flushes into the rings: the next poll sees it */
+  else if (yield) sched_yield(); /* a program spinning on an empty CQ lets the daemon (maybe on this core) run */
   return k;
 }
 

@@ -231,7 +231,7 @@ EXPORT struct ibv_context* ibv_open_device(struct ibv_device* device) {
     return NULL;
   }
   c->doorbell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (c->doorbell < 0 || call_with(c->sock, RGV_OP_ATTACH, NULL, 0, c->doorbell, (uint8_t[sizeof(struct rgv_hdr)]){0}, sizeof(struct rgv_hdr)) < 0) {
+  if (c->doorbell < 0 || call_with(c->sock, RGV_OP_ATTACH, c->dev.info.ifname, sizeof c->dev.info.ifname, c->doorbell, (uint8_t[sizeof(struct rgv_hdr)]){0}, sizeof(struct rgv_hdr)) < 0) {
     int e = errno;
     rg_say("ibv_open_device(%s): attaching to the daemon at %s: %s", device->name, socket_path(), strerror(e));
     if (c->doorbell >= 0) close(c->doorbell);

@@ -225,6 +225,24 @@ export class InterfaceTable {
   }
 
   /**
+   * The interface for a datagram from our address `src` to `dst`: the one that owns `src` when
+   * `dst` is on its link or it has a gateway (a socket bound to an interface's address sends
+   * out of that interface, even when another interface shares the subnet); else route(dst).
+   */
+  routeFrom(src: number, dst: number): number {
+    if (src !== 0) {
+      const list = this.list;
+      for (let k = 0; k < list.length; k++) {
+        const ix = list[k];
+        if (this.address[ix] !== src) continue;
+        if (((dst ^ src) & this.mask[ix]) === 0 || this.gateway[ix] !== 0) return ix;
+        break;
+      }
+    }
+    return this.route(dst);
+  }
+
+  /**
    * Next hop for `dst` out of interface `ix`: `dst` itself when on-link (or a broadcast), the
    * gateway otherwise, 0 when neither.
    */

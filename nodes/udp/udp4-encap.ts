@@ -62,17 +62,19 @@ function udp4Encap(rt: NodeRuntime, frame: Frame | null): number {
     n = f.n,
     nexts = rt.nexts;
   const eBase = rt.errorIndex(0);
-  // One route lookup per run of datagrams to the same destination.
+  // One route lookup per run of datagrams to the same destination from the same source.
   let lastDst = -1,
+    lastSrc = -1,
     lastIx = 0;
   for (let i = 0; i < n; i++) {
     const bi = vec[i];
     const w = bi * OPAQUE_WORDS;
     const dst = opaque[w + Ip4Opaque.REMOTE];
     let err = -1;
-    if (dst !== lastDst) {
+    if (dst !== lastDst || opaque[w + Ip4Opaque.LOCAL] !== lastSrc) {
       lastDst = dst;
-      lastIx = ifs.route(dst);
+      lastSrc = opaque[w + Ip4Opaque.LOCAL];
+      lastIx = ifs.routeFrom(lastSrc, dst);
     }
     const ix = lastIx;
     const plen = flags[bi] & BufferFlag.NEXT_PRESENT ? pool.packetLength(bi) : length[bi];

@@ -1,0 +1,307 @@
+/**
+ * Unmodified perftest on rdma-graph (issue 16), beside the kernel in the same run (prints, never
+ * asserts):
+ *
+ *   topology two-daemons  two daemon processes joined by memif (10.10.0.1 <-> 10.10.0.2), each
+ *                         perftest side preloaded against its own daemon's verbs socket
+ *   topology one-daemon   one daemon with two memif interfaces joined to each other (memif0 the
+ *                         server, memif1 the client of the same socket), the sides on
+ *                         rdmagraph_memif0 and rdmagraph_memif1
+ *
+ * In each: ib_write_bw 64 KiB (duration mode) and ib_send_lat 64 B with perftest polling its
+ * CQ, and in event mode (-e, completion channels) ib_send_bw 64 KiB (perftest has no event mode
+ * for WRITE) and ib_send_lat 64 B. Baselines: iperf3 TCP, one stream, between two
+ * network namespaces over a veth pair (root), and sockperf UDP 64-B ping-pong on loopback
+ * (half-RTT, as perftest's latency is). Nothing is pinned: on a machine with fewer cores than
+ * busy-polling processes (each daemon polls; perftest polls unless -e) they compete for the
+ * cores, and the figures say so. Ends with one JSON line {"bench":"perftest",...}.
+ */
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { VERBS_LIBRARY } from '../dataplane/verbs-socket.ts';
+
+export interface PerftestBenchResult {
+  text: string;
+  json: Record<string, unknown>;
+}
+
+const ROOT = path.resolve(import.meta.dirname, '..');
+
+interface Out {
+  code: number | null;
+  out: string;
+}
+
+function run(cmd: string, args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 120_000): Promise<Out> {
+  return new Promise((resolve) => {
+    const p = spawn(cmd, args, { env: { ...process.env, ...env } });
+    let out = '';
+    p.stdout.on('data', (d) => (out += d));
+    p.stderr.on('data', (d) => (out += d));
+    const t = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
+    p.on('close', (code) => {
+      clearTimeout(t);
+      resolve({ code, out });
+    });
+  });
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+let port = 21000 + (process.pid % 500) * 4;
+
+/** A perftest server on socket `sa`, then its client on `sb`; the client's output. */
+async function pair(sa: string, sb: string, tool: string, args: string[], devs: [string, string] | null): Promise<Out> {
+  const p = String(port++);
+  const d = (k: number) => (devs ? ['-d', devs[k]] : []);
+  const server = run(tool, [...args, ...d(0), '-p', p], { LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: sa });
+  await sleep(500);
+  const client = await run(tool, [...args, ...d(1), '-p', p, '127.0.0.1'], {
+    LD_PRELOAD: VERBS_LIBRARY,
+    RDMA_GRAPH_SOCKET: sb,
+  });
+  await server;
+  return client;
+}
+
+/** perftest's result row for `bytes`: its columns. */
+function row(out: string, bytes: number): number[] | null {
+  const m = new RegExp(`^\\s*${bytes}\\s+\\d+\\s+[\\d.]+.*$`, 'm').exec(out);
+  return m ? m[0].trim().split(/\s+/).map(Number) : null;
+}
+
+interface Figures {
+  writeBwGbps: number | null;
+  /** ib_send_bw -e (perftest has no event mode for WRITE). */
+  sendBwEventGbps: number | null;
+  sendLatP50Us: number | null;
+  sendLatP99Us: number | null;
+  sendLatEventP50Us: number | null;
+  sendLatEventP99Us: number | null;
+  notes: string[];
+}
+
+async function perftests(sa: string, sb: string, seconds: number, devs: [string, string] | null): Promise<Figures> {
+  const f: Figures = {
+    writeBwGbps: null,
+    sendBwEventGbps: null,
+    sendLatP50Us: null,
+    sendLatP99Us: null,
+    sendLatEventP50Us: null,
+    sendLatEventP99Us: null,
+    notes: [],
+  };
+  const common = ['-x', '0', '-F'];
+  for (const ev of [false, true]) {
+    const e = ev ? ['-e'] : [];
+    // perftest has no event mode for WRITE (no completion at the responder): -e measures SEND.
+    const bwTool = ev ? 'ib_send_bw' : 'ib_write_bw';
+    // Duration mode does not work with events: a number of iterations instead.
+    const span = ev ? ['-n', String(2000 * seconds)] : ['-D', String(seconds)];
+    const bw = await pair(sa, sb, bwTool, [...common, ...e, '-s', '65536', ...span], devs);
+    const r = row(bw.out, 65536);
+    // BW average [MB/sec] is column 3 (perftest's MB is 2^20 bytes).
+    if (r) f[ev ? 'sendBwEventGbps' : 'writeBwGbps'] = (r[3] * 1048576 * 8) / 1e9;
+    else f.notes.push(`${bwTool}${ev ? ' -e' : ''} gave no result: ${bw.out.trim().split('\n').slice(-3).join(' | ')}`);
+    const lat = await pair(sa, sb, 'ib_send_lat', [...common, ...e, '-s', '64', '-n', String(2000 * seconds)], devs);
+    const l = row(lat.out, 64);
+    // #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
+    if (l) {
+      f[ev ? 'sendLatEventP50Us' : 'sendLatP50Us'] = l[4];
+      f[ev ? 'sendLatEventP99Us' : 'sendLatP99Us'] = l[7];
+    } else
+      f.notes.push(`ib_send_lat${ev ? ' -e' : ''} gave no result: ${lat.out.trim().split('\n').slice(-3).join(' | ')}`);
+  }
+  return f;
+}
+
+interface Daemon {
+  /** Resolves once `n` interfaces said they are up. */
+  up(n: number): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** A daemon (bin/main.ts start) on `config`. */
+function daemon(config: string): Daemon {
+  const p: ChildProcess = spawn(
+    process.execPath,
+    ['--import', 'tsx', path.join(ROOT, 'bin/main.ts'), 'start', '--config', config],
+    { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let log = '';
+  p.stdout!.on('data', (d) => (log += d));
+  p.stderr!.on('data', (d) => (log += d));
+  return {
+    async up(n: number) {
+      const end = Date.now() + 20_000;
+      while ((log.match(/ is up$/gm)?.length ?? 0) < n) {
+        if (Date.now() > end || p.exitCode !== null) throw new Error(`daemon ${config} did not come up:\n${log}`);
+        await sleep(50);
+      }
+    },
+    stop: () =>
+      new Promise((r) => {
+        if (p.exitCode !== null) return r();
+        p.on('exit', () => r());
+        p.kill('SIGTERM');
+      }),
+  };
+}
+
+function memifItf(name: string, sock: string, role: string, mac: string, addr: string): string {
+  return `  - name: ${name}\n    driver: memif\n    memif: { socket: ${sock}, role: ${role}, id: 0 }\n    mac: "${mac}"\n    address: ${addr}/24\n`;
+}
+
+const MAC1 = '02:fe:00:00:00:01',
+  MAC2 = '02:fe:00:00:00:02';
+
+/** iperf3 TCP, one stream, namespace to namespace over a veth pair: Gbit/s, or the reason not. */
+async function iperf3(seconds: number): Promise<{ gbps: number | null; why?: string }> {
+  if (process.getuid?.() !== 0) return { gbps: null, why: 'needs root (network namespaces)' };
+  if (spawnSync('iperf3', ['--version']).error) return { gbps: null, why: 'iperf3 is not installed' };
+  const tag = `pt${process.pid % 10000}`;
+  const sh = (c: string) => spawnSync('sh', ['-c', c], { stdio: 'ignore' }).status === 0;
+  const A = `${tag}a`,
+    B = `${tag}b`;
+  try {
+    const ok =
+      sh(`ip netns add ${A} && ip netns add ${B}`) &&
+      sh(`ip link add ${A}v type veth peer name ${B}v`) &&
+      sh(`ip link set ${A}v netns ${A} && ip link set ${B}v netns ${B}`) &&
+      sh(`ip -n ${A} addr add 10.99.0.1/24 dev ${A}v && ip -n ${A} link set ${A}v up && ip -n ${A} link set lo up`) &&
+      sh(`ip -n ${B} addr add 10.99.0.2/24 dev ${B}v && ip -n ${B} link set ${B}v up && ip -n ${B} link set lo up`);
+    if (!ok) return { gbps: null, why: 'could not make the namespaces and veth pair' };
+    const server = run('ip', ['netns', 'exec', A, 'iperf3', '-s', '-1', '-B', '10.99.0.1']);
+    await sleep(500);
+    const c = await run('ip', ['netns', 'exec', B, 'iperf3', '-c', '10.99.0.1', '-t', String(seconds), '-J']);
+    await server;
+    const bps = JSON.parse(c.out).end?.sum_received?.bits_per_second;
+    return typeof bps === 'number' ? { gbps: bps / 1e9 } : { gbps: null, why: 'iperf3 gave no result' };
+  } catch (e) {
+    return { gbps: null, why: (e as Error).message };
+  } finally {
+    sh(`ip netns del ${A}; ip netns del ${B}`);
+  }
+}
+
+/** sockperf UDP 64-B ping-pong on loopback: half-RTT p50/p99 in µs, or the reason not. */
+async function sockperf(seconds: number): Promise<{ p50: number | null; p99: number | null; why?: string }> {
+  if (spawnSync('sockperf', ['--version']).error) return { p50: null, p99: null, why: 'sockperf is not installed' };
+  const p = String(port++);
+  const server = spawn('sockperf', ['sr', '-i', '127.0.0.1', '-p', p], { stdio: 'ignore' });
+  await sleep(500);
+  const c = await run('sockperf', ['pp', '-i', '127.0.0.1', '-p', p, '-m', '64', '-t', String(seconds)]);
+  server.kill('SIGKILL');
+  const pct = (q: string) => {
+    const m = new RegExp(`percentile ${q} =\\s+([\\d.]+)`).exec(c.out);
+    return m ? Number(m[1]) : null;
+  };
+  return { p50: pct('50.000'), p99: pct('99.000') };
+}
+
+export async function runPerftestBench(opts: { seconds: number }): Promise<PerftestBenchResult> {
+  const seconds = Math.max(2, Math.round(opts.seconds));
+  const cores = os.cpus().length;
+  const model = os.cpus()[0]?.model ?? 'unknown CPU';
+  const missing = ['ib_write_bw', 'ib_send_lat'].filter((t) => spawnSync(t, ['--help']).error);
+  const json: Record<string, unknown> = { bench: 'perftest', cores, cpu: model, seconds };
+  const lines: string[] = [
+    `perftest on rdma-graph: ${cores} cores (${model}), ${seconds} s per run; nothing pinned: each daemon busy-polls, perftest polls unless -e`,
+  ];
+  const tcp = await iperf3(seconds);
+  const udp = await sockperf(seconds);
+  json.kernel = { iperf3TcpGbps: tcp.gbps, sockperfUdpHalfRttP50Us: udp.p50, sockperfUdpHalfRttP99Us: udp.p99 };
+  lines.push(
+    `  kernel: iperf3 TCP 1 stream over veth ${tcp.gbps === null ? `not run (${tcp.why})` : `${tcp.gbps.toFixed(2)} Gbit/s`}; ` +
+      `sockperf UDP 64 B half-RTT ${udp.p50 === null ? `not run (${udp.why})` : `p50 ${udp.p50} us, p99 ${udp.p99} us`}`,
+  );
+  if (missing.length > 0 || !existsSync(VERBS_LIBRARY)) {
+    const why =
+      missing.length > 0
+        ? `${missing.join(', ')} not installed (Debian package perftest)`
+        : `${VERBS_LIBRARY} not built (libibverbs-dev, npm run build)`;
+    lines.push(`  perftest not run: ${why}`);
+    json.error = why;
+    return { text: lines.join('\n'), json };
+  }
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'bench-perftest-'));
+  try {
+    const s = (n: string) => path.join(dir, n);
+    // Two daemons.
+    writeFileSync(
+      s('a.yaml'),
+      `api: { listen: 127.0.0.1:0 }\nverbs: { socket: ${s('va.sock')} }\ninterfaces:\n` +
+        memifItf('memif0', s('m2.sock'), 'server', MAC1, '10.10.0.1') +
+        `neighbors:\n  - { interface: memif0, address: 10.10.0.2, mac: "${MAC2}" }\n`,
+    );
+    writeFileSync(
+      s('b.yaml'),
+      `api: { listen: 127.0.0.1:0 }\nverbs: { socket: ${s('vb.sock')} }\ninterfaces:\n` +
+        memifItf('memif0', s('m2.sock'), 'client', MAC2, '10.10.0.2') +
+        `neighbors:\n  - { interface: memif0, address: 10.10.0.1, mac: "${MAC1}" }\n`,
+    );
+    // One daemon, two interfaces joined by memif.
+    writeFileSync(
+      s('one.yaml'),
+      `api: { listen: 127.0.0.1:0 }\nverbs: { socket: ${s('v1.sock')} }\ninterfaces:\n` +
+        memifItf('memif0', s('m1.sock'), 'server', MAC1, '10.10.0.1') +
+        memifItf('memif1', s('m1.sock'), 'client', MAC2, '10.10.0.2') +
+        `neighbors:\n  - { interface: memif0, address: 10.10.0.2, mac: "${MAC2}" }\n` +
+        `  - { interface: memif1, address: 10.10.0.1, mac: "${MAC1}" }\n`,
+    );
+    const topologies: Record<string, Figures> = {};
+    {
+      const a = daemon(s('a.yaml'));
+      const b = daemon(s('b.yaml'));
+      try {
+        await a.up(1);
+        await b.up(1);
+        topologies['two-daemons'] = await perftests(s('va.sock'), s('vb.sock'), seconds, null);
+      } finally {
+        await a.stop();
+        await b.stop();
+      }
+    }
+    {
+      const one = daemon(s('one.yaml'));
+      try {
+        await one.up(2);
+        topologies['one-daemon'] = await perftests(s('v1.sock'), s('v1.sock'), seconds, [
+          'rdmagraph_memif0',
+          'rdmagraph_memif1',
+        ]);
+      } finally {
+        await one.stop();
+      }
+    }
+    const ratio = (x: number | null, y: number | null) => (x === null || y === null || y === 0 ? null : x / y);
+    const fmt = (x: number | null, d = 2) => (x === null ? 'n/a' : x.toFixed(d));
+    for (const [name, f] of Object.entries(topologies)) {
+      const busy = name === 'two-daemons' ? 2 : 1;
+      lines.push(
+        `  ${name} (${busy} busy-polling daemon${busy > 1 ? 's' : ''} + 2 perftest processes on ${cores} cores):`,
+      );
+      lines.push(
+        `    ib_write_bw 64 KiB: ${fmt(f.writeBwGbps)} Gbit/s polling (${fmt(ratio(f.writeBwGbps, tcp.gbps))}x kernel TCP), ` +
+          `ib_send_bw -e ${fmt(f.sendBwEventGbps)} Gbit/s (${fmt(ratio(f.sendBwEventGbps, tcp.gbps))}x); goal >= 1.0x`,
+      );
+      lines.push(
+        `    ib_send_lat 64 B: p50 ${fmt(f.sendLatP50Us)} us p99 ${fmt(f.sendLatP99Us)} us polling ` +
+          `(${fmt(ratio(f.sendLatP50Us, udp.p50))}x kernel UDP half-RTT), p50 ${fmt(f.sendLatEventP50Us)} us p99 ` +
+          `${fmt(f.sendLatEventP99Us)} us with -e (${fmt(ratio(f.sendLatEventP50Us, udp.p50))}x); goal <= 0.3x and <= 3 us`,
+      );
+      for (const n of f.notes) lines.push(`    note: ${n}`);
+      json[name] = {
+        ...f,
+        writeBwVsTcp: ratio(f.writeBwGbps, tcp.gbps),
+        sendBwEventVsTcp: ratio(f.sendBwEventGbps, tcp.gbps),
+        sendLatVsUdp: ratio(f.sendLatP50Us, udp.p50),
+        sendLatEventVsUdp: ratio(f.sendLatEventP50Us, udp.p50),
+      };
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return { text: lines.join('\n'), json };
+}
