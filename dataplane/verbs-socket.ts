@@ -4,13 +4,19 @@
  * listener at `verbs.socket` (mode 0660), one connection per opened device context, fixed
  * little-endian messages (native/verbs-lib/proto.h).
  *
- * Served today: DEVICES (one device per interface with an IPv4 address), ALLOC_PD/DEALLOC_PD,
- * REG_MR (the application's pages on a memfd sealed against shrinking, mapped here: the MR's
- * memory is the application's)/DEREG_MR, CREATE_CQ/DESTROY_CQ, CREATE_QP/MODIFY_QP (the peer from
- * the AV's IPv4-mapped GID and dest_qp_num, PSNs, IRD/ORD)/DESTROY_QP. Not yet: the data path. A connection touches only what it created, and what it
- * created is destroyed when it closes (the application exited or was killed). Every other
- * request is answered EOPNOTSUPP; a malformed one closes that connection (logged), never the
- * daemon. Connections are bounded (MAX_CONNECTIONS); a registration is at most 2^31 bytes.
+ * Served: DEVICES (one device per interface with an IPv4 address), ATTACH (the opened device's
+ * interface and the program's doorbell eventfd), ALLOC_PD/DEALLOC_PD, REG_MR (the program's pages
+ * on a memfd sealed against shrinking, mapped here: the MR's memory is the program's)/DEREG_MR,
+ * CREATE_CHANNEL/DESTROY_CHANNEL (completion channels: the program's eventfds), CREATE_CQ (with
+ * its ring)/DESTROY_CQ, CREATE_SRQ/SRQ_RING/MODIFY_SRQ/DESTROY_SRQ, CREATE_QP/QP_RING/MODIFY_QP
+ * (the peer from the AV's IPv4-mapped GID and dest_qp_num, PSNs, IRD/ORD, path MTU, timeout,
+ * retry count)/QUERY_QP/DESTROY_QP. The rings are the data path (dataplane/verbs-rings.ts). A
+ * connection touches only what it created, and what it created is destroyed when it closes (the
+ * program exited or was killed): its rings are detached first, so nothing writes them once the
+ * program can see the end of file. Every other request is answered EOPNOTSUPP; a malformed one
+ * closes that connection (logged), never the daemon. Connections are bounded (MAX_CONNECTIONS),
+ * channels per connection too (MAX_CHANNELS); a registration is at most 2^31 bytes; a ring's
+ * size must be exactly what the daemon computes for the object.
  */
 import type { Qp } from '../nodes/rdma/qp.ts';
 import type { Cq, Srq } from '../nodes/rdma/verbs.ts';

@@ -11,7 +11,10 @@
  *           "qp A.B.C.D QPN PSN" -> a CQ and an RC QP taken to RTS towards that peer:
  *           "qp QPN rts rc 0" (or the failing step and its errno); "post" -> "post RC" (ibv_post_recv);
  *           "send LKEY DELTA" -> a signaled 16-byte SEND from buf + DELTA with that lkey, then its
- *           completion: "send rc RC wc STATUS opcode OP wr_id ID qp QPN" (or "send rc RC" / "send timeout")
+ *           completion: "send rc RC wc STATUS opcode OP wr_id ID qp QPN" (or "send rc RC" / "send timeout");
+ *           "ex" -> "ex query_device_ex RC max_qp N create_cq_ex ERRNO create_qp_ex ERRNO" (the
+ *           extended verbs a program may probe: the first answers from ibv_query_device, the
+ *           others are not supported)
  */
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -139,6 +142,20 @@ int main(void) {
         printf("send rc 0 wc %d opcode %d wr_id %llu qp %u\n", wc.status, wc.opcode, (unsigned long long)wc.wr_id, wc.qp_num);
       else
         printf("send timeout %d\n", got);
+    } else if (strncmp(line, "ex", 2) == 0) {
+      struct ibv_device_attr_ex dx;
+      int rc = ibv_query_device_ex(ctx, NULL, &dx);
+      struct ibv_cq_init_attr_ex cx = {.cqe = 4, .wc_flags = IBV_WC_EX_WITH_BYTE_LEN};
+      errno = 0;
+      struct ibv_cq_ex* cqx = ibv_create_cq_ex(ctx, &cx);
+      int e1 = cqx == NULL ? errno : 0;
+      struct ibv_qp_init_attr_ex qx = {.qp_type = IBV_QPT_RC, .pd = pd,
+                                       .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+                                       .send_ops_flags = IBV_QP_EX_WITH_SEND};
+      errno = 0;
+      struct ibv_qp* qpx = ibv_create_qp_ex(ctx, &qx);
+      int e2 = qpx == NULL ? errno : 0;
+      printf("ex query_device_ex %d max_qp %d create_cq_ex %d create_qp_ex %d\n", rc, dx.orig_attr.max_qp, e1, e2);
     } else if (strncmp(line, "query", 5) == 0 && qp != NULL) {
       struct ibv_qp_attr qa;
       struct ibv_qp_init_attr qi;
