@@ -401,6 +401,7 @@ class Memif : public Napi::ObjectWrap<Memif> {
   Napi::Value Rx(const Napi::CallbackInfo& info);
 
   static uint64_t NowNs();
+  bool RingEmpty(Ring& r);
 
   // Receiving: no kicks wanted; the queue's hold eventfd turns readable so the engine polls on.
   void Mask(uint32_t q, Ring& r);
@@ -506,6 +507,12 @@ class Memif : public Napi::ObjectWrap<Memif> {
  public:
   uint64_t rx_packets_ = 0, rx_bytes_ = 0, rx_errors_ = 0, rx_no_buffers_ = 0, rx_chained_ = 0;
   uint64_t tx_packets_ = 0, tx_bytes_ = 0, tx_errors_ = 0, tx_refused_ = 0, tx_chained_ = 0;
+  // Test hook (RDMA_GRAPH_MEMIF_RX_GAP_US when the interface is opened): microseconds between
+  // draining a queue's interrupt and looking at its ring.
+  const uint32_t rx_gap_us_ = [] {
+    const char* v = getenv("RDMA_GRAPH_MEMIF_RX_GAP_US");
+    return v != nullptr ? static_cast<uint32_t>(strtoul(v, nullptr, 10) % 100000) : 0u;
+  }();
   uint64_t kicks_ = 0, interrupts_ = 0, connects_ = 0, disconnects_ = 0, connect_failures_ = 0, refused_ = 0;
   uint64_t msgs_received_ = 0;
 };

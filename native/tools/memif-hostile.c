@@ -11,6 +11,11 @@
 //                             truncates it to 0 and publishes a frame (the server would fault)
 //   jump SOCKET               after CONNECT, C2S head jumps 0x8000 past tail
 //   noinit SOCKET N SECONDS   opens N connections that read HELLO and never send INIT
+//   trickle SOCKET N          (not hostile: a well-behaved sender) N single frames, each after a
+//                             random pause of 0-300 us and kicked unless the ring says MASK_INT,
+//                             each waited for (the server's tail) up to 250 ms; prints
+//                             "stalls S of N" (S frames the server left in its ring that long:
+//                             a lost wake-up) and "stuck" if one was never taken
 //
 // It prints what the server said (DISCONNECT reasons) on stdout, one line each, and exits 0 when
 // it ran its course (the test judges the server, not this program). Not part of rdma-graph.
@@ -217,7 +222,7 @@ static void linger(int sock, double secs) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: memif-hostile flip|blocking|pipe|unsealed|jump|noinit SOCKET [ARGS]\n");
+    fprintf(stderr, "usage: memif-hostile flip|blocking|pipe|unsealed|jump|noinit|trickle SOCKET [ARGS]\n");
     return 2;
   }
   const char* mode = argv[1];
@@ -265,6 +270,32 @@ int main(int argc, char** argv) {
     uint64_t one = 1;
     if (write(c.ef_c2s, &one, 8) != 8) printf("kick failed\n");
     linger(c.sock, 1);
+  } else if (!strcmp(mode, "trickle")) {
+    int n = argc > 3 ? atoi(argv[3]) : 200;
+    handshake(&c, path, 1, eventfd(0, EFD_NONBLOCK), eventfd(0, EFD_NONBLOCK));
+    uint16_t head = *head_of(&c, kC2S);
+    int stalls = 0;
+    uint32_t x = 2463534242u;
+    for (int k = 0; k < n; k++) {
+      x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+      usleep(x % 300);
+      set_desc(desc_of(&c, kC2S, head), 0, 0, 64, (uint32_t)(kBufs + (head & (SLOTS - 1)) * BUF));
+      head++;
+      __atomic_store_n(head_of(&c, kC2S), head, __ATOMIC_RELEASE);
+      __atomic_thread_fence(__ATOMIC_SEQ_CST);
+      uint16_t flags = __atomic_load_n((volatile uint16_t*)(c.mem + kC2S + 4), __ATOMIC_ACQUIRE);
+      uint64_t one = 1;
+      if (!(flags & 1) && write(c.ef_c2s, &one, 8) < 0) { /* counter full: readable already */ }
+      double t0 = now_s(), waited = 0;
+      while (__atomic_load_n(tail_of(&c, kC2S), __ATOMIC_ACQUIRE) != head && (waited = now_s() - t0) < 2.0) usleep(50);
+      if (waited >= 0.25) stalls++;
+      if (__atomic_load_n(tail_of(&c, kC2S), __ATOMIC_ACQUIRE) != head) {
+        printf("stuck at frame %d\n", k);
+        break;
+      }
+    }
+    printf("stalls %d of %d\n", stalls, n);
+    linger(c.sock, 0.1);
   } else if (!strcmp(mode, "noinit")) {
     int n = argc > 3 ? atoi(argv[3]) : 32;
     double secs = argc > 4 ? atof(argv[4]) : 1;
