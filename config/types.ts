@@ -90,8 +90,8 @@ export interface Config {
   source: string;
   /** `api: {listen: "host:port", token}`. */
   api: { host: string; port: number; token: string | null };
-  /** `cpu: {workers}`. */
-  cpu: { workers: number };
+  /** `cpu: {workers, poll, idle-poll-us}`. */
+  cpu: { workers: number; poll: 'adaptive' | 'polling' | 'interrupt'; idlePollUs: number };
   /** `buffers: {count, data-size}`. */
   buffers: { count: number; dataSize: number };
   /** `log: {level}`. */

@@ -278,7 +278,10 @@ export class Dataplane {
     const drivers: Driver[] = [];
     let pool: BufferPool;
     try {
-      for (const c of config.interfaces) drivers.push(openDriver(c));
+      // memif keeps its peers' kicks off as long as the engine polls idle: one setting.
+      const idleUs =
+        config.cpu.poll === 'polling' ? Infinity : config.cpu.poll === 'interrupt' ? 0 : config.cpu.idlePollUs;
+      for (const c of config.interfaces) drivers.push(openDriver(c, idleUs));
       pool = poolFor(
         config.interfaces.map((c, k) => ({ name: c.name, driver: drivers[k] })),
         config.buffers,
@@ -287,7 +290,14 @@ export class Dataplane {
       for (const d of drivers) d.close();
       throw e instanceof DataplaneError ? e : new DataplaneError('unavailable', (e as Error).message);
     }
-    const graph = new Graph({ pool, threadName: 'main', traceMaxPackets: config.trace.maxPackets });
+    const cpu = config.cpu;
+    const graph = new Graph({
+      pool,
+      threadName: 'main',
+      traceMaxPackets: config.trace.maxPackets,
+      mode: cpu.poll === 'polling' ? 'polling' : 'adaptive',
+      idlePollUs: cpu.poll === 'interrupt' ? 0 : cpu.idlePollUs,
+    });
     const net = registerL2L4(graph);
     const ifs = new Interfaces(graph);
     let adding = 0;

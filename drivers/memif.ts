@@ -51,6 +51,12 @@ export interface MemifOptions {
   ringSize?: number;
   /** Bytes per memif buffer of a copy-mode client (zero copy uses the pool's buffers). Default 2048. */
   bufferSize?: number;
+  /**
+   * After traffic stops, how long (µs) the receive rings stay flagged MASK_INT (the peer does
+   * not kick) while the engine keeps polling: the engine's own idle-poll time (cpu.idle-poll-us),
+   * Infinity for an engine that never sleeps. Default 50.
+   */
+  idlePollUs?: number;
 }
 
 const KNOWN = new Set([
@@ -64,6 +70,7 @@ const KNOWN = new Set([
   'txQueues',
   'ringSize',
   'bufferSize',
+  'idlePollUs',
 ]);
 const ST_STASH = 0,
   ST_DONE = 1,
@@ -84,6 +91,7 @@ export class MemifDriver implements Driver {
   readonly socket: string;
   readonly id: number;
   readonly ringSize: number;
+  readonly idlePollUs: number;
   readonly bufferSize: number;
 
   private readonly secret: string;
@@ -149,6 +157,10 @@ export class MemifDriver implements Driver {
     this.rxQueues = intOption(where, 'rxQueues', opts.rxQueues, 1, 1, 255);
     this.txQueues = intOption(where, 'txQueues', opts.txQueues, this.rxQueues, 1, 255);
     this.ringSize = intOption(where, 'ringSize', opts.ringSize, 1024, 2, 16384);
+    const idle = opts.idlePollUs ?? 50;
+    if (!(typeof idle === 'number' && idle >= 0 && (Number.isInteger(idle) || idle === Infinity)))
+      throw new RangeError(`${where}: idlePollUs must be an integer >= 0 or Infinity, got ${String(opts.idlePollUs)}`);
+    this.idlePollUs = idle;
     if ((this.ringSize & (this.ringSize - 1)) !== 0)
       throw new RangeError(`${where}: ringSize must be a power of 2 in 2..16384, got ${this.ringSize}`);
     this.bufferSize = intOption(where, 'bufferSize', opts.bufferSize, 2048, 128, 65535);
@@ -160,6 +172,8 @@ export class MemifDriver implements Driver {
     if (this.state !== 'new')
       throw new Error(`memif interface ${this.name}: already ${this.state === 'open' ? 'open' : 'closed'}`);
     const native = new this.core.Memif({
+      // Capped at an hour (the native option is a double of µs): "never" in practice.
+      idleUs: Math.min(this.idlePollUs, 3.6e9),
       name: this.name,
       socket: this.socket,
       role: this.role,

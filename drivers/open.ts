@@ -54,7 +54,12 @@ export function driverUnavailable(driver: string): string | null {
   return `${MISSING[driver] ?? `unknown driver "${driver}"`}; use memif, af_packet, pcap or pipe`;
 }
 
-export function openDriver(c: DriverSpec): Driver {
+/**
+ * Open the driver of interface `c`. `idlePollUs`: how long the engine polls with nothing to do
+ * before it sleeps (cpu.idle-poll-us; Infinity when it never sleeps, 0 when it sleeps at once):
+ * a memif interface keeps its peer's kicks off that long after traffic stops, the same setting.
+ */
+export function openDriver(c: DriverSpec, idlePollUs = 50): Driver {
   const where = `interface ${c.name} (line ${c.line})`;
   const mac = c.mac ?? undefined;
   const single = (kind: string) => {
@@ -106,6 +111,7 @@ export function openDriver(c: DriverSpec): Driver {
         txQueues: c.rxQueues,
         ringSize: c.rxQueueSize,
         bufferSize: m.bufferSize,
+        idlePollUs,
       });
     }
     case 'dpdk': {

@@ -241,6 +241,8 @@ export interface MemifNativeOptions {
   bufferSize?: number;
   rxQueues?: number;
   txQueues?: number;
+  /** After traffic stops, µs with the receive rings masked (no kicks) before interrupts go back on; default 50. */
+  idleUs?: number;
 }
 
 /** Where the memif data path reads and writes: the pool and the driver's shared arrays. */

@@ -87,7 +87,7 @@ const CASES: [string, string, string][] = [
   [
     'unknown key: cpu',
     'cpu: {threads: 2}\n',
-    't.yaml:1:7: cpu.threads: unknown key "threads" (expected one of: workers)',
+    't.yaml:1:7: cpu.threads: unknown key "threads" (expected one of: workers, poll, idle-poll-us)',
   ],
   [
     'unknown key: buffers',
@@ -526,6 +526,16 @@ const CASES: [string, string, string][] = [
     'cpu: {workers: -1}\n',
     't.yaml:1:16: cpu.workers: -1 is not supported: worker threads are not implemented yet, the graph runs on the main thread (expected 0)',
   ],
+  [
+    'poll: an unknown mode',
+    'cpu: {poll: busy}\n',
+    't.yaml:1:13: cpu.poll: "busy" is not a valid choice (expected one of: adaptive, polling, interrupt)',
+  ],
+  [
+    'idle-poll-us: too long',
+    'cpu: {idle-poll-us: 2000000}\n',
+    't.yaml:1:21: cpu.idle-poll-us: 2000000 is out of range (expected an integer in 0..1000000)',
+  ],
   // ---- interfaces with each other
   [
     'duplicate interface name',
@@ -742,7 +752,7 @@ test('a value the walk rejected is not looked at again by the checks across keys
 const DEFAULTS: Config = {
   source: 't.yaml',
   api: { host: '127.0.0.1', port: 7070, token: null },
-  cpu: { workers: 0 },
+  cpu: { workers: 0, poll: 'adaptive', idlePollUs: 200 },
   buffers: { count: 16384, dataSize: 2048 },
   log: { level: 'info' },
   interfaces: [],
@@ -841,6 +851,8 @@ api:
   token: t0k3n
 cpu:
   workers: 0
+  poll: interrupt
+  idle-poll-us: 75
 buffers:
   count: 65536
   data-size: 4096
@@ -937,7 +949,7 @@ test('a full example: the normalised Config, every key taken', () => {
   const want: Config = {
     source: 'full.yaml',
     api: { host: '::1', port: 8080, token: 't0k3n' },
-    cpu: { workers: 0 },
+    cpu: { workers: 0, poll: 'interrupt', idlePollUs: 75 },
     buffers: { count: 65536, dataSize: 4096 },
     log: { level: 'debug' },
     interfaces: [
@@ -964,34 +976,34 @@ test('a full example: the normalised Config, every key taken', () => {
             corrupt: 0.4,
           },
         },
-        line: 13,
+        line: 15,
       },
-      { ...base, name: 'p-a', driver: 'pipe', pipe: { peer: 'p_b' }, address: '192.168.7.0/31', line: 37 },
-      { ...base, name: 'p_b', driver: 'pipe', pipe: { peer: 'p-a' }, address: '192.168.7.1/31', line: 41 },
+      { ...base, name: 'p-a', driver: 'pipe', pipe: { peer: 'p_b' }, address: '192.168.7.0/31', line: 39 },
+      { ...base, name: 'p_b', driver: 'pipe', pipe: { peer: 'p-a' }, address: '192.168.7.1/31', line: 43 },
       {
         ...base,
         name: 'c0',
         driver: 'pcap',
         pcap: { rxFile: 'in.pcap', txFile: 'out.pcap', rate: 2.5, loop: 0 },
         address: '172.16.0.9/32',
-        line: 45,
+        line: 47,
       },
       {
         ...base,
         name: 'h0',
         driver: 'af_packet',
         afPacket: { hostInterface: 'veth-rg.1', promisc: true, txMode: 'ring', blockSize: 1048576, qdiscBypass: false },
-        line: 49,
+        line: 51,
       },
       {
         ...base,
         name: 'd0',
         driver: 'dpdk',
         dpdk: { device: 'net_tap0', ealArgs: ['--no-pci', '--vdev=net_tap0'] },
-        line: 52,
+        line: 54,
       },
-      { ...base, name: 'i0', driver: 'ibverbs', ibverbs: { device: 'mlx5_0', port: 2 }, line: 55 },
-      { ...base, name: 'x0', driver: 'mlx5dv', mlx5dv: { device: 'mlx5_1', port: 255 }, line: 58 },
+      { ...base, name: 'i0', driver: 'ibverbs', ibverbs: { device: 'mlx5_0', port: 2 }, line: 57 },
+      { ...base, name: 'x0', driver: 'mlx5dv', mlx5dv: { device: 'mlx5_1', port: 255 }, line: 60 },
     ],
     neighbors: [
       { interface: 'm0', address: '10.1.2.3', mac: '02:ab:00:00:00:01' },

@@ -109,6 +109,8 @@ test('options: bad values throw naming the interface and the option', () => {
     [{ socket: '/x', role: 'server', mac: 'zz' }, /memif interface m0: mac/],
     [{ socket: '@' + 'a'.repeat(108), role: 'server' }, /memif interface m0: socket must name 1 to 107 bytes/],
     [{ socket: '/x', role: 'server', ringsize: 4 }, /memif interface m0: unknown option "ringsize"/],
+    [{ socket: '/x', role: 'server', idlePollUs: -1 }, /memif interface m0: idlePollUs must be an integer >= 0/],
+    [{ socket: '/x', role: 'server', idlePollUs: 1.5 }, /memif interface m0: idlePollUs/],
   ];
   for (const [o, re] of bad) {
     try {
@@ -124,6 +126,8 @@ test('options: bad values throw naming the interface and the option', () => {
   assert.is(d.rxQueues, 1);
   assert.is(d.txQueues, 1);
   assert.is(d.ringSize, 1024);
+  assert.is(d.idlePollUs, 50);
+  assert.is(new MemifDriver('m2', { socket: '/x', role: 'client', idlePollUs: Infinity }).idlePollUs, Infinity);
   assert.is(d.id, 0);
   assert.is(d.rxWaitFd(0), -1, 'no wait fd before open');
   assert.not.ok(d.linkUp());

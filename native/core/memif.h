@@ -40,7 +40,7 @@ constexpr uint64_t kMaxFrame = 256 * 1024;      // bytes in one received frame
 constexpr uint32_t kMaxTxSegs = 64;             // pool segments in one transmitted frame
 constexpr uint32_t kBusyControlEvery = 64;      // busy rx polls between control-channel checks
 constexpr uint32_t kIdleControlEvery = 16;      // empty polls (interrupts still off) between checks
-constexpr uint64_t kIdleNs = 50 * 1000;         // empty this long: interrupts back on
+constexpr uint64_t kIdleNsDefault = 50 * 1000;  // empty this long: interrupts back on (option idleUs)
 constexpr long kRetryNs = 250 * 1000 * 1000;    // client reconnect interval
 constexpr size_t kMaxPending = 8;               // accepted connections waiting for INIT, per socket
 constexpr uint64_t kPendingNs = 2000ull * 1000 * 1000;  // how long one may wait for INIT
@@ -261,6 +261,14 @@ class Memif : public Napi::ObjectWrap<Memif> {
     buffer_size_ = OptU32(o, "bufferSize", "Memif", 2048, 128, 65535);
     nrx_ = OptU32(o, "rxQueues", "Memif", 1, 1, 255);
     ntx_ = OptU32(o, "txQueues", "Memif", nrx_, 1, 255);
+    {
+      Napi::Value v = o.Get("idleUs");
+      if (!v.IsUndefined()) {
+        const double us = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : -1;
+        if (!(us >= 0 && us <= 3.6e9)) throw RangeErr(env, where + ": idleUs must be a number of microseconds in 0..3.6e9");
+        idle_ns_ = static_cast<uint64_t>(us * 1000.0);
+      }
+    }
 
     for (uint32_t q = 0; q < nrx_; q++) {
       int ep = epoll_create1(EPOLL_CLOEXEC);
@@ -513,6 +521,7 @@ class Memif : public Napi::ObjectWrap<Memif> {
     const char* v = getenv("RDMA_GRAPH_MEMIF_RX_GAP_US");
     return v != nullptr ? static_cast<uint32_t>(strtoul(v, nullptr, 10) % 100000) : 0u;
   }();
+  uint64_t idle_ns_ = kIdleNsDefault;  // after traffic stops, this long with kicks off
   uint64_t kicks_ = 0, interrupts_ = 0, connects_ = 0, disconnects_ = 0, connect_failures_ = 0, refused_ = 0;
   uint64_t msgs_received_ = 0;
 };

@@ -256,11 +256,11 @@ Napi::Value Memif::Rx(const Napi::CallbackInfo& info) {
   }
   if (r.masked) {
     // Traffic stopped a moment ago: keep polling with interrupts off (the sender need not kick
-    // on every burst) for kIdleNs, then switch them on. The hold eventfd keeps the engine
+    // on every burst) for idle_ns_ (the engine's idle-poll time), then switch them on. The hold eventfd keeps the engine
     // from sleeping meanwhile: it must not sleep on a ring whose sender will not kick.
     const uint64_t now = NowNs();
     if (r.empty_since == 0) r.empty_since = now;
-    if (now - r.empty_since < kIdleNs) {
+    if (now - r.empty_since < idle_ns_) {
       if (q == 0 && ++idle_polls_ >= kIdleControlEvery) {
         idle_polls_ = 0;
         Poll();
