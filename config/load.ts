@@ -329,6 +329,19 @@ function crossCheck(raw: Raw, c: Checker): void {
         c.report(`${p}.fault`, c.where(`${p}.fault`), (e as Error).message);
       }
     }
+    if (
+      driver === 'af_packet' &&
+      isRecord(itf.afPacket) &&
+      itf.afPacket.rxRing === 'v2' &&
+      itf.afPacket.txMode === 'ring'
+    ) {
+      c.report(
+        `${p}.af_packet.rx-ring`,
+        c.where(`${p}.af_packet.rx-ring`),
+        "rx-ring v2 with tx-mode ring (the tx ring is TPACKET_V3's: one socket has one version)",
+        'tx-mode: sendmmsg with rx-ring: v2',
+      );
+    }
     if (driver === 'pcap' && isRecord(itf.pcap) && itf.pcap.rxFile === null && itf.pcap.txFile === null) {
       c.report(`${p}.pcap`, c.where(`${p}.pcap`), 'neither rx-file nor tx-file is set', 'at least one of them');
     }

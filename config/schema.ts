@@ -205,6 +205,19 @@ const DRIVER_OPTIONS: Record<DriverKind, MapSpec> = {
         default: true,
         doc: 'transmitted frames skip the kernel qdisc (PACKET_QDISC_BYPASS)',
       },
+      'rx-ring': {
+        type: 'enum',
+        values: ['v3', 'v2'],
+        default: 'v3',
+        doc: 'v3: TPACKET_V3 blocks, handed over when full or after block-timeout-ms (a lone frame may wait that long); v2: TPACKET_V2, a slot per frame handed over at once (no latency floor; needs tx-mode sendmmsg)',
+      },
+      'block-timeout-ms': {
+        type: 'int',
+        min: 1,
+        max: 1000,
+        default: 1,
+        doc: 'rx-ring v3: a block not yet full is handed over after this many ms',
+      },
     },
   },
   pcap: {

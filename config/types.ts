@@ -25,6 +25,8 @@ export interface AfPacketConfig {
   txMode: 'sendmmsg' | 'ring';
   blockSize: number;
   qdiscBypass: boolean;
+  rxRing: 'v3' | 'v2';
+  blockTimeoutMs: number;
 }
 
 /** `pcap: {rx-file, tx-file, rate, loop}` (at least one of the files). */

@@ -3,7 +3,8 @@
  * AF_PACKET socket, as VPP's `create host-interface name <if>` (interface name `host-<if>`).
  *
  * Receive: a TPACKET_V3 ring (blocks of `blockSize`, retired by the kernel when full or after
- * `blockTimeoutMs`). One burst is three steps and two native calls: ask how many pool buffers
+ * `blockTimeoutMs`), or with `rxRing: 'v2'` a TPACKET_V2 ring (a fixed slot per frame, handed
+ * over as soon as it is written: no block-retire latency floor for sparse traffic). One burst is three steps and two native calls: ask how many pool buffers
  * the waiting frames need, allocate exactly that many in one batch, then one native call copies
  * the frames into them (chaining buffers for frames larger than the pool's data size), fills the
  * pool's length/flags/next/timestamp arrays and hands each ring block back to the kernel as soon
@@ -63,6 +64,13 @@ export interface AfPacketOptions {
   blockSize?: number;
   /** A block not yet full is handed to us after this many ms (tp_retire_blk_tov). Default 1. */
   blockTimeoutMs?: number;
+  /**
+   * 'v3' (default): TPACKET_V3 blocks, retired when full or after blockTimeoutMs, so a lone frame
+   * may wait that long (the latency floor of sparse traffic); 'v2': TPACKET_V2 slots, one per
+   * frame, each handed over as soon as it is written (no floor; fixed-size slots). 'v2' needs
+   * txMode 'sendmmsg'.
+   */
+  rxRing?: 'v3' | 'v2';
   /** Our MTU; at most the kernel interface's (default: the kernel's). */
   mtu?: number;
   /** 'sendmmsg' (default) or 'ring' (TPACKET_V3 TX ring). */
@@ -112,6 +120,7 @@ export class AfPacketDriver implements Driver {
   private readonly blockSize: number;
   private readonly blocks: number;
   private readonly blockTimeoutMs: number;
+  readonly rxRing: 'v3' | 'v2';
   private readonly txFrames: number;
   private readonly bringUp: boolean;
   private readonly qdiscBypass: boolean;
@@ -160,6 +169,11 @@ export class AfPacketDriver implements Driver {
     const txMode = opts.txMode ?? 'sendmmsg';
     if (txMode !== 'sendmmsg' && txMode !== 'ring')
       throw new RangeError(`${where}: txMode must be 'sendmmsg' or 'ring', got ${JSON.stringify(txMode)}`);
+    const rxRing = opts.rxRing ?? 'v3';
+    if (rxRing !== 'v3' && rxRing !== 'v2')
+      throw new RangeError(`${where}: rxRing must be 'v3' or 'v2', got ${JSON.stringify(rxRing)}`);
+    if (rxRing === 'v2' && txMode === 'ring')
+      throw new RangeError(`${where}: rxRing 'v2' needs txMode 'sendmmsg' (the TX ring is TPACKET_V3's)`);
     const txFrames = opts.txFrames ?? 1024;
     if (!Number.isInteger(txFrames) || txFrames < 8 || txFrames > 1 << 20)
       throw new RangeError(`${where}: txFrames must be an integer in 8..1048576, got ${txFrames}`);
@@ -191,6 +205,7 @@ export class AfPacketDriver implements Driver {
     this.blockSize = blockSize;
     this.blocks = Math.max(2, Math.ceil((rxFrames * NOMINAL_FRAME) / blockSize));
     this.blockTimeoutMs = tov;
+    this.rxRing = rxRing;
     this.txMode = txMode;
     this.txFrames = txFrames;
     this.bringUp = opts.bringUp ?? true;
@@ -208,6 +223,7 @@ export class AfPacketDriver implements Driver {
       blockSize: this.blockSize,
       blocks: this.blocks,
       blockTimeoutMs: this.blockTimeoutMs,
+      rxRing: this.rxRing,
       txRing: this.txMode === 'ring',
       txFrames: this.txFrames,
       txFrameSize: Math.max(2048, (this.mtu + 18 + 48 + 15) & ~15),
@@ -291,7 +307,10 @@ export class AfPacketDriver implements Driver {
         'host-interface': `${this.hostIf} (ifindex ${this.hostInfo.ifindex})`,
         state: this.state,
         promiscuous: this.promisc,
-        'rx ring': `TPACKET_V3, ${this.blocks} blocks of ${this.blockSize} bytes, block timeout ${this.blockTimeoutMs} ms`,
+        'rx ring':
+          this.rxRing === 'v2'
+            ? `TPACKET_V2, ${this.blocks} blocks of ${this.blockSize} bytes, a slot per frame (no block timeout)`
+            : `TPACKET_V3, ${this.blocks} blocks of ${this.blockSize} bytes, block timeout ${this.blockTimeoutMs} ms`,
         tx: this.txMode === 'ring' ? `TX ring, ${this.txFrames} frames` : 'sendmmsg',
         'qdisc-bypass': this.qdiscBypass,
       },

@@ -30,6 +30,8 @@ export interface DriverSpec {
     txMode: 'sendmmsg' | 'ring';
     blockSize: number;
     qdiscBypass: boolean;
+    rxRing: 'v3' | 'v2';
+    blockTimeoutMs: number;
   };
   pcap?: { rxFile: string | null; txFile: string | null; rate: number; loop: number };
   pipe?: { peer: string };
@@ -94,6 +96,8 @@ export function openDriver(c: DriverSpec, idlePollUs = 50): Driver {
         txMode: a.txMode,
         blockSize: a.blockSize,
         qdiscBypass: a.qdiscBypass,
+        rxRing: a.rxRing,
+        blockTimeoutMs: a.blockTimeoutMs,
         rxFrames: Math.max(c.rxQueueSize, 64),
         txFrames: c.txQueueSize,
       });

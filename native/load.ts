@@ -133,6 +133,8 @@ export interface AfPacketSocketOptions {
   blocks?: number;
   /** tp_retire_blk_tov: a block not yet full is handed over after this many ms. Default 1. */
   blockTimeoutMs?: number;
+  /** 'v3' (default) or 'v2' (TPACKET_V2: a slot per frame, no block timeout; needs txRing false). */
+  rxRing?: 'v3' | 'v2';
   /** Transmit through a TPACKET_V3 TX ring on the socket instead of sendmmsg. Default false. */
   txRing?: boolean;
   /** TX ring frames (txRing only). Default 1024. */

@@ -311,46 +311,47 @@ test('errors: without CAP_NET_RAW open() fails with EPERM and says so (child pro
   assert.is(res.mac, hex(p.hostMac), 'the constructor (unprivileged ioctls) worked; open() refused');
 });
 
-test('rx: frames the kernel sends from the namespace arrive byte for byte in pool buffers, chained past the data size, timestamped', async () => {
-  const p = pair();
-  if (!p) return;
-  const pool = memPool(256, 512); // 512-byte buffers: frames above that are chained
-  const d = new AfPacketDriver({ hostIf: p.host });
-  d.open(pool);
-  try {
-    const sizes = [60, 64, 100, 511, 512, 513, 1000, 1024, 1025, 1514, 60, 1514, 777, 300, 1500, 200];
-    const frames = sizes.map((len, i) => testFrame(p.hostMac, p.peerMac, i, len));
-    const sent = pyInNs(p.ns, PY_SEND_FRAMES, [p.peer], frames.map(hex).join('\n') + '\n');
-    assert.equal(sent, [String(frames.length)]);
-    const segs: number[] = [];
-    const stamps: number[] = [];
-    const got = await receive(d, pool, 1000, isTest, frames.length, (bi) => {
-      segs.push(pool.segments(bi));
-      assert.ok(pool.flags[bi] & BufferFlag.TIMESTAMP_VALID, 'timestamp flag');
-      stamps.push(pool.tsSec[bi] + pool.tsNsec[bi] / 1e9);
-      assert.is(pool.offset[bi], pool.dataStart(bi), 'data starts after the headroom');
-    });
-    assert.equal(got.map(hex), frames.map(hex), 'every frame, in order, byte for byte');
-    assert.equal(
-      segs,
-      sizes.map((l) => Math.ceil(l / 512)),
-      'chained by 512-byte buffers',
-    );
-    const now = Date.now() / 1000;
-    assert.ok(
-      stamps.every((t) => Math.abs(t - now) < 10),
-      `kernel receive timestamps near now: ${stamps[0]} vs ${now}`,
-    );
-    const c = d.counters();
-    assert.ok(c.rxPackets >= frames.length, `rxPackets ${c.rxPackets}`);
-    assert.ok(c.rxBytes >= sizes.reduce((a, b) => a + b, 0));
-    assert.is(c.rxErrors, 0);
-    assert.is(c.rxDrops, 0);
-  } finally {
-    d.close();
-  }
-  assert.is(pool.available(), pool.count, 'no buffer leaked');
-});
+for (const rxRing of ['v3', 'v2'] as const)
+  test(`rx (${rxRing} ring): frames the kernel sends from the namespace arrive byte for byte in pool buffers, chained past the data size, timestamped`, async () => {
+    const p = pair();
+    if (!p) return;
+    const pool = memPool(256, 512); // 512-byte buffers: frames above that are chained
+    const d = new AfPacketDriver({ hostIf: p.host, rxRing });
+    d.open(pool);
+    try {
+      const sizes = [60, 64, 100, 511, 512, 513, 1000, 1024, 1025, 1514, 60, 1514, 777, 300, 1500, 200];
+      const frames = sizes.map((len, i) => testFrame(p.hostMac, p.peerMac, i, len));
+      const sent = pyInNs(p.ns, PY_SEND_FRAMES, [p.peer], frames.map(hex).join('\n') + '\n');
+      assert.equal(sent, [String(frames.length)]);
+      const segs: number[] = [];
+      const stamps: number[] = [];
+      const got = await receive(d, pool, 1000, isTest, frames.length, (bi) => {
+        segs.push(pool.segments(bi));
+        assert.ok(pool.flags[bi] & BufferFlag.TIMESTAMP_VALID, 'timestamp flag');
+        stamps.push(pool.tsSec[bi] + pool.tsNsec[bi] / 1e9);
+        assert.is(pool.offset[bi], pool.dataStart(bi), 'data starts after the headroom');
+      });
+      assert.equal(got.map(hex), frames.map(hex), 'every frame, in order, byte for byte');
+      assert.equal(
+        segs,
+        sizes.map((l) => Math.ceil(l / 512)),
+        'chained by 512-byte buffers',
+      );
+      const now = Date.now() / 1000;
+      assert.ok(
+        stamps.every((t) => Math.abs(t - now) < 10),
+        `kernel receive timestamps near now: ${stamps[0]} vs ${now}`,
+      );
+      const c = d.counters();
+      assert.ok(c.rxPackets >= frames.length, `rxPackets ${c.rxPackets}`);
+      assert.ok(c.rxBytes >= sizes.reduce((a, b) => a + b, 0));
+      assert.is(c.rxErrors, 0);
+      assert.is(c.rxDrops, 0);
+    } finally {
+      d.close();
+    }
+    assert.is(pool.available(), pool.count, 'no buffer leaked');
+  });
 
 test('rx: UDP from the kernel stack over veth carries a partial checksum (TP_STATUS_CSUMNOTREADY): flagged L4_CKSUM_OK', async () => {
   const p = pair();
@@ -415,40 +416,41 @@ test('rx: UDP from the kernel stack over veth carries a partial checksum (TP_STA
   assert.is(pool.available(), pool.count);
 });
 
-test('rx: an 802.1Q tag the kernel strips (TP_STATUS_VLAN_VALID) is put back in the frame, also across chained buffers', async () => {
-  const p = pair();
-  if (!p) return;
-  const pool = memPool(64, 512);
-  const d = new AfPacketDriver({ hostIf: p.host });
-  d.open(pool);
-  try {
-    // dst, src, 8100, PCP 5 / VID 42, then the inner EtherType and payload
-    const tag = (inner: Uint8Array) => {
-      const t = new Uint8Array(inner.length + 4);
-      t.set(inner.subarray(0, 12), 0);
-      t.set([0x81, 0x00, 0xa0, 0x2a], 12);
-      t.set(inner.subarray(12), 16);
-      return t;
-    };
-    const tagged = [tag(testFrame(p.hostMac, p.peerMac, 99, 100)), tag(testFrame(p.hostMac, p.peerMac, 100, 1200))];
-    pyInNs(p.ns, PY_SEND_FRAMES, [p.peer], tagged.map(hex).join('\n') + '\n');
-    const segs: number[] = [];
-    const got = await receive(
-      d,
-      pool,
-      1000,
-      (b) => b[12] === 0x81 && b[13] === 0x00,
-      2,
-      (bi) => segs.push(pool.segments(bi)),
-    );
-    assert.equal(got.map(hex), tagged.map(hex), 'tags restored in place');
-    assert.equal(segs, [1, 3], '1204 bytes in 512-byte buffers');
-    assert.is(d.stats().rxVlan, 2, 'the kernel had stripped them (hv1.tp_vlan_tci)');
-  } finally {
-    d.close();
-  }
-  assert.is(pool.available(), pool.count);
-});
+for (const rxRing of ['v3', 'v2'] as const)
+  test(`rx (${rxRing} ring): an 802.1Q tag the kernel strips (TP_STATUS_VLAN_VALID) is put back in the frame, also across chained buffers`, async () => {
+    const p = pair();
+    if (!p) return;
+    const pool = memPool(64, 512);
+    const d = new AfPacketDriver({ hostIf: p.host, rxRing });
+    d.open(pool);
+    try {
+      // dst, src, 8100, PCP 5 / VID 42, then the inner EtherType and payload
+      const tag = (inner: Uint8Array) => {
+        const t = new Uint8Array(inner.length + 4);
+        t.set(inner.subarray(0, 12), 0);
+        t.set([0x81, 0x00, 0xa0, 0x2a], 12);
+        t.set(inner.subarray(12), 16);
+        return t;
+      };
+      const tagged = [tag(testFrame(p.hostMac, p.peerMac, 99, 100)), tag(testFrame(p.hostMac, p.peerMac, 100, 1200))];
+      pyInNs(p.ns, PY_SEND_FRAMES, [p.peer], tagged.map(hex).join('\n') + '\n');
+      const segs: number[] = [];
+      const got = await receive(
+        d,
+        pool,
+        1000,
+        (b) => b[12] === 0x81 && b[13] === 0x00,
+        2,
+        (bi) => segs.push(pool.segments(bi)),
+      );
+      assert.equal(got.map(hex), tagged.map(hex), 'tags restored in place');
+      assert.equal(segs, [1, 3], '1204 bytes in 512-byte buffers');
+      assert.is(d.stats().rxVlan, 2, 'the kernel had stripped them (hv1.tp_vlan_tci)');
+    } finally {
+      d.close();
+    }
+    assert.is(pool.available(), pool.count);
+  });
 
 test('rx: when the pool runs dry frames wait in the ring (counted), none lost; delivered once buffers return', async () => {
   const p = pair();
@@ -718,33 +720,66 @@ async function until(cond: () => boolean, ms: number): Promise<boolean> {
   return true;
 }
 
-test('the socket fd wakes the sleeping engine: traffic is processed, then it sleeps again; no buffer leak', async () => {
+for (const rxRing of ['v3', 'v2'] as const)
+  test(`the socket fd wakes the sleeping engine (${rxRing} ring): traffic is processed, then it sleeps again; no buffer leak`, async () => {
+    const p = pair();
+    if (!p) return;
+    const pool = createPool({ count: 1024 });
+    const d = new AfPacketDriver({ hostIf: p.host, rxRing });
+    const { g, ifs, itf, seen } = graphWith(d, pool);
+    g.start();
+    try {
+      assert.ok(await until(() => g.isSleeping, 500), 'idle engine sleeps');
+      const calls = g.nodeCounters('af-packet-input').calls;
+      await sleep(30);
+      assert.is(g.nodeCounters('af-packet-input').calls, calls, 'no polling while asleep');
+      const wakes = g.wakeups;
+      const frames = Array.from({ length: 50 }, (_, i) => hex(testFrame(p.hostMac, p.peerMac, i, 128)));
+      const tx = pyInNsAsync(p.ns, PY_SEND_FRAMES, [p.peer], frames.join('\n') + '\n');
+      assert.equal(await tx.done, ['50']);
+      assert.ok(await until(() => seen.test === 50, 1000), `engine woke and processed the frames (${seen.test} of 50)`);
+      assert.ok(g.wakeups > wakes, 'woken by the fd');
+      assert.equal([...seen.rxIf], [itf.index], 'rxIf is the interface');
+      assert.ok(await until(() => g.isSleeping, 500), 'asleep again');
+      assert.is(itf.counters().rxPackets, seen.test + seen.other);
+    } finally {
+      g.stop();
+      ifs.closeAll();
+      g.close();
+    }
+    assert.is(pool.available(), pool.count, 'no buffer leaked');
+  });
+
+test('rx ring v2 hands a lone frame over at once; v3 holds it in its block until the block timeout (here 1000 ms)', async () => {
   const p = pair();
   if (!p) return;
-  const pool = createPool({ count: 1024 });
-  const d = new AfPacketDriver({ hostIf: p.host });
-  const { g, ifs, itf, seen } = graphWith(d, pool);
-  g.start();
-  try {
-    assert.ok(await until(() => g.isSleeping, 500), 'idle engine sleeps');
-    const calls = g.nodeCounters('af-packet-input').calls;
-    await sleep(30);
-    assert.is(g.nodeCounters('af-packet-input').calls, calls, 'no polling while asleep');
-    const wakes = g.wakeups;
-    const frames = Array.from({ length: 50 }, (_, i) => hex(testFrame(p.hostMac, p.peerMac, i, 128)));
-    const tx = pyInNsAsync(p.ns, PY_SEND_FRAMES, [p.peer], frames.join('\n') + '\n');
-    assert.equal(await tx.done, ['50']);
-    assert.ok(await until(() => seen.test === 50, 1000), `engine woke and processed the frames (${seen.test} of 50)`);
-    assert.ok(g.wakeups > wakes, 'woken by the fd');
-    assert.equal([...seen.rxIf], [itf.index], 'rxIf is the interface');
-    assert.ok(await until(() => g.isSleeping, 500), 'asleep again');
-    assert.is(itf.counters().rxPackets, seen.test + seen.other);
-  } finally {
-    g.stop();
-    ifs.closeAll();
-    g.close();
+  for (const rxRing of ['v3', 'v2'] as const) {
+    const pool = memPool(64, 2048);
+    const d = new AfPacketDriver({ hostIf: p.host, rxRing, blockTimeoutMs: 1000 });
+    d.open(pool);
+    try {
+      const frame = testFrame(p.hostMac, p.peerMac, 7, 100);
+      const out = new Uint32Array(64);
+      // Whatever the kernel sent before (IPv6 router solicitations...) is taken first.
+      await sleep(1100);
+      for (let n = d.rxBurst(0, out, 64); n > 0; n = d.rxBurst(0, out, 64)) pool.free(out, 0, n);
+      pyInNs(p.ns, PY_SEND_FRAMES, [p.peer], hex(frame) + '\n');
+      // 200 ms: far less than the v3 block timeout, far more than a frame's way over a veth.
+      let got = 0;
+      const end = Date.now() + 200;
+      while (Date.now() < end && got === 0) {
+        const n = d.rxBurst(0, out, 64);
+        for (let i = 0; i < n; i++) if (isTest(pool.packetBytes(out[i]))) got++;
+        pool.free(out, 0, n);
+        await sleep(5);
+      }
+      if (rxRing === 'v2') assert.is(got, 1, 'v2: the frame is ours as soon as the kernel wrote it');
+      else assert.is(got, 0, 'v3: the frame waits in a block the kernel has not retired yet');
+    } finally {
+      d.close();
+    }
+    assert.is(pool.available(), pool.count);
   }
-  assert.is(pool.available(), pool.count, 'no buffer leaked');
 });
 
 test('link: a down interface is set up at open as VPP does (bringUp: false leaves it); carrier follows the peer; a downed socket neither spins the engine nor takes tx', async () => {

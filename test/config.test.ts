@@ -123,7 +123,7 @@ const CASES: [string, string, string][] = [
   [
     'unknown key: af_packet',
     'interfaces:\n  - name: h0\n    driver: af_packet\n    af_packet: {host-interface: v0, ring: 1}\n',
-    't.yaml:4:37: interfaces[0].af_packet.ring: unknown key "ring" (expected one of: host-interface, promisc, tx-mode, block-size, qdisc-bypass)',
+    't.yaml:4:37: interfaces[0].af_packet.ring: unknown key "ring" (expected one of: host-interface, promisc, tx-mode, block-size, qdisc-bypass, rx-ring, block-timeout-ms)',
   ],
   [
     'unknown key: pcap',
@@ -219,7 +219,7 @@ const CASES: [string, string, string][] = [
   [
     "missing: the driver's options (af_packet)",
     'interfaces:\n  - name: h0\n    driver: af_packet\n',
-    't.yaml:2:5: interfaces[0].af_packet: missing, driver af_packet takes its options here (expected a mapping of: host-interface, promisc, tx-mode, block-size, qdisc-bypass)',
+    't.yaml:2:5: interfaces[0].af_packet: missing, driver af_packet takes its options here (expected a mapping of: host-interface, promisc, tx-mode, block-size, qdisc-bypass, rx-ring, block-timeout-ms)',
   ],
   // ---- wrong types
   [
@@ -398,6 +398,16 @@ const CASES: [string, string, string][] = [
     'string: host interface with a slash',
     'interfaces:\n  - name: h0\n    driver: af_packet\n    af_packet: {host-interface: eth/0}\n',
     't.yaml:4:33: interfaces[0].af_packet.host-interface: "eth/0" is not a Linux interface name (expected a Linux interface name of 1..15 characters without /, : or white space)',
+  ],
+  [
+    'af_packet: rx-ring v2 with tx-mode ring',
+    'interfaces:\n  - name: h0\n    driver: af_packet\n    af_packet: {host-interface: v0, tx-mode: ring, rx-ring: v2}\n',
+    "t.yaml:4:61: interfaces[0].af_packet.rx-ring: rx-ring v2 with tx-mode ring (the tx ring is TPACKET_V3's: one socket has one version) (expected tx-mode: sendmmsg with rx-ring: v2)",
+  ],
+  [
+    'af_packet: block-timeout-ms 0',
+    'interfaces:\n  - name: h0\n    driver: af_packet\n    af_packet: {host-interface: v0, block-timeout-ms: 0}\n',
+    't.yaml:4:55: interfaces[0].af_packet.block-timeout-ms: 0 is out of range (expected an integer in 1..1000)',
   ],
   [
     'string: host interface of 16 characters',
@@ -822,7 +832,15 @@ test("defaults of an interface and of each driver's options", () => {
     {
       name: 'h0',
       driver: 'af_packet',
-      afPacket: { hostInterface: 'veth0', promisc: false, txMode: 'sendmmsg', blockSize: 65536, qdiscBypass: true },
+      afPacket: {
+        hostInterface: 'veth0',
+        promisc: false,
+        txMode: 'sendmmsg',
+        blockSize: 65536,
+        qdiscBypass: true,
+        rxRing: 'v3',
+        blockTimeoutMs: 1,
+      },
       ...common,
       line: 3,
     },
@@ -897,7 +915,7 @@ interfaces:
     address: 172.16.0.9/32
   - name: h0
     driver: af_packet
-    af_packet: {host-interface: veth-rg.1, promisc: true, tx-mode: ring, block-size: 1048576, qdisc-bypass: false}
+    af_packet: {host-interface: veth-rg.1, promisc: true, tx-mode: ring, block-size: 1048576, qdisc-bypass: false, rx-ring: v3, block-timeout-ms: 5}
   - name: d0
     driver: dpdk
     dpdk: {device: net_tap0, eal-args: [--no-pci, --vdev=net_tap0]}
@@ -992,7 +1010,15 @@ test('a full example: the normalised Config, every key taken', () => {
         ...base,
         name: 'h0',
         driver: 'af_packet',
-        afPacket: { hostInterface: 'veth-rg.1', promisc: true, txMode: 'ring', blockSize: 1048576, qdiscBypass: false },
+        afPacket: {
+          hostInterface: 'veth-rg.1',
+          promisc: true,
+          txMode: 'ring',
+          blockSize: 1048576,
+          qdiscBypass: false,
+          rxRing: 'v3', // v2 needs tx-mode sendmmsg (checked below)
+          blockTimeoutMs: 5,
+        },
         line: 51,
       },
       {

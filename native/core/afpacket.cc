@@ -190,6 +190,13 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     block_nr_ = OptU32(o, "blocks", fn, 128, 2, 1u << 16);
     const uint32_t tov = OptU32(o, "blockTimeoutMs", fn, 1, 1, 1000);
     tx_ring_ = OptBool(o, "txRing", false);
+    {
+      const Napi::Value rv = o.Get("rxRing");
+      const std::string rr = rv.IsUndefined() ? "v3" : rv.IsString() ? rv.As<Napi::String>().Utf8Value() : "?";
+      if (rr != "v3" && rr != "v2") throw RangeErr(env, std::string(fn) + ": rxRing must be 'v3' or 'v2', got '" + rr + "'");
+      v2_ = rr == "v2";
+    }
+    if (v2_ && tx_ring_) throw RangeErr(env, std::string(fn) + ": rxRing 'v2' works with txRing false (sendmmsg) only");
     uint32_t tx_frames = OptU32(o, "txFrames", fn, 1024, 8, 1u << 20);
     tx_frame_size_ = OptU32(o, "txFrameSize", fn, 2048, TPACKET_ALIGN(TPACKET3_HDRLEN) + 64, 1u << 20);
     if (tx_frame_size_ % TPACKET_ALIGNMENT != 0) {
@@ -209,6 +216,19 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     close(probe);
     ifindex_ = ii.ifindex;
     link_mtu_ = static_cast<uint32_t>(ii.mtu > 0 ? ii.mtu : 0);
+    if (v2_) {
+      // One frame per slot: the header, the kernel's alignment pad, and a frame of the link's
+      // MTU with an Ethernet header and a VLAN tag, rounded up to a power of 2 (2048 at 1500).
+      uint32_t need = TPACKET_ALIGN(TPACKET2_HDRLEN) + 32 + link_mtu_ + ETH_HLEN + 8;
+      frame_size_ = 256;
+      while (frame_size_ < need) frame_size_ <<= 1;
+      if (frame_size_ > block_size_) {
+        throw RangeErr(env, std::string(fn) + ": rxRing 'v2' needs blockSize of at least " + std::to_string(frame_size_) +
+                                " bytes for the MTU of \"" + ifname_ + "\" (" + std::to_string(link_mtu_) + ")");
+      }
+      frames_per_block_ = block_size_ / frame_size_;
+      frame_nr_ = frames_per_block_ * block_nr_;
+    }
     if (ii.hwtype != ARPHRD_ETHER) {
       throw CodedError(env, "af_packet: interface \"" + ifname_ + "\" is not an Ethernet interface (ARPHRD " +
                                 std::to_string(ii.hwtype) + ")", EPROTONOSUPPORT, "ioctl");
@@ -246,6 +266,7 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     self.Set("broughtUp", Napi::Boolean::New(env, brought_up_));
     self.Set("blockSize", Napi::Number::New(env, block_size_));
     self.Set("blocks", Napi::Number::New(env, block_nr_));
+    self.Set("rxRing", Napi::String::New(env, v2_ ? "v2" : "v3"));
     // The kernel puts a frame's MAC header at TPACKET_ALIGN(TPACKET3_HDRLEN + 16) - 14 in its slot.
     self.Set("maxFrameLen", Napi::Number::New(env, block_size_ - BlockHeaderLen() - (TPACKET_ALIGN(TPACKET3_HDRLEN + 16) - ETH_HLEN)));
     self.Set("txMode", Napi::String::New(env, tx_ring_ ? "ring" : "sendmmsg"));
@@ -289,7 +310,8 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
       brought_up_ = true;
     }
 
-    SetOpt(env, SOL_PACKET, PACKET_VERSION, TPACKET_V3, "PACKET_VERSION TPACKET_V3");
+    if (v2_) SetOpt(env, SOL_PACKET, PACKET_VERSION, TPACKET_V2, "PACKET_VERSION TPACKET_V2");
+    else SetOpt(env, SOL_PACKET, PACKET_VERSION, TPACKET_V3, "PACKET_VERSION TPACKET_V3");
     // Bypass: our frames go straight to the driver, skipping the qdisc and the taps (tcpdump on
     // this interface does not see them; capture on the peer instead).
     if (bypass) SetOpt(env, SOL_PACKET, PACKET_QDISC_BYPASS, 1, "PACKET_QDISC_BYPASS");
@@ -319,7 +341,13 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     rx.tp_frame_size = kNominalFrame;
     rx.tp_frame_nr = (block_size_ / kNominalFrame) * block_nr_;
     rx.tp_retire_blk_tov = tov;
-    if (setsockopt(fd_, SOL_PACKET, PACKET_RX_RING, &rx, sizeof rx) < 0) {
+    if (v2_) {
+      // TPACKET_V2: one slot per frame, handed to us the moment it is written (no block to
+      // retire: no latency floor), at the cost of a fixed slot size.
+      rx.tp_frame_size = frame_size_;
+      rx.tp_frame_nr = frame_nr_;
+    }
+    if (setsockopt(fd_, SOL_PACKET, PACKET_RX_RING, &rx, v2_ ? sizeof(struct tpacket_req) : sizeof rx) < 0) {
       throw ErrnoError(env, "af_packet: setsockopt(PACKET_RX_RING) on \"" + ifname_ + "\" (" + std::to_string(block_nr_) +
                                 " blocks of " + std::to_string(block_size_) + " bytes)", errno, "setsockopt");
     }
@@ -505,6 +533,29 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     if (left_ == 0) ReleaseBlock();  // hand the block back as soon as it is consumed
   }
 
+  // TPACKET_V2 slots: frame k of the ring; its data is sane when [tp_mac, tp_mac + snaplen)
+  // lies inside the slot (shared memory: never trusted).
+  tpacket2_hdr* Slot(uint32_t k) const {
+    return reinterpret_cast<tpacket2_hdr*>(ring_ + static_cast<size_t>(k / frames_per_block_) * block_size_ +
+                                           static_cast<size_t>(k % frames_per_block_) * frame_size_);
+  }
+  bool SlotDataOk(const tpacket2_hdr* h) const {
+    return h->tp_mac >= sizeof(tpacket2_hdr) && static_cast<uint64_t>(h->tp_mac) + h->tp_snaplen <= frame_size_;
+  }
+  uint32_t SegsFor2(const tpacket2_hdr* h) const {
+    if (h->tp_snaplen < h->tp_len) return 0;
+    uint32_t len = h->tp_snaplen + ((h->tp_status & TP_STATUS_VLAN_VALID) ? 4 : 0);
+    return len == 0 ? 1 : (len + pool_.data_size - 1) / pool_.data_size;
+  }
+  tpacket2_hdr* Current2() const {
+    tpacket2_hdr* h = Slot(cur_frame_);
+    return (LoadAcquire(&h->tp_status) & TP_STATUS_USER) ? h : nullptr;
+  }
+  void Advance2(tpacket2_hdr* h) {
+    StoreRelease(&h->tp_status, static_cast<uint32_t>(TP_STATUS_KERNEL));
+    cur_frame_ = cur_frame_ + 1 == frame_nr_ ? 0 : cur_frame_ + 1;
+  }
+
   // Occasional SO_ERROR read: a bound socket whose interface went down has sk_err set, which
   // makes it permanently "readable" (EPOLLERR) to the engine's waiter until someone reads it.
   void MaybeClearError() {
@@ -521,6 +572,77 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     }
   }
 
+
+  // Copies one frame (snap bytes at src, its ring status st, the VLAN tag the kernel stripped)
+  // into the pool buffers idx[used..used+segs), chained, with its flags and timestamp; the head.
+  uint32_t Place(Napi::Env env, const uint8_t* src, uint32_t snap, uint32_t st, uint16_t tpid_raw, uint16_t tci,
+                 uint32_t sec, uint32_t nsec, uint32_t segs, uint32_t used) {
+    const PoolView& p = pool_;
+    const uint32_t ds = p.data_size;
+    const bool vlan = (st & TP_STATUS_VLAN_VALID) != 0;
+    const uint32_t head = p.idx[used];
+    if (segs == 1 && !vlan) {
+      if (head >= p.count) throw RangeErr(env, "AfPacketSocket.rx: buffer index " + std::to_string(head) + " out of range");
+      uint8_t* dst = p.mem + p.first_offset + static_cast<size_t>(head) * p.stride + p.headroom;
+      std::memcpy(dst, src, snap);
+      p.offset[head] = static_cast<uint32_t>(dst - p.mem);
+      p.length[head] = snap;
+    } else {
+      // Gather pieces [dst/src MACs][802.1Q tag the kernel stripped][rest] across segments.
+      uint8_t tag[4];
+      const uint8_t* pieces[3];
+      uint32_t plen[3];
+      int np = 0;
+      if (vlan) {
+        uint16_t tpid = (st & TP_STATUS_VLAN_TPID_VALID) && tpid_raw ? tpid_raw : ETH_P_8021Q;
+        tag[0] = tpid >> 8;
+        tag[1] = tpid & 0xff;
+        tag[2] = tci >> 8;
+        tag[3] = tci & 0xff;
+        uint32_t mac_len = snap < 12 ? snap : 12;
+        pieces[np] = src; plen[np++] = mac_len;
+        pieces[np] = tag; plen[np++] = 4;
+        pieces[np] = src + mac_len; plen[np++] = snap - mac_len;
+      } else {
+        pieces[np] = src; plen[np++] = snap;
+      }
+      int pi = 0;
+      uint32_t poff = 0;
+      for (uint32_t s = 0; s < segs; s++) {
+        const uint32_t bi = p.idx[used + s];
+        if (bi >= p.count) throw RangeErr(env, "AfPacketSocket.rx: buffer index " + std::to_string(bi) + " out of range");
+        uint8_t* dst = p.mem + p.first_offset + static_cast<size_t>(bi) * p.stride + p.headroom;
+        uint32_t room = ds, w = 0;
+        while (room > 0 && pi < np) {
+          uint32_t take = plen[pi] - poff;
+          if (take > room) take = room;
+          std::memcpy(dst + w, pieces[pi] + poff, take);
+          w += take;
+          room -= take;
+          poff += take;
+          if (poff == plen[pi]) {
+            pi++;
+            poff = 0;
+          }
+        }
+        p.offset[bi] = static_cast<uint32_t>(dst - p.mem);
+        p.length[bi] = w;
+        if (s + 1 < segs) {
+          p.flags[bi] |= p.f_next;
+          p.next[bi] = p.idx[used + s + 1];
+        }
+      }
+      if (vlan) rx_vlan_++;
+    }
+    uint32_t f = p.f_ts;
+    if (st & (TP_STATUS_CSUMNOTREADY | TP_STATUS_CSUM_VALID)) f |= p.f_l4ok;
+    if (st & TP_STATUS_CSUMNOTREADY) rx_csum_partial_++;
+    p.flags[head] |= f;
+    p.ts_sec[head] = sec;
+    p.ts_nsec[head] = nsec;
+    return head;
+  }
+
   // ---- per-burst calls, reached through ByHandle(): arguments start at info[1] (info[0] is the
   // handle).
  public:
@@ -531,6 +653,21 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     if (fd_ < 0 || !pool_bound_) return Napi::Number::New(env, 0);
     uint32_t max = info[1].IsNumber() ? info[1].As<Napi::Number>().Uint32Value() : 256;
     uint32_t need = 0, pkts = 0;
+    if (v2_) {
+      // Slots from cur_frame_ the kernel handed over, without releasing any.
+      for (uint32_t k = cur_frame_; pkts < max && pkts < frame_nr_;) {
+        const tpacket2_hdr* h = Slot(k);
+        if (!(LoadAcquire(&h->tp_status) & TP_STATUS_USER)) break;
+        uint32_t sg = SlotDataOk(h) ? SegsFor2(h) : 0;
+        if (need + sg > pool_.idx_cap) break;
+        need += sg;
+        pkts++;
+        k = k + 1 == frame_nr_ ? 0 : k + 1;
+      }
+      if (pkts == 0) MaybeClearError();
+      if (need == 0 && pkts > 0) need = 1;
+      return Napi::Number::New(env, need);
+    }
     // Walk a copy of the position without releasing anything.
     uint32_t b = cur_block_, left = left_, off = off_;
     bool in = in_block_;
@@ -578,9 +715,33 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     if (max > outa.ElementLength()) max = static_cast<uint32_t>(outa.ElementLength());
     if (nidx > pool_.idx_cap) nidx = pool_.idx_cap;
     const PoolView& p = pool_;
-    const uint32_t ds = p.data_size;
     uint32_t n = 0, used = 0;
     uint64_t bytes = 0;
+    if (v2_) {
+      tpacket2_hdr* h2;
+      while (n < max && (h2 = Current2()) != nullptr) {
+        if (!SlotDataOk(h2)) {
+          rx_bad_++;
+          Advance2(h2);
+          continue;
+        }
+        uint32_t segs = SegsFor2(h2);
+        if (segs == 0) {
+          rx_truncated_++;
+          Advance2(h2);
+          continue;
+        }
+        if (used + segs > nidx) break;  // out of buffers: the frame waits in its slot
+        const uint32_t st = h2->tp_status;
+        const uint32_t total = h2->tp_snaplen + ((st & TP_STATUS_VLAN_VALID) ? 4 : 0);
+        const uint32_t head = Place(env, reinterpret_cast<const uint8_t*>(h2) + h2->tp_mac, h2->tp_snaplen, st,
+                                    h2->tp_vlan_tpid, h2->tp_vlan_tci, h2->tp_sec, h2->tp_nsec, segs, used);
+        out[n++] = head;
+        used += segs;
+        bytes += total;
+        Advance2(h2);
+      }
+    } else {
     tpacket3_hdr* h;
     while (n < max && Current(&h)) {
       if (!FrameDataOk(h, off_)) {
@@ -596,75 +757,15 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
       }
       if (used + segs > nidx) break;  // out of buffers: the frame waits in the ring
       const uint32_t st = h->tp_status;
-      const uint8_t* src = reinterpret_cast<const uint8_t*>(h) + h->tp_mac;
-      const uint32_t snap = h->tp_snaplen;
-      const bool vlan = (st & TP_STATUS_VLAN_VALID) != 0;
-      const uint32_t total = snap + (vlan ? 4 : 0);
-      const uint32_t head = p.idx[used];
-      if (segs == 1 && !vlan) {
-        if (head >= p.count) throw RangeErr(env, "AfPacketSocket.rx: buffer index " + std::to_string(head) + " out of range");
-        uint8_t* dst = p.mem + p.first_offset + static_cast<size_t>(head) * p.stride + p.headroom;
-        std::memcpy(dst, src, snap);
-        p.offset[head] = static_cast<uint32_t>(dst - p.mem);
-        p.length[head] = snap;
-      } else {
-        // Gather pieces [dst/src MACs][802.1Q tag the kernel stripped][rest] across segments.
-        uint8_t tag[4];
-        const uint8_t* pieces[3];
-        uint32_t plen[3];
-        int np = 0;
-        if (vlan) {
-          uint16_t tpid = (st & TP_STATUS_VLAN_TPID_VALID) && h->hv1.tp_vlan_tpid ? h->hv1.tp_vlan_tpid : ETH_P_8021Q;
-          uint16_t tci = static_cast<uint16_t>(h->hv1.tp_vlan_tci);
-          tag[0] = tpid >> 8;
-          tag[1] = tpid & 0xff;
-          tag[2] = tci >> 8;
-          tag[3] = tci & 0xff;
-          uint32_t mac_len = snap < 12 ? snap : 12;
-          pieces[np] = src; plen[np++] = mac_len;
-          pieces[np] = tag; plen[np++] = 4;
-          pieces[np] = src + mac_len; plen[np++] = snap - mac_len;
-        } else {
-          pieces[np] = src; plen[np++] = snap;
-        }
-        int pi = 0;
-        uint32_t poff = 0;
-        for (uint32_t s = 0; s < segs; s++) {
-          const uint32_t bi = p.idx[used + s];
-          if (bi >= p.count) throw RangeErr(env, "AfPacketSocket.rx: buffer index " + std::to_string(bi) + " out of range");
-          uint8_t* dst = p.mem + p.first_offset + static_cast<size_t>(bi) * p.stride + p.headroom;
-          uint32_t room = ds, w = 0;
-          while (room > 0 && pi < np) {
-            uint32_t take = plen[pi] - poff;
-            if (take > room) take = room;
-            std::memcpy(dst + w, pieces[pi] + poff, take);
-            w += take;
-            room -= take;
-            poff += take;
-            if (poff == plen[pi]) {
-              pi++;
-              poff = 0;
-            }
-          }
-          p.offset[bi] = static_cast<uint32_t>(dst - p.mem);
-          p.length[bi] = w;
-          if (s + 1 < segs) {
-            p.flags[bi] |= p.f_next;
-            p.next[bi] = p.idx[used + s + 1];
-          }
-        }
-        if (vlan) rx_vlan_++;
-      }
-      uint32_t f = p.f_ts;
-      if (st & (TP_STATUS_CSUMNOTREADY | TP_STATUS_CSUM_VALID)) f |= p.f_l4ok;
-      if (st & TP_STATUS_CSUMNOTREADY) rx_csum_partial_++;
-      p.flags[head] |= f;
-      p.ts_sec[head] = h->tp_sec;
-      p.ts_nsec[head] = h->tp_nsec;
+      const uint32_t total = h->tp_snaplen + ((st & TP_STATUS_VLAN_VALID) ? 4 : 0);
+      const uint32_t head = Place(env, reinterpret_cast<const uint8_t*>(h) + h->tp_mac, h->tp_snaplen, st,
+                                  h->hv1.tp_vlan_tpid, static_cast<uint16_t>(h->hv1.tp_vlan_tci), h->tp_sec,
+                                  h->tp_nsec, segs, used);
       out[n++] = head;
       used += segs;
       bytes += total;
       Advance(h);
+    }
     }
     if (n == 0) MaybeClearError();
     rx_packets_ += n;
@@ -682,6 +783,20 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     uint32_t max = info[1].As<Napi::Number>().Uint32Value();
     const bool touch = info[2].IsBoolean() && info[2].As<Napi::Boolean>().Value();
     uint32_t n = 0, acc = 0;
+    if (v2_) {
+      tpacket2_hdr* h2;
+      while (n < max && (h2 = Current2()) != nullptr) {
+        if (touch && h2->tp_snaplen >= 14 && SlotDataOk(h2)) {
+          const volatile uint8_t* d = reinterpret_cast<const uint8_t*>(h2) + h2->tp_mac;
+          acc |= (d[12] << 8) | d[13];
+        }
+        n++;
+        Advance2(h2);
+      }
+      rx_skipped_ += n;
+      touch_acc_ |= acc;
+      return Napi::Number::New(env, n);
+    }
     tpacket3_hdr* h;
     while (n < max && Current(&h)) {
       if (touch && h->tp_snaplen >= 14) {
@@ -973,6 +1088,9 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
   uint32_t block_size_ = 0, block_nr_ = 0;
   uint32_t cur_block_ = 0, left_ = 0, off_ = 0;
   bool in_block_ = false;
+  // TPACKET_V2 (rxRing 'v2'): fixed slots of frame_size_, the next one cur_frame_.
+  bool v2_ = false;
+  uint32_t frame_size_ = 0, frames_per_block_ = 0, frame_nr_ = 0, cur_frame_ = 0;
   uint32_t empty_polls_ = 0;
 
   bool tx_ring_ = false;
