@@ -21,6 +21,7 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { VERBS_LIBRARY } from '../dataplane/verbs-socket.ts';
+import { iperf3, type Out, run, sockperf } from './kernel-baselines.ts';
 
 export interface PerftestBenchResult {
   text: string;
@@ -28,25 +29,6 @@ export interface PerftestBenchResult {
 }
 
 const ROOT = path.resolve(import.meta.dirname, '..');
-
-interface Out {
-  code: number | null;
-  out: string;
-}
-
-function run(cmd: string, args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 120_000): Promise<Out> {
-  return new Promise((resolve) => {
-    const p = spawn(cmd, args, { env: { ...process.env, ...env } });
-    let out = '';
-    p.stdout.on('data', (d) => (out += d));
-    p.stderr.on('data', (d) => (out += d));
-    const t = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
-    p.on('close', (code) => {
-      clearTimeout(t);
-      resolve({ code, out });
-    });
-  });
-}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 let port = 21000 + (process.pid % 500) * 4;
@@ -156,50 +138,6 @@ function memifItf(name: string, sock: string, role: string, mac: string, addr: s
 const MAC1 = '02:fe:00:00:00:01',
   MAC2 = '02:fe:00:00:00:02';
 
-/** iperf3 TCP, one stream, namespace to namespace over a veth pair: Gbit/s, or the reason not. */
-async function iperf3(seconds: number): Promise<{ gbps: number | null; why?: string }> {
-  if (process.getuid?.() !== 0) return { gbps: null, why: 'needs root (network namespaces)' };
-  if (spawnSync('iperf3', ['--version']).error) return { gbps: null, why: 'iperf3 is not installed' };
-  const tag = `pt${process.pid % 10000}`;
-  const sh = (c: string) => spawnSync('sh', ['-c', c], { stdio: 'ignore' }).status === 0;
-  const A = `${tag}a`,
-    B = `${tag}b`;
-  try {
-    const ok =
-      sh(`ip netns add ${A} && ip netns add ${B}`) &&
-      sh(`ip link add ${A}v type veth peer name ${B}v`) &&
-      sh(`ip link set ${A}v netns ${A} && ip link set ${B}v netns ${B}`) &&
-      sh(`ip -n ${A} addr add 10.99.0.1/24 dev ${A}v && ip -n ${A} link set ${A}v up && ip -n ${A} link set lo up`) &&
-      sh(`ip -n ${B} addr add 10.99.0.2/24 dev ${B}v && ip -n ${B} link set ${B}v up && ip -n ${B} link set lo up`);
-    if (!ok) return { gbps: null, why: 'could not make the namespaces and veth pair' };
-    const server = run('ip', ['netns', 'exec', A, 'iperf3', '-s', '-1', '-B', '10.99.0.1']);
-    await sleep(500);
-    const c = await run('ip', ['netns', 'exec', B, 'iperf3', '-c', '10.99.0.1', '-t', String(seconds), '-J']);
-    await server;
-    const bps = JSON.parse(c.out).end?.sum_received?.bits_per_second;
-    return typeof bps === 'number' ? { gbps: bps / 1e9 } : { gbps: null, why: 'iperf3 gave no result' };
-  } catch (e) {
-    return { gbps: null, why: (e as Error).message };
-  } finally {
-    sh(`ip netns del ${A}; ip netns del ${B}`);
-  }
-}
-
-/** sockperf UDP 64-B ping-pong on loopback: half-RTT p50/p99 in µs, or the reason not. */
-async function sockperf(seconds: number): Promise<{ p50: number | null; p99: number | null; why?: string }> {
-  if (spawnSync('sockperf', ['--version']).error) return { p50: null, p99: null, why: 'sockperf is not installed' };
-  const p = String(port++);
-  const server = spawn('sockperf', ['sr', '-i', '127.0.0.1', '-p', p], { stdio: 'ignore' });
-  await sleep(500);
-  const c = await run('sockperf', ['pp', '-i', '127.0.0.1', '-p', p, '-m', '64', '-t', String(seconds)]);
-  server.kill('SIGKILL');
-  const pct = (q: string) => {
-    const m = new RegExp(`percentile ${q} =\\s+([\\d.]+)`).exec(c.out);
-    return m ? Number(m[1]) : null;
-  };
-  return { p50: pct('50.000'), p99: pct('99.000') };
-}
-
 export async function runPerftestBench(opts: { seconds: number }): Promise<PerftestBenchResult> {
   const seconds = Math.max(2, Math.round(opts.seconds));
   const cores = os.cpus().length;
@@ -210,7 +148,7 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
     `perftest on rdma-graph: ${cores} cores (${model}), ${seconds} s per run; nothing pinned: each daemon busy-polls, perftest polls unless -e`,
   ];
   const tcp = await iperf3(seconds);
-  const udp = await sockperf(seconds);
+  const udp = await sockperf(seconds, port++);
   json.kernel = { iperf3TcpGbps: tcp.gbps, sockperfUdpHalfRttP50Us: udp.p50, sockperfUdpHalfRttP99Us: udp.p99 };
   lines.push(
     `  kernel: iperf3 TCP 1 stream over veth ${tcp.gbps === null ? `not run (${tcp.why})` : `${tcp.gbps.toFixed(2)} Gbit/s`}; ` +

@@ -1,16 +1,25 @@
 /**
- * RDMA between two stacks in one process (two graphs on one thread, joined by a pipe): WRITE
- * throughput, 64-byte SEND ping-pong latency, and WRITE goodput under 1 % and 10 % of each
- * fault (loss, reordering, duplication, corruption) as a fraction of lossless. The baseline
- * measured in the same run is the kernel's UDP ping-pong over loopback (node:dgram), for the
- * latency. Orientation figures: both stacks share one core here.
+ * npm run bench -- rdma (prints, never asserts), the machine (cores, CPU model) first:
+ *
+ * 1. What users see (bench/rdma-procs.ts): two data planes in two processes over memif, each on
+ *    its own CPU where there are two: WRITE 64 KiB with 16 outstanding and 64-byte SEND
+ *    ping-pong RTT (p50/p99/p99.9) in each cpu.poll mode; beside them, in the same run, the
+ *    kernel: iperf3 TCP one stream between two network namespaces over veth (root) and sockperf
+ *    UDP 64-B ping-pong on loopback (half-RTT), with the ratios.
+ * 2. Two stacks in one process (two graphs on one thread, joined by a pipe): WRITE throughput,
+ *    64-byte SEND ping-pong latency, and WRITE goodput under 1 % and 10 % of each fault (loss,
+ *    reordering, duplication, corruption) as a fraction of lossless, beside the kernel's UDP
+ *    ping-pong over loopback (node:dgram). Both stacks share one core here.
  */
 import dgram from 'node:dgram';
+import os from 'node:os';
+import { iperf3, sockperf } from './kernel-baselines.ts';
+import { runRdmaProcsBench } from './rdma-procs.ts';
 import { connectManual, makeEnds, twoStacks } from '../test/rdma-helpers.ts';
 
 export interface RdmaBenchResult {
   text: string;
-  json: Record<string, number | string>;
+  json: Record<string, unknown>;
 }
 
 async function writeThroughput(
@@ -152,6 +161,22 @@ async function kernelUdpLatency(seconds: number): Promise<{ medianUs: number; p9
 
 export async function runRdmaBench(opts: { seconds: number }): Promise<RdmaBenchResult> {
   const s = opts.seconds;
+  const cores = os.cpus().length,
+    model = os.cpus()[0]?.model ?? 'unknown CPU';
+  const procs = await runRdmaProcsBench(s);
+  const tcp = await iperf3(s);
+  const udp = await sockperf(s, 21900 + (process.pid % 90));
+  const ratio = (x: unknown, y: number | null) =>
+    typeof x === 'number' && y !== null && y > 0 ? (x / y).toFixed(2) : 'n/a';
+  const kernelLines = [
+    `  kernel: iperf3 TCP 1 stream over veth ${tcp.gbps === null ? `not run (${tcp.why})` : `${tcp.gbps.toFixed(2)} Gbit/s`}; ` +
+      `sockperf UDP 64 B half-RTT ${udp.p50 === null ? `not run (${udp.why})` : `p50 ${udp.p50} us, p99 ${udp.p99} us`}`,
+  ];
+  for (const [poll, r] of Object.entries(procs.json) as [string, Record<string, number>][])
+    kernelLines.push(
+      `  ${poll}: WRITE ${ratio(r.writeGbps, tcp.gbps)} x kernel TCP (goal >= 1.0); half-RTT p50 ${(r.rttP50Us / 2).toFixed(1)} us = ` +
+        `${ratio(r.rttP50Us / 2, udp.p50)} x kernel UDP (goal <= 0.3 and <= 3 us)`,
+    );
   await writeThroughput(Math.min(s, 1), 0); // warm-up (JIT), not reported
   const w0 = await writeThroughput(s, 0);
   const w1 = await writeThroughput(s, 0.01);
@@ -160,6 +185,9 @@ export async function runRdmaBench(opts: { seconds: number }): Promise<RdmaBench
   const k = await kernelUdpLatency(s);
   const f = (x: number, d = 2) => x.toFixed(d);
   const text = [
+    `machine: ${cores} cores, ${model}`,
+    ...procs.lines,
+    ...kernelLines,
     'rdma: two stacks in one process over a pipe (one core for both)',
     `  WRITE 64 KiB, 16 outstanding: ${f(w0.gbps)} Gbit/s payload, ${f(w0.mpps, 3)} Mpps of segments (${w0.ops} writes)`,
     `  WRITE goodput, 1 % of each fault: ${f(w1.gbps)} Gbit/s = ${f(w1.gbps / w0.gbps)} x lossless (${w1.retransmits} retransmissions)`,
@@ -171,6 +199,11 @@ export async function runRdmaBench(opts: { seconds: number }): Promise<RdmaBench
     text,
     json: {
       bench: 'rdma',
+      cores,
+      cpu: model,
+      processes: procs.json,
+      kernelTcpGbps: tcp.gbps === null ? 'n/a' : +tcp.gbps.toFixed(3),
+      kernelUdpHalfRttP50Us: udp.p50 === null ? 'n/a' : udp.p50,
       writeGbps: +f(w0.gbps, 3),
       goodput1: +f(w1.gbps / w0.gbps, 3),
       goodput10: +f(w10.gbps / w0.gbps, 3),

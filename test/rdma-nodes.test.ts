@@ -946,7 +946,41 @@ test('ddp-output: no more than `window` unacknowledged packets on the wire; each
   r.close();
 });
 
-test('ddp-output: RTO (RFC 6298 estimate) retransmits the unacknowledged packets with exponential backoff, then retry-exceeded after maxRetries', () => {
+test('ddp-output: the first timeout resends only the oldest packet; an ACK covering everything ends it (a late ACK, nothing else resent), one stopping short resends the rest at once', () => {
+  for (const ackAfter of [3, 1]) {
+    const r = rig({ rdma: { trp: { rtoInitMs: 10, rtoMinMs: 1, rtoMaxMs: 200, maxRetries: 7 } } });
+    const m = r.mr(64, ['local-write']);
+    for (const id of ['a', 'b', 'c']) r.post({ wrId: id, opcode: 'send', sg: [{ mr: m, offset: 0, length: 8 }] });
+    assert.equal(
+      r.run().map((p) => p.psn),
+      [0, 1, 2],
+    );
+    const rtx = r.advance(15, 0.25);
+    assert.equal(
+      rtx.map((p) => p.psn),
+      [0],
+      'the initial RTO (10 ms) resent only PSN 0',
+    );
+    // The peer had it all (its ACK was late) or only what the retransmission gave it.
+    const out = r.feed(trpHeader(0, ackAfter));
+    if (ackAfter === 3) {
+      assert.equal(out, [], 'nothing more to send');
+      assert.equal(r.advance(500, 5), [], 'and no timeout later: all acknowledged');
+      assert.is(r.qp.retransmits, 1);
+      assert.equal(summary(polls(r.scq)), ['a:send:success:8', 'b:send:success:8', 'c:send:success:8']);
+    } else {
+      assert.equal(
+        out.concat(r.run()).map((p) => p.psn),
+        [1, 2],
+        'PSNs 1 and 2 resent as soon as the ACK stopped short of them',
+      );
+      assert.is(r.qp.retransmits, 3);
+    }
+    r.close();
+  }
+});
+
+test('ddp-output: RTO (RFC 6298 estimate) retransmits the oldest, then all unacknowledged packets, with exponential backoff, then retry-exceeded after maxRetries', () => {
   const rtoInitMs = 10,
     rtoMaxMs = 200,
     maxRetries = 7;
@@ -969,7 +1003,9 @@ test('ddp-output: RTO (RFC 6298 estimate) retransmits the unacknowledged packets
   const tAck = r.clock.t;
   assert.equal(summary(polls(r.scq)), ['a:send:success:8']);
   const out = r.advance(2000, 0.25);
-  // Retransmissions of exactly the unacknowledged packets, in bursts: [1, 2] each time.
+  // Retransmissions in bursts: the first timeout resends only the oldest unacknowledged packet
+  // ([1]: a late ACK is likelier than a lost window), every later one exactly the
+  // unacknowledged packets ([1, 2]).
   const bursts: { t: number; psns: number[] }[] = [];
   for (const p of out) {
     const last = bursts[bursts.length - 1];
@@ -978,7 +1014,7 @@ test('ddp-output: RTO (RFC 6298 estimate) retransmits the unacknowledged packets
   }
   assert.equal(
     bursts.map((b) => b.psns),
-    Array.from({ length: maxRetries }, () => [1, 2]),
+    Array.from({ length: maxRetries }, (_, k) => (k === 0 ? [1] : [1, 2])),
     `${maxRetries} retransmissions`,
   );
   for (const p of out) assert.is(hex(p.body), hex(first[p.psn].body), `PSN ${p.psn} rebuilt byte for byte`);
@@ -995,7 +1031,7 @@ test('ddp-output: RTO (RFC 6298 estimate) retransmits the unacknowledged packets
     ),
   );
   assert.is(r.qp.timeouts, maxRetries + 1);
-  assert.is(r.qp.retransmits, 2 * maxRetries);
+  assert.is(r.qp.retransmits, 1 + 2 * (maxRetries - 1));
   // The timeout after the last retransmission fails the oldest WR with retry-exceeded, the rest flush.
   assert.equal(summary(polls(r.scq)), ['b:write:retry-exceeded:0', 'c:send:flushed:0']);
   assert.is(r.qp.stateName, 'error');

@@ -370,6 +370,10 @@ export class Qp {
     this.sendStarted = true;
   }
 
+  /** A timeout sent only its oldest segment; the next ACK decides about the rest up to rtoProbeHigh. */
+  rtoProbe = false;
+  rtoProbeHigh = 0;
+
   /** Retransmissions of one segment before the QP fails; -1: rdma.trp.max-retries. */
   maxRetries = -1;
 

@@ -241,6 +241,15 @@ export function onAck(core: RdmaCore, qp: Qp, ack: number, nowNs: number): boole
   qp.sndUna = ack;
   qp.retries = 0;
   if (sampleNs > 0) rttSample(core, qp, nowNs - sampleNs);
+  if (qp.rtoProbe) {
+    // The ACK after a timeout's single retransmission: what it leaves unacknowledged of what
+    // was out at the timeout (and not SACKed) the peer does not have: resend that now.
+    qp.rtoProbe = false;
+    for (let p = qp.sndUna; p !== qp.rtoProbeHigh && ((p - qp.sndNxt) | 0) < 0; p = (p + 1) >>> 0) {
+      const s = p & mask;
+      if (qp.txKind[s] !== TxKind.FREE && !(qp.txFlags[s] & TxFlag.SACKED)) queueRetransmit(qp, p);
+    }
+  }
   qp.rtoDeadline = qp.inFlight > 0 ? nowNs + qp.rtoNs : 0;
   // Responses fully acknowledged leave the IRD ring.
   while (qp.respHead !== qp.respNext) {
@@ -332,6 +341,23 @@ export function onTimeout(core: RdmaCore, qp: Qp): void {
   }
   qp.rtoNs = Math.min(core.rtoMaxNs, qp.rtoNs * 2);
   const mask = qp.wMask;
+  if (!onlyTerm && qp.retries === 1) {
+    // The first timeout of a series sends only the oldest segment not known to have arrived
+    // (as TCP does after an RTO, and F-RTO's first step): most timeouts here are a late ACK
+    // (a scheduling stall), not a lost window, and resending the whole window made every
+    // packet of it arrive twice. The next ACK says what is still missing (onAck).
+    for (let p = qp.sndUna; p !== qp.sndNxt; p = (p + 1) >>> 0) {
+      const s = p & mask;
+      if (qp.txKind[s] === TxKind.FREE || qp.txFlags[s] & TxFlag.SACKED) continue;
+      queueRetransmit(qp, p);
+      qp.rtoProbe = true;
+      qp.rtoProbeHigh = qp.sndNxt;
+      break;
+    }
+    core.schedule(qp);
+    return;
+  }
+  qp.rtoProbe = false;
   let queued = 0;
   for (let p = qp.sndUna; p !== qp.sndNxt; p = (p + 1) >>> 0) {
     const s = p & mask;

@@ -1,0 +1,74 @@
+/**
+ * Kernel baselines the benchmarks measure in the same run: iperf3 TCP, one stream, between two
+ * network namespaces over a veth pair (root), and sockperf UDP ping-pong on loopback (half-RTT).
+ */
+import { spawn, spawnSync } from 'node:child_process';
+
+export interface Out {
+  code: number | null;
+  out: string;
+}
+
+/** A command's exit code and everything it printed (killed after `timeoutMs`). */
+export function run(cmd: string, args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 120_000): Promise<Out> {
+  return new Promise((resolve) => {
+    const p = spawn(cmd, args, { env: { ...process.env, ...env } });
+    let out = '';
+    p.stdout.on('data', (d) => (out += d));
+    p.stderr.on('data', (d) => (out += d));
+    const t = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
+    p.on('close', (code) => {
+      clearTimeout(t);
+      resolve({ code, out });
+    });
+  });
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** iperf3 TCP, one stream, namespace to namespace over a veth pair: Gbit/s, or the reason not. */
+export async function iperf3(seconds: number): Promise<{ gbps: number | null; why?: string }> {
+  if (process.getuid?.() !== 0) return { gbps: null, why: 'needs root (network namespaces)' };
+  if (spawnSync('iperf3', ['--version']).error) return { gbps: null, why: 'iperf3 is not installed' };
+  const tag = `pt${process.pid % 10000}`;
+  const sh = (c: string) => spawnSync('sh', ['-c', c], { stdio: 'ignore' }).status === 0;
+  const A = `${tag}a`,
+    B = `${tag}b`;
+  try {
+    const ok =
+      sh(`ip netns add ${A} && ip netns add ${B}`) &&
+      sh(`ip link add ${A}v type veth peer name ${B}v`) &&
+      sh(`ip link set ${A}v netns ${A} && ip link set ${B}v netns ${B}`) &&
+      sh(`ip -n ${A} addr add 10.99.0.1/24 dev ${A}v && ip -n ${A} link set ${A}v up && ip -n ${A} link set lo up`) &&
+      sh(`ip -n ${B} addr add 10.99.0.2/24 dev ${B}v && ip -n ${B} link set ${B}v up && ip -n ${B} link set lo up`);
+    if (!ok) return { gbps: null, why: 'could not make the namespaces and veth pair' };
+    const server = run('ip', ['netns', 'exec', A, 'iperf3', '-s', '-1', '-B', '10.99.0.1']);
+    await sleep(500);
+    const c = await run('ip', ['netns', 'exec', B, 'iperf3', '-c', '10.99.0.1', '-t', String(seconds), '-J']);
+    await server;
+    const bps = JSON.parse(c.out).end?.sum_received?.bits_per_second;
+    return typeof bps === 'number' ? { gbps: bps / 1e9 } : { gbps: null, why: 'iperf3 gave no result' };
+  } catch (e) {
+    return { gbps: null, why: (e as Error).message };
+  } finally {
+    sh(`ip netns del ${A}; ip netns del ${B}`);
+  }
+}
+
+/** sockperf UDP 64-B ping-pong on loopback: half-RTT p50/p99 in µs, or the reason not. */
+export async function sockperf(
+  seconds: number,
+  udpPort: number,
+): Promise<{ p50: number | null; p99: number | null; why?: string }> {
+  if (spawnSync('sockperf', ['--version']).error) return { p50: null, p99: null, why: 'sockperf is not installed' };
+  const p = String(udpPort);
+  const server = spawn('sockperf', ['sr', '-i', '127.0.0.1', '-p', p], { stdio: 'ignore' });
+  await sleep(500);
+  const c = await run('sockperf', ['pp', '-i', '127.0.0.1', '-p', p, '-m', '64', '-t', String(seconds)]);
+  server.kill('SIGKILL');
+  const pct = (q: string) => {
+    const m = new RegExp(`percentile ${q} =\\s+([\\d.]+)`).exec(c.out);
+    return m ? Number(m[1]) : null;
+  };
+  return { p50: pct('50.000'), p99: pct('99.000') };
+}

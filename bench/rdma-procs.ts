@@ -1,0 +1,210 @@
+/**
+ * RDMA between two data planes in two processes joined by memif (issue 17), each process on its
+ * own CPU when the machine has two (taskset): WRITE 64 KiB with 16 outstanding (bandwidth), and
+ * 64-byte SEND ping-pong (RTT p50/p99/p99.9), in each cpu.poll mode. The processes embed a
+ * Dataplane (config parsed from YAML as the daemon does) and drive its verbs directly, as a
+ * program embedding rdma-graph would. Prints, never asserts.
+ *
+ *   node --import tsx bench/rdma-procs.ts --child ROLE SOCKET POLL TEST SECONDS
+ *
+ * runs one side (ROLE a: the memif server, WRITE source / pinger; b: the client, WRITE target /
+ * ponger): it prints {"qpn","psn","stag"} once its link is up, reads the peer's line on stdin,
+ * connects, prints {"ready":true}, waits for "go", runs TEST (write | pingpong) and prints its
+ * result as one JSON line.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { parseConfig } from '../config/load.ts';
+import { Dataplane } from '../dataplane/dataplane.ts';
+
+const MACS = { a: '02:fe:00:00:00:01', b: '02:fe:00:00:00:02' };
+const IPS = { a: '10.10.0.1', b: '10.10.0.2' };
+const MSG = 65536;
+const OUTSTANDING = 16;
+
+async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, seconds: number): Promise<void> {
+  const other = role === 'a' ? 'b' : 'a';
+  const cfg = parseConfig(
+    `api: { listen: 127.0.0.1:0 }\n` +
+      `cpu: { poll: ${poll} }\n` +
+      `interfaces:\n  - name: memif0\n    driver: memif\n` +
+      `    memif: { socket: ${sock}, role: ${role === 'a' ? 'server' : 'client'}, id: 0 }\n` +
+      `    mac: "${MACS[role]}"\n    address: ${IPS[role]}/24\n` +
+      `neighbors:\n  - { interface: memif0, address: ${IPS[other]}, mac: "${MACS[other]}" }\n`,
+    `bench-${role}.yaml`,
+  );
+  const dp = await Dataplane.create(cfg);
+  const say = (o: object) => process.stdout.write(JSON.stringify(o) + '\n');
+  const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+  const next = async () => JSON.parse((await lines.next()).value as string);
+  try {
+    while ((await dp.interfaces())[0].state !== 'up') await new Promise((r) => setTimeout(r, 20));
+    const { rdma } = Dataplane.internals(dp);
+    const pd = rdma.createPd();
+    const scq = rdma.createCq(1024),
+      rcq = rdma.createCq(1024);
+    const qp = rdma.createQp({ pd, sendCq: scq, recvCq: rcq, maxSendWr: 64, maxRecvWr: 64 });
+    const mr = rdma.regMr(pd, MSG, ['local-write', 'remote-write']);
+    say({ qpn: qp.qpn, psn: qp.isn, stag: mr.stag });
+    const peer = (await next()) as { qpn: number; psn: number; stag: number };
+    rdma.modifyQp(qp, { state: 'init' });
+    rdma.modifyQp(qp, { state: 'rtr', remote: { address: IPS[other], port: peer.qpn }, rqPsn: peer.psn });
+    rdma.modifyQp(qp, { state: 'rts' });
+    say({ ready: true });
+    await next(); // go
+    const end = performance.now() + seconds * 1000;
+    if (kind === 'write' && role === 'a') {
+      let posted = 0,
+        done = 0;
+      const post = () => {
+        while (posted - done < OUTSTANDING)
+          rdma.postSend(qp, {
+            wrId: posted++,
+            opcode: 'write',
+            sg: [{ mr, offset: 0, length: MSG }],
+            remote: { stag: peer.stag, offset: 0 },
+          });
+      };
+      const t0 = performance.now();
+      await new Promise<void>((resolve, reject) => {
+        scq.onCompletion = (cq) => {
+          for (const c of cq.poll(64)) {
+            if (c.status !== 'success') return reject(new Error(`write: ${c.status}`));
+            done++;
+          }
+          if (performance.now() >= end) resolve();
+          else post();
+        };
+        post();
+      });
+      const s = (performance.now() - t0) / 1000;
+      say({ gbps: (done * MSG * 8) / s / 1e9, writes: done, retransmits: rdma.queryQp(qp).counters.retransmits });
+    } else if (kind === 'pingpong') {
+      // b answers every message; a measures each round trip.
+      const sg = [{ mr, offset: 0, length: 64 }];
+      for (let k = 0; k < 32; k++) rdma.postRecv(qp, { wrId: k, sg });
+      const rtts: number[] = [];
+      let t = 0;
+      await new Promise<void>((resolve, reject) => {
+        rcq.onCompletion = (cq) => {
+          for (const c of cq.poll(64)) {
+            // The other side finished and closed (its FIN flushes our receives): the end.
+            if (c.status === 'flushed') return resolve();
+            if (c.status !== 'success') return reject(new Error(`recv: ${c.status}`));
+            rdma.postRecv(qp, { wrId: 0, sg });
+            if (role === 'a') {
+              rtts.push(performance.now() - t);
+              if (performance.now() >= end) return resolve();
+            }
+            t = performance.now();
+            rdma.postSend(qp, { wrId: 0, opcode: 'send', sg, signaled: false });
+          }
+        };
+        scq.onCompletion = (cq) => void cq.poll(64);
+        if (role === 'a') {
+          t = performance.now();
+          rdma.postSend(qp, { wrId: 0, opcode: 'send', sg, signaled: false });
+        } else setTimeout(resolve, seconds * 1000 + 1000);
+      });
+      rtts.sort((x, y) => x - y);
+      const q = (x: number) =>
+        rtts.length ? rtts[Math.min(rtts.length - 1, Math.floor(x * rtts.length))] * 1000 : NaN;
+      if (role === 'a') say({ p50: q(0.5), p99: q(0.99), p999: q(0.999), n: rtts.length });
+    } else {
+      await new Promise((r) => setTimeout(r, seconds * 1000 + 1000));
+    }
+    const q = rdma.queryQp(qp).counters;
+    if (role === 'b' || kind === 'write') say({ done: true, duplicates: q.duplicates, timeouts: q.timeouts });
+  } finally {
+    await dp.close();
+  }
+}
+
+interface Side {
+  p: ChildProcess;
+  next(): Promise<Record<string, unknown>>;
+  send(o: unknown): void;
+}
+
+function side(role: 'a' | 'b', sock: string, poll: string, kind: string, seconds: number, cpu: string | null): Side {
+  const args = ['--import', 'tsx', import.meta.filename, '--child', role, sock, poll, kind, String(seconds)];
+  const p = cpu
+    ? spawn('taskset', ['-c', cpu, process.execPath, ...args], { stdio: ['pipe', 'pipe', 'inherit'] })
+    : spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'inherit'] });
+  const it = createInterface({ input: p.stdout! })[Symbol.asyncIterator]();
+  return {
+    p,
+    next: async () => {
+      const r = await it.next();
+      if (r.done) throw new Error(`bench side ${role} ended early`);
+      return JSON.parse(r.value as string);
+    },
+    send: (o) => p.stdin!.write(JSON.stringify(o) + '\n'),
+  };
+}
+
+async function pairRun(poll: string, kind: string, seconds: number): Promise<Record<string, unknown>> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'bench-rdma-'));
+  const sock = path.join(dir, 'm.sock');
+  const two = os.cpus().length >= 2;
+  const a = side('a', sock, poll, kind, seconds, two ? '0' : null);
+  const b = side('b', sock, poll, kind, seconds, two ? '1' : null);
+  try {
+    const ia = await a.next(),
+      ib = await b.next();
+    a.send(ib);
+    b.send(ia);
+    await a.next();
+    await b.next();
+    a.send('go');
+    b.send('go');
+    const r = await a.next();
+    const rb = await b.next(); // b's end: what its QP saw (duplicates: retransmissions that were not needed)
+    return { ...r, peerDuplicates: rb.duplicates };
+  } finally {
+    for (const s of [a, b]) s.p.stdin!.end();
+    await Promise.all([a, b].map((s) => new Promise((r) => (s.p.exitCode !== null ? r(0) : s.p.on('exit', r)))));
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+export async function runRdmaProcsBench(seconds: number): Promise<{ lines: string[]; json: Record<string, unknown> }> {
+  const lines: string[] = [];
+  const json: Record<string, unknown> = {};
+  const two = os.cpus().length >= 2;
+  lines.push(
+    `rdma: two data planes in two processes over memif (${two ? 'a on CPU 0, b on CPU 1' : 'one CPU: both share it'})`,
+  );
+  for (const poll of ['adaptive', 'polling', 'interrupt']) {
+    const w = await pairRun(poll, 'write', seconds);
+    const pp = await pairRun(poll, 'pingpong', seconds);
+    const f = (x: unknown, d = 2) => (typeof x === 'number' ? x.toFixed(d) : 'n/a');
+    lines.push(
+      `  cpu.poll ${poll.padEnd(9)} WRITE 64 KiB x ${OUTSTANDING}: ${f(w.gbps)} Gbit/s (${w.retransmits} retransmissions, ${w.peerDuplicates} arrived twice); ` +
+        `SEND 64 B ping-pong RTT p50 ${f(pp.p50, 1)} us, p99 ${f(pp.p99, 1)} us, p99.9 ${f(pp.p999, 1)} us (${pp.n} round trips)`,
+    );
+    json[poll] = {
+      writeGbps: w.gbps,
+      retransmits: w.retransmits,
+      duplicates: w.peerDuplicates,
+      rttP50Us: pp.p50,
+      rttP99Us: pp.p99,
+      rttP999Us: pp.p999,
+    };
+  }
+  return { lines, json };
+}
+
+if (process.argv[2] === '--child') {
+  const [role, sock, poll, kind, secs] = process.argv.slice(3);
+  child(role as 'a' | 'b', sock, poll, kind, Number(secs)).then(
+    () => process.exit(0),
+    (e) => {
+      process.stderr.write(`bench side ${role}: ${(e as Error).stack}\n`);
+      process.exit(1);
+    },
+  );
+}
