@@ -635,6 +635,7 @@ export class Rdma {
     qp.mtuTagged = Math.max(1, Math.min(segmentPayload(mtu, true), room - DDP_TAGGED_BYTES));
     qp.remoteAddr = addr;
     qp.remotePort = port;
+    qp.window();
   }
 
   private resetQp(qp: Qp): void {

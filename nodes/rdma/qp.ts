@@ -128,6 +128,9 @@ export const RxEvent = {
 } as const;
 /** u32 words of event parameters per receive slot. */
 export const RX_WORDS = 16;
+const EMPTY_U8 = new Uint8Array(0),
+  EMPTY_U32 = new Uint32Array(0),
+  EMPTY_F64 = new Float64Array(0);
 
 /** Largest IRD/ORD a QP can have (urdma's limit too); the rings are this size. */
 export const MAX_RD_ATOMIC = 128;
@@ -191,7 +194,7 @@ export class Qp {
   rqPosted = 0; // receives posted (the MSN of the latest)
   rqDone = 0; // receives completed (MSNs 1..rqDone)
   /** SRQ receives assigned to MSNs (rqAssigned..), by MSN. */
-  readonly srqRing: (RecvWr | null)[];
+  srqRing: (RecvWr | null)[];
   readonly srqMask: number;
   srqAssigned = 0;
   /** Bytes placed so far per receive MSN slot (for "message too long" and byte counts). */
@@ -199,7 +202,7 @@ export class Qp {
   writeAcc = 0;
 
   // ------------------------------------------------------------ responder (IRD)
-  readonly resp: RespSlot[];
+  resp: RespSlot[];
   readonly respMask: number;
   respHead = 0; // oldest response not yet acknowledged
   respNext = 0; // next response to segment
@@ -225,19 +228,19 @@ export class Qp {
   readonly wMask: number;
   sndUna = 0;
   sndNxt = 0;
-  readonly txKind: Uint8Array;
-  readonly txFlags: Uint8Array;
-  readonly txRef: Uint32Array;
-  readonly txOff: Uint32Array;
-  readonly txLen: Uint32Array;
-  readonly txSeq: Float64Array;
-  readonly txTime: Float64Array;
+  txKind: Uint8Array;
+  txFlags: Uint8Array;
+  txRef: Uint32Array;
+  txOff: Uint32Array;
+  txLen: Uint32Array;
+  txSeq: Float64Array;
+  txTime: Float64Array;
   txCounter = 0;
   /** PSNs to retransmit at the next opportunity (a small ring). */
-  readonly rtx: Uint32Array;
+  rtx: Uint32Array;
   rtxHead = 0;
   rtxCount = 0;
-  readonly rtxQueued: Uint8Array;
+  rtxQueued: Uint8Array;
   srttNs = 0;
   rttvarNs = 0;
   rtoNs: number;
@@ -250,11 +253,11 @@ export class Qp {
   rcvNxt = 0; // cumulative: every PSN below arrived
   deliverNext = 0; // every PSN below was delivered in order
   rcvHigh = 0; // one past the highest PSN received
-  readonly rxGot: Uint8Array;
-  readonly rxEv: Uint8Array;
-  readonly rxW: Uint32Array;
+  rxGot: Uint8Array;
+  rxEv: Uint8Array;
+  rxW: Uint32Array;
   /** Terminates received, by PSN slot (rare; kept as bytes). */
-  readonly rxTerm: (Uint8Array | null)[];
+  rxTerm: (Uint8Array | null)[];
   ackNeeded = false;
   /**
    * SACK pacing: the range of PSNs newly received above a hole since the last SACKs went out
@@ -327,10 +330,27 @@ export class Qp {
     this.W = W;
     this.wMask = W - 1;
     this.srqMask = srq ? W - 1 : 0;
-    this.srqRing = srq ? new Array<RecvWr | null>(W).fill(null) : [];
-    const nResp = MAX_RD_ATOMIC;
-    this.respMask = nResp - 1;
-    this.resp = Array.from({ length: nResp }, () => new RespSlot());
+    // IRD slots: the most this QP can ever be given (ibv_modify_qp lowers, never raises it).
+    this.respMask = pow2(cfg.ird) - 1;
+    // The window's arrays come with a peer (window()): a QP that never connects costs little.
+    this.srqRing = [];
+    this.resp = [];
+    this.txKind = this.txFlags = this.rtxQueued = this.rxGot = this.rxEv = EMPTY_U8;
+    this.txRef = this.txOff = this.txLen = this.rtx = this.rxW = EMPTY_U32;
+    this.txSeq = this.txTime = EMPTY_F64;
+    this.rxTerm = [];
+    this.rtoNs = rtoInitNs;
+  }
+
+  /**
+   * Allocate the send and receive windows and the IRD slots (at RTR or when the connection
+   * manager connects it: before that no packet of the QP is sent or taken). Idempotent.
+   */
+  window(): void {
+    if (this.txKind.length !== 0) return;
+    const W = this.W;
+    if (this.srq) this.srqRing = new Array<RecvWr | null>(W).fill(null);
+    this.resp = Array.from({ length: this.respMask + 1 }, () => new RespSlot());
     this.txKind = new Uint8Array(W);
     this.txFlags = new Uint8Array(W);
     this.txRef = new Uint32Array(W);
@@ -344,7 +364,6 @@ export class Qp {
     this.rxEv = new Uint8Array(W);
     this.rxW = new Uint32Array(W * RX_WORDS);
     this.rxTerm = new Array<Uint8Array | null>(W).fill(null);
-    this.rtoNs = rtoInitNs;
   }
 
   /** The send slot of sqTail, made at its first use (posting is not the data path). */
