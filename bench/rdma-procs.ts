@@ -23,6 +23,8 @@ import { Dataplane } from '../dataplane/dataplane.ts';
 const MACS = { a: '02:fe:00:00:00:01', b: '02:fe:00:00:00:02' };
 const IPS = { a: '10.10.0.1', b: '10.10.0.2' };
 const MSG = 65536;
+/** memif between two processes of this host: no UDP checksum (RDMA_BENCH_UDP_CKSUM=true to compute them). */
+const UDP_CKSUM = process.env.RDMA_BENCH_UDP_CKSUM === 'true' ? 'true' : 'false';
 const OUTSTANDING = 16;
 
 async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, seconds: number): Promise<void> {
@@ -30,8 +32,9 @@ async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, 
   const cfg = parseConfig(
     `api: { listen: 127.0.0.1:0 }\n` +
       `cpu: { poll: ${poll} }\n` +
+      (process.env.RDMA_BENCH_WINDOW ? `rdma: { trp: { window: ${process.env.RDMA_BENCH_WINDOW} } }\n` : '') +
       `interfaces:\n  - name: memif0\n    driver: memif\n` +
-      `    memif: { socket: ${sock}, role: ${role === 'a' ? 'server' : 'client'}, id: 0 }\n` +
+      `    memif: { socket: ${sock}, role: ${role === 'a' ? 'server' : 'client'}, id: 0, udp-checksum: ${UDP_CKSUM} }\n` +
       `    mac: "${MACS[role]}"\n    address: ${IPS[role]}/24\n` +
       `neighbors:\n  - { interface: memif0, address: ${IPS[other]}, mac: "${MACS[other]}" }\n`,
     `bench-${role}.yaml`,
@@ -130,7 +133,9 @@ interface Side {
 }
 
 function side(role: 'a' | 'b', sock: string, poll: string, kind: string, seconds: number, cpu: string | null): Side {
-  const args = ['--import', 'tsx', import.meta.filename, '--child', role, sock, poll, kind, String(seconds)];
+  // RDMA_BENCH_PROF=a|b: that side writes a V8 CPU profile (--cpu-prof) into the working directory.
+  const prof = process.env.RDMA_BENCH_PROF === role ? ['--cpu-prof'] : [];
+  const args = [...prof, '--import', 'tsx', import.meta.filename, '--child', role, sock, poll, kind, String(seconds)];
   const p = cpu
     ? spawn('taskset', ['-c', cpu, process.execPath, ...args], { stdio: ['pipe', 'pipe', 'inherit'] })
     : spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'inherit'] });
@@ -146,7 +151,7 @@ function side(role: 'a' | 'b', sock: string, poll: string, kind: string, seconds
   };
 }
 
-async function pairRun(poll: string, kind: string, seconds: number): Promise<Record<string, unknown>> {
+export async function pairRun(poll: string, kind: string, seconds: number): Promise<Record<string, unknown>> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'bench-rdma-'));
   const sock = path.join(dir, 'm.sock');
   const two = os.cpus().length >= 2;
@@ -176,7 +181,7 @@ export async function runRdmaProcsBench(seconds: number): Promise<{ lines: strin
   const json: Record<string, unknown> = {};
   const two = os.cpus().length >= 2;
   lines.push(
-    `rdma: two data planes in two processes over memif (${two ? 'a on CPU 0, b on CPU 1' : 'one CPU: both share it'})`,
+    `rdma: two data planes in two processes over memif (${two ? 'a on CPU 0, b on CPU 1' : 'one CPU: both share it'}; memif udp-checksum: ${UDP_CKSUM})`,
   );
   for (const poll of ['adaptive', 'polling', 'interrupt']) {
     const w = await pairRun(poll, 'write', seconds);

@@ -170,6 +170,11 @@ const DRIVER_OPTIONS: Record<DriverKind, MapSpec> = {
         default: 2048,
         doc: 'bytes per shared-memory buffer (server)',
       },
+      'udp-checksum': {
+        type: 'bool',
+        default: true,
+        doc: 'compute UDP checksums on transmit; false sends checksum 0 (IPv4 allows it: shared memory does not corrupt), only where no peer forwards our datagrams onto a real wire',
+      },
     },
   },
   af_packet: {

@@ -9,13 +9,14 @@ export type DriverKind = 'memif' | 'af_packet' | 'pcap' | 'pipe' | 'dpdk' | 'ibv
 export const DRIVER_KINDS: readonly DriverKind[] = ['memif', 'af_packet', 'pcap', 'pipe', 'dpdk', 'ibverbs', 'mlx5dv'];
 export type LogLevel = 'error' | 'warn' | 'info' | 'debug';
 
-/** `memif: {socket, role, id, secret, buffer-size}`. */
+/** `memif: {socket, role, id, secret, buffer-size, udp-checksum}`. */
 export interface MemifConfig {
   socket: string;
   role: 'server' | 'client';
   id: number;
   secret: string | null;
   bufferSize: number;
+  udpChecksum: boolean;
 }
 
 /** `af_packet: {host-interface, promisc, tx-mode, block-size, qdisc-bypass}`. */

@@ -79,8 +79,11 @@ export interface Driver {
 
   /** Link up (carrier) as the device sees it. */
   linkUp(): boolean;
-  /** Checksums the device computes on transmit, when it can (after open); absent: none. */
-  txChecksumOffload?(): { ip4: boolean; udp: boolean };
+  /**
+   * Checksums the device computes on transmit, when it can (after open); absent: none.
+   * udpNone: send UDP without a checksum (the link cannot corrupt it).
+   */
+  txChecksumOffload?(): { ip4: boolean; udp: boolean; udpNone?: boolean };
 
   /**
    * How many times a connection was dropped (a link that went down, or a peer refused while

@@ -57,6 +57,12 @@ export interface MemifOptions {
    * Infinity for an engine that never sleeps. Default 50.
    */
   idlePollUs?: number;
+  /**
+   * Compute UDP checksums on transmit (default true). false: datagrams go out with checksum 0
+   * (IPv4 allows it): shared memory does not corrupt them. Only where no peer forwards them onto
+   * a real wire (a VPP peer that routes to a NIC would carry them unprotected).
+   */
+  udpChecksum?: boolean;
 }
 
 const KNOWN = new Set([
@@ -71,6 +77,7 @@ const KNOWN = new Set([
   'ringSize',
   'bufferSize',
   'idlePollUs',
+  'udpChecksum',
 ]);
 const ST_STASH = 0,
   ST_DONE = 1,
@@ -92,6 +99,7 @@ export class MemifDriver implements Driver {
   readonly id: number;
   readonly ringSize: number;
   readonly idlePollUs: number;
+  readonly udpChecksum: boolean;
   readonly bufferSize: number;
 
   private readonly secret: string;
@@ -161,6 +169,9 @@ export class MemifDriver implements Driver {
     if (!(typeof idle === 'number' && idle >= 0 && (Number.isInteger(idle) || idle === Infinity)))
       throw new RangeError(`${where}: idlePollUs must be an integer >= 0 or Infinity, got ${String(opts.idlePollUs)}`);
     this.idlePollUs = idle;
+    if (opts.udpChecksum !== undefined && typeof opts.udpChecksum !== 'boolean')
+      throw new RangeError(`${where}: udpChecksum must be true or false, got ${String(opts.udpChecksum)}`);
+    this.udpChecksum = opts.udpChecksum ?? true;
     if ((this.ringSize & (this.ringSize - 1)) !== 0)
       throw new RangeError(`${where}: ringSize must be a power of 2 in 2..16384, got ${this.ringSize}`);
     this.bufferSize = intOption(where, 'bufferSize', opts.bufferSize, 2048, 128, 65535);
@@ -207,6 +218,11 @@ export class MemifDriver implements Driver {
       throw e;
     }
     this.sync();
+  }
+
+  /** With udpChecksum false: UDP without a checksum (nothing is offloaded: memif has no NIC). */
+  txChecksumOffload(): { ip4: boolean; udp: boolean; udpNone: boolean } {
+    return { ip4: false, udp: false, udpNone: !this.udpChecksum };
   }
 
   rxBurst(queue: number, out: Uint32Array, max: number): number {

@@ -23,7 +23,14 @@ export interface DriverSpec {
   rxQueues: number;
   rxQueueSize: number;
   txQueueSize: number;
-  memif?: { socket: string; role: 'server' | 'client'; id: number; secret: string | null; bufferSize: number };
+  memif?: {
+    socket: string;
+    role: 'server' | 'client';
+    id: number;
+    secret: string | null;
+    bufferSize: number;
+    udpChecksum: boolean;
+  };
   afPacket?: {
     hostInterface: string;
     promisc: boolean;
@@ -116,6 +123,7 @@ export function openDriver(c: DriverSpec, idlePollUs = 50): Driver {
         ringSize: c.rxQueueSize,
         bufferSize: m.bufferSize,
         idlePollUs,
+        udpChecksum: m.udpChecksum,
       });
     }
     case 'dpdk': {

@@ -118,7 +118,7 @@ const CASES: [string, string, string][] = [
   [
     'unknown key: memif',
     'interfaces:\n  - name: m0\n    driver: memif\n    memif: {socket: s, mode: x}\n',
-    't.yaml:4:24: interfaces[0].memif.mode: unknown key "mode" (expected one of: socket, role, id, secret, buffer-size)',
+    't.yaml:4:24: interfaces[0].memif.mode: unknown key "mode" (expected one of: socket, role, id, secret, buffer-size, udp-checksum)',
   ],
   [
     'unknown key: af_packet',
@@ -825,7 +825,7 @@ test("defaults of an interface and of each driver's options", () => {
     {
       name: 'm0',
       driver: 'memif',
-      memif: { socket: 'run/m.sock', role: 'server', id: 0, secret: null, bufferSize: 2048 },
+      memif: { socket: 'run/m.sock', role: 'server', id: 0, secret: null, bufferSize: 2048, udpChecksum: true },
       ...common,
       line: 2,
     },
@@ -885,6 +885,7 @@ interfaces:
       id: 3
       secret: sesame
       buffer-size: 4096
+      udp-checksum: false
     mac: 02:FE:00:00:00:0A
     address: 10.1.0.1/16
     gateway: 10.1.255.254
@@ -974,7 +975,14 @@ test('a full example: the normalised Config, every key taken', () => {
       {
         name: 'm0',
         driver: 'memif',
-        memif: { socket: '/run/rg/m0.sock', role: 'client', id: 3, secret: 'sesame', bufferSize: 4096 },
+        memif: {
+          socket: '/run/rg/m0.sock',
+          role: 'client',
+          id: 3,
+          secret: 'sesame',
+          bufferSize: 4096,
+          udpChecksum: false,
+        },
         mac: '02:fe:00:00:00:0a',
         address: '10.1.0.1/16',
         gateway: '10.1.255.254',
@@ -996,15 +1004,15 @@ test('a full example: the normalised Config, every key taken', () => {
         },
         line: 15,
       },
-      { ...base, name: 'p-a', driver: 'pipe', pipe: { peer: 'p_b' }, address: '192.168.7.0/31', line: 39 },
-      { ...base, name: 'p_b', driver: 'pipe', pipe: { peer: 'p-a' }, address: '192.168.7.1/31', line: 43 },
+      { ...base, name: 'p-a', driver: 'pipe', pipe: { peer: 'p_b' }, address: '192.168.7.0/31', line: 40 },
+      { ...base, name: 'p_b', driver: 'pipe', pipe: { peer: 'p-a' }, address: '192.168.7.1/31', line: 44 },
       {
         ...base,
         name: 'c0',
         driver: 'pcap',
         pcap: { rxFile: 'in.pcap', txFile: 'out.pcap', rate: 2.5, loop: 0 },
         address: '172.16.0.9/32',
-        line: 47,
+        line: 48,
       },
       {
         ...base,
@@ -1019,17 +1027,17 @@ test('a full example: the normalised Config, every key taken', () => {
           rxRing: 'v3', // v2 needs tx-mode sendmmsg (checked below)
           blockTimeoutMs: 5,
         },
-        line: 51,
+        line: 52,
       },
       {
         ...base,
         name: 'd0',
         driver: 'dpdk',
         dpdk: { device: 'net_tap0', ealArgs: ['--no-pci', '--vdev=net_tap0'] },
-        line: 54,
+        line: 55,
       },
-      { ...base, name: 'i0', driver: 'ibverbs', ibverbs: { device: 'mlx5_0', port: 2 }, line: 57 },
-      { ...base, name: 'x0', driver: 'mlx5dv', mlx5dv: { device: 'mlx5_1', port: 255 }, line: 60 },
+      { ...base, name: 'i0', driver: 'ibverbs', ibverbs: { device: 'mlx5_0', port: 2 }, line: 58 },
+      { ...base, name: 'x0', driver: 'mlx5dv', mlx5dv: { device: 'mlx5_1', port: 255 }, line: 61 },
     ],
     neighbors: [
       { interface: 'm0', address: '10.1.2.3', mac: '02:ab:00:00:00:01' },

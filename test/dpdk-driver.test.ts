@@ -121,7 +121,7 @@ test('net_memif in our process against our own memif driver: ping both ways, the
         pipeInterface('memif0', 'unused', '10.78.0.1/24', '02:fe:00:00:78:01', {
           driver: 'memif',
           pipe: undefined,
-          memif: { socket: sock, role: 'server', id: 0, secret: null, bufferSize: 2048 },
+          memif: { socket: sock, role: 'server', id: 0, secret: null, bufferSize: 2048, udpChecksum: true },
         }),
       ],
     }),

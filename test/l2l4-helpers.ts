@@ -441,7 +441,7 @@ export interface StackOptions extends NetstackOptions {
   mtu?: number;
   neighbors?: { address: string; mac: string }[];
   /** Checksums the interface's "NIC" computes on transmit. */
-  txChecksumOffload?: { ip4: boolean; udp: boolean };
+  txChecksumOffload?: { ip4: boolean; udp: boolean; udpNone?: boolean };
 }
 
 export function makeStack(o: StackOptions = {}): Stack {

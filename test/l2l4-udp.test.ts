@@ -162,6 +162,26 @@ test('UDP API: datagrams still queued when the graph closes go back to the pool'
   assert.is(s.pool.available(), before);
 });
 
+test('an interface that sends UDP without a checksum (memif udp-checksum: false): the field is 0, the rest of the frame as software sends it', () => {
+  const payload = Uint8Array.from({ length: 333 }, (_, k) => (k * 7) & 0xff);
+  const send = (off?: { ip4: boolean; udp: boolean; udpNone?: boolean }) => {
+    const s = makeStack({ txChecksumOffload: off, neighbors: [{ address: PEER_IP, mac: PEER_MAC }] });
+    assert.ok(s.net.udp.sendTo(payload, PEER_IP, 6001, 6000));
+    const out = s.run();
+    assert.is(out.length, 1);
+    return { f: out[0], flags: s.drv.txFlags[0] };
+  };
+  const soft = send();
+  const none = send({ ip4: false, udp: false, udpNone: true });
+  assert.not.equal((soft.f[40] << 8) | soft.f[41], 0, 'software computes one');
+  assert.is((none.f[40] << 8) | none.f[41], 0, 'no checksum: 0');
+  assert.is(none.flags & BufferFlag.TX_UDP_CKSUM, 0, 'nothing asked of a NIC');
+  const same = Uint8Array.from(none.f);
+  same[40] = soft.f[40];
+  same[41] = soft.f[41];
+  assert.is(hex(same), hex(soft.f), 'otherwise the same frame');
+});
+
 test('transmit checksum offload: the IPv4 and UDP checksums are left to the NIC (flags, pseudo-header sum); finished as a NIC would, the frame is the one software sends', () => {
   const payloads = [0, 1, 99, 1000, 1472].map((n) => Uint8Array.from({ length: n }, (_, k) => (k * 13 + n) & 0xff));
   const send = (off?: { ip4: boolean; udp: boolean }) => {

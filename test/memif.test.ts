@@ -111,6 +111,7 @@ test('options: bad values throw naming the interface and the option', () => {
     [{ socket: '/x', role: 'server', ringsize: 4 }, /memif interface m0: unknown option "ringsize"/],
     [{ socket: '/x', role: 'server', idlePollUs: -1 }, /memif interface m0: idlePollUs must be an integer >= 0/],
     [{ socket: '/x', role: 'server', idlePollUs: 1.5 }, /memif interface m0: idlePollUs/],
+    [{ socket: '/x', role: 'server', udpChecksum: 'no' }, /memif interface m0: udpChecksum must be true or false/],
   ];
   for (const [o, re] of bad) {
     try {
@@ -127,6 +128,12 @@ test('options: bad values throw naming the interface and the option', () => {
   assert.is(d.txQueues, 1);
   assert.is(d.ringSize, 1024);
   assert.is(d.idlePollUs, 50);
+  assert.equal(d.txChecksumOffload(), { ip4: false, udp: false, udpNone: false }, 'UDP checksums computed by default');
+  assert.equal(new MemifDriver('m3', { socket: '/x', role: 'client', udpChecksum: false }).txChecksumOffload(), {
+    ip4: false,
+    udp: false,
+    udpNone: true,
+  });
   assert.is(new MemifDriver('m2', { socket: '/x', role: 'client', idlePollUs: Infinity }).idlePollUs, Infinity);
   assert.is(d.id, 0);
   assert.is(d.rxWaitFd(0), -1, 'no wait fd before open');

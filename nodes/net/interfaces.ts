@@ -41,11 +41,14 @@ export interface InterfaceTableConfig {
   /** The interface's output node, `<if>-output`; must be registered already. */
   output: string;
   /** Checksums the interface's NIC computes on transmit (the driver's `txChecksumOffload()`). */
-  txChecksumOffload?: { ip4: boolean; udp: boolean };
+  txChecksumOffload?: { ip4: boolean; udp: boolean; udpNone?: boolean };
 }
 
-/** `InterfaceTable.txOffload` bits. */
-export const TxOffload = { IP4_CKSUM: 1, UDP_CKSUM: 2 } as const;
+/**
+ * `InterfaceTable.txOffload` bits. UDP_NONE: UDP datagrams go out without a checksum (0, as
+ * IPv4 allows): a link that cannot corrupt them (memif's shared memory, on request).
+ */
+export const TxOffload = { IP4_CKSUM: 1, UDP_CKSUM: 2, UDP_NONE: 4 } as const;
 
 export interface InterfaceTableInfo {
   index: number;
@@ -147,7 +150,10 @@ export class InterfaceTable {
     this.address[ix] = p.address;
     this.prefix[ix] = prefix;
     const off = cfg.txChecksumOffload;
-    this.txOffload[ix] = (off?.ip4 ? TxOffload.IP4_CKSUM : 0) | (off?.udp ? TxOffload.UDP_CKSUM : 0);
+    this.txOffload[ix] =
+      (off?.ip4 ? TxOffload.IP4_CKSUM : 0) |
+      (off?.udp ? TxOffload.UDP_CKSUM : 0) |
+      (off?.udpNone ? TxOffload.UDP_NONE : 0);
     this.mask[ix] = mask;
     this.gateway[ix] = gw;
     this.mtu[ix] = mtu;

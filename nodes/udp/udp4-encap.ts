@@ -101,7 +101,10 @@ function udp4Encap(rt: NodeRuntime, frame: Frame | null): number {
     v.setUint16(o + 2, ports >>> 16);
     v.setUint16(o + 4, ulen);
     v.setUint16(o + 6, 0);
-    if (txOff[ix] & TxOffload.UDP_CKSUM) {
+    if (txOff[ix] & TxOffload.UDP_NONE) {
+      // No checksum (0): the interface's link cannot corrupt the datagram (memif udp-checksum: false).
+      flags[bi] &= ~BufferFlag.TX_UDP_CKSUM;
+    } else if (txOff[ix] & TxOffload.UDP_CKSUM) {
       // The NIC sums the datagram over the pseudo-header sum left in the field.
       v.setUint16(o + 6, foldSum(pseudoHeaderSum(src, dst, IP_PROTO_UDP, ulen)));
       flags[bi] |= BufferFlag.TX_UDP_CKSUM;
