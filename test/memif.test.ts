@@ -111,7 +111,10 @@ test('options: bad values throw naming the interface and the option', () => {
     [{ socket: '/x', role: 'server', ringsize: 4 }, /memif interface m0: unknown option "ringsize"/],
     [{ socket: '/x', role: 'server', idlePollUs: -1 }, /memif interface m0: idlePollUs must be an integer >= 0/],
     [{ socket: '/x', role: 'server', idlePollUs: 1.5 }, /memif interface m0: idlePollUs/],
-    [{ socket: '/x', role: 'server', udpChecksum: 'no' }, /memif interface m0: udpChecksum must be true or false/],
+    [
+      { socket: '/x', role: 'server', udpChecksum: 'no' as unknown as boolean },
+      /memif interface m0: udpChecksum must be true or false/,
+    ],
   ];
   for (const [o, re] of bad) {
     try {

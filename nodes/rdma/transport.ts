@@ -341,11 +341,12 @@ export function onTimeout(core: RdmaCore, qp: Qp): void {
   }
   qp.rtoNs = Math.min(core.rtoMaxNs, qp.rtoNs * 2);
   const mask = qp.wMask;
-  if (!onlyTerm && qp.retries === 1) {
-    // The first timeout of a series sends only the oldest segment not known to have arrived
-    // (as TCP does after an RTO, and F-RTO's first step): most timeouts here are a late ACK
-    // (a scheduling stall), not a lost window, and resending the whole window made every
-    // packet of it arrive twice. The next ACK says what is still missing (onAck).
+  if (!onlyTerm && qp.retries === 1 && !anySacked(qp)) {
+    // The first timeout of a series with no SACK from the peer sends only the oldest segment
+    // (as TCP does after an RTO, and F-RTO's first step): silence is most often a late ACK (a
+    // scheduling stall), not a lost window, and resending the whole window made every packet
+    // of it arrive twice. The next ACK says what is still missing (onAck). With SACKs the peer
+    // is receiving and the holes are losses: everything un-SACKed goes again at once.
     for (let p = qp.sndUna; p !== qp.sndNxt; p = (p + 1) >>> 0) {
       const s = p & mask;
       if (qp.txKind[s] === TxKind.FREE || qp.txFlags[s] & TxFlag.SACKED) continue;
@@ -376,6 +377,13 @@ export function onTimeout(core: RdmaCore, qp: Qp): void {
   }
   if (queued === 0 && onlyTerm) qp.rtoDeadline = 0;
   core.schedule(qp);
+}
+
+/** Whether the peer SACKed anything we have outstanding. */
+function anySacked(qp: Qp): boolean {
+  const mask = qp.wMask;
+  for (let p = qp.sndUna; p !== qp.sndNxt; p = (p + 1) >>> 0) if (qp.txFlags[p & mask] & TxFlag.SACKED) return true;
+  return false;
 }
 
 function retryExceeded(core: RdmaCore, qp: Qp): void {
