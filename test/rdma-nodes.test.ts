@@ -980,6 +980,24 @@ test('ddp-output: the first timeout resends only the oldest packet; an ACK cover
   }
 });
 
+test('ddp-output: a first timeout with a SACK from the peer resends everything un-SACKed at once (the peer is receiving: the holes are losses)', () => {
+  const r = rig({ rdma: { trp: { rtoInitMs: 10, rtoMinMs: 1, rtoMaxMs: 200, maxRetries: 7 } } });
+  const m = r.mr(64, ['local-write']);
+  for (let k = 0; k < 5; k++) r.post({ wrId: k, opcode: 'send', sg: [{ mr: m, offset: 0, length: 8 }] });
+  assert.equal(
+    r.run().map((p) => p.psn),
+    [0, 1, 2, 3, 4],
+  );
+  // PSN 2 arrived, nothing else (one SACKed packet above the holes: below the fast-retransmit threshold).
+  assert.equal(r.feed(trpHeader(2, 3, TRP.SACK)), []);
+  assert.equal(
+    r.advance(15, 0.25).map((p) => p.psn),
+    [0, 1, 3, 4],
+    'the initial RTO resent every un-SACKed packet',
+  );
+  r.close();
+});
+
 test('ddp-output: RTO (RFC 6298 estimate) retransmits the oldest, then all unacknowledged packets, with exponential backoff, then retry-exceeded after maxRetries', () => {
   const rtoInitMs = 10,
     rtoMaxMs = 200,
