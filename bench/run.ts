@@ -7,6 +7,7 @@
  * daemon at start-up, with 1024 QPs and over SOAK_SECONDS (default 600) of traffic; not in the
  * default set: name it).
  */
+import os from 'node:os';
 import { runGraphBench } from './graph.ts';
 import { runAfPacketBench } from './af-packet.ts';
 import { runL2l4Bench } from './l2l4.ts';
@@ -33,6 +34,9 @@ for (const n of names) {
   }
 }
 const run = names.length ? names : known.filter((n) => n !== 'soak');
+// The machine first: figures mean little without it (a busy-polling benchmark on 2 cores competes with itself).
+const cpus = os.cpus();
+if (!json) console.log(`machine: ${cpus.length} cores, ${cpus[0]?.model ?? 'unknown CPU'}, Node ${process.version}`);
 
 for (const name of run) {
   if (name === 'graph') {
