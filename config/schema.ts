@@ -354,6 +354,12 @@ const INTERFACE: MapSpec = {
       doc: 'largest IP packet (it may exceed buffers.data-size: frames are chained)',
     },
     'rx-queues': { type: 'int', min: 1, max: 64, default: 1, doc: 'receive queues' },
+    'rx-mode': {
+      type: 'enum',
+      values: ['adaptive', 'polling', 'interrupt'],
+      nullable: true,
+      doc: "this interface's rx-mode (VPP's set interface rx-mode; null: cpu.poll's): polling keeps the graph from sleeping, interrupt lets a memif peer kick at once when traffic stops, adaptive waits cpu.idle-poll-us",
+    },
     'rx-queue-size': {
       type: 'int',
       min: 16,

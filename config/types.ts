@@ -74,6 +74,8 @@ export interface InterfaceConfig {
   gateway: string | null;
   mtu: number;
   rxQueues: number;
+  /** interfaces[].rx-mode; null: cpu.poll's. */
+  rxMode: 'adaptive' | 'polling' | 'interrupt' | null;
   rxQueueSize: number;
   txQueueSize: number;
   /** `fault: {direction: rx|tx|both (default rx), seed, loss, reorder, reorder-depth, reorder-delay-us, duplicate, corrupt}`. */

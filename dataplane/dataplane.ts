@@ -278,10 +278,12 @@ export class Dataplane {
     const drivers: Driver[] = [];
     let pool: BufferPool;
     try {
-      // memif keeps its peers' kicks off as long as the engine polls idle: one setting.
-      const idleUs =
-        config.cpu.poll === 'polling' ? Infinity : config.cpu.poll === 'interrupt' ? 0 : config.cpu.idlePollUs;
-      for (const c of config.interfaces) drivers.push(openDriver(c, idleUs));
+      // memif keeps its peers' kicks off as long as the engine polls idle (one setting), by the
+      // interface's rx-mode, cpu.poll's when it has none.
+      for (const c of config.interfaces) {
+        const mode = c.rxMode ?? config.cpu.poll;
+        drivers.push(openDriver(c, mode === 'polling' ? Infinity : mode === 'interrupt' ? 0 : config.cpu.idlePollUs));
+      }
       pool = poolFor(
         config.interfaces.map((c, k) => ({ name: c.name, driver: drivers[k] })),
         config.buffers,
@@ -327,6 +329,9 @@ export class Dataplane {
           ...(r.trp.rtoInitMs === null ? {} : { rtoInitMs: r.trp.rtoInitMs }),
         },
       });
+      // An interface in polling mode keeps the graph from sleeping (VPP: a thread with a polling
+      // interface polls); the graph's own mode covers cpu.poll: polling.
+      if (config.interfaces.some((c) => c.rxMode === 'polling')) graph.addSleepGuard(() => true);
       graph.build();
       const dp = new Dataplane(config, graph, net, ifs, rdma, log);
       graph.start();

@@ -32,7 +32,7 @@ const M = 'interfaces:\n  - name: m0\n    driver: memif\n    memif: {socket: s}\
 // The same with an address on line 5.
 const MA = `${M}    address: 10.0.0.1/24\n`;
 const IF_KEYS =
-  'name, driver, memif, af_packet, pcap, pipe, dpdk, ibverbs, mlx5dv, mac, address, gateway, mtu, rx-queues, rx-queue-size, tx-queue-size, fault';
+  'name, driver, memif, af_packet, pcap, pipe, dpdk, ibverbs, mlx5dv, mac, address, gateway, mtu, rx-queues, rx-mode, rx-queue-size, tx-queue-size, fault';
 const TOP_KEYS = 'api, cpu, buffers, log, interfaces, neighbors, rdma, capture, verbs, trace';
 const CIDR = 'an IPv4 host address with prefix length, a.b.c.d/N with N in 0..32';
 const MAC = 'a unicast MAC address xx:xx:xx:xx:xx:xx';
@@ -403,6 +403,11 @@ const CASES: [string, string, string][] = [
     'af_packet: rx-ring v2 with tx-mode ring',
     'interfaces:\n  - name: h0\n    driver: af_packet\n    af_packet: {host-interface: v0, tx-mode: ring, rx-ring: v2}\n',
     "t.yaml:4:61: interfaces[0].af_packet.rx-ring: rx-ring v2 with tx-mode ring (the tx ring is TPACKET_V3's: one socket has one version) (expected tx-mode: sendmmsg with rx-ring: v2)",
+  ],
+  [
+    'interface rx-mode: an unknown mode',
+    'interfaces:\n  - name: p0\n    driver: pipe\n    pipe: {peer: q}\n    rx-mode: busy\n',
+    't.yaml:5:14: interfaces[0].rx-mode: "busy" is not a valid choice (expected one of: adaptive, polling, interrupt)',
   ],
   [
     'af_packet: block-timeout-ms 0',
@@ -816,6 +821,7 @@ test("defaults of an interface and of each driver's options", () => {
     gateway: null,
     mtu: 1500,
     rxQueues: 1,
+    rxMode: null,
     rxQueueSize: 1024,
     txQueueSize: 1024,
     fault: null,
@@ -891,6 +897,7 @@ interfaces:
     gateway: 10.1.255.254
     mtu: 9000
     rx-queues: 2
+    rx-mode: polling
     rx-queue-size: 512
     tx-queue-size: 256
     fault:
@@ -961,6 +968,7 @@ test('a full example: the normalised Config, every key taken', () => {
     gateway: null,
     mtu: 1500,
     rxQueues: 1,
+    rxMode: null,
     rxQueueSize: 1024,
     txQueueSize: 1024,
     fault: null,
@@ -988,6 +996,7 @@ test('a full example: the normalised Config, every key taken', () => {
         gateway: '10.1.255.254',
         mtu: 9000,
         rxQueues: 2,
+        rxMode: 'polling',
         rxQueueSize: 512,
         txQueueSize: 256,
         fault: {
@@ -1004,15 +1013,15 @@ test('a full example: the normalised Config, every key taken', () => {
         },
         line: 15,
       },
-      { ...base, name: 'p-a', driver: 'pipe', pipe: { peer: 'p_b' }, address: '192.168.7.0/31', line: 40 },
-      { ...base, name: 'p_b', driver: 'pipe', pipe: { peer: 'p-a' }, address: '192.168.7.1/31', line: 44 },
+      { ...base, name: 'p-a', driver: 'pipe', pipe: { peer: 'p_b' }, address: '192.168.7.0/31', line: 41 },
+      { ...base, name: 'p_b', driver: 'pipe', pipe: { peer: 'p-a' }, address: '192.168.7.1/31', line: 45 },
       {
         ...base,
         name: 'c0',
         driver: 'pcap',
         pcap: { rxFile: 'in.pcap', txFile: 'out.pcap', rate: 2.5, loop: 0 },
         address: '172.16.0.9/32',
-        line: 48,
+        line: 49,
       },
       {
         ...base,
@@ -1027,17 +1036,17 @@ test('a full example: the normalised Config, every key taken', () => {
           rxRing: 'v3', // v2 needs tx-mode sendmmsg (checked below)
           blockTimeoutMs: 5,
         },
-        line: 52,
+        line: 53,
       },
       {
         ...base,
         name: 'd0',
         driver: 'dpdk',
         dpdk: { device: 'net_tap0', ealArgs: ['--no-pci', '--vdev=net_tap0'] },
-        line: 55,
+        line: 56,
       },
-      { ...base, name: 'i0', driver: 'ibverbs', ibverbs: { device: 'mlx5_0', port: 2 }, line: 58 },
-      { ...base, name: 'x0', driver: 'mlx5dv', mlx5dv: { device: 'mlx5_1', port: 255 }, line: 61 },
+      { ...base, name: 'i0', driver: 'ibverbs', ibverbs: { device: 'mlx5_0', port: 2 }, line: 59 },
+      { ...base, name: 'x0', driver: 'mlx5dv', mlx5dv: { device: 'mlx5_1', port: 255 }, line: 62 },
     ],
     neighbors: [
       { interface: 'm0', address: '10.1.2.3', mac: '02:ab:00:00:00:01' },

@@ -55,6 +55,7 @@ export function pipeInterface(
     gateway: null,
     mtu: 1500,
     rxQueues: 1,
+    rxMode: null,
     rxQueueSize: 4096,
     txQueueSize: 1024,
     fault: null,
