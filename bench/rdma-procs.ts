@@ -32,7 +32,7 @@ async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, 
   const cfg = parseConfig(
     `api: { listen: 127.0.0.1:0 }\n` +
       `cpu: { poll: ${poll} }\n` +
-      (process.env.RDMA_BENCH_WINDOW ? `rdma: { trp: { window: ${process.env.RDMA_BENCH_WINDOW} } }\n` : '') +
+      `rdma: { trp: { ${process.env.RDMA_BENCH_WINDOW ? `window: ${process.env.RDMA_BENCH_WINDOW}, ` : ''}${process.env.RDMA_BENCH_RTOMIN ? `rto-min-ms: ${process.env.RDMA_BENCH_RTOMIN}` : ''} } }\n` +
       `interfaces:\n  - name: memif0\n    driver: memif\n` +
       `    memif: { socket: ${sock}, role: ${role === 'a' ? 'server' : 'client'}, id: 0, udp-checksum: ${UDP_CKSUM} }\n` +
       `    mac: "${MACS[role]}"\n    address: ${IPS[role]}/24\n` +
@@ -84,7 +84,14 @@ async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, 
         post();
       });
       const s = (performance.now() - t0) / 1000;
-      say({ gbps: (done * MSG * 8) / s / 1e9, writes: done, retransmits: rdma.queryQp(qp).counters.retransmits });
+      const c = rdma.queryQp(qp).counters;
+      say({
+        gbps: (done * MSG * 8) / s / 1e9,
+        writes: done,
+        retransmits: c.retransmits,
+        fastRetransmits: c.fastRetransmits,
+        timeouts: c.timeouts,
+      });
     } else if (kind === 'pingpong') {
       // b answers every message; a measures each round trip.
       const sg = [{ mr, offset: 0, length: 64 }];

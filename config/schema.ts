@@ -559,8 +559,19 @@ export const SCHEMA: MapSpec = {
           type: 'map',
           doc: 'the TRP reliability layer',
           keys: {
-            window: { type: 'int', min: 1, max: 32768, default: 256, doc: 'segments in flight per QP' },
-            'rto-min-ms': { type: 'number', above: 0, default: 1, doc: 'smallest retransmission timeout' },
+            window: {
+              type: 'int',
+              min: 1,
+              max: 32768,
+              default: 512,
+              doc: 'segments in flight per QP (two receive vectors: the sender keeps sending while the receiver works through one)',
+            },
+            'rto-min-ms': {
+              type: 'number',
+              above: 0,
+              default: 5,
+              doc: 'smallest retransmission timeout (a scheduling stall of a few ms must not look like a loss: SACKs repair real losses sooner)',
+            },
             'rto-max-ms': {
               type: 'number',
               above: 0,

@@ -274,9 +274,9 @@ export class Rdma {
     if (!(Number.isInteger(maxMrs) && maxMrs >= 1 && maxMrs <= MAX_MRS))
       throw new RangeError(`rdma max-mrs must be 1..${MAX_MRS}, got ${maxMrs}`);
     const t = opts.trp ?? {};
-    const rtoMinMs = t.rtoMinMs ?? 1;
+    const rtoMinMs = t.rtoMinMs ?? 5;
     const trp: TrpSettings = {
-      window: t.window ?? 256,
+      window: t.window ?? 512,
       rtoMinMs,
       rtoMaxMs: t.rtoMaxMs ?? 200,
       rtoInitMs: t.rtoInitMs ?? Math.max(rtoMinMs, 10),

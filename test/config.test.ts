@@ -642,7 +642,7 @@ const CASES: [string, string, string][] = [
   [
     'rto-init-ms below rto-min-ms',
     'rdma:\n  trp: {rto-init-ms: 0.5}\n',
-    't.yaml:2:22: rdma.trp.rto-init-ms: 0.5 is less than rto-min-ms 1 (expected a number in rto-min-ms..rto-max-ms)',
+    't.yaml:2:22: rdma.trp.rto-init-ms: 0.5 is less than rto-min-ms 5 (expected a number in rto-min-ms..rto-max-ms)',
   ],
   [
     'rto-init-ms above rto-max-ms',
@@ -786,7 +786,7 @@ const DEFAULTS: Config = {
     maxMrBytes: 4 * 2 ** 30,
     maxCqEntries: 4 * 2 ** 20,
     maxWrSlots: 2 ** 20,
-    trp: { window: 256, rtoMinMs: 1, rtoMaxMs: 200, rtoInitMs: null, maxRetries: 7 },
+    trp: { window: 512, rtoMinMs: 5, rtoMaxMs: 200, rtoInitMs: null, maxRetries: 7 },
   },
   capture: { dir: 'run/captures', maxBytes: 64 * 2 ** 20 },
   verbs: { socket: 'run/verbs.sock' },
