@@ -72,6 +72,7 @@ import {
   type QpInfo,
   type Rdma,
   type Sge,
+  type QpModify,
 } from './verbs.ts';
 import type { RdmaEvent } from '../nodes/rdma/core.ts';
 import { CmConnectError } from '../nodes/rdma/cm.ts';
@@ -1050,23 +1051,7 @@ export class Dataplane {
     }
   }
 
-  async modifyQp(
-    qpn: number,
-    req: {
-      state: QpStateName;
-      remote?: Endpoint;
-      rqPsn?: number;
-      sqPsn?: number;
-      ird?: number;
-      ord?: number;
-      /** RTR: largest segment payload (256..4096), ibv_modify_qp's path_mtu. */
-      pathMtu?: number;
-      /** Initial retransmission timeout (µs), ibv_modify_qp's timeout. */
-      ackTimeoutUs?: number;
-      /** Retransmissions before the QP fails (0..7), ibv_modify_qp's retry_cnt. */
-      retryCount?: number;
-    },
-  ): Promise<QpView> {
+  async modifyQp(qpn: number, req: Omit<QpModify, 'remote'> & { remote?: Endpoint }): Promise<QpView> {
     this.live();
     const qp = this.qp(qpn);
     if (!(QP_STATE_NAMES as readonly string[]).includes(req.state))

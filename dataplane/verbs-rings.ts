@@ -191,6 +191,8 @@ export class VerbsRings {
   private readonly byQpn = new Map<number, QpRing>();
   private readonly doorbells = new Set<number>();
   private kickArmed = false;
+  /** A CQE was written since the node last ran. */
+  private completed = false;
   private lastWorkMs = 0;
   private readonly removeGuard: () => void;
   private readonly rt: NodeRuntime;
@@ -298,14 +300,18 @@ export class VerbsRings {
     let work = 0;
     for (let i = 0; i < this.qps.length; i++) work += this.pollQp(this.qps[i]);
     for (let i = 0; i < this.srqs.length; i++) work += this.pollSrq(this.srqs[i]);
-    if (work > 0) this.lastWorkMs = performance.now();
+    // Completions written since the last pass count as work too (the program will post again).
+    if (work > 0 || this.completed) {
+      this.completed = false;
+      this.lastWorkMs = performance.now();
+    }
     return work;
   }
 
   /** The sleep guard: stay awake a little after verbs work, then arm the doorbells and look again. */
   private keepAwake(): boolean {
     if (this.qps.length === 0 && this.srqs.length === 0) return false;
-    if (performance.now() - this.lastWorkMs < HOLD_MS) return true;
+    if (this.completed || performance.now() - this.lastWorkMs < HOLD_MS) return true;
     for (const r of this.qps) Atomics.store(r.u32, QP_NEED_KICK, 1);
     for (const s of this.srqs) Atomics.store(s.u32, SRQ_NEED_KICK, 1);
     this.kickArmed = true;
@@ -576,7 +582,7 @@ export class VerbsRings {
     u[w + 7] = flags;
     ring.prod = (ring.prod + 1) >>> 0;
     Atomics.store(u, CQ_PROD, ring.prod);
-    this.lastWorkMs = performance.now();
+    this.completed = true;
     const armed = Atomics.load(u, CQ_ARMED);
     if (
       armed !== 0 &&

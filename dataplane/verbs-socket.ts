@@ -388,28 +388,41 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
         own.cqRings.set(cq, ring);
         return u32s(cq, depth);
       }
+      /** DESTROY_CQ/QP/SRQ: the object first (its flushed work completes into the rings), then its ring. */
+      const destroyWithRing = <R>(
+        owned: { has(h: number): boolean; delete(h: number): boolean },
+        rings: Map<number, R>,
+        destroy: (h: number) => Promise<void>,
+        detach: (r: R) => void,
+      ) =>
+        destroyOwn(owned, async (h) => {
+          await destroy(h);
+          const r = rings.get(h);
+          if (r !== undefined) detach(r);
+          rings.delete(h);
+        });
       if (op === RGV_OP_DESTROY_CQ)
-        return await destroyOwn(own.cqs, async (h) => {
-          await dp.destroyCq(h);
-          const r = own.cqRings.get(h);
-          if (r) vr.detachCq(r);
-          own.cqRings.delete(h);
-        });
+        return await destroyWithRing(
+          own.cqs,
+          own.cqRings,
+          (h) => dp.destroyCq(h),
+          (r) => vr.detachCq(r),
+        );
       if (op === RGV_OP_DESTROY_QP)
-        return await destroyOwn(own.qps, async (q) => {
-          // ibv_destroy_qp tells the peer nothing (a last ACK only); its flushed work completes into the rings first.
-          await dp.destroyQp(q, { quiet: true });
-          const r = own.qpRings.get(q);
-          if (r) vr.detachQp(r);
-          own.qpRings.delete(q);
-        });
+        // ibv_destroy_qp tells the peer nothing (a last ACK only).
+        return await destroyWithRing(
+          own.qps,
+          own.qpRings,
+          (q) => dp.destroyQp(q, { quiet: true }),
+          (r) => vr.detachQp(r),
+        );
       if (op === RGV_OP_DESTROY_SRQ)
-        return await destroyOwn(own.srqs, async (h) => {
-          await dp.destroySrq(h);
-          const r = own.srqRings.get(h);
-          if (r) vr.detachSrq(r);
-          own.srqRings.delete(h);
-        });
+        return await destroyWithRing(
+          own.srqs,
+          own.srqRings,
+          (h) => dp.destroySrq(h),
+          (r) => vr.detachSrq(r),
+        );
       if (op === RGV_OP_CREATE_SRQ) {
         want(16);
         const f = (k: number) => body.getUint32(4 * k, true);

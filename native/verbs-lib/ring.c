@@ -510,6 +510,39 @@ static int write_recv_wqe(uint32_t max_sge, const struct ibv_recv_wr* wr, uint8_
   return 0;
 }
 
+/* A receive ring, a QP's or an SRQ's: where its WQEs go and which header words it uses. */
+struct recv_ring {
+  const struct rg_ring* ring;
+  uint8_t* slots;
+  uint32_t entries, stride, max_wr, max_sge;
+  uint32_t done_off, prod_off, kick_off;
+};
+
+/* Receive WRs into ring r from *prod (the caller holds the ring's lock); 0 or the errno, *bad set. */
+static int post_recvs(struct rg_context* c, const struct recv_ring* r, uint32_t* prod, struct ibv_recv_wr* wr,
+                      struct ibv_recv_wr** bad) {
+  int err = 0;
+  uint32_t done = LOAD(U32(r->ring, r->done_off));
+  const uint32_t first = *prod;
+  for (; wr != NULL; wr = wr->next) {
+    if (*prod - done >= r->max_wr) {
+      done = LOAD(U32(r->ring, r->done_off));
+      if (*prod - done >= r->max_wr) {
+        err = ENOMEM; /* the queue is full */
+        break;
+      }
+    }
+    if ((err = write_recv_wqe(r->max_sge, wr, r->slots + (size_t)(*prod & (r->entries - 1)) * r->stride)) != 0) break;
+    (*prod)++;
+  }
+  if (*prod != first) {
+    STORE(U32(r->ring, r->prod_off), *prod);
+    kick(c, r->ring, r->kick_off);
+  }
+  if (err != 0) *bad = wr;
+  return err;
+}
+
 static int op_post_recv(struct ibv_qp* qp, struct ibv_recv_wr* wr, struct ibv_recv_wr** bad) {
   struct rg_qp* q = (struct rg_qp*)qp;
   struct rg_context* c = rg_ctx(qp->context);
@@ -521,26 +554,11 @@ static int op_post_recv(struct ibv_qp* qp, struct ibv_recv_wr* wr, struct ibv_re
     return err;
   }
   pthread_spin_lock(&q->rq_lock);
-  uint8_t* rq = q->ring.mem + RGV_RING_HDR + (size_t)q->sq_entries * q->sq_stride;
-  uint32_t done = LOAD(U32(&q->ring, RGV_QP_RQ_DONE));
-  const uint32_t first = q->rq_prod;
-  for (; wr != NULL; wr = wr->next) {
-    if (q->rq_prod - done >= q->max_recv_wr) {
-      done = LOAD(U32(&q->ring, RGV_QP_RQ_DONE));
-      if (q->rq_prod - done >= q->max_recv_wr) {
-        err = ENOMEM;
-        break;
-      }
-    }
-    if ((err = write_recv_wqe(q->max_sge, wr, rq + (size_t)(q->rq_prod & (q->rq_entries - 1)) * q->rq_stride)) != 0) break;
-    q->rq_prod++;
-  }
-  if (q->rq_prod != first) {
-    STORE(U32(&q->ring, RGV_QP_RQ_PROD), q->rq_prod);
-    kick(c, &q->ring, RGV_QP_NEED_KICK);
-  }
+  const struct recv_ring r = {&q->ring, q->ring.mem + RGV_RING_HDR + (size_t)q->sq_entries * q->sq_stride,
+                              q->rq_entries, q->rq_stride, q->max_recv_wr, q->max_sge,
+                              RGV_QP_RQ_DONE, RGV_QP_RQ_PROD, RGV_QP_NEED_KICK};
+  err = post_recvs(c, &r, &q->rq_prod, wr, bad);
   pthread_spin_unlock(&q->rq_lock);
-  if (err != 0) *bad = wr;
   return err;
 }
 
@@ -625,27 +643,11 @@ static int op_post_srq_recv(struct ibv_srq* srq, struct ibv_recv_wr* wr, struct 
     *bad = wr;
     return ECONNRESET;
   }
-  int err = 0;
   pthread_spin_lock(&s->lock);
-  uint32_t done = LOAD(U32(&s->ring, RGV_SRQ_DONE));
-  const uint32_t first = s->prod;
-  for (; wr != NULL; wr = wr->next) {
-    if (s->prod - done >= s->max_wr) {
-      done = LOAD(U32(&s->ring, RGV_SRQ_DONE));
-      if (s->prod - done >= s->max_wr) {
-        err = ENOMEM;
-        break;
-      }
-    }
-    if ((err = write_recv_wqe(s->max_sge, wr, s->ring.mem + RGV_RING_HDR + (size_t)(s->prod & (s->entries - 1)) * s->stride)) != 0) break;
-    s->prod++;
-  }
-  if (s->prod != first) {
-    STORE(U32(&s->ring, RGV_SRQ_PROD), s->prod);
-    kick(c, &s->ring, RGV_SRQ_NEED_KICK);
-  }
+  const struct recv_ring r = {&s->ring, s->ring.mem + RGV_RING_HDR, s->entries, s->stride, s->max_wr, s->max_sge,
+                              RGV_SRQ_DONE, RGV_SRQ_PROD, RGV_SRQ_NEED_KICK};
+  const int err = post_recvs(c, &r, &s->prod, wr, bad);
   pthread_spin_unlock(&s->lock);
-  if (err != 0) *bad = wr;
   return err;
 }
 
