@@ -18,16 +18,11 @@ import { nothingLeft } from './verbs-helpers.ts';
 const MAGIC = 0x31564752;
 const NONE = 0xffffffff;
 
-test('a program scribbling on its rings: garbage WQEs complete in error or flush, CQEs stay in the ring, an impossible index refuses the ring, the daemon keeps serving and loses nothing', async () => {
+/** Requests on a raw verbs-socket connection: one request, its reply's status and u32 words. */
+function requester(conn: number) {
   const core = loadCore();
-  const dir = mkdtempSync(join(tmpdir(), 'verbs-rings-'));
-  const socket = join(dir, 'v.sock');
-  const dps = await twoDataplanes();
-  const vs = dps.a.serveVerbs({ path: socket, log: () => undefined });
-  const conn = core.memifRawConnect(socket);
   let seq = 0;
-  /** One request; the reply's status and its u32 words. */
-  const req = async (op: number, words: number[], pass = -1): Promise<{ status: number; w: number[] }> => {
+  return async (op: number, words: number[], pass = -1): Promise<{ status: number; w: number[] }> => {
     const b = new Uint8Array(16 + 4 * words.length);
     const v = new DataView(b.buffer);
     v.setUint32(0, MAGIC, true);
@@ -48,13 +43,28 @@ test('a program scribbling on its rings: garbage WQEs complete in error or flush
     }
     throw new Error(`op ${op}: no answer`);
   };
+}
+
+/** ATTACH words: the interface name, 32 bytes. */
+const ifnameWords = (name: string) => {
+  const b = new Uint8Array(32);
+  b.set(new TextEncoder().encode(name));
+  return [...new Uint32Array(b.buffer)];
+};
+
+test('a program scribbling on its rings: garbage WQEs complete in error or flush, CQEs stay in the ring, an impossible index refuses the ring, the daemon keeps serving and loses nothing', async () => {
+  const core = loadCore();
+  const dir = mkdtempSync(join(tmpdir(), 'verbs-rings-'));
+  const socket = join(dir, 'v.sock');
+  const dps = await twoDataplanes();
+  const vs = dps.a.serveVerbs({ path: socket, log: () => undefined });
+  const conn = core.memifRawConnect(socket);
+  const req = requester(conn);
   const efd = core.eventfd();
   try {
     // (the connection is closed at the end of the body: its release is part of what is checked)
     // ATTACH: the opened device's interface name (32 bytes) and the doorbell eventfd.
-    const ifname = new Uint8Array(32);
-    ifname.set(new TextEncoder().encode((await dps.a.interfaces())[0].name));
-    const nameWords = [...new Uint32Array(ifname.buffer)];
+    const nameWords = ifnameWords((await dps.a.interfaces())[0].name);
     assert.is((await req(12, new Array(8).fill(0x41414141), efd)).status, -19, 'no such interface: ENODEV');
     assert.is((await req(12, nameWords, efd)).status, 0, 'ATTACH with a doorbell eventfd');
     const pd = (await req(2, [])).w[0];
@@ -167,6 +177,91 @@ test('a program scribbling on its rings: garbage WQEs complete in error or flush
     Atomics.store(u32, 0, (sqProd + 100000) >>> 0);
     for (let t = 0; t < 50; t++) await new Promise((r) => setImmediate(r));
     assert.is(Atomics.load(u32, 16), sqProd, 'nothing taken from a ring whose producer is impossible');
+    assert.is((await req(1, [])).status, 0, 'the daemon still serves');
+    core.closeFd(conn);
+    await nothingLeft(dps.a);
+  } finally {
+    core.closeFd(efd);
+    vs.close();
+    await dps.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a program scribbling on its SRQ ring and its CQ consumer index: the SRQ ring is refused, a CQE never lands past the CQ, the daemon keeps serving and loses nothing', async () => {
+  const core = loadCore();
+  const dir = mkdtempSync(join(tmpdir(), 'verbs-rings-'));
+  const socket = join(dir, 'v.sock');
+  const dps = await twoDataplanes();
+  const vs = dps.a.serveVerbs({ path: socket, log: () => undefined });
+  const conn = core.memifRawConnect(socket);
+  const req = requester(conn);
+  const efd = core.eventfd();
+  try {
+    assert.is((await req(12, ifnameWords((await dps.a.interfaces())[0].name), efd)).status, 0);
+    const pd = (await req(2, [])).w[0];
+    // An SRQ and its ring.
+    const srq = await req(16, [pd, 32, 4, 0]);
+    assert.is(srq.status, 0);
+    const [sh, maxWr, maxSge] = srq.w;
+    const entries = 32,
+      stride = 16 + 16 * maxSge,
+      sbytes = 128 + entries * stride;
+    assert.is(maxWr, 32);
+    const sMem = core.allocMemory(sbytes, { hugepages: 'never', name: 'hostile-srq' });
+    assert.is((await req(17, [sh, entries, stride + 16, 0, sbytes, 0], sMem.fd)).status, -22, 'wrong stride: EINVAL');
+    assert.is((await req(17, [sh, entries, stride, 0, sbytes, 0], sMem.fd)).status, 0);
+    const s32 = new Uint32Array(sMem.buffer);
+    const rng = new Rng(1717);
+    // Garbage receive WQEs (num_sge up to 40 of 4 allowed, random lkeys): each is posted (a bad
+    // lkey fails only when a message uses it) or refuses the ring; nothing else.
+    for (let k = 0; k < 24; k++) {
+      const at = 128 + k * stride;
+      rng.fill(new Uint8Array(sMem.buffer, at, stride));
+      s32[(at >>> 2) + 2] = rng.int(41);
+    }
+    Atomics.store(s32, 0, 24);
+    core.eventfdWrite(efd); // the doorbell, as the library rings it (the engine may be asleep)
+    for (let t = 0; t < 50; t++) await new Promise((r) => setImmediate(r));
+    const cons = Atomics.load(s32, 16);
+    assert.ok(cons < 24, `a malformed WQE (num_sge up to 40 of ${maxSge}) stopped the ring at ${cons} of 24`);
+    const bad = (await dps.a.errors())[0].rows.find((r) => r.node === 'verbs-input');
+    assert.ok(bad !== undefined && bad.count > 0, 'the refused WQE is counted');
+    // An impossible producer: nothing more is taken.
+    Atomics.store(s32, 0, 100000);
+    core.eventfdWrite(efd);
+    for (let t = 0; t < 50; t++) await new Promise((r) => setImmediate(r));
+    assert.is(Atomics.load(s32, 16), cons, 'nothing taken from a ring whose producer is impossible');
+
+    // A CQ whose consumer index the program set far ahead: a completion finds no room.
+    const CQE = 8;
+    const cqMem = core.allocMemory(128 + CQE * 32, { hugepages: 'never', name: 'hostile-cq2' });
+    const cq = await req(6, [CQE, 0xffffffff, 128 + CQE * 32, 0], cqMem.fd);
+    assert.is(cq.status, 0);
+    const c32 = new Uint32Array(cqMem.buffer);
+    Atomics.store(c32, 0, 0x80000000);
+    const qpr = await req(8, [pd, cq.w[0], cq.w[0], 8, 8, 1, 0, 0xffffffff]);
+    assert.is(qpr.status, 0);
+    const [qpn, sw, rw, sge, inl] = qpr.w;
+    const sqS = 64 + Math.max(sge * 16, (inl + 15) & ~15),
+      rqS = 16 + sge * 16,
+      bytes = 128 + sw * sqS + rw * rqS;
+    const qMem = core.allocMemory(bytes, { hugepages: 'never', name: 'hostile-qp2' });
+    assert.is((await req(15, [qpn, sw, rw, sqS, rqS, 0, bytes, 0], qMem.fd)).status, 0);
+    const q32 = new Uint32Array(qMem.buffer);
+    assert.is((await req(9, [qpn, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])).status, 0, 'INIT');
+    // One receive (no SGE), then the QP to ERROR: its flush completion wants the CQ.
+    const at = 128 + sw * sqS;
+    q32[at >>> 2] = 7;
+    q32[(at >>> 2) + 2] = 0;
+    Atomics.store(q32, 1, 1);
+    core.eventfdWrite(efd);
+    for (let t = 0; t < 50 && Atomics.load(q32, 17) !== 1; t++) await new Promise((r) => setImmediate(r));
+    assert.is(Atomics.load(q32, 17), 1, 'the receive was taken');
+    assert.is((await req(9, [qpn, 1, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])).status, 0, 'to ERROR');
+    for (let t = 0; t < 20; t++) await new Promise((r) => setImmediate(r));
+    assert.is(Atomics.load(c32, 16), 0, 'no CQE written: the ring had no room by its consumer index');
+    assert.is(Atomics.load(c32, 18), 1, 'the CQ says it overflowed');
     assert.is((await req(1, [])).status, 0, 'the daemon still serves');
     core.closeFd(conn);
     await nothingLeft(dps.a);
