@@ -19,6 +19,7 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { parseConfig } from '../config/load.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';
+import { formatRuntime } from '../graph/format.ts';
 
 const MACS = { a: '02:fe:00:00:00:01', b: '02:fe:00:00:00:02' };
 const IPS = { a: '10.10.0.1', b: '10.10.0.2' };
@@ -26,16 +27,20 @@ const MSG = 65536;
 /** memif between two processes of this host: no UDP checksum (RDMA_BENCH_UDP_CKSUM=true to compute them). */
 const UDP_CKSUM = process.env.RDMA_BENCH_UDP_CKSUM === 'true' ? 'true' : 'false';
 const OUTSTANDING = 16;
+/** RDMA_BENCH_MTU=9000: jumbo frames on the memif link (buffers sized to hold one segment). */
+const MTU = Number(process.env.RDMA_BENCH_MTU ?? 1500);
+const DATA_SIZE = Math.max(2048, Math.ceil((MTU + 128) / 64) * 64);
 
 async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, seconds: number): Promise<void> {
   const other = role === 'a' ? 'b' : 'a';
   const cfg = parseConfig(
     `api: { listen: 127.0.0.1:0 }\n` +
       `cpu: { poll: ${poll} }\n` +
+      `buffers: { data-size: ${DATA_SIZE} }\n` +
       `rdma: { trp: { ${process.env.RDMA_BENCH_WINDOW ? `window: ${process.env.RDMA_BENCH_WINDOW}, ` : ''}${process.env.RDMA_BENCH_RTOMIN ? `rto-min-ms: ${process.env.RDMA_BENCH_RTOMIN}` : ''} } }\n` +
       `interfaces:\n  - name: memif0\n    driver: memif\n` +
       `    memif: { socket: ${sock}, role: ${role === 'a' ? 'server' : 'client'}, id: 0, udp-checksum: ${UDP_CKSUM} }\n` +
-      `    mac: "${MACS[role]}"\n    address: ${IPS[role]}/24\n` +
+      `    mac: "${MACS[role]}"\n    address: ${IPS[role]}/24\n    mtu: ${MTU}\n` +
       `neighbors:\n  - { interface: memif0, address: ${IPS[other]}, mac: "${MACS[other]}" }\n`,
     `bench-${role}.yaml`,
   );
@@ -127,6 +132,9 @@ async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, 
       await new Promise((r) => setTimeout(r, seconds * 1000 + 1000));
     }
     const q = rdma.queryQp(qp).counters;
+    // RDMA_BENCH_RUNTIME=1: each side's `show runtime` (per-node cost at this run's vector sizes) on stderr.
+    if (process.env.RDMA_BENCH_RUNTIME === '1')
+      process.stderr.write(`--- ${role} ${poll} ${kind}\n${formatRuntime(await dp.runtime(), { time: true })}\n`);
     if (role === 'b' || kind === 'write') say({ done: true, duplicates: q.duplicates, timeouts: q.timeouts });
   } finally {
     await dp.close();

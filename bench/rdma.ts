@@ -4,8 +4,10 @@
  * 1. What users see (bench/rdma-procs.ts): two data planes in two processes over memif, each on
  *    its own CPU where there are two: WRITE 64 KiB with 16 outstanding and 64-byte SEND
  *    ping-pong RTT (p50/p99/p99.9) in each cpu.poll mode; beside them, in the same run, the
- *    kernel: iperf3 TCP one stream between two network namespaces over veth (root) and sockperf
- *    UDP 64-B ping-pong on loopback (half-RTT), with the ratios.
+ *    kernel: iperf3 TCP one stream between two network namespaces over veth (root), again with
+ *    the veth offloads off (MTU-sized segments, the unit we move), and sockperf UDP 64-B
+ *    ping-pong on loopback (half-RTT), with the ratios. RDMA_BENCH_MTU, _WINDOW, _RTOMIN,
+ *    _UDP_CKSUM, _PROF and _RUNTIME (each side's `show runtime`) vary or look inside the first part.
  * 2. Two stacks in one process (two graphs on one thread, joined by a pipe): WRITE throughput,
  *    64-byte SEND ping-pong latency, and WRITE goodput under 1 % and 10 % of each fault (loss,
  *    reordering, duplication, corruption) as a fraction of lossless, beside the kernel's UDP
@@ -165,16 +167,18 @@ export async function runRdmaBench(opts: { seconds: number }): Promise<RdmaBench
     model = os.cpus()[0]?.model ?? 'unknown CPU';
   const procs = await runRdmaProcsBench(s);
   const tcp = await iperf3(s);
+  const tcpSeg = await iperf3(s, false);
   const udp = await sockperf(s, 21900 + (process.pid % 90));
   const ratio = (x: unknown, y: number | null) =>
     typeof x === 'number' && y !== null && y > 0 ? (x / y).toFixed(2) : 'n/a';
   const kernelLines = [
     `  kernel: iperf3 TCP 1 stream over veth ${tcp.gbps === null ? `not run (${tcp.why})` : `${tcp.gbps.toFixed(2)} Gbit/s`}; ` +
       `sockperf UDP 64 B half-RTT ${udp.p50 === null ? `not run (${udp.why})` : `p50 ${udp.p50} us, p99 ${udp.p99} us`}`,
+    `  kernel: iperf3 TCP with the veth offloads off (1500-byte segments, as ours) ${tcpSeg.gbps === null ? `not run (${tcpSeg.why})` : `${tcpSeg.gbps.toFixed(2)} Gbit/s`}`,
   ];
   for (const [poll, r] of Object.entries(procs.json) as [string, Record<string, number>][])
     kernelLines.push(
-      `  ${poll}: WRITE ${ratio(r.writeGbps, tcp.gbps)} x kernel TCP (goal >= 1.0); half-RTT p50 ${(r.rttP50Us / 2).toFixed(1)} us = ` +
+      `  ${poll}: WRITE ${ratio(r.writeGbps, tcp.gbps)} x kernel TCP (goal >= 1.0), ${ratio(r.writeGbps, tcpSeg.gbps)} x without offloads; half-RTT p50 ${(r.rttP50Us / 2).toFixed(1)} us = ` +
         `${ratio(r.rttP50Us / 2, udp.p50)} x kernel UDP (goal <= 0.3 and <= 3 us)`,
     );
   await writeThroughput(Math.min(s, 1), 0); // warm-up (JIT), not reported
@@ -203,6 +207,7 @@ export async function runRdmaBench(opts: { seconds: number }): Promise<RdmaBench
       cpu: model,
       processes: procs.json,
       kernelTcpGbps: tcp.gbps === null ? 'n/a' : +tcp.gbps.toFixed(3),
+      kernelTcpNoOffloadGbps: tcpSeg.gbps === null ? 'n/a' : +tcpSeg.gbps.toFixed(3),
       kernelUdpHalfRttP50Us: udp.p50 === null ? 'n/a' : udp.p50,
       writeGbps: +f(w0.gbps, 3),
       goodput1: +f(w1.gbps / w0.gbps, 3),

@@ -300,6 +300,8 @@ export class Dataplane {
       traceMaxPackets: config.trace.maxPackets,
       mode: cpu.poll === 'polling' ? 'polling' : 'adaptive',
       idlePollUs: cpu.poll === 'interrupt' ? 0 : cpu.idlePollUs,
+      // Up to 50 µs of passes per event-loop turn while polling: the API waits at most that.
+      spinUs: 50,
     });
     const net = registerL2L4(graph);
     const ifs = new Interfaces(graph);

@@ -143,6 +143,7 @@ export class RdmaCore {
       if (!this.notifyScheduled) {
         this.notifyScheduled = true;
         queueMicrotask(this.notify);
+        this.graph.yieldSoon();
       }
     }
   }
