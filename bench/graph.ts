@@ -14,7 +14,8 @@ export interface GraphBenchResult {
 }
 
 const CHAIN = 8;
-const VECTOR = 256;
+/** BENCH_GRAPH_VECTOR=1: packets per input call (the per-call cost shows at small vectors). */
+const VECTOR = Math.max(1, Math.min(256, Number(process.env.BENCH_GRAPH_VECTOR ?? 256)));
 
 export function runGraphBench(
   opts: { seconds?: number; quiet?: boolean; loop?: 'direct' | 'scheduler' } = {},
