@@ -65,7 +65,7 @@ show:
   show runtime [verbose]              per-node calls, vectors, clocks (VPP layout)
   show errors [verbose]               per-node error counters
   show interfaces [addr]              interfaces with counters / addresses (also: show interface)
-  show hardware                       driver details: memif role, socket, peer, rings, last disconnect; af_packet rings; driver counters
+  show hardware                       driver details: memif role, socket, peer, rings, last disconnect; af_packet rings; ibverbs/mlx5dv device, firmware, port, mode, queues, flags; driver counters
   show memif                          the memif interfaces, as VPP's show memif
   show buffers                        the packet buffer pool
   show ip neighbors | show neighbors  the neighbor (ARP) table

@@ -342,6 +342,19 @@ function crossCheck(raw: Raw, c: Checker): void {
         'tx-mode: sendmmsg with rx-ring: v2',
       );
     }
+    for (const d of ['ibverbs', 'mlx5dv'] as const) {
+      const o = itf[d];
+      if (driver !== d || !isRecord(o)) continue;
+      if ((o.device ?? null) === null && (o.hostInterface ?? null) === null)
+        c.report(`${p}.${d}`, c.where(`${p}.${d}`), 'names no device', 'device: mlx5_0 or host-interface: enp59s0f0');
+      else if ((o.device ?? null) !== null && (o.hostInterface ?? null) !== null)
+        c.report(
+          `${p}.${d}.host-interface`,
+          c.where(`${p}.${d}.host-interface`),
+          'given with device: one names the device',
+          'device or host-interface, not both',
+        );
+    }
     if (driver === 'pcap' && isRecord(itf.pcap) && itf.pcap.rxFile === null && itf.pcap.txFile === null) {
       c.report(`${p}.pcap`, c.where(`${p}.pcap`), 'neither rx-file nor tx-file is set', 'at least one of them');
     }

@@ -267,16 +267,54 @@ const DRIVER_OPTIONS: Record<DriverKind, MapSpec> = {
   ibverbs: {
     type: 'map',
     omit: true,
-    doc: 'ibverbs options (required with driver: ibverbs)',
-    keys: { device: device('the verbs device name (ibv_devices), e.g. mlx5_0'), port: verbsPort },
+    doc: 'ibverbs options (required with driver: ibverbs): RAW_PACKET queues through verbs calls',
+    keys: verbsKeys(false),
   },
   mlx5dv: {
     type: 'map',
     omit: true,
-    doc: 'mlx5dv options (required with driver: mlx5dv)',
-    keys: { device: device('the mlx5 device name, e.g. mlx5_0'), port: verbsPort },
+    doc: 'mlx5dv options (required with driver: mlx5dv): the same queues driven in memory (mlx5 only)',
+    keys: verbsKeys(true),
   },
 };
+
+/** The keys of `ibverbs:` and `mlx5dv:`: the device by name or by its kernel interface. */
+function verbsKeys(dv: boolean): Record<string, Spec> {
+  const keys: Record<string, Spec> = {
+    device: {
+      type: 'string',
+      nullable: true,
+      doc: 'the verbs device name as ibv_devices prints it, e.g. mlx5_0 (or host-interface)',
+    },
+    'host-interface': {
+      type: 'string',
+      nullable: true,
+      maxLength: 15,
+      check: checkHostIfName,
+      expect: 'a Linux interface name of 1..15 characters without /, : or white space',
+      doc: "the device by its kernel interface, e.g. enp59s0f0 (resolved through /sys/class/net/<if>/device as VPP's host-if); the kernel keeps the interface",
+    },
+    port: verbsPort,
+    promisc: {
+      type: 'bool',
+      default: false,
+      doc: 'receive every frame on the port (a flow rule with an empty mask), not only ours, broadcast and IPv4 multicast',
+    },
+  };
+  if (dv) {
+    keys.striding = {
+      type: 'bool',
+      default: true,
+      doc: 'striding RQ (8 pool buffers per receive WQE, one per stride) when the device has it; false: one buffer per WQE',
+    };
+    keys['cqe-compression'] = {
+      type: 'bool',
+      default: true,
+      doc: 'let the NIC compress receive CQEs (mini-CQE arrays) when it can',
+    };
+  }
+  return keys;
+}
 
 const FAULT: MapSpec = {
   type: 'map',

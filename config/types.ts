@@ -49,10 +49,14 @@ export interface DpdkConfig {
   ealArgs: string[];
 }
 
-/** `ibverbs: {device, port}` and `mlx5dv: {device, port}`. */
+/** `ibverbs: {device | host-interface, port, promisc}`; `mlx5dv:` also striding, cqe-compression. */
 export interface VerbsDeviceConfig {
-  device: string;
+  device: string | null;
+  hostInterface: string | null;
   port: number;
+  promisc: boolean;
+  striding?: boolean;
+  cqeCompression?: boolean;
 }
 
 export interface InterfaceConfig {

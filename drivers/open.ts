@@ -1,6 +1,6 @@
 /**
- * Make the driver a start-up configuration entry asks for. Drivers rdma-graph does not have
- * (yet) fail here with an error that says so and what to use instead; nothing is opened.
+ * Make the driver a start-up configuration entry asks for. A driver whose addon was not built
+ * (dpdk, ibverbs, mlx5dv) fails here with an error that says what to install; nothing is opened.
  */
 import type { Driver } from './driver.ts';
 import { AfPacketDriver } from './af-packet.ts';
@@ -8,6 +8,8 @@ import { PcapDriver } from './pcap.ts';
 import { pipeEnd } from './pipe.ts';
 import { MemifDriver } from './memif.ts';
 import { DpdkDriver, dpdkUnavailable } from './dpdk.ts';
+import { VerbsDriver, type VerbsSpec } from './verbs.ts';
+import { verbsUnavailable } from './verbs-addon.ts';
 
 /**
  * What a driver is made from: an interface entry of the start-up configuration (config/types.ts
@@ -43,12 +45,9 @@ export interface DriverSpec {
   pcap?: { rxFile: string | null; txFile: string | null; rate: number; loop: number };
   pipe?: { peer: string };
   dpdk?: { device: string; ealArgs: string[] };
+  ibverbs?: VerbsSpec;
+  mlx5dv?: VerbsSpec;
 }
-
-const MISSING: Record<string, string> = {
-  ibverbs: 'the ibverbs driver (RAW_PACKET QPs on a Mellanox NIC) is not implemented in rdma-graph yet',
-  mlx5dv: 'the mlx5dv driver (mlx5 direct verbs) is not implemented in rdma-graph yet',
-};
 
 /** Drivers openDriver makes. */
 const HAVE = new Set(['pipe', 'pcap', 'af_packet', 'memif']);
@@ -60,7 +59,8 @@ const HAVE = new Set(['pipe', 'pcap', 'af_packet', 'memif']);
 export function driverUnavailable(driver: string): string | null {
   if (HAVE.has(driver)) return null;
   if (driver === 'dpdk') return dpdkUnavailable();
-  return `${MISSING[driver] ?? `unknown driver "${driver}"`}; use memif, af_packet, pcap or pipe`;
+  if (driver === 'ibverbs' || driver === 'mlx5dv') return verbsUnavailable();
+  return `unknown driver "${driver}"; use memif, af_packet, pcap, pipe, dpdk, ibverbs or mlx5dv`;
 }
 
 /**
@@ -134,6 +134,28 @@ export function openDriver(c: DriverSpec, idlePollUs = 50): Driver {
         where,
         device: d.device,
         ealArgs: d.ealArgs,
+        mac,
+        mtu: c.mtu,
+        rxQueues: c.rxQueues,
+        txQueues: c.rxQueues,
+        rxQueueSize: c.rxQueueSize,
+        txQueueSize: c.txQueueSize,
+      });
+    }
+    case 'ibverbs':
+    case 'mlx5dv': {
+      const why = verbsUnavailable();
+      if (why !== null) throw new Error(`${where}: ${why}`);
+      const v = (c.driver === 'ibverbs' ? c.ibverbs : c.mlx5dv)!;
+      return new VerbsDriver(c.name, {
+        where,
+        mode: c.driver,
+        device: v.device,
+        hostInterface: v.hostInterface,
+        port: v.port,
+        promisc: v.promisc,
+        striding: v.striding,
+        cqeCompression: v.cqeCompression,
         mac,
         mtu: c.mtu,
         rxQueues: c.rxQueues,

@@ -143,12 +143,12 @@ const CASES: [string, string, string][] = [
   [
     'unknown key: ibverbs',
     'interfaces:\n  - name: e0\n    driver: ibverbs\n    ibverbs: {device: x, qp: 1}\n',
-    't.yaml:4:26: interfaces[0].ibverbs.qp: unknown key "qp" (expected one of: device, port)',
+    't.yaml:4:26: interfaces[0].ibverbs.qp: unknown key "qp" (expected one of: device, host-interface, port, promisc)',
   ],
   [
     'unknown key: mlx5dv',
     'interfaces:\n  - name: e0\n    driver: mlx5dv\n    mlx5dv: {device: x, qp: 1}\n',
-    't.yaml:4:25: interfaces[0].mlx5dv.qp: unknown key "qp" (expected one of: device, port)',
+    't.yaml:4:25: interfaces[0].mlx5dv.qp: unknown key "qp" (expected one of: device, host-interface, port, promisc, striding, cqe-compression)',
   ],
   [
     'unknown key: fault',
@@ -199,12 +199,17 @@ const CASES: [string, string, string][] = [
   [
     'missing: ibverbs device',
     'interfaces:\n  - name: e0\n    driver: ibverbs\n    ibverbs: {port: 1}\n',
-    't.yaml:4:14: interfaces[0].ibverbs.device: missing (expected a non-empty string)',
+    't.yaml:4:14: interfaces[0].ibverbs: names no device (expected device: mlx5_0 or host-interface: enp59s0f0)',
   ],
   [
     'missing: mlx5dv device',
     'interfaces:\n  - name: e0\n    driver: mlx5dv\n    mlx5dv: {port: 2}\n',
-    't.yaml:4:13: interfaces[0].mlx5dv.device: missing (expected a non-empty string)',
+    't.yaml:4:13: interfaces[0].mlx5dv: names no device (expected device: mlx5_0 or host-interface: enp59s0f0)',
+  ],
+  [
+    'both: mlx5dv device and host-interface',
+    'interfaces:\n  - name: e0\n    driver: mlx5dv\n    mlx5dv: {device: mlx5_0, host-interface: enp1s0}\n',
+    't.yaml:4:46: interfaces[0].mlx5dv.host-interface: given with device: one names the device (expected device or host-interface, not both)',
   ],
   [
     'missing: neighbor mac',
@@ -853,8 +858,27 @@ test("defaults of an interface and of each driver's options", () => {
     { name: 'c0', driver: 'pcap', pcap: { rxFile: null, txFile: 'out.pcap', rate: 0, loop: 1 }, ...common, line: 4 },
     { name: 'p0', driver: 'pipe', pipe: { peer: 'elsewhere' }, ...common, line: 5 },
     { name: 'd0', driver: 'dpdk', dpdk: { device: '0000:3b:00.0', ealArgs: [] }, ...common, line: 6 },
-    { name: 'i0', driver: 'ibverbs', ibverbs: { device: 'mlx5_0', port: 1 }, ...common, line: 7 },
-    { name: 'x0', driver: 'mlx5dv', mlx5dv: { device: 'mlx5_1', port: 1 }, ...common, line: 8 },
+    {
+      name: 'i0',
+      driver: 'ibverbs',
+      ibverbs: { device: 'mlx5_0', hostInterface: null, port: 1, promisc: false },
+      ...common,
+      line: 7,
+    },
+    {
+      name: 'x0',
+      driver: 'mlx5dv',
+      mlx5dv: {
+        device: 'mlx5_1',
+        hostInterface: null,
+        port: 1,
+        promisc: false,
+        striding: true,
+        cqeCompression: true,
+      },
+      ...common,
+      line: 8,
+    },
     {
       name: 'f0',
       driver: 'pipe',
@@ -932,7 +956,7 @@ interfaces:
     ibverbs: {device: mlx5_0, port: 2}
   - name: x0
     driver: mlx5dv
-    mlx5dv: {device: mlx5_1, port: 255}
+    mlx5dv: {host-interface: enp59s0f1, port: 255, promisc: true, striding: false, cqe-compression: false}
 neighbors:
   - {interface: m0, address: 10.1.2.3, mac: "02:AB:00:00:00:01"}
   - {interface: p-a, address: 192.168.7.1, mac: "02:00:00:00:07:01"}
@@ -1045,8 +1069,27 @@ test('a full example: the normalised Config, every key taken', () => {
         dpdk: { device: 'net_tap0', ealArgs: ['--no-pci', '--vdev=net_tap0'] },
         line: 56,
       },
-      { ...base, name: 'i0', driver: 'ibverbs', ibverbs: { device: 'mlx5_0', port: 2 }, line: 59 },
-      { ...base, name: 'x0', driver: 'mlx5dv', mlx5dv: { device: 'mlx5_1', port: 255 }, line: 62 },
+      {
+        ...base,
+        name: 'i0',
+        driver: 'ibverbs',
+        ibverbs: { device: 'mlx5_0', hostInterface: null, port: 2, promisc: false },
+        line: 59,
+      },
+      {
+        ...base,
+        name: 'x0',
+        driver: 'mlx5dv',
+        mlx5dv: {
+          device: null,
+          hostInterface: 'enp59s0f1',
+          port: 255,
+          promisc: true,
+          striding: false,
+          cqeCompression: false,
+        },
+        line: 62,
+      },
     ],
     neighbors: [
       { interface: 'm0', address: '10.1.2.3', mac: '02:ab:00:00:00:01' },

@@ -11,6 +11,7 @@ import { Interfaces } from '../drivers/interfaces.ts';
 import { createPipe } from '../drivers/pipe.ts';
 import { MemifDriver } from '../drivers/memif.ts';
 import { DpdkDriver } from '../drivers/dpdk.ts';
+import { VerbsDriver } from '../drivers/verbs.ts';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Driver } from '../drivers/driver.ts';
@@ -32,8 +33,12 @@ export interface Stack {
   ifName: string;
 }
 
-/** What joins the two stacks. */
-export type Link = 'pipe' | 'memif' | 'dpdk';
+/**
+ * What joins the two stacks. 'ibverbs' and 'mlx5dv': two NIC ports cabled together (or two
+ * machines' ports on one segment), named by RDMA_GRAPH_HW_A and RDMA_GRAPH_HW_B (kernel
+ * interfaces); npm run test:hw only.
+ */
+export type Link = 'pipe' | 'memif' | 'dpdk' | 'ibverbs' | 'mlx5dv';
 
 export interface Pair {
   /** The pipe's pool; with memif, A's. */
@@ -51,6 +56,13 @@ export interface Pair {
 }
 
 let memifPairs = 0;
+
+/** The two NIC ports of the hardware suite (kernel interfaces), or null when not given. */
+export function hwPorts(): [string, string] | null {
+  const a = process.env.RDMA_GRAPH_HW_A,
+    b = process.env.RDMA_GRAPH_HW_B;
+  return a && b ? [a, b] : null;
+}
 
 export function twoStacks(
   opts: {
@@ -78,6 +90,26 @@ export function twoStacks(
     const socket = `@rdma-graph-pair-${process.pid}-${memifPairs++}`;
     da = new MemifDriver('ma', { socket, role: 'client', mac: macA, mtu });
     db = new MemifDriver('mb', { socket, role: 'server', mac: macB, mtu });
+  } else if (link === 'ibverbs' || link === 'mlx5dv') {
+    const hw = hwPorts();
+    if (hw === null) throw new Error('RDMA_GRAPH_HW_A and RDMA_GRAPH_HW_B name no NIC ports');
+    const port = (name: string, hostInterface: string, mac: string) =>
+      new VerbsDriver(name, {
+        mode: link,
+        device: null,
+        hostInterface,
+        port: 1,
+        promisc: false,
+        mac,
+        mtu,
+        rxQueues: 1,
+        txQueues: 1,
+        rxQueueSize: 1024,
+        txQueueSize: 1024,
+      });
+    pools = [memPool(opts.buffers ?? 8192, 2048), memPool(opts.buffers ?? 8192, 2048)];
+    da = port('na', hw[0], macA);
+    db = port('nb', hw[1], macB);
   } else {
     // A: DPDK's net_memif client on the process's mempool (zero copy); B: our memif server.
     const socket = join(tmpdir(), `rdma-graph-dpdk-pair-${process.pid}-${memifPairs}.sock`);

@@ -324,11 +324,16 @@ test('show device, version, buffers, hardware, memif on a live data plane', asyn
     );
     const ver = formatVersion(await a.version());
     assert.match(ver, /^rdma-graph v\d+\.\d+\.\d+ on Node v20/);
-    // dpdk is listed when dpdk.node was built.
-    assert.match(ver, /\ndrivers: memif, af_packet, pcap, pipe(, dpdk)?\n/);
+    // dpdk is listed when dpdk.node was built, ibverbs and mlx5dv when verbs.node was.
+    assert.match(ver, /\ndrivers: memif, af_packet, pcap, pipe(, dpdk)?(, ibverbs, mlx5dv)?\n/);
+    const avail = (await a.version()).drivers;
     assert.is(
-      ver.includes(', dpdk\n'),
-      (await a.version()).drivers.some((d) => d.name === 'dpdk' && d.available),
+      /, dpdk[,\n]/.test(ver),
+      avail.some((d) => d.name === 'dpdk' && d.available),
+    );
+    assert.is(
+      ver.includes(', ibverbs, mlx5dv\n'),
+      avail.some((d) => d.name === 'ibverbs' && d.available),
     );
     const buf = await a.buffers();
     const b = formatBuffers(buf).split('\n');

@@ -6,6 +6,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import * as assert from 'uvu/assert';
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 export const README = readFileSync(join(ROOT, 'README.md'), 'utf8');
@@ -78,4 +79,28 @@ export function bash(script: string): { code: number | null; out: string } {
     env: { ...process.env, npm_config_loglevel: 'error' },
   });
   return { code: r.status, out: r.stdout + r.stderr };
+}
+
+/**
+ * A README real-NIC block (test/hw): all lines but the last set the machine up, the last starts
+ * the daemon; then the port's link must come up and `show hardware` must match every pattern.
+ * The caller has checked that the NIC is there.
+ */
+export async function runNicBlock(block: string, hardware: RegExp[]): Promise<void> {
+  const lines = block.split('\n');
+  const start = lines.pop() as string;
+  const setup = bash(lines.join('\n'));
+  assert.is(setup.code, 0, setup.out);
+  const d = await daemon([], start);
+  try {
+    const up = bash(
+      'for i in $(seq 100); do node bin/rdmactl.mjs show interfaces | grep -q " up " && exit 0; sleep 0.1; done; exit 1',
+    );
+    assert.is(up.code, 0, `the port's link came up:\n${up.out}\n${d.out}`);
+    const hw = bash('node bin/rdmactl.mjs show hardware');
+    for (const re of hardware) assert.match(hw.out, re, hw.out);
+  } finally {
+    d.proc.kill('SIGTERM');
+    assert.is(await d.exit, 0, d.out);
+  }
 }
