@@ -182,10 +182,14 @@ export class VerbsDriver implements Driver {
     return this.port !== null && this.port.linkUp();
   }
 
-  /** The NIC computes IPv4 and UDP checksums when the device has raw-packet checksum offload. */
+  /**
+   * Transmit checksums stay in software: whether the NIC wants the UDP field zero or seeded with
+   * the pseudo-header sum (as DPDK's offload API asks) was never checked on a ConnectX here, and
+   * a wrong guess corrupts every datagram. The native path can set the flags (IBV_SEND_IP_CSUM,
+   * the eth segment's cs_flags) once a NIC confirms which. Receive verdicts are used.
+   */
   txChecksumOffload(): { ip4: boolean; udp: boolean } {
-    const c = this.portInfo?.txChecksum === true;
-    return { ip4: c, udp: c };
+    return { ip4: false, udp: false };
   }
 
   rxWaitFd(_queue: number): number {
@@ -230,7 +234,7 @@ export class VerbsDriver implements Driver {
       this.opts.promisc ? 'promiscuous' : null,
       this.kind === 'mlx5dv' ? 'mlx5dv' : null,
       i?.striding ? 'striding-rq' : null,
-      i?.txChecksum ? 'tx-cksum rx-l4-cksum' : null,
+      i?.txChecksum ? 'rx-l4-cksum' : null,
       s?.error ? 'error' : null,
     ].filter((x) => x !== null);
     const port = r.device.ports.find((p) => p.port === this.opts.port);

@@ -489,10 +489,18 @@ class Port : public Napi::ObjectWrap<Port> {
       return;
     }
     uint32_t k = 0;
+    uint32_t got[1u << kLogStridesPerWqe];
     while (k + unit <= room && pool_.state[0] >= unit) {
+      // A WQE's buffers first: a stash index past the pool stops the refill (the ring keeps
+      // only valid buffers; the good ones taken go back through `done`).
+      uint32_t ok = 0;
+      while (ok < unit && pool_.Take(&got[ok])) ok++;
+      if (ok < unit) {
+        for (uint32_t j = 0; j < ok; j++) pool_.Give(got[j]);
+        break;
+      }
       for (uint32_t j = 0; j < unit; j++) {
-        uint32_t bi;
-        if (!pool_.Take(&bi)) bi = 0;  // a stash index past the pool: never happens with our JS
+        const uint32_t bi = got[j];
         const uint32_t slot = (r.tail + k + j) & r.mask;
         r.bufs[slot] = bi;
         pool_.offset[bi] = pool_.DataStart(bi);
