@@ -341,8 +341,8 @@ export class ApiClient {
 
   // ---------------------------------------------------------------- PD, MR
 
-  createPd(): Promise<PdView> {
-    return this.post('/v1/pds');
+  createPd(req: { interface?: string } = {}): Promise<PdView> {
+    return this.post('/v1/pds', req);
   }
   pds(): Promise<PdView[]> {
     return this.get('/v1/pds');
@@ -372,7 +372,7 @@ export class ApiClient {
 
   // ---------------------------------------------------------------- CQ, SRQ
 
-  createCq(req: { depth: number }): Promise<CqView> {
+  createCq(req: { depth: number; interface?: string }): Promise<CqView> {
     return this.post('/v1/cqs', req);
   }
   cqs(): Promise<CqView[]> {

@@ -81,9 +81,9 @@ show:
   fault IF rx|tx|both [seed N] [loss P] [reorder P] [duplicate P] [corrupt P] [reorder-depth N] [reorder-delay-us N] | fault IF off
 
 verbs (handles are numbers; sge is MR:OFFSET:LENGTH[,MR:OFFSET:LENGTH...]):
-  create pd
+  create pd [interface IF]            (IF: with cpu.workers, made on IF's worker)
   create mr pd PD length N [access local-write,remote-write,remote-read,remote-atomic,remote-invalidate]   -> "MR STAG" (STAG in hex; STAGs are taken in hex or decimal)
-  create cq [depth N]
+  create cq [depth N] [interface IF]
   create srq pd PD max-wr N [max-sge N]
   create qp pd PD send-cq CQ recv-cq CQ [srq SRQ] [max-send-wr N] [max-recv-wr N] [max-sge N] [max-inline N] [ird N] [ord N] [interface IF]   -> "QPN PSN"
   connect QPN IP:PORT psn PSN [ird N] [ord N]          manual: PSN is the peer QP's (its create qp or show qp)
@@ -399,8 +399,8 @@ async function create(
   const a = new Args(rest, `create ${what}`);
   switch (what) {
     case 'pd': {
-      a.end();
-      const v = (await call('POST', '/v1/pds', {})) as PdView;
+      const o = a.options(['interface']);
+      const v = (await call('POST', '/v1/pds', o.has('interface') ? { interface: o.get('interface') } : {})) as PdView;
       return created(v, String(v.pd));
     }
     case 'mr': {
@@ -422,8 +422,11 @@ async function create(
       return created(v, `${v.mr} 0x${v.stag.toString(16)}`);
     }
     case 'cq': {
-      const o = a.options(['depth']);
-      const v = (await call('POST', '/v1/cqs', { depth: intOpt(o, 'depth', 'create cq') ?? 1024 })) as CqView;
+      const o = a.options(['depth', 'interface']);
+      const v = (await call('POST', '/v1/cqs', {
+        depth: intOpt(o, 'depth', 'create cq') ?? 1024,
+        ...(o.has('interface') ? { interface: o.get('interface') } : {}),
+      })) as CqView;
       return created(v, String(v.cq));
     }
     case 'srq': {

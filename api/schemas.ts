@@ -466,9 +466,18 @@ export const MrCreate = obj(
   },
   ['access'],
 );
-export const CqCreate = obj({
-  depth: int(1, L.maxCqe, 'completions it holds (rdma.max-cq-entries may lower the limit: GET /v1/device maxCqe)'),
-});
+const placeOn = {
+  ...str("the interface it serves: with cpu.workers it is made on that interface's worker (default: worker 0)"),
+  maxLength: 256,
+};
+export const PdCreate = obj({ interface: placeOn }, ['interface']);
+export const CqCreate = obj(
+  {
+    depth: int(1, L.maxCqe, 'completions it holds (rdma.max-cq-entries may lower the limit: GET /v1/device maxCqe)'),
+    interface: placeOn,
+  },
+  ['interface'],
+);
 export const SrqCreate = obj(
   {
     pd: handle('protection domain'),
@@ -659,6 +668,7 @@ export const components: Record<string, JsonSchema> = {
   PingResult,
   MrCreate,
   CqCreate,
+  PdCreate,
   SrqCreate,
   SrqModify,
   RecvRequest,

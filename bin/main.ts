@@ -111,7 +111,11 @@ async function start(file: string, isDefault: boolean): Promise<void> {
   const st = await dp.buffers();
   log(
     'info',
-    `buffers: ${st.count} x ${st.dataSize} B (${st.hugepages ? '2 MiB hugepages' : 'normal pages'}), graph on the main thread`,
+    `buffers: ${st.count} x ${st.dataSize} B (${st.hugepages ? '2 MiB hugepages' : 'normal pages'}), ${
+      config.cpu.workers === 0
+        ? 'graph on the main thread'
+        : `${config.cpu.workers} worker thread${config.cpu.workers === 1 ? '' : 's'} (rdma_wk_0..${config.cpu.workers - 1}), API on the main thread`
+    }`,
   );
   for (const itf of await dp.interfaces()) {
     log(

@@ -18,7 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { isAlias, isMap, isScalar, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
 import { validateFaultConfig } from '../drivers/fault.ts';
 import { inSubnet, notAHost, parseIp4, parseIp4Prefix, parseListen, subnetText, type Ip4Prefix } from './formats.ts';
-import { camel, expected, expectedOrNull, SCHEMA, type MapSpec, type Spec } from './schema.ts';
+import { camel, expected, expectedOrNull, parseCoreList, SCHEMA, type MapSpec, type Spec } from './schema.ts';
 import { DRIVER_KINDS, type Config, type InterfaceConfig } from './types.ts';
 
 /** The embedded default configuration file (absolute path, found from the package wherever the process runs). */
@@ -443,6 +443,31 @@ function crossCheck(raw: Raw, c: Checker): void {
         'one entry per interface and address',
       );
     else seen.set(key, k);
+  });
+
+  const cpu = isRecord(raw.cpu) ? raw.cpu : {};
+  const workers = typeof cpu.workers === 'number' ? cpu.workers : 0;
+  if (typeof cpu.corelistWorkers === 'string') {
+    const cores = parseCoreList(cpu.corelistWorkers);
+    if (Array.isArray(cores) && cores.length !== workers)
+      c.report(
+        'cpu.corelist-workers',
+        c.where('cpu.corelist-workers'),
+        `names ${cores.length} CPU${cores.length === 1 ? '' : 's'} for ${workers} worker${workers === 1 ? '' : 's'}`,
+        `${workers} CPU${workers === 1 ? '' : 's'} (one per worker)`,
+      );
+  }
+  ifs.forEach((itf: unknown, k) => {
+    if (!isRecord(itf) || typeof itf.worker !== 'number') return;
+    if (itf.worker >= workers)
+      c.report(
+        `interfaces[${k}].worker`,
+        c.where(`interfaces[${k}].worker`),
+        workers === 0
+          ? `${itf.worker} with cpu.workers 0 (no worker threads)`
+          : `${itf.worker} but cpu.workers is ${workers}`,
+        workers === 0 ? 'cpu.workers >= 1, or no worker key' : `a worker 0..${workers - 1}`,
+      );
   });
 
   const api = isRecord(raw.api) ? raw.api : {};

@@ -278,6 +278,29 @@ const DRIVER_OPTIONS: Record<DriverKind, MapSpec> = {
   },
 };
 
+/** "1-3,5": CPU numbers and ascending ranges; undefined when valid. */
+export function parseCoreList(v: string): number[] | string {
+  const out: number[] = [];
+  for (const part of v.split(',')) {
+    const m = /^\s*(\d{1,4})(?:\s*-\s*(\d{1,4}))?\s*$/.exec(part);
+    if (m === null) return `"${part}" is not a CPU number or a range a-b`;
+    const a = Number(m[1]),
+      b = m[2] === undefined ? a : Number(m[2]);
+    if (b < a) return `range ${a}-${b} goes down`;
+    if (b > 1023) return `CPU ${b} is beyond 1023`;
+    for (let c = a; c <= b; c++) {
+      if (out.includes(c)) return `CPU ${c} is listed twice`;
+      out.push(c);
+    }
+  }
+  return out;
+}
+
+function checkCoreList(v: string): string | undefined {
+  const r = parseCoreList(v);
+  return typeof r === 'string' ? r : undefined;
+}
+
 /** The keys of `ibverbs:` and `mlx5dv:`: the device by name or by its kernel interface. */
 function verbsKeys(dv: boolean): Record<string, Spec> {
   const keys: Record<string, Spec> = {
@@ -392,6 +415,13 @@ const INTERFACE: MapSpec = {
       doc: 'largest IP packet (it may exceed buffers.data-size: frames are chained)',
     },
     'rx-queues': { type: 'int', min: 1, max: 64, default: 1, doc: 'receive queues' },
+    worker: {
+      type: 'int',
+      min: 0,
+      max: 63,
+      nullable: true,
+      doc: "the worker thread that runs this interface (VPP's rx-placement; null: round robin in file order); needs cpu.workers",
+    },
     'rx-mode': {
       type: 'enum',
       values: ['adaptive', 'polling', 'interrupt'],
@@ -471,13 +501,24 @@ export const SCHEMA: MapSpec = {
       keys: {
         workers: {
           type: 'int',
+          min: 0,
+          max: 64,
           default: 0,
-          expect: '0',
-          check: (v: number) =>
-            v === 0
-              ? undefined
-              : `${v} is not supported: worker threads are not implemented yet, the graph runs on the main thread`,
-          doc: 'worker threads; only 0 today: the graph runs on the main thread',
+          doc: "worker threads, each running a graph over the interfaces placed on it (interfaces[].worker, else round robin); 0: the graph runs on the main thread beside the API. With workers the main thread keeps only the API, configuration and logging (VPP's main thread and vpp_wk_N)",
+        },
+        'main-core': {
+          type: 'int',
+          min: 0,
+          max: 1023,
+          nullable: true,
+          doc: "pin the main thread to this CPU (VPP's main-core; null: not pinned)",
+        },
+        'corelist-workers': {
+          type: 'string',
+          nullable: true,
+          check: checkCoreList,
+          expect: 'CPU numbers and ranges, e.g. 1-3 or 1,3',
+          doc: "pin worker i to the i-th CPU of this list (VPP's corelist-workers; it must name as many CPUs as workers; null: not pinned)",
         },
         poll: {
           type: 'enum',

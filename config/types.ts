@@ -78,6 +78,8 @@ export interface InterfaceConfig {
   gateway: string | null;
   mtu: number;
   rxQueues: number;
+  /** The worker thread that runs it (cpu.workers > 0), or null: round robin in file order. */
+  worker: number | null;
   /** interfaces[].rx-mode; null: cpu.poll's. */
   rxMode: 'adaptive' | 'polling' | 'interrupt' | null;
   rxQueueSize: number;
@@ -99,8 +101,14 @@ export interface Config {
   source: string;
   /** `api: {listen: "host:port", token}`. */
   api: { host: string; port: number; token: string | null };
-  /** `cpu: {workers, poll, idle-poll-us}`. */
-  cpu: { workers: number; poll: 'adaptive' | 'polling' | 'interrupt'; idlePollUs: number };
+  /** `cpu: {workers, main-core, corelist-workers, poll, idle-poll-us}`. */
+  cpu: {
+    workers: number;
+    mainCore: number | null;
+    corelistWorkers: string | null;
+    poll: 'adaptive' | 'polling' | 'interrupt';
+    idlePollUs: number;
+  };
   /** `buffers: {count, data-size}`. */
   buffers: { count: number; dataSize: number };
   /** `log: {level}`. */

@@ -13,6 +13,9 @@
  * kind of wrong it is (the API maps kinds to HTTP statuses); nothing a caller passes can throw
  * anything else or leave the data plane half-changed.
  */
+import { availableParallelism } from 'node:os';
+import { loadCore } from '../native/load.ts';
+import { startWorkers } from './workers.ts';
 import { startVerbsSocket, VERBS_LIBRARY, type VerbsSocket, type VerbsSocketOptions } from './verbs-socket.ts';
 import {
   Graph,
@@ -89,6 +92,24 @@ import {
   WR_OPCODE_NAMES,
   type WrOpcodeName,
 } from '../nodes/rdma/verbs.ts';
+
+/** Dataplane.create's options beyond the configuration. */
+export interface CreateOptions {
+  log?: Logger;
+  /** Set when this data plane is a worker's (dataplane/worker-thread.ts): its graph's thread. */
+  thread?: { index: number; name: string; lcore?: number };
+  /** A worker's handle range starts after this (dataplane/workers.ts routes by it). */
+  handleBase?: number;
+  /** Each event as it is logged (a worker hands them to the main thread's event log). */
+  onEvent?: (e: EventView) => void;
+}
+
+/** Pin the calling thread to `cpu` (cpu.main-core, cpu.corelist-workers). */
+export function pinThread(cpu: number, what: string): void {
+  const n = availableParallelism();
+  if (cpu >= n) throw new DataplaneError('invalid', `${what}: CPU ${cpu} is not on this machine (CPUs 0..${n - 1})`);
+  loadCore().setThreadAffinity([cpu]);
+}
 
 const EVENT_LOG = 1024;
 /** A repeated link event (same reason) is logged at most this often. */
@@ -184,6 +205,11 @@ export class Dataplane {
    * never use it (test/layout.test.ts checks): they go through the methods, the one door.
    */
   static internals(dp: Dataplane): DataplaneInternals {
+    if (!(dp instanceof Dataplane))
+      throw new DataplaneError(
+        'unavailable',
+        'Dataplane.internals: with cpu.workers the graphs live in worker threads',
+      );
     return { graph: dp.graph, pool: dp.pool, net: dp.net, ifs: dp.ifs, rdma: dp.rdma };
   }
   private readonly listeners = new Map<number, ListenerView & { create: ListenerCreate }>();
@@ -191,6 +217,7 @@ export class Dataplane {
   private readonly cqWaiters = new Map<number, Set<() => void>>();
   private readonly events: EventView[] = [];
   private eventSeq = 0;
+  private eventHook: ((e: EventView) => void) | null = null;
   /** Interface index -> link up at the last look (for a gratuitous ARP when it comes up). */
   private readonly linkWasUp = new Map<number, boolean>();
   /** "<interface index>/<drop|refusal>" -> what linkNews has seen and logged. */
@@ -268,13 +295,12 @@ export class Dataplane {
    * Build the graph, open the configured interfaces and start the loop on this thread. A
    * failure closes whatever was opened and rejects with a DataplaneError naming the interface.
    */
-  static async create(config: Config, opts: { log?: Logger } = {}): Promise<Dataplane> {
+  static async create(config: Config, opts: CreateOptions = {}): Promise<Dataplane> {
     const log = opts.log ?? (() => {});
-    if (config.cpu.workers !== 0)
-      throw new DataplaneError(
-        'unavailable',
-        `cpu.workers ${config.cpu.workers}: worker threads are not implemented; use workers: 0`,
-      );
+    // cpu.workers: the graphs run on worker threads (dataplane/workers.ts); this thread keeps
+    // the methods, each one carried to the worker that owns its object.
+    if (config.cpu.workers > 0 && opts.thread === undefined) return startWorkers(config, log);
+    if (opts.thread === undefined && config.cpu.mainCore !== null) pinThread(config.cpu.mainCore, 'cpu.main-core');
     // The drivers first: one of them may provide the pool's memory (DPDK's mempool).
     const drivers: Driver[] = [];
     let pool: BufferPool;
@@ -296,7 +322,9 @@ export class Dataplane {
     const cpu = config.cpu;
     const graph = new Graph({
       pool,
-      threadName: 'main',
+      threadIndex: opts.thread?.index ?? 0,
+      threadName: opts.thread?.name ?? 'main',
+      lcore: opts.thread?.lcore,
       traceMaxPackets: config.trace.maxPackets,
       mode: cpu.poll === 'polling' ? 'polling' : 'adaptive',
       idlePollUs: cpu.poll === 'interrupt' ? 0 : cpu.idlePollUs,
@@ -312,6 +340,7 @@ export class Dataplane {
       const r = config.rdma;
       const rdma = registerRdma(graph, net, {
         portRange: r.portRange,
+        handleBase: opts.handleBase ?? 0,
         maxQps: r.maxQps,
         maxMrs: r.maxMrs,
         cmRetryMs: r.cmRetryMs,
@@ -337,6 +366,7 @@ export class Dataplane {
       if (config.interfaces.some((c) => c.rxMode === 'polling')) graph.addSleepGuard(() => true);
       graph.build();
       const dp = new Dataplane(config, graph, net, ifs, rdma, log);
+      dp.eventHook = opts.onEvent ?? null;
       graph.start();
       dp.watchLinks();
       return dp;
@@ -406,6 +436,7 @@ export class Dataplane {
   private onEvent(e: RdmaEvent): void {
     const ev: EventView = { seq: ++this.eventSeq, time: new Date().toISOString(), ...e };
     this.events.push(ev);
+    this.eventHook?.(ev);
     if (this.events.length > EVENT_LOG) this.events.shift();
     this.log(
       e.type === 'qp-error' || e.type === 'cq-error' ? 'warn' : 'info',
@@ -693,6 +724,10 @@ export class Dataplane {
     return this.interfaceView(name);
   }
 
+  private checkInterface(name: string): void {
+    if (!this.ifs.all().some((i) => i.name === name)) throw new DataplaneError('not-found', `no interface "${name}"`);
+  }
+
   async recentEvents(since = 0): Promise<EventView[]> {
     return this.events.filter((e) => e.seq > since);
   }
@@ -743,8 +778,10 @@ export class Dataplane {
 
   // ------------------------------------------------------------------ PD, MR
 
-  async createPd(): Promise<PdView> {
+  /** `interface`: where the PD is for; it places the PD on that interface's worker (cpu.workers). */
+  async createPd(req: { interface?: string } = {}): Promise<PdView> {
     this.live();
+    if (req.interface !== undefined) this.checkInterface(req.interface);
     const pd = guard(() => this.rdma.createPd());
     return { pd: pd.handle, users: pd.users };
   }
@@ -829,8 +866,10 @@ export class Dataplane {
 
   // ------------------------------------------------------------------ CQ, SRQ
 
-  async createCq(req: { depth: number }): Promise<CqView> {
+  /** `interface`: as createPd's (a CQ lives on the worker of the QPs it serves). */
+  async createCq(req: { depth: number; interface?: string }): Promise<CqView> {
     this.live();
+    if (req.interface !== undefined) this.checkInterface(req.interface);
     const cq = guard(() => this.rdma.createCq(req.depth));
     cq.onCompletion = (c) => this.wakeCq(c.handle);
     return this.cqView(cq);

@@ -60,6 +60,8 @@ import {
 export interface RdmaOptions extends Partial<BudgetLimits> {
   /** UDP ports QPs get (their QPNs), inclusive; default [20000, 29999]. */
   portRange?: [number, number];
+  /** Handles (PD, MR, CQ, SRQ) count up from here + 1 (a worker's own range; default 0). */
+  handleBase?: number;
   maxQps?: number;
   maxMrs?: number;
   trp?: Partial<TrpSettings>;
@@ -269,6 +271,7 @@ export class Rdma {
       throw new RangeError(`rdma port-range must be two ports lo <= hi in 1..65535, got [${lo}, ${hi}]`);
     this.portLo = lo;
     this.portHi = hi;
+    this.handles = opts.handleBase ?? 0;
     const maxQps = opts.maxQps ?? 1024;
     const maxMrs = opts.maxMrs ?? 4096;
     if (!(Number.isInteger(maxMrs) && maxMrs >= 1 && maxMrs <= MAX_MRS))

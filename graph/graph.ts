@@ -37,6 +37,8 @@ export interface GraphOptions {
   clock?: Clock;
   threadIndex?: number;
   threadName?: string;
+  /** The CPU the thread is pinned to (`show runtime`'s "(lcore N)"), if it is. */
+  lcore?: number;
   /** Most packets `trace add` keeps (trace.max-packets). */
   traceMaxPackets?: number;
   /** Timer wheel tick (default 100 µs). */
@@ -70,6 +72,7 @@ export class Graph {
   readonly clock: Clock;
   readonly threadIndex: number;
   readonly threadName: string;
+  readonly lcore: number | undefined;
   readonly nodes: NodeRuntime[] = [];
   private readonly byName = new Map<string, NodeRuntime>();
   private built = false;
@@ -127,6 +130,7 @@ export class Graph {
     this.clock = opts.clock ?? systemClock();
     this.threadIndex = opts.threadIndex ?? 0;
     this.threadName = opts.threadName ?? 'main';
+    this.lcore = opts.lcore;
     this.startNs = this.clock.nowNs();
     this.runtime = new RuntimeCounters(64, this.startNs);
     this.errors = new ErrorCounters(256);
@@ -785,6 +789,7 @@ export class Graph {
     return {
       index: this.threadIndex,
       name: this.threadName,
+      ...(this.lcore !== undefined ? { lcore: this.lcore } : {}),
       time,
       updateInterval: 10,
       internalVectorRate: intC > 0 ? intV / intC : 0,

@@ -333,6 +333,10 @@ export interface CoreAddon {
   /** CPU timestamp counter (or CLOCK_MONOTONIC ns where there is none), see tscSource(). */
   rdtsc(): number;
   tscSource(): TscSource;
+  /** Pin the calling thread to these CPUs (pthread_setaffinity_np). */
+  setThreadAffinity(cpus: number[]): void;
+  /** The CPU the calling thread runs on now (sched_getcpu). */
+  currentCpu(): number;
   /**
    * Shareable memory for a packet-buffer pool: memfd + mmap(MAP_SHARED|MAP_POPULATE).
    * Throws TypeError/RangeError for bad arguments (bytes must be an integer in

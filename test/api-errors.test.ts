@@ -330,7 +330,14 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
     { method: 'GET', path: '/metrics?format=json', status: 400, message: NOFIELDS('querystring', 'format') },
     { method: 'GET', path: '/v1/openapi.json?x=1', status: 400, message: NOFIELDS('querystring', 'x') },
     // PD
-    { method: 'POST', path: '/v1/pds', body: { x: 1 }, status: 400, message: NOFIELDS('body', 'x') },
+    {
+      method: 'POST',
+      path: '/v1/pds',
+      body: { x: 1 },
+      status: 400,
+      message: 'body/x is not allowed (allowed: interface)',
+    },
+    { method: 'POST', path: '/v1/pds', body: { interface: 'nope0' }, status: 404, message: 'no interface "nope0"' },
     { method: 'POST', path: '/v1/pds', body: '"pd"', status: 400, message: 'body must be object' },
     { method: 'GET', path: '/v1/pds?x=1', status: 400, message: NOFIELDS('querystring', 'x') },
     { method: 'DELETE', path: '/v1/pds/999999', status: 404, message: 'no protection domain 999999' },
@@ -528,7 +535,7 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
       path: '/v1/cqs',
       body: '{"depth": 1, "__proto__": {"polluted": 1}}',
       status: 400,
-      message: 'body/__proto__ is not allowed (allowed: depth)',
+      message: 'body/__proto__ is not allowed (allowed: depth, interface)',
     },
     {
       method: 'POST',

@@ -32,7 +32,7 @@ const M = 'interfaces:\n  - name: m0\n    driver: memif\n    memif: {socket: s}\
 // The same with an address on line 5.
 const MA = `${M}    address: 10.0.0.1/24\n`;
 const IF_KEYS =
-  'name, driver, memif, af_packet, pcap, pipe, dpdk, ibverbs, mlx5dv, mac, address, gateway, mtu, rx-queues, rx-mode, rx-queue-size, tx-queue-size, fault';
+  'name, driver, memif, af_packet, pcap, pipe, dpdk, ibverbs, mlx5dv, mac, address, gateway, mtu, rx-queues, worker, rx-mode, rx-queue-size, tx-queue-size, fault';
 const TOP_KEYS = 'api, cpu, buffers, log, interfaces, neighbors, rdma, capture, verbs, trace';
 const CIDR = 'an IPv4 host address with prefix length, a.b.c.d/N with N in 0..32';
 const MAC = 'a unicast MAC address xx:xx:xx:xx:xx:xx';
@@ -87,7 +87,7 @@ const CASES: [string, string, string][] = [
   [
     'unknown key: cpu',
     'cpu: {threads: 2}\n',
-    't.yaml:1:7: cpu.threads: unknown key "threads" (expected one of: workers, poll, idle-poll-us)',
+    't.yaml:1:7: cpu.threads: unknown key "threads" (expected one of: workers, main-core, corelist-workers, poll, idle-poll-us)',
   ],
   [
     'unknown key: buffers',
@@ -537,14 +537,44 @@ const CASES: [string, string, string][] = [
   ],
   // ---- cpu
   [
-    'workers: 2',
-    'cpu: {workers: 2}\n',
-    't.yaml:1:16: cpu.workers: 2 is not supported: worker threads are not implemented yet, the graph runs on the main thread (expected 0)',
+    'workers: 65',
+    'cpu: {workers: 65}\n',
+    't.yaml:1:16: cpu.workers: 65 is out of range (expected an integer in 0..64)',
   ],
   [
     'workers: -1',
     'cpu: {workers: -1}\n',
-    't.yaml:1:16: cpu.workers: -1 is not supported: worker threads are not implemented yet, the graph runs on the main thread (expected 0)',
+    't.yaml:1:16: cpu.workers: -1 is out of range (expected an integer in 0..64)',
+  ],
+  [
+    'corelist-workers: not a list',
+    'cpu: {workers: 2, corelist-workers: "1;2"}\n',
+    't.yaml:1:37: cpu.corelist-workers: "1;2" is not a CPU number or a range a-b (expected CPU numbers and ranges, e.g. 1-3 or 1,3)',
+  ],
+  [
+    'corelist-workers: a range going down',
+    'cpu: {workers: 2, corelist-workers: "3-1"}\n',
+    't.yaml:1:37: cpu.corelist-workers: range 3-1 goes down (expected CPU numbers and ranges, e.g. 1-3 or 1,3)',
+  ],
+  [
+    'corelist-workers: as many CPUs as workers',
+    'cpu: {workers: 2, corelist-workers: "1-3"}\n',
+    't.yaml:1:37: cpu.corelist-workers: names 3 CPUs for 2 workers (expected 2 CPUs (one per worker))',
+  ],
+  [
+    'main-core: out of range',
+    'cpu: {main-core: 5000}\n',
+    't.yaml:1:18: cpu.main-core: 5000 is out of range (expected an integer in 0..1023)',
+  ],
+  [
+    'interface worker without workers',
+    'interfaces:\n  - {name: m0, driver: memif, memif: {socket: s}, worker: 0}\n',
+    't.yaml:2:59: interfaces[0].worker: 0 with cpu.workers 0 (no worker threads) (expected cpu.workers >= 1, or no worker key)',
+  ],
+  [
+    'interface worker beyond the workers',
+    'cpu: {workers: 2}\ninterfaces:\n  - {name: m0, driver: memif, memif: {socket: s}, worker: 2}\n',
+    't.yaml:3:59: interfaces[0].worker: 2 but cpu.workers is 2 (expected a worker 0..1)',
   ],
   [
     'poll: an unknown mode',
@@ -743,7 +773,7 @@ test('the checks across keys are sorted in among the others by position', () => 
     '    driver: memif', // 6
     '    memif: {socket: s2}', // 7
     '    mtu: 1', // 8: out of range (found during the walk)
-    'cpu: {workers: 4}', // 9
+    'cpu: {workers: 70}', // 9
   ].join('\n');
   const e = configError(yaml);
   assert.equal(
@@ -772,7 +802,7 @@ test('a value the walk rejected is not looked at again by the checks across keys
 const DEFAULTS: Config = {
   source: 't.yaml',
   api: { host: '127.0.0.1', port: 7070, token: null },
-  cpu: { workers: 0, poll: 'adaptive', idlePollUs: 200 },
+  cpu: { workers: 0, mainCore: null, corelistWorkers: null, poll: 'adaptive', idlePollUs: 200 },
   buffers: { count: 16384, dataSize: 2048 },
   log: { level: 'info' },
   interfaces: [],
@@ -826,6 +856,7 @@ test("defaults of an interface and of each driver's options", () => {
     gateway: null,
     mtu: 1500,
     rxQueues: 1,
+    worker: null,
     rxMode: null,
     rxQueueSize: 1024,
     txQueueSize: 1024,
@@ -898,7 +929,9 @@ api:
   listen: "[::1]:8080"
   token: t0k3n
 cpu:
-  workers: 0
+  workers: 2
+  main-core: 0
+  corelist-workers: "0-1"
   poll: interrupt
   idle-poll-us: 75
 buffers:
@@ -921,6 +954,7 @@ interfaces:
     gateway: 10.1.255.254
     mtu: 9000
     rx-queues: 2
+    worker: 1
     rx-mode: polling
     rx-queue-size: 512
     tx-queue-size: 256
@@ -992,6 +1026,7 @@ test('a full example: the normalised Config, every key taken', () => {
     gateway: null,
     mtu: 1500,
     rxQueues: 1,
+    worker: null,
     rxMode: null,
     rxQueueSize: 1024,
     txQueueSize: 1024,
@@ -1000,7 +1035,7 @@ test('a full example: the normalised Config, every key taken', () => {
   const want: Config = {
     source: 'full.yaml',
     api: { host: '::1', port: 8080, token: 't0k3n' },
-    cpu: { workers: 0, poll: 'interrupt', idlePollUs: 75 },
+    cpu: { workers: 2, mainCore: 0, corelistWorkers: '0-1', poll: 'interrupt', idlePollUs: 75 },
     buffers: { count: 65536, dataSize: 4096 },
     log: { level: 'debug' },
     interfaces: [
@@ -1020,6 +1055,7 @@ test('a full example: the normalised Config, every key taken', () => {
         gateway: '10.1.255.254',
         mtu: 9000,
         rxQueues: 2,
+        worker: 1,
         rxMode: 'polling',
         rxQueueSize: 512,
         txQueueSize: 256,
@@ -1035,17 +1071,17 @@ test('a full example: the normalised Config, every key taken', () => {
             corrupt: 0.4,
           },
         },
-        line: 15,
+        line: 17,
       },
-      { ...base, name: 'p-a', driver: 'pipe', pipe: { peer: 'p_b' }, address: '192.168.7.0/31', line: 41 },
-      { ...base, name: 'p_b', driver: 'pipe', pipe: { peer: 'p-a' }, address: '192.168.7.1/31', line: 45 },
+      { ...base, name: 'p-a', driver: 'pipe', pipe: { peer: 'p_b' }, address: '192.168.7.0/31', line: 44 },
+      { ...base, name: 'p_b', driver: 'pipe', pipe: { peer: 'p-a' }, address: '192.168.7.1/31', line: 48 },
       {
         ...base,
         name: 'c0',
         driver: 'pcap',
         pcap: { rxFile: 'in.pcap', txFile: 'out.pcap', rate: 2.5, loop: 0 },
         address: '172.16.0.9/32',
-        line: 49,
+        line: 52,
       },
       {
         ...base,
@@ -1060,21 +1096,21 @@ test('a full example: the normalised Config, every key taken', () => {
           rxRing: 'v3', // v2 needs tx-mode sendmmsg (checked below)
           blockTimeoutMs: 5,
         },
-        line: 53,
+        line: 56,
       },
       {
         ...base,
         name: 'd0',
         driver: 'dpdk',
         dpdk: { device: 'net_tap0', ealArgs: ['--no-pci', '--vdev=net_tap0'] },
-        line: 56,
+        line: 59,
       },
       {
         ...base,
         name: 'i0',
         driver: 'ibverbs',
         ibverbs: { device: 'mlx5_0', hostInterface: null, port: 2, promisc: false },
-        line: 59,
+        line: 62,
       },
       {
         ...base,
@@ -1088,7 +1124,7 @@ test('a full example: the normalised Config, every key taken', () => {
           striding: false,
           cqeCompression: false,
         },
-        line: 62,
+        line: 65,
       },
     ],
     neighbors: [

@@ -11,7 +11,7 @@ export function baseConfig(over: Partial<Config> = {}): Config {
   return {
     source: '<test>',
     api: { host: '127.0.0.1', port: 0, token: null },
-    cpu: { workers: 0, poll: 'adaptive', idlePollUs: 200 },
+    cpu: { workers: 0, mainCore: null, corelistWorkers: null, poll: 'adaptive', idlePollUs: 200 },
     buffers: { count: 8192, dataSize: 2048 },
     log: { level: 'info' },
     interfaces: [],
@@ -55,6 +55,7 @@ export function pipeInterface(
     gateway: null,
     mtu: 1500,
     rxQueues: 1,
+    worker: null,
     rxMode: null,
     rxQueueSize: 4096,
     txQueueSize: 1024,

@@ -32,38 +32,58 @@ async function idlePlane(
 const wait = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 test('cpu.poll: polling never sleeps; interrupt sleeps at once; adaptive after idle-poll-us', async () => {
-  await idlePlane({ workers: 0, poll: 'polling', idlePollUs: 200 }, null, async (g) => {
-    await wait(300);
-    assert.is(g.sleeps, 0, 'polling: the graph never slept');
-    assert.is(g.isSleeping, false);
-  });
-  await idlePlane({ workers: 0, poll: 'interrupt', idlePollUs: 500_000 }, null, async (g, dp) => {
-    await wait(100);
-    assert.ok(g.sleeps > 0, 'interrupt: asleep well before the idle-poll time it ignores');
-    assert.is(g.isSleeping, true);
-    const rt = (await dp.runtime())[0];
-    assert.ok(
-      rt.rows.some((x) => x.state === 'interrupt wait'),
-      `show runtime says it waits: ${JSON.stringify(rt.rows.map((x) => x.state))}`,
-    );
-  });
-  await idlePlane({ workers: 0, poll: 'adaptive', idlePollUs: 400_000 }, null, async (g) => {
-    await wait(150);
-    assert.is(g.sleeps, 0, 'adaptive: still polling within idle-poll-us (400 ms)');
-    await wait(600);
-    assert.ok(g.sleeps > 0, 'adaptive: asleep after idle-poll-us');
-  });
+  await idlePlane(
+    { workers: 0, mainCore: null, corelistWorkers: null, poll: 'polling', idlePollUs: 200 },
+    null,
+    async (g) => {
+      await wait(300);
+      assert.is(g.sleeps, 0, 'polling: the graph never slept');
+      assert.is(g.isSleeping, false);
+    },
+  );
+  await idlePlane(
+    { workers: 0, mainCore: null, corelistWorkers: null, poll: 'interrupt', idlePollUs: 500_000 },
+    null,
+    async (g, dp) => {
+      await wait(100);
+      assert.ok(g.sleeps > 0, 'interrupt: asleep well before the idle-poll time it ignores');
+      assert.is(g.isSleeping, true);
+      const rt = (await dp.runtime())[0];
+      assert.ok(
+        rt.rows.some((x) => x.state === 'interrupt wait'),
+        `show runtime says it waits: ${JSON.stringify(rt.rows.map((x) => x.state))}`,
+      );
+    },
+  );
+  await idlePlane(
+    { workers: 0, mainCore: null, corelistWorkers: null, poll: 'adaptive', idlePollUs: 400_000 },
+    null,
+    async (g) => {
+      await wait(150);
+      assert.is(g.sleeps, 0, 'adaptive: still polling within idle-poll-us (400 ms)');
+      await wait(600);
+      assert.ok(g.sleeps > 0, 'adaptive: asleep after idle-poll-us');
+    },
+  );
 });
 
 test("an interface's rx-mode polling keeps an interrupt-mode graph awake (VPP: a thread with a polling interface polls)", async () => {
-  await idlePlane({ workers: 0, poll: 'interrupt', idlePollUs: 200 }, 'polling', async (g) => {
-    await wait(300);
-    assert.is(g.sleeps, 0, 'never slept');
-  });
-  await idlePlane({ workers: 0, poll: 'interrupt', idlePollUs: 200 }, 'interrupt', async (g) => {
-    await wait(100);
-    assert.ok(g.sleeps > 0, 'the same graph with the interface in interrupt mode sleeps');
-  });
+  await idlePlane(
+    { workers: 0, mainCore: null, corelistWorkers: null, poll: 'interrupt', idlePollUs: 200 },
+    'polling',
+    async (g) => {
+      await wait(300);
+      assert.is(g.sleeps, 0, 'never slept');
+    },
+  );
+  await idlePlane(
+    { workers: 0, mainCore: null, corelistWorkers: null, poll: 'interrupt', idlePollUs: 200 },
+    'interrupt',
+    async (g) => {
+      await wait(100);
+      assert.ok(g.sleeps > 0, 'the same graph with the interface in interrupt mode sleeps');
+    },
+  );
 });
 
 test.run();

@@ -11,6 +11,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   rg::InitWaiter(env, exports);
   rg::InitAfPacket(env, exports);
   rg::InitMemif(env, exports);
+  rg::InitAffinity(env, exports);
   exports.Set("version", Napi::String::New(env, RDMA_GRAPH_VERSION));
   return exports;
 }

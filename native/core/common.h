@@ -15,6 +15,7 @@ void InitEventfd(Napi::Env env, Napi::Object exports);
 void InitWaiter(Napi::Env env, Napi::Object exports);
 void InitAfPacket(Napi::Env env, Napi::Object exports);
 void InitMemif(Napi::Env env, Napi::Object exports);
+void InitAffinity(Napi::Env env, Napi::Object exports);
 
 // An Error whose message is "<what>: <strerror(err)>", with .code ("EBADF"), .errno and
 // .syscall set like Node's own system errors.

@@ -1,0 +1,422 @@
+/**
+ * cpu.workers: N worker threads (worker-thread.ts), each running a whole data plane over the
+ * interfaces placed on it (interfaces[].worker, else round robin in file order: VPP's
+ * rx-placement at interface granularity), and this thread keeping the API, the configuration
+ * and the log. The object returned by Dataplane.create has the Dataplane's methods; each call is
+ * carried to the worker that owns what it names:
+ *
+ * - an interface by the worker it was placed on;
+ * - a PD, MR, CQ or SRQ by its handle (worker i hands out handles in its own range,
+ *   worker-protocol.ts HANDLE_SPAN); a QP by its number (rdma.port-range is split in N slices);
+ * - new objects: a PD or CQ on the worker of the interface the request names (default worker
+ *   0); an MR, SRQ, QP or listener on its PD's worker; a QP whose PD, CQs and SRQ are not all on
+ *   one worker, or whose interface is another worker's, is refused saying so;
+ * - lists (interfaces, QPs, show runtime, errors, trace...) from every worker, in worker order;
+ *   `show runtime` gets one section per worker (Thread 1 rdma_wk_0 ...), as VPP prints them.
+ *
+ * Results come back as one message per call (control plane; completions are polled through
+ * calls, not pushed). A worker that throws or exits is reported and started again with its
+ * interfaces; what it held (its QPs, CQs, MRs) is gone with it, and calls naming them say so.
+ */
+import { Worker } from 'node:worker_threads';
+import type { Config } from '../config/types.ts';
+import { parseCoreList } from '../config/schema.ts';
+import { parseIp4, parseIp4Prefix } from '../config/formats.ts';
+import type { Dataplane } from './dataplane.ts';
+import { DataplaneError, type EventView, type Logger } from './views.ts';
+import { type FromWorker, HANDLE_SPAN, type ToWorker, type WorkerInit } from './worker-protocol.ts';
+
+const BOOT = new URL('./worker-boot.mjs', import.meta.url);
+const EVENT_LOG = 1024;
+
+interface Pending {
+  resolve: (v: unknown) => void;
+  reject: (e: Error) => void;
+}
+
+class WorkerHandle {
+  worker!: Worker;
+  ready!: Promise<void>;
+  private readonly pending = new Map<number, Pending>();
+  private nextId = 1;
+  private stopping = false;
+  restarts = 0;
+
+  constructor(
+    readonly init: WorkerInit,
+    private readonly log: Logger,
+    private readonly onEvent: (e: EventView) => void,
+  ) {
+    this.spawn();
+  }
+
+  get name(): string {
+    return `worker ${this.init.index} (rdma_wk_${this.init.index})`;
+  }
+
+  private spawn(): void {
+    const w = new Worker(BOOT, { workerData: this.init });
+    this.worker = w;
+    let ok: () => void, fail: (e: Error) => void;
+    this.ready = new Promise<void>((res, rej) => ((ok = res), (fail = rej)));
+    this.ready.catch(() => {});
+    w.on('message', (m: FromWorker) => {
+      switch (m.t) {
+        case 'ready':
+          return ok();
+        case 'fatal':
+          return fail(new DataplaneError(m.kind, m.message));
+        case 'log':
+          return this.log(m.level, `rdma_wk_${this.init.index}: ${m.msg}`);
+        case 'event':
+          return this.onEvent(m.e);
+        case 'result': {
+          const p = this.pending.get(m.id);
+          if (p === undefined) return;
+          this.pending.delete(m.id);
+          if (m.e === undefined) return p.resolve(m.r);
+          return p.reject(
+            m.e.kind !== null ? new DataplaneError(m.e.kind, m.e.message) : new Error(`${this.name}: ${m.e.stack}`),
+          );
+        }
+      }
+    });
+    const died = (why: string) => {
+      if (this.worker !== w) return;
+      fail(new DataplaneError('unavailable', `${this.name} stopped while starting: ${why}`));
+      for (const p of this.pending.values())
+        p.reject(new DataplaneError('unavailable', `${this.name} stopped: ${why}`));
+      this.pending.clear();
+      if (this.stopping) return;
+      this.restarts++;
+      this.log('error', `${this.name} stopped: ${why}; starting it again (restart ${this.restarts})`);
+      this.spawn();
+      this.ready.then(
+        () => this.log('info', `${this.name} running again`),
+        (e: Error) => this.log('error', `${this.name} did not start again: ${e.message}`),
+      );
+    };
+    w.on('error', (e) => died(e.stack ?? e.message));
+    w.on('exit', (code) => died(`exited with code ${code}`));
+  }
+
+  async call(method: string, args: unknown[], signal?: AbortSignal): Promise<unknown> {
+    await this.ready;
+    const id = this.nextId++;
+    const w = this.worker;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      if (signal !== undefined) {
+        if (signal.aborted) queueMicrotask(() => w.postMessage({ t: 'abort', id } satisfies ToWorker));
+        else
+          signal.addEventListener('abort', () => w.postMessage({ t: 'abort', id } satisfies ToWorker), { once: true });
+      }
+      w.postMessage({ t: 'call', id, method, args } satisfies ToWorker);
+    });
+  }
+
+  crash(): void {
+    this.worker.postMessage({ t: 'crash' } satisfies ToWorker);
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    await this.worker.terminate();
+  }
+}
+
+/** What each worker gets: its interfaces, its slice of the QP numbers, its handle range. */
+export function placeWorkers(config: Config): WorkerInit[] {
+  const n = config.cpu.workers;
+  const cores = config.cpu.corelistWorkers === null ? null : (parseCoreList(config.cpu.corelistWorkers) as number[]);
+  const [lo, hi] = config.rdma.portRange;
+  const span = Math.floor((hi - lo + 1) / n);
+  if (span < 1)
+    throw new DataplaneError('invalid', `rdma.port-range [${lo}, ${hi}] has fewer QP numbers than cpu.workers ${n}`);
+  let rr = 0;
+  const owner = config.interfaces.map((c) => c.worker ?? rr++ % n);
+  return Array.from({ length: n }, (_, k) => ({
+    index: k,
+    cpu: cores === null ? null : cores[k],
+    handleBase: k * HANDLE_SPAN,
+    config: {
+      ...config,
+      cpu: { ...config.cpu, workers: 0, mainCore: null, corelistWorkers: null },
+      interfaces: config.interfaces.filter((_, i) => owner[i] === k),
+      neighbors: config.neighbors.filter(
+        (nb) => owner[config.interfaces.findIndex((c) => c.name === nb.interface)] === k,
+      ),
+      rdma: {
+        ...config.rdma,
+        portRange: [lo + k * span, k === n - 1 ? hi : lo + (k + 1) * span - 1] as [number, number],
+      },
+    },
+  }));
+}
+
+export async function startWorkers(config: Config, log: Logger): Promise<Dataplane> {
+  if (config.cpu.mainCore !== null) {
+    const { pinThread } = await import('./dataplane.ts');
+    pinThread(config.cpu.mainCore, 'cpu.main-core');
+  }
+  const inits = placeWorkers(config);
+  const wd = new WorkerDataplane(config, inits, log);
+  try {
+    await Promise.all(wd.workers.map((w) => w.ready));
+  } catch (e) {
+    await Promise.all(wd.workers.map((w) => w.stop()));
+    throw e;
+  }
+  return wd as unknown as Dataplane;
+}
+
+type Obj = Record<string, unknown>;
+
+/** The Dataplane's methods over worker threads (see the file comment). */
+class WorkerDataplane {
+  readonly workers: WorkerHandle[];
+  private readonly ifWorker = new Map<string, number>();
+  private readonly subnets: { worker: number; prefix: { network: number; bits: number } }[] = [];
+  private readonly events: EventView[] = [];
+  private eventSeq = 0;
+  private readonly startedMs = Date.now();
+  private closed = false;
+  private final: { buffers: unknown; qps: unknown[] } | null = null;
+
+  constructor(
+    readonly config: Config,
+    inits: WorkerInit[],
+    private readonly log: Logger,
+  ) {
+    inits.forEach((init, k) => {
+      for (const c of init.config.interfaces) {
+        this.ifWorker.set(c.name, k);
+        if (c.address !== null) {
+          const p = parseIp4Prefix(c.address);
+          if (p !== null) this.subnets.push({ worker: k, prefix: { network: p.network, bits: p.prefix } });
+        }
+      }
+    });
+    this.workers = inits.map(
+      (init) =>
+        new WorkerHandle(init, log, (e) => {
+          this.events.push({ ...e, seq: ++this.eventSeq });
+          if (this.events.length > EVENT_LOG) this.events.shift();
+        }),
+    );
+  }
+
+  // ------------------------------------------------------------------ routing
+
+  private on(k: number, method: string, args: unknown[], signal?: AbortSignal): Promise<any> {
+    if (this.closed && method !== 'buffers' && method !== 'qps')
+      return Promise.reject(new DataplaneError('unavailable', 'the data plane is shut down'));
+    return this.workers[k].call(method, args, signal);
+  }
+
+  private async all<T>(method: string, args: unknown[] = []): Promise<T[]> {
+    return Promise.all(this.workers.map((_, k) => this.on(k, method, args) as Promise<T>));
+  }
+
+  private async concat(method: string, args: unknown[] = []): Promise<any[]> {
+    return (await this.all<unknown[]>(method, args)).flat();
+  }
+
+  private byInterface(name: unknown): number {
+    const k = typeof name === 'string' ? this.ifWorker.get(name) : undefined;
+    if (k === undefined) throw new DataplaneError('not-found', `no interface "${String(name)}"`);
+    return k;
+  }
+
+  private byHandle(h: unknown, what: string): number {
+    const k = typeof h === 'number' && h > 0 ? Math.floor(h / HANDLE_SPAN) : -1;
+    if (!(k >= 0 && k < this.workers.length)) throw new DataplaneError('not-found', `no ${what} ${String(h)}`);
+    return k;
+  }
+
+  private byQpn(qpn: unknown): number {
+    for (const w of this.workers) {
+      const [lo, hi] = w.init.config.rdma.portRange;
+      if (typeof qpn === 'number' && qpn >= lo && qpn <= hi) return w.init.index;
+    }
+    throw new DataplaneError('not-found', `no QP ${String(qpn)}`);
+  }
+
+  /** The worker of a new QP or listener: its PD's, checked against its CQs, SRQ and interface. */
+  private qpWorker(req: Obj, what: string): number {
+    const k = this.byHandle(req.pd, 'protection domain');
+    const check = (h: unknown, name: string) => {
+      if (h === undefined || h === null) return;
+      const j = this.byHandle(h, name);
+      if (j !== k)
+        throw new DataplaneError(
+          'invalid',
+          `${what}: pd ${String(req.pd)} is on worker ${k} but ${name} ${String(h)} on worker ${j}: a QP's PD, CQs and SRQ must be on one worker (create them for the same interface)`,
+        );
+    };
+    check(req.sendCq, 'send-cq');
+    check(req.recvCq, 'recv-cq');
+    check(req.srq, 'srq');
+    if (typeof req.interface === 'string') {
+      const j = this.byInterface(req.interface);
+      if (j !== k)
+        throw new DataplaneError(
+          'invalid',
+          `${what}: interface ${req.interface} runs on worker ${j} but pd ${String(req.pd)} is on worker ${k}: create the PD with interface ${req.interface}`,
+        );
+    }
+    return k;
+  }
+
+  private placed(req: Obj | undefined): number {
+    return req !== undefined && typeof req.interface === 'string' ? this.byInterface(req.interface) : 0;
+  }
+
+  /** Test hook (test/workers.test.ts): worker k throws an exception nobody catches. */
+  crashWorker(k: number): void {
+    this.workers[k].crash();
+  }
+
+  restarts(): number[] {
+    return this.workers.map((w) => w.restarts);
+  }
+
+  // ------------------------------------------------------------------ status
+
+  async health(): Promise<unknown> {
+    const h = await this.all<Obj>('health');
+    return {
+      status: 'ok',
+      version: h[0].version,
+      uptime: (Date.now() - this.startedMs) / 1000,
+      interfaces: h.reduce((n, x) => n + (x.interfaces as number), 0),
+      qps: h.reduce((n, x) => n + (x.qps as number), 0),
+    };
+  }
+
+  async buffers(): Promise<unknown> {
+    if (this.final !== null) return this.final.buffers;
+    const b = await this.all<Obj>('buffers');
+    return {
+      count: b.reduce((n, x) => n + (x.count as number), 0),
+      free: b.reduce((n, x) => n + (x.free as number), 0),
+      dataSize: b[0].dataSize,
+      hugepages: b.some((x) => x.hugepages === true),
+    };
+  }
+
+  async device(): Promise<unknown> {
+    const d = await this.all<Obj>('device');
+    return { ...d[0], ports: d.flatMap((x) => x.ports as unknown[]).map((p, i) => ({ ...(p as Obj), port: i + 1 })) };
+  }
+
+  async version(): Promise<unknown> {
+    return this.on(0, 'version', []);
+  }
+
+  hardware = async () => this.concat('hardware');
+  interfaces = async () => this.concat('interfaces');
+  neighbors = async () => this.concat('neighbors');
+  runtime = async () => this.concat('runtime');
+  errors = async () => this.concat('errors');
+  trace = async () => this.concat('trace');
+  traceNodes = async () => this.on(0, 'traceNodes', []);
+  clearRuntime = async () => void (await this.all('clearRuntime'));
+  clearErrors = async () => void (await this.all('clearErrors'));
+  clearTrace = async () => void (await this.all('clearTrace'));
+  traceAdd = async (node: string, count: number) => void (await this.all('traceAdd', [node, count]));
+
+  interface = async (name: string) => this.on(this.byInterface(name), 'interface', [name]);
+  capture = async (name: string, ...rest: unknown[]) => this.on(this.byInterface(name), 'capture', [name, ...rest]);
+  stopCapture = async (name: string) => this.on(this.byInterface(name), 'stopCapture', [name]);
+  setFault = async (name: string, ...rest: unknown[]) => this.on(this.byInterface(name), 'setFault', [name, ...rest]);
+
+  /** To the worker with an interface on the target's subnet (else worker 0). */
+  async ping(req: { address: string }, signal?: AbortSignal): Promise<unknown> {
+    let k = 0;
+    const a = typeof req.address === 'string' ? parseIp4(req.address) : null;
+    if (a !== null)
+      for (const s of this.subnets) {
+        const mask = s.prefix.bits === 0 ? 0 : (~0 << (32 - s.prefix.bits)) >>> 0;
+        if ((a & mask) >>> 0 === s.prefix.network) k = s.worker;
+      }
+    return this.on(k, 'ping', [req, signal === undefined ? undefined : { __signal: true }], signal);
+  }
+
+  async recentEvents(since = 0): Promise<EventView[]> {
+    return this.events.filter((e) => e.seq > since);
+  }
+
+  // ------------------------------------------------------------------ verbs objects
+
+  createPd = async (req?: Obj) => this.on(this.placed(req), 'createPd', [req ?? {}]);
+  createCq = async (req: Obj) => this.on(this.placed(req), 'createCq', [req]);
+  pds = async () => this.concat('pds');
+  mrs = async () => this.concat('mrs');
+  cqs = async () => this.concat('cqs');
+  srqs = async () => this.concat('srqs');
+  async qps(): Promise<unknown[]> {
+    return this.final !== null ? this.final.qps : this.concat('qps');
+  }
+  listenersList = async () => this.concat('listenersList');
+
+  destroyPd = async (h: number) => this.on(this.byHandle(h, 'protection domain'), 'destroyPd', [h]);
+  createMr = async (req: Obj) => this.on(this.byHandle(req.pd, 'protection domain'), 'createMr', [req]);
+  getMr = async (h: number) => this.on(this.byHandle(h, 'memory region'), 'getMr', [h]);
+  destroyMr = async (h: number) => this.on(this.byHandle(h, 'memory region'), 'destroyMr', [h]);
+  writeMr = async (h: number, ...rest: unknown[]) =>
+    this.on(this.byHandle(h, 'memory region'), 'writeMr', [h, ...rest]);
+  readMr = async (h: number, ...rest: unknown[]) => this.on(this.byHandle(h, 'memory region'), 'readMr', [h, ...rest]);
+  getCq = async (h: number) => this.on(this.byHandle(h, 'completion queue'), 'getCq', [h]);
+  destroyCq = async (h: number) => this.on(this.byHandle(h, 'completion queue'), 'destroyCq', [h]);
+  async pollCq(h: number, max?: number, waitMs?: number, signal?: AbortSignal): Promise<unknown> {
+    const args = [h, max, waitMs, signal === undefined ? undefined : { __signal: true }];
+    return this.on(this.byHandle(h, 'completion queue'), 'pollCq', args, signal);
+  }
+  createSrq = async (req: Obj) => this.on(this.byHandle(req.pd, 'protection domain'), 'createSrq', [req]);
+  modifySrq = async (h: number, limit: number) =>
+    this.on(this.byHandle(h, 'shared receive queue'), 'modifySrq', [h, limit]);
+  postSrqRecv = async (h: number, req: unknown) =>
+    this.on(this.byHandle(h, 'shared receive queue'), 'postSrqRecv', [h, req]);
+  destroySrq = async (h: number) => this.on(this.byHandle(h, 'shared receive queue'), 'destroySrq', [h]);
+
+  createQp = async (req: Obj) => this.on(this.qpWorker(req, 'create qp'), 'createQp', [req]);
+  getQp = async (qpn: number) => this.on(this.byQpn(qpn), 'getQp', [qpn]);
+  connect = async (qpn: number, req: unknown) => this.on(this.byQpn(qpn), 'connect', [qpn, req]);
+  modifyQp = async (qpn: number, req: unknown) => this.on(this.byQpn(qpn), 'modifyQp', [qpn, req]);
+  destroyQp = async (qpn: number, opts?: unknown) => this.on(this.byQpn(qpn), 'destroyQp', [qpn, opts]);
+  postRecv = async (qpn: number, req: unknown) => this.on(this.byQpn(qpn), 'postRecv', [qpn, req]);
+  postSend = async (qpn: number, req: unknown) => this.on(this.byQpn(qpn), 'postSend', [qpn, req]);
+  noteQpOwner(qpn: number, owner: string): void {
+    this.on(this.byQpn(qpn), 'noteQpOwner', [qpn, owner]).catch(() => {});
+  }
+
+  listen = async (req: Obj) => this.on(this.qpWorker(req, 'listen'), 'listen', [req]);
+  async unlisten(port: number): Promise<void> {
+    const r = await Promise.allSettled(this.workers.map((_, k) => this.on(k, 'unlisten', [port])));
+    if (r.some((x) => x.status === 'fulfilled')) return;
+    throw (r[0] as PromiseRejectedResult).reason;
+  }
+
+  /** The verbs socket of worker 0's interfaces (unmodified verbs programs). */
+  serveVerbs(opts: { path: string }): { path: string; connections(): number; close(): void } {
+    const k = 0;
+    const started = this.on(k, 'serveVerbs', [{ path: opts.path }]);
+    started.catch((e: Error) => this.log('error', `verbs socket ${opts.path}: ${e.message}`));
+    return {
+      path: opts.path,
+      connections: () => 0,
+      close: () => void this.on(k, 'closeVerbs', []).catch(() => {}),
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    const qps = await this.concat('qps').catch(() => []);
+    await Promise.allSettled(this.workers.map((_, k) => this.on(k, 'close', [])));
+    const buffers = await this.buffers().catch(() => ({ count: 0, free: 0, dataSize: 0, hugepages: false }));
+    this.final = { buffers, qps };
+    this.closed = true;
+    await Promise.all(this.workers.map((w) => w.stop()));
+  }
+}

@@ -1,0 +1,259 @@
+/**
+ * cpu.workers: data plane A runs two worker threads, one memif interface on each; B (this
+ * thread, workers: 0) is the peer of both. Checked through the Dataplane's own methods, as the
+ * API uses them: placement and `show runtime` per thread, RDMA on each worker's interface
+ * (SEND, WRITE, READ both ways, data compared), objects routed by handle and QP number,
+ * cross-worker QPs refused, a crashing worker restarted with the daemon still serving, pinning.
+ */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import type { Config, InterfaceConfig } from '../config/types.ts';
+import { Dataplane } from '../dataplane/dataplane.ts';
+import type { CqView, MrView, PdView, QpView } from '../dataplane/views.ts';
+import { baseConfig } from './dataplane-helpers.ts';
+import { sleep } from './helpers.ts';
+
+let sockets = 0;
+
+function memifIf(
+  name: string,
+  socket: string,
+  role: 'server' | 'client',
+  ip: string,
+  mac: string,
+  worker: number | null = null,
+): InterfaceConfig {
+  return {
+    name,
+    driver: 'memif',
+    memif: { socket, role, id: 0, secret: null, bufferSize: 2048, udpChecksum: false },
+    mac,
+    address: `${ip}/24`,
+    gateway: null,
+    mtu: 1500,
+    rxQueues: 1,
+    worker,
+    rxMode: null,
+    rxQueueSize: 1024,
+    txQueueSize: 1024,
+    fault: null,
+    line: 1,
+  };
+}
+
+const MAC = (side: number, k: number) => `02:fe:00:00:0${side}:0${k}`;
+const IP = (side: number, k: number) => `10.8${k}.0.${side}`;
+
+/** A (workers) with m0 and m1, B (main thread) with n0 and n1; m_k <-> n_k. */
+async function pair(over: Partial<Config['cpu']> = {}, workers = 2, placement: (number | null)[] = [null, null]) {
+  const s = [0, 1].map((k) => `@rg-workers-${process.pid}-${++sockets}-${k}`);
+  const logs: string[] = [];
+  const a = await Dataplane.create(
+    baseConfig({
+      cpu: { workers, mainCore: null, corelistWorkers: null, poll: 'adaptive', idlePollUs: 200, ...over },
+      interfaces: [0, 1].map((k) => memifIf(`m${k}`, s[k], 'server', IP(1, k), MAC(1, k), placement[k])),
+      neighbors: [0, 1].map((k) => ({ interface: `m${k}`, address: IP(2, k), mac: MAC(2, k) })),
+    }),
+    { log: (l, m) => logs.push(`${l}: ${m}`) },
+  );
+  const b = await Dataplane.create(
+    baseConfig({
+      interfaces: [0, 1].map((k) => memifIf(`n${k}`, s[k], 'client', IP(2, k), MAC(2, k))),
+      neighbors: [0, 1].map((k) => ({ interface: `n${k}`, address: IP(1, k), mac: MAC(1, k) })),
+    }),
+  );
+  const up = async () => {
+    for (let i = 0; i < 200; i++) {
+      const all = [...(await a.interfaces()), ...(await b.interfaces())];
+      if (all.every((x) => x.state === 'up')) return;
+      await sleep(20);
+    }
+    assert.unreachable(
+      `links not up: ${JSON.stringify([...(await a.interfaces()), ...(await b.interfaces())].map((x) => [x.name, x.state]))}`,
+    );
+  };
+  await up();
+  return {
+    a,
+    b,
+    logs,
+    up,
+    async close() {
+      await a.close();
+      await b.close();
+    },
+  };
+}
+
+interface End {
+  pd: PdView;
+  cq: CqView;
+  mr: MrView;
+  qp: QpView;
+}
+
+async function end(dp: Dataplane, itf: string): Promise<End> {
+  const pd = await dp.createPd({ interface: itf });
+  const cq = await dp.createCq({ depth: 256, interface: itf });
+  const mr = await dp.createMr({ pd: pd.pd, length: 65536, access: ['local-write', 'remote-write', 'remote-read'] });
+  const qp = await dp.createQp({ pd: pd.pd, sendCq: cq.cq, recvCq: cq.cq, interface: itf });
+  return { pd, cq, mr, qp };
+}
+
+async function pollOne(dp: Dataplane, cq: number) {
+  for (let i = 0; i < 500; i++) {
+    const r = await dp.pollCq(cq, 1, 10);
+    if (r.completions.length > 0) return r.completions[0];
+  }
+  throw new Error(`no completion on cq ${cq}`);
+}
+
+test('two workers: interfaces placed round robin, one show runtime section per worker with its own input node', async () => {
+  const p = await pair();
+  try {
+    const rt = await p.a.runtime();
+    assert.equal(
+      rt.map((t) => [t.index, t.name]),
+      [
+        [1, 'rdma_wk_0'],
+        [2, 'rdma_wk_1'],
+      ],
+    );
+    assert.ok(
+      rt.every((t) => t.rows.some((r) => r.name === 'memif-input' && r.calls > 0)),
+      'each worker polls its memif',
+    );
+    const itfs = await p.a.interfaces();
+    assert.equal(
+      itfs.map((i) => i.name),
+      ['m0', 'm1'],
+    );
+    assert.is((await p.a.health()).interfaces, 2);
+    assert.is((await p.a.buffers()).count, 2 * 8192, "the workers' pools together");
+  } finally {
+    await p.close();
+  }
+});
+
+test("RDMA on each worker's interface: SEND, WRITE, READ both ways, data compared; handles and QPNs from each worker's range", async () => {
+  const p = await pair();
+  try {
+    for (const k of [0, 1]) {
+      const x = await end(p.a, `m${k}`),
+        y = await end(p.b, `n${k}`);
+      if (k === 1)
+        assert.ok(
+          x.pd.pd > 1 << 24 && x.cq.cq > 1 << 24 && x.mr.mr > 1 << 24,
+          `worker 1's handles: ${JSON.stringify(x)}`,
+        );
+      assert.is(x.qp.local.ip, IP(1, k));
+      await p.a.connect(x.qp.qpn, { remote: { ip: IP(2, k), port: y.qp.qpn }, mode: 'manual', remotePsn: y.qp.psn });
+      await p.b.connect(y.qp.qpn, { remote: { ip: IP(1, k), port: x.qp.qpn }, mode: 'manual', remotePsn: x.qp.psn });
+      const msg = new TextEncoder().encode(`hello from worker ${k}`);
+      await p.a.writeMr(x.mr.mr, 100, msg);
+      await p.b.postRecv(y.qp.qpn, { wrId: 'r', sge: [{ mr: y.mr.mr, offset: 0, length: 4096 }] });
+      await p.a.postSend(x.qp.qpn, {
+        wrId: 1,
+        opcode: 'send',
+        sge: [{ mr: x.mr.mr, offset: 100, length: msg.length }],
+      });
+      assert.is((await pollOne(p.a, x.cq.cq)).status, 'success');
+      assert.is((await pollOne(p.b, y.cq.cq)).byteLen, msg.length);
+      assert.equal(await p.b.readMr(y.mr.mr, 0, msg.length), msg);
+      const big = Uint8Array.from({ length: 20000 }, (_, i) => (i * 7 + k) & 0xff);
+      await p.b.writeMr(y.mr.mr, 0, big);
+      await p.b.postSend(y.qp.qpn, {
+        wrId: 'w',
+        opcode: 'write',
+        sge: [{ mr: y.mr.mr, offset: 0, length: big.length }],
+        remote: { stag: x.mr.stag, offset: 30000 },
+      });
+      assert.is((await pollOne(p.b, y.cq.cq)).status, 'success');
+      assert.equal(await p.a.readMr(x.mr.mr, 30000, big.length), big, 'WRITE into the worker landed');
+      await p.a.postSend(x.qp.qpn, {
+        wrId: 'rd',
+        opcode: 'read',
+        sge: [{ mr: x.mr.mr, offset: 0, length: 20000 }],
+        remote: { stag: y.mr.stag, offset: 0 },
+      });
+      assert.is((await pollOne(p.a, x.cq.cq)).opcode, 'read');
+      assert.equal(await p.a.readMr(x.mr.mr, 0, 20000), big, 'READ by the worker');
+      const q = await p.a.getQp(x.qp.qpn);
+      assert.equal(q.remote, { ip: IP(2, k), port: y.qp.qpn });
+    }
+    const qps = await p.a.qps();
+    assert.is(qps.length, 2);
+    assert.ok(qps[0].qpn < qps[1].qpn, 'worker 0 takes the lower half of the port range');
+  } finally {
+    await p.close();
+  }
+});
+
+test("a QP's objects must be on one worker; unknown handles and QPNs say not-found", async () => {
+  const p = await pair();
+  try {
+    const pd0 = await p.a.createPd({ interface: 'm0' });
+    const cq1 = await p.a.createCq({ depth: 16, interface: 'm1' });
+    const err = await p.a.createQp({ pd: pd0.pd, sendCq: cq1.cq, recvCq: cq1.cq }).then(
+      () => null,
+      (e: Error & { kind: string }) => e,
+    );
+    assert.is(err?.kind, 'invalid');
+    assert.match(err!.message, /pd \d+ is on worker 0 but send-cq \d+ on worker 1/);
+    const cq0 = await p.a.createCq({ depth: 16 });
+    const e2 = await p.a.createQp({ pd: pd0.pd, sendCq: cq0.cq, recvCq: cq0.cq, interface: 'm1' }).then(
+      () => null,
+      (e: Error & { kind: string }) => e,
+    );
+    assert.match(e2!.message, /interface m1 runs on worker 1 but pd \d+ is on worker 0/);
+    for (const call of [() => p.a.getMr(99 << 24), () => p.a.getQp(65000), () => p.a.createPd({ interface: 'nope' })])
+      assert.is(
+        await call().then(
+          () => 'ok',
+          (e: Error & { kind: string }) => e.kind,
+        ),
+        'not-found',
+      );
+  } finally {
+    await p.close();
+  }
+});
+
+test('a worker that throws is reported and started again with its interface; the others and the API keep going', async () => {
+  const p = await pair();
+  try {
+    const x = await end(p.a, 'm0');
+    (p.a as unknown as { crashWorker(k: number): void }).crashWorker(1);
+    for (let i = 0; i < 200 && !p.logs.some((l) => /rdma_wk_1\) running again/.test(l)); i++) await sleep(20);
+    assert.ok(
+      p.logs.some((l) => /^error: worker 1 \(rdma_wk_1\) stopped: .*told to crash/s.test(l)),
+      p.logs.join('\n'),
+    );
+    assert.ok(
+      p.logs.some((l) => /rdma_wk_1\) running again/.test(l)),
+      p.logs.join('\n'),
+    );
+    await p.up();
+    assert.equal((await p.a.getQp(x.qp.qpn)).qpn, x.qp.qpn, "worker 0's QP is untouched");
+    assert.is((await p.a.runtime()).length, 2);
+    const y = await end(p.a, 'm1');
+    assert.ok(y.qp.qpn > x.qp.qpn, 'the restarted worker makes QPs again');
+  } finally {
+    await p.close();
+  }
+});
+
+test('corelist-workers pins each worker: show runtime says its lcore', async () => {
+  const p = await pair({ corelistWorkers: '0' }, 1);
+  try {
+    const rt = await p.a.runtime();
+    assert.equal(
+      rt.map((t) => [t.name, t.lcore]),
+      [['rdma_wk_0', 0]],
+    );
+  } finally {
+    await p.close();
+  }
+});
+
+test.run();
