@@ -5,7 +5,8 @@
  * (root: dpdk-testpmd), dpdk (root: dpdk.node and dpdk-testpmd), perftest (perftest through
  * librdmagraph-verbs.so; iperf3 and sockperf baselines, iperf3's needs root), soak (RSS of a
  * daemon at start-up, with 1024 QPs and over SOAK_SECONDS (default 600) of traffic; not in the
- * default set: name it), mlx5 (two ConnectX ports named by RDMA_GRAPH_HW_A/B; says why not).
+ * default set: name it), mlx5 (two ConnectX ports named by RDMA_GRAPH_HW_A/B; says why not), workers
+ * (cpu.workers 0/1/2: WRITE bandwidth over two interfaces and the API's latency under load).
  */
 import os from 'node:os';
 import { runGraphBench } from './graph.ts';
@@ -17,6 +18,7 @@ import { runDpdkBench } from './dpdk.ts';
 import { runPerftestBench } from './perftest.ts';
 import { runSoakBench } from './soak.ts';
 import { runMlx5Bench } from './mlx5.ts';
+import { runWorkersBench } from './workers.ts';
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');
@@ -26,7 +28,7 @@ if (!(seconds > 0)) {
   console.error(`bench: --seconds needs a positive number, got "${args[si + 1]}"`);
   process.exit(2);
 }
-const known = ['graph', 'l2l4', 'af_packet', 'rdma', 'memif', 'dpdk', 'perftest', 'soak', 'mlx5'];
+const known = ['graph', 'l2l4', 'af_packet', 'rdma', 'memif', 'dpdk', 'perftest', 'soak', 'mlx5', 'workers'];
 const names = args.filter((a, i) => !a.startsWith('--') && !(si >= 0 && i === si + 1));
 for (const n of names) {
   if (!known.includes(n)) {
@@ -93,6 +95,11 @@ for (const name of run) {
   }
   if (name === 'perftest') {
     const r = await runPerftestBench({ seconds });
+    if (!json) console.log(r.text);
+    console.log(JSON.stringify(r.json));
+  }
+  if (name === 'workers') {
+    const r = await runWorkersBench({ seconds });
     if (!json) console.log(r.text);
     console.log(JSON.stringify(r.json));
   }

@@ -23,6 +23,8 @@ const ELSEWHERE: Record<string, string> = {
     'test/dpdk-daemon.test.ts (beside the embedded default, the rdmactl session across them)',
   'modprobe vfio-pci && dpdk-devbind.py --bind=vfio-pci 0000:3b:00.0':
     'test/hw/dpdk-nic.test.ts (npm run test:hw; never run here: no NIC for DPDK)',
+  'npm start -- --config config/examples/workers.yaml':
+    'test/workers.test.ts (the daemon with two workers, the rdmactl line as written, a clean stop)',
   'modprobe mlx5_ib && modprobe ib_uverbs': 'test/hw/mlx5.test.ts (npm run test:hw; never run here: no RDMA device)',
   "import { Dataplane, loadConfig } from 'rdma-graph';":
     'test/dataplane.test.ts (the embedding API); loadConfig() is checked below',

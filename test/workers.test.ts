@@ -12,6 +12,7 @@ import { Dataplane } from '../dataplane/dataplane.ts';
 import type { CqView, MrView, PdView, QpView } from '../dataplane/views.ts';
 import { baseConfig } from './dataplane-helpers.ts';
 import { sleep } from './helpers.ts';
+import { bash, blocks, daemon, README } from './readme-helpers.ts';
 
 let sockets = 0;
 
@@ -254,6 +255,29 @@ test('corelist-workers pins each worker: show runtime says its lcore', async () 
   } finally {
     await p.close();
   }
+});
+
+test("the README's workers block: the daemon with two pinned workers, show runtime per worker, a clean stop", async () => {
+  const block = blocks(README).find((b) => b.startsWith('npm start -- --config config/examples/workers.yaml'));
+  assert.ok(block, 'the README shows the block');
+  const [start, show] = block.split('\n');
+  const d = await daemon([], start);
+  try {
+    assert.match(d.out, /2 worker threads \(rdma_wk_0\.\.1\), API on the main thread/);
+    let r = bash(show);
+    for (let i = 0; i < 50 && !/memif-input +polling +[1-9]/.test(r.out); i++) {
+      await sleep(50);
+      r = bash(show);
+    }
+    assert.is(r.code, 0, r.out);
+    const heads = r.out.split('\n').filter((l) => l.startsWith('Thread '));
+    assert.equal(heads, ['Thread 1 rdma_wk_0 (lcore 0)', 'Thread 2 rdma_wk_1 (lcore 1)']);
+  } finally {
+    d.proc.kill('SIGTERM');
+  }
+  assert.is(await d.exit, 0, d.out);
+  await d.closed;
+  assert.match(d.out, /stopped \(0 QPs closed with FIN\); every buffer back in the pool/);
 });
 
 test.run();

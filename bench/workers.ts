@@ -1,0 +1,240 @@
+/**
+ * npm run bench -- workers (prints, never asserts): data plane A with cpu.workers 0, 1 and 2,
+ * two memif interfaces (round robin: one per worker with 2), a passive WRITE target on each;
+ * peer B (another process, workers 0) writes 64 KiB x 16 outstanding on both QPs. Per setting:
+ * the total WRITE bandwidth, and GET /v1/health latency on A's API measured from this process
+ * while the data plane is saturated (and once idle, as the baseline). Nothing is pinned: on a
+ * 2-core machine A's workers, B and this process share the two cores, which bounds the scaling.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { parseConfig } from '../config/load.ts';
+import { Dataplane } from '../dataplane/dataplane.ts';
+import { startApi } from '../api/server.ts';
+
+const MSG = 65536;
+const OUTSTANDING = 16;
+const IP = (side: 'a' | 'b', k: number) => `10.9${k}.0.${side === 'a' ? 1 : 2}`;
+const MAC = (side: 'a' | 'b', k: number) => `02:fe:00:00:${side === 'a' ? '0a' : '0b'}:0${k}`;
+
+function config(side: 'a' | 'b', dir: string, workers: number): string {
+  const other = side === 'a' ? 'b' : 'a';
+  return (
+    `api: { listen: 127.0.0.1:0 }\ncpu: { workers: ${side === 'a' ? workers : 0} }\ninterfaces:\n` +
+    [0, 1]
+      .map(
+        (k) =>
+          `  - name: ${side === 'a' ? 'm' : 'n'}${k}\n    driver: memif\n` +
+          `    memif: { socket: ${path.join(dir, `m${k}.sock`)}, role: ${side === 'a' ? 'server' : 'client'}, udp-checksum: false }\n` +
+          `    mac: "${MAC(side, k)}"\n    address: ${IP(side, k)}/24\n`,
+      )
+      .join('') +
+    `neighbors:\n` +
+    [0, 1]
+      .map(
+        (k) =>
+          `  - { interface: ${side === 'a' ? 'm' : 'n'}${k}, address: ${IP(other, k)}, mac: "${MAC(other, k)}" }\n`,
+      )
+      .join('')
+  );
+}
+
+interface EndInfo {
+  qpn: number;
+  psn: number;
+  stag: number;
+}
+
+async function childA(dir: string, workers: number): Promise<void> {
+  const dp = await Dataplane.create(parseConfig(config('a', dir, workers), 'bench-a.yaml'));
+  const api = await startApi(dp, { host: '127.0.0.1', port: 0, token: null });
+  const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+  const next = async () => JSON.parse((await lines.next()).value as string);
+  try {
+    while (!(await dp.interfaces()).every((i) => i.state === 'up')) await new Promise((r) => setTimeout(r, 20));
+    const ends: EndInfo[] = [];
+    for (const k of [0, 1]) {
+      const itf = `m${k}`;
+      const pd = await dp.createPd({ interface: itf });
+      const cq = await dp.createCq({ depth: 1024, interface: itf });
+      const mr = await dp.createMr({ pd: pd.pd, length: MSG, access: ['local-write', 'remote-write'] });
+      const qp = await dp.createQp({ pd: pd.pd, sendCq: cq.cq, recvCq: cq.cq, interface: itf });
+      ends.push({ qpn: qp.qpn, psn: qp.psn, stag: mr.stag });
+    }
+    process.stdout.write(JSON.stringify({ api: api.url, ends }) + '\n');
+    const peer = (await next()) as EndInfo[];
+    for (const k of [0, 1])
+      await dp.connect(ends[k].qpn, {
+        remote: { ip: IP('b', k), port: peer[k].qpn },
+        mode: 'manual',
+        remotePsn: peer[k].psn,
+      });
+    process.stdout.write(JSON.stringify({ ready: true }) + '\n');
+    await next(); // stop
+  } finally {
+    await api.close();
+    await dp.close();
+  }
+}
+
+async function childB(dir: string, seconds: number): Promise<void> {
+  const dp = await Dataplane.create(parseConfig(config('b', dir, 0), 'bench-b.yaml'));
+  const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+  const next = async () => JSON.parse((await lines.next()).value as string);
+  try {
+    while (!(await dp.interfaces()).every((i) => i.state === 'up')) await new Promise((r) => setTimeout(r, 20));
+    const { rdma } = Dataplane.internals(dp);
+    const pd = rdma.createPd();
+    const qps = [0, 1].map(() => {
+      const scq = rdma.createCq(1024);
+      const qp = rdma.createQp({ pd, sendCq: scq, recvCq: rdma.createCq(64), maxSendWr: 64, maxRecvWr: 16 });
+      return { qp, scq, mr: rdma.regMr(pd, MSG, ['local-write']) };
+    });
+    process.stdout.write(JSON.stringify(qps.map((q) => ({ qpn: q.qp.qpn, psn: q.qp.isn, stag: 0 }))) + '\n');
+    const peer = (await next()) as EndInfo[];
+    qps.forEach((q, k) => {
+      rdma.modifyQp(q.qp, { state: 'init' });
+      rdma.modifyQp(q.qp, { state: 'rtr', remote: { address: IP('a', k), port: peer[k].qpn }, rqPsn: peer[k].psn });
+      rdma.modifyQp(q.qp, { state: 'rts' });
+    });
+    process.stdout.write(JSON.stringify({ ready: true }) + '\n');
+    await next(); // go
+    const end = performance.now() + seconds * 1000;
+    const t0 = performance.now();
+    const done = [0, 0];
+    await Promise.all(
+      qps.map(
+        (q, k) =>
+          new Promise<void>((resolve, reject) => {
+            let posted = 0;
+            const post = () => {
+              while (posted - done[k] < OUTSTANDING)
+                rdma.postSend(q.qp, {
+                  wrId: posted++,
+                  opcode: 'write',
+                  sg: [{ mr: q.mr, offset: 0, length: MSG }],
+                  remote: { stag: peer[k].stag, offset: 0 },
+                });
+            };
+            q.scq.onCompletion = (cq) => {
+              for (const c of cq.poll(64)) {
+                if (c.status !== 'success') return reject(new Error(`write: ${c.status}`));
+                done[k]++;
+              }
+              if (performance.now() >= end) resolve();
+              else post();
+            };
+            post();
+          }),
+      ),
+    );
+    const s = (performance.now() - t0) / 1000;
+    process.stdout.write(JSON.stringify({ gbps: ((done[0] + done[1]) * MSG * 8) / s / 1e9, perQp: done }) + '\n');
+    await next(); // stop
+  } finally {
+    await dp.close();
+  }
+}
+
+function spawnSide(args: string[]) {
+  const p = spawn(process.execPath, ['--import', 'tsx', import.meta.filename, ...args], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
+  const it = createInterface({ input: p.stdout! })[Symbol.asyncIterator]();
+  return {
+    p,
+    next: async () => {
+      const r = await it.next();
+      if (r.done) throw new Error(`bench side ${args[1]} ended early`);
+      return JSON.parse(r.value as string);
+    },
+    send: (o: unknown) => p.stdin!.write(JSON.stringify(o) + '\n'),
+  };
+}
+
+/** GET /v1/health until `until` resolves: latency percentiles in ms. */
+async function healthLatency(url: string, until: Promise<unknown>): Promise<{ p50: number; p99: number; n: number }> {
+  let stop = false;
+  void until.then(() => (stop = true));
+  const ms: number[] = [];
+  while (!stop) {
+    const t = performance.now();
+    const r = await fetch(`${url}/v1/health`);
+    await r.arrayBuffer();
+    ms.push(performance.now() - t);
+  }
+  ms.sort((x, y) => x - y);
+  const q = (f: number) => (ms.length ? ms[Math.min(ms.length - 1, Math.floor(f * ms.length))] : NaN);
+  return { p50: q(0.5), p99: q(0.99), n: ms.length };
+}
+
+async function run(workers: number, seconds: number) {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'bench-workers-'));
+  const a = spawnSide(['--child', 'a', dir, String(workers)]);
+  const b = spawnSide(['--child', 'b', dir, String(seconds)]);
+  try {
+    const ia = await a.next();
+    const ib = await b.next();
+    a.send(ib);
+    b.send(ia.ends);
+    await a.next();
+    await b.next();
+    const idle = await healthLatency(ia.api, new Promise((r) => setTimeout(r, 500)));
+    b.send('go');
+    const result = b.next();
+    const busy = await healthLatency(ia.api, result);
+    const r = await result;
+    return { gbps: r.gbps as number, perQp: r.perQp as number[], idle, busy };
+  } finally {
+    a.send('stop');
+    b.send('stop');
+    for (const s of [a, b]) s.p.stdin!.end();
+    await Promise.all([a, b].map((s) => new Promise((r) => (s.p.exitCode !== null ? r(0) : s.p.on('exit', r)))));
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+export async function runWorkersBench(opts: {
+  seconds: number;
+}): Promise<{ text: string; json: Record<string, unknown> }> {
+  const cpus = os.cpus();
+  const lines = [
+    `workers: A with cpu.workers 0/1/2 (two memif interfaces, a QP each), B (workers 0) writing 64 KiB x ${OUTSTANDING} on both QPs; ` +
+      `${cpus.length} cores, nothing pinned (A's threads, B and this process share them)`,
+  ];
+  const json: Record<string, unknown> = { bench: 'workers', cores: cpus.length };
+  const f = (x: number, d = 2) => x.toFixed(d);
+  let one = 0;
+  for (const w of [0, 1, 2]) {
+    const r = await run(w, opts.seconds);
+    if (w === 1) one = r.gbps;
+    lines.push(
+      `  workers ${w}: WRITE ${f(r.gbps)} Gbit/s (${r.perQp.join(' + ')} writes)${w === 2 && one > 0 ? ` = ${f(r.gbps / one)} x workers 1` : ''}; ` +
+        `GET /v1/health p50 ${f(r.busy.p50)} ms, p99 ${f(r.busy.p99)} ms under load (${r.busy.n}), idle p99 ${f(r.idle.p99)} ms`,
+    );
+    json[`workers${w}`] = {
+      gbps: +f(r.gbps, 3),
+      healthP50Ms: +f(r.busy.p50, 3),
+      healthP99Ms: +f(r.busy.p99, 3),
+      idleP99Ms: +f(r.idle.p99, 3),
+    };
+  }
+  lines.push(
+    '  the memif spine per worker is not measured here: each worker would need its own generator, and 2 cores host 2 threads',
+  );
+  return { text: lines.join('\n'), json };
+}
+
+if (process.argv[2] === '--child') {
+  const [role, dir, arg] = process.argv.slice(3);
+  (role === 'a' ? childA(dir, Number(arg)) : childB(dir, Number(arg))).then(
+    () => process.exit(0),
+    (e) => {
+      process.stderr.write(`bench workers side ${role}: ${(e as Error).stack}\n`);
+      process.exit(1);
+    },
+  );
+}
