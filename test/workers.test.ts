@@ -220,6 +220,71 @@ test("a QP's objects must be on one worker; unknown handles and QPNs say not-fou
   }
 });
 
+test("worker 1: a listener accepts a CM connect, atomics, and a lossy link (fault on the worker's interface) still delivers", async () => {
+  const p = await pair();
+  try {
+    const pd = await p.a.createPd({ interface: 'm1' });
+    const cq = await p.a.createCq({ depth: 256, interface: 'm1' });
+    const mr = await p.a.createMr({
+      pd: pd.pd,
+      length: 65536,
+      access: ['local-write', 'remote-write', 'remote-read', 'remote-atomic'],
+    });
+    const l = await p.a.listen({ port: 18600, pd: pd.pd, sendCq: cq.cq, recvCq: cq.cq, maxSendWr: 16, maxRecvWr: 16 });
+    assert.is(l.port, 18600);
+    const y = await end(p.b, 'n1');
+    const res = await p.b.connect(y.qp.qpn, { remote: { ip: IP(1, 1), port: 18600 }, mode: 'cm' });
+    assert.is(res.state, 'rts');
+    const [ls] = await p.a.listenersList();
+    assert.is(ls.accepted.length, 1);
+    const accepted = await p.a.getQp(ls.accepted[0]);
+    assert.is(accepted.state, 'rts');
+    assert.ok(
+      accepted.qpn >= 25000,
+      `the accepted QP is worker 1's (qpn ${accepted.qpn} in the upper half of 20000..29999)`,
+    );
+    // fetch-add from B on A's MR (worker 1).
+    const t = new Uint8Array(8);
+    new DataView(t.buffer).setBigUint64(0, 41n, true);
+    await p.a.writeMr(mr.mr, 0, t);
+    await p.b.postSend(y.qp.qpn, {
+      wrId: 'fa',
+      opcode: 'fetch-add',
+      sge: [{ mr: y.mr.mr, offset: 0, length: 8 }],
+      remote: { stag: mr.stag, offset: 0 },
+      atomic: { add: '1' },
+    });
+    assert.is((await pollOne(p.b, y.cq.cq)).status, 'success');
+    assert.is(new DataView((await p.a.readMr(mr.mr, 0, 8)).buffer).getBigUint64(0, true), 42n);
+    // 30 % of what worker 1 receives is lost: 20 WRITEs of 3000 bytes all complete, data intact.
+    await p.a.setFault('m1', 'rx', { seed: 5, loss: 0.3 });
+    const data = Uint8Array.from({ length: 3000 }, (_, i) => (i * 13) & 0xff);
+    await p.b.writeMr(y.mr.mr, 0, data);
+    for (let i = 0; i < 20; i++)
+      await p.b.postSend(y.qp.qpn, {
+        wrId: i,
+        opcode: 'write',
+        sge: [{ mr: y.mr.mr, offset: 0, length: 3000 }],
+        remote: { stag: mr.stag, offset: 8 + i * 3000 },
+      });
+    let done = 0;
+    while (done < 20) {
+      const r = await p.b.pollCq(y.cq.cq, 64, 3000);
+      assert.ok(r.completions.length > 0, `completions stalled at ${done}`);
+      for (const c of r.completions) assert.is(c.status, 'success');
+      done += r.completions.length;
+    }
+    for (let i = 0; i < 20; i++) assert.equal(await p.a.readMr(mr.mr, 8 + i * 3000, 3000), data, `write ${i}`);
+    const m1 = await p.a.interface('m1');
+    assert.ok(m1.fault.rx !== null && m1.fault.rx.dropped > 0, JSON.stringify(m1.fault));
+    assert.is((await p.a.interface('m0')).fault.rx, null, "worker 0's interface has no fault");
+    await p.a.unlisten(18600);
+    assert.equal(await p.a.listenersList(), []);
+  } finally {
+    await p.close();
+  }
+});
+
 test('a worker that throws is reported and started again with its interface; the others and the API keep going', async () => {
   const p = await pair();
   try {
