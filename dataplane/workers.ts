@@ -314,8 +314,19 @@ class WorkerDataplane {
     return this.on(0, 'version', []);
   }
 
-  hardware = async () => this.concat('hardware');
-  interfaces = async () => this.concat('interfaces');
+  /**
+   * Interface numbers as one data plane would give them (1.. in file order), not each worker's
+   * own 1..: `show interfaces` and `show hardware` never show two interfaces with one index.
+   */
+  private renumber<T>(v: T): T {
+    const o = v as Obj;
+    if (o === null || typeof o !== 'object' || typeof o.name !== 'string' || typeof o.index !== 'number') return v;
+    const k = this.config.interfaces.findIndex((c) => c.name === o.name);
+    return (k < 0 ? v : { ...o, index: k + 1 }) as T;
+  }
+
+  hardware = async () => (await this.concat('hardware')).map((v) => this.renumber(v));
+  interfaces = async () => (await this.concat('interfaces')).map((v) => this.renumber(v));
   neighbors = async () => this.concat('neighbors');
   runtime = async () => this.concat('runtime');
   errors = async () => this.concat('errors');
@@ -326,10 +337,12 @@ class WorkerDataplane {
   clearTrace = async () => void (await this.all('clearTrace'));
   traceAdd = async (node: string, count: number) => void (await this.all('traceAdd', [node, count]));
 
-  interface = async (name: string) => this.on(this.byInterface(name), 'interface', [name]);
-  capture = async (name: string, ...rest: unknown[]) => this.on(this.byInterface(name), 'capture', [name, ...rest]);
-  stopCapture = async (name: string) => this.on(this.byInterface(name), 'stopCapture', [name]);
-  setFault = async (name: string, ...rest: unknown[]) => this.on(this.byInterface(name), 'setFault', [name, ...rest]);
+  interface = async (name: string) => this.renumber(await this.on(this.byInterface(name), 'interface', [name]));
+  capture = async (name: string, ...rest: unknown[]) =>
+    this.renumber(await this.on(this.byInterface(name), 'capture', [name, ...rest]));
+  stopCapture = async (name: string) => this.renumber(await this.on(this.byInterface(name), 'stopCapture', [name]));
+  setFault = async (name: string, ...rest: unknown[]) =>
+    this.renumber(await this.on(this.byInterface(name), 'setFault', [name, ...rest]));
 
   /** To the worker with an interface on the target's subnet (else worker 0). */
   async ping(req: { address: string }, signal?: AbortSignal): Promise<unknown> {

@@ -126,8 +126,17 @@ test('two workers: interfaces placed round robin, one show runtime section per w
     );
     const itfs = await p.a.interfaces();
     assert.equal(
-      itfs.map((i) => i.name),
-      ['m0', 'm1'],
+      itfs.map((i) => [i.name, i.index]),
+      [
+        ['m0', 1],
+        ['m1', 2],
+      ],
+      'one numbering across the workers, in file order',
+    );
+    assert.is((await p.a.interface('m1')).index, 2);
+    assert.equal(
+      (await p.a.hardware()).map((h) => h.index),
+      [1, 2],
     );
     assert.is((await p.a.health()).interfaces, 2);
     assert.is((await p.a.buffers()).count, 2 * 8192, "the workers' pools together");
