@@ -341,7 +341,7 @@ export class ApiClient {
 
   // ---------------------------------------------------------------- PD, MR
 
-  createPd(req: { interface?: string } = {}): Promise<PdView> {
+  createPd(req: { interface?: string; worker?: number } = {}): Promise<PdView> {
     return this.post('/v1/pds', req);
   }
   pds(): Promise<PdView[]> {
@@ -372,7 +372,7 @@ export class ApiClient {
 
   // ---------------------------------------------------------------- CQ, SRQ
 
-  createCq(req: { depth: number; interface?: string }): Promise<CqView> {
+  createCq(req: { depth: number; interface?: string; worker?: number }): Promise<CqView> {
     return this.post('/v1/cqs', req);
   }
   cqs(): Promise<CqView[]> {

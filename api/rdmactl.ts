@@ -81,9 +81,9 @@ show:
   fault IF rx|tx|both [seed N] [loss P] [reorder P] [duplicate P] [corrupt P] [reorder-depth N] [reorder-delay-us N] | fault IF off
 
 verbs (handles are numbers; sge is MR:OFFSET:LENGTH[,MR:OFFSET:LENGTH...]):
-  create pd [interface IF]            (IF: with cpu.workers, made on IF's worker)
+  create pd [interface IF] [worker K]  (with cpu.workers: made on worker K, else on IF's)
   create mr pd PD length N [access local-write,remote-write,remote-read,remote-atomic,remote-invalidate]   -> "MR STAG" (STAG in hex; STAGs are taken in hex or decimal)
-  create cq [depth N] [interface IF]
+  create cq [depth N] [interface IF] [worker K]
   create srq pd PD max-wr N [max-sge N]
   create qp pd PD send-cq CQ recv-cq CQ [srq SRQ] [max-send-wr N] [max-recv-wr N] [max-sge N] [max-inline N] [ird N] [ord N] [interface IF]   -> "QPN PSN"
   connect QPN IP:PORT psn PSN [ird N] [ord N]          manual: PSN is the peer QP's (its create qp or show qp)
@@ -399,8 +399,11 @@ async function create(
   const a = new Args(rest, `create ${what}`);
   switch (what) {
     case 'pd': {
-      const o = a.options(['interface']);
-      const v = (await call('POST', '/v1/pds', o.has('interface') ? { interface: o.get('interface') } : {})) as PdView;
+      const o = a.options(['interface', 'worker']);
+      const v = (await call('POST', '/v1/pds', {
+        ...(o.has('interface') ? { interface: o.get('interface') } : {}),
+        ...(o.has('worker') ? { worker: intOpt(o, 'worker', 'create pd') } : {}),
+      })) as PdView;
       return created(v, String(v.pd));
     }
     case 'mr': {
@@ -422,10 +425,11 @@ async function create(
       return created(v, `${v.mr} 0x${v.stag.toString(16)}`);
     }
     case 'cq': {
-      const o = a.options(['depth', 'interface']);
+      const o = a.options(['depth', 'interface', 'worker']);
       const v = (await call('POST', '/v1/cqs', {
         depth: intOpt(o, 'depth', 'create cq') ?? 1024,
         ...(o.has('interface') ? { interface: o.get('interface') } : {}),
+        ...(o.has('worker') ? { worker: intOpt(o, 'worker', 'create cq') } : {}),
       })) as CqView;
       return created(v, String(v.cq));
     }

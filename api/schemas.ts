@@ -470,13 +470,15 @@ const placeOn = {
   ...str("the interface it serves: with cpu.workers it is made on that interface's worker (default: worker 0)"),
   maxLength: 256,
 };
-export const PdCreate = obj({ interface: placeOn }, ['interface']);
+const onWorker = int(0, 63, "with cpu.workers: the worker it is made on (default: the interface's, else 0)");
+export const PdCreate = obj({ interface: placeOn, worker: onWorker }, ['interface', 'worker']);
 export const CqCreate = obj(
   {
     depth: int(1, L.maxCqe, 'completions it holds (rdma.max-cq-entries may lower the limit: GET /v1/device maxCqe)'),
     interface: placeOn,
+    worker: onWorker,
   },
-  ['interface'],
+  ['interface', 'worker'],
 );
 export const SrqCreate = obj(
   {

@@ -16,6 +16,9 @@
 import { availableParallelism } from 'node:os';
 import { loadCore } from '../native/load.ts';
 import { startWorkers } from './workers.ts';
+import { HandoffDriver, type HandoffLink } from '../drivers/handoff.ts';
+import { macOption } from '../drivers/mac.ts';
+import { addHandoffPort, handoffTable, registerWorkerHandoff, WORKER_HANDOFF } from '../nodes/ethernet/worker-handoff.ts';
 import { startVerbsSocket, VERBS_LIBRARY, type VerbsSocket, type VerbsSocketOptions } from './verbs-socket.ts';
 import {
   Graph,
@@ -102,6 +105,20 @@ export interface CreateOptions {
   handleBase?: number;
   /** Each event as it is logged (a worker hands them to the main thread's event log). */
   onEvent?: (e: EventView) => void;
+  /** cpu.workers >= 2 (dataplane/workers.ts): handoff ports for this worker's interfaces, shadows of the others'. */
+  handoff?: HandoffPlan;
+}
+
+/** What a worker gets to take part in handoff (nodes/ethernet/worker-handoff.ts, drivers/handoff.ts). */
+export interface HandoffPlan {
+  self: number;
+  workers: number;
+  /** Each worker's QP numbers (its slice of rdma.port-range). */
+  ranges: [number, number][];
+  /** Interfaces this worker owns: a port towards each other worker. */
+  ports: { iface: string; worker: number; link: HandoffLink }[];
+  /** Interfaces other workers own: this worker's shadow of each. */
+  shadows: { config: InterfaceConfig; link: HandoffLink }[];
 }
 
 /** Pin the calling thread to `cpu` (cpu.main-core, cpu.corelist-workers). */
@@ -333,10 +350,43 @@ export class Dataplane {
     });
     const net = registerL2L4(graph);
     const ifs = new Interfaces(graph);
+    const plan = opts.handoff;
+    const handoff =
+      plan === undefined
+        ? null
+        : registerWorkerHandoff(
+            graph,
+            handoffTable(
+              plan.self,
+              plan.workers,
+              plan.ranges,
+              drivers.length + plan.ports.length + plan.shadows.length + 1,
+            ),
+          );
     let adding = 0;
     try {
-      for (; adding < drivers.length; adding++)
-        Dataplane.addInterface(config.interfaces[adding], drivers[adding], config, net, ifs);
+      for (; adding < drivers.length; adding++) {
+        const c = config.interfaces[adding];
+        const steer = plan !== undefined && plan.ports.some((p) => p.iface === c.name);
+        Dataplane.addInterface(c, drivers[adding], config, net, ifs, steer ? WORKER_HANDOFF : 'ethernet-input');
+      }
+      if (plan !== undefined && handoff !== null) {
+        for (const sh of plan.shadows) {
+          const c = { ...sh.config, fault: null };
+          const mac = macOption(`interface ${c.name}`, c.mac ?? undefined, c.name);
+          Dataplane.addInterface(c, HandoffDriver.shadow(c.name, mac, c.mtu, sh.link), config, net, ifs);
+        }
+        for (const p of plan.ports) {
+          const real = ifs.get(p.iface);
+          const port = ifs.add(
+            HandoffDriver.port(`${p.iface}.wk${p.worker}`, real.driver.mac, real.driver.mtu, p.link),
+            {
+              next: real.output.name,
+            },
+          );
+          addHandoffPort(graph, handoff, real.index, p.worker, port.output.name);
+        }
+      }
       const r = config.rdma;
       const rdma = registerRdma(graph, net, {
         portRange: r.portRange,
@@ -379,7 +429,14 @@ export class Dataplane {
     }
   }
 
-  private static addInterface(c: InterfaceConfig, drv: Driver, config: Config, net: Netstack, ifs: Interfaces): void {
+  private static addInterface(
+    c: InterfaceConfig,
+    drv: Driver,
+    config: Config,
+    net: Netstack,
+    ifs: Interfaces,
+    next = 'ethernet-input',
+  ): void {
     const fault =
       c.fault === null
         ? undefined
@@ -388,7 +445,7 @@ export class Dataplane {
           : { [c.fault.direction]: c.fault.config };
     let itf;
     try {
-      itf = ifs.add(drv, { next: 'ethernet-input', fault });
+      itf = ifs.add(drv, { next, fault });
     } catch (e) {
       drv.close();
       throw new DataplaneError('unavailable', `interface ${c.name} (line ${c.line}): ${(e as Error).message}`);
@@ -724,8 +781,12 @@ export class Dataplane {
     return this.interfaceView(name);
   }
 
-  private checkInterface(name: string): void {
-    if (!this.ifs.all().some((i) => i.name === name)) throw new DataplaneError('not-found', `no interface "${name}"`);
+  /** `interface` must exist; `worker` can only be 0 here (with cpu.workers the facade takes it). */
+  private checkPlacement(req: { interface?: string; worker?: number }): void {
+    if (req.interface !== undefined && !this.ifs.all().some((i) => i.name === req.interface))
+      throw new DataplaneError('not-found', `no interface "${req.interface}"`);
+    if (req.worker !== undefined && req.worker !== 0)
+      throw new DataplaneError('invalid', `worker ${req.worker}: cpu.workers is 0 (no worker threads)`);
   }
 
   async recentEvents(since = 0): Promise<EventView[]> {
@@ -779,9 +840,9 @@ export class Dataplane {
   // ------------------------------------------------------------------ PD, MR
 
   /** `interface`: where the PD is for; it places the PD on that interface's worker (cpu.workers). */
-  async createPd(req: { interface?: string } = {}): Promise<PdView> {
+  async createPd(req: { interface?: string; worker?: number } = {}): Promise<PdView> {
     this.live();
-    if (req.interface !== undefined) this.checkInterface(req.interface);
+    this.checkPlacement(req);
     const pd = guard(() => this.rdma.createPd());
     return { pd: pd.handle, users: pd.users };
   }
@@ -867,9 +928,9 @@ export class Dataplane {
   // ------------------------------------------------------------------ CQ, SRQ
 
   /** `interface`: as createPd's (a CQ lives on the worker of the QPs it serves). */
-  async createCq(req: { depth: number; interface?: string }): Promise<CqView> {
+  async createCq(req: { depth: number; interface?: string; worker?: number }): Promise<CqView> {
     this.live();
-    if (req.interface !== undefined) this.checkInterface(req.interface);
+    this.checkPlacement(req);
     const cq = guard(() => this.rdma.createCq(req.depth));
     cq.onCompletion = (c) => this.wakeCq(c.handle);
     return this.cqView(cq);

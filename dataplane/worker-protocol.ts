@@ -4,6 +4,7 @@
  * AbortSignal argument travels as a marker and is fired by an "abort" message.
  */
 import type { Config } from '../config/types.ts';
+import type { HandoffPlan } from './dataplane.ts';
 import type { DataplaneErrorKind, EventView } from './views.ts';
 
 export interface WorkerInit {
@@ -14,6 +15,8 @@ export interface WorkerInit {
   cpu: number | null;
   /** Its PD/MR/CQ/SRQ handles count up from here (workers.ts routes a handle by its range). */
   handleBase: number;
+  /** With 2 or more workers: its handoff ports and shadows. */
+  handoff?: HandoffPlan;
 }
 
 export type ToWorker =

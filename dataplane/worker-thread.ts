@@ -24,6 +24,7 @@ async function main(): Promise<void> {
     log,
     thread: { index: init.index + 1, name: `rdma_wk_${init.index}`, lcore: init.cpu ?? undefined },
     handleBase: init.handleBase,
+    handoff: init.handoff,
     onEvent: (e) => post({ t: 'event', e }),
   });
   let verbs: VerbsSocket | null = null;

@@ -8,10 +8,13 @@
  * - an interface by the worker it was placed on;
  * - a PD, MR, CQ or SRQ by its handle (worker i hands out handles in its own range,
  *   worker-protocol.ts HANDLE_SPAN); a QP by its number (rdma.port-range is split in N slices);
- * - new objects: a PD or CQ on the worker of the interface the request names (default worker
- *   0); an MR, SRQ, QP or listener on its PD's worker; a QP whose PD, CQs and SRQ are not all on
- *   one worker, or whose interface is another worker's, is refused saying so;
- * - lists (interfaces, QPs, show runtime, errors, trace...) from every worker, in worker order;
+ * - new objects: a PD or CQ on the worker the request names, else its interface's owner, else
+ *   worker 0; an MR, SRQ, QP or listener on its PD's worker; a QP whose PD, CQs and SRQ are not
+ *   all on one worker is refused saying so. A QP may use any interface: with 2+ workers each
+ *   worker has a shadow of every interface it does not own, fed by the owner's worker-handoff
+ *   node through a handoff link (placeWorkers makes the links and the plans);
+ * - lists (interfaces, QPs, show runtime, errors, trace...) from every worker, in worker order
+ *   (interfaces and neighbors from their owner only);
  *   `show runtime` gets one section per worker (Thread 1 rdma_wk_0 ...), as VPP prints them.
  *
  * Results come back as one message per call (control plane; completions are polled through
@@ -22,7 +25,11 @@ import { Worker } from 'node:worker_threads';
 import type { Config } from '../config/types.ts';
 import { parseCoreList } from '../config/schema.ts';
 import { parseIp4, parseIp4Prefix } from '../config/formats.ts';
-import type { Dataplane } from './dataplane.ts';
+import type { Dataplane, HandoffPlan } from './dataplane.ts';
+import { handoffLink } from '../drivers/handoff.ts';
+import { macOption } from '../drivers/mac.ts';
+import { formatMac } from '../nodes/net/address.ts';
+import { loadCore } from '../native/load.ts';
 import { DataplaneError, type EventView, type Logger } from './views.ts';
 import { type FromWorker, HANDLE_SPAN, type ToWorker, type WorkerInit } from './worker-protocol.ts';
 
@@ -135,21 +142,36 @@ export function placeWorkers(config: Config): WorkerInit[] {
     throw new DataplaneError('invalid', `rdma.port-range [${lo}, ${hi}] has fewer QP numbers than cpu.workers ${n}`);
   let rr = 0;
   const owner = config.interfaces.map((c) => c.worker ?? rr++ % n);
-  return Array.from({ length: n }, (_, k) => ({
+  const ranges = Array.from(
+    { length: n },
+    (_, k) => [lo + k * span, k === n - 1 ? hi : lo + (k + 1) * span - 1] as [number, number],
+  );
+  // One MAC per interface for its owner and every shadow: drawn here when the file gives none.
+  const interfaces = config.interfaces.map((c) =>
+    c.mac !== null ? c : { ...c, mac: formatMac(macOption('', undefined, c.name)) },
+  );
+  const plans: HandoffPlan[] = ranges.map((_, k) => ({ self: k, workers: n, ranges, ports: [], shadows: [] }));
+  if (n >= 2)
+    interfaces.forEach((c, i) => {
+      for (let k = 0; k < n; k++) {
+        if (k === owner[i]) continue;
+        const link = handoffLink(c.mtu + 18);
+        plans[owner[i]].ports.push({ iface: c.name, worker: k, link });
+        plans[k].shadows.push({ config: c, link });
+      }
+    });
+  return ranges.map((range, k) => ({
     index: k,
     cpu: cores === null ? null : cores[k],
     handleBase: k * HANDLE_SPAN,
+    ...(n >= 2 ? { handoff: plans[k] } : {}),
     config: {
       ...config,
       cpu: { ...config.cpu, workers: 0, mainCore: null, corelistWorkers: null },
-      interfaces: config.interfaces.filter((_, i) => owner[i] === k),
-      neighbors: config.neighbors.filter(
-        (nb) => owner[config.interfaces.findIndex((c) => c.name === nb.interface)] === k,
-      ),
-      rdma: {
-        ...config.rdma,
-        portRange: [lo + k * span, k === n - 1 ? hi : lo + (k + 1) * span - 1] as [number, number],
-      },
+      interfaces: interfaces.filter((_, i) => owner[i] === k),
+      // Neighbors of interfaces it does not have are dropped by Dataplane.addInterface's filter.
+      neighbors: config.neighbors,
+      rdma: { ...config.rdma, portRange: range },
     },
   }));
 }
@@ -257,19 +279,38 @@ class WorkerDataplane {
     check(req.sendCq, 'send-cq');
     check(req.recvCq, 'recv-cq');
     check(req.srq, 'srq');
-    if (typeof req.interface === 'string') {
-      const j = this.byInterface(req.interface);
-      if (j !== k)
-        throw new DataplaneError(
-          'invalid',
-          `${what}: interface ${req.interface} runs on worker ${j} but pd ${String(req.pd)} is on worker ${k}: create the PD with interface ${req.interface}`,
-        );
-    }
+    // Any worker may use any interface: its own, or its shadow of another worker's (handoff).
+    if (typeof req.interface === 'string') this.byInterface(req.interface);
     return k;
   }
 
+  /** A new PD or CQ: on `worker` when the request names one, else on its interface's owner, else 0. */
   private placed(req: Obj | undefined): number {
+    if (req !== undefined && req.worker !== undefined) {
+      const k = req.worker;
+      if (typeof k !== 'number' || !Number.isInteger(k) || k < 0 || k >= this.workers.length)
+        throw new DataplaneError(
+          'invalid',
+          `worker ${String(k)}: cpu.workers is ${this.workers.length} (workers 0..${this.workers.length - 1})`,
+        );
+      if (typeof req.interface === 'string') this.byInterface(req.interface);
+      return k;
+    }
     return req !== undefined && typeof req.interface === 'string' ? this.byInterface(req.interface) : 0;
+  }
+
+  /** The request without `worker` (the worker's own data plane has none). */
+  private local(req: Obj | undefined): Obj {
+    const { worker: _, ...rest } = req ?? {};
+    return rest;
+  }
+
+  /** Per worker, only the views of interfaces it owns (not its shadows or handoff ports). */
+  private async owned(method: string): Promise<any[]> {
+    const per = await this.all<Obj[]>(method);
+    return per.flatMap((list, k) =>
+      list.filter((v) => this.ifWorker.get((v.name ?? v.interface) as string) === k).map((v) => this.renumber(v)),
+    );
   }
 
   /** Test hook (test/workers.test.ts): worker k throws an exception nobody catches. */
@@ -289,7 +330,7 @@ class WorkerDataplane {
       status: 'ok',
       version: h[0].version,
       uptime: (Date.now() - this.startedMs) / 1000,
-      interfaces: h.reduce((n, x) => n + (x.interfaces as number), 0),
+      interfaces: this.config.interfaces.length,
       qps: h.reduce((n, x) => n + (x.qps as number), 0),
     };
   }
@@ -325,9 +366,9 @@ class WorkerDataplane {
     return (k < 0 ? v : { ...o, index: k + 1 }) as T;
   }
 
-  hardware = async () => (await this.concat('hardware')).map((v) => this.renumber(v));
-  interfaces = async () => (await this.concat('interfaces')).map((v) => this.renumber(v));
-  neighbors = async () => this.concat('neighbors');
+  hardware = async () => this.owned('hardware');
+  interfaces = async () => this.owned('interfaces');
+  neighbors = async () => this.owned('neighbors');
   runtime = async () => this.concat('runtime');
   errors = async () => this.concat('errors');
   trace = async () => this.concat('trace');
@@ -362,8 +403,8 @@ class WorkerDataplane {
 
   // ------------------------------------------------------------------ verbs objects
 
-  createPd = async (req?: Obj) => this.on(this.placed(req), 'createPd', [req ?? {}]);
-  createCq = async (req: Obj) => this.on(this.placed(req), 'createCq', [req]);
+  createPd = async (req?: Obj) => this.on(this.placed(req), 'createPd', [this.local(req)]);
+  createCq = async (req: Obj) => this.on(this.placed(req), 'createCq', [this.local(req)]);
   pds = async () => this.concat('pds');
   mrs = async () => this.concat('mrs');
   cqs = async () => this.concat('cqs');
@@ -431,5 +472,9 @@ class WorkerDataplane {
     this.final = { buffers, qps };
     this.closed = true;
     await Promise.all(this.workers.map((w) => w.stop()));
+    // The handoff links' eventfds (made on this thread, one pair per link, listed on the owner).
+    const core = loadCore();
+    for (const w of this.workers)
+      for (const p of w.init.handoff?.ports ?? []) for (const r of [p.link.toPort, p.link.toShadow]) core.closeFd(r.fd);
   }
 }

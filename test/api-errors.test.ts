@@ -335,7 +335,7 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
       path: '/v1/pds',
       body: { x: 1 },
       status: 400,
-      message: 'body/x is not allowed (allowed: interface)',
+      message: 'body/x is not allowed (allowed: interface, worker)',
     },
     { method: 'POST', path: '/v1/pds', body: { interface: 'nope0' }, status: 404, message: 'no interface "nope0"' },
     { method: 'POST', path: '/v1/pds', body: '"pd"', status: 400, message: 'body must be object' },
@@ -535,7 +535,7 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
       path: '/v1/cqs',
       body: '{"depth": 1, "__proto__": {"polluted": 1}}',
       status: 400,
-      message: 'body/__proto__ is not allowed (allowed: depth, interface)',
+      message: 'body/__proto__ is not allowed (allowed: depth, interface, worker)',
     },
     {
       method: 'POST',

@@ -210,12 +210,13 @@ test("a QP's objects must be on one worker; unknown handles and QPNs say not-fou
     );
     assert.is(err?.kind, 'invalid');
     assert.match(err!.message, /pd \d+ is on worker 0 but send-cq \d+ on worker 1/);
-    const cq0 = await p.a.createCq({ depth: 16 });
-    const e2 = await p.a.createQp({ pd: pd0.pd, sendCq: cq0.cq, recvCq: cq0.cq, interface: 'm1' }).then(
-      () => null,
-      (e: Error & { kind: string }) => e,
+    assert.match(
+      await p.a.createPd({ worker: 2 }).then(
+        () => 'made',
+        (e: Error) => e.message,
+      ),
+      /worker 2: cpu.workers is 2/,
     );
-    assert.match(e2!.message, /interface m1 runs on worker 1 but pd \d+ is on worker 0/);
     for (const call of [() => p.a.getMr(99 << 24), () => p.a.getQp(65000), () => p.a.createPd({ interface: 'nope' })])
       assert.is(
         await call().then(
@@ -289,6 +290,53 @@ test("worker 1: a listener accepts a CM connect, atomics, and a lossy link (faul
     assert.is((await p.a.interface('m0')).fault.rx, null, "worker 0's interface has no fault");
     await p.a.unlisten(18600);
     assert.equal(await p.a.listenersList(), []);
+  } finally {
+    await p.close();
+  }
+});
+
+test("handoff: a QP on worker 1 over worker 0's interface; its frames cross through worker-handoff both ways (counted)", async () => {
+  const p = await pair();
+  try {
+    // Worker 1 gets m0's traffic for its QPs through its shadow of m0.
+    const pd = await p.a.createPd({ interface: 'm0', worker: 1 });
+    const cq = await p.a.createCq({ depth: 256, interface: 'm0', worker: 1 });
+    assert.ok(pd.pd > 1 << 24 && cq.cq > 1 << 24, 'made on worker 1');
+    const mr = await p.a.createMr({ pd: pd.pd, length: 65536, access: ['local-write', 'remote-write', 'remote-read'] });
+    const qp = await p.a.createQp({ pd: pd.pd, sendCq: cq.cq, recvCq: cq.cq, interface: 'm0' });
+    assert.ok(qp.qpn >= 25000, `worker 1's QP number (${qp.qpn})`);
+    assert.is(qp.local.ip, IP(1, 0), "m0's address");
+    const y = await end(p.b, 'n0');
+    await p.a.connect(qp.qpn, { remote: { ip: IP(2, 0), port: y.qp.qpn }, mode: 'manual', remotePsn: y.qp.psn });
+    await p.b.connect(y.qp.qpn, { remote: { ip: IP(1, 0), port: qp.qpn }, mode: 'manual', remotePsn: qp.psn });
+    const big = Uint8Array.from({ length: 40000 }, (_, i) => (i * 11) & 0xff);
+    await p.b.writeMr(y.mr.mr, 0, big);
+    await p.b.postSend(y.qp.qpn, {
+      wrId: 'w',
+      opcode: 'write',
+      sge: [{ mr: y.mr.mr, offset: 0, length: big.length }],
+      remote: { stag: mr.stag, offset: 1000 },
+    });
+    assert.is((await pollOne(p.b, y.cq.cq)).status, 'success');
+    assert.equal(await p.a.readMr(mr.mr, 1000, big.length), big, 'WRITE landed on worker 1');
+    await p.a.postSend(qp.qpn, {
+      wrId: 'rd',
+      opcode: 'read',
+      sge: [{ mr: mr.mr, offset: 50000, length: 10000 }],
+      remote: { stag: y.mr.stag, offset: 0 },
+    });
+    assert.is((await pollOne(p.a, cq.cq)).status, 'success');
+    assert.equal(await p.a.readMr(mr.mr, 50000, 10000), big.subarray(0, 10000), 'READ by worker 1 went out through m0');
+    const errs = await p.a.errors();
+    const count = (thread: string, node: string, reason: string) =>
+      errs.find((t) => t.name === thread)?.rows.find((r) => r.node === node && r.reason === reason)?.count ?? 0;
+    assert.ok(count('rdma_wk_0', 'worker-handoff', "frames handed to the QP's worker") > 20, JSON.stringify(errs));
+    const itfs = await p.a.interfaces();
+    assert.equal(
+      itfs.map((i) => i.name),
+      ['m0', 'm1'],
+      'shadows and handoff ports stay out of the list',
+    );
   } finally {
     await p.close();
   }
