@@ -1,6 +1,7 @@
 /**
  * npm run bench -- workers (prints, never asserts): data plane A with cpu.workers 0, 1 and 2,
- * two memif interfaces (round robin: one per worker with 2), a passive WRITE target on each;
+ * two memif interfaces (round robin: one per worker with 2), a passive WRITE target on each,
+ * and once with one interface whose two QPs sit on two workers (worker 1's through handoff);
  * peer B (another process, workers 0) writes 64 KiB x 16 outstanding on both QPs. Per setting:
  * the total WRITE bandwidth, and GET /v1/health latency on A's API measured from this process
  * while the data plane is saturated (and once idle, as the baseline). Nothing is pinned: on a
@@ -20,11 +21,12 @@ const OUTSTANDING = 16;
 const IP = (side: 'a' | 'b', k: number) => `10.9${k}.0.${side === 'a' ? 1 : 2}`;
 const MAC = (side: 'a' | 'b', k: number) => `02:fe:00:00:${side === 'a' ? '0a' : '0b'}:0${k}`;
 
-function config(side: 'a' | 'b', dir: string, workers: number): string {
+function config(side: 'a' | 'b', dir: string, workers: number, nIf: number): string {
   const other = side === 'a' ? 'b' : 'a';
+  const ks = nIf === 1 ? [0] : [0, 1];
   return (
     `api: { listen: 127.0.0.1:0 }\ncpu: { workers: ${side === 'a' ? workers : 0} }\ninterfaces:\n` +
-    [0, 1]
+    ks
       .map(
         (k) =>
           `  - name: ${side === 'a' ? 'm' : 'n'}${k}\n    driver: memif\n` +
@@ -33,7 +35,7 @@ function config(side: 'a' | 'b', dir: string, workers: number): string {
       )
       .join('') +
     `neighbors:\n` +
-    [0, 1]
+    ks
       .map(
         (k) =>
           `  - { interface: ${side === 'a' ? 'm' : 'n'}${k}, address: ${IP(other, k)}, mac: "${MAC(other, k)}" }\n`,
@@ -48,8 +50,8 @@ interface EndInfo {
   stag: number;
 }
 
-async function childA(dir: string, workers: number): Promise<void> {
-  const dp = await Dataplane.create(parseConfig(config('a', dir, workers), 'bench-a.yaml'));
+async function childA(dir: string, workers: number, nIf: number): Promise<void> {
+  const dp = await Dataplane.create(parseConfig(config('a', dir, workers, nIf), 'bench-a.yaml'));
   const api = await startApi(dp, { host: '127.0.0.1', port: 0, token: null });
   const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
   const next = async () => JSON.parse((await lines.next()).value as string);
@@ -57,9 +59,11 @@ async function childA(dir: string, workers: number): Promise<void> {
     while (!(await dp.interfaces()).every((i) => i.state === 'up')) await new Promise((r) => setTimeout(r, 20));
     const ends: EndInfo[] = [];
     for (const k of [0, 1]) {
-      const itf = `m${k}`;
-      const pd = await dp.createPd({ interface: itf });
-      const cq = await dp.createCq({ depth: 1024, interface: itf });
+      // One interface: the two QPs on it, one per worker where there are two (handoff).
+      const itf = nIf === 1 ? 'm0' : `m${k}`;
+      const where = nIf === 1 && workers === 2 ? { interface: itf, worker: k } : { interface: itf };
+      const pd = await dp.createPd(where);
+      const cq = await dp.createCq({ depth: 1024, ...where });
       const mr = await dp.createMr({ pd: pd.pd, length: MSG, access: ['local-write', 'remote-write'] });
       const qp = await dp.createQp({ pd: pd.pd, sendCq: cq.cq, recvCq: cq.cq, interface: itf });
       ends.push({ qpn: qp.qpn, psn: qp.psn, stag: mr.stag });
@@ -68,7 +72,7 @@ async function childA(dir: string, workers: number): Promise<void> {
     const peer = (await next()) as EndInfo[];
     for (const k of [0, 1])
       await dp.connect(ends[k].qpn, {
-        remote: { ip: IP('b', k), port: peer[k].qpn },
+        remote: { ip: IP('b', nIf === 1 ? 0 : k), port: peer[k].qpn },
         mode: 'manual',
         remotePsn: peer[k].psn,
       });
@@ -80,8 +84,8 @@ async function childA(dir: string, workers: number): Promise<void> {
   }
 }
 
-async function childB(dir: string, seconds: number): Promise<void> {
-  const dp = await Dataplane.create(parseConfig(config('b', dir, 0), 'bench-b.yaml'));
+async function childB(dir: string, seconds: number, nIf: number): Promise<void> {
+  const dp = await Dataplane.create(parseConfig(config('b', dir, 0, nIf), 'bench-b.yaml'));
   const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
   const next = async () => JSON.parse((await lines.next()).value as string);
   try {
@@ -97,7 +101,11 @@ async function childB(dir: string, seconds: number): Promise<void> {
     const peer = (await next()) as EndInfo[];
     qps.forEach((q, k) => {
       rdma.modifyQp(q.qp, { state: 'init' });
-      rdma.modifyQp(q.qp, { state: 'rtr', remote: { address: IP('a', k), port: peer[k].qpn }, rqPsn: peer[k].psn });
+      rdma.modifyQp(q.qp, {
+        state: 'rtr',
+        remote: { address: IP('a', nIf === 1 ? 0 : k), port: peer[k].qpn },
+        rqPsn: peer[k].psn,
+      });
       rdma.modifyQp(q.qp, { state: 'rts' });
     });
     process.stdout.write(JSON.stringify({ ready: true }) + '\n');
@@ -171,10 +179,10 @@ async function healthLatency(url: string, until: Promise<unknown>): Promise<{ p5
   return { p50: q(0.5), p99: q(0.99), n: ms.length };
 }
 
-async function run(workers: number, seconds: number) {
+async function run(workers: number, seconds: number, nIf = 2) {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'bench-workers-'));
-  const a = spawnSide(['--child', 'a', dir, String(workers)]);
-  const b = spawnSide(['--child', 'b', dir, String(seconds)]);
+  const a = spawnSide(['--child', 'a', dir, String(workers), String(nIf)]);
+  const b = spawnSide(['--child', 'b', dir, String(seconds), String(nIf)]);
   try {
     const ia = await a.next();
     const ib = await b.next();
@@ -222,6 +230,13 @@ export async function runWorkersBench(opts: {
       idleP99Ms: +f(r.idle.p99, 3),
     };
   }
+  // One interface, its two QPs on two workers: worker 1's frames cross the handoff link.
+  const h = await run(2, opts.seconds, 1);
+  const h0 = await run(0, opts.seconds, 1);
+  lines.push(
+    `  one interface, a QP on each of 2 workers (handoff): WRITE ${f(h.gbps)} Gbit/s (${h.perQp.join(' + ')} writes) = ${f(h.gbps / h0.gbps)} x workers 0 on that interface (${f(h0.gbps)})`,
+  );
+  json.handoff = { gbps: +f(h.gbps, 3), workers0Gbps: +f(h0.gbps, 3) };
   lines.push(
     '  the memif spine per worker is not measured here: each worker would need its own generator, and 2 cores host 2 threads',
   );
@@ -229,8 +244,8 @@ export async function runWorkersBench(opts: {
 }
 
 if (process.argv[2] === '--child') {
-  const [role, dir, arg] = process.argv.slice(3);
-  (role === 'a' ? childA(dir, Number(arg)) : childB(dir, Number(arg))).then(
+  const [role, dir, arg, nIf] = process.argv.slice(3);
+  (role === 'a' ? childA(dir, Number(arg), Number(nIf)) : childB(dir, Number(arg), Number(nIf))).then(
     () => process.exit(0),
     (e) => {
       process.stderr.write(`bench workers side ${role}: ${(e as Error).stack}\n`);
