@@ -18,7 +18,12 @@ import { loadCore } from '../native/load.ts';
 import { startWorkers } from './workers.ts';
 import { HandoffDriver, type HandoffLink } from '../drivers/handoff.ts';
 import { macOption } from '../drivers/mac.ts';
-import { addHandoffPort, handoffTable, registerWorkerHandoff, WORKER_HANDOFF } from '../nodes/ethernet/worker-handoff.ts';
+import {
+  addHandoffPort,
+  handoffTable,
+  registerWorkerHandoff,
+  WORKER_HANDOFF,
+} from '../nodes/ethernet/worker-handoff.ts';
 import { startVerbsSocket, VERBS_LIBRARY, type VerbsSocket, type VerbsSocketOptions } from './verbs-socket.ts';
 import {
   Graph,
