@@ -183,9 +183,10 @@ export function showCommand(words: string[], show: Show): Promise<void> {
   const a = new Args(rest, `show ${sub}`);
   switch (sub) {
     case 'runtime': {
-      const verbose = a.options([], ['verbose']).has('verbose');
+      const o = a.options([], ['verbose', 'total']);
+      const verbose = o.has('verbose');
       return show(`/v1/runtime${verbose ? '?verbose=1' : ''}`, (v: { threads: RuntimeThreadSnapshot[] }) =>
-        formatRuntime(v.threads, { verbose }),
+        formatRuntime(v.threads, { verbose, total: o.has('total') }),
       );
     }
     case 'errors': {

@@ -62,7 +62,7 @@ export const HELP = `usage: rdmactl [--api URL] [--token TOKEN] [--timeout MS] [
   Words may be cut to a unique prefix, as in VPP: sh int, sh run, sh hard.
 
 show:
-  show runtime [verbose]              per-node calls, vectors, clocks (VPP layout)
+  show runtime [verbose] [total]      per-node calls, vectors, clocks (VPP layout); total: + the sums over worker threads
   show errors [verbose]               per-node error counters
   show interfaces [addr]              interfaces with counters / addresses (also: show interface)
   show hardware                       driver details: memif role, socket, peer, rings, last disconnect; af_packet rings; ibverbs/mlx5dv device, firmware, port, mode, queues, flags; driver counters

@@ -48,6 +48,8 @@ export interface RuntimeFormatOptions {
   time?: boolean;
   /** Clock ticks per nanosecond, used by `time` (default 1: clocks already are ns). */
   clocksPerNs?: number;
+  /** With more than one thread: a last section with every node added up over the threads. */
+  total?: boolean;
 }
 
 export interface ErrorRow {
@@ -292,14 +294,21 @@ export function formatRuntime(threads: RuntimeThreadSnapshot[], opts: RuntimeFor
   const useTime = opts.time === true;
   const clocksPerNs = opts.clocksPerNs !== undefined && opts.clocksPerNs > 0 ? opts.clocksPerNs : 1;
   const lines: string[] = [];
-  threads.forEach((t, j) => {
-    if (threads.length > 1) {
+  // More than one thread (cpu.workers): every thread's section (as VPP), then with `total` the sums.
+  const sections: [RuntimeThreadSnapshot, string | null][] = threads.map((t) => [
+    t,
+    threads.length < 2
+      ? null
+      : t.lcore !== undefined
+        ? vppFormat('Thread %d %s (lcore %u)', t.index, t.name, t.lcore)
+        : vppFormat('Thread %d %s', t.index, t.name),
+  ]);
+  if (opts.total === true && threads.length > 1)
+    sections.push([runtimeTotal(threads), `Total (${threads.length} threads)`]);
+  sections.forEach(([t, heading], j) => {
+    if (heading !== null) {
       if (j > 0) lines.push('---------------');
-      lines.push(
-        t.lcore !== undefined
-          ? vppFormat('Thread %d %s (lcore %u)', t.index, t.name, t.lcore)
-          : vppFormat('Thread %d %s', t.index, t.name),
-      );
+      lines.push(heading);
     }
     lines.push(
       vppFormat(
@@ -344,6 +353,54 @@ export function formatRuntime(threads: RuntimeThreadSnapshot[], opts: RuntimeFor
     }
   });
   return lines.map((l) => l + '\n').join('');
+}
+
+/**
+ * The threads added together: per node (by name) calls, vectors, suspends and clocks summed, the
+ * rates summed, the internal vector rate recomputed from the sums, Time the longest.
+ */
+export function runtimeTotal(threads: RuntimeThreadSnapshot[]): RuntimeThreadSnapshot {
+  const rows = new Map<string, RuntimeRow>();
+  let intV = 0,
+    intC = 0;
+  for (const t of threads) {
+    for (const r of t.rows) {
+      const have = rows.get(r.name);
+      if (have === undefined)
+        rows.set(r.name, {
+          name: r.name,
+          state: r.state,
+          calls: r.calls,
+          vectors: r.vectors,
+          suspends: r.suspends,
+          clocks: r.clocks,
+        });
+      else {
+        have.calls += r.calls;
+        have.vectors += r.vectors;
+        have.suspends += r.suspends;
+        have.clocks += r.clocks;
+      }
+    }
+    // internalVectorRate = internal vectors / internal calls per thread: weigh it by the calls.
+    const calls = t.rows.reduce((n, r) => n + r.calls, 0);
+    intV += t.internalVectorRate * calls;
+    intC += calls;
+  }
+  const sum = (f: (t: RuntimeThreadSnapshot) => number) => threads.reduce((n, t) => n + f(t), 0);
+  return {
+    index: -1,
+    name: 'total',
+    time: Math.max(...threads.map((t) => t.time)),
+    updateInterval: threads[0].updateInterval,
+    internalVectorRate: intC > 0 ? intV / intC : 0,
+    loopsPerSec: sum((t) => t.loopsPerSec),
+    ratesIn: sum((t) => t.ratesIn),
+    ratesOut: sum((t) => t.ratesOut),
+    ratesDrop: sum((t) => t.ratesDrop),
+    ratesPunt: sum((t) => t.ratesPunt),
+    rows: [...rows.values()],
+  };
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -220,6 +220,40 @@ test('show runtime: several threads get headings and a separator', () => {
   );
 });
 
+test('show runtime total: a last section adds every node up over the threads', () => {
+  const a = thread({
+    index: 1,
+    name: 'rdma_wk_0',
+    time: 10,
+    internalVectorRate: 2,
+    loopsPerSec: 100,
+    ratesIn: 5,
+    rows: [
+      { name: 'memif-input', state: 'polling', calls: 10, vectors: 40, suspends: 0, clocks: 4000 },
+      { name: 'ip4-input', state: 'active', calls: 10, vectors: 40, suspends: 0, clocks: 2000 },
+    ],
+  });
+  const b = thread({
+    index: 2,
+    name: 'rdma_wk_1',
+    time: 12,
+    internalVectorRate: 4,
+    loopsPerSec: 300,
+    ratesIn: 7,
+    rows: [{ name: 'memif-input', state: 'polling', calls: 30, vectors: 60, suspends: 0, clocks: 6000 }],
+  });
+  const out = formatRuntime([a, b], { total: true }).split('\n');
+  const at = out.indexOf('Total (2 threads)');
+  assert.ok(at > 0, out.join('\n'));
+  assert.is(out[at - 1], '---------------');
+  // internal vector rate weighed by calls: (2 * 20 + 4 * 30) / 50 = 3.2; Time the longest.
+  assert.is(out[at + 1], 'Time 12.0, 10.000000 sec internal node vector rate 3.20 loops/sec 400.00');
+  assert.match(out[at + 2], /vector rates in 1\.2000e1,/);
+  const memif = out.slice(at).find((l) => l.startsWith('memif-input'))!;
+  assert.equal(memif.trim().split(/\s+/).slice(0, 4), ['memif-input', 'polling', '40', '100']);
+  assert.not.match(formatRuntime([a, b]), /Total/, 'only when asked');
+});
+
 test('show runtime: a process with events pending gets an extra line', () => {
   const t = thread({
     rows: [

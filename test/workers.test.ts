@@ -394,6 +394,7 @@ test("the README's workers block: the daemon with two pinned workers, show runti
     assert.is(r.code, 0, r.out);
     const heads = r.out.split('\n').filter((l) => l.startsWith('Thread '));
     assert.equal(heads, ['Thread 1 rdma_wk_0 (lcore 0)', 'Thread 2 rdma_wk_1 (lcore 1)']);
+    assert.ok(r.out.includes('\nTotal (2 threads)\n'), r.out);
   } finally {
     d.proc.kill('SIGTERM');
   }
