@@ -348,7 +348,9 @@ class WorkerDataplane {
 
   async device(): Promise<unknown> {
     const d = await this.all<Obj>('device');
-    return { ...d[0], ports: d.flatMap((x) => x.ports as unknown[]).map((p, i) => ({ ...(p as Obj), port: i + 1 })) };
+    // A port per interface, from its owner (a worker's shadows of the others' interfaces left out).
+    const ports = d.flatMap((x, k) => (x.ports as Obj[]).filter((p) => this.ifWorker.get(p.interface as string) === k));
+    return { ...d[0], ports: ports.map((p, i) => ({ ...p, port: i + 1 })) };
   }
 
   async version(): Promise<unknown> {

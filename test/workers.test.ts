@@ -139,6 +139,14 @@ test('two workers: interfaces placed round robin, one show runtime section per w
       [1, 2],
     );
     assert.is((await p.a.health()).interfaces, 2);
+    assert.equal(
+      (await p.a.device()).ports.map((x) => [x.port, x.interface]),
+      [
+        [1, 'm0'],
+        [2, 'm1'],
+      ],
+      'one port per interface, not one per shadow',
+    );
     assert.is((await p.a.buffers()).count, 2 * 8192, "the workers' pools together");
   } finally {
     await p.close();
