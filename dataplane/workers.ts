@@ -378,7 +378,8 @@ class WorkerDataplane {
   clearRuntime = async () => void (await this.all('clearRuntime'));
   clearErrors = async () => void (await this.all('clearErrors'));
   clearTrace = async () => void (await this.all('clearTrace'));
-  traceAdd = async (node: string, count: number) => void (await this.all('traceAdd', [node, count]));
+  /** On every worker that has the node (a worker without a memif interface has no memif-input). */
+  traceAdd = async (node: string, count: number) => this.onAny('traceAdd', [node, count]);
 
   interface = async (name: string) => this.renumber(await this.on(this.byInterface(name), 'interface', [name]));
   capture = async (name: string, ...rest: unknown[]) =>
@@ -448,8 +449,11 @@ class WorkerDataplane {
   }
 
   listen = async (req: Obj) => this.on(this.qpWorker(req, 'listen'), 'listen', [req]);
-  async unlisten(port: number): Promise<void> {
-    const r = await Promise.allSettled(this.workers.map((_, k) => this.on(k, 'unlisten', [port])));
+  unlisten = async (port: number) => this.onAny('unlisten', [port]);
+
+  /** Every worker; done when one of them did it, else the first worker's error. */
+  private async onAny(method: string, args: unknown[]): Promise<void> {
+    const r = await Promise.allSettled(this.workers.map((_, k) => this.on(k, method, args)));
     if (r.some((x) => x.status === 'fulfilled')) return;
     throw (r[0] as PromiseRejectedResult).reason;
   }

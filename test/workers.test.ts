@@ -12,7 +12,10 @@ import { Dataplane } from '../dataplane/dataplane.ts';
 import type { CqView, MrView, PdView, QpView } from '../dataplane/views.ts';
 import { baseConfig } from './dataplane-helpers.ts';
 import { sleep } from './helpers.ts';
-import { bash, blocks, daemon, README } from './readme-helpers.ts';
+import { bash, blocks, daemon, README, runSessions } from './readme-helpers.ts';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 let sockets = 0;
 
@@ -409,6 +412,20 @@ test("the README's workers block: the daemon with two pinned workers, show runti
   assert.is(await d.exit, 0, d.out);
   await d.closed;
   assert.match(d.out, /stopped \(0 QPs closed with FIN\); every buffer back in the pool/);
+});
+
+test("the README's rdmactl, verbs and curl sessions run unchanged with daemon A on two worker threads", async () => {
+  // The embedded default with cpu.workers: 2 (its memif0 on worker 0, a shadow on worker 1).
+  const dir = mkdtempSync(join(tmpdir(), 'rg-workers-'));
+  const file = join(dir, 'startup-workers.yaml');
+  const text = readFileSync('config/startup.yaml', 'utf8');
+  assert.match(text, /^  workers: 0$/m);
+  writeFileSync(file, text.replace(/^  workers: 0$/m, '  workers: 2'));
+  try {
+    await runSessions(['--config', file], (a) => assert.match(a.out, /2 worker threads/));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test.run();
