@@ -372,6 +372,43 @@ test('a worker that throws is reported and started again with its interface; the
     assert.is((await p.a.runtime()).length, 2);
     const y = await end(p.a, 'm1');
     assert.ok(y.qp.qpn > x.qp.qpn, 'the restarted worker makes QPs again');
+    // And carries traffic: on its own interface, and over worker 0's through the handoff link
+    // whose ring counters outlived the old thread.
+    for (const [mine, theirs, k] of [
+      [y, await end(p.b, 'n1'), 1],
+      [
+        await (async () => {
+          const pd = await p.a.createPd({ interface: 'm0', worker: 1 });
+          const cq = await p.a.createCq({ depth: 64, worker: 1 });
+          const mr = await p.a.createMr({ pd: pd.pd, length: 65536, access: ['local-write', 'remote-write'] });
+          const qp = await p.a.createQp({ pd: pd.pd, sendCq: cq.cq, recvCq: cq.cq, interface: 'm0' });
+          return { pd, cq, mr, qp };
+        })(),
+        await end(p.b, 'n0'),
+        0,
+      ],
+    ] as const) {
+      await p.a.connect(mine.qp.qpn, {
+        remote: { ip: IP(2, k), port: theirs.qp.qpn },
+        mode: 'manual',
+        remotePsn: theirs.qp.psn,
+      });
+      await p.b.connect(theirs.qp.qpn, {
+        remote: { ip: IP(1, k), port: mine.qp.qpn },
+        mode: 'manual',
+        remotePsn: mine.qp.psn,
+      });
+      const data = Uint8Array.from({ length: 9000 }, (_, i) => (i + k) & 0xff);
+      await p.b.writeMr(theirs.mr.mr, 0, data);
+      await p.b.postSend(theirs.qp.qpn, {
+        wrId: 'w',
+        opcode: 'write',
+        sge: [{ mr: theirs.mr.mr, offset: 0, length: data.length }],
+        remote: { stag: mine.mr.stag, offset: 0 },
+      });
+      assert.is((await pollOne(p.b, theirs.cq.cq)).status, 'success', `WRITE to the restarted worker over m${k}`);
+      assert.equal(await p.a.readMr(mine.mr.mr, 0, data.length), data);
+    }
   } finally {
     await p.close();
   }
