@@ -106,7 +106,7 @@ function workerHandoff(rt: NodeRuntime, frame: Frame | null): number {
       } else if (type === ETHERTYPE_ARP) {
         const ports = t.arpNexts[rxIf[bi]];
         for (let k = 0; k < ports.length; k++) {
-          const c = pool.writePacket(u8.subarray(o, o + len), 0, len);
+          const c = pool.writePacket(u8, o, len);
           if (c === 0xffffffff) {
             rt.countError(HandoffError.NO_BUFFERS);
             continue;
