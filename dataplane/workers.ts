@@ -318,10 +318,6 @@ class WorkerDataplane {
     this.workers[k].crash();
   }
 
-  restarts(): number[] {
-    return this.workers.map((w) => w.restarts);
-  }
-
   // ------------------------------------------------------------------ status
 
   async health(): Promise<unknown> {

@@ -71,6 +71,15 @@ export function driverUnavailable(driver: string): string | null {
 export function openDriver(c: DriverSpec, idlePollUs = 50): Driver {
   const where = `interface ${c.name} (line ${c.line})`;
   const mac = c.mac ?? undefined;
+  // A NIC port's queues (dpdk, ibverbs, mlx5dv): as many tx queues as rx queues.
+  const port = {
+    mac,
+    mtu: c.mtu,
+    rxQueues: c.rxQueues,
+    txQueues: c.rxQueues,
+    rxQueueSize: c.rxQueueSize,
+    txQueueSize: c.txQueueSize,
+  };
   const single = (kind: string) => {
     if (c.rxQueues !== 1) throw new Error(`${where}: the ${kind} driver has one rx queue, rx-queues is ${c.rxQueues}`);
   };
@@ -126,44 +135,17 @@ export function openDriver(c: DriverSpec, idlePollUs = 50): Driver {
         udpChecksum: m.udpChecksum,
       });
     }
-    case 'dpdk': {
-      const why = dpdkUnavailable();
-      if (why !== null) throw new Error(`${where}: ${why}`);
-      const d = c.dpdk!;
-      return new DpdkDriver(c.name, {
-        where,
-        device: d.device,
-        ealArgs: d.ealArgs,
-        mac,
-        mtu: c.mtu,
-        rxQueues: c.rxQueues,
-        txQueues: c.rxQueues,
-        rxQueueSize: c.rxQueueSize,
-        txQueueSize: c.txQueueSize,
-      });
-    }
+    // Their constructors say what to install when the addon was not built.
+    case 'dpdk':
+      return new DpdkDriver(c.name, { where, ...c.dpdk!, ...port });
     case 'ibverbs':
-    case 'mlx5dv': {
-      const why = verbsUnavailable();
-      if (why !== null) throw new Error(`${where}: ${why}`);
-      const v = (c.driver === 'ibverbs' ? c.ibverbs : c.mlx5dv)!;
+    case 'mlx5dv':
       return new VerbsDriver(c.name, {
         where,
         mode: c.driver,
-        device: v.device,
-        hostInterface: v.hostInterface,
-        port: v.port,
-        promisc: v.promisc,
-        striding: v.striding,
-        cqeCompression: v.cqeCompression,
-        mac,
-        mtu: c.mtu,
-        rxQueues: c.rxQueues,
-        txQueues: c.rxQueues,
-        rxQueueSize: c.rxQueueSize,
-        txQueueSize: c.txQueueSize,
+        ...(c.driver === 'ibverbs' ? c.ibverbs : c.mlx5dv)!,
+        ...port,
       });
-    }
     default:
       throw new Error(`${where}: ${driverUnavailable(String(c.driver))}`);
   }

@@ -27,8 +27,7 @@ import { type ResolvedDevice, resolveVerbsDevice } from './verbs-devices.ts';
 const IDLE_POLL_NS = 50_000;
 const FRAME = 256;
 const ST_STASH = 0,
-  ST_DONE = 1,
-  ST_ERROR = 3;
+  ST_DONE = 1;
 
 /** `ibverbs:` / `mlx5dv:` of the configuration (the last two keys are mlx5dv's). */
 export interface VerbsSpec {
@@ -67,11 +66,9 @@ export class VerbsDriver implements Driver {
   private final: VerbsPortStats | null = null;
   private stash = new Uint32Array(0);
   private done = new Uint32Array(0);
-  private readonly st = new Uint32Array(4);
+  private readonly st = new Uint32Array(2);
   private low = 0;
   private txDrops = 0;
-  /** The last error the port reported (a broken ring, a failed recovery), for the log. */
-  lastError: string | null = null;
 
   constructor(name: string, o: VerbsOptions) {
     this.where = o.where ?? `interface ${name}`;
@@ -153,10 +150,6 @@ export class VerbsDriver implements Driver {
     const st = this.st;
     if (st[ST_DONE] !== 0) (this.pool as BufferPool).free(this.done, 0, st[ST_DONE]);
     st[ST_DONE] = 0;
-    if (st[ST_ERROR] !== 0) {
-      st[ST_ERROR] = 0;
-      this.lastError = this.port!.stats().error;
-    }
   }
 
   rxBurst(queue: number, out: Uint32Array, max: number): number {

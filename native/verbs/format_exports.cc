@@ -86,47 +86,41 @@ void StoreCq(uint32_t* s, const RxCq& cq) {
   s[6] = static_cast<uint32_t>(cq.error_cqes);
 }
 
-// mlx5PollRx(cqes, logSize, state, max) -> [{bc, flags, syndrome}]
-Napi::Value PollRx(const Napi::CallbackInfo& info) {
-  const char* fn = "mlx5PollRx";
+// One poll over a fixture ring: the state in and out, each completion as an object.
+template <typename C, typename Poll, typename Put>
+Napi::Value PollJs(const Napi::CallbackInfo& info, const char* fn, Poll poll, Put put) {
   const uint32_t log_size = U32(info, 1, fn, 16);
   uint8_t* cqes = Bytes(info, 0, fn, size_t{kCqeSize} << log_size, nullptr);
   uint32_t* s = State(info, 2, fn);
   const uint32_t max = U32(info, 3, fn, 4096);
   RxCq cq = LoadCq(s, log_size);
-  std::vector<RxCompletion> out(max);
-  const uint32_t n = PollRxCq(cqes, cq, out.data(), max);
+  std::vector<C> out(max);
+  const uint32_t n = poll(cqes, cq, out.data(), max);
   StoreCq(s, cq);
   Napi::Array a = Napi::Array::New(info.Env(), n);
   for (uint32_t i = 0; i < n; i++) {
     Napi::Object o = Napi::Object::New(info.Env());
-    o.Set("bc", out[i].bc);
-    o.Set("flags", out[i].flags);
-    o.Set("syndrome", out[i].syndrome);
+    put(o, out[i]);
     a.Set(i, o);
   }
   return a;
 }
 
+// mlx5PollRx(cqes, logSize, state, max) -> [{bc, flags, syndrome}]
+Napi::Value PollRx(const Napi::CallbackInfo& info) {
+  return PollJs<RxCompletion>(info, "mlx5PollRx", PollRxCq, [](Napi::Object o, const RxCompletion& c) {
+    o.Set("bc", c.bc);
+    o.Set("flags", c.flags);
+    o.Set("syndrome", c.syndrome);
+  });
+}
+
 // mlx5PollTx(cqes, logSize, state, max) -> [{wqeCounter, syndrome}]
 Napi::Value PollTx(const Napi::CallbackInfo& info) {
-  const char* fn = "mlx5PollTx";
-  const uint32_t log_size = U32(info, 1, fn, 16);
-  uint8_t* cqes = Bytes(info, 0, fn, size_t{kCqeSize} << log_size, nullptr);
-  uint32_t* s = State(info, 2, fn);
-  const uint32_t max = U32(info, 3, fn, 4096);
-  RxCq cq = LoadCq(s, log_size);
-  std::vector<TxCompletion> out(max);
-  const uint32_t n = PollTxCq(cqes, cq, out.data(), max);
-  StoreCq(s, cq);
-  Napi::Array a = Napi::Array::New(info.Env(), n);
-  for (uint32_t i = 0; i < n; i++) {
-    Napi::Object o = Napi::Object::New(info.Env());
-    o.Set("wqeCounter", out[i].wqe_counter);
-    o.Set("syndrome", out[i].syndrome);
-    a.Set(i, o);
-  }
-  return a;
+  return PollJs<TxCompletion>(info, "mlx5PollTx", PollTxCq, [](Napi::Object o, const TxCompletion& c) {
+    o.Set("wqeCounter", c.wqe_counter);
+    o.Set("syndrome", c.syndrome);
+  });
 }
 
 // mlx5InitCq(cqes, logSize)

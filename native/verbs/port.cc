@@ -36,7 +36,7 @@ namespace {
 
 constexpr uint32_t kBurst = 256;
 constexpr uint32_t kMaxTxSegs = 8;  // a chained frame: at most this many buffers
-constexpr uint32_t kStateLen = 4;   // [stash count, done count, link generation, error flag]
+constexpr uint32_t kStateLen = 2;   // [stash count, done count]; errors: stats().error
 constexpr uint32_t kLogStridesPerWqe = 3;
 constexpr uint32_t kInvalidLkey = 0x100;  // MLX5_INVALID_LKEY: a null data segment
 
@@ -555,7 +555,6 @@ class Port : public Napi::ObjectWrap<Port> {
         if (wc[i].wr_id != r.head || r.head == r.tail) {
           r.errors++;
           error_ = "receive completion for WR " + std::to_string(wc[i].wr_id) + ", expected " + std::to_string(r.head);
-          pool_.state[3] = 1;
           break;
         }
         const uint32_t bi = r.bufs[r.head++ & r.mask];
@@ -591,7 +590,6 @@ class Port : public Napi::ObjectWrap<Port> {
             (!b.filler && c[i].syndrome == 0 && b.bytes > strides * r.stride_bytes)) {
           r.errors++;
           error_ = "striding RQ completion of " + std::to_string(strides) + " strides / " + std::to_string(b.bytes) + " bytes";
-          pool_.state[3] = 1;
           break;
         }
         if (b.filler || c[i].syndrome != 0) {
@@ -622,9 +620,8 @@ class Port : public Napi::ObjectWrap<Port> {
         out[n++] = first;
       }
       if (got > 0) mlx5::CqDoorbell(r.cq_db, r.cqs.ci);
-      if (r.cqs.broken) {
+      if (r.cqs.broken && error_.empty()) {
         error_ = "receive CQE with opcode/format byte 0x" + Hex(r.cqs.broken_op);
-        pool_.state[3] = 1;
       }
     }
     r.packets += n;
@@ -709,7 +706,6 @@ class Port : public Napi::ObjectWrap<Port> {
     t.recoveries++;
     if (!ok) {
       error_ = "send queue recovery failed: " + std::string(strerror(errno));
-      pool_.state[3] = 1;
     }
   }
 
@@ -857,7 +853,6 @@ class Port : public Napi::ObjectWrap<Port> {
           case IBV_EVENT_DEVICE_FATAL:
             link_up_ = false;
             error_ = "device fatal error (IBV_EVENT_DEVICE_FATAL)";
-            pool_.state[3] = 1;
             break;
           default: break;
         }
