@@ -52,7 +52,20 @@ const ifnameWords = (name: string) => {
   return [...new Uint32Array(b.buffer)];
 };
 
-test('a program scribbling on its rings: garbage WQEs complete in error or flush, CQEs stay in the ring, an impossible index refuses the ring, the daemon keeps serving and loses nothing', async () => {
+/**
+ * A raw verbs-socket client of data plane A (of two joined ones): its connection, a request
+ * function and a doorbell eventfd; everything is closed after `body`, whatever it does.
+ */
+async function rawClient(
+  body: (c: {
+    core: ReturnType<typeof loadCore>;
+    dps: Awaited<ReturnType<typeof twoDataplanes>>;
+    vs: ReturnType<Awaited<ReturnType<typeof twoDataplanes>>['a']['serveVerbs']>;
+    conn: number;
+    req: ReturnType<typeof requester>;
+    efd: number;
+  }) => Promise<void>,
+): Promise<void> {
   const core = loadCore();
   const dir = mkdtempSync(join(tmpdir(), 'verbs-rings-'));
   const socket = join(dir, 'v.sock');
@@ -62,6 +75,17 @@ test('a program scribbling on its rings: garbage WQEs complete in error or flush
   const req = requester(conn);
   const efd = core.eventfd();
   try {
+    await body({ core, dps, vs, conn, req, efd });
+  } finally {
+    core.closeFd(efd);
+    vs.close();
+    await dps.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+test('a program scribbling on its rings: garbage WQEs complete in error or flush, CQEs stay in the ring, an impossible index refuses the ring, the daemon keeps serving and loses nothing', async () => {
+  await rawClient(async ({ core, dps, vs, conn, req, efd }) => {
     // (the connection is closed at the end of the body: its release is part of what is checked)
     // ATTACH: the opened device's interface name (32 bytes) and the doorbell eventfd.
     const nameWords = ifnameWords((await dps.a.interfaces())[0].name);
@@ -182,24 +206,11 @@ test('a program scribbling on its rings: garbage WQEs complete in error or flush
     assert.is((await req(1, [])).status, 0, 'the daemon still serves');
     core.closeFd(conn);
     await nothingLeft(dps.a);
-  } finally {
-    core.closeFd(efd);
-    vs.close();
-    await dps.close();
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 });
 
 test('a program scribbling on its SRQ ring and its CQ consumer index: the SRQ ring is refused, a CQE never lands past the CQ, the daemon keeps serving and loses nothing', async () => {
-  const core = loadCore();
-  const dir = mkdtempSync(join(tmpdir(), 'verbs-rings-'));
-  const socket = join(dir, 'v.sock');
-  const dps = await twoDataplanes();
-  const vs = dps.a.serveVerbs({ path: socket, log: () => undefined });
-  const conn = core.memifRawConnect(socket);
-  const req = requester(conn);
-  const efd = core.eventfd();
-  try {
+  await rawClient(async ({ core, dps, vs, conn, req, efd }) => {
     assert.is((await req(12, ifnameWords((await dps.a.interfaces())[0].name), efd)).status, 0);
     const pd = (await req(2, [])).w[0];
     // An SRQ and its ring.
@@ -267,12 +278,7 @@ test('a program scribbling on its SRQ ring and its CQ consumer index: the SRQ ri
     assert.is((await req(1, [])).status, 0, 'the daemon still serves');
     core.closeFd(conn);
     await nothingLeft(dps.a);
-  } finally {
-    core.closeFd(efd);
-    vs.close();
-    await dps.close();
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 });
 
 test.run();
