@@ -458,6 +458,43 @@ function crossCheck(raw: Raw, c: Checker): void {
       );
   }
   ifs.forEach((itf: unknown, k) => {
+    if (!isRecord(itf) || !Array.isArray(itf.rxPlacement)) return;
+    const at = `interfaces[${k}].rx-placement`;
+    const place = itf.rxPlacement as number[];
+    const queues = typeof itf.rxQueues === 'number' ? itf.rxQueues : 1;
+    if (place.length !== queues)
+      c.report(
+        at,
+        c.where(at),
+        `names ${place.length} worker${place.length === 1 ? '' : 's'} for ${queues} rx queue${queues === 1 ? '' : 's'}`,
+        'one worker per rx queue',
+      );
+    const bad = place.find((w) => w >= workers);
+    if (bad !== undefined)
+      c.report(
+        at,
+        c.where(at),
+        workers === 0
+          ? `worker ${bad} with cpu.workers 0 (no worker threads)`
+          : `worker ${bad} but cpu.workers is ${workers}`,
+        workers === 0 ? 'cpu.workers >= 2, or no rx-placement' : `workers 0..${workers - 1}`,
+      );
+    if (typeof itf.worker === 'number' && place.length > 0 && place[0] !== itf.worker)
+      c.report(
+        at,
+        c.where(at),
+        `puts queue 0 on worker ${place[0]} but worker is ${itf.worker}`,
+        "queue 0 on the interface's worker (it runs the control channel)",
+      );
+    if (itf.driver !== 'memif' && place.some((w) => w !== place[0]))
+      c.report(
+        at,
+        c.where(at),
+        `spreads the queues of this ${String(itf.driver)} interface over workers`,
+        'one worker for all its queues (only memif queues can be polled by different workers)',
+      );
+  });
+  ifs.forEach((itf: unknown, k) => {
     if (!isRecord(itf) || typeof itf.worker !== 'number') return;
     if (itf.worker >= workers)
       c.report(

@@ -422,6 +422,14 @@ const INTERFACE: MapSpec = {
       nullable: true,
       doc: "the worker thread that runs this interface (VPP's rx-placement; null: round robin in file order); needs cpu.workers",
     },
+    'rx-placement': {
+      type: 'list',
+      items: { type: 'int', min: 0, max: 63, doc: 'a worker' },
+      nullable: true,
+      default: null,
+      expect: 'a list of workers, one per rx queue',
+      doc: "the worker that polls each rx queue, in queue order (VPP's set interface rx-placement; memif only: each worker then also transmits on its own queue). The first is the interface's worker, which runs its control channel. null: a memif interface's queue q goes to worker (worker + q) mod cpu.workers, other drivers' queues stay on their worker",
+    },
     'rx-mode': {
       type: 'enum',
       values: ['adaptive', 'polling', 'interrupt'],

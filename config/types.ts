@@ -80,6 +80,8 @@ export interface InterfaceConfig {
   rxQueues: number;
   /** The worker thread that runs it (cpu.workers > 0), or null: round robin in file order. */
   worker: number | null;
+  /** The worker polling each rx queue (memif), or null: round robin from `worker`. */
+  rxPlacement: number[] | null;
   /** interfaces[].rx-mode; null: cpu.poll's. */
   rxMode: 'adaptive' | 'polling' | 'interrupt' | null;
   rxQueueSize: number;

@@ -17,6 +17,7 @@ import { availableParallelism } from 'node:os';
 import { loadCore } from '../native/load.ts';
 import { startWorkers } from './workers.ts';
 import { HandoffDriver, type HandoffLink } from '../drivers/handoff.ts';
+import { MemifLaneDriver } from '../drivers/memif-lane.ts';
 import { macOption } from '../drivers/mac.ts';
 import {
   addHandoffPort,
@@ -120,10 +121,24 @@ export interface HandoffPlan {
   workers: number;
   /** Each worker's QP numbers (its slice of rdma.port-range). */
   ranges: [number, number][];
-  /** Interfaces this worker owns: a port towards each other worker. */
-  ports: { iface: string; worker: number; link: HandoffLink }[];
-  /** Interfaces other workers own: this worker's shadow of each. */
-  shadows: { config: InterfaceConfig; link: HandoffLink }[];
+  /**
+   * Interfaces this worker owns: a port towards each other worker. `lanes`: that worker polls
+   * queues of the interface itself, so what the port receives are frames it received for our
+   * QPs (processed as received on the interface), not frames for us to transmit.
+   */
+  ports: { iface: string; worker: number; link: HandoffLink; lanes: boolean }[];
+  /**
+   * Interfaces other workers own: this worker's shadow of each, or with `lanes` its own memif
+   * queues of it (drivers/memif-lane.ts).
+   */
+  shadows: {
+    config: InterfaceConfig;
+    link: HandoffLink;
+    owner: number;
+    lanes: { key: string; queues: number[] } | null;
+  }[];
+  /** Memif interfaces this worker owns whose other queues other workers poll: the key they find it by, and ours. */
+  memif: { iface: string; key: string; pollQueues: number[] }[];
 }
 
 /** Pin the calling thread to `cpu` (cpu.main-core, cpu.corelist-workers). */
@@ -331,7 +346,10 @@ export class Dataplane {
       // interface's rx-mode, cpu.poll's when it has none.
       for (const c of config.interfaces) {
         const mode = c.rxMode ?? config.cpu.poll;
-        drivers.push(openDriver(c, mode === 'polling' ? Infinity : mode === 'interrupt' ? 0 : config.cpu.idlePollUs));
+        const lanes = opts.handoff?.memif.find((m) => m.iface === c.name);
+        drivers.push(
+          openDriver(c, mode === 'polling' ? Infinity : mode === 'interrupt' ? 0 : config.cpu.idlePollUs, lanes),
+        );
       }
       pool = poolFor(
         config.interfaces.map((c, k) => ({ name: c.name, driver: drivers[k] })),
@@ -365,7 +383,7 @@ export class Dataplane {
               plan.self,
               plan.workers,
               plan.ranges,
-              drivers.length + plan.ports.length + plan.shadows.length + 1,
+              drivers.length + plan.ports.length + 2 * plan.shadows.length + 1,
             ),
           );
     let adding = 0;
@@ -379,15 +397,31 @@ export class Dataplane {
         for (const sh of plan.shadows) {
           const c = { ...sh.config, fault: null };
           const mac = macOption(`interface ${c.name}`, c.mac ?? undefined, c.name);
-          Dataplane.addInterface(c, HandoffDriver.shadow(c.name, mac, c.mtu, sh.link), config, net, ifs);
+          if (sh.lanes === null) {
+            Dataplane.addInterface(c, HandoffDriver.shadow(c.name, mac, c.mtu, sh.link), config, net, ifs);
+            continue;
+          }
+          // This worker's own queues of the interface; frames on them for other workers' QPs go
+          // to the owner through a transmit-only port (and on from there when they are a third's).
+          const lane = new MemifLaneDriver(c.name, mac, c.mtu, {
+            key: sh.lanes.key,
+            queues: sh.lanes.queues,
+            link: sh.link,
+            udpChecksum: c.memif?.udpChecksum ?? true,
+          });
+          Dataplane.addInterface(c, lane, config, net, ifs, WORKER_HANDOFF);
+          const itf = ifs.get(c.name);
+          const port = ifs.add(HandoffDriver.toOwner(`${c.name}.wk${sh.owner}`, mac, c.mtu, sh.link));
+          for (let w = 0; w < plan.workers; w++)
+            if (w !== plan.self) addHandoffPort(graph, handoff, itf.index, w, port.output.name, w === sh.owner);
         }
         for (const p of plan.ports) {
           const real = ifs.get(p.iface);
           const port = ifs.add(
             HandoffDriver.port(`${p.iface}.wk${p.worker}`, real.driver.mac, real.driver.mtu, p.link),
-            {
-              next: real.output.name,
-            },
+            // With lanes the other worker sends what it received: on through worker-handoff as
+            // received on the interface itself. Without, what it transmits: out of the interface.
+            p.lanes ? { next: WORKER_HANDOFF, rxIfAs: real.index } : { next: real.output.name },
           );
           addHandoffPort(graph, handoff, real.index, p.worker, port.output.name);
         }

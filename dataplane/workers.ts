@@ -133,6 +133,9 @@ class WorkerHandle {
 }
 
 /** What each worker gets: its interfaces, its slice of the QP numbers, its handle range. */
+/** Makes each laneKey unique in the process (several data planes may run in one, as in the tests). */
+let laneKeys = 0;
+
 export function placeWorkers(config: Config): WorkerInit[] {
   const n = config.cpu.workers;
   const cores = config.cpu.corelistWorkers === null ? null : (parseCoreList(config.cpu.corelistWorkers) as number[]);
@@ -141,7 +144,14 @@ export function placeWorkers(config: Config): WorkerInit[] {
   if (span < 1)
     throw new DataplaneError('invalid', `rdma.port-range [${lo}, ${hi}] has fewer QP numbers than cpu.workers ${n}`);
   let rr = 0;
-  const owner = config.interfaces.map((c) => c.worker ?? rr++ % n);
+  const owner = config.interfaces.map((c) => c.worker ?? c.rxPlacement?.[0] ?? rr++ % n);
+  // The worker polling each rx queue: rx-placement, else a memif interface's queues round robin
+  // from its worker (the only driver whose queues can be polled from several threads).
+  const queueWorker = config.interfaces.map(
+    (c, i) =>
+      c.rxPlacement ??
+      Array.from({ length: c.rxQueues }, (_, q) => (c.driver === 'memif' && n >= 2 ? (owner[i] + q) % n : owner[i])),
+  );
   const ranges = Array.from(
     { length: n },
     (_, k) => [lo + k * span, k === n - 1 ? hi : lo + (k + 1) * span - 1] as [number, number],
@@ -150,14 +160,31 @@ export function placeWorkers(config: Config): WorkerInit[] {
   const interfaces = config.interfaces.map((c) =>
     c.mac !== null ? c : { ...c, mac: formatMac(macOption('', undefined, c.name)) },
   );
-  const plans: HandoffPlan[] = ranges.map((_, k) => ({ self: k, workers: n, ranges, ports: [], shadows: [] }));
+  const plans: HandoffPlan[] = ranges.map((_, k) => ({
+    self: k,
+    workers: n,
+    ranges,
+    ports: [],
+    shadows: [],
+    memif: [],
+  }));
   if (n >= 2)
     interfaces.forEach((c, i) => {
+      const queues = (k: number): number[] => queueWorker[i].flatMap((w, q) => (w === k ? [q] : []));
+      const key = `rdma-graph-${process.pid}-${++laneKeys}-${c.name}`;
+      if (queues(owner[i]).length < c.rxQueues)
+        plans[owner[i]].memif.push({ iface: c.name, key, pollQueues: queues(owner[i]) });
       for (let k = 0; k < n; k++) {
         if (k === owner[i]) continue;
         const link = handoffLink(c.mtu + 18);
-        plans[owner[i]].ports.push({ iface: c.name, worker: k, link });
-        plans[k].shadows.push({ config: c, link });
+        const mine = queues(k);
+        plans[owner[i]].ports.push({ iface: c.name, worker: k, link, lanes: mine.length > 0 });
+        plans[k].shadows.push({
+          config: c,
+          link,
+          owner: owner[i],
+          lanes: mine.length > 0 ? { key, queues: mine } : null,
+        });
       }
     });
   return ranges.map((range, k) => ({

@@ -59,6 +59,8 @@ export interface Driver {
   readonly mtu: number;
   readonly rxQueues: number;
   readonly txQueues: number;
+  /** The rx queues this thread polls, when not all of them (memif queues spread over workers). */
+  readonly pollQueues?: readonly number[];
 
   /**
    * Memory the driver wants the buffer pool to live in (DPDK's mempool: its mbufs' data rooms

@@ -9,8 +9,14 @@
  * the other worker's end is the "shadow" of that interface (same name, MAC and address), so a QP
  * on that worker can use the interface: the owner hands it the frames for its QPs
  * (nodes/ethernet/worker-handoff.ts) and sends what it transmits.
+ *
+ * When the other worker polls queues of the interface itself (memif queues spread over workers,
+ * drivers/memif-lane.ts), it transmits on them too, and the link carries received frames both
+ * ways: the owner's port delivers what it receives from the link as received on the interface,
+ * and the other worker writes into the link through a transmit-only port (`toOwner`) while its
+ * lane driver reads the owner's direction. Frames received from a link are flagged HANDED.
  */
-import type { BufferPool } from '../graph/buffer-pool.ts';
+import { BufferFlag, type BufferPool } from '../graph/buffer-pool.ts';
 import { loadCore } from '../native/load.ts';
 import type { Driver, DriverCounters } from './driver.ts';
 import { zeroCounters } from './driver.ts';
@@ -71,6 +77,8 @@ export class HandoffDriver implements Driver {
     readonly mtu: number,
     private readonly rx: HandoffRing,
     private readonly tx: HandoffRing,
+    /** false: a transmit-only end (its receive direction is read by another driver). */
+    private readonly receives = true,
   ) {
     this.rxCtl = new Int32Array(rx.ctl);
     this.rxLen = new Uint32Array(rx.lengths);
@@ -85,6 +93,11 @@ export class HandoffDriver implements Driver {
     return new HandoffDriver(name, mac, mtu, link.toPort, link.toShadow);
   }
 
+  /** The other worker's transmit-only end, when a lane driver reads the owner's direction. */
+  static toOwner(name: string, mac: Uint8Array, mtu: number, link: HandoffLink): HandoffDriver {
+    return new HandoffDriver(name, mac, mtu, link.toShadow, link.toPort, false);
+  }
+
   /** The other worker's end: the shadow of the interface. */
   static shadow(name: string, mac: Uint8Array, mtu: number, link: HandoffLink): HandoffDriver {
     return new HandoffDriver(name, mac, mtu, link.toShadow, link.toPort);
@@ -96,7 +109,7 @@ export class HandoffDriver implements Driver {
 
   rxBurst(queue: number, out: Uint32Array, max: number): number {
     const pool = this.pool;
-    if (pool === null || queue !== 0) return 0;
+    if (pool === null || queue !== 0 || !this.receives) return 0;
     const ctl = this.rxCtl,
       n = this.rx.nSlots,
       size = this.rx.slotSize;
@@ -117,6 +130,7 @@ export class HandoffDriver implements Driver {
       const len = Math.min(this.rxLen[s], size);
       const bi = pool.writePacket(this.rxSlots, s * size, len);
       if (bi === 0xffffffff) break; // no buffers: the frames wait in the ring
+      pool.flags[bi] |= BufferFlag.HANDED;
       out[k++] = bi;
       this.stats.rxPackets++;
       this.stats.rxBytes += len;
@@ -167,7 +181,7 @@ export class HandoffDriver implements Driver {
   }
 
   rxWaitFd(queue: number): number {
-    return queue === 0 ? this.rx.fd : -1;
+    return queue === 0 && this.receives ? this.rx.fd : -1;
   }
 
   setWakeup(_wake: () => void): void {

@@ -34,6 +34,11 @@ export interface InterfaceOptions {
   next?: string;
   /** Fault injection on receive and/or transmit from the start (see `Interfaces.setFault`). */
   fault?: FaultDirections;
+  /**
+   * The interface index its packets are received as (default its own): a handoff port carrying
+   * frames another worker received on interface N (cpu.workers, queues over workers) gives N.
+   */
+  rxIfAs?: number;
 }
 
 export interface InterfaceCounters extends DriverCounters {
@@ -61,13 +66,16 @@ export class Interface {
   inputName = '';
   /** Rx queues this thread polls. */
   readonly rxQueues: number[];
+  /** What its packets' rxIf says (InterfaceOptions.rxIfAs). */
+  rxIfAs: number;
 
   constructor(index: number, driver: Driver, next: string) {
     this.index = index;
     this.name = driver.name;
     this.driver = driver;
     this.next = next;
-    this.rxQueues = Array.from({ length: driver.rxQueues }, (_, i) => i);
+    this.rxQueues = driver.pollQueues?.slice() ?? Array.from({ length: driver.rxQueues }, (_, i) => i);
+    this.rxIfAs = index;
   }
 
   get macString(): string {
@@ -188,6 +196,7 @@ export class Interfaces {
     const fault = opts.fault === undefined ? {} : validateFaultDirections(opts.fault, `interface ${driver.name} fault`);
     driver.open(g.pool);
     const itf = new Interface(this.list.length, driver, next);
+    if (opts.rxIfAs !== undefined) itf.rxIfAs = opts.rxIfAs;
     try {
       this.createTxNodes(itf);
       const input = this.inputNode(driver.kind);
@@ -387,7 +396,7 @@ function deviceInput(rt: NodeRuntime): number {
     const itf = poll.ifs[k];
     let out = rt.scratch;
     let n = itf.driver.rxBurst(poll.queues[k], out, FRAME_SIZE);
-    const ix = itf.index;
+    const ix = itf.rxIfAs;
     for (let i = 0; i < n; i++) rxIf[out[i]] = ix;
     const fault = itf.rxFault;
     if (fault !== null && (n !== 0 || fault.held !== 0)) {

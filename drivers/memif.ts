@@ -63,6 +63,13 @@ export interface MemifOptions {
    * a real wire (a VPP peer that routes to a NIC would carry them unprotected).
    */
   udpChecksum?: boolean;
+  /**
+   * Queues other worker threads poll (drivers/memif-lane.ts) find this interface by this key.
+   * The interface then runs in copy mode (their buffers are in their own pools).
+   */
+  laneKey?: string;
+  /** The rx queues this thread polls (default all); the others are polled through lanes. */
+  pollQueues?: number[];
 }
 
 const KNOWN = new Set([
@@ -78,6 +85,8 @@ const KNOWN = new Set([
   'bufferSize',
   'idlePollUs',
   'udpChecksum',
+  'laneKey',
+  'pollQueues',
 ]);
 const ST_STASH = 0,
   ST_DONE = 1,
@@ -101,8 +110,10 @@ export class MemifDriver implements Driver {
   readonly idlePollUs: number;
   readonly udpChecksum: boolean;
   readonly bufferSize: number;
+  readonly pollQueues: readonly number[];
 
   private readonly secret: string;
+  private readonly laneKey: string | undefined;
   private readonly core: CoreAddon;
   private state: 'new' | 'open' | 'closed' = 'new';
   private native: MemifNative | null = null;
@@ -175,6 +186,22 @@ export class MemifDriver implements Driver {
     if ((this.ringSize & (this.ringSize - 1)) !== 0)
       throw new RangeError(`${where}: ringSize must be a power of 2 in 2..16384, got ${this.ringSize}`);
     this.bufferSize = intOption(where, 'bufferSize', opts.bufferSize, 2048, 128, 65535);
+    const poll = opts.pollQueues ?? Array.from({ length: this.rxQueues }, (_, q) => q);
+    if (
+      !Array.isArray(poll) ||
+      !poll.every((q) => Number.isInteger(q) && q >= 0 && q < this.rxQueues) ||
+      !poll.includes(0) ||
+      new Set(poll).size !== poll.length
+    )
+      throw new RangeError(
+        `${where}: pollQueues must list distinct rx queues 0..${this.rxQueues - 1} including 0 (it runs the control channel), got ${JSON.stringify(opts.pollQueues)}`,
+      );
+    this.pollQueues = poll;
+    if (opts.laneKey !== undefined && (typeof opts.laneKey !== 'string' || opts.laneKey.length === 0))
+      throw new RangeError(`${where}: laneKey must be a non-empty string`);
+    if (poll.length < this.rxQueues && opts.laneKey === undefined)
+      throw new RangeError(`${where}: queues left out of pollQueues need a laneKey (another thread polls them)`);
+    this.laneKey = opts.laneKey;
     this.core = loadCore();
   }
 
@@ -194,6 +221,7 @@ export class MemifDriver implements Driver {
       bufferSize: this.bufferSize,
       rxQueues: this.rxQueues,
       txQueues: this.txQueues,
+      ...(this.laneKey === undefined ? {} : { laneKey: this.laneKey }),
     });
     const maxSegs = Math.ceil(MAX_RX_FRAME / pool.dataSize);
     this.stash = new Uint32Array(2 * FRAME_SIZE + maxSegs);
@@ -393,7 +421,8 @@ export class MemifDriver implements Driver {
    */
   private refill(): void {
     const st = this.st;
-    for (let q = 0; q < this.rxQueues && this.handle >= 0; q++) {
+    for (const q of this.pollQueues) {
+      if (this.handle < 0) break;
       if (st[ST_STASH] < this.low) this.topUp();
       this.core.memifRx(this.handle, q, this.noOut, 0);
       if (st[ST_DONE] !== 0) (this.pool as BufferPool).free(this.done, 0, st[ST_DONE]);

@@ -68,7 +68,7 @@ export function driverUnavailable(driver: string): string | null {
  * before it sleeps (cpu.idle-poll-us; Infinity when it never sleeps, 0 when it sleeps at once):
  * a memif interface keeps its peer's kicks off that long after traffic stops, the same setting.
  */
-export function openDriver(c: DriverSpec, idlePollUs = 50): Driver {
+export function openDriver(c: DriverSpec, idlePollUs = 50, lanes?: { key: string; pollQueues: number[] }): Driver {
   const where = `interface ${c.name} (line ${c.line})`;
   const mac = c.mac ?? undefined;
   // A NIC port's queues (dpdk, ibverbs, mlx5dv): as many tx queues as rx queues.
@@ -133,6 +133,7 @@ export function openDriver(c: DriverSpec, idlePollUs = 50): Driver {
         bufferSize: m.bufferSize,
         idlePollUs,
         udpChecksum: m.udpChecksum,
+        ...(lanes === undefined ? {} : { laneKey: lanes.key, pollQueues: lanes.pollQueues }),
       });
     }
     // Their constructors say what to install when the addon was not built.

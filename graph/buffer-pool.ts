@@ -28,6 +28,8 @@ export const BufferFlag = {
   TX_IP4_CKSUM: 1 << 5,
   /** Transmit: the NIC computes the UDP checksum (the field holds the pseudo-header sum). */
   TX_UDP_CKSUM: 1 << 6,
+  /** Received from another worker through a handoff link (cpu.workers): not copied on again. */
+  HANDED: 1 << 7,
   /** The buffer is in the pool (free). Set by free, cleared by alloc: catches double frees. */
   FREE: 1 << 15,
 } as const;

@@ -245,6 +245,35 @@ export interface MemifNativeOptions {
   txQueues?: number;
   /** After traffic stops, µs with the receive rings masked (no kicks) before interrupts go back on; default 50. */
   idleUs?: number;
+  /** Queues other threads poll through MemifLane find this interface by this key (copy mode then). */
+  laneKey?: string;
+}
+
+/** One queue pair of a memif interface polled by another thread than its owner's (native/core/memif_lane.cc). */
+export interface MemifLaneNative {
+  /** epoll fd: readable on the queue's interrupt, or every 10 ms while not attached to the owner. */
+  readonly waitFd: number;
+  bindPool(b: MemifPoolBinding): void;
+  rx(out: Uint32Array, max: number): number;
+  tx(bufs: Uint32Array, off: number, n: number): number;
+  reclaim(): number;
+  info(): { name: string; queue: number; attached: boolean; up: boolean; attaches: number; error: string | null };
+  stats(): Pick<
+    MemifStats,
+    | 'rxPackets'
+    | 'rxBytes'
+    | 'rxErrors'
+    | 'rxNoBuffers'
+    | 'rxChained'
+    | 'txPackets'
+    | 'txBytes'
+    | 'txErrors'
+    | 'txRefused'
+    | 'txChained'
+    | 'kicks'
+    | 'interrupts'
+  >;
+  close(): void;
 }
 
 /** Where the memif data path reads and writes: the pool and the driver's shared arrays. */
@@ -383,6 +412,8 @@ export interface CoreAddon {
   afPacketTx(handle: number, bufs: Uint32Array, off: number, n: number): number;
   /** A memif interface; throws naming the interface (bad options, socket in use...). */
   Memif: new (opts: MemifNativeOptions) => MemifNative;
+  /** Queue `queue` (1..254) of the memif interface published under `key` by another thread. */
+  MemifLane: new (opts: { name: string; key: string; queue: number }) => MemifLaneNative;
   /** One receive burst from rx queue `queue` into out[]; frees go to done (state[1]). */
   memifRx(handle: number, queue: number, out: Uint32Array, max: number): number;
   /** One transmit burst; returns how many were taken; buffers to free go to done (state[1]). */

@@ -32,7 +32,7 @@ const M = 'interfaces:\n  - name: m0\n    driver: memif\n    memif: {socket: s}\
 // The same with an address on line 5.
 const MA = `${M}    address: 10.0.0.1/24\n`;
 const IF_KEYS =
-  'name, driver, memif, af_packet, pcap, pipe, dpdk, ibverbs, mlx5dv, mac, address, gateway, mtu, rx-queues, worker, rx-mode, rx-queue-size, tx-queue-size, fault';
+  'name, driver, memif, af_packet, pcap, pipe, dpdk, ibverbs, mlx5dv, mac, address, gateway, mtu, rx-queues, worker, rx-placement, rx-mode, rx-queue-size, tx-queue-size, fault';
 const TOP_KEYS = 'api, cpu, buffers, log, interfaces, neighbors, rdma, capture, verbs, trace';
 const CIDR = 'an IPv4 host address with prefix length, a.b.c.d/N with N in 0..32';
 const MAC = 'a unicast MAC address xx:xx:xx:xx:xx:xx';
@@ -577,6 +577,26 @@ const CASES: [string, string, string][] = [
     't.yaml:3:59: interfaces[0].worker: 2 but cpu.workers is 2 (expected a worker 0..1)',
   ],
   [
+    'rx-placement: one worker per queue',
+    'cpu: {workers: 2}\ninterfaces:\n  - {name: m0, driver: memif, memif: {socket: s}, rx-queues: 2, rx-placement: [0]}\n',
+    't.yaml:3:79: interfaces[0].rx-placement: names 1 worker for 2 rx queues (expected one worker per rx queue)',
+  ],
+  [
+    'rx-placement: a worker beyond the workers',
+    'cpu: {workers: 2}\ninterfaces:\n  - {name: m0, driver: memif, memif: {socket: s}, rx-queues: 2, rx-placement: [0, 2]}\n',
+    't.yaml:3:79: interfaces[0].rx-placement: worker 2 but cpu.workers is 2 (expected workers 0..1)',
+  ],
+  [
+    'rx-placement: queue 0 on another worker than the interface',
+    'cpu: {workers: 2}\ninterfaces:\n  - {name: m0, driver: memif, memif: {socket: s}, worker: 0, rx-queues: 2, rx-placement: [1, 0]}\n',
+    "t.yaml:3:90: interfaces[0].rx-placement: puts queue 0 on worker 1 but worker is 0 (expected queue 0 on the interface's worker (it runs the control channel))",
+  ],
+  [
+    'rx-placement: queues of another driver over workers',
+    'cpu: {workers: 2}\ninterfaces:\n  - {name: p0, driver: pipe, pipe: {peer: p1}, rx-queues: 2, rx-placement: [0, 1]}\n  - {name: p1, driver: pipe, pipe: {peer: p0}}\n',
+    't.yaml:3:76: interfaces[0].rx-placement: spreads the queues of this pipe interface over workers (expected one worker for all its queues (only memif queues can be polled by different workers))',
+  ],
+  [
     'poll: an unknown mode',
     'cpu: {poll: busy}\n',
     't.yaml:1:13: cpu.poll: "busy" is not a valid choice (expected one of: adaptive, polling, interrupt)',
@@ -857,6 +877,7 @@ test("defaults of an interface and of each driver's options", () => {
     mtu: 1500,
     rxQueues: 1,
     worker: null,
+    rxPlacement: null,
     rxMode: null,
     rxQueueSize: 1024,
     txQueueSize: 1024,
@@ -1027,6 +1048,7 @@ test('a full example: the normalised Config, every key taken', () => {
     mtu: 1500,
     rxQueues: 1,
     worker: null,
+    rxPlacement: null,
     rxMode: null,
     rxQueueSize: 1024,
     txQueueSize: 1024,
@@ -1056,6 +1078,7 @@ test('a full example: the normalised Config, every key taken', () => {
         mtu: 9000,
         rxQueues: 2,
         worker: 1,
+        rxPlacement: null,
         rxMode: 'polling',
         rxQueueSize: 512,
         txQueueSize: 256,

@@ -56,6 +56,7 @@ export function pipeInterface(
     mtu: 1500,
     rxQueues: 1,
     worker: null,
+    rxPlacement: null,
     rxMode: null,
     rxQueueSize: 4096,
     txQueueSize: 1024,

@@ -7,43 +7,17 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import type { Config, InterfaceConfig } from '../config/types.ts';
+import type { Config } from '../config/types.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';
-import type { CqView, MrView, PdView, QpView } from '../dataplane/views.ts';
 import { baseConfig } from './dataplane-helpers.ts';
 import { sleep } from './helpers.ts';
+import { connect, end, exchange, memifIf, pollOne } from './workers-helpers.ts';
 import { bash, blocks, daemon, README, runSessions } from './readme-helpers.ts';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 let sockets = 0;
-
-function memifIf(
-  name: string,
-  socket: string,
-  role: 'server' | 'client',
-  ip: string,
-  mac: string,
-  worker: number | null = null,
-): InterfaceConfig {
-  return {
-    name,
-    driver: 'memif',
-    memif: { socket, role, id: 0, secret: null, bufferSize: 2048, udpChecksum: false },
-    mac,
-    address: `${ip}/24`,
-    gateway: null,
-    mtu: 1500,
-    rxQueues: 1,
-    worker,
-    rxMode: null,
-    rxQueueSize: 1024,
-    txQueueSize: 1024,
-    fault: null,
-    line: 1,
-  };
-}
 
 const MAC = (side: number, k: number) => `02:fe:00:00:0${side}:0${k}`;
 const IP = (side: number, k: number) => `10.8${k}.0.${side}`;
@@ -87,29 +61,6 @@ async function pair(over: Partial<Config['cpu']> = {}, workers = 2, placement: (
       await b.close();
     },
   };
-}
-
-interface End {
-  pd: PdView;
-  cq: CqView;
-  mr: MrView;
-  qp: QpView;
-}
-
-async function end(dp: Dataplane, itf: string): Promise<End> {
-  const pd = await dp.createPd({ interface: itf });
-  const cq = await dp.createCq({ depth: 256, interface: itf });
-  const mr = await dp.createMr({ pd: pd.pd, length: 65536, access: ['local-write', 'remote-write', 'remote-read'] });
-  const qp = await dp.createQp({ pd: pd.pd, sendCq: cq.cq, recvCq: cq.cq, interface: itf });
-  return { pd, cq, mr, qp };
-}
-
-async function pollOne(dp: Dataplane, cq: number) {
-  for (let i = 0; i < 500; i++) {
-    const r = await dp.pollCq(cq, 1, 10);
-    if (r.completions.length > 0) return r.completions[0];
-  }
-  throw new Error(`no completion on cq ${cq}`);
 }
 
 test('two workers: interfaces placed round robin, one show runtime section per worker with its own input node', async () => {
@@ -168,37 +119,8 @@ test("RDMA on each worker's interface: SEND, WRITE, READ both ways, data compare
           `worker 1's handles: ${JSON.stringify(x)}`,
         );
       assert.is(x.qp.local.ip, IP(1, k));
-      await p.a.connect(x.qp.qpn, { remote: { ip: IP(2, k), port: y.qp.qpn }, mode: 'manual', remotePsn: y.qp.psn });
-      await p.b.connect(y.qp.qpn, { remote: { ip: IP(1, k), port: x.qp.qpn }, mode: 'manual', remotePsn: x.qp.psn });
-      const msg = new TextEncoder().encode(`hello from worker ${k}`);
-      await p.a.writeMr(x.mr.mr, 100, msg);
-      await p.b.postRecv(y.qp.qpn, { wrId: 'r', sge: [{ mr: y.mr.mr, offset: 0, length: 4096 }] });
-      await p.a.postSend(x.qp.qpn, {
-        wrId: 1,
-        opcode: 'send',
-        sge: [{ mr: x.mr.mr, offset: 100, length: msg.length }],
-      });
-      assert.is((await pollOne(p.a, x.cq.cq)).status, 'success');
-      assert.is((await pollOne(p.b, y.cq.cq)).byteLen, msg.length);
-      assert.equal(await p.b.readMr(y.mr.mr, 0, msg.length), msg);
-      const big = Uint8Array.from({ length: 20000 }, (_, i) => (i * 7 + k) & 0xff);
-      await p.b.writeMr(y.mr.mr, 0, big);
-      await p.b.postSend(y.qp.qpn, {
-        wrId: 'w',
-        opcode: 'write',
-        sge: [{ mr: y.mr.mr, offset: 0, length: big.length }],
-        remote: { stag: x.mr.stag, offset: 30000 },
-      });
-      assert.is((await pollOne(p.b, y.cq.cq)).status, 'success');
-      assert.equal(await p.a.readMr(x.mr.mr, 30000, big.length), big, 'WRITE into the worker landed');
-      await p.a.postSend(x.qp.qpn, {
-        wrId: 'rd',
-        opcode: 'read',
-        sge: [{ mr: x.mr.mr, offset: 0, length: 20000 }],
-        remote: { stag: y.mr.stag, offset: 0 },
-      });
-      assert.is((await pollOne(p.a, x.cq.cq)).opcode, 'read');
-      assert.equal(await p.a.readMr(x.mr.mr, 0, 20000), big, 'READ by the worker');
+      await connect(p.a, p.b, x, y, IP(1, k), IP(2, k));
+      await exchange(p.a, p.b, x, y, k);
       const q = await p.a.getQp(x.qp.qpn);
       assert.equal(q.remote, { ip: IP(2, k), port: y.qp.qpn });
     }

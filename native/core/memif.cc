@@ -36,22 +36,16 @@ std::string OptStr(Napi::Object o, const char* key, const char* fn, const std::s
   return v.As<Napi::String>().Utf8Value();
 }
 
-// bindPool({memory, fd, firstOffset, stride, headroom, dataSize, count, offset, length, flags,
-//           next, stash, done, state, flagNext})
-Napi::Value Memif::BindPool(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (released_) throw Napi::Error::New(env, "Memif.bindPool: interface " + name_ + " is closed");
-  if (pool_bound_) throw Napi::Error::New(env, "Memif.bindPool: a pool is already bound to " + name_);
-  if (!info[0].IsObject()) throw TypeErr(env, "Memif.bindPool: expects an object");
-  Napi::Object o = info[0].As<Napi::Object>();
-  const char* fn = "Memif.bindPool";
+PoolView ParsePool(Napi::Env env, Napi::Object o, const char* fn, uint32_t min_done,
+                   std::vector<Napi::Reference<Napi::Value>>* refs) {
+  const std::string f = fn;
   Napi::Value memv = o.Get("memory");
-  if (!memv.IsArrayBuffer()) throw TypeErr(env, "Memif.bindPool: memory must be an ArrayBuffer");
+  if (!memv.IsArrayBuffer()) throw TypeErr(env, f + ": memory must be an ArrayBuffer");
   Napi::ArrayBuffer mem = memv.As<Napi::ArrayBuffer>();
   PoolView p;
   p.mem = static_cast<uint8_t*>(mem.Data());
   p.mem_len = mem.ByteLength();
-  if (p.mem == nullptr || p.mem_len == 0) throw RangeErr(env, "Memif.bindPool: memory is empty or detached");
+  if (p.mem == nullptr || p.mem_len == 0) throw RangeErr(env, f + ": memory is empty or detached");
   Napi::Value fdv = o.Get("fd");
   p.fd = fdv.IsNumber() ? fdv.As<Napi::Number>().Int32Value() : -1;
   if (p.fd >= 0 && !IsOwnedFd(p.fd)) p.fd = -1;  // only memory from allocMemory() can be shared
@@ -60,31 +54,43 @@ Napi::Value Memif::BindPool(const Napi::CallbackInfo& info) {
   p.headroom = OptU32(o, "headroom", fn, 0, 0, 65535);
   p.data_size = OptU32(o, "dataSize", fn, 0, 64, 1u << 20);
   p.count = OptU32(o, "count", fn, 0, 1, 4294967294.0);
-  if (p.stride < p.headroom + p.data_size) throw RangeErr(env, "Memif.bindPool: stride < headroom + dataSize");
+  if (p.stride < p.headroom + p.data_size) throw RangeErr(env, f + ": stride < headroom + dataSize");
   if (uint64_t{p.first_offset} + uint64_t{p.count} * p.stride > p.mem_len) {
-    throw RangeErr(env, "Memif.bindPool: the buffers do not fit in the memory");
+    throw RangeErr(env, f + ": the buffers do not fit in the memory");
   }
   if (uint64_t{p.first_offset} + uint64_t{p.count} * p.stride > 0xffffffffull) p.fd = -1;  // offsets are u32
-  p.offset = U32ArrayArg(env, o.Get("offset"), "Memif.bindPool", "offset", p.count);
-  p.length = U32ArrayArg(env, o.Get("length"), "Memif.bindPool", "length", p.count);
-  p.flags = U32ArrayArg(env, o.Get("flags"), "Memif.bindPool", "flags", p.count);
-  p.next = U32ArrayArg(env, o.Get("next"), "Memif.bindPool", "next", p.count);
+  p.offset = U32ArrayArg(env, o.Get("offset"), fn, "offset", p.count);
+  p.length = U32ArrayArg(env, o.Get("length"), fn, "length", p.count);
+  p.flags = U32ArrayArg(env, o.Get("flags"), fn, "flags", p.count);
+  p.next = U32ArrayArg(env, o.Get("next"), fn, "next", p.count);
   size_t cap = 0;
-  p.stash = U32ArrayArg(env, o.Get("stash"), "Memif.bindPool", "stash", 1, &cap);
+  p.stash = U32ArrayArg(env, o.Get("stash"), fn, "stash", 1, &cap);
   p.stash_cap = static_cast<uint32_t>(cap);
-  p.done = U32ArrayArg(env, o.Get("done"), "Memif.bindPool", "done", 1, &cap);
+  p.done = U32ArrayArg(env, o.Get("done"), fn, "done", 1, &cap);
   p.done_cap = static_cast<uint32_t>(cap);
-  if (p.done_cap < (1u << log2_) + 256) {
-    throw RangeErr(env, "Memif.bindPool: done must hold at least ringSize + 256 indices");
+  if (p.done_cap < min_done) {
+    throw RangeErr(env, f + ": done must hold at least " + std::to_string(min_done) + " indices");
   }
-  p.state = U32ArrayArg(env, o.Get("state"), "Memif.bindPool", "state", kStateLen);
+  p.state = U32ArrayArg(env, o.Get("state"), fn, "state", kStateLen);
   p.f_next = OptU32(o, "flagNext", fn, 0, 1, 4294967295.0);
-  refs_.clear();
+  refs->clear();
   for (const char* k : {"memory", "offset", "length", "flags", "next", "stash", "done", "state"}) {
-    refs_.push_back(Napi::Persistent(o.Get(k)));
+    refs->push_back(Napi::Persistent(o.Get(k)));
   }
-  pool_ = p;
   std::memset(p.state, 0, kStateLen * sizeof(uint32_t));
+  return p;
+}
+
+// bindPool({memory, fd, firstOffset, stride, headroom, dataSize, count, offset, length, flags,
+//           next, stash, done, state, flagNext})
+Napi::Value Memif::BindPool(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (released_) throw Napi::Error::New(env, "Memif.bindPool: interface " + name_ + " is closed");
+  if (pool_bound_) throw Napi::Error::New(env, "Memif.bindPool: a pool is already bound to " + name_);
+  if (!info[0].IsObject()) throw TypeErr(env, "Memif.bindPool: expects an object");
+  pool_ = ParsePool(env, info[0].As<Napi::Object>(), "Memif.bindPool", (1u << log2_) + 256, &refs_);
+  own_.pool = &pool_;
+  own_.orphans = &orphans_;
   pool_bound_ = true;
   ResetRun();
   Poll();
@@ -148,18 +154,23 @@ Napi::Value Memif::Stats(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Object o = Napi::Object::New(env);
   auto set = [&](const char* k, double v) { o.Set(k, Napi::Number::New(env, v)); };
-  set("rxPackets", static_cast<double>(rx_packets_));
-  set("rxBytes", static_cast<double>(rx_bytes_));
-  set("rxErrors", static_cast<double>(rx_errors_));
-  set("rxNoBuffers", static_cast<double>(rx_no_buffers_));
-  set("rxChained", static_cast<double>(rx_chained_));
-  set("txPackets", static_cast<double>(tx_packets_));
-  set("txBytes", static_cast<double>(tx_bytes_));
-  set("txErrors", static_cast<double>(tx_errors_));
-  set("txRefused", static_cast<double>(tx_refused_));
-  set("txChained", static_cast<double>(tx_chained_));
-  set("kicks", static_cast<double>(kicks_));
-  set("interrupts", static_cast<double>(interrupts_));
+  // This thread's queues and those other threads poll (MemifLane).
+  uint64_t c[12] = {};
+  auto add = [&c](const Lane& l) {
+    const uint64_t v[12] = {l.rx_packets, l.rx_bytes, l.rx_errors, l.rx_no_buffers, l.rx_chained, l.tx_packets,
+                            l.tx_bytes, l.tx_errors, l.tx_refused, l.tx_chained, l.kicks, l.interrupts};
+    for (int i = 0; i < 12; i++) c[i] += v[i];
+  };
+  add(own_);
+  if (shared_ != nullptr) {
+    for (uint32_t q = 0; q < shared_->lanes.size(); q++) {
+      std::lock_guard<std::mutex> g(shared_->mu[q]);
+      if (shared_->lanes[q] != nullptr) add(*shared_->lanes[q]);
+    }
+  }
+  const char* names[12] = {"rxPackets", "rxBytes", "rxErrors", "rxNoBuffers", "rxChained", "txPackets",
+                           "txBytes", "txErrors", "txRefused", "txChained", "kicks", "interrupts"};
+  for (int i = 0; i < 12; i++) set(names[i], static_cast<double>(c[i]));
   set("connects", static_cast<double>(connects_));
   set("disconnects", static_cast<double>(disconnects_));
   set("connectFailures", static_cast<double>(connect_failures_));
@@ -281,6 +292,14 @@ void Memif::LeaveListener() {
 void Memif::Release() {
   if (released_) return;
   released_ = true;
+  if (shared_ != nullptr) {
+    // Lanes see m == null from now on and let go; the rings go below.
+    for (auto& mu : shared_->mu) mu.lock();
+    shared_->m = nullptr;
+    std::fill(shared_->ready.begin(), shared_->ready.end(), 0);
+    for (auto& mu : shared_->mu) mu.unlock();
+    UnpublishShared(lane_key_, shared_.get());
+  }
   if (conn_ != nullptr || phase_ != Phase::kIdle) Disconnect("Interface closed", true, true);
   if (registered_) {
     t_memifs[handle_] = nullptr;
@@ -296,6 +315,10 @@ void Memif::Release() {
   for (int h : hold_) close(h);
   hold_.clear();
   hold_set_.clear();
+  if (shared_ != nullptr && shared_->fault_fd >= 0) {
+    close(shared_->fault_fd);
+    shared_->fault_fd = -1;
+  }
   if (pool_.state != nullptr) {
     pool_.state[kStLink] = 0;
     pool_.state[kStOrphans] = static_cast<uint32_t>(orphans_.size());
@@ -303,6 +326,7 @@ void Memif::Release() {
 }
 
 void InitMemifRaw(Napi::Env env, Napi::Object exports);
+void InitMemifLane(Napi::Env env, Napi::Object exports);
 
 }  // namespace memifimpl
 
@@ -314,6 +338,7 @@ void InitMemif(Napi::Env env, Napi::Object exports) {
   exports.Set("memifReclaim", Napi::Function::New(env, ByHandle<&Memif::ReclaimJs>, "memifReclaim"));
   exports.Set("memifPoll", Napi::Function::New(env, ByHandle<&Memif::PollNow>, "memifPoll"));
   InitMemifRaw(env, exports);
+  InitMemifLane(env, exports);
 }
 
 }  // namespace rg

@@ -21,6 +21,9 @@
 #include <uv.h>
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
+#include <mutex>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -225,6 +228,46 @@ struct PoolView {
   uint32_t DataStart(uint32_t bi) const { return first_offset + bi * stride + headroom; }
 };
 
+// One data-path context: the pool its buffers come from, its counters and scratch. The owner
+// thread's (Memif::own_) covers the queues it polls; a queue another worker thread polls
+// (MemifLane, memif_lane.cc) has its own, over that thread's pool.
+struct Lane {
+  PoolView* pool = nullptr;
+  std::vector<uint32_t>* orphans = nullptr;  // buffers `done` had no room for
+  Desc chain[kMaxChain];                     // RxRing's private copies of one frame's descriptors
+  uint64_t rx_packets = 0, rx_bytes = 0, rx_errors = 0, rx_no_buffers = 0, rx_chained = 0;
+  uint64_t tx_packets = 0, tx_bytes = 0, tx_errors = 0, tx_refused = 0, tx_chained = 0;
+  uint64_t kicks = 0, interrupts = 0;
+  // A protocol error found on the data path (the peer broke a ring): the owner disconnects.
+  const char* fault = nullptr;
+};
+
+class Memif;
+
+// What the owner of an interface whose queues are spread over worker threads (option laneKey)
+// shares with the MemifLanes of the other threads, found by key (FindShared). Queue q's rings
+// are touched by one lane at a time: the owner takes mu[q] before it sets up or tears down the
+// rings (ready[q]), a lane holds it for each burst. Kept alive by whoever holds it: m is null
+// once the owner is gone.
+struct Shared {
+  explicit Shared(uint32_t nq) : mu(nq), ready(nq, 0), lanes(nq, nullptr) {}
+  std::vector<std::mutex> mu;
+  Memif* m = nullptr;
+  std::vector<uint8_t> ready;
+  std::vector<Lane*> lanes;                  // the lane attached to each queue, or null (owner's)
+  std::atomic<const char*> fault{nullptr};   // a lane's protocol error, for the owner
+  int fault_fd = -1;                         // eventfd in the owner's queue-0 epoll: a lane found a fault
+  uint64_t generation = 0;                   // bumped (under every mu) at each connect and disconnect
+};
+
+void PublishShared(const std::string& key, const std::shared_ptr<Shared>& sh);
+void UnpublishShared(const std::string& key, const Shared* sh);
+std::shared_ptr<Shared> FindShared(const std::string& key);
+
+// Parses a bindPool object (Memif.bindPool, MemifLane.bindPool); `done` must hold min_done.
+PoolView ParsePool(Napi::Env env, Napi::Object o, const char* fn, uint32_t min_done,
+                   std::vector<Napi::Reference<Napi::Value>>* refs);
+
 enum class Phase { kIdle, kWaitHello, kHandshake, kConnected };
 
 std::string OptStr(Napi::Object o, const char* key, const char* fn, const std::string& def);
@@ -288,6 +331,20 @@ class Memif : public Napi::ObjectWrap<Memif> {
       hold_set_.push_back(0);
       EpollAdd(ep, hold);
     }
+    lane_key_ = OptStr(o, "laneKey", "Memif", "");
+    if (!lane_key_.empty()) {
+      // Queues other threads poll: copy mode only (their buffers are in their own pools), and a
+      // fault eventfd in queue 0's epoll through which a lane tells us to disconnect.
+      shared_ = std::make_shared<Shared>(std::max(nrx_, ntx_));
+      shared_->m = this;
+      shared_->fault_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+      if (shared_->fault_fd < 0) {
+        int err = errno;
+        Release();
+        throw ErrnoError(env, where + ": eventfd", err, "eventfd");
+      }
+      EpollAdd(ep_[0], shared_->fault_fd);
+    }
     try {
       if (server_) {
         Listen(env, where);
@@ -306,6 +363,7 @@ class Memif : public Napi::ObjectWrap<Memif> {
     if (handle_ == t_memifs.size()) t_memifs.push_back(nullptr);
     t_memifs[handle_] = this;
     registered_ = true;
+    if (shared_ != nullptr) PublishShared(lane_key_, shared_);
 
     Napi::Object self = info.This().As<Napi::Object>();
     self.Set("handle", Napi::Number::New(env, handle_));
@@ -388,14 +446,14 @@ class Memif : public Napi::ObjectWrap<Memif> {
 
   // ---------------------------------------------------------------- data path
 
-  void PushDone(uint32_t bi, uint32_t& done_n);
+  void PushDone(Lane& L, uint32_t bi, uint32_t& done_n);
 
   // Recycle a buffer we did not hand out: back to the stash, or to `done` when it is full.
-  void Recycle(uint32_t bi, uint32_t& stash_n, uint32_t& done_n);
+  void Recycle(Lane& L, uint32_t bi, uint32_t& stash_n, uint32_t& done_n);
 
   // Client receive ring: give the server empty buffers (zero-copy: pool buffers from the
   // stash; copy mode: the slot's own buffer in region 0).
-  void Refill(Ring& r);
+  void Refill(Lane& L, Ring& r);
 
   // Validates one descriptor of a copy-mode receive; the address of its bytes or nullptr.
   const uint8_t* DescData(const Desc& d) const;
@@ -403,7 +461,18 @@ class Memif : public Napi::ObjectWrap<Memif> {
   // The peer owns the descriptors it publishes and may rewrite them at any moment (a double
   // fetch is a hole): each descriptor of a frame is read once, volatile, into chain_, validated
   // there, and only the copy is used afterwards. Stash pops are counted from the copies.
-  uint32_t RxRing(Ring& r, uint32_t* out, uint32_t max);
+  uint32_t RxRing(Lane& L, Ring& r, uint32_t* out, uint32_t max);
+
+  // One receive / transmit burst on queue q with lane L's buffers (the caller owns q's rings:
+  // the owner thread, or a MemifLane holding shared_->mu[q]).
+  uint32_t RxQueue(Lane& L, uint32_t q, uint32_t* out, uint32_t max);
+  uint32_t TxQueue(Lane& L, uint32_t q, const uint32_t* bufs, uint32_t n);
+  void TakeFault();
+  // Lanes may (true) or may no longer (false) touch the rings.
+  void LanesReady(bool up);
+  const std::shared_ptr<Shared>& shared() const { return shared_; }
+  int wait_ep(uint32_t q) const { return q < ep_.size() ? ep_[q] : -1; }
+  bool has_rx(uint32_t q) const { return q < rx_.size() && rx_[q].present; }
 
   // memifRx(handle, queue, out, max): one receive burst.
   Napi::Value Rx(const Napi::CallbackInfo& info);
@@ -421,26 +490,26 @@ class Memif : public Napi::ObjectWrap<Memif> {
   void ClearHold(uint32_t q);
 
   // Zero-copy transmit rings: buffers the server has moved tail past go to `done`.
-  void Reclaim(Ring& r);
+  void Reclaim(Lane& L, Ring& r);
 
   void ReclaimAll();
 
-  void Kick(Ring& r);
+  void Kick(Lane& L, Ring& r);
 
   // Gathers a pool packet's segments; 0 when the chain is invalid.
-  uint32_t Gather(uint32_t head, uint32_t* segs, uint64_t* total) const;
+  uint32_t Gather(const PoolView& p, uint32_t head, uint32_t* segs, uint64_t* total) const;
 
   // memifTx(handle, queue, bufs, off, n): one transmit burst; returns how many were taken.
   Napi::Value Tx(const Napi::CallbackInfo& info);
 
-  uint32_t TxZeroCopy(Ring& r, const uint32_t* bufs, uint32_t n);
+  uint32_t TxZeroCopy(Lane& L, Ring& r, const uint32_t* bufs, uint32_t n);
 
-  uint32_t TxCopy(Ring& r, const uint32_t* bufs, uint32_t n);
+  uint32_t TxCopy(Lane& L, Ring& r, const uint32_t* bufs, uint32_t n);
 
   // Where a copy-mode transmit slot's bytes go and how many fit.
   bool DescRoom(Ring& r, uint16_t slot, uint8_t** dst, uint32_t* room);
 
-  uint32_t TxFail(Ring& r, uint32_t taken, uint32_t done_n);
+  uint32_t TxFail(Lane& L, uint32_t taken, uint32_t done_n);
 
   // memifReclaim(handle): moves up to done_cap orphaned buffers into `done`; returns how many.
   Napi::Value ReclaimJs(const Napi::CallbackInfo& info);
@@ -498,12 +567,14 @@ class Memif : public Napi::ObjectWrap<Memif> {
   std::vector<int> hold_;             // per rx queue: readable while its ring is masked
   std::vector<uint8_t> hold_set_;
   uint32_t dummy_ = kInvalid;
-  Desc chain_[kMaxChain];  // RxRing's private copies of one frame's descriptors
 
   PoolView pool_;
   bool pool_bound_ = false;
   std::vector<Napi::Reference<Napi::Value>> refs_;
   std::vector<uint32_t> orphans_;
+  Lane own_;  // this thread's queues
+  std::string lane_key_;
+  std::shared_ptr<Shared> shared_;  // queues spread over threads (laneKey), else null
 
   std::string remote_name_, remote_if_name_, last_reason_, local_error_;
   uint32_t last_code_ = 0;
@@ -513,8 +584,6 @@ class Memif : public Napi::ObjectWrap<Memif> {
   int last_connect_errno_ = 0;
 
  public:
-  uint64_t rx_packets_ = 0, rx_bytes_ = 0, rx_errors_ = 0, rx_no_buffers_ = 0, rx_chained_ = 0;
-  uint64_t tx_packets_ = 0, tx_bytes_ = 0, tx_errors_ = 0, tx_refused_ = 0, tx_chained_ = 0;
   // Test hook (RDMA_GRAPH_MEMIF_RX_GAP_US when the interface is opened): microseconds between
   // draining a queue's interrupt and looking at its ring.
   const uint32_t rx_gap_us_ = [] {
@@ -522,7 +591,7 @@ class Memif : public Napi::ObjectWrap<Memif> {
     return v != nullptr ? static_cast<uint32_t>(strtoul(v, nullptr, 10) % 100000) : 0u;
   }();
   uint64_t idle_ns_ = kIdleNsDefault;  // after traffic stops, this long with kicks off
-  uint64_t kicks_ = 0, interrupts_ = 0, connects_ = 0, disconnects_ = 0, connect_failures_ = 0, refused_ = 0;
+  uint64_t connects_ = 0, disconnects_ = 0, connect_failures_ = 0, refused_ = 0;
   uint64_t msgs_received_ = 0;
 };
 

@@ -37,6 +37,13 @@ void Memif::MoveConn(Conn* c, int ep) {
 // Services the listener, pending connections, our connection and the reconnect timer.
 void Memif::Poll() {
   if (released_ || !pool_bound_) return;
+  if (shared_ != nullptr) {
+    const char* f = shared_->fault.exchange(nullptr);
+    if (f != nullptr) {
+      EventRead(shared_->fault_fd);
+      Disconnect(f, true, true);
+    }
+  }
   if (server_) {
     if (listener_ != nullptr) PollListener(listener_, ep_[0]);
   } else if (phase_ == Phase::kIdle) {
@@ -424,7 +431,7 @@ const char* Memif::OnHello(const memif::Hello& h) {
   const uint32_t ns2c = std::min<uint32_t>(nrx_, uint32_t{h.max_m2s_ring} + 1);
   const uint32_t log2 = std::min<uint32_t>(log2_, h.max_log2_ring_size);
   if (log2 == 0) return "Server offers no ring size";
-  zc_ = pool_.fd >= 0 && h.max_region >= 1 && pool_.mem_len <= 0xffffffffull;
+  zc_ = pool_.fd >= 0 && h.max_region >= 1 && pool_.mem_len <= 0xffffffffull && shared_ == nullptr;
   const uint64_t ring_bytes = memif::RingBytes(log2);
   uint64_t size = ring_bytes * (nc2s + ns2c);
   const uint64_t buffers_at = (size + 63) & ~uint64_t{63};
@@ -569,10 +576,20 @@ void Memif::OnConnected() {
     if (!r.present) continue;
     nrx_run_++;
     EpollAdd(ep_[q], r.fd);
-    if (!server_) Refill(r);
+    if (!server_) Refill(own_, r);
   }
   for (Ring& r : tx_) if (r.present) ntx_run_++;
+  LanesReady(true);
   SetLink(true);
+}
+
+void Memif::LanesReady(bool up) {
+  if (shared_ == nullptr) return;
+  for (uint32_t q = 0; q < shared_->mu.size(); q++) {
+    std::lock_guard<std::mutex> g(shared_->mu[q]);
+    shared_->ready[q] = up ? 1 : 0;
+    shared_->generation++;
+  }
 }
 
 void Memif::SetLink(bool up) {
@@ -595,6 +612,7 @@ void Memif::ResetRun() {
 void Memif::Disconnect(const std::string& reason, bool local, bool tell, uint32_t code, bool remote_msg) {
   if (conn_ == nullptr && phase_ == Phase::kIdle) return;
   const bool was_up = phase_ == Phase::kConnected;
+  LanesReady(false);  // no other thread touches the rings from here on
   if (conn_ != nullptr) {
     if (tell) SendDisconnect(conn_->fd, reason, code);
     EpollDel(conn_->watch_ep, conn_->fd);

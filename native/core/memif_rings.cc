@@ -5,27 +5,27 @@
 namespace rg {
 namespace memifimpl {
 
-void Memif::PushDone(uint32_t bi, uint32_t& done_n) {
-  if (done_n < pool_.done_cap) pool_.done[done_n++] = bi;
-  else orphans_.push_back(bi);
+void Memif::PushDone(Lane& L, uint32_t bi, uint32_t& done_n) {
+  if (done_n < L.pool->done_cap) L.pool->done[done_n++] = bi;
+  else L.orphans->push_back(bi);
 }
 
 // Recycle a buffer we did not hand out: back to the stash, or to `done` when it is full.
-void Memif::Recycle(uint32_t bi, uint32_t& stash_n, uint32_t& done_n) {
-  PoolView& p = pool_;
+void Memif::Recycle(Lane& L, uint32_t bi, uint32_t& stash_n, uint32_t& done_n) {
+  PoolView& p = *L.pool;
   if (stash_n < p.stash_cap) p.stash[stash_n++] = bi;
   else if (done_n < p.done_cap) p.done[done_n++] = bi;
-  else orphans_.push_back(bi);
+  else L.orphans->push_back(bi);
 }
 
 // Client receive ring: give the server empty buffers (zero-copy: pool buffers from the
 // stash; copy mode: the slot's own buffer in region 0).
-void Memif::Refill(Ring& r) {
+void Memif::Refill(Lane& L, Ring& r) {
   uint16_t head = r.head;
   uint32_t room = r.size - static_cast<uint16_t>(head - r.last);
   if (room == 0) return;
   if (zc_) {
-    PoolView& p = pool_;
+    PoolView& p = *L.pool;
     uint32_t stash_n = p.state[kStStash];
     if (room > stash_n) room = stash_n;
     for (uint32_t k = 0; k < room; k++) {
@@ -68,24 +68,24 @@ const uint8_t* Memif::DescData(const Desc& d) const {
 // The peer owns the descriptors it publishes and may rewrite them at any moment (a double
 // fetch is a hole): each descriptor of a frame is read once, volatile, into chain_, validated
 // there, and only the copy is used afterwards. Stash pops are counted from the copies.
-uint32_t Memif::RxRing(Ring& r, uint32_t* out, uint32_t max) {
-  PoolView& p = pool_;
+uint32_t Memif::RxRing(Lane& L, Ring& r, uint32_t* out, uint32_t max) {
+  PoolView& p = *L.pool;
   const bool c2s = server_;  // the server receives on C2S rings, the client on S2C rings
   uint16_t cur = r.last;
   const uint16_t last = c2s ? Load16Acquire(r.head_p()) : Load16Acquire(r.tail_p());
   uint16_t avail = static_cast<uint16_t>(last - cur);
   if (avail > r.size) {
-    Disconnect("Ring index beyond the ring size", true, true);
+    L.fault = "Ring index beyond the ring size";
     return 0;
   }
   // A client's receive ring holds only the buffers it gave (head); a server publishing its
   // tail past them would hand us slots we never filled.
   if (!c2s && avail > static_cast<uint16_t>(r.head - cur)) {
-    Disconnect("Ring tail beyond the buffers given to the peer", true, true);
+    L.fault = "Ring tail beyond the buffers given to the peer";
     return 0;
   }
   if (avail == 0) {
-    if (!c2s) Refill(r);
+    if (!c2s) Refill(L, r);
     return 0;
   }
   uint32_t stash_n = p.state[kStStash];
@@ -93,7 +93,7 @@ uint32_t Memif::RxRing(Ring& r, uint32_t* out, uint32_t max) {
   const uint32_t ds = p.data_size;
   uint32_t n = 0;
   uint64_t bytes = 0;
-  Desc* const chain = chain_;
+  Desc* const chain = L.chain;
   while (n < max && avail > 0) {
     // The frame: descriptors up to one without NEXT, each copied once.
     uint32_t segs = 0;
@@ -124,11 +124,11 @@ uint32_t Memif::RxRing(Ring& r, uint32_t* out, uint32_t max) {
       bad = true;
     }
     if (bad || total > kMaxFrame) {
-      rx_errors_++;
+      L.rx_errors++;
       for (uint32_t k = 0; k < segs; k++) {
         uint32_t& sh = zc_ ? r.shadow[(cur + k) & r.mask] : dummy_;
         if (zc_ && sh != kInvalid) {
-          Recycle(sh, stash_n, done_n);
+          Recycle(L, sh, stash_n, done_n);
           sh = kInvalid;
         }
       }
@@ -158,7 +158,7 @@ uint32_t Memif::RxRing(Ring& r, uint32_t* out, uint32_t max) {
     } else {
       const uint32_t need = total == 0 ? 1 : static_cast<uint32_t>((total + ds - 1) / ds);
       if (need > stash_n) {
-        rx_no_buffers_++;
+        L.rx_no_buffers++;
         break;
       }
       uint32_t bi = p.stash[--stash_n];
@@ -203,11 +203,11 @@ uint32_t Memif::RxRing(Ring& r, uint32_t* out, uint32_t max) {
         for (uint32_t b = head;;) {
           const bool more = (p.flags[b] & p.f_next) != 0;
           const uint32_t nx = p.next[b];
-          Recycle(b, stash_n, done_n);
+          Recycle(L, b, stash_n, done_n);
           if (!more || b == bi) break;
           b = nx;
         }
-        rx_errors_++;
+        L.rx_errors++;
         cur += segs;
         avail -= segs;
         continue;
@@ -215,7 +215,7 @@ uint32_t Memif::RxRing(Ring& r, uint32_t* out, uint32_t max) {
       out[n++] = head;
     }
     bytes += total;
-    if (segs > 1) rx_chained_++;
+    if (segs > 1) L.rx_chained++;
     cur += segs;
     avail -= segs;
   }
@@ -223,10 +223,64 @@ uint32_t Memif::RxRing(Ring& r, uint32_t* out, uint32_t max) {
   if (c2s) Store16Release(r.tail_p(), cur);
   p.state[kStStash] = stash_n;
   p.state[kStDone] = done_n;
-  if (!c2s) Refill(r);
-  rx_packets_ += n;
-  rx_bytes_ += bytes;
+  if (!c2s) Refill(L, r);
+  L.rx_packets += n;
+  L.rx_bytes += bytes;
   return n;
+}
+
+// One receive burst on rx queue q with lane L's buffers (the owner's queues and a MemifLane's
+// alike); stops at a protocol error, left in L.fault for the owner to disconnect.
+uint32_t Memif::RxQueue(Lane& L, uint32_t q, uint32_t* out, uint32_t max) {
+  Ring& r = rx_[q];
+  uint32_t n = RxRing(L, r, out, max);
+  if (L.fault != nullptr) return n;
+  if (n > 0) {
+    r.empty_since = 0;
+    if (!r.masked) Mask(q, r);
+    return n;
+  }
+  if (r.masked) {
+    // Traffic stopped a moment ago: keep polling with interrupts off (the sender need not kick
+    // on every burst) for idle_ns_ (the engine's idle-poll time), then switch them on. The hold eventfd keeps the engine
+    // from sleeping meanwhile: it must not sleep on a ring whose sender will not kick.
+    const uint64_t now = NowNs();
+    if (r.empty_since == 0) r.empty_since = now;
+    if (now - r.empty_since < idle_ns_) return 0;
+    Unmask(q, r);
+    // A frame published before the sender saw the flag cleared would otherwise wait for the
+    // next kick: look once more.
+    n = RxRing(L, r, out, max);
+    if (L.fault != nullptr) return n;
+    if (n > 0) {
+      r.empty_since = 0;
+      Mask(q, r);
+    }
+  }
+  // Take the kick only when the ring really is empty: not when `max` (0 from the driver's
+  // refill) or a lack of buffers stopped the look with frames still in it, or the kick of those
+  // frames would be gone while they wait. And after taking one, look again: a frame published
+  // (and kicked) between the look and the drain would otherwise stay in the ring while the engine
+  // sleeps. (RDMA_GRAPH_MEMIF_RX_GAP_US widens that gap for test/memif-wakeup.test.ts.)
+  if (rx_gap_us_ > 0) usleep(rx_gap_us_);
+  if (max > 0 && RingEmpty(r) && EventRead(r.fd)) {
+    L.interrupts++;
+    if (n == 0 && !r.masked) {
+      n = RxRing(L, r, out, max);
+      if (n > 0 && L.fault == nullptr) {
+        r.empty_since = 0;
+        Mask(q, r);
+      }
+    }
+  }
+  return n;
+}
+
+// A protocol error the data path found on one of our queues: end the connection.
+void Memif::TakeFault() {
+  const char* f = own_.fault;
+  own_.fault = nullptr;
+  if (f != nullptr) Disconnect(f, true, true);
 }
 
 // memifRx(handle, queue, out, max): one receive burst.
@@ -246,57 +300,19 @@ Napi::Value Memif::Rx(const Napi::CallbackInfo& info) {
     Poll();
   }
   if (phase_ != Phase::kConnected || q >= rx_.size() || !rx_[q].present) return Napi::Number::New(env, 0);
-  Ring& r = rx_[q];
-  uint32_t n = RxRing(r, outa.Data(), max);
-  if (phase_ != Phase::kConnected) return Napi::Number::New(env, n);
-  if (n > 0) {
-    r.empty_since = 0;
-    if (!r.masked) Mask(q, r);
+  const uint32_t n = RxQueue(own_, q, outa.Data(), max);
+  if (own_.fault != nullptr) {
+    TakeFault();
     return Napi::Number::New(env, n);
   }
-  if (r.masked) {
-    // Traffic stopped a moment ago: keep polling with interrupts off (the sender need not kick
-    // on every burst) for idle_ns_ (the engine's idle-poll time), then switch them on. The hold eventfd keeps the engine
-    // from sleeping meanwhile: it must not sleep on a ring whose sender will not kick.
-    const uint64_t now = NowNs();
-    if (r.empty_since == 0) r.empty_since = now;
-    if (now - r.empty_since < idle_ns_) {
-      if (q == 0 && ++idle_polls_ >= kIdleControlEvery) {
-        idle_polls_ = 0;
-        Poll();
-        if (zc_ && phase_ == Phase::kConnected) ReclaimAll();
-      }
-      return Napi::Number::New(env, 0);
-    }
-    Unmask(q, r);
-    // A frame published before the sender saw the flag cleared would otherwise wait for the
-    // next kick: look once more.
-    n = RxRing(r, outa.Data(), max);
-    if (n > 0 && phase_ == Phase::kConnected) {
-      r.empty_since = 0;
-      Mask(q, r);
-    }
-  }
-  // Take the kick only when the ring really is empty: not when `max` (0 from the driver's
-  // refill) or a lack of buffers stopped the look with frames still in it, or the kick of those
-  // frames would be gone while they wait. And after taking one, look again: a frame published
-  // (and kicked) between the look and the drain would otherwise stay in the ring while the engine
-  // sleeps. (RDMA_GRAPH_MEMIF_RX_GAP_US widens that gap for test/memif-wakeup.test.ts.)
-  if (rx_gap_us_ > 0) usleep(rx_gap_us_);
-  if (phase_ == Phase::kConnected && max > 0 && RingEmpty(r) && EventRead(r.fd)) {
-    interrupts_++;
-    if (n == 0 && !r.masked) {
-      n = RxRing(r, outa.Data(), max);
-      if (n > 0 && phase_ == Phase::kConnected) {
-        r.empty_since = 0;
-        Mask(q, r);
-      }
-    }
-  }
   if (q == 0 && n == 0) {
-    busy_polls_ = 0;
-    Poll();
-    if (zc_ && phase_ == Phase::kConnected) ReclaimAll();
+    // Control channel: every empty poll once interrupts are back on, every 16th while masked.
+    if (!rx_[0].masked || ++idle_polls_ >= kIdleControlEvery) {
+      idle_polls_ = 0;
+      busy_polls_ = 0;
+      Poll();
+      if (zc_ && phase_ == Phase::kConnected) ReclaimAll();
+    }
   }
   return Napi::Number::New(env, n);
 }
@@ -339,8 +355,8 @@ void Memif::ClearHold(uint32_t q) {
 }
 
 // Zero-copy transmit rings: buffers the server has moved tail past go to `done`.
-void Memif::Reclaim(Ring& r) {
-  PoolView& p = pool_;
+void Memif::Reclaim(Lane& L, Ring& r) {
+  PoolView& p = *L.pool;
   uint32_t done_n = p.state[kStDone];
   const uint16_t tail = Load16Acquire(r.tail_p());
   uint16_t last = r.last;
@@ -358,20 +374,19 @@ void Memif::Reclaim(Ring& r) {
 }
 
 void Memif::ReclaimAll() {
-  for (Ring& r : tx_) if (r.present) Reclaim(r);
+  for (Ring& r : tx_) if (r.present) Reclaim(own_, r);
 }
 
-void Memif::Kick(Ring& r) {
+void Memif::Kick(Lane& L, Ring& r) {
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   if (Load16Relaxed(r.flags_p()) & memif::kRingFlagMaskInt) return;
   const int w = EventWrite(r.fd);
-  if (w > 0) kicks_++;
-  else if (w < 0) Disconnect("Interrupt fd made blocking by the peer", true, true);
+  if (w > 0) L.kicks++;
+  else if (w < 0) L.fault = "Interrupt fd made blocking by the peer";
 }
 
 // Gathers a pool packet's segments; 0 when the chain is invalid.
-uint32_t Memif::Gather(uint32_t head, uint32_t* segs, uint64_t* total) const {
-  const PoolView& p = pool_;
+uint32_t Memif::Gather(const PoolView& p, uint32_t head, uint32_t* segs, uint64_t* total) const {
   uint32_t bi = head, n = 0;
   uint64_t len = 0;
   for (;;) {
@@ -400,25 +415,35 @@ Napi::Value Memif::Tx(const Napi::CallbackInfo& info) {
   if (n > 256) n = 256;  // one frame's worth per call: `done` always has room
   pool_.state[kStDone] = 0;
   if (phase_ != Phase::kConnected || ntx_run_ == 0 || n == 0) {
-    tx_refused_ += n;
+    own_.tx_refused += n;
     return Napi::Number::New(env, 0);
   }
-  uint32_t q = info[1].As<Napi::Number>().Uint32Value();
-  // Queues beyond the rings the peer took share them.
+  const uint32_t q = info[1].As<Napi::Number>().Uint32Value();
+  const uint32_t taken = TxQueue(own_, q, a.Data() + off, n);
+  if (own_.fault != nullptr) TakeFault();
+  return Napi::Number::New(env, taken);
+}
+
+// One transmit burst on tx queue q with lane L's buffers; queues beyond the rings the peer
+// took share them.
+uint32_t Memif::TxQueue(Lane& L, uint32_t q, const uint32_t* bufs, uint32_t n) {
+  if (ntx_run_ == 0) {
+    L.tx_refused += n;
+    return 0;
+  }
   uint32_t k = q % ntx_run_, idx = 0;
   for (; idx < tx_.size(); idx++) {
     if (tx_[idx].present && k-- == 0) break;
   }
   Ring& r = tx_[idx];
-  const uint32_t* bufs = a.Data() + off;
-  uint32_t taken = zc_ ? TxZeroCopy(r, bufs, n) : TxCopy(r, bufs, n);
-  tx_refused_ += n - taken;
-  return Napi::Number::New(env, taken);
+  uint32_t taken = zc_ ? TxZeroCopy(L, r, bufs, n) : TxCopy(L, r, bufs, n);
+  L.tx_refused += n - taken;
+  return taken;
 }
 
-uint32_t Memif::TxZeroCopy(Ring& r, const uint32_t* bufs, uint32_t n) {
-  Reclaim(r);
-  PoolView& p = pool_;
+uint32_t Memif::TxZeroCopy(Lane& L, Ring& r, const uint32_t* bufs, uint32_t n) {
+  Reclaim(L, r);
+  PoolView& p = *L.pool;
   uint16_t slot = r.head;
   uint32_t free = r.size - static_cast<uint16_t>(slot - r.last);
   uint32_t done_n = p.state[kStDone];
@@ -427,10 +452,10 @@ uint32_t Memif::TxZeroCopy(Ring& r, const uint32_t* bufs, uint32_t n) {
   uint32_t segs[kMaxTxSegs];
   for (; taken < n; taken++) {
     uint64_t total = 0;
-    const uint32_t ns = Gather(bufs[taken], segs, &total);
+    const uint32_t ns = Gather(p, bufs[taken], segs, &total);
     if (ns == 0) {
-      tx_errors_++;
-      PushDone(bufs[taken], done_n);
+      L.tx_errors++;
+      PushDone(L, bufs[taken], done_n);
       continue;
     }
     if (ns > free) break;
@@ -448,21 +473,21 @@ uint32_t Memif::TxZeroCopy(Ring& r, const uint32_t* bufs, uint32_t n) {
     free -= ns;
     bytes += total;
     sent++;
-    if (ns > 1) tx_chained_++;
+    if (ns > 1) L.tx_chained++;
   }
   p.state[kStDone] = done_n;
   if (slot != r.head) {
     r.head = slot;
     Store16Release(r.head_p(), slot);
-    Kick(r);
+    Kick(L, r);
   }
-  tx_packets_ += sent;
-  tx_bytes_ += bytes;
+  L.tx_packets += sent;
+  L.tx_bytes += bytes;
   return taken;
 }
 
-uint32_t Memif::TxCopy(Ring& r, const uint32_t* bufs, uint32_t n) {
-  PoolView& p = pool_;
+uint32_t Memif::TxCopy(Lane& L, Ring& r, const uint32_t* bufs, uint32_t n) {
+  PoolView& p = *L.pool;
   // Server: fills the client's empty buffers from tail to head. Client (copy mode): writes
   // into its own slot buffers at head, up to the tail the server published.
   uint16_t slot;
@@ -472,14 +497,14 @@ uint32_t Memif::TxCopy(Ring& r, const uint32_t* bufs, uint32_t n) {
     uint16_t h = Load16Acquire(r.head_p());
     free = static_cast<uint16_t>(h - slot);
     if (free > r.size) {
-      Disconnect("Ring index beyond the ring size", true, true);
+      L.fault = "Ring index beyond the ring size";
       return 0;
     }
   } else {
     slot = r.head;
     free = r.size - static_cast<uint16_t>(slot - Load16Acquire(r.tail_p()));
     if (free > r.size) {
-      Disconnect("Ring index beyond the ring size", true, true);
+      L.fault = "Ring index beyond the ring size";
       return 0;
     }
   }
@@ -490,10 +515,10 @@ uint32_t Memif::TxCopy(Ring& r, const uint32_t* bufs, uint32_t n) {
   bool stop = false;
   for (; taken < n && !stop; taken++) {
     uint64_t total = 0;
-    const uint32_t ns = Gather(bufs[taken], segs, &total);
+    const uint32_t ns = Gather(p, bufs[taken], segs, &total);
     if (ns == 0) {
-      tx_errors_++;
-      PushDone(bufs[taken], done_n);
+      L.tx_errors++;
+      PushDone(L, bufs[taken], done_n);
       continue;
     }
     if (free == 0) break;
@@ -502,7 +527,7 @@ uint32_t Memif::TxCopy(Ring& r, const uint32_t* bufs, uint32_t n) {
     Desc* d = &r.desc[slot & r.mask];
     uint8_t* dst;
     uint32_t room;
-    if (!DescRoom(r, slot, &dst, &room)) return TxFail(r, taken, done_n);
+    if (!DescRoom(r, slot, &dst, &room)) return TxFail(L, taken, done_n);
     uint32_t w = 0;
     for (uint32_t s = 0; s < ns && !stop; s++) {
       const uint8_t* src = p.mem + p.offset[segs[s]];
@@ -518,7 +543,7 @@ uint32_t Memif::TxCopy(Ring& r, const uint32_t* bufs, uint32_t n) {
           slot++;
           used++;
           d = &r.desc[slot & r.mask];
-          if (!DescRoom(r, slot, &dst, &room)) return TxFail(r, taken, done_n);
+          if (!DescRoom(r, slot, &dst, &room)) return TxFail(L, taken, done_n);
           w = 0;
         }
         uint32_t take = std::min(len, room - w);
@@ -536,19 +561,19 @@ uint32_t Memif::TxCopy(Ring& r, const uint32_t* bufs, uint32_t n) {
     d->flags = 0;
     slot++;
     free -= used;
-    PushDone(bufs[taken], done_n);
+    PushDone(L, bufs[taken], done_n);
     bytes += total;
     sent++;
-    if (used > 1) tx_chained_++;
+    if (used > 1) L.tx_chained++;
   }
   p.state[kStDone] = done_n;
   if (slot != r.head) {
     r.head = slot;
     Store16Release(server_ ? r.tail_p() : r.head_p(), slot);
-    Kick(r);
+    Kick(L, r);
   }
-  tx_packets_ += sent;
-  tx_bytes_ += bytes;
+  L.tx_packets += sent;
+  L.tx_bytes += bytes;
   return taken;
 }
 
@@ -572,9 +597,9 @@ bool Memif::DescRoom(Ring& r, uint16_t slot, uint8_t** dst, uint32_t* room) {
   return true;
 }
 
-uint32_t Memif::TxFail(Ring& r, uint32_t taken, uint32_t done_n) {
-  pool_.state[kStDone] = done_n;
-  Disconnect("Invalid descriptor in a receive ring of the client", true, true);
+uint32_t Memif::TxFail(Lane& L, uint32_t taken, uint32_t done_n) {
+  L.pool->state[kStDone] = done_n;
+  L.fault = "Invalid descriptor in a receive ring of the client";
   return taken;
 }
 

@@ -59,12 +59,22 @@ export function registerWorkerHandoff(graph: Graph, table: HandoffTable): NodeRu
   });
 }
 
-/** Send interface `rxIf`'s frames for `worker` to the node `portOutput` (that worker's port). */
-export function addHandoffPort(graph: Graph, rt: NodeRuntime, rxIf: number, worker: number, portOutput: string): void {
+/**
+ * Send interface `rxIf`'s frames for `worker` to the node `portOutput` (that worker's port, or
+ * the owner's port that passes them on); `arp`: ARP copies go there too (once per port).
+ */
+export function addHandoffPort(
+  graph: Graph,
+  rt: NodeRuntime,
+  rxIf: number,
+  worker: number,
+  portOutput: string,
+  arp = true,
+): void {
   const t = rt.runtimeData as HandoffTable;
   const nx = graph.addNext(rt, portOutput);
   t.portNext[rxIf * t.workers + worker] = nx;
-  t.arpNexts[rxIf].push(nx);
+  if (arp) t.arpNexts[rxIf].push(nx);
 }
 
 const one = new Uint32Array(1);
@@ -103,7 +113,7 @@ function workerHandoff(rt: NodeRuntime, frame: Frame | null): number {
             }
           }
         }
-      } else if (type === ETHERTYPE_ARP) {
+      } else if (type === ETHERTYPE_ARP && (pool.flags[bi] & BufferFlag.HANDED) === 0) {
         const ports = t.arpNexts[rxIf[bi]];
         for (let k = 0; k < ports.length; k++) {
           const c = pool.writePacket(u8, o, len);

@@ -1,0 +1,215 @@
+/**
+ * A worker's side of a memif interface whose queues are spread over worker threads (cpu.workers
+ * with rx-queues > 1, `rx-placement`; VPP's rx-placement of a multi-queue memif). Another worker
+ * owns the interface: it runs the control channel and polls queue 0 (drivers/memif.ts with a
+ * laneKey). This driver is the interface on a worker that polls other queues of it:
+ *
+ *   rx queue 0      frames the owner (or another worker) handed to this worker's QPs, from the
+ *                   handoff link (drivers/handoff.ts)
+ *   rx queue 1..    the memif queues placed here, each through a MemifLane
+ *                   (native/core/memif_lane.cc), straight from the peer's rings
+ *   tx              the first of those memif queues: this worker's frames go out without a hop
+ *
+ * A peer that sends a QP's frames on the queue of the worker that owns the QP (rdma-graph
+ * itself transmits each worker's frames on its own queue) needs no handoff at all; frames on the
+ * wrong queue go through worker-handoff to their owner.
+ *
+ * Each lane has its own stash of this thread's buffers and its own `done` list, as the owner's
+ * driver has; it holds no buffer while its queue is down.
+ */
+import { BufferFlag, type BufferPool } from '../graph/buffer-pool.ts';
+import { FRAME_SIZE } from '../graph/node.ts';
+import { loadCore, type MemifLaneNative } from '../native/load.ts';
+import type { Driver, DriverCounters, DriverHardware } from './driver.ts';
+import { poolArrays, zeroCounters } from './driver.ts';
+import { HandoffDriver, type HandoffLink } from './handoff.ts';
+
+const ST_STASH = 0,
+  ST_DONE = 1,
+  ST_GEN = 2,
+  ST_LINK = 3;
+/** Largest frame the native receive path accepts (kMaxFrame). */
+const MAX_RX_FRAME = 256 * 1024;
+
+/** One memif queue polled here: the native lane and its buffer arrays. */
+class LaneQueue {
+  readonly stash: Uint32Array;
+  readonly done = new Uint32Array(512);
+  readonly st = new Uint32Array(8);
+  readonly low: number;
+  gen = 0;
+  constructor(
+    readonly queue: number,
+    readonly native: MemifLaneNative,
+    private readonly pool: BufferPool,
+  ) {
+    const maxSegs = Math.ceil(MAX_RX_FRAME / pool.dataSize);
+    this.stash = new Uint32Array(2 * FRAME_SIZE + maxSegs);
+    this.low = FRAME_SIZE + maxSegs;
+    native.bindPool({
+      ...poolArrays(pool),
+      fd: -1,
+      stash: this.stash,
+      done: this.done,
+      state: this.st,
+      flagNext: BufferFlag.NEXT_PRESENT,
+    });
+  }
+
+  rx(out: Uint32Array, max: number): number {
+    const st = this.st;
+    if (st[ST_LINK] !== 0 && st[ST_STASH] < this.low) this.topUp();
+    const n = this.native.rx(out, max);
+    if (st[ST_DONE] !== 0) this.pool.free(this.done, 0, st[ST_DONE]);
+    if (st[ST_GEN] !== this.gen) this.sync();
+    return n;
+  }
+
+  tx(bufs: Uint32Array, off: number, n: number): number {
+    const taken = this.native.tx(bufs, off, n);
+    const st = this.st;
+    if (st[ST_DONE] !== 0) this.pool.free(this.done, 0, st[ST_DONE]);
+    if (st[ST_GEN] !== this.gen) this.sync();
+    return taken;
+  }
+
+  /** The queue came up or went down: hold buffers only while it is up. */
+  private sync(): void {
+    const st = this.st;
+    this.gen = st[ST_GEN];
+    for (let k = this.native.reclaim(); k > 0; k = this.native.reclaim()) this.pool.free(this.done, 0, k);
+    if (st[ST_LINK] === 0) this.freeStash();
+    else this.topUp();
+  }
+
+  private topUp(): void {
+    const st = this.st;
+    const have = st[ST_STASH];
+    st[ST_STASH] = have + this.pool.alloc(this.stash, have, this.stash.length - have);
+  }
+
+  freeStash(): void {
+    const n = this.st[ST_STASH];
+    if (n > 0) this.pool.free(this.stash, 0, n);
+    this.st[ST_STASH] = 0;
+  }
+
+  close(): void {
+    this.native.close();
+    for (let k = this.native.reclaim(); k > 0; k = this.native.reclaim()) this.pool.free(this.done, 0, k);
+    this.freeStash();
+  }
+}
+
+export interface MemifLaneOptions {
+  /** The owner's laneKey. */
+  key: string;
+  /** The memif queues this worker polls (1..). */
+  queues: number[];
+  /** The link to the owner (this side reads its shadow direction). */
+  link: HandoffLink;
+  /** As the owner's udpChecksum. */
+  udpChecksum: boolean;
+}
+
+export class MemifLaneDriver implements Driver {
+  readonly kind = 'memif';
+  readonly rxQueues: number;
+  readonly txQueues = 1;
+  private readonly core = loadCore();
+  private readonly handoff: HandoffDriver;
+  private lanes: LaneQueue[] = [];
+  private pool: BufferPool | null = null;
+  private final: DriverCounters | null = null;
+
+  constructor(
+    readonly name: string,
+    readonly mac: Uint8Array,
+    readonly mtu: number,
+    private readonly opts: MemifLaneOptions,
+  ) {
+    const where = `memif interface ${name}`;
+    if (opts.queues.length === 0 || !opts.queues.every((q) => Number.isInteger(q) && q >= 1 && q <= 254))
+      throw new RangeError(`${where}: lane queues must be 1..254, got ${JSON.stringify(opts.queues)}`);
+    this.rxQueues = 1 + opts.queues.length;
+    this.handoff = HandoffDriver.shadow(name, mac, mtu, opts.link);
+  }
+
+  open(pool: BufferPool): void {
+    this.pool = pool;
+    this.handoff.open(pool);
+    try {
+      for (const q of this.opts.queues) {
+        const native = new this.core.MemifLane({ name: this.name, key: this.opts.key, queue: q });
+        this.lanes.push(new LaneQueue(q, native, pool));
+      }
+    } catch (e) {
+      this.close();
+      throw e;
+    }
+  }
+
+  txChecksumOffload(): { ip4: boolean; udp: boolean; udpNone: boolean } {
+    return { ip4: false, udp: false, udpNone: !this.opts.udpChecksum };
+  }
+
+  rxBurst(queue: number, out: Uint32Array, max: number): number {
+    if (queue === 0) return this.handoff.rxBurst(0, out, max);
+    const lane = this.lanes[queue - 1];
+    return lane === undefined ? 0 : lane.rx(out, max);
+  }
+
+  txBurst(_queue: number, bufs: Uint32Array, off: number, n: number): number {
+    const lane = this.lanes[0];
+    return lane === undefined ? 0 : lane.tx(bufs, off, n);
+  }
+
+  /** Up while the owner's connection is and this worker's queues are attached to it. */
+  linkUp(): boolean {
+    return this.lanes.length > 0 && this.lanes[0].st[ST_LINK] !== 0;
+  }
+
+  rxWaitFd(queue: number): number {
+    if (queue === 0) return this.handoff.rxWaitFd(0);
+    return this.lanes[queue - 1]?.native.waitFd ?? -1;
+  }
+
+  setWakeup(_wake: () => void): void {
+    // The handoff eventfd and the lanes' epoll fds wake the graph.
+  }
+
+  hardware(): DriverHardware {
+    const info: DriverHardware['info'] = { lanes: `memif queue ${this.opts.queues.join(', ')} of ${this.name}` };
+    for (const l of this.lanes) {
+      const i = l.native.info();
+      info[`queue ${l.queue}`] = i.attached ? (i.up ? 'up' : 'down') : `not attached${i.error ? ` (${i.error})` : ''}`;
+    }
+    return { info, counters: { ...this.counters() } };
+  }
+
+  /** What this worker's queues carried (the owner's interface counters add them to its own). */
+  counters(): DriverCounters {
+    if (this.final !== null) return { ...this.final };
+    const c = zeroCounters();
+    for (const l of this.lanes) {
+      const s = l.native.stats();
+      c.rxPackets += s.rxPackets;
+      c.rxBytes += s.rxBytes;
+      c.txPackets += s.txPackets;
+      c.txBytes += s.txBytes;
+      c.txDrops += s.txRefused;
+      c.rxErrors += s.rxErrors;
+      c.txErrors += s.txErrors;
+    }
+    return c;
+  }
+
+  close(): void {
+    if (this.pool === null) return;
+    this.final = this.counters();
+    for (const l of this.lanes) l.close();
+    this.lanes = [];
+    this.handoff.close();
+    this.pool = null;
+  }
+}
