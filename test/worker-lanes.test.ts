@@ -12,7 +12,13 @@ import * as assert from 'uvu/assert';
 import type { Config } from '../config/types.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';
 import { baseConfig } from './dataplane-helpers.ts';
-import { sleep } from './helpers.ts';
+import { skipOrFail, sleep } from './helpers.ts';
+import { NATIVE_BUILD_DIR } from '../native/load.ts';
+import { existsSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+
+const HOSTILE = join(NATIVE_BUILD_DIR, 'memif-hostile');
 import { connect, end, exchange, memifIf } from './workers-helpers.ts';
 
 let sockets = 0;
@@ -25,16 +31,22 @@ const cpu = (workers: number): Config['cpu'] => ({
   idlePollUs: 200,
 });
 
-/** A (server m0) and B (client n0), each with `workers` workers, one memif link of two queue pairs. */
-async function pair(workersB = 2) {
-  const sock = `@rg-lanes-${process.pid}-${++sockets}`;
-  const a = await Dataplane.create(
+/** Data plane A: server m0 with two queue pairs over two workers; `logs` gets what it logs. */
+function serverA(sock: string, logs: string[] = []): Promise<Dataplane> {
+  return Dataplane.create(
     baseConfig({
       cpu: cpu(2),
       interfaces: [memifIf('m0', sock, 'server', '10.70.0.1', '02:fe:00:00:07:01', null, 2)],
       neighbors: [{ interface: 'm0', address: '10.70.0.2', mac: '02:fe:00:00:07:02' }],
     }),
+    { log: (l, m) => logs.push(`${l}: ${m}`) },
   );
+}
+
+/** A (server m0) and B (client n0, `workersB` workers), one memif link of two queue pairs. */
+async function pair(workersB = 2, sock = `@rg-lanes-${process.pid}-${++sockets}`, a?: Dataplane) {
+  const logs: string[] = [];
+  a ??= await serverA(sock, logs);
   const b = await Dataplane.create(
     baseConfig({
       cpu: cpu(workersB),
@@ -50,6 +62,7 @@ async function pair(workersB = 2) {
   return {
     a,
     b,
+    logs,
     async close() {
       await a.close();
       await b.close();
@@ -148,7 +161,11 @@ test("the owner of the link crashes and comes back: worker 1's queue attaches to
     const workers = (p.a as unknown as { crashWorker(k: number): void }).crashWorker;
     assert.type(workers, 'function', 'the crash hook exists');
     (p.a as unknown as { crashWorker(k: number): void }).crashWorker(0);
-    await sleep(300);
+    for (let i = 0; i < 100 && !p.logs.some((l) => /rdma_wk_0\) running again/.test(l)); i++) await sleep(20);
+    assert.ok(
+      p.logs.some((l) => /rdma_wk_0\) running again/.test(l)),
+      `worker 0 restarted: ${p.logs.join(' | ')}`,
+    );
     for (let i = 0; i < 300; i++) {
       const all = [...(await p.a.interfaces()), ...(await p.b.interfaces())];
       if (all.every((x) => x.state === 'up')) break;
@@ -161,6 +178,40 @@ test("the owner of the link crashes and comes back: worker 1's queue attaches to
     assert.equal(await handed(p.a), [0, 0], 'worker 1 kept its own queue');
   } finally {
     await p.close();
+  }
+});
+
+test('a peer breaking the ring of the queue worker 1 polls: the owner drops the link with the reason, and the queue works again after', async () => {
+  if (!existsSync(HOSTILE)) {
+    skipOrFail(`${HOSTILE} not built (npm run build)`);
+    return;
+  }
+  const sock = `@rg-lanes-${process.pid}-${++sockets}`;
+  const logs: string[] = [];
+  const a = await serverA(sock, logs);
+  let p: Awaited<ReturnType<typeof pair>> | null = null;
+  try {
+    // Its rings are queue 1 only: worker 1's lane finds head 0x8000 past tail.
+    const h = await new Promise<string>((resolve) => {
+      const c = spawn(HOSTILE, ['jump1', sock], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      c.stdout.on('data', (d) => (out += d));
+      c.stderr.on('data', (d) => (out += d));
+      c.on('exit', () => resolve(out));
+    });
+    assert.match(h, /connected/, h);
+    assert.match(h, /disconnect: Ring index beyond the ring size/, h);
+    const hw = (await a.hardware()).find((x) => x.name === 'm0');
+    assert.match(String(hw?.info['last disconnect']), /Ring index beyond the ring size \(by us\)/);
+    assert.is((await a.health()).status, 'ok', 'the data plane serves on');
+    p = await pair(2, sock, a);
+    const x = await end(p.a, 'm0', 1),
+      y = await end(p.b, 'n0', 1);
+    await connect(p.a, p.b, x, y, '10.70.0.1', '10.70.0.2');
+    await exchange(p.a, p.b, x, y, 5, 30000);
+  } finally {
+    if (p !== null) await p.close();
+    else await a.close();
   }
 });
 

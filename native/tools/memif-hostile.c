@@ -10,6 +10,8 @@
 //   unsealed SOCKET SECONDS   region 0 is a memfd without F_SEAL_SHRINK; after CONNECT the client
 //                             truncates it to 0 and publishes a frame (the server would fault)
 //   jump SOCKET               after CONNECT, C2S head jumps 0x8000 past tail
+//   jump1 SOCKET              the same on queue 1 (its rings are added as index 1, none as 0):
+//                             a server whose queue 1 another thread polls (cpu.workers)
 //   noinit SOCKET N SECONDS   opens N connections that read HELLO and never send INIT
 //   trickle SOCKET N          (not hostile: a well-behaved sender) N single frames, each after a
 //                             random pause of 0-300 us and kicked unless the ring says MASK_INT,
@@ -123,6 +125,9 @@ static void set_desc(uint8_t* d, uint16_t flags, uint16_t region, uint32_t lengt
   memcpy(d + 8, &offset, 4);
 }
 
+// The queue index the rings are added as (jump1: 1).
+static uint16_t g_ring_index = 0;
+
 // INIT, region 0 (rings then buffers), one C2S and one S2C ring, CONNECT; waits for CONNECTED.
 static void handshake(struct Client* c, const char* path, int sealed, int ef_c2s, int ef_s2c) {
   c->sock = sock_connect(path);
@@ -154,6 +159,7 @@ static void handshake(struct Client* c, const char* path, int sealed, int ef_c2s
     uint16_t flags = dir == 0 ? 1 : 0;
     uint32_t off = dir == 0 ? (uint32_t)kC2S : (uint32_t)kS2C;
     memcpy(m + 2, &flags, 2);
+    memcpy(m + 4, &g_ring_index, 2);
     memcpy(m + 8, &off, 4);
     m[12] = LOG2;
     send_msg(c->sock, m, dir == 0 ? ef_c2s : ef_s2c);
@@ -264,7 +270,8 @@ int main(int argc, char** argv) {
     if (ftruncate(c.memfd, 0) != 0) printf("ftruncate: %s\n", strerror(errno));
     printf("truncated\n");
     linger(c.sock, secs);
-  } else if (!strcmp(mode, "jump")) {
+  } else if (!strcmp(mode, "jump") || !strcmp(mode, "jump1")) {
+    if (mode[4] == '1') g_ring_index = 1;
     handshake(&c, path, 1, eventfd(0, EFD_NONBLOCK), eventfd(0, EFD_NONBLOCK));
     __atomic_store_n(head_of(&c, kC2S), (uint16_t)(*tail_of(&c, kC2S) + 0x8000), __ATOMIC_RELEASE);
     uint64_t one = 1;
