@@ -395,7 +395,8 @@ export class Dataplane {
       }
       if (plan !== undefined && handoff !== null) {
         for (const sh of plan.shadows) {
-          const c = { ...sh.config, fault: null };
+          // A shadow's frames pass the owner's fault injector; a worker's own queues have their own.
+          const c = { ...sh.config, fault: sh.lanes === null ? null : sh.config.fault };
           const mac = macOption(`interface ${c.name}`, c.mac ?? undefined, c.name);
           if (sh.lanes === null) {
             Dataplane.addInterface(c, HandoffDriver.shadow(c.name, mac, c.mtu, sh.link), config, net, ifs);

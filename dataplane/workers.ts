@@ -408,8 +408,13 @@ class WorkerDataplane {
   capture = async (name: string, ...rest: unknown[]) =>
     this.renumber(await this.on(this.byInterface(name), 'capture', [name, ...rest]));
   stopCapture = async (name: string) => this.renumber(await this.on(this.byInterface(name), 'stopCapture', [name]));
-  setFault = async (name: string, ...rest: unknown[]) =>
-    this.renumber(await this.on(this.byInterface(name), 'setFault', [name, ...rest]));
+  /** On the owner and on every worker polling queues of the interface itself (their own injectors). */
+  setFault = async (name: string, ...rest: unknown[]) => {
+    const v = await this.on(this.byInterface(name), 'setFault', [name, ...rest]);
+    const lanes = this.workers.filter((w) => w.init.handoff?.shadows.some((s) => s.config.name === name && s.lanes));
+    await Promise.all(lanes.map((w) => this.on(w.init.index, 'setFault', [name, ...rest])));
+    return this.renumber(v);
+  };
 
   /** To the worker with an interface on the target's subnet (else worker 0). */
   async ping(req: { address: string }, signal?: AbortSignal): Promise<unknown> {

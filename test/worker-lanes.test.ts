@@ -9,9 +9,7 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import type { Config } from '../config/types.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';
-import { baseConfig } from './dataplane-helpers.ts';
 import { skipOrFail, sleep } from './helpers.ts';
 import { NATIVE_BUILD_DIR } from '../native/load.ts';
 import { existsSync } from 'node:fs';
@@ -19,56 +17,11 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 
 const HOSTILE = join(NATIVE_BUILD_DIR, 'memif-hostile');
-import { connect, end, exchange, memifIf } from './workers-helpers.ts';
+import { connect, end, exchange, memifPair, serverA } from './workers-helpers.ts';
 
 let sockets = 0;
 
-const cpu = (workers: number): Config['cpu'] => ({
-  workers,
-  mainCore: null,
-  corelistWorkers: null,
-  poll: 'adaptive',
-  idlePollUs: 200,
-});
-
-/** Data plane A: server m0 with two queue pairs over two workers; `logs` gets what it logs. */
-function serverA(sock: string, logs: string[] = []): Promise<Dataplane> {
-  return Dataplane.create(
-    baseConfig({
-      cpu: cpu(2),
-      interfaces: [memifIf('m0', sock, 'server', '10.70.0.1', '02:fe:00:00:07:01', null, 2)],
-      neighbors: [{ interface: 'm0', address: '10.70.0.2', mac: '02:fe:00:00:07:02' }],
-    }),
-    { log: (l, m) => logs.push(`${l}: ${m}`) },
-  );
-}
-
-/** A (server m0) and B (client n0, `workersB` workers), one memif link of two queue pairs. */
-async function pair(workersB = 2, sock = `@rg-lanes-${process.pid}-${++sockets}`, a?: Dataplane) {
-  const logs: string[] = [];
-  a ??= await serverA(sock, logs);
-  const b = await Dataplane.create(
-    baseConfig({
-      cpu: cpu(workersB),
-      interfaces: [memifIf('n0', sock, 'client', '10.70.0.2', '02:fe:00:00:07:02', null, 2)],
-      neighbors: [{ interface: 'n0', address: '10.70.0.1', mac: '02:fe:00:00:07:01' }],
-    }),
-  );
-  for (let i = 0; i < 300; i++) {
-    const all = [...(await a.interfaces()), ...(await b.interfaces())];
-    if (all.every((x) => x.state === 'up')) break;
-    await sleep(20);
-  }
-  return {
-    a,
-    b,
-    logs,
-    async close() {
-      await a.close();
-      await b.close();
-    },
-  };
-}
+const pair = (workersB = 2, sock?: string, a?: Dataplane) => memifPair({ workersB, sock, a });
 
 async function handed(dp: Dataplane): Promise<number[]> {
   const errs = await dp.errors();
@@ -188,7 +141,7 @@ test('a peer breaking the ring of the queue worker 1 polls: the owner drops the 
   }
   const sock = `@rg-lanes-${process.pid}-${++sockets}`;
   const logs: string[] = [];
-  const a = await serverA(sock, logs);
+  const a = await serverA(sock, 2, 2, logs);
   let p: Awaited<ReturnType<typeof pair>> | null = null;
   try {
     // Its rings are queue 1 only: worker 1's lane finds head 0x8000 past tail.

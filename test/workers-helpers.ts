@@ -4,8 +4,10 @@
  * and READ between them with the data compared.
  */
 import * as assert from 'uvu/assert';
-import type { InterfaceConfig } from '../config/types.ts';
-import type { Dataplane } from '../dataplane/dataplane.ts';
+import type { Config, InterfaceConfig } from '../config/types.ts';
+import { Dataplane } from '../dataplane/dataplane.ts';
+import { baseConfig } from './dataplane-helpers.ts';
+import { sleep } from './helpers.ts';
 import type { CqView, MrView, PdView, QpView } from '../dataplane/views.ts';
 
 export interface End {
@@ -70,7 +72,7 @@ export async function exchange(a: Dataplane, b: Dataplane, x: End, y: End, seed:
   assert.equal(await a.readMr(x.mr.mr, 0, 20000), big.subarray(0, 20000), 'READ returned the bytes');
 }
 
-/** A memif interface entry (no UDP checksums), on `worker` and with `rxQueues` queue pairs. */
+/** A memif interface entry on `worker` with `rxQueues` queue pairs (UDP checksums off unless asked). */
 export function memifIf(
   name: string,
   socket: string,
@@ -79,11 +81,12 @@ export function memifIf(
   mac: string,
   worker: number | null = null,
   rxQueues = 1,
+  udpChecksum = false,
 ): InterfaceConfig {
   return {
     name,
     driver: 'memif',
-    memif: { socket, role, id: 0, secret: null, bufferSize: 2048, udpChecksum: false },
+    memif: { socket, role, id: 0, secret: null, bufferSize: 2048, udpChecksum },
     mac,
     address: `${ip}/24`,
     gateway: null,
@@ -96,5 +99,88 @@ export function memifIf(
     txQueueSize: 1024,
     fault: null,
     line: 1,
+  };
+}
+
+export const IP_A = '10.70.0.1',
+  IP_B = '10.70.0.2';
+const MAC_A = '02:fe:00:00:07:01',
+  MAC_B = '02:fe:00:00:07:02';
+let pairs = 0;
+
+export function cpuWith(workers: number): Config['cpu'] {
+  return { workers, mainCore: null, corelistWorkers: null, poll: 'adaptive', idlePollUs: 200 };
+}
+
+/** Data plane A: memif server m0 (IP_A) with `queues` queue pairs over `workers` workers. */
+export function serverA(
+  sock: string,
+  workers: number,
+  queues: number,
+  logs: string[] = [],
+  rdma: Partial<Config['rdma']> = {},
+  udpChecksum = false,
+): Promise<Dataplane> {
+  const base = baseConfig();
+  return Dataplane.create(
+    baseConfig({
+      cpu: cpuWith(workers),
+      interfaces: [memifIf('m0', sock, 'server', IP_A, MAC_A, null, queues, udpChecksum)],
+      neighbors: [{ interface: 'm0', address: IP_B, mac: MAC_B }],
+      rdma: { ...base.rdma, ...rdma },
+    }),
+    { log: (l, m) => logs.push(`${l}: ${m}`) },
+  );
+}
+
+export interface MemifPair {
+  a: Dataplane;
+  b: Dataplane;
+  logs: string[];
+  close(): Promise<void>;
+}
+
+/**
+ * A (server m0, IP_A) and B (client n0, IP_B) over one memif link of `queues` queue pairs, with
+ * `workersA` / `workersB` worker threads; resolves once both ends are up.
+ */
+export async function memifPair(
+  o: {
+    workersA?: number;
+    workersB?: number;
+    queues?: number;
+    sock?: string;
+    a?: Dataplane;
+    rdma?: Partial<Config['rdma']>;
+    /** Checksum UDP (needed when a fault injector corrupts frames). */
+    udpChecksum?: boolean;
+  } = {},
+): Promise<MemifPair> {
+  const sock = o.sock ?? `@rg-wpair-${process.pid}-${++pairs}`;
+  const queues = o.queues ?? 2;
+  const logs: string[] = [];
+  const a = o.a ?? (await serverA(sock, o.workersA ?? 2, queues, logs, o.rdma, o.udpChecksum ?? false));
+  const base = baseConfig();
+  const b = await Dataplane.create(
+    baseConfig({
+      cpu: cpuWith(o.workersB ?? 2),
+      interfaces: [memifIf('n0', sock, 'client', IP_B, MAC_B, null, queues, o.udpChecksum ?? false)],
+      neighbors: [{ interface: 'n0', address: IP_A, mac: MAC_A }],
+      rdma: { ...base.rdma, ...o.rdma },
+    }),
+  );
+  for (let i = 0; i < 300; i++) {
+    const all = [...(await a.interfaces()), ...(await b.interfaces())];
+    if (all.every((x) => x.state === 'up')) break;
+    await sleep(20);
+  }
+  return {
+    a,
+    b,
+    logs,
+    async close() {
+      await a.close();
+      await b.close();
+    },
   };
 }
