@@ -30,11 +30,14 @@ import { handoffLink } from '../drivers/handoff.ts';
 import { macOption } from '../drivers/mac.ts';
 import { formatMac } from '../nodes/net/address.ts';
 import { loadCore } from '../native/load.ts';
-import { DataplaneError, type EventView, type Logger } from './views.ts';
+import { DataplaneError, type EventView, type Logger, type QpView, type WrId } from './views.ts';
+import { WorkerLedger } from './worker-ledger.ts';
 import { type FromWorker, HANDLE_SPAN, type ToWorker, type WorkerInit } from './worker-protocol.ts';
 
 const BOOT = new URL('./worker-boot.mjs', import.meta.url);
 const EVENT_LOG = 1024;
+/** Handles a worker's thread numbers from before a restart (HANDLE_SPAN holds 16 such blocks). */
+const EPOCH_SPAN = 2 ** 20;
 
 interface Pending {
   resolve: (v: unknown) => void;
@@ -53,6 +56,8 @@ class WorkerHandle {
     readonly init: WorkerInit,
     private readonly log: Logger,
     private readonly onEvent: (e: EventView) => void,
+    /** Told when the thread died (not stopped by us), before it starts again. */
+    private readonly onStopped: (k: number, why: string) => void,
   ) {
     this.spawn();
   }
@@ -62,7 +67,10 @@ class WorkerHandle {
   }
 
   private spawn(): void {
-    const w = new Worker(BOOT, { workerData: this.init });
+    // A restarted worker numbers its objects from a new 2^20 block of its range, so none takes
+    // the handle of one the dead thread had (those answer as dead until destroyed).
+    const handleBase = this.init.handleBase + (this.restarts % (HANDLE_SPAN / EPOCH_SPAN)) * EPOCH_SPAN;
+    const w = new Worker(BOOT, { workerData: { ...this.init, handleBase } });
     this.worker = w;
     let ok: () => void, fail: (e: Error) => void;
     this.ready = new Promise<void>((res, rej) => ((ok = res), (fail = rej)));
@@ -97,6 +105,7 @@ class WorkerHandle {
       if (this.stopping) return;
       this.restarts++;
       this.log('error', `${this.name} stopped: ${why}; starting it again (restart ${this.restarts})`);
+      this.onStopped(this.init.index, why);
       this.spawn();
       this.ready.then(
         () => this.log('info', `${this.name} running again`),
@@ -231,6 +240,7 @@ class WorkerDataplane {
   private readonly startedMs = Date.now();
   private closed = false;
   private final: { buffers: unknown; qps: unknown[] } | null = null;
+  private readonly ledger = new WorkerLedger();
 
   constructor(
     readonly config: Config,
@@ -248,11 +258,34 @@ class WorkerDataplane {
     });
     this.workers = inits.map(
       (init) =>
-        new WorkerHandle(init, log, (e) => {
-          this.events.push({ ...e, seq: ++this.eventSeq });
-          if (this.events.length > EVENT_LOG) this.events.shift();
-        }),
+        new WorkerHandle(
+          init,
+          log,
+          (e) => {
+            this.event(e);
+            // A QP a listener accepted: into the ledger too (its requests flush if the worker dies).
+            if (e.type === 'qp-established' && e.qpn !== undefined && !this.ledger.knows(e.qpn))
+              this.on(init.index, 'getQp', [e.qpn]).then(
+                (v: QpView) => this.ledger.qpCreated(v, init.index, true),
+                () => {},
+              );
+          },
+          (k, why) => {
+            const r = this.ledger.stopped(k, why);
+            for (const e of r.events) this.event(e);
+            if (r.qps.length > 0)
+              log(
+                'error',
+                `worker ${k}: ${r.qps.length} QP${r.qps.length === 1 ? '' : 's'} (${r.qps.join(', ')}) in error, ${r.flushed} work request${r.flushed === 1 ? '' : 's'} flushed to their CQs`,
+              );
+          },
+        ),
     );
+  }
+
+  private event(e: Omit<EventView, 'seq'>): void {
+    this.events.push({ ...e, seq: ++this.eventSeq });
+    if (this.events.length > EVENT_LOG) this.events.shift();
   }
 
   // ------------------------------------------------------------------ routing
@@ -434,46 +467,112 @@ class WorkerDataplane {
 
   // ------------------------------------------------------------------ verbs objects
 
-  createPd = async (req?: Obj) => this.on(this.placed(req), 'createPd', [this.local(req)]);
-  createCq = async (req: Obj) => this.on(this.placed(req), 'createCq', [this.local(req)]);
+  async createPd(req?: Obj): Promise<unknown> {
+    const k = this.placed(req);
+    const v = await this.on(k, 'createPd', [this.local(req)]);
+    this.ledger.created('protection domain', v.pd, k);
+    return v;
+  }
+  async createCq(req: Obj): Promise<unknown> {
+    const k = this.placed(req);
+    const v = await this.on(k, 'createCq', [this.local(req)]);
+    this.ledger.cqCreated(v, k);
+    return v;
+  }
   pds = async () => this.concat('pds');
   mrs = async () => this.concat('mrs');
-  cqs = async () => this.concat('cqs');
+  async cqs(): Promise<unknown[]> {
+    return [...(await this.concat('cqs')), ...this.ledger.deadCqViews()];
+  }
   srqs = async () => this.concat('srqs');
   async qps(): Promise<unknown[]> {
-    return this.final !== null ? this.final.qps : this.concat('qps');
+    return this.final !== null ? this.final.qps : [...(await this.concat('qps')), ...this.ledger.deadQpViews()];
   }
   listenersList = async () => this.concat('listenersList');
 
-  destroyPd = async (h: number) => this.on(this.byHandle(h, 'protection domain'), 'destroyPd', [h]);
-  createMr = async (req: Obj) => this.on(this.byHandle(req.pd, 'protection domain'), 'createMr', [req]);
-  getMr = async (h: number) => this.on(this.byHandle(h, 'memory region'), 'getMr', [h]);
-  destroyMr = async (h: number) => this.on(this.byHandle(h, 'memory region'), 'destroyMr', [h]);
-  writeMr = async (h: number, ...rest: unknown[]) =>
-    this.on(this.byHandle(h, 'memory region'), 'writeMr', [h, ...rest]);
-  readMr = async (h: number, ...rest: unknown[]) => this.on(this.byHandle(h, 'memory region'), 'readMr', [h, ...rest]);
-  getCq = async (h: number) => this.on(this.byHandle(h, 'completion queue'), 'getCq', [h]);
-  destroyCq = async (h: number) => this.on(this.byHandle(h, 'completion queue'), 'destroyCq', [h]);
-  async pollCq(h: number, max?: number, waitMs?: number, signal?: AbortSignal): Promise<unknown> {
-    const args = [h, max, waitMs, signal === undefined ? undefined : { __signal: true }];
-    return this.on(this.byHandle(h, 'completion queue'), 'pollCq', args, signal);
+  destroyPd = async (h: number) => this.destroy(h, 'protection domain', 'destroyPd');
+  async createMr(req: Obj): Promise<unknown> {
+    this.ledger.refuseDead(req.pd);
+    const k = this.byHandle(req.pd, 'protection domain');
+    const v = await this.on(k, 'createMr', [req]);
+    this.ledger.created('memory region', v.mr, k);
+    return v;
   }
-  createSrq = async (req: Obj) => this.on(this.byHandle(req.pd, 'protection domain'), 'createSrq', [req]);
-  modifySrq = async (h: number, limit: number) =>
-    this.on(this.byHandle(h, 'shared receive queue'), 'modifySrq', [h, limit]);
-  postSrqRecv = async (h: number, req: unknown) =>
-    this.on(this.byHandle(h, 'shared receive queue'), 'postSrqRecv', [h, req]);
-  destroySrq = async (h: number) => this.on(this.byHandle(h, 'shared receive queue'), 'destroySrq', [h]);
+  getMr = async (h: number) => this.onLive(h, 'memory region', 'getMr', [h]);
+  destroyMr = async (h: number) => this.destroy(h, 'memory region', 'destroyMr');
+  writeMr = async (h: number, ...rest: unknown[]) => this.onLive(h, 'memory region', 'writeMr', [h, ...rest]);
+  readMr = async (h: number, ...rest: unknown[]) => this.onLive(h, 'memory region', 'readMr', [h, ...rest]);
+  getCq = async (h: number) => this.ledger.deadCq(h) ?? this.on(this.byHandle(h, 'completion queue'), 'getCq', [h]);
+  destroyCq = async (h: number) => this.destroy(h, 'completion queue', 'destroyCq');
+  async pollCq(h: number, max?: number, waitMs?: number, signal?: AbortSignal): Promise<unknown> {
+    const dead = this.ledger.pollDead(h, max);
+    if (dead !== undefined) return dead;
+    const args = [h, max, waitMs, signal === undefined ? undefined : { __signal: true }];
+    const r = await this.on(this.byHandle(h, 'completion queue'), 'pollCq', args, signal);
+    this.ledger.polled(r.completions);
+    return r;
+  }
+  async createSrq(req: Obj): Promise<unknown> {
+    this.ledger.refuseDead(req.pd);
+    const k = this.byHandle(req.pd, 'protection domain');
+    const v = await this.on(k, 'createSrq', [req]);
+    this.ledger.created('shared receive queue', v.srq, k);
+    return v;
+  }
+  modifySrq = async (h: number, limit: number) => this.onLive(h, 'shared receive queue', 'modifySrq', [h, limit]);
+  postSrqRecv = async (h: number, req: unknown) => this.onLive(h, 'shared receive queue', 'postSrqRecv', [h, req]);
+  destroySrq = async (h: number) => this.destroy(h, 'shared receive queue', 'destroySrq');
 
-  createQp = async (req: Obj) => this.on(this.qpWorker(req, 'create qp'), 'createQp', [req]);
-  getQp = async (qpn: number) => this.on(this.byQpn(qpn), 'getQp', [qpn]);
-  connect = async (qpn: number, req: unknown) => this.on(this.byQpn(qpn), 'connect', [qpn, req]);
-  modifyQp = async (qpn: number, req: unknown) => this.on(this.byQpn(qpn), 'modifyQp', [qpn, req]);
-  destroyQp = async (qpn: number, opts?: unknown) => this.on(this.byQpn(qpn), 'destroyQp', [qpn, opts]);
-  postRecv = async (qpn: number, req: unknown) => this.on(this.byQpn(qpn), 'postRecv', [qpn, req]);
-  postSend = async (qpn: number, req: unknown) => this.on(this.byQpn(qpn), 'postSend', [qpn, req]);
+  async createQp(req: Obj): Promise<unknown> {
+    for (const h of [req.pd, req.sendCq, req.recvCq, req.srq]) this.ledger.refuseDead(h);
+    const k = this.qpWorker(req, 'create qp');
+    const v = await this.on(k, 'createQp', [req]);
+    this.ledger.qpCreated(v, k);
+    return v;
+  }
+  getQp = async (qpn: number) => this.ledger.deadQp(qpn) ?? this.on(this.byQpn(qpn), 'getQp', [qpn]);
+  connect = async (qpn: number, req: unknown) => this.onQp(qpn, 'connect', [qpn, req], true);
+  modifyQp = async (qpn: number, req: unknown) => this.onQp(qpn, 'modifyQp', [qpn, req], true);
+  async destroyQp(qpn: number, opts?: unknown): Promise<unknown> {
+    if (this.ledger.forget(qpn, true)) return undefined;
+    const v = await this.on(this.byQpn(qpn), 'destroyQp', [qpn, opts]);
+    this.ledger.destroyed(qpn);
+    return v;
+  }
+  async postRecv(qpn: number, req: { wrId: WrId }): Promise<unknown> {
+    const v = await this.onQp(qpn, 'postRecv', [qpn, req]);
+    this.ledger.posted(qpn, req, false);
+    return v;
+  }
+  async postSend(qpn: number, req: { wrId: WrId; opcode?: string }): Promise<unknown> {
+    const v = await this.onQp(qpn, 'postSend', [qpn, req]);
+    this.ledger.posted(qpn, req, true);
+    return v;
+  }
   noteQpOwner(qpn: number, owner: string): void {
     this.on(this.byQpn(qpn), 'noteQpOwner', [qpn, owner]).catch(() => {});
+  }
+
+  /** A call on a PD, MR, CQ or SRQ that is not one a dead worker had. */
+  private onLive(h: number, what: string, method: string, args: unknown[]): Promise<any> {
+    this.ledger.refuseDead(h);
+    return this.on(this.byHandle(h, what), method, args);
+  }
+
+  /** A call on a live QP; `update`: its result is the QP's new view. */
+  private async onQp(qpn: number, method: string, args: unknown[], update = false): Promise<any> {
+    this.ledger.refuseDead(qpn, true);
+    const v = await this.on(this.byQpn(qpn), method, args);
+    if (update) this.ledger.qpUpdated(v);
+    return v;
+  }
+
+  /** Destroying a dead worker's object forgets it; a live one is destroyed on its worker. */
+  private async destroy(h: number, what: string, method: string): Promise<unknown> {
+    if (this.ledger.forget(h)) return undefined;
+    const v = await this.on(this.byHandle(h, what), method, [h]);
+    this.ledger.destroyed(h);
+    return v;
   }
 
   listen = async (req: Obj) => this.on(this.qpWorker(req, 'listen'), 'listen', [req]);

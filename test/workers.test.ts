@@ -336,6 +336,95 @@ test('a worker that throws is reported and started again with its interface; the
   }
 });
 
+test('a worker that dies takes its QPs to ERROR: outstanding requests flushed to their CQs, a qp-error event each, its handles say so until destroyed', async () => {
+  const p = await pair();
+  try {
+    // x: a working QP on worker 1 with a SEND already completed and polled (retired), then
+    // three receives nobody will fill. x2: its peer never connects, so its requests stay out.
+    const x = await end(p.a, 'm1'),
+      y = await end(p.b, 'n1');
+    await connect(p.a, p.b, x, y, IP(1, 1), IP(2, 1));
+    await p.b.postRecv(y.qp.qpn, { wrId: 'yr', sge: [{ mr: y.mr.mr, offset: 0, length: 64 }] });
+    await p.a.postSend(x.qp.qpn, { wrId: 'done', opcode: 'send', sge: [{ mr: x.mr.mr, offset: 0, length: 8 }] });
+    assert.is((await pollOne(p.a, x.cq.cq)).wrId, 'done');
+    for (const w of ['r0', 'r1', 'r2'])
+      await p.a.postRecv(x.qp.qpn, { wrId: w, sge: [{ mr: x.mr.mr, offset: 0, length: 64 }] });
+    const x2 = await end(p.a, 'm1'),
+      y2 = await end(p.b, 'n1');
+    await p.a.connect(x2.qp.qpn, { remote: { ip: IP(2, 1), port: y2.qp.qpn }, mode: 'manual', remotePsn: y2.qp.psn });
+    await p.a.postSend(x2.qp.qpn, {
+      wrId: 'quiet',
+      opcode: 'write',
+      signaled: false,
+      sge: [{ mr: x2.mr.mr, offset: 0, length: 100 }],
+      remote: { stag: y2.mr.stag, offset: 0 },
+    });
+    await p.a.postSend(x2.qp.qpn, { wrId: 's', opcode: 'send', sge: [{ mr: x2.mr.mr, offset: 0, length: 100 }] });
+    const w0 = await end(p.a, 'm0');
+    const since = (await p.a.recentEvents()).at(-1)?.seq ?? 0;
+    (p.a as unknown as { crashWorker(k: number): void }).crashWorker(1);
+    for (let i = 0; i < 200 && !p.logs.some((l) => /rdma_wk_1\) running again/.test(l)); i++) await sleep(20);
+    assert.ok(
+      p.logs.some((l) => /worker 1: 2 QPs \(\d+, \d+\) in error, 5 work requests flushed/.test(l)),
+      p.logs.join('\n'),
+    );
+    for (const q of [x, x2]) assert.is((await p.a.getQp(q.qp.qpn)).state, 'error', `QP ${q.qp.qpn} in error`);
+    assert.is((await p.a.getQp(w0.qp.qpn)).state, w0.qp.state, "worker 0's QP untouched");
+    const r = await p.a.pollCq(x.cq.cq, 16, 0);
+    assert.equal(
+      r.completions.map((c) => [c.wrId, c.status, c.opcode, c.qpn]),
+      [
+        ['r0', 'flushed', 'recv', x.qp.qpn],
+        ['r1', 'flushed', 'recv', x.qp.qpn],
+        ['r2', 'flushed', 'recv', x.qp.qpn],
+      ],
+      'the receives nobody filled, not the SEND already polled',
+    );
+    assert.match(String(r.error), /worker 1 stopped .*its QPs are in error/);
+    assert.equal(
+      (await p.a.pollCq(x2.cq.cq, 16, 0)).completions.map((c) => [c.wrId, c.status, c.opcode]),
+      [
+        ['quiet', 'flushed', 'write'],
+        ['s', 'flushed', 'send'],
+      ],
+      'the unsignaled request is flushed too',
+    );
+    assert.equal((await p.a.pollCq(x.cq.cq, 16, 0)).completions, [], 'each flushed once');
+    const ev = (await p.a.recentEvents(since)).filter((e) => e.type === 'qp-error');
+    assert.equal(ev.map((e) => e.qpn).sort(), [x.qp.qpn, x2.qp.qpn].sort());
+    assert.ok(
+      (await p.a.qps()).some((q) => q.qpn === x.qp.qpn && q.state === 'error'),
+      'listed in error',
+    );
+    await p.a.postSend(x.qp.qpn, { wrId: 'late', opcode: 'send' }).then(
+      () => assert.unreachable('posting on a dead QP'),
+      (e: Error & { kind?: string }) => {
+        assert.is(e.kind, 'state');
+        assert.match(e.message, /QP \d+ was on worker 1 stopped .*destroy it/);
+      },
+    );
+    await p.a.readMr(x.mr.mr, 0, 8).then(
+      () => assert.unreachable('reading a dead MR'),
+      (e: Error) => assert.match(e.message, /memory region \d+ was on worker 1 stopped/),
+    );
+    for (const q of [x, x2]) {
+      await p.a.destroyQp(q.qp.qpn);
+      await p.a.destroyCq(q.cq.cq);
+      await p.a.destroyMr(q.mr.mr);
+      await p.a.destroyPd(q.pd.pd);
+    }
+    await p.a.getQp(x.qp.qpn).then(
+      () => assert.unreachable('forgotten'),
+      (e: Error & { kind?: string }) => assert.is(e.kind, 'not-found'),
+    );
+    // The restarted worker numbers its objects apart from the dead ones.
+    const z = await end(p.a, 'm1');
+    assert.ok(z.pd.pd > (1 << 24) + (1 << 20), `a new handle block: ${z.pd.pd}`);
+  } finally {
+    await p.close();
+  }
+});
+
 test('corelist-workers pins each worker: show runtime says its lcore', async () => {
   const p = await pair({ corelistWorkers: '0' }, 1);
   try {
