@@ -15,8 +15,8 @@
  *
  * The ledger only sees what passes through the Dataplane's methods: QPs of programs on the verbs
  * socket (served by worker 0) are not in it; those programs see their connection close.
- * Bounded by our own state: one entry per request a QP accepted (its send and receive queue
- * depths bound them), dropped when its completion is polled or the QP is destroyed.
+ * Bounded by our own state: at most a QP's send and receive queue depths of entries (a QP
+ * cannot hold more outstanding), dropped when polled, retired or the QP is destroyed.
  */
 import type { Completion, WcOpcodeName } from '../nodes/rdma/verbs.ts';
 import { DataplaneError, type CqView, type EventView, type QpView, type WrId } from './views.ts';
@@ -94,8 +94,15 @@ export class WorkerLedger {
   posted(qpn: number, req: { wrId: WrId; opcode?: string }, send: boolean): void {
     const r = this.qps.get(qpn);
     if (r === undefined) return;
-    if (send) r.sq.push({ wrId: req.wrId, opcode: WC_OF[req.opcode ?? ''] ?? 'send' });
-    else r.rq.push(req.wrId);
+    // The QP holds at most its queue depth outstanding: older entries have completed (an
+    // unsignaled request retires without a completion to tell us).
+    if (send) {
+      r.sq.push({ wrId: req.wrId, opcode: WC_OF[req.opcode ?? ''] ?? 'send' });
+      if (r.sq.length > r.view.maxSendWr) r.sq.shift();
+    } else {
+      r.rq.push(req.wrId);
+      if (r.rq.length > r.view.maxRecvWr) r.rq.shift();
+    }
   }
 
   polled(completions: readonly Completion[]): void {
