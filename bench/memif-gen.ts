@@ -5,7 +5,11 @@
  * as the ring takes them, draining what comes back (ACKs). testpmd cannot do this: its txonly
  * frames are not TRP, and replaying a capture would repeat PSNs.
  *
- *   node --import tsx bench/memif-gen.ts <socket> <stag> <qpn> <srcPort> <seconds>
+ *   node --import tsx bench/memif-gen.ts <socket> <stag> <qpn> <srcPort> <seconds> [<ack>]
+ *
+ * Several QPs, one per memif queue pair (bench -- workers: a queue per worker): comma lists,
+ * the k-th STag / QP number / ACK for queue k (source port srcPort + k), bursts round robin.
+ * <ack>: the ACK number the segments carry (the QP's send PSN; default 0).
  *
  * Prints one JSON line at the end: {"sent": N, "seconds": S}.
  */
@@ -14,9 +18,11 @@ import { createPool } from '../graph/memory.ts';
 import { FRAME_SIZE } from '../graph/node.ts';
 import { udpFrame } from '../test/l2l4-helpers.ts';
 
-const [socket, stagS, qpnS, sportS, secondsS] = process.argv.slice(2);
-const stag = Number(stagS),
-  qpn = Number(qpnS),
+const [socket, stagS, qpnS, sportS, secondsS, ackS] = process.argv.slice(2);
+const list = (s: string | undefined) => (s ?? '0').split(',').map(Number);
+const stags = list(stagS),
+  qpns = list(qpnS),
+  acks = list(ackS),
   sport = Number(sportS),
   seconds = Number(secondsS);
 
@@ -54,25 +60,34 @@ export function writeSegment(stagValue: number, dport: number, srcPort: number):
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   const pool = createPool({ count: 8192, hugepages: 'never', name: 'memif-gen' });
-  const d = new MemifDriver('gen0', { socket, role: 'client', mac: '02:00:00:00:00:02' });
+  const Q = qpns.length;
+  const d = new MemifDriver('gen0', { socket, role: 'client', mac: '02:00:00:00:00:02', rxQueues: Q });
   d.open(pool);
   const start = Date.now();
   while (!d.poll()) {
     if (Date.now() - start > 10000) throw new Error(`memif-gen: no link: ${JSON.stringify(d.info())}`);
     await new Promise((r) => setTimeout(r, 2));
   }
-  const tmpl = writeSegment(stag, qpn, sport);
+  const tmpls = qpns.map((qpn, k) => {
+    const t = writeSegment(stags[k], qpn, sport + k);
+    const ack = acks[k] ?? 0;
+    t.set([ack >>> 24, (ack >>> 16) & 0xff, (ack >>> 8) & 0xff, ack & 0xff], 46);
+    return t;
+  });
+  const psns = new Array<number>(Q).fill(0);
   const bufs = new Uint32Array(FRAME_SIZE),
     out = new Uint32Array(FRAME_SIZE);
   const u8 = pool.u8,
     offset = pool.offset,
     length = pool.length;
-  let psn = 0,
-    sent = 0;
+  let sent = 0;
   const t0 = performance.now();
   const end = t0 + seconds * 1000;
   while (performance.now() < end) {
     for (let k = 0; k < 64; k++) {
+      const q = k % Q,
+        tmpl = tmpls[q],
+        psn = psns[q];
       const n = pool.alloc(bufs, 0, FRAME_SIZE);
       for (let i = 0; i < n; i++) {
         const bi = bufs[i],
@@ -85,11 +100,11 @@ if (import.meta.url === `file://${process.argv[1]}`) {
         u8[o + 45] = p & 0xff;
         length[bi] = 70;
       }
-      const taken = d.txBurst(0, bufs, 0, n);
+      const taken = d.txBurst(q, bufs, 0, n);
       if (taken < n) pool.free(bufs, taken, n - taken);
-      psn = (psn + taken) >>> 0;
+      psns[q] = (psn + taken) >>> 0;
       sent += taken;
-      const m = d.rxBurst(0, out, FRAME_SIZE);
+      const m = d.rxBurst(q, out, FRAME_SIZE);
       if (m > 0) pool.free(out, 0, m);
     }
   }

@@ -6,7 +6,8 @@
  * librdmagraph-verbs.so; iperf3 and sockperf baselines, iperf3's needs root), soak (RSS of a
  * daemon at start-up, with 1024 QPs and over SOAK_SECONDS (default 600) of traffic; not in the
  * default set: name it), mlx5 (two ConnectX ports named by RDMA_GRAPH_HW_A/B; says why not), workers
- * (cpu.workers 0/1/2: WRITE bandwidth over two interfaces and the API's latency under load).
+ * (cpu.workers 0/1/2: WRITE bandwidth over two interfaces, the API's latency under load, the memif
+ * spine with a queue pair per worker).
  */
 import os from 'node:os';
 import { runGraphBench } from './graph.ts';

@@ -4,8 +4,10 @@
  * and once with one interface whose two QPs sit on two workers (worker 1's through handoff);
  * peer B (another process, workers 0) writes 64 KiB x 16 outstanding on both QPs. Per setting:
  * the total WRITE bandwidth, and GET /v1/health latency on A's API measured from this process
- * while the data plane is saturated (and once idle, as the baseline). Nothing is pinned: on a
- * 2-core machine A's workers, B and this process share the two cores, which bounds the scaling.
+ * while the data plane is saturated (and once idle, as the baseline). Then the memif spine per
+ * worker (spineRun): one memif interface of two queue pairs, a QP per queue, bench/memif-gen.ts
+ * offering minimal WRITE segments on both queues. Nothing is pinned: on a 2-core machine A's
+ * workers, B (or the generator) and this process share the two cores, which bounds the scaling.
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -205,6 +207,87 @@ async function run(workers: number, seconds: number, nIf = 2) {
   }
 }
 
+const GEN = new URL('./memif-gen.ts', import.meta.url).pathname;
+
+/**
+ * The memif spine per worker: A (this process) with `workers` workers and one memif server of
+ * two queue pairs (with 2 workers one queue each, else both on one thread), a QP per queue (on
+ * worker k with 2 workers); bench/memif-gen.ts sends minimal WRITE segments to QP k on queue k.
+ * Mpps counted at qp-dispatch over every thread.
+ */
+async function spineRun(workers: number, seconds: number): Promise<{ mpps: number; genMpps: number }> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'bench-wspine-'));
+  const sock = path.join(dir, 'spine.sock');
+  const dp = await Dataplane.create(
+    parseConfig(
+      `cpu: { workers: ${workers} }
+interfaces:
+` +
+        `  - name: m0
+    driver: memif
+    memif: { socket: ${sock}, role: server, udp-checksum: false }
+` +
+        `    mac: "02:00:00:00:00:01"
+    address: 10.0.0.1/24
+    rx-queues: 2
+` +
+        `neighbors:
+  - { interface: m0, address: 10.0.0.2, mac: "02:00:00:00:00:02" }
+`,
+      'bench-spine.yaml',
+    ),
+  );
+  const SPORT = 31000;
+  let gen: ReturnType<typeof spawn> | null = null;
+  try {
+    const qps: { qpn: number; psn: number; stag: number }[] = [];
+    for (const k of [0, 1]) {
+      const where = workers === 2 ? { interface: 'm0', worker: k } : { interface: 'm0' };
+      const pd = await dp.createPd(where);
+      const cq = await dp.createCq({ depth: 64, ...where });
+      const mr = await dp.createMr({ pd: pd.pd, length: 4096, access: ['local-write', 'remote-write'] });
+      const qp = await dp.createQp({ pd: pd.pd, sendCq: cq.cq, recvCq: cq.cq, interface: 'm0' });
+      await dp.connect(qp.qpn, { remote: { ip: '10.0.0.2', port: SPORT + k }, mode: 'manual', remotePsn: 0 });
+      qps.push({ qpn: qp.qpn, psn: qp.psn, stag: mr.stag });
+    }
+    const list = (f: (q: (typeof qps)[number]) => number) => qps.map(f).join(',');
+    gen = spawn(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        GEN,
+        sock,
+        list((q) => q.stag),
+        list((q) => q.qpn),
+        String(SPORT),
+        String(seconds + 3),
+        list((q) => q.psn),
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    let out = '';
+    gen.stdout!.on('data', (d) => (out += d));
+    const exited = new Promise<void>((r) => gen!.on('exit', () => r()));
+    for (let i = 0; i < 500 && !(await dp.interfaces()).every((x) => x.state === 'up'); i++)
+      await new Promise((r) => setTimeout(r, 20));
+    await new Promise((r) => setTimeout(r, 500)); // past the generator's start
+    const count = async () =>
+      (await dp.runtime()).reduce((s, t) => s + (t.rows.find((r) => r.name === 'qp-dispatch')?.vectors ?? 0), 0);
+    const c0 = await count(),
+      t0 = performance.now();
+    await new Promise((r) => setTimeout(r, seconds * 1000));
+    const mpps = ((await count()) - c0) / ((performance.now() - t0) / 1000) / 1e6;
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 6000))]);
+    const g = JSON.parse(out.trim().split('\n').pop() || '{}') as { sent?: number; seconds?: number };
+    return { mpps, genMpps: (g.sent ?? 0) / (g.seconds ?? 1) / 1e6 };
+  } finally {
+    gen?.kill('SIGKILL');
+    await dp.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 export async function runWorkersBench(opts: {
   seconds: number;
 }): Promise<{ text: string; json: Record<string, unknown> }> {
@@ -237,8 +320,16 @@ export async function runWorkersBench(opts: {
     `  one interface, a QP on each of 2 workers (handoff): WRITE ${f(h.gbps)} Gbit/s (${h.perQp.join(' + ')} writes) = ${f(h.gbps / h0.gbps)} x workers 0 on that interface (${f(h0.gbps)})`,
   );
   json.handoff = { gbps: +f(h.gbps, 3), workers0Gbps: +f(h0.gbps, 3) };
+  // The spine per worker: one memif interface of two queue pairs, a generator on both queues.
+  const sp: Record<number, { mpps: number; genMpps: number }> = {};
+  for (const w of [0, 1, 2]) sp[w] = await spineRun(w, opts.seconds);
   lines.push(
-    '  the memif spine per worker is not measured here: each worker would need its own generator, and 2 cores host 2 threads',
+    `  memif spine, one interface of 2 queue pairs, a QP per queue, one generator process on both (it and A's threads share the ${cpus.length} cores): ` +
+      [0, 1, 2].map((w) => `workers ${w} ${f(sp[w].mpps)} Mpps (offered ${f(sp[w].genMpps)})`).join(', ') +
+      (sp[1].mpps > 0 ? ` = ${f(sp[2].mpps / sp[1].mpps)} x workers 1 (goal 1.6)` : ''),
+  );
+  json.spine = Object.fromEntries(
+    [0, 1, 2].map((w) => [`workers${w}`, { mpps: +f(sp[w].mpps, 3), genMpps: +f(sp[w].genMpps, 3) }]),
   );
   return { text: lines.join('\n'), json };
 }
