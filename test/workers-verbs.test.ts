@@ -343,6 +343,25 @@ async function mixed(
   let bytes = 0,
     adds = 0n,
     recvs = 0;
+  // Data compared; on a difference, say where it starts and whether it is an earlier round's
+  // data for the same slot (a stale segment placed late).
+  const same = (got: Uint8Array, want: Uint8Array, id: number, slot: number, where: string) => {
+    if (Buffer.from(got).equals(want)) return;
+    let first = 0;
+    while (got[first] === want[first]) first++;
+    let diff = 0;
+    for (let j = 0; j < want.length; j++) if (got[j] !== want[j]) diff++;
+    const older = [1, 2, 3, 4].find(
+      (r) =>
+        id - r * FLIGHT >= 0 &&
+        Buffer.from(got.subarray(first, first + 64)).equals(
+          pattern(SLOT, seed * 7 + id - r * FLIGHT).subarray(first, first + 64),
+        ),
+    );
+    assert.unreachable(
+      `${where} on QP ${x.qp.qpn} (slot ${slot}): ${diff} bytes differ from byte ${first}${older ? `, which are round -${older}'s` : ''}`,
+    );
+  };
   for (let base = 0; base < ops; base += FLIGHT) {
     const n = Math.min(FLIGHT, ops - base);
     const plan: { kind: string; len: number; data: Uint8Array }[] = [];
@@ -423,9 +442,9 @@ async function mixed(
       if (o.kind === 'send') {
         const c = rc.find((r) => r.wrId === base + i);
         assert.is(c?.byteLen, o.len, where);
-        assert.equal(await p.b.readMr(y.mr.mr, 2 * MiB + i * SLOT, o.len), o.data, where);
-      } else if (o.kind === 'write') assert.equal(await p.b.readMr(y.mr.mr, MiB + i * SLOT, o.len), o.data, where);
-      else if (o.kind === 'read') assert.equal(await p.a.readMr(x.mr.mr, MiB + i * SLOT, o.len), o.data, where);
+        same(await p.b.readMr(y.mr.mr, 2 * MiB + i * SLOT, o.len), o.data, base + i, i, where);
+      } else if (o.kind === 'write') same(await p.b.readMr(y.mr.mr, MiB + i * SLOT, o.len), o.data, base + i, i, where);
+      else if (o.kind === 'read') same(await p.a.readMr(x.mr.mr, MiB + i * SLOT, o.len), o.data, base + i, i, where);
       if (o.kind !== 'fetch-add') bytes += o.len;
     }
   }
