@@ -251,9 +251,12 @@ interfaces:
       qps.push({ qpn: qp.qpn, psn: qp.psn, stag: mr.stag });
     }
     const list = (f: (q: (typeof qps)[number]) => number) => qps.map(f).join(',');
+    // The generator on the last CPU (where there are two or more): A's threads share the rest.
+    const last = os.cpus().length - 1;
     gen = spawn(
-      process.execPath,
+      last > 0 ? 'taskset' : process.execPath,
       [
+        ...(last > 0 ? ['-c', String(last), process.execPath] : []),
         '--import',
         'tsx',
         GEN,
@@ -324,7 +327,7 @@ export async function runWorkersBench(opts: {
   const sp: Record<number, { mpps: number; genMpps: number }> = {};
   for (const w of [0, 1, 2]) sp[w] = await spineRun(w, opts.seconds);
   lines.push(
-    `  memif spine, one interface of 2 queue pairs, a QP per queue, one generator process on both (it and A's threads share the ${cpus.length} cores): ` +
+    `  memif spine, one interface of 2 queue pairs, a QP per queue, one generator process on both pinned to CPU ${cpus.length - 1} (A's threads share the cores, that one too): ` +
       [0, 1, 2].map((w) => `workers ${w} ${f(sp[w].mpps)} Mpps (offered ${f(sp[w].genMpps)})`).join(', ') +
       (sp[1].mpps > 0 ? ` = ${f(sp[2].mpps / sp[1].mpps)} x workers 1 (goal 1.6)` : ''),
   );
