@@ -486,12 +486,30 @@ function crossCheck(raw: Raw, c: Checker): void {
         `puts queue 0 on worker ${place[0]} but worker is ${itf.worker}`,
         "queue 0 on the interface's worker (it runs the control channel)",
       );
-    if (itf.driver !== 'memif' && place.some((w) => w !== place[0]))
+    if (itf.driver !== 'memif' && itf.driver !== 'af_packet' && place.some((w) => w !== place[0]))
       c.report(
         at,
         c.where(at),
         `spreads the queues of this ${String(itf.driver)} interface over workers`,
-        'one worker for all its queues (only memif queues can be polled by different workers)',
+        'one worker for all its queues (only memif and af_packet interfaces can be received by several workers)',
+      );
+    if (itf.driver === 'af_packet' && new Set(place).size !== place.length)
+      c.report(
+        at,
+        c.where(at),
+        `names a worker twice`,
+        "distinct workers: each af_packet queue is one worker's socket",
+      );
+  });
+  // af_packet: each rx queue is one worker's socket (its share picked by UDP port).
+  ifs.forEach((itf: unknown, k) => {
+    if (!isRecord(itf) || itf.driver !== 'af_packet' || typeof itf.rxQueues !== 'number' || itf.rxQueues <= 1) return;
+    if (itf.rxQueues > Math.max(workers, 1))
+      c.report(
+        `interfaces[${k}].rx-queues`,
+        c.where(`interfaces[${k}].rx-queues`),
+        `${itf.rxQueues} on an af_packet interface with cpu.workers ${workers}`,
+        "at most one queue per worker (each is one worker's socket, taking its QP numbers by UDP port)",
       );
   });
   ifs.forEach((itf: unknown, k) => {

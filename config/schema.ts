@@ -414,7 +414,13 @@ const INTERFACE: MapSpec = {
       default: 1500,
       doc: 'largest IP packet (it may exceed buffers.data-size: frames are chained)',
     },
-    'rx-queues': { type: 'int', min: 1, max: 64, default: 1, doc: 'receive queues' },
+    'rx-queues': {
+      type: 'int',
+      min: 1,
+      max: 64,
+      default: 1,
+      doc: 'receive queues (memif: queue pairs; af_packet: sockets, one per worker, at most cpu.workers)',
+    },
     worker: {
       type: 'int',
       min: 0,
@@ -428,7 +434,7 @@ const INTERFACE: MapSpec = {
       nullable: true,
       default: null,
       expect: 'a list of workers, one per rx queue',
-      doc: "the worker that polls each rx queue, in queue order (VPP's set interface rx-placement; memif only: each worker then also transmits on its own queue). The first is the interface's worker, which runs its control channel. null: a memif interface's queue q goes to worker (worker + q) mod cpu.workers, other drivers' queues stay on their worker",
+      doc: "the worker that receives each rx queue, in queue order (VPP's set interface rx-placement; memif: its queue pairs, af_packet: one socket per worker taking its QP numbers by UDP port; each worker then also transmits itself). The first is the interface's worker (a memif's control channel). null: queue q on worker (worker + q) mod cpu.workers for memif and af_packet, other drivers' queues stay on their worker",
     },
     'rx-mode': {
       type: 'enum',

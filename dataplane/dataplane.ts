@@ -18,6 +18,8 @@ import { loadCore } from '../native/load.ts';
 import { startWorkers } from './workers.ts';
 import { HandoffDriver, type HandoffLink } from '../drivers/handoff.ts';
 import { MemifLaneDriver } from '../drivers/memif-lane.ts';
+import { WorkerLaneDriver } from '../drivers/lane.ts';
+import { acceptPorts, rejectPorts } from '../drivers/steer-bpf.ts';
 import { macOption } from '../drivers/mac.ts';
 import {
   addHandoffPort,
@@ -135,10 +137,14 @@ export interface HandoffPlan {
     config: InterfaceConfig;
     link: HandoffLink;
     owner: number;
-    lanes: { key: string; queues: number[] } | null;
+    /** memif: the queues this worker polls; af_packet: the UDP ports its socket takes. */
+    lanes: { key: string; queues: number[] } | { accept: [number, number][] } | null;
   }[];
-  /** Memif interfaces this worker owns whose other queues other workers poll: the key they find it by, and ours. */
-  memif: { iface: string; key: string; pollQueues: number[] }[];
+  /**
+   * Interfaces this worker owns that other workers receive part of: a memif interface's key and
+   * the queues this worker polls, or the UDP ports this worker's af_packet socket leaves to them.
+   */
+  lanes: { iface: string; key?: string; pollQueues?: number[]; reject?: [number, number][] }[];
 }
 
 /** Pin the calling thread to `cpu` (cpu.main-core, cpu.corelist-workers). */
@@ -346,7 +352,8 @@ export class Dataplane {
       // interface's rx-mode, cpu.poll's when it has none.
       for (const c of config.interfaces) {
         const mode = c.rxMode ?? config.cpu.poll;
-        const lanes = opts.handoff?.memif.find((m) => m.iface === c.name);
+        const l = opts.handoff?.lanes.find((m) => m.iface === c.name);
+        const lanes = l === undefined ? undefined : l.reject !== undefined ? { filter: rejectPorts(l.reject) } : l;
         drivers.push(
           openDriver(c, mode === 'polling' ? Infinity : mode === 'interrupt' ? 0 : config.cpu.idlePollUs, lanes),
         );
@@ -404,13 +411,21 @@ export class Dataplane {
           }
           // This worker's own queues of the interface; frames on them for other workers' QPs go
           // to the owner through a transmit-only port (and on from there when they are a third's).
-          const lane = new MemifLaneDriver(c.name, mac, c.mtu, {
-            key: sh.lanes.key,
-            queues: sh.lanes.queues,
-            link: sh.link,
-            udpChecksum: c.memif?.udpChecksum ?? true,
-          });
-          Dataplane.addInterface(c, lane, config, net, ifs, WORKER_HANDOFF);
+          const l = sh.lanes;
+          let wire: Driver;
+          try {
+            wire =
+              'key' in l
+                ? new MemifLaneDriver(c.name, mac, c.mtu, {
+                    key: l.key,
+                    queues: l.queues,
+                    udpChecksum: c.memif?.udpChecksum ?? true,
+                  })
+                : openDriver(c, config.cpu.idlePollUs, { filter: acceptPorts(l.accept) });
+          } catch (e) {
+            throw new DataplaneError('unavailable', `interface ${c.name} (line ${c.line}): ${(e as Error).message}`);
+          }
+          Dataplane.addInterface(c, new WorkerLaneDriver(wire, sh.link), config, net, ifs, WORKER_HANDOFF);
           const itf = ifs.get(c.name);
           const port = ifs.add(HandoffDriver.toOwner(`${c.name}.wk${sh.owner}`, mac, c.mtu, sh.link));
           for (let w = 0; w < plan.workers; w++)

@@ -21,6 +21,7 @@
  * calls, not pushed). A worker that throws or exits is reported and started again with its
  * interfaces; what it held (its QPs, CQs, MRs) is gone with it, and calls naming them say so.
  */
+import { readFileSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import type { Config } from '../config/types.ts';
 import { parseCoreList } from '../config/schema.ts';
@@ -142,6 +143,17 @@ class WorkerHandle {
 }
 
 /** What each worker gets: its interfaces, its slice of the QP numbers, its handle range. */
+/** An af_packet interface's kernel MAC (its shadows and lanes must use the owner's), or null. */
+function kernelMac(c: Config['interfaces'][number]): string | null {
+  if (c.driver !== 'af_packet' || c.afPacket === undefined) return null;
+  try {
+    const m = readFileSync(`/sys/class/net/${c.afPacket.hostInterface}/address`, 'utf8').trim();
+    return /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/.test(m) ? m : null;
+  } catch {
+    return null;
+  }
+}
+
 /** Makes each laneKey unique in the process (several data planes may run in one, as in the tests). */
 let laneKeys = 0;
 
@@ -154,20 +166,22 @@ export function placeWorkers(config: Config): WorkerInit[] {
     throw new DataplaneError('invalid', `rdma.port-range [${lo}, ${hi}] has fewer QP numbers than cpu.workers ${n}`);
   let rr = 0;
   const owner = config.interfaces.map((c) => c.worker ?? c.rxPlacement?.[0] ?? rr++ % n);
-  // The worker polling each rx queue: rx-placement, else a memif interface's queues round robin
-  // from its worker (the only driver whose queues can be polled from several threads).
+  // The worker receiving each rx queue: rx-placement, else round robin from the interface's
+  // worker for the drivers whose share can be received by several threads (memif queues,
+  // af_packet sockets split by UDP port).
+  const spread = (c: Config['interfaces'][number]) => n >= 2 && (c.driver === 'memif' || c.driver === 'af_packet');
   const queueWorker = config.interfaces.map(
     (c, i) =>
-      c.rxPlacement ??
-      Array.from({ length: c.rxQueues }, (_, q) => (c.driver === 'memif' && n >= 2 ? (owner[i] + q) % n : owner[i])),
+      c.rxPlacement ?? Array.from({ length: c.rxQueues }, (_, q) => (spread(c) ? (owner[i] + q) % n : owner[i])),
   );
   const ranges = Array.from(
     { length: n },
     (_, k) => [lo + k * span, k === n - 1 ? hi : lo + (k + 1) * span - 1] as [number, number],
   );
-  // One MAC per interface for its owner and every shadow: drawn here when the file gives none.
+  // One MAC per interface for its owner and every shadow: an af_packet interface's kernel
+  // interface's, else drawn here when the file gives none.
   const interfaces = config.interfaces.map((c) =>
-    c.mac !== null ? c : { ...c, mac: formatMac(macOption('', undefined, c.name)) },
+    c.mac !== null ? c : { ...c, mac: kernelMac(c) ?? formatMac(macOption('', undefined, c.name)) },
   );
   const plans: HandoffPlan[] = ranges.map((_, k) => ({
     self: k,
@@ -175,14 +189,21 @@ export function placeWorkers(config: Config): WorkerInit[] {
     ranges,
     ports: [],
     shadows: [],
-    memif: [],
+    lanes: [],
   }));
   if (n >= 2)
     interfaces.forEach((c, i) => {
       const queues = (k: number): number[] => queueWorker[i].flatMap((w, q) => (w === k ? [q] : []));
       const key = `rdma-graph-${process.pid}-${++laneKeys}-${c.name}`;
+      // af_packet: the workers with a socket of their own take their QP numbers' datagrams; the
+      // owner's socket everything else.
+      const others = ranges.filter((_, k) => k !== owner[i] && queues(k).length > 0);
       if (queues(owner[i]).length < c.rxQueues)
-        plans[owner[i]].memif.push({ iface: c.name, key, pollQueues: queues(owner[i]) });
+        plans[owner[i]].lanes.push(
+          c.driver === 'af_packet'
+            ? { iface: c.name, reject: others }
+            : { iface: c.name, key, pollQueues: queues(owner[i]) },
+        );
       for (let k = 0; k < n; k++) {
         if (k === owner[i]) continue;
         const link = handoffLink(c.mtu + 18);
@@ -192,7 +213,7 @@ export function placeWorkers(config: Config): WorkerInit[] {
           config: c,
           link,
           owner: owner[i],
-          lanes: mine.length > 0 ? { key, queues: mine } : null,
+          lanes: mine.length === 0 ? null : c.driver === 'af_packet' ? { accept: [ranges[k]] } : { key, queues: mine },
         });
       }
     });

@@ -48,6 +48,7 @@ import {
 import type { Driver, DriverCounters } from './driver.ts';
 import { poolArrays, zeroCounters, type DriverHardware } from './driver.ts';
 import { macOption } from './mac.ts';
+import { type BpfInsn, flatten } from './steer-bpf.ts';
 
 export interface AfPacketOptions {
   /** The kernel interface, e.g. "eth1" or a veth end. */
@@ -85,6 +86,11 @@ export interface AfPacketOptions {
    * peer, e.g. the other end of a veth, instead), or set false to see them there.
    */
   qdiscBypass?: boolean;
+  /**
+   * Receive only part of the interface's frames (cpu.workers: one socket per worker, split by UDP
+   * destination port, drivers/steer-bpf.ts): a classic BPF program the kernel runs per frame.
+   */
+  filter?: readonly BpfInsn[];
 }
 
 /** DriverCounters plus what af_packet knows besides. */
@@ -124,6 +130,7 @@ export class AfPacketDriver implements Driver {
   private readonly txFrames: number;
   private readonly bringUp: boolean;
   private readonly qdiscBypass: boolean;
+  private readonly filter: Uint32Array | undefined;
 
   private state: 'new' | 'open' | 'closed' = 'new';
   private sock: AfPacketSocket | null = null;
@@ -210,6 +217,7 @@ export class AfPacketDriver implements Driver {
     this.txFrames = txFrames;
     this.bringUp = opts.bringUp ?? true;
     this.qdiscBypass = opts.qdiscBypass ?? true;
+    this.filter = opts.filter === undefined ? undefined : flatten(opts.filter);
   }
 
   /** Open the socket (needs CAP_NET_RAW), map the rings, bind the pool. */
@@ -227,6 +235,7 @@ export class AfPacketDriver implements Driver {
       txRing: this.txMode === 'ring',
       txFrames: this.txFrames,
       txFrameSize: Math.max(2048, (this.mtu + 18 + 48 + 15) & ~15),
+      ...(this.filter === undefined ? {} : { filter: this.filter }),
     });
     try {
       // Room for a whole burst plus one frame as large as a ring block, in the smallest buffers.

@@ -1,14 +1,12 @@
 /**
- * A worker's side of a memif interface whose queues are spread over worker threads (cpu.workers
- * with rx-queues > 1, `rx-placement`; VPP's rx-placement of a multi-queue memif). Another worker
- * owns the interface: it runs the control channel and polls queue 0 (drivers/memif.ts with a
- * laneKey). This driver is the interface on a worker that polls other queues of it:
+ * The memif queues of an interface another worker owns that this worker polls (cpu.workers with
+ * rx-queues > 1, `rx-placement`; VPP's rx-placement of a multi-queue memif): the wire of a
+ * WorkerLaneDriver (drivers/lane.ts). The owner runs the control channel and queue 0
+ * (drivers/memif.ts with a laneKey); each queue here is a MemifLane (native/core/memif_lane.cc)
+ * that receives from and transmits on the peer's rings directly.
  *
- *   rx queue 0      frames the owner (or another worker) handed to this worker's QPs, from the
- *                   handoff link (drivers/handoff.ts)
- *   rx queue 1..    the memif queues placed here, each through a MemifLane
- *                   (native/core/memif_lane.cc), straight from the peer's rings
- *   tx              the first of those memif queues: this worker's frames go out without a hop
+ *   rx queue k      the k-th memif queue placed here
+ *   tx              the first of them: this worker's frames go out without a hop
  *
  * A peer that sends a QP's frames on the queue of the worker that owns the QP (rdma-graph
  * itself transmits each worker's frames on its own queue) needs no handoff at all; frames on the
@@ -22,7 +20,6 @@ import { FRAME_SIZE } from '../graph/node.ts';
 import { loadCore, type MemifLaneNative } from '../native/load.ts';
 import type { Driver, DriverCounters, DriverHardware } from './driver.ts';
 import { poolArrays, zeroCounters } from './driver.ts';
-import { HandoffDriver, type HandoffLink } from './handoff.ts';
 
 const ST_STASH = 0,
   ST_DONE = 1,
@@ -106,8 +103,6 @@ export interface MemifLaneOptions {
   key: string;
   /** The memif queues this worker polls (1..). */
   queues: number[];
-  /** The link to the owner (this side reads its shadow direction). */
-  link: HandoffLink;
   /** As the owner's udpChecksum. */
   udpChecksum: boolean;
 }
@@ -117,7 +112,6 @@ export class MemifLaneDriver implements Driver {
   readonly rxQueues: number;
   readonly txQueues = 1;
   private readonly core = loadCore();
-  private readonly handoff: HandoffDriver;
   private lanes: LaneQueue[] = [];
   private pool: BufferPool | null = null;
   private final: DriverCounters | null = null;
@@ -131,13 +125,11 @@ export class MemifLaneDriver implements Driver {
     const where = `memif interface ${name}`;
     if (opts.queues.length === 0 || !opts.queues.every((q) => Number.isInteger(q) && q >= 1 && q <= 254))
       throw new RangeError(`${where}: lane queues must be 1..254, got ${JSON.stringify(opts.queues)}`);
-    this.rxQueues = 1 + opts.queues.length;
-    this.handoff = HandoffDriver.shadow(name, mac, mtu, opts.link);
+    this.rxQueues = opts.queues.length;
   }
 
   open(pool: BufferPool): void {
     this.pool = pool;
-    this.handoff.open(pool);
     try {
       for (const q of this.opts.queues) {
         const native = new this.core.MemifLane({ name: this.name, key: this.opts.key, queue: q });
@@ -154,8 +146,7 @@ export class MemifLaneDriver implements Driver {
   }
 
   rxBurst(queue: number, out: Uint32Array, max: number): number {
-    if (queue === 0) return this.handoff.rxBurst(0, out, max);
-    const lane = this.lanes[queue - 1];
+    const lane = this.lanes[queue];
     return lane === undefined ? 0 : lane.rx(out, max);
   }
 
@@ -170,12 +161,11 @@ export class MemifLaneDriver implements Driver {
   }
 
   rxWaitFd(queue: number): number {
-    if (queue === 0) return this.handoff.rxWaitFd(0);
-    return this.lanes[queue - 1]?.native.waitFd ?? -1;
+    return this.lanes[queue]?.native.waitFd ?? -1;
   }
 
   setWakeup(_wake: () => void): void {
-    // The handoff eventfd and the lanes' epoll fds wake the graph.
+    // The lanes' epoll fds wake the graph.
   }
 
   hardware(): DriverHardware {
@@ -209,7 +199,6 @@ export class MemifLaneDriver implements Driver {
     this.final = this.counters();
     for (const l of this.lanes) l.close();
     this.lanes = [];
-    this.handoff.close();
     this.pool = null;
   }
 }

@@ -10,6 +10,7 @@ import { MemifDriver } from './memif.ts';
 import { DpdkDriver, dpdkUnavailable } from './dpdk.ts';
 import { VerbsDriver, type VerbsSpec } from './verbs.ts';
 import { verbsUnavailable } from './verbs-addon.ts';
+import type { BpfInsn } from './steer-bpf.ts';
 
 /**
  * What a driver is made from: an interface entry of the start-up configuration (config/types.ts
@@ -49,6 +50,15 @@ export interface DriverSpec {
   mlx5dv?: VerbsSpec;
 }
 
+/** openDriver's `lanes`. */
+export interface DriverLanes {
+  /** memif: other threads find the interface by this key and poll the queues not in pollQueues. */
+  key?: string;
+  pollQueues?: number[];
+  /** af_packet: the socket filter picking this worker's frames (drivers/steer-bpf.ts). */
+  filter?: BpfInsn[];
+}
+
 /** Drivers openDriver makes. */
 const HAVE = new Set(['pipe', 'pcap', 'af_packet', 'memif']);
 
@@ -67,8 +77,10 @@ export function driverUnavailable(driver: string): string | null {
  * Open the driver of interface `c`. `idlePollUs`: how long the engine polls with nothing to do
  * before it sleeps (cpu.idle-poll-us; Infinity when it never sleeps, 0 when it sleeps at once):
  * a memif interface keeps its peer's kicks off that long after traffic stops, the same setting.
+ * `lanes` (cpu.workers, an interface received by several workers): a memif interface's key and
+ * the queues this thread polls, or an af_packet socket's share of the frames.
  */
-export function openDriver(c: DriverSpec, idlePollUs = 50, lanes?: { key: string; pollQueues: number[] }): Driver {
+export function openDriver(c: DriverSpec, idlePollUs = 50, lanes?: DriverLanes): Driver {
   const where = `interface ${c.name} (line ${c.line})`;
   const mac = c.mac ?? undefined;
   // A NIC port's queues (dpdk, ibverbs, mlx5dv): as many tx queues as rx queues.
@@ -101,7 +113,8 @@ export function openDriver(c: DriverSpec, idlePollUs = 50, lanes?: { key: string
       });
     }
     case 'af_packet': {
-      single('af_packet');
+      // With workers each rx queue is one worker's socket, its share picked by `filter`.
+      if (lanes?.filter === undefined) single('af_packet');
       const a = c.afPacket!;
       return new AfPacketDriver({
         hostIf: a.hostInterface,
@@ -116,6 +129,7 @@ export function openDriver(c: DriverSpec, idlePollUs = 50, lanes?: { key: string
         blockTimeoutMs: a.blockTimeoutMs,
         rxFrames: Math.max(c.rxQueueSize, 64),
         txFrames: c.txQueueSize,
+        ...(lanes?.filter === undefined ? {} : { filter: lanes.filter }),
       });
     }
     case 'memif': {
@@ -133,7 +147,7 @@ export function openDriver(c: DriverSpec, idlePollUs = 50, lanes?: { key: string
         bufferSize: m.bufferSize,
         idlePollUs,
         udpChecksum: m.udpChecksum,
-        ...(lanes === undefined ? {} : { laneKey: lanes.key, pollQueues: lanes.pollQueues }),
+        ...(lanes?.key === undefined ? {} : { laneKey: lanes.key, pollQueues: lanes.pollQueues }),
       });
     }
     // Their constructors say what to install when the addon was not built.

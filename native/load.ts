@@ -141,6 +141,8 @@ export interface AfPacketSocketOptions {
   txFrames?: number;
   /** TX ring frame size, header included (txRing only). Default 2048. */
   txFrameSize?: number;
+  /** A classic BPF socket filter, flat [code, jt, jf, k, ...] (drivers/steer-bpf.ts), attached before bind. */
+  filter?: Uint32Array;
 }
 
 /** A buffer pool's memory, layout and metadata arrays as native drivers see them (BufferPool fields). */

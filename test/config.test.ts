@@ -594,7 +594,17 @@ const CASES: [string, string, string][] = [
   [
     'rx-placement: queues of another driver over workers',
     'cpu: {workers: 2}\ninterfaces:\n  - {name: p0, driver: pipe, pipe: {peer: p1}, rx-queues: 2, rx-placement: [0, 1]}\n  - {name: p1, driver: pipe, pipe: {peer: p0}}\n',
-    't.yaml:3:76: interfaces[0].rx-placement: spreads the queues of this pipe interface over workers (expected one worker for all its queues (only memif queues can be polled by different workers))',
+    't.yaml:3:76: interfaces[0].rx-placement: spreads the queues of this pipe interface over workers (expected one worker for all its queues (only memif and af_packet interfaces can be received by several workers))',
+  ],
+  [
+    'af_packet: more queues than workers',
+    'cpu: {workers: 2}\ninterfaces:\n  - {name: h0, driver: af_packet, af_packet: {host-interface: eth9}, rx-queues: 3}\n',
+    "t.yaml:3:81: interfaces[0].rx-queues: 3 on an af_packet interface with cpu.workers 2 (expected at most one queue per worker (each is one worker's socket, taking its QP numbers by UDP port))",
+  ],
+  [
+    'af_packet: one worker for two of its queues',
+    'cpu: {workers: 2}\ninterfaces:\n  - {name: h0, driver: af_packet, af_packet: {host-interface: eth9}, rx-queues: 2, rx-placement: [1, 1]}\n',
+    "t.yaml:3:98: interfaces[0].rx-placement: names a worker twice (expected distinct workers: each af_packet queue is one worker's socket)",
   ],
   [
     'poll: an unknown mode',

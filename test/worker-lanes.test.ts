@@ -17,21 +17,11 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 
 const HOSTILE = join(NATIVE_BUILD_DIR, 'memif-hostile');
-import { connect, end, exchange, memifPair, serverA } from './workers-helpers.ts';
+import { connect, end, exchange, handed, memifPair, serverA } from './workers-helpers.ts';
 
 let sockets = 0;
 
 const pair = (workersB = 2, sock?: string, a?: Dataplane) => memifPair({ workersB, sock, a });
-
-async function handed(dp: Dataplane): Promise<number[]> {
-  const errs = await dp.errors();
-  return ['rdma_wk_0', 'rdma_wk_1'].map(
-    (t) =>
-      errs
-        .find((x) => x.name === t)
-        ?.rows.find((r) => r.node === 'worker-handoff' && r.reason === "frames handed to the QP's worker")?.count ?? 0,
-  );
-}
 
 /** Vectors memif-input processed on each worker. */
 async function memifVectors(dp: Dataplane): Promise<number[]> {

@@ -184,3 +184,14 @@ export async function memifPair(
     },
   };
 }
+
+/** Frames each of two workers' worker-handoff node handed to another worker (show errors). */
+export async function handed(dp: Dataplane): Promise<number[]> {
+  const errs = await dp.errors();
+  return ['rdma_wk_0', 'rdma_wk_1'].map(
+    (t) =>
+      errs
+        .find((x) => x.name === t)
+        ?.rows.find((r) => r.node === 'worker-handoff' && r.reason === "frames handed to the QP's worker")?.count ?? 0,
+  );
+}

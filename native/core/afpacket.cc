@@ -22,6 +22,7 @@
 #include "common.h"
 
 #include <arpa/inet.h>
+#include <linux/filter.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
 #include <net/if.h>
@@ -181,6 +182,26 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     const bool promisc = OptBool(o, "promisc", false);
     const bool bring_up = OptBool(o, "bringUp", true);
     const bool bypass = OptBool(o, "qdiscBypass", true);
+    // filter: a classic BPF program as flat [code, jt, jf, k, ...] (drivers/steer-bpf.ts), attached
+    // before bind so no frame arrives unfiltered.
+    {
+      Napi::Value fv = o.Get("filter");
+      if (!fv.IsUndefined()) {
+        if (!fv.IsTypedArray() || fv.As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array) {
+          throw TypeErr(env, std::string(fn) + ": filter must be a Uint32Array of [code, jt, jf, k] instructions");
+        }
+        Napi::Uint32Array f = fv.As<Napi::Uint32Array>();
+        const size_t n = f.ElementLength() / 4;
+        if (n == 0 || n * 4 != f.ElementLength() || n > BPF_MAXINSNS) {
+          throw RangeErr(env, std::string(fn) + ": filter must hold 1 to " + std::to_string(BPF_MAXINSNS) + " whole instructions");
+        }
+        for (size_t i = 0; i < n; i++) {
+          const uint32_t* w = f.Data() + 4 * i;
+          if (w[0] > 0xffff || w[1] > 0xff || w[2] > 0xff) throw RangeErr(env, std::string(fn) + ": filter instruction " + std::to_string(i) + " is malformed");
+          filter_.push_back(sock_filter{static_cast<uint16_t>(w[0]), static_cast<uint8_t>(w[1]), static_cast<uint8_t>(w[2]), w[3]});
+        }
+      }
+    }
     const long page = sysconf(_SC_PAGESIZE);
     block_size_ = OptU32(o, "blockSize", fn, 64 * 1024, page, 1u << 26);
     if (block_size_ % page != 0 || (block_size_ & (block_size_ - 1)) != 0) {
@@ -382,6 +403,13 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     ring_ = static_cast<uint8_t*>(m);
     if (tx_ring_) tx_base_ = ring_ + rx_bytes_;
 
+    if (!filter_.empty()) {
+      // The kernel checks the program (EINVAL when it would not run).
+      struct sock_fprog prog = {static_cast<unsigned short>(filter_.size()), filter_.data()};
+      if (setsockopt(fd_, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) < 0) {
+        throw ErrnoError(env, "af_packet: setsockopt(SO_ATTACH_FILTER) on \"" + ifname_ + "\"", errno, "setsockopt");
+      }
+    }
     struct sockaddr_ll sll;
     std::memset(&sll, 0, sizeof sll);
     sll.sll_family = AF_PACKET;
@@ -1085,6 +1113,7 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
   uint8_t* ring_ = nullptr;
   size_t map_len_ = 0;
   size_t rx_bytes_ = 0;
+  std::vector<sock_filter> filter_;  // SO_ATTACH_FILTER program, or none
   uint32_t block_size_ = 0, block_nr_ = 0;
   uint32_t cur_block_ = 0, left_ = 0, off_ = 0;
   bool in_block_ = false;

@@ -1,0 +1,76 @@
+/**
+ * An af_packet interface received by two workers (cpu.workers 2, rx-queues 2): each worker's
+ * AF_PACKET socket on the kernel interface carries a socket filter (drivers/steer-bpf.ts) so the
+ * kernel hands worker 1 the datagrams of its QP numbers and worker 0 (the owner) everything else.
+ * Data plane A on one end of a veth pair, B (one thread) on the other; QPs on both of A's workers
+ * exchange SEND/WRITE/READ with B, data compared, and nothing is handed between A's workers.
+ * Needs root (a veth pair); skipped with the reason otherwise, a failure with CI=true.
+ */
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { spawnSync } from 'node:child_process';
+import { parseConfig } from '../config/load.ts';
+import { Dataplane } from '../dataplane/dataplane.ts';
+import { ip, netnsUnavailable } from './helpers-netns.ts';
+import { skipOrFail, sleep } from './helpers.ts';
+import { connect, end, exchange, handed } from './workers-helpers.ts';
+
+const why = netnsUnavailable();
+const tag = process.pid.toString(36);
+const VA = `rgwa${tag}`,
+  VB = `rgwb${tag}`;
+
+function side(name: string, dev: string, addr: string, workers: number, queues: number): string {
+  return (
+    `cpu: { workers: ${workers} }\ninterfaces:\n  - name: ${name}\n    driver: af_packet\n` +
+    `    af_packet: { host-interface: ${dev} }\n    address: ${addr}/24\n    rx-queues: ${queues}\n`
+  );
+}
+
+test("two workers on one kernel interface, split by UDP port: each gets its own QPs' datagrams, no handoff", async () => {
+  if (why !== null) {
+    skipOrFail(`af_packet over workers: ${why}`);
+    return;
+  }
+  ip('link', 'add', VA, 'type', 'veth', 'peer', 'name', VB);
+  let a: Dataplane | null = null,
+    b: Dataplane | null = null;
+  try {
+    for (const d of [VA, VB]) spawnSync('sh', ['-c', `echo 1 > /proc/sys/net/ipv6/conf/${d}/disable_ipv6`]);
+    ip('link', 'set', VA, 'up');
+    ip('link', 'set', VB, 'up');
+    a = await Dataplane.create(parseConfig(side('h0', VA, '10.71.0.1', 2, 2), 'a.yaml'));
+    b = await Dataplane.create(parseConfig(side('h1', VB, '10.71.0.2', 0, 1), 'b.yaml'));
+    for (let i = 0; i < 200 && !(await a.interfaces()).every((x) => x.state === 'up'); i++) await sleep(20);
+    const before = (await a.runtime()).map((t) => t.rows.find((r) => r.name === 'af-packet-input')?.vectors ?? 0);
+    for (const k of [0, 1]) {
+      const x = await end(a, 'h0', k),
+        y = await end(b, 'h1');
+      assert.is(x.qp.qpn >= 25000, k === 1, `A's QP on worker ${k} (${x.qp.qpn})`);
+      await connect(a, b, x, y, '10.71.0.1', '10.71.0.2');
+      await exchange(a, b, x, y, k, 30000);
+    }
+    assert.equal(await handed(a), [0, 0], "the kernel gave each worker its own QPs' datagrams");
+    const after = (await a.runtime()).map((t) => t.rows.find((r) => r.name === 'af-packet-input')?.vectors ?? 0);
+    assert.ok(after[1] - before[1] > 10, `worker 1 received on its own socket: ${before} -> ${after}`);
+    assert.ok(after[0] - before[0] > 10, `and worker 0 on its: ${before} -> ${after}`);
+    const ev = (await a.errors()).flatMap((t) => t.rows.filter((r) => r.node === 'worker-handoff'));
+    assert.ok(
+      ev.some((r) => r.reason === 'ARP copies sent to the other workers' && r.count > 0),
+      `ARP reached the owner's socket only and was copied: ${JSON.stringify(ev)}`,
+    );
+  } finally {
+    if (a !== null) await a.close();
+    if (b !== null) await b.close();
+    spawnSync('ip', ['link', 'del', VA], { stdio: 'ignore' });
+  }
+});
+
+test('rx-queues 2 on an af_packet interface without workers is refused at start-up', () => {
+  assert.throws(
+    () => parseConfig(side('h0', 'eth9', '10.71.0.1', 0, 2), 'c.yaml'),
+    /rx-queues: 2 on an af_packet interface with cpu.workers 0/,
+  );
+});
+
+test.run();
