@@ -446,7 +446,22 @@ class WorkerDataplane {
   }
 
   hardware = async () => this.owned('hardware');
-  interfaces = async () => this.owned('interfaces');
+  /** The owners' views; an af_packet interface's counters add its other workers' sockets. */
+  async interfaces(): Promise<unknown[]> {
+    const per = await this.all<Obj[]>('interfaces');
+    return per.flatMap((list, k) =>
+      list
+        .filter((v) => this.ifWorker.get(v.name as string) === k)
+        .map((v) =>
+          this.renumber(
+            this.addCounters(
+              v,
+              this.socketLanes(v.name as string).map((j) => per[j].find((x) => x.name === v.name)),
+            ),
+          ),
+        ),
+    );
+  }
   neighbors = async () => this.owned('neighbors');
   runtime = async () => this.concat('runtime');
   errors = async () => this.concat('errors');
@@ -458,7 +473,30 @@ class WorkerDataplane {
   /** On every worker that has the node (a worker without a memif interface has no memif-input). */
   traceAdd = async (node: string, count: number) => this.onAny('traceAdd', [node, count]);
 
-  interface = async (name: string) => this.renumber(await this.on(this.byInterface(name), 'interface', [name]));
+  async interface(name: string): Promise<unknown> {
+    const v = await this.on(this.byInterface(name), 'interface', [name]);
+    const others = await Promise.all(this.socketLanes(name).map((k) => this.on(k, 'interface', [name])));
+    return this.renumber(this.addCounters(v, others));
+  }
+
+  /** Workers receiving part of af_packet interface `name` on sockets of their own (memif lanes are counted natively). */
+  private socketLanes(name: string): number[] {
+    return this.workers
+      .filter((w) =>
+        w.init.handoff?.shadows.some((s) => s.config.name === name && s.lanes !== null && 'accept' in s.lanes),
+      )
+      .map((w) => w.init.index);
+  }
+
+  /** `v` with the counters of `others` (the same interface on other workers) added in. */
+  private addCounters(v: Obj, others: (Obj | undefined)[]): Obj {
+    if (others.length === 0) return v;
+    const c = { ...(v.counters as Record<string, number>) };
+    for (const o of others)
+      for (const [key, x] of Object.entries((o?.counters ?? {}) as Record<string, number>))
+        if (typeof x === 'number' && typeof c[key] === 'number') c[key] += x;
+    return { ...v, counters: c };
+  }
   capture = async (name: string, ...rest: unknown[]) =>
     this.renumber(await this.on(this.byInterface(name), 'capture', [name, ...rest]));
   stopCapture = async (name: string) => this.renumber(await this.on(this.byInterface(name), 'stopCapture', [name]));

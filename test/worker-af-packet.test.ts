@@ -42,6 +42,9 @@ test("two workers on one kernel interface, split by UDP port: each gets its own 
     a = await Dataplane.create(parseConfig(side('h0', VA, '10.71.0.1', 2, 2), 'a.yaml'));
     b = await Dataplane.create(parseConfig(side('h1', VB, '10.71.0.2', 0, 1), 'b.yaml'));
     for (let i = 0; i < 200 && !(await a.interfaces()).every((x) => x.state === 'up'); i++) await sleep(20);
+    await sleep(100); // past the gratuitous ARPs each side sends when its link comes up
+    const ca0 = (await a.interface('h0')).counters,
+      cb0 = (await b.interface('h1')).counters;
     const before = (await a.runtime()).map((t) => t.rows.find((r) => r.name === 'af-packet-input')?.vectors ?? 0);
     for (const k of [0, 1]) {
       const x = await end(a, 'h0', k),
@@ -54,6 +57,24 @@ test("two workers on one kernel interface, split by UDP port: each gets its own 
     const after = (await a.runtime()).map((t) => t.rows.find((r) => r.name === 'af-packet-input')?.vectors ?? 0);
     assert.ok(after[1] - before[1] > 10, `worker 1 received on its own socket: ${before} -> ${after}`);
     assert.ok(after[0] - before[0] > 10, `and worker 0 on its: ${before} -> ${after}`);
+    // The interface's counters add both sockets up: what B sent since, A received, and back.
+    await sleep(100);
+    const ca = (await a.interface('h0')).counters,
+      cb = (await b.interface('h1')).counters;
+    const d = (x: typeof ca, y: typeof ca, k: 'rxPackets' | 'txPackets') => x[k] - y[k];
+    assert.ok(d(ca, ca0, 'rxPackets') > 40, JSON.stringify(ca));
+    assert.is(
+      d(ca, ca0, 'rxPackets'),
+      d(cb, cb0, 'txPackets'),
+      `A received what B sent: ${JSON.stringify([ca0, ca, cb0, cb])}`,
+    );
+    assert.is(
+      d(cb, cb0, 'rxPackets'),
+      d(ca, ca0, 'txPackets'),
+      `B received what A sent: ${JSON.stringify([ca0, ca, cb0, cb])}`,
+    );
+    const listed = (await a.interfaces()).find((x) => x.name === 'h0');
+    assert.is(listed?.counters.rxPackets, ca.rxPackets, 'the list says the same');
     const ev = (await a.errors()).flatMap((t) => t.rows.filter((r) => r.node === 'worker-handoff'));
     assert.ok(
       ev.some((r) => r.reason === 'ARP copies sent to the other workers' && r.count > 0),
