@@ -213,8 +213,26 @@ function header(v: DataView, op: number, status: number, seq: number, count: num
  * serves is refused (an error naming the path).
  */
 export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): VerbsSocket {
+  return listenVerbs(opts.path, verbsConnections(dp, opts));
+}
+
+/** What a listener hands its accepted connections to (one data plane's, or a worker's). */
+export interface VerbsConnections {
+  /** Serve connection `fd` (accepted already); closes it when too many are open. */
+  adopt(fd: number): void;
+  connections(): number;
+  close(): void;
+}
+
+/**
+ * Listen on `path` and give every accepted connection to `serve` (startVerbsSocket: this data
+ * plane's; with cpu.workers the main thread picks a worker per connection).
+ */
+export function listenVerbs(
+  path: string,
+  serve: Pick<VerbsConnections, 'adopt' | 'connections' | 'close'>,
+): VerbsSocket {
   const core = loadCore();
-  const path = opts.path;
   const abstract = path.startsWith('@');
   if (!abstract) {
     mkdirSync(dirname(path), { recursive: true });
@@ -233,8 +251,38 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
   const lfd = core.seqpacketListen(path);
   if (!abstract) chmodSync(path, 0o660);
   const waiter: FdWaiter = new core.FdWaiter();
-  const conns = new Map<number, Owned>();
   let closed = false;
+  const loop = () => {
+    if (closed) return;
+    waiter.wait(-1, () => {
+      if (closed) return;
+      for (let c = core.seqpacketAccept(lfd); c >= 0; c = core.seqpacketAccept(lfd)) serve.adopt(c);
+      loop();
+    });
+  };
+  waiter.add(lfd);
+  loop();
+  return {
+    path,
+    connections: () => serve.connections(),
+    close() {
+      if (closed) return;
+      closed = true;
+      waiter.close();
+      serve.close();
+      core.closeFd(lfd);
+      if (!abstract && existsSync(path)) unlinkSync(path);
+    },
+  };
+}
+
+/** Serve verbs connections on data plane `dp` (each handed over by adopt). */
+export function verbsConnections(dp: Dataplane, opts: Omit<VerbsSocketOptions, 'path'>): VerbsConnections {
+  const core = loadCore();
+  const waiter: FdWaiter = new core.FdWaiter();
+  const conns = new Map<number, Owned>();
+  let closed = false,
+    waiting = false;
   /** Destroy what a closed connection created: QPs (each sends FIN), MRs, CQs, then PDs. */
   const internals = Dataplane.internals(dp);
   let rings = ringsOf.get(dp);
@@ -622,47 +670,59 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
       if (err !== 0) return drop(fd, `send failed (errno ${err})`);
     }
   };
+  // One request at a time over every connection, as before workers: adopt() starts waiting only
+  // when nothing is waiting or being served.
+  let busy = false;
   const loop = () => {
-    if (closed) return;
+    if (closed || waiting || busy || conns.size === 0) return;
+    waiting = true;
     waiter.wait(-1, (fd: number) => {
+      waiting = false;
       if (closed) return;
-      if (fd === lfd) {
-        for (let c = core.seqpacketAccept(lfd); c >= 0; c = core.seqpacketAccept(lfd)) {
-          if (conns.size >= MAX_CONNECTIONS) {
-            opts.log?.('warn', `verbs socket: refused a connection: ${MAX_CONNECTIONS} are open`);
-            core.closeFd(c);
-            continue;
-          }
-          conns.set(c, {
-            owner: ownerOf(core.seqpacketPeer(c)),
-            pds: new Set(),
-            mrs: new Set(),
-            cqs: new Set(),
-            srqs: new Set(),
-            qps: new Map(),
-            doorbell: -1,
-            ifname: undefined,
-            channels: new Map(),
-            nextChannel: 1,
-            cqRings: new Map(),
-            qpRings: new Map(),
-            srqRings: new Map(),
-          });
-          waiter.add(c);
-        }
-        loop();
-      } else if (fd >= 0 && conns.has(fd)) {
-        serve(fd).then(loop, (e: Error) => {
-          drop(fd, e.message);
-          loop();
-        });
+      if (fd >= 0 && conns.has(fd)) {
+        busy = true;
+        serve(fd).then(
+          () => {
+            busy = false;
+            loop();
+          },
+          (e: Error) => {
+            busy = false;
+            drop(fd, e.message);
+            loop();
+          },
+        );
       } else loop();
     });
   };
-  waiter.add(lfd);
-  loop();
   return {
-    path,
+    adopt(c: number) {
+      if (closed || conns.size >= MAX_CONNECTIONS) {
+        opts.log?.(
+          'warn',
+          `verbs socket: refused a connection: ${closed ? 'shutting down' : `${MAX_CONNECTIONS} are open`}`,
+        );
+        core.closeFd(c);
+        return;
+      }
+      conns.set(c, {
+        owner: ownerOf(core.seqpacketPeer(c)),
+        pds: new Set(),
+        mrs: new Set(),
+        cqs: new Set(),
+        srqs: new Set(),
+        qps: new Map(),
+        doorbell: -1,
+        ifname: undefined,
+        channels: new Map(),
+        nextChannel: 1,
+        cqRings: new Map(),
+        qpRings: new Map(),
+        srqRings: new Map(),
+      });
+      waiter.add(c);
+      if (!waiting) loop();
+    },
     connections: () => conns.size,
     close() {
       if (closed) return;
@@ -674,8 +734,6 @@ export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): Verbs
         void release(own);
       }
       conns.clear();
-      core.closeFd(lfd);
-      if (!abstract && existsSync(path)) unlinkSync(path);
     },
   };
 }

@@ -33,6 +33,7 @@ import { formatMac } from '../nodes/net/address.ts';
 import { loadCore } from '../native/load.ts';
 import { DataplaneError, type EventView, type Logger, type QpView, type WrId } from './views.ts';
 import { WorkerLedger } from './worker-ledger.ts';
+import { listenVerbs, type VerbsSocket } from './verbs-socket.ts';
 import { type FromWorker, HANDLE_SPAN, type ToWorker, type WorkerInit } from './worker-protocol.ts';
 
 const BOOT = new URL('./worker-boot.mjs', import.meta.url);
@@ -644,16 +645,44 @@ class WorkerDataplane {
     throw (r[0] as PromiseRejectedResult).reason;
   }
 
-  /** The verbs socket of worker 0's interfaces (unmodified verbs programs). */
-  serveVerbs(opts: { path: string }): { path: string; connections(): number; close(): void } {
-    const k = 0;
-    const started = this.on(k, 'serveVerbs', [{ path: opts.path }]);
-    started.catch((e: Error) => this.log('error', `verbs socket ${opts.path}: ${e.message}`));
-    return {
-      path: opts.path,
-      connections: () => 0,
-      close: () => void this.on(k, 'closeVerbs', []).catch(() => {}),
-    };
+  /**
+   * The verbs socket (unmodified verbs programs): this thread listens, and each program goes to
+   * a worker, round robin by process (every connection of one pid to the same worker: its
+   * device-list query and its contexts), where its objects live and its QPs run.
+   */
+  serveVerbs(opts: { path: string }): VerbsSocket {
+    const core = loadCore();
+    const n = this.workers.length;
+    const byPid = new Map<number, number>();
+    let next = 0,
+      count = 0;
+    return listenVerbs(opts.path, {
+      adopt: (fd: number) => {
+        const pid = core.seqpacketPeer(fd)?.pid ?? -1;
+        let k = byPid.get(pid);
+        if (k === undefined) {
+          k = next++ % n;
+          byPid.set(pid, k);
+          if (byPid.size > 4096) byPid.delete(byPid.keys().next().value as number);
+        }
+        const w = k;
+        // A worker that did not take it (stopped meanwhile): the program sees the socket close.
+        this.on(w, 'adoptVerbs', [fd]).catch((e: Error) => {
+          this.log('warn', `verbs socket: worker ${w} did not take a connection: ${e.message}`);
+          core.closeFd(fd);
+        });
+      },
+      connections: () => {
+        void this.all<number>('verbsConnections').then(
+          (c) => (count = c.reduce((s, x) => s + x, 0)),
+          () => {},
+        );
+        return count;
+      },
+      close: () => {
+        for (let k = 0; k < n; k++) void this.on(k, 'closeVerbs', []).catch(() => {});
+      },
+    });
   }
 
   async close(): Promise<void> {

@@ -18,6 +18,11 @@ import { join } from 'node:path';
 
 const HOSTILE = join(NATIVE_BUILD_DIR, 'memif-hostile');
 import { connect, end, exchange, handed, memifPair, serverA } from './workers-helpers.ts';
+import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
+import { nextPort, runTool } from './verbs-helpers.ts';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { spawnSync } from 'node:child_process';
 
 let sockets = 0;
 
@@ -32,6 +37,9 @@ async function memifVectors(dp: Dataplane): Promise<number[]> {
 test('each worker polls its own memif queue: QPs on worker k of both sides talk over queue k, no handoff', async () => {
   const p = await pair();
   try {
+    await sleep(200); // past the gratuitous ARPs each worker sends when its queue comes up
+    const ca0 = (await p.a.interface('m0')).counters,
+      cb0 = (await p.b.interface('n0')).counters;
     const before = await memifVectors(p.a);
     for (const k of [0, 1]) {
       const x = await end(p.a, 'm0', k),
@@ -54,9 +62,10 @@ test('each worker polls its own memif queue: QPs on worker k of both sides talk 
     await sleep(100);
     const ca = (await p.a.interface('m0')).counters,
       cb = (await p.b.interface('n0')).counters;
-    assert.ok(ca.rxPackets > 40, JSON.stringify(ca));
-    assert.is(ca.rxPackets, cb.txPackets, `A received what B sent: ${JSON.stringify([ca, cb])}`);
-    assert.is(cb.rxPackets, ca.txPackets, `B received what A sent: ${JSON.stringify([ca, cb])}`);
+    const all = JSON.stringify([ca0, ca, cb0, cb]);
+    assert.ok(ca.rxPackets - ca0.rxPackets > 40, all);
+    assert.is(ca.rxPackets - ca0.rxPackets, cb.txPackets - cb0.txPackets, `A received what B sent: ${all}`);
+    assert.is(cb.rxPackets - cb0.rxPackets, ca.txPackets - ca0.txPackets, `B received what A sent: ${all}`);
   } finally {
     await p.close();
   }
@@ -155,6 +164,53 @@ test('a peer breaking the ring of the queue worker 1 polls: the owner drops the 
   } finally {
     if (p !== null) await p.close();
     else await a.close();
+  }
+});
+
+test('unmodified verbs programs go to the workers round robin: two ibv_rc_pingpong pairs at once, each on its own worker and queue, nothing handed over', async () => {
+  if (!existsSync(VERBS_LIBRARY)) {
+    skipOrFail('librdmagraph-verbs.so was not built (install libibverbs-dev, npm run build)');
+    return;
+  }
+  if (spawnSync('ibv_rc_pingpong', ['--help']).error) {
+    skipOrFail('ibverbs-utils is not installed (ibv_rc_pingpong)');
+    return;
+  }
+  const p = await pair();
+  const dir = mkdtempSync(join(tmpdir(), 'lanes-verbs-'));
+  const sa = join(dir, 'a.sock'),
+    sb = join(dir, 'b.sock');
+  const va = p.a.serveVerbs({ path: sa }),
+    vb = p.b.serveVerbs({ path: sb });
+  try {
+    const runs = [];
+    for (let i = 0; i < 2; i++) {
+      const port = String(nextPort());
+      const cmd = ['ibv_rc_pingpong', '-g', '0', '-c', '-n', '1000'];
+      const server = runTool(sb, [...cmd, '-p', port]);
+      await sleep(400); // the server listens on its TCP port
+      const client = runTool(sa, [...cmd, '-p', port, '127.0.0.1']);
+      runs.push(server.done, client.done);
+    }
+    // While they run: A's two QPs, one in each worker's half of the port range.
+    const seen = new Set<number>();
+    for (let i = 0; i < 300 && seen.size < 2; i++) {
+      for (const q of await p.a.qps()) if (q.owner?.includes('ibv_rc_pingpong')) seen.add(q.qpn >= 25000 ? 1 : 0);
+      await sleep(10);
+    }
+    const results = await Promise.all(runs);
+    for (const r of results) {
+      assert.is(r.code, 0, `${r.signal} ${r.out}`);
+      assert.match(r.out, /1000 iters in [\d.]+ seconds/);
+    }
+    assert.equal([...seen].sort(), [0, 1], 'one program on each worker');
+    assert.equal(await handed(p.a), [0, 0], "A's programs' frames came on their workers' queues");
+    assert.equal(await handed(p.b), [0, 0], "and B's");
+  } finally {
+    va.close();
+    vb.close();
+    await p.close();
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 
