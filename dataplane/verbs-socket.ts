@@ -277,8 +277,19 @@ export function listenVerbs(
 }
 
 /** Serve verbs connections on data plane `dp` (each handed over by adopt). */
-export function verbsConnections(dp: Dataplane, opts: Omit<VerbsSocketOptions, 'path'>): VerbsConnections {
+export function verbsConnections(
+  dp: Dataplane,
+  opts: Omit<VerbsSocketOptions, 'path'> & {
+    /**
+     * How a connection's fd is closed (default here, at once). A worker hands it back to the main
+     * thread, which closes it: the main thread then knows which fds a worker still holds, and
+     * closes those if the worker dies, so their programs see the end of file.
+     */
+    closeConnection?: (fd: number) => void;
+  },
+): VerbsConnections {
   const core = loadCore();
+  const closeConn = opts.closeConnection ?? ((fd: number) => core.closeFd(fd));
   const waiter: FdWaiter = new core.FdWaiter();
   const conns = new Map<number, Owned>();
   let closed = false,
@@ -305,7 +316,7 @@ export function verbsConnections(dp: Dataplane, opts: Omit<VerbsSocketOptions, '
     waiter.remove(fd);
     conns.delete(fd);
     if (own) detachAll(vr, own, core); // before the program sees the end of file and flushes its rings
-    core.closeFd(fd);
+    closeConn(fd);
     if (own) void release(own);
   };
   /** One verb: its reply payload, or the errno it failed with. */
@@ -702,7 +713,7 @@ export function verbsConnections(dp: Dataplane, opts: Omit<VerbsSocketOptions, '
           'warn',
           `verbs socket: refused a connection: ${closed ? 'shutting down' : `${MAX_CONNECTIONS} are open`}`,
         );
-        core.closeFd(c);
+        closeConn(c);
         return;
       }
       conns.set(c, {
@@ -730,7 +741,7 @@ export function verbsConnections(dp: Dataplane, opts: Omit<VerbsSocketOptions, '
       waiter.close();
       for (const [c, own] of conns) {
         detachAll(vr, own, core);
-        core.closeFd(c);
+        closeConn(c);
         void release(own);
       }
       conns.clear();

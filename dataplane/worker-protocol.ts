@@ -27,7 +27,9 @@ export type FromWorker =
   | { t: 'fatal'; kind: DataplaneErrorKind; message: string }
   | { t: 'result'; id: number; r?: unknown; e?: { kind: DataplaneErrorKind | null; message: string; stack: string } }
   | { t: 'log'; level: 'error' | 'warn' | 'info' | 'debug'; msg: string }
-  | { t: 'event'; e: EventView };
+  | { t: 'event'; e: EventView }
+  /** A verbs connection this worker is done with: the main thread closes its fd. */
+  | { t: 'closeFd'; fd: number };
 
 /** The Dataplane methods a worker serves (its public async ones). */
 export const CALLABLE = new Set([

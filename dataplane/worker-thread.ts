@@ -8,7 +8,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import type { Config } from '../config/types.ts';
 import { Dataplane, pinThread } from './dataplane.ts';
-import { type VerbsConnections, type VerbsSocket, verbsConnections } from './verbs-socket.ts';
+import { type VerbsConnections, verbsConnections } from './verbs-socket.ts';
 import { DataplaneError, type Logger } from './views.ts';
 import { CALLABLE, type FromWorker, type ToWorker, type WorkerInit } from './worker-protocol.ts';
 
@@ -27,7 +27,6 @@ async function main(): Promise<void> {
     handoff: init.handoff,
     onEvent: (e) => post({ t: 'event', e }),
   });
-  let verbs: VerbsSocket | null = null;
   // Verbs programs the main thread's listener gives this worker (one fd per connection).
   let served: VerbsConnections | null = null;
   const aborts = new Map<number, AbortController>();
@@ -48,19 +47,18 @@ async function main(): Promise<void> {
     });
     try {
       let r: unknown;
-      if (m.method === 'serveVerbs') {
-        verbs = dp.serveVerbs({ path: (args[0] as { path: string }).path, log });
-        r = { path: verbs.path };
-      } else if (m.method === 'adoptVerbs') {
-        served ??= verbsConnections(dp, { maxQps: config.rdma.maxQps, log });
+      if (m.method === 'adoptVerbs') {
+        served ??= verbsConnections(dp, {
+          maxQps: config.rdma.maxQps,
+          log,
+          closeConnection: (fd) => post({ t: 'closeFd', fd }),
+        });
         served.adopt(args[0] as number);
       } else if (m.method === 'closeVerbs') {
-        verbs?.close();
-        verbs = null;
         served?.close();
         served = null;
       } else if (m.method === 'verbsConnections') {
-        r = (verbs?.connections() ?? 0) + (served?.connections() ?? 0);
+        r = served?.connections() ?? 0;
       } else {
         if (!CALLABLE.has(m.method)) throw new DataplaneError('invalid', `no data plane method "${m.method}"`);
         const f = (dp as unknown as Record<string, (...a: unknown[]) => unknown>)[m.method];

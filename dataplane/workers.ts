@@ -53,6 +53,8 @@ class WorkerHandle {
   private nextId = 1;
   private stopping = false;
   restarts = 0;
+  /** Verbs connections handed to this worker and not handed back: closed here if it dies. */
+  readonly verbsFds = new Set<number>();
 
   constructor(
     readonly init: WorkerInit,
@@ -87,6 +89,9 @@ class WorkerHandle {
           return this.log(m.level, `rdma_wk_${this.init.index}: ${m.msg}`);
         case 'event':
           return this.onEvent(m.e);
+        case 'closeFd':
+          if (this.verbsFds.delete(m.fd)) loadCore().closeFd(m.fd);
+          return;
         case 'result': {
           const p = this.pending.get(m.id);
           if (p === undefined) return;
@@ -104,6 +109,9 @@ class WorkerHandle {
       for (const p of this.pending.values())
         p.reject(new DataplaneError('unavailable', `${this.name} stopped: ${why}`));
       this.pending.clear();
+      // Its verbs programs see the end of file (their library flushes what they posted).
+      for (const fd of this.verbsFds) loadCore().closeFd(fd);
+      this.verbsFds.clear();
       if (this.stopping) return;
       this.restarts++;
       this.log('error', `${this.name} stopped: ${why}; starting it again (restart ${this.restarts})`);
@@ -665,11 +673,12 @@ class WorkerDataplane {
           byPid.set(pid, k);
           if (byPid.size > 4096) byPid.delete(byPid.keys().next().value as number);
         }
-        const w = k;
+        const w = this.workers[k];
+        w.verbsFds.add(fd);
         // A worker that did not take it (stopped meanwhile): the program sees the socket close.
-        this.on(w, 'adoptVerbs', [fd]).catch((e: Error) => {
-          this.log('warn', `verbs socket: worker ${w} did not take a connection: ${e.message}`);
-          core.closeFd(fd);
+        this.on(k, 'adoptVerbs', [fd]).catch((e: Error) => {
+          this.log('warn', `verbs socket: ${w.name} did not take a connection: ${e.message}`);
+          if (w.verbsFds.delete(fd)) core.closeFd(fd);
         });
       },
       connections: () => {

@@ -214,4 +214,50 @@ test('unmodified verbs programs go to the workers round robin: two ibv_rc_pingpo
   }
 });
 
+test('a worker dies under a verbs program: the program sees its connection close and its work requests flushed, it does not hang', async () => {
+  if (!existsSync(VERBS_LIBRARY)) {
+    skipOrFail('librdmagraph-verbs.so was not built (install libibverbs-dev, npm run build)');
+    return;
+  }
+  if (spawnSync('ib_send_lat', ['--help']).error) {
+    skipOrFail('perftest is not installed (ib_send_lat)');
+    return;
+  }
+  const p = await pair();
+  const dir = mkdtempSync(join(tmpdir(), 'lanes-verbs-'));
+  const sa = join(dir, 'a.sock'),
+    sb = join(dir, 'b.sock');
+  const va = p.a.serveVerbs({ path: sa }),
+    vb = p.b.serveVerbs({ path: sb });
+  try {
+    const port = String(nextPort());
+    const cmd = ['ib_send_lat', '-x', '0', '-F', '-n', '100000000'];
+    const server = runTool(sb, [...cmd, '-p', port]);
+    await sleep(400);
+    const client = runTool(sa, [...cmd, '-p', port, '127.0.0.1']);
+    let qpn = -1;
+    for (let i = 0; i < 1000 && qpn < 0; i++) {
+      const q = (await p.a.qps()).find((x) => x.owner?.includes('ib_send_lat') && x.counters.txPackets > 100);
+      if (q !== undefined) qpn = q.qpn;
+      else await sleep(20);
+    }
+    assert.ok(qpn > 0, 'the ping-pong runs');
+    const k = qpn >= 25000 ? 1 : 0;
+    const t0 = Date.now();
+    (p.a as unknown as { crashWorker(k: number): void }).crashWorker(k);
+    const c = await client.done;
+    assert.is(c.signal, null, `the client is not killed by the timeout\n${c.out}`);
+    assert.not.equal(c.code, 0, 'it exits with an error');
+    assert.ok(Date.now() - t0 < 10_000, `within 10 s (took ${Date.now() - t0} ms)`);
+    assert.match(c.out, /rdma-graph verbs: the daemon closed the connection: the posted work requests are flushed/);
+    const s = await server.done;
+    assert.is(s.signal, null, `the server ends on its own\n${s.out}`);
+  } finally {
+    va.close();
+    vb.close();
+    await p.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test.run();
