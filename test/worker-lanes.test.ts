@@ -167,13 +167,21 @@ test('a peer breaking the ring of the queue worker 1 polls: the owner drops the 
   }
 });
 
-test('unmodified verbs programs go to the workers round robin: two ibv_rc_pingpong pairs at once, each on its own worker and queue, nothing handed over', async () => {
+/**
+ * Two 2-worker data planes over a memif link of two queue pairs, each serving a verbs socket
+ * (sa: A's, sb: B's), for `tool` (skipped, or failed under CI=true, without it or the library).
+ */
+async function withVerbs(
+  tool: string,
+  pkg: string,
+  body: (p: Awaited<ReturnType<typeof pair>>, sa: string, sb: string) => Promise<void>,
+): Promise<void> {
   if (!existsSync(VERBS_LIBRARY)) {
     skipOrFail('librdmagraph-verbs.so was not built (install libibverbs-dev, npm run build)');
     return;
   }
-  if (spawnSync('ibv_rc_pingpong', ['--help']).error) {
-    skipOrFail('ibverbs-utils is not installed (ibv_rc_pingpong)');
+  if (spawnSync(tool, ['--help']).error) {
+    skipOrFail(`${pkg} is not installed (${tool})`);
     return;
   }
   const p = await pair();
@@ -183,6 +191,17 @@ test('unmodified verbs programs go to the workers round robin: two ibv_rc_pingpo
   const va = p.a.serveVerbs({ path: sa }),
     vb = p.b.serveVerbs({ path: sb });
   try {
+    await body(p, sa, sb);
+  } finally {
+    va.close();
+    vb.close();
+    await p.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+test('unmodified verbs programs go to the workers round robin: two ibv_rc_pingpong pairs at once, each on its own worker and queue, nothing handed over', () =>
+  withVerbs('ibv_rc_pingpong', 'ibverbs-utils', async (p, sa, sb) => {
     const runs = [];
     for (let i = 0; i < 2; i++) {
       const port = String(nextPort());
@@ -206,30 +225,10 @@ test('unmodified verbs programs go to the workers round robin: two ibv_rc_pingpo
     assert.equal([...seen].sort(), [0, 1], 'one program on each worker');
     assert.equal(await handed(p.a), [0, 0], "A's programs' frames came on their workers' queues");
     assert.equal(await handed(p.b), [0, 0], "and B's");
-  } finally {
-    va.close();
-    vb.close();
-    await p.close();
-    rmSync(dir, { recursive: true, force: true });
-  }
-});
+  }));
 
-test('a worker dies under a verbs program: the program sees its connection close and its work requests flushed, it does not hang', async () => {
-  if (!existsSync(VERBS_LIBRARY)) {
-    skipOrFail('librdmagraph-verbs.so was not built (install libibverbs-dev, npm run build)');
-    return;
-  }
-  if (spawnSync('ib_send_lat', ['--help']).error) {
-    skipOrFail('perftest is not installed (ib_send_lat)');
-    return;
-  }
-  const p = await pair();
-  const dir = mkdtempSync(join(tmpdir(), 'lanes-verbs-'));
-  const sa = join(dir, 'a.sock'),
-    sb = join(dir, 'b.sock');
-  const va = p.a.serveVerbs({ path: sa }),
-    vb = p.b.serveVerbs({ path: sb });
-  try {
+test('a worker dies under a verbs program: the program sees its connection close and its work requests flushed, it does not hang', () =>
+  withVerbs('ib_send_lat', 'perftest', async (p, sa, sb) => {
     const port = String(nextPort());
     const cmd = ['ib_send_lat', '-x', '0', '-F', '-n', '100000000'];
     const server = runTool(sb, [...cmd, '-p', port]);
@@ -252,12 +251,6 @@ test('a worker dies under a verbs program: the program sees its connection close
     assert.match(c.out, /rdma-graph verbs: the daemon closed the connection: the posted work requests are flushed/);
     const s = await server.done;
     assert.is(s.signal, null, `the server ends on its own\n${s.out}`);
-  } finally {
-    va.close();
-    vb.close();
-    await p.close();
-    rmSync(dir, { recursive: true, force: true });
-  }
-});
+  }));
 
 test.run();
