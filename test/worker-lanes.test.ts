@@ -249,8 +249,11 @@ test('a worker dies under a verbs program: the program sees its connection close
     assert.not.equal(c.code, 0, 'it exits with an error');
     assert.ok(Date.now() - t0 < 10_000, `within 10 s (took ${Date.now() - t0} ms)`);
     assert.match(c.out, /rdma-graph verbs: the daemon closed the connection: the posted work requests are flushed/);
-    const s = await server.done;
-    assert.is(s.signal, null, `the server ends on its own\n${s.out}`);
+    // The peer on B: its QP notices only if it had something outstanding (retry exceeded); one
+    // waiting to receive waits, as for a peer that vanished on a real network (the dead QP could
+    // not say goodbye). Not asserted; ended here.
+    server.kill();
+    await server.done;
   }));
 
 test.run();

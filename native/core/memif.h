@@ -250,8 +250,11 @@ class Memif;
 // rings (ready[q]), a lane holds it for each burst. Kept alive by whoever holds it: m is null
 // once the owner is gone.
 struct Shared {
-  explicit Shared(uint32_t nq) : mu(nq), ready(nq, 0), lanes(nq, nullptr) {}
+  explicit Shared(uint32_t nq) : mu(nq), txmu(nq), ready(nq, 0), lanes(nq, nullptr) {}
   std::vector<std::mutex> mu;
+  // Per transmit ring, taken for each burst: several threads' queues map to one ring when the
+  // peer took fewer rings than there are queues. Taken after mu[q] (lanes), never before.
+  std::vector<std::mutex> txmu;
   Memif* m = nullptr;
   std::vector<uint8_t> ready;
   std::vector<Lane*> lanes;                  // the lane attached to each queue, or null (owner's)

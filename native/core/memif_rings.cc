@@ -425,28 +425,21 @@ Napi::Value Memif::Tx(const Napi::CallbackInfo& info) {
 }
 
 // One transmit burst on tx queue q with lane L's buffers; queues beyond the rings the peer
-// took share them (not when other threads poll queues: each keeps to its own ring).
+// took share them (with queues over threads, one thread at a time: Shared::txmu).
 uint32_t Memif::TxQueue(Lane& L, uint32_t q, const uint32_t* bufs, uint32_t n) {
   if (ntx_run_ == 0) {
     L.tx_refused += n;
     return 0;
   }
-  uint32_t idx = 0;
-  if (shared_ != nullptr) {
-    // Queues spread over threads: each thread transmits on its own ring only (sharing one
-    // between threads would race on it), and not at all when the peer did not take that ring.
-    if (q >= tx_.size() || !tx_[q].present) {
-      L.tx_refused += n;
-      return 0;
-    }
-    idx = q;
-  } else {
-    uint32_t k = q % ntx_run_;
-    for (; idx < tx_.size(); idx++) {
-      if (tx_[idx].present && k-- == 0) break;
-    }
+  uint32_t k = q % ntx_run_, idx = 0;
+  for (; idx < tx_.size(); idx++) {
+    if (tx_[idx].present && k-- == 0) break;
   }
   Ring& r = tx_[idx];
+  // Queues spread over threads: a ring two of them map to (the peer took fewer rings than there
+  // are queues) is used by one at a time.
+  std::unique_lock<std::mutex> g;
+  if (shared_ != nullptr) g = std::unique_lock<std::mutex>(shared_->txmu[idx]);
   uint32_t taken = zc_ ? TxZeroCopy(L, r, bufs, n) : TxCopy(L, r, bufs, n);
   L.tx_refused += n - taken;
   return taken;
