@@ -107,6 +107,21 @@ test('a peer with one worker: its single queue reaches worker 0, which hands wor
   }
 });
 
+test("a peer with one queue pair: worker 1's queue has no rings, so it sends on the owner's (one thread at a time) and receives through handoff", async () => {
+  const p = await memifPair({ workersB: 0, queuesB: 1 });
+  try {
+    const x = await end(p.a, 'm0', 1);
+    const y = await end(p.b, 'n0');
+    await connect(p.a, p.b, x, y, '10.70.0.1', '10.70.0.2');
+    await exchange(p.a, p.b, x, y, 11, 30000);
+    assert.ok((await handed(p.a))[0] > 10, "worker 0 handed worker 1 its QP's frames");
+    const hw = (await p.a.hardware()).find((h) => h.name === 'm0');
+    assert.match(String(hw?.info.rings), /^1 rx, 1 tx/, 'the peer took one ring each way');
+  } finally {
+    await p.close();
+  }
+});
+
 test("the owner of the link crashes and comes back: worker 1's queue attaches to the new owner and carries traffic again", async () => {
   const p = await pair();
   try {

@@ -154,6 +154,8 @@ export async function memifPair(
     rdma?: Partial<Config['rdma']>;
     /** Checksum UDP (needed when a fault injector corrupts frames). */
     udpChecksum?: boolean;
+    /** B's queue pairs when not `queues`. */
+    queuesB?: number;
   } = {},
 ): Promise<MemifPair> {
   const sock = o.sock ?? `@rg-wpair-${process.pid}-${++pairs}`;
@@ -164,7 +166,7 @@ export async function memifPair(
   const b = await Dataplane.create(
     baseConfig({
       cpu: cpuWith(o.workersB ?? 2),
-      interfaces: [memifIf('n0', sock, 'client', IP_B, MAC_B, null, queues, o.udpChecksum ?? false)],
+      interfaces: [memifIf('n0', sock, 'client', IP_B, MAC_B, null, o.queuesB ?? queues, o.udpChecksum ?? false)],
       neighbors: [{ interface: 'n0', address: IP_A, mac: MAC_A }],
       rdma: { ...base.rdma, ...o.rdma },
     }),
