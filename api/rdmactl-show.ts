@@ -25,6 +25,7 @@ import type {
   NeighborView,
   PdView,
   QpView,
+  RxPlacementView,
   SrqView,
   VersionView,
 } from '../dataplane/views.ts';
@@ -35,6 +36,7 @@ import {
   formatNeighbors,
   formatQp,
   formatQps,
+  formatRxPlacement,
 } from './render.ts';
 import { Args, resolveWord, UsageError } from './rdmactl-args.ts';
 
@@ -194,7 +196,9 @@ export function showCommand(words: string[], show: Show): Promise<void> {
       return show('/v1/errors', (v: { threads: ErrorThreadSnapshot[] }) => formatErrors(v.threads, { verbose }));
     }
     case 'interfaces': {
-      const addr = a.options([], ['addr', 'address']).size > 0;
+      const o = a.options([], ['addr', 'address', 'rx-placement']);
+      if (o.has('rx-placement')) return show('/v1/rx-placement', (v: RxPlacementView[]) => formatRxPlacement(v));
+      const addr = o.size > 0;
       return show('/v1/interfaces', (v: InterfaceView[]) => (addr ? formatInterfaceAddresses(v) : formatInterfaces(v)));
     }
     case 'hardware':

@@ -65,6 +65,7 @@ show:
   show runtime [verbose] [total]      per-node calls, vectors, clocks (VPP layout); total: + the sums over worker threads
   show errors [verbose]               per-node error counters
   show interfaces [addr]              interfaces with counters / addresses (also: show interface)
+  show interface rx-placement         which thread polls which interface queue, and its rx-mode (VPP's)
   show hardware                       driver details: memif role, socket, peer, rings, last disconnect; af_packet rings; ibverbs/mlx5dv device, firmware, port, mode, queues, flags; driver counters
   show memif                          the memif interfaces, as VPP's show memif
   show buffers                        the packet buffer pool

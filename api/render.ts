@@ -12,7 +12,14 @@
  * Pure functions over the API's JSON views; every line ends with '\n'.
  */
 import { vppFormat } from '../graph/format.ts';
-import type { Completion, InterfaceView, ListenerView, NeighborView, QpView } from '../dataplane/views.ts';
+import type {
+  Completion,
+  InterfaceView,
+  ListenerView,
+  NeighborView,
+  QpView,
+  RxPlacementView,
+} from '../dataplane/views.ts';
 
 const IF_HEADER = '%=32s%=5s%=10s%=21s%=16s%=16s';
 const IF_ROW = '%-32s%=5d%=10s%=21s';
@@ -64,6 +71,19 @@ function neighborFlags(state: string): string {
   if (state === 'static') return 'S';
   if (state === 'incomplete' || state === 'pending' || state === 'probe') return 'P';
   return 'D';
+}
+
+/** VPP's `show interface rx-placement`: per thread, per input node, each interface queue and its mode. */
+export function formatRxPlacement(threads: RxPlacementView[]): string {
+  let out = '';
+  for (const t of threads) {
+    out += `Thread ${t.index} (${t.name}):\n`;
+    for (const n of t.nodes) {
+      out += `  node ${n.node}:\n`;
+      for (const q of n.queues) out += `    ${q.interface} queue ${q.queue} (${q.mode})\n`;
+    }
+  }
+  return out;
 }
 
 export function formatNeighbors(views: NeighborView[]): string {

@@ -184,6 +184,22 @@ const CounterMap: JsonSchema = {
   additionalProperties: { type: 'number' },
   description: 'driver counters',
 };
+export const RxPlacementView = obj({
+  index: count("VPP's thread number: 0 the main thread, 1.. the workers"),
+  name: str('rdma_wk_N, or main'),
+  nodes: list(
+    obj({
+      node: str('the input node, e.g. memif-input'),
+      queues: list(
+        obj({
+          interface: str(),
+          queue: count("the device's rx queue number"),
+          mode: oneOf(['adaptive', 'polling', 'interrupt']),
+        }),
+      ),
+    }),
+  ),
+});
 export const HardwareView = obj({
   name: str(),
   index: count(),
@@ -637,6 +653,7 @@ export const components: Record<string, JsonSchema> = {
   HealthView,
   BufferView,
   HardwareView,
+  RxPlacementView,
   DevicePort,
   DeviceView,
   VersionView,

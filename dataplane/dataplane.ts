@@ -65,6 +65,7 @@ import {
   type Logger,
   type MrView,
   type NeighborView,
+  type RxPlacementView,
   type PdView,
   PING_LIMITS,
   type PingRequest,
@@ -138,7 +139,7 @@ export interface HandoffPlan {
     link: HandoffLink;
     owner: number;
     /** memif: the queues this worker polls; af_packet: the UDP ports its socket takes. */
-    lanes: { key: string; queues: number[] } | { accept: [number, number][] } | null;
+    lanes: { key: string; queues: number[] } | { accept: [number, number][]; queues: number[] } | null;
   }[];
   /**
    * Interfaces this worker owns that other workers receive part of: a memif interface's key and
@@ -425,7 +426,7 @@ export class Dataplane {
           } catch (e) {
             throw new DataplaneError('unavailable', `interface ${c.name} (line ${c.line}): ${(e as Error).message}`);
           }
-          Dataplane.addInterface(c, new WorkerLaneDriver(wire, sh.link), config, net, ifs, WORKER_HANDOFF);
+          Dataplane.addInterface(c, new WorkerLaneDriver(wire, sh.link, l.queues), config, net, ifs, WORKER_HANDOFF);
           const itf = ifs.get(c.name);
           const port = ifs.add(HandoffDriver.toOwner(`${c.name}.wk${sh.owner}`, mac, c.mtu, sh.link));
           for (let w = 0; w < plan.workers; w++)
@@ -741,6 +742,25 @@ export class Dataplane {
     const vs = startVerbsSocket(this, { ...opts, maxQps: this.config.rdma.maxQps });
     this.verbsSockets.push(vs);
     return vs;
+  }
+
+  /**
+   * `show interface rx-placement`: per thread, what each input node polls (interface, the
+   * device's queue number, its rx-mode), as VPP prints it; handoff links left out.
+   */
+  async rxPlacement(): Promise<RxPlacementView[]> {
+    const modes = new Map(this.config.interfaces.map((c) => [c.name, c.rxMode ?? this.config.cpu.poll]));
+    const nodes = this.ifs
+      .placement()
+      .map(({ node, queues }) => ({
+        node,
+        queues: queues.flatMap(({ itf, queue }) => {
+          const q = itf.driver.deviceQueue?.(queue) ?? queue;
+          return q < 0 ? [] : [{ interface: itf.name, queue: q, mode: modes.get(itf.name) ?? this.config.cpu.poll }];
+        }),
+      }))
+      .filter((n) => n.queues.length > 0);
+    return [{ index: this.graph.threadIndex, name: this.graph.threadName, nodes }];
   }
 
   async neighbors(): Promise<NeighborView[]> {

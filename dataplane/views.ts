@@ -48,6 +48,14 @@ export interface InterfaceView {
   capture: { rx: string | null; tx: string | null; rxStopped: string | null; txStopped: string | null };
 }
 
+/** One thread of `show interface rx-placement`. */
+export interface RxPlacementView {
+  /** VPP's thread number (0 main, 1.. workers) and name. */
+  index: number;
+  name: string;
+  nodes: { node: string; queues: { interface: string; queue: number; mode: 'adaptive' | 'polling' | 'interrupt' }[] }[];
+}
+
 export interface NeighborView {
   interface: string;
   address: string;

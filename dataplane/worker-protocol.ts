@@ -33,6 +33,7 @@ export type FromWorker =
 
 /** The Dataplane methods a worker serves (its public async ones). */
 export const CALLABLE = new Set([
+  'rxPlacement',
   'buffers',
   'capture',
   'clearErrors',

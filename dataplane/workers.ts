@@ -222,7 +222,12 @@ export function placeWorkers(config: Config): WorkerInit[] {
           config: c,
           link,
           owner: owner[i],
-          lanes: mine.length === 0 ? null : c.driver === 'af_packet' ? { accept: [ranges[k]] } : { key, queues: mine },
+          lanes:
+            mine.length === 0
+              ? null
+              : c.driver === 'af_packet'
+                ? { accept: [ranges[k]], queues: mine }
+                : { key, queues: mine },
         });
       }
     });
@@ -473,6 +478,7 @@ class WorkerDataplane {
   }
   neighbors = async () => this.owned('neighbors');
   runtime = async () => this.concat('runtime');
+  rxPlacement = async () => this.concat('rxPlacement');
   errors = async () => this.concat('errors');
   trace = async () => this.concat('trace');
   traceNodes = async () => this.on(0, 'traceNodes', []);

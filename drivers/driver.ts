@@ -61,6 +61,11 @@ export interface Driver {
   readonly txQueues: number;
   /** The rx queues this thread polls, when not all of them (memif queues spread over workers). */
   readonly pollQueues?: readonly number[];
+  /**
+   * The device's number for rx queue `queue` (show interface rx-placement), or -1 for one that
+   * is not the device's (a handoff link). Absent: the same number.
+   */
+  deviceQueue?(queue: number): number;
 
   /**
    * Memory the driver wants the buffer pool to live in (DPDK's mempool: its mbufs' data rooms

@@ -180,6 +180,11 @@ export class HandoffDriver implements Driver {
     return this.pool !== null;
   }
 
+  /** Not a device's queue (show interface rx-placement leaves handoff links out). */
+  deviceQueue(_queue: number): number {
+    return -1;
+  }
+
   rxWaitFd(queue: number): number {
     return queue === 0 && this.receives ? this.rx.fd : -1;
   }

@@ -236,6 +236,11 @@ export class Interfaces {
     return this.list.filter((x): x is Interface => x !== null);
   }
 
+  /** What each input node polls, in order: (interface, rx queue) pairs (show interface rx-placement). */
+  placement(): { node: string; queues: { itf: Interface; queue: number }[] }[] {
+    return [...this.polls].map(([node, p]) => ({ node, queues: p.ifs.map((itf, k) => ({ itf, queue: p.queues[k] })) }));
+  }
+
   /**
    * Capture what an interface receives and/or transmits to pcap files (nanosecond
    * timestamps), like VPP's `pcap trace rx tx`. Replaces a capture already running.

@@ -27,6 +27,8 @@ export class WorkerLaneDriver implements Driver {
   constructor(
     private readonly wire: Driver,
     link: HandoffLink,
+    /** The device's numbers of the wire's queues (the memif queues or af_packet share placed here). */
+    private readonly deviceQueues: readonly number[],
   ) {
     this.kind = wire.kind;
     this.name = wire.name;
@@ -48,6 +50,10 @@ export class WorkerLaneDriver implements Driver {
 
   txChecksumOffload(): { ip4: boolean; udp: boolean; udpNone?: boolean } {
     return this.wire.txChecksumOffload?.() ?? { ip4: false, udp: false };
+  }
+
+  deviceQueue(queue: number): number {
+    return queue === 0 ? -1 : (this.deviceQueues[queue - 1] ?? -1);
   }
 
   rxBurst(queue: number, out: Uint32Array, max: number): number {

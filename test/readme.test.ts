@@ -23,6 +23,8 @@ const ELSEWHERE: Record<string, string> = {
     'test/hw/dpdk-nic.test.ts (npm run test:hw; never run here: no NIC for DPDK)',
   'npm start -- --config config/examples/workers.yaml':
     'test/workers.test.ts (the daemon with two workers, the rdmactl line as written, a clean stop)',
+  'npm start -- --config config/examples/memif-queues.yaml':
+    'test/worker-lanes.test.ts (the daemon, show interface rx-placement as written: one queue per worker)',
   'modprobe mlx5_ib && modprobe ib_uverbs': 'test/hw/mlx5.test.ts (npm run test:hw; never run here: no RDMA device)',
   "import { Dataplane, loadConfig } from 'rdma-graph';":
     'test/dataplane.test.ts (the embedding API); loadConfig() is checked below',

@@ -23,6 +23,8 @@ import { nextPort, runTool } from './verbs-helpers.ts';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { spawnSync } from 'node:child_process';
+import { bash, blocks, daemon, README } from './readme-helpers.ts';
+import { formatRxPlacement } from '../api/render.ts';
 
 let sockets = 0;
 
@@ -51,6 +53,12 @@ test('each worker polls its own memif queue: QPs on worker k of both sides talk 
     }
     assert.equal(await handed(p.a), [0, 0], "A handed nothing over: every frame came on its QP's worker's queue");
     assert.equal(await handed(p.b), [0, 0], 'nor did B');
+    assert.is(
+      formatRxPlacement(await p.a.rxPlacement()),
+      'Thread 1 (rdma_wk_0):\n  node memif-input:\n    m0 queue 0 (adaptive)\n' +
+        'Thread 2 (rdma_wk_1):\n  node memif-input:\n    m0 queue 1 (adaptive)\n',
+      'show interface rx-placement: one queue per worker, the handoff links left out',
+    );
     const after = await memifVectors(p.a);
     assert.ok(after[1] - before[1] > 10, `worker 1 received on its own queue: ${before} -> ${after}`);
     const hw = await p.a.hardware();
@@ -270,5 +278,26 @@ test('a worker dies under a verbs program: the program sees its connection close
     server.kill();
     await server.done;
   }));
+
+test("the README's memif-queues block: the daemon, and show interface rx-placement as written", async () => {
+  const block = blocks(README).find((b) => b.startsWith('npm start -- --config config/examples/memif-queues.yaml'));
+  assert.ok(block, 'the README shows the block');
+  const [start, show] = block.split('\n');
+  const d = await daemon([], start);
+  try {
+    assert.match(d.out, /2 worker threads/);
+    const r = bash(show);
+    assert.is(r.code, 0, r.out);
+    assert.is(
+      r.out,
+      'Thread 1 (rdma_wk_0):\n  node memif-input:\n    memif0 queue 0 (adaptive)\n' +
+        'Thread 2 (rdma_wk_1):\n  node memif-input:\n    memif0 queue 1 (adaptive)\n',
+    );
+  } finally {
+    d.proc.kill('SIGTERM');
+  }
+  assert.is(await d.exit, 0, d.out);
+  await d.closed;
+});
 
 test.run();

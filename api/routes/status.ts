@@ -79,6 +79,17 @@ export const statusRoutes: RouteDef[] = [
   },
   {
     method: 'GET',
+    path: '/v1/rx-placement',
+    tag: 'interfaces',
+    summary:
+      "which thread polls which interface rx queue, per input node, with its rx-mode (VPP's show interface rx-placement; with cpu.workers, a memif interface's queues and an af_packet interface's sockets spread over the workers)",
+    status: 200,
+    response: { type: 'array', items: S.RxPlacementView },
+    errors: [],
+    handler: ({ dp }: Ctx) => dp.rxPlacement(),
+  },
+  {
+    method: 'GET',
     path: '/v1/interfaces',
     tag: 'interfaces',
     summary: 'interfaces: driver, MAC, addresses, MTU, state, counters',
