@@ -168,6 +168,11 @@ function earlier(due: number, f: FaultInjector | null): number {
 interface PollList {
   ifs: Interface[];
   queues: number[];
+  /**
+   * Whether the entry is a queue of the device (its rx fault injector and capture apply), or a
+   * handoff link bringing frames another worker received, which passed that worker's already.
+   */
+  device: boolean[];
   /** Interfaces of this kind with a tx fault injector (held packets to release on time). */
   txFaulty: Interface[];
 }
@@ -206,6 +211,7 @@ export class Interfaces {
       for (const q of itf.rxQueues) {
         poll.ifs.push(itf);
         poll.queues.push(q);
+        poll.device.push((driver.deviceQueue?.(q) ?? q) >= 0);
         const fd = driver.rxWaitFd(q);
         if (fd >= 0) g.addWaitFd(fd);
         if (driver.rxNextDueNs) g.addDueSource(() => (driver.rxNextDueNs as (q: number) => number)(q));
@@ -348,7 +354,7 @@ export class Interfaces {
   private inputNode(kind: string): NodeRuntime {
     const name = `${kind.replace(/_/g, '-')}-input`;
     if (this.graph.hasNode(name)) return this.graph.node(name);
-    const poll: PollList = { ifs: [], queues: [], txFaulty: [] };
+    const poll: PollList = { ifs: [], queues: [], device: [], txFaulty: [] };
     this.polls.set(name, poll);
     return this.graph.register({
       name,
@@ -403,13 +409,15 @@ function deviceInput(rt: NodeRuntime): number {
     let n = itf.driver.rxBurst(poll.queues[k], out, FRAME_SIZE);
     const ix = itf.rxIfAs;
     for (let i = 0; i < n; i++) rxIf[out[i]] = ix;
-    const fault = itf.rxFault;
+    // Frames another worker received and handed over passed its injector and capture already.
+    const device = poll.device[k];
+    const fault = device ? itf.rxFault : null;
     if (fault !== null && (n !== 0 || fault.held !== 0)) {
       n = fault.process(pool, out, 0, n, g.clock.nowNs());
       out = fault.out;
     }
     if (n === 0) continue;
-    if (itf.rxCapture !== null) itf.rxCapture.write(pool, out, 0, n);
+    if (device && itf.rxCapture !== null) itf.rxCapture.write(pool, out, 0, n);
     g.traceInput(rt, out, 0, n);
     if (rt.traceOn) {
       for (let i = 0; i < n; i++) rt.addTrace(out[i], { itf, queue: poll.queues[k], len: pool.packetLength(out[i]) });

@@ -279,6 +279,38 @@ test('a worker dies under a verbs program: the program sees its connection close
     await server.done;
   }));
 
+test("frames handed to a worker passed the receiving worker's fault injector once, not again on the way in", async () => {
+  const p = await pair();
+  try {
+    // A's worker 1 QP talks to B's worker 0 QP: B sends on queue 0, which A's worker 0 receives
+    // (its injector duplicates every frame) and hands to worker 1.
+    const x = await end(p.a, 'm0', 1),
+      y = await end(p.b, 'n0', 0);
+    await connect(p.a, p.b, x, y, '10.70.0.1', '10.70.0.2');
+    await p.a.setFault('m0', 'rx', { seed: 3, duplicate: 1 });
+    const msg = new Uint8Array(100).fill(7);
+    await p.b.writeMr(y.mr.mr, 0, msg);
+    const N = 20;
+    for (let i = 0; i < N; i++)
+      await p.a.postRecv(x.qp.qpn, { wrId: i, sge: [{ mr: x.mr.mr, offset: 0, length: 4096 }] });
+    for (let i = 0; i < N; i++)
+      await p.b.postSend(y.qp.qpn, { wrId: i, opcode: 'send', sge: [{ mr: y.mr.mr, offset: 0, length: msg.length }] });
+    let got = 0;
+    while (got < N) {
+      const r = await p.a.pollCq(x.cq.cq, 64, 3000);
+      assert.ok(r.completions.length > 0, `receives stalled at ${got}`);
+      got += r.completions.length;
+    }
+    await sleep(100);
+    const q = await p.a.getQp(x.qp.qpn);
+    // Each SEND arrives twice (the original and the injector's copy): one duplicate each. Were
+    // the handed frames run through worker 1's injector as well, each would arrive four times.
+    assert.ok(q.counters.duplicates >= N && q.counters.duplicates < 2 * N, JSON.stringify(q.counters));
+  } finally {
+    await p.close();
+  }
+});
+
 test("the README's memif-queues block: the daemon, and show interface rx-placement as written", async () => {
   const block = blocks(README).find((b) => b.startsWith('npm start -- --config config/examples/memif-queues.yaml'));
   assert.ok(block, 'the README shows the block');
