@@ -263,7 +263,11 @@ async function srqOperation(p: MemifPair, workerA: number | undefined, workerB: 
 }
 
 /** The connection manager: a listener on A's `workerA`, B connects from `workerB`, then a SEND. */
-async function cmOperation(p: MemifPair, workerA: number | undefined, workerB: number | undefined, port: number) {
+async function cmOperation(p: MemifPair, workerA: number | undefined, workerB: number | undefined, from: number) {
+  // A port in the worker's slice that no QP has taken (QP numbers are drawn at random).
+  const used = new Set((await p.a.qps()).map((q) => q.qpn));
+  let port = from;
+  while (used.has(port)) port++;
   const on = workerA === undefined ? {} : { worker: workerA };
   const pd = await p.a.createPd({ interface: 'm0', ...on });
   const cq = await p.a.createCq({ depth: 64, interface: 'm0', ...on });
