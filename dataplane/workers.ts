@@ -21,7 +21,6 @@
  * calls, not pushed). A worker that throws or exits is reported and started again with its
  * interfaces; what it held (its QPs, CQs, MRs) is gone with it, and calls naming them say so.
  */
-import { readFileSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import type { Config } from '../config/types.ts';
 import { parseCoreList } from '../config/schema.ts';
@@ -151,21 +150,20 @@ class WorkerHandle {
   }
 }
 
-/** What each worker gets: its interfaces, its slice of the QP numbers, its handle range. */
 /** An af_packet interface's kernel MAC (its shadows and lanes must use the owner's), or null. */
 function kernelMac(c: Config['interfaces'][number]): string | null {
   if (c.driver !== 'af_packet' || c.afPacket === undefined) return null;
   try {
-    const m = readFileSync(`/sys/class/net/${c.afPacket.hostInterface}/address`, 'utf8').trim();
-    return /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/.test(m) ? m : null;
+    return formatMac(loadCore().afPacketIfInfo(c.afPacket.hostInterface).mac);
   } catch {
-    return null;
+    return null; // no such interface: opening it says so
   }
 }
 
 /** Makes each laneKey unique in the process (several data planes may run in one, as in the tests). */
 let laneKeys = 0;
 
+/** What each worker gets: its interfaces, its slice of the QP numbers, its handle range. */
 export function placeWorkers(config: Config): WorkerInit[] {
   const n = config.cpu.workers;
   const cores = config.cpu.corelistWorkers === null ? null : (parseCoreList(config.cpu.corelistWorkers) as number[]);

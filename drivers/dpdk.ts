@@ -16,7 +16,7 @@ import { isAbsolute, resolve } from 'node:path';
 import { BufferFlag, type BufferPool } from '../graph/buffer-pool.ts';
 import { nowNs } from '../graph/clock.ts';
 import { loadAddon } from '../native/load.ts';
-import type { Driver, DriverCounters, DriverHardware, ProvidedMemory } from './driver.ts';
+import type { Driver, DriverCounters, DriverHardware, PortQueueOptions, ProvidedMemory } from './driver.ts';
 import { macOption } from './mac.ts';
 
 interface DpdkAddon {
@@ -125,17 +125,11 @@ export function deviceArgs(device: string): string {
   );
 }
 
-export interface DpdkOptions {
+export interface DpdkOptions extends PortQueueOptions {
   /** How messages name the interface (default `interface NAME`). */
   where?: string;
   device: string;
   ealArgs: string[];
-  mac?: string;
-  mtu: number;
-  rxQueues: number;
-  txQueues: number;
-  rxQueueSize: number;
-  txQueueSize: number;
   promisc?: boolean;
 }
 

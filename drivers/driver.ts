@@ -34,6 +34,16 @@ export function zeroCounters(): DriverCounters {
   return { rxPackets: 0, rxBytes: 0, txPackets: 0, txBytes: 0, rxDrops: 0, txDrops: 0, rxErrors: 0, txErrors: 0 };
 }
 
+/** A NIC port's MAC and queues (dpdk, ibverbs, mlx5dv), from its interface entry (drivers/open.ts). */
+export interface PortQueueOptions {
+  mac?: string;
+  mtu: number;
+  rxQueues: number;
+  txQueues: number;
+  rxQueueSize: number;
+  txQueueSize: number;
+}
+
 /** Driver.linkDrops. */
 export interface LinkDrops {
   count: number;

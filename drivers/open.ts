@@ -2,7 +2,7 @@
  * Make the driver a start-up configuration entry asks for. A driver whose addon was not built
  * (dpdk, ibverbs, mlx5dv) fails here with an error that says what to install; nothing is opened.
  */
-import type { Driver } from './driver.ts';
+import type { Driver, PortQueueOptions } from './driver.ts';
 import { AfPacketDriver } from './af-packet.ts';
 import { PcapDriver } from './pcap.ts';
 import { pipeEnd } from './pipe.ts';
@@ -84,7 +84,7 @@ export function openDriver(c: DriverSpec, idlePollUs = 50, lanes?: DriverLanes):
   const where = `interface ${c.name} (line ${c.line})`;
   const mac = c.mac ?? undefined;
   // A NIC port's queues (dpdk, ibverbs, mlx5dv): as many tx queues as rx queues.
-  const port = {
+  const port: PortQueueOptions = {
     mac,
     mtu: c.mtu,
     rxQueues: c.rxQueues,

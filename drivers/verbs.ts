@@ -13,7 +13,14 @@
  */
 import { BufferFlag, type BufferPool } from '../graph/buffer-pool.ts';
 import { nowNs } from '../graph/clock.ts';
-import { type Driver, type DriverCounters, type DriverHardware, poolArrays, zeroCounters } from './driver.ts';
+import {
+  type Driver,
+  type DriverCounters,
+  type DriverHardware,
+  type PortQueueOptions,
+  poolArrays,
+  zeroCounters,
+} from './driver.ts';
 import { macOption } from './mac.ts';
 import {
   type VerbsPort,
@@ -39,15 +46,9 @@ export interface VerbsSpec {
   cqeCompression?: boolean;
 }
 
-export interface VerbsOptions extends VerbsSpec {
+export interface VerbsOptions extends VerbsSpec, PortQueueOptions {
   where?: string;
   mode: 'ibverbs' | 'mlx5dv';
-  mac?: string;
-  mtu: number;
-  rxQueues: number;
-  txQueues: number;
-  rxQueueSize: number;
-  txQueueSize: number;
 }
 
 export class VerbsDriver implements Driver {

@@ -36,9 +36,10 @@ export const BufferFlag = {
 
 /**
  * Flags a received buffer turned around for transmit must not carry on (what the receive side
- * verified or stamped: checksums, the timestamp).
+ * verified or stamped: checksums, the timestamp, a handoff).
  */
-export const RX_ONLY_FLAGS = BufferFlag.IP4_CKSUM_OK | BufferFlag.L4_CKSUM_OK | BufferFlag.TIMESTAMP_VALID;
+export const RX_ONLY_FLAGS =
+  BufferFlag.IP4_CKSUM_OK | BufferFlag.L4_CKSUM_OK | BufferFlag.TIMESTAMP_VALID | BufferFlag.HANDED;
 
 /** Number of opaque u32 words per buffer for the nodes (QP index, PSN, ...). */
 export const OPAQUE_WORDS = 8;

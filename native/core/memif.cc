@@ -155,22 +155,15 @@ Napi::Value Memif::Stats(const Napi::CallbackInfo& info) {
   Napi::Object o = Napi::Object::New(env);
   auto set = [&](const char* k, double v) { o.Set(k, Napi::Number::New(env, v)); };
   // This thread's queues and those other threads poll (MemifLane).
-  uint64_t c[12] = {};
-  auto add = [&c](const Lane& l) {
-    const uint64_t v[12] = {l.rx_packets, l.rx_bytes, l.rx_errors, l.rx_no_buffers, l.rx_chained, l.tx_packets,
-                            l.tx_bytes, l.tx_errors, l.tx_refused, l.tx_chained, l.kicks, l.interrupts};
-    for (int i = 0; i < 12; i++) c[i] += v[i];
-  };
-  add(own_);
+  uint64_t c[Lane::kCounters] = {};
+  own_.AddCounters(c);
   if (shared_ != nullptr) {
     for (uint32_t q = 0; q < shared_->lanes.size(); q++) {
       std::lock_guard<std::mutex> g(shared_->mu[q]);
-      if (shared_->lanes[q] != nullptr) add(*shared_->lanes[q]);
+      if (shared_->lanes[q] != nullptr) shared_->lanes[q]->AddCounters(c);
     }
   }
-  const char* names[12] = {"rxPackets", "rxBytes", "rxErrors", "rxNoBuffers", "rxChained", "txPackets",
-                           "txBytes", "txErrors", "txRefused", "txChained", "kicks", "interrupts"};
-  for (int i = 0; i < 12; i++) set(names[i], static_cast<double>(c[i]));
+  for (int i = 0; i < Lane::kCounters; i++) set(Lane::kCounterNames[i], static_cast<double>(c[i]));
   set("connects", static_cast<double>(connects_));
   set("disconnects", static_cast<double>(disconnects_));
   set("connectFailures", static_cast<double>(connect_failures_));

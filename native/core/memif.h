@@ -240,6 +240,17 @@ struct Lane {
   uint64_t kicks = 0, interrupts = 0;
   // A protocol error found on the data path (the peer broke a ring): the owner disconnects.
   const char* fault = nullptr;
+
+  // The counters as stats() names them, added into `c` (in kCounterNames order).
+  static constexpr int kCounters = 12;
+  static constexpr const char* kCounterNames[kCounters] = {
+      "rxPackets", "rxBytes", "rxErrors", "rxNoBuffers", "rxChained", "txPackets",
+      "txBytes",   "txErrors", "txRefused", "txChained", "kicks",     "interrupts"};
+  void AddCounters(uint64_t* c) const {
+    const uint64_t v[kCounters] = {rx_packets, rx_bytes,   rx_errors,  rx_no_buffers, rx_chained, tx_packets,
+                                   tx_bytes,   tx_errors,  tx_refused, tx_chained,    kicks,      interrupts};
+    for (int i = 0; i < kCounters; i++) c[i] += v[i];
+  }
 };
 
 class Memif;
@@ -473,7 +484,6 @@ class Memif : public Napi::ObjectWrap<Memif> {
   void TakeFault();
   // Lanes may (true) or may no longer (false) touch the rings.
   void LanesReady(bool up);
-  const std::shared_ptr<Shared>& shared() const { return shared_; }
   int wait_ep(uint32_t q) const { return q < ep_.size() ? ep_[q] : -1; }
   bool has_rx(uint32_t q) const { return q < rx_.size() && rx_[q].present; }
 

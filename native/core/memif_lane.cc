@@ -267,12 +267,9 @@ class MemifLane : public Napi::ObjectWrap<MemifLane> {
     Napi::Object o = Napi::Object::New(env);
     std::unique_lock<std::mutex> g;
     if (sh_ != nullptr) g = std::unique_lock<std::mutex>(sh_->mu[q_]);
-    const Lane& l = lane_;
-    const uint64_t v[12] = {l.rx_packets, l.rx_bytes, l.rx_errors, l.rx_no_buffers, l.rx_chained, l.tx_packets,
-                            l.tx_bytes, l.tx_errors, l.tx_refused, l.tx_chained, l.kicks, l.interrupts};
-    const char* names[12] = {"rxPackets", "rxBytes", "rxErrors", "rxNoBuffers", "rxChained", "txPackets",
-                             "txBytes", "txErrors", "txRefused", "txChained", "kicks", "interrupts"};
-    for (int i = 0; i < 12; i++) o.Set(names[i], Napi::Number::New(env, static_cast<double>(v[i])));
+    uint64_t c[Lane::kCounters] = {};
+    lane_.AddCounters(c);
+    for (int i = 0; i < Lane::kCounters; i++) o.Set(Lane::kCounterNames[i], Napi::Number::New(env, static_cast<double>(c[i])));
     return o;
   }
 
