@@ -572,6 +572,15 @@ export class Graph {
     return this.sleeping;
   }
 
+  /** 'polling' never sleeps; 'adaptive' polls `idlePollUs` of its clock with nothing to do, then sleeps. */
+  get pollMode(): 'adaptive' | 'polling' {
+    return this.mode;
+  }
+
+  get idlePollUs(): number {
+    return this.idlePollNs / 1000;
+  }
+
   /** Ask the loop to run a pass soon (a driver got packets outside any fd, an event came). */
   wake(): void {
     this.wakeRequested = true;

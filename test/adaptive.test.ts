@@ -1,4 +1,4 @@
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { Graph } from '../graph/graph.ts';
 import type { Frame, NodeRuntime } from '../graph/node.ts';

@@ -2,7 +2,7 @@
 // this file creates (root, iproute2, python3). Without them each test skips with the reason
 // (and fails under CI=true).
 // Run: npm test -- af-packet
-import { test } from 'uvu';
+import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { spawnSync } from 'node:child_process';
 import { readFileSync, readlinkSync } from 'node:fs';
@@ -10,7 +10,7 @@ import { AfPacketDriver } from '../drivers/af-packet.ts';
 import { Interfaces } from '../drivers/interfaces.ts';
 import { BufferFlag, type BufferPool } from '../graph/buffer-pool.ts';
 import { Graph, createPool, type Frame, type NodeRuntime } from '../graph/index.ts';
-import { memPool, skipOrFail, sleep } from './helpers.ts';
+import { memPool, sleep } from './helpers.ts';
 import {
   PY_RECV_FRAMES,
   PY_RECV_UDP,
@@ -38,12 +38,10 @@ test.after(() => {
   if (P) destroyVethNs(P);
 });
 
-/** The shared pair, or null after reporting why the test cannot run. */
-function pair(): VethNs | null {
-  if (unavailable !== null) {
-    skipOrFail(`af_packet kernel tests: ${unavailable}`);
-    return null;
-  }
+/** The shared pair; the test is skipped, with the reason, where none can be made. */
+function pair(): VethNs {
+  if (unavailable !== null) skip(`af_packet kernel tests: ${unavailable}`);
+  if (P === null) throw new Error('the veth pair was not set up');
   return P;
 }
 
@@ -199,7 +197,6 @@ function promiscuity(dev: string): number {
 
 test('open: name host-<if>, MAC and MTU from the kernel, link up, the fd is a bound packet socket; close is idempotent', () => {
   const p = pair();
-  if (!p) return;
   const pool = createPool({ count: 256 });
   const d = new AfPacketDriver({ hostIf: p.host });
   assert.is(d.kind, 'af_packet');
@@ -244,7 +241,6 @@ test('open: name host-<if>, MAC and MTU from the kernel, link up, the fd is a bo
 
 test('errors: no such interface (ENODEV, named), not Ethernet, MTU above the kernel, bad options, opened twice', () => {
   const p = pair();
-  if (!p) return;
   try {
     new AfPacketDriver({ hostIf: 'rgnoexist0' });
     assert.unreachable('should throw');
@@ -284,7 +280,6 @@ test('errors: no such interface (ENODEV, named), not Ethernet, MTU above the ker
 
 test('errors: without CAP_NET_RAW open() fails with EPERM and says so (child process without the capability)', () => {
   const p = pair();
-  if (!p) return;
   const root = new URL('..', import.meta.url).pathname;
   const code = `
     const { AfPacketDriver } = await import(${JSON.stringify(root + 'drivers/af-packet.ts')});
@@ -300,8 +295,7 @@ test('errors: without CAP_NET_RAW open() fails with EPERM and says so (child pro
     ? spawnSync('setpriv', ['--bounding-set', '-net_raw', '--', ...node], { cwd: root, encoding: 'utf8' })
     : spawnSync(node[0], node.slice(1), { uid: 65534, gid: 65534, cwd: root, encoding: 'utf8' });
   if (!setpriv && r.status !== 0 && /EACCES|permission denied/i.test(r.stderr)) {
-    skipOrFail(`no setpriv, and user nobody cannot read the sources here: ${r.stderr.trim().split('\n')[0]}`);
-    return;
+    skip(`no setpriv, and user nobody cannot read the sources here: ${r.stderr.trim().split('\n')[0]}`);
   }
   assert.is(r.status, 0, r.stderr);
   const res = JSON.parse(r.stdout.trim().split('\n').pop() as string);
@@ -314,7 +308,6 @@ test('errors: without CAP_NET_RAW open() fails with EPERM and says so (child pro
 for (const rxRing of ['v3', 'v2'] as const)
   test(`rx (${rxRing} ring): frames the kernel sends from the namespace arrive byte for byte in pool buffers, chained past the data size, timestamped`, async () => {
     const p = pair();
-    if (!p) return;
     const pool = memPool(256, 512); // 512-byte buffers: frames above that are chained
     const d = new AfPacketDriver({ hostIf: p.host, rxRing });
     d.open(pool);
@@ -355,7 +348,6 @@ for (const rxRing of ['v3', 'v2'] as const)
 
 test('rx: UDP from the kernel stack over veth carries a partial checksum (TP_STATUS_CSUMNOTREADY): flagged L4_CKSUM_OK', async () => {
   const p = pair();
-  if (!p) return;
   const pool = memPool(64);
   const d = new AfPacketDriver({ hostIf: p.host });
   d.open(pool);
@@ -419,7 +411,6 @@ test('rx: UDP from the kernel stack over veth carries a partial checksum (TP_STA
 for (const rxRing of ['v3', 'v2'] as const)
   test(`rx (${rxRing} ring): an 802.1Q tag the kernel strips (TP_STATUS_VLAN_VALID) is put back in the frame, also across chained buffers`, async () => {
     const p = pair();
-    if (!p) return;
     const pool = memPool(64, 512);
     const d = new AfPacketDriver({ hostIf: p.host, rxRing });
     d.open(pool);
@@ -454,7 +445,6 @@ for (const rxRing of ['v3', 'v2'] as const)
 
 test('rx: when the pool runs dry frames wait in the ring (counted), none lost; delivered once buffers return', async () => {
   const p = pair();
-  if (!p) return;
   const pool = memPool(16);
   const d = new AfPacketDriver({ hostIf: p.host });
   d.open(pool);
@@ -487,7 +477,7 @@ test('rx: when the pool runs dry frames wait in the ring (counted), none lost; d
 });
 
 test('rx: frames longer than a ring block arrive truncated; they are dropped and counted (rxErrors), the rest flow', async () => {
-  if (!pair()) return;
+  pair();
   const q = createVethNs();
   const pool = memPool(256);
   try {
@@ -521,7 +511,6 @@ test('rx: frames longer than a ring block arrive truncated; they are dropped and
 for (const txMode of ['sendmmsg', 'ring'] as const) {
   test(`tx (${txMode}): frames reach the kernel byte for byte, chains gathered, oversize and runt frames dropped and counted`, async () => {
     const p = pair();
-    if (!p) return;
     const pool = memPool(256, 512);
     const d = new AfPacketDriver({ hostIf: p.host, txMode });
     d.open(pool);
@@ -560,7 +549,6 @@ for (const txMode of ['sendmmsg', 'ring'] as const) {
 
 test('tx: with PACKET_QDISC_BYPASS (default) a tap on our end does not see what we send; qdiscBypass: false shows it', async () => {
   const p = pair();
-  if (!p) return;
   const pool = memPool(64);
   const seen: Record<string, number> = {};
   for (const bypass of [true, false]) {
@@ -589,7 +577,6 @@ test('tx: with PACKET_QDISC_BYPASS (default) a tap on our end does not see what 
 
 test('rx: PACKET_IGNORE_OUTGOING: frames another socket sends out of our interface are not received', async () => {
   const p = pair();
-  if (!p) return;
   const pool = memPool(64);
   const d = new AfPacketDriver({ hostIf: p.host });
   d.open(pool);
@@ -608,7 +595,6 @@ test('rx: PACKET_IGNORE_OUTGOING: frames another socket sends out of our interfa
 
 test('tx + rx with the kernel stack: UDP datagrams delivered to a kernel socket, an ARP request answered', async () => {
   const p = pair();
-  if (!p) return;
   const pool = createPool({ count: 512 });
   const d = new AfPacketDriver({ hostIf: p.host });
   d.open(pool);
@@ -650,7 +636,6 @@ test('tx + rx with the kernel stack: UDP datagrams delivered to a kernel socket,
 
 test('PACKET_STATISTICS: a ring too small for a burst drops in the kernel; counted, accumulated, received + dropped = sent', async () => {
   const p = pair();
-  if (!p) return;
   const pool = createPool({ count: 1024 });
   // 8 blocks of 4 KiB: room for about 200 small frames.
   const d = new AfPacketDriver({ hostIf: p.host, blockSize: 4096, rxFrames: 16 });
@@ -723,7 +708,6 @@ async function until(cond: () => boolean, ms: number): Promise<boolean> {
 for (const rxRing of ['v3', 'v2'] as const)
   test(`the socket fd wakes the sleeping engine (${rxRing} ring): traffic is processed, then it sleeps again; no buffer leak`, async () => {
     const p = pair();
-    if (!p) return;
     const pool = createPool({ count: 1024 });
     const d = new AfPacketDriver({ hostIf: p.host, rxRing });
     const { g, ifs, itf, seen } = graphWith(d, pool);
@@ -752,7 +736,6 @@ for (const rxRing of ['v3', 'v2'] as const)
 
 test('rx ring v2 hands a lone frame over at once; v3 holds it in its block until the block timeout (here 1000 ms)', async () => {
   const p = pair();
-  if (!p) return;
   for (const rxRing of ['v3', 'v2'] as const) {
     const pool = memPool(64, 2048);
     const d = new AfPacketDriver({ hostIf: p.host, rxRing, blockTimeoutMs: 1000 });
@@ -783,7 +766,7 @@ test('rx ring v2 hands a lone frame over at once; v3 holds it in its block until
 });
 
 test('link: a down interface is set up at open as VPP does (bringUp: false leaves it); carrier follows the peer; a downed socket neither spins the engine nor takes tx', async () => {
-  if (!pair()) return;
+  pair();
   const q = createVethNs({ hostUp: false });
   const pool = createPool({ count: 512 });
   try {

@@ -4,7 +4,7 @@
  * larger than the whole budget 413, both naming the key; destroying gives the budget back; the
  * issue's own attack (CQs of depth 2^20 without end) stops at the default budget.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { startApi } from '../api/server.ts';
 import { ApiClient } from '../api/client.ts';

@@ -3,7 +3,7 @@
  * daemon that is not running as ApiConnectionError with a message that says so, a non-API
  * answer, raw bytes and text; and api/ reaching the data plane only through the facade (dataplane/).
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { createServer } from 'node:http';
 import { readdirSync, readFileSync, statSync } from 'node:fs';

@@ -4,7 +4,7 @@
  * 5xx, always {statusCode, error, message}), the token, and afterwards the data plane still
  * carries a SEND.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { apiRoutes, buildServer, startApi } from '../api/server.ts';
 import { MR_DATA_MAX } from '../api/routes/verbs.ts';

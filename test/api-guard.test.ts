@@ -6,7 +6,7 @@
  * still work.
  */
 import { request } from 'node:http';
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { ApiClient } from '../api/client.ts';
 import { httpCall } from '../api/rdmactl-cli.ts';

@@ -3,7 +3,7 @@
  * only through the API client (and raw requests where the status itself is the point). Every
  * JSON response is checked against its declared schema by the server (checkResponses).
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -385,6 +385,7 @@ test('interfaces, neighbors, runtime (verbose), errors, trace, capture and fault
 
     const rt = await ca.runtime();
     const rv = await ca.runtime({ verbose: true });
+    assert.ok(rt.threads[0].rows.length > 0, 'nodes ran');
     assert.ok(
       rt.threads[0].rows.every((r) => r.calls > 0 || r.suspends > 0),
       'rows with no calls are left out',
@@ -402,8 +403,17 @@ test('interfaces, neighbors, runtime (verbose), errors, trace, capture and fault
 
     const errs = await ca.errors();
     assert.ok(errs.threads[0].rows.length > 0 && errs.threads[0].rows.every((r) => typeof r.reason === 'string'));
+    assert.ok(
+      errs.threads[0].rows.some((r) => r.count > 0),
+      'something was counted before the clear',
+    );
     await ca.clearErrors();
-    assert.ok((await ca.errors()).threads[0].rows.every((r) => r.count === 0));
+    const cleared = (await ca.errors()).threads[0].rows;
+    assert.is(cleared.length, errs.threads[0].rows.length, 'every counter still listed');
+    assert.ok(
+      cleared.every((r) => r.count === 0),
+      'clear zeroes them',
+    );
 
     const f = await ca.setFault(ia.name, 'tx', { seed: 7, loss: 0.5 });
     assert.equal(f.fault, { rx: null, tx: { packets: 0, dropped: 0, reordered: 0, duplicated: 0, corrupted: 0 } });

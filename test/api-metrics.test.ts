@@ -2,7 +2,7 @@
  * GET /metrics: every line is valid Prometheus text exposition format 0.0.4 (checked by a small
  * parser written here), and the values are those the JSON routes answer with.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { renderFamilies } from '../api/metrics.ts';
 import { IP_A, IP_B } from './dataplane-helpers.ts';

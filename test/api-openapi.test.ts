@@ -3,7 +3,7 @@
  * fastify registered (from its onRoute hook, not a list written here) is in it with the very
  * schemas fastify validates that route with.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { createRequire } from 'node:module';
 import AjvDraft04Module from 'ajv-draft-04';

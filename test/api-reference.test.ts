@@ -1,4 +1,4 @@
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { readFileSync } from 'node:fs';
 import { README, renderReadme, routeReference } from '../api/reference.ts';

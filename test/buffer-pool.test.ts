@@ -1,4 +1,4 @@
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { BufferFlag, BufferPool, INVALID_INDEX, poolLayout, type ExternalAllocator } from '../graph/buffer-pool.ts';
 import { memPool } from './helpers.ts';

@@ -3,7 +3,7 @@
  * API answering, rdmactl against it, SIGTERM shutdown (socket removed, exit 0), refusals at
  * start-up (bad file, API port taken), and `npm run demo` end to end.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';

@@ -4,64 +4,67 @@
  * the README's rdmactl session run as written across the two. Then what a daemon says when the
  * EAL or the device is wrong. Needs dpdk.node (skips, or fails under CI=true, without it).
  */
-import { test } from 'uvu';
+import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { NATIVE_BUILD_DIR } from '../native/load.ts';
-import { skipOrFail } from './helpers.ts';
-import { bash, blocks, daemon, README, RDMACTL, ROOT } from './readme-helpers.ts';
+import { bash, blocks, daemon, DPDK_LINE, README, RDMACTL, ROOT } from './readme-helpers.ts';
+import { withTeardown } from './helpers.ts';
 
-export const DPDK_LINE = 'npm start -- --config config/examples/dpdk-memif.yaml';
-
-const ready = () =>
-  existsSync(`${NATIVE_BUILD_DIR}dpdk.node`) ||
-  !skipOrFail('dpdk.node was not built (install libdpdk-dev, npm run build)');
+const ready = () => {
+  if (!existsSync(`${NATIVE_BUILD_DIR}dpdk.node`)) skip('dpdk.node was not built (install libdpdk-dev, npm run build)');
+};
 
 test("the README's dpdk peer beside the embedded default: the rdmactl session runs as written across them", async () => {
-  if (!ready()) return;
+  ready();
   assert.ok(
     blocks(README).some((b) => b === DPDK_LINE),
     'the README shows the line',
   );
   const a = await daemon([]);
   let b: Awaited<ReturnType<typeof daemon>> | null = null;
-  try {
-    b = await daemon([], DPDK_LINE);
-    const B = 'node bin/rdmactl.mjs --api http://127.0.0.1:7071';
-    const up = bash(`for i in $(seq 100); do ${B} show interfaces | grep -q " up " && exit 0; sleep 0.1; done; exit 1`);
-    assert.is(up.code, 0, `the DPDK memif client connected:\n${up.out}\n${b.out}`);
-    const hw = bash(`${B} show hardware`);
-    assert.match(hw.out, /net_memif/, `B's port is DPDK's net_memif:\n${hw.out}`);
-    const ctl = bash(blocks(README).find((x) => x.startsWith(RDMACTL)) as string);
-    assert.is(ctl.code, 0, ctl.out);
-    assert.match(
-      ctl.out,
-      /Statistics: 3 sent, 3 received, 0% packet loss/,
-      `ping from A to the DPDK side:\n${ctl.out.slice(0, 2000)}`,
-    );
-    assert.match(ctl.out, /wr-id "s1" qpn \d+ send success byte-len 5/);
-    assert.match(ctl.out, /wr-id "r1" qpn \d+ recv success byte-len 5/);
-    assert.match(ctl.out, /^hello$/m);
-    for (const w of ['w1', 'r2', 'f1']) assert.match(ctl.out, new RegExp(`wr-id "${w}" qpn \\d+ \\S+ success`));
-    assert.match(ctl.out, /^18515\nqp \d+ rts 10\.10\.0\.1:\d+ -> 10\.10\.0\.2:\d+$/m, 'the connection manager');
-  } finally {
-    a.proc.kill('SIGTERM');
-    b?.proc.kill('SIGTERM');
-    assert.is(await a.exit, 0, a.out);
-    if (b) {
-      // B runs under npm: what counts is the daemon's own way out (npm's exit status is npm's),
-      // read once every holder of the output pipes has gone.
-      await b.closed;
-      assert.match(b.out, /stopped \(\d+ QPs? closed with FIN\); every buffer back in the pool/, b.out);
-    }
-  }
+  await withTeardown(
+    async () => {
+      b = await daemon([], DPDK_LINE);
+      const B = 'node bin/rdmactl.mjs --api http://127.0.0.1:7071';
+      const up = bash(
+        `for i in $(seq 100); do ${B} show interfaces | grep -q " up " && exit 0; sleep 0.1; done; exit 1`,
+      );
+      assert.is(up.code, 0, `the DPDK memif client connected:\n${up.out}\n${b.out}`);
+      const hw = bash(`${B} show hardware`);
+      assert.match(hw.out, /net_memif/, `B's port is DPDK's net_memif:\n${hw.out}`);
+      const ctl = bash(blocks(README).find((x) => x.startsWith(RDMACTL)) as string);
+      assert.is(ctl.code, 0, ctl.out);
+      assert.match(
+        ctl.out,
+        /Statistics: 3 sent, 3 received, 0% packet loss/,
+        `ping from A to the DPDK side:\n${ctl.out.slice(0, 2000)}`,
+      );
+      assert.match(ctl.out, /wr-id "s1" qpn \d+ send success byte-len 5/);
+      assert.match(ctl.out, /wr-id "r1" qpn \d+ recv success byte-len 5/);
+      assert.match(ctl.out, /^hello$/m);
+      for (const w of ['w1', 'r2', 'f1']) assert.match(ctl.out, new RegExp(`wr-id "${w}" qpn \\d+ \\S+ success`));
+      assert.match(ctl.out, /^18515\nqp \d+ rts 10\.10\.0\.1:\d+ -> 10\.10\.0\.2:\d+$/m, 'the connection manager');
+    },
+    async () => {
+      a.proc.kill('SIGTERM');
+      b?.proc.kill('SIGTERM');
+      assert.is(await a.exit, 0, a.out);
+      if (b) {
+        // B runs under npm: what counts is the daemon's own way out (npm's exit status is npm's),
+        // read once every holder of the output pipes has gone.
+        await b.closed;
+        assert.match(b.out, /stopped \(\d+ QPs? closed with FIN\); every buffer back in the pool/, b.out);
+      }
+    },
+  );
 });
 
 test("a daemon refuses a bad EAL argument and an unknown PCI device with DPDK's words, naming the interface and line", () => {
-  if (!ready()) return;
+  ready();
   const dir = mkdtempSync(join(tmpdir(), 'dpdk-daemon-'));
   const start = (device: string, ealArgs: string[]) => {
     const f = join(dir, 'bad.yaml');

@@ -4,7 +4,7 @@
  * goes out and the same index comes back), a data plane started on a net_ring vdev, and the
  * configuration errors. Skips (fails under CI=true) when dpdk.node was not built.
  */
-import { test } from 'uvu';
+import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { execFile, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
@@ -17,11 +17,11 @@ import { PcapReader } from '../drivers/pcap-file.ts';
 import { Testpmd, testpmdUnavailable } from './helpers-dpdk.ts';
 import { createVethNs, destroyVethNs, netnsUnavailable } from './helpers-netns.ts';
 import { baseConfig, pipeInterface } from './dataplane-helpers.ts';
-import { skipOrFail, sleep } from './helpers.ts';
+import { sleep } from './helpers.ts';
 
-const ready = () =>
-  existsSync(`${NATIVE_BUILD_DIR}dpdk.node`) ||
-  !skipOrFail('dpdk.node was not built (install libdpdk-dev, npm run build)');
+const ready = () => {
+  if (!existsSync(`${NATIVE_BUILD_DIR}dpdk.node`)) skip('dpdk.node was not built (install libdpdk-dev, npm run build)');
+};
 
 /** The process's mempool outlives a data plane: after close every mbuf must be back in it. */
 const assertMempoolWhole = (dp: Dataplane) => {
@@ -39,7 +39,7 @@ const dpdkInterface = (name: string, device: string, address: string, mac: strin
   });
 
 test('net_ring loopback: frames out come back in as the same buffers, bytes intact; the pool is whole after', async () => {
-  if (!ready()) return;
+  ready();
   const dp = await Dataplane.create(
     baseConfig({
       buffers: { count: 2048, dataSize: 2048 },
@@ -91,7 +91,7 @@ test('net_ring loopback: frames out come back in as the same buffers, bytes inta
 });
 
 test('a data plane on net_ring: its ARP for a neighbor comes back to it (seen in rx), buffers return to the mempool', async () => {
-  if (!ready()) return;
+  ready();
   const dp = await Dataplane.create(
     baseConfig({
       buffers: { count: 2048, dataSize: 2048 },
@@ -112,7 +112,7 @@ test('a data plane on net_ring: its ARP for a neighbor comes back to it (seen in
 });
 
 test('net_memif in our process against our own memif driver: ping both ways, then an RDMA WRITE and a SEND with the DPDK side on zero copy', async () => {
-  if (!ready()) return;
+  ready();
   const dir = mkdtempSync(join(tmpdir(), 'dpdk-memif-'));
   const sock = join(dir, 'memif.sock');
   const server = await Dataplane.create(
@@ -217,9 +217,9 @@ test('net_memif in our process against our own memif driver: ping both ways, the
 });
 
 test('dpdk-testpmd as the peer (its memif server in macswap, our net_memif client): 100 frames come back byte for byte, MACs swapped', async () => {
-  if (!ready()) return;
+  ready();
   const why = testpmdUnavailable();
-  if (why !== null && skipOrFail(why)) return;
+  if (why !== null) skip(why);
   const dir = mkdtempSync(join(tmpdir(), 'dpdk-testpmd-'));
   const sock = join(dir, 'memif.sock');
   const t = new Testpmd({ memif: `role=server,socket=${sock},socket-abstract=no`, mode: 'macswap', maxSeconds: 60 });
@@ -308,9 +308,9 @@ test('dpdk-testpmd as the peer (its memif server in macswap, our net_memif clien
 });
 
 test('net_af_packet on a veth to the kernel in a namespace: the kernel pings us and our UDP echo answers it; the kernel finds no checksum error', async () => {
-  if (!ready()) return;
+  ready();
   const nowhy = netnsUnavailable();
-  if (nowhy !== null && skipOrFail(nowhy)) return;
+  if (nowhy !== null) skip(nowhy);
   const v = createVethNs({ peerCidr: '10.80.0.2/24' });
   const dir = mkdtempSync(join(tmpdir(), 'dpdk-afp-'));
   let dp: Dataplane | null = null;
@@ -357,7 +357,7 @@ test('net_af_packet on a veth to the kernel in a namespace: the kernel pings us 
     await dp.stopCapture('ap0');
     // tshark's verdict on every IPv4, ICMP and UDP checksum we sent (1 = Good).
     if (spawnSync('tshark', ['-v']).status !== 0) {
-      if (skipOrFail('tshark is not installed (Debian package tshark)')) return;
+      skip('tshark is not installed (Debian package tshark)');
     } else {
       const r = spawnSync(
         'tshark',
@@ -404,9 +404,9 @@ test('net_af_packet on a veth to the kernel in a namespace: the kernel pings us 
 });
 
 test('transmit checksum offload on net_tap: the port computes IPv4 and UDP checksums we leave to it; the kernel accepts every echo', async () => {
-  if (!ready()) return;
+  ready();
   const nowhy = netnsUnavailable(); // root and iproute2: the same needs as the namespace tests
-  if (nowhy !== null && skipOrFail(nowhy)) return;
+  if (nowhy !== null) skip(nowhy);
   const tap = `rgtap${process.pid % 10000}`;
   const sh = (cmd: string, args: string[]) =>
     new Promise<string>((resolve) => execFile(cmd, args, { timeout: 20000 }, (_e, out, err) => resolve(out + err)));
@@ -451,7 +451,7 @@ test('transmit checksum offload on net_tap: the port computes IPv4 and UDP check
 });
 
 test('bad configurations: an unknown vdev and other EAL arguments name the interface and the reason', async () => {
-  if (!ready()) return;
+  ready();
   const refused = async (c: ReturnType<typeof baseConfig>, re: RegExp) => {
     const e = await Dataplane.create(c).then(
       (dp) => (dp.close(), null),

@@ -1,4 +1,4 @@
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { performance } from 'node:perf_hooks';
 import { Graph, INVALID_INDEX, type Clock, type Frame, type NodeRuntime } from '../graph/index.ts';

@@ -1,7 +1,7 @@
 // Renderers for show runtime / show errors / show trace against hand-written VPP-layout text.
 // The expected strings are written out literally (column by column, trailing blanks included:
 // VPP centres header titles, so header lines end in spaces).
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import {
   formatErrors,

@@ -1,4 +1,4 @@
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import { manualClock } from './l2l4-helpers.ts';
 import * as assert from 'uvu/assert';
 import { Graph, GraphError } from '../graph/graph.ts';

@@ -1,7 +1,7 @@
 /**
  * Kernel-peer test helpers: veth pairs with one end in a network namespace the test creates,
  * and small python3 raw/UDP socket tools run inside it (`ip netns exec`). Needs root, iproute2
- * and python3; `netnsUnavailable()` says why a test cannot run (pass it to skipOrFail).
+ * and python3; `netnsUnavailable()` says why a test cannot run (pass it to the harness's skip()).
  *
  * Names are unique per process (pid) and per pair; every namespace and veth made here is also
  * removed when the process exits, whatever happened to the test that made it.

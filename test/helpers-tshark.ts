@@ -284,7 +284,7 @@ function probe(): string | null {
 let home: string | null = null;
 
 /** tshark's environment: an empty HOME and configuration folder (no personal prefs or plugins). */
-function tsharkEnv(): NodeJS.ProcessEnv {
+export function tsharkEnv(): NodeJS.ProcessEnv {
   home ??= mkdtempSync(join(tmpdir(), 'tshark-home-'));
   const env: NodeJS.ProcessEnv = { ...process.env, HOME: home, WIRESHARK_CONFIG_DIR: join(home, 'wireshark') };
   delete env.XDG_CONFIG_HOME;

@@ -27,9 +27,24 @@ export function packet(pool: BufferPool, bytes: number[] | Uint8Array): number {
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-/** In CI every skip is a failure; elsewhere it prints the reason. */
-export function skipOrFail(reason: string): boolean {
-  if (process.env.CI === 'true') throw new Error(`required test could not run in CI: ${reason}`);
-  console.log(`  SKIP: ${reason}`);
-  return true;
+/**
+ * Runs `body`, then `teardown` whatever happened. The teardown may assert (no buffer leaked, a
+ * clean exit status); when the body failed, its failure stays the one reported, with the
+ * teardown's own failure appended, instead of being replaced by it (as a `finally` would).
+ */
+export async function withTeardown<T>(body: () => T | Promise<T>, teardown: () => unknown): Promise<T> {
+  let result: T;
+  try {
+    result = await body();
+  } catch (e) {
+    try {
+      await teardown();
+    } catch (t) {
+      if (e instanceof Error)
+        e.message += `\n(the teardown failed as well: ${t instanceof Error ? t.message : String(t)})`;
+    }
+    throw e;
+  }
+  await teardown();
+  return result;
 }

@@ -6,7 +6,7 @@
  * while the link stays up, where the protocol allows that), every buffer back in the pool, and a
  * good client able to connect afterwards.
  */
-import { test } from 'uvu';
+import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
@@ -18,7 +18,7 @@ import { MemifDriver } from '../drivers/memif.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';
 import { baseConfig, MAC_A, pipeInterface } from './dataplane-helpers.ts';
 import { NATIVE_BUILD_DIR } from '../native/load.ts';
-import { memPool, skipOrFail, sleep } from './helpers.ts';
+import { memPool, sleep } from './helpers.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const HOSTILE = join(NATIVE_BUILD_DIR, 'memif-hostile');
@@ -156,16 +156,12 @@ async function finishVictim(v: Victim): Promise<Record<string, unknown>> {
   return f;
 }
 
-function ready(): boolean {
-  if (!existsSync(HOSTILE)) {
-    skipOrFail(`${HOSTILE} not built (npm run build)`);
-    return false;
-  }
-  return true;
+function ready(): void {
+  if (!existsSync(HOSTILE)) skip(`${HOSTILE} not built (npm run build)`);
 }
 
 test('descriptors rewritten while the server copies: each read once, bad frames dropped and counted, no crash', async () => {
-  if (!ready()) return;
+  ready();
   const sock = join(dir, `s${seq++}.sock`);
   const v = await victim(sock);
   const h = await hostileAsync(['flip', sock, '1.5']);
@@ -180,7 +176,7 @@ test('descriptors rewritten while the server copies: each read once, bad frames 
 });
 
 test('interrupt fds: a pipe is refused; blocking eventfds are made non-blocking, and one made blocking again drops the link', async () => {
-  if (!ready()) return;
+  ready();
   const sock = join(dir, `s${seq++}.sock`);
   const v = await victim(sock);
   const p = hostile(['pipe', sock]);
@@ -198,7 +194,7 @@ test('interrupt fds: a pipe is refused; blocking eventfds are made non-blocking,
 });
 
 test('a region not sealed against shrinking is refused before it is mapped (truncating it would be SIGBUS)', async () => {
-  if (!ready()) return;
+  ready();
   const sock = join(dir, `s${seq++}.sock`);
   const v = await victim(sock);
   const h = hostile(['unsealed', sock, '0.5']);
@@ -211,7 +207,7 @@ test('a region not sealed against shrinking is refused before it is mapped (trun
 });
 
 test('a head jumping past the ring drops the link with its reason', async () => {
-  if (!ready()) return;
+  ready();
   const sock = join(dir, `s${seq++}.sock`);
   const v = await victim(sock);
   const h = hostile(['jump', sock]);
@@ -223,7 +219,7 @@ test('a head jumping past the ring drops the link with its reason', async () => 
 });
 
 test('connections that never send INIT: at most 8 wait, the rest are turned away, and they time out', async () => {
-  if (!ready()) return;
+  ready();
   const sock = join(dir, `s${seq++}.sock`);
   const v = await victim(sock);
   const h = hostile(['noinit', sock, '40', '2.6']);
@@ -240,7 +236,7 @@ test('connections that never send INIT: at most 8 wait, the rest are turned away
 });
 
 test('the daemon logs every dropped memif connection with its reason', async () => {
-  if (!ready()) return;
+  ready();
   const sock = join(dir, `s${seq++}.sock`);
   const lines: string[] = [];
   const dp = await Dataplane.create(
@@ -273,7 +269,7 @@ test('the daemon logs every dropped memif connection with its reason', async () 
 });
 
 test('a second memif client on a taken id: both sides log the refusal once, with the reason; show hardware has it', async () => {
-  if (!ready()) return;
+  ready();
   const sock = join(dir, `s${seq++}.sock`);
   const logs: Record<string, string[]> = { server: [], first: [], second: [] };
   const make = (who: string, role: 'server' | 'client', addr: string) =>

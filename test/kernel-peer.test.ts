@@ -5,7 +5,7 @@
 // Needs root, iproute2, python3, iputils-ping, iputils-arping, tcpdump and tshark; without them
 // each test skips with the reason (and fails under CI=true).
 // Run: npm test -- kernel-peer
-import { test } from 'uvu';
+import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -16,7 +16,7 @@ import { Interfaces, type Interface } from '../drivers/interfaces.ts';
 import { type BufferPool, createPool, Graph } from '../graph/index.ts';
 import { formatMac } from '../nodes/net/address.ts';
 import { registerL2L4, type Netstack } from '../nodes/netstack.ts';
-import { skipOrFail, sleep } from './helpers.ts';
+import { sleep } from './helpers.ts';
 import {
   createVethNs,
   destroyVethNs,
@@ -248,12 +248,9 @@ let planeP: Promise<Plane> | null = null;
  */
 const undo: (() => void | Promise<void>)[] = [];
 
-/** The data plane (set up on first use), or null after reporting why the test cannot run. */
-async function plane(): Promise<Plane | null> {
-  if (unavailable !== null) {
-    skipOrFail(`kernel-peer tests: ${unavailable}`);
-    return null;
-  }
+/** The data plane (set up on first use); the test is skipped, with the reason, where it cannot be. */
+async function plane(): Promise<Plane> {
+  if (unavailable !== null) skip(`kernel-peer tests: ${unavailable}`);
   if (planeP === null) planeP = setUp();
   return planeP;
 }
@@ -425,7 +422,6 @@ test.after(async () => {
 
 test('the kernel pings us: 100 pings, 0 % loss (and the kernel pinging itself over the same veth, for comparison)', async () => {
   const x = await plane();
-  if (!x) return;
   const replies = x.g.errorCount('icmp4-echo', 'replies');
   const icmp = await snmp(x.p.ns, 'Icmp');
   const r = await run('ip', ['netns', 'exec', x.p.ns, 'ping', ...PING_ARGS, US_IP], 20000);
@@ -463,7 +459,6 @@ test('the kernel pings us: 100 pings, 0 % loss (and the kernel pinging itself ov
 
 test("ARP: arping gets our MAC, the kernel neighbor table learns it; we learn the kernel's, and resolve it ourselves", async () => {
   const x = await plane();
-  if (!x) return;
   const { p, net, itf, g } = x;
   const peerMac = formatMac(p.peerMac);
   // After the pings the kernel knows us already; start both tables empty.
@@ -514,7 +509,6 @@ test("ARP: arping gets our MAC, the kernel neighbor table learns it; we learn th
 
 test('UDP echo: a kernel socket gets every datagram back byte-identical (0..1472 bytes, one by one and in a burst)', async () => {
   const x = await plane();
-  if (!x) return;
   const sizes = [0, 1, 2, 3, 7, 8, 9, 100, 101, 255, 256, 511, 512, 1000, 1024, 1400, 1471, 1472];
   for (let k = 0; k < 60; k++) sizes.push((k * 379 + 11) % 1473);
   const burst = 64;
@@ -549,7 +543,6 @@ test('UDP echo: a kernel socket gets every datagram back byte-identical (0..1472
 
 test('we send to a kernel UDP socket: it receives the exact payloads (the kernel checked our checksums)', async () => {
   const x = await plane();
-  if (!x) return;
   const payloads: Uint8Array[] = [];
   for (const n of [0, 1, 2, 100, 555, 1471, 1472])
     payloads.push(Uint8Array.from({ length: n }, (_, i) => (i * 31 + n) & 0xff));
@@ -575,7 +568,6 @@ test('we send to a kernel UDP socket: it receives the exact payloads (the kernel
 
 test('datagrams to a port nobody bound are dropped and counted exactly ("no_listener"), no ICMP unreachable', async () => {
   const x = await plane();
-  if (!x) return;
   const N = 25;
   const before = x.g.errorCount('udp4-input', 'no_listener');
   const drops = x.g.nodeCounters('error-drop').vectors;
@@ -702,7 +694,6 @@ function judge(rows: string[][]): Verdict {
 
 test('independent decoding: tshark finds every IPv4/UDP/ICMP checksum we sent Good, no expert warnings or errors', async () => {
   const x = await plane();
-  if (!x) return;
   // Our capture closes with the interface; then tcpdump writes what it has and exits.
   stopPlane(x);
   await sleep(100);
@@ -736,7 +727,6 @@ test('independent decoding: tshark finds every IPv4/UDP/ICMP checksum we sent Go
 
 test('teardown: graph stopped, interface closed, no buffer leaked', async () => {
   const x = await plane();
-  if (!x) return;
   stopPlane(x);
   assert.not.ok(x.g.isRunning);
   assert.is(x.pool.available(), x.pool.count, 'every buffer back in the pool');

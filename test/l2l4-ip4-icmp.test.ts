@@ -1,4 +1,4 @@
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { BufferFlag, formatTrace } from '../graph/index.ts';
 import { foldSum, ip4HeaderSum20, rangeSum } from '../nodes/ip4/ip4.ts';

@@ -1,4 +1,4 @@
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { formatTrace } from '../graph/index.ts';
 import { NeighborTable } from '../nodes/ethernet/neighbor.ts';

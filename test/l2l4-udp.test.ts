@@ -1,4 +1,4 @@
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { BufferFlag, formatErrors, formatTrace, OPAQUE_WORDS } from '../graph/index.ts';
 import { Ip4Opaque } from '../nodes/ip4/ip4.ts';

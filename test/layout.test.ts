@@ -1,4 +1,4 @@
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
@@ -36,14 +36,23 @@ test('graph/ imports nothing from nodes/, drivers/ or api/ (only itself, native/
 });
 
 test('native/ imports nothing above it', () => {
-  for (const f of sources('native')) {
-    for (const spec of imports(f))
+  const files = sources('native');
+  assert.ok(files.includes('native/load.ts'), `found ${files.join(' ')}`);
+  let checked = 0;
+  for (const f of files) {
+    for (const spec of imports(f)) {
       assert.ok(spec.startsWith('node:') || spec.startsWith('./'), `${f} imports "${spec}"`);
+      checked++;
+    }
   }
+  assert.ok(checked >= 3, `checked ${checked} imports`);
 });
 
 test('drivers/ import only graph/, native/ and each other', () => {
-  for (const f of sources('drivers')) {
+  const files = sources('drivers');
+  assert.ok(files.length >= 10 && files.includes('drivers/memif.ts'), `found ${files.length} driver sources`);
+  let checked = 0;
+  for (const f of files) {
     for (const spec of imports(f)) {
       assert.ok(
         spec.startsWith('node:') ||
@@ -52,8 +61,10 @@ test('drivers/ import only graph/, native/ and each other', () => {
           spec.startsWith('../native/'),
         `${f} imports "${spec}"`,
       );
+      checked++;
     }
   }
+  assert.ok(checked >= 30, `checked ${checked} imports`);
 });
 
 test('nodes/ import only graph/ and each other (never drivers/, native/, config/ or api/)', () => {
@@ -116,7 +127,9 @@ test('bin/ and index.ts reach the data plane only through dataplane/dataplane.ts
 });
 
 test('Dataplane.internals (the insides, for tests and benchmarks) is never used by api/, bin/ or index.ts', () => {
-  for (const f of [...sources('api'), ...sources('bin'), 'index.ts']) {
+  const files = [...sources('api'), ...sources('bin'), 'index.ts'];
+  assert.ok(files.length >= 5 && files.includes('bin/main.ts'), `found ${files.join(' ')}`);
+  for (const f of files) {
     assert.not.match(readFileSync(join(root, f), 'utf8'), /\binternals\(/, `${f} uses Dataplane.internals`);
   }
 });
@@ -137,6 +150,24 @@ test('api/ reaches the data plane only through the Dataplane facade (plus the pu
       assert.ok(ok, `${f} imports "${spec}"`);
     }
   }
+});
+
+test('every test file takes test/suite from test/harness.ts, never from uvu directly (timeouts, hook failures, counted skips)', () => {
+  const files = sources('test').filter((f) => !f.startsWith('test/fixtures/') && f !== 'test/harness.ts');
+  const tests = files.filter((f) => f.endsWith('.test.ts'));
+  assert.ok(tests.length >= 60, `found ${tests.length} test files`);
+  for (const f of files)
+    assert.not.ok(imports(f).includes('uvu'), `${f} imports uvu itself: take test and suite from the harness`);
+  // Directly, or through a helper that builds its suites (rdma-ops-helpers.ts).
+  const viaHarness = (f: string, seen = new Set<string>()): boolean =>
+    !seen.has(f) &&
+    (seen.add(f), true) &&
+    imports(f).some(
+      (s) =>
+        /(^|\/)harness\.ts$/.test(s) ||
+        (s.startsWith('./') && s.endsWith('-helpers.ts') && viaHarness(join('test', s), seen)),
+    );
+  for (const f of tests) assert.ok(viaHarness(f), `${f} takes its test API from the harness`);
 });
 
 test.run();

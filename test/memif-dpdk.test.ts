@@ -6,7 +6,7 @@
  * addresses, chained jumbo frames included; testpmd in txonly mode feeding UDP into our L2-L4
  * stack, with our receive counters and udp4-input's count equal to testpmd's transmit count.
  */
-import { test } from 'uvu';
+import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -16,7 +16,7 @@ import { Interfaces } from '../drivers/interfaces.ts';
 import { Graph, type BufferPool } from '../graph/index.ts';
 import { createPool } from '../graph/memory.ts';
 import { registerL2L4 } from '../nodes/netstack.ts';
-import { memPool, packet, skipOrFail, sleep } from './helpers.ts';
+import { memPool, packet, sleep } from './helpers.ts';
 import { Testpmd, testpmdUnavailable } from './helpers-dpdk.ts';
 import { udpFrame } from './l2l4-helpers.ts';
 
@@ -99,7 +99,7 @@ function checkSwapped(sent: Uint8Array[], got: Uint8Array[]): void {
 const SIZES = [60, 64, 128, 1514, 2048, 2049, 3000, 9014, 600, 61];
 
 test('testpmd (client, default abstract socket) against our server: macswap reflects 2000 frames byte for byte, jumbo frames chained', async () => {
-  if (why && skipOrFail(why)) return;
+  if (why) skip(why);
   const name = path.join(dir, 'abstract.sock');
   const pool = memPool(8192);
   const d = new MemifDriver('dpdk0', { socket: `@${name}`, role: 'server', mac: '02:00:00:00:00:01', mtu: 9000 });
@@ -135,7 +135,7 @@ test('testpmd (client, default abstract socket) against our server: macswap refl
 });
 
 test('testpmd (server, filesystem socket) against our zero-copy client: macswap reflects 2000 frames byte for byte', async () => {
-  if (why && skipOrFail(why)) return;
+  if (why) skip(why);
   const sock = path.join(dir, 'srv', 'memif.sock');
   fs.mkdirSync(path.dirname(sock), { recursive: true });
   const pool = createPool({ count: 8192, hugepages: 'never', name: 'dpdk-client' });
@@ -170,7 +170,7 @@ test('testpmd (server, filesystem socket) against our zero-copy client: macswap 
 });
 
 test("testpmd txonly into our L2-L4 stack: our counters equal testpmd's transmit count, every datagram reaches udp4-input", async () => {
-  if (why && skipOrFail(why)) return;
+  if (why) skip(why);
   const name = path.join(dir, 'txonly.sock');
   const pool = memPool(16384);
   const g = new Graph({ pool, idlePollUs: 50 });

@@ -7,7 +7,7 @@
  * itself); the child killed mid-burst (every buffer of ours comes back); a clean shutdown in
  * the child with its pool whole.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';

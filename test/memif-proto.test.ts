@@ -6,7 +6,7 @@
  * descriptors and interrupts; and our client's INIT / ADD_REGION / ADD_RING / CONNECT seen by
  * a hand-written server.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import fs from 'node:fs';
 import os from 'node:os';

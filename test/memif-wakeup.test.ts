@@ -11,7 +11,7 @@
  * native/tools/memif-hostile's `trickle` mode sends single frames at random moments and waits
  * for each to be taken.
  */
-import { test } from 'uvu';
+import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
@@ -19,13 +19,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { NATIVE_BUILD_DIR } from '../native/load.ts';
-import { skipOrFail } from './helpers.ts';
 import { ROOT } from './readme-helpers.ts';
 
 const HOSTILE = join(NATIVE_BUILD_DIR, 'memif-hostile');
 
 test('a sleeping engine misses no memif kick: 300 single frames at random moments, the first one right after the link comes up, each taken at once', async () => {
-  if (!existsSync(HOSTILE)) return void skipOrFail(`${HOSTILE} not built (npm run build)`);
+  if (!existsSync(HOSTILE)) skip(`${HOSTILE} not built (npm run build)`);
   const dir = mkdtempSync(join(tmpdir(), 'memif-wakeup-'));
   const sock = join(dir, 'm.sock');
   const rx = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'test/memif-sleeper-helpers.ts'), sock], {
@@ -33,6 +32,8 @@ test('a sleeping engine misses no memif kick: 300 single frames at random moment
     stdio: ['pipe', 'pipe', 'inherit'],
     env: { ...process.env, RDMA_GRAPH_MEMIF_RX_GAP_US: '200' },
   });
+  // Listened for from the start: a receiver that dies early has exited before any later look.
+  const exited = new Promise<void>((r) => rx.once('exit', () => r()));
   const lines: Record<string, number | boolean>[] = [];
   createInterface({ input: rx.stdout! }).on('line', (l) => lines.push(JSON.parse(l)));
   const next = async (n: number) => {
@@ -62,7 +63,10 @@ test('a sleeping engine misses no memif kick: 300 single frames at random moment
     );
   } finally {
     rx.stdin!.end();
-    await new Promise((r) => rx.on('exit', r));
+    // It ends when its stdin closes; one that does not is killed rather than waited for forever.
+    const kill = setTimeout(() => rx.kill('SIGKILL'), 10_000);
+    await exited;
+    clearTimeout(kill);
     rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -5,7 +5,7 @@
  * the engine, refused handshakes (secret, id), shared server sockets, the abstract namespace,
  * option errors, and no buffer ever lost.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import fs from 'node:fs';
 import os from 'node:os';

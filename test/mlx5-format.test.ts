@@ -23,16 +23,16 @@
  *   commit 3214ba59e30), RQ MLX5_RCV_DBR word 0 = be32(counter & 0xffff), SQ MLX5_SND_DBR
  *   word 1 = be32(counter & 0xffff).
  */
-import { test } from 'uvu';
+import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { type VerbsAddon, verbsAddon } from '../drivers/verbs-addon.ts';
-import { skipOrFail } from './helpers.ts';
 
 let v: VerbsAddon | null = null;
+let why = '';
 try {
   v = verbsAddon();
 } catch (e) {
-  skipOrFail(`verbs.node was not built (${(e as Error).message})`);
+  why = `verbs.node was not built (${(e as Error).message})`;
 }
 
 const hex = (s: string) =>
@@ -64,7 +64,7 @@ function put(r: Uint8Array, slot: number, cqe: Uint8Array): void {
 }
 
 test('CQE: one responder send: bytes, flags word, checksums; an invalid slot ends the poll', () => {
-  if (v === null) return;
+  if (v === null) skip(why);
   const r = ring(3);
   put(r, 0, hex(CQE_UDP_1514));
   const s = state();
@@ -76,7 +76,7 @@ test('CQE: one responder send: bytes, flags word, checksums; an invalid slot end
 });
 
 test('CQE: the owner bit flips every pass round the ring (wrap-around)', () => {
-  if (v === null) return;
+  if (v === null) skip(why);
   const r = ring(2); // 4 CQEs
   const c = hex(CQE_UDP_1514);
   for (let i = 0; i < 4; i++) put(r, i, c);
@@ -110,7 +110,7 @@ function zipped(log: number, ci: number, n: number): Uint8Array {
 }
 
 test('compressed CQE: a title and two mini-CQE arrays (slot after the title, then title+8) give one completion each', () => {
-  if (v === null) return;
+  if (v === null) skip(why);
   const r = zipped(4, 0, 10);
   const s = state();
   const got = v.mlx5PollRx(r, 4, s, 256);
@@ -129,7 +129,7 @@ test('compressed CQE: a title and two mini-CQE arrays (slot after the title, the
 });
 
 test('compressed CQE: a burst that ends inside a session resumes it on the next call', () => {
-  if (v === null) return;
+  if (v === null) skip(why);
   const r = zipped(4, 0, 10);
   const s = state();
   assert.equal(
@@ -145,7 +145,7 @@ test('compressed CQE: a burst that ends inside a session resumes it on the next 
 });
 
 test('compressed CQE: a session that wraps the ring (title at the last slot but one)', () => {
-  if (v === null) return;
+  if (v === null) skip(why);
   const log = 4;
   const r = zipped(log, 14, 9); // minis 0-7 in slot 15, mini 8 in slot (14+8)&15 = 6
   const s = state();
@@ -161,7 +161,7 @@ test('compressed CQE: a session that wraps the ring (title at the last slot but 
 });
 
 test('CQE: a responder error is one completion with its syndrome; unknown opcodes and impossible sessions stop the ring', () => {
-  if (v === null) return;
+  if (v === null) skip(why);
   const r = ring(3);
   const e = new Uint8Array(64);
   e[0x36] = 0x39; // vendor syndrome
@@ -189,7 +189,7 @@ test('CQE: a responder error is one completion with its syndrome; unknown opcode
 });
 
 test('send CQE: requester completion names its WQE; REQ_ERR carries the syndrome (LOCAL_PROT_ERR)', () => {
-  if (v === null) return;
+  if (v === null) skip(why);
   const r = ring(2);
   const ok = new Uint8Array(64);
   ok.set([0x01, 0x23], 0x3c); // wqe_counter 0x0123
@@ -210,7 +210,7 @@ test('send CQE: requester completion names its WQE; REQ_ERR carries the syndrome
 });
 
 test('striding RQ byte count: filler bit, consumed strides, bytes', () => {
-  if (v === null) return;
+  if (v === null) skip(why);
   assert.equal(v.mlx5StridingBc(0x8000_0000 + (5 << 16)), { filler: true, strides: 5, bytes: 0 });
   assert.equal(v.mlx5StridingBc((3 << 16) | 4000), { filler: false, strides: 3, bytes: 4000 });
   assert.equal(v.mlx5StridingBc((1 << 16) | 60), { filler: false, strides: 1, bytes: 60 });
@@ -218,7 +218,7 @@ test('striding RQ byte count: filler bit, consumed strides, bytes', () => {
 });
 
 test('checksum flags: IPv4 L3_OK, UDP/TCP L4_OK; IPv6, fragments and other L4 types are not', () => {
-  if (v === null) return;
+  if (v === null) skip(why);
   const f = (l3ok: boolean, l4ok: boolean, l3type: number, l4type: number, frag = false) =>
     ((l3ok ? 1 : 0) << 9) | ((l4ok ? 1 : 0) << 10) | (l3type << 2) | (l4type << 4) | (frag ? 1 << 7 : 0);
   assert.equal(v.mlx5Csum(f(true, true, 2, 2)), { ip4: true, l4: true }, 'IPv4 UDP');
@@ -232,7 +232,7 @@ test('checksum flags: IPv4 L3_OK, UDP/TCP L4_OK; IPv6, fragments and other L4 ty
 });
 
 test('send WQE: ctrl + eth with 18 bytes inline + one data segment, byte for byte', () => {
-  if (v === null) return;
+  if (v === null) skip(why);
   const frame = Uint8Array.from({ length: 60 }, (_, i) => i + 1);
   const w = new Uint8Array(64).fill(0xee);
   const ds = v.mlx5BuildSendWqe(w, 0x0102, 0xabcd, frame, 0x11223344, 0x7f00, 0x1000_0000, 0xc0, true, 0, 60);
@@ -262,7 +262,7 @@ test('send WQE: ctrl + eth with 18 bytes inline + one data segment, byte for byt
 });
 
 test('send WQE: a frame of 18 bytes or fewer goes fully inline (3 units, no data segment)', () => {
-  if (v === null) return;
+  if (v === null) skip(why);
   const frame = Uint8Array.from({ length: 14 }, (_, i) => 0xa0 + i);
   const w = new Uint8Array(64).fill(0xee);
   assert.is(v.mlx5BuildSendWqe(w, 0xffff, 1, frame, 5, 0, 0x1000, 0, false, 0, 14), 3);
@@ -279,7 +279,7 @@ test('send WQE: a frame of 18 bytes or fewer goes fully inline (3 units, no data
 });
 
 test('doorbell records: CQ 24-bit, RQ and SQ 16-bit counters, big-endian, SQ in word 1', () => {
-  if (v === null) return;
+  if (v === null) skip(why);
   assert.is(toHex(v.mlx5Doorbell('cq', 0x01234567)), '0023456700000000');
   assert.is(toHex(v.mlx5Doorbell('rq', 0x12345)), '0000234500000000');
   assert.is(toHex(v.mlx5Doorbell('sq', 0x10005)), '0000000000000005');
@@ -287,7 +287,7 @@ test('doorbell records: CQ 24-bit, RQ and SQ 16-bit counters, big-endian, SQ in 
 });
 
 test('receive WQE segments: data segment and the striding-RQ SRQ next segment', () => {
-  if (v === null) return;
+  if (v === null) skip(why);
   const d = new Uint8Array(16);
   v.mlx5DataSeg(d, 2048, 0x00c0ffee, 0x1, 0x2345_6789);
   assert.is(toHex(d), '00000800' + '00c0ffee' + '00000001' + '23456789');
@@ -297,7 +297,7 @@ test('receive WQE segments: data segment and the striding-RQ SRQ next segment', 
 });
 
 test('format functions refuse buffers smaller than their ring or entry', () => {
-  if (v === null) return;
+  if (v === null) skip(why);
   assert.throws(() => v!.mlx5PollRx(new Uint8Array(64), 3, state(), 8), /needs 512/);
   assert.throws(() => v!.mlx5ParseSendWqe(new Uint8Array(32)), /needs 64/);
   assert.throws(() => v!.mlx5PollRx(ring(3), 3, new Uint32Array(2), 8), /Uint32Array of 7/);

@@ -3,10 +3,11 @@
  * own entry registers the TypeScript loader. Run as a separate process through the package's
  * self-reference, as an embedding application would.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { blocks, EMBED, README } from './readme-helpers.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
@@ -37,6 +38,17 @@ test('an application imports rdma-graph and drives a data plane through the faca
   ]);
   assert.is(typeof r.pd, 'number');
   assert.is(r.kind, 'not-found');
+});
+
+test("the README's embedding snippet, as written (its '...' line printing the PD), from plain Node", () => {
+  const block = blocks(README).find((b) => b.startsWith(EMBED));
+  assert.ok(block, 'the README shows the snippet');
+  const lines = block.split('\n');
+  assert.is(lines.filter((l) => l.trim() === '...').length, 1, 'one elided line');
+  const script = lines.map((l) => (l.trim() === '...' ? 'console.log(JSON.stringify({ pd }));' : l)).join('\n');
+  const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], { cwd: ROOT, encoding: 'utf8' });
+  const r = JSON.parse(out.trim().split('\n').pop()!);
+  assert.is(typeof r.pd, 'number', out);
 });
 
 test.run();

@@ -1,5 +1,5 @@
 import { nowNs } from '../graph/clock.ts';
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import * as fs from 'node:fs';
 import * as os from 'node:os';

@@ -3,7 +3,7 @@
  * (icmp4-ping -> ip4-rewrite), replies matched by icmp4-echo, RTTs measured on the graph's clock;
  * the REST route and `rdmactl ping` printing VPP's lines.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { DataplaneError } from '../dataplane/views.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';

@@ -1,4 +1,4 @@
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import type { BufferPool } from '../graph/buffer-pool.ts';
 import { memPool } from './helpers.ts';

@@ -2,13 +2,17 @@
  * cpu.poll and cpu.idle-poll-us reach the graph (issue 17): `polling` never sleeps, `interrupt`
  * sleeps as soon as a pass finds nothing, `adaptive` keeps polling idle-poll-us with nothing to
  * do, then sleeps. Observed on an idle data plane through the graph's own sleep counter and
- * state, and in `show runtime`'s node state.
+ * state, and in `show runtime`'s node state; the idle-poll time itself on a graph whose clock
+ * the test moves (no wall time is measured).
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { Dataplane } from '../dataplane/dataplane.ts';
 import type { Config } from '../config/types.ts';
 import { baseConfig, pipeInterface } from './dataplane-helpers.ts';
+import { Graph } from '../graph/graph.ts';
+import { memPool } from './helpers.ts';
+import { manualClock } from './l2l4-helpers.ts';
 
 let n = 0;
 async function idlePlane(
@@ -30,6 +34,13 @@ async function idlePlane(
   }
 }
 const wait = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const turns = async (n: number) => {
+  for (let i = 0; i < n; i++) await new Promise((r) => setImmediate(r));
+};
+/** Until `cond` holds (a liveness wait: the harness's timeout ends a wait that never does). */
+async function until(cond: () => boolean): Promise<void> {
+  while (!cond()) await wait(5);
+}
 
 test('cpu.poll: polling never sleeps; interrupt sleeps at once; adaptive after idle-poll-us', async () => {
   await idlePlane(
@@ -45,8 +56,9 @@ test('cpu.poll: polling never sleeps; interrupt sleeps at once; adaptive after i
     { workers: 0, mainCore: null, corelistWorkers: null, poll: 'interrupt', idlePollUs: 500_000 },
     null,
     async (g, dp) => {
-      await wait(100);
-      assert.ok(g.sleeps > 0, 'interrupt: asleep well before the idle-poll time it ignores');
+      // The idle-poll time (500 ms) does not apply: it goes to sleep on the first idle pass.
+      assert.is(g.idlePollUs, 0, 'interrupt: no idle polling');
+      await until(() => g.sleeps > 0);
       assert.is(g.isSleeping, true);
       const rt = (await dp.runtime())[0];
       assert.ok(
@@ -59,12 +71,38 @@ test('cpu.poll: polling never sleeps; interrupt sleeps at once; adaptive after i
     { workers: 0, mainCore: null, corelistWorkers: null, poll: 'adaptive', idlePollUs: 400_000 },
     null,
     async (g) => {
-      await wait(150);
-      assert.is(g.sleeps, 0, 'adaptive: still polling within idle-poll-us (400 ms)');
-      await wait(600);
-      assert.ok(g.sleeps > 0, 'adaptive: asleep after idle-poll-us');
+      assert.is(g.pollMode, 'adaptive');
+      assert.is(g.idlePollUs, 400_000, 'cpu.idle-poll-us reached the graph');
+      await until(() => g.sleeps > 0);
     },
   );
+});
+
+test('adaptive: polls idle-poll-us of the graph clock with nothing to do, then sleeps; work starts the count again', async () => {
+  const clock = manualClock();
+  const g = new Graph({ pool: memPool(64), clock, mode: 'adaptive', idlePollUs: 400_000 });
+  let work = 0;
+  g.register({ name: 'idle-input', type: 'input', fn: () => (work > 0 ? (work--, 1) : 0) });
+  g.start();
+  try {
+    await turns(50);
+    assert.is(g.sleeps, 0, 'the clock has not moved: still polling after 50 event-loop turns');
+    clock.advance(399_000_000);
+    await turns(20);
+    assert.is(g.sleeps, 0, 'idle for 399 ms: still polling');
+    work = 1;
+    await turns(5);
+    assert.is(work, 0, 'the pass found work');
+    clock.advance(399_000_000);
+    await turns(20);
+    assert.is(g.sleeps, 0, 'idle for 399 ms since the work: still polling');
+    clock.advance(2_000_000);
+    await turns(20);
+    assert.is(g.sleeps, 1, 'idle for 401 ms: asleep');
+    assert.is(g.isSleeping, true);
+  } finally {
+    g.close();
+  }
 });
 
 test("an interface's rx-mode polling keeps an interrupt-mode graph awake (VPP: a thread with a polling interface polls)", async () => {
@@ -80,8 +118,7 @@ test("an interface's rx-mode polling keeps an interrupt-mode graph awake (VPP: a
     { workers: 0, mainCore: null, corelistWorkers: null, poll: 'interrupt', idlePollUs: 200 },
     'interrupt',
     async (g) => {
-      await wait(100);
-      assert.ok(g.sleeps > 0, 'the same graph with the interface in interrupt mode sleeps');
+      await until(() => g.sleeps > 0);
     },
   );
 });

@@ -3,7 +3,7 @@
  * driver provides (DPDK's mempool), with that driver's allocator; from the core addon when none
  * does; refused, naming both, when two want it.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { poolFor } from '../dataplane/dataplane.ts';
 import { DataplaneError } from '../dataplane/views.ts';

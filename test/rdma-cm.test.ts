@@ -5,7 +5,7 @@
  * CM messages counted by cm-input, and the connect/listen API's errors. Every test ends with
  * every buffer back in the pool.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import { CmConnectError } from '../nodes/rdma/cm.ts';
 import * as assert from 'uvu/assert';
 import type { ConnectRequest } from '../nodes/rdma/cm.ts';

@@ -3,7 +3,7 @@
  * reordering, duplication and corruption at once on both directions (faultRun in
  * rdma-faults-helpers.ts); goodput per level is printed for orientation (not asserted).
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import { faultRun, OPS } from './rdma-faults-helpers.ts';
 
 const results: Record<string, { ms: number; bytes: number }> = {};

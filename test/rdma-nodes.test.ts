@@ -6,7 +6,7 @@
  * the bytes, by code that follows nodes/rdma/PROTOCOL.md and shares nothing with nodes/rdma.
  */
 
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import {
   ALL,

@@ -5,7 +5,7 @@
  * checks that it costs one packet's work and does not steer the QP; where an honest peer must
  * still get through (a FIN or Terminate after loss, a Send after a hole on an SRQ), that too.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import type { Qp } from '../nodes/rdma/qp.ts';
 import { registerRdma } from '../dataplane/verbs.ts';

@@ -11,7 +11,7 @@
  *
  * Needs tshark with Lua (Debian 12: tshark 4.0); without it the test skips (fails under CI=true).
  */
-import { test } from 'uvu';
+import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -19,7 +19,6 @@ import { join } from 'node:path';
 import type { Qp } from '../nodes/rdma/qp.ts';
 import type { SendRequest } from '../dataplane/verbs.ts';
 import type { Mr } from '../nodes/rdma/verbs.ts';
-import { skipOrFail } from './helpers.ts';
 import { hex } from './l2l4-helpers.ts';
 import {
   decodeTrp,
@@ -164,7 +163,7 @@ function stop(p: Pair): void {
 
 test('every message type two stacks send decodes in Wireshark as what was posted', async () => {
   const why = tsharkAvailable();
-  if (why !== null) return void skipOrFail(why);
+  if (why !== null) skip(why);
   const dir = mkdtempSync(join(tmpdir(), 'rdma-wire-'));
   const p = twoStacks({ mtu: MTU });
   try {

@@ -2,7 +2,7 @@
  * rdmactl against real API servers (two data planes, real HTTP): the verbs lifecycle as a
  * script would run it, the rendered show commands, the API's refusals passed on, the token.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { runCommand } from '../api/rdmactl.ts';
 import { httpCall } from '../api/rdmactl-cli.ts';

@@ -3,7 +3,7 @@
  * (issue 13, items 8 and 11): one line on stderr naming the URL and what was wrong, exit 3 when
  * no rdma-graph API answered, 2 for a bad command line, never a stack trace or a dumped page.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { execFile, execFileSync } from 'node:child_process';
 import { createServer, type Server } from 'node:http';

@@ -2,7 +2,7 @@
  * rdmactl without a daemon: command lines to API requests (a recording transport), usage
  * errors, and the VPP-layout renderers fed with real views from two live data planes.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { runCommand, UsageError, type Call } from '../api/rdmactl.ts';
 import { formatInterfaces, formatNeighbors, formatQps } from '../api/render.ts';

@@ -5,36 +5,76 @@
  * checked. Every other indented block of the README must be one this file knows is run by
  * another test (named below): a new block nobody runs fails here.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
-import { blocks, CURL, README, RDMACTL, runSessions, VERBS } from './readme-helpers.ts';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { blocks, CURL, DPDK_LINE, EMBED, README, RDMACTL, ROOT, runSessions, VERBS } from './readme-helpers.ts';
 
-/** Blocks other tests run, by their first line, and where. */
-const ELSEWHERE: Record<string, string> = {
-  'npm ci && npm start': 'test/daemon.test.ts (npm start, SIGTERM to its PID); the two-daemon set-up below',
-  'npm ci && npm test': '.ci/run runs exactly this',
-  "new MemifDriver('memif0', { socket: 'run/memif.sock', role: 'server', id: 0, secret: 'k',":
-    'test/memif.test.ts (the driver with these options)',
-  'tshark -X lua_script:nodes/rdma/trp.lua -d udp.port==49200,urdma_trp \\':
-    'test/trp-dissector.test.ts (the same tshark options on hand-built messages)',
-  'npm start -- --config config/examples/dpdk-memif.yaml':
-    'test/dpdk-daemon.test.ts (beside the embedded default, the rdmactl session across them)',
-  'modprobe vfio-pci && dpdk-devbind.py --bind=vfio-pci 0000:3b:00.0':
-    'test/hw/dpdk-nic.test.ts (npm run test:hw; never run here: no NIC for DPDK)',
-  'npm start -- --config config/examples/workers.yaml':
-    'test/workers.test.ts (the daemon with two workers, the rdmactl line as written, a clean stop)',
-  'npm start -- --config config/examples/memif-queues.yaml':
-    'test/worker-lanes.test.ts (the daemon, show interface rx-placement as written: one queue per worker)',
-  'modprobe mlx5_ib && modprobe ib_uverbs': 'test/hw/mlx5.test.ts (npm run test:hw; never run here: no RDMA device)',
-  "import { Dataplane, loadConfig } from 'rdma-graph';":
-    'test/dataplane.test.ts (the embedding API); loadConfig() is checked below',
+/**
+ * Every block of the README and how it is known to run as written: `whole` blocks are found by
+ * their first line and run in full (every line) by the named test; `exact` blocks are run by the
+ * named test from a copy, so the README must show exactly that copy.
+ */
+const CI_RUN = readFileSync(join(ROOT, '.ci/run'), 'utf8');
+const CLAIMS: Record<string, { where: string; whole: true } | { where: string; exact: string }> = {
+  [RDMACTL]: { where: 'this file (checkSessions), and test/workers.test.ts with A on workers', whole: true },
+  [CURL]: { where: 'this file (checkSessions), and test/workers.test.ts with A on workers', whole: true },
+  [VERBS]: { where: 'this file (checkSessions), and test/workers.test.ts with A on workers', whole: true },
+  'npm ci && npm start': {
+    where: '.ci/run runs npm ci; test/daemon.test.ts runs npm start (SIGTERM to its PID) and the two daemons below',
+    exact: 'npm ci && npm start',
+  },
+  'npm ci && npm test': {
+    where: '.ci/run runs exactly this line',
+    // The line of .ci/run that runs the tests.
+    exact: CI_RUN.split('\n').find((l) => l.startsWith('npm ci')) ?? '(.ci/run has no npm ci line)',
+  },
+  "new MemifDriver('memif0', { socket: 'run/memif.sock', role: 'server', id: 0, secret: 'k',": {
+    where: 'this file (the snippet evaluated)',
+    whole: true,
+  },
+  'tshark -X lua_script:nodes/rdma/trp.lua -d udp.port==49200,urdma_trp \\': {
+    where: 'test/trp-dissector.test.ts (the block run in a folder with capture.pcap and the script)',
+    whole: true,
+  },
+  [DPDK_LINE]: { where: 'test/dpdk-daemon.test.ts (beside the embedded default)', exact: DPDK_LINE },
+  'modprobe vfio-pci && dpdk-devbind.py --bind=vfio-pci 0000:3b:00.0': {
+    where: 'test/hw/dpdk-nic.test.ts (npm run test:hw; never run here: no NIC for DPDK)',
+    whole: true,
+  },
+  'modprobe mlx5_ib && modprobe ib_uverbs': {
+    where: 'test/hw/mlx5.test.ts (npm run test:hw; never run here: no RDMA device)',
+    whole: true,
+  },
+  'npm start -- --config config/examples/workers.yaml': { where: 'test/workers.test.ts', whole: true },
+  'npm start -- --config config/examples/memif-queues.yaml': { where: 'test/worker-lanes.test.ts', whole: true },
+  [EMBED]: { where: "test/package.test.ts (run with the '...' line as a print)", whole: true },
 };
 
-test('every README block is run by this file or a named test', () => {
-  const firsts = blocks(README).map((b) => b.split('\n')[0]);
-  for (const f of firsts)
-    assert.ok(f === RDMACTL || f === CURL || f === VERBS || f in ELSEWHERE, `README block nobody runs: "${f}"`);
-  assert.ok(firsts.includes(RDMACTL) && firsts.includes(CURL), 'the rdmactl and curl sessions are there');
+test('every README block is run as written, by this file or a named test', () => {
+  const all = blocks(README);
+  assert.ok(all.length >= 12, `found ${all.length} blocks`);
+  const firsts = all.map((b) => b.split('\n')[0]);
+  for (const [i, b] of all.entries()) {
+    const claim = CLAIMS[firsts[i]];
+    assert.ok(claim, `README block nobody runs:\n${b}`);
+    if ('exact' in claim) assert.is(b, claim.exact, `the README block ${claim.where} runs`);
+  }
+  for (const f of Object.keys(CLAIMS)) assert.ok(firsts.includes(f), `a claimed block is gone from the README: "${f}"`);
+});
+
+test("the README's MemifDriver snippet, evaluated as written, makes the interface it describes", async () => {
+  const block = blocks(README).find((b) => b.startsWith('new MemifDriver('));
+  assert.ok(block, 'the README shows the snippet');
+  const { MemifDriver } = await import('../drivers/memif.ts');
+  const d = new Function('MemifDriver', `return ${block};`)(MemifDriver) as InstanceType<typeof MemifDriver>;
+  assert.instance(d, MemifDriver);
+  assert.is(d.name, 'memif0');
+  assert.is(d.socket, 'run/memif.sock');
+  assert.is(d.role, 'server');
+  assert.is(d.id, 0);
+  assert.equal([d.mtu, d.rxQueues, d.txQueues, d.ringSize, d.bufferSize], [1500, 1, 1, 1024, 2048]);
 });
 
 test("the embedding snippet's loadConfig() loads the embedded default from anywhere", async () => {

@@ -1,43 +1,56 @@
 #!/usr/bin/env node
-// Runs the uvu suite (through tsx) and ends with one plain summary line, "N passed, N failed,
-// N skipped", that CI systems read. Exit status is uvu's. Extra arguments narrow the run to
-// test files matching a pattern, as with uvu itself: npm test -- graph. test/hw/ is left out.
+// Runs the uvu suite and ends with one plain line, "N passed, N failed, N skipped", that CI
+// systems read. The tests run in a child process (test/runner.ts under tsx) that reports its
+// counts on fd 3; this one exits 0 only when that report came and says nothing failed, so a
+// test that calls process.exit(), a crash in a native addon or a hook that throws cannot end
+// the run green. Strict mode (CI set, or --strict): a skipped test is a failure.
+//
+//   node test/run.mjs [--strict] [PATTERN]      test/*.test.ts whose name matches PATTERN
+//   node test/run.mjs --hw [PATTERN]            test/hw/: hardware no machine here has
+//   node test/run.mjs --dir DIR [PATTERN]       every .ts file of DIR (the runner's fixtures)
 import { spawn } from 'node:child_process';
-import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
 
-const require = createRequire(import.meta.url);
-const uvu = require.resolve('uvu').replace(/dist[\/]index.js$/, 'bin.js');
-// --hw: the tests of test/hw/ instead (hardware no machine here has; npm run test:hw).
-const hw = process.argv[2] === '--hw';
-const pattern = process.argv[hw ? 3 : 2];
-const args = [
-  uvu,
-  '-r',
-  'tsx',
-  hw ? 'test/hw' : 'test',
-  ...(pattern ? [pattern] : []),
-  '-i',
-  'run.mjs',
-  '-i',
-  'helpers',
-  ...(hw ? [] : ['-i', '^hw/']),
-];
-const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });
-let out = '';
-child.stdout.on('data', (d) => {
-  process.stdout.write(d);
-  out += d;
+const runner = fileURLToPath(new URL('./runner.ts', import.meta.url));
+const child = spawn(process.execPath, ['--import', 'tsx', runner, ...process.argv.slice(2)], {
+  stdio: ['ignore', 'inherit', 'inherit', 'pipe'],
 });
+
+let result = null;
+let early = null;
+let file = '';
+let buf = '';
+child.stdio[3].on('data', (d) => {
+  buf += d;
+  let nl;
+  while ((nl = buf.indexOf('\n')) >= 0) {
+    const line = buf.slice(0, nl);
+    buf = buf.slice(nl + 1);
+    let m;
+    try {
+      m = JSON.parse(line);
+    } catch {
+      continue;
+    }
+    if (m.type === 'file') file = m.name;
+    else if (m.type === 'result') result = m;
+    else if (m.type === 'early') early = m;
+  }
+});
+
+child.on('error', (e) => {
+  console.error(`could not start the test process: ${e.message}`);
+  process.exit(1);
+});
+
 child.on('close', (code, signal) => {
-  const plain = out.replace(/\x1b\[[0-9;]*m/g, '');
-  const num = (label) => {
-    const m = new RegExp(`^\\s*${label}:\\s+(\\d+)`, 'm').exec(plain);
-    return m ? Number(m[1]) : 0;
-  };
-  const total = num('Total'),
-    passed = num('Passed'),
-    skipped = num('Skipped');
-  const failed = code === 0 ? total - passed - skipped : Math.max(total - passed - skipped, 1);
-  console.log(`\n${passed} passed, ${failed} failed, ${skipped} skipped`);
-  process.exit(code ?? (signal ? 1 : 0));
+  if (result === null) {
+    const how = signal ? `was killed by ${signal}` : `exited with code ${code}`;
+    const at = early?.at || (file ? `file ${file}` : 'loading');
+    console.log(`\nThe test process ${how} before it reported its counts (during ${at}): the run failed.`);
+    console.log('\n0 passed, 1 failed, 0 skipped');
+    process.exit(1);
+  }
+  console.log(`\n${result.passed} passed, ${result.failed} failed, ${result.skipped} skipped`);
+  process.exit(result.ok && code === 0 ? 0 : 1);
 });

@@ -5,15 +5,18 @@
 // and must carry no malformed marker and no expert warning or error unless stated.
 // Needs tshark with Lua (Debian 12: tshark 4.0); without it each test skips (fails under CI=true).
 // Run: npm test -- trp-dissector
-import { test } from 'uvu';
+import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { blocks, README } from './readme-helpers.ts';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { skipOrFail } from './helpers.ts';
 import { hex } from './l2l4-helpers.ts';
 import {
   decodeTrp,
+  TRP_LUA,
+  tsharkEnv,
   tsharkAvailable,
   writeUdpPcap,
   type DdpHeader,
@@ -559,12 +562,9 @@ function decodeAll(): Promise<TrpDecoded[] | null> {
   return decoded;
 }
 
-async function frameOf(i: number): Promise<TrpDecoded | null> {
+async function frameOf(i: number): Promise<TrpDecoded> {
   const all = await decodeAll();
-  if (all === null) {
-    skipOrFail(tsharkAvailable() as string);
-    return null;
-  }
+  if (all === null) skip(tsharkAvailable() as string);
   assert.is(all.length, cases.length, 'one decoded frame per packet written');
   return all[i];
 }
@@ -573,7 +573,7 @@ const bad = (e: TrpExpert) => e.severity === 'error' || e.severity === 'warning'
 
 test('every packet decodes as TRP over UDP, frames in order', async () => {
   const all = await decodeAll();
-  if (all === null) return void skipOrFail(tsharkAvailable() as string);
+  if (all === null) skip(tsharkAvailable() as string);
   assert.equal(
     all.map((d) => d.frame),
     cases.map((_, i) => i + 1),
@@ -588,7 +588,6 @@ test('every packet decodes as TRP over UDP, frames in order', async () => {
 cases.forEach((c, i) => {
   test(c.note ? `${c.name} (${c.note})` : c.name, async () => {
     const d = await frameOf(i);
-    if (!d) return;
     const where = `frame ${d.frame} (${d.info})`;
     assert.equal(d.trp, c.trp, `${where}: TRP`);
     assert.equal(d.ddp, c.ddp, `${where}: DDP`);
@@ -612,6 +611,31 @@ cases.forEach((c, i) => {
       assert.ok(d.protocols.includes('iwarp_ddp_rdmap'), `${where}: handed to iwarp_ddp_rdmap`);
     if (c.note) console.log(`  ${c.name}: ${c.note}; info "${d.info}"`);
   });
+});
+
+test("the README's tshark block, as written, in a folder holding capture.pcap (these packets) and nodes/rdma/trp.lua: one TRP line per packet", () => {
+  const why = tsharkAvailable();
+  if (why !== null) skip(why);
+  const block = blocks(README).find((b) => b.startsWith('tshark -X lua_script:nodes/rdma/trp.lua'));
+  assert.ok(block, 'the README shows the block');
+  const dir = mkdtempSync(join(tmpdir(), 'trp-readme-'));
+  try {
+    mkdirSync(join(dir, 'nodes/rdma'), { recursive: true });
+    symlinkSync(TRP_LUA, join(dir, 'nodes/rdma/trp.lua'));
+    writeUdpPcap(
+      join(dir, 'capture.pcap'),
+      cases.map((c) => ({ payload: c.bytes, sport: PEER_QP, dport: OUR_QP })),
+    );
+    const r = spawnSync('bash', ['-c', block], { cwd: dir, encoding: 'utf8', env: tsharkEnv(), timeout: 60_000 });
+    assert.is(r.status, 0, r.stderr);
+    const lines = r.stdout.split('\n').filter((l) => l.trim() !== '');
+    assert.is(lines.length, cases.length, r.stdout);
+    // Without the script and the port mapping tshark would say UDP for each of them.
+    const trp = lines.filter((l) => /\bTRP\b|iWARP|DDP|RDMAP/i.test(l));
+    assert.is(trp.length, cases.length, `every line decoded as TRP (or above):\n${r.stdout}`);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test('nodes/rdma/PROTOCOL.md section 3 lists exactly the vectors decoded here', () => {

@@ -5,21 +5,19 @@
  * do. Each run must finish with the tool's own checks and report, and leave nothing behind in
  * either data plane. Skips (fails under CI=true) without the library, ibverbs-utils or perftest.
  */
-import { test } from 'uvu';
+import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { type Dataplane, VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import { NATIVE_BUILD_DIR } from '../native/load.ts';
 import { IP_B } from './dataplane-helpers.ts';
-import { skipOrFail } from './helpers.ts';
-import { nextPort, nothingLeft, pair, type Run, runTool, withTwoDaemons } from './verbs-helpers.ts';
+import { nextPort, nothingLeft, pair, type Run, runTool, serverListening, withTwoDaemons } from './verbs-helpers.ts';
 
+/** Skips the test, saying what is missing, without the library or `tool` (from package `why`). */
 const have = (tool: string, why: string) => {
-  if (!existsSync(VERBS_LIBRARY))
-    return !skipOrFail('librdmagraph-verbs.so was not built (install libibverbs-dev, npm run build)');
-  if (spawnSync(tool, ['--help']).error) return !skipOrFail(`${why} is not installed (${tool})`);
-  return true;
+  if (!existsSync(VERBS_LIBRARY)) skip('librdmagraph-verbs.so was not built (install libibverbs-dev, npm run build)');
+  if (spawnSync(tool, ['--help']).error) skip(`${why} is not installed (${tool})`);
 };
 
 const ok = (r: Run, who: string) => {
@@ -28,7 +26,7 @@ const ok = (r: Run, who: string) => {
 };
 
 test('ibv_rc_pingpong -g 0 --chk, polling and with completion events (-e): both sides check every buffer and report', async () => {
-  if (!have('ibv_rc_pingpong', 'ibverbs-utils')) return;
+  have('ibv_rc_pingpong', 'ibverbs-utils');
   await withTwoDaemons(async ({ a, b }) => {
     for (const extra of [[], ['-e'], ['-s', '8192', '-n', '200']]) {
       const [s, c] = await pair(a, b, ['ibv_rc_pingpong', '-g', '0', '-c', ...extra]);
@@ -44,7 +42,7 @@ test('ibv_rc_pingpong -g 0 --chk, polling and with completion events (-e): both 
 });
 
 test('ibv_srq_pingpong -g 0: several QPs on a shared receive queue, both sides report', async () => {
-  if (!have('ibv_srq_pingpong', 'ibverbs-utils')) return;
+  have('ibv_srq_pingpong', 'ibverbs-utils');
   await withTwoDaemons(async ({ a, b }) => {
     const [s, c] = await pair(a, b, ['ibv_srq_pingpong', '-g', '0', '-q', '4', '-n', '400']);
     ok(s, 'server');
@@ -73,7 +71,7 @@ for (const [tool, sizes] of [
   ['ib_atomic_bw', [8]],
 ] as [string, number[]][]) {
   test(`perftest ${tool} ${sizes.join(', ')} B: each finishes with its report`, async () => {
-    if (!have(tool, 'perftest')) return;
+    have(tool, 'perftest');
     await withTwoDaemons(async ({ a, b }) => {
       for (const bytes of sizes) {
         const size = tool.startsWith('ib_atomic') ? [] : ['-s', String(bytes)];
@@ -111,12 +109,12 @@ async function errorCount(dp: Dataplane, node: string, reason: RegExp): Promise<
 }
 
 test('a program killed (SIGKILL) in the middle of ibv_rc_pingpong: its QP tells the peer (FIN), whose posted receives flush so its program ends; its MRs, CQs and rings are released, no buffer is lost', async () => {
-  if (!have('ibv_rc_pingpong', 'ibverbs-utils')) return;
+  have('ibv_rc_pingpong', 'ibverbs-utils');
   await withTwoDaemons(async ({ a, b, dpA, dpB }) => {
     const p = String(nextPort());
     // ibv_rc_pingpong closes its TCP exchange once connected: only the FIN can tell the server.
     const server = runTool(b, ['ibv_rc_pingpong', '-g', '0', '-n', '100000000', '-p', p]);
-    await new Promise((r) => setTimeout(r, 400));
+    await serverListening(server, Number(p));
     const client = runTool(a, ['ibv_rc_pingpong', '-g', '0', '-n', '100000000', '-p', p, '127.0.0.1']);
     await until(async () => (await dpA.qps()).some((q) => q.counters.txPackets > 200), 20_000, 'the ping-pong to run');
     const fins = await errorCount(dpB, 'trp-input', /^FINs received/);
@@ -133,11 +131,11 @@ test('a program killed (SIGKILL) in the middle of ibv_rc_pingpong: its QP tells 
 });
 
 test('the daemon stops serving in the middle of ib_send_lat: the program sees flushed completions and exits with an error, it does not hang', async () => {
-  if (!have('ib_send_lat', 'perftest')) return;
+  have('ib_send_lat', 'perftest');
   await withTwoDaemons(async ({ a, b, dpA, stopA }) => {
     const p = String(nextPort());
     const server = runTool(b, ['ib_send_lat', '-x', '0', '-F', '-n', '100000000', '-p', p]);
-    await new Promise((r) => setTimeout(r, 400));
+    await serverListening(server, Number(p));
     const client = runTool(a, ['ib_send_lat', '-x', '0', '-F', '-n', '100000000', '-p', p, '127.0.0.1']);
     await until(async () => (await dpA.qps()).some((q) => q.counters.txPackets > 100), 20_000, 'the ping-pong to run');
     const t0 = Date.now();
@@ -156,8 +154,8 @@ test('the daemon stops serving in the middle of ib_send_lat: the program sees fl
 const CHECK = `${NATIVE_BUILD_DIR}verbs-check`;
 
 test("another program's lkey, an lkey that names nothing, an address outside the MR: the SEND completes with IBV_WC_LOC_PROT_ERR and sends nothing", async () => {
-  if (!have('ibv_devinfo', 'ibverbs-utils')) return;
-  if (!existsSync(CHECK) && !skipOrFail('native/build/Release/verbs-check was not built (libibverbs-dev)')) return;
+  have('ibv_devinfo', 'ibverbs-utils');
+  if (!existsSync(CHECK)) skip('native/build/Release/verbs-check was not built (libibverbs-dev)');
   await withTwoDaemons(async ({ a, dpA }) => {
     const start = () => {
       const p = spawn(CHECK, [], { env: { ...process.env, LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: a } });

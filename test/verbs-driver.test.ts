@@ -6,7 +6,7 @@
  * exercise the real resolution code); the daemon's `check` and `start` say the same. The data
  * path runs in `npm run test:hw` only, where an mlx5 device exists.
  */
-import { test } from 'uvu';
+import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -15,13 +15,13 @@ import { parseConfig } from '../config/load.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';
 import { type VerbsAddon, type VerbsDevice, verbsAddon } from '../drivers/verbs-addon.ts';
 import { describeDevices, resolveVerbsDevice } from '../drivers/verbs-devices.ts';
-import { skipOrFail } from './helpers.ts';
 
 let v: VerbsAddon | null = null;
+let why = '';
 try {
   v = verbsAddon();
 } catch (e) {
-  skipOrFail(`verbs.node was not built (${(e as Error).message})`);
+  why = `verbs.node was not built (${(e as Error).message})`;
 }
 
 const cfg = (driver: string, opts: string) =>
@@ -39,7 +39,7 @@ function foundText(): string {
 }
 
 test('start-up naming a device that is not here: one line with the devices ibv_get_device_list found', async () => {
-  if (v === null) return;
+  if (v === null) skip(why);
   const { devices } = v.devices();
   const name = 'mlx5_' + (devices.length + 7);
   for (const driver of ['ibverbs', 'mlx5dv']) {
@@ -53,7 +53,7 @@ test('start-up naming a device that is not here: one line with the devices ibv_g
 });
 
 test('start-up by host-interface: a missing interface, a virtual one (lo), and one that is no RDMA device', async () => {
-  if (v === null) return;
+  if (v === null) skip(why);
   const msg = async (hostIf: string) =>
     (await Dataplane.create(cfg('mlx5dv', `{ host-interface: ${hostIf} }`)).then(
       () => null,
@@ -103,7 +103,7 @@ const port = (n: number, linkLayer = 'ethernet') => ({
 });
 
 test('device by kernel interface: the verbs device on the same PCI function; mlx5, port and link-layer checks', () => {
-  if (v === null) return;
+  if (v === null) skip(why);
   const fs = fakeSysfs();
   try {
     const devs: VerbsDevice[] = [
@@ -178,7 +178,7 @@ test('device by kernel interface: the verbs device on the same PCI function; mlx
 });
 
 test('the Port refuses a device name this machine does not have, and bad queue sizes, before touching anything', () => {
-  if (v === null) return;
+  if (v === null) skip(why);
   assert.throws(
     () =>
       new v!.Port({

@@ -4,7 +4,7 @@
  */
 import * as assert from 'uvu/assert';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Dataplane, VERBS_LIBRARY } from '../dataplane/dataplane.ts';
@@ -16,8 +16,15 @@ export interface Run {
   out: string;
 }
 
+export interface Tool {
+  done: Promise<Run>;
+  kill(): void;
+  /** Set once the program has exited (its result, as `done` gives it). */
+  readonly exited: Run | null;
+}
+
 /** A program preloaded against `socket`; its exit and everything it printed. */
-export function runTool(socket: string, cmd: string[], timeoutMs = 60_000): { done: Promise<Run>; kill(): void } {
+export function runTool(socket: string, cmd: string[], timeoutMs = 60_000): Tool {
   const p = spawn(cmd[0], cmd.slice(1), {
     env: { ...process.env, LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: socket },
   });
@@ -25,16 +32,53 @@ export function runTool(socket: string, cmd: string[], timeoutMs = 60_000): { do
   p.stdout.on('data', (d) => (out += d));
   p.stderr.on('data', (d) => (out += d));
   const timer = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
+  let exited: Run | null = null;
   return {
     done: new Promise((resolve) =>
       // 'close', not 'exit': everything it printed has been read by then.
       p.on('close', (code, signal) => {
         clearTimeout(timer);
-        resolve({ code, signal, out });
+        exited = { code, signal, out };
+        resolve(exited);
       }),
     ),
     kill: () => p.kill('SIGKILL'),
+    get exited() {
+      return exited;
+    },
   };
+}
+
+/** True when a TCP socket of this network namespace listens on `port` (/proc/net/tcp, tcp6). */
+export function tcpListening(port: number): boolean {
+  const hex = `:${port.toString(16).toUpperCase().padStart(4, '0')} `;
+  for (const f of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    let text = '';
+    try {
+      text = readFileSync(f, 'utf8');
+    } catch {
+      continue;
+    }
+    // "sl local_address rem_address st ...": st 0A is LISTEN.
+    for (const line of text.split('\n').slice(1)) {
+      const cols = line.trim().split(/\s+/);
+      if (cols.length > 3 && (cols[1] + ' ').endsWith(hex) && cols[3] === '0A') return true;
+    }
+  }
+  return false;
+}
+
+/**
+ * Until `server` (a tool taking perftest's or ibv_*_pingpong's `-p port`) listens on its TCP
+ * port: the readiness to start its client. Fails at once, with its output, if it exits first.
+ */
+export async function serverListening(server: Tool, port: number): Promise<void> {
+  while (!tcpListening(port)) {
+    const r = server.exited;
+    if (r !== null)
+      assert.unreachable(`the server exited before it listened on ${port}: ${r.code} ${r.signal}\n${r.out}`);
+    await new Promise((res) => setTimeout(res, 10));
+  }
 }
 
 /** Two data planes, each serving a verbs socket (A is the client's, B the server's). */
@@ -87,7 +131,7 @@ export const nextPort = () => port++;
 export async function pair(a: string, b: string, cmd: string[]): Promise<[Run, Run]> {
   const p = String(nextPort());
   const server = runTool(b, [...cmd, '-p', p]);
-  await new Promise((r) => setTimeout(r, 400)); // the server listens on its TCP port
+  await serverListening(server, Number(p));
   const client = runTool(a, [...cmd, '-p', p, '127.0.0.1']);
   return Promise.all([server.done, client.done]);
 }

@@ -1,11 +1,12 @@
 /**
  * librdmagraph-verbs.so with unmodified libibverbs programs (ibverbs-utils): the daemon's verbs
  * socket (api/verbs-socket.ts) served by a data plane in this process, the programs preloaded
- * as `rdma-graph exec` does. What works so far: devices and their queries. The objects and the
- * data path are not implemented: a program that needs them fails with that said, not a crash.
- * Skips (fails under CI=true) without the library or ibverbs-utils.
+ * as `rdma-graph exec` does: devices and their queries, memory registration, QPs through their
+ * rings, a daemon that goes away, hostile clients, refused registrations, `rdma-graph exec`.
+ * The data path with real programs (ibv_rc_pingpong, perftest) is test/verbs-apps.test.ts.
+ * Skips (a failure in strict mode) without the library or ibverbs-utils.
  */
-import { test } from 'uvu';
+import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { execFile, spawn, spawnSync } from 'node:child_process';
 import { closeSync, existsSync, mkdtempSync, openSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -15,17 +16,15 @@ import { formatQps } from '../api/render.ts';
 import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import { loadCore, NATIVE_BUILD_DIR } from '../native/load.ts';
 import { IP_A, IP_B, MAC_A, twoDataplanes } from './dataplane-helpers.ts';
-import { skipOrFail } from './helpers.ts';
 import { Rng } from './hostile-helpers.ts';
 import { ROOT } from './readme-helpers.ts';
 
 const LIB = VERBS_LIBRARY;
 
+/** Skips the test, saying what is missing, without the library or ibverbs-utils. */
 const ready = () => {
-  if (!existsSync(LIB))
-    return !skipOrFail('librdmagraph-verbs.so was not built (install libibverbs-dev, npm run build)');
-  if (spawnSync('ibv_devinfo', ['--help']).error) return !skipOrFail('ibverbs-utils is not installed (ibv_devinfo)');
-  return true;
+  if (!existsSync(LIB)) skip('librdmagraph-verbs.so was not built (install libibverbs-dev, npm run build)');
+  if (spawnSync('ibv_devinfo', ['--help']).error) skip('ibverbs-utils is not installed (ibv_devinfo)');
 };
 
 /** A program with the library preloaded against `socket`, run without blocking this loop (it serves the socket). */
@@ -69,7 +68,7 @@ async function withVerbsDaemon(
 }
 
 test('ibv_devices and ibv_devinfo -v, unmodified: one device per interface, port state from the link, GID 0 the IPv4 address (RoCE v2)', async () => {
-  if (!ready()) return;
+  ready();
   await withVerbsDaemon(async ({ socket, dps }) => {
     assert.is(statSync(socket).mode & 0o777, 0o660, 'the socket is 0660');
     assert.throws(
@@ -99,8 +98,10 @@ test('ibv_devices and ibv_devinfo -v, unmodified: one device per interface, port
 
 const CHECK = `${NATIVE_BUILD_DIR}verbs-check`;
 
-const checkReady = () =>
-  ready() && (existsSync(CHECK) || !skipOrFail('native/build/Release/verbs-check was not built (libibverbs-dev)'));
+const checkReady = () => {
+  ready();
+  if (!existsSync(CHECK)) skip('native/build/Release/verbs-check was not built (libibverbs-dev)');
+};
 
 /** verbs-check with the library preloaded against `socket`, and its output. */
 function startCheck(socket: string) {
@@ -129,7 +130,7 @@ function reader(p: ReturnType<typeof spawn>) {
 }
 
 test("ibv_reg_mr shares the program's memory with the daemon both ways; a killed program's MR and PD are released", async () => {
-  if (!checkReady()) return;
+  checkReady();
   await withVerbsDaemon(async ({ socket, dps }) => {
     const dp = dps.a;
     const { p, io } = startCheck(socket);
@@ -175,7 +176,7 @@ test("ibv_reg_mr shares the program's memory with the daemon both ways; a killed
 });
 
 test("a QP through ibv_create_qp and ibv_modify_qp: RTS towards the AV's IPv4 GID and dest_qp_num, IRD/ORD as asked; a receive posted through its ring reaches the daemon; SIGKILL destroys it", async () => {
-  if (!checkReady()) return;
+  checkReady();
   await withVerbsDaemon(async ({ socket, dps }) => {
     const dp = dps.a;
     const { p, io } = startCheck(socket);
@@ -232,7 +233,7 @@ test("a QP through ibv_create_qp and ibv_modify_qp: RTS towards the AV's IPv4 GI
 });
 
 test("the daemon going away: the program's next verb fails with an errno at once, it does not hang", async () => {
-  if (!checkReady()) return;
+  checkReady();
   const dir = mkdtempSync(join(tmpdir(), 'verbs-lib-'));
   const socket = join(dir, 'verbs.sock');
   const dps = await twoDataplanes();
@@ -335,7 +336,7 @@ test('hostile clients: 3000 seeded random requests (valid ops near real handles,
 });
 
 test('registration refused: memory that is not a sealed memfd, a PD of another connection', async () => {
-  if (!ready()) return;
+  ready();
   await withVerbsDaemon(async ({ socket, dps }) => {
     const core = loadCore();
     const req = (fd: number, op: number, body: number[], pass = -1) => {
@@ -382,7 +383,7 @@ test('registration refused: memory that is not a sealed memfd, a PD of another c
 });
 
 test('no daemon: no devices, and the reason; a malformed request closes that connection only', async () => {
-  if (!ready()) return;
+  ready();
   const dir = mkdtempSync(join(tmpdir(), 'verbs-lib-'));
   const socket = join(dir, 'verbs.sock');
   try {
@@ -425,7 +426,7 @@ test('no daemon: no devices, and the reason; a malformed request closes that con
 });
 
 test('rdma-graph exec -- COMMAND: the library preloaded, the socket made absolute, the exit status passed on', async () => {
-  if (!ready()) return;
+  ready();
   const dir = mkdtempSync(join(tmpdir(), 'verbs-lib-'));
   const dps = await twoDataplanes();
   const vs = dps.a.serveVerbs({ path: join(dir, 'verbs.sock') });

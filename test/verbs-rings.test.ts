@@ -5,7 +5,7 @@
  * (in error) or be refused, the CQEs must stay inside the CQ ring and name the QP, an impossible
  * producer index must refuse the ring, and the daemon must keep serving with nothing left behind.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -6,13 +6,13 @@
  * exchange SEND/WRITE/READ with B, data compared, and nothing is handed between A's workers.
  * Needs root (a veth pair); skipped with the reason otherwise, a failure with CI=true.
  */
-import { test } from 'uvu';
+import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { spawnSync } from 'node:child_process';
 import { parseConfig } from '../config/load.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';
 import { ip, netnsUnavailable } from './helpers-netns.ts';
-import { skipOrFail, sleep } from './helpers.ts';
+import { sleep } from './helpers.ts';
 import { connect, end, exchange, handed } from './workers-helpers.ts';
 
 const why = netnsUnavailable();
@@ -28,10 +28,7 @@ function side(name: string, dev: string, addr: string, workers: number, queues: 
 }
 
 test("two workers on one kernel interface, split by UDP port: each gets its own QPs' datagrams, no handoff", async () => {
-  if (why !== null) {
-    skipOrFail(`af_packet over workers: ${why}`);
-    return;
-  }
+  if (why !== null) skip(`af_packet over workers: ${why}`);
   ip('link', 'add', VA, 'type', 'veth', 'peer', 'name', VB);
   let a: Dataplane | null = null,
     b: Dataplane | null = null;

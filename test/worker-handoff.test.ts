@@ -5,7 +5,7 @@
  * pool has no buffer for the copy. Only a whole UDP header naming another worker's QP number
  * is handed off; everything else stays on this worker; nothing is lost.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { Graph } from '../graph/graph.ts';
 import type { Frame, NodeRuntime } from '../graph/node.ts';

@@ -3,7 +3,7 @@
  * retirement of sends, signaled or not; receives by name; at most a queue's depth remembered),
  * what dead objects answer, and forgetting them.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { WorkerLedger } from '../dataplane/worker-ledger.ts';
 import type { CqView, QpView } from '../dataplane/views.ts';

@@ -10,7 +10,7 @@
  * reordering, duplication and corruption on both directions of A's link (every queue's injector).
  * Data is compared byte for byte; every completion arrives once and succeeds.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import type { Completion } from '../nodes/rdma/verbs.ts';
 import type { Dataplane } from '../dataplane/dataplane.ts';

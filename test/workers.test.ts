@@ -5,7 +5,7 @@
  * (SEND, WRITE, READ both ways, data compared), objects routed by handle and QP number,
  * cross-worker QPs refused, a crashing worker restarted with the daemon still serving, pinning.
  */
-import { test } from 'uvu';
+import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import type { Config } from '../config/types.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';
@@ -441,7 +441,10 @@ test('corelist-workers pins each worker: show runtime says its lcore', async () 
 test("the README's workers block: the daemon with two pinned workers, show runtime per worker, a clean stop", async () => {
   const block = blocks(README).find((b) => b.startsWith('npm start -- --config config/examples/workers.yaml'));
   assert.ok(block, 'the README shows the block');
-  const [start, show] = block.split('\n');
+  // Every line of it runs: the start, then the rdmactl line.
+  const lines = block.split('\n');
+  assert.is(lines.length, 2, `the block is a start line and an rdmactl line:\n${block}`);
+  const [start, show] = lines;
   const d = await daemon([], start);
   try {
     assert.match(d.out, /2 worker threads \(rdma_wk_0\.\.1\), API on the main thread/);

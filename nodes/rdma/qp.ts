@@ -378,6 +378,15 @@ export class Qp {
     return this.rq[i] ?? (this.rq[i] = new RecvWr(this.cfg.maxSge));
   }
 
+  /** Send and receive slots made so far, and whether the inline area exists (made lazily; tests). */
+  slotsMade(): { send: number; recv: number; inlineBytes: number } {
+    let send = 0,
+      recv = 0;
+    for (const w of this.sq) if (w !== undefined) send++;
+    for (const w of this.rq) if (w !== undefined) recv++;
+    return { send, recv, inlineBytes: this.inline === null ? 0 : this.inline.memory.byteLength };
+  }
+
   /** The inline area of the send slots (an MR of no PD): slot i has bytes [i * maxInline, (i + 1) * maxInline). */
   inlineArea(): Mr {
     return (this.inline ??= new Mr(-1, new Pd(-1), 0, new Uint8Array(this.cfg.maxSendWr * this.cfg.maxInline), 0));

@@ -349,6 +349,11 @@ export class Srq {
     return this.qCount;
   }
 
+  /** Receive slots made so far (at most maxWr). */
+  get slotsMade(): number {
+    return this.made;
+  }
+
   /** Whether `slot` would give one. */
   get hasRoom(): boolean {
     return this.free.length > 0 || this.made < this.maxWr;

@@ -3,7 +3,7 @@
  * config/examples/dpdk.yaml names exists (root). No machine this was written on has one: here it
  * prints "not run: no device" and runs nothing.
  */
-import { test } from 'uvu';
+import { skip, test } from '../harness.ts';
 import * as assert from 'uvu/assert';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
@@ -18,10 +18,8 @@ test("the README's real-NIC block: bind, hugepages, start config/examples/dpdk.y
   const cfg = loadConfig(join(ROOT, 'config/examples/dpdk.yaml'));
   const pci = cfg.interfaces[0].dpdk!.device;
   assert.ok(block.includes(pci), `the block binds the device the example names (${pci})`);
-  if (!existsSync(`/sys/bus/pci/devices/${pci}`)) {
-    console.log(`not run: no device (${pci}, the NIC config/examples/dpdk.yaml names, is not on this machine)`);
-    return;
-  }
+  if (!existsSync(`/sys/bus/pci/devices/${pci}`))
+    skip(`not run: no device (${pci}, the NIC config/examples/dpdk.yaml names, is not on this machine)`);
   await runNicBlock(block, [new RegExp(pci.replace(/[.]/g, '\\.'))]);
 });
 

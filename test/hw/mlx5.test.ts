@@ -12,7 +12,7 @@
  * No machine this was written on has an RDMA device: there it prints "not run: no mlx5 device"
  * and runs nothing. That is the one place a test may not run; the README says so.
  */
-import { test } from 'uvu';
+import { skip, suite, test } from '../harness.ts';
 import * as assert from 'uvu/assert';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
@@ -47,9 +47,9 @@ test("the README's ConnectX block: start config/examples/mlx5dv.yaml; the port c
   const cfg = loadConfig(join(ROOT, 'config/examples/mlx5dv.yaml'));
   const hostIf = cfg.interfaces[0].mlx5dv!.hostInterface!;
   assert.ok(block.includes(hostIf), `the block brings up the interface the example names (${hostIf})`);
-  if (why !== null) return console.log(`not run: ${why}`);
+  if (why !== null) skip(`not run: ${why}`);
   if (!existsSync(`/sys/class/net/${hostIf}/device`))
-    return console.log(`not run: no device (${hostIf}, the interface config/examples/mlx5dv.yaml names, is not here)`);
+    skip(`not run: no device (${hostIf}, the interface config/examples/mlx5dv.yaml names, is not here)`);
   await runNicBlock(block, [/mode: dv/, /link-up/]);
 });
 
@@ -59,7 +59,9 @@ if (why === null && hwPorts() !== null) {
   rdmaOpsSuite('ibverbs').run();
   rdmaOpsSuite('mlx5dv').run();
 } else {
-  console.log(
-    `not run: the rdma-ops suite over two NIC ports (${why ?? 'set RDMA_GRAPH_HW_A and RDMA_GRAPH_HW_B to two kernel interfaces on one segment'})`,
+  const none = suite('the rdma-ops suite over two NIC ports');
+  none('ibverbs and mlx5dv', () =>
+    skip(`not run: ${why ?? 'set RDMA_GRAPH_HW_A and RDMA_GRAPH_HW_B to two kernel interfaces on one segment'}`),
   );
+  none.run();
 }
