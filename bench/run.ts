@@ -7,7 +7,9 @@
  * daemon at start-up, with 1024 QPs and over SOAK_SECONDS (default 600) of traffic; not in the
  * default set: name it), mlx5 (two ConnectX ports named by RDMA_GRAPH_HW_A/B; says why not), workers
  * (cpu.workers 0/1/2: WRITE bandwidth over two interfaces, the API's latency under load, the memif
- * spine with a queue pair per worker).
+ * spine with a queue pair per worker), hostile (the per-frame cost of seeded hostile frames on one
+ * stack, p50/p99/p99.9/max and the 5 slowest, against good frames on the same stack: a ping, an
+ * in-window Write and Send; hostile p99 / good p50).
  */
 import os from 'node:os';
 import { runGraphBench } from './graph.ts';
@@ -20,6 +22,7 @@ import { runPerftestBench } from './perftest.ts';
 import { runSoakBench } from './soak.ts';
 import { runMlx5Bench } from './mlx5.ts';
 import { runWorkersBench } from './workers.ts';
+import { runHostileBench } from './hostile.ts';
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');
@@ -29,7 +32,7 @@ if (!(seconds > 0)) {
   console.error(`bench: --seconds needs a positive number, got "${args[si + 1]}"`);
   process.exit(2);
 }
-const known = ['graph', 'l2l4', 'af_packet', 'rdma', 'memif', 'dpdk', 'perftest', 'soak', 'mlx5', 'workers'];
+const known = ['graph', 'l2l4', 'af_packet', 'rdma', 'memif', 'dpdk', 'perftest', 'soak', 'mlx5', 'workers', 'hostile'];
 const names = args.filter((a, i) => !a.startsWith('--') && !(si >= 0 && i === si + 1));
 for (const n of names) {
   if (!known.includes(n)) {
@@ -111,6 +114,10 @@ for (const name of run) {
   }
   if (name === 'af_packet') {
     const r = await runAfPacketBench({ seconds });
+    console.log(json ? JSON.stringify(r.json) : r.text);
+  }
+  if (name === 'hostile') {
+    const r = runHostileBench({ seconds });
     console.log(json ? JSON.stringify(r.json) : r.text);
   }
 }
