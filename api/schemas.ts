@@ -333,6 +333,11 @@ export const MrView = obj({
   stag: u32('steering tag peers name it by'),
   length: count(),
   access: list(oneOf(ACCESS_NAMES)),
+  owner: nullable(
+    str(
+      'the program that registered it through the verbs socket, e.g. "pid 1234 (ibv_rc_pingpong)": its memory is that program\'s; null: made through the API',
+    ),
+  ),
 });
 export const CqView = obj({
   cq: count(),

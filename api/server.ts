@@ -13,7 +13,11 @@ import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, ty
 import { type Dataplane } from '../dataplane/dataplane.ts';
 import { DataplaneError } from '../dataplane/views.ts';
 import { EXPECTED, HttpError, KIND_STATUS, describeValidation, errorBody } from './errors.ts';
+import { Socket } from 'node:net';
+import { type Caller, LocalAccess, type AccessOptions } from './access.ts';
 import { checkPostType, isLoopback, makeOriginCheck } from './guard.ts';
+import { tcpPeerUid } from './peer.ts';
+import { TransferSlots } from './mr-data.ts';
 import { metricsRoute } from './metrics.ts';
 import { openApiRoute } from './openapi.ts';
 import { qpRoutes } from './routes/qps.ts';
@@ -36,6 +40,11 @@ export interface ServerOptions {
   log?: (level: 'error' | 'warn' | 'info', message: string) => void;
   /** Check every JSON response against its declared schema (a mismatch is a 500): for tests. */
   checkResponses?: boolean;
+  /**
+   * Without a token, the local users served (api/access.ts): by default the daemon's own user
+   * and root, known by the uid owning the connecting socket.
+   */
+  access?: AccessOptions;
 }
 
 export interface RouteEntry {
@@ -214,7 +223,8 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
       done(new HttpError(400, `body is not valid JSON: ${(e as Error).message}`), undefined);
     }
   });
-  app.addContentTypeParser(OCTETS, { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
+  // Raw octets (MR data) stay a stream: the route writes them into the MR as they arrive.
+  app.addContentTypeParser(OCTETS, (_req, payload, done) => done(null, payload));
 
   // Web pages stay out (api/guard.ts): the Host must name us, no foreign Origin, POSTs are JSON.
   const originCheck = makeOriginCheck({
@@ -225,6 +235,27 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
     },
   });
   app.addHook('onRequest', async (req) => originCheck(req.headers));
+
+  // Who is calling. In-process requests (app.inject) come from code that holds the data plane
+  // already; a real connection is its token, or the local user owning the connecting socket.
+  const access = new LocalAccess(opts.access);
+  const callers = new WeakMap<object, Caller>();
+  const transfers = new TransferSlots();
+  const socketUid = new WeakMap<Socket, number | null>();
+  app.addHook('onRequest', async (req) => {
+    let caller: Caller;
+    if (!(req.raw.socket instanceof Socket)) caller = { kind: 'owner', uid: access.ownerUid };
+    else if (token !== null)
+      caller = { kind: 'token' }; // checked by the next hook
+    else {
+      const s = req.raw.socket;
+      let uid = socketUid.get(s);
+      if (uid === undefined) socketUid.set(s, (uid = tcpPeerUid(s)));
+      caller = access.caller(uid);
+      if (caller.kind === 'refused') throw new HttpError(403, caller.why);
+    }
+    callers.set(req, caller);
+  });
 
   // Authentication: constant-time comparison of digests (equal length whatever was sent).
   if (token !== null) {
@@ -251,7 +282,7 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
   app.addHook('preValidation', async (req) => {
     const def = defOf(req);
     if (!def || req.body === undefined || req.body === null) return;
-    const isOctets = Buffer.isBuffer(req.body);
+    const isOctets = typeof (req.body as { pipe?: unknown }).pipe === 'function';
     if (isOctets !== (def.consumes === OCTETS))
       throw new HttpError(415, `${def.method} ${def.path} takes ${takes(def)}, got ${describeContentType(req)}`);
   });
@@ -327,6 +358,8 @@ export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Prom
           params: req.params,
           query: req.query,
           body: req.body,
+          caller: callers.get(req) ?? { kind: 'refused', why: 'no caller' },
+          transfers,
           // Made for the handlers that wait (a poll): aborts when the client goes or the server closes.
           get signal() {
             if (signal === null) {

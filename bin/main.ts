@@ -125,7 +125,12 @@ async function start(file: string, isDefault: boolean): Promise<void> {
   }
   let api: { url: string; close(): Promise<void> };
   try {
-    api = await startApi(dp, { host: config.api.host, port: config.api.port, token: config.api.token });
+    api = await startApi(dp, {
+      host: config.api.host,
+      port: config.api.port,
+      token: config.api.token,
+      access: { users: config.api.users, group: config.api.group },
+    });
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
     const why =

@@ -3,6 +3,7 @@
  * `host:port`, interface names. Each `check*` returns what is wrong with a value (the WHAT of a
  * config issue, config/load.ts adds the path and what was expected) or undefined when it is fine.
  */
+import { readFileSync } from 'node:fs';
 import { isIPv6 } from 'node:net';
 
 /** An IPv4 address as a u32, or null when `s` is not exactly "a.b.c.d" (decimal, no leading zeros). */
@@ -119,4 +120,29 @@ export function checkHostIfName(s: string): string | undefined {
 
 export function checkNoWhitespace(s: string): string | undefined {
   return /\s/.test(s) ? `${q(s)} contains white space` : undefined;
+}
+
+/** Whether `file` (/etc/passwd, /etc/group) has an entry named `name` (or with that id). */
+function hasEntry(file: string, name: string): boolean {
+  let text = '';
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch {
+    return false;
+  }
+  return text.split('\n').some((l) => {
+    const f = l.split(':');
+    return f.length >= 3 && (f[0] === name || f[2] === name);
+  });
+}
+
+/** A local user: a uid, or a name /etc/passwd has. */
+export function checkLocalUser(s: string): string | undefined {
+  if (/^[0-9]+$/.test(s)) return Number(s) <= 0xfffffffe ? undefined : `${q(s)} is not a uid`;
+  return hasEntry('/etc/passwd', s) ? undefined : `${q(s)} is not a user of this host (/etc/passwd)`;
+}
+
+/** A local group: a name or gid /etc/group has. */
+export function checkLocalGroup(s: string): string | undefined {
+  return hasEntry('/etc/group', s) ? undefined : `${q(s)} is not a group of this host (/etc/group)`;
 }

@@ -591,7 +591,7 @@ function checkHost(c: Checker, path: string, text: string, ifName: string, subne
 // ------------------------------------------------------------------ the Config
 
 function build(raw: Raw, source: string, c: Checker): Config {
-  const api = raw.api as { listen: string; token: string | null };
+  const api = raw.api as { listen: string; token: string | null; users: string[]; group: string | null };
   const { host, port } = parseListen(api.listen) as { host: string; port: number };
   const interfaces = (raw.interfaces as Raw[]).map((itf, k): InterfaceConfig => {
     const { fault, mac, ...rest } = itf;
@@ -614,7 +614,7 @@ function build(raw: Raw, source: string, c: Checker): Config {
   const neighbors = (raw.neighbors as Config['neighbors']).map((n) => ({ ...n, mac: n.mac.toLowerCase() }));
   return {
     source,
-    api: { host, port, token: api.token },
+    api: { host, port, token: api.token, users: api.users, group: api.group },
     cpu: raw.cpu as Config['cpu'],
     buffers: raw.buffers as Config['buffers'],
     log: raw.log as Config['log'],

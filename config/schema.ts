@@ -21,6 +21,8 @@ import {
   checkIp4Prefix,
   checkListen,
   checkMac,
+  checkLocalGroup,
+  checkLocalUser,
   checkNoWhitespace,
 } from './formats.ts';
 
@@ -505,7 +507,25 @@ export const SCHEMA: MapSpec = {
           nullable: true,
           check: checkNoWhitespace,
           expect: 'a non-empty string without white space',
-          doc: 'when set, every request needs "Authorization: Bearer <token>"',
+          doc: 'when set, every request needs "Authorization: Bearer <token>" (and any holder of it is served, from anywhere)',
+        },
+        users: {
+          type: 'list',
+          items: {
+            type: 'string',
+            check: checkLocalUser,
+            expect: 'a user name of this host or a uid',
+            doc: 'a local user',
+          },
+          default: [],
+          doc: "without api.token, local users served besides the daemon's own user and root (known by the uid owning the connecting socket); they cannot change a verbs program's QPs or touch its memory",
+        },
+        group: {
+          type: 'string',
+          nullable: true,
+          check: checkLocalGroup,
+          expect: 'a group name or gid of this host',
+          doc: 'without api.token, a local group whose members are served as api.users are',
         },
       },
     },

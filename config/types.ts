@@ -101,8 +101,8 @@ export interface NeighborConfig {
 export interface Config {
   /** The file it came from (or '<string>'). */
   source: string;
-  /** `api: {listen: "host:port", token}`. */
-  api: { host: string; port: number; token: string | null };
+  /** `api: {listen: "host:port", token, users, group}`. */
+  api: { host: string; port: number; token: string | null; users: string[]; group: string | null };
   /** `cpu: {workers, main-core, corelist-workers, poll, idle-poll-us}`. */
   cpu: {
     workers: number;

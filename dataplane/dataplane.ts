@@ -78,6 +78,7 @@ import {
   type SgeIn,
   type SrqView,
   type VersionView,
+  checkMrRange,
 } from './views.ts';
 import {
   type DeviceAttr,
@@ -269,6 +270,8 @@ export class Dataplane {
   private readonly linkWatch: ReturnType<typeof setInterval>;
   /** QPN -> the program that created it through a verbs socket (QpView.owner). */
   private readonly qpOwners = new Map<number, string>();
+  /** MR handle -> the program that registered it through a verbs socket (MrView.owner). */
+  private readonly mrOwners = new Map<number, string>();
   /** Verbs sockets this data plane serves (serveVerbs), closed with it. */
   private readonly verbsSockets: VerbsSocket[] = [];
 
@@ -940,6 +943,8 @@ export class Dataplane {
     access?: string[];
     memory?: Uint8Array;
     base?: number;
+    /** The program that registered it through a verbs socket (MrView.owner): its memory is that program's. */
+    owner?: string;
   }): Promise<MrView> {
     this.live();
     return guard(() => {
@@ -947,12 +952,21 @@ export class Dataplane {
       const access = req.access ?? VERBS_DEFAULTS.access;
       if (!Array.isArray(access))
         throw new DataplaneError('invalid', `access must be a list of ${ACCESS_NAMES.join(', ')}`);
-      return this.mrView(this.rdma.regMr(pd, req.memory ?? req.length, access, req.base));
+      const mr = this.rdma.regMr(pd, req.memory ?? req.length, access, req.base);
+      if (req.owner !== undefined) this.mrOwners.set(mr.handle, req.owner);
+      return this.mrView(mr);
     });
   }
 
   private mrView(mr: Mr): MrView {
-    return { mr: mr.handle, pd: mr.pd.handle, stag: mr.stag, length: mr.length, access: accessNames(mr.access) };
+    return {
+      mr: mr.handle,
+      pd: mr.pd.handle,
+      stag: mr.stag,
+      length: mr.length,
+      access: accessNames(mr.access),
+      owner: this.mrOwners.get(mr.handle) ?? null,
+    };
   }
 
   async getMr(h: number): Promise<MrView> {
@@ -965,23 +979,11 @@ export class Dataplane {
 
   async destroyMr(h: number): Promise<void> {
     guard(() => this.rdma.deregMr(this.mr(h)));
+    this.mrOwners.delete(h);
   }
 
   private range(mr: Mr, offset: number, length: number, what: string): void {
-    if (!Number.isSafeInteger(offset) || offset < 0)
-      throw new DataplaneError('invalid', `${what}: offset must be a non-negative integer, got ${offset}`);
-    if (!Number.isSafeInteger(length) || length < 0)
-      throw new DataplaneError('invalid', `${what}: length must be a non-negative integer, got ${length}`);
-    if (offset > mr.length)
-      throw new DataplaneError(
-        'invalid',
-        `${what}: offset ${offset} is past the end of mr ${mr.handle} (length ${mr.length})`,
-      );
-    if (offset + length > mr.length)
-      throw new DataplaneError(
-        'too-large',
-        `${what}: ${length} bytes at offset ${offset} do not fit in mr ${mr.handle} (length ${mr.length})`,
-      );
+    checkMrRange(mr.handle, mr.length, offset, length, what);
   }
 
   /** Copy `data` into the MR at `offset`. */

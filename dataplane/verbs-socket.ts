@@ -392,7 +392,7 @@ export function verbsConnections(
         const pages = new Uint8Array(mapPassed(span));
         const names = ACCESS_BITS.filter((_, b) => access & (1 << b));
         const memory = pages.subarray(skip, skip + length);
-        const mr = await dp.createMr({ pd, length, access: names, memory, base: addr });
+        const mr = await dp.createMr({ pd, length, access: names, memory, base: addr, owner: own.owner });
         own.mrs.add(mr.mr);
         return u32s(mr.mr, mr.stag);
       }

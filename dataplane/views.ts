@@ -28,6 +28,24 @@ export class DataplaneError extends Error {
   }
 }
 
+/**
+ * Throws the DataplaneError a read or write of `length` bytes at `offset` of MR `mr` (of
+ * `mrLength` bytes) meets, if any: `what` says which ("read mr 3").
+ */
+export function checkMrRange(mr: number, mrLength: number, offset: number, length: number, what: string): void {
+  if (!Number.isSafeInteger(offset) || offset < 0)
+    throw new DataplaneError('invalid', `${what}: offset must be a non-negative integer, got ${offset}`);
+  if (!Number.isSafeInteger(length) || length < 0)
+    throw new DataplaneError('invalid', `${what}: length must be a non-negative integer, got ${length}`);
+  if (offset > mrLength)
+    throw new DataplaneError('invalid', `${what}: offset ${offset} is past the end of mr ${mr} (length ${mrLength})`);
+  if (offset + length > mrLength)
+    throw new DataplaneError(
+      'too-large',
+      `${what}: ${length} bytes at offset ${offset} do not fit in mr ${mr} (length ${mrLength})`,
+    );
+}
+
 export type WrId = string | number;
 export type Logger = (level: 'error' | 'warn' | 'info' | 'debug', message: string) => void;
 
@@ -75,6 +93,8 @@ export interface MrView {
   stag: number;
   length: number;
   access: string[];
+  /** "pid N (comm)" of the verbs program that registered it (its memory is that program's), or null. */
+  owner: string | null;
 }
 export interface CqView {
   cq: number;

@@ -162,7 +162,11 @@ test("default budgets: the issue's attack (CQs of depth 2^20, again and again) s
     ],
     [4 * 2 ** 30, 4 * 2 ** 20, 2 ** 20, 4096, 4096, 1024],
   );
-  const dp = await Dataplane.create({ ...cfg, interfaces: [], api: { host: '127.0.0.1', port: 0, token: null } });
+  const dp = await Dataplane.create({
+    ...cfg,
+    interfaces: [],
+    api: { host: '127.0.0.1', port: 0, token: null, users: [], group: null },
+  });
   const api = await startApi(dp, { port: 0 });
   const c = new ApiClient(api.url);
   try {

@@ -83,7 +83,11 @@ const CASES: [string, string, string][] = [
     'log: {}\nconstructor: 1\n',
     `t.yaml:2:1: constructor: unknown key "constructor" (expected one of: ${TOP_KEYS})`,
   ],
-  ['unknown key: api', 'api: {port: 1}\n', 't.yaml:1:7: api.port: unknown key "port" (expected one of: listen, token)'],
+  [
+    'unknown key: api',
+    'api: {port: 1}\n',
+    't.yaml:1:7: api.port: unknown key "port" (expected one of: listen, token, users, group)',
+  ],
   [
     'unknown key: cpu',
     'cpu: {threads: 2}\n',
@@ -275,7 +279,7 @@ const CASES: [string, string, string][] = [
   [
     'type: a section that is not a mapping',
     'api: 5\n',
-    't.yaml:1:6: api: got the number 5 (expected a mapping of: listen, token)',
+    't.yaml:1:6: api: got the number 5 (expected a mapping of: listen, token, users, group)',
   ],
   [
     'type: interfaces that is not a list',
@@ -831,7 +835,7 @@ test('a value the walk rejected is not looked at again by the checks across keys
 
 const DEFAULTS: Config = {
   source: 't.yaml',
-  api: { host: '127.0.0.1', port: 7070, token: null },
+  api: { host: '127.0.0.1', port: 7070, token: null, users: [], group: null },
   cpu: { workers: 0, mainCore: null, corelistWorkers: null, poll: 'adaptive', idlePollUs: 200 },
   buffers: { count: 16384, dataSize: 2048 },
   log: { level: 'info' },
@@ -1066,7 +1070,7 @@ test('a full example: the normalised Config, every key taken', () => {
   };
   const want: Config = {
     source: 'full.yaml',
-    api: { host: '::1', port: 8080, token: 't0k3n' },
+    api: { host: '::1', port: 8080, token: 't0k3n', users: [], group: null },
     cpu: { workers: 2, mainCore: 0, corelistWorkers: '0-1', poll: 'interrupt', idlePollUs: 75 },
     buffers: { count: 65536, dataSize: 4096 },
     log: { level: 'debug' },
@@ -1188,13 +1192,40 @@ test('a full example: the normalised Config, every key taken', () => {
   assert.equal(parseConfig(FULL, 'full.yaml'), want);
 });
 
+test('api.users and api.group: local users and groups of this host (names or ids); others are refused where they stand', () => {
+  const api = (yaml: string) => parseConfig(yaml, 't.yaml').api;
+  assert.equal(api('api: {users: [root, "65534"], group: root}\n'), {
+    host: '127.0.0.1',
+    port: 7070,
+    token: null,
+    users: ['root', '65534'],
+    group: 'root',
+  });
+  const err = (yaml: string) => {
+    try {
+      parseConfig(yaml, 't.yaml');
+    } catch (e) {
+      return (e as Error).message;
+    }
+    return 'accepted';
+  };
+  assert.match(
+    err('api:\n  users: [no-such-user-here]\n'),
+    /t\.yaml:2:\d+: api\.users\[0\]: "no-such-user-here" is not a user of this host/,
+  );
+  assert.match(
+    err('api:\n  group: no-such-group-here\n'),
+    /t\.yaml:2:\d+: api\.group: "no-such-group-here" is not a group of this host/,
+  );
+});
+
 test('api.listen: localhost, IPv6, port 0', () => {
   const api = (listen: string, token = '') =>
     parseConfig(`api: {listen: "${listen}"${token ? `, token: ${token}` : ''}}`).api;
-  assert.equal(api('localhost:0'), { host: 'localhost', port: 0, token: null });
+  assert.equal(api('localhost:0'), { host: 'localhost', port: 0, token: null, users: [], group: null });
   // Not loopback: only with a token (test/api-guard.test.ts has the refusal).
-  assert.equal(api('[::]:7070', 't'), { host: '::', port: 7070, token: 't' });
-  assert.equal(api('0.0.0.0:65535', 't'), { host: '0.0.0.0', port: 65535, token: 't' });
+  assert.equal(api('[::]:7070', 't'), { host: '::', port: 7070, token: 't', users: [], group: null });
+  assert.equal(api('0.0.0.0:65535', 't'), { host: '0.0.0.0', port: 65535, token: 't', users: [], group: null });
 });
 
 test('aliases are followed; an issue in aliased content points at the anchor', () => {
@@ -1275,14 +1306,14 @@ test('every shipped configuration loads (config/**/*.yaml)', () => {
 test('startup.yaml: one memif server on run/memif.sock, 10.10.0.1/24; peer.yaml is its client', () => {
   const s = loadConfig(STARTUP_CONFIG);
   assert.is(STARTUP_CONFIG, join(root, 'config/startup.yaml'));
-  assert.equal(s.api, { host: '127.0.0.1', port: 7070, token: null });
+  assert.equal(s.api, { host: '127.0.0.1', port: 7070, token: null, users: [], group: null });
   assert.equal(
     s.interfaces.map((i) => [i.name, i.driver, i.memif?.role, i.memif?.socket, i.address, i.mac]),
     [['memif0', 'memif', 'server', 'run/memif.sock', '10.10.0.1/24', '02:fe:00:00:00:01']],
   );
   assert.equal(s.neighbors, [{ interface: 'memif0', address: '10.10.0.2', mac: '02:fe:00:00:00:02' }]);
   const p = loadConfig(join(root, 'config/examples/peer.yaml'));
-  assert.equal(p.api, { host: '127.0.0.1', port: 7071, token: null });
+  assert.equal(p.api, { host: '127.0.0.1', port: 7071, token: null, users: [], group: null });
   assert.equal(
     p.interfaces.map((i) => [i.name, i.driver, i.memif?.role, i.memif?.socket, i.memif?.id, i.address, i.mac]),
     [['memif0', 'memif', 'client', 'run/memif.sock', s.interfaces[0].memif?.id, '10.10.0.2/24', '02:fe:00:00:00:02']],

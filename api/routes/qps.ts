@@ -4,7 +4,7 @@
  */
 import type { Endpoint, QpCreate, RecvIn, SendIn } from '../../dataplane/views.ts';
 import * as S from '../schemas.ts';
-import { base64, privateData, type Ctx, type RouteDef } from './route.ts';
+import { base64, mayTouch, privateData, type Ctx, type RouteDef } from './route.ts';
 
 type Qpn = { qpn: number };
 type ConnectBody = {
@@ -70,7 +70,8 @@ export const qpRoutes: RouteDef[] = [
     status: 200,
     response: S.ConnectResult,
     errors: [404, 409, 413, 504],
-    handler: async ({ dp, params, body }: Ctx<Qpn, never, ConnectBody>) => {
+    handler: async ({ dp, params, body, caller }: Ctx<Qpn, never, ConnectBody>) => {
+      await mayTouch(caller, `qp ${params.qpn}`, async () => (await dp.getQp(params.qpn)).owner);
       const { privateData: pd, ...rest } = body;
       const res = await dp.connect(params.qpn, { ...rest, privateData: privateData(pd, 'body/privateData') });
       const { privateData: back, ...view } = res;
@@ -87,7 +88,10 @@ export const qpRoutes: RouteDef[] = [
     status: 200,
     response: S.QpView,
     errors: [404, 409],
-    handler: ({ dp, params, body }: Ctx<Qpn, never, ModifyBody>) => dp.modifyQp(params.qpn, body),
+    handler: async ({ dp, params, body, caller }: Ctx<Qpn, never, ModifyBody>) => {
+      await mayTouch(caller, `qp ${params.qpn}`, async () => (await dp.getQp(params.qpn)).owner);
+      return dp.modifyQp(params.qpn, body);
+    },
   },
   {
     method: 'DELETE',
@@ -97,7 +101,10 @@ export const qpRoutes: RouteDef[] = [
     params: S.QpParams,
     status: 204,
     errors: [404],
-    handler: ({ dp, params }: Ctx<Qpn>) => dp.destroyQp(params.qpn),
+    handler: async ({ dp, params, caller }: Ctx<Qpn>) => {
+      await mayTouch(caller, `qp ${params.qpn}`, async () => (await dp.getQp(params.qpn)).owner);
+      return dp.destroyQp(params.qpn);
+    },
   },
   {
     method: 'POST',
@@ -109,7 +116,8 @@ export const qpRoutes: RouteDef[] = [
     status: 202,
     response: S.Posted,
     errors: [404, 409, 503],
-    handler: async ({ dp, params, body }: Ctx<Qpn, never, RecvIn>) => {
+    handler: async ({ dp, params, body, caller }: Ctx<Qpn, never, RecvIn>) => {
+      await mayTouch(caller, `qp ${params.qpn}`, async () => (await dp.getQp(params.qpn)).owner);
       await dp.postRecv(params.qpn, body);
       return { wrId: body.wrId };
     },
@@ -124,7 +132,8 @@ export const qpRoutes: RouteDef[] = [
     status: 202,
     response: S.Posted,
     errors: [404, 409, 413, 503],
-    handler: async ({ dp, params, body }: Ctx<Qpn, never, SendIn>) => {
+    handler: async ({ dp, params, body, caller }: Ctx<Qpn, never, SendIn>) => {
+      await mayTouch(caller, `qp ${params.qpn}`, async () => (await dp.getQp(params.qpn)).owner);
       await dp.postSend(params.qpn, body);
       return { wrId: body.wrId };
     },

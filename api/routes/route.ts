@@ -4,6 +4,8 @@
  */
 import type { FastifyReply } from 'fastify';
 import type { Dataplane } from '../../dataplane/dataplane.ts';
+import type { Caller } from '../access.ts';
+import type { TransferSlots } from '../mr-data.ts';
 import { HttpError } from '../errors.ts';
 import { PRIVATE_DATA_MAX, type JsonSchema } from '../schemas.ts';
 
@@ -22,6 +24,10 @@ export interface Ctx<P = Record<string, never>, Q = Record<string, never>, B = u
   /** Aborts when the client goes away or the server closes. */
   signal: AbortSignal;
   reply: FastifyReply;
+  /** Who sent the request (api/access.ts): the token's holder, the daemon's user or root, or another allowed user. */
+  caller: Caller;
+  /** The server's MR data transfers under way (api/mr-data.ts). */
+  transfers: TransferSlots;
 }
 
 export interface RouteDef<P = any, Q = any, B = any> {
@@ -45,6 +51,20 @@ export interface RouteDef<P = any, Q = any, B = any> {
   /** Error statuses this route can answer besides 400, 401 and 500. */
   errors: number[];
   handler(ctx: Ctx<P, Q, B>): Promise<unknown>;
+}
+
+/**
+ * A verbs program's own object (`owner`: made through the verbs socket): users api.users or
+ * api.group let in may look at it, not change it or touch its memory (README "Security").
+ */
+export async function mayTouch(caller: Caller, what: string, owner: () => Promise<string | null>): Promise<void> {
+  if (caller.kind !== 'user') return;
+  const o = await owner();
+  if (o !== null)
+    throw new HttpError(
+      403,
+      `${what} belongs to ${o}, a verbs program: only the daemon's user, root or a holder of api.token may change it or touch its memory`,
+    );
 }
 
 /** The fastify spelling of a path: /v1/qps/:qpn. */

@@ -3,9 +3,11 @@
  * bytes), completion queues (and polling them), shared receive queues.
  */
 import type { RecvIn } from '../../dataplane/views.ts';
+import type { IncomingMessage } from 'node:http';
 import { HttpError } from '../errors.ts';
+import { checkRead, mrReadStream, writeFromBody } from '../mr-data.ts';
 import * as S from '../schemas.ts';
-import { OCTETS, type Ctx, type RouteDef } from './route.ts';
+import { mayTouch, OCTETS, type Ctx, type RouteDef } from './route.ts';
 
 /** Most bytes one MR data request moves (PUT body limit; GET answers 413 beyond it). */
 export const MR_DATA_MAX = 64 * 1024 * 1024;
@@ -89,7 +91,10 @@ export const verbsRoutes: RouteDef[] = [
     params: S.MrParams,
     status: 204,
     errors: [404],
-    handler: ({ dp, params }: Ctx<Mr>) => dp.destroyMr(params.mr),
+    handler: async ({ dp, params, caller }: Ctx<Mr>) => {
+      await mayTouch(caller, `mr ${params.mr}`, async () => (await dp.getMr(params.mr)).owner);
+      return dp.destroyMr(params.mr);
+    },
   },
   {
     method: 'PUT',
@@ -102,10 +107,17 @@ export const verbsRoutes: RouteDef[] = [
     bodyLimit: MR_DATA_MAX,
     status: 200,
     response: S.Written,
-    errors: [404, 413],
-    handler: ({ dp, params, query, body }: Ctx<Mr, { offset?: number }, Buffer | undefined>) => {
-      const data = body ?? Buffer.alloc(0);
-      return dp.writeMr(params.mr, query.offset ?? 0, new Uint8Array(data.buffer, data.byteOffset, data.length));
+    errors: [404, 411, 413, 503],
+    handler: async ({ dp, params, query, body, caller, transfers }: Ctx<Mr, { offset?: number }, IncomingMessage>) => {
+      await mayTouch(caller, `mr ${params.mr}`, async () => (await dp.getMr(params.mr)).owner);
+      const offset = query.offset ?? 0;
+      if (body === undefined || body === null) return dp.writeMr(params.mr, offset, new Uint8Array(0));
+      const release = transfers.take('PUT /v1/mrs/{mr}/data');
+      try {
+        return await writeFromBody(dp, params.mr, offset, body, MR_DATA_MAX, 'PUT /v1/mrs/{mr}/data');
+      } finally {
+        release();
+      }
     },
   },
   {
@@ -117,8 +129,9 @@ export const verbsRoutes: RouteDef[] = [
     querystring: S.ReadQuery,
     status: 200,
     produces: OCTETS,
-    errors: [404, 413],
-    handler: async ({ dp, params, query, reply }: Ctx<Mr, { offset?: number; length?: number }>) => {
+    errors: [404, 413, 503],
+    handler: async ({ dp, params, query, reply, caller, transfers }: Ctx<Mr, { offset?: number; length?: number }>) => {
+      await mayTouch(caller, `mr ${params.mr}`, async () => (await dp.getMr(params.mr)).owner);
       const offset = query.offset ?? 0;
       let length = query.length;
       if (length === undefined) length = Math.max(0, (await dp.getMr(params.mr)).length - offset);
@@ -127,9 +140,11 @@ export const verbsRoutes: RouteDef[] = [
           413,
           `querystring/length: ${length} bytes is more than one request reads (${MR_DATA_MAX}); read in pieces with offset and length`,
         );
-      const bytes = await dp.readMr(params.mr, offset, length);
+      await checkRead(dp, params.mr, offset, length);
       reply.type(OCTETS);
-      return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
+      reply.header('content-length', length);
+      // Streamed a chunk at a time as the client takes it (api/mr-data.ts).
+      return mrReadStream(dp, params.mr, offset, length, transfers.take('GET /v1/mrs/{mr}/data'));
     },
   },
   // ---------------------------------------------------------------- CQ
