@@ -242,7 +242,7 @@ export function showCommand(words: string[], show: Show): Promise<void> {
         v
           .map(
             (m) =>
-              `mr ${m.mr} pd ${m.pd} stag 0x${m.stag.toString(16)} length ${m.length} access ${m.access.join(',') || '-'}\n`,
+              `mr ${m.mr} pd ${m.pd} stag 0x${m.stag.toString(16)} length ${m.length} access ${m.access.join(',') || '-'}${m.owner !== null ? ` owner ${m.owner}` : ''}\n`,
           )
           .join(''),
       );

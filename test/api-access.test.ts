@@ -146,6 +146,12 @@ test("by default another local user is refused (403, naming its uid): it cannot 
       owner: string | null;
     }[];
     assert.match(list.find((m) => m.mr === prog.mr)?.owner ?? '', /^pid \d+/, 'the MR says which program owns it');
+    const shown = await new Promise<string>((resolve) =>
+      execFile(process.execPath, ['bin/rdmactl.mjs', '--api', api.url, 'show', 'mrs'], { encoding: 'utf8' }, (_e, o) =>
+        resolve(o),
+      ),
+    );
+    assert.match(shown, new RegExp(`^mr ${prog.mr} .* owner pid \\d+ \\(node\\)$`, 'm'), `rdmactl show mrs:\n${shown}`);
   } finally {
     prog.close();
     await api.close();
