@@ -715,7 +715,7 @@ export const SCHEMA: MapSpec = {
         dir: {
           type: 'string',
           default: 'run/captures',
-          doc: "the directory capture files are created in (made at the first capture, mode 0700; relative: against the daemon's working directory); the API names files in it",
+          doc: "the directory capture files are created in (made at the first capture, mode 0700; a symlink is refused; relative: against the daemon's working directory); the API names files in it",
         },
         'max-bytes': {
           type: 'int',
@@ -733,7 +733,35 @@ export const SCHEMA: MapSpec = {
         socket: {
           type: 'string',
           default: 'run/verbs.sock',
-          doc: 'its path (mode 0660; relative: against the daemon\'s working directory), or "@name" in the abstract namespace',
+          doc: 'its path (mode 0660 from the moment it exists; relative: against the daemon\'s working directory), or "@name" in the abstract namespace',
+        },
+        'max-connections': {
+          type: 'int',
+          min: 1,
+          max: 65536,
+          default: 256,
+          doc: 'connections served at once, every program together (with cpu.workers: the whole daemon); more are refused with EUSERS and the reason',
+        },
+        'max-connections-per-uid': {
+          type: 'int',
+          min: 1,
+          max: 65536,
+          default: 64,
+          doc: "connections of one user at once (the peer's uid, SO_PEERCRED); more are refused with EUSERS and the reason",
+        },
+        'max-connections-per-pid': {
+          type: 'int',
+          min: 1,
+          max: 65536,
+          default: 16,
+          doc: 'connections of one process at once (its device-list query and each device it opened); more are refused with EMFILE and the reason',
+        },
+        'max-fds-per-connection': {
+          type: 'int',
+          min: 2,
+          max: 1024,
+          default: 32,
+          doc: 'eventfds one connection may leave with the daemon (its doorbell and completion channels); more are refused with EMFILE',
         },
       },
     },

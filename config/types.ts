@@ -137,8 +137,18 @@ export interface Config {
   };
   /** `capture: {dir, max-bytes}`: where the API's captures go, and how large one file may grow. */
   capture: { dir: string; maxBytes: number };
-  /** `verbs: {socket}`: where unmodified libibverbs programs (`rdma-graph exec`) reach the daemon. */
-  verbs: { socket: string };
+  /**
+   * `verbs: {socket, max-connections, max-connections-per-uid, max-connections-per-pid,
+   * max-fds-per-connection}`: where unmodified libibverbs programs (`rdma-graph exec`) reach the
+   * daemon, and what one of them may hold.
+   */
+  verbs: {
+    socket: string;
+    maxConnections: number;
+    maxConnectionsPerUid: number;
+    maxConnectionsPerPid: number;
+    maxFdsPerConnection: number;
+  };
   /** `trace: {max-packets}`. */
   trace: { maxPackets: number };
 }

@@ -324,12 +324,26 @@ export class VerbsRings {
     return false;
   }
 
-  /** A ring that cannot be right: refused for good, its QP to error. */
+  /**
+   * A ring that cannot be right: refused for good, its QP to error, and the state word of each
+   * QP ring concerned says so at once (a refused ring is not polled again, its state included).
+   */
   private refuse(r: QpRing | SrqRing, why: string): void {
     r.dead = true;
     this.warn(`verbs: ${why}: the ring is refused from now on`);
-    const qps = r instanceof QpRing ? [r.qp] : this.qps.filter((q) => q.srq === r).map((q) => q.qp);
-    for (const qp of qps) this.toError(qp);
+    const rings = r instanceof QpRing ? [r] : this.qps.filter((q) => q.srq === r);
+    for (const q of rings) {
+      this.toError(q.qp);
+      this.syncState(q);
+    }
+  }
+
+  /** The QP's state into its ring's state word, when it changed. */
+  private syncState(r: QpRing): void {
+    if (r.qp.state !== r.lastState) {
+      r.lastState = r.qp.state;
+      Atomics.store(r.u32, QP_STATE, r.qp.state);
+    }
   }
 
   private toError(qp: Qp): void {
@@ -343,12 +357,10 @@ export class VerbsRings {
 
   private pollQp(r: QpRing): number {
     const qp = r.qp;
+    // The state word first: a refused ring's QP still moves (ERROR, then destroyed).
+    if (!qp.destroyed) this.syncState(r);
     if (r.dead || qp.destroyed) return 0;
     const u = r.u32;
-    if (qp.state !== r.lastState) {
-      r.lastState = qp.state;
-      Atomics.store(u, QP_STATE, qp.state);
-    }
     let work = 0;
     // Sends once the QP may send (the library refuses earlier posts; a hostile one waits).
     if (qp.state >= QpState.RTS) {

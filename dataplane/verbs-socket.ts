@@ -1,8 +1,9 @@
 /**
  * The verbs control socket (Dataplane.serveVerbs): how librdmagraph-verbs.so (native/verbs-lib/, preloaded into an
  * unmodified libibverbs program by `rdma-graph exec`) reaches this daemon. A SOCK_SEQPACKET
- * listener at `verbs.socket` (mode 0660), one connection per opened device context, fixed
- * little-endian messages (native/verbs-lib/proto.h).
+ * listener at `verbs.socket` (mode 0660 from the moment it exists: bound in a private directory
+ * and renamed into place), one connection per opened device context, fixed little-endian
+ * messages (native/verbs-lib/proto.h).
  *
  * Served: DEVICES (one device per interface with an IPv4 address), ATTACH (the opened device's
  * interface and the program's doorbell eventfd), ALLOC_PD/DEALLOC_PD, REG_MR (the program's pages
@@ -14,15 +15,24 @@
  * connection touches only what it created, and what it created is destroyed when it closes (the
  * program exited or was killed): its rings are detached first, so nothing writes them once the
  * program can see the end of file. Every other request is answered EOPNOTSUPP; a malformed one
- * closes that connection (logged), never the daemon. Connections are bounded (MAX_CONNECTIONS),
- * channels per connection too (MAX_CHANNELS); a registration is at most 2^31 bytes; a ring's
- * size must be exactly what the daemon computes for the object.
+ * closes that connection (logged), never the daemon.
+ *
+ * What one program can cost (issue 26): a registration is O(1) in its length (mapped, never
+ * touched or copied; at most 2^31 bytes); connections are admitted by the listener (the main
+ * thread with cpu.workers) per process, per user (SO_PEERCRED) and in all (verbs.max-connections*),
+ * and only while the process keeps headroom below its fd limit; a refused connection's first
+ * request is answered with an errno and the reason; eventfds per connection are bounded
+ * (verbs.max-fds-per-connection); accept() at EMFILE drops the waiting connection through a spare
+ * fd instead of spinning; log lines a client causes are rate-limited (dataplane/log-limit.ts). A
+ * ring's size must be exactly what the daemon computes for the object.
  */
 import type { Qp } from '../nodes/rdma/qp.ts';
 import type { Cq, Srq } from '../nodes/rdma/verbs.ts';
-import { chmodSync, existsSync, mkdirSync, readFileSync, unlinkSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, unlinkSync } from 'node:fs';
 import { dirname } from 'node:path';
+import type { Config } from '../config/types.ts';
 import { Dataplane } from './dataplane.ts';
+import { LogLimiter } from './log-limit.ts';
 import { VERBS_LIMITS } from './verbs.ts';
 import { type Channel, CqRing, CQE_BYTES, QpRing, RING_HDR, rqStride, SrqRing, VerbsRings } from './verbs-rings.ts';
 import { loadCore, NATIVE_BUILD_DIR, type FdWaiter } from '../native/load.ts';
@@ -76,6 +86,10 @@ export const RGV_HDR_BYTES = 16;
 export const RGV_DEVICE_BYTES = 132;
 export const RGV_MAX_DEVICES = 64;
 const EOPNOTSUPP = 95;
+/** Refusals of a connection or an fd: one process's limits, the daemon's fd headroom, a user's or everyone's. */
+const EMFILE = 24,
+  ENFILE = 23,
+  EUSERS = 87;
 /** errno for a refused verb, by DataplaneError kind. */
 const ERRNO: Record<string, number> = {
   invalid: 22, // EINVAL
@@ -92,6 +106,10 @@ const ACCESS_BITS = ['local-write', 'remote-write', 'remote-read', 'remote-atomi
 interface Owned {
   /** "pid N (comm)" of the connected program (SO_PEERCRED), for QpView.owner. */
   owner: string;
+  /** Its uid (SO_PEERCRED; -1 unknown): the key its connection-level log lines are limited by. */
+  uid: number;
+  /** The key of this connection's own log lines ("pid N (comm), connection K"). */
+  logKey: string;
   pds: Set<number>;
   mrs: Set<number>;
   cqs: Set<number>;
@@ -128,9 +146,38 @@ function detachAll(rings: VerbsRings, own: Owned, core: ReturnType<typeof loadCo
 
 /** One VerbsRings (and verbs-input node) per data plane, however many sockets it serves. */
 const ringsOf = new WeakMap<Dataplane, VerbsRings>();
-const MAX_CONNECTIONS = 256;
-/** Completion channels one connection may hold. */
-const MAX_CHANNELS = 64;
+
+/** What one program may hold (the `verbs:` keys of the start-up file). */
+export type VerbsLimits = Omit<Config['verbs'], 'socket'>;
+
+/** The `verbs:` defaults (config/schema.ts), for a configuration built without them. */
+export const DEFAULT_VERBS_LIMITS: VerbsLimits = {
+  maxConnections: 256,
+  maxConnectionsPerUid: 64,
+  maxConnectionsPerPid: 16,
+  maxFdsPerConnection: 32,
+};
+
+/** The limits of a `verbs:` section, defaults for any key it lacks. */
+export function verbsLimits(v: Partial<VerbsLimits> | undefined): VerbsLimits {
+  const out = { ...DEFAULT_VERBS_LIMITS };
+  for (const k of Object.keys(out) as (keyof VerbsLimits)[]) if (typeof v?.[k] === 'number') out[k] = v[k] as number;
+  return out;
+}
+
+/**
+ * File descriptors kept free for the rest of the daemon (the API's connections, captures,
+ * interfaces): no verbs connection or eventfd is taken at or above fdLimit - this.
+ */
+export function fdReserve(limit: number): number {
+  return Math.max(16, Math.floor(limit / 8));
+}
+
+/** Whether `fd` (just received: the lowest free number) leaves the process its fd reserve. */
+function fdHeadroom(core: ReturnType<typeof loadCore>, fd: number, share = 1): boolean {
+  const limit = core.fdLimit();
+  return fd < limit - fdReserve(limit) * share;
+}
 
 export interface VerbsSocketOptions {
   /** Path of the socket (a relative one against the working directory), or "@name" (abstract). */
@@ -138,6 +185,8 @@ export interface VerbsSocketOptions {
   /** Most QPs of the data plane (rdma.max-qps), for ibv_query_device. */
   maxQps: number;
   log?: (level: 'info' | 'warn', msg: string) => void;
+  /** What one program may hold; default the data plane's `verbs:` configuration. */
+  limits?: Partial<VerbsLimits>;
 }
 
 export interface VerbsSocket {
@@ -213,7 +262,18 @@ function header(v: DataView, op: number, status: number, seq: number, count: num
  * serves is refused (an error naming the path).
  */
 export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): VerbsSocket {
-  return listenVerbs(opts.path, verbsConnections(dp, opts));
+  const core = loadCore();
+  const limits = verbsLimits({ ...dp.config.verbs, ...opts.limits });
+  const admission = new VerbsAdmission(limits);
+  const serve = verbsConnections(dp, {
+    ...opts,
+    limits,
+    closeConnection: (fd) => {
+      admission.release(fd);
+      core.closeFd(fd);
+    },
+  });
+  return listenVerbs(opts.path, serve, { admission, log: opts.log });
 }
 
 /** What a listener hands its accepted connections to (one data plane's, or a worker's). */
@@ -224,13 +284,105 @@ export interface VerbsConnections {
   close(): void;
 }
 
+/** A connection the admission refused: why, and the errno its first request is answered with. */
+export interface Refusal {
+  errno: number;
+  reason: string;
+  /** "pid N (comm)", uid: who was refused (for the log). */
+  owner: string;
+  uid: number;
+}
+
+/**
+ * Who may connect (the listener asks at accept, by SO_PEERCRED): at most maxConnectionsPerPid
+ * connections of one process, maxConnectionsPerUid of one user, maxConnections in all, and none
+ * that would take the process into its fd reserve. The listener counts every connection it
+ * admitted until release(fd), which whoever closes the connection calls first (the data plane,
+ * or with cpu.workers the main thread when a worker hands the fd back), so the limits hold for
+ * the whole daemon.
+ */
+export class VerbsAdmission {
+  private readonly peers = new Map<number, { pid: number; uid: number }>();
+  private readonly perPid = new Map<number, number>();
+  private readonly perUid = new Map<number, number>();
+
+  constructor(readonly limits: VerbsLimits) {}
+
+  /** Admit connection `fd` (counted from now on), or why not. */
+  admit(fd: number): Refusal | null {
+    const core = loadCore();
+    const peer = core.seqpacketPeer(fd) ?? { pid: -1, uid: -1 };
+    const owner = ownerOf(peer.pid >= 0 ? peer : null);
+    const refuse = (errno: number, reason: string): Refusal => ({ errno, reason, owner, uid: peer.uid });
+    const limit = core.fdLimit();
+    if (!fdHeadroom(core, fd))
+      return refuse(
+        ENFILE,
+        `the daemon is short of file descriptors (the lowest free is ${fd} of its limit ${limit}, ${fdReserve(limit)} kept for the rest of it): try again later`,
+      );
+    const l = this.limits;
+    if (this.peers.size >= l.maxConnections)
+      return refuse(
+        EUSERS,
+        `${this.peers.size} connections are open, the most the daemon serves (verbs.max-connections)`,
+      );
+    const u = this.perUid.get(peer.uid) ?? 0;
+    if (u >= l.maxConnectionsPerUid)
+      return refuse(
+        EUSERS,
+        `uid ${peer.uid} has ${u} connections open, the most one user may have (verbs.max-connections-per-uid)`,
+      );
+    const p = this.perPid.get(peer.pid) ?? 0;
+    if (p >= l.maxConnectionsPerPid)
+      return refuse(
+        EMFILE,
+        `${owner} has ${p} connections open, the most one process may have (verbs.max-connections-per-pid)`,
+      );
+    this.peers.set(fd, peer);
+    this.perUid.set(peer.uid, u + 1);
+    this.perPid.set(peer.pid, p + 1);
+    return null;
+  }
+
+  /** Connection `fd` is being closed: no longer counted (call before closing it). */
+  release(fd: number): void {
+    const peer = this.peers.get(fd);
+    if (peer === undefined) return;
+    this.peers.delete(fd);
+    const down = (m: Map<number, number>, k: number) => {
+      const n = (m.get(k) ?? 1) - 1;
+      if (n > 0) m.set(k, n);
+      else m.delete(k);
+    };
+    down(this.perUid, peer.uid);
+    down(this.perPid, peer.pid);
+  }
+
+  /** Connections admitted and not released. */
+  get size(): number {
+    return this.peers.size;
+  }
+}
+
+/** Refused connections held at once to answer their first request with the reason. */
+const MAX_REFUSING = 16;
+/** How long a refused connection may take to send that request. */
+const REFUSING_MS = 2000;
+/** Accepts per wake-up of the listener (the rest on the next turn of the loop). */
+const ACCEPT_BURST = 64;
+/** After accept fails without a spare fd (or for another reason): the listener rests this long. */
+const ACCEPT_BACKOFF_MS = 100;
+
 /**
  * Listen on `path` and give every accepted connection to `serve` (startVerbsSocket: this data
- * plane's; with cpu.workers the main thread picks a worker per connection).
+ * plane's; with cpu.workers the main thread picks a worker per connection). With `admission`,
+ * a connection it refuses is held (at most MAX_REFUSING, and only with fds to spare) until its
+ * first request, which is answered with the refusal's errno and reason as text, then closed.
  */
 export function listenVerbs(
   path: string,
   serve: Pick<VerbsConnections, 'adopt' | 'connections' | 'close'>,
+  opts: { admission?: VerbsAdmission; log?: (level: 'info' | 'warn', msg: string) => void } = {},
 ): VerbsSocket {
   const core = loadCore();
   const abstract = path.startsWith('@');
@@ -248,15 +400,88 @@ export function listenVerbs(
       unlinkSync(path);
     }
   }
-  const lfd = core.seqpacketListen(path);
-  if (!abstract) chmodSync(path, 0o660);
+  let lfd: number;
+  try {
+    // 0660 from the moment the file exists (never the umask's mode: bound in a private directory).
+    lfd = core.verbsListen(path, 0o660);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'EEXIST')
+      throw new Error(`verbs.socket ${path}: another process serves it (another rdma-graph?)`);
+    throw e;
+  }
+  const lines = new LogLimiter(opts.log, 'verbs socket: ');
   const waiter: FdWaiter = new core.FdWaiter();
-  let closed = false;
+  const refusing = new Map<number, Refusal & { until: number }>();
+  let closed = false,
+    watching = true,
+    backoff: ReturnType<typeof setTimeout> | null = null;
+  const hangUp = (fd: number) => {
+    waiter.remove(fd);
+    refusing.delete(fd);
+    core.closeFd(fd);
+  };
+  const refuse = (fd: number, r: Refusal) => {
+    lines.say(`uid ${r.uid}`, 'warn', `verbs socket: refused a connection of ${r.owner} (uid ${r.uid}): ${r.reason}`);
+    // Told why only while that costs nothing the daemon needs: else closed at once.
+    if (refusing.size >= MAX_REFUSING || !fdHeadroom(core, fd, 0.5)) return core.closeFd(fd);
+    refusing.set(fd, { ...r, until: Date.now() + REFUSING_MS });
+    waiter.add(fd);
+  };
+  /** A refused connection's first request: its errno and the reason, then the end. */
+  const answer = (fd: number) => {
+    const r = refusing.get(fd) as Refusal;
+    const m = core.seqpacketRecv(fd);
+    if (m === null) return; // woken for nothing: wait on
+    if ('data' in m) {
+      if (m.fd >= 0) core.closeFd(m.fd);
+      if (m.data.length >= RGV_HDR_BYTES) {
+        const q = new DataView(m.data.buffer, m.data.byteOffset, m.data.length);
+        const text = new TextEncoder().encode(r.reason).subarray(0, 480);
+        const resp = new Uint8Array(RGV_HDR_BYTES + text.length);
+        header(new DataView(resp.buffer), q.getUint16(4, true), -r.errno, q.getUint32(8, true), 0);
+        resp.set(text, RGV_HDR_BYTES);
+        core.seqpacketSend(fd, resp);
+      }
+    }
+    hangUp(fd);
+  };
+  const acceptSome = () => {
+    for (let k = 0; k < ACCEPT_BURST; k++) {
+      const c = core.verbsAccept(lfd);
+      if (c === -1) return;
+      if (c === -2) {
+        lines.say('out of fds', 'warn', 'verbs socket: out of file descriptors: a waiting connection was closed');
+        continue;
+      }
+      if (c < 0) {
+        // Out of descriptors with no spare to give back, or accept failing otherwise: rest.
+        lines.say('accept', 'warn', 'verbs socket: accept fails: the listener rests 100 ms');
+        waiter.remove(lfd);
+        watching = false;
+        backoff = setTimeout(() => {
+          backoff = null;
+          if (closed) return;
+          waiter.add(lfd);
+          watching = true;
+          loop();
+        }, ACCEPT_BACKOFF_MS);
+        return;
+      }
+      const no = opts.admission?.admit(c) ?? null;
+      if (no !== null) refuse(c, no);
+      else serve.adopt(c);
+    }
+  };
   const loop = () => {
-    if (closed) return;
-    waiter.wait(-1, () => {
+    if (closed || waiter.waiting || (!watching && refusing.size === 0)) return;
+    const timeout =
+      refusing.size === 0 ? -1 : Math.max(0, Math.min(...[...refusing.values()].map((r) => r.until)) - Date.now());
+    waiter.wait(timeout, (fd: number) => {
       if (closed) return;
-      for (let c = core.seqpacketAccept(lfd); c >= 0; c = core.seqpacketAccept(lfd)) serve.adopt(c);
+      if (fd === lfd) acceptSome();
+      else if (fd >= 0 && refusing.has(fd)) answer(fd);
+      const now = Date.now();
+      for (const [f, r] of refusing) if (r.until <= now) hangUp(f);
       loop();
     });
   };
@@ -268,9 +493,13 @@ export function listenVerbs(
     close() {
       if (closed) return;
       closed = true;
+      if (backoff !== null) clearTimeout(backoff);
       waiter.close();
+      for (const fd of refusing.keys()) core.closeFd(fd);
+      refusing.clear();
       serve.close();
-      core.closeFd(lfd);
+      core.verbsUnlisten(lfd);
+      lines.close();
       if (!abstract && existsSync(path)) unlinkSync(path);
     },
   };
@@ -290,10 +519,14 @@ export function verbsConnections(
 ): VerbsConnections {
   const core = loadCore();
   const closeConn = opts.closeConnection ?? ((fd: number) => core.closeFd(fd));
+  const limits = verbsLimits({ ...dp.config.verbs, ...opts.limits });
   const waiter: FdWaiter = new core.FdWaiter();
   const conns = new Map<number, Owned>();
+  /** What clients cause in the log: per connection, and per user for what ends a connection. */
+  const lines = new LogLimiter(opts.log, 'verbs socket: ');
   let closed = false,
-    waiting = false;
+    waiting = false,
+    connSeq = 0;
   /** Destroy what a closed connection created: QPs (each sends FIN), MRs, CQs, then PDs. */
   const internals = Dataplane.internals(dp);
   let rings = ringsOf.get(dp);
@@ -311,8 +544,14 @@ export function verbsConnections(
     for (const h of own.pds) await dp.destroyPd(h).catch(() => undefined);
   };
   const drop = (fd: number, why: string | null) => {
-    if (why !== null) opts.log?.('warn', `verbs socket: dropped a connection: ${why}`);
     const own = conns.get(fd);
+    if (why !== null)
+      lines.say(
+        `uid ${own?.uid ?? -1}`,
+        'warn',
+        `verbs socket: dropped a connection: ${why} (${own?.owner ?? 'unknown process'})`,
+      );
+    if (own) lines.end(own.logKey);
     waiter.remove(fd);
     conns.delete(fd);
     if (own) detachAll(vr, own, core); // before the program sees the end of file and flushes its rings
@@ -351,18 +590,27 @@ export function verbsConnections(
       owned.delete(h);
       return u32s();
     };
-    /** The passed memfd of `bytes`, mapped (mapSealedFd closes the fd either way). */
+    /**
+     * The passed memfd of `bytes`, mapped and never touched here: O(1) whatever its size
+     * (mapVerbsMemory closes the fd either way; hugetlb memory is refused).
+     */
     const mapPassed = (bytes: number): ArrayBuffer => {
       const fd = box.fd;
       box.fd = -1;
-      return core.mapSealedFd(fd, bytes);
+      return core.mapVerbsMemory(fd, bytes);
     };
-    /** The passed fd if it is an eventfd (kept: the caller owns it now), else -1. */
-    const takeEventfd = (): number => {
-      if (box.fd < 0 || !core.isEventfd(box.fd)) return -1;
+    /**
+     * The passed fd if it is an eventfd the connection may keep (the caller owns it now), else
+     * the errno: EINVAL (none, or not an eventfd), EMFILE (the connection holds
+     * verbs.max-fds-per-connection already), ENFILE (the daemon is into its fd reserve).
+     */
+    const takeEventfd = (): { fd: number } | { errno: number } => {
+      if (box.fd < 0 || !core.isEventfd(box.fd)) return { errno: ERRNO.invalid };
+      if ((own.doorbell >= 0 ? 1 : 0) + own.channels.size >= limits.maxFdsPerConnection) return { errno: EMFILE };
+      if (!fdHeadroom(core, box.fd)) return { errno: ENFILE };
       const fd = box.fd;
       box.fd = -1;
-      return fd;
+      return { fd };
     };
     try {
       if (op === RGV_OP_ALLOC_PD) {
@@ -404,18 +652,19 @@ export function verbsConnections(
         const name = new TextDecoder().decode(raw.subarray(0, raw.indexOf(0) < 0 ? 32 : raw.indexOf(0)));
         const itf = (await dp.interfaces()).find((i) => i.name === name && i.addresses.length > 0);
         if (itf === undefined) return ERRNO.unavailable;
+        const t = takeEventfd();
+        if ('errno' in t) return t.errno;
         own.ifname = name;
-        const fd = takeEventfd();
-        if (fd < 0) return ERRNO.invalid;
+        const fd = t.fd;
         own.doorbell = fd;
         vr.attachDoorbell(fd);
         return u32s();
       }
       if (op === RGV_OP_CREATE_CHANNEL) {
         want(0);
-        if (own.channels.size >= MAX_CHANNELS) return ERRNO.resource;
-        const fd = takeEventfd();
-        if (fd < 0) return ERRNO.invalid;
+        const t = takeEventfd();
+        if ('errno' in t) return t.errno;
+        const fd = t.fd;
         const h = own.nextChannel++;
         own.channels.set(h, { fd, users: 0 });
         return u32s(h);
@@ -633,8 +882,8 @@ export function verbsConnections(
     } catch (e) {
       const kind = (e as { kind?: string }).kind;
       if (kind !== undefined && kind in ERRNO) return ERRNO[kind];
-      if ((e as Error).message.startsWith('mapSealedFd')) {
-        opts.log?.('warn', `verbs socket: refused a registration: ${(e as Error).message}`);
+      if ((e as Error).message.startsWith('mapVerbsMemory')) {
+        lines.say(own.logKey, 'warn', `verbs socket: refused a registration: ${(e as Error).message} (${own.owner})`);
         return ERRNO.invalid;
       }
       throw e;
@@ -708,16 +957,22 @@ export function verbsConnections(
   };
   return {
     adopt(c: number) {
-      if (closed || conns.size >= MAX_CONNECTIONS) {
-        opts.log?.(
+      const peer = core.seqpacketPeer(c);
+      // The listener admitted it (verbs.max-connections* over the whole daemon); this is a last stop.
+      if (closed || conns.size >= limits.maxConnections) {
+        lines.say(
+          `uid ${peer?.uid ?? -1}`,
           'warn',
-          `verbs socket: refused a connection: ${closed ? 'shutting down' : `${MAX_CONNECTIONS} are open`}`,
+          `verbs socket: refused a connection: ${closed ? 'shutting down' : `${limits.maxConnections} are open`}`,
         );
         closeConn(c);
         return;
       }
+      const owner = ownerOf(peer);
       conns.set(c, {
-        owner: ownerOf(core.seqpacketPeer(c)),
+        owner,
+        uid: peer?.uid ?? -1,
+        logKey: `${owner}, connection ${++connSeq}`,
         pds: new Set(),
         mrs: new Set(),
         cqs: new Set(),
@@ -745,6 +1000,7 @@ export function verbsConnections(
         void release(own);
       }
       conns.clear();
+      lines.close();
     },
   };
 }

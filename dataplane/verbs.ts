@@ -374,7 +374,9 @@ export class Rdma {
         );
     } else if (memory.byteLength > 2 ** 32 - 1) throw new VerbsError('too-large', 'mr larger than 4 GiB');
     const charge = typeof memory === 'number' ? { 'mr-bytes': memory } : {};
-    this.budget.check(`mr of ${memory} bytes`, charge);
+    // The length, never the bytes: a template string of a Uint8Array joins every byte (issue 26).
+    const length = typeof memory === 'number' ? memory : memory.byteLength;
+    this.budget.check(`mr of ${length} bytes`, charge);
     // A free table slot and a random key, never the slot's previous one (a stale STag is dead).
     const mrs = this.core.mrs;
     let ix = -1;

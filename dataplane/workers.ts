@@ -32,7 +32,7 @@ import { formatMac } from '../nodes/net/address.ts';
 import { loadCore } from '../native/load.ts';
 import { DataplaneError, type EventView, type Logger, type QpView, type WrId } from './views.ts';
 import { WorkerLedger } from './worker-ledger.ts';
-import { listenVerbs, type VerbsSocket } from './verbs-socket.ts';
+import { listenVerbs, VerbsAdmission, verbsLimits, type VerbsSocket } from './verbs-socket.ts';
 import { type FromWorker, HANDLE_SPAN, type ToWorker, type WorkerInit } from './worker-protocol.ts';
 
 const BOOT = new URL('./worker-boot.mjs', import.meta.url);
@@ -54,6 +54,8 @@ class WorkerHandle {
   restarts = 0;
   /** Verbs connections handed to this worker and not handed back: closed here if it dies. */
   readonly verbsFds = new Set<number>();
+  /** Told of each verbs connection before this thread closes it (the listener's admission counts). */
+  verbsClosing: (fd: number) => void = () => {};
 
   constructor(
     readonly init: WorkerInit,
@@ -89,7 +91,10 @@ class WorkerHandle {
         case 'event':
           return this.onEvent(m.e);
         case 'closeFd':
-          if (this.verbsFds.delete(m.fd)) loadCore().closeFd(m.fd);
+          if (this.verbsFds.delete(m.fd)) {
+            this.verbsClosing(m.fd);
+            loadCore().closeFd(m.fd);
+          }
           return;
         case 'result': {
           const p = this.pending.get(m.id);
@@ -109,7 +114,10 @@ class WorkerHandle {
         p.reject(new DataplaneError('unavailable', `${this.name} stopped: ${why}`));
       this.pending.clear();
       // Its verbs programs see the end of file (their library flushes what they posted).
-      for (const fd of this.verbsFds) loadCore().closeFd(fd);
+      for (const fd of this.verbsFds) {
+        this.verbsClosing(fd);
+        loadCore().closeFd(fd);
+      }
       this.verbsFds.clear();
       if (this.stopping) return;
       this.restarts++;
@@ -668,34 +676,46 @@ class WorkerDataplane {
     const byPid = new Map<number, number>();
     let next = 0,
       count = 0;
-    return listenVerbs(opts.path, {
-      adopt: (fd: number) => {
-        const pid = core.seqpacketPeer(fd)?.pid ?? -1;
-        let k = byPid.get(pid);
-        if (k === undefined) {
-          k = next++ % n;
-          byPid.set(pid, k);
-          if (byPid.size > 4096) byPid.delete(byPid.keys().next().value as number);
-        }
-        const w = this.workers[k];
-        w.verbsFds.add(fd);
-        // A worker that did not take it (stopped meanwhile): the program sees the socket close.
-        this.on(k, 'adoptVerbs', [fd]).catch((e: Error) => {
-          this.log('warn', `verbs socket: ${w.name} did not take a connection: ${e.message}`);
-          if (w.verbsFds.delete(fd)) core.closeFd(fd);
-        });
+    // verbs.max-connections* hold for the whole daemon: this thread accepts and counts, each
+    // worker's closes come back here (closeFd, or the worker's death) and release theirs.
+    const admission = new VerbsAdmission(verbsLimits(this.config.verbs));
+    for (const w of this.workers) w.verbsClosing = (fd) => admission.release(fd);
+    const log = (level: 'info' | 'warn', msg: string) => this.log(level, msg);
+    return listenVerbs(
+      opts.path,
+      {
+        adopt: (fd: number) => {
+          const pid = core.seqpacketPeer(fd)?.pid ?? -1;
+          let k = byPid.get(pid);
+          if (k === undefined) {
+            k = next++ % n;
+            byPid.set(pid, k);
+            if (byPid.size > 4096) byPid.delete(byPid.keys().next().value as number);
+          }
+          const w = this.workers[k];
+          w.verbsFds.add(fd);
+          // A worker that did not take it (stopped meanwhile): the program sees the socket close.
+          this.on(k, 'adoptVerbs', [fd]).catch((e: Error) => {
+            this.log('warn', `verbs socket: ${w.name} did not take a connection: ${e.message}`);
+            if (w.verbsFds.delete(fd)) {
+              admission.release(fd);
+              core.closeFd(fd);
+            }
+          });
+        },
+        connections: () => {
+          void this.all<number>('verbsConnections').then(
+            (c) => (count = c.reduce((s, x) => s + x, 0)),
+            () => {},
+          );
+          return count;
+        },
+        close: () => {
+          for (let k = 0; k < n; k++) void this.on(k, 'closeVerbs', []).catch(() => {});
+        },
       },
-      connections: () => {
-        void this.all<number>('verbsConnections').then(
-          (c) => (count = c.reduce((s, x) => s + x, 0)),
-          () => {},
-        );
-        return count;
-      },
-      close: () => {
-        for (let k = 0; k < n; k++) void this.on(k, 'closeVerbs', []).catch(() => {});
-      },
-    });
+      { admission, log },
+    );
   }
 
   async close(): Promise<void> {

@@ -1,8 +1,9 @@
 /**
  * Capture files the API asks for (issue 12, item 4). The daemon runs as root; a client names a
- * file, never a path: it is created in the one configured directory (capture.dir), never
- * replaces anything (an existing name, a symlink or a FIFO planted there is refused without
- * being opened), and must come out a regular file.
+ * file, never a path: it is created in the one configured directory (capture.dir, itself
+ * never a symlink: opened O_NOFOLLOW and created in through that fd), never replaces anything
+ * (an existing name, a symlink or a FIFO planted there is refused without being opened), and
+ * must come out a regular file.
  *
  *   const { fd, path } = openCaptureFile('run/captures', 'a.pcap');   // then new PcapWriter(path, { fd })
  */
@@ -37,8 +38,13 @@ export function captureNameProblem(name: unknown): string | undefined {
   return undefined;
 }
 
-/** Create `dir` (mode 0700) when it is missing; it must be a directory. */
-function ensureDir(dir: string): void {
+/**
+ * `dir`, made (mode 0700) when missing, opened O_DIRECTORY|O_NOFOLLOW: a directory, never a
+ * symlink to one (whoever can replace capture.dir by a link would choose where root writes).
+ * Returns its fd (the caller closes it): files are created through it, so the directory they
+ * land in is the one checked here even if the path is swapped meanwhile.
+ */
+function openDir(dir: string): number {
   try {
     fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
   } catch (e) {
@@ -47,24 +53,48 @@ function ensureDir(dir: string): void {
       `capture.dir ${dir} cannot be made: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`,
     );
   }
-  if (!fs.statSync(dir).isDirectory())
-    throw new CaptureFileError('unavailable', `capture.dir ${dir} is not a directory`);
+  const c = fs.constants;
+  try {
+    return fs.openSync(dir, c.O_RDONLY | c.O_DIRECTORY | c.O_NOFOLLOW);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    let link = code === 'ELOOP';
+    try {
+      link ||= fs.lstatSync(dir).isSymbolicLink();
+    } catch {
+      // gone meanwhile: said below
+    }
+    if (link) throw new CaptureFileError('unavailable', `capture.dir ${dir} is a symbolic link: make it a directory`);
+    if (code === 'ENOTDIR') throw new CaptureFileError('unavailable', `capture.dir ${dir} is not a directory`);
+    throw new CaptureFileError('unavailable', `capture.dir ${dir} cannot be opened: ${code ?? (e as Error).message}`);
+  }
+}
+
+/** `name` inside the directory open as `dirFd` (openat through /proc/self/fd; else by its path). */
+function inDir(dirFd: number, dir: string, name: string): string {
+  const via = `/proc/self/fd/${dirFd}`;
+  return fs.existsSync(via) ? `${via}/${name}` : join(dir, name);
 }
 
 /**
- * Create capture file `name` in `dir` (made when missing): O_CREAT|O_EXCL|O_NOFOLLOW|O_NONBLOCK,
- * mode 0600, a regular file. Returns the open fd (the caller closes it) and the absolute path.
+ * Create capture file `name` in `dir` (made when missing; not a symlink):
+ * O_CREAT|O_EXCL|O_NOFOLLOW|O_NONBLOCK, mode 0600, a regular file. Returns the open fd (the
+ * caller closes it) and the absolute path.
  */
 export function openCaptureFile(dir: string, name: string): { fd: number; path: string } {
   const why = captureNameProblem(name);
   if (why !== undefined)
     throw new CaptureFileError('invalid', `capture file name ${JSON.stringify(String(name).slice(0, 200))} ${why}`);
-  ensureDir(dir);
+  const dirFd = openDir(dir);
   const path = join(resolve(dir), name);
   const c = fs.constants;
   let fd: number;
   try {
-    fd = fs.openSync(path, c.O_WRONLY | c.O_CREAT | c.O_EXCL | c.O_NOFOLLOW | c.O_NONBLOCK, 0o600);
+    fd = fs.openSync(
+      inDir(dirFd, resolve(dir), name),
+      c.O_WRONLY | c.O_CREAT | c.O_EXCL | c.O_NOFOLLOW | c.O_NONBLOCK,
+      0o600,
+    );
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
     if (code === 'EEXIST' || code === 'ELOOP')
@@ -76,6 +106,8 @@ export function openCaptureFile(dir: string, name: string): { fd: number; path: 
       'unavailable',
       `capture file ${name} cannot be created in capture.dir (${dir}): ${code ?? (e as Error).message}`,
     );
+  } finally {
+    fs.closeSync(dirFd);
   }
   const st = fs.fstatSync(fd);
   if (!st.isFile()) {

@@ -382,11 +382,14 @@ export interface CoreAddon {
   /** Read and reset the eventfd counter; 0 when it was already 0. */
   eventfdRead(fd: number): number;
   /**
-   * For an eventfd another process gave us (it may be blocking or full): add 1 only if that
-   * cannot block (poll first); true if it did.
+   * For an eventfd another process gave us (it may be blocking or full, or made so at any
+   * moment): add 1 without ever blocking (a full counter: not written; a write that blocks
+   * anyway is ended by a timer's signal, eventfd.cc); true if it did. `raceForTest` (tests):
+   * the peer's moves inside the window between the checks and the write (the fd made blocking
+   * and its counter full).
    */
-  eventfdSignal(fd: number): boolean;
-  /** Read and reset the counter of such an eventfd if it is readable (poll first); 0 if not. */
+  eventfdSignal(fd: number, opts?: { raceForTest?: boolean }): boolean;
+  /** Read and reset the counter of such an eventfd without ever blocking (RWF_NOWAIT); 0 if empty. */
   eventfdDrain(fd: number): number;
   /** Whether fd is an eventfd (its /proc/self/fd link is anon_inode:[eventfd]). */
   isEventfd(fd: number): boolean;
@@ -438,6 +441,26 @@ export interface CoreAddon {
   mapSealedFd(fd: number, size: number): ArrayBuffer;
   /** The process at the other end of a unix socket (SO_PEERCRED), or null. */
   seqpacketPeer(fd: number): { pid: number; uid: number } | null;
+  /**
+   * The verbs socket's listener (native/core/verbs_socket.cc): non-blocking SOCK_SEQPACKET on
+   * `path` ("@name": abstract), its file made with `mode` from the start (bound in a private 0700
+   * directory, renamed into place, never over an existing file: EEXIST). Keeps a spare fd.
+   */
+  verbsListen(path: string, mode: number): number;
+  /**
+   * A connection's fd; -1 none waiting; -2 out of descriptors: one waiting connection was taken
+   * off the queue and closed (the spare fd); -3 accept fails: stop watching for a while.
+   */
+  verbsAccept(fd: number): number;
+  /** Close a verbsListen listener and its spare fd. */
+  verbsUnlisten(fd: number): void;
+  /** RLIMIT_NOFILE (the soft limit). */
+  fdLimit(): number;
+  /**
+   * Map `size` bytes of a passed memfd (closes fd either way), never touching them: it must be
+   * sealed against shrinking, that long, and not hugetlbfs; else throws "mapVerbsMemory: why".
+   */
+  mapVerbsMemory(fd: number, size: number): ArrayBuffer;
 }
 
 /** The core addon is missing or cannot be loaded. */

@@ -159,6 +159,24 @@ test('an existing name, a planted symlink or FIFO: 409 naming the file, nothing 
   }
 });
 
+test('capture.dir that is a symlink (to a directory elsewhere) is refused: nothing is created through it', async () => {
+  const d = dirs();
+  spawnSync('mkdir', ['-p', join(d.outside, 'real')]);
+  symlinkSync(join(d.outside, 'real'), d.caps);
+  const p = await capturePair(d.caps);
+  try {
+    const r = await raw(p.apiA.url, 'POST', `/v1/interfaces/${p.itf}/capture`, {
+      body: { direction: 'rx', file: 'through.pcap' },
+    });
+    assertError(r, 503, `capture.dir ${d.caps} is a symbolic link: make it a directory`, 'a symlinked capture.dir');
+    assert.equal(readdirSync(join(d.outside, 'real')), [], 'nothing was made where the link points');
+    assert.equal((await p.ca.interface(p.itf)).capture, { rx: null, tx: null, rxStopped: null, txStopped: null });
+  } finally {
+    await p.close();
+    d.close();
+  }
+});
+
 test('a capture stops before capture.max-bytes and at its count, says so in the view, and leaves a valid pcap file', async () => {
   const d = dirs();
   const p = await capturePair(d.caps, 4096);

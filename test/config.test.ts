@@ -858,7 +858,13 @@ const DEFAULTS: Config = {
     trp: { window: 512, rtoMinMs: 5, rtoMaxMs: 200, rtoInitMs: null, maxRetries: 7 },
   },
   capture: { dir: 'run/captures', maxBytes: 64 * 2 ** 20 },
-  verbs: { socket: 'run/verbs.sock' },
+  verbs: {
+    socket: 'run/verbs.sock',
+    maxConnections: 256,
+    maxConnectionsPerUid: 64,
+    maxConnectionsPerPid: 16,
+    maxFdsPerConnection: 32,
+  },
   trace: { maxPackets: 1000 },
 };
 
@@ -1050,6 +1056,10 @@ capture:
   max-bytes: 4096
 verbs:
   socket: "@rdma-graph-verbs"
+  max-connections: 1000
+  max-connections-per-uid: 100
+  max-connections-per-pid: 10
+  max-fds-per-connection: 8
 trace:
   max-packets: 1000000
 `;
@@ -1186,7 +1196,13 @@ test('a full example: the normalised Config, every key taken', () => {
       trp: { window: 32768, rtoMinMs: 0.5, rtoMaxMs: 1000, rtoInitMs: 20, maxRetries: 255 },
     },
     capture: { dir: '/var/tmp/caps', maxBytes: 4096 },
-    verbs: { socket: '@rdma-graph-verbs' },
+    verbs: {
+      socket: '@rdma-graph-verbs',
+      maxConnections: 1000,
+      maxConnectionsPerUid: 100,
+      maxConnectionsPerPid: 10,
+      maxFdsPerConnection: 8,
+    },
     trace: { maxPackets: 1000000 },
   };
   assert.equal(parseConfig(FULL, 'full.yaml'), want);

@@ -4,8 +4,9 @@
  * start-up (bad file, API port taken), and `npm run demo` end to end.
  */
 import { test } from './harness.ts';
+import { watchDaemon, type RunningDaemon } from './helpers.ts';
 import * as assert from 'uvu/assert';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -45,38 +46,15 @@ interfaces:
   - { name: memif0, driver: memif, memif: { socket: ${sock}, role: server }, mac: "02:fe:00:00:00:01", address: 10.10.0.1/24 }
 `;
 
-interface Running {
-  proc: ChildProcess;
-  lines: string[];
-  url: Promise<string>;
-  exit: Promise<number | null>;
-}
+type Running = RunningDaemon;
 
 function start(cfg: string): Running {
-  const proc = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bin/main.ts'), 'start', '--config', cfg], {
-    cwd: ROOT,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const lines: string[] = [];
-  const exit = new Promise<number | null>((r) => proc.on('exit', (c) => r(c)));
-  const url = new Promise<string>((resolve, reject) => {
-    let buf = '';
-    const on = (d: Buffer) => {
-      buf += d;
-      let nl;
-      while ((nl = buf.indexOf('\n')) >= 0) {
-        const l = buf.slice(0, nl);
-        buf = buf.slice(nl + 1);
-        lines.push(l);
-        const m = /API on (http:\/\/\S+)\/v1/.exec(l);
-        if (m) resolve(m[1]);
-      }
-    };
-    proc.stdout!.on('data', on);
-    proc.stderr!.on('data', on);
-    exit.then((c) => reject(new Error(`daemon exited (${c}) before the API came up:\n${lines.join('\n')}`)));
-  });
-  return { proc, lines, url, exit };
+  return watchDaemon(
+    spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bin/main.ts'), 'start', '--config', cfg], {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    }),
+  );
 }
 
 test('check: the shipped files are valid; a bad file names line, column and key; exit 2', () => {

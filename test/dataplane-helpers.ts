@@ -33,7 +33,13 @@ export function baseConfig(over: Partial<Config> = {}): Config {
       trp: { window: 256, rtoMinMs: 1, rtoMaxMs: 200, rtoInitMs: null, maxRetries: 7 },
     },
     capture: { dir: 'run/captures', maxBytes: 64 * 2 ** 20 },
-    verbs: { socket: 'run/verbs.sock' },
+    verbs: {
+      socket: 'run/verbs.sock',
+      maxConnections: 256,
+      maxConnectionsPerUid: 64,
+      maxConnectionsPerPid: 16,
+      maxFdsPerConnection: 32,
+    },
     trace: { maxPackets: 1000 },
     ...over,
   };

@@ -1,4 +1,5 @@
 /** Shared test helpers. */
+import type { ChildProcess } from 'node:child_process';
 import { BufferPool, poolLayout } from '../graph/buffer-pool.ts';
 
 /** A pool over plain JS memory (no native addon). */
@@ -47,4 +48,37 @@ export async function withTeardown<T>(body: () => T | Promise<T>, teardown: () =
   }
   await teardown();
   return result;
+}
+
+/** A daemon child (`rdma-graph start ...`): its output lines, its API URL once logged, its exit. */
+export interface RunningDaemon {
+  proc: ChildProcess;
+  lines: string[];
+  /** Resolves with the API's URL from its "API on URL/v1" line; rejects if it exits first. */
+  url: Promise<string>;
+  exit: Promise<number | null>;
+}
+
+/** Follow a daemon child's stdout and stderr line by line (see RunningDaemon). */
+export function watchDaemon(proc: ChildProcess): RunningDaemon {
+  const lines: string[] = [];
+  const exit = new Promise<number | null>((r) => proc.on('exit', (c) => r(c)));
+  const url = new Promise<string>((resolve, reject) => {
+    let buf = '';
+    const on = (d: Buffer) => {
+      buf += d;
+      let nl;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const l = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        lines.push(l);
+        const m = /API on (http:\/\/\S+)\/v1/.exec(l);
+        if (m) resolve(m[1]);
+      }
+    };
+    proc.stdout!.on('data', on);
+    proc.stderr!.on('data', on);
+    exit.then((c) => reject(new Error(`daemon exited (${c}) before the API came up:\n${lines.join('\n')}`)));
+  });
+  return { proc, lines, url, exit };
 }

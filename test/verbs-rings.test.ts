@@ -281,4 +281,58 @@ test('a program scribbling on its SRQ ring and its CQ consumer index: the SRQ ri
   });
 });
 
+test("a refused ring's state word says ERROR, as the QP is (the program sees it without a verb)", async () => {
+  await rawClient(async ({ core, dps, conn, req, efd }) => {
+    assert.is((await req(12, ifnameWords((await dps.a.interfaces())[0].name), efd)).status, 0);
+    const pd = (await req(2, [])).w[0];
+    const CQE = 16;
+    const cqMem = core.allocMemory(128 + CQE * 32, { hugepages: 'never', name: 'state-cq' });
+    const cq = await req(6, [CQE, NONE, 128 + CQE * 32, 0], cqMem.fd);
+    assert.is(cq.status, 0);
+    const qpr = await req(8, [pd, cq.w[0], cq.w[0], 8, 8, 1, 0, NONE]);
+    assert.is(qpr.status, 0);
+    const [qpn, sw, rw, sge, inl] = qpr.w;
+    const sqS = 64 + Math.max(sge * 16, (inl + 15) & ~15),
+      rqS = 16 + sge * 16,
+      bytes = 128 + sw * sqS + rw * rqS;
+    const qMem = core.allocMemory(bytes, { hugepages: 'never', name: 'state-qp' });
+    assert.is((await req(15, [qpn, sw, rw, sqS, rqS, 0, bytes, 0], qMem.fd)).status, 0);
+    const q32 = new Uint32Array(qMem.buffer);
+    const ip = IP_B.split('.').map(Number);
+    const modify = (state: number, mask: number) =>
+      req(9, [
+        qpn,
+        mask,
+        state,
+        0,
+        0,
+        0xffff0000,
+        ip[0] | (ip[1] << 8) | (ip[2] << 16) | (ip[3] << 24),
+        23456,
+        1000,
+        2000,
+        1,
+        1,
+        0,
+      ]);
+    assert.is((await modify(1, 1)).status, 0);
+    assert.is((await modify(2, 1 | (1 << 7) | (1 << 20) | (1 << 12))).status, 0);
+    assert.is((await modify(3, 1 | (1 << 16))).status, 0);
+    const STATE = 21;
+    core.eventfdWrite(efd);
+    for (let t = 0; t < 50 && Atomics.load(q32, STATE) !== 3; t++) await new Promise((r) => setImmediate(r));
+    assert.is(Atomics.load(q32, STATE), 3, 'RTS in the state word');
+    // An impossible producer index: the ring is refused and its QP goes to ERROR.
+    Atomics.store(q32, 0, 100000);
+    core.eventfdWrite(efd);
+    for (let t = 0; t < 50 && (await dps.a.getQp(qpn)).state !== 'error'; t++)
+      await new Promise((r) => setImmediate(r));
+    assert.is((await dps.a.getQp(qpn)).state, 'error');
+    for (let t = 0; t < 50; t++) await new Promise((r) => setImmediate(r));
+    assert.is(Atomics.load(q32, STATE), 6, 'the state word says ERROR too');
+    core.closeFd(conn);
+    await nothingLeft(dps.a);
+  });
+});
+
 test.run();

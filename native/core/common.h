@@ -16,6 +16,7 @@ void InitWaiter(Napi::Env env, Napi::Object exports);
 void InitAfPacket(Napi::Env env, Napi::Object exports);
 void InitMemif(Napi::Env env, Napi::Object exports);
 void InitAffinity(Napi::Env env, Napi::Object exports);
+void InitVerbsSocket(Napi::Env env, Napi::Object exports);
 
 // An Error whose message is "<what>: <strerror(err)>", with .code ("EBADF"), .errno and
 // .syscall set like Node's own system errors.
@@ -47,5 +48,14 @@ Napi::Error CodedError(Napi::Env env, const std::string& msg, int err, const cha
 // buffer's finalizer closes them (closing early would let the number be reused, then closed
 // a second time by the finalizer).
 bool IsOwnedFd(int fd);
+
+// An eventfd another process shares with us (eventfd.cc): add 1 without ever blocking, whatever
+// the peer does to its flags or counter meanwhile: 1 written, 0 no room (it is readable
+// already), -1 the write would have blocked (the peer made the fd blocking and full) or failed.
+// race_for_test: the peer's moves made inside the window (tests).
+int EventfdAddNoBlock(int fd, bool race_for_test = false);
+
+// Take its counter without ever blocking: true with *v when it was non-zero.
+bool EventfdTakeNoBlock(int fd, uint64_t* v);
 
 }  // namespace rg

@@ -134,9 +134,10 @@ std::string NameOf(const uint8_t* p, size_t cap);
 // The interrupt eventfds are shared with the peer: SCM_RIGHTS shares the open file
 // description, O_NONBLOCK included, so the peer can make one blocking at any moment, and a
 // pipe or a socket could be sent in its place. ADD_RING takes only eventfds (IsEventfd) and
-// sets O_NONBLOCK; reads never block (preadv2 RWF_NOWAIT, or poll first on kernels without
-// it); writes go only when poll says there is room, and a peer found to have cleared
-// O_NONBLOCK is disconnected (EventWrite returns -1).
+// sets O_NONBLOCK; reads and writes never block (eventfd.cc: preadv2 RWF_NOWAIT, and a timer
+// guard around a write, since the peer can clear O_NONBLOCK and fill the counter between any
+// check and the write), and a peer found to have cleared O_NONBLOCK is disconnected
+// (EventWrite returns -1).
 bool IsEventfd(int fd);
 
 bool PollFd(int fd, short ev);

@@ -96,9 +96,10 @@ std::string NameOf(const uint8_t* p, size_t cap) {
 // The interrupt eventfds are shared with the peer: SCM_RIGHTS shares the open file
 // description, O_NONBLOCK included, so the peer can make one blocking at any moment, and a
 // pipe or a socket could be sent in its place. ADD_RING takes only eventfds (IsEventfd) and
-// sets O_NONBLOCK; reads never block (preadv2 RWF_NOWAIT, or poll first on kernels without
-// it); writes go only when poll says there is room, and a peer found to have cleared
-// O_NONBLOCK is disconnected (EventWrite returns -1).
+// sets O_NONBLOCK; reads and writes never block (eventfd.cc: preadv2 RWF_NOWAIT, and a timer
+// guard around a write, since the peer can clear O_NONBLOCK and fill the counter between any
+// check and the write), and a peer found to have cleared O_NONBLOCK is disconnected
+// (EventWrite returns -1).
 bool IsEventfd(int fd) {
   char path[40], link[40];
   std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
@@ -116,20 +117,15 @@ bool PollFd(int fd, short ev) {
 // Takes the counter if there is one; true when it was non-zero.
 bool EventRead(int fd) {
   uint64_t v;
-  iovec io = {&v, sizeof v};
-  const ssize_t r = preadv2(fd, &io, 1, -1, RWF_NOWAIT);
-  if (r == static_cast<ssize_t>(sizeof v)) return true;
-  if (r < 0 && errno == EOPNOTSUPP) return PollFd(fd, POLLIN) && read(fd, &v, sizeof v) == static_cast<ssize_t>(sizeof v);
-  return false;
+  return EventfdTakeNoBlock(fd, &v);
 }
 
-// Adds 1; 1 when written, 0 when there was no room, -1 when the fd was made blocking.
+// Adds 1; 1 when written, 0 when there was no room, -1 when the fd was made blocking (found so
+// before the write, or the write blocked and its guard ended it: EventfdAddNoBlock).
 int EventWrite(int fd) {
   const int fl = fcntl(fd, F_GETFL);
   if (fl < 0 || !(fl & O_NONBLOCK)) return -1;
-  if (!PollFd(fd, POLLOUT)) return 0;
-  uint64_t one = 1;
-  return write(fd, &one, sizeof one) == static_cast<ssize_t>(sizeof one) ? 1 : 0;
+  return EventfdAddNoBlock(fd);
 }
 
 void EpollAdd(int ep, int fd) {

@@ -14,7 +14,18 @@
  *           completion: "send rc RC wc STATUS opcode OP wr_id ID qp QPN" (or "send rc RC" / "send timeout");
  *           "ex" -> "ex query_device_ex RC max_qp N create_cq_ex ERRNO create_qp_ex ERRNO" (the
  *           extended verbs a program may probe: the first answers from ibv_query_device, the
- *           others are not supported)
+ *           others are not supported); "exit" -> ends it (status 0)
+ *           "isend LEN" -> a signaled SEND of LEN bytes from buf, inline when the QP's max_inline_data
+ *           (as ibv_query_qp reports it, the way ibv_rc_pingpong decides) allows: "isend rc RC inline I ..."
+ *           as "send" says it;
+ *           "event" -> a completion channel and a CQ on it, armed, then ibv_get_cq_event (blocks until
+ *           the daemon signals or goes away), then ibv_req_notify_cq again:
+ *           "event rc RC notify RC2" (or "event channel ERRNO" / "event cq ERRNO");
+ *           "edges N" -> "edges BEFORE AFTER": the N (<= 100) bytes just before buf and just after
+ *           buf + len, as hex (filled with 0xa5 before the registration; nothing may write them)
+ *   stdout, after the mr line: "buf ADDR" (buf's virtual address, decimal: a peer's remote_addr).
+ *   -x: a command that fails (an errno, a bad completion, a timeout) ends the program with status 1
+ *   after its line, as a program that checks its verbs does.
  */
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -25,8 +36,33 @@
 #include <time.h>
 #include <unistd.h>
 
-int main(void) {
+static int strict; /* -x */
+
+/* A command failed: with -x the program stops here, with status 1. */
+static void failed(void) {
+  if (strict) exit(1);
+}
+
+/* Polls cq for one completion, up to 10 s; prints "WHAT rc 0 wc ..." or "WHAT timeout N". */
+static void wait_one(const char* what, struct ibv_cq* cq) {
+  struct ibv_wc wc;
+  int got = 0;
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do { /* up to 10 s: a send the peer never answers fails after its retries */
+    got = ibv_poll_cq(cq, 1, &wc);
+    clock_gettime(CLOCK_MONOTONIC, &t);
+  } while (got == 0 && t.tv_sec - t0.tv_sec < 10);
+  if (got == 1)
+    printf("%s rc 0 wc %d opcode %d wr_id %llu qp %u\n", what, wc.status, wc.opcode, (unsigned long long)wc.wr_id, wc.qp_num);
+  else
+    printf("%s timeout %d\n", what, got);
+  if (got != 1 || wc.status != IBV_WC_SUCCESS) failed();
+}
+
+int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  strict = argc > 1 && strcmp(argv[1], "-x") == 0;
   int n = 0;
   struct ibv_device** list = ibv_get_device_list(&n);
   if (list == NULL || n == 0) {
@@ -40,6 +76,7 @@ int main(void) {
   const size_t len = 10000;
   uint8_t* block = malloc(len + 200);
   uint8_t* buf = block + 100; /* not page aligned */
+  memset(block, 0xa5, len + 200); /* the bytes around buf: outside the MR */
   for (size_t i = 0; i < len; i++) buf[i] = (uint8_t)(i * 7 + 3);
   struct ibv_mr* mr = ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
   if (mr == NULL) return perror("ibv_reg_mr"), 5;
@@ -48,12 +85,15 @@ int main(void) {
   for (size_t i = 0; i < len; i++)
     if (buf[i] != (uint8_t)(i * 7 + 3)) return fprintf(stderr, "contents changed by the registration at %zu\n", i), 6;
   printf("mr %u stag %u offset %lu length %zu pd %u\n", mr->handle, mr->rkey, off, len, pd->handle);
+  printf("buf %llu\n", (unsigned long long)(uintptr_t)buf);
   struct ibv_cq* cq = NULL;
   struct ibv_qp* qp = NULL;
   char line[256];
   while (fgets(line, sizeof line, stdin) != NULL) {
     unsigned long o, l;
-    if (sscanf(line, "show %lu %lu", &o, &l) == 2 && o + l <= len) {
+    if (strncmp(line, "exit", 4) == 0) {
+      break; /* tested before "ex", which it starts with */
+    } else if (sscanf(line, "show %lu %lu", &o, &l) == 2 && o + l <= len) {
       for (unsigned long i = 0; i < l; i++) printf("%02x", buf[o + i]);
       printf("\n");
     } else if (strncmp(line, "dereg", 5) == 0) {
@@ -66,6 +106,7 @@ int main(void) {
       cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
       if (cq == NULL) {
         printf("qp create_cq %d\n", errno);
+        failed();
         continue;
       }
       struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
@@ -73,6 +114,7 @@ int main(void) {
       qp = ibv_create_qp(pd, &ia);
       if (qp == NULL) {
         printf("qp create_qp %d\n", errno);
+        failed();
         continue;
       }
       struct ibv_qp_attr at = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
@@ -80,6 +122,7 @@ int main(void) {
       int rc = ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
       if (rc != 0) {
         printf("qp init %d\n", rc);
+        failed();
         continue;
       }
       memset(&at, 0, sizeof at);
@@ -102,6 +145,7 @@ int main(void) {
                                       IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
       if (rc != 0) {
         printf("qp rtr %d\n", rc);
+        failed();
         continue;
       }
       memset(&at, 0, sizeof at);
@@ -114,10 +158,13 @@ int main(void) {
       rc = ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                                       IBV_QP_MAX_QP_RD_ATOMIC);
       printf("qp %u rts rc %d\n", qp->qp_num, rc);
+      if (rc != 0) failed();
     } else if (strncmp(line, "post", 4) == 0 && qp != NULL) {
       struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = 16, .lkey = mr->lkey};
       struct ibv_recv_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1}, *bad = NULL;
-      printf("post %d\n", ibv_post_recv(qp, &wr, &bad));
+      int rc = ibv_post_recv(qp, &wr, &bad);
+      printf("post %d\n", rc);
+      if (rc != 0) failed();
     } else if (strncmp(line, "send", 4) == 0 && qp != NULL) {
       unsigned lkey = 0;
       long delta = 0;
@@ -128,20 +175,55 @@ int main(void) {
       int rc = ibv_post_send(qp, &wr, &bad);
       if (rc != 0) {
         printf("send rc %d\n", rc);
+        failed();
         continue;
       }
-      struct ibv_wc wc;
-      int got = 0;
-      struct timespec t0, t;
-      clock_gettime(CLOCK_MONOTONIC, &t0);
-      do { /* up to 10 s: a send the peer never answers fails after its retries */
-        got = ibv_poll_cq(cq, 1, &wc);
-        clock_gettime(CLOCK_MONOTONIC, &t);
-      } while (got == 0 && t.tv_sec - t0.tv_sec < 10);
-      if (got == 1)
-        printf("send rc 0 wc %d opcode %d wr_id %llu qp %u\n", wc.status, wc.opcode, (unsigned long long)wc.wr_id, wc.qp_num);
-      else
-        printf("send timeout %d\n", got);
+      wait_one("send", cq);
+    } else if (strncmp(line, "isend ", 6) == 0 && qp != NULL) {
+      unsigned long n = strtoul(line + 6, NULL, 10);
+      if (n > len) continue;
+      struct ibv_qp_attr qa;
+      struct ibv_qp_init_attr qi;
+      memset(&qi, 0, sizeof qi);
+      ibv_query_qp(qp, &qa, IBV_QP_CAP, &qi);
+      const int in = qi.cap.max_inline_data >= n;
+      struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = (uint32_t)n, .lkey = mr->lkey};
+      struct ibv_send_wr wr = {.wr_id = 78, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+                               .send_flags = IBV_SEND_SIGNALED | (in ? IBV_SEND_INLINE : 0)},
+                         *bad = NULL;
+      int rc = ibv_post_send(qp, &wr, &bad);
+      if (rc != 0) {
+        printf("isend rc %d inline %d\n", rc, in);
+        failed();
+        continue;
+      }
+      wait_one(in ? "isend inline 1" : "isend inline 0", cq);
+    } else if (strncmp(line, "event", 5) == 0) {
+      struct ibv_comp_channel* ch = ibv_create_comp_channel(ctx);
+      if (ch == NULL) {
+        printf("event channel %d\n", errno);
+        failed();
+        continue;
+      }
+      struct ibv_cq* ecq = ibv_create_cq(ctx, 4, NULL, ch, 0);
+      if (ecq == NULL) {
+        printf("event cq %d\n", errno);
+        failed();
+        continue;
+      }
+      int rc = ibv_req_notify_cq(ecq, 0);
+      struct ibv_cq* got_cq = NULL;
+      void* got_ctx = NULL;
+      if (rc == 0) rc = ibv_get_cq_event(ch, &got_cq, &got_ctx) == 0 ? 0 : errno;
+      int rc2 = ibv_req_notify_cq(ecq, 0);
+      printf("event rc %d notify %d\n", rc, rc2);
+      if (rc != 0 || rc2 != 0) failed();
+    } else if (sscanf(line, "edges %lu", &o) == 1 && o <= 100) {
+      printf("edges ");
+      for (unsigned long i = 0; i < o; i++) printf("%02x", buf[i - o]);
+      printf(" ");
+      for (unsigned long i = 0; i < o; i++) printf("%02x", buf[len + i]);
+      printf("\n");
     } else if (strncmp(line, "ex", 2) == 0) {
       struct ibv_device_attr_ex dx;
       int rc = ibv_query_device_ex(ctx, NULL, &dx);
@@ -167,9 +249,10 @@ int main(void) {
     } else if (strncmp(line, "pd", 2) == 0) {
       struct ibv_pd* p2 = ibv_alloc_pd(ctx);
       if (p2 != NULL) printf("pd %u\n", p2->handle);
-      else printf("pd failed %d\n", errno);
-    } else if (strncmp(line, "exit", 4) == 0) {
-      break;
+      else {
+        printf("pd failed %d\n", errno);
+        failed();
+      }
     }
   }
   ibv_close_device(ctx);

@@ -174,11 +174,12 @@ struct rgv_cqe {
   uint32_t wc_flags; /* IBV_WC_WITH_IMM, IBV_WC_WITH_INV */
 };
 
-static inline uint32_t rgv_sq_stride(uint32_t max_sge, uint32_t max_inline) {
-  uint32_t data = max_sge * 16u, in = (max_inline + 15u) & ~15u;
+/* In 64 bits: from sizes a daemon answered they must not wrap (the library bounds them first). */
+static inline uint64_t rgv_sq_stride(uint32_t max_sge, uint32_t max_inline) {
+  uint64_t data = (uint64_t)max_sge * 16u, in = ((uint64_t)max_inline + 15u) & ~(uint64_t)15u;
   return 64u + (data > in ? data : in);
 }
-static inline uint32_t rgv_rq_stride(uint32_t max_sge) { return 16u + max_sge * 16u; }
+static inline uint64_t rgv_rq_stride(uint32_t max_sge) { return 16u + (uint64_t)max_sge * 16u; }
 
 
 /* What the QP got: its number (our UDP port) and its sizes. */

@@ -73,13 +73,18 @@ void rg_ring_free(struct rg_ring* r) {
 
 /* ------------------------------------------------------------------ the daemon going away */
 
+/* Adds 1 to a channel's eventfd (blocking: the program may wait on it) only if there is room: a
+   full counter, which whoever shares the fd can make, is readable already. */
+static void add_one(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLOUT};
+  uint64_t one = 1;
+  if (poll(&p, 1, 0) == 1 && (p.revents & POLLOUT) && write(fd, &one, sizeof one) < 0) {
+  }
+}
+
 static void signal_cq(struct rg_cq* q) {
   __atomic_add_fetch(U32(&q->ring, RGV_CQ_EVENTS), 1, __ATOMIC_SEQ_CST);
-  if (q->channel != NULL) {
-    uint64_t one = 1;
-    if (write(q->channel->ch.fd, &one, sizeof one) < 0) { /* a full counter: already readable */
-    }
-  }
+  if (q->channel != NULL) add_one(q->channel->ch.fd);
 }
 
 /* Append a flush CQE as the daemon would have (the daemon is gone: nobody else writes the ring). */
@@ -114,15 +119,7 @@ static enum ibv_wc_opcode wc_opcode_of(uint32_t wr_opcode) {
   }
 }
 
-/*
- * Is the daemon still there? A recv that peeks: end of file means it closed the connection (it
- * stopped, or died). The first caller that finds it gone flushes the context's QPs.
- */
-static int daemon_gone(struct rg_context* c) {
-  if (__atomic_load_n(&c->dead, __ATOMIC_ACQUIRE)) return 1;
-  char b;
-  ssize_t r = recv(c->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (r > 0 || (r < 0 && (errno == EAGAIN || errno == EINTR))) return 0;
+void rg_forsake(struct rg_context* c, const char* why) {
   pthread_mutex_lock(&c->objs);
   if (!c->dead) {
     for (struct rg_qp* q = c->qps; q != NULL; q = q->next) {
@@ -151,9 +148,21 @@ static int daemon_gone(struct rg_context* c) {
     }
     for (struct rg_cq* q = c->cqs; q != NULL; q = q->next) signal_cq(q);
     __atomic_store_n(&c->dead, 1, __ATOMIC_RELEASE);
-    rg_say("the daemon closed the connection: the posted work requests are flushed (IBV_WC_WR_FLUSH_ERR)");
+    rg_say("%s", why);
   }
   pthread_mutex_unlock(&c->objs);
+}
+
+/*
+ * Is the daemon still there? A recv that peeks: end of file means it closed the connection (it
+ * stopped, or died). The first caller that finds it gone flushes the context's QPs.
+ */
+static int daemon_gone(struct rg_context* c) {
+  if (__atomic_load_n(&c->dead, __ATOMIC_ACQUIRE)) return 1;
+  char b;
+  ssize_t r = recv(c->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (r > 0 || (r < 0 && (errno == EAGAIN || errno == EINTR))) return 0;
+  rg_forsake(c, "the daemon closed the connection: the posted work requests are flushed (IBV_WC_WR_FLUSH_ERR)");
   return 1;
 }
 
@@ -170,6 +179,12 @@ EXPORT struct ibv_comp_channel* ibv_create_comp_channel(struct ibv_context* cont
     if (ch->ch.fd >= 0) close(ch->ch.fd);
     free(ch);
     errno = e;
+    return NULL;
+  }
+  if (h == RGV_NONE) { /* "no channel" in CREATE_CQ: a CQ on it would never be signalled */
+    rg_refuse(rg_ctx(context), "channel handle %u (not a handle)", h);
+    close(ch->ch.fd);
+    free(ch);
     return NULL;
   }
   ch->handle = h;
@@ -212,11 +227,7 @@ EXPORT int ibv_get_cq_event(struct ibv_comp_channel* channel, struct ibv_cq** cq
     int more;
     struct rg_cq* q = pending_cq(c, ch, &more);
     if (q != NULL) {
-      if (more) {
-        uint64_t one = 1;
-        if (write(channel->fd, &one, sizeof one) < 0) { /* readable already */
-        }
-      }
+      if (more) add_one(channel->fd); /* the next call reports the others */
       *cq = &q->cq;
       *cq_context = q->cq.cq_context;
       return 0;
@@ -231,7 +242,9 @@ EXPORT int ibv_get_cq_event(struct ibv_comp_channel* channel, struct ibv_cq** cq
     }
     p[0].revents = p[1].revents = 0;
     if (poll(p, 2, -1) < 0 && errno != EINTR) return -1;
-    if (p[1].revents != 0) daemon_gone(c); /* flushes and signals if it went away */
+    /* The daemon went away (flushes and signals), or sent something nobody asked for: take it,
+       or the next poll would return at once, for ever. */
+    if (p[1].revents != 0 && !daemon_gone(c)) rg_drain_unsolicited(c);
   }
 }
 
@@ -259,6 +272,8 @@ EXPORT struct ibv_cq* ibv_create_cq(struct ibv_context* context, int cqe, void* 
   int rc = rg_ctx_call(context, RGV_OP_CREATE_CQ, &req, sizeof req, fd, r, sizeof r);
   int e = errno;
   close(fd);
+  /* The CQ holds at least what was asked, at most what its ring holds. */
+  if (rc == 0 && rg_check_size(c, "cqe", r[1], (uint32_t)cqe, q->entries) != 0) rc = -1, e = errno;
   if (rc != 0) {
     rg_ring_free(&q->ring);
     free(q);
@@ -359,9 +374,16 @@ int rg_qp_attach(struct rg_qp* q, const struct ibv_qp_init_attr* attr) {
   (void)attr;
   q->sq_entries = pow2_at_least(q->max_send_wr);
   q->rq_entries = q->qp.srq != NULL ? 1 : pow2_at_least(q->max_recv_wr);
-  q->sq_stride = rgv_sq_stride(q->max_sge, q->max_inline);
-  q->rq_stride = rgv_rq_stride(q->max_sge);
-  size_t bytes = RGV_RING_HDR + (size_t)q->sq_entries * q->sq_stride + (size_t)q->rq_entries * q->rq_stride;
+  /* In 64 bits, from sizes already bounded (ibv_create_qp): nothing wraps. */
+  const uint64_t sq_stride = rgv_sq_stride(q->max_sge, q->max_inline), rq_stride = rgv_rq_stride(q->max_sge);
+  const uint64_t bytes = RGV_RING_HDR + (uint64_t)q->sq_entries * sq_stride + (uint64_t)q->rq_entries * rq_stride;
+  if (sq_stride > UINT32_MAX || rq_stride > UINT32_MAX || bytes > RG_MAX_RING_BYTES) {
+    rg_refuse(rg_ctx(q->qp.context), "sizes for QP %u whose rings take %llu bytes (at most %llu)", q->qp.qp_num,
+              (unsigned long long)bytes, (unsigned long long)RG_MAX_RING_BYTES);
+    return -1;
+  }
+  q->sq_stride = (uint32_t)sq_stride;
+  q->rq_stride = (uint32_t)rq_stride;
   int fd = rg_ring_create(&q->ring, bytes);
   if (fd < 0) return -1;
   struct rgv_qp_ring req = {.qpn = q->qp.qp_num, .sq_entries = q->sq_entries, .rq_entries = q->rq_entries, .sq_stride = q->sq_stride, .rq_stride = q->rq_stride, .bytes = bytes};
@@ -586,9 +608,21 @@ EXPORT struct ibv_srq* ibv_create_srq(struct ibv_pd* pd, struct ibv_srq_init_att
   s->max_wr = r[1];
   s->max_sge = r[2];
   s->entries = pow2_at_least(s->max_wr);
-  s->stride = rgv_rq_stride(s->max_sge);
-  int fd = rg_ring_create(&s->ring, RGV_RING_HDR + (size_t)s->entries * s->stride);
-  int rc = -1, e = errno;
+  int rc = -1, e = 0, fd = -1;
+  /* What the daemon answered: a handle CREATE_QP can name (RGV_NONE is "no SRQ"), at least the
+     sizes asked, at most the device's; the ring's bytes in 64 bits. */
+  const uint64_t stride = rgv_rq_stride(s->max_sge), bytes = RGV_RING_HDR + (uint64_t)s->entries * stride;
+  if (s->srq.handle == RGV_NONE) rg_refuse(c, "SRQ handle %u (not a handle)", s->srq.handle);
+  else if (rg_check_size(c, "SRQ max_wr", s->max_wr, attr->attr.max_wr > 0 ? attr->attr.max_wr : 1, c->dev.info.max_qp_wr) == 0 &&
+           rg_check_size(c, "SRQ max_sge", s->max_sge, attr->attr.max_sge > 0 ? attr->attr.max_sge : 1, c->dev.info.max_sge) == 0) {
+    if (bytes > RG_MAX_RING_BYTES) rg_refuse(c, "sizes for an SRQ whose ring takes %llu bytes (at most %llu)", (unsigned long long)bytes,
+                                             (unsigned long long)RG_MAX_RING_BYTES);
+    else {
+      s->stride = (uint32_t)stride;
+      fd = rg_ring_create(&s->ring, (size_t)bytes);
+    }
+  }
+  e = errno;
   if (fd >= 0) {
     struct rgv_srq_ring q = {.srq = s->srq.handle, .entries = s->entries, .stride = s->stride, .bytes = s->ring.bytes};
     rc = rg_ctx_call(pd->context, RGV_OP_SRQ_RING, &q, sizeof q, fd, NULL, 0);

@@ -5,7 +5,8 @@
  *
  * ibv_get_device_list asks the daemon at $RDMA_GRAPH_SOCKET (default run/verbs.sock) for its
  * interfaces, one device per interface with an IPv4 address (rdmagraph_<ifname>, Ethernet link
- * layer, GID 0 = ::ffff:<IPv4>); ibv_open_device opens a connection of its own (the control
+ * layer, GID 0 = ::ffff:<IPv4>); the daemon is one the program trusts (check_peer), and every
+ * size or handle it answers is checked before anything is sized from it (rg_refuse); ibv_open_device opens a connection of its own (the control
  * path: one request, one answer) and hands the daemon a doorbell eventfd; query
  * device/port/gid/pkey answer from what the daemon said; PDs, MRs (reg_mr moves the pages onto a
  * memfd the daemon maps), CQs, completion channels, RC QPs and SRQs are the daemon's objects.
@@ -20,6 +21,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -29,6 +31,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -54,6 +57,84 @@ void rg_say(const char* fmt, ...) {
   va_end(ap);
 }
 
+static void distrust(struct rg_context* c) {
+  if (c == NULL || __atomic_load_n(&c->dead, __ATOMIC_ACQUIRE)) return;
+  shutdown(c->sock, SHUT_RDWR); /* the daemon sees the end of the connection: it releases what it holds */
+  rg_forsake(c, "the daemon is not trusted any more: the posted work requests are flushed (IBV_WC_WR_FLUSH_ERR), later verbs fail with ECONNRESET");
+}
+
+void rg_refuse(struct rg_context* c, const char* fmt, ...) {
+  char what[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  rg_say("the daemon answered %s: refused", what);
+  distrust(c);
+  errno = EPROTO;
+}
+
+int rg_check_size(struct rg_context* c, const char* what, uint32_t got, uint32_t asked, uint32_t most) {
+  if (got >= asked && got <= most) return 0;
+  rg_refuse(c, "%s %u for %u asked (at most %u)", what, got, asked, most);
+  return -1;
+}
+
+/*
+ * Whom the library trusts to be its daemon (SO_PEERCRED of the connected socket): root, this
+ * program's own (effective) uid, the uid in RDMA_GRAPH_DAEMON_UID, or the owner of the socket
+ * file when the directory holding it can be written by nobody else (its owner is root or that
+ * same uid, and it has no group or other write bit: no one else can have put a socket there). An abstract
+ * name ("@name") has no file: anyone can bind one first, so only the uids above are trusted.
+ * Anyone else is refused with a line saying which check failed: 0, or -1 + EPERM.
+ */
+static int check_peer(int fd, const char* path) {
+  struct ucred cr;
+  socklen_t len = sizeof cr;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || len != sizeof cr) {
+    rg_say("the daemon at %s: its credentials cannot be read (SO_PEERCRED): refused", path);
+    errno = EPERM;
+    return -1;
+  }
+  const char* env = secure_getenv("RDMA_GRAPH_DAEMON_UID"); /* not from whoever ran a set-uid program */
+  long conf = -1;
+  char conf_text[64] = "unset";
+  if (env != NULL && env[0] != '\0') {
+    char* end = NULL;
+    errno = 0;
+    long v = strtol(env, &end, 10);
+    if (errno == 0 && *end == '\0' && env[0] >= '0' && env[0] <= '9' && v <= (long)UINT32_MAX) {
+      conf = v;
+      snprintf(conf_text, sizeof conf_text, "%ld", v);
+    } else {
+      snprintf(conf_text, sizeof conf_text, "\"%.32s\" is not a uid", env);
+    }
+  }
+  /* The effective uid: a set-uid program must not trust the user who ran it. */
+  if (cr.uid == 0 || cr.uid == geteuid() || (conf >= 0 && (long)cr.uid == conf)) return 0;
+  char why[PATH_MAX + 128];
+  if (path[0] == '@') {
+    snprintf(why, sizeof why, "an abstract socket has no owner to check");
+  } else {
+    struct stat st, dst;
+    char dir[PATH_MAX];
+    const char* slash = strrchr(path, '/');
+    if (slash == NULL) snprintf(dir, sizeof dir, ".");
+    else snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    if (lstat(path, &st) != 0) snprintf(why, sizeof why, "its socket file cannot be checked: %s", strerror(errno));
+    else if (!S_ISSOCK(st.st_mode)) snprintf(why, sizeof why, "%s is not a socket file (a symbolic link is not followed)", path);
+    else if (st.st_uid != cr.uid) snprintf(why, sizeof why, "the socket file is uid %u's", (unsigned)st.st_uid);
+    else if (stat(dir, &dst) != 0) snprintf(why, sizeof why, "its directory %s cannot be checked: %s", dir, strerror(errno));
+    else if ((dst.st_mode & (S_IWGRP | S_IWOTH)) != 0) snprintf(why, sizeof why, "its directory %s is writable by others", dir);
+    else if (dst.st_uid != 0 && dst.st_uid != st.st_uid) snprintf(why, sizeof why, "its directory %s is uid %u's", dir, (unsigned)dst.st_uid);
+    else return 0; /* the socket file's owner, in a directory only it (or root) can write */
+  }
+  rg_say("the daemon at %s is uid %u (pid %d): not root, not this program's uid %u, not RDMA_GRAPH_DAEMON_UID (%s), and %s: refused",
+         path, (unsigned)cr.uid, (int)cr.pid, (unsigned)geteuid(), conf_text, why);
+  errno = EPERM;
+  return -1;
+}
+
 /* A SOCK_SEQPACKET connection to the daemon (a leading '@': the abstract namespace); -1 + errno. */
 static int connect_daemon(void) {
   const char* path = socket_path();
@@ -73,13 +154,31 @@ static int connect_daemon(void) {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + (path[0] == '@' ? 0 : 1));
-  if (connect(fd, (struct sockaddr*)&sa, len) != 0) {
+  if (connect(fd, (struct sockaddr*)&sa, len) != 0 || check_peer(fd, path) != 0) {
     int e = errno;
     close(fd);
     errno = e;
     return -1;
   }
   return fd;
+}
+
+/* Once per process: the daemon sent a message that answers nothing (it is dropped). */
+static void say_unsolicited(const void* msg, ssize_t n) {
+  static int said;
+  const struct rgv_hdr* h = msg;
+  if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED)) return;
+  if (n >= (ssize_t)sizeof *h) rg_say("the daemon sent a message nobody asked for (op %u, %zd bytes): ignored", h->op, n);
+  else rg_say("the daemon sent a message nobody asked for (%zd bytes): ignored", n);
+}
+
+void rg_drain_unsolicited(struct rg_context* c) {
+  uint8_t buf[sizeof(struct rgv_hdr) + 64];
+  /* Under the request lock: a thread waiting for its answer reads its own (and skips this). */
+  pthread_mutex_lock(&c->ctx.mutex);
+  ssize_t r = recv(c->sock, buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC);
+  pthread_mutex_unlock(&c->ctx.mutex);
+  if (r > 0) say_unsolicited(buf, r);
 }
 
 /*
@@ -116,18 +215,36 @@ static ssize_t call_with(int fd, uint16_t op, const void* req, size_t len, int p
     memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
   }
   if (sendmsg(fd, &mh, MSG_NOSIGNAL) != (ssize_t)iov.iov_len) return -1;
-  ssize_t r = recv(fd, resp, cap, 0);
-  if (r == 0) {
-    errno = ECONNRESET; /* the daemon went away */
-    return -1;
-  }
-  if (r < 0) return -1;
   struct rgv_hdr* h = resp;
-  if (r < (ssize_t)sizeof *h || h->magic != RGV_MAGIC || h->op != op || h->seq != q.seq) {
-    errno = EPROTO;
-    return -1;
+  ssize_t r;
+  /* The answer: what carries this request's op and seq. Anything before it is a message nobody
+     asked for (the protocol has none): taken and said, a few at most. */
+  for (int stray = 0;; stray++) {
+    r = recv(fd, resp, cap, 0);
+    if (r == 0) {
+      errno = ECONNRESET; /* the daemon went away */
+      return -1;
+    }
+    if (r < 0) return -1;
+    if (r >= (ssize_t)sizeof *h && h->magic == RGV_MAGIC && h->op == op && h->seq == q.seq) break;
+    say_unsolicited(resp, r);
+    if (stray == 8) {
+      errno = EPROTO;
+      return -1;
+    }
   }
   if (h->status != 0) {
+    /* A refusal may say why after the header (a connection over the daemon's limits): shown,
+       printable bytes only (the text is the daemon's: no terminal escapes through us). */
+    if (r > (ssize_t)sizeof *h) {
+      char why[481];
+      size_t n = (size_t)r - sizeof *h;
+      if (n > sizeof why - 1) n = sizeof why - 1;
+      const uint8_t* t = (const uint8_t*)(h + 1);
+      for (size_t k = 0; k < n; k++) why[k] = t[k] >= 0x20 && t[k] < 0x7f ? (char)t[k] : '?';
+      why[n] = '\0';
+      rg_say("the daemon at %s refused: %s", socket_path(), why);
+    }
     errno = -h->status;
     return -1;
   }
@@ -142,14 +259,26 @@ static int query_devices(int fd, struct rgv_device* out) {
   ssize_t r = call(fd, RGV_OP_DEVICES, buf, sizeof buf);
   if (r < 0) return -1;
   struct rgv_hdr* h = (struct rgv_hdr*)buf;
-  if (h->count > RGV_MAX_DEVICES || (size_t)r != sizeof *h + h->count * sizeof(struct rgv_device)) {
-    errno = EPROTO;
+  if (h->count > RGV_MAX_DEVICES || (uint64_t)r != sizeof *h + (uint64_t)h->count * sizeof(struct rgv_device)) {
+    rg_refuse(NULL, "%u devices in %zd bytes", h->count, r - (ssize_t)sizeof *h);
     return -1;
   }
   memcpy(out, buf + sizeof *h, h->count * sizeof(struct rgv_device));
   for (uint32_t i = 0; i < h->count; i++) {
-    out[i].name[sizeof out[i].name - 1] = '\0';
-    out[i].ifname[sizeof out[i].ifname - 1] = '\0';
+    struct rgv_device* d = &out[i];
+    d->name[sizeof d->name - 1] = '\0';
+    d->ifname[sizeof d->ifname - 1] = '\0';
+    /* What the program sizes its queues by (and ibv_create_* checks against): bounded. */
+    const struct {
+      const char* what;
+      uint32_t v, most;
+    } f[] = {{"mtu", d->mtu, RG_MAX_MTU},          {"max_qp", d->max_qp, RG_MAX_QP},     {"max_qp_wr", d->max_qp_wr, RG_MAX_WR},
+             {"max_sge", d->max_sge, RG_MAX_SGE}, {"max_cqe", d->max_cqe, RG_MAX_CQE}, {"max_rd_atom", d->max_rd_atom, RG_MAX_RD_ATOM}};
+    for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
+      if (f[k].v > f[k].most) {
+        rg_refuse(NULL, "%s %u for device %s (at most %u)", f[k].what, f[k].v, d->name, f[k].most);
+        return -1;
+      }
   }
   return (int)h->count;
 }
@@ -175,7 +304,8 @@ EXPORT struct ibv_device** ibv_get_device_list(int* num_devices) {
   int e = errno;
   if (fd >= 0) close(fd);
   if (n < 0) {
-    rg_say("no devices: the daemon at %s: %s (start rdma-graph with verbs.socket, or set RDMA_GRAPH_SOCKET)", socket_path(), strerror(e));
+    if (e == EPERM || e == EPROTO) rg_say("no devices: the daemon at %s is refused", socket_path()); /* said why above */
+    else rg_say("no devices: the daemon at %s: %s (start rdma-graph with verbs.socket, or set RDMA_GRAPH_SOCKET)", socket_path(), strerror(e));
     n = 0;
   }
   struct ibv_device** list = calloc((size_t)n + 1, sizeof *list);
@@ -283,7 +413,8 @@ EXPORT int ibv_query_device(struct ibv_context* context, struct ibv_device_attr*
   a->max_pd = (int)d->max_qp;
   a->max_qp_rd_atom = (int)d->max_rd_atom;
   a->max_qp_init_rd_atom = (int)d->max_rd_atom;
-  a->max_res_rd_atom = (int)(d->max_rd_atom * d->max_qp);
+  const uint64_t res = (uint64_t)d->max_rd_atom * d->max_qp; /* both bounded by query_devices; the product may not fit */
+  a->max_res_rd_atom = res > INT_MAX ? INT_MAX : (int)res;
   a->atomic_cap = IBV_ATOMIC_HCA;
   a->max_srq = (int)d->max_qp;
   a->max_srq_wr = (int)d->max_qp_wr;
@@ -394,6 +525,10 @@ struct rg_pd {
 /* A request on the context's connection with a u32 reply (or none: out NULL); 0 or -1 + errno. */
 int rg_ctx_call(struct ibv_context* context, uint16_t op, const void* req, size_t len, int pass_fd, void* out, size_t out_len) {
   uint8_t buf[sizeof(struct rgv_hdr) + 64];
+  if (__atomic_load_n(&((struct rg_context*)context)->dead, __ATOMIC_ACQUIRE)) {
+    errno = ECONNRESET; /* gone, or not trusted any more */
+    return -1;
+  }
   pthread_mutex_lock(&context->mutex); /* one request at a time on the connection */
   ssize_t r = call_with(((struct rg_context*)context)->sock, op, req, len, pass_fd, buf, sizeof buf);
   pthread_mutex_unlock(&context->mutex);
@@ -422,7 +557,8 @@ EXPORT struct ibv_pd* ibv_alloc_pd(struct ibv_context* context) {
 }
 
 EXPORT int ibv_dealloc_pd(struct ibv_pd* pd) {
-  if (rg_handle_call(pd->context, RGV_OP_DEALLOC_PD, pd->handle) != 0) return errno;
+  /* The daemon gone (or not trusted): what it held is released with the connection. */
+  if (!rg_ctx(pd->context)->dead && rg_handle_call(pd->context, RGV_OP_DEALLOC_PD, pd->handle) != 0) return errno;
   free(pd);
   return 0;
 }
@@ -492,7 +628,7 @@ EXPORT struct ibv_mr* ibv_reg_mr_iova2(struct ibv_pd* pd, void* addr, size_t len
 }
 
 EXPORT int ibv_dereg_mr(struct ibv_mr* mr) {
-  if (rg_handle_call(mr->context, RGV_OP_DEREG_MR, mr->handle) != 0) return errno;
+  if (!rg_ctx(mr->context)->dead && rg_handle_call(mr->context, RGV_OP_DEREG_MR, mr->handle) != 0) return errno;
   free(mr); /* the pages stay on the memfd mapping: the program's memory is unchanged */
   return 0;
 }
@@ -526,6 +662,20 @@ EXPORT struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* 
   };
   struct rgv_qp r;
   if (rg_ctx_call(pd->context, RGV_OP_CREATE_QP, &q, sizeof q, -1, &r, sizeof r) != 0) return NULL;
+  /* What it got: at least what was asked (0 asks for 1), at most what the device says (itself
+     bounded), before anything is sized from it. */
+  struct rg_context* cx = rg_ctx(pd->context);
+  const struct rgv_device* dev = &cx->dev.info;
+  const uint32_t one = 1;
+  if (r.qpn == 0 || r.qpn > RG_MAX_QPN) {
+    rg_refuse(cx, "QPN %u (QPNs are 24 bits)", r.qpn);
+    return NULL;
+  }
+  if (rg_check_size(cx, "max_send_wr", r.max_send_wr, q.max_send_wr > one ? q.max_send_wr : one, dev->max_qp_wr) != 0 ||
+      (attr->srq == NULL && rg_check_size(cx, "max_recv_wr", r.max_recv_wr, q.max_recv_wr > one ? q.max_recv_wr : one, dev->max_qp_wr) != 0) ||
+      rg_check_size(cx, "max_sge", r.max_sge, q.max_sge > one ? q.max_sge : one, dev->max_sge) != 0 ||
+      rg_check_size(cx, "max_inline", r.max_inline, q.max_inline, RG_MAX_INLINE) != 0)
+    return NULL;
   struct rg_qp* rq = calloc(1, sizeof *rq);
   if (rq == NULL) {
     rg_handle_call(pd->context, RGV_OP_DESTROY_QP, r.qpn);
@@ -601,6 +751,25 @@ EXPORT int ibv_query_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask, s
   uint32_t h = qp->qp_num;
   struct rgv_qp_attr r;
   if (rg_ctx_call(qp->context, RGV_OP_QUERY_QP, &h, sizeof h, -1, &r, sizeof r) != 0) return errno;
+  /* The sizes are the QP's (the rings were made for them): the daemon must say the same. */
+  const struct rg_qp* q = (const struct rg_qp*)qp;
+  struct rg_context* cx = rg_ctx(qp->context);
+  const struct {
+    const char* what;
+    uint32_t got, has;
+  } f[] = {{"max_send_wr", r.max_send_wr, q->max_send_wr},
+           {"max_recv_wr", r.max_recv_wr, q->max_recv_wr},
+           {"max_sge", r.max_sge, q->max_sge},
+           {"max_inline", r.max_inline, q->max_inline}};
+  for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
+    if (f[k].got != f[k].has) {
+      rg_refuse(cx, "%s %u in QUERY_QP for QP %u, made with %u", f[k].what, f[k].got, qp->qp_num, f[k].has);
+      return EPROTO;
+    }
+  if (r.state > IBV_QPS_ERR || r.path_mtu < IBV_MTU_256 || r.path_mtu > IBV_MTU_4096) {
+    rg_refuse(cx, "state %u, path_mtu %u in QUERY_QP for QP %u", r.state, r.path_mtu, qp->qp_num);
+    return EPROTO;
+  }
   memset(attr, 0, sizeof *attr);
   attr->qp_state = attr->cur_qp_state = (enum ibv_qp_state)r.state;
   attr->path_mtu = (enum ibv_mtu)r.path_mtu;
