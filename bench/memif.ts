@@ -28,8 +28,8 @@ import { Interfaces } from '../drivers/interfaces.ts';
 import { BufferPool, Graph } from '../graph/index.ts';
 import { allocBufferMemory } from '../graph/memory.ts';
 import { registerL2L4 } from '../nodes/netstack.ts';
-import { registerRdma } from '../dataplane/verbs.ts';
-import type { Rdma } from '../dataplane/verbs.ts';
+import { registerRdma } from '../nodes/rdma/stack.ts';
+import type { Rdma } from '../nodes/rdma/stack.ts';
 import { Testpmd, testpmdUnavailable } from '../test/helpers-dpdk.ts';
 
 export interface MemifBenchResult {

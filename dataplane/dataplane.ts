@@ -15,7 +15,7 @@
  */
 import { availableParallelism } from 'node:os';
 import { loadCore } from '../native/load.ts';
-import { startWorkers } from './workers.ts';
+import { startWorkers } from './workers/facade.ts';
 import { HandoffDriver, type HandoffLink } from '../drivers/handoff.ts';
 import { MemifLaneDriver } from '../drivers/memif-lane.ts';
 import { WorkerLaneDriver } from '../drivers/lane.ts';
@@ -26,8 +26,8 @@ import {
   handoffTable,
   registerWorkerHandoff,
   WORKER_HANDOFF,
-} from '../nodes/ethernet/worker-handoff.ts';
-import { startVerbsSocket, VERBS_LIBRARY, type VerbsSocket, type VerbsSocketOptions } from './verbs-socket.ts';
+} from '../nodes/handoff/worker-handoff.ts';
+import { startVerbsSocket, VERBS_LIBRARY, type VerbsSocket, type VerbsSocketOptions } from './verbs-server/server.ts';
 import {
   Graph,
   GraphError,
@@ -89,7 +89,7 @@ import {
   type Rdma,
   type Sge,
   type QpModify,
-} from './verbs.ts';
+} from '../nodes/rdma/stack.ts';
 import type { RdmaEvent } from '../nodes/rdma/core.ts';
 import { CmConnectError } from '../nodes/rdma/cm.ts';
 import { QP_STATE_NAMES, type Qp, type QpStateName } from '../nodes/rdma/qp.ts';
@@ -109,17 +109,17 @@ import {
 /** Dataplane.create's options beyond the configuration. */
 export interface CreateOptions {
   log?: Logger;
-  /** Set when this data plane is a worker's (dataplane/worker-thread.ts): its graph's thread. */
+  /** Set when this data plane is a worker's (dataplane/workers/thread.ts): its graph's thread. */
   thread?: { index: number; name: string; lcore?: number };
-  /** A worker's handle range starts after this (dataplane/workers.ts routes by it). */
+  /** A worker's handle range starts after this (dataplane/workers/facade.ts routes by it). */
   handleBase?: number;
   /** Each event as it is logged (a worker hands them to the main thread's event log). */
   onEvent?: (e: EventView) => void;
-  /** cpu.workers >= 2 (dataplane/workers.ts): handoff ports for this worker's interfaces, shadows of the others'. */
+  /** cpu.workers >= 2 (dataplane/workers/facade.ts): handoff ports for this worker's interfaces, shadows of the others'. */
   handoff?: HandoffPlan;
 }
 
-/** What a worker gets to take part in handoff (nodes/ethernet/worker-handoff.ts, drivers/handoff.ts). */
+/** What a worker gets to take part in handoff (nodes/handoff/worker-handoff.ts, drivers/handoff.ts). */
 export interface HandoffPlan {
   self: number;
   workers: number;
@@ -344,7 +344,7 @@ export class Dataplane {
    */
   static async create(config: Config, opts: CreateOptions = {}): Promise<Dataplane> {
     const log = opts.log ?? (() => {});
-    // cpu.workers: the graphs run on worker threads (dataplane/workers.ts); this thread keeps
+    // cpu.workers: the graphs run on worker threads (dataplane/workers/facade.ts); this thread keeps
     // the methods, each one carried to the worker that owns its object.
     if (config.cpu.workers > 0 && opts.thread === undefined) return startWorkers(config, log);
     if (opts.thread === undefined && config.cpu.mainCore !== null) pinThread(config.cpu.mainCore, 'cpu.main-core');
@@ -737,7 +737,7 @@ export class Dataplane {
   }
 
   /**
-   * Serve the verbs control socket (dataplane/verbs-socket.ts) at `opts.path`: unmodified
+   * Serve the verbs control socket (dataplane/verbs-server/server.ts) at `opts.path`: unmodified
    * libibverbs programs run with `rdma-graph exec` find this data plane's devices through it.
    */
   serveVerbs(opts: Omit<VerbsSocketOptions, 'maxQps'>): VerbsSocket {

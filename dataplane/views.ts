@@ -5,7 +5,7 @@
  * without the data plane.
  */
 import { createRequire } from 'node:module';
-import type { DeviceAttr, QpInfo } from './verbs.ts';
+import type { DeviceAttr, QpInfo } from '../nodes/rdma/stack.ts';
 import type { RdmaEvent } from '../nodes/rdma/core.ts';
 import type { Completion, WrOpcodeName } from '../nodes/rdma/verbs.ts';
 import type { InterfaceCounters } from '../drivers/interfaces.ts';
@@ -307,5 +307,5 @@ export type { Config } from '../config/types.ts';
 /** The names the API's schemas enumerate. */
 export { ACCESS_NAMES, WC_OPCODE_NAMES, WC_STATUS_NAMES, WR_OPCODE_NAMES } from '../nodes/rdma/verbs.ts';
 export { QP_STATE_NAMES } from '../nodes/rdma/qp.ts';
-export { VERBS_DEFAULTS, VERBS_LIMITS } from './verbs.ts';
+export { VERBS_DEFAULTS, VERBS_LIMITS } from '../nodes/rdma/stack.ts';
 export type { Completion } from '../nodes/rdma/verbs.ts';

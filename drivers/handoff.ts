@@ -8,7 +8,7 @@
  * The interface owner's end is the "port" (its frames go straight out of the real interface);
  * the other worker's end is the "shadow" of that interface (same name, MAC and address), so a QP
  * on that worker can use the interface: the owner hands it the frames for its QPs
- * (nodes/ethernet/worker-handoff.ts) and sends what it transmits.
+ * (nodes/handoff/worker-handoff.ts) and sends what it transmits.
  *
  * When the other worker polls queues of the interface itself (memif queues spread over workers,
  * drivers/memif-lane.ts), it transmits on them too, and the link carries received frames both

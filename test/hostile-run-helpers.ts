@@ -19,7 +19,7 @@ import * as assert from 'uvu/assert';
 import { FRAME_SIZE, Graph, type NodeRuntime } from '../graph/index.ts';
 import { Interfaces } from '../drivers/interfaces.ts';
 import { registerL2L4, type Netstack } from '../nodes/netstack.ts';
-import { registerRdma, type Rdma } from '../dataplane/verbs.ts';
+import { registerRdma, type Rdma } from '../nodes/rdma/stack.ts';
 import { QpState, RxEvent, type Qp } from '../nodes/rdma/qp.ts';
 import { Access, WrOpcode, type Cq, type Mr, type Pd } from '../nodes/rdma/verbs.ts';
 import { memPool } from './helpers.ts';

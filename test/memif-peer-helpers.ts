@@ -15,7 +15,7 @@ import { createPool } from '../graph/memory.ts';
 import { Interfaces } from '../drivers/interfaces.ts';
 import { MemifDriver } from '../drivers/memif.ts';
 import { registerL2L4 } from '../nodes/netstack.ts';
-import { registerRdma } from '../dataplane/verbs.ts';
+import { registerRdma } from '../nodes/rdma/stack.ts';
 import type { Qp } from '../nodes/rdma/qp.ts';
 import { memPool } from './helpers.ts';
 import { pattern } from './rdma-helpers.ts';

@@ -19,7 +19,7 @@ import { Interfaces } from '../drivers/interfaces.ts';
 import { Graph, type BufferPool } from '../graph/index.ts';
 import { createPool } from '../graph/memory.ts';
 import { registerL2L4 } from '../nodes/netstack.ts';
-import { registerRdma } from '../dataplane/verbs.ts';
+import { registerRdma } from '../nodes/rdma/stack.ts';
 import { memPool, packet, sleep } from './helpers.ts';
 import {
   arpRequestFrame,

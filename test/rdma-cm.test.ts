@@ -10,7 +10,7 @@ import { CmConnectError } from '../nodes/rdma/cm.ts';
 import * as assert from 'uvu/assert';
 import type { ConnectRequest } from '../nodes/rdma/cm.ts';
 import type { RdmaEvent } from '../nodes/rdma/core.ts';
-import type { QpInit } from '../dataplane/verbs.ts';
+import type { QpInit } from '../nodes/rdma/stack.ts';
 import { type Completion, type Mr, VerbsError } from '../nodes/rdma/verbs.ts';
 import {
   closeLeftovers,

@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PcapReader } from '../drivers/pcap-file.ts';
 import type { RdmaEvent } from '../nodes/rdma/core.ts';
-import type { SendRequest } from '../dataplane/verbs.ts';
+import type { SendRequest } from '../nodes/rdma/stack.ts';
 import { type Completion, type Mr, VerbsError, type VerbsErrorKind } from '../nodes/rdma/verbs.ts';
 import {
   closeLeftovers,

@@ -18,7 +18,7 @@ import type { Driver } from '../drivers/driver.ts';
 import { createPool } from '../graph/memory.ts';
 import type { FaultConfig } from '../drivers/fault.ts';
 import { registerL2L4 } from '../nodes/netstack.ts';
-import { type QpInit, type Rdma, registerRdma, type RdmaOptions } from '../dataplane/verbs.ts';
+import { type QpInit, type Rdma, registerRdma, type RdmaOptions } from '../nodes/rdma/stack.ts';
 import type { Completion, Cq, Pd } from '../nodes/rdma/verbs.ts';
 import type { Qp } from '../nodes/rdma/qp.ts';
 import { memPool } from './helpers.ts';

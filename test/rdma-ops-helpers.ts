@@ -32,7 +32,7 @@ import {
 import type { Completion, Cq, Mr } from '../nodes/rdma/verbs.ts';
 import type { Qp } from '../nodes/rdma/qp.ts';
 import type { RdmaEvent } from '../nodes/rdma/core.ts';
-import type { QpInit, RdmaOptions, SendRequest } from '../dataplane/verbs.ts';
+import type { QpInit, RdmaOptions, SendRequest } from '../nodes/rdma/stack.ts';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;

@@ -15,7 +15,7 @@ import {
   type RdmaOptions,
   type RecvRequest,
   type SendRequest,
-} from '../dataplane/verbs.ts';
+} from '../nodes/rdma/stack.ts';
 import type { Qp } from '../nodes/rdma/qp.ts';
 import type { Completion, Cq, Mr, Pd } from '../nodes/rdma/verbs.ts';
 import { memPool } from './helpers.ts';

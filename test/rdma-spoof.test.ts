@@ -8,7 +8,7 @@
 import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import type { Qp } from '../nodes/rdma/qp.ts';
-import { registerRdma } from '../dataplane/verbs.ts';
+import { registerRdma } from '../nodes/rdma/stack.ts';
 import { Graph } from '../graph/index.ts';
 import { Interfaces } from '../drivers/interfaces.ts';
 import { registerL2L4 } from '../nodes/netstack.ts';

@@ -17,7 +17,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Qp } from '../nodes/rdma/qp.ts';
-import type { SendRequest } from '../dataplane/verbs.ts';
+import type { SendRequest } from '../nodes/rdma/stack.ts';
 import type { Mr } from '../nodes/rdma/verbs.ts';
 import { hex } from './l2l4-helpers.ts';
 import {

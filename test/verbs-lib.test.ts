@@ -1,6 +1,6 @@
 /**
  * librdmagraph-verbs.so with unmodified libibverbs programs (ibverbs-utils): the daemon's verbs
- * socket (api/verbs-socket.ts) served by a data plane in this process, the programs preloaded
+ * socket (dataplane/verbs-server/server.ts) served by a data plane in this process, the programs preloaded
  * as `rdma-graph exec` does: devices and their queries, memory registration, QPs through their
  * rings, a daemon that goes away, hostile clients, refused registrations, `rdma-graph exec`.
  * The data path with real programs (ibv_rc_pingpong, perftest) is test/verbs-apps.test.ts.

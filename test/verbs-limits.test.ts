@@ -587,7 +587,7 @@ test('a daemon short of file descriptors (prlimit --nofile=64): a flood of conne
  */
 const FULL_LISTENER = `
 import { openSync } from 'node:fs';
-import { listenVerbs } from ${JSON.stringify(join(ROOT, 'dataplane/verbs-socket.ts'))};
+import { listenVerbs } from ${JSON.stringify(join(ROOT, 'dataplane/verbs-server/server.ts'))};
 const held = [];
 listenVerbs(process.argv[1], { adopt: (fd) => held.push(fd), connections: () => held.length, close() {} });
 try {

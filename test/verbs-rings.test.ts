@@ -1,5 +1,5 @@
 /**
- * The shared rings of the verbs data path (dataplane/verbs-rings.ts) against a hostile program:
+ * The shared rings of the verbs data path (dataplane/verbs-server/rings.ts) against a hostile program:
  * this test speaks the verbs socket itself (native/verbs-lib/proto.h), maps its own rings, and
  * scribbles seeded garbage into its send and receive rings. Every work request must complete
  * (in error) or be refused, the CQEs must stay inside the CQ ring and name the QP, an impossible

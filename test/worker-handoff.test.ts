@@ -9,7 +9,7 @@ import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { Graph } from '../graph/graph.ts';
 import type { Frame, NodeRuntime } from '../graph/node.ts';
-import { addHandoffPort, handoffTable, registerWorkerHandoff } from '../nodes/ethernet/worker-handoff.ts';
+import { addHandoffPort, handoffTable, registerWorkerHandoff } from '../nodes/handoff/worker-handoff.ts';
 import { memPool } from './helpers.ts';
 
 /** An Ethernet frame: type, then an IPv4 header of `ihl` words (protocol, fragment field) and a UDP port. */

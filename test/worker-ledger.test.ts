@@ -1,11 +1,11 @@
 /**
- * dataplane/worker-ledger.ts on its own: which requests a dead worker's QPs flush (in-order
+ * dataplane/workers/ledger.ts on its own: which requests a dead worker's QPs flush (in-order
  * retirement of sends, signaled or not; receives by name; at most a queue's depth remembered),
  * what dead objects answer, and forgetting them.
  */
 import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
-import { WorkerLedger } from '../dataplane/worker-ledger.ts';
+import { WorkerLedger } from '../dataplane/workers/ledger.ts';
 import type { CqView, QpView } from '../dataplane/views.ts';
 
 const cq = (h: number): CqView => ({ cq: h, depth: 64, pending: 0, error: false, users: 1 });

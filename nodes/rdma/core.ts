@@ -1,7 +1,7 @@
 /**
  * The RDMA state every RDMA node shares on one data-plane thread: the QP table (by index, and
  * by local UDP port), the MR table (by STag), TRP settings, the queue of QPs with something to
- * transmit, completion delivery and asynchronous events. The verbs API (dataplane/verbs.ts) creates and
+ * transmit, completion delivery and asynchronous events. The verbs API (nodes/rdma/stack.ts) creates and
  * destroys what lives here; the nodes only read and update it.
  */
 import type { Graph, NodeRuntime } from '../../graph/index.ts';
@@ -15,7 +15,7 @@ export interface TrpSettings {
   window: number;
   rtoMinMs: number;
   rtoMaxMs: number;
-  /** RTO before the first RTT sample (dataplane/verbs.ts default: max(rtoMin, 10 ms)). */
+  /** RTO before the first RTT sample (nodes/rdma/stack.ts default: max(rtoMin, 10 ms)). */
   rtoInitMs: number;
   /** Retransmissions of one packet before the QP fails with retry-exceeded (default 7). */
   maxRetries: number;

@@ -17,12 +17,12 @@
  * size, every WQE field is read once and validated, a burst is bounded by our own queue room;
  * a ring whose producer index is impossible is refused for good (the QP goes to error).
  */
-import type { Graph, NodeRuntime } from '../graph/index.ts';
-import type { Qp } from '../nodes/rdma/qp.ts';
-import { QpState } from '../nodes/rdma/qp.ts';
-import { Access, type Completion, type Cq, Mr, Pd, type Srq, type WrOpcodeName } from '../nodes/rdma/verbs.ts';
-import type { Rdma, RecvRequest, SendRequest, Sge } from './verbs.ts';
-import { loadCore } from '../native/load.ts';
+import type { Graph, NodeRuntime } from '../../graph/index.ts';
+import type { Qp } from '../../nodes/rdma/qp.ts';
+import { QpState } from '../../nodes/rdma/qp.ts';
+import { Access, type Completion, type Cq, Mr, Pd, type Srq, type WrOpcodeName } from '../../nodes/rdma/verbs.ts';
+import type { Rdma, RecvRequest, SendRequest, Sge } from '../../nodes/rdma/stack.ts';
+import { loadCore } from '../../native/load.ts';
 
 export const VERBS_INPUT = 'verbs-input';
 /** Bytes of a ring's header (two cache lines: the program's, then ours). */

@@ -1,5 +1,5 @@
 /**
- * cpu.workers: N worker threads (worker-thread.ts), each running a whole data plane over the
+ * cpu.workers: N worker threads (thread.ts), each running a whole data plane over the
  * interfaces placed on it (interfaces[].worker, else round robin in file order: VPP's
  * rx-placement at interface granularity), and this thread keeping the API, the configuration
  * and the log. The object returned by Dataplane.create has the Dataplane's methods; each call is
@@ -7,7 +7,7 @@
  *
  * - an interface by the worker it was placed on;
  * - a PD, MR, CQ or SRQ by its handle (worker i hands out handles in its own range,
- *   worker-protocol.ts HANDLE_SPAN); a QP by its number (rdma.port-range is split in N slices);
+ *   protocol.ts HANDLE_SPAN); a QP by its number (rdma.port-range is split in N slices);
  * - new objects: a PD or CQ on the worker the request names, else its interface's owner, else
  *   worker 0; an MR, SRQ, QP or listener on its PD's worker; a QP whose PD, CQs and SRQ are not
  *   all on one worker is refused saying so. A QP may use any interface: with 2+ workers each
@@ -22,20 +22,20 @@
  * interfaces; what it held (its QPs, CQs, MRs) is gone with it, and calls naming them say so.
  */
 import { Worker } from 'node:worker_threads';
-import type { Config } from '../config/types.ts';
-import { parseCoreList } from '../config/schema.ts';
-import { parseIp4, parseIp4Prefix } from '../config/formats.ts';
-import type { Dataplane, HandoffPlan } from './dataplane.ts';
-import { handoffLink } from '../drivers/handoff.ts';
-import { macOption } from '../drivers/mac.ts';
-import { formatMac } from '../nodes/net/address.ts';
-import { loadCore } from '../native/load.ts';
-import { DataplaneError, type EventView, type Logger, type QpView, type WrId } from './views.ts';
-import { WorkerLedger } from './worker-ledger.ts';
-import { listenVerbs, VerbsAdmission, verbsLimits, type VerbsSocket } from './verbs-socket.ts';
-import { type FromWorker, HANDLE_SPAN, type ToWorker, type WorkerInit } from './worker-protocol.ts';
+import type { Config } from '../../config/types.ts';
+import { parseCoreList } from '../../config/schema.ts';
+import { parseIp4, parseIp4Prefix } from '../../config/formats.ts';
+import type { Dataplane, HandoffPlan } from '../dataplane.ts';
+import { handoffLink } from '../../drivers/handoff.ts';
+import { macOption } from '../../drivers/mac.ts';
+import { formatMac } from '../../nodes/net/address.ts';
+import { loadCore } from '../../native/load.ts';
+import { DataplaneError, type EventView, type Logger, type QpView, type WrId } from '../views.ts';
+import { WorkerLedger } from './ledger.ts';
+import { listenVerbs, VerbsAdmission, verbsLimits, type VerbsSocket } from '../verbs-server/server.ts';
+import { type FromWorker, HANDLE_SPAN, type ToWorker, type WorkerInit } from './protocol.ts';
 
-const BOOT = new URL('./worker-boot.mjs', import.meta.url);
+const BOOT = new URL('./boot.mjs', import.meta.url);
 const EVENT_LOG = 1024;
 /** Handles a worker's thread numbers from before a restart (HANDLE_SPAN holds 16 such blocks). */
 const EPOCH_SPAN = 2 ** 20;
@@ -255,7 +255,7 @@ export function placeWorkers(config: Config): WorkerInit[] {
 
 export async function startWorkers(config: Config, log: Logger): Promise<Dataplane> {
   if (config.cpu.mainCore !== null) {
-    const { pinThread } = await import('./dataplane.ts');
+    const { pinThread } = await import('../dataplane.ts');
     pinThread(config.cpu.mainCore, 'cpu.main-core');
   }
   const inits = placeWorkers(config);

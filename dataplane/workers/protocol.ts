@@ -3,9 +3,9 @@
  * their results, log lines and events. Structured-clone data only (views, Uint8Arrays); an
  * AbortSignal argument travels as a marker and is fired by an "abort" message.
  */
-import type { Config } from '../config/types.ts';
-import type { HandoffPlan } from './dataplane.ts';
-import type { DataplaneErrorKind, EventView } from './views.ts';
+import type { Config } from '../../config/types.ts';
+import type { HandoffPlan } from '../dataplane.ts';
+import type { DataplaneErrorKind, EventView } from '../views.ts';
 
 export interface WorkerInit {
   config: Config;
@@ -13,7 +13,7 @@ export interface WorkerInit {
   index: number;
   /** CPU to pin to (cpu.corelist-workers), or null. */
   cpu: number | null;
-  /** Its PD/MR/CQ/SRQ handles count up from here (workers.ts routes a handle by its range). */
+  /** Its PD/MR/CQ/SRQ handles count up from here (facade.ts routes a handle by its range). */
   handleBase: number;
   /** With 2 or more workers: its handoff ports and shadows. */
   handoff?: HandoffPlan;

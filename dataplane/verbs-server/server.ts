@@ -11,7 +11,7 @@
  * CREATE_CHANNEL/DESTROY_CHANNEL (completion channels: the program's eventfds), CREATE_CQ (with
  * its ring)/DESTROY_CQ, CREATE_SRQ/SRQ_RING/MODIFY_SRQ/DESTROY_SRQ, CREATE_QP/QP_RING/MODIFY_QP
  * (the peer from the AV's IPv4-mapped GID and dest_qp_num, PSNs, IRD/ORD, path MTU, timeout,
- * retry count)/QUERY_QP/DESTROY_QP. The rings are the data path (dataplane/verbs-rings.ts). A
+ * retry count)/QUERY_QP/DESTROY_QP. The rings are the data path (dataplane/verbs-server/rings.ts). A
  * connection touches only what it created, and what it created is destroyed when it closes (the
  * program exited or was killed): its rings are detached first, so nothing writes them once the
  * program can see the end of file. Every other request is answered EOPNOTSUPP; a malformed one
@@ -23,19 +23,19 @@
  * and only while the process keeps headroom below its fd limit; a refused connection's first
  * request is answered with an errno and the reason; eventfds per connection are bounded
  * (verbs.max-fds-per-connection); accept() at EMFILE drops the waiting connection through a spare
- * fd instead of spinning; log lines a client causes are rate-limited (dataplane/log-limit.ts). A
+ * fd instead of spinning; log lines a client causes are rate-limited (dataplane/verbs-server/log-limit.ts). A
  * ring's size must be exactly what the daemon computes for the object.
  */
-import type { Qp } from '../nodes/rdma/qp.ts';
-import type { Cq, Srq } from '../nodes/rdma/verbs.ts';
+import type { Qp } from '../../nodes/rdma/qp.ts';
+import type { Cq, Srq } from '../../nodes/rdma/verbs.ts';
 import { existsSync, mkdirSync, readFileSync, unlinkSync } from 'node:fs';
 import { dirname } from 'node:path';
-import type { Config } from '../config/types.ts';
-import { Dataplane } from './dataplane.ts';
+import type { Config } from '../../config/types.ts';
+import { Dataplane } from '../dataplane.ts';
 import { LogLimiter } from './log-limit.ts';
-import { VERBS_LIMITS } from './verbs.ts';
-import { type Channel, CqRing, CQE_BYTES, QpRing, RING_HDR, rqStride, SrqRing, VerbsRings } from './verbs-rings.ts';
-import { loadCore, NATIVE_BUILD_DIR, type FdWaiter } from '../native/load.ts';
+import { VERBS_LIMITS } from '../../nodes/rdma/stack.ts';
+import { type Channel, CqRing, CQE_BYTES, QpRing, RING_HDR, rqStride, SrqRing, VerbsRings } from './rings.ts';
+import { loadCore, NATIVE_BUILD_DIR, type FdWaiter } from '../../native/load.ts';
 
 /** librdmagraph-verbs.so, what `rdma-graph exec` preloads (built when libibverbs-dev is there). */
 export const VERBS_LIBRARY = `${NATIVE_BUILD_DIR}librdmagraph-verbs.so`;

@@ -1,16 +1,16 @@
 /**
  * One worker thread (cpu.workers): a whole data plane (graph, interfaces, RDMA) over the
  * interfaces placed on it, named rdma_wk_N in `show runtime`, pinned when corelist-workers says
- * so. The main thread (dataplane/workers.ts) sends it method calls and gets the results; log
+ * so. The main thread (dataplane/workers/facade.ts) sends it method calls and gets the results; log
  * lines and events come back as they happen. A call's AbortSignal is a marker the main thread
  * can fire with an "abort" message.
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import type { Config } from '../config/types.ts';
-import { Dataplane, pinThread } from './dataplane.ts';
-import { type VerbsConnections, verbsConnections } from './verbs-socket.ts';
-import { DataplaneError, type Logger } from './views.ts';
-import { CALLABLE, type FromWorker, type ToWorker, type WorkerInit } from './worker-protocol.ts';
+import type { Config } from '../../config/types.ts';
+import { Dataplane, pinThread } from '../dataplane.ts';
+import { type VerbsConnections, verbsConnections } from '../verbs-server/server.ts';
+import { DataplaneError, type Logger } from '../views.ts';
+import { CALLABLE, type FromWorker, type ToWorker, type WorkerInit } from './protocol.ts';
 
 const init = workerData as WorkerInit;
 const port = parentPort!;

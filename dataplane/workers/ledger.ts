@@ -18,8 +18,8 @@
  * Bounded by our own state: at most a QP's send and receive queue depths of entries (a QP
  * cannot hold more outstanding), dropped when polled, retired or the QP is destroyed.
  */
-import type { Completion, WcOpcodeName } from '../nodes/rdma/verbs.ts';
-import { DataplaneError, type CqView, type EventView, type QpView, type WrId } from './views.ts';
+import type { Completion, WcOpcodeName } from '../../nodes/rdma/verbs.ts';
+import { DataplaneError, type CqView, type EventView, type QpView, type WrId } from '../views.ts';
 
 interface QpRec {
   worker: number;

@@ -10,7 +10,9 @@
  * the UDP destination port, each only when the frame is long enough to hold it.
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime, errorTable, nextTable } from '../../graph/index.ts';
-import { ETHERTYPE_ARP, ETHERTYPE_IP4 } from './ethernet.ts';
+import { ETH_HEADER_BYTES, ETHERTYPE_ARP, ETHERTYPE_IP4 } from '../ethernet/ethernet.ts';
+import { IP4_FRAG, IP4_FRAG_OFFSET_MASK, IP4_HEADER_BYTES, IP_PROTO_UDP } from '../ip4/ip4.ts';
+import { UDP_HEADER_BYTES } from '../udp/udp4-input.ts';
 
 export const WORKER_HANDOFF = 'worker-handoff';
 
@@ -78,6 +80,10 @@ export function addHandoffPort(
 }
 
 const one = new Uint32Array(1);
+/** Offsets within the Ethernet, IPv4 and UDP headers. */
+const ETH_TYPE = 12,
+  IP4_PROTOCOL = 9,
+  UDP_DST_PORT = 2;
 
 function workerHandoff(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
@@ -98,13 +104,18 @@ function workerHandoff(rt: NodeRuntime, frame: Frame | null): number {
     const o = offset[bi],
       len = length[bi];
     let next = NEXT_ETH;
-    if (len >= 14) {
-      const type = v.getUint16(o + 12);
-      if (type === ETHERTYPE_IP4 && len >= 34) {
-        const ip = o + 14;
+    if (len >= ETH_HEADER_BYTES) {
+      const type = v.getUint16(o + ETH_TYPE);
+      if (type === ETHERTYPE_IP4 && len >= ETH_HEADER_BYTES + IP4_HEADER_BYTES) {
+        const ip = o + ETH_HEADER_BYTES;
         const ihl = (u8[ip] & 0x0f) * 4;
-        if (u8[ip + 9] === 17 && ihl >= 20 && (v.getUint16(ip + 6) & 0x1fff) === 0 && len >= 14 + ihl + 8) {
-          const w = portWorker[v.getUint16(ip + ihl + 2)];
+        if (
+          u8[ip + IP4_PROTOCOL] === IP_PROTO_UDP &&
+          ihl >= IP4_HEADER_BYTES &&
+          (v.getUint16(ip + IP4_FRAG) & IP4_FRAG_OFFSET_MASK) === 0 &&
+          len >= ETH_HEADER_BYTES + ihl + UDP_HEADER_BYTES
+        ) {
+          const w = portWorker[v.getUint16(ip + ihl + UDP_DST_PORT)];
           if (w >= 0 && w !== self) {
             const nx = portNext[rxIf[bi] * workers + w];
             if (nx >= 0) {

@@ -13,27 +13,21 @@
  * throw a VerbsError whose kind says which (invalid, not-found, state, busy, too-large,
  * resource); nothing a caller passes can break the data path.
  */
-import type { Graph } from '../graph/index.ts';
-import type { Netstack } from '../nodes/netstack.ts';
-import { formatIp4, parseIp4 } from '../nodes/net/address.ts';
-import { Budget, type BudgetLimits, qpSlots } from '../nodes/rdma/budget.ts';
-import {
-  type AcceptDecision,
-  type ConnectRequest,
-  ConnectionManager,
-  type Listener,
-  registerCmInput,
-} from '../nodes/rdma/cm.ts';
-import { MAX_MRS, type RdmaEvent, RdmaCore, type TrpSettings } from '../nodes/rdma/core.ts';
-import { registerDdpInput } from '../nodes/rdma/ddp-input.ts';
-import { registerDdpOutput } from '../nodes/rdma/ddp-output.ts';
-import { registerQpDispatch } from '../nodes/rdma/qp-dispatch.ts';
-import { MAX_RD_ATOMIC, Qp, QP_STATE_NAMES, type QpStateName, QpState, transitionAllowed } from '../nodes/rdma/qp.ts';
-import { randomBelow, randomU32 } from '../nodes/rdma/random.ts';
-import { registerRdmapInput } from '../nodes/rdma/rdmap-input.ts';
-import { completeRecv, completeSq, toError } from '../nodes/rdma/transport.ts';
-import { registerTrpInput } from '../nodes/rdma/trp-input.ts';
-import { registerTrpOutput } from '../nodes/rdma/trp-output.ts';
+import type { Graph } from '../../graph/index.ts';
+import type { Netstack } from '../netstack.ts';
+import { formatIp4, parseIp4 } from '../net/address.ts';
+import { Budget, type BudgetLimits, qpSlots } from './budget.ts';
+import { type AcceptDecision, type ConnectRequest, ConnectionManager, type Listener, registerCmInput } from './cm.ts';
+import { MAX_MRS, type RdmaEvent, RdmaCore, type TrpSettings } from './core.ts';
+import { registerDdpInput } from './ddp-input.ts';
+import { registerDdpOutput } from './ddp-output.ts';
+import { registerQpDispatch } from './qp-dispatch.ts';
+import { MAX_RD_ATOMIC, Qp, QP_STATE_NAMES, type QpStateName, QpState, transitionAllowed } from './qp.ts';
+import { randomBelow, randomU32 } from './random.ts';
+import { registerRdmapInput } from './rdmap-input.ts';
+import { completeRecv, completeSq, toError } from './transport.ts';
+import { registerTrpInput } from './trp-input.ts';
+import { registerTrpOutput } from './trp-output.ts';
 import {
   Access,
   accessFromNames,
@@ -47,14 +41,8 @@ import {
   WR_OPCODE_NAMES,
   WrOpcode,
   type WrOpcodeName,
-} from '../nodes/rdma/verbs.ts';
-import {
-  CM_MAX_PRIVATE_DATA,
-  DDP_TAGGED_BYTES,
-  DDP_UNTAGGED_BYTES,
-  segmentPayload,
-  TrpOp,
-} from '../nodes/rdma/wire.ts';
+} from './verbs.ts';
+import { CM_MAX_PRIVATE_DATA, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, segmentPayload, TrpOp } from './wire.ts';
 
 /** Budgets (budget.ts): maxMrBytes, maxCqEntries, maxWrSlots, maxPds, maxCqs, maxSrqs. */
 export interface RdmaOptions extends Partial<BudgetLimits> {
