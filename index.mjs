@@ -4,6 +4,7 @@ import { tsImport } from 'tsx/esm/api';
 
 const m = await tsImport('./index.ts', import.meta.url);
 export const {
+  createDataplane,
   Dataplane,
   DataplaneError,
   VERSION,

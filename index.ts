@@ -1,13 +1,16 @@
 /**
  * rdma-graph for embedding applications:
  *
- *   import { Dataplane, loadConfig } from 'rdma-graph';
- *   const dp = await Dataplane.create(loadConfig());   // the embedded default, or loadConfig(FILE)
+ *   import { createDataplane, loadConfig } from 'rdma-graph';
+ *   const dp = await createDataplane(loadConfig());   // the embedded default, or loadConfig(FILE)
  *
- * The Dataplane facade is the whole programmatic surface (the REST API and rdmactl use nothing
- * else); startApi serves it over HTTP, ApiClient talks to a running daemon.
+ * The data plane's contract, DataplaneApi, is the whole programmatic surface (the REST API and
+ * rdmactl use nothing else): createDataplane picks the implementation (one graph on this thread,
+ * or cpu.workers threads); startApi serves it over HTTP, ApiClient talks to a running daemon.
  */
+export { createDataplane } from './dataplane/create.ts';
 export { Dataplane } from './dataplane/dataplane.ts';
+export type * from './dataplane/api.ts';
 export { VERSION } from './dataplane/views.ts';
 export { DataplaneError } from './dataplane/views.ts';
 export type * from './dataplane/dataplane.ts';

@@ -3,7 +3,7 @@
  * (https://prometheus.io/docs/instrumenting/exposition_formats/), built from the same facade
  * views the JSON routes answer with.
  */
-import type { Dataplane } from '../dataplane/dataplane.ts';
+import type { DataplaneApi } from '../dataplane/api.ts';
 import { PROMETHEUS, type Ctx, type RouteDef } from './routes/route.ts';
 
 type Labels = Record<string, string | number>;
@@ -62,7 +62,7 @@ function perRow<R>(
   }));
 }
 
-export async function renderMetrics(dp: Dataplane): Promise<string> {
+export async function renderMetrics(dp: DataplaneApi): Promise<string> {
   const [health, buffers, ifs, runtime, errors, qps] = await Promise.all([
     dp.health(),
     dp.buffers(),

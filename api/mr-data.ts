@@ -7,7 +7,7 @@
  */
 import { Readable } from 'node:stream';
 import type { IncomingMessage } from 'node:http';
-import type { Dataplane } from '../dataplane/dataplane.ts';
+import type { DataplaneApi } from '../dataplane/api.ts';
 import { checkMrRange } from '../dataplane/views.ts';
 import { HttpError } from './errors.ts';
 
@@ -44,7 +44,13 @@ export class TransferSlots {
 }
 
 /** The range's bytes, a chunk per pull: `release` runs when the stream ends, fails or is dropped. */
-export function mrReadStream(dp: Dataplane, mr: number, offset: number, length: number, release: () => void): Readable {
+export function mrReadStream(
+  dp: DataplaneApi,
+  mr: number,
+  offset: number,
+  length: number,
+  release: () => void,
+): Readable {
   let at = offset;
   const end = offset + length;
   const s = new Readable({
@@ -67,7 +73,7 @@ export function mrReadStream(dp: Dataplane, mr: number, offset: number, length: 
 }
 
 /** Check a read's range against the MR before any byte goes (the same errors a whole read gives). */
-export async function checkRead(dp: Dataplane, mr: number, offset: number, length: number): Promise<void> {
+export async function checkRead(dp: DataplaneApi, mr: number, offset: number, length: number): Promise<void> {
   checkMrRange(mr, (await dp.getMr(mr)).length, offset, length, `read mr ${mr}`);
 }
 
@@ -76,7 +82,7 @@ export async function checkRead(dp: Dataplane, mr: number, offset: number, lengt
  * range is checked from Content-Length before anything is written.
  */
 export async function writeFromBody(
-  dp: Dataplane,
+  dp: DataplaneApi,
   mr: number,
   offset: number,
   req: IncomingMessage,

@@ -10,7 +10,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { type Dataplane } from '../dataplane/dataplane.ts';
+import type { DataplaneApi } from '../dataplane/api.ts';
 import { DataplaneError } from '../dataplane/views.ts';
 import { EXPECTED, HttpError, KIND_STATUS, describeValidation, errorBody } from './errors.ts';
 import { Socket } from 'node:net';
@@ -182,7 +182,7 @@ function noRoute(
   return { status: 405, allow, message: `${req.method} is not a method of ${path}: it takes ${allow}` };
 }
 
-export async function buildServer(dp: Dataplane, opts: ServerOptions = {}): Promise<FastifyInstance> {
+export async function buildServer(dp: DataplaneApi, opts: ServerOptions = {}): Promise<FastifyInstance> {
   const token = opts.token ?? null;
   const routes = apiRoutes({ token: token !== null });
   const app = Fastify({
@@ -401,7 +401,7 @@ export function listenRefusal(host: string, token: string | null | undefined): s
 }
 
 /** Build the server and listen on host:port (port 0: an ephemeral one). A non-loopback host needs a token. */
-export async function startApi(dp: Dataplane, opts: ServerOptions & { port?: number } = {}): Promise<RunningApi> {
+export async function startApi(dp: DataplaneApi, opts: ServerOptions & { port?: number } = {}): Promise<RunningApi> {
   const host = opts.host ?? '127.0.0.1';
   const refusal = listenRefusal(host, opts.token);
   if (refusal !== undefined) throw new Error(refusal);

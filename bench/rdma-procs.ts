@@ -19,6 +19,8 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { parseConfig } from '../config/load.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';
+import type { DataplaneApi } from '../dataplane/api.ts';
+import { createDataplane } from '../dataplane/create.ts';
 import { formatRuntime } from '../graph/format.ts';
 
 const MACS = { a: '02:fe:00:00:00:01', b: '02:fe:00:00:00:02' };
@@ -44,7 +46,7 @@ async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, 
       `neighbors:\n  - { interface: memif0, address: ${IPS[other]}, mac: "${MACS[other]}" }\n`,
     `bench-${role}.yaml`,
   );
-  const dp = await Dataplane.create(cfg);
+  const dp = await createDataplane(cfg);
   const say = (o: object) => process.stdout.write(JSON.stringify(o) + '\n');
   const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
   const next = async () => JSON.parse((await lines.next()).value as string);

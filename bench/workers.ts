@@ -16,6 +16,8 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { parseConfig } from '../config/load.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';
+import type { DataplaneApi } from '../dataplane/api.ts';
+import { createDataplane } from '../dataplane/create.ts';
 import { startApi } from '../api/server.ts';
 
 const MSG = 65536;
@@ -53,7 +55,7 @@ interface EndInfo {
 }
 
 async function childA(dir: string, workers: number, nIf: number): Promise<void> {
-  const dp = await Dataplane.create(parseConfig(config('a', dir, workers, nIf), 'bench-a.yaml'));
+  const dp = await createDataplane(parseConfig(config('a', dir, workers, nIf), 'bench-a.yaml'));
   const api = await startApi(dp, { host: '127.0.0.1', port: 0, token: null });
   const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
   const next = async () => JSON.parse((await lines.next()).value as string);
@@ -87,7 +89,7 @@ async function childA(dir: string, workers: number, nIf: number): Promise<void> 
 }
 
 async function childB(dir: string, seconds: number, nIf: number): Promise<void> {
-  const dp = await Dataplane.create(parseConfig(config('b', dir, 0, nIf), 'bench-b.yaml'));
+  const dp = await createDataplane(parseConfig(config('b', dir, 0, nIf), 'bench-b.yaml'));
   const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
   const next = async () => JSON.parse((await lines.next()).value as string);
   try {
@@ -218,7 +220,7 @@ const GEN = new URL('./memif-gen.ts', import.meta.url).pathname;
 async function spineRun(workers: number, seconds: number): Promise<{ mpps: number; genMpps: number }> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'bench-wspine-'));
   const sock = path.join(dir, 'spine.sock');
-  const dp = await Dataplane.create(
+  const dp = await createDataplane(
     parseConfig(
       `cpu: { workers: ${workers} }
 interfaces:

@@ -19,7 +19,9 @@ import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { STARTUP_CONFIG, loadConfig, ConfigError } from '../config/load.ts';
 import type { Config } from '../config/types.ts';
-import { Dataplane, driverUnavailable, VERBS_LIBRARY, type VerbsSocket } from '../dataplane/dataplane.ts';
+import { driverUnavailable, VERBS_LIBRARY } from '../dataplane/dataplane.ts';
+import type { DataplaneApi, VerbsSocket } from '../dataplane/api.ts';
+import { createDataplane } from '../dataplane/create.ts';
 import { DataplaneError, type Logger, VERSION } from '../dataplane/views.ts';
 import { startApi } from '../api/server.ts';
 
@@ -101,9 +103,9 @@ async function start(file: string, isDefault: boolean): Promise<void> {
   log('info', `rdma-graph ${VERSION}, config ${named(file, isDefault)}`);
   if (config.interfaces.length === 0)
     log('warn', 'no interfaces configured: the data plane has nothing to receive from or send to');
-  let dp: Dataplane;
+  let dp: DataplaneApi;
   try {
-    dp = await Dataplane.create(config, { log });
+    dp = await createDataplane(config, { log });
   } catch (e) {
     log('error', (e as Error).message);
     process.exit(1);

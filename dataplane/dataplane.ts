@@ -13,9 +13,7 @@
  * kind of wrong it is (the API maps kinds to HTTP statuses); nothing a caller passes can throw
  * anything else or leave the data plane half-changed.
  */
-import { availableParallelism } from 'node:os';
 import { loadCore } from '../native/load.ts';
-import { startWorkers } from './workers/facade.ts';
 import { HandoffDriver, type HandoffLink } from '../drivers/handoff.ts';
 import { MemifLaneDriver } from '../drivers/memif-lane.ts';
 import { WorkerLaneDriver } from '../drivers/lane.ts';
@@ -27,7 +25,19 @@ import {
   registerWorkerHandoff,
   WORKER_HANDOFF,
 } from '../nodes/handoff/worker-handoff.ts';
-import { startVerbsSocket, VERBS_LIBRARY, type VerbsSocket, type VerbsSocketOptions } from './verbs-server/server.ts';
+import { startVerbsSocket, VERBS_LIBRARY } from './verbs-server/server.ts';
+import type { HandoffPlan } from './workers/protocol.ts';
+import { pinThread } from './pin.ts';
+import type {
+  CaptureRequest,
+  DataplaneApi,
+  MrCreate,
+  Placement,
+  QpModifyIn,
+  ServeVerbsOptions,
+  SrqCreate,
+  VerbsSocket,
+} from './api.ts';
 import {
   Graph,
   GraphError,
@@ -119,57 +129,24 @@ export interface CreateOptions {
   handoff?: HandoffPlan;
 }
 
-/** What a worker gets to take part in handoff (nodes/handoff/worker-handoff.ts, drivers/handoff.ts). */
-export interface HandoffPlan {
-  self: number;
-  workers: number;
-  /** Each worker's QP numbers (its slice of rdma.port-range). */
-  ranges: [number, number][];
-  /**
-   * Interfaces this worker owns: a port towards each other worker. `lanes`: that worker polls
-   * queues of the interface itself, so what the port receives are frames it received for our
-   * QPs (processed as received on the interface), not frames for us to transmit.
-   */
-  ports: { iface: string; worker: number; link: HandoffLink; lanes: boolean }[];
-  /**
-   * Interfaces other workers own: this worker's shadow of each, or with `lanes` its own memif
-   * queues of it (drivers/memif-lane.ts).
-   */
-  shadows: {
-    config: InterfaceConfig;
-    link: HandoffLink;
-    owner: number;
-    /** memif: the queues this worker polls; af_packet: the UDP ports its socket takes. */
-    lanes: { key: string; queues: number[] } | { accept: [number, number][]; queues: number[] } | null;
-  }[];
-  /**
-   * Interfaces this worker owns that other workers receive part of: a memif interface's key and
-   * the queues this worker polls, or the UDP ports this worker's af_packet socket leaves to them.
-   */
-  lanes: { iface: string; key?: string; pollQueues?: number[]; reject?: [number, number][] }[];
-}
-
-/** Pin the calling thread to `cpu` (cpu.main-core, cpu.corelist-workers). */
-export function pinThread(cpu: number, what: string): void {
-  const n = availableParallelism();
-  if (cpu >= n) throw new DataplaneError('invalid', `${what}: CPU ${cpu} is not on this machine (CPUs 0..${n - 1})`);
-  loadCore().setThreadAffinity([cpu]);
-}
-
 const EVENT_LOG = 1024;
 /** A repeated link event (same reason) is logged at most this often. */
 const LINK_REPEAT_MS = 30_000;
 const LINK_WATCH_MS = 200;
 
-function asError(e: unknown): DataplaneError {
+/**
+ * What a failure is to the caller: the verbs' and the graph's refusals of what it asked become
+ * DataplaneErrors of their kind (4xx through the API); anything else is a bug and goes on as it
+ * was thrown, stack and all (500, logged).
+ */
+function asError(e: unknown): Error {
   if (e instanceof DataplaneError) return e;
   if (e instanceof VerbsError) return new DataplaneError(e.kind, e.message);
-  if (e instanceof GraphError || e instanceof RangeError || e instanceof TypeError)
-    return new DataplaneError('invalid', (e as Error).message);
-  return new DataplaneError('invalid', (e as Error)?.message ?? String(e));
+  if (e instanceof GraphError) return new DataplaneError('invalid', e.message);
+  return e instanceof Error ? e : new Error(String(e));
 }
 
-/** Run `fn`, turning every failure into a DataplaneError. */
+/** Run `fn`, turning a refusal into a DataplaneError (asError). */
 function guard<T>(fn: () => T): T {
   try {
     return fn();
@@ -234,7 +211,7 @@ export interface DataplaneInternals {
   rdma: Rdma;
 }
 
-export class Dataplane {
+export class Dataplane implements DataplaneApi {
   readonly config: Config;
   private readonly graph: Graph;
   private readonly pool: BufferPool;
@@ -249,7 +226,7 @@ export class Dataplane {
    * The insides, for tests and benchmarks that drive nodes and verbs directly. api/ and bin/
    * never use it (test/layout.test.ts checks): they go through the methods, the one door.
    */
-  static internals(dp: Dataplane): DataplaneInternals {
+  static internals(dp: DataplaneApi): DataplaneInternals {
     if (!(dp instanceof Dataplane))
       throw new DataplaneError(
         'unavailable',
@@ -344,9 +321,13 @@ export class Dataplane {
    */
   static async create(config: Config, opts: CreateOptions = {}): Promise<Dataplane> {
     const log = opts.log ?? (() => {});
-    // cpu.workers: the graphs run on worker threads (dataplane/workers/facade.ts); this thread keeps
-    // the methods, each one carried to the worker that owns its object.
-    if (config.cpu.workers > 0 && opts.thread === undefined) return startWorkers(config, log);
+    // cpu.workers: the graphs run on worker threads (dataplane/workers/facade.ts), started by
+    // createDataplane (create.ts); a Dataplane is always one graph on the calling thread.
+    if (config.cpu.workers > 0 && opts.thread === undefined)
+      throw new DataplaneError(
+        'invalid',
+        `cpu.workers ${config.cpu.workers}: the data plane runs on worker threads: use createDataplane() (Dataplane.create makes one graph on this thread)`,
+      );
     if (opts.thread === undefined && config.cpu.mainCore !== null) pinThread(config.cpu.mainCore, 'cpu.main-core');
     // The drivers first: one of them may provide the pool's memory (DPDK's mempool).
     const drivers: Driver[] = [];
@@ -740,9 +721,13 @@ export class Dataplane {
    * Serve the verbs control socket (dataplane/verbs-server/server.ts) at `opts.path`: unmodified
    * libibverbs programs run with `rdma-graph exec` find this data plane's devices through it.
    */
-  serveVerbs(opts: Omit<VerbsSocketOptions, 'maxQps'>): VerbsSocket {
+  serveVerbs(opts: ServeVerbsOptions): VerbsSocket {
     this.live();
-    const vs = startVerbsSocket(this, { ...opts, maxQps: this.config.rdma.maxQps });
+    const vs = startVerbsSocket(
+      this,
+      { graph: this.graph, rdma: this.rdma },
+      { ...opts, maxQps: this.config.rdma.maxQps },
+    );
     this.verbsSockets.push(vs);
     return vs;
   }
@@ -815,10 +800,7 @@ export class Dataplane {
    * packets or before its file passes capture.max-bytes (logged; the view's rxStopped/txStopped
    * say why).
    */
-  async capture(
-    name: string,
-    opts: { direction: 'rx' | 'tx' | 'both'; file: string; count?: number },
-  ): Promise<InterfaceView> {
+  async capture(name: string, opts: CaptureRequest): Promise<InterfaceView> {
     this.live();
     this.interfaceView(name);
     const d = opts.direction;
@@ -855,12 +837,18 @@ export class Dataplane {
   async setFault(name: string, direction: 'rx' | 'tx' | 'both', cfg: FaultConfig | null): Promise<InterfaceView> {
     this.live();
     this.interfaceView(name);
-    guard(() => this.ifs.setFault(name, direction, cfg));
+    try {
+      this.ifs.setFault(name, direction, cfg);
+    } catch (e) {
+      // Interfaces.setFault refuses a bad direction or configuration with a RangeError: the caller's.
+      if (e instanceof RangeError) throw new DataplaneError('invalid', e.message);
+      throw asError(e);
+    }
     return this.interfaceView(name);
   }
 
   /** `interface` must exist; `worker` can only be 0 here (with cpu.workers the facade takes it). */
-  private checkPlacement(req: { interface?: string; worker?: number }): void {
+  private checkPlacement(req: Placement): void {
     if (req.interface !== undefined && !this.ifs.all().some((i) => i.name === req.interface))
       throw new DataplaneError('not-found', `no interface "${req.interface}"`);
     if (req.worker !== undefined && req.worker !== 0)
@@ -918,7 +906,7 @@ export class Dataplane {
   // ------------------------------------------------------------------ PD, MR
 
   /** `interface`: where the PD is for; it places the PD on that interface's worker (cpu.workers). */
-  async createPd(req: { interface?: string; worker?: number } = {}): Promise<PdView> {
+  async createPd(req: Placement = {}): Promise<PdView> {
     this.live();
     this.checkPlacement(req);
     const pd = guard(() => this.rdma.createPd());
@@ -937,15 +925,7 @@ export class Dataplane {
    * `access` defaults to ['local-write'] (VERBS_DEFAULTS.access), as rdmactl's. `memory`: register
    * that memory (the verbs socket's, an application's shared pages) instead of allocating `length`.
    */
-  async createMr(req: {
-    pd: number;
-    length: number;
-    access?: string[];
-    memory?: Uint8Array;
-    base?: number;
-    /** The program that registered it through a verbs socket (MrView.owner): its memory is that program's. */
-    owner?: string;
-  }): Promise<MrView> {
+  async createMr(req: MrCreate): Promise<MrView> {
     this.live();
     return guard(() => {
       const pd = this.pd(req.pd);
@@ -1005,7 +985,7 @@ export class Dataplane {
   // ------------------------------------------------------------------ CQ, SRQ
 
   /** `interface`: as createPd's (a CQ lives on the worker of the QPs it serves). */
-  async createCq(req: { depth: number; interface?: string; worker?: number }): Promise<CqView> {
+  async createCq(req: { depth: number } & Placement): Promise<CqView> {
     this.live();
     this.checkPlacement(req);
     const cq = guard(() => this.rdma.createCq(req.depth));
@@ -1077,7 +1057,7 @@ export class Dataplane {
     this.cqWaiters.delete(h);
   }
 
-  async createSrq(req: { pd: number; maxWr: number; maxSge?: number; limit?: number }): Promise<SrqView> {
+  async createSrq(req: SrqCreate): Promise<SrqView> {
     this.live();
     return guard(() => {
       const srq = this.rdma.createSrq(this.pd(req.pd), req.maxWr, req.maxSge);
@@ -1230,7 +1210,7 @@ export class Dataplane {
     }
   }
 
-  async modifyQp(qpn: number, req: Omit<QpModify, 'remote'> & { remote?: Endpoint }): Promise<QpView> {
+  async modifyQp(qpn: number, req: QpModifyIn): Promise<QpView> {
     this.live();
     const qp = this.qp(qpn);
     if (!(QP_STATE_NAMES as readonly string[]).includes(req.state))

@@ -6,6 +6,7 @@
  * through the verbs socket, nor touch its QPs; a holder of api.token can.
  */
 import { skip, test } from './harness.ts';
+import type { DataplaneApi } from '../dataplane/api.ts';
 import * as assert from 'uvu/assert';
 import { execFile, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -52,7 +53,7 @@ function curl(
   );
 }
 
-async function plane(): Promise<Dataplane> {
+async function plane(): Promise<DataplaneApi> {
   return Dataplane.create(
     baseConfig({
       interfaces: [

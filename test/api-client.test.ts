@@ -96,7 +96,7 @@ test('api/ reaches the data plane only through the facade and its views in datap
       const to = join(f, '..', spec);
       assert.ok(
         to.startsWith('api/') ||
-          to === 'dataplane/dataplane.ts' ||
+          to === 'dataplane/api.ts' ||
           to === 'dataplane/views.ts' ||
           to === 'graph/format.ts' ||
           to === 'package.json',

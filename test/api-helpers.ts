@@ -4,14 +4,15 @@
  * and `raw` for requests a well-behaved client would never send.
  */
 import * as assert from 'uvu/assert';
+import type { DataplaneApi } from '../dataplane/api.ts';
 import type { Dataplane } from '../dataplane/dataplane.ts';
 import { ApiClient, ApiError } from '../api/client.ts';
 import { startApi, type RunningApi } from '../api/server.ts';
 import { twoDataplanes } from './dataplane-helpers.ts';
 
 export interface ApiPair {
-  a: Dataplane;
-  b: Dataplane;
+  a: DataplaneApi;
+  b: DataplaneApi;
   apiA: RunningApi;
   apiB: RunningApi;
   ca: ApiClient;

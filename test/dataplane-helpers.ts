@@ -3,6 +3,7 @@
  * joined by a pipe whose ends live in the two data planes (they copy across their pools).
  */
 import type { Config, InterfaceConfig } from '../config/types.ts';
+import type { DataplaneApi } from '../dataplane/api.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';
 
 let pairs = 0;
@@ -80,7 +81,7 @@ export const IP_B = '10.10.0.2';
 /** Two data planes A (10.10.0.1) and B (10.10.0.2) joined by a pipe, static neighbors. */
 export async function twoDataplanes(
   over: { a?: Partial<Config>; b?: Partial<Config>; ifA?: Partial<InterfaceConfig> } = {},
-): Promise<{ a: Dataplane; b: Dataplane; close(): Promise<void> }> {
+): Promise<{ a: DataplaneApi; b: DataplaneApi; close(): Promise<void> }> {
   const n = ++pairs;
   const ea = `pa${n}`,
     eb = `pb${n}`;

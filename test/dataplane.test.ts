@@ -1,10 +1,11 @@
 import { test } from './harness.ts';
+import type { DataplaneApi } from '../dataplane/api.ts';
 import * as assert from 'uvu/assert';
 import { type Dataplane } from '../dataplane/dataplane.ts';
 import { DataplaneError } from '../dataplane/views.ts';
 import { IP_A, IP_B, twoDataplanes } from './dataplane-helpers.ts';
 
-async function ends(dp: Dataplane) {
+async function ends(dp: DataplaneApi) {
   const { pd } = await dp.createPd();
   const { cq } = await dp.createCq({ depth: 256 });
   const mr = await dp.createMr({
@@ -16,7 +17,7 @@ async function ends(dp: Dataplane) {
   return { pd, cq, mr, qp };
 }
 
-async function pollOne(dp: Dataplane, cq: number) {
+async function pollOne(dp: DataplaneApi, cq: number) {
   const r = await dp.pollCq(cq, 16, 2000);
   assert.is(r.completions.length, 1, `one completion on cq ${cq}: ${JSON.stringify(r)}`);
   return r.completions[0];

@@ -5,6 +5,7 @@
  * configuration errors. Skips (fails under CI=true) when dpdk.node was not built.
  */
 import { skip, test } from './harness.ts';
+import type { DataplaneApi } from '../dataplane/api.ts';
 import * as assert from 'uvu/assert';
 import { execFile, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
@@ -24,7 +25,7 @@ const ready = () => {
 };
 
 /** The process's mempool outlives a data plane: after close every mbuf must be back in it. */
-const assertMempoolWhole = (dp: Dataplane) => {
+const assertMempoolWhole = (dp: DataplaneApi) => {
   const { pool } = Dataplane.internals(dp);
   assert.is(pool.count - pool.available(), 0, 'every mbuf is back in the mempool after close');
 };
@@ -126,7 +127,7 @@ test('net_memif in our process against our own memif driver: ping both ways, the
       ],
     }),
   );
-  let client: Dataplane | null = null;
+  let client: DataplaneApi | null = null;
   try {
     client = await Dataplane.create(
       baseConfig({
@@ -150,7 +151,7 @@ test('net_memif in our process against our own memif driver: ping both ways, the
       await sleep(20);
     assert.is((await c.interfaces())[0].state, 'up', 'the DPDK memif client connected');
     // The dpdk link coming up is noticed (polled link state): a gratuitous ARP goes out of it.
-    const errCount = async (dp: Dataplane, node: string, reason: RegExp) =>
+    const errCount = async (dp: DataplaneApi, node: string, reason: RegExp) =>
       (await dp.errors())
         .flatMap((t) => t.rows)
         .filter((r) => r.node === node && reason.test(r.reason))
@@ -166,7 +167,7 @@ test('net_memif in our process against our own memif driver: ping both ways, the
     const p2 = await server.ping({ address: '10.78.0.2', count: 3, intervalMs: 10 });
     assert.is(p2.received, 3, 'and back');
     // RDMA: a QP on each side, manual connect, WRITE from DPDK to memif, SEND the other way.
-    const mk = async (dp: Dataplane) => {
+    const mk = async (dp: DataplaneApi) => {
       const { pd } = await dp.createPd();
       const { cq } = await dp.createCq({ depth: 64 });
       const mr = await dp.createMr({ pd, length: 65536, access: ['local-write', 'remote-write'] });
@@ -223,7 +224,7 @@ test('dpdk-testpmd as the peer (its memif server in macswap, our net_memif clien
   const dir = mkdtempSync(join(tmpdir(), 'dpdk-testpmd-'));
   const sock = join(dir, 'memif.sock');
   const t = new Testpmd({ memif: `role=server,socket=${sock},socket-abstract=no`, mode: 'macswap', maxSeconds: 60 });
-  let dp: Dataplane | null = null;
+  let dp: DataplaneApi | null = null;
   try {
     await t.ready();
     await t.start();
@@ -313,7 +314,7 @@ test('net_af_packet on a veth to the kernel in a namespace: the kernel pings us 
   if (nowhy !== null) skip(nowhy);
   const v = createVethNs({ peerCidr: '10.80.0.2/24' });
   const dir = mkdtempSync(join(tmpdir(), 'dpdk-afp-'));
-  let dp: Dataplane | null = null;
+  let dp: DataplaneApi | null = null;
   const inNs = (args: string[]) =>
     new Promise<string>((resolve) =>
       execFile('ip', ['netns', 'exec', v.ns, ...args], { timeout: 20000 }, (_e, out, err) => resolve(out + err)),
@@ -418,7 +419,7 @@ test('transmit checksum offload on net_tap: the port computes IPv4 and UDP check
     };
     return get('Udp');
   };
-  let dp: Dataplane | null = null;
+  let dp: DataplaneApi | null = null;
   try {
     dp = await Dataplane.create(
       baseConfig({

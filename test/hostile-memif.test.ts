@@ -7,6 +7,7 @@
  * good client able to connect afterwards.
  */
 import { skip, test } from './harness.ts';
+import type { DataplaneApi } from '../dataplane/api.ts';
 import * as assert from 'uvu/assert';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
@@ -288,7 +289,7 @@ test('a second memif client on a taken id: both sides log the refusal once, with
     );
   const server = await make('server', 'server', '10.9.0.1/24');
   const first = await make('first', 'client', '10.9.0.2/24');
-  let second: Dataplane | null = null;
+  let second: DataplaneApi | null = null;
   try {
     const until = async (what: string, ok: () => boolean) => {
       const end = Date.now() + 5000;

@@ -108,7 +108,7 @@ test('nodes/ layers: net < ethernet < ip4 < udp < handoff < netstack < rdma; non
   assert.ok(checked >= 20, `checked ${checked} imports`);
 });
 
-test('bin/ and index.ts reach the data plane only through dataplane/dataplane.ts and dataplane/views.ts (no nodes/, drivers/, graph/, nodes/rdma/stack.ts)', () => {
+test('bin/ and index.ts reach the data plane only through its contract (dataplane/api.ts, create.ts, dataplane.ts, views.ts): no nodes/, drivers/, graph/, nodes/rdma/stack.ts', () => {
   const files = [...sources('bin'), 'index.ts'];
   assert.ok(files.includes('bin/main.ts'), files.join(' '));
   for (const f of files) {
@@ -120,6 +120,8 @@ test('bin/ and index.ts reach the data plane only through dataplane/dataplane.ts
         to.startsWith('api/') ||
         to.startsWith('config/') ||
         to === 'dataplane/dataplane.ts' ||
+        to === 'dataplane/api.ts' ||
+        to === 'dataplane/create.ts' ||
         to === 'dataplane/views.ts' ||
         to === 'index.ts';
       assert.ok(ok, `${f} imports "${spec}"`);
@@ -135,7 +137,7 @@ test('Dataplane.internals (the insides, for tests and benchmarks) is never used 
   }
 });
 
-test('api/ reaches the data plane only through the Dataplane facade (plus the pure renderers of graph/format.ts)', () => {
+test('api/ reaches the data plane only through its contract, DataplaneApi and the views (plus the pure renderers of graph/format.ts)', () => {
   const files = sources('api');
   assert.ok(files.length >= 3, `found ${files.length} api sources`);
   for (const f of files) {
@@ -145,7 +147,7 @@ test('api/ reaches the data plane only through the Dataplane facade (plus the pu
         spec.startsWith('node:') ||
         !spec.startsWith('.') ||
         to.startsWith('api/') ||
-        to === 'dataplane/dataplane.ts' ||
+        to === 'dataplane/api.ts' ||
         to === 'dataplane/views.ts' ||
         to === 'graph/format.ts';
       assert.ok(ok, `${f} imports "${spec}"`);
@@ -169,6 +171,40 @@ test('every test file takes test/suite from test/harness.ts, never from uvu dire
         (s.startsWith('./') && s.endsWith('-helpers.ts') && viaHarness(join('test', s), seen)),
     );
   for (const f of tests) assert.ok(viaHarness(f), `${f} takes its test API from the harness`);
+});
+
+test('no import circle in dataplane/: its modules form a tree of imports, types included', () => {
+  const files = sources('dataplane');
+  assert.ok(files.length >= 10 && files.includes('dataplane/api.ts'), `found ${files.join(' ')}`);
+  const edges = new Map<string, string[]>();
+  for (const f of files)
+    edges.set(
+      f,
+      imports(f)
+        .filter((spec) => spec.startsWith('.'))
+        .map((spec) => join(f, '..', spec))
+        .filter((to) => to.startsWith('dataplane/')),
+    );
+  // Depth-first search for a cycle: the first found is named whole.
+  const state = new Map<string, 'open' | 'done'>();
+  const path: string[] = [];
+  const visit = (f: string): string[] | null => {
+    if (state.get(f) === 'done') return null;
+    if (state.get(f) === 'open') return [...path.slice(path.indexOf(f)), f];
+    state.set(f, 'open');
+    path.push(f);
+    for (const to of edges.get(f) ?? []) {
+      const c = visit(to);
+      if (c) return c;
+    }
+    path.pop();
+    state.set(f, 'done');
+    return null;
+  };
+  for (const f of files) {
+    const cycle = visit(f);
+    assert.is(cycle, null, `import circle: ${cycle?.join(' -> ')}`);
+  }
 });
 
 test.run();

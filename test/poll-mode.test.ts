@@ -6,6 +6,7 @@
  * the test moves (no wall time is measured).
  */
 import { test } from './harness.ts';
+import type { DataplaneApi } from '../dataplane/api.ts';
 import * as assert from 'uvu/assert';
 import { Dataplane } from '../dataplane/dataplane.ts';
 import type { Config } from '../config/types.ts';
@@ -18,7 +19,7 @@ let n = 0;
 async function idlePlane(
   cpu: Config['cpu'],
   rxMode: 'adaptive' | 'polling' | 'interrupt' | null,
-  body: (g: ReturnType<typeof Dataplane.internals>['graph'], dp: Dataplane) => Promise<void>,
+  body: (g: ReturnType<typeof Dataplane.internals>['graph'], dp: DataplaneApi) => Promise<void>,
 ) {
   const name = `pm${++n}`;
   const dp = await Dataplane.create(

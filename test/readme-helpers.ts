@@ -116,7 +116,7 @@ export const VERBS = 'node bin/rdma-graph.mjs exec -- ibv_devinfo -v';
 export const DPDK_LINE = 'npm start -- --config config/examples/dpdk-memif.yaml';
 
 /** The README's embedding snippet, from its first line (test/package.test.ts runs it). */
-export const EMBED = "import { Dataplane, loadConfig } from 'rdma-graph';";
+export const EMBED = "import { createDataplane, loadConfig } from 'rdma-graph';";
 export const CURL = 'A=http://127.0.0.1:7070/v1; B=http://127.0.0.1:7071/v1';
 
 /**

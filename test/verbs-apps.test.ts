@@ -6,6 +6,7 @@
  * either data plane. Skips (fails under CI=true) without the library, ibverbs-utils or perftest.
  */
 import { skip, test } from './harness.ts';
+import type { DataplaneApi } from '../dataplane/api.ts';
 import * as assert from 'uvu/assert';
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -103,7 +104,7 @@ async function until(f: () => Promise<boolean>, ms: number, what: string): Promi
 }
 
 /** A count in a data plane's error table (`show errors`). */
-async function errorCount(dp: Dataplane, node: string, reason: RegExp): Promise<number> {
+async function errorCount(dp: DataplaneApi, node: string, reason: RegExp): Promise<number> {
   const rows = (await dp.errors())[0].rows;
   return rows.filter((r) => r.node === node && reason.test(r.reason)).reduce((a, r) => a + r.count, 0);
 }

@@ -3,6 +3,7 @@
  * test/verbs-rings.test.ts): each program preloaded with librdmagraph-verbs.so.
  */
 import * as assert from 'uvu/assert';
+import type { DataplaneApi } from '../dataplane/api.ts';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -83,7 +84,7 @@ export async function serverListening(server: Tool, port: number): Promise<void>
 
 /** Two data planes, each serving a verbs socket (A is the client's, B the server's). */
 export async function withTwoDaemons(
-  body: (x: { a: string; b: string; dpA: Dataplane; dpB: Dataplane; stopA(): void }) => Promise<void>,
+  body: (x: { a: string; b: string; dpA: DataplaneApi; dpB: DataplaneApi; stopA(): void }) => Promise<void>,
 ): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'verbs-apps-'));
   const dps = await twoDataplanes();
@@ -103,7 +104,7 @@ export async function withTwoDaemons(
 }
 
 /** Every verbs object the programs made is gone, and every buffer is back in the pool. */
-export async function nothingLeft(dp: Dataplane): Promise<void> {
+export async function nothingLeft(dp: DataplaneApi): Promise<void> {
   const count = async () =>
     (await dp.qps()).length +
     (await dp.mrs()).length +

@@ -8,6 +8,7 @@
  * process or in a small Python script, and unmodified ibverbs-utils through `rdma-graph exec`.
  */
 import { skip, test } from './harness.ts';
+import type { DataplaneApi } from '../dataplane/api.ts';
 import * as assert from 'uvu/assert';
 import { execFile, spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -15,6 +16,7 @@ import { createRequire, syncBuiltinESMExports } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Dataplane, VERBS_LIBRARY } from '../dataplane/dataplane.ts';
+import { createDataplane } from '../dataplane/create.ts';
 import { loadCore } from '../native/load.ts';
 import { baseConfig, twoDataplanes } from './dataplane-helpers.ts';
 import { cpuWith, memifIf } from './workers-helpers.ts';
@@ -82,7 +84,7 @@ function client(socket: string) {
 
 /** Data plane A of a pair serving its verbs socket in a fresh directory (mode 0711: others may traverse it). */
 async function withDaemon(
-  body: (x: { socket: string; dir: string; dp: Dataplane; logged: string[] }) => Promise<void>,
+  body: (x: { socket: string; dir: string; dp: DataplaneApi; logged: string[] }) => Promise<void>,
   over: Parameters<typeof twoDataplanes>[0] = {},
 ): Promise<void> {
   const dir = fs.mkdtempSync(join(tmpdir(), 'verbs-limits-'));
@@ -397,7 +399,7 @@ test("an unmodified program refused at verbs.max-connections-per-uid says why, i
 test('with cpu.workers: 2 the limits hold for the whole daemon (the main thread counts, the workers give back): per process, per user, in all; a closed connection frees its place', async () => {
   havePython();
   const root = process.getuid?.() === 0 && !spawnSync('setpriv', ['--help']).error;
-  const dp = await Dataplane.create(
+  const dp = await createDataplane(
     baseConfig({
       cpu: cpuWith(2),
       interfaces: [memifIf('m0', `@rg-vlimits-${process.pid}`, 'server', '10.71.0.1', '02:fe:00:00:71:01')],

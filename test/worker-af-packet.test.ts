@@ -11,6 +11,8 @@ import * as assert from 'uvu/assert';
 import { spawnSync } from 'node:child_process';
 import { parseConfig } from '../config/load.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';
+import type { DataplaneApi } from '../dataplane/api.ts';
+import { createDataplane } from '../dataplane/create.ts';
 import { ip, netnsUnavailable } from './helpers-netns.ts';
 import { sleep } from './helpers.ts';
 import { connect, end, exchange, handed } from './workers-helpers.ts';
@@ -30,14 +32,14 @@ function side(name: string, dev: string, addr: string, workers: number, queues: 
 test("two workers on one kernel interface, split by UDP port: each gets its own QPs' datagrams, no handoff", async () => {
   if (why !== null) skip(`af_packet over workers: ${why}`);
   ip('link', 'add', VA, 'type', 'veth', 'peer', 'name', VB);
-  let a: Dataplane | null = null,
-    b: Dataplane | null = null;
+  let a: DataplaneApi | null = null,
+    b: DataplaneApi | null = null;
   try {
     for (const d of [VA, VB]) spawnSync('sh', ['-c', `echo 1 > /proc/sys/net/ipv6/conf/${d}/disable_ipv6`]);
     ip('link', 'set', VA, 'up');
     ip('link', 'set', VB, 'up');
-    a = await Dataplane.create(parseConfig(side('h0', VA, '10.71.0.1', 2, 2), 'a.yaml'));
-    b = await Dataplane.create(parseConfig(side('h1', VB, '10.71.0.2', 0, 1), 'b.yaml'));
+    a = await createDataplane(parseConfig(side('h0', VA, '10.71.0.1', 2, 2), 'a.yaml'));
+    b = await createDataplane(parseConfig(side('h1', VB, '10.71.0.2', 0, 1), 'b.yaml'));
     for (let i = 0; i < 200 && !(await a.interfaces()).every((x) => x.state === 'up'); i++) await sleep(20);
     await sleep(100); // past the gratuitous ARPs each side sends when its link comes up
     const ca0 = (await a.interface('h0')).counters,

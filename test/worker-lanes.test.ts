@@ -8,6 +8,7 @@
  * counters, and the link surviving the owner's restart.
  */
 import { skip, test } from './harness.ts';
+import type { DataplaneApi } from '../dataplane/api.ts';
 import * as assert from 'uvu/assert';
 import { Dataplane } from '../dataplane/dataplane.ts';
 import { sleep } from './helpers.ts';
@@ -28,10 +29,10 @@ import { formatRxPlacement } from '../api/render.ts';
 
 let sockets = 0;
 
-const pair = (workersB = 2, sock?: string, a?: Dataplane) => memifPair({ workersB, sock, a });
+const pair = (workersB = 2, sock?: string, a?: DataplaneApi) => memifPair({ workersB, sock, a });
 
 /** Vectors memif-input processed on each worker. */
-async function memifVectors(dp: Dataplane): Promise<number[]> {
+async function memifVectors(dp: DataplaneApi): Promise<number[]> {
   const rt = await dp.runtime();
   return rt.map((t) => t.rows.find((r) => r.name === 'memif-input')?.vectors ?? 0);
 }

@@ -6,6 +6,8 @@
 import * as assert from 'uvu/assert';
 import type { Config, InterfaceConfig } from '../config/types.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';
+import type { DataplaneApi } from '../dataplane/api.ts';
+import { createDataplane } from '../dataplane/create.ts';
 import { baseConfig } from './dataplane-helpers.ts';
 import { sleep } from './helpers.ts';
 import type { CqView, MrView, PdView, QpView } from '../dataplane/views.ts';
@@ -18,7 +20,7 @@ export interface End {
 }
 
 /** A PD, CQ, 64 KiB MR and QP over interface `itf` (on `worker` when given). */
-export async function end(dp: Dataplane, itf: string, worker?: number): Promise<End> {
+export async function end(dp: DataplaneApi, itf: string, worker?: number): Promise<End> {
   const on = worker === undefined ? {} : { worker };
   const pd = await dp.createPd({ interface: itf, ...on });
   const cq = await dp.createCq({ depth: 256, interface: itf, ...on });
@@ -27,7 +29,7 @@ export async function end(dp: Dataplane, itf: string, worker?: number): Promise<
   return { pd, cq, mr, qp };
 }
 
-export async function pollOne(dp: Dataplane, cq: number) {
+export async function pollOne(dp: DataplaneApi, cq: number) {
   for (let i = 0; i < 500; i++) {
     const r = await dp.pollCq(cq, 1, 10);
     if (r.completions.length > 0) return r.completions[0];
@@ -36,13 +38,27 @@ export async function pollOne(dp: Dataplane, cq: number) {
 }
 
 /** Connect x (on a, address ipA) and y (on b, address ipB) to each other. */
-export async function connect(a: Dataplane, b: Dataplane, x: End, y: End, ipA: string, ipB: string): Promise<void> {
+export async function connect(
+  a: DataplaneApi,
+  b: DataplaneApi,
+  x: End,
+  y: End,
+  ipA: string,
+  ipB: string,
+): Promise<void> {
   await a.connect(x.qp.qpn, { remote: { ip: ipB, port: y.qp.qpn }, mode: 'manual', remotePsn: y.qp.psn });
   await b.connect(y.qp.qpn, { remote: { ip: ipA, port: x.qp.qpn }, mode: 'manual', remotePsn: x.qp.psn });
 }
 
 /** SEND x -> y, WRITE of `size` bytes y -> x, READ of 20000 bytes by x; data compared. */
-export async function exchange(a: Dataplane, b: Dataplane, x: End, y: End, seed: number, size = 20000): Promise<void> {
+export async function exchange(
+  a: DataplaneApi,
+  b: DataplaneApi,
+  x: End,
+  y: End,
+  seed: number,
+  size = 20000,
+): Promise<void> {
   const msg = new TextEncoder().encode(`hello ${seed}`);
   await a.writeMr(x.mr.mr, 100, msg);
   await b.postRecv(y.qp.qpn, { wrId: 'r', sge: [{ mr: y.mr.mr, offset: 0, length: 4096 }] });
@@ -120,9 +136,9 @@ export function serverA(
   logs: string[] = [],
   rdma: Partial<Config['rdma']> = {},
   udpChecksum = false,
-): Promise<Dataplane> {
+): Promise<DataplaneApi> {
   const base = baseConfig();
-  return Dataplane.create(
+  return createDataplane(
     baseConfig({
       cpu: cpuWith(workers),
       interfaces: [memifIf('m0', sock, 'server', IP_A, MAC_A, null, queues, udpChecksum)],
@@ -134,8 +150,8 @@ export function serverA(
 }
 
 export interface MemifPair {
-  a: Dataplane;
-  b: Dataplane;
+  a: DataplaneApi;
+  b: DataplaneApi;
   logs: string[];
   close(): Promise<void>;
 }
@@ -150,7 +166,7 @@ export async function memifPair(
     workersB?: number;
     queues?: number;
     sock?: string;
-    a?: Dataplane;
+    a?: DataplaneApi;
     rdma?: Partial<Config['rdma']>;
     /** Checksum UDP (needed when a fault injector corrupts frames). */
     udpChecksum?: boolean;
@@ -163,7 +179,7 @@ export async function memifPair(
   const logs: string[] = [];
   const a = o.a ?? (await serverA(sock, o.workersA ?? 2, queues, logs, o.rdma, o.udpChecksum ?? false));
   const base = baseConfig();
-  const b = await Dataplane.create(
+  const b = await createDataplane(
     baseConfig({
       cpu: cpuWith(o.workersB ?? 2),
       interfaces: [memifIf('n0', sock, 'client', IP_B, MAC_B, null, o.queuesB ?? queues, o.udpChecksum ?? false)],
@@ -188,7 +204,7 @@ export async function memifPair(
 }
 
 /** Frames each of two workers' worker-handoff node handed to another worker (show errors). */
-export async function handed(dp: Dataplane): Promise<number[]> {
+export async function handed(dp: DataplaneApi): Promise<number[]> {
   const errs = await dp.errors();
   return ['rdma_wk_0', 'rdma_wk_1'].map(
     (t) =>

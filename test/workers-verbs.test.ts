@@ -11,6 +11,7 @@
  * Data is compared byte for byte; every completion arrives once and succeeds.
  */
 import { test } from './harness.ts';
+import type { DataplaneApi } from '../dataplane/api.ts';
 import * as assert from 'uvu/assert';
 import type { Completion } from '../nodes/rdma/verbs.ts';
 import type { Dataplane } from '../dataplane/dataplane.ts';
@@ -23,7 +24,7 @@ const ALL = ['local-write', 'remote-write', 'remote-read', 'remote-atomic'];
 
 /** A QP's objects with a 4 MiB MR allowing everything. */
 async function bigEnd(
-  dp: Dataplane,
+  dp: DataplaneApi,
   itf: string,
   worker: number | undefined,
   srq = false,
@@ -52,7 +53,7 @@ async function connectManual(p: MemifPair, x: End, y: End): Promise<void> {
 }
 
 /** Exactly `n` completions from `cq` (each within 5 s). */
-async function take(dp: Dataplane, cq: number, n: number): Promise<Completion[]> {
+async function take(dp: DataplaneApi, cq: number, n: number): Promise<Completion[]> {
   const out: Completion[] = [];
   while (out.length < n) {
     const r = await dp.pollCq(cq, Math.min(256, n - out.length), 5000);

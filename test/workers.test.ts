@@ -9,6 +9,8 @@ import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import type { Config } from '../config/types.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';
+import type { DataplaneApi } from '../dataplane/api.ts';
+import { createDataplane } from '../dataplane/create.ts';
 import { baseConfig } from './dataplane-helpers.ts';
 import { sleep } from './helpers.ts';
 import { connect, end, exchange, memifIf, pollOne } from './workers-helpers.ts';
@@ -26,7 +28,7 @@ const IP = (side: number, k: number) => `10.8${k}.0.${side}`;
 async function pair(over: Partial<Config['cpu']> = {}, workers = 2, placement: (number | null)[] = [null, null]) {
   const s = [0, 1].map((k) => `@rg-workers-${process.pid}-${++sockets}-${k}`);
   const logs: string[] = [];
-  const a = await Dataplane.create(
+  const a = await createDataplane(
     baseConfig({
       cpu: { workers, mainCore: null, corelistWorkers: null, poll: 'adaptive', idlePollUs: 200, ...over },
       interfaces: [0, 1].map((k) => memifIf(`m${k}`, s[k], 'server', IP(1, k), MAC(1, k), placement[k])),
@@ -34,7 +36,7 @@ async function pair(over: Partial<Config['cpu']> = {}, workers = 2, placement: (
     }),
     { log: (l, m) => logs.push(`${l}: ${m}`) },
   );
-  const b = await Dataplane.create(
+  const b = await createDataplane(
     baseConfig({
       interfaces: [0, 1].map((k) => memifIf(`n${k}`, s[k], 'client', IP(2, k), MAC(2, k))),
       neighbors: [0, 1].map((k) => ({ interface: `n${k}`, address: IP(1, k), mac: MAC(1, k) })),

@@ -3,7 +3,7 @@
  * server registers these with fastify and api/openapi.ts documents the very same list.
  */
 import type { FastifyReply } from 'fastify';
-import type { Dataplane } from '../../dataplane/dataplane.ts';
+import type { DataplaneApi } from '../../dataplane/api.ts';
 import type { Caller } from '../access.ts';
 import type { TransferSlots } from '../mr-data.ts';
 import { HttpError } from '../errors.ts';
@@ -17,7 +17,7 @@ export const PROMETHEUS = 'text/plain; version=0.0.4; charset=utf-8';
 
 /** What a handler gets: the facade and the validated request parts. */
 export interface Ctx<P = Record<string, never>, Q = Record<string, never>, B = undefined> {
-  dp: Dataplane;
+  dp: DataplaneApi;
   params: P;
   query: Q;
   body: B;

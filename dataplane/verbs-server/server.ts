@@ -31,7 +31,9 @@ import type { Cq, Srq } from '../../nodes/rdma/verbs.ts';
 import { existsSync, mkdirSync, readFileSync, unlinkSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Config } from '../../config/types.ts';
-import { Dataplane } from '../dataplane.ts';
+import type { DataplaneApi, ServeVerbsOptions, VerbsLimits, VerbsSocket } from '../api.ts';
+import type { Graph } from '../../graph/index.ts';
+import type { Rdma } from '../../nodes/rdma/stack.ts';
 import { LogLimiter } from './log-limit.ts';
 import { VERBS_LIMITS } from '../../nodes/rdma/stack.ts';
 import { type Channel, CqRing, CQE_BYTES, QpRing, RING_HDR, rqStride, SrqRing, VerbsRings } from './rings.ts';
@@ -145,10 +147,13 @@ function detachAll(rings: VerbsRings, own: Owned, core: ReturnType<typeof loadCo
 }
 
 /** One VerbsRings (and verbs-input node) per data plane, however many sockets it serves. */
-const ringsOf = new WeakMap<Dataplane, VerbsRings>();
+const ringsOf = new WeakMap<Graph, VerbsRings>();
 
-/** What one program may hold (the `verbs:` keys of the start-up file). */
-export type VerbsLimits = Omit<Config['verbs'], 'socket'>;
+/** The graph and RDMA stack of the data plane a verbs server serves (its rings run on that graph). */
+export interface VerbsServed {
+  graph: Graph;
+  rdma: Rdma;
+}
 
 /** The `verbs:` defaults (config/schema.ts), for a configuration built without them. */
 export const DEFAULT_VERBS_LIMITS: VerbsLimits = {
@@ -179,25 +184,13 @@ function fdHeadroom(core: ReturnType<typeof loadCore>, fd: number, share = 1): b
   return fd < limit - fdReserve(limit) * share;
 }
 
-export interface VerbsSocketOptions {
-  /** Path of the socket (a relative one against the working directory), or "@name" (abstract). */
-  path: string;
+export interface VerbsSocketOptions extends ServeVerbsOptions {
   /** Most QPs of the data plane (rdma.max-qps), for ibv_query_device. */
   maxQps: number;
-  log?: (level: 'info' | 'warn', msg: string) => void;
-  /** What one program may hold; default the data plane's `verbs:` configuration. */
-  limits?: Partial<VerbsLimits>;
-}
-
-export interface VerbsSocket {
-  path: string;
-  /** Connected applications (device contexts and device-list queries in progress). */
-  connections(): number;
-  close(): void;
 }
 
 /** The DEVICES response: one record per interface with an IPv4 address (at most 64). */
-async function devices(dp: Dataplane, seq: number, maxQps: number): Promise<Uint8Array> {
+async function devices(dp: DataplaneApi, seq: number, maxQps: number): Promise<Uint8Array> {
   const itfs = (await dp.interfaces()).filter((i) => i.addresses.length > 0).slice(0, RGV_MAX_DEVICES);
   const out = new Uint8Array(RGV_HDR_BYTES + itfs.length * RGV_DEVICE_BYTES);
   const v = new DataView(out.buffer);
@@ -261,11 +254,11 @@ function header(v: DataView, op: number, status: number, seq: number, count: num
  * Listen on `opts.path`: a stale socket file nobody serves is replaced, one another process
  * serves is refused (an error naming the path).
  */
-export function startVerbsSocket(dp: Dataplane, opts: VerbsSocketOptions): VerbsSocket {
+export function startVerbsSocket(dp: DataplaneApi, served: VerbsServed, opts: VerbsSocketOptions): VerbsSocket {
   const core = loadCore();
   const limits = verbsLimits({ ...dp.config.verbs, ...opts.limits });
   const admission = new VerbsAdmission(limits);
-  const serve = verbsConnections(dp, {
+  const serve = verbsConnections(dp, served, {
     ...opts,
     limits,
     closeConnection: (fd) => {
@@ -507,7 +500,8 @@ export function listenVerbs(
 
 /** Serve verbs connections on data plane `dp` (each handed over by adopt). */
 export function verbsConnections(
-  dp: Dataplane,
+  dp: DataplaneApi,
+  internals: VerbsServed,
   opts: Omit<VerbsSocketOptions, 'path'> & {
     /**
      * How a connection's fd is closed (default here, at once). A worker hands it back to the main
@@ -528,11 +522,10 @@ export function verbsConnections(
     waiting = false,
     connSeq = 0;
   /** Destroy what a closed connection created: QPs (each sends FIN), MRs, CQs, then PDs. */
-  const internals = Dataplane.internals(dp);
-  let rings = ringsOf.get(dp);
+  let rings = ringsOf.get(internals.graph);
   if (rings === undefined) {
     rings = new VerbsRings(internals.graph, internals.rdma, (m) => opts.log?.('warn', m));
-    ringsOf.set(dp, rings);
+    ringsOf.set(internals.graph, rings);
   }
   const vr = rings;
   const release = async (own: Owned) => {

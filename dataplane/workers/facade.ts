@@ -25,15 +25,70 @@ import { Worker } from 'node:worker_threads';
 import type { Config } from '../../config/types.ts';
 import { parseCoreList } from '../../config/schema.ts';
 import { parseIp4, parseIp4Prefix } from '../../config/formats.ts';
-import type { Dataplane, HandoffPlan } from '../dataplane.ts';
+import type {
+  CaptureRequest,
+  DataplaneApi,
+  MrCreate,
+  Placement,
+  QpModifyIn,
+  ServeVerbsOptions,
+  SrqCreate,
+  VerbsSocket,
+} from '../api.ts';
+import type { FaultConfig } from '../../drivers/fault.ts';
+import { pinThread } from '../pin.ts';
 import { handoffLink } from '../../drivers/handoff.ts';
 import { macOption } from '../../drivers/mac.ts';
 import { formatMac } from '../../nodes/net/address.ts';
 import { loadCore } from '../../native/load.ts';
-import { DataplaneError, type EventView, type Logger, type QpView, type WrId } from '../views.ts';
+import {
+  type BufferView,
+  type ConnectIn,
+  type CqView,
+  DataplaneError,
+  type DeviceView,
+  type EventView,
+  type HardwareView,
+  type HealthView,
+  type InterfaceView,
+  type ListenerCreate,
+  type Logger,
+  type MrView,
+  type NeighborView,
+  type PdView,
+  type PingRequest,
+  type PingResult,
+  type PollResult,
+  type QpCreate,
+  type QpView,
+  type RecvIn,
+  type SendIn,
+  type SrqView,
+  type VersionView,
+} from '../views.ts';
 import { WorkerLedger } from './ledger.ts';
-import { listenVerbs, VerbsAdmission, verbsLimits, type VerbsSocket } from '../verbs-server/server.ts';
-import { type FromWorker, HANDLE_SPAN, type ToWorker, type WorkerInit } from './protocol.ts';
+import { listenVerbs, VerbsAdmission, verbsLimits } from '../verbs-server/server.ts';
+import {
+  type CallArgs,
+  type CallName,
+  type CallResult,
+  type FromWorker,
+  HANDLE_SPAN,
+  type HandoffPlan,
+  type SignalMarker,
+  type ToWorker,
+  type WorkerInit,
+} from './protocol.ts';
+
+/** Arguments as they travel: an AbortSignal becomes a marker the worker turns back into one. */
+type Wire<T> = { [K in keyof T]: T[K] extends AbortSignal | undefined ? SignalMarker | undefined : T[K] };
+const marker = (signal: AbortSignal | undefined): SignalMarker | undefined =>
+  signal === undefined ? undefined : { __signal: true };
+/** The calls whose result is a list (each worker's, concatenated). */
+type ListMethod = {
+  [M in CallName]: CallResult<M> extends readonly unknown[] ? (CallArgs<M> extends [] ? M : never) : never;
+}[CallName];
+type ListOf<M extends CallName> = CallResult<M> extends readonly unknown[] ? CallResult<M> : never;
 
 const BOOT = new URL('./boot.mjs', import.meta.url);
 const EVENT_LOG = 1024;
@@ -133,7 +188,7 @@ class WorkerHandle {
     w.on('exit', (code) => died(`exited with code ${code}`));
   }
 
-  async call(method: string, args: unknown[], signal?: AbortSignal): Promise<unknown> {
+  async call(method: CallName, args: readonly unknown[], signal?: AbortSignal): Promise<unknown> {
     await this.ready;
     const id = this.nextId++;
     const w = this.worker;
@@ -144,7 +199,7 @@ class WorkerHandle {
         else
           signal.addEventListener('abort', () => w.postMessage({ t: 'abort', id } satisfies ToWorker), { once: true });
       }
-      w.postMessage({ t: 'call', id, method, args } satisfies ToWorker);
+      w.postMessage({ t: 'call', id, method, args: [...args] } satisfies ToWorker);
     });
   }
 
@@ -253,11 +308,8 @@ export function placeWorkers(config: Config): WorkerInit[] {
   }));
 }
 
-export async function startWorkers(config: Config, log: Logger): Promise<Dataplane> {
-  if (config.cpu.mainCore !== null) {
-    const { pinThread } = await import('../dataplane.ts');
-    pinThread(config.cpu.mainCore, 'cpu.main-core');
-  }
+export async function startWorkers(config: Config, log: Logger): Promise<WorkerDataplane> {
+  if (config.cpu.mainCore !== null) pinThread(config.cpu.mainCore, 'cpu.main-core');
   const inits = placeWorkers(config);
   const wd = new WorkerDataplane(config, inits, log);
   try {
@@ -266,13 +318,13 @@ export async function startWorkers(config: Config, log: Logger): Promise<Datapla
     await Promise.all(wd.workers.map((w) => w.stop()));
     throw e;
   }
-  return wd as unknown as Dataplane;
+  return wd;
 }
 
 type Obj = Record<string, unknown>;
 
-/** The Dataplane's methods over worker threads (see the file comment). */
-class WorkerDataplane {
+/** The data plane's methods over worker threads (see the file comment). */
+export class WorkerDataplane implements DataplaneApi {
   readonly workers: WorkerHandle[];
   private readonly ifWorker = new Map<string, number>();
   private readonly subnets: { worker: number; prefix: { network: number; bits: number } }[] = [];
@@ -280,7 +332,7 @@ class WorkerDataplane {
   private eventSeq = 0;
   private readonly startedMs = Date.now();
   private closed = false;
-  private final: { buffers: unknown; qps: unknown[] } | null = null;
+  private final: { buffers: BufferView; qps: QpView[] } | null = null;
   private readonly ledger = new WorkerLedger();
 
   constructor(
@@ -331,18 +383,24 @@ class WorkerDataplane {
 
   // ------------------------------------------------------------------ routing
 
-  private on(k: number, method: string, args: unknown[], signal?: AbortSignal): Promise<any> {
+  private on<M extends CallName>(
+    k: number,
+    method: M,
+    args: Wire<CallArgs<M>>,
+    signal?: AbortSignal,
+  ): Promise<CallResult<M>> {
     if (this.closed && method !== 'buffers' && method !== 'qps')
       return Promise.reject(new DataplaneError('unavailable', 'the data plane is shut down'));
-    return this.workers[k].call(method, args, signal);
+    return this.workers[k].call(method, args, signal) as Promise<CallResult<M>>;
   }
 
-  private async all<T>(method: string, args: unknown[] = []): Promise<T[]> {
-    return Promise.all(this.workers.map((_, k) => this.on(k, method, args) as Promise<T>));
+  private async all<M extends CallName>(method: M, args: Wire<CallArgs<M>>): Promise<CallResult<M>[]> {
+    return Promise.all(this.workers.map((_, k) => this.on(k, method, args)));
   }
 
-  private async concat(method: string, args: unknown[] = []): Promise<any[]> {
-    return (await this.all<unknown[]>(method, args)).flat();
+  /** Every worker's list, one after another (in worker order). */
+  private async concat<M extends ListMethod>(method: M): Promise<ListOf<M>> {
+    return (await this.all(method, [] as Wire<CallArgs<M>>)).flat() as ListOf<M>;
   }
 
   private byInterface(name: unknown): number {
@@ -366,7 +424,10 @@ class WorkerDataplane {
   }
 
   /** The worker of a new QP or listener: its PD's, checked against its CQs, SRQ and interface. */
-  private qpWorker(req: Obj, what: string): number {
+  private qpWorker(
+    req: { pd: number; sendCq?: number; recvCq?: number; srq?: number | null; interface?: string },
+    what: string,
+  ): number {
     const k = this.byHandle(req.pd, 'protection domain');
     const check = (h: unknown, name: string) => {
       if (h === undefined || h === null) return;
@@ -386,7 +447,7 @@ class WorkerDataplane {
   }
 
   /** A new PD or CQ: on `worker` when the request names one, else on its interface's owner, else 0. */
-  private placed(req: Obj | undefined): number {
+  private placed(req: Placement | undefined): number {
     if (req !== undefined && req.worker !== undefined) {
       const k = req.worker;
       if (typeof k !== 'number' || !Number.isInteger(k) || k < 0 || k >= this.workers.length)
@@ -401,17 +462,17 @@ class WorkerDataplane {
   }
 
   /** The request without `worker` (the worker's own data plane has none). */
-  private local(req: Obj | undefined): Obj {
-    const { worker: _, ...rest } = req ?? {};
+  private local<T extends Placement>(req: T | undefined): Omit<T, 'worker'> {
+    const { worker: _, ...rest } = req ?? ({} as T);
     return rest;
   }
 
   /** Per worker, only the views of interfaces it owns (not its shadows or handoff ports). */
-  private async owned(method: string): Promise<any[]> {
-    const per = await this.all<Obj[]>(method);
+  private async owned<M extends 'hardware' | 'neighbors'>(method: M): Promise<ListOf<M>> {
+    const per = (await this.all(method, [] as Wire<CallArgs<M>>)) as { name?: string; interface?: string }[][];
     return per.flatMap((list, k) =>
       list.filter((v) => this.ifWorker.get((v.name ?? v.interface) as string) === k).map((v) => this.renumber(v)),
-    );
+    ) as ListOf<M>;
   }
 
   /** Test hook (test/workers.test.ts): worker k throws an exception nobody catches. */
@@ -421,36 +482,36 @@ class WorkerDataplane {
 
   // ------------------------------------------------------------------ status
 
-  async health(): Promise<unknown> {
-    const h = await this.all<Obj>('health');
+  async health(): Promise<HealthView> {
+    const h = await this.all('health', []);
     return {
       status: 'ok',
       version: h[0].version,
       uptime: (Date.now() - this.startedMs) / 1000,
       interfaces: this.config.interfaces.length,
-      qps: h.reduce((n, x) => n + (x.qps as number), 0),
+      qps: h.reduce((n, x) => n + x.qps, 0),
     };
   }
 
-  async buffers(): Promise<unknown> {
+  async buffers(): Promise<BufferView> {
     if (this.final !== null) return this.final.buffers;
-    const b = await this.all<Obj>('buffers');
+    const b = await this.all('buffers', []);
     return {
-      count: b.reduce((n, x) => n + (x.count as number), 0),
-      free: b.reduce((n, x) => n + (x.free as number), 0),
+      count: b.reduce((n, x) => n + x.count, 0),
+      free: b.reduce((n, x) => n + x.free, 0),
       dataSize: b[0].dataSize,
-      hugepages: b.some((x) => x.hugepages === true),
+      hugepages: b.some((x) => x.hugepages),
     };
   }
 
-  async device(): Promise<unknown> {
-    const d = await this.all<Obj>('device');
+  async device(): Promise<DeviceView> {
+    const d = await this.all('device', []);
     // A port per interface, from its owner (a worker's shadows of the others' interfaces left out).
-    const ports = d.flatMap((x, k) => (x.ports as Obj[]).filter((p) => this.ifWorker.get(p.interface as string) === k));
+    const ports = d.flatMap((x, k) => x.ports.filter((p) => this.ifWorker.get(p.interface) === k));
     return { ...d[0], ports: ports.map((p, i) => ({ ...p, port: i + 1 })) };
   }
 
-  async version(): Promise<unknown> {
+  async version(): Promise<VersionView> {
     return this.on(0, 'version', []);
   }
 
@@ -465,36 +526,36 @@ class WorkerDataplane {
     return (k < 0 ? v : { ...o, index: k + 1 }) as T;
   }
 
-  hardware = async () => this.owned('hardware');
+  hardware = async (): Promise<HardwareView[]> => this.owned('hardware');
   /** The owners' views; an af_packet interface's counters add its other workers' sockets. */
-  async interfaces(): Promise<unknown[]> {
-    const per = await this.all<Obj[]>('interfaces');
+  async interfaces(): Promise<InterfaceView[]> {
+    const per = await this.all('interfaces', []);
     return per.flatMap((list, k) =>
       list
-        .filter((v) => this.ifWorker.get(v.name as string) === k)
+        .filter((v) => this.ifWorker.get(v.name) === k)
         .map((v) =>
           this.renumber(
             this.addCounters(
               v,
-              this.socketLanes(v.name as string).map((j) => per[j].find((x) => x.name === v.name)),
+              this.socketLanes(v.name).map((j) => per[j].find((x) => x.name === v.name)),
             ),
           ),
         ),
     );
   }
-  neighbors = async () => this.owned('neighbors');
+  neighbors = async (): Promise<NeighborView[]> => this.owned('neighbors');
   runtime = async () => this.concat('runtime');
   rxPlacement = async () => this.concat('rxPlacement');
   errors = async () => this.concat('errors');
   trace = async () => this.concat('trace');
   traceNodes = async () => this.on(0, 'traceNodes', []);
-  clearRuntime = async () => void (await this.all('clearRuntime'));
-  clearErrors = async () => void (await this.all('clearErrors'));
-  clearTrace = async () => void (await this.all('clearTrace'));
+  clearRuntime = async () => void (await this.all('clearRuntime', []));
+  clearErrors = async () => void (await this.all('clearErrors', []));
+  clearTrace = async () => void (await this.all('clearTrace', []));
   /** On every worker that has the node (a worker without a memif interface has no memif-input). */
   traceAdd = async (node: string, count: number) => this.onAny('traceAdd', [node, count]);
 
-  async interface(name: string): Promise<unknown> {
+  async interface(name: string): Promise<InterfaceView> {
     const v = await this.on(this.byInterface(name), 'interface', [name]);
     const others = await Promise.all(this.socketLanes(name).map((k) => this.on(k, 'interface', [name])));
     return this.renumber(this.addCounters(v, others));
@@ -510,27 +571,27 @@ class WorkerDataplane {
   }
 
   /** `v` with the counters of `others` (the same interface on other workers) added in. */
-  private addCounters(v: Obj, others: (Obj | undefined)[]): Obj {
+  private addCounters(v: InterfaceView, others: (InterfaceView | undefined)[]): InterfaceView {
     if (others.length === 0) return v;
-    const c = { ...(v.counters as Record<string, number>) };
+    const c = { ...v.counters } as Record<string, number>;
     for (const o of others)
       for (const [key, x] of Object.entries((o?.counters ?? {}) as Record<string, number>))
         if (typeof x === 'number' && typeof c[key] === 'number') c[key] += x;
-    return { ...v, counters: c };
+    return { ...v, counters: c as unknown as InterfaceView['counters'] };
   }
-  capture = async (name: string, ...rest: unknown[]) =>
-    this.renumber(await this.on(this.byInterface(name), 'capture', [name, ...rest]));
+  capture = async (name: string, opts: CaptureRequest) =>
+    this.renumber(await this.on(this.byInterface(name), 'capture', [name, opts]));
   stopCapture = async (name: string) => this.renumber(await this.on(this.byInterface(name), 'stopCapture', [name]));
   /** On the owner and on every worker polling queues of the interface itself (their own injectors). */
-  setFault = async (name: string, ...rest: unknown[]) => {
-    const v = await this.on(this.byInterface(name), 'setFault', [name, ...rest]);
+  setFault = async (name: string, direction: 'rx' | 'tx' | 'both', cfg: FaultConfig | null) => {
+    const v = await this.on(this.byInterface(name), 'setFault', [name, direction, cfg]);
     const lanes = this.workers.filter((w) => w.init.handoff?.shadows.some((s) => s.config.name === name && s.lanes));
-    await Promise.all(lanes.map((w) => this.on(w.init.index, 'setFault', [name, ...rest])));
+    await Promise.all(lanes.map((w) => this.on(w.init.index, 'setFault', [name, direction, cfg])));
     return this.renumber(v);
   };
 
   /** To the worker with an interface on the target's subnet (else worker 0). */
-  async ping(req: { address: string }, signal?: AbortSignal): Promise<unknown> {
+  async ping(req: PingRequest, signal?: AbortSignal): Promise<PingResult> {
     let k = 0;
     const a = typeof req.address === 'string' ? parseIp4(req.address) : null;
     if (a !== null)
@@ -538,7 +599,7 @@ class WorkerDataplane {
         const mask = s.prefix.bits === 0 ? 0 : (~0 << (32 - s.prefix.bits)) >>> 0;
         if ((a & mask) >>> 0 === s.prefix.network) k = s.worker;
       }
-    return this.on(k, 'ping', [req, signal === undefined ? undefined : { __signal: true }], signal);
+    return this.on(k, 'ping', [req, marker(signal)], signal);
   }
 
   async recentEvents(since = 0): Promise<EventView[]> {
@@ -547,13 +608,13 @@ class WorkerDataplane {
 
   // ------------------------------------------------------------------ verbs objects
 
-  async createPd(req?: Obj): Promise<unknown> {
+  async createPd(req?: Placement): Promise<PdView> {
     const k = this.placed(req);
     const v = await this.on(k, 'createPd', [this.local(req)]);
     this.ledger.created('protection domain', v.pd, k);
     return v;
   }
-  async createCq(req: Obj): Promise<unknown> {
+  async createCq(req: { depth: number } & Placement): Promise<CqView> {
     const k = this.placed(req);
     const v = await this.on(k, 'createCq', [this.local(req)]);
     this.ledger.cqCreated(v, k);
@@ -561,17 +622,17 @@ class WorkerDataplane {
   }
   pds = async () => this.concat('pds');
   mrs = async () => this.concat('mrs');
-  async cqs(): Promise<unknown[]> {
+  async cqs(): Promise<CqView[]> {
     return [...(await this.concat('cqs')), ...this.ledger.deadCqViews()];
   }
   srqs = async () => this.concat('srqs');
-  async qps(): Promise<unknown[]> {
+  async qps(): Promise<QpView[]> {
     return this.final !== null ? this.final.qps : [...(await this.concat('qps')), ...this.ledger.deadQpViews()];
   }
   listenersList = async () => this.concat('listenersList');
 
   destroyPd = async (h: number) => this.destroy(h, 'protection domain', 'destroyPd');
-  async createMr(req: Obj): Promise<unknown> {
+  async createMr(req: MrCreate): Promise<MrView> {
     this.ledger.refuseDead(req.pd);
     const k = this.byHandle(req.pd, 'protection domain');
     const v = await this.on(k, 'createMr', [req]);
@@ -580,19 +641,20 @@ class WorkerDataplane {
   }
   getMr = async (h: number) => this.onLive(h, 'memory region', 'getMr', [h]);
   destroyMr = async (h: number) => this.destroy(h, 'memory region', 'destroyMr');
-  writeMr = async (h: number, ...rest: unknown[]) => this.onLive(h, 'memory region', 'writeMr', [h, ...rest]);
-  readMr = async (h: number, ...rest: unknown[]) => this.onLive(h, 'memory region', 'readMr', [h, ...rest]);
+  writeMr = async (h: number, offset: number, data: Uint8Array) =>
+    this.onLive(h, 'memory region', 'writeMr', [h, offset, data]);
+  readMr = async (h: number, offset?: number, length?: number) =>
+    this.onLive(h, 'memory region', 'readMr', [h, offset, length]);
   getCq = async (h: number) => this.ledger.deadCq(h) ?? this.on(this.byHandle(h, 'completion queue'), 'getCq', [h]);
   destroyCq = async (h: number) => this.destroy(h, 'completion queue', 'destroyCq');
-  async pollCq(h: number, max?: number, waitMs?: number, signal?: AbortSignal): Promise<unknown> {
+  async pollCq(h: number, max?: number, waitMs?: number, signal?: AbortSignal): Promise<PollResult> {
     const dead = this.ledger.pollDead(h, max);
     if (dead !== undefined) return dead;
-    const args = [h, max, waitMs, signal === undefined ? undefined : { __signal: true }];
-    const r = await this.on(this.byHandle(h, 'completion queue'), 'pollCq', args, signal);
+    const r = await this.on(this.byHandle(h, 'completion queue'), 'pollCq', [h, max, waitMs, marker(signal)], signal);
     this.ledger.polled(r.completions);
     return r;
   }
-  async createSrq(req: Obj): Promise<unknown> {
+  async createSrq(req: SrqCreate): Promise<SrqView> {
     this.ledger.refuseDead(req.pd);
     const k = this.byHandle(req.pd, 'protection domain');
     const v = await this.on(k, 'createSrq', [req]);
@@ -600,10 +662,10 @@ class WorkerDataplane {
     return v;
   }
   modifySrq = async (h: number, limit: number) => this.onLive(h, 'shared receive queue', 'modifySrq', [h, limit]);
-  postSrqRecv = async (h: number, req: unknown) => this.onLive(h, 'shared receive queue', 'postSrqRecv', [h, req]);
+  postSrqRecv = async (h: number, req: RecvIn) => this.onLive(h, 'shared receive queue', 'postSrqRecv', [h, req]);
   destroySrq = async (h: number) => this.destroy(h, 'shared receive queue', 'destroySrq');
 
-  async createQp(req: Obj): Promise<unknown> {
+  async createQp(req: QpCreate): Promise<QpView> {
     for (const h of [req.pd, req.sendCq, req.recvCq, req.srq]) this.ledger.refuseDead(h);
     const k = this.qpWorker(req, 'create qp');
     const v = await this.on(k, 'createQp', [req]);
@@ -611,55 +673,64 @@ class WorkerDataplane {
     return v;
   }
   getQp = async (qpn: number) => this.ledger.deadQp(qpn) ?? this.on(this.byQpn(qpn), 'getQp', [qpn]);
-  connect = async (qpn: number, req: unknown) => this.onQp(qpn, 'connect', [qpn, req], true);
-  modifyQp = async (qpn: number, req: unknown) => this.onQp(qpn, 'modifyQp', [qpn, req], true);
-  async destroyQp(qpn: number, opts?: unknown): Promise<unknown> {
-    if (this.ledger.forget(qpn, true)) return undefined;
-    const v = await this.on(this.byQpn(qpn), 'destroyQp', [qpn, opts]);
+  async connect(qpn: number, req: ConnectIn): Promise<QpView & { privateData?: Uint8Array }> {
+    this.ledger.refuseDead(qpn, true);
+    const v = await this.on(this.byQpn(qpn), 'connect', [qpn, req]);
+    this.ledger.qpUpdated(v);
+    return v;
+  }
+  async modifyQp(qpn: number, req: QpModifyIn): Promise<QpView> {
+    this.ledger.refuseDead(qpn, true);
+    const v = await this.on(this.byQpn(qpn), 'modifyQp', [qpn, req]);
+    this.ledger.qpUpdated(v);
+    return v;
+  }
+  async destroyQp(qpn: number, opts?: { quiet?: boolean }): Promise<void> {
+    if (this.ledger.forget(qpn, true)) return;
+    await this.on(this.byQpn(qpn), 'destroyQp', [qpn, opts]);
     this.ledger.destroyed(qpn);
-    return v;
   }
-  async postRecv(qpn: number, req: { wrId: WrId }): Promise<unknown> {
-    const v = await this.onQp(qpn, 'postRecv', [qpn, req]);
+  async postRecv(qpn: number, req: RecvIn): Promise<void> {
+    this.ledger.refuseDead(qpn, true);
+    await this.on(this.byQpn(qpn), 'postRecv', [qpn, req]);
     this.ledger.posted(qpn, req, false);
-    return v;
   }
-  async postSend(qpn: number, req: { wrId: WrId; opcode?: string }): Promise<unknown> {
-    const v = await this.onQp(qpn, 'postSend', [qpn, req]);
+  async postSend(qpn: number, req: SendIn): Promise<void> {
+    this.ledger.refuseDead(qpn, true);
+    await this.on(this.byQpn(qpn), 'postSend', [qpn, req]);
     this.ledger.posted(qpn, req, true);
-    return v;
   }
   noteQpOwner(qpn: number, owner: string): void {
     this.on(this.byQpn(qpn), 'noteQpOwner', [qpn, owner]).catch(() => {});
   }
 
   /** A call on a PD, MR, CQ or SRQ that is not one a dead worker had. */
-  private onLive(h: number, what: string, method: string, args: unknown[]): Promise<any> {
+  private onLive<M extends CallName>(
+    h: number,
+    what: string,
+    method: M,
+    args: Wire<CallArgs<M>>,
+  ): Promise<CallResult<M>> {
     this.ledger.refuseDead(h);
     return this.on(this.byHandle(h, what), method, args);
   }
 
-  /** A call on a live QP; `update`: its result is the QP's new view. */
-  private async onQp(qpn: number, method: string, args: unknown[], update = false): Promise<any> {
-    this.ledger.refuseDead(qpn, true);
-    const v = await this.on(this.byQpn(qpn), method, args);
-    if (update) this.ledger.qpUpdated(v);
-    return v;
-  }
-
   /** Destroying a dead worker's object forgets it; a live one is destroyed on its worker. */
-  private async destroy(h: number, what: string, method: string): Promise<unknown> {
-    if (this.ledger.forget(h)) return undefined;
-    const v = await this.on(this.byHandle(h, what), method, [h]);
+  private async destroy(
+    h: number,
+    what: string,
+    method: 'destroyPd' | 'destroyMr' | 'destroyCq' | 'destroySrq',
+  ): Promise<void> {
+    if (this.ledger.forget(h)) return;
+    await this.on(this.byHandle(h, what), method, [h]);
     this.ledger.destroyed(h);
-    return v;
   }
 
-  listen = async (req: Obj) => this.on(this.qpWorker(req, 'listen'), 'listen', [req]);
+  listen = async (req: ListenerCreate) => this.on(this.qpWorker(req, 'listen'), 'listen', [req]);
   unlisten = async (port: number) => this.onAny('unlisten', [port]);
 
   /** Every worker; done when one of them did it, else the first worker's error. */
-  private async onAny(method: string, args: unknown[]): Promise<void> {
+  private async onAny<M extends 'traceAdd' | 'unlisten'>(method: M, args: Wire<CallArgs<M>>): Promise<void> {
     const r = await Promise.allSettled(this.workers.map((_, k) => this.on(k, method, args)));
     if (r.some((x) => x.status === 'fulfilled')) return;
     throw (r[0] as PromiseRejectedResult).reason;
@@ -670,7 +741,7 @@ class WorkerDataplane {
    * a worker, round robin by process (every connection of one pid to the same worker: its
    * device-list query and its contexts), where its objects live and its QPs run.
    */
-  serveVerbs(opts: { path: string }): VerbsSocket {
+  serveVerbs(opts: ServeVerbsOptions): VerbsSocket {
     const core = loadCore();
     const n = this.workers.length;
     const byPid = new Map<number, number>();
@@ -704,7 +775,7 @@ class WorkerDataplane {
           });
         },
         connections: () => {
-          void this.all<number>('verbsConnections').then(
+          void this.all('verbsConnections', []).then(
             (c) => (count = c.reduce((s, x) => s + x, 0)),
             () => {},
           );

@@ -7,10 +7,11 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import type { Config } from '../../config/types.ts';
-import { Dataplane, pinThread } from '../dataplane.ts';
+import { Dataplane } from '../dataplane.ts';
+import { pinThread } from '../pin.ts';
 import { type VerbsConnections, verbsConnections } from '../verbs-server/server.ts';
 import { DataplaneError, type Logger } from '../views.ts';
-import { CALLABLE, type FromWorker, type ToWorker, type WorkerInit } from './protocol.ts';
+import type { CallName, CallTable, FromWorker, ToWorker, WorkerInit } from './protocol.ts';
 
 const init = workerData as WorkerInit;
 const port = parentPort!;
@@ -29,6 +30,77 @@ async function main(): Promise<void> {
   });
   // Verbs programs the main thread's listener gives this worker (one fd per connection).
   let served: VerbsConnections | null = null;
+  const { graph, rdma } = Dataplane.internals(dp);
+  // Every call the facade can make, one handler each (CallTable is exhaustive over DataplaneApi).
+  const calls: CallTable = {
+    adoptVerbs: (fd) => {
+      served ??= verbsConnections(
+        dp,
+        { graph, rdma },
+        { maxQps: config.rdma.maxQps, log, closeConnection: (c) => post({ t: 'closeFd', fd: c }) },
+      );
+      served.adopt(fd);
+    },
+    closeVerbs: () => {
+      served?.close();
+      served = null;
+    },
+    verbsConnections: () => served?.connections() ?? 0,
+    close: () => dp.close(),
+    health: () => dp.health(),
+    buffers: () => dp.buffers(),
+    hardware: () => dp.hardware(),
+    device: () => dp.device(),
+    version: () => dp.version(),
+    interfaces: () => dp.interfaces(),
+    interface: (name) => dp.interface(name),
+    rxPlacement: () => dp.rxPlacement(),
+    neighbors: () => dp.neighbors(),
+    ping: (req, signal) => dp.ping(req, signal),
+    capture: (name, opts) => dp.capture(name, opts),
+    stopCapture: (name) => dp.stopCapture(name),
+    setFault: (name, direction, cfg) => dp.setFault(name, direction, cfg),
+    runtime: () => dp.runtime(),
+    clearRuntime: () => dp.clearRuntime(),
+    errors: () => dp.errors(),
+    clearErrors: () => dp.clearErrors(),
+    traceAdd: (node, count) => dp.traceAdd(node, count),
+    trace: () => dp.trace(),
+    clearTrace: () => dp.clearTrace(),
+    traceNodes: () => dp.traceNodes(),
+    recentEvents: (since) => dp.recentEvents(since),
+    createPd: (req) => dp.createPd(req),
+    pds: () => dp.pds(),
+    destroyPd: (h) => dp.destroyPd(h),
+    createMr: (req) => dp.createMr(req),
+    getMr: (h) => dp.getMr(h),
+    mrs: () => dp.mrs(),
+    destroyMr: (h) => dp.destroyMr(h),
+    writeMr: (h, offset, data) => dp.writeMr(h, offset, data),
+    readMr: (h, offset, length) => dp.readMr(h, offset, length),
+    createCq: (req) => dp.createCq(req),
+    cqs: () => dp.cqs(),
+    getCq: (h) => dp.getCq(h),
+    pollCq: (h, max, waitMs, signal) => dp.pollCq(h, max, waitMs, signal),
+    destroyCq: (h) => dp.destroyCq(h),
+    createSrq: (req) => dp.createSrq(req),
+    srqs: () => dp.srqs(),
+    modifySrq: (h, limit) => dp.modifySrq(h, limit),
+    postSrqRecv: (h, req) => dp.postSrqRecv(h, req),
+    destroySrq: (h) => dp.destroySrq(h),
+    createQp: (req) => dp.createQp(req),
+    qps: () => dp.qps(),
+    getQp: (qpn) => dp.getQp(qpn),
+    connect: (qpn, req) => dp.connect(qpn, req),
+    modifyQp: (qpn, req) => dp.modifyQp(qpn, req),
+    noteQpOwner: (qpn, owner) => dp.noteQpOwner(qpn, owner),
+    destroyQp: (qpn, opts) => dp.destroyQp(qpn, opts),
+    postRecv: (qpn, req) => dp.postRecv(qpn, req),
+    postSend: (qpn, req) => dp.postSend(qpn, req),
+    listen: (req) => dp.listen(req),
+    listenersList: () => dp.listenersList(),
+    unlisten: (p) => dp.unlisten(p),
+  };
   const aborts = new Map<number, AbortController>();
   port.on('message', async (m: ToWorker) => {
     if (m.t === 'abort') return void aborts.get(m.id)?.abort();
@@ -46,31 +118,15 @@ async function main(): Promise<void> {
       return c.signal;
     });
     try {
-      let r: unknown;
-      if (m.method === 'adoptVerbs') {
-        served ??= verbsConnections(dp, {
-          maxQps: config.rdma.maxQps,
-          log,
-          closeConnection: (fd) => post({ t: 'closeFd', fd }),
-        });
-        served.adopt(args[0] as number);
-      } else if (m.method === 'closeVerbs') {
-        served?.close();
-        served = null;
-      } else if (m.method === 'verbsConnections') {
-        r = served?.connections() ?? 0;
-      } else {
-        if (!CALLABLE.has(m.method)) throw new DataplaneError('invalid', `no data plane method "${m.method}"`);
-        const f = (dp as unknown as Record<string, (...a: unknown[]) => unknown>)[m.method];
-        r = await f.apply(dp, args);
-      }
-      post({ t: 'result', id: m.id, r });
+      if (!Object.hasOwn(calls, m.method)) throw new DataplaneError('invalid', `no data plane method "${m.method}"`);
+      const f = calls[m.method as CallName] as (...a: unknown[]) => unknown;
+      post({ t: 'result', id: m.id, r: await f(...args) });
     } catch (e) {
       const err = e as Error;
       post({
         t: 'result',
         id: m.id,
-        e: { kind: e instanceof DataplaneError ? e.kind : null, message: err.message, stack: err.stack ?? '' },
+        e: { kind: e instanceof DataplaneError ? e.kind : null, message: err.message, stack: err.stack ?? String(e) },
       });
     } finally {
       aborts.delete(m.id);
