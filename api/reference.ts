@@ -6,7 +6,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { ACCESS_NAMES, PING_LIMITS, VERBS_DEFAULTS, VERBS_LIMITS } from '../dataplane/views.ts';
-import { MR_DATA_MAX } from './routes/verbs.ts';
+import { MR_DATA_MAX } from './routes/verbs-objects.ts';
 import { WAIT_MAX_MS } from './schemas.ts';
 import { apiRoutes, JSON_BODY_LIMIT } from './server.ts';
 

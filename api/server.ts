@@ -23,7 +23,7 @@ import { openApiRoute } from './openapi.ts';
 import { qpRoutes } from './routes/qps.ts';
 import { JSON_TYPE, OCTETS, fastifyPath, type RouteDef } from './routes/route.ts';
 import { statusRoutes } from './routes/status.ts';
-import { verbsRoutes } from './routes/verbs.ts';
+import { verbsRoutes } from './routes/verbs-objects.ts';
 import { ErrorResponse, type JsonSchema } from './schemas.ts';
 
 /** Largest JSON body (MR bytes go as raw octets, up to 64 MiB a request). */

@@ -6,8 +6,8 @@
  * machines this was written on: they have no RDMA device).
  */
 import { memPool } from '../test/helpers.ts';
-import { VerbsDriver } from '../drivers/verbs.ts';
-import { verbsAddon } from '../drivers/verbs-addon.ts';
+import { VerbsDriver } from '../drivers/ibverbs.ts';
+import { verbsAddon } from '../drivers/ibverbs-addon.ts';
 import { nowNs } from '../graph/clock.ts';
 
 export interface Mlx5BenchResult {
@@ -20,7 +20,7 @@ function notRun(): string | null {
   try {
     list = verbsAddon().devices();
   } catch (e) {
-    return `verbs.node is not built (${(e as Error).message})`;
+    return `ibverbs.node is not built (${(e as Error).message})`;
   }
   if (list.error !== null) return `no mlx5 device (ibv_get_device_list: ${list.error})`;
   if (!list.devices.some((d) => d.mlx5)) return 'no mlx5 device';

@@ -20,7 +20,7 @@ import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { VERBS_LIBRARY } from '../dataplane/verbs-server/server.ts';
+import { VERBS_LIBRARY } from '../dataplane/verbs-server/connections.ts';
 import { iperf3, type Out, run, sockperf } from './kernel-baselines.ts';
 
 export interface PerftestBenchResult {

@@ -12,12 +12,12 @@
  * in-window Write and Send; hostile p99 / good p50).
  */
 import os from 'node:os';
-import { runGraphBench } from './graph.ts';
-import { runAfPacketBench } from './af-packet.ts';
+import { runGraphBench } from './graph-bench.ts';
+import { runAfPacketBench } from './af-packet-bench.ts';
 import { runL2l4Bench } from './l2l4.ts';
 import { runRdmaBench } from './rdma.ts';
-import { runMemifBench } from './memif.ts';
-import { runDpdkBench } from './dpdk.ts';
+import { runMemifBench } from './memif-bench.ts';
+import { runDpdkBench } from './dpdk-bench.ts';
 import { runPerftestBench } from './perftest.ts';
 import { runSoakBench } from './soak.ts';
 import { runMlx5Bench } from './mlx5.ts';

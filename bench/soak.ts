@@ -11,7 +11,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import os from 'node:os';
 import path from 'node:path';
 import { ApiClient } from '../api/client.ts';
-import { VERBS_LIBRARY } from '../dataplane/verbs-server/server.ts';
+import { VERBS_LIBRARY } from '../dataplane/verbs-server/connections.ts';
 import { run } from './kernel-baselines.ts';
 
 const ROOT = path.resolve(import.meta.dirname, '..');

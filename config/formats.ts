@@ -4,24 +4,12 @@
  * config issue, config/load.ts adds the path and what was expected) or undefined when it is fine.
  */
 import { readFileSync } from 'node:fs';
+import { formatIp4, ip4OrNull } from '../nodes/net/address.ts';
 import { isIPv6 } from 'node:net';
 
-/** An IPv4 address as a u32, or null when `s` is not exactly "a.b.c.d" (decimal, no leading zeros). */
-export function parseIp4(s: string): number | null {
-  const m = /^(0|[1-9]\d{0,2})\.(0|[1-9]\d{0,2})\.(0|[1-9]\d{0,2})\.(0|[1-9]\d{0,2})$/.exec(s);
-  if (m === null) return null;
-  let n = 0;
-  for (let i = 1; i <= 4; i++) {
-    const o = Number(m[i]);
-    if (o > 255) return null;
-    n = n * 256 + o;
-  }
-  return n;
-}
-
-export function formatIp4(n: number): string {
-  return `${n >>> 24}.${(n >>> 16) & 0xff}.${(n >>> 8) & 0xff}.${n & 0xff}`;
-}
+/** "a.b.c.d" -> u32, or null (decimal, no leading zeros): the project's one IPv4 parser, nodes/net/address.ts. */
+export const parseIp4 = ip4OrNull;
+export { formatIp4 };
 
 /** An interface address "a.b.c.d/N" taken apart. */
 export interface Ip4Prefix {

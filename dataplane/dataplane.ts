@@ -13,7 +13,7 @@
  * kind of wrong it is (the API maps kinds to HTTP statuses); nothing a caller passes can throw
  * anything else or leave the data plane half-changed.
  */
-import { loadCore } from '../native/load.ts';
+import { loadCore } from '../native/addons.ts';
 import { HandoffDriver, type HandoffLink } from '../drivers/handoff.ts';
 import { MemifLaneDriver } from '../drivers/memif-lane.ts';
 import { WorkerLaneDriver } from '../drivers/lane.ts';
@@ -25,7 +25,7 @@ import {
   registerWorkerHandoff,
   WORKER_HANDOFF,
 } from '../nodes/handoff/worker-handoff.ts';
-import { startVerbsSocket, VERBS_LIBRARY } from './verbs-server/server.ts';
+import { startVerbsSocket, VERBS_LIBRARY } from './verbs-server/connections.ts';
 import type { HandoffPlan } from './workers/protocol.ts';
 import { pinThread } from './pin.ts';
 import type {
@@ -718,7 +718,7 @@ export class Dataplane implements DataplaneApi {
   }
 
   /**
-   * Serve the verbs control socket (dataplane/verbs-server/server.ts) at `opts.path`: unmodified
+   * Serve the verbs control socket (dataplane/verbs-server/connections.ts) at `opts.path`: unmodified
    * libibverbs programs run with `rdma-graph exec` find this data plane's devices through it.
    */
   serveVerbs(opts: ServeVerbsOptions): VerbsSocket {

@@ -1,6 +1,6 @@
 /** Thread placement (cpu.main-core, cpu.corelist-workers). */
 import { availableParallelism } from 'node:os';
-import { loadCore } from '../native/load.ts';
+import { loadCore } from '../native/addons.ts';
 import { DataplaneError } from './views.ts';
 
 /** Pin the calling thread to `cpu` (cpu.main-core, cpu.corelist-workers). */

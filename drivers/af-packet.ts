@@ -44,7 +44,7 @@ import {
   type AfPacketSocket,
   type AfPacketStats,
   type CoreAddon,
-} from '../native/load.ts';
+} from '../native/addons.ts';
 import type { Driver, DriverCounters } from './driver.ts';
 import { poolArrays, zeroCounters, type DriverHardware } from './driver.ts';
 import { macOption } from './mac.ts';

@@ -15,7 +15,7 @@ import { readFileSync } from 'node:fs';
 import { isAbsolute, resolve } from 'node:path';
 import { BufferFlag, type BufferPool } from '../graph/buffer-pool.ts';
 import { nowNs } from '../graph/clock.ts';
-import { loadAddon } from '../native/load.ts';
+import { loadAddon } from '../native/addons.ts';
 import type { Driver, DriverCounters, DriverHardware, PortQueueOptions, ProvidedMemory } from './driver.ts';
 import { macOption } from './mac.ts';
 
@@ -296,7 +296,7 @@ export class DpdkDriver implements Driver {
   }
 
   /**
-   * The benchmark's baseline (bench/dpdk.ts, case d): rx straight into tx on this port in C for
+   * The benchmark's baseline (bench/dpdk-bench.ts, case d): rx straight into tx on this port in C for
    * `ms` milliseconds, no graph. Not a data path: the graph must not poll the port meanwhile.
    */
   forwardInC(queue: number, ms: number): { packets: number; ns: number } {

@@ -8,7 +8,7 @@
  * caller keeps the rest (and drops them, counting "no free tx slots").
  */
 import type { BufferMemory, BufferPool, ExternalAllocator } from '../graph/buffer-pool.ts';
-import type { PoolArrays } from '../native/load.ts';
+import type { PoolArrays } from '../native/addons.ts';
 
 export interface DriverCounters {
   rxPackets: number;

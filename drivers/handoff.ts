@@ -17,7 +17,7 @@
  * lane driver reads the owner's direction. Frames received from a link are flagged HANDED.
  */
 import { BufferFlag, type BufferPool } from '../graph/buffer-pool.ts';
-import { loadCore } from '../native/load.ts';
+import { loadCore } from '../native/addons.ts';
 import type { Driver, DriverCounters } from './driver.ts';
 import { zeroCounters } from './driver.ts';
 

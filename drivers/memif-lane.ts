@@ -17,7 +17,7 @@
  */
 import { BufferFlag, type BufferPool } from '../graph/buffer-pool.ts';
 import { FRAME_SIZE } from '../graph/node.ts';
-import { loadCore, type MemifLaneNative } from '../native/load.ts';
+import { loadCore, type MemifLaneNative } from '../native/addons.ts';
 import type { Driver, DriverCounters, DriverHardware } from './driver.ts';
 import { poolArrays, zeroCounters } from './driver.ts';
 

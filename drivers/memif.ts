@@ -27,7 +27,7 @@ import { MTU_MAX, MTU_MIN } from '../graph/link.ts';
 import type { BufferPool } from '../graph/buffer-pool.ts';
 import { BufferFlag } from '../graph/buffer-pool.ts';
 import { FRAME_SIZE } from '../graph/node.ts';
-import { loadCore, type CoreAddon, type MemifInfo, type MemifNative, type MemifStats } from '../native/load.ts';
+import { loadCore, type CoreAddon, type MemifInfo, type MemifNative, type MemifStats } from '../native/addons.ts';
 import type { Driver, DriverCounters, LinkDrops } from './driver.ts';
 import { poolArrays, zeroCounters, type DriverHardware } from './driver.ts';
 import { macOption } from './mac.ts';

@@ -8,8 +8,8 @@ import { PcapDriver } from './pcap.ts';
 import { pipeEnd } from './pipe.ts';
 import { MemifDriver } from './memif.ts';
 import { DpdkDriver, dpdkUnavailable } from './dpdk.ts';
-import { VerbsDriver, type VerbsSpec } from './verbs.ts';
-import { verbsUnavailable } from './verbs-addon.ts';
+import { VerbsDriver, type VerbsSpec } from './ibverbs.ts';
+import { verbsUnavailable } from './ibverbs-addon.ts';
 import type { BpfInsn } from './steer-bpf.ts';
 
 /**

@@ -5,7 +5,7 @@
  * of the clock, so `show runtime time` can print nanoseconds.
  */
 import { performance } from 'node:perf_hooks';
-import { loadCore } from '../native/load.ts';
+import { loadCore } from '../native/addons.ts';
 
 export interface Clock {
   /** CPU cycles (or another monotonic tick when the machine has no cycle counter). */

@@ -2,7 +2,7 @@
  * Buffer memory from the core addon: one memfd-backed region (2 MiB hugepages when the system
  * has them reserved, normal pages otherwise) that memif can share with a peer process.
  */
-import { loadCore } from '../native/load.ts';
+import { loadCore } from '../native/addons.ts';
 import { BufferPool, type BufferMemory, type PoolOptions, poolLayout } from './buffer-pool.ts';
 
 export type HugepageMode = 'auto' | 'never' | 'require';

@@ -3,7 +3,7 @@
  * timeout passes, on this thread's libuv loop (the core addon's FdWaiter, uv_poll + uv_timer),
  * so the event loop keeps serving the API while the data plane sleeps.
  */
-import { loadCore, type FdWaiter } from '../native/load.ts';
+import { loadCore, type FdWaiter } from '../native/addons.ts';
 
 export class IdleWaiter {
   private readonly w: FdWaiter;

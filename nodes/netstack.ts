@@ -20,7 +20,7 @@ import { type NeighborOptions, NeighborTable } from './ethernet/neighbor.ts';
 import { registerIcmp4Echo } from './ip4/icmp4-echo.ts';
 import { Pinger, registerIcmp4Ping } from './ip4/icmp4-ping.ts';
 import { registerIp4Input } from './ip4/ip4-input.ts';
-import { type InterfaceTableConfig, InterfaceTable } from './net/interfaces.ts';
+import { type InterfaceTableConfig, InterfaceTable } from './net/interface-table.ts';
 import { registerIp4Rewrite } from './ip4/ip4-rewrite.ts';
 import { registerUdpEcho } from './udp/udp-echo.ts';
 import { UdpApi } from './udp/udp-ports.ts';

@@ -2,7 +2,7 @@ import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { Graph } from '../graph/graph.ts';
 import type { Frame, NodeRuntime } from '../graph/node.ts';
-import { loadCore } from '../native/load.ts';
+import { loadCore } from '../native/addons.ts';
 import { memPool, sleep } from './helpers.ts';
 
 const core = loadCore();

@@ -16,7 +16,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { Dataplane } from '../dataplane/dataplane.ts';
 import { startApi } from '../api/server.ts';
-import { loadCore } from '../native/load.ts';
+import { loadCore } from '../native/addons.ts';
 import { tcpPeerUid } from '../api/peer.ts';
 import { LocalAccess } from '../api/access.ts';
 import { baseConfig, pipeInterface } from './dataplane-helpers.ts';

@@ -7,7 +7,7 @@
 import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { apiRoutes, buildServer, startApi } from '../api/server.ts';
-import { MR_DATA_MAX } from '../api/routes/verbs.ts';
+import { MR_DATA_MAX } from '../api/routes/verbs-objects.ts';
 import { IP_A, IP_B } from './dataplane-helpers.ts';
 import { apiPair, assertError, raw, type ApiPair } from './api-helpers.ts';
 

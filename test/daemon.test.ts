@@ -144,9 +144,9 @@ test('check finds the embedded default from any directory and says what start wo
     assert.is(dpdk.code, 2);
     assert.match(dpdk.err, /interface eth0: DPDK is not available: install libdpdk-dev and rebuild/);
   }
-  // ibverbs/mlx5dv: check validates the file and that verbs.node is there (the device itself
+  // ibverbs/mlx5dv: check validates the file and that ibverbs.node is there (the device itself
   // is only looked up by start).
-  const verbs = existsSync(join(ROOT, 'native/build/Release/verbs.node'));
+  const verbs = existsSync(join(ROOT, 'native/build/Release/ibverbs.node'));
   for (const [d, itf] of [
     ['ibverbs', 'eth0'],
     ['mlx5dv', 'cx0'],
@@ -225,7 +225,7 @@ test('start refuses an ibverbs interface whose device is not here, naming the in
   assert.is(r.code, 1);
   assert.match(
     r.err,
-    existsSync(join(ROOT, 'native/build/Release/verbs.node'))
+    existsSync(join(ROOT, 'native/build/Release/ibverbs.node'))
       ? /interface d0 \(line 2\): no RDMA device "mlx5_0"; ibv_get_device_list (failed: |found )/
       : /interface d0 \(line 2\): the ibverbs and mlx5dv drivers are not built: install libibverbs-dev/,
   );

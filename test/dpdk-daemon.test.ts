@@ -10,7 +10,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { NATIVE_BUILD_DIR } from '../native/load.ts';
+import { NATIVE_BUILD_DIR } from '../native/addons.ts';
 import { bash, blocks, daemon, DPDK_LINE, README, RDMACTL, ROOT } from './readme-helpers.ts';
 import { withTeardown } from './helpers.ts';
 

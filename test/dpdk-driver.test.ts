@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Dataplane } from '../dataplane/dataplane.ts';
 import { DataplaneError } from '../dataplane/views.ts';
-import { NATIVE_BUILD_DIR } from '../native/load.ts';
+import { NATIVE_BUILD_DIR } from '../native/addons.ts';
 import { PcapReader } from '../drivers/pcap-file.ts';
 import { Testpmd, testpmdUnavailable } from './helpers-dpdk.ts';
 import { createVethNs, destroyVethNs, netnsUnavailable } from './helpers-netns.ts';

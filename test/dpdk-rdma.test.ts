@@ -5,7 +5,7 @@
  * connection manager). Skips (fails under CI=true) without dpdk.node.
  */
 import { existsSync } from 'node:fs';
-import { NATIVE_BUILD_DIR } from '../native/load.ts';
+import { NATIVE_BUILD_DIR } from '../native/addons.ts';
 import { rdmaOpsSuite } from './rdma-ops-helpers.ts';
 import { skip } from './harness.ts';
 

@@ -18,7 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { MemifDriver } from '../drivers/memif.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';
 import { baseConfig, MAC_A, pipeInterface } from './dataplane-helpers.ts';
-import { NATIVE_BUILD_DIR } from '../native/load.ts';
+import { NATIVE_BUILD_DIR } from '../native/addons.ts';
 import { memPool, sleep } from './helpers.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));

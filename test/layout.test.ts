@@ -37,7 +37,7 @@ test('graph/ imports nothing from nodes/, drivers/ or api/ (only itself, native/
 
 test('native/ imports nothing above it', () => {
   const files = sources('native');
-  assert.ok(files.includes('native/load.ts'), `found ${files.join(' ')}`);
+  assert.ok(files.includes('native/addons.ts'), `found ${files.join(' ')}`);
   let checked = 0;
   for (const f of files) {
     for (const spec of imports(f)) {
@@ -171,6 +171,29 @@ test('every test file takes test/suite from test/harness.ts, never from uvu dire
         (s.startsWith('./') && s.endsWith('-helpers.ts') && viaHarness(join('test', s), seen)),
     );
   for (const f of tests) assert.ok(viaHarness(f), `${f} takes its test API from the harness`);
+});
+
+test('no two source files share a basename (index.ts aside): a name says one job', () => {
+  const all = ['graph', 'nodes', 'drivers', 'native', 'config', 'dataplane', 'api', 'bin', 'bench']
+    .flatMap((d) => readdirSync(join(root, d), { recursive: true, encoding: 'utf8' }).map((f) => join(d, f)))
+    .filter((f) => !f.startsWith('native/build') && !f.startsWith('bin/dist') && /\.(ts|mts|mjs|c|cc|h)$/.test(f));
+  assert.ok(all.length >= 150, `found ${all.length} sources`);
+  const seen = new Map<string, string>();
+  for (const f of all) {
+    const base = f.split('/').pop() as string;
+    if (base === 'index.ts') continue;
+    assert.not.ok(seen.has(base), `${f} and ${seen.get(base)} share the name ${base}`);
+    seen.set(base, f);
+  }
+});
+
+test('one IPv4 parser: the configuration and the nodes agree on every form (010.0.0.1 refused by both)', async () => {
+  const { parseIp4: cfg } = await import('../config/formats.ts');
+  const { ip4OrNull } = await import('../nodes/net/address.ts');
+  for (const s of ['10.0.0.1', '0.0.0.0', '255.255.255.255', '010.0.0.1', '1.2.3', '256.1.1.1', '1.2.3.4 ', '00.1.1.1'])
+    assert.is(cfg(s), ip4OrNull(s), s);
+  assert.is(cfg('010.0.0.1'), null);
+  assert.is(cfg('10.0.0.1'), 0x0a000001);
 });
 
 test('no import circle in dataplane/: its modules form a tree of imports, types included', () => {

@@ -14,7 +14,7 @@ import path from 'node:path';
 import { MemifDriver } from '../drivers/memif.ts';
 import type { BufferPool } from '../graph/buffer-pool.ts';
 import { createPool } from '../graph/memory.ts';
-import { loadCore } from '../native/load.ts';
+import { loadCore } from '../native/addons.ts';
 import { memPool, packet, sleep } from './helpers.ts';
 
 const core = loadCore();

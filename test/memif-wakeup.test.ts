@@ -18,7 +18,7 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { NATIVE_BUILD_DIR } from '../native/load.ts';
+import { NATIVE_BUILD_DIR } from '../native/addons.ts';
 import { ROOT } from './readme-helpers.ts';
 
 const HOSTILE = join(NATIVE_BUILD_DIR, 'memif-hostile');

@@ -1,5 +1,5 @@
 /**
- * The mlx5 formats (native/verbs/mlx5_format.h, the code the mlx5dv data path runs) against
+ * The mlx5 formats (native/ibverbs/mlx5_format.h, the code the mlx5dv data path runs) against
  * byte fixtures written from the layouts, with no NIC:
  *
  * - CQE (64 B): struct mlx5_cqe64 in rdma-core 44's <infiniband/mlx5dv.h>, i.e. the PRM's
@@ -25,14 +25,14 @@
  */
 import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
-import { type VerbsAddon, verbsAddon } from '../drivers/verbs-addon.ts';
+import { type VerbsAddon, verbsAddon } from '../drivers/ibverbs-addon.ts';
 
 let v: VerbsAddon | null = null;
 let why = '';
 try {
   v = verbsAddon();
 } catch (e) {
-  why = `verbs.node was not built (${(e as Error).message})`;
+  why = `ibverbs.node was not built (${(e as Error).message})`;
 }
 
 const hex = (s: string) =>

@@ -8,7 +8,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import { Worker } from 'node:worker_threads';
 
-import { DriverUnavailableError, NATIVE_BUILD_DIR, loadAddon, loadCore, type FdWaiter } from '../native/load.ts';
+import { DriverUnavailableError, NATIVE_BUILD_DIR, loadAddon, loadCore, type FdWaiter } from '../native/addons.ts';
 
 const core = loadCore();
 const CORE_PATH = NATIVE_BUILD_DIR + 'core.node';
@@ -75,22 +75,22 @@ test('loadCore is cached and version matches package.json', () => {
 });
 
 test('loadAddon reports a driver that was not built as DriverUnavailableError', () => {
-  if (fs.existsSync(NATIVE_BUILD_DIR + 'verbs.node')) {
+  if (fs.existsSync(NATIVE_BUILD_DIR + 'ibverbs.node')) {
     // Built on this machine: it must then load (no RDMA device is needed to load it).
-    assert.ok(loadAddon<object>('verbs', 'install libibverbs-dev'));
+    assert.ok(loadAddon<object>('ibverbs', 'install libibverbs-dev'));
     return;
   }
   try {
-    loadAddon<object>('verbs', 'install libibverbs-dev');
-    assert.unreachable('verbs.node does not exist, loadAddon must throw');
+    loadAddon<object>('ibverbs', 'install libibverbs-dev');
+    assert.unreachable('ibverbs.node does not exist, loadAddon must throw');
   } catch (e) {
     assert.instance(e, DriverUnavailableError);
     const err = e as DriverUnavailableError;
     assert.is(err.code, 'DRIVER_UNAVAILABLE');
-    assert.is(err.driver, 'verbs');
+    assert.is(err.driver, 'ibverbs');
     assert.is(
       err.message,
-      'driver unavailable: verbs.node was not built (install libibverbs-dev and run npm run build)',
+      'driver unavailable: ibverbs.node was not built (install libibverbs-dev and run npm run build)',
     );
   }
 });

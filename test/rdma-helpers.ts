@@ -11,7 +11,7 @@ import { Interfaces } from '../drivers/interfaces.ts';
 import { createPipe } from '../drivers/pipe.ts';
 import { MemifDriver } from '../drivers/memif.ts';
 import { DpdkDriver } from '../drivers/dpdk.ts';
-import { VerbsDriver } from '../drivers/verbs.ts';
+import { VerbsDriver } from '../drivers/ibverbs.ts';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Driver } from '../drivers/driver.ts';

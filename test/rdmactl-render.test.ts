@@ -324,7 +324,7 @@ test('show device, version, buffers, hardware, memif on a live data plane', asyn
     );
     const ver = formatVersion(await a.version());
     assert.match(ver, /^rdma-graph v\d+\.\d+\.\d+ on Node v20/);
-    // dpdk is listed when dpdk.node was built, ibverbs and mlx5dv when verbs.node was.
+    // dpdk is listed when dpdk.node was built, ibverbs and mlx5dv when ibverbs.node was.
     assert.match(ver, /\ndrivers: memif, af_packet, pcap, pipe(, dpdk)?(, ibverbs, mlx5dv)?\n/);
     const avail = (await a.version()).drivers;
     assert.is(

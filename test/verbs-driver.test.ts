@@ -1,5 +1,5 @@
 /**
- * The ibverbs and mlx5dv drivers without a NIC: verbs.node is built and linked against
+ * The ibverbs and mlx5dv drivers without a NIC: ibverbs.node is built and linked against
  * rdma-core; start-up naming a device this machine does not have fails with one line that
  * lists what ibv_get_device_list found (asserted against what it finds here); a device is
  * chosen by kernel interface through sysfs as VPP does (a fake sysfs tree and device list
@@ -13,15 +13,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseConfig } from '../config/load.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';
-import { type VerbsAddon, type VerbsDevice, verbsAddon } from '../drivers/verbs-addon.ts';
-import { describeDevices, resolveVerbsDevice } from '../drivers/verbs-devices.ts';
+import { type VerbsAddon, type VerbsDevice, verbsAddon } from '../drivers/ibverbs-addon.ts';
+import { describeDevices, resolveVerbsDevice } from '../drivers/ibverbs-devices.ts';
 
 let v: VerbsAddon | null = null;
 let why = '';
 try {
   v = verbsAddon();
 } catch (e) {
-  why = `verbs.node was not built (${(e as Error).message})`;
+  why = `ibverbs.node was not built (${(e as Error).message})`;
 }
 
 const cfg = (driver: string, opts: string) =>

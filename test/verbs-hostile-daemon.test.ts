@@ -16,7 +16,7 @@ import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
-import { loadCore, NATIVE_BUILD_DIR } from '../native/load.ts';
+import { loadCore, NATIVE_BUILD_DIR } from '../native/addons.ts';
 import { IP_A, IP_B } from './dataplane-helpers.ts';
 import { ROOT } from './readme-helpers.ts';
 import { nextPort, withTwoDaemons } from './verbs-helpers.ts';

@@ -20,7 +20,7 @@
  *
  *   node --import tsx test/verbs-hostile-helpers.ts SOCKET MODE
  */
-import { loadCore } from '../native/load.ts';
+import { loadCore } from '../native/addons.ts';
 
 const [socket, mode] = process.argv.slice(2);
 const core = loadCore();

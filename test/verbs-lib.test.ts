@@ -1,6 +1,6 @@
 /**
  * librdmagraph-verbs.so with unmodified libibverbs programs (ibverbs-utils): the daemon's verbs
- * socket (dataplane/verbs-server/server.ts) served by a data plane in this process, the programs preloaded
+ * socket (dataplane/verbs-server/connections.ts) served by a data plane in this process, the programs preloaded
  * as `rdma-graph exec` does: devices and their queries, memory registration, QPs through their
  * rings, a daemon that goes away, hostile clients, refused registrations, `rdma-graph exec`.
  * The data path with real programs (ibv_rc_pingpong, perftest) is test/verbs-apps.test.ts.
@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { formatQps } from '../api/render.ts';
 import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
-import { loadCore, NATIVE_BUILD_DIR } from '../native/load.ts';
+import { loadCore, NATIVE_BUILD_DIR } from '../native/addons.ts';
 import { IP_A, IP_B, MAC_A, twoDataplanes } from './dataplane-helpers.ts';
 import { Rng } from './hostile-helpers.ts';
 import { ROOT } from './readme-helpers.ts';

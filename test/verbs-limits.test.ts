@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Dataplane, VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import { createDataplane } from '../dataplane/create.ts';
-import { loadCore } from '../native/load.ts';
+import { loadCore } from '../native/addons.ts';
 import { baseConfig, twoDataplanes } from './dataplane-helpers.ts';
 import { cpuWith, memifIf } from './workers-helpers.ts';
 import { ROOT } from './readme-helpers.ts';
@@ -589,7 +589,7 @@ test('a daemon short of file descriptors (prlimit --nofile=64): a flood of conne
  */
 const FULL_LISTENER = `
 import { openSync } from 'node:fs';
-import { listenVerbs } from ${JSON.stringify(join(ROOT, 'dataplane/verbs-server/server.ts'))};
+import { listenVerbs } from ${JSON.stringify(join(ROOT, 'dataplane/verbs-server/connections.ts'))};
 const held = [];
 listenVerbs(process.argv[1], { adopt: (fd) => held.push(fd), connections: () => held.length, close() {} });
 try {

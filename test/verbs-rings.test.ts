@@ -10,7 +10,7 @@ import * as assert from 'uvu/assert';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadCore } from '../native/load.ts';
+import { loadCore } from '../native/addons.ts';
 import { IP_B, twoDataplanes } from './dataplane-helpers.ts';
 import { Rng } from './hostile-helpers.ts';
 import { nothingLeft } from './verbs-helpers.ts';

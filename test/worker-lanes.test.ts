@@ -12,7 +12,7 @@ import type { DataplaneApi } from '../dataplane/api.ts';
 import * as assert from 'uvu/assert';
 import { Dataplane } from '../dataplane/dataplane.ts';
 import { sleep } from './helpers.ts';
-import { NATIVE_BUILD_DIR } from '../native/load.ts';
+import { NATIVE_BUILD_DIR } from '../native/addons.ts';
 import { existsSync } from 'node:fs';
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';

@@ -22,7 +22,7 @@ import type { Qp } from '../../nodes/rdma/qp.ts';
 import { QpState } from '../../nodes/rdma/qp.ts';
 import { Access, type Completion, type Cq, Mr, Pd, type Srq, type WrOpcodeName } from '../../nodes/rdma/verbs.ts';
 import type { Rdma, RecvRequest, SendRequest, Sge } from '../../nodes/rdma/stack.ts';
-import { loadCore } from '../../native/load.ts';
+import { loadCore } from '../../native/addons.ts';
 
 export const VERBS_INPUT = 'verbs-input';
 /** Bytes of a ring's header (two cache lines: the program's, then ours). */

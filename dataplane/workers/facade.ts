@@ -24,7 +24,8 @@
 import { Worker } from 'node:worker_threads';
 import type { Config } from '../../config/types.ts';
 import { parseCoreList } from '../../config/schema.ts';
-import { parseIp4, parseIp4Prefix } from '../../config/formats.ts';
+import { parseIp4Prefix } from '../../config/formats.ts';
+import { ip4OrNull as parseIp4 } from '../../nodes/net/address.ts';
 import type {
   CaptureRequest,
   DataplaneApi,
@@ -40,7 +41,7 @@ import { pinThread } from '../pin.ts';
 import { handoffLink } from '../../drivers/handoff.ts';
 import { macOption } from '../../drivers/mac.ts';
 import { formatMac } from '../../nodes/net/address.ts';
-import { loadCore } from '../../native/load.ts';
+import { loadCore } from '../../native/addons.ts';
 import {
   type BufferView,
   type ConnectIn,
@@ -67,7 +68,7 @@ import {
   type VersionView,
 } from '../views.ts';
 import { WorkerLedger } from './ledger.ts';
-import { listenVerbs, VerbsAdmission, verbsLimits } from '../verbs-server/server.ts';
+import { listenVerbs, VerbsAdmission, verbsLimits } from '../verbs-server/connections.ts';
 import {
   type CallArgs,
   type CallName,

@@ -9,7 +9,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import type { Config } from '../../config/types.ts';
 import { Dataplane } from '../dataplane.ts';
 import { pinThread } from '../pin.ts';
-import { type VerbsConnections, verbsConnections } from '../verbs-server/server.ts';
+import { type VerbsConnections, verbsConnections } from '../verbs-server/connections.ts';
 import { DataplaneError, type Logger } from '../views.ts';
 import type { CallName, CallTable, FromWorker, ToWorker, WorkerInit } from './protocol.ts';
 

@@ -17,7 +17,7 @@
 // membership only when asked, non-blocking, close-on-exec. The fd is exposed so the engine can
 // sleep on it (readable when a retired block is waiting).
 //
-// See native/load.ts (AfPacketSocket) for the JavaScript view and drivers/af-packet.ts for the
+// See native/addons.ts (AfPacketSocket) for the JavaScript view and drivers/af-packet.ts for the
 // driver built on it.
 #include "common.h"
 

@@ -19,7 +19,7 @@
 // When the connection goes (DISCONNECT, the peer's socket closing, a protocol error), every
 // buffer still in a ring is moved to an orphan list that JavaScript reclaims (memifReclaim).
 //
-// See memif_proto.h for the wire format, native/load.ts (Memif) for the JavaScript view and
+// See memif_proto.h for the wire format, native/addons.ts (Memif) for the JavaScript view and
 // drivers/memif.ts for the driver built on it.
 #include "memif.h"
 

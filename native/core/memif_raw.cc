@@ -131,7 +131,7 @@ void InitMemifRaw(Napi::Env env, Napi::Object exports) {
   exports.Set("memifRawRecv", Napi::Function::New(env, RawRecv, "memifRawRecv"));
   exports.Set("memifMapFd", Napi::Function::New(env, MapFd, "memifMapFd"));
   // The same non-blocking SOCK_SEQPACKET primitives serve the daemon's verbs control socket
-  // (dataplane/verbs-server/server.ts).
+  // (dataplane/verbs-server/connections.ts).
   exports.Set("seqpacketListen", Napi::Function::New(env, RawSocket<true>, "seqpacketListen"));
   exports.Set("seqpacketAccept", Napi::Function::New(env, RawAccept, "seqpacketAccept"));
   exports.Set("seqpacketSend", Napi::Function::New(env, RawSend, "seqpacketSend"));

@@ -1,6 +1,6 @@
 /*
  * The verbs control channel between librdmagraph-verbs.so (in an application) and the daemon
- * (dataplane/verbs-server/server.ts): SOCK_SEQPACKET messages, little-endian, fixed layouts. The TypeScript
+ * (dataplane/verbs-server/connections.ts): SOCK_SEQPACKET messages, little-endian, fixed layouts. The TypeScript
  * side mirrors these offsets; test/verbs-lib.test.ts checks them against a real exchange.
  */
 #ifndef RDMA_GRAPH_VERBS_PROTO_H

@@ -16,7 +16,7 @@
  * ARP requests and gratuitous ARPs leave from.
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime, RX_ONLY_FLAGS } from '../../graph/index.ts';
-import type { InterfaceTable } from '../net/interfaces.ts';
+import type { InterfaceTable } from '../net/interface-table.ts';
 import { formatIp4, formatMacHiLo } from '../net/address.ts';
 import {
   ARP_BYTES,

@@ -13,7 +13,7 @@
  * are dropped with the VLAN counter.
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime, errorTable, nextTable } from '../../graph/index.ts';
-import type { InterfaceTable } from '../net/interfaces.ts';
+import type { InterfaceTable } from '../net/interface-table.ts';
 import {
   BROADCAST_HI,
   BROADCAST_LO,

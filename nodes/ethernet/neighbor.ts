@@ -21,7 +21,7 @@
  * node's arcs, so it works from a node, a timer or the control plane alike.
  */
 import { type Graph, INVALID_INDEX, type NodeRuntime, nextTable } from '../../graph/index.ts';
-import type { InterfaceTable } from '../net/interfaces.ts';
+import type { InterfaceTable } from '../net/interface-table.ts';
 import { formatIp4, formatMacHiLo, macHi, macLo, parseIp4, parseMac } from '../net/address.ts';
 import { ArpError, buildArpRequest } from './arp.ts';
 

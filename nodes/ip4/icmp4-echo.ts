@@ -23,7 +23,7 @@ import {
 } from '../../graph/index.ts';
 import { ETH_HEADER_BYTES } from '../ethernet/ethernet.ts';
 import type { Pinger } from './icmp4-ping.ts';
-import type { InterfaceTable } from '../net/interfaces.ts';
+import type { InterfaceTable } from '../net/interface-table.ts';
 import { IP4_DEFAULT_TTL, IP4_HEADER_BYTES, ip4SetChecksum20, packetSum } from './ip4.ts';
 
 export const ICMP4_ECHO = 'icmp4-echo';

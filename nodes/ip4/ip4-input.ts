@@ -14,7 +14,7 @@
  * options were refused) sits just before it.
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime, errorTable, nextTable } from '../../graph/index.ts';
-import type { InterfaceTable } from '../net/interfaces.ts';
+import type { InterfaceTable } from '../net/interface-table.ts';
 import {
   IP4_FLAG_MF,
   IP4_FRAG,

@@ -26,7 +26,7 @@ import { BROADCAST_HI, BROADCAST_LO, ETH_HEADER_BYTES, ETHERTYPE_IP4 } from '../
 import { formatIp4, formatMacHiLo, isIp4Multicast } from '../net/address.ts';
 import { HoldResult, type NeighborTable } from '../ethernet/neighbor.ts';
 import { formatIp4HeaderTrace, type Ip4HeaderTrace, ip4HeaderRecord } from './ip4-input.ts';
-import { type InterfaceTable, TxOffload } from '../net/interfaces.ts';
+import { type InterfaceTable, TxOffload } from '../net/interface-table.ts';
 import { IP4_DEFAULT_TTL, IP4_FLAG_DF, IP4_HEADER_BYTES, Ip4Opaque, ip4SetChecksum20 } from './ip4.ts';
 
 export const IP4_REWRITE = 'ip4-rewrite';

@@ -35,17 +35,37 @@ export function formatMac(mac: Uint8Array): string {
   return formatMacHiLo(macHi(mac), macLo(mac));
 }
 
-/** "10.0.0.1" -> u32 (host order). Throws a RangeError naming `where` on anything else. */
-export function parseIp4(s: string, where = 'address'): number {
+/**
+ * The project's one IPv4 parser (config/formats.ts uses it too): four decimal numbers 0..255,
+ * no leading zeros ("010.0.0.1" is 8.0.0.1 to inet_aton, 10.0.0.1 to others: refused as
+ * ambiguous). "10.0.0.1" -> u32 (host order), or why not.
+ */
+export function ip4OrWhy(s: string): number | string {
   const m = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(s);
-  if (m === null) throw new RangeError(`${where}: "${s}" is not a dotted-quad IPv4 address`);
+  if (m === null) return `"${s}" is not a dotted-quad IPv4 address`;
   let a = 0;
   for (let i = 1; i <= 4; i++) {
-    const b = Number(m[i]);
-    if (b > 255) throw new RangeError(`${where}: "${s}" is not a dotted-quad IPv4 address (${b} > 255)`);
+    const part = m[i];
+    if (part.length > 1 && part[0] === '0')
+      return `"${s}" is not a dotted-quad IPv4 address (${part} has a leading zero: octal to some parsers)`;
+    const b = Number(part);
+    if (b > 255) return `"${s}" is not a dotted-quad IPv4 address (${b} > 255)`;
     a = a * 256 + b;
   }
   return a;
+}
+
+/** "10.0.0.1" -> u32 (host order), or null (ip4OrWhy). */
+export function ip4OrNull(s: string): number | null {
+  const r = ip4OrWhy(s);
+  return typeof r === 'number' ? r : null;
+}
+
+/** "10.0.0.1" -> u32 (host order). Throws a RangeError naming `where` on anything else (ip4OrWhy). */
+export function parseIp4(s: string, where = 'address'): number {
+  const r = ip4OrWhy(s);
+  if (typeof r === 'string') throw new RangeError(`${where}: ${r}`);
+  return r;
 }
 
 /** "10.0.0.1/24" -> { address, prefix }; a bare address means /32. */

@@ -16,7 +16,7 @@ import {
   errorTable,
   nextTable,
 } from '../../graph/index.ts';
-import { type InterfaceTable, TxOffload } from '../net/interfaces.ts';
+import { type InterfaceTable, TxOffload } from '../net/interface-table.ts';
 import { foldSum, IP4_HEADER_BYTES, Ip4Opaque, IP_PROTO_UDP, packetSum, pseudoHeaderSum } from '../ip4/ip4.ts';
 import { formatUdpTrace, UDP_HEADER_BYTES, type UdpTrace } from './udp4-input.ts';
 

@@ -17,7 +17,7 @@ import * as assert from 'uvu/assert';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadConfig } from '../../config/load.ts';
-import { verbsAddon } from '../../drivers/verbs-addon.ts';
+import { verbsAddon } from '../../drivers/ibverbs-addon.ts';
 import { blocks, README, ROOT, runNicBlock } from '../readme-helpers.ts';
 import { rdmaOpsSuite } from '../rdma-ops-helpers.ts';
 import { hwPorts } from '../rdma-helpers.ts';
@@ -30,7 +30,7 @@ function noDevice(): string | null {
   try {
     list = verbsAddon().devices();
   } catch (e) {
-    return `no mlx5 device (verbs.node is not built: ${(e as Error).message})`;
+    return `no mlx5 device (ibverbs.node is not built: ${(e as Error).message})`;
   }
   if (list.error !== null) return `no mlx5 device (ibv_get_device_list: ${list.error})`;
   const mlx5 = list.devices.filter((d) => d.mlx5);

@@ -1,7 +1,7 @@
 /**
  * The ibverbs and mlx5dv drivers: an Ethernet port of an RDMA NIC (ConnectX-4 or later on the
  * mlx5 kernel driver) through RAW_PACKET queues, the kernel keeping its interface (no vfio, no
- * hugepages), as VPP's rdma plugin in its `ibv` and `dv` modes. native/verbs/port.cc does the
+ * hugepages), as VPP's rdma plugin in its `ibv` and `dv` modes. native/ibverbs/port.cc does the
  * queues; this wrapper binds them to the pool and keeps the buffer stash, as the memif driver.
  *
  * Zero copy: the pool memory is registered once as an MR; receive WQEs point at pool buffers,
@@ -28,8 +28,8 @@ import {
   type VerbsPortStats,
   verbsAddon,
   verbsUnavailable,
-} from './verbs-addon.ts';
-import { type ResolvedDevice, resolveVerbsDevice } from './verbs-devices.ts';
+} from './ibverbs-addon.ts';
+import { type ResolvedDevice, resolveVerbsDevice } from './ibverbs-devices.ts';
 
 const IDLE_POLL_NS = 50_000;
 const FRAME = 256;

@@ -1,5 +1,5 @@
 // core.node module init: buffer memory, TSC, eventfd, FdWaiter, the af_packet socket and memif (see
-// native/load.ts for the TypeScript view of these exports).
+// native/addons.ts for the TypeScript view of these exports).
 #include "common.h"
 
 namespace {

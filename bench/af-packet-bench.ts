@@ -375,12 +375,12 @@ function round(x: number): number {
   return Math.round(x * 1000) / 1000;
 }
 
-// Generator mode: node --import tsx bench/af-packet.ts --generator <if> <count> <seconds> <len>
+// Generator mode: node --import tsx bench/af-packet-bench.ts --generator <if> <count> <seconds> <len>
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href && process.argv[2] === '--generator') {
   const [ifname, count, secs, len] = process.argv.slice(3);
   generator(ifname, Number(count), Number(secs), Number(len));
 } else if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  // Direct run: node --import tsx bench/af-packet.ts [seconds] (or npm run bench -- af_packet)
+  // Direct run: node --import tsx bench/af-packet-bench.ts [seconds] (or npm run bench -- af_packet)
   const r = await runAfPacketBench({ seconds: Number(process.argv[2] ?? 2) });
   console.log(r.text);
 }

@@ -20,10 +20,10 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { DpdkDriver } from '../drivers/dpdk.ts';
-import { NATIVE_BUILD_DIR } from '../native/load.ts';
+import { NATIVE_BUILD_DIR } from '../native/addons.ts';
 import { BufferPool } from '../graph/index.ts';
 import { testpmdUnavailable } from '../test/helpers-dpdk.ts';
-import { baseline, lastNodeBreakdown, MAC, measure, pin, planeOn, spineOn, txonlyInto } from './memif.ts';
+import { baseline, lastNodeBreakdown, MAC, measure, pin, planeOn, spineOn, txonlyInto } from './memif-bench.ts';
 
 export interface DpdkBenchResult {
   text: string;

@@ -1,9 +1,9 @@
 /**
- * verbs.node (native/verbs/), as TypeScript sees it: the ibverbs/mlx5dv Port, the device list,
+ * ibverbs.node (native/ibverbs/), as TypeScript sees it: the ibverbs/mlx5dv Port, the device list,
  * and the mlx5 format functions (the same C code the mlx5dv data path runs, exported so tests
  * can run it on byte fixtures).
  */
-import { loadAddon } from '../native/load.ts';
+import { loadAddon } from '../native/addons.ts';
 
 export const VERBS_HINT = 'install libibverbs-dev (it brings libmlx5)';
 
@@ -122,9 +122,9 @@ export interface VerbsAddon {
   mlx5SrqNextSeg(seg: Uint8Array, next: number): void;
 }
 
-/** verbs.node, or throws DriverUnavailableError saying what to install. */
+/** ibverbs.node, or throws DriverUnavailableError saying what to install. */
 export function verbsAddon(): VerbsAddon {
-  return loadAddon<VerbsAddon>('verbs', VERBS_HINT);
+  return loadAddon<VerbsAddon>('ibverbs', VERBS_HINT);
 }
 
 /** Why the verbs drivers cannot be used in this build, or null when they can. */

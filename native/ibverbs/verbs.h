@@ -1,4 +1,4 @@
-// verbs.node: the ibverbs (RAW_PACKET QPs through verbs calls) and mlx5dv (the same queues
+// ibverbs.node: the ibverbs (RAW_PACKET QPs through verbs calls) and mlx5dv (the same queues
 // driven in memory) Ethernet drivers, the device list, and the mlx5 format functions' exports.
 #pragma once
 

@@ -7,7 +7,7 @@
  */
 import { existsSync, readdirSync, readlinkSync, realpathSync } from 'node:fs';
 import { basename } from 'node:path';
-import type { VerbsAddon, VerbsDevice } from './verbs-addon.ts';
+import type { VerbsAddon, VerbsDevice } from './ibverbs-addon.ts';
 
 export interface VerbsSelector {
   device: string | null;

@@ -1,5 +1,5 @@
 // Loader and TypeScript view of the native addons built by `npm run build` (cmake-js) into
-// native/build/Release/: core.node always, dpdk.node / verbs.node when their libraries exist.
+// native/build/Release/: core.node always, dpdk.node / ibverbs.node when their libraries exist.
 
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -522,7 +522,7 @@ const drivers = new Map<string, unknown>();
  * its library, e.g. 'install libdpdk-dev'. Throws DriverUnavailableError when it was not
  * built or cannot be loaded.
  */
-export function loadAddon<T>(name: 'dpdk' | 'verbs', installHint: string): T {
+export function loadAddon<T>(name: 'dpdk' | 'ibverbs', installHint: string): T {
   const cached = drivers.get(name);
   if (cached !== undefined) return cached as T;
   const path = `${NATIVE_BUILD_DIR}${name}.node`;

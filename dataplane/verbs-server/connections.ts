@@ -37,7 +37,7 @@ import type { Rdma } from '../../nodes/rdma/stack.ts';
 import { LogLimiter } from './log-limit.ts';
 import { VERBS_LIMITS } from '../../nodes/rdma/stack.ts';
 import { type Channel, CqRing, CQE_BYTES, QpRing, RING_HDR, rqStride, SrqRing, VerbsRings } from './rings.ts';
-import { loadCore, NATIVE_BUILD_DIR, type FdWaiter } from '../../native/load.ts';
+import { loadCore, NATIVE_BUILD_DIR, type FdWaiter } from '../../native/addons.ts';
 
 /** librdmagraph-verbs.so, what `rdma-graph exec` preloads (built when libibverbs-dev is there). */
 export const VERBS_LIBRARY = `${NATIVE_BUILD_DIR}librdmagraph-verbs.so`;

@@ -1,4 +1,4 @@
-// verbs.node: ibverbs and mlx5dv Ethernet drivers (port.cc), the device list (devices.cc) and
+// ibverbs.node: ibverbs and mlx5dv Ethernet drivers (port.cc), the device list (devices.cc) and
 // the mlx5 format functions for tests (format_exports.cc). Built only when libibverbs and
 // libmlx5 are found (native/CMakeLists.txt).
 #include "verbs.h"
@@ -10,4 +10,4 @@ static Napi::Object InitVerbs(Napi::Env env, Napi::Object exports) {
   return exports;
 }
 
-NODE_API_MODULE(verbs, InitVerbs)
+NODE_API_MODULE(ibverbs, InitVerbs)
