@@ -74,7 +74,7 @@ function startDaemon(name: string, config: string): Promise<Daemon> {
     };
     proc.stdout!.on('data', onData);
     proc.stderr!.on('data', onData);
-    exit.then((code) => reject(new DemoFailure(`${name} exited with ${code} before its API came up`)));
+    void exit.then((code) => reject(new DemoFailure(`${name} exited with ${code} before its API came up`)));
   });
 }
 

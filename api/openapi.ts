@@ -5,7 +5,7 @@
  */
 import { STATUS_CODES } from 'node:http';
 import { VERSION } from '../dataplane/views.ts';
-import { JSON_TYPE, OCTETS, type Ctx, type RouteDef } from './routes/route.ts';
+import { JSON_TYPE, OCTETS, type RouteDef } from './routes/route.ts';
 import { components, type JsonSchema } from './schemas.ts';
 
 export type OpenApiDocument = {
@@ -152,6 +152,6 @@ export function openApiRoute(routes: () => RouteDef[], opts: { token: boolean })
     status: 200,
     response: { type: 'object', description: 'an OpenAPI 3.0 document' },
     errors: [],
-    handler: async (_: Ctx) => (doc ??= openApiDocument(routes(), opts)),
+    handler: async () => (doc ??= openApiDocument(routes(), opts)),
   };
 }

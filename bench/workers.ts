@@ -16,7 +16,6 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { parseConfig } from '../config/load.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';
-import type { DataplaneApi } from '../dataplane/api.ts';
 import { createDataplane } from '../dataplane/create.ts';
 import { startApi } from '../api/server.ts';
 

@@ -112,7 +112,7 @@ function describe(node: YNode): string {
   if (typeof v === 'string') return `the string ${q(v)}`;
   if (typeof v === 'number') return `the number ${v}`;
   if (typeof v === 'boolean') return `the boolean ${v}`;
-  return `the value ${String(v)}`;
+  return `the value ${typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v as string | undefined)}`;
 }
 
 /** Walks the document along the schema: collects issues, remembers where each path is. */

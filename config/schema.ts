@@ -777,7 +777,7 @@ export const SCHEMA: MapSpec = {
 
 function yamlText(v: unknown): string {
   if (Array.isArray(v)) return `[${v.map(yamlText).join(', ')}]`;
-  return v === null ? 'null' : String(v);
+  return v === null ? 'null' : typeof v === 'object' ? JSON.stringify(v) : String(v as string | number | boolean);
 }
 
 function defaultText(s: Spec): string {

@@ -13,8 +13,7 @@
  * kind of wrong it is (the API maps kinds to HTTP statuses); nothing a caller passes can throw
  * anything else or leave the data plane half-changed.
  */
-import { loadCore } from '../native/addons.ts';
-import { HandoffDriver, type HandoffLink } from '../drivers/handoff.ts';
+import { HandoffDriver } from '../drivers/handoff.ts';
 import { MemifLaneDriver } from '../drivers/memif-lane.ts';
 import { WorkerLaneDriver } from '../drivers/lane.ts';
 import { acceptPorts, rejectPorts } from '../drivers/steer-bpf.ts';
@@ -48,14 +47,13 @@ import {
   type RuntimeThreadSnapshot,
   type TraceThreadSnapshot,
 } from '../graph/index.ts';
-import { type Capture, Interfaces, type InterfaceCounters } from '../drivers/interfaces.ts';
+import { type Capture, Interfaces } from '../drivers/interfaces.ts';
 import { CaptureFileError, discardCaptureFile, openCaptureFile } from '../drivers/capture-file.ts';
-import type { FaultConfig, FaultCounters } from '../drivers/fault.ts';
+import type { FaultConfig } from '../drivers/fault.ts';
 import type { Driver, ProvidedMemory } from '../drivers/driver.ts';
 import { driverUnavailable, openDriver } from '../drivers/open.ts';
 import { DRIVER_KINDS, type Config, type InterfaceConfig } from '../config/types.ts';
 import { registerL2L4, type Netstack } from '../nodes/netstack.ts';
-import { PING_MAX_SIZE } from '../nodes/ip4/icmp4-ping.ts';
 import { parseIp4 } from '../nodes/net/address.ts';
 import {
   type AtomicValue,
@@ -65,7 +63,6 @@ import {
   type CqView,
   DataplaneError,
   type DeviceView,
-  type Endpoint,
   type EventView,
   type HardwareView,
   type HealthView,
@@ -91,29 +88,24 @@ import {
   checkMrRange,
 } from './views.ts';
 import {
-  type DeviceAttr,
   registerRdma,
   VERBS_DEFAULTS,
   VERBS_LIMITS,
-  type QpInfo,
   type Rdma,
   type Sge,
-  type QpModify,
 } from '../nodes/rdma/stack.ts';
 import type { RdmaEvent } from '../nodes/rdma/core.ts';
 import { CmConnectError } from '../nodes/rdma/cm.ts';
-import { QP_STATE_NAMES, type Qp, type QpStateName } from '../nodes/rdma/qp.ts';
+import { QP_STATE_NAMES, type Qp } from '../nodes/rdma/qp.ts';
 import {
   ACCESS_NAMES,
   accessNames,
-  type Completion,
   type Cq,
   type Mr,
   type Pd,
   type Srq,
   VerbsError,
   WR_OPCODE_NAMES,
-  type WrOpcodeName,
 } from '../nodes/rdma/verbs.ts';
 
 /** Dataplane.create's options beyond the configuration. */

@@ -5,7 +5,6 @@
  */
 import * as assert from 'uvu/assert';
 import type { DataplaneApi } from '../dataplane/api.ts';
-import type { Dataplane } from '../dataplane/dataplane.ts';
 import { ApiClient, ApiError } from '../api/client.ts';
 import { startApi, type RunningApi } from '../api/server.ts';
 import { twoDataplanes } from './dataplane-helpers.ts';

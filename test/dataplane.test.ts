@@ -1,7 +1,6 @@
 import { test } from './harness.ts';
 import type { DataplaneApi } from '../dataplane/api.ts';
 import * as assert from 'uvu/assert';
-import { type Dataplane } from '../dataplane/dataplane.ts';
 import { DataplaneError } from '../dataplane/views.ts';
 import { IP_A, IP_B, twoDataplanes } from './dataplane-helpers.ts';
 

@@ -277,7 +277,6 @@ const EHDR = '   Count                  Node                              Reason
 const EHDR_V = '   Count                  Node                              Reason               Severity  Index';
 
 const E_1532 = '      1532             rdma-0-tx                       no free tx slots            error  ';
-const E_0 = '         0             rdma-input                     buffer alloc error           error  ';
 const E_12 = '        12             udp-local                   no listener for dst port        info   ';
 const E_100 = '       100             rdma-0-tx                       no free tx slots            error  ';
 const E_1532_V = '      1532             rdma-0-tx                       no free tx slots            error     7  ';

@@ -78,7 +78,7 @@ export function watchDaemon(proc: ChildProcess): RunningDaemon {
     };
     proc.stdout!.on('data', on);
     proc.stderr!.on('data', on);
-    exit.then((c) => reject(new Error(`daemon exited (${c}) before the API came up:\n${lines.join('\n')}`)));
+    void exit.then((c) => reject(new Error(`daemon exited (${c}) before the API came up:\n${lines.join('\n')}`)));
   });
   return { proc, lines, url, exit };
 }

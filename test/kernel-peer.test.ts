@@ -649,8 +649,7 @@ function tshark(file: string, filter?: string): string[][] {
 // tshark field values: checksum status 0 = Bad, 1 = Good, 2 = Unverified; expert severity and
 // group as epan/proto.h numbers.
 const GOOD = '1';
-const PI_ERROR = 0x00800000,
-  PI_WARN = 0x00600000;
+const PI_WARN = 0x00600000;
 const PI_CHECKSUM = 0x01000000,
   PI_MALFORMED = 0x07000000;
 

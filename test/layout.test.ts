@@ -18,7 +18,7 @@ function imports(file: string): string[] {
   return [...text.matchAll(/(?:from|import)\s*\(?\s*['"]([^'"]+)['"]/g)].map((m) => m[1]);
 }
 
-test('the top-level layout exists (README: Layout)', () => {
+test('the top-level layout exists (README: Architecture)', () => {
   for (const d of ['graph', 'nodes', 'drivers', 'native', 'config', 'dataplane', 'api', 'bin', 'test', 'bench']) {
     assert.ok(statSync(join(root, d)).isDirectory(), `${d}/ exists`);
   }

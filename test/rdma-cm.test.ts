@@ -392,7 +392,7 @@ test('connect API: twice, on a connected QP, disconnect while connecting; listen
   );
   assert.is(A.qp.stateName, 'init', 'connect moves a RESET QP to INIT');
   try {
-    ra.connect(A.qp, IP_B, 7002);
+    void ra.connect(A.qp, IP_B, 7002);
     assert.unreachable('second connect');
   } catch (e) {
     assert.instance(e, VerbsError);
@@ -403,7 +403,7 @@ test('connect API: twice, on a connected QP, disconnect while connecting; listen
   assert.is((await first)?.message, `qp ${A.qp.qpn} disconnected`);
   assert.is(A.qp.stateName, 'error');
   try {
-    ra.connect(A.qp, IP_B, 7002);
+    void ra.connect(A.qp, IP_B, 7002);
     assert.unreachable('connect in ERROR');
   } catch (e) {
     assert.is((e as VerbsError).kind, 'state');

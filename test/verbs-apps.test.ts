@@ -10,7 +10,7 @@ import type { DataplaneApi } from '../dataplane/api.ts';
 import * as assert from 'uvu/assert';
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { type Dataplane, VERBS_LIBRARY } from '../dataplane/dataplane.ts';
+import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import { NATIVE_BUILD_DIR } from '../native/addons.ts';
 import { IP_B } from './dataplane-helpers.ts';
 import { nextPort, nothingLeft, pair, type Run, runTool, serverListening, withTwoDaemons } from './verbs-helpers.ts';

@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type Dataplane, VERBS_LIBRARY } from '../dataplane/dataplane.ts';
+import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import { twoDataplanes } from './dataplane-helpers.ts';
 
 export interface Run {

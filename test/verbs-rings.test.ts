@@ -85,7 +85,7 @@ async function rawClient(
 }
 
 test('a program scribbling on its rings: garbage WQEs complete in error or flush, CQEs stay in the ring, an impossible index refuses the ring, the daemon keeps serving and loses nothing', async () => {
-  await rawClient(async ({ core, dps, vs, conn, req, efd }) => {
+  await rawClient(async ({ core, dps, conn, req, efd }) => {
     // (the connection is closed at the end of the body: its release is part of what is checked)
     // ATTACH: the opened device's interface name (32 bytes) and the doorbell eventfd.
     const nameWords = ifnameWords((await dps.a.interfaces())[0].name);
@@ -210,7 +210,7 @@ test('a program scribbling on its rings: garbage WQEs complete in error or flush
 });
 
 test('a program scribbling on its SRQ ring and its CQ consumer index: the SRQ ring is refused, a CQE never lands past the CQ, the daemon keeps serving and loses nothing', async () => {
-  await rawClient(async ({ core, dps, vs, conn, req, efd }) => {
+  await rawClient(async ({ core, dps, conn, req, efd }) => {
     assert.is((await req(12, ifnameWords((await dps.a.interfaces())[0].name), efd)).status, 0);
     const pd = (await req(2, [])).w[0];
     // An SRQ and its ring.

@@ -10,7 +10,6 @@ import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { spawnSync } from 'node:child_process';
 import { parseConfig } from '../config/load.ts';
-import { Dataplane } from '../dataplane/dataplane.ts';
 import type { DataplaneApi } from '../dataplane/api.ts';
 import { createDataplane } from '../dataplane/create.ts';
 import { ip, netnsUnavailable } from './helpers-netns.ts';

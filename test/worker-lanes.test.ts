@@ -10,7 +10,6 @@
 import { skip, test } from './harness.ts';
 import type { DataplaneApi } from '../dataplane/api.ts';
 import * as assert from 'uvu/assert';
-import { Dataplane } from '../dataplane/dataplane.ts';
 import { sleep } from './helpers.ts';
 import { NATIVE_BUILD_DIR } from '../native/addons.ts';
 import { existsSync } from 'node:fs';

@@ -5,7 +5,6 @@
  */
 import * as assert from 'uvu/assert';
 import type { Config, InterfaceConfig } from '../config/types.ts';
-import { Dataplane } from '../dataplane/dataplane.ts';
 import type { DataplaneApi } from '../dataplane/api.ts';
 import { createDataplane } from '../dataplane/create.ts';
 import { baseConfig } from './dataplane-helpers.ts';

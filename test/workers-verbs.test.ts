@@ -14,7 +14,6 @@ import { test } from './harness.ts';
 import type { DataplaneApi } from '../dataplane/api.ts';
 import * as assert from 'uvu/assert';
 import type { Completion } from '../nodes/rdma/verbs.ts';
-import type { Dataplane } from '../dataplane/dataplane.ts';
 import { pattern } from './rdma-helpers.ts';
 import { end, IP_A, IP_B, memifPair, type End, type MemifPair, pollOne } from './workers-helpers.ts';
 
@@ -387,7 +386,7 @@ async function mixed(
       plan.map((o, i) =>
         o.kind === 'send'
           ? p.b.postRecv(y.qp.qpn, { wrId: base + i, sge: [{ mr: y.mr.mr, offset: 2 * MiB + i * SLOT, length: SLOT }] })
-          : undefined,
+          : Promise.resolve(),
       ),
     );
     for (const [i, o] of plan.entries()) {

@@ -8,8 +8,6 @@
 import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import type { Config } from '../config/types.ts';
-import { Dataplane } from '../dataplane/dataplane.ts';
-import type { DataplaneApi } from '../dataplane/api.ts';
 import { createDataplane } from '../dataplane/create.ts';
 import { baseConfig } from './dataplane-helpers.ts';
 import { sleep } from './helpers.ts';

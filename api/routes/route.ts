@@ -30,7 +30,7 @@ export interface Ctx<P = Record<string, never>, Q = Record<string, never>, B = u
   transfers: TransferSlots;
 }
 
-export interface RouteDef<P = any, Q = any, B = any> {
+export interface RouteDef<P = unknown, Q = unknown, B = unknown> {
   method: Method;
   /** OpenAPI style: /v1/qps/{qpn}. */
   path: string;

@@ -30,7 +30,6 @@ import type { Qp } from '../../nodes/rdma/qp.ts';
 import type { Cq, Srq } from '../../nodes/rdma/verbs.ts';
 import { existsSync, mkdirSync, readFileSync, unlinkSync } from 'node:fs';
 import { dirname } from 'node:path';
-import type { Config } from '../../config/types.ts';
 import type { DataplaneApi, ServeVerbsOptions, VerbsLimits, VerbsSocket } from '../api.ts';
 import type { Graph } from '../../graph/index.ts';
 import type { Rdma } from '../../nodes/rdma/stack.ts';

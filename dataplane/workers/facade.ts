@@ -430,7 +430,7 @@ export class WorkerDataplane implements DataplaneApi {
     what: string,
   ): number {
     const k = this.byHandle(req.pd, 'protection domain');
-    const check = (h: unknown, name: string) => {
+    const check = (h: number | null | undefined, name: string) => {
       if (h === undefined || h === null) return;
       const j = this.byHandle(h, name);
       if (j !== k)

@@ -102,8 +102,8 @@ async function main(): Promise<void> {
     unlisten: (p) => dp.unlisten(p),
   };
   const aborts = new Map<number, AbortController>();
-  port.on('message', async (m: ToWorker) => {
-    if (m.t === 'abort') return void aborts.get(m.id)?.abort();
+  const serve = async (m: ToWorker): Promise<void> => {
+    if (m.t === 'abort') return aborts.get(m.id)?.abort();
     if (m.t === 'crash') {
       // Test hook (test/workers.test.ts): an exception nobody catches, as a bug would throw.
       setImmediate(() => {
@@ -131,7 +131,8 @@ async function main(): Promise<void> {
     } finally {
       aborts.delete(m.id);
     }
-  });
+  };
+  port.on('message', (m: ToWorker) => void serve(m));
   post({ t: 'ready' });
 }
 

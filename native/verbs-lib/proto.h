@@ -1,49 +1,105 @@
 /*
- * The verbs control channel between librdmagraph-verbs.so (in an application) and the daemon
- * (dataplane/verbs-server/connections.ts): SOCK_SEQPACKET messages, little-endian, fixed layouts. The TypeScript
- * side mirrors these offsets; test/verbs-lib.test.ts checks them against a real exchange.
+ * The verbs protocol between librdmagraph-verbs.so (in an application) and the daemon
+ * (dataplane/verbs-server/): the control messages on the SOCK_SEQPACKET socket and the shared
+ * rings. Little-endian, fixed layouts; what each message and ring word means, who writes it and
+ * when: docs/VERBS-PROTOCOL.md (section numbers cited below).
+ *
+ * This file is the one source of the ABI. It includes nothing but <stdint.h>, so that
+ * native/tools/verbs-abi.c (a C compiler and nothing else) can print every constant, enum and
+ * struct of it; native/tools/gen-verbs-abi.mjs turns that into
+ * dataplane/verbs-server/abi.generated.ts, the daemon's copy, and test/verbs-abi.test.ts fails
+ * while the two differ. Adding a constant, an enum member or a struct here: add it to
+ * verbs-abi.c too (the generator refuses a name it does not print; a struct member it does not
+ * list leaves a hole it refuses), then `npm run build`.
  */
 #ifndef RDMA_GRAPH_VERBS_PROTO_H
 #define RDMA_GRAPH_VERBS_PROTO_H
 
 #include <stdint.h>
 
-#define RGV_MAGIC 0x31564752u /* "RGV1" */
-#define RGV_OP_DEVICES 1u   /* -> count x rgv_device */
-#define RGV_OP_ALLOC_PD 2u  /* -> u32 pd handle */
-#define RGV_OP_DEALLOC_PD 3u /* u32 pd */
-#define RGV_OP_REG_MR 4u    /* rgv_reg_mr + the memory's memfd (SCM_RIGHTS) -> rgv_mr */
-#define RGV_OP_DEREG_MR 5u  /* u32 mr handle */
-#define RGV_OP_CREATE_CQ 6u /* rgv_create_cq + the ring memfd -> u32 cq handle, u32 entries */
-#define RGV_OP_DESTROY_CQ 7u /* u32 cq */
-#define RGV_OP_CREATE_QP 8u /* rgv_create_qp -> rgv_qp */
-#define RGV_OP_MODIFY_QP 9u /* rgv_modify_qp */
-#define RGV_OP_DESTROY_QP 10u /* u32 qpn */
-#define RGV_OP_QUERY_QP 11u /* u32 qpn -> rgv_qp_attr */
-#define RGV_OP_ATTACH 12u   /* char ifname[32] (the opened device's) + the doorbell eventfd (SCM_RIGHTS) */
-#define RGV_OP_CREATE_CHANNEL 13u /* a completion channel's eventfd (SCM_RIGHTS) -> u32 handle */
-#define RGV_OP_DESTROY_CHANNEL 14u /* u32 channel */
-#define RGV_OP_QP_RING 15u  /* rgv_qp_ring + the rings' memfd: the QP's work queues */
-#define RGV_OP_CREATE_SRQ 16u /* rgv_create_srq -> u32 handle, u32 max_wr, u32 max_sge */
-#define RGV_OP_SRQ_RING 17u /* rgv_srq_ring + the ring's memfd */
-#define RGV_OP_DESTROY_SRQ 18u /* u32 srq */
-#define RGV_OP_MODIFY_SRQ 19u /* u32 srq, u32 limit */
-#define RGV_NONE 0xffffffffu /* no channel, no SRQ */
-#define RGV_MAX_DEVICES 64u
+/* ------------------------------------------------------------------ control messages (§2, §3) */
 
-/* Every request and response starts with this (16 bytes). */
-struct rgv_hdr {
-  uint32_t magic;
-  uint16_t op;
-  int16_t status; /* responses: 0 or a negative errno */
-  uint32_t seq;
-  uint32_t count; /* responses: records that follow */
+#define RGV_MAGIC 0x31564752u /* "RGV1" */
+#define RGV_NONE 0xffffffffu  /* no channel, no SRQ */
+#define RGV_MAX_DEVICES 64u   /* device records in a DEVICES reply, at most */
+#define RGV_MAX_REASON 480u   /* bytes of text after a refusal's header, at most (§2.3) */
+
+/* The requests; each is answered once, with the same op and seq (§3). */
+enum rgv_op {
+  RGV_OP_DEVICES = 1,
+  RGV_OP_ALLOC_PD = 2,
+  RGV_OP_DEALLOC_PD = 3,
+  RGV_OP_REG_MR = 4,
+  RGV_OP_DEREG_MR = 5,
+  RGV_OP_CREATE_CQ = 6,
+  RGV_OP_DESTROY_CQ = 7,
+  RGV_OP_CREATE_QP = 8,
+  RGV_OP_MODIFY_QP = 9,
+  RGV_OP_DESTROY_QP = 10,
+  RGV_OP_QUERY_QP = 11,
+  RGV_OP_ATTACH = 12,
+  RGV_OP_CREATE_CHANNEL = 13,
+  RGV_OP_DESTROY_CHANNEL = 14,
+  RGV_OP_QP_RING = 15,
+  RGV_OP_CREATE_SRQ = 16,
+  RGV_OP_SRQ_RING = 17,
+  RGV_OP_DESTROY_SRQ = 18,
+  RGV_OP_MODIFY_SRQ = 19,
 };
 
-/* One device per data-plane interface with an IPv4 address (RGV_OP_DEVICES), 128 bytes. */
+/* The file descriptor a request passes with it (SCM_RIGHTS); the daemon closes any other unread. */
+enum rgv_fd {
+  RGV_FD_NONE = 0,
+  RGV_FD_MEMFD = 1,   /* memory sealed against shrinking and growing, mapped by the daemon */
+  RGV_FD_EVENTFD = 2, /* an eventfd the daemon writes (never reads but to drain it) */
+};
+
+/*
+ * Every request: its body, its reply's body (`none`: nothing after the header), whether the reply
+ * holds `count` records of that body rather than one, and the fd it passes. The daemon serves
+ * every one (dataplane/verbs-server/handlers.ts has a handler for each, which tsc checks).
+ */
+#define RGV_OPS(X)                                                          \
+  /* name            request          reply          records  fd */          \
+  X(DEVICES,         none,            rgv_device,    1,       RGV_FD_NONE)    \
+  X(ALLOC_PD,        none,            rgv_handle,    0,       RGV_FD_NONE)    \
+  X(DEALLOC_PD,      rgv_handle,      none,          0,       RGV_FD_NONE)    \
+  X(REG_MR,          rgv_reg_mr,      rgv_mr,        0,       RGV_FD_MEMFD)   \
+  X(DEREG_MR,        rgv_handle,      none,          0,       RGV_FD_NONE)    \
+  X(CREATE_CQ,       rgv_create_cq,   rgv_cq,        0,       RGV_FD_MEMFD)   \
+  X(DESTROY_CQ,      rgv_handle,      none,          0,       RGV_FD_NONE)    \
+  X(CREATE_QP,       rgv_create_qp,   rgv_qp,        0,       RGV_FD_NONE)    \
+  X(MODIFY_QP,       rgv_modify_qp,   none,          0,       RGV_FD_NONE)    \
+  X(DESTROY_QP,      rgv_handle,      none,          0,       RGV_FD_NONE)    \
+  X(QUERY_QP,        rgv_handle,      rgv_qp_attr,   0,       RGV_FD_NONE)    \
+  X(ATTACH,          rgv_attach,      none,          0,       RGV_FD_EVENTFD) \
+  X(CREATE_CHANNEL,  none,            rgv_handle,    0,       RGV_FD_EVENTFD) \
+  X(DESTROY_CHANNEL, rgv_handle,      none,          0,       RGV_FD_NONE)    \
+  X(QP_RING,         rgv_qp_ring,     none,          0,       RGV_FD_MEMFD)   \
+  X(CREATE_SRQ,      rgv_create_srq,  rgv_srq,       0,       RGV_FD_NONE)    \
+  X(SRQ_RING,        rgv_srq_ring,    none,          0,       RGV_FD_MEMFD)   \
+  X(DESTROY_SRQ,     rgv_handle,      none,          0,       RGV_FD_NONE)    \
+  X(MODIFY_SRQ,      rgv_modify_srq,  none,          0,       RGV_FD_NONE)
+
+/* Every request and reply starts with this (16 bytes, §2.1). */
+struct rgv_hdr {
+  uint32_t magic; /* RGV_MAGIC */
+  uint16_t op;    /* enum rgv_op; a reply repeats its request's */
+  int16_t status; /* replies: 0 or a negative errno */
+  uint32_t seq;   /* the requester's; a reply repeats it */
+  uint32_t count; /* replies: records that follow (DEVICES), else 0 */
+};
+
+/* A handle of the connection's own (PD, MR, CQ, SRQ, channel) or a QPN: the destroys, QUERY_QP,
+   and the replies of ALLOC_PD and CREATE_CHANNEL. */
+struct rgv_handle {
+  uint32_t handle;
+};
+
+/* DEVICES: one device per data-plane interface with an IPv4 address, 132 bytes. */
 struct rgv_device {
-  char name[64];   /* rdmagraph_<ifname> */
-  char ifname[32];
+  char name[64];   /* rdmagraph_<ifname>, NUL-terminated */
+  char ifname[32]; /* NUL-terminated */
   uint8_t mac[6];
   uint8_t link_up;
   uint8_t pad;
@@ -56,12 +112,17 @@ struct rgv_device {
   uint32_t max_rd_atom;
 };
 
-/* RGV_OP_REG_MR: the pages [page start, page end) of the registration, moved onto a memfd sealed
+/* ATTACH: the opened device's interface (its QPs take that address) + the doorbell eventfd. */
+struct rgv_attach {
+  char ifname[32]; /* rgv_device.ifname */
+};
+
+/* REG_MR: the pages [start, start + span) of the registration, moved onto a memfd sealed
    against shrinking and growing (`span` bytes, a multiple of the page size); the MR is the
    `length` bytes at virtual address `addr` in them (peers address it by that address). */
 struct rgv_reg_mr {
   uint32_t pd;
-  uint32_t access; /* bit 0 local-write, 1 remote-write, 2 remote-read, 3 remote-atomic */
+  uint32_t access; /* enum rgv_access bits */
   uint64_t span;
   uint64_t start; /* virtual address of the first page */
   uint64_t addr;
@@ -73,20 +134,32 @@ struct rgv_mr {
   uint32_t stag; /* lkey and rkey */
 };
 
+/* CREATE_CQ: `entries` (a power of two) CQEs in a ring of RGV_RING_HDR + entries x
+   sizeof(struct rgv_cqe) bytes, `bytes`, on the passed memfd. */
+struct rgv_create_cq {
+  uint32_t entries;
+  uint32_t channel; /* RGV_NONE or a handle from CREATE_CHANNEL */
+  uint64_t bytes;
+};
+
+struct rgv_cq {
+  uint32_t handle;
+  uint32_t entries; /* what the CQ holds: at least asked, at most the ring's entries */
+};
+
 struct rgv_create_qp {
   uint32_t pd, send_cq, recv_cq;
   uint32_t max_send_wr, max_recv_wr, max_sge, max_inline;
   uint32_t srq; /* RGV_NONE: the QP's own receive queue */
 };
 
-/* RGV_OP_CREATE_CQ: `entries` (a power of two) CQEs in a ring of RGV_RING_HDR + entries x 32 bytes on the memfd. */
-struct rgv_create_cq {
-  uint32_t entries;
-  uint32_t channel; /* RGV_NONE or a handle from RGV_OP_CREATE_CHANNEL */
-  uint64_t bytes;
+/* What the QP got: its number (our UDP port) and its sizes. */
+struct rgv_qp {
+  uint32_t qpn;
+  uint32_t max_send_wr, max_recv_wr, max_sge, max_inline;
 };
 
-/* RGV_OP_QP_RING: a QP's send and receive rings (rgv_qp_bytes of them) on the passed memfd. */
+/* QP_RING: a QP's send and receive rings (`bytes` of them) on the passed memfd (§4.2). */
 struct rgv_qp_ring {
   uint32_t qpn;
   uint32_t sq_entries, rq_entries; /* powers of two; rq_entries 1 with an SRQ (unused) */
@@ -95,26 +168,63 @@ struct rgv_qp_ring {
   uint64_t bytes;
 };
 
+/* MODIFY_QP: libibverbs' attr_mask bits and the attributes the daemon honours. */
+struct rgv_modify_qp {
+  uint32_t qpn;
+  uint32_t mask;  /* enum rgv_qp_attr_mask bits */
+  uint32_t state; /* enum rgv_qp_state */
+  uint8_t dgid[16];
+  uint32_t dest_qpn, rq_psn, sq_psn;
+  uint32_t max_rd_atomic;      /* ORD */
+  uint32_t max_dest_rd_atomic; /* IRD */
+  uint8_t path_mtu;  /* enum rgv_mtu (RGV_ATTR_PATH_MTU) */
+  uint8_t timeout;   /* 4.096 us x 2^timeout (RGV_ATTR_TIMEOUT), 0: the daemon's */
+  uint8_t retry_cnt; /* RGV_ATTR_RETRY_CNT */
+  uint8_t rnr_retry; /* RGV_ATTR_RNR_RETRY: not applied */
+};
+
+/* QUERY_QP: the QP as it is, with the attributes it was given. */
+struct rgv_qp_attr {
+  uint32_t state; /* enum rgv_qp_state */
+  uint32_t dest_qpn, rq_psn, sq_psn;
+  uint32_t max_rd_atomic, max_dest_rd_atomic;
+  uint32_t path_mtu; /* enum rgv_mtu of the QP's segments */
+  uint32_t max_send_wr, max_recv_wr, max_sge, max_inline;
+  uint8_t dest_ipv4[4]; /* network order; 0.0.0.0: no peer yet */
+};
+
 struct rgv_create_srq {
   uint32_t pd, max_wr, max_sge, limit;
 };
 
+struct rgv_srq {
+  uint32_t handle, max_wr, max_sge;
+};
+
+/* SRQ_RING: the SRQ's receive ring (`bytes`) on the passed memfd. */
 struct rgv_srq_ring {
   uint32_t srq, entries, stride, pad;
   uint64_t bytes;
 };
 
+struct rgv_modify_srq {
+  uint32_t srq, limit;
+};
+
+/* ------------------------------------------------------------------ the shared rings (§4) */
+
 /*
- * The shared rings. Each ring memfd starts with two cache lines: the first written by the
- * application, the second by the daemon. Indices are free-running u32 counters; an entry is at
- * index % entries. The daemon trusts none of what the application writes: it keeps its own
- * consumer index and reads each WQE's fields once.
+ * Each ring memfd starts with two cache lines: the first written by the application, the
+ * second by the daemon. Indices are free-running u32 counters; an entry is at index % entries.
+ * The daemon trusts none of what the application writes: it keeps its own consumer index and
+ * reads each WQE's fields once. Byte offsets in the header:
  *
  * QP: [0] sq_prod, [4] rq_prod | [64] sq_cons, [68] rq_cons, [72] sq_done, [76] rq_done,
- *     [80] need_kick (the daemon is about to sleep: write the doorbell), [84] state (ibv_qp_state)
- *     then the send ring (sq_entries x sq_stride), then the receive ring (rq_entries x rq_stride).
+ *     [80] need_kick (the daemon is about to sleep: write the doorbell), [84] state
+ *     (enum rgv_qp_state); then the send ring (sq_entries x sq_stride), then the receive ring
+ *     (rq_entries x rq_stride).
  * SRQ: [0] prod | [64] cons, [68] done, [80] need_kick; then entries x stride.
- * CQ: [0] cons, [4] armed (1 next, 2 solicited; the daemon clears it when it signals) |
+ * CQ: [0] cons, [4] armed (RGV_CQ_ARM_*; the daemon clears it when it signals) |
  *     [64] prod, [68] events signalled, [72] overflow; then entries x rgv_cqe.
  */
 #define RGV_RING_HDR 128u
@@ -135,12 +245,15 @@ struct rgv_srq_ring {
 #define RGV_CQ_PROD 64u
 #define RGV_CQ_EVENTS 68u
 #define RGV_CQ_OVERFLOW 72u
+#define RGV_CQ_ARM_NEXT 1u      /* ibv_req_notify_cq(cq, 0): the next completion */
+#define RGV_CQ_ARM_SOLICITED 2u /* ibv_req_notify_cq(cq, 1): a solicited or failed one */
+#define RGV_INLINE_ALIGN 16u    /* inline data in a send WQE takes a multiple of this */
 
 /* A send WQE: this header, then num_sge x rgv_sge, or inline_len bytes of data. */
 struct rgv_send_wqe {
   uint64_t wr_id;
-  uint32_t opcode;   /* enum ibv_wr_opcode */
-  uint32_t flags;    /* enum ibv_send_flags */
+  uint32_t opcode;   /* enum rgv_wr_opcode */
+  uint32_t flags;    /* enum rgv_send_flags bits */
   uint32_t num_sge;
   uint32_t imm;      /* imm_data (as the program stored it) or invalidate_rkey */
   uint64_t remote_addr;
@@ -151,6 +264,7 @@ struct rgv_send_wqe {
   uint64_t pad;
 };
 
+/* struct ibv_sge's layout (ring.c copies a program's list as it is). */
 struct rgv_sge {
   uint64_t addr;
   uint32_t length;
@@ -166,66 +280,142 @@ struct rgv_recv_wqe {
 
 struct rgv_cqe {
   uint64_t wr_id;
-  uint32_t status;   /* enum ibv_wc_status */
-  uint32_t opcode;   /* enum ibv_wc_opcode */
+  uint32_t status;   /* enum rgv_wc_status */
+  uint32_t opcode;   /* enum rgv_wc_opcode */
   uint32_t byte_len;
   uint32_t imm;      /* imm_data or invalidated_rkey (wc_flags says which) */
   uint32_t qp_num;
-  uint32_t wc_flags; /* IBV_WC_WITH_IMM, IBV_WC_WITH_INV */
+  uint32_t wc_flags; /* enum rgv_wc_flags bits */
 };
 
-/* In 64 bits: from sizes a daemon answered they must not wrap (the library bounds them first). */
+/* A ring's entry sizes; in 64 bits: from sizes a daemon answered they must not wrap (the
+   library bounds them first). */
 static inline uint64_t rgv_sq_stride(uint32_t max_sge, uint32_t max_inline) {
-  uint64_t data = (uint64_t)max_sge * 16u, in = ((uint64_t)max_inline + 15u) & ~(uint64_t)15u;
-  return 64u + (data > in ? data : in);
+  uint64_t data = (uint64_t)max_sge * sizeof(struct rgv_sge);
+  uint64_t in = ((uint64_t)max_inline + RGV_INLINE_ALIGN - 1) & ~(uint64_t)(RGV_INLINE_ALIGN - 1);
+  return sizeof(struct rgv_send_wqe) + (data > in ? data : in);
 }
-static inline uint64_t rgv_rq_stride(uint32_t max_sge) { return 16u + (uint64_t)max_sge * 16u; }
+static inline uint64_t rgv_rq_stride(uint32_t max_sge) {
+  return sizeof(struct rgv_recv_wqe) + (uint64_t)max_sge * sizeof(struct rgv_sge);
+}
 
+/* ------------------------------------------------------------------ libibverbs' values (§5) */
 
-/* What the QP got: its number (our UDP port) and its sizes. */
-struct rgv_qp {
-  uint32_t qpn;
-  uint32_t max_send_wr, max_recv_wr, max_sge, max_inline;
+/*
+ * The values of libibverbs' enums that travel in the messages and rings, as the daemon reads and
+ * writes them (the library passes the program's values through: lib.h checks these against
+ * <infiniband/verbs.h> at compile time).
+ */
+enum rgv_access {
+  RGV_ACCESS_LOCAL_WRITE = 1,
+  RGV_ACCESS_REMOTE_WRITE = 2,
+  RGV_ACCESS_REMOTE_READ = 4,
+  RGV_ACCESS_REMOTE_ATOMIC = 8,
 };
 
-/* RGV_OP_MODIFY_QP: libibverbs' attr_mask bits and the attributes the daemon honours. */
-struct rgv_modify_qp {
-  uint32_t qpn;
-  uint32_t mask;  /* IBV_QP_STATE, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_RQ_PSN, IBV_QP_SQ_PSN, ... */
-  uint32_t state; /* enum ibv_qp_state */
-  uint8_t dgid[16];
-  uint32_t dest_qpn, rq_psn, sq_psn;
-  uint32_t max_rd_atomic;      /* ORD */
-  uint32_t max_dest_rd_atomic; /* IRD */
-  uint8_t path_mtu;  /* enum ibv_mtu (IBV_QP_PATH_MTU) */
-  uint8_t timeout;   /* 4.096 us x 2^timeout (IBV_QP_TIMEOUT), 0: the daemon's */
-  uint8_t retry_cnt; /* IBV_QP_RETRY_CNT */
-  uint8_t rnr_retry; /* IBV_QP_RNR_RETRY */
+enum rgv_qp_state {
+  RGV_QPS_RESET = 0,
+  RGV_QPS_INIT = 1,
+  RGV_QPS_RTR = 2,
+  RGV_QPS_RTS = 3,
+  RGV_QPS_SQD = 4,
+  RGV_QPS_SQE = 5,
+  RGV_QPS_ERR = 6,
 };
 
-/* RGV_OP_QUERY_QP: the QP as it is, with the attributes it was given. */
-struct rgv_qp_attr {
-  uint32_t state; /* enum ibv_qp_state */
-  uint32_t dest_qpn, rq_psn, sq_psn;
-  uint32_t max_rd_atomic, max_dest_rd_atomic;
-  uint32_t path_mtu; /* enum ibv_mtu of the QP's segments */
-  uint32_t max_send_wr, max_recv_wr, max_sge, max_inline;
-  uint8_t dest_ipv4[4]; /* 0.0.0.0: no peer yet */
+/* The attr_mask bits the daemon reads. */
+enum rgv_qp_attr_mask {
+  RGV_ATTR_STATE = 1 << 0,
+  RGV_ATTR_AV = 1 << 7,
+  RGV_ATTR_PATH_MTU = 1 << 8,
+  RGV_ATTR_TIMEOUT = 1 << 9,
+  RGV_ATTR_RETRY_CNT = 1 << 10,
+  RGV_ATTR_RNR_RETRY = 1 << 11,
+  RGV_ATTR_RQ_PSN = 1 << 12,
+  RGV_ATTR_MAX_QP_RD_ATOMIC = 1 << 13,
+  RGV_ATTR_SQ_PSN = 1 << 16,
+  RGV_ATTR_MAX_DEST_RD_ATOMIC = 1 << 17,
+  RGV_ATTR_DEST_QPN = 1 << 20,
 };
 
-_Static_assert(sizeof(struct rgv_qp_attr) == 48, "rgv_qp_attr is 48 bytes");
-_Static_assert(sizeof(struct rgv_create_qp) == 32, "rgv_create_qp is 32 bytes");
-_Static_assert(sizeof(struct rgv_create_cq) == 16, "rgv_create_cq is 16 bytes");
-_Static_assert(sizeof(struct rgv_qp_ring) == 32, "rgv_qp_ring is 32 bytes");
-_Static_assert(sizeof(struct rgv_srq_ring) == 24, "rgv_srq_ring is 24 bytes");
-_Static_assert(sizeof(struct rgv_send_wqe) == 64, "rgv_send_wqe is 64 bytes");
-_Static_assert(sizeof(struct rgv_recv_wqe) == 16, "rgv_recv_wqe is 16 bytes");
-_Static_assert(sizeof(struct rgv_cqe) == 32, "rgv_cqe is 32 bytes");
-_Static_assert(sizeof(struct rgv_qp) == 20, "rgv_qp is 20 bytes");
-_Static_assert(sizeof(struct rgv_modify_qp) == 52, "rgv_modify_qp is 52 bytes");
+enum rgv_mtu {
+  RGV_MTU_256 = 1,
+  RGV_MTU_512 = 2,
+  RGV_MTU_1024 = 3,
+  RGV_MTU_2048 = 4,
+  RGV_MTU_4096 = 5,
+};
+
+enum rgv_wr_opcode {
+  RGV_WR_RDMA_WRITE = 0,
+  RGV_WR_RDMA_WRITE_WITH_IMM = 1,
+  RGV_WR_SEND = 2,
+  RGV_WR_SEND_WITH_IMM = 3, /* no such iWARP message: completes in error */
+  RGV_WR_RDMA_READ = 4,
+  RGV_WR_ATOMIC_CMP_AND_SWP = 5,
+  RGV_WR_ATOMIC_FETCH_AND_ADD = 6,
+  RGV_WR_LOCAL_INV = 7, /* not supported */
+  RGV_WR_BIND_MW = 8,   /* not supported */
+  RGV_WR_SEND_WITH_INV = 9,
+};
+
+enum rgv_send_flags {
+  RGV_SEND_FENCE = 1,
+  RGV_SEND_SIGNALED = 2,
+  RGV_SEND_SOLICITED = 4,
+  RGV_SEND_INLINE = 8,
+};
+
+enum rgv_wc_status {
+  RGV_WC_SUCCESS = 0,
+  RGV_WC_LOC_LEN_ERR = 1,
+  RGV_WC_LOC_QP_OP_ERR = 2,
+  RGV_WC_LOC_PROT_ERR = 4,
+  RGV_WC_WR_FLUSH_ERR = 5,
+  RGV_WC_REM_INV_REQ_ERR = 9,
+  RGV_WC_REM_ACCESS_ERR = 10,
+  RGV_WC_REM_OP_ERR = 11,
+  RGV_WC_RETRY_EXC_ERR = 12,
+  RGV_WC_RNR_RETRY_EXC_ERR = 13,
+  RGV_WC_GENERAL_ERR = 21,
+};
+
+enum rgv_wc_opcode {
+  RGV_WC_SEND = 0,
+  RGV_WC_RDMA_WRITE = 1,
+  RGV_WC_RDMA_READ = 2,
+  RGV_WC_COMP_SWAP = 3,
+  RGV_WC_FETCH_ADD = 4,
+  RGV_WC_RECV = 128,
+  RGV_WC_RECV_RDMA_WITH_IMM = 129,
+};
+
+enum rgv_wc_flags {
+  RGV_WC_WITH_IMM = 1 << 1,
+  RGV_WC_WITH_INV = 1 << 3,
+};
+
+_Static_assert(sizeof(struct rgv_hdr) == 16, "rgv_hdr is 16 bytes");
+_Static_assert(sizeof(struct rgv_handle) == 4, "rgv_handle is 4 bytes");
+_Static_assert(sizeof(struct rgv_device) == 132, "rgv_device is 132 bytes");
+_Static_assert(sizeof(struct rgv_attach) == 32, "rgv_attach is 32 bytes");
 _Static_assert(sizeof(struct rgv_reg_mr) == 40, "rgv_reg_mr is 40 bytes");
 _Static_assert(sizeof(struct rgv_mr) == 8, "rgv_mr is 8 bytes");
-_Static_assert(sizeof(struct rgv_hdr) == 16, "rgv_hdr is 16 bytes");
-_Static_assert(sizeof(struct rgv_device) == 132, "rgv_device is 132 bytes");
+_Static_assert(sizeof(struct rgv_create_cq) == 16, "rgv_create_cq is 16 bytes");
+_Static_assert(sizeof(struct rgv_cq) == 8, "rgv_cq is 8 bytes");
+_Static_assert(sizeof(struct rgv_create_qp) == 32, "rgv_create_qp is 32 bytes");
+_Static_assert(sizeof(struct rgv_qp) == 20, "rgv_qp is 20 bytes");
+_Static_assert(sizeof(struct rgv_qp_ring) == 32, "rgv_qp_ring is 32 bytes");
+_Static_assert(sizeof(struct rgv_modify_qp) == 52, "rgv_modify_qp is 52 bytes");
+_Static_assert(sizeof(struct rgv_qp_attr) == 48, "rgv_qp_attr is 48 bytes");
+_Static_assert(sizeof(struct rgv_create_srq) == 16, "rgv_create_srq is 16 bytes");
+_Static_assert(sizeof(struct rgv_srq) == 12, "rgv_srq is 12 bytes");
+_Static_assert(sizeof(struct rgv_srq_ring) == 24, "rgv_srq_ring is 24 bytes");
+_Static_assert(sizeof(struct rgv_modify_srq) == 8, "rgv_modify_srq is 8 bytes");
+_Static_assert(sizeof(struct rgv_send_wqe) == 64, "rgv_send_wqe is 64 bytes");
+_Static_assert(sizeof(struct rgv_sge) == 16, "rgv_sge is 16 bytes");
+_Static_assert(sizeof(struct rgv_recv_wqe) == 16, "rgv_recv_wqe is 16 bytes");
+_Static_assert(sizeof(struct rgv_cqe) == 32, "rgv_cqe is 32 bytes");
+_Static_assert(RGV_QP_STATE < RGV_RING_HDR && RGV_CQ_OVERFLOW < RGV_RING_HDR, "the ring headers fit RGV_RING_HDR");
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * The data path of librdmagraph-verbs.so: CQs, completion channels, QP and SRQ rings, and the
  * context ops verbs.h's inline ibv_post_send / ibv_post_recv / ibv_post_srq_recv / ibv_poll_cq /
- * ibv_req_notify_cq call. Layouts in proto.h.
+ * ibv_req_notify_cq call. Layouts in proto.h; the rings, indices, doorbells and the sleep
+ * handshake: docs/VERBS-PROTOCOL.md section 4.
  *
  * Every ring is a memfd (sealed against shrinking and growing) mapped here and in the daemon.
  * A post writes WQEs and publishes the producer index; the daemon's verbs-input node polls it.
@@ -173,21 +174,21 @@ EXPORT struct ibv_comp_channel* ibv_create_comp_channel(struct ibv_context* cont
   if (ch == NULL) return NULL;
   ch->ch.context = context;
   ch->ch.fd = eventfd(0, EFD_CLOEXEC);
-  uint32_t h;
-  if (ch->ch.fd < 0 || rg_ctx_call(context, RGV_OP_CREATE_CHANNEL, NULL, 0, ch->ch.fd, &h, sizeof h) != 0) {
+  struct rgv_handle r;
+  if (ch->ch.fd < 0 || rg_ctx_call(context, RGV_OP_CREATE_CHANNEL, NULL, 0, ch->ch.fd, &r, sizeof r) != 0) {
     int e = errno;
     if (ch->ch.fd >= 0) close(ch->ch.fd);
     free(ch);
     errno = e;
     return NULL;
   }
-  if (h == RGV_NONE) { /* "no channel" in CREATE_CQ: a CQ on it would never be signalled */
-    rg_refuse(rg_ctx(context), "channel handle %u (not a handle)", h);
+  if (r.handle == RGV_NONE) { /* "no channel" in CREATE_CQ: a CQ on it would never be signalled */
+    rg_refuse(rg_ctx(context), "channel handle %u (not a handle)", r.handle);
     close(ch->ch.fd);
     free(ch);
     return NULL;
   }
-  ch->handle = h;
+  ch->handle = r.handle;
   return &ch->ch;
 }
 
@@ -268,12 +269,12 @@ EXPORT struct ibv_cq* ibv_create_cq(struct ibv_context* context, int cqe, void* 
     return NULL;
   }
   struct rgv_create_cq req = {.entries = q->entries, .channel = channel != NULL ? ((struct rg_channel*)channel)->handle : RGV_NONE, .bytes = q->ring.bytes};
-  uint32_t r[2];
-  int rc = rg_ctx_call(context, RGV_OP_CREATE_CQ, &req, sizeof req, fd, r, sizeof r);
+  struct rgv_cq r;
+  int rc = rg_ctx_call(context, RGV_OP_CREATE_CQ, &req, sizeof req, fd, &r, sizeof r);
   int e = errno;
   close(fd);
   /* The CQ holds at least what was asked, at most what its ring holds. */
-  if (rc == 0 && rg_check_size(c, "cqe", r[1], (uint32_t)cqe, q->entries) != 0) rc = -1, e = errno;
+  if (rc == 0 && rg_check_size(c, "cqe", r.entries, (uint32_t)cqe, q->entries) != 0) rc = -1, e = errno;
   if (rc != 0) {
     rg_ring_free(&q->ring);
     free(q);
@@ -283,8 +284,8 @@ EXPORT struct ibv_cq* ibv_create_cq(struct ibv_context* context, int cqe, void* 
   q->cq.context = context;
   q->cq.channel = channel;
   q->cq.cq_context = cq_context;
-  q->cq.handle = r[0];
-  q->cq.cqe = (int)r[1];
+  q->cq.handle = r.handle;
+  q->cq.cqe = (int)r.entries;
   q->channel = (struct rg_channel*)channel;
   pthread_mutex_init(&q->cq.mutex, NULL);
   pthread_cond_init(&q->cq.cond, NULL);
@@ -364,7 +365,7 @@ static int op_req_notify_cq(struct ibv_cq* cq, int solicited_only) {
   struct rg_cq* q = (struct rg_cq*)cq;
   if (q->channel == NULL) return EINVAL;
   if (daemon_gone(rg_ctx(cq->context))) return ECONNRESET;
-  __atomic_store_n(U32(&q->ring, RGV_CQ_ARMED), solicited_only ? 2u : 1u, __ATOMIC_SEQ_CST);
+  __atomic_store_n(U32(&q->ring, RGV_CQ_ARMED), solicited_only ? RGV_CQ_ARM_SOLICITED : RGV_CQ_ARM_NEXT, __ATOMIC_SEQ_CST);
   return 0;
 }
 
@@ -593,20 +594,20 @@ EXPORT struct ibv_srq* ibv_create_srq(struct ibv_pd* pd, struct ibv_srq_init_att
     return NULL;
   }
   struct rgv_create_srq req = {.pd = pd->handle, .max_wr = attr->attr.max_wr, .max_sge = attr->attr.max_sge, .limit = attr->attr.srq_limit};
-  uint32_t r[3];
-  if (rg_ctx_call(pd->context, RGV_OP_CREATE_SRQ, &req, sizeof req, -1, r, sizeof r) != 0) return NULL;
+  struct rgv_srq r;
+  if (rg_ctx_call(pd->context, RGV_OP_CREATE_SRQ, &req, sizeof req, -1, &r, sizeof r) != 0) return NULL;
   struct rg_srq* s = calloc(1, sizeof *s);
   if (s == NULL) {
-    rg_handle_call(pd->context, RGV_OP_DESTROY_SRQ, r[0]);
+    rg_handle_call(pd->context, RGV_OP_DESTROY_SRQ, r.handle);
     errno = ENOMEM;
     return NULL;
   }
   s->srq.context = pd->context;
   s->srq.srq_context = attr->srq_context;
   s->srq.pd = pd;
-  s->srq.handle = r[0];
-  s->max_wr = r[1];
-  s->max_sge = r[2];
+  s->srq.handle = r.handle;
+  s->max_wr = r.max_wr;
+  s->max_sge = r.max_sge;
   s->entries = pow2_at_least(s->max_wr);
   int rc = -1, e = 0, fd = -1;
   /* What the daemon answered: a handle CREATE_QP can name (RGV_NONE is "no SRQ"), at least the
@@ -647,8 +648,8 @@ EXPORT struct ibv_srq* ibv_create_srq(struct ibv_pd* pd, struct ibv_srq_init_att
 EXPORT int ibv_modify_srq(struct ibv_srq* srq, struct ibv_srq_attr* attr, int mask) {
   if (mask & IBV_SRQ_MAX_WR) return EINVAL; /* resizing: not supported (as most devices) */
   if (!(mask & IBV_SRQ_LIMIT)) return 0;
-  uint32_t q[2] = {srq->handle, attr->srq_limit};
-  return rg_ctx_call(srq->context, RGV_OP_MODIFY_SRQ, q, sizeof q, -1, NULL, 0) != 0 ? errno : 0;
+  struct rgv_modify_srq q = {.srq = srq->handle, .limit = attr->srq_limit};
+  return rg_ctx_call(srq->context, RGV_OP_MODIFY_SRQ, &q, sizeof q, -1, NULL, 0) != 0 ? errno : 0;
 }
 
 EXPORT int ibv_query_srq(struct ibv_srq* srq, struct ibv_srq_attr* attr) {

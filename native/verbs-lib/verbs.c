@@ -11,12 +11,14 @@
  * device/port/gid/pkey answer from what the daemon said; PDs, MRs (reg_mr moves the pages onto a
  * memfd the daemon maps), CQs, completion channels, RC QPs and SRQs are the daemon's objects.
  *
- * The data path (verbs_ring.c) is rings in memfds both sides map: post_send/post_recv write
+ * The data path (ring.c) is rings in memfds both sides map: post_send/post_recv write
  * WQEs the daemon's verbs-input node polls, poll_cq reads the CQEs the daemon writes; no
  * syscall unless the daemon asked for a doorbell before it slept, or a completion channel is
  * armed. What is not supported (UD/UC QPs, AH, memory windows, extended verbs) fails cleanly
  * with EOPNOTSUPP and says so once on stderr, rather than reaching the real libibverbs with a
  * context it does not know.
+ *
+ * The control messages (proto.h) and what the daemon answers to each: docs/VERBS-PROTOCOL.md.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -237,7 +239,7 @@ static ssize_t call_with(int fd, uint16_t op, const void* req, size_t len, int p
     /* A refusal may say why after the header (a connection over the daemon's limits): shown,
        printable bytes only (the text is the daemon's: no terminal escapes through us). */
     if (r > (ssize_t)sizeof *h) {
-      char why[481];
+      char why[RGV_MAX_REASON + 1];
       size_t n = (size_t)r - sizeof *h;
       if (n > sizeof why - 1) n = sizeof why - 1;
       const uint8_t* t = (const uint8_t*)(h + 1);
@@ -361,7 +363,10 @@ EXPORT struct ibv_context* ibv_open_device(struct ibv_device* device) {
     return NULL;
   }
   c->doorbell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (c->doorbell < 0 || call_with(c->sock, RGV_OP_ATTACH, c->dev.info.ifname, sizeof c->dev.info.ifname, c->doorbell, (uint8_t[sizeof(struct rgv_hdr)]){0}, sizeof(struct rgv_hdr)) < 0) {
+  struct rgv_attach at;
+  _Static_assert(sizeof at.ifname == sizeof c->dev.info.ifname, "ATTACH names the device's interface");
+  memcpy(at.ifname, c->dev.info.ifname, sizeof at.ifname);
+  if (c->doorbell < 0 || call_with(c->sock, RGV_OP_ATTACH, &at, sizeof at, c->doorbell, (uint8_t[sizeof(struct rgv_hdr)]){0}, sizeof(struct rgv_hdr)) < 0) {
     int e = errno;
     rg_say("ibv_open_device(%s): attaching to the daemon at %s: %s", device->name, socket_path(), strerror(e));
     if (c->doorbell >= 0) close(c->doorbell);
@@ -543,16 +548,17 @@ int rg_ctx_call(struct ibv_context* context, uint16_t op, const void* req, size_
 
 /* A request whose body is one handle (the destroys), no reply payload; 0 or -1 + errno. */
 int rg_handle_call(struct ibv_context* context, uint16_t op, uint32_t handle) {
-  return rg_ctx_call(context, op, &handle, sizeof handle, -1, NULL, 0);
+  const struct rgv_handle q = {.handle = handle};
+  return rg_ctx_call(context, op, &q, sizeof q, -1, NULL, 0);
 }
 
 EXPORT struct ibv_pd* ibv_alloc_pd(struct ibv_context* context) {
-  uint32_t h;
-  if (rg_ctx_call(context, RGV_OP_ALLOC_PD, NULL, 0, -1, &h, sizeof h) != 0) return NULL;
+  struct rgv_handle r;
+  if (rg_ctx_call(context, RGV_OP_ALLOC_PD, NULL, 0, -1, &r, sizeof r) != 0) return NULL;
   struct rg_pd* p = calloc(1, sizeof *p);
   if (p == NULL) return NULL; /* the daemon frees it with the connection */
   p->pd.context = context;
-  p->pd.handle = h;
+  p->pd.handle = r.handle;
   return &p->pd;
 }
 
@@ -748,9 +754,9 @@ EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask) 
 
 /* Every attribute the QP has, whatever `mask` asks for (libibverbs allows more). */
 EXPORT int ibv_query_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask, struct ibv_qp_init_attr* init) {
-  uint32_t h = qp->qp_num;
+  const struct rgv_handle q = {.handle = qp->qp_num};
   struct rgv_qp_attr r;
-  if (rg_ctx_call(qp->context, RGV_OP_QUERY_QP, &h, sizeof h, -1, &r, sizeof r) != 0) return errno;
+  if (rg_ctx_call(qp->context, RGV_OP_QUERY_QP, &q, sizeof q, -1, &r, sizeof r) != 0) return errno;
   /* The sizes are the QP's (the rings were made for them): the daemon must say the same. */
   const struct rg_qp* q = (const struct rg_qp*)qp;
   struct rg_context* cx = rg_ctx(qp->context);

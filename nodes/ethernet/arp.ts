@@ -5,7 +5,7 @@
  *   0 htype(2)=1  2 ptype(2)=0x0800  4 hlen(1)=6  5 plen(1)=4  6 op(2)
  *   8 sha(6)  14 spa(4)  18 tha(6)  24 tpa(4)     (28 bytes)
  */
-import { type BufferPool, INVALID_INDEX, type ErrorDesc, errorTable } from '../../graph/index.ts';
+import { type BufferPool, INVALID_INDEX, errorTable } from '../../graph/index.ts';
 import { BROADCAST_HI, BROADCAST_LO, ETH_HEADER_BYTES, ETHERTYPE_ARP, ETHERTYPE_IP4 } from './ethernet.ts';
 
 export const ARP_BYTES = 28;
