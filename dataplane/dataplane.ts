@@ -87,13 +87,7 @@ import {
   type VersionView,
   checkMrRange,
 } from './views.ts';
-import {
-  registerRdma,
-  VERBS_DEFAULTS,
-  VERBS_LIMITS,
-  type Rdma,
-  type Sge,
-} from '../nodes/rdma/stack.ts';
+import { registerRdma, VERBS_DEFAULTS, VERBS_LIMITS, type Rdma, type Sge } from '../nodes/rdma/stack.ts';
 import type { RdmaEvent } from '../nodes/rdma/core.ts';
 import { CmConnectError } from '../nodes/rdma/cm.ts';
 import { QP_STATE_NAMES, type Qp } from '../nodes/rdma/qp.ts';

@@ -17,22 +17,17 @@
  */
 import { BufferFlag, type BufferPool } from '../graph/buffer-pool.ts';
 import { FRAME_SIZE } from '../graph/node.ts';
-import { loadCore, type MemifLaneNative } from '../native/addons.ts';
+import { loadCore, type MemifLaneNative, type MemifLayout } from '../native/addons.ts';
 import type { Driver, DriverCounters, DriverHardware } from './driver.ts';
 import { poolArrays, zeroCounters } from './driver.ts';
-
-const ST_STASH = 0,
-  ST_DONE = 1,
-  ST_GEN = 2,
-  ST_LINK = 3;
-/** Largest frame the native receive path accepts (kMaxFrame). */
-const MAX_RX_FRAME = 256 * 1024;
 
 /** One memif queue polled here: the native lane and its buffer arrays. */
 class LaneQueue {
   readonly stash: Uint32Array;
   readonly done = new Uint32Array(512);
-  readonly st = new Uint32Array(8);
+  /** bindPool's state array, and the index of each of its words (core.memifLayout()). */
+  readonly st: Uint32Array;
+  readonly S: MemifLayout['state'];
   readonly low: number;
   gen = 0;
   constructor(
@@ -40,7 +35,10 @@ class LaneQueue {
     readonly native: MemifLaneNative,
     private readonly pool: BufferPool,
   ) {
-    const maxSegs = Math.ceil(MAX_RX_FRAME / pool.dataSize);
+    const layout = loadCore().memifLayout();
+    this.st = new Uint32Array(layout.stateLength);
+    this.S = layout.state;
+    const maxSegs = Math.ceil(layout.maxFrame / pool.dataSize);
     this.stash = new Uint32Array(2 * FRAME_SIZE + maxSegs);
     this.low = FRAME_SIZE + maxSegs;
     native.bindPool({
@@ -53,42 +51,51 @@ class LaneQueue {
     });
   }
 
+  /** Its queue is connected. */
+  up(): boolean {
+    return this.st[this.S.link] !== 0;
+  }
+
   rx(out: Uint32Array, max: number): number {
-    const st = this.st;
-    if (st[ST_LINK] !== 0 && st[ST_STASH] < this.low) this.topUp();
+    const st = this.st,
+      S = this.S;
+    if (st[S.link] !== 0 && st[S.stash] < this.low) this.topUp();
     const n = this.native.rx(out, max);
-    if (st[ST_DONE] !== 0) this.pool.free(this.done, 0, st[ST_DONE]);
-    if (st[ST_GEN] !== this.gen) this.sync();
+    if (st[S.done] !== 0) this.pool.free(this.done, 0, st[S.done]);
+    if (st[S.gen] !== this.gen) this.sync();
     return n;
   }
 
   tx(bufs: Uint32Array, off: number, n: number): number {
     const taken = this.native.tx(bufs, off, n);
-    const st = this.st;
-    if (st[ST_DONE] !== 0) this.pool.free(this.done, 0, st[ST_DONE]);
-    if (st[ST_GEN] !== this.gen) this.sync();
+    const st = this.st,
+      S = this.S;
+    if (st[S.done] !== 0) this.pool.free(this.done, 0, st[S.done]);
+    if (st[S.gen] !== this.gen) this.sync();
     return taken;
   }
 
   /** The queue came up or went down: hold buffers only while it is up. */
   private sync(): void {
-    const st = this.st;
-    this.gen = st[ST_GEN];
+    const st = this.st,
+      S = this.S;
+    this.gen = st[S.gen];
     for (let k = this.native.reclaim(); k > 0; k = this.native.reclaim()) this.pool.free(this.done, 0, k);
-    if (st[ST_LINK] === 0) this.freeStash();
+    if (st[S.link] === 0) this.freeStash();
     else this.topUp();
   }
 
   private topUp(): void {
-    const st = this.st;
-    const have = st[ST_STASH];
-    st[ST_STASH] = have + this.pool.alloc(this.stash, have, this.stash.length - have);
+    const st = this.st,
+      S = this.S;
+    const have = st[S.stash];
+    st[S.stash] = have + this.pool.alloc(this.stash, have, this.stash.length - have);
   }
 
   freeStash(): void {
-    const n = this.st[ST_STASH];
+    const n = this.st[this.S.stash];
     if (n > 0) this.pool.free(this.stash, 0, n);
-    this.st[ST_STASH] = 0;
+    this.st[this.S.stash] = 0;
   }
 
   close(): void {
@@ -157,7 +164,7 @@ export class MemifLaneDriver implements Driver {
 
   /** Up while the owner's connection is and this worker's queues are attached to it. */
   linkUp(): boolean {
-    return this.lanes.length > 0 && this.lanes[0].st[ST_LINK] !== 0;
+    return this.lanes.length > 0 && this.lanes[0].up();
   }
 
   rxWaitFd(queue: number): number {

@@ -27,7 +27,14 @@ import { MTU_MAX, MTU_MIN } from '../graph/link.ts';
 import type { BufferPool } from '../graph/buffer-pool.ts';
 import { BufferFlag } from '../graph/buffer-pool.ts';
 import { FRAME_SIZE } from '../graph/node.ts';
-import { loadCore, type CoreAddon, type MemifInfo, type MemifNative, type MemifStats } from '../native/addons.ts';
+import {
+  loadCore,
+  type CoreAddon,
+  type MemifInfo,
+  type MemifLayout,
+  type MemifNative,
+  type MemifStats,
+} from '../native/addons.ts';
 import type { Driver, DriverCounters, LinkDrops } from './driver.ts';
 import { poolArrays, zeroCounters, type DriverHardware } from './driver.ts';
 import { macOption } from './mac.ts';
@@ -88,13 +95,6 @@ const KNOWN = new Set([
   'laneKey',
   'pollQueues',
 ]);
-const ST_STASH = 0,
-  ST_DONE = 1,
-  ST_GEN = 2,
-  ST_LINK = 3,
-  ST_ORPHANS = 4;
-/** Largest frame the native receive path accepts (kMaxFrame). */
-const MAX_RX_FRAME = 256 * 1024;
 
 export class MemifDriver implements Driver {
   readonly kind = 'memif';
@@ -121,7 +121,11 @@ export class MemifDriver implements Driver {
   private pool: BufferPool | null = null;
   private stash = new Uint32Array(0);
   private done = new Uint32Array(0);
-  private readonly st = new Uint32Array(8);
+  /** bindPool's state array, and the index of each of its words (core.memifLayout()). */
+  private readonly st: Uint32Array;
+  private readonly S: MemifLayout['state'];
+  /** Largest frame the native receive path accepts (kMaxFrame, core.memifLayout()). */
+  private readonly maxRxFrame: number;
   private low = 0;
   private gen = 0;
   private waitFds: number[] = [];
@@ -203,6 +207,10 @@ export class MemifDriver implements Driver {
       throw new RangeError(`${where}: queues left out of pollQueues need a laneKey (another thread polls them)`);
     this.laneKey = opts.laneKey;
     this.core = loadCore();
+    const layout = this.core.memifLayout();
+    this.st = new Uint32Array(layout.stateLength);
+    this.S = layout.state;
+    this.maxRxFrame = layout.maxFrame;
   }
 
   /** Bind (server) or start connecting (client) with the pool. Throws when the socket cannot be used. */
@@ -223,7 +231,7 @@ export class MemifDriver implements Driver {
       txQueues: this.txQueues,
       ...(this.laneKey === undefined ? {} : { laneKey: this.laneKey }),
     });
-    const maxSegs = Math.ceil(MAX_RX_FRAME / pool.dataSize);
+    const maxSegs = Math.ceil(this.maxRxFrame / pool.dataSize);
     this.stash = new Uint32Array(2 * FRAME_SIZE + maxSegs);
     this.low = FRAME_SIZE + maxSegs;
     this.done = new Uint32Array(this.ringSize + FRAME_SIZE + 256);
@@ -257,13 +265,14 @@ export class MemifDriver implements Driver {
     const h = this.handle;
     if (h < 0) return 0;
     if (queue >= this.rxQueues) throw new RangeError(`memif interface ${this.name}: no rx queue ${queue}`);
-    const st = this.st;
-    if (st[ST_LINK] !== 0 && st[ST_STASH] < this.low) this.topUp();
+    const st = this.st,
+      S = this.S;
+    if (st[S.link] !== 0 && st[S.stash] < this.low) this.topUp();
     const n = this.core.memifRx(h, queue, out, max);
-    if (st[ST_DONE] !== 0) (this.pool as BufferPool).free(this.done, 0, st[ST_DONE]);
-    if (st[ST_GEN] !== this.gen) {
+    if (st[S.done] !== 0) (this.pool as BufferPool).free(this.done, 0, st[S.done]);
+    if (st[S.gen] !== this.gen) {
       this.sync();
-      if (st[ST_LINK] !== 0) this.refill();
+      if (st[S.link] !== 0) this.refill();
     }
     return n;
   }
@@ -272,9 +281,10 @@ export class MemifDriver implements Driver {
     const h = this.handle;
     if (h < 0) return 0;
     const taken = this.core.memifTx(h, queue, bufs, off, n);
-    const st = this.st;
-    if (st[ST_DONE] !== 0) (this.pool as BufferPool).free(this.done, 0, st[ST_DONE]);
-    if (st[ST_GEN] !== this.gen) this.sync();
+    const st = this.st,
+      S = this.S;
+    if (st[S.done] !== 0) (this.pool as BufferPool).free(this.done, 0, st[S.done]);
+    if (st[S.gen] !== this.gen) this.sync();
     return taken;
   }
 
@@ -282,18 +292,19 @@ export class MemifDriver implements Driver {
   poll(): boolean {
     if (this.native === null) return false;
     this.native.poll();
-    const st = this.st;
-    if (st[ST_DONE] !== 0) (this.pool as BufferPool).free(this.done, 0, st[ST_DONE]);
-    if (st[ST_GEN] !== this.gen) {
+    const st = this.st,
+      S = this.S;
+    if (st[S.done] !== 0) (this.pool as BufferPool).free(this.done, 0, st[S.done]);
+    if (st[S.gen] !== this.gen) {
       this.sync();
-      if (st[ST_LINK] !== 0) this.refill();
+      if (st[S.link] !== 0) this.refill();
     }
-    return st[ST_LINK] !== 0;
+    return st[S.link] !== 0;
   }
 
   /** Connected to a peer. */
   linkUp(): boolean {
-    return this.st[ST_LINK] !== 0 && this.native !== null;
+    return this.st[this.S.link] !== 0 && this.native !== null;
   }
 
   /** An epoll fd that stays the same across reconnections (see the file comment). */
@@ -420,39 +431,42 @@ export class MemifDriver implements Driver {
    * the engine slept, and the peer cannot send before.
    */
   private refill(): void {
-    const st = this.st;
+    const st = this.st,
+      S = this.S;
     for (const q of this.pollQueues) {
       if (this.handle < 0) break;
-      if (st[ST_STASH] < this.low) this.topUp();
+      if (st[S.stash] < this.low) this.topUp();
       this.core.memifRx(this.handle, q, this.noOut, 0);
-      if (st[ST_DONE] !== 0) (this.pool as BufferPool).free(this.done, 0, st[ST_DONE]);
+      if (st[S.done] !== 0) (this.pool as BufferPool).free(this.done, 0, st[S.done]);
     }
   }
   private readonly noOut = new Uint32Array(1);
 
   private topUp(): void {
-    const st = this.st;
-    const have = st[ST_STASH];
-    st[ST_STASH] = have + (this.pool as BufferPool).alloc(this.stash, have, this.stash.length - have);
+    const st = this.st,
+      S = this.S;
+    const have = st[S.stash];
+    st[S.stash] = have + (this.pool as BufferPool).alloc(this.stash, have, this.stash.length - have);
   }
 
   private freeStash(): void {
-    const n = this.st[ST_STASH];
+    const n = this.st[this.S.stash];
     if (n > 0 && this.pool !== null) this.pool.free(this.stash, 0, n);
-    this.st[ST_STASH] = 0;
+    this.st[this.S.stash] = 0;
   }
 
   /** The link went up or down: reclaim what the rings held; hold nothing while down. */
   private sync(): void {
-    const st = this.st;
-    this.gen = st[ST_GEN];
+    const st = this.st,
+      S = this.S;
+    this.gen = st[S.gen];
     const native = this.native;
     const pool = this.pool;
     if (native === null || pool === null) return;
-    if (st[ST_ORPHANS] !== 0) {
+    if (st[S.orphans] !== 0) {
       for (let k = native.reclaim(); k > 0; k = native.reclaim()) pool.free(this.done, 0, k);
     }
-    if (st[ST_LINK] === 0) this.freeStash();
+    if (st[S.link] === 0) this.freeStash();
     else this.topUp();
   }
 }

@@ -278,6 +278,17 @@ export interface MemifLaneNative {
   close(): void;
 }
 
+/**
+ * What the memif data path shares with its driver, as native/core/memif.h lays it out
+ * (core.memifLayout()): the index of each word of the `state` array, its length, and the largest
+ * frame the receive path takes.
+ */
+export interface MemifLayout {
+  state: { stash: number; done: number; gen: number; link: number; orphans: number };
+  stateLength: number;
+  maxFrame: number;
+}
+
 /** Where the memif data path reads and writes: the pool and the driver's shared arrays. */
 export interface MemifPoolBinding extends PoolArrays {
   /** memfd of `memory` (allocMemory's), or -1: a client registers it as region 1 (zero copy). */
@@ -286,7 +297,7 @@ export interface MemifPoolBinding extends PoolArrays {
   stash: Uint32Array;
   /** Buffers the last call is done with, for the caller to free (count in state[1]); >= ringSize + 256. */
   done: Uint32Array;
-  /** [stash count, done count, link generation, link up, orphans waiting, ...] (8 entries). */
+  /** [stash count, done count, link generation, link up, orphans waiting, ...]: MemifLayout. */
   state: Uint32Array;
   flagNext: number;
 }
@@ -425,6 +436,8 @@ export interface CoreAddon {
   memifTx(handle: number, queue: number, bufs: Uint32Array, off: number, n: number): number;
   memifReclaim(handle: number): number;
   memifPoll(handle: number): boolean;
+  /** The layout of the state array and the largest received frame (MemifLayout). */
+  memifLayout(): MemifLayout;
   /** Test helpers: raw SOCK_SEQPACKET control sockets (non-blocking) and region mapping. */
   memifRawConnect(socket: string): number;
   memifRawListen(socket: string): number;

@@ -20,6 +20,15 @@ import { loadCore } from '../native/addons.ts';
 import { tcpPeerUid } from '../api/peer.ts';
 import { LocalAccess } from '../api/access.ts';
 import { baseConfig, pipeInterface } from './dataplane-helpers.ts';
+import {
+  RGV_ACCESS_LOCAL_WRITE,
+  RGV_OP_ALLOC_PD,
+  RGV_OP_REG_MR,
+  rgv_handle,
+  rgv_mr,
+  rgv_reg_mr,
+} from '../dataplane/verbs-server/abi.generated.ts';
+import { decode, encode, message, readMessage } from '../dataplane/verbs-server/messages.ts';
 
 const NOBODY = 65534;
 
@@ -68,31 +77,31 @@ async function plane(): Promise<DataplaneApi> {
 async function programMr(socket: string, bytes: Uint8Array) {
   const core = loadCore();
   const fd = core.memifRawConnect(socket);
-  const req = (op: number, body: number[], pass = -1) => {
-    const b = new Uint8Array(16 + body.length * 4);
-    const v = new DataView(b.buffer);
-    v.setUint32(0, 0x31564752, true);
-    v.setUint16(4, op, true);
-    body.forEach((x, i) => v.setUint32(16 + 4 * i, x, true));
-    assert.is(core.seqpacketSend(fd, b, pass), 0);
+  const req = (op: number, body?: Uint8Array, pass = -1) => {
+    assert.is(core.seqpacketSend(fd, message(op, 0, body), pass), 0);
   };
   const reply = async () => {
     for (let k = 0; k < 500; k++) {
       const m = core.seqpacketRecv(fd);
-      if (m !== null && 'data' in m) return new DataView(m.data.buffer, m.data.byteOffset, m.data.length);
+      const r = m !== null && 'data' in m ? readMessage(m.data) : null;
+      if (r !== null) return r;
       await new Promise((r) => setTimeout(r, 10));
     }
     throw new Error('no reply');
   };
-  req(2, []);
-  const pd = (await reply()).getUint32(16, true);
+  req(RGV_OP_ALLOC_PD);
+  const pd = decode(rgv_handle, (await reply()).body).handle;
   const mem = core.allocMemory(4096, { name: 'api-access', hugepages: 'never' });
   new Uint8Array(mem.buffer).set(bytes);
-  // pd, access (local-write), span, start, addr, length (u64s as two u32s)
-  req(4, [pd, 1, 4096, 0, 0x20000000, 0, 0x20000000, 0, 4096, 0], mem.fd);
+  const base = 0x20000000;
+  req(
+    RGV_OP_REG_MR,
+    encode(rgv_reg_mr, { pd, access: RGV_ACCESS_LOCAL_WRITE, span: 4096, start: base, addr: base, length: 4096 }),
+    mem.fd,
+  );
   const r = await reply();
-  assert.is(r.getInt16(6, true), 0, 'REG_MR accepted');
-  return { mr: r.getUint32(16, true), mem, close: () => core.closeFd(fd) };
+  assert.is(r.status, 0, 'REG_MR accepted');
+  return { mr: decode(rgv_mr, r.body).handle, mem, close: () => core.closeFd(fd) };
 }
 
 test('the peer of a loopback connection is known by uid: this process, and uid 65534 through setpriv', async () => {

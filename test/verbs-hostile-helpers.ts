@@ -21,11 +21,28 @@
  *   node --import tsx test/verbs-hostile-helpers.ts SOCKET MODE
  */
 import { loadCore } from '../native/addons.ts';
+import {
+  type AbiStruct,
+  RGV_MTU_1024,
+  RGV_OPS,
+  rgv_cq,
+  rgv_create_cq,
+  rgv_create_qp,
+  rgv_create_srq,
+  rgv_device,
+  rgv_handle,
+  rgv_modify_qp,
+  rgv_mr,
+  rgv_qp,
+  rgv_qp_attr,
+  rgv_srq,
+} from '../dataplane/verbs-server/abi.generated.ts';
+import { decode, type Decoded, encode, message, readMessage } from '../dataplane/verbs-server/messages.ts';
 
 const [socket, mode] = process.argv.slice(2);
 const core = loadCore();
-const MAGIC = 0x31564752;
 const ALL = 0xffffffff;
+const { DEVICES, ALLOC_PD, REG_MR, CREATE_CQ, CREATE_QP, MODIFY_QP, QUERY_QP, CREATE_CHANNEL, CREATE_SRQ } = RGV_OPS;
 
 const listener = core.seqpacketListen(socket);
 process.stdout.write(JSON.stringify({ listening: true, uid: process.getuid?.() }) + '\n');
@@ -42,90 +59,120 @@ const conns: Conn[] = [];
 let next = 1;
 
 function reply(c: Conn, op: number, seq: number, body: Uint8Array, count = 0, status = 0): void {
-  const out = new Uint8Array(16 + body.length);
-  const v = new DataView(out.buffer);
-  v.setUint32(0, MAGIC, true);
-  v.setUint16(4, op, true);
-  v.setInt16(6, status, true);
-  v.setUint32(8, seq, true);
-  v.setUint32(12, count, true);
-  out.set(body, 16);
-  core.seqpacketSend(c.fd, out);
+  core.seqpacketSend(c.fd, message(op, seq, body, status, count));
 }
 
-function u32s(...w: number[]): Uint8Array {
-  const out = new Uint8Array(4 * w.length);
-  const v = new DataView(out.buffer);
-  w.forEach((x, k) => v.setUint32(4 * k, x >>> 0, true));
-  return out;
-}
+const none = new Uint8Array(0);
 
 function device(): Uint8Array {
-  const d = new Uint8Array(132);
-  const v = new DataView(d.buffer);
-  const enc = new TextEncoder();
-  d.set(enc.encode('rdmagraph_hostile0'), 0);
-  d.set(enc.encode('hostile0'), 64);
-  d.set([2, 0, 0, 0, 0, 1], 96);
-  d[102] = 1;
-  d.set([127, 0, 0, 1], 104);
-  v.setUint32(108, 1500, true);
   const lie = mode === 'device';
-  v.setUint32(112, lie ? ALL : 256, true);
-  v.setUint32(116, lie ? ALL : 16384, true);
-  v.setUint32(120, lie ? ALL : 32, true);
-  v.setUint32(124, lie ? ALL : 1 << 20, true);
-  v.setUint32(128, lie ? 0x10000 : 16, true);
-  return d;
+  return encode(rgv_device, {
+    name: 'rdmagraph_hostile0',
+    ifname: 'hostile0',
+    mac: [2, 0, 0, 0, 0, 1],
+    link_up: 1,
+    ipv4: [127, 0, 0, 1],
+    mtu: 1500,
+    max_qp: lie ? ALL : 256,
+    max_qp_wr: lie ? ALL : 16384,
+    max_sge: lie ? ALL : 32,
+    max_cqe: lie ? ALL : 1 << 20,
+    max_rd_atom: lie ? 0x10000 : 16,
+  });
+}
+
+/** The request's body as `s`, its members zero where the body is short (a lie needs no more). */
+function body<S extends AbiStruct>(s: S, data: DataView): Decoded<S> {
+  const full = new Uint8Array(s.size);
+  full.set(new Uint8Array(data.buffer, data.byteOffset, Math.min(data.byteLength, s.size)));
+  return decode(s, new DataView(full.buffer));
 }
 
 function serve(c: Conn, data: Uint8Array): void {
-  if (data.length < 16) return;
-  const v = new DataView(data.buffer, data.byteOffset, data.length);
-  const op = v.getUint16(4, true),
-    seq = v.getUint32(8, true);
-  const f = (k: number) => (data.length >= 20 + 4 * k ? v.getUint32(16 + 4 * k, true) : 0);
+  const q = readMessage(data);
+  if (q === null) return;
+  const { op, seq } = q;
   switch (op) {
-    case 1: // DEVICES
+    case DEVICES.op:
       return reply(c, op, seq, device(), mode === 'count' ? 0x7fffffff : 1);
-    case 2: // ALLOC_PD
-      return reply(c, op, seq, u32s(next++));
-    case 4: // REG_MR
-      return reply(c, op, seq, u32s(next++, 0x1000 + next++));
-    case 6: // CREATE_CQ: entries as asked
+    case ALLOC_PD.op:
+      return reply(c, op, seq, encode(rgv_handle, { handle: next++ }));
+    case REG_MR.op:
+      return reply(c, op, seq, encode(rgv_mr, { handle: next++, stag: 0x1000 + next++ }));
+    case CREATE_CQ.op: // entries as asked
       c.cq = true;
-      return reply(c, op, seq, u32s(next++, mode === 'cqe' ? 0x7fffffff : f(0)));
-    case 8: {
-      // CREATE_QP: pd, send_cq, recv_cq, max_send_wr, max_recv_wr, max_sge, max_inline, srq
-      const q = {
+      return reply(
+        c,
+        op,
+        seq,
+        encode(rgv_cq, { handle: next++, entries: mode === 'cqe' ? 0x7fffffff : body(rgv_create_cq, q.body).entries }),
+      );
+    case CREATE_QP.op: {
+      const r = body(rgv_create_qp, q.body);
+      const qp = {
         qpn: mode === 'handle' ? ALL : 0x100 + next++,
-        sendWr: Math.max(1, f(3)),
-        recvWr: Math.max(1, f(4)),
-        sge: Math.max(1, f(5)),
-        inline: f(6),
+        sendWr: Math.max(1, r.max_send_wr),
+        recvWr: Math.max(1, r.max_recv_wr),
+        sge: Math.max(1, r.max_sge),
+        inline: r.max_inline,
         state: 0,
       };
-      c.qp = { ...q };
-      if (mode === 'inline') q.inline = ALL;
-      if (mode === 'sge') q.sge = 0x10000000;
-      if (mode === 'depth') [q.sendWr, q.recvWr] = [ALL, 0x80000001];
-      return reply(c, op, seq, u32s(q.qpn, q.sendWr, q.recvWr, q.sge, q.inline));
+      c.qp = { ...qp };
+      if (mode === 'inline') qp.inline = ALL;
+      if (mode === 'sge') qp.sge = 0x10000000;
+      if (mode === 'depth') [qp.sendWr, qp.recvWr] = [ALL, 0x80000001];
+      return reply(
+        c,
+        op,
+        seq,
+        encode(rgv_qp, {
+          qpn: qp.qpn,
+          max_send_wr: qp.sendWr,
+          max_recv_wr: qp.recvWr,
+          max_sge: qp.sge,
+          max_inline: qp.inline,
+        }),
+      );
     }
-    case 9: // MODIFY_QP: qpn, mask, state
-      if (c.qp !== null) c.qp.state = f(2);
-      return reply(c, op, seq, new Uint8Array(0));
-    case 11: {
-      // QUERY_QP: state, dest_qpn, rq_psn, sq_psn, ord, ird, path_mtu, caps, dest_ipv4
-      const q = c.qp ?? { qpn: 0, sendWr: 1, recvWr: 1, sge: 1, inline: 0, state: 0 };
-      const inl = mode === 'inline' || mode === 'query-inline' ? ALL : q.inline;
-      return reply(c, op, seq, u32s(q.state, 0x200, 0, 0, 1, 1, 3, q.sendWr, q.recvWr, q.sge, inl, 0x0100007f));
+    case MODIFY_QP.op:
+      if (c.qp !== null) c.qp.state = body(rgv_modify_qp, q.body).state;
+      return reply(c, op, seq, none);
+    case QUERY_QP.op: {
+      const qp = c.qp ?? { qpn: 0, sendWr: 1, recvWr: 1, sge: 1, inline: 0, state: 0 };
+      const inl = mode === 'inline' || mode === 'query-inline' ? ALL : qp.inline;
+      return reply(
+        c,
+        op,
+        seq,
+        encode(rgv_qp_attr, {
+          state: qp.state,
+          dest_qpn: 0x200,
+          rq_psn: 0,
+          sq_psn: 0,
+          max_rd_atomic: 1,
+          max_dest_rd_atomic: 1,
+          path_mtu: RGV_MTU_1024,
+          max_send_wr: qp.sendWr,
+          max_recv_wr: qp.recvWr,
+          max_sge: qp.sge,
+          max_inline: inl,
+          dest_ipv4: [127, 0, 0, 1],
+        }),
+      );
     }
-    case 13: // CREATE_CHANNEL
-      return reply(c, op, seq, u32s(mode === 'handle' ? ALL : next++));
-    case 16: // CREATE_SRQ: pd, max_wr, max_sge
-      return reply(c, op, seq, u32s(next++, Math.max(1, f(1)), Math.max(1, f(2))));
+    case CREATE_CHANNEL.op:
+      return reply(c, op, seq, encode(rgv_handle, { handle: mode === 'handle' ? ALL : next++ }));
+    case CREATE_SRQ.op: {
+      const r = body(rgv_create_srq, q.body);
+      return reply(
+        c,
+        op,
+        seq,
+        encode(rgv_srq, { handle: next++, max_wr: Math.max(1, r.max_wr), max_sge: Math.max(1, r.max_sge) }),
+      );
+    }
     default: // ATTACH, the destroys, QP_RING, SRQ_RING, MODIFY_SRQ: done
-      return reply(c, op, seq, new Uint8Array(0));
+      return reply(c, op, seq, none);
   }
 }
 
@@ -150,7 +197,7 @@ function tick(): void {
     }
     if (mode === 'unsolicited' && !c.nudged && conns.includes(c) && c.cq && Date.now() - c.last > 300) {
       c.nudged = true;
-      reply(c, 0x7777, 0, new Uint8Array(0));
+      reply(c, 0x7777, 0, none);
     }
   }
   setTimeout(tick, 1);

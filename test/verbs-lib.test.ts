@@ -18,6 +18,19 @@ import { loadCore, NATIVE_BUILD_DIR } from '../native/addons.ts';
 import { IP_A, IP_B, MAC_A, twoDataplanes } from './dataplane-helpers.ts';
 import { Rng } from './hostile-helpers.ts';
 import { ROOT } from './readme-helpers.ts';
+import {
+  RGV_ACCESS_LOCAL_WRITE,
+  RGV_MAGIC,
+  RGV_OP_ALLOC_PD,
+  RGV_OP_DEVICES,
+  RGV_OP_REG_MR,
+  RGV_OPS,
+  rgv_device,
+  rgv_handle,
+  rgv_hdr,
+  rgv_reg_mr,
+} from '../dataplane/verbs-server/abi.generated.ts';
+import { decode, encode, message, readMessage } from '../dataplane/verbs-server/messages.ts';
 
 const LIB = VERBS_LIBRARY;
 
@@ -267,8 +280,9 @@ test('hostile clients: 3000 seeded random requests (valid ops near real handles,
     const file = join(tmpdir(), `verbs-hostile-${process.pid}`);
     writeFileSync(file, new Uint8Array(8192));
     const ffd = openSync(file, 'r');
-    // The body size of each op (1..19).
-    const BODY = [0, 0, 4, 40, 4, 16, 4, 32, 52, 4, 4, 32, 0, 4, 32, 16, 24, 4, 8];
+    // The body size of each op (proto.h's RGV_OPS).
+    const BODY = new Map(Object.values(RGV_OPS).map((o) => [o.op as number, o.request?.size ?? 0]));
+    const OPS = Object.values(RGV_OPS).length;
     const efd = core.eventfd();
     let conn = core.memifRawConnect(socket);
     let replies = 0,
@@ -276,14 +290,15 @@ test('hostile clients: 3000 seeded random requests (valid ops near real handles,
     const handles: number[] = [1, 2, 3];
     try {
       for (let n = 0; n < 3000; n++) {
-        const op = rng.chance(0.9) ? 1 + rng.int(19) : rng.int(65536);
-        const size = rng.chance(0.8) ? (BODY[op - 1] ?? 0) : rng.int(120);
-        const b = rng.fill(new Uint8Array(16 + size));
+        const op = rng.chance(0.9) ? 1 + rng.int(OPS) : rng.int(65536);
+        const size = rng.chance(0.8) ? (BODY.get(op) ?? 0) : rng.int(120);
+        const b = rng.fill(new Uint8Array(rgv_hdr.size + size));
         const v = new DataView(b.buffer);
-        if (rng.chance(0.95)) v.setUint32(0, 0x31564752, true);
-        v.setUint16(4, op, true);
+        if (rng.chance(0.95)) v.setUint32(rgv_hdr.fields.magic.offset, RGV_MAGIC, true);
+        v.setUint16(rgv_hdr.fields.op.offset, op, true);
         // Body words near real handles and QPNs as often as random.
-        for (let k = 16; k + 4 <= b.length; k += 4) if (rng.chance(0.6)) v.setUint32(k, rng.pick(handles), true);
+        for (let k = rgv_hdr.size; k + 4 <= b.length; k += 4)
+          if (rng.chance(0.6)) v.setUint32(k, rng.pick(handles), true);
         const pass = rng.chance(0.15) ? rng.pick([mem.fd, ffd, efd]) : -1;
         assert.is(core.seqpacketSend(conn, b, pass), 0, `request ${n} sent`);
         let got: ReturnType<typeof core.seqpacketRecv> = null;
@@ -298,8 +313,9 @@ test('hostile clients: 3000 seeded random requests (valid ops near real handles,
           conn = core.memifRawConnect(socket);
         } else {
           replies++;
-          const r = new DataView(got.data.buffer, got.data.byteOffset, got.data.length);
-          if (r.getInt16(6, true) === 0 && got.data.length >= 20) handles.push(r.getUint32(16, true));
+          const r = readMessage(got.data);
+          if (r !== null && r.status === 0 && r.body.byteLength >= rgv_handle.size)
+            handles.push(decode(rgv_handle, r.body).handle);
           if (handles.length > 64) handles.splice(3, 1);
         }
       }
@@ -321,17 +337,17 @@ test('hostile clients: 3000 seeded random requests (valid ops near real handles,
     assert.is(await left(), 0, 'every object the clients made was released when their connections closed');
     // The daemon still serves: a DEVICES request on a fresh connection lists the interface.
     const c = core.memifRawConnect(socket);
-    const q = new Uint8Array(16);
-    new DataView(q.buffer).setUint32(0, 0x31564752, true);
-    q[4] = 1;
-    assert.is(core.seqpacketSend(c, q), 0);
+    assert.is(core.seqpacketSend(c, message(RGV_OP_DEVICES, 0)), 0);
     let d: ReturnType<typeof core.seqpacketRecv> = null;
     for (let t = 0; d === null && t < 2000; t++) {
       await new Promise((r) => setImmediate(r));
       d = core.seqpacketRecv(c);
     }
     core.closeFd(c);
-    assert.ok(d !== null && 'data' in d && d.data.length === 16 + 132, 'one device listed after the storm');
+    assert.ok(
+      d !== null && 'data' in d && d.data.length === rgv_hdr.size + rgv_device.size,
+      'one device listed after the storm',
+    );
     const st = await dp.buffers();
     assert.is(st.count - st.free, 0, 'no buffer lost');
   });
@@ -341,19 +357,14 @@ test('registration refused: memory that is not a sealed memfd, a PD of another c
   ready();
   await withVerbsDaemon(async ({ socket, dps }) => {
     const core = loadCore();
-    const req = (fd: number, op: number, body: number[], pass = -1) => {
-      const b = new Uint8Array(16 + body.length * 4);
-      const v = new DataView(b.buffer);
-      v.setUint32(0, 0x31564752, true);
-      v.setUint16(4, op, true);
-      v.setUint32(8, 9, true);
-      body.forEach((x, i) => v.setUint32(16 + 4 * i, x, true));
-      assert.is(core.seqpacketSend(fd, b, pass), 0);
+    const req = (fd: number, op: number, body?: Uint8Array, pass = -1) => {
+      assert.is(core.seqpacketSend(fd, message(op, 9, body), pass), 0);
     };
     const reply = async (fd: number) => {
       for (let k = 0; k < 300; k++) {
         const m = core.seqpacketRecv(fd);
-        if (m !== null && 'data' in m) return new DataView(m.data.buffer, m.data.byteOffset, m.data.length);
+        const r = m !== null && 'data' in m ? readMessage(m.data) : null;
+        if (r !== null) return r;
         await new Promise((r) => setTimeout(r, 10));
       }
       throw new Error('no reply');
@@ -361,21 +372,29 @@ test('registration refused: memory that is not a sealed memfd, a PD of another c
     const a = core.memifRawConnect(socket),
       b = core.memifRawConnect(socket);
     try {
-      req(a, 2, []);
-      const pd = (await reply(a)).getUint32(16, true);
+      req(a, RGV_OP_ALLOC_PD);
+      const pd = decode(rgv_handle, (await reply(a)).body).handle;
       // A regular file, not a memfd: no seals, so it could shrink under the daemon (SIGBUS).
       const f = join(tmpdir(), `verbs-lib-file-${process.pid}`);
       writeFileSync(f, new Uint8Array(8192));
       const ffd = openSync(f, 'r+');
-      const regMr = [pd, 1, 8192, 0, 0x10000000, 0, 0x10000000, 0, 8192, 0]; // pd, access, span, start, addr, length
-      req(a, 4, regMr, ffd);
+      const base = 0x10000000;
+      const regMr = encode(rgv_reg_mr, {
+        pd,
+        access: RGV_ACCESS_LOCAL_WRITE,
+        span: 8192,
+        start: base,
+        addr: base,
+        length: 8192,
+      });
+      req(a, RGV_OP_REG_MR, regMr, ffd);
       closeSync(ffd);
       rmSync(f);
-      assert.is((await reply(a)).getInt16(6, true), -22, 'EINVAL');
+      assert.is((await reply(a)).status, -22, 'EINVAL');
       // b registers memory under a's PD: not its own.
       const mem = core.allocMemory(8192, { name: 'verbs-lib-mr', hugepages: 'never' });
-      req(b, 4, regMr, mem.fd);
-      assert.is((await reply(b)).getInt16(6, true), -2, 'ENOENT: only its own PDs');
+      req(b, RGV_OP_REG_MR, regMr, mem.fd);
+      assert.is((await reply(b)).status, -2, 'ENOENT: only its own PDs');
       assert.is((await dps.a.mrs()).length, 0, 'nothing was registered');
     } finally {
       core.closeFd(a);

@@ -22,8 +22,23 @@ import { baseConfig, twoDataplanes } from './dataplane-helpers.ts';
 import { cpuWith, memifIf } from './workers-helpers.ts';
 import { ROOT } from './readme-helpers.ts';
 import { watchDaemon } from './helpers.ts';
+import {
+  type AbiStruct,
+  RGV_ACCESS_LOCAL_WRITE,
+  RGV_MAGIC,
+  RGV_OP_ALLOC_PD,
+  RGV_OP_ATTACH,
+  RGV_OP_CREATE_CHANNEL,
+  RGV_OP_DEVICES,
+  RGV_OP_REG_MR,
+  rgv_attach,
+  rgv_handle,
+  rgv_hdr,
+  rgv_mr,
+  rgv_reg_mr,
+} from '../dataplane/verbs-server/abi.generated.ts';
+import { bodyText, decode, encode, message, readMessage } from '../dataplane/verbs-server/messages.ts';
 
-const MAGIC = 0x31564752;
 const core = loadCore();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -32,35 +47,39 @@ const havePython = () => {
     skip('python3 (3.9 or later) is not installed');
 };
 
-/** A request's bytes: the 16-byte header (op, seq) and u32 words. */
-function request(op: number, seq: number, words: number[] = []): Uint8Array {
-  const b = new Uint8Array(16 + 4 * words.length);
-  const v = new DataView(b.buffer);
-  v.setUint32(0, MAGIC, true);
-  v.setUint16(4, op, true);
-  v.setUint32(8, seq, true);
-  words.forEach((x, k) => v.setUint32(16 + 4 * k, x >>> 0, true));
-  return b;
-}
+/** Python struct's code of each integer type of the ABI. */
+const PY = { char: 's', u8: 'B', i16: 'h', u16: 'H', u32: 'I', u64: 'Q' } as const;
+/** Python's struct format of an ABI struct: little-endian, no padding (proto.h's structs have none). */
+const py = (s: AbiStruct) =>
+  `<${Object.values(s.fields)
+    .map((f) => (f.type === 'char' || f.count > 1 ? `${f.count}s` : PY[f.type]))
+    .join('')}`;
+/** Python's unpack_from arguments for one member of a reply's header in `r`: its format and offset. */
+const pyHdr = (m: keyof typeof rgv_hdr.fields) => `'<${PY[rgv_hdr.fields[m].type]}', r, ${rgv_hdr.fields[m].offset}`;
 
 interface Reply {
   eof: boolean;
   status: number;
-  words: number[];
+  body: DataView;
   /** The payload as text (a refusal's reason). */
   text: string;
 }
+
+/** The handle a reply carries (ALLOC_PD). */
+const handleOf = (r: Reply) => decode(rgv_handle, r.body).handle;
+/** REG_MR's body: `bytes` at `base`, local-write, in PD `pd`. */
+const regMr = (pd: number, base: number, bytes: number) =>
+  encode(rgv_reg_mr, { pd, access: RGV_ACCESS_LOCAL_WRITE, span: bytes, start: base, addr: base, length: bytes });
 
 /** The next message on `fd` (polled, this loop keeps turning), or eof. */
 async function reply(fd: number, what = 'a reply'): Promise<Reply> {
   for (let t = 0; t < 5000; t++) {
     const m = core.seqpacketRecv(fd);
     if (m !== null) {
-      if ('eof' in m) return { eof: true, status: 0, words: [], text: '' };
-      const v = new DataView(m.data.buffer, m.data.byteOffset, m.data.length);
-      const words: number[] = [];
-      for (let k = 16; k + 4 <= m.data.length; k += 4) words.push(v.getUint32(k, true));
-      return { eof: false, status: v.getInt16(6, true), words, text: new TextDecoder().decode(m.data.subarray(16)) };
+      if ('eof' in m) return { eof: true, status: 0, body: new DataView(new ArrayBuffer(0)), text: '' };
+      const r = readMessage(m.data);
+      assert.ok(r !== null, `${what}: ${m.data.length} bytes, not a message`);
+      return { eof: false, status: r.status, body: r.body, text: bodyText(r.body) };
     }
     await new Promise((r) => setImmediate(r));
     if (t > 100) await sleep(1);
@@ -74,8 +93,8 @@ function client(socket: string) {
   let seq = 0;
   return {
     fd,
-    async call(op: number, words: number[] = [], pass = -1): Promise<Reply> {
-      assert.is(core.seqpacketSend(fd, request(op, ++seq, words), pass), 0, `op ${op} sent`);
+    async call(op: number, body?: Uint8Array, pass = -1): Promise<Reply> {
+      assert.is(core.seqpacketSend(fd, message(op, ++seq, body), pass), 0, `op ${op} sent`);
       return reply(fd, `reply to op ${op}`);
     },
     close: () => core.closeFd(fd),
@@ -145,7 +164,7 @@ seq = 0
 def call(op, body=b'', fd=None):
     global seq
     seq += 1
-    msg = struct.pack('<IHhII', 0x31564752, op, 0, seq, 0) + body
+    msg = struct.pack('${py(rgv_hdr)}', ${RGV_MAGIC}, op, 0, seq, 0) + body
     if fd is None:
         s.send(msg)
     else:
@@ -153,9 +172,9 @@ def call(op, body=b'', fd=None):
     r = s.recv(512)
     if len(r) == 0:
         return None, b''
-    return struct.unpack_from('<h', r, 6)[0], r[16:]
-st, b = call(2)
-pd = struct.unpack_from('<I', b)[0]
+    return struct.unpack_from(${pyHdr('status')})[0], r[${rgv_hdr.size}:]
+st, b = call(${RGV_OP_ALLOC_PD})
+pd = struct.unpack_from('${py(rgv_handle)}', b)[0]
 print('ready', flush=True)
 sys.stdin.readline()
 for n in [int(x) for x in sys.argv[2:]]:
@@ -163,9 +182,9 @@ for n in [int(x) for x in sys.argv[2:]]:
     os.ftruncate(fd, n)
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
     base = 0x7f0000000000
-    st, b = call(4, struct.pack('<IIQQQQ', pd, 1, n, base, base, n), fd)
+    st, b = call(${RGV_OP_REG_MR}, struct.pack('${py(rgv_reg_mr)}', pd, ${RGV_ACCESS_LOCAL_WRITE}, n, base, base, n), fd)
     os.close(fd)
-    print(json.dumps({'size': n, 'status': st, 'mr': struct.unpack_from('<I', b)[0] if st == 0 else None}), flush=True)
+    print(json.dumps({'size': n, 'status': st, 'mr': struct.unpack_from('${py(rgv_mr)}', b)[0] if st == 0 else None}), flush=True)
 sys.stdin.read()
 `;
 
@@ -230,18 +249,11 @@ test('REG_MR of 255 MiB, 1 GiB and 2 GiB (max_mr_size): each registered, the loo
 
 // ------------------------------------------------------------------ finding 4: connections and fds
 
-const ATTACH = 12,
-  CREATE_CHANNEL = 13,
-  DEVICES = 1;
 const EMFILE = 24,
   ENFILE = 23;
 
-/** The ATTACH words: the interface name in 32 bytes. */
-const ifWords = (name: string) => {
-  const b = new Uint8Array(32);
-  b.set(new TextEncoder().encode(name));
-  return [...new Uint32Array(b.buffer)];
-};
+/** ATTACH's body: the interface name. */
+const attach = (name: string) => encode(rgv_attach, { ifname: name });
 
 /**
  * A Python client as another user: connects, asks for the devices; prints "devices N" or
@@ -253,16 +265,16 @@ try:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.settimeout(10)
     s.connect(sys.argv[1])
-    s.send(struct.pack('<IHhII', 0x31564752, 1, 0, 7, 0))
+    s.send(struct.pack('${py(rgv_hdr)}', ${RGV_MAGIC}, ${RGV_OP_DEVICES}, 0, 7, 0))
     r = s.recv(65536)
     if len(r) == 0:
         print('eof')
     else:
-        st = struct.unpack_from('<h', r, 6)[0]
+        st = struct.unpack_from(${pyHdr('status')})[0]
         if st == 0:
-            print('devices', struct.unpack_from('<I', r, 12)[0])
+            print('devices', struct.unpack_from(${pyHdr('count')})[0])
         else:
-            print('refused', -st, r[16:].decode(errors='replace'))
+            print('refused', -st, r[${rgv_hdr.size}:].decode(errors='replace'))
 except Exception as e:
     print('error', e)
 `;
@@ -282,7 +294,7 @@ test('one process opening connections until refused: refused at verbs.max-connec
       // Connections until one is refused (at most 300: more than the daemon-wide 256 of before).
       for (let k = 0; k < 300 && refused === null; k++) {
         const c = client(socket);
-        const r = await c.call(DEVICES);
+        const r = await c.call(RGV_OP_DEVICES);
         if (r.eof || r.status !== 0) {
           refused = r;
           c.close();
@@ -304,11 +316,11 @@ test('one process opening connections until refused: refused at verbs.max-connec
       for (const c of held) {
         const e = core.eventfd();
         efds.push(e);
-        assert.is((await c.call(ATTACH, ifWords(itf), e)).status, 0, 'ATTACH');
+        assert.is((await c.call(RGV_OP_ATTACH, attach(itf), e)).status, 0, 'ATTACH');
         for (let n = 0; n < 100; n++) {
           const ch = core.eventfd();
           efds.push(ch);
-          const r = await c.call(CREATE_CHANNEL, [], ch);
+          const r = await c.call(RGV_OP_CREATE_CHANNEL, undefined, ch);
           if (r.status !== 0) {
             assert.is(-r.status, EMFILE, `a channel past the limit: EMFILE (${r.status})`);
             break;
@@ -349,7 +361,7 @@ test('one process opening connections until refused: refused at verbs.max-connec
     // Closed connections give their place back.
     for (let t = 0; t < 200 && (await dp.pds()).length > 0; t++) await sleep(10);
     const again = client(socket);
-    assert.is((await again.call(DEVICES)).status, 0, 'a new connection after the others closed');
+    assert.is((await again.call(RGV_OP_DEVICES)).status, 0, 'a new connection after the others closed');
     again.close();
   });
 });
@@ -366,14 +378,14 @@ for k in range(int(sys.argv[2])):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.settimeout(10)
     s.connect(sys.argv[1])
-    s.send(struct.pack('<IHhII', 0x31564752, 1, 0, k + 1, 0))
+    s.send(struct.pack('${py(rgv_hdr)}', ${RGV_MAGIC}, ${RGV_OP_DEVICES}, 0, k + 1, 0))
     r = s.recv(65536)
-    st = struct.unpack_from('<h', r, 6)[0] if len(r) >= 16 else None
+    st = struct.unpack_from(${pyHdr('status')})[0] if len(r) >= ${rgv_hdr.size} else None
     if st == 0:
         held.append(s)
         print('ok', flush=True)
     else:
-        print('refused', -st if st is not None else 'eof', r[16:].decode(errors='replace'), flush=True)
+        print('refused', -st if st is not None else 'eof', r[${rgv_hdr.size}:].decode(errors='replace'), flush=True)
         break
 sys.stdin.read()
 `;
@@ -384,7 +396,7 @@ test("an unmodified program refused at verbs.max-connections-per-uid says why, i
     async ({ socket }) => {
       const held = [client(socket), client(socket)];
       try {
-        for (const c of held) assert.is((await c.call(DEVICES)).status, 0);
+        for (const c of held) assert.is((await c.call(RGV_OP_DEVICES)).status, 0);
         const info = await devinfo(socket);
         assert.not.equal(info.code, 0, info.out);
         assert.match(info.out, /refused: .*has 2 connections.*verbs\.max-connections-per-uid/, info.out);
@@ -435,10 +447,10 @@ test('with cpu.workers: 2 the limits hold for the whole daemon (the main thread 
     for (let k = 0; k < 4; k++) {
       const c = client(socket);
       mine.push(c);
-      assert.is((await c.call(DEVICES)).status, 0, `connection ${k + 1} of this process`);
+      assert.is((await c.call(RGV_OP_DEVICES)).status, 0, `connection ${k + 1} of this process`);
     }
     const fifth = client(socket);
-    const r = await fifth.call(DEVICES);
+    const r = await fifth.call(RGV_OP_DEVICES);
     fifth.close();
     assert.is(-r.status, EMFILE, 'the fifth of this process: EMFILE');
     assert.match(r.text, /has 4 connections open, the most one process may have/);
@@ -467,7 +479,7 @@ test('with cpu.workers: 2 the limits hold for the whole daemon (the main thread 
     let again: Reply | null = null;
     for (let t = 0; t < 100; t++) {
       const c = client(socket);
-      again = await c.call(DEVICES);
+      again = await c.call(RGV_OP_DEVICES);
       if (again.status === 0) {
         mine.push(c);
         break;
@@ -537,7 +549,7 @@ test('a daemon short of file descriptors (prlimit --nofile=64): a flood of conne
         break; // the listen queue is full: the daemon takes none
       }
       held.push(c);
-      core.seqpacketSend(c, request(ATTACH, 1, ifWords('memif0')), held[held.push(core.eventfd()) - 1]);
+      core.seqpacketSend(c, message(RGV_OP_ATTACH, 1, attach('memif0')), held[held.push(core.eventfd()) - 1]);
       const r = await reply(c, 'an ATTACH reply').catch(() => null);
       if (r === null || r.eof || r.status !== 0) {
         refused = r;
@@ -546,7 +558,7 @@ test('a daemon short of file descriptors (prlimit --nofile=64): a flood of conne
       for (let n = 0; n < 40; n++) {
         const e = core.eventfd();
         held.push(e);
-        core.seqpacketSend(c, request(CREATE_CHANNEL, 2 + n), e);
+        core.seqpacketSend(c, message(RGV_OP_CREATE_CHANNEL, 2 + n), e);
         const x = await reply(c, 'a CREATE_CHANNEL reply').catch(() => null);
         if (x === null || x.eof || x.status !== 0) break;
       }
@@ -589,7 +601,7 @@ test('a daemon short of file descriptors (prlimit --nofile=64): a flood of conne
  */
 const FULL_LISTENER = `
 import { openSync } from 'node:fs';
-import { listenVerbs } from ${JSON.stringify(join(ROOT, 'dataplane/verbs-server/connections.ts'))};
+import { listenVerbs } from ${JSON.stringify(join(ROOT, 'dataplane/verbs-server/listener.ts'))};
 const held = [];
 listenVerbs(process.argv[1], { adopt: (fd) => held.push(fd), connections: () => held.length, close() {} });
 try {
@@ -649,13 +661,13 @@ test('20,000 malformed requests: a bounded number of log lines, which say how ma
     logged = l;
     // 10,000 on one connection: registrations of memory that is not a sealed memfd (refused, logged).
     const c = client(socket);
-    const pd = (await c.call(2)).words[0];
+    const pd = handleOf(await c.call(RGV_OP_ALLOC_PD));
     const file = join(tmpdir(), `verbs-limits-file-${process.pid}`);
     fs.writeFileSync(file, new Uint8Array(8192));
     const ffd = fs.openSync(file, 'r+');
     try {
       for (let n = 0; n < 10_000; n++) {
-        const r = await c.call(4, [pd, 1, 8192, 0, 0x10000000, 0, 0x10000000, 0, 8192, 0], ffd);
+        const r = await c.call(RGV_OP_REG_MR, regMr(pd, 0x10000000, 8192), ffd);
         assert.is(r.status, -22);
       }
     } finally {
@@ -664,7 +676,7 @@ test('20,000 malformed requests: a bounded number of log lines, which say how ma
       c.close();
     }
     // 10,000 connections of this process, each closed for a request without the magic.
-    const junk = new Uint8Array(16).fill(0x5a);
+    const junk = new Uint8Array(rgv_hdr.size).fill(0x5a);
     for (let n = 0; n < 10_000; n++) {
       const x = core.memifRawConnect(socket);
       core.seqpacketSend(x, junk);
@@ -725,7 +737,7 @@ test('the verbs socket is 0660 from the moment it exists, whatever the umask (bo
     assert.equal(fs.readdirSync(dir), ['verbs.sock'], 'nothing else left in its directory (the private one is gone)');
     // It serves.
     const c = client(socket);
-    assert.is((await c.call(DEVICES)).status, 0);
+    assert.is((await c.call(RGV_OP_DEVICES)).status, 0);
     c.close();
     // A second daemon on the same path is refused, the first keeps its socket.
     assert.throws(() => dps.b.serveVerbs({ path: socket }), /another process serves it/);
@@ -759,9 +771,8 @@ test('hugetlb memory is refused with a clear reason (a hole punched in it faults
       if (mem === null) skip('no 2 MiB hugepage could be reserved (needs root and a writable nr_hugepages)');
       const c = client(socket);
       try {
-        const pd = (await c.call(2)).words[0];
-        const base = 0x10000000;
-        const r = await c.call(4, [pd, 1, 2 ** 21, 0, base, 0, base, 0, 2 ** 21, 0], mem!.fd);
+        const pd = handleOf(await c.call(RGV_OP_ALLOC_PD));
+        const r = await c.call(RGV_OP_REG_MR, regMr(pd, 0x10000000, 2 ** 21), mem!.fd);
         assert.is(r.status, -22, 'EINVAL');
         assert.is((await dp.mrs()).length, 0, 'nothing registered');
         assert.match(logged.join('\n'), /refused a registration: .*hugetlb/);

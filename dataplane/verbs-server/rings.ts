@@ -1,6 +1,8 @@
 /**
  * The data path of verbs programs (librdmagraph-verbs.so): their work queues and CQs are rings
- * in memfds the program and this daemon both map (layouts in native/verbs-lib/proto.h).
+ * in memfds the program and this daemon both map. Layouts: native/verbs-lib/proto.h, through
+ * abi.generated.ts; the rings, their indices, doorbells and the sleep handshake:
+ * docs/VERBS-PROTOCOL.md section 4.
  *
  * The `verbs-input` node (an input node beside memif-input) polls every attached send, receive
  * and shared receive ring each pass and posts what it finds through the same verbs the REST API
@@ -21,90 +23,182 @@ import type { Graph, NodeRuntime } from '../../graph/index.ts';
 import type { Qp } from '../../nodes/rdma/qp.ts';
 import { QpState } from '../../nodes/rdma/qp.ts';
 import { Access, type Completion, type Cq, Mr, Pd, type Srq, type WrOpcodeName } from '../../nodes/rdma/verbs.ts';
-import type { Rdma, RecvRequest, SendRequest, Sge } from '../../nodes/rdma/stack.ts';
+import { type Rdma, type RecvRequest, type SendRequest, type Sge, VERBS_LIMITS } from '../../nodes/rdma/stack.ts';
 import { loadCore } from '../../native/addons.ts';
+import {
+  RGV_CQ_ARM_NEXT,
+  RGV_CQ_ARMED,
+  RGV_CQ_CONS,
+  RGV_CQ_EVENTS,
+  RGV_CQ_OVERFLOW,
+  RGV_CQ_PROD,
+  RGV_INLINE_ALIGN,
+  RGV_QP_NEED_KICK,
+  RGV_QP_RQ_CONS,
+  RGV_QP_RQ_DONE,
+  RGV_QP_RQ_PROD,
+  RGV_QP_SQ_CONS,
+  RGV_QP_SQ_DONE,
+  RGV_QP_SQ_PROD,
+  RGV_QP_STATE,
+  RGV_RING_HDR,
+  RGV_SEND_INLINE,
+  RGV_SEND_SIGNALED,
+  RGV_SEND_SOLICITED,
+  RGV_SRQ_CONS,
+  RGV_SRQ_DONE,
+  RGV_SRQ_NEED_KICK,
+  RGV_SRQ_PROD,
+  RGV_WC_COMP_SWAP,
+  RGV_WC_FETCH_ADD,
+  RGV_WC_GENERAL_ERR,
+  RGV_WC_LOC_LEN_ERR,
+  RGV_WC_LOC_PROT_ERR,
+  RGV_WC_LOC_QP_OP_ERR,
+  RGV_WC_RDMA_READ,
+  RGV_WC_RDMA_WRITE,
+  RGV_WC_RECV,
+  RGV_WC_RECV_RDMA_WITH_IMM,
+  RGV_WC_REM_ACCESS_ERR,
+  RGV_WC_REM_INV_REQ_ERR,
+  RGV_WC_REM_OP_ERR,
+  RGV_WC_RETRY_EXC_ERR,
+  RGV_WC_RNR_RETRY_EXC_ERR,
+  RGV_WC_SEND,
+  RGV_WC_SUCCESS,
+  RGV_WC_WITH_IMM,
+  RGV_WC_WITH_INV,
+  RGV_WC_WR_FLUSH_ERR,
+  RGV_WR_ATOMIC_CMP_AND_SWP,
+  RGV_WR_ATOMIC_FETCH_AND_ADD,
+  RGV_WR_BIND_MW,
+  RGV_WR_LOCAL_INV,
+  RGV_WR_RDMA_READ,
+  RGV_WR_RDMA_WRITE,
+  RGV_WR_RDMA_WRITE_WITH_IMM,
+  RGV_WR_SEND,
+  RGV_WR_SEND_WITH_IMM,
+  RGV_WR_SEND_WITH_INV,
+  rgv_cqe,
+  rgv_recv_wqe,
+  rgv_send_wqe,
+  rgv_sge,
+} from './abi.generated.ts';
 
 export const VERBS_INPUT = 'verbs-input';
+/** A byte offset of the ABI as an index into a ring's Uint32Array (every word is 4-aligned). */
+const word = (byteOffset: number) => byteOffset >>> 2;
 /** Bytes of a ring's header (two cache lines: the program's, then ours). */
-export const RING_HDR = 128;
+export const RING_HDR = RGV_RING_HDR;
 /** Word offsets in the headers. */
-const QP_SQ_PROD = 0,
-  QP_RQ_PROD = 1,
-  QP_SQ_CONS = 16,
-  QP_RQ_CONS = 17,
-  QP_SQ_DONE = 18,
-  QP_RQ_DONE = 19,
-  QP_NEED_KICK = 20,
-  QP_STATE = 21;
-const SRQ_PROD = 0,
-  SRQ_CONS = 16,
-  SRQ_DONE = 17,
-  SRQ_NEED_KICK = 20;
-const CQ_CONS = 0,
-  CQ_ARMED = 1,
-  CQ_PROD = 16,
-  CQ_EVENTS = 17,
-  CQ_OVERFLOW = 18;
-export const CQE_BYTES = 32;
-const SEND_WQE_HDR = 64;
-const RECV_WQE_HDR = 16;
+const QP_SQ_PROD = word(RGV_QP_SQ_PROD),
+  QP_RQ_PROD = word(RGV_QP_RQ_PROD),
+  QP_SQ_CONS = word(RGV_QP_SQ_CONS),
+  QP_RQ_CONS = word(RGV_QP_RQ_CONS),
+  QP_SQ_DONE = word(RGV_QP_SQ_DONE),
+  QP_RQ_DONE = word(RGV_QP_RQ_DONE),
+  QP_NEED_KICK = word(RGV_QP_NEED_KICK),
+  QP_STATE = word(RGV_QP_STATE);
+const SRQ_PROD = word(RGV_SRQ_PROD),
+  SRQ_CONS = word(RGV_SRQ_CONS),
+  SRQ_DONE = word(RGV_SRQ_DONE),
+  SRQ_NEED_KICK = word(RGV_SRQ_NEED_KICK);
+const CQ_CONS = word(RGV_CQ_CONS),
+  CQ_ARMED = word(RGV_CQ_ARMED),
+  CQ_PROD = word(RGV_CQ_PROD),
+  CQ_EVENTS = word(RGV_CQ_EVENTS),
+  CQ_OVERFLOW = word(RGV_CQ_OVERFLOW);
+export const CQE_BYTES = rgv_cqe.size;
+const SEND_WQE_HDR = rgv_send_wqe.size;
+const RECV_WQE_HDR = rgv_recv_wqe.size;
+const SGE_BYTES = rgv_sge.size;
+/** Word offsets of the members of a send WQE, a receive WQE, an SGE and a CQE. */
+const SW = rgv_send_wqe.fields,
+  SW_WR_ID = word(SW.wr_id.offset),
+  SW_OPCODE = word(SW.opcode.offset),
+  SW_FLAGS = word(SW.flags.offset),
+  SW_NUM_SGE = word(SW.num_sge.offset),
+  SW_IMM = word(SW.imm.offset),
+  SW_REMOTE_ADDR = word(SW.remote_addr.offset),
+  SW_RKEY = word(SW.rkey.offset),
+  SW_INLINE_LEN = word(SW.inline_len.offset),
+  SW_COMPARE_ADD = word(SW.compare_add.offset),
+  SW_SWAP = word(SW.swap.offset);
+const RW_WR_ID = word(rgv_recv_wqe.fields.wr_id.offset),
+  RW_NUM_SGE = word(rgv_recv_wqe.fields.num_sge.offset);
+const SGE_ADDR = word(rgv_sge.fields.addr.offset),
+  SGE_LENGTH = word(rgv_sge.fields.length.offset),
+  SGE_LKEY = word(rgv_sge.fields.lkey.offset);
+const CQE = rgv_cqe.fields,
+  CQE_WR_ID = word(CQE.wr_id.offset),
+  CQE_STATUS = word(CQE.status.offset),
+  CQE_OPCODE = word(CQE.opcode.offset),
+  CQE_BYTE_LEN = word(CQE.byte_len.offset),
+  CQE_IMM = word(CQE.imm.offset),
+  CQE_QP_NUM = word(CQE.qp_num.offset),
+  CQE_WC_FLAGS = word(CQE.wc_flags.offset);
 /** Work requests one ring gives per pass at most (the rest waits for the next pass). */
 const BURST = 64;
 /** The engine stays awake this long after the last verbs work (ms). */
 const HOLD_MS = 1;
+/** SGEs in one work request, at most (the devices' max_sge: what the daemon's QPs are made with). */
+const MAX_SGE = VERBS_LIMITS.maxSge;
 
-/** enum ibv_wr_opcode -> ours (undefined: not supported, completes in error). */
-const WR_OPCODE: (WrOpcodeName | undefined)[] = [
-  'write', // IBV_WR_RDMA_WRITE
-  'write-with-imm', // IBV_WR_RDMA_WRITE_WITH_IMM
-  'send', // IBV_WR_SEND
-  undefined, // IBV_WR_SEND_WITH_IMM: no such iWARP message
-  'read', // IBV_WR_RDMA_READ
-  'cmp-swap', // IBV_WR_ATOMIC_CMP_AND_SWP
-  'fetch-add', // IBV_WR_ATOMIC_FETCH_AND_ADD
-  undefined, // IBV_WR_LOCAL_INV
-  undefined, // IBV_WR_BIND_MW
-  'send-with-invalidate', // IBV_WR_SEND_WITH_INV
-];
-const IBV_SEND_SIGNALED = 2,
-  IBV_SEND_SOLICITED = 4,
-  IBV_SEND_INLINE = 8;
-/** Ours -> enum ibv_wc_status. */
+/** enum rgv_wr_opcode -> ours (undefined: not supported, completes in error). */
+const WR_OPCODE: (WrOpcodeName | undefined)[] = (() => {
+  const ours: [number, WrOpcodeName | undefined][] = [
+    [RGV_WR_RDMA_WRITE, 'write'],
+    [RGV_WR_RDMA_WRITE_WITH_IMM, 'write-with-imm'],
+    [RGV_WR_SEND, 'send'],
+    [RGV_WR_SEND_WITH_IMM, undefined], // no such iWARP message
+    [RGV_WR_RDMA_READ, 'read'],
+    [RGV_WR_ATOMIC_CMP_AND_SWP, 'cmp-swap'],
+    [RGV_WR_ATOMIC_FETCH_AND_ADD, 'fetch-add'],
+    [RGV_WR_LOCAL_INV, undefined],
+    [RGV_WR_BIND_MW, undefined],
+    [RGV_WR_SEND_WITH_INV, 'send-with-invalidate'],
+  ];
+  const table: (WrOpcodeName | undefined)[] = Array.from(
+    { length: Math.max(...ours.map(([v]) => v)) + 1 },
+    () => undefined,
+  );
+  for (const [v, name] of ours) table[v] = name;
+  return table;
+})();
+/** Ours -> enum rgv_wc_status. */
 const WC_STATUS: Record<string, number> = {
-  success: 0,
-  'local-length-error': 1,
-  'local-qp-operation-error': 2,
-  'local-protection-error': 4,
-  flushed: 5,
-  'remote-invalid-request': 9,
-  'remote-access-error': 10,
-  'remote-operation-error': 11,
-  'retry-exceeded': 12,
-  'rnr-retry-exceeded': 13,
+  success: RGV_WC_SUCCESS,
+  'local-length-error': RGV_WC_LOC_LEN_ERR,
+  'local-qp-operation-error': RGV_WC_LOC_QP_OP_ERR,
+  'local-protection-error': RGV_WC_LOC_PROT_ERR,
+  flushed: RGV_WC_WR_FLUSH_ERR,
+  'remote-invalid-request': RGV_WC_REM_INV_REQ_ERR,
+  'remote-access-error': RGV_WC_REM_ACCESS_ERR,
+  'remote-operation-error': RGV_WC_REM_OP_ERR,
+  'retry-exceeded': RGV_WC_RETRY_EXC_ERR,
+  'rnr-retry-exceeded': RGV_WC_RNR_RETRY_EXC_ERR,
 };
-/** Ours -> enum ibv_wc_opcode (swap has no verbs opcode: a verbs program cannot post it). */
+/** Ours -> enum rgv_wc_opcode (swap has no verbs opcode: a verbs program cannot post it). */
 const WC_OPCODE: Record<string, number> = {
-  send: 0,
-  write: 1,
-  read: 2,
-  'cmp-swap': 3,
-  'fetch-add': 4,
-  swap: 4,
-  recv: 128,
-  'recv-with-imm': 129,
+  send: RGV_WC_SEND,
+  write: RGV_WC_RDMA_WRITE,
+  read: RGV_WC_RDMA_READ,
+  'cmp-swap': RGV_WC_COMP_SWAP,
+  'fetch-add': RGV_WC_FETCH_ADD,
+  swap: RGV_WC_FETCH_ADD,
+  recv: RGV_WC_RECV,
+  'recv-with-imm': RGV_WC_RECV_RDMA_WITH_IMM,
 };
-const IBV_WC_WITH_IMM = 2,
-  IBV_WC_WITH_INV = 8;
 
 const pow2AtLeast = (n: number) => {
   let p = 1;
   while (p < n) p *= 2;
   return p;
 };
-/** The strides the library uses (proto.h rgv_sq_stride / rgv_rq_stride). */
+/** The strides the library uses (proto.h rgv_sq_stride / rgv_rq_stride; test/verbs-abi.test.ts compares). */
 export const sqStride = (maxSge: number, maxInline: number) =>
-  SEND_WQE_HDR + Math.max(maxSge * 16, (maxInline + 15) & ~15);
-export const rqStride = (maxSge: number) => RECV_WQE_HDR + maxSge * 16;
+  SEND_WQE_HDR + Math.max(maxSge * SGE_BYTES, (maxInline + RGV_INLINE_ALIGN - 1) & ~(RGV_INLINE_ALIGN - 1));
+export const rqStride = (maxSge: number) => RECV_WQE_HDR + maxSge * SGE_BYTES;
 
 export interface Channel {
   fd: number;
@@ -218,7 +312,8 @@ export class VerbsRings {
     private readonly rdma: Rdma,
     private readonly log: (msg: string) => void,
   ) {
-    for (let n = 0; n <= 32; n++) this.sgs.push(Array.from({ length: n }, () => ({ mr: NO_MR, offset: 0, length: 0 })));
+    for (let n = 0; n <= MAX_SGE; n++)
+      this.sgs.push(Array.from({ length: n }, () => ({ mr: NO_MR, offset: 0, length: 0 })));
     this.rt = graph.register({
       name: VERBS_INPUT,
       type: 'input',
@@ -406,8 +501,8 @@ export class VerbsRings {
       const seq = s.cons;
       const at = RING_HDR + (seq & (s.entries - 1)) * s.stride;
       const sg = this.recvSg(s.u32, s.stride, at, s.srq.pd);
-      s.lo[seq & (s.entries - 1)] = s.u32[at >>> 2];
-      s.hi[seq & (s.entries - 1)] = s.u32[(at >>> 2) + 1];
+      s.lo[seq & (s.entries - 1)] = s.u32[(at >>> 2) + RW_WR_ID];
+      s.hi[seq & (s.entries - 1)] = s.u32[(at >>> 2) + RW_WR_ID + 1];
       try {
         if (sg === null) throw new Error('malformed receive WQE');
         this.recv.wrId = seq;
@@ -428,18 +523,18 @@ export class VerbsRings {
   /** The SG list of a receive WQE at byte `at`, resolved in `pd`; null if malformed. */
   private recvSg(u: Uint32Array, stride: number, at: number, pd: Pd): Sge[] | null {
     const w = at >>> 2;
-    const n = u[w + 2];
-    if (n > 32 || RECV_WQE_HDR + n * 16 > stride) return null;
-    return this.resolve(u, w + RECV_WQE_HDR / 4, n, pd);
+    const n = u[w + RW_NUM_SGE];
+    if (n > MAX_SGE || RECV_WQE_HDR + n * SGE_BYTES > stride) return null;
+    return this.resolve(u, w + word(RECV_WQE_HDR), n, pd);
   }
 
   /** n SGEs ({u64 addr, u32 length, u32 lkey}) from word w into a reused list. */
   private resolve(u: Uint32Array, w: number, n: number, pd: Pd): Sge[] {
     const list = this.sgs[n];
-    for (let i = 0; i < n; i++, w += 4) {
-      const addr = u[w + 1] * 2 ** 32 + u[w],
-        length = u[w + 2],
-        lkey = u[w + 3];
+    for (let i = 0; i < n; i++, w += word(SGE_BYTES)) {
+      const addr = u[w + SGE_ADDR + 1] * 2 ** 32 + u[w + SGE_ADDR],
+        length = u[w + SGE_LENGTH],
+        lkey = u[w + SGE_LKEY];
       const e = list[i];
       const mr = this.rdma.core.mrFor(lkey, pd);
       const offset = mr === null ? -1 : addr - mr.base;
@@ -458,11 +553,11 @@ export class VerbsRings {
 
   private postRecv(r: QpRing, seq: number): void {
     const at = r.rqBase + (seq & (r.rqEntries - 1)) * r.rqStride;
-    r.rqLo[seq & (r.rqEntries - 1)] = r.u32[at >>> 2];
-    r.rqHi[seq & (r.rqEntries - 1)] = r.u32[(at >>> 2) + 1];
+    r.rqLo[seq & (r.rqEntries - 1)] = r.u32[(at >>> 2) + RW_WR_ID];
+    r.rqHi[seq & (r.rqEntries - 1)] = r.u32[(at >>> 2) + RW_WR_ID + 1];
     const sg = this.recvSg(r.u32, r.rqStride, at, r.qp.pd);
     try {
-      if (sg === null) throw new Error(`${r.u32[(at >>> 2) + 2]} SGEs do not fit the ring's WQE`);
+      if (sg === null) throw new Error(`${r.u32[(at >>> 2) + RW_NUM_SGE]} SGEs do not fit the ring's WQE`);
       this.recv.wrId = seq;
       this.recv.sg = sg;
       this.rdma.postRecv(r.qp, this.recv);
@@ -477,32 +572,32 @@ export class VerbsRings {
       w = at >>> 2,
       qp = r.qp,
       req = this.send;
-    r.sqLo[seq & (r.sqEntries - 1)] = u[w];
-    r.sqHi[seq & (r.sqEntries - 1)] = u[w + 1];
-    const opcode = u[w + 2],
-      flags = u[w + 3],
-      nsge = u[w + 4],
-      imm = u[w + 5],
-      raddr = u[w + 7] * 2 ** 32 + u[w + 6],
-      rkey = u[w + 8],
-      inlineLen = u[w + 9];
+    r.sqLo[seq & (r.sqEntries - 1)] = u[w + SW_WR_ID];
+    r.sqHi[seq & (r.sqEntries - 1)] = u[w + SW_WR_ID + 1];
+    const opcode = u[w + SW_OPCODE],
+      flags = u[w + SW_FLAGS],
+      nsge = u[w + SW_NUM_SGE],
+      imm = u[w + SW_IMM],
+      raddr = u[w + SW_REMOTE_ADDR + 1] * 2 ** 32 + u[w + SW_REMOTE_ADDR],
+      rkey = u[w + SW_RKEY],
+      inlineLen = u[w + SW_INLINE_LEN];
     try {
       const name = opcode < WR_OPCODE.length ? WR_OPCODE[opcode] : undefined;
       if (name === undefined) throw new Error(`opcode ${opcode} is not supported`);
       req.wrId = seq;
       req.opcode = name;
-      req.signaled = (flags & IBV_SEND_SIGNALED) !== 0;
-      req.solicited = (flags & IBV_SEND_SOLICITED) !== 0;
+      req.signaled = (flags & RGV_SEND_SIGNALED) !== 0;
+      req.solicited = (flags & RGV_SEND_SOLICITED) !== 0;
       req.remote.stag = rkey;
       req.remote.offset = raddr;
       req.imm = imm;
       req.invalidateStag = imm;
       if (name === 'fetch-add' || name === 'cmp-swap') {
-        const cmpAdd = (BigInt(u[w + 11]) << 32n) | BigInt(u[w + 10]),
-          swap = (BigInt(u[w + 13]) << 32n) | BigInt(u[w + 12]);
+        const cmpAdd = (BigInt(u[w + SW_COMPARE_ADD + 1]) << 32n) | BigInt(u[w + SW_COMPARE_ADD]),
+          swap = (BigInt(u[w + SW_SWAP + 1]) << 32n) | BigInt(u[w + SW_SWAP]);
         req.atomic = name === 'fetch-add' ? { add: cmpAdd } : { compare: cmpAdd, swap };
       } else req.atomic = undefined;
-      if (flags & IBV_SEND_INLINE) {
+      if (flags & RGV_SEND_INLINE) {
         if (inlineLen > r.sqStride - SEND_WQE_HDR)
           throw new Error(`${inlineLen} bytes of inline data do not fit the WQE`);
         const sg = this.sgs[1];
@@ -512,9 +607,9 @@ export class VerbsRings {
         req.sg = inlineLen > 0 ? sg : this.sgs[0];
         req.inline = true;
       } else {
-        if (nsge > 32 || SEND_WQE_HDR + nsge * 16 > r.sqStride)
+        if (nsge > MAX_SGE || SEND_WQE_HDR + nsge * SGE_BYTES > r.sqStride)
           throw new Error(`${nsge} SGEs do not fit the ring's WQE`);
-        req.sg = this.resolve(u, w + SEND_WQE_HDR / 4, nsge, qp.pd);
+        req.sg = this.resolve(u, w + word(SEND_WQE_HDR), nsge, qp.pd);
         req.inline = false;
       }
       this.rdma.postSend(qp, req);
@@ -574,24 +669,24 @@ export class VerbsRings {
       this.warn(`verbs: CQ ${ring.cq.handle} overflowed (${ring.entries} entries): a completion is lost`);
       return false;
     }
-    const w = (RING_HDR >>> 2) + (ring.prod & (ring.entries - 1)) * (CQE_BYTES >>> 2);
-    u[w] = lo;
-    u[w + 1] = hi;
-    u[w + 2] = WC_STATUS[c.status] ?? 21; // IBV_WC_GENERAL_ERR
-    u[w + 3] = WC_OPCODE[c.opcode] ?? 0;
-    u[w + 4] = c.byteLen >>> 0;
+    const w = word(RING_HDR) + (ring.prod & (ring.entries - 1)) * word(CQE_BYTES);
+    u[w + CQE_WR_ID] = lo;
+    u[w + CQE_WR_ID + 1] = hi;
+    u[w + CQE_STATUS] = WC_STATUS[c.status] ?? RGV_WC_GENERAL_ERR;
+    u[w + CQE_OPCODE] = WC_OPCODE[c.opcode] ?? RGV_WC_SEND;
+    u[w + CQE_BYTE_LEN] = c.byteLen >>> 0;
     let flags = 0,
       imm = 0;
     if (c.imm !== undefined) {
-      flags = IBV_WC_WITH_IMM;
+      flags = RGV_WC_WITH_IMM;
       imm = c.imm;
     } else if (c.invalidatedStag !== undefined) {
-      flags = IBV_WC_WITH_INV;
+      flags = RGV_WC_WITH_INV;
       imm = c.invalidatedStag;
     }
-    u[w + 5] = imm >>> 0;
-    u[w + 6] = c.qpn;
-    u[w + 7] = flags;
+    u[w + CQE_IMM] = imm >>> 0;
+    u[w + CQE_QP_NUM] = c.qpn;
+    u[w + CQE_WC_FLAGS] = flags;
     ring.prod = (ring.prod + 1) >>> 0;
     Atomics.store(u, CQ_PROD, ring.prod);
     this.completed = true;
@@ -599,7 +694,7 @@ export class VerbsRings {
     if (
       armed !== 0 &&
       ring.channel !== null &&
-      (armed === 1 || c.solicited === true || c.status !== 'success') &&
+      (armed === RGV_CQ_ARM_NEXT || c.solicited === true || c.status !== 'success') &&
       Atomics.compareExchange(u, CQ_ARMED, armed, 0) === armed
     ) {
       Atomics.add(u, CQ_EVENTS, 1);

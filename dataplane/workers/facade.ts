@@ -68,7 +68,8 @@ import {
   type VersionView,
 } from '../views.ts';
 import { WorkerLedger } from './ledger.ts';
-import { listenVerbs, VerbsAdmission, verbsLimits } from '../verbs-server/connections.ts';
+import { VerbsAdmission, verbsLimits } from '../verbs-server/admission.ts';
+import { listenVerbs } from '../verbs-server/listener.ts';
 import {
   type CallArgs,
   type CallName,

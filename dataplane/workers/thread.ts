@@ -9,7 +9,8 @@ import { parentPort, workerData } from 'node:worker_threads';
 import type { Config } from '../../config/types.ts';
 import { Dataplane } from '../dataplane.ts';
 import { pinThread } from '../pin.ts';
-import { type VerbsConnections, verbsConnections } from '../verbs-server/connections.ts';
+import { verbsConnections } from '../verbs-server/connections.ts';
+import type { VerbsConnections } from '../verbs-server/listener.ts';
 import { DataplaneError, type Logger } from '../views.ts';
 import type { CallName, CallTable, FromWorker, ToWorker, WorkerInit } from './protocol.ts';
 

@@ -321,6 +321,24 @@ void Memif::Release() {
 void InitMemifRaw(Napi::Env env, Napi::Object exports);
 void InitMemifLane(Napi::Env env, Napi::Object exports);
 
+// memifLayout(): the layout of what JavaScript shares with the data path (bindPool's `state`
+// array: its length and the index of each word; the largest frame received), which
+// drivers/memif.ts and drivers/memif-lane.ts take from here rather than keep copies.
+Napi::Value Layout(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object state = Napi::Object::New(env);
+  state.Set("stash", Napi::Number::New(env, kStStash));
+  state.Set("done", Napi::Number::New(env, kStDone));
+  state.Set("gen", Napi::Number::New(env, kStGen));
+  state.Set("link", Napi::Number::New(env, kStLink));
+  state.Set("orphans", Napi::Number::New(env, kStOrphans));
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("state", state);
+  o.Set("stateLength", Napi::Number::New(env, kStateLen));
+  o.Set("maxFrame", Napi::Number::New(env, static_cast<double>(kMaxFrame)));
+  return o;
+}
+
 }  // namespace memifimpl
 
 void InitMemif(Napi::Env env, Napi::Object exports) {
@@ -330,6 +348,7 @@ void InitMemif(Napi::Env env, Napi::Object exports) {
   exports.Set("memifTx", Napi::Function::New(env, ByHandle<&Memif::Tx>, "memifTx"));
   exports.Set("memifReclaim", Napi::Function::New(env, ByHandle<&Memif::ReclaimJs>, "memifReclaim"));
   exports.Set("memifPoll", Napi::Function::New(env, ByHandle<&Memif::PollNow>, "memifPoll"));
+  exports.Set("memifLayout", Napi::Function::New(env, Layout, "memifLayout"));
   InitMemifRaw(env, exports);
   InitMemifLane(env, exports);
 }

@@ -48,7 +48,8 @@ constexpr long kRetryNs = 250 * 1000 * 1000;    // client reconnect interval
 constexpr size_t kMaxPending = 8;               // accepted connections waiting for INIT, per socket
 constexpr uint64_t kPendingNs = 2000ull * 1000 * 1000;  // how long one may wait for INIT
 
-// Indices into the shared state array (a Uint32Array JavaScript reads after each call).
+// Indices into the shared state array (a Uint32Array JavaScript reads after each call; its
+// drivers take them, kStateLen and kMaxFrame from core.memifLayout(), memif.cc).
 enum State : uint32_t {
   kStStash = 0,    // buffers in the stash
   kStDone = 1,     // entries of `done` JavaScript must free

@@ -1,4 +1,4 @@
-// The daemon's verbs control socket (dataplane/verbs-server/connections.ts), what it needs beyond the raw
+// The daemon's verbs control socket (dataplane/verbs-server/listener.ts, docs/VERBS-PROTOCOL.md), what it needs beyond the raw
 // SOCK_SEQPACKET primitives of memif_raw.cc:
 //
 //   verbsListen(path, mode)   the listener, its file never seen with the umask's mode: bound in

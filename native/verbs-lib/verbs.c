@@ -754,9 +754,9 @@ EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask) 
 
 /* Every attribute the QP has, whatever `mask` asks for (libibverbs allows more). */
 EXPORT int ibv_query_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask, struct ibv_qp_init_attr* init) {
-  const struct rgv_handle q = {.handle = qp->qp_num};
+  const struct rgv_handle h = {.handle = qp->qp_num};
   struct rgv_qp_attr r;
-  if (rg_ctx_call(qp->context, RGV_OP_QUERY_QP, &q, sizeof q, -1, &r, sizeof r) != 0) return errno;
+  if (rg_ctx_call(qp->context, RGV_OP_QUERY_QP, &h, sizeof h, -1, &r, sizeof r) != 0) return errno;
   /* The sizes are the QP's (the rings were made for them): the daemon must say the same. */
   const struct rg_qp* q = (const struct rg_qp*)qp;
   struct rg_context* cx = rg_ctx(qp->context);
