@@ -33,9 +33,7 @@ Napi::Value SetThreadAffinity(const Napi::CallbackInfo& info) {
 }
 
 // currentCpu(): the CPU the calling thread runs on now.
-Napi::Value CurrentCpu(const Napi::CallbackInfo& info) {
-  return Napi::Number::New(info.Env(), sched_getcpu());
-}
+Napi::Value CurrentCpu(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), sched_getcpu()); }
 
 }  // namespace
 

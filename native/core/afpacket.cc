@@ -19,8 +19,6 @@
 //
 // See native/addons.ts (AfPacketSocket) for the JavaScript view and drivers/af-packet.ts for the
 // driver built on it.
-#include "common.h"
-
 #include <arpa/inet.h>
 #include <linux/filter.h>
 #include <linux/if_ether.h>
@@ -37,6 +35,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "common.h"
 
 #ifndef PACKET_QDISC_BYPASS
 #define PACKET_QDISC_BYPASS 20
@@ -55,10 +55,10 @@ namespace rg {
 
 namespace {
 
-constexpr uint32_t kMaxSegments = 64;       // per transmitted packet (iovecs)
-constexpr uint32_t kMaxTxBatch = 1024;      // UIO_MAXIOV: the most messages one sendmmsg takes
-constexpr uint32_t kNominalFrame = 2048;    // TPACKET_V3 rx "frame": only sizes the request
-constexpr uint32_t kErrCheckEvery = 64;     // empty rx polls between SO_ERROR checks
+constexpr uint32_t kMaxSegments = 64;     // per transmitted packet (iovecs)
+constexpr uint32_t kMaxTxBatch = 1024;    // UIO_MAXIOV: the most messages one sendmmsg takes
+constexpr uint32_t kNominalFrame = 2048;  // TPACKET_V3 rx "frame": only sizes the request
+constexpr uint32_t kErrCheckEvery = 64;   // empty rx polls between SO_ERROR checks
 
 inline uint32_t LoadAcquire(const volatile uint32_t* p) {
   return __atomic_load_n(const_cast<const uint32_t*>(p), __ATOMIC_ACQUIRE);
@@ -193,12 +193,15 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
         Napi::Uint32Array f = fv.As<Napi::Uint32Array>();
         const size_t n = f.ElementLength() / 4;
         if (n == 0 || n * 4 != f.ElementLength() || n > BPF_MAXINSNS) {
-          throw RangeErr(env, std::string(fn) + ": filter must hold 1 to " + std::to_string(BPF_MAXINSNS) + " whole instructions");
+          throw RangeErr(
+              env, std::string(fn) + ": filter must hold 1 to " + std::to_string(BPF_MAXINSNS) + " whole instructions");
         }
         for (size_t i = 0; i < n; i++) {
           const uint32_t* w = f.Data() + 4 * i;
-          if (w[0] > 0xffff || w[1] > 0xff || w[2] > 0xff) throw RangeErr(env, std::string(fn) + ": filter instruction " + std::to_string(i) + " is malformed");
-          filter_.push_back(sock_filter{static_cast<uint16_t>(w[0]), static_cast<uint8_t>(w[1]), static_cast<uint8_t>(w[2]), w[3]});
+          if (w[0] > 0xffff || w[1] > 0xff || w[2] > 0xff)
+            throw RangeErr(env, std::string(fn) + ": filter instruction " + std::to_string(i) + " is malformed");
+          filter_.push_back(
+              sock_filter{static_cast<uint16_t>(w[0]), static_cast<uint8_t>(w[1]), static_cast<uint8_t>(w[2]), w[3]});
         }
       }
     }
@@ -214,7 +217,8 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     {
       const Napi::Value rv = o.Get("rxRing");
       const std::string rr = rv.IsUndefined() ? "v3" : rv.IsString() ? rv.As<Napi::String>().Utf8Value() : "?";
-      if (rr != "v3" && rr != "v2") throw RangeErr(env, std::string(fn) + ": rxRing must be 'v3' or 'v2', got '" + rr + "'");
+      if (rr != "v3" && rr != "v2")
+        throw RangeErr(env, std::string(fn) + ": rxRing must be 'v3' or 'v2', got '" + rr + "'");
       v2_ = rr == "v2";
     }
     if (v2_ && tx_ring_) throw RangeErr(env, std::string(fn) + ": rxRing 'v2' works with txRing false (sendmmsg) only");
@@ -244,15 +248,18 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
       frame_size_ = 256;
       while (frame_size_ < need) frame_size_ <<= 1;
       if (frame_size_ > block_size_) {
-        throw RangeErr(env, std::string(fn) + ": rxRing 'v2' needs blockSize of at least " + std::to_string(frame_size_) +
-                                " bytes for the MTU of \"" + ifname_ + "\" (" + std::to_string(link_mtu_) + ")");
+        throw RangeErr(env, std::string(fn) + ": rxRing 'v2' needs blockSize of at least " +
+                                std::to_string(frame_size_) + " bytes for the MTU of \"" + ifname_ + "\" (" +
+                                std::to_string(link_mtu_) + ")");
       }
       frames_per_block_ = block_size_ / frame_size_;
       frame_nr_ = frames_per_block_ * block_nr_;
     }
     if (ii.hwtype != ARPHRD_ETHER) {
-      throw CodedError(env, "af_packet: interface \"" + ifname_ + "\" is not an Ethernet interface (ARPHRD " +
-                                std::to_string(ii.hwtype) + ")", EPROTONOSUPPORT, "ioctl");
+      throw CodedError(env,
+                       "af_packet: interface \"" + ifname_ + "\" is not an Ethernet interface (ARPHRD " +
+                           std::to_string(ii.hwtype) + ")",
+                       EPROTONOSUPPORT, "ioctl");
     }
 
     // Protocol 0: nothing is received until bind() names the interface and ETH_P_ALL.
@@ -260,8 +267,9 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     if (fd_ < 0) {
       int err = errno;
       if (err == EPERM || err == EACCES) {
-        throw CodedError(env, "af_packet needs CAP_NET_RAW (run as root): cannot open a packet socket on \"" + ifname_ + "\"",
-                         err, "socket");
+        throw CodedError(
+            env, "af_packet needs CAP_NET_RAW (run as root): cannot open a packet socket on \"" + ifname_ + "\"", err,
+            "socket");
       }
       throw ErrnoError(env, "af_packet: socket(AF_PACKET) for \"" + ifname_ + "\"", err, "socket");
     }
@@ -289,7 +297,8 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     self.Set("blocks", Napi::Number::New(env, block_nr_));
     self.Set("rxRing", Napi::String::New(env, v2_ ? "v2" : "v3"));
     // The kernel puts a frame's MAC header at TPACKET_ALIGN(TPACKET3_HDRLEN + 16) - 14 in its slot.
-    self.Set("maxFrameLen", Napi::Number::New(env, block_size_ - BlockHeaderLen() - (TPACKET_ALIGN(TPACKET3_HDRLEN + 16) - ETH_HLEN)));
+    self.Set("maxFrameLen",
+             Napi::Number::New(env, block_size_ - BlockHeaderLen() - (TPACKET_ALIGN(TPACKET3_HDRLEN + 16) - ETH_HLEN)));
     self.Set("txMode", Napi::String::New(env, tx_ring_ ? "ring" : "sendmmsg"));
     self.Set("txFrames", Napi::Number::New(env, tx_ring_ ? tx_frame_nr_ : 0));
     self.Set("txMaxFrameLen", Napi::Number::New(env, tx_ring_ ? tx_frame_size_ - TxDataOffset() : 0));
@@ -306,7 +315,8 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
 
   void SetOpt(Napi::Env env, int level, int opt, int val, const char* name) {
     if (setsockopt(fd_, level, opt, &val, sizeof val) < 0) {
-      throw ErrnoError(env, std::string("af_packet: setsockopt(") + name + ") on \"" + ifname_ + "\"", errno, "setsockopt");
+      throw ErrnoError(env, std::string("af_packet: setsockopt(") + name + ") on \"" + ifname_ + "\"", errno,
+                       "setsockopt");
     }
   }
 
@@ -318,21 +328,27 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
       struct ifreq ifr;
       std::memset(&ifr, 0, sizeof ifr);
       std::memcpy(ifr.ifr_name, ifname_.data(), ifname_.size());
-      if (ioctl(fd_, SIOCGIFFLAGS, &ifr) < 0) throw ErrnoError(env, "af_packet: SIOCGIFFLAGS on \"" + ifname_ + "\"", errno, "ioctl");
+      if (ioctl(fd_, SIOCGIFFLAGS, &ifr) < 0)
+        throw ErrnoError(env, "af_packet: SIOCGIFFLAGS on \"" + ifname_ + "\"", errno, "ioctl");
       ifr.ifr_flags |= IFF_UP;
       if (ioctl(fd_, SIOCSIFFLAGS, &ifr) < 0) {
         int err = errno;
         if (err == EPERM || err == EACCES) {
-          throw CodedError(env, "af_packet: kernel interface \"" + ifname_ + "\" is down and setting it up needs CAP_NET_ADMIN (run as root, or ip link set " +
-                                    ifname_ + " up)", err, "ioctl");
+          throw CodedError(env,
+                           "af_packet: kernel interface \"" + ifname_ +
+                               "\" is down and setting it up needs CAP_NET_ADMIN (run as root, or ip link set " +
+                               ifname_ + " up)",
+                           err, "ioctl");
         }
         throw ErrnoError(env, "af_packet: setting kernel interface \"" + ifname_ + "\" up", err, "ioctl");
       }
       brought_up_ = true;
     }
 
-    if (v2_) SetOpt(env, SOL_PACKET, PACKET_VERSION, TPACKET_V2, "PACKET_VERSION TPACKET_V2");
-    else SetOpt(env, SOL_PACKET, PACKET_VERSION, TPACKET_V3, "PACKET_VERSION TPACKET_V3");
+    if (v2_)
+      SetOpt(env, SOL_PACKET, PACKET_VERSION, TPACKET_V2, "PACKET_VERSION TPACKET_V2");
+    else
+      SetOpt(env, SOL_PACKET, PACKET_VERSION, TPACKET_V3, "PACKET_VERSION TPACKET_V3");
     // Bypass: our frames go straight to the driver, skipping the qdisc and the taps (tcpdump on
     // this interface does not see them; capture on the peer instead).
     if (bypass) SetOpt(env, SOL_PACKET, PACKET_QDISC_BYPASS, 1, "PACKET_QDISC_BYPASS");
@@ -369,8 +385,10 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
       rx.tp_frame_nr = frame_nr_;
     }
     if (setsockopt(fd_, SOL_PACKET, PACKET_RX_RING, &rx, v2_ ? sizeof(struct tpacket_req) : sizeof rx) < 0) {
-      throw ErrnoError(env, "af_packet: setsockopt(PACKET_RX_RING) on \"" + ifname_ + "\" (" + std::to_string(block_nr_) +
-                                " blocks of " + std::to_string(block_size_) + " bytes)", errno, "setsockopt");
+      throw ErrnoError(env,
+                       "af_packet: setsockopt(PACKET_RX_RING) on \"" + ifname_ + "\" (" + std::to_string(block_nr_) +
+                           " blocks of " + std::to_string(block_size_) + " bytes)",
+                       errno, "setsockopt");
     }
     rx_bytes_ = static_cast<size_t>(block_size_) * block_nr_;
     size_t tx_bytes = 0;
@@ -397,8 +415,9 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     void* m = mmap(nullptr, map_len_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, 0);
     if (m == MAP_FAILED) {
       map_len_ = 0;
-      throw ErrnoError(env, "af_packet: mmap of the " + std::to_string(rx_bytes_ + tx_bytes) + "-byte ring of \"" + ifname_ + "\"",
-                       errno, "mmap");
+      throw ErrnoError(
+          env, "af_packet: mmap of the " + std::to_string(rx_bytes_ + tx_bytes) + "-byte ring of \"" + ifname_ + "\"",
+          errno, "mmap");
     }
     ring_ = static_cast<uint8_t*>(m);
     if (tx_ring_) tx_base_ = ring_ + rx_bytes_;
@@ -417,7 +436,9 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     sll.sll_ifindex = ifindex_;
     if (bind(fd_, reinterpret_cast<struct sockaddr*>(&sll), sizeof sll) < 0) {
       int err = errno;
-      if (err == ENODEV) throw CodedError(env, "af_packet: kernel interface \"" + ifname_ + "\" disappeared while opening it", err, "bind");
+      if (err == ENODEV)
+        throw CodedError(env, "af_packet: kernel interface \"" + ifname_ + "\" disappeared while opening it", err,
+                         "bind");
       throw ErrnoError(env, "af_packet: bind to \"" + ifname_ + "\"", err, "bind");
     }
 
@@ -430,7 +451,6 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
         throw ErrnoError(env, "af_packet: promiscuous mode on \"" + ifname_ + "\"", errno, "setsockopt");
       }
     }
-
   }
 
   void Release() {
@@ -452,7 +472,8 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
   }
 
   void CheckOpen(Napi::Env env, const char* fn) {
-    if (fd_ < 0) throw Napi::Error::New(env, std::string("AfPacketSocket.") + fn + ": socket of \"" + ifname_ + "\" is closed");
+    if (fd_ < 0)
+      throw Napi::Error::New(env, std::string("AfPacketSocket.") + fn + ": socket of \"" + ifname_ + "\" is closed");
   }
 
   // bindPool({memory, firstOffset, stride, headroom, dataSize, count, offset, length, flags,
@@ -475,10 +496,12 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     p.headroom = OptU32(o, "headroom", fn, 0, 0, 65535);
     p.data_size = OptU32(o, "dataSize", fn, 0, 64, 1u << 20);
     p.count = OptU32(o, "count", fn, 0, 1, 4294967294.0);
-    if (p.stride < p.headroom + p.data_size) throw RangeErr(env, "AfPacketSocket.bindPool: stride < headroom + dataSize");
+    if (p.stride < p.headroom + p.data_size)
+      throw RangeErr(env, "AfPacketSocket.bindPool: stride < headroom + dataSize");
     if (static_cast<uint64_t>(p.first_offset) + static_cast<uint64_t>(p.count) * p.stride > p.mem_len) {
-      throw RangeErr(env, "AfPacketSocket.bindPool: " + std::to_string(p.count) + " buffers of " + std::to_string(p.stride) +
-                              " bytes do not fit in " + std::to_string(p.mem_len) + " bytes of memory");
+      throw RangeErr(env, "AfPacketSocket.bindPool: " + std::to_string(p.count) + " buffers of " +
+                              std::to_string(p.stride) + " bytes do not fit in " + std::to_string(p.mem_len) +
+                              " bytes of memory");
     }
     p.offset = U32ArrayArg(env, o.Get("offset"), "AfPacketSocket.bindPool", "offset", p.count);
     p.length = U32ArrayArg(env, o.Get("length"), "AfPacketSocket.bindPool", "length", p.count);
@@ -600,7 +623,6 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     }
   }
 
-
   // Copies one frame (snap bytes at src, its ring status st, the VLAN tag the kernel stripped)
   // into the pool buffers idx[used..used+segs), chained, with its flags and timestamp; the head.
   uint32_t Place(Napi::Env env, const uint8_t* src, uint32_t snap, uint32_t st, uint16_t tpid_raw, uint16_t tci,
@@ -610,7 +632,8 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     const bool vlan = (st & TP_STATUS_VLAN_VALID) != 0;
     const uint32_t head = p.idx[used];
     if (segs == 1 && !vlan) {
-      if (head >= p.count) throw RangeErr(env, "AfPacketSocket.rx: buffer index " + std::to_string(head) + " out of range");
+      if (head >= p.count)
+        throw RangeErr(env, "AfPacketSocket.rx: buffer index " + std::to_string(head) + " out of range");
       uint8_t* dst = p.mem + p.first_offset + static_cast<size_t>(head) * p.stride + p.headroom;
       std::memcpy(dst, src, snap);
       p.offset[head] = static_cast<uint32_t>(dst - p.mem);
@@ -628,17 +651,22 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
         tag[2] = tci >> 8;
         tag[3] = tci & 0xff;
         uint32_t mac_len = snap < 12 ? snap : 12;
-        pieces[np] = src; plen[np++] = mac_len;
-        pieces[np] = tag; plen[np++] = 4;
-        pieces[np] = src + mac_len; plen[np++] = snap - mac_len;
+        pieces[np] = src;
+        plen[np++] = mac_len;
+        pieces[np] = tag;
+        plen[np++] = 4;
+        pieces[np] = src + mac_len;
+        plen[np++] = snap - mac_len;
       } else {
-        pieces[np] = src; plen[np++] = snap;
+        pieces[np] = src;
+        plen[np++] = snap;
       }
       int pi = 0;
       uint32_t poff = 0;
       for (uint32_t s = 0; s < segs; s++) {
         const uint32_t bi = p.idx[used + s];
-        if (bi >= p.count) throw RangeErr(env, "AfPacketSocket.rx: buffer index " + std::to_string(bi) + " out of range");
+        if (bi >= p.count)
+          throw RangeErr(env, "AfPacketSocket.rx: buffer index " + std::to_string(bi) + " out of range");
         uint8_t* dst = p.mem + p.first_offset + static_cast<size_t>(bi) * p.stride + p.headroom;
         uint32_t room = ds, w = 0;
         while (room > 0 && pi < np) {
@@ -770,30 +798,30 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
         Advance2(h2);
       }
     } else {
-    tpacket3_hdr* h;
-    while (n < max && Current(&h)) {
-      if (!FrameDataOk(h, off_)) {
-        rx_bad_++;
+      tpacket3_hdr* h;
+      while (n < max && Current(&h)) {
+        if (!FrameDataOk(h, off_)) {
+          rx_bad_++;
+          Advance(h);
+          continue;
+        }
+        uint32_t segs = SegsFor(h);
+        if (segs == 0) {
+          rx_truncated_++;
+          Advance(h);
+          continue;
+        }
+        if (used + segs > nidx) break;  // out of buffers: the frame waits in the ring
+        const uint32_t st = h->tp_status;
+        const uint32_t total = h->tp_snaplen + ((st & TP_STATUS_VLAN_VALID) ? 4 : 0);
+        const uint32_t head =
+            Place(env, reinterpret_cast<const uint8_t*>(h) + h->tp_mac, h->tp_snaplen, st, h->hv1.tp_vlan_tpid,
+                  static_cast<uint16_t>(h->hv1.tp_vlan_tci), h->tp_sec, h->tp_nsec, segs, used);
+        out[n++] = head;
+        used += segs;
+        bytes += total;
         Advance(h);
-        continue;
       }
-      uint32_t segs = SegsFor(h);
-      if (segs == 0) {
-        rx_truncated_++;
-        Advance(h);
-        continue;
-      }
-      if (used + segs > nidx) break;  // out of buffers: the frame waits in the ring
-      const uint32_t st = h->tp_status;
-      const uint32_t total = h->tp_snaplen + ((st & TP_STATUS_VLAN_VALID) ? 4 : 0);
-      const uint32_t head = Place(env, reinterpret_cast<const uint8_t*>(h) + h->tp_mac, h->tp_snaplen, st,
-                                  h->hv1.tp_vlan_tpid, static_cast<uint16_t>(h->hv1.tp_vlan_tci), h->tp_sec,
-                                  h->tp_nsec, segs, used);
-      out[n++] = head;
-      used += segs;
-      bytes += total;
-      Advance(h);
-    }
     }
     if (n == 0) MaybeClearError();
     rx_packets_ += n;

@@ -18,32 +18,37 @@ Napi::Error ErrnoError(Napi::Env env, const std::string& what, int err, const ch
   return e;
 }
 
-Napi::TypeError TypeErr(Napi::Env env, const std::string& msg) {
-  return Napi::TypeError::New(env, msg);
-}
+Napi::TypeError TypeErr(Napi::Env env, const std::string& msg) { return Napi::TypeError::New(env, msg); }
 
-Napi::RangeError RangeErr(Napi::Env env, const std::string& msg) {
-  return Napi::RangeError::New(env, msg);
-}
+Napi::RangeError RangeErr(Napi::Env env, const std::string& msg) { return Napi::RangeError::New(env, msg); }
 
 static std::string Describe(const Napi::Value& v) {
   switch (v.Type()) {
-    case napi_undefined: return "undefined";
-    case napi_null: return "null";
-    case napi_boolean: return "a boolean";
-    case napi_number: return "the number " + v.ToString().Utf8Value();
-    case napi_string: return "a string";
-    case napi_symbol: return "a symbol";
-    case napi_object: return "an object";
-    case napi_function: return "a function";
-    case napi_external: return "an external";
-    case napi_bigint: return "a bigint";
+    case napi_undefined:
+      return "undefined";
+    case napi_null:
+      return "null";
+    case napi_boolean:
+      return "a boolean";
+    case napi_number:
+      return "the number " + v.ToString().Utf8Value();
+    case napi_string:
+      return "a string";
+    case napi_symbol:
+      return "a symbol";
+    case napi_object:
+      return "an object";
+    case napi_function:
+      return "a function";
+    case napi_external:
+      return "an external";
+    case napi_bigint:
+      return "a bigint";
   }
   return "an unknown value";
 }
 
-double ArgInteger(const Napi::CallbackInfo& info, size_t i, const char* fn, const char* arg,
-                  double min, double max) {
+double ArgInteger(const Napi::CallbackInfo& info, size_t i, const char* fn, const char* arg, double min, double max) {
   Napi::Env env = info.Env();
   Napi::Value v = info[i];
   if (!v.IsNumber()) {
@@ -68,8 +73,9 @@ uint32_t OptU32(Napi::Object o, const char* key, const char* fn, uint32_t def, d
   if (!v.IsNumber()) throw TypeErr(env, std::string(fn) + ": " + key + " must be a number");
   double d = v.As<Napi::Number>().DoubleValue();
   if (!(d >= min && d <= max) || d != static_cast<double>(static_cast<uint64_t>(d))) {
-    throw RangeErr(env, std::string(fn) + ": " + key + " must be an integer in [" + std::to_string(static_cast<uint64_t>(min)) +
-                            ", " + std::to_string(static_cast<uint64_t>(max)) + "], got " + v.ToString().Utf8Value());
+    throw RangeErr(env, std::string(fn) + ": " + key + " must be an integer in [" +
+                            std::to_string(static_cast<uint64_t>(min)) + ", " +
+                            std::to_string(static_cast<uint64_t>(max)) + "], got " + v.ToString().Utf8Value());
   }
   return static_cast<uint32_t>(d);
 }
@@ -80,8 +86,8 @@ uint32_t* U32ArrayArg(Napi::Env env, Napi::Value v, const char* fn, const char* 
   }
   Napi::Uint32Array a = v.As<Napi::Uint32Array>();
   if (a.ElementLength() < min_len) {
-    throw RangeErr(env, std::string(fn) + ": " + what + " has " + std::to_string(a.ElementLength()) + " elements, need " +
-                            std::to_string(min_len));
+    throw RangeErr(env, std::string(fn) + ": " + what + " has " + std::to_string(a.ElementLength()) +
+                            " elements, need " + std::to_string(min_len));
   }
   if (len_out) *len_out = a.ElementLength();
   return a.Data();

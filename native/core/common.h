@@ -30,8 +30,7 @@ Napi::RangeError RangeErr(Napi::Env env, const std::string& msg);
 int ArgFd(const Napi::CallbackInfo& info, size_t i, const char* fn);
 
 // info[i] as an integral number in [min, max]; throws TypeError/RangeError naming fn and arg.
-double ArgInteger(const Napi::CallbackInfo& info, size_t i, const char* fn, const char* arg,
-                  double min, double max);
+double ArgInteger(const Napi::CallbackInfo& info, size_t i, const char* fn, const char* arg, double min, double max);
 
 // opts[key] as an integer in [min, max], or def when absent; throws naming fn and key.
 uint32_t OptU32(Napi::Object opts, const char* key, const char* fn, uint32_t def, double min, double max);

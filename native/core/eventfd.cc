@@ -1,6 +1,4 @@
 // eventfd(2) wake-ups (memif interrupt mode, cross-thread kicks) and closing descriptors.
-#include "common.h"
-
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -10,12 +8,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <climits>
-
 #include <cerrno>
+#include <climits>
 #include <cstdint>
 #include <mutex>
 #include <string>
+
+#include "common.h"
 
 namespace rg {
 
@@ -153,8 +152,7 @@ Napi::Value EventfdWrite(const Napi::CallbackInfo& info) {
   if (w != static_cast<ssize_t>(sizeof n)) {
     int err = w < 0 ? errno : EIO;
     if (err == EAGAIN) {
-      throw ErrnoError(env, "eventfdWrite(" + std::to_string(fd) + "): counter would overflow", err,
-                       "write");
+      throw ErrnoError(env, "eventfdWrite(" + std::to_string(fd) + "): counter would overflow", err, "write");
     }
     throw ErrnoError(env, "eventfdWrite(" + std::to_string(fd) + ")", err, "write");
   }

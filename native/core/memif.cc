@@ -99,10 +99,14 @@ Napi::Value Memif::BindPool(const Napi::CallbackInfo& info) {
 
 const char* Memif::PhaseName(Phase ph) {
   switch (ph) {
-    case Phase::kIdle: return "idle";
-    case Phase::kWaitHello: return "hello";
-    case Phase::kHandshake: return "handshake";
-    case Phase::kConnected: return "connected";
+    case Phase::kIdle:
+      return "idle";
+    case Phase::kWaitHello:
+      return "hello";
+    case Phase::kHandshake:
+      return "handshake";
+    case Phase::kConnected:
+      return "connected";
   }
   return "?";
 }
@@ -121,8 +125,10 @@ Napi::Value Memif::Info(const Napi::CallbackInfo& info) {
   o.Set("remoteName", Napi::String::New(env, remote_name_));
   o.Set("remoteIfName", Napi::String::New(env, remote_if_name_));
   uint32_t ring_size = 0;
-  for (Ring& r : rx_) if (r.present) ring_size = r.size;
-  for (Ring& r : tx_) if (r.present && ring_size == 0) ring_size = r.size;
+  for (Ring& r : rx_)
+    if (r.present) ring_size = r.size;
+  for (Ring& r : tx_)
+    if (r.present && ring_size == 0) ring_size = r.size;
   o.Set("ringSize", Napi::Number::New(env, ring_size));
   o.Set("rxRings", Napi::Number::New(env, nrx_run_));
   o.Set("txRings", Napi::Number::New(env, ntx_run_));
@@ -146,7 +152,8 @@ Napi::Value Memif::Info(const Napi::CallbackInfo& info) {
     d.Set("peer", Napi::String::New(env, last_refused_peer_));
     o.Set("lastRefused", d);
   }
-  o.Set("lastConnectError", last_connect_errno_ ? Napi::Value(Napi::String::New(env, std::strerror(last_connect_errno_))) : env.Null());
+  o.Set("lastConnectError",
+        last_connect_errno_ ? Napi::Value(Napi::String::New(env, std::strerror(last_connect_errno_))) : env.Null());
   return o;
 }
 
@@ -186,8 +193,8 @@ void Memif::Listen(Napi::Env env, const std::string& where) {
     if (l->addr == addr_) {
       for (Memif* x : l->members) {
         if (x->id_ == id_) {
-          throw RangeErr(env, where + ": interface id " + std::to_string(id_) + " is already served on socket " + addr_.Text() +
-                                  " by " + x->name_);
+          throw RangeErr(env, where + ": interface id " + std::to_string(id_) + " is already served on socket " +
+                                  addr_.Text() + " by " + x->name_);
         }
       }
       l->members.push_back(this);
@@ -276,7 +283,8 @@ void Memif::LeaveListener() {
   if (!l->addr.abstract) {
     struct stat st;
     // Remove the socket file only if it is still ours.
-    if (stat(l->addr.name.c_str(), &st) == 0 && st.st_dev == l->dev && st.st_ino == l->ino) unlink(l->addr.name.c_str());
+    if (stat(l->addr.name.c_str(), &st) == 0 && st.st_dev == l->dev && st.st_ino == l->ino)
+      unlink(l->addr.name.c_str());
   }
   t_listeners.erase(std::remove(t_listeners.begin(), t_listeners.end(), l), t_listeners.end());
   delete l;

@@ -4,9 +4,6 @@
 // The design is described at the top of memif.cc.
 #pragma once
 
-#include "common.h"
-#include "memif_proto.h"
-
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/epoll.h>
@@ -22,30 +19,32 @@
 
 #include <algorithm>
 #include <atomic>
-#include <memory>
-#include <mutex>
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common.h"
+#include "memif_proto.h"
+
 namespace rg {
 namespace memifimpl {
-
 
 using memif::Desc;
 using memif::Msg;
 
 constexpr uint32_t kInvalid = 0xffffffffu;
-constexpr uint32_t kMaxChain = 256;             // descriptors in one received frame
-constexpr uint64_t kMaxFrame = 256 * 1024;      // bytes in one received frame
-constexpr uint32_t kMaxTxSegs = 64;             // pool segments in one transmitted frame
-constexpr uint32_t kBusyControlEvery = 64;      // busy rx polls between control-channel checks
-constexpr uint32_t kIdleControlEvery = 16;      // empty polls (interrupts still off) between checks
-constexpr uint64_t kIdleNsDefault = 50 * 1000;  // empty this long: interrupts back on (option idleUs)
-constexpr long kRetryNs = 250 * 1000 * 1000;    // client reconnect interval
-constexpr size_t kMaxPending = 8;               // accepted connections waiting for INIT, per socket
+constexpr uint32_t kMaxChain = 256;                     // descriptors in one received frame
+constexpr uint64_t kMaxFrame = 256 * 1024;              // bytes in one received frame
+constexpr uint32_t kMaxTxSegs = 64;                     // pool segments in one transmitted frame
+constexpr uint32_t kBusyControlEvery = 64;              // busy rx polls between control-channel checks
+constexpr uint32_t kIdleControlEvery = 16;              // empty polls (interrupts still off) between checks
+constexpr uint64_t kIdleNsDefault = 50 * 1000;          // empty this long: interrupts back on (option idleUs)
+constexpr long kRetryNs = 250 * 1000 * 1000;            // client reconnect interval
+constexpr size_t kMaxPending = 8;                       // accepted connections waiting for INIT, per socket
 constexpr uint64_t kPendingNs = 2000ull * 1000 * 1000;  // how long one may wait for INIT
 
 // Indices into the shared state array (a Uint32Array JavaScript reads after each call; its
@@ -106,13 +105,13 @@ struct Address {
     }
     const size_t max = sizeof(sockaddr_un::sun_path) - 1;
     if (a.name.empty() || a.name.size() > max || a.name.find('\0') != std::string::npos) {
-      throw RangeErr(env, where + ": socket must be a path or an abstract name (\"@name\" or \"abstract:name\") of 1 to " +
+      throw RangeErr(env, where +
+                              ": socket must be a path or an abstract name (\"@name\" or \"abstract:name\") of 1 to " +
                               std::to_string(max) + " bytes, got \"" + s + "\"");
     }
     return a;
   }
 };
-
 
 int MakeSeqpacket();
 
@@ -159,7 +158,7 @@ struct Listener;
 // no owner until its INIT names an interface id.
 struct Conn {
   int fd = -1;
-  uint64_t since = 0;            // when accepted (pending connections time out)
+  uint64_t since = 0;  // when accepted (pending connections time out)
   Memif* owner = nullptr;
   Listener* listener = nullptr;  // server side only
   int watch_ep = -1;             // the epoll fd it is registered in
@@ -199,13 +198,13 @@ struct Ring {
   Desc* desc = nullptr;
   uint32_t log2 = 0, size = 0;
   uint16_t mask = 0;
-  int fd = -1;              // interrupt eventfd
-  uint16_t head = 0;        // our copy of what we publish (head or tail) and what we consumed
+  int fd = -1;        // interrupt eventfd
+  uint16_t head = 0;  // our copy of what we publish (head or tail) and what we consumed
   uint16_t last = 0;
   std::vector<uint32_t> shadow;  // zero-copy: pool buffer held by each slot
-  uint32_t buffers = 0;     // client copy mode: offset of this ring's buffers in region 0
-  bool masked = false;      // receive ring: MASK_INT currently set by us
-  uint64_t empty_since = 0; // receive ring: when polls started finding it empty (0: not empty)
+  uint32_t buffers = 0;          // client copy mode: offset of this ring's buffers in region 0
+  bool masked = false;           // receive ring: MASK_INT currently set by us
+  uint64_t empty_since = 0;      // receive ring: when polls started finding it empty (0: not empty)
   bool present = false;
   uint16_t region = 0;
   uint32_t offset = 0;
@@ -245,12 +244,12 @@ struct Lane {
 
   // The counters as stats() names them, added into `c` (in kCounterNames order).
   static constexpr int kCounters = 12;
-  static constexpr const char* kCounterNames[kCounters] = {
-      "rxPackets", "rxBytes", "rxErrors", "rxNoBuffers", "rxChained", "txPackets",
-      "txBytes",   "txErrors", "txRefused", "txChained", "kicks",     "interrupts"};
+  static constexpr const char* kCounterNames[kCounters] = {"rxPackets", "rxBytes",   "rxErrors", "rxNoBuffers",
+                                                           "rxChained", "txPackets", "txBytes",  "txErrors",
+                                                           "txRefused", "txChained", "kicks",    "interrupts"};
   void AddCounters(uint64_t* c) const {
-    const uint64_t v[kCounters] = {rx_packets, rx_bytes,   rx_errors,  rx_no_buffers, rx_chained, tx_packets,
-                                   tx_bytes,   tx_errors,  tx_refused, tx_chained,    kicks,      interrupts};
+    const uint64_t v[kCounters] = {rx_packets, rx_bytes,  rx_errors,  rx_no_buffers, rx_chained, tx_packets,
+                                   tx_bytes,   tx_errors, tx_refused, tx_chained,    kicks,      interrupts};
     for (int i = 0; i < kCounters; i++) c[i] += v[i];
   }
 };
@@ -270,10 +269,10 @@ struct Shared {
   std::vector<std::mutex> txmu;
   Memif* m = nullptr;
   std::vector<uint8_t> ready;
-  std::vector<Lane*> lanes;                  // the lane attached to each queue, or null (owner's)
-  std::atomic<const char*> fault{nullptr};   // a lane's protocol error, for the owner
-  int fault_fd = -1;                         // eventfd in the owner's queue-0 epoll: a lane found a fault
-  uint64_t generation = 0;                   // bumped (under every mu) at each connect and disconnect
+  std::vector<Lane*> lanes;                 // the lane attached to each queue, or null (owner's)
+  std::atomic<const char*> fault{nullptr};  // a lane's protocol error, for the owner
+  int fault_fd = -1;                        // eventfd in the owner's queue-0 epoll: a lane found a fault
+  uint64_t generation = 0;                  // bumped (under every mu) at each connect and disconnect
 };
 
 void PublishShared(const std::string& key, const std::shared_ptr<Shared>& sh);
@@ -311,7 +310,8 @@ class Memif : public Napi::ObjectWrap<Memif> {
     const std::string where = "memif interface " + name_;
     addr_ = Address::Parse(env, where, OptStr(o, "socket", "Memif", ""));
     const std::string role = OptStr(o, "role", "Memif", "");
-    if (role != "server" && role != "client") throw RangeErr(env, where + ": role must be 'server' or 'client', got '" + role + "'");
+    if (role != "server" && role != "client")
+      throw RangeErr(env, where + ": role must be 'server' or 'client', got '" + role + "'");
     server_ = role == "server";
     id_ = OptU32(o, "id", "Memif", 0, 0, 4294967295.0);
     secret_ = OptStr(o, "secret", "Memif", "");
@@ -324,7 +324,8 @@ class Memif : public Napi::ObjectWrap<Memif> {
       Napi::Value v = o.Get("idleUs");
       if (!v.IsUndefined()) {
         const double us = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : -1;
-        if (!(us >= 0 && us <= 3.6e9)) throw RangeErr(env, where + ": idleUs must be a number of microseconds in 0..3.6e9");
+        if (!(us >= 0 && us <= 3.6e9))
+          throw RangeErr(env, where + ": idleUs must be a number of microseconds in 0..3.6e9");
         idle_ns_ = static_cast<uint64_t>(us * 1000.0);
       }
     }
@@ -556,7 +557,6 @@ class Memif : public Napi::ObjectWrap<Memif> {
 
   void Release();
 
-
   std::string name_;
   Address addr_;
   bool server_ = false;
@@ -579,7 +579,7 @@ class Memif : public Napi::ObjectWrap<Memif> {
   uint32_t nrx_run_ = 0, ntx_run_ = 0;
   bool zc_ = false;
   uint32_t busy_polls_ = 0, idle_polls_ = 0;
-  std::vector<int> hold_;             // per rx queue: readable while its ring is masked
+  std::vector<int> hold_;  // per rx queue: readable while its ring is masked
   std::vector<uint8_t> hold_set_;
   uint32_t dummy_ = kInvalid;
 
@@ -616,7 +616,6 @@ Napi::Value ByHandle(const Napi::CallbackInfo& info) {
   if (h >= t_memifs.size() || t_memifs[h] == nullptr) return Napi::Number::New(info.Env(), 0);
   return (t_memifs[h]->*M)(info);
 }
-
 
 }  // namespace memifimpl
 }  // namespace rg

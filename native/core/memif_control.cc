@@ -149,8 +149,10 @@ void Memif::PollListener(Listener* l, int ep) {
       for (Memif* x : l->members) {
         if (x->id_ == m.init.id) target = x;
       }
-      if (target == nullptr) reason = "ID not found";
-      else reason = target->Adopt(c, m.init);
+      if (target == nullptr)
+        reason = "ID not found";
+      else
+        reason = target->Adopt(c, m.init);
     }
     l->pending.erase(l->pending.begin() + i);
     if (reason != nullptr) {
@@ -253,8 +255,10 @@ void Memif::Flush(Conn* c) {
       // handshake messages were on their way: its reason is more use than "Broken pipe".
       uint32_t code = 0;
       std::string why = (err == EPIPE || err == ECONNRESET) ? LeftDisconnect(c->fd, &code) : std::string();
-      if (!why.empty()) Disconnect(why, false, false, code, true);
-      else Disconnect(std::string("control socket send failed: ") + std::strerror(err), false, false);
+      if (!why.empty())
+        Disconnect(why, false, false, code, true);
+      else
+        Disconnect(std::string("control socket send failed: ") + std::strerror(err), false, false);
       return;
     }
   }
@@ -342,9 +346,11 @@ const char* Memif::ServerMsg(const Msg& m, int afd) {
       // access: it must be sealed against shrinking (memfd F_SEAL_SHRINK, as libmemif, DPDK
       // and our own client do), and as large as it claims.
       const int seals = fcntl(afd, F_GET_SEALS);
-      if (seals < 0 || !(seals & F_SEAL_SHRINK)) return CloseAnd(afd, "Region not sealed against shrinking (F_SEAL_SHRINK)");
+      if (seals < 0 || !(seals & F_SEAL_SHRINK))
+        return CloseAnd(afd, "Region not sealed against shrinking (F_SEAL_SHRINK)");
       struct stat st;
-      if (fstat(afd, &st) != 0 || static_cast<uint64_t>(st.st_size) < ar.size) return CloseAnd(afd, "Region fd smaller than the region");
+      if (fstat(afd, &st) != 0 || static_cast<uint64_t>(st.st_size) < ar.size)
+        return CloseAnd(afd, "Region fd smaller than the region");
       Region reg;
       reg.fd = afd;
       reg.size = ar.size;
@@ -364,7 +370,8 @@ const char* Memif::ServerMsg(const Msg& m, int afd) {
       if (ar.private_hdr_size != 0) return CloseAnd(afd, "Private headers not supported");
       if (!IsEventfd(afd)) return CloseAnd(afd, "Interrupt fd is not an eventfd");
       const int fl = fcntl(afd, F_GETFL);
-      if (fl < 0 || fcntl(afd, F_SETFL, fl | O_NONBLOCK) != 0) return CloseAnd(afd, "Interrupt fd cannot be made non-blocking");
+      if (fl < 0 || fcntl(afd, F_SETFL, fl | O_NONBLOCK) != 0)
+        return CloseAnd(afd, "Interrupt fd cannot be made non-blocking");
       Ring& r = rings[ar.index];
       r.present = true;
       r.fd = afd;
@@ -555,8 +562,16 @@ const char* Memif::MapAndConnect() {
   }
   if (!any_rx && !any_tx) return "No rings";
   // The client initialised both rings to 0 and publishes nothing before CONNECTED.
-  for (Ring& r : rx_) if (r.present) { Store16Relaxed(r.head_p(), 0); Store16Relaxed(r.tail_p(), 0); }
-  for (Ring& r : tx_) if (r.present) { Store16Relaxed(r.head_p(), 0); Store16Relaxed(r.tail_p(), 0); }
+  for (Ring& r : rx_)
+    if (r.present) {
+      Store16Relaxed(r.head_p(), 0);
+      Store16Relaxed(r.tail_p(), 0);
+    }
+  for (Ring& r : tx_)
+    if (r.present) {
+      Store16Relaxed(r.head_p(), 0);
+      Store16Relaxed(r.tail_p(), 0);
+    }
   OnConnected();
   return nullptr;
 }
@@ -578,7 +593,8 @@ void Memif::OnConnected() {
     EpollAdd(ep_[q], r.fd);
     if (!server_) Refill(own_, r);
   }
-  for (Ring& r : tx_) if (r.present) ntx_run_++;
+  for (Ring& r : tx_)
+    if (r.present) ntx_run_++;
   LanesReady(true);
   SetLink(true);
 }
@@ -632,11 +648,19 @@ void Memif::Disconnect(const std::string& reason, bool local, bool tell, uint32_
       EpollDel(ep_[q], r.fd);
       close(r.fd);
     }
-    for (uint32_t& bi : r.shadow) if (bi != kInvalid) { orphans_.push_back(bi); bi = kInvalid; }
+    for (uint32_t& bi : r.shadow)
+      if (bi != kInvalid) {
+        orphans_.push_back(bi);
+        bi = kInvalid;
+      }
   }
   for (Ring& r : tx_) {
     if (r.fd >= 0) close(r.fd);
-    for (uint32_t& bi : r.shadow) if (bi != kInvalid) { orphans_.push_back(bi); bi = kInvalid; }
+    for (uint32_t& bi : r.shadow)
+      if (bi != kInvalid) {
+        orphans_.push_back(bi);
+        bi = kInvalid;
+      }
   }
   for (Region& reg : regions_) {
     if (reg.owns_map && reg.addr != nullptr) munmap(reg.addr, reg.size);
@@ -650,10 +674,11 @@ void Memif::Disconnect(const std::string& reason, bool local, bool tell, uint32_
   nrx_run_ = ntx_run_ = 0;
   phase_ = Phase::kIdle;
   if (!server_ && !released_) ArmRetry();
-  if (was_up || !orphans_.empty()) SetLink(false);
-  else if (pool_.state != nullptr) pool_.state[kStOrphans] = static_cast<uint32_t>(orphans_.size());
+  if (was_up || !orphans_.empty())
+    SetLink(false);
+  else if (pool_.state != nullptr)
+    pool_.state[kStOrphans] = static_cast<uint32_t>(orphans_.size());
 }
-
 
 }  // namespace memifimpl
 }  // namespace rg

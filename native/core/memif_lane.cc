@@ -12,9 +12,9 @@
 // Until it is attached (the owner has not started yet, or was restarted after a crash) the lane
 // looks again every 10 ms: its wait fd is an epoll fd holding a timerfd until then, and the
 // owner's epoll fd of queue q (interrupt eventfd and hold eventfd) afterwards.
-#include "memif.h"
-
 #include <map>
+
+#include "memif.h"
 
 namespace rg {
 namespace memifimpl {
@@ -269,7 +269,8 @@ class MemifLane : public Napi::ObjectWrap<MemifLane> {
     if (sh_ != nullptr) g = std::unique_lock<std::mutex>(sh_->mu[q_]);
     uint64_t c[Lane::kCounters] = {};
     lane_.AddCounters(c);
-    for (int i = 0; i < Lane::kCounters; i++) o.Set(Lane::kCounterNames[i], Napi::Number::New(env, static_cast<double>(c[i])));
+    for (int i = 0; i < Lane::kCounters; i++)
+      o.Set(Lane::kCounterNames[i], Napi::Number::New(env, static_cast<double>(c[i])));
     return o;
   }
 

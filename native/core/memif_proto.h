@@ -44,9 +44,9 @@ enum MsgType : uint16_t {
   kMsgDisconnect = 8,
 };
 
-constexpr uint16_t kAddRingFlagC2S = 1;  // MEMIF_MSG_ADD_RING_FLAG_S2M
-constexpr uint16_t kDescFlagNext = 1;    // MEMIF_DESC_FLAG_NEXT: chained buffer
-constexpr uint16_t kRingFlagMaskInt = 1; // MEMIF_RING_FLAG_MASK_INT: receiver polls, no kicks
+constexpr uint16_t kAddRingFlagC2S = 1;   // MEMIF_MSG_ADD_RING_FLAG_S2M
+constexpr uint16_t kDescFlagNext = 1;     // MEMIF_DESC_FLAG_NEXT: chained buffer
+constexpr uint16_t kRingFlagMaskInt = 1;  // MEMIF_RING_FLAG_MASK_INT: receiver polls, no kicks
 constexpr uint8_t kModeEthernet = 0;
 
 #pragma pack(push, 1)

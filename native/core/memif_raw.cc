@@ -1,11 +1,11 @@
 // Raw SOCK_SEQPACKET sockets: for the tests (test/memif-proto.test.ts plays a hand-written memif
 // peer with them: connect, listen, accept, send and receive messages with fds, map a region fd)
 // and for the daemon's verbs control socket (seqpacket*).
-#include "memif.h"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+
+#include "memif.h"
 
 namespace rg {
 namespace memifimpl {
@@ -76,9 +76,18 @@ Napi::Value RawRecv(const Napi::CallbackInfo& info) {
 Napi::ArrayBuffer MapShared(Napi::Env env, int fd, size_t size, const char* fn) {
   void* a = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (a == MAP_FAILED) throw ErrnoError(env, std::string(fn) + ": mmap", errno, "mmap");
-  struct Holder { void* a; size_t n; };
+  struct Holder {
+    void* a;
+    size_t n;
+  };
   Holder* h = new Holder{a, size};
-  return Napi::ArrayBuffer::New(env, a, size, [](Napi::Env, void*, Holder* x) { munmap(x->a, x->n); delete x; }, h);
+  return Napi::ArrayBuffer::New(
+      env, a, size,
+      [](Napi::Env, void*, Holder* x) {
+        munmap(x->a, x->n);
+        delete x;
+      },
+      h);
 }
 
 // memifMapFd(fd, size): maps a region fd received by a test (a client's memfd) as an ArrayBuffer.
@@ -100,13 +109,18 @@ Napi::Value MapSealedFd(const Napi::CallbackInfo& info) {
   const int seals = fcntl(fd, F_GET_SEALS);
   struct stat st;
   const char* bad = nullptr;
-  if (seals < 0 || !(seals & F_SEAL_SHRINK)) bad = "the memory is not sealed against shrinking (F_SEAL_SHRINK)";
-  else if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < size) bad = "the memory is smaller than the registration";
+  if (seals < 0 || !(seals & F_SEAL_SHRINK))
+    bad = "the memory is not sealed against shrinking (F_SEAL_SHRINK)";
+  else if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < size)
+    bad = "the memory is smaller than the registration";
   if (bad != nullptr) {
     close(fd);
     throw Napi::Error::New(env, std::string("mapSealedFd: ") + bad);
   }
-  struct Closer { int fd; ~Closer() { close(fd); } } closer{fd};  // the mapping keeps the memory
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};  // the mapping keeps the memory
   return MapShared(env, fd, size, "mapSealedFd");
 }
 

@@ -6,16 +6,21 @@ namespace rg {
 namespace memifimpl {
 
 void Memif::PushDone(Lane& L, uint32_t bi, uint32_t& done_n) {
-  if (done_n < L.pool->done_cap) L.pool->done[done_n++] = bi;
-  else L.orphans->push_back(bi);
+  if (done_n < L.pool->done_cap)
+    L.pool->done[done_n++] = bi;
+  else
+    L.orphans->push_back(bi);
 }
 
 // Recycle a buffer we did not hand out: back to the stash, or to `done` when it is full.
 void Memif::Recycle(Lane& L, uint32_t bi, uint32_t& stash_n, uint32_t& done_n) {
   PoolView& p = *L.pool;
-  if (stash_n < p.stash_cap) p.stash[stash_n++] = bi;
-  else if (done_n < p.done_cap) p.done[done_n++] = bi;
-  else L.orphans->push_back(bi);
+  if (stash_n < p.stash_cap)
+    p.stash[stash_n++] = bi;
+  else if (done_n < p.done_cap)
+    p.done[done_n++] = bi;
+  else
+    L.orphans->push_back(bi);
 }
 
 // Client receive ring: give the server empty buffers (zero-copy: pool buffers from the
@@ -242,8 +247,8 @@ uint32_t Memif::RxQueue(Lane& L, uint32_t q, uint32_t* out, uint32_t max) {
   }
   if (r.masked) {
     // Traffic stopped a moment ago: keep polling with interrupts off (the sender need not kick
-    // on every burst) for idle_ns_ (the engine's idle-poll time), then switch them on. The hold eventfd keeps the engine
-    // from sleeping meanwhile: it must not sleep on a ring whose sender will not kick.
+    // on every burst) for idle_ns_ (the engine's idle-poll time), then switch them on. The hold eventfd keeps the
+    // engine from sleeping meanwhile: it must not sleep on a ring whose sender will not kick.
     const uint64_t now = NowNs();
     if (r.empty_since == 0) r.empty_since = now;
     if (now - r.empty_since < idle_ns_) return 0;
@@ -318,9 +323,7 @@ Napi::Value Memif::Rx(const Napi::CallbackInfo& info) {
 }
 
 // Nothing published that we have not taken (a server's C2S head, a client's S2C tail).
-bool Memif::RingEmpty(Ring& r) {
-  return (server_ ? Load16Acquire(r.head_p()) : Load16Acquire(r.tail_p())) == r.last;
-}
+bool Memif::RingEmpty(Ring& r) { return (server_ ? Load16Acquire(r.head_p()) : Load16Acquire(r.tail_p())) == r.last; }
 
 uint64_t Memif::NowNs() {
   struct timespec ts;
@@ -374,15 +377,18 @@ void Memif::Reclaim(Lane& L, Ring& r) {
 }
 
 void Memif::ReclaimAll() {
-  for (Ring& r : tx_) if (r.present) Reclaim(own_, r);
+  for (Ring& r : tx_)
+    if (r.present) Reclaim(own_, r);
 }
 
 void Memif::Kick(Lane& L, Ring& r) {
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   if (Load16Relaxed(r.flags_p()) & memif::kRingFlagMaskInt) return;
   const int w = EventWrite(r.fd);
-  if (w > 0) L.kicks++;
-  else if (w < 0) L.fault = "Interrupt fd made blocking by the peer";
+  if (w > 0)
+    L.kicks++;
+  else if (w < 0)
+    L.fault = "Interrupt fd made blocking by the peer";
 }
 
 // Gathers a pool packet's segments; 0 when the chain is invalid.
@@ -627,7 +633,6 @@ Napi::Value Memif::PollNow(const Napi::CallbackInfo& info) {
   if (zc_ && phase_ == Phase::kConnected) ReclaimAll();
   return Napi::Boolean::New(info.Env(), connected());
 }
-
 
 }  // namespace memifimpl
 }  // namespace rg

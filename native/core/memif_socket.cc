@@ -4,9 +4,7 @@
 namespace rg {
 namespace memifimpl {
 
-int MakeSeqpacket() {
-  return socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-}
+int MakeSeqpacket() { return socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0); }
 
 // mkdir -p of the parent of `path` (mode 0755 for what it creates). 0 or an errno.
 int MakeParents(const std::string& path) {
@@ -74,8 +72,10 @@ ssize_t RecvMsg(int sock, void* buf, size_t cap, int* fd) {
     for (size_t i = 0; i < n; i++) {
       int f;
       std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof f);
-      if (*fd < 0) *fd = f;
-      else close(f);
+      if (*fd < 0)
+        *fd = f;
+      else
+        close(f);
     }
   }
   if (mh.msg_flags & MSG_TRUNC) return static_cast<ssize_t>(cap) + 1;  // longer than a message
@@ -139,7 +139,6 @@ void EpollAdd(int ep, int fd) {
 void EpollDel(int ep, int fd) {
   if (ep >= 0 && fd >= 0) epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
 }
-
 
 }  // namespace memifimpl
 }  // namespace rg

@@ -1,7 +1,5 @@
 // Packet-buffer memory: one shareable memfd mapping per pool, hugepage-backed when possible,
 // seen by JavaScript as one external ArrayBuffer whose finalizer unmaps it and closes the fd.
-#include "common.h"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -12,6 +10,8 @@
 #include <mutex>
 #include <string>
 #include <unordered_set>
+
+#include "common.h"
 
 #ifndef MFD_HUGE_SHIFT
 #define MFD_HUGE_SHIFT 26
@@ -61,8 +61,7 @@ struct HugePool {
 HugePool ReadHugePool() {
   HugePool p;
   std::string d(kHugeDir);
-  p.present = ReadSysfsU64(d + "nr_hugepages", &p.total) &&
-              ReadSysfsU64(d + "free_hugepages", &p.free) &&
+  p.present = ReadSysfsU64(d + "nr_hugepages", &p.total) && ReadSysfsU64(d + "free_hugepages", &p.free) &&
               ReadSysfsU64(d + "resv_hugepages", &p.reserved);
   if (p.present) {
     ReadSysfsU64(d + "nr_overcommit_hugepages", &p.overcommit);
@@ -81,8 +80,8 @@ struct MapError {
   const char* syscall = nullptr;
   int err = 0;
   std::string Text(uint64_t size, bool huge) const {
-    return std::string(syscall) + " of " + std::to_string(size) + " bytes on a " +
-           (huge ? "hugetlb" : "shmem") + " memfd failed: " + std::strerror(err);
+    return std::string(syscall) + " of " + std::to_string(size) + " bytes on a " + (huge ? "hugetlb" : "shmem") +
+           " memfd failed: " + std::strerror(err);
   }
 };
 
@@ -142,8 +141,7 @@ std::string OptString(Napi::Object opts, const char* key, const char* fallback) 
 
 Napi::Value AllocMemory(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  const uint64_t bytes =
-      static_cast<uint64_t>(ArgInteger(info, 0, "allocMemory", "bytes", 1, double(kMaxBytes)));
+  const uint64_t bytes = static_cast<uint64_t>(ArgInteger(info, 0, "allocMemory", "bytes", 1, double(kMaxBytes)));
 
   Napi::Object opts = Napi::Object::New(env);
   if (!info[1].IsUndefined()) {
@@ -154,8 +152,7 @@ Napi::Value AllocMemory(const Napi::CallbackInfo& info) {
   }
   const std::string mode = OptString(opts, "hugepages", "auto");
   if (mode != "auto" && mode != "never" && mode != "require") {
-    throw RangeErr(env, "allocMemory: opts.hugepages must be 'auto', 'never' or 'require', got '" +
-                            mode + "'");
+    throw RangeErr(env, "allocMemory: opts.hugepages must be 'auto', 'never' or 'require', got '" + mode + "'");
   }
   const std::string name = OptString(opts, "name", "rdma-graph");
   if (name.empty() || name.size() > kMaxMemfdName || name.find('\0') != std::string::npos) {
@@ -173,9 +170,8 @@ Napi::Value AllocMemory(const Napi::CallbackInfo& info) {
     if (!pool.present) {
       reason = std::string("the kernel has no 2 MiB hugepage pool (") + kHugeDir + " is missing)";
     } else if (pool.Available() < need) {
-      reason = "only " + std::to_string(pool.Available()) + " free 2 MiB pages (need " +
-               std::to_string(need) + "); reserve with: echo " +
-               std::to_string(pool.total + (need - pool.Available())) +
+      reason = "only " + std::to_string(pool.Available()) + " free 2 MiB pages (need " + std::to_string(need) +
+               "); reserve with: echo " + std::to_string(pool.total + (need - pool.Available())) +
                " > /proc/sys/vm/nr_hugepages";
     } else {
       MapError err;
@@ -217,11 +213,9 @@ Napi::Value AllocMemory(const Napi::CallbackInfo& info) {
   result.Set("buffer", buffer);
   result.Set("fd", Napi::Number::New(env, map.fd));
   result.Set("hugepages", Napi::Boolean::New(env, huge));
-  result.Set("pageSize",
-             Napi::Number::New(env, huge ? double(kHugePage) : double(sysconf(_SC_PAGESIZE))));
+  result.Set("pageSize", Napi::Number::New(env, huge ? double(kHugePage) : double(sysconf(_SC_PAGESIZE))));
   result.Set("size", Napi::Number::New(env, double(map.size)));
-  result.Set("fallbackReason",
-             fallback_reason.empty() ? env.Null() : Napi::String::New(env, fallback_reason));
+  result.Set("fallbackReason", fallback_reason.empty() ? env.Null() : Napi::String::New(env, fallback_reason));
   return result;
 }
 
@@ -236,11 +230,16 @@ Napi::Value HugepageInfo(const Napi::CallbackInfo& info) {
     unsigned long long v;
     if (std::sscanf(line, "%63[^:]: %llu", key, &v) != 2) continue;
     std::string k(key);
-    if (k == "HugePages_Total") total = double(v);
-    else if (k == "HugePages_Free") free = double(v);
-    else if (k == "HugePages_Rsvd") reserved = double(v);
-    else if (k == "HugePages_Surp") surplus = double(v);
-    else if (k == "Hugepagesize") page_kb = double(v);
+    if (k == "HugePages_Total")
+      total = double(v);
+    else if (k == "HugePages_Free")
+      free = double(v);
+    else if (k == "HugePages_Rsvd")
+      reserved = double(v);
+    else if (k == "HugePages_Surp")
+      surplus = double(v);
+    else if (k == "Hugepagesize")
+      page_kb = double(v);
   }
   std::fclose(f);
   Napi::Object result = Napi::Object::New(env);

@@ -3,10 +3,10 @@
 // rdtsc() is a raw C Node-API function rather than a node-addon-api one: it is called several
 // times per dispatch pass, and the C++ wrapper doubles the cost of an empty call (spike: 11 ns
 // raw vs 21 ns).
-#include "common.h"
-
 #include <cstdint>
 #include <ctime>
+
+#include "common.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>
@@ -36,9 +36,7 @@ static napi_value Rdtsc(napi_env env, napi_callback_info) {
   return result;
 }
 
-static Napi::Value TscSource(const Napi::CallbackInfo& info) {
-  return Napi::String::New(info.Env(), RG_TSC_SOURCE);
-}
+static Napi::Value TscSource(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), RG_TSC_SOURCE); }
 
 void InitTsc(Napi::Env env, Napi::Object exports) {
   napi_value fn;

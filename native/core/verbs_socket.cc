@@ -1,5 +1,5 @@
-// The daemon's verbs control socket (dataplane/verbs-server/listener.ts, docs/VERBS-PROTOCOL.md), what it needs beyond the raw
-// SOCK_SEQPACKET primitives of memif_raw.cc:
+// The daemon's verbs control socket (dataplane/verbs-server/listener.ts, docs/VERBS-PROTOCOL.md), what it needs beyond
+// the raw SOCK_SEQPACKET primitives of memif_raw.cc:
 //
 //   verbsListen(path, mode)   the listener, its file never seen with the umask's mode: bound in
 //                             a fresh 0700 directory next to it, chmod-ed, renamed into place
@@ -14,8 +14,6 @@
 //   mapVerbsMemory(fd, size)  a program's registration or ring: a memfd sealed against shrinking,
 //                             at least `size` long, not hugetlbfs, mapped shared and never touched
 //                             here (O(1) in the size).
-#include "common.h"
-
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <stdio.h>
@@ -34,6 +32,8 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+
+#include "common.h"
 
 #ifndef HUGETLBFS_MAGIC
 #define HUGETLBFS_MAGIC 0x958458f6
@@ -102,7 +102,8 @@ Napi::Value VerbsListen(const Napi::CallbackInfo& info) {
   if (base.empty() || base == "." || base == "..") throw RangeErr(env, "verbsListen: " + path + ": not a file name");
   // A sun_path holds 107 bytes; the final path is only ever renamed to, so it may be longer
   // than the one bound (connect needs it to fit, though).
-  if (path.size() >= sizeof sa.sun_path) throw RangeErr(env, "verbsListen: " + path + ": longer than a socket path may be (107 bytes)");
+  if (path.size() >= sizeof sa.sun_path)
+    throw RangeErr(env, "verbsListen: " + path + ": longer than a socket path may be (107 bytes)");
 
   int dirfd = open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (dirfd < 0) throw ErrnoError(env, "verbsListen: " + dir, errno, "open");
@@ -225,8 +226,9 @@ Napi::Value MapVerbsMemory(const Napi::CallbackInfo& info) {
   const int seals = fcntl(fd, F_GET_SEALS);
   const char* bad = nullptr;
   if (fstatfs(fd, &sf) == 0 && static_cast<unsigned long>(sf.f_type) == HUGETLBFS_MAGIC)
-    bad = "hugetlb memory (MFD_HUGETLB, MAP_HUGETLB or hugetlbfs) is refused: a hole punched in it faults "
-          "again from the hugepage pool, which may be empty (SIGBUS in the daemon); register normal pages";
+    bad =
+        "hugetlb memory (MFD_HUGETLB, MAP_HUGETLB or hugetlbfs) is refused: a hole punched in it faults "
+        "again from the hugepage pool, which may be empty (SIGBUS in the daemon); register normal pages";
   else if (seals < 0 || !(seals & F_SEAL_SHRINK))
     bad = "the memory is not sealed against shrinking (F_SEAL_SHRINK)";
   else if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < size)

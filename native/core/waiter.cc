@@ -5,8 +5,6 @@
 // asynchronous, so the core is deleted only once the JS object is gone, every handle's close
 // callback has run and the env cleanup hook is removed. Handles are inactive (stopped) whenever
 // no wait is pending, so an idle FdWaiter does not keep the process alive; a pending wait does.
-#include "common.h"
-
 #include <fcntl.h>
 #include <uv.h>
 
@@ -14,6 +12,8 @@
 #include <cmath>
 #include <map>
 #include <string>
+
+#include "common.h"
 
 namespace rg {
 
@@ -90,8 +90,8 @@ class WaiterCore {
     // so check every fd before arming.
     for (auto& [fd, p] : polls_) {
       if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
-        throw Napi::Error::New(env, "FdWaiter.wait: fd " + std::to_string(fd) +
-                                        " was closed without FdWaiter.remove() first");
+        throw Napi::Error::New(
+            env, "FdWaiter.wait: fd " + std::to_string(fd) + " was closed without FdWaiter.remove() first");
       }
     }
     for (auto it = polls_.begin(); it != polls_.end(); ++it) {
@@ -149,9 +149,7 @@ class WaiterCore {
   napi_async_context* async_slot() { return &async_; }
   napi_async_cleanup_hook_handle* hook_slot() { return &hook_; }
 
-  static void OnEnvCleanup(napi_async_cleanup_hook_handle, void* arg) {
-    static_cast<WaiterCore*>(arg)->CloseAll();
-  }
+  static void OnEnvCleanup(napi_async_cleanup_hook_handle, void* arg) { static_cast<WaiterCore*>(arg)->CloseAll(); }
 
  private:
   void CheckOpen(Napi::Env env, const char* method) {
@@ -295,13 +293,11 @@ class FdWaiter : public Napi::ObjectWrap<FdWaiter> {
       throw Napi::Error::New(env, "FdWaiter: cannot get the event loop of this thread");
     }
     auto* core = new WaiterCore(env, loop);
-    if (napi_async_init(env, info.This(), Napi::String::New(env, "FdWaiter"),
-                        core->async_slot()) != napi_ok) {
+    if (napi_async_init(env, info.This(), Napi::String::New(env, "FdWaiter"), core->async_slot()) != napi_ok) {
       delete core;
       throw Napi::Error::New(env, "FdWaiter: napi_async_init failed");
     }
-    if (napi_add_async_cleanup_hook(env, WaiterCore::OnEnvCleanup, core, core->hook_slot()) !=
-        napi_ok) {
+    if (napi_add_async_cleanup_hook(env, WaiterCore::OnEnvCleanup, core, core->hook_slot()) != napi_ok) {
       napi_async_destroy(env, *core->async_slot());
       delete core;
       throw Napi::Error::New(env, "FdWaiter: napi_add_async_cleanup_hook failed");
@@ -344,21 +340,15 @@ class FdWaiter : public Napi::ObjectWrap<FdWaiter> {
     return info.Env().Undefined();
   }
 
-  Napi::Value Waiting(const Napi::CallbackInfo& info) {
-    return Napi::Boolean::New(info.Env(), core_->waiting());
-  }
+  Napi::Value Waiting(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), core_->waiting()); }
 
-  Napi::Value Closed(const Napi::CallbackInfo& info) {
-    return Napi::Boolean::New(info.Env(), core_->closed());
-  }
+  Napi::Value Closed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), core_->closed()); }
 
   WaiterCore* core_ = nullptr;
 };
 
 }  // namespace
 
-void InitWaiter(Napi::Env env, Napi::Object exports) {
-  exports.Set("FdWaiter", FdWaiter::Define(env));
-}
+void InitWaiter(Napi::Env env, Napi::Object exports) { exports.Set("FdWaiter", FdWaiter::Define(env)); }
 
 }  // namespace rg

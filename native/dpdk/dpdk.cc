@@ -9,8 +9,8 @@
 // Ownership, enforced here: an index JavaScript holds is an mbuf out of the mempool (allocated
 // by alloc or received by rx). tx hands the sent ones to the PMD, which returns them to the
 // mempool when done; the ones not sent stay JavaScript's. free returns indices to the mempool.
+#include <fcntl.h>
 #include <napi.h>
-
 #include <rte_bus.h>
 #include <rte_cycles.h>
 #include <rte_dev.h>
@@ -22,8 +22,6 @@
 #include <rte_mbuf.h>
 #include <rte_mbuf_pool_ops.h>
 #include <rte_mempool.h>
-
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,10 +42,10 @@ struct State {
   bool eal = false;
   std::vector<std::string> eal_args;
   rte_mempool* mp = nullptr;
-  uint8_t* base = nullptr;   // the chunk's start (the ArrayBuffer's byte 0)
+  uint8_t* base = nullptr;  // the chunk's start (the ArrayBuffer's byte 0)
   size_t len = 0;
-  uint8_t* obj0 = nullptr;   // the lowest mbuf
-  size_t stride = 0;         // bytes between consecutive mbufs
+  uint8_t* obj0 = nullptr;  // the lowest mbuf
+  size_t stride = 0;        // bytes between consecutive mbufs
   uint32_t count = 0;
   // Bound pool metadata.
   uint32_t* offset = nullptr;
@@ -89,7 +87,8 @@ uint32_t Int(const Napi::CallbackInfo& info, size_t i, const char* what, double 
   if (!info[i].IsNumber()) throw Napi::TypeError::New(info.Env(), std::string(what) + " must be a number");
   double d = info[i].As<Napi::Number>().DoubleValue();
   if (!(d >= lo && d <= hi) || d != static_cast<double>(static_cast<int64_t>(d)))
-    throw Napi::RangeError::New(info.Env(), std::string(what) + " must be an integer in " + std::to_string(static_cast<int64_t>(lo)) + ".." +
+    throw Napi::RangeError::New(info.Env(), std::string(what) + " must be an integer in " +
+                                                std::to_string(static_cast<int64_t>(lo)) + ".." +
                                                 std::to_string(static_cast<int64_t>(hi)));
   return static_cast<uint32_t>(d);
 }
@@ -165,8 +164,9 @@ Napi::Value CreatePool(const Napi::CallbackInfo& info) {
   uint32_t data_room = Int(info, 1, "dataRoom", RTE_PKTMBUF_HEADROOM + 64, 65535);
   // rte_pktmbuf_pool_create keeps each mbuf inside one page, which leaves gaps; the buffer pool
   // needs them evenly spaced, and vdevs and IOVA-as-VA do not need page-contiguous objects.
-  rte_mempool* mp = rte_mempool_create_empty("rdma_graph", count, sizeof(rte_mbuf) + data_room, 256, sizeof(rte_pktmbuf_pool_private),
-                                             static_cast<int>(rte_socket_id()), RTE_MEMPOOL_F_NO_IOVA_CONTIG);
+  rte_mempool* mp =
+      rte_mempool_create_empty("rdma_graph", count, sizeof(rte_mbuf) + data_room, 256, sizeof(rte_pktmbuf_pool_private),
+                               static_cast<int>(rte_socket_id()), RTE_MEMPOOL_F_NO_IOVA_CONTIG);
   if (mp == nullptr) throw Err(env, "rte_mempool_create_empty: " + DpdkError(0));
   rte_pktmbuf_pool_private priv;
   std::memset(&priv, 0, sizeof priv);
@@ -181,17 +181,21 @@ Napi::Value CreatePool(const Napi::CallbackInfo& info) {
   // buffer i as stride bytes from its data start, and the last one's must stay inside.
   size_t stride0 = mp->header_size + mp->elt_size + mp->trailer_size;
   size_t chunk = (static_cast<size_t>(count) + 1) * stride0 + RTE_CACHE_LINE_SIZE;
-  char* area = static_cast<char*>(rte_zmalloc_socket("rdma_graph_pool", chunk, RTE_CACHE_LINE_SIZE, static_cast<int>(rte_socket_id())));
+  char* area = static_cast<char*>(
+      rte_zmalloc_socket("rdma_graph_pool", chunk, RTE_CACHE_LINE_SIZE, static_cast<int>(rte_socket_id())));
   if (area == nullptr) {
     rte_mempool_free(mp);
     throw Err(env, "createPool: no " + std::to_string(chunk >> 20) + " MiB for " + std::to_string(count) +
                        " mbufs in DPDK's memory (reserve hugepages, or give the EAL more with -m in dpdk.eal-args)");
   }
-  ret = rte_mempool_populate_iova(mp, area, RTE_BAD_IOVA, chunk, [](rte_mempool_memhdr*, void* a) { rte_free(a); }, area);
+  ret = rte_mempool_populate_iova(
+      mp, area, RTE_BAD_IOVA, chunk, [](rte_mempool_memhdr*, void* a) { rte_free(a); }, area);
   if (ret < 0 || static_cast<uint32_t>(ret) != count) {
     rte_mempool_free(mp);
     if (ret < 0) rte_free(area);
-    throw Err(env, "rte_mempool_populate_iova: " + (ret < 0 ? DpdkError(ret) : "only " + std::to_string(ret) + " of " + std::to_string(count) + " mbufs"));
+    throw Err(env, "rte_mempool_populate_iova: " +
+                       (ret < 0 ? DpdkError(ret)
+                                : "only " + std::to_string(ret) + " of " + std::to_string(count) + " mbufs"));
   }
   rte_mempool_obj_iter(mp, rte_pktmbuf_init, nullptr);
   struct Chunks {
@@ -210,7 +214,8 @@ Napi::Value CreatePool(const Napi::CallbackInfo& info) {
       &ch);
   if (ch.n != 1) {
     rte_mempool_free(mp);
-    throw Err(env, "createPool: the mempool is in " + std::to_string(ch.n) + " pieces; the buffer pool needs one (reserve hugepages, or give -m more memory)");
+    throw Err(env, "createPool: the mempool is in " + std::to_string(ch.n) +
+                       " pieces; the buffer pool needs one (reserve hugepages, or give -m more memory)");
   }
   struct Objs {
     uint8_t* lo = nullptr;
@@ -294,7 +299,8 @@ Napi::Value Free(const Napi::CallbackInfo& info) {
   uint32_t* src = U32(env, info[0], "src", static_cast<size_t>(off) + n);
   for (uint32_t i = 0; i < n; i++) {
     uint32_t bi = src[off + i];
-    if (bi >= g.count) throw Napi::RangeError::New(env, "free: buffer index " + std::to_string(bi) + " is not in the pool");
+    if (bi >= g.count)
+      throw Napi::RangeError::New(env, "free: buffer index " + std::to_string(bi) + " is not in the pool");
     rte_mbuf* m = MbufOf(bi);
     m->next = nullptr;
     m->nb_segs = 1;
@@ -303,7 +309,9 @@ Napi::Value Free(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-Napi::Value Avail(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), g.mp ? rte_mempool_avail_count(g.mp) : 0); }
+Napi::Value Avail(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), g.mp ? rte_mempool_avail_count(g.mp) : 0);
+}
 
 // probe(devargs) -> port id (rte_dev_probe: no direct vdev-init symbol).
 Napi::Value Probe(const Napi::CallbackInfo& info) {
@@ -314,7 +322,8 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
   if (rte_eth_dev_get_port_by_name(name.c_str(), &port) == 0) return Napi::Number::New(env, port);
   int ret = rte_dev_probe(devargs.c_str());
   if (ret < 0) throw Err(env, "rte_dev_probe(\"" + devargs + "\"): " + DpdkError(ret));
-  if (rte_eth_dev_get_port_by_name(name.c_str(), &port) != 0) throw Err(env, "\"" + devargs + "\" was probed but is not an ethdev port");
+  if (rte_eth_dev_get_port_by_name(name.c_str(), &port) != 0)
+    throw Err(env, "\"" + devargs + "\" was probed but is not an ethdev port");
   return Napi::Number::New(env, port);
 }
 
@@ -329,12 +338,15 @@ Napi::Value PortStart(const Napi::CallbackInfo& info) {
   int ret = rte_eth_dev_info_get(port, &di);
   if (ret != 0) throw Err(env, "rte_eth_dev_info_get: " + DpdkError(ret));
   if (nrx > di.max_rx_queues || ntx > di.max_tx_queues)
-    throw Err(env, std::string(di.driver_name) + " has at most " + std::to_string(di.max_rx_queues) + " rx and " + std::to_string(di.max_tx_queues) + " tx queues");
+    throw Err(env, std::string(di.driver_name) + " has at most " + std::to_string(di.max_rx_queues) + " rx and " +
+                       std::to_string(di.max_tx_queues) + " tx queues");
   rte_eth_conf conf;
   std::memset(&conf, 0, sizeof conf);
-  if (di.rx_offload_capa & RTE_ETH_RX_OFFLOAD_CHECKSUM) conf.rxmode.offloads |= (di.rx_offload_capa & RTE_ETH_RX_OFFLOAD_CHECKSUM);
+  if (di.rx_offload_capa & RTE_ETH_RX_OFFLOAD_CHECKSUM)
+    conf.rxmode.offloads |= (di.rx_offload_capa & RTE_ETH_RX_OFFLOAD_CHECKSUM);
   // Transmit checksums the port can compute: the graph then leaves them to it (TX_*_CKSUM flags).
-  conf.txmode.offloads |= di.tx_offload_capa & (RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | RTE_ETH_TX_OFFLOAD_UDP_CKSUM | RTE_ETH_TX_OFFLOAD_MULTI_SEGS);
+  conf.txmode.offloads |= di.tx_offload_capa & (RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | RTE_ETH_TX_OFFLOAD_UDP_CKSUM |
+                                                RTE_ETH_TX_OFFLOAD_MULTI_SEGS);
   ret = rte_eth_dev_configure(port, nrx, ntx, &conf);
   if (ret != 0) throw Err(env, "rte_eth_dev_configure: " + DpdkError(ret));
   uint16_t rxd = static_cast<uint16_t>(num("rxDesc")), txd = static_cast<uint16_t>(num("txDesc"));
@@ -350,7 +362,8 @@ Napi::Value PortStart(const Napi::CallbackInfo& info) {
   }
   uint32_t mtu = num("mtu");
   ret = rte_eth_dev_set_mtu(port, static_cast<uint16_t>(mtu));
-  if (ret != 0 && ret != -ENOTSUP) throw Err(env, "rte_eth_dev_set_mtu(" + std::to_string(mtu) + "): " + DpdkError(ret));
+  if (ret != 0 && ret != -ENOTSUP)
+    throw Err(env, "rte_eth_dev_set_mtu(" + std::to_string(mtu) + "): " + DpdkError(ret));
   ret = rte_eth_dev_start(port);
   if (ret != 0) throw Err(env, "rte_eth_dev_start: " + DpdkError(ret));
   if (o.Get("promisc").ToBoolean()) rte_eth_promiscuous_enable(port);
@@ -366,8 +379,10 @@ Napi::Value PortStart(const Napi::CallbackInfo& info) {
   std::string rxNames, txNames;
   for (int b = 0; b < 64; b++) {
     uint64_t bit = 1ULL << b;
-    if (conf.rxmode.offloads & bit) rxNames += (rxNames.empty() ? "" : " ") + std::string(rte_eth_dev_rx_offload_name(bit));
-    if (conf.txmode.offloads & bit) txNames += (txNames.empty() ? "" : " ") + std::string(rte_eth_dev_tx_offload_name(bit));
+    if (conf.rxmode.offloads & bit)
+      rxNames += (rxNames.empty() ? "" : " ") + std::string(rte_eth_dev_rx_offload_name(bit));
+    if (conf.txmode.offloads & bit)
+      txNames += (txNames.empty() ? "" : " ") + std::string(rte_eth_dev_tx_offload_name(bit));
   }
   r.Set("rxOffloads", Napi::String::New(env, rxNames));
   r.Set("txOffloads", Napi::String::New(env, txNames));
@@ -387,7 +402,8 @@ Napi::Value Rx(const Napi::CallbackInfo& info) {
   for (uint16_t i = 0; i < n; i++) {
     rte_mbuf* m = ms[i];
     uint64_t ol = m->ol_flags;
-    if ((ol & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_BAD || (ol & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_BAD) {
+    if ((ol & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_BAD ||
+        (ol & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_BAD) {
       g.rx_bad_cksum++;
       rte_pktmbuf_free(m);
       continue;
@@ -438,8 +454,10 @@ Napi::Value Tx(const Napi::CallbackInfo& info) {
       m->data_len = static_cast<uint16_t>(g.length[s]);
       m->next = nullptr;
       m->ol_flags = 0;
-      if (prev) prev->next = m;
-      else head = m;
+      if (prev)
+        prev->next = m;
+      else
+        head = m;
       prev = m;
       pkt += g.length[s];
       segs++;
@@ -497,7 +515,8 @@ Napi::Value Stats(const Napi::CallbackInfo& info) {
     std::vector<rte_eth_xstat_name> names(nx);
     std::vector<rte_eth_xstat> vals(nx);
     if (rte_eth_xstats_get_names(port, names.data(), nx) == nx && rte_eth_xstats_get(port, vals.data(), nx) == nx) {
-      for (int i = 0; i < nx; i++) x.Set(names[vals[i].id].name, Napi::Number::New(env, static_cast<double>(vals[i].value)));
+      for (int i = 0; i < nx; i++)
+        x.Set(names[vals[i].id].name, Napi::Number::New(env, static_cast<double>(vals[i].value)));
     }
   }
   o.Set("xstats", x);

@@ -13,20 +13,29 @@ namespace {
 
 const char* PortStateName(ibv_port_state s) {
   switch (s) {
-    case IBV_PORT_DOWN: return "down";
-    case IBV_PORT_INIT: return "init";
-    case IBV_PORT_ARMED: return "armed";
-    case IBV_PORT_ACTIVE: return "active";
-    case IBV_PORT_ACTIVE_DEFER: return "active-defer";
-    default: return "nop";
+    case IBV_PORT_DOWN:
+      return "down";
+    case IBV_PORT_INIT:
+      return "init";
+    case IBV_PORT_ARMED:
+      return "armed";
+    case IBV_PORT_ACTIVE:
+      return "active";
+    case IBV_PORT_ACTIVE_DEFER:
+      return "active-defer";
+    default:
+      return "nop";
   }
 }
 
 const char* LinkLayerName(uint8_t l) {
   switch (l) {
-    case IBV_LINK_LAYER_ETHERNET: return "ethernet";
-    case IBV_LINK_LAYER_INFINIBAND: return "infiniband";
-    default: return "unspecified";
+    case IBV_LINK_LAYER_ETHERNET:
+      return "ethernet";
+    case IBV_LINK_LAYER_INFINIBAND:
+      return "infiniband";
+    default:
+      return "unspecified";
   }
 }
 

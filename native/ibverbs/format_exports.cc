@@ -38,7 +38,8 @@ static_assert(MLX5_CQE_REQ_ERR == kOpcodeReqErr && MLX5_CQE_RESP_ERR == kOpcodeR
 
 uint8_t* Bytes(const Napi::CallbackInfo& info, size_t i, const char* fn, size_t min, size_t* len) {
   if (!info[i].IsTypedArray() || info[i].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
-    throw Napi::TypeError::New(info.Env(), std::string(fn) + ": argument " + std::to_string(i) + " must be a Uint8Array");
+    throw Napi::TypeError::New(info.Env(),
+                               std::string(fn) + ": argument " + std::to_string(i) + " must be a Uint8Array");
   Napi::Uint8Array a = info[i].As<Napi::Uint8Array>();
   if (a.ElementLength() < min)
     throw Napi::RangeError::New(info.Env(), std::string(fn) + ": buffer of " + std::to_string(a.ElementLength()) +
@@ -48,10 +49,12 @@ uint8_t* Bytes(const Napi::CallbackInfo& info, size_t i, const char* fn, size_t 
 }
 
 uint32_t U32(const Napi::CallbackInfo& info, size_t i, const char* fn, uint32_t max) {
-  if (!info[i].IsNumber()) throw Napi::TypeError::New(info.Env(), std::string(fn) + ": argument " + std::to_string(i) + " must be a number");
+  if (!info[i].IsNumber())
+    throw Napi::TypeError::New(info.Env(), std::string(fn) + ": argument " + std::to_string(i) + " must be a number");
   const double d = info[i].As<Napi::Number>().DoubleValue();
   if (!(d >= 0 && d <= max) || d != static_cast<double>(static_cast<uint64_t>(d)))
-    throw Napi::RangeError::New(info.Env(), std::string(fn) + ": argument " + std::to_string(i) + " must be an integer 0.." + std::to_string(max));
+    throw Napi::RangeError::New(info.Env(), std::string(fn) + ": argument " + std::to_string(i) +
+                                                " must be an integer 0.." + std::to_string(max));
   return static_cast<uint32_t>(d);
 }
 
@@ -137,11 +140,13 @@ Napi::Value BuildSend(const Napi::CallbackInfo& info) {
   size_t flen = 0;
   const uint8_t* frame = Bytes(info, 3, fn, 1, &flen);
   const uint32_t len = U32(info, 10, fn, 65535);
-  if (len > flen && flen < kInlineHdr) throw Napi::RangeError::New(info.Env(), std::string(fn) + ": frame shorter than its inline part");
+  if (len > flen && flen < kInlineHdr)
+    throw Napi::RangeError::New(info.Env(), std::string(fn) + ": frame shorter than its inline part");
   const uint64_t addr = uint64_t{U32(info, 5, fn, 0xffffffffu)} << 32 | U32(info, 6, fn, 0xffffffffu);
-  const uint32_t ds = BuildSendWqe(wqe, static_cast<uint16_t>(U32(info, 1, fn, 0xffff)), U32(info, 2, fn, 0xffffff), frame, len,
-                                   U32(info, 4, fn, 0xffffffffu), addr, static_cast<uint8_t>(U32(info, 7, fn, 255)),
-                                   info[8].ToBoolean().Value(), U32(info, 9, fn, 0xffffffffu));
+  const uint32_t ds =
+      BuildSendWqe(wqe, static_cast<uint16_t>(U32(info, 1, fn, 0xffff)), U32(info, 2, fn, 0xffffff), frame, len,
+                   U32(info, 4, fn, 0xffffffffu), addr, static_cast<uint8_t>(U32(info, 7, fn, 255)),
+                   info[8].ToBoolean().Value(), U32(info, 9, fn, 0xffffffffu));
   return Napi::Number::New(info.Env(), ds);
 }
 
@@ -186,10 +191,14 @@ Napi::Value DoorbellJs(const Napi::CallbackInfo& info) {
   const std::string kind = info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : "";
   const uint32_t v = U32(info, 1, "mlx5Doorbell", 0xffffffffu);
   Napi::Uint8Array rec = Napi::Uint8Array::New(info.Env(), 8);
-  if (kind == "cq") CqDoorbell(rec.Data(), v);
-  else if (kind == "rq") RqDoorbell(rec.Data(), v);
-  else if (kind == "sq") SqDoorbell(rec.Data(), v);
-  else throw Napi::TypeError::New(info.Env(), "mlx5Doorbell: kind must be cq, rq or sq");
+  if (kind == "cq")
+    CqDoorbell(rec.Data(), v);
+  else if (kind == "rq")
+    RqDoorbell(rec.Data(), v);
+  else if (kind == "sq")
+    SqDoorbell(rec.Data(), v);
+  else
+    throw Napi::TypeError::New(info.Env(), "mlx5Doorbell: kind must be cq, rq or sq");
   return rec;
 }
 
@@ -201,7 +210,8 @@ Napi::Value DataSegJs(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 Napi::Value SrqNextJs(const Napi::CallbackInfo& info) {
-  SrqNextSeg(Bytes(info, 0, "mlx5SrqNextSeg", 16, nullptr), static_cast<uint16_t>(U32(info, 1, "mlx5SrqNextSeg", 0xffff)));
+  SrqNextSeg(Bytes(info, 0, "mlx5SrqNextSeg", 16, nullptr),
+             static_cast<uint16_t>(U32(info, 1, "mlx5SrqNextSeg", 0xffff)));
   return info.Env().Undefined();
 }
 

@@ -44,10 +44,10 @@ inline void PutBe64(uint8_t* p, uint64_t v) {
 
 constexpr uint32_t kCqeSize = 64;
 // Offsets in a 64-byte CQE (struct mlx5_cqe64).
-constexpr uint32_t kCqeFlags = 0x1c;      // be16: hds_ip_ext (L2/L3/L4 OK) then l4_hdr_type_etc
-constexpr uint32_t kCqeByteCnt = 0x2c;    // be32: bytes; a compressed CQE: its mini-CQE count
-constexpr uint32_t kCqeWqeCounter = 0x3c; // be16: the WQE this completes (send: its index)
-constexpr uint32_t kCqeOpOwn = 0x3f;      // opcode (7:4), format (3:2), solicited (1), owner (0)
+constexpr uint32_t kCqeFlags = 0x1c;       // be16: hds_ip_ext (L2/L3/L4 OK) then l4_hdr_type_etc
+constexpr uint32_t kCqeByteCnt = 0x2c;     // be32: bytes; a compressed CQE: its mini-CQE count
+constexpr uint32_t kCqeWqeCounter = 0x3c;  // be16: the WQE this completes (send: its index)
+constexpr uint32_t kCqeOpOwn = 0x3f;       // opcode (7:4), format (3:2), solicited (1), owner (0)
 // struct mlx5_err_cqe: vendor syndrome and syndrome just before wqe_counter.
 constexpr uint32_t kErrVendorSyndrome = 0x36;
 constexpr uint32_t kErrSyndrome = 0x37;
@@ -85,9 +85,7 @@ inline StridingBc DecodeStridingBc(uint32_t bc) {
 
 // The IPv4 header checksum was checked and is good; the UDP/TCP checksum too (a UDP or TCP
 // packet with L4_OK), from the flags word of a CQE or of a compressed session's title.
-inline bool CsumIp4Ok(uint16_t f) {
-  return (f & kFlagL3Ok) && ((f & kL3TypeMask) >> kL3TypeShift) == kL3Ip4;
-}
+inline bool CsumIp4Ok(uint16_t f) { return (f & kFlagL3Ok) && ((f & kL3TypeMask) >> kL3TypeShift) == kL3Ip4; }
 inline bool CsumL4Ok(uint16_t f) {
   const uint32_t t = (f & kL4TypeMask) >> kL4TypeShift;
   return (f & kFlagL4Ok) && t != 0 && t <= kL4TcpMax && !(f & kFlagIpFrag);
@@ -251,11 +249,11 @@ inline void SqDoorbell(uint8_t* dbrec, uint32_t pi) { PutBe32(dbrec + 4, pi & 0x
 
 // ---------------------------------------------------------------- WQEs
 
-constexpr uint32_t kWqeBb = 64;         // send WQE basic block
-constexpr uint32_t kDataSeg = 16;       // struct mlx5_wqe_data_seg {be32 bytes, be32 lkey, be64 addr}
-constexpr uint32_t kInlineHdr = 18;     // Ethernet header (with one VLAN tag) sent inline
-constexpr uint8_t kOpcodeSend = 0x0a;   // MLX5_OPCODE_SEND
-constexpr uint8_t kCtrlCqUpdate = 0x08; // MLX5_WQE_CTRL_CQ_UPDATE: this WQE makes a CQE
+constexpr uint32_t kWqeBb = 64;                          // send WQE basic block
+constexpr uint32_t kDataSeg = 16;                        // struct mlx5_wqe_data_seg {be32 bytes, be32 lkey, be64 addr}
+constexpr uint32_t kInlineHdr = 18;                      // Ethernet header (with one VLAN tag) sent inline
+constexpr uint8_t kOpcodeSend = 0x0a;                    // MLX5_OPCODE_SEND
+constexpr uint8_t kCtrlCqUpdate = 0x08;                  // MLX5_WQE_CTRL_CQ_UPDATE: this WQE makes a CQE
 constexpr uint8_t kEthL3Csum = 0x40, kEthL4Csum = 0x80;  // MLX5_ETH_WQE_L3_CSUM / L4_CSUM
 
 inline void DataSeg(uint8_t* seg, uint32_t bytes, uint32_t lkey, uint64_t addr) {
@@ -280,13 +278,13 @@ inline uint32_t BuildSendWqe(uint8_t* wqe, uint16_t index, uint32_t qpn, const u
   const uint32_t inl = len < kInlineHdr ? len : kInlineHdr;
   const uint32_t ds = len > kInlineHdr ? 4 : 3;
   PutBe32(wqe + 0, uint32_t{index} << 8 | kOpcodeSend);  // opmod_idx_opcode
-  PutBe32(wqe + 4, (qpn & 0xffffff) << 8 | ds);           // qpn_ds
-  wqe[11] = signaled ? kCtrlCqUpdate : 0;                 // fm_ce_se
-  std::memcpy(wqe + 12, &imm, 4);                         // imm: ours, not the NIC's
+  PutBe32(wqe + 4, (qpn & 0xffffff) << 8 | ds);          // qpn_ds
+  wqe[11] = signaled ? kCtrlCqUpdate : 0;                // fm_ce_se
+  std::memcpy(wqe + 12, &imm, 4);                        // imm: ours, not the NIC's
   uint8_t* eth = wqe + 16;
-  eth[4] = cs_flags;                 // cs_flags
+  eth[4] = cs_flags;                              // cs_flags
   PutBe16(eth + 12, static_cast<uint16_t>(inl));  // inline_hdr_sz
-  std::memcpy(eth + 14, frame, inl);  // inline_hdr_start .. (18 bytes end the segment)
+  std::memcpy(eth + 14, frame, inl);              // inline_hdr_start .. (18 bytes end the segment)
   if (ds == 4) DataSeg(wqe + 48, len - inl, lkey, addr + inl);
   return ds;
 }

@@ -109,11 +109,11 @@ std::string Errno(const char* what) { return std::string(what) + ": " + strerror
 class Port : public Napi::ObjectWrap<Port> {
  public:
   static Napi::Function Define(Napi::Env env) {
-    return DefineClass(env, "Port",
-                       {InstanceMethod<&Port::Rx>("rx"), InstanceMethod<&Port::Tx>("tx"),
-                        InstanceMethod<&Port::LinkUp>("linkUp"), InstanceMethod<&Port::Stats>("stats"),
-                        InstanceMethod<&Port::Info>("info"), InstanceMethod<&Port::Close>("close"),
-                        InstanceMethod<&Port::Reclaim>("reclaim")});
+    return DefineClass(
+        env, "Port",
+        {InstanceMethod<&Port::Rx>("rx"), InstanceMethod<&Port::Tx>("tx"), InstanceMethod<&Port::LinkUp>("linkUp"),
+         InstanceMethod<&Port::Stats>("stats"), InstanceMethod<&Port::Info>("info"),
+         InstanceMethod<&Port::Close>("close"), InstanceMethod<&Port::Reclaim>("reclaim")});
   }
 
   explicit Port(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Port>(info) {
@@ -139,7 +139,8 @@ class Port : public Napi::ObjectWrap<Port> {
     Napi::Value v = o.Get(k);
     if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array ||
         v.As<Napi::Uint32Array>().ElementLength() < min)
-      throw Napi::TypeError::New(env, std::string("verbs Port: ") + k + " must be a Uint32Array of at least " + std::to_string(min));
+      throw Napi::TypeError::New(
+          env, std::string("verbs Port: ") + k + " must be a Uint32Array of at least " + std::to_string(min));
     refs_.push_back(Napi::Persistent(v));
     if (cap) *cap = static_cast<uint32_t>(v.As<Napi::Uint32Array>().ElementLength());
     return v.As<Napi::Uint32Array>().Data();
@@ -214,11 +215,13 @@ class Port : public Napi::ObjectWrap<Port> {
     dev_name_ = dev;
     if (ibv_query_device(ctx_, &dattr_) != 0) Fail(env, Errno("ibv_query_device"));
     if (port_ < 1 || port_ > dattr_.phys_port_cnt)
-      Fail(env, "device " + dev + " has ports 1.." + std::to_string(dattr_.phys_port_cnt) + ", not " + std::to_string(port_));
+      Fail(env, "device " + dev + " has ports 1.." + std::to_string(dattr_.phys_port_cnt) + ", not " +
+                    std::to_string(port_));
     ibv_port_attr pa{};
     if (ibv_query_port(ctx_, port_, &pa) != 0) Fail(env, Errno("ibv_query_port"));
     if (pa.link_layer != IBV_LINK_LAYER_ETHERNET)
-      Fail(env, "device " + dev + " port " + std::to_string(port_) + " is not Ethernet (RAW_PACKET QPs need an Ethernet port)");
+      Fail(env, "device " + dev + " port " + std::to_string(port_) +
+                    " is not Ethernet (RAW_PACKET QPs need an Ethernet port)");
     link_up_ = pa.state == IBV_PORT_ACTIVE;
     const int fl = fcntl(ctx_->async_fd, F_GETFL);
     if (fl >= 0) fcntl(ctx_->async_fd, F_SETFL, fl | O_NONBLOCK);
@@ -235,7 +238,8 @@ class Port : public Napi::ObjectWrap<Port> {
       uint32_t log_stride = 31 - __builtin_clz(pool_.data_size);
       const auto& sc = c.striding_rq_caps;
       striding_ = want_striding && (c.comp_mask & MLX5DV_CONTEXT_MASK_STRIDING_RQ) &&
-                  (sc.supported_qpts & (1u << IBV_QPT_RAW_PACKET)) && log_stride >= sc.min_single_stride_log_num_of_bytes &&
+                  (sc.supported_qpts & (1u << IBV_QPT_RAW_PACKET)) &&
+                  log_stride >= sc.min_single_stride_log_num_of_bytes &&
                   log_stride <= sc.max_single_stride_log_num_of_bytes &&
                   kLogStridesPerWqe >= sc.min_single_wqe_log_num_of_strides &&
                   kLogStridesPerWqe <= sc.max_single_wqe_log_num_of_strides;
@@ -287,7 +291,8 @@ class Port : public Napi::ObjectWrap<Port> {
     obj.cq.out = &out;
     if (mlx5dv_init_obj(&obj, MLX5DV_OBJ_CQ) != 0) Fail(env, Errno("mlx5dv_init_obj (CQ)"));
     if (out.cqe_size != mlx5::kCqeSize || (out.cqe_cnt & (out.cqe_cnt - 1)) != 0)
-      Fail(env, "mlx5 CQ of " + std::to_string(out.cqe_cnt) + " CQEs of " + std::to_string(out.cqe_size) + " B: need 2^n of 64 B");
+      Fail(env, "mlx5 CQ of " + std::to_string(out.cqe_cnt) + " CQEs of " + std::to_string(out.cqe_size) +
+                    " B: need 2^n of 64 B");
     *cqes = static_cast<uint8_t*>(out.buf);
     *db = reinterpret_cast<uint8_t*>(out.dbrec);
     s = mlx5::RxCq{};
@@ -331,7 +336,8 @@ class Port : public Napi::ObjectWrap<Port> {
     obj.qp.out = &out;
     if (mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP) != 0) Fail(env, Errno("mlx5dv_init_obj (QP)"));
     if (out.sq.stride != mlx5::kWqeBb || (out.sq.wqe_cnt & (out.sq.wqe_cnt - 1)) != 0)
-      Fail(env, "mlx5 SQ of " + std::to_string(out.sq.wqe_cnt) + " WQEs of " + std::to_string(out.sq.stride) + " B: need 2^n of 64 B");
+      Fail(env, "mlx5 SQ of " + std::to_string(out.sq.wqe_cnt) + " WQEs of " + std::to_string(out.sq.stride) +
+                    " B: need 2^n of 64 B");
     t.sq = static_cast<uint8_t*>(out.sq.buf);
     t.bb_cnt = out.sq.wqe_cnt;
     t.bb_mask = t.bb_cnt - 1;
@@ -385,8 +391,8 @@ class Port : public Napi::ObjectWrap<Port> {
     const uint32_t want = r.striding ? size >> kLogStridesPerWqe : size;
     const uint32_t need_stride = r.striding ? 16 * (1 + (1u << kLogStridesPerWqe)) : 16;
     if (r.wqe_cnt != want || r.wqe_stride < need_stride)
-      Fail(env, "mlx5 RQ of " + std::to_string(r.wqe_cnt) + " WQEs of " + std::to_string(r.wqe_stride) + " B, expected " +
-                    std::to_string(want) + " of at least " + std::to_string(need_stride));
+      Fail(env, "mlx5 RQ of " + std::to_string(r.wqe_cnt) + " WQEs of " + std::to_string(r.wqe_stride) +
+                    " B, expected " + std::to_string(want) + " of at least " + std::to_string(need_stride));
     r.stride_bytes = 1u << log_stride_;
     if (r.striding) {
       // Null segments after the 8 strides: the NIC stops at the first.
@@ -589,12 +595,15 @@ class Port : public Napi::ObjectWrap<Port> {
         if (strides == 0 || strides > (1u << kLogStridesPerWqe) || r.tail - r.head < strides ||
             (!b.filler && c[i].syndrome == 0 && b.bytes > strides * r.stride_bytes)) {
           r.errors++;
-          error_ = "striding RQ completion of " + std::to_string(strides) + " strides / " + std::to_string(b.bytes) + " bytes";
+          error_ = "striding RQ completion of " + std::to_string(strides) + " strides / " + std::to_string(b.bytes) +
+                   " bytes";
           break;
         }
         if (b.filler || c[i].syndrome != 0) {
-          if (b.filler) r.fillers++;
-          else r.errors++;
+          if (b.filler)
+            r.fillers++;
+          else
+            r.errors++;
           for (uint32_t s = 0; s < strides; s++) pool_.Give(r.bufs[r.head++ & r.mask]);
           continue;
         }
@@ -809,8 +818,11 @@ class Port : public Napi::ObjectWrap<Port> {
         uint32_t unit = 3;
         for (uint32_t s = 0; s < ns; s++, unit++) {
           uint8_t* seg = t.sq + ((t.pi + unit / 4) & t.bb_mask) * mlx5::kWqeBb + (unit % 4) * 16;
-          if (s == 0) mlx5::DataSeg(seg, l0, lkey_, reinterpret_cast<uint64_t>(frame + mlx5::kInlineHdr));
-          else mlx5::DataSeg(seg, pool_.length[segs[s]], lkey_, reinterpret_cast<uint64_t>(pool_.mem + pool_.offset[segs[s]]));
+          if (s == 0)
+            mlx5::DataSeg(seg, l0, lkey_, reinterpret_cast<uint64_t>(frame + mlx5::kInlineHdr));
+          else
+            mlx5::DataSeg(seg, pool_.length[segs[s]], lkey_,
+                          reinterpret_cast<uint64_t>(pool_.mem + pool_.offset[segs[s]]));
         }
         mlx5::PutBe32(w + 4, (t.qpn & 0xffffff) << 8 | ds);
       }
@@ -854,7 +866,8 @@ class Port : public Napi::ObjectWrap<Port> {
             link_up_ = false;
             error_ = "device fatal error (IBV_EVENT_DEVICE_FATAL)";
             break;
-          default: break;
+          default:
+            break;
         }
         events_++;
         ibv_ack_async_event(&ev);
@@ -913,7 +926,7 @@ class Port : public Napi::ObjectWrap<Port> {
     o.Set("txChecksum", csum_);
     o.Set("striding", striding_);
     o.Set("strideBytes", striding_ ? 1u << log_stride_ : 0);
-    o.Set("cqeCompression", zip_format_ == 0 ? "off"
+    o.Set("cqeCompression", zip_format_ == 0                            ? "off"
                             : zip_format_ == MLX5DV_CQE_RES_FORMAT_HASH ? "hash"
                                                                         : "csum-stridx");
     o.Set("mlx5Version", dv_version_);

@@ -116,7 +116,9 @@ static const size_t kC2S = 0, kS2C = RING_HDR + DESC * SLOTS, kBufs = 2 * (RING_
 
 static volatile uint16_t* head_of(struct Client* c, size_t ring) { return (volatile uint16_t*)(c->mem + ring + 6); }
 static volatile uint16_t* tail_of(struct Client* c, size_t ring) { return (volatile uint16_t*)(c->mem + ring + 64); }
-static uint8_t* desc_of(struct Client* c, size_t ring, unsigned slot) { return c->mem + ring + RING_HDR + (slot & (SLOTS - 1)) * DESC; }
+static uint8_t* desc_of(struct Client* c, size_t ring, unsigned slot) {
+  return c->mem + ring + RING_HDR + (slot & (SLOTS - 1)) * DESC;
+}
 
 static void set_desc(uint8_t* d, uint16_t flags, uint16_t region, uint32_t length, uint32_t offset) {
   memcpy(d, &flags, 2);
@@ -190,7 +192,8 @@ static void pump(struct Client* c, double until) {
     }
     __atomic_store_n(head_of(c, kC2S), head, __ATOMIC_RELEASE);
     uint64_t one = 1;
-    if (write(c->ef_c2s, &one, 8) < 0) { /* full or blocking: fine */ }
+    if (write(c->ef_c2s, &one, 8) < 0) { /* full or blocking: fine */
+    }
   }
 }
 
@@ -251,7 +254,8 @@ int main(int argc, char** argv) {
     fcntl(c.ef_c2s, F_SETFL, fcntl(c.ef_c2s, F_GETFL) & ~O_NONBLOCK);
     fcntl(c.ef_s2c, F_SETFL, fcntl(c.ef_s2c, F_GETFL) & ~O_NONBLOCK);
     // Fill the S2C ring with empty buffers (interrupts on: the server kicks when it sends).
-    for (unsigned s = 0; s < SLOTS; s++) set_desc(desc_of(&c, kS2C, s), 0, 0, BUF, (uint32_t)(kBufs + (SLOTS + s) * BUF));
+    for (unsigned s = 0; s < SLOTS; s++)
+      set_desc(desc_of(&c, kS2C, s), 0, 0, BUF, (uint32_t)(kBufs + (SLOTS + s) * BUF));
     __atomic_store_n(head_of(&c, kS2C), (uint16_t)SLOTS, __ATOMIC_RELEASE);
     // Make the S2C eventfd full, so a blocking write would block forever.
     uint64_t big = 0xfffffffffffffffeULL;
@@ -292,7 +296,8 @@ int main(int argc, char** argv) {
       __atomic_thread_fence(__ATOMIC_SEQ_CST);
       uint16_t flags = __atomic_load_n((volatile uint16_t*)(c.mem + kC2S + 4), __ATOMIC_ACQUIRE);
       uint64_t one = 1;
-      if (!(flags & 1) && write(c.ef_c2s, &one, 8) < 0) { /* counter full: readable already */ }
+      if (!(flags & 1) && write(c.ef_c2s, &one, 8) < 0) { /* counter full: readable already */
+      }
       double t0 = now_s(), waited = 0;
       while (__atomic_load_n(tail_of(&c, kC2S), __ATOMIC_ACQUIRE) != head && (waited = now_s() - t0) < 2.0) usleep(50);
       if (waited >= 0.25) stalls++;

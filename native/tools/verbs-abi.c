@@ -24,11 +24,11 @@
 #include "../verbs-lib/proto.h"
 
 /* A member's type name and its element's size (an array decays to a pointer to its element). */
-#define TYPE_OF(x)                                                                                                    \
+#define TYPE_OF(x) \
   _Generic((x), char*: "char", uint8_t*: "u8", int16_t*: "i16", uint16_t*: "u16", uint32_t*: "u32", uint64_t*: "u64", \
            uint8_t: "u8", int16_t: "i16", uint16_t: "u16", int32_t: "i32", uint32_t: "u32", uint64_t: "u64",         \
            default: "?")
-#define ELEM_OF(x)                                                                                           \
+#define ELEM_OF(x) \
   _Generic((x), char*: sizeof(char), uint8_t*: sizeof(uint8_t), int16_t*: sizeof(int16_t),                   \
            uint16_t*: sizeof(uint16_t), uint32_t*: sizeof(uint32_t), uint64_t*: sizeof(uint64_t), default: 0)
 #define MEMBER_OF(s, m) (((struct s*)0)->m)

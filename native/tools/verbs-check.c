@@ -54,7 +54,8 @@ static void wait_one(const char* what, struct ibv_cq* cq) {
     clock_gettime(CLOCK_MONOTONIC, &t);
   } while (got == 0 && t.tv_sec - t0.tv_sec < 10);
   if (got == 1)
-    printf("%s rc 0 wc %d opcode %d wr_id %llu qp %u\n", what, wc.status, wc.opcode, (unsigned long long)wc.wr_id, wc.qp_num);
+    printf("%s rc 0 wc %d opcode %d wr_id %llu qp %u\n", what, wc.status, wc.opcode, (unsigned long long)wc.wr_id,
+           wc.qp_num);
   else
     printf("%s timeout %d\n", what, got);
   if (got != 1 || wc.status != IBV_WC_SUCCESS) failed();
@@ -75,10 +76,11 @@ int main(int argc, char** argv) {
   if (pd == NULL) return perror("ibv_alloc_pd"), 4;
   const size_t len = 10000;
   uint8_t* block = malloc(len + 200);
-  uint8_t* buf = block + 100; /* not page aligned */
+  uint8_t* buf = block + 100;     /* not page aligned */
   memset(block, 0xa5, len + 200); /* the bytes around buf: outside the MR */
   for (size_t i = 0; i < len; i++) buf[i] = (uint8_t)(i * 7 + 3);
-  struct ibv_mr* mr = ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  struct ibv_mr* mr =
+      ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
   if (mr == NULL) return perror("ibv_reg_mr"), 5;
   /* The daemon's MR starts at the page that holds buf. */
   unsigned long off = (unsigned long)((uintptr_t)buf & (uintptr_t)(sysconf(_SC_PAGESIZE) - 1));
@@ -109,7 +111,9 @@ int main(int argc, char** argv) {
         failed();
         continue;
       }
-      struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+      struct ibv_qp_init_attr ia = {.send_cq = cq,
+                                    .recv_cq = cq,
+                                    .qp_type = IBV_QPT_RC,
                                     .cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1}};
       qp = ibv_create_qp(pd, &ia);
       if (qp == NULL) {
@@ -117,7 +121,9 @@ int main(int argc, char** argv) {
         failed();
         continue;
       }
-      struct ibv_qp_attr at = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
+      struct ibv_qp_attr at = {.qp_state = IBV_QPS_INIT,
+                               .pkey_index = 0,
+                               .port_num = 1,
                                .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
       int rc = ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
       if (rc != 0) {
@@ -141,8 +147,9 @@ int main(int argc, char** argv) {
       at.ah_attr.grh.dgid.raw[13] = (uint8_t)b;
       at.ah_attr.grh.dgid.raw[14] = (uint8_t)c;
       at.ah_attr.grh.dgid.raw[15] = (uint8_t)d;
-      rc = ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+      rc = ibv_modify_qp(qp, &at,
+                         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
       if (rc != 0) {
         printf("qp rtr %d\n", rc);
         failed();
@@ -155,8 +162,9 @@ int main(int argc, char** argv) {
       at.rnr_retry = 7;
       at.sq_psn = psn + 1;
       at.max_rd_atomic = 2;
-      rc = ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                                      IBV_QP_MAX_QP_RD_ATOMIC);
+      rc = ibv_modify_qp(qp, &at,
+                         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                             IBV_QP_MAX_QP_RD_ATOMIC);
       printf("qp %u rts rc %d\n", qp->qp_num, rc);
       if (rc != 0) failed();
     } else if (strncmp(line, "post", 4) == 0 && qp != NULL) {
@@ -170,7 +178,11 @@ int main(int argc, char** argv) {
       long delta = 0;
       if (sscanf(line + 4, "%u %ld", &lkey, &delta) != 2) continue;
       struct ibv_sge sge = {.addr = (uintptr_t)(buf + delta), .length = 16, .lkey = lkey};
-      struct ibv_send_wr wr = {.wr_id = 77, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED},
+      struct ibv_send_wr wr = {.wr_id = 77,
+                               .sg_list = &sge,
+                               .num_sge = 1,
+                               .opcode = IBV_WR_SEND,
+                               .send_flags = IBV_SEND_SIGNALED},
                          *bad = NULL;
       int rc = ibv_post_send(qp, &wr, &bad);
       if (rc != 0) {
@@ -188,7 +200,10 @@ int main(int argc, char** argv) {
       ibv_query_qp(qp, &qa, IBV_QP_CAP, &qi);
       const int in = qi.cap.max_inline_data >= n;
       struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = (uint32_t)n, .lkey = mr->lkey};
-      struct ibv_send_wr wr = {.wr_id = 78, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+      struct ibv_send_wr wr = {.wr_id = 78,
+                               .sg_list = &sge,
+                               .num_sge = 1,
+                               .opcode = IBV_WR_SEND,
                                .send_flags = IBV_SEND_SIGNALED | (in ? IBV_SEND_INLINE : 0)},
                          *bad = NULL;
       int rc = ibv_post_send(qp, &wr, &bad);
@@ -231,7 +246,8 @@ int main(int argc, char** argv) {
       errno = 0;
       struct ibv_cq_ex* cqx = ibv_create_cq_ex(ctx, &cx);
       int e1 = cqx == NULL ? errno : 0;
-      struct ibv_qp_init_attr_ex qx = {.qp_type = IBV_QPT_RC, .pd = pd,
+      struct ibv_qp_init_attr_ex qx = {.qp_type = IBV_QPT_RC,
+                                       .pd = pd,
                                        .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
                                        .send_ops_flags = IBV_QP_EX_WITH_SEND};
       errno = 0;
@@ -242,13 +258,14 @@ int main(int argc, char** argv) {
       struct ibv_qp_attr qa;
       struct ibv_qp_init_attr qi;
       int rc = ibv_query_qp(qp, &qa, IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN, &qi);
-      printf("query rc %d state %d dest %u rqpsn %u sqpsn %u ird %u ord %u mtu %d gid %u.%u.%u.%u send %u recv %u\n", rc,
-             qa.qp_state, qa.dest_qp_num, qa.rq_psn, qa.sq_psn, qa.max_dest_rd_atomic, qa.max_rd_atomic, qa.path_mtu,
-             qa.ah_attr.grh.dgid.raw[12], qa.ah_attr.grh.dgid.raw[13], qa.ah_attr.grh.dgid.raw[14],
+      printf("query rc %d state %d dest %u rqpsn %u sqpsn %u ird %u ord %u mtu %d gid %u.%u.%u.%u send %u recv %u\n",
+             rc, qa.qp_state, qa.dest_qp_num, qa.rq_psn, qa.sq_psn, qa.max_dest_rd_atomic, qa.max_rd_atomic,
+             qa.path_mtu, qa.ah_attr.grh.dgid.raw[12], qa.ah_attr.grh.dgid.raw[13], qa.ah_attr.grh.dgid.raw[14],
              qa.ah_attr.grh.dgid.raw[15], qi.cap.max_send_wr, qi.cap.max_recv_wr);
     } else if (strncmp(line, "pd", 2) == 0) {
       struct ibv_pd* p2 = ibv_alloc_pd(ctx);
-      if (p2 != NULL) printf("pd %u\n", p2->handle);
+      if (p2 != NULL)
+        printf("pd %u\n", p2->handle);
       else {
         printf("pd failed %d\n", errno);
         failed();

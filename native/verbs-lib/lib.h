@@ -110,7 +110,7 @@ struct rg_context {
   struct rg_device dev;   /* a copy: valid after the device list is freed */
   int sock;
   int doorbell; /* eventfd the daemon sleeps on: written after a post when it asked (need_kick) */
-  int dead;     /* the daemon went away, or is not trusted any more: the rings are flushed, verbs fail with ECONNRESET */
+  int dead; /* the daemon went away, or is not trusted any more: the rings are flushed, verbs fail with ECONNRESET */
   pthread_mutex_t objs; /* the QP and CQ lists (for the flush when the daemon goes away) */
   struct rg_qp* qps;
   struct rg_cq* cqs;
@@ -130,8 +130,8 @@ struct rg_channel {
 struct rg_cq {
   struct ibv_cq cq; /* first */
   struct rg_ring ring;
-  uint32_t entries; /* a power of two */
-  uint32_t cons;    /* ours; published at RGV_CQ_CONS */
+  uint32_t entries;     /* a power of two */
+  uint32_t cons;        /* ours; published at RGV_CQ_CONS */
   uint32_t events_seen; /* channel notifications this CQ has reported (ibv_get_cq_event) */
   uint32_t empty_polls; /* since the last check that the daemon is there */
   struct rg_channel* channel;
@@ -172,7 +172,8 @@ int rg_check_size(struct rg_context* c, const char* what, uint32_t got, uint32_t
 /* The context's socket is readable outside a request: take what is there (a message nobody asked for). */
 void rg_drain_unsolicited(struct rg_context* c);
 void rg_not_yet(const char* fn);
-int rg_ctx_call(struct ibv_context* context, uint16_t op, const void* req, size_t len, int pass_fd, void* out, size_t out_len);
+int rg_ctx_call(struct ibv_context* context, uint16_t op, const void* req, size_t len, int pass_fd, void* out,
+                size_t out_len);
 int rg_handle_call(struct ibv_context* context, uint16_t op, uint32_t handle);
 
 /* ring.c */

@@ -59,27 +59,29 @@ enum rgv_fd {
  * holds `count` records of that body rather than one, and the fd it passes. The daemon serves
  * every one (dataplane/verbs-server/handlers.ts has a handler for each, which tsc checks).
  */
-#define RGV_OPS(X)                                                          \
-  /* name            request          reply          records  fd */          \
-  X(DEVICES,         none,            rgv_device,    1,       RGV_FD_NONE)    \
-  X(ALLOC_PD,        none,            rgv_handle,    0,       RGV_FD_NONE)    \
-  X(DEALLOC_PD,      rgv_handle,      none,          0,       RGV_FD_NONE)    \
-  X(REG_MR,          rgv_reg_mr,      rgv_mr,        0,       RGV_FD_MEMFD)   \
-  X(DEREG_MR,        rgv_handle,      none,          0,       RGV_FD_NONE)    \
-  X(CREATE_CQ,       rgv_create_cq,   rgv_cq,        0,       RGV_FD_MEMFD)   \
-  X(DESTROY_CQ,      rgv_handle,      none,          0,       RGV_FD_NONE)    \
-  X(CREATE_QP,       rgv_create_qp,   rgv_qp,        0,       RGV_FD_NONE)    \
-  X(MODIFY_QP,       rgv_modify_qp,   none,          0,       RGV_FD_NONE)    \
-  X(DESTROY_QP,      rgv_handle,      none,          0,       RGV_FD_NONE)    \
-  X(QUERY_QP,        rgv_handle,      rgv_qp_attr,   0,       RGV_FD_NONE)    \
-  X(ATTACH,          rgv_attach,      none,          0,       RGV_FD_EVENTFD) \
-  X(CREATE_CHANNEL,  none,            rgv_handle,    0,       RGV_FD_EVENTFD) \
-  X(DESTROY_CHANNEL, rgv_handle,      none,          0,       RGV_FD_NONE)    \
-  X(QP_RING,         rgv_qp_ring,     none,          0,       RGV_FD_MEMFD)   \
-  X(CREATE_SRQ,      rgv_create_srq,  rgv_srq,       0,       RGV_FD_NONE)    \
-  X(SRQ_RING,        rgv_srq_ring,    none,          0,       RGV_FD_MEMFD)   \
-  X(DESTROY_SRQ,     rgv_handle,      none,          0,       RGV_FD_NONE)    \
-  X(MODIFY_SRQ,      rgv_modify_srq,  none,          0,       RGV_FD_NONE)
+// clang-format off: the table is read down its columns
+#define RGV_OPS(X)                                                  \
+  /* name            request          reply          records  fd */ \
+  X(DEVICES, none, rgv_device, 1, RGV_FD_NONE)                      \
+  X(ALLOC_PD, none, rgv_handle, 0, RGV_FD_NONE)                     \
+  X(DEALLOC_PD, rgv_handle, none, 0, RGV_FD_NONE)                   \
+  X(REG_MR, rgv_reg_mr, rgv_mr, 0, RGV_FD_MEMFD)                    \
+  X(DEREG_MR, rgv_handle, none, 0, RGV_FD_NONE)                     \
+  X(CREATE_CQ, rgv_create_cq, rgv_cq, 0, RGV_FD_MEMFD)              \
+  X(DESTROY_CQ, rgv_handle, none, 0, RGV_FD_NONE)                   \
+  X(CREATE_QP, rgv_create_qp, rgv_qp, 0, RGV_FD_NONE)               \
+  X(MODIFY_QP, rgv_modify_qp, none, 0, RGV_FD_NONE)                 \
+  X(DESTROY_QP, rgv_handle, none, 0, RGV_FD_NONE)                   \
+  X(QUERY_QP, rgv_handle, rgv_qp_attr, 0, RGV_FD_NONE)              \
+  X(ATTACH, rgv_attach, none, 0, RGV_FD_EVENTFD)                    \
+  X(CREATE_CHANNEL, none, rgv_handle, 0, RGV_FD_EVENTFD)            \
+  X(DESTROY_CHANNEL, rgv_handle, none, 0, RGV_FD_NONE)              \
+  X(QP_RING, rgv_qp_ring, none, 0, RGV_FD_MEMFD)                    \
+  X(CREATE_SRQ, rgv_create_srq, rgv_srq, 0, RGV_FD_NONE)            \
+  X(SRQ_RING, rgv_srq_ring, none, 0, RGV_FD_MEMFD)                  \
+  X(DESTROY_SRQ, rgv_handle, none, 0, RGV_FD_NONE)                  \
+  X(MODIFY_SRQ, rgv_modify_srq, none, 0, RGV_FD_NONE)
+// clang-format on
 
 /* Every request and reply starts with this (16 bytes, §2.1). */
 struct rgv_hdr {
@@ -177,10 +179,10 @@ struct rgv_modify_qp {
   uint32_t dest_qpn, rq_psn, sq_psn;
   uint32_t max_rd_atomic;      /* ORD */
   uint32_t max_dest_rd_atomic; /* IRD */
-  uint8_t path_mtu;  /* enum rgv_mtu (RGV_ATTR_PATH_MTU) */
-  uint8_t timeout;   /* 4.096 us x 2^timeout (RGV_ATTR_TIMEOUT), 0: the daemon's */
-  uint8_t retry_cnt; /* RGV_ATTR_RETRY_CNT */
-  uint8_t rnr_retry; /* RGV_ATTR_RNR_RETRY: not applied */
+  uint8_t path_mtu;            /* enum rgv_mtu (RGV_ATTR_PATH_MTU) */
+  uint8_t timeout;             /* 4.096 us x 2^timeout (RGV_ATTR_TIMEOUT), 0: the daemon's */
+  uint8_t retry_cnt;           /* RGV_ATTR_RETRY_CNT */
+  uint8_t rnr_retry;           /* RGV_ATTR_RNR_RETRY: not applied */
 };
 
 /* QUERY_QP: the QP as it is, with the attributes it was given. */
@@ -252,10 +254,10 @@ struct rgv_modify_srq {
 /* A send WQE: this header, then num_sge x rgv_sge, or inline_len bytes of data. */
 struct rgv_send_wqe {
   uint64_t wr_id;
-  uint32_t opcode;   /* enum rgv_wr_opcode */
-  uint32_t flags;    /* enum rgv_send_flags bits */
+  uint32_t opcode; /* enum rgv_wr_opcode */
+  uint32_t flags;  /* enum rgv_send_flags bits */
   uint32_t num_sge;
-  uint32_t imm;      /* imm_data (as the program stored it) or invalidate_rkey */
+  uint32_t imm; /* imm_data (as the program stored it) or invalidate_rkey */
   uint64_t remote_addr;
   uint32_t rkey;
   uint32_t inline_len;
@@ -280,10 +282,10 @@ struct rgv_recv_wqe {
 
 struct rgv_cqe {
   uint64_t wr_id;
-  uint32_t status;   /* enum rgv_wc_status */
-  uint32_t opcode;   /* enum rgv_wc_opcode */
+  uint32_t status; /* enum rgv_wc_status */
+  uint32_t opcode; /* enum rgv_wc_opcode */
   uint32_t byte_len;
-  uint32_t imm;      /* imm_data or invalidated_rkey (wc_flags says which) */
+  uint32_t imm; /* imm_data or invalidated_rkey (wc_flags says which) */
   uint32_t qp_num;
   uint32_t wc_flags; /* enum rgv_wc_flags bits */
 };

@@ -20,12 +20,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include "lib.h"
@@ -55,7 +55,8 @@ int rg_ring_create(struct rg_ring* r, size_t bytes) {
   int fd = memfd_create("rdma-graph-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return -1;
   void* m = MAP_FAILED;
-  if (ftruncate(fd, (off_t)bytes) != 0 || (m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED ||
+  if (ftruncate(fd, (off_t)bytes) != 0 ||
+      (m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED ||
       fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     int e = errno;
     if (m != MAP_FAILED) munmap(m, bytes);
@@ -129,7 +130,8 @@ void rg_forsake(struct rg_context* c, const char* why) {
       pthread_spin_lock(&q->sq_lock);
       pthread_spin_lock(&scq->lock);
       for (uint32_t s = LOAD(U32(&q->ring, RGV_QP_SQ_DONE)), k = 0; s != q->sq_prod && k < q->sq_entries; s++, k++) {
-        const struct rgv_send_wqe* w = (const struct rgv_send_wqe*)(q->ring.mem + RGV_RING_HDR + (size_t)(s & (q->sq_entries - 1)) * q->sq_stride);
+        const struct rgv_send_wqe* w =
+            (const struct rgv_send_wqe*)(q->ring.mem + RGV_RING_HDR + (size_t)(s & (q->sq_entries - 1)) * q->sq_stride);
         flush_cqe(scq, w->wr_id, wc_opcode_of(w->opcode), q->qp.qp_num);
       }
       pthread_spin_unlock(&scq->lock);
@@ -139,7 +141,8 @@ void rg_forsake(struct rg_context* c, const char* why) {
         pthread_spin_lock(&rcq->lock);
         const uint8_t* rq = q->ring.mem + RGV_RING_HDR + (size_t)q->sq_entries * q->sq_stride;
         for (uint32_t s = LOAD(U32(&q->ring, RGV_QP_RQ_DONE)), k = 0; s != q->rq_prod && k < q->rq_entries; s++, k++) {
-          const struct rgv_recv_wqe* w = (const struct rgv_recv_wqe*)(rq + (size_t)(s & (q->rq_entries - 1)) * q->rq_stride);
+          const struct rgv_recv_wqe* w =
+              (const struct rgv_recv_wqe*)(rq + (size_t)(s & (q->rq_entries - 1)) * q->rq_stride);
           flush_cqe(rcq, w->wr_id, IBV_WC_RECV, q->qp.qp_num);
         }
         pthread_spin_unlock(&rcq->lock);
@@ -195,7 +198,8 @@ EXPORT struct ibv_comp_channel* ibv_create_comp_channel(struct ibv_context* cont
 EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel* channel) {
   struct rg_channel* ch = (struct rg_channel*)channel;
   if (channel->refcnt > 0) return EBUSY;
-  if (!rg_ctx(channel->context)->dead && rg_handle_call(channel->context, RGV_OP_DESTROY_CHANNEL, ch->handle) != 0) return errno;
+  if (!rg_ctx(channel->context)->dead && rg_handle_call(channel->context, RGV_OP_DESTROY_CHANNEL, ch->handle) != 0)
+    return errno;
   close(channel->fd);
   free(ch);
   return 0;
@@ -209,8 +213,10 @@ static struct rg_cq* pending_cq(struct rg_context* c, struct rg_channel* ch, int
   for (struct rg_cq* q = c->cqs; q != NULL; q = q->next) {
     if (q->channel != ch) continue;
     if (__atomic_load_n(U32(&q->ring, RGV_CQ_EVENTS), __ATOMIC_ACQUIRE) == q->events_seen) continue;
-    if (found == NULL) found = q;
-    else *more = 1;
+    if (found == NULL)
+      found = q;
+    else
+      *more = 1;
   }
   if (found != NULL) found->events_seen++;
   pthread_mutex_unlock(&c->objs);
@@ -253,10 +259,11 @@ EXPORT void ibv_ack_cq_events(struct ibv_cq* cq, unsigned int nevents) { (void)c
 
 /* ------------------------------------------------------------------ CQ */
 
-EXPORT struct ibv_cq* ibv_create_cq(struct ibv_context* context, int cqe, void* cq_context, struct ibv_comp_channel* channel,
-                                    int comp_vector) {
+EXPORT struct ibv_cq* ibv_create_cq(struct ibv_context* context, int cqe, void* cq_context,
+                                    struct ibv_comp_channel* channel, int comp_vector) {
   struct rg_context* c = rg_ctx(context);
-  if (cqe < 1 || cqe > (int)c->dev.info.max_cqe || comp_vector != 0 || (channel != NULL && channel->context != context)) {
+  if (cqe < 1 || cqe > (int)c->dev.info.max_cqe || comp_vector != 0 ||
+      (channel != NULL && channel->context != context)) {
     errno = EINVAL;
     return NULL;
   }
@@ -268,7 +275,9 @@ EXPORT struct ibv_cq* ibv_create_cq(struct ibv_context* context, int cqe, void* 
     free(q);
     return NULL;
   }
-  struct rgv_create_cq req = {.entries = q->entries, .channel = channel != NULL ? ((struct rg_channel*)channel)->handle : RGV_NONE, .bytes = q->ring.bytes};
+  struct rgv_create_cq req = {.entries = q->entries,
+                              .channel = channel != NULL ? ((struct rg_channel*)channel)->handle : RGV_NONE,
+                              .bytes = q->ring.bytes};
   struct rgv_cq r;
   int rc = rg_ctx_call(context, RGV_OP_CREATE_CQ, &req, sizeof req, fd, &r, sizeof r);
   int e = errno;
@@ -356,8 +365,10 @@ static int op_poll_cq(struct ibv_cq* cq, int n, struct ibv_wc* wc) {
     errno = EOVERFLOW; /* the CQ overflowed: completions were lost (the daemon logged it) */
     return -1;
   }
-  if (check) daemon_gone(rg_ctx(cq->context)); /* flushes into the rings: the next poll sees it */
-  else if (yield) sched_yield(); /* a program spinning on an empty CQ lets the daemon (maybe on this core) run */
+  if (check)
+    daemon_gone(rg_ctx(cq->context)); /* flushes into the rings: the next poll sees it */
+  else if (yield)
+    sched_yield(); /* a program spinning on an empty CQ lets the daemon (maybe on this core) run */
   return k;
 }
 
@@ -365,7 +376,8 @@ static int op_req_notify_cq(struct ibv_cq* cq, int solicited_only) {
   struct rg_cq* q = (struct rg_cq*)cq;
   if (q->channel == NULL) return EINVAL;
   if (daemon_gone(rg_ctx(cq->context))) return ECONNRESET;
-  __atomic_store_n(U32(&q->ring, RGV_CQ_ARMED), solicited_only ? RGV_CQ_ARM_SOLICITED : RGV_CQ_ARM_NEXT, __ATOMIC_SEQ_CST);
+  __atomic_store_n(U32(&q->ring, RGV_CQ_ARMED), solicited_only ? RGV_CQ_ARM_SOLICITED : RGV_CQ_ARM_NEXT,
+                   __ATOMIC_SEQ_CST);
   return 0;
 }
 
@@ -387,7 +399,12 @@ int rg_qp_attach(struct rg_qp* q, const struct ibv_qp_init_attr* attr) {
   q->rq_stride = (uint32_t)rq_stride;
   int fd = rg_ring_create(&q->ring, bytes);
   if (fd < 0) return -1;
-  struct rgv_qp_ring req = {.qpn = q->qp.qp_num, .sq_entries = q->sq_entries, .rq_entries = q->rq_entries, .sq_stride = q->sq_stride, .rq_stride = q->rq_stride, .bytes = bytes};
+  struct rgv_qp_ring req = {.qpn = q->qp.qp_num,
+                            .sq_entries = q->sq_entries,
+                            .rq_entries = q->rq_entries,
+                            .sq_stride = q->sq_stride,
+                            .rq_stride = q->rq_stride,
+                            .bytes = bytes};
   int rc = rg_ctx_call(q->qp.context, RGV_OP_QP_RING, &req, sizeof req, fd, NULL, 0);
   int e = errno;
   close(fd);
@@ -493,8 +510,10 @@ static int op_post_send(struct ibv_qp* qp, struct ibv_send_wr* wr, struct ibv_se
   struct rg_qp* q = (struct rg_qp*)qp;
   struct rg_context* c = rg_ctx(qp->context);
   int err = 0;
-  if (c->dead) err = ECONNRESET;
-  else if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD && qp->state != IBV_QPS_ERR) err = EINVAL;
+  if (c->dead)
+    err = ECONNRESET;
+  else if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD && qp->state != IBV_QPS_ERR)
+    err = EINVAL;
   if (err != 0) {
     *bad = wr;
     return err;
@@ -570,16 +589,20 @@ static int op_post_recv(struct ibv_qp* qp, struct ibv_recv_wr* wr, struct ibv_re
   struct rg_qp* q = (struct rg_qp*)qp;
   struct rg_context* c = rg_ctx(qp->context);
   int err = 0;
-  if (c->dead) err = ECONNRESET;
-  else if (qp->srq != NULL || qp->state == IBV_QPS_RESET) err = EINVAL;
+  if (c->dead)
+    err = ECONNRESET;
+  else if (qp->srq != NULL || qp->state == IBV_QPS_RESET)
+    err = EINVAL;
   if (err != 0) {
     *bad = wr;
     return err;
   }
   pthread_spin_lock(&q->rq_lock);
-  const struct recv_ring r = {&q->ring, q->ring.mem + RGV_RING_HDR + (size_t)q->sq_entries * q->sq_stride,
-                              q->rq_entries, q->rq_stride, q->max_recv_wr, q->max_sge,
-                              RGV_QP_RQ_DONE, RGV_QP_RQ_PROD, RGV_QP_NEED_KICK};
+  const struct recv_ring r = {&q->ring,        q->ring.mem + RGV_RING_HDR + (size_t)q->sq_entries * q->sq_stride,
+                              q->rq_entries,   q->rq_stride,
+                              q->max_recv_wr,  q->max_sge,
+                              RGV_QP_RQ_DONE,  RGV_QP_RQ_PROD,
+                              RGV_QP_NEED_KICK};
   err = post_recvs(c, &r, &q->rq_prod, wr, bad);
   pthread_spin_unlock(&q->rq_lock);
   return err;
@@ -593,7 +616,8 @@ EXPORT struct ibv_srq* ibv_create_srq(struct ibv_pd* pd, struct ibv_srq_init_att
     errno = ECONNRESET;
     return NULL;
   }
-  struct rgv_create_srq req = {.pd = pd->handle, .max_wr = attr->attr.max_wr, .max_sge = attr->attr.max_sge, .limit = attr->attr.srq_limit};
+  struct rgv_create_srq req = {
+      .pd = pd->handle, .max_wr = attr->attr.max_wr, .max_sge = attr->attr.max_sge, .limit = attr->attr.srq_limit};
   struct rgv_srq r;
   if (rg_ctx_call(pd->context, RGV_OP_CREATE_SRQ, &req, sizeof req, -1, &r, sizeof r) != 0) return NULL;
   struct rg_srq* s = calloc(1, sizeof *s);
@@ -613,11 +637,15 @@ EXPORT struct ibv_srq* ibv_create_srq(struct ibv_pd* pd, struct ibv_srq_init_att
   /* What the daemon answered: a handle CREATE_QP can name (RGV_NONE is "no SRQ"), at least the
      sizes asked, at most the device's; the ring's bytes in 64 bits. */
   const uint64_t stride = rgv_rq_stride(s->max_sge), bytes = RGV_RING_HDR + (uint64_t)s->entries * stride;
-  if (s->srq.handle == RGV_NONE) rg_refuse(c, "SRQ handle %u (not a handle)", s->srq.handle);
-  else if (rg_check_size(c, "SRQ max_wr", s->max_wr, attr->attr.max_wr > 0 ? attr->attr.max_wr : 1, c->dev.info.max_qp_wr) == 0 &&
-           rg_check_size(c, "SRQ max_sge", s->max_sge, attr->attr.max_sge > 0 ? attr->attr.max_sge : 1, c->dev.info.max_sge) == 0) {
-    if (bytes > RG_MAX_RING_BYTES) rg_refuse(c, "sizes for an SRQ whose ring takes %llu bytes (at most %llu)", (unsigned long long)bytes,
-                                             (unsigned long long)RG_MAX_RING_BYTES);
+  if (s->srq.handle == RGV_NONE)
+    rg_refuse(c, "SRQ handle %u (not a handle)", s->srq.handle);
+  else if (rg_check_size(c, "SRQ max_wr", s->max_wr, attr->attr.max_wr > 0 ? attr->attr.max_wr : 1,
+                         c->dev.info.max_qp_wr) == 0 &&
+           rg_check_size(c, "SRQ max_sge", s->max_sge, attr->attr.max_sge > 0 ? attr->attr.max_sge : 1,
+                         c->dev.info.max_sge) == 0) {
+    if (bytes > RG_MAX_RING_BYTES)
+      rg_refuse(c, "sizes for an SRQ whose ring takes %llu bytes (at most %llu)", (unsigned long long)bytes,
+                (unsigned long long)RG_MAX_RING_BYTES);
     else {
       s->stride = (uint32_t)stride;
       fd = rg_ring_create(&s->ring, (size_t)bytes);
@@ -679,8 +707,9 @@ static int op_post_srq_recv(struct ibv_srq* srq, struct ibv_recv_wr* wr, struct 
     return ECONNRESET;
   }
   pthread_spin_lock(&s->lock);
-  const struct recv_ring r = {&s->ring, s->ring.mem + RGV_RING_HDR, s->entries, s->stride, s->max_wr, s->max_sge,
-                              RGV_SRQ_DONE, RGV_SRQ_PROD, RGV_SRQ_NEED_KICK};
+  const struct recv_ring r = {
+      &s->ring,     s->ring.mem + RGV_RING_HDR, s->entries, s->stride, s->max_wr, s->max_sge, RGV_SRQ_DONE,
+      RGV_SRQ_PROD, RGV_SRQ_NEED_KICK};
   const int err = post_recvs(c, &r, &s->prod, wr, bad);
   pthread_spin_unlock(&s->lock);
   return err;

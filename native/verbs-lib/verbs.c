@@ -6,8 +6,8 @@
  * ibv_get_device_list asks the daemon at $RDMA_GRAPH_SOCKET (default run/verbs.sock) for its
  * interfaces, one device per interface with an IPv4 address (rdmagraph_<ifname>, Ethernet link
  * layer, GID 0 = ::ffff:<IPv4>); the daemon is one the program trusts (check_peer), and every
- * size or handle it answers is checked before anything is sized from it (rg_refuse); ibv_open_device opens a connection of its own (the control
- * path: one request, one answer) and hands the daemon a doorbell eventfd; query
+ * size or handle it answers is checked before anything is sized from it (rg_refuse); ibv_open_device opens a connection
+ * of its own (the control path: one request, one answer) and hands the daemon a doorbell eventfd; query
  * device/port/gid/pkey answer from what the daemon said; PDs, MRs (reg_mr moves the pages onto a
  * memfd the daemon maps), CQs, completion channels, RC QPs and SRQs are the daemon's objects.
  *
@@ -22,6 +22,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <limits.h>
 #include <pthread.h>
@@ -29,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -62,7 +62,9 @@ void rg_say(const char* fmt, ...) {
 static void distrust(struct rg_context* c) {
   if (c == NULL || __atomic_load_n(&c->dead, __ATOMIC_ACQUIRE)) return;
   shutdown(c->sock, SHUT_RDWR); /* the daemon sees the end of the connection: it releases what it holds */
-  rg_forsake(c, "the daemon is not trusted any more: the posted work requests are flushed (IBV_WC_WR_FLUSH_ERR), later verbs fail with ECONNRESET");
+  rg_forsake(c,
+             "the daemon is not trusted any more: the posted work requests are flushed (IBV_WC_WR_FLUSH_ERR), later "
+             "verbs fail with ECONNRESET");
 }
 
 void rg_refuse(struct rg_context* c, const char* fmt, ...) {
@@ -121,18 +123,29 @@ static int check_peer(int fd, const char* path) {
     struct stat st, dst;
     char dir[PATH_MAX];
     const char* slash = strrchr(path, '/');
-    if (slash == NULL) snprintf(dir, sizeof dir, ".");
-    else snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
-    if (lstat(path, &st) != 0) snprintf(why, sizeof why, "its socket file cannot be checked: %s", strerror(errno));
-    else if (!S_ISSOCK(st.st_mode)) snprintf(why, sizeof why, "%s is not a socket file (a symbolic link is not followed)", path);
-    else if (st.st_uid != cr.uid) snprintf(why, sizeof why, "the socket file is uid %u's", (unsigned)st.st_uid);
-    else if (stat(dir, &dst) != 0) snprintf(why, sizeof why, "its directory %s cannot be checked: %s", dir, strerror(errno));
-    else if ((dst.st_mode & (S_IWGRP | S_IWOTH)) != 0) snprintf(why, sizeof why, "its directory %s is writable by others", dir);
-    else if (dst.st_uid != 0 && dst.st_uid != st.st_uid) snprintf(why, sizeof why, "its directory %s is uid %u's", dir, (unsigned)dst.st_uid);
-    else return 0; /* the socket file's owner, in a directory only it (or root) can write */
+    if (slash == NULL)
+      snprintf(dir, sizeof dir, ".");
+    else
+      snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    if (lstat(path, &st) != 0)
+      snprintf(why, sizeof why, "its socket file cannot be checked: %s", strerror(errno));
+    else if (!S_ISSOCK(st.st_mode))
+      snprintf(why, sizeof why, "%s is not a socket file (a symbolic link is not followed)", path);
+    else if (st.st_uid != cr.uid)
+      snprintf(why, sizeof why, "the socket file is uid %u's", (unsigned)st.st_uid);
+    else if (stat(dir, &dst) != 0)
+      snprintf(why, sizeof why, "its directory %s cannot be checked: %s", dir, strerror(errno));
+    else if ((dst.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+      snprintf(why, sizeof why, "its directory %s is writable by others", dir);
+    else if (dst.st_uid != 0 && dst.st_uid != st.st_uid)
+      snprintf(why, sizeof why, "its directory %s is uid %u's", dir, (unsigned)dst.st_uid);
+    else
+      return 0; /* the socket file's owner, in a directory only it (or root) can write */
   }
-  rg_say("the daemon at %s is uid %u (pid %d): not root, not this program's uid %u, not RDMA_GRAPH_DAEMON_UID (%s), and %s: refused",
-         path, (unsigned)cr.uid, (int)cr.pid, (unsigned)geteuid(), conf_text, why);
+  rg_say(
+      "the daemon at %s is uid %u (pid %d): not root, not this program's uid %u, not RDMA_GRAPH_DAEMON_UID (%s), and "
+      "%s: refused",
+      path, (unsigned)cr.uid, (int)cr.pid, (unsigned)geteuid(), conf_text, why);
   errno = EPERM;
   return -1;
 }
@@ -170,8 +183,10 @@ static void say_unsolicited(const void* msg, ssize_t n) {
   static int said;
   const struct rgv_hdr* h = msg;
   if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED)) return;
-  if (n >= (ssize_t)sizeof *h) rg_say("the daemon sent a message nobody asked for (op %u, %zd bytes): ignored", h->op, n);
-  else rg_say("the daemon sent a message nobody asked for (%zd bytes): ignored", n);
+  if (n >= (ssize_t)sizeof *h)
+    rg_say("the daemon sent a message nobody asked for (op %u, %zd bytes): ignored", h->op, n);
+  else
+    rg_say("the daemon sent a message nobody asked for (%zd bytes): ignored", n);
 }
 
 void rg_drain_unsolicited(struct rg_context* c) {
@@ -194,7 +209,8 @@ static ssize_t call_with(int fd, uint16_t op, const void* req, size_t len, int p
     errno = EINVAL;
     return -1;
   }
-  struct rgv_hdr q = {.magic = RGV_MAGIC, .op = op, .status = 0, .seq = __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED), .count = 0};
+  struct rgv_hdr q = {
+      .magic = RGV_MAGIC, .op = op, .status = 0, .seq = __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED), .count = 0};
   memcpy(msg, &q, sizeof q);
   if (len > 0) memcpy(msg + sizeof q, req, len);
   struct iovec iov = {.iov_base = msg, .iov_len = sizeof q + len};
@@ -274,8 +290,12 @@ static int query_devices(int fd, struct rgv_device* out) {
     const struct {
       const char* what;
       uint32_t v, most;
-    } f[] = {{"mtu", d->mtu, RG_MAX_MTU},          {"max_qp", d->max_qp, RG_MAX_QP},     {"max_qp_wr", d->max_qp_wr, RG_MAX_WR},
-             {"max_sge", d->max_sge, RG_MAX_SGE}, {"max_cqe", d->max_cqe, RG_MAX_CQE}, {"max_rd_atom", d->max_rd_atom, RG_MAX_RD_ATOM}};
+    } f[] = {{"mtu", d->mtu, RG_MAX_MTU},
+             {"max_qp", d->max_qp, RG_MAX_QP},
+             {"max_qp_wr", d->max_qp_wr, RG_MAX_WR},
+             {"max_sge", d->max_sge, RG_MAX_SGE},
+             {"max_cqe", d->max_cqe, RG_MAX_CQE},
+             {"max_rd_atom", d->max_rd_atom, RG_MAX_RD_ATOM}};
     for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
       if (f[k].v > f[k].most) {
         rg_refuse(NULL, "%s %u for device %s (at most %u)", f[k].what, f[k].v, d->name, f[k].most);
@@ -306,8 +326,11 @@ EXPORT struct ibv_device** ibv_get_device_list(int* num_devices) {
   int e = errno;
   if (fd >= 0) close(fd);
   if (n < 0) {
-    if (e == EPERM || e == EPROTO) rg_say("no devices: the daemon at %s is refused", socket_path()); /* said why above */
-    else rg_say("no devices: the daemon at %s: %s (start rdma-graph with verbs.socket, or set RDMA_GRAPH_SOCKET)", socket_path(), strerror(e));
+    if (e == EPERM || e == EPROTO)
+      rg_say("no devices: the daemon at %s is refused", socket_path()); /* said why above */
+    else
+      rg_say("no devices: the daemon at %s: %s (start rdma-graph with verbs.socket, or set RDMA_GRAPH_SOCKET)",
+             socket_path(), strerror(e));
     n = 0;
   }
   struct ibv_device** list = calloc((size_t)n + 1, sizeof *list);
@@ -366,7 +389,8 @@ EXPORT struct ibv_context* ibv_open_device(struct ibv_device* device) {
   struct rgv_attach at;
   _Static_assert(sizeof at.ifname == sizeof c->dev.info.ifname, "ATTACH names the device's interface");
   memcpy(at.ifname, c->dev.info.ifname, sizeof at.ifname);
-  if (c->doorbell < 0 || call_with(c->sock, RGV_OP_ATTACH, &at, sizeof at, c->doorbell, (uint8_t[sizeof(struct rgv_hdr)]){0}, sizeof(struct rgv_hdr)) < 0) {
+  if (c->doorbell < 0 || call_with(c->sock, RGV_OP_ATTACH, &at, sizeof at, c->doorbell,
+                                   (uint8_t[sizeof(struct rgv_hdr)]){0}, sizeof(struct rgv_hdr)) < 0) {
     int e = errno;
     rg_say("ibv_open_device(%s): attaching to the daemon at %s: %s", device->name, socket_path(), strerror(e));
     if (c->doorbell >= 0) close(c->doorbell);
@@ -418,7 +442,8 @@ EXPORT int ibv_query_device(struct ibv_context* context, struct ibv_device_attr*
   a->max_pd = (int)d->max_qp;
   a->max_qp_rd_atom = (int)d->max_rd_atom;
   a->max_qp_init_rd_atom = (int)d->max_rd_atom;
-  const uint64_t res = (uint64_t)d->max_rd_atom * d->max_qp; /* both bounded by query_devices; the product may not fit */
+  const uint64_t res =
+      (uint64_t)d->max_rd_atom * d->max_qp; /* both bounded by query_devices; the product may not fit */
   a->max_res_rd_atom = res > INT_MAX ? INT_MAX : (int)res;
   a->atomic_cap = IBV_ATOMIC_HCA;
   a->max_srq = (int)d->max_qp;
@@ -452,7 +477,7 @@ EXPORT int ibv_query_port(struct ibv_context* context, uint8_t port_num, struct 
   a.max_msg_sz = 1u << 31;
   a.pkey_tbl_len = 1;
   a.max_vl_num = 1;
-  a.active_width = 1; /* 1X */
+  a.active_width = 1;  /* 1X */
   a.active_speed = 32; /* EDR (25 Gb/s per lane), as rxe reports */
   a.phys_state = c->dev.info.link_up ? 5 /* LinkUp */ : 3 /* Disabled */;
   a.link_layer = IBV_LINK_LAYER_ETHERNET;
@@ -488,7 +513,7 @@ EXPORT int _ibv_query_gid_ex(struct ibv_context* context, uint32_t port_num, uin
 }
 
 EXPORT ssize_t _ibv_query_gid_table(struct ibv_context* context, struct ibv_gid_entry* entries, size_t max_entries,
-                                   uint32_t flags, size_t entry_size) {
+                                    uint32_t flags, size_t entry_size) {
   if (max_entries == 0) return -EINVAL;
   int r = _ibv_query_gid_ex(context, 1, 0, entries, flags, entry_size);
   return r == 0 ? 1 : -r;
@@ -528,7 +553,8 @@ struct rg_pd {
 };
 
 /* A request on the context's connection with a u32 reply (or none: out NULL); 0 or -1 + errno. */
-int rg_ctx_call(struct ibv_context* context, uint16_t op, const void* req, size_t len, int pass_fd, void* out, size_t out_len) {
+int rg_ctx_call(struct ibv_context* context, uint16_t op, const void* req, size_t len, int pass_fd, void* out,
+                size_t out_len) {
   uint8_t buf[sizeof(struct rgv_hdr) + 64];
   if (__atomic_load_n(&((struct rg_context*)context)->dead, __ATOMIC_ACQUIRE)) {
     errno = ECONNRESET; /* gone, or not trusted any more */
@@ -569,7 +595,9 @@ EXPORT int ibv_dealloc_pd(struct ibv_pd* pd) {
   return 0;
 }
 
-enum { KNOWN_ACCESS = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC };
+enum {
+  KNOWN_ACCESS = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
+};
 
 /*
  * The registered pages move onto a memfd mapped at the same address (their contents copied
@@ -592,13 +620,20 @@ static struct ibv_mr* reg_mr(struct ibv_pd* pd, void* addr, size_t length, int a
   int fd = memfd_create("rdma-graph-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return NULL;
   void* tmp = MAP_FAILED;
-  if (ftruncate(fd, (off_t)span) != 0 || (tmp = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) goto fail;
+  if (ftruncate(fd, (off_t)span) != 0 ||
+      (tmp = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+    goto fail;
   memcpy(tmp, (void*)start, span);
   if (mmap((void*)start, span, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) goto fail;
   munmap(tmp, span);
   tmp = MAP_FAILED;
   if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) goto fail;
-  struct rgv_reg_mr q = {.pd = pd->handle, .access = (uint32_t)(access & KNOWN_ACCESS), .span = span, .start = start, .addr = (uintptr_t)addr, .length = length};
+  struct rgv_reg_mr q = {.pd = pd->handle,
+                         .access = (uint32_t)(access & KNOWN_ACCESS),
+                         .span = span,
+                         .start = start,
+                         .addr = (uintptr_t)addr,
+                         .length = length};
   struct rgv_mr r;
   if (rg_ctx_call(pd->context, RGV_OP_REG_MR, &q, sizeof q, fd, &r, sizeof r) != 0) goto fail;
   close(fd);
@@ -619,7 +654,9 @@ fail:;
   return NULL;
 }
 
-EXPORT struct ibv_mr* ibv_reg_mr(struct ibv_pd* pd, void* addr, size_t length, int access) { return reg_mr(pd, addr, length, access); }
+EXPORT struct ibv_mr* ibv_reg_mr(struct ibv_pd* pd, void* addr, size_t length, int access) {
+  return reg_mr(pd, addr, length, access);
+}
 
 EXPORT struct ibv_mr* ibv_reg_mr_iova(struct ibv_pd* pd, void* addr, size_t length, uint64_t iova, int access) {
   if (iova != (uintptr_t)addr) { /* another virtual address for the peer: not supported yet */
@@ -629,7 +666,8 @@ EXPORT struct ibv_mr* ibv_reg_mr_iova(struct ibv_pd* pd, void* addr, size_t leng
   return reg_mr(pd, addr, length, access);
 }
 
-EXPORT struct ibv_mr* ibv_reg_mr_iova2(struct ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
+EXPORT struct ibv_mr* ibv_reg_mr_iova2(struct ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                                       unsigned int access) {
   return ibv_reg_mr_iova(pd, addr, length, iova, (int)access);
 }
 
@@ -638,7 +676,6 @@ EXPORT int ibv_dereg_mr(struct ibv_mr* mr) {
   free(mr); /* the pages stay on the memfd mapping: the program's memory is unchanged */
   return 0;
 }
-
 
 /* ------------------------------------------------------------------ QP (control path) */
 
@@ -678,7 +715,8 @@ EXPORT struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* 
     return NULL;
   }
   if (rg_check_size(cx, "max_send_wr", r.max_send_wr, q.max_send_wr > one ? q.max_send_wr : one, dev->max_qp_wr) != 0 ||
-      (attr->srq == NULL && rg_check_size(cx, "max_recv_wr", r.max_recv_wr, q.max_recv_wr > one ? q.max_recv_wr : one, dev->max_qp_wr) != 0) ||
+      (attr->srq == NULL && rg_check_size(cx, "max_recv_wr", r.max_recv_wr, q.max_recv_wr > one ? q.max_recv_wr : one,
+                                          dev->max_qp_wr) != 0) ||
       rg_check_size(cx, "max_sge", r.max_sge, q.max_sge > one ? q.max_sge : one, dev->max_sge) != 0 ||
       rg_check_size(cx, "max_inline", r.max_inline, q.max_inline, RG_MAX_INLINE) != 0)
     return NULL;
@@ -828,24 +866,27 @@ void rg_not_yet(const char* fn) {
   errno = EOPNOTSUPP;
 }
 
-#define NULL_VERB(ret, name, ...)    \
-  EXPORT ret name(__VA_ARGS__) {     \
-    rg_not_yet(#name);               \
-    return NULL;                     \
+#define NULL_VERB(ret, name, ...) \
+  EXPORT ret name(__VA_ARGS__) {  \
+    rg_not_yet(#name);            \
+    return NULL;                  \
   }
-#define ERR_VERB(ret, name, ...)     \
-  EXPORT ret name(__VA_ARGS__) {     \
-    rg_not_yet(#name);               \
-    return EOPNOTSUPP;               \
+#define ERR_VERB(ret, name, ...) \
+  EXPORT ret name(__VA_ARGS__) { \
+    rg_not_yet(#name);           \
+    return EOPNOTSUPP;           \
   }
 
-NULL_VERB(struct ibv_mr*, ibv_reg_dmabuf_mr, struct ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access)
+NULL_VERB(struct ibv_mr*, ibv_reg_dmabuf_mr, struct ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd,
+          int access)
 ERR_VERB(int, ibv_rereg_mr, struct ibv_mr* mr, int flags, struct ibv_pd* pd, void* addr, size_t length, int access)
 ERR_VERB(int, ibv_resize_cq, struct ibv_cq* cq, int cqe)
 NULL_VERB(struct ibv_qp_ex*, ibv_qp_to_qp_ex, struct ibv_qp* qp)
 NULL_VERB(struct ibv_ah*, ibv_create_ah, struct ibv_pd* pd, struct ibv_ah_attr* attr)
-NULL_VERB(struct ibv_ah*, ibv_create_ah_from_wc, struct ibv_pd* pd, struct ibv_wc* wc, struct ibv_grh* grh, uint8_t port_num)
-ERR_VERB(int, ibv_init_ah_from_wc, struct ibv_context* c, uint8_t port_num, struct ibv_wc* wc, struct ibv_grh* grh, struct ibv_ah_attr* ah_attr)
+NULL_VERB(struct ibv_ah*, ibv_create_ah_from_wc, struct ibv_pd* pd, struct ibv_wc* wc, struct ibv_grh* grh,
+          uint8_t port_num)
+ERR_VERB(int, ibv_init_ah_from_wc, struct ibv_context* c, uint8_t port_num, struct ibv_wc* wc, struct ibv_grh* grh,
+         struct ibv_ah_attr* ah_attr)
 ERR_VERB(int, ibv_destroy_ah, struct ibv_ah* ah)
 ERR_VERB(int, ibv_attach_mcast, struct ibv_qp* qp, const union ibv_gid* gid, uint16_t lid)
 ERR_VERB(int, ibv_detach_mcast, struct ibv_qp* qp, const union ibv_gid* gid, uint16_t lid)
