@@ -450,7 +450,7 @@ test("a refused ring's state word says ERROR, as the QP is (the program sees it 
     assert.is((await req(RGV_OP_ATTACH, attach((await dps.a.interfaces())[0].name), efd)).status, 0);
     const pd = handleOf(await req(RGV_OP_ALLOC_PD));
     const CQE_N = 16;
-    const { cq, mem: cqMem } = await ringCq(core, req, CQE_N, 'state-cq');
+    const { cq } = await ringCq(core, req, CQE_N, 'state-cq');
     const qpr = await req(
       RGV_OP_CREATE_QP,
       encode(rgv_create_qp, {
