@@ -125,8 +125,8 @@ test('an existing name, a planted symlink or FIFO: 409 naming the file, nothing 
     symlinkSync(victim, join(d.caps, 'link.pcap'));
     symlinkSync(join(d.outside, 'not-there'), join(d.caps, 'dangling.pcap'));
     assert.is(spawnSync('mkfifo', [join(d.caps, 'fifo.pcap')]).status, 0);
+    // A FIFO is never opened (that would block until a reader came: the harness's timeout would end it).
     for (const name of ['first.pcap', 'old.pcap', 'link.pcap', 'dangling.pcap', 'fifo.pcap']) {
-      const t0 = Date.now();
       const r = await post(name);
       assertError(
         r,
@@ -134,7 +134,6 @@ test('an existing name, a planted symlink or FIFO: 409 naming the file, nothing 
         `capture file ${name} already exists in capture.dir (${d.caps}): pick another name, or remove it`,
         name,
       );
-      assert.ok(Date.now() - t0 < 2000, `${name}: answered at once`);
     }
     assert.is(readFileSync(victim, 'utf8'), 'precious');
     assert.is(readFileSync(join(d.caps, 'old.pcap'), 'utf8'), 'keep me');

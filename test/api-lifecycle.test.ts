@@ -9,6 +9,7 @@ import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ApiClient } from '../api/client.ts';
+import { WAIT_MAX_MS } from '../api/schemas.ts';
 import { IP_A, IP_B } from './dataplane-helpers.ts';
 import { apiError, apiPair, raw, readU64, u64 } from './api-helpers.ts';
 
@@ -58,15 +59,19 @@ test('manual connect; SEND/RECV, WRITE, WRITE-with-imm, READ, fetch-add, swap, c
     assert.equal(await cb.postRecv(y.qp.qpn, { wrId: 'r1', sge: [{ mr: y.mr.mr, offset: 0, length: 4096 }] }), {
       wrId: 'r1',
     });
+    // The longest wait there is: a poll that returns long before it returned for the completion.
     const t0 = Date.now();
-    const waiting = cb.pollCq(y.cq, { max: 4, waitMs: 5000 });
+    const waiting = cb.pollCq(y.cq, { max: 4, waitMs: WAIT_MAX_MS });
     await new Promise((r) => setTimeout(r, 30));
     assert.equal(
       await ca.postSend(x.qp.qpn, { wrId: 7, opcode: 'send', sge: [{ mr: x.mr.mr, offset: 100, length: msg.length }] }),
       { wrId: 7 },
     );
     const got = await waiting;
-    assert.ok(Date.now() - t0 < 4000, `the waiting poll returned when the completion came (${Date.now() - t0} ms)`);
+    assert.ok(
+      Date.now() - t0 < WAIT_MAX_MS / 2,
+      `the waiting poll returned when the completion came, not at its ${WAIT_MAX_MS} ms (${Date.now() - t0} ms)`,
+    );
     assert.equal(got.completions, [
       { wrId: 'r1', qpn: y.qp.qpn, status: 'success', opcode: 'recv', byteLen: msg.length },
     ]);
@@ -462,7 +467,7 @@ test('a poll whose client goes away takes nothing: the completion is there for t
     const c = await pollOne(ca, x.cq);
     assert.is(c.wrId, 'kept');
 
-    const waiting = cb.pollCq(y.cq, { waitMs: 30000 }).then(
+    const waiting = cb.pollCq(y.cq, { waitMs: WAIT_MAX_MS }).then(
       (r) => r,
       (e) => e,
     );
@@ -470,7 +475,7 @@ test('a poll whose client goes away takes nothing: the completion is there for t
     const t0 = Date.now();
     await p.apiB.close();
     const r = await waiting;
-    assert.ok(Date.now() - t0 < 2000, `close did not wait for the poll (${Date.now() - t0} ms)`);
+    assert.ok(Date.now() - t0 < WAIT_MAX_MS / 2, `close did not wait out the poll (${Date.now() - t0} ms)`);
     assert.equal(r, { completions: [], error: null });
   } finally {
     await p.close();
