@@ -317,7 +317,7 @@ export async function runWorkersBench(opts: {
       idleP99Ms: +f(r.idle.p99, 3),
     };
   }
-  // One interface, its two QPs on two workers: worker 1's frames cross the handoff link.
+  // One interface, its two QPs on two workers: worker 1's frames cross the handoff queues.
   const h = await run(2, opts.seconds, 1);
   const h0 = await run(0, opts.seconds, 1);
   lines.push(

@@ -13,17 +13,13 @@
  * kind of wrong it is (the API maps kinds to HTTP statuses); nothing a caller passes can throw
  * anything else or leave the data plane half-changed.
  */
-import { HandoffDriver } from '../drivers/handoff.ts';
 import { MemifLaneDriver } from '../drivers/memif-lane.ts';
-import { WorkerLaneDriver } from '../drivers/lane.ts';
+import { RemoteDriver } from '../drivers/remote.ts';
 import { acceptPorts, rejectPorts } from '../drivers/steer-bpf.ts';
 import { macOption } from '../drivers/mac.ts';
-import {
-  addHandoffPort,
-  handoffTable,
-  registerWorkerHandoff,
-  WORKER_HANDOFF,
-} from '../nodes/handoff/worker-handoff.ts';
+import { handoffTable, registerWorkerHandoff, WORKER_HANDOFF } from '../nodes/handoff/worker-handoff.ts';
+import { addHandoffInterface, registerHandoffInput } from '../nodes/handoff/handoff-input.ts';
+import { HandoffInbox, HandoffProducer, type HandoffQueueMemory } from '../graph/handoff-queue.ts';
 import { startVerbsSocket, VERBS_LIBRARY } from './verbs-server/connections.ts';
 import type { HandoffPlan } from './workers/protocol.ts';
 import { pinThread } from './pin.ts';
@@ -111,7 +107,7 @@ export interface CreateOptions {
   handleBase?: number;
   /** Each event as it is logged (a worker hands them to the main thread's event log). */
   onEvent?: (e: EventView) => void;
-  /** cpu.workers >= 2 (dataplane/workers/facade.ts): handoff ports for this worker's interfaces, shadows of the others'. */
+  /** cpu.workers >= 2 (dataplane/workers/facade.ts): how this worker reaches each interface, and the handoff queues. */
   handoff?: HandoffPlan;
 }
 
@@ -316,19 +312,15 @@ export class Dataplane implements DataplaneApi {
       );
     if (opts.thread === undefined && config.cpu.mainCore !== null) pinThread(config.cpu.mainCore, 'cpu.main-core');
     // The drivers first: one of them may provide the pool's memory (DPDK's mempool).
+    const plan = opts.handoff;
+    const self = plan?.self ?? 0;
+    // cpu.workers >= 2: the queues to every other worker (what this one hands over or transmits
+    // on another's interface) and from them.
+    const toWorker = plan?.queues[self].map((m) => (m === null ? null : new HandoffProducer(m))) ?? [];
     const drivers: Driver[] = [];
     let pool: BufferPool;
     try {
-      // memif keeps its peers' kicks off as long as the engine polls idle (one setting), by the
-      // interface's rx-mode, cpu.poll's when it has none.
-      for (const c of config.interfaces) {
-        const mode = c.rxMode ?? config.cpu.poll;
-        const l = opts.handoff?.lanes.find((m) => m.iface === c.name);
-        const lanes = l === undefined ? undefined : l.reject !== undefined ? { filter: rejectPorts(l.reject) } : l;
-        drivers.push(
-          openDriver(c, mode === 'polling' ? Infinity : mode === 'interrupt' ? 0 : config.cpu.idlePollUs, lanes),
-        );
-      }
+      config.interfaces.forEach((c, k) => drivers.push(Dataplane.driverFor(c, k, config, plan, toWorker)));
       pool = poolFor(
         config.interfaces.map((c, k) => ({ name: c.name, driver: drivers[k] })),
         config.buffers,
@@ -351,67 +343,32 @@ export class Dataplane implements DataplaneApi {
     });
     const net = registerL2L4(graph);
     const ifs = new Interfaces(graph);
-    const plan = opts.handoff;
-    const handoff =
-      plan === undefined
-        ? null
-        : registerWorkerHandoff(
-            graph,
-            handoffTable(
-              plan.self,
-              plan.workers,
-              plan.ranges,
-              drivers.length + plan.ports.length + 2 * plan.shadows.length + 1,
-            ),
-          );
+    let inbox: HandoffInbox | null = null;
     let adding = 0;
     try {
-      for (; adding < drivers.length; adding++) {
-        const c = config.interfaces[adding];
-        const steer = plan !== undefined && plan.ports.some((p) => p.iface === c.name);
-        Dataplane.addInterface(c, drivers[adding], config, net, ifs, steer ? WORKER_HANDOFF : 'ethernet-input');
+      if (plan !== undefined) {
+        // Frames from the device for another worker's QPs go to it (worker-handoff); frames the
+        // other workers hand here are drained by handoff-input.
+        registerWorkerHandoff(graph, handoffTable(self, plan.ranges, toWorker));
+        const from: { mem: HandoffQueueMemory; worker: number }[] = [];
+        plan.queues.forEach((row, i) => {
+          const mem = row[self];
+          if (mem !== null) from.push({ mem, worker: i });
+        });
+        inbox = new HandoffInbox(
+          graph,
+          from.map((x) => x.mem),
+          from.map((x) => x.worker),
+          from[0]?.mem.kickFd ?? -1,
+        );
       }
-      if (plan !== undefined && handoff !== null) {
-        for (const sh of plan.shadows) {
-          // A shadow's frames pass the owner's fault injector; a worker's own queues have their own.
-          const c = { ...sh.config, fault: sh.lanes === null ? null : sh.config.fault };
-          const mac = macOption(`interface ${c.name}`, c.mac ?? undefined, c.name);
-          if (sh.lanes === null) {
-            Dataplane.addInterface(c, HandoffDriver.shadow(c.name, mac, c.mtu, sh.link), config, net, ifs);
-            continue;
-          }
-          // This worker's own queues of the interface; frames on them for other workers' QPs go
-          // to the owner through a transmit-only port (and on from there when they are a third's).
-          const l = sh.lanes;
-          let wire: Driver;
-          try {
-            wire =
-              'key' in l
-                ? new MemifLaneDriver(c.name, mac, c.mtu, {
-                    key: l.key,
-                    queues: l.queues,
-                    udpChecksum: c.memif?.udpChecksum ?? true,
-                  })
-                : openDriver(c, config.cpu.idlePollUs, { filter: acceptPorts(l.accept) });
-          } catch (e) {
-            throw new DataplaneError('unavailable', `interface ${c.name} (line ${c.line}): ${(e as Error).message}`);
-          }
-          Dataplane.addInterface(c, new WorkerLaneDriver(wire, sh.link, l.queues), config, net, ifs, WORKER_HANDOFF);
-          const itf = ifs.get(c.name);
-          const port = ifs.add(HandoffDriver.toOwner(`${c.name}.wk${sh.owner}`, mac, c.mtu, sh.link));
-          for (let w = 0; w < plan.workers; w++)
-            if (w !== plan.self) addHandoffPort(graph, handoff, itf.index, w, port.output.name, w === sh.owner);
-        }
-        for (const p of plan.ports) {
-          const real = ifs.get(p.iface);
-          const port = ifs.add(
-            HandoffDriver.port(`${p.iface}.wk${p.worker}`, real.driver.mac, real.driver.mtu, p.link),
-            // With lanes the other worker sends what it received: on through worker-handoff as
-            // received on the interface itself. Without, what it transmits: out of the interface.
-            p.lanes ? { next: WORKER_HANDOFF, rxIfAs: real.index } : { next: real.output.name },
-          );
-          addHandoffPort(graph, handoff, real.index, p.worker, port.output.name);
-        }
+      const next = plan === undefined ? 'ethernet-input' : WORKER_HANDOFF;
+      for (; adding < drivers.length; adding++)
+        Dataplane.addInterface(config.interfaces[adding], drivers[adding], config, net, ifs, next);
+      if (inbox !== null) {
+        const rt = registerHandoffInput(graph, inbox, drivers.length);
+        for (const itf of ifs.all())
+          addHandoffInterface(graph, rt, itf.index, itf.driver.remote === true ? null : itf.tx.name);
       }
       const r = config.rdma;
       const rdma = registerRdma(graph, net, {
@@ -438,8 +395,9 @@ export class Dataplane implements DataplaneApi {
         },
       });
       // An interface in polling mode keeps the graph from sleeping (VPP: a thread with a polling
-      // interface polls); the graph's own mode covers cpu.poll: polling.
-      if (config.interfaces.some((c) => c.rxMode === 'polling')) graph.addSleepGuard(() => true);
+      // interface polls) where this thread has its device; the graph's own mode covers cpu.poll: polling.
+      if (config.interfaces.some((c, k) => c.rxMode === 'polling' && drivers[k].remote !== true))
+        graph.addSleepGuard(() => true);
       graph.build();
       const dp = new Dataplane(config, graph, net, ifs, rdma, log);
       dp.eventHook = opts.onEvent ?? null;
@@ -447,11 +405,61 @@ export class Dataplane implements DataplaneApi {
       dp.watchLinks();
       return dp;
     } catch (e) {
+      inbox?.close();
       graph.close();
       ifs.closeAll();
       // Drivers after the one that failed were made but never added.
       for (const d of drivers.slice(adding + 1)) d.close();
       throw e instanceof DataplaneError ? e : new DataplaneError('unavailable', (e as Error).message);
+    }
+  }
+
+  /**
+   * The driver of configured interface `k` on this thread: its device's (the whole device, or
+   * with workers the share `plan` gives this one: memif queues, an af_packet socket taking some
+   * UDP ports), or, where another worker owns it and this one has no share, the stand-in that
+   * hands what this worker transmits to the owner (drivers/remote.ts).
+   */
+  private static driverFor(
+    c: InterfaceConfig,
+    k: number,
+    config: Config,
+    plan: HandoffPlan | undefined,
+    toWorker: (HandoffProducer | null)[],
+  ): Driver {
+    const reach = plan?.interfaces[k] ?? { via: 'owner' };
+    const where = `interface ${c.name} (line ${c.line})`;
+    if (reach.via === 'owner') {
+      // memif keeps its peers' kicks off as long as the engine polls idle (one setting), by the
+      // interface's rx-mode, cpu.poll's when it has none.
+      const mode = c.rxMode ?? config.cpu.poll;
+      const idle = mode === 'polling' ? Infinity : mode === 'interrupt' ? 0 : config.cpu.idlePollUs;
+      return openDriver(
+        c,
+        idle,
+        reach.reject !== undefined
+          ? { filter: rejectPorts(reach.reject) }
+          : reach.memifKey !== undefined
+            ? { key: reach.memifKey, pollQueues: reach.pollQueues }
+            : undefined,
+      );
+    }
+    const mac = macOption(`interface ${c.name}`, c.mac ?? undefined, c.name);
+    if (reach.via === 'remote') {
+      const q = toWorker[reach.owner];
+      if (q === null || q === undefined) throw new DataplaneError('invalid', `${where}: no handoff queue to its owner`);
+      return new RemoteDriver(c.name, mac, c.mtu, k + 1, q, c.driver === 'memif' && c.memif?.udpChecksum === false);
+    }
+    try {
+      return reach.memifKey !== undefined
+        ? new MemifLaneDriver(c.name, mac, c.mtu, {
+            key: reach.memifKey,
+            queues: reach.queues,
+            udpChecksum: c.memif?.udpChecksum ?? true,
+          })
+        : openDriver(c, config.cpu.idlePollUs, { filter: acceptPorts(reach.accept ?? []), queue: reach.queues[0] });
+    } catch (e) {
+      throw new DataplaneError('unavailable', `${where}: ${(e as Error).message}`);
     }
   }
 
@@ -463,8 +471,9 @@ export class Dataplane implements DataplaneApi {
     ifs: Interfaces,
     next = 'ethernet-input',
   ): void {
+    // A remote interface's injector is the device's, on the workers that have it.
     const fault =
-      c.fault === null
+      c.fault === null || drv.remote === true
         ? undefined
         : c.fault.direction === 'both'
           ? { rx: c.fault.config, tx: c.fault.config }
@@ -720,7 +729,7 @@ export class Dataplane implements DataplaneApi {
 
   /**
    * `show interface rx-placement`: per thread, what each input node polls (interface, the
-   * device's queue number, its rx-mode), as VPP prints it; handoff links left out.
+   * device's queue number, its rx-mode), as VPP prints it.
    */
   async rxPlacement(): Promise<RxPlacementView[]> {
     const modes = new Map(this.config.interfaces.map((c) => [c.name, c.rxMode ?? this.config.cpu.poll]));

@@ -91,6 +91,8 @@ export interface AfPacketOptions {
    * destination port, drivers/steer-bpf.ts): a classic BPF program the kernel runs per frame.
    */
   filter?: readonly BpfInsn[];
+  /** Which of the interface's rx queues this socket is (a worker's share; show interface rx-placement). Default 0. */
+  queue?: number;
 }
 
 /** DriverCounters plus what af_packet knows besides. */
@@ -131,6 +133,7 @@ export class AfPacketDriver implements Driver {
   private readonly bringUp: boolean;
   private readonly qdiscBypass: boolean;
   private readonly filter: Uint32Array | undefined;
+  private readonly queue: number;
 
   private state: 'new' | 'open' | 'closed' = 'new';
   private sock: AfPacketSocket | null = null;
@@ -218,6 +221,7 @@ export class AfPacketDriver implements Driver {
     this.bringUp = opts.bringUp ?? true;
     this.qdiscBypass = opts.qdiscBypass ?? true;
     this.filter = opts.filter === undefined ? undefined : flatten(opts.filter);
+    this.queue = opts.queue ?? 0;
   }
 
   /** Open the socket (needs CAP_NET_RAW), map the rings, bind the pool. */
@@ -298,6 +302,10 @@ export class AfPacketDriver implements Driver {
     if (this.sock === null) return false;
     const f = this.sock.linkFlags();
     return f >= 0 && (f & IFF_UP) !== 0 && (f & IFF_RUNNING) !== 0;
+  }
+
+  deviceQueue(_queue: number): number {
+    return this.queue;
   }
 
   /** The socket: readable when a ring block is waiting (or an error is pending). */

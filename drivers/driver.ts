@@ -1,6 +1,7 @@
 /**
  * The one interface every driver implements (pcap, pipe, af_packet, memif, dpdk, ibverbs,
- * mlx5dv). The graph's device nodes (`<driver>-input`, `<if>-output`, `<if>-tx`) call it once
+ * mlx5dv; with worker threads also drivers/remote.ts, another worker's interface seen from
+ * here). The graph's device nodes (`<driver>-input`, `<if>-output`, `<if>-tx`) call it once
  * per burst, never per packet.
  *
  * Ownership: `rxBurst` hands freshly filled buffers to the caller. `txBurst` takes the buffers
@@ -72,10 +73,16 @@ export interface Driver {
   /** The rx queues this thread polls, when not all of them (memif queues spread over workers). */
   readonly pollQueues?: readonly number[];
   /**
-   * The device's number for rx queue `queue` (show interface rx-placement), or -1 for one that
-   * is not the device's (a handoff link). Absent: the same number.
+   * The device's number for rx queue `queue` (show interface rx-placement), when this driver is
+   * a worker's share of an interface (its memif queues, its af_packet socket). Absent: the same.
    */
   deviceQueue?(queue: number): number;
+  /**
+   * Not the device (drivers/remote.ts): another worker owns the interface and this driver hands
+   * what it is given to transmit to that worker. It receives nothing, and the interface has no
+   * fault injector, capture or device counters on this thread.
+   */
+  readonly remote?: boolean;
 
   /**
    * Memory the driver wants the buffer pool to live in (DPDK's mempool: its mbufs' data rooms

@@ -16,6 +16,9 @@
  * (a due source wakes the sleeping loop for that).
  *
  * Interface index 0 is reserved (VPP's local0), so `rxIf`/`txIf` of 0 means "none".
+ *
+ * An interface whose driver is remote (drivers/remote.ts: another worker owns it) has its
+ * output and tx nodes but no input node, fault injector or capture: those are the device's.
  */
 import { Graph, type NodeRuntime, type Frame, NodeFlag, FRAME_SIZE, type BufferPool } from '../graph/index.ts';
 import type { Driver, DriverCounters } from './driver.ts';
@@ -34,11 +37,6 @@ export interface InterfaceOptions {
   next?: string;
   /** Fault injection on receive and/or transmit from the start (see `Interfaces.setFault`). */
   fault?: FaultDirections;
-  /**
-   * The interface index its packets are received as (default its own): a handoff port carrying
-   * frames another worker received on interface N (cpu.workers, queues over workers) gives N.
-   */
-  rxIfAs?: number;
 }
 
 export interface InterfaceCounters extends DriverCounters {
@@ -66,8 +64,6 @@ export class Interface {
   inputName = '';
   /** Rx queues this thread polls. */
   readonly rxQueues: number[];
-  /** What its packets' rxIf says (InterfaceOptions.rxIfAs). */
-  rxIfAs: number;
 
   constructor(index: number, driver: Driver, next: string) {
     this.index = index;
@@ -75,7 +71,6 @@ export class Interface {
     this.driver = driver;
     this.next = next;
     this.rxQueues = driver.pollQueues?.slice() ?? Array.from({ length: driver.rxQueues }, (_, i) => i);
-    this.rxIfAs = index;
   }
 
   get macString(): string {
@@ -168,11 +163,6 @@ function earlier(due: number, f: FaultInjector | null): number {
 interface PollList {
   ifs: Interface[];
   queues: number[];
-  /**
-   * Whether the entry is a queue of the device (its rx fault injector and capture apply), or a
-   * handoff link bringing frames another worker received, which passed that worker's already.
-   */
-  device: boolean[];
   /** Interfaces of this kind with a tx fault injector (held packets to release on time). */
   txFaulty: Interface[];
 }
@@ -199,11 +189,20 @@ export class Interfaces {
     if (this.byName.has(driver.name)) throw new Error(`interface "${driver.name}" already exists`);
     const next = opts.next ?? 'ethernet-input';
     const fault = opts.fault === undefined ? {} : validateFaultDirections(opts.fault, `interface ${driver.name} fault`);
+    if (driver.remote === true && (fault.rx || fault.tx))
+      throw new Error(
+        `interface "${driver.name}": another worker's here: its fault injector runs on the device's workers`,
+      );
     driver.open(g.pool);
     const itf = new Interface(this.list.length, driver, next);
-    if (opts.rxIfAs !== undefined) itf.rxIfAs = opts.rxIfAs;
     try {
       this.createTxNodes(itf);
+      // Another worker's interface: transmit only (no input node, nothing to poll).
+      if (driver.remote === true) {
+        this.list.push(itf);
+        this.byName.set(itf.name, itf);
+        return itf;
+      }
       const input = this.inputNode(driver.kind);
       itf.inputName = input.name;
       itf.inputNext = g.addNext(input, next);
@@ -211,7 +210,6 @@ export class Interfaces {
       for (const q of itf.rxQueues) {
         poll.ifs.push(itf);
         poll.queues.push(q);
-        poll.device.push((driver.deviceQueue?.(q) ?? q) >= 0);
         const fd = driver.rxWaitFd(q);
         if (fd >= 0) g.addWaitFd(fd);
         if (driver.rxNextDueNs) g.addDueSource(() => (driver.rxNextDueNs as (q: number) => number)(q));
@@ -252,7 +250,7 @@ export class Interfaces {
    * timestamps), like VPP's `pcap trace rx tx`. Replaces a capture already running.
    */
   capture(name: string, opts: CaptureOptions): void {
-    const itf = this.get(name);
+    const itf = this.device(name, 'capture');
     const max = opts.max ?? Infinity;
     if (!(max > 0)) throw new RangeError(`capture on ${name}: max must be a positive number, got ${opts.max}`);
     if (!opts.rx && !opts.tx) throw new Error(`capture on ${name}: give an rx file, a tx file or both`);
@@ -283,7 +281,7 @@ export class Interfaces {
    * (and then changes nothing).
    */
   setFault(name: string, dir: 'rx' | 'tx' | 'both', cfg: FaultConfig | null): void {
-    const itf = this.get(name);
+    const itf = this.device(name, 'fault');
     if (dir !== 'rx' && dir !== 'tx' && dir !== 'both')
       throw new RangeError(`fault on ${name}: direction must be rx, tx or both, got ${String(dir)}`);
     const c = cfg === null ? null : validateFaultConfig(cfg, `interface ${name} fault.${dir}`);
@@ -297,15 +295,25 @@ export class Interfaces {
     return { rx: itf.rxFault ? itf.rxFault.counters() : null, tx: itf.txFault ? itf.txFault.counters() : null };
   }
 
+  /** Interface `name` when this thread has its device (not another worker's remote interface). */
+  private device(name: string, what: string): Interface {
+    const itf = this.get(name);
+    if (itf.driver.remote === true)
+      throw new RangeError(
+        `${what} on ${name}: another worker owns this interface; its ${what} runs on the workers with its device`,
+      );
+    return itf;
+  }
+
   private setFaultDir(itf: Interface, dir: 'rx' | 'tx', cfg: FaultConfig | null): void {
     const have = dir === 'rx' ? itf.rxFault : itf.txFault;
-    const txFaulty = (this.polls.get(itf.inputName) as PollList).txFaulty;
     if (cfg === null) {
       if (have === null) return;
       have.freeHeld(this.graph.pool);
       if (dir === 'rx') itf.rxFault = null;
       else {
         itf.txFault = null;
+        const txFaulty = (this.polls.get(itf.inputName) as PollList).txFaulty;
         txFaulty.splice(txFaulty.indexOf(itf), 1);
       }
       return;
@@ -316,7 +324,7 @@ export class Interfaces {
       itf.rxFault = new FaultInjector(cfg, 0);
     } else {
       itf.txFault = new FaultInjector(cfg, 1);
-      txFaulty.push(itf);
+      (this.polls.get(itf.inputName) as PollList).txFaulty.push(itf);
     }
     if (!this.faultDueAdded) {
       this.faultDueAdded = true;
@@ -354,7 +362,7 @@ export class Interfaces {
   private inputNode(kind: string): NodeRuntime {
     const name = `${kind.replace(/_/g, '-')}-input`;
     if (this.graph.hasNode(name)) return this.graph.node(name);
-    const poll: PollList = { ifs: [], queues: [], device: [], txFaulty: [] };
+    const poll: PollList = { ifs: [], queues: [], txFaulty: [] };
     this.polls.set(name, poll);
     return this.graph.register({
       name,
@@ -407,17 +415,15 @@ function deviceInput(rt: NodeRuntime): number {
     const itf = poll.ifs[k];
     let out = rt.scratch;
     let n = itf.driver.rxBurst(poll.queues[k], out, FRAME_SIZE);
-    const ix = itf.rxIfAs;
+    const ix = itf.index;
     for (let i = 0; i < n; i++) rxIf[out[i]] = ix;
-    // Frames another worker received and handed over passed its injector and capture already.
-    const device = poll.device[k];
-    const fault = device ? itf.rxFault : null;
+    const fault = itf.rxFault;
     if (fault !== null && (n !== 0 || fault.held !== 0)) {
       n = fault.process(pool, out, 0, n, g.clock.nowNs());
       out = fault.out;
     }
     if (n === 0) continue;
-    if (device && itf.rxCapture !== null) itf.rxCapture.write(pool, out, 0, n);
+    if (itf.rxCapture !== null) itf.rxCapture.write(pool, out, 0, n);
     g.traceInput(rt, out, 0, n);
     if (rt.traceOn) {
       for (let i = 0; i < n; i++) rt.addTrace(out[i], { itf, queue: poll.queues[k], len: pool.packetLength(out[i]) });

@@ -1,16 +1,17 @@
 /**
  * The memif queues of an interface another worker owns that this worker polls (cpu.workers with
- * rx-queues > 1, `rx-placement`; VPP's rx-placement of a multi-queue memif): the wire of a
- * WorkerLaneDriver (drivers/lane.ts). The owner runs the control channel and queue 0
- * (drivers/memif.ts with a laneKey); each queue here is a MemifLane (native/core/memif_lane.cc)
- * that receives from and transmits on the peer's rings directly.
+ * rx-queues > 1, `rx-placement`; VPP's rx-placement of a multi-queue memif): this worker's
+ * driver of the interface. The owner runs the control channel and queue 0 (drivers/memif.ts
+ * with a laneKey); each queue here is a MemifLane (native/core/memif_lane.cc) that receives from
+ * and transmits on the peer's rings directly.
  *
  *   rx queue k      the k-th memif queue placed here
  *   tx              the first of them: this worker's frames go out without a hop
  *
  * A peer that sends a QP's frames on the queue of the worker that owns the QP (rdma-graph
  * itself transmits each worker's frames on its own queue) needs no handoff at all; frames on the
- * wrong queue go through worker-handoff to their owner.
+ * wrong queue go through worker-handoff to their QP's worker. What this worker's queues carry
+ * is counted here; the facade adds it to the other workers' counts of the interface.
  *
  * Each lane has its own stash of this thread's buffers and its own `done` list, as the owner's
  * driver has; it holds no buffer while its queue is down.
@@ -105,6 +106,23 @@ class LaneQueue {
   }
 }
 
+/** A lane's native counters, named as the owner's (Lane::kCounterNames). */
+type MemifLaneStats = ReturnType<MemifLaneNative['stats']>;
+const STAT_KEYS = [
+  'rxPackets',
+  'rxBytes',
+  'rxErrors',
+  'rxNoBuffers',
+  'rxChained',
+  'txPackets',
+  'txBytes',
+  'txErrors',
+  'txRefused',
+  'txChained',
+  'kicks',
+  'interrupts',
+] as const satisfies readonly (keyof MemifLaneStats)[];
+
 export interface MemifLaneOptions {
   /** The owner's laneKey. */
   key: string;
@@ -121,7 +139,7 @@ export class MemifLaneDriver implements Driver {
   private readonly core = loadCore();
   private lanes: LaneQueue[] = [];
   private pool: BufferPool | null = null;
-  private final: DriverCounters | null = null;
+  private final: MemifLaneStats | null = null;
 
   constructor(
     readonly name: string,
@@ -150,6 +168,11 @@ export class MemifLaneDriver implements Driver {
 
   txChecksumOffload(): { ip4: boolean; udp: boolean; udpNone: boolean } {
     return { ip4: false, udp: false, udpNone: !this.opts.udpChecksum };
+  }
+
+  /** The memif queue number of rx queue `queue` here (show interface rx-placement). */
+  deviceQueue(queue: number): number {
+    return this.opts.queues[queue] ?? -1;
   }
 
   rxBurst(queue: number, out: Uint32Array, max: number): number {
@@ -181,29 +204,37 @@ export class MemifLaneDriver implements Driver {
       const i = l.native.info();
       info[`queue ${l.queue}`] = i.attached ? (i.up ? 'up' : 'down') : `not attached${i.error ? ` (${i.error})` : ''}`;
     }
-    return { info, counters: { ...this.counters() } };
+    return { info, counters: { ...this.stats() } };
   }
 
-  /** What this worker's queues carried (the owner's interface counters add them to its own). */
-  counters(): DriverCounters {
+  /** What this worker's queues counted natively, under the owner's memif counter names. */
+  stats(): MemifLaneStats {
     if (this.final !== null) return { ...this.final };
-    const c = zeroCounters();
+    const c = Object.fromEntries(STAT_KEYS.map((k) => [k, 0])) as MemifLaneStats;
     for (const l of this.lanes) {
       const s = l.native.stats();
-      c.rxPackets += s.rxPackets;
-      c.rxBytes += s.rxBytes;
-      c.txPackets += s.txPackets;
-      c.txBytes += s.txBytes;
-      c.txDrops += s.txRefused;
-      c.rxErrors += s.rxErrors;
-      c.txErrors += s.txErrors;
+      for (const k of STAT_KEYS) c[k] += s[k];
     }
+    return c;
+  }
+
+  /** What this worker's queues carried. */
+  counters(): DriverCounters {
+    const s = this.stats();
+    const c = zeroCounters();
+    c.rxPackets = s.rxPackets;
+    c.rxBytes = s.rxBytes;
+    c.txPackets = s.txPackets;
+    c.txBytes = s.txBytes;
+    c.txDrops = s.txRefused;
+    c.rxErrors = s.rxErrors;
+    c.txErrors = s.txErrors;
     return c;
   }
 
   close(): void {
     if (this.pool === null) return;
-    this.final = this.counters();
+    this.final = this.stats();
     for (const l of this.lanes) l.close();
     this.lanes = [];
     this.pool = null;

@@ -57,6 +57,8 @@ export interface DriverLanes {
   pollQueues?: number[];
   /** af_packet: the socket filter picking this worker's frames (drivers/steer-bpf.ts). */
   filter?: BpfInsn[];
+  /** af_packet: which of the interface's rx queues this socket is (show interface rx-placement). */
+  queue?: number;
 }
 
 /** Drivers openDriver makes. */
@@ -130,6 +132,7 @@ export function openDriver(c: DriverSpec, idlePollUs = 50, lanes?: DriverLanes):
         rxFrames: Math.max(c.rxQueueSize, 64),
         txFrames: c.txQueueSize,
         ...(lanes?.filter === undefined ? {} : { filter: lanes.filter }),
+        ...(lanes?.queue === undefined ? {} : { queue: lanes.queue }),
       });
     }
     case 'memif': {

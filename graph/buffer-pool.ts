@@ -28,18 +28,15 @@ export const BufferFlag = {
   TX_IP4_CKSUM: 1 << 5,
   /** Transmit: the NIC computes the UDP checksum (the field holds the pseudo-header sum). */
   TX_UDP_CKSUM: 1 << 6,
-  /** Received from another worker through a handoff link (cpu.workers): not copied on again. */
-  HANDED: 1 << 7,
   /** The buffer is in the pool (free). Set by free, cleared by alloc: catches double frees. */
   FREE: 1 << 15,
 } as const;
 
 /**
  * Flags a received buffer turned around for transmit must not carry on (what the receive side
- * verified or stamped: checksums, the timestamp, a handoff).
+ * verified or stamped: checksums, the timestamp).
  */
-export const RX_ONLY_FLAGS =
-  BufferFlag.IP4_CKSUM_OK | BufferFlag.L4_CKSUM_OK | BufferFlag.TIMESTAMP_VALID | BufferFlag.HANDED;
+export const RX_ONLY_FLAGS = BufferFlag.IP4_CKSUM_OK | BufferFlag.L4_CKSUM_OK | BufferFlag.TIMESTAMP_VALID;
 
 /** Number of opaque u32 words per buffer for the nodes (QP index, PSN, ...). */
 export const OPAQUE_WORDS = 8;

@@ -7,3 +7,4 @@ export * from './node.ts';
 export * from './timer-wheel.ts';
 export * from './format.ts';
 export * from './link.ts';
+export * from './handoff-queue.ts';

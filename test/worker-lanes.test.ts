@@ -20,7 +20,7 @@ const HOSTILE = join(NATIVE_BUILD_DIR, 'memif-hostile');
 import { connect, end, exchange, handed, memifPair, serverA } from './workers-helpers.ts';
 import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import { nextPort, runTool, serverListening } from './verbs-helpers.ts';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { spawnSync } from 'node:child_process';
 import { bash, blocks, daemon, README } from './readme-helpers.ts';
@@ -57,7 +57,7 @@ test('each worker polls its own memif queue: QPs on worker k of both sides talk 
       formatRxPlacement(await p.a.rxPlacement()),
       'Thread 1 (rdma_wk_0):\n  node memif-input:\n    m0 queue 0 (adaptive)\n' +
         'Thread 2 (rdma_wk_1):\n  node memif-input:\n    m0 queue 1 (adaptive)\n',
-      'show interface rx-placement: one queue per worker, the handoff links left out',
+      'show interface rx-placement: one queue per worker',
     );
     const after = await memifVectors(p.a);
     assert.ok(after[1] - before[1] > 10, `worker 1 received on its own queue: ${before} -> ${after}`);
@@ -314,6 +314,54 @@ test("frames handed to a worker passed the receiving worker's fault injector onc
     assert.ok(q.counters.duplicates <= 2 * segments - N, `at most two arrivals per segment sent: ${what}`);
   } finally {
     await p.close();
+  }
+});
+
+/** Records in a pcap file (24-byte header, then a 16-byte header and the bytes per record). */
+function pcapRecords(file: string): number {
+  const b = readFileSync(file);
+  let n = 0;
+  for (let o = 24; o + 16 <= b.length; o += 16 + b.readUInt32LE(o + 8)) n++;
+  return n;
+}
+
+test('capture and faults where frames meet the device: the owner and worker 1 each capture their own queue, once; fault counters add up', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'lanes-capture-'));
+  const sock = `@rg-lanes-${process.pid}-${++sockets}`;
+  const a = await serverA(sock, 2, 2, [], {}, false, { capture: { dir, maxBytes: 1 << 24 } });
+  const p = await pair(2, sock, a);
+  try {
+    await sleep(200); // past the gratuitous ARPs
+    const v = await p.a.capture('m0', { direction: 'both', file: 'm0.pcap' });
+    assert.is(v.capture.rx, join(dir, 'm0.pcap'));
+    await p.a.setFault('m0', 'rx', { seed: 1, duplicate: 0.05 });
+    const c0 = (await p.a.interface('m0')).counters;
+    for (const k of [0, 1]) {
+      const x = await end(p.a, 'm0', k),
+        y = await end(p.b, 'n0', k);
+      await connect(p.a, p.b, x, y, '10.70.0.1', '10.70.0.2');
+      await exchange(p.a, p.b, x, y, k, 30000);
+    }
+    await sleep(100);
+    const stopped = await p.a.stopCapture('m0');
+    assert.is(stopped.capture.rx, null);
+    const c1 = (await p.a.interface('m0')).counters;
+    const files = ['m0.pcap', 'm0-tx.pcap', 'm0-wk1.pcap', 'm0-wk1-tx.pcap'].map((f) => pcapRecords(join(dir, f)));
+    assert.ok(
+      files[0] > 10 && files[2] > 10 && files[1] > 0 && files[3] > 0,
+      `each worker captured what its own queue carried, both ways: ${files}`,
+    );
+    // Every frame was received on one queue and met one injector: the injectors together saw
+    // what the interface received, and the two rx files hold that (each once) with the copies
+    // the injectors added (a capture sees what "arrived"); the two tx files what it sent.
+    const f = (await p.a.interface('m0')).fault.rx;
+    const what = `${files} ${JSON.stringify([c0, c1, f])}`;
+    assert.ok(f !== null && f.packets === c1.rxPackets - c0.rxPackets, `both injectors counted: ${what}`);
+    assert.is(files[0] + files[2], c1.rxPackets - c0.rxPackets + f.duplicated, `rx: ${what}`);
+    assert.is(files[1] + files[3], c1.txPackets - c0.txPackets, `tx: ${what}`);
+  } finally {
+    await p.close();
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 

@@ -127,7 +127,7 @@ export function cpuWith(workers: number): Config['cpu'] {
   return { workers, mainCore: null, corelistWorkers: null, poll: 'adaptive', idlePollUs: 200 };
 }
 
-/** Data plane A: memif server m0 (IP_A) with `queues` queue pairs over `workers` workers. */
+/** Data plane A: memif server m0 (IP_A) with `queues` queue pairs over `workers` workers (`over`: other keys). */
 export function serverA(
   sock: string,
   workers: number,
@@ -135,6 +135,7 @@ export function serverA(
   logs: string[] = [],
   rdma: Partial<Config['rdma']> = {},
   udpChecksum = false,
+  over: Partial<Config> = {},
 ): Promise<DataplaneApi> {
   const base = baseConfig();
   return createDataplane(
@@ -143,6 +144,7 @@ export function serverA(
       interfaces: [memifIf('m0', sock, 'server', IP_A, MAC_A, null, queues, udpChecksum)],
       neighbors: [{ interface: 'm0', address: IP_B, mac: MAC_B }],
       rdma: { ...base.rdma, ...rdma },
+      ...over,
     }),
     { log: (l, m) => logs.push(`${l}: ${m}`) },
   );

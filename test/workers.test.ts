@@ -99,7 +99,7 @@ test('two workers: interfaces placed round robin, one show runtime section per w
         [1, 'm0'],
         [2, 'm1'],
       ],
-      'one port per interface, not one per shadow',
+      'one port per interface, not one per worker',
     );
     assert.is((await p.a.buffers()).count, 2 * 8192, "the workers' pools together");
   } finally {
@@ -231,7 +231,7 @@ test("worker 1: a listener accepts a CM connect, atomics, and a lossy link (faul
 test("handoff: a QP on worker 1 over worker 0's interface; its frames cross through worker-handoff both ways (counted)", async () => {
   const p = await pair();
   try {
-    // Worker 1 gets m0's traffic for its QPs through its shadow of m0.
+    // Worker 1 gets m0's traffic for its QPs through the handoff queue (m0 is remote there).
     const pd = await p.a.createPd({ interface: 'm0', worker: 1 });
     const cq = await p.a.createCq({ depth: 256, interface: 'm0', worker: 1 });
     assert.ok(pd.pd > 1 << 24 && cq.cq > 1 << 24, 'made on worker 1');
@@ -268,7 +268,7 @@ test("handoff: a QP on worker 1 over worker 0's interface; its frames cross thro
     assert.equal(
       itfs.map((i) => i.name),
       ['m0', 'm1'],
-      'shadows and handoff ports stay out of the list',
+      'each interface once, whatever the workers have of it',
     );
   } finally {
     await p.close();
@@ -294,8 +294,8 @@ test('a worker that throws is reported and started again with its interface; the
     assert.is((await p.a.runtime()).length, 2);
     const y = await end(p.a, 'm1');
     assert.ok(y.qp.qpn > x.qp.qpn, 'the restarted worker makes QPs again');
-    // And carries traffic: on its own interface, and over worker 0's through the handoff link
-    // whose ring counters outlived the old thread.
+    // And carries traffic: on its own interface, and over worker 0's through the handoff queues
+    // whose indices outlived the old thread.
     for (const [mine, theirs, k] of [
       [y, await end(p.b, 'n1'), 1],
       [
@@ -466,7 +466,7 @@ test("the README's workers block: the daemon with two pinned workers, show runti
 });
 
 test("the README's rdmactl, verbs and curl sessions run unchanged with daemon A on two worker threads", async () => {
-  // The embedded default with cpu.workers: 2 (its memif0 on worker 0, a shadow on worker 1).
+  // The embedded default with cpu.workers: 2 (its memif0 on worker 0, remote on worker 1).
   const dir = mkdtempSync(join(tmpdir(), 'rg-workers-'));
   const file = join(dir, 'startup-workers.yaml');
   const text = readFileSync('config/startup.yaml', 'utf8');

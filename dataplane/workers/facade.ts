@@ -10,12 +10,15 @@
  *   protocol.ts HANDLE_SPAN); a QP by its number (rdma.port-range is split in N slices);
  * - new objects: a PD or CQ on the worker the request names, else its interface's owner, else
  *   worker 0; an MR, SRQ, QP or listener on its PD's worker; a QP whose PD, CQs and SRQ are not
- *   all on one worker is refused saying so. A QP may use any interface: with 2+ workers each
- *   worker has a shadow of every interface it does not own, fed by the owner's worker-handoff
- *   node through a handoff link (placeWorkers makes the links and the plans);
- * - lists (interfaces, QPs, show runtime, errors, trace...) from every worker, in worker order
- *   (interfaces and neighbors from their owner only);
- *   `show runtime` gets one section per worker (Thread 1 rdma_wk_0 ...), as VPP prints them.
+ *   all on one worker is refused saying so. A QP may use any interface: every worker has every
+ *   interface (the same index everywhere), through its device where it owns it or polls a share
+ *   of it, else through the handoff queue to its owner (placeWorkers makes the plans and the
+ *   queues, one per ordered pair of workers);
+ * - lists (QPs, show runtime, errors, trace...) from every worker, in worker order;
+ *   `show runtime` gets one section per worker (Thread 1 rdma_wk_0 ...), as VPP prints them;
+ *   an interface as its owner shows it, its counters summed over every worker's driver of it
+ *   (interfaces, hardware), neighbors from each interface's owner;
+ * - fault injection and capture on every worker with the interface's device.
  *
  * Results come back as one message per call (control plane; completions are polled through
  * calls, not pushed). A worker that throws or exits is reported and started again with its
@@ -36,9 +39,10 @@ import type {
   SrqCreate,
   VerbsSocket,
 } from '../api.ts';
-import type { FaultConfig } from '../../drivers/fault.ts';
+import type { FaultConfig, FaultCounters } from '../../drivers/fault.ts';
 import { pinThread } from '../pin.ts';
-import { handoffLink } from '../../drivers/handoff.ts';
+import { handoffQueue } from '../../graph/handoff-queue.ts';
+import { MTU_MIN } from '../../graph/link.ts';
 import { macOption } from '../../drivers/mac.ts';
 import { formatMac } from '../../nodes/net/address.ts';
 import { loadCore } from '../../native/addons.ts';
@@ -76,7 +80,7 @@ import {
   type CallResult,
   type FromWorker,
   HANDLE_SPAN,
-  type HandoffPlan,
+  type InterfaceReach,
   type SignalMarker,
   type ToWorker,
   type WorkerInit,
@@ -215,7 +219,7 @@ class WorkerHandle {
   }
 }
 
-/** An af_packet interface's kernel MAC (its shadows and lanes must use the owner's), or null. */
+/** An af_packet interface's kernel MAC (every worker must use the owner's), or null. */
 function kernelMac(c: Config['interfaces'][number]): string | null {
   if (c.driver !== 'af_packet' || c.afPacket === undefined) return null;
   try {
@@ -228,7 +232,10 @@ function kernelMac(c: Config['interfaces'][number]): string | null {
 /** Makes each laneKey unique in the process (several data planes may run in one, as in the tests). */
 let laneKeys = 0;
 
-/** What each worker gets: its interfaces, its slice of the QP numbers, its handle range. */
+/**
+ * What each worker gets: every interface (how it reaches each: owner, lane or remote), its slice
+ * of the QP numbers, its handle range, and with two or more workers the handoff queues.
+ */
 export function placeWorkers(config: Config): WorkerInit[] {
   const n = config.cpu.workers;
   const cores = config.cpu.corelistWorkers === null ? null : (parseCoreList(config.cpu.corelistWorkers) as number[]);
@@ -250,64 +257,102 @@ export function placeWorkers(config: Config): WorkerInit[] {
     { length: n },
     (_, k) => [lo + k * span, k === n - 1 ? hi : lo + (k + 1) * span - 1] as [number, number],
   );
-  // One MAC per interface for its owner and every shadow: an af_packet interface's kernel
-  // interface's, else drawn here when the file gives none.
+  // One MAC per interface on every worker: an af_packet interface's kernel interface's, else
+  // drawn here when the file gives none.
   const interfaces = config.interfaces.map((c) =>
     c.mac !== null ? c : { ...c, mac: kernelMac(c) ?? formatMac(macOption('', undefined, c.name)) },
   );
-  const plans: HandoffPlan[] = ranges.map((_, k) => ({
-    self: k,
-    workers: n,
-    ranges,
-    ports: [],
-    shadows: [],
-    lanes: [],
-  }));
-  if (n >= 2)
-    interfaces.forEach((c, i) => {
-      const queues = (k: number): number[] => queueWorker[i].flatMap((w, q) => (w === k ? [q] : []));
-      const key = `rdma-graph-${process.pid}-${++laneKeys}-${c.name}`;
-      // af_packet: the workers with a socket of their own take their QP numbers' datagrams; the
-      // owner's socket everything else.
-      const others = ranges.filter((_, k) => k !== owner[i] && queues(k).length > 0);
-      if (queues(owner[i]).length < c.rxQueues)
-        plans[owner[i]].lanes.push(
-          c.driver === 'af_packet'
-            ? { iface: c.name, reject: others }
-            : { iface: c.name, key, pollQueues: queues(owner[i]) },
-        );
-      for (let k = 0; k < n; k++) {
-        if (k === owner[i]) continue;
-        const link = handoffLink(c.mtu + 18);
-        const mine = queues(k);
-        plans[owner[i]].ports.push({ iface: c.name, worker: k, link, lanes: mine.length > 0 });
-        plans[k].shadows.push({
-          config: c,
-          link,
-          owner: owner[i],
-          lanes:
-            mine.length === 0
-              ? null
-              : c.driver === 'af_packet'
-                ? { accept: [ranges[k]], queues: mine }
-                : { key, queues: mine },
-        });
-      }
-    });
+  const reach: InterfaceReach[][] = ranges.map(() => []);
+  interfaces.forEach((c, i) => {
+    const o = owner[i];
+    if (n < 2) return;
+    const queues = (k: number): number[] => queueWorker[i].flatMap((w, q) => (w === k ? [q] : []));
+    const key = `rdma-graph-${process.pid}-${++laneKeys}-${c.name}`;
+    const lanes = ranges.map((_, k) => (k !== o && queues(k).length > 0 ? k : -1)).filter((k) => k >= 0);
+    const afp = c.driver === 'af_packet';
+    // af_packet: the workers with a socket of their own take their QP numbers' datagrams; the
+    // owner's socket everything else.
+    reach[o][i] =
+      lanes.length === 0
+        ? { via: 'owner' }
+        : afp
+          ? { via: 'owner', reject: lanes.map((k) => ranges[k]) }
+          : { via: 'owner', memifKey: key, pollQueues: queues(o) };
+    for (let k = 0; k < n; k++) {
+      if (k === o) continue;
+      reach[k][i] = !lanes.includes(k)
+        ? { via: 'remote', owner: o }
+        : afp
+          ? { via: 'lane', owner: o, queues: queues(k), accept: [ranges[k]] }
+          : { via: 'lane', owner: o, queues: queues(k), memifKey: key };
+    }
+  });
+  // One queue per ordered pair of workers, for frames of any interface (its largest MTU plus
+  // the Ethernet header and a VLAN tag), kicking the consumer's one eventfd.
+  const core = loadCore();
+  const maxFrame = Math.max(MTU_MIN, ...config.interfaces.map((c) => c.mtu)) + 18;
+  const kickFds = n >= 2 ? ranges.map(() => core.eventfd()) : [];
+  const queues = kickFds.map((_, i) => kickFds.map((fd, j) => (i === j ? null : handoffQueue(maxFrame, fd))));
   return ranges.map((range, k) => ({
     index: k,
     cpu: cores === null ? null : cores[k],
     handleBase: k * HANDLE_SPAN,
-    ...(n >= 2 ? { handoff: plans[k] } : {}),
+    ...(n >= 2 ? { handoff: { self: k, ranges, interfaces: reach[k], queues } } : {}),
     config: {
       ...config,
       cpu: { ...config.cpu, workers: 0, mainCore: null, corelistWorkers: null },
-      interfaces: interfaces.filter((_, i) => owner[i] === k),
-      // Neighbors of interfaces it does not have are dropped by Dataplane.addInterface's filter.
-      neighbors: config.neighbors,
+      // Every interface on every worker, in file order: the same index everywhere.
+      interfaces,
       rdma: { ...config.rdma, portRange: range },
     },
   }));
+}
+
+/** The workers' eventfds placeWorkers made (the queues into worker j kick its one), once they are stopped. */
+function closeKickFds(inits: WorkerInit[]): void {
+  const queues = inits[0]?.handoff?.queues ?? [];
+  for (let j = 0; j < queues.length; j++) {
+    const fd = queues[(j + 1) % queues.length][j]?.kickFd ?? -1;
+    if (fd >= 0) loadCore().closeFd(fd);
+  }
+}
+
+/** The worker that owns each configured interface (its control channel, its queue 0). */
+function owners(inits: WorkerInit[], nIf: number): number[] {
+  return Array.from({ length: nIf }, (_, i) => {
+    const k = inits.findIndex((w) => (w.handoff?.interfaces[i].via ?? 'owner') === 'owner');
+    return k < 0 ? 0 : k;
+  });
+}
+
+/** Counter sets added up, key by key: the keys of `sets[first]` (the owner's), each set once. */
+function sumCounters<T extends object>(sets: T[], first = 0): T {
+  const c = { ...sets[first] } as Record<string, unknown>;
+  sets.forEach((o, k) => {
+    if (k === first) return;
+    for (const [key, x] of Object.entries(o))
+      if (typeof x === 'number' && typeof c[key] === 'number') c[key] = (c[key] as number) + x;
+  });
+  return c as T;
+}
+
+/** A fault direction's counters over the workers that have an injector there (null: none has). */
+function sumFault(sets: (FaultCounters | null)[]): FaultCounters | null {
+  const have = sets.filter((x): x is FaultCounters => x !== null);
+  return have.length === 0 ? null : sumCounters(have);
+}
+
+/** One interface's views from every worker: the owner's, with the counters summed over all. */
+function combine(views: InterfaceView[], owner: number): InterfaceView {
+  const v = views[owner];
+  return {
+    ...v,
+    counters: sumCounters(
+      views.map((x) => x.counters),
+      owner,
+    ),
+    fault: { rx: sumFault(views.map((x) => x.fault.rx)), tx: sumFault(views.map((x) => x.fault.tx)) },
+  };
 }
 
 export async function startWorkers(config: Config, log: Logger): Promise<WorkerDataplane> {
@@ -318,17 +363,20 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerD
     await Promise.all(wd.workers.map((w) => w.ready));
   } catch (e) {
     await Promise.all(wd.workers.map((w) => w.stop()));
+    closeKickFds(inits);
     throw e;
   }
   return wd;
 }
 
-type Obj = Record<string, unknown>;
-
 /** The data plane's methods over worker threads (see the file comment). */
 export class WorkerDataplane implements DataplaneApi {
   readonly workers: WorkerHandle[];
   private readonly ifWorker = new Map<string, number>();
+  /** Per configured interface, its owner. */
+  private readonly owner: number[];
+  /** Interface name -> the workers with its device: the owner and those polling a share of it. */
+  private readonly deviceWorkers = new Map<string, number[]>();
   private readonly subnets: { worker: number; prefix: { network: number; bits: number } }[] = [];
   private readonly events: EventView[] = [];
   private eventSeq = 0;
@@ -342,14 +390,18 @@ export class WorkerDataplane implements DataplaneApi {
     inits: WorkerInit[],
     private readonly log: Logger,
   ) {
-    inits.forEach((init, k) => {
-      for (const c of init.config.interfaces) {
-        this.ifWorker.set(c.name, k);
-        if (c.address !== null) {
-          const p = parseIp4Prefix(c.address);
-          if (p !== null) this.subnets.push({ worker: k, prefix: { network: p.network, bits: p.prefix } });
-        }
+    this.owner = owners(inits, config.interfaces.length);
+    config.interfaces.forEach((c, i) => {
+      const k = this.owner[i];
+      this.ifWorker.set(c.name, k);
+      if (c.address !== null) {
+        const p = parseIp4Prefix(c.address);
+        if (p !== null) this.subnets.push({ worker: k, prefix: { network: p.network, bits: p.prefix } });
       }
+      this.deviceWorkers.set(
+        c.name,
+        inits.filter((w) => w.handoff?.interfaces[i].via !== 'remote').map((w) => w.index),
+      );
     });
     this.workers = inits.map(
       (init) =>
@@ -443,7 +495,7 @@ export class WorkerDataplane implements DataplaneApi {
     check(req.sendCq, 'send-cq');
     check(req.recvCq, 'recv-cq');
     check(req.srq, 'srq');
-    // Any worker may use any interface: its own, or its shadow of another worker's (handoff).
+    // Any worker may use any interface: through its device, or through the handoff queue to its owner.
     if (typeof req.interface === 'string') this.byInterface(req.interface);
     return k;
   }
@@ -469,12 +521,10 @@ export class WorkerDataplane implements DataplaneApi {
     return rest;
   }
 
-  /** Per worker, only the views of interfaces it owns (not its shadows or handoff ports). */
-  private async owned<M extends 'hardware' | 'neighbors'>(method: M): Promise<ListOf<M>> {
-    const per = (await this.all(method, [] as Wire<CallArgs<M>>)) as { name?: string; interface?: string }[][];
-    return per.flatMap((list, k) =>
-      list.filter((v) => this.ifWorker.get((v.name ?? v.interface) as string) === k).map((v) => this.renumber(v)),
-    ) as ListOf<M>;
+  /** Per worker, only the views of interfaces it owns (its neighbor table of them). */
+  private async owned<M extends 'neighbors'>(method: M): Promise<ListOf<M>> {
+    const per = (await this.all(method, [] as Wire<CallArgs<M>>)) as { interface: string }[][];
+    return per.flatMap((list, k) => list.filter((v) => this.ifWorker.get(v.interface) === k)) as ListOf<M>;
   }
 
   /** Test hook (test/workers.test.ts): worker k throws an exception nobody catches. */
@@ -508,9 +558,9 @@ export class WorkerDataplane implements DataplaneApi {
 
   async device(): Promise<DeviceView> {
     const d = await this.all('device', []);
-    // A port per interface, from its owner (a worker's shadows of the others' interfaces left out).
-    const ports = d.flatMap((x, k) => x.ports.filter((p) => this.ifWorker.get(p.interface) === k));
-    return { ...d[0], ports: ports.map((p, i) => ({ ...p, port: i + 1 })) };
+    // Every worker lists every interface in file order; each port's state is its owner's.
+    const ports = this.config.interfaces.map((_, i) => d[this.owner[i]].ports[i]);
+    return { ...d[0], ports };
   }
 
   async version(): Promise<VersionView> {
@@ -518,33 +568,39 @@ export class WorkerDataplane implements DataplaneApi {
   }
 
   /**
-   * Interface numbers as one data plane would give them (1.. in file order), not each worker's
-   * own 1..: `show interfaces` and `show hardware` never show two interfaces with one index.
+   * Each interface as its owner shows it, with the counters (and the fault injectors' counters)
+   * summed over every worker: what each one's driver did on the device (the owner's, and a
+   * worker's own queues or socket of it; another worker's remote stand-in counts no traffic).
    */
-  private renumber<T>(v: T): T {
-    const o = v as Obj;
-    if (o === null || typeof o !== 'object' || typeof o.name !== 'string' || typeof o.index !== 'number') return v;
-    const k = this.config.interfaces.findIndex((c) => c.name === o.name);
-    return (k < 0 ? v : { ...o, index: k + 1 }) as T;
+  async hardware(): Promise<HardwareView[]> {
+    const per = await this.all('hardware', []);
+    return this.config.interfaces.map((_, i) => {
+      const v = per[this.owner[i]][i];
+      return {
+        ...v,
+        counters: sumCounters(
+          per.map((list) => list[i].counters),
+          this.owner[i],
+        ),
+      };
+    });
   }
 
-  hardware = async (): Promise<HardwareView[]> => this.owned('hardware');
-  /** The owners' views; an af_packet interface's counters add its other workers' sockets. */
   async interfaces(): Promise<InterfaceView[]> {
     const per = await this.all('interfaces', []);
-    return per.flatMap((list, k) =>
-      list
-        .filter((v) => this.ifWorker.get(v.name) === k)
-        .map((v) =>
-          this.renumber(
-            this.addCounters(
-              v,
-              this.socketLanes(v.name).map((j) => per[j].find((x) => x.name === v.name)),
-            ),
-          ),
-        ),
+    return this.config.interfaces.map((_, i) =>
+      combine(
+        per.map((list) => list[i]),
+        this.owner[i],
+      ),
     );
   }
+
+  async interface(name: string): Promise<InterfaceView> {
+    const owner = this.byInterface(name);
+    return combine(await this.all('interface', [name]), owner);
+  }
+
   neighbors = async (): Promise<NeighborView[]> => this.owned('neighbors');
   runtime = async () => this.concat('runtime');
   rxPlacement = async () => this.concat('rxPlacement');
@@ -557,40 +613,46 @@ export class WorkerDataplane implements DataplaneApi {
   /** On every worker that has the node (a worker without a memif interface has no memif-input). */
   traceAdd = async (node: string, count: number) => this.onAny('traceAdd', [node, count]);
 
-  async interface(name: string): Promise<InterfaceView> {
-    const v = await this.on(this.byInterface(name), 'interface', [name]);
-    const others = await Promise.all(this.socketLanes(name).map((k) => this.on(k, 'interface', [name])));
-    return this.renumber(this.addCounters(v, others));
+  /**
+   * On every worker with the interface's device (the owner first): its capture runs where
+   * frames meet the device, so a worker polling a share of the interface writes its own files,
+   * named as the owner's with `-wk<k>` before `.pcap`. One refusing takes back the others'.
+   */
+  async capture(name: string, opts: CaptureRequest): Promise<InterfaceView> {
+    const [owner, ...lanes] = this.devices(name);
+    await this.on(owner, 'capture', [name, opts]);
+    const done = [owner];
+    try {
+      for (const k of lanes) {
+        const file = typeof opts.file === 'string' ? opts.file.replace(/(\.pcap)?$/, `-wk${k}$1`) : opts.file;
+        await this.on(k, 'capture', [name, { ...opts, file }]);
+        done.push(k);
+      }
+    } catch (e) {
+      await Promise.allSettled(done.map((k) => this.on(k, 'stopCapture', [name])));
+      throw e;
+    }
+    return this.interface(name);
   }
 
-  /** Workers receiving part of af_packet interface `name` on sockets of their own (memif lanes are counted natively). */
-  private socketLanes(name: string): number[] {
-    return this.workers
-      .filter((w) =>
-        w.init.handoff?.shadows.some((s) => s.config.name === name && s.lanes !== null && 'accept' in s.lanes),
-      )
-      .map((w) => w.init.index);
+  async stopCapture(name: string): Promise<InterfaceView> {
+    for (const k of this.devices(name)) await this.on(k, 'stopCapture', [name]);
+    return this.interface(name);
   }
 
-  /** `v` with the counters of `others` (the same interface on other workers) added in. */
-  private addCounters(v: InterfaceView, others: (InterfaceView | undefined)[]): InterfaceView {
-    if (others.length === 0) return v;
-    const c = { ...v.counters } as Record<string, number>;
-    for (const o of others)
-      for (const [key, x] of Object.entries((o?.counters ?? {}) as Record<string, number>))
-        if (typeof x === 'number' && typeof c[key] === 'number') c[key] += x;
-    return { ...v, counters: c as unknown as InterfaceView['counters'] };
+  /** On every worker with the interface's device (the owner's queues and each lane's injector). */
+  async setFault(name: string, direction: 'rx' | 'tx' | 'both', cfg: FaultConfig | null): Promise<InterfaceView> {
+    const [owner, ...lanes] = this.devices(name);
+    await this.on(owner, 'setFault', [name, direction, cfg]);
+    await Promise.all(lanes.map((k) => this.on(k, 'setFault', [name, direction, cfg])));
+    return this.interface(name);
   }
-  capture = async (name: string, opts: CaptureRequest) =>
-    this.renumber(await this.on(this.byInterface(name), 'capture', [name, opts]));
-  stopCapture = async (name: string) => this.renumber(await this.on(this.byInterface(name), 'stopCapture', [name]));
-  /** On the owner and on every worker polling queues of the interface itself (their own injectors). */
-  setFault = async (name: string, direction: 'rx' | 'tx' | 'both', cfg: FaultConfig | null) => {
-    const v = await this.on(this.byInterface(name), 'setFault', [name, direction, cfg]);
-    const lanes = this.workers.filter((w) => w.init.handoff?.shadows.some((s) => s.config.name === name && s.lanes));
-    await Promise.all(lanes.map((w) => this.on(w.init.index, 'setFault', [name, direction, cfg])));
-    return this.renumber(v);
-  };
+
+  /** The workers with interface `name`'s device, its owner first. */
+  private devices(name: unknown): number[] {
+    const owner = this.byInterface(name);
+    return [owner, ...(this.deviceWorkers.get(name as string) ?? []).filter((k) => k !== owner)];
+  }
 
   /** To the worker with an interface on the target's subnet (else worker 0). */
   async ping(req: PingRequest, signal?: AbortSignal): Promise<PingResult> {
@@ -799,9 +861,6 @@ export class WorkerDataplane implements DataplaneApi {
     this.final = { buffers, qps };
     this.closed = true;
     await Promise.all(this.workers.map((w) => w.stop()));
-    // The handoff links' eventfds (made on this thread, one pair per link, listed on the owner).
-    const core = loadCore();
-    for (const w of this.workers)
-      for (const p of w.init.handoff?.ports ?? []) for (const r of [p.link.toPort, p.link.toShadow]) core.closeFd(r.fd);
+    closeKickFds(this.workers.map((w) => w.init));
   }
 }

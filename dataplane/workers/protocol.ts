@@ -3,39 +3,39 @@
  * their results, log lines and events. Structured-clone data only (views, Uint8Arrays); an
  * AbortSignal argument travels as a marker and is fired by an "abort" message.
  */
-import type { Config, InterfaceConfig } from '../../config/types.ts';
-import type { HandoffLink } from '../../drivers/handoff.ts';
+import type { Config } from '../../config/types.ts';
+import type { HandoffQueueMemory } from '../../graph/handoff-queue.ts';
 import type { ArgsOf, ResultOf, WorkerMethod } from '../api.ts';
 import type { DataplaneErrorKind, EventView } from '../views.ts';
 
-/** What a worker gets to take part in handoff (nodes/handoff/worker-handoff.ts, drivers/handoff.ts). */
+/**
+ * How one worker reaches one configured interface (cpu.workers >= 2). Every worker registers
+ * every interface, in configuration order, so interface index k + 1 is entry k everywhere.
+ */
+export type InterfaceReach =
+  /**
+   * Its worker: the device's driver. `memifKey`: other workers poll some of its memif queues
+   * (this one polls `pollQueues`); `reject`: other workers' af_packet sockets take these UDP ports.
+   */
+  | { via: 'owner'; memifKey?: string; pollQueues?: number[]; reject?: [number, number][] }
+  /**
+   * Its own share of the device `owner` owns (VPP's rx-placement): the memif queues `queues`
+   * (found by `memifKey`), or an af_packet socket taking the UDP ports `accept` (its rx queue
+   * `queues[0]`). It receives and transmits there itself.
+   */
+  | { via: 'lane'; owner: number; queues: number[]; memifKey?: string; accept?: [number, number][] }
+  /** No device of it here: what this worker transmits on it is handed to `owner` (drivers/remote.ts). */
+  | { via: 'remote'; owner: number };
+
+/** What a worker gets to take part in handoff (graph/handoff-queue.ts, nodes/handoff/). */
 export interface HandoffPlan {
   self: number;
-  workers: number;
-  /** Each worker's QP numbers (its slice of rdma.port-range). */
+  /** Each worker's QP numbers (its slice of rdma.port-range): one entry per worker. */
   ranges: [number, number][];
-  /**
-   * Interfaces this worker owns: a port towards each other worker. `lanes`: that worker polls
-   * queues of the interface itself, so what the port receives are frames it received for our
-   * QPs (processed as received on the interface), not frames for us to transmit.
-   */
-  ports: { iface: string; worker: number; link: HandoffLink; lanes: boolean }[];
-  /**
-   * Interfaces other workers own: this worker's shadow of each, or with `lanes` its own memif
-   * queues of it (drivers/memif-lane.ts).
-   */
-  shadows: {
-    config: InterfaceConfig;
-    link: HandoffLink;
-    owner: number;
-    /** memif: the queues this worker polls; af_packet: the UDP ports its socket takes. */
-    lanes: { key: string; queues: number[] } | { accept: [number, number][]; queues: number[] } | null;
-  }[];
-  /**
-   * Interfaces this worker owns that other workers receive part of: a memif interface's key and
-   * the queues this worker polls, or the UDP ports this worker's af_packet socket leaves to them.
-   */
-  lanes: { iface: string; key?: string; pollQueues?: number[]; reject?: [number, number][] }[];
+  /** Per configured interface, in configuration order. */
+  interfaces: InterfaceReach[];
+  /** queues[i][j]: worker i's frames for worker j (null when i === j); each kicks worker j's eventfd. */
+  queues: (HandoffQueueMemory | null)[][];
 }
 
 export interface WorkerInit {
@@ -46,7 +46,7 @@ export interface WorkerInit {
   cpu: number | null;
   /** Its PD/MR/CQ/SRQ handles count up from here (facade.ts routes a handle by its range). */
   handleBase: number;
-  /** With 2 or more workers: its handoff ports and shadows. */
+  /** With 2 or more workers: how it reaches each interface, and the handoff queues. */
   handoff?: HandoffPlan;
 }
 

@@ -161,15 +161,10 @@ Napi::Value Memif::Stats(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Object o = Napi::Object::New(env);
   auto set = [&](const char* k, double v) { o.Set(k, Napi::Number::New(env, v)); };
-  // This thread's queues and those other threads poll (MemifLane).
+  // This thread's queues only: a queue another worker polls (MemifLane) is counted by its lane,
+  // and the worker facade adds the workers' counts up (dataplane/workers/facade.ts).
   uint64_t c[Lane::kCounters] = {};
   own_.AddCounters(c);
-  if (shared_ != nullptr) {
-    for (uint32_t q = 0; q < shared_->lanes.size(); q++) {
-      std::lock_guard<std::mutex> g(shared_->mu[q]);
-      if (shared_->lanes[q] != nullptr) shared_->lanes[q]->AddCounters(c);
-    }
-  }
   for (int i = 0; i < Lane::kCounters; i++) set(Lane::kCounterNames[i], static_cast<double>(c[i]));
   set("connects", static_cast<double>(connects_));
   set("disconnects", static_cast<double>(disconnects_));

@@ -242,7 +242,7 @@ struct Lane {
   // A protocol error found on the data path (the peer broke a ring): the owner disconnects.
   const char* fault = nullptr;
 
-  // The counters as stats() names them, added into `c` (in kCounterNames order).
+  // The counters as stats() names them (this lane's alone), added into `c` (kCounterNames order).
   static constexpr int kCounters = 12;
   static constexpr const char* kCounterNames[kCounters] = {"rxPackets", "rxBytes",   "rxErrors", "rxNoBuffers",
                                                            "rxChained", "txPackets", "txBytes",  "txErrors",

@@ -1,15 +1,27 @@
 /**
- * worker-handoff (cpu.workers >= 2, VPP's worker handoff): on the worker that owns an interface,
+ * worker-handoff (cpu.workers >= 2, VPP's worker handoff): on every worker that receives an
+ * interface's frames from its device (the owner, or a worker polling its own share of it),
  * between the interface's input and ethernet-input. A UDP datagram whose destination port is a
- * QP number of another worker's slice goes, frame and all, to that worker's handoff port of this
- * interface (drivers/handoff.ts), where the worker's shadow of the interface receives it: the QP
- * and its TRP/DDP/RDMAP state are never touched by two threads. ARP frames go on here and a copy
- * goes to every other worker (each keeps its own neighbor table). Everything else stays here.
+ * QP number of another worker's slice is copied, frame and all, into the handoff queue to that
+ * worker (graph/handoff-queue.ts) as received on its interface, and its buffer freed here: the
+ * QP and its TRP/DDP/RDMAP state are never touched by two threads. An ARP frame goes on here and
+ * a copy goes to every other worker (each keeps its own neighbor table). Everything else stays.
+ * Each queue written to is published once per vector (at most one kick); a frame its queue has
+ * no room for is dropped and counted.
  *
  * Per frame it reads the Ethernet type, the IPv4 header length, protocol and fragment offset and
  * the UDP destination port, each only when the frame is long enough to hold it.
  */
-import { BufferFlag, type Frame, type Graph, type NodeRuntime, errorTable, nextTable } from '../../graph/index.ts';
+import {
+  BufferFlag,
+  type Frame,
+  type Graph,
+  HANDOFF_RX,
+  type HandoffProducer,
+  type NodeRuntime,
+  errorTable,
+  nextTable,
+} from '../../graph/index.ts';
 import { ETH_HEADER_BYTES, ETHERTYPE_ARP, ETHERTYPE_IP4 } from '../ethernet/ethernet.ts';
 import { IP4_FRAG, IP4_FRAG_OFFSET_MASK, IP4_HEADER_BYTES, IP_PROTO_UDP } from '../ip4/ip4.ts';
 import { UDP_HEADER_BYTES } from '../udp/udp4-input.ts';
@@ -22,32 +34,45 @@ const NEXT_ETH = NEXT.index.ETH;
 const ERROR_TABLE = errorTable({
   HANDOFF: { name: 'handoff', description: "frames handed to the QP's worker", severity: 'info' },
   ARP_COPY: { name: 'arp_copy', description: 'ARP copies sent to the other workers', severity: 'info' },
-  NO_BUFFERS: { name: 'no_buffers', description: 'ARP copy dropped: no buffer', severity: 'warn' },
+  QUEUE_FULL: {
+    name: 'queue_full',
+    description: "dropped: the handoff queue to the QP's worker was full",
+    severity: 'warn',
+  },
+  TOO_LONG: { name: 'too_long', description: 'dropped: longer than a handoff slot', severity: 'warn' },
+  ARP_QUEUE_FULL: {
+    name: 'arp_queue_full',
+    description: "ARP copy dropped: the worker's handoff queue was full",
+    severity: 'warn',
+  },
 });
 export const HandoffError = ERROR_TABLE.code;
 
 export interface HandoffTable {
   /** This worker. */
   self: number;
-  workers: number;
   /** UDP destination port -> the worker whose QP slice holds it, or -1. */
   portWorker: Int8Array;
-  /** rxIf * workers + worker -> next index of that worker's port on this interface, or -1. */
-  portNext: Int32Array;
-  /** rxIf -> next indices of every port of that interface (ARP copies). */
-  arpNexts: number[][];
+  /** The queue to each worker (null for this one). */
+  toWorker: (HandoffProducer | null)[];
+  /** Scratch: the buffers handed over or dropped in one vector, freed together. */
+  gone: Uint32Array;
+  /** Scratch: whether worker k's queue was written in this vector. */
+  touched: Uint8Array;
 }
 
-export function handoffTable(self: number, workers: number, ranges: [number, number][], maxIf: number): HandoffTable {
+export function handoffTable(
+  self: number,
+  ranges: readonly (readonly [number, number])[],
+  toWorker: (HandoffProducer | null)[],
+): HandoffTable {
+  if (toWorker.length !== ranges.length || toWorker[self] !== null)
+    throw new RangeError(
+      `worker-handoff: one queue per other worker (${ranges.length} workers, this is ${self}), got ${toWorker.length}`,
+    );
   const portWorker = new Int8Array(65536).fill(-1);
   ranges.forEach(([lo, hi], k) => portWorker.fill(k, lo, hi + 1));
-  return {
-    self,
-    workers,
-    portWorker,
-    portNext: new Int32Array((maxIf + 1) * workers).fill(-1),
-    arpNexts: Array.from({ length: maxIf + 1 }, () => []),
-  };
+  return { self, portWorker, toWorker, gone: new Uint32Array(256), touched: new Uint8Array(ranges.length) };
 }
 
 export function registerWorkerHandoff(graph: Graph, table: HandoffTable): NodeRuntime {
@@ -61,25 +86,6 @@ export function registerWorkerHandoff(graph: Graph, table: HandoffTable): NodeRu
   });
 }
 
-/**
- * Send interface `rxIf`'s frames for `worker` to the node `portOutput` (that worker's port, or
- * the owner's port that passes them on); `arp`: ARP copies go there too (once per port).
- */
-export function addHandoffPort(
-  graph: Graph,
-  rt: NodeRuntime,
-  rxIf: number,
-  worker: number,
-  portOutput: string,
-  arp = true,
-): void {
-  const t = rt.runtimeData as HandoffTable;
-  const nx = graph.addNext(rt, portOutput);
-  t.portNext[rxIf * t.workers + worker] = nx;
-  if (arp) t.arpNexts[rxIf].push(nx);
-}
-
-const one = new Uint32Array(1);
 /** Offsets within the Ethernet, IPv4 and UDP headers. */
 const ETH_TYPE = 12,
   IP4_PROTOCOL = 9,
@@ -94,16 +100,20 @@ function workerHandoff(rt: NodeRuntime, frame: Frame | null): number {
     offset = pool.offset,
     length = pool.length,
     rxIf = pool.rxIf;
-  const { portWorker, portNext, workers, self } = t;
+  const { portWorker, toWorker, self, gone, touched } = t;
+  const workers = toWorker.length;
   const vec = f.vec,
-    n = f.n,
-    nexts = rt.nexts;
-  let handed = 0;
+    n = f.n;
+  let stay = 0,
+    m = 0,
+    handed = 0,
+    full = 0,
+    long = 0;
   for (let i = 0; i < n; i++) {
     const bi = vec[i];
     const o = offset[bi],
       len = length[bi];
-    let next = NEXT_ETH;
+    let to = -1;
     if (len >= ETH_HEADER_BYTES) {
       const type = v.getUint16(o + ETH_TYPE);
       if (type === ETHERTYPE_IP4 && len >= ETH_HEADER_BYTES + IP4_HEADER_BYTES) {
@@ -116,33 +126,57 @@ function workerHandoff(rt: NodeRuntime, frame: Frame | null): number {
           len >= ETH_HEADER_BYTES + ihl + UDP_HEADER_BYTES
         ) {
           const w = portWorker[v.getUint16(ip + ihl + UDP_DST_PORT)];
-          if (w >= 0 && w !== self) {
-            const nx = portNext[rxIf[bi] * workers + w];
-            if (nx >= 0) {
-              next = nx;
-              handed++;
-            }
-          }
+          if (w >= 0 && w !== self) to = w;
         }
-      } else if (type === ETHERTYPE_ARP && (pool.flags[bi] & BufferFlag.HANDED) === 0) {
-        const ports = t.arpNexts[rxIf[bi]];
-        for (let k = 0; k < ports.length; k++) {
-          const c = pool.writePacket(u8, o, len);
-          if (c === 0xffffffff) {
-            rt.countError(HandoffError.NO_BUFFERS);
-            continue;
-          }
-          one[0] = c;
-          rt.graph.enqueueToSingleNext(rt, ports[k], one, 0, 1);
-          rt.countError(HandoffError.ARP_COPY);
+      } else if (type === ETHERTYPE_ARP) {
+        for (let k = 0; k < workers; k++) {
+          const q = toWorker[k];
+          if (q === null) continue;
+          if (q.putPacket(pool, bi, rxIf[bi], HANDOFF_RX)) {
+            touched[k] = 1;
+            rt.countError(HandoffError.ARP_COPY);
+          } else rt.countError(HandoffError.ARP_QUEUE_FULL);
         }
       }
     }
-    nexts[i] = next;
+    if (to < 0) {
+      vec[stay++] = bi;
+      if (rt.traceOn && pool.flags[bi] & BufferFlag.TRACED) rt.addTrace(bi, 'stays on this worker');
+      continue;
+    }
+    const q = toWorker[to] as HandoffProducer;
+    let what = 0;
+    if (q.putPacket(pool, bi, rxIf[bi], HANDOFF_RX)) {
+      touched[to] = 1;
+      handed++;
+    } else if (pool.packetLength(bi) > q.maxFrame) {
+      long++;
+      what = 1;
+    } else {
+      full++;
+      what = 2;
+    }
+    // Traced: the record stays with this buffer's trace (the copy starts afresh on the worker).
     if (rt.traceOn && pool.flags[bi] & BufferFlag.TRACED)
-      rt.addTrace(bi, next === NEXT_ETH ? 'stays on this worker' : `handed to worker ${rt.nextNames[next]}`);
+      rt.addTrace(
+        bi,
+        what === 0
+          ? `handed to worker ${to}`
+          : what === 1
+            ? `dropped: longer than a handoff slot (${q.maxFrame} bytes)`
+            : `dropped: the queue to worker ${to} is full`,
+      );
+    gone[m++] = bi;
   }
+  for (let k = 0; k < workers; k++) {
+    if (touched[k] === 0) continue;
+    touched[k] = 0;
+    (toWorker[k] as HandoffProducer).publish();
+  }
+  if (m > 0) pool.free(gone, 0, m);
   if (handed > 0) rt.countError(HandoffError.HANDOFF, handed);
-  rt.enqueue(vec, n);
+  if (full > 0) rt.countError(HandoffError.QUEUE_FULL, full);
+  if (long > 0) rt.countError(HandoffError.TOO_LONG, long);
+  if (stay > 0) rt.graph.enqueueToSingleNext(rt, NEXT_ETH, vec, 0, stay);
   return n;
 }
