@@ -19,6 +19,7 @@ import { acceptPorts, rejectPorts } from '../drivers/steer-bpf.ts';
 import { macOption } from '../drivers/mac.ts';
 import { handoffTable, registerWorkerHandoff, WORKER_HANDOFF } from '../nodes/handoff/worker-handoff.ts';
 import { addHandoffInterface, registerHandoffInput } from '../nodes/handoff/handoff-input.ts';
+import { setLoopbackNext } from '../nodes/ip4/ip4-loopback.ts';
 import { HandoffInbox, HandoffProducer, type HandoffQueueMemory } from '../graph/handoff-queue.ts';
 import { startVerbsSocket, VERBS_LIBRARY } from './verbs-server/connections.ts';
 import type { HandoffPlan } from './workers/protocol.ts';
@@ -350,6 +351,8 @@ export class Dataplane implements DataplaneApi {
         // Frames from the device for another worker's QPs go to it (worker-handoff); frames the
         // other workers hand here are drained by handoff-input.
         registerWorkerHandoff(graph, handoffTable(self, plan.ranges, toWorker));
+        // A frame to one of our own addresses for another worker's QP goes to it the same way.
+        setLoopbackNext(graph, WORKER_HANDOFF);
         const from: { mem: HandoffQueueMemory; worker: number }[] = [];
         plan.queues.forEach((row, i) => {
           const mem = row[self];

@@ -7,6 +7,8 @@
  *                               -> udp4-input -> bound nodes (udp-echo, QPs, callbacks)
  *   udp4-send (input) / udp-echo / upper layers -> udp4-encap -> ip4-rewrite -> <if>-output
  *   icmp4-ping (input: echo requests of `ping`)               -> ip4-rewrite
+ *   ip4-rewrite, to one of our own addresses -> ip4-loopback -> ethernet-input (as received
+ *                                               on the address's interface; no driver)
  *
  * Wiring order: `registerL2L4` first (device input nodes name `ethernet-input` as their
  * next), then the drivers' interfaces, then `addInterface` for each with the index and output
@@ -22,6 +24,7 @@ import { Pinger, registerIcmp4Ping } from './ip4/icmp4-ping.ts';
 import { registerIp4Input } from './ip4/ip4-input.ts';
 import { type InterfaceTableConfig, InterfaceTable } from './net/interface-table.ts';
 import { registerIp4Rewrite } from './ip4/ip4-rewrite.ts';
+import { registerIp4Loopback, setLoopbackNext } from './ip4/ip4-loopback.ts';
 import { registerUdpEcho } from './udp/udp-echo.ts';
 import { UdpApi } from './udp/udp-ports.ts';
 import { registerUdp4Encap } from './udp/udp4-encap.ts';
@@ -67,8 +70,10 @@ export function registerL2L4(graph: Graph, opts: NetstackOptions = {}): Netstack
   const udp = new UdpApi(graph);
   const queue = new UdpSendQueue(opts.sendQueue ?? 4096);
   const pinger = new Pinger(graph);
-  // Every node after the nodes it names as next.
+  // Every node after the nodes it names as next; ip4-loopback closes the cycle back to
+  // ethernet-input once that exists.
   const list = [
+    registerIp4Loopback(graph, interfaces),
     registerIp4Rewrite(graph, interfaces, neighbors),
     registerIcmp4Ping(graph, pinger),
     registerUdp4Encap(graph, interfaces),
@@ -80,6 +85,7 @@ export function registerL2L4(graph: Graph, opts: NetstackOptions = {}): Netstack
     registerArpInput(graph, interfaces, neighbors),
     registerEthernetInput(graph, interfaces),
   ];
+  setLoopbackNext(graph, 'ethernet-input');
   udp.attach(graph.node('udp4-input'), queue);
   const nodes: Record<string, NodeRuntime> = {};
   for (const rt of list) nodes[rt.name] = rt;

@@ -24,15 +24,25 @@ export interface Tool {
   readonly exited: Run | null;
 }
 
-/** A program preloaded against `socket`; its exit and everything it printed. */
-export function runTool(socket: string, cmd: string[], timeoutMs = 60_000): Tool {
-  const p = spawn(cmd[0], cmd.slice(1), {
-    env: { ...process.env, LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: socket },
-  });
+const RDMA_GRAPH = join(import.meta.dirname, '..', 'bin', 'rdma-graph.mjs');
+
+/**
+ * A program preloaded against `socket` (by this process, or with `via: 'exec'` by `rdma-graph
+ * exec --socket`, as a user runs it); its exit and everything it printed.
+ */
+export function runTool(socket: string, cmd: string[], timeoutMs = 60_000, via: 'preload' | 'exec' = 'preload'): Tool {
+  const p =
+    via === 'exec'
+      ? spawn(process.execPath, [RDMA_GRAPH, 'exec', '--socket', socket, '--', ...cmd])
+      : spawn(cmd[0], cmd.slice(1), {
+          env: { ...process.env, LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: socket },
+        });
+  // rdma-graph exec passes SIGTERM on to the program (SIGKILL would leave the program behind).
+  const kill = () => p.kill(via === 'exec' ? 'SIGTERM' : 'SIGKILL');
   let out = '';
   p.stdout.on('data', (d) => (out += d));
   p.stderr.on('data', (d) => (out += d));
-  const timer = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
+  const timer = setTimeout(kill, timeoutMs);
   let exited: Run | null = null;
   return {
     done: new Promise((resolve) =>
@@ -43,7 +53,7 @@ export function runTool(socket: string, cmd: string[], timeoutMs = 60_000): Tool
         resolve(exited);
       }),
     ),
-    kill: () => p.kill('SIGKILL'),
+    kill,
     get exited() {
       return exited;
     },

@@ -13,8 +13,8 @@
 import { test } from './harness.ts';
 import type { DataplaneApi } from '../dataplane/api.ts';
 import * as assert from 'uvu/assert';
-import type { Completion } from '../nodes/rdma/verbs.ts';
 import { pattern } from './rdma-helpers.ts';
+import { everyOperation as requestsEach, takeCq as take, u64 } from './dataplane-ops-helpers.ts';
 import { end, IP_A, IP_B, memifPair, type End, type MemifPair, pollOne } from './workers-helpers.ts';
 
 const KiB = 1024,
@@ -51,137 +51,11 @@ async function connectManual(p: MemifPair, x: End, y: End): Promise<void> {
   await p.b.connect(y.qp.qpn, { remote: { ip: IP_A, port: x.qp.qpn }, mode: 'manual', remotePsn: x.qp.psn });
 }
 
-/** Exactly `n` completions from `cq` (each within 5 s). */
-async function take(dp: DataplaneApi, cq: number, n: number): Promise<Completion[]> {
-  const out: Completion[] = [];
-  while (out.length < n) {
-    const r = await dp.pollCq(cq, Math.min(256, n - out.length), 5000);
-    assert.ok(r.completions.length > 0, `completions stalled at ${out.length} of ${n}`);
-    out.push(...r.completions);
-  }
-  const extra = await dp.pollCq(cq, 16, 0);
-  assert.is(extra.completions.length, 0, 'no completion beyond those expected');
-  return out;
-}
-
-const u64 = (b: Uint8Array) => new DataView(b.buffer, b.byteOffset, 8).getBigUint64(0, true);
-const le64 = (v: bigint) => {
-  const b = new Uint8Array(8);
-  new DataView(b.buffer).setBigUint64(0, v, true);
-  return b;
-};
-
 /** Every operation between x (on A) and y (on B). */
 async function everyOperation(p: MemifPair, x: End, y: End, seed: number): Promise<void> {
   const { a, b } = p;
-  // SEND of sizes around one segment and up to 1 MiB; receives at distinct offsets.
-  const seg = x.qp.segmentSize;
-  const sizes = [0, 1, seg - 1, seg, seg + 1, 3 * seg + 7, 64 * KiB, 1 * MiB];
-  let off = 0;
-  const at: number[] = [];
-  for (const [i, n] of sizes.entries()) {
-    at.push(off);
-    await b.postRecv(y.qp.qpn, { wrId: `r${i}`, sge: [{ mr: y.mr.mr, offset: off, length: Math.max(n, 1) }] });
-    await a.writeMr(x.mr.mr, off, pattern(n, seed + i));
-    off += n + 64;
-  }
-  for (const [i, n] of sizes.entries())
-    await a.postSend(x.qp.qpn, { wrId: i, opcode: 'send', sge: [{ mr: x.mr.mr, offset: at[i], length: n }] });
-  const sent = await take(a, x.cq.cq, sizes.length);
-  assert.equal(
-    sent.map((c) => [c.wrId, c.status, c.opcode]),
-    sizes.map((_, i) => [i, 'success', 'send']),
-  );
-  const got = await take(b, y.cq.cq, sizes.length);
-  assert.equal(
-    got.map((c) => [c.wrId, c.status, c.opcode, c.byteLen]),
-    sizes.map((n, i) => [`r${i}`, 'success', 'recv', n]),
-  );
-  for (const [i, n] of sizes.entries())
-    assert.equal(await b.readMr(y.mr.mr, at[i], n), pattern(n, seed + i), `send of ${n} bytes`);
-
-  // Solicited event, and invalidate of an MR of B's that allows it.
-  const inv = await b.createMr({
-    pd: y.pd.pd,
-    length: 4096,
-    access: ['local-write', 'remote-write', 'remote-invalidate'],
-  });
-  await b.postRecv(y.qp.qpn, { wrId: 'se', sge: [{ mr: y.mr.mr, offset: 0, length: 64 }] });
-  await b.postRecv(y.qp.qpn, { wrId: 'inv', sge: [{ mr: y.mr.mr, offset: 64, length: 64 }] });
-  await a.postSend(x.qp.qpn, {
-    wrId: 'se',
-    opcode: 'send-with-solicited',
-    sge: [{ mr: x.mr.mr, offset: 0, length: 16 }],
-  });
-  await a.postSend(x.qp.qpn, {
-    wrId: 'inv',
-    opcode: 'send-with-invalidate',
-    invalidateStag: inv.stag,
-    sge: [{ mr: x.mr.mr, offset: 0, length: 8 }],
-  });
-  await take(a, x.cq.cq, 2);
-  const [se, iv] = await take(b, y.cq.cq, 2);
-  assert.is(se.solicited, true, 'solicited event flagged');
-  assert.is(iv.invalidatedStag, inv.stag, 'the STag B allowed to be invalidated was');
-
-  // WRITE 1 MiB, WRITE with immediate, READ 1 MiB back.
-  const w = pattern(1 * MiB, seed + 100);
-  await a.writeMr(x.mr.mr, 0, w);
-  await a.postSend(x.qp.qpn, {
-    wrId: 'w',
-    opcode: 'write',
-    sge: [{ mr: x.mr.mr, offset: 0, length: w.length }],
-    remote: { stag: y.mr.stag, offset: 2 * MiB },
-  });
-  await b.postRecv(y.qp.qpn, { wrId: 'imm' });
-  await a.postSend(x.qp.qpn, {
-    wrId: 'wi',
-    opcode: 'write-with-imm',
-    imm: 0x1234abcd,
-    sge: [{ mr: x.mr.mr, offset: 0, length: 4000 }],
-    remote: { stag: y.mr.stag, offset: 3 * MiB + 100 },
-  });
-  assert.equal(
-    (await take(a, x.cq.cq, 2)).map((c) => [c.wrId, c.status, c.opcode]),
-    [
-      ['w', 'success', 'write'],
-      ['wi', 'success', 'write'],
-    ],
-  );
-  const imm = (await take(b, y.cq.cq, 1))[0];
-  assert.equal([imm.opcode, imm.imm, imm.byteLen], ['recv-with-imm', 0x1234abcd, 4000]);
-  assert.equal(await b.readMr(y.mr.mr, 2 * MiB, w.length), w, 'WRITE of 1 MiB');
-  assert.equal(await b.readMr(y.mr.mr, 3 * MiB + 100, 4000), w.subarray(0, 4000), 'WRITE with immediate');
-  await a.postSend(x.qp.qpn, {
-    wrId: 'rd',
-    opcode: 'read',
-    sge: [{ mr: x.mr.mr, offset: 1 * MiB, length: 1 * MiB }],
-    remote: { stag: y.mr.stag, offset: 2 * MiB },
-  });
-  assert.is((await take(a, x.cq.cq, 1))[0].opcode, 'read');
-  assert.equal(await a.readMr(x.mr.mr, 1 * MiB, 1 * MiB), w, 'READ of 1 MiB');
-
-  // Atomics on an 8-byte word of B's: the old value comes back each time.
-  await b.writeMr(y.mr.mr, 4 * MiB - 8, le64(1000n));
-  const atomics: [string, object, bigint, bigint][] = [
-    ['fetch-add', { add: '5' }, 1000n, 1005n],
-    ['swap', { swap: '77' }, 1005n, 77n],
-    ['cmp-swap', { compare: '76', swap: '9' }, 77n, 77n], // compare fails: unchanged
-    ['cmp-swap', { compare: '77', swap: '9' }, 77n, 9n],
-  ];
-  for (const [i, [op, arg, old, now]] of atomics.entries()) {
-    await a.postSend(x.qp.qpn, {
-      wrId: `at${i}`,
-      opcode: op as 'swap',
-      atomic: arg,
-      sge: [{ mr: x.mr.mr, offset: 8 * i, length: 8 }],
-      remote: { stag: y.mr.stag, offset: 4 * MiB - 8 },
-    });
-    const c = (await take(a, x.cq.cq, 1))[0];
-    assert.equal([c.status, c.opcode], ['success', op]);
-    assert.is(u64(await a.readMr(x.mr.mr, 8 * i, 8)), old, `${op} returned the old value`);
-    assert.is(u64(await b.readMr(y.mr.mr, 4 * MiB - 8, 8)), now, `${op} left ${now}`);
-  }
+  // SEND, with solicited event and invalidate, WRITE, WRITE with immediate, READ, atomics.
+  await requestsEach({ dp: a, ip: IP_A, ...x }, { dp: b, ip: IP_B, ...y }, seed);
 
   // Inline (the bytes copied at post time: changed right after) and unsignaled requests.
   await b.postRecv(y.qp.qpn, { wrId: 'in', sge: [{ mr: y.mr.mr, offset: 0, length: 64 }] });
@@ -232,7 +106,6 @@ async function everyOperation(p: MemifPair, x: End, y: End, seed: number): Promi
     'all 300 in order',
   );
   assert.equal(await b.readMr(y.mr.mr, MiB, 300 * KiB), burst, 'burst data');
-  await b.destroyMr(inv.mr);
 }
 
 /** A shared receive queue on B's side: three SENDs land in its receives. */

@@ -6,7 +6,9 @@
  * header checksum (identification and DF are kept, as Linux does), and the Ethernet header
  * rebuilt in front of it addressed to the request's Ethernet source. It goes straight back out
  * of the interface it came in on: a host answers the neighbor (or router) that asked, so no
- * route or neighbor lookup is needed.
+ * route or neighbor lookup is needed. A request from one of our own addresses (a ping of our
+ * own address, which came through ip4-loopback) is answered the same way: through ip4-loopback,
+ * as received on the interface that owns the address.
  *
  * Echo replies carrying the identifier of our own pinger (icmp4-ping.ts) settle the request
  * they answer first; then they, and the other ICMP types (unreachables, ...), are counted and
@@ -30,8 +32,9 @@ export const ICMP4_ECHO = 'icmp4-echo';
 export const ICMP_ECHO_REPLY = 0;
 export const ICMP_ECHO_REQUEST = 8;
 
-const NEXT = nextTable({ DROP: 'error-drop' });
-const NEXT_DROP = NEXT.index.DROP;
+const NEXT = nextTable({ DROP: 'error-drop', LOCAL: 'ip4-loopback' });
+const NEXT_DROP = NEXT.index.DROP,
+  NEXT_LOCAL = NEXT.index.LOCAL;
 
 const ERROR_TABLE = errorTable({
   TRUNCATED: { name: 'truncated', description: 'ICMP message < 8 bytes', severity: 'error' },
@@ -156,13 +159,20 @@ function icmp4Echo(rt: NodeRuntime, frame: Frame | null): number {
     // Ethernet: back to where it came from.
     const e = ip - ETH_HEADER_BYTES;
     const ix = rxIf[bi];
-    v.setUint32(e, v.getUint32(e + 6));
-    v.setUint16(e + 4, v.getUint16(e + 10));
+    const local = ifs.localInterface(src);
+    if (local === 0) {
+      v.setUint32(e, v.getUint32(e + 6));
+      v.setUint16(e + 4, v.getUint16(e + 10));
+    } else {
+      v.setUint32(e, ifs.macHi[local]);
+      v.setUint16(e + 4, ifs.macLo[local]);
+      rxIf[bi] = local;
+    }
     v.setUint32(e + 6, ifs.macHi[ix]);
     v.setUint16(e + 10, ifs.macLo[ix]);
     pool.prepend(bi, IP4_HEADER_BYTES + ETH_HEADER_BYTES);
     flags[bi] = fl & ~RX_ONLY_FLAGS;
-    nexts[i] = out[ix];
+    nexts[i] = local === 0 ? out[ix] : NEXT_LOCAL;
     replies++;
   }
   if (replies > 0) rt.countError(IcmpError.REPLIES, replies);

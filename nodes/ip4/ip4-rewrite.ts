@@ -11,6 +11,12 @@
  * the neighbor table, which sends an ARP request at once and again every retransmit interval
  * (one per neighbor per interval: that is the rate limit), and sends the held packets back
  * here when the reply comes, or drops them ("no ARP reply") when the probes run out.
+ *
+ * A destination that is one of our own addresses (on any interface) is the local adjacency:
+ * no route, next hop or ARP (nothing on the wire could answer for us), the destination MAC is
+ * the owning interface's, `pool.rxIf` names that interface, and the frame goes to
+ * ip4-loopback, which takes it in as received there. Decided once per run of packets to one
+ * destination, like the neighbor lookup.
  */
 import {
   BufferFlag,
@@ -31,8 +37,9 @@ import { IP4_DEFAULT_TTL, IP4_FLAG_DF, IP4_HEADER_BYTES, Ip4Opaque, ip4SetChecks
 
 export const IP4_REWRITE = 'ip4-rewrite';
 
-const NEXT = nextTable({ DROP: 'error-drop' });
-const NEXT_DROP = NEXT.index.DROP;
+const NEXT = nextTable({ DROP: 'error-drop', LOCAL: 'ip4-loopback' });
+const NEXT_DROP = NEXT.index.DROP,
+  NEXT_LOCAL = NEXT.index.LOCAL;
 
 const ERROR_TABLE = errorTable({
   NO_ROUTE: { name: 'no_route', description: 'no route to destination', severity: 'error' },
@@ -95,6 +102,7 @@ function ip4Rewrite(rt: NodeRuntime, frame: Frame | null): number {
     length = pool.length,
     flags = pool.flags,
     error = pool.error,
+    rxIf = pool.rxIf,
     opaque = pool.opaque;
   const configured = ifs.configured,
     ifAddr = ifs.address,
@@ -118,6 +126,9 @@ function ip4Rewrite(rt: NodeRuntime, frame: Frame | null): number {
   let cIx = -1,
     cNh = -1,
     cE = -1;
+  // Local adjacency cache: the interface owning the last destination (0: not ours).
+  let cDst = -1,
+    cLocal = 0;
   for (let i = 0; i < n; i++) {
     const bi = vec[i];
     const w = bi * OPAQUE_WORDS;
@@ -135,8 +146,17 @@ function ip4Rewrite(rt: NodeRuntime, frame: Frame | null): number {
     } else if (ix >= ifs.max || configured[ix] !== 1) err = Ip4RewriteError.BAD_INTERFACE;
     const plen = err < 0 ? (flags[bi] & BufferFlag.NEXT_PRESENT ? pool.packetLength(bi) : length[bi]) : 0;
     if (err < 0 && plen + IP4_HEADER_BYTES > mtu[ix]) err = Ip4RewriteError.TOO_BIG;
+    let local = 0;
     if (err < 0) {
-      if (isIp4Multicast(dst)) {
+      if (dst !== cDst) {
+        cDst = dst;
+        cLocal = ifs.localInterface(dst);
+      }
+      local = cLocal;
+      if (local !== 0) {
+        mHi = ifHi[local];
+        mLo = ifLo[local];
+      } else if (isIp4Multicast(dst)) {
         mHi = 0x01005e00 | ((dst >>> 16) & 0x7f);
         mLo = dst & 0xffff;
       } else if (ifs.isBroadcast(ix, dst)) {
@@ -207,7 +227,10 @@ function ip4Rewrite(rt: NodeRuntime, frame: Frame | null): number {
     v.setUint16(o + 12, ETHERTYPE_IP4);
     flags[bi] &= ~RX_ONLY_FLAGS;
     keep[k] = bi;
-    nexts[k++] = out[ix];
+    if (local !== 0) {
+      rxIf[bi] = local;
+      nexts[k++] = NEXT_LOCAL;
+    } else nexts[k++] = out[ix];
     if (traced) {
       rt.addTrace(bi, {
         ip: ip4HeaderRecord(v, ip, ''),
@@ -216,7 +239,7 @@ function ip4Rewrite(rt: NodeRuntime, frame: Frame | null): number {
         srcHi: ifHi[ix],
         srcLo: ifLo[ix],
         via: nh || dst,
-        ifName: ifs.names[ix],
+        ifName: local !== 0 ? `${ifs.names[ix]}, local to ${ifs.names[local]}` : ifs.names[ix],
       } satisfies RewriteTrace);
     }
   }
