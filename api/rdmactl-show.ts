@@ -65,6 +65,7 @@ export const SHOW_OBJECTS: Record<string, string> = {
   health: 'health',
   version: 'version',
   device: 'device',
+  devices: 'device',
 };
 
 /** `show hardware`: VPP's header and generic lines, then what the driver says (non-zero counters only). */
@@ -117,53 +118,79 @@ export function formatBuffers(b: BufferView): string {
   );
 }
 
-/** The largest IB MTU (256..4096) not over `bytes`, as ibv_devinfo prints one: "1024 (3)". */
+/** An IB MTU in bytes (256..4096) as ibv_devinfo prints one: "1024 (3)". */
 function ibMtu(bytes: number): string {
-  let e = 0;
-  for (let k = 1; k <= 5; k++) if (128 << k <= bytes) e = k;
-  return e === 0 ? `${bytes} (below 256)` : `${128 << e} (${e})`;
+  return `${bytes} (${Math.log2(bytes) - 7})`;
 }
 
-/** `show device`: ibv_devinfo -v's layout for what applies to this device. */
+/**
+ * `show device`: each device as `ibv_devinfo -v` prints it (its names, layout and values for
+ * every field both have: test/device-probes.test.ts compares them), then what is rdma-graph's
+ * own (interface, wire, inline data, STag key bits, QPN range, TRP window, segment size).
+ */
 export function formatDevice(d: DeviceView): string {
+  // ibv_devinfo's columns: the value at column 40 (tabs of 8).
   const f = (k: string, v: string | number) =>
-    `\t${k}:${'\t'.repeat(Math.max(1, 3 - Math.floor((k.length + 1) / 8)))}${v}`;
+    `\t${k}:${'\t'.repeat(Math.max(1, 4 - Math.floor((k.length + 1) / 8)))}${v}`;
+  const hex = (v: number, width = 0) => `0x${v.toString(16).padStart(width, '0')}`;
   const lines = [
     `hca_id:\t${d.name}`,
-    f('transport', d.transport),
-    f('fw_ver', d.version),
+    f('transport', `${d.transport} (0)`),
+    f('fw_ver', d.fwVer),
+    f('node_guid', d.nodeGuid),
+    f('sys_image_guid', d.sysImageGuid),
+    f('vendor_id', hex(d.vendorId, 4)),
+    f('vendor_part_id', d.vendorPartId),
+    f('hw_ver', hex(d.hwVer)),
+    f('phys_port_cnt', d.ports.length),
+    f('max_mr_size', hex(d.maxMrSize)),
+    f('page_size_cap', hex(d.pageSizeCap)),
     f('max_qp', d.maxQp),
     f('max_qp_wr', d.maxQpWr),
     f('max_sge', d.maxSge),
-    f('max_inline_data', d.maxInline),
+    f('max_sge_rd', d.maxSgeRd),
     f('max_cq', d.maxCq),
     f('max_cqe', d.maxCqe),
     f('max_mr', d.maxMr),
-    f('max_mr_size', `0x${d.maxMrSize.toString(16)}`),
     f('max_pd', d.maxPd),
     f('max_qp_rd_atom', d.maxQpRdAtom),
+    f('max_res_rd_atom', d.maxResRdAtom),
     f('max_qp_init_rd_atom', d.maxQpInitRdAtom),
     f('atomic_cap', 'ATOMIC_HCA (1)'),
     f('max_srq', d.maxSrq),
     f('max_srq_wr', d.maxSrqWr),
     f('max_srq_sge', d.maxSrqSge),
+    f('max_pkeys', 1),
+    f('interface', d.interface),
+    f('wire', d.wire),
+    f('max_inline_data', d.maxInline),
     f('stag_key_bits', d.stagKeyBits),
     f('qpn_range', `${d.portRange[0]}..${d.portRange[1]} (UDP ports)`),
     f('trp_window', d.window),
-    f('phys_port_cnt', d.ports.length),
   ];
   for (const p of d.ports) {
     lines.push(`\t\tport:\t${p.port}`);
-    lines.push(`\t\t\tinterface:\t\t${p.interface}`);
     lines.push(`\t\t\tstate:\t\t\t${p.state === 'active' ? 'PORT_ACTIVE (4)' : 'PORT_DOWN (1)'}`);
-    lines.push(`\t\t\tmax_mtu:\t\t4096 (5)`);
-    lines.push(
-      `\t\t\tactive_mtu:\t\t${ibMtu(p.activeMtu)} (segments carry up to ${p.activeMtu} bytes; interface MTU ${p.mtu})`,
-    );
+    lines.push(`\t\t\tmax_mtu:\t\t${ibMtu(p.maxMtu)}`);
+    lines.push(`\t\t\tactive_mtu:\t\t${ibMtu(p.activeMtu)}`);
     lines.push(`\t\t\tlink_layer:\t\t${p.linkLayer}`);
-    lines.push(`\t\t\tGID[  0]:\t\t${p.gid ?? '(no IPv4 address)'}`);
+    lines.push(`\t\t\tmax_msg_sz:\t\t${hex(d.maxMsgSz)}`);
+    lines.push(`\t\t\tpkey_tbl_len:\t\t1`);
+    lines.push(`\t\t\tgid_tbl_len:\t\t1`);
+    lines.push(`\t\t\tGID[  0]:\t\t${p.gid}, ${p.gidType}`);
+    lines.push(`\t\t\tsegment_bytes:\t\t${p.segmentBytes} (interface MTU ${p.mtu})`);
   }
   return lines.map((l) => l + '\n').join('');
+}
+
+/** `show device [NAME]`: every device, a blank line between, as ibv_devinfo -v (-d NAME: that one). */
+export function formatDevices(ds: DeviceView[], name?: string): string {
+  const pick = name === undefined ? ds : ds.filter((d) => d.name === name || d.interface === name);
+  if (pick.length === 0)
+    return name === undefined
+      ? 'No IB devices found (no interface has an IPv4 address)\n'
+      : `no device ${name} (devices: ${ds.map((d) => d.name).join(', ') || 'none'})\n`;
+  return pick.map(formatDevice).join('\n');
 }
 
 export function formatVersion(v: VersionView): string {
@@ -288,9 +315,11 @@ export function showCommand(words: string[], show: Show): Promise<void> {
     case 'version':
       a.end();
       return show('/v1/version', (v: VersionView) => formatVersion(v));
-    case 'device':
+    case 'device': {
+      const name = a.done ? undefined : a.word('NAME');
       a.end();
-      return show('/v1/device', (v: DeviceView) => formatDevice(v));
+      return show('/v1/devices', (v: DeviceView[]) => formatDevices(v, name));
+    }
     default:
       throw new UsageError(`show: "${sub}" has no renderer`);
   }

@@ -73,7 +73,7 @@ show:
   show trace                          traced packets (see trace add)
   show qps | show qp QPN              queue pairs
   show listeners | mrs | cqs | srqs | pds | events
-  show device                         the RDMA device as ibv_devinfo prints it: limits, ports, GIDs
+  show device [NAME]                  the RDMA devices (one per interface with an address) as ibv_devinfo -v prints them
   show version | show health
   ping IP [repeat N] [interval SECONDS] [size BYTES] [timeout SECONDS]   ICMP echo from the data plane (5 by default; count N = repeat N)
   clear runtime|errors|trace

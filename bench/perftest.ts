@@ -6,7 +6,7 @@
  *                         perftest side preloaded against its own daemon's verbs socket
  *   topology one-daemon   one daemon with two memif interfaces joined to each other (memif0 the
  *                         server, memif1 the client of the same socket), the sides on
- *                         rdmagraph_memif0 and rdmagraph_memif1
+ *                         rg_memif0 and rg_memif1
  *
  * In each: ib_write_bw 64 KiB (duration mode) and ib_send_lat 64 B with perftest polling its
  * CQ, and in event mode (-e, completion channels) ib_send_bw 64 KiB (perftest has no event mode
@@ -206,10 +206,7 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
       const one = daemon(s('one.yaml'));
       try {
         await one.up(2);
-        topologies['one-daemon'] = await perftests(s('v1.sock'), s('v1.sock'), seconds, [
-          'rdmagraph_memif0',
-          'rdmagraph_memif1',
-        ]);
+        topologies['one-daemon'] = await perftests(s('v1.sock'), s('v1.sock'), seconds, ['rg_memif0', 'rg_memif1']);
       } finally {
         await one.stop();
       }

@@ -101,6 +101,25 @@ export function checkIfName(s: string): string | undefined {
   return IFNAME.test(s) ? undefined : `${q(s)} is not a valid interface name`;
 }
 
+/** The RDMA device name's prefix, and its longest length (UCX's and the kernel's limit, IB_DEVICE_NAME_MAX - 1). */
+export const RDMA_DEVICE_PREFIX = 'rg_';
+export const RDMA_DEVICE_NAME_MAX = 15;
+
+/**
+ * The RDMA device name of interface `ifname` (dataplane/rdma-devices.ts): `rg_<ifname>` when it
+ * fits 15 characters, else `rg_`, the first 6 characters, `-` and 5 upper-case hex digits of
+ * the FNV-1a hash of the whole name. Interface names are lower case, so a hashed name is never
+ * a short one.
+ */
+export function rdmaDeviceName(ifname: string): string {
+  const room = RDMA_DEVICE_NAME_MAX - RDMA_DEVICE_PREFIX.length;
+  if (ifname.length <= room) return RDMA_DEVICE_PREFIX + ifname;
+  let h = 0x811c9dc5;
+  for (const b of Buffer.from(ifname, 'utf8')) h = Math.imul(h ^ b, 0x01000193) >>> 0;
+  const tag = (h >>> 12).toString(16).toUpperCase().padStart(5, '0');
+  return `${RDMA_DEVICE_PREFIX}${ifname.slice(0, room - 1 - tag.length)}-${tag}`;
+}
+
 /** A Linux network device name (dev_valid_name): no '/', ':' or white space, not "." or "..". */
 export function checkHostIfName(s: string): string | undefined {
   return /[/:\s]/.test(s) || s === '.' || s === '..' ? `${q(s)} is not a Linux interface name` : undefined;

@@ -17,7 +17,16 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { isAlias, isMap, isScalar, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
 import { validateFaultConfig } from '../drivers/fault.ts';
-import { inSubnet, notAHost, parseIp4, parseIp4Prefix, parseListen, subnetText, type Ip4Prefix } from './formats.ts';
+import {
+  inSubnet,
+  notAHost,
+  parseIp4,
+  parseIp4Prefix,
+  parseListen,
+  rdmaDeviceName,
+  subnetText,
+  type Ip4Prefix,
+} from './formats.ts';
 import { camel, expected, expectedOrNull, parseCoreList, SCHEMA, type MapSpec, type Spec } from './schema.ts';
 import { DRIVER_KINDS, type Config, type InterfaceConfig } from './types.ts';
 
@@ -288,6 +297,7 @@ const INTERFACE_SPEC = (SCHEMA.keys.interfaces as { items: MapSpec }).items;
 function crossCheck(raw: Raw, c: Checker): void {
   const ifs = Array.isArray(raw.interfaces) ? raw.interfaces : [];
   const byName = new Map<string, { k: number; itf: Raw }>();
+  const byDevice = new Map<string, number>();
 
   ifs.forEach((itf: unknown, k) => {
     if (!isRecord(itf)) return;
@@ -303,6 +313,17 @@ function crossCheck(raw: Raw, c: Checker): void {
           'a unique name',
         );
       else byName.set(name, { k, itf });
+      // Two long names may hash to one RDMA device name (rdmaDeviceName): 2^-20, refused here.
+      const dev = rdmaDeviceName(name);
+      const other = byDevice.get(dev);
+      if (prev === undefined && other !== undefined)
+        c.report(
+          `${p}.name`,
+          c.where(`${p}.name`),
+          `${q(name)} gets the RDMA device name ${dev}, as interfaces[${other}] does`,
+          'another name (its first 6 characters, or one of 12 characters or fewer)',
+        );
+      else byDevice.set(dev, k);
     }
     const driver = typeof itf.driver === 'string' ? itf.driver : undefined;
     if (driver !== undefined) {

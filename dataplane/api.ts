@@ -102,7 +102,8 @@ export interface DataplaneApi {
   health(): Promise<HealthView>;
   buffers(): Promise<BufferView>;
   hardware(): Promise<HardwareView[]>;
-  device(): Promise<DeviceView>;
+  /** The RDMA devices: one per interface with an IPv4 address (dataplane/rdma-devices.ts). */
+  devices(): Promise<DeviceView[]>;
   version(): Promise<VersionView>;
 
   interfaces(): Promise<InterfaceView[]>;

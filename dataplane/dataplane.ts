@@ -22,6 +22,7 @@ import { addHandoffInterface, registerHandoffInput } from '../nodes/handoff/hand
 import { setLoopbackNext } from '../nodes/ip4/ip4-loopback.ts';
 import { HandoffInbox, HandoffProducer, type HandoffQueueMemory } from '../graph/handoff-queue.ts';
 import { startVerbsSocket, VERBS_LIBRARY } from './verbs-server/connections.ts';
+import { deviceView } from './rdma-devices.ts';
 import type { HandoffPlan } from './workers/protocol.ts';
 import { pinThread } from './pin.ts';
 import type {
@@ -585,29 +586,18 @@ export class Dataplane implements DataplaneApi {
     });
   }
 
-  async device(): Promise<DeviceView> {
-    const ports = this.ifs.all().map((itf, k) => {
-      const ip = this.net.interfaces.isConfigured(itf.index) ? this.net.interfaces.info(itf.index) : null;
-      const mtu = ip?.mtu ?? itf.driver.mtu;
-      return {
-        port: k + 1,
-        interface: itf.name,
-        state: itf.driver.linkUp() ? ('active' as const) : ('down' as const),
-        mtu,
-        // What a segment may carry: the MTU less IPv4 20, UDP 8 and TRP 10 bytes.
-        activeMtu: mtu - 38,
-        linkLayer: 'Ethernet' as const,
-        gid: ip ? `::ffff:${ip.address}` : null,
-        address: ip?.address ?? null,
-      };
-    });
-    return {
-      name: 'rdma-graph0',
-      transport: 'iWARP over UDP (urdma TRP)',
-      version: VERSION,
-      ...this.rdma.deviceAttr(),
-      ports,
-    };
+  async devices(): Promise<DeviceView[]> {
+    const attr = this.rdma.deviceAttr();
+    return (await this.interfaces())
+      .filter((i) => i.addresses.length > 0)
+      .map((i) =>
+        deviceView(
+          { name: i.name, mac: i.mac, mtu: i.mtu, up: i.state === 'up', address: i.addresses[0].split('/')[0] },
+          attr,
+          this.pool.dataSize,
+          VERSION,
+        ),
+      );
   }
 
   async version(): Promise<VersionView> {

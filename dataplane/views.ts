@@ -238,20 +238,42 @@ export interface HardwareView {
   counters: Record<string, number>;
 }
 
-/** `show device` (ibv_devinfo): the software RDMA device's limits and one port per interface. */
+/**
+ * `show device` (ibv_devinfo -v), GET /v1/devices: an RDMA device, one per interface with an
+ * IPv4 address, as a verbs program sees it (dataplane/rdma-devices.ts makes it; the verbs
+ * socket's DEVICES reply carries the same figures to ibv_query_device and ibv_query_port).
+ */
 export interface DeviceView extends DeviceAttr {
+  /** The hca_id: rg_<interface> (dataplane/rdma-devices.ts says the rule). */
   name: string;
-  transport: 'iWARP over UDP (urdma TRP)';
-  version: string;
+  interface: string;
+  /** libibverbs' transport: InfiniBand, as a RoCE device's (GID 0 a RoCE v2 GID, link layer Ethernet). */
+  transport: 'InfiniBand';
+  /** What actually travels. */
+  wire: 'iWARP over UDP (urdma TRP)';
+  fwVer: string;
+  /** "00fe:00ff:fe00:0001": the EUI-64 of the MAC. */
+  nodeGuid: string;
+  sysImageGuid: string;
+  vendorId: number;
+  vendorPartId: number;
+  hwVer: number;
+  /** One port. */
   ports: {
     port: number;
-    interface: string;
     state: 'active' | 'down';
-    mtu: number;
+    /** Bytes: the largest path MTU a QP takes. */
+    maxMtu: number;
+    /** Bytes: the largest IB MTU the interface's segments hold. */
     activeMtu: number;
+    /** The interface's IP MTU. */
+    mtu: number;
+    /** What one segment carries: the DDP/RDMAP header and payload. */
+    segmentBytes: number;
     linkLayer: 'Ethernet';
-    gid: string | null;
-    address: string | null;
+    gid: string;
+    gidType: 'RoCE v2';
+    address: string;
   }[];
 }
 

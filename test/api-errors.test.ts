@@ -77,7 +77,7 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
     },
     { method: 'GET', path: '/v1/buffers?count=1', status: 400, message: NOFIELDS('querystring', 'count') },
     { method: 'GET', path: '/v1/version?v=1', status: 400, message: NOFIELDS('querystring', 'v') },
-    { method: 'GET', path: '/v1/device?port=1', status: 400, message: NOFIELDS('querystring', 'port') },
+    { method: 'GET', path: '/v1/devices?port=1', status: 400, message: NOFIELDS('querystring', 'port') },
     { method: 'GET', path: '/v1/hardware?name=x', status: 400, message: NOFIELDS('querystring', 'name') },
     { method: 'GET', path: '/v1/rx-placement?thread=1', status: 400, message: NOFIELDS('querystring', 'thread') },
     { method: 'GET', path: '/v1/interfaces?verbose=1', status: 400, message: NOFIELDS('querystring', 'verbose') },

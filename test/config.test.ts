@@ -627,6 +627,11 @@ const CASES: [string, string, string][] = [
     't.yaml:5:11: interfaces[1].name: "m0" is already the name of interfaces[0] (expected a unique name)',
   ],
   [
+    'two long names with one RDMA device name (rg_ + 6 characters + a 20-bit hash)',
+    'interfaces:\n  - name: longif-11fr-x\n    driver: memif\n    memif: {socket: s}\n  - name: longif-124a-x\n    driver: memif\n    memif: {socket: s2}\n',
+    't.yaml:5:11: interfaces[1].name: "longif-124a-x" gets the RDMA device name rg_longif-68591, as interfaces[0] does (expected another name (its first 6 characters, or one of 12 characters or fewer))',
+  ],
+  [
     "another driver's options",
     `${M}    pcap: {rx-file: a}\n`,
     't.yaml:5:5: interfaces[0].pcap: pcap options on a memif interface (expected only the memif key)',

@@ -51,9 +51,10 @@ test('rdmactl and REST agree: what both leave out gets the same defaults (access
     };
     const qp = doc.components.schemas.QpCreate.properties;
     assert.is(qp.maxSendWr.default, 256);
-    assert.is(qp.maxSendWr.maximum, (await p.a.device()).maxQpWr);
-    assert.is(qp.maxSge.maximum, (await p.a.device()).maxSge);
-    assert.is(qp.ird.maximum, (await p.a.device()).maxQpRdAtom);
+    const [dev] = await p.a.devices();
+    assert.is(qp.maxSendWr.maximum, dev.maxQpWr);
+    assert.is(qp.maxSge.maximum, dev.maxSge);
+    assert.is(qp.ird.maximum, dev.maxQpRdAtom);
     assert.is(doc.components.schemas.CqCreate.properties.depth.maximum, 1 << 20);
     assert.equal(doc.components.schemas.MrCreate.properties.access.default, ['local-write']);
   } finally {

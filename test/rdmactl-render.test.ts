@@ -6,7 +6,14 @@ import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { runCommand, UsageError, type Call } from '../api/rdmactl.ts';
 import { formatInterfaces, formatNeighbors, formatQps } from '../api/render.ts';
-import { formatBuffers, formatDevice, formatHardware, formatMemif, formatVersion } from '../api/rdmactl-show.ts';
+import {
+  formatBuffers,
+  formatDevice,
+  formatDevices,
+  formatHardware,
+  formatMemif,
+  formatVersion,
+} from '../api/rdmactl-show.ts';
 import { baseConfig, IP_A, IP_B, MAC_B, twoDataplanes } from './dataplane-helpers.ts';
 
 interface Req {
@@ -191,7 +198,8 @@ const CASES: [string, Req][] = [
   ['show ip neighbors', { method: 'GET', path: '/v1/neighbors' }],
   ['sh ip nei', { method: 'GET', path: '/v1/neighbors' }],
   ['show version', { method: 'GET', path: '/v1/version' }],
-  ['show dev', { method: 'GET', path: '/v1/device' }],
+  ['show dev', { method: 'GET', path: '/v1/devices' }],
+  ['show device rg_m0', { method: 'GET', path: '/v1/devices' }],
   ['cl err', { method: 'POST', path: '/v1/errors/clear' }],
   ['cre p', { method: 'POST', path: '/v1/pds', body: {} }],
 ];
@@ -312,16 +320,20 @@ test('renderers on live views: show interfaces / neighbors / qps in VPP columns'
 test('show device, version, buffers, hardware, memif on a live data plane', async () => {
   const { a, close } = await twoDataplanes({ a: { rdma: { ...baseConfig().rdma, maxQps: 77 } } });
   try {
-    const dev = formatDevice(await a.device()).split('\n');
-    assert.is(dev[0], 'hca_id:\trdma-graph0');
-    assert.ok(dev.includes('\tmax_qp:\t\t\t77'), dev.join('\n'));
-    assert.ok(dev.includes('\tatomic_cap:\t\tATOMIC_HCA (1)'), dev.join('\n'));
-    assert.ok(dev.includes(`\t\t\tGID[  0]:\t\t::ffff:${IP_A}`), dev.join('\n'));
-    // MTU 1500: segments carry 1462 bytes; the largest IB MTU within it is 1024 (3).
-    assert.ok(
-      dev.some((l) => l.startsWith('\t\t\tactive_mtu:\t\t1024 (3) (segments carry up to 1462 bytes')),
-      dev.join('\n'),
+    const devs = await a.devices();
+    assert.equal(
+      devs.map((d) => [d.name, d.interface]),
+      (await a.interfaces()).map((i) => [`rg_${i.name}`, i.name]),
     );
+    const dev = formatDevice(devs[0]).split('\n');
+    assert.is(dev[0], `hca_id:\trg_${devs[0].interface}`);
+    assert.ok(dev.includes('\tmax_qp:\t\t\t\t77'), dev.join('\n'));
+    assert.ok(dev.includes('\tatomic_cap:\t\t\tATOMIC_HCA (1)'), dev.join('\n'));
+    assert.ok(dev.includes(`\t\t\tGID[  0]:\t\t::ffff:${IP_A}, RoCE v2`), dev.join('\n'));
+    // MTU 1500: segments carry 1462 bytes; the largest IB MTU within it is 1024 (3).
+    assert.ok(dev.includes('\t\t\tactive_mtu:\t\t1024 (3)'), dev.join('\n'));
+    assert.ok(dev.includes('\t\t\tsegment_bytes:\t\t1462 (interface MTU 1500)'), dev.join('\n'));
+    assert.match(formatDevices(devs, 'nothing'), /^no device nothing \(devices: rg_/);
     const ver = formatVersion(await a.version());
     assert.match(ver, /^rdma-graph v\d+\.\d+\.\d+ on Node v20/);
     // dpdk is listed when dpdk.node was built, ibverbs and mlx5dv when ibverbs.node was.

@@ -111,6 +111,8 @@ export async function runNicBlock(block: string, hardware: RegExp[]): Promise<vo
 }
 
 export const VERBS = 'node bin/rdma-graph.mjs exec -- ibv_devinfo -v';
+/** The first line of the README's probe block (test/verbs-probes.test.ts runs it). */
+export const PROBES = 'node bin/rdma-graph.mjs exec -- ls -l /dev/infiniband /sys/class/infiniband';
 
 /** The README's line that starts a DPDK peer (test/dpdk-daemon.test.ts runs it). */
 export const DPDK_LINE = 'npm start -- --config config/examples/dpdk-memif.yaml';
@@ -151,7 +153,7 @@ export function checkSessions(): void {
   if (spawnSync('ib_write_bw', ['--help']).error) skip('perftest is not installed (ib_write_bw)');
   const verbs = bash(all.find((x) => x.startsWith(VERBS)) as string);
   assert.is(verbs.code, 0, verbs.out);
-  assert.match(verbs.out, /^hca_id:\s+rdmagraph_memif0$/m);
+  assert.match(verbs.out, /^hca_id:\s+rg_memif0$/m);
   assert.match(verbs.out, /GID\[\s*0\]:\s+::ffff:10\.10\.0\.1, RoCE v2/);
   assert.is(
     verbs.out.match(/1000 iters in [\d.]+ seconds = [\d.]+ usec\/iter/g)?.length,

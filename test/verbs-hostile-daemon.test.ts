@@ -16,6 +16,7 @@ import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
+import { rgv_device } from '../dataplane/verbs-server/abi.generated.ts';
 import { loadCore, NATIVE_BUILD_DIR } from '../native/addons.ts';
 import { IP_A, IP_B } from './dataplane-helpers.ts';
 import { ROOT } from './readme-helpers.ts';
@@ -198,12 +199,22 @@ test('a daemon answering 0x7fffffff CQ entries for a ring of 512 (or 16): refuse
 test('a device list with max_qp_wr, max_sge and max_cqe 0xffffffff: the device is refused, no device is listed', async () => {
   await bothRefuse(
     'device',
-    /rdma-graph verbs: the daemon answered max_qp 4294967295 for device rdmagraph_hostile0 \(at most \d+\): refused/,
+    /rdma-graph verbs: the daemon answered max_qp 4294967295 for device rg_hostile0 \(0 to \d+\): refused/,
   );
 });
 
 test('a device list whose count says 0x7fffffff devices in the bytes of one: refused', async () => {
-  await bothRefuse('count', /rdma-graph verbs: the daemon answered 2147483647 devices in 132 bytes: refused/);
+  await bothRefuse(
+    'count',
+    new RegExp(`rdma-graph verbs: the daemon answered 2147483647 devices in ${rgv_device.size} bytes: refused`),
+  );
+});
+
+test('a device named "../../../tmp/x" (a name becomes paths under /sys/class/infiniband): refused', async () => {
+  await bothRefuse(
+    'name',
+    /rdma-graph verbs: the daemon answered device 0 named "\.\.\/\.\.\/\.\.\/tmp\/x" \(1 to 15 of \[A-Za-z0-9_-\], each name once\): refused/,
+  );
 });
 
 test('bad handles: a QPN of 32 bits (ibv_rc_pingpong), a completion channel handle 0xffffffff (verbs-check): refused', async () => {
@@ -306,7 +317,7 @@ test("the daemon's credentials: another uid on an abstract name or in a director
       // Trusted when the program says so.
       const ok = await program(socket, ['ibv_devices'], { env: { RDMA_GRAPH_DAEMON_UID: String(NOBODY) } }).done;
       assert.is(ok.code, 0, ok.out);
-      assert.match(ok.out, /rdmagraph_hostile0/, 'RDMA_GRAPH_DAEMON_UID=65534: its devices are listed');
+      assert.match(ok.out, /rg_hostile0/, 'RDMA_GRAPH_DAEMON_UID=65534: its devices are listed');
     }
     // The owner of the socket file, in a directory only that owner can write: trusted (a daemon
     // run by a service user, its socket shared with a group).
@@ -314,7 +325,12 @@ test("the daemon's credentials: another uid on an abstract name or in a director
     hs.push(h);
     const ok = await program(join(own, 'verbs.sock'), ['ibv_devices']).done;
     assert.is(ok.code, 0, ok.out);
-    assert.match(ok.out, /rdmagraph_hostile0/, 'the socket file owner in its own directory is trusted');
+    assert.match(ok.out, /rg_hostile0/, 'the socket file owner in its own directory is trusted');
+    // What the daemon says is printed by the program: its firmware text without the escape in it.
+    const info = await program(join(own, 'verbs.sock'), ['ibv_devinfo']).done;
+    assert.is(info.code, 0, info.out);
+    assert.match(info.out, /^\s*fw_ver:\s+hostile\?\[2J$/m, info.out);
+    assert.not.match(info.out, /\x1b/, 'no escape reaches the terminal');
   } finally {
     for (const h of hs) h.kill();
     rmSync(dir, { recursive: true, force: true });

@@ -12,6 +12,7 @@
  *   cqe          CREATE_CQ: 0x7fffffff entries
  *   device       DEVICES: max_qp, max_qp_wr, max_sge, max_cqe 0xffffffff, max_rd_atom 0x10000
  *   count        DEVICES: count 0x7fffffff with one device's bytes
+ *   name         DEVICES: the device named "../../../tmp/x" (a name becomes paths: probes.c)
  *   handle       CREATE_QP: QPN 0xffffffff (QPNs are 24 bits); CREATE_CHANNEL: handle 0xffffffff
  *   unsolicited  true answers, then a message nobody asked for once a program that made a CQ
  *                has been idle for 300 ms (waiting in ibv_get_cq_event)
@@ -24,6 +25,7 @@ import { loadCore } from '../native/addons.ts';
 import {
   type AbiStruct,
   RGV_MTU_1024,
+  RGV_MTU_4096,
   RGV_OPS,
   rgv_cq,
   rgv_create_cq,
@@ -67,10 +69,11 @@ const none = new Uint8Array(0);
 function device(): Uint8Array {
   const lie = mode === 'device';
   return encode(rgv_device, {
-    name: 'rdmagraph_hostile0',
+    name: mode === 'name' ? '../../../tmp/x' : 'rg_hostile0',
     ifname: 'hostile0',
     mac: [2, 0, 0, 0, 0, 1],
     link_up: 1,
+    active_mtu: RGV_MTU_1024,
     ipv4: [127, 0, 0, 1],
     mtu: 1500,
     max_qp: lie ? ALL : 256,
@@ -78,6 +81,21 @@ function device(): Uint8Array {
     max_sge: lie ? ALL : 32,
     max_cqe: lie ? ALL : 1 << 20,
     max_rd_atom: lie ? 0x10000 : 16,
+    max_cq: 256,
+    max_mr: 256,
+    max_pd: 256,
+    max_srq: 256,
+    max_srq_wr: 16384,
+    max_srq_sge: 32,
+    max_sge_rd: 32,
+    max_inline: 64,
+    max_msg_sz: 2 ** 31,
+    max_mtu: RGV_MTU_4096,
+    max_res_rd_atom: 256 * 16,
+    page_size_cap: 4096,
+    max_mr_size: 2 ** 31,
+    node_guid: [0, 0, 0, 0xff, 0xfe, 0, 0, 1],
+    fw_ver: 'hostile\x1b[2J',
   });
 }
 

@@ -89,7 +89,7 @@ test('ibv_devices and ibv_devinfo -v, unmodified: one device per interface, port
       /verbs\.socket .*verbs\.sock: another process serves it/,
       'a socket a live daemon serves is not taken over',
     );
-    const name = `rdmagraph_${(await dps.a.interfaces())[0].name}`;
+    const name = `rg_${(await dps.a.interfaces())[0].name}`;
     const list = await run(socket, ['ibv_devices']);
     assert.is(list.code, 0, list.out);
     assert.match(list.out, new RegExp(`^\\s+${name}\\s+${guid(MAC_A)}$`, 'm'), list.out);
@@ -99,7 +99,8 @@ test('ibv_devices and ibv_devinfo -v, unmodified: one device per interface, port
       new RegExp(`^hca_id:\\s+${name}$`, 'm'),
       /^\s+state:\s+PORT_ACTIVE \(4\)$/m,
       /^\s+link_layer:\s+Ethernet$/m,
-      /^\s+max_mtu:\s+1024 \(3\)$/m, // a 1500-byte IP MTU carries 1024-byte segments, not 2048
+      /^\s+max_mtu:\s+4096 \(5\)$/m, // what a QP takes (a larger path MTU than the link's is clamped to it)
+      /^\s+active_mtu:\s+1024 \(3\)$/m, // a 1500-byte IP MTU carries 1024-byte segments, not 2048
       new RegExp(`^\\s+max_qp:\\s+${dps.a.config.rdma.maxQps}$`, 'm'),
       /^\s+max_qp_rd_atom:\s+\d+$/m,
       /^\s+atomic_cap:\s+ATOMIC_HCA \(1\)$/m,
@@ -414,7 +415,7 @@ test('no daemon: no devices, and the reason; a malformed request closes that con
       none.out,
       new RegExp(`rdma-graph verbs: no devices: the daemon at ${socket}: No such file or directory`),
     );
-    assert.not.match(none.out, /rdmagraph_/);
+    assert.not.match(none.out, /\brg_\w+/);
     // A stale socket file (its daemon died without removing it) is replaced.
     const core = loadCore();
     core.closeFd(core.seqpacketListen(socket));
@@ -435,7 +436,7 @@ test('no daemon: no devices, and the reason; a malformed request closes that con
       core.closeFd(fd);
       assert.match(logged.join('\n'), /dropped a connection: a request of 3 bytes \(at least 16 expected\)/);
       const after = await run(socket, ['ibv_devices']);
-      assert.match(after.out, /rdmagraph_/, 'and still serves the next program');
+      assert.match(after.out, /\brg_\w+/, 'and still serves the next program');
       assert.is(vs.connections(), 0);
     } finally {
       await dps.close(); // closes the verbs socket it serves too
@@ -464,7 +465,7 @@ test('rdma-graph exec -- COMMAND: the library preloaded, the socket made absolut
       );
     const ok = await cli(['--socket', 'verbs.sock', '--', 'ibv_devices']);
     assert.is(ok.code, 0, ok.out);
-    assert.match(ok.out, /rdmagraph_/);
+    assert.match(ok.out, /\brg_\w+/);
     const env = await cli([
       '--socket',
       'verbs.sock',

@@ -349,7 +349,7 @@ test('one process opening connections until refused: refused at verbs.max-connec
       {
         const info = await devinfo(socket);
         assert.is(info.code, 0, info.out);
-        assert.match(info.out, new RegExp(`hca_id:\\s+rdmagraph_${itf}`), info.out);
+        assert.match(info.out, new RegExp(`hca_id:\\s+rg_${itf}`), info.out);
       }
       // The data plane answers its facade meanwhile.
       assert.is((await dp.interfaces())[0].name, itf);

@@ -94,12 +94,12 @@ test('two workers: interfaces placed round robin, one show runtime section per w
     );
     assert.is((await p.a.health()).interfaces, 2);
     assert.equal(
-      (await p.a.device()).ports.map((x) => [x.port, x.interface]),
+      (await p.a.devices()).map((d) => [d.name, d.interface, d.ports.length]),
       [
-        [1, 'm0'],
-        [2, 'm1'],
+        ['rg_m0', 'm0', 1],
+        ['rg_m1', 'm1', 1],
       ],
-      'one port per interface, not one per worker',
+      'one device per interface, not one per worker',
     );
     assert.is((await p.a.buffers()).count, 2 * 8192, "the workers' pools together");
   } finally {

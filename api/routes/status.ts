@@ -58,13 +58,14 @@ export const statusRoutes: RouteDef[] = [
   },
   {
     method: 'GET',
-    path: '/v1/device',
+    path: '/v1/devices',
     tag: 'status',
-    summary: 'the RDMA device as ibv_devinfo shows one: limits, atomic capability, a port per interface with its GID',
+    summary:
+      'the RDMA devices as ibv_devinfo -v shows them, one per interface with an IPv4 address: name, limits, atomic capability, the port and its GID',
     status: 200,
-    response: S.DeviceView,
+    response: { type: 'array', items: S.DeviceView },
     errors: [],
-    handler: ({ dp }: Ctx) => dp.device(),
+    handler: ({ dp }: Ctx) => dp.devices(),
   },
   {
     method: 'GET',

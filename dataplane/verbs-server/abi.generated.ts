@@ -181,16 +181,16 @@ export const rgv_handle = {
   },
 } as const satisfies AbiStruct;
 
-/** struct rgv_device (132 bytes) */
+/** struct rgv_device (240 bytes) */
 export const rgv_device = {
   name: 'rgv_device',
-  size: 132,
+  size: 240,
   fields: {
     name: { offset: 0, type: 'char', count: 64 },
     ifname: { offset: 64, type: 'char', count: 32 },
     mac: { offset: 96, type: 'u8', count: 6 },
     link_up: { offset: 102, type: 'u8', count: 1 },
-    pad: { offset: 103, type: 'u8', count: 1 },
+    active_mtu: { offset: 103, type: 'u8', count: 1 },
     ipv4: { offset: 104, type: 'u8', count: 4 },
     mtu: { offset: 108, type: 'u32', count: 1 },
     max_qp: { offset: 112, type: 'u32', count: 1 },
@@ -198,6 +198,24 @@ export const rgv_device = {
     max_sge: { offset: 120, type: 'u32', count: 1 },
     max_cqe: { offset: 124, type: 'u32', count: 1 },
     max_rd_atom: { offset: 128, type: 'u32', count: 1 },
+    max_cq: { offset: 132, type: 'u32', count: 1 },
+    max_mr: { offset: 136, type: 'u32', count: 1 },
+    max_pd: { offset: 140, type: 'u32', count: 1 },
+    max_srq: { offset: 144, type: 'u32', count: 1 },
+    max_srq_wr: { offset: 148, type: 'u32', count: 1 },
+    max_srq_sge: { offset: 152, type: 'u32', count: 1 },
+    max_inline: { offset: 156, type: 'u32', count: 1 },
+    max_msg_sz: { offset: 160, type: 'u32', count: 1 },
+    max_mtu: { offset: 164, type: 'u32', count: 1 },
+    vendor_id: { offset: 168, type: 'u32', count: 1 },
+    vendor_part_id: { offset: 172, type: 'u32', count: 1 },
+    hw_ver: { offset: 176, type: 'u32', count: 1 },
+    page_size_cap: { offset: 180, type: 'u32', count: 1 },
+    max_sge_rd: { offset: 184, type: 'u32', count: 1 },
+    max_res_rd_atom: { offset: 188, type: 'u32', count: 1 },
+    max_mr_size: { offset: 192, type: 'u64', count: 1 },
+    node_guid: { offset: 200, type: 'u8', count: 8 },
+    fw_ver: { offset: 208, type: 'char', count: 32 },
   },
 } as const satisfies AbiStruct;
 

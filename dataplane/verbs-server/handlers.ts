@@ -25,6 +25,7 @@ import type { Qp, QpStateName } from '../../nodes/rdma/qp.ts';
 import { type Rdma, VERBS_LIMITS } from '../../nodes/rdma/stack.ts';
 import type { AccessName, Cq, Srq } from '../../nodes/rdma/verbs.ts';
 import { DDP_UNTAGGED_BYTES } from '../../nodes/rdma/wire.ts';
+import { ibMtu } from '../rdma-devices.ts';
 import type { DataplaneApi, VerbsLimits } from '../api.ts';
 import {
   type AbiStruct,
@@ -43,11 +44,6 @@ import {
   RGV_ATTR_STATE,
   RGV_ATTR_TIMEOUT,
   RGV_MAX_DEVICES,
-  RGV_MTU_1024,
-  RGV_MTU_2048,
-  RGV_MTU_256,
-  RGV_MTU_4096,
-  RGV_MTU_512,
   RGV_NONE,
   RGV_OPS,
   RGV_QPS_ERR,
@@ -214,25 +210,48 @@ function destroyWithRing<R>(
 /** Every request proto.h declares, served (tsc checks the table is exhaustive). */
 export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
   async DEVICES(c) {
-    const { dp, maxQps } = c.server;
-    const itfs = (await dp.interfaces()).filter((i) => i.addresses.length > 0).slice(0, RGV_MAX_DEVICES);
+    // The daemon's device view (dataplane/rdma-devices.ts): what GET /v1/devices and rdmactl show.
+    const devs = (await c.server.dp.devices()).slice(0, RGV_MAX_DEVICES);
+    const u32 = (v: number) => Math.min(v, 0xffffffff);
+    const guidBytes = (g: string) =>
+      g.split(':').flatMap((w) => [parseInt(w.slice(0, 2), 16), parseInt(w.slice(2), 16)]);
     return c.records(
-      itfs.map((itf) => ({
-        name: `rdmagraph_${itf.name}`,
-        ifname: itf.name,
-        mac: itf.mac.split(':').map((h) => parseInt(h, 16)),
-        link_up: itf.state === 'up' ? 1 : 0,
-        ipv4: itf.addresses[0]
-          .split('/')[0]
-          .split('.')
-          .map((x) => Number(x)),
-        mtu: itf.mtu,
-        max_qp: maxQps,
-        max_qp_wr: VERBS_LIMITS.maxWr,
-        max_sge: VERBS_LIMITS.maxSge,
-        max_cqe: VERBS_LIMITS.maxCqe,
-        max_rd_atom: VERBS_LIMITS.maxRdAtomic,
-      })),
+      devs.map((d) => {
+        const p = d.ports[0];
+        return {
+          name: d.name,
+          ifname: d.interface,
+          // The MAC back from its EUI-64 (dataplane/rdma-devices.ts eui64).
+          mac: ((g) => [g[0] ^ 2, g[1], g[2], g[5], g[6], g[7]])(guidBytes(d.nodeGuid)),
+          link_up: p.state === 'active' ? 1 : 0,
+          active_mtu: ibMtu(p.activeMtu),
+          ipv4: p.address.split('.').map((x) => Number(x)),
+          mtu: p.mtu,
+          max_qp: d.maxQp,
+          max_qp_wr: d.maxQpWr,
+          max_sge: d.maxSge,
+          max_cqe: d.maxCqe,
+          max_rd_atom: d.maxQpRdAtom,
+          max_cq: d.maxCq,
+          max_mr: d.maxMr,
+          max_pd: d.maxPd,
+          max_srq: d.maxSrq,
+          max_srq_wr: d.maxSrqWr,
+          max_srq_sge: d.maxSrqSge,
+          max_inline: d.maxInline,
+          max_msg_sz: u32(d.maxMsgSz),
+          max_mtu: ibMtu(p.maxMtu),
+          vendor_id: d.vendorId,
+          vendor_part_id: d.vendorPartId,
+          hw_ver: d.hwVer,
+          page_size_cap: d.pageSizeCap,
+          max_sge_rd: d.maxSgeRd,
+          max_res_rd_atom: d.maxResRdAtom,
+          max_mr_size: d.maxMrSize,
+          node_guid: guidBytes(d.nodeGuid),
+          fw_ver: d.fwVer,
+        };
+      }),
     );
   },
 
@@ -461,17 +480,7 @@ export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
     if (rqPsn === undefined) return Errno.ENOENT;
     const q = await c.server.dp.getQp(qpn);
     // The largest IB MTU the QP's segments (payload plus the DDP/RDMAP header) hold.
-    const room = q.segmentSize + DDP_UNTAGGED_BYTES;
-    const mtu =
-      room >= 4096
-        ? RGV_MTU_4096
-        : room >= 2048
-          ? RGV_MTU_2048
-          : room >= 1024
-            ? RGV_MTU_1024
-            : room >= 512
-              ? RGV_MTU_512
-              : RGV_MTU_256;
+    const mtu = ibMtu(q.segmentSize + DDP_UNTAGGED_BYTES);
     return c.reply({
       state: QP_STATE_VALUES.get(q.state) ?? -1,
       dest_qpn: q.remote?.port ?? 0,

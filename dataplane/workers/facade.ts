@@ -556,11 +556,13 @@ export class WorkerDataplane implements DataplaneApi {
     };
   }
 
-  async device(): Promise<DeviceView> {
-    const d = await this.all('device', []);
-    // Every worker lists every interface in file order; each port's state is its owner's.
-    const ports = this.config.interfaces.map((_, i) => d[this.owner[i]].ports[i]);
-    return { ...d[0], ports };
+  async devices(): Promise<DeviceView[]> {
+    const d = await this.all('devices', []);
+    // Every worker lists every interface in file order; each device as its interface's owner shows it.
+    const index = new Map(this.config.interfaces.map((c, i) => [c.name, i]));
+    return d[0].map(
+      (dev) => d[this.owner[index.get(dev.interface) ?? 0]].find((x) => x.interface === dev.interface) ?? dev,
+    );
   }
 
   async version(): Promise<VersionView> {
@@ -619,7 +621,7 @@ export class WorkerDataplane implements DataplaneApi {
    * named as the owner's with `-wk<k>` before `.pcap`. One refusing takes back the others'.
    */
   async capture(name: string, opts: CaptureRequest): Promise<InterfaceView> {
-    const [owner, ...lanes] = this.devices(name);
+    const [owner, ...lanes] = this.workersWithDevice(name);
     await this.on(owner, 'capture', [name, opts]);
     const done = [owner];
     try {
@@ -636,20 +638,20 @@ export class WorkerDataplane implements DataplaneApi {
   }
 
   async stopCapture(name: string): Promise<InterfaceView> {
-    for (const k of this.devices(name)) await this.on(k, 'stopCapture', [name]);
+    for (const k of this.workersWithDevice(name)) await this.on(k, 'stopCapture', [name]);
     return this.interface(name);
   }
 
   /** On every worker with the interface's device (the owner's queues and each lane's injector). */
   async setFault(name: string, direction: 'rx' | 'tx' | 'both', cfg: FaultConfig | null): Promise<InterfaceView> {
-    const [owner, ...lanes] = this.devices(name);
+    const [owner, ...lanes] = this.workersWithDevice(name);
     await this.on(owner, 'setFault', [name, direction, cfg]);
     await Promise.all(lanes.map((k) => this.on(k, 'setFault', [name, direction, cfg])));
     return this.interface(name);
   }
 
   /** The workers with interface `name`'s device, its owner first. */
-  private devices(name: unknown): number[] {
+  private workersWithDevice(name: unknown): number[] {
     const owner = this.byInterface(name);
     return [owner, ...(this.deviceWorkers.get(name as string) ?? []).filter((k) => k !== owner)];
   }

@@ -51,7 +51,7 @@ async function main(): Promise<void> {
     health: () => dp.health(),
     buffers: () => dp.buffers(),
     hardware: () => dp.hardware(),
-    device: () => dp.device(),
+    devices: () => dp.devices(),
     version: () => dp.version(),
     interfaces: () => dp.interfaces(),
     interface: (name) => dp.interface(name),

@@ -104,6 +104,7 @@ struct rg_cq;
 #define RG_MAX_MTU 65536u
 #define RG_MAX_RING_BYTES (1ull << 30)
 #define RG_MAX_QPN 0xffffffu /* QPNs are 24 bits */
+#define RG_MAX_NAME 15       /* a device name's characters, as UCX and the kernel take them */
 
 struct rg_context {
   struct ibv_context ctx; /* first: the program holds a struct ibv_context * */
@@ -175,6 +176,13 @@ void rg_not_yet(const char* fn);
 int rg_ctx_call(struct ibv_context* context, uint16_t op, const void* req, size_t len, int pass_fd, void* out,
                 size_t out_len);
 int rg_handle_call(struct ibv_context* context, uint16_t op, uint32_t handle);
+
+/* The daemon's devices (a connection of its own, DEVICES, checked), at most RGV_MAX_DEVICES; -1 + errno. */
+int rg_query_devices(struct rgv_device* out);
+
+/* probes.c: what /dev/infiniband, /sys/class/infiniband and /sys/class/infiniband_verbs show
+   inside the program: these devices (the list ibv_get_device_list just made). */
+void rg_probes_devices(const struct rgv_device* devs, int n);
 
 /* ring.c */
 void rg_set_ops(struct ibv_context_ops* ops);

@@ -98,20 +98,40 @@ struct rgv_handle {
   uint32_t handle;
 };
 
-/* DEVICES: one device per data-plane interface with an IPv4 address, 132 bytes. */
+/* DEVICES: one device per data-plane interface with an IPv4 address, 240 bytes: its name, its
+   interface and the attributes ibv_query_device and ibv_query_port answer, as the daemon's
+   device view (GET /v1/devices, `rdmactl show device`) has them: one source, the daemon's. */
 struct rgv_device {
-  char name[64];   /* rdmagraph_<ifname>, NUL-terminated */
+  char name[64];   /* rg_<ifname> (at most 15 characters, docs/VERBS-PROTOCOL.md §3), NUL-terminated */
   char ifname[32]; /* NUL-terminated */
   uint8_t mac[6];
   uint8_t link_up;
-  uint8_t pad;
-  uint8_t ipv4[4]; /* network order */
-  uint32_t mtu;    /* IP MTU of the interface */
+  uint8_t active_mtu; /* enum rgv_mtu: the largest IB MTU the interface's segments hold */
+  uint8_t ipv4[4];    /* network order */
+  uint32_t mtu;       /* IP MTU of the interface */
   uint32_t max_qp;
   uint32_t max_qp_wr;
   uint32_t max_sge;
   uint32_t max_cqe;
-  uint32_t max_rd_atom;
+  uint32_t max_rd_atom; /* max_qp_rd_atom and max_qp_init_rd_atom */
+  uint32_t max_cq;
+  uint32_t max_mr;
+  uint32_t max_pd;
+  uint32_t max_srq;
+  uint32_t max_srq_wr;
+  uint32_t max_srq_sge;
+  uint32_t max_inline;
+  uint32_t max_msg_sz; /* bytes of one message */
+  uint32_t max_mtu;    /* enum rgv_mtu: the largest path_mtu MODIFY_QP takes */
+  uint32_t vendor_id;
+  uint32_t vendor_part_id;
+  uint32_t hw_ver;
+  uint32_t page_size_cap;
+  uint32_t max_sge_rd;
+  uint32_t max_res_rd_atom;
+  uint64_t max_mr_size; /* bytes of one MR */
+  uint8_t node_guid[8]; /* network order (the EUI-64 of the MAC) */
+  char fw_ver[32];      /* the daemon's version, NUL-terminated */
 };
 
 /* ATTACH: the opened device's interface (its QPs take that address) + the doorbell eventfd. */
@@ -399,7 +419,7 @@ enum rgv_wc_flags {
 
 _Static_assert(sizeof(struct rgv_hdr) == 16, "rgv_hdr is 16 bytes");
 _Static_assert(sizeof(struct rgv_handle) == 4, "rgv_handle is 4 bytes");
-_Static_assert(sizeof(struct rgv_device) == 132, "rgv_device is 132 bytes");
+_Static_assert(sizeof(struct rgv_device) == 240, "rgv_device is 240 bytes");
 _Static_assert(sizeof(struct rgv_attach) == 32, "rgv_attach is 32 bytes");
 _Static_assert(sizeof(struct rgv_reg_mr) == 40, "rgv_reg_mr is 40 bytes");
 _Static_assert(sizeof(struct rgv_mr) == 8, "rgv_mr is 8 bytes");

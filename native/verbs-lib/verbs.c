@@ -4,8 +4,9 @@
  * with libibverbs' own symbol versions (verbs.map), so the program's calls bind here first.
  *
  * ibv_get_device_list asks the daemon at $RDMA_GRAPH_SOCKET (default run/verbs.sock) for its
- * interfaces, one device per interface with an IPv4 address (rdmagraph_<ifname>, Ethernet link
- * layer, GID 0 = ::ffff:<IPv4>); the daemon is one the program trusts (check_peer), and every
+ * interfaces, one device per interface with an IPv4 address (rg_<ifname>, Ethernet link
+ * layer, GID 0 = ::ffff:<IPv4>, dev_name uverbsN: probes.c makes /dev/infiniband and
+ * /sys/class/infiniband show them); the daemon is one the program trusts (check_peer), and every
  * size or handle it answers is checked before anything is sized from it (rg_refuse); ibv_open_device opens a connection
  * of its own (the control path: one request, one answer) and hands the daemon a doorbell eventfd; query
  * device/port/gid/pkey answer from what the daemon said; PDs, MRs (reg_mr moves the pages onto a
@@ -286,34 +287,72 @@ static int query_devices(int fd, struct rgv_device* out) {
     struct rgv_device* d = &out[i];
     d->name[sizeof d->name - 1] = '\0';
     d->ifname[sizeof d->ifname - 1] = '\0';
-    /* What the program sizes its queues by (and ibv_create_* checks against): bounded. */
+    d->fw_ver[sizeof d->fw_ver - 1] = '\0';
+    /* The name becomes paths (probes.c) and UCX's device names: short, of [A-Za-z0-9_-], unique. */
+    size_t len = strlen(d->name), ok = len >= 1 && len <= RG_MAX_NAME;
+    for (size_t k = 0; ok && k < len; k++) {
+      const char ch = d->name[k];
+      ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '-';
+    }
+    for (uint32_t j = 0; ok && j < i; j++) ok = strcmp(out[j].name, d->name) != 0;
+    if (!ok) {
+      rg_refuse(NULL, "device %u named \"%.*s\" (1 to %d of [A-Za-z0-9_-], each name once)", i, RG_MAX_NAME + 1,
+                d->name, RG_MAX_NAME);
+      return -1;
+    }
+    for (char* t = d->fw_ver; *t != '\0'; t++)
+      if (*t < 0x20 || *t > 0x7e) *t = '?'; /* ibv_devinfo prints it: no terminal escapes through us */
+    /* What the program sizes its queues by (and ibv_create_* checks against): bounded; the rest
+       fits the ints of struct ibv_device_attr. */
     const struct {
       const char* what;
-      uint32_t v, most;
-    } f[] = {{"mtu", d->mtu, RG_MAX_MTU},
-             {"max_qp", d->max_qp, RG_MAX_QP},
-             {"max_qp_wr", d->max_qp_wr, RG_MAX_WR},
-             {"max_sge", d->max_sge, RG_MAX_SGE},
-             {"max_cqe", d->max_cqe, RG_MAX_CQE},
-             {"max_rd_atom", d->max_rd_atom, RG_MAX_RD_ATOM}};
+      uint32_t v, least, most;
+    } f[] = {{"mtu", d->mtu, 0, RG_MAX_MTU},
+             {"max_qp", d->max_qp, 0, RG_MAX_QP},
+             {"max_qp_wr", d->max_qp_wr, 0, RG_MAX_WR},
+             {"max_sge", d->max_sge, 0, RG_MAX_SGE},
+             {"max_cqe", d->max_cqe, 0, RG_MAX_CQE},
+             {"max_rd_atom", d->max_rd_atom, 0, RG_MAX_RD_ATOM},
+             {"max_srq_wr", d->max_srq_wr, 0, RG_MAX_WR},
+             {"max_srq_sge", d->max_srq_sge, 0, RG_MAX_SGE},
+             {"max_sge_rd", d->max_sge_rd, 0, RG_MAX_SGE},
+             {"max_inline", d->max_inline, 0, RG_MAX_INLINE},
+             {"max_cq", d->max_cq, 0, INT_MAX},
+             {"max_mr", d->max_mr, 0, INT_MAX},
+             {"max_pd", d->max_pd, 0, INT_MAX},
+             {"max_srq", d->max_srq, 0, INT_MAX},
+             {"max_res_rd_atom", d->max_res_rd_atom, 0, INT_MAX},
+             {"max_mtu", d->max_mtu, IBV_MTU_256, IBV_MTU_4096},
+             {"active_mtu", d->active_mtu, IBV_MTU_256, IBV_MTU_4096}};
     for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
-      if (f[k].v > f[k].most) {
-        rg_refuse(NULL, "%s %u for device %s (at most %u)", f[k].what, f[k].v, d->name, f[k].most);
+      if (f[k].v < f[k].least || f[k].v > f[k].most) {
+        rg_refuse(NULL, "%s %u for device %s (%u to %u)", f[k].what, f[k].v, d->name, f[k].least, f[k].most);
         return -1;
       }
   }
   return (int)h->count;
 }
 
-static void fill_device(struct rg_device* d, const struct rgv_device* info) {
+/* Device `index` of the list, with the kernel's names and paths for it (probes.c answers them). */
+static void fill_device(struct rg_device* d, const struct rgv_device* info, int index) {
   memset(d, 0, sizeof *d);
   d->info = *info;
   d->dev.node_type = IBV_NODE_CA;
   d->dev.transport_type = IBV_TRANSPORT_IB;
   _Static_assert(sizeof d->dev.name >= sizeof info->name, "device name fits");
-  _Static_assert(sizeof d->dev.dev_name >= sizeof info->ifname, "interface name fits");
   memcpy(d->dev.name, info->name, sizeof info->name); /* NUL-terminated by query_devices */
-  memcpy(d->dev.dev_name, info->ifname, sizeof info->ifname);
+  snprintf(d->dev.dev_name, sizeof d->dev.dev_name, "uverbs%d", index);
+  snprintf(d->dev.dev_path, sizeof d->dev.dev_path, "/sys/class/infiniband_verbs/uverbs%d", index);
+  snprintf(d->dev.ibdev_path, sizeof d->dev.ibdev_path, "/sys/class/infiniband/%.*s", RG_MAX_NAME, info->name);
+}
+
+int rg_query_devices(struct rgv_device* out) {
+  int fd = connect_daemon();
+  int n = fd < 0 ? -1 : query_devices(fd, out);
+  int e = errno;
+  if (fd >= 0) close(fd);
+  errno = e;
+  return n;
 }
 
 /* ------------------------------------------------------------------ devices */
@@ -321,10 +360,8 @@ static void fill_device(struct rg_device* d, const struct rgv_device* info) {
 EXPORT struct ibv_device** ibv_get_device_list(int* num_devices) {
   if (num_devices != NULL) *num_devices = 0;
   struct rgv_device infos[RGV_MAX_DEVICES];
-  int fd = connect_daemon();
-  int n = fd < 0 ? -1 : query_devices(fd, infos);
+  int n = rg_query_devices(infos);
   int e = errno;
-  if (fd >= 0) close(fd);
   if (n < 0) {
     if (e == EPERM || e == EPROTO)
       rg_say("no devices: the daemon at %s is refused", socket_path()); /* said why above */
@@ -333,6 +370,7 @@ EXPORT struct ibv_device** ibv_get_device_list(int* num_devices) {
              socket_path(), strerror(e));
     n = 0;
   }
+  rg_probes_devices(infos, n); /* what /dev/infiniband and /sys/class/infiniband show (probes.c) */
   struct ibv_device** list = calloc((size_t)n + 1, sizeof *list);
   struct rg_device* devs = n > 0 ? calloc((size_t)n, sizeof *devs) : NULL;
   if (list == NULL || (n > 0 && devs == NULL)) {
@@ -342,7 +380,7 @@ EXPORT struct ibv_device** ibv_get_device_list(int* num_devices) {
     return NULL;
   }
   for (int i = 0; i < n; i++) {
-    fill_device(&devs[i], &infos[i]);
+    fill_device(&devs[i], &infos[i], i);
     list[i] = &devs[i].dev;
   }
   if (num_devices != NULL) *num_devices = n;
@@ -357,12 +395,10 @@ EXPORT void ibv_free_device_list(struct ibv_device** list) {
 
 EXPORT const char* ibv_get_device_name(struct ibv_device* device) { return device->name; }
 
-/* EUI-64 from the interface's MAC (the universal/local bit flipped), big-endian. */
+/* The daemon's node GUID (the EUI-64 of the interface's MAC), big-endian. */
 static __be64 guid_of(const struct rg_device* d) {
-  const uint8_t* m = d->info.mac;
-  uint8_t g[8] = {(uint8_t)(m[0] ^ 2), m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]};
   __be64 v;
-  memcpy(&v, g, 8);
+  memcpy(&v, d->info.node_guid, 8);
   return v;
 }
 
@@ -426,42 +462,34 @@ EXPORT int ibv_close_device(struct ibv_context* context) {
 EXPORT int ibv_query_device(struct ibv_context* context, struct ibv_device_attr* a) {
   const struct rg_context* c = (const struct rg_context*)context;
   const struct rgv_device* d = &c->dev.info;
+  /* Every figure the daemon's (its device view: GET /v1/devices, rdmactl show device), checked by query_devices. */
   memset(a, 0, sizeof *a);
-  snprintf(a->fw_ver, sizeof a->fw_ver, "rdma-graph");
+  snprintf(a->fw_ver, sizeof a->fw_ver, "%s", d->fw_ver);
   a->node_guid = guid_of(&c->dev);
   a->sys_image_guid = a->node_guid;
-  a->max_mr_size = 1ull << 31;
-  a->page_size_cap = 4096;
+  a->max_mr_size = d->max_mr_size;
+  a->page_size_cap = d->page_size_cap;
+  a->vendor_id = d->vendor_id;
+  a->vendor_part_id = d->vendor_part_id;
+  a->hw_ver = d->hw_ver;
   a->max_qp = (int)d->max_qp;
   a->max_qp_wr = (int)d->max_qp_wr;
   a->max_sge = (int)d->max_sge;
-  a->max_sge_rd = (int)d->max_sge;
-  a->max_cq = (int)d->max_qp * 2;
+  a->max_sge_rd = (int)d->max_sge_rd;
+  a->max_cq = (int)d->max_cq;
   a->max_cqe = (int)d->max_cqe;
-  a->max_mr = (int)d->max_qp * 4;
-  a->max_pd = (int)d->max_qp;
+  a->max_mr = (int)d->max_mr;
+  a->max_pd = (int)d->max_pd;
   a->max_qp_rd_atom = (int)d->max_rd_atom;
   a->max_qp_init_rd_atom = (int)d->max_rd_atom;
-  const uint64_t res =
-      (uint64_t)d->max_rd_atom * d->max_qp; /* both bounded by query_devices; the product may not fit */
-  a->max_res_rd_atom = res > INT_MAX ? INT_MAX : (int)res;
+  a->max_res_rd_atom = (int)d->max_res_rd_atom;
   a->atomic_cap = IBV_ATOMIC_HCA;
-  a->max_srq = (int)d->max_qp;
-  a->max_srq_wr = (int)d->max_qp_wr;
-  a->max_srq_sge = (int)d->max_sge;
+  a->max_srq = (int)d->max_srq;
+  a->max_srq_wr = (int)d->max_srq_wr;
+  a->max_srq_sge = (int)d->max_srq_sge;
   a->max_pkeys = 1;
   a->phys_port_cnt = 1;
   return 0;
-}
-
-/* The largest IB MTU whose segments fit the interface (IPv4 20 + UDP 8 + TRP 10 + DDP/RDMAP 18). */
-static enum ibv_mtu ib_mtu(uint32_t ip_mtu) {
-  uint32_t room = ip_mtu > 56 ? ip_mtu - 56 : 0;
-  if (room >= 4096) return IBV_MTU_4096;
-  if (room >= 2048) return IBV_MTU_2048;
-  if (room >= 1024) return IBV_MTU_1024;
-  if (room >= 512) return IBV_MTU_512;
-  return IBV_MTU_256;
 }
 
 EXPORT int ibv_query_port(struct ibv_context* context, uint8_t port_num, struct _compat_ibv_port_attr* out) {
@@ -471,10 +499,10 @@ EXPORT int ibv_query_port(struct ibv_context* context, uint8_t port_num, struct 
   struct ibv_port_attr a;
   memset(&a, 0, sizeof a);
   a.state = c->dev.info.link_up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
-  a.max_mtu = ib_mtu(c->dev.info.mtu);
-  a.active_mtu = a.max_mtu;
+  a.max_mtu = (enum ibv_mtu)c->dev.info.max_mtu; /* the daemon's: 1..5, checked by query_devices */
+  a.active_mtu = (enum ibv_mtu)c->dev.info.active_mtu;
   a.gid_tbl_len = 1;
-  a.max_msg_sz = 1u << 31;
+  a.max_msg_sz = c->dev.info.max_msg_sz;
   a.pkey_tbl_len = 1;
   a.max_vl_num = 1;
   a.active_width = 1;  /* 1X */
@@ -537,13 +565,6 @@ EXPORT int ibv_query_pkey(struct ibv_context* context, uint8_t port_num, int ind
 EXPORT int ibv_get_pkey_index(struct ibv_context* context, uint8_t port_num, __be16 pkey) {
   (void)context;
   return port_num == 1 && pkey == 0xffff ? 0 : -1;
-}
-
-/* No sysfs behind these devices: what a program reads there is absent. */
-EXPORT int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size) {
-  (void)dir, (void)file, (void)buf, (void)size;
-  errno = ENOENT;
-  return -1;
 }
 
 /* ------------------------------------------------------------------ PD and MR */

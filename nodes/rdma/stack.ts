@@ -212,6 +212,14 @@ export interface DeviceAttr {
   maxSrqSge: number;
   maxQpRdAtom: number;
   maxQpInitRdAtom: number;
+  /** RDMA READs and atomics in flight as a responder, all QPs together (maxQp x maxQpRdAtom, at most 2^31 - 1). */
+  maxResRdAtom: number;
+  /** SGEs of an RDMA READ. */
+  maxSgeRd: number;
+  /** Bytes of one message. */
+  maxMsgSz: number;
+  /** Page sizes an MR may be made of: 4 KiB (bit 12). */
+  pageSizeCap: number;
   /** Atomics are carried out by the responder's data plane, one at a time: atomic w.r.t. this device (IBV_ATOMIC_HCA). */
   atomicCap: 'hca';
   /** Bits of an STag that are its key (the rest is the MR table index). */
@@ -411,13 +419,18 @@ export class Rdma {
       maxCq: l.maxCqs,
       maxCqe: Math.min(LIMIT_CQE, l.maxCqEntries),
       maxMr: this.core.mrs.length - 1,
-      maxMrSize: l.maxMrBytes,
+      // One MR: what regMr and REG_MR take (rdma.max-mr-bytes bounds the MRs the data plane allocates together).
+      maxMrSize: VERBS_LIMITS.maxMrLength,
       maxPd: l.maxPds,
       maxSrq: l.maxSrqs,
       maxSrqWr: LIMIT_WR,
       maxSrqSge: LIMIT_SGE,
       maxQpRdAtom: MAX_RD_ATOMIC,
       maxQpInitRdAtom: MAX_RD_ATOMIC,
+      maxResRdAtom: Math.min(2 ** 31 - 1, this.core.qps.length * MAX_RD_ATOMIC),
+      maxSgeRd: LIMIT_SGE,
+      maxMsgSz: this.maxMessage,
+      pageSizeCap: 4096,
       atomicCap: 'hca',
       stagKeyBits: this.core.stagKeyBits,
       portRange: [this.portLo, this.portHi],
