@@ -448,8 +448,13 @@ export interface CoreAddon {
   /** SOCK_SEQPACKET for the verbs control socket: the same non-blocking primitives. */
   seqpacketListen(socket: string): number;
   seqpacketAccept(fd: number): number;
-  seqpacketSend(fd: number, bytes: Uint8Array, passFd?: number): number;
-  seqpacketRecv(fd: number): null | { eof: true } | { data: Uint8Array; fd: number };
+  /** One message passing the fd `pass`, or the fds in it (at most RGV_MAX_MR_PIECES); 0 or an errno. */
+  seqpacketSend(fd: number, bytes: Uint8Array, pass?: number | readonly number[]): number;
+  /**
+   * One message (up to 8 KiB) and the fds passed with it (`fd`: the first, or -1); `truncated`:
+   * it was longer, or carried more than RGV_MAX_MR_PIECES fds (the kernel closed the rest).
+   */
+  seqpacketRecv(fd: number): null | { eof: true } | { data: Uint8Array; fd: number; fds: number[]; truncated: boolean };
   /** Map `size` bytes of a passed memfd sealed against shrinking (closes fd); throws naming what is wrong. */
   mapSealedFd(fd: number, size: number): ArrayBuffer;
   /** The process at the other end of a unix socket (SO_PEERCRED), or null. */
@@ -474,6 +479,13 @@ export interface CoreAddon {
    * sealed against shrinking, that long, and not hugetlbfs; else throws "mapVerbsMemory: why".
    */
   mapVerbsMemory(fd: number, size: number): ArrayBuffer;
+  /**
+   * A registration's `span` bytes as one view: `pieces` [fdIndex, offset, length] x n (page
+   * multiples, in address order, adding up to `span`, every fd used), each range of its memfd
+   * (checked as mapVerbsMemory checks one) mapped in place. Closes every fd either way; throws
+   * "mapVerbsPieces: why".
+   */
+  mapVerbsPieces(fds: readonly number[], pieces: readonly number[], span: number): ArrayBuffer;
 }
 
 /** The core addon is missing or cannot be loaded. */

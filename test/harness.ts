@@ -85,6 +85,8 @@ export interface HarnessState {
   hooks: HookFailure[];
   /** Registration errors (test.only / test.skip in strict mode), per file. */
   refused: { file: string; message: string }[];
+  /** Every suite with the tests it registered, and whether its run() was called. */
+  suites: { file: string; suite: string; tests: number; ran: boolean }[];
 }
 
 const KEY = Symbol.for('rdma-graph.test-harness');
@@ -96,6 +98,7 @@ export const state: HarnessState = (g[KEY] ??= {
   tests: [],
   hooks: [],
   refused: [],
+  suites: [],
 });
 
 /** CI systems set CI=true (or 1); anything but unset, '', 'false' or '0' means strict. */
@@ -125,6 +128,8 @@ function timeoutOf(o: TestOptions | undefined): number {
 
 function wrap(inner: uvu.Test, suiteName: string): Test {
   const file = state.file;
+  const mine = { file, suite: suiteName, tests: 0, ran: false };
+  state.suites.push(mine);
   /** Set by a `before` hook that called skip(): every test of the suite is then skipped. */
   let suiteSkip: string | null = null;
 
@@ -134,6 +139,7 @@ function wrap(inner: uvu.Test, suiteName: string): Test {
   const register =
     (into: (name: string, fn: uvu.Callback) => void) => (name: string, fn: Callback, options?: TestOptions) => {
       const ms = timeoutOf(options);
+      mine.tests++;
       into(name, async (ctx) => {
         if (suiteSkip !== null) {
           record(name, 'skip', 0, suiteSkip);
@@ -205,7 +211,10 @@ function wrap(inner: uvu.Test, suiteName: string): Test {
   after.each = hook(inner.after.each, 'after.each');
   t.before = before;
   t.after = after;
-  t.run = () => inner.run();
+  t.run = () => {
+    mine.ran = true;
+    inner.run();
+  };
   return t;
 }
 

@@ -61,6 +61,15 @@ test('a before hook that throws fails the run, counts its unrun tests and prints
   );
 });
 
+test('a file that registers tests and never calls test.run() fails the run, naming it', () => {
+  expect(
+    run('^(pass|no-run)\\.ts$'),
+    1,
+    { passed: 2, failed: 2, skipped: 0 },
+    'fixtures/runner/no-run.ts: 2 test(s) never ran: the file does not call .run()',
+  );
+});
+
 test('an after hook that throws fails the run', () => {
   expect(run('^after-throws\\.ts$'), 1, { passed: 1, failed: 1, skipped: 0 }, 'fixture: 3 buffers leaked');
 });

@@ -94,6 +94,7 @@ for (const [i, f] of files.entries()) {
     // skip() at a file's top level: the whole file cannot run here (a failure when strict).
     if (e instanceof Skip && !state.strict) {
       state.tests.push({ file: name, suite: '', name: '(the whole file)', outcome: 'skip', reason: e.message, ms: 0 });
+      for (const x of state.suites) if (x.file === name) x.ran = true; // not run on purpose: skipped
       console.log(`  SKIP (${name}): ${e.message}`);
       continue;
     }
@@ -146,8 +147,11 @@ const skips = state.tests.filter((t) => t.outcome === 'skip');
 const passedTests = state.tests.filter((t) => t.outcome === 'pass').length;
 const failedTests = state.tests.filter((t) => t.outcome === 'fail').length;
 const afterHooks = state.hooks.filter((h) => h.hook === 'after');
-const failed = failedTests + notRun + unrecorded + loads.length + state.refused.length + afterHooks.length;
-const total = passedTests + failedTests + skips.length + notRun + unrecorded;
+// Tests registered in a suite whose run() was never called: uvu would not run them, silently.
+const unrun = state.suites.filter((x) => x.tests > 0 && !x.ran);
+const unrunTests = unrun.reduce((n, x) => n + x.tests, 0);
+const failed = failedTests + notRun + unrecorded + unrunTests + loads.length + state.refused.length + afterHooks.length;
+const total = passedTests + failedTests + skips.length + notRun + unrecorded + unrunTests;
 const skipped = skips.length + uvuSkipped;
 const ms = performance.now() - t0;
 
@@ -171,6 +175,8 @@ if (loads.length) {
   for (const l of loads) write(`  ${l.file}: ${l.message.split('\n')[0]}\n`);
 }
 if (notRun > 0) write(`\n${notRun} test(s) never started: a hook before them failed\n`);
+for (const x of unrun)
+  write(`\n${x.file}${x.suite ? ` (${x.suite})` : ''}: ${x.tests} test(s) never ran: the file does not call .run()\n`);
 if (unrecorded > 0) write(`\n${unrecorded} test(s) ran outside test/harness.ts (import test from './harness.ts')\n`);
 const slow = state.tests
   .filter((t) => t.ms > 10_000)

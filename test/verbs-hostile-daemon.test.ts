@@ -242,6 +242,19 @@ test('bad handles: a QPN of 32 bits (ibv_rc_pingpong), a completion channel hand
   }
 });
 
+test('a reply later than the library waits (5 s): that call fails with EAGAIN, the late reply is dropped by its sequence number, and every later call gets its own answer', async () => {
+  ready();
+  await withHostile('slow', async (socket) => {
+    const r = await program(socket, [CHECK], { input: 'pd\npd\npd\nexit\n', timeoutMs: 30_000 }).done;
+    assert.is(r.signal, null, r.out);
+    assert.is(r.code, 0, r.out);
+    // The second ALLOC_PD timed out; its answer (handle 1002) came before the third's and was
+    // not taken for it.
+    assert.match(r.out, /^pd failed 11\n(?:rdma-graph verbs: .*\n)?pd 1003\npd 1004$/m, r.out);
+    assert.match(r.out, /rdma-graph verbs: the daemon answered a request that had timed out \(op 2\): dropped/, r.out);
+  });
+});
+
 /** Clock ticks (utime + stime) a process has used, from /proc/PID/stat. */
 function cpuTicks(pid: number): number {
   const s = readFileSync(`/proc/${pid}/stat`, 'utf8');

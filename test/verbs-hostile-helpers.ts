@@ -16,6 +16,8 @@
  *   handle       CREATE_QP: QPN 0xffffffff (QPNs are 24 bits); CREATE_CHANNEL: handle 0xffffffff
  *   unsolicited  true answers, then a message nobody asked for once a program that made a CQ
  *                has been idle for 300 ms (waiting in ibv_get_cq_event)
+ *   slow         ALLOC_PD: the connection's second is answered only when its third comes (after
+ *                the library gave up waiting), just before the third's answer; handles 1000 + n
  *
  * Prints {"listening":true,"uid":N} once it listens. Runs until killed.
  *
@@ -56,6 +58,9 @@ interface Conn {
   /** It made a CQ: a program that may wait for its events. */
   cq: boolean;
   qp: { qpn: number; sendWr: number; recvWr: number; sge: number; inline: number; state: number } | null;
+  /** slow: ALLOC_PDs so far, and the one held back. */
+  pds?: number;
+  held?: { op: number; seq: number; handle: number } | null;
 }
 const conns: Conn[] = [];
 let next = 1;
@@ -114,6 +119,14 @@ function serve(c: Conn, data: Uint8Array): void {
     case DEVICES.op:
       return reply(c, op, seq, device(), mode === 'count' ? 0x7fffffff : 1);
     case ALLOC_PD.op:
+      if (mode === 'slow') {
+        c.pds = (c.pds ?? 0) + 1;
+        if (c.pds === 2) return void (c.held = { op, seq, handle: 1002 });
+        const h = c.held;
+        c.held = null;
+        if (h) reply(c, h.op, h.seq, encode(rgv_handle, { handle: h.handle })); // late
+        return reply(c, op, seq, encode(rgv_handle, { handle: 1000 + c.pds }));
+      }
       return reply(c, op, seq, encode(rgv_handle, { handle: next++ }));
     case REG_MR.op:
       return reply(c, op, seq, encode(rgv_mr, { handle: next++, stag: 0x1000 + next++ }));
@@ -209,7 +222,7 @@ function tick(): void {
         conns.splice(conns.indexOf(c), 1);
         break;
       }
-      if (m.fd >= 0) core.closeFd(m.fd); // rings, memory, eventfds: not needed to lie
+      for (const f of m.fds) core.closeFd(f); // rings, memory, eventfds: not needed to lie
       c.last = Date.now();
       serve(c, m.data);
     }

@@ -182,7 +182,7 @@ for n in [int(x) for x in sys.argv[2:]]:
     os.ftruncate(fd, n)
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
     base = 0x7f0000000000
-    st, b = call(${RGV_OP_REG_MR}, struct.pack('${py(rgv_reg_mr)}', pd, ${RGV_ACCESS_LOCAL_WRITE}, n, base, base, n), fd)
+    st, b = call(${RGV_OP_REG_MR}, struct.pack('${py(rgv_reg_mr)}', pd, ${RGV_ACCESS_LOCAL_WRITE}, n, base, base, n, 0, 0), fd)
     os.close(fd)
     print(json.dumps({'size': n, 'status': st, 'mr': struct.unpack_from('${py(rgv_mr)}', b)[0] if st == 0 else None}), flush=True)
 sys.stdin.read()

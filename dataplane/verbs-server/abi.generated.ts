@@ -28,6 +28,7 @@ export const RGV_MAGIC = 0x31564752;
 export const RGV_NONE = 0xffffffff;
 export const RGV_MAX_DEVICES = 64;
 export const RGV_MAX_REASON = 480;
+export const RGV_MAX_MR_PIECES = 64;
 export const RGV_RING_HDR = 128;
 export const RGV_QP_SQ_PROD = 0;
 export const RGV_QP_RQ_PROD = 4;
@@ -77,6 +78,7 @@ export const RGV_OP_MODIFY_SRQ = 19;
 export const RGV_FD_NONE = 0;
 export const RGV_FD_MEMFD = 1;
 export const RGV_FD_EVENTFD = 2;
+export const RGV_FD_MEMFDS = 3;
 
 /** enum rgv_access */
 export const RGV_ACCESS_LOCAL_WRITE = 1;
@@ -228,10 +230,10 @@ export const rgv_attach = {
   },
 } as const satisfies AbiStruct;
 
-/** struct rgv_reg_mr (40 bytes) */
+/** struct rgv_reg_mr (48 bytes) */
 export const rgv_reg_mr = {
   name: 'rgv_reg_mr',
-  size: 40,
+  size: 48,
   fields: {
     pd: { offset: 0, type: 'u32', count: 1 },
     access: { offset: 4, type: 'u32', count: 1 },
@@ -239,6 +241,20 @@ export const rgv_reg_mr = {
     start: { offset: 16, type: 'u64', count: 1 },
     addr: { offset: 24, type: 'u64', count: 1 },
     length: { offset: 32, type: 'u64', count: 1 },
+    pieces: { offset: 40, type: 'u32', count: 1 },
+    pad: { offset: 44, type: 'u32', count: 1 },
+  },
+} as const satisfies AbiStruct;
+
+/** struct rgv_mr_piece (24 bytes) */
+export const rgv_mr_piece = {
+  name: 'rgv_mr_piece',
+  size: 24,
+  fields: {
+    offset: { offset: 0, type: 'u64', count: 1 },
+    length: { offset: 8, type: 'u64', count: 1 },
+    fd: { offset: 16, type: 'u32', count: 1 },
+    pad: { offset: 20, type: 'u32', count: 1 },
   },
 } as const satisfies AbiStruct;
 
@@ -470,7 +486,7 @@ export const RGV_OPS = {
   DEVICES: { op: 1, request: null, reply: rgv_device, records: true, fd: 'none' },
   ALLOC_PD: { op: 2, request: null, reply: rgv_handle, records: false, fd: 'none' },
   DEALLOC_PD: { op: 3, request: rgv_handle, reply: null, records: false, fd: 'none' },
-  REG_MR: { op: 4, request: rgv_reg_mr, reply: rgv_mr, records: false, fd: 'memfd' },
+  REG_MR: { op: 4, request: rgv_reg_mr, reply: rgv_mr, records: false, fd: 'memfds' },
   DEREG_MR: { op: 5, request: rgv_handle, reply: null, records: false, fd: 'none' },
   CREATE_CQ: { op: 6, request: rgv_create_cq, reply: rgv_cq, records: false, fd: 'memfd' },
   DESTROY_CQ: { op: 7, request: rgv_handle, reply: null, records: false, fd: 'none' },

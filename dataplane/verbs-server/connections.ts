@@ -17,7 +17,7 @@
 import type { Graph } from '../../graph/index.ts';
 import type { DataplaneApi, ServeVerbsOptions, VerbsSocket } from '../api.ts';
 import { loadCore, NATIVE_BUILD_DIR, type FdWaiter } from '../../native/addons.ts';
-import { RGV_MAGIC, rgv_hdr } from './abi.generated.ts';
+import { RGV_MAGIC, RGV_MAX_MR_PIECES, rgv_hdr } from './abi.generated.ts';
 import { ownerOf, VerbsAdmission, verbsLimits } from './admission.ts';
 import { handle, type Owned, type Reply, type Server, type VerbsServed } from './handlers.ts';
 import { listenVerbs, type VerbsConnections } from './listener.ts';
@@ -137,20 +137,22 @@ export function verbsConnections(
       const m = core.seqpacketRecv(fd);
       if (m === null) return;
       if ('eof' in m) return drop(fd, null);
-      const q = readMessage(m.data);
+      const q = m.truncated ? null : readMessage(m.data);
       if (q === null || q.magic !== RGV_MAGIC) {
-        if (m.fd >= 0) core.closeFd(m.fd);
+        for (const f of m.fds) core.closeFd(f);
         return drop(
           fd,
-          q === null
-            ? `a request of ${m.data.length} bytes (at least ${rgv_hdr.size} expected)`
-            : 'a request without the RGV1 magic',
+          m.truncated
+            ? `a request over ${m.data.length} bytes or with over ${RGV_MAX_MR_PIECES} fds`
+            : q === null
+              ? `a request of ${m.data.length} bytes (at least ${rgv_hdr.size} expected)`
+              : 'a request without the RGV1 magic',
         );
       }
       const own = conns.get(fd) as Owned;
       let r: Reply | number;
       try {
-        r = await handle(server, own, q.op, q.body, m.fd);
+        r = await handle(server, own, q.op, q.body, m.fds);
       } catch (e) {
         return drop(fd, (e as Error).message);
       }

@@ -44,6 +44,8 @@ import {
   RGV_ATTR_STATE,
   RGV_ATTR_TIMEOUT,
   RGV_MAX_DEVICES,
+  RGV_MAX_MR_PIECES,
+  rgv_mr_piece,
   RGV_NONE,
   RGV_OPS,
   RGV_QPS_ERR,
@@ -125,6 +127,21 @@ export interface Call<K extends OpName> {
   readonly own: Owned;
   /** The body as the request's struct; throws (the connection is dropped) when it is not that struct's size. */
   body(): RequestOf<K> extends AbiStruct ? Decoded<RequestOf<K>> : Record<string, never>;
+  /**
+   * The body as the request's struct followed by `count` records of `records` (REG_MR's
+   * pieces); throws (the connection is dropped) when it is not that long.
+   */
+  bodyWith<R extends AbiStruct>(
+    count: (head: RequestOf<K> extends AbiStruct ? Decoded<RequestOf<K>> : never) => number,
+    records: R,
+  ): { head: RequestOf<K> extends AbiStruct ? Decoded<RequestOf<K>> : never; list: Decoded<R>[] };
+  /** How many fds came with the request. */
+  fdCount(): number;
+  /**
+   * The registration's pieces mapped as one view of `span` bytes (mapVerbsPieces closes every
+   * passed fd either way); `pieces` [fdIndex, offset, length] x n.
+   */
+  mapPieces(pieces: readonly number[], span: number): ArrayBuffer;
   /** A file descriptor came with the request (only a request that passes one keeps it). */
   hasFd(): boolean;
   /**
@@ -281,14 +298,26 @@ export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
 
   async REG_MR(c) {
     if (!c.hasFd()) return Errno.EINVAL;
-    const { pd, access, span, start, addr, length } = c.body();
+    // The struct, then its pieces (none: the one memfd holds the span from offset 0).
+    const { head, list } = c.bodyWith((h) => Math.min(h.pieces, RGV_MAX_MR_PIECES + 1), rgv_mr_piece);
+    const { pd, access, span, start, addr, length, pieces } = head;
     if (!c.own.pds.has(pd)) return Errno.ENOENT;
     // The buffer lies in the pages: [addr, addr + length) within [start, start + span).
     const skip = addr - start;
     if ((access & ~ACCESS_ALL) !== 0 || span < 1 || span > VERBS_LIMITS.maxMrLength + 2 ** 22) return Errno.EINVAL;
     if (length < 1 || length > VERBS_LIMITS.maxMrLength || skip < 0 || skip + length > span) return Errno.EINVAL;
     if (addr + length > 2 ** 53) return Errno.EINVAL;
-    const pages = new Uint8Array(c.mapPassed(span));
+    if (pieces > RGV_MAX_MR_PIECES || (pieces === 0 && c.fdCount() !== 1)) return Errno.EINVAL;
+    // The same pages registered twice are one memory: the library passes the memfds they are
+    // already on, and the daemon maps them one after another into one view (native mapVerbsPieces).
+    const pages = new Uint8Array(
+      pieces === 0
+        ? c.mapPassed(span)
+        : c.mapPieces(
+            list.flatMap((p) => [p.fd, p.offset, p.length]),
+            span,
+          ),
+    );
     const names = ACCESS.filter(([bit]) => access & bit).map(([, name]) => name);
     const memory = pages.subarray(skip, skip + length);
     const mr = await c.server.dp.createMr({ pd, length, access: names, memory, base: addr, owner: c.own.owner });
@@ -534,14 +563,22 @@ export async function handle(
   own: Owned,
   op: number,
   body: DataView,
-  passedFd: number,
+  passedFds: readonly number[],
 ): Promise<Reply | number> {
   const core = server.core;
   const name = OP_NAMES.get(op);
   const spec = name === undefined ? undefined : RGV_OPS[name];
-  /** The passed fd while nobody took it (mapped or kept), else -1. */
-  let fd = spec !== undefined && spec.fd !== 'none' ? passedFd : -1;
-  if (fd < 0 && passedFd >= 0) core.closeFd(passedFd);
+  // What the op may pass: several memfds (REG_MR), one fd, or none; the rest closed now.
+  const keep = spec === undefined || spec.fd === 'none' ? 0 : spec.fd === 'memfds' ? RGV_MAX_MR_PIECES : 1;
+  for (let k = keep; k < passedFds.length; k++) core.closeFd(passedFds[k]);
+  /** The passed fds while nobody took them (mapped or kept), else none. */
+  let fds = passedFds.slice(0, keep);
+  /** The first of them, or -1. */
+  let fd = fds.length > 0 ? fds[0] : -1;
+  const taken = () => {
+    fds = [];
+    fd = -1;
+  };
   if (spec === undefined) return Errno.EOPNOTSUPP;
   const request: AbiStruct | null = spec.request;
   const call: Call<OpName> = {
@@ -552,11 +589,32 @@ export async function handle(
       if (body.byteLength !== want) throw new Error(`op ${op}: ${body.byteLength} bytes of body, ${want} expected`);
       return (request === null ? {} : decode(request, body)) as never;
     },
+    bodyWith: (count, records) => {
+      const size = request?.size ?? 0;
+      if (request === null || body.byteLength < size)
+        throw new Error(`op ${op}: ${body.byteLength} bytes of body, at least ${size} expected`);
+      const head = decode(request, body) as never;
+      const n = count(head);
+      const want = size + n * records.size;
+      if (body.byteLength !== want)
+        throw new Error(`op ${op}: ${body.byteLength} bytes of body, ${want} expected (${n} records)`);
+      const list = Array.from({ length: n }, (_, k) =>
+        decode(records, new DataView(body.buffer, body.byteOffset + size + k * records.size, records.size)),
+      );
+      return { head, list } as never;
+    },
     hasFd: () => fd >= 0,
+    fdCount: () => fds.length,
     mapPassed: (bytes) => {
       const f = fd;
-      fd = -1;
+      for (let k = 1; k < fds.length; k++) core.closeFd(fds[k]);
+      taken();
       return core.mapVerbsMemory(f, bytes);
+    },
+    mapPieces: (pieces, span) => {
+      const all = fds;
+      taken();
+      return core.mapVerbsPieces(all, pieces, span);
     },
     takeEventfd: () => {
       if (fd < 0 || !core.isEventfd(fd)) return { errno: Errno.EINVAL };
@@ -564,7 +622,7 @@ export async function handle(
         return { errno: Errno.EMFILE };
       if (!fdHeadroom(core, fd)) return { errno: Errno.ENFILE };
       const f = fd;
-      fd = -1;
+      taken();
       return { fd: f };
     },
     reply: (...values: object[]) => ({ body: encodeAll(spec.reply, [values[0] ?? {}]), count: 0 }),
@@ -575,7 +633,7 @@ export async function handle(
   } catch (e) {
     const kind = (e as { kind?: string }).kind;
     if (kind !== undefined && kind in KIND_ERRNO) return KIND_ERRNO[kind];
-    if ((e as Error).message.startsWith('mapVerbsMemory')) {
+    if (/^mapVerbs(Memory|Pieces)/.test((e as Error).message)) {
       server.lines.say(
         own.logKey,
         'warn',
@@ -585,6 +643,6 @@ export async function handle(
     }
     throw e;
   } finally {
-    if (fd >= 0) core.closeFd(fd);
+    for (const f of fds) core.closeFd(f);
   }
 }

@@ -5,6 +5,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+
 #include "memif.h"
 
 namespace rg {
@@ -64,8 +66,11 @@ Napi::Value RawRecv(const Napi::CallbackInfo& info) {
     o.Set("eof", Napi::Boolean::New(env, true));
     return o;
   }
-  Napi::Uint8Array d = Napi::Uint8Array::New(env, static_cast<size_t>(r));
-  std::memcpy(d.Data(), buf, static_cast<size_t>(r));
+  // RecvMsg says cap + 1 for a message longer than buf: the buffer's bytes, one past them
+  // signalling the truncation by length (never read past buf).
+  const size_t n = static_cast<size_t>(r);
+  Napi::Uint8Array d = Napi::Uint8Array::New(env, n);
+  std::memcpy(d.Data(), buf, std::min(n, sizeof buf));
   o.Set("data", d);
   o.Set("fd", Napi::Number::New(env, afd));
   return o;
@@ -148,8 +153,7 @@ void InitMemifRaw(Napi::Env env, Napi::Object exports) {
   // (dataplane/verbs-server/connections.ts).
   exports.Set("seqpacketListen", Napi::Function::New(env, RawSocket<true>, "seqpacketListen"));
   exports.Set("seqpacketAccept", Napi::Function::New(env, RawAccept, "seqpacketAccept"));
-  exports.Set("seqpacketSend", Napi::Function::New(env, RawSend, "seqpacketSend"));
-  exports.Set("seqpacketRecv", Napi::Function::New(env, RawRecv, "seqpacketRecv"));
+  // seqpacketSend and seqpacketRecv (several fds per message): verbs_socket.cc.
   exports.Set("mapSealedFd", Napi::Function::New(env, MapSealedFd, "mapSealedFd"));
   exports.Set("seqpacketPeer", Napi::Function::New(env, SeqpacketPeer, "seqpacketPeer"));
 }

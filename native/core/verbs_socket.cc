@@ -11,9 +11,14 @@
 //                             and the loop does not spin.
 //   verbsUnlisten(fd)         closes the listener and its spare.
 //   fdLimit()                 RLIMIT_NOFILE (soft): the admission keeps headroom below it.
-//   mapVerbsMemory(fd, size)  a program's registration or ring: a memfd sealed against shrinking,
-//                             at least `size` long, not hugetlbfs, mapped shared and never touched
-//                             here (O(1) in the size).
+//   mapVerbsMemory(fd, size)  a program's ring: a memfd sealed against shrinking, at least `size`
+//                             long, not hugetlbfs, mapped shared and never touched here (O(1)).
+//   mapVerbsPieces(fds, pieces, span)
+//                             a program's registration: `span` bytes of address space holding its
+//                             pieces, each a range of one of the memfds (checked as above), mapped
+//                             in place one after another; one ArrayBuffer over them all.
+//   seqpacketRecv(fd)         one request with up to RGV_MAX_MR_PIECES passed fds (REG_MR's).
+//   seqpacketSend(fd, bytes, pass)  one message, passing the fd or the fds in `pass`.
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <stdio.h>
@@ -25,6 +30,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -32,7 +38,9 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
+#include "../verbs-lib/proto.h"
 #include "common.h"
 
 #ifndef HUGETLBFS_MAGIC
@@ -210,6 +218,36 @@ Napi::Value FdLimit(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), v);
 }
 
+// Why a program's memfd may not be mapped for `need` bytes (from offset 0), or null.
+const char* BadMemory(int fd, uint64_t need) {
+  struct statfs sf;
+  struct stat st;
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (fstatfs(fd, &sf) == 0 && static_cast<unsigned long>(sf.f_type) == HUGETLBFS_MAGIC)
+    return "hugetlb memory (MFD_HUGETLB, MAP_HUGETLB or hugetlbfs) is refused: a hole punched in it faults "
+           "again from the hugepage pool, which may be empty (SIGBUS in the daemon); register normal pages";
+  if (seals < 0 || !(seals & F_SEAL_SHRINK)) return "the memory is not sealed against shrinking (F_SEAL_SHRINK)";
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < need)
+    return "the memory is smaller than the registration";
+  return nullptr;
+}
+
+// An ArrayBuffer over `n` mapped bytes at `a`, unmapped when collected.
+Napi::ArrayBuffer Unmapping(Napi::Env env, void* a, size_t n) {
+  struct Holder {
+    void* a;
+    size_t n;
+  };
+  Holder* h = new Holder{a, n};
+  return Napi::ArrayBuffer::New(
+      env, a, n,
+      [](Napi::Env, void*, Holder* x) {
+        munmap(x->a, x->n);
+        delete x;
+      },
+      h);
+}
+
 // mapVerbsMemory(fd, size): closes fd either way; throws "mapVerbsMemory: <what is wrong>".
 Napi::Value MapVerbsMemory(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -221,18 +259,7 @@ Napi::Value MapVerbsMemory(const Napi::CallbackInfo& info) {
     close(fd);
     throw;
   }
-  struct statfs sf;
-  struct stat st;
-  const int seals = fcntl(fd, F_GET_SEALS);
-  const char* bad = nullptr;
-  if (fstatfs(fd, &sf) == 0 && static_cast<unsigned long>(sf.f_type) == HUGETLBFS_MAGIC)
-    bad =
-        "hugetlb memory (MFD_HUGETLB, MAP_HUGETLB or hugetlbfs) is refused: a hole punched in it faults "
-        "again from the hugepage pool, which may be empty (SIGBUS in the daemon); register normal pages";
-  else if (seals < 0 || !(seals & F_SEAL_SHRINK))
-    bad = "the memory is not sealed against shrinking (F_SEAL_SHRINK)";
-  else if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < size)
-    bad = "the memory is smaller than the registration";
+  const char* bad = BadMemory(fd, size);
   if (bad != nullptr) {
     close(fd);
     throw Napi::Error::New(env, std::string("mapVerbsMemory: ") + bad);
@@ -242,18 +269,168 @@ Napi::Value MapVerbsMemory(const Napi::CallbackInfo& info) {
   int err = errno;
   close(fd);  // the mapping keeps the memory
   if (a == MAP_FAILED) throw ErrnoError(env, "mapVerbsMemory: mmap", err, "mmap");
-  struct Holder {
-    void* a;
-    size_t n;
+  return Unmapping(env, a, size);
+}
+
+// mapVerbsPieces(fds, pieces, span): `pieces` is [fdIndex, offset, length] x n, in address
+// order; each offset and length a multiple of the page size, the lengths adding up to `span`,
+// every fd used. Closes every fd either way; throws "mapVerbsPieces: <what is wrong>".
+Napi::Value MapVerbsPieces(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::vector<int> fds;
+  if (info[0].IsArray()) {
+    Napi::Array a = info[0].As<Napi::Array>();
+    for (uint32_t i = 0; i < a.Length() && i < RGV_MAX_MR_PIECES; i++) {
+      Napi::Value v = a.Get(i);
+      if (v.IsNumber() && v.As<Napi::Number>().Int32Value() >= 0) fds.push_back(v.As<Napi::Number>().Int32Value());
+    }
+  }
+  struct Closer {
+    std::vector<int>& fds;
+    ~Closer() {
+      for (int f : fds) close(f);
+    }
+  } closer{fds};  // the mappings keep the memory
+  auto fail = [&](const std::string& why) { return Napi::Error::New(env, "mapVerbsPieces: " + why); };
+  if (!info[0].IsArray() || fds.size() != info[0].As<Napi::Array>().Length() || fds.empty())
+    throw fail("fds must be 1.." + std::to_string(RGV_MAX_MR_PIECES) + " descriptors");
+  if (!info[1].IsArray()) throw fail("pieces must be an array");
+  Napi::Array p = info[1].As<Napi::Array>();
+  const uint32_t n = p.Length() / 3;
+  if (p.Length() % 3 != 0 || n < 1 || n > RGV_MAX_MR_PIECES)
+    throw fail("pieces must be 1..64 [fd, offset, length] triples");
+  const double span = ArgInteger(info, 2, "mapVerbsPieces", "span", 1, 1ull << 32);
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  struct Piece {
+    uint32_t fd;
+    uint64_t off, len;
   };
-  Holder* h = new Holder{a, size};
-  return Napi::ArrayBuffer::New(
-      env, a, size,
-      [](Napi::Env, void*, Holder* x) {
-        munmap(x->a, x->n);
-        delete x;
-      },
-      h);
+  std::vector<Piece> ps(n);
+  std::vector<bool> used(fds.size(), false);
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    Napi::Value f = p.Get(3 * i), o = p.Get(3 * i + 1), l = p.Get(3 * i + 2);
+    if (!f.IsNumber() || !o.IsNumber() || !l.IsNumber()) throw fail("piece " + std::to_string(i) + " is not numbers");
+    const double fv = f.As<Napi::Number>().DoubleValue(), ov = o.As<Napi::Number>().DoubleValue(),
+                 lv = l.As<Napi::Number>().DoubleValue();
+    if (!(fv >= 0 && fv < fds.size() && fv == static_cast<uint32_t>(fv)))
+      throw fail("piece " + std::to_string(i) + " names fd " + std::to_string(fv) + " of " +
+                 std::to_string(fds.size()));
+    if (!(ov >= 0 && ov <= 0x1p52 && lv >= 1 && lv <= 0x1p32) || static_cast<uint64_t>(ov) % page != 0 ||
+        static_cast<uint64_t>(lv) % page != 0)
+      throw fail("piece " + std::to_string(i) + ": offset and length must be multiples of the page size");
+    ps[i] = {static_cast<uint32_t>(fv), static_cast<uint64_t>(ov), static_cast<uint64_t>(lv)};
+    used[ps[i].fd] = true;
+    total += ps[i].len;
+    if (total > static_cast<uint64_t>(span)) throw fail("the pieces are longer than the span");
+    const char* bad = BadMemory(fds[ps[i].fd], ps[i].off + ps[i].len);
+    if (bad != nullptr) throw fail("piece " + std::to_string(i) + ": " + bad);
+  }
+  if (total != static_cast<uint64_t>(span)) throw fail("the pieces do not cover the span");
+  for (size_t k = 0; k < used.size(); k++)
+    if (!used[k]) throw fail("fd " + std::to_string(k) + " is in no piece");
+  // The span reserved (no memory), then each piece mapped over its place: one contiguous view.
+  uint8_t* base =
+      static_cast<uint8_t*>(mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+  if (base == MAP_FAILED) throw ErrnoError(env, "mapVerbsPieces: mmap", errno, "mmap");
+  uint64_t at = 0;
+  for (const Piece& x : ps) {
+    if (mmap(base + at, x.len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE | MAP_FIXED, fds[x.fd],
+             static_cast<off_t>(x.off)) == MAP_FAILED) {
+      int err = errno;
+      munmap(base, total);
+      throw ErrnoError(env, "mapVerbsPieces: mmap", err, "mmap");
+    }
+    at += x.len;
+  }
+  return Unmapping(env, base, total);
+}
+
+// seqpacketRecv(fd): null when nothing is waiting; {eof: true} when the peer closed; else
+// {data, fd, fds, truncated}: fds are those passed (at most RGV_MAX_MR_PIECES: more are closed
+// by the kernel and `truncated` is set, as for a message longer than the buffer); fd the first or -1.
+Napi::Value SeqpacketRecv(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int sock = ArgFd(info, 0, "seqpacketRecv");
+  static thread_local uint8_t buf[8192];
+  struct iovec iov = {buf, sizeof buf};
+  struct msghdr mh;
+  std::memset(&mh, 0, sizeof mh);
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  alignas(struct cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * RGV_MAX_MR_PIECES)];
+  mh.msg_control = ctl;
+  mh.msg_controllen = sizeof ctl;
+  ssize_t r;
+  do {
+    r = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  } while (r < 0 && errno == EINTR);
+  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return env.Null();
+  Napi::Object o = Napi::Object::New(env);
+  if (r <= 0) {
+    o.Set("eof", Napi::Boolean::New(env, true));
+    return o;
+  }
+  Napi::Array fds = Napi::Array::New(env);
+  uint32_t k = 0;
+  for (struct cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < n; i++) {
+      int f;
+      std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof f);
+      fds.Set(k++, Napi::Number::New(env, f));
+    }
+  }
+  const size_t len = std::min(static_cast<size_t>(r), sizeof buf);
+  Napi::Uint8Array d = Napi::Uint8Array::New(env, len);
+  std::memcpy(d.Data(), buf, len);
+  o.Set("data", d);
+  o.Set("fds", fds);
+  o.Set("fd", k > 0 ? fds.Get(0u) : Napi::Number::New(env, -1));
+  o.Set("truncated", Napi::Boolean::New(env, (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0));
+  return o;
+}
+
+// seqpacketSend(fd, bytes, pass = -1): one message, passing the fd `pass` (a number) or the fds
+// in it (an array, at most RGV_MAX_MR_PIECES); 0 or an errno.
+Napi::Value SeqpacketSend(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int sock = ArgFd(info, 0, "seqpacketSend");
+  if (!info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
+    throw TypeErr(env, "seqpacketSend: bytes must be a Uint8Array");
+  Napi::Uint8Array b = info[1].As<Napi::Uint8Array>();
+  int pass[RGV_MAX_MR_PIECES];
+  size_t n = 0;
+  if (info[2].IsNumber()) {
+    if (info[2].As<Napi::Number>().Int32Value() >= 0) pass[n++] = info[2].As<Napi::Number>().Int32Value();
+  } else if (info[2].IsArray()) {
+    Napi::Array a = info[2].As<Napi::Array>();
+    if (a.Length() > RGV_MAX_MR_PIECES) throw TypeErr(env, "seqpacketSend: at most 64 fds");
+    for (uint32_t i = 0; i < a.Length(); i++) pass[n++] = a.Get(i).As<Napi::Number>().Int32Value();
+  }
+  struct iovec iov = {b.Data(), b.ByteLength()};
+  struct msghdr mh;
+  std::memset(&mh, 0, sizeof mh);
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  alignas(struct cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * RGV_MAX_MR_PIECES)];
+  if (n > 0) {
+    std::memset(ctl, 0, sizeof ctl);
+    mh.msg_control = ctl;
+    mh.msg_controllen = CMSG_SPACE(sizeof(int) * n);
+    struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+    std::memcpy(CMSG_DATA(c), pass, sizeof(int) * n);
+  }
+  for (;;) {
+    ssize_t r = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r == static_cast<ssize_t>(b.ByteLength())) return Napi::Number::New(env, 0);
+    if (r < 0 && errno == EINTR) continue;
+    return Napi::Number::New(env, r < 0 ? errno : EMSGSIZE);
+  }
 }
 
 }  // namespace
@@ -264,6 +441,9 @@ void InitVerbsSocket(Napi::Env env, Napi::Object exports) {
   exports.Set("verbsUnlisten", Napi::Function::New(env, VerbsUnlisten, "verbsUnlisten"));
   exports.Set("fdLimit", Napi::Function::New(env, FdLimit, "fdLimit"));
   exports.Set("mapVerbsMemory", Napi::Function::New(env, MapVerbsMemory, "mapVerbsMemory"));
+  exports.Set("mapVerbsPieces", Napi::Function::New(env, MapVerbsPieces, "mapVerbsPieces"));
+  exports.Set("seqpacketRecv", Napi::Function::New(env, SeqpacketRecv, "seqpacketRecv"));
+  exports.Set("seqpacketSend", Napi::Function::New(env, SeqpacketSend, "seqpacketSend"));
 }
 
 }  // namespace rg

@@ -113,6 +113,7 @@ int main(void) {
   CONSTANT(RGV_NONE);
   CONSTANT(RGV_MAX_DEVICES);
   CONSTANT(RGV_MAX_REASON);
+  CONSTANT(RGV_MAX_MR_PIECES);
   CONSTANT(RGV_RING_HDR);
   CONSTANT(RGV_QP_SQ_PROD);
   CONSTANT(RGV_QP_RQ_PROD);
@@ -159,6 +160,7 @@ int main(void) {
   MEMBER(RGV_FD_NONE);
   MEMBER(RGV_FD_MEMFD);
   MEMBER(RGV_FD_EVENTFD);
+  MEMBER(RGV_FD_MEMFDS);
   ENUM(rgv_access);
   MEMBER(RGV_ACCESS_LOCAL_WRITE);
   MEMBER(RGV_ACCESS_REMOTE_WRITE);
@@ -282,6 +284,14 @@ int main(void) {
   FIELD(rgv_reg_mr, start);
   FIELD(rgv_reg_mr, addr);
   FIELD(rgv_reg_mr, length);
+  FIELD(rgv_reg_mr, pieces);
+  FIELD(rgv_reg_mr, pad);
+  end();
+  STRUCT(rgv_mr_piece);
+  FIELD(rgv_mr_piece, offset);
+  FIELD(rgv_mr_piece, length);
+  FIELD(rgv_mr_piece, fd);
+  FIELD(rgv_mr_piece, pad);
   end();
   STRUCT(rgv_mr);
   FIELD(rgv_mr, handle);

@@ -13,8 +13,8 @@
  *           "send LKEY DELTA" -> a signaled 16-byte SEND from buf + DELTA with that lkey, then its
  *           completion: "send rc RC wc STATUS opcode OP wr_id ID qp QPN" (or "send rc RC" / "send timeout");
  *           "ex" -> "ex query_device_ex RC max_qp N create_cq_ex ERRNO create_qp_ex ERRNO" (the
- *           extended verbs a program may probe: the first answers from ibv_query_device, the
- *           others are not supported); "exit" -> ends it (status 0)
+ *           extended verbs a program may probe, through verbs.h's inline helpers: 0 when they
+ *           work; the QP is asked without CQs, so EINVAL); "exit" -> ends it (status 0)
  *           "isend LEN" -> a signaled SEND of LEN bytes from buf, inline when the QP's max_inline_data
  *           (as ibv_query_qp reports it, the way ibv_rc_pingpong decides) allows: "isend rc RC inline I ..."
  *           as "send" says it;

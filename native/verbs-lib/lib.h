@@ -107,8 +107,16 @@ struct rg_cq;
 #define RG_MAX_NAME 15       /* a device name's characters, as UCX and the kernel take them */
 
 struct rg_context {
-  struct ibv_context ctx; /* first: the program holds a struct ibv_context * */
-  struct rg_device dev;   /* a copy: valid after the device list is freed */
+  /* First: an extended context (verbs.h's verbs_get_ctx finds the verbs_context in front of the
+     struct ibv_context the program holds), so the inline helpers reach our ops. */
+  union {
+    struct verbs_context v;
+    struct {
+      uint8_t before_ctx[offsetof(struct verbs_context, context)];
+      struct ibv_context ctx;
+    };
+  };
+  struct rg_device dev; /* a copy: valid after the device list is freed */
   int sock;
   int doorbell; /* eventfd the daemon sleeps on: written after a post when it asked (need_kick) */
   int dead; /* the daemon went away, or is not trusted any more: the rings are flushed, verbs fail with ECONNRESET */
@@ -129,7 +137,12 @@ struct rg_channel {
 };
 
 struct rg_cq {
-  struct ibv_cq cq; /* first */
+  union { /* first: an ibv_cq_ex begins with the ibv_cq (ibv_cq_ex_to_cq is a cast) */
+    struct ibv_cq cq;
+    struct ibv_cq_ex cqx;
+  };
+  uint64_t wc_flags; /* ibv_create_cq_ex's: what the read_* ops may be asked */
+  int current;       /* between start_poll and end_poll: the CQE at cons is the program's now */
   struct rg_ring ring;
   uint32_t entries;     /* a power of two */
   uint32_t cons;        /* ours; published at RGV_CQ_CONS */
@@ -148,8 +161,21 @@ struct rg_srq {
   pthread_spinlock_t lock;
 };
 
+/* ibv_qp_ex's send API between wr_start and wr_complete (qp_ex.c). */
+struct rg_wr_batch {
+  struct ibv_send_wr wr; /* the WR being built: opcode and remote set by wr_<op>, data by wr_set_* */
+  int open;              /* a wr_<op> waits for its data */
+  int err;               /* the first failure: wr_complete returns it and posts nothing */
+  uint32_t first;        /* sq_prod at wr_start */
+};
+
 struct rg_qp {
-  struct ibv_qp qp; /* first */
+  union { /* first: an ibv_qp_ex begins with the ibv_qp */
+    struct ibv_qp qp;
+    struct ibv_qp_ex qpx;
+  };
+  uint64_t send_ops; /* ibv_create_qp_ex's send_ops_flags: 0, not an extended QP */
+  struct rg_wr_batch batch;
   struct rg_ring ring;
   uint32_t sq_entries, rq_entries, sq_stride, rq_stride;
   uint32_t max_send_wr, max_recv_wr, max_sge, max_inline;
@@ -159,7 +185,9 @@ struct rg_qp {
   struct rg_qp* next; /* in the context */
 };
 
-static inline struct rg_context* rg_ctx(struct ibv_context* c) { return (struct rg_context*)c; }
+static inline struct rg_context* rg_ctx(struct ibv_context* c) {
+  return (struct rg_context*)((uint8_t*)c - offsetof(struct rg_context, ctx));
+}
 
 /* verbs.c */
 void rg_say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -176,6 +204,27 @@ void rg_not_yet(const char* fn);
 int rg_ctx_call(struct ibv_context* context, uint16_t op, const void* req, size_t len, int pass_fd, void* out,
                 size_t out_len);
 int rg_handle_call(struct ibv_context* context, uint16_t op, uint32_t handle);
+/* rg_ctx_call passing `npass` fds (at most RGV_MAX_MR_PIECES) and a body of up to a full REG_MR. */
+int rg_ctx_call_fds(struct ibv_context* context, uint16_t op, const void* req, size_t len, const int* pass,
+                    size_t npass, void* out, size_t out_len);
+
+/* regions.c: which of the program's pages are on which memfd, for REG_MR's pieces. */
+struct rg_pieces {
+  uint32_t n, nfds;
+  struct rgv_mr_piece p[RGV_MAX_MR_PIECES];
+  int fds[RGV_MAX_MR_PIECES];
+  void* mems[RGV_MAX_MR_PIECES];
+};
+/*
+ * The pages [start, end) as pieces of memfds (the parts earlier registrations put on memfds,
+ * the rest moved onto a new one now); 0 with a process-wide lock held until rg_pages_done, or
+ * -1 + errno (EFAULT: memory the program does not have; ENOMEM: more than RGV_MAX_MR_PIECES).
+ */
+int rg_pages_share(uintptr_t start, uintptr_t end, struct rg_pieces* out);
+/* After the REG_MR: `registered`, a live MR covers [start, end) now; releases the lock. */
+void rg_pages_done(uintptr_t start, uintptr_t end, int registered);
+/* An MR over [start, end) was deregistered. */
+void rg_pages_release(uintptr_t start, uintptr_t end);
 
 /* The daemon's devices (a connection of its own, DEVICES, checked), at most RGV_MAX_DEVICES; -1 + errno. */
 int rg_query_devices(struct rgv_device* out);
@@ -186,6 +235,24 @@ void rg_probes_devices(const struct rgv_device* devs, int n);
 
 /* ring.c */
 void rg_set_ops(struct ibv_context_ops* ops);
+/* A CQ (ibv_create_cq and ibv_create_cq_ex), or NULL + errno. */
+struct rg_cq* rg_cq_create(struct ibv_context* context, int cqe, void* cq_context, struct ibv_comp_channel* channel,
+                           int comp_vector);
+/* A poll found the CQ empty: now and then check that the daemon is there, or yield. */
+void rg_cq_empty(struct rg_cq* q);
+/* The send queue, under q->sq_lock: one WR written at sq_prod (not yet published); 0 or an errno. */
+int rg_sq_write(struct rg_qp* q, const struct ibv_send_wr* wr);
+/* The send queue, under q->sq_lock: sq_prod published, the daemon woken if it sleeps. */
+void rg_sq_publish(struct rg_qp* q);
+
+/* verbs.c: a QP (ibv_create_qp and ibv_create_qp_ex), or NULL + errno. */
+struct rg_qp* rg_qp_create(struct ibv_pd* pd, struct ibv_qp_init_attr* attr);
+
+/* cq_ex.c, qp_ex.c: the extended CQ and QP. */
+struct ibv_cq_ex* rg_create_cq_ex(struct ibv_context* context, struct ibv_cq_init_attr_ex* attr);
+struct ibv_qp* rg_create_qp_ex(struct ibv_context* context, struct ibv_qp_init_attr_ex* attr);
+int rg_query_device_ex(struct ibv_context* context, const struct ibv_query_device_ex_input* input,
+                       struct ibv_device_attr_ex* attr, size_t attr_size);
 /*
  * The context's daemon is gone or not to be trusted: every posted, unfinished WQE of its QPs is
  * flushed into their CQs (IBV_WC_WR_FLUSH_ERR), their channels signalled, `why` said once, and

@@ -17,12 +17,17 @@
 
 #include <stdint.h>
 
+#if defined(__cplusplus) && !defined(_Static_assert)
+#define _Static_assert static_assert /* the daemon's addon includes it for RGV_MAX_MR_PIECES */
+#endif
+
 /* ------------------------------------------------------------------ control messages (§2, §3) */
 
 #define RGV_MAGIC 0x31564752u /* "RGV1" */
 #define RGV_NONE 0xffffffffu  /* no channel, no SRQ */
 #define RGV_MAX_DEVICES 64u   /* device records in a DEVICES reply, at most */
 #define RGV_MAX_REASON 480u   /* bytes of text after a refusal's header, at most (§2.3) */
+#define RGV_MAX_MR_PIECES 64u /* pieces (and memfds) of one REG_MR, at most (§3) */
 
 /* The requests; each is answered once, with the same op and seq (§3). */
 enum rgv_op {
@@ -52,6 +57,7 @@ enum rgv_fd {
   RGV_FD_NONE = 0,
   RGV_FD_MEMFD = 1,   /* memory sealed against shrinking and growing, mapped by the daemon */
   RGV_FD_EVENTFD = 2, /* an eventfd the daemon writes (never reads but to drain it) */
+  RGV_FD_MEMFDS = 3,  /* 1..RGV_MAX_MR_PIECES memfds, as RGV_FD_MEMFD each (REG_MR's pieces) */
 };
 
 /*
@@ -65,7 +71,7 @@ enum rgv_fd {
   X(DEVICES, none, rgv_device, 1, RGV_FD_NONE)                      \
   X(ALLOC_PD, none, rgv_handle, 0, RGV_FD_NONE)                     \
   X(DEALLOC_PD, rgv_handle, none, 0, RGV_FD_NONE)                   \
-  X(REG_MR, rgv_reg_mr, rgv_mr, 0, RGV_FD_MEMFD)                    \
+  X(REG_MR, rgv_reg_mr, rgv_mr, 0, RGV_FD_MEMFDS)                   \
   X(DEREG_MR, rgv_handle, none, 0, RGV_FD_NONE)                     \
   X(CREATE_CQ, rgv_create_cq, rgv_cq, 0, RGV_FD_MEMFD)              \
   X(DESTROY_CQ, rgv_handle, none, 0, RGV_FD_NONE)                   \
@@ -139,9 +145,12 @@ struct rgv_attach {
   char ifname[32]; /* rgv_device.ifname */
 };
 
-/* REG_MR: the pages [start, start + span) of the registration, moved onto a memfd sealed
-   against shrinking and growing (`span` bytes, a multiple of the page size); the MR is the
-   `length` bytes at virtual address `addr` in them (peers address it by that address). */
+/* REG_MR: the pages [start, start + span) of the registration (`span` a multiple of the page
+   size), shared with the daemon through memfds sealed against shrinking: with `pieces` 0, the
+   one passed memfd from offset 0; else `pieces` rgv_mr_piece records follow this struct, in
+   address order, abutting, covering the span exactly, each naming one of the passed memfds
+   (the same pages registered twice are one memory: §3). The MR is the `length` bytes at
+   virtual address `addr` in the span (peers address it by that address). */
 struct rgv_reg_mr {
   uint32_t pd;
   uint32_t access; /* enum rgv_access bits */
@@ -149,6 +158,17 @@ struct rgv_reg_mr {
   uint64_t start; /* virtual address of the first page */
   uint64_t addr;
   uint64_t length;
+  uint32_t pieces; /* 0, or 1..RGV_MAX_MR_PIECES records after this struct */
+  uint32_t pad;
+};
+
+/* One piece of a REG_MR span: `length` bytes (a multiple of the page size) at `offset` (one
+   too) of passed memfd number `fd` (0 the first passed), placed after the piece before it. */
+struct rgv_mr_piece {
+  uint64_t offset;
+  uint64_t length;
+  uint32_t fd;
+  uint32_t pad;
 };
 
 struct rgv_mr {
@@ -421,7 +441,8 @@ _Static_assert(sizeof(struct rgv_hdr) == 16, "rgv_hdr is 16 bytes");
 _Static_assert(sizeof(struct rgv_handle) == 4, "rgv_handle is 4 bytes");
 _Static_assert(sizeof(struct rgv_device) == 240, "rgv_device is 240 bytes");
 _Static_assert(sizeof(struct rgv_attach) == 32, "rgv_attach is 32 bytes");
-_Static_assert(sizeof(struct rgv_reg_mr) == 40, "rgv_reg_mr is 40 bytes");
+_Static_assert(sizeof(struct rgv_reg_mr) == 48, "rgv_reg_mr is 48 bytes");
+_Static_assert(sizeof(struct rgv_mr_piece) == 24, "rgv_mr_piece is 24 bytes");
 _Static_assert(sizeof(struct rgv_mr) == 8, "rgv_mr is 8 bytes");
 _Static_assert(sizeof(struct rgv_create_cq) == 16, "rgv_create_cq is 16 bytes");
 _Static_assert(sizeof(struct rgv_cq) == 8, "rgv_cq is 8 bytes");

@@ -261,6 +261,12 @@ EXPORT void ibv_ack_cq_events(struct ibv_cq* cq, unsigned int nevents) { (void)c
 
 EXPORT struct ibv_cq* ibv_create_cq(struct ibv_context* context, int cqe, void* cq_context,
                                     struct ibv_comp_channel* channel, int comp_vector) {
+  struct rg_cq* q = rg_cq_create(context, cqe, cq_context, channel, comp_vector);
+  return q == NULL ? NULL : &q->cq;
+}
+
+struct rg_cq* rg_cq_create(struct ibv_context* context, int cqe, void* cq_context, struct ibv_comp_channel* channel,
+                           int comp_vector) {
   struct rg_context* c = rg_ctx(context);
   if (cqe < 1 || cqe > (int)c->dev.info.max_cqe || comp_vector != 0 ||
       (channel != NULL && channel->context != context)) {
@@ -304,7 +310,7 @@ EXPORT struct ibv_cq* ibv_create_cq(struct ibv_context* context, int cqe, void* 
   q->next = c->cqs;
   c->cqs = q;
   pthread_mutex_unlock(&c->objs);
-  return &q->cq;
+  return q;
 }
 
 EXPORT int ibv_destroy_cq(struct ibv_cq* cq) {
@@ -370,6 +376,15 @@ static int op_poll_cq(struct ibv_cq* cq, int n, struct ibv_wc* wc) {
   else if (yield)
     sched_yield(); /* a program spinning on an empty CQ lets the daemon (maybe on this core) run */
   return k;
+}
+
+void rg_cq_empty(struct rg_cq* q) {
+  if (++q->empty_polls >= ALIVE_CHECK_POLLS) {
+    q->empty_polls = 0;
+    daemon_gone(rg_ctx(q->cq.context)); /* flushes into the rings: the next poll sees it */
+  } else if ((q->empty_polls & (YIELD_POLLS - 1)) == 0) {
+    sched_yield();
+  }
 }
 
 static int op_req_notify_cq(struct ibv_cq* cq, int solicited_only) {
@@ -506,6 +521,19 @@ static int write_send_wqe(const struct rg_qp* q, const struct ibv_send_wr* wr, u
 }
 _Static_assert(sizeof(struct ibv_sge) == sizeof(struct rgv_sge), "ibv_sge is laid out as rgv_sge");
 
+int rg_sq_write(struct rg_qp* q, const struct ibv_send_wr* wr) {
+  if (q->sq_prod - LOAD(U32(&q->ring, RGV_QP_SQ_DONE)) >= q->max_send_wr) return ENOMEM; /* the send queue is full */
+  uint8_t* slot = q->ring.mem + RGV_RING_HDR + (size_t)(q->sq_prod & (q->sq_entries - 1)) * q->sq_stride;
+  int err = write_send_wqe(q, wr, slot);
+  if (err == 0) q->sq_prod++;
+  return err;
+}
+
+void rg_sq_publish(struct rg_qp* q) {
+  STORE(U32(&q->ring, RGV_QP_SQ_PROD), q->sq_prod);
+  kick(rg_ctx(q->qp.context), &q->ring, RGV_QP_NEED_KICK);
+}
+
 static int op_post_send(struct ibv_qp* qp, struct ibv_send_wr* wr, struct ibv_send_wr** bad) {
   struct rg_qp* q = (struct rg_qp*)qp;
   struct rg_context* c = rg_ctx(qp->context);
@@ -519,24 +547,10 @@ static int op_post_send(struct ibv_qp* qp, struct ibv_send_wr* wr, struct ibv_se
     return err;
   }
   pthread_spin_lock(&q->sq_lock);
-  uint32_t done = LOAD(U32(&q->ring, RGV_QP_SQ_DONE));
   const uint32_t first = q->sq_prod;
-  for (; wr != NULL; wr = wr->next) {
-    if (q->sq_prod - done >= q->max_send_wr) {
-      done = LOAD(U32(&q->ring, RGV_QP_SQ_DONE));
-      if (q->sq_prod - done >= q->max_send_wr) {
-        err = ENOMEM; /* the send queue is full */
-        break;
-      }
-    }
-    uint8_t* slot = q->ring.mem + RGV_RING_HDR + (size_t)(q->sq_prod & (q->sq_entries - 1)) * q->sq_stride;
-    if ((err = write_send_wqe(q, wr, slot)) != 0) break;
-    q->sq_prod++;
-  }
-  if (q->sq_prod != first) {
-    STORE(U32(&q->ring, RGV_QP_SQ_PROD), q->sq_prod);
-    kick(c, &q->ring, RGV_QP_NEED_KICK);
-  }
+  for (; wr != NULL; wr = wr->next)
+    if ((err = rg_sq_write(q, wr)) != 0) break;
+  if (q->sq_prod != first) rg_sq_publish(q);
   pthread_spin_unlock(&q->sq_lock);
   if (err != 0) *bad = wr;
   return err;

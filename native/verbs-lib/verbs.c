@@ -199,14 +199,18 @@ void rg_drain_unsolicited(struct rg_context* c) {
   if (r > 0) say_unsolicited(buf, r);
 }
 
+/* The longest request body: REG_MR with all its pieces. */
+#define RG_MAX_BODY (sizeof(struct rgv_reg_mr) + RGV_MAX_MR_PIECES * sizeof(struct rgv_mr_piece))
+
 /*
- * One request (the header, `len` bytes of `req`, and `pass_fd` when >= 0), one response of up
- * to `cap` bytes; the response's length, or -1 + errno (the daemon's errno when it refused).
+ * One request (the header, `len` bytes of `req`, and the `npass` fds of `pass`), one response of
+ * up to `cap` bytes; the response's length, or -1 + errno (the daemon's errno when it refused).
  */
-static ssize_t call_with(int fd, uint16_t op, const void* req, size_t len, int pass_fd, void* resp, size_t cap) {
+static ssize_t call_fds(int fd, uint16_t op, const void* req, size_t len, const int* pass, size_t npass, void* resp,
+                        size_t cap) {
   static uint32_t seq;
-  uint8_t msg[sizeof(struct rgv_hdr) + 64];
-  if (len > 64) {
+  uint8_t msg[sizeof(struct rgv_hdr) + RG_MAX_BODY];
+  if (len > RG_MAX_BODY || npass > RGV_MAX_MR_PIECES) {
     errno = EINVAL;
     return -1;
   }
@@ -216,37 +220,45 @@ static ssize_t call_with(int fd, uint16_t op, const void* req, size_t len, int p
   if (len > 0) memcpy(msg + sizeof q, req, len);
   struct iovec iov = {.iov_base = msg, .iov_len = sizeof q + len};
   union {
-    char buf[CMSG_SPACE(sizeof(int))];
+    char buf[CMSG_SPACE(sizeof(int) * RGV_MAX_MR_PIECES)];
     struct cmsghdr align;
   } ctl;
   struct msghdr mh;
   memset(&mh, 0, sizeof mh);
   mh.msg_iov = &iov;
   mh.msg_iovlen = 1;
-  if (pass_fd >= 0) {
+  if (npass > 0) {
     memset(&ctl, 0, sizeof ctl);
     mh.msg_control = ctl.buf;
-    mh.msg_controllen = sizeof ctl.buf;
+    mh.msg_controllen = CMSG_SPACE(sizeof(int) * npass);
     struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+    c->cmsg_len = CMSG_LEN(sizeof(int) * npass);
+    memcpy(CMSG_DATA(c), pass, sizeof(int) * npass);
   }
   if (sendmsg(fd, &mh, MSG_NOSIGNAL) != (ssize_t)iov.iov_len) return -1;
   struct rgv_hdr* h = resp;
   ssize_t r;
-  /* The answer: what carries this request's op and seq. Anything before it is a message nobody
-     asked for (the protocol has none): taken and said, a few at most. */
+  /* The answer: what carries this request's op and seq. Anything before it is the late answer
+     to a request that timed out (an earlier seq: dropped) or a message nobody asked for (the
+     protocol has none): taken and said, a few at most. */
   for (int stray = 0;; stray++) {
     r = recv(fd, resp, cap, 0);
     if (r == 0) {
       errno = ECONNRESET; /* the daemon went away */
       return -1;
     }
-    if (r < 0) return -1;
-    if (r >= (ssize_t)sizeof *h && h->magic == RGV_MAGIC && h->op == op && h->seq == q.seq) break;
-    say_unsolicited(resp, r);
+    if (r < 0) return -1; /* EAGAIN: no answer within SO_RCVTIMEO; a late one is dropped by its seq */
+    const int whole = r >= (ssize_t)sizeof *h && h->magic == RGV_MAGIC;
+    if (whole && h->op == op && h->seq == q.seq) break;
+    if (whole && (int32_t)(q.seq - h->seq) > 0) {
+      static int said_late;
+      if (!__atomic_exchange_n(&said_late, 1, __ATOMIC_RELAXED))
+        rg_say("the daemon answered a request that had timed out (op %u): dropped", h->op);
+    } else {
+      say_unsolicited(resp, r);
+    }
     if (stray == 8) {
       errno = EPROTO;
       return -1;
@@ -268,6 +280,10 @@ static ssize_t call_with(int fd, uint16_t op, const void* req, size_t len, int p
     return -1;
   }
   return r;
+}
+
+static ssize_t call_with(int fd, uint16_t op, const void* req, size_t len, int pass_fd, void* resp, size_t cap) {
+  return call_fds(fd, op, req, len, &pass_fd, pass_fd >= 0 ? 1 : 0, resp, cap);
 }
 
 static ssize_t call(int fd, uint16_t op, void* resp, size_t cap) { return call_with(fd, op, NULL, 0, -1, resp, cap); }
@@ -440,14 +456,20 @@ EXPORT struct ibv_context* ibv_open_device(struct ibv_device* device) {
   c->ctx.cmd_fd = c->sock;
   c->ctx.async_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); /* no async events yet */
   c->ctx.num_comp_vectors = 1;
-  c->ctx.abi_compat = NULL; /* not an extended context: verbs.h's inline helpers take the plain path */
+  /* An extended context: verbs.h's inline helpers (ibv_query_device_ex, ibv_create_cq_ex,
+     ibv_create_qp_ex, ibv_open_xrcd, ...) find these; the ones left NULL fail with EOPNOTSUPP. */
+  c->ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;
+  c->v.sz = sizeof c->v;
+  c->v.query_device_ex = rg_query_device_ex;
+  c->v.create_cq_ex = rg_create_cq_ex;
+  c->v.create_qp_ex = rg_create_qp_ex;
   rg_set_ops(&c->ctx.ops);
   pthread_mutex_init(&c->ctx.mutex, NULL);
   return &c->ctx;
 }
 
 EXPORT int ibv_close_device(struct ibv_context* context) {
-  struct rg_context* c = (struct rg_context*)context;
+  struct rg_context* c = rg_ctx(context);
   if (c->sock >= 0) close(c->sock);
   if (c->doorbell >= 0) close(c->doorbell);
   if (c->ctx.async_fd >= 0) close(c->ctx.async_fd);
@@ -460,7 +482,7 @@ EXPORT int ibv_close_device(struct ibv_context* context) {
 /* ------------------------------------------------------------------ queries */
 
 EXPORT int ibv_query_device(struct ibv_context* context, struct ibv_device_attr* a) {
-  const struct rg_context* c = (const struct rg_context*)context;
+  const struct rg_context* c = rg_ctx(context);
   const struct rgv_device* d = &c->dev.info;
   /* Every figure the daemon's (its device view: GET /v1/devices, rdmactl show device), checked by query_devices. */
   memset(a, 0, sizeof *a);
@@ -493,7 +515,7 @@ EXPORT int ibv_query_device(struct ibv_context* context, struct ibv_device_attr*
 }
 
 EXPORT int ibv_query_port(struct ibv_context* context, uint8_t port_num, struct _compat_ibv_port_attr* out) {
-  const struct rg_context* c = (const struct rg_context*)context;
+  const struct rg_context* c = rg_ctx(context);
   if (port_num != 1) return EINVAL;
   /* The compat layout is struct ibv_port_attr up to link_layer; fill only that much. */
   struct ibv_port_attr a;
@@ -525,7 +547,7 @@ EXPORT int ibv_query_gid(struct ibv_context* context, uint8_t port_num, int inde
     errno = EINVAL;
     return -1;
   }
-  gid_of((const struct rg_context*)context, gid);
+  gid_of(rg_ctx(context), gid);
   return 0;
 }
 
@@ -534,7 +556,7 @@ EXPORT int _ibv_query_gid_ex(struct ibv_context* context, uint32_t port_num, uin
   if (flags != 0 || entry_size < sizeof *entry) return EINVAL;
   if (port_num != 1 || gid_index != 0) return ENODATA;
   memset(entry, 0, sizeof *entry);
-  gid_of((const struct rg_context*)context, &entry->gid);
+  gid_of(rg_ctx(context), &entry->gid);
   entry->port_num = 1;
   entry->gid_type = IBV_GID_TYPE_ROCE_V2;
   return 0;
@@ -573,16 +595,16 @@ struct rg_pd {
   struct ibv_pd pd;
 };
 
-/* A request on the context's connection with a u32 reply (or none: out NULL); 0 or -1 + errno. */
-int rg_ctx_call(struct ibv_context* context, uint16_t op, const void* req, size_t len, int pass_fd, void* out,
-                size_t out_len) {
+/* A request on the context's connection with a reply of out_len bytes (or none: out NULL); 0 or -1 + errno. */
+int rg_ctx_call_fds(struct ibv_context* context, uint16_t op, const void* req, size_t len, const int* pass,
+                    size_t npass, void* out, size_t out_len) {
   uint8_t buf[sizeof(struct rgv_hdr) + 64];
-  if (__atomic_load_n(&((struct rg_context*)context)->dead, __ATOMIC_ACQUIRE)) {
+  if (__atomic_load_n(&rg_ctx(context)->dead, __ATOMIC_ACQUIRE)) {
     errno = ECONNRESET; /* gone, or not trusted any more */
     return -1;
   }
   pthread_mutex_lock(&context->mutex); /* one request at a time on the connection */
-  ssize_t r = call_with(((struct rg_context*)context)->sock, op, req, len, pass_fd, buf, sizeof buf);
+  ssize_t r = call_fds(rg_ctx(context)->sock, op, req, len, pass, npass, buf, sizeof buf);
   pthread_mutex_unlock(&context->mutex);
   if (r < 0) return -1;
   if ((size_t)r != sizeof(struct rgv_hdr) + out_len) {
@@ -591,6 +613,11 @@ int rg_ctx_call(struct ibv_context* context, uint16_t op, const void* req, size_
   }
   if (out_len > 0) memcpy(out, buf + sizeof(struct rgv_hdr), out_len);
   return 0;
+}
+
+int rg_ctx_call(struct ibv_context* context, uint16_t op, const void* req, size_t len, int pass_fd, void* out,
+                size_t out_len) {
+  return rg_ctx_call_fds(context, op, req, len, &pass_fd, pass_fd >= 0 ? 1 : 0, out, out_len);
 }
 
 /* A request whose body is one handle (the destroys), no reply payload; 0 or -1 + errno. */
@@ -620,11 +647,20 @@ enum {
   KNOWN_ACCESS = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
 };
 
+/* An MR and the pages it shares (regions.c). */
+struct rg_mr {
+  struct ibv_mr mr; /* first: the program holds a struct ibv_mr * */
+  uintptr_t start, end;
+  uint32_t access; /* as registered (ibv_rereg_mr keeps it when not changed) */
+};
+
 /*
- * The registered pages move onto a memfd mapped at the same address (their contents copied
- * first), and the daemon maps the same memfd: DDP places into what the program reads, sends read
- * what it wrote, nothing copied per operation. Caveats: the pages are the whole pages around the
- * buffer; a thread writing to them while the registration runs can lose that write.
+ * The registered pages are shared with the daemon through memfds mapped at the same address
+ * (regions.c: pages registered before stay where they are, the others move onto a new memfd,
+ * their contents copied first), and the daemon maps the same memfds: DDP places into what the
+ * program reads, sends read what it wrote, nothing copied per operation. Caveats: the pages are
+ * the whole pages around the buffer; a thread writing to them while the registration runs can
+ * lose that write.
  */
 static struct ibv_mr* reg_mr(struct ibv_pd* pd, void* addr, size_t length, int access) {
   if (access & ~(KNOWN_ACCESS | IBV_ACCESS_RELAXED_ORDERING)) { /* relaxed ordering is a hint: ours */
@@ -635,44 +671,50 @@ static struct ibv_mr* reg_mr(struct ibv_pd* pd, void* addr, size_t length, int a
     errno = EINVAL;
     return NULL;
   }
+  if (rg_ctx(pd->context)->dead) {
+    errno = ECONNRESET;
+    return NULL;
+  }
   const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
   const uintptr_t start = (uintptr_t)addr & ~(page - 1), end = ((uintptr_t)addr + length + page - 1) & ~(page - 1);
-  const size_t span = end - start;
-  int fd = memfd_create("rdma-graph-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) return NULL;
-  void* tmp = MAP_FAILED;
-  if (ftruncate(fd, (off_t)span) != 0 ||
-      (tmp = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
-    goto fail;
-  memcpy(tmp, (void*)start, span);
-  if (mmap((void*)start, span, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) goto fail;
-  munmap(tmp, span);
-  tmp = MAP_FAILED;
-  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) goto fail;
-  struct rgv_reg_mr q = {.pd = pd->handle,
-                         .access = (uint32_t)(access & KNOWN_ACCESS),
-                         .span = span,
-                         .start = start,
-                         .addr = (uintptr_t)addr,
-                         .length = length};
-  struct rgv_mr r;
-  if (rg_ctx_call(pd->context, RGV_OP_REG_MR, &q, sizeof q, fd, &r, sizeof r) != 0) goto fail;
-  close(fd);
-  struct ibv_mr* mr = calloc(1, sizeof *mr);
+  struct rg_mr* mr = calloc(1, sizeof *mr);
   if (mr == NULL) return NULL;
-  mr->context = pd->context;
-  mr->pd = pd;
-  mr->addr = addr;
-  mr->length = length;
-  mr->handle = r.handle;
-  mr->lkey = mr->rkey = r.stag;
-  return mr;
-fail:;
+  static __thread struct rg_pieces pieces;
+  if (rg_pages_share(start, end, &pieces) != 0) {
+    free(mr);
+    return NULL;
+  }
+  struct {
+    struct rgv_reg_mr q;
+    struct rgv_mr_piece p[RGV_MAX_MR_PIECES];
+  } req = {.q = {.pd = pd->handle,
+                 .access = (uint32_t)(access & KNOWN_ACCESS),
+                 .span = end - start,
+                 .start = start,
+                 .addr = (uintptr_t)addr,
+                 .length = length,
+                 .pieces = pieces.n}};
+  memcpy(req.p, pieces.p, pieces.n * sizeof pieces.p[0]);
+  struct rgv_mr r;
+  int rc = rg_ctx_call_fds(pd->context, RGV_OP_REG_MR, &req, sizeof req.q + pieces.n * sizeof req.p[0], pieces.fds,
+                           pieces.nfds, &r, sizeof r);
   int e = errno;
-  if (tmp != MAP_FAILED) munmap(tmp, span);
-  close(fd);
-  errno = e;
-  return NULL;
+  rg_pages_done(start, end, rc == 0);
+  if (rc != 0) {
+    free(mr);
+    errno = e;
+    return NULL;
+  }
+  mr->mr.context = pd->context;
+  mr->mr.pd = pd;
+  mr->mr.addr = addr;
+  mr->mr.length = length;
+  mr->mr.handle = r.handle;
+  mr->mr.lkey = mr->mr.rkey = r.stag;
+  mr->start = start;
+  mr->end = end;
+  mr->access = (uint32_t)access;
+  return &mr->mr;
 }
 
 EXPORT struct ibv_mr* ibv_reg_mr(struct ibv_pd* pd, void* addr, size_t length, int access) {
@@ -694,13 +736,63 @@ EXPORT struct ibv_mr* ibv_reg_mr_iova2(struct ibv_pd* pd, void* addr, size_t len
 
 EXPORT int ibv_dereg_mr(struct ibv_mr* mr) {
   if (!rg_ctx(mr->context)->dead && rg_handle_call(mr->context, RGV_OP_DEREG_MR, mr->handle) != 0) return errno;
-  free(mr); /* the pages stay on the memfd mapping: the program's memory is unchanged */
+  struct rg_mr* m = (struct rg_mr*)mr;
+  /* The pages stay on their memfd mappings (the program's memory is unchanged); the regions no
+     live MR covers any more are forgotten. */
+  rg_pages_release(m->start, m->end);
+  free(m);
+  return 0;
+}
+
+/*
+ * A new translation, PD or access for an MR: registered anew (the same pages stay one memory,
+ * regions.c), then the old registration dropped, the program's struct ibv_mr updated in place
+ * with the new keys. On failure the MR is as it was (IBV_REREG_MR_ERR_CMD, errno set).
+ */
+EXPORT int ibv_rereg_mr(struct ibv_mr* mr, int flags, struct ibv_pd* pd, void* addr, size_t length, int access) {
+  const int known = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+  if (flags == 0 || (flags & ~known) ||
+      ((flags & IBV_REREG_MR_CHANGE_PD) && (pd == NULL || pd->context != mr->context))) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  struct rg_mr* m = (struct rg_mr*)mr;
+  struct ibv_pd* npd = flags & IBV_REREG_MR_CHANGE_PD ? pd : mr->pd;
+  void* naddr = flags & IBV_REREG_MR_CHANGE_TRANSLATION ? addr : mr->addr;
+  size_t nlen = flags & IBV_REREG_MR_CHANGE_TRANSLATION ? length : mr->length;
+  int nacc = flags & IBV_REREG_MR_CHANGE_ACCESS ? access : (int)m->access;
+  struct ibv_mr* n = reg_mr(npd, naddr, nlen, nacc);
+  if (n == NULL) return IBV_REREG_MR_ERR_CMD;
+  struct rg_mr* nm = (struct rg_mr*)n;
+  if (rg_handle_call(mr->context, RGV_OP_DEREG_MR, mr->handle) != 0) {
+    int e = errno;
+    ibv_dereg_mr(n);
+    errno = e;
+    return IBV_REREG_MR_ERR_CMD;
+  }
+  rg_pages_release(m->start, m->end);
+  /* The new registration's fields into the program's struct; its own freed. */
+  mr->pd = npd;
+  mr->addr = naddr;
+  mr->length = nlen;
+  mr->handle = n->handle;
+  mr->lkey = n->lkey;
+  mr->rkey = n->rkey;
+  m->start = nm->start;
+  m->end = nm->end;
+  m->access = nm->access;
+  free(nm);
   return 0;
 }
 
 /* ------------------------------------------------------------------ QP (control path) */
 
 EXPORT struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* attr) {
+  struct rg_qp* q = rg_qp_create(pd, attr);
+  return q == NULL ? NULL : &q->qp;
+}
+
+struct rg_qp* rg_qp_create(struct ibv_pd* pd, struct ibv_qp_init_attr* attr) {
   if (attr->qp_type != IBV_QPT_RC) { /* UC and UD: not supported */
     rg_not_yet(attr->qp_type == IBV_QPT_UD ? "a UD QP" : "a QP other than RC");
     return NULL;
@@ -776,7 +868,7 @@ EXPORT struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* 
   attr->cap.max_recv_wr = rq->max_recv_wr;
   attr->cap.max_send_sge = attr->cap.max_recv_sge = r.max_sge;
   attr->cap.max_inline_data = r.max_inline;
-  return qp;
+  return rq;
 }
 
 /*
@@ -900,9 +992,7 @@ void rg_not_yet(const char* fn) {
 
 NULL_VERB(struct ibv_mr*, ibv_reg_dmabuf_mr, struct ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd,
           int access)
-ERR_VERB(int, ibv_rereg_mr, struct ibv_mr* mr, int flags, struct ibv_pd* pd, void* addr, size_t length, int access)
 ERR_VERB(int, ibv_resize_cq, struct ibv_cq* cq, int cqe)
-NULL_VERB(struct ibv_qp_ex*, ibv_qp_to_qp_ex, struct ibv_qp* qp)
 NULL_VERB(struct ibv_ah*, ibv_create_ah, struct ibv_pd* pd, struct ibv_ah_attr* attr)
 NULL_VERB(struct ibv_ah*, ibv_create_ah_from_wc, struct ibv_pd* pd, struct ibv_wc* wc, struct ibv_grh* grh,
           uint8_t port_num)

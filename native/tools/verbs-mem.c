@@ -1,0 +1,144 @@
+/*
+ * A small libibverbs program for test/verbs-mr-overlap.test.ts: registers memory as a program
+ * with a registration cache does (the same pages in several MRs, overlapping, sub-page, pages
+ * freed and mapped again under a live MR) and answers commands on stdin, so the test can write
+ * and read through every rkey from a peer and compare with what the program sees. Linked
+ * against libibverbs like any verbs program; run with librdmagraph-verbs.so preloaded.
+ * Addresses and lengths are decimal; every answer is one line.
+ *
+ *   "map N"                  -> "map ADDR": N bytes of fresh anonymous pages (mmap)
+ *   "malloc N"               -> "malloc ADDR": N bytes from malloc
+ *   "remap ADDR N BYTE"      -> "remap 0": the pages munmapped and new anonymous ones mapped at the
+ *                               same address (MAP_FIXED), filled with BYTE (a cache's lazy dereg)
+ *   "unmap ADDR N"           -> "unmap RC": munmap
+ *   "reg ADDR LEN"           -> "reg K lkey L rkey R" or "reg K errno E": MR number K, all access
+ *   "dereg K"                -> "dereg K RC"
+ *   "fill ADDR LEN BYTE"     -> "fill 0": the program writes its memory
+ *   "show ADDR LEN"          -> the bytes as hex (at most 4096)
+ *   "qp A.B.C.D QPN PSN"     -> "qp QPN rts rc 0": an RC QP in RTS towards that peer, remote
+ *                               read and write allowed (rq_psn PSN, sq_psn PSN + 1)
+ *   "exit"
+ */
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define MAX_MRS 256
+
+static struct ibv_mr* mrs[MAX_MRS];
+static int nmrs;
+
+static int to_rts(struct ibv_qp* qp, unsigned a, unsigned b, unsigned c, unsigned d, unsigned peer, unsigned psn) {
+  struct ibv_qp_attr at = {
+      .qp_state = IBV_QPS_INIT,
+      .port_num = 1,
+      .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC};
+  int rc = ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  if (rc != 0) return rc;
+  memset(&at, 0, sizeof at);
+  at.qp_state = IBV_QPS_RTR;
+  at.path_mtu = IBV_MTU_1024;
+  at.dest_qp_num = peer;
+  at.rq_psn = psn;
+  at.max_dest_rd_atomic = 4;
+  at.ah_attr.is_global = 1;
+  at.ah_attr.port_num = 1;
+  at.ah_attr.grh.dgid.raw[10] = 0xff;
+  at.ah_attr.grh.dgid.raw[11] = 0xff;
+  at.ah_attr.grh.dgid.raw[12] = (uint8_t)a;
+  at.ah_attr.grh.dgid.raw[13] = (uint8_t)b;
+  at.ah_attr.grh.dgid.raw[14] = (uint8_t)c;
+  at.ah_attr.grh.dgid.raw[15] = (uint8_t)d;
+  rc = ibv_modify_qp(qp, &at,
+                     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  if (rc != 0) return rc;
+  memset(&at, 0, sizeof at);
+  at.qp_state = IBV_QPS_RTS;
+  at.timeout = 14;
+  at.retry_cnt = 7;
+  at.rnr_retry = 7;
+  at.sq_psn = psn + 1;
+  at.max_rd_atomic = 4;
+  return ibv_modify_qp(
+      qp, &at,
+      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  int n = 0;
+  struct ibv_device** list = ibv_get_device_list(&n);
+  if (list == NULL || n == 0) return fprintf(stderr, "no device\n"), 2;
+  struct ibv_context* ctx = ibv_open_device(list[0]);
+  if (ctx == NULL) return perror("ibv_open_device"), 3;
+  struct ibv_pd* pd = ibv_alloc_pd(ctx);
+  if (pd == NULL) return perror("ibv_alloc_pd"), 4;
+  struct ibv_cq* cq = NULL;
+  struct ibv_qp* qp = NULL;
+  printf("ready\n");
+  char line[256];
+  while (fgets(line, sizeof line, stdin) != NULL) {
+    unsigned long long addr, len, byte;
+    unsigned a, b, c, d, peer, psn;
+    int k;
+    if (strncmp(line, "exit", 4) == 0) {
+      break;
+    } else if (sscanf(line, "map %llu", &len) == 1) {
+      void* p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      printf("map %llu\n", p == MAP_FAILED ? 0ull : (unsigned long long)(uintptr_t)p);
+    } else if (sscanf(line, "malloc %llu", &len) == 1) {
+      printf("malloc %llu\n", (unsigned long long)(uintptr_t)malloc(len));
+    } else if (sscanf(line, "remap %llu %llu %llu", &addr, &len, &byte) == 3) {
+      munmap((void*)(uintptr_t)addr, len);
+      void* p =
+          mmap((void*)(uintptr_t)addr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+      if (p != MAP_FAILED) memset(p, (int)byte, len);
+      printf("remap %d\n", p == MAP_FAILED ? errno : 0);
+    } else if (sscanf(line, "unmap %llu %llu", &addr, &len) == 2) {
+      printf("unmap %d\n", munmap((void*)(uintptr_t)addr, len));
+    } else if (sscanf(line, "reg %llu %llu", &addr, &len) == 2 && nmrs < MAX_MRS) {
+      struct ibv_mr* mr = ibv_reg_mr(
+          pd, (void*)(uintptr_t)addr, len,
+          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+      if (mr == NULL) {
+        printf("reg %d errno %d\n", nmrs, errno);
+        continue;
+      }
+      mrs[nmrs] = mr;
+      printf("reg %d lkey %u rkey %u\n", nmrs++, mr->lkey, mr->rkey);
+    } else if (sscanf(line, "dereg %d", &k) == 1 && k >= 0 && k < nmrs && mrs[k] != NULL) {
+      int rc = ibv_dereg_mr(mrs[k]);
+      mrs[k] = NULL;
+      printf("dereg %d %d\n", k, rc);
+    } else if (sscanf(line, "fill %llu %llu %llu", &addr, &len, &byte) == 3) {
+      memset((void*)(uintptr_t)addr, (int)byte, len);
+      printf("fill 0\n");
+    } else if (sscanf(line, "show %llu %llu", &addr, &len) == 2 && len <= 4096) {
+      const uint8_t* p = (const uint8_t*)(uintptr_t)addr;
+      for (unsigned long long i = 0; i < len; i++) printf("%02x", p[i]);
+      printf("\n");
+    } else if (sscanf(line, "qp %u.%u.%u.%u %u %u", &a, &b, &c, &d, &peer, &psn) == 6 && qp == NULL) {
+      cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+      struct ibv_qp_init_attr ia = {.send_cq = cq,
+                                    .recv_cq = cq,
+                                    .qp_type = IBV_QPT_RC,
+                                    .cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1}};
+      qp = cq == NULL ? NULL : ibv_create_qp(pd, &ia);
+      if (qp == NULL) {
+        printf("qp failed %d\n", errno);
+        continue;
+      }
+      printf("qp %u rts rc %d\n", qp->qp_num, to_rts(qp, a, b, c, d, peer, psn));
+    } else {
+      printf("what? %s", line);
+    }
+  }
+  ibv_close_device(ctx);
+  ibv_free_device_list(list);
+  return 0;
+}

@@ -1,0 +1,307 @@
+/*
+ * The program's registered pages and the memfds they are on (docs/VERBS-PROTOCOL.md, REG_MR).
+ *
+ * A registration shares its pages with the daemon by putting them on a memfd (their contents
+ * copied once, the memfd mapped over them at the same address). Pages registered again, by any
+ * MR over any overlapping range, must stay one memory: so the library remembers which pages are
+ * on which memfd (a region: [start, end) at `off` in a memfd) while a live MR covers them, and a
+ * new registration is made of pieces: the parts of earlier regions it overlaps, passed as the
+ * same memfds at the same offsets, and the pages between them (gaps), moved onto one new memfd.
+ * The daemon maps the pieces one after another into one view. Nothing registered before is ever
+ * moved again, so an earlier MR keeps seeing what the program sees.
+ *
+ * A region is checked against /proc/self/maps before it is reused: a program that unmapped
+ * pages under a live MR and mapped new ones at the same address (a registration cache's lazy
+ * deregistration does) gets the new pages shared, not the old memfd; the old MR keeps the old
+ * pages, as on a NIC, which pins them.
+ *
+ * Bounds: regions are kept only while a live MR overlaps them (so at most a few per MR, and
+ * their fds with them); one registration is at most RGV_MAX_MR_PIECES pieces. Everything here
+ * runs under one mutex, held across the REG_MR call, so two threads never share the same pages
+ * twice.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "lib.h"
+
+struct memfd {
+  int fd;
+  dev_t dev;
+  ino_t ino;
+  uint32_t refs; /* regions on it */
+};
+
+struct region {
+  uintptr_t start, end;
+  struct memfd* mem;
+  uint64_t off; /* of start in the memfd */
+};
+
+struct span {
+  uintptr_t start, end;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct region* regions; /* sorted by start, disjoint */
+static size_t nregions, capregions;
+static struct span* live; /* the page spans of the live MRs (a multiset) */
+static size_t nlive, caplive;
+
+static int grow(void** a, size_t* cap, size_t need, size_t size) {
+  if (need <= *cap) return 0;
+  size_t n = *cap < 16 ? 16 : *cap * 2;
+  while (n < need) n *= 2;
+  void* p = realloc(*a, n * size);
+  if (p == NULL) return -1;
+  *a = p;
+  *cap = n;
+  return 0;
+}
+
+static void unref(struct memfd* m) {
+  if (--m->refs == 0) {
+    close(m->fd);
+    free(m);
+  }
+}
+
+static int insert_region(size_t at, struct region r) {
+  if (grow((void**)&regions, &capregions, nregions + 1, sizeof *regions) != 0) return -1;
+  memmove(&regions[at + 1], &regions[at], (nregions - at) * sizeof *regions);
+  regions[at] = r;
+  nregions++;
+  r.mem->refs++;
+  return 0;
+}
+
+static void remove_region(size_t at) {
+  struct memfd* m = regions[at].mem;
+  memmove(&regions[at], &regions[at + 1], (nregions - at - 1) * sizeof *regions);
+  nregions--;
+  unref(m);
+}
+
+/* The first region ending after `a`. */
+static size_t first_after(uintptr_t a) {
+  size_t lo = 0, hi = nregions;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (regions[mid].end <= a)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* Whether the program's pages [a, b) (inside region r) are still r's memfd at r's offsets. */
+static int still_mapped(const struct region* r, uintptr_t a, uintptr_t b) {
+  FILE* f = fopen("/proc/self/maps", "re");
+  if (f == NULL) return 0; /* cannot tell: share them anew (the old MR keeps the old pages) */
+  char line[512];
+  uintptr_t at = a;
+  while (at < b && fgets(line, sizeof line, f) != NULL) {
+    unsigned long s, e, off, ino;
+    unsigned maj, min;
+    char perms[8];
+    if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &s, &e, perms, &off, &maj, &min, &ino) != 7) continue;
+    if (e <= at) continue;
+    if (s > at) break; /* a hole */
+    if (ino != r->mem->ino || maj != major(r->mem->dev) || min != minor(r->mem->dev) ||
+        off + (at - s) != r->off + (at - r->start))
+      break;
+    at = e;
+  }
+  fclose(f);
+  return at >= b;
+}
+
+/* Takes [a, b) out of region k (it no longer holds the program's pages there). */
+static int cut(size_t k, uintptr_t a, uintptr_t b) {
+  struct region r = regions[k];
+  if (b < r.end) {
+    struct region right = {b, r.end, r.mem, r.off + (b - r.start)};
+    if (insert_region(k + 1, right) != 0) return -1;
+  }
+  if (a > r.start)
+    regions[k].end = a;
+  else
+    remove_region(k);
+  return 0;
+}
+
+/* Regions overlapping [a, b) that no live MR overlaps any more: dropped (their fds closed). */
+static void collect(uintptr_t a, uintptr_t b) {
+  for (size_t k = first_after(a); k < nregions && regions[k].start < b;) {
+    int used = 0;
+    for (size_t i = 0; i < nlive && !used; i++) used = live[i].start < regions[k].end && regions[k].start < live[i].end;
+    if (used)
+      k++;
+    else
+      remove_region(k);
+  }
+}
+
+/* Copies the program's bytes at `src` into `dst` without faulting on unmapped pages: EFAULT. */
+static int copy_in(void* dst, uintptr_t src, size_t n) {
+  struct iovec l = {dst, n}, r = {(void*)src, n};
+  ssize_t got = process_vm_readv(getpid(), &l, 1, &r, 1, 0);
+  if (got == (ssize_t)n) return 0;
+  if (got < 0 && (errno == ENOSYS || errno == EPERM)) {
+    memcpy(dst, (void*)src, n);
+    return 0;
+  }
+  errno = EFAULT; /* memory the program does not have: as a NIC's registration says */
+  return -1;
+}
+
+/*
+ * The gaps (pages on no region) onto one new memfd: contents copied, the memfd mapped over them,
+ * each a new region. Returns the memfd (its refs held by the regions), or NULL.
+ *
+ * Between the copy and the remap nothing of ours is written: the gaps may hold this library's
+ * own heap (the bookkeeping here is malloc'ed, and a program's malloc'ed buffer shares pages with
+ * it), and a write there in that window would be lost with the private page.
+ */
+static struct memfd* share_gaps(const struct span* gaps, size_t ngaps) {
+  size_t total = 0;
+  for (size_t g = 0; g < ngaps; g++) total += gaps[g].end - gaps[g].start;
+  /* Everything we will write, made first: the memfd record and room for the regions. */
+  struct memfd* m = calloc(1, sizeof *m);
+  if (m == NULL) return NULL;
+  if (grow((void**)&regions, &capregions, nregions + ngaps, sizeof *regions) != 0) {
+    free(m);
+    return NULL;
+  }
+  m->fd = memfd_create("rdma-graph-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  void* tmp = MAP_FAILED;
+  struct stat st;
+  if (m->fd < 0) goto fail;
+  if (ftruncate(m->fd, (off_t)total) != 0 ||
+      fcntl(m->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 || fstat(m->fd, &st) != 0 ||
+      (tmp = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0)) == MAP_FAILED)
+    goto fail;
+  m->dev = st.st_dev;
+  m->ino = st.st_ino;
+  size_t off = 0;
+  for (size_t g = 0; g < ngaps; g++) {
+    size_t n = gaps[g].end - gaps[g].start;
+    if (copy_in((uint8_t*)tmp + off, gaps[g].start, n) != 0) goto fail;
+    off += n;
+  }
+  /* The same bytes, now on the memfd: the program reads what it had. */
+  off = 0;
+  size_t mapped = 0;
+  for (; mapped < ngaps; mapped++) {
+    size_t n = gaps[mapped].end - gaps[mapped].start;
+    if (mmap((void*)gaps[mapped].start, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, m->fd, (off_t)off) ==
+        MAP_FAILED)
+      break;
+    off += n;
+  }
+  int err = errno;
+  munmap(tmp, total);
+  tmp = MAP_FAILED;
+  /* The remapped ones are regions (room made above: no allocation); a failure leaves the rest private. */
+  off = 0;
+  for (size_t g = 0; g < mapped; g++) {
+    struct region r = {gaps[g].start, gaps[g].end, m, off};
+    insert_region(first_after(gaps[g].start), r);
+    off += gaps[g].end - gaps[g].start;
+  }
+  if (mapped == ngaps) return m;
+  errno = err;
+fail:
+  err = errno;
+  if (tmp != MAP_FAILED) munmap(tmp, total);
+  if (m->refs == 0) {
+    if (m->fd >= 0) close(m->fd);
+    free(m);
+  }
+  errno = err;
+  return NULL;
+}
+
+int rg_pages_share(uintptr_t s, uintptr_t e, struct rg_pieces* out) {
+  pthread_mutex_lock(&mu);
+  out->n = out->nfds = 0;
+  /* Earlier regions over these pages that do not hold them any more: cut away. */
+  for (size_t k = first_after(s); k < nregions && regions[k].start < e;) {
+    uintptr_t a = regions[k].start > s ? regions[k].start : s, b = regions[k].end < e ? regions[k].end : e;
+    if (still_mapped(&regions[k], a, b)) {
+      k++;
+      continue;
+    }
+    const uintptr_t was = regions[k].start;
+    if (cut(k, a, b) != 0) goto fail;
+    if (a > was) k++; /* its left part stays, before s (a split's right part starts at e) */
+  }
+  /* The pieces in address order: regions' parts and the gaps between them. */
+  struct span gaps[RGV_MAX_MR_PIECES];
+  size_t ngaps = 0, npieces = 0;
+  uintptr_t at = s;
+  for (size_t k = first_after(s);; k++) {
+    uintptr_t next = k < nregions && regions[k].start < e ? regions[k].start : e;
+    if (next > at) {
+      if (npieces == RGV_MAX_MR_PIECES) goto too_many;
+      gaps[ngaps++] = (struct span){at, next};
+      npieces++;
+    }
+    if (next == e) break;
+    if (npieces == RGV_MAX_MR_PIECES) goto too_many;
+    npieces++;
+    at = regions[k].end < e ? regions[k].end : e;
+  }
+  if (ngaps > 0 && share_gaps(gaps, ngaps) == NULL) goto fail;
+  /* Every page is on a region now: one piece each, the memfds numbered as first met. */
+  for (size_t k = first_after(s); k < nregions && regions[k].start < e; k++) {
+    const struct region* r = &regions[k];
+    uintptr_t a = r->start > s ? r->start : s, b = r->end < e ? r->end : e;
+    uint32_t f = 0;
+    while (f < out->nfds && out->mems[f] != (void*)r->mem) f++;
+    if (f == out->nfds) {
+      out->mems[f] = r->mem;
+      out->fds[out->nfds++] = r->mem->fd;
+    }
+    out->p[out->n++] = (struct rgv_mr_piece){.offset = r->off + (a - r->start), .length = b - a, .fd = f, .pad = 0};
+  }
+  return 0; /* the lock stays held until rg_pages_done */
+too_many:
+  rg_say("a registration over more than %u earlier registrations' pieces of memory is refused (ENOMEM)",
+         RGV_MAX_MR_PIECES);
+  errno = ENOMEM;
+fail:;
+  int err = errno;
+  collect(s, e);
+  pthread_mutex_unlock(&mu);
+  errno = err;
+  return -1;
+}
+
+void rg_pages_done(uintptr_t s, uintptr_t e, int registered) {
+  if (registered && grow((void**)&live, &caplive, nlive + 1, sizeof *live) == 0) live[nlive++] = (struct span){s, e};
+  /* (Out of memory for the list: the regions are collected; a later registration shares anew.) */
+  collect(s, e);
+  pthread_mutex_unlock(&mu);
+}
+
+void rg_pages_release(uintptr_t s, uintptr_t e) {
+  pthread_mutex_lock(&mu);
+  for (size_t i = 0; i < nlive; i++)
+    if (live[i].start == s && live[i].end == e) {
+      live[i] = live[--nlive];
+      break;
+    }
+  collect(s, e);
+  pthread_mutex_unlock(&mu);
+}
