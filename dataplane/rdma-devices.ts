@@ -49,8 +49,11 @@ export interface DeviceInterface {
   address: string;
 }
 
-/** Vendor and hardware figures ibv_query_device answers (no PCI vendor: a software device). */
-export const DEVICE_IDS = Object.freeze({ vendorId: 0, vendorPartId: 0, hwVer: 0 });
+/**
+ * Vendor and hardware figures ibv_query_device answers. No PCI vendor (a software device): the
+ * vendor ID is 0xffffff as rxe's is, not 0, which programs read as "no device answered".
+ */
+export const DEVICE_IDS = Object.freeze({ vendorId: 0xffffff, vendorPartId: 0, hwVer: 0 });
 /** The largest path MTU MODIFY_QP takes (a larger one than the link's is clamped to the link's). */
 export const MAX_PATH_MTU = 5;
 

@@ -1,5 +1,6 @@
 /*
- * The extended CQ (ibv_create_cq_ex) and ibv_query_device_ex: verbs.h's inline helpers reach
+ * The extended CQ (ibv_create_cq_ex), ibv_query_device_ex, and the extended verbs this device
+ * does not have (each says so by name): verbs.h's inline helpers reach
  * them through the extended context (verbs.c). The CQ is the same ring as ibv_create_cq's
  * (ring.c); ibv_start_poll / ibv_next_poll / ibv_end_poll walk it one completion at a time and
  * the ibv_wc_read_* ops read the current one. The ring's lock is held from a successful
@@ -142,4 +143,78 @@ int rg_query_device_ex(struct ibv_context* context, const struct ibv_query_devic
   memcpy(attr, &a, attr_size < sizeof a ? attr_size : sizeof a);
   if (attr_size > sizeof a) memset((uint8_t*)attr + sizeof a, 0, attr_size - sizeof a);
   return 0;
+}
+
+/* ------------------------------------------------------------------ what this device has not */
+
+/* verbs.h's inline helpers for these reach the extended context's (or the ops') entries: set, so
+   the program is told which verb and why, once each, never a silent NULL. */
+static struct ibv_mw* alloc_mw(struct ibv_pd* pd, enum ibv_mw_type type) {
+  (void)pd, (void)type;
+  rg_not_yet("ibv_alloc_mw (memory windows)");
+  return NULL;
+}
+static int bind_mw(struct ibv_qp* qp, struct ibv_mw* mw, struct ibv_mw_bind* b) {
+  (void)qp, (void)mw, (void)b;
+  rg_not_yet("ibv_bind_mw (memory windows)");
+  return EOPNOTSUPP;
+}
+static int dealloc_mw(struct ibv_mw* mw) {
+  (void)mw;
+  rg_not_yet("ibv_dealloc_mw (memory windows)");
+  return EOPNOTSUPP;
+}
+static struct ibv_xrcd* open_xrcd(struct ibv_context* c, struct ibv_xrcd_init_attr* a) {
+  (void)c, (void)a;
+  rg_not_yet("ibv_open_xrcd (XRC)");
+  return NULL;
+}
+static int close_xrcd(struct ibv_xrcd* x) {
+  (void)x;
+  rg_not_yet("ibv_close_xrcd (XRC)");
+  return EOPNOTSUPP;
+}
+static struct ibv_srq* create_srq_ex(struct ibv_context* c, struct ibv_srq_init_attr_ex* a) {
+  (void)c, (void)a;
+  rg_not_yet("ibv_create_srq_ex with an XRC or tag-matching SRQ (basic SRQs are supported)");
+  return NULL;
+}
+static struct ibv_qp* open_qp(struct ibv_context* c, struct ibv_qp_open_attr* a) {
+  (void)c, (void)a;
+  rg_not_yet("ibv_open_qp (XRC)");
+  return NULL;
+}
+static struct ibv_dm* alloc_dm(struct ibv_context* c, struct ibv_alloc_dm_attr* a) {
+  (void)c, (void)a;
+  rg_not_yet("ibv_alloc_dm (device memory)");
+  return NULL;
+}
+static struct ibv_td* alloc_td(struct ibv_context* c, struct ibv_td_init_attr* a) {
+  (void)c, (void)a;
+  rg_not_yet("ibv_alloc_td (thread domains)");
+  return NULL;
+}
+static struct ibv_pd* alloc_parent_domain(struct ibv_context* c, struct ibv_parent_domain_init_attr* a) {
+  (void)c, (void)a;
+  rg_not_yet("ibv_alloc_parent_domain");
+  return NULL;
+}
+static struct ibv_wq* create_wq(struct ibv_context* c, struct ibv_wq_init_attr* a) {
+  (void)c, (void)a;
+  rg_not_yet("ibv_create_wq (RSS work queues)");
+  return NULL;
+}
+
+void rg_set_unsupported(struct rg_context* c) {
+  c->ctx.ops.alloc_mw = alloc_mw;
+  c->ctx.ops.bind_mw = bind_mw;
+  c->ctx.ops.dealloc_mw = dealloc_mw;
+  c->v.open_xrcd = open_xrcd;
+  c->v.close_xrcd = close_xrcd;
+  c->v.create_srq_ex = create_srq_ex;
+  c->v.open_qp = open_qp;
+  c->v.alloc_dm = alloc_dm;
+  c->v.alloc_td = alloc_td;
+  c->v.alloc_parent_domain = alloc_parent_domain;
+  c->v.create_wq = create_wq;
 }

@@ -251,6 +251,8 @@ struct rg_qp* rg_qp_create(struct ibv_pd* pd, struct ibv_qp_init_attr* attr);
 /* cq_ex.c, qp_ex.c: the extended CQ and QP. */
 struct ibv_cq_ex* rg_create_cq_ex(struct ibv_context* context, struct ibv_cq_init_attr_ex* attr);
 struct ibv_qp* rg_create_qp_ex(struct ibv_context* context, struct ibv_qp_init_attr_ex* attr);
+/* The extended context's entries for what this device has not: EOPNOTSUPP and a line each. */
+void rg_set_unsupported(struct rg_context* c);
 int rg_query_device_ex(struct ibv_context* context, const struct ibv_query_device_ex_input* input,
                        struct ibv_device_attr_ex* attr, size_t attr_size);
 /*

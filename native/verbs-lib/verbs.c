@@ -464,6 +464,7 @@ EXPORT struct ibv_context* ibv_open_device(struct ibv_device* device) {
   c->v.create_cq_ex = rg_create_cq_ex;
   c->v.create_qp_ex = rg_create_qp_ex;
   rg_set_ops(&c->ctx.ops);
+  rg_set_unsupported(c);
   pthread_mutex_init(&c->ctx.mutex, NULL);
   return &c->ctx;
 }
@@ -663,7 +664,17 @@ struct rg_mr {
  * lose that write.
  */
 static struct ibv_mr* reg_mr(struct ibv_pd* pd, void* addr, size_t length, int access) {
-  if (access & ~(KNOWN_ACCESS | IBV_ACCESS_RELAXED_ORDERING)) { /* relaxed ordering is a hint: ours */
+  if (access & IBV_ACCESS_ON_DEMAND) {
+    rg_not_yet("ibv_reg_mr with IBV_ACCESS_ON_DEMAND (on-demand paging)");
+    return NULL;
+  }
+  if (access & IBV_ACCESS_ZERO_BASED) {
+    rg_not_yet("ibv_reg_mr with IBV_ACCESS_ZERO_BASED");
+    return NULL;
+  }
+  /* Relaxed ordering is a hint (ours is in order), the MW bind right grants nothing without MWs. */
+  access &= ~(IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_MW_BIND);
+  if (access & ~KNOWN_ACCESS) {
     errno = EINVAL;
     return NULL;
   }

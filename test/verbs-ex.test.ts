@@ -1,0 +1,75 @@
+/**
+ * The extended verbs through an unmodified libibverbs program's own calls (native/tools/
+ * verbs-ex.c, librdmagraph-verbs.so preloaded): ibv_query_device_ex, ibv_create_cq_ex polled
+ * with start/next/end_poll and the read_* ops, ibv_create_qp_ex with every ibv_wr_* opcode the
+ * device has and each data setter, a batch, wr_abort, an operation it lacks failing its batch,
+ * ibv_rereg_mr; two QPs of one device connected to each other (loopback).
+ */
+import { skip, test } from './harness.ts';
+import * as assert from 'uvu/assert';
+import { execFile } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
+import { NATIVE_BUILD_DIR } from '../native/addons.ts';
+import { twoDataplanes } from './dataplane-helpers.ts';
+
+const EX = `${NATIVE_BUILD_DIR}verbs-ex`;
+
+const CHECKS = [
+  'query_device_ex',
+  'create_cq_ex',
+  'create_qp_ex',
+  'connect (loopback)',
+  'reg_mr (relaxed ordering accepted)',
+  'wr_send + wr_set_sge',
+  'wr_send + wr_set_sge_list',
+  'wr_set_inline_data + _list, two WRs in one batch',
+  'wr_rdma_write',
+  'wr_rdma_write_imm (read_imm_data)',
+  'wr_rdma_read',
+  'wr_atomic_fetch_add',
+  'wr_atomic_cmp_swp',
+  'wr_abort',
+  'wr_send_imm: EOPNOTSUPP, nothing of the batch posted',
+  'a wr_<op> without its data: EINVAL',
+  'rereg_mr access',
+  'rereg_mr translation (READ through the new rkey)',
+  'unsupported: alloc_mw, open_xrcd, ODP',
+  'wr_send_inv',
+];
+
+test('extended CQs and QPs: every ibv_wr_* opcode, each data setter, batches, abort, rereg, query_device_ex', async () => {
+  if (!existsSync(VERBS_LIBRARY) || !existsSync(EX))
+    skip('the verbs library or verbs-ex was not built (libibverbs-dev)');
+  const dir = mkdtempSync(join(tmpdir(), 'verbs-ex-'));
+  const socket = join(dir, 'verbs.sock');
+  const dps = await twoDataplanes();
+  const vs = dps.a.serveVerbs({ path: socket });
+  try {
+    const r = await new Promise<{ code: number | null; out: string }>((resolve) =>
+      execFile(
+        EX,
+        [],
+        { timeout: 60_000, env: { ...process.env, LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: socket } },
+        (e, out, err) => resolve({ code: e === null ? 0 : typeof e.code === 'number' ? e.code : null, out: out + err }),
+      ),
+    );
+    for (const c of CHECKS) assert.ok(r.out.includes(`ok ${c}\n`), `${c}:\n${r.out}`);
+    assert.not.match(r.out, /^FAIL/m, r.out);
+    assert.match(r.out, /^done 0 failures$/m, r.out);
+    assert.is(r.code, 0, r.out);
+    // What a refused operation says, once, by name.
+    assert.match(r.out, /rdma-graph verbs: ibv_wr_send_imm \(iWARP has no Send with immediate/, r.out);
+    assert.match(r.out, /rdma-graph verbs: ibv_create_cq_ex: wc_flags 0x\w+: only byte_len/, r.out);
+    for (const what of ['ibv_alloc_mw \\(memory windows\\)', 'ibv_open_xrcd \\(XRC\\)', 'IBV_ACCESS_ON_DEMAND'])
+      assert.match(r.out, new RegExp(`rdma-graph verbs: .*${what}.* is not supported`), r.out);
+  } finally {
+    vs.close();
+    await dps.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test.run();
