@@ -10,7 +10,8 @@
  *
  * In each: ib_write_bw 64 KiB (duration mode) and ib_send_lat 64 B with perftest polling its
  * CQ, and in event mode (-e, completion channels) ib_send_bw 64 KiB (perftest has no event mode
- * for WRITE) and ib_send_lat 64 B. Baselines: iperf3 TCP, one stream, between two
+ * for WRITE) and ib_send_lat 64 B; on the two daemons also UCX's ucx_perftest (UCT on rc_verbs:
+ * put_bw 64 KiB, put_lat and am_lat 8 B, untuned). Baselines: iperf3 TCP, one stream, between two
  * network namespaces over a veth pair (root), and sockperf UDP 64-B ping-pong on loopback
  * (half-RTT, as perftest's latency is). Nothing is pinned: on a machine with fewer cores than
  * busy-polling processes (each daemon polls; perftest polls unless -e) they compete for the
@@ -94,6 +95,46 @@ async function perftests(sa: string, sb: string, seconds: number, devs: [string,
       f[ev ? 'sendLatEventP99Us' : 'sendLatP99Us'] = l[7];
     } else
       f.notes.push(`ib_send_lat${ev ? ' -e' : ''} gave no result: ${lat.out.trim().split('\n').slice(-3).join(' | ')}`);
+  }
+  return f;
+}
+
+/** UCX (ucx_perftest, UCT on rc_verbs, device rg_memif0 on both daemons): its Final rows. */
+interface UcxFigures {
+  putBwGbps: number | null;
+  putLatUs: number | null;
+  amLatUs: number | null;
+  notes: string[];
+}
+
+async function ucx(sa: string, sb: string, seconds: number): Promise<UcxFigures> {
+  const f: UcxFigures = { putBwGbps: null, putLatUs: null, amLatUs: null, notes: [] };
+  if (spawnSync('ucx_perftest', ['-h']).error) {
+    f.notes.push('ucx_perftest not installed (Debian package ucx-utils)');
+    return f;
+  }
+  const runs: [keyof UcxFigures, string, string[]][] = [
+    ['putBwGbps', 'put_bw', ['-s', '65536', '-D', 'zcopy', '-n', String(2000 * seconds)]],
+    ['putLatUs', 'put_lat', ['-s', '8', '-n', String(10000 * seconds)]],
+    ['amLatUs', 'am_lat', ['-s', '8', '-n', String(10000 * seconds)]],
+  ];
+  for (const [key, t, args] of runs) {
+    const p = String(port++);
+    const common = ['-t', t, '-x', 'rc_verbs', '-d', 'rg_memif0:1', '-p', p];
+    const server = run('ucx_perftest', common, { LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: sa });
+    await sleep(500);
+    const client = await run('ucx_perftest', ['127.0.0.1', ...common, ...args], {
+      LD_PRELOAD: VERBS_LIBRARY,
+      RDMA_GRAPH_SOCKET: sb,
+    });
+    await server;
+    // Final: iterations, overhead p50 / avg / overall (us), MB/s avg / overall, msg/s avg / overall.
+    const m = /^\s*Final:\s+(.*)$/m.exec(client.out);
+    const c = m ? m[1].trim().split(/\s+/).map(Number) : null;
+    if (c === null)
+      f.notes.push(`ucx_perftest ${t} gave no result: ${client.out.trim().split('\n').slice(-2).join(' | ')}`);
+    else if (key === 'putBwGbps') f.putBwGbps = (c[5] * 1048576 * 8) / 1e9;
+    else if (key !== 'notes') f[key] = c[1];
   }
   return f;
 }
@@ -190,6 +231,7 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
         `  - { interface: memif1, address: 10.10.0.1, mac: "${MAC1}" }\n`,
     );
     const topologies: Record<string, Figures> = {};
+    let ucxFigures: UcxFigures | null = null;
     {
       const a = daemon(s('a.yaml'));
       const b = daemon(s('b.yaml'));
@@ -197,6 +239,7 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
         await a.up(1);
         await b.up(1);
         topologies['two-daemons'] = await perftests(s('va.sock'), s('vb.sock'), seconds, null);
+        ucxFigures = await ucx(s('va.sock'), s('vb.sock'), seconds);
       } finally {
         await a.stop();
         await b.stop();
@@ -235,6 +278,17 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
         sendLatVsUdp: ratio(f.sendLatP50Us, udp.p50),
         sendLatEventVsUdp: ratio(f.sendLatEventP50Us, udp.p50),
       };
+    }
+    if (ucxFigures !== null) {
+      const u = ucxFigures;
+      lines.push('  UCX (ucx_perftest, UCT rc_verbs on rg_memif0, two daemons, untuned):');
+      lines.push(
+        `    put_bw 64 KiB zcopy ${fmt(u.putBwGbps)} Gbit/s (${fmt(ratio(u.putBwGbps, tcp.gbps))}x kernel TCP); ` +
+          `put_lat 8 B p50 ${fmt(u.putLatUs)} us, am_lat 8 B p50 ${fmt(u.amLatUs)} us ` +
+          `(${fmt(ratio(u.amLatUs, udp.p50))}x kernel UDP half-RTT)`,
+      );
+      for (const n of u.notes) lines.push(`    note: ${n}`);
+      json.ucx = u;
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });

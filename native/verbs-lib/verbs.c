@@ -796,6 +796,30 @@ EXPORT int ibv_rereg_mr(struct ibv_mr* mr, int flags, struct ibv_pd* pd, void* a
   return 0;
 }
 
+/*
+ * An address handle: the program's own object (RC programs make one to check a path, UCX's
+ * rc_verbs does on connect); no UD QP can send with it here. Its destination must be an
+ * IPv4-mapped GID (RoCE v2 over IPv4) on port 1.
+ */
+EXPORT struct ibv_ah* ibv_create_ah(struct ibv_pd* pd, struct ibv_ah_attr* attr) {
+  static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (attr == NULL || attr->port_num != 1 || !attr->is_global ||
+      memcmp(attr->grh.dgid.raw, v4mapped, sizeof v4mapped) != 0) {
+    errno = EINVAL;
+    return NULL;
+  }
+  struct ibv_ah* ah = calloc(1, sizeof *ah);
+  if (ah == NULL) return NULL;
+  ah->context = pd->context;
+  ah->pd = pd;
+  return ah;
+}
+
+EXPORT int ibv_destroy_ah(struct ibv_ah* ah) {
+  free(ah);
+  return 0;
+}
+
 /* ------------------------------------------------------------------ QP (control path) */
 
 EXPORT struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* attr) {
@@ -1004,12 +1028,10 @@ void rg_not_yet(const char* fn) {
 NULL_VERB(struct ibv_mr*, ibv_reg_dmabuf_mr, struct ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd,
           int access)
 ERR_VERB(int, ibv_resize_cq, struct ibv_cq* cq, int cqe)
-NULL_VERB(struct ibv_ah*, ibv_create_ah, struct ibv_pd* pd, struct ibv_ah_attr* attr)
 NULL_VERB(struct ibv_ah*, ibv_create_ah_from_wc, struct ibv_pd* pd, struct ibv_wc* wc, struct ibv_grh* grh,
           uint8_t port_num)
 ERR_VERB(int, ibv_init_ah_from_wc, struct ibv_context* c, uint8_t port_num, struct ibv_wc* wc, struct ibv_grh* grh,
          struct ibv_ah_attr* ah_attr)
-ERR_VERB(int, ibv_destroy_ah, struct ibv_ah* ah)
 ERR_VERB(int, ibv_attach_mcast, struct ibv_qp* qp, const union ibv_gid* gid, uint16_t lid)
 ERR_VERB(int, ibv_detach_mcast, struct ibv_qp* qp, const union ibv_gid* gid, uint16_t lid)
 ERR_VERB(int, ibv_query_ece, struct ibv_qp* qp, struct ibv_ece* ece)
