@@ -7,7 +7,7 @@
  */
 import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
-import { execFile } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -65,6 +65,39 @@ test('extended CQs and QPs: every ibv_wr_* opcode, each data setter, batches, ab
     assert.match(r.out, /rdma-graph verbs: ibv_create_cq_ex: wc_flags 0x\w+: only byte_len/, r.out);
     for (const what of ['ibv_alloc_mw \\(memory windows\\)', 'ibv_open_xrcd \\(XRC\\)', 'IBV_ACCESS_ON_DEMAND'])
       assert.match(r.out, new RegExp(`rdma-graph verbs: .*${what}.* is not supported`), r.out);
+  } finally {
+    vs.close();
+    await dps.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("libfabric's providers probe the device without crashing (efa's probe crashed on the plain context): fi_info exits 0", async () => {
+  if (!existsSync(VERBS_LIBRARY)) skip('the verbs library was not built (libibverbs-dev)');
+  if (spawnSync('fi_info', ['--version']).error) skip('fi_info is not installed (Debian package libfabric-bin)');
+  const dir = mkdtempSync(join(tmpdir(), 'verbs-ex-'));
+  const socket = join(dir, 'verbs.sock');
+  const dps = await twoDataplanes();
+  const vs = dps.a.serveVerbs({ path: socket });
+  try {
+    const r = await new Promise<{ code: number | null; signal: string | null; out: string }>((resolve) =>
+      execFile(
+        'fi_info',
+        [],
+        { timeout: 60_000, env: { ...process.env, LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: socket } },
+        (e, out, err) =>
+          resolve({
+            code: e === null ? 0 : typeof e.code === 'number' ? e.code : null,
+            signal: e?.signal ?? null,
+            out: out + err,
+          }),
+      ),
+    );
+    assert.is(r.signal, null, r.out);
+    assert.is(r.code, 0, r.out);
+    assert.match(r.out, /^provider: /m, 'it lists providers');
+    // What a provider asked for and the device lacks is said, not crashed on.
+    assert.match(r.out, /rdma-graph verbs: a UD QP is not supported/, r.out);
   } finally {
     vs.close();
     await dps.close();
