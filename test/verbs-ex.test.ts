@@ -7,7 +7,7 @@
  */
 import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
-import { execFile, spawnSync } from 'node:child_process';
+import { execFile, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -38,6 +38,11 @@ const CHECKS = [
   'rereg_mr translation (READ through the new rkey)',
   'unsupported: alloc_mw, open_xrcd, ODP',
   'wr_send_inv',
+  'async: IBV_EVENT_QP_FATAL for each QP the error ended',
+  'async: each event once',
+  'async: none for a QP the program put in ERROR',
+  'async: IBV_EVENT_CQ_ERR for a CQ that overflowed',
+  'async: IBV_EVENT_DEVICE_FATAL when the daemon goes away',
 ];
 
 test('extended CQs and QPs: every ibv_wr_* opcode, each data setter, batches, abort, rereg, query_device_ex', async () => {
@@ -48,14 +53,19 @@ test('extended CQs and QPs: every ibv_wr_* opcode, each data setter, batches, ab
   const dps = await twoDataplanes();
   const vs = dps.a.serveVerbs({ path: socket });
   try {
-    const r = await new Promise<{ code: number | null; out: string }>((resolve) =>
-      execFile(
-        EX,
-        [],
-        { timeout: 60_000, env: { ...process.env, LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: socket } },
-        (e, out, err) => resolve({ code: e === null ? 0 : typeof e.code === 'number' ? e.code : null, out: out + err }),
-      ),
-    );
+    // The program ends blocked in ibv_get_async_event: the daemon then goes away.
+    const p = spawn(EX, [], { env: { ...process.env, LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: socket } });
+    let out = '';
+    p.stdout.on('data', (d) => (out += d));
+    p.stderr.on('data', (d) => (out += d));
+    const exited = new Promise<number | null>((res) => p.on('close', (code) => res(code)));
+    const kill = setTimeout(() => p.kill('SIGKILL'), 60_000);
+    for (let i = 0; i < 6000 && !out.includes('waiting for the daemon to go away') && p.exitCode === null; i++)
+      await new Promise((res) => setTimeout(res, 10));
+    vs.close();
+    const code = await exited;
+    clearTimeout(kill);
+    const r = { code, out };
     for (const c of CHECKS) assert.ok(r.out.includes(`ok ${c}\n`), `${c}:\n${r.out}`);
     assert.not.match(r.out, /^FAIL/m, r.out);
     assert.match(r.out, /^done 0 failures$/m, r.out);

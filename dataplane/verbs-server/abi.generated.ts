@@ -73,6 +73,7 @@ export const RGV_OP_CREATE_SRQ = 16;
 export const RGV_OP_SRQ_RING = 17;
 export const RGV_OP_DESTROY_SRQ = 18;
 export const RGV_OP_MODIFY_SRQ = 19;
+export const RGV_OP_ASYNC_FD = 20;
 
 /** enum rgv_fd */
 export const RGV_FD_NONE = 0;
@@ -502,6 +503,7 @@ export const RGV_OPS = {
   SRQ_RING: { op: 17, request: rgv_srq_ring, reply: null, records: false, fd: 'memfd' },
   DESTROY_SRQ: { op: 18, request: rgv_handle, reply: null, records: false, fd: 'none' },
   MODIFY_SRQ: { op: 19, request: rgv_modify_srq, reply: null, records: false, fd: 'none' },
+  ASYNC_FD: { op: 20, request: null, reply: null, records: false, fd: 'eventfd' },
 } as const;
 
 /** rgv_sq_stride(max_sge, max_inline) and rgv_rq_stride(max_sge) at a few sizes: [max_sge, max_inline, sq, rq]. */

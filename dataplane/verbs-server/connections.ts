@@ -48,6 +48,10 @@ function detachAll(rings: VerbsRings, own: Owned, core: ReturnType<typeof loadCo
   }
   for (const ch of own.channels.values()) core.closeFd(ch.fd);
   own.channels.clear();
+  if (own.async.fd >= 0) {
+    core.closeFd(own.async.fd);
+    own.async.fd = -1; // the rings share the holder: none writes it after this
+  }
 }
 
 /** One VerbsRings (and verbs-input node) per data plane, however many sockets it serves. */
@@ -213,6 +217,7 @@ export function verbsConnections(
         srqs: new Set(),
         qps: new Map(),
         doorbell: -1,
+        async: { fd: -1 },
         ifname: undefined,
         channels: new Map(),
         nextChannel: 1,

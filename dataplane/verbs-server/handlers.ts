@@ -61,7 +61,7 @@ import {
 import { fdHeadroom } from './admission.ts';
 import type { LogLimiter } from './log-limit.ts';
 import { decode, type Decoded, type Encodable, encodeInto, Errno } from './messages.ts';
-import { type Channel, CqRing, QpRing, rqStride, SrqRing, VerbsRings } from './rings.ts';
+import { type AsyncFd, type Channel, CqRing, QpRing, rqStride, SrqRing, VerbsRings } from './rings.ts';
 
 /** The graph and RDMA stack of the data plane a verbs server serves (its rings run on that graph). */
 export interface VerbsServed {
@@ -85,6 +85,8 @@ export interface Owned {
   qps: Map<number, number>;
   /** The program's doorbell eventfd (ATTACH), -1 before. */
   doorbell: number;
+  /** Its async-event eventfd (ASYNC_FD), shared with its rings. */
+  async: AsyncFd;
   /** The interface of the device it opened (ATTACH): its QPs take that address. */
   ifname: string | undefined;
   channels: Map<number, Channel>;
@@ -336,6 +338,16 @@ export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
     return c.reply({ handle: h });
   },
 
+  /** The eventfd the daemon writes when a QP goes to ERROR or a CQ overflows (once per connection). */
+  async ASYNC_FD(c) {
+    c.body();
+    if (c.own.async.fd >= 0) return Errno.EBUSY;
+    const t = c.takeEventfd();
+    if ('errno' in t) return t.errno;
+    c.own.async.fd = t.fd;
+    return c.reply();
+  },
+
   async DESTROY_CHANNEL(c) {
     const { handle } = c.body();
     const ch = c.own.channels.get(handle);
@@ -357,7 +369,7 @@ export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
     const mem = c.mapPassed(bytes);
     const { cq, depth } = await c.server.dp.createCq({ depth: entries });
     own.cqs.add(cq);
-    const ring = new CqRing(c.server.internals.rdma.cqs.get(cq) as Cq, mem, entries, channel);
+    const ring = new CqRing(c.server.internals.rdma.cqs.get(cq) as Cq, mem, entries, channel, c.own.async);
     c.server.rings.attachCq(ring);
     own.cqRings.set(cq, ring);
     return c.reply({ handle: cq, entries: depth });
@@ -462,7 +474,16 @@ export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
       q.bytes !== size.bytes
     )
       return Errno.EINVAL;
-    const ring = new QpRing(qp, c.mapPassed(q.bytes), size.sq, size.rq, size.sqStride, size.rqStride, srqRing);
+    const ring = new QpRing(
+      qp,
+      c.mapPassed(q.bytes),
+      size.sq,
+      size.rq,
+      size.sqStride,
+      size.rqStride,
+      srqRing,
+      c.own.async,
+    );
     c.server.rings.attachQp(ring);
     own.qpRings.set(q.qpn, ring);
     return c.reply();
@@ -618,7 +639,10 @@ export async function handle(
     },
     takeEventfd: () => {
       if (fd < 0 || !core.isEventfd(fd)) return { errno: Errno.EINVAL };
-      if ((own.doorbell >= 0 ? 1 : 0) + own.channels.size >= server.limits.maxFdsPerConnection)
+      if (
+        (own.doorbell >= 0 ? 1 : 0) + (own.async.fd >= 0 ? 1 : 0) + own.channels.size >=
+        server.limits.maxFdsPerConnection
+      )
         return { errno: Errno.EMFILE };
       if (!fdHeadroom(core, fd)) return { errno: Errno.ENFILE };
       const f = fd;

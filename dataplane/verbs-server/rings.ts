@@ -205,6 +205,15 @@ export interface Channel {
   users: number;
 }
 
+/**
+ * A connection's async-event eventfd (ASYNC_FD; -1 none): written when one of its QPs goes to
+ * ERROR or one of its CQs overflows; the library then reads the rings' state words and tells
+ * the program (ibv_get_async_event). One holder per connection, shared by its rings.
+ */
+export interface AsyncFd {
+  fd: number;
+}
+
 export class CqRing {
   readonly u32: Uint32Array;
   prod = 0;
@@ -213,6 +222,7 @@ export class CqRing {
     mem: ArrayBuffer,
     readonly entries: number,
     readonly channel: Channel | null,
+    readonly async: AsyncFd | null = null,
   ) {
     this.u32 = new Uint32Array(mem);
   }
@@ -261,6 +271,7 @@ export class QpRing {
     readonly sqStride: number,
     readonly rqStride: number,
     readonly srq: SrqRing | null,
+    readonly async: AsyncFd | null = null,
   ) {
     this.u32 = new Uint32Array(mem);
     this.bytes = new Uint8Array(mem);
@@ -438,6 +449,8 @@ export class VerbsRings {
     if (r.qp.state !== r.lastState) {
       r.lastState = r.qp.state;
       Atomics.store(r.u32, QP_STATE, r.qp.state);
+      // An async event for the program (its library tells a QP it moved to ERROR itself apart).
+      if (r.qp.state === QpState.ERROR && r.async !== null && r.async.fd >= 0) this.core.eventfdSignal(r.async.fd);
     }
   }
 
@@ -665,7 +678,8 @@ export class VerbsRings {
     }
     const cons = Atomics.load(u, CQ_CONS);
     if ((ring.prod - cons) >>> 0 >= ring.entries) {
-      Atomics.store(u, CQ_OVERFLOW, 1);
+      if (Atomics.exchange(u, CQ_OVERFLOW, 1) === 0 && ring.async !== null && ring.async.fd >= 0)
+        this.core.eventfdSignal(ring.async.fd); // IBV_EVENT_CQ_ERR
       this.warn(`verbs: CQ ${ring.cq.handle} overflowed (${ring.entries} entries): a completion is lost`);
       return false;
     }

@@ -9,7 +9,9 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +78,28 @@ static int none(struct ibv_cq_ex* cq) {
     clock_gettime(CLOCK_MONOTONIC, &t);
   } while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < 100);
   return 1;
+}
+
+/*
+ * The next async event within `ms`, taken as UCX takes them: only once poll says the async fd
+ * is readable (the daemon wrote it), then ibv_get_async_event, non-blocking. 1, or 0 on none.
+ */
+static int next_async(struct ibv_context* ctx, struct ibv_async_event* ev, int ms) {
+  fcntl(ctx->async_fd, F_SETFL, fcntl(ctx->async_fd, F_GETFL) | O_NONBLOCK);
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    int left = ms - (int)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+    if (left <= 0) return 0;
+    struct pollfd p = {.fd = ctx->async_fd, .events = POLLIN};
+    if (poll(&p, 1, left) != 1) continue;
+    if (ibv_get_async_event(ctx, ev) == 0) {
+      ibv_ack_async_event(ev);
+      return 1;
+    }
+    if (errno != EAGAIN) return 0;
+  }
 }
 
 static int connect_qp(struct ibv_qp* qp, uint32_t peer, const union ibv_gid* gid) {
@@ -362,6 +386,68 @@ int main(void) {
   s = one(cqa), r = one(cqb);
   CHECK("wr_send_inv", rc == 0 && s.got && s.wr_id == 17 && s.status == IBV_WC_REM_ACCESS_ERR && r.got,
         "rc %d send %d/%d recv %d/%d flags %u", rc, s.got, s.status, r.got, r.status, r.flags);
+
+  /* Async events. The failed Send with Invalidate put both QPs in ERROR: one QP_FATAL each. */
+  struct ibv_async_event ev;
+  int fatal0 = 0, fatal1 = 0, others = 0;
+  while ((!fatal0 || !fatal1) && next_async(ctx, &ev, 3000)) {
+    if (ev.event_type == IBV_EVENT_QP_FATAL && ev.element.qp == qp[0])
+      fatal0++;
+    else if (ev.event_type == IBV_EVENT_QP_FATAL && ev.element.qp == qp[1])
+      fatal1++;
+    else
+      others++;
+  }
+  CHECK("async: IBV_EVENT_QP_FATAL for each QP the error ended", fatal0 == 1 && fatal1 == 1 && others == 0,
+        "qp0 %d qp1 %d others %d", fatal0, fatal1, others);
+  CHECK("async: each event once", !next_async(ctx, &ev, 300), "event %d", ev.event_type);
+
+  /* A QP the program moves to ERROR itself: no event, as on a NIC. */
+  struct ibv_qp_init_attr_ex da = {.send_cq = ibv_cq_ex_to_cq(cqa),
+                                   .recv_cq = ibv_cq_ex_to_cq(cqa),
+                                   .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1},
+                                   .qp_type = IBV_QPT_RC,
+                                   .comp_mask = IBV_QP_INIT_ATTR_PD,
+                                   .pd = pd};
+  struct ibv_qp* qd = ibv_create_qp_ex(ctx, &da);
+  struct ibv_qp_attr ea = {.qp_state = IBV_QPS_ERR};
+  rc = qd == NULL ? -1 : ibv_modify_qp(qd, &ea, IBV_QP_STATE);
+  CHECK("async: none for a QP the program put in ERROR", rc == 0 && !next_async(ctx, &ev, 500), "rc %d event %d", rc,
+        ev.event_type);
+
+  /* A CQ that overflows: IBV_EVENT_CQ_ERR. Two fresh QPs, the sender's CQ of one entry. */
+  struct ibv_cq* tiny = ibv_create_cq(ctx, 1, NULL, NULL, 0);
+  struct ibv_cq* big = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+  struct ibv_qp_init_attr ta = {.send_cq = tiny,
+                                .recv_cq = big,
+                                .cap = {.max_send_wr = 8, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1},
+                                .qp_type = IBV_QPT_RC};
+  struct ibv_qp* qe = ibv_create_qp(pd, &ta);
+  ta.send_cq = big;
+  struct ibv_qp* qf = ibv_create_qp(pd, &ta);
+  int ok = tiny && big && qe && qf && connect_qp(qe, qf->qp_num, &gid) == 0 && connect_qp(qf, qe->qp_num, &gid) == 0;
+  for (int i = 0; ok && i < 6; i++) {
+    struct ibv_sge sg = {(uintptr_t)a, 8, ma->lkey};
+    struct ibv_send_wr w = {.wr_id = 100 + i,
+                            .sg_list = &sg,
+                            .num_sge = 1,
+                            .opcode = IBV_WR_RDMA_WRITE,
+                            .send_flags = IBV_SEND_SIGNALED,
+                            .wr.rdma = {(uintptr_t)b, mb->rkey}},
+                       *badw;
+    ok = ibv_post_send(qe, &w, &badw) == 0;
+  }
+  int got = ok && next_async(ctx, &ev, 3000);
+  CHECK("async: IBV_EVENT_CQ_ERR for a CQ that overflowed",
+        got && ev.event_type == IBV_EVENT_CQ_ERR && ev.element.cq == tiny, "ok %d got %d event %d", ok, got,
+        ev.event_type);
+
+  /* The daemon going away: IBV_EVENT_DEVICE_FATAL, to a program blocked in ibv_get_async_event. */
+  fcntl(ctx->async_fd, F_SETFL, fcntl(ctx->async_fd, F_GETFL) & ~O_NONBLOCK);
+  printf("waiting for the daemon to go away\n");
+  rc = ibv_get_async_event(ctx, &ev);
+  CHECK("async: IBV_EVENT_DEVICE_FATAL when the daemon goes away", rc == 0 && ev.event_type == IBV_EVENT_DEVICE_FATAL,
+        "rc %d event %d", rc, ev.event_type);
 
   printf("done %d failures\n", failures);
   return failures == 0 ? 0 : 1;

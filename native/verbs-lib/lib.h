@@ -120,6 +120,7 @@ struct rg_context {
   int sock;
   int doorbell; /* eventfd the daemon sleeps on: written after a post when it asked (need_kick) */
   int dead; /* the daemon went away, or is not trusted any more: the rings are flushed, verbs fail with ECONNRESET */
+  int fatal_told;       /* IBV_EVENT_DEVICE_FATAL was returned (async.c) */
   pthread_mutex_t objs; /* the QP and CQ lists (for the flush when the daemon goes away) */
   struct rg_qp* qps;
   struct rg_cq* cqs;
@@ -143,6 +144,7 @@ struct rg_cq {
   };
   uint64_t wc_flags; /* ibv_create_cq_ex's: what the read_* ops may be asked */
   int current;       /* between start_poll and end_poll: the CQE at cons is the program's now */
+  int overflow_told; /* IBV_EVENT_CQ_ERR was returned (async.c) */
   struct rg_ring ring;
   uint32_t entries;     /* a power of two */
   uint32_t cons;        /* ours; published at RGV_CQ_CONS */
@@ -175,6 +177,9 @@ struct rg_qp {
     struct ibv_qp_ex qpx;
   };
   uint64_t send_ops; /* ibv_create_qp_ex's send_ops_flags: 0, not an extended QP */
+  int asked_err;     /* the program moved it to ERROR itself: no IBV_EVENT_QP_FATAL (async.c) */
+  int fatal_told;    /* IBV_EVENT_QP_FATAL was returned for its current ERROR */
+  int last_wqe_due;  /* on an SRQ: IBV_EVENT_QP_LAST_WQE_REACHED follows */
   struct rg_wr_batch batch;
   struct rg_ring ring;
   uint32_t sq_entries, rq_entries, sq_stride, rq_stride;
@@ -251,6 +256,8 @@ struct rg_qp* rg_qp_create(struct ibv_pd* pd, struct ibv_qp_init_attr* attr);
 /* cq_ex.c, qp_ex.c: the extended CQ and QP. */
 struct ibv_cq_ex* rg_create_cq_ex(struct ibv_context* context, struct ibv_cq_init_attr_ex* attr);
 struct ibv_qp* rg_create_qp_ex(struct ibv_context* context, struct ibv_qp_init_attr_ex* attr);
+/* async.c: the context's async_fd handed to the daemon (ASYNC_FD). */
+void rg_async_attach(struct rg_context* c);
 /* The extended context's entries for what this device has not: EOPNOTSUPP and a line each. */
 void rg_set_unsupported(struct rg_context* c);
 int rg_query_device_ex(struct ibv_context* context, const struct ibv_query_device_ex_input* input,
@@ -261,6 +268,8 @@ int rg_query_device_ex(struct ibv_context* context, const struct ibv_query_devic
  * later verbs fail with ECONNRESET.
  */
 void rg_forsake(struct rg_context* c, const char* why);
+/* Is the daemon still there (a peeking recv)? The first caller that finds it gone forsakes the context. */
+int rg_daemon_gone(struct rg_context* c);
 /* A sealed memfd of `bytes` mapped here; its fd (the caller passes then closes it), or -1 + errno. */
 int rg_ring_create(struct rg_ring* r, size_t bytes);
 void rg_ring_free(struct rg_ring* r);

@@ -50,6 +50,7 @@ enum rgv_op {
   RGV_OP_SRQ_RING = 17,
   RGV_OP_DESTROY_SRQ = 18,
   RGV_OP_MODIFY_SRQ = 19,
+  RGV_OP_ASYNC_FD = 20,
 };
 
 /* The file descriptor a request passes with it (SCM_RIGHTS); the daemon closes any other unread. */
@@ -86,7 +87,8 @@ enum rgv_fd {
   X(CREATE_SRQ, rgv_create_srq, rgv_srq, 0, RGV_FD_NONE)            \
   X(SRQ_RING, rgv_srq_ring, none, 0, RGV_FD_MEMFD)                  \
   X(DESTROY_SRQ, rgv_handle, none, 0, RGV_FD_NONE)                  \
-  X(MODIFY_SRQ, rgv_modify_srq, none, 0, RGV_FD_NONE)
+  X(MODIFY_SRQ, rgv_modify_srq, none, 0, RGV_FD_NONE)               \
+  X(ASYNC_FD, none, none, 0, RGV_FD_EVENTFD)
 // clang-format on
 
 /* Every request and reply starts with this (16 bytes, §2.1). */

@@ -152,6 +152,7 @@ void rg_forsake(struct rg_context* c, const char* why) {
     }
     for (struct rg_cq* q = c->cqs; q != NULL; q = q->next) signal_cq(q);
     __atomic_store_n(&c->dead, 1, __ATOMIC_RELEASE);
+    add_one(c->ctx.async_fd); /* IBV_EVENT_DEVICE_FATAL for a program waiting on the async fd */
     rg_say("%s", why);
   }
   pthread_mutex_unlock(&c->objs);
@@ -161,7 +162,7 @@ void rg_forsake(struct rg_context* c, const char* why) {
  * Is the daemon still there? A recv that peeks: end of file means it closed the connection (it
  * stopped, or died). The first caller that finds it gone flushes the context's QPs.
  */
-static int daemon_gone(struct rg_context* c) {
+int rg_daemon_gone(struct rg_context* c) {
   if (__atomic_load_n(&c->dead, __ATOMIC_ACQUIRE)) return 1;
   char b;
   ssize_t r = recv(c->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
@@ -251,7 +252,7 @@ EXPORT int ibv_get_cq_event(struct ibv_comp_channel* channel, struct ibv_cq** cq
     if (poll(p, 2, -1) < 0 && errno != EINTR) return -1;
     /* The daemon went away (flushes and signals), or sent something nobody asked for: take it,
        or the next poll would return at once, for ever. */
-    if (p[1].revents != 0 && !daemon_gone(c)) rg_drain_unsolicited(c);
+    if (p[1].revents != 0 && !rg_daemon_gone(c)) rg_drain_unsolicited(c);
   }
 }
 
@@ -372,7 +373,7 @@ static int op_poll_cq(struct ibv_cq* cq, int n, struct ibv_wc* wc) {
     return -1;
   }
   if (check)
-    daemon_gone(rg_ctx(cq->context)); /* flushes into the rings: the next poll sees it */
+    rg_daemon_gone(rg_ctx(cq->context)); /* flushes into the rings: the next poll sees it */
   else if (yield)
     sched_yield(); /* a program spinning on an empty CQ lets the daemon (maybe on this core) run */
   return k;
@@ -381,7 +382,7 @@ static int op_poll_cq(struct ibv_cq* cq, int n, struct ibv_wc* wc) {
 void rg_cq_empty(struct rg_cq* q) {
   if (++q->empty_polls >= ALIVE_CHECK_POLLS) {
     q->empty_polls = 0;
-    daemon_gone(rg_ctx(q->cq.context)); /* flushes into the rings: the next poll sees it */
+    rg_daemon_gone(rg_ctx(q->cq.context)); /* flushes into the rings: the next poll sees it */
   } else if ((q->empty_polls & (YIELD_POLLS - 1)) == 0) {
     sched_yield();
   }
@@ -390,7 +391,7 @@ void rg_cq_empty(struct rg_cq* q) {
 static int op_req_notify_cq(struct ibv_cq* cq, int solicited_only) {
   struct rg_cq* q = (struct rg_cq*)cq;
   if (q->channel == NULL) return EINVAL;
-  if (daemon_gone(rg_ctx(cq->context))) return ECONNRESET;
+  if (rg_daemon_gone(rg_ctx(cq->context))) return ECONNRESET;
   __atomic_store_n(U32(&q->ring, RGV_CQ_ARMED), solicited_only ? RGV_CQ_ARM_SOLICITED : RGV_CQ_ARM_NEXT,
                    __ATOMIC_SEQ_CST);
   return 0;

@@ -454,7 +454,7 @@ EXPORT struct ibv_context* ibv_open_device(struct ibv_device* device) {
   pthread_mutex_init(&c->objs, NULL);
   c->ctx.device = &c->dev.dev;
   c->ctx.cmd_fd = c->sock;
-  c->ctx.async_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); /* no async events yet */
+  c->ctx.async_fd = eventfd(0, EFD_CLOEXEC); /* the daemon writes it (async.c); blocking unless the program says */
   c->ctx.num_comp_vectors = 1;
   /* An extended context: verbs.h's inline helpers (ibv_query_device_ex, ibv_create_cq_ex,
      ibv_create_qp_ex, ibv_open_xrcd, ...) find these; the ones left NULL fail with EOPNOTSUPP. */
@@ -466,6 +466,7 @@ EXPORT struct ibv_context* ibv_open_device(struct ibv_device* device) {
   rg_set_ops(&c->ctx.ops);
   rg_set_unsupported(c);
   pthread_mutex_init(&c->ctx.mutex, NULL);
+  if (c->ctx.async_fd >= 0) rg_async_attach(c);
   return &c->ctx;
 }
 
@@ -934,7 +935,12 @@ EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask) 
   q.retry_cnt = attr->retry_cnt;
   q.rnr_retry = attr->rnr_retry;
   if (rg_ctx_call(qp->context, RGV_OP_MODIFY_QP, &q, sizeof q, -1, NULL, 0) != 0) return errno;
-  if (mask & IBV_QP_STATE) qp->state = attr->qp_state;
+  if (mask & IBV_QP_STATE) {
+    struct rg_qp* rq = (struct rg_qp*)qp;
+    qp->state = attr->qp_state;
+    rq->asked_err = attr->qp_state == IBV_QPS_ERR; /* its own doing: no IBV_EVENT_QP_FATAL */
+    if (attr->qp_state == IBV_QPS_RESET) rq->fatal_told = rq->last_wqe_due = 0; /* used again */
+  }
   return 0;
 }
 
@@ -1039,10 +1045,3 @@ ERR_VERB(int, ibv_set_ece, struct ibv_qp* qp, struct ibv_ece* ece)
 NULL_VERB(struct ibv_context*, ibv_import_device, int cmd_fd)
 NULL_VERB(struct ibv_pd*, ibv_import_pd, struct ibv_context* c, uint32_t pd_handle)
 NULL_VERB(struct ibv_mr*, ibv_import_mr, struct ibv_pd* pd, uint32_t mr_handle)
-
-/* No async events are delivered (the async fd never becomes readable). */
-EXPORT int ibv_get_async_event(struct ibv_context* c, struct ibv_async_event* event) {
-  rg_not_yet("ibv_get_async_event");
-  return -1;
-}
-EXPORT void ibv_ack_async_event(struct ibv_async_event* event) { (void)event; }

@@ -1,0 +1,98 @@
+/*
+ * Async events (ibv_get_async_event, ibv_ack_async_event). The context's async_fd is an eventfd
+ * the daemon writes (ASYNC_FD, docs/VERBS-PROTOCOL.md) when one of the connection's QPs goes to
+ * ERROR or one of its CQs overflows, and this library writes when the daemon goes away; a
+ * program may wait on it with poll/epoll, as UCX and Open MPI do, or block in
+ * ibv_get_async_event. The events themselves are read from the rings' own words, which the
+ * daemon keeps current:
+ *
+ *   IBV_EVENT_QP_FATAL             a QP's state word says ERROR and the program did not ask
+ *                                  for it (ibv_modify_qp to IBV_QPS_ERR: no event, as on a NIC)
+ *   IBV_EVENT_QP_LAST_WQE_REACHED  then, for a QP on an SRQ
+ *   IBV_EVENT_CQ_ERR               a CQ's overflow word is set
+ *   IBV_EVENT_DEVICE_FATAL         the daemon went away (or is no longer trusted)
+ *
+ * Each is returned once. Not delivered: port events (the link state reaches a program only
+ * through ibv_query_port), path migration, SRQ limit, communication established.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lib.h"
+
+static uint32_t word(const struct rg_ring* r, size_t off) {
+  return __atomic_load_n((const uint32_t*)(r->mem + off), __ATOMIC_ACQUIRE);
+}
+
+/* The next event the rings say, if any (under c->objs). */
+static int next_event(struct rg_context* c, struct ibv_async_event* ev) {
+  if (__atomic_load_n(&c->dead, __ATOMIC_ACQUIRE)) {
+    if (c->fatal_told) return 0;
+    c->fatal_told = 1;
+    ev->event_type = IBV_EVENT_DEVICE_FATAL;
+    ev->element.port_num = 1;
+    return 1;
+  }
+  for (struct rg_qp* q = c->qps; q != NULL; q = q->next) {
+    if (q->last_wqe_due) {
+      q->last_wqe_due = 0;
+      ev->event_type = IBV_EVENT_QP_LAST_WQE_REACHED;
+      ev->element.qp = &q->qp;
+      return 1;
+    }
+    if (q->fatal_told || q->asked_err || q->ring.mem == NULL || word(&q->ring, RGV_QP_STATE) != RGV_QPS_ERR) continue;
+    q->fatal_told = 1;
+    q->last_wqe_due = q->qp.srq != NULL;
+    ev->event_type = IBV_EVENT_QP_FATAL;
+    ev->element.qp = &q->qp;
+    return 1;
+  }
+  for (struct rg_cq* q = c->cqs; q != NULL; q = q->next) {
+    if (q->overflow_told || word(&q->ring, RGV_CQ_OVERFLOW) == 0) continue;
+    q->overflow_told = 1;
+    ev->event_type = IBV_EVENT_CQ_ERR;
+    ev->element.cq = &q->cq;
+    return 1;
+  }
+  return 0;
+}
+
+EXPORT int ibv_get_async_event(struct ibv_context* context, struct ibv_async_event* event) {
+  struct rg_context* c = rg_ctx(context);
+  for (;;) {
+    uint64_t v;
+    /* Drain first: a write after this point makes the fd readable again. */
+    if (read(context->async_fd, &v, sizeof v) < 0 && errno != EAGAIN) return -1;
+    pthread_mutex_lock(&c->objs);
+    int got = next_event(c, event);
+    pthread_mutex_unlock(&c->objs);
+    if (got) {
+      uint64_t one = 1;                                     /* there may be more: the next call looks again */
+      if (write(context->async_fd, &one, sizeof one) < 0) { /* counter full: readable already */
+      }
+      return 0;
+    }
+    if (fcntl(context->async_fd, F_GETFL) & O_NONBLOCK) {
+      errno = EAGAIN;
+      return -1;
+    }
+    /* Until the daemon writes the fd, or its socket says it went away. */
+    struct pollfd p[2] = {{.fd = context->async_fd, .events = POLLIN}, {.fd = c->sock, .events = POLLIN}};
+    if (poll(p, c->dead ? 1 : 2, -1) < 0 && errno != EINTR) return -1;
+    if (p[1].revents != 0 && !rg_daemon_gone(c)) rg_drain_unsolicited(c);
+  }
+}
+
+EXPORT void ibv_ack_async_event(struct ibv_async_event* event) { (void)event; }
+
+void rg_async_attach(struct rg_context* c) {
+  /* An older daemon without ASYNC_FD: no events but the daemon going away (said once). */
+  if (rg_ctx_call(&c->ctx, RGV_OP_ASYNC_FD, NULL, 0, c->ctx.async_fd, NULL, 0) != 0)
+    rg_say("the daemon does not deliver async events (ASYNC_FD: %s): QP and CQ errors show in completions only",
+           strerror(errno));
+}
