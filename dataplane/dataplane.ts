@@ -226,6 +226,8 @@ export class Dataplane implements DataplaneApi {
   private eventHook: ((e: EventView) => void) | null = null;
   /** Interface index -> link up at the last look (for a gratuitous ARP when it comes up). */
   private readonly linkWasUp = new Map<number, boolean>();
+  /** Told when an interface's link goes up or down (the verbs sockets: async port events). */
+  private readonly linkListeners = new Set<(ifname: string, up: boolean) => void>();
   /** "<interface index>/<drop|refusal>" -> what linkNews has seen and logged. */
   private readonly linkNewsSeen = new Map<string, { count: number; logged: number; text: string; at: number }>();
   private readonly linkWatch: ReturnType<typeof setInterval>;
@@ -256,7 +258,10 @@ export class Dataplane implements DataplaneApi {
       const was = this.linkWasUp.get(itf.index) ?? false;
       this.linkWasUp.set(itf.index, up);
       if (up && !was && this.net.interfaces.isConfigured(itf.index)) this.net.announce(itf.index);
-      if (up !== was) this.log('info', `interface ${itf.name} is ${up ? 'up' : 'down'}`);
+      if (up !== was) {
+        this.log('info', `interface ${itf.name} is ${up ? 'up' : 'down'}`);
+        for (const l of this.linkListeners) l(itf.name, up);
+      }
       const drops = itf.driver.linkDrops?.();
       if (drops !== undefined) {
         const what =
@@ -713,7 +718,14 @@ export class Dataplane implements DataplaneApi {
     this.live();
     const vs = startVerbsSocket(
       this,
-      { graph: this.graph, rdma: this.rdma },
+      {
+        graph: this.graph,
+        rdma: this.rdma,
+        onLink: (cb) => {
+          this.linkListeners.add(cb);
+          return () => this.linkListeners.delete(cb);
+        },
+      },
       { ...opts, maxQps: this.config.rdma.maxQps },
     );
     this.verbsSockets.push(vs);

@@ -3,7 +3,8 @@
  * verbs-ex.c, librdmagraph-verbs.so preloaded): ibv_query_device_ex, ibv_create_cq_ex polled
  * with start/next/end_poll and the read_* ops, ibv_create_qp_ex with every ibv_wr_* opcode the
  * device has and each data setter, a batch, wr_abort, an operation it lacks failing its batch,
- * ibv_rereg_mr; two QPs of one device connected to each other (loopback).
+ * ibv_rereg_mr; async events (QP fatal, CQ error, port down, device fatal); two QPs of one
+ * device connected to each other (loopback).
  */
 import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
@@ -42,6 +43,8 @@ const CHECKS = [
   'async: each event once',
   'async: none for a QP the program put in ERROR',
   'async: IBV_EVENT_CQ_ERR for a CQ that overflowed',
+  'async: nothing more before the link goes down',
+  'async: IBV_EVENT_PORT_ERR when the link goes down',
   'async: IBV_EVENT_DEVICE_FATAL when the daemon goes away',
 ];
 
@@ -60,8 +63,14 @@ test('extended CQs and QPs: every ibv_wr_* opcode, each data setter, batches, ab
     p.stderr.on('data', (d) => (out += d));
     const exited = new Promise<number | null>((res) => p.on('close', (code) => res(code)));
     const kill = setTimeout(() => p.kill('SIGKILL'), 60_000);
-    for (let i = 0; i < 6000 && !out.includes('waiting for the daemon to go away') && p.exitCode === null; i++)
-      await new Promise((res) => setTimeout(res, 10));
+    const until = async (line: string) => {
+      for (let i = 0; i < 6000 && !out.includes(line) && p.exitCode === null; i++)
+        await new Promise((res) => setTimeout(res, 10));
+    };
+    // Then B goes away: the pipe's link is down on A.
+    await until('waiting for the link to go down');
+    await dps.b.close();
+    await until('waiting for the daemon to go away');
     vs.close();
     const code = await exited;
     clearTimeout(kill);

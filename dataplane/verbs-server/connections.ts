@@ -112,6 +112,13 @@ export function verbsConnections(
   }
   const vr = rings;
   const server: Server = { dp, internals, rings: vr, core, limits, maxQps: opts.maxQps, lines };
+  // A link going up or down: each connection on that interface's device is told through its
+  // async fd (the library asks for the devices and returns IBV_EVENT_PORT_ACTIVE / _ERR).
+  const unLink =
+    internals.onLink?.((ifname) => {
+      for (const own of conns.values())
+        if (own.ifname === ifname && own.async.fd >= 0) core.eventfdSignal(own.async.fd);
+    }) ?? (() => {});
   /** Destroy what a closed connection created: QPs (each sends FIN), SRQs, MRs, CQs, then PDs. */
   const release = async (own: Owned) => {
     detachAll(vr, own, core);
@@ -232,6 +239,7 @@ export function verbsConnections(
     close() {
       if (closed) return;
       closed = true;
+      unLink();
       waiter.close();
       for (const [c, own] of conns) {
         detachAll(vr, own, core);

@@ -67,6 +67,8 @@ import { type AsyncFd, type Channel, CqRing, QpRing, rqStride, SrqRing, VerbsRin
 export interface VerbsServed {
   graph: Graph;
   rdma: Rdma;
+  /** Call `cb` when an interface's link goes up or down; returns the unsubscribe. */
+  onLink?: (cb: (ifname: string, up: boolean) => void) => () => void;
 }
 
 /** What one connection (one opened device context) created: destroyed when it closes. */

@@ -442,6 +442,16 @@ int main(void) {
         got && ev.event_type == IBV_EVENT_CQ_ERR && ev.element.cq == tiny, "ok %d got %d event %d", ok, got,
         ev.event_type);
 
+  /* The link going down (the test closes the peer): IBV_EVENT_PORT_ERR, and ibv_query_port says so. */
+  CHECK("async: nothing more before the link goes down", !next_async(ctx, &ev, 300), "event %d", ev.event_type);
+  printf("waiting for the link to go down\n");
+  got = next_async(ctx, &ev, 10000);
+  struct ibv_port_attr pa;
+  int qrc = ibv_query_port(ctx, 1, &pa);
+  CHECK("async: IBV_EVENT_PORT_ERR when the link goes down",
+        got && ev.event_type == IBV_EVENT_PORT_ERR && ev.element.port_num == 1 && qrc == 0 && pa.state == IBV_PORT_DOWN,
+        "got %d event %d port state %d", got, ev.event_type, pa.state);
+
   /* The daemon going away: IBV_EVENT_DEVICE_FATAL, to a program blocked in ibv_get_async_event. */
   fcntl(ctx->async_fd, F_SETFL, fcntl(ctx->async_fd, F_GETFL) & ~O_NONBLOCK);
   printf("waiting for the daemon to go away\n");

@@ -12,8 +12,10 @@
  *   IBV_EVENT_CQ_ERR               a CQ's overflow word is set
  *   IBV_EVENT_DEVICE_FATAL         the daemon went away (or is no longer trusted)
  *
- * Each is returned once. Not delivered: port events (the link state reaches a program only
- * through ibv_query_port), path migration, SRQ limit, communication established.
+ *   IBV_EVENT_PORT_ACTIVE / _ERR   the context's interface's link came up / went down (the
+ *                                  daemon writes the fd; the device list says which)
+ *
+ * Each is returned once. Not delivered: path migration, SRQ limit, communication established.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -62,15 +64,35 @@ static int next_event(struct rg_context* c, struct ibv_async_event* ev) {
   return 0;
 }
 
+/*
+ * The daemon wrote the fd and the rings say nothing: a link went up or down. The device list
+ * (a connection of its own, as ibv_get_device_list's) says how the context's interface is now;
+ * ibv_query_port answers from it after this.
+ */
+static int port_event(struct rg_context* c, struct ibv_async_event* ev) {
+  struct rgv_device infos[RGV_MAX_DEVICES];
+  int n = rg_query_devices(infos);
+  for (int i = 0; i < n; i++) {
+    if (strncmp(infos[i].ifname, c->dev.info.ifname, sizeof infos[i].ifname) != 0) continue;
+    if (!infos[i].link_up == !c->dev.info.link_up) return 0;
+    c->dev.info.link_up = infos[i].link_up;
+    ev->event_type = infos[i].link_up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR;
+    ev->element.port_num = 1;
+    return 1;
+  }
+  return 0;
+}
+
 EXPORT int ibv_get_async_event(struct ibv_context* context, struct ibv_async_event* event) {
   struct rg_context* c = rg_ctx(context);
   for (;;) {
-    uint64_t v;
+    uint64_t v = 0;
     /* Drain first: a write after this point makes the fd readable again. */
     if (read(context->async_fd, &v, sizeof v) < 0 && errno != EAGAIN) return -1;
     pthread_mutex_lock(&c->objs);
     int got = next_event(c, event);
     pthread_mutex_unlock(&c->objs);
+    if (!got && v > 0 && !c->dead) got = port_event(c, event);
     if (got) {
       uint64_t one = 1;                                     /* there may be more: the next call looks again */
       if (write(context->async_fd, &one, sizeof one) < 0) { /* counter full: readable already */
