@@ -73,7 +73,11 @@ test('ucx_perftest put_bw, put_lat and am_lat on rc_verbs between two data plane
         f !== null && f[0] === Number(args[args.indexOf('-n') + 1]),
         `${t}: every iteration ran:\n${client.out}`,
       );
-      assert.not.match(client.out + srv.out, /UCX {2}(ERROR|WARN)|rdma-graph verbs:/, `${t}: nothing refused`);
+      assert.not.match(
+        client.out + srv.out,
+        /UCX {2}(ERROR|WARN)|rdma-graph verbs:/,
+        `${t}: nothing refused:\n${client.out}\nserver:\n${srv.out}`,
+      );
       console.log(`  ${t}: ${client.out.match(/^\s*Final:.*$/m)?.[0].trim()}`);
     }
     const after = (await a.interface('memif0')).counters.rxPackets;

@@ -523,6 +523,9 @@ export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
       retryCount: mask & RGV_ATTR_RETRY_CNT ? Math.min(7, q.retry_cnt) : undefined,
     });
     if (rqPsn !== undefined) c.own.qps.set(q.qpn, rqPsn);
+    // The ring's state word (and an async event for ERROR) now, not at the ring's next poll.
+    const ring = c.own.qpRings.get(q.qpn);
+    if (ring !== undefined) c.server.rings.sync(ring);
     return c.reply();
   },
 

@@ -444,6 +444,11 @@ export class VerbsRings {
     }
   }
 
+  /** The QP's state into its ring now (a MODIFY_QP): its word, and the async fd for ERROR. */
+  sync(r: QpRing): void {
+    if (!r.qp.destroyed) this.syncState(r);
+  }
+
   /** The QP's state into its ring's state word, when it changed. */
   private syncState(r: QpRing): void {
     if (r.qp.state !== r.lastState) {

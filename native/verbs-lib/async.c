@@ -1,21 +1,23 @@
 /*
  * Async events (ibv_get_async_event, ibv_ack_async_event). The context's async_fd is an eventfd
  * the daemon writes (ASYNC_FD, docs/VERBS-PROTOCOL.md) when one of the connection's QPs goes to
- * ERROR or one of its CQs overflows, and this library writes when the daemon goes away; a
+ * ERROR, one of its CQs overflows or its interface's link changes, and this library writes when
+ * the daemon goes away; a
  * program may wait on it with poll/epoll, as UCX and Open MPI do, or block in
  * ibv_get_async_event. The events themselves are read from the rings' own words, which the
  * daemon keeps current:
  *
- *   IBV_EVENT_QP_FATAL             a QP's state word says ERROR and the program did not ask
- *                                  for it (ibv_modify_qp to IBV_QPS_ERR: no event, as on a NIC)
- *   IBV_EVENT_QP_LAST_WQE_REACHED  then, for a QP on an SRQ
+ *   IBV_EVENT_QP_LAST_WQE_REACHED  a QP on an SRQ is in ERROR (a failure, or the program's own
+ *                                  ibv_modify_qp: the drain before ibv_destroy_qp)
  *   IBV_EVENT_CQ_ERR               a CQ's overflow word is set
  *   IBV_EVENT_DEVICE_FATAL         the daemon went away (or is no longer trusted)
  *
  *   IBV_EVENT_PORT_ACTIVE / _ERR   the context's interface's link came up / went down (the
  *                                  daemon writes the fd; the device list says which)
  *
- * Each is returned once. Not delivered: path migration, SRQ limit, communication established.
+ * Each is returned once. Not delivered: IBV_EVENT_QP_FATAL (a QP's transport errors, a peer's
+ * Terminate or FIN, are reported through its completions, as a NIC reports them; a ring the
+ * daemon refuses shows in the QP's state), path migration, SRQ limit, communication established.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -40,17 +42,13 @@ static int next_event(struct rg_context* c, struct ibv_async_event* ev) {
     ev->element.port_num = 1;
     return 1;
   }
+  /* A QP on an SRQ in ERROR (a failure, or the program's own modify: the drain before destroy):
+     no more receives will be taken from the SRQ for it. */
   for (struct rg_qp* q = c->qps; q != NULL; q = q->next) {
-    if (q->last_wqe_due) {
-      q->last_wqe_due = 0;
-      ev->event_type = IBV_EVENT_QP_LAST_WQE_REACHED;
-      ev->element.qp = &q->qp;
-      return 1;
-    }
-    if (q->fatal_told || q->asked_err || q->ring.mem == NULL || word(&q->ring, RGV_QP_STATE) != RGV_QPS_ERR) continue;
-    q->fatal_told = 1;
-    q->last_wqe_due = q->qp.srq != NULL;
-    ev->event_type = IBV_EVENT_QP_FATAL;
+    if (q->qp.srq == NULL || q->last_wqe_told || q->ring.mem == NULL || word(&q->ring, RGV_QP_STATE) != RGV_QPS_ERR)
+      continue;
+    q->last_wqe_told = 1;
+    ev->event_type = IBV_EVENT_QP_LAST_WQE_REACHED;
     ev->element.qp = &q->qp;
     return 1;
   }

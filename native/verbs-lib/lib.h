@@ -177,9 +177,7 @@ struct rg_qp {
     struct ibv_qp_ex qpx;
   };
   uint64_t send_ops; /* ibv_create_qp_ex's send_ops_flags: 0, not an extended QP */
-  int asked_err;     /* the program moved it to ERROR itself: no IBV_EVENT_QP_FATAL (async.c) */
-  int fatal_told;    /* IBV_EVENT_QP_FATAL was returned for its current ERROR */
-  int last_wqe_due;  /* on an SRQ: IBV_EVENT_QP_LAST_WQE_REACHED follows */
+  int last_wqe_told; /* on an SRQ: IBV_EVENT_QP_LAST_WQE_REACHED was returned for its ERROR (async.c) */
   struct rg_wr_batch batch;
   struct rg_ring ring;
   uint32_t sq_entries, rq_entries, sq_stride, rq_stride;

@@ -938,8 +938,7 @@ EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask) 
   if (mask & IBV_QP_STATE) {
     struct rg_qp* rq = (struct rg_qp*)qp;
     qp->state = attr->qp_state;
-    rq->asked_err = attr->qp_state == IBV_QPS_ERR; /* its own doing: no IBV_EVENT_QP_FATAL */
-    if (attr->qp_state == IBV_QPS_RESET) rq->fatal_told = rq->last_wqe_due = 0; /* used again */
+    if (attr->qp_state == IBV_QPS_RESET) rq->last_wqe_told = 0; /* used again */
   }
   return 0;
 }
