@@ -21,7 +21,7 @@ import { handoffTable, registerWorkerHandoff, WORKER_HANDOFF } from '../nodes/ha
 import { addHandoffInterface, registerHandoffInput } from '../nodes/handoff/handoff-input.ts';
 import { setLoopbackNext } from '../nodes/ip4/ip4-loopback.ts';
 import { HandoffInbox, HandoffProducer, type HandoffQueueMemory } from '../graph/handoff-queue.ts';
-import { startVerbsSocket, VERBS_LIBRARY } from './verbs-server/connections.ts';
+import { startVerbsSocket, VERBS_LIBRARY, type VerbsServed } from './verbs-server/connections.ts';
 import { deviceView } from './rdma-devices.ts';
 import type { HandoffPlan } from './workers/protocol.ts';
 import { pinThread } from './pin.ts';
@@ -714,20 +714,21 @@ export class Dataplane implements DataplaneApi {
    * Serve the verbs control socket (dataplane/verbs-server/connections.ts) at `opts.path`: unmodified
    * libibverbs programs run with `rdma-graph exec` find this data plane's devices through it.
    */
+  /** What a verbs server of this thread reaches: the graph, the RDMA stack, link changes. */
+  verbsServed(): VerbsServed {
+    return {
+      graph: this.graph,
+      rdma: this.rdma,
+      onLink: (cb) => {
+        this.linkListeners.add(cb);
+        return () => this.linkListeners.delete(cb);
+      },
+    };
+  }
+
   serveVerbs(opts: ServeVerbsOptions): VerbsSocket {
     this.live();
-    const vs = startVerbsSocket(
-      this,
-      {
-        graph: this.graph,
-        rdma: this.rdma,
-        onLink: (cb) => {
-          this.linkListeners.add(cb);
-          return () => this.linkListeners.delete(cb);
-        },
-      },
-      { ...opts, maxQps: this.config.rdma.maxQps },
-    );
+    const vs = startVerbsSocket(this, this.verbsServed(), opts);
     this.verbsSockets.push(vs);
     return vs;
   }

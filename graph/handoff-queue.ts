@@ -69,21 +69,16 @@ export function handoffQueue(maxFrame: number, kickFd: number, slots?: number): 
   return { sab: new SharedArrayBuffer(SLOTS_AT + n * slotSize), slots: n, slotSize, kickFd };
 }
 
-/** The producer's end (one thread). */
-export class HandoffProducer {
-  private readonly ctl: Int32Array;
+/** What both ends of a queue see of its memory. */
+class QueueEnd {
+  protected readonly ctl: Int32Array;
   readonly u8: Uint8Array;
-  private readonly u32: Uint32Array;
-  private readonly mask: number;
-  private readonly slotSize: number;
+  readonly u32: Uint32Array;
+  protected readonly mask: number;
+  protected readonly slotSize: number;
   /** Largest frame a slot holds. */
   readonly maxFrame: number;
-  /** Next slot to fill; what was last stored as head; the consumer's tail as last read. */
-  private head: number;
-  private published: number;
-  private tailCache: number;
-  private readonly kickFd: number;
-  private readonly core = loadCore();
+  readonly kickFd: number;
 
   constructor(mem: HandoffQueueMemory) {
     this.ctl = new Int32Array(mem.sab, 0, SLOTS_AT / 4);
@@ -93,6 +88,19 @@ export class HandoffProducer {
     this.slotSize = mem.slotSize;
     this.maxFrame = mem.slotSize - HANDOFF_SLOT_HEADER;
     this.kickFd = mem.kickFd;
+  }
+}
+
+/** The producer's end (one thread). */
+export class HandoffProducer extends QueueEnd {
+  /** Next slot to fill; what was last stored as head; the consumer's tail as last read. */
+  private head: number;
+  private published: number;
+  private tailCache: number;
+  private readonly core = loadCore();
+
+  constructor(mem: HandoffQueueMemory) {
+    super(mem);
     // A restarted thread goes on where the shared indices are.
     this.head = this.published = Atomics.load(this.ctl, HEAD);
     this.tailCache = Atomics.load(this.ctl, TAIL);
@@ -145,28 +153,14 @@ export class HandoffProducer {
 }
 
 /** The consumer's end (one thread). */
-export class HandoffConsumer {
-  private readonly ctl: Int32Array;
-  readonly u8: Uint8Array;
-  readonly u32: Uint32Array;
-  private readonly mask: number;
-  private readonly slotSize: number;
-  /** Largest frame a slot holds. */
-  readonly maxFrame: number;
-  readonly kickFd: number;
+export class HandoffConsumer extends QueueEnd {
   /** Next slot to read; what was last stored as tail; the producer's head as last read. */
   private tail: number;
   private released: number;
   private headCache: number;
 
   constructor(mem: HandoffQueueMemory) {
-    this.ctl = new Int32Array(mem.sab, 0, SLOTS_AT / 4);
-    this.u8 = new Uint8Array(mem.sab);
-    this.u32 = new Uint32Array(mem.sab);
-    this.mask = mem.slots - 1;
-    this.slotSize = mem.slotSize;
-    this.maxFrame = mem.slotSize - HANDOFF_SLOT_HEADER;
-    this.kickFd = mem.kickFd;
+    super(mem);
     this.tail = this.released = Atomics.load(this.ctl, TAIL);
     this.headCache = Atomics.load(this.ctl, HEAD);
   }

@@ -57,17 +57,12 @@ function detachAll(rings: VerbsRings, own: Owned, core: ReturnType<typeof loadCo
 /** One VerbsRings (and verbs-input node) per data plane, however many sockets it serves. */
 const ringsOf = new WeakMap<Graph, VerbsRings>();
 
-export interface VerbsSocketOptions extends ServeVerbsOptions {
-  /** Most QPs of the data plane (rdma.max-qps), for ibv_query_device. */
-  maxQps: number;
-}
-
 /**
  * Listen on `opts.path` and serve this data plane's verbs programs (the single-threaded data
  * plane; with cpu.workers the facade listens and its workers serve): a stale socket file nobody
  * serves is replaced, one another process serves is refused (an error naming the path).
  */
-export function startVerbsSocket(dp: DataplaneApi, served: VerbsServed, opts: VerbsSocketOptions): VerbsSocket {
+export function startVerbsSocket(dp: DataplaneApi, served: VerbsServed, opts: ServeVerbsOptions): VerbsSocket {
   const core = loadCore();
   const limits = verbsLimits({ ...dp.config.verbs, ...opts.limits });
   const admission = new VerbsAdmission(limits);
@@ -86,7 +81,7 @@ export function startVerbsSocket(dp: DataplaneApi, served: VerbsServed, opts: Ve
 export function verbsConnections(
   dp: DataplaneApi,
   internals: VerbsServed,
-  opts: Omit<VerbsSocketOptions, 'path'> & {
+  opts: Omit<ServeVerbsOptions, 'path'> & {
     /**
      * How a connection's fd is closed (default here, at once). A worker hands it back to the main
      * thread, which closes it: the main thread then knows which fds a worker still holds, and
@@ -111,7 +106,7 @@ export function verbsConnections(
     ringsOf.set(internals.graph, rings);
   }
   const vr = rings;
-  const server: Server = { dp, internals, rings: vr, core, limits, maxQps: opts.maxQps, lines };
+  const server: Server = { dp, internals, rings: vr, core, limits, lines };
   // A link going up or down: each connection on that interface's device is told through its
   // async fd (the library asks for the devices and returns IBV_EVENT_PORT_ACTIVE / _ERR).
   const unLink =

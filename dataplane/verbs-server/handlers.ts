@@ -105,8 +105,6 @@ export interface Server {
   rings: VerbsRings;
   core: CoreAddon;
   limits: VerbsLimits;
-  /** Most QPs of the data plane (rdma.max-qps), for ibv_query_device. */
-  maxQps: number;
   /** What clients cause in the log, rate-limited. */
   lines: LogLimiter;
 }

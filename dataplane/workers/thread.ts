@@ -31,15 +31,13 @@ async function main(): Promise<void> {
   });
   // Verbs programs the main thread's listener gives this worker (one fd per connection).
   let served: VerbsConnections | null = null;
-  const { graph, rdma } = Dataplane.internals(dp);
   // Every call the facade can make, one handler each (CallTable is exhaustive over DataplaneApi).
   const calls: CallTable = {
     adoptVerbs: (fd) => {
-      served ??= verbsConnections(
-        dp,
-        { graph, rdma },
-        { maxQps: config.rdma.maxQps, log, closeConnection: (c) => post({ t: 'closeFd', fd: c }) },
-      );
+      served ??= verbsConnections(dp, dp.verbsServed(), {
+        log,
+        closeConnection: (c) => post({ t: 'closeFd', fd: c }),
+      });
       served.adopt(fd);
     },
     closeVerbs: () => {

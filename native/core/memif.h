@@ -120,6 +120,9 @@ int MakeParents(const std::string& path);
 
 // Sends `len` bytes as one message, with `fd` in SCM_RIGHTS when >= 0. Returns 0, or an errno.
 int SendBytes(int sock, const void* data, size_t len, int fd);
+// The same with `n` descriptors (at most kMaxPassFds: the verbs socket's REG_MR pieces).
+constexpr size_t kMaxPassFds = 64;
+int SendFds(int sock, const void* data, size_t len, const int* fds, size_t n);
 
 inline int SendMsg(int sock, const Msg& m, int fd) { return SendBytes(sock, &m, sizeof m, fd); }
 

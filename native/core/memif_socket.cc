@@ -23,23 +23,25 @@ int MakeParents(const std::string& path) {
   return 0;
 }
 
-// Sends `len` bytes as one message, with `fd` in SCM_RIGHTS when >= 0. Returns 0, or an errno.
-int SendBytes(int sock, const void* data, size_t len, int fd) {
+// Sends `len` bytes as one message, with the `n` descriptors of `fds` (at most kMaxPassFds) in
+// SCM_RIGHTS. Returns 0, or an errno.
+int SendFds(int sock, const void* data, size_t len, const int* fds, size_t n) {
+  if (n > kMaxPassFds) return EINVAL;
   struct iovec iov = {const_cast<void*>(data), len};
   struct msghdr mh;
   std::memset(&mh, 0, sizeof mh);
   mh.msg_iov = &iov;
   mh.msg_iovlen = 1;
-  alignas(struct cmsghdr) char ctl[CMSG_SPACE(sizeof(int))];
-  if (fd >= 0) {
+  alignas(struct cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * kMaxPassFds)];
+  if (n > 0) {
     std::memset(ctl, 0, sizeof ctl);
     mh.msg_control = ctl;
-    mh.msg_controllen = sizeof ctl;
+    mh.msg_controllen = CMSG_SPACE(sizeof(int) * n);
     struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+    std::memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
   }
   for (;;) {
     ssize_t r = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -48,6 +50,8 @@ int SendBytes(int sock, const void* data, size_t len, int fd) {
     return r < 0 ? errno : EMSGSIZE;
   }
 }
+
+int SendBytes(int sock, const void* data, size_t len, int fd) { return SendFds(sock, data, len, &fd, fd >= 0 ? 1 : 0); }
 
 // Receives one message into buf (up to cap bytes). Returns the length (0: peer closed), or
 // -errno. *fd gets the first descriptor passed with it (others are closed), or -1.

@@ -42,6 +42,7 @@
 
 #include "../verbs-lib/proto.h"
 #include "common.h"
+#include "memif.h"
 
 #ifndef HUGETLBFS_MAGIC
 #define HUGETLBFS_MAGIC 0x958458f6
@@ -392,6 +393,8 @@ Napi::Value SeqpacketRecv(const Napi::CallbackInfo& info) {
   return o;
 }
 
+static_assert(memifimpl::kMaxPassFds == RGV_MAX_MR_PIECES, "one message passes every piece's memfd");
+
 // seqpacketSend(fd, bytes, pass = -1): one message, passing the fd `pass` (a number) or the fds
 // in it (an array, at most RGV_MAX_MR_PIECES); 0 or an errno.
 Napi::Value SeqpacketSend(const Napi::CallbackInfo& info) {
@@ -409,28 +412,7 @@ Napi::Value SeqpacketSend(const Napi::CallbackInfo& info) {
     if (a.Length() > RGV_MAX_MR_PIECES) throw TypeErr(env, "seqpacketSend: at most 64 fds");
     for (uint32_t i = 0; i < a.Length(); i++) pass[n++] = a.Get(i).As<Napi::Number>().Int32Value();
   }
-  struct iovec iov = {b.Data(), b.ByteLength()};
-  struct msghdr mh;
-  std::memset(&mh, 0, sizeof mh);
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  alignas(struct cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * RGV_MAX_MR_PIECES)];
-  if (n > 0) {
-    std::memset(ctl, 0, sizeof ctl);
-    mh.msg_control = ctl;
-    mh.msg_controllen = CMSG_SPACE(sizeof(int) * n);
-    struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * n);
-    std::memcpy(CMSG_DATA(c), pass, sizeof(int) * n);
-  }
-  for (;;) {
-    ssize_t r = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (r == static_cast<ssize_t>(b.ByteLength())) return Napi::Number::New(env, 0);
-    if (r < 0 && errno == EINTR) continue;
-    return Napi::Number::New(env, r < 0 ? errno : EMSGSIZE);
-  }
+  return Napi::Number::New(env, memifimpl::SendFds(sock, b.Data(), b.ByteLength(), pass, n));
 }
 
 }  // namespace
