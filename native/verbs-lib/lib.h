@@ -183,6 +183,7 @@ struct rg_qp {
   uint32_t sq_entries, rq_entries, sq_stride, rq_stride;
   uint32_t max_send_wr, max_recv_wr, max_sge, max_inline;
   uint32_t sq_prod, rq_prod; /* ours; published at RGV_QP_SQ_PROD / RGV_QP_RQ_PROD */
+  uint32_t sq_done_seen;     /* RGV_QP_SQ_DONE as last read (under sq_lock) */
   int sig_all;
   pthread_spinlock_t sq_lock, rq_lock;
   struct rg_qp* next; /* in the context */

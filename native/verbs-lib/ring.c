@@ -523,7 +523,12 @@ static int write_send_wqe(const struct rg_qp* q, const struct ibv_send_wr* wr, u
 _Static_assert(sizeof(struct ibv_sge) == sizeof(struct rgv_sge), "ibv_sge is laid out as rgv_sge");
 
 int rg_sq_write(struct rg_qp* q, const struct ibv_send_wr* wr) {
-  if (q->sq_prod - LOAD(U32(&q->ring, RGV_QP_SQ_DONE)) >= q->max_send_wr) return ENOMEM; /* the send queue is full */
+  /* The daemon's done index is read only when the last one read says full (once per burst, as a
+     rule, not once per WR). */
+  if (q->sq_prod - q->sq_done_seen >= q->max_send_wr) {
+    q->sq_done_seen = LOAD(U32(&q->ring, RGV_QP_SQ_DONE));
+    if (q->sq_prod - q->sq_done_seen >= q->max_send_wr) return ENOMEM; /* the send queue is full */
+  }
   uint8_t* slot = q->ring.mem + RGV_RING_HDR + (size_t)(q->sq_prod & (q->sq_entries - 1)) * q->sq_stride;
   int err = write_send_wqe(q, wr, slot);
   if (err == 0) q->sq_prod++;
