@@ -96,7 +96,7 @@ verbs (handles are numbers; sge is MR:OFFSET:LENGTH[,MR:OFFSET:LENGTH...]):
   post srq-recv SRQ wr-id ID [sge SGE]
   post send QPN OPCODE wr-id ID [sge SGE] [remote STAG:OFFSET] [imm N] [invalidate STAG]
        [add N] [swap N] [compare N] [unsignaled] [solicited] [inline]
-       OPCODE: send send-with-solicited send-with-invalidate write write-with-imm read fetch-add swap cmp-swap
+       OPCODE: send send-with-solicited send-with-invalidate send-with-imm write write-with-imm read fetch-add swap cmp-swap
   poll CQ [max N] [wait MS]
   mr write MR OFFSET (text STRING | hex HEX)
   mr read MR OFFSET LENGTH [hex|text|raw]

@@ -13,7 +13,7 @@ import {
   VERBS_LIMITS,
   WC_OPCODE_NAMES,
   WC_STATUS_NAMES,
-  WR_OPCODE_NAMES,
+  API_WR_OPCODE_NAMES,
 } from '../dataplane/views.ts';
 import { EXPECTED } from './errors.ts';
 
@@ -573,7 +573,7 @@ export const QpModify = obj(
 export const SendRequest = obj(
   {
     wrId: WrId,
-    opcode: oneOf(WR_OPCODE_NAMES),
+    opcode: oneOf(API_WR_OPCODE_NAMES),
     sge: SgeList,
     remote: obj({
       stag: u32("the peer MR's STag"),

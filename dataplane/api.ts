@@ -28,6 +28,7 @@ import type {
   ListenerCreate,
   ListenerView,
   MrView,
+  MwView,
   NeighborView,
   PdView,
   PingRequest,
@@ -46,6 +47,15 @@ import type {
 export interface Placement {
   interface?: string;
   worker?: number;
+}
+
+/** A memory window (verbs' ibv_alloc_mw): bound by a bind-mw work request. */
+export interface MwCreate {
+  pd: number;
+  /** 1 or 2. */
+  type: number;
+  /** The program that allocated it through a verbs socket (MwView.owner). */
+  owner?: string;
 }
 
 export interface MrCreate {
@@ -132,6 +142,9 @@ export interface DataplaneApi {
   getMr(h: number): Promise<MrView>;
   mrs(): Promise<MrView[]>;
   destroyMr(h: number): Promise<void>;
+  createMw(req: MwCreate): Promise<MwView>;
+  mws(): Promise<MwView[]>;
+  destroyMw(h: number): Promise<void>;
   writeMr(h: number, offset: number, data: Uint8Array): Promise<{ written: number }>;
   readMr(h: number, offset?: number, length?: number): Promise<Uint8Array>;
   createCq(req: { depth: number } & Placement): Promise<CqView>;

@@ -29,6 +29,7 @@ import type {
   CaptureRequest,
   DataplaneApi,
   MrCreate,
+  MwCreate,
   Placement,
   QpModifyIn,
   ServeVerbsOptions,
@@ -69,6 +70,7 @@ import {
   type ListenerView,
   type Logger,
   type MrView,
+  type MwView,
   type NeighborView,
   type RxPlacementView,
   type PdView,
@@ -94,10 +96,11 @@ import {
   accessNames,
   type Cq,
   type Mr,
+  type Mw,
   type Pd,
   type Srq,
   VerbsError,
-  WR_OPCODE_NAMES,
+  API_WR_OPCODE_NAMES,
 } from '../nodes/rdma/verbs.ts';
 
 /** Dataplane.create's options beyond the configuration. */
@@ -235,6 +238,8 @@ export class Dataplane implements DataplaneApi {
   private readonly qpOwners = new Map<number, string>();
   /** MR handle -> the program that registered it through a verbs socket (MrView.owner). */
   private readonly mrOwners = new Map<number, string>();
+  /** Memory window handle -> the program that allocated it through a verbs socket. */
+  private readonly mwOwners = new Map<number, string>();
   /** Verbs sockets this data plane serves (serveVerbs), closed with it. */
   private readonly verbsSockets: VerbsSocket[] = [];
 
@@ -963,6 +968,42 @@ export class Dataplane implements DataplaneApi {
     this.mrOwners.delete(h);
   }
 
+  async createMw(req: MwCreate): Promise<MwView> {
+    this.live();
+    return guard(() => {
+      const mw = this.rdma.allocMw(this.pd(req.pd), req.type);
+      if (req.owner !== undefined) this.mwOwners.set(mw.handle, req.owner);
+      return this.mwView(mw);
+    });
+  }
+
+  private mwView(mw: Mw): MwView {
+    const w = this.rdma.core.mrs[mw.index];
+    const p = mw.parent;
+    return {
+      mw: mw.handle,
+      pd: mw.pd.handle,
+      type: mw.type,
+      rkey: mw.rkey,
+      bound:
+        p !== null && w !== null && w.valid
+          ? { mr: p.handle, address: w.base, length: w.length, access: accessNames(w.access) }
+          : null,
+      owner: this.mwOwners.get(mw.handle) ?? null,
+    };
+  }
+
+  async mws(): Promise<MwView[]> {
+    return [...this.rdma.mwsByHandle.values()].map((m) => this.mwView(m));
+  }
+
+  async destroyMw(h: number): Promise<void> {
+    const mw = this.rdma.mwsByHandle.get(h);
+    if (mw === undefined) throw new DataplaneError('not-found', `no memory window ${h}`);
+    guard(() => this.rdma.deallocMw(mw));
+    this.mwOwners.delete(h);
+  }
+
   private range(mr: Mr, offset: number, length: number, what: string): void {
     checkMrRange(mr.handle, mr.length, offset, length, what);
   }
@@ -1270,10 +1311,10 @@ export class Dataplane implements DataplaneApi {
     this.live();
     const qp = this.qp(qpn);
     guard(() => {
-      if (!(WR_OPCODE_NAMES as readonly string[]).includes(req.opcode))
+      if (!(API_WR_OPCODE_NAMES as readonly string[]).includes(req.opcode))
         throw new DataplaneError(
           'invalid',
-          `opcode must be one of ${WR_OPCODE_NAMES.join(', ')}, got ${JSON.stringify(req.opcode)}`,
+          `opcode must be one of ${API_WR_OPCODE_NAMES.join(', ')}, got ${JSON.stringify(req.opcode)}`,
         );
       const a = req.atomic;
       this.rdma.postSend(qp, {

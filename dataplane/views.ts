@@ -96,6 +96,16 @@ export interface MrView {
   /** "pid N (comm)" of the verbs program that registered it (its memory is that program's), or null. */
   owner: string | null;
 }
+export interface MwView {
+  mw: number;
+  pd: number;
+  type: number;
+  /** Its current STag (the last bind's). */
+  rkey: number;
+  /** What it is bound to now, or null (unbound, invalidated). */
+  bound: { mr: number; address: number; length: number; access: string[] } | null;
+  owner: string | null;
+}
 export interface CqView {
   cq: number;
   depth: number;
@@ -327,7 +337,13 @@ export interface BufferView {
 
 export type { Config } from '../config/types.ts';
 /** The names the API's schemas enumerate. */
-export { ACCESS_NAMES, WC_OPCODE_NAMES, WC_STATUS_NAMES, WR_OPCODE_NAMES } from '../nodes/rdma/verbs.ts';
+export {
+  ACCESS_NAMES,
+  API_WR_OPCODE_NAMES,
+  WC_OPCODE_NAMES,
+  WC_STATUS_NAMES,
+  WR_OPCODE_NAMES,
+} from '../nodes/rdma/verbs.ts';
 export { QP_STATE_NAMES } from '../nodes/rdma/qp.ts';
 export { VERBS_DEFAULTS, VERBS_LIMITS } from '../nodes/rdma/stack.ts';
 export type { Completion } from '../nodes/rdma/verbs.ts';

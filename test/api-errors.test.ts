@@ -360,7 +360,7 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
       body: { pd, length: 16, access: ['fly'] },
       status: 400,
       message:
-        'body/access/0 must be one of "local-write", "remote-write", "remote-read", "remote-atomic", "remote-invalidate"',
+        'body/access/0 must be one of "local-write", "remote-write", "remote-read", "remote-atomic", "remote-invalidate", "mw-bind"',
     },
     {
       method: 'POST',
@@ -920,7 +920,7 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
       body: { wrId: 1, opcode: 'jump' },
       status: 400,
       message:
-        'body/opcode must be one of "send", "send-with-solicited", "send-with-invalidate", "write", "write-with-imm", "read", "fetch-add", "swap", "cmp-swap"',
+        'body/opcode must be one of "send", "send-with-solicited", "send-with-invalidate", "send-with-imm", "write", "write-with-imm", "read", "fetch-add", "swap", "cmp-swap"',
     },
     {
       method: 'POST',

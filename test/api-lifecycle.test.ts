@@ -131,6 +131,30 @@ test('manual connect; SEND/RECV, WRITE, WRITE-with-imm, READ, fetch-add, swap, c
     assert.equal([ri.wrId, ri.opcode, ri.imm, ri.status], ['imm-recv', 'recv-with-imm', 0xdeadbeef, 'success']);
     assert.equal(await cb.readMr(y.mr.mr, 30000, 10), enc('immediate!'));
 
+    // SEND with immediate (rdma-graph's RDMAP opcode 12, 13 with SE): one receive, the bytes
+    // and the immediate; 5000 bytes take several segments, each carrying the immediate.
+    await cb.postRecv(y.qp.qpn, { wrId: 'si-recv', sge: [{ mr: y.mr.mr, offset: 40000, length: 6000 }] });
+    await ca.postSend(x.qp.qpn, {
+      wrId: 'si',
+      opcode: 'send-with-imm',
+      sge: [{ mr: x.mr.mr, offset: 20000, length: 5000 }],
+      imm: 0x0badcafe,
+      solicited: true,
+    });
+    assert.equal(await pollOne(ca, x.cq), {
+      wrId: 'si',
+      qpn: x.qp.qpn,
+      status: 'success',
+      opcode: 'send',
+      byteLen: 5000,
+    });
+    const si = await pollOne(cb, y.cq);
+    assert.equal(
+      [si.wrId, si.opcode, si.imm, si.byteLen, si.solicited, si.status],
+      ['si-recv', 'recv', 0x0badcafe, 5000, true, 'success'],
+    );
+    assert.equal(await cb.readMr(y.mr.mr, 40000, 5000), big);
+
     // Atomics on B's 8 bytes at 0 (host order); the original value lands in A's 8-byte SGE.
     await cb.writeMr(y.mr.mr, 0, u64(1000n));
     const atomic = async (

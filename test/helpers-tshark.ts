@@ -46,6 +46,8 @@ export interface TrpHeader {
   sack?: string;
   /** Opcode 0 without a DDP segment. */
   pureAck: boolean;
+  /** rdma-graph's Send with Immediate (RDMAP opcode 12/13): the immediate. */
+  sendImm?: number;
   /** REQ/ACCEPT/REJECT. `privateData` is lower-case hex ('' when there is none). */
   cm?: { pdlen: number; ird: number; ord: number; privateData: string };
 }
@@ -157,6 +159,7 @@ const TRP_FIELDS = [
   'trp.cm.ird',
   'trp.cm.ord',
   'trp.cm.private_data',
+  'trp.send_imm',
 ];
 const DDP_FIELDS = [
   'iwarp_ddp.tagged_flag',
@@ -387,6 +390,7 @@ function decodeRow(l: Record<string, string[]>): TrpDecoded {
       pureAck: bool('trp.pure_ack') ?? false,
     };
     if (l['trp.sack']) d.trp.sack = one('trp.sack');
+    if (l['trp.send_imm']) d.trp.sendImm = need('trp.send_imm');
     if (l['trp.cm.pdlen'])
       d.trp.cm = {
         pdlen: need('trp.cm.pdlen'),

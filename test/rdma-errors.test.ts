@@ -350,7 +350,7 @@ test('re-registration: the old STag fails after the new registration in the same
   assert.ok(kb >= 12, `at least 12 key bits, got ${kb}`);
   assert.is(fresh.stag >>> kb, old.stag >>> kb, 'same MR table slot');
   assert.is.not(fresh.stag, old.stag, 'a new key');
-  throwsVerbs(() => p.b.rdma.regMr(B.pd, 8, RW), 'resource', /no free memory region slot \(max-mrs 1\)/);
+  throwsVerbs(() => p.b.rdma.regMr(B.pd, 8, RW), 'resource', /no free memory region or window slot \(max-mrs 1\)/);
   p.a.rdma.postSend(A.qp, {
     wrId: 'new',
     opcode: 'write',
@@ -1044,7 +1044,7 @@ test('bad input: every VerbsError says what is wrong', async () => {
   throwsVerbs(
     post({ opcode: 'jump' as 'send' }),
     'invalid',
-    /opcode must be one of send, send-with-solicited, send-with-invalidate, write, write-with-imm, read, fetch-add, swap, cmp-swap, got "jump"/,
+    /opcode must be one of send, send-with-solicited, send-with-invalidate, send-with-imm, write, write-with-imm, bind-mw, local-invalidate, read, fetch-add, swap, cmp-swap, got "jump"/,
   );
   throwsVerbs(
     post({ opcode: 'write', sg: [{ mr: m, offset: 0, length: 8 }] }),
@@ -1170,7 +1170,7 @@ test('bad input: every VerbsError says what is wrong', async () => {
   throwsVerbs(
     () => ra.regMr(A.pd, 16, ['remote-jump']),
     'invalid',
-    /access: unknown access flag "remote-jump" \(expected local-write, remote-write, remote-read, remote-atomic, remote-invalidate\)/,
+    /access: unknown access flag "remote-jump" \(expected local-write, remote-write, remote-read, remote-atomic, remote-invalidate, mw-bind\)/,
   );
   throwsVerbs(
     () => ra.regMr(A.pd, 16, ['remote-write']),

@@ -52,6 +52,8 @@ const OP = {
   IMM_SE: 9,
   ATOMIC_REQ: 10,
   ATOMIC_RESP: 11,
+  SEND_IMM: 12,
+  SEND_SE_IMM: 13,
 } as const;
 
 function trpHeader(psn: number, ack: number, opcode: number, reserved = 0): number[] {
@@ -398,6 +400,24 @@ data('Immediate Data with SE (opcode 9)', 41, 4, { op: OP.IMM_SE, qn: 0, msn: 8 
   rdmap: rdmapWant(OP.IMM_SE),
   note: IMM_NOTE,
 });
+
+// rdma-graph's Send with Immediate (PROTOCOL.md section 4): RDMAP opcodes 12 and 13, the immediate
+// in the Invalidate STag field. Wireshark 4.0 does not know the opcodes ("Unknown"); trp.lua shows
+// the immediate as trp.send_imm.
+const SEND_IMM_NOTE = 'Wireshark 4.0 shows opcode 12/13 as "Unknown"; trp.lua adds the immediate';
+for (const [name, op, psn] of [
+  ['Send with Immediate (opcode 12)', OP.SEND_IMM, 42],
+  ['Send with SE and Immediate (opcode 13)', OP.SEND_SE_IMM, 43],
+] as const) {
+  cases.push({
+    name,
+    bytes: [...trpHeader(psn, 4, TRP.DATA), ...untagged({ op, ulp: 0x8badf00d, qn: 0, msn: 9 }), 0x61, 0x62],
+    trp: trpWant(psn, 4, TRP.DATA, { sendImm: 0x8badf00d }),
+    ddp: untaggedWant({ op, ulp: 0x8badf00d, qn: 0, msn: 9 }),
+    rdmap: rdmapWant(op),
+    note: SEND_IMM_NOTE,
+  });
+}
 
 // Atomics (RFC 7306), Atomic Request on QN 1 with the 52-byte body, Atomic Response on QN 3.
 {

@@ -74,6 +74,8 @@ export const RGV_OP_SRQ_RING = 17;
 export const RGV_OP_DESTROY_SRQ = 18;
 export const RGV_OP_MODIFY_SRQ = 19;
 export const RGV_OP_ASYNC_FD = 20;
+export const RGV_OP_ALLOC_MW = 21;
+export const RGV_OP_DEALLOC_MW = 22;
 
 /** enum rgv_fd */
 export const RGV_FD_NONE = 0;
@@ -86,6 +88,7 @@ export const RGV_ACCESS_LOCAL_WRITE = 1;
 export const RGV_ACCESS_REMOTE_WRITE = 2;
 export const RGV_ACCESS_REMOTE_READ = 4;
 export const RGV_ACCESS_REMOTE_ATOMIC = 8;
+export const RGV_ACCESS_MW_BIND = 16;
 
 /** enum rgv_qp_state */
 export const RGV_QPS_RESET = 0;
@@ -140,6 +143,7 @@ export const RGV_WC_LOC_LEN_ERR = 1;
 export const RGV_WC_LOC_QP_OP_ERR = 2;
 export const RGV_WC_LOC_PROT_ERR = 4;
 export const RGV_WC_WR_FLUSH_ERR = 5;
+export const RGV_WC_MW_BIND_ERR = 6;
 export const RGV_WC_REM_INV_REQ_ERR = 9;
 export const RGV_WC_REM_ACCESS_ERR = 10;
 export const RGV_WC_REM_OP_ERR = 11;
@@ -153,6 +157,8 @@ export const RGV_WC_RDMA_WRITE = 1;
 export const RGV_WC_RDMA_READ = 2;
 export const RGV_WC_COMP_SWAP = 3;
 export const RGV_WC_FETCH_ADD = 4;
+export const RGV_WC_BIND_MW = 5;
+export const RGV_WC_LOCAL_INV = 6;
 export const RGV_WC_RECV = 128;
 export const RGV_WC_RECV_RDMA_WITH_IMM = 129;
 
@@ -266,6 +272,26 @@ export const rgv_mr = {
   fields: {
     handle: { offset: 0, type: 'u32', count: 1 },
     stag: { offset: 4, type: 'u32', count: 1 },
+  },
+} as const satisfies AbiStruct;
+
+/** struct rgv_alloc_mw (8 bytes) */
+export const rgv_alloc_mw = {
+  name: 'rgv_alloc_mw',
+  size: 8,
+  fields: {
+    pd: { offset: 0, type: 'u32', count: 1 },
+    type: { offset: 4, type: 'u32', count: 1 },
+  },
+} as const satisfies AbiStruct;
+
+/** struct rgv_mw (8 bytes) */
+export const rgv_mw = {
+  name: 'rgv_mw',
+  size: 8,
+  fields: {
+    handle: { offset: 0, type: 'u32', count: 1 },
+    rkey: { offset: 4, type: 'u32', count: 1 },
   },
 } as const satisfies AbiStruct;
 
@@ -436,7 +462,8 @@ export const rgv_send_wqe = {
     inline_len: { offset: 36, type: 'u32', count: 1 },
     compare_add: { offset: 40, type: 'u64', count: 1 },
     swap: { offset: 48, type: 'u64', count: 1 },
-    pad: { offset: 56, type: 'u64', count: 1 },
+    bind_lkey: { offset: 56, type: 'u32', count: 1 },
+    pad: { offset: 60, type: 'u32', count: 1 },
   },
 } as const satisfies AbiStruct;
 
@@ -504,6 +531,8 @@ export const RGV_OPS = {
   DESTROY_SRQ: { op: 18, request: rgv_handle, reply: null, records: false, fd: 'none' },
   MODIFY_SRQ: { op: 19, request: rgv_modify_srq, reply: null, records: false, fd: 'none' },
   ASYNC_FD: { op: 20, request: null, reply: null, records: false, fd: 'eventfd' },
+  ALLOC_MW: { op: 21, request: rgv_alloc_mw, reply: rgv_mw, records: false, fd: 'none' },
+  DEALLOC_MW: { op: 22, request: rgv_handle, reply: null, records: false, fd: 'none' },
 } as const;
 
 /** rgv_sq_stride(max_sge, max_inline) and rgv_rq_stride(max_sge) at a few sizes: [max_sge, max_inline, sq, rq]. */

@@ -114,11 +114,12 @@ export function verbsConnections(
       for (const own of conns.values())
         if (own.ifname === ifname && own.async.fd >= 0) core.eventfdSignal(own.async.fd);
     }) ?? (() => {});
-  /** Destroy what a closed connection created: QPs (each sends FIN), SRQs, MRs, CQs, then PDs. */
+  /** Destroy what a closed connection created: QPs (each sends FIN), SRQs, memory windows, MRs, CQs, then PDs. */
   const release = async (own: Owned) => {
     detachAll(vr, own, core);
     for (const q of own.qps.keys()) await dp.destroyQp(q).catch(() => undefined);
     for (const h of own.srqs) await dp.destroySrq(h).catch(() => undefined);
+    for (const h of own.mws) await dp.destroyMw(h).catch(() => undefined);
     for (const h of own.mrs) await dp.destroyMr(h).catch(() => undefined);
     for (const h of own.cqs) await dp.destroyCq(h).catch(() => undefined);
     for (const h of own.pds) await dp.destroyPd(h).catch(() => undefined);
@@ -215,6 +216,7 @@ export function verbsConnections(
         logKey: `${owner}, connection ${++connSeq}`,
         pds: new Set(),
         mrs: new Set(),
+        mws: new Set(),
         cqs: new Set(),
         srqs: new Set(),
         qps: new Map(),

@@ -11,7 +11,8 @@
  * Served: DEVICES (one device per interface with an IPv4 address), ATTACH (the opened device's
  * interface and the program's doorbell eventfd), ALLOC_PD/DEALLOC_PD, REG_MR (the program's
  * pages on a memfd sealed against shrinking, mapped here: the MR's memory is the program's)/
- * DEREG_MR, CREATE_CHANNEL/DESTROY_CHANNEL (completion channels: the program's eventfds),
+ * DEREG_MR, ALLOC_MW/DEALLOC_MW (memory windows: bound by the send queue's BIND_MW work requests),
+ * CREATE_CHANNEL/DESTROY_CHANNEL (completion channels: the program's eventfds),
  * CREATE_CQ (with its ring)/DESTROY_CQ, CREATE_SRQ/SRQ_RING/MODIFY_SRQ/DESTROY_SRQ,
  * CREATE_QP/QP_RING/MODIFY_QP (the peer from the AV's IPv4-mapped GID and dest_qp_num, PSNs,
  * IRD/ORD, path MTU, timeout, retry count)/QUERY_QP/DESTROY_QP. A connection touches only what
@@ -31,6 +32,7 @@ import {
   type AbiStruct,
   RGV_ACCESS_LOCAL_WRITE,
   RGV_ACCESS_REMOTE_ATOMIC,
+  RGV_ACCESS_MW_BIND,
   RGV_ACCESS_REMOTE_READ,
   RGV_ACCESS_REMOTE_WRITE,
   RGV_ATTR_AV,
@@ -81,6 +83,7 @@ export interface Owned {
   logKey: string;
   pds: Set<number>;
   mrs: Set<number>;
+  mws: Set<number>;
   cqs: Set<number>;
   srqs: Set<number>;
   /** QPN -> the receive PSN it was given at RTR (for ibv_query_qp; the daemon's view has the send one). */
@@ -182,6 +185,7 @@ const ACCESS: [number, AccessName][] = [
   [RGV_ACCESS_REMOTE_WRITE, 'remote-write'],
   [RGV_ACCESS_REMOTE_READ, 'remote-read'],
   [RGV_ACCESS_REMOTE_ATOMIC, 'remote-atomic'],
+  [RGV_ACCESS_MW_BIND, 'mw-bind'],
 ];
 const ACCESS_ALL = ACCESS.reduce((a, [bit]) => a | bit, 0);
 
@@ -328,6 +332,17 @@ export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
   },
 
   DEREG_MR: (c) => destroyOwn(c, c.own.mrs, (h) => c.server.dp.destroyMr(h)),
+
+  async ALLOC_MW(c) {
+    const { pd, type } = c.body();
+    if (!c.own.pds.has(pd)) return Errno.ENOENT;
+    if (type !== 1 && type !== 2) return Errno.EINVAL;
+    const mw = await c.server.dp.createMw({ pd, type, owner: c.own.owner });
+    c.own.mws.add(mw.mw);
+    return c.reply({ handle: mw.mw, rkey: mw.rkey });
+  },
+
+  DEALLOC_MW: (c) => destroyOwn(c, c.own.mws, (h) => c.server.dp.destroyMw(h)),
 
   async CREATE_CHANNEL(c) {
     c.body();

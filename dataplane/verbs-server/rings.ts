@@ -51,6 +51,12 @@ import {
   RGV_SRQ_PROD,
   RGV_WC_COMP_SWAP,
   RGV_WC_FETCH_ADD,
+  RGV_WC_BIND_MW,
+  RGV_WC_LOCAL_INV,
+  RGV_WC_MW_BIND_ERR,
+  RGV_ACCESS_REMOTE_READ,
+  RGV_ACCESS_REMOTE_WRITE,
+  RGV_ACCESS_REMOTE_ATOMIC,
   RGV_WC_GENERAL_ERR,
   RGV_WC_LOC_LEN_ERR,
   RGV_WC_LOC_PROT_ERR,
@@ -123,7 +129,8 @@ const SW = rgv_send_wqe.fields,
   SW_RKEY = word(SW.rkey.offset),
   SW_INLINE_LEN = word(SW.inline_len.offset),
   SW_COMPARE_ADD = word(SW.compare_add.offset),
-  SW_SWAP = word(SW.swap.offset);
+  SW_SWAP = word(SW.swap.offset),
+  SW_BIND_LKEY = word(SW.bind_lkey.offset);
 const RW_WR_ID = word(rgv_recv_wqe.fields.wr_id.offset),
   RW_NUM_SGE = word(rgv_recv_wqe.fields.num_sge.offset);
 const SGE_ADDR = word(rgv_sge.fields.addr.offset),
@@ -150,12 +157,12 @@ const WR_OPCODE: (WrOpcodeName | undefined)[] = (() => {
     [RGV_WR_RDMA_WRITE, 'write'],
     [RGV_WR_RDMA_WRITE_WITH_IMM, 'write-with-imm'],
     [RGV_WR_SEND, 'send'],
-    [RGV_WR_SEND_WITH_IMM, undefined], // no such iWARP message
+    [RGV_WR_SEND_WITH_IMM, 'send-with-imm'],
     [RGV_WR_RDMA_READ, 'read'],
     [RGV_WR_ATOMIC_CMP_AND_SWP, 'cmp-swap'],
     [RGV_WR_ATOMIC_FETCH_AND_ADD, 'fetch-add'],
-    [RGV_WR_LOCAL_INV, undefined],
-    [RGV_WR_BIND_MW, undefined],
+    [RGV_WR_LOCAL_INV, 'local-invalidate'],
+    [RGV_WR_BIND_MW, 'bind-mw'],
     [RGV_WR_SEND_WITH_INV, 'send-with-invalidate'],
   ];
   const table: (WrOpcodeName | undefined)[] = Array.from(
@@ -172,6 +179,7 @@ const WC_STATUS: Record<string, number> = {
   'local-qp-operation-error': RGV_WC_LOC_QP_OP_ERR,
   'local-protection-error': RGV_WC_LOC_PROT_ERR,
   flushed: RGV_WC_WR_FLUSH_ERR,
+  'memory-window-bind-error': RGV_WC_MW_BIND_ERR,
   'remote-invalid-request': RGV_WC_REM_INV_REQ_ERR,
   'remote-access-error': RGV_WC_REM_ACCESS_ERR,
   'remote-operation-error': RGV_WC_REM_OP_ERR,
@@ -186,6 +194,8 @@ const WC_OPCODE: Record<string, number> = {
   'cmp-swap': RGV_WC_COMP_SWAP,
   'fetch-add': RGV_WC_FETCH_ADD,
   swap: RGV_WC_FETCH_ADD,
+  'bind-mw': RGV_WC_BIND_MW,
+  'local-invalidate': RGV_WC_LOCAL_INV,
   recv: RGV_WC_RECV,
   'recv-with-imm': RGV_WC_RECV_RDMA_WITH_IMM,
 };
@@ -285,6 +295,12 @@ export class QpRing {
 }
 
 /** An MR no lkey resolves to: an SGE that names it completes with a local protection error. */
+/** A window's rights: ibv_mw_bind_info.mw_access_flags bits -> ours (others grant nothing to a window). */
+const MW_ACCESS: [number, number][] = [
+  [RGV_ACCESS_REMOTE_READ, Access.REMOTE_READ],
+  [RGV_ACCESS_REMOTE_WRITE, Access.REMOTE_WRITE],
+  [RGV_ACCESS_REMOTE_ATOMIC, Access.REMOTE_ATOMIC],
+];
 const NO_MR = new Mr(-1, new Pd(-1), 0, new Uint8Array(0), 0);
 NO_MR.valid = false;
 
@@ -554,7 +570,7 @@ export class VerbsRings {
         length = u[w + SGE_LENGTH],
         lkey = u[w + SGE_LKEY];
       const e = list[i];
-      const mr = this.rdma.core.mrFor(lkey, pd);
+      const mr = this.rdma.core.localMr(lkey, pd);
       const offset = mr === null ? -1 : addr - mr.base;
       if (mr === null || offset < 0 || offset + length > mr.length) {
         e.mr = NO_MR; // a local protection error, in order with the queue's other work
@@ -610,12 +626,17 @@ export class VerbsRings {
       req.remote.offset = raddr;
       req.imm = imm;
       req.invalidateStag = imm;
-      if (name === 'fetch-add' || name === 'cmp-swap') {
+      req.bind = undefined;
+      if (name === 'bind-mw') {
+        this.bindRequest(req, u, w, qp, raddr);
+      } else if (name === 'fetch-add' || name === 'cmp-swap') {
         const cmpAdd = (BigInt(u[w + SW_COMPARE_ADD + 1]) << 32n) | BigInt(u[w + SW_COMPARE_ADD]),
           swap = (BigInt(u[w + SW_SWAP + 1]) << 32n) | BigInt(u[w + SW_SWAP]);
         req.atomic = name === 'fetch-add' ? { add: cmpAdd } : { compare: cmpAdd, swap };
       } else req.atomic = undefined;
-      if (flags & RGV_SEND_INLINE) {
+      if (name === 'bind-mw') {
+        // bindRequest set the range
+      } else if (flags & RGV_SEND_INLINE) {
         if (inlineLen > r.sqStride - SEND_WQE_HDR)
           throw new Error(`${inlineLen} bytes of inline data do not fit the WQE`);
         const sg = this.sgs[1];
@@ -634,6 +655,39 @@ export class VerbsRings {
     } catch (e) {
       this.failed(r, seq, WR_OPCODE[opcode] ?? 'send', e as Error);
     }
+  }
+
+  /**
+   * A BIND_MW WQE (proto.h: rkey the window's handle, imm its new rkey, remote_addr/compare_add
+   * the range, swap the access flags, bind_lkey the MR) as a bind-mw request; a window that is
+   * not this QP's PD's or an MR that is not valid fails the bind when the queue reaches it.
+   */
+  private bindRequest(req: SendRequest, u: Uint32Array, w: number, qp: Qp, addr: number): void {
+    const mw = this.rdma.mwsByHandle.get(u[w + SW_RKEY]);
+    if (mw === undefined) throw new Error(`memory window ${u[w + SW_RKEY]} does not exist`);
+    const length = u[w + SW_COMPARE_ADD + 1] * 2 ** 32 + u[w + SW_COMPARE_ADD],
+      lkey = u[w + SW_BIND_LKEY],
+      flags = u[w + SW_SWAP];
+    let access = 0;
+    for (const [bit, a] of MW_ACCESS) if (flags & bit) access |= a;
+    req.bind = { mw, rkey: u[w + SW_IMM], access, address: addr };
+    req.inline = false;
+    if (length === 0) {
+      req.sg = this.sgs[0];
+      return;
+    }
+    const e = this.sgs[1][0];
+    const mr = this.rdma.core.localMr(lkey, qp.pd);
+    const offset = mr === null ? -1 : addr - mr.base;
+    if (mr === null || offset < 0 || length > 2 ** 32 - 1 || offset + length > mr.length) {
+      e.mr = NO_MR; // fails the bind in order with the queue's other work
+      e.offset = 0;
+    } else {
+      e.mr = mr;
+      e.offset = offset;
+    }
+    e.length = Math.min(length, 2 ** 32 - 1);
+    req.sg = this.sgs[1];
   }
 
   /** A work request the verbs refused: it completes in error and the QP goes to error. */

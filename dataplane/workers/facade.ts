@@ -33,6 +33,7 @@ import type {
   CaptureRequest,
   DataplaneApi,
   MrCreate,
+  MwCreate,
   Placement,
   QpModifyIn,
   ServeVerbsOptions,
@@ -59,6 +60,7 @@ import {
   type ListenerCreate,
   type Logger,
   type MrView,
+  type MwView,
   type NeighborView,
   type PdView,
   type PingRequest,
@@ -707,6 +709,15 @@ export class WorkerDataplane implements DataplaneApi {
   }
   getMr = async (h: number) => this.onLive(h, 'memory region', 'getMr', [h]);
   destroyMr = async (h: number) => this.destroy(h, 'memory region', 'destroyMr');
+  async createMw(req: MwCreate): Promise<MwView> {
+    this.ledger.refuseDead(req.pd);
+    const k = this.byHandle(req.pd, 'protection domain');
+    const v = await this.on(k, 'createMw', [req]);
+    this.ledger.created('memory window', v.mw, k);
+    return v;
+  }
+  mws = async () => this.concat('mws');
+  destroyMw = async (h: number) => this.destroy(h, 'memory window', 'destroyMw');
   writeMr = async (h: number, offset: number, data: Uint8Array) =>
     this.onLive(h, 'memory region', 'writeMr', [h, offset, data]);
   readMr = async (h: number, offset?: number, length?: number) =>
@@ -785,7 +796,7 @@ export class WorkerDataplane implements DataplaneApi {
   private async destroy(
     h: number,
     what: string,
-    method: 'destroyPd' | 'destroyMr' | 'destroyCq' | 'destroySrq',
+    method: 'destroyPd' | 'destroyMr' | 'destroyMw' | 'destroyCq' | 'destroySrq',
   ): Promise<void> {
     if (this.ledger.forget(h)) return;
     await this.on(this.byHandle(h, what), method, [h]);

@@ -39,6 +39,9 @@ const WC_OF: Record<string, WcOpcodeName> = {
   send: 'send',
   'send-with-solicited': 'send',
   'send-with-invalidate': 'send',
+  'send-with-imm': 'send',
+  'bind-mw': 'bind-mw',
+  'local-invalidate': 'local-invalidate',
   write: 'write',
   'write-with-imm': 'write',
   read: 'read',
@@ -58,7 +61,11 @@ export class WorkerLedger {
 
   // ------------------------------------------------------------------ live objects
 
-  created(what: 'protection domain' | 'memory region' | 'shared receive queue', h: number, worker: number): void {
+  created(
+    what: 'protection domain' | 'memory region' | 'memory window' | 'shared receive queue',
+    h: number,
+    worker: number,
+  ): void {
     this.deadOthers.delete(h);
     this.others.set(h, { worker, what });
   }

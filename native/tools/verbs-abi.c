@@ -157,6 +157,8 @@ int main(void) {
   MEMBER(RGV_OP_DESTROY_SRQ);
   MEMBER(RGV_OP_MODIFY_SRQ);
   MEMBER(RGV_OP_ASYNC_FD);
+  MEMBER(RGV_OP_ALLOC_MW);
+  MEMBER(RGV_OP_DEALLOC_MW);
   ENUM(rgv_fd);
   MEMBER(RGV_FD_NONE);
   MEMBER(RGV_FD_MEMFD);
@@ -167,6 +169,7 @@ int main(void) {
   MEMBER(RGV_ACCESS_REMOTE_WRITE);
   MEMBER(RGV_ACCESS_REMOTE_READ);
   MEMBER(RGV_ACCESS_REMOTE_ATOMIC);
+  MEMBER(RGV_ACCESS_MW_BIND);
   ENUM(rgv_qp_state);
   MEMBER(RGV_QPS_RESET);
   MEMBER(RGV_QPS_INIT);
@@ -215,6 +218,7 @@ int main(void) {
   MEMBER(RGV_WC_LOC_QP_OP_ERR);
   MEMBER(RGV_WC_LOC_PROT_ERR);
   MEMBER(RGV_WC_WR_FLUSH_ERR);
+  MEMBER(RGV_WC_MW_BIND_ERR);
   MEMBER(RGV_WC_REM_INV_REQ_ERR);
   MEMBER(RGV_WC_REM_ACCESS_ERR);
   MEMBER(RGV_WC_REM_OP_ERR);
@@ -227,6 +231,8 @@ int main(void) {
   MEMBER(RGV_WC_RDMA_READ);
   MEMBER(RGV_WC_COMP_SWAP);
   MEMBER(RGV_WC_FETCH_ADD);
+  MEMBER(RGV_WC_BIND_MW);
+  MEMBER(RGV_WC_LOCAL_INV);
   MEMBER(RGV_WC_RECV);
   MEMBER(RGV_WC_RECV_RDMA_WITH_IMM);
   ENUM(rgv_wc_flags);
@@ -297,6 +303,12 @@ int main(void) {
   STRUCT(rgv_mr);
   FIELD(rgv_mr, handle);
   FIELD(rgv_mr, stag);
+  STRUCT(rgv_alloc_mw);
+  FIELD(rgv_alloc_mw, pd);
+  FIELD(rgv_alloc_mw, type);
+  STRUCT(rgv_mw);
+  FIELD(rgv_mw, handle);
+  FIELD(rgv_mw, rkey);
   end();
   STRUCT(rgv_create_cq);
   FIELD(rgv_create_cq, entries);
@@ -395,6 +407,7 @@ int main(void) {
   FIELD(rgv_send_wqe, inline_len);
   FIELD(rgv_send_wqe, compare_add);
   FIELD(rgv_send_wqe, swap);
+  FIELD(rgv_send_wqe, bind_lkey);
   FIELD(rgv_send_wqe, pad);
   end();
   STRUCT(rgv_sge);

@@ -149,21 +149,6 @@ int rg_query_device_ex(struct ibv_context* context, const struct ibv_query_devic
 
 /* verbs.h's inline helpers for these reach the extended context's (or the ops') entries: set, so
    the program is told which verb and why, once each, never a silent NULL. */
-static struct ibv_mw* alloc_mw(struct ibv_pd* pd, enum ibv_mw_type type) {
-  (void)pd, (void)type;
-  rg_not_yet("ibv_alloc_mw (memory windows)");
-  return NULL;
-}
-static int bind_mw(struct ibv_qp* qp, struct ibv_mw* mw, struct ibv_mw_bind* b) {
-  (void)qp, (void)mw, (void)b;
-  rg_not_yet("ibv_bind_mw (memory windows)");
-  return EOPNOTSUPP;
-}
-static int dealloc_mw(struct ibv_mw* mw) {
-  (void)mw;
-  rg_not_yet("ibv_dealloc_mw (memory windows)");
-  return EOPNOTSUPP;
-}
 static struct ibv_xrcd* open_xrcd(struct ibv_context* c, struct ibv_xrcd_init_attr* a) {
   (void)c, (void)a;
   rg_not_yet("ibv_open_xrcd (XRC)");
@@ -206,9 +191,7 @@ static struct ibv_wq* create_wq(struct ibv_context* c, struct ibv_wq_init_attr* 
 }
 
 void rg_set_unsupported(struct rg_context* c) {
-  c->ctx.ops.alloc_mw = alloc_mw;
-  c->ctx.ops.bind_mw = bind_mw;
-  c->ctx.ops.dealloc_mw = dealloc_mw;
+  rg_set_mw_ops(c);
   c->v.open_xrcd = open_xrcd;
   c->v.close_xrcd = close_xrcd;
   c->v.create_srq_ex = create_srq_ex;

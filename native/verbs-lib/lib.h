@@ -22,6 +22,7 @@ RG_SAME(RGV_ACCESS_LOCAL_WRITE, IBV_ACCESS_LOCAL_WRITE);
 RG_SAME(RGV_ACCESS_REMOTE_WRITE, IBV_ACCESS_REMOTE_WRITE);
 RG_SAME(RGV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_READ);
 RG_SAME(RGV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_ATOMIC);
+RG_SAME(RGV_ACCESS_MW_BIND, IBV_ACCESS_MW_BIND);
 RG_SAME(RGV_QPS_RESET, IBV_QPS_RESET);
 RG_SAME(RGV_QPS_INIT, IBV_QPS_INIT);
 RG_SAME(RGV_QPS_RTR, IBV_QPS_RTR);
@@ -64,6 +65,7 @@ RG_SAME(RGV_WC_LOC_LEN_ERR, IBV_WC_LOC_LEN_ERR);
 RG_SAME(RGV_WC_LOC_QP_OP_ERR, IBV_WC_LOC_QP_OP_ERR);
 RG_SAME(RGV_WC_LOC_PROT_ERR, IBV_WC_LOC_PROT_ERR);
 RG_SAME(RGV_WC_WR_FLUSH_ERR, IBV_WC_WR_FLUSH_ERR);
+RG_SAME(RGV_WC_MW_BIND_ERR, IBV_WC_MW_BIND_ERR);
 RG_SAME(RGV_WC_REM_INV_REQ_ERR, IBV_WC_REM_INV_REQ_ERR);
 RG_SAME(RGV_WC_REM_ACCESS_ERR, IBV_WC_REM_ACCESS_ERR);
 RG_SAME(RGV_WC_REM_OP_ERR, IBV_WC_REM_OP_ERR);
@@ -75,6 +77,8 @@ RG_SAME(RGV_WC_RDMA_WRITE, IBV_WC_RDMA_WRITE);
 RG_SAME(RGV_WC_RDMA_READ, IBV_WC_RDMA_READ);
 RG_SAME(RGV_WC_COMP_SWAP, IBV_WC_COMP_SWAP);
 RG_SAME(RGV_WC_FETCH_ADD, IBV_WC_FETCH_ADD);
+RG_SAME(RGV_WC_BIND_MW, IBV_WC_BIND_MW);
+RG_SAME(RGV_WC_LOCAL_INV, IBV_WC_LOCAL_INV);
 RG_SAME(RGV_WC_RECV, IBV_WC_RECV);
 RG_SAME(RGV_WC_RECV_RDMA_WITH_IMM, IBV_WC_RECV_RDMA_WITH_IMM);
 RG_SAME(RGV_WC_WITH_IMM, IBV_WC_WITH_IMM);
@@ -259,6 +263,8 @@ struct ibv_qp* rg_create_qp_ex(struct ibv_context* context, struct ibv_qp_init_a
 void rg_async_attach(struct rg_context* c);
 /* The extended context's entries for what this device has not: EOPNOTSUPP and a line each. */
 void rg_set_unsupported(struct rg_context* c);
+/* Memory windows' ops (mw.c). */
+void rg_set_mw_ops(struct rg_context* c);
 int rg_query_device_ex(struct ibv_context* context, const struct ibv_query_device_ex_input* input,
                        struct ibv_device_attr_ex* attr, size_t attr_size);
 /*

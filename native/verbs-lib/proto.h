@@ -51,6 +51,8 @@ enum rgv_op {
   RGV_OP_DESTROY_SRQ = 18,
   RGV_OP_MODIFY_SRQ = 19,
   RGV_OP_ASYNC_FD = 20,
+  RGV_OP_ALLOC_MW = 21,
+  RGV_OP_DEALLOC_MW = 22,
 };
 
 /* The file descriptor a request passes with it (SCM_RIGHTS); the daemon closes any other unread. */
@@ -88,7 +90,9 @@ enum rgv_fd {
   X(SRQ_RING, rgv_srq_ring, none, 0, RGV_FD_MEMFD)                  \
   X(DESTROY_SRQ, rgv_handle, none, 0, RGV_FD_NONE)                  \
   X(MODIFY_SRQ, rgv_modify_srq, none, 0, RGV_FD_NONE)               \
-  X(ASYNC_FD, none, none, 0, RGV_FD_EVENTFD)
+  X(ASYNC_FD, none, none, 0, RGV_FD_EVENTFD)                        \
+  X(ALLOC_MW, rgv_alloc_mw, rgv_mw, 0, RGV_FD_NONE)                 \
+  X(DEALLOC_MW, rgv_handle, none, 0, RGV_FD_NONE)
 // clang-format on
 
 /* Every request and reply starts with this (16 bytes, §2.1). */
@@ -176,6 +180,17 @@ struct rgv_mr_piece {
 struct rgv_mr {
   uint32_t handle;
   uint32_t stag; /* lkey and rkey */
+};
+
+/* ALLOC_MW: a memory window of `type` (1 or 2) in PD `pd`; its handle and first rkey. */
+struct rgv_alloc_mw {
+  uint32_t pd;
+  uint32_t type;
+};
+
+struct rgv_mw {
+  uint32_t handle;
+  uint32_t rkey;
 };
 
 /* CREATE_CQ: `entries` (a power of two) CQEs in a ring of RGV_RING_HDR + entries x
@@ -305,7 +320,9 @@ struct rgv_send_wqe {
   uint32_t inline_len;
   uint64_t compare_add;
   uint64_t swap;
-  uint64_t pad;
+  uint32_t bind_lkey; /* BIND_MW: the MR's lkey (0: unbind); then rkey is the window's handle, imm
+                         its new rkey, remote_addr/compare_add the range, swap the access flags */
+  uint32_t pad;
 };
 
 /* struct ibv_sge's layout (ring.c copies a program's list as it is). */
@@ -355,6 +372,7 @@ enum rgv_access {
   RGV_ACCESS_REMOTE_WRITE = 2,
   RGV_ACCESS_REMOTE_READ = 4,
   RGV_ACCESS_REMOTE_ATOMIC = 8,
+  RGV_ACCESS_MW_BIND = 16,
 };
 
 enum rgv_qp_state {
@@ -394,12 +412,12 @@ enum rgv_wr_opcode {
   RGV_WR_RDMA_WRITE = 0,
   RGV_WR_RDMA_WRITE_WITH_IMM = 1,
   RGV_WR_SEND = 2,
-  RGV_WR_SEND_WITH_IMM = 3, /* no such iWARP message: completes in error */
+  RGV_WR_SEND_WITH_IMM = 3, /* rdma-graph's Send with Immediate (nodes/rdma/PROTOCOL.md §4) */
   RGV_WR_RDMA_READ = 4,
   RGV_WR_ATOMIC_CMP_AND_SWP = 5,
   RGV_WR_ATOMIC_FETCH_AND_ADD = 6,
-  RGV_WR_LOCAL_INV = 7, /* not supported */
-  RGV_WR_BIND_MW = 8,   /* not supported */
+  RGV_WR_LOCAL_INV = 7, /* a type 2 memory window */
+  RGV_WR_BIND_MW = 8,
   RGV_WR_SEND_WITH_INV = 9,
 };
 
@@ -416,6 +434,7 @@ enum rgv_wc_status {
   RGV_WC_LOC_QP_OP_ERR = 2,
   RGV_WC_LOC_PROT_ERR = 4,
   RGV_WC_WR_FLUSH_ERR = 5,
+  RGV_WC_MW_BIND_ERR = 6,
   RGV_WC_REM_INV_REQ_ERR = 9,
   RGV_WC_REM_ACCESS_ERR = 10,
   RGV_WC_REM_OP_ERR = 11,
@@ -430,6 +449,8 @@ enum rgv_wc_opcode {
   RGV_WC_RDMA_READ = 2,
   RGV_WC_COMP_SWAP = 3,
   RGV_WC_FETCH_ADD = 4,
+  RGV_WC_BIND_MW = 5,
+  RGV_WC_LOCAL_INV = 6,
   RGV_WC_RECV = 128,
   RGV_WC_RECV_RDMA_WITH_IMM = 129,
 };
@@ -446,6 +467,8 @@ _Static_assert(sizeof(struct rgv_attach) == 32, "rgv_attach is 32 bytes");
 _Static_assert(sizeof(struct rgv_reg_mr) == 48, "rgv_reg_mr is 48 bytes");
 _Static_assert(sizeof(struct rgv_mr_piece) == 24, "rgv_mr_piece is 24 bytes");
 _Static_assert(sizeof(struct rgv_mr) == 8, "rgv_mr is 8 bytes");
+_Static_assert(sizeof(struct rgv_alloc_mw) == 8, "rgv_alloc_mw is 8 bytes");
+_Static_assert(sizeof(struct rgv_mw) == 8, "rgv_mw is 8 bytes");
 _Static_assert(sizeof(struct rgv_create_cq) == 16, "rgv_create_cq is 16 bytes");
 _Static_assert(sizeof(struct rgv_cq) == 8, "rgv_cq is 8 bytes");
 _Static_assert(sizeof(struct rgv_create_qp) == 32, "rgv_create_qp is 32 bytes");

@@ -1,6 +1,7 @@
 /*
  * The extended QP (ibv_create_qp_ex) and its send API: ibv_wr_start, ibv_wr_<op> (send,
- * send_inv, rdma_write, rdma_write_imm, rdma_read, atomic_cmp_swp, atomic_fetch_add), one data
+ * send_inv, send_imm, rdma_write, rdma_write_imm, rdma_read, atomic_cmp_swp, atomic_fetch_add;
+ * bind_mw and local_inv, which take no data and go into the ring at once), one data
  * setter each (ibv_wr_set_sge, _sge_list, _inline_data, _inline_data_list), ibv_wr_complete or
  * ibv_wr_abort. Each work request is written into the send ring (ring.c's WQE, the same as
  * ibv_post_send's) when its data is set, so inline data is copied at that call, as a NIC's
@@ -9,9 +10,8 @@
  * returned by wr_complete, which then posts nothing. The send queue's lock is held from
  * wr_start to wr_complete/wr_abort.
  *
- * Not here: SEND with immediate (iWARP has no such message), TSO, UD and XRC addressing, memory
- * window binds, local invalidate, atomic write: their wr_ ops fail the batch with EOPNOTSUPP and
- * say so once; ibv_create_qp_ex refuses send_ops_flags that ask for them.
+ * Not here: TSO, UD and XRC addressing, atomic write: their wr_ ops fail the batch with
+ * EOPNOTSUPP and say so once; ibv_create_qp_ex refuses send_ops_flags that ask for them.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,7 +24,8 @@
 enum {
   SUPPORTED_SEND_OPS = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
                        IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-                       IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV
+                       IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV |
+                       IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV
 };
 
 /* The most SGEs or inline buffers one ibv_wr_set_*_list takes (the QP's max_sge bounds SGEs). */
@@ -142,21 +143,28 @@ static void wr_atomic_fetch_add(struct ibv_qp_ex* x, uint32_t rkey, uint64_t add
   w->wr.atomic.compare_add = add;
 }
 
-static void wr_send_imm(struct ibv_qp_ex* x, __be32 imm) {
-  (void)imm;
-  not_here(of(x), "ibv_wr_send_imm (iWARP has no Send with immediate; RDMA WRITE with immediate works)");
-}
+static void wr_send_imm(struct ibv_qp_ex* x, __be32 imm) { begin(of(x), IBV_WR_SEND_WITH_IMM)->imm_data = imm; }
 static void wr_send_tso(struct ibv_qp_ex* x, void* hdr, uint16_t sz, uint16_t mss) {
   (void)hdr, (void)sz, (void)mss;
   not_here(of(x), "ibv_wr_send_tso");
 }
+/* A bind and a local invalidate take no data setter: they go into the ring at once. */
 static void wr_bind_mw(struct ibv_qp_ex* x, struct ibv_mw* mw, uint32_t rkey, const struct ibv_mw_bind_info* b) {
-  (void)mw, (void)rkey, (void)b;
-  not_here(of(x), "ibv_wr_bind_mw (memory windows)");
+  struct rg_qp* q = of(x);
+  struct ibv_send_wr* w = begin(q, IBV_WR_BIND_MW);
+  if (b == NULL) {
+    fail(q, EINVAL);
+    return;
+  }
+  w->bind_mw.mw = mw;
+  w->bind_mw.rkey = rkey;
+  w->bind_mw.bind_info = *b;
+  finish(q, NULL, 0, 0);
 }
 static void wr_local_inv(struct ibv_qp_ex* x, uint32_t rkey) {
-  (void)rkey;
-  not_here(of(x), "ibv_wr_local_inv");
+  struct rg_qp* q = of(x);
+  begin(q, IBV_WR_LOCAL_INV)->invalidate_rkey = rkey;
+  finish(q, NULL, 0, 0);
 }
 static void wr_set_ud_addr(struct ibv_qp_ex* x, struct ibv_ah* ah, uint32_t qpn, uint32_t qkey) {
   (void)ah, (void)qpn, (void)qkey;
@@ -236,10 +244,8 @@ struct ibv_qp* rg_create_qp_ex(struct ibv_context* context, struct ibv_qp_init_a
   }
   uint64_t ops = a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS ? a->send_ops_flags : 0;
   if (ops & ~(uint64_t)SUPPORTED_SEND_OPS) {
-    rg_say(
-        "ibv_create_qp_ex: send_ops_flags 0x%llx: SEND with immediate, local invalidate, memory window binds, "
-        "TSO and atomic write are not supported (EOPNOTSUPP)",
-        (unsigned long long)ops);
+    rg_say("ibv_create_qp_ex: send_ops_flags 0x%llx: TSO and atomic write are not supported (EOPNOTSUPP)",
+           (unsigned long long)ops);
     errno = EOPNOTSUPP;
     return NULL;
   }

@@ -467,13 +467,16 @@ static int send_opcode_ok(uint32_t op) {
   switch (op) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_SEND_WITH_IMM:
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_LOCAL_INV:
+    case IBV_WR_BIND_MW:
       return 1;
-    default: /* SEND_WITH_IMM (no such iWARP message), LOCAL_INV, BIND_MW, TSO, DRIVER1 */
+    default: /* TSO, DRIVER1, atomic write, flush */
       return 0;
   }
 }
@@ -488,7 +491,22 @@ static int write_send_wqe(const struct rg_qp* q, const struct ibv_send_wr* wr, u
   w->wr_id = wr->wr_id;
   w->opcode = wr->opcode;
   w->flags = (uint32_t)wr->send_flags | (q->sig_all ? IBV_SEND_SIGNALED : 0);
-  w->imm = wr->opcode == IBV_WR_SEND_WITH_INV ? wr->invalidate_rkey : wr->imm_data;
+  w->imm = wr->opcode == IBV_WR_SEND_WITH_INV || wr->opcode == IBV_WR_LOCAL_INV ? wr->invalidate_rkey : wr->imm_data;
+  w->bind_lkey = 0;
+  if (wr->opcode == IBV_WR_BIND_MW) {
+    /* The window by its handle, its new rkey, the MR's range and the window's rights (§4). */
+    const struct ibv_mw* mw = wr->bind_mw.mw;
+    const struct ibv_mw_bind_info* b = &wr->bind_mw.bind_info;
+    if (mw == NULL || (b->length > 0 && b->mr == NULL) || (wr->send_flags & IBV_SEND_INLINE)) return EINVAL;
+    w->rkey = mw->handle;
+    w->imm = wr->bind_mw.rkey;
+    w->remote_addr = b->addr;
+    w->compare_add = b->length;
+    w->swap = b->mw_access_flags;
+    w->bind_lkey = b->length > 0 ? b->mr->lkey : 0;
+    w->num_sge = w->inline_len = 0;
+    return 0;
+  }
   if (atomic) {
     w->remote_addr = wr->wr.atomic.remote_addr;
     w->rkey = wr->wr.atomic.rkey;

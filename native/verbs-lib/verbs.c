@@ -503,6 +503,8 @@ EXPORT int ibv_query_device(struct ibv_context* context, struct ibv_device_attr*
   a->max_cq = (int)d->max_cq;
   a->max_cqe = (int)d->max_cqe;
   a->max_mr = (int)d->max_mr;
+  a->max_mw = (int)d->max_mr; /* windows and MRs share the daemon's STag table */
+  a->device_cap_flags = IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a->max_pd = (int)d->max_pd;
   a->max_qp_rd_atom = (int)d->max_rd_atom;
   a->max_qp_init_rd_atom = (int)d->max_rd_atom;
@@ -646,7 +648,8 @@ EXPORT int ibv_dealloc_pd(struct ibv_pd* pd) {
 }
 
 enum {
-  KNOWN_ACCESS = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
+  KNOWN_ACCESS = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                 IBV_ACCESS_MW_BIND
 };
 
 /* An MR and the pages it shares (regions.c). */
@@ -673,8 +676,8 @@ static struct ibv_mr* reg_mr(struct ibv_pd* pd, void* addr, size_t length, int a
     rg_not_yet("ibv_reg_mr with IBV_ACCESS_ZERO_BASED");
     return NULL;
   }
-  /* Relaxed ordering is a hint (ours is in order), the MW bind right grants nothing without MWs. */
-  access &= ~(IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_MW_BIND);
+  /* Relaxed ordering is a hint (ours is in order). */
+  access &= ~IBV_ACCESS_RELAXED_ORDERING;
   if (access & ~KNOWN_ACCESS) {
     errno = EINVAL;
     return NULL;

@@ -7,7 +7,7 @@
 import type { Graph, NodeRuntime } from '../../graph/index.ts';
 import type { Netstack } from '../netstack.ts';
 import type { Qp } from './qp.ts';
-import type { Completion, Cq, Mr, Pd } from './verbs.ts';
+import { Access, type Completion, type Cq, type Mr, type Pd } from './verbs.ts';
 import { TRP_HEADER_BYTES, TrpOp } from './wire.ts';
 
 export interface TrpSettings {
@@ -92,11 +92,41 @@ export class RdmaCore {
     this.txq = new Int32Array(2 * maxQps);
   }
 
-  /** The MR an STag names if it is valid and in `pd`, else null. */
-  mrFor(stag: number, pd: Pd): Mr | null {
+  /**
+   * What a peer's STag names for QP `qp`: a valid MR or bound memory window of `pd` (a type 2
+   * window only through the QP it was bound to), else null.
+   */
+  mrFor(stag: number, pd: Pd, qp: object): Mr | null {
     const mr = this.mrs[stag >>> this.stagKeyBits];
     if (mr === undefined || mr === null || mr.stag !== stag || !mr.valid || mr.pd !== pd) return null;
+    if (mr.boundQp !== null && mr.boundQp !== qp) return null;
     return mr;
+  }
+
+  /** The MR an lkey names if it is valid and in `pd` (never a window: windows are remote only), else null. */
+  localMr(lkey: number, pd: Pd): Mr | null {
+    const mr = this.mrs[lkey >>> this.stagKeyBits];
+    if (mr === undefined || mr === null || mr.stag !== lkey || !mr.valid || mr.pd !== pd || mr.mw !== null) return null;
+    return mr;
+  }
+
+  /**
+   * Whether a peer's Send with Invalidate may invalidate `mr`: an MR registered remote-invalidate
+   * (RFC 5040 6.1: an STag the ULP let the peer invalidate), or a type 2 memory window (IBTA:
+   * type 1 windows cannot be invalidated).
+   */
+  static remotelyInvalidatable(mr: Mr): boolean {
+    return mr.mw !== null ? mr.mw.type === 2 : (mr.access & Access.REMOTE_INVALIDATE) !== 0;
+  }
+
+  /** Invalidate `mr` (an MR or a bound window: the window is freed from its MR). */
+  static invalidate(mr: Mr): void {
+    mr.valid = false;
+    const mw = mr.mw;
+    if (mw !== null && mw.parent !== null) {
+      mw.parent.windows--;
+      mw.parent = null;
+    }
   }
 
   /** Put a QP on the transmit queue (ddp-output serves it on the next pass). */

@@ -176,7 +176,7 @@ function ddpInput(rt: NodeRuntime, frame: Frame | null): number {
         to = toHi * 4294967296 + v.getUint32(o + T_TO + 4);
       if (op === RdmapOp.WRITE) {
         if (plen > 0) {
-          const mr = core.mrFor(stag, qp.pd);
+          const mr = core.mrFor(stag, qp.pd, qp);
           if (mr === null || !(mr.access & Access.REMOTE_WRITE)) code = TermCode.DDP_T_INVALID_STAG;
           else if (to < mr.base || to - mr.base + plen > mr.length) code = TermCode.DDP_T_BOUNDS;
           else place(pool, bi, hlen, mr.memory, null, to - mr.base, plen);

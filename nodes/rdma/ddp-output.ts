@@ -21,8 +21,9 @@ import {
 import type { RdmaCore } from './core.ts';
 import { type Qp, QpState, TxFlag, TxKind } from './qp.ts';
 import { RdmaOpaque } from './trp-input.ts';
-import { buildSegment, completeSq, takePsn, toError } from './transport.ts';
-import { WrOpcode } from './verbs.ts';
+import { buildSegment, completeSq, sqAcknowledged, takePsn, toError } from './transport.ts';
+import { isLocal, WcStatus, WrOpcode } from './verbs.ts';
+import { localFailure, runLocal } from './windows.ts';
 
 export const DDP_OUTPUT = 'ddp-output';
 /** What trp-output puts in front (the INFO opaque word on transmit). */
@@ -172,8 +173,31 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
           wr.done = true;
           wr.status = wr.postError;
           qp.sqNext++;
-          toError(core, qp, 'local protection error in a send work request');
+          toError(
+            core,
+            qp,
+            wr.postError === WcStatus.MW_BIND_ERR
+              ? "memory window bind: the MR is not valid in the QP's PD"
+              : 'local protection error in a send work request',
+          );
           return false;
+        }
+        if (isLocal(op)) {
+          // A window bind or a local invalidate: done here, in order; it completes once
+          // everything before it has (its "last PSN" is the packet before it).
+          if (!runLocal(core, qp, wr)) {
+            if (qp.sqHead !== qp.sqNext) break;
+            wr.done = true;
+            wr.status = localFailure.status;
+            qp.sqNext++;
+            toError(core, qp, localFailure.why);
+            return false;
+          }
+          wr.started = wr.emitted = wr.done = true;
+          wr.lastPsn = (qp.sndNxt - 1) >>> 0;
+          qp.sqNext++;
+          sqAcknowledged(core, qp, qp.sndUna);
+          continue;
         }
         if (op >= WrOpcode.READ) {
           if (qp.ordOut >= qp.ord) break;

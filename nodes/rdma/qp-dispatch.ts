@@ -10,12 +10,12 @@
  */
 import type { Frame, Graph, NodeRuntime } from '../../graph/index.ts';
 import { OPAQUE_WORDS } from '../../graph/index.ts';
-import type { RdmaCore } from './core.ts';
+import { RdmaCore } from './core.ts';
 import { type Qp, QpState, RX_WORDS, RxEvent } from './qp.ts';
 import { RdmaOpaque } from './trp-input.ts';
 import { raiseTerminate } from './terminate.ts';
 import { completeRecv, completeSq, takeResp, toError } from './transport.ts';
-import { Access, WcOpcode, WcStatus } from './verbs.ts';
+import { WcOpcode, WcStatus } from './verbs.ts';
 import {
   AtomicOp,
   DDP_L,
@@ -109,15 +109,18 @@ export function deliver(core: RdmaCore, qp: Qp): void {
         }
         const wr = qp.recvFor(rw[b]);
         if (wr === null) break;
-        const inv = op === RdmapOp.SEND_INV || op === RdmapOp.SEND_SE_INV;
+        const inv = op === RdmapOp.SEND_INV || op === RdmapOp.SEND_SE_INV,
+          imm = op === RdmapOp.SEND_IMM || op === RdmapOp.SEND_SE_IMM;
         if (inv) {
-          const mr = core.mrFor(rw[b + 3], qp.pd);
-          if (mr !== null && mr.access & Access.REMOTE_INVALIDATE) mr.valid = false;
+          const mr = core.mrFor(rw[b + 3], qp.pd, qp);
+          if (mr !== null && RdmaCore.remotelyInvalidatable(mr)) RdmaCore.invalidate(mr);
         }
+        // The last segment's immediate (each segment of the message carries it).
         completeRecv(core, qp, wr, WcStatus.SUCCESS, {
           byteLen: rw[b + 1],
           invalidatedStag: inv ? rw[b + 3] : undefined,
-          solicited: op === RdmapOp.SEND_SE || op === RdmapOp.SEND_SE_INV,
+          imm: imm ? rw[b + 3] : undefined,
+          solicited: op === RdmapOp.SEND_SE || op === RdmapOp.SEND_SE_INV || op === RdmapOp.SEND_SE_IMM,
         });
         break;
       }
@@ -141,7 +144,7 @@ export function deliver(core: RdmaCore, qp: Qp): void {
         const r = takeResp(qp);
         const size = rw[b + 4],
           stag = rw[b + 5];
-        const mr = size > 0 ? core.mrFor(stag, qp.pd) : null;
+        const mr = size > 0 ? core.mrFor(stag, qp.pd, qp) : null;
         if (r === null || (size > 0 && mr === null)) {
           toError(
             core,
@@ -163,7 +166,7 @@ export function deliver(core: RdmaCore, qp: Qp): void {
       case RxEvent.ATOMIC_REQUEST: {
         const r = takeResp(qp);
         const stag = rw[b + 3];
-        const mr = core.mrFor(stag, qp.pd);
+        const mr = core.mrFor(stag, qp.pd, qp);
         if (r === null || mr === null) {
           toError(
             core,

@@ -14,7 +14,7 @@
  *   outstanding Reads/Atomics (ORD);
  * - TRP sequence state, RTT estimate (RFC 6298) and retry counter.
  */
-import { Mr, Pd, type Cq, RecvWr, SgList, type Srq, WcStatus } from './verbs.ts';
+import { Mr, type Mw, Pd, type Cq, RecvWr, SgList, type Srq, WcStatus } from './verbs.ts';
 
 export const QpState = { RESET: 0, INIT: 1, RTR: 2, RTS: 3, SQD: 4, SQE: 5, ERROR: 6 } as const;
 export const QP_STATE_NAMES = ['reset', 'init', 'rtr', 'rts', 'sqd', 'sqe', 'error'] as const;
@@ -72,6 +72,10 @@ export class SendWr {
   status: number = WcStatus.SUCCESS;
   /** Set at post when a local SGE is invalid: completes with this status when reached. */
   postError = -1;
+  /** A bind's memory window (ibv_mw), else null; its new STag is `rstag`, its address `roff`. */
+  mw: Mw | null = null;
+  /** A bind's remote access rights (Access bits). */
+  mwAccess = 0;
 
   constructor(maxSge: number) {
     this.sg = new SgList(Math.max(1, maxSge));
@@ -87,6 +91,7 @@ export class SendWr {
     this.done = false;
     this.status = WcStatus.SUCCESS;
     this.postError = -1;
+    this.mw = null;
     this.solicited = false;
     this.lastPsn = 0;
   }

@@ -19,7 +19,7 @@ import {
   errorTable,
   nextTable,
 } from '../../graph/index.ts';
-import type { RdmaCore } from './core.ts';
+import { RdmaCore } from './core.ts';
 import { QpState, RX_WORDS, RxEvent } from './qp.ts';
 import { raiseTerminate, receiveTerminate } from './terminate.ts';
 import { unreceive } from './transport.ts';
@@ -89,8 +89,8 @@ const OP_QN = [
   Qn.SEND,
   Qn.READ,
   Qn.ATOMIC_RESPONSE,
-  -1,
-  -1,
+  Qn.SEND,
+  Qn.SEND,
   -1,
   -1,
 ];
@@ -166,15 +166,17 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
         case RdmapOp.SEND:
         case RdmapOp.SEND_SE:
         case RdmapOp.SEND_INV:
-        case RdmapOp.SEND_SE_INV: {
+        case RdmapOp.SEND_SE_INV:
+        case RdmapOp.SEND_IMM:
+        case RdmapOp.SEND_SE_IMM: {
           qp.rxBytes += plen;
           const inv = v.getUint32(o + U_INV_STAG);
           if (op === RdmapOp.SEND_INV || op === RdmapOp.SEND_SE_INV) {
             // Only an MR registered as remotely invalidatable (RFC 5040 6.1: an STag the ULP
             // let the peer invalidate); any other gets "STag cannot be invalidated".
-            const mr = core.mrFor(inv, qp.pd);
+            const mr = core.mrFor(inv, qp.pd, qp);
             if (mr === null) code = TermCode.RDMAP_INVALID_STAG;
-            else if (!(mr.access & Access.REMOTE_INVALIDATE)) code = TermCode.RDMAP_CANNOT_INVALIDATE;
+            else if (!RdmaCore.remotelyInvalidatable(mr)) code = TermCode.RDMAP_CANNOT_INVALIDATE;
           }
           if (code === 0 && last) {
             qp.rxEv[s] = RxEvent.SEND_LAST;
@@ -207,7 +209,7 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
             const size = v.getUint32(body + RR_SIZE),
               stag = v.getUint32(body + RR_SRC_STAG);
             const to = v.getUint32(body + RR_SRC_TO) * 4294967296 + v.getUint32(body + RR_SRC_TO + 4);
-            const mr = core.mrFor(stag, qp.pd);
+            const mr = core.mrFor(stag, qp.pd, qp);
             if (size > 0 && mr === null) code = TermCode.RDMAP_INVALID_STAG;
             else if (size > 0 && !((mr as { access: number }).access & Access.REMOTE_READ))
               code = TermCode.RDMAP_ACCESS;
@@ -222,7 +224,7 @@ function rdmapInput(rt: NodeRuntime, frame: Frame | null): number {
             const aop = v.getUint32(body + AR_OPCODE) & 0x0f,
               stag = v.getUint32(body + AR_STAG);
             const to = v.getUint32(body + AR_TO) * 4294967296 + v.getUint32(body + AR_TO + 4);
-            const mr = core.mrFor(stag, qp.pd);
+            const mr = core.mrFor(stag, qp.pd, qp);
             if (aop > AtomicOp.CMP_SWAP) code = TermCode.RDMAP_UNEXPECTED_OPCODE;
             else if (mr === null) code = TermCode.RDMAP_INVALID_STAG;
             else if (!(mr.access & Access.REMOTE_ATOMIC)) code = TermCode.RDMAP_ACCESS;

@@ -32,7 +32,9 @@ import {
   Access,
   accessFromNames,
   Cq,
+  isLocal,
   Mr,
+  Mw,
   Pd,
   type SgList,
   Srq,
@@ -83,6 +85,13 @@ export interface SendRequest {
   invalidateStag?: number;
   /** fetch-add: {add}; swap: {swap}; cmp-swap: {compare, swap}; 64-bit. */
   atomic?: { add?: bigint; swap?: bigint; compare?: bigint };
+  /**
+   * bind-mw: the window, its new STag (the same table index: ibv_inc_rkey's), the remote rights
+   * (Access bits) and the tagged offset of the window's first byte; `sg` is the range of the MR
+   * (zero or one SGE; none or zero length unbinds a type 1 window). local-invalidate names the
+   * STag in `invalidateStag`.
+   */
+  bind?: { mw: Mw; rkey: number; access: number; address: number };
 }
 
 export interface RecvRequest {
@@ -248,6 +257,7 @@ export class Rdma {
   private handles = 0;
   readonly pds = new Map<number, Pd>();
   readonly mrsByHandle = new Map<number, Mr>();
+  readonly mwsByHandle = new Map<number, Mw>();
   readonly cqs = new Map<number, Cq>();
   readonly srqs = new Map<number, Srq>();
   readonly qpsByQpn = new Map<number, Qp>();
@@ -373,7 +383,18 @@ export class Rdma {
     // The length, never the bytes: a template string of a Uint8Array joins every byte (issue 26).
     const length = typeof memory === 'number' ? memory : memory.byteLength;
     this.budget.check(`mr of ${length} bytes`, charge);
-    // A free table slot and a random key, never the slot's previous one (a stale STag is dead).
+    const stag = this.freeStag();
+    const bytes = typeof memory === 'number' ? new Uint8Array(new SharedArrayBuffer(memory)) : memory;
+    const mr = new Mr(this.handle(), pd, stag, bytes, acc, base);
+    this.core.mrs[stag >>> this.core.stagKeyBits] = mr;
+    this.mrsByHandle.set(mr.handle, mr);
+    this.budget.charge(mr, charge);
+    pd.users++;
+    return mr;
+  }
+
+  /** A free STag table slot with a random key, never the slot's previous one (a stale STag is dead). */
+  private freeStag(): number {
     const mrs = this.core.mrs;
     let ix = -1;
     for (let k = 0; k < mrs.length - 1; k++) {
@@ -383,22 +404,55 @@ export class Rdma {
         break;
       }
     }
-    if (ix < 0) throw new VerbsError('resource', `no free memory region slot (max-mrs ${mrs.length - 1})`);
+    if (ix < 0) throw new VerbsError('resource', `no free memory region or window slot (max-mrs ${mrs.length - 1})`);
     this.mrCursor = ix + 1;
-    const kb = this.core.stagKeyBits,
-      span = 2 ** kb;
+    const span = 2 ** this.core.stagKeyBits;
     const key = (this.mrKeys[ix] = (this.mrKeys[ix] + 1 + randomBelow(span - 1)) % span);
-    const bytes = typeof memory === 'number' ? new Uint8Array(new SharedArrayBuffer(memory)) : memory;
-    const mr = new Mr(this.handle(), pd, (ix * span + key) >>> 0, bytes, acc, base);
-    mrs[ix] = mr;
-    this.mrsByHandle.set(mr.handle, mr);
-    this.budget.charge(mr, charge);
+    return (ix * span + key) >>> 0;
+  }
+
+  // ------------------------------------------------------------------ memory windows
+
+  /**
+   * A memory window of `type` (1 or 2) in `pd`: an STag table slot of its own (windows and MRs
+   * share rdma.max-mrs), unbound until a bind work request (windows.ts).
+   */
+  allocMw(pd: Pd, type: number): Mw {
+    if (pd.destroyed) throw new VerbsError('not-found', `pd ${pd.handle} is destroyed`);
+    if (type !== 1 && type !== 2) throw new VerbsError('invalid', `memory window type must be 1 or 2, got ${type}`);
+    const stag = this.freeStag();
+    const mw = new Mw(this.handle(), pd, type, stag >>> this.core.stagKeyBits, stag);
+    // Its slot holds an invalid placeholder until the first bind (regMr must not take it).
+    const slot = new Mr(mw.handle, pd, stag, new Uint8Array(0), 0);
+    slot.valid = false;
+    slot.mw = mw;
+    this.core.mrs[mw.index] = slot;
+    this.mwsByHandle.set(mw.handle, mw);
     pd.users++;
-    return mr;
+    return mw;
+  }
+
+  /** Deallocate a window: its binding goes at once (a peer's access through it fails from here). */
+  deallocMw(mw: Mw): void {
+    if (mw.destroyed || this.mwsByHandle.get(mw.handle) !== mw)
+      throw new VerbsError('not-found', `memory window ${mw.handle} is not allocated`);
+    const slot = this.core.mrs[mw.index];
+    if (slot !== null && slot.mw === mw) {
+      if (slot.valid) RdmaCore.invalidate(slot);
+      this.core.mrs[mw.index] = null;
+    }
+    mw.destroyed = true;
+    this.mwsByHandle.delete(mw.handle);
+    mw.pd.users--;
   }
 
   deregMr(mr: Mr): void {
     if (!this.mrsByHandle.has(mr.handle)) throw new VerbsError('not-found', `mr ${mr.handle} is not registered`);
+    if (mr.windows > 0)
+      throw new VerbsError(
+        'busy',
+        `mr ${mr.handle} has ${mr.windows} memory window(s) bound: deallocate or invalidate them first`,
+      );
     mr.valid = false;
     this.core.mrs[mr.stag >>> this.core.stagKeyBits] = null;
     this.mrsByHandle.delete(mr.handle);
@@ -887,8 +941,19 @@ export class Rdma {
     const list = req.sg ?? [];
     const needWrite = op === WrOpcode.READ || op >= WrOpcode.FETCH_ADD;
     let prot: number;
+    if (op === WrOpcode.BIND_MW) {
+      const b = req.bind;
+      if (b === undefined || !(b.mw instanceof Mw) || this.mwsByHandle.get(b.mw.handle) !== b.mw)
+        throw new VerbsError('invalid', 'bind-mw needs bind {mw, rkey, access, address} naming an allocated window');
+      if (list.length > 1)
+        throw new VerbsError('invalid', `bind-mw takes at most one SGE (the MR's range), got ${list.length}`);
+      wr.mw = b.mw;
+      wr.rstag = int(b.rkey, 0, 0xffffffff, 'bind.rkey');
+      wr.mwAccess = int(b.access, 0, 0xff, 'bind.access');
+      wr.roff = int(b.address, 0, Number.MAX_SAFE_INTEGER, 'bind.address');
+    }
     if (req.inline) {
-      if (needWrite) throw new VerbsError('invalid', `${req.opcode} cannot be inline`);
+      if (needWrite || isLocal(op)) throw new VerbsError('invalid', `${req.opcode} cannot be inline`);
       const total = list.reduce((a, e) => a + (e?.length ?? 0), 0);
       if (qp.cfg.maxInline === 0 || total > qp.cfg.maxInline)
         throw new VerbsError(
@@ -912,7 +977,9 @@ export class Rdma {
     const length = wr.sg.total;
     if (length > this.maxMessage)
       throw new VerbsError('too-large', `message of ${length} bytes exceeds the maximum ${this.maxMessage}`);
-    if (op >= WrOpcode.WRITE) {
+    // A bind's MR that is not valid here fails the bind, not a local access.
+    if (op === WrOpcode.BIND_MW && prot >= 0) prot = WcStatus.MW_BIND_ERR;
+    if (op === WrOpcode.WRITE || op === WrOpcode.WRITE_WITH_IMM || op >= WrOpcode.READ) {
       const r = req.remote;
       if (!r) throw new VerbsError('invalid', `${req.opcode} needs remote {stag, offset}`);
       wr.rstag = int(r.stag, 0, 0xffffffff, 'remote.stag');
@@ -941,13 +1008,14 @@ export class Rdma {
         wr.cmpLo = Number(c & 0xffffffffn);
       } else wr.cmpHi = wr.cmpLo = 0;
     }
-    if (op === WrOpcode.WRITE_WITH_IMM) wr.imm = int(req.imm, 0, 0xffffffff, 'imm');
-    if (op === WrOpcode.SEND_WITH_INV) wr.invStag = int(req.invalidateStag, 0, 0xffffffff, 'invalidateStag');
+    if (op === WrOpcode.WRITE_WITH_IMM || op === WrOpcode.SEND_WITH_IMM) wr.imm = int(req.imm, 0, 0xffffffff, 'imm');
+    if (op === WrOpcode.SEND_WITH_INV || op === WrOpcode.LOCAL_INV)
+      wr.invStag = int(req.invalidateStag, 0, 0xffffffff, 'invalidateStag');
     wr.opcode = op;
     wr.wrId = req.wrId;
     wr.signaled = req.signaled !== false;
     wr.solicited = req.solicited === true || op === WrOpcode.SEND_WITH_SE;
-    wr.length = op >= WrOpcode.FETCH_ADD ? 8 : length;
+    wr.length = op >= WrOpcode.FETCH_ADD ? 8 : isLocal(op) ? 0 : length;
     wr.postError = prot;
     qp.sqTail++;
     if (qp.state === QpState.ERROR) {

@@ -7,7 +7,7 @@
 import type { RdmaCore } from './core.ts';
 import { type Qp, QpState } from './qp.ts';
 import { toError } from './transport.ts';
-import { WcStatus, WrOpcode } from './verbs.ts';
+import { WcStatus, WrOpcode, isSend } from './verbs.ts';
 import {
   DDP_T,
   DDP_TAGGED_BYTES,
@@ -126,11 +126,7 @@ export function receiveTerminate(core: RdmaCore, qp: Qp, body: Uint8Array): void
       } else if (!isTagged && body.length >= 6 + DDP_UNTAGGED_BYTES) {
         const qn = dv.getUint32(h + 6),
           msn = dv.getUint32(h + 10);
-        if (
-          qn === Qn.SEND &&
-          (wr.opcode <= WrOpcode.SEND_WITH_INV || wr.opcode === WrOpcode.WRITE_WITH_IMM) &&
-          wr.msn === msn
-        )
+        if (qn === Qn.SEND && (isSend(wr.opcode) || wr.opcode === WrOpcode.WRITE_WITH_IMM) && wr.msn === msn)
           target = i;
         if (qn === Qn.READ && wr.opcode >= WrOpcode.READ && wr.msn === msn) target = i;
       }

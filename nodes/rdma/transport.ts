@@ -20,6 +20,7 @@ import {
   WrOpcode,
   WR_WC_OPCODE,
   isAtomic,
+  isSend,
 } from './verbs.ts';
 import {
   AR_COMPARE,
@@ -93,7 +94,9 @@ function tagged(v: DataView, o: number, last: boolean, op: number, stag: number,
   return DDP_TAGGED_BYTES;
 }
 
-const SEND_OP: readonly number[] = [RdmapOp.SEND, RdmapOp.SEND_SE, RdmapOp.SEND_INV];
+/** The RDMAP opcode of each Send work request opcode, without and with the solicited event. */
+const SEND_OP: readonly number[] = [RdmapOp.SEND, RdmapOp.SEND_SE, RdmapOp.SEND_INV, RdmapOp.SEND_IMM];
+const SEND_SE_OP: readonly number[] = [RdmapOp.SEND_SE, RdmapOp.SEND_SE, RdmapOp.SEND_SE_INV, RdmapOp.SEND_SE_IMM];
 
 /** Write the DDP/RDMAP header and payload of transmit slot `psn` into fresh buffer `bi`. */
 export function buildSegment(qp: Qp, psn: number, pool: BufferPool, bi: number): void {
@@ -145,10 +148,11 @@ function buildRequest(
   o: number,
 ): number {
   const op = wr.opcode;
-  if (op <= WrOpcode.SEND_WITH_INV) {
-    let rop = SEND_OP[op];
-    if (wr.solicited) rop = rop === RdmapOp.SEND_INV ? RdmapOp.SEND_SE_INV : RdmapOp.SEND_SE;
-    const h = untagged(v, o, last, rop, op === WrOpcode.SEND_WITH_INV ? wr.invStag : 0, Qn.SEND, wr.msn, off);
+  if (isSend(op)) {
+    const rop = wr.solicited ? SEND_SE_OP[op] : SEND_OP[op];
+    // The Invalidate STag field: Send with Invalidate's STag, Send with Immediate's immediate.
+    const field = op === WrOpcode.SEND_WITH_INV ? wr.invStag : op === WrOpcode.SEND_WITH_IMM ? wr.imm : 0;
+    const h = untagged(v, o, last, rop, field, Qn.SEND, wr.msn, off);
     wr.sg.gather(off, u8, o + h, len);
     return h + len;
   }
@@ -258,7 +262,15 @@ export function onAck(core: RdmaCore, qp: Qp, ack: number, nowNs: number): boole
     r.src = null;
     qp.respHead++;
   }
-  // Sends and Writes complete when all their bytes are acknowledged.
+  sqAcknowledged(core, qp, ack);
+  return true;
+}
+
+/**
+ * The send queue up to cumulative ACK `ack`: Sends and Writes complete when all their bytes are
+ * acknowledged, a local operation (lastPsn: the packet before it) when everything before it is.
+ */
+export function sqAcknowledged(core: RdmaCore, qp: Qp, ack: number): void {
   const sq = qp.sq,
     nsq = sq.length;
   while (qp.sqAcked !== qp.sqNext) {
@@ -268,7 +280,6 @@ export function onAck(core: RdmaCore, qp: Qp, ack: number, nowNs: number): boole
     qp.sqAcked++;
   }
   completeSq(core, qp);
-  return true;
 }
 
 function rttSample(core: RdmaCore, qp: Qp, r: number): void {

@@ -23,7 +23,9 @@
 -- Send payload and call it malformed).
 --
 -- Fields: trp.psn, trp.ack, trp.opcode, trp.reserved, trp.sack (SACK range text),
--- trp.pure_ack, trp.cm.pdlen, trp.cm.ird, trp.cm.ord, trp.cm.private_data.
+-- trp.pure_ack, trp.cm.pdlen, trp.cm.ird, trp.cm.ord, trp.cm.private_data, trp.send_imm (the
+-- immediate of rdma-graph's Send with Immediate, RDMAP opcodes 12 and 13, which Wireshark's
+-- iWARP dissector shows as Unknown: PROTOCOL.md section 4).
 
 local trp = Proto("urdma_trp", "urdma TRP over UDP")
 
@@ -44,6 +46,7 @@ local f = {
     ird = ProtoField.uint16("trp.cm.ird", "IRD", base.DEC),
     ord = ProtoField.uint16("trp.cm.ord", "ORD", base.DEC),
     private_data = ProtoField.bytes("trp.cm.private_data", "Private data"),
+    send_imm = ProtoField.uint32("trp.send_imm", "Send with Immediate (rdma-graph): immediate", base.HEX),
 }
 trp.fields = f
 
@@ -92,6 +95,16 @@ function trp.dissector(tvb, pinfo, tree)
         -- that from also showing as a Lua error of this script.
         t:set_len(10)
         pcall(Dissector.call, ddp, tvb(10):tvb(), pinfo, tree)
+        -- rdma-graph's Send with Immediate (untagged, RDMAP opcode 12 or 13): the immediate is in
+        -- the Invalidate STag field (DDP's ULP bytes 2..5, the segment's bytes 12..15).
+        if len >= 28 and tvb(10, 1):uint() < 128 then
+            local rop = tvb(11, 1):uint() % 16
+            if rop == 12 or rop == 13 then
+                t:add(f.send_imm, tvb(12, 4))
+                pinfo.cols.info = string.format("Send with %sImmediate 0x%08x (rdma-graph)",
+                    rop == 13 and "SE and " or "", tvb(12, 4):uint())
+            end
+        end
     elseif op == OP_DATA then
         t:add(f.pure_ack, true):set_generated()
         pinfo.cols.info = string.format("ACK next=%u cumulative=%u", psn, ack)

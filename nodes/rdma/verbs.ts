@@ -14,6 +14,8 @@ export const Access = {
    * any peer of a QP in the PD could revoke any of its MRs (even a local-only one).
    */
   REMOTE_INVALIDATE: 16,
+  /** Memory windows may be bound to this MR (ibv_bind_mw, BIND_MW). */
+  MW_BIND: 32,
 } as const;
 export const ACCESS_NAMES = [
   'local-write',
@@ -21,6 +23,7 @@ export const ACCESS_NAMES = [
   'remote-read',
   'remote-atomic',
   'remote-invalidate',
+  'mw-bind',
 ] as const;
 export type AccessName = (typeof ACCESS_NAMES)[number];
 
@@ -66,6 +69,7 @@ export const WcStatus = {
   RNR_RETRY_EXC_ERR: 7,
   RETRY_EXC_ERR: 8,
   WR_FLUSH_ERR: 9,
+  MW_BIND_ERR: 10,
 } as const;
 export const WC_STATUS_NAMES = [
   'success',
@@ -78,6 +82,7 @@ export const WC_STATUS_NAMES = [
   'rnr-retry-exceeded',
   'retry-exceeded',
   'flushed',
+  'memory-window-bind-error',
 ] as const;
 export type WcStatusName = (typeof WC_STATUS_NAMES)[number];
 
@@ -90,6 +95,8 @@ export const WcOpcode = {
   CMP_SWAP: 5,
   RECV: 6,
   RECV_WITH_IMM: 7,
+  BIND_MW: 8,
+  LOCAL_INV: 9,
 } as const;
 export const WC_OPCODE_NAMES = [
   'send',
@@ -100,40 +107,60 @@ export const WC_OPCODE_NAMES = [
   'cmp-swap',
   'recv',
   'recv-with-imm',
+  'bind-mw',
+  'local-invalidate',
 ] as const;
 export type WcOpcodeName = (typeof WC_OPCODE_NAMES)[number];
 
-/** Send work request opcodes. */
+/**
+ * Send work request opcodes. The order matters: Sends (which take a send MSN) first, then the
+ * Writes, the local operations (no packet: a window bind, a local invalidate), then Read and the
+ * atomics (which take a read MSN and an ORD credit).
+ */
 export const WrOpcode = {
   SEND: 0,
   SEND_WITH_SE: 1,
   SEND_WITH_INV: 2,
-  WRITE: 3,
-  WRITE_WITH_IMM: 4,
-  READ: 5,
-  FETCH_ADD: 6,
-  SWAP: 7,
-  CMP_SWAP: 8,
+  SEND_WITH_IMM: 3,
+  WRITE: 4,
+  WRITE_WITH_IMM: 5,
+  BIND_MW: 6,
+  LOCAL_INV: 7,
+  READ: 8,
+  FETCH_ADD: 9,
+  SWAP: 10,
+  CMP_SWAP: 11,
 } as const;
 export const WR_OPCODE_NAMES = [
   'send',
   'send-with-solicited',
   'send-with-invalidate',
+  'send-with-imm',
   'write',
   'write-with-imm',
+  'bind-mw',
+  'local-invalidate',
   'read',
   'fetch-add',
   'swap',
   'cmp-swap',
 ] as const;
 export type WrOpcodeName = (typeof WR_OPCODE_NAMES)[number];
+/**
+ * What the REST API posts: every opcode but the memory window ones (windows are allocated and
+ * bound by verbs programs through librdmagraph-verbs.so; the API has no window objects).
+ */
+export const API_WR_OPCODE_NAMES = WR_OPCODE_NAMES.filter((n) => n !== 'bind-mw' && n !== 'local-invalidate');
 
 export const WR_WC_OPCODE = [
   WcOpcode.SEND,
   WcOpcode.SEND,
   WcOpcode.SEND,
+  WcOpcode.SEND,
   WcOpcode.WRITE,
   WcOpcode.WRITE,
+  WcOpcode.BIND_MW,
+  WcOpcode.LOCAL_INV,
   WcOpcode.READ,
   WcOpcode.FETCH_ADD,
   WcOpcode.SWAP,
@@ -142,6 +169,16 @@ export const WR_WC_OPCODE = [
 
 export function isAtomic(op: number): boolean {
   return op >= WrOpcode.FETCH_ADD;
+}
+
+/** A Send of any kind (takes a send MSN, goes on queue 0). */
+export function isSend(op: number): boolean {
+  return op <= WrOpcode.SEND_WITH_IMM;
+}
+
+/** A work request that makes no packet (a memory window bind, a local invalidate). */
+export function isLocal(op: number): boolean {
+  return op === WrOpcode.BIND_MW || op === WrOpcode.LOCAL_INV;
 }
 
 export interface Completion {
@@ -179,6 +216,12 @@ export class Mr {
    */
   readonly base: number;
   valid = true;
+  /** A memory window's bound range (in the STag table in the MR's stead): its window, else null. */
+  mw: Mw | null = null;
+  /** A type 2 window's QP: remote access only through it (null: any QP of the PD). */
+  boundQp: object | null = null;
+  /** Windows bound to this MR now (deregistration is refused while any is: EBUSY). */
+  windows = 0;
   constructor(handle: number, pd: Pd, stag: number, memory: Uint8Array, access: number, base = 0) {
     this.handle = handle;
     this.pd = pd;
@@ -188,6 +231,35 @@ export class Mr {
     this.length = memory.byteLength;
     this.access = access;
     this.base = base;
+  }
+}
+
+/**
+ * A memory window (ibv_mw): a slot of the STag table of its own, bound to a range of an MR with
+ * remote access rights of its own by a bind work request. Type 1 is bound by ibv_bind_mw and
+ * stays usable from any QP of its PD until rebound, unbound (zero length) or deallocated; type 2
+ * is bound by a BIND_MW work request to the posting QP (remote access only through it) and is
+ * freed by a local invalidate or by the peer's Send with Invalidate. Each bind gives the window
+ * a new key: a bind takes the STag the verbs program names (`ibv_inc_rkey`: the low 8 bits
+ * change), which must keep the window's table index, so an STag of an earlier binding is dead.
+ */
+export class Mw {
+  readonly handle: number;
+  readonly pd: Pd;
+  readonly type: 1 | 2;
+  /** The STag table slot (this window's STags are index << keyBits | key). */
+  readonly index: number;
+  /** The current STag: the last bind's (the one ibv_alloc_mw returned before any). */
+  rkey: number;
+  /** The MR the window is bound to (null: unbound or invalidated). */
+  parent: Mr | null = null;
+  destroyed = false;
+  constructor(handle: number, pd: Pd, type: 1 | 2, index: number, rkey: number) {
+    this.handle = handle;
+    this.pd = pd;
+    this.type = type;
+    this.index = index;
+    this.rkey = rkey;
   }
 }
 

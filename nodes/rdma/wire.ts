@@ -42,6 +42,9 @@ export const RdmapOp = {
   IMMEDIATE_SE: 9,
   ATOMIC_REQUEST: 10,
   ATOMIC_RESPONSE: 11,
+  /** rdma-graph's extension (PROTOCOL.md section 4): a Send carrying a 32-bit immediate in U_INV_STAG. */
+  SEND_IMM: 12,
+  SEND_SE_IMM: 13,
 } as const;
 export const RDMAP_OP_NAMES = [
   'Write',
@@ -56,6 +59,8 @@ export const RDMAP_OP_NAMES = [
   'Immediate Data with SE',
   'Atomic Request',
   'Atomic Response',
+  'Send with Immediate',
+  'Send with SE and Immediate',
 ] as const;
 
 /** Untagged queue numbers. */

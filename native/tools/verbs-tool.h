@@ -1,0 +1,58 @@
+/*
+ * What the verbs test programs (verbs-ex.c, verbs-mw.c) share: CHECK, which prints "ok NAME" or
+ * "FAIL NAME: why" and counts failures, and connect_rc, which takes an RC QP of the opened
+ * device through INIT, RTR and RTS to a peer QP of the same device (loopback) at PSN `psn`.
+ */
+#ifndef RDMA_GRAPH_VERBS_TOOL_H
+#define RDMA_GRAPH_VERBS_TOOL_H
+
+#include <infiniband/verbs.h>
+#include <stdio.h>
+#include <string.h>
+
+static int failures;
+
+#define CHECK(name, cond, ...)   \
+  do {                           \
+    if (cond) {                  \
+      printf("ok %s\n", name);   \
+    } else {                     \
+      printf("FAIL %s: ", name); \
+      printf(__VA_ARGS__);       \
+      printf("\n");              \
+      failures++;                \
+    }                            \
+  } while (0)
+
+static inline int connect_rc(struct ibv_qp* qp, uint32_t peer, const union ibv_gid* gid, uint32_t psn) {
+  struct ibv_qp_attr a = {
+      .qp_state = IBV_QPS_INIT,
+      .port_num = 1,
+      .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC};
+  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) return -1;
+  memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = peer;
+  a.rq_psn = psn;
+  a.max_dest_rd_atomic = 4;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.port_num = 1;
+  a.ah_attr.grh.dgid = *gid;
+  if (ibv_modify_qp(qp, &a,
+                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+    return -1;
+  memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.sq_psn = psn;
+  a.max_rd_atomic = 4;
+  return ibv_modify_qp(
+      qp, &a,
+      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+#endif
