@@ -50,6 +50,8 @@ export const RGV_CQ_OVERFLOW = 72;
 export const RGV_CQ_ARM_NEXT = 1;
 export const RGV_CQ_ARM_SOLICITED = 2;
 export const RGV_INLINE_ALIGN = 16;
+export const RGV_UCMA_MAX_PRIVATE_DATA = 256;
+export const RGV_UCMA_MAX_EVENTS = 1024;
 
 // ------------------------------------------------------------------ enums
 
@@ -76,6 +78,8 @@ export const RGV_OP_MODIFY_SRQ = 19;
 export const RGV_OP_ASYNC_FD = 20;
 export const RGV_OP_ALLOC_MW = 21;
 export const RGV_OP_DEALLOC_MW = 22;
+export const RGV_OP_UCMA_CHANNEL = 40;
+export const RGV_OP_UCMA = 41;
 
 /** enum rgv_fd */
 export const RGV_FD_NONE = 0;
@@ -165,6 +169,37 @@ export const RGV_WC_RECV_RDMA_WITH_IMM = 129;
 /** enum rgv_wc_flags */
 export const RGV_WC_WITH_IMM = 2;
 export const RGV_WC_WITH_INV = 8;
+
+/** enum rgv_ucma_cmd */
+export const RGV_UCMA_CREATE_ID = 1;
+export const RGV_UCMA_DESTROY_ID = 2;
+export const RGV_UCMA_BIND = 3;
+export const RGV_UCMA_RESOLVE_ADDR = 4;
+export const RGV_UCMA_RESOLVE_ROUTE = 5;
+export const RGV_UCMA_QUERY = 6;
+export const RGV_UCMA_CONNECT = 7;
+export const RGV_UCMA_LISTEN = 8;
+export const RGV_UCMA_ACCEPT = 9;
+export const RGV_UCMA_REJECT = 10;
+export const RGV_UCMA_DISCONNECT = 11;
+export const RGV_UCMA_INIT_QP_ATTR = 12;
+export const RGV_UCMA_GET_EVENT = 13;
+export const RGV_UCMA_MIGRATE_ID = 14;
+export const RGV_UCMA_CLOSE = 15;
+
+/** enum rgv_cm_event */
+export const RGV_CM_ADDR_RESOLVED = 0;
+export const RGV_CM_ADDR_ERROR = 1;
+export const RGV_CM_ROUTE_RESOLVED = 2;
+export const RGV_CM_ROUTE_ERROR = 3;
+export const RGV_CM_CONNECT_REQUEST = 4;
+export const RGV_CM_CONNECT_RESPONSE = 5;
+export const RGV_CM_CONNECT_ERROR = 6;
+export const RGV_CM_UNREACHABLE = 7;
+export const RGV_CM_REJECTED = 8;
+export const RGV_CM_ESTABLISHED = 9;
+export const RGV_CM_DISCONNECTED = 10;
+export const RGV_CM_DEVICE_REMOVAL = 11;
 
 // ------------------------------------------------------------------ structs
 
@@ -504,6 +539,64 @@ export const rgv_cqe = {
   },
 } as const satisfies AbiStruct;
 
+/** struct rgv_ucma (304 bytes) */
+export const rgv_ucma = {
+  name: 'rgv_ucma',
+  size: 304,
+  fields: {
+    cmd: { offset: 0, type: 'u32', count: 1 },
+    channel: { offset: 4, type: 'u32', count: 1 },
+    id: { offset: 8, type: 'u32', count: 1 },
+    qpn: { offset: 12, type: 'u32', count: 1 },
+    uid_lo: { offset: 16, type: 'u32', count: 1 },
+    uid_hi: { offset: 20, type: 'u32', count: 1 },
+    src_ipv4: { offset: 24, type: 'u8', count: 4 },
+    dst_ipv4: { offset: 28, type: 'u8', count: 4 },
+    src_port: { offset: 32, type: 'u16', count: 1 },
+    dst_port: { offset: 34, type: 'u16', count: 1 },
+    ps: { offset: 36, type: 'u16', count: 1 },
+    qp_type: { offset: 38, type: 'u8', count: 1 },
+    private_data_len: { offset: 39, type: 'u8', count: 1 },
+    backlog: { offset: 40, type: 'u32', count: 1 },
+    responder_resources: { offset: 44, type: 'u8', count: 1 },
+    initiator_depth: { offset: 45, type: 'u8', count: 1 },
+    retry_count: { offset: 46, type: 'u8', count: 1 },
+    rnr_retry_count: { offset: 47, type: 'u8', count: 1 },
+    private_data: { offset: 48, type: 'u8', count: 256 },
+  },
+} as const satisfies AbiStruct;
+
+/** struct rgv_ucma_reply (320 bytes) */
+export const rgv_ucma_reply = {
+  name: 'rgv_ucma_reply',
+  size: 320,
+  fields: {
+    uid_lo: { offset: 0, type: 'u32', count: 1 },
+    uid_hi: { offset: 4, type: 'u32', count: 1 },
+    id: { offset: 8, type: 'u32', count: 1 },
+    event: { offset: 12, type: 'u32', count: 1 },
+    status: { offset: 16, type: 'u32', count: 1 },
+    count: { offset: 20, type: 'u32', count: 1 },
+    node_guid: { offset: 24, type: 'u8', count: 8 },
+    src_ipv4: { offset: 32, type: 'u8', count: 4 },
+    dst_ipv4: { offset: 36, type: 'u8', count: 4 },
+    src_port: { offset: 40, type: 'u16', count: 1 },
+    dst_port: { offset: 42, type: 'u16', count: 1 },
+    qpn: { offset: 44, type: 'u32', count: 1 },
+    mask: { offset: 48, type: 'u32', count: 1 },
+    rq_psn: { offset: 52, type: 'u32', count: 1 },
+    path_mtu: { offset: 56, type: 'u8', count: 1 },
+    responder_resources: { offset: 57, type: 'u8', count: 1 },
+    initiator_depth: { offset: 58, type: 'u8', count: 1 },
+    retry_count: { offset: 59, type: 'u8', count: 1 },
+    rnr_retry_count: { offset: 60, type: 'u8', count: 1 },
+    private_data_len: { offset: 61, type: 'u8', count: 1 },
+    state: { offset: 62, type: 'u8', count: 1 },
+    pad: { offset: 63, type: 'u8', count: 1 },
+    private_data: { offset: 64, type: 'u8', count: 256 },
+  },
+} as const satisfies AbiStruct;
+
 // ------------------------------------------------------------------ requests (RGV_OPS)
 
 /**
@@ -533,6 +626,8 @@ export const RGV_OPS = {
   ASYNC_FD: { op: 20, request: null, reply: null, records: false, fd: 'eventfd' },
   ALLOC_MW: { op: 21, request: rgv_alloc_mw, reply: rgv_mw, records: false, fd: 'none' },
   DEALLOC_MW: { op: 22, request: rgv_handle, reply: null, records: false, fd: 'none' },
+  UCMA_CHANNEL: { op: 40, request: null, reply: rgv_handle, records: false, fd: 'eventfd' },
+  UCMA: { op: 41, request: rgv_ucma, reply: rgv_ucma_reply, records: false, fd: 'none' },
 } as const;
 
 /** rgv_sq_stride(max_sge, max_inline) and rgv_rq_stride(max_sge) at a few sizes: [max_sge, max_inline, sq, rq]. */

@@ -20,6 +20,7 @@ import { loadCore, NATIVE_BUILD_DIR, type FdWaiter } from '../../native/addons.t
 import { RGV_MAGIC, RGV_MAX_MR_PIECES, rgv_hdr } from './abi.generated.ts';
 import { ownerOf, VerbsAdmission, verbsLimits } from './admission.ts';
 import { handle, type Owned, type Reply, type Server, type VerbsServed } from './handlers.ts';
+import { releaseUcma } from './ucma.ts';
 import { listenVerbs, type VerbsConnections } from './listener.ts';
 import { LogLimiter } from './log-limit.ts';
 import { message, readMessage } from './messages.ts';
@@ -117,6 +118,7 @@ export function verbsConnections(
   /** Destroy what a closed connection created: QPs (each sends FIN), SRQs, memory windows, MRs, CQs, then PDs. */
   const release = async (own: Owned) => {
     detachAll(vr, own, core);
+    releaseUcma(own); // its rdma_cm ids, listeners and channels
     for (const q of own.qps.keys()) await dp.destroyQp(q).catch(() => undefined);
     for (const h of own.srqs) await dp.destroySrq(h).catch(() => undefined);
     for (const h of own.mws) await dp.destroyMw(h).catch(() => undefined);

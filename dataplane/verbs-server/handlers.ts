@@ -64,6 +64,7 @@ import { fdHeadroom } from './admission.ts';
 import type { LogLimiter } from './log-limit.ts';
 import { decode, type Decoded, type Encodable, encodeInto, Errno } from './messages.ts';
 import { type AsyncFd, type Channel, CqRing, QpRing, rqStride, SrqRing, VerbsRings } from './rings.ts';
+import { ucma, ucmaChannel } from './ucma.ts';
 
 /** The graph and RDMA stack of the data plane a verbs server serves (its rings run on that graph). */
 export interface VerbsServed {
@@ -574,6 +575,10 @@ export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
       (q) => c.server.dp.destroyQp(q, { quiet: true }),
       (r) => c.server.rings.detachQp(r),
     ),
+
+  // rdma_cm for librdmacm programs (ucma.ts).
+  UCMA_CHANNEL: ucmaChannel,
+  UCMA: ucma,
 };
 
 /** Op number -> its name in RGV_OPS. */

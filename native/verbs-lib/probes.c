@@ -13,7 +13,7 @@
  * openat, fopen, the stat family, statx, access, faccessat, opendir, scandir, readlink,
  * realpath, with glibc's symbol versions: verbs.map) look a probed path up there. A stat of a
  * uverbsN file says S_IFCHR (major 231, minor 192 + N, as the kernel's uverbs); nothing else is
- * faked. /dev/infiniband/rdma_cm is not made (rdma_cm is not supported). Every other path goes
+ * faked. An open of /dev/infiniband/rdma_cm is ucma.c's (librdmacm's kernel interface). Every other path goes
  * to libc untouched, and so does a path whose "." and ".." components lead out of the probed
  * ones (they are resolved first, as the kernel would: the tree has no symbolic links).
  *
@@ -515,10 +515,23 @@ static mode_t mode_arg(int flags, va_list ap) {
     va_end(ap);                 \
   }
 
+/* ucma.c: an open of /dev/infiniband/rdma_cm (a channel of the daemon's connection manager). */
+int rg_ucma_open(int flags);
+
+/* Whether absolute `path` is /dev/infiniband/rdma_cm ("." and ".." resolved). */
+static int is_rdma_cm(const char* path) {
+  char norm[64];
+  if (path == NULL || path[0] != '/' || strstr(path, "rdma_cm") == NULL || strnlen(path, PATH_MAX) >= PATH_MAX)
+    return 0;
+  return normalize(path, norm, sizeof norm) == 0 && strcmp(norm, "/dev/infiniband/rdma_cm") == 0;
+}
+
 /* Every open: an absolute probed path is rewritten (dirfd does not count then); libc's openat
-   opens it (open and open64 are openat of AT_FDCWD; x86_64 has no separate 64-bit calls). */
+   opens it (open and open64 are openat of AT_FDCWD; x86_64 has no separate 64-bit calls).
+   /dev/infiniband/rdma_cm is ucma.c's. */
 static int open_in(int dirfd, const char* path, int flags, mode_t mode) {
   REAL(openat);
+  if (is_rdma_cm(path)) return rg_ucma_open(flags);
   TAKE_PATH(path, p, -1);
   if (refuse_write(use_p, path, flags)) return -1;
   return real_openat(dirfd, use_p, flags, mode);

@@ -53,6 +53,8 @@ enum rgv_op {
   RGV_OP_ASYNC_FD = 20,
   RGV_OP_ALLOC_MW = 21,
   RGV_OP_DEALLOC_MW = 22,
+  RGV_OP_UCMA_CHANNEL = 40, /* rdma_cm: a channel (an open of rdma_cm): the passed eventfd; its handle */
+  RGV_OP_UCMA = 41,         /* rdma_cm: one command (struct rgv_ucma) */
 };
 
 /* The file descriptor a request passes with it (SCM_RIGHTS); the daemon closes any other unread. */
@@ -92,7 +94,8 @@ enum rgv_fd {
   X(MODIFY_SRQ, rgv_modify_srq, none, 0, RGV_FD_NONE)               \
   X(ASYNC_FD, none, none, 0, RGV_FD_EVENTFD)                        \
   X(ALLOC_MW, rgv_alloc_mw, rgv_mw, 0, RGV_FD_NONE)                 \
-  X(DEALLOC_MW, rgv_handle, none, 0, RGV_FD_NONE)
+  X(DEALLOC_MW, rgv_handle, none, 0, RGV_FD_NONE)                   \
+  RGV_UCMA_OPS(X)
 // clang-format on
 
 /* Every request and reply starts with this (16 bytes, §2.1). */
@@ -485,5 +488,94 @@ _Static_assert(sizeof(struct rgv_sge) == 16, "rgv_sge is 16 bytes");
 _Static_assert(sizeof(struct rgv_recv_wqe) == 16, "rgv_recv_wqe is 16 bytes");
 _Static_assert(sizeof(struct rgv_cqe) == 32, "rgv_cqe is 32 bytes");
 _Static_assert(RGV_QP_STATE < RGV_RING_HDR && RGV_CQ_OVERFLOW < RGV_RING_HDR, "the ring headers fit RGV_RING_HDR");
+
+/* ------------------------------------------------------------------ rdma_cm (§6) */
+
+/*
+ * librdmacm's kernel interface (the ucma commands of <rdma/rdma_user_cm.h>) answered by the
+ * library (ucma.c) on the daemon's connection manager (nodes/rdma/cm.ts): an open of
+ * /dev/infiniband/rdma_cm is an eventfd the library made and UCMA_CHANNEL passed (the daemon
+ * keeps it readable while the channel has events), and each command written to it one UCMA
+ * request, its body checked and converted by the library.
+ */
+// clang-format off: the table is read down its columns
+#define RGV_UCMA_OPS(X)                                \
+  X(UCMA_CHANNEL, none, rgv_handle, 0, RGV_FD_EVENTFD) \
+  X(UCMA, rgv_ucma, rgv_ucma_reply, 0, RGV_FD_NONE)
+// clang-format on
+
+#define RGV_UCMA_MAX_PRIVATE_DATA 256u /* the ucma ABI's (its length is a u8: 255 used) */
+#define RGV_UCMA_MAX_EVENTS 1024u      /* events a channel holds, at most */
+
+enum rgv_ucma_cmd {
+  RGV_UCMA_CREATE_ID = 1,     /* channel, ps, qp_type, uid: id */
+  RGV_UCMA_DESTROY_ID = 2,    /* id: count (events reported) */
+  RGV_UCMA_BIND = 3,          /* id, src (0.0.0.0: any), src_port (0: one free) */
+  RGV_UCMA_RESOLVE_ADDR = 4,  /* id, src (may be 0), dst, dst_port, backlog (timeout ms) */
+  RGV_UCMA_RESOLVE_ROUTE = 5, /* id */
+  RGV_UCMA_QUERY = 6,         /* id: node_guid, src, dst, ports */
+  RGV_UCMA_CONNECT = 7,       /* id, qpn, responder_resources, initiator_depth, private data */
+  RGV_UCMA_LISTEN = 8,        /* id, backlog */
+  RGV_UCMA_ACCEPT = 9,        /* id, uid, qpn (0: the active side's, after CONNECT_RESPONSE), private data */
+  RGV_UCMA_REJECT = 10,       /* id, private data */
+  RGV_UCMA_DISCONNECT = 11,   /* id */
+  RGV_UCMA_INIT_QP_ATTR = 12, /* id, qpn (the state asked): mask, state, dst, qpn, rq_psn, path_mtu, ... */
+  RGV_UCMA_GET_EVENT = 13,    /* channel: uid, id, event, status, count (the listening id of a request) */
+  RGV_UCMA_MIGRATE_ID = 14,   /* id, channel (the new one): count (events reported) */
+  RGV_UCMA_CLOSE = 15,        /* channel: closed with every id on it */
+};
+
+/* librdmacm's enum rdma_cm_event_type values (GET_EVENT's event). */
+enum rgv_cm_event {
+  RGV_CM_ADDR_RESOLVED = 0,
+  RGV_CM_ADDR_ERROR = 1,
+  RGV_CM_ROUTE_RESOLVED = 2,
+  RGV_CM_ROUTE_ERROR = 3,
+  RGV_CM_CONNECT_REQUEST = 4,
+  RGV_CM_CONNECT_RESPONSE = 5,
+  RGV_CM_CONNECT_ERROR = 6,
+  RGV_CM_UNREACHABLE = 7,
+  RGV_CM_REJECTED = 8,
+  RGV_CM_ESTABLISHED = 9,
+  RGV_CM_DISCONNECTED = 10,
+  RGV_CM_DEVICE_REMOVAL = 11,
+};
+
+struct rgv_ucma {
+  uint32_t cmd;            /* enum rgv_ucma_cmd */
+  uint32_t channel;        /* CREATE_ID, GET_EVENT, MIGRATE_ID, CLOSE */
+  uint32_t id;             /* the daemon's handle of the id */
+  uint32_t qpn;            /* CONNECT, ACCEPT: the program's QP; INIT_QP_ATTR: enum rgv_qp_state */
+  uint32_t uid_lo, uid_hi; /* CREATE_ID, ACCEPT: the program's value its events carry */
+  uint8_t src_ipv4[4];     /* network order */
+  uint8_t dst_ipv4[4];     /* network order */
+  uint16_t src_port, dst_port;
+  uint16_t ps;              /* CREATE_ID: the port space (RDMA_PS_TCP, RDMA_PS_IB) */
+  uint8_t qp_type;          /* CREATE_ID: IBV_QPT_RC */
+  uint8_t private_data_len; /* CONNECT, ACCEPT, REJECT */
+  uint32_t backlog;         /* LISTEN; RESOLVE_ADDR: its timeout in ms */
+  uint8_t responder_resources, initiator_depth, retry_count, rnr_retry_count;
+  uint8_t private_data[RGV_UCMA_MAX_PRIVATE_DATA];
+};
+
+struct rgv_ucma_reply {
+  uint32_t uid_lo, uid_hi; /* GET_EVENT */
+  uint32_t id;             /* CREATE_ID; GET_EVENT: the event's id (a new one for CONNECT_REQUEST) */
+  uint32_t event;          /* GET_EVENT: enum rgv_cm_event */
+  uint32_t status;         /* GET_EVENT: 0, a negative errno, or REJECTED's reason (as a u32) */
+  uint32_t count;          /* DESTROY_ID, MIGRATE_ID: events reported; GET_EVENT: the listening id (requests) */
+  uint8_t node_guid[8];    /* QUERY: the device's, network order (0: no device yet) */
+  uint8_t src_ipv4[4], dst_ipv4[4];
+  uint16_t src_port, dst_port;
+  uint32_t qpn;    /* GET_EVENT: the peer's QP; INIT_QP_ATTR: dest_qp_num */
+  uint32_t mask;   /* INIT_QP_ATTR: enum rgv_qp_attr_mask bits */
+  uint32_t rq_psn; /* INIT_QP_ATTR */
+  uint8_t path_mtu, responder_resources, initiator_depth, retry_count;
+  uint8_t rnr_retry_count, private_data_len, state, pad;
+  uint8_t private_data[RGV_UCMA_MAX_PRIVATE_DATA];
+};
+
+_Static_assert(sizeof(struct rgv_ucma) == 304, "rgv_ucma is 304 bytes");
+_Static_assert(sizeof(struct rgv_ucma_reply) == 320, "rgv_ucma_reply is 320 bytes");
 
 #endif

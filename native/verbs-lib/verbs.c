@@ -602,7 +602,7 @@ struct rg_pd {
 /* A request on the context's connection with a reply of out_len bytes (or none: out NULL); 0 or -1 + errno. */
 int rg_ctx_call_fds(struct ibv_context* context, uint16_t op, const void* req, size_t len, const int* pass,
                     size_t npass, void* out, size_t out_len) {
-  uint8_t buf[sizeof(struct rgv_hdr) + 64];
+  uint8_t buf[sizeof(struct rgv_hdr) + sizeof(struct rgv_ucma_reply)]; /* the longest reply */
   if (__atomic_load_n(&rg_ctx(context)->dead, __ATOMIC_ACQUIRE)) {
     errno = ECONNRESET; /* gone, or not trusted any more */
     return -1;

@@ -105,9 +105,25 @@ export class CmConnectError extends Error {
   }
 }
 
-/** What a listener's accept callback returns: a QP in INIT to connect, or a rejection. */
+/**
+ * What a listener's accept callback returns: a QP in INIT to connect, a rejection, or `defer`:
+ * the request is held (counted in the backlog, not answered) until `acceptDeferred` or
+ * `rejectDeferred` names its answer (librdmacm's passive side creates its QP after it has seen
+ * the request).
+ */
 export type AcceptDecision =
-  { qp: Qp; privateData?: Uint8Array } | { reject: true; privateData?: Uint8Array; reason?: string };
+  { qp: Qp; privateData?: Uint8Array } | { reject: true; privateData?: Uint8Array; reason?: string } | { defer: true };
+
+/** A request held for a deferred answer (Listener.deferred), by the requester's "address:port". */
+export interface DeferredRequest {
+  src: number;
+  srcPort: number;
+  listenPort: number;
+  peerIsn: number;
+  ird: number;
+  ord: number;
+  atNs: number;
+}
 
 export interface Listener {
   port: number;
@@ -120,6 +136,10 @@ export interface Listener {
   readonly halfOpen: Set<Qp>;
   /** Told when a half-open QP it accepted was reaped (destroyed). */
   onReap?: (qp: Qp, reason: string) => void;
+  /** Requests whose answer was deferred (counted in the backlog), by "address:port". */
+  deferred?: Map<string, DeferredRequest>;
+  /** Answer a request beyond the backlog with REJECT (default: drop it, as a full SYN queue does). */
+  rejectWhenFull?: boolean;
 }
 
 export interface PendingConnect {
@@ -130,6 +150,12 @@ export interface PendingConnect {
   req: Uint8Array;
   resolve: (r: { privateData: Uint8Array }) => void;
   reject: (e: Error) => void;
+  /**
+   * A deferred connect (librdmacm's active side): the ACCEPT is handed here with what the QP
+   * needs, and the program moves the QP itself (to RTR and RTS); the handshake's third packet is
+   * sent when it says so (`core.sendAck`). Without it the QP goes to RTS at once.
+   */
+  deferred?: (a: { src: number; srcPort: number; ird: number; ord: number; psn: number }) => void;
 }
 
 /** Hooks the verbs layer gives the CM (QP state changes live there). */
@@ -249,7 +275,10 @@ export class ConnectionManager {
     if (ack !== p.qp.isn) return rt.countError(CmError.WRONG_ID);
     this.pending.delete(qpIndex);
     const pd = bytes.slice(CM_PRIVATE_DATA, CM_PRIVATE_DATA + pdLen);
-    if (op === TrpOp.ACCEPT) {
+    if (op === TrpOp.ACCEPT && p.deferred) {
+      p.deferred({ src, srcPort, ird, ord, psn });
+      p.resolve({ privateData: pd });
+    } else if (op === TrpOp.ACCEPT) {
       // Our ORD may not exceed the peer's IRD; our IRD serves the peer's ORD.
       try {
         this.hooks.established(
@@ -316,7 +345,6 @@ export class ConnectionManager {
       return;
     }
     if (have) l.conns.delete(key);
-    if (this.halfOpenCount(l) >= l.backlog) return rt.countError(CmError.BACKLOG_FULL);
     const reject = (pd?: Uint8Array) =>
       this.send(
         ConnectionManager.message(TrpOp.REJECT, 0, 0, pd ?? new Uint8Array(0), 0, peerIsn),
@@ -324,6 +352,17 @@ export class ConnectionManager {
         srcPort,
         dstPort,
       );
+    const held = l.deferred?.get(key);
+    if (held !== undefined) {
+      // Still waiting for the program's answer: the same attempt again is not answered; another
+      // attempt from the same address and port replaces nothing (the first one is answered).
+      return rt.countError(CmError.REPEATED);
+    }
+    if (this.halfOpenCount(l) + (l.deferred?.size ?? 0) >= l.backlog) {
+      rt.countError(CmError.BACKLOG_FULL);
+      if (l.rejectWhenFull) reject();
+      return;
+    }
     if (ird > MAX_RD_ATOMIC || ord > MAX_RD_ATOMIC) return reject();
     let d: AcceptDecision;
     try {
@@ -339,6 +378,11 @@ export class ConnectionManager {
       d = { reject: true, reason: (e as Error).message };
     }
     if ('reject' in d) return reject(d.privateData);
+    if ('defer' in d) {
+      l.deferred ??= new Map();
+      l.deferred.set(key, { src, srcPort, listenPort: dstPort, peerIsn, ird, ord, atNs: now });
+      return;
+    }
     const qp = d.qp;
     // Passive side: IRD := REQ.ord, ORD := REQ.ird, each within what the QP allows.
     try {
@@ -367,6 +411,49 @@ export class ConnectionManager {
       qp.qpn,
     );
   }
+}
+
+/**
+ * The answer to a deferred request of listener `l` (`key` its requester's "address:port"): QP
+ * `qp`, which the program moved to RTR toward the requester (and to RTS), accepts it: the
+ * listener holds it as half-open (its backlog) until the peer's first packet, and ACCEPT goes
+ * out from its port. Throws when there is no such request or the QP does not point at it.
+ */
+export function acceptDeferred(cm: ConnectionManager, l: Listener, key: string, qp: Qp, privateData: Uint8Array): void {
+  const d = l.deferred?.get(key);
+  if (d === undefined) throw new Error(`no connection request from ${key} is waiting on port ${l.port}`);
+  if (qp.remoteAddr !== d.src || qp.remotePort !== d.srcPort || qp.state !== QpState.RTS)
+    throw new Error(`qp ${qp.qpn} is not in RTS toward ${formatIp4(d.src)}:${d.srcPort} (the request it would accept)`);
+  l.deferred?.delete(key);
+  const now = cm.core.graph.clock.nowNs();
+  qp.privateData = privateData;
+  qp.cmRole = 'passive';
+  qp.halfOpen = true;
+  qp.acceptedNs = qp.cmAcceptNs = now;
+  qp.cmAccepts = 1;
+  qp.listenPort = d.listenPort;
+  qp.peerIsn = d.peerIsn;
+  l.conns.set(key, qp);
+  l.halfOpen.add(qp);
+  cm.send(
+    ConnectionManager.message(TrpOp.ACCEPT, qp.ird, qp.ord, privateData, qp.isn, d.peerIsn),
+    d.src,
+    d.srcPort,
+    qp.qpn,
+  );
+}
+
+/** REJECT a deferred request of listener `l` (with private data), if it is still waiting. */
+export function rejectDeferred(cm: ConnectionManager, l: Listener, key: string, privateData?: Uint8Array): void {
+  const d = l.deferred?.get(key);
+  if (d === undefined) return;
+  l.deferred?.delete(key);
+  cm.send(
+    ConnectionManager.message(TrpOp.REJECT, 0, 0, privateData ?? new Uint8Array(0), 0, d.peerIsn),
+    d.src,
+    d.srcPort,
+    d.listenPort,
+  );
 }
 
 export function registerCmInput(graph: Graph, cm: ConnectionManager): NodeRuntime {

@@ -1,0 +1,774 @@
+/**
+ * rdma_cm for unmodified librdmacm programs: the UCMA_CHANNEL and UCMA requests
+ * (native/verbs-lib/proto.h, last section). The library (native/verbs-lib/ucma.c) answers
+ * librdmacm's kernel interface, the ucma commands written to /dev/infiniband/rdma_cm, and sends
+ * each one here converted and checked; this runs them on the data plane's in-band connection
+ * manager (nodes/rdma/cm.ts: REQ, ACCEPT, REJECT, FIN).
+ *
+ * A channel is an open of rdma_cm: the program's eventfd, kept readable exactly while the channel
+ * holds events (signalled when the first is queued, drained when GET_EVENT takes the last), at
+ * most RGV_UCMA_MAX_EVENTS of them. An id lives on one channel (MIGRATE_ID moves it and its
+ * events). Ids, listeners and held requests are the connection's own and go with it.
+ *
+ * As librdmacm drives an InfiniBand or RoCE device, the program moves its QPs itself with the
+ * attributes INIT_QP_ATTR answers, and the connection manager only carries what they need:
+ * - active: CONNECT sends REQ from the program's QP (in INIT) with its initial PSN; the peer's
+ *   ACCEPT is CONNECT_RESPONSE (its QP's port and initial PSN, IRD/ORD, private data), which
+ *   librdmacm turns into RTR and RTS and then the ACCEPT command: the handshake's third packet (a
+ *   pure ACK from the QP) goes out then.
+ * - passive: a REQ to a listening port is held (the listener's backlog counts it) and is a
+ *   CONNECT_REQUEST with a new id; the program creates its QP, moves it to RTS toward the
+ *   requester and ACCEPTs naming it: ACCEPT goes out from that QP's port, and ESTABLISHED follows
+ *   the peer's first packet. A request nobody answers within the half-open timeout is rejected.
+ * - DISCONNECT sends a FIN; a connected id whose QP went to error (the peer's FIN, its program's
+ *   death, retries exhausted) or away gets DISCONNECTED, once (a watch every WATCH_MS).
+ *
+ * Not served (errno and a line from the library): UD port spaces (RDMA_PS_UDP, RDMA_PS_IPOIB),
+ * multicast, AF_IB addresses, IPv6 addresses other than IPv4-mapped ones, options.
+ */
+import { formatIp4 } from '../../nodes/net/address.ts';
+import {
+  acceptDeferred,
+  CmConnectError,
+  ConnectionManager,
+  type Listener,
+  rejectDeferred,
+} from '../../nodes/rdma/cm.ts';
+import { type Qp, QpState } from '../../nodes/rdma/qp.ts';
+import type { Rdma } from '../../nodes/rdma/stack.ts';
+import { TrpOp } from '../../nodes/rdma/wire.ts';
+import {
+  RGV_ATTR_AV,
+  RGV_ATTR_DEST_QPN,
+  RGV_ATTR_MAX_DEST_RD_ATOMIC,
+  RGV_ATTR_MAX_QP_RD_ATOMIC,
+  RGV_ATTR_PATH_MTU,
+  RGV_ATTR_RETRY_CNT,
+  RGV_ATTR_RNR_RETRY,
+  RGV_ATTR_RQ_PSN,
+  RGV_ATTR_STATE,
+  RGV_ATTR_TIMEOUT,
+  RGV_CM_ADDR_ERROR,
+  RGV_CM_ADDR_RESOLVED,
+  RGV_CM_CONNECT_REQUEST,
+  RGV_CM_CONNECT_RESPONSE,
+  RGV_CM_DISCONNECTED,
+  RGV_CM_ESTABLISHED,
+  RGV_CM_REJECTED,
+  RGV_CM_ROUTE_RESOLVED,
+  RGV_CM_UNREACHABLE,
+  RGV_MTU_4096,
+  RGV_QPS_INIT,
+  RGV_QPS_RTR,
+  RGV_QPS_RTS,
+  RGV_UCMA_ACCEPT,
+  RGV_UCMA_BIND,
+  RGV_UCMA_CLOSE,
+  RGV_UCMA_CONNECT,
+  RGV_UCMA_CREATE_ID,
+  RGV_UCMA_DESTROY_ID,
+  RGV_UCMA_DISCONNECT,
+  RGV_UCMA_GET_EVENT,
+  RGV_UCMA_INIT_QP_ATTR,
+  RGV_UCMA_LISTEN,
+  RGV_UCMA_MAX_EVENTS,
+  RGV_UCMA_MAX_PRIVATE_DATA,
+  RGV_UCMA_MIGRATE_ID,
+  RGV_UCMA_QUERY,
+  RGV_UCMA_REJECT,
+  RGV_UCMA_RESOLVE_ADDR,
+  RGV_UCMA_RESOLVE_ROUTE,
+} from './abi.generated.ts';
+import type { Call, Owned, Reply, Server } from './handlers.ts';
+import { Errno } from './messages.ts';
+
+/** The errnos this file answers besides messages.ts's (Linux values). */
+const E = {
+  ...Errno,
+  EAGAIN: 11,
+  EAFNOSUPPORT: 97,
+  EADDRINUSE: 98,
+  EADDRNOTAVAIL: 99,
+  EISCONN: 106,
+  ETIMEDOUT: 110,
+  ECONNREFUSED: 111,
+  EHOSTUNREACH: 113,
+  ECANCELED: 125,
+} as const;
+
+/** librdmacm's port spaces (enum rdma_port_space). */
+const PS_TCP = 0x0106;
+const PS_IB = 0x013f;
+/** IB CM's reject reason "consumer defined" (what librdmacm shows for a program's rdma_reject). */
+const REJECT_CONSUMER = 28;
+/** The most ids one connection holds. */
+const MAX_IDS = 4096;
+/** How often connected and accepting ids are looked at (ESTABLISHED, DISCONNECTED). */
+const WATCH_MS = 2;
+/** An active connect's REQ is sent again this often, until this long has passed. */
+const CONNECT_RETRY_MS = 100;
+const CONNECT_TIMEOUT_MS = 5000;
+/** Ports a listen without a bound port takes one of. */
+const EPHEMERAL_LO = 49152;
+const EPHEMERAL_HI = 65535;
+
+type IdState =
+  | 'idle'
+  | 'bound'
+  | 'addr'
+  | 'route'
+  | 'listening'
+  | 'connecting'
+  | 'responded'
+  | 'requested'
+  | 'accepted'
+  | 'connected'
+  | 'disconnected'
+  | 'failed';
+
+interface Peer {
+  addr: number;
+  port: number;
+  isn: number;
+}
+
+interface Ev {
+  /** The id it is about (a new one for CONNECT_REQUEST). */
+  id: CmId;
+  /** The id whose count it is (the listening id for CONNECT_REQUEST). */
+  counted: CmId;
+  event: number;
+  status: number;
+  qpn: number;
+  ird: number;
+  ord: number;
+  pd: Uint8Array;
+}
+
+interface UChannel {
+  handle: number;
+  fd: number;
+  queue: Ev[];
+  dropped: number;
+}
+
+interface CmId {
+  handle: number;
+  uidLo: number;
+  uidHi: number;
+  channel: UChannel;
+  state: IdState;
+  src: number;
+  srcPort: number;
+  dst: number;
+  dstPort: number;
+  /** Events GET_EVENT has returned that count for this id (DESTROY_ID's and MIGRATE_ID's answer). */
+  reported: number;
+  /** A listening id's port. */
+  listenPort: number;
+  /** A request's listening id and the listener's key for it ("address:port"). */
+  parent: CmId | null;
+  key: string;
+  /** The requester's (passive) or acceptor's (active) QP port and initial PSN. */
+  peer: Peer | null;
+  /** The QP it connects (CONNECT, ACCEPT). */
+  qpn: number;
+  /** IRD and ORD as settled with the peer. */
+  ird: number;
+  ord: number;
+  /** When the request was held or the ACCEPT sent (ns of the graph's clock). */
+  sinceNs: number;
+}
+
+interface UcmaState {
+  channels: Map<number, UChannel>;
+  ids: Map<number, CmId>;
+  next: number;
+  rdma: Rdma;
+  server: Server;
+  own: Owned;
+}
+
+const STATES = new WeakMap<Owned, UcmaState>();
+/** Ids whose QP is looked at every WATCH_MS, with their connection's state. */
+const watched = new Map<CmId, UcmaState>();
+let watchTimer: ReturnType<typeof setInterval> | null = null;
+
+function stateOf(c: { server: Server; own: Owned }): UcmaState {
+  let s = STATES.get(c.own);
+  if (s === undefined) {
+    s = { channels: new Map(), ids: new Map(), next: 1, rdma: c.server.internals.rdma, server: c.server, own: c.own };
+    STATES.set(c.own, s);
+  }
+  return s;
+}
+
+function ip4(bytes: Uint8Array): number {
+  return ((bytes[0] << 24) | (bytes[1] << 16) | (bytes[2] << 8) | bytes[3]) >>> 0;
+}
+
+function bytes4(a: number): number[] {
+  return [a >>> 24, (a >>> 16) & 0xff, (a >>> 8) & 0xff, a & 0xff];
+}
+
+function nowNs(s: UcmaState): number {
+  return s.rdma.graph.clock.nowNs();
+}
+
+/** Queue an event on the id's channel (the eventfd readable from the first one on). */
+function post(s: UcmaState, ev: Omit<Ev, 'counted' | 'qpn' | 'ird' | 'ord' | 'pd'> & Partial<Ev>): boolean {
+  const ch = (ev.counted ?? ev.id).channel;
+  if (ch.queue.length >= RGV_UCMA_MAX_EVENTS) {
+    ch.dropped++;
+    s.server.lines.say(
+      s.own.logKey,
+      'warn',
+      `verbs socket: rdma_cm channel ${ch.handle} holds ${RGV_UCMA_MAX_EVENTS} events: one dropped (${s.own.owner})`,
+    );
+    return false;
+  }
+  ch.queue.push({ counted: ev.id, qpn: 0, ird: 0, ord: 0, pd: new Uint8Array(0), ...ev });
+  if (ch.queue.length === 1) s.server.core.eventfdSignal(ch.fd);
+  return true;
+}
+
+function watch(s: UcmaState, id: CmId): void {
+  watched.set(id, s);
+  if (watchTimer === null) {
+    watchTimer = setInterval(watchTick, WATCH_MS);
+    watchTimer.unref?.();
+  }
+}
+
+function unwatch(id: CmId): void {
+  watched.delete(id);
+  if (watched.size === 0 && watchTimer !== null) {
+    clearInterval(watchTimer);
+    watchTimer = null;
+  }
+}
+
+function liveQp(s: UcmaState, qpn: number): Qp | undefined {
+  const qp = s.rdma.qpsByQpn.get(qpn);
+  return qp === undefined || qp.destroyed ? undefined : qp;
+}
+
+/** ESTABLISHED for accepted ids the peer answered, DISCONNECTED for connections whose QP failed. */
+function watchTick(): void {
+  for (const [id, s] of watched) {
+    const qp = liveQp(s, id.qpn);
+    const down = qp === undefined || qp.state === QpState.ERROR;
+    if (id.state === 'accepted') {
+      if (down) {
+        id.state = 'disconnected';
+        post(s, { id, event: RGV_CM_DISCONNECTED, status: 0 });
+        unwatch(id);
+      } else if (!qp.halfOpen) {
+        id.state = 'connected';
+        post(s, { id, event: RGV_CM_ESTABLISHED, status: 0, qpn: id.peer?.port ?? 0, ird: id.ird, ord: id.ord });
+      } else if (nowNs(s) - id.sinceNs > s.rdma.cm.halfOpenTimeoutNs) {
+        // The requester never answered our ACCEPT: the connection is not made.
+        id.state = 'failed';
+        s.rdma.modifyQp(qp, { state: 'error' });
+        post(s, { id, event: RGV_CM_UNREACHABLE, status: -E.ETIMEDOUT });
+        unwatch(id);
+      }
+    } else if (id.state === 'requested') {
+      if (nowNs(s) - id.sinceNs > s.rdma.cm.halfOpenTimeoutNs) {
+        const l = id.parent ? s.rdma.cm.listeners.get(id.parent.listenPort) : undefined;
+        if (l) rejectDeferred(s.rdma.cm, l, id.key);
+        id.state = 'failed';
+        unwatch(id);
+      }
+    } else if (id.state === 'connected' || id.state === 'responded') {
+      if (down) {
+        id.state = 'disconnected';
+        post(s, { id, event: RGV_CM_DISCONNECTED, status: 0 });
+        unwatch(id);
+      }
+    } else if (id.state !== 'connecting') unwatch(id);
+  }
+}
+
+/** The device (node GUID) whose interface has address `a`; zeros when none. */
+async function guidOf(s: UcmaState, a: number): Promise<number[]> {
+  if (a === 0) return [0, 0, 0, 0, 0, 0, 0, 0];
+  const addr = formatIp4(a);
+  const d = (await s.server.dp.devices()).find((x) => x.ports[0]?.address === addr);
+  if (d === undefined) return [0, 0, 0, 0, 0, 0, 0, 0];
+  return d.nodeGuid.split(':').flatMap((w) => [parseInt(w.slice(0, 2), 16), parseInt(w.slice(2), 16)]);
+}
+
+/** The program's QP `qpn`, if this process made it (any of its connections). */
+async function programQp(s: UcmaState, qpn: number): Promise<Qp | undefined> {
+  const qp = liveQp(s, qpn);
+  if (qp === undefined) return undefined;
+  const view = await s.server.dp.getQp(qpn).catch(() => null);
+  return view !== null && view.owner === s.own.owner ? qp : undefined;
+}
+
+/** Forget an id: its queued events, its listener and the requests it holds, its watch. */
+function dropId(s: UcmaState, id: CmId): void {
+  s.ids.delete(id.handle);
+  unwatch(id);
+  for (const ch of s.channels.values()) {
+    const before = ch.queue.length;
+    ch.queue = ch.queue.filter((e) => e.id !== id && e.counted !== id);
+    if (before > 0 && ch.queue.length === 0) s.server.core.eventfdDrain(ch.fd);
+  }
+  const cm = s.rdma.cm;
+  if (id.state === 'listening') {
+    try {
+      s.rdma.unlisten(id.listenPort);
+    } catch {
+      // already gone
+    }
+    for (const child of s.ids.values()) if (child.parent === id) child.parent = null;
+  }
+  if (id.state === 'requested' && id.parent !== null) {
+    const l = cm.listeners.get(id.parent.listenPort);
+    if (l) rejectDeferred(cm, l, id.key);
+  }
+  if (id.state === 'connecting') {
+    const qp = liveQp(s, id.qpn);
+    if (qp) cm.cancel(qp, `rdma_cm id ${id.handle} destroyed`);
+  }
+}
+
+function newHandle(s: UcmaState): number {
+  for (let k = 0; k < MAX_IDS * 4; k++) {
+    const h = s.next;
+    s.next = s.next >= 0x7fffffff ? 1 : s.next + 1;
+    if (!s.ids.has(h) && !s.channels.has(h)) return h;
+  }
+  return 0;
+}
+
+/** UCMA_CHANNEL: the program's eventfd for a new channel (an open of rdma_cm). */
+export async function ucmaChannel(c: Call<'UCMA_CHANNEL'>): Promise<Reply | number> {
+  c.body();
+  const s = stateOf(c);
+  if (s.channels.size >= c.server.limits.maxFdsPerConnection) return E.EMFILE;
+  const t = c.takeEventfd();
+  if ('errno' in t) return t.errno;
+  const handle = newHandle(s);
+  if (handle === 0) {
+    c.server.core.closeFd(t.fd);
+    return E.ENOMEM;
+  }
+  s.channels.set(handle, { handle, fd: t.fd, queue: [], dropped: 0 });
+  return c.reply({ handle });
+}
+
+/** Everything of the connection's rdma_cm: at its close. */
+export function releaseUcma(own: Owned): void {
+  const s = STATES.get(own);
+  if (s === undefined) return;
+  for (const id of [...s.ids.values()]) {
+    if (id.state === 'connected' || id.state === 'accepted' || id.state === 'responded') {
+      const qp = liveQp(s, id.qpn);
+      if (qp) s.rdma.disconnect(qp);
+    }
+    dropId(s, id);
+  }
+  for (const ch of s.channels.values()) s.server.core.closeFd(ch.fd);
+  s.channels.clear();
+  STATES.delete(own);
+}
+
+type Req = ReturnType<Call<'UCMA'>['body']>;
+type ReplyValues = Parameters<Call<'UCMA'>['reply']>[0];
+
+/** UCMA: one rdma_cm command. */
+export async function ucma(c: Call<'UCMA'>): Promise<Reply | number> {
+  const q = c.body();
+  const s = stateOf(c);
+  const out = (v: Partial<ReplyValues> = {}) => c.reply(v as ReplyValues);
+  if (q.cmd === RGV_UCMA_CREATE_ID) {
+    const ch = s.channels.get(q.channel);
+    if (ch === undefined) return E.EINVAL;
+    if (q.ps !== PS_TCP && q.ps !== PS_IB) return E.EOPNOTSUPP;
+    if (s.ids.size >= MAX_IDS) return E.ENOMEM;
+    const handle = newHandle(s);
+    if (handle === 0) return E.ENOMEM;
+    s.ids.set(handle, newId(handle, ch, q.uid_lo, q.uid_hi));
+    return out({ id: handle });
+  }
+  if (q.cmd === RGV_UCMA_GET_EVENT) return getEvent(c, s, q);
+  if (q.cmd === RGV_UCMA_CLOSE) {
+    const ch = s.channels.get(q.channel);
+    if (ch === undefined) return E.EINVAL;
+    for (const id of [...s.ids.values()]) if (id.channel === ch) dropId(s, id);
+    s.channels.delete(ch.handle);
+    c.server.core.closeFd(ch.fd);
+    return out();
+  }
+  const id = s.ids.get(q.id);
+  if (id === undefined) return E.EINVAL;
+  switch (q.cmd) {
+    case RGV_UCMA_DESTROY_ID: {
+      if (id.state === 'connected' || id.state === 'accepted') {
+        const qp = liveQp(s, id.qpn);
+        if (qp) s.rdma.disconnect(qp);
+      }
+      dropId(s, id);
+      return out({ count: id.reported });
+    }
+    case RGV_UCMA_MIGRATE_ID: {
+      const to = s.channels.get(q.channel);
+      if (to === undefined) return E.EINVAL;
+      const from = id.channel;
+      if (from !== to) {
+        const moving = from.queue.filter((e) => e.id === id || e.counted === id);
+        from.queue = from.queue.filter((e) => e.id !== id && e.counted !== id);
+        if (moving.length > 0 && from.queue.length === 0) c.server.core.eventfdDrain(from.fd);
+        id.channel = to;
+        for (const e of moving) post(s, e);
+      }
+      return out({ count: id.reported });
+    }
+    case RGV_UCMA_BIND:
+      return bind(c, s, id, q);
+    case RGV_UCMA_RESOLVE_ADDR:
+      return resolveAddr(c, s, id, q);
+    case RGV_UCMA_RESOLVE_ROUTE:
+      if (id.state !== 'addr') return E.EINVAL;
+      id.state = 'route';
+      post(s, { id, event: RGV_CM_ROUTE_RESOLVED, status: 0 });
+      return out();
+    case RGV_UCMA_QUERY:
+      return out({
+        node_guid: await guidOf(s, id.src),
+        src_ipv4: bytes4(id.src),
+        dst_ipv4: bytes4(id.dst),
+        src_port: id.srcPort,
+        dst_port: id.dstPort,
+      });
+    case RGV_UCMA_LISTEN:
+      return listen(c, s, id, q);
+    case RGV_UCMA_CONNECT:
+      return connect(c, s, id, q);
+    case RGV_UCMA_ACCEPT:
+      return accept(c, s, id, q);
+    case RGV_UCMA_REJECT: {
+      if (id.state !== 'requested') return E.EINVAL;
+      const l = id.parent ? s.rdma.cm.listeners.get(id.parent.listenPort) : undefined;
+      if (l) rejectDeferred(s.rdma.cm, l, id.key, privateData(q));
+      id.state = 'failed';
+      unwatch(id);
+      return out();
+    }
+    case RGV_UCMA_DISCONNECT: {
+      const was = id.state;
+      if (was !== 'connected' && was !== 'accepted' && was !== 'responded' && was !== 'disconnected') return E.EINVAL;
+      // The FIN goes even when DISCONNECTED came first (librdmacm moves the QP to ERROR before
+      // this command, which the watch may have seen): sent once per QP.
+      const qp = liveQp(s, id.qpn);
+      if (qp) s.rdma.disconnect(qp);
+      if (was === 'disconnected') return out();
+      id.state = 'disconnected';
+      unwatch(id);
+      post(s, { id, event: RGV_CM_DISCONNECTED, status: 0 });
+      return out();
+    }
+    case RGV_UCMA_INIT_QP_ATTR:
+      return initQpAttr(c, id, q);
+    default:
+      return E.EINVAL;
+  }
+}
+
+function newId(handle: number, channel: UChannel, uidLo: number, uidHi: number): CmId {
+  return {
+    handle,
+    uidLo,
+    uidHi,
+    channel,
+    state: 'idle',
+    src: 0,
+    srcPort: 0,
+    dst: 0,
+    dstPort: 0,
+    reported: 0,
+    listenPort: 0,
+    parent: null,
+    key: '',
+    peer: null,
+    qpn: 0,
+    ird: 1,
+    ord: 1,
+    sinceNs: 0,
+  };
+}
+
+function privateData(q: Req): Uint8Array {
+  return q.private_data.slice(0, Math.min(q.private_data_len, RGV_UCMA_MAX_PRIVATE_DATA - 1));
+}
+
+function bind(c: Call<'UCMA'>, s: UcmaState, id: CmId, q: Req): Reply | number {
+  if (id.state !== 'idle') return E.EINVAL;
+  const a = ip4(q.src_ipv4);
+  if (a !== 0 && s.rdma.net.interfaces.localInterface(a) === 0) return E.EADDRNOTAVAIL;
+  id.src = a;
+  id.srcPort = q.src_port;
+  id.state = 'bound';
+  return c.reply({} as ReplyValues);
+}
+
+function resolveAddr(c: Call<'UCMA'>, s: UcmaState, id: CmId, q: Req): Reply | number {
+  if (id.state !== 'idle' && id.state !== 'bound' && id.state !== 'addr') return E.EINVAL;
+  const dst = ip4(q.dst_ipv4);
+  const want = ip4(q.src_ipv4) || id.src;
+  if (want !== 0 && s.rdma.net.interfaces.localInterface(want) === 0) return E.EADDRNOTAVAIL;
+  const ifs = s.rdma.net.interfaces;
+  const ix = dst === 0 ? 0 : ifs.routeFrom(want, dst);
+  id.dst = dst;
+  id.dstPort = q.dst_port;
+  if (ix === 0) {
+    post(s, { id, event: RGV_CM_ADDR_ERROR, status: -E.EHOSTUNREACH });
+    return c.reply({} as ReplyValues);
+  }
+  id.src = want !== 0 ? want : ifs.address[ix];
+  id.state = 'addr';
+  post(s, { id, event: RGV_CM_ADDR_RESOLVED, status: 0 });
+  return c.reply({} as ReplyValues);
+}
+
+function listen(c: Call<'UCMA'>, s: UcmaState, id: CmId, q: Req): Reply | number {
+  if (id.state === 'listening') return c.reply({} as ReplyValues); // a new backlog: kept as it was
+  if (id.state !== 'bound' && id.state !== 'idle') return E.EINVAL;
+  const backlog = Math.max(1, Math.min(q.backlog || 1, 1024));
+  const ports =
+    id.srcPort !== 0
+      ? [id.srcPort]
+      : Array.from({ length: 64 }, () => EPHEMERAL_LO + Math.floor(Math.random() * (EPHEMERAL_HI - EPHEMERAL_LO)));
+  for (const port of ports) {
+    try {
+      s.rdma.listen(port, (req) => request(s, id, req), { backlog });
+    } catch {
+      continue;
+    }
+    const l = s.rdma.cm.listeners.get(port) as Listener;
+    l.rejectWhenFull = true;
+    id.srcPort = port;
+    id.listenPort = port;
+    id.state = 'listening';
+    return c.reply({} as ReplyValues);
+  }
+  return E.EADDRINUSE;
+}
+
+/** A REQ to a listening id: a new id and CONNECT_REQUEST; the answer waits for the program. */
+function request(
+  s: UcmaState,
+  listener: CmId,
+  req: { address: string; port: number; listenPort: number; ird: number; ord: number; privateData: Uint8Array },
+): { defer: true } | { reject: true; reason: string } {
+  const src = ip4(new Uint8Array(req.address.split('.').map(Number)));
+  if (listener.state !== 'listening' || !s.ids.has(listener.handle)) return { reject: true, reason: 'not listening' };
+  if (listener.src !== 0 && s.rdma.net.interfaces.routeFrom(listener.src, src) === 0)
+    return { reject: true, reason: 'no route from the bound address' };
+  if (s.ids.size >= MAX_IDS || listener.channel.queue.length >= RGV_UCMA_MAX_EVENTS)
+    return { reject: true, reason: 'too many ids or events' };
+  const handle = newHandle(s);
+  if (handle === 0) return { reject: true, reason: 'no id' };
+  const id = newId(handle, listener.channel, listener.uidLo, listener.uidHi);
+  const ifs = s.rdma.net.interfaces;
+  id.state = 'requested';
+  id.parent = listener;
+  id.key = `${src}:${req.port}`;
+  id.dst = src;
+  id.dstPort = req.port;
+  id.src = listener.src !== 0 ? listener.src : ifs.address[ifs.routeFrom(0, src)];
+  id.srcPort = req.listenPort;
+  id.ird = Math.max(1, req.ord);
+  id.ord = Math.max(1, req.ird);
+  id.sinceNs = nowNs(s);
+  s.ids.set(handle, id);
+  // What the requester offers, from this side: its ORD is our responder resources, its IRD our initiator depth.
+  post(s, {
+    id,
+    counted: listener,
+    event: RGV_CM_CONNECT_REQUEST,
+    status: 0,
+    qpn: req.port,
+    ird: id.ird,
+    ord: id.ord,
+    pd: req.privateData.slice(0, RGV_UCMA_MAX_PRIVATE_DATA - 1),
+  });
+  watch(s, id);
+  return { defer: true };
+}
+
+async function connect(c: Call<'UCMA'>, s: UcmaState, id: CmId, q: Req): Promise<Reply | number> {
+  if (id.state !== 'route' && id.state !== 'addr') return id.state === 'connected' ? E.EISCONN : E.EINVAL;
+  const qp = await programQp(s, q.qpn);
+  if (qp === undefined) return E.EINVAL;
+  if (qp.state !== QpState.INIT || s.rdma.cm.pending.has(qp.index)) return E.EINVAL;
+  const pd = privateData(q);
+  id.qpn = qp.qpn;
+  id.ird = Math.max(1, Math.min(q.responder_resources || qp.cfg.ird, qp.cfg.ird));
+  id.ord = Math.max(1, Math.min(q.initiator_depth || qp.cfg.ord, qp.cfg.ord));
+  id.state = 'connecting';
+  // The QP sends REQ to the listener and takes the answer from its address.
+  qp.remoteAddr = id.dst;
+  qp.remotePort = id.dstPort;
+  qp.cmRole = 'active';
+  const cm = s.rdma.cm;
+  const p = new Promise<{ privateData: Uint8Array }>((resolve, reject) =>
+    cm.connect(
+      {
+        qp,
+        startNs: nowNs(s),
+        timeoutNs: CONNECT_TIMEOUT_MS * 1e6,
+        retryNs: CONNECT_RETRY_MS * 1e6,
+        req: ConnectionManager.message(TrpOp.REQ, id.ird, id.ord, pd, qp.isn, 0),
+        resolve,
+        reject,
+        deferred: (a) => {
+          id.peer = { addr: a.src, port: a.srcPort, isn: a.psn };
+          // Our ORD at most the peer's IRD; our IRD serves the peer's ORD.
+          id.ord = Math.max(1, Math.min(id.ord, a.ird));
+          id.ird = Math.max(id.ird, Math.min(a.ord, qp.cfg.ird));
+        },
+      },
+      id.dst,
+      id.dstPort,
+    ),
+  );
+  p.then(
+    (r) => {
+      if (!s.ids.has(id.handle) || id.state !== 'connecting') return;
+      id.state = 'responded';
+      post(s, {
+        id,
+        event: RGV_CM_CONNECT_RESPONSE,
+        status: 0,
+        qpn: id.peer?.port ?? 0,
+        ird: id.ird,
+        ord: id.ord,
+        pd: r.privateData.slice(0, RGV_UCMA_MAX_PRIVATE_DATA - 1),
+      });
+      watch(s, id);
+    },
+    (e: Error) => {
+      if (!s.ids.has(id.handle) || id.state !== 'connecting') return;
+      id.state = 'failed';
+      const code = e instanceof CmConnectError ? e.code : 'cancelled';
+      if (code === 'rejected')
+        post(s, {
+          id,
+          event: RGV_CM_REJECTED,
+          status: REJECT_CONSUMER,
+          pd: ((e as CmConnectError).privateData ?? new Uint8Array(0)).slice(0, RGV_UCMA_MAX_PRIVATE_DATA - 1),
+        });
+      else post(s, { id, event: RGV_CM_UNREACHABLE, status: code === 'timeout' ? -E.ETIMEDOUT : -E.ECANCELED });
+    },
+  );
+  return c.reply({} as ReplyValues);
+}
+
+async function accept(c: Call<'UCMA'>, s: UcmaState, id: CmId, q: Req): Promise<Reply | number> {
+  if (id.state === 'responded') {
+    // The active side after CONNECT_RESPONSE (its QP in RTS now): the handshake's third packet.
+    const qp = liveQp(s, id.qpn);
+    if (qp === undefined || qp.state !== QpState.RTS) return E.EINVAL;
+    s.rdma.core.sendAck(qp);
+    id.state = 'connected';
+    watch(s, id);
+    return c.reply({} as ReplyValues);
+  }
+  if (id.state !== 'requested') return E.EINVAL;
+  const l = id.parent ? s.rdma.cm.listeners.get(id.parent.listenPort) : undefined;
+  if (l === undefined) return E.EINVAL;
+  const qp = await programQp(s, q.qpn);
+  if (qp === undefined || id.state !== 'requested') return E.EINVAL;
+  try {
+    acceptDeferred(s.rdma.cm, l, id.key, qp, privateData(q));
+  } catch (e) {
+    c.server.lines.say(
+      c.own.logKey,
+      'warn',
+      `verbs socket: rdma_accept refused: ${(e as Error).message} (${c.own.owner})`,
+    );
+    return E.EINVAL;
+  }
+  id.uidLo = q.uid_lo;
+  id.uidHi = q.uid_hi;
+  id.qpn = qp.qpn;
+  id.peer = { addr: qp.remoteAddr, port: qp.remotePort, isn: qp.peerIsn };
+  id.state = 'accepted';
+  id.sinceNs = nowNs(s);
+  watch(s, id);
+  return c.reply({} as ReplyValues);
+}
+
+/** What librdmacm gives ibv_modify_qp for `state`: the peer's address, QP, PSN, IRD and ORD. */
+function initQpAttr(c: Call<'UCMA'>, id: CmId, q: Req): Reply | number {
+  const state = q.qpn;
+  if (state === RGV_QPS_INIT) return c.reply({ mask: RGV_ATTR_STATE, state } as ReplyValues);
+  if (state === RGV_QPS_RTR) {
+    let peer: Peer | null = id.peer;
+    if (id.state === 'requested' && id.parent !== null) {
+      const s = STATES.get(c.own);
+      const d = s?.rdma.cm.listeners.get(id.parent.listenPort)?.deferred?.get(id.key);
+      if (d !== undefined) peer = { addr: d.src, port: d.srcPort, isn: d.peerIsn };
+    }
+    if (peer === null) return E.EINVAL;
+    return c.reply({
+      mask:
+        RGV_ATTR_STATE |
+        RGV_ATTR_AV |
+        RGV_ATTR_PATH_MTU |
+        RGV_ATTR_DEST_QPN |
+        RGV_ATTR_RQ_PSN |
+        RGV_ATTR_MAX_DEST_RD_ATOMIC,
+      state,
+      dst_ipv4: bytes4(peer.addr),
+      qpn: peer.port,
+      rq_psn: peer.isn,
+      path_mtu: RGV_MTU_4096,
+      responder_resources: id.ird,
+      initiator_depth: id.ord,
+    } as ReplyValues);
+  }
+  if (state === RGV_QPS_RTS) {
+    if (id.peer === null && id.state !== 'requested') return E.EINVAL;
+    return c.reply({
+      mask: RGV_ATTR_STATE | RGV_ATTR_TIMEOUT | RGV_ATTR_RETRY_CNT | RGV_ATTR_RNR_RETRY | RGV_ATTR_MAX_QP_RD_ATOMIC,
+      state,
+      responder_resources: id.ird,
+      initiator_depth: id.ord,
+      retry_count: 7,
+      rnr_retry_count: 7,
+    } as ReplyValues);
+  }
+  return E.EINVAL;
+}
+
+function getEvent(c: Call<'UCMA'>, s: UcmaState, q: Req): Reply | number {
+  const ch = s.channels.get(q.channel);
+  if (ch === undefined) return E.EINVAL;
+  const ev = ch.queue.shift();
+  if (ev === undefined) return E.EAGAIN;
+  if (ch.queue.length === 0) c.server.core.eventfdDrain(ch.fd);
+  ev.counted.reported++;
+  const pd = ev.pd.slice(0, RGV_UCMA_MAX_PRIVATE_DATA - 1);
+  const privateDataOut = new Uint8Array(RGV_UCMA_MAX_PRIVATE_DATA);
+  privateDataOut.set(pd);
+  return c.reply({
+    uid_lo: ev.counted.uidLo,
+    uid_hi: ev.counted.uidHi,
+    id: ev.id.handle,
+    event: ev.event,
+    status: ev.status >>> 0,
+    count: ev.counted.handle,
+    qpn: ev.qpn,
+    responder_resources: ev.ird,
+    initiator_depth: ev.ord,
+    retry_count: 7,
+    rnr_retry_count: 7,
+    private_data_len: pd.length,
+    private_data: privateDataOut,
+  } as ReplyValues);
+}
