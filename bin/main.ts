@@ -17,7 +17,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { STARTUP_CONFIG, loadConfig, ConfigError } from '../config/load.ts';
+import { STARTUP_CONFIG, loadConfig, ConfigError, verbsSocketPath } from '../config/load.ts';
 import type { Config } from '../config/types.ts';
 import { driverUnavailable, VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import type { DataplaneApi, VerbsSocket } from '../dataplane/api.ts';
@@ -145,7 +145,8 @@ async function start(file: string, isDefault: boolean): Promise<void> {
   }
   let verbs: VerbsSocket;
   try {
-    verbs = dp.serveVerbs({ path: config.verbs.socket, log: (l, m) => log(l, m) });
+    const path = verbsSocketPath(config, Number(new URL(api.url).port)) as string;
+    verbs = dp.serveVerbs({ path, log: (l, m) => log(l, m) });
   } catch (e) {
     log('error', `cannot open the verbs socket: ${(e as Error).message}`);
     await api.close();
@@ -233,7 +234,11 @@ function exec(argv: string[]): void {
     console.error(`rdma-graph: ${lib} was not built: install libibverbs-dev and run npm run build`);
     process.exit(1);
   }
-  const path = socket ?? load(file).verbs.socket;
+  const path = socket ?? verbsSocketPath(load(file));
+  if (path === null)
+    usage(
+      `exec: ${file} sets no verbs.socket and its API port is 0, so its daemon's socket is named after the port it got: give --socket PATH (the daemon's start-up line names it)`,
+    );
   const env = {
     ...process.env,
     RDMA_GRAPH_SOCKET: path.startsWith('@') ? path : resolve(path),

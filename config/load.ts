@@ -60,7 +60,16 @@ export function formatIssue(source: string, i: ConfigIssue): string {
   return `${at}: ${i.path === '' ? '' : `${i.path}: `}${i.message}`;
 }
 
-/** Read and check a configuration file. Throws ConfigError (also when it cannot be read). */
+/**
+ * The verbs socket of a daemon of `config` whose API listens on `apiPort` (the configured port;
+ * the one it got when that is 0): `verbs.socket`, else `run/verbs-PORT.sock`, so that two
+ * daemons with different API ports never share one. null: derived from a port not known yet (0).
+ */
+export function verbsSocketPath(config: Config, apiPort: number = config.api.port): string | null {
+  if (config.verbs.socket !== null) return config.verbs.socket;
+  return apiPort === 0 ? null : `run/verbs-${apiPort}.sock`;
+}
+
 /** Read and check a start-up file (the embedded default when no path is given). Throws ConfigError. */
 export function loadConfig(path: string = STARTUP_CONFIG): Config {
   let text: string;

@@ -732,8 +732,8 @@ export const SCHEMA: MapSpec = {
       keys: {
         socket: {
           type: 'string',
-          default: 'run/verbs.sock',
-          doc: 'its path (mode 0660 from the moment it exists; relative: against the daemon\'s working directory), or "@name" in the abstract namespace',
+          nullable: true,
+          doc: 'its path (mode 0660 from the moment it exists; relative: against the daemon\'s working directory), or "@name" in the abstract namespace; null: run/verbs-PORT.sock, PORT the API\'s port (with api.listen port 0, the port it got), so that daemons with different API ports never share one',
         },
         'max-connections': {
           type: 'int',

@@ -143,7 +143,8 @@ export interface Config {
    * daemon, and what one of them may hold.
    */
   verbs: {
-    socket: string;
+    /** null: derived from the API's port (verbsSocketPath in config/load.ts). */
+    socket: string | null;
     maxConnections: number;
     maxConnectionsPerUid: number;
     maxConnectionsPerPid: number;

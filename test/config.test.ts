@@ -864,7 +864,7 @@ const DEFAULTS: Config = {
   },
   capture: { dir: 'run/captures', maxBytes: 64 * 2 ** 20 },
   verbs: {
-    socket: 'run/verbs.sock',
+    socket: null,
     maxConnections: 256,
     maxConnectionsPerUid: 64,
     maxConnectionsPerPid: 16,

@@ -147,7 +147,7 @@ export function checkSessions(): void {
   assert.match(curl.out, /"wrId":"w1".*"status":"success"/);
   assert.match(curl.out, /^hello$/m);
   assert.match(curl.out, /^rdmagraph_qp_tx_packets_total\{.*\} [1-9]\d*$/m, "the QP's counters in /metrics");
-  // The verbs block: A's run/verbs.sock and B's run/verbs-peer.sock, the programs unmodified.
+  // The verbs block: A's run/verbs-7070.sock and B's run/verbs-7071.sock, the programs unmodified.
   // Last: without the programs the test ends here as skipped (a failure in strict mode).
   if (spawnSync('ibv_devinfo', ['--help']).error) skip('ibverbs-utils is not installed (ibv_devinfo)');
   if (spawnSync('ib_write_bw', ['--help']).error) skip('perftest is not installed (ib_write_bw)');
