@@ -3,8 +3,12 @@
  * to its kernel interface (native/verbs-lib/ucma.c: /dev/infiniband/rdma_cm, the ucma commands,
  * the event fd) and the daemon's connection manager (dataplane/verbs-server/ucma.ts,
  * nodes/rdma/cm.ts). rping (rdmacm-utils) in both roles between two data planes, with its own
- * data check (-v prints each ping, -V verifies it), and the hostile cases: a connect to a port
- * nobody listens on, garbage written to rdma_cm.
+ * data check (-v prints each ping, -V verifies it) and on one data plane (loopback); ucmatose
+ * with 4 connections; rdma_server/rdma_client (synchronous ids, rdma_getaddrinfo, migrated
+ * ids); rstream and riostream (rsockets) at sizes around the segment size; perftest's -R
+ * (rdma_cm) variants. The hostile cases: a connect to a port nobody listens on ends (not a
+ * hang), garbage written to rdma_cm fails with EINVAL in that program only, and a peer killed
+ * mid-run ends the other side's run.
  */
 import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
@@ -13,13 +17,13 @@ import { existsSync } from 'node:fs';
 import type { DataplaneApi } from '../dataplane/api.ts';
 import { Dataplane, VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import { IP_A, IP_B } from './dataplane-helpers.ts';
-import { nextPort, runTool, type Tool, withTwoDaemons } from './verbs-helpers.ts';
+import { nextPort, type Run, runTool, type Tool, withTwoDaemons } from './verbs-helpers.ts';
 
-/** What the programs printed but librdmacm's ECE probe (ibv_query_ece/ibv_set_ece: EOPNOTSUPP, which it takes). */
+/** What the library refused, as the programs printed it (none expected). */
 const refusals = (out: string) =>
   out
     .split('\n')
-    .filter((l) => /rdma-graph verbs:/.test(l) && !/ibv_(query|set)_ece is not supported/.test(l))
+    .filter((l) => l.includes('rdma-graph verbs:'))
     .join('\n');
 
 const ready = () => {
@@ -38,38 +42,172 @@ async function cmListening(dp: DataplaneApi, server: Tool, port: number): Promis
   }
 }
 
+/** `server` on one verbs socket, then `client` on another once the server listens on `port`; both results. */
+async function cmPair(
+  sockets: { server: string; client: string; dp: DataplaneApi },
+  port: number,
+  server: string[],
+  client: string[],
+): Promise<[Run, Run]> {
+  const s = runTool(sockets.server, server, 60_000, 'exec');
+  await cmListening(sockets.dp, s, port);
+  const c = await runTool(sockets.client, client, 60_000, 'exec').done;
+  return [await s.done, c];
+}
+
+/** Both ended with status 0 and printed no refusal. */
+function bothOk(what: string, [srv, cli]: [Run, Run]): void {
+  assert.is(cli.code, 0, `${what} client:\n${cli.out}\nserver:\n${srv.out}`);
+  assert.is(srv.code, 0, `${what} server:\n${srv.out}\nclient:\n${cli.out}`);
+  assert.is(refusals(cli.out + srv.out), '', `${what}: nothing refused`);
+}
+
 test('rping: server on one data plane, client on the other, 10 pings verified', async () => {
   ready();
   await withTwoDaemons(async ({ a, b, dpB }) => {
     const port = nextPort();
-    const server = runTool(b, ['rping', '-s', '-a', IP_B, '-p', String(port), '-C', '10', '-V'], 30_000, 'exec');
-    await cmListening(dpB, server, port);
-    const client = await runTool(
-      a,
+    const [srv, cli] = await cmPair(
+      { server: b, client: a, dp: dpB },
+      port,
+      ['rping', '-s', '-a', IP_B, '-p', String(port), '-C', '10', '-V'],
       ['rping', '-c', '-a', IP_B, '-p', String(port), '-C', '10', '-v', '-V'],
-      30_000,
-      'exec',
-    ).done;
-    const srv = await server.done;
-    assert.is(client.code, 0, `client:\n${client.out}\nserver:\n${srv.out}`);
-    assert.is(srv.code, 0, `server:\n${srv.out}`);
-    const pings = client.out.split('\n').filter((l) => /^ping data: rdma-ping-\d+: /.test(l));
-    assert.is(pings.length, 10, `10 pings printed:\n${client.out}`);
-    assert.is(refusals(client.out + srv.out), '', 'nothing refused');
+    );
+    bothOk('rping', [srv, cli]);
+    const pings = cli.out.split('\n').filter((l) => /^ping data: rdma-ping-\d+: /.test(l));
+    assert.is(pings.length, 10, `10 pings printed:\n${cli.out}`);
   });
 });
 
-test('rping the other way, server bound to any address (INADDR_ANY)', async () => {
+test('rping the other way, server bound to any address (INADDR_ANY), and loopback on one data plane', async () => {
   ready();
   await withTwoDaemons(async ({ a, b, dpA }) => {
-    const port = nextPort();
-    const server = runTool(a, ['rping', '-s', '-a', '0.0.0.0', '-p', String(port), '-C', '5', '-V'], 30_000, 'exec');
-    await cmListening(dpA, server, port);
-    const client = await runTool(b, ['rping', '-c', '-a', IP_A, '-p', String(port), '-C', '5', '-V'], 30_000, 'exec')
+    let port = nextPort();
+    bothOk(
+      'rping B to A',
+      await cmPair(
+        { server: a, client: b, dp: dpA },
+        port,
+        ['rping', '-s', '-a', '0.0.0.0', '-p', String(port), '-C', '5', '-V'],
+        ['rping', '-c', '-a', IP_A, '-p', String(port), '-C', '5', '-V'],
+      ),
+    );
+    port = nextPort();
+    bothOk(
+      'rping loopback',
+      await cmPair(
+        { server: a, client: a, dp: dpA },
+        port,
+        ['rping', '-s', '-a', IP_A, '-p', String(port), '-C', '5', '-V'],
+        ['rping', '-c', '-a', IP_A, '-p', String(port), '-C', '5', '-V'],
+      ),
+    );
+  });
+});
+
+test('ucmatose -c 4, rdma_server/rdma_client, rstream and riostream (rsockets)', async () => {
+  ready();
+  await withTwoDaemons(async ({ a, b, dpB }) => {
+    const on = { server: b, client: a, dp: dpB };
+    let port = nextPort();
+    bothOk(
+      'ucmatose',
+      await cmPair(
+        on,
+        port,
+        ['ucmatose', '-p', String(port), '-c', '4'],
+        ['ucmatose', '-s', IP_B, '-p', String(port), '-c', '4'],
+      ),
+    );
+    port = nextPort();
+    bothOk(
+      'rdma_server/rdma_client',
+      await cmPair(on, port, ['rdma_server', '-p', String(port)], ['rdma_client', '-s', IP_B, '-p', String(port)]),
+    );
+    // Around the segment size (1500-byte MTU: a segment holds some 1400 bytes) and well above.
+    for (const tool of ['rstream', 'riostream'])
+      for (const size of ['1400', '1500', '65536']) {
+        port = nextPort();
+        const r = await cmPair(
+          on,
+          port,
+          [tool, '-p', String(port), '-S', size, '-C', '200'],
+          [tool, '-s', IP_B, '-p', String(port), '-S', size, '-C', '200'],
+        );
+        bothOk(`${tool} -S ${size}`, r);
+        assert.match(r[1].out, /Gb\/sec/, `${tool} -S ${size} printed its result:\n${r[1].out}`);
+      }
+  });
+});
+
+test("perftest's rdma_cm variants: ib_send_bw -R, ib_write_lat -R, ib_read_bw -R -q 4", async () => {
+  ready();
+  if (spawnSync('ib_send_bw', ['-h']).error) skip('perftest is not installed');
+  await withTwoDaemons(async ({ a, b, dpB }) => {
+    for (const cmd of [
+      ['ib_send_bw', '-R', '-F', '-n', '500'],
+      ['ib_write_lat', '-R', '-F', '-n', '500'],
+      ['ib_read_bw', '-R', '-F', '-n', '200', '-q', '4'],
+    ]) {
+      const port = nextPort();
+      const r = await cmPair(
+        { server: b, client: a, dp: dpB },
+        port,
+        [...cmd, '-p', String(port)],
+        [...cmd, '-p', String(port), IP_B],
+      );
+      bothOk(cmd.join(' '), r);
+      assert.match(r[1].out, /^\s+\d+\s+\d+\s+[\d.]+/m, `${cmd[0]} printed its figures:\n${r[1].out}`);
+    }
+  });
+});
+
+test('hostile: no listener, garbage written to rdma_cm, a peer killed mid-run', async () => {
+  ready();
+  await withTwoDaemons(async ({ a, b, dpB }) => {
+    // A connect to a port nobody listens on ends, with an error, within the CM's timeout.
+    const t0 = Date.now();
+    const lone = await runTool(a, ['rping', '-c', '-a', IP_B, '-p', String(nextPort()), '-C', '1'], 30_000, 'exec')
       .done;
+    assert.ok(lone.code !== 0 && lone.signal === null, `rping to nobody fails:\n${lone.out}`);
+    assert.match(lone.out, /RDMA_CM_EVENT_UNREACHABLE, error -110/, lone.out);
+    assert.ok(Date.now() - t0 < 15_000, 'and does not hang');
+
+    // Garbage: each write fails (EINVAL: short, unknown, longer than written, too short a body,
+    // no such id; EAGAIN: no event; EFAULT: a response address that is not the program's).
+    const py = [
+      'import errno, os, struct',
+      "fd = os.open('/dev/infiniband/rdma_cm', os.O_RDWR)",
+      'os.set_blocking(fd, False)',
+      "h = lambda c, i, o: struct.pack('<IHH', c, i, o)",
+      "cases = [b'', b'abc', h(99, 0, 0), h(0, 100, 0) + bytes(8), h(1, 8, 4) + bytes(8),",
+      "         h(1, 16, 4) + struct.pack('<QII', 0, 12345, 0), h(12, 8, 300) + struct.pack('<Q', 16),",
+      "         h(0, 24, 4) + struct.pack('<QQHB5x', 0, 16, 0x0106, 2), h(200, 0, 0) + os.urandom(300)]",
+      'out = []',
+      'for c in cases:',
+      '    try:',
+      '        os.write(fd, c); out.append("ok")',
+      '    except OSError as e:',
+      '        out.append(errno.errorcode[e.errno])',
+      "print(' '.join(out))",
+    ].join('\n');
+    const g = await runTool(a, ['python3', '-c', py], 20_000, 'exec').done;
+    assert.is(g.code, 0, g.out);
+    assert.is(g.out.trim(), 'EINVAL EINVAL EINVAL EINVAL EINVAL EINVAL EAGAIN EFAULT EINVAL', g.out);
+
+    // A client killed mid-run: the server's connection ends (DISCONNECTED, or its work requests
+    // flushed) and it exits by itself.
+    const port = nextPort();
+    const server = runTool(b, ['rping', '-s', '-a', IP_B, '-p', String(port), '-C', '1000000'], 30_000, 'exec');
+    await cmListening(dpB, server, port);
+    const client = runTool(a, ['rping', '-c', '-a', IP_B, '-p', String(port), '-C', '1000000'], 30_000);
+    await new Promise((r) => setTimeout(r, 1000));
+    assert.is(client.exited, null, 'the client is still pinging');
+    client.kill();
+    await client.done;
+    const t1 = Date.now();
     const srv = await server.done;
-    assert.is(client.code, 0, `client:\n${client.out}\nserver:\n${srv.out}`);
-    assert.is(srv.code, 0, `server:\n${srv.out}`);
+    assert.is(srv.signal, null, `the server ended by itself:\n${srv.out}`);
+    assert.ok(Date.now() - t1 < 10_000, 'within the retry time');
   });
 });
 

@@ -108,6 +108,8 @@ const WATCH_MS = 2;
 /** An active connect's REQ is sent again this often, until this long has passed. */
 const CONNECT_RETRY_MS = 100;
 const CONNECT_TIMEOUT_MS = 5000;
+/** A listener's backlog at most (the kernel's default somaxconn). */
+const MAX_BACKLOG = 1024;
 /** Ports a listen without a bound port takes one of. */
 const EPHEMERAL_LO = 49152;
 const EPHEMERAL_HI = 65535;
@@ -537,7 +539,8 @@ function resolveAddr(c: Call<'UCMA'>, s: UcmaState, id: CmId, q: Req): Reply | n
 function listen(c: Call<'UCMA'>, s: UcmaState, id: CmId, q: Req): Reply | number {
   if (id.state === 'listening') return c.reply({} as ReplyValues); // a new backlog: kept as it was
   if (id.state !== 'bound' && id.state !== 'idle') return E.EINVAL;
-  const backlog = Math.max(1, Math.min(q.backlog || 1, 1024));
+  // As the kernel's: 0 (or more than the most) is the most.
+  const backlog = q.backlog > 0 && q.backlog < MAX_BACKLOG ? q.backlog : MAX_BACKLOG;
   const ports =
     id.srcPort !== 0
       ? [id.srcPort]

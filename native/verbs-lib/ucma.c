@@ -19,7 +19,8 @@
  * IPv6), RESOLVE_IP/RESOLVE_ADDR, RESOLVE_ROUTE, QUERY_ROUTE, QUERY (address, GID, path),
  * CONNECT, LISTEN, ACCEPT, REJECT, DISCONNECT, INIT_QP_ATTR, GET_EVENT, MIGRATE_ID. Refused with
  * a line: UD port spaces (UDP, IPoIB: EOPNOTSUPP), multicast (ENOSYS), AF_IB and other IPv6
- * addresses (EAFNOSUPPORT), options and NOTIFY (ENOSYS).
+ * addresses (EAFNOSUPPORT), options but REUSEADDR and AFONLY (what the daemon does anyway), and
+ * NOTIFY (ENOSYS).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -194,14 +195,19 @@ static void mapped_gid(uint8_t gid[16], const uint8_t ip[4]) {
   }                              \
   memcpy(&name, body, in < sizeof name ? in : sizeof name)
 
-static int not_supported(const char* what, int err) {
-  static int said[8];
-  const int k = err == ENOSYS ? 0 : 1;
-  if (!__atomic_exchange_n(&said[k], 1, __ATOMIC_RELAXED))
+/* `what` refused with `err`: said once per call site (*said). */
+static int not_supported(int* said, const char* what, int err) {
+  if (!__atomic_exchange_n(said, 1, __ATOMIC_RELAXED))
     rg_say("rdma_cm: %s is not supported (see the README's librdmacm section)", what);
   errno = err;
   return -1;
 }
+
+#define REFUSE(what, err)                        \
+  do {                                           \
+    static int said_;                            \
+    return not_supported(&said_, (what), (err)); \
+  } while (0)
 
 static int query_route(uint32_t id, uint64_t resp, uint32_t out) {
   struct rgv_ucma q = {.cmd = RGV_UCMA_QUERY, .id = id};
@@ -372,7 +378,7 @@ static ssize_t command(int fd, uint32_t channel, const void* buf, size_t len) {
     case RDMA_USER_CM_CMD_CREATE_ID: {
       BODY(struct rdma_ucm_create_id, c, offsetof(struct rdma_ucm_create_id, reserved));
       if (c.ps == RDMA_PS_UDP || c.ps == RDMA_PS_IPOIB || c.qp_type != IBV_QPT_RC)
-        return not_supported("a UD port space (RDMA_PS_UDP, RDMA_PS_IPOIB) or a QP type other than RC", EOPNOTSUPP);
+        REFUSE("a UD port space (RDMA_PS_UDP, RDMA_PS_IPOIB) or a QP type other than RC", EOPNOTSUPP);
       q.cmd = RGV_UCMA_CREATE_ID;
       q.channel = channel;
       q.ps = c.ps;
@@ -496,11 +502,23 @@ static ssize_t command(int fd, uint32_t channel, const void* buf, size_t len) {
     case RDMA_USER_CM_CMD_JOIN_IP_MCAST:
     case RDMA_USER_CM_CMD_JOIN_MCAST:
     case RDMA_USER_CM_CMD_LEAVE_MCAST:
-      return not_supported("multicast (rdma_join_multicast)", ENOSYS);
+      REFUSE("multicast (rdma_join_multicast)", ENOSYS);
+    case RDMA_USER_CM_CMD_SET_OPTION: {
+      BODY(struct rdma_ucm_set_option, c, sizeof c);
+      /* SO_REUSEADDR's and IPV6_V6ONLY's: what the daemon does anyway (a port is free again as
+         soon as its listener closes; IPv4 only). The others change what the daemon does not. */
+      if (c.level == RDMA_OPTION_ID && (c.optname == RDMA_OPTION_ID_REUSEADDR || c.optname == RDMA_OPTION_ID_AFONLY)) {
+        if (c.optlen != sizeof(int)) {
+          errno = EINVAL;
+          return -1;
+        }
+        return (ssize_t)len;
+      }
+      REFUSE("rdma_set_option other than RDMA_OPTION_ID_REUSEADDR and RDMA_OPTION_ID_AFONLY", ENOSYS);
+    }
     case RDMA_USER_CM_CMD_GET_OPTION:
-    case RDMA_USER_CM_CMD_SET_OPTION:
     case RDMA_USER_CM_CMD_NOTIFY:
-      return not_supported("rdma_set_option and rdma_notify", ENOSYS);
+      REFUSE("rdma_notify", ENOSYS);
     default:
       errno = EINVAL;
       return -1;

@@ -1042,8 +1042,10 @@ ERR_VERB(int, ibv_init_ah_from_wc, struct ibv_context* c, uint8_t port_num, stru
          struct ibv_ah_attr* ah_attr)
 ERR_VERB(int, ibv_attach_mcast, struct ibv_qp* qp, const union ibv_gid* gid, uint16_t lid)
 ERR_VERB(int, ibv_detach_mcast, struct ibv_qp* qp, const union ibv_gid* gid, uint16_t lid)
-ERR_VERB(int, ibv_query_ece, struct ibv_qp* qp, struct ibv_ece* ece)
-ERR_VERB(int, ibv_set_ece, struct ibv_qp* qp, struct ibv_ece* ece)
+/* Enhanced connection establishment (a vendor's CM extension): none here. librdmacm asks at
+   every connect and takes EOPNOTSUPP as "none", as from a NIC without it: not said. */
+EXPORT int ibv_query_ece(struct ibv_qp* qp, struct ibv_ece* ece) { return EOPNOTSUPP; }
+EXPORT int ibv_set_ece(struct ibv_qp* qp, struct ibv_ece* ece) { return EOPNOTSUPP; }
 NULL_VERB(struct ibv_context*, ibv_import_device, int cmd_fd)
 NULL_VERB(struct ibv_pd*, ibv_import_pd, struct ibv_context* c, uint32_t pd_handle)
 NULL_VERB(struct ibv_mr*, ibv_import_mr, struct ibv_pd* pd, uint32_t mr_handle)
