@@ -35,7 +35,7 @@ export function formatInterfaces(views: InterfaceView[]): string {
       ['rx bytes', c.rxBytes],
       ['tx packets', c.txPackets],
       ['tx bytes', c.txBytes],
-      ['drops', c.rxDrops + c.txDrops + c.txNoSlots],
+      ['drops', c.rxDrops + c.txDrops],
       ['rx-error', c.rxErrors],
       ['tx-error', c.txErrors],
     ];

@@ -125,7 +125,6 @@ export const InterfaceCounters = counterObject([
   'txDrops',
   'rxErrors',
   'txErrors',
-  'txNoSlots',
 ]);
 export const FaultCounters = counterObject(['packets', 'dropped', 'reordered', 'duplicated', 'corrupted']);
 

@@ -39,10 +39,12 @@ export interface InterfaceOptions {
   fault?: FaultDirections;
 }
 
-export interface InterfaceCounters extends DriverCounters {
-  /** Dropped by <if>-tx because the driver refused them. */
-  txNoSlots: number;
-}
+/**
+ * An interface's counters are its driver's, one definition each: `txDrops` is every packet
+ * offered to the driver and not sent, the same event <if>-tx counts as "no free tx slots"
+ * (`show errors`), never added to it.
+ */
+export type InterfaceCounters = DriverCounters;
 
 export class Interface {
   readonly index: number;
@@ -53,7 +55,6 @@ export class Interface {
   inputNext = 0;
   output!: NodeRuntime;
   tx!: NodeRuntime;
-  txNoSlots = 0;
   /** Packet capture of what this interface receives / transmits (`pcap trace`), if on. */
   rxCapture: Capture | null = null;
   txCapture: Capture | null = null;
@@ -78,7 +79,7 @@ export class Interface {
   }
 
   counters(): InterfaceCounters {
-    return { ...this.driver.counters(), txNoSlots: this.txNoSlots };
+    return this.driver.counters();
   }
 }
 
@@ -472,7 +473,8 @@ function deviceTx(rt: NodeRuntime, frame: Frame | null): number {
 
 /**
  * Hand `vec[0..n)` to the interface's driver in one txBurst; the refused ones go to `rt`'s
- * next 0 (error-drop, on both the tx and the input nodes) as the tx node's "no free tx slots".
+ * next 0 (error-drop, on both the tx and the input nodes) as the tx node's "no free tx slots"
+ * (the driver counts them too, as its txDrops: the interface's only count of them).
  */
 function transmit(rt: NodeRuntime, itf: Interface, vec: Uint32Array, n: number): void {
   if (n === 0) return;
@@ -482,7 +484,6 @@ function transmit(rt: NodeRuntime, itf: Interface, vec: Uint32Array, n: number):
     const err = g.pool.error,
       code = itf.tx.errorIndex(TX_NO_SLOTS);
     for (let i = sent; i < n; i++) err[vec[i]] = code;
-    itf.txNoSlots += n - sent;
     g.enqueueToSingleNext(rt, 0, vec, sent, n - sent);
   }
 }

@@ -6,7 +6,8 @@
  * that receives a frame for this worker's QPs hands it over as received on interface N.
  *
  * Not the device: no rx queues, no fault injector or capture here (they run where a frame meets
- * the device, on the owner), and no device counters (the owner counts what leaves).
+ * the device, on the owner), and no device counters (the owner counts what leaves) but one:
+ * txDrops, what the queue to the owner had no room for (this worker's tx node drops them).
  */
 import type { BufferPool } from '../graph/buffer-pool.ts';
 import { HANDOFF_TX, type HandoffProducer } from '../graph/handoff-queue.ts';
@@ -19,6 +20,7 @@ export class RemoteDriver implements Driver {
   readonly rxQueues = 0;
   readonly txQueues = 1;
   private pool: BufferPool | null = null;
+  private txDrops = 0;
 
   constructor(
     readonly name: string,
@@ -47,13 +49,17 @@ export class RemoteDriver implements Driver {
   /** Copies as many as the queue takes (in order), frees them, publishes once. */
   txBurst(_queue: number, bufs: Uint32Array, off: number, n: number): number {
     const pool = this.pool;
-    if (pool === null) return 0;
+    if (pool === null) {
+      this.txDrops += n;
+      return 0;
+    }
     const q = this.toOwner,
       ix = this.ifIndex;
     let k = 0;
     while (k < n && q.putPacket(pool, bufs[off + k], ix, HANDOFF_TX)) k++;
     q.publish();
     if (k > 0) pool.free(bufs, off, k);
+    this.txDrops += n - k;
     return k;
   }
 
@@ -71,7 +77,7 @@ export class RemoteDriver implements Driver {
   }
 
   counters(): DriverCounters {
-    return zeroCounters();
+    return { ...zeroCounters(), txDrops: this.txDrops };
   }
 
   close(): void {

@@ -4,7 +4,7 @@
  * start-up (bad file, API port taken), and `npm run demo` end to end.
  */
 import { test } from './harness.ts';
-import { watchDaemon, type RunningDaemon } from './helpers.ts';
+import { cli, rdmactl, watchDaemon, type RunningDaemon } from './helpers.ts';
 import * as assert from 'uvu/assert';
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -15,24 +15,6 @@ import { fileURLToPath } from 'node:url';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'rdma-graph-daemon-'));
-
-function cli(args: string[]): { code: number | null; out: string; err: string } {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'bin/main.ts'), ...args], {
-    cwd: ROOT,
-    encoding: 'utf8',
-    timeout: 30_000,
-  });
-  return { code: r.status, out: r.stdout, err: r.stderr };
-}
-
-function rdmactl(args: string[]): { code: number | null; out: string; err: string } {
-  const r = spawnSync(process.execPath, [join(ROOT, 'bin/rdmactl.mjs'), ...args], {
-    cwd: ROOT,
-    encoding: 'utf8',
-    timeout: 30_000,
-  });
-  return { code: r.status, out: r.stdout, err: r.stderr };
-}
 
 function config(name: string, text: string): string {
   const p = join(dir, name);

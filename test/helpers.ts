@@ -1,6 +1,25 @@
 /** Shared test helpers. */
-import type { ChildProcess } from 'node:child_process';
+import { spawnSync, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { BufferPool, poolLayout } from '../graph/buffer-pool.ts';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+
+/** A command run from the checkout's root to its end: its status, stdout and stderr. */
+function run(args: string[]): { code: number | null; out: string; err: string } {
+  const r = spawnSync(process.execPath, args, { cwd: ROOT, encoding: 'utf8', timeout: 30_000 });
+  return { code: r.status, out: r.stdout, err: r.stderr };
+}
+
+/** `rdma-graph ARGS` (bin/main.ts through tsx), run from the checkout's root. */
+export function cli(args: string[]): { code: number | null; out: string; err: string } {
+  return run(['--import', 'tsx', `${ROOT}bin/main.ts`, ...args]);
+}
+
+/** `rdmactl ARGS` (bin/rdmactl.mjs), run from the checkout's root. */
+export function rdmactl(args: string[]): { code: number | null; out: string; err: string } {
+  return run([`${ROOT}bin/rdmactl.mjs`, ...args]);
+}
 
 /** A pool over plain JS memory (no native addon). */
 export function memPool(count = 1024, dataSize = 2048, headroom = 128): BufferPool {
