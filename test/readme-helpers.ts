@@ -113,6 +113,9 @@ export async function runNicBlock(block: string, hardware: RegExp[]): Promise<vo
 export const VERBS = 'node bin/rdma-graph.mjs exec -- ibv_devinfo -v';
 /** The first line of the README's probe block (test/verbs-probes.test.ts runs it). */
 export const PROBES = 'node bin/rdma-graph.mjs exec -- ls -l /dev/infiniband /sys/class/infiniband';
+/** The first line of the README's librdmacm block (rping between the two daemons; checkSessions runs it). */
+export const RDMACM =
+  'node bin/rdma-graph.mjs exec --config config/examples/peer.yaml -- rping -s -a 10.10.0.2 -C 10 -V & sleep 1';
 
 /** The README's line that starts a DPDK peer (test/dpdk-daemon.test.ts runs it). */
 export const DPDK_LINE = 'npm start -- --config config/examples/dpdk-memif.yaml';
@@ -164,6 +167,12 @@ export function checkSessions(): void {
     (verbs.out.match(/^ 65536\s+2000\s+[\d.]+\s+[\d.]+/gm)?.length ?? 0) === 2,
     `ib_write_bw reports:\n${verbs.out}`,
   );
+  // The librdmacm block: Debian's rping on both daemons, its 10 pings verified by rping (-V).
+  if (spawnSync('rping', ['-h']).error) skip('rdmacm-utils is not installed (rping)');
+  const cm = bash(all.find((x) => x.startsWith(RDMACM)) as string);
+  assert.is(cm.code, 0, cm.out);
+  assert.is(cm.out.match(/^ping data: rdma-ping-\d+: /gm)?.length, 10, `rping's client prints 10 pings:\n${cm.out}`);
+  assert.not.match(cm.out, /rdma-graph verbs:/, 'nothing refused');
 }
 
 /**

@@ -9,7 +9,19 @@ import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { blocks, CURL, DPDK_LINE, EMBED, PROBES, README, RDMACTL, ROOT, runSessions, VERBS } from './readme-helpers.ts';
+import {
+  blocks,
+  CURL,
+  DPDK_LINE,
+  EMBED,
+  PROBES,
+  RDMACM,
+  README,
+  RDMACTL,
+  ROOT,
+  runSessions,
+  VERBS,
+} from './readme-helpers.ts';
 
 /**
  * Every block of the README and how it is known to run as written: `whole` blocks are found by
@@ -22,6 +34,7 @@ const CLAIMS: Record<string, { where: string; whole: true } | { where: string; e
   [CURL]: { where: 'this file (checkSessions), and test/workers.test.ts with A on workers', whole: true },
   [VERBS]: { where: 'this file (checkSessions), and test/workers.test.ts with A on workers', whole: true },
   [PROBES]: { where: 'test/verbs-probes.test.ts (against the two daemons the README starts)', whole: true },
+  [RDMACM]: { where: 'this file (checkSessions), and test/workers.test.ts with A on workers', whole: true },
   'npm ci && npm start': {
     where: '.ci/run runs npm ci; test/daemon.test.ts runs npm start (SIGTERM to its PID) and the two daemons below',
     exact: 'npm ci && npm start',

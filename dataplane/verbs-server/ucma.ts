@@ -78,9 +78,44 @@ import {
   RGV_UCMA_REJECT,
   RGV_UCMA_RESOLVE_ADDR,
   RGV_UCMA_RESOLVE_ROUTE,
+  type rgv_handle,
+  type rgv_ucma,
+  type rgv_ucma_reply,
 } from './abi.generated.ts';
-import type { Call, Owned, Reply, Server } from './handlers.ts';
-import { Errno } from './messages.ts';
+import type { DataplaneApi } from '../api.ts';
+import type { CoreAddon } from '../../native/addons.ts';
+import type { LogLimiter } from './log-limit.ts';
+import { type Decoded, type Encodable, Errno } from './messages.ts';
+
+/** A reply's body and count (handlers.ts's Reply). */
+interface Reply {
+  body: Uint8Array;
+  count: number;
+}
+
+/** What this file uses of the verbs server and of a connection (handlers.ts's Server and Owned). */
+interface Server {
+  dp: DataplaneApi;
+  internals: { rdma: Rdma };
+  core: CoreAddon;
+  limits: { maxFdsPerConnection: number };
+  lines: LogLimiter;
+}
+interface Owned {
+  owner: string;
+  logKey: string;
+}
+
+/** One request as handlers.ts hands it over (its Call, for UCMA_CHANNEL and UCMA). */
+interface Call<Req, Rep> {
+  readonly server: Server;
+  readonly own: Owned;
+  body(): Req;
+  reply(values: Rep): Reply;
+  takeEventfd(): { fd: number } | { errno: number };
+}
+type ChannelCall = Call<Record<string, never>, Encodable<typeof rgv_handle>>;
+type UcmaCall = Call<Decoded<typeof rgv_ucma>, Encodable<typeof rgv_ucma_reply>>;
 
 /** The errnos this file answers besides messages.ts's (Linux values). */
 const E = {
@@ -347,7 +382,7 @@ function newHandle(s: UcmaState): number {
 }
 
 /** UCMA_CHANNEL: the program's eventfd for a new channel (an open of rdma_cm). */
-export async function ucmaChannel(c: Call<'UCMA_CHANNEL'>): Promise<Reply | number> {
+export async function ucmaChannel(c: ChannelCall): Promise<Reply | number> {
   c.body();
   const s = stateOf(c);
   if (s.channels.size >= c.server.limits.maxFdsPerConnection) return E.EMFILE;
@@ -378,11 +413,11 @@ export function releaseUcma(own: Owned): void {
   STATES.delete(own);
 }
 
-type Req = ReturnType<Call<'UCMA'>['body']>;
-type ReplyValues = Parameters<Call<'UCMA'>['reply']>[0];
+type Req = Decoded<typeof rgv_ucma>;
+type ReplyValues = Encodable<typeof rgv_ucma_reply>;
 
 /** UCMA: one rdma_cm command. */
-export async function ucma(c: Call<'UCMA'>): Promise<Reply | number> {
+export async function ucma(c: UcmaCall): Promise<Reply | number> {
   const q = c.body();
   const s = stateOf(c);
   const out = (v: Partial<ReplyValues> = {}) => c.reply(v as ReplyValues);
@@ -507,7 +542,7 @@ function privateData(q: Req): Uint8Array {
   return q.private_data.slice(0, Math.min(q.private_data_len, RGV_UCMA_MAX_PRIVATE_DATA - 1));
 }
 
-function bind(c: Call<'UCMA'>, s: UcmaState, id: CmId, q: Req): Reply | number {
+function bind(c: UcmaCall, s: UcmaState, id: CmId, q: Req): Reply | number {
   if (id.state !== 'idle') return E.EINVAL;
   const a = ip4(q.src_ipv4);
   if (a !== 0 && s.rdma.net.interfaces.localInterface(a) === 0) return E.EADDRNOTAVAIL;
@@ -517,7 +552,7 @@ function bind(c: Call<'UCMA'>, s: UcmaState, id: CmId, q: Req): Reply | number {
   return c.reply({} as ReplyValues);
 }
 
-function resolveAddr(c: Call<'UCMA'>, s: UcmaState, id: CmId, q: Req): Reply | number {
+function resolveAddr(c: UcmaCall, s: UcmaState, id: CmId, q: Req): Reply | number {
   if (id.state !== 'idle' && id.state !== 'bound' && id.state !== 'addr') return E.EINVAL;
   const dst = ip4(q.dst_ipv4);
   const want = ip4(q.src_ipv4) || id.src;
@@ -536,7 +571,7 @@ function resolveAddr(c: Call<'UCMA'>, s: UcmaState, id: CmId, q: Req): Reply | n
   return c.reply({} as ReplyValues);
 }
 
-function listen(c: Call<'UCMA'>, s: UcmaState, id: CmId, q: Req): Reply | number {
+function listen(c: UcmaCall, s: UcmaState, id: CmId, q: Req): Reply | number {
   if (id.state === 'listening') return c.reply({} as ReplyValues); // a new backlog: kept as it was
   if (id.state !== 'bound' && id.state !== 'idle') return E.EINVAL;
   // As the kernel's: 0 (or more than the most) is the most.
@@ -603,7 +638,7 @@ function request(
   return { defer: true };
 }
 
-async function connect(c: Call<'UCMA'>, s: UcmaState, id: CmId, q: Req): Promise<Reply | number> {
+async function connect(c: UcmaCall, s: UcmaState, id: CmId, q: Req): Promise<Reply | number> {
   if (id.state !== 'route' && id.state !== 'addr') return id.state === 'connected' ? E.EISCONN : E.EINVAL;
   const qp = await programQp(s, q.qpn);
   if (qp === undefined) return E.EINVAL;
@@ -671,7 +706,7 @@ async function connect(c: Call<'UCMA'>, s: UcmaState, id: CmId, q: Req): Promise
   return c.reply({} as ReplyValues);
 }
 
-async function accept(c: Call<'UCMA'>, s: UcmaState, id: CmId, q: Req): Promise<Reply | number> {
+async function accept(c: UcmaCall, s: UcmaState, id: CmId, q: Req): Promise<Reply | number> {
   if (id.state === 'responded') {
     // The active side after CONNECT_RESPONSE (its QP in RTS now): the handshake's third packet.
     const qp = liveQp(s, id.qpn);
@@ -707,7 +742,7 @@ async function accept(c: Call<'UCMA'>, s: UcmaState, id: CmId, q: Req): Promise<
 }
 
 /** What librdmacm gives ibv_modify_qp for `state`: the peer's address, QP, PSN, IRD and ORD. */
-function initQpAttr(c: Call<'UCMA'>, id: CmId, q: Req): Reply | number {
+function initQpAttr(c: UcmaCall, id: CmId, q: Req): Reply | number {
   const state = q.qpn;
   if (state === RGV_QPS_INIT) return c.reply({ mask: RGV_ATTR_STATE, state } as ReplyValues);
   if (state === RGV_QPS_RTR) {
@@ -749,7 +784,7 @@ function initQpAttr(c: Call<'UCMA'>, id: CmId, q: Req): Reply | number {
   return E.EINVAL;
 }
 
-function getEvent(c: Call<'UCMA'>, s: UcmaState, q: Req): Reply | number {
+function getEvent(c: UcmaCall, s: UcmaState, q: Req): Reply | number {
   const ch = s.channels.get(q.channel);
   if (ch === undefined) return E.EINVAL;
   const ev = ch.queue.shift();
