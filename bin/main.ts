@@ -22,6 +22,7 @@ import type { Config } from '../config/types.ts';
 import { driverUnavailable, VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import type { DataplaneApi, VerbsSocket } from '../dataplane/api.ts';
 import { createDataplane } from '../dataplane/create.ts';
+import { apiListenError, preflight } from '../dataplane/preflight.ts';
 import { DataplaneError, type Logger, VERSION } from '../dataplane/views.ts';
 import { startApi } from '../api/server.ts';
 
@@ -134,12 +135,10 @@ async function start(file: string, isDefault: boolean): Promise<void> {
       access: { users: config.api.users, group: config.api.group },
     });
   } catch (e) {
-    const err = e as NodeJS.ErrnoException;
-    const why =
-      err.code === 'EADDRINUSE'
-        ? `${config.api.host}:${config.api.port} is in use (another rdma-graph? set api.listen)`
-        : err.message;
-    log('error', `cannot start the API: ${why}`);
+    log(
+      'error',
+      `cannot start the API: ${apiListenError(config.api.host, config.api.port, e as NodeJS.ErrnoException)}`,
+    );
     await dp.close();
     process.exit(1);
   }
@@ -179,11 +178,13 @@ async function start(file: string, isDefault: boolean): Promise<void> {
 }
 
 /**
- * Validate `file` and say what `start` would: the drivers it cannot open here are errors (exit
- * 2, with start's own words), a data plane without interfaces or an af_packet interface whose
- * kernel interface is not there (now) are warnings.
+ * Validate `file` and say what `start` would: the drivers it cannot open here and what another
+ * process holds (the API's address, a memif server socket, the verbs socket: dataplane/
+ * preflight.ts, found without taking them) are errors (exit 2, with start's own words), a data
+ * plane without interfaces or an af_packet interface whose kernel interface is not there (now)
+ * are warnings.
  */
-function check(file: string, isDefault: boolean): void {
+async function check(file: string, isDefault: boolean): Promise<void> {
   const c = load(file);
   const errors: string[] = [],
     warnings: string[] = [];
@@ -196,6 +197,7 @@ function check(file: string, isDefault: boolean): void {
   }
   if (c.interfaces.length === 0)
     warnings.push(`${file}: no interfaces: the data plane would have nothing to receive from or send to`);
+  errors.push(...(await preflight(c, file)));
   for (const w of warnings) console.error(`rdma-graph: warning: ${w}`);
   for (const e of errors) console.error(`rdma-graph: ${e}`);
   const ifs = c.interfaces.map((i) => `${i.name} (${i.driver})`).join(', ') || 'none';
@@ -263,7 +265,7 @@ async function main(argv: string[]): Promise<void> {
       console.error(`rdma-graph: error: ${e instanceof DataplaneError ? e.message : (e as Error).stack}`);
       process.exit(1);
     });
-  } else if (cmd === 'check') check(config, isDefault);
+  } else if (cmd === 'check') await check(config, isDefault);
   else if (cmd === '' || cmd === 'help' || cmd === '--help' || cmd === '-h') console.log(USAGE);
   else usage(`unknown command "${cmd}"`);
 }

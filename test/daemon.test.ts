@@ -7,11 +7,12 @@ import { test } from './harness.ts';
 import { cli, rdmactl, watchDaemon, type RunningDaemon } from './helpers.ts';
 import * as assert from 'uvu/assert';
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { loadCore } from '../native/addons.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'rdma-graph-daemon-'));
@@ -102,6 +103,53 @@ test('start refuses an API port in use with a clear message, exit 1, nothing lef
   assert.is(r.code, 1);
   assert.match(r.err, new RegExp(`cannot start the API: 127\\.0\\.0\\.1:${port} is in use`));
   assert.not.ok(existsSync(sock), 'memif socket removed on the way out');
+});
+
+test('check refuses what start would find taken (API port, memif server socket, verbs socket), taking none of it', async () => {
+  const core = loadCore();
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  const port = (srv.address() as { port: number }).port;
+  const memif = join(dir, 'run3', 'memif.sock'),
+    verbs = join(dir, 'run3', 'verbs.sock'),
+    stale = join(dir, 'run3', 'stale.sock');
+  mkdirSync(join(dir, 'run3'));
+  const held = [core.memifRawListen(memif), core.seqpacketListen(verbs)];
+  // A socket file nobody serves (a daemon that died): start replaces it, so check takes it.
+  core.closeFd(core.memifRawListen(stale));
+  const file = config('taken.yaml', `${SERVER(memif, `127.0.0.1:${port}`)}verbs: { socket: ${verbs} }\n`);
+  // In the order start meets them: the interfaces, the API, the verbs socket.
+  const lines = [
+    `socket ${memif} is in use by another memif server`,
+    `cannot start the API: 127.0.0.1:${port} is in use (another rdma-graph? set api.listen)`,
+    `verbs.socket ${verbs}: another process serves it (another rdma-graph?)`,
+  ];
+  const release: (() => Promise<void>)[] = [
+    async () => core.closeFd(held.shift()!),
+    () => new Promise((r) => srv.close(() => r())),
+    async () => core.closeFd(held.shift()!),
+  ];
+  try {
+    const r = cli(['check', '--config', file]);
+    assert.is(r.code, 2, r.out + r.err);
+    for (const l of lines) assert.ok(r.err.includes(l), `check says: ${l}\n${r.err}`);
+    assert.ok(r.err.includes(`taken.yaml:4: interface memif0: socket`), r.err);
+    assert.match(r.err, /valid YAML, but start would refuse it \(3 errors\)/);
+    // What check said is what start says, one resource after another.
+    for (let k = 0; k < lines.length; k++) {
+      const s = cli(['start', '--config', file]);
+      assert.is(s.code, 1, s.out + s.err);
+      assert.ok(s.err.includes(lines[k]), `start says: ${lines[k]}\n${s.err}`);
+      await release[k]();
+    }
+    const free = cli(['check', '--config', config('free.yaml', SERVER(stale, `127.0.0.1:${port}`))]);
+    assert.is(free.code, 0, free.err);
+    assert.match(free.out, /free\.yaml: valid/);
+    assert.ok(existsSync(stale), 'check left the stale file where it was');
+  } finally {
+    srv.close();
+    for (const fd of held) core.closeFd(fd);
+  }
 });
 
 test('check finds the embedded default from any directory and says what start would: unavailable drivers are errors, no interface a warning', () => {
