@@ -93,6 +93,31 @@ test('start: logs each interface and the API URL, answers, shuts down on SIGTERM
   assert.match(gone.err, /cannot reach the rdma-graph API at .*: is the daemon running\? \(ECONNREFUSED\)/);
 });
 
+test('a QP destroyed by its user is no error: no qp-error in show events or the log', async () => {
+  const d = start(config('destroy.yaml', SERVER(join(dir, 'run4', 'memif.sock'))));
+  const url = await d.url;
+  const ctl = (...args: string[]) => {
+    const r = rdmactl(['--api', url, ...args]);
+    assert.is(r.code, 0, `rdmactl ${args.join(' ')}: ${r.err}`);
+    return r.out.trim();
+  };
+  const pd = ctl('create', 'pd'),
+    cq = ctl('create', 'cq', 'depth', '16');
+  for (const connected of [false, true]) {
+    const [qp] = ctl('create', 'qp', 'pd', pd, 'send-cq', cq, 'recv-cq', cq).split(' ');
+    if (connected) ctl('connect', qp, '10.10.0.2:20000', 'psn', '1');
+    ctl('destroy', 'qp', qp);
+  }
+  const events = ctl('show', 'events');
+  d.proc.kill('SIGTERM');
+  assert.is(await d.exit, 0, d.lines.join('\n'));
+  assert.not.match(events, /qp-error/, events);
+  assert.not.ok(
+    d.lines.some((l) => /qp-error|destroyed/.test(l)),
+    d.lines.join('\n'),
+  );
+});
+
 test('start refuses an API port in use with a clear message, exit 1, nothing left behind', async () => {
   const srv = createServer();
   await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));

@@ -812,7 +812,7 @@ export class Rdma {
     else if (qp.remotePort !== 0 && qp.state !== QpState.RESET && qp.state !== QpState.INIT) this.core.sendAck(qp);
     this.cm.cancel(qp, `qp ${qp.qpn} destroyed`);
     qp.term = null;
-    if (qp.state !== QpState.ERROR) toError(this.core, qp, 'destroyed');
+    if (qp.state !== QpState.ERROR) toError(this.core, qp, null); // flushed; a destroy is no qp-error
     if (qp.rtoTimer >= 0) this.graph.stopTimer(qp.rtoTimer);
     qp.rtoTimer = -1;
     qp.destroyed = true;

@@ -472,8 +472,9 @@ export function completeRecv(core: RdmaCore, qp: Qp, wr: RecvWr, status: number,
  * Move the QP to ERROR: every incomplete send WR completes (those already marked with an error
  * keep their status, the rest `flushed`), then every posted receive is flushed. A Terminate
  * still to be sent (or unacknowledged) keeps the transmit side alive until it is acknowledged.
+ * `why` is the qp-error event's reason; null for a destroy, which is no error (no event).
  */
-export function toError(core: RdmaCore, qp: Qp, why: string): void {
+export function toError(core: RdmaCore, qp: Qp, why: string | null): void {
   const was = qp.state;
   qp.state = QpState.ERROR;
   const sq = qp.sq,
@@ -497,7 +498,7 @@ export function toError(core: RdmaCore, qp: Qp, why: string): void {
     qp.rtxCount = 0;
     qp.rtoDeadline = 0;
   }
-  if (was !== QpState.ERROR) core.event({ type: 'qp-error', qpn: qp.qpn, reason: why });
+  if (was !== QpState.ERROR && why !== null) core.event({ type: 'qp-error', qpn: qp.qpn, reason: why });
 }
 
 export function flushRecv(core: RdmaCore, qp: Qp): void {
