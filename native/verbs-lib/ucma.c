@@ -319,12 +319,23 @@ static void conn_param_in(struct rgv_ucma* q, const struct rdma_ucm_conn_param* 
   memcpy(q->private_data, p->private_data, sizeof q->private_data);
 }
 
+/*
+ * Another thread closed the channel under a waiting GET_EVENT (rping's and others' last moves:
+ * the main thread destroys the channel while the event thread waits). The kernel's waits on for
+ * good, the file held by the waiting write, until the thread is cancelled or the process exits:
+ * so does this one (an error here makes such programs exit with it).
+ */
+static void closed_while_waiting(void) {
+  for (;;) pause();
+}
+
 /* GET_EVENT: the channel's next event (waiting for one unless the fd is non-blocking). */
 static int get_event(int fd, uint32_t channel, uint64_t resp, uint32_t out) {
   struct rgv_ucma q = {.cmd = RGV_UCMA_GET_EVENT, .channel = channel};
   struct rgv_ucma_reply r;
   for (;;) {
     if (request(&q, &r) == 0) break;
+    if (channel_of(fd) != channel) closed_while_waiting();
     if (errno != EAGAIN) return -1;
     const int fl = fcntl(fd, F_GETFL);
     if (fl < 0) return -1;
