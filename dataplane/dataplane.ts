@@ -262,9 +262,12 @@ export class Dataplane implements DataplaneApi {
       const up = itf.driver.linkUp();
       const was = this.linkWasUp.get(itf.index) ?? false;
       this.linkWasUp.set(itf.index, up);
-      if (up && !was && this.net.interfaces.isConfigured(itf.index)) this.net.announce(itf.index);
+      // Another worker's interface (drivers/remote.ts) is "up" once open whatever its link: its
+      // owner announces it and logs its true state.
+      const own = itf.driver.remote !== true;
+      if (own && up && !was && this.net.interfaces.isConfigured(itf.index)) this.net.announce(itf.index);
       if (up !== was) {
-        this.log('info', `interface ${itf.name} is ${up ? 'up' : 'down'}`);
+        if (own) this.log('info', `interface ${itf.name} is ${up ? 'up' : 'down'}`);
         for (const l of this.linkListeners) l(itf.name, up);
       }
       const drops = itf.driver.linkDrops?.();

@@ -4,7 +4,7 @@
  * start-up (bad file, API port taken), and `npm run demo` end to end.
  */
 import { test } from './harness.ts';
-import { cli, rdmactl, watchDaemon, type RunningDaemon } from './helpers.ts';
+import { cli, rdmactl, sleep, watchDaemon, withTeardown, type RunningDaemon } from './helpers.ts';
 import * as assert from 'uvu/assert';
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -115,6 +115,53 @@ test('a QP destroyed by its user is no error: no qp-error in show events or the 
   assert.not.ok(
     d.lines.some((l) => /qp-error|destroyed/.test(l)),
     d.lines.join('\n'),
+  );
+});
+
+test("workers: the log names only configured interfaces, with their true state (not another worker's view of one)", async () => {
+  const run = join(dir, 'run5');
+  const w = start(
+    config(
+      'workers.yaml',
+      `api: { listen: "127.0.0.1:0" }\ncpu: { workers: 2 }\ninterfaces:\n` +
+        `  - { name: memif0, driver: memif, memif: { socket: ${run}/w0.sock, role: server }, address: 10.20.0.1/24 }\n` +
+        `  - { name: memif1, driver: memif, memif: { socket: ${run}/w1.sock, role: server }, address: 10.21.0.1/24 }\n`,
+    ),
+  );
+  let peer: Running | null = null;
+  const linkLines = () => w.lines.filter((l) => / is (up|down)$/.test(l));
+  await withTeardown(
+    async () => {
+      const url = await w.url;
+      // Nobody connected: both down, and nothing said they were up.
+      assert.equal(linkLines(), [], w.lines.join('\n'));
+      assert.match(w.lines.join('\n'), /interface memif0 \(memif\) .* down\n.*interface memif1 \(memif\) .* down/);
+      // A client on memif0's socket: memif0 comes up, said once by its own worker; memif1 stays down.
+      peer = start(
+        config(
+          'client.yaml',
+          `api: { listen: "127.0.0.1:0" }\ninterfaces:\n` +
+            `  - { name: c0, driver: memif, memif: { socket: ${run}/w0.sock, role: client }, address: 10.20.0.2/24 }\n`,
+        ),
+      );
+      await peer.url;
+      let shown = '';
+      for (let i = 0; i < 100 && !/^memif0 +\d+ +up /m.test(shown); i++) {
+        await sleep(100);
+        shown = rdmactl(['--api', url, 'show', 'interfaces']).out;
+      }
+      assert.match(shown, /^memif0 +\d+ +up /m);
+      assert.match(shown, /^memif1 +\d+ +down /m);
+      assert.equal(linkLines(), ['rdma-graph: rdma_wk_0: interface memif0 is up'], w.lines.join('\n'));
+    },
+    async () => {
+      if (peer !== null) {
+        peer.proc.kill('SIGTERM');
+        assert.is(await peer.exit, 0, peer.lines.join('\n'));
+      }
+      w.proc.kill('SIGTERM');
+      assert.is(await w.exit, 0, w.lines.join('\n'));
+    },
   );
 });
 
