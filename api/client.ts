@@ -418,7 +418,18 @@ export class ApiClient {
   connect(qpn: number, req: ConnectRequest): Promise<ConnectResult> {
     return this.post(`/v1/qps/${qpn}/connect`, req);
   }
-  modifyQp(qpn: number, req: { state: QpStateName; remote?: Endpoint; ird?: number; ord?: number }): Promise<QpView> {
+  modifyQp(
+    qpn: number,
+    req: {
+      state: QpStateName;
+      remote?: Endpoint;
+      rqPsn?: number;
+      sqPsn?: number;
+      ird?: number;
+      ord?: number;
+      qkey?: number;
+    },
+  ): Promise<QpView> {
     return this.post(`/v1/qps/${qpn}/modify`, req);
   }
   destroyQp(qpn: number): Promise<void> {

@@ -86,15 +86,15 @@ verbs (handles are numbers; sge is MR:OFFSET:LENGTH[,MR:OFFSET:LENGTH...]):
   create mr pd PD length N [access local-write,remote-write,remote-read,remote-atomic,remote-invalidate]   -> "MR STAG" (STAG in hex; STAGs are taken in hex or decimal)
   create cq [depth N] [interface IF] [worker K]
   create srq pd PD max-wr N [max-sge N]
-  create qp pd PD send-cq CQ recv-cq CQ [srq SRQ] [max-send-wr N] [max-recv-wr N] [max-sge N] [max-inline N] [ird N] [ord N] [interface IF]   -> "QPN PSN"
+  create qp pd PD send-cq CQ recv-cq CQ [srq SRQ] [max-send-wr N] [max-recv-wr N] [max-sge N] [max-inline N] [ird N] [ord N] [interface IF] [type rc|ud]   -> "QPN PSN"
   connect QPN IP:PORT psn PSN [ird N] [ord N]          manual: PSN is the peer QP's (its create qp or show qp)
   connect QPN IP:PORT cm [private-data HEX] [ird N] [ord N] [timeout-ms N]
   listen PORT pd PD send-cq CQ recv-cq CQ [srq SRQ] [max-send-wr N] [max-recv-wr N] [private-data HEX]
   unlisten PORT
-  modify qp QPN STATE [remote IP:PORT] [rq-psn N] [sq-psn N] [ird N] [ord N]   STATE: reset|init|rtr|rts|sqd|sqe|error
+  modify qp QPN STATE [remote IP:PORT] [rq-psn N] [sq-psn N] [ird N] [ord N] [qkey N]   STATE: reset|init|rtr|rts|sqd|sqe|error
   post recv QPN wr-id ID [sge SGE]
   post srq-recv SRQ wr-id ID [sge SGE]
-  post send QPN OPCODE wr-id ID [sge SGE] [remote STAG:OFFSET] [imm N] [invalidate STAG]
+  post send QPN OPCODE wr-id ID [sge SGE] [remote STAG:OFFSET] [imm N] [invalidate STAG] [ud IP:QPN:QKEY]
        [add N] [swap N] [compare N] [unsignaled] [solicited] [inline]
        OPCODE: send send-with-solicited send-with-invalidate send-with-imm write write-with-imm read fetch-add swap cmp-swap
   poll CQ [max N] [wait MS]
@@ -298,12 +298,13 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
       const a = new Args(rest, 'modify qp');
       const qpn = a.int('QPN');
       const state = a.word('STATE');
-      const o = a.options(['remote', 'ird', 'ord', 'rq-psn', 'sq-psn']);
+      const o = a.options(['remote', 'ird', 'ord', 'rq-psn', 'sq-psn', 'qkey']);
       const body: Record<string, unknown> = { state };
       if (o.has('remote')) body.remote = endpoint(o.get('remote')!, 'modify qp: remote');
       for (const k of ['ird', 'ord']) if (o.has(k)) body[k] = intOpt(o, k, 'modify qp');
       if (o.has('rq-psn')) body.rqPsn = intOpt(o, 'rq-psn', 'modify qp');
       if (o.has('sq-psn')) body.sqPsn = intOpt(o, 'sq-psn', 'modify qp');
+      if (o.has('qkey')) body.qkey = intOpt(o, 'qkey', 'modify qp');
       const v = (await call('POST', `/v1/qps/${qpn}/modify`, body)) as QpView;
       created(v, `qp ${v.qpn} ${v.state}`);
       return;
@@ -458,8 +459,15 @@ async function create(
         'ird',
         'ord',
         'interface',
+        'type',
       ]);
-      const v = (await call('POST', '/v1/qps', qpBody(o, 'create qp'))) as QpView;
+      const body = qpBody(o, 'create qp');
+      if (o.has('type')) {
+        const t = o.get('type');
+        if (t !== 'rc' && t !== 'ud') throw new UsageError(`create qp: type must be rc or ud, got "${t}"`);
+        body.type = t;
+      }
+      const v = (await call('POST', '/v1/qps', body)) as QpView;
       return created(v, `${v.qpn} ${v.psn}`);
     }
     default:
@@ -481,7 +489,7 @@ async function post(word: string | undefined, rest: string[], call: Call): Promi
   const qpn = a.int('QPN');
   const opcode = a.word('OPCODE');
   const o = a.options(
-    ['wr-id', 'sge', 'remote', 'imm', 'invalidate', 'add', 'swap', 'compare'],
+    ['wr-id', 'sge', 'remote', 'imm', 'invalidate', 'add', 'swap', 'compare', 'ud'],
     ['unsignaled', 'solicited', 'inline'],
   );
   if (!o.has('wr-id')) throw new UsageError('post send: missing wr-id');
@@ -494,6 +502,11 @@ async function post(word: string | undefined, rest: string[], call: Call): Promi
     body.remote = { stag: toInt(p[0], 'post send: remote stag'), offset: toInt(p[1], 'post send: remote offset') };
   }
   if (o.has('imm')) body.imm = intOpt(o, 'imm', 'post send');
+  if (o.has('ud')) {
+    const u = o.get('ud')!.split(':');
+    if (u.length !== 3) throw new UsageError(`post send: ud must be IP:QPN:QKEY, got "${o.get('ud')}"`);
+    body.ud = { ip: u[0], qpn: toInt(u[1], 'post send: ud qpn'), qkey: toInt(u[2], 'post send: ud qkey') };
+  }
   if (o.has('invalidate')) body.invalidateStag = intOpt(o, 'invalidate', 'post send');
   const atomic: Record<string, string> = {};
   for (const k of ['add', 'swap', 'compare']) {

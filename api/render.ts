@@ -137,7 +137,7 @@ export function formatQps(views: QpView[]): string {
 /** `show qp N`: every field of one QP, one per line. */
 export function formatQp(q: QpView): string {
   const lines = [
-    `qp ${q.qpn}: state ${q.state}, local ${endpoint(q.local)}, remote ${endpoint(q.remote)}${q.listener === null ? '' : `, accepted by listener ${q.listener}`}`,
+    `qp ${q.qpn}: ${q.type === 'ud' ? `UD (qkey 0x${(q.qkey ?? 0).toString(16)}), ` : ''}state ${q.state}, local ${endpoint(q.local)}, remote ${endpoint(q.remote)}${q.listener === null ? '' : `, accepted by listener ${q.listener}`}`,
     `  psn ${q.psn} (initial send PSN: a manual connect of the peer needs it)`,
     `  pd ${q.pd} send-cq ${q.sendCq} recv-cq ${q.recvCq} srq ${q.srq ?? '-'}${q.owner === null ? '' : ` owner ${q.owner}`}`,
     `  ird ${q.ird} ord ${q.ord} max-send-wr ${q.maxSendWr} max-recv-wr ${q.maxRecvWr} max-sge ${q.maxSge} max-inline ${q.maxInline} segment-size ${q.segmentSize}`,
@@ -182,6 +182,7 @@ export function formatCompletions(cs: Completion[]): string {
     if (c.imm !== undefined) line += ` imm ${c.imm}`;
     if (c.invalidatedStag !== undefined) line += ` invalidated-stag 0x${c.invalidatedStag.toString(16)}`;
     if (c.solicited) line += ' solicited';
+    if (c.srcQp !== undefined) line += ` src-qp ${c.srcQp}`;
     out += line + '\n';
   }
   return out;

@@ -380,6 +380,8 @@ export const QpCounters = counterObject([
 export const QpRtt = obj({ srttUs: num(), rttvarUs: num(), rtoUs: num() });
 const qpViewProps = {
   qpn: int(0, 65535, 'QP number = its UDP port'),
+  type: oneOf(['rc', 'ud'], 'rc: reliable connected; ud: unreliable datagram'),
+  qkey: nullable(u32("a UD QP's Q_Key")),
   state: oneOf(QP_STATE_NAMES),
   psn: u32("initial send PSN (random): the peer's manual connect needs it"),
   local: EndpointView,
@@ -430,8 +432,9 @@ export const Completion = obj(
     imm: u32('immediate data'),
     invalidatedStag: u32('STag the peer invalidated'),
     solicited: bool(),
+    srcQp: count("a UD receive: the sender's QPN (the receive's first 40 bytes are the GRH)"),
   },
-  ['imm', 'invalidatedStag', 'solicited'],
+  ['imm', 'invalidatedStag', 'solicited', 'srcQp'],
 );
 export const PollResult = obj({
   completions: list(Completion),
@@ -539,7 +542,14 @@ const qpParams = {
   interface: { ...str("bind to this interface's address"), maxLength: 256 },
 };
 const qpOptional = ['srq', 'maxSendWr', 'maxRecvWr', 'maxSge', 'maxInline', 'ird', 'ord', 'interface'];
-export const QpCreate = obj({ ...qpParams, port: port('a specific QPN in the port range') }, [...qpOptional, 'port']);
+export const QpCreate = obj(
+  {
+    ...qpParams,
+    port: port('a specific QPN in the port range'),
+    type: dflt(oneOf(['rc', 'ud'], 'rc: reliable connected; ud: unreliable datagram'), 'rc'),
+  },
+  [...qpOptional, 'port', 'type'],
+);
 export const ListenerCreate = obj(
   { port: port('port to accept connection requests on'), ...qpParams, privateData: Base64 },
   [...qpOptional, 'privateData'],
@@ -565,8 +575,9 @@ export const QpModify = obj(
     sqPsn: u32("rts: our initial PSN (default: the QP's psn)"),
     ird: int(1, L.maxRdAtomic),
     ord: int(1, L.maxRdAtomic),
+    qkey: u32("a UD QP's Q_Key (datagrams carrying another are dropped)"),
   },
-  ['remote', 'rqPsn', 'sqPsn', 'ird', 'ord'],
+  ['remote', 'rqPsn', 'sqPsn', 'ird', 'ord', 'qkey'],
 );
 
 export const SendRequest = obj(
@@ -588,8 +599,13 @@ export const SendRequest = obj(
     signaled: bool('default true'),
     solicited: bool(),
     inline: bool(),
+    ud: obj(
+      { ip: Ipv4, qpn: int(1, 65535, "the peer UD QP's number"), qkey: u32("the peer QP's Q_Key") },
+      [],
+      "a UD QP's send: the destination",
+    ),
   },
-  ['sge', 'remote', 'imm', 'invalidateStag', 'atomic', 'signaled', 'solicited', 'inline'],
+  ['sge', 'remote', 'imm', 'invalidateStag', 'atomic', 'signaled', 'solicited', 'inline', 'ud'],
 );
 
 // ------------------------------------------------------------------ params and querystrings

@@ -1165,6 +1165,8 @@ export class Dataplane implements DataplaneApi {
     const q = this.rdma.queryQp(qp);
     return {
       qpn: q.qpn,
+      type: q.type,
+      qkey: q.qkey,
       state: q.state,
       psn: q.psn,
       local: { ip: this.localIp(qp, q), port: q.local.port },
@@ -1274,6 +1276,7 @@ export class Dataplane implements DataplaneApi {
         pathMtu: req.pathMtu,
         ackTimeoutUs: req.ackTimeoutUs,
         retryCount: req.retryCount,
+        qkey: req.qkey,
       }),
     );
     return this.qpView(qp);
@@ -1330,6 +1333,7 @@ export class Dataplane implements DataplaneApi {
         signaled: req.signaled,
         solicited: req.solicited,
         inline: req.inline,
+        ud: req.ud === undefined ? undefined : { address: req.ud.ip, qpn: req.ud.qpn, qkey: req.ud.qkey },
         atomic:
           a === undefined
             ? undefined
@@ -1412,6 +1416,7 @@ export class Dataplane implements DataplaneApi {
       ord: init.ord,
       port: init.port,
       address: this.address(init.interface),
+      type: init.type,
     });
   }
 

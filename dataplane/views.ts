@@ -161,6 +161,8 @@ export interface QpCreate {
   interface?: string;
   /** A specific QPN (UDP port) in the port range. */
   port?: number;
+  /** 'rc' (default) or 'ud' (unreliable datagram). */
+  type?: 'rc' | 'ud';
 }
 
 export interface ConnectIn {
@@ -207,6 +209,8 @@ export interface SendIn {
   signaled?: boolean;
   solicited?: boolean;
   inline?: boolean;
+  /** A UD QP's send: where to (the peer's address, QPN and Q_Key). */
+  ud?: { ip: string; qpn: number; qkey: number };
 }
 
 export interface RecvIn {

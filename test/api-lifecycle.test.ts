@@ -32,6 +32,64 @@ async function pollOne(c: ApiClient, cq: number) {
 
 const enc = (s: string) => new TextEncoder().encode(s);
 
+test('UD QPs over HTTP: type ud, a Q_Key, a datagram with its GRH and the source QPN, rdmactl show qp says UD', async () => {
+  const p = await apiPair();
+  const { ca, cb } = p;
+  try {
+    const ud = async (c: ApiClient) => {
+      const { pd } = await c.createPd();
+      const { cq } = await c.createCq({ depth: 64 });
+      const mr = await c.createMr({ pd, length: 8192, access: ['local-write'] });
+      const qp = await c.createQp({ pd, sendCq: cq, recvCq: cq, type: 'ud' });
+      assert.equal([qp.type, qp.qkey, qp.remote], ['ud', 0, null]);
+      await c.modifyQp(qp.qpn, { state: 'init', qkey: 0x1234 });
+      await c.modifyQp(qp.qpn, { state: 'rtr' });
+      assert.equal((await c.modifyQp(qp.qpn, { state: 'rts' })).qkey, 0x1234);
+      return { cq, mr, qp };
+    };
+    const x = await ud(ca),
+      y = await ud(cb);
+    await cb.postRecv(y.qp.qpn, { wrId: 'r', sge: [{ mr: y.mr.mr, offset: 0, length: 1000 }] });
+    await ca.writeMr(x.mr.mr, 0, enc('a datagram'));
+    await ca.postSend(x.qp.qpn, {
+      wrId: 's',
+      opcode: 'send',
+      sge: [{ mr: x.mr.mr, offset: 0, length: 10 }],
+      ud: { ip: IP_B, qpn: y.qp.qpn, qkey: 0x1234 },
+    });
+    assert.equal(await pollOne(ca, x.cq), { wrId: 's', qpn: x.qp.qpn, status: 'success', opcode: 'send', byteLen: 10 });
+    assert.equal(await pollOne(cb, y.cq), {
+      wrId: 'r',
+      qpn: y.qp.qpn,
+      status: 'success',
+      opcode: 'recv',
+      byteLen: 50,
+      srcQp: x.qp.qpn,
+    });
+    assert.equal(await cb.readMr(y.mr.mr, 40, 10), enc('a datagram'));
+    assert.equal([...(await cb.readMr(y.mr.mr, 32, 8))], [...IP_A.split('.'), ...IP_B.split('.')].map(Number));
+    // A Q_Key on an RC QP is refused; an RC opcode on a UD QP too.
+    const rc = await ca.createQp({ pd: x.qp.pd, sendCq: x.cq, recvCq: x.cq });
+    const e1 = await apiError(ca.modifyQp(rc.qpn, { state: 'init', qkey: 1 }));
+    assert.equal([e1.statusCode, /a Q_Key is for UD QPs/.test(e1.message)], [400, true], e1.message);
+    const e2 = await apiError(
+      ca.postSend(x.qp.qpn, {
+        wrId: 1,
+        opcode: 'write',
+        remote: { stag: 1, offset: 0 },
+        ud: { ip: IP_B, qpn: 1, qkey: 1 },
+      }),
+    );
+    assert.equal(
+      [e2.statusCode, /a UD QP: it sends send, send-with-solicited and send-with-imm, not write/.test(e2.message)],
+      [400, true],
+      e2.message,
+    );
+  } finally {
+    await p.close();
+  }
+});
+
 test('manual connect; SEND/RECV, WRITE, WRITE-with-imm, READ, fetch-add, swap, cmp-swap with the bytes checked through the data routes', async () => {
   const p = await apiPair();
   const { ca, cb } = p;

@@ -136,6 +136,8 @@ export interface TrpDecoded {
   /** The Info column. */
   info: string;
   trp?: TrpHeader;
+  /** A UD datagram's header (TRP opcode 6), with its message as lower-case hex. */
+  datagram?: { qkey: number; imm: number; flags: number; data: string };
   ddp?: DdpHeader;
   rdmap?: RdmapHeader;
   /** The bytes Wireshark handed to its "data" dissector (payload of Send/Write/Read Response), hex. */
@@ -160,6 +162,10 @@ const TRP_FIELDS = [
   'trp.cm.ord',
   'trp.cm.private_data',
   'trp.send_imm',
+  'trp.dg.qkey',
+  'trp.dg.imm',
+  'trp.dg.flags',
+  'trp.dg.data',
 ];
 const DDP_FIELDS = [
   'iwarp_ddp.tagged_flag',
@@ -399,6 +405,13 @@ function decodeRow(l: Record<string, string[]>): TrpDecoded {
         privateData: hex('trp.cm.private_data') ?? '',
       };
   }
+  if (l['trp.dg.qkey'])
+    d.datagram = {
+      qkey: need('trp.dg.qkey'),
+      imm: need('trp.dg.imm'),
+      flags: need('trp.dg.flags'),
+      data: hex('trp.dg.data') ?? '',
+    };
   if (l['iwarp_ddp.tagged_flag']) {
     d.ddp = {
       tagged: bool('iwarp_ddp.tagged_flag')!,

@@ -126,6 +126,7 @@ interface Case {
   bytes: number[];
   /** Absent when the packet is too short for one. */
   trp?: TrpHeader;
+  datagram?: { qkey: number; imm: number; flags: number; data: string };
   ddp?: DdpHeader;
   rdmap?: RdmapHeader;
   /** What goes to Wireshark's "data" dissector (hex), if anything. */
@@ -165,6 +166,7 @@ const PROTOCOL_VECTORS = [
   '00000008 00000003 0000 81 40 00abcdef 0000000000001000 aa',
   '00000009 00000005 0000',
   '0000000c 0000000f 5000',
+  '11111111 abcdef01 6003 7564',
 ];
 cases.push({
   name: 'vector: SEND, last segment, PSN 7, ACK 3, MSN 1, MO 0, "hi"',
@@ -419,6 +421,30 @@ for (const [name, op, psn] of [
   });
 }
 
+// UD datagrams (PROTOCOL.md section 9): the vector, one without immediate, one empty, and one with
+// reserved flag bits (a protocol warning from trp.lua).
+cases.push({
+  name: 'vector: DATAGRAM, Q_Key 0x11111111, immediate 0xabcdef01, solicited, "ud"',
+  bytes: fromHex(PROTOCOL_VECTORS[4]),
+  datagram: { qkey: 0x11111111, imm: 0xabcdef01, flags: 3, data: '7564' },
+});
+cases.push({
+  name: 'DATAGRAM without immediate',
+  bytes: [...be32(0x80010000), ...be32(0), ...be16(0x6000), 1, 2, 3],
+  datagram: { qkey: 0x80010000, imm: 0, flags: 0, data: '010203' },
+});
+cases.push({
+  name: 'DATAGRAM with no message',
+  bytes: [...be32(7), ...be32(0), ...be16(0x6000)],
+  datagram: { qkey: 7, imm: 0, flags: 0, data: '' },
+});
+cases.push({
+  name: 'DATAGRAM with reserved flag bits',
+  bytes: [...be32(7), ...be32(0), ...be16(0x6100), 9],
+  datagram: { qkey: 7, imm: 0, flags: 0x100, data: '09' },
+  experts: [{ severity: 'warning', group: 'protocol', message: 'Reserved datagram flag bits are not 0' }],
+});
+
 // Atomics (RFC 7306), Atomic Request on QN 1 with the 52-byte body, Atomic Response on QN 3.
 {
   const ONES = 0xffff_ffff_ffff_ffffn;
@@ -610,6 +636,7 @@ cases.forEach((c, i) => {
     const d = await frameOf(i);
     const where = `frame ${d.frame} (${d.info})`;
     assert.equal(d.trp, c.trp, `${where}: TRP`);
+    assert.equal(d.datagram, c.datagram, `${where}: datagram`);
     assert.equal(d.ddp, c.ddp, `${where}: DDP`);
     assert.equal(d.rdmap, c.rdmap, `${where}: RDMAP`);
     assert.is(d.payload, c.payload, `${where}: payload`);

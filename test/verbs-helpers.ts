@@ -120,10 +120,11 @@ export async function nothingLeft(dp: DataplaneApi): Promise<void> {
     (await dp.mrs()).length +
     (await dp.cqs()).length +
     (await dp.srqs()).length +
-    (await dp.pds()).length;
+    (await dp.pds()).length +
+    (await dp.mws()).length;
   const until = Date.now() + 5000;
   while ((await count()) > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
-  assert.is(await count(), 0, 'every QP, MR, CQ, SRQ and PD the programs made is released');
+  assert.is(await count(), 0, 'every QP, MR, MW, CQ, SRQ and PD the programs made is released');
   const until2 = Date.now() + 3000;
   let st = await dp.buffers();
   while (st.count !== st.free && Date.now() < until2) {

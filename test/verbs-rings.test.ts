@@ -27,6 +27,7 @@ import {
   RGV_OP_ATTACH,
   RGV_OP_CREATE_CQ,
   RGV_OP_CREATE_QP,
+  RGV_QPT_RC,
   RGV_OP_CREATE_SRQ,
   RGV_OP_DEVICES,
   RGV_OP_MODIFY_QP,
@@ -222,6 +223,7 @@ test('a program scribbling on its rings: garbage WQEs complete in error or flush
         max_sge: 4,
         max_inline: 64,
         srq: RGV_NONE,
+        qp_type: RGV_QPT_RC,
       }),
     );
     assert.is(qpr.status, 0);
@@ -412,6 +414,7 @@ test('a program scribbling on its SRQ ring and its CQ consumer index: the SRQ ri
         max_sge: 1,
         max_inline: 0,
         srq: RGV_NONE,
+        qp_type: RGV_QPT_RC,
       }),
     );
     assert.is(qpr.status, 0);
@@ -462,6 +465,7 @@ test("a refused ring's state word says ERROR, as the QP is (the program sees it 
         max_sge: 1,
         max_inline: 0,
         srq: RGV_NONE,
+        qp_type: RGV_QPT_RC,
       }),
     );
     assert.is(qpr.status, 0);

@@ -105,6 +105,7 @@ export const RGV_QPS_ERR = 6;
 
 /** enum rgv_qp_attr_mask */
 export const RGV_ATTR_STATE = 1;
+export const RGV_ATTR_QKEY = 64;
 export const RGV_ATTR_AV = 128;
 export const RGV_ATTR_PATH_MTU = 256;
 export const RGV_ATTR_TIMEOUT = 512;
@@ -166,7 +167,12 @@ export const RGV_WC_LOCAL_INV = 6;
 export const RGV_WC_RECV = 128;
 export const RGV_WC_RECV_RDMA_WITH_IMM = 129;
 
+/** enum rgv_qp_type */
+export const RGV_QPT_RC = 2;
+export const RGV_QPT_UD = 4;
+
 /** enum rgv_wc_flags */
+export const RGV_WC_GRH = 1;
 export const RGV_WC_WITH_IMM = 2;
 export const RGV_WC_WITH_INV = 8;
 
@@ -351,10 +357,10 @@ export const rgv_cq = {
   },
 } as const satisfies AbiStruct;
 
-/** struct rgv_create_qp (32 bytes) */
+/** struct rgv_create_qp (40 bytes) */
 export const rgv_create_qp = {
   name: 'rgv_create_qp',
-  size: 32,
+  size: 40,
   fields: {
     pd: { offset: 0, type: 'u32', count: 1 },
     send_cq: { offset: 4, type: 'u32', count: 1 },
@@ -364,6 +370,8 @@ export const rgv_create_qp = {
     max_sge: { offset: 20, type: 'u32', count: 1 },
     max_inline: { offset: 24, type: 'u32', count: 1 },
     srq: { offset: 28, type: 'u32', count: 1 },
+    qp_type: { offset: 32, type: 'u32', count: 1 },
+    pad: { offset: 36, type: 'u32', count: 1 },
   },
 } as const satisfies AbiStruct;
 
@@ -395,10 +403,10 @@ export const rgv_qp_ring = {
   },
 } as const satisfies AbiStruct;
 
-/** struct rgv_modify_qp (52 bytes) */
+/** struct rgv_modify_qp (56 bytes) */
 export const rgv_modify_qp = {
   name: 'rgv_modify_qp',
-  size: 52,
+  size: 56,
   fields: {
     qpn: { offset: 0, type: 'u32', count: 1 },
     mask: { offset: 4, type: 'u32', count: 1 },
@@ -413,13 +421,14 @@ export const rgv_modify_qp = {
     timeout: { offset: 49, type: 'u8', count: 1 },
     retry_cnt: { offset: 50, type: 'u8', count: 1 },
     rnr_retry: { offset: 51, type: 'u8', count: 1 },
+    qkey: { offset: 52, type: 'u32', count: 1 },
   },
 } as const satisfies AbiStruct;
 
-/** struct rgv_qp_attr (48 bytes) */
+/** struct rgv_qp_attr (52 bytes) */
 export const rgv_qp_attr = {
   name: 'rgv_qp_attr',
-  size: 48,
+  size: 52,
   fields: {
     state: { offset: 0, type: 'u32', count: 1 },
     dest_qpn: { offset: 4, type: 'u32', count: 1 },
@@ -433,6 +442,7 @@ export const rgv_qp_attr = {
     max_sge: { offset: 36, type: 'u32', count: 1 },
     max_inline: { offset: 40, type: 'u32', count: 1 },
     dest_ipv4: { offset: 44, type: 'u8', count: 4 },
+    qkey: { offset: 48, type: 'u32', count: 1 },
   },
 } as const satisfies AbiStruct;
 
@@ -524,10 +534,10 @@ export const rgv_recv_wqe = {
   },
 } as const satisfies AbiStruct;
 
-/** struct rgv_cqe (32 bytes) */
+/** struct rgv_cqe (40 bytes) */
 export const rgv_cqe = {
   name: 'rgv_cqe',
-  size: 32,
+  size: 40,
   fields: {
     wr_id: { offset: 0, type: 'u64', count: 1 },
     status: { offset: 8, type: 'u32', count: 1 },
@@ -536,6 +546,8 @@ export const rgv_cqe = {
     imm: { offset: 20, type: 'u32', count: 1 },
     qp_num: { offset: 24, type: 'u32', count: 1 },
     wc_flags: { offset: 28, type: 'u32', count: 1 },
+    src_qp: { offset: 32, type: 'u32', count: 1 },
+    pad: { offset: 36, type: 'u32', count: 1 },
   },
 } as const satisfies AbiStruct;
 

@@ -44,6 +44,9 @@ import {
   RGV_ATTR_RQ_PSN,
   RGV_ATTR_SQ_PSN,
   RGV_ATTR_STATE,
+  RGV_ATTR_QKEY,
+  RGV_QPT_RC,
+  RGV_QPT_UD,
   RGV_ATTR_TIMEOUT,
   RGV_MAX_DEVICES,
   RGV_MAX_MR_PIECES,
@@ -448,7 +451,9 @@ export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
     const own = c.own;
     if (!own.pds.has(q.pd) || !own.cqs.has(q.send_cq) || !own.cqs.has(q.recv_cq)) return Errno.ENOENT;
     if (q.srq !== RGV_NONE && !own.srqs.has(q.srq)) return Errno.ENOENT;
+    if (q.qp_type !== RGV_QPT_RC && q.qp_type !== RGV_QPT_UD) return Errno.EINVAL;
     const qp = await c.server.dp.createQp({
+      type: q.qp_type === RGV_QPT_UD ? 'ud' : 'rc',
       pd: q.pd,
       sendCq: q.send_cq,
       recvCq: q.recv_cq,
@@ -521,7 +526,10 @@ export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
       remote = { ip: [...gid.subarray(12, 16)].join('.'), port: q.dest_qpn };
     }
     const rqPsn = mask & RGV_ATTR_RQ_PSN ? q.rq_psn : undefined;
+    // A controlled Q_Key (the high bit) is for privileged programs only, as the kernel's rule.
+    if (mask & RGV_ATTR_QKEY && q.qkey & 0x80000000 && c.own.uid !== 0) return Errno.EPERM;
     await c.server.dp.modifyQp(q.qpn, {
+      qkey: mask & RGV_ATTR_QKEY ? q.qkey : undefined,
       state,
       remote,
       rqPsn,
@@ -563,6 +571,7 @@ export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
       max_sge: q.maxSge,
       max_inline: q.maxInline,
       dest_ipv4: q.remote ? q.remote.ip.split('.').map(Number) : [0, 0, 0, 0],
+      qkey: q.qkey ?? 0,
     });
   },
 

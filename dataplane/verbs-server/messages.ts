@@ -30,6 +30,7 @@ export type Encodable<S extends AbiStruct> = { [K in keyof S['fields']]?: InputO
  * library hands it to the program as errno). Not part of proto.h: they are the kernel's.
  */
 export const Errno = {
+  EPERM: 1,
   ENOENT: 2,
   ENOMEM: 12,
   EBUSY: 16,

@@ -54,6 +54,7 @@ import {
   RGV_WC_BIND_MW,
   RGV_WC_LOCAL_INV,
   RGV_WC_MW_BIND_ERR,
+  RGV_WC_GRH,
   RGV_ACCESS_REMOTE_READ,
   RGV_ACCESS_REMOTE_WRITE,
   RGV_ACCESS_REMOTE_ATOMIC,
@@ -143,7 +144,8 @@ const CQE = rgv_cqe.fields,
   CQE_BYTE_LEN = word(CQE.byte_len.offset),
   CQE_IMM = word(CQE.imm.offset),
   CQE_QP_NUM = word(CQE.qp_num.offset),
-  CQE_WC_FLAGS = word(CQE.wc_flags.offset);
+  CQE_WC_FLAGS = word(CQE.wc_flags.offset),
+  CQE_SRC_QP = word(CQE.src_qp.offset);
 /** Work requests one ring gives per pass at most (the rest waits for the next pass). */
 const BURST = 64;
 /** The engine stays awake this long after the last verbs work (ms). */
@@ -331,6 +333,8 @@ export class VerbsRings {
     invalidateStag: 0,
   };
   private readonly recv: RecvRequest & { sg: Sge[] } = { wrId: 0, sg: [] };
+  /** A UD send's destination (reused: no allocation per work request). */
+  private readonly udDest = { address: 0, qpn: 0, qkey: 0 };
   /** Messages about misbehaving programs, at most this many (then counted). */
   private warned = 0;
 
@@ -627,6 +631,14 @@ export class VerbsRings {
       req.imm = imm;
       req.invalidateStag = imm;
       req.bind = undefined;
+      if (qp.cfg.ud) {
+        // remote_addr's first 4 bytes: the IPv4 address in network order (read little-endian here).
+        const a = u[w + SW_REMOTE_ADDR];
+        this.udDest.address = (((a & 0xff) << 24) | ((a & 0xff00) << 8) | ((a >>> 8) & 0xff00) | (a >>> 24)) >>> 0;
+        this.udDest.qpn = rkey;
+        this.udDest.qkey = u[w + SW_COMPARE_ADD];
+        req.ud = this.udDest;
+      } else req.ud = undefined;
       if (name === 'bind-mw') {
         this.bindRequest(req, u, w, qp, raddr);
       } else if (name === 'fetch-add' || name === 'cmp-swap') {
@@ -759,7 +771,10 @@ export class VerbsRings {
     }
     u[w + CQE_IMM] = imm >>> 0;
     u[w + CQE_QP_NUM] = c.qpn;
+    // A UD receive: the sender's QPN, and a GRH in front of the message.
+    if (c.srcQp !== undefined) flags |= RGV_WC_GRH;
     u[w + CQE_WC_FLAGS] = flags;
+    u[w + CQE_SRC_QP] = c.srcQp ?? 0;
     ring.prod = (ring.prod + 1) >>> 0;
     Atomics.store(u, CQ_PROD, ring.prod);
     this.completed = true;

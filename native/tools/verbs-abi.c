@@ -182,6 +182,7 @@ int main(void) {
   MEMBER(RGV_QPS_ERR);
   ENUM(rgv_qp_attr_mask);
   MEMBER(RGV_ATTR_STATE);
+  MEMBER(RGV_ATTR_QKEY);
   MEMBER(RGV_ATTR_AV);
   MEMBER(RGV_ATTR_PATH_MTU);
   MEMBER(RGV_ATTR_TIMEOUT);
@@ -237,7 +238,11 @@ int main(void) {
   MEMBER(RGV_WC_LOCAL_INV);
   MEMBER(RGV_WC_RECV);
   MEMBER(RGV_WC_RECV_RDMA_WITH_IMM);
+  ENUM(rgv_qp_type);
+  MEMBER(RGV_QPT_RC);
+  MEMBER(RGV_QPT_UD);
   ENUM(rgv_wc_flags);
+  MEMBER(RGV_WC_GRH);
   MEMBER(RGV_WC_WITH_IMM);
   MEMBER(RGV_WC_WITH_INV);
 
@@ -330,6 +335,8 @@ int main(void) {
   FIELD(rgv_create_qp, max_sge);
   FIELD(rgv_create_qp, max_inline);
   FIELD(rgv_create_qp, srq);
+  FIELD(rgv_create_qp, qp_type);
+  FIELD(rgv_create_qp, pad);
   end();
   STRUCT(rgv_qp);
   FIELD(rgv_qp, qpn);
@@ -361,6 +368,7 @@ int main(void) {
   FIELD(rgv_modify_qp, timeout);
   FIELD(rgv_modify_qp, retry_cnt);
   FIELD(rgv_modify_qp, rnr_retry);
+  FIELD(rgv_modify_qp, qkey);
   end();
   STRUCT(rgv_qp_attr);
   FIELD(rgv_qp_attr, state);
@@ -375,6 +383,7 @@ int main(void) {
   FIELD(rgv_qp_attr, max_sge);
   FIELD(rgv_qp_attr, max_inline);
   FIELD(rgv_qp_attr, dest_ipv4);
+  FIELD(rgv_qp_attr, qkey);
   end();
   STRUCT(rgv_create_srq);
   FIELD(rgv_create_srq, pd);
@@ -430,6 +439,8 @@ int main(void) {
   FIELD(rgv_cqe, imm);
   FIELD(rgv_cqe, qp_num);
   FIELD(rgv_cqe, wc_flags);
+  FIELD(rgv_cqe, src_qp);
+  FIELD(rgv_cqe, pad);
   end();
 
   /* rdma_cm (proto.h's last section) */

@@ -76,7 +76,7 @@ static uint32_t read_vendor_err(struct ibv_cq_ex* cq) { return (void)cq, 0; }
 static uint32_t read_byte_len(struct ibv_cq_ex* cq) { return current(of(cq))->byte_len; }
 static __be32 read_imm_data(struct ibv_cq_ex* cq) { return (__be32)current(of(cq))->imm; }
 static uint32_t read_qp_num(struct ibv_cq_ex* cq) { return current(of(cq))->qp_num; }
-static uint32_t read_src_qp(struct ibv_cq_ex* cq) { return (void)cq, 0; } /* RC: the QP's peer */
+static uint32_t read_src_qp(struct ibv_cq_ex* cq) { return current(of(cq))->src_qp; } /* UD receives */
 static unsigned int read_wc_flags(struct ibv_cq_ex* cq) { return current(of(cq))->wc_flags; }
 static uint32_t read_slid(struct ibv_cq_ex* cq) { return (void)cq, 0; }
 static uint8_t read_sl(struct ibv_cq_ex* cq) { return (void)cq, 0; }

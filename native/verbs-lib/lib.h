@@ -31,6 +31,10 @@ RG_SAME(RGV_QPS_SQD, IBV_QPS_SQD);
 RG_SAME(RGV_QPS_SQE, IBV_QPS_SQE);
 RG_SAME(RGV_QPS_ERR, IBV_QPS_ERR);
 RG_SAME(RGV_ATTR_STATE, IBV_QP_STATE);
+RG_SAME(RGV_ATTR_QKEY, IBV_QP_QKEY);
+RG_SAME(RGV_QPT_RC, IBV_QPT_RC);
+RG_SAME(RGV_QPT_UD, IBV_QPT_UD);
+RG_SAME(RGV_WC_GRH, IBV_WC_GRH);
 RG_SAME(RGV_ATTR_AV, IBV_QP_AV);
 RG_SAME(RGV_ATTR_PATH_MTU, IBV_QP_PATH_MTU);
 RG_SAME(RGV_ATTR_TIMEOUT, IBV_QP_TIMEOUT);
@@ -263,6 +267,12 @@ struct ibv_qp* rg_create_qp_ex(struct ibv_context* context, struct ibv_qp_init_a
 void rg_async_attach(struct rg_context* c);
 /* The extended context's entries for what this device has not: EOPNOTSUPP and a line each. */
 void rg_set_unsupported(struct rg_context* c);
+/* An address handle: the destination a UD QP's sends name (IPv4, network order). */
+struct rg_ah {
+  struct ibv_ah ah; /* first: the program holds a struct ibv_ah * */
+  uint8_t ipv4[4];
+};
+
 /* Memory windows' ops (mw.c). */
 void rg_set_mw_ops(struct rg_context* c);
 int rg_query_device_ex(struct ibv_context* context, const struct ibv_query_device_ex_input* input,

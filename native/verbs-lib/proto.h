@@ -212,7 +212,9 @@ struct rgv_cq {
 struct rgv_create_qp {
   uint32_t pd, send_cq, recv_cq;
   uint32_t max_send_wr, max_recv_wr, max_sge, max_inline;
-  uint32_t srq; /* RGV_NONE: the QP's own receive queue */
+  uint32_t srq;     /* RGV_NONE: the QP's own receive queue */
+  uint32_t qp_type; /* enum rgv_qp_type */
+  uint32_t pad;
 };
 
 /* What the QP got: its number (our UDP port) and its sizes. */
@@ -243,6 +245,7 @@ struct rgv_modify_qp {
   uint8_t timeout;             /* 4.096 us x 2^timeout (RGV_ATTR_TIMEOUT), 0: the daemon's */
   uint8_t retry_cnt;           /* RGV_ATTR_RETRY_CNT */
   uint8_t rnr_retry;           /* RGV_ATTR_RNR_RETRY: not applied */
+  uint32_t qkey;               /* RGV_ATTR_QKEY (UD): the high bit only for a root program */
 };
 
 /* QUERY_QP: the QP as it is, with the attributes it was given. */
@@ -253,6 +256,7 @@ struct rgv_qp_attr {
   uint32_t path_mtu; /* enum rgv_mtu of the QP's segments */
   uint32_t max_send_wr, max_recv_wr, max_sge, max_inline;
   uint8_t dest_ipv4[4]; /* network order; 0.0.0.0: no peer yet */
+  uint32_t qkey;        /* UD: the Q_Key; RC: 0 */
 };
 
 struct rgv_create_srq {
@@ -318,6 +322,8 @@ struct rgv_send_wqe {
   uint32_t flags;  /* enum rgv_send_flags bits */
   uint32_t num_sge;
   uint32_t imm; /* imm_data (as the program stored it) or invalidate_rkey */
+  /* A UD QP's send: remote_addr's first 4 bytes the destination's IPv4 address (network order),
+     rkey its QPN, compare_add its Q_Key. */
   uint64_t remote_addr;
   uint32_t rkey;
   uint32_t inline_len;
@@ -350,6 +356,8 @@ struct rgv_cqe {
   uint32_t imm; /* imm_data or invalidated_rkey (wc_flags says which) */
   uint32_t qp_num;
   uint32_t wc_flags; /* enum rgv_wc_flags bits */
+  uint32_t src_qp;   /* UD receives: the sender's QPN (RGV_WC_GRH set: a GRH is in front) */
+  uint32_t pad;
 };
 
 /* A ring's entry sizes; in 64 bits: from sizes a daemon answered they must not wrap (the
@@ -391,6 +399,7 @@ enum rgv_qp_state {
 /* The attr_mask bits the daemon reads. */
 enum rgv_qp_attr_mask {
   RGV_ATTR_STATE = 1 << 0,
+  RGV_ATTR_QKEY = 1 << 6,
   RGV_ATTR_AV = 1 << 7,
   RGV_ATTR_PATH_MTU = 1 << 8,
   RGV_ATTR_TIMEOUT = 1 << 9,
@@ -458,7 +467,13 @@ enum rgv_wc_opcode {
   RGV_WC_RECV_RDMA_WITH_IMM = 129,
 };
 
+enum rgv_qp_type {
+  RGV_QPT_RC = 2,
+  RGV_QPT_UD = 4,
+};
+
 enum rgv_wc_flags {
+  RGV_WC_GRH = 1 << 0,
   RGV_WC_WITH_IMM = 1 << 1,
   RGV_WC_WITH_INV = 1 << 3,
 };
@@ -474,11 +489,11 @@ _Static_assert(sizeof(struct rgv_alloc_mw) == 8, "rgv_alloc_mw is 8 bytes");
 _Static_assert(sizeof(struct rgv_mw) == 8, "rgv_mw is 8 bytes");
 _Static_assert(sizeof(struct rgv_create_cq) == 16, "rgv_create_cq is 16 bytes");
 _Static_assert(sizeof(struct rgv_cq) == 8, "rgv_cq is 8 bytes");
-_Static_assert(sizeof(struct rgv_create_qp) == 32, "rgv_create_qp is 32 bytes");
+_Static_assert(sizeof(struct rgv_create_qp) == 40, "rgv_create_qp is 40 bytes");
 _Static_assert(sizeof(struct rgv_qp) == 20, "rgv_qp is 20 bytes");
 _Static_assert(sizeof(struct rgv_qp_ring) == 32, "rgv_qp_ring is 32 bytes");
-_Static_assert(sizeof(struct rgv_modify_qp) == 52, "rgv_modify_qp is 52 bytes");
-_Static_assert(sizeof(struct rgv_qp_attr) == 48, "rgv_qp_attr is 48 bytes");
+_Static_assert(sizeof(struct rgv_modify_qp) == 56, "rgv_modify_qp is 56 bytes");
+_Static_assert(sizeof(struct rgv_qp_attr) == 52, "rgv_qp_attr is 52 bytes");
 _Static_assert(sizeof(struct rgv_create_srq) == 16, "rgv_create_srq is 16 bytes");
 _Static_assert(sizeof(struct rgv_srq) == 12, "rgv_srq is 12 bytes");
 _Static_assert(sizeof(struct rgv_srq_ring) == 24, "rgv_srq_ring is 24 bytes");
@@ -486,7 +501,7 @@ _Static_assert(sizeof(struct rgv_modify_srq) == 8, "rgv_modify_srq is 8 bytes");
 _Static_assert(sizeof(struct rgv_send_wqe) == 64, "rgv_send_wqe is 64 bytes");
 _Static_assert(sizeof(struct rgv_sge) == 16, "rgv_sge is 16 bytes");
 _Static_assert(sizeof(struct rgv_recv_wqe) == 16, "rgv_recv_wqe is 16 bytes");
-_Static_assert(sizeof(struct rgv_cqe) == 32, "rgv_cqe is 32 bytes");
+_Static_assert(sizeof(struct rgv_cqe) == 40, "rgv_cqe is 40 bytes");
 _Static_assert(RGV_QP_STATE < RGV_RING_HDR && RGV_CQ_OVERFLOW < RGV_RING_HDR, "the ring headers fit RGV_RING_HDR");
 
 /* ------------------------------------------------------------------ rdma_cm (§6) */

@@ -10,7 +10,7 @@
  * returned by wr_complete, which then posts nothing. The send queue's lock is held from
  * wr_start to wr_complete/wr_abort.
  *
- * Not here: TSO, UD and XRC addressing, atomic write: their wr_ ops fail the batch with
+ * Not here: TSO, XRC addressing, atomic write: their wr_ ops fail the batch with
  * EOPNOTSUPP and say so once; ibv_create_qp_ex refuses send_ops_flags that ask for them.
  */
 #define _GNU_SOURCE
@@ -166,9 +166,16 @@ static void wr_local_inv(struct ibv_qp_ex* x, uint32_t rkey) {
   begin(q, IBV_WR_LOCAL_INV)->invalidate_rkey = rkey;
   finish(q, NULL, 0, 0);
 }
+/* A UD QP's destination for the WR begun last (before its data setter). */
 static void wr_set_ud_addr(struct ibv_qp_ex* x, struct ibv_ah* ah, uint32_t qpn, uint32_t qkey) {
-  (void)ah, (void)qpn, (void)qkey;
-  not_here(of(x), "ibv_wr_set_ud_addr (UD)");
+  struct rg_qp* q = of(x);
+  if (!q->batch.open || ah == NULL) {
+    fail(q, EINVAL);
+    return;
+  }
+  q->batch.wr.wr.ud.ah = ah;
+  q->batch.wr.wr.ud.remote_qpn = qpn;
+  q->batch.wr.wr.ud.remote_qkey = qkey;
 }
 static void wr_set_xrc_srqn(struct ibv_qp_ex* x, uint32_t srqn) {
   (void)srqn;

@@ -351,7 +351,7 @@ static int op_poll_cq(struct ibv_cq* cq, int n, struct ibv_wc* wc) {
     w->byte_len = e->byte_len;
     w->imm_data = e->imm;
     w->qp_num = e->qp_num;
-    w->src_qp = 0;
+    w->src_qp = e->src_qp;
     w->wc_flags = e->wc_flags;
     w->pkey_index = 0;
     w->slid = 0;
@@ -507,7 +507,15 @@ static int write_send_wqe(const struct rg_qp* q, const struct ibv_send_wr* wr, u
     w->num_sge = w->inline_len = 0;
     return 0;
   }
-  if (atomic) {
+  if (q->qp.qp_type == IBV_QPT_UD) {
+    /* The destination: the AH's IPv4 address, the peer's QPN and Q_Key (proto.h). */
+    if (wr->wr.ud.ah == NULL || (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM)) return EINVAL;
+    w->remote_addr = 0;
+    memcpy(&w->remote_addr, ((const struct rg_ah*)wr->wr.ud.ah)->ipv4, 4);
+    w->rkey = wr->wr.ud.remote_qpn;
+    w->compare_add = wr->wr.ud.remote_qkey;
+    w->swap = 0;
+  } else if (atomic) {
     w->remote_addr = wr->wr.atomic.remote_addr;
     w->rkey = wr->wr.atomic.rkey;
     w->compare_add = wr->wr.atomic.compare_add;

@@ -801,9 +801,10 @@ EXPORT int ibv_rereg_mr(struct ibv_mr* mr, int flags, struct ibv_pd* pd, void* a
 }
 
 /*
- * An address handle: the program's own object (RC programs make one to check a path, UCX's
- * rc_verbs does on connect); no UD QP can send with it here. Its destination must be an
- * IPv4-mapped GID (RoCE v2 over IPv4) on port 1.
+ * An address handle: the program's own object holding the destination, which a UD QP's sends
+ * name (RC programs make one to check a path, UCX's rc_verbs does on connect). Its destination
+ * must be an IPv4-mapped GID (RoCE v2 over IPv4) on port 1. ibv_create_ah_from_wc and
+ * ibv_init_ah_from_wc (libibverbs') build the attributes from a UD receive's GRH and reach here.
  */
 EXPORT struct ibv_ah* ibv_create_ah(struct ibv_pd* pd, struct ibv_ah_attr* attr) {
   static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
@@ -812,11 +813,51 @@ EXPORT struct ibv_ah* ibv_create_ah(struct ibv_pd* pd, struct ibv_ah_attr* attr)
     errno = EINVAL;
     return NULL;
   }
-  struct ibv_ah* ah = calloc(1, sizeof *ah);
+  struct rg_ah* ah = calloc(1, sizeof *ah);
   if (ah == NULL) return NULL;
-  ah->context = pd->context;
-  ah->pd = pd;
-  return ah;
+  ah->ah.context = pd->context;
+  ah->ah.pd = pd;
+  memcpy(ah->ipv4, &attr->grh.dgid.raw[12], 4);
+  return &ah->ah;
+}
+
+/*
+ * The AH that answers a UD receive: its GRH area holds the datagram's IPv4 header in its last 20
+ * bytes (RoCE v2 for IPv4, ud-input.ts), checked (version 4, IHL 5, its checksum) before its
+ * source becomes the destination GID (IPv4-mapped); hop limit and traffic class from TTL and TOS.
+ */
+EXPORT int ibv_init_ah_from_wc(struct ibv_context* c, uint8_t port_num, struct ibv_wc* wc, struct ibv_grh* grh,
+                               struct ibv_ah_attr* ah_attr) {
+  (void)c;
+  if (wc == NULL || grh == NULL || ah_attr == NULL || port_num != 1 || !(wc->wc_flags & IBV_WC_GRH)) return EINVAL;
+  const uint8_t* ip = (const uint8_t*)grh + 20;
+  uint32_t sum = 0;
+  for (int i = 0; i < 20; i += 2) sum += (uint32_t)ip[i] << 8 | ip[i + 1];
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  if (ip[0] != 0x45 || sum != 0xffff) return EINVAL; /* not an IPv4 header we wrote */
+  memset(ah_attr, 0, sizeof *ah_attr);
+  ah_attr->port_num = port_num;
+  ah_attr->is_global = 1;
+  ah_attr->grh.dgid.raw[10] = ah_attr->grh.dgid.raw[11] = 0xff;
+  memcpy(&ah_attr->grh.dgid.raw[12], ip + 12, 4); /* the sender's address */
+  ah_attr->grh.hop_limit = ip[8];
+  ah_attr->grh.traffic_class = ip[1];
+  ah_attr->grh.sgid_index = 0;
+  ah_attr->dlid = wc->slid;
+  ah_attr->sl = wc->sl;
+  ah_attr->src_path_bits = wc->dlid_path_bits;
+  return 0;
+}
+
+EXPORT struct ibv_ah* ibv_create_ah_from_wc(struct ibv_pd* pd, struct ibv_wc* wc, struct ibv_grh* grh,
+                                            uint8_t port_num) {
+  struct ibv_ah_attr a;
+  int rc = ibv_init_ah_from_wc(pd->context, port_num, wc, grh, &a);
+  if (rc != 0) {
+    errno = rc;
+    return NULL;
+  }
+  return ibv_create_ah(pd, &a);
 }
 
 EXPORT int ibv_destroy_ah(struct ibv_ah* ah) {
@@ -832,8 +873,8 @@ EXPORT struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* 
 }
 
 struct rg_qp* rg_qp_create(struct ibv_pd* pd, struct ibv_qp_init_attr* attr) {
-  if (attr->qp_type != IBV_QPT_RC) { /* UC and UD: not supported */
-    rg_not_yet(attr->qp_type == IBV_QPT_UD ? "a UD QP" : "a QP other than RC");
+  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD) { /* UC, XRC, raw packet */
+    rg_not_yet("a QP other than RC and UD");
     return NULL;
   }
   if (attr->send_cq == NULL || attr->recv_cq == NULL || (attr->srq != NULL && attr->srq->context != pd->context)) {
@@ -854,6 +895,7 @@ struct rg_qp* rg_qp_create(struct ibv_pd* pd, struct ibv_qp_init_attr* attr) {
       .max_sge = c->max_send_sge > c->max_recv_sge ? c->max_send_sge : c->max_recv_sge,
       .max_inline = c->max_inline_data,
       .srq = attr->srq != NULL ? attr->srq->handle : RGV_NONE,
+      .qp_type = (uint32_t)attr->qp_type,
   };
   struct rgv_qp r;
   if (rg_ctx_call(pd->context, RGV_OP_CREATE_QP, &q, sizeof q, -1, &r, sizeof r) != 0) return NULL;
@@ -888,7 +930,7 @@ struct rg_qp* rg_qp_create(struct ibv_pd* pd, struct ibv_qp_init_attr* attr) {
   qp->handle = r.qpn;
   qp->qp_num = r.qpn; /* the QPN is our UDP port */
   qp->state = IBV_QPS_RESET;
-  qp->qp_type = IBV_QPT_RC;
+  qp->qp_type = attr->qp_type;
   pthread_mutex_init(&qp->mutex, NULL);
   pthread_cond_init(&qp->cond, NULL);
   rq->max_send_wr = r.max_send_wr;
@@ -937,6 +979,7 @@ EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask) 
   q.timeout = attr->timeout;
   q.retry_cnt = attr->retry_cnt;
   q.rnr_retry = attr->rnr_retry;
+  q.qkey = attr->qkey;
   if (rg_ctx_call(qp->context, RGV_OP_MODIFY_QP, &q, sizeof q, -1, NULL, 0) != 0) return errno;
   if (mask & IBV_QP_STATE) {
     struct rg_qp* rq = (struct rg_qp*)qp;
@@ -983,6 +1026,7 @@ EXPORT int ibv_query_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask, s
   attr->cap.max_recv_wr = r.max_recv_wr;
   attr->cap.max_send_sge = attr->cap.max_recv_sge = r.max_sge;
   attr->cap.max_inline_data = r.max_inline;
+  attr->qkey = r.qkey;
   if (r.dest_ipv4[0] | r.dest_ipv4[1] | r.dest_ipv4[2] | r.dest_ipv4[3]) {
     attr->ah_attr.is_global = 1;
     attr->ah_attr.port_num = 1;
@@ -1036,10 +1080,6 @@ void rg_not_yet(const char* fn) {
 NULL_VERB(struct ibv_mr*, ibv_reg_dmabuf_mr, struct ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd,
           int access)
 ERR_VERB(int, ibv_resize_cq, struct ibv_cq* cq, int cqe)
-NULL_VERB(struct ibv_ah*, ibv_create_ah_from_wc, struct ibv_pd* pd, struct ibv_wc* wc, struct ibv_grh* grh,
-          uint8_t port_num)
-ERR_VERB(int, ibv_init_ah_from_wc, struct ibv_context* c, uint8_t port_num, struct ibv_wc* wc, struct ibv_grh* grh,
-         struct ibv_ah_attr* ah_attr)
 ERR_VERB(int, ibv_attach_mcast, struct ibv_qp* qp, const union ibv_gid* gid, uint16_t lid)
 ERR_VERB(int, ibv_detach_mcast, struct ibv_qp* qp, const union ibv_gid* gid, uint16_t lid)
 /* Enhanced connection establishment (a vendor's CM extension): none here. librdmacm asks at

@@ -107,7 +107,7 @@ const SMALL_COPY = 64;
  * Copy `len` payload bytes of packet `bi` (a chain), from `skip` bytes into it, to position
  * `pos` of an MR's memory (`mem`) or, when `mem` is null, of a work request's SG list.
  */
-function place(
+export function place(
   pool: BufferPool,
   bi: number,
   skip: number,

@@ -24,6 +24,7 @@ import { RdmaOpaque } from './trp-input.ts';
 import { buildSegment, completeSq, sqAcknowledged, takePsn, toError } from './transport.ts';
 import { isLocal, WcStatus, WrOpcode } from './verbs.ts';
 import { localFailure, runLocal } from './windows.ts';
+import { serveUd, type UdOut } from './ud-output.ts';
 
 export const DDP_OUTPUT = 'ddp-output';
 /** What trp-output puts in front (the INFO opaque word on transmit). */
@@ -35,6 +36,7 @@ const ERROR_TABLE = errorTable({
   NO_BUFFERS: { name: 'no_buffers', description: 'no buffers for transmit (retried next pass)', severity: 'error' },
   ACKS: { name: 'acks', description: 'pure ACKs sent', severity: 'info' },
   SACKS: { name: 'sacks', description: 'SACKs sent', severity: 'info' },
+  UD_NO_ROUTE: { name: 'ud_no_route', description: 'UD datagrams with no route (sent nowhere)', severity: 'warn' },
 });
 export const DdpOutputError = ERROR_TABLE.code;
 const ERRORS = ERROR_TABLE.list;
@@ -43,7 +45,7 @@ export function registerDdpOutput(graph: Graph, core: RdmaCore): NodeRuntime {
   return graph.register({
     name: DDP_OUTPUT,
     type: 'input',
-    next: ['trp-output'],
+    next: ['trp-output', 'udp4-encap'],
     errors: ERRORS,
     runtimeData: core,
     fn: ddpOutput,
@@ -54,6 +56,8 @@ export function registerDdpOutput(graph: Graph, core: RdmaCore): NodeRuntime {
 let nOut = 0;
 let out: Uint32Array;
 let starved = false;
+/** UD QPs' datagrams of this pass (ud-output.ts), straight to udp4-encap. */
+const ud: UdOut = { bufs: new Uint32Array(FRAME_SIZE), n: 0, max: FRAME_SIZE, starved: false, noRoute: 0 };
 
 function ddpOutput(rt: NodeRuntime): number {
   const core = rt.runtimeData as RdmaCore;
@@ -61,18 +65,23 @@ function ddpOutput(rt: NodeRuntime): number {
   out = rt.scratch;
   nOut = 0;
   starved = false;
+  ud.n = 0;
+  ud.starved = false;
+  ud.noRoute = 0;
   let rounds = core.txCount;
-  while (nOut < FRAME_SIZE && core.txCount > 0 && rounds-- > 0) {
+  while (nOut < FRAME_SIZE && ud.n < FRAME_SIZE && core.txCount > 0 && rounds-- > 0) {
     const qp = core.qps[core.nextTx()];
     if (qp === null) continue;
     qp.inTxQueue = false;
-    if (serve(rt, core, qp)) core.schedule(qp);
-    if (starved) break;
+    if (qp.cfg.ud ? serveUd(rt, core, qp, ud) : serve(rt, core, qp)) core.schedule(qp);
+    if (starved || ud.starved) break;
   }
-  if (starved) rt.countError(DdpOutputError.NO_BUFFERS);
+  if (starved || ud.starved) rt.countError(DdpOutputError.NO_BUFFERS);
+  if (ud.noRoute > 0) rt.countError(DdpOutputError.UD_NO_ROUTE, ud.noRoute);
   const n = nOut;
   if (n > 0) rt.graph.enqueueToSingleNext(rt, 0, out, 0, n);
-  return n;
+  if (ud.n > 0) rt.graph.enqueueToSingleNext(rt, 1, ud.bufs, 0, ud.n);
+  return n + ud.n;
 }
 
 function alloc(rt: NodeRuntime): number {

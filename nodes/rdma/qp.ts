@@ -76,6 +76,10 @@ export class SendWr {
   mw: Mw | null = null;
   /** A bind's remote access rights (Access bits). */
   mwAccess = 0;
+  /** A UD send's destination: IPv4 address, QPN (UDP port) and Q_Key. */
+  dstAddr = 0;
+  dstQpn = 0;
+  qkey = 0;
 
   constructor(maxSge: number) {
     this.sg = new SgList(Math.max(1, maxSge));
@@ -148,6 +152,8 @@ export interface QpConfig {
   ird: number;
   ord: number;
   window: number;
+  /** An unreliable datagram QP (ud-output.ts, ud-input.ts): no peer, no TRP state. */
+  ud: boolean;
 }
 
 function pow2(n: number): number {
@@ -171,6 +177,8 @@ export class Qp {
   localAddr = 0;
   remoteAddr = 0;
   remotePort = 0;
+  /** A UD QP's Q_Key: datagrams carrying another are dropped (ud-input's bad_qkey). */
+  qkey = 0;
   /** DDP payload bytes per segment (from the interface MTU). */
   mtuUntagged = 1024;
   mtuTagged = 1024;
@@ -345,6 +353,8 @@ export class Qp {
     this.txSeq = this.txTime = EMPTY_F64;
     this.rxTerm = [];
     this.rtoNs = rtoInitNs;
+    // A UD QP has no window (no peer); from an SRQ it still binds receives in order.
+    if (cfg.ud && srq) this.srqRing = new Array<RecvWr | null>(W).fill(null);
   }
 
   /**

@@ -28,6 +28,7 @@ import { registerRdmapInput } from './rdmap-input.ts';
 import { completeRecv, completeSq, toError } from './transport.ts';
 import { registerTrpInput } from './trp-input.ts';
 import { registerTrpOutput } from './trp-output.ts';
+import { registerUdInput } from './ud-input.ts';
 import {
   Access,
   accessFromNames,
@@ -92,6 +93,8 @@ export interface SendRequest {
    * STag in `invalidateStag`.
    */
   bind?: { mw: Mw; rkey: number; access: number; address: number };
+  /** A UD QP's send: the destination's IPv4 address (dotted or a 32-bit number), QPN and Q_Key. */
+  ud?: { address: string | number; qpn: number; qkey: number };
 }
 
 export interface RecvRequest {
@@ -113,6 +116,8 @@ export interface QpInit {
   ord?: number;
   /** A specific local port (QPN); default the next free one in the range. */
   port?: number;
+  /** 'rc' (default): reliable connected; 'ud': unreliable datagram (ud-output.ts, ud-input.ts). */
+  type?: 'rc' | 'ud';
   /** Our address for this QP (default: any of ours; the route picks the source). */
   address?: string;
 }
@@ -133,10 +138,16 @@ export interface QpModify {
   ackTimeoutUs?: number;
   /** Retransmissions of one segment before the QP fails (ibv_modify_qp's retry_cnt, 0..7); default rdma.trp.max-retries. */
   retryCount?: number;
+  /** A UD QP's Q_Key (any state); datagrams with another are dropped. */
+  qkey?: number;
 }
 
 export interface QpInfo {
   qpn: number;
+  /** rc: reliable connected; ud: unreliable datagram. */
+  type: 'rc' | 'ud';
+  /** A UD QP's Q_Key (null for RC). */
+  qkey: number | null;
   state: QpStateName;
   /** The QP's initial send PSN: random; the peer's manual connect needs it. */
   psn: number;
@@ -324,6 +335,7 @@ export class Rdma {
     registerRdmapInput(graph, this.core);
     registerDdpInput(graph, this.core);
     registerCmInput(graph, this.cm);
+    registerUdInput(graph, this.core);
     registerTrpInput(graph, this.core);
     registerTrpOutput(graph, this.core);
     registerDdpOutput(graph, this.core);
@@ -576,7 +588,10 @@ export class Rdma {
       ird: int(init.ird ?? VERBS_DEFAULTS.ird, 1, MAX_RD_ATOMIC, 'ird'),
       ord: int(init.ord ?? VERBS_DEFAULTS.ord, 1, MAX_RD_ATOMIC, 'ord'),
       window: this.core.window + 1,
+      ud: init.type === 'ud',
     };
+    if (init.type !== undefined && init.type !== 'rc' && init.type !== 'ud')
+      throw new VerbsError('invalid', `qp type must be rc or ud, got ${JSON.stringify(init.type)}`);
     const slots = { 'wr-slots': qpSlots(cfg.maxSendWr, cfg.maxRecvWr, cfg.maxInline) };
     this.budget.check(
       `qp of maxSendWr ${cfg.maxSendWr}, maxRecvWr ${cfg.maxRecvWr}, maxInline ${cfg.maxInline}`,
@@ -644,6 +659,25 @@ export class Rdma {
       throw new VerbsError('state', `qp ${qp.qpn}: cannot go from ${qp.stateName} to ${m.state}`);
     if (m.ird !== undefined) qp.ird = int(m.ird, 1, qp.cfg.ird, 'ird');
     if (m.ord !== undefined) qp.ord = int(m.ord, 1, qp.cfg.ord, 'ord');
+    if (m.qkey !== undefined) {
+      if (!qp.cfg.ud) throw new VerbsError('invalid', `qp ${qp.qpn}: a Q_Key is for UD QPs`);
+      qp.qkey = int(m.qkey, 0, 0xffffffff, 'qkey');
+    }
+    if (qp.cfg.ud) {
+      // No peer, no sequence: the states only say what the QP may do.
+      if (to === QpState.ERROR) {
+        toError(this.core, qp, 'modified to ERROR');
+        return;
+      }
+      if (to === QpState.RESET) {
+        if (qp.state !== QpState.ERROR && qp.state !== QpState.RESET) toError(this.core, qp, 'reset');
+        this.resetQp(qp);
+        return;
+      }
+      qp.state = to;
+      if (to === QpState.RTS) this.core.schedule(qp);
+      return;
+    }
     if (to === QpState.RTR) {
       if (!m.remote) throw new VerbsError('invalid', `qp ${qp.qpn}: RTR needs remote {address, port}`);
       const addr = this.parseAddr(m.remote.address, 'remote address');
@@ -834,6 +868,8 @@ export class Rdma {
   queryQp(qp: Qp): QpInfo {
     return {
       qpn: qp.qpn,
+      type: qp.cfg.ud ? 'ud' : 'rc',
+      qkey: qp.cfg.ud ? qp.qkey : null,
       state: qp.stateName,
       psn: qp.isn,
       local: { address: qp.localAddr ? formatIp4(qp.localAddr) : '0.0.0.0', port: qp.qpn },
@@ -938,6 +974,21 @@ export class Rdma {
       throw new VerbsError('resource', `qp ${qp.qpn}: send queue full (${qp.cfg.maxSendWr})`);
     const wr = qp.sendSlot();
     wr.reset();
+    if (qp.cfg.ud) {
+      if (op !== WrOpcode.SEND && op !== WrOpcode.SEND_WITH_SE && op !== WrOpcode.SEND_WITH_IMM)
+        throw new VerbsError(
+          'invalid',
+          `qp ${qp.qpn} is a UD QP: it sends send, send-with-solicited and send-with-imm, not ${req.opcode}`,
+        );
+      const d = req.ud;
+      if (d === undefined) throw new VerbsError('invalid', `qp ${qp.qpn}: a UD send needs ud {address, qpn, qkey}`);
+      wr.dstAddr =
+        typeof d.address === 'number'
+          ? int(d.address, 1, 0xffffffff, 'ud.address')
+          : this.parseAddr(d.address, 'ud.address');
+      wr.dstQpn = int(d.qpn, 1, 65535, 'ud.qpn');
+      wr.qkey = int(d.qkey, 0, 0xffffffff, 'ud.qkey');
+    }
     const list = req.sg ?? [];
     const needWrite = op === WrOpcode.READ || op >= WrOpcode.FETCH_ADD;
     let prot: number;

@@ -439,6 +439,8 @@ export function completeSq(core: RdmaCore, qp: Qp): void {
 /** A receive completed (or failed): its completion, in MSN order. */
 export interface RecvResult {
   byteLen: number;
+  /** UD: the sender's QPN (its UDP port); the completion then says a GRH is in front. */
+  srcQp?: number;
   opcode?: number;
   imm?: number;
   invalidatedStag?: number;
@@ -457,6 +459,7 @@ export function completeRecv(core: RdmaCore, qp: Qp, wr: RecvWr, status: number,
   if (c.imm !== undefined) out.imm = c.imm;
   if (c.invalidatedStag !== undefined) out.invalidatedStag = c.invalidatedStag;
   if (c.solicited) out.solicited = true;
+  if (c.srcQp !== undefined) out.srcQp = c.srcQp;
   core.complete(cq, out);
   qp.rqDone++;
   if (qp.srq !== null) {

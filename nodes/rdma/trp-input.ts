@@ -13,6 +13,8 @@
  *   lost), a packet above a hole is accepted at once (out-of-order placement is safe for DDP),
  *   and accepted data goes on to ddp-input.
  * - SACK: a range inside [snd_una, snd_nxt] only (transport.ts onSack).
+ * - DATAGRAM (and nothing else) to a UD QP goes to ud-input, from any address; a DATAGRAM to an
+ *   RC QP is an unknown opcode.
  * - FIN: taken only at exactly the expected PSN with an acceptable ACK (RFC 5961's rule for
  *   RST); one elsewhere in the window draws a challenge ACK, which tells an honest closer where
  *   to send its FIN again (and makes it do so, a few times at most).
@@ -41,10 +43,11 @@ export const TRP_INPUT = 'trp-input';
 /** Opaque words the RDMA receive nodes use (after the IPv4/UDP words). */
 export const RdmaOpaque = { QP: 4, PSN: 5, INFO: 6, AUX: 7 } as const;
 
-const NEXT = nextTable({ DROP: 'error-drop', DDP: 'ddp-input', CM: 'cm-input' });
+const NEXT = nextTable({ DROP: 'error-drop', DDP: 'ddp-input', CM: 'cm-input', UD: 'ud-input' });
 const NEXT_DROP = NEXT.index.DROP,
   NEXT_DDP = NEXT.index.DDP,
-  NEXT_CM = NEXT.index.CM;
+  NEXT_CM = NEXT.index.CM,
+  NEXT_UD = NEXT.index.UD;
 /** FINs sent again to challenge ACKs, at most (per QP). */
 const FIN_RESENDS = 3;
 
@@ -141,7 +144,14 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
       op = v.getUint16(o + TRP_OPCODE) >>> TRP_OP_SHIFT;
       const fromPeer =
         opaque[w + Ip4Opaque.REMOTE] === qp.remoteAddr && ports >>> 16 === qp.remotePort && qp.remotePort !== 0;
-      if (op === TrpOp.ACCEPT || op === TrpOp.REJECT || op === TrpOp.REQ) {
+      if (qp.cfg.ud) {
+        // A UD QP takes datagrams from anyone (ud-input checks the Q_Key), nothing else.
+        if (op !== TrpOp.DATAGRAM) err = TrpInputError.BAD_OPCODE;
+        else {
+          next = NEXT_UD;
+          opaque[w + RdmaOpaque.QP] = qp.index;
+        }
+      } else if (op === TrpOp.ACCEPT || op === TrpOp.REJECT || op === TrpOp.REQ) {
         next = NEXT_CM;
         opaque[w + RdmaOpaque.QP] = qp.index;
       } else if (!fromPeer) err = TrpInputError.WRONG_PEER;

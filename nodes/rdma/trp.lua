@@ -25,14 +25,15 @@
 -- Fields: trp.psn, trp.ack, trp.opcode, trp.reserved, trp.sack (SACK range text),
 -- trp.pure_ack, trp.cm.pdlen, trp.cm.ird, trp.cm.ord, trp.cm.private_data, trp.send_imm (the
 -- immediate of rdma-graph's Send with Immediate, RDMAP opcodes 12 and 13, which Wireshark's
--- iWARP dissector shows as Unknown: PROTOCOL.md section 4).
+-- iWARP dissector shows as Unknown: PROTOCOL.md section 4); for a UD datagram (opcode 6, section
+-- 9) trp.dg.qkey, trp.dg.imm, trp.dg.flags (.imm, .solicited) and trp.dg.data instead of PSN/ACK.
 
 local trp = Proto("urdma_trp", "urdma TRP over UDP")
 
-local OP_DATA, OP_REQ, OP_ACCEPT, OP_REJECT, OP_FIN, OP_SACK = 0, 1, 2, 3, 4, 5
+local OP_DATA, OP_REQ, OP_ACCEPT, OP_REJECT, OP_FIN, OP_SACK, OP_DATAGRAM = 0, 1, 2, 3, 4, 5, 6
 local op_names = {
     [OP_DATA] = "DATA/ACK", [OP_REQ] = "REQ", [OP_ACCEPT] = "ACCEPT",
-    [OP_REJECT] = "REJECT", [OP_FIN] = "FIN", [OP_SACK] = "SACK",
+    [OP_REJECT] = "REJECT", [OP_FIN] = "FIN", [OP_SACK] = "SACK", [OP_DATAGRAM] = "DATAGRAM",
 }
 
 local f = {
@@ -47,6 +48,12 @@ local f = {
     ord = ProtoField.uint16("trp.cm.ord", "ORD", base.DEC),
     private_data = ProtoField.bytes("trp.cm.private_data", "Private data"),
     send_imm = ProtoField.uint32("trp.send_imm", "Send with Immediate (rdma-graph): immediate", base.HEX),
+    dg_qkey = ProtoField.uint32("trp.dg.qkey", "Q_Key", base.HEX),
+    dg_imm = ProtoField.uint32("trp.dg.imm", "Immediate data", base.HEX),
+    dg_flags = ProtoField.uint16("trp.dg.flags", "Datagram flags", base.HEX, nil, 0x0FFF),
+    dg_flag_imm = ProtoField.bool("trp.dg.flags.imm", "Immediate present", 12, nil, 0x001),
+    dg_flag_se = ProtoField.bool("trp.dg.flags.solicited", "Solicited event", 12, nil, 0x002),
+    dg_data = ProtoField.bytes("trp.dg.data", "Message"),
 }
 trp.fields = f
 
@@ -63,6 +70,8 @@ local e = {
         expert.group.MALFORMED, expert.severity.WARN),
     unknown = ProtoExpert.new("trp.unknown_opcode", "Unknown TRP opcode",
         expert.group.UNDECODED, expert.severity.WARN),
+    dg_reserved = ProtoExpert.new("trp.dg.reserved", "Reserved datagram flag bits are not 0",
+        expert.group.PROTOCOL, expert.severity.WARN),
 }
 trp.experts = e
 
@@ -80,6 +89,23 @@ function trp.dissector(tvb, pinfo, tree)
     local psn, ack = tvb(0, 4):uint(), tvb(4, 4):uint()
     -- Plain arithmetic, no bit operators: works on Lua 5.2 (Wireshark 4.0) and 5.4.
     local op = math.floor(tvb(8, 2):uint() / 4096)
+    if op == OP_DATAGRAM then
+        -- A UD QP's datagram (PROTOCOL.md section 9): Q_Key, immediate, flags, the message.
+        local fl = tvb(8, 2):uint() % 4096
+        t:add(f.dg_qkey, tvb(0, 4))
+        t:add(f.dg_imm, tvb(4, 4))
+        t:add(f.opcode, tvb(8, 2))
+        local ft = t:add(f.dg_flags, tvb(8, 2))
+        ft:add(f.dg_flag_imm, tvb(8, 2))
+        ft:add(f.dg_flag_se, tvb(8, 2))
+        if fl >= 4 then ft:add_proto_expert_info(e.dg_reserved) end
+        if len > 10 then t:add(f.dg_data, tvb(10)) end
+        local imm = fl % 2 == 1 and string.format(" IMM=0x%08x", ack) or ""
+        t:append_text(string.format(", DATAGRAM, Q_Key 0x%08x, %u bytes", psn, len - 10))
+        pinfo.cols.info = string.format("DATAGRAM Q_Key=0x%08x%s%s %u bytes", psn, imm,
+            math.floor(fl / 2) % 2 == 1 and " SE" or "", len - 10)
+        return len
+    end
     t:add(f.psn, tvb(0, 4))
     t:add(f.ack, tvb(4, 4))
     t:add(f.opcode, tvb(8, 2))

@@ -190,6 +190,8 @@ export interface Completion {
   imm?: number;
   invalidatedStag?: number;
   solicited?: boolean;
+  /** A UD receive: the sender's QPN; the receive's first 40 bytes are the GRH. */
+  srcQp?: number;
 }
 
 export class Pd {

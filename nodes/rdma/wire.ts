@@ -16,8 +16,32 @@ export const CM_IRD = 12;
 export const CM_ORD = 14;
 export const CM_PRIVATE_DATA = 16;
 /** TRP opcodes (the high nibble of the 16-bit opcode field). */
-export const TrpOp = { DATA: 0, REQ: 1, ACCEPT: 2, REJECT: 3, FIN: 4, SACK: 5 } as const;
-export const TRP_OP_NAMES = ['DATA', 'REQ', 'ACCEPT', 'REJECT', 'FIN', 'SACK'] as const;
+export const TrpOp = { DATA: 0, REQ: 1, ACCEPT: 2, REJECT: 3, FIN: 4, SACK: 5, DATAGRAM: 6 } as const;
+export const TRP_OP_NAMES = ['DATA', 'REQ', 'ACCEPT', 'REJECT', 'FIN', 'SACK', 'DATAGRAM'] as const;
+
+/**
+ * A datagram to a UD QP (PROTOCOL.md section 9): the TRP header's layout with opcode DATAGRAM,
+ * the Q_Key where the PSN is, the immediate where the ACK is, flags in the low 12 bits; the
+ * message follows. No sequence, no acknowledgement, no retransmission.
+ */
+export const DG_QKEY = 0;
+export const DG_IMM = 4;
+export const DG_FLAGS_MASK = 0x0fff;
+export const DgFlag = { IMM: 0x001, SOLICITED: 0x002 } as const;
+/** The 40 bytes in front of a UD receive: RoCE v2's GRH area, the IPv4 header in its last 20. */
+export const GRH_BYTES = 40;
+
+/**
+ * The largest UD message on a link of IP MTU `mtu` with `dataSize`-byte buffers: the largest
+ * InfiniBand MTU (256..4096) the room after the IPv4, UDP and TRP headers holds, the port's
+ * active_mtu (dataplane/rdma-devices.ts computes it from the same room).
+ */
+export function udMessageLimit(mtu: number, dataSize: number): number {
+  const room = Math.min(mtu - 20 - 8 - TRP_HEADER_BYTES, dataSize);
+  let m = 256;
+  while (m < 4096 && m * 2 <= room) m *= 2;
+  return m;
+}
 
 export const DDP_TAGGED_BYTES = 14;
 export const DDP_UNTAGGED_BYTES = 18;

@@ -1,0 +1,146 @@
+/**
+ * ud-input: datagrams to UD QPs (trp-input sends those with TRP opcode DATAGRAM to a UD QP's
+ * port here; PROTOCOL.md section 9). Per datagram: the QP must be in RTR, RTS or SQD; the
+ * header's reserved flag bits must be zero and its Q_Key the QP's (else dropped and counted:
+ * bad_header, bad_qkey); the next posted receive (the QP's queue, or its SRQ) takes it, with
+ * RoCE v2's 40-byte GRH area in front filled as a NIC fills it for IPv4 (20 bytes of zeros,
+ * then the IPv4 header: version 4, IHL 5, the datagram's total length, TTL 64, UDP, a valid
+ * checksum, source and destination), so ibv_init_ah_from_wc and programs that read the source
+ * from the GRH work. The completion carries byte_len = 40 + the message, the source QPN (its
+ * UDP port), the immediate and the solicited flag. No receive posted: dropped and counted
+ * (no_receive: UD has no receiver-not-ready retry). A message longer than the receive (with its
+ * GRH) completes that receive with local-length-error; the QP stays up (a peer cannot end it).
+ * Each datagram costs its own bytes of work, nothing a field of it names.
+ */
+import {
+  BufferFlag,
+  type Frame,
+  type Graph,
+  type NodeRuntime,
+  OPAQUE_WORDS,
+  errorTable,
+  nextTable,
+} from '../../graph/index.ts';
+import { foldSum, Ip4Opaque, IP_PROTO_UDP } from '../ip4/ip4.ts';
+import type { RdmaCore } from './core.ts';
+import { place } from './ddp-input.ts';
+import { QpState } from './qp.ts';
+import { completeRecv } from './transport.ts';
+import { RdmaOpaque } from './trp-input.ts';
+import { WcStatus } from './verbs.ts';
+import { DG_FLAGS_MASK, DG_IMM, DG_QKEY, DgFlag, GRH_BYTES, TRP_HEADER_BYTES, TRP_OPCODE } from './wire.ts';
+
+export const UD_INPUT = 'ud-input';
+
+const NEXT = nextTable({ DROP: 'error-drop' });
+const NEXT_DROP = NEXT.index.DROP;
+
+const ERROR_TABLE = errorTable({
+  DELIVERED: { name: 'delivered', description: 'datagrams delivered to a receive', severity: 'info' },
+  NOT_READY: { name: 'not_ready', description: 'datagram for a UD QP not in RTR/RTS/SQD', severity: 'warn' },
+  BAD_HEADER: { name: 'bad_header', description: 'datagram header with reserved bits set', severity: 'error' },
+  BAD_QKEY: { name: 'bad_qkey', description: "datagram Q_Key is not the QP's (dropped)", severity: 'warn' },
+  NO_RECEIVE: { name: 'no_receive', description: 'datagram with no receive posted (dropped)', severity: 'warn' },
+  TOO_LONG: {
+    name: 'too_long',
+    description: 'datagram longer than its receive (local-length-error)',
+    severity: 'warn',
+  },
+});
+export const UdInputError = ERROR_TABLE.code;
+const ERRORS = ERROR_TABLE.list;
+
+export function registerUdInput(graph: Graph, core: RdmaCore): NodeRuntime {
+  return graph.register({
+    name: UD_INPUT,
+    next: NEXT.names,
+    errors: ERRORS,
+    runtimeData: core,
+    fn: udInput,
+    formatTrace: (r) => String(r),
+  });
+}
+
+/** The GRH area of one receive, rebuilt per datagram (no allocation). */
+const grh = new Uint8Array(GRH_BYTES);
+const grhView = new DataView(grh.buffer);
+
+function fillGrh(src: number, dst: number, udpBytes: number): void {
+  grh.fill(0, 0, 20);
+  const o = 20;
+  grhView.setUint32(o, 0x45000000 | (20 + udpBytes)); // version 4, IHL 5, TOS 0, total length
+  grhView.setUint32(o + 4, 0); // identification, flags, fragment offset
+  grhView.setUint32(o + 8, (64 << 24) | (IP_PROTO_UDP << 16)); // TTL 64, UDP, checksum 0
+  grhView.setUint32(o + 12, src);
+  grhView.setUint32(o + 16, dst);
+  const sum = foldSum(grhView.getUint32(o) + grhView.getUint32(o + 4) + grhView.getUint32(o + 8) + src + dst);
+  grhView.setUint16(o + 10, ~sum & 0xffff);
+}
+
+function udInput(rt: NodeRuntime, frame: Frame | null): number {
+  const f = frame as Frame;
+  const core = rt.runtimeData as RdmaCore;
+  const pool = rt.graph.pool;
+  const v = pool.view,
+    opaque = pool.opaque,
+    error = pool.error,
+    flags = pool.flags;
+  const vec = f.vec,
+    n = f.n,
+    nexts = rt.nexts;
+  const eBase = rt.errorIndex(0);
+  const free = rt.scratch;
+  let nFree = 0;
+  for (let i = 0; i < n; i++) {
+    const bi = vec[i];
+    const w = bi * OPAQUE_WORDS;
+    // trp-input checked the QP and the header's length.
+    const qp = core.qps[opaque[w + RdmaOpaque.QP]];
+    const o = pool.offset[bi];
+    const len = (flags[bi] & BufferFlag.NEXT_PRESENT ? pool.packetLength(bi) : pool.length[bi]) - TRP_HEADER_BYTES;
+    const fl = v.getUint16(o + TRP_OPCODE) & DG_FLAGS_MASK;
+    let err = -1;
+    if (qp === null || (qp.state !== QpState.RTR && qp.state !== QpState.RTS && qp.state !== QpState.SQD))
+      err = UdInputError.NOT_READY;
+    else if ((fl & ~(DgFlag.IMM | DgFlag.SOLICITED)) !== 0) err = UdInputError.BAD_HEADER;
+    else if (v.getUint32(o + DG_QKEY) !== qp.qkey) err = UdInputError.BAD_QKEY;
+    else {
+      const wr = qp.recvFor((qp.rqDone + 1) >>> 0);
+      if (wr === null) err = UdInputError.NO_RECEIVE;
+      else {
+        const src = opaque[w + Ip4Opaque.REMOTE],
+          srcQp = opaque[w + Ip4Opaque.PORTS] >>> 16;
+        const imm = fl & DgFlag.IMM ? v.getUint32(o + DG_IMM) : undefined;
+        if (GRH_BYTES + len > wr.sg.total) {
+          rt.countError(UdInputError.TOO_LONG);
+          completeRecv(core, qp, wr, WcStatus.LOC_LEN_ERR, { byteLen: 0, srcQp });
+        } else {
+          fillGrh(src, opaque[w + Ip4Opaque.LOCAL], 8 + TRP_HEADER_BYTES + len);
+          wr.sg.scatter(0, grh, 0, GRH_BYTES);
+          if (len > 0) place(pool, bi, TRP_HEADER_BYTES, null, wr.sg, GRH_BYTES, len);
+          qp.rxPackets++;
+          qp.rxBytes += len;
+          completeRecv(core, qp, wr, WcStatus.SUCCESS, {
+            byteLen: GRH_BYTES + len,
+            imm,
+            solicited: (fl & DgFlag.SOLICITED) !== 0,
+            srcQp,
+          });
+          rt.countError(UdInputError.DELIVERED);
+        }
+        if (rt.traceOn && flags[bi] & BufferFlag.TRACED)
+          rt.addTrace(bi, `UD: qp ${qp.qpn} datagram of ${len} bytes from QPN ${srcQp} to a receive`);
+        free[nFree++] = bi;
+        continue;
+      }
+    }
+    if (rt.traceOn && flags[bi] & BufferFlag.TRACED)
+      rt.addTrace(bi, `UD: qp ${qp?.qpn ?? '?'} datagram of ${len} bytes: ${ERRORS[err].description}`);
+    error[bi] = eBase + err;
+    vec[i - nFree] = bi;
+    nexts[i - nFree] = NEXT_DROP;
+  }
+  if (nFree > 0) pool.free(free, 0, nFree);
+  if (n - nFree > 0) rt.enqueue(vec, n - nFree);
+  return n;
+}

@@ -1,0 +1,89 @@
+/**
+ * The transmit half of UD QPs, called by ddp-output for a UD QP it serves: each send work
+ * request (Send, Send with immediate, with or without the solicited flag) becomes one datagram
+ * (PROTOCOL.md section 9: the TRP header's layout with opcode DATAGRAM, the Q_Key and the
+ * immediate in it, then the message) to the address, QPN (UDP port) and Q_Key the work request
+ * names, and completes as soon as it is handed to udp4-encap: there is no acknowledgement. A
+ * work request whose Q_Key has the high bit set sends the QP's own Q_Key instead (InfiniBand's
+ * rule for privileged Q_Keys). A message longer than the egress port's active MTU
+ * (udMessageLimit) completes with local-length-error and the QP goes to error, as on a NIC; a
+ * destination no interface routes to is sent nowhere, completes with success and is counted
+ * (`ddp-output ud_no_route`): datagrams may be lost.
+ */
+import { INVALID_INDEX, type NodeRuntime } from '../../graph/index.ts';
+import { setUdpDestination } from '../udp/udp-ports.ts';
+import type { RdmaCore } from './core.ts';
+import { type Qp, QpState } from './qp.ts';
+import { completeSq, toError } from './transport.ts';
+import { WcStatus, WrOpcode } from './verbs.ts';
+import { DG_IMM, DG_QKEY, DgFlag, TRP_HEADER_BYTES, TRP_OPCODE, TRP_OP_SHIFT, TrpOp, udMessageLimit } from './wire.ts';
+
+/** Where serveUd puts the datagrams it made (ddp-output hands them to udp4-encap). */
+export interface UdOut {
+  bufs: Uint32Array;
+  n: number;
+  max: number;
+  /** Set when no buffer was left (the rest waits for the next pass). */
+  starved: boolean;
+  /** Datagrams with no route (sent nowhere). */
+  noRoute: number;
+}
+
+/** Send what UD QP `qp` has posted, as far as `out` has room; true when work is left. */
+export function serveUd(rt: NodeRuntime, core: RdmaCore, qp: Qp, out: UdOut): boolean {
+  if (qp.state !== QpState.RTS && qp.state !== QpState.SQD) return false;
+  const pool = rt.graph.pool,
+    ifs = core.net.interfaces,
+    v = pool.view,
+    sq = qp.sq,
+    nsq = sq.length;
+  while (qp.sqNext !== qp.sqTail) {
+    const wr = sq[qp.sqNext % nsq];
+    let status: number = wr.postError >= 0 ? wr.postError : WcStatus.SUCCESS;
+    if (status === WcStatus.SUCCESS) {
+      const ix = ifs.routeFrom(qp.localAddr, wr.dstAddr);
+      if (ix === 0) out.noRoute++;
+      else if (wr.length > udMessageLimit(ifs.mtu[ix], pool.dataSize)) status = WcStatus.LOC_LEN_ERR;
+      else {
+        if (out.n === out.max) return true;
+        const bi = pool.allocOne();
+        if (bi === INVALID_INDEX) {
+          out.starved = true;
+          return true;
+        }
+        wr.sg.gather(0, pool.u8, pool.offset[bi], wr.length);
+        pool.length[bi] = wr.length;
+        pool.prepend(bi, TRP_HEADER_BYTES);
+        const o = pool.offset[bi];
+        const imm = wr.opcode === WrOpcode.SEND_WITH_IMM;
+        v.setUint32(o + DG_QKEY, wr.qkey & 0x80000000 ? qp.qkey : wr.qkey);
+        v.setUint32(o + DG_IMM, imm ? wr.imm : 0);
+        v.setUint16(
+          o + TRP_OPCODE,
+          (TrpOp.DATAGRAM << TRP_OP_SHIFT) | (imm ? DgFlag.IMM : 0) | (wr.solicited ? DgFlag.SOLICITED : 0),
+        );
+        setUdpDestination(pool, bi, wr.dstAddr, wr.dstQpn, qp.qpn, qp.localAddr);
+        out.bufs[out.n++] = bi;
+        qp.txPackets++;
+        qp.txBytes += wr.length;
+      }
+    }
+    wr.done = true;
+    wr.status = status;
+    qp.sqNext++;
+    qp.sqAcked = qp.sqNext;
+    if (status !== WcStatus.SUCCESS) {
+      completeSq(core, qp);
+      toError(
+        core,
+        qp,
+        status === WcStatus.LOC_LEN_ERR
+          ? 'UD message longer than the path MTU'
+          : 'local protection error in a send work request',
+      );
+      return false;
+    }
+  }
+  completeSq(core, qp);
+  return false;
+}
