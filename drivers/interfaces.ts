@@ -20,6 +20,8 @@
  * An interface whose driver is remote (drivers/remote.ts: another worker owns it) has its
  * output and tx nodes but no input node, fault injector or capture: those are the device's.
  */
+import { performance } from 'node:perf_hooks';
+import { nowNs } from '../graph/clock.ts';
 import { Graph, type NodeRuntime, type Frame, NodeFlag, FRAME_SIZE, type BufferPool } from '../graph/index.ts';
 import type { Driver, DriverCounters } from './driver.ts';
 import { PCAP_GLOBAL_HEADER_BYTES, PCAP_RECORD_HEADER_BYTES, PcapWriter } from './pcap-file.ts';
@@ -83,6 +85,25 @@ export class Interface {
   }
 }
 
+/**
+ * The wall clock in nanoseconds, split for pcap's record header: the process's time origin (the
+ * wall clock when it started, sub-millisecond) plus the monotonic clock since (graph/clock.ts's
+ * nowNs, hrtime-based: nanosecond resolution). Kept in two numbers, so nothing is lost to a
+ * double's 53 bits. A capture reads it once per burst: at receive, right after the driver handed
+ * the burst over; at transmit, right before the driver takes it.
+ */
+const ORIGIN_SEC = Math.floor(performance.timeOrigin / 1000);
+const ORIGIN_NS = Math.round((performance.timeOrigin - ORIGIN_SEC * 1000) * 1e6);
+const stamp = { sec: 0, nsec: 0 };
+
+function pcapNow(): typeof stamp {
+  const ns = ORIGIN_NS + nowNs();
+  const carry = Math.floor(ns / 1e9);
+  stamp.sec = ORIGIN_SEC + carry;
+  stamp.nsec = Math.floor(ns - carry * 1e9);
+  return stamp;
+}
+
 /** A file to capture into: a path (opened, or replaced, here) or a file opened already (drivers/capture-file.ts). */
 export type CaptureTarget = string | { path: string; fd: number };
 
@@ -112,9 +133,7 @@ export class Capture {
   write(pool: BufferPool, bufs: Uint32Array, off: number, n: number): void {
     if (this.stopped !== null) return;
     const w = this.writer;
-    const ms = Date.now();
-    const sec = Math.floor(ms / 1000),
-      nsec = (ms % 1000) * 1e6;
+    const { sec, nsec } = pcapNow();
     const m = n < this.remaining ? n : this.remaining;
     let i = 0;
     for (; i < m; i++) {
