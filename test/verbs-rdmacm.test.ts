@@ -211,4 +211,42 @@ test('hostile: no listener, garbage written to rdma_cm, a peer killed mid-run', 
   });
 });
 
+test("a listener's backlog full: the next request is REJECTED at once, the held ones when it goes", async () => {
+  ready();
+  await withTwoDaemons(async ({ a, b, dpB }) => {
+    const port = nextPort();
+    // A listener (librdmacm through ctypes) with a backlog of 1 that never takes its requests.
+    const py = [
+      'import ctypes, socket, struct, time',
+      "cm = ctypes.CDLL('librdmacm.so.1')",
+      'cm.rdma_create_event_channel.restype = ctypes.c_void_p',
+      'ch = ctypes.c_void_p(cm.rdma_create_event_channel())',
+      'cid = ctypes.c_void_p()',
+      'assert cm.rdma_create_id(ch, ctypes.byref(cid), None, 0x0106) == 0',
+      `sa = struct.pack('<H', socket.AF_INET) + struct.pack('>H', ${port}) + socket.inet_aton('${IP_B}') + bytes(8)`,
+      'assert cm.rdma_bind_addr(cid, ctypes.create_string_buffer(sa, 16)) == 0',
+      'assert cm.rdma_listen(cid, 1) == 0',
+      "print('listening', flush=True)",
+      'time.sleep(60)',
+    ].join('\n');
+    const listener = runTool(b, ['python3', '-c', py], 60_000, 'exec');
+    await cmListening(dpB, listener, port);
+    const l = Dataplane.internals(dpB).rdma.cm.listeners.get(port);
+    const rping = () => runTool(a, ['rping', '-c', '-a', IP_B, '-p', String(port), '-C', '1'], 30_000, 'exec');
+    const held = rping();
+    for (let i = 0; i < 500 && (l?.deferred?.size ?? 0) < 1; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.is(l?.deferred?.size, 1, 'the first request is held');
+    const t0 = Date.now();
+    const second = await rping().done;
+    assert.ok(Date.now() - t0 < 3000, `REJECTED at once (${Date.now() - t0} ms)`);
+    assert.match(second.out, /RDMA_CM_EVENT_REJECTED, error 28/, second.out);
+    assert.is(held.exited, null, 'the held one still waits');
+    const t1 = Date.now();
+    listener.kill();
+    const first = await held.done;
+    assert.ok(Date.now() - t1 < 3000, `the held request is REJECTED when its listener goes (${Date.now() - t1} ms)`);
+    assert.match(first.out, /RDMA_CM_EVENT_REJECTED, error 28/, first.out);
+  });
+});
+
 test.run();

@@ -355,12 +355,19 @@ function dropId(s: UcmaState, id: CmId): void {
   }
   const cm = s.rdma.cm;
   if (id.state === 'listening') {
+    // The requests it holds are answered (REJECT) before the port closes, not left to time out.
+    const l = cm.listeners.get(id.listenPort);
+    for (const key of [...(l?.deferred?.keys() ?? [])]) rejectDeferred(cm, l as Listener, key);
+    for (const child of s.ids.values())
+      if (child.parent === id) {
+        if (child.state === 'requested') child.state = 'failed';
+        child.parent = null;
+      }
     try {
       s.rdma.unlisten(id.listenPort);
     } catch {
       // already gone
     }
-    for (const child of s.ids.values()) if (child.parent === id) child.parent = null;
   }
   if (id.state === 'requested' && id.parent !== null) {
     const l = cm.listeners.get(id.parent.listenPort);
