@@ -229,6 +229,8 @@ export class Dataplane implements DataplaneApi {
   private eventHook: ((e: EventView) => void) | null = null;
   /** Interface index -> link up at the last look (for a gratuitous ARP when it comes up). */
   private readonly linkWasUp = new Map<number, boolean>();
+  /** With workers: the interfaces (indices) this worker owns, the only ones whose link it logs and announces. */
+  private ownLinks: Set<number> | null = null;
   /** Told when an interface's link goes up or down (the verbs sockets: async port events). */
   private readonly linkListeners = new Set<(ifname: string, up: boolean) => void>();
   /** "<interface index>/<drop|refusal>" -> what linkNews has seen and logged. */
@@ -262,9 +264,9 @@ export class Dataplane implements DataplaneApi {
       const up = itf.driver.linkUp();
       const was = this.linkWasUp.get(itf.index) ?? false;
       this.linkWasUp.set(itf.index, up);
-      // Another worker's interface (drivers/remote.ts) is "up" once open whatever its link: its
-      // owner announces it and logs its true state.
-      const own = itf.driver.remote !== true;
+      // Another worker's interface (a stand-in, "up" once open whatever its link, or a share of
+      // its queues): its owner announces it and logs its true state, once.
+      const own = this.ownLinks === null || this.ownLinks.has(itf.index);
       if (own && up && !was && this.net.interfaces.isConfigured(itf.index)) this.net.announce(itf.index);
       if (up !== was) {
         if (own) this.log('info', `interface ${itf.name} is ${up ? 'up' : 'down'}`);
@@ -417,6 +419,10 @@ export class Dataplane implements DataplaneApi {
         graph.addSleepGuard(() => true);
       graph.build();
       const dp = new Dataplane(config, graph, net, ifs, rdma, log);
+      if (plan !== undefined)
+        dp.ownLinks = new Set(
+          config.interfaces.flatMap((_, k) => ((plan.interfaces[k]?.via ?? 'owner') === 'owner' ? [k + 1] : [])),
+        );
       dp.eventHook = opts.onEvent ?? null;
       graph.start();
       dp.watchLinks();

@@ -124,7 +124,7 @@ test("workers: the log names only configured interfaces, with their true state (
     config(
       'workers.yaml',
       `api: { listen: "127.0.0.1:0" }\ncpu: { workers: 2 }\ninterfaces:\n` +
-        `  - { name: memif0, driver: memif, memif: { socket: ${run}/w0.sock, role: server }, address: 10.20.0.1/24 }\n` +
+        `  - { name: memif0, driver: memif, memif: { socket: ${run}/w0.sock, role: server }, address: 10.20.0.1/24, rx-queues: 2 }\n` +
         `  - { name: memif1, driver: memif, memif: { socket: ${run}/w1.sock, role: server }, address: 10.21.0.1/24 }\n`,
     ),
   );
@@ -136,12 +136,13 @@ test("workers: the log names only configured interfaces, with their true state (
       // Nobody connected: both down, and nothing said they were up.
       assert.equal(linkLines(), [], w.lines.join('\n'));
       assert.match(w.lines.join('\n'), /interface memif0 \(memif\) .* down\n.*interface memif1 \(memif\) .* down/);
-      // A client on memif0's socket: memif0 comes up, said once by its own worker; memif1 stays down.
+      // A client on memif0's socket (two queues: worker 1 polls queue 1): memif0 comes up, said
+      // once, by its owner; memif1 (owned by worker 1, a stand-in on worker 0) stays down.
       peer = start(
         config(
           'client.yaml',
           `api: { listen: "127.0.0.1:0" }\ninterfaces:\n` +
-            `  - { name: c0, driver: memif, memif: { socket: ${run}/w0.sock, role: client }, address: 10.20.0.2/24 }\n`,
+            `  - { name: c0, driver: memif, memif: { socket: ${run}/w0.sock, role: client }, address: 10.20.0.2/24, rx-queues: 2 }\n`,
         ),
       );
       await peer.url;
@@ -152,6 +153,9 @@ test("workers: the log names only configured interfaces, with their true state (
       }
       assert.match(shown, /^memif0 +\d+ +up /m);
       assert.match(shown, /^memif1 +\d+ +down /m);
+      // Every worker's link watch (every 200 ms) has looked since: worker 1's share of memif0 (its
+      // queue 1) would have said so by now.
+      await sleep(1000);
       assert.equal(linkLines(), ['rdma-graph: rdma_wk_0: interface memif0 is up'], w.lines.join('\n'));
     },
     async () => {
