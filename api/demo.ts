@@ -1,8 +1,8 @@
 /**
  * `npm run demo`: the main job end to end. Starts two rdma-graph daemons joined by the embedded
  * default link (config/startup.yaml and config/examples/peer.yaml, with the API on an ephemeral
- * port and the memif socket in a temporary directory so a running `npm start` is not
- * disturbed), then drives both only through rdmactl commands over the REST API: PDs, MRs, CQs,
+ * port, and so the verbs socket named after it, and the memif socket in a temporary directory so
+ * a running `npm start` is not disturbed), then drives both only through rdmactl commands over the REST API: PDs, MRs, CQs,
  * QPs; a manual connect and a connection-manager connect; SEND/RECV, WRITE, READ and an atomic
  * fetch-add, each checked byte for byte; `show runtime` of both; SIGTERM to both and a check that
  * each stopped cleanly with every buffer back. Exit 0 only when every check passed.
