@@ -12,11 +12,13 @@
  */
 import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { join } from 'node:path';
 import { existsSync } from 'node:fs';
 import type { DataplaneApi } from '../dataplane/api.ts';
 import { Dataplane, VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import { IP_A, IP_B } from './dataplane-helpers.ts';
+import { netnsUnavailable } from './helpers-netns.ts';
 import { nextPort, type Run, runTool, type Tool, withTwoDaemons } from './verbs-helpers.ts';
 
 /** What the library refused, as the programs printed it (none expected). */
@@ -247,6 +249,60 @@ test("a listener's backlog full: the next request is REJECTED at once, the held 
     assert.ok(Date.now() - t1 < 3000, `the held request is REJECTED when its listener goes (${Date.now() - t1} ms)`);
     assert.match(first.out, /RDMA_CM_EVENT_REJECTED, error 28/, first.out);
   });
+});
+
+test('qperf -cm1 (its TCP control connection to the same addresses, on the loopback of a network namespace)', async () => {
+  ready();
+  if (spawnSync('qperf', ['--version']).error) skip('qperf is not installed');
+  const why = netnsUnavailable();
+  if (why !== null) skip(why);
+  // qperf reaches its peer over TCP, then over RDMA at the same address: the daemons' addresses
+  // are also on the kernel's loopback, in a namespace of the test's own.
+  const ns = `rgq-${process.pid}`;
+  const ip = (...args: string[]) => spawnSync('ip', ['netns', 'exec', ns, 'ip', ...args], { encoding: 'utf8' });
+  assert.is(spawnSync('ip', ['netns', 'add', ns]).status, 0, 'netns add');
+  try {
+    assert.is(ip('link', 'set', 'lo', 'up').status, 0);
+    for (const a of [IP_A, IP_B]) assert.is(ip('addr', 'add', `${a}/32`, 'dev', 'lo').status, 0);
+    await withTwoDaemons(async ({ a, b }) => {
+      const rg = join(import.meta.dirname, '..', 'bin', 'rdma-graph.mjs');
+      const inNs = (socket: string, cmd: string[]) => {
+        const p = spawn('ip', ['netns', 'exec', ns, process.execPath, rg, 'exec', '--socket', socket, '--', ...cmd]);
+        let out = '';
+        p.stdout.on('data', (d) => (out += d));
+        p.stderr.on('data', (d) => (out += d));
+        const timer = setTimeout(() => p.kill('SIGTERM'), 60_000);
+        const done = new Promise<Run>((res) =>
+          p.on('close', (code, signal) => {
+            clearTimeout(timer);
+            res({ code, signal, out });
+          }),
+        );
+        return { done, kill: () => p.kill('SIGTERM') };
+      };
+      const lp = String(nextPort());
+      const server = inNs(b, ['qperf', '-lp', lp]);
+      try {
+        const tests = ['rc_bw', 'rc_lat', 'rc_rdma_write_bw', 'rc_rdma_read_bw'];
+        let cli: Run | null = null;
+        // The server listens on its TCP port within a moment: the client tries again until then.
+        for (let k = 0; k < 50; k++) {
+          cli = await inNs(a, ['qperf', '-lp', lp, IP_B, '-cm1', '-t', '1', '-to', '20', ...tests]).done;
+          if (!/failed to connect|Connection refused/i.test(cli.out)) break;
+          await new Promise((r) => setTimeout(r, 100));
+        }
+        assert.is(cli?.code, 0, cli?.out);
+        for (const t of tests)
+          assert.match(cli?.out ?? '', new RegExp(`^${t}:\\n\\s+(bw|latency)\\s+=\\s+[\\d.]+ \\S+`, 'm'), cli?.out);
+        assert.is(refusals(cli?.out ?? ''), '', 'nothing refused');
+      } finally {
+        server.kill();
+        await server.done;
+      }
+    });
+  } finally {
+    spawnSync('ip', ['netns', 'del', ns]);
+  }
 });
 
 test.run();

@@ -140,9 +140,6 @@ const REJECT_CONSUMER = 28;
 const MAX_IDS = 4096;
 /** How often connected and accepting ids are looked at (ESTABLISHED, DISCONNECTED). */
 const WATCH_MS = 2;
-/** An active connect's REQ is sent again this often, until this long has passed. */
-const CONNECT_RETRY_MS = 100;
-const CONNECT_TIMEOUT_MS = 5000;
 /** A listener's backlog at most (the kernel's default somaxconn). */
 const MAX_BACKLOG = 1024;
 /** Ports a listen without a bound port takes one of. */
@@ -203,6 +200,8 @@ interface CmId {
   reported: number;
   /** A listening id's port. */
   listenPort: number;
+  /** Its port was taken for it (bind to port 0): reserved until it goes. */
+  ephemeral: boolean;
   /** A request's listening id and the listener's key for it ("address:port"). */
   parent: CmId | null;
   key: string;
@@ -347,6 +346,7 @@ async function programQp(s: UcmaState, qpn: number): Promise<Qp | undefined> {
 /** Forget an id: its queued events, its listener and the requests it holds, its watch. */
 function dropId(s: UcmaState, id: CmId): void {
   s.ids.delete(id.handle);
+  if (id.ephemeral) reservedOf(s).delete(id.srcPort);
   unwatch(id);
   for (const ch of s.channels.values()) {
     const before = ch.queue.length;
@@ -535,6 +535,7 @@ function newId(handle: number, channel: UChannel, uidLo: number, uidHi: number):
     dstPort: 0,
     reported: 0,
     listenPort: 0,
+    ephemeral: false,
     parent: null,
     key: '',
     peer: null,
@@ -553,10 +554,34 @@ function bind(c: UcmaCall, s: UcmaState, id: CmId, q: Req): Reply | number {
   if (id.state !== 'idle') return E.EINVAL;
   const a = ip4(q.src_ipv4);
   if (a !== 0 && s.rdma.net.interfaces.localInterface(a) === 0) return E.EADDRNOTAVAIL;
+  // Port 0: one now, as the kernel's bind does (programs ask which before they listen: qperf).
+  const port = q.src_port !== 0 ? q.src_port : ephemeralPort(s);
+  if (port === 0) return E.EADDRINUSE;
+  if (q.src_port === 0) reservedOf(s).add(port);
   id.src = a;
-  id.srcPort = q.src_port;
+  id.srcPort = port;
+  id.ephemeral = q.src_port === 0;
   id.state = 'bound';
   return c.reply({} as ReplyValues);
+}
+
+/** Ports bound ids took with port 0 (until they listen on it or go), per RDMA stack. */
+const reserved = new WeakMap<Rdma, Set<number>>();
+
+function reservedOf(s: UcmaState): Set<number> {
+  let r = reserved.get(s.rdma);
+  if (r === undefined) reserved.set(s.rdma, (r = new Set()));
+  return r;
+}
+
+/** A free port of the ephemeral range (no listener, no UDP binding, not reserved), or 0. */
+function ephemeralPort(s: UcmaState): number {
+  const r = reservedOf(s);
+  for (let k = 0; k < 64; k++) {
+    const p = EPHEMERAL_LO + Math.floor(Math.random() * (EPHEMERAL_HI - EPHEMERAL_LO + 1));
+    if (!r.has(p) && !s.rdma.cm.listeners.has(p) && s.rdma.net.udp.lookup(0, p) < 0) return p;
+  }
+  return 0;
 }
 
 function resolveAddr(c: UcmaCall, s: UcmaState, id: CmId, q: Req): Reply | number {
@@ -583,10 +608,7 @@ function listen(c: UcmaCall, s: UcmaState, id: CmId, q: Req): Reply | number {
   if (id.state !== 'bound' && id.state !== 'idle') return E.EINVAL;
   // As the kernel's: 0 (or more than the most) is the most.
   const backlog = q.backlog > 0 && q.backlog < MAX_BACKLOG ? q.backlog : MAX_BACKLOG;
-  const ports =
-    id.srcPort !== 0
-      ? [id.srcPort]
-      : Array.from({ length: 64 }, () => EPHEMERAL_LO + Math.floor(Math.random() * (EPHEMERAL_HI - EPHEMERAL_LO)));
+  const ports = id.srcPort !== 0 ? [id.srcPort] : Array.from({ length: 64 }, () => ephemeralPort(s));
   for (const port of ports) {
     try {
       s.rdma.listen(port, (req) => request(s, id, req), { backlog });
@@ -665,8 +687,9 @@ async function connect(c: UcmaCall, s: UcmaState, id: CmId, q: Req): Promise<Rep
       {
         qp,
         startNs: nowNs(s),
-        timeoutNs: CONNECT_TIMEOUT_MS * 1e6,
-        retryNs: CONNECT_RETRY_MS * 1e6,
+        // The REQ sent again every rdma.cm-retry-ms until rdma.cm-timeout-ms has passed.
+        timeoutNs: s.server.dp.config.rdma.cmTimeoutMs * 1e6,
+        retryNs: s.server.dp.config.rdma.cmRetryMs * 1e6,
         req: ConnectionManager.message(TrpOp.REQ, id.ird, id.ord, pd, qp.isn, 0),
         resolve,
         reject,
