@@ -36,6 +36,7 @@ export function formatInterfaces(views: InterfaceView[]): string {
       ['tx packets', c.txPackets],
       ['tx bytes', c.txBytes],
       ['drops', c.rxDrops + c.txDrops],
+      ['tx held', c.txHeld],
       ['rx-error', c.rxErrors],
       ['tx-error', c.txErrors],
     ];

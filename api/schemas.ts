@@ -125,6 +125,7 @@ export const InterfaceCounters = counterObject([
   'txDrops',
   'rxErrors',
   'txErrors',
+  'txHeld',
 ]);
 export const FaultCounters = counterObject(['packets', 'dropped', 'reordered', 'duplicated', 'corrupted']);
 

@@ -4,8 +4,13 @@
  *   <kind>-input   one input node per driver family (pipe-input, pcap-input, memif-input...),
  *                  polling every rx queue of that family's interfaces on this thread
  *   <if>-output    counts what an interface transmits (an IS_OUTPUT node for `show runtime`)
- *   <if>-tx        hands the vector to the driver in one txBurst; what the driver refuses is
- *                  dropped with "no free tx slots"
+ *   <if>-tx        hands the vector to the driver in one txBurst; what the driver refuses
+ *                  while the link is up waits in the interface's transmit backlog (in order,
+ *                  before anything newer) and goes out when the ring has room, retried by the
+ *                  input node every pass (the loop does not sleep on a backlog); only what the
+ *                  backlog has no room for, or anything refused while the link is down, is
+ *                  dropped with "no free tx slots". A full ring is local congestion, not loss:
+ *                  the transport above never sees it as a lost segment (issue 31).
  *
  * A fault injector (drivers/fault.ts) can sit on an interface's rx, tx or both (`setFault`, or
  * `InterfaceOptions.fault`). On rx it works on each burst right after the driver, before the
@@ -39,14 +44,21 @@ export interface InterfaceOptions {
   next?: string;
   /** Fault injection on receive and/or transmit from the start (see `Interfaces.setFault`). */
   fault?: FaultDirections;
+  /** Packets a full transmit ring may hold back (0: none, drop at once); default TX_BACKLOG. */
+  txBacklog?: number;
 }
 
+/** The transmit backlog of an interface by default (packets). */
+export const TX_BACKLOG = 2048;
+export const MAX_TX_BACKLOG = 65536;
+
 /**
- * An interface's counters are its driver's, one definition each: `txDrops` is every packet
- * offered to the driver and not sent, the same event <if>-tx counts as "no free tx slots"
- * (`show errors`), never added to it.
+ * An interface's counters are its driver's, one definition each, but for `txDrops`: every
+ * packet the interface dropped on transmit (refused while the link is down, or with the backlog
+ * full), the same event <if>-tx counts as "no free tx slots" (`show errors`), never added to it.
+ * A packet the driver refused and the backlog held is not a drop; `txHeld` counts those.
  */
-export type InterfaceCounters = DriverCounters;
+export type InterfaceCounters = DriverCounters & { txHeld: number };
 
 export class Interface {
   readonly index: number;
@@ -65,15 +77,27 @@ export class Interface {
   txFault: FaultInjector | null = null;
   /** Name of the input node that polls this interface. */
   inputName = '';
+  /** Its input node's poll list (null: another worker's interface, transmit only). */
+  poll: PollList | null = null;
   /** Rx queues this thread polls. */
   readonly rxQueues: number[];
+  /** Packets the driver refused while the link was up, oldest first (a ring of buffer indices). */
+  readonly txBacklog: Uint32Array;
+  txBlHead = 0;
+  txBlCount = 0;
+  /** On its input node's list of backlogged interfaces. */
+  txBlListed = false;
+  /** Packets dropped on transmit, and packets held in the backlog (InterfaceCounters). */
+  txDropped = 0;
+  txHeld = 0;
 
-  constructor(index: number, driver: Driver, next: string) {
+  constructor(index: number, driver: Driver, next: string, txBacklog = TX_BACKLOG) {
     this.index = index;
     this.name = driver.name;
     this.driver = driver;
     this.next = next;
     this.rxQueues = driver.pollQueues?.slice() ?? Array.from({ length: driver.rxQueues }, (_, i) => i);
+    this.txBacklog = new Uint32Array(txBacklog);
   }
 
   get macString(): string {
@@ -81,7 +105,7 @@ export class Interface {
   }
 
   counters(): InterfaceCounters {
-    return this.driver.counters();
+    return { ...this.driver.counters(), txDrops: this.txDropped, txHeld: this.txHeld };
   }
 }
 
@@ -185,6 +209,8 @@ interface PollList {
   queues: number[];
   /** Interfaces of this kind with a tx fault injector (held packets to release on time). */
   txFaulty: Interface[];
+  /** Interfaces of this kind with packets in their transmit backlog (retried every pass). */
+  txBacklogged: Interface[];
 }
 
 const TX_NO_SLOTS = 0;
@@ -198,6 +224,9 @@ export class Interfaces {
 
   constructor(graph: Graph) {
     this.graph = graph;
+    // A full ring frees as the peer takes packets, which wakes nothing here: no sleep while a
+    // backlog waits.
+    graph.addSleepGuard(() => this.list.some((i) => i !== null && i.txBlCount > 0));
   }
 
   /**
@@ -213,8 +242,14 @@ export class Interfaces {
       throw new Error(
         `interface "${driver.name}": another worker's here: its fault injector runs on the device's workers`,
       );
+    const backlog = opts.txBacklog ?? TX_BACKLOG;
+    if (!Number.isInteger(backlog) || backlog < 0 || backlog > MAX_TX_BACKLOG)
+      throw new Error(
+        `interface "${driver.name}": txBacklog must be an integer in 0..${MAX_TX_BACKLOG}, got ${backlog}`,
+      );
     driver.open(g.pool);
-    const itf = new Interface(this.list.length, driver, next);
+    // Another worker's interface has no input node here to retry a backlog from: it drops.
+    const itf = new Interface(this.list.length, driver, next, driver.remote === true ? 0 : backlog);
     try {
       this.createTxNodes(itf);
       // Another worker's interface: transmit only (no input node, nothing to poll).
@@ -225,6 +260,7 @@ export class Interfaces {
       }
       const input = this.inputNode(driver.kind);
       itf.inputName = input.name;
+      itf.poll = this.polls.get(input.name) as PollList;
       itf.inputNext = g.addNext(input, next);
       const poll = this.polls.get(input.name) as PollList;
       for (const q of itf.rxQueues) {
@@ -375,6 +411,7 @@ export class Interfaces {
       if (itf.rxCapture || itf.txCapture) this.stopCapture(itf.name);
       this.setFaultDir(itf, 'rx', null);
       this.setFaultDir(itf, 'tx', null);
+      dropBacklog(this.graph.pool, itf, null);
       itf.driver.close();
     }
   }
@@ -382,7 +419,7 @@ export class Interfaces {
   private inputNode(kind: string): NodeRuntime {
     const name = `${kind.replace(/_/g, '-')}-input`;
     if (this.graph.hasNode(name)) return this.graph.node(name);
-    const poll: PollList = { ifs: [], queues: [], txFaulty: [] };
+    const poll: PollList = { ifs: [], queues: [], txFaulty: [], txBacklogged: [] };
     this.polls.set(name, poll);
     return this.graph.register({
       name,
@@ -431,6 +468,7 @@ function deviceInput(rt: NodeRuntime): number {
   const rxIf = pool.rxIf;
   let total = 0;
   if (poll.txFaulty.length !== 0) total += releaseHeldTx(rt, poll.txFaulty);
+  if (poll.txBacklogged.length !== 0) total += retryBacklogs(rt, poll.txBacklogged);
   for (let k = 0; k < poll.ifs.length; k++) {
     const itf = poll.ifs[k];
     let out = rt.scratch;
@@ -491,20 +529,96 @@ function deviceTx(rt: NodeRuntime, frame: Frame | null): number {
 }
 
 /**
- * Hand `vec[0..n)` to the interface's driver in one txBurst; the refused ones go to `rt`'s
- * next 0 (error-drop, on both the tx and the input nodes) as the tx node's "no free tx slots"
- * (the driver counts them too, as its txDrops: the interface's only count of them).
+ * Hand `vec[0..n)` to the interface's driver in one txBurst, after what its backlog holds (in
+ * order: nothing newer passes an older packet). What the driver refuses while the link is up
+ * goes into the backlog as far as it has room; the rest (and anything refused with the link
+ * down) goes to `rt`'s next 0 (error-drop, on both the tx and the input nodes) as the tx node's
+ * "no free tx slots", the interface's txDrops.
  */
 function transmit(rt: NodeRuntime, itf: Interface, vec: Uint32Array, n: number): void {
+  if (itf.txBlCount > 0) flushBacklog(itf);
   if (n === 0) return;
-  const sent = itf.driver.txBurst(0, vec, 0, n);
-  if (sent < n) {
+  const sent = itf.txBlCount === 0 ? itf.driver.txBurst(0, vec, 0, n) : 0;
+  if (sent === n) return;
+  let i = sent;
+  const bl = itf.txBacklog,
+    cap = bl.length;
+  if (cap > 0 && itf.driver.linkUp()) {
+    for (; i < n && itf.txBlCount < cap; i++) {
+      bl[(itf.txBlHead + itf.txBlCount) % cap] = vec[i];
+      itf.txBlCount++;
+    }
+    itf.txHeld += i - sent;
+    if (itf.txBlCount > 0 && !itf.txBlListed && itf.poll !== null) {
+      itf.txBlListed = true;
+      itf.poll.txBacklogged.push(itf);
+    }
+  }
+  if (i < n) {
     const g = rt.graph;
     const err = g.pool.error,
       code = itf.tx.errorIndex(TX_NO_SLOTS);
-    for (let i = sent; i < n; i++) err[vec[i]] = code;
-    g.enqueueToSingleNext(rt, 0, vec, sent, n - sent);
+    for (let k = i; k < n; k++) err[vec[k]] = code;
+    itf.txDropped += n - i;
+    g.enqueueToSingleNext(rt, 0, vec, i, n - i);
   }
+}
+
+/** Send what the backlog holds, oldest first, as far as the driver takes it; how many went. */
+function flushBacklog(itf: Interface): number {
+  const bl = itf.txBacklog,
+    cap = bl.length;
+  let total = 0;
+  while (itf.txBlCount > 0) {
+    const run = Math.min(itf.txBlCount, cap - itf.txBlHead);
+    const s = itf.driver.txBurst(0, bl, itf.txBlHead, run);
+    itf.txBlHead = (itf.txBlHead + s) % cap;
+    itf.txBlCount -= s;
+    total += s;
+    if (s < run) break;
+  }
+  return total;
+}
+
+/**
+ * The backlog's packets dropped: freed when the interface closes (`rt` null), else (its link
+ * went down) sent to `rt`'s next 0, error-drop, as "no free tx slots" and counted in txDrops.
+ */
+function dropBacklog(pool: BufferPool, itf: Interface, rt: NodeRuntime | null): void {
+  const bl = itf.txBacklog,
+    cap = bl.length;
+  const code = rt === null ? 0 : itf.tx.errorIndex(TX_NO_SLOTS);
+  while (itf.txBlCount > 0) {
+    const run = Math.min(itf.txBlCount, cap - itf.txBlHead);
+    if (rt === null) pool.free(bl, itf.txBlHead, run);
+    else {
+      for (let k = 0; k < run; k++) pool.error[bl[itf.txBlHead + k]] = code;
+      rt.graph.enqueueToSingleNext(rt, 0, bl, itf.txBlHead, run);
+      itf.txDropped += run;
+    }
+    itf.txBlHead = (itf.txBlHead + run) % cap;
+    itf.txBlCount -= run;
+  }
+}
+
+/**
+ * From the input node, every pass: the backlogged interfaces of its kind send what their rings
+ * now take; one whose link went down drops its backlog. An interface leaves the list when empty.
+ */
+function retryBacklogs(rt: NodeRuntime, list: Interface[]): number {
+  let total = 0;
+  for (let k = 0; k < list.length; k++) {
+    const itf = list[k];
+    if (itf.driver.linkUp()) total += flushBacklog(itf);
+    else dropBacklog(rt.graph.pool, itf, rt);
+    if (itf.txBlCount === 0) {
+      itf.txBlListed = false;
+      list[k] = list[list.length - 1];
+      list.pop();
+      k--;
+    }
+  }
+  return total;
 }
 
 /** From the input node: held tx packets whose delay ran out go to their drivers. */

@@ -112,7 +112,7 @@ test('pipe through the graph: both directions, zero-copy, counters, runtime rows
   assert.is(pool.available(), pool.count, 'no buffer leaked');
 });
 
-test('tx ring full: the rest is dropped as "no free tx slots" and counted', () => {
+test('tx ring full with no backlog (txBacklog 0): the rest is dropped as "no free tx slots" and counted', () => {
   const pool = memPool(512);
   const g = new Graph({ pool });
   const q: number[][] = [],
@@ -120,7 +120,7 @@ test('tx ring full: the rest is dropped as "no free tx slots" and counted', () =
   generator(g, 'gen', 'p0-output', q, sent);
   const [a, b] = createPipe('p0', 'p1', { ringSize: 4 });
   const ifs = new Interfaces(g);
-  const i0 = ifs.add(a, { next: 'error-drop' });
+  const i0 = ifs.add(a, { next: 'error-drop', txBacklog: 0 });
   ifs.add(b, { next: 'error-drop' });
   g.build();
   for (let k = 0; k < 10; k++) q.push([k]);
@@ -128,6 +128,67 @@ test('tx ring full: the rest is dropped as "no free tx slots" and counted', () =
   assert.is(g.errorCount('p0-tx', 'no_tx_slots'), 6);
   assert.is(i0.counters().txDrops, 6, 'the driver counts the same 6, once');
   assert.match(formatErrors([g.errorSnapshot()]), /\s+6\s+p0-tx\s+no free tx slots\s+error/);
+  ifs.closeAll();
+  assert.is(pool.available(), pool.count);
+});
+
+test('tx ring full: the backlog holds the rest, in order, and sends it as the ring frees; only past its room is a drop', () => {
+  const pool = memPool(512);
+  const g = new Graph({ pool });
+  const q: number[][] = [],
+    sent: number[] = [],
+    got: { rxIf: number; bi: number; bytes: number[] }[] = [];
+  generator(g, 'gen', 'p0-output', q, sent);
+  capture(g, 'cap1', got);
+  const [a, b] = createPipe('p0', 'p1', { ringSize: 4 });
+  const ifs = new Interfaces(g);
+  const i0 = ifs.add(a, { next: 'error-drop', txBacklog: 8 });
+  ifs.add(b, { next: 'cap1' });
+  g.build();
+  // 14 packets into a ring of 4 with a backlog of 8: 4 sent, 8 held, 2 dropped.
+  for (let k = 0; k < 14; k++) q.push([k]);
+  g.runPass();
+  assert.is(g.errorCount('p0-tx', 'no_tx_slots'), 2);
+  assert.equal([i0.counters().txDrops, i0.counters().txHeld, i0.txBlCount], [2, 8, 8]);
+  // The peer takes 4 a pass; the backlog goes out behind them, oldest first, with no new traffic.
+  for (let k = 0; k < 6 && got.length < 12; k++) g.runPass();
+  assert.equal(
+    got.map((x) => x.bytes[0]),
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
+    'every held packet, in order',
+  );
+  assert.is(i0.txBlCount, 0);
+  assert.is(i0.counters().txDrops, 2, 'no drop but the two past the backlog');
+  // A new packet behind a backlog waits its turn: 6 more, the ring takes 4, then the rest.
+  for (let k = 20; k < 26; k++) q.push([k]);
+  for (let k = 0; k < 6 && got.length < 18; k++) g.runPass();
+  assert.equal(
+    got.slice(12).map((x) => x.bytes[0]),
+    [20, 21, 22, 23, 24, 25],
+  );
+  ifs.closeAll();
+  assert.is(pool.available(), pool.count, 'no buffer lost');
+});
+
+test('a backlog on a link that goes down is dropped (counted, freed), not sent later', () => {
+  const pool = memPool(512);
+  const g = new Graph({ pool });
+  const q: number[][] = [],
+    sent: number[] = [];
+  generator(g, 'gen', 'p0-output', q, sent);
+  const [a, b] = createPipe('p0', 'p1', { ringSize: 4 });
+  const ifs = new Interfaces(g);
+  const i0 = ifs.add(a, { next: 'error-drop', txBacklog: 16 });
+  ifs.add(b, { next: 'error-drop' });
+  g.build();
+  for (let k = 0; k < 10; k++) q.push([k]);
+  // p1 is not polled this pass (the generator runs after pipe-input): 6 wait.
+  g.runPass();
+  assert.is(i0.txBlCount, 6);
+  b.close(); // the peer goes away: p0's link is down
+  assert.is(a.linkUp(), false);
+  g.runPass();
+  assert.equal([i0.txBlCount, i0.counters().txDrops, g.errorCount('p0-tx', 'no_tx_slots')], [0, 6, 6]);
   ifs.closeAll();
   assert.is(pool.available(), pool.count);
 });
