@@ -3,7 +3,7 @@
  * LD_PRELOAD (`rdma-graph exec -- PROGRAM`). It exports the libibverbs symbols it implements
  * with libibverbs' own symbol versions (verbs.map), so the program's calls bind here first.
  *
- * ibv_get_device_list asks the daemon at $RDMA_GRAPH_SOCKET (default run/verbs.sock) for its
+ * ibv_get_device_list asks the daemon at $RDMA_GRAPH_SOCKET (default run/verbs-7070.sock, the default daemon's) for its
  * interfaces, one device per interface with an IPv4 address (rg_<ifname>, Ethernet link
  * layer, GID 0 = ::ffff:<IPv4>, dev_name uverbsN: probes.c makes /dev/infiniband and
  * /sys/class/infiniband show them); the daemon is one the program trusts (check_peer), and every
@@ -46,9 +46,11 @@
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
 
+/* RDMA_GRAPH_SOCKET (rdma-graph exec sets it), else the default daemon's socket from its
+   directory: run/verbs-PORT.sock with its API port 7070 (config/load.ts names it so). */
 static const char* socket_path(void) {
   const char* p = getenv("RDMA_GRAPH_SOCKET");
-  return p != NULL && p[0] != '\0' ? p : "run/verbs.sock";
+  return p != NULL && p[0] != '\0' ? p : "run/verbs-7070.sock";
 }
 
 void rg_say(const char* fmt, ...) {
