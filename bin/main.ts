@@ -11,12 +11,14 @@
  * FILE defaults to the package's config/startup.yaml (the embedded default), wherever the
  * command runs from; relative paths inside a file (memif sockets...) are relative to the
  * working directory. SIGINT/SIGTERM shut down cleanly: QPs send FIN, the API closes,
- * interfaces close (memif sockets are removed). `npm start` execs this process, so the PID a
- * shell gets from `npm start &` takes the signal.
+ * interfaces close (memif sockets are removed). Under `npm start` this process is npm's child
+ * (npm's shell execs it); the PID a shell gets from `npm start &` is npm's, which passes SIGINT
+ * and SIGTERM on to it.
  */
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { existsSync, realpathSync } from 'node:fs';
+import { isAbsolute, join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { STARTUP_CONFIG, loadConfig, ConfigError, verbsSocketPath } from '../config/load.ts';
 import type { Config } from '../config/types.ts';
 import { driverUnavailable, VERBS_LIBRARY } from '../dataplane/dataplane.ts';
@@ -25,6 +27,37 @@ import { createDataplane } from '../dataplane/create.ts';
 import { apiListenError, preflight } from '../dataplane/preflight.ts';
 import { DataplaneError, type Logger, VERSION } from '../dataplane/views.ts';
 import { startApi } from '../api/server.ts';
+
+/** The package's root directory, with a trailing slash. */
+const ROOT = fileURLToPath(new URL('../', import.meta.url));
+
+/**
+ * How the user who started the daemon runs the package's command `name` from where they stand
+ * (the daemon's working directory): its bare name when that is on PATH and is this package's,
+ * `npx name` where this package is a dependency of the directory's project, else `node` and the
+ * script (relative inside the checkout, absolute elsewhere).
+ */
+function commandHint(name: 'rdmactl' | 'rdma-graph', cwd = process.cwd()): string {
+  const script = join(ROOT, 'bin', `${name}.mjs`);
+  const real = (p: string) => {
+    try {
+      return realpathSync(p);
+    } catch {
+      return null;
+    }
+  };
+  for (const dir of (process.env.PATH ?? '').split(':'))
+    if (dir !== '' && isAbsolute(dir) && real(join(dir, name)) === real(script)) return name;
+  if (real(join(cwd, 'node_modules', 'rdma-graph')) === real(ROOT)) return `npx ${name}`;
+  const rel = relative(cwd, script);
+  const path = rel.startsWith('..') || isAbsolute(rel) ? script : rel;
+  return `node ${shellWord(path)}`;
+}
+
+/** `s` as one word of a POSIX shell command line. */
+function shellWord(s: string): string {
+  return /^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replaceAll("'", `'\\''`)}'`;
+}
 
 /** The embedded default, found from the package (not from the working directory). */
 const DEFAULT_CONFIG = STARTUP_CONFIG;
@@ -155,12 +188,12 @@ async function start(file: string, isDefault: boolean): Promise<void> {
   log(
     'info',
     existsSync(VERBS_LIBRARY)
-      ? `verbs socket ${verbs.path}: rdma-graph exec --socket ${verbs.path} -- ibv_devinfo`
+      ? `verbs socket ${verbs.path}: ${commandHint('rdma-graph')} exec --socket ${shellWord(verbs.path.startsWith('@') ? verbs.path : resolve(verbs.path))} -- ibv_devinfo`
       : `verbs socket ${verbs.path} (librdmagraph-verbs.so was not built: install libibverbs-dev, npm run build)`,
   );
   log(
     'info',
-    `API on ${api.url}/v1 (${config.api.token ? 'token required' : 'no token'}); rdmactl --api ${api.url} show runtime`,
+    `API on ${api.url}/v1 (${config.api.token ? 'token required' : 'no token'}); ${commandHint('rdmactl')} --api ${api.url} show runtime`,
   );
   const signal = await stopped;
   log('info', `${signal}: shutting down`);

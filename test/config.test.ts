@@ -1342,6 +1342,35 @@ test('startup.yaml: one memif server on run/memif.sock, 10.10.0.1/24; peer.yaml 
   assert.equal(p.neighbors, [{ interface: 'memif0', address: '10.10.0.1', mac: '02:fe:00:00:00:01' }]);
 });
 
+test("config/README.md's workers rule is the loader's: N workers load, each limit it names is refused", () => {
+  const rule = /^- \*\*Workers\.\*\*[^]*?(?=\n- )/m.exec(readFileSync(README, 'utf8'))?.[0] ?? '';
+  assert.match(rule, /`cpu\.workers: 0` \(the default\) runs the graph on the main thread; N runs N worker/);
+  const ok = parseConfig(
+    'cpu: {workers: 2, corelist-workers: "0-1"}\ninterfaces:\n  - {name: m0, driver: memif, memif: {socket: s}, worker: 1, rx-queues: 2, rx-placement: [1, 0]}\n',
+    't.yaml',
+  );
+  assert.is(ok.cpu.workers, 2);
+  const cases: [string, string][] = [
+    [
+      'below `cpu.workers`',
+      'cpu: {workers: 2}\ninterfaces:\n  - {name: m0, driver: memif, memif: {socket: s}, worker: 2}\n',
+    ],
+    [
+      'one worker per rx queue',
+      'cpu: {workers: 2}\ninterfaces:\n  - {name: m0, driver: memif, memif: {socket: s}, rx-queues: 2, rx-placement: [0]}\n',
+    ],
+    [
+      "queue 0 on the interface's",
+      'cpu: {workers: 2}\ninterfaces:\n  - {name: m0, driver: memif, memif: {socket: s}, worker: 0, rx-queues: 2, rx-placement: [1, 0]}\n',
+    ],
+    ['exactly one\n  CPU per worker', 'cpu: {workers: 2, corelist-workers: "1-3"}\n'],
+  ];
+  for (const [words, yaml] of cases) {
+    assert.ok(rule.includes(words), `the rule says "${words}":\n${rule}`);
+    configError(yaml);
+  }
+});
+
 test('config/README.md holds exactly the generated key reference', () => {
   const readme = readFileSync(README, 'utf8');
   assert.is(withReference(readme), readme, 'run: node --import tsx config/update-readme.ts');

@@ -7,7 +7,7 @@ import { test } from './harness.ts';
 import { cli, rdmactl, sleep, watchDaemon, withTeardown, type RunningDaemon } from './helpers.ts';
 import * as assert from 'uvu/assert';
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -199,6 +199,55 @@ test("workers: the log names only configured interfaces, with their true state (
   );
 });
 
+test('the start-up hints are commands that work from where the daemon was started, socket paths absolute', async () => {
+  const cwd = mkdtempSync(join(dir, 'elsewhere-'));
+  for (const where of [ROOT, cwd]) {
+    const d = watchDaemon(
+      spawn(
+        process.execPath,
+        [
+          join(ROOT, 'bin/rdma-graph.mjs'),
+          'start',
+          '--config',
+          config('hint.yaml', SERVER(join(dir, 'run-hint', 'memif.sock'))),
+        ],
+        {
+          cwd: where,
+          stdio: ['ignore', 'pipe', 'pipe'],
+        },
+      ),
+    );
+    await withTeardown(
+      async () => {
+        await d.url;
+        const api = d.lines.find((l) => l.startsWith('rdma-graph: API on '))!;
+        const ctl = /; (.+ --api http:\/\/127\.0\.0\.1:\d+ show runtime)$/.exec(api)?.[1];
+        assert.ok(ctl, api);
+        console.log(`  from ${where === ROOT ? 'the checkout' : 'another directory'}: ${ctl}`);
+        if (where === ROOT) assert.match(ctl, /^(rdmactl|node bin\/rdmactl\.mjs) /);
+        else assert.match(ctl, /^(rdmactl|node \/\S+\/bin\/rdmactl\.mjs) /);
+        const r = spawnSync('sh', ['-c', ctl], { cwd: where, encoding: 'utf8', timeout: 30_000 });
+        assert.is(r.status, 0, r.stderr);
+        assert.match(r.stdout, /vector rates in /);
+        const verbs = d.lines.find((l) => l.startsWith('rdma-graph: verbs socket '))!;
+        const exec = /^rdma-graph: verbs socket \S+: (.+ exec --socket (\S+) -- ibv_devinfo)$/.exec(verbs);
+        if (exec === null) {
+          assert.match(verbs, /librdmagraph-verbs\.so was not built/);
+          return;
+        }
+        assert.ok(exec[2].startsWith('/'), `absolute socket path: ${verbs}`);
+        const e = spawnSync('sh', ['-c', exec[1]], { cwd: where, encoding: 'utf8', timeout: 30_000 });
+        assert.is(e.status, 0, e.stderr);
+        assert.match(e.stdout, /hca_id:\s+rg_memif0/);
+      },
+      async () => {
+        d.proc.kill('SIGTERM');
+        assert.is(await d.exit, 0, d.lines.join('\n'));
+      },
+    );
+  }
+});
+
 test('start refuses an API port in use with a clear message, exit 1, nothing left behind', async () => {
   const srv = createServer();
   await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
@@ -311,14 +360,14 @@ test('check finds the embedded default from any directory and says what start wo
   assert.match(empty.out, /empty\.yaml: valid; interfaces: none; api 127\.0\.0\.1:7070 \(1 warning\)/);
 });
 
-test('npm start: SIGTERM to the PID the shell got stops the daemon itself (npm execs it)', async () => {
+test('npm start: SIGTERM to the PID the shell got stops the daemon itself (npm passes it on)', async () => {
   const sock = join(dir, 'run-npm', 'memif.sock');
   const cfg = config('npm.yaml', SERVER(sock));
   const npm = spawn('npm', ['start', '--silent', '--', '--config', cfg], {
     cwd: ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  // 'close' comes when every holder of the stdio pipes has gone: npm and the daemon it exec'd,
+  // 'close' comes when every holder of the stdio pipes has gone: npm and the daemon, its child,
   // so every line the daemon wrote on its way out has been read by then.
   const closed = new Promise<void>((r) => npm.on('close', () => r()));
   let out = '';
@@ -336,6 +385,11 @@ test('npm start: SIGTERM to the PID the shell got stops the daemon itself (npm e
     npm.stderr!.on('data', on);
   });
   assert.ok(existsSync(sock));
+  // The README's words: the PID is npm's, the daemon is its child (npm's shell exec'd it).
+  const children = readFileSync(`/proc/${npm.pid}/task/${npm.pid}/children`, 'utf8').trim().split(' ');
+  assert.is(children.length, 1, `npm's children: ${children.join(' ')}`);
+  const cmdline = readFileSync(`/proc/${children[0]}/cmdline`, 'utf8').split('\0');
+  assert.ok(cmdline.includes('bin/main.ts') && cmdline.includes('start'), cmdline.join(' '));
   npm.kill('SIGTERM');
   // The daemon (not only npm) is gone: its pipes closed, its socket removed on the way out, its
   // API refusing.
