@@ -303,6 +303,9 @@ export class ApiClient {
   clearErrors(): Promise<void> {
     return this.post('/v1/errors/clear');
   }
+  clearInterfaces(): Promise<void> {
+    return this.post('/v1/interfaces/clear');
+  }
   traceAdd(node: string, count: number): Promise<void> {
     return this.post('/v1/trace', { node, count });
   }

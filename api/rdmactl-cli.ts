@@ -9,7 +9,7 @@
 import { createRequire } from 'node:module';
 import { ApiClient, ApiConnectionError, ApiError, ApiForeignError } from './client.ts';
 import { NoReplyError } from './rdmactl-ping.ts';
-import { DEFAULT_API, ForeignAnswerError, HELP, runCommand, UsageError, type Call } from './rdmactl.ts';
+import { DEFAULT_API, ForeignAnswerError, HELP, NotFound, runCommand, UsageError, type Call } from './rdmactl.ts';
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
 
@@ -87,6 +87,20 @@ function ownVersion(): string {
   return 'unknown';
 }
 
+/**
+ * The API's base URL from what --api (or RDMACTL_API) gives: `http://HOST:PORT`, the same with
+ * the API's `/v1` (the README's curl base) or a trailing slash, or `HOST:PORT` alone.
+ */
+export function apiBase(given: string): string {
+  let url = /^[A-Za-z][A-Za-z0-9+.-]*:\/\//.test(given) ? given : `http://${given}`;
+  url = url.replace(/\/+$/, '').replace(/\/v1$/, '');
+  if (!/^http:\/\/(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?(\/[^?#\s]*)?$/.test(url))
+    throw new UsageError(
+      `--api must be http://HOST:PORT, HOST:PORT or either ending in /v1 (the API does not speak TLS), got "${given}"`,
+    );
+  return url;
+}
+
 /** Run rdmactl with `argv` (without node and the script); returns the exit status. */
 export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
   let api = env.RDMACTL_API || DEFAULT_API;
@@ -118,8 +132,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
         else timeoutText = v;
       } else throw new UsageError(`unknown option "${a}"`);
     }
-    if (!/^http:\/\/[^/]+/.test(api))
-      throw new UsageError(`--api must be an http:// URL (the API does not speak TLS), got "${api}"`);
+    api = apiBase(api);
     if (!/^[0-9]{1,7}$/.test(timeoutText) || Number(timeoutText) < 1)
       throw new UsageError(`--timeout (or RDMACTL_TIMEOUT) must be milliseconds, 1..9999999, got "${timeoutText}"`);
     await runCommand(
@@ -138,7 +151,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
       console.error(`rdmactl: ${e.message.includes(api) ? '' : `${api}: `}${e.message}`);
       return 3;
     }
-    if (e instanceof NoReplyError) {
+    if (e instanceof NoReplyError || e instanceof NotFound) {
       console.error(`rdmactl: ${e.message}`);
       return 1;
     }

@@ -1,8 +1,8 @@
 /**
  * `rdmactl ping IP [repeat|count N] [interval SECONDS] [size BYTES] [timeout SECONDS]`, as VPP's
  * ping: one echo request at a time through POST /v1/ping (so each reply line appears as it
- * comes), then the statistics line. Exit status 1 (NoReplyError) when nothing answered, as
- * ping(8).
+ * comes), icmp_seq counting from 1 in every run, then the statistics line, also when Ctrl-C
+ * (SIGINT) stops it early. Exit status 1 (NoReplyError) when nothing answered, as ping(8).
  */
 import { Args, numOpt, intOpt, UsageError } from './rdmactl-args.ts';
 import type { Call, CtlOutput } from './rdmactl.ts';
@@ -35,24 +35,52 @@ export async function pingCommand(words: string[], call: Call, io: CtlOutput, js
   if (!(timeout >= 0.001 && timeout <= 60))
     throw new UsageError(`ping: timeout must be 0.001..60 seconds, got ${timeout}`);
   const results: PingResult[] = [];
-  let received = 0;
-  for (let i = 0; i < count; i++) {
-    const started = Date.now();
-    const r = (await call(
-      'POST',
-      '/v1/ping',
-      { address, count: 1, timeoutMs: Math.round(timeout * 1000), ...(size !== undefined ? { size } : {}) },
-      { timeoutMs: Math.round(timeout * 1000) + 5000 },
-    )) as PingResult;
-    if (typeof r !== 'object' || r === null || !Array.isArray(r.replies))
-      throw new UsageError('ping: the API did not answer as rdma-graph does');
-    results.push(r);
-    received += r.received;
-    if (!json) for (const x of r.replies) io.out(formatPingReply(x));
-    const wait = interval * 1000 - (Date.now() - started);
-    if (i + 1 < count && wait > 0) await new Promise((res) => setTimeout(res, wait));
+  let received = 0,
+    inFlight = 0;
+  // Ctrl-C: stop, and count what went out (a request still waiting for its answer is lost).
+  let interrupt = () => {};
+  const interrupted = new Promise<'interrupted'>((res) => (interrupt = () => res('interrupted')));
+  process.on('SIGINT', interrupt);
+  try {
+    for (let i = 0; i < count; i++) {
+      const started = Date.now();
+      const request = call(
+        'POST',
+        '/v1/ping',
+        {
+          address,
+          count: 1,
+          seq: (i % 0xffff) + 1,
+          timeoutMs: Math.round(timeout * 1000),
+          ...(size !== undefined ? { size } : {}),
+        },
+        { timeoutMs: Math.round(timeout * 1000) + 5000 },
+      );
+      inFlight = 1;
+      const r = await Promise.race([request, interrupted]);
+      if (r === 'interrupted') {
+        void request.catch(() => {});
+        break;
+      }
+      inFlight = 0;
+      const v = r as PingResult;
+      if (typeof v !== 'object' || v === null || !Array.isArray(v.replies))
+        throw new UsageError('ping: the API did not answer as rdma-graph does');
+      results.push(v);
+      received += v.received;
+      if (!json) for (const x of v.replies) io.out(formatPingReply(x));
+      const wait = interval * 1000 - (Date.now() - started);
+      if (i + 1 < count && wait > 0) {
+        let timer: NodeJS.Timeout | undefined;
+        const slept = await Promise.race([new Promise((res) => (timer = setTimeout(res, wait))), interrupted]);
+        clearTimeout(timer);
+        if (slept === 'interrupted') break;
+      }
+    }
+  } finally {
+    process.off('SIGINT', interrupt);
   }
-  const sent = results.reduce((s, r) => s + r.sent, 0);
+  const sent = results.reduce((s, r) => s + r.sent, 0) + inFlight;
   if (json)
     io.out(
       JSON.stringify(

@@ -38,7 +38,7 @@ import {
   formatQps,
   formatRxPlacement,
 } from './render.ts';
-import { Args, resolveWord, UsageError } from './rdmactl-args.ts';
+import { Args, intOpt, resolveWord, UsageError } from './rdmactl-args.ts';
 
 /** Accepted words (aliases included) of `show`, to their canonical object. */
 export const SHOW_OBJECTS: Record<string, string> = {
@@ -203,7 +203,22 @@ export function formatVersion(v: VersionView): string {
   return lines.map((l) => l + '\n').join('');
 }
 
-export type Show = (path: string, render: (v: never) => string) => Promise<void>;
+/** GET `path` (several: each, their answers as one array) and print `render` of the answer. */
+export type Show = (path: string | string[], render: (v: never) => string) => Promise<void>;
+
+/** What the user named is not there (exit 1, as the API's 404): thrown by a renderer. */
+export class NotFound extends Error {}
+
+/**
+ * A table: a header row, then one row per object, columns as wide as their widest cell and two
+ * spaces apart; the last column is not padded. No rows: the header and "(none)".
+ */
+export function table(header: string[], rows: (string | number)[][]): string {
+  const cells = [header, ...rows.map((r) => r.map(String))];
+  const width = header.map((_, k) => Math.max(...cells.map((r) => r[k].length)));
+  const line = (r: string[]) => r.map((c, k) => (k === r.length - 1 ? c : c.padEnd(width[k]))).join('  ') + '\n';
+  return cells.map(line).join('') + (rows.length === 0 ? '(none)\n' : '');
+}
 
 /** `show WHAT ...` (words after "show"). */
 export function showCommand(words: string[], show: Show): Promise<void> {
@@ -223,14 +238,38 @@ export function showCommand(words: string[], show: Show): Promise<void> {
       return show('/v1/errors', (v: { threads: ErrorThreadSnapshot[] }) => formatErrors(v.threads, { verbose }));
     }
     case 'interfaces': {
-      const o = a.options([], ['addr', 'address', 'rx-placement']);
-      if (o.has('rx-placement')) return show('/v1/rx-placement', (v: RxPlacementView[]) => formatRxPlacement(v));
-      const addr = o.size > 0;
-      return show('/v1/interfaces', (v: InterfaceView[]) => (addr ? formatInterfaceAddresses(v) : formatInterfaces(v)));
+      // VPP's show interface [address] [NAME...]: the flags and interface names in any order.
+      const flags = new Set<string>(),
+        names: string[] = [];
+      for (const w of rest) ['addr', 'address', 'rx-placement'].includes(w) ? flags.add(w) : names.push(w);
+      if (flags.has('rx-placement')) {
+        if (flags.size > 1 || names.length > 0)
+          throw new UsageError(
+            `show interface rx-placement: unexpected "${[...names, ...flags].find((w) => w !== 'rx-placement')}"`,
+          );
+        return show('/v1/rx-placement', (v: RxPlacementView[]) => formatRxPlacement(v));
+      }
+      const addr = flags.size > 0;
+      const render = (v: InterfaceView[]) => (addr ? formatInterfaceAddresses(v) : formatInterfaces(v));
+      if (names.length === 0) return show('/v1/interfaces', render);
+      // Each name through GET /v1/interfaces/NAME: an unknown one is the API's 404, naming it.
+      return show(
+        names.map((n) => `/v1/interfaces/${encodeURIComponent(n)}`),
+        render,
+      );
     }
-    case 'hardware':
-      a.end();
-      return show('/v1/hardware', (v: HardwareView[]) => formatHardware(v));
+    case 'hardware': {
+      const names = rest;
+      if (names.length === 0) return show('/v1/hardware', (v: HardwareView[]) => formatHardware(v));
+      return show('/v1/hardware', (v: HardwareView[]) => {
+        const missing = names.filter((n) => !v.some((h) => h.name === n));
+        if (missing.length > 0)
+          throw new NotFound(
+            `show hardware: no interface ${missing.join(', ')} (interfaces: ${v.map((h) => h.name).join(', ') || 'none'})`,
+          );
+        return formatHardware(v.filter((h) => names.includes(h.name)));
+      });
+    }
     case 'memif':
       a.end();
       return show('/v1/hardware', (v: HardwareView[]) => formatMemif(v));
@@ -249,9 +288,12 @@ export function showCommand(words: string[], show: Show): Promise<void> {
     case 'neighbors':
       a.end();
       return show('/v1/neighbors', (v: NeighborView[]) => formatNeighbors(v));
-    case 'trace':
-      a.end();
-      return show('/v1/trace', (v: { threads: TraceThreadSnapshot[] }) => formatTrace(v.threads));
+    case 'trace': {
+      const max = intOpt(a.options(['max']), 'max', 'show trace');
+      return show('/v1/trace', (v: { threads: TraceThreadSnapshot[] }) =>
+        formatTrace(v.threads, max === undefined ? {} : { max }),
+      );
+    }
     case 'qps':
       a.end();
       return show('/v1/qps', (v: QpView[]) => formatQps(v));
@@ -266,36 +308,35 @@ export function showCommand(words: string[], show: Show): Promise<void> {
     case 'mrs':
       a.end();
       return show('/v1/mrs', (v: MrView[]) =>
-        v
-          .map(
-            (m) =>
-              `mr ${m.mr} pd ${m.pd} stag 0x${m.stag.toString(16)} length ${m.length} access ${m.access.join(',') || '-'}${m.owner !== null ? ` owner ${m.owner}` : ''}\n`,
-          )
-          .join(''),
+        table(
+          ['MR', 'PD', 'STag', 'Length', 'Access', 'Owner'],
+          v.map((m) => [m.mr, m.pd, `0x${m.stag.toString(16)}`, m.length, m.access.join(',') || '-', m.owner ?? '-']),
+        ),
       );
     case 'cqs':
       a.end();
       return show('/v1/cqs', (v: CqView[]) =>
-        v
-          .map(
-            (c) =>
-              `cq ${c.cq} depth ${c.depth} pending ${c.pending} users ${c.users}${c.error ? ' ERROR (overflowed)' : ''}\n`,
-          )
-          .join(''),
+        table(
+          ['CQ', 'Depth', 'Pending', 'Users', 'State'],
+          v.map((c) => [c.cq, c.depth, c.pending, c.users, c.error ? 'ERROR (overflowed)' : 'ok']),
+        ),
       );
     case 'srqs':
       a.end();
       return show('/v1/srqs', (v: SrqView[]) =>
-        v
-          .map(
-            (s) =>
-              `srq ${s.srq} pd ${s.pd} max-wr ${s.maxWr} max-sge ${s.maxSge} posted ${s.posted} limit ${s.limit}\n`,
-          )
-          .join(''),
+        table(
+          ['SRQ', 'PD', 'Max WR', 'Max SGE', 'Posted', 'Limit'],
+          v.map((q) => [q.srq, q.pd, q.maxWr, q.maxSge, q.posted, q.limit]),
+        ),
       );
     case 'pds':
       a.end();
-      return show('/v1/pds', (v: PdView[]) => v.map((p) => `pd ${p.pd} users ${p.users}\n`).join(''));
+      return show('/v1/pds', (v: PdView[]) =>
+        table(
+          ['PD', 'Users'],
+          v.map((p) => [p.pd, p.users]),
+        ),
+      );
     case 'events':
       a.end();
       return show('/v1/events', (v: EventView[]) =>

@@ -33,10 +33,10 @@ import {
   UsageError,
   wrId,
 } from './rdmactl-args.ts';
-import { showCommand } from './rdmactl-show.ts';
+import { NotFound, showCommand } from './rdmactl-show.ts';
 import { pingCommand } from './rdmactl-ping.ts';
 
-export { UsageError };
+export { NotFound, UsageError };
 
 export const DEFAULT_API = 'http://127.0.0.1:7070';
 
@@ -64,19 +64,20 @@ export const HELP = `usage: rdmactl [--api URL] [--token TOKEN] [--timeout MS] [
 show:
   show runtime [verbose] [total]      per-node calls, vectors, clocks (VPP layout); total: + the sums over worker threads
   show errors [verbose]               per-node error counters
-  show interfaces [addr]              interfaces with counters / addresses (also: show interface)
+  show interfaces [addr] [NAME...]    interfaces with counters / addresses (also: show interface); NAME: those only
   show interface rx-placement         which thread polls which interface queue, and its rx-mode (VPP's)
-  show hardware                       driver details: memif role, socket, peer, rings, last disconnect; af_packet rings; ibverbs/mlx5dv device, firmware, port, mode, queues, flags; driver counters
+  show hardware [NAME...]             driver details: memif role, socket, peer, rings, last disconnect; af_packet rings; ibverbs/mlx5dv device, firmware, port, mode, queues, flags; driver counters
   show memif                          the memif interfaces, as VPP's show memif
   show buffers                        the packet buffer pool
   show ip neighbors | show neighbors  the neighbor (ARP) table
-  show trace                          traced packets (see trace add)
+  show trace [max N]                  traced packets (see trace add), at most N per thread (50)
   show qps | show qp QPN              queue pairs
   show listeners | mrs | cqs | srqs | pds | events
   show device [NAME]                  the RDMA devices (one per interface with an address) as ibv_devinfo -v prints them
   show version | show health
   ping IP [repeat N] [interval SECONDS] [size BYTES] [timeout SECONDS]   ICMP echo from the data plane (5 by default; count N = repeat N)
-  clear runtime|errors|trace
+  monitor interface NAME [interval SECONDS] [count N]   rx/tx packets and bits per second, VPP's live rates (interval 1, count 1)
+  clear interfaces|runtime|errors|trace
   trace add NODE COUNT                trace the next COUNT packets from input node NODE
   capture IF rx|tx|both NAME [count N] | capture IF off   (a new file NAME in the daemon's capture.dir)
   fault IF rx|tx|both [seed N] [loss P] [reorder P] [duplicate P] [corrupt P] [reorder-depth N] [reorder-delay-us N] | fault IF off
@@ -103,6 +104,37 @@ verbs (handles are numbers; sge is MR:OFFSET:LENGTH[,MR:OFFSET:LENGTH...]):
   destroy pd|mr|cq|srq|qp N
 `;
 
+/** `monitor interface`: packets and bits per second each way between two samples `seconds` apart. */
+export function monitorRates(
+  a: InterfaceView,
+  b: InterfaceView,
+  seconds: number,
+): { rxPps: number; rxBps: number; txPps: number; txBps: number } {
+  const rate = (x: number, y: number) => Math.max(0, y - x) / seconds;
+  return {
+    rxPps: rate(a.counters.rxPackets, b.counters.rxPackets),
+    rxBps: rate(a.counters.rxBytes, b.counters.rxBytes) * 8,
+    txPps: rate(a.counters.txPackets, b.counters.txPackets),
+    txBps: rate(a.counters.txBytes, b.counters.txBytes) * 8,
+  };
+}
+
+/** A rate as VPP's format_base10 prints it: 950, 1.23k, 45.60M, 9.99G. */
+export function base10(n: number): string {
+  for (const [d, u] of [
+    [1e9, 'G'],
+    [1e6, 'M'],
+    [1e3, 'k'],
+  ] as const)
+    if (n >= d) return `${(n / d).toFixed(2)}${u}`;
+  return String(Math.round(n));
+}
+
+/** One line of `monitor interface`, as VPP prints it: `rx: 1.20kpps 9.83Mbps tx: ...`. */
+export function formatMonitor(r: ReturnType<typeof monitorRates>): string {
+  return `rx: ${base10(r.rxPps)}pps ${base10(r.rxBps)}bps tx: ${base10(r.txPps)}pps ${base10(r.txBps)}bps\n`;
+}
+
 export interface CtlOptions {
   json: boolean;
   /** No confirmation lines (create still prints its handles). */
@@ -126,6 +158,7 @@ const COMMANDS: Record<string, string> = {
   mr: 'mr',
   destroy: 'destroy',
   ping: 'ping',
+  monitor: 'monitor',
   help: 'help',
 };
 
@@ -133,13 +166,14 @@ const COMMANDS: Record<string, string> = {
 export async function runCommand(words: string[], call: Call, io: CtlOutput, opts: CtlOptions): Promise<void> {
   const [first, sub, ...rest] = words;
   const json = (v: unknown) => io.out(JSON.stringify(v, null, 2) + '\n');
-  const show = async (path: string, render: (v: never) => string, body?: unknown) => {
-    const v = await call('GET', path, body);
+  const show = async (path: string | string[], render: (v: never) => string) => {
+    const v = typeof path === 'string' ? await call('GET', path) : await Promise.all(path.map((p) => call('GET', p)));
     if (opts.json) return json(v);
     let text: string;
     try {
       text = render(v as never);
     } catch (e) {
+      if (e instanceof NotFound) throw e;
       // Not the shape rdma-graph sends: another server (or another version) answered.
       throw new ForeignAnswerError(
         `GET ${path}: the answer is not what rdma-graph sends (${(e as Error).message}): is --api pointing at an rdma-graph daemon?`,
@@ -166,10 +200,38 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
       return showCommand(sub === undefined ? [] : [sub, ...rest], show);
     case 'ping':
       return pingCommand(sub === undefined ? [] : [sub, ...rest], call, io, opts.json);
+    case 'monitor': {
+      resolveWord(sub, { interface: 'interface', interfaces: 'interface' }, 'monitor');
+      const a = new Args(rest, 'monitor interface');
+      const name = a.word('NAME');
+      const o = a.options(['interval', 'count']);
+      const interval = numOpt(o, 'interval', 'monitor interface') ?? 1;
+      const count = intOpt(o, 'count', 'monitor interface') ?? 1;
+      if (!(interval >= 0.1 && interval <= 3600))
+        throw new UsageError(`monitor interface: interval must be 0.1..3600 seconds, got ${interval}`);
+      if (count < 1) throw new UsageError(`monitor interface: count must be at least 1, got ${count}`);
+      const path = `/v1/interfaces/${encodeURIComponent(name)}`;
+      const sample = async () => ({ at: performance.now(), v: (await call('GET', path)) as InterfaceView });
+      let last = await sample();
+      for (let i = 0; i < count; i++) {
+        await new Promise((r) => setTimeout(r, interval * 1000));
+        const now = await sample();
+        const rates = monitorRates(last.v, now.v, (now.at - last.at) / 1000);
+        if (opts.json) json(rates);
+        else io.out(formatMonitor(rates));
+        last = now;
+      }
+      return;
+    }
     case 'clear': {
-      const what = resolveWord(sub, { runtime: 'runtime', errors: 'errors', trace: 'trace' }, 'clear');
+      const what = resolveWord(
+        sub,
+        { interfaces: 'interfaces', interface: 'interfaces', runtime: 'runtime', errors: 'errors', trace: 'trace' },
+        'clear',
+      );
       new Args(rest, `clear ${what}`).end();
       if (what === 'trace') await call('DELETE', '/v1/trace');
+      else if (what === 'interfaces') await call('POST', '/v1/interfaces/clear');
       else await call('POST', `/v1/${what}/clear`);
       return done(null, `cleared ${what}`);
     }

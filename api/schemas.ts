@@ -649,8 +649,13 @@ export const PingRequest = obj(
       int(1, PING_LIMITS.maxWaitMs, 'wait this long for each reply; the whole series takes at most 60 s'),
       1000,
     ),
+    seq: int(
+      1,
+      0xffff,
+      "the first request's ICMP sequence number (the next ones count up from it; one still waiting for its reply is skipped); else the data plane's next",
+    ),
   },
-  ['count', 'intervalMs', 'size', 'timeoutMs'],
+  ['count', 'intervalMs', 'size', 'timeoutMs', 'seq'],
 );
 export const PingResult = obj({
   address: str(),

@@ -129,6 +129,8 @@ export interface DataplaneApi {
   clearRuntime(): Promise<void>;
   errors(): Promise<ErrorThreadSnapshot[]>;
   clearErrors(): Promise<void>;
+  /** Zero every interface's counters (`clear interfaces`; show hardware's driver counters go on). */
+  clearInterfaces(): Promise<void>;
   traceAdd(node: string, count: number): Promise<void>;
   trace(): Promise<TraceThreadSnapshot[]>;
   clearTrace(): Promise<void>;

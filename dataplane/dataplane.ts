@@ -695,6 +695,7 @@ export class Dataplane implements DataplaneApi {
     int(intervalMs, L.minIntervalMs, L.maxWaitMs, 'intervalMs');
     int(size, 0, L.maxSize, 'size');
     int(timeoutMs, 1, L.maxWaitMs, 'timeoutMs');
+    if (req.seq !== undefined) int(req.seq, 1, 0xffff, 'seq');
     if ((count - 1) * intervalMs + timeoutMs > L.maxWaitMs)
       throw new DataplaneError(
         'invalid',
@@ -711,7 +712,10 @@ export class Dataplane implements DataplaneApi {
         'not-found',
         `ping: no route to ${req.address} (no interface address or gateway covers it)`,
       );
-    const r = await this.net.pinger.series({ dst, count, intervalMs, size, timeoutMs }, signal);
+    const r = await this.net.pinger.series(
+      { dst, count, intervalMs, size, timeoutMs, ...(req.seq !== undefined ? { seq: req.seq } : {}) },
+      signal,
+    );
     if (r.sent === 0 && r.stopped !== null) throw new DataplaneError('busy', `ping: ${r.stopped}`);
     return {
       address: req.address,
@@ -786,6 +790,11 @@ export class Dataplane implements DataplaneApi {
 
   async clearErrors(): Promise<void> {
     this.graph.clearErrors();
+  }
+
+  async clearInterfaces(): Promise<void> {
+    this.live();
+    for (const itf of this.ifs.all()) itf.clearCounters();
   }
 
   async traceAdd(node: string, count: number): Promise<void> {

@@ -316,6 +316,8 @@ export interface PingRequest {
   intervalMs?: number;
   size?: number;
   timeoutMs?: number;
+  /** The first request's ICMP sequence number, 1..65535 (the next count up; one still waiting is skipped). */
+  seq?: number;
 }
 
 export interface PingResult {

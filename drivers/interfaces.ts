@@ -104,8 +104,21 @@ export class Interface {
     return Array.from(this.driver.mac, (b) => b.toString(16).padStart(2, '0')).join(':');
   }
 
+  /** What the counters were at the last `clearCounters` (null: never cleared). */
+  private countersBase: InterfaceCounters | null = null;
+
   counters(): InterfaceCounters {
-    return { ...this.driver.counters(), txDrops: this.txDropped, txHeld: this.txHeld };
+    const now: InterfaceCounters = { ...this.driver.counters(), txDrops: this.txDropped, txHeld: this.txHeld };
+    const base = this.countersBase;
+    if (base === null) return now;
+    for (const k of Object.keys(now) as (keyof InterfaceCounters)[]) now[k] = Math.max(0, now[k] - base[k]);
+    return now;
+  }
+
+  /** VPP's clear interfaces: the counters count from zero again (the driver's own, show hardware's, go on). */
+  clearCounters(): void {
+    this.countersBase = null;
+    this.countersBase = this.counters();
   }
 }
 

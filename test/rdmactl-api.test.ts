@@ -5,7 +5,10 @@
 import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { runCommand } from '../api/rdmactl.ts';
-import { httpCall } from '../api/rdmactl-cli.ts';
+import { apiBase, httpCall } from '../api/rdmactl-cli.ts';
+import { NotFound, UsageError } from '../api/rdmactl.ts';
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { ApiError } from '../api/client.ts';
 import { apiPair } from './api-helpers.ts';
 import { IP_A, IP_B } from './dataplane-helpers.ts';
@@ -119,6 +122,121 @@ test('a script: create, connect, write, read back, show qps/runtime/errors/trace
     await A(`destroy qp ${qa}`);
     await A(`destroy cq ${ca}`);
     assert.is((await A('show qps')).split('\n').filter((l) => l.trim()).length, 1, 'only the header left');
+  } finally {
+    await p.close();
+  }
+});
+
+test("vppctl's forms (issue 33.9): --api host:port and /v1, show interface/hardware NAME, show trace max, monitor interface, tables with a header, ping from icmp_seq 1 and its statistics on Ctrl-C", async () => {
+  for (const [given, base] of [
+    ['127.0.0.1:7070', 'http://127.0.0.1:7070'],
+    ['http://127.0.0.1:7070/v1', 'http://127.0.0.1:7070'],
+    ['127.0.0.1:7070/v1/', 'http://127.0.0.1:7070'],
+    ['http://[::1]:7070', 'http://[::1]:7070'],
+  ])
+    assert.is(apiBase(given), base, given);
+  assert.throws(
+    () => apiBase('https://127.0.0.1:7070'),
+    (e: Error) =>
+      e instanceof UsageError &&
+      /--api must be http:\/\/HOST:PORT, HOST:PORT or either ending in \/v1 .* got "https:/.test(e.message),
+  );
+  const p = await apiPair();
+  try {
+    const A = ctl(apiBase(`${p.apiA.url.replace('http://', '')}/v1`));
+    const [itf] = await p.a.interfaces();
+    const one = await A(`show interface ${itf.name}`);
+    assert.match(one, new RegExp(`\\n${itf.name} +${itf.index} +`));
+    assert.is(one.split('\n').filter((l) => /^\S/.test(l)).length, 1, `${itf.name} only:\n${one}`);
+    const none = await A('show interface nosuch').then(
+      () => null,
+      (e) => e,
+    );
+    assert.instance(none, ApiError);
+    assert.is(none.statusCode, 404);
+    assert.match(none.message, /nosuch/);
+    assert.match(await A(`show hardware ${itf.name}`), new RegExp(`\\n${itf.name} +${itf.index} +`));
+    const noHw = await A('show hardware nosuch').then(
+      () => null,
+      (e) => e,
+    );
+    assert.instance(noHw, NotFound);
+    assert.match(noHw.message, new RegExp(`show hardware: no interface nosuch \\(interfaces: .*${itf.name}`));
+    // Tables with a header row.
+    assert.match(await A('show pds'), /^PD +Users\n\(none\)\n$/);
+    const pd = (await A('create pd')).trim();
+    const cq = (await A('create cq depth 16')).trim();
+    await A(`create mr pd ${pd} length 64`);
+    assert.match(await A('show pds'), new RegExp(`^PD +Users\\n${pd} +1\\n$`));
+    assert.match(await A('show cqs'), new RegExp(`^CQ +Depth +Pending +Users +State\\n${cq} +16 +0 +0 +ok\\n$`));
+    assert.match(
+      await A('show mrs'),
+      new RegExp(`^MR +PD +STag +Length +Access +Owner\\n\\d+ +${pd} +0x[0-9a-f]+ +64 +local-write +-\\n$`),
+    );
+    // ping: icmp_seq from 1 in each run; the trace shows the echoes, max limits it.
+    await A(`trace add ${itf.driver}-input 10`);
+    for (let run = 0; run < 2; run++) {
+      const out = await A(`ping ${IP_B} repeat 3 interval 0.01`);
+      assert.equal(
+        [...out.matchAll(/icmp_seq=(\d+)/g)].map((m) => Number(m[1])),
+        [1, 2, 3],
+        out,
+      );
+    }
+    assert.match(
+      await A('show trace max 1'),
+      /Packet 1\n[^]*Limiting display to 1 packets\. To display more specify max\.\n/,
+    );
+    assert.not.match(await A('show trace max 1'), /Packet 2\n/);
+    // monitor interface: a line per interval, rates that saw the pings in between.
+    const mon = A(`monitor interface ${itf.name} interval 0.3 count 2`);
+    await A(`ping ${IP_B} repeat 5 interval 0.02`);
+    const lines = (await mon).split('\n').filter(Boolean);
+    assert.is(lines.length, 2, lines.join('\n'));
+    for (const l of lines) assert.match(l, /^rx: [\d.]+[kMG]?pps [\d.]+[kMG]?bps tx: [\d.]+[kMG]?pps [\d.]+[kMG]?bps$/);
+    assert.ok(
+      lines.some((l) => !l.startsWith('rx: 0pps')),
+      `the pings were seen: ${lines.join(' | ')}`,
+    );
+    // clear interfaces: show interface and /metrics count from zero, the driver's counters go on.
+    const hwBefore = (await p.a.hardware()).find((h) => h.name === itf.name)!.counters;
+    assert.is(await A('clear interfaces'), 'cleared interfaces\n');
+    assert.not.match(await A(`show interface ${itf.name}`), /packets/);
+    assert.equal((await p.a.interface(itf.name)).counters.rxPackets, 0);
+    const metrics = await (await fetch(`${p.apiA.url}/metrics`)).text();
+    assert.match(
+      metrics,
+      new RegExp(`rdmagraph_interface_rx_packets_total\\{interface="${itf.name}",driver="${itf.driver}"\\} 0\\n`),
+    );
+    assert.equal((await p.a.hardware()).find((h) => h.name === itf.name)!.counters, hwBefore);
+    await A(`ping ${IP_B} repeat 1`);
+    assert.match(await A(`show interface ${itf.name}`), /rx packets +1\n/);
+    // Ctrl-C: the statistics of what went out, as ping(8) prints them.
+    const child = spawn(
+      process.execPath,
+      [
+        fileURLToPath(new URL('../bin/rdmactl.mjs', import.meta.url)),
+        '--api',
+        p.apiA.url,
+        'ping',
+        IP_B,
+        'repeat',
+        '1000',
+        'interval',
+        '0.05',
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d));
+    child.stderr.on('data', (d: Buffer) => (out += d));
+    const exited = new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
+    for (let i = 0; i < 300 && !/icmp_seq=3 /.test(out); i++) await new Promise((r) => setTimeout(r, 50));
+    child.kill('SIGINT');
+    assert.is(await exited, 0, out);
+    const st = /\nStatistics: (\d+) sent, (\d+) received, /.exec(out);
+    assert.ok(st, out);
+    assert.ok(Number(st[1]) >= 3 && Number(st[1]) < 1000 && Number(st[2]) >= 3, out);
   } finally {
     await p.close();
   }

@@ -148,7 +148,7 @@ test('-h, --help, -V, --version; no arguments: usage on stderr, exit 2; a usage 
   assert.is(bad.code, 2);
   assert.is(
     bad.err,
-    'rdmactl: unknown command "frobnicate" (expected show, clear, trace, capture, fault, create, connect, listen, unlisten, modify, post, poll, mr, destroy, ping, help) (rdmactl help lists the commands)\n',
+    'rdmactl: unknown command "frobnicate" (expected show, clear, trace, capture, fault, create, connect, listen, unlisten, modify, post, poll, mr, destroy, ping, monitor, help) (rdmactl help lists the commands)\n',
   );
   assert.is((bad.err.match(/help/g) ?? []).length, 2, 'one hint (and the word help in the list)');
   const t = await ctl(['--timeout', 'soon', 'show', 'health']);

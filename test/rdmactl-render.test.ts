@@ -249,7 +249,7 @@ const BAD: [string, RegExp][] = [
   ['mr write 4 0 hex abc', /expected hex bytes/],
   ['fault memif0 rx loss lots', /loss must be a number, got "lots"/],
   ['trace add memif-input', /trace add: missing COUNT/],
-  ['clear everything', /clear: unknown "everything" \(expected runtime, errors, trace\)/],
+  ['clear everything', /clear: unknown "everything" \(expected interfaces, runtime, errors, trace\)/],
   ['destroy table 1', /destroy: unknown "table" \(expected pd, mr, cq, srq, qp\)/],
   ['poll 1 max 99999999999999999999', /too large/],
   ['frobnicate', /^unknown command "frobnicate" \(expected show, clear/],

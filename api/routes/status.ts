@@ -159,6 +159,16 @@ export const statusRoutes: RouteDef[] = [
   },
   {
     method: 'POST',
+    path: '/v1/interfaces/clear',
+    tag: 'interfaces',
+    summary:
+      "zero every interface's counters, as VPP's clear interfaces (show interfaces, GET /v1/interfaces and /metrics count from zero; the driver's own counters of show hardware go on)",
+    status: 204,
+    errors: [],
+    handler: ({ dp }: Ctx) => dp.clearInterfaces(),
+  },
+  {
+    method: 'POST',
     path: '/v1/ping',
     tag: 'interfaces',
     summary:
@@ -174,7 +184,7 @@ export const statusRoutes: RouteDef[] = [
     }: Ctx<
       never,
       never,
-      { address: string; count?: number; intervalMs?: number; size?: number; timeoutMs?: number }
+      { address: string; count?: number; intervalMs?: number; size?: number; timeoutMs?: number; seq?: number }
     >) => dp.ping(body, signal),
   },
   {

@@ -613,6 +613,7 @@ export class WorkerDataplane implements DataplaneApi {
   traceNodes = async () => this.on(0, 'traceNodes', []);
   clearRuntime = async () => void (await this.all('clearRuntime', []));
   clearErrors = async () => void (await this.all('clearErrors', []));
+  clearInterfaces = async () => void (await this.all('clearInterfaces', []));
   clearTrace = async () => void (await this.all('clearTrace', []));
   /** On every worker that has the node (a worker without a memif interface has no memif-input). */
   traceAdd = async (node: string, count: number) => this.onAny('traceAdd', [node, count]);

@@ -63,6 +63,7 @@ async function main(): Promise<void> {
     clearRuntime: () => dp.clearRuntime(),
     errors: () => dp.errors(),
     clearErrors: () => dp.clearErrors(),
+    clearInterfaces: () => dp.clearInterfaces(),
     traceAdd: (node, count) => dp.traceAdd(node, count),
     trace: () => dp.trace(),
     clearTrace: () => dp.clearTrace(),

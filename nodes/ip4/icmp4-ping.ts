@@ -41,6 +41,8 @@ export interface PingSeries {
   intervalMs: number;
   size: number;
   timeoutMs: number;
+  /** The first request's sequence number (later ones count up from it); else the pinger's next. */
+  seq?: number;
 }
 
 export interface PingOutcome {
@@ -104,6 +106,7 @@ export class Pinger {
     size: number,
     timeoutMs: number,
     src = 0,
+    want?: number,
   ): { seq: number; reply: Promise<PingReply | null> } | string {
     if (this.waiting.size >= MAX_WAITING) return `${MAX_WAITING} echo requests are already waiting for replies`;
     const pool = this.graph.pool;
@@ -111,7 +114,7 @@ export class Pinger {
     if (len > pool.dataSize) return `${size} data bytes do not fit one ${pool.dataSize}-byte buffer`;
     const bi = pool.alloc(this.one, 0, 1) === 1 ? this.one[0] : INVALID_INDEX;
     if (bi === INVALID_INDEX) return 'no free packet buffers';
-    let seq = this.nextSeq;
+    let seq = want ?? this.nextSeq;
     // The next sequence number not waiting (16 bits; at most MAX_WAITING are taken).
     while (this.waiting.has(seq)) seq = seq === 0xffff ? 1 : seq + 1;
     this.nextSeq = seq === 0xffff ? 1 : seq + 1;
@@ -162,7 +165,13 @@ export class Pinger {
     for (let i = 0; i < p.count && !aborted(); i++) {
       if (i > 0) await abortableSleep(p.intervalMs, signal);
       if (aborted()) break;
-      const r = this.send(p.dst, p.size, p.timeoutMs);
+      const r = this.send(
+        p.dst,
+        p.size,
+        p.timeoutMs,
+        0,
+        p.seq === undefined ? undefined : ((p.seq - 1 + i) % 0xffff) + 1,
+      );
       if (typeof r === 'string') {
         stopped = r;
         break;
