@@ -415,7 +415,10 @@ export class Qp {
 
   /** A timeout sent only its oldest segment; the next ACK decides about the rest up to rtoProbeHigh. */
   rtoProbe = false;
+  rtoProbePsn = 0;
   rtoProbeHigh = 0;
+  /** Timeouts the next ACK showed were not losses (F-RTO): counted, nothing resent. */
+  spuriousTimeouts = 0;
 
   /** Retransmissions of one segment before the QP fails; -1: rdma.trp.max-retries. */
   maxRetries = -1;

@@ -246,13 +246,18 @@ export function onAck(core: RdmaCore, qp: Qp, ack: number, nowNs: number): boole
   qp.retries = 0;
   if (sampleNs > 0) rttSample(core, qp, nowNs - sampleNs);
   if (qp.rtoProbe) {
-    // The ACK after a timeout's single retransmission: what it leaves unacknowledged of what
-    // was out at the timeout (and not SACKed) the peer does not have: resend that now.
+    // The ACK after a timeout's single retransmission (F-RTO, RFC 5682): one that acknowledges
+    // past the resent segment took packets we never resent, so the originals arrived and the
+    // timeout was spurious (a late ACK: the peer was not scheduled): nothing more is resent.
+    // One that stops right after it: what it leaves of what was out at the timeout (and not
+    // SACKed) the peer does not have: resend that now.
     qp.rtoProbe = false;
-    for (let p = qp.sndUna; p !== qp.rtoProbeHigh && ((p - qp.sndNxt) | 0) < 0; p = (p + 1) >>> 0) {
-      const s = p & mask;
-      if (qp.txKind[s] !== TxKind.FREE && !(qp.txFlags[s] & TxFlag.SACKED)) queueRetransmit(qp, p);
-    }
+    if (((ack - qp.rtoProbePsn - 1) | 0) > 0) qp.spuriousTimeouts++;
+    else
+      for (let p = qp.sndUna; p !== qp.rtoProbeHigh && ((p - qp.sndNxt) | 0) < 0; p = (p + 1) >>> 0) {
+        const s = p & mask;
+        if (qp.txKind[s] !== TxKind.FREE && !(qp.txFlags[s] & TxFlag.SACKED)) queueRetransmit(qp, p);
+      }
   }
   qp.rtoDeadline = qp.inFlight > 0 ? nowNs + qp.rtoNs : 0;
   // Responses fully acknowledged leave the IRD ring.
@@ -352,17 +357,19 @@ export function onTimeout(core: RdmaCore, qp: Qp): void {
   }
   qp.rtoNs = Math.min(core.rtoMaxNs, qp.rtoNs * 2);
   const mask = qp.wMask;
-  if (!onlyTerm && qp.retries === 1 && !anySacked(qp)) {
-    // The first timeout of a series with no SACK from the peer sends only the oldest segment
-    // (as TCP does after an RTO, and F-RTO's first step): silence is most often a late ACK (a
-    // scheduling stall), not a lost window, and resending the whole window made every packet
-    // of it arrive twice. The next ACK says what is still missing (onAck). With SACKs the peer
-    // is receiving and the holes are losses: everything un-SACKed goes again at once.
+  if (!onlyTerm && !anySacked(qp)) {
+    // A timeout with no SACK from the peer sends only the oldest segment, each time of a
+    // series, the timer backing off (as TCP does after an RTO, and F-RTO's first step):
+    // silence is most often a late ACK (the peer not scheduled for a while), not a lost window,
+    // and resending the whole window made every packet of it arrive twice. The next ACK says
+    // what is still missing (onAck). With SACKs the peer is receiving and the holes are
+    // losses: everything un-SACKed goes again at once.
     for (let p = qp.sndUna; p !== qp.sndNxt; p = (p + 1) >>> 0) {
       const s = p & mask;
       if (qp.txKind[s] === TxKind.FREE || qp.txFlags[s] & TxFlag.SACKED) continue;
       queueRetransmit(qp, p);
       qp.rtoProbe = true;
+      qp.rtoProbePsn = p;
       qp.rtoProbeHigh = qp.sndNxt;
       break;
     }
