@@ -227,10 +227,10 @@ export function showCommand(words: string[], show: Show): Promise<void> {
   const a = new Args(rest, `show ${sub}`);
   switch (sub) {
     case 'runtime': {
-      const o = a.options([], ['verbose', 'total']);
+      const o = a.options([], ['verbose', 'total', 'max']);
       const verbose = o.has('verbose');
       return show(`/v1/runtime${verbose ? '?verbose=1' : ''}`, (v: { threads: RuntimeThreadSnapshot[] }) =>
-        formatRuntime(v.threads, { verbose, total: o.has('total') }),
+        formatRuntime(v.threads, { verbose, total: o.has('total'), max: o.has('max') }),
       );
     }
     case 'errors': {

@@ -62,7 +62,7 @@ export const HELP = `usage: rdmactl [--api URL] [--token TOKEN] [--timeout MS] [
   Words may be cut to a unique prefix, as in VPP: sh int, sh run, sh hard.
 
 show:
-  show runtime [verbose] [total]      per-node calls, vectors, clocks (VPP layout); total: + the sums over worker threads
+  show runtime [verbose] [total] [max]   per-node calls, vectors, clocks (VPP layout); total: + the sums over worker threads; max: each node's slowest call
   show errors [verbose]               per-node error counters
   show interfaces [addr] [NAME...]    interfaces with counters / addresses (also: show interface); NAME: those only
   show interface rx-placement         which thread polls which interface queue, and its rx-mode (VPP's)

@@ -281,9 +281,11 @@ export const RuntimeRow = obj(
     vectors: count(),
     suspends: count(),
     clocks: num('CPU clocks spent, total'),
+    maxClocks: num('the most clocks one call took since the last clear (show runtime max)'),
+    vectorsAtMax: count(),
     eventsPending: bool(),
   },
-  ['eventsPending'],
+  ['eventsPending', 'maxClocks', 'vectorsAtMax'],
 );
 export const RuntimeThread = obj(
   {

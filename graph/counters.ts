@@ -9,7 +9,10 @@ export const RT_CALLS = 0;
 export const RT_VECTORS = 1;
 export const RT_SUSPENDS = 2;
 export const RT_CLOCKS = 3;
-export const RT_STRIDE = 4;
+/** The most clocks one call took since the last clear, and the vectors of that call (show runtime max). */
+export const RT_MAX_CLOCKS = 4;
+export const RT_MAX_VECTORS = 5;
+export const RT_STRIDE = 6;
 
 export class RuntimeCounters {
   /** `counts[node * RT_STRIDE + RT_*]`: totals since start. */
@@ -54,6 +57,12 @@ export class RuntimeCounters {
 
   clear(nowNs: number): void {
     this.lastClear.set(this.counts);
+    // A maximum is not a sum: it starts again from zero (the loop may raise it again at once).
+    for (let i = 0; i < this.capacity; i++) {
+      const b = i * RT_STRIDE;
+      this.counts[b + RT_MAX_CLOCKS] = this.counts[b + RT_MAX_VECTORS] = 0;
+      this.lastClear[b + RT_MAX_CLOCKS] = this.lastClear[b + RT_MAX_VECTORS] = 0;
+    }
     this.loopsAtClear = this.loops;
     this.clearTimeNs = nowNs;
   }

@@ -17,6 +17,9 @@ export interface RuntimeRow {
   vectors: number;
   suspends: number;
   clocks: number;
+  /** The most clocks one call took, and that call's vectors (`show runtime max`; absent: 0). */
+  maxClocks?: number;
+  vectorsAtMax?: number;
   /** A process with events pending gets an extra `    events pending, ` line, as in VPP. */
   eventsPending?: boolean;
 }
@@ -50,6 +53,8 @@ export interface RuntimeFormatOptions {
   clocksPerNs?: number;
   /** With more than one thread: a last section with every node added up over the threads. */
   total?: boolean;
+  /** VPP's `show runtime max`: per node its slowest call (clocks, vectors, clocks per vector) and the averages. */
+  max?: boolean;
 }
 
 export interface ErrorRow {
@@ -325,16 +330,26 @@ export function formatRuntime(threads: RuntimeThreadSnapshot[], opts: RuntimeFor
         t.ratesDrop,
         t.ratesPunt,
       ),
-      vppFormat(
-        '%=30s%=12s%=16s%=16s%=16s%=16s%=16s',
-        'Name',
-        'State',
-        'Calls',
-        'Vectors',
-        'Suspends',
-        useTime ? 'Packet-Time' : 'Clocks',
-        'Vectors/Call',
-      ),
+      opts.max === true
+        ? vppFormat(
+            '%=30s%=17s%=16s%=16s%=16s%=16s',
+            'Name',
+            'Max Node Clocks',
+            'Vectors at Max',
+            'Max Clocks',
+            'Avg Clocks',
+            'Avg Vectors/Call',
+          )
+        : vppFormat(
+            '%=30s%=12s%=16s%=16s%=16s%=16s%=16s',
+            'Name',
+            'State',
+            'Calls',
+            'Vectors',
+            'Suspends',
+            useTime ? 'Packet-Time' : 'Clocks',
+            'Vectors/Call',
+          ),
     );
     const rows = [...t.rows].sort((a, b) => byName(a.name, b.name));
     for (const r of rows) {
@@ -346,6 +361,15 @@ export function formatRuntime(threads: RuntimeThreadSnapshot[], opts: RuntimeFor
       else if (r.suspends > 0) per = r.clocks / r.suspends;
       if (useTime) per /= clocksPerNs;
       const vpc = r.calls > 0 ? r.vectors / r.calls : 0;
+      if (opts.max === true) {
+        // VPP's max form: the slowest call, its vectors, its clocks per vector, then the averages.
+        const maxc = r.maxClocks ?? 0,
+          maxn = r.vectorsAtMax ?? 0;
+        lines.push(
+          vppFormat('%-30s%=17.2e%=16d%=16.2e%=16.2e%=16.2e', r.name, maxc, maxn, maxn > 0 ? maxc / maxn : 0, per, vpc),
+        );
+        continue;
+      }
       lines.push(
         vppFormat('%-30s%=12s%16Ld%16Ld%16Ld%16.2e%16.2f', r.name, r.state, r.calls, r.vectors, r.suspends, per, vpc),
       );
@@ -374,12 +398,19 @@ export function runtimeTotal(threads: RuntimeThreadSnapshot[]): RuntimeThreadSna
           vectors: r.vectors,
           suspends: r.suspends,
           clocks: r.clocks,
+          maxClocks: r.maxClocks ?? 0,
+          vectorsAtMax: r.vectorsAtMax ?? 0,
         });
       else {
         have.calls += r.calls;
         have.vectors += r.vectors;
         have.suspends += r.suspends;
         have.clocks += r.clocks;
+        // The slowest call of any thread.
+        if ((r.maxClocks ?? 0) > (have.maxClocks ?? 0)) {
+          have.maxClocks = r.maxClocks;
+          have.vectorsAtMax = r.vectorsAtMax;
+        }
       }
     }
     // internalVectorRate = internal vectors / internal calls per thread: weigh it by the calls.

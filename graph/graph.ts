@@ -9,7 +9,17 @@
  */
 import { BufferPool } from './buffer-pool.ts';
 import { type Clock, systemClock } from './clock.ts';
-import { ErrorCounters, RT_CALLS, RT_CLOCKS, RT_STRIDE, RT_SUSPENDS, RT_VECTORS, RuntimeCounters } from './counters.ts';
+import {
+  ErrorCounters,
+  RT_CALLS,
+  RT_CLOCKS,
+  RT_MAX_CLOCKS,
+  RT_MAX_VECTORS,
+  RT_STRIDE,
+  RT_SUSPENDS,
+  RT_VECTORS,
+  RuntimeCounters,
+} from './counters.ts';
 import type { ErrorThreadSnapshot, RuntimeRow, RuntimeThreadSnapshot, TraceThreadSnapshot } from './format.ts';
 import {
   FRAME_SIZE,
@@ -382,6 +392,10 @@ export class Graph {
       cnt[b + RT_CALLS] += 1;
       cnt[b + RT_VECTORS] += n;
       cnt[b + RT_CLOCKS] += t1 - t0;
+      if (t1 - t0 > cnt[b + RT_MAX_CLOCKS]) {
+        cnt[b + RT_MAX_CLOCKS] = t1 - t0;
+        cnt[b + RT_MAX_VECTORS] = n;
+      }
       t0 = t1;
       work += n;
     }
@@ -418,6 +432,10 @@ export class Graph {
         cnt[b + RT_CALLS] += 1;
         cnt[b + RT_VECTORS] += n;
         cnt[b + RT_CLOCKS] += t1 - t0;
+        if (t1 - t0 > cnt[b + RT_MAX_CLOCKS]) {
+          cnt[b + RT_MAX_CLOCKS] = t1 - t0;
+          cnt[b + RT_MAX_VECTORS] = n;
+        }
         t0 = t1;
         work += n;
       }
@@ -785,6 +803,8 @@ export class Graph {
         vectors,
         suspends: this.runtime.get(rt.index, RT_SUSPENDS),
         clocks: this.runtime.get(rt.index, RT_CLOCKS),
+        maxClocks: this.runtime.get(rt.index, RT_MAX_CLOCKS),
+        vectorsAtMax: this.runtime.get(rt.index, RT_MAX_VECTORS),
       });
       if (rt.type === 'input') inV += vectors;
       if (rt.type === 'internal') {

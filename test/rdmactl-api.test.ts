@@ -242,4 +242,45 @@ test("vppctl's forms (issue 33.9): --api host:port and /v1, show interface/hardw
   }
 });
 
+test("show runtime max: per node the slowest call since the last clear, in VPP's columns", async () => {
+  const p = await apiPair();
+  try {
+    const A = ctl(p.apiA.url);
+    await A(`ping ${IP_B} repeat 3 interval 0.01`);
+    const out = await A('show runtime max');
+    assert.match(out, /\n +Name +Max Node Clocks +Vectors at Max +Max Clocks +Avg Clocks +Avg Vectors\/Call\n/);
+    const [t] = (await p.a.runtime()) as {
+      rows: {
+        name: string;
+        calls: number;
+        clocks: number;
+        vectors: number;
+        maxClocks?: number;
+        vectorsAtMax?: number;
+      }[];
+    }[];
+    const ran = t.rows.filter((r) => r.calls > 0);
+    assert.ok(
+      ran.some((r) => r.name === 'ip4-input'),
+      ran.map((r) => r.name).join(' '),
+    );
+    for (const r of ran) {
+      // The slowest call took at least the average call, and no call had more vectors than all of them.
+      assert.ok(
+        r.maxClocks! >= r.clocks / r.calls - 1e-6,
+        `${r.name}: max ${r.maxClocks} < average ${r.clocks / r.calls}`,
+      );
+      assert.ok(r.vectorsAtMax! <= r.vectors, r.name);
+      assert.match(out, new RegExp(`\\n${r.name} +[\\d.]+e-?\\d+ +${r.vectorsAtMax} +`), r.name);
+    }
+    await A('clear runtime');
+    const [c] = (await p.a.runtime()) as { rows: { name: string; calls: number; maxClocks?: number }[] }[];
+    const ip4 = c.rows.find((r) => r.name === 'ip4-input')!;
+    assert.is(ip4.calls, 0);
+    assert.is(ip4.maxClocks, 0, 'cleared: the maximum starts again');
+  } finally {
+    await p.close();
+  }
+});
+
 test.run();
