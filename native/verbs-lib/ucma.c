@@ -13,7 +13,9 @@
  *   command says (process_vm_writev: a bad address is EFAULT, not a crash); GET_EVENT waits for
  *   an event unless the fd is non-blocking. write() on any other fd goes to libc after one
  *   relaxed load (no rdma_cm open) or one table lookup;
- * - close() of it closes the channel with every id on it.
+ * - close() of it closes the channel with every id on it;
+ * - the daemon going away: a waiting GET_EVENT returns DEVICE_REMOVAL once for each id of its
+ *   channel (the ids are known from the commands' answers), then fails with ENODEV.
  *
  * Served: CREATE_ID (port spaces TCP and IB, RC), DESTROY_ID, BIND_IP/BIND (IPv4, or IPv4-mapped
  * IPv6), RESOLVE_IP/RESOLVE_ADDR, RESOLVE_ROUTE, QUERY_ROUTE, QUERY (address, GID, path),
@@ -75,6 +77,63 @@ static struct ibv_context* ctx(void) {
   struct ibv_context* c = ucma_ctx;
   pthread_mutex_unlock(&ctx_lock);
   return c;
+}
+
+/*
+ * The ids the program has, by channel: what DEVICE_REMOVAL is told to when the daemon goes away
+ * (the daemon cannot say it then). Kept from the commands' answers: CREATE_ID, CONNECT_REQUEST's
+ * new ids, ACCEPT's uid, MIGRATE_ID, DESTROY_ID. At most UCMA_MAX_IDS (more are not told).
+ */
+#define UCMA_MAX_IDS 4096
+static struct known_id {
+  uint32_t handle, channel; /* handle 0: a free slot */
+  uint64_t uid;
+  int told; /* DEVICE_REMOVAL returned */
+} known[UCMA_MAX_IDS];
+static pthread_mutex_t known_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct known_id* known_find(uint32_t handle) {
+  for (int k = 0; k < UCMA_MAX_IDS; k++)
+    if (known[k].handle == handle) return &known[k];
+  return NULL;
+}
+
+/* Id `handle` is on `channel` (uid unchanged when `set_uid` is 0). */
+static void known_put(uint32_t handle, uint32_t channel, uint64_t uid, int set_uid) {
+  if (handle == 0) return;
+  pthread_mutex_lock(&known_lock);
+  struct known_id* k = known_find(handle);
+  if (k == NULL && (k = known_find(0)) != NULL) *k = (struct known_id){.handle = handle};
+  if (k != NULL) {
+    if (channel != 0) k->channel = channel;
+    if (set_uid) k->uid = uid;
+  }
+  pthread_mutex_unlock(&known_lock);
+}
+
+static void known_drop(uint32_t handle) {
+  pthread_mutex_lock(&known_lock);
+  struct known_id* k = known_find(handle);
+  if (k != NULL && handle != 0) memset(k, 0, sizeof *k);
+  pthread_mutex_unlock(&known_lock);
+}
+
+/* The daemon went away: the next id of `channel` not told yet, as a DEVICE_REMOVAL event; 0, or -1. */
+static int removal_event(uint32_t channel, struct rgv_ucma_reply* r) {
+  int found = -1;
+  pthread_mutex_lock(&known_lock);
+  for (int k = 0; k < UCMA_MAX_IDS && found < 0; k++) {
+    if (known[k].handle == 0 || known[k].channel != channel || known[k].told) continue;
+    known[k].told = 1;
+    memset(r, 0, sizeof *r);
+    r->uid_lo = (uint32_t)known[k].uid;
+    r->uid_hi = (uint32_t)(known[k].uid >> 32);
+    r->id = known[k].handle;
+    r->event = RGV_CM_DEVICE_REMOVAL;
+    found = 0;
+  }
+  pthread_mutex_unlock(&known_lock);
+  return found;
 }
 
 int rg_ucma_open(int flags) {
@@ -336,6 +395,12 @@ static int get_event(int fd, uint32_t channel, uint64_t resp, uint32_t out) {
   for (;;) {
     if (request(&q, &r) == 0) break;
     if (channel_of(fd) != channel) closed_while_waiting();
+    if (errno == ECONNRESET || errno == EPIPE || errno == ENOTCONN) {
+      /* The daemon is gone: each id of the channel is told DEVICE_REMOVAL once, then ENODEV. */
+      if (removal_event(channel, &r) == 0) break;
+      errno = ENODEV;
+      return -1;
+    }
     if (errno != EAGAIN) return -1;
     const int fl = fcntl(fd, F_GETFL);
     if (fl < 0) return -1;
@@ -346,10 +411,12 @@ static int get_event(int fd, uint32_t channel, uint64_t resp, uint32_t out) {
     struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = rg_ctx(ucma_ctx)->sock, .events = POLLRDHUP}};
     if (poll(p, 2, -1) < 0 && errno != EINTR) return -1;
     if (p[1].revents & (POLLHUP | POLLRDHUP | POLLERR)) {
-      errno = ENODEV; /* the daemon went away */
+      if (removal_event(channel, &r) == 0) break; /* the daemon went away */
+      errno = ENODEV;
       return -1;
     }
   }
+  if (r.event == RGV_CM_CONNECT_REQUEST) known_put(r.id, channel, 0, 1); /* its uid comes with ACCEPT */
   struct rdma_ucm_event_resp e;
   memset(&e, 0, sizeof e);
   e.uid = (uint64_t)r.uid_hi << 32 | r.uid_lo;
@@ -398,6 +465,7 @@ static ssize_t command(int fd, uint32_t channel, const void* buf, size_t len) {
       q.uid_hi = (uint32_t)(c.uid >> 32);
       asked = 1;
       if (request(&q, &r) != 0) return -1;
+      known_put(r.id, channel, c.uid, 1);
       struct rdma_ucm_create_id_resp a = {.id = r.id};
       rc = respond(c.response, h.out, &a, sizeof a);
       break;
@@ -406,6 +474,7 @@ static ssize_t command(int fd, uint32_t channel, const void* buf, size_t len) {
       ID_BODY(struct rdma_ucm_destroy_id, c, offsetof(struct rdma_ucm_destroy_id, reserved), RGV_UCMA_DESTROY_ID);
       asked = 1;
       if (request(&q, &r) != 0) return -1;
+      known_drop(c.id);
       struct rdma_ucm_destroy_id_resp a = {.events_reported = r.count};
       rc = respond(c.response, h.out, &a, sizeof a);
       break;
@@ -473,6 +542,7 @@ static ssize_t command(int fd, uint32_t channel, const void* buf, size_t len) {
       q.uid_lo = (uint32_t)c.uid;
       q.uid_hi = (uint32_t)(c.uid >> 32);
       conn_param_in(&q, &c.conn_param);
+      if (c.uid != 0) known_put(c.id, 0, c.uid, 1); /* (kept if the ACCEPT fails: harmless) */
       break;
     }
     case RDMA_USER_CM_CMD_REJECT: {
@@ -506,6 +576,7 @@ static ssize_t command(int fd, uint32_t channel, const void* buf, size_t len) {
       q.channel = channel;
       asked = 1;
       if (request(&q, &r) != 0) return -1;
+      known_put(c.id, channel, 0, 0);
       struct rdma_ucm_migrate_resp a = {.events_reported = r.count};
       rc = respond(c.response, h.out, &a, sizeof a);
       break;
@@ -573,7 +644,11 @@ EXPORT int close(int fd) {
     struct rgv_ucma q = {.cmd = RGV_UCMA_CLOSE, .channel = ch};
     struct rgv_ucma_reply r;
     const int e = errno;
-    (void)request(&q, &r); /* the daemon closes its copy; ours goes now either way */
+    (void)request(&q, &r);           /* the daemon closes its copy; ours goes now either way */
+    pthread_mutex_lock(&known_lock); /* and the ids on it with it */
+    for (int k = 0; k < UCMA_MAX_IDS; k++)
+      if (known[k].handle != 0 && known[k].channel == ch) memset(&known[k], 0, sizeof known[k]);
+    pthread_mutex_unlock(&known_lock);
     errno = e;
   }
   return close_libc(fd);
