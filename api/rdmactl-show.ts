@@ -27,6 +27,7 @@ import type {
   QpView,
   RxPlacementView,
   SrqView,
+  ThreadView,
   VersionView,
 } from '../dataplane/views.ts';
 import {
@@ -66,7 +67,40 @@ export const SHOW_OBJECTS: Record<string, string> = {
   version: 'version',
   device: 'device',
   devices: 'device',
+  threads: 'threads',
 };
+
+/** `show threads`, in the columns of VPP's (threads_cli.c): an unpinned thread's lcore, core and socket are n/a. */
+export function formatThreads(v: ThreadView[]): string {
+  const lines = [
+    vppFormat(
+      '%-7s%-20s%-12s%-8s%-25s%-7s%-7s%-7s%-10s',
+      'ID',
+      'Name',
+      'Type',
+      'LWP',
+      'Sched Policy (Priority)',
+      'lcore',
+      'Core',
+      'Socket',
+      'State',
+    ),
+  ];
+  for (const t of v) {
+    const at = (n: number | null) => (n === null ? 'n/a' : String(n));
+    lines.push(
+      vppFormat('%-7d%-20s%-12s%-8d', t.index, t.name, t.type, t.lwp) +
+        vppFormat('%-25s', `${t.policy} (${t.priority})`) +
+        vppFormat(
+          '%-7s%-7s%-7s',
+          at(t.lcore),
+          at(t.lcore === null ? null : t.core),
+          at(t.lcore === null ? null : t.socket),
+        ),
+    );
+  }
+  return lines.map((l) => l.trimEnd() + '\n').join('');
+}
 
 /** `show hardware`: VPP's header and generic lines, then what the driver says (non-zero counters only). */
 export function formatHardware(v: HardwareView[]): string {
@@ -356,6 +390,9 @@ export function showCommand(words: string[], show: Show): Promise<void> {
     case 'version':
       a.end();
       return show('/v1/version', (v: VersionView) => formatVersion(v));
+    case 'threads':
+      a.end();
+      return show('/v1/threads', (v: ThreadView[]) => formatThreads(v));
     case 'device': {
       const name = a.done ? undefined : a.word('NAME');
       a.end();

@@ -68,6 +68,7 @@ show:
   show interface rx-placement         which thread polls which interface queue, and its rx-mode (VPP's)
   show hardware [NAME...]             driver details: memif role, socket, peer, rings, last disconnect; af_packet rings; ibverbs/mlx5dv device, firmware, port, mode, queues, flags; driver counters
   show memif                          the memif interfaces, as VPP's show memif
+  show threads                        the main thread and the workers: LWP, scheduling policy, pinned CPU, core, socket
   show buffers                        the packet buffer pool
   show ip neighbors | show neighbors  the neighbor (ARP) table
   show trace [max N]                  traced packets (see trace add), at most N per thread (50)

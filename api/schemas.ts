@@ -184,6 +184,18 @@ const CounterMap: JsonSchema = {
   additionalProperties: { type: 'number' },
   description: 'driver counters',
 };
+export const ThreadView = obj({
+  index: count("VPP's thread number: 0 the main thread, 1.. the workers"),
+  name: str('rdma_wk_N, or main'),
+  type: str("'' for the main thread, workers for the others"),
+  lwp: count("the kernel's task id"),
+  policy: str('scheduling policy: other, fifo, rr, batch, idle, deadline'),
+  priority: count('real-time priority (0 under other)'),
+  lcore: nullable(count('the CPU it is pinned to (null: not pinned)')),
+  core: nullable(count("the pinned CPU's core id")),
+  socket: nullable(count("the pinned CPU's socket (physical package)")),
+  cpu: count('the CPU it last ran on'),
+});
 export const RxPlacementView = obj({
   index: count("VPP's thread number: 0 the main thread, 1.. the workers"),
   name: str('rdma_wk_N, or main'),
@@ -698,6 +710,7 @@ export const components: Record<string, JsonSchema> = {
   DevicePort,
   DeviceView,
   VersionView,
+  ThreadView,
   RuntimeRow,
   RuntimeThread,
   RuntimeResponse,

@@ -39,6 +39,7 @@ import type {
   RecvIn,
   RxPlacementView,
   SendIn,
+  ThreadView,
   SrqView,
   VersionView,
 } from './views.ts';
@@ -119,6 +120,8 @@ export interface DataplaneApi {
   interfaces(): Promise<InterfaceView[]>;
   interface(name: string): Promise<InterfaceView>;
   rxPlacement(): Promise<RxPlacementView[]>;
+  /** `show threads`: the main thread, then each worker. */
+  threads(): Promise<ThreadView[]>;
   neighbors(): Promise<NeighborView[]>;
   ping(req: PingRequest, signal?: AbortSignal): Promise<PingResult>;
   capture(name: string, opts: CaptureRequest): Promise<InterfaceView>;

@@ -73,6 +73,7 @@ import {
   type MwView,
   type NeighborView,
   type RxPlacementView,
+  type ThreadView,
   type PdView,
   PING_LIMITS,
   type PingRequest,
@@ -87,6 +88,7 @@ import {
   type VersionView,
   checkMrRange,
 } from './views.ts';
+import { currentThread } from './threads.ts';
 import { registerRdma, VERBS_DEFAULTS, VERBS_LIMITS, type Rdma, type Sge } from '../nodes/rdma/stack.ts';
 import type { RdmaEvent } from '../nodes/rdma/core.ts';
 import { CmConnectError } from '../nodes/rdma/cm.ts';
@@ -755,6 +757,19 @@ export class Dataplane implements DataplaneApi {
    * `show interface rx-placement`: per thread, what each input node polls (interface, the
    * device's queue number, its rx-mode), as VPP prints it.
    */
+  async threads(): Promise<ThreadView[]> {
+    const g = this.graph;
+    const main = g.threadIndex === 0;
+    return [
+      currentThread(
+        g.threadIndex,
+        g.threadName,
+        main ? '' : 'workers',
+        g.lcore ?? (main ? this.config.cpu.mainCore : null),
+      ),
+    ];
+  }
+
   async rxPlacement(): Promise<RxPlacementView[]> {
     const modes = new Map(this.config.interfaces.map((c) => [c.name, c.rxMode ?? this.config.cpu.poll]));
     const nodes = this.ifs

@@ -66,6 +66,24 @@ export interface InterfaceView {
   capture: { rx: string | null; tx: string | null; rxStopped: string | null; txStopped: string | null };
 }
 
+/** One thread of `show threads`, as VPP lists it. */
+export interface ThreadView {
+  /** VPP's thread number (0 main, 1.. workers), name and type ('' for the main thread, else workers). */
+  index: number;
+  name: string;
+  type: string;
+  /** The kernel's task id (LWP), scheduling policy (other, fifo, rr, batch, idle) and real-time priority. */
+  lwp: number;
+  policy: string;
+  priority: number;
+  /** The CPU it is pinned to (cpu.main-core, cpu.corelist-workers), that CPU's core and socket; null: not pinned. */
+  lcore: number | null;
+  core: number | null;
+  socket: number | null;
+  /** The CPU it last ran on. */
+  cpu: number;
+}
+
 /** One thread of `show interface rx-placement`. */
 export interface RxPlacementView {
   /** VPP's thread number (0 main, 1.. workers) and name. */

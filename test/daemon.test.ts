@@ -248,6 +248,47 @@ test('the start-up hints are commands that work from where the daemon was starte
   }
 });
 
+test("show threads: the main thread and each worker, their LWPs the daemon's tasks, workers on the CPUs of corelist-workers", async () => {
+  const d = start(
+    config(
+      'threads.yaml',
+      `api: { listen: "127.0.0.1:0" }\ncpu: { workers: 2, corelist-workers: "0-1" }\ninterfaces:\n  - { name: memif0, driver: memif, memif: { socket: ${join(dir, 'run-thr', 'a.sock')}, role: server }, address: 10.20.0.1/24 }\n  - { name: memif1, driver: memif, memif: { socket: ${join(dir, 'run-thr', 'b.sock')}, role: server }, address: 10.21.0.1/24, worker: 1 }\n`,
+    ),
+  );
+  await withTeardown(
+    async () => {
+      const url = await d.url;
+      const r = rdmactl(['--api', url, 'show', 'threads']);
+      assert.is(r.code, 0, r.err);
+      console.log(r.out);
+      const lines = r.out.trimEnd().split('\n');
+      assert.match(lines[0], /^ID +Name +Type +LWP +Sched Policy \(Priority\) +lcore +Core +Socket +State$/);
+      assert.is(lines.length, 4, r.out);
+      const rows = lines.slice(1).map((l) => l.split(/ +/));
+      assert.equal(
+        rows.map((c) => c[0]),
+        ['0', '1', '2'],
+      );
+      assert.equal(rows[0].slice(1, 2), ['main']);
+      assert.equal(
+        rows[0].slice(2),
+        [String(d.proc.pid), 'other', '(0)', 'n/a', 'n/a', 'n/a'],
+        'the main thread is the process',
+      );
+      for (const k of [1, 2]) {
+        assert.equal(rows[k].slice(1, 3), [`rdma_wk_${k - 1}`, 'workers']);
+        assert.ok(existsSync(`/proc/${d.proc.pid}/task/${rows[k][3]}`), `LWP ${rows[k][3]} is a task of the daemon`);
+        assert.is(rows[k][6], String(k - 1), `worker ${k - 1} on CPU ${k - 1}`);
+      }
+      assert.is.not(rows[1][3], rows[2][3]);
+    },
+    async () => {
+      d.proc.kill('SIGTERM');
+      assert.is(await d.exit, 0, d.lines.join('\n'));
+    },
+  );
+});
+
 test('start refuses an API port in use with a clear message, exit 1, nothing left behind', async () => {
   const srv = createServer();
   await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));

@@ -80,6 +80,17 @@ export const statusRoutes: RouteDef[] = [
   },
   {
     method: 'GET',
+    path: '/v1/threads',
+    tag: 'runtime',
+    summary:
+      "the data plane's threads as VPP's show threads lists them: the main thread, then each worker, with its LWP, scheduling policy, pinned CPU (lcore), core and socket",
+    status: 200,
+    response: { type: 'array', items: S.ThreadView },
+    errors: [],
+    handler: ({ dp }: Ctx) => dp.threads(),
+  },
+  {
+    method: 'GET',
     path: '/v1/rx-placement',
     tag: 'interfaces',
     summary:

@@ -42,6 +42,7 @@ import type {
 } from '../api.ts';
 import type { FaultConfig, FaultCounters } from '../../drivers/fault.ts';
 import { pinThread } from '../pin.ts';
+import { currentThread } from '../threads.ts';
 import { handoffQueue } from '../../graph/handoff-queue.ts';
 import { MTU_MIN } from '../../graph/link.ts';
 import { macOption } from '../../drivers/mac.ts';
@@ -608,6 +609,8 @@ export class WorkerDataplane implements DataplaneApi {
   neighbors = async (): Promise<NeighborView[]> => this.owned('neighbors');
   runtime = async () => this.concat('runtime');
   rxPlacement = async () => this.concat('rxPlacement');
+  /** This (the main) thread, then what each worker says of its own. */
+  threads = async () => [currentThread(0, 'main', '', this.config.cpu.mainCore), ...(await this.concat('threads'))];
   errors = async () => this.concat('errors');
   trace = async () => this.concat('trace');
   traceNodes = async () => this.on(0, 'traceNodes', []);

@@ -54,6 +54,7 @@ async function main(): Promise<void> {
     interfaces: () => dp.interfaces(),
     interface: (name) => dp.interface(name),
     rxPlacement: () => dp.rxPlacement(),
+    threads: () => dp.threads(),
     neighbors: () => dp.neighbors(),
     ping: (req, signal) => dp.ping(req, signal),
     capture: (name, opts) => dp.capture(name, opts),
