@@ -283,4 +283,54 @@ test("show runtime max: per node the slowest call since the last clear, in VPP's
   }
 });
 
+test('show trace: cm-input and qp-dispatch say what they did with each traced packet (no blank entries)', async () => {
+  const p = await apiPair();
+  try {
+    const A = ctl(p.apiA.url),
+      B = ctl(p.apiB.url);
+    const pa = (await A('create pd')).trim(),
+      ca = (await A('create cq depth 32')).trim();
+    const [ma] = (await A(`create mr pd ${pa} length 4096 access local-write`)).trim().split(' ');
+    const pb = (await B('create pd')).trim(),
+      cb = (await B('create cq depth 32')).trim();
+    const [mb] = (await B(`create mr pd ${pb} length 4096 access local-write`)).trim().split(' ');
+    await A('trace add pipe-input 50');
+    await B('trace add pipe-input 50');
+    await B(`listen 18515 pd ${pb} send-cq ${cb} recv-cq ${cb}`);
+    const [qa] = (await A(`create qp pd ${pa} send-cq ${ca} recv-cq ${ca}`)).trim().split(' ');
+    await A(`connect ${qa} ${IP_B}:18515 cm`);
+    const qb = (await p.b.qps()).find((q) => q.remote?.port === Number(qa))!.qpn;
+    await B(`post recv ${qb} wr-id r1 sge ${mb}:0:64`);
+    await A(`mr write ${ma} 0 text hello`);
+    await A(`post send ${qa} send wr-id s1 sge ${ma}:0:5`);
+    assert.match(await B(`poll ${cb} wait 2000`), /"r1".* success/);
+    await A(`poll ${ca} wait 2000`);
+    const tb = await B('show trace'),
+      ta = await A('show trace');
+    assert.match(
+      tb,
+      new RegExp(
+        `\\d: cm-input\\n  CM: REQ from ${IP_A}:${qa} to port 18515: ACCEPT sent from qp ${qb} \\(ird \\d+ ord \\d+\\), half-open`,
+      ),
+    );
+    assert.match(
+      ta,
+      new RegExp(`\\d: cm-input\\n  CM: ACCEPT from ${IP_B}:${qb} to port ${qa}: qp ${qa} connected to ${IP_B}:${qb} `),
+    );
+    assert.match(
+      tb,
+      new RegExp(
+        `\\d: qp-dispatch\\n  qp ${qb} psn \\d+: delivered psn \\d+\\.\\.\\d+ in order: receive completion \\(1\\)`,
+      ),
+    );
+    for (const t of [ta, tb]) {
+      const entries = [...t.matchAll(/\d: (cm-input|qp-dispatch)\n(.*)\n/g)];
+      assert.ok(entries.length > 0, t);
+      for (const e of entries) assert.match(e[2], /^  \S/, `an entry of ${e[1]} says something:\n${t}`);
+    }
+  } finally {
+    await p.close();
+  }
+});
+
 test.run();

@@ -26,7 +26,7 @@
  * ACCEPT again, not a second QP, and only while half-open, at most every REACCEPT_NS and
  * REACCEPT_MAX times: spoofed REQs cannot turn us into an amplifier.
  */
-import { type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS, errorTable } from '../../graph/index.ts';
+import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS, errorTable } from '../../graph/index.ts';
 import { Ip4Opaque } from '../ip4/ip4.ts';
 import { formatIp4 } from '../net/address.ts';
 import type { RdmaCore } from './core.ts';
@@ -40,6 +40,7 @@ import {
   CM_PD_LEN,
   TRP_ACK,
   TRP_HEADER_BYTES,
+  TRP_OP_NAMES,
   TRP_OP_SHIFT,
   TRP_OPCODE,
   TRP_PSN,
@@ -255,29 +256,31 @@ export class ConnectionManager {
   }
 
   /** One CM message (data at the TRP header). */
-  input(rt: NodeRuntime, bytes: Uint8Array, src: number, srcPort: number, dstPort: number, qpIndex: number): void {
+  /** One CM message (REQ, ACCEPT or REJECT) from `src`:`srcPort` to `dstPort`; returns what it did (show trace). */
+  input(rt: NodeRuntime, bytes: Uint8Array, src: number, srcPort: number, dstPort: number, qpIndex: number): string {
     const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    if (bytes.length < TRP_HEADER_BYTES + CM_PARAMS_BYTES) return rt.countError(CmError.MALFORMED);
+    if (bytes.length < TRP_HEADER_BYTES + CM_PARAMS_BYTES) return counted(rt, CmError.MALFORMED);
     const op = v.getUint16(TRP_OPCODE) >>> TRP_OP_SHIFT;
-    if (op !== TrpOp.REQ && op !== TrpOp.ACCEPT && op !== TrpOp.REJECT) return rt.countError(CmError.MALFORMED);
+    if (op !== TrpOp.REQ && op !== TrpOp.ACCEPT && op !== TrpOp.REJECT) return counted(rt, CmError.MALFORMED);
     const psn = v.getUint32(TRP_PSN),
       ack = v.getUint32(TRP_ACK);
     const pdLen = v.getUint16(CM_PD_LEN),
       ird = v.getUint16(CM_IRD),
       ord = v.getUint16(CM_ORD);
     if (bytes.length !== TRP_HEADER_BYTES + CM_PARAMS_BYTES + pdLen || pdLen > CM_MAX_PRIVATE_DATA)
-      return rt.countError(CmError.MALFORMED);
+      return counted(rt, CmError.MALFORMED);
     if (op === TrpOp.REQ) return this.request(rt, bytes, src, srcPort, dstPort, psn, ird, ord, pdLen);
     const p = qpIndex >= 0 ? this.pending.get(qpIndex) : undefined;
     // Only the host we sent the REQ to answers it (from the port of the QP it made), and only
     // an answer that echoes our REQ's initial PSN is one.
-    if (!p || src !== p.qp.remoteAddr) return rt.countError(CmError.UNEXPECTED);
-    if (ack !== p.qp.isn) return rt.countError(CmError.WRONG_ID);
+    if (!p || src !== p.qp.remoteAddr) return counted(rt, CmError.UNEXPECTED);
+    if (ack !== p.qp.isn) return counted(rt, CmError.WRONG_ID);
     this.pending.delete(qpIndex);
     const pd = bytes.slice(CM_PRIVATE_DATA, CM_PRIVATE_DATA + pdLen);
     if (op === TrpOp.ACCEPT && p.deferred) {
       p.deferred({ src, srcPort, ird, ord, psn });
       p.resolve({ privateData: pd });
+      return `ACCEPT of qp ${p.qp.qpn}'s REQ: handed to the program to establish`;
     } else if (op === TrpOp.ACCEPT) {
       // Our ORD may not exceed the peer's IRD; our IRD serves the peer's ORD.
       try {
@@ -293,17 +296,18 @@ export class ConnectionManager {
         const why = `connect to ${formatIp4(src)}: ${(e as Error).message}`;
         this.hooks.failed(p.qp, why);
         p.reject(new CmConnectError('refused-parameters', why));
-        return;
+        return `qp ${p.qp.qpn} failed: ${why}`;
       }
       // The handshake's third packet: a pure ACK shows the acceptor we have its ACCEPT.
       p.qp.ackNeeded = true;
       this.core.schedule(p.qp);
       p.resolve({ privateData: pd });
-    } else {
-      const why = `connection rejected by ${formatIp4(src)}:${srcPort}`;
-      this.hooks.failed(p.qp, why);
-      p.reject(new CmConnectError('rejected', why, pd));
+      return `qp ${p.qp.qpn} connected to ${formatIp4(src)}:${srcPort} (ird ${p.qp.ird} ord ${p.qp.ord}), ACK scheduled`;
     }
+    const why = `connection rejected by ${formatIp4(src)}:${srcPort}`;
+    this.hooks.failed(p.qp, why);
+    p.reject(new CmConnectError('rejected', why, pd));
+    return `qp ${p.qp.qpn} failed: ${why}`;
   }
 
   private request(
@@ -316,10 +320,10 @@ export class ConnectionManager {
     ird: number,
     ord: number,
     pdLen: number,
-  ): void {
+  ): string {
     rt.countError(CmError.REQUESTS);
     const l = this.listeners.get(dstPort);
-    if (!l) return rt.countError(CmError.NO_LISTENER);
+    if (!l) return counted(rt, CmError.NO_LISTENER);
     const now = this.core.graph.clock.nowNs();
     const key = `${src}:${srcPort}`;
     const have = l.conns.get(key);
@@ -333,7 +337,7 @@ export class ConnectionManager {
         have.cmAccepts > REACCEPT_MAX ||
         now - have.cmAcceptNs < REACCEPT_NS
       )
-        return rt.countError(CmError.REPEATED);
+        return counted(rt, CmError.REPEATED);
       have.cmAccepts++;
       have.cmAcceptNs = now;
       this.send(
@@ -342,7 +346,7 @@ export class ConnectionManager {
         srcPort,
         have.qpn,
       );
-      return;
+      return `repeated REQ of a half-open connection: ACCEPT sent again from qp ${have.qpn}`;
     }
     if (have) l.conns.delete(key);
     const reject = (pd?: Uint8Array) =>
@@ -356,14 +360,18 @@ export class ConnectionManager {
     if (held !== undefined) {
       // Still waiting for the program's answer: the same attempt again is not answered; another
       // attempt from the same address and port replaces nothing (the first one is answered).
-      return rt.countError(CmError.REPEATED);
+      return counted(rt, CmError.REPEATED);
     }
     if (this.halfOpenCount(l) + (l.deferred?.size ?? 0) >= l.backlog) {
-      rt.countError(CmError.BACKLOG_FULL);
-      if (l.rejectWhenFull) reject();
-      return;
+      const why = counted(rt, CmError.BACKLOG_FULL);
+      if (!l.rejectWhenFull) return why;
+      reject();
+      return `${why}; REJECT sent`;
     }
-    if (ird > MAX_RD_ATOMIC || ord > MAX_RD_ATOMIC) return reject();
+    if (ird > MAX_RD_ATOMIC || ord > MAX_RD_ATOMIC) {
+      reject();
+      return `REJECT sent: IRD ${ird} / ORD ${ord} above ${MAX_RD_ATOMIC}`;
+    }
     let d: AcceptDecision;
     try {
       d = l.accept({
@@ -377,11 +385,14 @@ export class ConnectionManager {
     } catch (e) {
       d = { reject: true, reason: (e as Error).message };
     }
-    if ('reject' in d) return reject(d.privateData);
+    if ('reject' in d) {
+      reject(d.privateData);
+      return `REJECT sent: ${d.reason ?? 'the listener refused it'}`;
+    }
     if ('defer' in d) {
       l.deferred ??= new Map();
       l.deferred.set(key, { src, srcPort, listenPort: dstPort, peerIsn, ird, ord, atNs: now });
-      return;
+      return `held on port ${dstPort} for the program to accept or reject`;
     }
     const qp = d.qp;
     // Passive side: IRD := REQ.ord, ORD := REQ.ird, each within what the QP allows.
@@ -392,7 +403,7 @@ export class ConnectionManager {
       const why = `connection request from ${formatIp4(src)}:${srcPort}: ${(e as Error).message}`;
       this.hooks.reap(qp, why);
       l.onReap?.(qp, why);
-      return;
+      return `qp ${qp.qpn} destroyed: ${why}`;
     }
     qp.privateData = d.privateData ?? new Uint8Array(0);
     qp.cmRole = 'passive';
@@ -410,7 +421,14 @@ export class ConnectionManager {
       srcPort,
       qp.qpn,
     );
+    return `ACCEPT sent from qp ${qp.qpn} (ird ${qp.ird} ord ${qp.ord}), half-open until the peer's first packet`;
   }
+}
+
+/** Count error `code` of cm-input; its description says what happened to the message. */
+function counted(rt: NodeRuntime, code: number): string {
+  rt.countError(code);
+  return `dropped: ${ERRORS[code].description}`;
 }
 
 /**
@@ -481,7 +499,16 @@ function cmInput(rt: NodeRuntime, frame: Frame | null): number {
     // ACCEPT/REJECT concern the QP on the destination port (-1 on a listener's port, which
     // udp4-input hands over directly: no RDMA opaque word is set there).
     const dstPort = ports & 0xffff;
-    cm.input(rt, pool.packetBytes(bi), op[w + Ip4Opaque.REMOTE], ports >>> 16, dstPort, cm.core.qpByPort[dstPort]);
+    const bytes = pool.packetBytes(bi);
+    const src = op[w + Ip4Opaque.REMOTE];
+    const did = cm.input(rt, bytes, src, ports >>> 16, dstPort, cm.core.qpByPort[dstPort]);
+    if (rt.traceOn && pool.flags[bi] & BufferFlag.TRACED) {
+      const kind =
+        bytes.length >= TRP_HEADER_BYTES
+          ? TRP_OP_NAMES[((bytes[TRP_OPCODE] << 8) | bytes[TRP_OPCODE + 1]) >>> TRP_OP_SHIFT]
+          : undefined;
+      rt.addTrace(bi, `CM: ${kind ?? 'message'} from ${formatIp4(src)}:${ports >>> 16} to port ${dstPort}: ${did}`);
+    }
   }
   pool.free(f.vec, 0, f.n);
   return f.n;

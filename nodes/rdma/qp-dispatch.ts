@@ -9,7 +9,7 @@
  * woken once per pass (core.complete). Then the vector's buffers go back to the pool at once.
  */
 import type { Frame, Graph, NodeRuntime } from '../../graph/index.ts';
-import { OPAQUE_WORDS } from '../../graph/index.ts';
+import { BufferFlag, OPAQUE_WORDS } from '../../graph/index.ts';
 import { RdmaCore } from './core.ts';
 import { type Qp, QpState, RX_WORDS, RxEvent } from './qp.ts';
 import { RdmaOpaque } from './trp-input.ts';
@@ -73,12 +73,60 @@ function qpDispatch(rt: NodeRuntime, frame: Frame | null): number {
       touched[nt++] = qp;
     }
   }
+  // show trace: per QP, what this pass delivers (the PSNs and what they asked for), before
+  // deliver() consumes the window.
+  const did = rt.traceOn ? new Map<Qp, { from: number; what: string }>() : null;
   for (let k = 0; k < nt; k++) {
+    if (did !== null) did.set(touched[k], { from: touched[k].deliverNext, what: pending(touched[k]) });
     deliver(core, touched[k]);
     touched[k] = null as unknown as Qp;
   }
+  if (did !== null)
+    for (let i = 0; i < n; i++) {
+      const bi = vec[i];
+      if (!(pool.flags[bi] & BufferFlag.TRACED)) continue;
+      const w = bi * OPAQUE_WORDS;
+      const qp = core.qps[opaque[w + RdmaOpaque.QP]];
+      const d = qp === null ? undefined : did.get(qp);
+      if (qp === null || d === undefined) {
+        rt.addTrace(bi, 'no QP any more: freed');
+        continue;
+      }
+      const psn = opaque[w + RdmaOpaque.PSN];
+      const upTo = qp.deliverNext;
+      rt.addTrace(
+        bi,
+        d.from === upTo
+          ? `qp ${qp.qpn} psn ${psn}: held, psn ${upTo} (a hole) comes first`
+          : `qp ${qp.qpn} psn ${psn}: delivered psn ${d.from}..${(upTo - 1) >>> 0} in order: ${d.what}`,
+      );
+    }
   pool.free(vec, 0, n);
   return n;
+}
+
+const EVENT_NAMES: Record<number, string> = {
+  [RxEvent.WRITE]: 'write segment',
+  [RxEvent.SEND_LAST]: 'receive completion',
+  [RxEvent.IMMEDIATE]: 'immediate data',
+  [RxEvent.READ_REQUEST]: 'read request answered',
+  [RxEvent.ATOMIC_REQUEST]: 'atomic executed',
+  [RxEvent.READ_RESPONSE_LAST]: 'read completed',
+  [RxEvent.ATOMIC_RESPONSE]: 'atomic completed',
+  [RxEvent.TERMINATE]: 'terminate',
+};
+
+/** What deliver() is about to do for `qp`: its events from deliverNext to the ACK point, counted by kind. */
+function pending(qp: Qp): string {
+  const counts = new Map<string, number>();
+  let segments = 0;
+  for (let psn = qp.deliverNext; psn !== qp.rcvNxt; psn = (psn + 1) >>> 0) {
+    const ev = qp.rxEv[psn & qp.wMask];
+    if (ev === RxEvent.NONE) segments++;
+    else counts.set(EVENT_NAMES[ev] ?? `event ${ev}`, (counts.get(EVENT_NAMES[ev] ?? `event ${ev}`) ?? 0) + 1);
+  }
+  if (segments > 0) counts.set('segment already placed by ddp-input', segments);
+  return [...counts].map(([what, c]) => `${what} (${c})`).join(', ') || 'nothing';
 }
 
 /** Deliver every slot below the cumulative ACK point. */
