@@ -23,8 +23,7 @@ import { STARTUP_CONFIG, loadConfig, ConfigError, verbsSocketPath } from '../con
 import type { Config } from '../config/types.ts';
 import { driverUnavailable, VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import type { DataplaneApi, VerbsSocket } from '../dataplane/api.ts';
-import { createDataplane } from '../dataplane/create.ts';
-import { apiListenError, preflight } from '../dataplane/preflight.ts';
+import { apiListenError, createDataplane, preflight } from '../dataplane/create.ts';
 import { DataplaneError, type Logger, VERSION } from '../dataplane/views.ts';
 import { startApi } from '../api/server.ts';
 

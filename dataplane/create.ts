@@ -12,6 +12,9 @@ import { Dataplane } from './dataplane.ts';
 import type { Logger } from './views.ts';
 import { startWorkers } from './workers/facade.ts';
 
+/** What `rdma-graph check` runs before start would (preflight.ts): part of the contract. */
+export { apiListenError, preflight } from './preflight.ts';
+
 export async function createDataplane(config: Config, opts: { log?: Logger } = {}): Promise<DataplaneApi> {
   if (config.cpu.workers > 0) return startWorkers(config, opts.log ?? (() => {}));
   return Dataplane.create(config, opts);
