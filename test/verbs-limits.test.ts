@@ -439,7 +439,7 @@ test('with cpu.workers: 2 the limits hold for the whole daemon (the main thread 
     return h;
   };
   const until = async (h: ReturnType<typeof hold>) => {
-    for (let t = 0; t < 2000 && !/refused/.test(h.out) && h.p.exitCode === null; t++) await sleep(5);
+    for (let t = 0; t < 2000 && !/refused[^\n]*\n/.test(h.out) && h.p.exitCode === null; t++) await sleep(5);
     return h.out;
   };
   const others: ReturnType<typeof hold>[] = [];
