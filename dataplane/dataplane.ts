@@ -236,6 +236,7 @@ export class Dataplane implements DataplaneApi {
   /** Told when an interface's link goes up or down (the verbs sockets: async port events). */
   private readonly linkListeners = new Set<(ifname: string, up: boolean) => void>();
   /** "<interface index>/<drop|refusal>" -> what linkNews has seen and logged. */
+  private readonly connectReason = new Map<string, string | null>();
   private readonly linkNewsSeen = new Map<string, { count: number; logged: number; text: string; at: number }>();
   private readonly linkWatch: ReturnType<typeof setInterval>;
   /** QPN -> the program that created it through a verbs socket (QpView.owner). */
@@ -284,6 +285,8 @@ export class Dataplane implements DataplaneApi {
           `interface ${itf.name}: ${what}: ${drops.reason ?? 'no reason given'}`,
         );
       }
+      const failed = itf.driver.connectFailures?.();
+      if (failed !== undefined && own) this.connectNews(itf.name, failed);
       const refused = itf.driver.refusals?.();
       if (refused !== undefined) {
         this.linkNews(
@@ -293,6 +296,22 @@ export class Dataplane implements DataplaneApi {
         );
       }
     }
+  }
+
+  /**
+   * A client that cannot reach its peer retries on its own (memif: every 250 ms): its first
+   * failure is logged, then each change of reason, never the same reason again; a connection
+   * that gets through forgets it, so that the next failure is logged again.
+   */
+  private connectNews(name: string, f: { count: number; reason: string | null; level: 'info' | 'warn' }): void {
+    const was = this.connectReason.get(name) ?? null;
+    if (f.reason === was) return;
+    this.connectReason.set(name, f.reason);
+    if (f.reason === null) return;
+    this.log(
+      f.level,
+      `interface ${name}: ${f.reason}; retrying until it can (logged again only if the reason changes)`,
+    );
   }
 
   /**

@@ -123,6 +123,14 @@ export interface Driver {
   refusals?(): { count: number; reason: string | null; peer: string | null };
 
   /**
+   * A client's failed attempts to reach its peer (a memif client whose server socket is not
+   * there), counted, with why the last one failed (null: the last attempt got through) and how
+   * much it matters (warn: likely a mistake, as a socket directory that does not exist; info: the
+   * peer is not up yet). Drivers that never connect out leave it out.
+   */
+  connectFailures?(): { count: number; reason: string | null; level: 'info' | 'warn' };
+
+  /**
    * What `show hardware` prints below the generic lines: driver facts in display order (memif
    * role, socket, peer, rings; af_packet host interface, ring geometry) and driver counters.
    * Drivers with nothing beyond the generic leave it out.

@@ -23,6 +23,8 @@
  * sender does not kick); an empty poll clears the flag, so an idle engine sleeps until the
  * peer's next kick.
  */
+import { existsSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { MTU_MAX, MTU_MIN } from '../graph/link.ts';
 import type { BufferPool } from '../graph/buffer-pool.ts';
 import { BufferFlag } from '../graph/buffer-pool.ts';
@@ -356,6 +358,21 @@ export class MemifDriver implements Driver {
     const count = this.native !== null ? this.native.stats().disconnects : (this.final?.disconnects ?? 0);
     const last = (this.native !== null ? this.native.info() : this.finalInfo)?.lastDisconnect ?? null;
     return { count, reason: last?.reason ?? null, wasUp: last?.wasUp ?? true, byPeer: last?.byPeer ?? false };
+  }
+
+  connectFailures(): { count: number; reason: string | null; level: 'info' | 'warn' } {
+    const count = this.native !== null ? this.native.stats().connectFailures : (this.final?.connectFailures ?? 0);
+    const err = (this.native !== null ? this.native.info() : this.finalInfo)?.lastConnectError ?? null;
+    if (err === null) return { count, reason: null, level: 'info' };
+    const path = this.socket.startsWith('@') || this.socket.startsWith('abstract:') ? null : this.socket;
+    const where = path === null ? `abstract socket ${this.socket}` : path;
+    if (path !== null && !existsSync(dirname(resolve(path))))
+      return {
+        count,
+        reason: `cannot connect to ${where}: its directory ${dirname(resolve(path))} does not exist`,
+        level: 'warn',
+      };
+    return { count, reason: `cannot connect to ${where}: ${err}`, level: 'info' };
   }
 
   refusals(): { count: number; reason: string | null; peer: string | null } {

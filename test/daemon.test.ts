@@ -289,6 +289,37 @@ test("show threads: the main thread and each worker, their LWPs the daemon's tas
   );
 });
 
+test('a memif client whose socket directory does not exist: its first failure logged, then each change of reason, never a repeat', async () => {
+  const sockDir = join(dir, 'not-yet', 'deeper');
+  const d = start(
+    config(
+      'client-nodir.yaml',
+      `api: { listen: "127.0.0.1:0" }\ninterfaces:\n  - { name: memif0, driver: memif, memif: { socket: ${join(sockDir, 'm.sock')}, role: client }, address: 10.10.0.2/24 }\n`,
+    ),
+  );
+  await withTeardown(
+    async () => {
+      await d.url;
+      const news = () => d.lines.filter((l) => l.includes('interface memif0: cannot connect'));
+      for (let i = 0; i < 100 && news().length === 0; i++) await sleep(50);
+      await sleep(1500); // six more retries at 250 ms: none logged again
+      assert.equal(news(), [
+        `rdma-graph: warn: interface memif0: cannot connect to ${join(sockDir, 'm.sock')}: its directory ${sockDir} does not exist; retrying until it can (logged again only if the reason changes)`,
+      ]);
+      mkdirSync(sockDir, { recursive: true });
+      for (let i = 0; i < 100 && news().length === 1; i++) await sleep(50);
+      await sleep(1000);
+      assert.equal(news().slice(1), [
+        `rdma-graph: interface memif0: cannot connect to ${join(sockDir, 'm.sock')}: No such file or directory; retrying until it can (logged again only if the reason changes)`,
+      ]);
+    },
+    async () => {
+      d.proc.kill('SIGTERM');
+      assert.is(await d.exit, 0, d.lines.join('\n'));
+    },
+  );
+});
+
 test('start refuses an API port in use with a clear message, exit 1, nothing left behind', async () => {
   const srv = createServer();
   await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
@@ -477,6 +508,16 @@ test('npm run demo: two daemons over memif, every step checked, both stop cleanl
   assert.not.match(r.stdout, /FAILED/);
   assert.match(r.stdout, /demo: all checks passed\n$/);
   for (const p of ['A', 'B']) assert.ok(r.stdout.includes(`ok: ${p} stopped (exit 0)`));
+  // A clean run is clean: no counter of error severity in show errors (a full transmit ring
+  // holds packets, it drops none), nothing logged as a warning or an error.
+  const errors = /\$ rdmactl [^\n]* show errors\n([^]*?)\n\n/.exec(r.stdout)?.[1];
+  assert.ok(errors !== undefined && /Count +Node +Reason +Severity/.test(errors), r.stdout.slice(-3000));
+  assert.equal(
+    errors.split('\n').filter((l) => / error *$/.test(l)),
+    [],
+    'no error-severity counter',
+  );
+  assert.not.match(r.stdout + r.stderr, /rdma-graph: (warn|error): /);
 });
 
 test.after(() => rmSync(dir, { recursive: true, force: true }));
