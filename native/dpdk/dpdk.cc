@@ -58,6 +58,45 @@ struct State {
 };
 State g;
 
+// DPDK's log after the EAL is up: to stderr, line by line, except net_memif's "Failed to
+// register mp action callback: Operation not supported". That one comes with every net_memif
+// port because rdma-graph runs the EAL without shared files (--in-memory / --no-shconf), which
+// turns DPDK's multi-process IPC off: no secondary process can attach to this one, and nothing
+// else is lost. It is explained once, in those words, instead of shown as an error each time.
+constexpr const char* kMpNoise = "Failed to register mp action callback: Operation not supported";
+bool mp_explained = false;
+std::string log_pending;
+
+ssize_t LogWrite(void*, const char* buf, size_t len) {
+  log_pending.append(buf, len);
+  size_t nl;
+  while ((nl = log_pending.find('\n')) != std::string::npos) {
+    std::string line = log_pending.substr(0, nl + 1);
+    log_pending.erase(0, nl + 1);
+    if (line.find(kMpNoise) != std::string::npos) {
+      if (mp_explained) continue;
+      mp_explained = true;
+      line =
+          "rdma-graph: DPDK: net_memif cannot register its multi-process callback: rdma-graph runs the EAL "
+          "without shared files, so DPDK's multi-process IPC is off (no secondary process can attach); "
+          "harmless, said once\n";
+    }
+    std::fwrite(line.data(), 1, line.size(), stderr);
+  }
+  return static_cast<ssize_t>(len);
+}
+
+FILE* FilteredLog() {
+  static FILE* f = nullptr;
+  if (f == nullptr) {
+    cookie_io_functions_t io{};
+    io.write = LogWrite;
+    f = fopencookie(nullptr, "w", io);
+    if (f != nullptr) setvbuf(f, nullptr, _IONBF, 0);
+  }
+  return f;
+}
+
 constexpr uint16_t kMaxBurst = 256;
 
 Napi::Error Err(Napi::Env env, const std::string& m) { return Napi::Error::New(env, m); }
@@ -126,7 +165,7 @@ Napi::Value EalInit(const Napi::CallbackInfo& info) {
     if (devNull >= 0) close(devNull);
     std::string said;
     if (mem != nullptr) {
-      rte_openlog_stream(nullptr);
+      rte_openlog_stream(FilteredLog());
       std::fclose(mem);
       said.assign(logText != nullptr ? logText : "", logLen);
       std::free(logText);
@@ -146,7 +185,7 @@ Napi::Value EalInit(const Napi::CallbackInfo& info) {
       }
       throw Err(env, "rte_eal_init: " + (words.empty() ? std::string(rte_strerror(err)) : words));
     }
-    if (!said.empty()) std::fputs(said.c_str(), stderr);
+    if (!said.empty()) LogWrite(nullptr, said.data(), said.size());
     g.eal = true;
     g.eal_args = args;
   }
