@@ -15,7 +15,6 @@
  * (npm's shell execs it); the PID a shell gets from `npm start &` is npm's, which passes SIGINT
  * and SIGTERM on to it.
  */
-import { spawn } from 'node:child_process';
 import { existsSync, realpathSync } from 'node:fs';
 import { isAbsolute, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -244,52 +243,9 @@ async function check(file: string, isDefault: boolean): Promise<void> {
   );
 }
 
-/**
- * `exec`: COMMAND with librdmagraph-verbs.so preloaded and RDMA_GRAPH_SOCKET set (absolute), so
- * that its libibverbs calls reach the daemon; exits with the command's status.
- */
-function exec(argv: string[]): void {
-  const dash = argv.indexOf('--');
-  const opts = dash < 0 ? argv : argv.slice(0, dash),
-    command = dash < 0 ? [] : argv.slice(dash + 1);
-  let socket: string | null = null,
-    file = DEFAULT_CONFIG;
-  for (let i = 0; i < opts.length; i++) {
-    const a = opts[i];
-    if ((a === '--socket' || a === '--config' || a === '-c') && i + 1 >= opts.length)
-      usage(`option ${a} needs a value`);
-    if (a === '--socket') socket = opts[++i];
-    else if (a === '--config' || a === '-c') file = opts[++i];
-    else usage(`exec: unknown option "${a}" (the command goes after "--")`);
-  }
-  if (command.length === 0) usage('exec needs a command after "--", e.g. rdma-graph exec -- ibv_devinfo');
-  const lib = VERBS_LIBRARY;
-  if (!existsSync(lib)) {
-    console.error(`rdma-graph: ${lib} was not built: install libibverbs-dev and run npm run build`);
-    process.exit(1);
-  }
-  const path = socket ?? verbsSocketPath(load(file));
-  if (path === null)
-    usage(
-      `exec: ${file} sets no verbs.socket and its API port is 0, so its daemon's socket is named after the port it got: give --socket PATH (the daemon's start-up line names it)`,
-    );
-  const env = {
-    ...process.env,
-    RDMA_GRAPH_SOCKET: path.startsWith('@') ? path : resolve(path),
-    LD_PRELOAD: [lib, process.env.LD_PRELOAD].filter(Boolean).join(':'),
-  };
-  const child = spawn(command[0], command.slice(1), { stdio: 'inherit', env });
-  child.on('error', (e) => {
-    console.error(`rdma-graph: exec ${command[0]}: ${e.message}`);
-    process.exit(127);
-  });
-  for (const sig of ['SIGINT', 'SIGTERM'] as const) process.on(sig, () => child.kill(sig));
-  child.on('exit', (code, sig) => process.exit(code ?? (sig ? 128 : 1)));
-}
-
 async function main(argv: string[]): Promise<void> {
   // exec takes its own options and passes everything after "--" to the command.
-  if (argv[0] === 'exec') return exec(argv.slice(1));
+  if (argv[0] === 'exec') return (await import('./exec.ts')).exec(argv.slice(1));
   const { cmd, config, isDefault } = parseArgs(argv);
   if (cmd === '--version' || cmd === 'version') console.log(VERSION);
   else if (cmd === 'start') {

@@ -380,6 +380,12 @@ export interface CoreAddon {
   /** The CPU the calling thread runs on now (sched_getcpu). */
   currentCpu(): number;
   /**
+   * Replace this process with `file` (searched in PATH), `argv` and `env` ("K=V" strings):
+   * ignored signals back to default, an empty signal mask, blocking stdio. Throws the errno when
+   * the exec fails; never returns otherwise.
+   */
+  execve(file: string, argv: string[], env: string[]): never;
+  /**
    * Shareable memory for a packet-buffer pool: memfd + mmap(MAP_SHARED|MAP_POPULATE).
    * Throws TypeError/RangeError for bad arguments (bytes must be an integer in
    * [1, 64 GiB]), Error with .code = errno name when the system calls fail.

@@ -478,7 +478,7 @@ test('rdma-graph exec -- COMMAND: the library preloaded, the socket made absolut
     assert.match(env.out, new RegExp(`^${join(dir, 'verbs.sock')} ${LIB}`, 'm'));
     const bad = await cli(['--', 'no-such-program-here']);
     assert.is(bad.code, 127, bad.out);
-    assert.match(bad.out, /rdma-graph: exec no-such-program-here: spawn no-such-program-here ENOENT/);
+    assert.match(bad.out, /rdma-graph: exec no-such-program-here: No such file or directory\n/);
   } finally {
     vs.close();
     await dps.close();

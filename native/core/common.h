@@ -16,6 +16,7 @@ void InitWaiter(Napi::Env env, Napi::Object exports);
 void InitAfPacket(Napi::Env env, Napi::Object exports);
 void InitMemif(Napi::Env env, Napi::Object exports);
 void InitAffinity(Napi::Env env, Napi::Object exports);
+void InitExec(Napi::Env env, Napi::Object exports);
 void InitVerbsSocket(Napi::Env env, Napi::Object exports);
 
 // An Error whose message is "<what>: <strerror(err)>", with .code ("EBADF"), .errno and

@@ -12,6 +12,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   rg::InitAfPacket(env, exports);
   rg::InitMemif(env, exports);
   rg::InitAffinity(env, exports);
+  rg::InitExec(env, exports);
   rg::InitVerbsSocket(env, exports);
   exports.Set("version", Napi::String::New(env, RDMA_GRAPH_VERSION));
   return exports;
