@@ -157,7 +157,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
     }
     if (e instanceof ApiError) {
       console.error(
-        `rdmactl: ${e.statusCode} ${e.error}: ${cliWords(e.message)}${e.statusCode === 401 && token === null ? ' (give it with --token TOKEN or RDMACTL_TOKEN)' : ''}`,
+        `rdmactl: ${e.statusCode} ${e.error}: ${cliWords(e.message)}${e.statusCode === 401 && token === null && !e.message.includes('--token') ? ' (give it with --token TOKEN or RDMACTL_TOKEN)' : ''}`,
       );
       return 1;
     }

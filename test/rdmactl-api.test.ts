@@ -333,4 +333,26 @@ test('show trace: cm-input and qp-dispatch say what they did with each traced pa
   }
 });
 
+test('401: the hint how to give the token is said once (the API says it; rdmactl adds it only when the API did not)', async () => {
+  const p = await apiPair({ tokenA: 's3cret' });
+  try {
+    for (const args of [[], ['--token', 'wrong']]) {
+      const child = spawn(
+        process.execPath,
+        [fileURLToPath(new URL('../bin/rdmactl.mjs', import.meta.url)), '--api', p.apiA.url, ...args, 'show', 'qps'],
+        { stdio: ['ignore', 'pipe', 'pipe'] },
+      );
+      let err = '';
+      child.stderr.on('data', (d: Buffer) => (err += d));
+      const code = await new Promise<number | null>((r) => child.on('close', (c) => r(c)));
+      assert.is(code, 1, err);
+      assert.match(err, /^rdmactl: 401 Unauthorized: (missing Authorization header|wrong token)/);
+      assert.is(err.split('--token').length, 2, `one hint:\n${err}`);
+      assert.is(err.split('\n').filter(Boolean).length, 1, err);
+    }
+  } finally {
+    await p.close();
+  }
+});
+
 test.run();
