@@ -248,6 +248,43 @@ test("a QP through ibv_create_qp and ibv_modify_qp: RTS towards the AV's IPv4 GI
   });
 });
 
+test('QP types not built are refused by name (a UC QP, XRC, raw packet), EOPNOTSUPP; RC and UD are made', async () => {
+  checkReady();
+  await withVerbsDaemon(async ({ socket }) => {
+    const { p, io } = startCheck(socket);
+    try {
+      await io.line(/^mr \d+ /m);
+      const cases: [number, string][] = [
+        [3, 'a UC QP'],
+        [9, 'an XRC send QP'],
+        [10, 'an XRC receive QP'],
+        [8, 'a raw packet QP'],
+      ];
+      for (const [type, name] of cases) {
+        p.stdin!.write(`qptype ${type}\n`);
+        await io.line(new RegExp(`^qptype ${type} refused 95$`, 'm'));
+        assert.ok(
+          io
+            .out()
+            .includes(
+              `rdma-graph verbs: ${name} is not supported (RC and UD QPs, SRQs, CQs with channels, PDs and MRs are): EOPNOTSUPP\n`,
+            ),
+          io.out(),
+        );
+      }
+      for (const type of [2, 4]) {
+        p.stdin!.write(`qptype ${type}\n`);
+        await io.line(new RegExp(`^qptype ${type} created 0$`, 'm'));
+      }
+      assert.not.match(io.out(), /other than RC/);
+      p.stdin!.write('exit\n');
+      await io.exited;
+    } finally {
+      p.kill('SIGKILL');
+    }
+  });
+});
+
 test("the daemon going away: the program's next verb fails with an errno at once, it does not hang", async () => {
   checkReady();
   const dir = mkdtempSync(join(tmpdir(), 'verbs-lib-'));

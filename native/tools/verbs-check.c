@@ -102,6 +102,20 @@ int main(int argc, char** argv) {
       printf("dereg %d\n", ibv_dereg_mr(mr));
     } else if (strncmp(line, "dealloc", 7) == 0) {
       printf("dealloc %d\n", ibv_dealloc_pd(pd));
+    } else if (strncmp(line, "qptype ", 7) == 0) {
+      /* A QP of another type (ibv_qp_type's number): created, or refused with errno. */
+      unsigned t;
+      if (sscanf(line, "qptype %u", &t) != 1) continue;
+      struct ibv_cq* c2 = ibv_create_cq(ctx, 4, NULL, NULL, 0);
+      struct ibv_qp_init_attr ia = {.send_cq = c2,
+                                    .recv_cq = c2,
+                                    .qp_type = (enum ibv_qp_type)t,
+                                    .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+      struct ibv_qp* q = c2 == NULL ? NULL : ibv_create_qp(pd, &ia);
+      int e = errno;
+      printf("qptype %u %s %d\n", t, q != NULL ? "created" : "refused", q != NULL ? 0 : e);
+      if (q != NULL) ibv_destroy_qp(q);
+      if (c2 != NULL) ibv_destroy_cq(c2);
     } else if (strncmp(line, "qp ", 3) == 0) {
       unsigned a, b, c, d, peer, psn;
       if (sscanf(line, "qp %u.%u.%u.%u %u %u", &a, &b, &c, &d, &peer, &psn) != 6) continue;

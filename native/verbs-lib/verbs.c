@@ -875,8 +875,28 @@ EXPORT struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* 
 }
 
 struct rg_qp* rg_qp_create(struct ibv_pd* pd, struct ibv_qp_init_attr* attr) {
-  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD) { /* UC, XRC, raw packet */
-    rg_not_yet("a QP other than RC and UD");
+  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD) {
+    switch (attr->qp_type) {
+      case IBV_QPT_UC:
+        rg_not_yet("a UC QP");
+        break;
+      case IBV_QPT_XRC_SEND:
+        rg_not_yet("an XRC send QP");
+        break;
+      case IBV_QPT_XRC_RECV:
+        rg_not_yet("an XRC receive QP");
+        break;
+      case IBV_QPT_RAW_PACKET:
+        rg_not_yet("a raw packet QP");
+        break;
+      case IBV_QPT_DRIVER:
+        rg_not_yet("a driver-specific QP (IBV_QPT_DRIVER)");
+        break;
+      default:
+        rg_say("a QP of type %d is not supported (RC and UD QPs are): EINVAL", (int)attr->qp_type);
+        errno = EINVAL;
+        return NULL;
+    }
     return NULL;
   }
   if (attr->send_cq == NULL || attr->recv_cq == NULL || (attr->srq != NULL && attr->srq->context != pd->context)) {
@@ -1063,7 +1083,8 @@ EXPORT int ibv_destroy_qp(struct ibv_qp* qp) {
 
 void rg_not_yet(const char* fn) {
   static __thread const char* last;
-  if (last != fn) rg_say("%s is not supported (RC QPs, SRQs, CQs with channels, PDs and MRs are): EOPNOTSUPP", fn);
+  if (last != fn)
+    rg_say("%s is not supported (RC and UD QPs, SRQs, CQs with channels, PDs and MRs are): EOPNOTSUPP", fn);
   last = fn;
   errno = EOPNOTSUPP;
 }
