@@ -161,7 +161,7 @@ test("by default another local user is refused (403, naming its uid): it cannot 
         resolve(o),
       ),
     );
-    assert.match(shown, new RegExp(`^mr ${prog.mr} .* owner pid \\d+ \\(node\\)$`, 'm'), `rdmactl show mrs:\n${shown}`);
+    assert.match(shown, new RegExp(`^${prog.mr} .* pid \\d+ \\(node\\)$`, 'm'), `rdmactl show mrs:\n${shown}`);
   } finally {
     prog.close();
     await api.close();

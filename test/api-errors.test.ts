@@ -80,6 +80,7 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
     { method: 'GET', path: '/v1/devices?port=1', status: 400, message: NOFIELDS('querystring', 'port') },
     { method: 'GET', path: '/v1/hardware?name=x', status: 400, message: NOFIELDS('querystring', 'name') },
     { method: 'GET', path: '/v1/rx-placement?thread=1', status: 400, message: NOFIELDS('querystring', 'thread') },
+    { method: 'GET', path: '/v1/threads?worker=1', status: 400, message: NOFIELDS('querystring', 'worker') },
     { method: 'GET', path: '/v1/interfaces?verbose=1', status: 400, message: NOFIELDS('querystring', 'verbose') },
     { method: 'GET', path: '/v1/interfaces/eth9', status: 404, message: `no interface "eth9" (have: ${itf})` },
     { method: 'GET', path: '/v1/interfaces/%F0%9F%9A%80', status: 404, message: `no interface "🚀" (have: ${itf})` },
@@ -265,6 +266,7 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
       message: 'querystring/x is not allowed (allowed: verbose)',
     },
     { method: 'POST', path: '/v1/runtime/clear', body: { a: 1 }, status: 400, message: NOFIELDS('body', 'a') },
+    { method: 'POST', path: '/v1/interfaces/clear', body: { a: 1 }, status: 400, message: NOFIELDS('body', 'a') },
     {
       method: 'POST',
       path: '/v1/runtime/clear',
