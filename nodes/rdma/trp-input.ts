@@ -171,7 +171,9 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
             // only what is still unacknowledged is flushed.
             onAck(core, qp, ack, now);
             qp.term = null;
-            toError(core, qp, 'FIN received');
+            // The peer closed cleanly: the QP goes to ERROR (its work flushed) and that is said
+            // once, as qp-disconnected; a clean close is no qp-error.
+            toError(core, qp, null);
             core.event({ type: 'qp-disconnected', qpn: qp.qpn, reason: 'FIN received' });
           }
           free[nFree++] = bi;
