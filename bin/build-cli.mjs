@@ -40,10 +40,12 @@ const ownUrl = {
     });
   },
 };
-for (const [entry, out, plugins] of [
-  ['bin/exec.ts', 'exec.mjs', [ownUrl]],
-  ['api/rdmactl-cli.ts', 'rdmactl.mjs', []],
-]) {
+/** @type {{ entry: string; out: string; plugins: (typeof ownUrl)[] }[]} */
+const BUNDLES = [
+  { entry: 'bin/exec.ts', out: 'exec.mjs', plugins: [ownUrl] },
+  { entry: 'api/rdmactl-cli.ts', out: 'rdmactl.mjs', plugins: [] },
+];
+for (const { entry, out, plugins } of BUNDLES) {
   try {
     const r = await esbuild.build({
       entryPoints: [join(ROOT, entry)],

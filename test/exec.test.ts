@@ -8,7 +8,6 @@ import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { spawn } from 'node:child_process';
 import { existsSync, realpathSync } from 'node:fs';
-import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { NATIVE_BUILD_DIR } from '../native/addons.ts';
 import { isFresh } from '../bin/fresh.mjs';
