@@ -885,8 +885,12 @@ test('QP state machine: IB transitions, post rules per state, ERROR flushes at p
   ra.modifyQp(q, { state: 'rts' });
   assert.equal(await waitCompletions(A.scq, 1), [wc('held', q.qpn, 'success', 'send', 16)]);
   assert.equal(await waitCompletions(B.rcq, 1), [wc(0, B.qp.qpn, 'success', 'recv', 16)]);
-  // ERROR: posts complete flushed at once; only reset (or error) leaves it.
+  // ERROR: posts complete flushed at once; only reset (or error) leaves it. The user's own
+  // move to ERROR is no error: no qp-error event (a librdmacm program's disconnect does it).
+  const events: string[] = [];
+  ra.onEvent = (e) => events.push(e.type);
   ra.modifyQp(q, { state: 'error' });
+  assert.equal(events, [], 'no qp-error for a QP its user moved to ERROR');
   assert.equal(A.rcq.poll(5), [wc('early', q.qpn, 'flushed', 'recv')]);
   for (const to of ['init', 'rtr', 'rts', 'sqd', 'sqe']) bad(to);
   ra.modifyQp(q, { state: 'error' });

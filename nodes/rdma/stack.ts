@@ -666,11 +666,11 @@ export class Rdma {
     if (qp.cfg.ud) {
       // No peer, no sequence: the states only say what the QP may do.
       if (to === QpState.ERROR) {
-        toError(this.core, qp, 'modified to ERROR');
+        toError(this.core, qp, null); // the user's own doing: no qp-error (as a destroy)
         return;
       }
       if (to === QpState.RESET) {
-        if (qp.state !== QpState.ERROR && qp.state !== QpState.RESET) toError(this.core, qp, 'reset');
+        if (qp.state !== QpState.ERROR && qp.state !== QpState.RESET) toError(this.core, qp, null);
         this.resetQp(qp);
         return;
       }
@@ -706,12 +706,12 @@ export class Rdma {
     }
     if (to === QpState.ERROR) {
       this.cm.cancel(qp, `qp ${qp.qpn} moved to ERROR`);
-      toError(this.core, qp, 'modified to ERROR');
+      toError(this.core, qp, null); // the user's own doing: no qp-error (as a destroy)
       return;
     }
     if (to === QpState.RESET) {
       this.cm.cancel(qp, `qp ${qp.qpn} reset`);
-      if (qp.state !== QpState.ERROR && qp.state !== QpState.RESET) toError(this.core, qp, 'reset');
+      if (qp.state !== QpState.ERROR && qp.state !== QpState.RESET) toError(this.core, qp, null);
       this.resetQp(qp);
       return;
     }
