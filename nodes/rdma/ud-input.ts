@@ -21,7 +21,7 @@ import {
   errorTable,
   nextTable,
 } from '../../graph/index.ts';
-import { foldSum, Ip4Opaque, IP_PROTO_UDP } from '../ip4/ip4.ts';
+import { Ip4Opaque, IP_PROTO_UDP, ip4SetChecksum20 } from '../ip4/ip4.ts';
 import type { RdmaCore } from './core.ts';
 import { place } from './ddp-input.ts';
 import { QpState } from './qp.ts';
@@ -73,8 +73,7 @@ function fillGrh(src: number, dst: number, udpBytes: number): void {
   grhView.setUint32(o + 8, (64 << 24) | (IP_PROTO_UDP << 16)); // TTL 64, UDP, checksum 0
   grhView.setUint32(o + 12, src);
   grhView.setUint32(o + 16, dst);
-  const sum = foldSum(grhView.getUint32(o) + grhView.getUint32(o + 4) + grhView.getUint32(o + 8) + src + dst);
-  grhView.setUint16(o + 10, ~sum & 0xffff);
+  ip4SetChecksum20(grhView, o);
 }
 
 function udInput(rt: NodeRuntime, frame: Frame | null): number {
