@@ -48,8 +48,8 @@ export interface TrpHeader {
   pureAck: boolean;
   /** rdma-graph's Send with Immediate (RDMAP opcode 12/13): the immediate. */
   sendImm?: number;
-  /** REQ/ACCEPT/REJECT. `privateData` is lower-case hex ('' when there is none). */
-  cm?: { pdlen: number; ird: number; ord: number; privateData: string };
+  /** REQ/ACCEPT/REJECT. `privateData` is lower-case hex ('' when there is none); a REJECT has `rejectReason` where the others have `ird`. */
+  cm?: { pdlen: number; ird?: number; rejectReason?: number; ord: number; privateData: string };
 }
 
 export interface DdpHeader {
@@ -159,6 +159,7 @@ const TRP_FIELDS = [
   'trp.pure_ack',
   'trp.cm.pdlen',
   'trp.cm.ird',
+  'trp.cm.reject_reason',
   'trp.cm.ord',
   'trp.cm.private_data',
   'trp.send_imm',
@@ -400,7 +401,7 @@ function decodeRow(l: Record<string, string[]>): TrpDecoded {
     if (l['trp.cm.pdlen'])
       d.trp.cm = {
         pdlen: need('trp.cm.pdlen'),
-        ird: need('trp.cm.ird'),
+        ...(l['trp.cm.reject_reason'] ? { rejectReason: need('trp.cm.reject_reason') } : { ird: need('trp.cm.ird') }),
         ord: need('trp.cm.ord'),
         privateData: hex('trp.cm.private_data') ?? '',
       };

@@ -7,6 +7,7 @@
  */
 import { test } from './harness.ts';
 import { CmConnectError } from '../nodes/rdma/cm.ts';
+import { CmRejectReason } from '../nodes/rdma/wire.ts';
 import * as assert from 'uvu/assert';
 import type { ConnectRequest } from '../nodes/rdma/cm.ts';
 import type { RdmaEvent } from '../nodes/rdma/core.ts';
@@ -254,8 +255,42 @@ test('REJECT: connect rejects with the private data; the QP goes to ERROR; a thr
   await finish(p);
 });
 
-test('connect timeout to a port with no listener: rejects after timeoutMs, REQ resent every retryMs, QP in ERROR', async () => {
+test('connect to a port with no listener: REJECTED at once (reason "no listener"), QP in ERROR', async () => {
   const { p, evA } = pair();
+  const A = makeEnds(p.a);
+  const t0 = performance.now();
+  const e = await p.a.rdma.connect(A.qp, IP_B, 7001, { timeoutMs: 5000, retryMs: 1000 }).then(
+    () => null,
+    (x: Error) => x,
+  );
+  const ms = performance.now() - t0;
+  assert.ok(e);
+  assert.is((e as CmConnectError).code, 'rejected');
+  assert.is((e as CmConnectError).rejectReason, CmRejectReason.NO_LISTENER);
+  assert.is(e.message, `connection rejected by ${IP_B}:7001: no listener on the port`);
+  assert.ok(ms < 900, `answered by the first REQ's REJECT, not a resend or the timeout (${ms.toFixed(1)} ms)`);
+  assert.is(A.qp.stateName, 'error');
+  assert.equal(evA, [
+    { type: 'qp-error', qpn: A.qp.qpn, reason: e.message },
+    { type: 'connect-failed', qpn: A.qp.qpn, reason: e.message },
+  ]);
+  // B counted the datagram at UDP (no listener) and the request at the CM (REJECT sent).
+  assert.is(p.b.graph.errorCount('udp4-input', 'no_listener'), 1);
+  assert.is(p.b.graph.errorCount('cm-input', 'no_listener'), 1);
+  // Other datagrams to a closed port are dropped as before: counted once, never answered.
+  const sentByB = () => p.b.graph.errorCount('cm-input', 'no_listener');
+  p.a.rdma.net.udp.sendTo(new Uint8Array(40), IP_B, 7002, 5555); // not a CM message
+  p.a.rdma.net.udp.sendTo(cmMessage(ACCEPT, 4, 4, new Uint8Array(0)), IP_B, 7002, 5555);
+  await waitFor('two more at B', () => p.b.graph.errorCount('udp4-input', 'no_listener') === 3);
+  assert.is(sentByB(), 1, 'no REJECT for what is not a REQ');
+  assert.is(p.b.graph.errorCount('cm-input', 'malformed'), 0);
+  await finish(p);
+});
+
+test('connect timeout when nothing answers: rejects after timeoutMs, REQ resent every retryMs, QP in ERROR', async () => {
+  const { p, evA } = pair();
+  // B answers each REQ with REJECT (nobody listens on 7001); A hears nothing back.
+  p.a.ifs.setFault(p.a.ifName, 'rx', { seed: 1, loss: 1 });
   const A = makeEnds(p.a);
   const t0 = performance.now();
   const e = await p.a.rdma.connect(A.qp, IP_B, 7001, { timeoutMs: 60, retryMs: 10 }).then(
@@ -272,14 +307,15 @@ test('connect timeout to a port with no listener: rejects after timeoutMs, REQ r
     { type: 'qp-error', qpn: A.qp.qpn, reason: e.message },
     { type: 'connect-failed', qpn: A.qp.qpn, reason: e.message },
   ]);
-  // The REQs reach B and are dropped there (no one listens): resent, not sent once.
-  const atB = () => p.b.graph.errorCount('udp4-input', 'no_listener');
+  // The REQs reach B and are rejected there: resent, not sent once.
+  const atB = () => p.b.graph.errorCount('cm-input', 'no_listener');
   await waitFor('REQs at B', () => atB() >= 2);
   await settle(30);
   const dropped = atB();
   assert.ok(dropped <= 7, `${dropped} REQs in 60 ms, one every 10 ms`);
   await settle(30);
   assert.is(atB(), dropped, 'no REQ after giving up');
+  p.a.ifs.setFault(p.a.ifName, 'rx', null);
   await finish(p);
 });
 
@@ -345,7 +381,9 @@ test('malformed CM messages are counted and dropped; nothing is created or answe
 test('unexpected CM messages: ACCEPT/REJECT to a listener or a QP not connecting, REQ to a QP port', async () => {
   const { p, evB } = pair();
   const L = listenB(p.b);
-  // B has a connect pending (to a silent port): a stray ACCEPT must not complete it.
+  // B has a connect pending (to a listener that holds requests unanswered): a stray ACCEPT must
+  // not complete it.
+  p.a.rdma.listen(7009, () => ({ defer: true }));
   const Bc = makeEnds(p.b);
   let settled = false;
   const pending = p.b.rdma.connect(Bc.qp, IP_A, 7009, { timeoutMs: 10_000, retryMs: 1000 }).then(
@@ -409,17 +447,17 @@ test('connect API: twice, on a connected QP, disconnect while connecting; listen
     assert.is((e as VerbsError).kind, 'state');
     assert.is((e as VerbsError).message, `qp ${A.qp.qpn}: connect needs a QP in INIT, it is error`);
   }
-  // Unlisten: the port is closed again (REQs there are dropped by UDP).
+  // Unlisten: the port is closed again (a REQ there is counted by UDP and rejected).
   const L = listenB(p.b);
   p.b.rdma.unlisten(LISTEN);
   const A2 = makeEnds(p.a);
-  const e2 = await ra.connect(A2.qp, IP_B, LISTEN, { timeoutMs: 30, retryMs: 10 }).then(
+  const e2 = await ra.connect(A2.qp, IP_B, LISTEN, { timeoutMs: 3000, retryMs: 1000 }).then(
     () => null,
     (e: Error) => e,
   );
-  assert.match(e2?.message ?? '', /timed out after 30 ms/);
+  assert.match(e2?.message ?? '', /connection rejected by .*: no listener on the port$/);
   assert.is(L.reqs.length, 0);
-  assert.ok(p.b.graph.errorCount('udp4-input', 'no_listener') >= 2);
+  assert.ok(p.b.graph.errorCount('udp4-input', 'no_listener') >= 1);
   await finish(p);
 });
 

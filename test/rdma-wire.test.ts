@@ -438,7 +438,7 @@ test('every message type two stacks send decodes in Wireshark as what was posted
         opcode: TRP.REJECT,
         reserved: 0,
         pureAck: false,
-        cm: { pdlen: 2, ird: 0, ord: 0, privateData: hex(ascii('no')) },
+        cm: { pdlen: 2, rejectReason: 0, ord: 0, privateData: hex(ascii('no')) }, // refused by the listener
       });
 
     // A's data: every segment of every WR, PSN aIsn, aIsn+1... in posting order.

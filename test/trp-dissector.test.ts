@@ -514,17 +514,20 @@ cases.push({
   );
 }
 
-// Connection management: psn 0, ack 0, private-data-length(2) ird(2) ord(2) private data.
+// Connection management: psn 0, ack 0, private-data-length(2) ird(2) ord(2) private data; a
+// REJECT's reason stands where IRD does.
 function cm(name: string, opcode: number, ird: number, ord: number, pd: number[]): void {
+  const params = opcode === TRP.REJECT ? { rejectReason: ird } : { ird };
   cases.push({
     name,
     bytes: [...trpHeader(0, 0, opcode), ...be16(pd.length), ...be16(ird), ...be16(ord), ...pd],
-    trp: trpWant(0, 0, opcode, { cm: { pdlen: pd.length, ird, ord, privateData: hex(pd) } }),
+    trp: trpWant(0, 0, opcode, { cm: { pdlen: pd.length, ...params, ord, privateData: hex(pd) } }),
   });
 }
 cm('REQ with private data', TRP.REQ, 16, 8, ascii('client says hi'));
 cm('ACCEPT with private data', TRP.ACCEPT, 8, 16, ascii('ok'));
 cm('REJECT with private data', TRP.REJECT, 0, 0, ascii('no'));
+cm('REJECT: no listener on the port', TRP.REJECT, 1, 0, []);
 cm(
   'REQ with 512 bytes of private data',
   TRP.REQ,

@@ -36,7 +36,7 @@ import {
 } from '../../nodes/rdma/cm.ts';
 import { type Qp, QpState } from '../../nodes/rdma/qp.ts';
 import type { Rdma } from '../../nodes/rdma/stack.ts';
-import { TrpOp } from '../../nodes/rdma/wire.ts';
+import { CmRejectReason, TrpOp } from '../../nodes/rdma/wire.ts';
 import {
   RGV_ATTR_AV,
   RGV_ATTR_DEST_QPN,
@@ -136,6 +136,8 @@ const PS_TCP = 0x0106;
 const PS_IB = 0x013f;
 /** IB CM's reject reason "consumer defined" (what librdmacm shows for a program's rdma_reject). */
 const REJECT_CONSUMER = 28;
+/** IB CM's reject reason "invalid service ID": nobody listens there (RoCE's rping shows "error 8"). */
+const REJECT_INVALID_SERVICE_ID = 8;
 /** The most ids one connection holds. */
 const MAX_IDS = 4096;
 /** How often connected and accepting ids are looked at (ESTABLISHED, DISCONNECTED). */
@@ -727,7 +729,10 @@ async function connect(c: UcmaCall, s: UcmaState, id: CmId, q: Req): Promise<Rep
         post(s, {
           id,
           event: RGV_CM_REJECTED,
-          status: REJECT_CONSUMER,
+          status:
+            (e as CmConnectError).rejectReason === CmRejectReason.NO_LISTENER
+              ? REJECT_INVALID_SERVICE_ID
+              : REJECT_CONSUMER,
           pd: ((e as CmConnectError).privateData ?? new Uint8Array(0)).slice(0, RGV_UCMA_MAX_PRIVATE_DATA - 1),
         });
       else post(s, { id, event: RGV_CM_UNREACHABLE, status: code === 'timeout' ? -E.ETIMEDOUT : -E.ECANCELED });

@@ -38,6 +38,8 @@ import {
   CM_ORD,
   CM_PARAMS_BYTES,
   CM_PD_LEN,
+  CM_REJECT_REASON_NAMES,
+  CmRejectReason,
   TRP_ACK,
   TRP_HEADER_BYTES,
   TRP_OP_NAMES,
@@ -51,7 +53,7 @@ export const CM_INPUT = 'cm-input';
 
 const ERROR_TABLE = errorTable({
   MALFORMED: { name: 'malformed', description: 'CM message with a bad length or values', severity: 'error' },
-  NO_LISTENER: { name: 'no_listener', description: 'REQ to a port with no listener', severity: 'warn' },
+  NO_LISTENER: { name: 'no_listener', description: 'REQ to a port with no listener (REJECT sent)', severity: 'warn' },
   UNEXPECTED: { name: 'unexpected', description: 'ACCEPT/REJECT for a QP not connecting', severity: 'info' },
   REQUESTS: { name: 'requests', description: 'connection requests received', severity: 'info' },
   BACKLOG_FULL: {
@@ -98,10 +100,13 @@ export class CmConnectError extends Error {
   readonly code: CmFailure;
   /** The REJECT's private data (code 'rejected'). */
   readonly privateData?: Uint8Array;
-  constructor(code: CmFailure, message: string, privateData?: Uint8Array) {
+  /** The REJECT's reason (code 'rejected'): a `CmRejectReason`. */
+  readonly rejectReason: number;
+  constructor(code: CmFailure, message: string, privateData?: Uint8Array, rejectReason = 0) {
     super(message);
     this.code = code;
     this.privateData = privateData;
+    this.rejectReason = rejectReason;
     this.name = 'CmConnectError';
   }
 }
@@ -255,12 +260,25 @@ export class ConnectionManager {
     return l.halfOpen.size;
   }
 
-  /** One CM message (data at the TRP header). */
-  /** One CM message (REQ, ACCEPT or REJECT) from `src`:`srcPort` to `dstPort`; returns what it did (show trace). */
-  input(rt: NodeRuntime, bytes: Uint8Array, src: number, srcPort: number, dstPort: number, qpIndex: number): string {
+  /**
+   * One CM message (REQ, ACCEPT or REJECT; data at the TRP header) from `src`:`srcPort` to
+   * `dstPort`; returns what it did (show trace). `unbound`: the datagram came to a port nobody
+   * bound (udp4-input counted it `no_listener`): a REQ there is answered with REJECT, anything
+   * else is dropped without another count.
+   */
+  input(
+    rt: NodeRuntime,
+    bytes: Uint8Array,
+    src: number,
+    srcPort: number,
+    dstPort: number,
+    qpIndex: number,
+    unbound = false,
+  ): string {
     const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    const op = bytes.length >= TRP_HEADER_BYTES ? v.getUint16(TRP_OPCODE) >>> TRP_OP_SHIFT : -1;
+    if (unbound && op !== TrpOp.REQ) return 'dropped: no listener on the UDP port';
     if (bytes.length < TRP_HEADER_BYTES + CM_PARAMS_BYTES) return counted(rt, CmError.MALFORMED);
-    const op = v.getUint16(TRP_OPCODE) >>> TRP_OP_SHIFT;
     if (op !== TrpOp.REQ && op !== TrpOp.ACCEPT && op !== TrpOp.REJECT) return counted(rt, CmError.MALFORMED);
     const psn = v.getUint32(TRP_PSN),
       ack = v.getUint32(TRP_ACK);
@@ -304,9 +322,11 @@ export class ConnectionManager {
       p.resolve({ privateData: pd });
       return `qp ${p.qp.qpn} connected to ${formatIp4(src)}:${srcPort} (ird ${p.qp.ird} ord ${p.qp.ord}), ACK scheduled`;
     }
-    const why = `connection rejected by ${formatIp4(src)}:${srcPort}`;
+    // A REJECT's IRD field says why (wire.ts CmRejectReason); one we do not know is a refusal.
+    const reason = ird < CM_REJECT_REASON_NAMES.length ? ird : CmRejectReason.REFUSED;
+    const why = `connection rejected by ${formatIp4(src)}:${srcPort}${reason === CmRejectReason.REFUSED ? '' : `: ${CM_REJECT_REASON_NAMES[reason]}`}`;
     this.hooks.failed(p.qp, why);
-    p.reject(new CmConnectError('rejected', why, pd));
+    p.reject(new CmConnectError('rejected', why, pd, reason));
     return `qp ${p.qp.qpn} failed: ${why}`;
   }
 
@@ -322,8 +342,21 @@ export class ConnectionManager {
     pdLen: number,
   ): string {
     rt.countError(CmError.REQUESTS);
+    const reject = (reason: number, pd?: Uint8Array) =>
+      this.send(
+        ConnectionManager.message(TrpOp.REJECT, reason, 0, pd ?? new Uint8Array(0), 0, peerIsn),
+        src,
+        srcPort,
+        dstPort,
+      );
     const l = this.listeners.get(dstPort);
-    if (!l) return counted(rt, CmError.NO_LISTENER);
+    if (!l) {
+      // As TCP answers a SYN to a closed port with RST: the requester learns at once. No
+      // amplification: the REJECT is no longer than the REQ.
+      reject(CmRejectReason.NO_LISTENER);
+      rt.countError(CmError.NO_LISTENER);
+      return `REQ to port ${dstPort}, where nobody listens: REJECT sent`;
+    }
     const now = this.core.graph.clock.nowNs();
     const key = `${src}:${srcPort}`;
     const have = l.conns.get(key);
@@ -349,13 +382,6 @@ export class ConnectionManager {
       return `repeated REQ of a half-open connection: ACCEPT sent again from qp ${have.qpn}`;
     }
     if (have) l.conns.delete(key);
-    const reject = (pd?: Uint8Array) =>
-      this.send(
-        ConnectionManager.message(TrpOp.REJECT, 0, 0, pd ?? new Uint8Array(0), 0, peerIsn),
-        src,
-        srcPort,
-        dstPort,
-      );
     const held = l.deferred?.get(key);
     if (held !== undefined) {
       // Still waiting for the program's answer: the same attempt again is not answered; another
@@ -365,11 +391,11 @@ export class ConnectionManager {
     if (this.halfOpenCount(l) + (l.deferred?.size ?? 0) >= l.backlog) {
       const why = counted(rt, CmError.BACKLOG_FULL);
       if (!l.rejectWhenFull) return why;
-      reject();
+      reject(CmRejectReason.BACKLOG_FULL);
       return `${why}; REJECT sent`;
     }
     if (ird > MAX_RD_ATOMIC || ord > MAX_RD_ATOMIC) {
-      reject();
+      reject(CmRejectReason.PARAMETERS);
       return `REJECT sent: IRD ${ird} / ORD ${ord} above ${MAX_RD_ATOMIC}`;
     }
     let d: AcceptDecision;
@@ -386,7 +412,7 @@ export class ConnectionManager {
       d = { reject: true, reason: (e as Error).message };
     }
     if ('reject' in d) {
-      reject(d.privateData);
+      reject(CmRejectReason.REFUSED, d.privateData);
       return `REJECT sent: ${d.reason ?? 'the listener refused it'}`;
     }
     if ('defer' in d) {
@@ -461,13 +487,19 @@ export function acceptDeferred(cm: ConnectionManager, l: Listener, key: string, 
   );
 }
 
-/** REJECT a deferred request of listener `l` (with private data), if it is still waiting. */
-export function rejectDeferred(cm: ConnectionManager, l: Listener, key: string, privateData?: Uint8Array): void {
+/** REJECT a deferred request of listener `l` (with private data and a `CmRejectReason`), if it is still waiting. */
+export function rejectDeferred(
+  cm: ConnectionManager,
+  l: Listener,
+  key: string,
+  privateData?: Uint8Array,
+  reason: number = CmRejectReason.REFUSED,
+): void {
   const d = l.deferred?.get(key);
   if (d === undefined) return;
   l.deferred?.delete(key);
   cm.send(
-    ConnectionManager.message(TrpOp.REJECT, 0, 0, privateData ?? new Uint8Array(0), 0, d.peerIsn),
+    ConnectionManager.message(TrpOp.REJECT, reason, 0, privateData ?? new Uint8Array(0), 0, d.peerIsn),
     d.src,
     d.srcPort,
     d.listenPort,
@@ -501,7 +533,9 @@ function cmInput(rt: NodeRuntime, frame: Frame | null): number {
     const dstPort = ports & 0xffff;
     const bytes = pool.packetBytes(bi);
     const src = op[w + Ip4Opaque.REMOTE];
-    const did = cm.input(rt, bytes, src, ports >>> 16, dstPort, cm.core.qpByPort[dstPort]);
+    const qpIndex = cm.core.qpByPort[dstPort];
+    const unbound = qpIndex < 0 && !cm.listeners.has(dstPort);
+    const did = cm.input(rt, bytes, src, ports >>> 16, dstPort, qpIndex, unbound);
     if (rt.traceOn && pool.flags[bi] & BufferFlag.TRACED) {
       const kind =
         bytes.length >= TRP_HEADER_BYTES

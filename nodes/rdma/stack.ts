@@ -335,6 +335,8 @@ export class Rdma {
     registerRdmapInput(graph, this.core);
     registerDdpInput(graph, this.core);
     registerCmInput(graph, this.cm);
+    // A REQ to a port nobody listens on is answered with REJECT (reason "no listener").
+    this.net.udp.punt('cm-input');
     registerUdInput(graph, this.core);
     registerTrpInput(graph, this.core);
     registerTrpOutput(graph, this.core);

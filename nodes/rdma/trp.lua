@@ -23,7 +23,8 @@
 -- Send payload and call it malformed).
 --
 -- Fields: trp.psn, trp.ack, trp.opcode, trp.reserved, trp.sack (SACK range text),
--- trp.pure_ack, trp.cm.pdlen, trp.cm.ird, trp.cm.ord, trp.cm.private_data, trp.send_imm (the
+-- trp.pure_ack, trp.cm.pdlen, trp.cm.ird, trp.cm.ord, trp.cm.private_data, trp.cm.reject_reason
+-- (a REJECT's reason, in the place of IRD: PROTOCOL.md section 6), trp.send_imm (the
 -- immediate of rdma-graph's Send with Immediate, RDMAP opcodes 12 and 13, which Wireshark's
 -- iWARP dissector shows as Unknown: PROTOCOL.md section 4); for a UD datagram (opcode 6, section
 -- 9) trp.dg.qkey, trp.dg.imm, trp.dg.flags (.imm, .solicited) and trp.dg.data instead of PSN/ACK.
@@ -46,6 +47,10 @@ local f = {
     pdlen = ProtoField.uint16("trp.cm.pdlen", "Private data length", base.DEC),
     ird = ProtoField.uint16("trp.cm.ird", "IRD", base.DEC),
     ord = ProtoField.uint16("trp.cm.ord", "ORD", base.DEC),
+    reject_reason = ProtoField.uint16("trp.cm.reject_reason", "Reject reason", base.DEC, {
+        [0] = "refused by the listener", [1] = "no listener on the port",
+        [2] = "listener's backlog full", [3] = "IRD/ORD out of range",
+    }),
     private_data = ProtoField.bytes("trp.cm.private_data", "Private data"),
     send_imm = ProtoField.uint32("trp.send_imm", "Send with Immediate (rdma-graph): immediate", base.HEX),
     dg_qkey = ProtoField.uint32("trp.dg.qkey", "Q_Key", base.HEX),
@@ -146,13 +151,17 @@ function trp.dissector(tvb, pinfo, tree)
         -- private-data-length(2) ird(2) ord(2), then the private data.
         local pdlen = tvb(10, 2):uint()
         local pl = t:add(f.pdlen, tvb(10, 2))
-        t:add(f.ird, tvb(12, 2))
+        if op == OP_REJECT then t:add(f.reject_reason, tvb(12, 2)) else t:add(f.ird, tvb(12, 2)) end
         t:add(f.ord, tvb(14, 2))
         if len > 16 then t:add(f.private_data, tvb(16)) end
         if len ~= 16 + pdlen then pl:add_proto_expert_info(e.cm_length) end
         if pdlen > 512 then pl:add_proto_expert_info(e.cm_too_long) end
-        pinfo.cols.info = string.format("%s IRD=%u ORD=%u private data %u bytes", name,
-            tvb(12, 2):uint(), tvb(14, 2):uint(), pdlen)
+        if op == OP_REJECT then
+            pinfo.cols.info = string.format("REJECT reason %u private data %u bytes", tvb(12, 2):uint(), pdlen)
+        else
+            pinfo.cols.info = string.format("%s IRD=%u ORD=%u private data %u bytes", name,
+                tvb(12, 2):uint(), tvb(14, 2):uint(), pdlen)
+        end
     elseif op_names[op] == nil then
         t:add_proto_expert_info(e.unknown)
     end

@@ -248,3 +248,24 @@ export function segmentPayload(mtu: number, tagged: boolean): number {
 /** CM (REQ/ACCEPT/REJECT) body after the TRP header: pdlen(2) ird(2) ord(2) + private data. */
 export const CM_PARAMS_BYTES = 6;
 export const CM_MAX_PRIVATE_DATA = 512;
+
+/**
+ * Why a REJECT was sent, in its CM_IRD field (IRD means nothing in a REJECT; CM_ORD is 0).
+ * A sender that predates the reasons sends 0, which reads as REFUSED.
+ */
+export const CmRejectReason = {
+  /** The listener (its accept callback, or the program) refused the request. */
+  REFUSED: 0,
+  /** Nobody listens on the port the REQ was sent to (TCP's RST, IB CM's invalid service ID). */
+  NO_LISTENER: 1,
+  /** The listener has its backlog of requests not yet answered or confirmed. */
+  BACKLOG_FULL: 2,
+  /** The REQ's IRD or ORD is above what we serve. */
+  PARAMETERS: 3,
+} as const;
+export const CM_REJECT_REASON_NAMES = [
+  'refused by the listener',
+  'no listener on the port',
+  "listener's backlog full",
+  'IRD/ORD out of range',
+];

@@ -12,6 +12,10 @@
  *   whose data is the UDP payload and whose opaque words say where to (`setUdpDestination`).
  *   They enter the graph through the `udp4-send` input node on the next pass.
  *
+ * - `punt(next)`: datagrams to ports nobody bound go to node `next` instead of being dropped
+ *   (still counted `no_listener` by udp4-input); the RDMA stack answers a connection request
+ *   there with REJECT, as TCP answers a SYN to a closed port with RST.
+ *
  * Lookup is an Int32Array over the 65536 ports for wildcard bindings plus a short list of
  * address-specific ones (checked first), so demultiplexing creates nothing.
  */
@@ -63,6 +67,8 @@ export class UdpApi {
   private readonly exactPort = new Uint16Array(MAX_EXACT);
   private readonly exactArc = new Int32Array(MAX_EXACT);
   private nExact = 0;
+  /** udp4-input's next index for datagrams to ports nobody bound (`punt`), -1 = drop them. */
+  unboundArc = -1;
   private readonly bindings = new Map<string, UdpBinding>();
   private input: NodeRuntime | null = null;
   private queue: UdpSendQueue | null = null;
@@ -95,6 +101,11 @@ export class UdpApi {
       this.nExact++;
     }
     this.bindings.set(key, { address: a === 0 ? '0.0.0.0' : formatIp4(a), port, next });
+  }
+
+  /** Datagrams to ports nobody bound go to node `next` (null: dropped again). */
+  punt(next: string | null): void {
+    this.unboundArc = next === null ? -1 : this.graph.addNext(this.input as NodeRuntime, next);
   }
 
   /** Remove a binding; false when there was none. */

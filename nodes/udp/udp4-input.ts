@@ -8,9 +8,10 @@
  * (address, port) to whatever bound it (see udp-ports.ts). The bound node gets the data at the
  * UDP payload and the `Ip4Opaque` words filled in.
  *
- * A datagram to a port nobody bound is dropped and counted ("no listener"); no ICMP port
- * unreachable is sent (no reflection or flood to rate-limit; the kernel's default rate-limited
- * reply would be the optional extra).
+ * A datagram to a port nobody bound is counted ("no listener") and dropped, or handed to the
+ * node `UdpApi.punt` named (the RDMA connection manager, which answers a REQ with REJECT); no
+ * ICMP port unreachable is sent (no reflection or flood to rate-limit; the kernel's default
+ * rate-limited reply would be the optional extra).
  */
 import {
   BufferFlag,
@@ -87,7 +88,9 @@ function udp4Input(rt: NodeRuntime, frame: Frame | null): number {
     n = f.n,
     nexts = rt.nexts;
   const eBase = rt.errorIndex(0);
-  let noCksum = 0;
+  let noCksum = 0,
+    punted = 0;
+  const puntArc = api.unboundArc;
   for (let i = 0; i < n; i++) {
     const bi = vec[i];
     const o = offset[bi];
@@ -115,7 +118,11 @@ function udp4Input(rt: NodeRuntime, frame: Frame | null): number {
         if (err < 0) {
           const sport = v.getUint16(o),
             dport = v.getUint16(o + 2);
-          const arc = api.lookup(dst, dport);
+          let arc = api.lookup(dst, dport);
+          if (arc < 0 && puntArc >= 0) {
+            arc = puntArc;
+            punted++;
+          }
           if (arc < 0) err = UdpInputError.NO_LISTENER;
           else {
             next = arc;
@@ -147,6 +154,7 @@ function udp4Input(rt: NodeRuntime, frame: Frame | null): number {
     if (err < 0) pool.advance(bi, UDP_HEADER_BYTES);
   }
   if (noCksum > 0) rt.countError(UdpInputError.NO_CHECKSUM, noCksum);
+  if (punted > 0) rt.countError(UdpInputError.NO_LISTENER, punted);
   rt.enqueue(vec, n);
   return n;
 }
