@@ -285,6 +285,59 @@ test('QP types not built are refused by name (a UC QP, XRC, raw packet), EOPNOTS
   });
 });
 
+test("a signal interrupts a blocked ibv_get_cq_event as it interrupts the kernel's read: EINTR unless the handler has SA_RESTART", async () => {
+  ready();
+  // qperf ends each test with SIGALRM (no SA_RESTART) and counts on the blocked
+  // ibv_get_cq_event returning EINTR; with SA_RESTART the kernel restarts the read.
+  const py = [
+    'import ctypes, signal, threading, time',
+    // The process's own scope: the preloaded library's verbs (libibverbs.so.1's handle would
+    // find libibverbs' own).
+    'v = ctypes.CDLL(None, use_errno=True)',
+    'P = ctypes.c_void_p',
+    'v.ibv_get_device_list.restype = ctypes.POINTER(P)',
+    'for f in ("ibv_open_device", "ibv_create_comp_channel", "ibv_create_cq"): getattr(v, f).restype = P',
+    'v.ibv_open_device.argtypes = [P]',
+    'v.ibv_create_comp_channel.argtypes = [P]',
+    'v.ibv_create_cq.argtypes = [P, ctypes.c_int, P, P, ctypes.c_int]',
+    'v.ibv_get_cq_event.argtypes = [P, P, P]',
+    'n = ctypes.c_int()',
+    'ctx = v.ibv_open_device(v.ibv_get_device_list(ctypes.byref(n))[0])',
+    'ch = v.ibv_create_comp_channel(ctx)',
+    'assert v.ibv_create_cq(ctx, 16, None, ch, 0)',
+    'def wait():',
+    '    cq, cc = P(), P()',
+    '    t = time.monotonic()',
+    '    r = v.ibv_get_cq_event(ch, ctypes.byref(cq), ctypes.byref(cc))',
+    "    return '%d %d %.1f' % (r, ctypes.get_errno(), time.monotonic() - t)",
+    'signal.signal(signal.SIGALRM, lambda *a: None)',
+    'signal.signal(signal.SIGUSR1, lambda *a: None)',
+    'signal.setitimer(signal.ITIMER_REAL, 0.5)',
+    "print('no SA_RESTART:', wait(), flush=True)",
+    // Every handler restartable (Python's SIGINT one too): the alarm at 0.5 s does not end the
+    // wait; SIGUSR1 at 1.5 s, made interrupting just before it is sent, does.
+    'signal.siginterrupt(signal.SIGALRM, False)',
+    'signal.siginterrupt(signal.SIGUSR1, False)',
+    'signal.siginterrupt(signal.SIGINT, False)',
+    'main = threading.main_thread().ident',
+    'def later():',
+    '    time.sleep(1.5)',
+    '    signal.siginterrupt(signal.SIGUSR1, True)',
+    '    signal.pthread_kill(main, signal.SIGUSR1)',
+    'threading.Thread(target=later).start()',
+    'signal.setitimer(signal.ITIMER_REAL, 0.5)',
+    "print('SA_RESTART:', wait(), flush=True)",
+  ].join('\n');
+  await withVerbsDaemon(async ({ socket }) => {
+    const r = await run(socket, ['python3', '-c', py]);
+    assert.is(r.code, 0, r.out);
+    const m = /^no SA_RESTART: -1 4 (\S+)\nSA_RESTART: -1 4 (\S+)$/m.exec(r.out);
+    assert.ok(m, `both waits end with EINTR (errno 4):\n${r.out}`);
+    assert.ok(Number(m[1]) >= 0.4 && Number(m[1]) < 1.2, `the first at the alarm (${m[1]} s)`);
+    assert.ok(Number(m[2]) >= 1.3, `the second not at the restartable alarm, at the later signal (${m[2]} s)`);
+  });
+});
+
 test("the daemon going away: the program's next verb fails with an errno at once, it does not hang", async () => {
   checkReady();
   const dir = mkdtempSync(join(tmpdir(), 'verbs-lib-'));

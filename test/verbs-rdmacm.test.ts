@@ -284,8 +284,8 @@ test('qperf -cm1 (its TCP control connection to the same addresses, on the loopb
       const lp = String(nextPort());
       const server = inNs(b, ['qperf', '-lp', lp]);
       try {
-        // Not rc_lat: with -cm1 its server side waits on now and then (the README says so).
-        const tests = ['rc_bw', 'rc_rdma_write_bw', 'rc_rdma_read_bw'];
+        // rc_lat waits for completions on a channel and ends when SIGALRM interrupts that wait.
+        const tests = ['rc_bw', 'rc_lat', 'rc_rdma_write_bw', 'rc_rdma_read_bw'];
         let cli: Run | null = null;
         // The server listens on its TCP port within a moment: the client tries again until then.
         for (let k = 0; k < 50; k++) {

@@ -103,7 +103,7 @@ EXPORT int ibv_get_async_event(struct ibv_context* context, struct ibv_async_eve
     }
     /* Until the daemon writes the fd, or its socket says it went away. */
     struct pollfd p[2] = {{.fd = context->async_fd, .events = POLLIN}, {.fd = c->sock, .events = POLLIN}};
-    if (poll(p, c->dead ? 1 : 2, -1) < 0 && errno != EINTR) return -1;
+    if (rg_block_poll(p, c->dead ? 1 : 2) < 0) return -1;
     if (p[1].revents != 0 && !rg_daemon_gone(c)) rg_drain_unsolicited(c);
   }
 }

@@ -8,6 +8,7 @@
 #define RDMA_GRAPH_VERBS_LIB_H
 
 #include <infiniband/verbs.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -285,6 +286,16 @@ int rg_query_device_ex(struct ibv_context* context, const struct ibv_query_devic
 void rg_forsake(struct rg_context* c, const char* why);
 /* Is the daemon still there (a peeking recv)? The first caller that finds it gone forsakes the context. */
 int rg_daemon_gone(struct rg_context* c);
+/*
+ * Block in poll() for a verb that the kernel's provider blocks in read() (ibv_get_cq_event,
+ * ibv_get_async_event, librdmacm's event wait). poll() is never restarted after a signal
+ * handler, read() is when the handler has SA_RESTART: so on EINTR this returns -1 + EINTR
+ * (what the kernel's read gives, and qperf's timer relies on) when a caught, unblocked signal's
+ * handler lacks SA_RESTART, and 0 (wait again) when every such handler has it (perftest's
+ * signal() handlers). Which signal came is not known: a program that mixes both kinds gets
+ * EINTR for either.
+ */
+int rg_block_poll(struct pollfd* p, nfds_t n);
 /* A sealed memfd of `bytes` mapped here; its fd (the caller passes then closes it), or -1 + errno. */
 int rg_ring_create(struct rg_ring* r, size_t bytes);
 void rg_ring_free(struct rg_ring* r);

@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -171,6 +172,27 @@ int rg_daemon_gone(struct rg_context* c) {
   return 1;
 }
 
+int rg_block_poll(struct pollfd* p, nfds_t n) {
+  if (poll(p, n, -1) >= 0) return 0;
+  if (errno != EINTR) return -1;
+  /* Which signal it was is not known here: any caught, unblocked one without SA_RESTART may be. */
+  sigset_t blocked;
+  pthread_sigmask(SIG_SETMASK, NULL, &blocked);
+  for (int sig = 1; sig < NSIG; sig++) {
+    struct sigaction a;
+    if (sig == SIGKILL || sig == SIGSTOP || sigismember(&blocked, sig) == 1 || sigaction(sig, NULL, &a) != 0) continue;
+    const int caught =
+        (a.sa_flags & SA_SIGINFO) ? a.sa_sigaction != NULL : a.sa_handler != SIG_DFL && a.sa_handler != SIG_IGN;
+    if (caught && !(a.sa_flags & SA_RESTART)) {
+      for (nfds_t k = 0; k < n; k++) p[k].revents = 0;
+      errno = EINTR;
+      return -1;
+    }
+  }
+  for (nfds_t k = 0; k < n; k++) p[k].revents = 0;
+  return 0;
+}
+
 /* ------------------------------------------------------------------ completion channels */
 
 EXPORT struct ibv_comp_channel* ibv_create_comp_channel(struct ibv_context* context) {
@@ -249,7 +271,7 @@ EXPORT int ibv_get_cq_event(struct ibv_comp_channel* channel, struct ibv_cq** cq
       return -1;
     }
     p[0].revents = p[1].revents = 0;
-    if (poll(p, 2, -1) < 0 && errno != EINTR) return -1;
+    if (rg_block_poll(p, 2) < 0) return -1;
     /* The daemon went away (flushes and signals), or sent something nobody asked for: take it,
        or the next poll would return at once, for ever. */
     if (p[1].revents != 0 && !rg_daemon_gone(c)) rg_drain_unsolicited(c);

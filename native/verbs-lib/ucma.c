@@ -409,7 +409,7 @@ static int get_event(int fd, uint32_t channel, uint64_t resp, uint32_t out) {
       return -1;
     }
     struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = rg_ctx(ucma_ctx)->sock, .events = POLLRDHUP}};
-    if (poll(p, 2, -1) < 0 && errno != EINTR) return -1;
+    if (rg_block_poll(p, 2) < 0) return -1;
     if (p[1].revents & (POLLHUP | POLLRDHUP | POLLERR)) {
       if (removal_event(channel, &r) == 0) break; /* the daemon went away */
       errno = ENODEV;
