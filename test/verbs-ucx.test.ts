@@ -1,9 +1,12 @@
 /**
- * UCX over rdma-graph (issue 28.6): Debian's unmodified ucx_perftest, its UCT layer on rc_verbs,
- * between two data planes joined by memif (both interfaces memif0, so both devices are
- * rg_memif0, as on the README's two daemons: ucx_perftest's server takes the client's
- * parameters, device name included), with no UCX tuning variable. put_bw (zero copy, 64 KiB),
- * put_lat and am_lat (8 B) each finish, and the frames went through the data planes.
+ * UCX over rdma-graph (issues 28.6 and 30.2): Debian's unmodified ucx_perftest between two data
+ * planes joined by memif (both interfaces memif0, so both devices are rg_memif0, as on the
+ * README's two daemons: ucx_perftest's server takes the client's parameters, device name
+ * included). Its UCT layer on rc_verbs (put_bw zero copy 64 KiB, put_lat, am_lat) and on ud_verbs
+ * (am_lat, am_bw), with no UCX tuning variable; its UCP layer (what Open MPI uses: tag_lat,
+ * tag_bw, ucp_put_bw, ucp_get) with UCX_TLS=rc_verbs,ud_verbs, so that neither shared memory nor
+ * TCP can carry it. Each run finishes every iteration with nothing refused or warned about, and
+ * the frames went through both data planes.
  */
 import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
@@ -11,6 +14,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { DataplaneApi } from '../dataplane/api.ts';
 import { createDataplane } from '../dataplane/create.ts';
 import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import { baseConfig, IP_A, IP_B, MAC_A, MAC_B } from './dataplane-helpers.ts';
@@ -28,10 +32,14 @@ function final(out: string): number[] | null {
   return m ? m[1].trim().split(/\s+/).map(Number) : null;
 }
 
-test('ucx_perftest put_bw, put_lat and am_lat on rc_verbs between two data planes, unmodified and untuned', async () => {
-  ready();
+/** Frames received by memif0 of each data plane. */
+const received = async (dps: DataplaneApi[]) =>
+  Promise.all(dps.map(async (dp) => (await dp.interface('memif0')).counters.rxPackets));
+
+/** Two data planes A and B joined by memif, each serving a verbs socket; all released after `body`. */
+async function withMemifPair(body: (x: { sa: string; sb: string; dps: DataplaneApi[] }) => Promise<void>) {
   const dir = mkdtempSync(join(tmpdir(), 'verbs-ucx-'));
-  const sock = `@rg-ucx-${process.pid}`;
+  const sock = `@rg-ucx-${process.pid}-${nextPort()}`;
   const a = await createDataplane(
     baseConfig({
       cpu: cpuWith(0),
@@ -53,35 +61,7 @@ test('ucx_perftest put_bw, put_lat and am_lat on rc_verbs between two data plane
   try {
     for (let i = 0; i < 300 && (await a.interface('memif0')).state !== 'up'; i++)
       await new Promise((r) => setTimeout(r, 20));
-    const before = (await a.interface('memif0')).counters.rxPackets;
-    const runs: [string, string[]][] = [
-      ['put_bw', ['-s', '65536', '-D', 'zcopy', '-n', '300']],
-      ['put_lat', ['-s', '8', '-n', '2000']],
-      ['am_lat', ['-s', '8', '-n', '2000']],
-    ];
-    for (const [t, args] of runs) {
-      const port = String(nextPort());
-      const common = ['-t', t, '-x', 'rc_verbs', '-d', 'rg_memif0:1', '-p', port];
-      const server = runTool(sa, ['ucx_perftest', ...common]);
-      await serverListening(server, Number(port));
-      const client = await runTool(sb, ['ucx_perftest', '127.0.0.1', ...common, ...args]).done;
-      const srv = await server.done;
-      assert.is(client.code, 0, `${t} client:\n${client.out}\nserver:\n${srv.out}`);
-      assert.is(srv.code, 0, `${t} server:\n${srv.out}`);
-      const f = final(client.out);
-      assert.ok(
-        f !== null && f[0] === Number(args[args.indexOf('-n') + 1]),
-        `${t}: every iteration ran:\n${client.out}`,
-      );
-      assert.not.match(
-        client.out + srv.out,
-        /UCX {2}(ERROR|WARN)|rdma-graph verbs:/,
-        `${t}: nothing refused:\n${client.out}\nserver:\n${srv.out}`,
-      );
-      console.log(`  ${t}: ${client.out.match(/^\s*Final:.*$/m)?.[0].trim()}`);
-    }
-    const after = (await a.interface('memif0')).counters.rxPackets;
-    assert.ok(after - before > 300 * 16, `the traffic went through data plane A (${after - before} frames received)`);
+    await body({ sa, sb, dps: [a, b] });
     // What UCX made is released when it exits (memif's rings hold buffers: no pool count here).
     for (const dp of [a, b]) {
       const count = async () =>
@@ -96,6 +76,75 @@ test('ucx_perftest put_bw, put_lat and am_lat on rc_verbs between two data plane
     await b.close();
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * One ucx_perftest run: the server preloaded against A, the client against B (towards 127.0.0.1,
+ * its out-of-band TCP exchange), `env` before both (through env(1), which the preload survives).
+ * Every iteration ran, both exit 0, and neither UCX nor the library said anything went wrong.
+ */
+async function perftest(sa: string, sb: string, name: string, common: string[], args: string[], env: string[] = []) {
+  const port = String(nextPort());
+  const pre = env.length > 0 ? ['env', ...env] : [];
+  const server = runTool(sa, [...pre, 'ucx_perftest', ...common, '-p', port]);
+  await serverListening(server, Number(port));
+  const client = await runTool(sb, [...pre, 'ucx_perftest', '127.0.0.1', ...common, '-p', port, ...args]).done;
+  const srv = await server.done;
+  assert.is(client.code, 0, `${name} client:\n${client.out}\nserver:\n${srv.out}`);
+  assert.is(srv.code, 0, `${name} server:\n${srv.out}`);
+  const f = final(client.out);
+  const n = Number(args[args.indexOf('-n') + 1]);
+  assert.ok(f !== null && f[0] === n, `${name}: every iteration ran (${n}):\n${client.out}`);
+  assert.not.match(
+    client.out + srv.out,
+    /UCX {2}(ERROR|WARN)|rdma-graph verbs:|Fatal/,
+    `${name}: nothing refused:\n${client.out}\nserver:\n${srv.out}`,
+  );
+  console.log(`  ${name}: ${client.out.match(/^\s*Final:.*$/m)?.[0].trim()}`);
+}
+
+test('ucx_perftest UCT put_bw, put_lat and am_lat on rc_verbs, am_lat and am_bw on ud_verbs, between two data planes, untuned', async () => {
+  ready();
+  await withMemifPair(async ({ sa, sb, dps }) => {
+    // [transport, test, arguments, frames the server's data plane (A) must have received at least]
+    const runs: [string, string, string[], number][] = [
+      ['rc_verbs', 'put_bw', ['-s', '65536', '-D', 'zcopy', '-n', '300'], 300 * 16],
+      ['rc_verbs', 'put_lat', ['-s', '8', '-n', '2000'], 2000],
+      ['rc_verbs', 'am_lat', ['-s', '8', '-n', '2000'], 2000],
+      // UD: a datagram each way per iteration (the receive's GRH and sl as mlx5 reports them: UCX
+      // finds its own GID there, or drops the datagram).
+      ['ud_verbs', 'am_lat', ['-s', '8', '-n', '2000'], 2000],
+      ['ud_verbs', 'am_bw', ['-s', '8', '-n', '20000'], 20000 / 16],
+    ];
+    for (const [tl, t, args, frames] of runs) {
+      const before = await received(dps);
+      await perftest(sa, sb, `${t} on ${tl}`, ['-t', t, '-x', tl, '-d', 'rg_memif0:1'], args);
+      const got = (await received(dps))[0] - before[0];
+      assert.ok(got >= frames, `${t} on ${tl}: the server's data plane received ${got} frames (>= ${frames})`);
+    }
+  });
+});
+
+test('ucx_perftest UCP tag_lat, tag_bw, ucp_put_bw and ucp_get with UCX_TLS=rc_verbs,ud_verbs between two data planes', async () => {
+  ready();
+  await withMemifPair(async ({ sa, sb, dps }) => {
+    // UCP wires up over ud_verbs (its auxiliary transport) and moves data on rc_verbs; shared
+    // memory, CMA and TCP are not allowed, so every byte crosses the data planes.
+    const env = ['UCX_TLS=rc_verbs,ud_verbs', 'UCX_NET_DEVICES=rg_memif0:1'];
+    // [test, arguments, the data plane the data arrives at (0: the server's A, 1: the client's B), frames]
+    const runs: [string, string[], number, number][] = [
+      ['tag_lat', ['-s', '8', '-n', '2000'], 0, 2000],
+      ['tag_bw', ['-s', '65536', '-n', '300'], 0, 300 * 16],
+      ['ucp_put_bw', ['-s', '65536', '-n', '300'], 0, 300 * 16],
+      ['ucp_get', ['-s', '65536', '-n', '300'], 1, 300 * 16], // the client reads: the responses come to B
+    ];
+    for (const [t, args, at, frames] of runs) {
+      const before = await received(dps);
+      await perftest(sa, sb, `${t} (UCP)`, ['-t', t], args, env);
+      const got = (await received(dps))[at] - before[at];
+      assert.ok(got >= frames, `${t}: data plane ${'AB'[at]} received ${got} frames (>= ${frames})`);
+    }
+  });
 });
 
 test.run();

@@ -79,7 +79,7 @@ static uint32_t read_qp_num(struct ibv_cq_ex* cq) { return current(of(cq))->qp_n
 static uint32_t read_src_qp(struct ibv_cq_ex* cq) { return current(of(cq))->src_qp; } /* UD receives */
 static unsigned int read_wc_flags(struct ibv_cq_ex* cq) { return current(of(cq))->wc_flags; }
 static uint32_t read_slid(struct ibv_cq_ex* cq) { return (void)cq, 0; }
-static uint8_t read_sl(struct ibv_cq_ex* cq) { return (void)cq, 0; }
+static uint8_t read_sl(struct ibv_cq_ex* cq) { return rg_wc_sl(current(of(cq))->wc_flags); }
 static uint8_t read_dlid_path_bits(struct ibv_cq_ex* cq) { return (void)cq, 0; }
 
 struct ibv_cq_ex* rg_create_cq_ex(struct ibv_context* context, struct ibv_cq_init_attr_ex* attr) {

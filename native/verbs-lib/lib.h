@@ -115,6 +115,14 @@ struct rg_cq;
 #define RG_MAX_QPN 0xffffffu /* QPNs are 24 bits */
 #define RG_MAX_NAME 15       /* a device name's characters, as UCX and the kernel take them */
 
+/*
+ * A UD receive's sl: on RoCE v2 there is no SL on the wire; mlx5 answers the network header type
+ * there (bits 2:0, 0 GRH, 1 IPv6, 2 IPv4), and UCX's ud_verbs reads it to find the DGID in the
+ * GRH area (the last 4 bytes for IPv4, else the last 16). Our datagrams are all IPv4.
+ */
+#define RG_UD_SL_IPV4 2u
+static inline uint8_t rg_wc_sl(uint32_t wc_flags) { return (wc_flags & RGV_WC_GRH) ? RG_UD_SL_IPV4 : 0; }
+
 struct rg_context {
   /* First: an extended context (verbs.h's verbs_get_ctx finds the verbs_context in front of the
      struct ibv_context the program holds), so the inline helpers reach our ops. */

@@ -377,7 +377,7 @@ static int op_poll_cq(struct ibv_cq* cq, int n, struct ibv_wc* wc) {
     w->wc_flags = e->wc_flags;
     w->pkey_index = 0;
     w->slid = 0;
-    w->sl = 0;
+    w->sl = rg_wc_sl(e->wc_flags); /* UD: the network header type, as mlx5 */
     w->dlid_path_bits = 0;
     q->cons++;
   }
