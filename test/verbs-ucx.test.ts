@@ -11,15 +11,10 @@
 import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import type { DataplaneApi } from '../dataplane/api.ts';
-import { createDataplane } from '../dataplane/create.ts';
+import { existsSync } from 'node:fs';
 import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
-import { baseConfig, IP_A, IP_B, MAC_A, MAC_B } from './dataplane-helpers.ts';
+import { received, withMemifPair } from './ucx-helpers.ts';
 import { nextPort, runTool, serverListening } from './verbs-helpers.ts';
-import { cpuWith, memifIf } from './workers-helpers.ts';
 
 const ready = () => {
   if (!existsSync(VERBS_LIBRARY)) skip('librdmagraph-verbs.so was not built (libibverbs-dev)');
@@ -30,52 +25,6 @@ const ready = () => {
 function final(out: string): number[] | null {
   const m = /^\s*Final:\s+(.*)$/m.exec(out);
   return m ? m[1].trim().split(/\s+/).map(Number) : null;
-}
-
-/** Frames received by memif0 of each data plane. */
-const received = async (dps: DataplaneApi[]) =>
-  Promise.all(dps.map(async (dp) => (await dp.interface('memif0')).counters.rxPackets));
-
-/** Two data planes A and B joined by memif, each serving a verbs socket; all released after `body`. */
-async function withMemifPair(body: (x: { sa: string; sb: string; dps: DataplaneApi[] }) => Promise<void>) {
-  const dir = mkdtempSync(join(tmpdir(), 'verbs-ucx-'));
-  const sock = `@rg-ucx-${process.pid}-${nextPort()}`;
-  const a = await createDataplane(
-    baseConfig({
-      cpu: cpuWith(0),
-      interfaces: [memifIf('memif0', sock, 'server', IP_A, MAC_A)],
-      neighbors: [{ interface: 'memif0', address: IP_B, mac: MAC_B }],
-    }),
-  );
-  const b = await createDataplane(
-    baseConfig({
-      cpu: cpuWith(0),
-      interfaces: [memifIf('memif0', sock, 'client', IP_B, MAC_B)],
-      neighbors: [{ interface: 'memif0', address: IP_A, mac: MAC_A }],
-    }),
-  );
-  const sa = join(dir, 'a.sock'),
-    sb = join(dir, 'b.sock');
-  const va = a.serveVerbs({ path: sa }),
-    vb = b.serveVerbs({ path: sb });
-  try {
-    for (let i = 0; i < 300 && (await a.interface('memif0')).state !== 'up'; i++)
-      await new Promise((r) => setTimeout(r, 20));
-    await body({ sa, sb, dps: [a, b] });
-    // What UCX made is released when it exits (memif's rings hold buffers: no pool count here).
-    for (const dp of [a, b]) {
-      const count = async () =>
-        (await dp.qps()).length + (await dp.mrs()).length + (await dp.cqs()).length + (await dp.pds()).length;
-      for (let i = 0; i < 250 && (await count()) > 0; i++) await new Promise((r) => setTimeout(r, 20));
-      assert.is(await count(), 0, 'every QP, MR, CQ and PD ucx_perftest made is released');
-    }
-  } finally {
-    va.close();
-    vb.close();
-    await a.close();
-    await b.close();
-    rmSync(dir, { recursive: true, force: true });
-  }
 }
 
 /**

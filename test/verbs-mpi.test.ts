@@ -1,0 +1,121 @@
+/**
+ * Open MPI over rdma-graph (issue 30.2): Debian's mpirun starts each rank under `rdma-graph exec`
+ * (MPMD: the ranks of the first app context on data plane A, those of the second on B), with
+ * `--mca pml ucx`, UCX restricted to rc_verbs and ud_verbs and Open MPI's BTLs to `self` (no
+ * vader shared memory, no TCP): every message between ranks crosses a data plane. The job is
+ * native/tools/mpi-check.c, compiled here with mpicc: a ping-pong between the first and the last
+ * rank from 8 B to 1 MiB with every byte checked, and MPI_Allreduce over all ranks, checked.
+ * Two ranks (one per data plane), then four (two per data plane). The frames of the ping-pong are
+ * counted on both data planes' interfaces.
+ */
+import { skip, test } from './harness.ts';
+import * as assert from 'uvu/assert';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
+import { received, withMemifPair } from './ucx-helpers.ts';
+
+const ROOT = join(import.meta.dirname, '..');
+const RDMA_GRAPH = join(ROOT, 'bin', 'rdma-graph.mjs');
+const SOURCE = join(ROOT, 'native', 'tools', 'mpi-check.c');
+
+/** The ping-pong's sizes and iterations, as mpi-check.c runs them. */
+const SIZES = Array.from({ length: 18 }, (_, i) => 8 << i);
+const iterations = (size: number) => (size <= 4096 ? 100 : size <= 65536 ? 20 : 10);
+/** Frames each direction of the ping-pong needs at least (its bytes in 1500-byte frames). */
+const MIN_FRAMES = Math.floor(SIZES.reduce((s, n) => s + n * iterations(n), 0) / 1500);
+
+let dir = '';
+let program = '';
+
+/** mpi-check compiled with Open MPI's mpicc (once). */
+function build(): string {
+  if (!existsSync(VERBS_LIBRARY)) skip('librdmagraph-verbs.so was not built (libibverbs-dev)');
+  for (const [tool, pkg] of [
+    ['mpirun', 'openmpi-bin'],
+    ['mpicc', 'libopenmpi-dev'],
+  ])
+    if (spawnSync(tool, ['--version']).error) skip(`${tool} is not installed (Debian package ${pkg})`);
+  if (program !== '') return program;
+  dir = mkdtempSync(join(tmpdir(), 'verbs-mpi-'));
+  const out = join(dir, 'mpi-check');
+  const cc = spawnSync('mpicc', ['-O2', '-Wall', '-Wextra', '-Werror', '-o', out, SOURCE], { encoding: 'utf8' });
+  assert.is(cc.status, 0, `mpicc builds mpi-check:\n${cc.stdout}${cc.stderr}`);
+  return (program = out);
+}
+
+/** mpirun with `perSide` ranks on A's socket, then `perSide` on B's; its exit and output. */
+function mpirun(sa: string, sb: string, perSide: number, prog: string): Promise<{ code: number | null; out: string }> {
+  const rank = (sock: string) => [
+    '-np',
+    String(perSide),
+    process.execPath,
+    RDMA_GRAPH,
+    'exec',
+    '--socket',
+    sock,
+    '--',
+    prog,
+  ];
+  const args = [
+    ...(process.getuid?.() === 0 ? ['--allow-run-as-root'] : []),
+    '--oversubscribe',
+    '--mca',
+    'pml',
+    'ucx',
+    '--mca',
+    'btl',
+    'self',
+    '-x',
+    'UCX_TLS=rc_verbs,ud_verbs',
+    '-x',
+    'UCX_NET_DEVICES=rg_memif0:1',
+    ...rank(sa),
+    ':',
+    ...rank(sb),
+  ];
+  return new Promise((resolve) => {
+    const p = spawn('mpirun', args);
+    let out = '';
+    p.stdout.on('data', (d) => (out += d));
+    p.stderr.on('data', (d) => (out += d));
+    const timer = setTimeout(() => p.kill('SIGTERM'), 150_000);
+    p.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, out });
+    });
+  });
+}
+
+for (const perSide of [1, 2]) {
+  test(`mpirun --mca pml ucx, ${2 * perSide} ranks (${perSide} per data plane): ping-pong 8 B..1 MiB and MPI_Allreduce, data checked, through both data planes`, async () => {
+    const prog = build();
+    await withMemifPair(async ({ sa, sb, dps }) => {
+      const before = await received(dps);
+      const r = await mpirun(sa, sb, perSide, prog);
+      const after = await received(dps);
+      assert.is(r.code, 0, `mpirun exits 0:\n${r.out}`);
+      assert.match(r.out, new RegExp(`^mpi-check: ok ${2 * perSide}$`, 'm'), `every rank checked its data:\n${r.out}`);
+      for (const size of SIZES)
+        assert.match(r.out, new RegExp(`^pingpong ${size} ${iterations(size)} `, 'm'), `ping-pong of ${size} B ran`);
+      for (const n of [1, 65536]) assert.match(r.out, new RegExp(`^allreduce ${n} ok$`, 'm'), `allreduce of ${n}`);
+      assert.not.match(r.out, /UCX {2}(ERROR|WARN)|rdma-graph verbs:|FAIL/, `nothing refused or failed:\n${r.out}`);
+      // The ping-pong's bytes went through both data planes' interfaces.
+      for (const i of [0, 1])
+        assert.ok(
+          after[i] - before[i] >= MIN_FRAMES,
+          `data plane ${'AB'[i]} received ${after[i] - before[i]} frames (>= ${MIN_FRAMES})`,
+        );
+      const line = (size: number) => r.out.match(new RegExp(`^pingpong ${size} .*$`, 'm'))?.[0];
+      console.log(`  ${2 * perSide} ranks: ${line(8)} (us, MB/s); ${line(1 << 20)}`);
+    });
+  });
+}
+
+test.after(() => {
+  if (dir !== '') rmSync(dir, { recursive: true, force: true });
+});
+
+test.run();
