@@ -13,7 +13,12 @@
  */
 import type { Config } from '../config/types.ts';
 import type { FaultConfig } from '../drivers/fault.ts';
-import type { ErrorThreadSnapshot, RuntimeThreadSnapshot, TraceThreadSnapshot } from '../graph/index.ts';
+import type {
+  ErrorThreadSnapshot,
+  GraphThreadSnapshot,
+  RuntimeThreadSnapshot,
+  TraceThreadSnapshot,
+} from '../graph/index.ts';
 import type { QpModify } from '../nodes/rdma/stack.ts';
 import type {
   BufferView,
@@ -129,6 +134,8 @@ export interface DataplaneApi {
   setFault(name: string, direction: 'rx' | 'tx' | 'both', cfg: FaultConfig | null): Promise<InterfaceView>;
 
   runtime(): Promise<RuntimeThreadSnapshot[]>;
+  /** Each thread's node/next-node tables with the packets each arc carried (`show vlib graph`). */
+  nodeGraph(): Promise<GraphThreadSnapshot[]>;
   clearRuntime(): Promise<void>;
   errors(): Promise<ErrorThreadSnapshot[]>;
   clearErrors(): Promise<void>;

@@ -43,6 +43,7 @@ import {
   createPool,
   BufferPool,
   type ErrorThreadSnapshot,
+  type GraphThreadSnapshot,
   type RuntimeThreadSnapshot,
   type TraceThreadSnapshot,
 } from '../graph/index.ts';
@@ -812,6 +813,10 @@ export class Dataplane implements DataplaneApi {
 
   async runtime(): Promise<RuntimeThreadSnapshot[]> {
     return [this.graph.runtimeSnapshot()];
+  }
+
+  async nodeGraph(): Promise<GraphThreadSnapshot[]> {
+    return [this.graph.graphSnapshot()];
   }
 
   async clearRuntime(): Promise<void> {

@@ -44,6 +44,20 @@ export interface RuntimeThreadSnapshot {
   rows: RuntimeRow[];
 }
 
+/** One thread's node/next-node tables (`show vlib graph`) with the packets each arc carried. */
+export interface GraphThreadSnapshot {
+  index: number;
+  name: string;
+  nodes: {
+    name: string;
+    type: 'input' | 'internal' | 'process';
+    /** Next node names, by next index. */
+    next: string[];
+    /** Packets sent along each next arc since start, by next index. */
+    arcPackets: number[];
+  }[];
+}
+
 export interface RuntimeFormatOptions {
   /** Show rows with no calls and no suspends too. */
   verbose?: boolean;

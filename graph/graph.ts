@@ -20,7 +20,13 @@ import {
   RT_VECTORS,
   RuntimeCounters,
 } from './counters.ts';
-import type { ErrorThreadSnapshot, RuntimeRow, RuntimeThreadSnapshot, TraceThreadSnapshot } from './format.ts';
+import type {
+  ErrorThreadSnapshot,
+  GraphThreadSnapshot,
+  RuntimeRow,
+  RuntimeThreadSnapshot,
+  TraceThreadSnapshot,
+} from './format.ts';
 import {
   FRAME_SIZE,
   Frame,
@@ -221,6 +227,7 @@ export class Graph {
       nexts.push(t);
     }
     rt.nextNodes = nexts;
+    growArcs(rt, nexts.length);
   }
 
   private refreshInputs(): void {
@@ -238,7 +245,10 @@ export class Graph {
         `node "${rt.name}": next node "${nextName}" is an ${t.type} node; frames go only to internal nodes`,
       );
     rt.nextNames.push(nextName);
-    if (this.built) rt.nextNodes.push(t);
+    if (this.built) {
+      rt.nextNodes.push(t);
+      growArcs(rt, rt.nextNodes.length);
+    }
     return rt.nextNames.length - 1;
   }
 
@@ -294,6 +304,8 @@ export class Graph {
     let t = targets[nx0];
     if (t === undefined)
       throw new GraphError(`node "${rt.name}": next index ${nx0} is not one of its ${targets.length} next nodes`);
+    const arcs = rt.arcPackets;
+    arcs[nx0] += i;
     if (i === n) {
       this.enqueueWhole(t, from, n);
       return;
@@ -306,6 +318,7 @@ export class Graph {
       t = targets[nx];
       if (t === undefined)
         throw new GraphError(`node "${rt.name}": next index ${nx} is not one of its ${targets.length} next nodes`);
+      arcs[nx] += j - i;
       this.enqueueRun(t, from, i, j - i);
       i = j;
     }
@@ -316,6 +329,7 @@ export class Graph {
     const t = rt.nextNodes[next];
     if (t === undefined)
       throw new GraphError(`node "${rt.name}": next index ${next} is not one of its ${rt.nextNodes.length} next nodes`);
+    rt.arcPackets[next] += n;
     if (off === 0) this.enqueueWhole(t, from, n);
     else this.enqueueRun(t, from, off, n);
   }
@@ -359,6 +373,7 @@ export class Graph {
     const t = rt.nextNodes[next];
     if (t === undefined)
       throw new GraphError(`node "${rt.name}": next index ${next} is not one of its ${rt.nextNodes.length} next nodes`);
+    rt.arcPackets[next] += 1;
     let f = t.cur;
     if (f === null) f = this.openFrame(t);
     f.vec[f.n++] = bi;
@@ -831,6 +846,20 @@ export class Graph {
     };
   }
 
+  /**
+   * The node/next-node tables as VPP's `show vlib graph` has them, with the packets each arc
+   * carried since start (graph views take differences of two).
+   */
+  graphSnapshot(): GraphThreadSnapshot {
+    const nodes = this.nodes.map((rt) => ({
+      name: rt.name,
+      type: rt.type,
+      next: [...rt.nextNames],
+      arcPackets: rt.nextNames.map((_, i) => rt.arcPackets[i] ?? 0),
+    }));
+    return { index: this.threadIndex, name: this.threadName, nodes };
+  }
+
   /** `clear runtime`: snapshot, never reset in place. */
   clearRuntime(): void {
     this.runtime.clear(this.clock.nowNs());
@@ -883,6 +912,14 @@ export class Graph {
   uptimeNs(): number {
     return this.clock.nowNs() - this.startNs;
   }
+}
+
+/** Room for `n` arcs' packet counts, keeping those counted (addNext after build). */
+function growArcs(rt: NodeRuntime, n: number): void {
+  if (rt.arcPackets.length >= n) return;
+  const grown = new Float64Array(n);
+  grown.set(rt.arcPackets);
+  rt.arcPackets = grown;
 }
 
 function stateOf(rt: NodeRuntime, sleeping: boolean): string {

@@ -121,6 +121,11 @@ export class NodeRuntime {
   /** Resolved next nodes, by next index. */
   nextNodes: NodeRuntime[] = [];
   nextNames: string[];
+  /**
+   * Packets sent along each next arc since start, by next index (never cleared: readers take
+   * differences). One add per run of equal next indices (enqueueOne: per packet it takes).
+   */
+  arcPackets = new Float64Array(0);
   /** Global index of this node's error 0. */
   errorBase = 0;
   readonly errors: readonly ErrorDesc[];

@@ -608,6 +608,7 @@ export class WorkerDataplane implements DataplaneApi {
 
   neighbors = async (): Promise<NeighborView[]> => this.owned('neighbors');
   runtime = async () => this.concat('runtime');
+  nodeGraph = async () => this.concat('nodeGraph');
   rxPlacement = async () => this.concat('rxPlacement');
   /** This (the main) thread, then what each worker says of its own. */
   threads = async () => [currentThread(0, 'main', '', this.config.cpu.mainCore), ...(await this.concat('threads'))];

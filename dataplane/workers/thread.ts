@@ -61,6 +61,7 @@ async function main(): Promise<void> {
     stopCapture: (name) => dp.stopCapture(name),
     setFault: (name, direction, cfg) => dp.setFault(name, direction, cfg),
     runtime: () => dp.runtime(),
+    nodeGraph: () => dp.nodeGraph(),
     clearRuntime: () => dp.clearRuntime(),
     errors: () => dp.errors(),
     clearErrors: () => dp.clearErrors(),
