@@ -18,9 +18,12 @@ import { type Caller, LocalAccess, type AccessOptions } from './access.ts';
 import { checkPostType, isLoopback, makeOriginCheck } from './guard.ts';
 import { tcpPeerUid } from './peer.ts';
 import { TransferSlots } from './mr-data.ts';
+import { LiveSampler } from './live-sampler.ts';
+import { LiveStreams, type LiveStreamOptions } from './live-stream.ts';
 import { metricsRoute } from './metrics.ts';
 import { openApiRoute } from './openapi.ts';
 import { qpRoutes } from './routes/qps.ts';
+import { liveRoutes } from './routes/live.ts';
 import { JSON_TYPE, OCTETS, fastifyPath, type RouteDef } from './routes/route.ts';
 import { statusRoutes } from './routes/status.ts';
 import { verbsRoutes } from './routes/verbs-objects.ts';
@@ -45,6 +48,8 @@ export interface ServerOptions {
    * and root, known by the uid owning the connecting socket.
    */
   access?: AccessOptions;
+  /** The live view (GET / and /live/events): sampling interval and per-stream bounds (api/live-stream.ts). */
+  live?: LiveStreamOptions & { intervalMs?: number };
 }
 
 export interface RouteEntry {
@@ -56,7 +61,7 @@ export interface RouteEntry {
 
 /** Every route the API serves, in the order they are registered (the OpenAPI route last). */
 export function apiRoutes(opts: { token: boolean }): RouteDef[] {
-  const routes: RouteDef[] = [...statusRoutes, ...verbsRoutes, ...qpRoutes, metricsRoute];
+  const routes: RouteDef[] = [...statusRoutes, ...verbsRoutes, ...qpRoutes, metricsRoute, ...liveRoutes];
   routes.push(openApiRoute(() => routes, opts));
   return routes;
 }
@@ -81,7 +86,9 @@ function newAjv(): Ajv {
 /** Query and path values arrive as strings: those that are written as numbers become numbers. */
 function coerceNumbers(data: Record<string, unknown>, schema: JsonSchema): Record<string, unknown> {
   const props = (schema.properties ?? {}) as Record<string, JsonSchema>;
-  const out: Record<string, unknown> = {};
+  // No prototype: a key "__proto__" (?__proto__=1) is a key like any other, refused by the
+  // schema, instead of an assignment to the prototype that leaves the object empty and valid.
+  const out: Record<string, unknown> = Object.create(null);
   for (const [k, v] of Object.entries(data)) {
     const type = Object.hasOwn(props, k) ? props[k].type : undefined;
     out[k] =
@@ -327,9 +334,18 @@ export async function buildServer(dp: DataplaneApi, opts: ServerOptions = {}): P
     return payload;
   });
 
-  // Requests waiting in the data plane (a poll with waitMs) end when the server closes.
+  // The live view samples only while a page has its event stream open.
+  const sampler = new LiveSampler(dp, opts.live?.intervalMs, (m) => report('warn', m));
+  const live = new LiveStreams(sampler, opts.live, (m) => report('info', m));
+  app.decorate('liveStreams', live);
+  app.decorate('liveSampler', sampler);
+
+  // Requests waiting in the data plane (a poll with waitMs) end when the server closes; so do live streams.
   const closing = new AbortController();
-  app.addHook('preClose', async () => closing.abort());
+  app.addHook('preClose', async () => {
+    closing.abort();
+    sampler.close();
+  });
 
   const registered: RouteEntry[] = [];
   app.addHook('onRoute', (r) => {
@@ -360,6 +376,7 @@ export async function buildServer(dp: DataplaneApi, opts: ServerOptions = {}): P
           body: req.body,
           caller: callers.get(req) ?? { kind: 'refused', why: 'no caller' },
           transfers,
+          live,
           // Made for the handlers that wait (a poll): aborts when the client goes or the server closes.
           get signal() {
             if (signal === null) {
@@ -372,6 +389,8 @@ export async function buildServer(dp: DataplaneApi, opts: ServerOptions = {}): P
             return signal;
           },
         });
+        // A stream that took the response over (GET /live/events) answers by itself.
+        if (reply.sent) return reply;
         reply.code(def.status);
         return def.status === 204 ? reply.send() : reply.send(result);
       },
@@ -384,6 +403,12 @@ export async function buildServer(dp: DataplaneApi, opts: ServerOptions = {}): P
 /** The routes fastify registered (method and URL in fastify's spelling), from its onRoute hook. */
 export function registeredRoutes(app: FastifyInstance): RouteEntry[] {
   return (app as FastifyInstance & { registeredRoutes: RouteEntry[] }).registeredRoutes;
+}
+
+/** The live view's streams and sampler of a server (tests read their counts). */
+export function liveOf(app: FastifyInstance): { streams: LiveStreams; sampler: LiveSampler } {
+  const a = app as FastifyInstance & { liveStreams: LiveStreams; liveSampler: LiveSampler };
+  return { streams: a.liveStreams, sampler: a.liveSampler };
 }
 
 export interface RunningApi {

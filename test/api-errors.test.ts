@@ -332,6 +332,16 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
     { method: 'GET', path: '/v1/events?since=1&since=2', status: 400, message: 'querystring/since must be integer' },
     { method: 'GET', path: '/metrics?format=json', status: 400, message: NOFIELDS('querystring', 'format') },
     { method: 'GET', path: '/v1/openapi.json?x=1', status: 400, message: NOFIELDS('querystring', 'x') },
+    // the live view (test/api-live.test.ts has the rest)
+    { method: 'GET', path: '/?x=1', status: 400, message: NOFIELDS('querystring', 'x') },
+    {
+      method: 'GET',
+      path: '/live/nope.js',
+      status: 404,
+      message:
+        'no file "nope.js" in the live view (it has live-page.mjs, live-graph.mjs, live-tables.mjs, live.css; the page is GET /)',
+    },
+    { method: 'GET', path: '/live/events?since=1', status: 400, message: NOFIELDS('querystring', 'since') },
     // PD
     {
       method: 'POST',

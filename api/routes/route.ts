@@ -6,6 +6,7 @@ import type { FastifyReply } from 'fastify';
 import type { DataplaneApi } from '../../dataplane/api.ts';
 import type { Caller } from '../access.ts';
 import type { TransferSlots } from '../mr-data.ts';
+import type { LiveStreams } from '../live-stream.ts';
 import { HttpError } from '../errors.ts';
 import { PRIVATE_DATA_MAX, type JsonSchema } from '../schemas.ts';
 
@@ -28,6 +29,8 @@ export interface Ctx<P = Record<string, never>, Q = Record<string, never>, B = u
   caller: Caller;
   /** The server's MR data transfers under way (api/mr-data.ts). */
   transfers: TransferSlots;
+  /** The live view's event streams (api/live-stream.ts). */
+  live: LiveStreams;
 }
 
 export interface RouteDef<P = unknown, Q = unknown, B = unknown> {
