@@ -13,6 +13,8 @@
  * result as one JSON line.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { startApi } from '../api/server.ts';
+import { liveSampleCost } from './live-cost.ts';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -46,6 +48,11 @@ async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, 
     `bench-${role}.yaml`,
   );
   const dp = await createDataplane(cfg);
+  // RDMA_BENCH_LIVE_PAGE=1 (set by pairRun): the API up and a page's event stream open on it for
+  // the whole run, read by curl in a process of its own as a browser would (the live view's cost).
+  let page: ChildProcess | null = null;
+  const api = process.env.RDMA_BENCH_LIVE_PAGE === '1' ? await startApi(dp, { port: 0 }) : null;
+  if (api) page = spawn('curl', ['-sSN', '-o', '/dev/null', `${api.url}/live/events`], { stdio: 'ignore' });
   const say = (o: object) => process.stdout.write(JSON.stringify(o) + '\n');
   const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
   const next = async () => JSON.parse((await lines.next()).value as string);
@@ -138,6 +145,8 @@ async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, 
       process.stderr.write(`--- ${role} ${poll} ${kind}\n${formatRuntime(await dp.runtime(), { time: true })}\n`);
     if (role === 'b' || kind === 'write') say({ done: true, duplicates: q.duplicates, timeouts: q.timeouts });
   } finally {
+    page?.kill();
+    await api?.close();
     await dp.close();
   }
 }
@@ -148,13 +157,22 @@ interface Side {
   send(o: unknown): void;
 }
 
-function side(role: 'a' | 'b', sock: string, poll: string, kind: string, seconds: number, cpu: string | null): Side {
+function side(
+  role: 'a' | 'b',
+  sock: string,
+  poll: string,
+  kind: string,
+  seconds: number,
+  cpu: string | null,
+  livePage = false,
+): Side {
   // RDMA_BENCH_PROF=a|b: that side writes a V8 CPU profile (--cpu-prof) into the working directory.
   const prof = process.env.RDMA_BENCH_PROF === role ? ['--cpu-prof'] : [];
   const args = [...prof, '--import', 'tsx', import.meta.filename, '--child', role, sock, poll, kind, String(seconds)];
+  const env = { ...process.env, RDMA_BENCH_LIVE_PAGE: livePage ? '1' : '0' };
   const p = cpu
-    ? spawn('taskset', ['-c', cpu, process.execPath, ...args], { stdio: ['pipe', 'pipe', 'inherit'] })
-    : spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'inherit'] });
+    ? spawn('taskset', ['-c', cpu, process.execPath, ...args], { stdio: ['pipe', 'pipe', 'inherit'], env })
+    : spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'inherit'], env });
   const it = createInterface({ input: p.stdout! })[Symbol.asyncIterator]();
   return {
     p,
@@ -167,12 +185,18 @@ function side(role: 'a' | 'b', sock: string, poll: string, kind: string, seconds
   };
 }
 
-export async function pairRun(poll: string, kind: string, seconds: number): Promise<Record<string, unknown>> {
+/** One run of `kind` between two processes; `livePage`: each with a live view's stream open (RDMA_BENCH_LIVE_PAGE). */
+export async function pairRun(
+  poll: string,
+  kind: string,
+  seconds: number,
+  livePage = false,
+): Promise<Record<string, unknown>> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'bench-rdma-'));
   const sock = path.join(dir, 'm.sock');
   const two = os.cpus().length >= 2;
-  const a = side('a', sock, poll, kind, seconds, two ? '0' : null);
-  const b = side('b', sock, poll, kind, seconds, two ? '1' : null);
+  const a = side('a', sock, poll, kind, seconds, two ? '0' : null, livePage);
+  const b = side('b', sock, poll, kind, seconds, two ? '1' : null, livePage);
   try {
     const ia = await a.next(),
       ib = await b.next();
@@ -215,6 +239,32 @@ export async function runRdmaProcsBench(seconds: number): Promise<{ lines: strin
       rttP99Us: pp.p99,
       rttP999Us: pp.p999,
     };
+  }
+  // RDMA_BENCH_LIVE=1: the live view's cost (issue 34). cpu.poll adaptive again, with no page and
+  // with a page's event stream open on both daemons, alternated five times (a busy machine drifts),
+  // the medians side by side and as ratios to no page; and one sample's cost, timed by itself.
+  if (process.env.RDMA_BENCH_LIVE === '1') {
+    const runs: Record<'none' | 'open', { gbps: number; p50: number; p99: number }[]> = { none: [], open: [] };
+    for (let round = 0; round < 5; round++)
+      for (const k of ['none', 'open'] as const) {
+        const w = await pairRun('adaptive', 'write', seconds, k === 'open');
+        const pp = await pairRun('adaptive', 'pingpong', seconds, k === 'open');
+        runs[k].push({ gbps: Number(w.gbps), p50: Number(pp.p50), p99: Number(pp.p99) });
+      }
+    const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
+    const m = (k: 'none' | 'open', f: 'gbps' | 'p50' | 'p99') => median(runs[k].map((r) => r[f]));
+    const each = (k: 'none' | 'open') => runs[k].map((r) => r.gbps.toFixed(2)).join(' ');
+    lines.push(
+      `  live view (cpu.poll adaptive, medians of 5 alternated runs; GET /live/events open on both daemons, read by curl): ` +
+        `WRITE ${m('open', 'gbps').toFixed(2)} Gbit/s with (${each('open')}), ${m('none', 'gbps').toFixed(2)} without (${each('none')}): x${(m('open', 'gbps') / m('none', 'gbps')).toFixed(3)}; ` +
+        `RTT p50 ${m('open', 'p50').toFixed(1)} us with, ${m('none', 'p50').toFixed(1)} without: x${(m('open', 'p50') / m('none', 'p50')).toFixed(3)}; ` +
+        `p99 ${m('open', 'p99').toFixed(1)} us with, ${m('none', 'p99').toFixed(1)} without: x${(m('open', 'p99') / m('none', 'p99')).toFixed(3)}`,
+    );
+    const cost = await liveSampleCost();
+    lines.push(
+      `  live view: one sample (facade calls, frame, JSON of ${cost.frameBytes} bytes, 8 QPs) takes the data plane's thread ${cost.medianMs.toFixed(2)} ms (median; p90 ${cost.p90Ms.toFixed(2)} ms) every 500 ms while a page is open: ${(cost.shareOfThread * 100).toFixed(2)} % of it; none while no page is`,
+    );
+    json.livePage = { ...runs, sample: cost };
   }
   return { lines, json };
 }

@@ -6,7 +6,10 @@
  */
 import { execFile, spawnSync } from 'node:child_process';
 import { promisify } from 'node:util';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import * as assert from 'uvu/assert';
 import { liveOf, startApi, type RunningApi } from '../api/server.ts';
 import { IP_B, twoDataplanes } from './dataplane-helpers.ts';
@@ -14,6 +17,7 @@ import { assertError, raw } from './api-helpers.ts';
 import { skip, test } from './harness.ts';
 import { sleep, withTeardown } from './helpers.ts';
 import { getWith, nodeOf, openEvents } from './live-helpers.ts';
+import { IP_B as WK_IP_B, serverA } from './workers-helpers.ts';
 
 type Pair = Awaited<ReturnType<typeof twoDataplanes>>;
 
@@ -159,6 +163,58 @@ test('events: a QP appears in the next frame with its state, peer and window; mo
       s.close();
     }
   });
+});
+
+test("worker threads: a section per worker and their total, whose rates are the sums of the workers' and whose arcs are their union", async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rg-live-wk-'));
+  const dp = await serverA(join(dir, 'm.sock'), 2, 2);
+  const api = await startApi(dp, { host: '127.0.0.1', port: 0, checkResponses: true });
+  await withTeardown(
+    async () => {
+      const s = await openEvents(api.url);
+      await s.until(() => true, 3000, 'a first frame');
+      // Echo requests into a link that is down: the nodes on the way still run, on a worker.
+      const sent = s.until(
+        (x) => x.interval > 0 && x.threads.at(-1)!.nodes.some((n) => n.packetsPerSec > 0),
+        3000,
+        'a frame with packets moving',
+      );
+      await dp.ping({ address: WK_IP_B, count: 3, intervalMs: 20, timeoutMs: 100 });
+      const f = await sent;
+      s.close();
+      assert.equal(
+        f.threads.map((t) => [t.index, t.name]),
+        [
+          [1, 'rdma_wk_0'],
+          [2, 'rdma_wk_1'],
+          [-1, 'total'],
+        ],
+      );
+      const total = f.threads[2];
+      const workers = f.threads.slice(0, 2);
+      let polled = 0;
+      for (const n of total.nodes) {
+        const parts = workers.flatMap((t) => t.nodes.filter((x) => x.name === n.name));
+        assert.ok(parts.length > 0, `${n.name} is a node of a worker`);
+        const sum = parts.reduce((k, x) => k + x.callsPerSec, 0);
+        assert.ok(Math.abs(n.callsPerSec - sum) <= 1e-9 * Math.max(1, sum), `${n.name}: ${n.callsPerSec} = ${sum}`);
+        assert.is(
+          n.calls,
+          parts.reduce((k, x) => k + x.calls, 0),
+          `${n.name} calls`,
+        );
+        for (const p of parts)
+          for (const to of p.next) assert.ok(n.next.includes(to), `${n.name} -> ${to} in the total`);
+        if (n.callsPerSec > 0) polled++;
+      }
+      assert.ok(polled >= 2, `${polled} nodes ran on the workers`);
+    },
+    async () => {
+      await api.close();
+      await dp.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  );
 });
 
 test('sampling runs only while a stream is open: no facade call without a page, none after it goes', async () => {
