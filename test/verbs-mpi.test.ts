@@ -1,12 +1,14 @@
 /**
  * Open MPI over rdma-graph (issue 30.2): Debian's mpirun starts each rank under `rdma-graph exec`
- * (MPMD: the ranks of the first app context on data plane A, those of the second on B), with
+ * (MPMD: the ranks of the first app context on daemon A, those of the second on B), with
  * `--mca pml ucx`, UCX restricted to rc_verbs and ud_verbs and Open MPI's BTLs to `self` (no
  * vader shared memory, no TCP): every message between ranks crosses a data plane. The job is
  * native/tools/mpi-check.c, compiled here with mpicc: a ping-pong between the first and the last
  * rank from 8 B to 1 MiB with every byte checked, and MPI_Allreduce over all ranks, checked.
- * Two ranks (one per data plane), then four (two per data plane). The frames of the ping-pong are
- * counted on both data planes' interfaces.
+ * Two ranks (one per daemon), then four (two per daemon), over two daemons run as a user runs them
+ * (`rdma-graph start`) joined by memif, the ping-pong's frames counted by both daemons' interface
+ * counters; then the same two jobs with the daemons in two network namespaces joined by a veth
+ * pair (af_packet), as two hosts would be, the frames counted on the veth ends.
  */
 import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
@@ -15,7 +17,8 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
-import { received, withMemifPair } from './ucx-helpers.ts';
+import { netnsUnavailable } from './helpers-netns.ts';
+import { withDaemons } from './ucx-helpers.ts';
 
 const ROOT = join(import.meta.dirname, '..');
 const RDMA_GRAPH = join(ROOT, 'bin', 'rdma-graph.mjs');
@@ -47,7 +50,13 @@ function build(): string {
 }
 
 /** mpirun with `perSide` ranks on A's socket, then `perSide` on B's; its exit and output. */
-function mpirun(sa: string, sb: string, perSide: number, prog: string): Promise<{ code: number | null; out: string }> {
+function mpirun(
+  sa: string,
+  sb: string,
+  perSide: number,
+  prog: string,
+  device: string,
+): Promise<{ code: number | null; out: string }> {
   const rank = (sock: string) => [
     '-np',
     String(perSide),
@@ -71,7 +80,7 @@ function mpirun(sa: string, sb: string, perSide: number, prog: string): Promise<
     '-x',
     'UCX_TLS=rc_verbs,ud_verbs',
     '-x',
-    'UCX_NET_DEVICES=rg_memif0:1',
+    `UCX_NET_DEVICES=${device}`,
     ...rank(sa),
     ':',
     ...rank(sb),
@@ -89,30 +98,50 @@ function mpirun(sa: string, sb: string, perSide: number, prog: string): Promise<
   });
 }
 
-for (const perSide of [1, 2]) {
-  test(`mpirun --mca pml ucx, ${2 * perSide} ranks (${perSide} per data plane): ping-pong 8 B..1 MiB and MPI_Allreduce, data checked, through both data planes`, async () => {
-    const prog = build();
-    await withMemifPair(async ({ sa, sb, dps }) => {
-      const before = await received(dps);
-      const r = await mpirun(sa, sb, perSide, prog);
-      const after = await received(dps);
-      assert.is(r.code, 0, `mpirun exits 0:\n${r.out}`);
-      assert.match(r.out, new RegExp(`^mpi-check: ok ${2 * perSide}$`, 'm'), `every rank checked its data:\n${r.out}`);
-      for (const size of SIZES)
-        assert.match(r.out, new RegExp(`^pingpong ${size} ${iterations(size)} `, 'm'), `ping-pong of ${size} B ran`);
-      for (const n of [1, 65536]) assert.match(r.out, new RegExp(`^allreduce ${n} ok$`, 'm'), `allreduce of ${n}`);
-      assert.not.match(r.out, /UCX {2}(ERROR|WARN)|rdma-graph verbs:|FAIL/, `nothing refused or failed:\n${r.out}`);
-      // The ping-pong's bytes went through both data planes' interfaces.
-      for (const i of [0, 1])
-        assert.ok(
-          after[i] - before[i] >= MIN_FRAMES,
-          `data plane ${'AB'[i]} received ${after[i] - before[i]} frames (>= ${MIN_FRAMES})`,
-        );
-      const line = (size: number) => r.out.match(new RegExp(`^pingpong ${size} .*$`, 'm'))?.[0];
-      console.log(`  ${2 * perSide} ranks: ${line(8)} (us, MB/s); ${line(1 << 20)}`);
-    });
-  });
+/** The job's output checked: every size ran, every rank's data was right, nothing refused. */
+function checkJob(r: { code: number | null; out: string }, ranks: number): void {
+  assert.is(r.code, 0, `mpirun exits 0:\n${r.out}`);
+  assert.match(r.out, new RegExp(`^mpi-check: ok ${ranks}$`, 'm'), `every rank checked its data:\n${r.out}`);
+  for (const size of SIZES)
+    assert.match(r.out, new RegExp(`^pingpong ${size} ${iterations(size)} `, 'm'), `ping-pong of ${size} B ran`);
+  for (const n of [1, 65536]) assert.match(r.out, new RegExp(`^allreduce ${n} ok$`, 'm'), `allreduce of ${n}`);
+  assert.not.match(r.out, /UCX {2}(ERROR|WARN)|rdma-graph verbs:|FAIL/, `nothing refused or failed:\n${r.out}`);
+  const line = (size: number) => r.out.match(new RegExp(`^pingpong ${size} .*$`, 'm'))?.[0];
+  console.log(`  ${ranks} ranks: ${line(8)} (us, MB/s); ${line(1 << 20)}`);
 }
+
+/** Both sides received at least the ping-pong's frames (`before` and `after`: A's, B's). */
+function crossed(before: number[], after: number[], where: string): void {
+  for (const i of [0, 1])
+    assert.ok(
+      after[i] - before[i] >= MIN_FRAMES,
+      `${where} ${'AB'[i]} received ${after[i] - before[i]} frames (>= ${MIN_FRAMES})`,
+    );
+}
+
+test('mpirun --mca pml ucx over two daemons joined by memif: 2 ranks (one per daemon) and 4 (two per daemon), ping-pong 8 B..1 MiB and MPI_Allreduce, data checked, through both data planes', async () => {
+  const prog = build();
+  await withDaemons('memif', async ({ sa, sb, device, frames }) => {
+    for (const perSide of [1, 2]) {
+      const before = await frames();
+      checkJob(await mpirun(sa, sb, perSide, prog, device), 2 * perSide);
+      crossed(before, await frames(), "the memif interface's counters of daemon");
+    }
+  });
+});
+
+test('the same jobs with the two daemons in two network namespaces joined by a veth pair (af_packet), as two hosts', async () => {
+  const prog = build();
+  const why = netnsUnavailable();
+  if (why !== null) skip(why);
+  await withDaemons('netns', async ({ sa, sb, device, frames }) => {
+    for (const perSide of [1, 2]) {
+      const before = await frames();
+      checkJob(await mpirun(sa, sb, perSide, prog, device), 2 * perSide);
+      crossed(before, await frames(), 'the veth end of daemon');
+    }
+  });
+});
 
 test.after(() => {
   if (dir !== '') rmSync(dir, { recursive: true, force: true });
