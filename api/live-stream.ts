@@ -21,6 +21,7 @@ export interface LiveStreamOptions {
 
 export class LiveStreams {
   private open = 0;
+  private readonly responses = new Set<ServerResponse>();
   /** Streams cut because their page stopped reading (tests and the log read it). */
   dropped = 0;
   readonly maxBuffered: number;
@@ -48,9 +49,15 @@ export class LiveStreams {
       );
   }
 
+  /** End every stream (the server closes: it waits for no page). */
+  close(): void {
+    for (const res of [...this.responses]) res.end();
+  }
+
   /** Serve `res` until the page goes, the server closes it, or it stops reading. */
   serve(res: ServerResponse): void {
     this.open++;
+    this.responses.add(res);
     res.writeHead(200, {
       'content-type': 'text/event-stream; charset=utf-8',
       'cache-control': 'no-store',
@@ -79,6 +86,7 @@ export class LiveStreams {
       if (done) return;
       done = true;
       this.open--;
+      this.responses.delete(res);
       stop();
     };
     res.once('close', end);

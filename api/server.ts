@@ -344,6 +344,7 @@ export async function buildServer(dp: DataplaneApi, opts: ServerOptions = {}): P
   const closing = new AbortController();
   app.addHook('preClose', async () => {
     closing.abort();
+    live.close();
     sampler.close();
   });
 

@@ -236,6 +236,20 @@ test('sampling runs only while a stream is open: no facade call without a page, 
   });
 });
 
+test('closing the server ends the open streams at once (a daemon stopping waits for no page)', async () => {
+  await withLive({}, async (api) => {
+    const s = await openEvents(api.url);
+    await s.until(() => true, 2000, 'a frame');
+    const ended = new Promise<void>((resolve) => s.res.once('end', resolve));
+    const t0 = performance.now();
+    await Promise.race([api.close(), sleep(3000)]);
+    const took = performance.now() - t0;
+    assert.ok(took < 1000, `closed in ${took.toFixed(0)} ms`);
+    await ended;
+    assert.is(liveOf(api.server).streams.streams, 0);
+  });
+});
+
 test('a client that never reads its stream is cut once its unsent frames pass the bound; the others go on', async () => {
   const bound = 32 * 1024;
   await withLive({ live: { intervalMs: 10, maxBuffered: bound } }, async (api) => {
