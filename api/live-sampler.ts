@@ -22,6 +22,8 @@ export class LiveSampler {
   private prev: LiveSample | null = null;
   private last: string | null = null;
   private busy = false;
+  /** The last failure said, so that one failing every tick is said once. */
+  private failed: string | null = null;
   /** Samples taken since start (tests read it: none without a subscriber). */
   samples = 0;
 
@@ -74,8 +76,11 @@ export class LiveSampler {
       this.prev = cur;
       this.last = json;
       for (const s of [...this.subs]) s.frame(json);
+      this.failed = null;
     } catch (e) {
-      this.report(`live view: sampling failed: ${(e as Error).message}`);
+      const why = (e as Error).message;
+      if (why !== this.failed) this.report(`live view: sampling failed: ${why}`);
+      this.failed = why;
     } finally {
       this.busy = false;
     }
