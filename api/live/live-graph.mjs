@@ -6,9 +6,9 @@
 
 const SVG = 'http://www.w3.org/2000/svg';
 const COL = 182;
-const ROW = 66;
+const ROW = 78;
 const BOX_W = 166;
-const BOX_H = 34;
+const BOX_H = 46;
 const PAD = 14;
 
 /** An SVG element with attributes. */
@@ -123,6 +123,7 @@ export class GraphView {
       v.g.dataset.pps = String(n.packetsPerSec);
       v.g.classList.toggle('busy', n.packetsPerSec > 0);
       v.rate.textContent = `${si(n.packetsPerSec)} pkt/s  ${si(n.clocksPerPacket)} clk/pkt`;
+      v.calls.textContent = `${si(n.callsPerSec)} calls/s  ${n.vectorsPerCall.toFixed(1)} vec/call`;
       v.title.textContent = `${n.name} (${n.type}${n.state ? `, ${n.state}` : ''}): ${si(n.callsPerSec)} calls/s, ${n.vectorsPerCall.toFixed(2)} vectors/call, ${si(n.packetsPerSec)} packets/s, ${si(n.clocksPerPacket)} clocks/packet`;
       n.next.forEach((to, i) => {
         const a = this.arcs.get(`${n.name}>${to}`);
@@ -155,17 +156,27 @@ export class GraphView {
         const x2 = q.x + BOX_W / 2;
         const y2 = q.y;
         let d;
+        // The rate's label sits on the arc just above the node it enters, so it is read as that arc's.
+        let lx;
+        let ly;
         if (back.has(`${n.name}>${to}`) || y2 <= y1) {
           // Back arcs (upwards) leave from the right side and come round to the target's right.
           const xr = Math.max(p.x, q.x) + BOX_W + 30;
           d = `M${p.x + BOX_W},${p.y + BOX_H / 2} C${xr},${p.y + BOX_H / 2} ${xr},${q.y + BOX_H / 2} ${q.x + BOX_W},${q.y + BOX_H / 2}`;
+          lx = xr - 8;
+          ly = q.y + BOX_H / 2 + 14;
         } else {
           const my = (y1 + y2) / 2;
           d = `M${x1},${y1} C${x1},${my} ${x2},${my} ${x2},${y2}`;
+          // The cubic at t = 0.85 (control points straight below and above the ends).
+          const t = 0.85;
+          const a = (1 - t) ** 3 + 3 * (1 - t) ** 2 * t;
+          lx = a * x1 + (1 - a) * x2;
+          ly = (1 - t) ** 3 * y1 + 3 * (1 - t) * t * (1 - t) * my + 3 * (1 - t) * t * t * my + t ** 3 * y2;
         }
         const path = el('path', { d, class: 'arc', 'data-from': n.name, 'data-to': to }, arcs);
         el('title', {}, path).textContent = `${n.name} -> ${to}`;
-        const label = el('text', { x: (x1 + x2) / 2 + 4, y: (y1 + y2) / 2 + 3, class: 'arc-label' }, arcs);
+        const label = el('text', { x: lx + 3, y: ly, class: 'arc-label' }, arcs);
         this.arcs.set(`${n.name}>${to}`, { path, label });
       }
     }
@@ -175,8 +186,9 @@ export class GraphView {
       const title = el('title', {}, g);
       el('rect', { width: BOX_W, height: BOX_H, rx: 4 }, g);
       el('text', { x: 6, y: 14 }, g).textContent = n.name;
-      const rate = el('text', { x: 6, y: 28, class: 'rate' }, g);
-      this.nodes.set(n.name, { g, rate, title });
+      const rate = el('text', { x: 6, y: 27, class: 'rate' }, g);
+      const calls = el('text', { x: 6, y: 40, class: 'rate' }, g);
+      this.nodes.set(n.name, { g, rate, calls, title });
     }
     this.host.replaceChildren(svg);
   }
