@@ -492,6 +492,12 @@ export interface CoreAddon {
    * "mapVerbsPieces: why".
    */
   mapVerbsPieces(fds: readonly number[], pieces: readonly number[], span: number): ArrayBuffer;
+  /**
+   * A registration over System V shared memory: segment `shmid` attached here if `uid` is root,
+   * its owner or its creator, [offset, offset + span) in it (page multiples), not hugetlb; the
+   * ArrayBuffer over those bytes detaches it when collected. Throws "mapVerbsShm: why".
+   */
+  mapVerbsShm(shmid: number, offset: number, span: number, uid: number): ArrayBuffer;
 }
 
 /** The core addon is missing or cannot be loaded. */

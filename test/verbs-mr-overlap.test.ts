@@ -4,7 +4,8 @@
  * the same range twice, sub-page malloc buffers and a range over pages it unmapped and mapped
  * again; a peer data plane WRITEs and READs through every rkey, and the program's own view,
  * every other MR's view and the peer's reads must agree. Deregistering one MR leaves the others
- * working.
+ * working. System V shared memory registered stays the segment (the daemon attaches it: REG_SHM),
+ * seen by another attachment; a range partly such memory, or a hostile REG_SHM, is refused.
  */
 import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
@@ -20,10 +21,12 @@ import {
   RGV_MAX_MR_PIECES,
   RGV_OP_ALLOC_PD,
   RGV_OP_REG_MR,
+  RGV_OP_REG_SHM,
   rgv_handle,
   rgv_mr,
   rgv_mr_piece,
   rgv_reg_mr,
+  rgv_reg_shm,
 } from '../dataplane/verbs-server/abi.generated.ts';
 import { decode, encode, message, readMessage } from '../dataplane/verbs-server/messages.ts';
 import { IP_A, IP_B, twoDataplanes } from './dataplane-helpers.ts';
@@ -126,6 +129,7 @@ const pattern = (n: number, seed: number) => Uint8Array.from({ length: n }, (_, 
 
 async function withProgram(
   body: (prog: ReturnType<typeof program>, pr: Awaited<ReturnType<typeof peer>>) => Promise<void>,
+  said?: RegExp,
 ) {
   const dir = mkdtempSync(join(tmpdir(), 'verbs-mr-'));
   const socket = join(dir, 'verbs.sock');
@@ -135,7 +139,8 @@ async function withProgram(
   try {
     assert.is(await prog.ready(), 'ready', prog.err());
     await body(prog, await peer(dps.b, prog));
-    assert.is(prog.err(), '', 'the library said nothing');
+    if (said === undefined) assert.is(prog.err(), '', 'the library said nothing');
+    else assert.match(prog.err(), said, 'the library said why');
   } finally {
     prog.p.kill('SIGKILL');
     vs.close();
@@ -233,6 +238,110 @@ test('memory the program does not have is refused with EFAULT, and the process l
     await prog.reg(C + 2 * PAGE, 2 * PAGE);
     assert.is(await prog.cmd(`map 0`), 'map 0', 'still answering');
   });
+});
+
+test('System V shared memory (UCX allocates its buffers so) stays the segment when registered: a WRITE through the MR is seen by another attachment, the program writes are READ back', async () => {
+  ready();
+  await withProgram(async (prog, pr) => {
+    const m = /^shm (\d+) (\d+)$/.exec(await prog.cmd(`shm ${16 * PAGE}`));
+    assert.ok(m !== null && Number(m[1]) > 0, 'a segment attached');
+    const [S, id] = [Number(m![1]), Number(m![2])];
+    await prog.cmd(`fill ${S} ${16 * PAGE} 7`);
+    const { rkey } = await prog.reg(S + 100, 5000);
+    // The daemon attached the segment itself: the program's attachment and the daemon's.
+    assert.is(await prog.cmd(`nattch ${id}`), 'nattch 2', 'the segment lives on, attached by the daemon too');
+    const data = pattern(4000, 9);
+    assert.is(await pr.write(rkey, S + 200, data), 'success');
+    assert.equal(await prog.show(S + 200, 4000), data, 'the program sees the WRITE');
+    const peek = Uint8Array.from(Buffer.from(await prog.cmd(`peek ${id} 200 4000`), 'hex'));
+    assert.equal(peek, data, 'so does another attachment of the segment (what another process sharing it sees)');
+    await prog.cmd(`fill ${S + 4200} 64 90`);
+    assert.equal(await pr.read(rkey, S + 4200, 64), new Uint8Array(64).fill(90), "the peer READs the program's write");
+    assert.is(await prog.cmd(`dereg 0`), 'dereg 0 0');
+    // The whole segment again, from its first page: one more registration over the same pages.
+    const again = await prog.reg(S, 16 * PAGE);
+    assert.is(await pr.write(again.rkey, S + 8 * PAGE, data), 'success');
+    const peek2 = Uint8Array.from(Buffer.from(await prog.cmd(`peek ${id} ${8 * PAGE} 4000`), 'hex'));
+    assert.equal(peek2, data, 'through the second registration as well');
+  });
+});
+
+test('a range partly System V shared memory is refused (EINVAL) with a line, not moved off the segment', async () => {
+  ready();
+  await withProgram(async (prog) => {
+    const m = /^shm (\d+) (\d+)$/.exec(await prog.cmd(`shm ${PAGE}`));
+    const id = Number(m![2]);
+    const A = await prog.map(3 * PAGE);
+    assert.is(await prog.cmd(`shmat ${A + PAGE} ${id}`), 'shmat 0', 'the segment attached between two anonymous pages');
+    assert.match(await prog.cmd(`reg ${A} ${3 * PAGE}`), /^reg \d+ errno 22$/, 'EINVAL');
+    assert.is(await prog.cmd(`nattch ${id}`), 'nattch 2', 'both attachments are still the segment');
+    await prog.reg(A + PAGE, PAGE); // the segment's page alone registers
+  }, /ibv_reg_mr: \[0x[0-9a-f]+, 0x[0-9a-f]+\) is partly System V shared memory: refused \(EINVAL\)/);
+});
+
+test('REG_SHM from a hostile program: a segment that does not exist, a range past its end: refused (EINVAL), nothing registered', async () => {
+  if (!existsSync(VERBS_LIBRARY)) skip('the verbs library was not built (libibverbs-dev)');
+  const mk = spawnSync('ipcmk', ['-M', String(2 * PAGE)], { encoding: 'utf8' });
+  if (mk.error) skip('ipcmk is not installed (util-linux)');
+  const id = Number(/(\d+)\s*$/.exec(mk.stdout)?.[1]);
+  assert.ok(Number.isInteger(id), `ipcmk made a segment: ${mk.stdout}`);
+  const dir = mkdtempSync(join(tmpdir(), 'verbs-mr-'));
+  const socket = join(dir, 'verbs.sock');
+  const dps = await twoDataplanes();
+  const logged: string[] = [];
+  const vs = dps.a.serveVerbs({ path: socket, log: (_l, msg) => logged.push(msg) });
+  const core = loadCore();
+  const c = core.memifRawConnect(socket);
+  const reply = async () => {
+    for (let k = 0; k < 300; k++) {
+      const m = core.seqpacketRecv(c);
+      const r = m !== null && 'data' in m ? readMessage(m.data) : null;
+      if (r !== null) return r;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    throw new Error('no reply');
+  };
+  try {
+    assert.is(core.seqpacketSend(c, message(RGV_OP_ALLOC_PD, 1)), 0);
+    const pd = decode(rgv_handle, (await reply()).body).handle;
+    const reg = (shmid: number, offset: number, span: number) =>
+      encode(rgv_reg_shm, {
+        pd,
+        access: RGV_ACCESS_LOCAL_WRITE,
+        span,
+        start: 0x30000000,
+        addr: 0x30000000,
+        length: span,
+        offset,
+        shmid,
+      });
+    for (const [what, body] of [
+      ['no such segment', reg(0x7ffffff0, 0, PAGE)],
+      ['past its end', reg(id, PAGE, 2 * PAGE)],
+      ['an offset not a page multiple', reg(id, 100, PAGE)],
+    ] as const) {
+      assert.is(core.seqpacketSend(c, message(RGV_OP_REG_SHM, 2, body)), 0);
+      assert.is((await reply()).status, -22, `${what}: EINVAL`);
+    }
+    assert.is((await dps.a.mrs()).length, 0, 'nothing was registered');
+    assert.ok(
+      logged.some((l) => /refused a registration: mapVerbsShm: segment \d+: Invalid argument/.test(l)) &&
+        logged.some((l) => /mapVerbsShm: \[4096, 12288\) is not in segment/.test(l)),
+      `the daemon said why:\n${logged.join('\n')}`,
+    );
+    // The segment itself, whole: registered (root may; the daemon attaches it).
+    assert.is(core.seqpacketSend(c, message(RGV_OP_REG_SHM, 3, reg(id, 0, 2 * PAGE))), 0);
+    const ok = await reply();
+    assert.is(ok.status, 0, 'the whole segment registers');
+    assert.ok(decode(rgv_mr, ok.body).stag > 0, 'with its key');
+    assert.is((await dps.a.mrs()).length, 1, 'one MR');
+  } finally {
+    core.closeFd(c);
+    vs.close();
+    await dps.close();
+    spawnSync('ipcrm', ['-m', String(id)]);
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test('REG_MR pieces from a hostile program: every inconsistency refused (EINVAL) or the connection dropped, nothing mapped wrong', async () => {

@@ -96,4 +96,20 @@ test('ucx_perftest UCP tag_lat, tag_bw, ucp_put_bw and ucp_get with UCX_TLS=rc_v
   });
 });
 
+test("ucx_perftest UCP with UCX's defaults between two data planes: shared memory for the data, its SysV buffers registered and still shared", async () => {
+  ready();
+  await withMemifPair(async ({ sa, sb }) => {
+    // On one machine UCX moves the data through shared memory and CMA; it allocates its buffers
+    // as SysV segments and registers them with rc_verbs too: those must stay the segments (the
+    // peer attaches them for RMA), or ucp_put_bw and ucp_get fail ("shmat ... failed").
+    const runs: [string, string[]][] = [
+      ['tag_lat', ['-s', '8', '-n', '2000']],
+      ['tag_bw', ['-s', '65536', '-n', '300']],
+      ['ucp_put_bw', ['-s', '65536', '-n', '300']],
+      ['ucp_get', ['-s', '65536', '-n', '300']],
+    ];
+    for (const [t, args] of runs) await perftest(sa, sb, `${t} (UCP, defaults)`, ['-t', t], args);
+  });
+});
+
 test.run();

@@ -78,6 +78,7 @@ export const RGV_OP_MODIFY_SRQ = 19;
 export const RGV_OP_ASYNC_FD = 20;
 export const RGV_OP_ALLOC_MW = 21;
 export const RGV_OP_DEALLOC_MW = 22;
+export const RGV_OP_REG_SHM = 23;
 export const RGV_OP_UCMA_CHANNEL = 40;
 export const RGV_OP_UCMA = 41;
 
@@ -291,6 +292,23 @@ export const rgv_reg_mr = {
     length: { offset: 32, type: 'u64', count: 1 },
     pieces: { offset: 40, type: 'u32', count: 1 },
     pad: { offset: 44, type: 'u32', count: 1 },
+  },
+} as const satisfies AbiStruct;
+
+/** struct rgv_reg_shm (56 bytes) */
+export const rgv_reg_shm = {
+  name: 'rgv_reg_shm',
+  size: 56,
+  fields: {
+    pd: { offset: 0, type: 'u32', count: 1 },
+    access: { offset: 4, type: 'u32', count: 1 },
+    span: { offset: 8, type: 'u64', count: 1 },
+    start: { offset: 16, type: 'u64', count: 1 },
+    addr: { offset: 24, type: 'u64', count: 1 },
+    length: { offset: 32, type: 'u64', count: 1 },
+    offset: { offset: 40, type: 'u64', count: 1 },
+    shmid: { offset: 48, type: 'u32', count: 1 },
+    pad: { offset: 52, type: 'u32', count: 1 },
   },
 } as const satisfies AbiStruct;
 
@@ -638,6 +656,7 @@ export const RGV_OPS = {
   ASYNC_FD: { op: 20, request: null, reply: null, records: false, fd: 'eventfd' },
   ALLOC_MW: { op: 21, request: rgv_alloc_mw, reply: rgv_mw, records: false, fd: 'none' },
   DEALLOC_MW: { op: 22, request: rgv_handle, reply: null, records: false, fd: 'none' },
+  REG_SHM: { op: 23, request: rgv_reg_shm, reply: rgv_mr, records: false, fd: 'none' },
   UCMA_CHANNEL: { op: 40, request: null, reply: rgv_handle, records: false, fd: 'eventfd' },
   UCMA: { op: 41, request: rgv_ucma, reply: rgv_ucma_reply, records: false, fd: 'none' },
 } as const;

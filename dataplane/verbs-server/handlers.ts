@@ -151,6 +151,8 @@ export interface Call<K extends OpName> {
    * passed fd either way); `pieces` [fdIndex, offset, length] x n.
    */
   mapPieces(pieces: readonly number[], span: number): ArrayBuffer;
+  /** System V segment `shmid`'s [offset, offset + span), attached if the program's uid may (native mapVerbsShm). */
+  mapShm(shmid: number, offset: number, span: number): ArrayBuffer;
   /** A file descriptor came with the request (only a request that passes one keeps it). */
   hasFd(): boolean;
   /**
@@ -235,6 +237,44 @@ function destroyWithRing<R>(
 }
 
 /** Every request proto.h declares, served (tsc checks the table is exhaustive). */
+/** What REG_MR and REG_SHM have in common: the PD, the access bits, the buffer in its pages. */
+interface Registration {
+  pd: number;
+  access: number;
+  span: number;
+  start: number;
+  addr: number;
+  length: number;
+}
+
+/** 0 when the registration is well formed, else its errno. */
+function badRegistration(own: Owned, r: Registration): number {
+  if (!own.pds.has(r.pd)) return Errno.ENOENT;
+  // The buffer lies in the pages: [addr, addr + length) within [start, start + span).
+  const skip = r.addr - r.start;
+  if ((r.access & ~ACCESS_ALL) !== 0 || r.span < 1 || r.span > VERBS_LIMITS.maxMrLength + 2 ** 22) return Errno.EINVAL;
+  if (r.length < 1 || r.length > VERBS_LIMITS.maxMrLength || skip < 0 || skip + r.length > r.span) return Errno.EINVAL;
+  if (r.addr + r.length > 2 ** 53) return Errno.EINVAL;
+  return 0;
+}
+
+/** The MR over the buffer's bytes of `pages` (the span as the daemon maps it). */
+async function registered(c: Call<'REG_MR'> | Call<'REG_SHM'>, r: Registration, pages: ArrayBuffer): Promise<Reply> {
+  const names = ACCESS.filter(([bit]) => r.access & bit).map(([, name]) => name);
+  const skip = r.addr - r.start;
+  const memory = new Uint8Array(pages, skip, r.length);
+  const mr = await c.server.dp.createMr({
+    pd: r.pd,
+    length: r.length,
+    access: names,
+    memory,
+    base: r.addr,
+    owner: c.own.owner,
+  });
+  c.own.mrs.add(mr.mr);
+  return c.reply({ handle: mr.mr, stag: mr.stag });
+}
+
 export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
   async DEVICES(c) {
     // The daemon's device view (dataplane/rdma-devices.ts): what GET /v1/devices and rdmactl show.
@@ -310,29 +350,28 @@ export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
     if (!c.hasFd()) return Errno.EINVAL;
     // The struct, then its pieces (none: the one memfd holds the span from offset 0).
     const { head, list } = c.bodyWith((h) => Math.min(h.pieces, RGV_MAX_MR_PIECES + 1), rgv_mr_piece);
-    const { pd, access, span, start, addr, length, pieces } = head;
-    if (!c.own.pds.has(pd)) return Errno.ENOENT;
-    // The buffer lies in the pages: [addr, addr + length) within [start, start + span).
-    const skip = addr - start;
-    if ((access & ~ACCESS_ALL) !== 0 || span < 1 || span > VERBS_LIMITS.maxMrLength + 2 ** 22) return Errno.EINVAL;
-    if (length < 1 || length > VERBS_LIMITS.maxMrLength || skip < 0 || skip + length > span) return Errno.EINVAL;
-    if (addr + length > 2 ** 53) return Errno.EINVAL;
+    const bad = badRegistration(c.own, head);
+    if (bad !== 0) return bad;
+    const { pieces, span } = head;
     if (pieces > RGV_MAX_MR_PIECES || (pieces === 0 && c.fdCount() !== 1)) return Errno.EINVAL;
     // The same pages registered twice are one memory: the library passes the memfds they are
     // already on, and the daemon maps them one after another into one view (native mapVerbsPieces).
-    const pages = new Uint8Array(
+    const pages =
       pieces === 0
         ? c.mapPassed(span)
         : c.mapPieces(
             list.flatMap((p) => [p.fd, p.offset, p.length]),
             span,
-          ),
-    );
-    const names = ACCESS.filter(([bit]) => access & bit).map(([, name]) => name);
-    const memory = pages.subarray(skip, skip + length);
-    const mr = await c.server.dp.createMr({ pd, length, access: names, memory, base: addr, owner: c.own.owner });
-    c.own.mrs.add(mr.mr);
-    return c.reply({ handle: mr.mr, stag: mr.stag });
+          );
+    return registered(c, head, pages);
+  },
+
+  /** Pages of one System V segment: attached here (native mapVerbsShm checks whose it is). */
+  async REG_SHM(c) {
+    const head = c.body();
+    const bad = badRegistration(c.own, head);
+    if (bad !== 0) return bad;
+    return registered(c, head, c.mapShm(head.shmid, head.offset, head.span));
   },
 
   DEREG_MR: (c) => destroyOwn(c, c.own.mrs, (h) => c.server.dp.destroyMr(h)),
@@ -669,6 +708,7 @@ export async function handle(
       taken();
       return core.mapVerbsPieces(all, pieces, span);
     },
+    mapShm: (shmid, offset, span) => core.mapVerbsShm(shmid, offset, span, own.uid),
     takeEventfd: () => {
       if (fd < 0 || !core.isEventfd(fd)) return { errno: Errno.EINVAL };
       if (
@@ -689,7 +729,7 @@ export async function handle(
   } catch (e) {
     const kind = (e as { kind?: string }).kind;
     if (kind !== undefined && kind in KIND_ERRNO) return KIND_ERRNO[kind];
-    if (/^mapVerbs(Memory|Pieces)/.test((e as Error).message)) {
+    if (/^mapVerbs(Memory|Pieces|Shm)/.test((e as Error).message)) {
       server.lines.say(
         own.logKey,
         'warn',

@@ -17,6 +17,11 @@
 //                             a program's registration: `span` bytes of address space holding its
 //                             pieces, each a range of one of the memfds (checked as above), mapped
 //                             in place one after another; one ArrayBuffer over them all.
+//   mapVerbsShm(shmid, offset, span, uid)
+//                             a program's registration over System V shared memory (REG_SHM):
+//                             the segment attached here, if `uid` owns or created it (or is root)
+//                             and it holds [offset, offset + span), not hugetlb; an ArrayBuffer
+//                             over those bytes, the segment detached when it is collected.
 //   seqpacketRecv(fd)         one request with up to RGV_MAX_MR_PIECES passed fds (REG_MR's).
 //   seqpacketSend(fd, bytes, pass)  one message, passing the fd or the fds in `pass`.
 #include <fcntl.h>
@@ -24,6 +29,7 @@
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -347,6 +353,65 @@ Napi::Value MapVerbsPieces(const Napi::CallbackInfo& info) {
   return Unmapping(env, base, total);
 }
 
+// The kernel page size of the mapping that starts at `a` (/proc/self/smaps), or 0 if not found.
+static uint64_t MappingPageSize(const void* a) {
+  FILE* f = fopen("/proc/self/smaps", "re");
+  if (f == nullptr) return 0;
+  char line[512];
+  bool in = false;
+  uint64_t kb = 0;
+  while (fgets(line, sizeof line, f) != nullptr) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, ':') != nullptr && line[0] != ' ') {
+      if (in) break;
+      in = lo == reinterpret_cast<uintptr_t>(a);
+    } else if (in && sscanf(line, "KernelPageSize: %lu kB", &lo) == 1) {
+      kb = lo;
+      break;
+    }
+  }
+  fclose(f);
+  return kb * 1024;
+}
+
+// mapVerbsShm(shmid, offset, span, uid): attaches System V segment `shmid` if `uid` (the
+// program's, SO_PEERCRED) is root, its owner or its creator, and [offset, offset + span) lies in
+// it (page multiples); hugetlb segments are refused (a hole punched in one faults again from the
+// hugepage pool: SIGBUS here). A segment cannot shrink. The ArrayBuffer over the bytes detaches
+// it when collected. Throws "mapVerbsShm: <what is wrong>".
+Napi::Value MapVerbsShm(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto fail = [&](const std::string& why) { return Napi::Error::New(env, "mapVerbsShm: " + why); };
+  const int shmid = static_cast<int>(ArgInteger(info, 0, "mapVerbsShm", "shmid", 0, INT_MAX));
+  const uint64_t off = static_cast<uint64_t>(ArgInteger(info, 1, "mapVerbsShm", "offset", 0, 0x1p52));
+  const uint64_t span = static_cast<uint64_t>(ArgInteger(info, 2, "mapVerbsShm", "span", 1, 0x1p32));
+  const uid_t uid = static_cast<uid_t>(ArgInteger(info, 3, "mapVerbsShm", "uid", 0, UINT32_MAX));
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (off % page != 0 || span % page != 0) throw fail("offset and span must be multiples of the page size");
+  struct shmid_ds ds;
+  if (shmctl(shmid, IPC_STAT, &ds) != 0)
+    throw fail("segment " + std::to_string(shmid) + ": " + std::string(strerror(errno)));
+  if (uid != 0 && ds.shm_perm.uid != uid && ds.shm_perm.cuid != uid)
+    throw fail("segment " + std::to_string(shmid) + " is uid " + std::to_string(ds.shm_perm.uid) +
+               "'s (created by uid " + std::to_string(ds.shm_perm.cuid) + "), not the program's uid " +
+               std::to_string(uid) + "'s");
+  const uint64_t size = (static_cast<uint64_t>(ds.shm_segsz) + page - 1) / page * page;
+  if (off > size || span > size - off)
+    throw fail("[" + std::to_string(off) + ", " + std::to_string(off + span) + ") is not in segment " +
+               std::to_string(shmid) + " of " + std::to_string(ds.shm_segsz) + " bytes");
+  void* a = shmat(shmid, nullptr, 0);
+  if (a == reinterpret_cast<void*>(-1)) throw ErrnoError(env, "mapVerbsShm: shmat", errno, "shmat");
+  if (MappingPageSize(a) != page) {
+    shmdt(a);
+    throw fail("segment " + std::to_string(shmid) +
+               " is hugetlb memory (SHM_HUGETLB), refused: a hole punched in it faults again from the hugepage "
+               "pool, which may be empty (SIGBUS in the daemon); register normal pages");
+  }
+  uint8_t* at = static_cast<uint8_t*>(a) + off;
+  return Napi::ArrayBuffer::New(
+      env, at, span, [](Napi::Env, void*, void* base) { shmdt(base); }, a);
+}
+
 // seqpacketRecv(fd): null when nothing is waiting; {eof: true} when the peer closed; else
 // {data, fd, fds, truncated}: fds are those passed (at most RGV_MAX_MR_PIECES: more are closed
 // by the kernel and `truncated` is set, as for a message longer than the buffer); fd the first or -1.
@@ -424,6 +489,7 @@ void InitVerbsSocket(Napi::Env env, Napi::Object exports) {
   exports.Set("fdLimit", Napi::Function::New(env, FdLimit, "fdLimit"));
   exports.Set("mapVerbsMemory", Napi::Function::New(env, MapVerbsMemory, "mapVerbsMemory"));
   exports.Set("mapVerbsPieces", Napi::Function::New(env, MapVerbsPieces, "mapVerbsPieces"));
+  exports.Set("mapVerbsShm", Napi::Function::New(env, MapVerbsShm, "mapVerbsShm"));
   exports.Set("seqpacketRecv", Napi::Function::New(env, SeqpacketRecv, "seqpacketRecv"));
   exports.Set("seqpacketSend", Napi::Function::New(env, SeqpacketSend, "seqpacketSend"));
 }

@@ -159,6 +159,7 @@ int main(void) {
   MEMBER(RGV_OP_ASYNC_FD);
   MEMBER(RGV_OP_ALLOC_MW);
   MEMBER(RGV_OP_DEALLOC_MW);
+  MEMBER(RGV_OP_REG_SHM);
   MEMBER(RGV_OP_UCMA_CHANNEL);
   MEMBER(RGV_OP_UCMA);
   ENUM(rgv_fd);
@@ -301,6 +302,16 @@ int main(void) {
   FIELD(rgv_reg_mr, pieces);
   FIELD(rgv_reg_mr, pad);
   end();
+  STRUCT(rgv_reg_shm);
+  FIELD(rgv_reg_shm, pd);
+  FIELD(rgv_reg_shm, access);
+  FIELD(rgv_reg_shm, span);
+  FIELD(rgv_reg_shm, start);
+  FIELD(rgv_reg_shm, addr);
+  FIELD(rgv_reg_shm, length);
+  FIELD(rgv_reg_shm, offset);
+  FIELD(rgv_reg_shm, shmid);
+  FIELD(rgv_reg_shm, pad);
   STRUCT(rgv_mr_piece);
   FIELD(rgv_mr_piece, offset);
   FIELD(rgv_mr_piece, length);

@@ -15,6 +15,13 @@
  *   "dereg K"                -> "dereg K RC"
  *   "fill ADDR LEN BYTE"     -> "fill 0": the program writes its memory
  *   "show ADDR LEN"          -> the bytes as hex (at most 4096)
+ *   "shm N"                  -> "shm ADDR ID": a new System V segment of N bytes (IPC_PRIVATE, 0600),
+ *                               attached and marked for removal (as UCX makes its own)
+ *   "shmat ADDR ID"          -> "shmat 0": segment ID attached again at ADDR over what is there
+ *                               (SHM_REMAP), or "shmat ERRNO"
+ *   "peek ID OFF LEN"        -> segment ID's bytes [OFF, OFF + LEN) as hex, through an attachment
+ *                               of its own made for it (what another process sharing it sees)
+ *   "nattch ID"              -> "nattch N", or "nattch -ERRNO" when the segment is gone
  *   "qp A.B.C.D QPN PSN"     -> "qp QPN rts rc 0": an RC QP in RTS towards that peer, remote
  *                               read and write allowed (rq_psn PSN, sq_psn PSN + 1)
  *   "exit"
@@ -26,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 
 #define MAX_MRS 256
 
@@ -122,6 +130,26 @@ int main(void) {
       const uint8_t* p = (const uint8_t*)(uintptr_t)addr;
       for (unsigned long long i = 0; i < len; i++) printf("%02x", p[i]);
       printf("\n");
+    } else if (sscanf(line, "shm %llu", &len) == 1) {
+      int id = shmget(IPC_PRIVATE, len, IPC_CREAT | 0600);
+      void* p = id < 0 ? (void*)-1 : shmat(id, NULL, 0);
+      if (id >= 0) shmctl(id, IPC_RMID, NULL);
+      printf("shm %llu %d\n", p == (void*)-1 ? 0ull : (unsigned long long)(uintptr_t)p, id);
+    } else if (sscanf(line, "shmat %llu %d", &addr, &k) == 2) {
+      void* p = shmat(k, (void*)(uintptr_t)addr, SHM_REMAP);
+      printf("shmat %d\n", p == (void*)-1 ? errno : 0);
+    } else if (sscanf(line, "peek %d %llu %llu", &k, &addr, &len) == 3 && len <= 4096) {
+      const uint8_t* p = shmat(k, NULL, SHM_RDONLY);
+      if (p == (void*)-1) {
+        printf("peek errno %d\n", errno);
+        continue;
+      }
+      for (unsigned long long i = 0; i < len; i++) printf("%02x", p[addr + i]);
+      printf("\n");
+      shmdt(p);
+    } else if (sscanf(line, "nattch %d", &k) == 1) {
+      struct shmid_ds ds;
+      printf("nattch %ld\n", shmctl(k, IPC_STAT, &ds) == 0 ? (long)ds.shm_nattch : -(long)errno);
     } else if (sscanf(line, "qp %u.%u.%u.%u %u %u", &a, &b, &c, &d, &peer, &psn) == 6 && qp == NULL) {
       cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
       struct ibv_qp_init_attr ia = {.send_cq = cq,

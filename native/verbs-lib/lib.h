@@ -246,6 +246,13 @@ int rg_pages_share(uintptr_t start, uintptr_t end, struct rg_pieces* out);
 void rg_pages_done(uintptr_t start, uintptr_t end, int registered);
 /* An MR over [start, end) was deregistered. */
 void rg_pages_release(uintptr_t start, uintptr_t end);
+/*
+ * Whether [start, end) is System V shared memory (/proc/self/maps): 1 when every page is one
+ * segment's, attached in order (its id in *shmid, where `start` is in it in *offset); 0 when no
+ * page is; -1 + errno EINVAL, with a line, when some are and some are not (moving those onto a
+ * memfd would end their sharing: such a registration is refused).
+ */
+int rg_pages_sysv(uintptr_t start, uintptr_t end, uint32_t* shmid, uint64_t* offset);
 
 /* The daemon's devices (a connection of its own, DEVICES, checked), at most RGV_MAX_DEVICES; -1 + errno. */
 int rg_query_devices(struct rgv_device* out);

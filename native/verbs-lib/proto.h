@@ -53,6 +53,7 @@ enum rgv_op {
   RGV_OP_ASYNC_FD = 20,
   RGV_OP_ALLOC_MW = 21,
   RGV_OP_DEALLOC_MW = 22,
+  RGV_OP_REG_SHM = 23,      /* an MR over pages of one SysV shared memory segment (struct rgv_reg_shm) */
   RGV_OP_UCMA_CHANNEL = 40, /* rdma_cm: a channel (an open of rdma_cm): the passed eventfd; its handle */
   RGV_OP_UCMA = 41,         /* rdma_cm: one command (struct rgv_ucma) */
 };
@@ -95,6 +96,7 @@ enum rgv_fd {
   X(ASYNC_FD, none, none, 0, RGV_FD_EVENTFD)                        \
   X(ALLOC_MW, rgv_alloc_mw, rgv_mw, 0, RGV_FD_NONE)                 \
   X(DEALLOC_MW, rgv_handle, none, 0, RGV_FD_NONE)                   \
+  X(REG_SHM, rgv_reg_shm, rgv_mr, 0, RGV_FD_NONE)                   \
   RGV_UCMA_OPS(X)
 // clang-format on
 
@@ -168,6 +170,23 @@ struct rgv_reg_mr {
   uint64_t addr;
   uint64_t length;
   uint32_t pieces; /* 0, or 1..RGV_MAX_MR_PIECES records after this struct */
+  uint32_t pad;
+};
+
+/* REG_SHM: as REG_MR, for pages [start, start + span) that are all one System V shared memory
+   segment's, attached by the program (shmat): `offset` (a multiple of the page size) is where
+   `start` is in segment `shmid`. The daemon attaches the segment itself, if the program's user
+   owns or created it, so that the pages stay the segment's (moving them onto a memfd, as REG_MR
+   does, would end the sharing with every other process that attached it). No fd passes. */
+struct rgv_reg_shm {
+  uint32_t pd;
+  uint32_t access; /* enum rgv_access bits */
+  uint64_t span;
+  uint64_t start; /* virtual address of the first page */
+  uint64_t addr;
+  uint64_t length;
+  uint64_t offset; /* of `start` in the segment */
+  uint32_t shmid;
   uint32_t pad;
 };
 
@@ -483,6 +502,7 @@ _Static_assert(sizeof(struct rgv_handle) == 4, "rgv_handle is 4 bytes");
 _Static_assert(sizeof(struct rgv_device) == 240, "rgv_device is 240 bytes");
 _Static_assert(sizeof(struct rgv_attach) == 32, "rgv_attach is 32 bytes");
 _Static_assert(sizeof(struct rgv_reg_mr) == 48, "rgv_reg_mr is 48 bytes");
+_Static_assert(sizeof(struct rgv_reg_shm) == 56, "rgv_reg_shm is 56 bytes");
 _Static_assert(sizeof(struct rgv_mr_piece) == 24, "rgv_mr_piece is 24 bytes");
 _Static_assert(sizeof(struct rgv_mr) == 8, "rgv_mr is 8 bytes");
 _Static_assert(sizeof(struct rgv_alloc_mw) == 8, "rgv_alloc_mw is 8 bytes");

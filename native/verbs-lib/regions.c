@@ -295,6 +295,60 @@ void rg_pages_done(uintptr_t s, uintptr_t e, int registered) {
   pthread_mutex_unlock(&mu);
 }
 
+/*
+ * A System V segment attached by shmat is a shared mapping of "/SYSV<key> (deleted)" whose inode
+ * number in /proc/self/maps is the segment's id. Moving such pages onto a memfd (what
+ * rg_pages_share does) would detach the segment (destroying it if it was marked for removal,
+ * as UCX marks its own) and end its sharing: the daemon attaches it itself instead (REG_SHM).
+ */
+int rg_pages_sysv(uintptr_t s, uintptr_t e, uint32_t* shmid, uint64_t* offset) {
+  FILE* f = fopen("/proc/self/maps", "re");
+  if (f == NULL) return 0; /* cannot tell: shared as any memory */
+  char line[512];
+  uintptr_t at = s;
+  int sysv = 0, other = 0;
+  unsigned long id = 0, first_off = 0;
+  while (at < e && fgets(line, sizeof line, f) != NULL) {
+    unsigned long a, b, off, ino;
+    unsigned maj, min;
+    char perms[8];
+    int path = 0;
+    if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu %n", &a, &b, perms, &off, &maj, &min, &ino, &path) != 7) continue;
+    if (b <= at) continue;
+    if (a > at) { /* a hole: not memory the program has (rg_pages_share says EFAULT) */
+      other = 1;
+      if (a >= e) break;
+    }
+    const int is_sysv = path > 0 && strncmp(line + path, "/SYSV", 5) == 0 && perms[3] == 's';
+    if (is_sysv) {
+      const unsigned long here = off + ((a > s ? a : s) - a);
+      if (sysv == 0) {
+        id = ino;
+        first_off = here;
+      } else if (ino != id || here != first_off + ((a > s ? a : s) - s)) {
+        other = 1; /* another segment, or this one out of order */
+      }
+      sysv = 1;
+    } else {
+      other = 1;
+    }
+    at = b;
+  }
+  fclose(f);
+  if (!sysv) return 0;
+  if (other || at < e || id > UINT32_MAX) {
+    rg_say(
+        "ibv_reg_mr: [%p, %p) is partly System V shared memory: refused (EINVAL); register the segment's pages "
+        "apart from other memory",
+        (void*)s, (void*)e);
+    errno = EINVAL;
+    return -1;
+  }
+  *shmid = (uint32_t)id;
+  *offset = first_off;
+  return 1;
+}
+
 void rg_pages_release(uintptr_t s, uintptr_t e) {
   pthread_mutex_lock(&mu);
   for (size_t i = 0; i < nlive; i++)

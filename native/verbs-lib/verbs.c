@@ -696,6 +696,26 @@ static struct ibv_mr* reg_mr(struct ibv_pd* pd, void* addr, size_t length, int a
   const uintptr_t start = (uintptr_t)addr & ~(page - 1), end = ((uintptr_t)addr + length + page - 1) & ~(page - 1);
   struct rg_mr* mr = calloc(1, sizeof *mr);
   if (mr == NULL) return NULL;
+  struct rgv_mr r;
+  /* System V shared memory stays the segment's: the daemon attaches it (REG_SHM). */
+  uint32_t shmid;
+  uint64_t offset;
+  const int sysv = rg_pages_sysv(start, end, &shmid, &offset);
+  if (sysv != 0) {
+    struct rgv_reg_shm q = {.pd = pd->handle,
+                            .access = (uint32_t)(access & KNOWN_ACCESS),
+                            .span = end - start,
+                            .start = start,
+                            .addr = (uintptr_t)addr,
+                            .length = length,
+                            .offset = offset,
+                            .shmid = shmid};
+    if (sysv < 0 || rg_ctx_call(pd->context, RGV_OP_REG_SHM, &q, sizeof q, -1, &r, sizeof r) != 0) {
+      free(mr);
+      return NULL;
+    }
+    goto made;
+  }
   static __thread struct rg_pieces pieces;
   if (rg_pages_share(start, end, &pieces) != 0) {
     free(mr);
@@ -712,7 +732,6 @@ static struct ibv_mr* reg_mr(struct ibv_pd* pd, void* addr, size_t length, int a
                  .length = length,
                  .pieces = pieces.n}};
   memcpy(req.p, pieces.p, pieces.n * sizeof pieces.p[0]);
-  struct rgv_mr r;
   int rc = rg_ctx_call_fds(pd->context, RGV_OP_REG_MR, &req, sizeof req.q + pieces.n * sizeof req.p[0], pieces.fds,
                            pieces.nfds, &r, sizeof r);
   int e = errno;
@@ -722,6 +741,7 @@ static struct ibv_mr* reg_mr(struct ibv_pd* pd, void* addr, size_t length, int a
     errno = e;
     return NULL;
   }
+made:
   mr->mr.context = pd->context;
   mr->mr.pd = pd;
   mr->mr.addr = addr;
