@@ -1089,16 +1089,30 @@ test('bad input for every route: status and message of each', async () => {
         `no bad-input row for ${def.method} ${def.path}`,
       );
     }
-    // The CM errors need the peer: a listener that rejects (409) and a port with none (504).
+    // The CM errors need the peer: a listener that rejects (409), a port with none (409, at
+    // once) and no answer at all (504: A's receive side loses everything meanwhile).
     const reject = await raw(p.apiA.url, 'POST', `/v1/qps/${f.qpn}/connect`, {
       body: { remote: { ip: IP_B, port: 18701 }, mode: 'cm', timeoutMs: 2000 },
     });
     assertError(reject, 409, new RegExp(`^qp ${f.qpn}: .*reject`, 'i'), 'CM connect to a listener that rejects');
     const q2 = await p.ca.createQp({ pd: f.pd, sendCq: f.cq, recvCq: f.cq, maxSendWr: 4, maxRecvWr: 4 });
-    const timeout = await raw(p.apiA.url, 'POST', `/v1/qps/${q2.qpn}/connect`, {
+    const closed = await raw(p.apiA.url, 'POST', `/v1/qps/${q2.qpn}/connect`, {
+      body: { remote: { ip: IP_B, port: 18799 }, mode: 'cm', timeoutMs: 2000 },
+    });
+    assertError(
+      closed,
+      409,
+      new RegExp(`^qp ${q2.qpn}: .*no listener on the port`),
+      'CM connect to a port with no listener',
+    );
+    const q3 = await p.ca.createQp({ pd: f.pd, sendCq: f.cq, recvCq: f.cq, maxSendWr: 4, maxRecvWr: 4 });
+    const lose = (body: object) => raw(p.apiA.url, 'POST', `/v1/interfaces/${f.itf}/fault`, { body });
+    assert.is((await lose({ direction: 'rx', loss: 1 })).status, 200);
+    const timeout = await raw(p.apiA.url, 'POST', `/v1/qps/${q3.qpn}/connect`, {
       body: { remote: { ip: IP_B, port: 18799 }, mode: 'cm', timeoutMs: 150 },
     });
-    assertError(timeout, 504, new RegExp(`^qp ${q2.qpn}: .*time`, 'i'), 'CM connect to a port with no listener');
+    assert.is((await lose({ direction: 'rx', off: true })).status, 200);
+    assertError(timeout, 504, new RegExp(`^qp ${q3.qpn}: .*time`, 'i'), 'CM connect nobody answers');
     // A body over the limit: 413 for JSON (1 MiB) and for MR data (64 MiB).
     const huge = await raw(p.apiA.url, 'POST', '/v1/cqs', {
       body: JSON.stringify({ depth: 1, pad: 'x'.repeat(1100000) }),
