@@ -1,10 +1,11 @@
 /**
  * Open MPI over rdma-graph (issue 30.2): Debian's mpirun starts each rank under `rdma-graph exec`
  * (MPMD: the ranks of the first app context on daemon A, those of the second on B), with
- * `--mca pml ucx`, UCX restricted to rc_verbs and ud_verbs and Open MPI's BTLs to `self` (no
- * vader shared memory, no TCP): every message between ranks crosses a data plane. The job is
- * native/tools/mpi-check.c, compiled here with mpicc: a ping-pong between the first and the last
- * rank from 8 B to 1 MiB with every byte checked, and MPI_Allreduce over all ranks, checked.
+ * `--mca pml ucx --mca osc ucx`, UCX restricted to rc_verbs and ud_verbs and Open MPI's BTLs to
+ * `self` (no vader shared memory, no TCP): every message between ranks crosses a data plane. The
+ * job is native/tools/mpi-check.c, compiled here with mpicc: a ping-pong between the first and the
+ * last rank from 8 B to 1 MiB with every byte checked, MPI_Allreduce over all ranks, and MPI_Put
+ * and MPI_Get between windows (osc ucx: the window memory registered through UCP), checked.
  * Two ranks (one per daemon), then four (two per daemon), over two daemons run as a user runs them
  * (`rdma-graph start`) joined by memif, the ping-pong's frames counted by both daemons' interface
  * counters; then the same two jobs with the daemons in two network namespaces joined by a veth
@@ -75,6 +76,9 @@ function mpirun(
     'pml',
     'ucx',
     '--mca',
+    'osc',
+    'ucx',
+    '--mca',
     'btl',
     'self',
     '-x',
@@ -105,6 +109,7 @@ function checkJob(r: { code: number | null; out: string }, ranks: number): void 
   for (const size of SIZES)
     assert.match(r.out, new RegExp(`^pingpong ${size} ${iterations(size)} `, 'm'), `ping-pong of ${size} B ran`);
   for (const n of [1, 65536]) assert.match(r.out, new RegExp(`^allreduce ${n} ok$`, 'm'), `allreduce of ${n}`);
+  assert.match(r.out, /^rma 65536 ok$/m, 'MPI_Put and MPI_Get between windows');
   assert.not.match(r.out, /UCX {2}(ERROR|WARN)|rdma-graph verbs:|FAIL/, `nothing refused or failed:\n${r.out}`);
   const line = (size: number) => r.out.match(new RegExp(`^pingpong ${size} .*$`, 'm'))?.[0];
   console.log(`  ${ranks} ranks: ${line(8)} (us, MB/s); ${line(1 << 20)}`);

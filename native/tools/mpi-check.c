@@ -2,12 +2,13 @@
  * An MPI job's traffic with its data checked, for test/verbs-mpi.test.ts (compiled there with
  * Open MPI's mpicc; run by mpirun with each rank under `rdma-graph exec`).
  *
- * A ping-pong between rank 0 and the last rank, 8 B to 1 MiB (each power of 2), every byte of every
- * message checked against a pattern of (size, iteration, direction); then MPI_Allreduce (MPI_SUM
- * of doubles, 1 and 65536 elements) over every rank, checked against the sum computed locally;
- * then a barrier. Rank 0 prints one line per size ("pingpong SIZE ITERS lat_us MB/s"), "allreduce
- * N ok" and, last, "mpi-check: ok RANKS"; any mismatch prints "mpi-check: FAIL ..." and aborts the
- * job with status 1.
+ * A ping-pong between rank 0 and the last rank, 8 B to 1 MiB (each power of 2), every byte of
+ * every message checked against a pattern of (size, iteration, direction); then MPI_Allreduce
+ * (MPI_SUM of doubles, 1 and 65536 elements) over every rank, checked against the sum computed
+ * locally; then MPI_Put and MPI_Get of 64 KiB between neighbouring ranks' windows, checked; then
+ * a barrier. Rank 0 prints one line per size ("pingpong SIZE ITERS lat_us MB/s"), "allreduce N
+ * ok", "rma N ok" and, last, "mpi-check: ok RANKS"; any mismatch prints "mpi-check: FAIL ..." and
+ * aborts the job with status 1.
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -91,6 +92,33 @@ static void allreduce(int n) {
   free(out);
 }
 
+/*
+ * One-sided: a window of `n` bytes per rank (MPI_Win_allocate: with pml ucx, osc ucx maps it
+ * through UCP); each rank PUTs its pattern into the next rank's window, then GETs the window of
+ * the rank before it, both checked, between fences.
+ */
+static void rma(int n) {
+  uint8_t* base = NULL;
+  MPI_Win win;
+  MPI_Win_allocate(n, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
+  uint8_t* mine = malloc((size_t)n);
+  uint8_t* got = malloc((size_t)n);
+  if (mine == NULL || got == NULL) fail("out of memory (bytes, 0)", n, 0);
+  const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  fill(mine, (size_t)n, rank, 2);
+  MPI_Win_fence(0, win);
+  MPI_Put(mine, n, MPI_BYTE, next, 0, n, MPI_BYTE, win);
+  MPI_Win_fence(0, win);
+  check(base, (size_t)n, prev, 2); /* what the rank before put here */
+  MPI_Get(got, n, MPI_BYTE, prev, 0, n, MPI_BYTE, win);
+  MPI_Win_fence(0, win);
+  check(got, (size_t)n, (prev + nranks - 1) % nranks, 2); /* what its own previous rank put there */
+  if (rank == 0) printf("rma %d ok\n", n);
+  MPI_Win_free(&win);
+  free(mine);
+  free(got);
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -102,6 +130,7 @@ int main(int argc, char** argv) {
   pingpong(sbuf, rbuf);
   allreduce(1);
   allreduce(65536);
+  rma(65536);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) printf("mpi-check: ok %d\n", nranks);
   fflush(stdout);
