@@ -11,7 +11,9 @@
  * In each: ib_write_bw 64 KiB (duration mode) and ib_send_lat 64 B with perftest polling its
  * CQ, and in event mode (-e, completion channels) ib_send_bw 64 KiB (perftest has no event mode
  * for WRITE) and ib_send_lat 64 B; on the two daemons also UCX's ucx_perftest (UCT on rc_verbs:
- * put_bw 64 KiB, put_lat and am_lat 8 B, untuned). Baselines: iperf3 TCP, one stream, between two
+ * put_bw 64 KiB, put_lat and am_lat 8 B, untuned). With -R (librdmacm's connection manager
+ * instead of perftest's TCP exchange: the client reaches the server at its daemon's address,
+ * 10.10.0.1) ib_write_bw 64 KiB and ib_send_lat 64 B again. Baselines: iperf3 TCP, one stream, between two
  * network namespaces over a veth pair (root), and sockperf UDP 64-B ping-pong on loopback
  * (half-RTT, as perftest's latency is). Nothing is pinned: on a machine with fewer cores than
  * busy-polling processes (each daemon polls; perftest polls unless -e) they compete for the
@@ -34,16 +36,30 @@ const ROOT = path.resolve(import.meta.dirname, '..');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 let port = 21000 + (process.pid % 500) * 4;
 
-/** A perftest server on socket `sa`, then its client on `sb`; the client's output. */
-async function pair(sa: string, sb: string, tool: string, args: string[], devs: [string, string] | null): Promise<Out> {
+/**
+ * A perftest server on socket `sa`, then its client on `sb` (reaching the server at `addr`:
+ * 127.0.0.1 for perftest's TCP exchange, the daemon's address with -R); the client's output.
+ */
+async function pair(
+  sa: string,
+  sb: string,
+  tool: string,
+  args: string[],
+  devs: [string, string] | null,
+  addr = '127.0.0.1',
+): Promise<Out> {
   const p = String(port++);
   const d = (k: number) => (devs ? ['-d', devs[k]] : []);
   const server = run(tool, [...args, ...d(0), '-p', p], { LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: sa });
   await sleep(500);
-  const client = await run(tool, [...args, ...d(1), '-p', p, '127.0.0.1'], {
-    LD_PRELOAD: VERBS_LIBRARY,
-    RDMA_GRAPH_SOCKET: sb,
-  });
+  let client: Out;
+  // With -R a client that comes before the server listens is REJECTED at once (as on RoCE):
+  // on a loaded machine the server can take longer than the pause above; try again a few times.
+  for (let k = 0; ; k++) {
+    client = await run(tool, [...args, ...d(1), '-p', p, addr], { LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: sb });
+    if (addr === '127.0.0.1' || k === 5 || !/REJECTED|Failed to connect RDMA CM/.test(client.out)) break;
+    await sleep(500);
+  }
   await server;
   return client;
 }
@@ -62,6 +78,10 @@ interface Figures {
   sendLatP99Us: number | null;
   sendLatEventP50Us: number | null;
   sendLatEventP99Us: number | null;
+  /** -R: connected through librdmacm (the daemons' connection manager). */
+  writeBwCmGbps: number | null;
+  sendLatCmP50Us: number | null;
+  sendLatCmP99Us: number | null;
   notes: string[];
 }
 
@@ -73,6 +93,9 @@ async function perftests(sa: string, sb: string, seconds: number, devs: [string,
     sendLatP99Us: null,
     sendLatEventP50Us: null,
     sendLatEventP99Us: null,
+    writeBwCmGbps: null,
+    sendLatCmP50Us: null,
+    sendLatCmP99Us: null,
     notes: [],
   };
   const common = ['-x', '0', '-F'];
@@ -96,6 +119,31 @@ async function perftests(sa: string, sb: string, seconds: number, devs: [string,
     } else
       f.notes.push(`ib_send_lat${ev ? ' -e' : ''} gave no result: ${lat.out.trim().split('\n').slice(-3).join(' | ')}`);
   }
+  // -R: the same through librdmacm (the server's daemon is 10.10.0.1 in both topologies).
+  const bwCm = await pair(
+    sa,
+    sb,
+    'ib_write_bw',
+    [...common, '-R', '-s', '65536', '-D', String(seconds)],
+    devs,
+    '10.10.0.1',
+  );
+  const rc = row(bwCm.out, 65536);
+  if (rc) f.writeBwCmGbps = (rc[3] * 1048576 * 8) / 1e9;
+  else f.notes.push(`ib_write_bw -R gave no result: ${bwCm.out.trim().split('\n').slice(-3).join(' | ')}`);
+  const latCm = await pair(
+    sa,
+    sb,
+    'ib_send_lat',
+    [...common, '-R', '-s', '64', '-n', String(2000 * seconds)],
+    devs,
+    '10.10.0.1',
+  );
+  const lc = row(latCm.out, 64);
+  if (lc) {
+    f.sendLatCmP50Us = lc[4];
+    f.sendLatCmP99Us = lc[7];
+  } else f.notes.push(`ib_send_lat -R gave no result: ${latCm.out.trim().split('\n').slice(-3).join(' | ')}`);
   return f;
 }
 
@@ -270,6 +318,10 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
           `(${fmt(ratio(f.sendLatP50Us, udp.p50))}x kernel UDP half-RTT), p50 ${fmt(f.sendLatEventP50Us)} us p99 ` +
           `${fmt(f.sendLatEventP99Us)} us with -e (${fmt(ratio(f.sendLatEventP50Us, udp.p50))}x); goal <= 0.3x and <= 3 us`,
       );
+      lines.push(
+        `    -R (librdmacm): ib_write_bw 64 KiB ${fmt(f.writeBwCmGbps)} Gbit/s (${fmt(ratio(f.writeBwCmGbps, tcp.gbps))}x kernel TCP), ` +
+          `ib_send_lat 64 B p50 ${fmt(f.sendLatCmP50Us)} us p99 ${fmt(f.sendLatCmP99Us)} us (${fmt(ratio(f.sendLatCmP50Us, udp.p50))}x)`,
+      );
       for (const n of f.notes) lines.push(`    note: ${n}`);
       json[name] = {
         ...f,
@@ -277,6 +329,8 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
         sendBwEventVsTcp: ratio(f.sendBwEventGbps, tcp.gbps),
         sendLatVsUdp: ratio(f.sendLatP50Us, udp.p50),
         sendLatEventVsUdp: ratio(f.sendLatEventP50Us, udp.p50),
+        writeBwCmVsTcp: ratio(f.writeBwCmGbps, tcp.gbps),
+        sendLatCmVsUdp: ratio(f.sendLatCmP50Us, udp.p50),
       };
     }
     if (ucxFigures !== null) {

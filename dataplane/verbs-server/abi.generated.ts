@@ -207,6 +207,7 @@ export const RGV_CM_REJECTED = 8;
 export const RGV_CM_ESTABLISHED = 9;
 export const RGV_CM_DISCONNECTED = 10;
 export const RGV_CM_DEVICE_REMOVAL = 11;
+export const RGV_CM_TIMEWAIT_EXIT = 15;
 
 // ------------------------------------------------------------------ structs
 

@@ -56,6 +56,7 @@ import {
   RGV_CM_ESTABLISHED,
   RGV_CM_REJECTED,
   RGV_CM_ROUTE_RESOLVED,
+  RGV_CM_TIMEWAIT_EXIT,
   RGV_CM_UNREACHABLE,
   RGV_MTU_4096,
   RGV_QPS_INIT,
@@ -270,6 +271,20 @@ function post(s: UcmaState, ev: Omit<Ev, 'counted' | 'qpn' | 'ird' | 'ord' | 'pd
   return true;
 }
 
+/**
+ * DISCONNECTED for `id`, and TIMEWAIT_EXIT after the retransmission timeout's ceiling (what
+ * RoCE's CM timewait stands for: the connection's last packets are gone), if the id and its
+ * channel are still there then.
+ */
+function disconnected(s: UcmaState, id: CmId): void {
+  post(s, { id, event: RGV_CM_DISCONNECTED, status: 0 });
+  const t = setTimeout(() => {
+    if (s.ids.get(id.handle) === id && s.channels.get(id.channel.handle) === id.channel)
+      post(s, { id, event: RGV_CM_TIMEWAIT_EXIT, status: 0 });
+  }, s.rdma.core.rtoMaxNs / 1e6);
+  t.unref?.();
+}
+
 function watch(s: UcmaState, id: CmId): void {
   watched.set(id, s);
   if (watchTimer === null) {
@@ -299,7 +314,7 @@ function watchTick(): void {
     if (id.state === 'accepted') {
       if (down) {
         id.state = 'disconnected';
-        post(s, { id, event: RGV_CM_DISCONNECTED, status: 0 });
+        disconnected(s, id);
         unwatch(id);
       } else if (!qp.halfOpen) {
         id.state = 'connected';
@@ -321,7 +336,7 @@ function watchTick(): void {
     } else if (id.state === 'connected' || id.state === 'responded') {
       if (down) {
         id.state = 'disconnected';
-        post(s, { id, event: RGV_CM_DISCONNECTED, status: 0 });
+        disconnected(s, id);
         unwatch(id);
       }
     } else if (id.state !== 'connecting') unwatch(id);
@@ -514,7 +529,7 @@ export async function ucma(c: UcmaCall): Promise<Reply | number> {
       if (was === 'disconnected') return out();
       id.state = 'disconnected';
       unwatch(id);
-      post(s, { id, event: RGV_CM_DISCONNECTED, status: 0 });
+      disconnected(s, id);
       return out();
     }
     case RGV_UCMA_INIT_QP_ATTR:

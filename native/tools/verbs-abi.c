@@ -486,6 +486,7 @@ int main(void) {
   MEMBER(RGV_CM_ESTABLISHED);
   MEMBER(RGV_CM_DISCONNECTED);
   MEMBER(RGV_CM_DEVICE_REMOVAL);
+  MEMBER(RGV_CM_TIMEWAIT_EXIT);
   STRUCT(rgv_ucma);
   FIELD(rgv_ucma, cmd);
   FIELD(rgv_ucma, channel);

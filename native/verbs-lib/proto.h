@@ -574,6 +574,7 @@ enum rgv_cm_event {
   RGV_CM_ESTABLISHED = 9,
   RGV_CM_DISCONNECTED = 10,
   RGV_CM_DEVICE_REMOVAL = 11,
+  RGV_CM_TIMEWAIT_EXIT = 15, /* 12 to 14 (multicast, address change) are never sent */
 };
 
 struct rgv_ucma {
