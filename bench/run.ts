@@ -1,5 +1,6 @@
 /**
  * npm run bench [-- <name...>] [--json] [--seconds N]
+ * npm run bench -- compare REF [<name...>] [--rounds N] [--seconds N] [--keep] (bench/compare.ts)
  * Benchmarks print figures and compare with baselines measured in the same run; they assert
  * nothing. Names: graph, l2l4, af_packet (root: veth pair in a network namespace), rdma, memif
  * (root: dpdk-testpmd), dpdk (root: dpdk.node and dpdk-testpmd), perftest (perftest through
@@ -23,8 +24,20 @@ import { runSoakBench } from './soak.ts';
 import { runMlx5Bench } from './mlx5.ts';
 import { runWorkersBench } from './workers.ts';
 import { runHostileBench } from './hostile.ts';
+import { parseCompareArgs, runCompare } from './compare.ts';
 
 const args = process.argv.slice(2);
+const known = ['graph', 'l2l4', 'af_packet', 'rdma', 'memif', 'dpdk', 'perftest', 'soak', 'mlx5', 'workers', 'hostile'];
+if (args[0] === 'compare') {
+  // npm run bench -- compare REF [bench ...]: bench/compare.ts.
+  try {
+    await runCompare(parseCompareArgs(args.slice(1), known));
+    process.exit(0);
+  } catch (e) {
+    console.error((e as Error).message);
+    process.exit(2);
+  }
+}
 const json = args.includes('--json');
 const si = args.indexOf('--seconds');
 const seconds = si >= 0 ? Number(args[si + 1]) : 2;
@@ -32,7 +45,6 @@ if (!(seconds > 0)) {
   console.error(`bench: --seconds needs a positive number, got "${args[si + 1]}"`);
   process.exit(2);
 }
-const known = ['graph', 'l2l4', 'af_packet', 'rdma', 'memif', 'dpdk', 'perftest', 'soak', 'mlx5', 'workers', 'hostile'];
 const names = args.filter((a, i) => !a.startsWith('--') && !(si >= 0 && i === si + 1));
 for (const n of names) {
   if (!known.includes(n)) {
