@@ -567,9 +567,23 @@ function privateData(q: Req): Uint8Array {
   return q.private_data.slice(0, Math.min(q.private_data_len, RGV_UCMA_MAX_PRIVATE_DATA - 1));
 }
 
+/**
+ * A loopback address (127.0.0.0/8) stands for the daemon's first interface address, as the
+ * kernel's rdma_cm binds a loopback address to its first RDMA device (cma_bind_loopback): the
+ * daemon has no loopback network of its own. 0 when it has no interface with an address.
+ */
+function unloop(s: UcmaState, a: number): number {
+  if (a >>> 24 !== 127) return a;
+  const ifs = s.rdma.net.interfaces;
+  for (const ix of ifs.list) if (ifs.address[ix] !== 0) return ifs.address[ix];
+  return 0;
+}
+
 function bind(c: UcmaCall, s: UcmaState, id: CmId, q: Req): Reply | number {
   if (id.state !== 'idle') return E.EINVAL;
-  const a = ip4(q.src_ipv4);
+  const given = ip4(q.src_ipv4);
+  const a = unloop(s, given);
+  if (given !== 0 && a === 0) return E.EADDRNOTAVAIL;
   if (a !== 0 && s.rdma.net.interfaces.localInterface(a) === 0) return E.EADDRNOTAVAIL;
   // Port 0: one now, as the kernel's bind does (programs ask which before they listen: qperf).
   const port = q.src_port !== 0 ? q.src_port : ephemeralPort(s);
@@ -603,8 +617,8 @@ function ephemeralPort(s: UcmaState): number {
 
 function resolveAddr(c: UcmaCall, s: UcmaState, id: CmId, q: Req): Reply | number {
   if (id.state !== 'idle' && id.state !== 'bound' && id.state !== 'addr') return E.EINVAL;
-  const dst = ip4(q.dst_ipv4);
-  const want = ip4(q.src_ipv4) || id.src;
+  const dst = unloop(s, ip4(q.dst_ipv4));
+  const want = unloop(s, ip4(q.src_ipv4)) || id.src;
   if (want !== 0 && s.rdma.net.interfaces.localInterface(want) === 0) return E.EADDRNOTAVAIL;
   const ifs = s.rdma.net.interfaces;
   const ix = dst === 0 ? 0 : ifs.routeFrom(want, dst);

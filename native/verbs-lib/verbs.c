@@ -375,6 +375,36 @@ int rg_query_devices(struct rgv_device* out) {
 
 /* ------------------------------------------------------------------ devices */
 
+/*
+ * The devices handed out, kept for the process's life as libibverbs keeps its own: a device
+ * pointer from one ibv_get_device_list is the same in the next while the daemon still has that
+ * device (same name and node GUID). librdmacm compares the lists by pointer when it looks for a
+ * device again (sync_devices_list): new pointers each time made it take its devices for removed
+ * and replaced, and open new contexts the program's PDs did not belong to (libfabric's MSG
+ * endpoints: rdma_create_qp EINVAL).
+ */
+#define RG_DEVICE_CACHE 64
+static struct rg_device* device_cache[RG_DEVICE_CACHE];
+static int device_cached;
+static pthread_mutex_t device_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The cached device for `info` (updated to it), a new one, or NULL (cache full, or no memory). */
+static struct rg_device* cached_device(const struct rgv_device* info, int index) {
+  for (int k = 0; k < device_cached; k++) {
+    struct rg_device* d = device_cache[k];
+    if (strcmp(d->info.name, info->name) == 0 && memcmp(d->info.node_guid, info->node_guid, 8) == 0) {
+      fill_device(d, info, index);
+      return d;
+    }
+  }
+  if (device_cached == RG_DEVICE_CACHE) return NULL;
+  struct rg_device* d = malloc(sizeof *d);
+  if (d == NULL) return NULL;
+  fill_device(d, info, index);
+  device_cache[device_cached++] = d;
+  return d;
+}
+
 EXPORT struct ibv_device** ibv_get_device_list(int* num_devices) {
   if (num_devices != NULL) *num_devices = 0;
   struct rgv_device infos[RGV_MAX_DEVICES];
@@ -390,25 +420,29 @@ EXPORT struct ibv_device** ibv_get_device_list(int* num_devices) {
   }
   rg_probes_devices(infos, n); /* what /dev/infiniband and /sys/class/infiniband show (probes.c) */
   struct ibv_device** list = calloc((size_t)n + 1, sizeof *list);
-  struct rg_device* devs = n > 0 ? calloc((size_t)n, sizeof *devs) : NULL;
-  if (list == NULL || (n > 0 && devs == NULL)) {
-    free(list);
-    free(devs);
+  if (list == NULL) {
     errno = ENOMEM;
     return NULL;
   }
+  pthread_mutex_lock(&device_lock);
   for (int i = 0; i < n; i++) {
-    fill_device(&devs[i], &infos[i], i);
-    list[i] = &devs[i].dev;
+    struct rg_device* d = cached_device(&infos[i], i);
+    if (d == NULL) {
+      pthread_mutex_unlock(&device_lock);
+      rg_say("no devices: more than %d different devices in this process's life", RG_DEVICE_CACHE);
+      free(list);
+      errno = ENOMEM;
+      return NULL;
+    }
+    list[i] = &d->dev;
   }
+  pthread_mutex_unlock(&device_lock);
   if (num_devices != NULL) *num_devices = n;
   return list;
 }
 
 EXPORT void ibv_free_device_list(struct ibv_device** list) {
-  if (list == NULL) return;
-  if (list[0] != NULL) free(list[0]); /* the devices are one array, list[0] its first */
-  free(list);
+  free(list); /* the devices stay: the next list hands out the same ones */
 }
 
 EXPORT const char* ibv_get_device_name(struct ibv_device* device) { return device->name; }
