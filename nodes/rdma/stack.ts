@@ -16,6 +16,7 @@
 import type { Graph } from '../../graph/index.ts';
 import type { Netstack } from '../netstack.ts';
 import { formatIp4, parseIp4 } from '../net/address.ts';
+import { PortQuarantine } from './port-quarantine.ts';
 import { Budget, type BudgetLimits, qpSlots } from './budget.ts';
 import { type AcceptDecision, type ConnectRequest, ConnectionManager, type Listener, registerCmInput } from './cm.ts';
 import { MAX_MRS, type RdmaEvent, RdmaCore, type TrpSettings } from './core.ts';
@@ -264,6 +265,8 @@ export class Rdma {
   readonly cm: ConnectionManager;
   private readonly portLo: number;
   private readonly portHi: number;
+  /** Ports destroyed QPs gave up, not drawn again soon (port-quarantine.ts). */
+  private readonly retired: PortQuarantine;
   private readonly maxMessage: number;
   private handles = 0;
   readonly pds = new Map<number, Pd>();
@@ -287,6 +290,7 @@ export class Rdma {
     if (!(Number.isInteger(lo) && Number.isInteger(hi) && lo >= 1 && hi <= 65535 && lo <= hi))
       throw new RangeError(`rdma port-range must be two ports lo <= hi in 1..65535, got [${lo}, ${hi}]`);
     this.portLo = lo;
+    this.retired = new PortQuarantine(lo, hi);
     this.portHi = hi;
     this.handles = opts.handleBase ?? 0;
     const maxQps = opts.maxQps ?? 1024;
@@ -639,9 +643,13 @@ export class Rdma {
   private freePort(): number {
     const span = this.portHi - this.portLo + 1;
     const from = randomBelow(span);
-    for (let k = 0; k < span; k++) {
-      const p = this.portLo + ((from + k) % span);
-      if (this.core.qpByPort[p] < 0 && this.net.udp.lookup(0, p) < 0) return p;
+    // A port a destroyed QP gave up recently is drawn only when no other is free.
+    for (const fresh of [true, false]) {
+      for (let k = 0; k < span; k++) {
+        const p = this.portLo + ((from + k) % span);
+        if (fresh && this.retired.has(p)) continue;
+        if (this.core.qpByPort[p] < 0 && this.net.udp.lookup(0, p) < 0) return p;
+      }
     }
     throw new VerbsError('resource', `no free port in the QP port range ${this.portLo}..${this.portHi}`);
   }
@@ -855,6 +863,7 @@ export class Rdma {
     this.net.udp.unbind(qp.qpn, qp.localAddr === 0 ? undefined : formatIp4(qp.localAddr));
     this.core.qps[qp.index] = null;
     this.core.qpByPort[qp.qpn] = -1;
+    this.retired.retire(qp.qpn);
     this.qpsByQpn.delete(qp.qpn);
     this.budget.release(qp);
     for (const l of this.cm.listeners.values()) {
