@@ -55,6 +55,7 @@ export interface FaultSettings {
   reorderDelayUs?: number;
   duplicate?: number;
   corrupt?: number;
+  ce?: number;
 }
 export interface Posted {
   wrId: WrId;

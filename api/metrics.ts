@@ -141,6 +141,33 @@ export async function renderMetrics(dp: DataplaneApi): Promise<string> {
       ['qp_retransmits_total', 'counter', 'Segments the QP retransmitted.', (q) => q.counters.retransmits],
       ['qp_timeouts_total', 'counter', 'Retransmission timeouts of the QP.', (q) => q.counters.timeouts],
       ['qp_srtt_seconds', 'gauge', 'Smoothed round-trip time of the QP.', (q) => q.rtt.srttUs / 1e6],
+      [
+        'qp_cwnd_segments',
+        'gauge',
+        'Segments the QP may have in flight (congestion window).',
+        (q) => q.congestion.cwnd,
+      ],
+      ['qp_ssthresh_segments', 'gauge', 'Slow-start threshold of the QP, segments.', (q) => q.congestion.ssthresh],
+      [
+        'qp_dctcp_alpha',
+        'gauge',
+        "DCTCP's estimate of the fraction of the QP's segments marked CE.",
+        (q) => q.congestion.alpha,
+      ],
+      ['qp_ce_marks_total', 'counter', 'Segments the peer echoed as CE-marked.', (q) => q.congestion.ceMarks],
+      ['qp_ce_received_total', 'counter', 'CE-marked data packets the QP received.', (q) => q.congestion.ceReceived],
+      [
+        'qp_losses_total',
+        'counter',
+        'Losses the QP saw (fast retransmissions and timeouts).',
+        (q) => q.congestion.losses,
+      ],
+      [
+        'qp_cwnd_reductions_total',
+        'counter',
+        'Congestion window reductions of the QP (losses and ECN marks).',
+        (q) => q.congestion.lossReductions + q.congestion.ecnReductions,
+      ],
     ]),
   ];
   return renderFamilies(families);

@@ -81,7 +81,7 @@ show:
   clear interfaces|runtime|errors|trace
   trace add NODE COUNT                trace the next COUNT packets from input node NODE
   capture IF rx|tx|both NAME [count N] | capture IF off   (a new file NAME in the daemon's capture.dir)
-  fault IF rx|tx|both [seed N] [loss P] [reorder P] [duplicate P] [corrupt P] [reorder-depth N] [reorder-delay-us N] | fault IF off
+  fault IF rx|tx|both [seed N] [loss P] [reorder P] [duplicate P] [corrupt P] [ce P] [reorder-depth N] [reorder-delay-us N] | fault IF off
 
 verbs (handles are numbers; sge is MR:OFFSET:LENGTH[,MR:OFFSET:LENGTH...]):
   create pd [interface IF] [worker K]  (with cpu.workers: made on worker K, else on IF's)
@@ -277,7 +277,16 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
         a.end();
         body = { direction: 'both', off: true };
       } else {
-        const o = a.options(['seed', 'loss', 'reorder', 'duplicate', 'corrupt', 'reorder-depth', 'reorder-delay-us']);
+        const o = a.options([
+          'seed',
+          'loss',
+          'reorder',
+          'duplicate',
+          'corrupt',
+          'ce',
+          'reorder-depth',
+          'reorder-delay-us',
+        ]);
         body = { direction: dir };
         const w = `fault ${ifName}`;
         for (const [k, key] of [
@@ -286,7 +295,7 @@ export async function runCommand(words: string[], call: Call, io: CtlOutput, opt
           ['reorder-delay-us', 'reorderDelayUs'],
         ] as const)
           if (o.has(k)) body[key] = intOpt(o, k, w);
-        for (const k of ['loss', 'reorder', 'duplicate', 'corrupt']) if (o.has(k)) body[k] = numOpt(o, k, w);
+        for (const k of ['loss', 'reorder', 'duplicate', 'corrupt', 'ce']) if (o.has(k)) body[k] = numOpt(o, k, w);
       }
       const v = await call('POST', `/v1/interfaces/${encodeURIComponent(ifName)}/fault`, body);
       return done(

@@ -5,6 +5,7 @@
  * no `const`, no type arrays (`nullable: true` instead), no `format`; `x-expected` says in words
  * what a value must be, for the error message.
  */
+import { CONGESTION_NAMES } from '../nodes/rdma/congestion.ts';
 import {
   ACCESS_NAMES,
   PING_LIMITS,
@@ -127,7 +128,7 @@ export const InterfaceCounters = counterObject([
   'txErrors',
   'txHeld',
 ]);
-export const FaultCounters = counterObject(['packets', 'dropped', 'reordered', 'duplicated', 'corrupted']);
+export const FaultCounters = counterObject(['packets', 'dropped', 'reordered', 'duplicated', 'corrupted', 'marked']);
 
 export const InterfaceView = obj({
   name: str(),
@@ -393,6 +394,17 @@ export const QpCounters = counterObject([
   'duplicates',
 ]);
 export const QpRtt = obj({ srttUs: num(), rttvarUs: num(), rtoUs: num() });
+export const QpCongestion = obj({
+  algorithm: oneOf(CONGESTION_NAMES, 'rdma.congestion (nodes/rdma/PROTOCOL.md section 10)'),
+  cwnd: count('segments the QP may have in flight now: the congestion window (none: the TRP window; 0 before RTS)'),
+  ssthresh: num('slow-start threshold, segments'),
+  alpha: num("DCTCP's estimate of the fraction of segments marked CE (1 until measured; reno, none: 0)"),
+  ceMarks: count('segments the peer echoed as CE-marked'),
+  ceReceived: count('CE-marked data packets received (echoed to the peer)'),
+  losses: count('losses seen: fast retransmissions and timeouts'),
+  lossReductions: count('window reductions for losses (at most one per window of data)'),
+  ecnReductions: count('window reductions for ECN marks (at most one per window of data)'),
+});
 const qpViewProps = {
   qpn: int(0, 65535, 'QP number = its UDP port'),
   type: oneOf(['rc', 'ud'], 'rc: reliable connected; ud: unreliable datagram'),
@@ -418,6 +430,7 @@ const qpViewProps = {
   rqPosted: count(),
   counters: QpCounters,
   rtt: QpRtt,
+  congestion: QpCongestion,
 };
 export const QpView = obj(qpViewProps);
 export const ConnectResult = obj(
@@ -503,8 +516,9 @@ export const FaultSet = obj(
     },
     duplicate: probability('duplicated'),
     corrupt: probability('corrupted (one bit)'),
+    ce: probability('marked CE, if ECN-capable (ECT) IPv4'),
   },
-  ['off', 'seed', 'loss', 'reorder', 'reorderDepth', 'reorderDelayUs', 'duplicate', 'corrupt'],
+  ['off', 'seed', 'loss', 'reorder', 'reorderDepth', 'reorderDelayUs', 'duplicate', 'corrupt', 'ce'],
 );
 
 const L = VERBS_LIMITS,

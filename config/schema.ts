@@ -12,6 +12,7 @@
  *   for a mapping, an empty list for a list, and an error anywhere else;
  * - strings are never empty; numbers are finite.
  */
+import { CONGESTION_NAMES } from '../nodes/rdma/congestion.ts';
 import { MTU_MAX, MTU_MIN } from '../graph/link.ts';
 import { DRIVER_KINDS, type DriverKind } from './types.ts';
 import {
@@ -372,6 +373,7 @@ const FAULT: MapSpec = {
     },
     duplicate: probability('probability a packet is sent twice'),
     corrupt: probability('probability one random bit of a packet is flipped'),
+    ce: probability('probability an ECN-capable (ECT) IPv4 packet is marked CE (congestion experienced)'),
   },
 };
 
@@ -437,6 +439,12 @@ const INTERFACE: MapSpec = {
       default: null,
       expect: 'a list of workers, one per rx queue',
       doc: "the worker that receives each rx queue, in queue order (VPP's set interface rx-placement; memif: its queue pairs, af_packet: one socket per worker taking its QP numbers by UDP port; each worker then also transmits itself). The first is the interface's worker (a memif's control channel). null: queue q on worker (worker + q) mod cpu.workers for memif and af_packet, other drivers' queues stay on their worker",
+    },
+    congestion: {
+      type: 'enum',
+      values: CONGESTION_NAMES,
+      nullable: true,
+      doc: "congestion control of the RC QPs whose peer is reached through this interface (null: rdma.congestion's)",
     },
     'rx-mode': {
       type: 'enum',
@@ -667,6 +675,12 @@ export const SCHEMA: MapSpec = {
           above: 0,
           default: 5000,
           doc: 'connection manager: an accepted connection with no traffic from the peer this long is destroyed',
+        },
+        congestion: {
+          type: 'enum',
+          values: ['auto', ...CONGESTION_NAMES],
+          default: 'auto',
+          doc: "congestion control of an RC QP's sender, by the interface its peer is reached through (interfaces[].congestion overrides it; nodes/rdma/PROTOCOL.md section 10): none (a dedicated link: every QP sends its whole TRP window, no ECT), reno (slow start, AIMD, halving once per window on a loss or an ECN mark; data sent ECT(0)), dctcp (as reno, but an ECN mark reduces by the fraction marked: for networks whose switches mark at a shallow threshold), auto (none on memif and pipe interfaces, shared memory between two processes; reno on every other driver, a network)",
         },
         trp: {
           type: 'map',

@@ -3,6 +3,7 @@
  * filled in, keys in camelCase. The YAML spelling of each key is given in its comment; the
  * schema in config/schema.ts is the one source of both.
  */
+import type { CongestionName } from '../nodes/rdma/congestion.ts';
 import type { FaultConfig } from '../drivers/fault.ts';
 
 export type DriverKind = 'memif' | 'af_packet' | 'pcap' | 'pipe' | 'dpdk' | 'ibverbs' | 'mlx5dv';
@@ -84,9 +85,11 @@ export interface InterfaceConfig {
   rxPlacement: number[] | null;
   /** interfaces[].rx-mode; null: cpu.poll's. */
   rxMode: 'adaptive' | 'polling' | 'interrupt' | null;
+  /** interfaces[].congestion; null: rdma.congestion's. */
+  congestion: CongestionName | null;
   rxQueueSize: number;
   txQueueSize: number;
-  /** `fault: {direction: rx|tx|both (default rx), seed, loss, reorder, reorder-depth, reorder-delay-us, duplicate, corrupt}`. */
+  /** `fault: {direction: rx|tx|both (default rx), seed, loss, reorder, reorder-depth, reorder-delay-us, duplicate, corrupt, ce}`. */
   fault: { direction: 'rx' | 'tx' | 'both'; config: FaultConfig } | null;
   /** The YAML line of this interface entry (for start-up errors that name it). */
   line: number;
@@ -126,6 +129,8 @@ export interface Config {
     cmTimeoutMs: number;
     cmBacklog: number;
     cmHalfOpenMs: number;
+    /** `rdma.congestion`: auto (none on memif/pipe, reno elsewhere) | none | reno | dctcp. */
+    congestion: 'auto' | CongestionName;
     /** Budgets (nodes/rdma/budget.ts): `max-pds`, `max-cqs`, `max-srqs`, `max-mr-bytes`, `max-cq-entries`, `max-wr-slots`. */
     maxPds: number;
     maxCqs: number;

@@ -53,6 +53,7 @@ import type { FaultConfig } from '../drivers/fault.ts';
 import type { Driver, ProvidedMemory } from '../drivers/driver.ts';
 import { driverUnavailable, openDriver } from '../drivers/open.ts';
 import { DRIVER_KINDS, type Config, type InterfaceConfig } from '../config/types.ts';
+import type { CongestionName } from '../nodes/rdma/congestion.ts';
 import { registerL2L4, type Netstack } from '../nodes/netstack.ts';
 import { parseIp4 } from '../nodes/net/address.ts';
 import {
@@ -421,6 +422,7 @@ export class Dataplane implements DataplaneApi {
         cmTimeoutMs: r.cmTimeoutMs,
         cmBacklog: r.cmBacklog,
         cmHalfOpenMs: r.cmHalfOpenMs,
+        ...congestionOptions(config),
         maxPds: r.maxPds,
         maxCqs: r.maxCqs,
         maxSrqs: r.maxSrqs,
@@ -1242,6 +1244,7 @@ export class Dataplane implements DataplaneApi {
       rqPosted: q.rqPosted,
       counters: q.counters,
       rtt: q.rtt,
+      congestion: q.congestion,
     };
   }
 
@@ -1505,3 +1508,20 @@ export * from './views.ts';
 export { driverUnavailable } from '../drivers/open.ts';
 
 export { VERBS_LIBRARY, type VerbsSocket };
+
+/**
+ * rdma.congestion and interfaces[].congestion as the stack takes them: `auto` is none on memif
+ * and pipe interfaces (shared memory between two processes: a dedicated link) and reno on every
+ * other driver (a network others share); an interface's own key wins.
+ */
+export function congestionOptions(config: Config): {
+  congestion: CongestionName;
+  interfaceCongestion: Record<string, CongestionName>;
+} {
+  const cc = config.rdma.congestion;
+  const interfaceCongestion: Record<string, CongestionName> = {};
+  for (const c of config.interfaces)
+    interfaceCongestion[c.name] =
+      c.congestion ?? (cc !== 'auto' ? cc : c.driver === 'memif' || c.driver === 'pipe' ? 'none' : 'reno');
+  return { congestion: cc === 'auto' ? 'none' : cc, interfaceCongestion };
+}

@@ -12,7 +12,9 @@
  * is when a held packet's `reorderDelayUs` runs out while no traffic follows.
  *
  * Per packet, in order: dropped with `loss` (freed to the pool, nothing else applies);
- * otherwise one uniformly chosen bit of the frame (any segment) is flipped with `corrupt`;
+ * otherwise one uniformly chosen bit of the frame (any segment) is flipped with `corrupt`; an
+ * ECN-capable IPv4 packet is marked CE with `ce` (decided by the bit position's draw, so no
+ * seventh number: what a seed decides for the others does not change);
  * then with `duplicate` a copy (new buffers from the pool, whole chain, metadata included) is
  * made of the packet as it now is, and goes out right behind it (skipped when the pool cannot
  * supply it); then with `reorder` the original is held back: it goes out once k later packets
@@ -41,6 +43,11 @@ export interface FaultConfig {
   duplicate?: number;
   /** Probability one random bit of the packet (anywhere in the frame, any segment) is flipped. */
   corrupt?: number;
+  /**
+   * Probability an ECN-capable IPv4 packet (ECT(0) or ECT(1)) is marked CE (the header checksum
+   * updated), as an AQM at a congested queue marks: for congestion-control tests and benches.
+   */
+  ce?: number;
 }
 
 export interface FaultCounters {
@@ -52,6 +59,8 @@ export interface FaultCounters {
   /** Copies made (each one more packet out). */
   duplicated: number;
   corrupted: number;
+  /** ECN-capable packets marked CE. */
+  marked: number;
 }
 
 /** Fault configurations of one interface, by direction (`InterfaceOptions.fault`). */
@@ -68,12 +77,13 @@ export const FAULT_DEFAULTS = {
   reorderDelayUs: 500,
   duplicate: 0,
   corrupt: 0,
+  ce: 0,
 } as const;
 
 /** Most packets one injector holds back at once. */
 export const HOLD_MAX = 64;
 
-const PROBABILITIES = ['loss', 'reorder', 'duplicate', 'corrupt'] as const;
+const PROBABILITIES = ['loss', 'reorder', 'duplicate', 'corrupt', 'ce'] as const;
 const KEYS = Object.keys(FAULT_DEFAULTS);
 
 function isRecord(v: unknown): v is Record<string, unknown> {
@@ -145,6 +155,7 @@ export class FaultInjector {
   private delayNs: number = FAULT_DEFAULTS.reorderDelayUs * 1000;
   private duplicate = 0;
   private corrupt = 0;
+  private ce = 0;
   /** Generator state (u32, kept as a signed int32). */
   private state = 0;
 
@@ -154,6 +165,7 @@ export class FaultInjector {
   private nReordered = 0;
   private nDuplicated = 0;
   private nCorrupted = 0;
+  private nMarked = 0;
 
   /** Held packets, oldest first: buffer, later packets still to go out before it, deadline (ns). */
   private readonly heldBi = new Uint32Array(HOLD_MAX);
@@ -186,6 +198,7 @@ export class FaultInjector {
     this.delayNs = (cfg.reorderDelayUs ?? FAULT_DEFAULTS.reorderDelayUs) * 1000;
     this.duplicate = cfg.duplicate ?? 0;
     this.corrupt = cfg.corrupt ?? 0;
+    this.ce = cfg.ce ?? 0;
     for (let j = 0; j < this.held; j++) if (this.heldLeft[j] > this.depth) this.heldLeft[j] = this.depth;
     if (cfg.seed !== undefined) this.reseed(cfg.seed);
   }
@@ -209,6 +222,7 @@ export class FaultInjector {
       reordered: this.nReordered,
       duplicated: this.nDuplicated,
       corrupted: this.nCorrupted,
+      marked: this.nMarked,
     };
   }
 
@@ -246,6 +260,9 @@ export class FaultInjector {
         continue;
       }
       if (rCorrupt < this.corrupt && flipBit(pool, bi, rBit)) this.nCorrupted++;
+      // CE marking draws no number of its own (the seed's other decisions stay as they were):
+      // it takes the bit position's draw, which is independent of whether the packet is corrupted.
+      if (rBit < this.ce && markCe(pool, bi)) this.nMarked++;
       const dup = rDup < this.duplicate ? this.copy(pool, bi) : -1;
       if (dup >= 0) this.nDuplicated++;
       if (rReorder < this.reorder && this.held < HOLD_MAX) {
@@ -357,6 +374,34 @@ export class FaultInjector {
     }
     return segs[0];
   }
+}
+
+/**
+ * Mark packet `bi` CE if it is an ECN-capable IPv4 packet (Ethernet II, no VLAN tag; ECT(0) or
+ * ECT(1)): the ECN bits to 11 and the header checksum updated (RFC 1624), unless the checksum
+ * is left to the NIC (TX_IP4_CKSUM: the field is 0 and summed later). False when not marked.
+ */
+function markCe(pool: BufferPool, bi: number): boolean {
+  if (pool.length[bi] < 14 + 20) return false;
+  const u8 = pool.u8,
+    o = pool.offset[bi];
+  if (u8[o + 12] !== 0x08 || u8[o + 13] !== 0x00 || u8[o + 14] >>> 4 !== 4) return false;
+  const tos = u8[o + 15];
+  if ((tos & 3) === 0 || (tos & 3) === 3) return false;
+  const now = tos | 3;
+  u8[o + 15] = now;
+  if (!(pool.flags[bi] & BufferFlag.TX_IP4_CKSUM)) {
+    // HC' = ~(~HC + ~m + m') over the 16-bit word holding the TOS (version/IHL in its high byte).
+    const hi = u8[o + 14] << 8;
+    const hc = (u8[o + 24] << 8) | u8[o + 25];
+    let x = (~hc & 0xffff) + (~(hi | tos) & 0xffff) + (hi | now);
+    x = (x & 0xffff) + (x >>> 16);
+    x = (x & 0xffff) + (x >>> 16);
+    const nc = ~x & 0xffff;
+    u8[o + 24] = nc >>> 8;
+    u8[o + 25] = nc & 0xff;
+  }
+  return true;
 }
 
 /** Flip bit floor(r * bits) of packet `bi` (across its chain). False for an empty packet. */

@@ -208,7 +208,7 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
       body: { direction: 'rx', 'reorder-depth': 4 },
       status: 400,
       message:
-        /^body\/reorder-depth is not allowed \(allowed: direction, off, seed, loss, reorder, reorderDepth, reorderDelayUs, duplicate, corrupt\)$/,
+        /^body\/reorder-depth is not allowed \(allowed: direction, off, seed, loss, reorder, reorderDepth, reorderDelayUs, duplicate, corrupt, ce\)$/,
     },
     {
       method: 'POST',

@@ -506,7 +506,10 @@ test('interfaces, neighbors, runtime (verbose), errors, trace, capture and fault
     );
 
     const f = await ca.setFault(ia.name, 'tx', { seed: 7, loss: 0.5 });
-    assert.equal(f.fault, { rx: null, tx: { packets: 0, dropped: 0, reordered: 0, duplicated: 0, corrupted: 0 } });
+    assert.equal(f.fault, {
+      rx: null,
+      tx: { packets: 0, dropped: 0, reordered: 0, duplicated: 0, corrupted: 0, marked: 0 },
+    });
     // Lossy tx: the WRITE still completes (retransmitted), and the injector counted.
     await ca.postSend(x.qp.qpn, {
       wrId: 2,

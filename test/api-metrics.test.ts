@@ -324,6 +324,11 @@ test('GET /metrics after traffic: valid exposition, content type 0.0.4, values e
         `qp ${q.qpn} timeouts`,
       );
       assert.is(one(m, 'rdmagraph_qp_srtt_seconds', l), q.rtt.srttUs / 1e6);
+      // Congestion control (a memif link: none, the whole TRP window; 0 before RTS).
+      assert.is(one(m, 'rdmagraph_qp_cwnd_segments', l), q.congestion.cwnd);
+      assert.is(one(m, 'rdmagraph_qp_ssthresh_segments', l), q.congestion.ssthresh);
+      assert.is(one(m, 'rdmagraph_qp_ce_marks_total', l), q.congestion.ceMarks);
+      assert.is(one(m, 'rdmagraph_qp_losses_total', l), q.congestion.losses);
     }
     assert.ok(
       one(m, 'rdmagraph_qp_tx_bytes_total', { qpn: String(qa.qpn), state: 'rts' }) >= 6000,
@@ -331,6 +336,12 @@ test('GET /metrics after traffic: valid exposition, content type 0.0.4, values e
     );
     assert.is(one(m, 'rdmagraph_qp_tx_packets_total', { qpn: String(idle.qpn), state: 'reset' }), 0);
     assert.is(m.types.get('rdmagraph_qp_srtt_seconds'), 'gauge');
+    assert.is(m.types.get('rdmagraph_qp_cwnd_segments'), 'gauge');
+    assert.is(m.types.get('rdmagraph_qp_ce_marks_total'), 'counter');
+    assert.ok(
+      one(m, 'rdmagraph_qp_cwnd_segments', { qpn: String(qa.qpn), state: 'rts' }) > 0,
+      'an RTS QP has a window',
+    );
     assert.is(m.types.get('rdmagraph_interface_link_up'), 'gauge');
   } finally {
     await p.close();

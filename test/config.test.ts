@@ -32,7 +32,7 @@ const M = 'interfaces:\n  - name: m0\n    driver: memif\n    memif: {socket: s}\
 // The same with an address on line 5.
 const MA = `${M}    address: 10.0.0.1/24\n`;
 const IF_KEYS =
-  'name, driver, memif, af_packet, pcap, pipe, dpdk, ibverbs, mlx5dv, mac, address, gateway, mtu, rx-queues, worker, rx-placement, rx-mode, rx-queue-size, tx-queue-size, fault';
+  'name, driver, memif, af_packet, pcap, pipe, dpdk, ibverbs, mlx5dv, mac, address, gateway, mtu, rx-queues, worker, rx-placement, congestion, rx-mode, rx-queue-size, tx-queue-size, fault';
 const TOP_KEYS = 'api, cpu, buffers, log, interfaces, neighbors, rdma, capture, verbs, trace';
 const CIDR = 'an IPv4 host address with prefix length, a.b.c.d/N with N in 0..32';
 const MAC = 'a unicast MAC address xx:xx:xx:xx:xx:xx';
@@ -107,7 +107,7 @@ const CASES: [string, string, string][] = [
   [
     'unknown key: rdma',
     'rdma: {max-qp: 1}\n',
-    't.yaml:1:8: rdma.max-qp: unknown key "max-qp" (expected one of: port-range, max-qps, max-mrs, max-pds, max-cqs, max-srqs, max-mr-bytes, max-cq-entries, max-wr-slots, cm-retry-ms, cm-timeout-ms, cm-backlog, cm-half-open-ms, trp)',
+    't.yaml:1:8: rdma.max-qp: unknown key "max-qp" (expected one of: port-range, max-qps, max-mrs, max-pds, max-cqs, max-srqs, max-mr-bytes, max-cq-entries, max-wr-slots, cm-retry-ms, cm-timeout-ms, cm-backlog, cm-half-open-ms, congestion, trp)',
   ],
   [
     'unknown key: rdma.trp',
@@ -157,7 +157,7 @@ const CASES: [string, string, string][] = [
   [
     'unknown key: fault',
     `${M}    fault: {drop: 0.1}\n`,
-    't.yaml:5:13: interfaces[0].fault.drop: unknown key "drop" (expected one of: direction, seed, loss, reorder, reorder-depth, reorder-delay-us, duplicate, corrupt)',
+    't.yaml:5:13: interfaces[0].fault.drop: unknown key "drop" (expected one of: direction, seed, loss, reorder, reorder-depth, reorder-delay-us, duplicate, corrupt, ce)',
   ],
   [
     'unknown key: a neighbor',
@@ -854,6 +854,7 @@ const DEFAULTS: Config = {
     cmTimeoutMs: 5000,
     cmBacklog: 64,
     cmHalfOpenMs: 5000,
+    congestion: 'auto',
     maxPds: 4096,
     maxCqs: 4096,
     maxSrqs: 1024,
@@ -904,6 +905,7 @@ test("defaults of an interface and of each driver's options", () => {
     worker: null,
     rxPlacement: null,
     rxMode: null,
+    congestion: null,
     rxQueueSize: 1024,
     txQueueSize: 1024,
     fault: null,
@@ -964,7 +966,7 @@ test("defaults of an interface and of each driver's options", () => {
       line: 9,
       fault: {
         direction: 'rx',
-        config: { seed: 1, loss: 0, reorder: 0, reorderDepth: 8, reorderDelayUs: 500, duplicate: 0, corrupt: 0 },
+        config: { seed: 1, loss: 0, reorder: 0, reorderDepth: 8, reorderDelayUs: 500, duplicate: 0, corrupt: 0, ce: 0 },
       },
     },
   ]);
@@ -1002,6 +1004,7 @@ interfaces:
     rx-queues: 2
     worker: 1
     rx-mode: polling
+    congestion: dctcp
     rx-queue-size: 512
     tx-queue-size: 256
     fault:
@@ -1013,6 +1016,7 @@ interfaces:
       reorder-delay-us: 250
       duplicate: 0.3
       corrupt: 0.4
+      ce: 0.5
   - name: p-a
     driver: pipe
     pipe: {peer: p_b}
@@ -1049,6 +1053,7 @@ rdma:
   cm-timeout-ms: 2000.5
   cm-backlog: 3
   cm-half-open-ms: 750
+  congestion: dctcp
   max-pds: 7
   max-cqs: 8
   max-srqs: 9
@@ -1079,6 +1084,7 @@ test('a full example: the normalised Config, every key taken', () => {
     worker: null,
     rxPlacement: null,
     rxMode: null,
+    congestion: null,
     rxQueueSize: 1024,
     txQueueSize: 1024,
     fault: null,
@@ -1109,6 +1115,7 @@ test('a full example: the normalised Config, every key taken', () => {
         worker: 1,
         rxPlacement: null,
         rxMode: 'polling',
+        congestion: 'dctcp',
         rxQueueSize: 512,
         txQueueSize: 256,
         fault: {
@@ -1121,19 +1128,20 @@ test('a full example: the normalised Config, every key taken', () => {
             reorderDelayUs: 250,
             duplicate: 0.3,
             corrupt: 0.4,
+            ce: 0.5,
           },
         },
         line: 17,
       },
-      { ...base, name: 'p-a', driver: 'pipe', pipe: { peer: 'p_b' }, address: '192.168.7.0/31', line: 44 },
-      { ...base, name: 'p_b', driver: 'pipe', pipe: { peer: 'p-a' }, address: '192.168.7.1/31', line: 48 },
+      { ...base, name: 'p-a', driver: 'pipe', pipe: { peer: 'p_b' }, address: '192.168.7.0/31', line: 46 },
+      { ...base, name: 'p_b', driver: 'pipe', pipe: { peer: 'p-a' }, address: '192.168.7.1/31', line: 50 },
       {
         ...base,
         name: 'c0',
         driver: 'pcap',
         pcap: { rxFile: 'in.pcap', txFile: 'out.pcap', rate: 2.5, loop: 0 },
         address: '172.16.0.9/32',
-        line: 52,
+        line: 54,
       },
       {
         ...base,
@@ -1148,21 +1156,21 @@ test('a full example: the normalised Config, every key taken', () => {
           rxRing: 'v3', // v2 needs tx-mode sendmmsg (checked below)
           blockTimeoutMs: 5,
         },
-        line: 56,
+        line: 58,
       },
       {
         ...base,
         name: 'd0',
         driver: 'dpdk',
         dpdk: { device: 'net_tap0', ealArgs: ['--no-pci', '--vdev=net_tap0'] },
-        line: 59,
+        line: 61,
       },
       {
         ...base,
         name: 'i0',
         driver: 'ibverbs',
         ibverbs: { device: 'mlx5_0', hostInterface: null, port: 2, promisc: false },
-        line: 62,
+        line: 64,
       },
       {
         ...base,
@@ -1176,7 +1184,7 @@ test('a full example: the normalised Config, every key taken', () => {
           striding: false,
           cqeCompression: false,
         },
-        line: 65,
+        line: 67,
       },
     ],
     neighbors: [
@@ -1192,6 +1200,7 @@ test('a full example: the normalised Config, every key taken', () => {
       cmTimeoutMs: 2000.5,
       cmBacklog: 3,
       cmHalfOpenMs: 750,
+      congestion: 'dctcp',
       maxPds: 7,
       maxCqs: 8,
       maxSrqs: 9,

@@ -181,7 +181,7 @@ test('loss: the drop rate is close to the probability, rx and tx, and the counte
     r.run();
     const lost = N - r.got.length;
     const c = r.ifs.faultCounters(dir === 'rx' ? 'pipe1' : 'pipe0')[dir] as FaultCounters;
-    assert.equal(c, { packets: N, dropped: lost, reordered: 0, duplicated: 0, corrupted: 0 });
+    assert.equal(c, { packets: N, dropped: lost, reordered: 0, duplicated: 0, corrupted: 0, marked: 0 });
     const sigma = Math.sqrt((p * (1 - p)) / N);
     assert.ok(Math.abs(lost / N - p) < 4 * sigma, `${dir} loss ${p}: lost ${lost} of ${N}`);
     const s = r.seqs();
@@ -369,7 +369,7 @@ test('duplicate: the copy is a separate buffer chain, byte-identical, right behi
       'chains of three segments were copied',
     );
     const c = r.ifs.faultCounters(dir === 'rx' ? 'pipe1' : 'pipe0')[dir] as FaultCounters;
-    assert.equal(c, { packets: N, dropped: 0, reordered: 0, duplicated: N, corrupted: 0 });
+    assert.equal(c, { packets: N, dropped: 0, reordered: 0, duplicated: N, corrupted: 0, marked: 0 });
     r.close();
   }
 });
@@ -547,7 +547,7 @@ test('setFault at run time: add, change (counters kept; reseed only with a seed)
   assert.is(c.packets, 660, 'rx changed in place');
   assert.equal(
     r.ifs.faultCounters('pipe1').tx,
-    { packets: 0, dropped: 0, reordered: 0, duplicated: 0, corrupted: 0 },
+    { packets: 0, dropped: 0, reordered: 0, duplicated: 0, corrupted: 0, marked: 0 },
     'tx new',
   );
   assert.equal(batch(20), []);
@@ -584,7 +584,7 @@ test('validation: errors name the key and where it is', () => {
   const bad: [unknown, RegExp][] = [
     [
       { los: 0.1 },
-      /^interfaces\.pipe1\.fault\.rx\.los: unknown key \(known: seed, loss, reorder, reorderDepth, reorderDelayUs, duplicate, corrupt\)$/,
+      /^interfaces\.pipe1\.fault\.rx\.los: unknown key \(known: seed, loss, reorder, reorderDepth, reorderDelayUs, duplicate, corrupt, ce\)$/,
     ],
     [{ loss: 1.5 }, /\.rx\.loss must be a probability in \[0, 1\], got 1\.5/],
     [{ corrupt: -0.1 }, /\.rx\.corrupt must be a probability/],
@@ -631,7 +631,7 @@ test('validation: errors name the key and where it is', () => {
   ifs.add(b, { next: 'error-drop', fault: { tx: { loss: 0.5 } } });
   assert.equal(ifs.faultCounters('pipe1'), {
     rx: null,
-    tx: { packets: 0, dropped: 0, reordered: 0, duplicated: 0, corrupted: 0 },
+    tx: { packets: 0, dropped: 0, reordered: 0, duplicated: 0, corrupted: 0, marked: 0 },
   });
   assert.throws(
     () => ifs.setFault('pipe1', 'tx', { corupt: 0.1 } as object),

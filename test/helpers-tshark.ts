@@ -40,8 +40,10 @@ export interface TrpHeader {
   ack: number;
   /** The TRP opcode (the high 4 bits): 0 DATA/ACK, 1 REQ, 2 ACCEPT, 3 REJECT, 4 FIN, 5 SACK. */
   opcode: number;
-  /** The low 12 bits. */
+  /** The low 12 bits of REQ, ACCEPT, REJECT, FIN (0 in DATA and SACK, whose low bits are `ceEcho`). */
   reserved: number;
+  /** DATA and SACK: the CE echo (PROTOCOL.md section 5), the low 12 bits. */
+  ceEcho?: number;
   /** SACK only: "[psn, ack)". */
   sack?: string;
   /** Opcode 0 without a DDP segment. */
@@ -155,6 +157,7 @@ const TRP_FIELDS = [
   'trp.ack',
   'trp.opcode',
   'trp.reserved',
+  'trp.ce_echo',
   'trp.sack',
   'trp.pure_ack',
   'trp.cm.pdlen',
@@ -393,9 +396,10 @@ function decodeRow(l: Record<string, string[]>): TrpDecoded {
       psn: need('trp.psn'),
       ack: need('trp.ack'),
       opcode: need('trp.opcode'),
-      reserved: need('trp.reserved'),
+      reserved: l['trp.reserved'] ? need('trp.reserved') : 0,
       pureAck: bool('trp.pure_ack') ?? false,
     };
+    if (l['trp.ce_echo']) d.trp.ceEcho = need('trp.ce_echo');
     if (l['trp.sack']) d.trp.sack = one('trp.sack');
     if (l['trp.send_imm']) d.trp.sendImm = need('trp.send_imm');
     if (l['trp.cm.pdlen'])

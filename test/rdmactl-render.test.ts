@@ -185,6 +185,10 @@ const CASES: [string, Req][] = [
       body: { direction: 'rx', seed: 7, reorderDepth: 4, loss: 0.05 },
     },
   ],
+  [
+    'fault memif0 tx ce 0.02',
+    { method: 'POST', path: '/v1/interfaces/memif0/fault', body: { direction: 'tx', ce: 0.02 } },
+  ],
   ['fault memif0 off', { method: 'POST', path: '/v1/interfaces/memif0/fault', body: { direction: 'both', off: true } }],
   ['show qp 20000', { method: 'GET', path: '/v1/qps/20000' }],
   // VPP's unique prefixes and the commands VPP and rdma-core users reach for.

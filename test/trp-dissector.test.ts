@@ -98,6 +98,8 @@ const trpWant = (psn: number, ack: number, opcode: number, extra: Partial<TrpHea
   ack,
   opcode,
   reserved: 0,
+  // DATA and SACK carry the CE echo in the low 12 bits (PROTOCOL.md section 5).
+  ...(opcode === TRP.DATA || opcode === TRP.SACK ? { ceEcho: 0 } : {}),
   pureAck: false,
   ...extra,
 });
@@ -167,6 +169,7 @@ const PROTOCOL_VECTORS = [
   '00000009 00000005 0000',
   '0000000c 0000000f 5000',
   '11111111 abcdef01 6003 7564',
+  '00000009 00000005 0025',
 ];
 cases.push({
   name: 'vector: SEND, last segment, PSN 7, ACK 3, MSN 1, MO 0, "hi"',
@@ -193,6 +196,16 @@ cases.push({
   name: 'vector: SACK of [12,15)',
   bytes: fromHex(PROTOCOL_VECTORS[3]),
   trp: trpWant(12, 15, TRP.SACK, { sack: '[12, 15)' }),
+});
+cases.push({
+  name: 'vector: pure ACK echoing 37 CE-marked packets (no reserved-bits warning)',
+  bytes: fromHex(PROTOCOL_VECTORS[5]),
+  trp: trpWant(9, 5, TRP.DATA, { pureAck: true, ceEcho: 37 }),
+});
+cases.push({
+  name: 'SACK echoing 4095 CE-marked packets',
+  bytes: trpHeader(12, 15, TRP.SACK, 0xfff),
+  trp: trpWant(12, 15, TRP.SACK, { sack: '[12, 15)', ceEcho: 4095 }),
 });
 
 // Sends (QN 0). Wireshark shows bytes 2..5 as "Reserved" for Send and Send with SE, as the

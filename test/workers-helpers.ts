@@ -110,6 +110,7 @@ export function memifIf(
     worker,
     rxPlacement: null,
     rxMode: null,
+    congestion: null,
     rxQueueSize: 1024,
     txQueueSize: 1024,
     fault: null,

@@ -18,6 +18,7 @@ type Fault = {
   reorderDelayUs?: number;
   duplicate?: number;
   corrupt?: number;
+  ce?: number;
 };
 
 /** Rows with neither calls nor suspends are left out unless verbose, as `show runtime` does. */

@@ -3,9 +3,9 @@
  * interface's `<if>-output`.
  *
  * In: data = the L4 header, `Ip4Opaque` words REMOTE (destination), LOCAL (source, 0 = the
- * interface's), L4 (protocol; interface index in the high half, 0 = route by destination).
- * The IPv4 header is prepended in the headroom: version 4, IHL 5, TOS 0, DF, TTL 64, an
- * identification from a per-graph counter, the unrolled header checksum. The next hop is the
+ * interface's), L4 (protocol; TOS in bits 8..15; interface index in the high half, 0 = route
+ * by destination). The IPv4 header is prepended in the headroom: version 4, IHL 5, the TOS
+ * given (0 but ECT(0) on RDMA data under congestion control), DF, TTL 64, an identification from a per-graph counter, the unrolled header checksum. The next hop is the
  * destination when on-link, else the interface's gateway. Its MAC comes from the neighbor
  * table (broadcast and multicast map directly). When it is unresolved the packet is held by
  * the neighbor table, which sends an ARP request at once and again every retransmit interval
@@ -207,7 +207,7 @@ function ip4Rewrite(rt: NodeRuntime, frame: Frame | null): number {
     let src = opaque[w + Ip4Opaque.LOCAL];
     if (src === 0) src = ifAddr[ix];
     ident = (ident + 1) & 0xffff;
-    v.setUint32(ip, 0x45000000 | (plen + IP4_HEADER_BYTES));
+    v.setUint32(ip, (0x45000000 | ((l4 & 0xff00) << 8) | (plen + IP4_HEADER_BYTES)) >>> 0);
     v.setUint32(ip + 4, (ident << 16) | IP4_FLAG_DF);
     u8[ip + 8] = IP4_DEFAULT_TTL;
     u8[ip + 9] = l4 & 0xff;

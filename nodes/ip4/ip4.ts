@@ -25,8 +25,12 @@ export const IP4_DEFAULT_TTL = 64;
  *   REMOTE  the peer's address: rx = IPv4 source, tx = IPv4 destination
  *   LOCAL   our address: rx = IPv4 destination, tx = IPv4 source (0 = the tx interface's)
  *   PORTS   UDP ports: (remote port << 16) | local port
- *   L4      bits 0..7 the IP protocol; bits 16..31 an interface index: rx = where it came in,
- *           tx = where to send it (0 = by route; udp4-encap fills it in from its route lookup)
+ *   L4      bits 0..7 the IP protocol; bits 8..15 the TOS byte: rx = the received one (udp4-input
+ *           sets it; the ECN field is its low 2 bits), tx = the one ip4-rewrite writes (0 unless
+ *           a producer sets it: trp-output marks ECT(0) there, udp4-encap passes on only the
+ *           ECT(0) bit so an echoed datagram never carries a CE on); bits 16..31 an interface
+ *           index: rx = where it came in, tx = where to send it (0 = by route; udp4-encap fills
+ *           it in from its route lookup)
  *
  * Words FIRST_FREE.. (4..7) belong to the layers above UDP (QP index, PSN...). A producer of
  * datagrams sets all four words (the pool does not clear them): `setUdpDestination` does.
@@ -38,6 +42,11 @@ export const Ip4Opaque = {
   L4: 3,
   FIRST_FREE: 4,
 } as const;
+
+/** ECN codepoints (RFC 3168), the low 2 bits of the TOS byte. */
+export const Ecn = { NOT_ECT: 0, ECT1: 1, ECT0: 2, CE: 3 } as const;
+/** The ECT(0) codepoint where the `Ip4Opaque.L4` word holds the TOS byte (bits 8..15). */
+export const L4_TOS_ECT0 = Ecn.ECT0 << 8;
 export { OPAQUE_WORDS };
 
 /** Fold a sum of 16- or 32-bit big-endian words (any non-negative integer < 2^53) to 16 bits. */

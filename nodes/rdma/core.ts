@@ -60,6 +60,8 @@ export class RdmaCore {
   /** STag = index << stagKeyBits | key. */
   readonly stagKeyBits: number;
   readonly window: number;
+  /** Congestion.* every new RC QP gets (rdma.congestion). */
+  congestion = 0;
   readonly rtoMinNs: number;
   readonly rtoMaxNs: number;
   readonly rtoInitNs: number;
@@ -212,7 +214,8 @@ export class RdmaCore {
     const v = new DataView(m.buffer);
     v.setUint32(0, psn);
     v.setUint32(4, qp.rcvNxt);
-    v.setUint16(8, op << 12);
+    // DATA (a pure ACK) carries the CE echo in the low bits (PROTOCOL.md section 5), FIN none.
+    v.setUint16(8, (op << 12) | (op === TrpOp.DATA ? qp.ceReceived & 0xfff : 0));
     this.net.udp.sendTo(m, qp.remoteAddr, qp.remotePort, qp.qpn, qp.localAddr);
   }
 

@@ -25,6 +25,7 @@ import { buildSegment, completeSq, sqAcknowledged, takePsn, toError } from './tr
 import { isLocal, WcStatus, WrOpcode } from './verbs.ts';
 import { localFailure, runLocal } from './windows.ts';
 import { serveUd, type UdOut } from './ud-output.ts';
+import { sendLimit } from './congestion.ts';
 
 export const DDP_OUTPUT = 'ddp-output';
 /** What trp-output puts in front (the INFO opaque word on transmit). */
@@ -146,7 +147,8 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
     qp.termSent = true;
     qp.termPsn = psn;
   }
-  const window = core.window;
+  // What may be in flight: the TRP window, or less under congestion control (congestion.ts).
+  const window = sendLimit(qp, core.window);
   // RTR answers Reads and Atomics too (as an InfiniBand responder does) once its send PSN is set.
   const mayRespond =
     qp.state === QpState.RTR ? qp.sendStarted : qp.state !== QpState.RESET && qp.state !== QpState.INIT;

@@ -14,6 +14,7 @@
  *   outstanding Reads/Atomics (ORD);
  * - TRP sequence state, RTT estimate (RFC 6298) and retry counter.
  */
+import { ccInit, Congestion } from './congestion.ts';
 import { Mr, type Mw, Pd, type Cq, RecvWr, SgList, type Srq, WcStatus } from './verbs.ts';
 
 export const QpState = { RESET: 0, INIT: 1, RTR: 2, RTS: 3, SQD: 4, SQE: 5, ERROR: 6 } as const;
@@ -154,6 +155,8 @@ export interface QpConfig {
   window: number;
   /** An unreliable datagram QP (ud-output.ts, ud-input.ts): no peer, no TRP state. */
   ud: boolean;
+  /** The TRP window (rdma.trp.window) cwnd stays within. */
+  sendWindow?: number;
 }
 
 function pow2(n: number): number {
@@ -261,6 +264,34 @@ export class Qp {
   rtoDeadline = 0;
   rtoTimer = -1;
   retries = 0;
+
+  // ------------------------------------------------------------ congestion control (congestion.ts)
+  /** Congestion.* chosen when the peer was set (its interface's, else the stack's), in force from startSend. */
+  ccChoice: number = Congestion.NONE;
+  ccAlgo = 0;
+  /** Congestion window and slow-start threshold, in segments (cwnd fractional in avoidance). */
+  cwnd = 0;
+  ssthresh = 0;
+  /** A reduction covers the window up to ccRecover; none again before the ACK passes it. */
+  ccInRecovery = false;
+  ccRecover = 0;
+  /** The window before a timeout (F-RTO's undo), 0 when none. */
+  ccUndoCwnd = 0;
+  ccUndoSsthresh = 0;
+  /** DCTCP: alpha, the current window of observation (ends at ccWinEnd), its acked and marked segments. */
+  ccAlpha = 1;
+  ccWinEnd = 0;
+  ccWinAcked = 0;
+  ccWinMarked = 0;
+  /** The peer's echoed CE counter as last taken (12 bits). */
+  ccEchoSeen = 0;
+  /** Receive side: CE-marked data packets received (echoed, 12 bits on the wire). */
+  ceReceived = 0;
+  /** Counters: marks the peer echoed, losses seen (fast retransmits and timeouts), window reductions. */
+  ceMarks = 0;
+  lossEvents = 0;
+  ccReductions = 0;
+  ecnReductions = 0;
 
   // ------------------------------------------------------------ TRP receive side
   rcvNxt = 0; // cumulative: every PSN below arrived
@@ -411,6 +442,7 @@ export class Qp {
   startSend(psn: number): void {
     this.sndUna = this.sndNxt = psn >>> 0;
     this.sendStarted = true;
+    ccInit(this, this.ccChoice, this.cfg.sendWindow ?? this.W);
   }
 
   /** A timeout sent only its oldest segment; the next ACK decides about the rest up to rtoProbeHigh. */

@@ -13,6 +13,7 @@
  * throw a VerbsError whose kind says which (invalid, not-found, state, busy, too-large,
  * resource); nothing a caller passes can break the data path.
  */
+import { Congestion, CONGESTION_NAMES, type CongestionName, sendLimit } from './congestion.ts';
 import type { Graph } from '../../graph/index.ts';
 import type { Netstack } from '../netstack.ts';
 import { formatIp4, parseIp4 } from '../net/address.ts';
@@ -57,6 +58,10 @@ export interface RdmaOptions extends Partial<BudgetLimits> {
   maxQps?: number;
   maxMrs?: number;
   trp?: Partial<TrpSettings>;
+  /** Congestion control of an RC QP's sender (congestion.ts; default none: the embedded stacks' links are dedicated). */
+  congestion?: CongestionName;
+  /** Per interface name, overriding `congestion` for QPs whose peer is reached through it (chosen at connect). */
+  interfaceCongestion?: Record<string, CongestionName>;
   /** Connection manager: REQ resend interval and connect timeout (ms). */
   cmRetryMs?: number;
   cmTimeoutMs?: number;
@@ -176,6 +181,22 @@ export interface QpInfo {
     duplicates: number;
   };
   rtt: { srttUs: number; rttvarUs: number; rtoUs: number };
+  /** The sender's congestion control (congestion.ts). */
+  congestion: {
+    algorithm: CongestionName;
+    /** Segments: the congestion window (the TRP window under `none`) and the slow-start threshold. */
+    cwnd: number;
+    ssthresh: number;
+    /** DCTCP's estimate of the fraction of segments marked (1 until measured; reno and none: 0). */
+    alpha: number;
+    /** Segments the peer echoed as CE-marked; CE-marked data packets we received (and echo). */
+    ceMarks: number;
+    ceReceived: number;
+    /** Losses seen (fast retransmissions, timeouts); window reductions for losses and for ECN marks. */
+    losses: number;
+    lossReductions: number;
+    ecnReductions: number;
+  };
 }
 
 /**
@@ -282,6 +303,8 @@ export class Rdma {
   private mrCursor = 1;
   private readonly cmRetryNs: number;
   private readonly cmTimeoutNs: number;
+  /** Congestion.* by interface name (rdma.congestion per interface), else core.congestion. */
+  private readonly ccByInterface = new Map<string, number>();
 
   constructor(graph: Graph, net: Netstack, opts: RdmaOptions = {}) {
     this.graph = graph;
@@ -312,7 +335,16 @@ export class Rdma {
       throw new RangeError(`rdma trp: need 0 < rto-min-ms <= rto-max-ms, got ${trp.rtoMinMs} and ${trp.rtoMaxMs}`);
     if (!(Number.isInteger(trp.maxRetries) && trp.maxRetries >= 0))
       throw new RangeError(`rdma trp max-retries must be an integer >= 0, got ${trp.maxRetries}`);
+    const ccIndex = (v: unknown, what: string): number => {
+      const k = (CONGESTION_NAMES as readonly unknown[]).indexOf(v);
+      if (k < 0)
+        throw new RangeError(`${what} must be one of ${CONGESTION_NAMES.join(', ')}, got ${JSON.stringify(v)}`);
+      return k;
+    };
     this.core = new RdmaCore(graph, net, maxQps, maxMrs, trp);
+    this.core.congestion = ccIndex(opts.congestion ?? 'none', 'rdma congestion');
+    for (const [name, v] of Object.entries(opts.interfaceCongestion ?? {}))
+      this.ccByInterface.set(name, ccIndex(v, `rdma congestion of interface ${name}`));
     this.mrKeys = new Uint32Array(maxMrs + 1);
     this.maxMessage = opts.maxMessage ?? 2 ** 31;
     this.budget = new Budget(opts);
@@ -595,6 +627,7 @@ export class Rdma {
       ord: int(init.ord ?? VERBS_DEFAULTS.ord, 1, MAX_RD_ATOMIC, 'ord'),
       window: this.core.window + 1,
       ud: init.type === 'ud',
+      sendWindow: this.core.window,
     };
     if (init.type !== undefined && init.type !== 'rc' && init.type !== 'ud')
       throw new VerbsError('invalid', `qp type must be rc or ud, got ${JSON.stringify(init.type)}`);
@@ -739,6 +772,8 @@ export class Rdma {
     qp.mtuTagged = Math.max(1, Math.min(segmentPayload(mtu, true), room - DDP_TAGGED_BYTES));
     qp.remoteAddr = addr;
     qp.remotePort = port;
+    // Congestion control: the egress interface's choice, else the stack's (taken at startSend).
+    qp.ccChoice = this.ccByInterface.get(ifs.names[ix]) ?? this.core.congestion;
     qp.window();
   }
 
@@ -906,6 +941,17 @@ export class Rdma {
         duplicates: qp.duplicates,
       },
       rtt: { srttUs: qp.srttNs / 1e3, rttvarUs: qp.rttvarNs / 1e3, rtoUs: qp.rtoNs / 1e3 },
+      congestion: {
+        algorithm: CONGESTION_NAMES[qp.sendStarted ? qp.ccAlgo : qp.ccChoice],
+        cwnd: qp.sendStarted ? sendLimit(qp, this.core.window) : 0,
+        ssthresh: qp.ssthresh,
+        alpha: qp.sendStarted && qp.ccAlgo === Congestion.DCTCP ? qp.ccAlpha : 0,
+        ceMarks: qp.ceMarks,
+        ceReceived: qp.ceReceived,
+        losses: qp.lossEvents,
+        lossReductions: qp.ccReductions,
+        ecnReductions: qp.ecnReductions,
+      },
     };
   }
 

@@ -8,6 +8,7 @@
 import type { BufferPool } from '../../graph/index.ts';
 import { type Qp, QpState, type RespSlot, type SendWr, TxFlag, TxKind } from './qp.ts';
 import type { RdmaCore } from './core.ts';
+import { ccOnAck, ccOnLoss, ccOnTimeout, ccUndoTimeout } from './congestion.ts';
 import {
   type Completion,
   type Cq,
@@ -234,6 +235,7 @@ export function onAck(core: RdmaCore, qp: Qp, ack: number, nowNs: number): boole
     return false;
   }
   const mask = qp.wMask;
+  const flight = (qp.sndNxt - qp.sndUna) | 0;
   let sampleNs = -1;
   for (let p = qp.sndUna; p !== ack; p = (p + 1) >>> 0) {
     const s = p & mask;
@@ -252,13 +254,16 @@ export function onAck(core: RdmaCore, qp: Qp, ack: number, nowNs: number): boole
     // One that stops right after it: what it leaves of what was out at the timeout (and not
     // SACKed) the peer does not have: resend that now.
     qp.rtoProbe = false;
-    if (((ack - qp.rtoProbePsn - 1) | 0) > 0) qp.spuriousTimeouts++;
-    else
+    if (((ack - qp.rtoProbePsn - 1) | 0) > 0) {
+      qp.spuriousTimeouts++;
+      ccUndoTimeout(qp);
+    } else
       for (let p = qp.sndUna; p !== qp.rtoProbeHigh && ((p - qp.sndNxt) | 0) < 0; p = (p + 1) >>> 0) {
         const s = p & mask;
         if (qp.txKind[s] !== TxKind.FREE && !(qp.txFlags[s] & TxFlag.SACKED)) queueRetransmit(qp, p);
       }
   }
+  ccOnAck(qp, d, flight, core.window);
   qp.rtoDeadline = qp.inFlight > 0 ? nowNs + qp.rtoNs : 0;
   // Responses fully acknowledged leave the IRD ring.
   while (qp.respHead !== qp.respNext) {
@@ -338,6 +343,7 @@ export function onSack(core: RdmaCore, qp: Qp, start: number, end: number): bool
   }
   if (queued > 0) {
     qp.fastRetransmits += queued;
+    ccOnLoss(qp);
     core.schedule(qp);
   }
   return true;
@@ -356,6 +362,7 @@ export function onTimeout(core: RdmaCore, qp: Qp): void {
     return;
   }
   qp.rtoNs = Math.min(core.rtoMaxNs, qp.rtoNs * 2);
+  if (!onlyTerm && qp.retries === 1) ccOnTimeout(qp, qp.inFlight);
   const mask = qp.wMask;
   if (!onlyTerm && !anySacked(qp)) {
     // A timeout with no SACK from the peer sends only the oldest segment, each time of a

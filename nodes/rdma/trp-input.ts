@@ -32,7 +32,8 @@ import {
   errorTable,
   nextTable,
 } from '../../graph/index.ts';
-import { Ip4Opaque } from '../ip4/ip4.ts';
+import { Ecn, Ip4Opaque } from '../ip4/ip4.ts';
+import { CE_MASK, ccOnEcho } from './congestion.ts';
 import { formatIp4 } from '../net/address.ts';
 import type { RdmaCore } from './core.ts';
 import { type Qp, QpState } from './qp.ts';
@@ -135,13 +136,16 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
     const qp = ix < 0 ? null : qps[ix];
     let op = -1,
       psn = 0,
-      ack = 0;
+      ack = 0,
+      low = 0;
     if (qp === null) err = TrpInputError.NO_QP;
     else if (len < TRP_HEADER_BYTES || length[bi] < TRP_HEADER_BYTES) err = TrpInputError.TRUNCATED;
     else {
       psn = v.getUint32(o + TRP_PSN);
       ack = v.getUint32(o + TRP_ACK);
-      op = v.getUint16(o + TRP_OPCODE) >>> TRP_OP_SHIFT;
+      low = v.getUint16(o + TRP_OPCODE);
+      op = low >>> TRP_OP_SHIFT;
+      low &= CE_MASK;
       const fromPeer =
         opaque[w + Ip4Opaque.REMOTE] === qp.remoteAddr && ports >>> 16 === qp.remotePort && qp.remotePort !== 0;
       if (qp.cfg.ud) {
@@ -160,6 +164,7 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
         nSack++;
         if (!onSack(core, qp, psn, ack)) err = TrpInputError.BAD_SACK;
         else {
+          ccOnEcho(qp, low);
           free[nFree++] = bi;
           next = -1;
         }
@@ -189,6 +194,7 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
       else {
         // DATA or pure ACK: both carry a cumulative ACK.
         qp.halfOpen = false;
+        ccOnEcho(qp, low);
         if (onAck(core, qp, ack, now)) core.schedule(qp);
         if (len === TRP_HEADER_BYTES) {
           nAck++;
@@ -209,6 +215,8 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
           }
         } else {
           qp.rxPackets++;
+          // ECN: a CE mark on a data packet is counted and echoed (trp-output, section 5).
+          if (((opaque[w + Ip4Opaque.L4] >>> 8) & 3) === Ecn.CE) qp.ceReceived++;
           const d = (psn - qp.rcvNxt) | 0;
           const s = psn & qp.wMask;
           if (d < 0 || (qp.rxGot[s] && ((psn - qp.deliverNext) | 0) < qp.W)) {

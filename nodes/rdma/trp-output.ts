@@ -10,6 +10,8 @@
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
 import { setUdpDestination } from '../udp/udp-ports.ts';
+import { Ip4Opaque, L4_TOS_ECT0 } from '../ip4/ip4.ts';
+import { CE_MASK, Congestion } from './congestion.ts';
 import type { RdmaCore } from './core.ts';
 import type { Qp } from './qp.ts';
 import { TxPacket } from './ddp-output.ts';
@@ -52,6 +54,7 @@ function trpOutput(rt: NodeRuntime, frame: Frame | null): number {
     pool.prepend(bi, TRP_HEADER_BYTES);
     const o = offset[bi];
     let psn: number, ack: number, op: number;
+    let ect = false;
     if (kind === TxPacket.DATA) {
       psn = opaque[w + RdmaOpaque.PSN];
       ack = qp.rcvNxt;
@@ -61,6 +64,7 @@ function trpOutput(rt: NodeRuntime, frame: Frame | null): number {
       qp.txSeq[s] = ++qp.txCounter;
       qp.txPackets++;
       core.armRto(qp, now);
+      ect = qp.ccAlgo !== Congestion.NONE;
     } else if (kind === TxPacket.ACK) {
       psn = qp.sndNxt;
       ack = qp.rcvNxt;
@@ -72,8 +76,11 @@ function trpOutput(rt: NodeRuntime, frame: Frame | null): number {
     }
     v.setUint32(o + TRP_PSN, psn);
     v.setUint32(o + TRP_ACK, ack);
-    v.setUint16(o + TRP_OPCODE, op << TRP_OP_SHIFT);
+    // The low 12 bits: the count of CE-marked data packets received, echoed (section 5).
+    v.setUint16(o + TRP_OPCODE, (op << TRP_OP_SHIFT) | (qp.ceReceived & CE_MASK));
     setUdpDestination(pool, bi, qp.remoteAddr, qp.remotePort, qp.qpn, qp.localAddr);
+    // Data of a QP under congestion control is ECN-capable (ECT(0)); ACKs are not (RFC 3168).
+    if (ect) opaque[w + Ip4Opaque.L4] |= L4_TOS_ECT0;
     if (rt.traceOn && flags[bi] & BufferFlag.TRACED)
       rt.addTrace(bi, `TRP: qp ${qp.qpn} ${kind === TxPacket.ACK ? 'ACK' : TRP_OP_NAMES[op]} psn ${psn} ack ${ack}`);
   }

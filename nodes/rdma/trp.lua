@@ -1,7 +1,8 @@
 -- Wireshark/tshark dissector for TRP, the 10-byte reliability header that rdma-graph (and urdma)
 -- put in front of iWARP DDP/RDMAP in every UDP datagram. The wire format is in nodes/rdma/PROTOCOL.md:
 --
---   psn(4) ack_psn(4) opcode(2: high 4 bits = TRP opcode, low 12 bits reserved) [body]
+--   psn(4) ack_psn(4) opcode(2: high 4 bits = TRP opcode, low 12 bits: the CE echo in DATA and
+--   SACK, reserved in the others) [body]
 --
 -- Opcode 0 with a body is a DDP segment, handed to Wireshark's own iwarp_ddp_rdmap dissector;
 -- opcode 0 without one is a pure ACK. REQ/ACCEPT/REJECT carry connection parameters and private
@@ -22,7 +23,9 @@
 -- Analyze > Enabled Protocols untick RPCoRDMA and SMB_Direct (heuristics that try to parse every
 -- Send payload and call it malformed).
 --
--- Fields: trp.psn, trp.ack, trp.opcode, trp.reserved, trp.sack (SACK range text),
+-- Fields: trp.psn, trp.ack, trp.opcode, trp.reserved, trp.ce_echo (DATA and SACK: the count of
+-- CE-marked data packets the sender of this packet received, mod 4096: PROTOCOL.md section 5),
+-- trp.sack (SACK range text),
 -- trp.pure_ack, trp.cm.pdlen, trp.cm.ird, trp.cm.ord, trp.cm.private_data, trp.cm.reject_reason
 -- (a REJECT's reason, in the place of IRD: PROTOCOL.md section 6), trp.send_imm (the
 -- immediate of rdma-graph's Send with Immediate, RDMAP opcodes 12 and 13, which Wireshark's
@@ -42,6 +45,7 @@ local f = {
     ack = ProtoField.uint32("trp.ack", "ACK PSN", base.DEC),
     opcode = ProtoField.uint16("trp.opcode", "Opcode", base.DEC, op_names, 0xF000),
     reserved = ProtoField.uint16("trp.reserved", "Reserved", base.HEX, nil, 0x0FFF),
+    ce_echo = ProtoField.uint16("trp.ce_echo", "CE echo (CE-marked data packets received, mod 4096)", base.DEC, nil, 0x0FFF),
     sack = ProtoField.string("trp.sack", "SACK range"),
     pure_ack = ProtoField.bool("trp.pure_ack", "Pure ACK"),
     pdlen = ProtoField.uint16("trp.cm.pdlen", "Private data length", base.DEC),
@@ -114,8 +118,12 @@ function trp.dissector(tvb, pinfo, tree)
     t:add(f.psn, tvb(0, 4))
     t:add(f.ack, tvb(4, 4))
     t:add(f.opcode, tvb(8, 2))
-    local r = t:add(f.reserved, tvb(8, 2))
-    if tvb(8, 2):uint() % 4096 ~= 0 then r:add_proto_expert_info(e.reserved) end
+    if op == OP_DATA or op == OP_SACK then
+        t:add(f.ce_echo, tvb(8, 2))
+    else
+        local r = t:add(f.reserved, tvb(8, 2))
+        if tvb(8, 2):uint() % 4096 ~= 0 then r:add_proto_expert_info(e.reserved) end
+    end
     local name = op_names[op] or ("Unknown " .. op)
     t:append_text(string.format(", %s, PSN %u, ACK %u", name, psn, ack))
     pinfo.cols.info = string.format("%s PSN=%u ACK=%u", name, psn, ack)

@@ -17,7 +17,15 @@ import {
   nextTable,
 } from '../../graph/index.ts';
 import { type InterfaceTable, TxOffload } from '../net/interface-table.ts';
-import { foldSum, IP4_HEADER_BYTES, Ip4Opaque, IP_PROTO_UDP, packetSum, pseudoHeaderSum } from '../ip4/ip4.ts';
+import {
+  foldSum,
+  IP4_HEADER_BYTES,
+  Ip4Opaque,
+  IP_PROTO_UDP,
+  L4_TOS_ECT0,
+  packetSum,
+  pseudoHeaderSum,
+} from '../ip4/ip4.ts';
 import { formatUdpTrace, UDP_HEADER_BYTES, type UdpTrace } from './udp4-input.ts';
 
 export const UDP4_ENCAP = 'udp4-encap';
@@ -95,7 +103,7 @@ function udp4Encap(rt: NodeRuntime, frame: Frame | null): number {
       opaque[w + Ip4Opaque.LOCAL] = src;
     }
     const ports = opaque[w + Ip4Opaque.PORTS];
-    opaque[w + Ip4Opaque.L4] = (IP_PROTO_UDP | (ix << 16)) >>> 0;
+    opaque[w + Ip4Opaque.L4] = (IP_PROTO_UDP | (opaque[w + Ip4Opaque.L4] & L4_TOS_ECT0) | (ix << 16)) >>> 0;
     const o = offset[bi];
     v.setUint16(o, ports & 0xffff);
     v.setUint16(o + 2, ports >>> 16);

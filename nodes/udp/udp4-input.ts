@@ -130,7 +130,8 @@ function udp4Input(rt: NodeRuntime, frame: Frame | null): number {
             opaque[w + Ip4Opaque.REMOTE] = src;
             opaque[w + Ip4Opaque.LOCAL] = dst;
             opaque[w + Ip4Opaque.PORTS] = ((sport << 16) | dport) >>> 0;
-            opaque[w + Ip4Opaque.L4] = (IP_PROTO_UDP | (rxIf[bi] << 16)) >>> 0;
+            // The TOS byte (ECN: trp-input counts CE marks) from the IPv4 header ip4-input left before the data.
+            opaque[w + Ip4Opaque.L4] = (IP_PROTO_UDP | (v.getUint8(ip + 1) << 8) | (rxIf[bi] << 16)) >>> 0;
           }
         }
       }

@@ -1,0 +1,146 @@
+/**
+ * Congestion control of a QP's sender (PROTOCOL.md section 10): a congestion window in
+ * segments beside the TRP window, so what a QP has in flight is min(cwnd, rdma.trp.window).
+ *
+ * Window-based, as TCP's NewReno and CUBIC and DCTCP are (not rate-based as DCQCN on RoCE NICs
+ * or BBR): a QP's sender already counts segments in flight and is clocked by ACKs, the window
+ * is what bounds the bottleneck queue a QP can build, and a window needs no per-packet timer.
+ *
+ * - `none`: cwnd is the TRP window (a dedicated link: nothing to share).
+ * - `reno`: slow start from INITIAL_CWND, one segment per RTT of additive increase above
+ *   ssthresh; a loss (fast retransmit) or an ECN mark echoed by the peer halves cwnd once per
+ *   window of data (NewReno's recovery point; RFC 3168's reaction to CE); a timeout takes it to
+ *   1 (RFC 5681), undone when F-RTO finds the timeout spurious.
+ * - `dctcp`: as `reno` for losses and timeouts; ECN marks as DCTCP (RFC 8257): alpha, the EWMA
+ *   (gain 1/16) of the fraction of segments marked per window, and cwnd *= 1 - alpha/2 once
+ *   per window that saw marks.
+ *
+ * The peer is not trusted: the marks it echoes count at most the segments it acknowledged in
+ * that window (a peer claiming more than everything marked cannot push alpha above 1), and
+ * cwnd never falls below MIN_CWND (a peer echoing CE on everything slows the QP to two segments
+ * per RTT, it cannot stall it); marks never raise cwnd (a peer that never echoes leaves losses
+ * to bound the QP). Everything is plain numbers on the Qp: no allocation per packet.
+ */
+import type { Qp } from './qp.ts';
+
+export const Congestion = { NONE: 0, RENO: 1, DCTCP: 2 } as const;
+export const CONGESTION_NAMES = ['none', 'reno', 'dctcp'] as const;
+export type CongestionName = (typeof CONGESTION_NAMES)[number];
+
+/** Initial window (segments): RFC 6928's 10. */
+export const INITIAL_CWND = 10;
+/** Smallest window after a reduction (marks, losses); a timeout takes it to 1 for one RTT. */
+export const MIN_CWND = 2;
+/** DCTCP's EWMA gain g (RFC 8257: 1/16). */
+const DCTCP_G = 1 / 16;
+/** The echoed CE counter's width (PROTOCOL.md section 5: the low 12 bits of the opcode field). */
+export const CE_MASK = 0xfff;
+
+/** Start (or restart, at RTS) the sender's window: slow start from INITIAL_CWND. */
+export function ccInit(qp: Qp, algo: number, window: number): void {
+  qp.ccAlgo = algo;
+  qp.cwnd = algo === Congestion.NONE ? window : Math.min(window, INITIAL_CWND);
+  qp.ssthresh = window;
+  qp.ccRecover = qp.sndNxt;
+  qp.ccInRecovery = false;
+  qp.ccAlpha = 1;
+  qp.ccWinEnd = qp.sndNxt;
+  qp.ccWinAcked = 0;
+  qp.ccWinMarked = 0;
+}
+
+/** Segments the QP may have in flight now. */
+export function sendLimit(qp: Qp, window: number): number {
+  if (qp.ccAlgo === Congestion.NONE) return window;
+  const c = qp.cwnd | 0;
+  return c < window ? (c < 1 ? 1 : c) : window;
+}
+
+/** A multiplicative decrease to `to` segments, once per window: the rest of the window is covered. */
+function reduce(qp: Qp, to: number): void {
+  const c = to < MIN_CWND ? MIN_CWND : to;
+  qp.cwnd = c;
+  qp.ssthresh = c;
+  qp.ccInRecovery = true;
+  qp.ccRecover = qp.sndNxt;
+}
+
+/** Fast retransmission found a loss. */
+export function ccOnLoss(qp: Qp): void {
+  if (qp.ccAlgo === Congestion.NONE) return;
+  qp.lossEvents++;
+  if (qp.ccInRecovery) return;
+  qp.ccReductions++;
+  reduce(qp, qp.cwnd / 2);
+}
+
+/** The first timeout of a series: cwnd to 1, ssthresh to half of what was in flight. */
+export function ccOnTimeout(qp: Qp, flight: number): void {
+  if (qp.ccAlgo === Congestion.NONE) return;
+  qp.lossEvents++;
+  qp.ccUndoCwnd = qp.cwnd;
+  qp.ccUndoSsthresh = qp.ssthresh;
+  const half = flight / 2;
+  qp.ssthresh = half < MIN_CWND ? MIN_CWND : half;
+  qp.cwnd = 1;
+  qp.ccInRecovery = true;
+  qp.ccRecover = qp.sndNxt;
+  qp.ccReductions++;
+}
+
+/** F-RTO found the timeout spurious: the window before it comes back. */
+export function ccUndoTimeout(qp: Qp): void {
+  if (qp.ccAlgo === Congestion.NONE || qp.ccUndoCwnd === 0) return;
+  qp.cwnd = qp.ccUndoCwnd;
+  qp.ssthresh = qp.ccUndoSsthresh;
+  qp.ccUndoCwnd = 0;
+}
+
+/**
+ * The peer's echoed CE counter (12 bits, PROTOCOL.md section 5) from an acceptable ACK. Returns
+ * the segments newly reported marked. A counter that moved backwards (a reordered ACK: more
+ * than half the counter's range ahead) is ignored.
+ */
+export function ccOnEcho(qp: Qp, echo: number): void {
+  const d = (echo - qp.ccEchoSeen) & CE_MASK;
+  if (d === 0 || d > CE_MASK >>> 1) return;
+  qp.ccEchoSeen = echo;
+  if (qp.ccAlgo === Congestion.NONE) return;
+  qp.ceMarks += d;
+  qp.ccWinMarked += d;
+  if (qp.ccAlgo === Congestion.RENO && !qp.ccInRecovery) {
+    // RFC 3168: a CE echo is a loss signal without the loss, once per window.
+    qp.ecnReductions++;
+    reduce(qp, qp.cwnd / 2);
+  }
+}
+
+/**
+ * `acked` segments newly acknowledged (cumulatively) with `flight` in flight before the ACK:
+ * the window grows (when the QP used it), DCTCP's window of observation closes.
+ */
+export function ccOnAck(qp: Qp, acked: number, flight: number, window: number): void {
+  if (qp.ccAlgo === Congestion.NONE) return;
+  qp.ccUndoCwnd = 0;
+  qp.ccWinAcked += acked;
+  if (qp.ccInRecovery && ((qp.sndUna - qp.ccRecover) | 0) >= 0) qp.ccInRecovery = false;
+  if (qp.ccAlgo === Congestion.DCTCP && ((qp.sndUna - qp.ccWinEnd) | 0) >= 0) {
+    // A window of data acknowledged: the fraction marked in it (at most all of it).
+    const m = qp.ccWinMarked < qp.ccWinAcked ? qp.ccWinMarked : qp.ccWinAcked;
+    const f = qp.ccWinAcked > 0 ? m / qp.ccWinAcked : 0;
+    qp.ccAlpha = (1 - DCTCP_G) * qp.ccAlpha + DCTCP_G * f;
+    if (m > 0 && !qp.ccInRecovery) {
+      qp.ecnReductions++;
+      reduce(qp, qp.cwnd * (1 - qp.ccAlpha / 2));
+    }
+    qp.ccWinEnd = qp.sndNxt;
+    qp.ccWinAcked = 0;
+    qp.ccWinMarked = 0;
+  }
+  // Grow only a window the QP filled (RFC 7661's idea: an application-limited QP does not
+  // earn a window it never used) and never while recovering.
+  if (qp.ccInRecovery || flight * 2 < qp.cwnd) return;
+  if (qp.cwnd < qp.ssthresh) qp.cwnd += acked;
+  else qp.cwnd += acked / qp.cwnd;
+  if (qp.cwnd > window) qp.cwnd = window;
+}

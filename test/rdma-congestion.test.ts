@@ -1,0 +1,413 @@
+/**
+ * Congestion control (issue 32; nodes/rdma/congestion.ts, PROTOCOL.md sections 5 and 10). One
+ * stack with the peer played by the test (test/rdma-rig-helpers.ts, a manual clock: every step
+ * is decided by the packets, never by timing) for the window's arithmetic and hostile ACKs; two
+ * stacks over a pipe with the fault injector dropping or CE-marking for the behaviour end to end;
+ * the fault injector's CE marking and the configuration keys on their own.
+ */
+import { test } from './harness.ts';
+import * as assert from 'uvu/assert';
+import { FaultInjector } from '../drivers/fault.ts';
+import { parseConfig } from '../config/load.ts';
+import { congestionOptions } from '../dataplane/dataplane.ts';
+import { INITIAL_CWND, MIN_CWND } from '../nodes/rdma/congestion.ts';
+import type { RdmaOptions } from '../nodes/rdma/stack.ts';
+import type { Qp } from '../nodes/rdma/qp.ts';
+import { memPool } from './helpers.ts';
+import { PEER_IP, parseEth, parseIp4, udpFrame, US_IP } from './l2l4-helpers.ts';
+import { ALL, type Out, PEER_PORT, QPN, type Rig, TRP, rig, tagged, taggedMtu, trpHeader } from './rdma-rig-helpers.ts';
+import { connectManual, finish, makeEnds, type Pair, trackedStacks, waitCompletions } from './rdma-helpers.ts';
+
+const SEG = taggedMtu(1500);
+const data = (out: Out[]) => out.filter((p) => p.op === TRP.DATA && p.body.length > 0);
+const cc = (r: Rig) => r.rdma.queryQp(r.qp).congestion;
+/** The ECN bits of the IPv4 header of every frame the rig sent from index `from`. */
+const ecnOf = (r: Rig, from: number) => r.drv.tx.slice(from).map((f) => parseIp4(parseEth(f).payload).tos & 3);
+
+/** A rig whose QP writes `segments` full segments to the peer (PSNs from 0). */
+function writer(congestion: RdmaOptions['congestion'], segments: number): { r: Rig; first: Out[] } {
+  const r = rig({ rdma: { congestion } });
+  const mr = r.mr(segments * SEG, ['local-write']);
+  r.post({
+    wrId: 1,
+    opcode: 'write',
+    sg: [{ mr, offset: 0, length: segments * SEG }],
+    remote: { stag: 0x1234, offset: 0 },
+  });
+  return { r, first: r.run() };
+}
+const ack = (r: Rig, upTo: number, echo = 0) => r.feed(trpHeader(0, upTo, TRP.DATA, echo));
+const sack = (r: Rig, from: number, to: number, echo = 0) => r.feed(trpHeader(from, to, TRP.SACK, echo));
+
+test('reno: slow start from 10 segments, doubling per window acknowledged; data ECT(0)', () => {
+  const { r, first } = writer('reno', 200);
+  assert.is(data(first).length, INITIAL_CWND, 'the initial window');
+  assert.ok(
+    ecnOf(r, 0).every((e) => e === 2),
+    'every data packet ECT(0)',
+  );
+  const out = ack(r, 10);
+  assert.is(cc(r).cwnd, 20);
+  assert.equal(
+    data(out).map((p) => p.psn),
+    Array.from({ length: 20 }, (_, k) => 10 + k),
+    'the window of 20, new PSNs',
+  );
+  assert.is(cc(r).algorithm, 'reno');
+  r.close();
+});
+
+test('reno: a loss halves the window once per window of data; the window grows again after', () => {
+  const { r } = writer('reno', 400);
+  ack(r, 10); // cwnd 20, PSNs 10..29 out
+  // 10 and 11 lost: the peer SACKs 12..14.
+  let out = sack(r, 12, 15);
+  assert.equal(
+    data(out).map((p) => p.psn),
+    [10, 11],
+    'the holes resent, nothing new (20 in flight > cwnd 10)',
+  );
+  assert.is(cc(r).cwnd, 10, 'halved');
+  assert.is(cc(r).lossReductions, 1);
+  // More holes in the same window (15..17 lost, 18..20 arrived): resent, no second reduction.
+  out = sack(r, 18, 21);
+  assert.equal(
+    data(out).map((p) => p.psn),
+    [15, 16, 17],
+    'the new holes resent',
+  );
+  assert.is(cc(r).cwnd, 10, 'once per window');
+  assert.is(cc(r).lossReductions, 1);
+  assert.ok(cc(r).losses >= 2, 'both losses counted');
+  // Everything acknowledged: recovery is over, congestion avoidance from ssthresh 10.
+  out = ack(r, 30);
+  const w = cc(r).cwnd;
+  assert.is(w, 12, 'additive increase: cwnd += acknowledged / cwnd = 10 + 20 / 10');
+  assert.is(data(out).length, w, 'sends exactly the window');
+  assert.is(data(out)[0].psn, 30);
+  r.close();
+});
+
+test('reno: a timeout takes the window to 1; F-RTO undoes a spurious one', () => {
+  const { r } = writer('reno', 100);
+  ack(r, 10); // cwnd 20, 10..29 out
+  let out = r.advance(12); // the RTO (rto-init-ms 10: no RTT sample on the manual clock) expires
+  assert.ok(data(out).length >= 1, 'the oldest resent');
+  assert.is(data(out)[0].psn, 10);
+  assert.is(cc(r).cwnd, 1, 'cwnd 1 after a timeout');
+  // The ACK acknowledges past the resent segment: the originals had arrived (spurious).
+  out = ack(r, 30);
+  assert.is(r.rdma.queryQp(r.qp).counters.timeouts, 1);
+  assert.ok(cc(r).cwnd >= 20, `the window before the timeout restored (cwnd ${cc(r).cwnd})`);
+  r.close();
+});
+
+test('reno: a CE echo halves the window once per window, sends nothing again; a backwards echo is ignored', () => {
+  const { r } = writer('reno', 200);
+  ack(r, 10); // cwnd 20
+  let out = ack(r, 15, 3);
+  assert.is(cc(r).ceMarks, 3);
+  assert.is(cc(r).ecnReductions, 1);
+  assert.is(cc(r).cwnd, 10);
+  assert.is(data(out).length, 0, 'nothing resent, nothing new (15 in flight)');
+  out = ack(r, 20, 9);
+  assert.is(cc(r).ecnReductions, 1, 'once per window');
+  assert.is(cc(r).ceMarks, 9);
+  out = ack(r, 21, 5); // counter went backwards (a reordered ACK): ignored
+  assert.is(cc(r).ceMarks, 9);
+  assert.is(r.rdma.queryQp(r.qp).counters.retransmits, 0);
+  r.close();
+});
+
+test('dctcp: alpha is the marked fraction (EWMA), the window shrinks by alpha/2 per marked window', () => {
+  const { r } = writer('dctcp', 2000);
+  assert.is(cc(r).alpha, 1, 'alpha starts at 1 (RFC 8257)');
+  let acked = 0,
+    echo = 0;
+  let sent = 10;
+  // Every window fully acknowledged, one segment in four marked.
+  for (let round = 0; round < 12; round++) {
+    const w = (sent - acked) | 0;
+    echo += Math.floor(w / 4);
+    acked = sent;
+    const out = ack(r, acked, echo & 0xfff);
+    sent += data(out).length;
+  }
+  const a = cc(r).alpha;
+  assert.ok(a < 1 && a > 0.2, `alpha ${a} moves from 1 towards the marked fraction 0.25`);
+  assert.ok(cc(r).ecnReductions > 0);
+  assert.ok(cc(r).cwnd >= MIN_CWND);
+  r.close();
+});
+
+test('hostile: a peer echoing CE on everything slows the QP to the floor, never stalls it', () => {
+  for (const algo of ['reno', 'dctcp'] as const) {
+    const segs = 300;
+    const { r } = writer(algo, segs);
+    let acked = 0,
+      echo = 0,
+      minCwnd = Infinity,
+      rounds = 0;
+    let sent = 10;
+    while (acked < segs && rounds++ < 400) {
+      echo = (echo + 2047) & 0xfff; // the most a counter may move forward at once
+      acked = sent;
+      const out = ack(r, acked, echo);
+      sent += data(out).length;
+      minCwnd = Math.min(minCwnd, cc(r).cwnd);
+      assert.ok(cc(r).alpha <= 1, `${algo}: alpha ${cc(r).alpha} at most 1`);
+    }
+    assert.is(acked, segs, `${algo}: every segment went out and was acknowledged`);
+    assert.ok(minCwnd >= MIN_CWND, `${algo}: cwnd never below ${MIN_CWND} (min ${minCwnd})`);
+    assert.ok(cc(r).cwnd <= 4, `${algo}: and it stays low (cwnd ${cc(r).cwnd})`);
+    const c = r.scq.poll(10);
+    assert.equal(
+      c.map((x) => x.status),
+      ['success'],
+      `${algo}: the write completed`,
+    );
+    r.close();
+  }
+});
+
+test('hostile: an ACK of data never sent is refused and does not open the window; a peer that never echoes is still bound by losses', () => {
+  const { r } = writer('reno', 200);
+  const before = r.err('trp-input', 'bad_ack');
+  const out = ack(r, 5000);
+  assert.is(r.err('trp-input', 'bad_ack'), before + 1);
+  assert.is(data(out).length, 0);
+  assert.is(cc(r).cwnd, INITIAL_CWND);
+  // No CE echo at all, but losses: the window still halves.
+  ack(r, 10);
+  sack(r, 13, 16);
+  assert.is(cc(r).cwnd, 10);
+  assert.is(cc(r).ceMarks, 0);
+  r.close();
+});
+
+test('none: the whole TRP window at once, no ECT', () => {
+  const { r, first } = writer('none', 200);
+  assert.is(data(first).length, 200);
+  assert.ok(ecnOf(r, 0).every((e) => e === 0));
+  assert.is(cc(r).algorithm, 'none');
+  r.close();
+});
+
+test('receiver: CE-marked data packets are counted and echoed in the ACK (12 bits), ECT ones are not', () => {
+  const r = rig({ rdma: { congestion: 'reno' } });
+  const mr = r.mr(4096, ALL);
+  const seg = (psn: number, tos: number) => {
+    r.drv.rx.push({
+      bytes: udpFrame({
+        src: PEER_IP,
+        dst: US_IP,
+        sport: PEER_PORT,
+        dport: QPN,
+        ip: { tos },
+        payload: [...trpHeader(psn, 0), ...tagged({ stag: mr.stag, to: psn * 4 }), 1, 2, 3, 4],
+      }),
+    });
+  };
+  seg(0, 3);
+  seg(1, 2);
+  seg(2, 3);
+  let out = r.run();
+  const acks = out.filter((p) => p.op === TRP.DATA && p.body.length === 0);
+  assert.ok(acks.length >= 1);
+  assert.is(acks[acks.length - 1].ack, 3);
+  assert.is(acks[acks.length - 1].low, 2, 'two CE marks echoed');
+  assert.is(cc(r).ceReceived, 2);
+  seg(3, 3);
+  out = r.run();
+  assert.is(out[out.length - 1].low, 3);
+  r.close();
+});
+
+// ------------------------------------------------------------------ two stacks over a pipe
+
+const BIG = 64 * 1024;
+
+async function writes(
+  pair: Pair,
+  qps: { qp: Qp; scq: Parameters<typeof waitCompletions>[0] }[],
+  n: number,
+  stag: number,
+  src: Parameters<Pair['a']['rdma']['postSend']>[1]['sg'],
+  onEach?: () => void,
+): Promise<number[][]> {
+  const posted = qps.map(() => 0),
+    done = qps.map(() => 0);
+  const atFirstFinish: number[][] = [];
+  for (;;) {
+    for (let k = 0; k < qps.length; k++)
+      while (posted[k] < n && posted[k] - done[k] < 16) {
+        pair.a.rdma.postSend(qps[k].qp, { wrId: posted[k]++, opcode: 'write', sg: src, remote: { stag, offset: 0 } });
+      }
+    let progressed = false;
+    for (let k = 0; k < qps.length; k++) {
+      const got = qps[k].scq.poll(64);
+      for (const c of got) assert.is(c.status, 'success');
+      done[k] += got.length;
+      if (got.length > 0) progressed = true;
+    }
+    onEach?.();
+    if (atFirstFinish.length === 0 && done.some((d) => d === n)) atFirstFinish.push([...done]);
+    if (done.every((d) => d === n)) break;
+    if (!progressed) {
+      const k = done.findIndex((d) => d < n);
+      done[k] += (await waitCompletions(qps[k].scq, 1, 20000)).length;
+    }
+  }
+  return atFirstFinish;
+}
+
+test('end to end: a QP backs off while the link marks CE, and grows back when marking stops', async () => {
+  const pair = trackedStacks({
+    rdma: { congestion: 'reno', trp: { rtoMinMs: 2, rtoMaxMs: 50, maxRetries: 30 } },
+    faultA: { tx: { seed: 5, ce: 0.1 } },
+  });
+  await pair.ready;
+  const A = makeEnds(pair.a, { maxSendWr: 64 });
+  const B = makeEnds(pair.b, { maxRecvWr: 16 });
+  connectManual(pair.a, A.qp, pair.b, B.qp);
+  const src = pair.a.rdma.regMr(A.pd, BIG, ['local-write']);
+  const dst = pair.b.rdma.regMr(B.pd, BIG, ['local-write', 'remote-write']);
+  const sg = [{ mr: src, offset: 0, length: BIG }];
+  let maxMarked = 0;
+  const view = () => pair.a.rdma.queryQp(A.qp).congestion;
+  await writes(pair, [{ qp: A.qp, scq: A.scq }], 150, dst.stag, sg, () => {
+    maxMarked = Math.max(maxMarked, view().cwnd);
+  });
+  const marked = view();
+  assert.ok(marked.ceMarks > 0, 'marks echoed');
+  assert.ok(marked.ecnReductions > 0, 'the window was reduced for them');
+  assert.ok(maxMarked < 128, `the window stayed small while marked (largest ${maxMarked})`);
+  assert.ok(pair.b.rdma.queryQp(B.qp).congestion.ceReceived > 0, 'the receiver counted the CE marks');
+  pair.a.ifs.setFault(pair.a.ifName, 'tx', null);
+  let maxClean = 0;
+  await writes(pair, [{ qp: A.qp, scq: A.scq }], 300, dst.stag, sg, () => {
+    maxClean = Math.max(maxClean, view().cwnd);
+  });
+  assert.ok(maxClean > 2 * maxMarked, `grows back on a clean link (${maxClean} > 2 x ${maxMarked})`);
+  await finish(pair);
+});
+
+test('end to end: two QPs sharing a lossy, marking link both complete; neither starves', async () => {
+  for (const algo of ['reno', 'dctcp'] as const) {
+    const pair = trackedStacks({
+      rdma: { congestion: algo, trp: { rtoMinMs: 2, rtoMaxMs: 50, maxRetries: 30 } },
+      faultA: { tx: { seed: 9, loss: 0.01, ce: 0.05 } },
+    });
+    await pair.ready;
+    const A1 = makeEnds(pair.a, { maxSendWr: 64 });
+    const B1 = makeEnds(pair.b, { maxRecvWr: 16 });
+    connectManual(pair.a, A1.qp, pair.b, B1.qp);
+    const A2 = makeEnds(pair.a, { maxSendWr: 64 });
+    const B2 = makeEnds(pair.b, { maxRecvWr: 16 });
+    connectManual(pair.a, A2.qp, pair.b, B2.qp);
+    const src = pair.a.rdma.regMr(A1.pd, BIG, ['local-write']);
+    const dst = pair.b.rdma.regMr(B1.pd, BIG, ['local-write', 'remote-write']);
+    const src2 = pair.a.rdma.regMr(A2.pd, BIG, ['local-write']);
+    const dst2 = pair.b.rdma.regMr(B2.pd, BIG, ['local-write', 'remote-write']);
+    // Each QP writes its own region (separate PDs: separate MRs).
+    const N = 120;
+    const posted = [0, 0],
+      done = [0, 0];
+    const ends = [
+      { qp: A1.qp, scq: A1.scq, sg: [{ mr: src, offset: 0, length: BIG }], stag: dst.stag },
+      { qp: A2.qp, scq: A2.scq, sg: [{ mr: src2, offset: 0, length: BIG }], stag: dst2.stag },
+    ];
+    let atFirst: number[] | null = null;
+    while (done[0] < N || done[1] < N) {
+      for (let k = 0; k < 2; k++)
+        while (posted[k] < N && posted[k] - done[k] < 16)
+          pair.a.rdma.postSend(ends[k].qp, {
+            wrId: posted[k]++,
+            opcode: 'write',
+            sg: ends[k].sg,
+            remote: { stag: ends[k].stag, offset: 0 },
+          });
+      const k = done[0] < N && (done[1] >= N || done[0] <= done[1]) ? 0 : 1;
+      const got = [...(await waitCompletions(ends[k].scq, 1, 20000)), ...ends[k].scq.poll(64)];
+      for (const c of got) assert.is(c.status, 'success');
+      done[k] += got.length;
+      const other = 1 - k;
+      const more = ends[other].scq.poll(64);
+      for (const c of more) assert.is(c.status, 'success');
+      done[other] += more.length;
+      if (atFirst === null && (done[0] === N || done[1] === N)) atFirst = [...done];
+    }
+    const [x, y] = atFirst as number[];
+    assert.ok(
+      Math.min(x, y) * 3 >= Math.max(x, y),
+      `${algo}: when one QP finished, the other had ${Math.min(x, y)} of ${N}`,
+    );
+    const c1 = pair.a.rdma.queryQp(A1.qp).congestion,
+      c2 = pair.a.rdma.queryQp(A2.qp).congestion;
+    assert.ok(
+      c1.lossReductions + c1.ecnReductions > 0 && c2.lossReductions + c2.ecnReductions > 0,
+      `${algo}: both backed off`,
+    );
+    await finish(pair);
+  }
+});
+
+// ------------------------------------------------------------------ the fault injector, the keys
+
+test('fault injector: ce marks ECN-capable IPv4 packets CE with a valid checksum, leaves the rest', () => {
+  const pool = memPool(16, 2048);
+  const inj = new FaultInjector({ ce: 1 });
+  const put = (tos: number) => {
+    const f = udpFrame({ ip: { tos }, payload: [1, 2, 3] });
+    const bi = pool.allocOne();
+    pool.u8.set(f, pool.offset[bi]);
+    pool.length[bi] = f.length;
+    return bi;
+  };
+  const bis = new Uint32Array([put(0x02), put(0x01), put(0x00), put(0xb8 | 0x02)]);
+  const n = inj.process(pool, bis, 0, 4, 0);
+  assert.is(n, 4);
+  const got = [...inj.out.subarray(0, n)].map((bi) => {
+    const ip = parseIp4(parseEth(pool.u8.slice(pool.offset[bi], pool.offset[bi] + pool.length[bi])).payload);
+    return { tos: ip.tos, ok: ip.checksumOk };
+  });
+  assert.equal(got, [
+    { tos: 0x03, ok: true },
+    { tos: 0x03, ok: true },
+    { tos: 0x00, ok: true },
+    { tos: 0xbb, ok: true },
+  ]);
+  assert.is(inj.counters().marked, 3);
+  pool.free(inj.out, 0, n);
+});
+
+test('config: rdma.congestion and interfaces[].congestion, checked and resolved (auto: none on memif/pipe, reno elsewhere)', () => {
+  assert.throws(() => parseConfig('rdma: {congestion: cubic}\n', 't.yaml'), /rdma\.congestion/);
+  assert.throws(
+    () =>
+      parseConfig(
+        'interfaces:\n  - {name: p0, driver: pipe, pipe: {peer: p1}, congestion: fast}\n  - {name: p1, driver: pipe, pipe: {peer: p0}}\n',
+        't.yaml',
+      ),
+    /interfaces\[0\]\.congestion/,
+  );
+  const cfg = parseConfig(
+    [
+      'interfaces:',
+      '  - {name: m0, driver: memif, memif: {socket: /tmp/cc-m0.sock}}',
+      '  - {name: h0, driver: af_packet, af_packet: {host-interface: veth0}}',
+      '  - {name: h1, driver: af_packet, af_packet: {host-interface: veth1}, congestion: dctcp}',
+      '',
+    ].join('\n'),
+    't.yaml',
+  );
+  assert.is(cfg.rdma.congestion, 'auto');
+  assert.equal(congestionOptions(cfg), {
+    congestion: 'none',
+    interfaceCongestion: { m0: 'none', h0: 'reno', h1: 'dctcp' },
+  });
+  cfg.rdma.congestion = 'dctcp';
+  assert.equal(congestionOptions(cfg).interfaceCongestion, { m0: 'dctcp', h0: 'dctcp', h1: 'dctcp' });
+});
+
+test.run();
