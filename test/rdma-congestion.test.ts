@@ -185,6 +185,26 @@ test('hostile: an ACK of data never sent is refused and does not open the window
   r.close();
 });
 
+test('pacing: with an RTT estimate a window is spread over the round trip, not sent as one burst', () => {
+  const { r, first } = writer('reno', 200);
+  assert.is(data(first).length, INITIAL_CWND, 'the initial window as a burst (no RTT estimate yet)');
+  r.clock.advance(1e6); // the round trip: 1 ms
+  const atAck = data(ack(r, 10));
+  assert.is(cc(r).cwnd, 20);
+  // Slow start paces at 2 x cwnd per srtt (one segment per 25 us); the timer's tick (100 us)
+  // is the finest wait, so a tick's worth goes at once.
+  assert.ok(atAck.length >= 2 && atAck.length <= 10, `${atAck.length} at once, not the window of 20`);
+  const later = data(r.advance(1, 0.05));
+  assert.equal(
+    [...atAck, ...later].map((p) => p.psn),
+    Array.from({ length: 20 }, (_, k) => 10 + k),
+    'the rest of the window follows, in order, within the round trip',
+  );
+  const span = later[later.length - 1].t - atAck[0].t;
+  assert.ok(span >= 200_000 && span <= 1_000_000, `spread over ${span / 1000} us of the 1 ms round trip`);
+  r.close();
+});
+
 test('none: the whole TRP window at once, no ECT', () => {
   const { r, first } = writer('none', 200);
   assert.is(data(first).length, 200);

@@ -15,6 +15,9 @@
  *   (gain 1/16) of the fraction of segments marked per window, and cwnd *= 1 - alpha/2 once
  *   per window that saw marks.
  *
+ * Pacing (paceWait/paceSent): with an RTT estimate, new segments go one per srtt / (cwnd x
+ * gain) rather than a window at once; ddp-output holds a paced QP back and arms a timer.
+ *
  * The peer is not trusted: the marks it echoes count at most the segments it acknowledged in
  * that window (a peer claiming more than everything marked cannot push alpha above 1), and
  * cwnd never falls below MIN_CWND (a peer echoing CE on everything slows the QP to two segments
@@ -47,6 +50,33 @@ export function ccInit(qp: Qp, algo: number, window: number): void {
   qp.ccWinEnd = qp.sndNxt;
   qp.ccWinAcked = 0;
   qp.ccWinMarked = 0;
+}
+
+/** Pacing gains (Linux's): a window per 1/2 srtt in slow start, per srtt / 1.2 above ssthresh. */
+const PACE_GAIN_SS = 2;
+const PACE_GAIN_CA = 1.2;
+
+/**
+ * Pacing: the earliest time (ns) the QP's next new segment may go, or 0 when it may go now. A
+ * QP under congestion control with an RTT estimate sends its window spread over the round trip
+ * (srtt / (cwnd x gain) between segments) rather than as one burst; up to `slackNs` ahead of
+ * that schedule may go at once (the timer wheel's tick: nothing finer can be waited for, so a
+ * tick's worth of segments leaves together). Before the first RTT sample nothing is paced (the
+ * initial window goes as a burst, as TCP's).
+ */
+export function paceWait(qp: Qp, nowNs: number, slackNs: number): number {
+  if (qp.ccAlgo === Congestion.NONE || qp.srttNs === 0) return 0;
+  return qp.paceNs > nowNs + slackNs ? qp.paceNs - slackNs : 0;
+}
+
+/** One new segment went at `nowNs`: the schedule moves on by one interval. */
+export function paceSent(qp: Qp, nowNs: number, slackNs: number): void {
+  if (qp.ccAlgo === Congestion.NONE || qp.srttNs === 0) return;
+  const gain = qp.cwnd < qp.ssthresh ? PACE_GAIN_SS : PACE_GAIN_CA;
+  const interval = qp.srttNs / (qp.cwnd * gain);
+  // A QP brought back late (the timer's tick, a busy pass) may catch up by one slack's worth.
+  const from = nowNs - slackNs;
+  qp.paceNs = (qp.paceNs > from ? qp.paceNs : from) + interval;
 }
 
 /** Segments the QP may have in flight now. */

@@ -6,7 +6,8 @@
  * their transmit slot), a pending Terminate, Read/Atomic responses, then the send queue: each
  * work request segmented to the path MTU (Sends and Immediate Data on QN 0 with their MSN and
  * MO, Writes and Read Responses tagged with the TO advancing per segment, one packet per Read
- * or Atomic Request), as far as the TRP window and ORD allow. Then, if data arrived since the
+ * or Atomic Request), as far as the TRP window, the congestion window, pacing (a paced QP
+ * waits for a wheel timer, congestion.ts) and ORD allow. Then, if data arrived since the
  * last ACK and nothing carried one, a pure ACK, and one SACK per received range above the
  * cumulative ACK. trp-output puts the TRP header on.
  */
@@ -25,7 +26,7 @@ import { buildSegment, completeSq, sqAcknowledged, takePsn, toError } from './tr
 import { isLocal, WcStatus, WrOpcode } from './verbs.ts';
 import { localFailure, runLocal } from './windows.ts';
 import { serveUd, type UdOut } from './ud-output.ts';
-import { sendLimit } from './congestion.ts';
+import { paceSent, paceWait, sendLimit } from './congestion.ts';
 
 export const DDP_OUTPUT = 'ddp-output';
 /** What trp-output puts in front (the INFO opaque word on transmit). */
@@ -147,20 +148,24 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
     qp.termSent = true;
     qp.termPsn = psn;
   }
-  // What may be in flight: the TRP window, or less under congestion control (congestion.ts).
+  // What may be in flight: the TRP window, or less under congestion control (congestion.ts),
+  // and no sooner than pacing allows (new segments only: retransmissions and a Terminate go).
   const window = sendLimit(qp, core.window);
+  const now = rt.graph.clock.nowNs(),
+    slack = core.timerTickNs;
   // RTR answers Reads and Atomics too (as an InfiniBand responder does) once its send PSN is set.
   const mayRespond =
     qp.state === QpState.RTR ? qp.sendStarted : qp.state !== QpState.RESET && qp.state !== QpState.INIT;
   if (!inError && mayRespond) {
     // 3. Responses to the peer's Reads and Atomics.
-    while (qp.respNext !== qp.respTail && nOut < FRAME_SIZE && qp.inFlight < window) {
+    while (qp.respNext !== qp.respTail && nOut < FRAME_SIZE && qp.inFlight < window && paceWait(qp, now, slack) === 0) {
       const ref = qp.respNext & qp.respMask;
       const r = qp.resp[ref];
       const len = r.atomic ? 0 : Math.min(qp.mtuTagged, r.length - r.sent);
       const last = r.atomic || r.sent + len === r.length;
       const psn = emitNew(rt, qp, TxKind.RESP, ref, r.sent, len, last ? TxFlag.LAST : 0);
       if (psn < 0) return true;
+      paceSent(qp, now, slack);
       r.sent += len;
       if (last) {
         r.emitted = true;
@@ -171,7 +176,7 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
     // 4. The send queue.
     const sq = qp.sq,
       nsq = sq.length;
-    while (qp.sqNext !== qp.sqTail && nOut < FRAME_SIZE && qp.inFlight < window) {
+    while (qp.sqNext !== qp.sqTail && nOut < FRAME_SIZE && qp.inFlight < window && paceWait(qp, now, slack) === 0) {
       const ref = qp.sqNext % nsq;
       const wr = sq[ref];
       const op = wr.opcode;
@@ -248,12 +253,23 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
         last = msgLast;
       }
       if (psn < 0) return true;
+      paceSent(qp, now, slack);
       if (last) {
         wr.emitted = true;
         wr.lastPsn = psn;
         qp.sqNext++;
       }
     }
+  }
+  // Paced with new segments waiting in the window: a wheel timer brings the QP back (trp-output).
+  if (
+    !inError &&
+    qp.paceTimer < 0 &&
+    qp.inFlight < window &&
+    (qp.respNext !== qp.respTail || qp.sqNext !== qp.sqTail)
+  ) {
+    const at = paceWait(qp, now, slack);
+    if (at > 0) qp.paceTimer = rt.graph.startTimer(core.trpOutput, at - now, qp.index + core.qps.length);
   }
   // 5. ACK and SACKs.
   if (qp.ackNeeded && nOut < FRAME_SIZE - 1) {
@@ -272,7 +288,6 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
     // SACKs only for what changed: the ranges that took new packets since the last SACKs;
     // every range again at most once per RTT (SACKs get lost too). A duplicate draws its ACK,
     // not a SACK per range (that was 17 datagrams out for one in).
-    const now = rt.graph.clock.nowNs();
     const all = now - qp.sackAllNs >= Math.max(qp.srttNs, core.timerTickNs);
     // A QP in ERROR takes no more data: no SACKs (after a Terminate, the cumulative ACK stops
     // before the offending segment, which a SACK must not report as received either).

@@ -283,6 +283,9 @@ export class Qp {
   ccWinEnd = 0;
   ccWinAcked = 0;
   ccWinMarked = 0;
+  /** Pacing: when the next new segment may go (ns, congestion.ts paceWait), and its wheel timer (-1 none). */
+  paceNs = 0;
+  paceTimer = -1;
   /** The peer's echoed CE counter as last taken (12 bits). */
   ccEchoSeen = 0;
   /** Receive side: CE-marked data packets received (echoed, 12 bits on the wire). */

@@ -6,7 +6,8 @@
  * retransmission timer is armed. Pure ACKs carry the next PSN we will send; SACKs carry their
  * range. Then udp4-encap.
  *
- * The retransmission timers belong to this node (graph timer wheel, one lazy timer per QP).
+ * The retransmission timers belong to this node (graph timer wheel, one lazy timer per QP), and
+ * the pacing timers ddp-output arms (user word QP index + max-qps): they only schedule the QP.
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS } from '../../graph/index.ts';
 import { setUdpDestination } from '../udp/udp-ports.ts';
@@ -90,6 +91,14 @@ function trpOutput(rt: NodeRuntime, frame: Frame | null): number {
 
 function rtoExpired(rt: NodeRuntime, index: number): void {
   const core = rt.runtimeData as RdmaCore;
+  if (index >= core.qps.length) {
+    // A pacing timer (ddp-output): the QP may send its next segments now.
+    const paced = core.qps[index - core.qps.length];
+    if (paced === null) return;
+    paced.paceTimer = -1;
+    core.schedule(paced);
+    return;
+  }
   const qp = core.qps[index];
   if (qp === null) return;
   qp.rtoTimer = -1;
