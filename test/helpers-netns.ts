@@ -42,6 +42,17 @@ let seq = 0;
 let exitHook = false;
 
 /** Run `ip` with arguments; throws with its stderr when it fails. */
+/**
+ * A veth pair `a`/`b` in our namespace, both up, IPv6 off (no router solicitations on the
+ * wire). The caller deletes it (`ip link del a`) when done.
+ */
+export function vethPair(a: string, b: string): void {
+  ip('link', 'add', a, 'type', 'veth', 'peer', 'name', b);
+  for (const d of [a, b]) spawnSync('sh', ['-c', `echo 1 > /proc/sys/net/ipv6/conf/${d}/disable_ipv6`]);
+  ip('link', 'set', a, 'up');
+  ip('link', 'set', b, 'up');
+}
+
 export function ip(...args: string[]): string {
   try {
     return execFileSync('ip', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });

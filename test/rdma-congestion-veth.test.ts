@@ -12,7 +12,7 @@ import { spawnSync } from 'node:child_process';
 import { parseConfig } from '../config/load.ts';
 import type { DataplaneApi } from '../dataplane/api.ts';
 import { createDataplane } from '../dataplane/create.ts';
-import { ip, netnsUnavailable } from './helpers-netns.ts';
+import { netnsUnavailable, vethPair } from './helpers-netns.ts';
 import { sleep } from './helpers.ts';
 import { connect, end, type End } from './workers-helpers.ts';
 
@@ -40,13 +40,10 @@ interface Run {
 }
 
 async function run(congestion: string): Promise<Run> {
-  ip('link', 'add', VA, 'type', 'veth', 'peer', 'name', VB);
+  vethPair(VA, VB);
   let a: DataplaneApi | null = null,
     b: DataplaneApi | null = null;
   try {
-    for (const d of [VA, VB]) spawnSync('sh', ['-c', `echo 1 > /proc/sys/net/ipv6/conf/${d}/disable_ipv6`]);
-    ip('link', 'set', VA, 'up');
-    ip('link', 'set', VB, 'up');
     const tc = spawnSync(
       'tc',
       ['qdisc', 'add', 'dev', VA, 'root', 'tbf', 'rate', '200mbit', 'burst', '16k', 'limit', '30k'],

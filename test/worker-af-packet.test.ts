@@ -12,7 +12,7 @@ import { spawnSync } from 'node:child_process';
 import { parseConfig } from '../config/load.ts';
 import type { DataplaneApi } from '../dataplane/api.ts';
 import { createDataplane } from '../dataplane/create.ts';
-import { ip, netnsUnavailable } from './helpers-netns.ts';
+import { netnsUnavailable, vethPair } from './helpers-netns.ts';
 import { sleep } from './helpers.ts';
 import { connect, end, exchange, handed } from './workers-helpers.ts';
 
@@ -30,13 +30,10 @@ function side(name: string, dev: string, addr: string, workers: number, queues: 
 
 test("two workers on one kernel interface, split by UDP port: each gets its own QPs' datagrams, no handoff", async () => {
   if (why !== null) skip(`af_packet over workers: ${why}`);
-  ip('link', 'add', VA, 'type', 'veth', 'peer', 'name', VB);
+  vethPair(VA, VB);
   let a: DataplaneApi | null = null,
     b: DataplaneApi | null = null;
   try {
-    for (const d of [VA, VB]) spawnSync('sh', ['-c', `echo 1 > /proc/sys/net/ipv6/conf/${d}/disable_ipv6`]);
-    ip('link', 'set', VA, 'up');
-    ip('link', 'set', VB, 'up');
     a = await createDataplane(parseConfig(side('h0', VA, '10.71.0.1', 2, 2), 'a.yaml'));
     b = await createDataplane(parseConfig(side('h1', VB, '10.71.0.2', 0, 1), 'b.yaml'));
     for (let i = 0; i < 200 && !(await a.interfaces()).every((x) => x.state === 'up'); i++) await sleep(20);
@@ -50,6 +47,10 @@ test("two workers on one kernel interface, split by UDP port: each gets its own 
       assert.is(x.qp.qpn >= 25000, k === 1, `A's QP on worker ${k} (${x.qp.qpn})`);
       await connect(a, b, x, y, '10.71.0.1', '10.71.0.2');
       await exchange(a, b, x, y, k, 30000);
+      // rdma.congestion auto: reno on an af_packet interface, on every worker.
+      const view = (await a.qps()).find((q) => q.qpn === x.qp.qpn);
+      assert.is(view?.congestion.algorithm, 'reno', `A's QP on worker ${k}: congestion control`);
+      assert.ok((view?.congestion.cwnd ?? 0) >= 2, `A's QP on worker ${k}: a window`);
     }
     assert.equal(await handed(a), [0, 0], "the kernel gave each worker its own QPs' datagrams");
     const after = (await a.runtime()).map((t) => t.rows.find((r) => r.name === 'af-packet-input')?.vectors ?? 0);
