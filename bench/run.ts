@@ -10,7 +10,8 @@
  * (cpu.workers 0/1/2: WRITE bandwidth over two interfaces, the API's latency under load, the memif
  * spine with a queue pair per worker), hostile (the per-frame cost of seeded hostile frames on one
  * stack, p50/p99/p99.9/max and the 5 slowest, against good frames on the same stack: a ping, an
- * in-window Write and Send; hostile p99 / good p50).
+ * in-window Write and Send; hostile p99 / good p50), incast (root; only when named: 2 senders x 4
+ * QPs into one receiver through a tbf bottleneck between network namespaces, beside iperf3).
  */
 import os from 'node:os';
 import { runGraphBench } from './graph-bench.ts';
@@ -24,10 +25,24 @@ import { runSoakBench } from './soak.ts';
 import { runMlx5Bench } from './mlx5.ts';
 import { runWorkersBench } from './workers.ts';
 import { runHostileBench } from './hostile.ts';
+import { runIncastBench } from './incast.ts';
 import { parseCompareArgs, runCompare } from './compare.ts';
 
 const args = process.argv.slice(2);
-const known = ['graph', 'l2l4', 'af_packet', 'rdma', 'memif', 'dpdk', 'perftest', 'soak', 'mlx5', 'workers', 'hostile'];
+const known = [
+  'graph',
+  'l2l4',
+  'af_packet',
+  'rdma',
+  'memif',
+  'dpdk',
+  'perftest',
+  'soak',
+  'mlx5',
+  'workers',
+  'hostile',
+  'incast',
+];
 if (args[0] === 'compare') {
   // npm run bench -- compare REF [bench ...]: bench/compare.ts.
   try {
@@ -52,7 +67,7 @@ for (const n of names) {
     process.exit(2);
   }
 }
-const run = names.length ? names : known.filter((n) => n !== 'soak');
+const run = names.length ? names : known.filter((n) => n !== 'soak' && n !== 'incast');
 // The machine first: figures mean little without it (a busy-polling benchmark on 2 cores competes with itself).
 const cpus = os.cpus();
 if (!json) console.log(`machine: ${cpus.length} cores, ${cpus[0]?.model ?? 'unknown CPU'}, Node ${process.version}`);
@@ -131,6 +146,11 @@ for (const name of run) {
   if (name === 'hostile') {
     const r = runHostileBench({ seconds });
     console.log(json ? JSON.stringify(r.json) : r.text);
+  }
+  if (name === 'incast') {
+    const r = await runIncastBench({ seconds });
+    if (!json) console.log(r.text);
+    console.log(JSON.stringify(r.json));
   }
 }
 

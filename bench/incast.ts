@@ -1,0 +1,389 @@
+/**
+ * Incast through a bottleneck the kernel makes (issue 32): network namespaces s1, s2 (senders)
+ * and r (receiver) joined by a bridge in a fourth, the switch, whose port towards r is shaped by
+ * tbf (INCAST_RATE, default 200mbit; a drop-tail queue of INCAST_QUEUE bytes, default 64k).
+ * Ours: a data plane on af_packet in each namespace (a process each), 2 senders x 4 QPs WRITEing
+ * 64 KiB (4 outstanding per QP) into r for the run, with rdma.congestion auto (reno on
+ * af_packet) and then none. The kernel's: iperf3 with the same 8 TCP flows (-P 4 from each
+ * sender) through the same bottleneck. Per run: utilization of the bottleneck rate, Jain's
+ * fairness index over the 8 flows' delivered bytes, bytes resent / bytes delivered, and RTT
+ * p50/p99 over the idle RTT (ours: the QPs' smoothed RTT sampled every 10 ms over their srtt after
+ * 10 lone 64-byte writes each before the load; iperf3: its per-flow mean RTT over ping's idle
+ * RTT). Prints, never asserts.
+ *
+ * Not here: runs with ECN marking at the bottleneck: this kernel has no red, fq_codel or netem
+ * (tc says "Specified qdisc kind is unknown"), so nothing on the path marks CE; marking by our
+ * own fault injector is tested in test/rdma-congestion.test.ts. Needs root, ip, tc, iperf3.
+ *
+ *   node --import tsx bench/incast.ts --child ROLE IFACE ADDR CONGESTION
+ * runs one data plane (ROLE r or s), talking JSON lines on stdin/stdout with the parent.
+ */
+import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { parseConfig } from '../config/load.ts';
+import { Dataplane } from '../dataplane/dataplane.ts';
+import { createDataplane } from '../dataplane/create.ts';
+
+const RATE = process.env.INCAST_RATE ?? '200mbit';
+const QUEUE = process.env.INCAST_QUEUE ?? '64k';
+const MSG = 65536;
+const PER_SENDER = 4;
+const OUTSTANDING = 4;
+const SEGMENT = 1500 - 20 - 8 - 10 - 14;
+const ROOT = path.resolve(import.meta.dirname, '..');
+
+export interface IncastResult {
+  text: string;
+  json: Record<string, unknown>;
+}
+
+interface Figures {
+  mbps: number;
+  utilization: number;
+  jain: number;
+  resent: number;
+  rttP50: number;
+  rttP99: number;
+  idleRttUs: number;
+}
+
+function rateBps(r: string): number {
+  const m = /^(\d+(?:\.\d+)?)(k|m|g)?bit$/i.exec(r);
+  if (!m) throw new Error(`INCAST_RATE must be like 200mbit or 1gbit, got "${r}"`);
+  return Number(m[1]) * ({ k: 1e3, m: 1e6, g: 1e9 }[(m[2] ?? '').toLowerCase() as 'k'] ?? 1);
+}
+
+const jain = (xs: number[]) => {
+  const s = xs.reduce((a, b) => a + b, 0);
+  const q = xs.reduce((a, b) => a + b * b, 0);
+  return q > 0 ? (s * s) / (xs.length * q) : 0;
+};
+/** The figures of one run from each flow's delivered bytes, the bytes resent, RTT samples and the idle RTT (us). */
+function figures(
+  delivered: number[],
+  resent: number,
+  rtts: number[],
+  idle: number,
+  seconds: number,
+  rate: number,
+): Figures {
+  const total = delivered.reduce((a, b) => a + b, 0);
+  return {
+    mbps: (total * 8) / seconds / 1e6,
+    utilization: (total * 8) / seconds / rate,
+    jain: jain(delivered),
+    resent: total > 0 ? resent / total : NaN,
+    rttP50: pct(rtts, 0.5) / idle,
+    rttP99: pct(rtts, 0.99) / idle,
+    idleRttUs: idle,
+  };
+}
+const pct = (xs: number[], p: number) => {
+  const v = [...xs].sort((a, b) => a - b);
+  return v.length ? v[Math.min(v.length - 1, Math.floor(p * v.length))] : NaN;
+};
+
+// ------------------------------------------------------------------ child: one data plane
+
+async function child(role: string, iface: string, addr: string, congestion: string): Promise<void> {
+  const dp = await createDataplane(
+    parseConfig(
+      `rdma: { congestion: ${congestion} }\ninterfaces:\n  - name: e0\n    driver: af_packet\n` +
+        `    af_packet: { host-interface: ${iface} }\n    address: ${addr}/24\n`,
+      `incast-${role}.yaml`,
+    ),
+  );
+  const say = (o: object) => process.stdout.write(JSON.stringify(o) + '\n');
+  const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+  const next = async () => JSON.parse((await lines.next()).value as string);
+  while ((await dp.interfaces())[0].state !== 'up') await new Promise((r) => setTimeout(r, 20));
+  const { rdma } = Dataplane.internals(dp);
+  const n = role === 'r' ? 2 * PER_SENDER : PER_SENDER;
+  const pd = rdma.createPd();
+  const cq = rdma.createCq(4096);
+  const mr = rdma.regMr(pd, MSG, ['local-write', 'remote-write']);
+  const qps = Array.from({ length: n }, () =>
+    rdma.createQp({ pd, sendCq: cq, recvCq: cq, maxSendWr: 64, maxRecvWr: 16 }),
+  );
+  say({ qps: qps.map((q) => ({ qpn: q.qpn, psn: q.isn, stag: mr.stag })) });
+  // The peers: [{addr, qpn, psn, stag}] for each of our QPs.
+  const peers = (await next()) as { addr: string; qpn: number; psn: number; stag: number }[];
+  qps.forEach((q, k) => {
+    rdma.modifyQp(q, { state: 'init' });
+    rdma.modifyQp(q, { state: 'rtr', remote: { address: peers[k].addr, port: peers[k].qpn }, rqPsn: peers[k].psn });
+    rdma.modifyQp(q, { state: 'rts' });
+  });
+  say({ ready: true });
+  const go = (await next()) as { seconds: number };
+  if (role !== 'r') {
+    const done = qps.map(() => 0),
+      posted = qps.map(() => 0);
+    const byQpn = new Map(qps.map((q, k) => [q.qpn, k]));
+    const post = (k: number) => {
+      while (posted[k] - done[k] < OUTSTANDING)
+        rdma.postSend(qps[k], {
+          wrId: posted[k]++,
+          opcode: 'write',
+          sg: [{ mr, offset: 0, length: MSG }],
+          remote: { stag: peers[k].stag, offset: 0 },
+        });
+    };
+    // Idle RTT: one small write at a time on each QP before the load; the QPs' own estimate
+    // (srtt), the same figure sampled under load.
+    for (let i = 0; i < 10; i++)
+      for (const q of qps) {
+        const got = new Promise<void>((resolve) => {
+          cq.onCompletion = (c) => {
+            if (c.poll(8).length > 0) resolve();
+          };
+        });
+        rdma.postSend(q, {
+          wrId: -1,
+          opcode: 'write',
+          sg: [{ mr, offset: 0, length: 64 }],
+          remote: { stag: peers[qps.indexOf(q)].stag, offset: 0 },
+        });
+        await got;
+      }
+    const idle = qps.map((q) => rdma.queryQp(q).rtt.srttUs);
+    const srtt: number[] = [];
+    const end = performance.now() + go.seconds * 1000;
+    const sampler = setInterval(() => {
+      for (const q of qps) srtt.push(rdma.queryQp(q).rtt.srttUs);
+    }, 10);
+    await new Promise<void>((resolve, reject) => {
+      cq.onCompletion = (c) => {
+        for (const x of c.poll(256)) {
+          if (x.status !== 'success') return reject(new Error(`write: ${x.status}`));
+          done[byQpn.get(x.qpn) as number]++;
+        }
+        if (performance.now() >= end) return resolve();
+        for (let k = 0; k < n; k++) post(k);
+      };
+      for (let k = 0; k < n; k++) post(k);
+    });
+    clearInterval(sampler);
+    say({
+      delivered: done.map((d) => d * MSG),
+      retransmits: qps.map((q) => rdma.queryQp(q).counters.retransmits),
+      cwnd: qps.map((q) => rdma.queryQp(q).congestion.cwnd),
+      algorithm: rdma.queryQp(qps[0]).congestion.algorithm,
+      srtt,
+      idleRttUs: pct(idle, 0.5),
+    });
+  } else {
+    await new Promise((r) => setTimeout(r, go.seconds * 1000 + 3000));
+  }
+  await dp.close();
+  process.exit(0);
+}
+
+// ------------------------------------------------------------------ parent
+
+function sh(ns: string | null, ...cmd: string[]): string {
+  const argv = ns === null ? cmd : ['ip', 'netns', 'exec', ns, ...cmd];
+  return execFileSync(argv[0], argv.slice(1), { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+}
+
+function unavailable(): string | null {
+  if (typeof process.getuid === 'function' && process.getuid() !== 0) return 'needs root';
+  for (const t of ['ip', 'tc', 'iperf3', 'ping'])
+    if (spawnSync('sh', ['-c', `command -v ${t}`]).status !== 0) return `${t} not installed`;
+  return null;
+}
+
+interface Topology {
+  ns: Record<'s1' | 's2' | 'r' | 'sw', string>;
+  dev: Record<'s1' | 's2' | 'r', string>;
+  ours: Record<'s1' | 's2' | 'r', string>;
+  kernel: Record<'s1' | 's2' | 'r', string>;
+}
+
+function setUp(): Topology {
+  const tag = process.pid.toString(36);
+  const ns = { s1: `rgi${tag}s1`, s2: `rgi${tag}s2`, r: `rgi${tag}r`, sw: `rgi${tag}sw` };
+  const dev = { s1: 'eth1', s2: 'eth1', r: 'eth1' };
+  const t: Topology = {
+    ns,
+    dev,
+    ours: { s1: '10.80.0.1', s2: '10.80.0.2', r: '10.80.0.3' },
+    kernel: { s1: '10.80.1.1', s2: '10.80.1.2', r: '10.80.1.3' },
+  };
+  for (const n of Object.values(ns)) sh(null, 'ip', 'netns', 'add', n);
+  sh(ns.sw, 'ip', 'link', 'add', 'br0', 'type', 'bridge');
+  for (const h of ['s1', 's2', 'r'] as const) {
+    const outer = `p${h}`;
+    sh(null, 'ip', 'link', 'add', `i${tag}${h}`, 'type', 'veth', 'peer', 'name', `o${tag}${h}`);
+    sh(null, 'ip', 'link', 'set', `i${tag}${h}`, 'netns', ns[h], 'name', dev[h]);
+    sh(null, 'ip', 'link', 'set', `o${tag}${h}`, 'netns', ns.sw, 'name', outer);
+    sh(ns.sw, 'ip', 'link', 'set', outer, 'master', 'br0');
+    sh(ns.sw, 'ip', 'link', 'set', outer, 'up');
+    sh(ns[h], 'sysctl', '-qw', 'net.ipv6.conf.all.disable_ipv6=1');
+    sh(ns[h], 'ip', 'addr', 'add', `${t.kernel[h]}/24`, 'dev', dev[h]);
+    sh(ns[h], 'ip', 'link', 'set', dev[h], 'up');
+    sh(ns[h], 'ip', 'link', 'set', 'lo', 'up');
+  }
+  sh(ns.sw, 'sysctl', '-qw', 'net.ipv6.conf.all.disable_ipv6=1');
+  sh(ns.sw, 'ip', 'link', 'set', 'br0', 'up');
+  // The bottleneck: the switch's port towards r.
+  sh(ns.sw, 'tc', 'qdisc', 'add', 'dev', 'pr', 'root', 'tbf', 'rate', RATE, 'burst', '32k', 'limit', QUEUE);
+  return t;
+}
+
+function tearDown(t: Topology): void {
+  for (const n of Object.values(t.ns)) spawnSync('ip', ['netns', 'del', n]);
+}
+
+class Child {
+  readonly p: ChildProcess;
+  private readonly lines: AsyncIterator<string>;
+  constructor(t: Topology, role: 's1' | 's2' | 'r', congestion: string) {
+    this.p = spawn(
+      'ip',
+      [
+        'netns',
+        'exec',
+        t.ns[role],
+        process.execPath,
+        '--import',
+        'tsx',
+        path.join(ROOT, 'bench/incast.ts'),
+        '--child',
+        role === 'r' ? 'r' : 's',
+        t.dev[role],
+        t.ours[role],
+        congestion,
+      ],
+      { cwd: ROOT, stdio: ['pipe', 'pipe', 'inherit'] },
+    );
+    this.lines = createInterface({ input: this.p.stdout! })[Symbol.asyncIterator]();
+  }
+  async read(): Promise<Record<string, unknown>> {
+    const l = await this.lines.next();
+    if (l.done) throw new Error('an incast data plane exited early');
+    return JSON.parse(l.value) as Record<string, unknown>;
+  }
+  send(o: unknown): void {
+    this.p.stdin!.write(JSON.stringify(o) + '\n');
+  }
+}
+
+type QpLine = { qpn: number; psn: number; stag: number };
+
+async function ours(
+  t: Topology,
+  congestion: string,
+  seconds: number,
+  rate: number,
+): Promise<Figures & { algorithm: string }> {
+  const r = new Child(t, 'r', congestion),
+    s = [new Child(t, 's1', congestion), new Child(t, 's2', congestion)];
+  try {
+    const rq = ((await r.read()).qps as QpLine[]).slice();
+    const sq = [(await s[0].read()).qps as QpLine[], (await s[1].read()).qps as QpLine[]];
+    r.send([...sq[0].map((q) => ({ addr: t.ours.s1, ...q })), ...sq[1].map((q) => ({ addr: t.ours.s2, ...q }))]);
+    s[0].send(rq.slice(0, PER_SENDER).map((q) => ({ addr: t.ours.r, ...q })));
+    s[1].send(rq.slice(PER_SENDER).map((q) => ({ addr: t.ours.r, ...q })));
+    for (const c of [r, ...s]) await c.read(); // ready
+    for (const c of [r, ...s]) c.send({ seconds });
+    const res = [await s[0].read(), await s[1].read()];
+    const delivered = res.flatMap((x) => x.delivered as number[]);
+    const resent = res.flatMap((x) => x.retransmits as number[]).reduce((a, b) => a + b, 0) * SEGMENT;
+    const srtt = res.flatMap((x) => x.srtt as number[]).filter((x) => x > 0);
+    const idle = Math.min(...res.map((x) => x.idleRttUs as number));
+    return { algorithm: res[0].algorithm as string, ...figures(delivered, resent, srtt, idle, seconds, rate) };
+  } finally {
+    for (const c of [r, ...s]) c.p.kill('SIGKILL');
+  }
+}
+
+async function iperf(t: Topology, seconds: number, rate: number): Promise<Figures> {
+  const ping = sh(t.ns.s1, 'ping', '-c', '5', '-i', '0.2', '-q', t.kernel.r);
+  const m = /= [\d.]+\/([\d.]+)\//.exec(ping);
+  const idle = m ? Number(m[1]) * 1000 : NaN;
+  const servers = [5201, 5202].map((port) =>
+    spawn('ip', ['netns', 'exec', t.ns.r, 'iperf3', '-s', '-1', '-p', String(port)], { stdio: 'ignore' }),
+  );
+  await new Promise((r) => setTimeout(r, 300));
+  const clients = (['s1', 's2'] as const).map(
+    (h, k) =>
+      new Promise<Record<string, unknown>>((resolve, reject) => {
+        const c = spawn('ip', [
+          'netns',
+          'exec',
+          t.ns[h],
+          'iperf3',
+          '-c',
+          t.kernel.r,
+          '-p',
+          String(5201 + k),
+          '-P',
+          String(PER_SENDER),
+          '-t',
+          String(seconds),
+          '-J',
+        ]);
+        let out = '';
+        c.stdout.on('data', (d: Buffer) => (out += d.toString()));
+        c.on('close', () => {
+          try {
+            resolve(JSON.parse(out) as Record<string, unknown>);
+          } catch (e) {
+            reject(new Error(`iperf3: ${(e as Error).message}: ${out.slice(0, 200)}`));
+          }
+        });
+      }),
+  );
+  const res = await Promise.all(clients);
+  for (const s of servers) s.kill();
+  type Stream = { sender: { bytes: number; retransmits: number; mean_rtt: number } };
+  const streams = res.flatMap((x) => ((x.end as { streams: Stream[] }).streams ?? []).map((s) => s.sender));
+  const delivered = res.flatMap((x) =>
+    ((x.end as { streams: { receiver: { bytes: number } }[] }).streams ?? []).map((s) => s.receiver.bytes),
+  );
+  const resent = streams.reduce((a, s) => a + s.retransmits, 0) * 1448;
+  return figures(
+    delivered,
+    resent,
+    streams.map((s) => s.mean_rtt),
+    idle,
+    seconds,
+    rate,
+  );
+}
+
+export async function runIncastBench(opts: { seconds: number }): Promise<IncastResult> {
+  const why = unavailable();
+  if (why !== null) return { text: `incast: skipped (${why})`, json: { bench: 'incast', skipped: why } };
+  const rate = rateBps(RATE);
+  const seconds = Math.max(3, opts.seconds);
+  const t = setUp();
+  try {
+    const reno = await ours(t, 'auto', seconds, rate);
+    const none = await ours(t, 'none', seconds, rate);
+    const tcp = await iperf(t, seconds, rate);
+    const f = (x: number, d = 2) => (Number.isFinite(x) ? x.toFixed(d) : '-');
+    const row = (name: string, x: Figures) =>
+      `  ${name.padEnd(28)} ${f(x.mbps, 0).padStart(6)} Mbit/s  util ${f(x.utilization)}  Jain ${f(x.jain, 3)}  ` +
+      `resent ${f(100 * x.resent, 2)} %  RTT p50 x${f(x.rttP50, 1)} p99 x${f(x.rttP99, 1)} (idle ${f(x.idleRttUs, 0)} us)`;
+    const text = [
+      `incast: 2 senders x ${PER_SENDER} flows into 1 receiver through tbf ${RATE} (queue ${QUEUE}), ${seconds} s each`,
+      row(`rdma-graph ${reno.algorithm} (auto)`, reno),
+      row(`rdma-graph ${none.algorithm}`, none),
+      row('kernel TCP (iperf3 -P 4 x 2)', tcp),
+      `  ours/TCP: utilization ${f(reno.utilization / tcp.utilization)}; with ECN marking: not run (no red/fq_codel/netem in this kernel)`,
+    ].join('\n');
+    return { text, json: { bench: 'incast', rate: RATE, queue: QUEUE, seconds, reno, none, tcp } };
+  } finally {
+    tearDown(t);
+  }
+}
+
+if (process.argv[2] === '--child') {
+  const [role, iface, addr, congestion] = process.argv.slice(3);
+  child(role, iface, addr, congestion).catch((e: unknown) => {
+    console.error(e);
+    process.exit(1);
+  });
+}
