@@ -88,6 +88,20 @@ test('reno: a loss halves the window once per window of data; the window grows a
   r.close();
 });
 
+test('reno: what the peer SACKed has left the network: new data goes on within the halved window', () => {
+  const { r } = writer('reno', 400);
+  ack(r, 10); // cwnd 20, PSNs 10..29 out
+  // 10 and 11 lost, 12..29 arrived: 20 in flight, 18 of them SACKed, cwnd halved to 10.
+  const out = sack(r, 12, 30);
+  assert.is(cc(r).cwnd, 10);
+  assert.equal(
+    data(out).map((p) => p.psn),
+    [10, 11, ...Array.from({ length: 8 }, (_, k) => 30 + k)],
+    'the holes resent, then new segments while in flight less SACKed (2, then up to 9) is under cwnd 10',
+  );
+  r.close();
+});
+
 test('reno: a timeout takes the window to 1; F-RTO undoes a spurious one', () => {
   const { r } = writer('reno', 100);
   ack(r, 10); // cwnd 20, 10..29 out

@@ -1,6 +1,7 @@
 /**
  * Congestion control of a QP's sender (PROTOCOL.md section 10): a congestion window in
- * segments beside the TRP window, so what a QP has in flight is min(cwnd, rdma.trp.window).
+ * segments beside the TRP window: a new segment goes while in flight < rdma.trp.window and in
+ * flight less SACKed (the pipe) < cwnd.
  *
  * Window-based, as TCP's NewReno and CUBIC and DCTCP are (not rate-based as DCQCN on RoCE NICs
  * or BBR): a QP's sender already counts segments in flight and is clocked by ACKs, the window
@@ -77,6 +78,17 @@ export function paceSent(qp: Qp, nowNs: number, slackNs: number): void {
   // A QP brought back late (the timer's tick, a busy pass) may catch up by one slack's worth.
   const from = nowNs - slackNs;
   qp.paceNs = (qp.paceNs > from ? qp.paceNs : from) + interval;
+}
+
+/**
+ * Whether one more new segment may go: the TRP window bounds the sequence space in flight (the
+ * transmit slots, the peer's receive window), cwnd what is in the network: in flight less what
+ * the peer SACKed (RFC 6675's pipe), so that after a loss new data keeps the ACK clock going
+ * (and can reveal a lost retransmission) rather than waiting a round trip for the hole.
+ */
+export function mayAdd(qp: Qp, trpWindow: number, limit: number): boolean {
+  const f = qp.inFlight;
+  return f < trpWindow && f - qp.sacked < limit;
 }
 
 /** Segments the QP may have in flight now. */

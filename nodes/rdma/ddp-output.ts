@@ -26,7 +26,7 @@ import { buildSegment, completeSq, sqAcknowledged, takePsn, toError } from './tr
 import { isLocal, WcStatus, WrOpcode } from './verbs.ts';
 import { localFailure, runLocal } from './windows.ts';
 import { serveUd, type UdOut } from './ud-output.ts';
-import { paceSent, paceWait, sendLimit } from './congestion.ts';
+import { mayAdd, paceSent, paceWait, sendLimit } from './congestion.ts';
 
 export const DDP_OUTPUT = 'ddp-output';
 /** What trp-output puts in front (the INFO opaque word on transmit). */
@@ -150,7 +150,8 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
   }
   // What may be in flight: the TRP window, or less under congestion control (congestion.ts),
   // and no sooner than pacing allows (new segments only: retransmissions and a Terminate go).
-  const window = sendLimit(qp, core.window);
+  const trpWindow = core.window,
+    window = sendLimit(qp, trpWindow);
   const now = rt.graph.clock.nowNs(),
     slack = core.timerTickNs;
   // RTR answers Reads and Atomics too (as an InfiniBand responder does) once its send PSN is set.
@@ -158,7 +159,12 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
     qp.state === QpState.RTR ? qp.sendStarted : qp.state !== QpState.RESET && qp.state !== QpState.INIT;
   if (!inError && mayRespond) {
     // 3. Responses to the peer's Reads and Atomics.
-    while (qp.respNext !== qp.respTail && nOut < FRAME_SIZE && qp.inFlight < window && paceWait(qp, now, slack) === 0) {
+    while (
+      qp.respNext !== qp.respTail &&
+      nOut < FRAME_SIZE &&
+      mayAdd(qp, trpWindow, window) &&
+      paceWait(qp, now, slack) === 0
+    ) {
       const ref = qp.respNext & qp.respMask;
       const r = qp.resp[ref];
       const len = r.atomic ? 0 : Math.min(qp.mtuTagged, r.length - r.sent);
@@ -176,7 +182,12 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
     // 4. The send queue.
     const sq = qp.sq,
       nsq = sq.length;
-    while (qp.sqNext !== qp.sqTail && nOut < FRAME_SIZE && qp.inFlight < window && paceWait(qp, now, slack) === 0) {
+    while (
+      qp.sqNext !== qp.sqTail &&
+      nOut < FRAME_SIZE &&
+      mayAdd(qp, trpWindow, window) &&
+      paceWait(qp, now, slack) === 0
+    ) {
       const ref = qp.sqNext % nsq;
       const wr = sq[ref];
       const op = wr.opcode;
@@ -265,7 +276,7 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
   if (
     !inError &&
     qp.paceTimer < 0 &&
-    qp.inFlight < window &&
+    mayAdd(qp, trpWindow, window) &&
     (qp.respNext !== qp.respTail || qp.sqNext !== qp.sqTail)
   ) {
     const at = paceWait(qp, now, slack);
@@ -315,6 +326,7 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
   if (nOut < FRAME_SIZE) return false;
   // Out of budget: more to do if anything is queued and the window is open.
   return (
-    qp.rtxCount > 0 || (!inError && qp.inFlight < window && (qp.respNext !== qp.respTail || qp.sqNext !== qp.sqTail))
+    qp.rtxCount > 0 ||
+    (!inError && mayAdd(qp, trpWindow, window) && (qp.respNext !== qp.respTail || qp.sqNext !== qp.sqTail))
   );
 }

@@ -283,6 +283,8 @@ export class Qp {
   ccWinEnd = 0;
   ccWinAcked = 0;
   ccWinMarked = 0;
+  /** Segments in flight the peer SACKed (congestion control counts what is in the network: RFC 6675's pipe). */
+  sacked = 0;
   /** Pacing: when the next new segment may go (ns, congestion.ts paceWait), and its wheel timer (-1 none). */
   paceNs = 0;
   paceTimer = -1;

@@ -240,6 +240,7 @@ export function onAck(core: RdmaCore, qp: Qp, ack: number, nowNs: number): boole
   for (let p = qp.sndUna; p !== ack; p = (p + 1) >>> 0) {
     const s = p & mask;
     if (!(qp.txFlags[s] & TxFlag.RETRANSMITTED)) sampleNs = qp.txTime[s];
+    if (qp.txFlags[s] & TxFlag.SACKED) qp.sacked--;
     qp.txKind[s] = TxKind.FREE;
     qp.txFlags[s] = 0;
     qp.rtxQueued[s] = 0;
@@ -327,6 +328,7 @@ export function onSack(core: RdmaCore, qp: Qp, start: number, end: number): bool
   for (let p = start; p !== end; p = (p + 1) >>> 0) {
     const s = p & mask;
     if (qp.txKind[s] === TxKind.FREE) continue;
+    if (!(qp.txFlags[s] & TxFlag.SACKED)) qp.sacked++;
     qp.txFlags[s] |= TxFlag.SACKED;
     if (qp.txSeq[s] > maxSeq) maxSeq = qp.txSeq[s];
   }
