@@ -121,12 +121,24 @@ test('connection manager through a listener; the accepted QP shows its listener;
     assert.is(qb.listener, 18515);
     assert.is(qb.state, 'rts');
     assert.equal(qb.remote, { ip: IP_A, port: x.qp.qpn });
-    // No listener on 18516: the request times out.
+    // No listener on 18516: REJECTED at once, as a closed TCP port answers with RST.
     const x2 = await ends(a);
-    const err = await a.connect(x2.qp.qpn, { remote: { ip: IP_B, port: 18516 }, mode: 'cm', timeoutMs: 150 }).then(
+    const closed = await a.connect(x2.qp.qpn, { remote: { ip: IP_B, port: 18516 }, mode: 'cm', timeoutMs: 5000 }).then(
       () => null,
       (e) => e,
     );
+    assert.instance(closed, DataplaneError);
+    assert.is(closed.kind, 'rejected', closed.message);
+    assert.match(closed.message, /no listener on the port$/);
+    // Nothing answers (A's receive side loses everything meanwhile): the request times out.
+    const [ifA] = await a.interfaces();
+    await a.setFault(ifA.name, 'rx', { seed: 1, loss: 1 });
+    const x4 = await ends(a);
+    const err = await a.connect(x4.qp.qpn, { remote: { ip: IP_B, port: 18516 }, mode: 'cm', timeoutMs: 150 }).then(
+      () => null,
+      (e) => e,
+    );
+    await a.setFault(ifA.name, 'rx', null);
     assert.instance(err, DataplaneError);
     assert.is(err.kind, 'timeout', err.message);
     // A listener whose QP parameters fail (pd destroyed after listen is refused: pd busy? use a destroyed CQ instead).
