@@ -129,7 +129,7 @@ export interface Config {
     cmTimeoutMs: number;
     cmBacklog: number;
     cmHalfOpenMs: number;
-    /** `rdma.congestion`: auto (none on memif/pipe, reno elsewhere) | none | reno | dctcp. */
+    /** `rdma.congestion`: auto (none on memif/pipe, reno elsewhere) | none | reno | cubic | dctcp. */
     congestion: 'auto' | CongestionName;
     /** Budgets (nodes/rdma/budget.ts): `max-pds`, `max-cqs`, `max-srqs`, `max-mr-bytes`, `max-cq-entries`, `max-wr-slots`. */
     maxPds: number;

@@ -12,6 +12,8 @@
  *   ssthresh; a loss (fast retransmit) or an ECN mark echoed by the peer halves cwnd once per
  *   window of data (NewReno's recovery point; RFC 3168's reaction to CE); a timeout takes it to
  *   1 (RFC 5681), undone when F-RTO finds the timeout spurious.
+ * - `cubic`: as `reno`, but a loss or mark multiplies cwnd by 0.7 and the increase follows
+ *   RFC 9438's cubic of the time since the reduction (or Reno's with alpha 0.53 where larger).
  * - `dctcp`: as `reno` for losses and timeouts; ECN marks as DCTCP (RFC 8257): alpha, the EWMA
  *   (gain 1/16) of the fraction of segments marked per window, and cwnd *= 1 - alpha/2 once
  *   per window that saw marks.
@@ -27,14 +29,18 @@
  */
 import type { Qp } from './qp.ts';
 
-export const Congestion = { NONE: 0, RENO: 1, DCTCP: 2 } as const;
-export const CONGESTION_NAMES = ['none', 'reno', 'dctcp'] as const;
+export const Congestion = { NONE: 0, RENO: 1, DCTCP: 2, CUBIC: 3 } as const;
+export const CONGESTION_NAMES = ['none', 'reno', 'dctcp', 'cubic'] as const;
 export type CongestionName = (typeof CONGESTION_NAMES)[number];
 
 /** Initial window (segments): RFC 6928's 10. */
 export const INITIAL_CWND = 10;
 /** Smallest window after a reduction (marks, losses); a timeout takes it to 1 for one RTT. */
 export const MIN_CWND = 2;
+/** CUBIC (RFC 9438): multiplicative decrease beta, the cubic's C (segments per second^3), the Reno-friendly alpha. */
+const CUBIC_BETA = 0.7;
+const CUBIC_C = 0.4;
+const CUBIC_ALPHA = (3 * (1 - CUBIC_BETA)) / (1 + CUBIC_BETA);
 /** DCTCP's EWMA gain g (RFC 8257: 1/16). */
 const DCTCP_G = 1 / 16;
 /** The echoed CE counter's width (PROTOCOL.md section 5: the low 12 bits of the opcode field). */
@@ -51,6 +57,8 @@ export function ccInit(qp: Qp, algo: number, window: number): void {
   qp.ccWinEnd = qp.sndNxt;
   qp.ccWinAcked = 0;
   qp.ccWinMarked = 0;
+  qp.cubicWmax = 0;
+  qp.cubicEpochNs = 0;
 }
 
 /** Pacing gains (Linux's): a window per 1/2 srtt in slow start, per srtt / 1.2 above ssthresh. */
@@ -107,13 +115,25 @@ function reduce(qp: Qp, to: number): void {
   qp.ccRecover = qp.sndNxt;
 }
 
+/** A loss or (reno, cubic) an ECN mark: halve (reno, dctcp) or x 0.7 with a new cubic epoch (cubic). */
+function decrease(qp: Qp): void {
+  if (qp.ccAlgo !== Congestion.CUBIC) {
+    reduce(qp, qp.cwnd / 2);
+    return;
+  }
+  // RFC 9438 4.7 fast convergence: a window below the last maximum releases bandwidth.
+  qp.cubicWmax = qp.cwnd < qp.cubicWmax ? (qp.cwnd * (1 + CUBIC_BETA)) / 2 : qp.cwnd;
+  qp.cubicEpochNs = 0;
+  reduce(qp, qp.cwnd * CUBIC_BETA);
+}
+
 /** Fast retransmission found a loss. */
 export function ccOnLoss(qp: Qp): void {
   if (qp.ccAlgo === Congestion.NONE) return;
   qp.lossEvents++;
   if (qp.ccInRecovery) return;
   qp.ccReductions++;
-  reduce(qp, qp.cwnd / 2);
+  decrease(qp);
 }
 
 /** The first timeout of a series: cwnd to 1, ssthresh to half of what was in flight. */
@@ -122,6 +142,8 @@ export function ccOnTimeout(qp: Qp, flight: number): void {
   qp.lossEvents++;
   qp.ccUndoCwnd = qp.cwnd;
   qp.ccUndoSsthresh = qp.ssthresh;
+  qp.cubicWmax = qp.cwnd;
+  qp.cubicEpochNs = 0;
   const half = flight / 2;
   qp.ssthresh = half < MIN_CWND ? MIN_CWND : half;
   qp.cwnd = 1;
@@ -150,10 +172,10 @@ export function ccOnEcho(qp: Qp, echo: number): void {
   if (qp.ccAlgo === Congestion.NONE) return;
   qp.ceMarks += d;
   qp.ccWinMarked += d;
-  if (qp.ccAlgo === Congestion.RENO && !qp.ccInRecovery) {
+  if (qp.ccAlgo !== Congestion.DCTCP && !qp.ccInRecovery) {
     // RFC 3168: a CE echo is a loss signal without the loss, once per window.
     qp.ecnReductions++;
-    reduce(qp, qp.cwnd / 2);
+    decrease(qp);
   }
 }
 
@@ -161,7 +183,7 @@ export function ccOnEcho(qp: Qp, echo: number): void {
  * `acked` segments newly acknowledged (cumulatively) with `flight` in flight before the ACK:
  * the window grows (when the QP used it), DCTCP's window of observation closes.
  */
-export function ccOnAck(qp: Qp, acked: number, flight: number, window: number): void {
+export function ccOnAck(qp: Qp, acked: number, flight: number, window: number, nowNs: number): void {
   if (qp.ccAlgo === Congestion.NONE) return;
   qp.ccUndoCwnd = 0;
   qp.ccWinAcked += acked;
@@ -183,6 +205,29 @@ export function ccOnAck(qp: Qp, acked: number, flight: number, window: number): 
   // earn a window it never used) and never while recovering.
   if (qp.ccInRecovery || flight * 2 < qp.cwnd) return;
   if (qp.cwnd < qp.ssthresh) qp.cwnd += acked;
+  else if (qp.ccAlgo === Congestion.CUBIC) cubicIncrease(qp, acked, nowNs);
   else qp.cwnd += acked / qp.cwnd;
   if (qp.cwnd > window) qp.cwnd = window;
+}
+
+/**
+ * CUBIC's congestion avoidance (RFC 9438 4.2-4.4): the window follows C (t - K)^3 + W_max from
+ * the epoch (the first ACK after a reduction), t one RTT ahead, at most 1.5 x cwnd as a target;
+ * where Reno with alpha 0.53 per RTT would be larger (the Reno-friendly region: on our short
+ * round trips, most of the time) it follows that.
+ */
+function cubicIncrease(qp: Qp, acked: number, nowNs: number): void {
+  const w = qp.cwnd;
+  if (qp.cubicEpochNs === 0) {
+    qp.cubicEpochNs = nowNs > 0 ? nowNs : 1;
+    if (qp.cubicWmax < w) qp.cubicWmax = w;
+    qp.cubicK = Math.cbrt((qp.cubicWmax - w) / CUBIC_C);
+    qp.cubicWest = w;
+  }
+  const t = (nowNs - qp.cubicEpochNs + qp.srttNs) / 1e9 - qp.cubicK;
+  let target = CUBIC_C * t * t * t + qp.cubicWmax;
+  if (target < w) target = w;
+  else if (target > 1.5 * w) target = 1.5 * w;
+  qp.cubicWest += (CUBIC_ALPHA * acked) / w;
+  qp.cwnd = qp.cubicWest > target ? qp.cubicWest : w + ((target - w) / w) * acked;
 }

@@ -283,6 +283,11 @@ export class Qp {
   ccWinEnd = 0;
   ccWinAcked = 0;
   ccWinMarked = 0;
+  /** CUBIC: the window before the last reduction, the epoch (ns, 0 = none yet), K (s), Reno's estimate. */
+  cubicWmax = 0;
+  cubicEpochNs = 0;
+  cubicK = 0;
+  cubicWest = 0;
   /** Segments in flight the peer SACKed (congestion control counts what is in the network: RFC 6675's pipe). */
   sacked = 0;
   /** Pacing: when the next new segment may go (ns, congestion.ts paceWait), and its wheel timer (-1 none). */

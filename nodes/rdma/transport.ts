@@ -264,7 +264,7 @@ export function onAck(core: RdmaCore, qp: Qp, ack: number, nowNs: number): boole
         if (qp.txKind[s] !== TxKind.FREE && !(qp.txFlags[s] & TxFlag.SACKED)) queueRetransmit(qp, p);
       }
   }
-  ccOnAck(qp, d, flight, core.window);
+  ccOnAck(qp, d, flight, core.window, nowNs);
   qp.rtoDeadline = qp.inFlight > 0 ? nowNs + qp.rtoNs : 0;
   // Responses fully acknowledged leave the IRD ring.
   while (qp.respHead !== qp.respNext) {
