@@ -240,6 +240,20 @@ test('memory the program does not have is refused with EFAULT, and the process l
   });
 });
 
+test("another thread's writes while its pages are registered are not lost (UCX's async thread writes them so)", async () => {
+  ready();
+  await withProgram(async (prog) => {
+    // A thread writes 64 KiB of fresh pages without pause while the main thread registers and
+    // deregisters them 300 times: each registration moves them onto a new memfd. Before each
+    // word is written again the writer checks its last write is there (and all at the end).
+    const r = await prog.cmd('race 300');
+    const m = /^race (\d+) (\d+)$/.exec(r);
+    assert.ok(m, r);
+    assert.ok(Number(m[2]) > 100_000, `the writer ran meanwhile (${m[2]} writes)`);
+    assert.is(Number(m[1]), 0, `writes lost: ${m[1]} of ${m[2]}`);
+  });
+});
+
 test('System V shared memory (UCX allocates its buffers so) stays the segment when registered: a WRITE through the MR is seen by another attachment, the program writes are READ back', async () => {
   ready();
   await withProgram(async (prog, pr) => {

@@ -22,12 +22,18 @@
  *   "peek ID OFF LEN"        -> segment ID's bytes [OFF, OFF + LEN) as hex, through an attachment
  *                               of its own made for it (what another process sharing it sees)
  *   "nattch ID"              -> "nattch N", or "nattch -ERRNO" when the segment is gone
+ *   "race ROUNDS"            -> "race LOST WRITES": a thread writes fresh 64 KiB pages without pause
+ *                               (a counter into each 8-byte word in turn, what it wrote kept apart)
+ *                               while this one registers and deregisters them ROUNDS times; LOST is
+ *                               the writes found gone when the word came round again, or at the
+ *                               end (0 expected), WRITES how many it made
  *   "qp A.B.C.D QPN PSN"     -> "qp QPN rts rc 0": an RC QP in RTS towards that peer, remote
  *                               read and write allowed (rq_psn PSN, sq_psn PSN + 1)
  *   "exit"
  */
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +45,49 @@
 
 static struct ibv_mr* mrs[MAX_MRS];
 static int nmrs;
+
+/* "race": the buffer a thread writes while it is registered, and what it wrote (not registered). */
+#define RACE_WORDS (65536 / 8)
+static volatile uint64_t* race_buf;
+static uint64_t race_last[RACE_WORDS];
+static volatile int race_stop;
+static uint64_t race_writes, race_lost;
+
+/* Before each word is written again, it must still hold what was written there last time. */
+static void* race_writer(void* arg) {
+  (void)arg;
+  uint64_t v = 0, lost = 0;
+  while (!race_stop) {
+    const size_t k = (size_t)(v % RACE_WORDS);
+    if (race_buf[k] != race_last[k]) lost++;
+    race_buf[k] = ++v;
+    race_last[k] = v;
+  }
+  race_writes = v;
+  race_lost = lost;
+  return NULL;
+}
+
+/* ROUNDS registrations of the pages a thread is writing; the words that lost their last write. */
+static int race(struct ibv_pd* pd, unsigned rounds) {
+  void* p = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return -1;
+  race_buf = p;
+  race_stop = 0;
+  memset(race_last, 0, sizeof race_last);
+  pthread_t t;
+  if (pthread_create(&t, NULL, race_writer, NULL) != 0) return -1;
+  for (unsigned r = 0; r < rounds; r++) {
+    struct ibv_mr* mr = ibv_reg_mr(pd, p, 65536, IBV_ACCESS_LOCAL_WRITE);
+    if (mr != NULL) ibv_dereg_mr(mr);
+  }
+  race_stop = 1;
+  pthread_join(t, NULL);
+  uint64_t lost = race_lost;
+  for (size_t k = 0; k < RACE_WORDS; k++) lost += race_buf[k] != race_last[k];
+  munmap(p, 65536);
+  return (int)(lost > 1000000 ? 1000000 : lost);
+}
 
 static int to_rts(struct ibv_qp* qp, unsigned a, unsigned b, unsigned c, unsigned d, unsigned peer, unsigned psn) {
   struct ibv_qp_attr at = {
@@ -96,6 +145,9 @@ int main(void) {
     int k;
     if (strncmp(line, "exit", 4) == 0) {
       break;
+    } else if (sscanf(line, "race %d", &k) == 1 && k > 0 && k <= 100000) {
+      const int lost = race(pd, (unsigned)k);
+      printf("race %d %llu\n", lost, (unsigned long long)race_writes);
     } else if (sscanf(line, "map %llu", &len) == 1) {
       void* p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       printf("map %llu\n", p == MAP_FAILED ? 0ull : (unsigned long long)(uintptr_t)p);

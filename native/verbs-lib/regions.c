@@ -23,6 +23,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +154,56 @@ static void collect(uintptr_t a, uintptr_t b) {
   }
 }
 
+/*
+ * Other threads' writes while pages move. Between the copy and the remap a write by another
+ * thread of the program to those pages would be lost with the private page (UCX's async thread
+ * writes its endpoints' pages while the main thread registers them). So the pages are made
+ * read-only first: such a write faults, and this handler holds the writer until the memfd is
+ * mapped there, then lets it write again (the instruction runs again, on the new page). Faults
+ * elsewhere, or by the moving thread itself, go to the handler that was there before. The
+ * handler stays once set (a thread may be on its way into it): it is set again, chaining to
+ * the program's, when the program replaced it between two moves. A system call writing there
+ * meanwhile gets EFAULT, as on memory a NIC driver is pinning at that moment would not; rare.
+ */
+static const struct span* moving;
+static size_t nmoving;
+static volatile int move_on; /* 1 while pages are read-only for a move */
+static pid_t mover;
+static struct sigaction prev_segv;
+
+static void on_segv(int sig, siginfo_t* si, void* uc) {
+  if (__atomic_load_n(&move_on, __ATOMIC_ACQUIRE) && gettid() != mover) {
+    const uintptr_t a = (uintptr_t)si->si_addr;
+    int ours = 0;
+    for (size_t k = 0; k < nmoving && !ours; k++) ours = a >= moving[k].start && a < moving[k].end;
+    if (ours) {
+      while (__atomic_load_n(&move_on, __ATOMIC_ACQUIRE)) sched_yield();
+      return; /* the write again, on the memfd's page */
+    }
+  }
+  if (prev_segv.sa_flags & SA_SIGINFO) {
+    if (prev_segv.sa_sigaction != NULL) prev_segv.sa_sigaction(sig, si, uc);
+  } else if (prev_segv.sa_handler != SIG_DFL && prev_segv.sa_handler != SIG_IGN) {
+    prev_segv.sa_handler(sig);
+  } else {
+    signal(SIGSEGV, SIG_DFL); /* the fault again, now with the default action */
+  }
+}
+
+/* Our handler in place (the program's kept to chain to); 0, or -1 when it cannot be set. */
+static int hold_writers(void) {
+  struct sigaction cur;
+  if (sigaction(SIGSEGV, NULL, &cur) != 0) return -1;
+  if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_segv) return 0;
+  struct sigaction a;
+  memset(&a, 0, sizeof a);
+  a.sa_sigaction = on_segv;
+  a.sa_flags = SA_SIGINFO | SA_RESTART | SA_NODEFER;
+  sigemptyset(&a.sa_mask);
+  prev_segv = cur;
+  return sigaction(SIGSEGV, &a, NULL);
+}
+
 /* Copies the program's bytes at `src` into `dst` without faulting on unmapped pages: EFAULT. */
 static int copy_in(void* dst, uintptr_t src, size_t n) {
   struct iovec l = {dst, n}, r = {(void*)src, n};
@@ -163,6 +215,15 @@ static int copy_in(void* dst, uintptr_t src, size_t n) {
   }
   errno = EFAULT; /* memory the program does not have: as a NIC's registration says */
   return -1;
+}
+
+/* Gaps [from, ro) writable again (they were made read-only), and writers let go. */
+static void release_writers(const struct span* gaps, size_t from, size_t ro) {
+  int e = errno;
+  for (size_t g = from; g < ro; g++)
+    mprotect((void*)gaps[g].start, gaps[g].end - gaps[g].start, PROT_READ | PROT_WRITE);
+  __atomic_store_n(&move_on, 0, __ATOMIC_RELEASE);
+  errno = e;
 }
 
 /*
@@ -193,10 +254,23 @@ static struct memfd* share_gaps(const struct span* gaps, size_t ngaps) {
     goto fail;
   m->dev = st.st_dev;
   m->ino = st.st_ino;
+  /* Other threads' writes wait from here until the memfd is mapped (above). */
+  size_t ro = 0;
+  if (hold_writers() == 0) {
+    moving = gaps;
+    nmoving = ngaps;
+    mover = gettid();
+    __atomic_store_n(&move_on, 1, __ATOMIC_RELEASE);
+    for (; ro < ngaps; ro++)
+      if (mprotect((void*)gaps[ro].start, gaps[ro].end - gaps[ro].start, PROT_READ) != 0) break;
+  }
   size_t off = 0;
   for (size_t g = 0; g < ngaps; g++) {
     size_t n = gaps[g].end - gaps[g].start;
-    if (copy_in((uint8_t*)tmp + off, gaps[g].start, n) != 0) goto fail;
+    if (copy_in((uint8_t*)tmp + off, gaps[g].start, n) != 0) {
+      release_writers(gaps, 0, ro);
+      goto fail;
+    }
     off += n;
   }
   /* The same bytes, now on the memfd: the program reads what it had. */
@@ -210,6 +284,8 @@ static struct memfd* share_gaps(const struct span* gaps, size_t ngaps) {
     off += n;
   }
   int err = errno;
+  /* The gaps not remapped (a failure) are writable again; the remapped ones are already. */
+  release_writers(gaps, mapped, ro);
   munmap(tmp, total);
   tmp = MAP_FAILED;
   /* The remapped ones are regions (room made above: no allocation); a failure leaves the rest private. */
