@@ -4,7 +4,7 @@
  * tbf (INCAST_RATE, default 200mbit; a drop-tail queue of INCAST_QUEUE bytes, default 64k).
  * Ours: a data plane on af_packet in each namespace (a process each), 2 senders x 4 QPs WRITEing
  * 64 KiB (4 outstanding per QP) into r for the run, with rdma.congestion auto (reno on
- * af_packet) and then none. The kernel's: iperf3 with the same 8 TCP flows (-P 4 from each
+ * af_packet), cubic and none. The kernel's: iperf3 with the same 8 TCP flows (-P 4 from each
  * sender) through the same bottleneck. Per run: utilization of the bottleneck rate, Jain's
  * fairness index over the 8 flows' delivered bytes, bytes resent / bytes delivered, and RTT
  * p50/p99 over the idle RTT (ours: the QPs' smoothed RTT sampled every 10 ms over their srtt after
@@ -361,6 +361,7 @@ export async function runIncastBench(opts: { seconds: number }): Promise<IncastR
   const t = setUp();
   try {
     const reno = await ours(t, 'auto', seconds, rate);
+    const cubic = await ours(t, 'cubic', seconds, rate);
     const none = await ours(t, 'none', seconds, rate);
     const tcp = await iperf(t, seconds, rate);
     const f = (x: number, d = 2) => (Number.isFinite(x) ? x.toFixed(d) : '-');
@@ -370,11 +371,12 @@ export async function runIncastBench(opts: { seconds: number }): Promise<IncastR
     const text = [
       `incast: 2 senders x ${PER_SENDER} flows into 1 receiver through tbf ${RATE} (queue ${QUEUE}), ${seconds} s each`,
       row(`rdma-graph ${reno.algorithm} (auto)`, reno),
+      row(`rdma-graph ${cubic.algorithm}`, cubic),
       row(`rdma-graph ${none.algorithm}`, none),
       row('kernel TCP (iperf3 -P 4 x 2)', tcp),
       `  ours/TCP: utilization ${f(reno.utilization / tcp.utilization)}; with ECN marking: not run (no red/fq_codel/netem in this kernel)`,
     ].join('\n');
-    return { text, json: { bench: 'incast', rate: RATE, queue: QUEUE, seconds, reno, none, tcp } };
+    return { text, json: { bench: 'incast', rate: RATE, queue: QUEUE, seconds, reno, cubic, none, tcp } };
   } finally {
     tearDown(t);
   }
