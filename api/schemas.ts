@@ -5,9 +5,9 @@
  * no `const`, no type arrays (`nullable: true` instead), no `format`; `x-expected` says in words
  * what a value must be, for the error message.
  */
-import { CONGESTION_NAMES } from '../nodes/rdma/congestion.ts';
 import {
   ACCESS_NAMES,
+  CONGESTION_NAMES,
   PING_LIMITS,
   QP_STATE_NAMES,
   VERBS_DEFAULTS,

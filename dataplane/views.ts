@@ -369,5 +369,6 @@ export {
   WR_OPCODE_NAMES,
 } from '../nodes/rdma/verbs.ts';
 export { QP_STATE_NAMES } from '../nodes/rdma/qp.ts';
+export { CONGESTION_NAMES } from '../nodes/rdma/congestion.ts';
 export { VERBS_DEFAULTS, VERBS_LIMITS } from '../nodes/rdma/stack.ts';
 export type { Completion } from '../nodes/rdma/verbs.ts';
