@@ -487,19 +487,13 @@ export function acceptDeferred(cm: ConnectionManager, l: Listener, key: string, 
   );
 }
 
-/** REJECT a deferred request of listener `l` (with private data and a `CmRejectReason`), if it is still waiting. */
-export function rejectDeferred(
-  cm: ConnectionManager,
-  l: Listener,
-  key: string,
-  privateData?: Uint8Array,
-  reason: number = CmRejectReason.REFUSED,
-): void {
+/** REJECT a deferred request of listener `l` (with private data), if it is still waiting. */
+export function rejectDeferred(cm: ConnectionManager, l: Listener, key: string, privateData?: Uint8Array): void {
   const d = l.deferred?.get(key);
   if (d === undefined) return;
   l.deferred?.delete(key);
   cm.send(
-    ConnectionManager.message(TrpOp.REJECT, reason, 0, privateData ?? new Uint8Array(0), 0, d.peerIsn),
+    ConnectionManager.message(TrpOp.REJECT, CmRejectReason.REFUSED, 0, privateData ?? new Uint8Array(0), 0, d.peerIsn),
     d.src,
     d.srcPort,
     d.listenPort,
