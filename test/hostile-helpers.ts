@@ -355,8 +355,9 @@ export function hostileFrame(rng: Rng, t: Target): Hostile {
     const dport = to < 7 ? t.qpn : to < 9 ? t.listenPort : rng.int(65536);
     const sport = rng.chance(0.85) ? t.peerPort : rng.int(65536);
     const src = rng.chance(0.9) ? IP_PEER : Uint8Array.from([10, 0, 0, 2 + rng.int(250)]);
+    // TRP to a port nobody bound too (a REQ there is answered with REJECT).
     const { kind: k, payload } =
-      to < 9 ? trpPayload(rng, t) : { kind: 'udp', payload: rng.fill(new Uint8Array(rng.int(100))) };
+      to < 9 || rng.chance(0.5) ? trpPayload(rng, t) : { kind: 'udp', payload: rng.fill(new Uint8Array(rng.int(100))) };
     kind = k;
     const uo: { length?: number; checksum?: 'zero' | 'bad' } = {};
     const m = rng.int(20);
