@@ -24,6 +24,7 @@ import { createInterface } from 'node:readline';
 import { parseConfig } from '../config/load.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';
 import { createDataplane } from '../dataplane/create.ts';
+import { sendLimit } from '../nodes/rdma/congestion.ts';
 
 const RATE = process.env.INCAST_RATE ?? '200mbit';
 const QUEUE = process.env.INCAST_QUEUE ?? '64k';
@@ -32,6 +33,8 @@ const PER_SENDER = 4;
 const OUTSTANDING = 4;
 const SEGMENT = 1500 - 20 - 8 - 10 - 14;
 const ROOT = path.resolve(import.meta.dirname, '..');
+/** INCAST_TRACE=1: each sender prints a timeline (every 100 ms, per QP cwnd/pipe/srtt ms) to stderr. */
+const TRACE = process.env.INCAST_TRACE === '1';
 
 export interface IncastResult {
   text: string;
@@ -149,8 +152,32 @@ async function child(role: string, iface: string, addr: string, congestion: stri
     const idle = qps.map((q) => rdma.queryQp(q).rtt.srttUs);
     const srtt: number[] = [];
     const end = performance.now() + go.seconds * 1000;
+    // What holds each QP back when sampled (every 10 ms, between the graph's passes): nothing
+    // left to send (application), the window (cwnd, RFC 6675's pipe), pacing, or none of these
+    // (waiting for its turn); and a timeline every 100 ms (INCAST_TRACE=1).
+    const clock = rdma.core.graph.clock;
+    const limits = { app: 0, cwnd: 0, pace: 0, turn: 0 };
+    const timeline: string[] = [];
+    const t0 = performance.now();
+    let ticks = 0;
     const sampler = setInterval(() => {
-      for (const q of qps) srtt.push(rdma.queryQp(q).rtt.srttUs);
+      const now = clock.nowNs();
+      for (const q of qps) {
+        srtt.push(rdma.queryQp(q).rtt.srttUs);
+        const pipe = q.inFlight - q.sacked;
+        if (q.sqNext === q.sqTail) limits.app++;
+        else if (pipe >= sendLimit(q, rdma.core.window)) limits.cwnd++;
+        else if (q.ccAlgo !== 0 && q.srttNs > 0 && q.paceNs > now) limits.pace++;
+        else limits.turn++;
+      }
+      if (TRACE && ticks++ % 10 === 0)
+        timeline.push(
+          `${((performance.now() - t0) / 1000).toFixed(2)}s ` +
+            qps
+              .map((q) => `${q.cwnd.toFixed(0)}/${(q.inFlight - q.sacked) | 0}/${(q.srttNs / 1e6).toFixed(1)}`)
+              .join(' ') +
+            ` losses ${qps.reduce((a, q) => a + q.lossEvents, 0)} red ${qps.reduce((a, q) => a + q.ccReductions + q.ecnReductions, 0)} rto ${qps.reduce((a, q) => a + q.timeouts, 0)}`,
+        );
     }, 10);
     await new Promise<void>((resolve, reject) => {
       cq.onCompletion = (c) => {
@@ -171,6 +198,11 @@ async function child(role: string, iface: string, addr: string, congestion: stri
       algorithm: rdma.queryQp(qps[0]).congestion.algorithm,
       srtt,
       idleRttUs: pct(idle, 0.5),
+      limits,
+      timeline,
+      losses: qps.map((q) => q.lossEvents),
+      reductions: qps.map((q) => q.ccReductions + q.ecnReductions),
+      timeouts: qps.map((q) => q.timeouts),
     });
   } else {
     await new Promise((r) => setTimeout(r, go.seconds * 1000 + 3000));
@@ -276,7 +308,7 @@ async function ours(
   congestion: string,
   seconds: number,
   rate: number,
-): Promise<Figures & { algorithm: string }> {
+): Promise<Figures & { algorithm: string; held: string }> {
   const r = new Child(t, 'r', congestion),
     s = [new Child(t, 's1', congestion), new Child(t, 's2', congestion)];
   try {
@@ -292,7 +324,26 @@ async function ours(
     const resent = res.flatMap((x) => x.retransmits as number[]).reduce((a, b) => a + b, 0) * SEGMENT;
     const srtt = res.flatMap((x) => x.srtt as number[]).filter((x) => x > 0);
     const idle = Math.min(...res.map((x) => x.idleRttUs as number));
-    return { algorithm: res[0].algorithm as string, ...figures(delivered, resent, srtt, idle, seconds, rate) };
+    const lim = { app: 0, cwnd: 0, pace: 0, turn: 0 };
+    for (const x of res)
+      for (const k of Object.keys(lim) as (keyof typeof lim)[]) lim[k] += (x.limits as typeof lim)[k];
+    const all = lim.app + lim.cwnd + lim.pace + lim.turn || 1;
+    const sum = (k: string) => res.flatMap((x) => x[k] as number[]).join(' ');
+    const held =
+      `held back by: cwnd ${((100 * lim.cwnd) / all).toFixed(0)} %, pacing ${((100 * lim.pace) / all).toFixed(0)} %, ` +
+      `application ${((100 * lim.app) / all).toFixed(0)} %, its turn ${((100 * lim.turn) / all).toFixed(0)} %; ` +
+      `per QP losses [${sum('losses')}] reductions [${sum('reductions')}] timeouts [${sum('timeouts')}]`;
+    if (TRACE)
+      res.forEach((x, k) =>
+        process.stderr.write(
+          `incast ${congestion} s${k + 1} (cwnd/pipe/srtt ms per QP):\n  ${(x.timeline as string[]).join('\n  ')}\n`,
+        ),
+      );
+    return {
+      algorithm: res[0].algorithm as string,
+      held,
+      ...figures(delivered, resent, srtt, idle, seconds, rate),
+    };
   } finally {
     for (const c of [r, ...s]) c.p.kill('SIGKILL');
   }
@@ -371,8 +422,11 @@ export async function runIncastBench(opts: { seconds: number }): Promise<IncastR
     const text = [
       `incast: 2 senders x ${PER_SENDER} flows into 1 receiver through tbf ${RATE} (queue ${QUEUE}), ${seconds} s each`,
       row(`rdma-graph ${reno.algorithm} (auto)`, reno),
+      `    ${reno.held}`,
       row(`rdma-graph ${cubic.algorithm}`, cubic),
+      `    ${cubic.held}`,
       row(`rdma-graph ${none.algorithm}`, none),
+      `    ${none.held}`,
       row('kernel TCP (iperf3 -P 4 x 2)', tcp),
       `  ours/TCP: utilization ${f(reno.utilization / tcp.utilization)}; with ECN marking: not run (no red/fq_codel/netem in this kernel)`,
     ].join('\n');
