@@ -57,34 +57,38 @@ test('reno: slow start from 10 segments, doubling per window acknowledged; data 
   r.close();
 });
 
-test('reno: a loss halves the window once per window of data; the window grows again after', () => {
+test('reno: a loss halves the window once per window of data; resends and new data share the halved window (RFC 6675)', () => {
   const { r } = writer('reno', 400);
   ack(r, 10); // cwnd 20, PSNs 10..29 out
   // 10 and 11 lost: the peer SACKs 12..14.
   let out = sack(r, 12, 15);
   assert.equal(
     data(out).map((p) => p.psn),
-    [10, 11],
-    'the holes resent, nothing new (20 in flight > cwnd 10)',
+    [10],
+    'only the first hole resent (RFC 6675 (4.3)): 20 in flight less 3 SACKed less 1 lost is over cwnd 10',
   );
   assert.is(cc(r).cwnd, 10, 'halved');
   assert.is(cc(r).lossReductions, 1);
-  // More holes in the same window (15..17 lost, 18..20 arrived): resent, no second reduction.
-  out = sack(r, 18, 21);
+  // 15..17 lost too, 18..29 arrived: the pipe is 10's resend alone; 11, 15, 16, 17 resent
+  // first, then new data up to the window; no second reduction.
+  out = sack(r, 18, 30);
   assert.equal(
     data(out).map((p) => p.psn),
-    [15, 16, 17],
-    'the new holes resent',
+    [11, 15, 16, 17, 30, 31, 32, 33, 34],
+    'the holes first, then new PSNs while the pipe is under cwnd 10',
   );
   assert.is(cc(r).cwnd, 10, 'once per window');
   assert.is(cc(r).lossReductions, 1);
   assert.ok(cc(r).losses >= 2, 'both losses counted');
-  // Everything acknowledged: recovery is over, congestion avoidance from ssthresh 10.
+  // Everything up to 30 acknowledged: recovery is over, congestion avoidance from ssthresh 10.
   out = ack(r, 30);
   const w = cc(r).cwnd;
   assert.is(w, 12, 'additive increase: cwnd += acknowledged / cwnd = 10 + 20 / 10');
-  assert.is(data(out).length, w, 'sends exactly the window');
-  assert.is(data(out)[0].psn, 30);
+  assert.equal(
+    data(out).map((p) => p.psn),
+    [35, 36, 37, 38, 39, 40, 41],
+    'the window less the 5 new segments still out',
+  );
   r.close();
 });
 
@@ -217,6 +221,112 @@ test('hostile: an ACK of data never sent is refused and does not open the window
   assert.is(cc(r).cwnd, 10);
   assert.is(cc(r).ceMarks, 0);
   r.close();
+});
+
+/** mulberry32: a small seeded generator (the same losses every run). */
+function seeded(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Segments found lost and not resent yet, and those SACKed, counted again from the QP's slots. */
+function recount(qp: Qp): { lost: number; sacked: number } {
+  let lost = 0,
+    sacked = 0;
+  for (let p = qp.sndUna; p !== qp.sndNxt; p = (p + 1) >>> 0) {
+    const s = p & qp.wMask;
+    if (qp.rtxQueued[s] === 1) lost++;
+    if (qp.txFlags[s] & 2) sacked++;
+  }
+  return { lost, sacked };
+}
+
+test('recovery: on a lossy path, resends and new data together stay within cwnd (RFC 6675 pipe); only the first resend of a recovery or a timeout goes beyond it', () => {
+  for (const algo of ['reno', 'cubic'] as const) {
+    const SEGS = 400;
+    const { r } = writer(algo, SEGS);
+    const qp = r.qp;
+    const rnd = seeded(algo === 'reno' ? 7 : 11);
+    // The path: one-way 0.5 ms, 10 % of data packets lost (first sends and resends alike); the
+    // peer acknowledges cumulatively and SACKs up to 4 ranges above, at once (ACKs are not lost).
+    const wire: { psn: number; at: number }[] = [];
+    const arrived = new Set<number>();
+    let cum = 0,
+      t = 0,
+      steps = 0,
+      resends = 0,
+      beyond = 0;
+    const check = (out: Out[], what: string) => {
+      const sent = data(out);
+      for (const p of sent) wire.push({ psn: p.psn, at: t + 0.5 });
+      const c = cc(r);
+      const counted = recount(qp);
+      assert.is(qp.lostOut, counted.lost, `${algo} ${what}: lost-not-resent as counted from the slots`);
+      assert.is(qp.sacked, counted.sacked, `${algo} ${what}: SACKed as counted from the slots`);
+      const pipe = qp.inFlight - qp.sacked - qp.lostOut;
+      const forced = c.lossReductions + r.rdma.queryQp(qp).counters.timeouts - before;
+      if (sent.length > 0 && pipe > c.cwnd) {
+        beyond++;
+        assert.ok(
+          sent.length === 1 && forced > 0,
+          `${algo} ${what}: ${sent.length} sent with the pipe at ${pipe} over cwnd ${c.cwnd} ` +
+            `(only one, opening a recovery or after a timeout, may go beyond it)`,
+        );
+      }
+      before = c.lossReductions + r.rdma.queryQp(qp).counters.timeouts;
+    };
+    let before = 0;
+    // The initial window went before the loop: on the wire.
+    for (let p = 0; p < INITIAL_CWND; p++) wire.push({ psn: p, at: 0.5 });
+    while (cum < SEGS && steps++ < 40000) {
+      t += 0.1;
+      r.clock.advance(100_000);
+      check(r.run(), `timers at ${t.toFixed(1)} ms`);
+      let got = false;
+      for (let i = 0; i < wire.length;) {
+        if (wire[i].at > t + 1e-9) {
+          i++;
+          continue;
+        }
+        const { psn } = wire[i];
+        wire.splice(i, 1);
+        if (rnd() < 0.1) continue;
+        arrived.add(psn);
+        got = true;
+      }
+      if (!got) continue;
+      while (arrived.has(cum)) cum++;
+      const dgrams = [trpHeader(0, cum, TRP.DATA)];
+      // The SACK ranges above the cumulative ACK, the highest first (RFC 2018's order).
+      const ranges: [number, number][] = [];
+      const top = Math.max(...arrived) + 1;
+      for (let p = cum; p < top;) {
+        while (p < top && !arrived.has(p)) p++;
+        const a = p;
+        while (p < top && arrived.has(p)) p++;
+        if (p > a) ranges.push([a, p]);
+      }
+      for (const [a, b] of ranges.reverse().slice(0, 4)) dgrams.push(trpHeader(a, b, TRP.SACK));
+      check(r.feed(...dgrams), `ACK ${cum} at ${t.toFixed(1)} ms`);
+      resends = r.rdma.queryQp(qp).counters.retransmits;
+    }
+    assert.is(cum, SEGS, `${algo}: every segment arrived`);
+    assert.equal(
+      r.scq.poll(4).map((c) => c.status),
+      ['success'],
+      `${algo}: the write completed`,
+    );
+    assert.ok(resends > 20, `${algo}: losses were repaired (${resends} resends)`);
+    assert.ok(cc(r).lossReductions > 0, `${algo}: the window was reduced`);
+    assert.ok(beyond <= cc(r).lossReductions + r.rdma.queryQp(qp).counters.timeouts, `${algo}: forced resends`);
+    r.close();
+  }
 });
 
 test('pacing: with an RTT estimate a window is spread over the round trip, not sent as one burst', () => {

@@ -59,6 +59,8 @@ export function ccInit(qp: Qp, algo: number, window: number): void {
   qp.ccWinMarked = 0;
   qp.cubicWmax = 0;
   qp.cubicEpochNs = 0;
+  qp.lostOut = 0;
+  qp.rtxForce = 0;
 }
 
 /** Pacing gains (Linux's): a window per 1/2 srtt in slow start, per srtt / 1.2 above ssthresh. */
@@ -89,14 +91,40 @@ export function paceSent(qp: Qp, nowNs: number, slackNs: number): void {
 }
 
 /**
+ * RFC 6675's pipe: the segments in the network. In flight, less what the peer SACKed, less what
+ * was found lost and is not resent yet (a lost segment counts 0, its retransmission 1 until
+ * it is acknowledged, SACKed or found lost again).
+ */
+export function pipe(qp: Qp): number {
+  return qp.inFlight - qp.sacked - qp.lostOut;
+}
+
+/**
  * Whether one more new segment may go: the TRP window bounds the sequence space in flight (the
- * transmit slots, the peer's receive window), cwnd what is in the network: in flight less what
- * the peer SACKed (RFC 6675's pipe), so that after a loss new data keeps the ACK clock going
- * (and can reveal a lost retransmission) rather than waiting a round trip for the hole.
+ * transmit slots, the peer's receive window), cwnd what is in the network (the pipe), so that
+ * after a loss new data keeps the ACK clock going (and can reveal a lost retransmission) rather
+ * than waiting a round trip for the hole. Resends go first (ddp-output), within the same limit.
  */
 export function mayAdd(qp: Qp, trpWindow: number, limit: number): boolean {
   const f = qp.inFlight;
-  return f < trpWindow && f - qp.sacked < limit;
+  return f < trpWindow && f - qp.sacked - qp.lostOut < limit;
+}
+
+/**
+ * Whether a segment found lost may be resent now (RFC 6675 5 (C): only while the pipe is under
+ * cwnd, and as paced as new data), except the one resend that opens a recovery (4.3) or
+ * follows a timeout (RFC 5681), which goes whatever the window. Under `none`: always.
+ */
+export function mayResend(qp: Qp, limit: number, nowNs: number, slackNs: number): boolean {
+  if (qp.ccAlgo === Congestion.NONE) return true;
+  if (qp.rtxForce > 0) return true;
+  return qp.inFlight - qp.sacked - qp.lostOut < limit && paceWait(qp, nowNs, slackNs) === 0;
+}
+
+/** A resend went (after mayResend said so): a forced one is used up; it is paced as new data. */
+export function resent(qp: Qp, nowNs: number, slackNs: number): void {
+  if (qp.rtxForce > 0) qp.rtxForce--;
+  paceSent(qp, nowNs, slackNs);
 }
 
 /** Segments the QP may have in flight now. */
@@ -134,6 +162,8 @@ export function ccOnLoss(qp: Qp): void {
   if (qp.ccInRecovery) return;
   qp.ccReductions++;
   decrease(qp);
+  // RFC 6675 (4.3): the first lost segment goes at once, whatever the (halved) window.
+  qp.rtxForce = 1;
 }
 
 /** The first timeout of a series: cwnd to 1, ssthresh to half of what was in flight. */
@@ -188,6 +218,8 @@ export function ccOnAck(qp: Qp, acked: number, flight: number, window: number, n
   qp.ccUndoCwnd = 0;
   qp.ccWinAcked += acked;
   if (qp.ccInRecovery && ((qp.sndUna - qp.ccRecover) | 0) >= 0) qp.ccInRecovery = false;
+  // Nothing lost left to resend: no forced resend is owed (its segment arrived after all).
+  if (qp.lostOut === 0) qp.rtxForce = 0;
   if (qp.ccAlgo === Congestion.DCTCP && ((qp.sndUna - qp.ccWinEnd) | 0) >= 0) {
     // A window of data acknowledged: the fraction marked in it (at most all of it).
     const m = qp.ccWinMarked < qp.ccWinAcked ? qp.ccWinMarked : qp.ccWinAcked;

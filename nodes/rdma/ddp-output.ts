@@ -26,7 +26,7 @@ import { buildSegment, completeSq, sqAcknowledged, takePsn, toError } from './tr
 import { isLocal, WcStatus, WrOpcode } from './verbs.ts';
 import { localFailure, runLocal } from './windows.ts';
 import { serveUd, type UdOut } from './ud-output.ts';
-import { mayAdd, paceSent, paceWait, sendLimit } from './congestion.ts';
+import { mayAdd, mayResend, paceSent, paceWait, resent, sendLimit } from './congestion.ts';
 
 export const DDP_OUTPUT = 'ddp-output';
 /** What trp-output puts in front (the INFO opaque word on transmit). */
@@ -119,25 +119,39 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
   const first = nOut;
   const mask = qp.wMask;
   const inError = qp.state === QpState.ERROR;
-  // 1. Retransmissions.
+  // What may be in flight: the TRP window, or less under congestion control (congestion.ts),
+  // and no sooner than pacing allows.
+  const trpWindow = core.window,
+    window = sendLimit(qp, trpWindow);
+  const now = rt.graph.clock.nowNs(),
+    slack = core.timerTickNs;
+  // 1. Retransmissions, within the window and paced (RFC 6675's pipe: congestion.ts mayResend);
+  // in ERROR only a Terminate's, whatever the window.
   while (qp.rtxCount > 0 && nOut < FRAME_SIZE) {
     const psn = qp.rtx[qp.rtxHead & mask];
     const s = psn & mask;
+    // An entry for a PSN acknowledged since is stale: its slot may hold a newer segment, whose
+    // own queued flag is not this entry's to clear.
+    const live = ((psn - qp.sndUna) | 0) >= 0 && ((psn - qp.sndNxt) | 0) < 0;
     if (
-      ((psn - qp.sndUna) | 0) >= 0 &&
-      ((psn - qp.sndNxt) | 0) < 0 &&
+      live &&
       qp.txKind[s] !== TxKind.FREE &&
       !(qp.txFlags[s] & TxFlag.SACKED) &&
       (!inError || qp.txKind[s] === TxKind.TERM)
     ) {
+      if (!inError && !mayResend(qp, window, now, slack)) break;
       const bi = alloc(rt);
       if (bi === INVALID_INDEX) return true;
       buildSegment(qp, psn, pool, bi);
       qp.txFlags[s] |= TxFlag.RETRANSMITTED;
       qp.retransmits++;
       emit(rt, qp, bi, TxPacket.DATA, psn, 0);
+      if (!inError) resent(qp, now, slack);
     }
-    qp.rtxQueued[s] = 0;
+    if (live) {
+      if (qp.rtxQueued[s] === 1) qp.lostOut--;
+      qp.rtxQueued[s] = 0;
+    }
     qp.rtxHead = (qp.rtxHead + 1) >>> 0;
     qp.rtxCount--;
   }
@@ -148,12 +162,6 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
     qp.termSent = true;
     qp.termPsn = psn;
   }
-  // What may be in flight: the TRP window, or less under congestion control (congestion.ts),
-  // and no sooner than pacing allows (new segments only: retransmissions and a Terminate go).
-  const trpWindow = core.window,
-    window = sendLimit(qp, trpWindow);
-  const now = rt.graph.clock.nowNs(),
-    slack = core.timerTickNs;
   // RTR answers Reads and Atomics too (as an InfiniBand responder does) once its send PSN is set.
   const mayRespond =
     qp.state === QpState.RTR ? qp.sendStarted : qp.state !== QpState.RESET && qp.state !== QpState.INIT;
@@ -272,12 +280,13 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
       }
     }
   }
-  // Paced with new segments waiting in the window: a wheel timer brings the QP back (trp-output).
+  // Paced with resends or new segments waiting in the window: a wheel timer brings the QP back
+  // (trp-output).
   if (
     !inError &&
     qp.paceTimer < 0 &&
     mayAdd(qp, trpWindow, window) &&
-    (qp.respNext !== qp.respTail || qp.sqNext !== qp.sqTail)
+    (qp.lostOut > 0 || qp.respNext !== qp.respTail || qp.sqNext !== qp.sqTail)
   ) {
     const at = paceWait(qp, now, slack);
     if (at > 0) qp.paceTimer = rt.graph.startTimer(core.trpOutput, at - now, qp.index + core.qps.length);
@@ -325,8 +334,9 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
   completeSq(core, qp);
   if (nOut < FRAME_SIZE) return false;
   // Out of budget: more to do if anything is queued and the window is open.
+  if (inError) return qp.rtxCount > 0;
   return (
-    qp.rtxCount > 0 ||
-    (!inError && mayAdd(qp, trpWindow, window) && (qp.respNext !== qp.respTail || qp.sqNext !== qp.sqTail))
+    (qp.rtxForce > 0 && qp.lostOut > 0) ||
+    (mayAdd(qp, trpWindow, window) && (qp.lostOut > 0 || qp.respNext !== qp.respTail || qp.sqNext !== qp.sqTail))
   );
 }

@@ -256,6 +256,7 @@ export class Qp {
   rtx: Uint32Array;
   rtxHead = 0;
   rtxCount = 0;
+  /** Per slot: 0, 1 queued to resend (counted in lostOut), 2 queued but SACKed since (not counted). */
   rtxQueued: Uint8Array;
   srttNs = 0;
   rttvarNs = 0;
@@ -290,6 +291,14 @@ export class Qp {
   cubicWest = 0;
   /** Segments in flight the peer SACKed (congestion control counts what is in the network: RFC 6675's pipe). */
   sacked = 0;
+  /**
+   * Segments found lost and queued to be resent, not resent yet (rtxQueued 1): no longer in the
+   * network, so out of the pipe until they go again (RFC 6675: a lost segment counts 0, its
+   * retransmission 1).
+   */
+  lostOut = 0;
+  /** Resends that may go whatever the window (RFC 6675 (4.3): the first of a recovery; a timeout's). */
+  rtxForce = 0;
   /** Pacing: when the next new segment may go (ns, congestion.ts paceWait), and its wheel timer (-1 none). */
   paceNs = 0;
   paceTimer = -1;

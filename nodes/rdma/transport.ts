@@ -218,10 +218,12 @@ export function takePsn(qp: Qp, kind: number, ref: number, off: number, len: num
   return psn;
 }
 
+/** Segment `psn` (in flight, not SACKed) is lost: queue it to be resent; it leaves the pipe until it goes. */
 export function queueRetransmit(qp: Qp, psn: number): void {
   const s = psn & qp.wMask;
   if (qp.rtxQueued[s]) return;
   qp.rtxQueued[s] = 1;
+  qp.lostOut++;
   qp.rtx[(qp.rtxHead + qp.rtxCount) & qp.wMask] = psn;
   qp.rtxCount++;
 }
@@ -241,6 +243,7 @@ export function onAck(core: RdmaCore, qp: Qp, ack: number, nowNs: number): boole
     const s = p & mask;
     if (!(qp.txFlags[s] & TxFlag.RETRANSMITTED)) sampleNs = qp.txTime[s];
     if (qp.txFlags[s] & TxFlag.SACKED) qp.sacked--;
+    if (qp.rtxQueued[s] === 1) qp.lostOut--;
     qp.txKind[s] = TxKind.FREE;
     qp.txFlags[s] = 0;
     qp.rtxQueued[s] = 0;
@@ -324,14 +327,24 @@ export function onSack(core: RdmaCore, qp: Qp, start: number, end: number): bool
     return false;
   }
   const mask = qp.wMask;
-  let maxSeq = -1;
+  let maxSeq = -1,
+    newly = 0;
   for (let p = start; p !== end; p = (p + 1) >>> 0) {
     const s = p & mask;
     if (qp.txKind[s] === TxKind.FREE) continue;
-    if (!(qp.txFlags[s] & TxFlag.SACKED)) qp.sacked++;
+    if (!(qp.txFlags[s] & TxFlag.SACKED)) {
+      newly++;
+      // Queued to be resent but it arrived after all: it stays queued (ddp-output skips it) but
+      // is no longer a lost segment of the pipe.
+      if (qp.rtxQueued[s] === 1) {
+        qp.rtxQueued[s] = 2;
+        qp.lostOut--;
+      }
+    }
     qp.txFlags[s] |= TxFlag.SACKED;
     if (qp.txSeq[s] > maxSeq) maxSeq = qp.txSeq[s];
   }
+  qp.sacked += newly;
   let queued = 0;
   for (let p = qp.sndUna; p !== start; p = (p + 1) >>> 0) {
     const s = p & mask;
@@ -346,8 +359,9 @@ export function onSack(core: RdmaCore, qp: Qp, start: number, end: number): bool
   if (queued > 0) {
     qp.fastRetransmits += queued;
     ccOnLoss(qp);
-    core.schedule(qp);
   }
+  // Segments left the network (SACKed) or were found lost: the window may let more go.
+  if (queued > 0 || newly > 0) core.schedule(qp);
   return true;
 }
 
@@ -377,6 +391,8 @@ export function onTimeout(core: RdmaCore, qp: Qp): void {
       const s = p & mask;
       if (qp.txKind[s] === TxKind.FREE || qp.txFlags[s] & TxFlag.SACKED) continue;
       queueRetransmit(qp, p);
+      // It goes whatever the window (RFC 5681: the timeout's retransmission).
+      qp.rtxForce = 1;
       qp.rtoProbe = true;
       qp.rtoProbePsn = p;
       qp.rtoProbeHigh = qp.sndNxt;
@@ -515,6 +531,8 @@ export function toError(core: RdmaCore, qp: Qp, why: string | null): void {
   // Nothing but a pending Terminate is transmitted any more.
   if (qp.term === null) {
     qp.rtxCount = 0;
+    qp.rtxQueued.fill(0);
+    qp.lostOut = 0;
     qp.rtoDeadline = 0;
   }
   if (was !== QpState.ERROR && why !== null) core.event({ type: 'qp-error', qpn: qp.qpn, reason: why });
