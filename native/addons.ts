@@ -488,10 +488,13 @@ export interface CoreAddon {
   /**
    * A registration's `span` bytes as one view: `pieces` [fdIndex, offset, length] x n (page
    * multiples, in address order, adding up to `span`, every fd used), each range of its memfd
-   * (checked as mapVerbsMemory checks one) mapped in place. Closes every fd either way; throws
-   * "mapVerbsPieces: why".
+   * (checked as mapVerbsMemory checks one) or of a regular file not sealed (a program's shared
+   * mapping: guarded, a page past the file's end reads as zeros instead of SIGBUS) mapped in
+   * place. Closes every fd either way; throws "mapVerbsPieces: why".
    */
   mapVerbsPieces(fds: readonly number[], pieces: readonly number[], span: number): ArrayBuffer;
+  /** Pages of registered shared files found shrunk under the daemon (each replaced by a zero page). */
+  verbsMemoryFaults(): number;
   /**
    * A registration over System V shared memory: segment `shmid` attached here if `uid` is root,
    * its owner or its creator, [offset, offset + span) in it (page multiples), not hugetlb; the

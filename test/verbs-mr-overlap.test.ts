@@ -6,13 +6,16 @@
  * every other MR's view and the peer's reads must agree. Deregistering one MR leaves the others
  * working. System V shared memory registered stays the segment (the daemon attaches it: REG_SHM),
  * seen by another attachment; a range partly such memory, or a hostile REG_SHM, is refused.
+ * Other shared mappings (POSIX shm, a /dev/shm file, a memfd, anonymous shared memory) stay
+ * their file, seen by another mapping of it; one the program truncates under the daemon gives
+ * zero pages there, not SIGBUS; a disk file, or one the program has no descriptor for, is refused.
  */
 import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, statfsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import type { DataplaneApi } from '../dataplane/api.ts';
 import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import { loadCore, NATIVE_BUILD_DIR } from '../native/addons.ts';
@@ -33,6 +36,7 @@ import { IP_A, IP_B, twoDataplanes } from './dataplane-helpers.ts';
 
 const MEM = `${NATIVE_BUILD_DIR}verbs-mem`;
 const PAGE = 4096;
+const TMPFS_MAGIC = 0x01021994;
 
 const ready = () => {
   if (!existsSync(VERBS_LIBRARY)) skip('librdmagraph-verbs.so was not built (install libibverbs-dev, npm run build)');
@@ -40,8 +44,9 @@ const ready = () => {
 };
 
 /** verbs-mem against `socket`: one command, its one-line answer. */
-function program(socket: string) {
-  const p = spawn(MEM, [], { env: { ...process.env, LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: socket } });
+function program(socket: string, wrap: readonly string[] = []) {
+  const env = { ...process.env, LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: socket, TMPDIR: dirname(socket) };
+  const p = wrap.length ? spawn(wrap[0], [...wrap.slice(1), MEM], { env }) : spawn(MEM, [], { env });
   let out = '',
     err = '';
   const lines: string[] = [];
@@ -130,12 +135,13 @@ const pattern = (n: number, seed: number) => Uint8Array.from({ length: n }, (_, 
 async function withProgram(
   body: (prog: ReturnType<typeof program>, pr: Awaited<ReturnType<typeof peer>>) => Promise<void>,
   said?: RegExp,
+  wrap: readonly string[] = [],
 ) {
   const dir = mkdtempSync(join(tmpdir(), 'verbs-mr-'));
   const socket = join(dir, 'verbs.sock');
   const dps = await twoDataplanes();
   const vs = dps.a.serveVerbs({ path: socket });
-  const prog = program(socket);
+  const prog = program(socket, wrap);
   try {
     assert.is(await prog.ready(), 'ready', prog.err());
     await body(prog, await peer(dps.b, prog));
@@ -278,6 +284,100 @@ test('System V shared memory (UCX allocates its buffers so) stays the segment wh
     const peek2 = Uint8Array.from(Buffer.from(await prog.cmd(`peek ${id} ${8 * PAGE} 4000`), 'hex'));
     assert.equal(peek2, data, 'through the second registration as well');
   });
+});
+
+/** The other mapping's bytes (what another process sharing the file sees). */
+async function other(prog: ReturnType<typeof program>, at: number, off: number, n: number): Promise<Uint8Array> {
+  const r = await prog.cmd(`other ${at} ${off} ${n}`);
+  assert.match(r, /^[0-9a-f]*$/, `other: ${r}`);
+  return Uint8Array.from(Buffer.from(r, 'hex'));
+}
+
+const root = process.getuid?.() === 0;
+for (const kind of ['posix', 'file', 'memfd', 'anon'] as const)
+  test(`a shared mapping (${kind}) stays shared when registered: a WRITE through the MR is seen through another mapping of the file, and that mapping's writes are READ back; registered twice, one memory`, async () => {
+    ready();
+    if (kind === 'anon' && !root)
+      skip('anonymous shared memory is reached only through /proc/self/map_files, which needs CAP_SYS_ADMIN');
+    await withProgram(async (prog, pr) => {
+      const m = /^share (\d+)$/.exec(await prog.cmd(`share ${kind} ${16 * PAGE}`));
+      assert.ok(m, `shared memory made (${kind})`);
+      const S = Number(m![1]);
+      await prog.cmd(`fill ${S} ${16 * PAGE} 7`);
+      const { rkey } = await prog.reg(S + 100, 5 * PAGE);
+      const data = pattern(4000, 3);
+      assert.is(await pr.write(rkey, S + 200, data), 'success');
+      assert.equal(await prog.show(S + 200, 4000), data, 'the program sees the WRITE');
+      assert.equal(await other(prog, S, 200, 4000), data, 'so does another mapping of the same file');
+      assert.is(await prog.cmd(`otherfill ${S} ${3 * PAGE} 64 90`), 'otherfill 0');
+      assert.equal(
+        await pr.read(rkey, S + 3 * PAGE, 64),
+        new Uint8Array(64).fill(90),
+        "the peer READs the other mapping's write",
+      );
+      // Over the first registration and past it: the same file, the same pages.
+      const again = await prog.reg(S, 16 * PAGE);
+      const more = pattern(3000, 5);
+      assert.is(await pr.write(again.rkey, S + 2 * PAGE, more), 'success');
+      assert.equal(await other(prog, S, 2 * PAGE, 3000), more, 'through the second registration as well');
+      assert.equal(await pr.read(rkey, S + 2 * PAGE, 3000), more, 'and the first MR reads it');
+      assert.is(await prog.cmd('dereg 0'), 'dereg 0 0');
+      assert.is(await pr.write(again.rkey, S + 12 * PAGE, data), 'success');
+      assert.equal(await other(prog, S, 12 * PAGE, 4000), data, 'the second MR after the first is gone');
+    });
+  });
+
+test('a shared file shrunk under its registration: the daemon survives (a zero page where the bytes were, counted), the MR reads zeros, other registrations work', async () => {
+  ready();
+  const core = loadCore();
+  const before = core.verbsMemoryFaults();
+  await withProgram(async (prog, pr) => {
+    const S = Number(/^share (\d+)$/.exec(await prog.cmd(`share posix ${4 * PAGE}`))![1]);
+    const { rkey } = await prog.reg(S, 4 * PAGE);
+    assert.is(await prog.cmd(`shrink ${S}`), 'shrink 0', 'the program truncates the file to nothing');
+    // The daemon places this WRITE past the file's end: SIGBUS without the guard (this process).
+    assert.is(await pr.write(rkey, S + PAGE, pattern(2000, 1)), 'success', 'the WRITE is taken');
+    assert.ok(core.verbsMemoryFaults() > before, 'the daemon met the shrunk file and mapped a zero page');
+    const back = await pr.read(rkey, S + 2 * PAGE, 64);
+    assert.equal(back, new Uint8Array(64), 'a page of the shrunk file reads as zeros');
+    const A = await prog.map(2 * PAGE);
+    const { rkey: r2 } = await prog.reg(A, 2 * PAGE);
+    const data = pattern(1000, 8);
+    assert.is(await pr.write(r2, A + 10, data), 'success');
+    assert.equal(await prog.show(A + 10, 1000), data, 'a new registration works');
+  });
+});
+
+test('a shared mapping of a disk file is refused (EINVAL) with a line: the daemon would wait on its page faults', async () => {
+  ready();
+  if (statfsSync(tmpdir()).type === TMPFS_MAGIC) skip(`${tmpdir()} is tmpfs here: no disk file to map`);
+  await withProgram(async (prog) => {
+    const S = Number(/^share (\d+)$/.exec(await prog.cmd(`share disk ${2 * PAGE}`))![1]);
+    assert.match(await prog.cmd(`reg ${S} ${2 * PAGE}`), /^reg \d+ errno 22$/, 'EINVAL');
+    await prog.cmd(`fill ${S} 64 33`);
+    assert.equal(
+      await other(prog, S, 0, 64),
+      new Uint8Array(64).fill(33),
+      'still the file: another mapping sees the write',
+    );
+  }, /ibv_reg_mr: \[0x[0-9a-f]+, 0x[0-9a-f]+\) is a shared mapping of \/.*verbs-mem-\w+, a file on a disk filesystem: refused \(EINVAL\)/);
+});
+
+test('a shared mapping the program has no descriptor for (anonymous, without CAP_SYS_ADMIN) is refused (EINVAL) with a line, not moved off its memory', async () => {
+  ready();
+  const setpriv = spawnSync('setpriv', ['--version']);
+  if (setpriv.error) skip('setpriv is not installed (util-linux)');
+  if (!root) skip('needs root to drop the capabilities in question (an unprivileged program lacks them anyway)');
+  await withProgram(
+    async (prog) => {
+      const S = Number(/^share (\d+)$/.exec(await prog.cmd(`share anon ${2 * PAGE}`))![1]);
+      assert.match(await prog.cmd(`reg ${S} ${2 * PAGE}`), /^reg \d+ errno 22$/, 'EINVAL');
+      const A = await prog.map(PAGE);
+      await prog.reg(A, PAGE); // private memory still registers
+    },
+    /ibv_reg_mr: \[0x[0-9a-f]+, 0x[0-9a-f]+\) is a shared mapping of \/dev\/zero \(deleted\), and this process has no read-write descriptor on it/,
+    ['setpriv', '--bounding-set=-all', '--inh-caps=-all', '--'],
+  );
 });
 
 test('a range partly System V shared memory is refused (EINVAL) with a line, not moved off the segment', async () => {

@@ -15,8 +15,10 @@
 //                             long, not hugetlbfs, mapped shared and never touched here (O(1)).
 //   mapVerbsPieces(fds, pieces, span)
 //                             a program's registration: `span` bytes of address space holding its
-//                             pieces, each a range of one of the memfds (checked as above), mapped
-//                             in place one after another; one ArrayBuffer over them all.
+//                             pieces, each a range of one of the memfds (checked as above) or of a
+//                             shared file of the program's (not sealed: guarded, sigbus_guard.cc),
+//                             mapped in place one after another; one ArrayBuffer over them all.
+//   verbsMemoryFaults()       pages of such files found shrunk (a zero page mapped in their place).
 //   mapVerbsShm(shmid, offset, span, uid)
 //                             a program's registration over System V shared memory (REG_SHM):
 //                             the segment attached here, if `uid` owns or created it (or is root)
@@ -49,6 +51,7 @@
 #include "../verbs-lib/proto.h"
 #include "common.h"
 #include "memif.h"
+#include "sigbus_guard.h"
 
 #ifndef HUGETLBFS_MAGIC
 #define HUGETLBFS_MAGIC 0x958458f6
@@ -225,17 +228,27 @@ Napi::Value FdLimit(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), v);
 }
 
-// Why a program's memfd may not be mapped for `need` bytes (from offset 0), or null.
-const char* BadMemory(int fd, uint64_t need) {
+// Why a program's memory may not be mapped for `need` bytes (from offset 0), or null. A file not
+// sealed against shrinking is refused unless `shrinkable` is given: then a tmpfs file (a shared
+// mapping's, which the daemon maps guarded: sigbus_guard.cc) is taken and *shrinkable set.
+const char* BadMemory(int fd, uint64_t need, bool* shrinkable = nullptr) {
   struct statfs sf;
   struct stat st;
   const int seals = fcntl(fd, F_GET_SEALS);
-  if (fstatfs(fd, &sf) == 0 && static_cast<unsigned long>(sf.f_type) == HUGETLBFS_MAGIC)
+  if (fstatfs(fd, &sf) != 0) return "the memory's filesystem cannot be told (fstatfs)";
+  if (static_cast<unsigned long>(sf.f_type) == HUGETLBFS_MAGIC)
     return "hugetlb memory (MFD_HUGETLB, MAP_HUGETLB or hugetlbfs) is refused: a hole punched in it faults "
            "again from the hugepage pool, which may be empty (SIGBUS in the daemon); register normal pages";
-  if (seals < 0 || !(seals & F_SEAL_SHRINK)) return "the memory is not sealed against shrinking (F_SEAL_SHRINK)";
-  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < need)
-    return "the memory is smaller than the registration";
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return "the memory is not a memfd or a regular file";
+  if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+    if (shrinkable == nullptr) return "the memory is not sealed against shrinking (F_SEAL_SHRINK)";
+    // Shared memory only: a fault on a disk file's page waits on the disk, or on a FUSE server
+    // (the program itself, stalling the data path at will).
+    if (static_cast<unsigned long>(sf.f_type) != TMPFS_MAGIC)
+      return "a file not sealed against shrinking that is not shared memory (tmpfs) is refused";
+    *shrinkable = true;
+  }
+  if (static_cast<uint64_t>(st.st_size) < need) return "the memory is smaller than the registration";
   return nullptr;
 }
 
@@ -314,6 +327,7 @@ Napi::Value MapVerbsPieces(const Napi::CallbackInfo& info) {
   };
   std::vector<Piece> ps(n);
   std::vector<bool> used(fds.size(), false);
+  std::vector<std::pair<uint64_t, uint64_t>> guard;  // [offset in the view, length] of shrinkable pieces
   uint64_t total = 0;
   for (uint32_t i = 0; i < n; i++) {
     Napi::Value f = p.Get(3 * i), o = p.Get(3 * i + 1), l = p.Get(3 * i + 2);
@@ -330,8 +344,10 @@ Napi::Value MapVerbsPieces(const Napi::CallbackInfo& info) {
     used[ps[i].fd] = true;
     total += ps[i].len;
     if (total > static_cast<uint64_t>(span)) throw fail("the pieces are longer than the span");
-    const char* bad = BadMemory(fds[ps[i].fd], ps[i].off + ps[i].len);
+    bool shrinkable = false;
+    const char* bad = BadMemory(fds[ps[i].fd], ps[i].off + ps[i].len, &shrinkable);
     if (bad != nullptr) throw fail("piece " + std::to_string(i) + ": " + bad);
+    if (shrinkable) guard.emplace_back(total - ps[i].len, ps[i].len);
   }
   if (total != static_cast<uint64_t>(span)) throw fail("the pieces do not cover the span");
   for (size_t k = 0; k < used.size(); k++)
@@ -350,7 +366,33 @@ Napi::Value MapVerbsPieces(const Napi::CallbackInfo& info) {
     }
     at += x.len;
   }
-  return Unmapping(env, base, total);
+  if (guard.empty()) return Unmapping(env, base, total);
+  // Files that may shrink under us: each piece of theirs guarded until the view is unmapped.
+  struct Guarded {
+    void* a;
+    size_t n;
+    std::vector<int> slots;
+  };
+  Guarded* g = new Guarded{base, total, {}};
+  for (const auto& [from, len] : guard) {
+    const int slot = SigbusGuardAdd(base + from, len);
+    if (slot < 0) {
+      for (int k : g->slots) SigbusGuardRemove(k);
+      munmap(base, total);
+      delete g;
+      throw fail("more than " + std::to_string(kSigbusGuardSlots) +
+                 " pieces of shared files are registered: unregister some first");
+    }
+    g->slots.push_back(slot);
+  }
+  return Napi::ArrayBuffer::New(
+      env, base, total,
+      [](Napi::Env, void*, Guarded* x) {
+        for (int k : x->slots) SigbusGuardRemove(k);
+        munmap(x->a, x->n);
+        delete x;
+      },
+      g);
 }
 
 // The kernel page size of the mapping that starts at `a` (/proc/self/smaps), or 0 if not found.
@@ -489,6 +531,11 @@ void InitVerbsSocket(Napi::Env env, Napi::Object exports) {
   exports.Set("fdLimit", Napi::Function::New(env, FdLimit, "fdLimit"));
   exports.Set("mapVerbsMemory", Napi::Function::New(env, MapVerbsMemory, "mapVerbsMemory"));
   exports.Set("mapVerbsPieces", Napi::Function::New(env, MapVerbsPieces, "mapVerbsPieces"));
+  exports.Set(
+      "verbsMemoryFaults",
+      Napi::Function::New(
+          env, [](const Napi::CallbackInfo& i) { return Napi::Number::New(i.Env(), double(SigbusGuardFaults())); },
+          "verbsMemoryFaults"));
   exports.Set("mapVerbsShm", Napi::Function::New(env, MapVerbsShm, "mapVerbsShm"));
   exports.Set("seqpacketRecv", Napi::Function::New(env, SeqpacketRecv, "seqpacketRecv"));
   exports.Set("seqpacketSend", Napi::Function::New(env, SeqpacketSend, "seqpacketSend"));

@@ -27,11 +27,24 @@
  *                               while this one registers and deregisters them ROUNDS times; LOST is
  *                               the writes found gone when the word came round again, or at the
  *                               end (0 expected), WRITES how many it made
+ *   "share KIND N"           -> "share ADDR": N bytes of shared memory, mapped MAP_SHARED: KIND
+ *                               posix (shm_open, its name unlinked, the descriptor kept open, as UCX
+ *                               keeps its own), file (a file in /dev/shm, its descriptor closed:
+ *                               reachable by its path), disk (the same in $TMPDIR, which may be on
+ *                               a disk filesystem), memfd (not sealed, descriptor kept),
+ *                               anon (MAP_SHARED | MAP_ANONYMOUS: what a forked child would share)
+ *   "other ADDR OFF LEN"     -> the shared memory at ADDR's bytes [OFF, OFF + LEN) as hex, through a
+ *                               second mapping of its own (what another process sharing it sees)
+ *   "otherfill ADDR OFF LEN BYTE" -> "otherfill 0": written through that second mapping
+ *   "shrink ADDR"            -> "shrink RC": the file under the shared memory at ADDR truncated to 0
  *   "qp A.B.C.D QPN PSN"     -> "qp QPN rts rc 0": an RC QP in RTS towards that peer, remote
  *                               read and write allowed (rq_psn PSN, sq_psn PSN + 1)
  *   "exit"
+ * An answer with "errno E" reports a failed system call.
  */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -40,11 +53,103 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
+#include <unistd.h>
 
 #define MAX_MRS 256
 
 static struct ibv_mr* mrs[MAX_MRS];
 static int nmrs;
+
+/* "share": the shared mappings made, each with its descriptor (or path) and its size. */
+#define MAX_SHARED 16
+static struct shared {
+  uintptr_t addr;
+  size_t len;
+  int fd; /* -1: reopened by path (file) or through /proc/self/map_files (anon) */
+  char path[256];
+} shared[MAX_SHARED];
+static int nshared;
+
+/* The files made, removed at exit. */
+static char made[MAX_SHARED][256];
+static int nmade;
+static void unlink_made(void) {
+  for (int i = 0; i < nmade; i++) unlink(made[i]);
+}
+static void unlink_at_exit(const char* path) {
+  if (nmade == 0) atexit(unlink_made);
+  snprintf(made[nmade++], sizeof made[0], "%s", path);
+}
+
+static uintptr_t share(const char* kind, size_t len) {
+  if (nshared == MAX_SHARED) return 0;
+  struct shared* m = &shared[nshared];
+  m->fd = -1;
+  m->path[0] = '\0';
+  void* p = MAP_FAILED;
+  if (strcmp(kind, "anon") == 0) {
+    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  } else {
+    int fd = -1;
+    if (strcmp(kind, "posix") == 0) {
+      char name[64];
+      snprintf(name, sizeof name, "/verbs-mem-%d-%d", (int)getpid(), nshared);
+      fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+      shm_unlink(name);
+    } else if (strcmp(kind, "memfd") == 0) {
+      fd = memfd_create("verbs-mem", MFD_CLOEXEC);
+    } else if (strcmp(kind, "file") == 0 || strcmp(kind, "disk") == 0) {
+      const char* dir = kind[0] == 'f' ? "/dev/shm" : getenv("TMPDIR");
+      snprintf(m->path, sizeof m->path, "%s/verbs-mem-XXXXXX", dir != NULL ? dir : "/tmp");
+      fd = mkstemp(m->path);
+      if (fd >= 0) unlink_at_exit(m->path);
+    }
+    if (fd < 0 || ftruncate(fd, (off_t)len) != 0) return 0;
+    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m->path[0] != '\0')
+      close(fd);
+    else
+      m->fd = fd;
+  }
+  if (p == MAP_FAILED) return 0;
+  m->addr = (uintptr_t)p;
+  m->len = len;
+  nshared++;
+  return m->addr;
+}
+
+/* A descriptor on the file under shared mapping `m` (closed by the caller), or -1. */
+static int reopen(const struct shared* m) {
+  if (m->fd >= 0) return dup(m->fd);
+  if (m->path[0] != '\0') return open(m->path, O_RDWR);
+  char mf[64];
+  snprintf(mf, sizeof mf, "/proc/self/map_files/%lx-%lx", (unsigned long)m->addr, (unsigned long)(m->addr + m->len));
+  return open(mf, O_RDWR);
+}
+
+static const struct shared* shared_at(uintptr_t addr) {
+  for (int i = 0; i < nshared; i++)
+    if (shared[i].addr == addr) return &shared[i];
+  return NULL;
+}
+
+/* The bytes [off, off + len) of `m` through a second mapping of its file: read (byte < 0) or filled. */
+static int other(const struct shared* m, size_t off, size_t len, int byte) {
+  int fd = reopen(m);
+  if (fd < 0) return -1;
+  uint8_t* q = mmap(NULL, m->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (q == MAP_FAILED) return -1;
+  if (byte >= 0) {
+    memset(q + off, byte, len);
+    printf("otherfill 0\n");
+  } else {
+    for (size_t i = 0; i < len; i++) printf("%02x", q[off + i]);
+    printf("\n");
+  }
+  munmap(q, m->len);
+  return 0;
+}
 
 /* "race": the buffer a thread writes while it is registered, and what it wrote (not registered). */
 #define RACE_WORDS (65536 / 8)
@@ -140,7 +245,9 @@ int main(void) {
   printf("ready\n");
   char line[256];
   while (fgets(line, sizeof line, stdin) != NULL) {
-    unsigned long long addr, len, byte;
+    unsigned long long addr, len, byte, off;
+    char kind[16];
+    const struct shared* m;
     unsigned a, b, c, d, peer, psn;
     int k;
     if (strncmp(line, "exit", 4) == 0) {
@@ -202,6 +309,23 @@ int main(void) {
     } else if (sscanf(line, "nattch %d", &k) == 1) {
       struct shmid_ds ds;
       printf("nattch %ld\n", shmctl(k, IPC_STAT, &ds) == 0 ? (long)ds.shm_nattch : -(long)errno);
+    } else if (sscanf(line, "share %15s %llu", kind, &len) == 2) {
+      const uintptr_t p = share(kind, len);
+      if (p == 0)
+        printf("share errno %d\n", errno);
+      else
+        printf("share %llu\n", (unsigned long long)p);
+    } else if (sscanf(line, "otherfill %llu %llu %llu %llu", &addr, &off, &len, &byte) == 4 &&
+               (m = shared_at(addr)) != NULL && off + len <= m->len) {
+      if (other(m, off, len, (int)(byte & 0xff)) != 0) printf("otherfill errno %d\n", errno);
+    } else if (sscanf(line, "other %llu %llu %llu", &addr, &off, &len) == 3 && (m = shared_at(addr)) != NULL &&
+               off + len <= m->len && len <= 4096) {
+      if (other(m, off, len, -1) != 0) printf("other errno %d\n", errno);
+    } else if (sscanf(line, "shrink %llu", &addr) == 1 && (m = shared_at(addr)) != NULL) {
+      int fd = reopen(m);
+      const int rc = fd < 0 || ftruncate(fd, 0) != 0 ? errno : 0;
+      if (fd >= 0) close(fd);
+      printf("shrink %d\n", rc);
     } else if (sscanf(line, "qp %u.%u.%u.%u %u %u", &a, &b, &c, &d, &peer, &psn) == 6 && qp == NULL) {
       cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
       struct ibv_qp_init_attr ia = {.send_cq = cq,

@@ -21,8 +21,11 @@
  * twice.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/magic.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -30,6 +33,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -308,6 +312,136 @@ fail:
   return NULL;
 }
 
+/*
+ * Shared mappings. A POSIX shared memory object, a file mapped MAP_SHARED, a memfd of the
+ * program's own, anonymous MAP_SHARED memory a forked child shares: moving such pages onto a
+ * memfd would end their sharing (other processes would no longer see the program's writes, nor it
+ * theirs). So they stay where they are and the file under them is passed as it is, a region on
+ * it at the file's offsets. The file is a read-write descriptor the program has open on it, else
+ * its path opened anew, else /proc/self/map_files (which needs CAP_SYS_ADMIN or
+ * CAP_CHECKPOINT_RESTORE); with none of them the registration is refused (EINVAL, a line), never
+ * moved off the file. Only shared memory (tmpfs: memfds, /dev/shm, anonymous shared memory) is
+ * taken: a page fault on a disk file's page can wait on the disk (or on a FUSE server: a program
+ * could stall the daemon at will), so a disk file is refused too. The daemon maps such a file guarded: a file shrunk
+ * under it gives it zero pages where the bytes were, not SIGBUS (docs/VERBS-PROTOCOL.md, REG_MR). Our own memfds (pages
+ * moved before whose regions were collected) and System V segments (REG_SHM) are not such.
+ */
+static int same_file(int fd, unsigned maj, unsigned min, unsigned long ino) {
+  struct stat st;
+  return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && major(st.st_dev) == maj && minor(st.st_dev) == min &&
+         st.st_ino == ino && (fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDWR;
+}
+
+/* A new read-write descriptor on the file mapped at [a, b) (device maj:min, inode ino), or -1. */
+static int open_shared(const char* path, uintptr_t a, uintptr_t b, unsigned maj, unsigned min, unsigned long ino) {
+  DIR* d = opendir("/proc/self/fd");
+  if (d != NULL) {
+    struct dirent* de;
+    int found = -1;
+    while (found < 0 && (de = readdir(d)) != NULL) {
+      char* end;
+      const long fd = strtol(de->d_name, &end, 10);
+      if (*end == '\0' && end != de->d_name && fd != dirfd(d) && fd >= 0 && fd <= INT32_MAX &&
+          same_file((int)fd, maj, min, ino))
+        found = fcntl((int)fd, F_DUPFD_CLOEXEC, 0);
+    }
+    closedir(d);
+    if (found >= 0) return found;
+  }
+  const size_t n = strlen(path);
+  if (path[0] == '/' && !(n >= 10 && strcmp(path + n - 10, " (deleted)") == 0)) {
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
+    if (fd >= 0 && same_file(fd, maj, min, ino)) return fd;
+    if (fd >= 0) close(fd);
+  }
+  char mf[64];
+  snprintf(mf, sizeof mf, "/proc/self/map_files/%lx-%lx", (unsigned long)a, (unsigned long)b);
+  int fd = open(mf, O_RDWR | O_CLOEXEC);
+  if (fd >= 0 && same_file(fd, maj, min, ino)) return fd;
+  if (fd >= 0) close(fd);
+  return -1;
+}
+
+/* The pages [x, y) of a shared mapping as a region on its file (at offset off): 0, or -1. */
+static int adopt(uintptr_t x, uintptr_t y, uint64_t off, const char* path, uintptr_t ms, uintptr_t me, unsigned maj,
+                 unsigned min, unsigned long ino) {
+  struct memfd* m = NULL;
+  for (size_t k = 0; k < nregions && m == NULL; k++)
+    if (regions[k].mem->ino == ino && regions[k].mem->dev == makedev(maj, min)) m = regions[k].mem;
+  int fresh = m == NULL;
+  if (fresh) {
+    m = calloc(1, sizeof *m);
+    if (m == NULL) return -1;
+    m->fd = open_shared(path, ms, me, maj, min, ino);
+    if (m->fd < 0) {
+      free(m);
+      rg_say(
+          "ibv_reg_mr: [%p, %p) is a shared mapping of %s, and this process has no read-write descriptor on "
+          "it (keep one open, or map a file it can open): refused (EINVAL); moving it would end its sharing",
+          (void*)x, (void*)y, path[0] ? path : "anonymous memory");
+      errno = EINVAL;
+      return -1;
+    }
+    m->dev = makedev(maj, min);
+    m->ino = ino;
+  }
+  struct statfs sf;
+  if (fresh && (fstatfs(m->fd, &sf) != 0 || sf.f_type != TMPFS_MAGIC)) {
+    rg_say(
+        "ibv_reg_mr: [%p, %p) is a shared mapping of %s, a file on a disk filesystem: refused (EINVAL); the "
+        "daemon's data path would wait on its page faults. Register memory of /dev/shm, a memfd or private memory",
+        (void*)x, (void*)y, path);
+    close(m->fd);
+    free(m);
+    errno = EINVAL;
+    return -1;
+  }
+  struct region r = {x, y, m, off};
+  if (insert_region(first_after(x), r) != 0) {
+    if (fresh) {
+      close(m->fd);
+      free(m);
+    }
+    errno = ENOMEM;
+    return -1;
+  }
+  return 0;
+}
+
+/* Every shared mapping's pages in [s, e) that no region holds made regions on their files. */
+static int adopt_shared(uintptr_t s, uintptr_t e) {
+  FILE* f = fopen("/proc/self/maps", "re");
+  if (f == NULL) return 0; /* cannot tell: shared as private memory */
+  static char line[512 + PATH_MAX];
+  int rc = 0;
+  while (rc == 0 && fgets(line, sizeof line, f) != NULL) {
+    unsigned long ms, me, off, ino;
+    unsigned maj, min;
+    char perms[8];
+    int at = 0;
+    if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu %n", &ms, &me, perms, &off, &maj, &min, &ino, &at) != 7) continue;
+    if (me <= s) continue;
+    if (ms >= e) break;
+    char* path = line + at;
+    path[strcspn(path, "\n")] = '\0';
+    if (perms[3] != 's' || strncmp(path, "/SYSV", 5) == 0 || strncmp(path, "/memfd:rdma-graph-mr", 20) == 0) continue;
+    /* The parts of [lo, hi) between the regions already there. */
+    const uintptr_t lo = ms > s ? ms : s, hi = me < e ? me : e;
+    for (uintptr_t x = lo; rc == 0 && x < hi;) {
+      const size_t k = first_after(x);
+      const uintptr_t next = k < nregions && regions[k].start < hi ? regions[k].start : hi;
+      if (next > x) {
+        rc = adopt(x, next, off + (x - ms), path, ms, me, maj, min, ino);
+        x = next;
+      } else {
+        x = regions[k].end;
+      }
+    }
+  }
+  fclose(f);
+  return rc;
+}
+
 int rg_pages_share(uintptr_t s, uintptr_t e, struct rg_pieces* out) {
   pthread_mutex_lock(&mu);
   out->n = out->nfds = 0;
@@ -322,6 +456,7 @@ int rg_pages_share(uintptr_t s, uintptr_t e, struct rg_pieces* out) {
     if (cut(k, a, b) != 0) goto fail;
     if (a > was) k++; /* its left part stays, before s (a split's right part starts at e) */
   }
+  if (adopt_shared(s, e) != 0) goto fail;
   /* The pieces in address order: regions' parts and the gaps between them. */
   struct span gaps[RGV_MAX_MR_PIECES];
   size_t ngaps = 0, npieces = 0;
