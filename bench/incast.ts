@@ -156,7 +156,8 @@ async function child(role: string, iface: string, addr: string, congestion: stri
     // left to send (application), the window (cwnd, RFC 6675's pipe), pacing, or none of these
     // (waiting for its turn); and a timeline every 100 ms (INCAST_TRACE=1).
     const clock = rdma.core.graph.clock;
-    const limits = { app: 0, cwnd: 0, pace: 0, turn: 0 };
+    const limits = { app: 0, cwnd: 0, pace: 0, turn: 0, timer: 0, unscheduled: 0 };
+    const cpu0 = process.cpuUsage();
     const timeline: string[] = [];
     const t0 = performance.now();
     let ticks = 0;
@@ -168,7 +169,9 @@ async function child(role: string, iface: string, addr: string, congestion: stri
         if (q.sqNext === q.sqTail) limits.app++;
         else if (pipe >= sendLimit(q, rdma.core.window)) limits.cwnd++;
         else if (q.ccAlgo !== 0 && q.srttNs > 0 && q.paceNs > now) limits.pace++;
-        else limits.turn++;
+        else if (q.inTxQueue) limits.turn++;
+        else if (q.paceTimer >= 0) limits.timer++;
+        else limits.unscheduled++;
       }
       if (TRACE && ticks++ % 10 === 0)
         timeline.push(
@@ -203,6 +206,8 @@ async function child(role: string, iface: string, addr: string, congestion: stri
       losses: qps.map((q) => q.lossEvents),
       reductions: qps.map((q) => q.ccReductions + q.ecnReductions),
       timeouts: qps.map((q) => q.timeouts),
+      spurious: qps.map((q) => q.spuriousTimeouts),
+      cpu: ((u) => (u.user + u.system) / 1e3 / (performance.now() - t0))(process.cpuUsage(cpu0)),
     });
   } else {
     await new Promise((r) => setTimeout(r, go.seconds * 1000 + 3000));
@@ -324,15 +329,17 @@ async function ours(
     const resent = res.flatMap((x) => x.retransmits as number[]).reduce((a, b) => a + b, 0) * SEGMENT;
     const srtt = res.flatMap((x) => x.srtt as number[]).filter((x) => x > 0);
     const idle = Math.min(...res.map((x) => x.idleRttUs as number));
-    const lim = { app: 0, cwnd: 0, pace: 0, turn: 0 };
+    const lim = { app: 0, cwnd: 0, pace: 0, turn: 0, timer: 0, unscheduled: 0 };
     for (const x of res)
       for (const k of Object.keys(lim) as (keyof typeof lim)[]) lim[k] += (x.limits as typeof lim)[k];
-    const all = lim.app + lim.cwnd + lim.pace + lim.turn || 1;
+    const all = lim.app + lim.cwnd + lim.pace + lim.turn + lim.timer + lim.unscheduled || 1;
     const sum = (k: string) => res.flatMap((x) => x[k] as number[]).join(' ');
     const held =
       `held back by: cwnd ${((100 * lim.cwnd) / all).toFixed(0)} %, pacing ${((100 * lim.pace) / all).toFixed(0)} %, ` +
-      `application ${((100 * lim.app) / all).toFixed(0)} %, its turn ${((100 * lim.turn) / all).toFixed(0)} %; ` +
-      `per QP losses [${sum('losses')}] reductions [${sum('reductions')}] timeouts [${sum('timeouts')}]`;
+      `application ${((100 * lim.app) / all).toFixed(0)} %, its turn (queued ${((100 * lim.turn) / all).toFixed(0)} %, ` +
+      `pacing timer late ${((100 * lim.timer) / all).toFixed(0)} %, unscheduled ${((100 * lim.unscheduled) / all).toFixed(0)} %); ` +
+      `CPU per sender ${res.map((x) => ((x.cpu as number) * 100).toFixed(0)).join(', ')} % of a core; ` +
+      `per QP losses [${sum('losses')}] reductions [${sum('reductions')}] timeouts [${sum('timeouts')}] (spurious [${sum('spurious')}])`;
     if (TRACE)
       res.forEach((x, k) =>
         process.stderr.write(
