@@ -329,6 +329,91 @@ test('recovery: on a lossy path, resends and new data together stay within cwnd 
   }
 });
 
+test('slow start: a paced QP whose ACKs come in bunches still grows by one per segment acknowledged; one with nothing more to send does not', () => {
+  const { r, first } = writer('reno', 4000);
+  // Every ACK 1 ms after its segment left, the clock jumping there at once: the ACKs of a
+  // window arrive together (a scheduling gap), pacing holds most of the next window back, so
+  // little is in flight at each ACK; yet the QP has data waiting: the window is the limit.
+  const pending = data(first).map((p) => ({ psn: p.psn, t: p.t }));
+  for (let k = 0; k < 120; k++) {
+    const p = pending.shift() as { psn: number; t: number };
+    if (r.clock.t < p.t + 1e6) r.clock.advance(p.t + 1e6 - r.clock.t);
+    for (const q of data(ack(r, p.psn + 1))) pending.push({ psn: q.psn, t: q.t });
+  }
+  assert.is(cc(r).cwnd, INITIAL_CWND + 120, 'one segment per segment acknowledged');
+  assert.ok(r.qp.inFlight * 2 < cc(r).cwnd, `with less than half the window in flight (${r.qp.inFlight})`);
+  r.close();
+  // 15 segments to send in all: after the first window, the QP runs out of data.
+  const few = writer('reno', 15);
+  ack(few.r, 10);
+  assert.is(cc(few.r).cwnd, 20);
+  ack(few.r, 15);
+  assert.is(cc(few.r).cwnd, 20, 'application-limited: the window it did not use is not grown');
+  few.r.close();
+});
+
+/**
+ * Slow start with every segment acknowledged on its own `rttMs(round)` after it was sent (the
+ * manual clock), for `rounds` rounds (a round: what was sent before the ACK of the first
+ * segment of the next). Returns the QP, its cwnd at the end of each round and
+ * the most rounds it had been in Conservative Slow Start during each.
+ */
+function slowStartRounds(rttMs: (round: number) => number, rounds: number): { r: Rig; cwnds: number[]; css: number[] } {
+  const { r, first } = writer('reno', 4000);
+  const pending = data(first).map((p) => ({ psn: p.psn, t: p.t }));
+  const cwnds: number[] = [],
+    css: number[] = [];
+  let round = 0,
+    roundEnd = r.qp.sndNxt;
+  while (pending.length > 0) {
+    const p = pending.shift() as { psn: number; t: number };
+    if (p.psn >= roundEnd) {
+      cwnds.push(cc(r).cwnd);
+      if (++round === rounds) break;
+      roundEnd = r.qp.sndNxt;
+    }
+    // Up to the ACK's time in 50 us steps: paced segments leave on their timers meanwhile.
+    const dt = (p.t + rttMs(round) * 1e6 - r.clock.t) / 1e6;
+    const out = dt > 0 ? r.advance(dt, Math.min(0.05, dt)) : [];
+    for (const q of [...data(out), ...data(ack(r, p.psn + 1))]) pending.push({ psn: q.psn, t: q.t });
+    css[round] = Math.max(css[round] ?? 0, r.qp.hsCssRounds);
+  }
+  assert.is(r.rdma.queryQp(r.qp).counters.retransmits, 0, 'nothing lost, nothing resent');
+  return { r, cwnds, css };
+}
+
+test('HyStart++: a steady RTT keeps slow start doubling; a round whose smallest RTT rose ends it through Conservative Slow Start, a fall back resumes it', () => {
+  // Steady 1 ms: slow start throughout.
+  const steady = slowStartRounds(() => 1, 6);
+  // (Round 1 is short: the initial window went as a burst, the next ones paced.)
+  for (let k = 2; k < 6; k++)
+    assert.ok(steady.cwnds[k] >= 1.7 * steady.cwnds[k - 1], `about doubling per round (${steady.cwnds})`);
+  assert.is(steady.r.qp.hystartExits, 0);
+  assert.is(steady.r.qp.hsCssRounds, 0, 'never in CSS');
+  steady.r.close();
+  // From round 3 on, 1.5 ms (a queue of 0.5 ms; the threshold is max(1 ms / 8, 0.1 ms)).
+  const rising = slowStartRounds((k) => (k >= 3 ? 1.5 : 1), 10);
+  const c = rising.cwnds;
+  assert.is(rising.r.qp.hystartExits, 1, `slow start ended once (${c})`);
+  assert.ok(c[3] < 2 * c[2], `round 3 grew by less than double: CSS (${c[2]} -> ${c[3]})`);
+  for (let k = 4; k <= 7; k++) assert.ok(c[k] <= 1.3 * c[k - 1], `CSS: round ${k} grew by a quarter at most (${c})`);
+  const ss = cc(rising.r).ssthresh;
+  assert.ok(ss < 512 && ss >= c[7], `ssthresh set where CSS ended (${ss})`);
+  assert.ok(c[9] <= c[8] + 2, `congestion avoidance after: about a segment per round (${c})`);
+  rising.r.close();
+  // A rise in rounds 3 and 4 that falls back after: noise, slow start again.
+  const blip = slowStartRounds((k) => (k === 3 || k === 4 ? 1.5 : 1), 7);
+  assert.ok(
+    blip.css.some((x) => x > 0),
+    `CSS entered (${blip.css})`,
+  );
+  assert.is(blip.r.qp.hystartExits, 0, `no exit (${blip.cwnds})`);
+  assert.is(blip.r.qp.hsCssRounds, 0, 'out of CSS');
+  assert.ok(blip.cwnds[4] < 1.5 * blip.cwnds[3], `CSS: slower (${blip.cwnds})`);
+  assert.ok(blip.cwnds[6] >= 1.8 * blip.cwnds[5], `doubling again (${blip.cwnds})`);
+  blip.r.close();
+});
+
 test('pacing: with an RTT estimate a window is spread over the round trip, not sent as one burst', () => {
   const { r, first } = writer('reno', 200);
   assert.is(data(first).length, INITIAL_CWND, 'the initial window as a burst (no RTT estimate yet)');

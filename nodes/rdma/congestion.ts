@@ -61,6 +61,79 @@ export function ccInit(qp: Qp, algo: number, window: number): void {
   qp.cubicEpochNs = 0;
   qp.lostOut = 0;
   qp.rtxForce = 0;
+  hyStartReset(qp);
+}
+
+/** HyStart++ from the start (RTS, and after a reduction: a later slow start measures anew). */
+function hyStartReset(qp: Qp): void {
+  qp.hsRoundEnd = qp.sndNxt;
+  qp.hsCurMinNs = Infinity;
+  qp.hsLastMinNs = Infinity;
+  qp.hsSamples = 0;
+  qp.hsCssRounds = 0;
+  qp.hsCssBaseNs = Infinity;
+}
+
+/**
+ * HyStart++ (RFC 9406): slow start ends when a round's smallest RTT rose by RttThresh over the
+ * previous round's (a queue is building), into Conservative Slow Start (growth / 4) for up to
+ * CSS_ROUNDS rounds, then congestion avoidance from there; back to slow start if the RTT falls
+ * below the baseline again (the rise was noise). RFC 9406's constants but the threshold's floor:
+ * its 4 ms is Internet jitter, more than a shallow switch queue can ever add here (64 KB at
+ * 200 Mbit/s: 2.6 ms; at 1 Gbit/s: 0.5 ms), so it would never fire; ours is 1/8 of the base
+ * RTT, at least HS_MIN_THRESH_NS (a tick of the timer wheel) and at most RFC 9406's 16 ms.
+ * The smallest of at least 8 samples per round filters the scheduling delay (it only adds).
+ */
+const HS_MIN_THRESH_NS = 100_000;
+const HS_MAX_THRESH_NS = 16_000_000;
+const HS_MIN_RTT_DIVISOR = 8;
+const HS_N_RTT_SAMPLE = 8;
+const HS_CSS_GROWTH_DIVISOR = 4;
+const HS_CSS_ROUNDS = 5;
+
+/** An RTT sample (ns) for HyStart++ (transport.ts rttSample): the round's smallest. */
+export function ccOnRtt(qp: Qp, rttNs: number): void {
+  if (qp.ccAlgo === Congestion.NONE || qp.cwnd >= qp.ssthresh) return;
+  if (rttNs < qp.hsCurMinNs) qp.hsCurMinNs = rttNs;
+  qp.hsSamples++;
+}
+
+/** Slow start's growth for `acked` segments, with HyStart++'s round bookkeeping (RFC 9406 4.2-4.3). */
+function slowStart(qp: Qp, acked: number): void {
+  if (((qp.sndUna - qp.hsRoundEnd) | 0) >= 0) {
+    // A round ended: the next is what is sent from now on.
+    qp.hsRoundEnd = qp.sndNxt;
+    qp.hsLastMinNs = qp.hsCurMinNs;
+    qp.hsCurMinNs = Infinity;
+    qp.hsSamples = 0;
+    if (qp.hsCssRounds > 0 && ++qp.hsCssRounds > HS_CSS_ROUNDS) {
+      // CSS_ROUNDS in Conservative Slow Start: congestion avoidance from here.
+      qp.hsCssRounds = 0;
+      qp.ssthresh = qp.cwnd;
+      qp.hystartExits++;
+      return;
+    }
+  }
+  if (qp.hsCssRounds > 0) {
+    if (qp.hsSamples >= HS_N_RTT_SAMPLE && qp.hsCurMinNs < qp.hsCssBaseNs) {
+      // The RTT came back down: the rise was not a queue; slow start again.
+      qp.hsCssRounds = 0;
+      qp.hsCssBaseNs = Infinity;
+    } else {
+      qp.cwnd += acked / HS_CSS_GROWTH_DIVISOR;
+      return;
+    }
+  } else if (qp.hsSamples >= HS_N_RTT_SAMPLE && qp.hsLastMinNs !== Infinity && qp.hsCurMinNs !== Infinity) {
+    let thresh = qp.hsLastMinNs / HS_MIN_RTT_DIVISOR;
+    thresh = thresh < HS_MIN_THRESH_NS ? HS_MIN_THRESH_NS : thresh > HS_MAX_THRESH_NS ? HS_MAX_THRESH_NS : thresh;
+    if (qp.hsCurMinNs >= qp.hsLastMinNs + thresh) {
+      qp.hsCssBaseNs = qp.hsCurMinNs;
+      qp.hsCssRounds = 1;
+      qp.cwnd += acked / HS_CSS_GROWTH_DIVISOR;
+      return;
+    }
+  }
+  qp.cwnd += acked;
 }
 
 /** Pacing gains (Linux's): a window per 1/2 srtt in slow start, per srtt / 1.2 above ssthresh. */
@@ -136,6 +209,7 @@ export function sendLimit(qp: Qp, window: number): number {
 
 /** A multiplicative decrease to `to` segments, once per window: the rest of the window is covered. */
 function reduce(qp: Qp, to: number): void {
+  hyStartReset(qp);
   const c = to < MIN_CWND ? MIN_CWND : to;
   qp.cwnd = c;
   qp.ssthresh = c;
@@ -177,6 +251,7 @@ export function ccOnTimeout(qp: Qp, flight: number): void {
   const half = flight / 2;
   qp.ssthresh = half < MIN_CWND ? MIN_CWND : half;
   qp.cwnd = 1;
+  hyStartReset(qp);
   qp.ccInRecovery = true;
   qp.ccRecover = qp.sndNxt;
   qp.ccReductions++;
@@ -233,10 +308,13 @@ export function ccOnAck(qp: Qp, acked: number, flight: number, window: number, n
     qp.ccWinAcked = 0;
     qp.ccWinMarked = 0;
   }
-  // Grow only a window the QP filled (RFC 7661's idea: an application-limited QP does not
-  // earn a window it never used) and never while recovering.
-  if (qp.ccInRecovery || flight * 2 < qp.cwnd) return;
-  if (qp.cwnd < qp.ssthresh) qp.cwnd += acked;
+  // Never grow while recovering, nor a window an application-limited QP did not use (RFC
+  // 7661's idea: it had nothing more to send when last served, and less than half the window
+  // was in flight). Not "in flight < cwnd / 2" alone: a paced QP whose ACKs come in bunches
+  // (a scheduling gap, then a window's ACKs in one pass) has little in flight at each ACK and
+  // its window would stop growing although data waits.
+  if (qp.ccInRecovery || (qp.ccAppLimited && flight * 2 < qp.cwnd)) return;
+  if (qp.cwnd < qp.ssthresh) slowStart(qp, acked);
   else if (qp.ccAlgo === Congestion.CUBIC) cubicIncrease(qp, acked, nowNs);
   else qp.cwnd += acked / qp.cwnd;
   if (qp.cwnd > window) qp.cwnd = window;

@@ -297,6 +297,20 @@ export class Qp {
    * retransmission 1).
    */
   lostOut = 0;
+  /**
+   * HyStart++ (congestion.ts): the current round ends when sndUna reaches hsRoundEnd; the
+   * smallest RTT of this round and the last (ns, Infinity: none), this round's samples, rounds
+   * in Conservative Slow Start (0: not in it) and its baseline RTT; slow starts it ended.
+   */
+  hsRoundEnd = 0;
+  hsCurMinNs = Infinity;
+  hsLastMinNs = Infinity;
+  hsSamples = 0;
+  hsCssRounds = 0;
+  hsCssBaseNs = Infinity;
+  hystartExits = 0;
+  /** Nothing (no WR, no response) was left to send when ddp-output last served the QP (RFC 7661). */
+  ccAppLimited = false;
   /** Resends that may go whatever the window (RFC 6675 (4.3): the first of a recovery; a timeout's). */
   rtxForce = 0;
   /** Pacing: when the next new segment may go (ns, congestion.ts paceWait), and its wheel timer (-1 none). */

@@ -8,7 +8,7 @@
 import type { BufferPool } from '../../graph/index.ts';
 import { type Qp, QpState, type RespSlot, type SendWr, TxFlag, TxKind } from './qp.ts';
 import type { RdmaCore } from './core.ts';
-import { ccOnAck, ccOnLoss, ccOnTimeout, ccUndoTimeout } from './congestion.ts';
+import { ccOnAck, ccOnLoss, ccOnRtt, ccOnTimeout, ccUndoTimeout } from './congestion.ts';
 import {
   type Completion,
   type Cq,
@@ -297,6 +297,7 @@ export function sqAcknowledged(core: RdmaCore, qp: Qp, ack: number): void {
 }
 
 function rttSample(core: RdmaCore, qp: Qp, r: number): void {
+  ccOnRtt(qp, r);
   if (qp.srttNs === 0) {
     qp.srttNs = r;
     qp.rttvarNs = r / 2;
