@@ -140,6 +140,50 @@ test('reno: a timeout takes the window to 1; F-RTO undoes a spurious one', () =>
   r.close();
 });
 
+test('timeout: an ACK sooner after the resend than the smallest RTT acknowledges the original: undone; a later one is a loss', () => {
+  for (const late of [false, true]) {
+    const { r } = writer('reno', 20);
+    r.clock.advance(1e6);
+    ack(r, 10); // RTT 1 ms; cwnd 20: 10..19 go, paced
+    r.advance(1, 0.05);
+    r.clock.advance(1e6);
+    ack(r, 19); // only 19 out: F-RTO has nothing after it to tell by
+    const w = cc(r).cwnd;
+    const minRtt = r.qp.minRttNs;
+    assert.ok(minRtt > 0 && minRtt <= 2e6, `min RTT ${minRtt}`);
+    let out: Out[] = [];
+    for (let k = 0; k < 400 && data(out).length === 0; k++) out = r.advance(0.1, 0.1);
+    assert.equal(
+      data(out).map((p) => p.psn),
+      [19],
+      'the timeout resent 19',
+    );
+    assert.is(cc(r).cwnd, 1);
+    r.clock.advance(late ? minRtt + 0.5e6 : minRtt / 4);
+    ack(r, 20);
+    if (late) {
+      assert.is(r.qp.spuriousTimeouts, 0, 'a loss');
+      assert.ok(cc(r).cwnd <= 2 && cc(r).ssthresh < w, `reduced (cwnd ${cc(r).cwnd}, ssthresh ${cc(r).ssthresh})`);
+    } else {
+      assert.is(r.qp.spuriousTimeouts, 1, 'spurious: the ACK came too soon to be for the resend');
+      assert.is(cc(r).cwnd, w, 'the window before the timeout');
+    }
+    r.close();
+  }
+});
+
+test('timeout before any RTT sample: the window restarts from 1, the slow-start threshold stays', () => {
+  const { r } = writer('reno', 100);
+  const ss = cc(r).ssthresh;
+  const out = r.advance(12); // rto-init 10 ms, no ACK yet
+  assert.is(data(out)[0].psn, 0, 'the oldest resent');
+  assert.is(cc(r).cwnd, 1);
+  assert.is(cc(r).ssthresh, ss, 'not halved: the timer ran on a guess');
+  ack(r, 1); // stops right after the resend: not spurious; slow start from 1
+  assert.ok(cc(r).cwnd >= 2 && cc(r).cwnd < cc(r).ssthresh, `slow start (cwnd ${cc(r).cwnd})`);
+  r.close();
+});
+
 test('reno: a CE echo halves the window once per window, sends nothing again; a backwards echo is ignored', () => {
   const { r } = writer('reno', 200);
   ack(r, 10); // cwnd 20

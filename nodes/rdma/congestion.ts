@@ -240,7 +240,7 @@ export function ccOnLoss(qp: Qp): void {
   qp.rtxForce = 1;
 }
 
-/** The first timeout of a series: cwnd to 1, ssthresh to half of what was in flight. */
+/** The first timeout of a series: cwnd to 1, ssthresh to half of what was in flight (once an RTT was measured). */
 export function ccOnTimeout(qp: Qp, flight: number): void {
   if (qp.ccAlgo === Congestion.NONE) return;
   qp.lossEvents++;
@@ -248,8 +248,11 @@ export function ccOnTimeout(qp: Qp, flight: number): void {
   qp.ccUndoSsthresh = qp.ssthresh;
   qp.cubicWmax = qp.cwnd;
   qp.cubicEpochNs = 0;
+  // Before any RTT sample the timer ran on rto-init's guess: a timeout then says the guess was
+  // short, not that the path is full (as TCP's after a SYN's: the window restarts from 1, the
+  // slow-start threshold stays). Otherwise half of what was in flight.
   const half = flight / 2;
-  qp.ssthresh = half < MIN_CWND ? MIN_CWND : half;
+  if (qp.srttNs > 0) qp.ssthresh = half < MIN_CWND ? MIN_CWND : half;
   qp.cwnd = 1;
   hyStartReset(qp);
   qp.ccInRecovery = true;
@@ -308,12 +311,14 @@ export function ccOnAck(qp: Qp, acked: number, flight: number, window: number, n
     qp.ccWinAcked = 0;
     qp.ccWinMarked = 0;
   }
-  // Never grow while recovering, nor a window an application-limited QP did not use (RFC
+  // Never grow while recovering from a halving, nor a window an application-limited QP did not use (RFC
   // 7661's idea: it had nothing more to send when last served, and less than half the window
   // was in flight). Not "in flight < cwnd / 2" alone: a paced QP whose ACKs come in bunches
   // (a scheduling gap, then a window's ACKs in one pass) has little in flight at each ACK and
   // its window would stop growing although data waits.
-  if (qp.ccInRecovery || (qp.ccAppLimited && flight * 2 < qp.cwnd)) return;
+  // A recovery after a timeout is slow start from 1 (RFC 5681 3.1): only a window at ssthresh
+  // (after a halving) holds still until the recovery point is acknowledged.
+  if ((qp.ccInRecovery && qp.cwnd >= qp.ssthresh) || (qp.ccAppLimited && flight * 2 < qp.cwnd)) return;
   if (qp.cwnd < qp.ssthresh) slowStart(qp, acked);
   else if (qp.ccAlgo === Congestion.CUBIC) cubicIncrease(qp, acked, nowNs);
   else qp.cwnd += acked / qp.cwnd;

@@ -260,6 +260,8 @@ export class Qp {
   rtxQueued: Uint8Array;
   srttNs = 0;
   rttvarNs = 0;
+  /** The smallest RTT sample (ns; 0 before the first: no ACK is sooner than that). */
+  minRttNs = 0;
   rtoNs: number;
   /** Absolute deadline of the retransmission timer (0 = not armed) and its wheel handle. */
   rtoDeadline = 0;

@@ -238,6 +238,10 @@ export function onAck(core: RdmaCore, qp: Qp, ack: number, nowNs: number): boole
   }
   const mask = qp.wMask;
   const flight = (qp.sndNxt - qp.sndUna) | 0;
+  // A timeout's resend (F-RTO below): still queued, or when it went (before its slot is freed).
+  const probe = qp.rtoProbe ? qp.rtoProbePsn & mask : 0;
+  const probeUnsent = qp.rtoProbe && qp.rtxQueued[probe] === 1;
+  const probeNs = qp.rtoProbe ? qp.txTime[probe] : 0;
   let sampleNs = -1;
   for (let p = qp.sndUna; p !== ack; p = (p + 1) >>> 0) {
     const s = p & mask;
@@ -256,9 +260,12 @@ export function onAck(core: RdmaCore, qp: Qp, ack: number, nowNs: number): boole
     // past the resent segment took packets we never resent, so the originals arrived and the
     // timeout was spurious (a late ACK: the peer was not scheduled): nothing more is resent.
     // One that stops right after it: what it leaves of what was out at the timeout (and not
-    // SACKed) the peer does not have: resend that now.
+    // SACKed) the peer does not have: resend that now. Unless the ACK cannot be for the resend
+    // (Eifel's question, answered without timestamps as Linux's RACK does): it came before the
+    // resend went, or sooner after it than the smallest round trip ever seen: it acknowledges
+    // the original, which was late, not lost (with one segment in flight, the only test).
     qp.rtoProbe = false;
-    if (((ack - qp.rtoProbePsn - 1) | 0) > 0) {
+    if (((ack - qp.rtoProbePsn - 1) | 0) > 0 || probeUnsent || nowNs - probeNs < qp.minRttNs) {
       qp.spuriousTimeouts++;
       ccUndoTimeout(qp);
     } else
@@ -297,6 +304,7 @@ export function sqAcknowledged(core: RdmaCore, qp: Qp, ack: number): void {
 }
 
 function rttSample(core: RdmaCore, qp: Qp, r: number): void {
+  if (qp.minRttNs === 0 || r < qp.minRttNs) qp.minRttNs = r;
   ccOnRtt(qp, r);
   if (qp.srttNs === 0) {
     qp.srttNs = r;
