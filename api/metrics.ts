@@ -140,6 +140,13 @@ export async function renderMetrics(dp: DataplaneApi): Promise<string> {
       ['qp_rx_bytes_total', 'counter', 'Bytes the QP received.', (q) => q.counters.rxBytes],
       ['qp_retransmits_total', 'counter', 'Segments the QP retransmitted.', (q) => q.counters.retransmits],
       ['qp_timeouts_total', 'counter', 'Retransmission timeouts of the QP.', (q) => q.counters.timeouts],
+      [
+        'qp_spurious_timeouts_total',
+        'counter',
+        'Retransmission timeouts an ACK showed were not losses.',
+        (q) => q.counters.spuriousTimeouts,
+      ],
+      ['qp_probes_total', 'counter', 'PROBEs the QP sent at retransmission timeouts.', (q) => q.counters.probes],
       ['qp_srtt_seconds', 'gauge', 'Smoothed round-trip time of the QP.', (q) => q.rtt.srttUs / 1e6],
       [
         'qp_cwnd_segments',

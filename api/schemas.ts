@@ -391,6 +391,8 @@ export const QpCounters = counterObject([
   'retransmits',
   'fastRetransmits',
   'timeouts',
+  'spuriousTimeouts',
+  'probes',
   'duplicates',
 ]);
 export const QpRtt = obj({ srttUs: num(), rttvarUs: num(), rtoUs: num() });

@@ -104,6 +104,7 @@ async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, 
         retransmits: c.retransmits,
         fastRetransmits: c.fastRetransmits,
         timeouts: c.timeouts,
+        spurious: c.spuriousTimeouts,
       });
     } else if (kind === 'pingpong') {
       // b answers every message; a measures each round trip.
@@ -228,7 +229,7 @@ export async function runRdmaProcsBench(seconds: number): Promise<{ lines: strin
     const pp = await pairRun(poll, 'pingpong', seconds);
     const f = (x: unknown, d = 2) => (typeof x === 'number' ? x.toFixed(d) : 'n/a');
     lines.push(
-      `  cpu.poll ${poll.padEnd(9)} WRITE 64 KiB x ${OUTSTANDING}: ${f(w.gbps)} Gbit/s (${w.retransmits} retransmissions: ${w.fastRetransmits} fast, after ${w.timeouts} timeouts; ${w.peerDuplicates} arrived twice); ` +
+      `  cpu.poll ${poll.padEnd(9)} WRITE 64 KiB x ${OUTSTANDING}: ${f(w.gbps)} Gbit/s (${w.retransmits} retransmissions: ${w.fastRetransmits} fast; ${w.timeouts} timeouts, ${w.spurious} spurious; ${w.peerDuplicates} arrived twice); ` +
         `SEND 64 B ping-pong RTT p50 ${f(pp.p50, 1)} us, p99 ${f(pp.p99, 1)} us, p99.9 ${f(pp.p999, 1)} us (${pp.n} round trips)`,
     );
     json[poll] = {

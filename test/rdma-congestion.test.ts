@@ -126,16 +126,16 @@ test('cubic: a loss multiplies the window by 0.7; it grows back along the cubic 
   r.close();
 });
 
-test('reno: a timeout takes the window to 1; F-RTO undoes a spurious one', () => {
+test('reno: a timeout takes the window to 1; an ACK showing it spurious undoes that', () => {
   const { r } = writer('reno', 100);
   ack(r, 10); // cwnd 20, 10..29 out
-  let out = r.advance(12); // the RTO (rto-init-ms 10: no RTT sample on the manual clock) expires
-  assert.ok(data(out).length >= 1, 'the oldest resent');
-  assert.is(data(out)[0].psn, 10);
+  const out = r.advance(12); // the RTO (rto-init-ms 10: no RTT sample on the manual clock) expires
+  assert.is(data(out).length, 0, 'the first timeout asks (a PROBE), resends nothing');
   assert.is(cc(r).cwnd, 1, 'cwnd 1 after a timeout');
-  // The ACK acknowledges past the resent segment: the originals had arrived (spurious).
-  out = ack(r, 30);
+  // The ACK acknowledges what was out: the originals had arrived (spurious).
+  ack(r, 30);
   assert.is(r.rdma.queryQp(r.qp).counters.timeouts, 1);
+  assert.is(r.rdma.queryQp(r.qp).counters.spuriousTimeouts, 1);
   assert.ok(cc(r).cwnd >= 20, `the window before the timeout restored (cwnd ${cc(r).cwnd})`);
   r.close();
 });
@@ -175,7 +175,9 @@ test('timeout: an ACK sooner after the resend than the smallest RTT acknowledges
 test('timeout before any RTT sample: the window restarts from 1, the slow-start threshold stays', () => {
   const { r } = writer('reno', 100);
   const ss = cc(r).ssthresh;
-  const out = r.advance(12); // rto-init 10 ms, no ACK yet
+  assert.is(data(r.advance(12)).length, 0, 'rto-init 10 ms, no ACK yet: the timeout asks (a PROBE)');
+  // The answer acknowledges nothing: the oldest is lost, resent at once.
+  const out = r.feed(trpHeader(0, 0, TRP.PROBE_ACK)).concat(r.run());
   assert.is(data(out)[0].psn, 0, 'the oldest resent');
   assert.is(cc(r).cwnd, 1);
   assert.is(cc(r).ssthresh, ss, 'not halved: the timer ran on a guess');

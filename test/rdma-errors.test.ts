@@ -654,6 +654,41 @@ test('CQ overflow: the CQ goes to error, one cq-error event, the completions tha
   await finish(p);
 });
 
+// ------------------------------------------------------------------ the peer stalls
+
+test('a peer not scheduled for a while: its timeouts ask (PROBEs), nothing is sent twice, the answers show the timeouts spurious', async () => {
+  // rto-min 50 ms: a timeout's backoff (100 ms) leaves the test time to see the PROBE and restart B.
+  const r = rig({ rdma: { trp: { rtoMinMs: 50, rtoMaxMs: 400, maxRetries: 7 } } });
+  const { p, A, B } = r;
+  const src = mem(p.a, A.pd, 4096, RW, pattern(4096, 6));
+  const dst = recvs(p.b, B, 8, 4096);
+  const send = (wrId: string) =>
+    p.a.rdma.postSend(A.qp, { wrId, opcode: 'send', sg: [{ mr: src, offset: 0, length: 3000 }] });
+  send('warm');
+  await waitCompletions(A.scq, 1);
+  await waitCompletions(B.rcq, 1);
+  // 1. B stalls past one timeout: A asks once, B (scheduled again) takes the data, then answers.
+  p.b.graph.stop();
+  send('one');
+  await waitFor('a PROBE', () => A.qp.probes === 1, 3000);
+  p.b.graph.start();
+  assert.equal(await waitCompletions(A.scq, 1), [wc('one', A.qp.qpn, 'success', 'send', 3000)]);
+  await waitFor('the answer', () => A.qp.peerProbes);
+  assert.is(A.qp.spuriousTimeouts, 1, 'the answer acknowledged the data: spurious');
+  // 2. Now B is known to answer: a longer stall (several timeouts) asks at each, resends nothing.
+  p.b.graph.stop();
+  send('two');
+  await waitFor('three PROBEs', () => A.qp.probes >= 3, 5000);
+  p.b.graph.start();
+  assert.equal(await waitCompletions(A.scq, 1), [wc('two', A.qp.qpn, 'success', 'send', 3000)]);
+  await waitCompletions(B.rcq, 2);
+  assert.is(A.qp.retransmits, 0, 'nothing was sent twice');
+  assert.is(B.qp.duplicates, 0, 'B received nothing twice');
+  assert.ok(A.qp.spuriousTimeouts >= 2, `spurious timeouts: ${A.qp.spuriousTimeouts}`);
+  assert.equal(dst.memory.subarray(8192, 8192 + 3000), src.memory.subarray(0, 3000), "the last Send's bytes");
+  await finish(p);
+});
+
 // ------------------------------------------------------------------ the peer vanishes
 
 const FAST = { rdma: { trp: { rtoMinMs: 1, rtoMaxMs: 10, maxRetries: 3 } } };
@@ -701,11 +736,13 @@ async function vanish(how: (p: Pair) => void): Promise<void> {
   assert.is(A.qp.timeouts - timeouts0, 4);
   assert.is(A.qp.rtoNs, Math.min(core.rtoMaxNs, rto0 * 8), 'three backoffs, capped at rto-max');
   // Every packet in flight (the Send's segments, the Write, the Read Request) was sent once;
-  // each timeout resent only the oldest (a late ACK is likelier than a lost window: with no
-  // SACK from the peer, nothing says the rest is lost); then A sends nothing more.
+  // the first timeout asked (a PROBE: a late ACK is likelier than a loss), and as the peer
+  // never answered one, each later timeout resent only the oldest (with no SACK from the peer,
+  // nothing says the rest is lost); then A sends nothing more.
   const packets = Math.ceil(3000 / A.qp.mtuUntagged) + 2;
-  assert.is(A.qp.retransmits - rtx0, 3);
-  assert.is(A.qp.txPackets - tx0, packets + 3);
+  assert.is(A.qp.probes, 1, 'the first timeout sent a PROBE');
+  assert.is(A.qp.retransmits - rtx0, 2);
+  assert.is(A.qp.txPackets - tx0, packets + 2);
   const tx = A.qp.txPackets;
   await settle(40);
   assert.is(A.qp.txPackets, tx, 'silent after giving up');

@@ -946,8 +946,8 @@ test('ddp-output: no more than `window` unacknowledged packets on the wire; each
   r.close();
 });
 
-test('ddp-output: a timeout resends only the oldest packet; an ACK past it shows the timeout was spurious (F-RTO: nothing else resent), one stopping right after it resends the rest at once', () => {
-  for (const ackAfter of [3, 2, 1]) {
+test("ddp-output: a timeout asks first (a PROBE, nothing resent); an ACK past snd_una shows it spurious, a PROBE_ACK acknowledging nothing resends the oldest at once (then F-RTO), a peer that never answers gets the second timeout's resend", () => {
+  const three = () => {
     const r = rig({ rdma: { trp: { rtoInitMs: 10, rtoMinMs: 1, rtoMaxMs: 200, maxRetries: 7 } } });
     const m = r.mr(64, ['local-write']);
     for (const id of ['a', 'b', 'c']) r.post({ wrId: id, opcode: 'send', sg: [{ mr: m, offset: 0, length: 8 }] });
@@ -955,37 +955,76 @@ test('ddp-output: a timeout resends only the oldest packet; an ACK past it shows
       r.run().map((p) => p.psn),
       [0, 1, 2],
     );
-    const rtx = r.advance(15, 0.25);
+    const probe = r.advance(15, 0.25);
     assert.equal(
-      rtx.map((p) => p.psn),
-      [0],
-      'the initial RTO (10 ms) resent only PSN 0',
+      probe.map((p) => [p.op, p.psn, p.body.length]),
+      [[TRP.PROBE, 3, 0]],
+      'the initial RTO (10 ms) sent one PROBE (our next PSN), no data',
     );
-    // The peer had it all (its ACK was late) or only what the retransmission gave it.
-    const out = r.feed(trpHeader(0, ackAfter));
-    if (ackAfter === 3) {
-      assert.equal(out, [], 'nothing more to send');
-      assert.equal(r.advance(500, 5), [], 'and no timeout later: all acknowledged');
-      assert.is(r.qp.retransmits, 1);
-      assert.is(r.qp.spuriousTimeouts, 1);
-      assert.equal(summary(polls(r.scq)), ['a:send:success:8', 'b:send:success:8', 'c:send:success:8']);
-    } else if (ackAfter === 2) {
-      // PSN 1 was never resent, yet acknowledged: the originals are arriving, PSN 2 too, late.
-      assert.equal(out.concat(r.run()), [], 'PSN 2 not resent at the ACK');
-      assert.is(r.qp.spuriousTimeouts, 1);
-      const later = r.advance(500, 0.25);
-      assert.equal(later.map((p) => p.psn).slice(0, 1), [2], 'only a later timeout resends it, alone');
-      assert.is(later.filter((p) => p.psn !== 2).length, 0);
-    } else {
-      assert.equal(
-        out.concat(r.run()).map((p) => p.psn),
-        [1, 2],
-        'PSNs 1 and 2 resent as soon as the ACK stopped short of them',
-      );
-      assert.is(r.qp.retransmits, 3);
-    }
-    r.close();
-  }
+    return r;
+  };
+  const done = ['a:send:success:8', 'b:send:success:8', 'c:send:success:8'];
+  // 1. The peer had it all, its ACK was late: nothing was sent twice.
+  let r = three();
+  assert.equal(r.feed(trpHeader(0, 3)), [], 'nothing to resend');
+  assert.equal(r.advance(500, 5), [], 'and no timeout later: all acknowledged');
+  assert.is(r.qp.retransmits, 0);
+  assert.is(r.qp.spuriousTimeouts, 1);
+  assert.equal(summary(polls(r.scq)), done);
+  r.close();
+  // 2. The answer acknowledges part of it: spurious as well (the segments are arriving).
+  r = three();
+  assert.equal(r.feed(trpHeader(0, 2, TRP.PROBE_ACK)).concat(r.run()), [], 'nothing resent at the answer');
+  assert.is(r.qp.spuriousTimeouts, 1);
+  r.close();
+  // 3. The answer acknowledges nothing: PSN 0 is lost, resent at once; then F-RTO: an ACK
+  // stopping right after it resends what is left.
+  r = three();
+  const rtx = r.feed(trpHeader(0, 0, TRP.PROBE_ACK)).concat(r.run());
+  assert.equal(
+    rtx.map((p) => [p.op, p.psn]),
+    [[TRP.DATA, 0]],
+    'the oldest resent at the answer',
+  );
+  assert.equal(
+    r
+      .feed(trpHeader(0, 1))
+      .concat(r.run())
+      .map((p) => p.psn),
+    [1, 2],
+    'PSNs 1 and 2 resent as soon as the ACK stopped short of them',
+  );
+  assert.is(r.qp.retransmits, 3);
+  assert.is(r.qp.spuriousTimeouts, 0);
+  r.feed(trpHeader(0, 3));
+  assert.equal(summary(polls(r.scq)), done);
+  // The peer answers PROBEs now: a later series asks at every timeout, resending nothing.
+  r.post({ wrId: 'd', opcode: 'send', sg: [{ mr: r.mr(8, ['local-write']), offset: 0, length: 8 }] });
+  assert.equal(
+    r.run().map((p) => p.psn),
+    [3],
+  );
+  const asks = r.advance(150, 0.25);
+  assert.ok(asks.length >= 3, `several timeouts (${asks.length})`);
+  assert.ok(
+    asks.every((p) => p.op === TRP.PROBE),
+    `only PROBEs: ${asks.map((p) => p.op)}`,
+  );
+  assert.is(r.qp.retransmits, 3, 'nothing resent while unanswered');
+  r.close();
+  // 4. A peer that never answers (urdma, an older rdma-graph): the second timeout resends the
+  // oldest alone (F-RTO), and an ACK past it shows that spurious.
+  r = three();
+  assert.equal(
+    r.advance(25, 0.25).map((p) => [p.op, p.psn]),
+    [[TRP.DATA, 0]],
+    'the second timeout (20 ms later) resent only PSN 0',
+  );
+  assert.equal(r.feed(trpHeader(0, 3)).concat(r.run()), []);
+  assert.is(r.qp.retransmits, 1);
+  assert.is(r.qp.spuriousTimeouts, 1);
+  assert.is(r.qp.probes, 1);
+  r.close();
 });
 
 test('ddp-output: a first timeout with a SACK from the peer resends everything un-SACKed at once (the peer is receiving: the holes are losses)', () => {
@@ -1006,7 +1045,7 @@ test('ddp-output: a first timeout with a SACK from the peer resends everything u
   r.close();
 });
 
-test('ddp-output: RTO (RFC 6298 estimate) retransmits the oldest unacknowledged packet at each timeout, with exponential backoff, then retry-exceeded after maxRetries', () => {
+test('ddp-output: RTO (RFC 6298 estimate): a PROBE at the first timeout, then the oldest unacknowledged packet resent at each, with exponential backoff, then retry-exceeded after maxRetries', () => {
   const rtoInitMs = 10,
     rtoMaxMs = 200,
     maxRetries = 7;
@@ -1029,20 +1068,23 @@ test('ddp-output: RTO (RFC 6298 estimate) retransmits the oldest unacknowledged 
   const tAck = r.clock.t;
   assert.equal(summary(polls(r.scq)), ['a:send:success:8']);
   const out = r.advance(2000, 0.25);
-  // Retransmissions in bursts: every timeout resends only the oldest unacknowledged packet
-  // ([1]: with no SACK from the peer, a late ACK is likelier than a lost window).
-  const bursts: { t: number; psns: number[] }[] = [];
+  // One burst per timeout: the first asks (a PROBE: a late ACK is likelier than a loss), and as
+  // the peer never answers one, every later one resends only the oldest unacknowledged packet
+  // ([1]: with no SACK from the peer, nothing says the rest is lost).
+  const bursts: { t: number; psns: (number | string)[] }[] = [];
   for (const p of out) {
+    const what = p.op === TRP.PROBE ? 'probe' : p.psn;
     const last = bursts[bursts.length - 1];
-    if (last && last.t === p.t) last.psns.push(p.psn);
-    else bursts.push({ t: p.t, psns: [p.psn] });
+    if (last && last.t === p.t) last.psns.push(what);
+    else bursts.push({ t: p.t, psns: [what] });
   }
   assert.equal(
     bursts.map((b) => b.psns),
-    Array.from({ length: maxRetries }, () => [1]),
-    `${maxRetries} retransmissions`,
+    [['probe'], ...Array.from({ length: maxRetries - 1 }, () => [1])],
+    `a PROBE, then ${maxRetries - 1} retransmissions`,
   );
-  for (const p of out) assert.is(hex(p.body), hex(first[p.psn].body), `PSN ${p.psn} rebuilt byte for byte`);
+  for (const p of out)
+    if (p.op === TRP.DATA) assert.is(hex(p.body), hex(first[p.psn].body), `PSN ${p.psn} rebuilt byte for byte`);
   // Intervals: 12 ms, then doubling, bounded by rtoMax (tolerance: clock step + timer tick).
   const expected: number[] = [];
   for (let k = 0, rto = 12; k < maxRetries; k++, rto = Math.min(rtoMaxMs, rto * 2)) expected.push(rto);
@@ -1056,7 +1098,8 @@ test('ddp-output: RTO (RFC 6298 estimate) retransmits the oldest unacknowledged 
     ),
   );
   assert.is(r.qp.timeouts, maxRetries + 1);
-  assert.is(r.qp.retransmits, maxRetries);
+  assert.is(r.qp.retransmits, maxRetries - 1);
+  assert.is(r.qp.probes, 1);
   // The timeout after the last retransmission fails the oldest WR with retry-exceeded, the rest flush.
   assert.equal(summary(polls(r.scq)), ['b:write:retry-exceeded:0', 'c:send:flushed:0']);
   assert.is(r.qp.stateName, 'error');

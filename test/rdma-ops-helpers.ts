@@ -1254,6 +1254,8 @@ export function rdmaOpsSuite(link: Link, only?: readonly string[]): ReturnType<t
         retransmits: 0,
         fastRetransmits: 0,
         timeouts: 0,
+        spuriousTimeouts: 0,
+        probes: 0,
         duplicates: 0,
       });
       assert.is(q0.rtt.srttUs, 0, 'no sample before any traffic');
@@ -1281,6 +1283,8 @@ export function rdmaOpsSuite(link: Link, only?: readonly string[]): ReturnType<t
         retransmits: 0,
         fastRetransmits: 0,
         timeouts: 0,
+        spuriousTimeouts: 0,
+        probes: 0,
         duplicates: 0,
       });
       assert.equal(qb.counters, {
@@ -1291,6 +1295,8 @@ export function rdmaOpsSuite(link: Link, only?: readonly string[]): ReturnType<t
         retransmits: 0,
         fastRetransmits: 0,
         timeouts: 0,
+        spuriousTimeouts: 0,
+        probes: 0,
         duplicates: 0,
       });
       for (const [name, q] of [

@@ -37,7 +37,7 @@ import {
 
 export const QPN = 20001;
 export const PEER_PORT = 31000;
-export const TRP = { DATA: 0, REQ: 1, ACCEPT: 2, REJECT: 3, FIN: 4, SACK: 5 };
+export const TRP = { DATA: 0, REQ: 1, ACCEPT: 2, REJECT: 3, FIN: 4, SACK: 5, PROBE: 7, PROBE_ACK: 8 };
 export const OP = {
   WRITE: 0,
   READ_REQ: 1,

@@ -38,7 +38,7 @@ const be64 = (x: bigint) => [...be32(Number(x >> 32n)), ...be32(Number(x & 0xfff
 const fromHex = (s: string) => Array.from(Buffer.from(s.replace(/\s+/g, ''), 'hex'));
 const ascii = (s: string) => Array.from(Buffer.from(s, 'latin1'));
 
-const TRP = { DATA: 0, REQ: 1, ACCEPT: 2, REJECT: 3, FIN: 4, SACK: 5 } as const;
+const TRP = { DATA: 0, REQ: 1, ACCEPT: 2, REJECT: 3, FIN: 4, SACK: 5, PROBE: 7, PROBE_ACK: 8 } as const;
 const OP = {
   WRITE: 0,
   READ_REQ: 1,
@@ -99,7 +99,9 @@ const trpWant = (psn: number, ack: number, opcode: number, extra: Partial<TrpHea
   opcode,
   reserved: 0,
   // DATA and SACK carry the CE echo in the low 12 bits (PROTOCOL.md section 5).
-  ...(opcode === TRP.DATA || opcode === TRP.SACK ? { ceEcho: 0 } : {}),
+  ...(opcode === TRP.DATA || opcode === TRP.SACK || opcode === TRP.PROBE || opcode === TRP.PROBE_ACK
+    ? { ceEcho: 0 }
+    : {}),
   pureAck: false,
   ...extra,
 });
@@ -170,6 +172,8 @@ const PROTOCOL_VECTORS = [
   '0000000c 0000000f 5000',
   '11111111 abcdef01 6003 7564',
   '00000009 00000005 0025',
+  '00000009 00000005 7000',
+  '00000005 00000009 8002',
 ];
 cases.push({
   name: 'vector: SEND, last segment, PSN 7, ACK 3, MSN 1, MO 0, "hi"',
@@ -201,6 +205,16 @@ cases.push({
   name: 'vector: pure ACK echoing 37 CE-marked packets (no reserved-bits warning)',
   bytes: fromHex(PROTOCOL_VECTORS[5]),
   trp: trpWant(9, 5, TRP.DATA, { pureAck: true, ceEcho: 37 }),
+});
+cases.push({
+  name: 'vector: PROBE (a timeout asks), next PSN 9, cumulative ACK 5',
+  bytes: fromHex(PROTOCOL_VECTORS[6]),
+  trp: trpWant(9, 5, TRP.PROBE),
+});
+cases.push({
+  name: 'vector: PROBE_ACK (the answer), next PSN 5, cumulative ACK 9, 2 CE-marked packets echoed',
+  bytes: fromHex(PROTOCOL_VECTORS[7]),
+  trp: trpWant(5, 9, TRP.PROBE_ACK, { ceEcho: 2 }),
 });
 cases.push({
   name: 'SACK echoing 4095 CE-marked packets',
@@ -583,9 +597,9 @@ cases.push({
   });
 }
 cases.push({
-  name: 'flagged: unknown TRP opcode 7',
-  bytes: trpHeader(0, 0, 7),
-  trp: trpWant(0, 0, 7),
+  name: 'flagged: unknown TRP opcode 9',
+  bytes: trpHeader(0, 0, 9),
+  trp: trpWant(0, 0, 9),
   experts: [{ severity: 'warning', group: 'undecoded', message: 'Unknown TRP opcode' }],
 });
 cases.push({

@@ -30,7 +30,7 @@ import { mayAdd, mayResend, paceSent, paceWait, resent, sendLimit } from './cong
 
 export const DDP_OUTPUT = 'ddp-output';
 /** What trp-output puts in front (the INFO opaque word on transmit). */
-export const TxPacket = { DATA: 0, ACK: 1, SACK: 2 } as const;
+export const TxPacket = { DATA: 0, ACK: 1, SACK: 2, PROBE: 3, PROBE_ACK: 4 } as const;
 /** At most this many SACK packets per QP per pass. */
 const MAX_SACKS = 16;
 
@@ -293,17 +293,27 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
     const at = paceWait(qp, now, slack);
     if (at > 0) qp.paceTimer = rt.graph.startTimer(core.trpOutput, at - now, qp.index + core.qps.length);
   }
-  // 5. ACK and SACKs.
+  // 5. A timeout's PROBE (transport.ts onTimeout; it carries our cumulative ACK too), ACK and
+  // SACKs. The ACK that answers a PROBE is a PROBE_ACK, sent even beside data (it is the answer).
+  if (qp.probeNeeded && nOut < FRAME_SIZE - 1) {
+    const bi = alloc(rt);
+    if (bi === INVALID_INDEX) return true;
+    qp.probeNeeded = false;
+    pool.length[bi] = 0;
+    emit(rt, qp, bi, TxPacket.PROBE, 0, 0);
+    qp.probes++;
+  }
   if (qp.ackNeeded && nOut < FRAME_SIZE - 1) {
     qp.ackNeeded = false;
-    if (nOut === first) {
+    if (nOut === first || qp.probeAnswer) {
       const bi = alloc(rt);
       if (bi === INVALID_INDEX) {
         qp.ackNeeded = true;
         return true;
       }
       pool.length[bi] = 0;
-      emit(rt, qp, bi, TxPacket.ACK, 0, 0);
+      emit(rt, qp, bi, qp.probeAnswer ? TxPacket.PROBE_ACK : TxPacket.ACK, 0, 0);
+      qp.probeAnswer = false;
       rt.countError(DdpOutputError.ACKS);
     }
     let sacks = 0;

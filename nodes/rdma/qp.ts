@@ -486,6 +486,18 @@ export class Qp {
   rtoProbeHigh = 0;
   /** Timeouts the next ACK showed were not losses (F-RTO): counted, nothing resent. */
   spuriousTimeouts = 0;
+  /**
+   * A timeout's question (QUIC's probe timeout, RFC 9002 section 6.2): a PROBE to send (ddp-output),
+   * one out and not answered yet, PROBEs sent, whether the peer ever answered one with a
+   * PROBE_ACK (then every timeout of a series asks, and nothing is resent until an answer says
+   * what is missing; else the second timeout resends as F-RTO does), and a PROBE of the peer's
+   * to answer.
+   */
+  probeNeeded = false;
+  probeOut = false;
+  probes = 0;
+  peerProbes = false;
+  probeAnswer = false;
 
   /** Retransmissions of one segment before the QP fails; -1: rdma.trp.max-retries. */
   maxRetries = -1;

@@ -178,6 +178,9 @@ export interface QpInfo {
     retransmits: number;
     fastRetransmits: number;
     timeouts: number;
+    /** Timeouts found spurious (an ACK showed the segments were arriving); PROBEs sent by timeouts. */
+    spuriousTimeouts: number;
+    probes: number;
     duplicates: number;
   };
   rtt: { srttUs: number; rttvarUs: number; rtoUs: number };
@@ -938,6 +941,8 @@ export class Rdma {
         retransmits: qp.retransmits,
         fastRetransmits: qp.fastRetransmits,
         timeouts: qp.timeouts,
+        spuriousTimeouts: qp.spuriousTimeouts,
+        probes: qp.probes,
         duplicates: qp.duplicates,
       },
       rtt: { srttUs: qp.srttNs / 1e3, rttvarUs: qp.rttvarNs / 1e3, rtoUs: qp.rtoNs / 1e3 },

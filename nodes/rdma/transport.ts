@@ -255,6 +255,13 @@ export function onAck(core: RdmaCore, qp: Qp, ack: number, nowNs: number): boole
   qp.sndUna = ack;
   qp.retries = 0;
   if (sampleNs > 0) rttSample(core, qp, nowNs - sampleNs);
+  if (qp.probeOut) {
+    // An ACK past snd_una after a timeout's PROBE (nothing was resent): the segments were
+    // arriving, the timeout was spurious (onTimeout).
+    qp.probeOut = false;
+    qp.spuriousTimeouts++;
+    ccUndoTimeout(qp);
+  }
   if (qp.rtoProbe) {
     // The ACK after a timeout's single retransmission (F-RTO, RFC 5682): one that acknowledges
     // past the resent segment took packets we never resent, so the originals arrived and the
@@ -390,27 +397,26 @@ export function onTimeout(core: RdmaCore, qp: Qp): void {
   if (!onlyTerm && qp.retries === 1) ccOnTimeout(qp, qp.inFlight);
   const mask = qp.wMask;
   if (!onlyTerm && !anySacked(qp)) {
-    // A timeout with no SACK from the peer sends only the oldest segment, each time of a
-    // series, the timer backing off (as TCP does after an RTO, and F-RTO's first step):
-    // silence is most often a late ACK (the peer not scheduled for a while), not a lost window,
-    // and resending the whole window made every packet of it arrive twice. The next ACK says
-    // what is still missing (onAck). With SACKs the peer is receiving and the holes are
-    // losses: everything un-SACKed goes again at once.
-    for (let p = qp.sndUna; p !== qp.sndNxt; p = (p + 1) >>> 0) {
-      const s = p & mask;
-      if (qp.txKind[s] === TxKind.FREE || qp.txFlags[s] & TxFlag.SACKED) continue;
-      queueRetransmit(qp, p);
-      // It goes whatever the window (RFC 5681: the timeout's retransmission).
-      qp.rtxForce = 1;
-      qp.rtoProbe = true;
-      qp.rtoProbePsn = p;
-      qp.rtoProbeHigh = qp.sndNxt;
-      break;
+    // A timeout with no SACK from the peer: silence is most often a late ACK (the peer not
+    // scheduled for a while), not a loss. So it asks first, as QUIC's probe timeout does (RFC
+    // 9002 6.2: a timeout declares nothing lost): a PROBE, which the peer answers with a
+    // PROBE_ACK and SACKs saying what it has. Any ACK past snd_una shows the timeout spurious
+    // (onAck), nothing resent; a PROBE_ACK that acknowledges nothing finds the oldest lost
+    // (probeFoundLoss). Every timeout of a series asks once the peer answered a PROBE; a peer
+    // that never did (urdma, an older rdma-graph) gets the second timeout's resend.
+    if (qp.retries === 1 || qp.peerProbes) {
+      qp.probeNeeded = true;
+      qp.probeOut = true;
+      core.schedule(qp);
+      return;
     }
+    qp.probeOut = false;
+    resendOldest(qp);
     core.schedule(qp);
     return;
   }
   qp.rtoProbe = false;
+  qp.probeOut = false;
   let queued = 0;
   for (let p = qp.sndUna; p !== qp.sndNxt; p = (p + 1) >>> 0) {
     const s = p & mask;
@@ -428,6 +434,32 @@ export function onTimeout(core: RdmaCore, qp: Qp): void {
     queued++;
   }
   if (queued === 0 && onlyTerm) qp.rtoDeadline = 0;
+  core.schedule(qp);
+}
+
+/**
+ * The oldest segment not SACKed resent, whatever the window (RFC 5681: the timeout's
+ * retransmission); the next ACK decides about the rest up to snd_nxt (F-RTO, onAck).
+ */
+function resendOldest(qp: Qp): void {
+  const mask = qp.wMask;
+  for (let p = qp.sndUna; p !== qp.sndNxt; p = (p + 1) >>> 0) {
+    const s = p & mask;
+    if (qp.txKind[s] === TxKind.FREE || qp.txFlags[s] & TxFlag.SACKED) continue;
+    queueRetransmit(qp, p);
+    qp.rtxForce = 1;
+    qp.rtoProbe = true;
+    qp.rtoProbePsn = p;
+    qp.rtoProbeHigh = qp.sndNxt;
+    return;
+  }
+}
+
+/** The peer's PROBE_ACK acknowledged nothing new: the timeout was a loss after all. */
+export function probeFoundLoss(core: RdmaCore, qp: Qp): void {
+  qp.probeOut = false;
+  if (qp.state === QpState.ERROR || qp.sndUna === qp.sndNxt) return;
+  resendOldest(qp);
   core.schedule(qp);
 }
 

@@ -37,7 +37,7 @@ import { CE_MASK, ccOnEcho } from './congestion.ts';
 import { formatIp4 } from '../net/address.ts';
 import type { RdmaCore } from './core.ts';
 import { type Qp, QpState } from './qp.ts';
-import { onAck, onSack, toError } from './transport.ts';
+import { onAck, onSack, probeFoundLoss, toError } from './transport.ts';
 import { TRP_ACK, TRP_HEADER_BYTES, TRP_OP_NAMES, TRP_OP_SHIFT, TRP_OPCODE, TRP_PSN, TrpOp } from './wire.ts';
 
 export const TRP_INPUT = 'trp-input';
@@ -61,6 +61,7 @@ const ERROR_TABLE = errorTable({
   DUPLICATE: { name: 'duplicate', description: 'duplicate data packet (re-acknowledged)', severity: 'info' },
   OUT_OF_WINDOW: { name: 'out_of_window', description: 'data beyond the receive window', severity: 'warn' },
   ACK: { name: 'ack', description: 'pure ACKs processed', severity: 'info' },
+  PROBE: { name: 'probe', description: "PROBEs answered (the peer's retransmission timeouts)", severity: 'info' },
   SACK: { name: 'sack', description: 'SACKs processed', severity: 'info' },
   FIN: { name: 'fin', description: 'FINs received', severity: 'info' },
   BAD_ACK: { name: 'bad_ack', description: 'ACK outside [snd_una - window, snd_nxt] (dropped)', severity: 'warn' },
@@ -122,7 +123,8 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
   let nFree = 0,
     nAck = 0,
     nSack = 0,
-    nDup = 0;
+    nDup = 0,
+    nProbe = 0;
   for (let i = 0; i < n; i++) {
     const bi = vec[i];
     const w = bi * OPAQUE_WORDS;
@@ -159,7 +161,7 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
         next = NEXT_CM;
         opaque[w + RdmaOpaque.QP] = qp.index;
       } else if (!fromPeer) err = TrpInputError.WRONG_PEER;
-      else if (op > TrpOp.SACK) err = TrpInputError.BAD_OPCODE;
+      else if (op > TrpOp.PROBE_ACK || op === TrpOp.DATAGRAM) err = TrpInputError.BAD_OPCODE;
       else if (op === TrpOp.SACK) {
         nSack++;
         if (!onSack(core, qp, psn, ack)) err = TrpInputError.BAD_SACK;
@@ -192,11 +194,26 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
         }
       } else if (!qp.ackAcceptable(ack) && !adoptSendPsn(qp, psn, ack)) err = TrpInputError.BAD_ACK;
       else {
-        // DATA or pure ACK: both carry a cumulative ACK.
+        // DATA or pure ACK (or PROBE, PROBE_ACK: a pure ACK that asks, one that answers): all
+        // carry a cumulative ACK.
         qp.halfOpen = false;
         ccOnEcho(qp, low);
-        if (onAck(core, qp, ack, now)) core.schedule(qp);
-        if (len === TRP_HEADER_BYTES) {
+        const acked = onAck(core, qp, ack, now);
+        if (acked) core.schedule(qp);
+        if (op === TrpOp.PROBE) {
+          // The peer's timeout asks what we have: a PROBE_ACK (and SACKs) this pass, one per
+          // pass however many PROBEs came (never more out than in).
+          nProbe++;
+          qp.probeAnswer = true;
+          qp.ackNeeded = true;
+          core.schedule(qp);
+        } else if (op === TrpOp.PROBE_ACK) {
+          qp.peerProbes = true;
+          // The answer acknowledged nothing new: the oldest segment is lost (the PROBE, sent
+          // after it, got there first), resent now. The SACKs behind it tell about the rest.
+          if (!acked && qp.probeOut) probeFoundLoss(core, qp);
+        }
+        if (len === TRP_HEADER_BYTES || op !== TrpOp.DATA) {
           nAck++;
           free[nFree++] = bi;
           next = -1;
@@ -269,6 +286,7 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
     nexts[i - nFree] = next;
   }
   if (nAck > 0) rt.countError(TrpInputError.ACK, nAck);
+  if (nProbe > 0) rt.countError(TrpInputError.PROBE, nProbe);
   if (nSack > 0) rt.countError(TrpInputError.SACK, nSack);
   if (nDup > 0) rt.countError(TrpInputError.DUPLICATE, nDup);
   if (nFree > 0) pool.free(free, 0, nFree);

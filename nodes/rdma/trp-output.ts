@@ -66,10 +66,11 @@ function trpOutput(rt: NodeRuntime, frame: Frame | null): number {
       qp.txPackets++;
       core.armRto(qp, now);
       ect = qp.ccAlgo !== Congestion.NONE;
-    } else if (kind === TxPacket.ACK) {
+    } else if (kind !== TxPacket.SACK) {
+      // A pure ACK, a PROBE or a PROBE_ACK: our next PSN and our cumulative ACK.
       psn = qp.sndNxt;
       ack = qp.rcvNxt;
-      op = TrpOp.DATA;
+      op = kind === TxPacket.ACK ? TrpOp.DATA : kind === TxPacket.PROBE ? TrpOp.PROBE : TrpOp.PROBE_ACK;
     } else {
       psn = opaque[w + RdmaOpaque.PSN];
       ack = opaque[w + RdmaOpaque.AUX];

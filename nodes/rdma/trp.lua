@@ -23,7 +23,10 @@
 -- Analyze > Enabled Protocols untick RPCoRDMA and SMB_Direct (heuristics that try to parse every
 -- Send payload and call it malformed).
 --
--- Fields: trp.psn, trp.ack, trp.opcode, trp.reserved, trp.ce_echo (DATA and SACK: the count of
+-- Opcodes 7 PROBE and 8 PROBE_ACK (rdma-graph's) are a retransmission timeout's question and its
+-- answer: the header alone, like a pure ACK.
+--
+-- Fields: trp.psn, trp.ack, trp.opcode, trp.reserved, trp.ce_echo (DATA, SACK, PROBE, PROBE_ACK: the count of
 -- CE-marked data packets the sender of this packet received, mod 4096: PROTOCOL.md section 5),
 -- trp.sack (SACK range text),
 -- trp.pure_ack, trp.cm.pdlen, trp.cm.ird, trp.cm.ord, trp.cm.private_data, trp.cm.reject_reason
@@ -35,9 +38,11 @@
 local trp = Proto("urdma_trp", "urdma TRP over UDP")
 
 local OP_DATA, OP_REQ, OP_ACCEPT, OP_REJECT, OP_FIN, OP_SACK, OP_DATAGRAM = 0, 1, 2, 3, 4, 5, 6
+local OP_PROBE, OP_PROBE_ACK = 7, 8
 local op_names = {
     [OP_DATA] = "DATA/ACK", [OP_REQ] = "REQ", [OP_ACCEPT] = "ACCEPT",
     [OP_REJECT] = "REJECT", [OP_FIN] = "FIN", [OP_SACK] = "SACK", [OP_DATAGRAM] = "DATAGRAM",
+    [OP_PROBE] = "PROBE", [OP_PROBE_ACK] = "PROBE_ACK",
 }
 
 local f = {
@@ -118,7 +123,7 @@ function trp.dissector(tvb, pinfo, tree)
     t:add(f.psn, tvb(0, 4))
     t:add(f.ack, tvb(4, 4))
     t:add(f.opcode, tvb(8, 2))
-    if op == OP_DATA or op == OP_SACK then
+    if op == OP_DATA or op == OP_SACK or op == OP_PROBE or op == OP_PROBE_ACK then
         t:add(f.ce_echo, tvb(8, 2))
     else
         local r = t:add(f.reserved, tvb(8, 2))
@@ -147,6 +152,9 @@ function trp.dissector(tvb, pinfo, tree)
     elseif op == OP_DATA then
         t:add(f.pure_ack, true):set_generated()
         pinfo.cols.info = string.format("ACK next=%u cumulative=%u", psn, ack)
+    elseif op == OP_PROBE or op == OP_PROBE_ACK then
+        -- rdma-graph's: a retransmission timeout's question, and its answer (PROTOCOL.md section 5).
+        pinfo.cols.info = string.format("%s next=%u cumulative=%u", name, psn, ack)
     elseif op == OP_SACK then
         local range = string.format("[%u, %u)", psn, ack)
         t:add(f.sack, range):set_generated()
@@ -173,7 +181,9 @@ function trp.dissector(tvb, pinfo, tree)
     elseif op_names[op] == nil then
         t:add_proto_expert_info(e.unknown)
     end
-    if (op == OP_FIN or op == OP_SACK) and len > 10 then t:add_proto_expert_info(e.trailing) end
+    if (op == OP_FIN or op == OP_SACK or op == OP_PROBE or op == OP_PROBE_ACK) and len > 10 then
+        t:add_proto_expert_info(e.trailing)
+    end
     return len
 end
 

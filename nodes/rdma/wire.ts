@@ -16,8 +16,29 @@ export const CM_IRD = 12;
 export const CM_ORD = 14;
 export const CM_PRIVATE_DATA = 16;
 /** TRP opcodes (the high nibble of the 16-bit opcode field). */
-export const TrpOp = { DATA: 0, REQ: 1, ACCEPT: 2, REJECT: 3, FIN: 4, SACK: 5, DATAGRAM: 6 } as const;
-export const TRP_OP_NAMES = ['DATA', 'REQ', 'ACCEPT', 'REJECT', 'FIN', 'SACK', 'DATAGRAM'] as const;
+/** PROBE and PROBE_ACK are rdma-graph's (PROTOCOL.md section 5): a timeout's question and its answer. */
+export const TrpOp = {
+  DATA: 0,
+  REQ: 1,
+  ACCEPT: 2,
+  REJECT: 3,
+  FIN: 4,
+  SACK: 5,
+  DATAGRAM: 6,
+  PROBE: 7,
+  PROBE_ACK: 8,
+} as const;
+export const TRP_OP_NAMES = [
+  'DATA',
+  'REQ',
+  'ACCEPT',
+  'REJECT',
+  'FIN',
+  'SACK',
+  'DATAGRAM',
+  'PROBE',
+  'PROBE_ACK',
+] as const;
 
 /**
  * A datagram to a UD QP (PROTOCOL.md section 9): the TRP header's layout with opcode DATAGRAM,
