@@ -587,6 +587,35 @@ test('end to end: a QP backs off while the link marks CE, and grows back when ma
   await finish(pair);
 });
 
+test('end to end: dctcp alpha tracks the fraction of segments marked (5 %): its mean over the run, not one reading', async () => {
+  const pair = trackedStacks({
+    rdma: { congestion: 'dctcp', trp: { rtoMinMs: 2, rtoMaxMs: 50, maxRetries: 30 } },
+    faultA: { tx: { seed: 5, ce: 0.05 } },
+  });
+  await pair.ready;
+  const A = makeEnds(pair.a, { maxSendWr: 64 });
+  const B = makeEnds(pair.b, { maxRecvWr: 16 });
+  connectManual(pair.a, A.qp, pair.b, B.qp);
+  const src = pair.a.rdma.regMr(A.pd, BIG, ['local-write']);
+  const dst = pair.b.rdma.regMr(B.pd, BIG, ['local-write', 'remote-write']);
+  const alphas: number[] = [];
+  let calls = 0;
+  await writes(pair, [{ qp: A.qp, scq: A.scq }], 200, dst.stag, [{ mr: src, offset: 0, length: BIG }], () => {
+    // After alpha's start at 1 has decayed (a few dozen windows).
+    if (++calls > 40) alphas.push(pair.a.rdma.queryQp(A.qp).congestion.alpha);
+  });
+  const rx = pair.b.rdma.queryQp(B.qp);
+  const marked = rx.congestion.ceReceived / rx.counters.rxPackets;
+  assert.ok(marked > 0.03 && marked < 0.07, `the injector marked ${marked}`);
+  const mean = alphas.reduce((a, b) => a + b, 0) / alphas.length;
+  assert.ok(
+    Math.abs(mean - marked) < marked / 2,
+    `mean alpha ${mean.toFixed(4)} over ${alphas.length} readings (from ${Math.min(...alphas).toFixed(4)} ` +
+      `to ${Math.max(...alphas).toFixed(4)}) against ${marked.toFixed(4)} marked`,
+  );
+  await finish(pair);
+});
+
 test('end to end: two QPs sharing a lossy, marking link both complete; neither starves', async () => {
   for (const algo of ['reno', 'dctcp', 'cubic'] as const) {
     const pair = trackedStacks({
