@@ -207,6 +207,7 @@ async function child(role: string, iface: string, addr: string, congestion: stri
       reductions: qps.map((q) => q.ccReductions + q.ecnReductions),
       timeouts: qps.map((q) => q.timeouts),
       spurious: qps.map((q) => q.spuriousTimeouts),
+      hystart: qps.map((q) => q.hystartExits),
       cpu: ((u) => (u.user + u.system) / 1e3 / (performance.now() - t0))(process.cpuUsage(cpu0)),
     });
   } else {
@@ -339,7 +340,7 @@ async function ours(
       `application ${((100 * lim.app) / all).toFixed(0)} %, its turn (queued ${((100 * lim.turn) / all).toFixed(0)} %, ` +
       `pacing timer late ${((100 * lim.timer) / all).toFixed(0)} %, unscheduled ${((100 * lim.unscheduled) / all).toFixed(0)} %); ` +
       `CPU per sender ${res.map((x) => ((x.cpu as number) * 100).toFixed(0)).join(', ')} % of a core; ` +
-      `per QP losses [${sum('losses')}] reductions [${sum('reductions')}] timeouts [${sum('timeouts')}] (spurious [${sum('spurious')}])`;
+      `per QP losses [${sum('losses')}] reductions [${sum('reductions')}] timeouts [${sum('timeouts')}] (spurious [${sum('spurious')}]) HyStart++ exits [${sum('hystart')}]`;
     if (TRACE)
       res.forEach((x, k) =>
         process.stderr.write(
