@@ -11,7 +11,9 @@
  * spine with a queue pair per worker), hostile (the per-frame cost of seeded hostile frames on one
  * stack, p50/p99/p99.9/max and the 5 slowest, against good frames on the same stack: a ping, an
  * in-window Write and Send; hostile p99 / good p50), incast (root; only when named: 2 senders x 4
- * QPs into one receiver through a tbf bottleneck between network namespaces, beside iperf3).
+ * QPs into one receiver through a tbf bottleneck between network namespaces, beside iperf3), mpi
+ * (root; only when named: Open MPI ping-pong 8 B latency and 1 MiB bandwidth, and UCX UCP tag_lat, over rdma-graph
+ * between two daemons in two network namespaces vs the kernel's TCP between the same namespaces).
  */
 import os from 'node:os';
 import { runGraphBench } from './graph-bench.ts';
@@ -26,6 +28,7 @@ import { runMlx5Bench } from './mlx5.ts';
 import { runWorkersBench } from './workers.ts';
 import { runHostileBench } from './hostile.ts';
 import { runIncastBench } from './incast.ts';
+import { runMpiBench } from './mpi.ts';
 import { parseCompareArgs, runCompare } from './compare.ts';
 
 const args = process.argv.slice(2);
@@ -42,6 +45,7 @@ const known = [
   'workers',
   'hostile',
   'incast',
+  'mpi',
 ];
 if (args[0] === 'compare') {
   // npm run bench -- compare REF [bench ...]: bench/compare.ts.
@@ -67,7 +71,7 @@ for (const n of names) {
     process.exit(2);
   }
 }
-const run = names.length ? names : known.filter((n) => n !== 'soak' && n !== 'incast');
+const run = names.length ? names : known.filter((n) => n !== 'soak' && n !== 'incast' && n !== 'mpi');
 // The machine first: figures mean little without it (a busy-polling benchmark on 2 cores competes with itself).
 const cpus = os.cpus();
 if (!json) console.log(`machine: ${cpus.length} cores, ${cpus[0]?.model ?? 'unknown CPU'}, Node ${process.version}`);
@@ -149,6 +153,11 @@ for (const name of run) {
   }
   if (name === 'incast') {
     const r = await runIncastBench({ seconds });
+    if (!json) console.log(r.text);
+    console.log(JSON.stringify(r.json));
+  }
+  if (name === 'mpi') {
+    const r = await runMpiBench({ seconds });
     if (!json) console.log(r.text);
     console.log(JSON.stringify(r.json));
   }

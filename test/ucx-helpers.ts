@@ -15,7 +15,7 @@ import type { DataplaneApi } from '../dataplane/api.ts';
 import { createDataplane } from '../dataplane/create.ts';
 import { baseConfig, IP_A, IP_B, MAC_A, MAC_B } from './dataplane-helpers.ts';
 import { ip, linkStats } from './helpers-netns.ts';
-import { nextPort } from './verbs-helpers.ts';
+import { nextPort, type Run, runTool, serverListening } from './verbs-helpers.ts';
 import { cpuWith, memifIf } from './workers-helpers.ts';
 
 /** Frames received by memif0 of each data plane. */
@@ -99,6 +99,9 @@ export interface DaemonPair {
   device: string;
   /** Frames each side received so far (A's, B's): what crossed between the two. */
   frames: () => Promise<[number, number]>;
+  /** `netns`: the two network namespaces (A's, B's) and the veth end each holds; `memif`: empty. */
+  ns: string[];
+  links: string[];
 }
 
 /**
@@ -167,7 +170,14 @@ export async function withDaemons(topology: 'memif' | 'netns', body: (x: DaemonP
         : ((await (await fetch(`${apis[i]}/v1/interfaces/${itf}`)).json()) as { counters: { rxPackets: number } })
             .counters.rxPackets;
     const frames = async (): Promise<[number, number]> => [await rx(0), await rx(1)];
-    await body({ sa: join(dir, 'a.sock'), sb: join(dir, 'b.sock'), device: `rg_${itf}:1`, frames });
+    await body({
+      sa: join(dir, 'a.sock'),
+      sb: join(dir, 'b.sock'),
+      device: `rg_${itf}:1`,
+      frames,
+      ns,
+      links: topology === 'netns' ? veth : [],
+    });
     for (const d of daemons) {
       assert.ok(d.proc.exitCode === null && d.proc.signalCode === null, `the daemon ran to the end:\n${d.out}`);
       const closed = new Promise<number | null>((r) => d.proc.once('close', r));
@@ -180,4 +190,30 @@ export async function withDaemons(topology: 'memif' | 'netns', body: (x: DaemonP
     process.removeListener('exit', cleanup);
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/** ucx_perftest's "Final:" row: iterations, overhead p50/avg/overall (us), MB/s avg/overall, msg/s avg/overall. */
+export function ucxFinal(out: string): number[] | null {
+  const m = /^\s*Final:\s+(.*)$/m.exec(out);
+  return m ? m[1].trim().split(/\s+/).map(Number) : null;
+}
+
+/**
+ * One ucx_perftest run over two data planes: the server preloaded against socket `sa`, the client
+ * against `sb` (towards 127.0.0.1, its out-of-band TCP exchange, on a port of its own), `env`
+ * before both (through env(1), which the preload survives). Both sides' exits and output.
+ */
+export async function ucxPerftest(
+  sa: string,
+  sb: string,
+  common: string[],
+  args: string[],
+  env: string[] = [],
+): Promise<{ client: Run; server: Run }> {
+  const port = String(nextPort());
+  const pre = env.length > 0 ? ['env', ...env] : [];
+  const server = runTool(sa, [...pre, 'ucx_perftest', ...common, '-p', port]);
+  await serverListening(server, Number(port));
+  const client = await runTool(sb, [...pre, 'ucx_perftest', '127.0.0.1', ...common, '-p', port, ...args]).done;
+  return { client, server: await server.done };
 }

@@ -60,10 +60,14 @@ export function runTool(socket: string, cmd: string[], timeoutMs = 60_000, via: 
   };
 }
 
-/** True when a TCP socket of this network namespace listens on `port` (/proc/net/tcp, tcp6). */
-export function tcpListening(port: number): boolean {
+/**
+ * True when a TCP socket of this network namespace (or of process `pid`'s) listens on `port`
+ * (/proc/net/tcp, tcp6).
+ */
+export function tcpListening(port: number, pid?: number): boolean {
   const hex = `:${port.toString(16).toUpperCase().padStart(4, '0')} `;
-  for (const f of ['/proc/net/tcp', '/proc/net/tcp6']) {
+  const net = pid === undefined ? '/proc/net' : `/proc/${pid}/net`;
+  for (const f of [`${net}/tcp`, `${net}/tcp6`]) {
     let text = '';
     try {
       text = readFileSync(f, 'utf8');

@@ -13,17 +13,12 @@
  */
 import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
-import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import { netnsUnavailable } from './helpers-netns.ts';
+import { compileMpi, type Job, mpirunOverDaemons, mpiUnavailable, runJob } from './mpi-helpers.ts';
 import { withDaemons } from './ucx-helpers.ts';
-
-const ROOT = join(import.meta.dirname, '..');
-const RDMA_GRAPH = join(ROOT, 'bin', 'rdma-graph.mjs');
-const SOURCE = join(ROOT, 'native', 'tools', 'mpi-check.c');
 
 /** The ping-pong's sizes and iterations, as mpi-check.c runs them. */
 const SIZES = Array.from({ length: 18 }, (_, i) => 8 << i);
@@ -36,74 +31,19 @@ let program = '';
 
 /** mpi-check compiled with Open MPI's mpicc (once). */
 function build(): string {
-  if (!existsSync(VERBS_LIBRARY)) skip('librdmagraph-verbs.so was not built (libibverbs-dev)');
-  for (const [tool, pkg] of [
-    ['mpirun', 'openmpi-bin'],
-    ['mpicc', 'libopenmpi-dev'],
-  ])
-    if (spawnSync(tool, ['--version']).error) skip(`${tool} is not installed (Debian package ${pkg})`);
+  const why = mpiUnavailable();
+  if (why !== null) skip(why);
   if (program !== '') return program;
   dir = mkdtempSync(join(tmpdir(), 'verbs-mpi-'));
-  const out = join(dir, 'mpi-check');
-  const cc = spawnSync('mpicc', ['-O2', '-Wall', '-Wextra', '-Werror', '-o', out, SOURCE], { encoding: 'utf8' });
-  assert.is(cc.status, 0, `mpicc builds mpi-check:\n${cc.stdout}${cc.stderr}`);
-  return (program = out);
+  return (program = compileMpi('mpi-check', dir));
 }
 
 /** mpirun with `perSide` ranks on A's socket, then `perSide` on B's; its exit and output. */
-function mpirun(
-  sa: string,
-  sb: string,
-  perSide: number,
-  prog: string,
-  device: string,
-): Promise<{ code: number | null; out: string }> {
-  const rank = (sock: string) => [
-    '-np',
-    String(perSide),
-    process.execPath,
-    RDMA_GRAPH,
-    'exec',
-    '--socket',
-    sock,
-    '--',
-    prog,
-  ];
-  const args = [
-    ...(process.getuid?.() === 0 ? ['--allow-run-as-root'] : []),
-    '--oversubscribe',
-    '--mca',
-    'pml',
-    'ucx',
-    '--mca',
-    'osc',
-    'ucx',
-    '--mca',
-    'btl',
-    'self',
-    '-x',
-    'UCX_TLS=rc_verbs,ud_verbs',
-    '-x',
-    `UCX_NET_DEVICES=${device}`,
-    ...rank(sa),
-    ':',
-    ...rank(sb),
-  ];
-  return new Promise((resolve) => {
-    const p = spawn('mpirun', args);
-    let out = '';
-    p.stdout.on('data', (d) => (out += d));
-    p.stderr.on('data', (d) => (out += d));
-    const timer = setTimeout(() => p.kill('SIGTERM'), 150_000);
-    p.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, out });
-    });
-  });
-}
+const mpirun = (sa: string, sb: string, perSide: number, prog: string, device: string): Promise<Job> =>
+  runJob(mpirunOverDaemons(sa, sb, perSide, [prog], device), 150_000);
 
 /** The job's output checked: every size ran, every rank's data was right, nothing refused. */
-function checkJob(r: { code: number | null; out: string }, ranks: number): void {
+function checkJob(r: Job, ranks: number): void {
   assert.is(r.code, 0, `mpirun exits 0:\n${r.out}`);
   assert.match(r.out, new RegExp(`^mpi-check: ok ${ranks}$`, 'm'), `every rank checked its data:\n${r.out}`);
   for (const size of SIZES)

@@ -13,19 +13,12 @@ import * as assert from 'uvu/assert';
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
-import { received, withMemifPair } from './ucx-helpers.ts';
-import { nextPort, runTool, serverListening } from './verbs-helpers.ts';
+import { received, ucxFinal, ucxPerftest, withMemifPair } from './ucx-helpers.ts';
 
 const ready = () => {
   if (!existsSync(VERBS_LIBRARY)) skip('librdmagraph-verbs.so was not built (libibverbs-dev)');
   if (spawnSync('ucx_perftest', ['-h']).error) skip('ucx_perftest is not installed (Debian package ucx-utils)');
 };
-
-/** ucx_perftest's "Final:" row: iterations, overhead p50/avg/overall (us), MB/s avg/overall, msg/s avg/overall. */
-function final(out: string): number[] | null {
-  const m = /^\s*Final:\s+(.*)$/m.exec(out);
-  return m ? m[1].trim().split(/\s+/).map(Number) : null;
-}
 
 /**
  * One ucx_perftest run: the server preloaded against A, the client against B (towards 127.0.0.1,
@@ -33,15 +26,10 @@ function final(out: string): number[] | null {
  * Every iteration ran, both exit 0, and neither UCX nor the library said anything went wrong.
  */
 async function perftest(sa: string, sb: string, name: string, common: string[], args: string[], env: string[] = []) {
-  const port = String(nextPort());
-  const pre = env.length > 0 ? ['env', ...env] : [];
-  const server = runTool(sa, [...pre, 'ucx_perftest', ...common, '-p', port]);
-  await serverListening(server, Number(port));
-  const client = await runTool(sb, [...pre, 'ucx_perftest', '127.0.0.1', ...common, '-p', port, ...args]).done;
-  const srv = await server.done;
+  const { client, server: srv } = await ucxPerftest(sa, sb, common, args, env);
   assert.is(client.code, 0, `${name} client:\n${client.out}\nserver:\n${srv.out}`);
   assert.is(srv.code, 0, `${name} server:\n${srv.out}`);
-  const f = final(client.out);
+  const f = ucxFinal(client.out);
   const n = Number(args[args.indexOf('-n') + 1]);
   assert.ok(f !== null && f[0] === n, `${name}: every iteration ran (${n}):\n${client.out}`);
   assert.not.match(

@@ -1,0 +1,103 @@
+/**
+ * Open MPI jobs over rdma-graph, for test/verbs-mpi.test.ts and bench/mpi.ts: the tools checked,
+ * a program of native/tools compiled with mpicc, and mpirun starting each rank under
+ * `rdma-graph exec` (MPMD: the ranks of the first app context on daemon A's verbs socket, those
+ * of the second on B's) with `--mca pml ucx --mca osc ucx`, UCX restricted to rc_verbs and
+ * ud_verbs and Open MPI's BTLs to `self` (no vader shared memory, no TCP): every message between
+ * ranks crosses a data plane.
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
+
+const ROOT = join(import.meta.dirname, '..');
+const RDMA_GRAPH = join(ROOT, 'bin', 'rdma-graph.mjs');
+
+/** Why an MPI job over rdma-graph cannot run here (the library or a tool missing), or null. */
+export function mpiUnavailable(): string | null {
+  if (!existsSync(VERBS_LIBRARY)) return 'librdmagraph-verbs.so was not built (libibverbs-dev)';
+  for (const [tool, pkg] of [
+    ['mpirun', 'openmpi-bin'],
+    ['mpicc', 'libopenmpi-dev'],
+  ])
+    if (spawnSync(tool, ['--version']).error) return `${tool} is not installed (Debian package ${pkg})`;
+  return null;
+}
+
+/** native/tools/NAME.c compiled with mpicc into `dir`; its path, or an error with mpicc's output. */
+export function compileMpi(name: string, dir: string): string {
+  const out = join(dir, name);
+  const source = join(ROOT, 'native', 'tools', `${name}.c`);
+  const cc = spawnSync('mpicc', ['-O2', '-Wall', '-Wextra', '-Werror', '-o', out, source], { encoding: 'utf8' });
+  if (cc.status !== 0) throw new Error(`mpicc could not build ${source}:\n${cc.stdout}${cc.stderr}`);
+  return out;
+}
+
+/** A finished command: its exit code (null when killed) and everything it printed. */
+export interface Job {
+  code: number | null;
+  out: string;
+}
+
+/** `cmd` run to its end (SIGTERM after `timeoutMs`), stdout and stderr together. */
+export function runJob(cmd: string[], timeoutMs: number): Promise<Job> {
+  return new Promise((resolve) => {
+    const p = spawn(cmd[0], cmd.slice(1));
+    let out = '';
+    p.stdout.on('data', (d) => (out += d));
+    p.stderr.on('data', (d) => (out += d));
+    const timer = setTimeout(() => p.kill('SIGTERM'), timeoutMs);
+    p.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, out });
+    });
+  });
+}
+
+/**
+ * The mpirun command of `perSide` ranks of `prog` (the program and its arguments) on A's socket
+ * `sa`, then `perSide` on B's; `extra`: more mpirun options.
+ */
+export function mpirunOverDaemons(
+  sa: string,
+  sb: string,
+  perSide: number,
+  prog: string[],
+  device: string,
+  extra: string[] = [],
+): string[] {
+  const rank = (sock: string) => [
+    '-np',
+    String(perSide),
+    process.execPath,
+    RDMA_GRAPH,
+    'exec',
+    '--socket',
+    sock,
+    '--',
+    ...prog,
+  ];
+  return [
+    'mpirun',
+    ...(process.getuid?.() === 0 ? ['--allow-run-as-root'] : []),
+    '--oversubscribe',
+    '--mca',
+    'pml',
+    'ucx',
+    '--mca',
+    'osc',
+    'ucx',
+    '--mca',
+    'btl',
+    'self',
+    '-x',
+    'UCX_TLS=rc_verbs,ud_verbs',
+    '-x',
+    `UCX_NET_DEVICES=${device}`,
+    ...extra,
+    ...rank(sa),
+    ':',
+    ...rank(sb),
+  ];
+}
