@@ -1,8 +1,8 @@
 /**
- * Hostile input at every receive node (issue 11): seeded random and mutated frames through one
- * stack (test/hostile-run-helpers.ts, in a worker thread). The work each frame causes (frames
- * sent, buffers allocated, completions, packets through nodes and dispatches, timers started,
- * graph passes) is counted and must stay within bounds computed from the stack's own state
+ * Hostile input at every receive node (issue 11; UD datagrams, issue 30): seeded random and
+ * mutated frames through one stack (test/hostile-run-helpers.ts, in a worker thread). The work
+ * each frame causes (frames sent, buffers allocated, completions, packets through nodes and
+ * dispatches, timers started, graph passes) is counted and must stay within bounds computed from the stack's own state
  * before it, never from a value the peer sent (issue 35: nothing here is timed; the cost in µs
  * is bench/hostile.ts's, `npm run bench -- hostile`). A frame over a bound fails the test with
  * its hex dump and which count went over which bound. One that runs on for STUCK_MS (a loop

@@ -5,7 +5,10 @@
  * shared with the nodes). A frame is either well formed up to some layer with garbage, a wrong
  * field or a truncation above it, or garbage outright; the TRP/DDP/RDMAP fields are drawn near
  * the values the stack's QP would accept (its receive window, its STags, its MSNs) as often as
- * far from them, so the deep nodes see frames that pass every check but one.
+ * far from them, so the deep nodes see frames that pass every check but one. Some UDP frames are
+ * aimed at a UD QP instead (PROTOCOL.md section 9): DATAGRAM headers with its Q_Key or another,
+ * reserved flag bits, short headers, messages over the UD MTU, UDP lengths that promise more than
+ * the frame holds, other TRP opcodes, and ports near it where no QP is.
  */
 import { BCAST, ip, mac, PEER_IP, PEER_MAC, US_IP, US_MAC } from './l2l4-helpers.ts';
 
@@ -162,6 +165,9 @@ export interface Target {
   mrLen: number;
   /** A listener's port. */
   listenPort: number;
+  /** A UD QP's port (its QPN) and Q_Key. */
+  udQpn: number;
+  udQkey: number;
 }
 
 export interface Hostile {
@@ -211,6 +217,42 @@ function trpPayload(rng: Rng, t: Target): { kind: string; payload: Uint8Array } 
   put32(p, 4, op === 5 && rng.chance(0.5) ? (psn + rng.int(2 * w)) >>> 0 : ack);
   put16(p, 8, (op << 12) | low);
   p.set(body, 10);
+  return { kind, payload: p };
+}
+
+/** The UD MTU of a 1500-byte link (PROTOCOL.md section 9, udMessageLimit), the message the receiver may refuse. */
+const UD_MTU = 1024;
+/** The most a DATAGRAM carries on a 1500-byte link: what IPv4, UDP and its header leave. */
+const UD_ROOM = 1500 - 20 - 8 - 10;
+
+/**
+ * A DATAGRAM (TRP opcode 6) for the UD QP of `t`: its Q_Key and flags right (delivered if a
+ * receive is posted and holds it) or one thing wrong: another Q_Key, reserved flag bits, a header
+ * shorter than 10 bytes, a message over the UD MTU, another TRP opcode (a UD QP takes DATAGRAM
+ * only).
+ */
+function udPayload(rng: Rng, t: Target): { kind: string; payload: Uint8Array } {
+  const v = rng.int(7);
+  if (v === 0) return { kind: 'ud-short', payload: rng.fill(new Uint8Array(rng.int(10))) };
+  const len = v === 4 ? UD_MTU + 1 + rng.int(UD_ROOM - UD_MTU) : rng.chance(0.7) ? rng.int(200) : rng.int(UD_MTU + 1);
+  const p = rng.fill(new Uint8Array(10 + len));
+  let flags = rng.int(4); // IMM, SOLICITED
+  let qkey = t.udQkey;
+  let op = 6;
+  let kind = 'ud-good';
+  if (v === 1) {
+    qkey = rng.field32(t.udQkey, 2);
+    kind = 'ud-qkey';
+  } else if (v === 2) {
+    flags |= (1 + rng.int(0x3ff)) << 2;
+    kind = 'ud-flags';
+  } else if (v === 3) {
+    op = rng.pick([0, 1, 2, 3, 4, 5, 7 + rng.int(9)]);
+    kind = `ud-op${op}`;
+  } else if (v === 4) kind = 'ud-oversized';
+  put32(p, 0, qkey);
+  if (!(flags & 1) && rng.chance(0.8)) put32(p, 4, 0);
+  put16(p, 8, (op << 12) | flags);
   return { kind, payload: p };
 }
 
@@ -349,6 +391,24 @@ export function hostileFrame(rng: Rng, t: Target): Hostile {
         break;
     }
     f = ethFrame(MAC_US, MAC_PEER, 0x0800, ip4Packet(proto, inner, o, rng));
+  } else if (r < 36) {
+    // A datagram to the UD QP (from anyone: a UD QP has no peer), or to a port near it where no
+    // QP is; its UDP length now and then promising more than the frame holds (truncated).
+    const noQp = rng.chance(0.1);
+    const dport = noQp ? (t.udQpn + 1 + rng.int(8)) & 0xffff : t.udQpn;
+    const src = rng.chance(0.8) ? IP_PEER : Uint8Array.from([10, 0, 0, 2 + rng.int(250)]);
+    const d = udPayload(rng, t);
+    kind = noQp ? 'ud-noqp' : d.kind;
+    const truncated = rng.chance(0.1);
+    const dgram = udpDgram(
+      src,
+      rng.int(65536),
+      dport,
+      d.payload,
+      truncated ? { length: 8 + d.payload.length + 1 + rng.int(64) } : {},
+    );
+    if (truncated) kind += '+udplen';
+    f = ethFrame(MAC_US, MAC_PEER, 0x0800, ip4Packet(17, dgram, { src }));
   } else {
     // UDP: to the QP (most), the listener, or anywhere; sometimes from a spoofed address/port.
     const to = rng.int(10);

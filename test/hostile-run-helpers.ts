@@ -8,8 +8,10 @@
  * stay within a bound computed, before the frame, from the stack's own state (its QPs' windows
  * and queues, its IRD, its MRs, the neighbor table's hold limit, the graph's nodes), never
  * from anything the peer sent: a frame over one fails with its hex dump and which count went
- * over which bound. Afterwards the stack answers a ping and a good RDMA exchange, and every
- * buffer is back in the pool. Before each frame the worker writes the frame and its index into
+ * over which bound. A UD QP beside it takes hostile datagrams, its receives now posted, now run
+ * out; each datagram ud-input takes must end in exactly one of its counters. Afterwards the stack
+ * answers a ping and a good RDMA exchange, the UD QP takes a good datagram (GRH, message,
+ * source QPN and immediate checked), and every buffer is back in the pool. Before each frame the worker writes the frame and its index into
  * the shared `beat` buffer.
  *
  * bench/hostile.ts times the same stack and frames (HostileRig) against good frames.
@@ -67,7 +69,12 @@ const RECEIVE_NODES = [
   'ddp-input',
   'rdmap-input',
   'qp-dispatch',
+  'ud-input',
 ];
+/** The UD QP's Q_Key (the hostile datagrams carry it or another). */
+const UD_QKEY = 0x1234abcd;
+/** ud-input's counters: each datagram it takes ends in exactly one. */
+const UD_ENDS = ['delivered', 'not_ready', 'bad_header', 'bad_qkey', 'no_receive', 'too_long'];
 const ALL = ['local-write', 'remote-write', 'remote-read', 'remote-atomic', 'remote-invalidate'];
 const PEER_MAC_BYTES = Uint8Array.from(PEER_MAC.split(':').map((x) => parseInt(x, 16)));
 const PEER_IP_BYTES = Uint8Array.from(PEER_IP.split('.').map(Number));
@@ -84,6 +91,8 @@ export interface Stack {
   mrs: Mr[];
   rbuf: Mr;
   src: Mr;
+  /** The UD QP's receive buffers (16 of 2048 bytes). */
+  udBuf: Mr;
   /**
    * Counted since creation: pool allocations (calls and buffers; not those of the driver
    * receiving a frame, which are the frame itself) and timers started (the graph's wheel).
@@ -153,6 +162,7 @@ export function stack(): Stack {
     ],
     rbuf: rdma.regMr(pd, 64 * 2048, ['local-write']),
     src: rdma.regMr(pd, 65536, ['local-write']),
+    udBuf: rdma.regMr(pd, 16 * 2048, ['local-write']),
     work,
   };
   rdma.listen(LISTEN, () => ({
@@ -175,6 +185,29 @@ export function rtsQp(s: Stack, peerPort: number, rq: number, sq: number, port?:
   s.rdma.modifyQp(qp, { state: 'rtr', remote: { address: PEER_IP, port: peerPort }, rqPsn: rq });
   s.rdma.modifyQp(qp, { state: 'rts', sqPsn: sq });
   return qp;
+}
+
+/** A UD QP in RTS with Q_Key UD_QKEY, its completions on the stack's CQs. */
+export function udQp(s: Stack): Qp {
+  const qp = s.rdma.createQp({ pd: s.pd, sendCq: s.scq, recvCq: s.rcq, type: 'ud', maxSendWr: 16, maxRecvWr: 16 });
+  s.rdma.modifyQp(qp, { state: 'init', qkey: UD_QKEY });
+  s.rdma.modifyQp(qp, { state: 'rtr' });
+  s.rdma.modifyQp(qp, { state: 'rts' });
+  return qp;
+}
+
+/**
+ * The UD QP's receives: half the time topped up to 8 (mostly room for a full datagram, now and
+ * then a small one a long message overflows), else left to run out (datagrams then find none).
+ */
+function udReceives(s: Stack, ud: Qp, rng: Rng): void {
+  if (rng.chance(0.5)) return;
+  while (ud.rqPosted - ud.rqDone < 8) {
+    const length = rng.chance(0.8) ? 2048 : 40 + rng.int(200);
+    // The wrId is the receive's offset (the good datagram afterwards is checked where it landed).
+    const offset = (ud.rqPosted % 16) * 2048;
+    s.rdma.postRecv(ud, { wrId: offset, sg: [{ mr: s.udBuf, offset, length }] });
+  }
 }
 
 /** Passes spin() runs at most before it gives up (a frame whose work never ends). */
@@ -221,6 +254,9 @@ function aim(t: Target, qp: Qp): void {
   t.readMsn = qp.readExpect;
 }
 
+/** ud-input's counters: [delivered, not_ready, bad_header, bad_qkey, no_receive, too_long]. */
+const udEnds = (s: Stack) => UD_ENDS.map((n) => s.g.errorCount('ud-input', n));
+
 /**
  * One stack taking seeded hostile frames: `next(i)` does the application's side (every 32
  * frames) and moves the clock so timers run (every 64), then makes frame `i` aimed at the QP as
@@ -230,6 +266,8 @@ export class HostileRig {
   readonly s: Stack;
   readonly rng: Rng;
   qp: Qp;
+  /** A UD QP the datagrams aim at (a peer cannot end it). */
+  readonly ud: Qp;
   /** QPs replaced (the hostile frames put them in ERROR). */
   readonly replaced = { n: 0 };
   private readonly t: Target;
@@ -238,6 +276,7 @@ export class HostileRig {
     this.s = stack();
     this.rng = new Rng(seed);
     this.qp = rtsQp(this.s, PEER_PORT, this.rng.u32(), this.rng.u32());
+    this.ud = udQp(this.s);
     this.t = {
       qpn: 0,
       peerPort: PEER_PORT,
@@ -250,6 +289,8 @@ export class HostileRig {
       stags: this.s.mrs.map((m) => m.stag),
       mrLen: 65536,
       listenPort: LISTEN,
+      udQpn: this.ud.qpn,
+      udQkey: UD_QKEY,
     };
   }
 
@@ -257,6 +298,7 @@ export class HostileRig {
     const s = this.s;
     if ((i & 31) === 0) {
       this.qp = app(s, this.qp, this.rng, this.replaced);
+      udReceives(s, this.ud, this.rng);
       spin(s);
     }
     if ((i & 63) === 0) {
@@ -318,6 +360,17 @@ export function trpFrame(
   new DataView(p.buffer).setUint32(4, ack);
   p.set(body, 10);
   return ethFrame(s.drv.mac, PEER_MAC_BYTES, 0x0800, ip4Packet(17, udpDgram(PEER_IP_BYTES, peerPort, qpn, p)));
+}
+
+/** A DATAGRAM from the peer's `sport` to UD QP `qpn`: Q_Key, the immediate (flag IMM) and the message. */
+export function datagramFrame(s: Stack, sport: number, qpn: number, qkey: number, imm: number, message: number[]) {
+  const p = new Uint8Array(10 + message.length);
+  const dv = new DataView(p.buffer);
+  dv.setUint32(0, qkey);
+  dv.setUint32(4, imm);
+  dv.setUint16(8, (6 << 12) | 0x001);
+  p.set(message, 10);
+  return ethFrame(s.drv.mac, PEER_MAC_BYTES, 0x0800, ip4Packet(17, udpDgram(PEER_IP_BYTES, sport, qpn, p)));
 }
 
 /** A tagged RDMA Write segment (last) of `payload` at `to` in `stag`. */
@@ -649,6 +702,18 @@ export function runHostile(o: HostileRun): string[] {
       .join('; ')}`,
   );
   assert.ok(counted > fed / 2, `most hostile frames are dropped and counted (${counted} of ${fed})`);
+  // Every datagram ud-input took ended in exactly one of its counters.
+  const ud = udEnds(s);
+  const udIn = s.g.nodeCounters('ud-input').vectors;
+  report.push(`ud-input: ${udIn} datagrams: ${UD_ENDS.map((n, k) => `${n} ${ud[k]}`).join(', ')}`);
+  assert.is(
+    ud.reduce((a, b) => a + b, 0),
+    udIn,
+    `each datagram ud-input took is counted once (${UD_ENDS.map((n, k) => `${n} ${ud[k]}`).join(', ')})`,
+  );
+  if (FRAMES >= 10_000)
+    for (const n of ['delivered', 'bad_header', 'bad_qkey', 'no_receive', 'too_long'])
+      assert.ok(ud[UD_ENDS.indexOf(n)] > 0, `some datagrams ended as ${n}`);
 
   // ---------------------------------------------------------------- the stack still works
   s.drv.tx.length = 0;
@@ -696,7 +761,31 @@ export function runHostile(o: HostileRun): string[] {
     ['good-send:success'],
   );
 
+  // UD: the QP the datagrams aimed at takes a good one into a receive, GRH and all.
+  const udq = rig.ud;
+  assert.is(udq.state, QpState.RTS, 'no datagram ended the UD QP');
+  s.rcq.poll(4096);
+  if (udq.rqPosted - udq.rqDone === 0) {
+    s.rdma.postRecv(udq, { wrId: 0, sg: [{ mr: s.udBuf, offset: 0, length: 2048 }] });
+  }
+  const message = Array.from({ length: 300 }, (_, k) => (k * 11 + 5) & 0xff);
+  good(datagramFrame(s, PEER_PORT + 7, udq.qpn, UD_QKEY, 0xabcdef01, message));
+  const uc = s.rcq.poll(16);
+  assert.equal(
+    uc.map((c) => [c.status, c.byteLen, c.srcQp, c.imm]),
+    [['success', 40 + message.length, PEER_PORT + 7, 0xabcdef01]],
+    'the UD QP took a good datagram',
+  );
+  const at = uc[0].wrId as number;
+  assert.equal(Array.from(s.udBuf.memory.subarray(at + 40, at + 40 + message.length)), message, 'its message landed');
+  assert.equal(
+    Array.from(s.udBuf.memory.subarray(at + 32, at + 36)),
+    Array.from(PEER_IP_BYTES),
+    'the GRH names its source',
+  );
+
   // ---------------------------------------------------------------- every buffer back
+  s.rdma.destroyQp(udq);
   s.rdma.destroyQp(gq);
   s.rdma.unlisten(LISTEN);
   for (let k = 0; k < 100; k++) {
