@@ -76,6 +76,7 @@ const UD_CHECKS = [
   'the right Q_Key after it: received by the receive the wrong one left',
   'a UD QP on an SRQ: two datagrams, two SRQ receives in order',
   'a controlled Q_Key (high bit): EPERM unless root, else taken',
+  'datagrams posted just before ibv_destroy_qp: all sent, all received',
   "a datagram over the port's active MTU: IBV_WC_LOC_LEN_ERR",
 ];
 

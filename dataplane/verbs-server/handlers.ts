@@ -175,6 +175,9 @@ export interface Call<K extends OpName> {
 export type Handler<K extends OpName> = (call: Call<K>) => Promise<Reply | number>;
 
 /** errno for a refused verb, by DataplaneError kind. */
+/** How long ibv_destroy_qp of a UD QP waits at most for its posted datagrams to go out (VerbsRings.sendPosted). */
+const UD_SEND_POSTED_MS = 100;
+
 const KIND_ERRNO: Record<string, number> = {
   invalid: Errno.EINVAL,
   'not-found': Errno.ENOENT,
@@ -615,12 +618,16 @@ export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
   },
 
   DESTROY_QP: (c) =>
-    // ibv_destroy_qp tells the peer nothing (a last ACK only).
+    // ibv_destroy_qp tells the peer nothing (a last ACK only). A UD QP's posted datagrams go out first.
     destroyWithRing(
       c,
       c.own.qps,
       c.own.qpRings,
-      (q) => c.server.dp.destroyQp(q, { quiet: true }),
+      async (q) => {
+        const r = c.own.qpRings.get(q);
+        if (r !== undefined) await c.server.rings.sendPosted(r, UD_SEND_POSTED_MS);
+        await c.server.dp.destroyQp(q, { quiet: true });
+      },
       (r) => c.server.rings.detachQp(r),
     ),
 

@@ -393,6 +393,25 @@ export class VerbsRings {
     if (this.byQpn.get(ring.qp.qpn) === ring) this.byQpn.delete(ring.qp.qpn);
   }
 
+  /**
+   * Before a UD QP is destroyed (ibv_destroy_qp): what its program posted goes out first, as a
+   * NIC transmits the WQEs it was handed before it takes a destroy. Without this, a datagram
+   * posted just before the destroy (libfabric's ofi_rxd acknowledging its peer's last message as
+   * it closes) was still in the ring or the send queue and was dropped, and the peer waited for it
+   * for ever. Takes what the send ring holds and waits for the data path to hand it to the wire,
+   * at most `limitMs` (a starved pool or a QP in error sends nothing more; the destroy goes on).
+   */
+  async sendPosted(r: QpRing, limitMs: number): Promise<void> {
+    const qp = r.qp;
+    const deadline = performance.now() + limitMs;
+    while (qp.cfg.ud && !r.dead && !qp.destroyed && (qp.state === QpState.RTS || qp.state === QpState.SQD)) {
+      this.pollQp(r);
+      if (Atomics.load(r.u32, QP_SQ_PROD) === r.sqCons && qp.sqNext === qp.sqTail) return;
+      if (performance.now() >= deadline) return;
+      await new Promise((res) => setTimeout(res, 1));
+    }
+  }
+
   attachSrq(ring: SrqRing): void {
     this.srqs.push(ring);
   }

@@ -6,7 +6,8 @@
  * an AH made with ibv_create_ah_from_wc; SEND with immediate; ibv_wr_set_ud_addr; a UD QP on an
  * SRQ; a wrong Q_Key (nothing arrives: the daemon drops and counts it); a message over the
  * port's active MTU (IBV_WC_LOC_LEN_ERR); a controlled Q_Key refused to a program not run by
- * root (EPERM); ibv_query_qp's qkey. Each check prints "ok NAME" or "FAIL NAME: why".
+ * root (EPERM); ibv_query_qp's qkey; datagrams posted just before ibv_destroy_qp still sent. Each check prints "ok
+ * NAME" or "FAIL NAME: why".
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -199,6 +200,25 @@ int main(void) {
   rc = d ? ibv_modify_qp(d, &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) : -1;
   CHECK("a controlled Q_Key (high bit): EPERM unless root, else taken", geteuid() == 0 ? rc == 0 : rc == EPERM,
         "rc %d euid %u", rc, (unsigned)geteuid());
+
+  /*
+   * Datagrams posted just before ibv_destroy_qp go out, as a NIC sends what it was handed
+   * (libfabric's ofi_rxd acknowledges its peer's last message and closes at once).
+   */
+  enum { LAST = 8 };
+  struct ibv_cq* ce = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+  struct ibv_qp* e = ce ? ud_qp(ce, NULL, QK, 0) : NULL;
+  for (int i = 0; i < LAST; i++) recv_one(b, NULL, mr, buf + 40960 + i * 256, 40 + 100, 60 + i);
+  int posted = 0;
+  for (int i = 0; e != NULL && i < LAST; i++)
+    posted += send_ud(e, to_b, b->qp_num, QK, mr, buf + i, 100, 70 + i, 0) == 0;
+  const int destroyed = e != NULL && ibv_destroy_qp(e) == 0;
+  int got = 0;
+  for (int i = 0; i < LAST; i++) got += one(cb, 3000).status == IBV_WC_SUCCESS;
+  CHECK("datagrams posted just before ibv_destroy_qp: all sent, all received",
+        posted == LAST && destroyed && got == LAST, "posted %d destroyed %d received %d of %d", posted, destroyed, got,
+        LAST);
+  if (ce != NULL) ibv_destroy_cq(ce);
 
   /* Over the active MTU: a local length error, the QP in error. */
   rc = send_ud(a, to_b, b->qp_num, QK, mr, buf, mtu + 1, 17, 0);
