@@ -211,7 +211,10 @@ async function child(role: string, iface: string, addr: string, congestion: stri
       cpu: ((u) => (u.user + u.system) / 1e3 / (performance.now() - t0))(process.cpuUsage(cpu0)),
     });
   } else {
-    await new Promise((r) => setTimeout(r, go.seconds * 1000 + 3000));
+    // Until the parent asks (the senders are done): the duplicates that arrived, resends of
+    // segments we already had (spurious resends: the originals were late, not lost).
+    await next();
+    say({ duplicates: qps.reduce((a, q) => a + rdma.queryQp(q).counters.duplicates, 0) });
   }
   await dp.close();
   process.exit(0);
@@ -326,6 +329,8 @@ async function ours(
     for (const c of [r, ...s]) await c.read(); // ready
     for (const c of [r, ...s]) c.send({ seconds });
     const res = [await s[0].read(), await s[1].read()];
+    r.send({ report: true });
+    const duplicates = (await r.read()).duplicates as number;
     const delivered = res.flatMap((x) => x.delivered as number[]);
     const resent = res.flatMap((x) => x.retransmits as number[]).reduce((a, b) => a + b, 0) * SEGMENT;
     const srtt = res.flatMap((x) => x.srtt as number[]).filter((x) => x > 0);
@@ -340,6 +345,13 @@ async function ours(
       `application ${((100 * lim.app) / all).toFixed(0)} %, its turn (queued ${((100 * lim.turn) / all).toFixed(0)} %, ` +
       `pacing timer late ${((100 * lim.timer) / all).toFixed(0)} %, unscheduled ${((100 * lim.unscheduled) / all).toFixed(0)} %); ` +
       `CPU per sender ${res.map((x) => ((x.cpu as number) * 100).toFixed(0)).join(', ')} % of a core; ` +
+      `resent that had arrived (duplicates at the receiver) ${(
+        (100 * duplicates) /
+        Math.max(
+          1,
+          res.flatMap((x) => x.retransmits as number[]).reduce((a, b) => a + b, 0),
+        )
+      ).toFixed(0)} %; ` +
       `per QP losses [${sum('losses')}] reductions [${sum('reductions')}] timeouts [${sum('timeouts')}] (spurious [${sum('spurious')}]) HyStart++ exits [${sum('hystart')}]`;
     if (TRACE)
       res.forEach((x, k) =>
