@@ -30,9 +30,10 @@ const MSG = 65536;
 /** memif between two processes of this host: no UDP checksum (RDMA_BENCH_UDP_CKSUM=true to compute them). */
 const UDP_CKSUM = process.env.RDMA_BENCH_UDP_CKSUM === 'true' ? 'true' : 'false';
 const OUTSTANDING = 16;
-/** RDMA_BENCH_MTU=9000: jumbo frames on the memif link (buffers sized to hold one segment). */
+/** RDMA_BENCH_MTU=9000: jumbo frames on the memif link. */
 const MTU = Number(process.env.RDMA_BENCH_MTU ?? 1500);
-const DATA_SIZE = Math.max(2048, Math.ceil((MTU + 128) / 64) * 64);
+/** RDMA_BENCH_DATA_SIZE: the pool's buffer size (default 2048: a segment longer than a buffer is a chain). */
+const DATA_SIZE = Number(process.env.RDMA_BENCH_DATA_SIZE ?? 2048);
 
 async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, seconds: number): Promise<void> {
   const other = role === 'a' ? 'b' : 'a';
@@ -71,6 +72,12 @@ async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, 
     rdma.modifyQp(qp, { state: 'rts' });
     say({ ready: true });
     await next(); // go
+    const cpu0 = process.cpuUsage();
+    let cpuAtEnd: number | null = null;
+    const cpuMs = () => {
+      const c = process.cpuUsage(cpu0);
+      return (c.user + c.system) / 1000;
+    };
     const end = performance.now() + seconds * 1000;
     if (kind === 'write' && role === 'a') {
       let posted = 0,
@@ -100,6 +107,7 @@ async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, 
       const c = rdma.queryQp(qp).counters;
       say({
         gbps: (done * MSG * 8) / s / 1e9,
+        cpuMs: cpuMs(),
         writes: done,
         retransmits: c.retransmits,
         fastRetransmits: c.fastRetransmits,
@@ -138,13 +146,16 @@ async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, 
         rtts.length ? rtts[Math.min(rtts.length - 1, Math.floor(x * rtts.length))] * 1000 : NaN;
       if (role === 'a') say({ p50: q(0.5), p99: q(0.99), p999: q(0.999), n: rtts.length });
     } else {
+      // The WRITE target: its CPU time over the sender's `seconds` (not the second of grace after).
+      setTimeout(() => (cpuAtEnd = cpuMs()), seconds * 1000);
       await new Promise((r) => setTimeout(r, seconds * 1000 + 1000));
     }
     const q = rdma.queryQp(qp).counters;
     // RDMA_BENCH_RUNTIME=1: each side's `show runtime` (per-node cost at this run's vector sizes) on stderr.
     if (process.env.RDMA_BENCH_RUNTIME === '1')
       process.stderr.write(`--- ${role} ${poll} ${kind}\n${formatRuntime(await dp.runtime(), { time: true })}\n`);
-    if (role === 'b' || kind === 'write') say({ done: true, duplicates: q.duplicates, timeouts: q.timeouts });
+    if (role === 'b' || kind === 'write')
+      say({ done: true, duplicates: q.duplicates, timeouts: q.timeouts, cpuMs: cpuAtEnd ?? cpuMs() });
   } finally {
     page?.kill();
     await api?.close();
@@ -209,12 +220,23 @@ export async function pairRun(
     b.send('go');
     const r = await a.next();
     const rb = await b.next(); // b's end: what its QP saw (duplicates: retransmissions that were not needed)
-    return { ...r, peerDuplicates: rb.duplicates };
+    return { ...r, peerDuplicates: rb.duplicates, peerCpuMs: rb.cpuMs };
   } finally {
     for (const s of [a, b]) s.p.stdin!.end();
     await Promise.all([a, b].map((s) => new Promise((r) => (s.p.exitCode !== null ? r(0) : s.p.on('exit', r)))));
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * A WRITE run's CPU time (user + system, from "go" to its end, the run's setup not counted) per
+ * byte written, on one side: a figure a loaded machine disturbs less than Gbit/s (what a
+ * segment costs, not how often the scheduler lets the process run).
+ */
+function cpuNsPerByte(w: Record<string, unknown>, side: 'cpuMs' | 'peerCpuMs'): number | null {
+  const ms = w[side],
+    writes = w.writes;
+  return typeof ms === 'number' && typeof writes === 'number' && writes > 0 ? (ms * 1e6) / (writes * MSG) : null;
 }
 
 export async function runRdmaProcsBench(seconds: number): Promise<{ lines: string[]; json: Record<string, unknown> }> {
@@ -229,11 +251,14 @@ export async function runRdmaProcsBench(seconds: number): Promise<{ lines: strin
     const pp = await pairRun(poll, 'pingpong', seconds);
     const f = (x: unknown, d = 2) => (typeof x === 'number' ? x.toFixed(d) : 'n/a');
     lines.push(
-      `  cpu.poll ${poll.padEnd(9)} WRITE 64 KiB x ${OUTSTANDING}: ${f(w.gbps)} Gbit/s (${w.retransmits} retransmissions: ${w.fastRetransmits} fast; ${w.timeouts} timeouts, ${w.spurious} spurious; ${w.peerDuplicates} arrived twice); ` +
+      `  cpu.poll ${poll.padEnd(9)} WRITE 64 KiB x ${OUTSTANDING}: ${f(w.gbps)} Gbit/s (${w.retransmits} retransmissions: ${w.fastRetransmits} fast; ${w.timeouts} timeouts, ${w.spurious} spurious; ${w.peerDuplicates} arrived twice; ` +
+        `CPU per byte written: ${f(cpuNsPerByte(w, 'cpuMs'))} ns sender, ${f(cpuNsPerByte(w, 'peerCpuMs'))} ns receiver); ` +
         `SEND 64 B ping-pong RTT p50 ${f(pp.p50, 1)} us, p99 ${f(pp.p99, 1)} us, p99.9 ${f(pp.p999, 1)} us (${pp.n} round trips)`,
     );
     json[poll] = {
       writeGbps: w.gbps,
+      writeCpuNsPerByteSender: cpuNsPerByte(w, 'cpuMs'),
+      writeCpuNsPerByteReceiver: cpuNsPerByte(w, 'peerCpuMs'),
       retransmits: w.retransmits,
       duplicates: w.peerDuplicates,
       rttP50Us: pp.p50,

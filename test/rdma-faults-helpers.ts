@@ -31,12 +31,14 @@ export async function faultRun(
   p: number,
   seed: number,
   link: Link = 'pipe',
+  mtu = 1500,
 ): Promise<{ ms: number; bytes: number; retransmits: number; dropped: number }> {
   const fault = { seed, loss: p, reorder: p, duplicate: p, corrupt: p, reorderDepth: 8, reorderDelayUs: 300 };
   const pair = twoStacks({
     rdma: { trp: { rtoMinMs: 2, rtoMaxMs: 50, maxRetries: 30 } },
     faultA: { rx: fault, tx: fault },
     link,
+    mtu,
   });
   return withTeardown(
     async () => {

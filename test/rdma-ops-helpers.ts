@@ -36,9 +36,8 @@ import type { QpInit, RdmaOptions, SendRequest } from '../nodes/rdma/stack.ts';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
-/** Pipe MTU 1500: IPv4 20 + UDP 8 + TRP 10 + untagged DDP 18 (tagged: 14). */
-const MTU_UNTAGGED = 1500 - 20 - 8 - 10 - 18;
-const MTU_TAGGED = MTU_UNTAGGED + 4;
+/** The untagged segment payload on a link of `mtu`: IPv4 20 + UDP 8 + TRP 10 + untagged DDP 18 (tagged: 14). */
+const untaggedPayload = (mtu: number) => mtu - 20 - 8 - 10 - 18;
 const GUARD = 64;
 const GUARD_BYTE = 0xee;
 
@@ -64,12 +63,12 @@ interface Ctx {
  * Two stacks with a manually connected QP pair (A's and B's), run `body`, then close and check
  * that every buffer went back to the pool. The pair is closed even when the body fails.
  */
-type PairOptions = { rdma?: RdmaOptions; buffers?: number; connect?: boolean; init?: Partial<QpInit> };
+type PairOptions = { rdma?: RdmaOptions; buffers?: number; connect?: boolean; init?: Partial<QpInit>; mtu?: number };
 /** Retransmission timers far above a VM's stalls, for tests that count packets exactly. */
 const QUIET_TIMERS: PairOptions = { rdma: { trp: { rtoMinMs: 250, rtoInitMs: 1000, rtoMaxMs: 2000 } } };
 
 async function withPairOn(link: Link, body: (c: Ctx) => Promise<void>, opts: PairOptions = {}): Promise<void> {
-  const p = twoStacks({ rdma: opts.rdma, buffers: opts.buffers, link });
+  const p = twoStacks({ rdma: opts.rdma, buffers: opts.buffers, link, mtu: opts.mtu });
   const eventsA: RdmaEvent[] = [],
     eventsB: RdmaEvent[] = [];
   p.a.rdma.onEvent = (e) => eventsA.push(e);
@@ -80,7 +79,7 @@ async function withPairOn(link: Link, body: (c: Ctx) => Promise<void>, opts: Pai
     const A = makeEnds(p.a, opts.init),
       B = makeEnds(p.b, opts.init);
     if (opts.connect !== false) connectManual(p.a, A.qp, p.b, B.qp);
-    const mtu = opts.connect !== false ? p.a.rdma.queryQp(A.qp).segmentSize : MTU_UNTAGGED;
+    const mtu = opts.connect !== false ? p.a.rdma.queryQp(A.qp).segmentSize : untaggedPayload(opts.mtu ?? 1500);
     await body({ p, a: p.a, b: p.b, A, B, mtu, mtuT: mtu + 4, eventsA, eventsB });
     ok = true;
   } finally {
@@ -144,15 +143,25 @@ function u64(mr: Mr, off: number): bigint {
 
 /**
  * The tests over `link`, in a uvu suite of their own (run it with `.run()`); `only`: just the
- * tests whose names start with one of these.
+ * tests whose names start with one of these; `linkMtu`: the link's MTU (default 1500; larger than
+ * a 2048-byte buffer, every segment of a message is a chain of buffers); `except`: not the tests
+ * whose names start with one of these (sizes laid out for a 1500-byte MTU).
  */
-export function rdmaOpsSuite(link: Link, only?: readonly string[]): ReturnType<typeof suite> {
-  const all = suite(`rdma-ops over ${link}`);
+export function rdmaOpsSuite(
+  link: Link,
+  only?: readonly string[],
+  linkMtu = 1500,
+  except: readonly string[] = [],
+): ReturnType<typeof suite> {
+  const all = suite(`rdma-ops over ${link}${linkMtu === 1500 ? '' : ` at MTU ${linkMtu}`}`);
+  const MTU_UNTAGGED = untaggedPayload(linkMtu),
+    MTU_TAGGED = MTU_UNTAGGED + 4;
   const test = (name: string, fn: () => unknown): void => {
-    if (only === undefined || only.some((o) => name.startsWith(o))) all(name, fn as () => Promise<void>);
+    if ((only === undefined || only.some((o) => name.startsWith(o))) && !except.some((o) => name.startsWith(o)))
+      all(name, fn as () => Promise<void>);
   };
   const withPair = (body: (c: Ctx) => Promise<void>, opts: PairOptions = {}): Promise<void> =>
-    withPairOn(link, body, opts);
+    withPairOn(link, body, { mtu: linkMtu, ...opts });
 
   // ------------------------------------------------------------------ the QP pair itself
 
@@ -165,7 +174,7 @@ export function rdmaOpsSuite(link: Link, only?: readonly string[]): ReturnType<t
       assert.equal(qa.remote, { address: IP_B, port: B.qp.qpn });
       assert.equal(qb.remote, { address: IP_A, port: A.qp.qpn });
       assert.is(qa.qpn, A.qp.qpn);
-      assert.is(mtu, MTU_UNTAGGED, 'untagged payload = 1500 - 20 - 8 - 10 - 18');
+      assert.is(mtu, MTU_UNTAGGED, `untagged payload = ${linkMtu} - 20 - 8 - 10 - 18 (whatever the buffer size)`);
       assert.is(qb.segmentSize, MTU_UNTAGGED);
       assert.is(A.qp.mtuTagged, MTU_TAGGED, 'tagged segments carry 4 bytes more');
     }));
@@ -467,8 +476,9 @@ export function rdmaOpsSuite(link: Link, only?: readonly string[]): ReturnType<t
 
   test('write-with-imm: data placed, the target gets recv-with-imm (imm, byteLen = write length) consuming a receive', () =>
     withPair(async ({ a, b, A, B, mtuT }) => {
-      const src = a.rdma.regMr(A.pd, pattern(8 * KiB, 41), []);
-      const dst = b.rdma.regMr(B.pd, 8 * KiB + 2 * GUARD, RW);
+      const room = Math.max(8 * KiB, 3 * mtuT + 64); // the first write's four segments, whatever the MTU
+      const src = a.rdma.regMr(A.pd, pattern(room, 41), []);
+      const dst = b.rdma.regMr(B.pd, room + 2 * GUARD, RW);
       const rbuf = b.rdma.regMr(B.pd, 3 * KiB, ['local-write']);
       rbuf.memory.fill(GUARD_BYTE);
       b.rdma.postRecv(B.qp, { wrId: 'for-imm', sg: [{ mr: rbuf, offset: 0, length: 1024 }] });
@@ -476,6 +486,7 @@ export function rdmaOpsSuite(link: Link, only?: readonly string[]): ReturnType<t
       b.rdma.postRecv(B.qp, { wrId: 'for-send', sg: [{ mr: rbuf, offset: 2048, length: 1024 }] });
       b.rdma.postRecv(B.qp, { wrId: 'solicited-imm', sg: [] });
       const len = 3 * mtuT + 5; // four tagged segments, then Immediate Data
+      const far = Math.max(6000, len + 2 * GUARD); // the last write's place: past the first's guard
       guarded(dst, GUARD, len);
       const txA = sent(a, A.qp);
       a.rdma.postSend(A.qp, {
@@ -499,7 +510,7 @@ export function rdmaOpsSuite(link: Link, only?: readonly string[]): ReturnType<t
         imm: 0x80000001,
         solicited: true,
         sg: [{ mr: src, offset: 0, length: 16 }],
-        remote: { stag: dst.stag, offset: 6000 },
+        remote: { stag: dst.stag, offset: far },
       });
       const r = await waitCompletions(B.rcq, 4);
       assert.equal(r, [
@@ -524,7 +535,7 @@ export function rdmaOpsSuite(link: Link, only?: readonly string[]): ReturnType<t
       ]);
       sameBytes(dst.memory.subarray(GUARD, GUARD + len), src.memory.subarray(1, 1 + len), 'write-with-imm data');
       checkGuards(dst, GUARD, len, 'write-with-imm');
-      sameBytes(dst.memory.subarray(6000, 6016), src.memory.subarray(0, 16), 'solicited write-with-imm data');
+      sameBytes(dst.memory.subarray(far, far + 16), src.memory.subarray(0, 16), 'solicited write-with-imm data');
       assert.is(
         sent(a, A.qp) - txA,
         4 + 1 + 1 + 1 + 1 + 1 + 1,

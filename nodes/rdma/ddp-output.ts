@@ -12,6 +12,7 @@
  * cumulative ACK. trp-output puts the TRP header on.
  */
 import {
+  BufferFlag,
   FRAME_SIZE,
   type Graph,
   INVALID_INDEX,
@@ -27,6 +28,7 @@ import { isLocal, WcStatus, WrOpcode } from './verbs.ts';
 import { localFailure, runLocal } from './windows.ts';
 import { serveUd, type UdOut } from './ud-output.ts';
 import { mayAdd, mayResend, paceSent, paceWait, resent, sendLimit } from './congestion.ts';
+import { DDP_UNTAGGED_BYTES } from './wire.ts';
 
 export const DDP_OUTPUT = 'ddp-output';
 /** What trp-output puts in front (the INFO opaque word on transmit). */
@@ -92,6 +94,36 @@ function alloc(rt: NodeRuntime): number {
   return bi;
 }
 
+/** A segment's buffers, linked (at most 65535 / 256 + 1: the largest MTU over the smallest buffer). */
+const chain = new Uint32Array(258);
+
+/**
+ * The buffers of a segment of `len` payload bytes: one, or a chain when the longest DDP header
+ * and the payload do not fit in one (buildSegment fills it and cuts what a shorter header leaves
+ * unused). INVALID_INDEX (and nothing held) when the pool cannot supply them all.
+ */
+function allocSegment(rt: NodeRuntime, len: number): number {
+  const pool = rt.graph.pool,
+    ds = pool.dataSize;
+  const bytes = len + DDP_UNTAGGED_BYTES;
+  if (bytes <= ds) return alloc(rt);
+  const n = Math.ceil(bytes / ds);
+  const got = pool.alloc(chain, 0, n);
+  if (got < n) {
+    if (got > 0) pool.free(chain, 0, got);
+    starved = true;
+    return INVALID_INDEX;
+  }
+  const flags = pool.flags,
+    next = pool.next;
+  for (let k = 0; k < n - 1; k++) {
+    const bi = chain[k];
+    flags[bi] |= BufferFlag.NEXT_PRESENT;
+    next[bi] = chain[k + 1];
+  }
+  return chain[0];
+}
+
 function emit(rt: NodeRuntime, qp: Qp, bi: number, kind: number, psn: number, end: number): void {
   const w = bi * OPAQUE_WORDS,
     op = rt.graph.pool.opaque;
@@ -104,7 +136,7 @@ function emit(rt: NodeRuntime, qp: Qp, bi: number, kind: number, psn: number, en
 
 /** A new data packet: PSN, slot, bytes. Returns false when no buffer was left. */
 function emitNew(rt: NodeRuntime, qp: Qp, kind: number, ref: number, off: number, len: number, flags: number): number {
-  const bi = alloc(rt);
+  const bi = allocSegment(rt, len);
   if (bi === INVALID_INDEX) return -1;
   const psn = takePsn(qp, kind, ref, off, len, flags);
   buildSegment(qp, psn, rt.graph.pool, bi);
@@ -140,7 +172,7 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
       (!inError || qp.txKind[s] === TxKind.TERM)
     ) {
       if (!inError && !mayResend(qp, window, now, slack)) break;
-      const bi = alloc(rt);
+      const bi = allocSegment(rt, qp.txLen[s]);
       if (bi === INVALID_INDEX) return true;
       buildSegment(qp, psn, pool, bi);
       qp.txFlags[s] |= TxFlag.RETRANSMITTED;

@@ -47,7 +47,7 @@ import {
   WrOpcode,
   type WrOpcodeName,
 } from './verbs.ts';
-import { CM_MAX_PRIVATE_DATA, DDP_TAGGED_BYTES, DDP_UNTAGGED_BYTES, segmentPayload, TrpOp } from './wire.ts';
+import { CM_MAX_PRIVATE_DATA, segmentPayload, TrpOp } from './wire.ts';
 
 /** Budgets (budget.ts): maxMrBytes, maxCqEntries, maxWrSlots, maxPds, maxCqs, maxSrqs. */
 export interface RdmaOptions extends Partial<BudgetLimits> {
@@ -769,10 +769,11 @@ export class Rdma {
     const ifs = this.net.interfaces;
     const ix = ifs.routeFrom(qp.localAddr, addr);
     if (ix === 0) throw new VerbsError('invalid', `qp ${qp.qpn}: no route to ${formatIp4(addr)}`);
+    // The segment size of this path: the egress interface's MTU, whatever the buffer size (a
+    // segment longer than a buffer is a chain, ddp-output's allocSegment).
     const mtu = ifs.mtu[ix];
-    const room = this.graph.pool.dataSize;
-    qp.mtuUntagged = Math.max(1, Math.min(segmentPayload(mtu, false), room - DDP_UNTAGGED_BYTES));
-    qp.mtuTagged = Math.max(1, Math.min(segmentPayload(mtu, true), room - DDP_TAGGED_BYTES));
+    qp.mtuUntagged = Math.max(1, segmentPayload(mtu, false));
+    qp.mtuTagged = Math.max(1, segmentPayload(mtu, true));
     qp.remoteAddr = addr;
     qp.remotePort = port;
     // Congestion control: the egress interface's choice, else the stack's (taken at startSend).

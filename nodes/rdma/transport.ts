@@ -5,7 +5,7 @@
  * estimation (RFC 6298) and fast retransmission, send-queue completion in posting order, and
  * moving a QP to ERROR with its work requests flushed.
  */
-import type { BufferPool } from '../../graph/index.ts';
+import { BufferFlag, type BufferPool } from '../../graph/index.ts';
 import { type Qp, QpState, type RespSlot, type SendWr, TxFlag, TxKind } from './qp.ts';
 import type { RdmaCore } from './core.ts';
 import { ccOnAck, ccOnLoss, ccOnRtt, ccOnTimeout, ccUndoTimeout } from './congestion.ts';
@@ -14,6 +14,7 @@ import {
   type Cq,
   type Mr,
   type RecvWr,
+  type SgList,
   WC_OPCODE_NAMES,
   WC_STATUS_NAMES,
   WcOpcode,
@@ -99,7 +100,11 @@ function tagged(v: DataView, o: number, last: boolean, op: number, stag: number,
 const SEND_OP: readonly number[] = [RdmapOp.SEND, RdmapOp.SEND_SE, RdmapOp.SEND_INV, RdmapOp.SEND_IMM];
 const SEND_SE_OP: readonly number[] = [RdmapOp.SEND_SE, RdmapOp.SEND_SE, RdmapOp.SEND_SE_INV, RdmapOp.SEND_SE_IMM];
 
-/** Write the DDP/RDMAP header and payload of transmit slot `psn` into fresh buffer `bi`. */
+/**
+ * Write the DDP/RDMAP header and payload of transmit slot `psn` into fresh buffer `bi`: one
+ * buffer, or a chain (allocSegment in ddp-output.ts) when header and payload do not fit in one
+ * (a segment is as large as the path's MTU allows, whatever the pool's buffer size).
+ */
 export function buildSegment(qp: Qp, psn: number, pool: BufferPool, bi: number): void {
   const s = psn & qp.wMask;
   const kind = qp.txKind[s],
@@ -111,7 +116,7 @@ export function buildSegment(qp: Qp, psn: number, pool: BufferPool, bi: number):
     u8 = pool.u8,
     o = pool.offset[bi];
   let bytes: number;
-  if (kind === TxKind.SQ) bytes = buildRequest(qp.sq[qp.txRef[s]], fl, off, len, last, v, u8, o);
+  if (kind === TxKind.SQ) bytes = buildRequest(qp.sq[qp.txRef[s]], fl, off, len, last, v, pool, bi);
   else if (kind === TxKind.RESP) {
     const r = qp.resp[qp.txRef[s]];
     if (r.atomic) {
@@ -122,10 +127,7 @@ export function buildSegment(qp: Qp, psn: number, pool: BufferPool, bi: number):
       bytes = h + ATOMIC_RESPONSE_BYTES;
     } else {
       const h = tagged(v, o, last, RdmapOp.READ_RESPONSE, r.sinkStag, r.sinkTo + off);
-      if (len > 0) {
-        const from = r.srcOff + off;
-        u8.set((r.src as Mr).memory.subarray(from, from + len), o + h);
-      }
+      if (len > 0) fillPayload(pool, bi, h, len, null, (r.src as Mr).memory, r.srcOff + off);
       bytes = h + len;
     }
   } else {
@@ -134,10 +136,58 @@ export function buildSegment(qp: Qp, psn: number, pool: BufferPool, bi: number):
     u8.set((qp.term as Uint8Array).subarray(0, qp.termLen), o + h);
     bytes = h + qp.termLen;
   }
-  pool.length[bi] = bytes;
+  // A chain's lengths were set by fillPayload.
+  if (!(pool.flags[bi] & BufferFlag.NEXT_PRESENT)) pool.length[bi] = bytes;
 }
 
-/** The segment of send work request `wr` at byte `off`; returns its DDP length. */
+/**
+ * Copy `len` payload bytes into the segment whose header of `h` bytes starts buffer `bi`: from
+ * `sg` at byte `pos` of the list, or from `mem` at `pos`. A chain is filled buffer by buffer
+ * (each buffer's length set) and cut after the last byte (allocSegment counts on the longest
+ * header, so a shorter one may leave the last buffer unused).
+ */
+function fillPayload(
+  pool: BufferPool,
+  bi: number,
+  h: number,
+  len: number,
+  sg: SgList | null,
+  mem: Uint8Array | null,
+  pos: number,
+): void {
+  const u8 = pool.u8,
+    ds = pool.dataSize;
+  let at = pool.offset[bi] + h,
+    room = ds - h;
+  if (len <= room && !(pool.flags[bi] & BufferFlag.NEXT_PRESENT)) {
+    if (len === 0) return;
+    if (sg !== null) sg.gather(pos, u8, at, len);
+    else u8.set((mem as Uint8Array).subarray(pos, pos + len), at);
+    return;
+  }
+  const head = bi;
+  let left = len,
+    used = h;
+  for (;;) {
+    const take = left < room ? left : room;
+    if (take > 0) {
+      if (sg !== null) sg.gather(pos, u8, at, take);
+      else u8.set((mem as Uint8Array).subarray(pos, pos + take), at);
+    }
+    pos += take;
+    left -= take;
+    pool.length[bi] = used + take;
+    if (left === 0 || !(pool.flags[bi] & BufferFlag.NEXT_PRESENT)) break;
+    bi = pool.next[bi];
+    at = pool.offset[bi];
+    room = ds;
+    used = 0;
+  }
+  // Buffers past the last byte go back (the longest header was counted when allocating).
+  if (pool.flags[bi] & BufferFlag.NEXT_PRESENT) pool.trim(head, h + len);
+}
+
+/** The segment of send work request `wr` at byte `off` into buffer `bi`; returns its DDP length. */
 function buildRequest(
   wr: SendWr,
   fl: number,
@@ -145,16 +195,17 @@ function buildRequest(
   len: number,
   last: boolean,
   v: DataView,
-  u8: Uint8Array,
-  o: number,
+  pool: BufferPool,
+  bi: number,
 ): number {
   const op = wr.opcode;
+  const o = pool.offset[bi];
   if (isSend(op)) {
     const rop = wr.solicited ? SEND_SE_OP[op] : SEND_OP[op];
     // The Invalidate STag field: Send with Invalidate's STag, Send with Immediate's immediate.
     const field = op === WrOpcode.SEND_WITH_INV ? wr.invStag : op === WrOpcode.SEND_WITH_IMM ? wr.imm : 0;
     const h = untagged(v, o, last, rop, field, Qn.SEND, wr.msn, off);
-    wr.sg.gather(off, u8, o + h, len);
+    fillPayload(pool, bi, h, len, wr.sg, null, off);
     return h + len;
   }
   if (op === WrOpcode.WRITE || op === WrOpcode.WRITE_WITH_IMM) {
@@ -165,7 +216,7 @@ function buildRequest(
       return h + IMMEDIATE_BYTES;
     }
     const h = tagged(v, o, last, RdmapOp.WRITE, wr.rstag, wr.roff + off);
-    wr.sg.gather(off, u8, o + h, len);
+    fillPayload(pool, bi, h, len, wr.sg, null, off);
     return h + len;
   }
   if (op === WrOpcode.READ) {

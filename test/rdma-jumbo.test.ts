@@ -1,0 +1,98 @@
+/**
+ * Segments longer than a buffer: on a link whose MTU exceeds the pool's 2048-byte buffers (9000
+ * here), a QP's segment size is the link's (8962 bytes untagged), and every segment is a chain
+ * of buffers (ddp-output's allocSegment, transport.ts's fillPayload). Every rdma-ops test over a
+ * pipe at MTU 9000 (sizes around both segment payloads byte for byte, with the segment counts
+ * on the wire, Reads, Atomics, the connection manager, the pool whole after each; not the
+ * gather/scatter test laid out for 1500 bytes: its own here, across chain and segment
+ * boundaries), the Send/Write/Read sizes over memif at MTU 9000 (a zero-copy client, a copying
+ * server), and the mixed fault run (loss, reordering, duplication, corruption: chains
+ * retransmitted) at MTU 9000.
+ */
+import * as assert from 'uvu/assert';
+import { rdmaOpsSuite } from './rdma-ops-helpers.ts';
+import { faultRun } from './rdma-faults-helpers.ts';
+import { connectManual, makeEnds, pattern, twoStacks, waitCompletions } from './rdma-helpers.ts';
+
+const pipe = rdmaOpsSuite('pipe', undefined, 9000, ['multiple SGEs']);
+
+pipe('gather and scatter lists across buffer and segment boundaries at MTU 9000 (send, write, read)', async () => {
+  const p = twoStacks({ mtu: 9000 });
+  let ok = false;
+  try {
+    await p.ready;
+    const A = makeEnds(p.a, { maxSge: 8 }),
+      B = makeEnds(p.b, { maxSge: 8 });
+    connectManual(p.a, A.qp, p.b, B.qp);
+    const seg = p.a.rdma.queryQp(A.qp).segmentSize;
+    assert.is(seg, 9000 - 20 - 8 - 10 - 18, 'the segment size is the link MTU less the headers, not a buffer');
+    const s1 = p.a.rdma.regMr(A.pd, pattern(20000, 81), ['local-write']);
+    const s2 = p.a.rdma.regMr(A.pd, pattern(20000, 82), ['local-write']);
+    // SGE edges inside buffers (2048) and across segments (8962): 2047, 1, 0, 9000, 3, 5000.
+    const gather = [
+      { mr: s1, offset: 5, length: 2047 },
+      { mr: s2, offset: 0, length: 1 },
+      { mr: s2, offset: 9, length: 0 },
+      { mr: s2, offset: 100, length: 9000 },
+      { mr: s1, offset: 19990, length: 3 },
+      { mr: s1, offset: 3000, length: 5000 },
+    ];
+    const total = gather.reduce((t, g) => t + g.length, 0);
+    const flat = new Uint8Array(total);
+    let at = 0;
+    for (const g of gather) {
+      flat.set(g.mr.memory.subarray(g.offset, g.offset + g.length), at);
+      at += g.length;
+    }
+    const rw = ['local-write', 'remote-write', 'remote-read'];
+    const r1 = p.b.rdma.regMr(B.pd, 20000, rw),
+      r2 = p.b.rdma.regMr(B.pd, 20000, ['local-write']);
+    const scatter = [
+      { mr: r1, offset: 1, length: seg + 1 },
+      { mr: r2, offset: 7, length: 4095 },
+      { mr: r1, offset: 10000, length: 9000 },
+    ];
+    const txBefore = p.a.rdma.queryQp(A.qp).counters.txPackets;
+    p.b.rdma.postRecv(B.qp, { wrId: 'sc', sg: scatter });
+    p.a.rdma.postSend(A.qp, { wrId: 'ga', opcode: 'send', sg: gather });
+    const [rc] = await waitCompletions(B.rcq, 1);
+    assert.is(rc.status, 'success');
+    assert.is(rc.byteLen, total);
+    await waitCompletions(A.scq, 1);
+    const c = p.a.rdma.queryQp(A.qp).counters;
+    assert.is(c.txPackets - c.retransmits - txBefore, Math.ceil(total / seg), 'segments of the link MTU on the wire');
+    let off = 0;
+    for (const e of scatter) {
+      const take = Math.min(e.length, total - off);
+      assert.equal(e.mr.memory.subarray(e.offset, e.offset + take), flat.subarray(off, off + take));
+      off += take;
+    }
+    // Write: gathered on A, contiguous at B; then Read it back into a scatter list on A.
+    p.a.rdma.postSend(A.qp, { wrId: 'gw', opcode: 'write', sg: gather, remote: { stag: r1.stag, offset: 0 } });
+    assert.is((await waitCompletions(A.scq, 1))[0].status, 'success');
+    assert.equal(r1.memory.subarray(0, total), flat);
+    const l1 = p.a.rdma.regMr(A.pd, 20000, ['local-write']);
+    const rs = [
+      { mr: l1, offset: 3, length: 2049 },
+      { mr: l1, offset: 4000, length: total - 2049 },
+    ];
+    p.a.rdma.postSend(A.qp, { wrId: 'sr', opcode: 'read', sg: rs, remote: { stag: r1.stag, offset: 0 } });
+    assert.is((await waitCompletions(A.scq, 1))[0].status, 'success');
+    assert.equal(l1.memory.subarray(3, 3 + 2049), flat.subarray(0, 2049));
+    assert.equal(l1.memory.subarray(4000, 4000 + total - 2049), flat.subarray(2049));
+    ok = true;
+  } finally {
+    p.close();
+  }
+  if (ok) assert.is(p.lost(), 0, 'every buffer of every chain is back in its pool');
+});
+
+pipe('mixed operations with 5 % of every fault at MTU 9000: chained segments retransmitted intact', async () => {
+  const r = await faultRun(0.05, 61, 'pipe', 9000);
+  assert.ok(r.retransmits > 0, 'the faults forced retransmissions');
+  assert.ok(r.dropped > 0, 'the injector dropped segments');
+});
+
+pipe.run();
+
+rdmaOpsSuite('memif', ['a manually connected pair', 'send: sizes', 'write: sizes', 'read: sizes'], 9000).run();
