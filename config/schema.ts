@@ -416,7 +416,7 @@ const INTERFACE: MapSpec = {
       min: MTU_MIN,
       max: MTU_MAX,
       default: 1500,
-      doc: 'largest IP packet (it may exceed buffers.data-size: frames are chained)',
+      doc: "largest IP packet (it may exceed buffers.data-size: frames are chained); an RC QP's segments are as large as its egress interface's MTU allows (nodes/rdma/PROTOCOL.md section 1), so a memif link between two rdma-graph data planes moves more bytes per segment at 9000 or more (shared memory has no wire MTU; a DPDK or VPP peer that forwards onto a network wants that network's MTU)",
     },
     'rx-queues': {
       type: 'int',
