@@ -272,7 +272,10 @@ export function takePsn(qp: Qp, kind: number, ref: number, off: number, len: num
 /** Segment `psn` (in flight, not SACKed) is lost: queue it to be resent; it leaves the pipe until it goes. */
 export function queueRetransmit(qp: Qp, psn: number): void {
   const s = psn & qp.wMask;
-  if (qp.rtxQueued[s]) return;
+  // The ring holds W entries; resends held back by the window keep theirs (and stale entries
+  // of PSNs acknowledged since) until they go, so it can fill: then this one waits for the next
+  // SACK or the timer to find it again rather than overwrite the ring's oldest.
+  if (qp.rtxQueued[s] || qp.rtxCount >= qp.W) return;
   qp.rtxQueued[s] = 1;
   qp.lostOut++;
   qp.rtx[(qp.rtxHead + qp.rtxCount) & qp.wMask] = psn;
