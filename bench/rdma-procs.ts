@@ -177,11 +177,16 @@ function side(
   seconds: number,
   cpu: string | null,
   livePage = false,
+  mtu: number | null = null,
 ): Side {
   // RDMA_BENCH_PROF=a|b: that side writes a V8 CPU profile (--cpu-prof) into the working directory.
   const prof = process.env.RDMA_BENCH_PROF === role ? ['--cpu-prof'] : [];
   const args = [...prof, '--import', 'tsx', import.meta.filename, '--child', role, sock, poll, kind, String(seconds)];
-  const env = { ...process.env, RDMA_BENCH_LIVE_PAGE: livePage ? '1' : '0' };
+  const env = {
+    ...process.env,
+    RDMA_BENCH_LIVE_PAGE: livePage ? '1' : '0',
+    ...(mtu === null ? {} : { RDMA_BENCH_MTU: String(mtu) }),
+  };
   const p = cpu
     ? spawn('taskset', ['-c', cpu, process.execPath, ...args], { stdio: ['pipe', 'pipe', 'inherit'], env })
     : spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'inherit'], env });
@@ -197,18 +202,22 @@ function side(
   };
 }
 
-/** One run of `kind` between two processes; `livePage`: each with a live view's stream open (RDMA_BENCH_LIVE_PAGE). */
+/**
+ * One run of `kind` between two processes; `livePage`: each with a live view's stream open
+ * (RDMA_BENCH_LIVE_PAGE); `mtu`: the memif link's (default RDMA_BENCH_MTU's, else 1500).
+ */
 export async function pairRun(
   poll: string,
   kind: string,
   seconds: number,
   livePage = false,
+  mtu: number | null = null,
 ): Promise<Record<string, unknown>> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'bench-rdma-'));
   const sock = path.join(dir, 'm.sock');
   const two = os.cpus().length >= 2;
-  const a = side('a', sock, poll, kind, seconds, two ? '0' : null, livePage);
-  const b = side('b', sock, poll, kind, seconds, two ? '1' : null, livePage);
+  const a = side('a', sock, poll, kind, seconds, two ? '0' : null, livePage, mtu);
+  const b = side('b', sock, poll, kind, seconds, two ? '1' : null, livePage, mtu);
   try {
     const ia = await a.next(),
       ib = await b.next();
@@ -264,6 +273,22 @@ export async function runRdmaProcsBench(seconds: number): Promise<{ lines: strin
       rttP50Us: pp.p50,
       rttP99Us: pp.p99,
       rttP999Us: pp.p999,
+    };
+  }
+  // The segment-size lever (issue 31): the default mode's WRITE again with the memif link at MTU
+  // 9000, so that a QP's segments are 8962 bytes (chains of the pool's buffers) instead of 1444.
+  if (MTU === 1500) {
+    const j = await pairRun('adaptive', 'write', seconds, false, 9000);
+    const f = (x: unknown, d = 2) => (typeof x === 'number' ? x.toFixed(d) : 'n/a');
+    lines.push(
+      `  cpu.poll adaptive  memif mtu 9000 (segments of 8962 bytes, chains of ${DATA_SIZE}-byte buffers): WRITE 64 KiB x ${OUTSTANDING}: ${f(j.gbps)} Gbit/s ` +
+        `(${j.retransmits} retransmissions, ${j.timeouts} timeouts; CPU per byte written: ${f(cpuNsPerByte(j, 'cpuMs'))} ns sender, ${f(cpuNsPerByte(j, 'peerCpuMs'))} ns receiver)`,
+    );
+    json.jumbo = {
+      writeGbps: j.gbps,
+      writeCpuNsPerByteSender: cpuNsPerByte(j, 'cpuMs'),
+      writeCpuNsPerByteReceiver: cpuNsPerByte(j, 'peerCpuMs'),
+      retransmits: j.retransmits,
     };
   }
   // RDMA_BENCH_LIVE=1: the live view's cost (issue 34). cpu.poll adaptive again, with no page and
