@@ -9,7 +9,9 @@
  * Two ranks (one per daemon), then four (two per daemon), over two daemons run as a user runs them
  * (`rdma-graph start`) joined by memif, the ping-pong's frames counted by both daemons' interface
  * counters; then the same two jobs with the daemons in two network namespaces joined by a veth
- * pair (af_packet), as two hosts would be, the frames counted on the veth ends.
+ * pair (af_packet), as two hosts would be, the frames counted on the veth ends. Last,
+ * bench/mpi.ts's program (native/tools/mpi-pingpong.c) over Open MPI's own TCP: its rows parse as
+ * the bench reads them, and each bad argument is refused by name (nothing timed).
  */
 import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
@@ -19,6 +21,7 @@ import { join } from 'node:path';
 import { netnsUnavailable } from './helpers-netns.ts';
 import { compileMpi, type Job, mpirunOverDaemons, mpiUnavailable, runJob } from './mpi-helpers.ts';
 import { withDaemons } from './ucx-helpers.ts';
+import { parsePingpong } from '../bench/mpi.ts';
 
 /** The ping-pong's sizes and iterations, as mpi-check.c runs them. */
 const SIZES = Array.from({ length: 18 }, (_, i) => 8 << i);
@@ -86,6 +89,49 @@ test('the same jobs with the two daemons in two network namespaces joined by a v
       crossed(before, await frames(), 'the veth end of daemon');
     }
   });
+});
+
+test("bench/mpi.ts's program, mpi-pingpong: its rows parse as the bench reads them; bad arguments are refused by name", async () => {
+  build();
+  const pp = compileMpi('mpi-pingpong', dir);
+  // Two ranks of this machine over Open MPI's own TCP (no data plane: the program and its parser only).
+  const job = (args: string[]) =>
+    runJob(
+      [
+        'mpirun',
+        ...(process.getuid?.() === 0 ? ['--allow-run-as-root'] : []),
+        '--oversubscribe',
+        '-np',
+        '2',
+        '--mca',
+        'pml',
+        'ob1',
+        '--mca',
+        'btl',
+        'tcp,self',
+        pp,
+        ...args,
+      ],
+      60_000,
+    );
+  const r = await job(['0.2', '5', '8', '65536']);
+  assert.is(r.code, 0, r.out);
+  for (const size of [8, 65536]) {
+    const f = parsePingpong(r.out, size);
+    assert.ok(f !== null && f.us > 0 && f.mbps > 0, `a row for ${size} B:\n${r.out}`);
+  }
+  assert.match(r.out, /^mpi-pingpong: ok$/m);
+  const refused: [string[], string][] = [
+    [['0.2', '5'], 'needs SECONDS, WARMUP and at least one SIZE'],
+    [['x', '5', '8'], 'SECONDS must be a number'],
+    [['0.2', '-1', '8'], 'WARMUP must be an integer'],
+    [['0.2', '5', '0'], 'each SIZE must be an integer'],
+  ];
+  for (const [args, why] of refused) {
+    const bad = await job(args);
+    assert.ok(bad.code !== 0, `${args.join(' ')} is refused:\n${bad.out}`);
+    assert.ok(bad.out.includes(`mpi-pingpong: ${why}`), `${args.join(' ')}: "${why}":\n${bad.out}`);
+  }
 });
 
 test.after(() => {
