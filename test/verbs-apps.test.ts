@@ -196,14 +196,17 @@ test("another program's lkey, an lkey that names nothing, an address outside the
         assert.is(q.counters.txPackets, 0, 'nothing was sent');
       }
       // Its own MR, to a peer that never answers: sent, retried retry_cnt (7) times from the
-      // timeout attribute's RTO, then IBV_WC_RETRY_EXC_ERR.
+      // timeout attribute's RTO (the first try a PROBE, the six after it the segment again:
+      // nodes/rdma/PROTOCOL.md section 5), then IBV_WC_RETRY_EXC_ERR.
       x.p.stdin.write(`qp ${IP_B} 23456 1000\n`);
       const qpn = Number((await x.line(/^qp (\d+) rts rc 0$/m))[1]);
       x.p.stdin.write(`send ${xs} 0\n`);
       const m = await x.line(/^send .*$/m);
       assert.match(m[0], /^send rc 0 wc 12 opcode 0 wr_id 77 qp \d+$/, m[0]);
       const q = await dpA.getQp(qpn);
-      assert.is(q.counters.txPackets, 1 + 7, 'the segment and its seven retransmissions');
+      assert.is(q.counters.probes, 1, 'the first timeout asked');
+      assert.is(q.counters.txPackets, 1 + 6, 'the segment and its six retransmissions');
+      assert.is(q.counters.timeouts, 8, 'the eighth timeout gave up');
     } finally {
       x.p.kill('SIGKILL');
       y.p.kill('SIGKILL');
