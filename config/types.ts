@@ -106,13 +106,14 @@ export interface Config {
   source: string;
   /** `api: {listen: "host:port", token, users, group}`. */
   api: { host: string; port: number; token: string | null; users: string[]; group: string | null };
-  /** `cpu: {workers, main-core, corelist-workers, poll, idle-poll-us}`. */
+  /** `cpu: {workers, main-core, corelist-workers, poll, idle-poll-us, idle-yield}`. */
   cpu: {
     workers: number;
     mainCore: number | null;
     corelistWorkers: string | null;
     poll: 'adaptive' | 'polling' | 'interrupt';
     idlePollUs: number;
+    idleYield: boolean;
   };
   /** `buffers: {count, data-size}`. */
   buffers: { count: number; dataSize: number };

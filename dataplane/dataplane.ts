@@ -13,6 +13,7 @@
  * kind of wrong it is (the API maps kinds to HTTP statuses); nothing a caller passes can throw
  * anything else or leave the data plane half-changed.
  */
+import { loadCore } from '../native/addons.ts';
 import { MemifLaneDriver } from '../drivers/memif-lane.ts';
 import { RemoteDriver } from '../drivers/remote.ts';
 import { acceptPorts, rejectPorts } from '../drivers/steer-bpf.ts';
@@ -380,6 +381,7 @@ export class Dataplane implements DataplaneApi {
       idlePollUs: cpu.poll === 'interrupt' ? 0 : cpu.idlePollUs,
       // Up to 50 µs of passes per event-loop turn while polling: the API waits at most that.
       spinUs: 50,
+      idleYield: cpu.idleYield ? loadCore().yieldCpu : undefined,
     });
     const net = registerL2L4(graph);
     const ifs = new Interfaces(graph);

@@ -76,6 +76,14 @@ export interface GraphOptions {
   idlePollUs?: number;
   /** 'adaptive' (default): poll while busy, sleep when idle. 'polling': never sleep. */
   mode?: 'adaptive' | 'polling';
+  /**
+   * Called after an event-loop turn that found no work while the loop keeps polling (native
+   * sched_yield), as long as something asked for it (addIdleYieldUser: a verbs program attached):
+   * a busy-polling loop otherwise holds its CPU to the end of its time slice, and a program it
+   * serves (spinning on its CQ, on the same CPU) waits that long. Not otherwise: with nobody of
+   * ours waiting, a yield only hands the CPU to unrelated processes. Default none.
+   */
+  idleYield?: () => void;
 }
 
 const PROCESS_TIMER_USER = 0xfffffffe;
@@ -125,6 +133,8 @@ export class Graph {
   /** Set by yieldSoon(): the current event-loop turn ends after this pass. */
   private yieldRequested = false;
   private readonly spinNs: number;
+  private readonly idleYield: (() => void) | null;
+  private idleYieldUserCount = 0;
   private readonly idlePollNs: number;
   private readonly mode: 'adaptive' | 'polling';
   private waiter: IdleWaiter | null = null;
@@ -155,6 +165,7 @@ export class Graph {
     this.timers = new TimerWheel(this.startNs, { tickNs: opts.timerTickNs });
     this.passBudgetNs = (opts.passBudgetUs ?? 0) * 1000;
     this.spinNs = (opts.spinUs ?? 0) * 1000;
+    this.idleYield = opts.idleYield ?? null;
     this.idlePollNs = (opts.idlePollUs ?? 50) * 1000;
     this.mode = opts.mode ?? 'adaptive';
     // Registered first, so global error 0 (what a fresh buffer carries) is its "no error code".
@@ -614,6 +625,11 @@ export class Graph {
     return this.idlePollNs / 1000;
   }
 
+  /** How many asked the polling loop to yield its CPU after idle turns (addIdleYieldUser). */
+  get idleYieldUsers(): number {
+    return this.idleYieldUserCount;
+  }
+
   /** Ask the loop to run a pass soon (a driver got packets outside any fd, an event came). */
   wake(): void {
     this.wakeRequested = true;
@@ -646,6 +662,20 @@ export class Graph {
     return () => {
       const i = this.sleepGuards.indexOf(guard);
       if (i >= 0) this.sleepGuards.splice(i, 1);
+    };
+  }
+
+  /**
+   * Ask the polling loop to give its CPU up after each idle turn (GraphOptions.idleYield), while
+   * the returned function has not been called.
+   */
+  addIdleYieldUser(): () => void {
+    this.idleYieldUserCount++;
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      this.idleYieldUserCount--;
     };
   }
 
@@ -683,14 +713,21 @@ export class Graph {
       if ((w === 0 && !spin) || this.yieldRequested || !this.running || now() - start >= budget) break;
     }
     if (!this.running) return;
-    if (work > 0 || this.wakeRequested || this.mode === 'polling') {
+    if (work > 0 || this.wakeRequested) {
       this.idleSinceNs = -1;
+      this.schedule();
+      return;
+    }
+    if (this.mode === 'polling') {
+      this.idleSinceNs = -1;
+      if (this.idleYieldUserCount > 0) this.idleYield?.();
       this.schedule();
       return;
     }
     const t = now();
     if (this.idleSinceNs < 0) this.idleSinceNs = t;
     if (t - this.idleSinceNs < this.idlePollNs) {
+      if (this.idleYieldUserCount > 0) this.idleYield?.();
       this.schedule();
       return;
     }

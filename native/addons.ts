@@ -379,6 +379,8 @@ export interface CoreAddon {
   setThreadAffinity(cpus: number[]): void;
   /** The CPU the calling thread runs on now (sched_getcpu). */
   currentCpu(): number;
+  /** Give the CPU to another runnable thread of it, if any (sched_yield). */
+  yieldCpu(): void;
   /**
    * Replace this process with `file` (searched in PATH), `argv` and `env` ("K=V" strings):
    * ignored signals back to default, an empty signal mask, blocking stdio. Throws the errno when

@@ -91,7 +91,7 @@ const CASES: [string, string, string][] = [
   [
     'unknown key: cpu',
     'cpu: {threads: 2}\n',
-    't.yaml:1:7: cpu.threads: unknown key "threads" (expected one of: workers, main-core, corelist-workers, poll, idle-poll-us)',
+    't.yaml:1:7: cpu.threads: unknown key "threads" (expected one of: workers, main-core, corelist-workers, poll, idle-poll-us, idle-yield)',
   ],
   [
     'unknown key: buffers',
@@ -841,7 +841,7 @@ test('a value the walk rejected is not looked at again by the checks across keys
 const DEFAULTS: Config = {
   source: 't.yaml',
   api: { host: '127.0.0.1', port: 7070, token: null, users: [], group: null },
-  cpu: { workers: 0, mainCore: null, corelistWorkers: null, poll: 'adaptive', idlePollUs: 200 },
+  cpu: { workers: 0, mainCore: null, corelistWorkers: null, poll: 'adaptive', idlePollUs: 200, idleYield: true },
   buffers: { count: 16384, dataSize: 2048 },
   log: { level: 'info' },
   interfaces: [],
@@ -1092,7 +1092,7 @@ test('a full example: the normalised Config, every key taken', () => {
   const want: Config = {
     source: 'full.yaml',
     api: { host: '::1', port: 8080, token: 't0k3n', users: [], group: null },
-    cpu: { workers: 2, mainCore: 0, corelistWorkers: '0-1', poll: 'interrupt', idlePollUs: 75 },
+    cpu: { workers: 2, mainCore: 0, corelistWorkers: '0-1', poll: 'interrupt', idlePollUs: 75, idleYield: true },
     buffers: { count: 65536, dataSize: 4096 },
     log: { level: 'debug' },
     interfaces: [

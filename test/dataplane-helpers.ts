@@ -12,7 +12,7 @@ export function baseConfig(over: Partial<Config> = {}): Config {
   return {
     source: '<test>',
     api: { host: '127.0.0.1', port: 0, token: null, users: [], group: null },
-    cpu: { workers: 0, mainCore: null, corelistWorkers: null, poll: 'adaptive', idlePollUs: 200 },
+    cpu: { workers: 0, mainCore: null, corelistWorkers: null, poll: 'adaptive', idlePollUs: 200, idleYield: true },
     buffers: { count: 8192, dataSize: 2048 },
     log: { level: 'info' },
     interfaces: [],

@@ -3,7 +3,8 @@
  * sleeps as soon as a pass finds nothing, `adaptive` keeps polling idle-poll-us with nothing to
  * do, then sleeps. Observed on an idle data plane through the graph's own sleep counter and
  * state, and in `show runtime`'s node state; the idle-poll time itself on a graph whose clock
- * the test moves (no wall time is measured).
+ * the test moves (no wall time is measured). cpu.idle-yield: an idle turn gives the CPU up while a
+ * verbs program is attached (sched_yield through the graph's idleYield), and only then.
  */
 import { test } from './harness.ts';
 import type { DataplaneApi } from '../dataplane/api.ts';
@@ -45,7 +46,7 @@ async function until(cond: () => boolean): Promise<void> {
 
 test('cpu.poll: polling never sleeps; interrupt sleeps at once; adaptive after idle-poll-us', async () => {
   await idlePlane(
-    { workers: 0, mainCore: null, corelistWorkers: null, poll: 'polling', idlePollUs: 200 },
+    { workers: 0, mainCore: null, corelistWorkers: null, poll: 'polling', idlePollUs: 200, idleYield: true },
     null,
     async (g) => {
       await wait(300);
@@ -54,7 +55,7 @@ test('cpu.poll: polling never sleeps; interrupt sleeps at once; adaptive after i
     },
   );
   await idlePlane(
-    { workers: 0, mainCore: null, corelistWorkers: null, poll: 'interrupt', idlePollUs: 500_000 },
+    { workers: 0, mainCore: null, corelistWorkers: null, poll: 'interrupt', idlePollUs: 500_000, idleYield: true },
     null,
     async (g, dp) => {
       // The idle-poll time (500 ms) does not apply: it goes to sleep on the first idle pass.
@@ -69,7 +70,7 @@ test('cpu.poll: polling never sleeps; interrupt sleeps at once; adaptive after i
     },
   );
   await idlePlane(
-    { workers: 0, mainCore: null, corelistWorkers: null, poll: 'adaptive', idlePollUs: 400_000 },
+    { workers: 0, mainCore: null, corelistWorkers: null, poll: 'adaptive', idlePollUs: 400_000, idleYield: true },
     null,
     async (g) => {
       assert.is(g.pollMode, 'adaptive');
@@ -106,9 +107,40 @@ test('adaptive: polls idle-poll-us of the graph clock with nothing to do, then s
   }
 });
 
+test('idle yield: a polling graph gives its CPU up after idle turns only while somebody asked (a verbs program attached), never in a turn with work', async () => {
+  for (const mode of ['polling', 'adaptive'] as const) {
+    let yields = 0,
+      work = 0;
+    const clock = manualClock(); // adaptive never reaches idle-poll-us: it keeps polling
+    const g = new Graph({ pool: memPool(64), clock, mode, idlePollUs: 400_000, idleYield: () => yields++ });
+    g.register({ name: 'idle-input', type: 'input', fn: () => (work > 0 ? (work--, 1) : 0) });
+    g.start();
+    try {
+      await turns(30);
+      assert.is(yields, 0, `${mode}: nobody asked: no yield`);
+      const release = g.addIdleYieldUser();
+      await turns(30);
+      assert.ok(yields >= 20, `${mode}: idle turns yield (${yields} of 30)`);
+      const before = yields;
+      work = 1_000_000; // every turn has work now
+      await turns(30);
+      assert.ok(yields - before <= 1, `${mode}: turns with work do not yield (${yields - before})`);
+      work = 0;
+      release();
+      release(); // twice: counted once
+      await turns(5);
+      const after = yields;
+      await turns(30);
+      assert.is(yields, after, `${mode}: released: no more yields`);
+    } finally {
+      g.close();
+    }
+  }
+});
+
 test("an interface's rx-mode polling keeps an interrupt-mode graph awake (VPP: a thread with a polling interface polls)", async () => {
   await idlePlane(
-    { workers: 0, mainCore: null, corelistWorkers: null, poll: 'interrupt', idlePollUs: 200 },
+    { workers: 0, mainCore: null, corelistWorkers: null, poll: 'interrupt', idlePollUs: 200, idleYield: true },
     'polling',
     async (g) => {
       await wait(300);
@@ -116,7 +148,7 @@ test("an interface's rx-mode polling keeps an interrupt-mode graph awake (VPP: a
     },
   );
   await idlePlane(
-    { workers: 0, mainCore: null, corelistWorkers: null, poll: 'interrupt', idlePollUs: 200 },
+    { workers: 0, mainCore: null, corelistWorkers: null, poll: 'interrupt', idlePollUs: 200, idleYield: true },
     'interrupt',
     async (g) => {
       await until(() => g.sleeps > 0);

@@ -11,6 +11,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadCore } from '../native/addons.ts';
+import { Dataplane } from '../dataplane/dataplane.ts';
 import {
   RGV_ACCESS_LOCAL_WRITE,
   RGV_ATTR_AV,
@@ -198,7 +199,10 @@ test('a program scribbling on its rings: garbage WQEs complete in error or flush
     const name = (await dps.a.interfaces())[0].name;
     const noName = new Uint8Array(rgv_attach.size).fill(0x41); // 32 'A's, no NUL
     assert.is((await req(RGV_OP_ATTACH, noName, efd)).status, -19, 'no such interface: ENODEV');
+    const graph = Dataplane.internals(dps.a).graph;
+    const yielders = graph.idleYieldUsers;
     assert.is((await req(RGV_OP_ATTACH, attach(name), efd)).status, 0, 'ATTACH with a doorbell eventfd');
+    assert.is(graph.idleYieldUsers, yielders + 1, 'an attached program: the polling loop yields when idle');
     const pd = handleOf(await req(RGV_OP_ALLOC_PD));
     // An MR (at a made-up address: for the daemon it is just the tagged offset of byte 0).
     const mrMem = core.allocMemory(4096, { hugepages: 'never', name: 'hostile-mr' });

@@ -125,7 +125,7 @@ const MAC_A = '02:fe:00:00:07:01',
 let pairs = 0;
 
 export function cpuWith(workers: number): Config['cpu'] {
-  return { workers, mainCore: null, corelistWorkers: null, poll: 'adaptive', idlePollUs: 200 };
+  return { workers, mainCore: null, corelistWorkers: null, poll: 'adaptive', idlePollUs: 200, idleYield: true };
 }
 
 /** Data plane A: memif server m0 (IP_A) with `queues` queue pairs over `workers` workers (`over`: other keys). */

@@ -28,7 +28,15 @@ async function pair(over: Partial<Config['cpu']> = {}, workers = 2, placement: (
   const logs: string[] = [];
   const a = await createDataplane(
     baseConfig({
-      cpu: { workers, mainCore: null, corelistWorkers: null, poll: 'adaptive', idlePollUs: 200, ...over },
+      cpu: {
+        workers,
+        mainCore: null,
+        corelistWorkers: null,
+        poll: 'adaptive',
+        idlePollUs: 200,
+        idleYield: true,
+        ...over,
+      },
       interfaces: [0, 1].map((k) => memifIf(`m${k}`, s[k], 'server', IP(1, k), MAC(1, k), placement[k])),
       neighbors: [0, 1].map((k) => ({ interface: `m${k}`, address: IP(2, k), mac: MAC(2, k) })),
     }),

@@ -312,7 +312,8 @@ export class VerbsRings {
   private readonly qps: QpRing[] = [];
   private readonly srqs: SrqRing[] = [];
   private readonly byQpn = new Map<number, QpRing>();
-  private readonly doorbells = new Set<number>();
+  /** The attached programs' doorbells, each with the release of its idle-yield request. */
+  private readonly doorbells = new Map<number, () => void>();
   private kickArmed = false;
   /** A CQE was written since the node last ran. */
   private completed = false;
@@ -361,13 +362,21 @@ export class VerbsRings {
     this.removeGuard = graph.addSleepGuard(() => this.keepAwake());
   }
 
+  /**
+   * A program's context: its doorbell wakes the sleeping loop, and while it is attached the
+   * polling loop gives its CPU up after idle turns (a program spinning on its CQ may share it).
+   */
   attachDoorbell(fd: number): void {
-    this.doorbells.add(fd);
+    if (this.doorbells.has(fd)) return;
+    this.doorbells.set(fd, this.graph.addIdleYieldUser());
     this.graph.addWaitFd(fd);
   }
 
   detachDoorbell(fd: number): void {
-    if (!this.doorbells.delete(fd)) return;
+    const release = this.doorbells.get(fd);
+    if (release === undefined) return;
+    this.doorbells.delete(fd);
+    release();
     this.graph.removeWaitFd(fd);
   }
 
@@ -423,7 +432,10 @@ export class VerbsRings {
 
   close(): void {
     this.removeGuard();
-    for (const fd of this.doorbells) this.graph.removeWaitFd(fd);
+    for (const [fd, release] of this.doorbells) {
+      release();
+      this.graph.removeWaitFd(fd);
+    }
     this.doorbells.clear();
   }
 
@@ -440,7 +452,7 @@ export class VerbsRings {
       this.kickArmed = false;
       for (const r of this.qps) Atomics.store(r.u32, QP_NEED_KICK, 0);
       for (const s of this.srqs) Atomics.store(s.u32, SRQ_NEED_KICK, 0);
-      for (const fd of this.doorbells) this.core.eventfdDrain(fd);
+      for (const fd of this.doorbells.keys()) this.core.eventfdDrain(fd);
     }
     let work = 0;
     for (let i = 0; i < this.qps.length; i++) work += this.pollQp(this.qps[i]);

@@ -1,6 +1,6 @@
 // CPU placement of the calling thread (cpu.main-core, cpu.corelist-workers): setThreadAffinity
 // pins the thread that calls it (a worker pins itself) with pthread_setaffinity_np;
-// currentCpu says where it runs now (sched_getcpu).
+// currentCpu says where it runs now (sched_getcpu); yieldCpu gives the CPU up (sched_yield).
 #include <pthread.h>
 #include <sched.h>
 
@@ -32,6 +32,13 @@ Napi::Value SetThreadAffinity(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// yieldCpu(): sched_yield(): another runnable thread of this CPU (a verbs program spinning on
+// its CQ, the peer data plane) runs now rather than at the end of our time slice.
+Napi::Value YieldCpu(const Napi::CallbackInfo& info) {
+  sched_yield();
+  return info.Env().Undefined();
+}
+
 // currentCpu(): the CPU the calling thread runs on now.
 Napi::Value CurrentCpu(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), sched_getcpu()); }
 
@@ -40,6 +47,7 @@ Napi::Value CurrentCpu(const Napi::CallbackInfo& info) { return Napi::Number::Ne
 void InitAffinity(Napi::Env env, Napi::Object exports) {
   exports.Set("setThreadAffinity", Napi::Function::New(env, SetThreadAffinity, "setThreadAffinity"));
   exports.Set("currentCpu", Napi::Function::New(env, CurrentCpu, "currentCpu"));
+  exports.Set("yieldCpu", Napi::Function::New(env, YieldCpu, "yieldCpu"));
 }
 
 }  // namespace rg
