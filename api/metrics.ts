@@ -175,6 +175,12 @@ export async function renderMetrics(dp: DataplaneApi): Promise<string> {
         'Congestion window reductions of the QP (losses and ECN marks).',
         (q) => q.congestion.lossReductions + q.congestion.ecnReductions,
       ],
+      [
+        'qp_hystart_exits_total',
+        'counter',
+        'Slow starts of the QP ended by HyStart++ (a rising round RTT), not by a loss.',
+        (q) => q.congestion.hystartExits,
+      ],
     ]),
   ];
   return renderFamilies(families);

@@ -406,6 +406,7 @@ export const QpCongestion = obj({
   losses: count('losses seen: fast retransmissions and timeouts'),
   lossReductions: count('window reductions for losses (at most one per window of data)'),
   ecnReductions: count('window reductions for ECN marks (at most one per window of data)'),
+  hystartExits: count("slow starts ended by HyStart++ (RFC 9406: the round's smallest RTT rose), not by a loss"),
 });
 const qpViewProps = {
   qpn: int(0, 65535, 'QP number = its UDP port'),

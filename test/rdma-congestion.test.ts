@@ -441,6 +441,7 @@ test('HyStart++: a steady RTT keeps slow start doubling; a round whose smallest 
   const rising = slowStartRounds((k) => (k >= 3 ? 1.5 : 1), 10);
   const c = rising.cwnds;
   assert.is(rising.r.qp.hystartExits, 1, `slow start ended once (${c})`);
+  assert.is(cc(rising.r).hystartExits, 1, 'the QP view (rdmactl show qp, REST, /metrics) says so');
   assert.ok(c[3] < 2 * c[2], `round 3 grew by less than double: CSS (${c[2]} -> ${c[3]})`);
   for (let k = 4; k <= 7; k++) assert.ok(c[k] <= 1.3 * c[k - 1], `CSS: round ${k} grew by a quarter at most (${c})`);
   const ss = cc(rising.r).ssthresh;

@@ -199,6 +199,8 @@ export interface QpInfo {
     losses: number;
     lossReductions: number;
     ecnReductions: number;
+    /** Slow starts ended by HyStart++ (RFC 9406: the round's smallest RTT rose), not by a loss. */
+    hystartExits: number;
   };
 }
 
@@ -960,6 +962,7 @@ export class Rdma {
         losses: qp.lossEvents,
         lossReductions: qp.ccReductions,
         ecnReductions: qp.ecnReductions,
+        hystartExits: qp.hystartExits,
       },
     };
   }
