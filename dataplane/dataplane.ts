@@ -639,7 +639,6 @@ export class Dataplane implements DataplaneApi {
         deviceView(
           { name: i.name, mac: i.mac, mtu: i.mtu, up: i.state === 'up', address: i.addresses[0].split('/')[0] },
           attr,
-          this.pool.dataSize,
           VERSION,
         ),
       );

@@ -59,11 +59,11 @@ export const MAX_PATH_MTU = 5;
 
 /**
  * The device of interface `itf`: the data plane's limits (`attr`), its port (segments carry the
- * IP MTU less IPv4, UDP and TRP headers, and at most `dataSize` bytes: a buffer's room), and
- * the version as its firmware.
+ * IP MTU less IPv4, UDP and TRP headers, whatever the buffer size: a longer segment is a chain
+ * of buffers), and the version as its firmware.
  */
-export function deviceView(itf: DeviceInterface, attr: DeviceAttr, dataSize: number, version: string): DeviceView {
-  const segmentBytes = Math.min(segmentPayload(itf.mtu, false), dataSize - DDP_UNTAGGED_BYTES) + DDP_UNTAGGED_BYTES;
+export function deviceView(itf: DeviceInterface, attr: DeviceAttr, version: string): DeviceView {
+  const segmentBytes = segmentPayload(itf.mtu, false) + DDP_UNTAGGED_BYTES;
   const guid = formatGuid(eui64(itf.mac));
   return {
     name: rdmaDeviceName(itf.name),

@@ -295,29 +295,42 @@ export class BufferPool {
    */
   writePacket(src: Uint8Array, srcOff: number, len: number): number {
     const ds = this.dataSize;
-    const nseg = len === 0 ? 1 : Math.ceil(len / ds);
-    const segs = nseg <= this.segScratch.length ? this.segScratch : new Uint32Array(nseg);
-    const got = this.alloc(segs, 0, nseg);
-    if (got !== nseg) {
-      // Partial allocation: give back what we got (unchained singles).
-      if (got > 0) this.free(segs, 0, got);
-      return INVALID_INDEX;
-    }
+    const head = this.allocChain(len === 0 ? 1 : Math.ceil(len / ds));
+    if (head === INVALID_INDEX) return INVALID_INDEX;
     let done = 0;
-    for (let s = 0; s < nseg; s++) {
-      const bi = segs[s];
+    for (let bi = head; ; bi = this.next[bi]) {
       const n = len - done < ds ? len - done : ds;
       this.u8.set(src.subarray(srcOff + done, srcOff + done + n), this.offset[bi]);
       this.length[bi] = n;
       done += n;
-      if (s + 1 < nseg) {
-        this.flags[bi] |= BufferFlag.NEXT_PRESENT;
-        this.next[bi] = segs[s + 1];
-      }
+      if (!(this.flags[bi] & BufferFlag.NEXT_PRESENT)) break;
+    }
+    return head;
+  }
+
+  /**
+   * Allocate one packet of `n` buffers, linked in order (NEXT_PRESENT on all but the last), each
+   * reset as `alloc` leaves it (length 0). Returns its head, or INVALID_INDEX (nothing held) when
+   * the pool cannot supply them all.
+   */
+  allocChain(n: number): number {
+    const segs = n <= this.segScratch.length ? this.segScratch : new Uint32Array(n);
+    const got = this.alloc(segs, 0, n);
+    if (got !== n) {
+      // Partial allocation: give back what we got (unchained singles).
+      if (got > 0) this.free(segs, 0, got);
+      return INVALID_INDEX;
+    }
+    const flags = this.flags,
+      next = this.next;
+    for (let s = 0; s + 1 < n; s++) {
+      flags[segs[s]] |= BufferFlag.NEXT_PRESENT;
+      next[segs[s]] = segs[s + 1];
     }
     return segs[0];
   }
-  private readonly segScratch = new Uint32Array(64);
+  /** Room for the largest IP packet (65535 bytes) in the smallest buffers (256 bytes): no allocation on the data path. */
+  private readonly segScratch = new Uint32Array(257);
 
   /** Copy a packet's bytes (all segments) into `dst[dstOff..]`; returns bytes copied. */
   readPacket(bi: number, dst: Uint8Array, dstOff: number): number {

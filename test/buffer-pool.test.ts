@@ -100,6 +100,25 @@ test('trim cuts a chained packet and returns the segments past the end', () => {
   assert.is(pool.available(), 32);
 });
 
+test('allocChain links n buffers in order; short of buffers it holds none', () => {
+  const pool = memPool(300);
+  const head = pool.allocChain(257); // 65535 bytes in 256-byte buffers: the scratch's size
+  assert.is.not(head, INVALID_INDEX);
+  assert.is(pool.segments(head), 257);
+  assert.is(pool.available(), 300 - 257);
+  const seen = new Set<number>();
+  for (let bi = head; ; bi = pool.next[bi]) {
+    seen.add(bi);
+    assert.is(pool.length[bi], 0);
+    if (!(pool.flags[bi] & BufferFlag.NEXT_PRESENT)) break;
+  }
+  assert.is(seen.size, 257, 'distinct buffers');
+  assert.is(pool.allocChain(44), INVALID_INDEX, '43 left: none taken');
+  assert.is(pool.available(), 43);
+  pool.freeOne(head);
+  assert.is(pool.available(), 300, 'one free returns the whole chain');
+});
+
 test('writePacket with too few buffers allocates nothing', () => {
   const pool = memPool(2, 2048);
   const src = new Uint8Array(5000);

@@ -5,7 +5,8 @@
  * pipe at MTU 9000 (sizes around both segment payloads byte for byte, with the segment counts
  * on the wire, Reads, Atomics, the connection manager, the pool whole after each; not the
  * gather/scatter test laid out for 1500 bytes: its own here, across chain and segment
- * boundaries), the Send/Write/Read sizes over memif at MTU 9000 (a zero-copy client, a copying
+ * boundaries), a UD datagram of 4096 bytes (two buffers; the port's active MTU follows the link,
+ * not the buffer), the Send/Write/Read sizes over memif at MTU 9000 (a zero-copy client, a copying
  * server), and the mixed fault run (loss, reordering, duplication, corruption: chains
  * retransmitted) at MTU 9000.
  */
@@ -13,6 +14,8 @@ import * as assert from 'uvu/assert';
 import { rdmaOpsSuite } from './rdma-ops-helpers.ts';
 import { faultRun } from './rdma-faults-helpers.ts';
 import { connectManual, makeEnds, pattern, twoStacks, waitCompletions } from './rdma-helpers.ts';
+import { deviceView } from '../dataplane/rdma-devices.ts';
+import type { DeviceAttr } from '../nodes/rdma/stack.ts';
 
 const pipe = rdmaOpsSuite('pipe', undefined, 9000, ['multiple SGEs']);
 
@@ -91,6 +94,63 @@ pipe('mixed operations with 5 % of every fault at MTU 9000: chained segments ret
   const r = await faultRun(0.05, 61, 'pipe', 9000);
   assert.ok(r.retransmits > 0, 'the faults forced retransmissions');
   assert.ok(r.dropped > 0, 'the injector dropped segments');
+});
+
+pipe('UD at MTU 9000: a 4096-byte datagram (two buffers) arrives whole; 4097 bytes is over the path MTU', async () => {
+  const p = twoStacks({ mtu: 9000 });
+  let ok = false;
+  try {
+    await p.ready;
+    const end = (s: typeof p.a) => {
+      const pd = s.rdma.createPd();
+      const cq = s.rdma.createCq(64);
+      const qp = s.rdma.createQp({ pd, sendCq: cq, recvCq: cq, type: 'ud', maxSendWr: 8, maxRecvWr: 8 });
+      for (const state of ['init', 'rtr', 'rts'] as const)
+        s.rdma.modifyQp(qp, { state, qkey: state === 'init' ? 0x1111 : undefined });
+      return { qp, cq, mr: s.rdma.regMr(pd, 16384, ['local-write']) };
+    };
+    const a = end(p.a),
+      b = end(p.b);
+    assert.ok(p.a.graph.pool.dataSize < 4096, 'the datagram is longer than a buffer');
+    a.mr.memory.set(pattern(8192, 91));
+    p.b.rdma.postRecv(b.qp, { wrId: 1, sg: [{ mr: b.mr, offset: 0, length: 40 + 4096 }] });
+    p.a.rdma.postSend(a.qp, {
+      wrId: 2,
+      opcode: 'send',
+      sg: [{ mr: a.mr, offset: 5, length: 4096 }],
+      ud: { address: '10.0.0.2', qpn: b.qp.qpn, qkey: 0x1111 },
+    });
+    const [r] = await waitCompletions(b.cq, 1);
+    assert.is(r.status, 'success');
+    assert.is(r.byteLen, 40 + 4096, 'the GRH and the whole message');
+    assert.equal(b.mr.memory.subarray(40, 40 + 4096), a.mr.memory.subarray(5, 5 + 4096));
+    await waitCompletions(a.cq, 1);
+    p.a.rdma.postSend(a.qp, {
+      wrId: 3,
+      opcode: 'send',
+      sg: [{ mr: a.mr, offset: 0, length: 4097 }],
+      ud: { address: '10.0.0.2', qpn: b.qp.qpn, qkey: 0x1111 },
+    });
+    const [big] = await waitCompletions(a.cq, 1);
+    assert.is(big.status, 'local-length-error', 'the largest UD message is the largest IB MTU the link holds: 4096');
+    ok = true;
+  } finally {
+    p.close();
+  }
+  if (ok) assert.is(p.lost(), 0, 'every buffer back');
+});
+
+pipe("a device's port: active MTU and segment bytes from the link's MTU, not the 2048-byte buffers", () => {
+  const port = (mtu: number) =>
+    deviceView(
+      { name: 'memif0', mac: '02:fe:00:00:00:01', mtu, up: true, address: '10.0.0.1' },
+      {} as DeviceAttr,
+      'test',
+    ).ports[0];
+  assert.is(port(1500).activeMtu, 1024);
+  assert.is(port(1500).segmentBytes, 1500 - 20 - 8 - 10);
+  assert.is(port(9000).activeMtu, 4096, 'what perftest sets as path_mtu: RC segments of 4096');
+  assert.is(port(9000).segmentBytes, 9000 - 20 - 8 - 10);
 });
 
 pipe.run();

@@ -12,7 +12,6 @@
  * cumulative ACK. trp-output puts the TRP header on.
  */
 import {
-  BufferFlag,
   FRAME_SIZE,
   type Graph,
   INVALID_INDEX,
@@ -94,9 +93,6 @@ function alloc(rt: NodeRuntime): number {
   return bi;
 }
 
-/** A segment's buffers, linked (at most 65535 / 256 + 1: the largest MTU over the smallest buffer). */
-const chain = new Uint32Array(258);
-
 /**
  * The buffers of a segment of `len` payload bytes: one, or a chain when the longest DDP header
  * and the payload do not fit in one (buildSegment fills it and cuts what a shorter header leaves
@@ -107,21 +103,9 @@ function allocSegment(rt: NodeRuntime, len: number): number {
     ds = pool.dataSize;
   const bytes = len + DDP_UNTAGGED_BYTES;
   if (bytes <= ds) return alloc(rt);
-  const n = Math.ceil(bytes / ds);
-  const got = pool.alloc(chain, 0, n);
-  if (got < n) {
-    if (got > 0) pool.free(chain, 0, got);
-    starved = true;
-    return INVALID_INDEX;
-  }
-  const flags = pool.flags,
-    next = pool.next;
-  for (let k = 0; k < n - 1; k++) {
-    const bi = chain[k];
-    flags[bi] |= BufferFlag.NEXT_PRESENT;
-    next[bi] = chain[k + 1];
-  }
-  return chain[0];
+  const bi = pool.allocChain(Math.ceil(bytes / ds));
+  if (bi === INVALID_INDEX) starved = true;
+  return bi;
 }
 
 function emit(rt: NodeRuntime, qp: Qp, bi: number, kind: number, psn: number, end: number): void {

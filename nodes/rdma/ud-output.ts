@@ -10,12 +10,12 @@
  * destination no interface routes to is sent nowhere, completes with success and is counted
  * (`ddp-output ud_no_route`): datagrams may be lost.
  */
-import { INVALID_INDEX, type NodeRuntime } from '../../graph/index.ts';
+import { BufferFlag, type BufferPool, INVALID_INDEX, type NodeRuntime } from '../../graph/index.ts';
 import { setUdpDestination } from '../udp/udp-ports.ts';
 import type { RdmaCore } from './core.ts';
 import { type Qp, QpState } from './qp.ts';
 import { completeSq, toError } from './transport.ts';
-import { WcStatus, WrOpcode } from './verbs.ts';
+import { type SgList, WcStatus, WrOpcode } from './verbs.ts';
 import { DG_IMM, DG_QKEY, DgFlag, TRP_HEADER_BYTES, TRP_OPCODE, TRP_OP_SHIFT, TrpOp, udMessageLimit } from './wire.ts';
 
 /** Where serveUd puts the datagrams it made (ddp-output hands them to udp4-encap). */
@@ -27,6 +27,26 @@ export interface UdOut {
   starved: boolean;
   /** Datagrams with no route (sent nowhere). */
   noRoute: number;
+}
+
+/**
+ * The `len` bytes of `sg` in a new packet: one buffer, or a chain of them when the message is
+ * longer than a buffer (the TRP header goes into the first one's headroom). INVALID_INDEX, and
+ * nothing held, when the pool cannot supply them all.
+ */
+function datagram(pool: BufferPool, sg: SgList, len: number): number {
+  const ds = pool.dataSize;
+  const head = len <= ds ? pool.allocOne() : pool.allocChain(Math.ceil(len / ds));
+  if (head === INVALID_INDEX) return INVALID_INDEX;
+  let pos = 0;
+  for (let bi = head; ; bi = pool.next[bi]) {
+    const take = len - pos < ds ? len - pos : ds;
+    if (take > 0) sg.gather(pos, pool.u8, pool.offset[bi], take);
+    pool.length[bi] = take;
+    pos += take;
+    if (!(pool.flags[bi] & BufferFlag.NEXT_PRESENT)) break;
+  }
+  return head;
 }
 
 /** Send what UD QP `qp` has posted, as far as `out` has room; true when work is left. */
@@ -43,16 +63,14 @@ export function serveUd(rt: NodeRuntime, core: RdmaCore, qp: Qp, out: UdOut): bo
     if (status === WcStatus.SUCCESS) {
       const ix = ifs.routeFrom(qp.localAddr, wr.dstAddr);
       if (ix === 0) out.noRoute++;
-      else if (wr.length > udMessageLimit(ifs.mtu[ix], pool.dataSize)) status = WcStatus.LOC_LEN_ERR;
+      else if (wr.length > udMessageLimit(ifs.mtu[ix])) status = WcStatus.LOC_LEN_ERR;
       else {
         if (out.n === out.max) return true;
-        const bi = pool.allocOne();
+        const bi = datagram(pool, wr.sg, wr.length);
         if (bi === INVALID_INDEX) {
           out.starved = true;
           return true;
         }
-        wr.sg.gather(0, pool.u8, pool.offset[bi], wr.length);
-        pool.length[bi] = wr.length;
         pool.prepend(bi, TRP_HEADER_BYTES);
         const o = pool.offset[bi];
         const imm = wr.opcode === WrOpcode.SEND_WITH_IMM;

@@ -53,12 +53,12 @@ export const DgFlag = { IMM: 0x001, SOLICITED: 0x002 } as const;
 export const GRH_BYTES = 40;
 
 /**
- * The largest UD message on a link of IP MTU `mtu` with `dataSize`-byte buffers: the largest
- * InfiniBand MTU (256..4096) the room after the IPv4, UDP and TRP headers holds, the port's
- * active_mtu (dataplane/rdma-devices.ts computes it from the same room).
+ * The largest UD message on a link of IP MTU `mtu`: the largest InfiniBand MTU (256..4096) the
+ * room after the IPv4, UDP and TRP headers holds, the port's active_mtu (dataplane/rdma-devices.ts
+ * computes it from the same room). A datagram longer than a buffer is a chain of them.
  */
-export function udMessageLimit(mtu: number, dataSize: number): number {
-  const room = Math.min(mtu - 20 - 8 - TRP_HEADER_BYTES, dataSize);
+export function udMessageLimit(mtu: number): number {
+  const room = mtu - 20 - 8 - TRP_HEADER_BYTES;
   let m = 256;
   while (m < 4096 && m * 2 <= room) m *= 2;
   return m;
