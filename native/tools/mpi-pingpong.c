@@ -20,8 +20,17 @@ enum { GO = 1, STOP = 2, MAX_ROUND_TRIPS = 10000000 };
 
 static int rank, nranks;
 
+/*
+ * Rank 0 says why and aborts the job. The other ranks (which see the same arguments) wait for
+ * that abort to end them: aborting themselves could kill rank 0 before its line is out.
+ */
 static void usage(const char* why) {
-  if (rank == 0) fprintf(stderr, "mpi-pingpong: %s (usage: mpi-pingpong SECONDS WARMUP SIZE...)\n", why);
+  if (rank == 0) {
+    fprintf(stderr, "mpi-pingpong: %s (usage: mpi-pingpong SECONDS WARMUP SIZE...)\n", why);
+    fflush(stderr);
+  } else {
+    MPI_Barrier(MPI_COMM_WORLD); /* never completes: rank 0 aborts */
+  }
   MPI_Abort(MPI_COMM_WORLD, 2);
 }
 
