@@ -77,8 +77,9 @@ export interface GraphOptions {
   /** 'adaptive' (default): poll while busy, sleep when idle. 'polling': never sleep. */
   mode?: 'adaptive' | 'polling';
   /**
-   * Called after an event-loop turn that found no work while the loop keeps polling (native
-   * sched_yield), as long as something asked for it (addIdleYieldUser: a verbs program attached):
+   * Called after each empty pass, and after an event-loop turn that found no work, while the loop
+   * keeps polling (native sched_yield), as long as something asked for it (addIdleYieldUser: a
+   * verbs program attached):
    * a busy-polling loop otherwise holds its CPU to the end of its time slice, and a program it
    * serves (spinning on its CQ, on the same CPU) waits that long. Not otherwise: with nobody of
    * ours waiting, a yield only hands the CPU to unrelated processes. Default none.
@@ -711,6 +712,8 @@ export class Graph {
       }
       work += w;
       if ((w === 0 && !spin) || this.yieldRequested || !this.running || now() - start >= budget) break;
+      // Spinning on empty passes: a program waiting on us may share this CPU (idleYield).
+      if (w === 0 && this.idleYieldUserCount > 0) this.idleYield?.();
     }
     if (!this.running) return;
     if (work > 0 || this.wakeRequested) {

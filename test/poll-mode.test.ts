@@ -138,6 +138,21 @@ test('idle yield: a polling graph gives its CPU up after idle turns only while s
   }
 });
 
+test('idle yield while spinning: every empty pass of a spinning turn gives the CPU up (a program may be waiting on this CPU for the rest of the turn)', async () => {
+  let yields = 0;
+  const g = new Graph({ pool: memPool(64), mode: 'polling', spinUs: 200, idleYield: () => yields++ });
+  g.register({ name: 'idle-input', type: 'input', fn: () => 0 });
+  g.start();
+  try {
+    const release = g.addIdleYieldUser();
+    await turns(10);
+    assert.ok(yields > 20, `more yields than turns: each empty pass yields (${yields} in 10 turns)`);
+    release();
+  } finally {
+    g.close();
+  }
+});
+
 test("an interface's rx-mode polling keeps an interrupt-mode graph awake (VPP: a thread with a polling interface polls)", async () => {
   await idlePlane(
     { workers: 0, mainCore: null, corelistWorkers: null, poll: 'interrupt', idlePollUs: 200, idleYield: true },
