@@ -95,6 +95,11 @@ export function mpirunOverDaemons(
     'UCX_TLS=rc_verbs,ud_verbs',
     '-x',
     `UCX_NET_DEVICES=${device}`,
+    // UD wireup resends its connection request after 10 ms by default; round trips on a loaded
+    // 2-core machine can take longer, and UCX 1.13 then hits its own race (ud_ep.c's CREP
+    // assertion, openucx/ucx#6040, seen on NICs too). The README says so.
+    '-x',
+    'UCX_UD_TIMER_TICK=100ms',
     ...extra,
     ...rank(sa),
     ':',
