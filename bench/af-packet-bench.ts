@@ -182,54 +182,56 @@ export async function runAfPacketBench(opts: { seconds?: number } = {}): Promise
     const cpu = genCpu();
     const pinned = cpu !== null && pinSelf(`0-${Number(cpu) - 1}`);
     try {
-      const pool = createPool({ count: 8192 });
-      const d = new AfPacketDriver({ hostIf: p.host, rxFrames: 32768 });
-      d.open(pool);
-      const out = new Uint32Array(256);
-      let got = 0,
-        et = 0;
-      const gen = startGenerator(p.ns, p.peer, 0, seconds, 64);
-      let done = false;
-      let res: GenResult | null = null;
-      gen.then(
-        (r) => {
-          res = r;
-          done = true;
-        },
-        () => {
-          done = true;
-        },
-      );
-      const u8 = pool.u8,
-        off = pool.offset;
-      let lastGot = -1;
-      let maxGapMs = 0,
-        prev = performance.now();
-      while (!done || got !== lastGot) {
-        lastGot = got;
-        const t = performance.now();
-        if (t - prev > maxGapMs) maxGapMs = t - prev;
-        for (let k = 0; k < 64; k++) {
-          const n = d.rxBurst(0, out, 256);
-          for (let i = 0; i < n; i++) et |= (u8[off[out[i]] + 12] << 8) | u8[off[out[i]] + 13];
-          if (n) pool.free(out, 0, n);
-          got += n;
-        }
-        prev = performance.now();
-        await new Promise((r) => setImmediate(r));
-        if (done) await sleep(5);
-      }
-      const s = d.stats();
-      d.close();
-      const r = res as GenResult | null;
-      if (r) {
-        const genMpps = r.sent / r.secs / 1e6;
-        lines.push(
-          `af_packet rx 64 B: generator ${genMpps.toFixed(3)} Mpps (${r.sent} frames in ${r.secs.toFixed(2)} s), JS received ${got} (${((100 * got) / Math.max(1, r.sent)).toFixed(2)} %), kernel drops ${s.kernelDrops}, longest event-loop turn between polls ${maxGapMs.toFixed(1)} ms${pinned ? '' : ' (not pinned)'}${et === 0 ? ' (nothing read)' : ''}`,
+      for (const rxRing of ['v3', 'v2'] as const) {
+        const pool = createPool({ count: 8192 });
+        const d = new AfPacketDriver({ hostIf: p.host, rxFrames: 32768, rxRing });
+        d.open(pool);
+        const out = new Uint32Array(256);
+        let got = 0,
+          et = 0;
+        const gen = startGenerator(p.ns, p.peer, 0, seconds, 64);
+        let done = false;
+        let res: GenResult | null = null;
+        gen.then(
+          (r) => {
+            res = r;
+            done = true;
+          },
+          () => {
+            done = true;
+          },
         );
-        json.rx_generator_mpps = round(genMpps);
-        json.rx_received_fraction = round(got / Math.max(1, r.sent));
-        json.rx_kernel_drops = s.kernelDrops;
+        const u8 = pool.u8,
+          off = pool.offset;
+        let lastGot = -1;
+        let maxGapMs = 0,
+          prev = performance.now();
+        while (!done || got !== lastGot) {
+          lastGot = got;
+          const t = performance.now();
+          if (t - prev > maxGapMs) maxGapMs = t - prev;
+          for (let k = 0; k < 64; k++) {
+            const n = d.rxBurst(0, out, 256);
+            for (let i = 0; i < n; i++) et |= (u8[off[out[i]] + 12] << 8) | u8[off[out[i]] + 13];
+            if (n) pool.free(out, 0, n);
+            got += n;
+          }
+          prev = performance.now();
+          await new Promise((r) => setImmediate(r));
+          if (done) await sleep(5);
+        }
+        const s = d.stats();
+        d.close();
+        const r = res as GenResult | null;
+        if (r) {
+          const genMpps = r.sent / r.secs / 1e6;
+          lines.push(
+            `af_packet rx 64 B (${rxRing} ring): generator ${genMpps.toFixed(3)} Mpps (${r.sent} frames in ${r.secs.toFixed(2)} s), JS received ${got} (${((100 * got) / Math.max(1, r.sent)).toFixed(2)} %), kernel drops ${s.kernelDrops}, longest event-loop turn between polls ${maxGapMs.toFixed(1)} ms${pinned ? '' : ' (not pinned)'}${et === 0 ? ' (nothing read)' : ''}`,
+          );
+          json[`rx_${rxRing}_generator_mpps`] = round(genMpps);
+          json[`rx_${rxRing}_received_fraction`] = round(got / Math.max(1, r.sent));
+          json[`rx_${rxRing}_kernel_drops`] = s.kernelDrops;
+        }
       }
     } finally {
       if (pinned) pinSelf(`0-${cpu}`);

@@ -215,9 +215,9 @@ const DRIVER_OPTIONS: Record<DriverKind, MapSpec> = {
       },
       'rx-ring': {
         type: 'enum',
-        values: ['v3', 'v2'],
-        default: 'v3',
-        doc: 'v3: TPACKET_V3 blocks, handed over when full or after block-timeout-ms (a lone frame may wait that long); v2: TPACKET_V2, a slot per frame handed over at once (no latency floor; needs tx-mode sendmmsg)',
+        values: ['auto', 'v2', 'v3'],
+        default: 'auto',
+        doc: "v2: TPACKET_V2, a slot per frame handed over at once (no latency floor; needs tx-mode sendmmsg); v3: TPACKET_V3 blocks, handed over when full or after block-timeout-ms (a lone frame waits that long: a ping-pong pays it at every hop); auto: v2, or v3 with tx-mode ring (DPDK's af_packet uses TPACKET_V2 too)",
       },
       'block-timeout-ms': {
         type: 'int',

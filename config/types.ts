@@ -27,7 +27,8 @@ export interface AfPacketConfig {
   txMode: 'sendmmsg' | 'ring';
   blockSize: number;
   qdiscBypass: boolean;
-  rxRing: 'v3' | 'v2';
+  /** 'auto': the driver's default (v2, or v3 with tx-mode ring). */
+  rxRing: 'auto' | 'v3' | 'v2';
   blockTimeoutMs: number;
 }
 

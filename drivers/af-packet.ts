@@ -2,9 +2,10 @@
  * The af_packet driver: a Linux kernel interface (a veth end, a NIC the kernel owns) through one
  * AF_PACKET socket, as VPP's `create host-interface name <if>` (interface name `host-<if>`).
  *
- * Receive: a TPACKET_V3 ring (blocks of `blockSize`, retired by the kernel when full or after
- * `blockTimeoutMs`), or with `rxRing: 'v2'` a TPACKET_V2 ring (a fixed slot per frame, handed
- * over as soon as it is written: no block-retire latency floor for sparse traffic). One burst is three steps and two native calls: ask how many pool buffers
+ * Receive: a TPACKET_V2 ring (a fixed slot per frame, handed over as soon as it is written), or
+ * with `rxRing: 'v3'` (the default with the TX ring) a TPACKET_V3 ring (blocks of `blockSize`,
+ * retired by the kernel when full or after `blockTimeoutMs`: a latency floor for sparse
+ * traffic). One burst is three steps and two native calls: ask how many pool buffers
  * the waiting frames need, allocate exactly that many in one batch, then one native call copies
  * the frames into them (chaining buffers for frames larger than the pool's data size), fills the
  * pool's length/flags/next/timestamp arrays and hands each ring block back to the kernel as soon
@@ -66,10 +67,11 @@ export interface AfPacketOptions {
   /** A block not yet full is handed to us after this many ms (tp_retire_blk_tov). Default 1. */
   blockTimeoutMs?: number;
   /**
-   * 'v3' (default): TPACKET_V3 blocks, retired when full or after blockTimeoutMs, so a lone frame
-   * may wait that long (the latency floor of sparse traffic); 'v2': TPACKET_V2 slots, one per
-   * frame, each handed over as soon as it is written (no floor; fixed-size slots). 'v2' needs
-   * txMode 'sendmmsg'.
+   * 'v2' (default with txMode 'sendmmsg'): TPACKET_V2 slots, one per frame, each handed over as
+   * soon as it is written (no floor; fixed-size slots; DPDK's af_packet PMD uses them too). 'v3'
+   * (default with txMode 'ring', which needs it): TPACKET_V3 blocks, retired when full or after
+   * blockTimeoutMs, so a lone frame waits that long: the latency floor of sparse traffic, paid at
+   * every hop of a ping-pong (an MPI or UCX ping-pong over two veth ends: ~1 ms per round trip).
    */
   rxRing?: 'v3' | 'v2';
   /** Our MTU; at most the kernel interface's (default: the kernel's). */
@@ -179,7 +181,7 @@ export class AfPacketDriver implements Driver {
     const txMode = opts.txMode ?? 'sendmmsg';
     if (txMode !== 'sendmmsg' && txMode !== 'ring')
       throw new RangeError(`${where}: txMode must be 'sendmmsg' or 'ring', got ${JSON.stringify(txMode)}`);
-    const rxRing = opts.rxRing ?? 'v3';
+    const rxRing = opts.rxRing ?? (txMode === 'ring' ? 'v3' : 'v2');
     if (rxRing !== 'v3' && rxRing !== 'v2')
       throw new RangeError(`${where}: rxRing must be 'v3' or 'v2', got ${JSON.stringify(rxRing)}`);
     if (rxRing === 'v2' && txMode === 'ring')

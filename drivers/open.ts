@@ -40,7 +40,7 @@ export interface DriverSpec {
     txMode: 'sendmmsg' | 'ring';
     blockSize: number;
     qdiscBypass: boolean;
-    rxRing: 'v3' | 'v2';
+    rxRing: 'auto' | 'v3' | 'v2';
     blockTimeoutMs: number;
   };
   pcap?: { rxFile: string | null; txFile: string | null; rate: number; loop: number };
@@ -127,7 +127,7 @@ export function openDriver(c: DriverSpec, idlePollUs = 50, lanes?: DriverLanes):
         txMode: a.txMode,
         blockSize: a.blockSize,
         qdiscBypass: a.qdiscBypass,
-        rxRing: a.rxRing,
+        ...(a.rxRing === 'auto' ? {} : { rxRing: a.rxRing }),
         blockTimeoutMs: a.blockTimeoutMs,
         rxFrames: Math.max(c.rxQueueSize, 64),
         txFrames: c.txQueueSize,

@@ -476,7 +476,7 @@ test('rx: when the pool runs dry frames wait in the ring (counted), none lost; d
   assert.is(pool.available(), pool.count);
 });
 
-test('rx: frames longer than a ring block arrive truncated; they are dropped and counted (rxErrors), the rest flow', async () => {
+test('rx (v3 ring; v2 slots are sized for the link MTU): frames longer than a ring block arrive truncated; they are dropped and counted (rxErrors), the rest flow', async () => {
   pair();
   const q = createVethNs();
   const pool = memPool(256);
@@ -484,7 +484,7 @@ test('rx: frames longer than a ring block arrive truncated; they are dropped and
     ip('link', 'set', q.host, 'mtu', '9000');
     ip('-n', q.ns, 'link', 'set', q.peer, 'mtu', '9000');
     // Our MTU 1500 on a 9000-byte kernel link, 4 KiB blocks: an 8000-byte frame cannot fit.
-    const d = new AfPacketDriver({ hostIf: q.host, mtu: 1500, blockSize: 4096, rxFrames: 64 });
+    const d = new AfPacketDriver({ hostIf: q.host, mtu: 1500, blockSize: 4096, rxFrames: 64, rxRing: 'v3' });
     d.open(pool);
     try {
       const frames = [
@@ -733,6 +733,18 @@ for (const rxRing of ['v3', 'v2'] as const)
     }
     assert.is(pool.available(), pool.count, 'no buffer leaked');
   });
+
+test('the rx ring by default: TPACKET_V2 with sendmmsg (no latency floor), TPACKET_V3 with the TX ring (which needs it); v2 with the TX ring is refused', () => {
+  const p = pair();
+  assert.is(new AfPacketDriver({ hostIf: p.host }).rxRing, 'v2');
+  assert.is(new AfPacketDriver({ hostIf: p.host, txMode: 'sendmmsg' }).rxRing, 'v2');
+  assert.is(new AfPacketDriver({ hostIf: p.host, txMode: 'ring' }).rxRing, 'v3');
+  assert.is(new AfPacketDriver({ hostIf: p.host, rxRing: 'v3' }).rxRing, 'v3');
+  assert.throws(
+    () => new AfPacketDriver({ hostIf: p.host, txMode: 'ring', rxRing: 'v2' }),
+    /rxRing 'v2' needs txMode 'sendmmsg'/,
+  );
+});
 
 test('rx ring v2 hands a lone frame over at once; v3 holds it in its block until the block timeout (here 1000 ms)', async () => {
   const p = pair();

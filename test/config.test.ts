@@ -928,7 +928,7 @@ test("defaults of an interface and of each driver's options", () => {
         txMode: 'sendmmsg',
         blockSize: 65536,
         qdiscBypass: true,
-        rxRing: 'v3',
+        rxRing: 'auto',
         blockTimeoutMs: 1,
       },
       ...common,

@@ -38,6 +38,9 @@ test("two workers on one kernel interface, split by UDP port: each gets its own 
     b = await createDataplane(parseConfig(side('h1', VB, '10.71.0.2', 0, 1), 'b.yaml'));
     for (let i = 0; i < 200 && !(await a.interfaces()).every((x) => x.state === 'up'); i++) await sleep(20);
     await sleep(100); // past the gratuitous ARPs each side sends when its link comes up
+    // rx-ring auto: TPACKET_V2 (no block timeout to wait out at every hop).
+    const ring = (await b.hardware()).find((h) => h.name === 'h1')?.info['rx ring'];
+    assert.match(String(ring), /^TPACKET_V2, .*no block timeout/, `B's ring: ${ring}`);
     const ca0 = (await a.interface('h0')).counters,
       cb0 = (await b.interface('h1')).counters;
     const before = (await a.runtime()).map((t) => t.rows.find((r) => r.name === 'af-packet-input')?.vectors ?? 0);
