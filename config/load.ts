@@ -372,6 +372,19 @@ function crossCheck(raw: Raw, c: Checker): void {
         'tx-mode: sendmmsg with rx-ring: v2',
       );
     }
+    if (
+      driver === 'af_packet' &&
+      isRecord(itf.afPacket) &&
+      itf.afPacket.gso === true &&
+      (itf.afPacket.rxRing === 'v3' || itf.afPacket.txMode === 'ring')
+    ) {
+      c.report(
+        `${p}.af_packet.gso`,
+        c.where(`${p}.af_packet.gso`),
+        'gso with rx-ring v3 or tx-mode ring (the virtio_net_hdr goes with TPACKET_V2 slots and sendmmsg)',
+        'gso: true with rx-ring auto or v2 and tx-mode sendmmsg',
+      );
+    }
     for (const d of ['ibverbs', 'mlx5dv'] as const) {
       const o = itf[d];
       if (driver !== d || !isRecord(o)) continue;

@@ -219,6 +219,11 @@ const DRIVER_OPTIONS: Record<DriverKind, MapSpec> = {
         default: 'auto',
         doc: "v2: TPACKET_V2, a slot per frame handed over at once (no latency floor; needs tx-mode sendmmsg); v3: TPACKET_V3 blocks, handed over when full or after block-timeout-ms (a lone frame waits that long: a ping-pong pays it at every hop); auto: v2, or v3 with tx-mode ring (DPDK's af_packet uses TPACKET_V2 too)",
       },
+      gso: {
+        type: 'bool',
+        default: false,
+        doc: "UDP segmentation offload (PACKET_VNET_HDR): a QP's consecutive segments leave as one message the kernel cuts back into datagrams (on the NIC or before the wire; across a veth pair it crosses whole, as TCP's 64 KiB GSO packets do), and such messages received are cut here; needs rx-ring v2 (auto) and tx-mode sendmmsg; rx slots of 128 KiB (block-size raised to 131072; up to 512 slots: 64 MiB). Every af_packet reader on the same veth or bridge must take GSO frames (rdma-graph with gso: true, or the kernel's sockets)",
+      },
       'block-timeout-ms': {
         type: 'int',
         min: 1,

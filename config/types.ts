@@ -29,6 +29,8 @@ export interface AfPacketConfig {
   qdiscBypass: boolean;
   /** 'auto': the driver's default (v2, or v3 with tx-mode ring). */
   rxRing: 'auto' | 'v3' | 'v2';
+  /** UDP segmentation offload (drivers/af-packet.ts AfPacketOptions.gso). */
+  gso: boolean;
   blockTimeoutMs: number;
 }
 

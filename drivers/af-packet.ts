@@ -74,6 +74,16 @@ export interface AfPacketOptions {
    * every hop of a ping-pong (an MPI or UCX ping-pong over two veth ends: ~1 ms per round trip).
    */
   rxRing?: 'v3' | 'v2';
+  /**
+   * UDP segmentation offload (PACKET_VNET_HDR; default false): consecutive UDP datagrams of one
+   * flow and one size leave as one message the kernel cuts back into them (on the NIC, or in
+   * software before the wire; across a veth pair it crosses whole), and such messages received
+   * are cut here (native/core/afpacket_gso.h). Needs rxRing 'v2' and txMode 'sendmmsg'; the rx
+   * slots hold 64 KiB each (rxFrames of them, at most 512: 64 MiB). A peer on the same veth or
+   * bridge that reads with af_packet must take GSO frames too (rdma-graph with gso, or a kernel
+   * socket); one without it sees them truncated.
+   */
+  gso?: boolean;
   /** Our MTU; at most the kernel interface's (default: the kernel's). */
   mtu?: number;
   /** 'sendmmsg' (default) or 'ring' (TPACKET_V3 TX ring). */
@@ -104,6 +114,10 @@ export interface AfPacketDriverStats extends AfPacketStats {
 }
 
 const NOMINAL_FRAME = 2048;
+/** gso: a slot for one whole 64 KiB message behind its TPACKET_V2 and virtio_net headers (native/core/afpacket.cc). */
+const GSO_SLOT = 131072;
+/** gso: at most this many slots (64 MiB of ring). */
+const GSO_MAX_SLOTS = 512;
 /**
  * What a ring block holds besides one frame's bytes: the block descriptor (48) and the frame's
  * MAC offset in its slot, TPACKET_ALIGN(TPACKET3_HDRLEN + 16) - 14 = 82 (the socket's
@@ -131,6 +145,8 @@ export class AfPacketDriver implements Driver {
   private readonly blocks: number;
   private readonly blockTimeoutMs: number;
   readonly rxRing: 'v3' | 'v2';
+  /** UDP segmentation offload on this socket (AfPacketOptions.gso). */
+  readonly gso: boolean;
   private readonly txFrames: number;
   private readonly bringUp: boolean;
   private readonly qdiscBypass: boolean;
@@ -162,7 +178,8 @@ export class AfPacketDriver implements Driver {
     this.name = opts.name ?? `host-${hostIf}`;
     const where = `af_packet interface ${this.name}`;
 
-    const blockSize = opts.blockSize ?? 65536;
+    // gso: one 128 KiB slot per block (a whole 64 KiB message behind its headers).
+    const blockSize = opts.blockSize ?? (opts.gso === true ? GSO_SLOT : 65536);
     if (
       !Number.isInteger(blockSize) ||
       blockSize < 4096 ||
@@ -181,6 +198,10 @@ export class AfPacketDriver implements Driver {
     const txMode = opts.txMode ?? 'sendmmsg';
     if (txMode !== 'sendmmsg' && txMode !== 'ring')
       throw new RangeError(`${where}: txMode must be 'sendmmsg' or 'ring', got ${JSON.stringify(txMode)}`);
+    const gso = opts.gso ?? false;
+    if (typeof gso !== 'boolean') throw new RangeError(`${where}: gso must be a boolean, got ${JSON.stringify(gso)}`);
+    if (gso && (txMode === 'ring' || opts.rxRing === 'v3'))
+      throw new RangeError(`${where}: gso needs txMode 'sendmmsg' and rxRing 'v2' (virtio_net_hdr on TPACKET_V2 slots)`);
     const rxRing = opts.rxRing ?? (txMode === 'ring' ? 'v3' : 'v2');
     if (rxRing !== 'v3' && rxRing !== 'v2')
       throw new RangeError(`${where}: rxRing must be 'v3' or 'v2', got ${JSON.stringify(rxRing)}`);
@@ -215,7 +236,12 @@ export class AfPacketDriver implements Driver {
     this.mac = opts.mac === undefined ? Uint8Array.from(info.mac) : macOption(where, opts.mac, this.name);
     this.promisc = opts.promisc ?? false;
     this.blockSize = blockSize;
-    this.blocks = Math.max(2, Math.ceil((rxFrames * NOMINAL_FRAME) / blockSize));
+    if (gso && blockSize < GSO_SLOT)
+      throw new RangeError(`${where}: gso needs blockSize of at least ${GSO_SLOT} (a 64 KiB message per slot), got ${blockSize}`);
+    this.gso = gso;
+    this.blocks = gso
+      ? Math.max(2, Math.ceil(Math.min(rxFrames, GSO_MAX_SLOTS) / (blockSize / GSO_SLOT)))
+      : Math.max(2, Math.ceil((rxFrames * NOMINAL_FRAME) / blockSize));
     this.blockTimeoutMs = tov;
     this.rxRing = rxRing;
     this.txMode = txMode;
@@ -238,6 +264,7 @@ export class AfPacketDriver implements Driver {
       blocks: this.blocks,
       blockTimeoutMs: this.blockTimeoutMs,
       rxRing: this.rxRing,
+      gso: this.gso,
       txRing: this.txMode === 'ring',
       txFrames: this.txFrames,
       txFrameSize: Math.max(2048, (this.mtu + 18 + 48 + 15) & ~15),
@@ -328,9 +355,12 @@ export class AfPacketDriver implements Driver {
         promiscuous: this.promisc,
         'rx ring':
           this.rxRing === 'v2'
-            ? `TPACKET_V2, ${this.blocks} blocks of ${this.blockSize} bytes, a slot per frame (no block timeout)`
+            ? `TPACKET_V2, ${this.blocks} blocks of ${this.blockSize} bytes, a slot per frame (no block timeout)${this.gso ? ', GSO messages cut into datagrams' : ''}`
             : `TPACKET_V3, ${this.blocks} blocks of ${this.blockSize} bytes, block timeout ${this.blockTimeoutMs} ms`,
-        tx: this.txMode === 'ring' ? `TX ring, ${this.txFrames} frames` : 'sendmmsg',
+        tx:
+          this.txMode === 'ring'
+            ? `TX ring, ${this.txFrames} frames`
+            : `sendmmsg${this.gso ? ', UDP datagrams of one flow as GSO messages' : ''}`,
         'qdisc-bypass': this.qdiscBypass,
       },
       counters: { ...this.stats() },
@@ -352,7 +382,7 @@ export class AfPacketDriver implements Driver {
       txBytes: s.txBytes,
       rxDrops: s.kernelDrops,
       txDrops: s.txRefused,
-      rxErrors: s.rxTruncated + s.rxBad,
+      rxErrors: s.rxTruncated + s.rxBad + s.rxGsoDropped,
       txErrors: s.txErrors,
     };
   }
@@ -408,6 +438,11 @@ function emptyStats(): AfPacketStats {
     txErrors: 0,
     txInvalid: 0,
     txRefused: 0,
+    txGsoMessages: 0,
+    txGsoDatagrams: 0,
+    rxGsoFrames: 0,
+    rxGsoDatagrams: 0,
+    rxGsoDropped: 0,
     kernelPackets: 0,
     kernelDrops: 0,
     kernelFreezeQueue: 0,

@@ -41,6 +41,7 @@ export interface DriverSpec {
     blockSize: number;
     qdiscBypass: boolean;
     rxRing: 'auto' | 'v3' | 'v2';
+    gso: boolean;
     blockTimeoutMs: number;
   };
   pcap?: { rxFile: string | null; txFile: string | null; rate: number; loop: number };
@@ -125,9 +126,11 @@ export function openDriver(c: DriverSpec, idlePollUs = 50, lanes?: DriverLanes):
         mtu: c.mtu,
         promisc: a.promisc,
         txMode: a.txMode,
-        blockSize: a.blockSize,
+        // gso: a slot per 64 KiB message (block-size is raised to 128 KiB).
+        blockSize: a.gso ? Math.max(a.blockSize, 131072) : a.blockSize,
         qdiscBypass: a.qdiscBypass,
         ...(a.rxRing === 'auto' ? {} : { rxRing: a.rxRing }),
+        gso: a.gso,
         blockTimeoutMs: a.blockTimeoutMs,
         rxFrames: Math.max(c.rxQueueSize, 64),
         txFrames: c.txQueueSize,

@@ -135,6 +135,8 @@ export interface AfPacketSocketOptions {
   blockTimeoutMs?: number;
   /** 'v3' (default) or 'v2' (TPACKET_V2: a slot per frame, no block timeout; needs txRing false). */
   rxRing?: 'v3' | 'v2';
+  /** PACKET_VNET_HDR: UDP segmentation offload both ways (native/core/afpacket_gso.h); needs rxRing 'v2'. Default false. */
+  gso?: boolean;
   /** Transmit through a TPACKET_V3 TX ring on the socket instead of sendmmsg. Default false. */
   txRing?: boolean;
   /** TX ring frames (txRing only). Default 1024. */
@@ -191,6 +193,13 @@ export interface AfPacketStats {
   txInvalid: number;
   /** Frames offered but not taken (socket buffer or TX ring full, interface down). */
   txRefused: number;
+  /** gso: messages of more than one datagram sent, and the datagrams they carried (in txPackets). */
+  txGsoMessages: number;
+  txGsoDatagrams: number;
+  /** gso: GSO frames received and cut, the datagrams they gave (in rxPackets), and those dropped (not IPv4/UDP, lengths that disagree, too many or too small pieces). */
+  rxGsoFrames: number;
+  rxGsoDatagrams: number;
+  rxGsoDropped: number;
   /** PACKET_STATISTICS, accumulated: frames the socket saw (including drops). */
   kernelPackets: number;
   /** PACKET_STATISTICS: frames lost because the rx ring was full. */
@@ -218,6 +227,10 @@ export interface AfPacketSocket {
   readonly broughtUp: boolean;
   readonly blockSize: number;
   readonly blocks: number;
+  readonly rxRing: 'v3' | 'v2';
+  readonly gso: boolean;
+  /** TPACKET_V2 slots in the rx ring (0 with v3). */
+  readonly rxSlots: number;
   /** Longest frame the rx ring holds whole (blockSize - 130); longer ones arrive truncated. */
   readonly maxFrameLen: number;
   readonly txMode: 'sendmmsg' | 'ring';

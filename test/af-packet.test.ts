@@ -838,4 +838,148 @@ test('link: a down interface is set up at open as VPP does (bringUp: false leave
   assert.is(pool.available(), pool.count);
 });
 
+// ------------------------------------------------------------------------------ gso
+
+const payloadOf = (k: number, n: number) => new Uint8Array(n).map((_, i) => (k * 31 + i) & 0xff);
+
+test('gso tx: runs of UDP datagrams of one flow and one size leave as one message each; the kernel gets every datagram intact, in order', async () => {
+  const p = pair();
+  const pool = memPool(256, 2048);
+  const d = new AfPacketDriver({ hostIf: p.host, gso: true });
+  d.open(pool);
+  try {
+    assert.is(d.socket!.gso, true);
+    const ours = '10.77.1.1';
+    const toA = pyInNsAsync(p.ns, PY_RECV_UDP, [p.peerIp!, '9997', '27', '3']);
+    const toB = pyInNsAsync(p.ns, PY_RECV_UDP, [p.peerIp!, '9996', '1', '3']);
+    await toA.ready;
+    await toB.ready;
+    // A run of 20 x 1000 bytes ended by a shorter one, another flow's datagram, a run of 6 x 1200.
+    const a = [...Array.from({ length: 20 }, (_, k) => payloadOf(k, 1000)), payloadOf(20, 300)];
+    const b = payloadOf(99, 1000);
+    const c = Array.from({ length: 6 }, (_, k) => payloadOf(50 + k, 1200));
+    const frame = (port: number, x: Uint8Array) => udpFrame(p.peerMac, d.mac, ours, p.peerIp!, 5555, port, x);
+    const frames = [...a.map((x) => frame(9997, x)), frame(9996, b), ...c.map((x) => frame(9997, x))];
+    const before = linkStats(p.peer, p.ns).rxPackets;
+    const bufs = toPool(pool, frames);
+    assert.is(d.txBurst(0, bufs, 0, bufs.length), frames.length);
+    assert.equal(
+      await toA.done,
+      [...a, ...c].map((x) => `${ours} ${hex(x)}`),
+      'flow A: every datagram, in order',
+    );
+    assert.equal(await toB.done, [`${ours} ${hex(b)}`], 'flow B');
+    const s = d.stats();
+    assert.is(s.txPackets, frames.length, 'txPackets counts datagrams');
+    assert.is(s.txGsoMessages, 2, 'the two runs');
+    assert.is(s.txGsoDatagrams, 27);
+    assert.is(s.txErrors, 0);
+    const crossed = linkStats(p.peer, p.ns).rxPackets - before;
+    assert.ok(crossed >= 3 && crossed < 10, `the veth carried each run whole: ${crossed} packets for 28 datagrams`);
+  } finally {
+    d.close();
+  }
+  assert.is(pool.available(), pool.count);
+});
+
+/** Sends each stdin line "VNETHEX FRAMEHEX" with PACKET_VNET_HDR on argv[1]; prints ok or the errno per line. */
+const PY_SEND_VNET = `
+import socket, sys
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.setsockopt(263, 15, 1)
+s.bind((sys.argv[1], 0))
+for line in sys.stdin:
+    if not line.strip(): continue
+    v, f = line.split()
+    try:
+        s.send(bytes.fromhex(v) + bytes.fromhex(f)); print("ok", flush=True)
+    except OSError as e:
+        print("errno", e.errno, flush=True)
+`;
+
+/** A GSO message as a kernel sender makes it: header for the whole, payload cut every `seg` bytes. */
+function gsoMessage(dst: Uint8Array, src: Uint8Array, payload: Uint8Array, seg: number, type = 5) {
+  const f = udpFrame(dst, src, '10.77.1.2', '10.77.1.1', 4000, 5000, payload);
+  new DataView(f.buffer).setUint16(18, 0x1234); // IPv4 ID: the datagrams get 0x1234 + i
+  const v = new Uint8Array(10);
+  const dv = new DataView(v.buffer);
+  v[0] = 1; // NEEDS_CSUM
+  v[1] = type;
+  dv.setUint16(2, 42, true);
+  dv.setUint16(4, seg, true);
+  dv.setUint16(6, 34, true);
+  dv.setUint16(8, 6, true);
+  return `${hex(v)} ${hex(f)}`;
+}
+
+test('gso rx: a GSO message from the kernel is cut into its datagrams (lengths, IDs, IPv4 checksums right, L4 OK); messages that cannot be cut are dropped and counted, the ring goes on', async () => {
+  const p = pair();
+  const pool = memPool(512, 2048);
+  const d = new AfPacketDriver({ hostIf: p.host, gso: true });
+  d.open(pool);
+  try {
+    assert.match(String(d.hardware().info['rx ring']), /GSO messages cut into datagrams/);
+    const good = payloadOf(1, 10 * 700 + 123);
+    const again = payloadOf(2, 3 * 1400 + 1);
+    const lines = [
+      gsoMessage(d.mac, p.peerMac, good, 700),
+      gsoMessage(d.mac, p.peerMac, payloadOf(3, 5000), 40), // pieces under 64 bytes (and 125 of them)
+      gsoMessage(d.mac, p.peerMac, payloadOf(4, 64 * 100 + 1), 100), // 65 datagrams
+      gsoMessage(d.mac, p.peerMac, again, 1400),
+    ];
+    const sent = pyInNs(p.ns, PY_SEND_VNET, [p.peer], lines.join('\n') + '\n');
+    assert.is(sent[0], 'ok', 'the kernel took the first message');
+    assert.is(sent[3], 'ok', 'and the last');
+    const hostile = sent.slice(1, 3).filter((x) => x === 'ok').length;
+    const isUdp = (b: Uint8Array) => b.length >= 42 && b[12] === 8 && b[13] === 0 && b[23] === 17;
+    const flagsOk: boolean[] = [];
+    const got = await receive(d, pool, 2000, isUdp, 11 + 4, (bi) =>
+      flagsOk.push((pool.flags[bi] & BufferFlag.L4_CKSUM_OK) !== 0),
+    );
+    const expect = (payload: Uint8Array, seg: number) =>
+      Array.from({ length: Math.ceil(payload.length / seg) }, (_, i) => payload.subarray(i * seg, (i + 1) * seg));
+    const chunks = [...expect(good, 700), ...expect(again, 1400)];
+    assert.is(got.length, chunks.length, 'each datagram of the two good messages, nothing of the others');
+    got.forEach((b, i) => {
+      const v = new DataView(b.buffer, b.byteOffset, b.byteLength);
+      const k = i < 11 ? i : i - 11;
+      assert.is(b.length, 42 + chunks[i].length, `datagram ${i}: length`);
+      assert.is(v.getUint16(16), 28 + chunks[i].length, `datagram ${i}: IPv4 total length`);
+      assert.is(v.getUint16(18), 0x1234 + k, `datagram ${i}: IPv4 ID`);
+      assert.is(csum16(b.subarray(14, 34)), 0xffff, `datagram ${i}: IPv4 header checksum`);
+      assert.is(v.getUint16(38), 8 + chunks[i].length, `datagram ${i}: UDP length`);
+      assert.equal(hex(b.subarray(42)), hex(chunks[i]), `datagram ${i}: payload`);
+    });
+    assert.ok(flagsOk.every(Boolean), 'L4 checksum OK on each');
+    const s = d.stats();
+    assert.is(s.rxGsoFrames, 2);
+    assert.is(s.rxGsoDatagrams, chunks.length);
+    assert.is(s.rxGsoDropped, hostile, `the messages that cannot be cut (${hostile} of 2 the kernel let through)`);
+    assert.ok(hostile >= 1, 'at least one hostile message reached the ring');
+    assert.is(d.counters().rxErrors, hostile);
+  } finally {
+    d.close();
+  }
+  assert.is(pool.available(), pool.count);
+});
+
+test('gso: refused with the TX ring or rxRing v3; blockSize too small for a 64 KiB message refused', () => {
+  const p = pair();
+  assert.throws(() => new AfPacketDriver({ hostIf: p.host, gso: true, txMode: 'ring' }), /gso needs txMode 'sendmmsg'/);
+  assert.throws(
+    () => new AfPacketDriver({ hostIf: p.host, gso: true, rxRing: 'v3' }),
+    /gso needs txMode 'sendmmsg' and rxRing 'v2'/,
+  );
+  assert.throws(
+    () => new AfPacketDriver({ hostIf: p.host, gso: true, blockSize: 65536 }),
+    /gso needs blockSize of at least 131072/,
+  );
+  const d = new AfPacketDriver({ hostIf: p.host, gso: true, rxFrames: 4096 });
+  assert.match(
+    String(d.hardware().info['rx ring']),
+    /^TPACKET_V2, 512 blocks of 131072 bytes/,
+    'at most 512 slots of 128 KiB',
+  );
+});
+
 test.run();

@@ -127,7 +127,7 @@ const CASES: [string, string, string][] = [
   [
     'unknown key: af_packet',
     'interfaces:\n  - name: h0\n    driver: af_packet\n    af_packet: {host-interface: v0, ring: 1}\n',
-    't.yaml:4:37: interfaces[0].af_packet.ring: unknown key "ring" (expected one of: host-interface, promisc, tx-mode, block-size, qdisc-bypass, rx-ring, block-timeout-ms)',
+    't.yaml:4:37: interfaces[0].af_packet.ring: unknown key "ring" (expected one of: host-interface, promisc, tx-mode, block-size, qdisc-bypass, rx-ring, gso, block-timeout-ms)',
   ],
   [
     'unknown key: pcap',
@@ -228,7 +228,7 @@ const CASES: [string, string, string][] = [
   [
     "missing: the driver's options (af_packet)",
     'interfaces:\n  - name: h0\n    driver: af_packet\n',
-    't.yaml:2:5: interfaces[0].af_packet: missing, driver af_packet takes its options here (expected a mapping of: host-interface, promisc, tx-mode, block-size, qdisc-bypass, rx-ring, block-timeout-ms)',
+    't.yaml:2:5: interfaces[0].af_packet: missing, driver af_packet takes its options here (expected a mapping of: host-interface, promisc, tx-mode, block-size, qdisc-bypass, rx-ring, gso, block-timeout-ms)',
   ],
   // ---- wrong types
   [
@@ -412,6 +412,11 @@ const CASES: [string, string, string][] = [
     'af_packet: rx-ring v2 with tx-mode ring',
     'interfaces:\n  - name: h0\n    driver: af_packet\n    af_packet: {host-interface: v0, tx-mode: ring, rx-ring: v2}\n',
     "t.yaml:4:61: interfaces[0].af_packet.rx-ring: rx-ring v2 with tx-mode ring (the tx ring is TPACKET_V3's: one socket has one version) (expected tx-mode: sendmmsg with rx-ring: v2)",
+  ],
+  [
+    'af_packet: gso with tx-mode ring',
+    'interfaces:\n  - name: h0\n    driver: af_packet\n    af_packet: {host-interface: v0, tx-mode: ring, gso: true}\n',
+    't.yaml:4:57: interfaces[0].af_packet.gso: gso with rx-ring v3 or tx-mode ring (the virtio_net_hdr goes with TPACKET_V2 slots and sendmmsg) (expected gso: true with rx-ring auto or v2 and tx-mode sendmmsg)',
   ],
   [
     'interface rx-mode: an unknown mode',
@@ -929,6 +934,7 @@ test("defaults of an interface and of each driver's options", () => {
         blockSize: 65536,
         qdiscBypass: true,
         rxRing: 'auto',
+        gso: false,
         blockTimeoutMs: 1,
       },
       ...common,
@@ -1154,6 +1160,7 @@ test('a full example: the normalised Config, every key taken', () => {
           blockSize: 1048576,
           qdiscBypass: false,
           rxRing: 'v3', // v2 needs tx-mode sendmmsg (checked below)
+          gso: false,
           blockTimeoutMs: 5,
         },
         line: 58,

@@ -32,10 +32,12 @@
 #include <uv.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "afpacket_gso.h"
 #include "common.h"
 
 #ifndef PACKET_QDISC_BYPASS
@@ -43,6 +45,9 @@
 #endif
 #ifndef PACKET_IGNORE_OUTGOING
 #define PACKET_IGNORE_OUTGOING 23
+#endif
+#ifndef PACKET_VNET_HDR
+#define PACKET_VNET_HDR 15
 #endif
 #ifndef TP_STATUS_CSUM_VALID
 #define TP_STATUS_CSUM_VALID (1 << 7)
@@ -222,6 +227,8 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
       v2_ = rr == "v2";
     }
     if (v2_ && tx_ring_) throw RangeErr(env, std::string(fn) + ": rxRing 'v2' works with txRing false (sendmmsg) only");
+    gso_ = OptBool(o, "gso", false);
+    if (gso_ && !v2_) throw RangeErr(env, std::string(fn) + ": gso needs rxRing 'v2' (and txRing false)");
     uint32_t tx_frames = OptU32(o, "txFrames", fn, 1024, 8, 1u << 20);
     tx_frame_size_ = OptU32(o, "txFrameSize", fn, 2048, TPACKET_ALIGN(TPACKET3_HDRLEN) + 64, 1u << 20);
     if (tx_frame_size_ % TPACKET_ALIGNMENT != 0) {
@@ -245,6 +252,8 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
       // One frame per slot: the header, the kernel's alignment pad, and a frame of the link's
       // MTU with an Ethernet header and a VLAN tag, rounded up to a power of 2 (2048 at 1500).
       uint32_t need = TPACKET_ALIGN(TPACKET2_HDRLEN) + 32 + link_mtu_ + ETH_HLEN + 8;
+      // gso: a slot holds a whole message (64 KiB of IPv4) behind its virtio_net_hdr.
+      if (gso_) need = TPACKET_ALIGN(TPACKET2_HDRLEN) + 32 + sizeof(gso::VnetHdr) + 65535 + ETH_HLEN + 8;
       frame_size_ = 256;
       while (frame_size_ < need) frame_size_ <<= 1;
       if (frame_size_ > block_size_) {
@@ -296,6 +305,8 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     self.Set("blockSize", Napi::Number::New(env, block_size_));
     self.Set("blocks", Napi::Number::New(env, block_nr_));
     self.Set("rxRing", Napi::String::New(env, v2_ ? "v2" : "v3"));
+    self.Set("gso", Napi::Boolean::New(env, gso_));
+    self.Set("rxSlots", Napi::Number::New(env, v2_ ? frame_nr_ : 0));
     // The kernel puts a frame's MAC header at TPACKET_ALIGN(TPACKET3_HDRLEN + 16) - 14 in its slot.
     self.Set("maxFrameLen",
              Napi::Number::New(env, block_size_ - BlockHeaderLen() - (TPACKET_ALIGN(TPACKET3_HDRLEN + 16) - ETH_HLEN)));
@@ -345,6 +356,8 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
       brought_up_ = true;
     }
 
+    // Before the version and the rings (the kernel refuses it once a ring exists).
+    if (gso_) SetOpt(env, SOL_PACKET, PACKET_VNET_HDR, 1, "PACKET_VNET_HDR");
     if (v2_)
       SetOpt(env, SOL_PACKET, PACKET_VERSION, TPACKET_V2, "PACKET_VERSION TPACKET_V2");
     else
@@ -591,7 +604,37 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
                                            static_cast<size_t>(k % frames_per_block_) * frame_size_);
   }
   bool SlotDataOk(const tpacket2_hdr* h) const {
-    return h->tp_mac >= sizeof(tpacket2_hdr) && static_cast<uint64_t>(h->tp_mac) + h->tp_snaplen <= frame_size_;
+    const uint32_t lo = sizeof(tpacket2_hdr) + (gso_ ? sizeof(gso::VnetHdr) : 0);
+    return h->tp_mac >= lo && static_cast<uint64_t>(h->tp_mac) + h->tp_snaplen <= frame_size_;
+  }
+  // gso: the virtio_net_hdr the kernel wrote just before the frame (SlotDataOk checked room).
+  gso::VnetHdr SlotVnet(const tpacket2_hdr* h) const {
+    gso::VnetHdr v;
+    std::memcpy(&v, reinterpret_cast<const uint8_t*>(h) + h->tp_mac - sizeof v, sizeof v);
+    return v;
+  }
+  // A GSO frame's plan: datagrams (0: drop it), payload bytes per datagram, pool buffers in all.
+  uint32_t GsoPlan(const tpacket2_hdr* h, uint32_t* seg, uint32_t* bufs) const {
+    if (h->tp_snaplen < h->tp_len || (h->tp_status & TP_STATUS_VLAN_VALID)) return 0;
+    const uint8_t* f = reinterpret_cast<const uint8_t*>(h) + h->tp_mac;
+    uint32_t n = gso::RxPlan(SlotVnet(h), f, h->tp_snaplen, seg);
+    if (n == 0) return 0;
+    const uint32_t ds = pool_.data_size, payload = h->tp_snaplen - gso::kHdrLen;
+    uint32_t total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+      uint32_t chunk = payload - i * *seg < *seg ? payload - i * *seg : *seg;
+      total += (gso::kHdrLen + chunk + ds - 1) / ds;
+    }
+    if (total > pool_.idx_cap) return 0;  // could never be placed: drop rather than wait forever
+    *bufs = total;
+    return n;
+  }
+  bool IsGso(const tpacket2_hdr* h) const { return gso_ && SlotVnet(h).gso_type != gso::kTypeNone; }
+  // Pool buffers slot h's frame needs (0: it is dropped when reached).
+  uint32_t NeedFor2(const tpacket2_hdr* h) const {
+    if (!IsGso(h)) return SegsFor2(h);
+    uint32_t seg = 0, bufs = 0;
+    return GsoPlan(h, &seg, &bufs) ? bufs : 0;
   }
   uint32_t SegsFor2(const tpacket2_hdr* h) const {
     if (h->tp_snaplen < h->tp_len) return 0;
@@ -628,7 +671,6 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
   uint32_t Place(Napi::Env env, const uint8_t* src, uint32_t snap, uint32_t st, uint16_t tpid_raw, uint16_t tci,
                  uint32_t sec, uint32_t nsec, uint32_t segs, uint32_t used) {
     const PoolView& p = pool_;
-    const uint32_t ds = p.data_size;
     const bool vlan = (st & TP_STATUS_VLAN_VALID) != 0;
     const uint32_t head = p.idx[used];
     if (segs == 1 && !vlan) {
@@ -661,6 +703,30 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
         pieces[np] = src;
         plen[np++] = snap;
       }
+      PlacePieces(env, pieces, plen, np, segs, used);
+      if (vlan) rx_vlan_++;
+    }
+    Mark(head, st, sec, nsec);
+    return head;
+  }
+
+  // Flags and timestamp of a received packet's head buffer.
+  void Mark(uint32_t head, uint32_t st, uint32_t sec, uint32_t nsec) {
+    const PoolView& p = pool_;
+    uint32_t f = p.f_ts;
+    if (st & (TP_STATUS_CSUMNOTREADY | TP_STATUS_CSUM_VALID)) f |= p.f_l4ok;
+    if (st & TP_STATUS_CSUMNOTREADY) rx_csum_partial_++;
+    p.flags[head] |= f;
+    p.ts_sec[head] = sec;
+    p.ts_nsec[head] = nsec;
+  }
+
+  // Copies pieces (np of them, in order) into the pool buffers idx[used..used+segs), chained.
+  void PlacePieces(Napi::Env env, const uint8_t* const* pieces, const uint32_t* plen, int np, uint32_t segs,
+                   uint32_t used) {
+    const PoolView& p = pool_;
+    const uint32_t ds = p.data_size;
+    {
       int pi = 0;
       uint32_t poff = 0;
       for (uint32_t s = 0; s < segs; s++) {
@@ -688,15 +754,34 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
           p.next[bi] = p.idx[used + s + 1];
         }
       }
-      if (vlan) rx_vlan_++;
     }
-    uint32_t f = p.f_ts;
-    if (st & (TP_STATUS_CSUMNOTREADY | TP_STATUS_CSUM_VALID)) f |= p.f_l4ok;
-    if (st & TP_STATUS_CSUMNOTREADY) rx_csum_partial_++;
-    p.flags[head] |= f;
-    p.ts_sec[head] = sec;
-    p.ts_nsec[head] = nsec;
-    return head;
+  }
+
+  // Cuts the GSO frame in slot h into its n datagrams of seg payload bytes (GsoPlan said so and
+  // that idx[used..) holds enough buffers): their heads go to out[]. Returns the buffers used.
+  uint32_t PlaceGso(Napi::Env env, const tpacket2_hdr* h, uint32_t n, uint32_t seg, uint32_t* out, uint32_t used) {
+    const uint8_t* f = reinterpret_cast<const uint8_t*>(h) + h->tp_mac;
+    const uint32_t payload = h->tp_snaplen - gso::kHdrLen, ds = pool_.data_size;
+    uint8_t hdr[gso::kHdrLen];
+    uint32_t u = used;
+    for (uint32_t i = 0; i < n; i++) {
+      const uint32_t chunk = payload - i * seg < seg ? payload - i * seg : seg;
+      gso::RxSegmentHeader(f, i, chunk, hdr);
+      const uint8_t* pieces[2] = {hdr, f + gso::kHdrLen + i * seg};
+      const uint32_t plen[2] = {gso::kHdrLen, chunk};
+      const uint32_t bufs = (gso::kHdrLen + chunk + ds - 1) / ds;
+      const uint32_t head = pool_.idx[u];
+      PlacePieces(env, pieces, plen, 2, bufs, u);
+      // Never crossed a wire, checksum left to offload by its sender: L4 OK (as CSUMNOTREADY).
+      pool_.flags[head] |= pool_.f_ts | pool_.f_l4ok;
+      pool_.ts_sec[head] = h->tp_sec;
+      pool_.ts_nsec[head] = h->tp_nsec;
+      out[i] = head;
+      u += bufs;
+    }
+    rx_gso_frames_++;
+    rx_gso_segs_ += n;
+    return u - used;
   }
 
   // ---- per-burst calls, reached through ByHandle(): arguments start at info[1] (info[0] is the
@@ -714,7 +799,7 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
       for (uint32_t k = cur_frame_; pkts < max && pkts < frame_nr_;) {
         const tpacket2_hdr* h = Slot(k);
         if (!(LoadAcquire(&h->tp_status) & TP_STATUS_USER)) break;
-        uint32_t sg = SlotDataOk(h) ? SegsFor2(h) : 0;
+        uint32_t sg = SlotDataOk(h) ? NeedFor2(h) : 0;
         if (need + sg > pool_.idx_cap) break;
         need += sg;
         pkts++;
@@ -778,6 +863,21 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
       while (n < max && (h2 = Current2()) != nullptr) {
         if (!SlotDataOk(h2)) {
           rx_bad_++;
+          Advance2(h2);
+          continue;
+        }
+        if (IsGso(h2)) {
+          uint32_t seg = 0, bufs = 0;
+          const uint32_t k = GsoPlan(h2, &seg, &bufs);
+          if (k == 0 || (n == 0 && k > max)) {
+            rx_gso_bad_++;  // not ours to cut (or can never fit this call's out[]): dropped
+            Advance2(h2);
+            continue;
+          }
+          if (used + bufs > nidx || n + k > max) break;  // waits in its slot for the next burst
+          used += PlaceGso(env, h2, k, seg, out + n, used);
+          n += k;
+          bytes += static_cast<uint64_t>(h2->tp_snaplen) + (k - 1) * gso::kHdrLen;
           Advance2(h2);
           continue;
         }
@@ -914,53 +1014,118 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
  private:
   static bool LinkGone(int err) { return err == ENETDOWN || err == ENXIO || err == ENODEV; }
 
+  // Ends GSO group message k: with two frames or more, its header for the whole and its
+  // virtio_net_hdr; the first frame's own header (its first iovec's first bytes) left out.
+  void CloseGso(uint32_t k, const uint8_t* tmpl, uint32_t gsz, uint32_t gpay, uint32_t gcnt) {
+    if (gcnt < 2) return;
+    struct iovec* v = &iov_[msg_at_[k]];
+    gso::BuildTx(tmpl, gpay, static_cast<uint16_t>(gsz), static_cast<uint8_t*>(v[1].iov_base), &vnet_[k]);
+    v[1].iov_len = gso::kHdrLen;
+    v[2].iov_base = static_cast<uint8_t*>(v[2].iov_base) + gso::kHdrLen;
+    v[2].iov_len -= gso::kHdrLen;
+  }
+
   uint32_t TxSendmmsg(const uint32_t* bufs, uint32_t n) {
     uint32_t done = 0;  // packets taken so far
     bool retried = false;
+    // gso: every message starts with its virtio_net_hdr, then a header for a whole GSO message
+    // (empty for a message of one frame), then the frames' bytes.
+    const uint32_t lead = gso_ ? 2 : 0;
     while (done < n) {
       uint32_t batch = n - done < kMaxTxBatch ? n - done : kMaxTxBatch;
       if (msgs_.size() < batch) {
         msgs_.resize(batch);
         msg_pkt_.resize(batch);
         msg_len_.resize(batch);
+        msg_cnt_.resize(batch);
+        msg_at_.resize(batch);
+        if (gso_) {
+          vnet_.resize(batch);
+          gso_hdr_.resize(static_cast<size_t>(batch) * gso::kHdrLen);
+        }
       }
-      if (iov_.size() < static_cast<size_t>(batch) * 4) iov_.resize(static_cast<size_t>(batch) * 4);
+      const size_t iov_need = static_cast<size_t>(batch) * (kMaxSegments + lead);
+      if (iov_.size() < iov_need) iov_.resize(iov_need);
       // Build the batch; invalid packets are taken (dropped, counted) and left out of it.
       uint32_t m = 0;
       size_t iv = 0;
       invalid_.clear();
+      // The open GSO group (message m - 1): its template header, datagram payload size, payload
+      // bytes and datagrams so far.
+      bool open = false;
+      const uint8_t* tmpl = nullptr;
+      uint32_t gsz = 0, gpay = 0, gcnt = 0;
       for (uint32_t i = 0; i < batch; i++) {
-        if (iov_.size() < iv + kMaxSegments) {
-          // Grow, then re-point the messages built so far at the new storage.
-          std::vector<size_t> at(m);
-          for (uint32_t k = 0; k < m; k++) at[k] = msgs_[k].msg_hdr.msg_iov - iov_.data();
-          iov_.resize(iov_.size() * 2 + kMaxSegments);
-          for (uint32_t k = 0; k < m; k++) msgs_[k].msg_hdr.msg_iov = iov_.data() + at[k];
-        }
         uint64_t len = 0;
-        uint32_t segs = Gather(bufs[done + i], &iov_[iv], &len);
+        uint32_t segs = Gather(bufs[done + i], &iov_[iv + lead], &len);
         if (segs == 0) {
           tx_errors_++;
           tx_invalid_++;
           invalid_.push_back(done + i);
+          if (open) CloseGso(m - 1, tmpl, gsz, gpay, gcnt);
+          open = false;  // a group's frames are consecutive in bufs
           continue;
+        }
+        int64_t pl = -1;
+        if (gso_) {
+          const uint8_t* f = static_cast<const uint8_t*>(iov_[iv + lead].iov_base);
+          pl = gso::UdpPayload(f, iov_[iv + lead].iov_len, len);
+          if (open && pl > 0 && static_cast<uint32_t>(pl) <= gsz && gpay + pl <= gso::kMaxPayload &&
+              gcnt < gso::kMaxSegs && msgs_[m - 1].msg_hdr.msg_iovlen + segs <= IOV_MAX && gso::SameFlow(tmpl, f)) {
+            // Joins message m - 1: its bytes without its header.
+            std::memmove(&iov_[iv], &iov_[iv + lead], segs * sizeof(struct iovec));
+            iov_[iv].iov_base = static_cast<uint8_t*>(iov_[iv].iov_base) + gso::kHdrLen;
+            iov_[iv].iov_len -= gso::kHdrLen;
+            iv += segs;
+            msgs_[m - 1].msg_hdr.msg_iovlen += segs;
+            msg_len_[m - 1] += len;
+            msg_cnt_[m - 1]++;
+            gpay += static_cast<uint32_t>(pl);
+            gcnt++;
+            if (static_cast<uint32_t>(pl) < gsz) {  // a shorter datagram ends the group
+              CloseGso(m - 1, tmpl, gsz, gpay, gcnt);
+              open = false;
+            }
+            continue;
+          }
+          if (open) CloseGso(m - 1, tmpl, gsz, gpay, gcnt);
+          open = pl > 0;
+          if (open) {
+            tmpl = f;
+            gsz = gpay = static_cast<uint32_t>(pl);
+            gcnt = 1;
+          }
+          std::memset(&vnet_[m], 0, sizeof vnet_[m]);
+          iov_[iv].iov_base = &vnet_[m];
+          iov_[iv].iov_len = sizeof vnet_[m];
+          iov_[iv + 1].iov_base = &gso_hdr_[static_cast<size_t>(m) * gso::kHdrLen];
+          iov_[iv + 1].iov_len = 0;
         }
         struct mmsghdr& mh = msgs_[m];
         std::memset(&mh, 0, sizeof mh);
-        mh.msg_hdr.msg_iov = &iov_[iv];
-        mh.msg_hdr.msg_iovlen = segs;
+        mh.msg_hdr.msg_iovlen = segs + lead;
+        msg_at_[m] = iv;
         msg_pkt_[m] = done + i;
         msg_len_[m] = len;
-        iv += segs;
+        msg_cnt_[m] = 1;
+        iv += segs + lead;
         m++;
       }
+      if (open) CloseGso(m - 1, tmpl, gsz, gpay, gcnt);
+      for (uint32_t k = 0; k < m; k++) msgs_[k].msg_hdr.msg_iov = &iov_[msg_at_[k]];
       uint32_t i = 0;  // messages of the batch handled
       bool stop = false;
       while (i < m) {
         int r = sendmmsg(fd_, &msgs_[i], m - i, MSG_DONTWAIT);
         if (r > 0) {
-          for (int k = 0; k < r; k++) tx_bytes_ += msg_len_[i + k];
-          tx_packets_ += r;
+          for (int k = 0; k < r; k++) {
+            tx_bytes_ += msg_len_[i + k];
+            tx_packets_ += msg_cnt_[i + k];
+            if (msg_cnt_[i + k] > 1) {
+              tx_gso_msgs_++;
+              tx_gso_segs_ += msg_cnt_[i + k];
+            }
+          }
           i += r;
           continue;
         }
@@ -981,9 +1146,9 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
           stop = true;
           break;
         }
-        // Refused by the kernel for this frame alone (EMSGSIZE: longer than the MTU; EINVAL:
-        // shorter than an Ethernet header...): drop it, count it, go on.
-        tx_errors_++;
+        // Refused by the kernel for this message alone (EMSGSIZE: longer than the MTU; EINVAL:
+        // shorter than an Ethernet header...): drop its frames, count them, go on.
+        tx_errors_ += msg_cnt_[i];
         i++;
       }
       if (stop) {
@@ -1090,6 +1255,11 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     set("txErrors", static_cast<double>(tx_errors_));
     set("txInvalid", static_cast<double>(tx_invalid_));
     set("txRefused", static_cast<double>(tx_refused_));
+    set("txGsoMessages", static_cast<double>(tx_gso_msgs_));
+    set("txGsoDatagrams", static_cast<double>(tx_gso_segs_));
+    set("rxGsoFrames", static_cast<double>(rx_gso_frames_));
+    set("rxGsoDatagrams", static_cast<double>(rx_gso_segs_));
+    set("rxGsoDropped", static_cast<double>(rx_gso_bad_));
     set("kernelPackets", static_cast<double>(k_packets_));
     set("kernelDrops", static_cast<double>(k_drops_));
     set("kernelFreezeQueue", static_cast<double>(k_freeze_));
@@ -1147,6 +1317,8 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
   bool in_block_ = false;
   // TPACKET_V2 (rxRing 'v2'): fixed slots of frame_size_, the next one cur_frame_.
   bool v2_ = false;
+  // gso: PACKET_VNET_HDR; UDP datagrams of one flow sent as one message, such messages cut on rx.
+  bool gso_ = false;
   uint32_t frame_size_ = 0, frames_per_block_ = 0, frame_nr_ = 0, cur_frame_ = 0;
   uint32_t empty_polls_ = 0;
 
@@ -1161,12 +1333,17 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
   std::vector<struct mmsghdr> msgs_;
   std::vector<uint32_t> msg_pkt_;
   std::vector<uint64_t> msg_len_;
+  std::vector<uint32_t> msg_cnt_;  // frames in each message (more than one: a GSO message)
+  std::vector<size_t> msg_at_;     // each message's first iovec in iov_
+  std::vector<gso::VnetHdr> vnet_;
+  std::vector<uint8_t> gso_hdr_;
   std::vector<struct iovec> iov_;
   std::vector<uint32_t> invalid_;
 
   uint64_t rx_packets_ = 0, rx_bytes_total_ = 0, rx_truncated_ = 0, rx_bad_ = 0, rx_vlan_ = 0, rx_csum_partial_ = 0,
            rx_skipped_ = 0;
   uint64_t tx_packets_ = 0, tx_bytes_ = 0, tx_errors_ = 0, tx_invalid_ = 0, tx_refused_ = 0;
+  uint64_t tx_gso_msgs_ = 0, tx_gso_segs_ = 0, rx_gso_frames_ = 0, rx_gso_segs_ = 0, rx_gso_bad_ = 0;
   uint64_t k_packets_ = 0, k_drops_ = 0, k_freeze_ = 0;
   uint64_t sock_errors_ = 0;
   uint32_t touch_acc_ = 0;  // keeps rxSkip's reads from being optimised away
