@@ -152,6 +152,9 @@ export async function runMpiBench(opts: { seconds: number }): Promise<MpiBenchRe
   const rounds = Number(process.env.MPI_BENCH_ROUNDS ?? 3);
   if (!Number.isInteger(rounds) || rounds < 1 || rounds > 50)
     throw new Error(`MPI_BENCH_ROUNDS must be an integer in 1..50, got "${process.env.MPI_BENCH_ROUNDS}"`);
+  // The daemons' af_packet sockets with UDP segmentation offload, as the kernel's TCP has its own
+  // (GSO/GRO) on the same veth pair; MPI_BENCH_GSO=0 measures them without.
+  const gso = process.env.MPI_BENCH_GSO !== '0';
   const dir = mkdtempSync(path.join(os.tmpdir(), 'bench-mpi-'));
   // Per figure: the runs over rdma-graph ("rg") and over the kernel's TCP ("tcp").
   const runs = { lat: { rg: [] as number[], tcp: [] as number[] }, bw: { rg: [] as number[], tcp: [] as number[] } };
@@ -161,45 +164,49 @@ export async function runMpiBench(opts: { seconds: number }): Promise<MpiBenchRe
     const prog = compileMpi('mpi-pingpong', dir);
     const args = [prog, String(opts.seconds), '20', String(SMALL), String(LARGE)];
     const timeout = (4 * opts.seconds + 90) * 1000;
-    await withDaemons('netns', async ({ sa, sb, device, ns, links }) => {
-      for (const i of [0, 1]) ip('-n', ns[i], 'addr', 'add', `${KERNEL[i]}/24`, 'dev', links[i]);
-      const agent = writeAgent(dir, ns);
-      const mpi = async (over: 'rg' | 'tcp') => {
-        const cmd = over === 'rg' ? mpirunOverDaemons(sa, sb, 1, args, device, YIELD) : mpirunTcp(ns, agent, args);
-        const r = await runJob(cmd, timeout);
-        const small = parsePingpong(r.out, SMALL),
-          large = parsePingpong(r.out, LARGE);
-        if (r.code !== 0 || small === null || large === null) {
-          failures.push(`MPI over ${over} exited ${r.code}:\n${r.out.slice(-2000)}`);
-          return;
+    await withDaemons(
+      'netns',
+      async ({ sa, sb, device, ns, links }) => {
+        for (const i of [0, 1]) ip('-n', ns[i], 'addr', 'add', `${KERNEL[i]}/24`, 'dev', links[i]);
+        const agent = writeAgent(dir, ns);
+        const mpi = async (over: 'rg' | 'tcp') => {
+          const cmd = over === 'rg' ? mpirunOverDaemons(sa, sb, 1, args, device, YIELD) : mpirunTcp(ns, agent, args);
+          const r = await runJob(cmd, timeout);
+          const small = parsePingpong(r.out, SMALL),
+            large = parsePingpong(r.out, LARGE);
+          if (r.code !== 0 || small === null || large === null) {
+            failures.push(`MPI over ${over} exited ${r.code}:\n${r.out.slice(-2000)}`);
+            return;
+          }
+          runs.lat[over].push(small.us);
+          runs.bw[over].push(large.mbps);
+        };
+        const tagLat = async (over: 'rg' | 'tcp') => {
+          const perf = ['-t', 'tag_lat', '-s', String(SMALL), '-n', String(UCX_ITERS), '-w', '200'];
+          const r =
+            over === 'rg'
+              ? await ucxPerftest(sa, sb, ['-t', 'tag_lat'], perf.slice(2), [
+                  'UCX_TLS=rc_verbs,ud_verbs',
+                  `UCX_NET_DEVICES=${device}`,
+                ])
+              : await ucxTcp(ns, links, perf);
+          const f = ucxFinal(r.client.out);
+          if (r.client.code !== 0 || f === null || f[0] !== UCX_ITERS) {
+            failures.push(
+              `UCX tag_lat over ${over} exited ${r.client.code}:\n${(r.client.out + r.server.out).slice(-2000)}`,
+            );
+            return;
+          }
+          ucx[over].push(f[1]); // overhead p50, us (half a round trip, as MPI's)
+        };
+        for (let round = 0; round < rounds; round++) {
+          const order: ('rg' | 'tcp')[] = round % 2 === 0 ? ['rg', 'tcp'] : ['tcp', 'rg'];
+          for (const over of order) await mpi(over);
+          for (const over of order) await tagLat(over);
         }
-        runs.lat[over].push(small.us);
-        runs.bw[over].push(large.mbps);
-      };
-      const tagLat = async (over: 'rg' | 'tcp') => {
-        const perf = ['-t', 'tag_lat', '-s', String(SMALL), '-n', String(UCX_ITERS), '-w', '200'];
-        const r =
-          over === 'rg'
-            ? await ucxPerftest(sa, sb, ['-t', 'tag_lat'], perf.slice(2), [
-                'UCX_TLS=rc_verbs,ud_verbs',
-                `UCX_NET_DEVICES=${device}`,
-              ])
-            : await ucxTcp(ns, links, perf);
-        const f = ucxFinal(r.client.out);
-        if (r.client.code !== 0 || f === null || f[0] !== UCX_ITERS) {
-          failures.push(
-            `UCX tag_lat over ${over} exited ${r.client.code}:\n${(r.client.out + r.server.out).slice(-2000)}`,
-          );
-          return;
-        }
-        ucx[over].push(f[1]); // overhead p50, us (half a round trip, as MPI's)
-      };
-      for (let round = 0; round < rounds; round++) {
-        const order: ('rg' | 'tcp')[] = round % 2 === 0 ? ['rg', 'tcp'] : ['tcp', 'rg'];
-        for (const over of order) await mpi(over);
-        for (const over of order) await tagLat(over);
-      }
-    });
+      },
+      { gso },
+    );
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -209,7 +216,7 @@ export async function runMpiBench(opts: { seconds: number }): Promise<MpiBenchRe
   const list = (xs: number[]) => xs.map((x) => fmt(x)).join(' ');
   const text = [
     `mpi: ${os.cpus().length} cores; nothing pinned: 2 daemons (cpu.poll adaptive) and 2 ranks (one per daemon, mpi_yield_when_idle 1) share them; ${rounds} alternating rounds, medians`,
-    `  two network namespaces joined by a veth pair: daemons on af_packet (10.30.0.0/24), the kernel's TCP on 10.31.0.0/24`,
+    `  two network namespaces joined by a veth pair: daemons on af_packet (10.30.0.0/24, gso: ${gso}), the kernel's TCP on 10.31.0.0/24`,
     `  MPI ping-pong ${SMALL} B latency (us, half round trip): rdma-graph ${fmt(lat.rg)} [${list(runs.lat.rg)}], TCP ${fmt(lat.tcp)} [${list(runs.lat.tcp)}]: x${fmt(lat.rg / lat.tcp, 2)} (goal <= 0.5)`,
     `  MPI ping-pong 1 MiB bandwidth (MB/s): rdma-graph ${fmt(bw.rg)} [${list(runs.bw.rg)}], TCP ${fmt(bw.tcp)} [${list(runs.bw.tcp)}]: x${fmt(bw.rg / bw.tcp, 2)} (goal >= 1.0)`,
     `  UCX UCP tag_lat ${SMALL} B (us, p50): rdma-graph (rc_verbs,ud_verbs) ${fmt(tag.rg)} [${list(ucx.rg)}], UCX_TLS=tcp ${fmt(tag.tcp)} [${list(ucx.tcp)}]: x${fmt(tag.rg / tag.tcp, 2)}`,
@@ -221,6 +228,7 @@ export async function runMpiBench(opts: { seconds: number }): Promise<MpiBenchRe
       bench: 'mpi',
       cores: os.cpus().length,
       rounds,
+      gso,
       latencyUs: lat,
       bandwidthMBps: bw,
       ucxTagLatUs: tag,

@@ -112,8 +112,13 @@ export interface DaemonPair {
  * af_packet (interface veth0, 10.30.0.1 and 10.30.0.2); programs in this namespace reach their
  * sockets; the frames are the veth ends' kernel counters (what went over the wire). Static
  * neighbors. Both daemons are stopped with SIGTERM (exit 0); namespaces and files removed.
+ * `opts.gso` (netns): af_packet with UDP segmentation offload (af_packet.gso) on both.
  */
-export async function withDaemons(topology: 'memif' | 'netns', body: (x: DaemonPair) => Promise<void>): Promise<void> {
+export async function withDaemons(
+  topology: 'memif' | 'netns',
+  body: (x: DaemonPair) => Promise<void>,
+  opts: { gso?: boolean } = {},
+): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), `verbs-ucx-${topology}-`));
   const tag = `${process.pid.toString(36)}${nextPort().toString(36)}`;
   const ns = topology === 'netns' ? [`rgucx-${tag}a`, `rgucx-${tag}b`] : [];
@@ -141,7 +146,7 @@ export async function withDaemons(topology: 'memif' | 'netns', body: (x: DaemonP
       }
       const driver =
         topology === 'netns'
-          ? `driver: af_packet, af_packet: { host-interface: ${veth[i]} }`
+          ? `driver: af_packet, af_packet: { host-interface: ${veth[i]}${opts.gso === true ? ', gso: true' : ''} }`
           : `driver: memif, memif: { socket: "${join(dir, 'memif.sock')}", role: ${i === 0 ? 'server' : 'client'}, id: 0 }`;
       writeFileSync(
         configs[i],
