@@ -282,6 +282,8 @@ export class AfPacketDriver implements Driver {
         flagNext: BufferFlag.NEXT_PRESENT,
         flagTimestamp: BufferFlag.TIMESTAMP_VALID,
         flagL4Ok: BufferFlag.L4_CKSUM_OK,
+        // gso: the UDP checksum is left to the kernel (txChecksumOffload).
+        flagTxUdp: this.gso ? BufferFlag.TX_UDP_CKSUM : 0,
       });
     } catch (e) {
       sock.close();
@@ -344,6 +346,14 @@ export class AfPacketDriver implements Driver {
 
   setWakeup(wake: () => void): void {
     this.wake = wake;
+  }
+
+  /**
+   * gso: the UDP checksum is left to the kernel (a virtio_net_hdr with NEEDS_CSUM per message:
+   * it completes it, or the NIC does); udp4-encap then writes only the pseudo-header sum.
+   */
+  txChecksumOffload(): { ip4: boolean; udp: boolean } {
+    return { ip4: false, udp: this.gso };
   }
 
   /** Everything the driver and the kernel count (PACKET_STATISTICS accumulated). */

@@ -172,6 +172,8 @@ export interface AfPacketPoolBinding extends PoolArrays {
   flagNext: number;
   flagTimestamp: number;
   flagL4Ok: number;
+  /** Packets whose UDP checksum is left to the socket (gso: a virtio_net_hdr asks the kernel for it). */
+  flagTxUdp?: number;
 }
 
 export interface AfPacketStats {

@@ -963,6 +963,47 @@ test('gso rx: a GSO message from the kernel is cut into its datagrams (lengths, 
   assert.is(pool.available(), pool.count);
 });
 
+/** Prints "ready", then "flags csum_start csum_offset udp_dst_port" per UDP frame seen on argv[1] (PACKET_VNET_HDR), argv[2] of them. */
+const PY_RECV_VNET = `
+import socket, sys, struct, select, time
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.setsockopt(263, 15, 1)
+s.bind((sys.argv[1], 0))
+print("ready", flush=True)
+got = 0; deadline = time.time() + 3
+while got < int(sys.argv[2]) and time.time() < deadline:
+    r, _, _ = select.select([s], [], [], 0.2)
+    if not r: continue
+    d = s.recv(70000)
+    fl, gt, hl, gs, cs, co = struct.unpack("<BBHHHH", d[:10]); f = d[10:]
+    if len(f) >= 42 and f[12:14] == b"\\x08\\x00" and f[23] == 17:
+        print(fl, cs, co, int.from_bytes(f[36:38], "big"), flush=True); got += 1
+`;
+
+test('gso tx: checksum offload: udp4-encap leaves the pseudo-header sum, the frame goes with NEEDS_CSUM at the UDP header; without the flag it goes as it is', async () => {
+  const p = pair();
+  const pool = memPool(64, 2048);
+  const d = new AfPacketDriver({ hostIf: p.host, gso: true });
+  d.open(pool);
+  try {
+    assert.equal(d.txChecksumOffload(), { ip4: false, udp: true }, "gso: UDP checksums are the kernel's");
+    assert.equal(new AfPacketDriver({ hostIf: p.host }).txChecksumOffload(), { ip4: false, udp: false });
+    const rx = pyInNsAsync(p.ns, PY_RECV_VNET, [p.peer, '2']);
+    await rx.ready;
+    const bufs = toPool(pool, [
+      udpFrame(p.peerMac, d.mac, '10.77.1.1', p.peerIp!, 5555, 9994, payloadOf(1, 100)),
+      udpFrame(p.peerMac, d.mac, '10.77.1.1', p.peerIp!, 5555, 9993, payloadOf(2, 100)),
+    ]);
+    pool.flags[bufs[0]] |= BufferFlag.TX_UDP_CKSUM;
+    assert.is(d.txBurst(0, bufs, 0, 2), 2);
+    const lines = (await rx.done).sort();
+    assert.equal(lines, ['0 0 0 9993', '1 34 6 9994'], 'NEEDS_CSUM at offset 34 + 6 for the flagged frame only');
+  } finally {
+    d.close();
+  }
+  assert.is(pool.available(), pool.count);
+});
+
 test('gso: refused with the TX ring or rxRing v3; blockSize too small for a 64 KiB message refused', () => {
   const p = pair();
   assert.throws(() => new AfPacketDriver({ hostIf: p.host, gso: true, txMode: 'ring' }), /gso needs txMode 'sendmmsg'/);

@@ -529,6 +529,7 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     p.f_next = OptU32(o, "flagNext", fn, 0, 1, 4294967295.0);
     p.f_ts = OptU32(o, "flagTimestamp", fn, 0, 0, 4294967295.0);
     p.f_l4ok = OptU32(o, "flagL4Ok", fn, 0, 0, 4294967295.0);
+    p.f_txudp = OptU32(o, "flagTxUdp", fn, 0, 0, 4294967295.0);
     // A single frame must always fit in one burst's indices.
     const uint32_t max_segs = (block_size_ + 4 + p.data_size - 1) / p.data_size;
     if (p.idx_cap < max_segs) {
@@ -1014,6 +1015,19 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
  private:
   static bool LinkGone(int err) { return err == ENETDOWN || err == ENXIO || err == ENODEV; }
 
+  // The virtio_net_hdr asking for the UDP checksum of frame f (first buffer of len bytes):
+  // untagged or 802.1Q-tagged IPv4/UDP. Anything else was never flagged by the stack.
+  static void UdpCsumOffload(const uint8_t* f, uint64_t len, gso::VnetHdr* vh) {
+    uint32_t l3 = ETH_HLEN;
+    if (len >= 18 && f[12] == 0x81 && f[13] == 0x00) l3 += 4;
+    if (len < l3 + 20 || f[l3 - 2] != 0x08 || f[l3 - 1] != 0x00 || (f[l3] >> 4) != 4 || f[l3 + 9] != 17) return;
+    const uint32_t l4 = l3 + (f[l3] & 0x0f) * 4;
+    if (len < l4 + 8) return;
+    vh->flags = gso::kNeedsCsum;
+    vh->csum_start = static_cast<uint16_t>(l4);
+    vh->csum_offset = 6;
+  }
+
   // Ends GSO group message k: with two frames or more, its header for the whole and its
   // virtio_net_hdr; the first frame's own header (its first iovec's first bytes) left out.
   void CloseGso(uint32_t k, const uint8_t* tmpl, uint32_t gsz, uint32_t gpay, uint32_t gcnt) {
@@ -1096,6 +1110,10 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
             gcnt = 1;
           }
           std::memset(&vnet_[m], 0, sizeof vnet_[m]);
+          // Checksum offload: the kernel (or the NIC) completes the UDP checksum from the
+          // pseudo-header sum the stack left (a GSO group's header gets its own at CloseGso).
+          if (pool_.f_txudp && (pool_.flags[bufs[done + i]] & pool_.f_txudp))
+            UdpCsumOffload(f, iov_[iv + lead].iov_len, &vnet_[m]);
           iov_[iv].iov_base = &vnet_[m];
           iov_[iv].iov_len = sizeof vnet_[m];
           iov_[iv + 1].iov_base = &gso_hdr_[static_cast<size_t>(m) * gso::kHdrLen];
@@ -1298,6 +1316,7 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     uint32_t idx_cap = 0;
     uint32_t* result = nullptr;
     uint32_t f_next = 0, f_ts = 0, f_l4ok = 0;
+    uint32_t f_txudp = 0;  // gso: the stack left the UDP checksum to us (the pseudo-header sum in the field)
   };
 
   std::string ifname_;
