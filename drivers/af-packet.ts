@@ -201,7 +201,9 @@ export class AfPacketDriver implements Driver {
     const gso = opts.gso ?? false;
     if (typeof gso !== 'boolean') throw new RangeError(`${where}: gso must be a boolean, got ${JSON.stringify(gso)}`);
     if (gso && (txMode === 'ring' || opts.rxRing === 'v3'))
-      throw new RangeError(`${where}: gso needs txMode 'sendmmsg' and rxRing 'v2' (virtio_net_hdr on TPACKET_V2 slots)`);
+      throw new RangeError(
+        `${where}: gso needs txMode 'sendmmsg' and rxRing 'v2' (virtio_net_hdr on TPACKET_V2 slots)`,
+      );
     const rxRing = opts.rxRing ?? (txMode === 'ring' ? 'v3' : 'v2');
     if (rxRing !== 'v3' && rxRing !== 'v2')
       throw new RangeError(`${where}: rxRing must be 'v3' or 'v2', got ${JSON.stringify(rxRing)}`);
@@ -237,7 +239,9 @@ export class AfPacketDriver implements Driver {
     this.promisc = opts.promisc ?? false;
     this.blockSize = blockSize;
     if (gso && blockSize < GSO_SLOT)
-      throw new RangeError(`${where}: gso needs blockSize of at least ${GSO_SLOT} (a 64 KiB message per slot), got ${blockSize}`);
+      throw new RangeError(
+        `${where}: gso needs blockSize of at least ${GSO_SLOT} (a 64 KiB message per slot), got ${blockSize}`,
+      );
     this.gso = gso;
     this.blocks = gso
       ? Math.max(2, Math.ceil(Math.min(rxFrames, GSO_MAX_SLOTS) / (blockSize / GSO_SLOT)))
