@@ -398,6 +398,31 @@ test('slow start: a paced QP whose ACKs come in bunches still grows by one per s
   few.r.close();
 });
 
+test('cwnd validation: a window the QP never filled does not grow (at most twice what it had in the network); filled, it grows again', () => {
+  const { r, first } = writer('reno', 4000);
+  assert.is(data(first).length, INITIAL_CWND);
+  r.clock.advance(1e6); // the round trip: 1 ms
+  // The window of 20 opens; pacing lets a few go now, the rest on timers that do not run here
+  // (the clock stands still: a QP that does not get the CPU, or whose timer is late).
+  const burst = data(ack(r, 10));
+  assert.is(cc(r).cwnd, 20);
+  assert.ok(burst.length < 10, `only part of the window went (${burst.length})`);
+  // Their ACKs come back, each on its own, the clock still standing: data waits, yet the QP
+  // never had more than the initial 10 in the network: the window stays at twice that.
+  for (const p of burst) ack(r, p.psn + 1);
+  assert.is(cc(r).cwnd, 2 * INITIAL_CWND, 'not grown past twice what was in the network');
+  assert.ok(r.qp.sqNext !== r.qp.sqTail, 'with data waiting (not application-limited)');
+  // The clock runs again: the timers send the rest of the window, it fills, and its ACKs grow
+  // it as slow start does (one segment per segment acknowledged).
+  const rest = data(r.advance(1, 0.05));
+  assert.is(r.qp.inFlight, 20, `the window filled (${rest.length} more went)`);
+  const last = rest[rest.length - 1].psn;
+  r.clock.advance(1e6);
+  ack(r, last + 1);
+  assert.ok(cc(r).cwnd >= 35, `grown again once used (${cc(r).cwnd})`);
+  r.close();
+});
+
 /**
  * Slow start with every segment acknowledged on its own `rttMs(round)` after it was sent (the
  * manual clock), for `rounds` rounds (a round: what was sent before the ACK of the first

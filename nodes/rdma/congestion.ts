@@ -61,6 +61,9 @@ export function ccInit(qp: Qp, algo: number, window: number): void {
   qp.cubicEpochNs = 0;
   qp.lostOut = 0;
   qp.rtxForce = 0;
+  qp.ccUsed = 0;
+  qp.ccUsedLast = 0;
+  qp.ccUseEnd = qp.sndNxt;
   hyStartReset(qp);
 }
 
@@ -153,9 +156,15 @@ export function paceWait(qp: Qp, nowNs: number, slackNs: number): number {
   return qp.paceNs > nowNs + slackNs ? qp.paceNs - slackNs : 0;
 }
 
-/** One new segment went at `nowNs`: the schedule moves on by one interval. */
+/**
+ * One segment went at `nowNs`: the schedule moves on by one interval, and the most the QP has
+ * had in the network this round (cwnd validation, ccOnAck) is updated.
+ */
 export function paceSent(qp: Qp, nowNs: number, slackNs: number): void {
-  if (qp.ccAlgo === Congestion.NONE || qp.srttNs === 0) return;
+  if (qp.ccAlgo === Congestion.NONE) return;
+  const p = qp.inFlight - qp.sacked - qp.lostOut;
+  if (p > qp.ccUsed) qp.ccUsed = p;
+  if (qp.srttNs === 0) return;
   const gain = qp.cwnd < qp.ssthresh ? PACE_GAIN_SS : PACE_GAIN_CA;
   const interval = qp.srttNs / (qp.cwnd * gain);
   // A QP brought back late (the timer's tick, a busy pass) may catch up by one slack's worth.
@@ -288,10 +297,10 @@ export function ccOnEcho(qp: Qp, echo: number): void {
 }
 
 /**
- * `acked` segments newly acknowledged (cumulatively) with `flight` in flight before the ACK:
- * the window grows (when the QP used it), DCTCP's window of observation closes.
+ * `acked` segments newly acknowledged (cumulatively): the window grows (when the QP used it),
+ * DCTCP's window of observation closes.
  */
-export function ccOnAck(qp: Qp, acked: number, flight: number, window: number, nowNs: number): void {
+export function ccOnAck(qp: Qp, acked: number, window: number, nowNs: number): void {
   if (qp.ccAlgo === Congestion.NONE) return;
   qp.ccUndoCwnd = 0;
   qp.ccWinAcked += acked;
@@ -311,17 +320,29 @@ export function ccOnAck(qp: Qp, acked: number, flight: number, window: number, n
     qp.ccWinAcked = 0;
     qp.ccWinMarked = 0;
   }
-  // Never grow while recovering from a halving, nor a window an application-limited QP did not use (RFC
-  // 7661's idea: it had nothing more to send when last served, and less than half the window
-  // was in flight). Not "in flight < cwnd / 2" alone: a paced QP whose ACKs come in bunches
-  // (a scheduling gap, then a window's ACKs in one pass) has little in flight at each ACK and
-  // its window would stop growing although data waits.
-  // A recovery after a timeout is slow start from 1 (RFC 5681 3.1): only a window at ssthresh
-  // (after a halving) holds still until the recovery point is acknowledged.
-  if ((qp.ccInRecovery && qp.cwnd >= qp.ssthresh) || (qp.ccAppLimited && flight * 2 < qp.cwnd)) return;
+  // Cwnd validation (RFC 7661): a round ended; what the QP had in the network at most in it.
+  if (((qp.sndUna - qp.ccUseEnd) | 0) >= 0) {
+    qp.ccUsedLast = qp.ccUsed;
+    qp.ccUsed = pipe(qp);
+    qp.ccUseEnd = qp.sndNxt;
+  }
+  // Never grow while recovering from a halving (a recovery after a timeout is slow start from 1,
+  // RFC 5681 3.1: only a window at ssthresh holds still until the recovery point is
+  // acknowledged), nor a window the QP did not use: grow only while at least half of it was in
+  // the network at some time this round or the last (RFC 7661's validated window; Linux grows
+  // slow start likewise only below twice what was out). Whatever held it back (nothing more to
+  // send, pacing behind its schedule on a late timer, a CPU it did not get), a window it never
+  // filled says nothing about the path: grown on, it only inflates the pacing rate and the burst
+  // that leaves when the QP is served again. Measured when segments go, not at the ACK: a
+  // window's ACKs that arrive in one bunch (a scheduling gap) leave little in flight at each
+  // ACK, yet the window was full.
+  const used = qp.ccUsed > qp.ccUsedLast ? qp.ccUsed : qp.ccUsedLast;
+  if ((qp.ccInRecovery && qp.cwnd >= qp.ssthresh) || used * 2 < qp.cwnd) return;
   if (qp.cwnd < qp.ssthresh) slowStart(qp, acked);
   else if (qp.ccAlgo === Congestion.CUBIC) cubicIncrease(qp, acked, nowNs);
   else qp.cwnd += acked / qp.cwnd;
+  // At most twice what the QP had in the network (slow start's doubling of a full window).
+  if (qp.cwnd > 2 * used) qp.cwnd = 2 * used;
   if (qp.cwnd > window) qp.cwnd = window;
 }
 

@@ -296,8 +296,6 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
       }
     }
   }
-  // Application-limited (congestion.ts ccOnAck): nothing left to send, the window not the limit.
-  qp.ccAppLimited = qp.respNext === qp.respTail && qp.sqNext === qp.sqTail;
   // Paced with resends or new segments waiting in the window: a wheel timer brings the QP back
   // (trp-output).
   if (

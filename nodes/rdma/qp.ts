@@ -311,8 +311,13 @@ export class Qp {
   hsCssRounds = 0;
   hsCssBaseNs = Infinity;
   hystartExits = 0;
-  /** Nothing (no WR, no response) was left to send when ddp-output last served the QP (RFC 7661). */
-  ccAppLimited = false;
+  /**
+   * Cwnd validation (RFC 7661): the most segments in the network (the pipe) since the round
+   * that ends when sndUna reaches ccUseEnd began, and in the round before it.
+   */
+  ccUsed = 0;
+  ccUsedLast = 0;
+  ccUseEnd = 0;
   /** Resends that may go whatever the window (RFC 6675 (4.3): the first of a recovery; a timeout's). */
   rtxForce = 0;
   /** Pacing: when the next new segment may go (ns, congestion.ts paceWait), and its wheel timer (-1 none). */

@@ -291,7 +291,6 @@ export function onAck(core: RdmaCore, qp: Qp, ack: number, nowNs: number): boole
     return false;
   }
   const mask = qp.wMask;
-  const flight = (qp.sndNxt - qp.sndUna) | 0;
   // A timeout's resend (F-RTO below): still queued, or when it went (before its slot is freed).
   const probe = qp.rtoProbe ? qp.rtoProbePsn & mask : 0;
   const probeUnsent = qp.rtoProbe && qp.rtxQueued[probe] === 1;
@@ -335,7 +334,7 @@ export function onAck(core: RdmaCore, qp: Qp, ack: number, nowNs: number): boole
         if (qp.txKind[s] !== TxKind.FREE && !(qp.txFlags[s] & TxFlag.SACKED)) queueRetransmit(qp, p);
       }
   }
-  ccOnAck(qp, d, flight, core.window, nowNs);
+  ccOnAck(qp, d, core.window, nowNs);
   qp.rtoDeadline = qp.inFlight > 0 ? nowNs + qp.rtoNs : 0;
   // Responses fully acknowledged leave the IRD ring.
   while (qp.respHead !== qp.respNext) {
