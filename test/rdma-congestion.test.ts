@@ -126,18 +126,53 @@ test('cubic: a loss multiplies the window by 0.7; it grows back along the cubic 
   r.close();
 });
 
-test('reno: a timeout takes the window to 1; an ACK showing it spurious undoes that', () => {
-  const { r } = writer('reno', 100);
-  ack(r, 10); // cwnd 20, 10..29 out
-  const out = r.advance(12); // the RTO (rto-init-ms 10: no RTT sample on the manual clock) expires
-  assert.is(data(out).length, 0, 'the first timeout asks (a PROBE), resends nothing');
-  assert.is(cc(r).cwnd, 1, 'cwnd 1 after a timeout');
-  // The ACK acknowledges what was out: the originals had arrived (spurious).
-  ack(r, 30);
-  assert.is(r.rdma.queryQp(r.qp).counters.timeouts, 1);
-  assert.is(r.rdma.queryQp(r.qp).counters.spuriousTimeouts, 1);
-  assert.ok(cc(r).cwnd >= 20, `the window before the timeout restored (cwnd ${cc(r).cwnd})`);
-  r.close();
+test('reno: a timeout that only asks (PROBE) holds the window: spurious, nothing to undo; a loss its answer finds halves it; unanswered, the next timeout takes it to 1', () => {
+  // With an RTT sample (1 ms) and the window of 20 full.
+  const setUp = () => {
+    const { r } = writer('reno', 100);
+    r.clock.advance(1e6);
+    ack(r, 10); // cwnd 20
+    r.advance(1, 0.05); // 10..29 out, paced
+    assert.is(r.qp.inFlight, 20);
+    return r;
+  };
+  const timeout = (r: Rig) => {
+    let out: Out[] = [];
+    for (let k = 0; k < 400 && r.qp.timeouts === 0; k++) out = out.concat(r.advance(0.1, 0.1));
+    assert.is(r.qp.timeouts, 1, 'the retransmission timer expired');
+    assert.is(data(out).length, 0, 'the first timeout asks (a PROBE), resends nothing');
+    assert.is(cc(r).cwnd, 20, 'the window holds while the PROBE asks');
+  };
+  // The answer acknowledges what was out: the originals had arrived (a late ACK).
+  const late = setUp();
+  timeout(late);
+  ack(late, 30);
+  assert.is(late.qp.spuriousTimeouts, 1);
+  assert.is(late.qp.ccReductions, 0, 'no reduction');
+  assert.ok(cc(late).cwnd > 20, `and the window grows on (cwnd ${cc(late).cwnd})`);
+  late.close();
+  // The answer acknowledges nothing: the oldest is lost; the peer answered, so the ACK clock
+  // runs: a fast retransmission's reaction (halved), not a timeout's (1); the oldest goes at once.
+  const lost = setUp();
+  timeout(lost);
+  const out = lost.feed(trpHeader(10, 10, TRP.PROBE_ACK)).concat(lost.run());
+  assert.equal(
+    data(out).map((p) => p.psn),
+    [10],
+    'the oldest resent',
+  );
+  assert.is(cc(lost).cwnd, 10, 'halved');
+  assert.is(cc(lost).ssthresh, 10);
+  lost.close();
+  // No answer at all: the next timeout resends, and the window goes to 1 (RFC 5681).
+  const silent = setUp();
+  timeout(silent);
+  let again: Out[] = [];
+  for (let k = 0; k < 800 && silent.qp.timeouts === 1; k++) again = again.concat(silent.advance(0.1, 0.1));
+  assert.is(silent.qp.timeouts, 2);
+  assert.is(cc(silent).cwnd, 1, 'cwnd 1 at the second timeout');
+  assert.is(cc(silent).ssthresh, 10, 'ssthresh half of what was in flight');
+  silent.close();
 });
 
 test('timeout: an ACK sooner after the resend than the smallest RTT acknowledges the original: undone; a later one is a loss', () => {

@@ -10,8 +10,10 @@
  * - `none`: cwnd is the TRP window (a dedicated link: nothing to share).
  * - `reno`: slow start from INITIAL_CWND, one segment per RTT of additive increase above
  *   ssthresh; a loss (fast retransmit) or an ECN mark echoed by the peer halves cwnd once per
- *   window of data (NewReno's recovery point; RFC 3168's reaction to CE); a timeout takes it to
- *   1 (RFC 5681), undone when F-RTO finds the timeout spurious.
+ *   window of data (NewReno's recovery point; RFC 3168's reaction to CE); a timeout that
+ *   resends takes it to 1 (RFC 5681), undone when F-RTO finds the timeout spurious; one that
+ *   only asks (a PROBE) leaves it, and a loss the answer finds is a fast retransmission's
+ *   (transport.ts onTimeout, probeFoundLoss).
  * - `cubic`: as `reno`, but a loss or mark multiplies cwnd by 0.7 and the increase follows
  *   RFC 9438's cubic of the time since the reduction (or Reno's with alpha 0.53 where larger).
  * - `dctcp`: as `reno` for losses and timeouts; ECN marks as DCTCP (RFC 8257): alpha, the EWMA
@@ -61,6 +63,7 @@ export function ccInit(qp: Qp, algo: number, window: number): void {
   qp.cubicEpochNs = 0;
   qp.lostOut = 0;
   qp.rtxForce = 0;
+  qp.ccRtoDone = false;
   qp.ccUsed = 0;
   qp.ccUsedLast = 0;
   qp.ccUseEnd = qp.sndNxt;

@@ -318,6 +318,8 @@ export class Qp {
   ccUsed = 0;
   ccUsedLast = 0;
   ccUseEnd = 0;
+  /** The window went to 1 in this series of timeouts (transport.ts onTimeout); cleared by an ACK of new data. */
+  ccRtoDone = false;
   /** Resends that may go whatever the window (RFC 6675 (4.3): the first of a recovery; a timeout's). */
   rtxForce = 0;
   /** Pacing: when the next new segment may go (ns, congestion.ts paceWait), and its wheel timer (-1 none). */

@@ -307,6 +307,7 @@ export function onAck(core: RdmaCore, qp: Qp, ack: number, nowNs: number): boole
   }
   qp.sndUna = ack;
   qp.retries = 0;
+  qp.ccRtoDone = false;
   if (sampleNs > 0) rttSample(core, qp, nowNs - sampleNs);
   if (qp.probeOut) {
     // An ACK past snd_una after a timeout's PROBE (nothing was resent): the segments were
@@ -447,9 +448,17 @@ export function onTimeout(core: RdmaCore, qp: Qp): void {
     return;
   }
   qp.rtoNs = Math.min(core.rtoMaxNs, qp.rtoNs * 2);
-  if (!onlyTerm && qp.retries === 1) ccOnTimeout(qp, qp.inFlight);
   const mask = qp.wMask;
-  if (!onlyTerm && !anySacked(qp)) {
+  const sacked = onlyTerm || anySacked(qp);
+  // The window goes to 1 (RFC 5681) once per series of timeouts, at the first that resends
+  // (a timeout with SACKs, or one the peer's PROBE answers did not settle), and at the second of
+  // a series at the latest. Not at one that only asks: most are a late ACK (spurious), and a loss
+  // its answer finds is taken as a fast retransmission's (probeFoundLoss).
+  if (!onlyTerm && !qp.ccRtoDone && (sacked || qp.retries >= 2 || !(qp.retries === 1 || qp.peerProbes))) {
+    qp.ccRtoDone = true;
+    ccOnTimeout(qp, qp.inFlight);
+  }
+  if (!sacked) {
     // A timeout with no SACK from the peer: silence is most often a late ACK (the peer not
     // scheduled for a while), not a loss. So it asks first, as QUIC's probe timeout does (RFC
     // 9002 6.2: a timeout declares nothing lost): a PROBE, which the peer answers with a
@@ -508,10 +517,23 @@ function resendOldest(qp: Qp): void {
   }
 }
 
-/** The peer's PROBE_ACK acknowledged nothing new: the timeout was a loss after all. */
+/**
+ * The peer's PROBE_ACK acknowledged nothing new: the timeout was a loss after all. The peer
+ * answered, so the ACK clock runs: the loss is taken as a fast retransmission's (the window
+ * reduced once per window, the oldest resent at once), as TCP takes one its tail loss probe
+ * reveals (RFC 8985 7.4; Linux's TLP), not as a timeout's collapse to 1. Before any RTT sample
+ * the timer ran on rto-init's guess: a timeout's restart then (cwnd 1, ssthresh kept).
+ */
 export function probeFoundLoss(core: RdmaCore, qp: Qp): void {
   qp.probeOut = false;
   if (qp.state === QpState.ERROR || qp.sndUna === qp.sndNxt) return;
+  if (!qp.ccRtoDone) {
+    if (qp.srttNs > 0) ccOnLoss(qp);
+    else {
+      qp.ccRtoDone = true;
+      ccOnTimeout(qp, qp.inFlight);
+    }
+  }
   resendOldest(qp);
   core.schedule(qp);
 }
