@@ -29,7 +29,7 @@ import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { ip, netnsUnavailable } from '../test/helpers-netns.ts';
-import { compileMpi, type Job, mpirunOverDaemons, mpiUnavailable, runJob } from '../test/mpi-helpers.ts';
+import { compileMpi, type Job, mpirunOverDaemons, mpirunPrefix, mpiUnavailable, runJob } from '../test/mpi-helpers.ts';
 import { ucxFinal, ucxPerftest, withDaemons } from '../test/ucx-helpers.ts';
 import { nextPort, tcpListening } from '../test/verbs-helpers.ts';
 
@@ -96,9 +96,7 @@ function mpirunTcp(ns: string[], agent: string, prog: string[]): string[] {
     'netns',
     'exec',
     ns[0],
-    'mpirun',
-    ...(process.getuid?.() === 0 ? ['--allow-run-as-root'] : []),
-    '--oversubscribe',
+    ...mpirunPrefix(),
     '--host',
     KERNEL.join(','),
     '-np',

@@ -55,6 +55,11 @@ export function runJob(cmd: string[], timeoutMs: number): Promise<Job> {
   });
 }
 
+/** mpirun as root needs --allow-run-as-root; 2 cores hold fewer slots than our jobs' ranks. */
+export function mpirunPrefix(): string[] {
+  return ['mpirun', ...(process.getuid?.() === 0 ? ['--allow-run-as-root'] : []), '--oversubscribe'];
+}
+
 /**
  * The mpirun command of `perSide` ranks of `prog` (the program and its arguments) on A's socket
  * `sa`, then `perSide` on B's; `extra`: more mpirun options.
@@ -79,9 +84,7 @@ export function mpirunOverDaemons(
     ...prog,
   ];
   return [
-    'mpirun',
-    ...(process.getuid?.() === 0 ? ['--allow-run-as-root'] : []),
-    '--oversubscribe',
+    ...mpirunPrefix(),
     '--mca',
     'pml',
     'ucx',

@@ -19,7 +19,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { netnsUnavailable } from './helpers-netns.ts';
-import { compileMpi, type Job, mpirunOverDaemons, mpiUnavailable, runJob } from './mpi-helpers.ts';
+import { compileMpi, type Job, mpirunOverDaemons, mpirunPrefix, mpiUnavailable, runJob } from './mpi-helpers.ts';
 import { withDaemons } from './ucx-helpers.ts';
 import { parsePingpong } from '../bench/mpi.ts';
 
@@ -96,24 +96,7 @@ test("bench/mpi.ts's program, mpi-pingpong: its rows parse as the bench reads th
   const pp = compileMpi('mpi-pingpong', dir);
   // Two ranks of this machine over Open MPI's own TCP (no data plane: the program and its parser only).
   const job = (args: string[]) =>
-    runJob(
-      [
-        'mpirun',
-        ...(process.getuid?.() === 0 ? ['--allow-run-as-root'] : []),
-        '--oversubscribe',
-        '-np',
-        '2',
-        '--mca',
-        'pml',
-        'ob1',
-        '--mca',
-        'btl',
-        'tcp,self',
-        pp,
-        ...args,
-      ],
-      60_000,
-    );
+    runJob([...mpirunPrefix(), '-np', '2', '--mca', 'pml', 'ob1', '--mca', 'btl', 'tcp,self', pp, ...args], 60_000);
   const r = await job(['0.2', '5', '8', '65536']);
   assert.is(r.code, 0, r.out);
   for (const size of [8, 65536]) {
