@@ -305,6 +305,9 @@ async function child(role: string, iface: string, addr: string, congestion: stri
     const since = (k: Exclude<keyof typeof now, 'done'>) => now[k].map((v, i) => v - base[k][i]);
     say({
       delivered: now.done.map((d, i) => (d - base.done[i]) * MSG),
+      // The measured phase as it ran: it ends at the first completion after its seconds, which
+      // a sender short of CPU handles late.
+      elapsed: (performance.now() - t0) / 1000,
       retransmits: since('retransmits'),
       cwnd: qps.map((q) => rdma.queryQp(q).congestion.cwnd),
       algorithm: rdma.queryQp(qps[0]).congestion.algorithm,
@@ -459,8 +462,11 @@ async function ours(
     r.send({ report: true });
     const rx = await r.read();
     const duplicates = rx.duplicates as number;
-    const delivered = res.flatMap((x) => x.delivered as number[]);
-    const resent = res.flatMap((x) => x.retransmits as number[]).reduce((a, b) => a + b, 0) * SEGMENT;
+    // Each sender's bytes over the seconds it measured, as if over the nominal ones.
+    const delivered = res.flatMap((x) => (x.delivered as number[]).map((b) => (b * seconds) / (x.elapsed as number)));
+    const resent = res
+      .flatMap((x) => (x.retransmits as number[]).map((n) => (n * SEGMENT * seconds) / (x.elapsed as number)))
+      .reduce((a, b) => a + b, 0);
     const srtt = res.flatMap((x) => x.srtt as number[]).filter((x) => x > 0);
     const idle = Math.min(...res.map((x) => x.idleRttUs as number));
     const lim = { app: 0, cwnd: 0, pace: 0, turn: 0, timer: 0, unscheduled: 0 };
