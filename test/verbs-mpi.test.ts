@@ -91,6 +91,31 @@ test('the same jobs with the two daemons in two network namespaces joined by a v
   });
 });
 
+test("the 2-rank job again with both daemons' af_packet sockets on UDP segmentation offload (gso: true, as bench mpi runs them)", async () => {
+  const prog = build();
+  const why = netnsUnavailable();
+  if (why !== null) skip(why);
+  await withDaemons(
+    'netns',
+    async ({ sa, sb, device, frames }) => {
+      const before = await frames();
+      checkJob(await mpirun(sa, sb, 1, prog, device), 2);
+      const after = await frames();
+      // The veth carries a GSO message as one packet: fewer packets than the ping-pong's
+      // datagrams, and at least one per message of the sizes below a segment (100 each).
+      for (const i of [0, 1]) {
+        const n = after[i] - before[i];
+        const small = 100 * SIZES.filter((x) => x <= 1024).length;
+        assert.ok(
+          n >= small && n < MIN_FRAMES,
+          `the veth end of daemon ${'AB'[i]} received ${n} packets (${small}..${MIN_FRAMES})`,
+        );
+      }
+    },
+    { gso: true },
+  );
+});
+
 test("bench/mpi.ts's program, mpi-pingpong: its rows parse as the bench reads them; bad arguments are refused by name", async () => {
   build();
   const pp = compileMpi('mpi-pingpong', dir);
