@@ -9,7 +9,8 @@
  * Two ranks (one per daemon), then four (two per daemon), over two daemons run as a user runs them
  * (`rdma-graph start`) joined by memif, the ping-pong's frames counted by both daemons' interface
  * counters; then the same two jobs with the daemons in two network namespaces joined by a veth
- * pair (af_packet), as two hosts would be, the frames counted on the veth ends. Last,
+ * pair (af_packet), as two hosts would be, the frames counted on the veth ends, and the two-rank
+ * job once more with their sockets on UDP segmentation offload (gso: true). Last,
  * bench/mpi.ts's program (native/tools/mpi-pingpong.c) over Open MPI's own TCP: its rows parse as
  * the bench reads them, and each bad argument is refused by name (nothing timed).
  */
