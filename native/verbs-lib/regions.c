@@ -110,23 +110,43 @@ static size_t first_after(uintptr_t a) {
   return lo;
 }
 
+/* One line of /proc/self/maps: [start, end), permissions, file offset, device, inode, path. */
+struct map_line {
+  unsigned long start, end, off, ino;
+  unsigned maj, min;
+  char perms[8];
+  char* path; /* inside the line read, "" for anonymous memory */
+};
+
+/* A line as long as /proc/self/maps writes one (a path of up to PATH_MAX). */
+#define MAP_LINE_MAX (512 + PATH_MAX)
+
+/* Parses one line read from /proc/self/maps (its path's newline cut off); 0 when it is not one. */
+static int parse_map_line(char* line, struct map_line* m) {
+  int at = 0;
+  if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu %n", &m->start, &m->end, m->perms, &m->off, &m->maj, &m->min, &m->ino,
+             &at) != 7)
+    return 0;
+  m->path = line + at;
+  m->path[strcspn(m->path, "\n")] = '\0';
+  return 1;
+}
+
 /* Whether the program's pages [a, b) (inside region r) are still r's memfd at r's offsets. */
 static int still_mapped(const struct region* r, uintptr_t a, uintptr_t b) {
   FILE* f = fopen("/proc/self/maps", "re");
   if (f == NULL) return 0; /* cannot tell: share them anew (the old MR keeps the old pages) */
-  char line[512];
+  char line[MAP_LINE_MAX];
   uintptr_t at = a;
+  struct map_line m;
   while (at < b && fgets(line, sizeof line, f) != NULL) {
-    unsigned long s, e, off, ino;
-    unsigned maj, min;
-    char perms[8];
-    if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &s, &e, perms, &off, &maj, &min, &ino) != 7) continue;
-    if (e <= at) continue;
-    if (s > at) break; /* a hole */
-    if (ino != r->mem->ino || maj != major(r->mem->dev) || min != minor(r->mem->dev) ||
-        off + (at - s) != r->off + (at - r->start))
+    if (!parse_map_line(line, &m)) continue;
+    if (m.end <= at) continue;
+    if (m.start > at) break; /* a hole */
+    if (m.ino != r->mem->ino || m.maj != major(r->mem->dev) || m.min != minor(r->mem->dev) ||
+        m.off + (at - m.start) != r->off + (at - r->start))
       break;
-    at = e;
+    at = m.end;
   }
   fclose(f);
   return at >= b;
@@ -411,27 +431,24 @@ static int adopt(uintptr_t x, uintptr_t y, uint64_t off, const char* path, uintp
 /* Every shared mapping's pages in [s, e) that no region holds made regions on their files. */
 static int adopt_shared(uintptr_t s, uintptr_t e) {
   FILE* f = fopen("/proc/self/maps", "re");
-  if (f == NULL) return 0; /* cannot tell: shared as private memory */
-  static char line[512 + PATH_MAX];
+  if (f == NULL) return 0;        /* cannot tell: shared as private memory */
+  static char line[MAP_LINE_MAX]; /* under mu */
   int rc = 0;
+  struct map_line m;
   while (rc == 0 && fgets(line, sizeof line, f) != NULL) {
-    unsigned long ms, me, off, ino;
-    unsigned maj, min;
-    char perms[8];
-    int at = 0;
-    if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu %n", &ms, &me, perms, &off, &maj, &min, &ino, &at) != 7) continue;
+    if (!parse_map_line(line, &m)) continue;
+    const unsigned long ms = m.start, me = m.end, off = m.off;
     if (me <= s) continue;
     if (ms >= e) break;
-    char* path = line + at;
-    path[strcspn(path, "\n")] = '\0';
-    if (perms[3] != 's' || strncmp(path, "/SYSV", 5) == 0 || strncmp(path, "/memfd:rdma-graph-mr", 20) == 0) continue;
+    const char* path = m.path;
+    if (m.perms[3] != 's' || strncmp(path, "/SYSV", 5) == 0 || strncmp(path, "/memfd:rdma-graph-mr", 20) == 0) continue;
     /* The parts of [lo, hi) between the regions already there. */
     const uintptr_t lo = ms > s ? ms : s, hi = me < e ? me : e;
     for (uintptr_t x = lo; rc == 0 && x < hi;) {
       const size_t k = first_after(x);
       const uintptr_t next = k < nregions && regions[k].start < hi ? regions[k].start : hi;
       if (next > x) {
-        rc = adopt(x, next, off + (x - ms), path, ms, me, maj, min, ino);
+        rc = adopt(x, next, off + (x - ms), path, ms, me, m.maj, m.min, m.ino);
         x = next;
       } else {
         x = regions[k].end;
@@ -515,22 +532,20 @@ void rg_pages_done(uintptr_t s, uintptr_t e, int registered) {
 int rg_pages_sysv(uintptr_t s, uintptr_t e, uint32_t* shmid, uint64_t* offset) {
   FILE* f = fopen("/proc/self/maps", "re");
   if (f == NULL) return 0; /* cannot tell: shared as any memory */
-  char line[512];
+  char line[MAP_LINE_MAX];
   uintptr_t at = s;
   int sysv = 0, other = 0;
   unsigned long id = 0, first_off = 0;
+  struct map_line m;
   while (at < e && fgets(line, sizeof line, f) != NULL) {
-    unsigned long a, b, off, ino;
-    unsigned maj, min;
-    char perms[8];
-    int path = 0;
-    if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu %n", &a, &b, perms, &off, &maj, &min, &ino, &path) != 7) continue;
+    if (!parse_map_line(line, &m)) continue;
+    const unsigned long a = m.start, b = m.end, off = m.off, ino = m.ino;
     if (b <= at) continue;
     if (a > at) { /* a hole: not memory the program has (rg_pages_share says EFAULT) */
       other = 1;
       if (a >= e) break;
     }
-    const int is_sysv = path > 0 && strncmp(line + path, "/SYSV", 5) == 0 && perms[3] == 's';
+    const int is_sysv = strncmp(m.path, "/SYSV", 5) == 0 && m.perms[3] == 's';
     if (is_sysv) {
       const unsigned long here = off + ((a > s ? a : s) - a);
       if (sysv == 0) {
