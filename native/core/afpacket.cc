@@ -630,7 +630,9 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     *bufs = total;
     return n;
   }
-  bool IsGso(const tpacket2_hdr* h) const { return gso_ && SlotVnet(h).gso_type != gso::kTypeNone; }
+  // A UDP GSO message to cut. Other GSO frames (the kernel's TCP through the same veth, to its own
+  // address) go up whole, as any frame not for us, and are dropped there for what they are.
+  bool IsGso(const tpacket2_hdr* h) const { return gso_ && SlotVnet(h).gso_type == gso::kTypeUdpL4; }
   // Pool buffers slot h's frame needs (0: it is dropped when reached).
   uint32_t NeedFor2(const tpacket2_hdr* h) const {
     if (!IsGso(h)) return SegsFor2(h);
