@@ -104,6 +104,12 @@ export interface Driver {
   /** Link up (carrier) as the device sees it. */
   linkUp(): boolean;
   /**
+   * True while txBurst takes packets with external payload segments (BufferFlag.EXT_DATA,
+   * graph/ext-memory.ts) and reads them in place; absent or false: the tx node copies them into
+   * the pool first (BufferPool.materialize).
+   */
+  txExternal?(): boolean;
+  /**
    * Checksums the device computes on transmit, when it can (after open); absent: none.
    * udpNone: send UDP without a checksum (the link cannot corrupt it).
    */

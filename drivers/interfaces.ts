@@ -227,6 +227,7 @@ interface PollList {
 }
 
 const TX_NO_SLOTS = 0;
+const TX_NO_BUFFERS = 1;
 
 export class Interfaces {
   readonly graph: Graph;
@@ -454,7 +455,14 @@ export class Interfaces {
     itf.tx = g.register({
       name: txName,
       next: ['error-drop'],
-      errors: [{ name: 'no_tx_slots', description: 'no free tx slots', severity: 'error' }],
+      errors: [
+        { name: 'no_tx_slots', description: 'no free tx slots', severity: 'error' },
+        {
+          name: 'no_buffers',
+          description: 'no buffers to copy a payload sent from an MR into (dropped)',
+          severity: 'error',
+        },
+      ],
       runtimeData: itf,
       fn: deviceTx,
       formatTrace: (r) => String(r),
@@ -530,6 +538,11 @@ function deviceTx(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
   const itf = rt.runtimeData as Interface;
   const g = rt.graph;
+  const n = f.n;
+  // Payloads sent from an MR in place (BufferFlag.EXT_DATA) are copied into the pool for a
+  // driver that does not gather them itself, and for the capture and the fault injector.
+  if (g.pool.ext.wanted && (itf.txCapture !== null || itf.txFault !== null || itf.driver.txExternal?.() !== true))
+    materializeAll(rt, f);
   if (rt.traceOn) {
     for (let i = 0; i < f.n; i++) rt.addTrace(f.vec[i], `${itf.name} queue 0 len ${g.pool.packetLength(f.vec[i])}`);
   }
@@ -538,7 +551,21 @@ function deviceTx(rt: NodeRuntime, frame: Frame | null): number {
   const fault = itf.txFault;
   if (fault === null) transmit(rt, itf, f.vec, f.n);
   else transmit(rt, itf, fault.out, fault.process(g.pool, f.vec, 0, f.n, g.clock.nowNs()));
-  return f.n;
+  return n;
+}
+
+/**
+ * Copy every external payload of the frame into the pool (BufferPool.materialize); a packet the
+ * pool has no buffers for goes to error-drop as "no buffers", the frame closing up behind it.
+ */
+function materializeAll(rt: NodeRuntime, f: Frame): void {
+  const pool = rt.graph.pool;
+  const kept = pool.materializeVector(f.vec, f.n, rt.scratch);
+  if (kept === f.n) return;
+  const code = rt.errorIndex(TX_NO_BUFFERS);
+  for (let i = 0; i < f.n - kept; i++) pool.error[rt.scratch[i]] = code;
+  rt.graph.enqueueToSingleNext(rt, 0, rt.scratch, 0, f.n - kept);
+  f.n = kept;
 }
 
 /**

@@ -49,6 +49,9 @@ class LaneQueue {
       done: this.done,
       state: this.st,
       flagNext: BufferFlag.NEXT_PRESENT,
+      // No external table: a segment sent from an MR in place is a transmit error here (the tx
+      // node copies such payloads in first: a lane has no txExternal).
+      flagExt: BufferFlag.EXT_DATA,
     });
   }
 

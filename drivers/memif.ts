@@ -10,7 +10,11 @@
  * is a memfd (`createPool`/`allocBufferMemory` of graph/memory.ts) registers that memory as a
  * memif region and runs zero-copy: descriptors point at pool buffers both ways. A server, and
  * a client whose pool has no fd (plain JS memory), copy between the peer's buffers and the
- * pool (`npm run bench -- memif` measures both).
+ * pool (`npm run bench -- memif` measures both). A server or copy-mode client gathers a segment
+ * sent from an MR in place (BufferFlag.EXT_DATA: the pool's external memory table, mirrored
+ * into a native core.ExtTable) straight into the peer's buffer: the payload is copied once, MR
+ * to shared memory, instead of MR to pool to shared memory. A zero-copy client cannot (its
+ * descriptors point into the pool): the tx node copies such a payload into the pool first.
  *
  * Link: up while the control channel is connected. A client reconnects every 250 ms while the
  * server is away; a server takes the next client. Every buffer held in a ring when the link
@@ -32,6 +36,7 @@ import { FRAME_SIZE } from '../graph/node.ts';
 import {
   loadCore,
   type CoreAddon,
+  type ExtTableNative,
   type MemifInfo,
   type MemifLayout,
   type MemifNative,
@@ -242,6 +247,16 @@ export class MemifDriver implements Driver {
     this.handle = native.handle;
     this.waitFds = native.waitFds.slice();
     this.state = 'open';
+    // One native mirror of the pool's external memory table per pool, shared by its memifs.
+    let ext = extTables.get(pool);
+    if (ext === undefined) {
+      ext = new this.core.ExtTable();
+      extTables.set(pool, ext);
+      pool.ext.addMirror(ext);
+    }
+    // A server always copies (the payload of an external segment straight from the MR), and so
+    // does a client whose pool is not shareable or whose queues are spread over threads.
+    if (this.role === 'server' || pool.memory.fd < 0 || this.laneKey !== undefined) pool.ext.wanted = true;
     try {
       native.bindPool({
         ...poolArrays(pool),
@@ -250,6 +265,9 @@ export class MemifDriver implements Driver {
         done: this.done,
         state: this.st,
         flagNext: BufferFlag.NEXT_PRESENT,
+        ext,
+        extId: pool.extId,
+        flagExt: BufferFlag.EXT_DATA,
       });
     } catch (e) {
       this.close();
@@ -302,6 +320,11 @@ export class MemifDriver implements Driver {
       if (st[S.link] !== 0) this.refill();
     }
     return st[S.link] !== 0;
+  }
+
+  /** Connected in copy mode: external payload segments are gathered from where they are. */
+  txExternal(): boolean {
+    return this.st[this.S.ext] !== 0;
   }
 
   /** Connected to a peer. */
@@ -487,6 +510,9 @@ export class MemifDriver implements Driver {
     else this.topUp();
   }
 }
+
+/** Each pool's native external memory table (core.ExtTable), made by the first memif bound to it. */
+const extTables = new WeakMap<BufferPool, ExtTableNative>();
 
 function intOption(where: string, key: string, v: unknown, def: number, min: number, max: number): number {
   if (v === undefined) return def;

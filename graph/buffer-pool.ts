@@ -10,6 +10,8 @@
  * mempool's single memory chunk, one buffer per mbuf, allocation through the driver).
  */
 
+import { ExtMemories } from './ext-memory.ts';
+
 export const INVALID_INDEX = 0xffffffff;
 
 /** Per-buffer flag bits (`BufferPool.flags`). Bits 16..31 are for nodes. */
@@ -28,6 +30,13 @@ export const BufferFlag = {
   TX_IP4_CKSUM: 1 << 5,
   /** Transmit: the NIC computes the UDP checksum (the field holds the pseudo-header sum). */
   TX_UDP_CKSUM: 1 << 6,
+  /**
+   * External payload (graph/ext-memory.ts): this buffer's `offset` and `length` are a window of
+   * memory `extId` of the pool's `ext` table, not of the pool. Never a packet's head.
+   */
+  EXT_DATA: 1 << 7,
+  /** On a packet's head: some buffer of its chain is EXT_DATA (materialize copies them in). */
+  EXT_CHAIN: 1 << 8,
   /** The buffer is in the pool (free). Set by free, cleared by alloc: catches double frees. */
   FREE: 1 << 15,
 } as const;
@@ -113,6 +122,10 @@ export class BufferPool {
   readonly tsNsec: Uint32Array;
   /** Index into the trace buffer, valid when TRACED. */
   readonly traceIndex: Uint32Array;
+  /** The external memory of an EXT_DATA buffer (its id in `ext`). */
+  readonly extId: Uint32Array;
+  /** External payload memories (graph/ext-memory.ts). */
+  readonly ext = new ExtMemories();
 
   private readonly freeStack: Uint32Array;
   private nFree: number;
@@ -140,6 +153,7 @@ export class BufferPool {
     this.tsSec = new Uint32Array(n);
     this.tsNsec = new Uint32Array(n);
     this.traceIndex = new Uint32Array(n);
+    this.extId = new Uint32Array(n);
     this.external = external;
     this.freeStack = new Uint32Array(external ? 0 : n);
     this.flags.fill(BufferFlag.FREE);
@@ -219,6 +233,7 @@ export class BufferPool {
         for (;;) {
           const f = flags[bi];
           if (bi >= count || f & BufferFlag.FREE) this.badFree(bi);
+          if (f & BufferFlag.EXT_DATA) this.ext.unref(this.extId[bi]);
           flags[bi] = BufferFlag.FREE;
           if (m === this.gather.length) this.gather = growU32(this.gather);
           this.gather[m++] = bi;
@@ -239,6 +254,7 @@ export class BufferPool {
           this.nFree = top; // what was freed before the bad one stays freed
           this.badFree(bi);
         }
+        if (f & BufferFlag.EXT_DATA) this.ext.unref(this.extId[bi]);
         flags[bi] = BufferFlag.FREE;
         stack[top++] = bi;
         if (!(f & BufferFlag.NEXT_PRESENT)) break;
@@ -338,7 +354,8 @@ export class BufferPool {
     for (;;) {
       const o = this.offset[bi],
         l = this.length[bi];
-      dst.set(this.u8.subarray(o, o + l), pos);
+      const from = this.flags[bi] & BufferFlag.EXT_DATA ? (this.ext.mem[this.extId[bi]] as Uint8Array) : this.u8;
+      dst.set(from.subarray(o, o + l), pos);
       pos += l;
       if (!(this.flags[bi] & BufferFlag.NEXT_PRESENT)) break;
       bi = this.next[bi];
@@ -351,6 +368,85 @@ export class BufferPool {
     const out = new Uint8Array(this.packetLength(bi));
     this.readPacket(bi, out, 0);
     return out;
+  }
+
+  /**
+   * Make buffer `bi` (allocated, not a packet's head) a window of external memory `id` (of
+   * `ext`): `len` bytes at `off`, read in place until it is freed. The caller puts EXT_CHAIN on
+   * the packet's head. The window must lie inside the memory (the memif gather checks it again).
+   */
+  attachExt(bi: number, id: number, off: number, len: number): void {
+    this.ext.ref(id);
+    this.flags[bi] |= BufferFlag.EXT_DATA;
+    this.extId[bi] = id;
+    this.offset[bi] = off;
+    this.length[bi] = len;
+  }
+
+  /**
+   * Copy the external segments of packet `head` (EXT_CHAIN) into pool buffers spliced into the
+   * chain in their place, for whoever reads its bytes from the pool (a driver without external
+   * transmit, a capture, a fault injector, the local adjacency). False when the pool ran short
+   * (the packet stays valid, with what was not copied yet still external): drop it.
+   */
+  materialize(head: number): boolean {
+    const flags = this.flags,
+      next = this.next,
+      length = this.length,
+      offset = this.offset,
+      ds = this.dataSize;
+    if (!(flags[head] & BufferFlag.EXT_CHAIN)) return true;
+    if (flags[head] & BufferFlag.EXT_DATA) return false; // never made: a head holds the headers
+    let prev = head;
+    while (flags[prev] & BufferFlag.NEXT_PRESENT) {
+      const e = next[prev];
+      if (!(flags[e] & BufferFlag.EXT_DATA)) {
+        prev = e;
+        continue;
+      }
+      const len = length[e];
+      const c = this.allocChain(len === 0 ? 1 : Math.ceil(len / ds));
+      if (c === INVALID_INDEX) return false;
+      const mem = this.ext.mem[this.extId[e]] as Uint8Array;
+      let src = offset[e],
+        left = len,
+        t = c;
+      for (;;) {
+        const take = left < ds ? left : ds;
+        this.u8.set(mem.subarray(src, src + take), offset[t]);
+        length[t] = take;
+        src += take;
+        left -= take;
+        if (!(flags[t] & BufferFlag.NEXT_PRESENT)) break;
+        t = next[t];
+      }
+      if (flags[e] & BufferFlag.NEXT_PRESENT) {
+        flags[t] |= BufferFlag.NEXT_PRESENT;
+        next[t] = next[e];
+      }
+      next[prev] = c;
+      flags[e] &= ~BufferFlag.NEXT_PRESENT;
+      this.freeOne(e);
+      prev = t;
+    }
+    flags[head] &= ~BufferFlag.EXT_CHAIN;
+    return true;
+  }
+
+  /**
+   * materialize every packet of `vec[0..n)`: those it succeeds for stay, closed up at the front
+   * (their count is returned); the others (the pool ran short) go to `drop[0..n - kept)`.
+   */
+  materializeVector(vec: Uint32Array, n: number, drop: Uint32Array): number {
+    const flags = this.flags;
+    let kept = 0,
+      dropped = 0;
+    for (let i = 0; i < n; i++) {
+      const bi = vec[i];
+      if (!(flags[bi] & BufferFlag.EXT_CHAIN) || this.materialize(bi)) vec[kept++] = bi;
+      else drop[dropped++] = bi;
+    }
+    return kept;
   }
 
   /** Move the current data start back by `n` bytes (prepend a header into the headroom). */

@@ -299,7 +299,7 @@ export interface MemifLaneNative {
  * frame the receive path takes.
  */
 export interface MemifLayout {
-  state: { stash: number; done: number; gen: number; link: number; orphans: number };
+  state: { stash: number; done: number; gen: number; link: number; orphans: number; ext: number };
   stateLength: number;
   maxFrame: number;
 }
@@ -315,6 +315,22 @@ export interface MemifPoolBinding extends PoolArrays {
   /** [stash count, done count, link generation, link up, orphans waiting, ...]: MemifLayout. */
   state: Uint32Array;
   flagNext: number;
+  /**
+   * External payload (graph/ext-memory.ts): segments flagged `flagExt` have their bytes in
+   * memory `extId[bi]` of `ext` (at offset[bi], length[bi]), which a copy-mode transmit reads
+   * in place. Left out, such a segment is a transmit error.
+   */
+  ext?: ExtTableNative;
+  extId?: Uint32Array;
+  flagExt?: number;
+}
+
+/** core.ExtTable (native/core/ext_table.h): memories by id, each kept alive while listed. */
+export interface ExtTableNative {
+  /** List `memory` as id (1..2^24-1), replacing what was there. */
+  set(id: number, memory: Uint8Array): void;
+  /** Unlist id (its reference goes). */
+  clear(id: number): void;
 }
 
 export interface MemifInfo {
@@ -453,6 +469,8 @@ export interface CoreAddon {
   Memif: new (opts: MemifNativeOptions) => MemifNative;
   /** Queue `queue` (1..254) of the memif interface published under `key` by another thread. */
   MemifLane: new (opts: { name: string; key: string; queue: number }) => MemifLaneNative;
+  /** An external payload table for bindPool's `ext` (graph/ext-memory.ts mirrors its ids into it). */
+  ExtTable: new () => ExtTableNative;
   /** One receive burst from rx queue `queue` into out[]; frees go to done (state[1]). */
   memifRx(handle: number, queue: number, out: Uint32Array, max: number): number;
   /** One transmit burst; returns how many were taken; buffers to free go to done (state[1]). */

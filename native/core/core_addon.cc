@@ -1,5 +1,5 @@
-// core.node module init: buffer memory, TSC, eventfd, FdWaiter, the af_packet socket and memif (see
-// native/addons.ts for the TypeScript view of these exports).
+// core.node module init: buffer memory, TSC, eventfd, FdWaiter, the af_packet socket, memif and
+// its external payload table (see native/addons.ts for the TypeScript view of these exports).
 #include "common.h"
 
 namespace {
@@ -14,6 +14,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   rg::InitAffinity(env, exports);
   rg::InitExec(env, exports);
   rg::InitVerbsSocket(env, exports);
+  rg::InitExtTable(env, exports);
   exports.Set("version", Napi::String::New(env, RDMA_GRAPH_VERSION));
   return exports;
 }

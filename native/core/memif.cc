@@ -77,6 +77,18 @@ PoolView ParsePool(Napi::Env env, Napi::Object o, const char* fn, uint32_t min_d
   for (const char* k : {"memory", "offset", "length", "flags", "next", "stash", "done", "state"}) {
     refs->push_back(Napi::Persistent(o.Get(k)));
   }
+  // External payload segments (optional): the flag bit, and the table with each buffer's id in
+  // it. The bit without a table: such a segment is a transmit error.
+  p.f_ext = OptU32(o, "flagExt", fn, 0, 0, 4294967295.0);
+  if (p.f_ext != 0 && ((p.f_ext & (p.f_ext - 1)) != 0 || p.f_ext == p.f_next))
+    throw RangeErr(env, f + ": flagExt must be one bit, not flagNext's");
+  Napi::Value extv = o.Get("ext");
+  if (!extv.IsUndefined() && !extv.IsNull()) {
+    if (p.f_ext == 0) throw RangeErr(env, f + ": ext needs flagExt");
+    p.ext = ExtTable::FromValue(env, extv, fn);
+    p.ext_id = U32ArrayArg(env, o.Get("extId"), fn, "extId", p.count);
+    for (const char* k : {"ext", "extId"}) refs->push_back(Napi::Persistent(o.Get(k)));
+  }
   std::memset(p.state, 0, kStateLen * sizeof(uint32_t));
   return p;
 }
@@ -317,6 +329,7 @@ void Memif::Release() {
   }
   if (pool_.state != nullptr) {
     pool_.state[kStLink] = 0;
+    pool_.state[kStExt] = 0;
     pool_.state[kStOrphans] = static_cast<uint32_t>(orphans_.size());
   }
 }
@@ -335,6 +348,7 @@ Napi::Value Layout(const Napi::CallbackInfo& info) {
   state.Set("gen", Napi::Number::New(env, kStGen));
   state.Set("link", Napi::Number::New(env, kStLink));
   state.Set("orphans", Napi::Number::New(env, kStOrphans));
+  state.Set("ext", Napi::Number::New(env, kStExt));
   Napi::Object o = Napi::Object::New(env);
   o.Set("state", state);
   o.Set("stateLength", Napi::Number::New(env, kStateLen));

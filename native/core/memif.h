@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common.h"
+#include "ext_table.h"
 #include "memif_proto.h"
 
 namespace rg {
@@ -55,6 +56,7 @@ enum State : uint32_t {
   kStGen = 2,      // bumped at every connect and disconnect
   kStLink = 3,     // 1 while connected
   kStOrphans = 4,  // buffers waiting for memifReclaim after a disconnect
+  kStExt = 5,      // 1 while connected in copy mode with an ExtTable bound: transmit reads EXT segments
   kStateLen = 8,
 };
 
@@ -228,6 +230,11 @@ struct PoolView {
   uint32_t done_cap = 0;
   uint32_t* state = nullptr;
   uint32_t f_next = 0;
+  // External payload (graph/ext-memory.ts): a segment flagged f_ext has its bytes in memory
+  // ext_id[bi] of `ext` at offset[bi], not in the pool. MemifLanes have the bit, no table.
+  const ExtTable* ext = nullptr;
+  uint32_t* ext_id = nullptr;
+  uint32_t f_ext = 0;
   int fd = -1;
   uint32_t DataStart(uint32_t bi) const { return first_offset + bi * stride + headroom; }
 };
@@ -516,7 +523,8 @@ class Memif : public Napi::ObjectWrap<Memif> {
   void Kick(Lane& L, Ring& r);
 
   // Gathers a pool packet's segments; 0 when the chain is invalid.
-  uint32_t Gather(const PoolView& p, uint32_t head, uint32_t* segs, uint64_t* total) const;
+  uint32_t Gather(const PoolView& p, uint32_t head, uint32_t* segs, const uint8_t** src, uint64_t* total,
+                  bool ext_ok) const;
 
   // memifTx(handle, queue, bufs, off, n): one transmit burst; returns how many were taken.
   Napi::Value Tx(const Napi::CallbackInfo& info);

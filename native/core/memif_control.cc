@@ -611,6 +611,7 @@ void Memif::LanesReady(bool up) {
 void Memif::SetLink(bool up) {
   if (pool_.state != nullptr) {
     pool_.state[kStLink] = up ? 1 : 0;
+    pool_.state[kStExt] = up && !zc_ && pool_.ext != nullptr ? 1 : 0;
     pool_.state[kStGen]++;
     pool_.state[kStOrphans] = static_cast<uint32_t>(orphans_.size());
   }

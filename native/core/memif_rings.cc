@@ -391,13 +391,25 @@ void Memif::Kick(Lane& L, Ring& r) {
     L.fault = "Interrupt fd made blocking by the peer";
 }
 
-// Gathers a pool packet's segments; 0 when the chain is invalid.
-uint32_t Memif::Gather(const PoolView& p, uint32_t head, uint32_t* segs, uint64_t* total) const {
+// Gathers a pool packet's segments and where each one's bytes are: in the pool, or (a segment
+// flagged f_ext, `ext_ok`: copy mode) in the external memory its id names, the window checked
+// against that memory's length. 0 when the chain or a segment is invalid, or external where
+// it cannot be (zero copy: its bytes are in no region the peer maps).
+uint32_t Memif::Gather(const PoolView& p, uint32_t head, uint32_t* segs, const uint8_t** src, uint64_t* total,
+                       bool ext_ok) const {
   uint32_t bi = head, n = 0;
   uint64_t len = 0;
   for (;;) {
     if (bi >= p.count || n == kMaxTxSegs) return 0;
-    if (uint64_t{p.offset[bi]} + p.length[bi] > p.mem_len) return 0;
+    if (p.f_ext != 0 && (p.flags[bi] & p.f_ext)) {
+      if (!ext_ok || p.ext == nullptr) return 0;
+      const uint8_t* at = p.ext->Window(p.ext_id[bi], p.offset[bi], p.length[bi]);
+      if (at == nullptr) return 0;
+      src[n] = at;
+    } else {
+      if (uint64_t{p.offset[bi]} + p.length[bi] > p.mem_len) return 0;
+      src[n] = p.mem + p.offset[bi];
+    }
     segs[n++] = bi;
     len += p.length[bi];
     if (!(p.flags[bi] & p.f_next)) break;
@@ -460,9 +472,10 @@ uint32_t Memif::TxZeroCopy(Lane& L, Ring& r, const uint32_t* bufs, uint32_t n) {
   uint32_t taken = 0, sent = 0;
   uint64_t bytes = 0;
   uint32_t segs[kMaxTxSegs];
+  const uint8_t* src[kMaxTxSegs];
   for (; taken < n; taken++) {
     uint64_t total = 0;
-    const uint32_t ns = Gather(p, bufs[taken], segs, &total);
+    const uint32_t ns = Gather(p, bufs[taken], segs, src, &total, false);
     if (ns == 0) {
       L.tx_errors++;
       PushDone(L, bufs[taken], done_n);
@@ -522,10 +535,11 @@ uint32_t Memif::TxCopy(Lane& L, Ring& r, const uint32_t* bufs, uint32_t n) {
   uint32_t taken = 0, sent = 0;
   uint64_t bytes = 0;
   uint32_t segs[kMaxTxSegs];
+  const uint8_t* srcs[kMaxTxSegs];
   bool stop = false;
   for (; taken < n && !stop; taken++) {
     uint64_t total = 0;
-    const uint32_t ns = Gather(p, bufs[taken], segs, &total);
+    const uint32_t ns = Gather(p, bufs[taken], segs, srcs, &total, true);
     if (ns == 0) {
       L.tx_errors++;
       PushDone(L, bufs[taken], done_n);
@@ -540,7 +554,7 @@ uint32_t Memif::TxCopy(Lane& L, Ring& r, const uint32_t* bufs, uint32_t n) {
     if (!DescRoom(r, slot, &dst, &room)) return TxFail(L, taken, done_n);
     uint32_t w = 0;
     for (uint32_t s = 0; s < ns && !stop; s++) {
-      const uint8_t* src = p.mem + p.offset[segs[s]];
+      const uint8_t* src = srcs[s];
       uint32_t len = p.length[segs[s]];
       while (len > 0) {
         if (w == room) {

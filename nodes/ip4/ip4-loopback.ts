@@ -40,6 +40,11 @@ const ERROR_TABLE = errorTable({
     description: 'frames to a local address, received on its interface',
     severity: 'info',
   },
+  NO_BUFFERS: {
+    name: 'no_buffers',
+    description: 'no buffers to copy a payload sent from an MR into (dropped)',
+    severity: 'error',
+  },
 });
 export const Ip4LoopbackError = ERROR_TABLE.code;
 
@@ -79,8 +84,10 @@ function ip4Loopback(rt: NodeRuntime, frame: Frame | null): number {
     u8 = pool.u8,
     offset = pool.offset,
     flags = pool.flags;
-  const vec = f.vec,
-    n = f.n;
+  const vec = f.vec;
+  // Payloads sent from an MR in place are copied in: the receive path reads the pool.
+  if (pool.ext.wanted) materializeAll(rt, f);
+  const n = f.n;
   for (let i = 0; i < n; i++) {
     const bi = vec[i];
     const fl = flags[bi];
@@ -92,6 +99,17 @@ function ip4Loopback(rt: NodeRuntime, frame: Frame | null): number {
   rt.countError(Ip4LoopbackError.LOCAL, n);
   rt.graph.enqueueToSingleNext(rt, d.next, vec, 0, n);
   return n;
+}
+
+/** BufferPool.materialize on every packet; one the pool has no buffers for is dropped, the frame closing up. */
+function materializeAll(rt: NodeRuntime, f: Frame): void {
+  const pool = rt.graph.pool;
+  const kept = pool.materializeVector(f.vec, f.n, rt.scratch);
+  if (kept === f.n) return;
+  const code = rt.errorIndex(Ip4LoopbackError.NO_BUFFERS);
+  for (let i = 0; i < f.n - kept; i++) pool.error[rt.scratch[i]] = code;
+  rt.graph.enqueueToSingleNext(rt, NEXT.index.DROP, rt.scratch, 0, f.n - kept);
+  f.n = kept;
 }
 
 /** What an offloading NIC would have done on transmit (ip4-rewrite and udp4-encap left it to one). */

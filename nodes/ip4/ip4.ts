@@ -116,7 +116,11 @@ export function packetSum(pool: BufferPool, bi: number): number {
   let odd = false;
   for (;;) {
     const l = length[bi];
-    let s = rangeSum(v, u8, offset[bi], l);
+    // An external segment (BufferFlag.EXT_DATA) is summed where its bytes are.
+    let s =
+      flags[bi] & BufferFlag.EXT_DATA
+        ? rangeSum(pool.ext.view[pool.extId[bi]] as DataView, pool.ext.mem[pool.extId[bi]] as Uint8Array, offset[bi], l)
+        : rangeSum(v, u8, offset[bi], l);
     if (odd) s = ((s & 0xff) << 8) | (s >>> 8);
     sum += s;
     if (l & 1) odd = !odd;

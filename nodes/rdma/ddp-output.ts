@@ -22,7 +22,7 @@ import {
 import type { RdmaCore } from './core.ts';
 import { type Qp, QpState, TxFlag, TxKind } from './qp.ts';
 import { RdmaOpaque } from './trp-input.ts';
-import { buildSegment, completeSq, sqAcknowledged, takePsn, toError } from './transport.ts';
+import { buildSegment, completeSq, extPieces, sqAcknowledged, takePsn, toError } from './transport.ts';
 import { isLocal, WcStatus, WrOpcode } from './verbs.ts';
 import { localFailure, runLocal } from './windows.ts';
 import { serveUd, type UdOut } from './ud-output.ts';
@@ -93,14 +93,26 @@ function alloc(rt: NodeRuntime): number {
   return bi;
 }
 
+/** allocSegment's answer for buildSegment: the payload is attached from the MRs, not copied. */
+let ext = false;
+
 /**
- * The buffers of a segment of `len` payload bytes: one, or a chain when the longest DDP header
- * and the payload do not fit in one (buildSegment fills it and cuts what a shorter header leaves
- * unused). INVALID_INDEX (and nothing held) when the pool cannot supply them all.
+ * The buffers of a segment of `len` payload bytes (transmit slot `kind`, `ref`, `off`): a
+ * buffer for the headers and one per MR piece of a payload sent in place (extPieces: `ext`
+ * set), else one buffer, or a chain when the longest DDP header and the payload do not fit in
+ * one (buildSegment fills it and cuts what a shorter header leaves unused). INVALID_INDEX (and
+ * nothing held) when the pool cannot supply them all.
  */
-function allocSegment(rt: NodeRuntime, len: number): number {
+function allocSegment(rt: NodeRuntime, qp: Qp, kind: number, ref: number, off: number, len: number): number {
   const pool = rt.graph.pool,
     ds = pool.dataSize;
+  const pieces = extPieces(qp, pool, kind, ref, off, len);
+  ext = pieces > 0;
+  if (ext) {
+    const bi = pool.allocChain(1 + pieces);
+    if (bi === INVALID_INDEX) starved = true;
+    return bi;
+  }
   const bytes = len + DDP_UNTAGGED_BYTES;
   if (bytes <= ds) return alloc(rt);
   const bi = pool.allocChain(Math.ceil(bytes / ds));
@@ -120,10 +132,10 @@ function emit(rt: NodeRuntime, qp: Qp, bi: number, kind: number, psn: number, en
 
 /** A new data packet: PSN, slot, bytes. Returns false when no buffer was left. */
 function emitNew(rt: NodeRuntime, qp: Qp, kind: number, ref: number, off: number, len: number, flags: number): number {
-  const bi = allocSegment(rt, len);
+  const bi = allocSegment(rt, qp, kind, ref, off, len);
   if (bi === INVALID_INDEX) return -1;
   const psn = takePsn(qp, kind, ref, off, len, flags);
-  buildSegment(qp, psn, rt.graph.pool, bi);
+  buildSegment(qp, psn, rt.graph.pool, bi, ext);
   qp.txBytes += len;
   emit(rt, qp, bi, TxPacket.DATA, psn, 0);
   return psn;
@@ -156,9 +168,9 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
       (!inError || qp.txKind[s] === TxKind.TERM)
     ) {
       if (!inError && !mayResend(qp, window, now, slack)) break;
-      const bi = allocSegment(rt, qp.txLen[s]);
+      const bi = allocSegment(rt, qp, qp.txKind[s], qp.txRef[s], qp.txOff[s], qp.txLen[s]);
       if (bi === INVALID_INDEX) return true;
-      buildSegment(qp, psn, pool, bi);
+      buildSegment(qp, psn, pool, bi, ext);
       qp.txFlags[s] |= TxFlag.RETRANSMITTED;
       qp.retransmits++;
       emit(rt, qp, bi, TxPacket.DATA, psn, 0);

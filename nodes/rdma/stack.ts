@@ -512,6 +512,11 @@ export class Rdma {
         `mr ${mr.handle} has ${mr.windows} memory window(s) bound: deallocate or invalidate them first`,
       );
     mr.valid = false;
+    // Segments sent from it in place and still queued keep its memory until they are freed.
+    if (mr.extId !== 0) {
+      this.graph.pool.ext.retire(mr.extId);
+      mr.extId = 0;
+    }
     this.core.mrs[mr.stag >>> this.core.stagKeyBits] = null;
     this.mrsByHandle.delete(mr.handle);
     this.budget.release(mr);

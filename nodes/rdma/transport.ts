@@ -101,11 +101,42 @@ const SEND_OP: readonly number[] = [RdmapOp.SEND, RdmapOp.SEND_SE, RdmapOp.SEND_
 const SEND_SE_OP: readonly number[] = [RdmapOp.SEND_SE, RdmapOp.SEND_SE, RdmapOp.SEND_SE_INV, RdmapOp.SEND_SE_IMM];
 
 /**
+ * Payloads at least this long may be sent from the MR in place (BufferFlag.EXT_DATA) rather
+ * than copied into the pool: below it the copy costs less than the buffer that describes it.
+ */
+export const EXT_MIN_BYTES = 512;
+
+/**
+ * The external segments transmit slot's payload (`kind`, `ref`, `off`, `len`, as takePsn
+ * records them) would be attached as: one per piece of its SG list (one for a Read Response),
+ * or 0 when it is copied instead: short, no driver transmits external segments
+ * (pool.ext.wanted), or an MR it reads is no longer valid (a deregistered MR is never listed
+ * again; its copy is what a resend of it sends, as before).
+ */
+export function extPieces(qp: Qp, pool: BufferPool, kind: number, ref: number, off: number, len: number): number {
+  if (len < EXT_MIN_BYTES || !pool.ext.wanted) return 0;
+  if (kind === TxKind.SQ) return qp.sq[ref].sg.pieces(off, len);
+  if (kind === TxKind.RESP) {
+    const r = qp.resp[ref];
+    return !r.atomic && r.src !== null && r.src.valid ? 1 : 0;
+  }
+  return 0;
+}
+
+/** The MR's id in the pool's external memory table, listed at its first use (deregMr retires it). */
+function extIdOf(pool: BufferPool, mr: Mr): number {
+  if (mr.extId === 0) mr.extId = pool.ext.add(mr.memory);
+  return mr.extId;
+}
+
+/**
  * Write the DDP/RDMAP header and payload of transmit slot `psn` into fresh buffer `bi`: one
  * buffer, or a chain (allocSegment in ddp-output.ts) when header and payload do not fit in one
- * (a segment is as large as the path's MTU allows, whatever the pool's buffer size).
+ * (a segment is as large as the path's MTU allows, whatever the pool's buffer size). With
+ * `ext` (extPieces > 0, and the chain allocated as 1 + that many buffers) the payload is not
+ * copied: the chain's tail buffers become windows of the MRs (attachPayload).
  */
-export function buildSegment(qp: Qp, psn: number, pool: BufferPool, bi: number): void {
+export function buildSegment(qp: Qp, psn: number, pool: BufferPool, bi: number, ext = false): void {
   const s = psn & qp.wMask;
   const kind = qp.txKind[s],
     fl = qp.txFlags[s],
@@ -116,7 +147,7 @@ export function buildSegment(qp: Qp, psn: number, pool: BufferPool, bi: number):
     u8 = pool.u8,
     o = pool.offset[bi];
   let bytes: number;
-  if (kind === TxKind.SQ) bytes = buildRequest(qp.sq[qp.txRef[s]], fl, off, len, last, v, pool, bi);
+  if (kind === TxKind.SQ) bytes = buildRequest(qp.sq[qp.txRef[s]], fl, off, len, last, v, pool, bi, ext);
   else if (kind === TxKind.RESP) {
     const r = qp.resp[qp.txRef[s]];
     if (r.atomic) {
@@ -127,7 +158,8 @@ export function buildSegment(qp: Qp, psn: number, pool: BufferPool, bi: number):
       bytes = h + ATOMIC_RESPONSE_BYTES;
     } else {
       const h = tagged(v, o, last, RdmapOp.READ_RESPONSE, r.sinkStag, r.sinkTo + off);
-      if (len > 0) fillPayload(pool, bi, h, len, null, (r.src as Mr).memory, r.srcOff + off);
+      if (ext) attachPayload(pool, bi, h, len, null, r.src as Mr, r.srcOff + off);
+      else if (len > 0) fillPayload(pool, bi, h, len, null, (r.src as Mr).memory, r.srcOff + off);
       bytes = h + len;
     }
   } else {
@@ -138,6 +170,42 @@ export function buildSegment(qp: Qp, psn: number, pool: BufferPool, bi: number):
   }
   // A chain's lengths were set by fillPayload.
   if (!(pool.flags[bi] & BufferFlag.NEXT_PRESENT)) pool.length[bi] = bytes;
+}
+
+/**
+ * The payload of the segment whose header of `h` bytes is in buffer `bi` as windows of the MRs
+ * (`sg`'s pieces from byte `pos`, or `mr` at `pos`): each buffer after `bi` in its chain (as
+ * many as extPieces counted) becomes one (BufferPool.attachExt), and the head says so
+ * (EXT_CHAIN). Nothing is copied: the driver reads the MR when it transmits.
+ */
+function attachPayload(
+  pool: BufferPool,
+  bi: number,
+  h: number,
+  len: number,
+  sg: SgList | null,
+  mr: Mr | null,
+  pos: number,
+): void {
+  const next = pool.next;
+  pool.length[bi] = h;
+  pool.flags[bi] |= BufferFlag.EXT_CHAIN;
+  let e = bi;
+  if (sg === null) {
+    e = next[e];
+    pool.attachExt(e, extIdOf(pool, mr as Mr), pos, len);
+    return;
+  }
+  let i = 0;
+  while (i < sg.n && pos >= sg.len[i]) pos -= sg.len[i++];
+  while (len > 0) {
+    const take = Math.min(len, sg.len[i] - pos);
+    e = next[e];
+    pool.attachExt(e, extIdOf(pool, sg.mr[i] as Mr), sg.off[i] + pos, take);
+    len -= take;
+    pos = 0;
+    i++;
+  }
 }
 
 /**
@@ -197,6 +265,7 @@ function buildRequest(
   v: DataView,
   pool: BufferPool,
   bi: number,
+  ext: boolean,
 ): number {
   const op = wr.opcode;
   const o = pool.offset[bi];
@@ -205,7 +274,8 @@ function buildRequest(
     // The Invalidate STag field: Send with Invalidate's STag, Send with Immediate's immediate.
     const field = op === WrOpcode.SEND_WITH_INV ? wr.invStag : op === WrOpcode.SEND_WITH_IMM ? wr.imm : 0;
     const h = untagged(v, o, last, rop, field, Qn.SEND, wr.msn, off);
-    fillPayload(pool, bi, h, len, wr.sg, null, off);
+    if (ext) attachPayload(pool, bi, h, len, wr.sg, null, off);
+    else fillPayload(pool, bi, h, len, wr.sg, null, off);
     return h + len;
   }
   if (op === WrOpcode.WRITE || op === WrOpcode.WRITE_WITH_IMM) {
@@ -216,7 +286,8 @@ function buildRequest(
       return h + IMMEDIATE_BYTES;
     }
     const h = tagged(v, o, last, RdmapOp.WRITE, wr.rstag, wr.roff + off);
-    fillPayload(pool, bi, h, len, wr.sg, null, off);
+    if (ext) attachPayload(pool, bi, h, len, wr.sg, null, off);
+    else fillPayload(pool, bi, h, len, wr.sg, null, off);
     return h + len;
   }
   if (op === WrOpcode.READ) {

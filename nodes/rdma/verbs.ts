@@ -224,6 +224,8 @@ export class Mr {
   boundQp: object | null = null;
   /** Windows bound to this MR now (deregistration is refused while any is: EBUSY). */
   windows = 0;
+  /** Its id in the pool's external memory table (graph/ext-memory.ts) once a segment was sent from it in place; 0: none. */
+  extId = 0;
   constructor(handle: number, pd: Pd, stag: number, memory: Uint8Array, access: number, base = 0) {
     this.handle = handle;
     this.pd = pd;
@@ -347,6 +349,26 @@ export class SgList {
     for (let i = 0; i < this.n; i++) this.mr[i] = null;
     this.n = 0;
     this.total = 0;
+  }
+
+  /**
+   * How many pieces (one per SGE touched) bytes [pos, pos + len) of the list are in, or 0 when
+   * an MR among them is no longer valid or the range runs past the list.
+   */
+  pieces(pos: number, len: number): number {
+    let i = 0;
+    while (i < this.n && pos >= this.len[i]) pos -= this.len[i++];
+    let n = 0;
+    while (len > 0) {
+      if (i >= this.n) return 0;
+      const m = this.mr[i];
+      if (m === null || !m.valid) return 0;
+      len -= Math.min(len, this.len[i] - pos);
+      pos = 0;
+      i++;
+      n++;
+    }
+    return n;
   }
 
   /** Copy `len` bytes starting at byte `pos` of the list into `dst` at `dstOff`. */
