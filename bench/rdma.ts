@@ -16,11 +16,14 @@
  *    64-byte SEND ping-pong latency, and WRITE goodput under 1 % and 10 % of each fault (loss,
  *    reordering, duplication, corruption) as a fraction of lossless, beside the kernel's UDP
  *    ping-pong over loopback (node:dgram). Both stacks share one core here.
+ * 3. Two stacks in one process over memif (bench/ext-payload.ts): the server's WRITE payloads
+ *    sent from the MR in place against copied into the pool first, alternating every 100 ms.
  */
 import dgram from 'node:dgram';
 import os from 'node:os';
 import { iperf3, sockperf } from './kernel-baselines.ts';
 import { runRdmaProcsBench } from './rdma-procs.ts';
+import { type ExtPayloadResult, extPayloadBench } from './ext-payload.ts';
 import { connectManual, makeEnds, twoStacks } from '../test/rdma-helpers.ts';
 
 export interface RdmaBenchResult {
@@ -196,7 +199,18 @@ export async function runRdmaBench(opts: { seconds: number }): Promise<RdmaBench
   const w10 = await writeThroughput(s, 0.1);
   const lat = await sendLatency(s);
   const k = await kernelUdpLatency(s);
+  const xp = await extPayloadBench(Math.max(6, 3 * s));
+  const xj = await extPayloadBench(Math.max(6, 3 * s), 9000);
   const f = (x: number, d = 2) => x.toFixed(d);
+  const runs: [string, ExtPayloadResult][] = [
+    ['mtu 1500', xp],
+    ['mtu 9000', xj],
+  ];
+  const extLines = runs.map(
+    ([what, x]) =>
+      `  ${what}: in place ${f(x.inPlace.gbps)} Gbit/s, ${f(x.inPlace.nsPerByte, 3)} ns CPU per byte; copied ${f(x.copied.gbps)} Gbit/s, ${f(x.copied.nsPerByte, 3)} ns; ` +
+      `in place / copied: ${f(x.inPlace.nsPerByte / x.copied.nsPerByte, 3)} x the CPU per byte, ${f(x.inPlace.gbps / x.copied.gbps, 3)} x the rate`,
+  );
   const text = [
     `machine: ${cores} cores, ${model}`,
     ...procs.lines,
@@ -207,6 +221,8 @@ export async function runRdmaBench(opts: { seconds: number }): Promise<RdmaBench
     `  WRITE goodput, 10 % of each fault: ${f(w10.gbps)} Gbit/s = ${f(w10.gbps / w0.gbps)} x lossless (${w10.retransmits} retransmissions)`,
     `  SEND 64 B ping-pong: median RTT ${f(lat.medianUs, 1)} us, p99 ${f(lat.p99Us, 1)} us (${lat.n} round trips)`,
     `  baseline, kernel UDP 64 B ping-pong on loopback (node:dgram): median RTT ${f(k.medianUs, 1)} us, p99 ${f(k.p99Us, 1)} us`,
+    'rdma: two stacks in one process over memif, WRITE 64 KiB x 16 from the server, payloads sent from the MR in place and copied into the pool first, alternating every 100 ms (one core for both)',
+    ...extLines,
   ].join('\n');
   return {
     text,
@@ -223,6 +239,12 @@ export async function runRdmaBench(opts: { seconds: number }): Promise<RdmaBench
       goodput10: +f(w10.gbps / w0.gbps, 3),
       sendRttUs: +f(lat.medianUs, 1),
       kernelUdpRttUs: +f(k.medianUs, 1),
+      extInPlaceNsPerByte: +f(xp.inPlace.nsPerByte, 4),
+      extCopiedNsPerByte: +f(xp.copied.nsPerByte, 4),
+      extInPlaceGbps: +f(xp.inPlace.gbps, 3),
+      extCopiedGbps: +f(xp.copied.gbps, 3),
+      extJumboInPlaceNsPerByte: +f(xj.inPlace.nsPerByte, 4),
+      extJumboCopiedNsPerByte: +f(xj.copied.nsPerByte, 4),
     },
   };
 }
