@@ -1105,7 +1105,8 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
             continue;
           }
           if (open) CloseGso(m - 1, tmpl, gsz, gpay, gcnt);
-          open = pl > 0;
+          // A group's datagram size: what a receiver cuts at (it refuses smaller pieces).
+          open = pl >= gso::kMinSegment;
           if (open) {
             tmpl = f;
             gsz = gpay = static_cast<uint32_t>(pl);

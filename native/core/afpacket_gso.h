@@ -29,7 +29,7 @@ namespace rg::gso {
 constexpr uint32_t kHdrLen = 14 + 20 + 8;         // Ethernet, IPv4 without options, UDP
 constexpr uint32_t kMaxSegs = 64;                 // datagrams per message, either way
 constexpr uint32_t kMaxPayload = 65535 - 20 - 8;  // IPv4 total length bound
-constexpr uint32_t kMinSegment = 64;              // smallest gso_size accepted on receive
+constexpr uint32_t kMinSegment = 64;              // smallest gso_size sent or accepted
 constexpr uint8_t kNeedsCsum = 1;                 // VIRTIO_NET_HDR_F_NEEDS_CSUM
 constexpr uint8_t kTypeNone = 0;                  // VIRTIO_NET_HDR_GSO_NONE
 constexpr uint8_t kTypeUdpL4 = 5;                 // VIRTIO_NET_HDR_GSO_UDP_L4
