@@ -289,6 +289,35 @@ test('hostile: a peer echoing CE on everything slows the QP to the floor, never 
   }
 });
 
+test('hostile: a peer answering every PROBE with nothing acknowledged cannot hold the window up or stall the QP: reduced, one resend per answer, then retry-exceeded (the WR being sent)', () => {
+  const { r } = writer('reno', 100);
+  r.clock.advance(1e6);
+  ack(r, 10); // RTT 1 ms, cwnd 20
+  r.advance(1, 0.05); // 10..29 out
+  const w = cc(r).cwnd;
+  let resends = 0,
+    answers = 0;
+  for (let k = 0; k < 20000 && r.rdma.queryQp(r.qp).state !== 'error'; k++) {
+    const out = r.advance(0.5, 0.5);
+    resends += data(out).length;
+    if (out.some((p) => p.op === TRP.PROBE)) {
+      // The answer: nothing new acknowledged, whatever was resent.
+      answers++;
+      resends += data(r.feed(trpHeader(10, 10, TRP.PROBE_ACK)).concat(r.run())).length;
+    }
+    assert.ok(cc(r).cwnd <= w, `never above the window before (cwnd ${cc(r).cwnd})`);
+  }
+  assert.is(r.rdma.queryQp(r.qp).state, 'error', 'the QP ends: retry-exceeded, not stalled forever');
+  assert.ok(answers >= 1, `answered (${answers})`);
+  assert.ok(cc(r).cwnd <= w / 2, `reduced (cwnd ${cc(r).cwnd})`);
+  assert.ok(resends <= answers, `one resend per answer at most (${resends} for ${answers})`);
+  assert.equal(
+    r.scq.poll(10).map((x) => x.status),
+    ['retry-exceeded'],
+  );
+  r.close();
+});
+
 test('hostile: an ACK of data never sent is refused and does not open the window; a peer that never echoes is still bound by losses', () => {
   const { r } = writer('reno', 200);
   const before = r.err('trp-input', 'bad_ack');

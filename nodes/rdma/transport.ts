@@ -618,10 +618,12 @@ function anySacked(qp: Qp): boolean {
 
 function retryExceeded(core: RdmaCore, qp: Qp): void {
   core.counters.retryExceeded++;
-  // The oldest incomplete WR fails with retry-exceeded; the QP goes to ERROR, the rest flush.
+  // The oldest incomplete WR fails with retry-exceeded (the one being sent, partly out, too);
+  // the QP goes to ERROR, the rest flush.
   const sq = qp.sq,
     nsq = sq.length;
-  for (let i = qp.sqHead; i !== qp.sqNext; i++) {
+  const end = qp.sqNext !== qp.sqTail && sq[qp.sqNext % nsq].started ? qp.sqNext + 1 : qp.sqNext;
+  for (let i = qp.sqHead; i !== end; i++) {
     const wr = sq[i % nsq];
     if (!wr.done) {
       wr.done = true;
