@@ -755,21 +755,28 @@ test('rx ring v2 hands a lone frame over at once; v3 holds it in its block until
     try {
       const frame = testFrame(p.hostMac, p.peerMac, 7, 100);
       const out = new Uint32Array(64);
-      // Whatever the kernel sent before (IPv6 router solicitations...) is taken first.
-      await sleep(1100);
-      for (let n = d.rxBurst(0, out, 64); n > 0; n = d.rxBurst(0, out, 64)) pool.free(out, 0, n);
-      pyInNs(p.ns, PY_SEND_FRAMES, [p.peer], hex(frame) + '\n');
-      // 200 ms: far less than the v3 block timeout, far more than a frame's way over a veth.
+      // v3: up to 3 tries. The block a frame lands in may have been opened by another frame just
+      // before, or the sender (a python3 start, slow on a loaded machine) may have taken most of
+      // the timeout: either makes the kernel retire it sooner. A v2 ring never holds it.
       let got = 0;
-      const end = Date.now() + 200;
-      while (Date.now() < end && got === 0) {
-        const n = d.rxBurst(0, out, 64);
-        for (let i = 0; i < n; i++) if (isTest(pool.packetBytes(out[i]))) got++;
-        pool.free(out, 0, n);
-        await sleep(5);
+      for (let attempt = 0; attempt < (rxRing === 'v3' ? 3 : 1); attempt++) {
+        // Whatever the kernel sent before is taken first.
+        await sleep(1100);
+        for (let n = d.rxBurst(0, out, 64); n > 0; n = d.rxBurst(0, out, 64)) pool.free(out, 0, n);
+        pyInNs(p.ns, PY_SEND_FRAMES, [p.peer], hex(frame) + '\n');
+        // 200 ms: far less than the v3 block timeout, far more than a frame's way over a veth.
+        got = 0;
+        const end = Date.now() + 200;
+        while (Date.now() < end && got === 0) {
+          const n = d.rxBurst(0, out, 64);
+          for (let i = 0; i < n; i++) if (isTest(pool.packetBytes(out[i]))) got++;
+          pool.free(out, 0, n);
+          await sleep(5);
+        }
+        if (got === 0) break;
       }
       if (rxRing === 'v2') assert.is(got, 1, 'v2: the frame is ours as soon as the kernel wrote it');
-      else assert.is(got, 0, 'v3: the frame waits in a block the kernel has not retired yet');
+      else assert.is(got, 0, 'v3: the frame waits in a block the kernel has not retired yet (in one of 3 tries)');
     } finally {
       d.close();
     }
