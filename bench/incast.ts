@@ -133,10 +133,12 @@ async function child(role: string, iface: string, addr: string, congestion: stri
   const graph = Dataplane.internals(dp).rdma.core.graph;
   /** The main thread's time on a CPU, waiting for one (runnable) and its timeslices (/proc schedstat, ns). */
   const sched = () => readFileSync('/proc/self/schedstat', 'utf8').trim().split(/\s+/).map(Number);
+  let ifc0: Awaited<ReturnType<typeof dp.interfaces>>[number]['counters'] | null = null;
   const diagnostics = async (cpu0: NodeJS.CpuUsage, t0: number, sched0: number[], sleeps0: number) => {
     const s1 = sched();
     const ms = performance.now() - t0;
-    const c = (await dp.interfaces())[0].counters;
+    const c1 = (await dp.interfaces())[0].counters;
+    const c = (k: keyof typeof c1) => c1[k] - (ifc0 === null ? 0 : ifc0[k]);
     const errs = (await dp.errors())
       .flatMap((t) => t.rows)
       .filter((r) => r.count > 0 && r.severity !== 'info')
@@ -166,7 +168,7 @@ async function child(role: string, iface: string, addr: string, congestion: stri
     return {
       cpu: (u.user + u.system) / 1e3 / ms,
       sched: `user ${(u.user / 10 / ms).toFixed(0)} % sys ${(u.system / 10 / ms).toFixed(0)} %, main thread on CPU ${((s1[0] - sched0[0]) / 1e4 / ms).toFixed(0)} %, runnable waiting ${((s1[1] - sched0[1]) / 1e4 / ms).toFixed(0)} %, ${s1[2] - sched0[2]} slices, graph slept ${graph.sleeps - sleeps0} times`,
-      drops: `rx ${c.rxPackets} pkts, rx drops ${c.rxDrops} errors ${c.rxErrors}; tx ${c.txPackets} pkts, tx drops ${c.txDrops} errors ${c.txErrors}`,
+      drops: `rx ${c('rxPackets')} pkts, rx drops ${c('rxDrops')} errors ${c('rxErrors')}; tx ${c('txPackets')} pkts, tx drops ${c('txDrops')} errors ${c('txErrors')}`,
       errors: errs,
       nodes: `nodes ${(nodeNs / 1e4 / ms).toFixed(0)} % of the time: ${top.join(', ')}`,
     };
@@ -199,6 +201,9 @@ async function child(role: string, iface: string, addr: string, congestion: stri
     sleeps0 = graph.sleeps;
   const startMeasuring = () => {
     graph.clearRuntime();
+    graph.clearErrors();
+    // The interface's counters from here (read at once: the driver's, not the graph's).
+    void dp.interfaces().then((v) => (ifc0 = v[0].counters));
     cpu0 = process.cpuUsage();
     t0 = performance.now();
     sched0 = sched();
