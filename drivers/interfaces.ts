@@ -540,9 +540,14 @@ function deviceTx(rt: NodeRuntime, frame: Frame | null): number {
   const g = rt.graph;
   const n = f.n;
   // Payloads sent from an MR in place (BufferFlag.EXT_DATA) are copied into the pool for a
-  // driver that does not gather them itself, and for the capture and the fault injector.
-  if (g.pool.ext.wanted && (itf.txCapture !== null || itf.txFault !== null || itf.driver.txExternal?.() !== true))
-    materializeAll(rt, f);
+  // driver that does not gather them itself (its senders then copy at once: txTakes), and for
+  // the capture and the fault injector.
+  const ext = g.pool.ext;
+  if (ext.wanted) {
+    const takes = itf.driver.txExternal?.() === true;
+    if (itf.index < ext.txTakes.length) ext.txTakes[itf.index] = takes ? 1 : 0;
+    if (!takes || itf.txCapture !== null || itf.txFault !== null) materializeAll(rt, f);
+  }
   if (rt.traceOn) {
     for (let i = 0; i < f.n; i++) rt.addTrace(f.vec[i], `${itf.name} queue 0 len ${g.pool.packetLength(f.vec[i])}`);
   }

@@ -27,6 +27,13 @@ export class ExtMemories {
    * later (materialize), so the senders copy at once.
    */
   wanted = false;
+  /**
+   * Per interface index: whether its driver gathered external segments at its last transmit
+   * (drivers/interfaces.ts's tx node writes it every burst; 1 until then). A sender whose
+   * peer is through an interface that does not (a zero-copy memif client, af_packet beside a
+   * memif server) copies at once instead of attaching what the tx node would copy anyway.
+   */
+  readonly txTakes = new Uint8Array(4096).fill(1);
   private refs = new Int32Array(16);
   private retired = new Uint8Array(16);
   private readonly freeIds: number[] = [];

@@ -256,8 +256,20 @@ test('a driver that cannot gather (pipe) and the local adjacency get payloads se
   postWrite(p.b, B.qp, 7, src, dst, n);
   assert.is((await waitCompletions(B.scq, 1))[0].status, 'success');
   checkIn({ p, src, dst }, 'the WRITE over the pipe');
-  assert.ok(src.extId !== 0, 'attached, then copied at the tx node');
-  // Two QPs of A talking to each other (one pool with B's): ip4-loopback takes the frames in as received.
+  assert.ok(src.extId !== 0, 'the first burst attached, then copied at the tx node');
+  // The tx node noted that the pipe gathers nothing: from now on the sender copies at once.
+  const pb = p.b.ifs.get('pb').index;
+  assert.is(pool.ext.txTakes[pb], 0);
+  const src2 = p.b.rdma.regMr(B.pd, n, ['local-write']);
+  src2.memory.set(pattern(n, 11));
+  postWrite(p.b, B.qp, 9, src2, dst, n);
+  assert.is((await waitCompletions(B.scq, 1))[0].status, 'success');
+  checkIn({ p, src: src2, dst }, 'the second WRITE over the pipe');
+  assert.is(src2.extId, 0, 'never attached');
+  // Two QPs of A talking to each other (one pool with B's): ip4-loopback takes the frames in as
+  // received. Their egress is A's pipe (noted as gathering nothing): as if it were a memif
+  // server's, whose senders attach.
+  pool.ext.txTakes.fill(1);
   const X = makeEnds(p.a),
     Y = makeEnds(p.a);
   connectManual(p.a, X.qp, p.a, Y.qp);

@@ -180,6 +180,8 @@ export class Qp {
   localAddr = 0;
   remoteAddr = 0;
   remotePort = 0;
+  /** The interface its peer is reached through (setPeer): whether its payloads may go in place (transport.ts extPieces). */
+  egress = 0;
   /** A UD QP's Q_Key: datagrams carrying another are dropped (ud-input's bad_qkey). */
   qkey = 0;
   /** DDP payload bytes per segment (from the interface MTU). */

@@ -786,6 +786,7 @@ export class Rdma {
     qp.mtuTagged = Math.max(1, segmentPayload(mtu, true));
     qp.remoteAddr = addr;
     qp.remotePort = port;
+    qp.egress = ix;
     // Congestion control: the egress interface's choice, else the stack's (taken at startSend).
     qp.ccChoice = this.ccByInterface.get(ifs.names[ix]) ?? this.core.congestion;
     qp.window();

@@ -110,11 +110,12 @@ export const EXT_MIN_BYTES = 512;
  * The external segments transmit slot's payload (`kind`, `ref`, `off`, `len`, as takePsn
  * records them) would be attached as: one per piece of its SG list (one for a Read Response),
  * or 0 when it is copied instead: short, no driver transmits external segments
- * (pool.ext.wanted), or an MR it reads is no longer valid (a deregistered MR is never listed
+ * (pool.ext.wanted) or not the one of the QP's egress interface (txTakes), or an MR it reads is
+ * no longer valid (a deregistered MR is never listed
  * again; its copy is what a resend of it sends, as before).
  */
 export function extPieces(qp: Qp, pool: BufferPool, kind: number, ref: number, off: number, len: number): number {
-  if (len < EXT_MIN_BYTES || !pool.ext.wanted) return 0;
+  if (len < EXT_MIN_BYTES || !pool.ext.wanted || pool.ext.txTakes[qp.egress] === 0) return 0;
   if (kind === TxKind.SQ) return qp.sq[ref].sg.pieces(off, len);
   if (kind === TxKind.RESP) {
     const r = qp.resp[ref];
