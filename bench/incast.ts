@@ -61,6 +61,8 @@ const ONLY_AUTO = process.env.INCAST_ONLY_AUTO === '1';
  * defaults.
  */
 const CPU = process.env.INCAST_CPU ?? '{ poll: interrupt }';
+/** INCAST_GSO=1: the data planes' af_packet sockets with UDP segmentation offload (af_packet.gso). */
+const GSO = process.env.INCAST_GSO === '1' ? ', gso: true' : '';
 /** Seconds of load before the measured ones (INCAST_WARMUP, default 4; whole seconds: iperf3 -O). */
 const WARMUP = Number(process.env.INCAST_WARMUP ?? 4);
 if (!Number.isInteger(WARMUP) || WARMUP < 0)
@@ -123,7 +125,7 @@ async function child(role: string, iface: string, addr: string, congestion: stri
   const dp = await createDataplane(
     parseConfig(
       `rdma: { congestion: ${congestion} }\ncpu: ${CPU}\ninterfaces:\n  - name: e0\n    driver: af_packet\n` +
-        `    af_packet: { host-interface: ${iface} }\n    address: ${addr}/24\n`,
+        `    af_packet: { host-interface: ${iface}${GSO} }\n    address: ${addr}/24\n`,
       `incast-${role}.yaml`,
     ),
   );
