@@ -102,6 +102,8 @@ export interface DaemonPair {
   /** `netns`: the two network namespaces (A's, B's) and the veth end each holds; `memif`: empty. */
   ns: string[];
   links: string[];
+  /** What both daemons printed so far (their log lines: a qp-error shows there). */
+  logs: () => string;
 }
 
 /**
@@ -182,6 +184,7 @@ export async function withDaemons(
       frames,
       ns,
       links: topology === 'netns' ? veth : [],
+      logs: () => daemons.map((d) => d.out).join('\n'),
     });
     for (const d of daemons) {
       assert.ok(d.proc.exitCode === null && d.proc.signalCode === null, `the daemon ran to the end:\n${d.out}`);

@@ -394,12 +394,15 @@ export class VerbsRings {
   attachQp(ring: QpRing): void {
     this.qps.push(ring);
     this.byQpn.set(ring.qp.qpn, ring);
+    // A Send that finds no receive takes in what the program posted since this pass's poll.
+    ring.qp.refillRecv = () => (ring.srq === null ? this.pollRecvRing(ring) : this.pollSrq(ring.srq));
   }
 
   detachQp(ring: QpRing): void {
     const i = this.qps.indexOf(ring);
     if (i >= 0) this.qps.splice(i, 1);
     if (this.byQpn.get(ring.qp.qpn) === ring) this.byQpn.delete(ring.qp.qpn);
+    ring.qp.refillRecv = null;
   }
 
   /**
@@ -541,21 +544,26 @@ export class VerbsRings {
       if (n > 0) Atomics.store(u, QP_SQ_CONS, r.sqCons);
       work += n;
     }
-    if (r.srq === null && qp.state !== QpState.RESET && !qp.destroyed) {
-      const ahead = (Atomics.load(u, QP_RQ_PROD) - r.rqCons) >>> 0;
-      if (ahead > r.rqEntries) {
-        this.refuse(r, `QP ${qp.qpn}: the receive ring's producer is ${ahead} ahead of a ring of ${r.rqEntries}`);
-        return work;
-      }
-      const n = Math.min(ahead, BURST, qp.cfg.maxRecvWr - qp.rqDepth);
-      for (let k = 0; k < n; k++) {
-        this.postRecv(r, r.rqCons);
-        r.rqCons = (r.rqCons + 1) >>> 0;
-      }
-      if (n > 0) Atomics.store(u, QP_RQ_CONS, r.rqCons);
-      work += n;
+    return work + this.pollRecvRing(r);
+  }
+
+  /** The receives waiting in QP ring r's receive ring (its own, not an SRQ's): how many taken. */
+  private pollRecvRing(r: QpRing): number {
+    const qp = r.qp;
+    if (r.srq !== null || r.dead || qp.state === QpState.RESET || qp.destroyed) return 0;
+    const u = r.u32;
+    const ahead = (Atomics.load(u, QP_RQ_PROD) - r.rqCons) >>> 0;
+    if (ahead > r.rqEntries) {
+      this.refuse(r, `QP ${qp.qpn}: the receive ring's producer is ${ahead} ahead of a ring of ${r.rqEntries}`);
+      return 0;
     }
-    return work;
+    const n = Math.min(ahead, BURST, qp.cfg.maxRecvWr - qp.rqDepth);
+    for (let k = 0; k < n; k++) {
+      this.postRecv(r, r.rqCons);
+      r.rqCons = (r.rqCons + 1) >>> 0;
+    }
+    if (n > 0) Atomics.store(u, QP_RQ_CONS, r.rqCons);
+    return n;
   }
 
   private pollSrq(s: SrqRing): number {

@@ -196,7 +196,10 @@ function ddpInput(rt: NodeRuntime, frame: Frame | null): number {
       if (qn === Qn.SEND) {
         if (((msn - qp.rqDone) | 0) <= 0 || ((msn - qp.rqDone) | 0) > qp.W) code = TermCode.DDP_U_INVALID_MSN;
         else {
-          const rwr = qp.recvFor(msn);
+          let rwr = qp.recvFor(msn);
+          // A receive posted just before this Send may still be in the program's ring: take the
+          // ring in now (each call takes at least one entry or returns 0: bounded by the ring).
+          while (rwr === null && qp.refillRecv !== null && qp.refillRecv() > 0) rwr = qp.recvFor(msn);
           if (rwr === SRQ_LATER) {
             unreceive(core, qp, opaque[w + RdmaOpaque.PSN]);
             err = DdpInputError.SRQ_ORDER;

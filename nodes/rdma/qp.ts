@@ -215,6 +215,12 @@ export class Qp {
   srqRing: (RecvWr | null)[];
   readonly srqMask: number;
   srqAssigned = 0;
+  /**
+   * Receives its program posted that the data plane has not taken in yet (a verbs ring in shared
+   * memory, read once per pass): called when a Send finds no receive, before the peer is told
+   * there is none. Returns how many it took (0: none waiting). Null: receives come by postRecv.
+   */
+  refillRecv: (() => number) | null = null;
   /** Bytes placed so far per receive MSN slot (for "message too long" and byte counts). */
   lastWriteLen = 0;
   writeAcc = 0;

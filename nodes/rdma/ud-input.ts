@@ -104,7 +104,10 @@ function udInput(rt: NodeRuntime, frame: Frame | null): number {
     else if ((fl & ~(DgFlag.IMM | DgFlag.SOLICITED)) !== 0) err = UdInputError.BAD_HEADER;
     else if (v.getUint32(o + DG_QKEY) !== qp.qkey) err = UdInputError.BAD_QKEY;
     else {
-      const wr = qp.recvFor((qp.rqDone + 1) >>> 0);
+      const msn = (qp.rqDone + 1) >>> 0;
+      let wr = qp.recvFor(msn);
+      // A receive the program posted since this pass's ring poll: taken in before dropping.
+      while (wr === null && qp.refillRecv !== null && qp.refillRecv() > 0) wr = qp.recvFor(msn);
       if (wr === null) err = UdInputError.NO_RECEIVE;
       else {
         const src = opaque[w + Ip4Opaque.REMOTE],
