@@ -30,7 +30,7 @@ import {
 } from './helpers-tshark.ts';
 import { IP_B, makeEnds, pattern, settle, twoStacks, waitCompletions, type Pair } from './rdma-helpers.ts';
 
-const TRP = { DATA: 0, REQ: 1, ACCEPT: 2, REJECT: 3, FIN: 4, SACK: 5 } as const;
+const TRP = { DATA: 0, REQ: 1, ACCEPT: 2, REJECT: 3, FIN: 4, SACK: 5, PROBE: 7, PROBE_ACK: 8 } as const;
 const OP = {
   WRITE: 0,
   READ_REQ: 1,
@@ -650,7 +650,11 @@ test('every message type two stacks send decodes in Wireshark as what was posted
       ...Object.values(OP).map((o) => `rdmap ${o}`),
       ...[TRP.REQ, TRP.ACCEPT, TRP.REJECT, TRP.FIN, TRP.SACK].map((o) => `trp ${o}`),
     ];
-    assert.equal([...kinds].sort(), want.sort(), 'every message type seen, nothing else');
+    // A PROBE and its PROBE_ACK appear only when a retransmission timer fired during the capture
+    // (seen once in CI on a slow machine): decoded as what they are, not one of the posted kinds.
+    const probes = [`trp ${TRP.PROBE}`, `trp ${TRP.PROBE_ACK}`];
+    const seen = [...kinds].filter((k) => !probes.includes(k));
+    assert.equal(seen.sort(), want.sort(), 'every message type seen, nothing else');
     for (const x of wantA.concat(wantB).filter((w) => w.note)) console.log(`  ${x.note}`);
   } finally {
     p.close();
