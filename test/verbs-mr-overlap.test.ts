@@ -4,7 +4,7 @@
  * the same range twice, sub-page malloc buffers and a range over pages it unmapped and mapped
  * again; a peer data plane WRITEs and READs through every rkey, and the program's own view,
  * every other MR's view and the peer's reads must agree. Deregistering one MR leaves the others
- * working. System V shared memory registered stays the segment (the daemon attaches it: REG_SHM),
+ * working; pages registered again after their MR is gone stay where they are. System V shared memory registered stays the segment (the daemon attaches it: REG_SHM),
  * seen by another attachment; a range partly such memory, or a hostile REG_SHM, is refused.
  * Other shared mappings (POSIX shm, a /dev/shm file, a memfd, anonymous shared memory) stay
  * their file, seen by another mapping of it; one the program truncates under the daemon gives
@@ -232,6 +232,61 @@ test('sub-page malloc buffers registered one by one and then together; pages map
   });
 });
 
+test('pages registered, deregistered and registered again stay on their memfd (a registration cache re-registers so); pages given back are let go, and at most 64 idle regions are kept', async () => {
+  ready();
+  await withProgram(async (prog, pr) => {
+    const backing = async (addr: number) => {
+      const m = /^backing (\d+) (\d+)$/.exec(await prog.cmd(`backing ${addr}`));
+      assert.ok(m, 'backing answered');
+      return { ino: Number(m![1]), memfds: Number(m![2]) };
+    };
+    const A = await prog.map(16 * PAGE);
+    const first = await prog.reg(A, 16 * PAGE);
+    const on = await backing(A);
+    assert.is(await prog.cmd(`dereg ${first.k}`), `dereg ${first.k} 0`);
+    // Registered again (UCX's cache does, each time its memory hooks saw our remap): no new
+    // memfd, no copy, no remap: the pages are where the first registration put them.
+    for (let round = 0; round < 3; round++) {
+      const again = await prog.reg(A + PAGE, 8 * PAGE);
+      assert.is((await backing(A + PAGE)).ino, on.ino, `round ${round}: the same memfd under the pages`);
+      const data = pattern(256, 60 + round);
+      assert.is(await pr.write(again.rkey, A + 2 * PAGE + 8, data), 'success');
+      assert.equal(await prog.show(A + 2 * PAGE + 8, 256), data, `round ${round}: the WRITE is the program's`);
+      assert.is(await prog.cmd(`fill ${A + 5 * PAGE} 64 ${round + 7}`), 'fill 0');
+      assert.equal(await pr.read(again.rkey, A + 5 * PAGE, 64), new Uint8Array(64).fill(round + 7), 'and READ back');
+      assert.is(await prog.cmd(`dereg ${again.k}`), `dereg ${again.k} 0`);
+    }
+    assert.is((await backing(A)).memfds, on.memfds, 'one memfd held for the idle pages');
+    // The program gives the pages back: the next registration lets the memfd (and its memory) go.
+    assert.is(await prog.cmd(`unmap ${A} ${16 * PAGE}`), 'unmap 0');
+    const B = await prog.map(PAGE);
+    const other = await prog.reg(B, PAGE);
+    assert.is((await backing(B)).memfds, on.memfds, "the unmapped pages' memfd closed, B's opened");
+    assert.is(await prog.cmd(`dereg ${other.k}`), `dereg ${other.k} 0`);
+    // Many buffers registered once each: the oldest idle ones go beyond 64.
+    const bufs: number[] = [];
+    for (let i = 0; i < 80; i++) {
+      const b = await prog.map(PAGE);
+      bufs.push(b);
+      const r = await prog.reg(b, PAGE);
+      assert.is(await prog.cmd(`dereg ${r.k}`), `dereg ${r.k} 0`);
+    }
+    const held = (await backing(B)).memfds;
+    assert.ok(held <= 64 && held >= 60, `at most 64 idle memfds held (${held})`);
+    const oldest = (await backing(bufs[0])).ino,
+      newest = (await backing(bufs[79])).ino;
+    const r0 = await prog.reg(bufs[0], PAGE),
+      r79 = await prog.reg(bufs[79], PAGE);
+    assert.is.not((await backing(bufs[0])).ino, oldest, 'the oldest idle pages moved again');
+    assert.is((await backing(bufs[79])).ino, newest, 'the newest stayed');
+    const data = pattern(100, 99);
+    assert.is(await pr.write(r0.rkey, bufs[0], data), 'success');
+    assert.equal(await prog.show(bufs[0], 100), data, 'the moved pages work');
+    assert.is(await pr.write(r79.rkey, bufs[79] + 1000, data), 'success');
+    assert.equal(await prog.show(bufs[79] + 1000, 100), data);
+  });
+});
+
 test('memory the program does not have is refused with EFAULT, and the process lives on', async () => {
   ready();
   await withProgram(async (prog) => {
@@ -250,7 +305,7 @@ test("another thread's writes while its pages are registered are not lost (UCX's
   ready();
   await withProgram(async (prog) => {
     // A thread writes 64 KiB of fresh pages without pause while the main thread registers and
-    // deregisters them 300 times: each registration moves them onto a new memfd. Before each
+    // deregisters them 300 times, each registration moving them onto a new memfd. Before each
     // word is written again the writer checks its last write is there (and all at the end).
     const r = await prog.cmd('race 300');
     const m = /^race (\d+) (\d+)$/.exec(r);

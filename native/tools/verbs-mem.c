@@ -24,7 +24,9 @@
  *   "nattch ID"              -> "nattch N", or "nattch -ERRNO" when the segment is gone
  *   "race ROUNDS"            -> "race LOST WRITES": a thread writes fresh 64 KiB pages without pause
  *                               (a counter into each 8-byte word in turn, what it wrote kept apart)
- *                               while this one registers and deregisters them ROUNDS times; LOST is
+ *                               while this one registers and deregisters them ROUNDS times (and
+ *                               makes them private pages again after each, the writer held, so
+ *                               that each registration moves them onto a new memfd); LOST is
  *                               the writes found gone when the word came round again, or at the
  *                               end (0 expected), WRITES how many it made
  *   "share KIND N"           -> "share ADDR": N bytes of shared memory, mapped MAP_SHARED: KIND
@@ -39,14 +41,19 @@
  *   "shrink ADDR"            -> "shrink RC": the file under the shared memory at ADDR truncated to 0
  *   "qp A.B.C.D QPN PSN"     -> "qp QPN rts rc 0": an RC QP in RTS towards that peer, remote
  *                               read and write allowed (rq_psn PSN, sq_psn PSN + 1)
+ *   "backing ADDR"           -> "backing INODE MEMFDS": the inode of the mapping at ADDR (0 when
+ *                               none), and how many descriptors this process holds on the library's
+ *                               memfds (the ones registered pages are moved onto)
  *   "exit"
  * An answer with "errno E" reports a failed system call.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,7 +162,7 @@ static int other(const struct shared* m, size_t off, size_t len, int byte) {
 #define RACE_WORDS (65536 / 8)
 static volatile uint64_t* race_buf;
 static uint64_t race_last[RACE_WORDS];
-static volatile int race_stop;
+static volatile int race_stop, race_pause, race_paused;
 static uint64_t race_writes, race_lost;
 
 /* Before each word is written again, it must still hold what was written there last time. */
@@ -163,6 +170,11 @@ static void* race_writer(void* arg) {
   (void)arg;
   uint64_t v = 0, lost = 0;
   while (!race_stop) {
+    if (race_pause) { /* the main thread makes the pages private again */
+      __atomic_store_n(&race_paused, 1, __ATOMIC_SEQ_CST);
+      while (race_pause) sched_yield();
+      __atomic_store_n(&race_paused, 0, __ATOMIC_SEQ_CST);
+    }
     const size_t k = (size_t)(v % RACE_WORDS);
     if (race_buf[k] != race_last[k]) lost++;
     race_buf[k] = ++v;
@@ -185,6 +197,16 @@ static int race(struct ibv_pd* pd, unsigned rounds) {
   for (unsigned r = 0; r < rounds; r++) {
     struct ibv_mr* mr = ibv_reg_mr(pd, p, 65536, IBV_ACCESS_LOCAL_WRITE);
     if (mr != NULL) ibv_dereg_mr(mr);
+    /* The pages private again (the writer held meanwhile), so the next registration moves them
+       again under the writer: the library keeps pages it moved where they are otherwise. */
+    __atomic_store_n(&race_pause, 1, __ATOMIC_SEQ_CST);
+    while (!__atomic_load_n(&race_paused, __ATOMIC_SEQ_CST)) sched_yield();
+    void* q = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (q != MAP_FAILED) {
+      memcpy(q, p, 65536);
+      if (mremap(q, 65536, 65536, MREMAP_MAYMOVE | MREMAP_FIXED, p) == MAP_FAILED) munmap(q, 65536);
+    }
+    __atomic_store_n(&race_pause, 0, __ATOMIC_SEQ_CST);
   }
   race_stop = 1;
   pthread_join(t, NULL);
@@ -231,6 +253,43 @@ static int to_rts(struct ibv_qp* qp, unsigned a, unsigned b, unsigned c, unsigne
       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
+/* The inode of the mapping at `a` in /proc/self/maps, or 0. */
+static unsigned long backing_inode(uintptr_t a) {
+  FILE* f = fopen("/proc/self/maps", "re");
+  if (f == NULL) return 0;
+  char line[4096 + 512];
+  unsigned long ino = 0;
+  while (fgets(line, sizeof line, f) != NULL) {
+    unsigned long s, e, off, i;
+    unsigned maj, min;
+    char perms[8];
+    if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &s, &e, perms, &off, &maj, &min, &i) == 7 && s <= a && a < e) {
+      ino = i;
+      break;
+    }
+  }
+  fclose(f);
+  return ino;
+}
+
+/* Descriptors of this process on memfds named as the library names its own. */
+static int library_memfds(void) {
+  DIR* d = opendir("/proc/self/fd");
+  if (d == NULL) return -1;
+  int n = 0;
+  struct dirent* de;
+  while ((de = readdir(d)) != NULL) {
+    char path[300], target[256];
+    snprintf(path, sizeof path, "/proc/self/fd/%s", de->d_name);
+    const ssize_t k = readlink(path, target, sizeof target - 1);
+    if (k <= 0) continue;
+    target[k] = '\0';
+    n += strncmp(target, "/memfd:rdma-graph-mr", 20) == 0;
+  }
+  closedir(d);
+  return n;
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   int n = 0;
@@ -266,6 +325,8 @@ int main(void) {
           mmap((void*)(uintptr_t)addr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
       if (p != MAP_FAILED) memset(p, (int)byte, len);
       printf("remap %d\n", p == MAP_FAILED ? errno : 0);
+    } else if (sscanf(line, "backing %llu", &addr) == 1) {
+      printf("backing %lu %d\n", backing_inode((uintptr_t)addr), library_memfds());
     } else if (sscanf(line, "unmap %llu %llu", &addr, &len) == 2) {
       printf("unmap %d\n", munmap((void*)(uintptr_t)addr, len));
     } else if (sscanf(line, "reg %llu %llu", &addr, &len) == 2 && nmrs < MAX_MRS) {

@@ -15,10 +15,18 @@
  * deregistration does) gets the new pages shared, not the old memfd; the old MR keeps the old
  * pages, as on a NIC, which pins them.
  *
- * Bounds: regions are kept only while a live MR overlaps them (so at most a few per MR, and
- * their fds with them); one registration is at most RGV_MAX_MR_PIECES pieces. Everything here
- * runs under one mutex, held across the REG_MR call, so two threads never share the same pages
- * twice.
+ * A region no live MR overlaps any more stays, idle, while its pages are still the memfd's
+ * (checked at every registration and deregistration): a registration cache deregisters and
+ * registers the same buffer again and again (UCX's, whenever its memory hooks saw the pages move:
+ * our own remap is such a move), and each new registration must find the pages where the last
+ * one put them, not copy and remap them again (which the hooks would see again).
+ *
+ * Bounds: regions overlapping a live MR (at most a few per MR, and their fds with them), and at
+ * most RG_IDLE_REGIONS idle ones (the oldest go first); idle regions whose pages the program
+ * unmapped or replaced are dropped at the next registration or deregistration, so the memfd
+ * does not keep memory the program gave back. One registration is at most RGV_MAX_MR_PIECES
+ * pieces. Everything here runs under one mutex, held across the REG_MR call, so two threads
+ * never share the same pages twice.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -50,8 +58,13 @@ struct memfd {
 struct region {
   uintptr_t start, end;
   struct memfd* mem;
-  uint64_t off; /* of start in the memfd */
+  uint64_t off;  /* of start in the memfd */
+  uint64_t idle; /* 0 while a live MR overlaps it; else when it stopped (idle_clock's tick) */
+  uint64_t seen; /* prune_idle's: bytes found still mapped from the memfd */
 };
+
+/* Idle regions kept at most (each may hold a memfd's descriptor). */
+#define RG_IDLE_REGIONS 64u
 
 struct span {
   uintptr_t start, end;
@@ -62,6 +75,7 @@ static struct region* regions; /* sorted by start, disjoint */
 static size_t nregions, capregions;
 static struct span* live; /* the page spans of the live MRs (a multiset) */
 static size_t nlive, caplive;
+static uint64_t idle_clock;
 
 static int grow(void** a, size_t* cap, size_t need, size_t size) {
   if (need <= *cap) return 0;
@@ -156,7 +170,7 @@ static int still_mapped(const struct region* r, uintptr_t a, uintptr_t b) {
 static int cut(size_t k, uintptr_t a, uintptr_t b) {
   struct region r = regions[k];
   if (b < r.end) {
-    struct region right = {b, r.end, r.mem, r.off + (b - r.start)};
+    struct region right = {b, r.end, r.mem, r.off + (b - r.start), r.idle, 0};
     if (insert_region(k + 1, right) != 0) return -1;
   }
   if (a > r.start)
@@ -166,16 +180,61 @@ static int cut(size_t k, uintptr_t a, uintptr_t b) {
   return 0;
 }
 
-/* Regions overlapping [a, b) that no live MR overlaps any more: dropped (their fds closed). */
+/*
+ * Regions overlapping [a, b): live again when a live MR overlaps them, else idle from now on;
+ * then the oldest idle regions beyond RG_IDLE_REGIONS dropped (their fds closed with the last).
+ */
 static void collect(uintptr_t a, uintptr_t b) {
-  for (size_t k = first_after(a); k < nregions && regions[k].start < b;) {
+  for (size_t k = first_after(a); k < nregions && regions[k].start < b; k++) {
     int used = 0;
     for (size_t i = 0; i < nlive && !used; i++) used = live[i].start < regions[k].end && regions[k].start < live[i].end;
     if (used)
-      k++;
-    else
-      remove_region(k);
+      regions[k].idle = 0;
+    else if (regions[k].idle == 0)
+      regions[k].idle = ++idle_clock;
   }
+  for (;;) {
+    size_t n = 0, oldest = 0;
+    for (size_t k = 0; k < nregions; k++) {
+      if (regions[k].idle == 0) continue;
+      if (n++ == 0 || regions[k].idle < regions[oldest].idle) oldest = k;
+    }
+    if (n <= RG_IDLE_REGIONS) break;
+    remove_region(oldest);
+  }
+}
+
+/*
+ * Idle regions whose pages are not all the memfd's at their offsets any more (the program
+ * unmapped them, or mapped something else there): dropped, so their memfds let the memory go.
+ * One read of /proc/self/maps; a region is kept only if every byte of it was seen.
+ */
+static void prune_idle(void) {
+  size_t nidle = 0;
+  for (size_t k = 0; k < nregions; k++) {
+    regions[k].seen = 0;
+    nidle += regions[k].idle != 0;
+  }
+  if (nidle == 0) return;
+  FILE* f = fopen("/proc/self/maps", "re");
+  if (f == NULL) return;          /* cannot tell: kept (a registration checks its own pages again) */
+  static char line[MAP_LINE_MAX]; /* under mu */
+  struct map_line m;
+  while (fgets(line, sizeof line, f) != NULL) {
+    if (!parse_map_line(line, &m)) continue;
+    for (size_t k = first_after(m.start); k < nregions && regions[k].start < m.end; k++) {
+      struct region* r = &regions[k];
+      if (r->idle == 0 || m.ino != r->mem->ino || m.maj != major(r->mem->dev) || m.min != minor(r->mem->dev)) continue;
+      const uintptr_t lo = r->start > m.start ? r->start : m.start, hi = r->end < m.end ? r->end : m.end;
+      if (m.off + (lo - m.start) == r->off + (lo - r->start)) r->seen += hi - lo;
+    }
+  }
+  fclose(f);
+  for (size_t k = 0; k < nregions;)
+    if (regions[k].idle != 0 && regions[k].seen != regions[k].end - regions[k].start)
+      remove_region(k);
+    else
+      k++;
 }
 
 /*
@@ -315,7 +374,7 @@ static struct memfd* share_gaps(const struct span* gaps, size_t ngaps) {
   /* The remapped ones are regions (room made above: no allocation); a failure leaves the rest private. */
   off = 0;
   for (size_t g = 0; g < mapped; g++) {
-    struct region r = {gaps[g].start, gaps[g].end, m, off};
+    struct region r = {gaps[g].start, gaps[g].end, m, off, 0, 0};
     insert_region(first_after(gaps[g].start), r);
     off += gaps[g].end - gaps[g].start;
   }
@@ -344,7 +403,7 @@ fail:
  * taken: a page fault on a disk file's page can wait on the disk (or on a FUSE server: a program
  * could stall the daemon at will), so a disk file is refused too. The daemon maps such a file guarded: a file shrunk
  * under it gives it zero pages where the bytes were, not SIGBUS (docs/VERBS-PROTOCOL.md, REG_MR). Our own memfds (pages
- * moved before whose regions were collected) and System V segments (REG_SHM) are not such.
+ * moved before whose regions were dropped) and System V segments (REG_SHM) are not such.
  */
 static int same_file(int fd, unsigned maj, unsigned min, unsigned long ino) {
   struct stat st;
@@ -416,7 +475,7 @@ static int adopt(uintptr_t x, uintptr_t y, uint64_t off, const char* path, uintp
     errno = EINVAL;
     return -1;
   }
-  struct region r = {x, y, m, off};
+  struct region r = {x, y, m, off, 0, 0};
   if (insert_region(first_after(x), r) != 0) {
     if (fresh) {
       close(m->fd);
@@ -462,6 +521,7 @@ static int adopt_shared(uintptr_t s, uintptr_t e) {
 int rg_pages_share(uintptr_t s, uintptr_t e, struct rg_pieces* out) {
   pthread_mutex_lock(&mu);
   out->n = out->nfds = 0;
+  prune_idle();
   /* Earlier regions over these pages that do not hold them any more: cut away. */
   for (size_t k = first_after(s); k < nregions && regions[k].start < e;) {
     uintptr_t a = regions[k].start > s ? regions[k].start : s, b = regions[k].end < e ? regions[k].end : e;
@@ -583,5 +643,6 @@ void rg_pages_release(uintptr_t s, uintptr_t e) {
       break;
     }
   collect(s, e);
+  prune_idle();
   pthread_mutex_unlock(&mu);
 }
