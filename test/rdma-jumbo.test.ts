@@ -13,7 +13,7 @@
 import * as assert from 'uvu/assert';
 import { rdmaOpsSuite } from './rdma-ops-helpers.ts';
 import { faultRun } from './rdma-faults-helpers.ts';
-import { connectManual, makeEnds, pattern, twoStacks, waitCompletions } from './rdma-helpers.ts';
+import { connectManual, IP_A, IP_B, makeEnds, pattern, twoStacks, waitCompletions } from './rdma-helpers.ts';
 import { deviceView } from '../dataplane/rdma-devices.ts';
 import type { DeviceAttr } from '../nodes/rdma/stack.ts';
 
@@ -149,9 +149,64 @@ pipe("a device's port: active MTU and segment bytes from the link's MTU, not the
     ).ports[0];
   assert.is(port(1500).activeMtu, 1024);
   assert.is(port(1500).segmentBytes, 1500 - 20 - 8 - 10);
-  assert.is(port(9000).activeMtu, 4096, 'what perftest sets as path_mtu: RC segments of 4096');
+  assert.is(port(9000).activeMtu, 4096, 'what perftest sets as path_mtu: RC segments of the whole link then');
   assert.is(port(9000).segmentBytes, 9000 - 20 - 8 - 10);
 });
+
+for (const [mtu, active] of [
+  [9000, 4096],
+  [1500, 1024],
+] as const) {
+  pipe(
+    `path_mtu at MTU ${mtu}: the port's active MTU (${active}) or more takes the whole link; a smaller one is kept (a WRITE's packets say so)`,
+    async () => {
+      const whole = mtu - 20 - 8 - 10 - 14;
+      for (const [pathMtu, tagged] of [
+        [active, whole],
+        [4096, whole],
+        [active / 2, active / 2],
+        [256, 256],
+      ] as const) {
+        const p = twoStacks({ mtu });
+        try {
+          await p.ready;
+          const A = makeEnds(p.a),
+            B = makeEnds(p.b);
+          for (const [s, q, peer, ip] of [
+            [p.a, A.qp, B.qp, IP_B],
+            [p.b, B.qp, A.qp, IP_A],
+          ] as const) {
+            s.rdma.modifyQp(q, { state: 'init' });
+            s.rdma.modifyQp(q, { state: 'rtr', remote: { address: ip, port: peer.qpn }, rqPsn: peer.isn, pathMtu });
+            s.rdma.modifyQp(q, { state: 'rts' });
+          }
+          const untagged = tagged === whole ? whole - 4 : tagged;
+          assert.is(p.a.rdma.queryQp(A.qp).segmentSize, untagged, `path_mtu ${pathMtu}: segment size`);
+          const n = 100_000;
+          const src = p.a.rdma.regMr(A.pd, pattern(n, 7), ['local-write']);
+          const dst = p.b.rdma.regMr(B.pd, n, ['local-write', 'remote-write']);
+          const before = p.a.rdma.queryQp(A.qp).counters.txPackets;
+          p.a.rdma.postSend(A.qp, {
+            wrId: 'w',
+            opcode: 'write',
+            sg: [{ mr: src, offset: 0, length: n }],
+            remote: { stag: dst.stag, offset: 0 },
+          });
+          const [c] = await waitCompletions(A.scq, 1);
+          assert.is(c.status, 'success');
+          assert.equal(dst.memory, src.memory, `path_mtu ${pathMtu}: the bytes`);
+          assert.is(
+            p.a.rdma.queryQp(A.qp).counters.txPackets - before,
+            Math.ceil(n / tagged),
+            `path_mtu ${pathMtu}: ${tagged}-byte WRITE segments`,
+          );
+        } finally {
+          p.close();
+        }
+      }
+    },
+  );
+}
 
 pipe.run();
 

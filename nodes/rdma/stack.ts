@@ -47,7 +47,7 @@ import {
   WrOpcode,
   type WrOpcodeName,
 } from './verbs.ts';
-import { CM_MAX_PRIVATE_DATA, segmentPayload, TrpOp } from './wire.ts';
+import { CM_MAX_PRIVATE_DATA, segmentPayload, TrpOp, udMessageLimit } from './wire.ts';
 
 /** Budgets (budget.ts): maxMrBytes, maxCqEntries, maxWrSlots, maxPds, maxCqs, maxSrqs. */
 export interface RdmaOptions extends Partial<BudgetLimits> {
@@ -138,7 +138,7 @@ export interface QpModify {
   sqPsn?: number;
   ird?: number;
   ord?: number;
-  /** RTR: the largest payload of one segment (ibv_modify_qp's path_mtu: 256..4096), at most the link's. */
+  /** RTR: the largest payload of one segment (ibv_modify_qp's path_mtu: 256..4096), at most the link's; the port's active_mtu or more: the whole link. */
   pathMtu?: number;
   /** The initial retransmission timeout in µs (ibv_modify_qp's timeout: 4.096 µs x 2^timeout), within rdma.trp's bounds. */
   ackTimeoutUs?: number;
@@ -747,8 +747,13 @@ export class Rdma {
         const mtu = int(m.pathMtu, 256, 4096, 'pathMtu');
         if ((mtu & (mtu - 1)) !== 0)
           throw new VerbsError('invalid', `pathMtu must be 256, 512, 1024, 2048 or 4096, got ${mtu}`);
-        qp.mtuUntagged = Math.min(qp.mtuUntagged, mtu);
-        qp.mtuTagged = Math.min(qp.mtuTagged, mtu);
+        // The largest InfiniBand MTU the link holds is the port's active_mtu, what a program
+        // asks for when it means "the path's": its segments then take the whole link (1444
+        // bytes on 1500, not 1024). A smaller one (a path the program knows narrower) is kept.
+        if (mtu < udMessageLimit(this.net.interfaces.mtu[qp.egress])) {
+          qp.mtuUntagged = Math.min(qp.mtuUntagged, mtu);
+          qp.mtuTagged = Math.min(qp.mtuTagged, mtu);
+        }
       }
     }
     if (m.ackTimeoutUs !== undefined) {
