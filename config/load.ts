@@ -585,7 +585,15 @@ function crossCheck(raw: Raw, c: Checker): void {
     c.report('rdma.port-range', c.where('rdma.port-range'), `[${range[0]}, ${range[1]}] has lo > hi`, 'lo <= hi');
   }
   const trp = isRecord(rdma.trp) ? rdma.trp : {};
-  const { rtoMinMs: min, rtoMaxMs: max, rtoInitMs: init } = trp;
+  const { rtoMinMs: min, rtoMaxMs: max, rtoInitMs: init, ackDelayUs: delay } = trp;
+  const minMs = typeof min === 'number' ? min : 5;
+  if (typeof delay === 'number' && delay / 1000 >= minMs)
+    c.report(
+      'rdma.trp.ack-delay-us',
+      c.where('rdma.trp.ack-delay-us'),
+      `${delay} us is not below rto-min-ms ${minMs} (the peer would time out waiting for the ACK)`,
+      'an integer of µs below rto-min-ms',
+    );
   if (typeof min === 'number' && typeof max === 'number' && max < min) {
     c.report(
       'rdma.trp.rto-max-ms',

@@ -728,6 +728,13 @@ export const SCHEMA: MapSpec = {
               default: 7,
               doc: 'retransmissions of one segment before the QP fails',
             },
+            'ack-delay-us': {
+              type: 'int',
+              min: 0,
+              max: 1000000,
+              default: 100,
+              doc: "how long the ACK of a lone data packet received in order waits for data going back (a reply, a Read's response) to carry it, in µs, below rto-min-ms; two packets in a row, or any out of order, are acknowledged at once. A request/response exchange then sends no pure ACKs (half the packets each data plane handles); a sender waiting on a lone message with nothing coming back completes up to this much later. 0: every pass that takes data acknowledges it",
+            },
           },
         },
       },

@@ -142,7 +142,14 @@ export interface Config {
     maxMrBytes: number;
     maxCqEntries: number;
     maxWrSlots: number;
-    trp: { window: number; rtoMinMs: number; rtoMaxMs: number; rtoInitMs: number | null; maxRetries: number };
+    trp: {
+      window: number;
+      rtoMinMs: number;
+      rtoMaxMs: number;
+      rtoInitMs: number | null;
+      maxRetries: number;
+      ackDelayUs: number;
+    };
   };
   /** `capture: {dir, max-bytes}`: where the API's captures go, and how large one file may grow. */
   capture: { dir: string; maxBytes: number };

@@ -436,6 +436,7 @@ export class Dataplane implements DataplaneApi {
           rtoMinMs: r.trp.rtoMinMs,
           rtoMaxMs: r.trp.rtoMaxMs,
           maxRetries: r.trp.maxRetries,
+          ackDelayUs: r.trp.ackDelayUs,
           ...(r.trp.rtoInitMs === null ? {} : { rtoInitMs: r.trp.rtoInitMs }),
         },
       });

@@ -112,7 +112,7 @@ const CASES: [string, string, string][] = [
   [
     'unknown key: rdma.trp',
     'rdma: {trp: {rto: 5}}\n',
-    't.yaml:1:14: rdma.trp.rto: unknown key "rto" (expected one of: window, rto-min-ms, rto-max-ms, rto-init-ms, max-retries)',
+    't.yaml:1:14: rdma.trp.rto: unknown key "rto" (expected one of: window, rto-min-ms, rto-max-ms, rto-init-ms, max-retries, ack-delay-us)',
   ],
   [
     'unknown key: an interface',
@@ -724,6 +724,16 @@ const CASES: [string, string, string][] = [
     't.yaml:2:22: rdma.trp.rto-init-ms: 0.5 is less than rto-min-ms 5 (expected a number in rto-min-ms..rto-max-ms)',
   ],
   [
+    'ack-delay-us not below rto-min-ms',
+    'rdma:\n  trp: {rto-min-ms: 2, ack-delay-us: 2000}\n',
+    't.yaml:2:38: rdma.trp.ack-delay-us: 2000 us is not below rto-min-ms 2 (the peer would time out waiting for the ACK) (expected an integer of µs below rto-min-ms)',
+  ],
+  [
+    'ack-delay-us negative',
+    'rdma:\n  trp: {ack-delay-us: -1}\n',
+    't.yaml:2:23: rdma.trp.ack-delay-us: -1 is out of range (expected an integer in 0..1000000)',
+  ],
+  [
     'rto-init-ms above rto-max-ms',
     'rdma:\n  trp: {rto-init-ms: 300}\n',
     't.yaml:2:22: rdma.trp.rto-init-ms: 300 is more than rto-max-ms 200 (expected a number in rto-min-ms..rto-max-ms)',
@@ -866,7 +876,7 @@ const DEFAULTS: Config = {
     maxMrBytes: 4 * 2 ** 30,
     maxCqEntries: 4 * 2 ** 20,
     maxWrSlots: 2 ** 20,
-    trp: { window: 512, rtoMinMs: 5, rtoMaxMs: 200, rtoInitMs: null, maxRetries: 7 },
+    trp: { window: 512, rtoMinMs: 5, rtoMaxMs: 200, rtoInitMs: null, maxRetries: 7, ackDelayUs: 100 },
   },
   capture: { dir: 'run/captures', maxBytes: 64 * 2 ** 20 },
   verbs: {
@@ -1066,7 +1076,7 @@ rdma:
   max-mr-bytes: 1048576
   max-cq-entries: 4096
   max-wr-slots: 65536
-  trp: {window: 32768, rto-min-ms: 0.5, rto-max-ms: 1000, rto-init-ms: 20, max-retries: 255}
+  trp: {window: 32768, rto-min-ms: 0.5, rto-max-ms: 1000, rto-init-ms: 20, max-retries: 255, ack-delay-us: 250}
 capture:
   dir: /var/tmp/caps
   max-bytes: 4096
@@ -1214,7 +1224,7 @@ test('a full example: the normalised Config, every key taken', () => {
       maxMrBytes: 1048576,
       maxCqEntries: 4096,
       maxWrSlots: 65536,
-      trp: { window: 32768, rtoMinMs: 0.5, rtoMaxMs: 1000, rtoInitMs: 20, maxRetries: 255 },
+      trp: { window: 32768, rtoMinMs: 0.5, rtoMaxMs: 1000, rtoInitMs: 20, maxRetries: 255, ackDelayUs: 250 },
     },
     capture: { dir: '/var/tmp/caps', maxBytes: 4096 },
     verbs: {

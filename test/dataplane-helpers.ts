@@ -32,7 +32,7 @@ export function baseConfig(over: Partial<Config> = {}): Config {
       maxMrBytes: 2 ** 32,
       maxCqEntries: 2 ** 22,
       maxWrSlots: 2 ** 20,
-      trp: { window: 256, rtoMinMs: 1, rtoMaxMs: 200, rtoInitMs: null, maxRetries: 7 },
+      trp: { window: 256, rtoMinMs: 1, rtoMaxMs: 200, rtoInitMs: null, maxRetries: 7, ackDelayUs: 100 },
     },
     capture: { dir: 'run/captures', maxBytes: 64 * 2 ** 20 },
     verbs: {

@@ -277,7 +277,13 @@ export function rig(
     output: itf.output.name,
     neighbors: [{ address: PEER_IP, mac: PEER_MAC }],
   });
-  const rdma = registerRdma(g, net, { portRange: [20000, 20099], ...o.rdma });
+  // Every pass that takes data acknowledges it (ack-delay-us 0) unless the test says otherwise:
+  // the tests read each pass's packets.
+  const rdma = registerRdma(g, net, {
+    portRange: [20000, 20099],
+    ...o.rdma,
+    trp: { ackDelayUs: 0, ...o.rdma?.trp },
+  });
   g.build();
   const pd = rdma.createPd();
   const scq = rdma.createCq(1024),

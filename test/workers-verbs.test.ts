@@ -336,7 +336,7 @@ test('the fault run with cpu.workers: 2: loss, reordering, duplication and corru
     workersB: 2,
     queues: 2,
     udpChecksum: true, // corrupted frames must be caught
-    rdma: { trp: { window: 256, rtoMinMs: 2, rtoMaxMs: 50, rtoInitMs: null, maxRetries: 30 } },
+    rdma: { trp: { window: 256, rtoMinMs: 2, rtoMaxMs: 50, rtoInitMs: null, maxRetries: 30, ackDelayUs: 100 } },
   });
   try {
     const level = 0.05;

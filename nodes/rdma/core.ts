@@ -19,6 +19,11 @@ export interface TrpSettings {
   rtoInitMs: number;
   /** Retransmissions of one packet before the QP fails with retry-exceeded (default 7). */
   maxRetries: number;
+  /**
+   * How long the ACK of a lone in-order data packet waits for data going back to carry it (µs,
+   * default 100; 0: every pass that takes data acknowledges it). Below rtoMinMs.
+   */
+  ackDelayUs: number;
 }
 
 export interface RdmaEvent {
@@ -60,6 +65,8 @@ export class RdmaCore {
   /** STag = index << stagKeyBits | key. */
   readonly stagKeyBits: number;
   readonly window: number;
+  /** How long an in-order data packet's ACK may wait for data going back to carry it (ns; 0: none). */
+  readonly ackDelayNs: number;
   /** Congestion.* every new RC QP gets (rdma.congestion). */
   congestion = 0;
   readonly rtoMinNs: number;
@@ -89,6 +96,7 @@ export class RdmaCore {
     this.rtoMaxNs = trp.rtoMaxMs * 1e6;
     this.rtoInitNs = trp.rtoInitMs * 1e6;
     this.maxRetries = trp.maxRetries;
+    this.ackDelayNs = trp.ackDelayUs * 1e3;
     this.timerTickNs = graph.timers.tickNs;
     // Room for every QP twice: a destroyed QP's stale entry and its index's next owner.
     this.txq = new Int32Array(2 * maxQps);

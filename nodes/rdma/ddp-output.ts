@@ -8,7 +8,8 @@
  * MO, Writes and Read Responses tagged with the TO advancing per segment, one packet per Read
  * or Atomic Request), as far as the TRP window, the congestion window, pacing (a paced QP
  * waits for a wheel timer, congestion.ts) and ORD allow. Then, if data arrived since the
- * last ACK and nothing carried one, a pure ACK, and one SACK per received range above the
+ * last ACK and nothing carried one, a pure ACK (a lone packet's after rdma.trp.ack-delay-us,
+ * unless data going back carries it first), and one SACK per received range above the
  * cumulative ACK. trp-output puts the TRP header on.
  */
 import {
@@ -329,8 +330,17 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
     emit(rt, qp, bi, TxPacket.PROBE, 0, 0);
     qp.probes++;
   }
+  // A held ACK (trp-input): carried by what this QP sent now (every packet carries our
+  // cumulative ACK); else sent pure once its delay is over; else the QP stays queued for it.
+  let hold = false;
+  if (qp.ackHeld && !qp.ackNeeded) {
+    if (nOut > first) qp.ackHeld = false;
+    else if (now >= qp.ackDue) qp.ackNeeded = true;
+    else hold = true;
+  }
   if (qp.ackNeeded && nOut < FRAME_SIZE - 1) {
     qp.ackNeeded = false;
+    qp.ackHeld = false;
     if (nOut === first || qp.probeAnswer) {
       const bi = alloc(rt);
       if (bi === INVALID_INDEX) {
@@ -370,7 +380,7 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
     qp.sackDirty = false;
   }
   completeSq(core, qp);
-  if (nOut < FRAME_SIZE) return false;
+  if (nOut < FRAME_SIZE) return hold;
   // Out of budget: more to do if anything is queued and the window is open.
   if (inError) return qp.rtxCount > 0;
   return (

@@ -353,6 +353,9 @@ export class Qp {
   /** Terminates received, by PSN slot (rare; kept as bytes). */
   rxTerm: (Uint8Array | null)[];
   ackNeeded = false;
+  /** A lone in-order data packet's ACK is held for data going back to carry it, until ackDue (ns). */
+  ackHeld = false;
+  ackDue = 0;
   /**
    * SACK pacing: the range of PSNs newly received above a hole since the last SACKs went out
    * (only ranges touching it are reported again at once), and when every range was last

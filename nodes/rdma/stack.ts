@@ -333,6 +333,7 @@ export class Rdma {
       rtoMaxMs: t.rtoMaxMs ?? 200,
       rtoInitMs: t.rtoInitMs ?? Math.max(rtoMinMs, 10),
       maxRetries: t.maxRetries ?? 7,
+      ackDelayUs: t.ackDelayUs ?? 100,
     };
     if (!(Number.isInteger(trp.window) && trp.window >= 1 && trp.window <= 32768))
       throw new RangeError(`rdma trp window must be 1..32768, got ${trp.window}`);
@@ -340,6 +341,10 @@ export class Rdma {
       throw new RangeError(`rdma trp: need 0 < rto-min-ms <= rto-max-ms, got ${trp.rtoMinMs} and ${trp.rtoMaxMs}`);
     if (!(Number.isInteger(trp.maxRetries) && trp.maxRetries >= 0))
       throw new RangeError(`rdma trp max-retries must be an integer >= 0, got ${trp.maxRetries}`);
+    if (!(trp.ackDelayUs >= 0 && trp.ackDelayUs * 1e-3 < trp.rtoMinMs))
+      throw new RangeError(
+        `rdma trp ack-delay-us must be >= 0 and below rto-min-ms (${trp.rtoMinMs} ms), got ${trp.ackDelayUs}`,
+      );
     const ccIndex = (v: unknown, what: string): number => {
       const k = (CONGESTION_NAMES as readonly unknown[]).indexOf(v);
       if (k < 0)

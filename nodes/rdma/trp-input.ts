@@ -262,7 +262,21 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
               qp.sackLo = qp.sackHi = psn;
             } else if (((psn - qp.sackLo) | 0) < 0) qp.sackLo = psn;
             else if (((psn - qp.sackHi) | 0) > 0) qp.sackHi = psn;
-            qp.ackNeeded = true;
+            // Acknowledged this pass, unless it is a lone packet in order (it moves the
+            // cumulative ACK by one, no ACK held before it, nothing received above it): then
+            // data going back within rdma.trp.ack-delay-us (a reply, a Read's response) carries
+            // the ACK, and no pure ACK is sent (ddp-output).
+            if (
+              d === 0 &&
+              qp.rcvNxt === (psn + 1) >>> 0 &&
+              qp.rcvHigh === qp.rcvNxt &&
+              !qp.ackNeeded &&
+              !qp.ackHeld &&
+              core.ackDelayNs > 0
+            ) {
+              qp.ackHeld = true;
+              qp.ackDue = now + core.ackDelayNs;
+            } else qp.ackNeeded = true;
             core.schedule(qp);
             opaque[w + RdmaOpaque.QP] = qp.index;
             opaque[w + RdmaOpaque.PSN] = psn;
