@@ -8,7 +8,7 @@
  * sender) through the same bottleneck. Per run: utilization of the bottleneck rate, Jain's
  * fairness index over the 8 flows' delivered bytes, bytes resent / bytes delivered, and RTT
  * p50/p99 over the idle RTT (ours: the QPs' smoothed RTT sampled every 10 ms over their srtt after
- * 10 lone 64-byte writes each before the load; iperf3: its per-flow mean RTT over ping's idle
+ * 10 lone 64-byte reads each before the load; iperf3: its per-flow mean RTT over ping's idle
  * RTT). Prints, never asserts. Both sides warm up for INCAST_WARMUP seconds (default 4) before
  * the measured ones: the data planes are fresh processes whose data path V8 compiles for
  * seconds (perf of a sender: TurboFan's threads took 28 % of its samples 2-4 s into the load,
@@ -182,7 +182,7 @@ async function child(role: string, iface: string, addr: string, congestion: stri
   const n = role === 'r' ? 2 * PER_SENDER : PER_SENDER;
   const pd = rdma.createPd();
   const cq = rdma.createCq(4096);
-  const mr = rdma.regMr(pd, MSG, ['local-write', 'remote-write']);
+  const mr = rdma.regMr(pd, MSG, ['local-write', 'remote-write', 'remote-read']);
   const qps = Array.from({ length: n }, () =>
     rdma.createQp({ pd, sendCq: cq, recvCq: cq, maxSendWr: 64, maxRecvWr: 16 }),
   );
@@ -224,8 +224,10 @@ async function child(role: string, iface: string, addr: string, congestion: stri
           remote: { stag: peers[k].stag, offset: 0 },
         });
     };
-    // Idle RTT: one small write at a time on each QP before the load; the QPs' own estimate
-    // (srtt), the same figure sampled under load.
+    // Idle RTT: one small Read at a time on each QP before the load; the QPs' own estimate
+    // (srtt), the same figure sampled under load. A Read, not a Write: its response carries the
+    // ACK of the request at once, where a lone Write's ACK waits rdma.trp.ack-delay-us for data
+    // going back (there is none) and the sample would count that wait as path.
     for (let i = 0; i < 10; i++)
       for (const q of qps) {
         const got = new Promise<void>((resolve) => {
@@ -235,7 +237,7 @@ async function child(role: string, iface: string, addr: string, congestion: stri
         });
         rdma.postSend(q, {
           wrId: -1,
-          opcode: 'write',
+          opcode: 'read',
           sg: [{ mr, offset: 0, length: 64 }],
           remote: { stag: peers[qps.indexOf(q)].stag, offset: 0 },
         });
