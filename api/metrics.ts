@@ -172,8 +172,8 @@ export async function renderMetrics(dp: DataplaneApi): Promise<string> {
       [
         'qp_cwnd_reductions_total',
         'counter',
-        'Congestion window reductions of the QP (losses and ECN marks).',
-        (q) => q.congestion.lossReductions + q.congestion.ecnReductions,
+        'Congestion window reductions of the QP (losses, ECN marks and queueing delay).',
+        (q) => q.congestion.lossReductions + q.congestion.ecnReductions + q.congestion.delayReductions,
       ],
       [
         'qp_hystart_exits_total',

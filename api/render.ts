@@ -147,7 +147,7 @@ export function formatQp(q: QpView): string {
     `  retransmits ${q.counters.retransmits} (fast ${q.counters.fastRetransmits}) timeouts ${q.counters.timeouts} (spurious ${q.counters.spuriousTimeouts}, probes ${q.counters.probes}) duplicates ${q.counters.duplicates}`,
     `  srtt ${q.rtt.srttUs.toFixed(1)} us rttvar ${q.rtt.rttvarUs.toFixed(1)} us rto ${q.rtt.rtoUs.toFixed(1)} us`,
     `  congestion ${q.congestion.algorithm} cwnd ${q.congestion.cwnd} ssthresh ${q.congestion.ssthresh.toFixed(1)} alpha ${q.congestion.alpha.toFixed(3)}`,
-    `  ce marks ${q.congestion.ceMarks} (echoed by the peer) received ${q.congestion.ceReceived}, losses ${q.congestion.losses}, reductions ${q.congestion.lossReductions} (loss) ${q.congestion.ecnReductions} (ecn), HyStart++ exits ${q.congestion.hystartExits}`,
+    `  ce marks ${q.congestion.ceMarks} (echoed by the peer) received ${q.congestion.ceReceived}, losses ${q.congestion.losses}, reductions ${q.congestion.lossReductions} (loss) ${q.congestion.ecnReductions} (ecn) ${q.congestion.delayReductions} (delay), HyStart++ exits ${q.congestion.hystartExits}${q.congestion.fullQueueRttUs > 0 ? `, full-queue RTT ${q.congestion.fullQueueRttUs.toFixed(1)} us` : ''}`,
   ];
   return lines.join('\n') + '\n';
 }

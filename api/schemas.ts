@@ -406,6 +406,12 @@ export const QpCongestion = obj({
   losses: count('losses seen: fast retransmissions and timeouts'),
   lossReductions: count('window reductions for losses (at most one per window of data)'),
   ecnReductions: count('window reductions for ECN marks (at most one per window of data)'),
+  delayReductions: count(
+    "window reductions for a queue building on the path: the QP's own segments queued (Vegas' estimate) above 8 once a full queue has dropped one (at most one per window)",
+  ),
+  fullQueueRttUs: num(
+    'the smoothed RTT (us) when a full queue on the path last dropped a segment; 0: none seen yet (the delay component waits for one)',
+  ),
   hystartExits: count("slow starts ended by HyStart++ (RFC 9406: the round's smallest RTT rose), not by a loss"),
 });
 const qpViewProps = {

@@ -690,7 +690,7 @@ export const SCHEMA: MapSpec = {
           type: 'enum',
           values: ['auto', ...CONGESTION_NAMES],
           default: 'auto',
-          doc: "congestion control of an RC QP's sender, by the interface its peer is reached through (interfaces[].congestion overrides it; nodes/rdma/PROTOCOL.md section 10): none (a dedicated link: every QP sends its whole TRP window, no ECT), reno (slow start, AIMD, halving once per window on a loss or an ECN mark; data sent ECT(0)), cubic (as reno, but x 0.7 on a loss or mark and RFC 9438's cubic increase), dctcp (as reno, but an ECN mark reduces by the fraction marked: for networks whose switches mark at a shallow threshold), auto (none on memif and pipe interfaces, shared memory between two processes; reno on every other driver, a network)",
+          doc: "congestion control of an RC QP's sender, by the interface its peer is reached through (interfaces[].congestion overrides it; nodes/rdma/PROTOCOL.md section 10): none (a dedicated link: every QP sends its whole TRP window, no ECT), reno (slow start, AIMD, halving once per window on a loss or an ECN mark; once a full queue on the path has dropped a segment, the window also holds and shrinks x 0.7 while the QP's segments queued there exceed 4 and 8; data sent ECT(0)), cubic (as reno, but x 0.7 on a loss or mark and RFC 9438's cubic increase), dctcp (as reno, but an ECN mark reduces by the fraction marked: for networks whose switches mark at a shallow threshold), auto (none on memif and pipe interfaces, shared memory between two processes; reno on every other driver, a network)",
         },
         trp: {
           type: 'map',

@@ -10,7 +10,7 @@ import * as assert from 'uvu/assert';
 import { FaultInjector } from '../drivers/fault.ts';
 import { parseConfig } from '../config/load.ts';
 import { congestionOptions } from '../dataplane/dataplane.ts';
-import { INITIAL_CWND, MIN_CWND } from '../nodes/rdma/congestion.ts';
+import { ccOnAck, ccOnLoss, ccSharePath, INITIAL_CWND, MIN_CWND } from '../nodes/rdma/congestion.ts';
 import type { RdmaOptions } from '../nodes/rdma/stack.ts';
 import type { Qp } from '../nodes/rdma/qp.ts';
 import { memPool } from './helpers.ts';
@@ -548,6 +548,110 @@ test('HyStart++: a steady RTT keeps slow start doubling; a round whose smallest 
   assert.ok(blip.cwnds[4] < 1.5 * blip.cwnds[3], `CSS: slower (${blip.cwnds})`);
   assert.ok(blip.cwnds[6] >= 1.8 * blip.cwnds[5], `doubling again (${blip.cwnds})`);
   blip.r.close();
+});
+
+/**
+ * The delay component, on a QP of the rig in congestion avoidance: its state set as a round of
+ * data would leave it (cwnd, ssthresh, the window in use, the RTTs), then the congestion calls
+ * an ACK and a loss make (congestion.ts).
+ */
+function avoiding(cwnd: number, minRttUs: number, srttUs: number): Rig {
+  const r = rig({ rdma: { congestion: 'reno' } });
+  const q = r.qp;
+  q.cwnd = cwnd;
+  q.ssthresh = cwnd / 2;
+  q.ccUsed = q.ccUsedLast = cwnd; // the window was in the network this round
+  q.ccUseEnd = (q.sndNxt + 1000) >>> 0; // and the round goes on
+  q.minRttNs = minRttUs * 1e3;
+  q.srttNs = srttUs * 1e3;
+  return r;
+}
+
+test('delay: without a loss behind a queue the RTT above its smallest changes nothing (a dedicated link: our own processing); a loss with the RTT >= 1.5 x its smallest sets the full-queue RTT, one without a queue does not', () => {
+  // 40 segments, RTT 3x its smallest: Vegas' estimate would say 27 queued; nothing learned yet.
+  let r = avoiding(40, 100, 300);
+  ccOnAck(r.qp, 40, 512, 0);
+  assert.ok(r.qp.cwnd > 40, `grew as reno does (${r.qp.cwnd})`);
+  assert.is(cc(r).delayReductions, 0);
+  assert.is(cc(r).fullQueueRttUs, 0);
+  // A loss at 1.2 x the smallest RTT: no queue in front of it (a corrupted or random loss).
+  r.qp.srttNs = 120e3;
+  assert.is(ccOnLoss(r.qp), false, 'nothing learned from a loss without a queue');
+  assert.is(r.qp.fullRttNs, 0);
+  r.close();
+  r = avoiding(40, 100, 160);
+  assert.is(ccOnLoss(r.qp), true, 'a loss behind a queue (1.6 x) is learned');
+  assert.is(cc(r).fullQueueRttUs, 160, 'the view says the full-queue RTT (rdmactl show qp, REST, /metrics)');
+  assert.is(cc(r).lossReductions, 1, 'and halves the window as reno does');
+  r.close();
+});
+
+test('delay: once a full queue dropped, the QP grows under 4 queued segments, holds from 4, and from 8 is reduced x 0.7 once per window; grows again when the queue drains', () => {
+  const r = avoiding(40, 100, 100);
+  r.qp.fullRttNs = 400e3;
+  // No queue: reno's growth.
+  ccOnAck(r.qp, 40, 512, 0);
+  const grown = r.qp.cwnd;
+  assert.ok(grown > 40, `no queue: grows (${grown})`);
+  // 40 x (1 - 100/115) = 5.2 segments queued: holds.
+  r.qp.srttNs = 115e3;
+  ccOnAck(r.qp, 40, 512, 0);
+  assert.is(r.qp.cwnd, grown, 'between 4 and 8 queued: the window holds');
+  // 41 x (1 - 100/200) = 20 queued: x 0.7, once for this window.
+  r.qp.srttNs = 200e3;
+  ccOnAck(r.qp, 10, 512, 0);
+  const reduced = r.qp.cwnd;
+  assert.ok(Math.abs(reduced - grown * 0.7) < 1e-9, `x 0.7 (${grown} -> ${reduced})`);
+  assert.is(cc(r).delayReductions, 1);
+  // (The rig's QP has nothing in flight: the window the reduction covers is set by hand.)
+  const covered = (r.qp.sndUna + 40) >>> 0;
+  r.qp.ccRecover = covered;
+  ccOnAck(r.qp, 10, 512, 0);
+  assert.is(r.qp.cwnd, reduced, 'once per window: the rest of it is covered');
+  assert.is(cc(r).delayReductions, 1);
+  assert.is(r.rdma.queryQp(r.qp).counters.retransmits, 0, 'nothing was lost or resent for it');
+  // That window acknowledged (its recovery point reached): the queue still there, reduced again.
+  r.qp.ccRecover = r.qp.sndUna;
+  ccOnAck(r.qp, 10, 512, 0);
+  assert.is(cc(r).delayReductions, 2, 'the next window, the queue still there: reduced again');
+  // The queue drained: the window grows again.
+  r.qp.ccRecover = r.qp.sndUna;
+  r.qp.srttNs = 100e3;
+  const before = r.qp.cwnd;
+  ccOnAck(r.qp, 10, 512, 0);
+  ccOnAck(r.qp, 40, 512, 0);
+  assert.ok(r.qp.cwnd > before, `grows again (${before} -> ${r.qp.cwnd})`);
+  r.close();
+});
+
+test("delay: a full-queue RTT one QP learned is every QP's towards the same peer through the same interface, and a QP connecting there later takes it; a QP towards another peer does not", async () => {
+  const p = trackedStacks({ rdma: { congestion: 'reno' } });
+  try {
+    await p.ready;
+    const A1 = makeEnds(p.a),
+      A2 = makeEnds(p.a),
+      B1 = makeEnds(p.b),
+      B2 = makeEnds(p.b),
+      L1 = makeEnds(p.a),
+      L2 = makeEnds(p.a);
+    connectManual(p.a, A1.qp, p.b, B1.qp);
+    connectManual(p.a, A2.qp, p.b, B2.qp);
+    connectManual(p.a, L1.qp, p.a, L2.qp); // a loopback pair: the peer is A's own address
+    A1.qp.minRttNs = 100e3;
+    A1.qp.srttNs = 300e3;
+    A1.qp.cwnd = 20;
+    assert.is(ccOnLoss(A1.qp), true);
+    ccSharePath(p.a.rdma.core.qps, A1.qp);
+    assert.is(p.a.rdma.queryQp(A2.qp).congestion.fullQueueRttUs, 300, 'the other QP to B has it');
+    assert.is(p.a.rdma.queryQp(L1.qp).congestion.fullQueueRttUs, 0, 'a QP to another peer has not');
+    assert.is(p.a.rdma.queryQp(L2.qp).congestion.fullQueueRttUs, 0);
+    const A3 = makeEnds(p.a),
+      B3 = makeEnds(p.b);
+    connectManual(p.a, A3.qp, p.b, B3.qp);
+    assert.is(p.a.rdma.queryQp(A3.qp).congestion.fullQueueRttUs, 300, 'a QP connecting to B later takes it');
+  } finally {
+    p.close();
+  }
 });
 
 test('pacing: with an RTT estimate a window is spread over the round trip, not sent as one burst', () => {

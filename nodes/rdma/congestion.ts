@@ -92,6 +92,22 @@ function hyStartReset(qp: Qp): void {
  */
 const HS_MIN_THRESH_NS = 100_000;
 const HS_MAX_THRESH_NS = 16_000_000;
+/**
+ * The delay component of reno and cubic (PROTOCOL.md section 10). A loss with a queue in front
+ * of it (the smoothed RTT at least LOSS_QUEUE_RATIO x the smallest seen) shows how long the
+ * round trip is when the path's bottleneck queue is full: the QP keeps that RTT (fullRttNs).
+ * From then on, in congestion avoidance, the queueing delay (SRTT - min RTT) measured against
+ * that full queue's decides: below DELAY_HOLD of it the window grows as the algorithm says; from
+ * DELAY_HOLD it holds; from DELAY_REDUCE it is multiplied by DELAY_MD once per window (a
+ * multiplicative decrease: QPs sharing the queue converge to fair shares, Swift's way), so the
+ * queue stops short of overflowing. A path that never lost a segment to a full queue (a
+ * dedicated link, where our own processing is most of the round trip) is left alone: the
+ * delay of an endpoint's queue says nothing a smaller window would cure.
+ */
+const LOSS_QUEUE_RATIO = 1.5;
+const DELAY_HOLD = 4;
+const DELAY_REDUCE = 8;
+const DELAY_MD = 0.7;
 const HS_MIN_RTT_DIVISOR = 8;
 const HS_N_RTT_SAMPLE = 8;
 const HS_CSS_GROWTH_DIVISOR = 4;
@@ -241,15 +257,50 @@ function decrease(qp: Qp): void {
   reduce(qp, qp.cwnd * CUBIC_BETA);
 }
 
-/** Fast retransmission found a loss. */
-export function ccOnLoss(qp: Qp): void {
-  if (qp.ccAlgo === Congestion.NONE) return;
+/**
+ * Fast retransmission found a loss. True when it showed the path's full-queue RTT anew (the
+ * caller passes it to the stack's other QPs on the same path: ccSharePath).
+ */
+export function ccOnLoss(qp: Qp): boolean {
+  if (qp.ccAlgo === Congestion.NONE) return false;
   qp.lossEvents++;
-  if (qp.ccInRecovery) return;
+  if (qp.ccInRecovery) return false;
+  // A loss behind a queue: how long the round trip is with the bottleneck full.
+  let learned = false;
+  if (qp.minRttNs > 0 && qp.srttNs >= LOSS_QUEUE_RATIO * qp.minRttNs) {
+    qp.fullRttNs = qp.srttNs;
+    learned = true;
+  }
   qp.ccReductions++;
   decrease(qp);
   // RFC 6675 (4.3): the first lost segment goes at once, whatever the (halved) window.
   qp.rtxForce = 1;
+  return learned;
+}
+
+/**
+ * The path's full-queue RTT that `qp` learned, to every other QP of the stack towards the same
+ * peer address through the same interface (a QP connecting there later takes it: ccJoinPath):
+ * QPs sharing a bottleneck back off from the same queue, whether or not each lost a segment
+ * itself (those that never did would otherwise take the others' share).
+ */
+export function ccSharePath(qps: readonly (Qp | null)[], from: Qp): void {
+  for (let i = 0; i < qps.length; i++) {
+    const q = qps[i];
+    if (q !== null && q !== from && q.remoteAddr === from.remoteAddr && q.egress === from.egress)
+      q.fullRttNs = from.fullRttNs;
+  }
+}
+
+/** A QP connecting: the full-queue RTT another QP of the stack learned on the same path, if any. */
+export function ccJoinPath(qps: readonly (Qp | null)[], qp: Qp): void {
+  for (let i = 0; i < qps.length; i++) {
+    const q = qps[i];
+    if (q !== null && q !== qp && q.fullRttNs > 0 && q.remoteAddr === qp.remoteAddr && q.egress === qp.egress) {
+      qp.fullRttNs = q.fullRttNs;
+      return;
+    }
+  }
 }
 
 /** The first timeout of a series: cwnd to 1, ssthresh to half of what was in flight (once an RTT was measured). */
@@ -342,8 +393,22 @@ export function ccOnAck(qp: Qp, acked: number, window: number, nowNs: number): v
   const used = qp.ccUsed > qp.ccUsedLast ? qp.ccUsed : qp.ccUsedLast;
   if ((qp.ccInRecovery && qp.cwnd >= qp.ssthresh) || used * 2 < qp.cwnd) return;
   if (qp.cwnd < qp.ssthresh) slowStart(qp, acked);
-  else if (qp.ccAlgo === Congestion.CUBIC) cubicIncrease(qp, acked, nowNs);
-  else qp.cwnd += acked / qp.cwnd;
+  else {
+    // The delay component: the queueing delay against a full bottleneck queue's, once known.
+    if (qp.fullRttNs > 0) {
+      const d = qp.srttNs > 0 ? qp.cwnd * (1 - qp.minRttNs / qp.srttNs) : 0;
+      if (d >= DELAY_REDUCE) {
+        if (!qp.ccInRecovery) {
+          qp.delayReductions++;
+          reduce(qp, qp.cwnd * DELAY_MD);
+        }
+        return;
+      }
+      if (d >= DELAY_HOLD) return;
+    }
+    if (qp.ccAlgo === Congestion.CUBIC) cubicIncrease(qp, acked, nowNs);
+    else qp.cwnd += acked / qp.cwnd;
+  }
   // At most twice what the QP had in the network (slow start's doubling of a full window).
   if (qp.cwnd > 2 * used) qp.cwnd = 2 * used;
   if (qp.cwnd > window) qp.cwnd = window;

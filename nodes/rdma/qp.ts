@@ -342,6 +342,10 @@ export class Qp {
   lossEvents = 0;
   ccReductions = 0;
   ecnReductions = 0;
+  /** Window reductions for a queue building up on the path (congestion.ts's delay component). */
+  delayReductions = 0;
+  /** The smoothed RTT at the last loss behind a queue: the bottleneck queue full (0: none yet). */
+  fullRttNs = 0;
 
   // ------------------------------------------------------------ TRP receive side
   rcvNxt = 0; // cumulative: every PSN below arrived

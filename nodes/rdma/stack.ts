@@ -13,7 +13,7 @@
  * throw a VerbsError whose kind says which (invalid, not-found, state, busy, too-large,
  * resource); nothing a caller passes can break the data path.
  */
-import { Congestion, CONGESTION_NAMES, type CongestionName, sendLimit } from './congestion.ts';
+import { ccJoinPath, Congestion, CONGESTION_NAMES, type CongestionName, sendLimit } from './congestion.ts';
 import type { Graph } from '../../graph/index.ts';
 import type { Netstack } from '../netstack.ts';
 import { formatIp4, parseIp4 } from '../net/address.ts';
@@ -199,6 +199,10 @@ export interface QpInfo {
     losses: number;
     lossReductions: number;
     ecnReductions: number;
+    /** Window reductions for a queue building on the path (congestion.ts's delay component). */
+    delayReductions: number;
+    /** The smoothed RTT (µs) when a full queue on the path last dropped a segment; 0: none seen (no delay component yet). */
+    fullQueueRttUs: number;
     /** Slow starts ended by HyStart++ (RFC 9406: the round's smallest RTT rose), not by a loss. */
     hystartExits: number;
   };
@@ -799,6 +803,7 @@ export class Rdma {
     qp.egress = ix;
     // Congestion control: the egress interface's choice, else the stack's (taken at startSend).
     qp.ccChoice = this.ccByInterface.get(ifs.names[ix]) ?? this.core.congestion;
+    ccJoinPath(this.core.qps, qp);
     qp.window();
   }
 
@@ -978,6 +983,8 @@ export class Rdma {
         losses: qp.lossEvents,
         lossReductions: qp.ccReductions,
         ecnReductions: qp.ecnReductions,
+        delayReductions: qp.delayReductions,
+        fullQueueRttUs: qp.fullRttNs / 1e3,
         hystartExits: qp.hystartExits,
       },
     };

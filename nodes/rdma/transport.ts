@@ -8,7 +8,7 @@
 import { BufferFlag, type BufferPool } from '../../graph/index.ts';
 import { type Qp, QpState, type RespSlot, type SendWr, TxFlag, TxKind } from './qp.ts';
 import type { RdmaCore } from './core.ts';
-import { ccOnAck, ccOnLoss, ccOnRtt, ccOnTimeout, ccUndoTimeout } from './congestion.ts';
+import { ccOnAck, ccOnLoss, ccOnRtt, ccOnTimeout, ccSharePath, ccUndoTimeout } from './congestion.ts';
 import {
   type Completion,
   type Cq,
@@ -500,7 +500,7 @@ export function onSack(core: RdmaCore, qp: Qp, start: number, end: number): bool
   }
   if (queued > 0) {
     qp.fastRetransmits += queued;
-    ccOnLoss(qp);
+    if (ccOnLoss(qp)) ccSharePath(core.qps, qp);
   }
   // Segments left the network (SACKed) or were found lost: the window may let more go.
   if (queued > 0 || newly > 0) core.schedule(qp);
@@ -600,8 +600,9 @@ export function probeFoundLoss(core: RdmaCore, qp: Qp): void {
   qp.probeOut = false;
   if (qp.state === QpState.ERROR || qp.sndUna === qp.sndNxt) return;
   if (!qp.ccRtoDone) {
-    if (qp.srttNs > 0) ccOnLoss(qp);
-    else {
+    if (qp.srttNs > 0) {
+      if (ccOnLoss(qp)) ccSharePath(core.qps, qp);
+    } else {
       qp.ccRtoDone = true;
       ccOnTimeout(qp, qp.inFlight);
     }
