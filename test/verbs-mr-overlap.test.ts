@@ -287,6 +287,31 @@ test('pages registered, deregistered and registered again stay on their memfd (a
   });
 });
 
+test('idle regions hold at most 256 MiB: of two 160 MiB buffers registered and deregistered in turn, the older one moves again at its next registration, the newer stays', async () => {
+  ready();
+  await withProgram(async (prog, pr) => {
+    const ino = async (addr: number) => Number(/^backing (\d+) \d+$/.exec(await prog.cmd(`backing ${addr}`))![1]);
+    const N = 160 << 20;
+    const A = await prog.map(N),
+      B = await prog.map(N);
+    for (const x of [A, B]) {
+      const r = await prog.reg(x, N);
+      assert.is(await prog.cmd(`dereg ${r.k}`), `dereg ${r.k} 0`);
+    }
+    const a0 = await ino(A),
+      b0 = await ino(B);
+    const rb = await prog.reg(B, N);
+    assert.is(await ino(B), b0, 'the newer (160 MiB idle) stayed');
+    const ra = await prog.reg(A, N);
+    assert.is.not(await ino(A), a0, 'the older went beyond 256 MiB: moved again');
+    const data = pattern(256, 5);
+    assert.is(await pr.write(ra.rkey, A + N - 4096, data), 'success');
+    assert.equal(await prog.show(A + N - 4096, 256), data);
+    assert.is(await pr.write(rb.rkey, B + 12345, data), 'success');
+    assert.equal(await prog.show(B + 12345, 256), data);
+  });
+});
+
 test('memory the program does not have is refused with EFAULT, and the process lives on', async () => {
   ready();
   await withProgram(async (prog) => {

@@ -22,7 +22,7 @@
  * one put them, not copy and remap them again (which the hooks would see again).
  *
  * Bounds: regions overlapping a live MR (at most a few per MR, and their fds with them), and at
- * most RG_IDLE_REGIONS idle ones (the oldest go first); idle regions whose pages the program
+ * most RG_IDLE_REGIONS idle ones of RG_IDLE_BYTES in all (the oldest go first); idle regions whose pages the program
  * unmapped or replaced are dropped at the next registration or deregistration, so the memfd
  * does not keep memory the program gave back. One registration is at most RGV_MAX_MR_PIECES
  * pieces. Everything here runs under one mutex, held across the REG_MR call, so two threads
@@ -63,8 +63,13 @@ struct region {
   uint64_t seen; /* prune_idle's: bytes found still mapped from the memfd */
 };
 
-/* Idle regions kept at most (each may hold a memfd's descriptor). */
+/*
+ * Idle regions kept at most (each may hold a memfd's descriptor), and their bytes at most: pages
+ * the program unmapped after the deregistration stay on the memfd until the next registration
+ * or deregistration notices, so this much memory at most outlives the program's own free.
+ */
 #define RG_IDLE_REGIONS 64u
+#define RG_IDLE_BYTES (256ull << 20)
 
 struct span {
   uintptr_t start, end;
@@ -182,7 +187,8 @@ static int cut(size_t k, uintptr_t a, uintptr_t b) {
 
 /*
  * Regions overlapping [a, b): live again when a live MR overlaps them, else idle from now on;
- * then the oldest idle regions beyond RG_IDLE_REGIONS dropped (their fds closed with the last).
+ * then the oldest idle regions beyond RG_IDLE_REGIONS or RG_IDLE_BYTES dropped (their fds closed
+ * with the last).
  */
 static void collect(uintptr_t a, uintptr_t b) {
   for (size_t k = first_after(a); k < nregions && regions[k].start < b; k++) {
@@ -195,11 +201,13 @@ static void collect(uintptr_t a, uintptr_t b) {
   }
   for (;;) {
     size_t n = 0, oldest = 0;
+    uint64_t bytes = 0;
     for (size_t k = 0; k < nregions; k++) {
       if (regions[k].idle == 0) continue;
+      bytes += regions[k].end - regions[k].start;
       if (n++ == 0 || regions[k].idle < regions[oldest].idle) oldest = k;
     }
-    if (n <= RG_IDLE_REGIONS) break;
+    if (n <= RG_IDLE_REGIONS && bytes <= RG_IDLE_BYTES) break;
     remove_region(oldest);
   }
 }
