@@ -23,21 +23,28 @@
  * drops and its warn/error counters, and per QP losses, reductions, timeouts (spurious ones)
  * and HyStart++ exits.
  *
- * Not here: runs with ECN marking at the bottleneck: this kernel has no red, fq_codel or netem
- * (tc says "Specified qdisc kind is unknown"), so nothing on the path marks CE; marking by our
- * own fault injector is tested in test/rdma-congestion.test.ts. Needs root, ip, tc, iperf3.
+ * With ECN marking (unless INCAST_ECN=0): this kernel has no red, fq_codel, pie or netem (tc says
+ * "Specified qdisc kind is unknown"), so the switch's port towards r leaves the bridge and
+ * native/tools/ecn-switch forwards between it and the bridge, marking CE on ECT frames towards r
+ * that find more than INCAST_ECN_K bytes (default 30000) in a virtual queue drained at
+ * INCAST_ECN_GAMMA (default 0.95) x the bottleneck's rate: a phantom queue, which fills before
+ * the tbf's real queue does. Rows: reno (auto) and dctcp with marking, and iperf3's TCP (cubic)
+ * with net.ipv4.tcp_ecn=1 on the senders, through the same switch in the same run; each row
+ * says how many ECT frames the switch saw and marked. Needs root, ip, tc, iperf3, and the
+ * ecn-switch tool (npm run build).
  *
  *   node --import tsx bench/incast.ts --child ROLE IFACE ADDR CONGESTION
  * runs one data plane (ROLE r or s), talking JSON lines on stdin/stdout with the parent.
  */
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { parseConfig } from '../config/load.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';
 import { createDataplane } from '../dataplane/create.ts';
 import { sendLimit } from '../nodes/rdma/congestion.ts';
+import { NATIVE_BUILD_DIR } from '../native/addons.ts';
 
 const RATE = process.env.INCAST_RATE ?? '200mbit';
 const QUEUE = process.env.INCAST_QUEUE ?? '64k';
@@ -63,6 +70,16 @@ const ONLY_AUTO = process.env.INCAST_ONLY_AUTO === '1';
 const CPU = process.env.INCAST_CPU ?? '{ poll: interrupt }';
 /** INCAST_GSO=1: the data planes' af_packet sockets with UDP segmentation offload (af_packet.gso). */
 const GSO = process.env.INCAST_GSO === '1' ? ', gso: true' : '';
+/** INCAST_ECN=0 leaves out the rows with ECN marking at the bottleneck. */
+const ECN = process.env.INCAST_ECN !== '0';
+/** The marking switch's threshold (bytes in its virtual queue) and its drain (x the bottleneck's rate). */
+const ECN_K = Number(process.env.INCAST_ECN_K ?? 30000);
+const ECN_GAMMA = Number(process.env.INCAST_ECN_GAMMA ?? 0.95);
+if (!(ECN_K >= 0) || !(ECN_GAMMA > 0 && ECN_GAMMA <= 1))
+  throw new Error(
+    `INCAST_ECN_K must be bytes >= 0 and INCAST_ECN_GAMMA in (0, 1], got "${process.env.INCAST_ECN_K}" and "${process.env.INCAST_ECN_GAMMA}"`,
+  );
+const ECN_SWITCH = path.join(NATIVE_BUILD_DIR, 'ecn-switch');
 /** Seconds of load before the measured ones (INCAST_WARMUP, default 4; whole seconds: iperf3 -O). */
 const WARMUP = Number(process.env.INCAST_WARMUP ?? 4);
 if (!Number.isInteger(WARMUP) || WARMUP < 0)
@@ -362,6 +379,8 @@ function unavailable(): string | null {
 
 interface Topology {
   ns: Record<'s1' | 's2' | 'r' | 'sw', string>;
+  /** The marking switch while it is on the path (the ECN rows), else null. */
+  marker: EcnSwitch | null;
   dev: Record<'s1' | 's2' | 'r', string>;
   ours: Record<'s1' | 's2' | 'r', string>;
   kernel: Record<'s1' | 's2' | 'r', string>;
@@ -373,6 +392,7 @@ function setUp(): Topology {
   const dev = { s1: 'eth1', s2: 'eth1', r: 'eth1' };
   const t: Topology = {
     ns,
+    marker: null,
     dev,
     ours: { s1: '10.80.0.1', s2: '10.80.0.2', r: '10.80.0.3' },
     kernel: { s1: '10.80.1.1', s2: '10.80.1.2', r: '10.80.1.3' },
@@ -392,6 +412,13 @@ function setUp(): Topology {
     sh(ns[h], 'ip', 'link', 'set', 'lo', 'up');
   }
   sh(ns.sw, 'sysctl', '-qw', 'net.ipv6.conf.all.disable_ipv6=1');
+  // The marking switch's way into the bridge (pm, a bridge port; mm, its other end, the switch's).
+  sh(ns.sw, 'ip', 'link', 'add', 'pm', 'type', 'veth', 'peer', 'name', 'mm');
+  sh(ns.sw, 'ip', 'link', 'set', 'pm', 'master', 'br0');
+  // A TCP sender's 64 KiB GSO packets are cut into segments on their way into the switch, as
+  // the tbf cuts them on its own port: the switch sees (and marks) packets, not 45 at once.
+  sh(ns.sw, 'ip', 'link', 'set', 'pm', 'gso_max_segs', '1');
+  for (const d of ['pm', 'mm']) sh(ns.sw, 'ip', 'link', 'set', d, 'up');
   sh(ns.sw, 'ip', 'link', 'set', 'br0', 'up');
   // The bottleneck: the switch's port towards r.
   sh(ns.sw, 'tc', 'qdisc', 'add', 'dev', 'pr', 'root', 'tbf', 'rate', RATE, 'burst', '32k', 'limit', QUEUE);
@@ -406,7 +433,80 @@ function tbfStats(t: Topology): { sent: number; dropped: number; overlimits: num
   return { sent: Number(m[1]), dropped: Number(m[2]), overlimits: Number(m[3]) };
 }
 
+interface SwitchCounters {
+  ect: number;
+  marked: number;
+  ab: { frames: number; dropped: number };
+}
+
+/** native/tools/ecn-switch between mm (the bridge) and pr (towards r, the tbf's port). */
+class EcnSwitch {
+  private readonly p: ChildProcess;
+  private readonly lines: AsyncIterator<string>;
+  private err = '';
+  constructor(t: Topology, rate: number) {
+    this.p = spawn('ip', [
+      'netns',
+      'exec',
+      t.ns.sw,
+      ECN_SWITCH,
+      'mm',
+      'pr',
+      String(rate),
+      String(ECN_K),
+      String(ECN_GAMMA),
+    ]);
+    this.p.stderr!.on('data', (d: Buffer) => (this.err += d.toString()));
+    this.lines = createInterface({ input: this.p.stdout! })[Symbol.asyncIterator]();
+  }
+  async line(): Promise<string> {
+    const l = await this.lines.next();
+    if (l.done) throw new Error(`incast: ecn-switch exited: ${this.err}`);
+    return l.value;
+  }
+  /** Its counters now (it prints them on SIGUSR1). */
+  async counters(): Promise<SwitchCounters> {
+    this.p.kill('SIGUSR1');
+    return JSON.parse(await this.line()) as SwitchCounters;
+  }
+  stop(): void {
+    this.p.kill('SIGTERM');
+  }
+}
+
+/** pr leaves the bridge and the marking switch joins it to the bridge; the kernel's TCP asks for ECN. */
+async function markingOn(t: Topology, rate: number): Promise<void> {
+  sh(t.ns.sw, 'ip', 'link', 'set', 'pr', 'nomaster');
+  t.marker = new EcnSwitch(t, rate);
+  if ((await t.marker.line()) !== 'ready') throw new Error('incast: ecn-switch did not say ready');
+  for (const h of ['s1', 's2', 'r'] as const) sh(t.ns[h], 'sysctl', '-qw', 'net.ipv4.tcp_ecn=1');
+}
+
+function markingOff(t: Topology): void {
+  t.marker?.stop();
+  t.marker = null;
+  sh(t.ns.sw, 'ip', 'link', 'set', 'pr', 'master', 'br0');
+  for (const h of ['s1', 's2', 'r'] as const) sh(t.ns[h], 'sysctl', '-qw', 'net.ipv4.tcp_ecn=2');
+}
+
+/** What the bottleneck did between two snapshots: the tbf's packets and drops, the switch's marks. */
+interface PathSnapshot {
+  tbf: ReturnType<typeof tbfStats>;
+  sw: SwitchCounters | null;
+}
+async function snapshot(t: Topology): Promise<PathSnapshot> {
+  return { tbf: tbfStats(t), sw: t.marker === null ? null : await t.marker.counters() };
+}
+function pathSays(a: PathSnapshot, b: PathSnapshot): string {
+  const tbf = `bottleneck (tbf) sent ${b.tbf.sent - a.tbf.sent} pkts, dropped ${b.tbf.dropped - a.tbf.dropped}`;
+  if (a.sw === null || b.sw === null) return tbf;
+  const ect = b.sw.ect - a.sw.ect,
+    marked = b.sw.marked - a.sw.marked;
+  return `${tbf}; marking switch: ${b.sw.ab.frames - a.sw.ab.frames} frames towards r, ${ect} ECT, ${marked} marked CE (${ect > 0 ? ((100 * marked) / ect).toFixed(1) : '-'} %), ${b.sw.ab.dropped - a.sw.ab.dropped} refused by the tbf`;
+}
+
 function tearDown(t: Topology): void {
+  t.marker?.stop();
   for (const n of Object.values(t.ns)) spawnSync('ip', ['netns', 'del', n]);
 }
 
@@ -465,9 +565,9 @@ async function ours(
     // Both senders' warm-up over: the measured phase.
     for (const c of s) await c.read();
     r.send({ measuring: true });
-    const tbf0 = tbfStats(t);
+    const path0 = await snapshot(t);
     const res = [await s[0].read(), await s[1].read()];
-    const tbf1 = tbfStats(t);
+    const path1 = await snapshot(t);
     r.send({ report: true });
     const rx = await r.read();
     const duplicates = rx.duplicates as number;
@@ -495,8 +595,7 @@ async function ours(
           res.flatMap((x) => x.retransmits as number[]).reduce((a, b) => a + b, 0),
         )
       ).toFixed(0)} %; ` +
-      `receiver CPU ${((rx.cpu as number) * 100).toFixed(0)} %; graph (s1 | s2 | r): ${[...res, rx].map((x) => x.nodes as string).join(' | ')}; scheduling (s1 | s2 | r): ${[...res, rx].map((x) => x.sched as string).join(' | ')}; bottleneck (tbf) sent ${tbf1.sent - tbf0.sent} pkts, ` +
-      `dropped ${tbf1.dropped - tbf0.dropped}; ` +
+      `receiver CPU ${((rx.cpu as number) * 100).toFixed(0)} %; graph (s1 | s2 | r): ${[...res, rx].map((x) => x.nodes as string).join(' | ')}; scheduling (s1 | s2 | r): ${[...res, rx].map((x) => x.sched as string).join(' | ')}; ${pathSays(path0, path1)}; ` +
       `data planes: ${[...res, rx].map((x) => `${x.drops as string}${(x.errors as string[]).length ? ` [${(x.errors as string[]).join(', ')}]` : ''}`).join(' | ')}; ` +
       `per QP losses [${sum('losses')}] reductions [${sum('reductions')}] timeouts [${sum('timeouts')}] (spurious [${sum('spurious')}]) HyStart++ exits [${sum('hystart')}]`;
     if (TRACE)
@@ -523,9 +622,9 @@ async function iperf(t: Topology, seconds: number, rate: number): Promise<Figure
     spawn('ip', ['netns', 'exec', t.ns.r, 'iperf3', '-s', '-1', '-p', String(port)], { stdio: 'ignore' }),
   );
   await new Promise((r) => setTimeout(r, 300));
-  let tbf0 = tbfStats(t);
+  let path0 = await snapshot(t);
   // iperf3 -O leaves the warm-up out of its figures; the bottleneck's counters likewise.
-  const warm = setTimeout(() => (tbf0 = tbfStats(t)), WARMUP * 1000);
+  const warm = setTimeout(() => void snapshot(t).then((x) => (path0 = x)), WARMUP * 1000);
   const clients = (['s1', 's2'] as const).map(
     (h, k) =>
       new Promise<Record<string, unknown>>((resolve, reject) => {
@@ -559,7 +658,7 @@ async function iperf(t: Topology, seconds: number, rate: number): Promise<Figure
   );
   const res = await Promise.all(clients);
   clearTimeout(warm);
-  const tbf1 = tbfStats(t);
+  const path1 = await snapshot(t);
   for (const s of servers) s.kill();
   type Stream = { sender: { bytes: number; retransmits: number; mean_rtt: number } };
   const streams = res.flatMap((x) => ((x.end as { streams: Stream[] }).streams ?? []).map((s) => s.sender));
@@ -576,7 +675,7 @@ async function iperf(t: Topology, seconds: number, rate: number): Promise<Figure
       seconds,
       rate,
     ),
-    held: `bottleneck (tbf) sent ${tbf1.sent - tbf0.sent} pkts, dropped ${tbf1.dropped - tbf0.dropped}`,
+    held: pathSays(path0, path1),
   };
 }
 
@@ -591,6 +690,28 @@ export async function runIncastBench(opts: { seconds: number }): Promise<IncastR
     const cubic = ONLY_AUTO ? null : await ours(t, 'cubic', seconds, rate);
     const none = ONLY_AUTO ? null : await ours(t, 'none', seconds, rate);
     const tcp = await iperf(t, seconds, rate);
+    let ecn: {
+      reno: Awaited<ReturnType<typeof ours>>;
+      dctcp: Awaited<ReturnType<typeof ours>> | null;
+      tcp: Awaited<ReturnType<typeof iperf>>;
+    } | null = null;
+    const ecnWhy = !ECN
+      ? 'INCAST_ECN=0'
+      : !existsSync(ECN_SWITCH)
+        ? `${ECN_SWITCH} was not built (npm run build)`
+        : null;
+    if (ecnWhy === null) {
+      await markingOn(t, rate);
+      try {
+        ecn = {
+          reno: await ours(t, 'auto', seconds, rate),
+          dctcp: ONLY_AUTO ? null : await ours(t, 'dctcp', seconds, rate),
+          tcp: await iperf(t, seconds, rate),
+        };
+      } finally {
+        markingOff(t);
+      }
+    }
     const f = (x: number, d = 2) => (Number.isFinite(x) ? x.toFixed(d) : '-');
     const row = (name: string, x: Figures) =>
       `  ${name.padEnd(28)} ${f(x.mbps, 0).padStart(6)} Mbit/s  util ${f(x.utilization)}  Jain ${f(x.jain, 3)}  ` +
@@ -609,9 +730,35 @@ export async function runIncastBench(opts: { seconds: number }): Promise<IncastR
           ]),
       row('kernel TCP (iperf3 -P 4 x 2)', tcp),
       `    ${tcp.held}`,
-      `  ours/TCP: utilization ${f(reno.utilization / tcp.utilization)}; with ECN marking: not run (no red/fq_codel/netem in this kernel)`,
+      `  ours/TCP: utilization ${f(reno.utilization / tcp.utilization)}`,
+      ...(ecn === null
+        ? [`  with ECN marking: not run (${ecnWhy})`]
+        : [
+            `  with ECN marking (ecn-switch in front of the tbf: CE on ECT frames finding > ${ECN_K} bytes in a virtual queue drained at ${ECN_GAMMA} x ${RATE}):`,
+            row(`rdma-graph ${ecn.reno.algorithm} (auto) + ECN`, ecn.reno),
+            `    ${ecn.reno.held}`,
+            ...(ecn.dctcp === null
+              ? ['  dctcp: not run (INCAST_ONLY_AUTO=1)']
+              : [row(`rdma-graph ${ecn.dctcp.algorithm} + ECN`, ecn.dctcp), `    ${ecn.dctcp.held}`]),
+            row('kernel TCP, tcp_ecn=1 + ECN', ecn.tcp),
+            `    ${ecn.tcp.held}`,
+            `  ours/TCP with ECN: utilization ${f(ecn.reno.utilization / ecn.tcp.utilization)}${ecn.dctcp === null ? '' : ` (dctcp ${f(ecn.dctcp.utilization / ecn.tcp.utilization)})`}`,
+          ]),
     ].join('\n');
-    return { text, json: { bench: 'incast', rate: RATE, queue: QUEUE, seconds, reno, cubic, none, tcp } };
+    return {
+      text,
+      json: {
+        bench: 'incast',
+        rate: RATE,
+        queue: QUEUE,
+        seconds,
+        reno,
+        cubic,
+        none,
+        tcp,
+        ecn: ecn === null ? null : { k: ECN_K, gamma: ECN_GAMMA, ...ecn },
+      },
+    };
   } finally {
     tearDown(t);
   }

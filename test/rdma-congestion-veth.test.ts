@@ -14,14 +14,12 @@ import type { DataplaneApi } from '../dataplane/api.ts';
 import { createDataplane } from '../dataplane/create.ts';
 import { netnsUnavailable, vethPair } from './helpers-netns.ts';
 import { sleep } from './helpers.ts';
-import { connect, end, type End } from './workers-helpers.ts';
+import { twoQpsWrite, WRITES as N, WRITE_SIZE as SIZE } from './congestion-helpers.ts';
 
 const why = netnsUnavailable() ?? (spawnSync('sh', ['-c', 'command -v tc']).status !== 0 ? 'tc not installed' : null);
 const tag = process.pid.toString(36);
 const VA = `rgca${tag}`,
   VB = `rgcb${tag}`;
-const N = 40; // 64 KiB writes per QP
-const SIZE = 65536;
 
 function side(name: string, dev: string, addr: string, congestion: string, bypass: boolean): string {
   return (
@@ -56,38 +54,9 @@ async function run(congestion: string): Promise<Run> {
     b = await createDataplane(parseConfig(side('h1', VB, '10.72.0.2', congestion, true), 'b.yaml'));
     for (let i = 0; i < 200 && !(await a.interfaces()).every((x) => x.state === 'up'); i++) await sleep(20);
     await sleep(100);
-    const xs: End[] = [],
-      ys: End[] = [];
-    for (let k = 0; k < 2; k++) {
-      xs.push(await end(a, 'h0'));
-      ys.push(await end(b, 'h1'));
-      await connect(a, b, xs[k], ys[k], '10.72.0.1', '10.72.0.2');
-    }
-    const posted = [0, 0],
-      done = [0, 0];
-    const snapshots: number[][] = [];
-    const t0 = performance.now();
-    for (let spins = 0; (done[0] < N || done[1] < N) && spins < 20000; spins++) {
-      for (let k = 0; k < 2; k++) {
-        while (posted[k] < N && posted[k] - done[k] < 8) {
-          await a.postSend(xs[k].qp.qpn, {
-            wrId: posted[k]++,
-            opcode: 'write',
-            sge: [{ mr: xs[k].mr.mr, offset: 0, length: SIZE }],
-            remote: { stag: ys[k].mr.stag, offset: 0 },
-          });
-        }
-        const r = await a.pollCq(xs[k].cq.cq, 16, 5);
-        for (const c of r.completions) assert.is(c.status, 'success', `${congestion}: qp ${k} write ${String(c.wrId)}`);
-        done[k] += r.completions.length;
-      }
-      if (snapshots.length === 0 && (done[0] === N || done[1] === N)) snapshots.push([...done]);
-    }
-    const ms = performance.now() - t0;
-    assert.equal(done, [N, N], `${congestion}: both QPs completed every write`);
-    const views = await Promise.all(xs.map(async (x) => (await a!.qps()).find((q) => q.qpn === x.qp.qpn)!));
+    const { first, ms, views } = await twoQpsWrite(a, b, '10.72.0.1', '10.72.0.2', congestion);
     return {
-      done: snapshots,
+      done: [first],
       retransmits: views.reduce((s, q) => s + q.counters.retransmits, 0),
       txBytes: views.reduce((s, q) => s + q.counters.txBytes, 0),
       reductions: views.map((q) => q.congestion.lossReductions + q.congestion.ecnReductions),
