@@ -55,6 +55,35 @@ export function runJob(cmd: string[], timeoutMs: number): Promise<Job> {
   });
 }
 
+/**
+ * UCX 1.13's own UD wireup races, seen on NICs too (openucx/ucx#6040, #2453: Mellanox's own test
+ * runs): the connection request/reply/ACK consistency assertions of ud_ep.c (a CREQ or CREP whose
+ * endpoint ids disagree with the endpoint they reach, an ACK of a PSN not yet sent), and a
+ * wireup message handed to an endpoint of the wrong peer (a SIGSEGV in UCP's wireup handler, under
+ * uct_ud_ep_process_rx). Their odds grow with the wireup's round trips, which on a 2-core machine
+ * running 4 busy-polling ranks and 2 data planes take milliseconds (about 1 four-rank job in 40
+ * here, up to 1 in 7 under load; README, issue 30).
+ */
+export const UCX_UD_WIREUP_RACE =
+  /ud_ep\.c:\d+\s+Assertion|Caught signal 11 [^\n]*\n(?:[^\n]*\n){0,8}[^\n]*uct_ud_ep_process_rx/;
+
+/**
+ * An MPI job (runJob), run once more if UCX's UD wireup race (above) ended it: that first end is
+ * printed (`say`), and the second run's result is the job's, whatever it is. Anything else fails
+ * at once.
+ */
+export async function runMpiJob(
+  cmd: string[],
+  timeoutMs: number,
+  say: (line: string) => void = console.log,
+): Promise<Job> {
+  const first = await runJob(cmd, timeoutMs);
+  if (first.code === 0 || !UCX_UD_WIREUP_RACE.test(first.out)) return first;
+  const what = first.out.split('\n').find((l) => /Assertion|Caught signal/.test(l)) ?? '';
+  say(`  UCX's UD wireup race (openucx/ucx#6040) ended the job: ${what.trim()}; it runs once more`);
+  return runJob(cmd, timeoutMs);
+}
+
 /** mpirun as root needs --allow-run-as-root; 2 cores hold fewer slots than our jobs' ranks. */
 export function mpirunPrefix(): string[] {
   return ['mpirun', ...(process.getuid?.() === 0 ? ['--allow-run-as-root'] : []), '--oversubscribe'];

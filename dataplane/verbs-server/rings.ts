@@ -531,12 +531,8 @@ export class VerbsRings {
     let work = 0;
     // Sends once the QP may send (the library refuses earlier posts; a hostile one waits).
     if (qp.state >= QpState.RTS) {
-      const ahead = (Atomics.load(u, QP_SQ_PROD) - r.sqCons) >>> 0;
-      if (ahead > r.sqEntries) {
-        this.refuse(r, `QP ${qp.qpn}: the send ring's producer is ${ahead} ahead of a ring of ${r.sqEntries}`);
-        return 0;
-      }
-      const n = Math.min(ahead, BURST, qp.cfg.maxSendWr - qp.sqDepth);
+      const n = this.toTake(r, QP_SQ_PROD, r.sqCons, r.sqEntries, qp.cfg.maxSendWr - qp.sqDepth, 'send');
+      if (n < 0) return 0;
       for (let k = 0; k < n; k++) {
         this.postSend(r, r.sqCons);
         r.sqCons = (r.sqCons + 1) >>> 0;
@@ -551,19 +547,28 @@ export class VerbsRings {
   private pollRecvRing(r: QpRing): number {
     const qp = r.qp;
     if (r.srq !== null || r.dead || qp.state === QpState.RESET || qp.destroyed) return 0;
-    const u = r.u32;
-    const ahead = (Atomics.load(u, QP_RQ_PROD) - r.rqCons) >>> 0;
-    if (ahead > r.rqEntries) {
-      this.refuse(r, `QP ${qp.qpn}: the receive ring's producer is ${ahead} ahead of a ring of ${r.rqEntries}`);
-      return 0;
-    }
-    const n = Math.min(ahead, BURST, qp.cfg.maxRecvWr - qp.rqDepth);
+    const n = this.toTake(r, QP_RQ_PROD, r.rqCons, r.rqEntries, qp.cfg.maxRecvWr - qp.rqDepth, 'receive');
+    if (n < 0) return 0;
     for (let k = 0; k < n; k++) {
       this.postRecv(r, r.rqCons);
       r.rqCons = (r.rqCons + 1) >>> 0;
     }
-    if (n > 0) Atomics.store(u, QP_RQ_CONS, r.rqCons);
+    if (n > 0) Atomics.store(r.u32, QP_RQ_CONS, r.rqCons);
     return n;
+  }
+
+  /**
+   * How many WQEs to take from one of QP ring r's rings (producer word `prod`, consumer `cons`,
+   * `entries` slots) when the QP has `room` for more: at most a burst. -1 (and the ring refused)
+   * when the program's producer claims more than the ring holds.
+   */
+  private toTake(r: QpRing, prod: number, cons: number, entries: number, room: number, what: string): number {
+    const ahead = (Atomics.load(r.u32, prod) - cons) >>> 0;
+    if (ahead > entries) {
+      this.refuse(r, `QP ${r.qp.qpn}: the ${what} ring's producer is ${ahead} ahead of a ring of ${entries}`);
+      return -1;
+    }
+    return Math.min(ahead, BURST, room);
   }
 
   private pollSrq(s: SrqRing): number {
