@@ -10,7 +10,7 @@ import * as assert from 'uvu/assert';
 import { FaultInjector } from '../drivers/fault.ts';
 import { parseConfig } from '../config/load.ts';
 import { congestionOptions } from '../dataplane/dataplane.ts';
-import { ccOnAck, ccOnLoss, ccSharePath, INITIAL_CWND, MIN_CWND } from '../nodes/rdma/congestion.ts';
+import { ccOnAck, ccOnLoss, ccSharePath, INITIAL_CWND, MIN_CWND, sendLimit } from '../nodes/rdma/congestion.ts';
 import type { RdmaOptions } from '../nodes/rdma/stack.ts';
 import type { Qp } from '../nodes/rdma/qp.ts';
 import { memPool } from './helpers.ts';
@@ -621,6 +621,25 @@ test('delay: once a full queue dropped, the QP grows under 4 queued segments, ho
   ccOnAck(r.qp, 10, 512, 0);
   ccOnAck(r.qp, 40, 512, 0);
   assert.ok(r.qp.cwnd > before, `grows again (${before} -> ${r.qp.cwnd})`);
+  r.close();
+});
+
+test('hostile: a peer holding its ACKs back longer every window (the RTT rising without end once a full queue was learned) cannot take the QP below 4 queued segments or stall it', () => {
+  const r = avoiding(40, 100, 100);
+  r.qp.fullRttNs = 400e3;
+  let least = Infinity;
+  for (let w = 0; w < 80; w++) {
+    r.qp.srttNs = Math.min(r.qp.srttNs * 1.5, 1e12); // 100 us x 1.5 per window, to 1000 s
+    r.qp.ccRecover = r.qp.sndUna; // a new window each time: a reduction is allowed in each
+    ccOnAck(r.qp, 10, 512, 0);
+    least = Math.min(least, sendLimit(r.qp, 512));
+  }
+  const c = r.qp.cwnd;
+  // With the RTT so far above its smallest, nearly the whole window counts as queued: the delay
+  // component holds it where 4-8 segments are queued, and reductions stop below 8.
+  assert.ok(c >= 4 && c < 12, `the window settles where 4-8 segments are queued (${c})`);
+  assert.ok(least >= MIN_CWND, `the QP may always send (at least ${MIN_CWND} segments: ${least})`);
+  assert.ok(cc(r).delayReductions > 0, 'it was reduced on the way down');
   r.close();
 });
 
