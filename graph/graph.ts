@@ -128,6 +128,8 @@ export class Graph {
   private running = false;
   private scheduled = false;
   private sleeping = false;
+  /** The clock's ticks per nanosecond, measured at the first turn of the loop (its spin budget). */
+  private loopTicksPerNs = 0;
   private wakeRequested = false;
   private idleSinceNs = -1;
   private readonly passBudgetNs: number;
@@ -405,16 +407,19 @@ export class Graph {
    */
   runPass(): number {
     if (!this.built) throw new GraphError('graph not built: call build() first');
-    const tsc = this.clock.tsc;
+    const tick = this.clock.tick,
+      slot = this.clock.slot;
     const cnt = this.runtime.counts;
     let work = 0;
-    let t0 = tsc();
+    tick();
+    let t0 = slot[0];
     const inputs = this.inputs;
     for (let i = 0; i < inputs.length; i++) {
       const rt = inputs[i];
       this.current = rt;
       const n = rt.fn(rt, null);
-      const t1 = tsc();
+      tick();
+      const t1 = slot[0];
       const b = rt.index * RT_STRIDE;
       cnt[b + RT_CALLS] += 1;
       cnt[b + RT_VECTORS] += n;
@@ -435,11 +440,13 @@ export class Graph {
 
   /** Run pending frames until none is left. Returns the packets processed. */
   drain(): number {
-    const tsc = this.clock.tsc;
+    const tick = this.clock.tick,
+      slot = this.clock.slot;
     const cnt = this.runtime.counts;
     const trace = this.trace;
     let work = 0;
-    let t0 = tsc();
+    tick();
+    let t0 = slot[0];
     // pendLen grows while we go: frames enqueued now run in this same drain.
     let i = 0;
     try {
@@ -454,7 +461,8 @@ export class Graph {
         // Unless the node passed the frame itself on (enqueueWhole), it is free again.
         if (this.dispatching === f) this.recycle(f);
         this.dispatching = null;
-        const t1 = tsc();
+        tick();
+        const t1 = slot[0];
         const b = t.index * RT_STRIDE;
         cnt[b + RT_CALLS] += 1;
         cnt[b + RT_VECTORS] += n;
@@ -695,11 +703,17 @@ export class Graph {
     this.scheduled = false;
     if (!this.running) return;
     const now = this.clock.nowNs;
-    const start = now();
+    // The budget is kept in the counter's ticks, read through its slot: reading the time in
+    // nanoseconds makes a heap number per read, and this loop reads it after every pass.
+    const tick = this.clock.tick,
+      slot = this.clock.slot;
+    if (this.loopTicksPerNs === 0) this.loopTicksPerNs = this.clock.clocksPerNs() || 1;
+    tick();
+    const start = slot[0];
     this.yieldRequested = false;
     // Alone on the thread (and allowed to poll): keep passing, empty passes too, for spinNs.
     const spin = runningGraphs === 1 && (this.mode === 'polling' || this.idlePollNs > 0) && this.spinNs > 0;
-    const budget = spin ? Math.max(this.spinNs, this.passBudgetNs) : this.passBudgetNs;
+    const budget = (spin ? Math.max(this.spinNs, this.passBudgetNs) : this.passBudgetNs) * this.loopTicksPerNs;
     let work = 0;
     for (;;) {
       this.wakeRequested = false;
@@ -711,7 +725,9 @@ export class Graph {
         w = 1;
       }
       work += w;
-      if ((w === 0 && !spin) || this.yieldRequested || !this.running || now() - start >= budget) break;
+      if ((w === 0 && !spin) || this.yieldRequested || !this.running) break;
+      tick();
+      if (slot[0] - start >= budget) break;
       // Spinning on empty passes: a program waiting on us may share this CPU (idleYield).
       if (w === 0 && this.idleYieldUserCount > 0) this.idleYield?.();
     }

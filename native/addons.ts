@@ -405,6 +405,9 @@ export interface CoreAddon {
   readonly version: string;
   /** CPU timestamp counter (or CLOCK_MONOTONIC ns where there is none), see tscSource(). */
   rdtsc(): number;
+  /** The counter into the Float64Array last given to tscInto() (no heap number made). */
+  rdtscStore(): void;
+  tscInto(slot: Float64Array): void;
   tscSource(): TscSource;
   /** Pin the calling thread to these CPUs (pthread_setaffinity_np). */
   setThreadAffinity(cpus: number[]): void;

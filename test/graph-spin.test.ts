@@ -1,5 +1,6 @@
 import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
+import { PerformanceObserver } from 'node:perf_hooks';
 import { Graph } from '../graph/graph.ts';
 import { memPool } from './helpers.ts';
 
@@ -67,6 +68,32 @@ test('spin: yieldSoon ends the turn after the pass that asked', async () => {
     const per = await passesPerTurn(c, 20);
     assert.ok(per <= 2, `passes per turn ${per}`);
   } finally {
+    g.close();
+  }
+});
+
+test('an idle polling loop makes next to no garbage: its clock is read through a slot, not returned', async () => {
+  // Each empty pass reads the counter per node and the loop reads it per pass; a double returned
+  // from a call that is not inlined is a new heap number. Reading them as numbers made ~6
+  // scavenges per million empty passes here (111 in 17.6 million); through the slot, ~0.4.
+  const { g, c } = counting(50);
+  const gcs = { n: 0 };
+  const obs = new PerformanceObserver((l) => (gcs.n += l.getEntries().length));
+  obs.observe({ entryTypes: ['gc'] });
+  g.start();
+  try {
+    await new Promise((r) => setTimeout(r, 50)); // compiled by now
+    const c0 = c.calls,
+      g0 = gcs.n;
+    while (c.calls - c0 < 3_000_000) await new Promise((r) => setTimeout(r, 20));
+    const passes = c.calls - c0,
+      n = gcs.n - g0;
+    assert.ok(
+      n <= 4,
+      `${n} garbage collections in ${passes} empty passes (${((1e6 * n) / passes).toFixed(2)} per million)`,
+    );
+  } finally {
+    obs.disconnect();
     g.close();
   }
 });

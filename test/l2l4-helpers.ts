@@ -403,9 +403,14 @@ export function chained(pool: BufferPool, b: Uint8Array, sizes: number[]): numbe
 
 /** A clock the test moves by hand (timers, aging). */
 export function manualClock(startNs = 1e9): Clock & { t: number; advance(ns: number): void } {
+  const slot = new Float64Array(1);
   const c = {
     t: startNs,
     tsc: () => c.t,
+    tick: () => {
+      slot[0] = c.t;
+    },
+    slot,
     nowNs: () => c.t,
     clocksPerNs: () => 1,
     source: 'manual',

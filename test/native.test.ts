@@ -9,6 +9,7 @@ import fs from 'node:fs';
 import { Worker } from 'node:worker_threads';
 
 import { DriverUnavailableError, NATIVE_BUILD_DIR, loadAddon, loadCore, type FdWaiter } from '../native/addons.ts';
+import { systemClock } from '../graph/clock.ts';
 
 const core = loadCore();
 const CORE_PATH = NATIVE_BUILD_DIR + 'core.node';
@@ -119,6 +120,33 @@ test('rdtsc increases over a busy loop at a plausible rate', () => {
   // Anything from a 1 MHz generic timer to a 100 GHz counter; CLOCK_MONOTONIC is 1e9.
   assert.ok(hz > 1e6 && hz < 1e11, `counter rate ${hz} Hz`);
   assert.ok(x > 0);
+});
+
+test('rdtscStore writes the counter into the Float64Array given to tscInto, returns nothing; a bad slot is refused', () => {
+  const clock = systemClock(); // the process's clock has its slot in place first
+  const slot = new Float64Array(2);
+  core.tscInto(slot);
+  try {
+    assert.is(core.rdtscStore(), undefined);
+    const a = slot[0];
+    let x = 0;
+    for (let i = 0; i < 100_000; i++) x += Math.sqrt(i);
+    core.rdtscStore();
+    const b = slot[0];
+    assert.ok(Number.isInteger(a) && a > 0 && b > a, `the slot went from ${a} to ${b}`);
+    assert.is(slot[1], 0, 'only the first element');
+    assert.ok(Math.abs(core.rdtsc() - b) < 1e12, 'the same counter rdtsc() reads');
+    for (const bad of [new Float32Array(1), new Float64Array(0), [1], 3, undefined])
+      assert.throws(
+        () => (core.tscInto as (v: unknown) => void)(bad),
+        /tscInto\(slot\): slot must be a Float64Array of at least one element/,
+      );
+  } finally {
+    core.tscInto(clock.slot); // the process's clock reads through its own slot again
+  }
+  const before = clock.slot[0];
+  clock.tick();
+  assert.ok(clock.slot[0] > before, 'the clock ticks again');
 });
 
 // ---------------------------------------------------------------- allocMemory
