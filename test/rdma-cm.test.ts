@@ -352,6 +352,68 @@ test('REQ retransmission through loss: connect succeeds, repeated REQs make exac
   await finish(p);
 });
 
+test('a repeated REQ after its listener closed is the same request: answered as before, not REJECTed; another REQ is', async () => {
+  // perftest's servers accept one connection and close their listener at once: a requester whose
+  // ACCEPT was late (its REQ went again) was told "no listener" and gave up (a loaded CI run).
+  const { p } = pair();
+  const L = listenB(p.b);
+  const from = 5555,
+    isn = 0x1234;
+  const req = cmMessage(REQ, 4, 4, text('first'), 5, isn);
+  p.a.rdma.net.udp.sendTo(req, IP_B, LISTEN, from);
+  await waitFor('accepted', () => L.reqs.length === 1);
+  const B = L.ends[0];
+  p.b.rdma.unlisten(LISTEN);
+  const noListener = () => p.b.graph.errorCount('cm-input', 'no_listener');
+  const accepts = () => p.b.graph.errorCount('cm-input', 'requests');
+  const before = accepts();
+  // The same REQ again, too soon for a second ACCEPT (REACCEPT_NS), then after it.
+  p.a.rdma.net.udp.sendTo(req, IP_B, LISTEN, from);
+  await waitFor('counted as repeated', () => p.b.graph.errorCount('cm-input', 'repeated') === 1);
+  await settle(30);
+  p.a.rdma.net.udp.sendTo(req, IP_B, LISTEN, from);
+  await waitFor('seen', () => accepts() === before + 2);
+  await settle(5);
+  assert.is(noListener(), 0, 'neither repeat was REJECTed as a REQ to a closed port');
+  assert.is(B.qp.cmAccepts, 2, 'the ACCEPT went again once, as while the listener was there');
+  assert.is(L.reqs.length, 1, 'and accept was not called again');
+  // Another requester: a REQ to a closed port (dropped within a second of the close, as the next
+  // test shows; REJECTed after it).
+  const relisten = () => p.b.graph.errorCount('cm-input', 'relisten');
+  p.a.rdma.net.udp.sendTo(cmMessage(REQ, 4, 4, new Uint8Array(0)), IP_B, LISTEN, 5556);
+  await waitFor('dropped', () => relisten() === 1);
+  await settle(1050);
+  p.a.rdma.net.udp.sendTo(cmMessage(REQ, 4, 4, new Uint8Array(0)), IP_B, LISTEN, 5556);
+  await waitFor('REJECT', () => noListener() === 1);
+  // B's QP destroyed: its requester's REQ is a REQ to a closed port too, and the map is empty.
+  p.b.rdma.destroyQp(B.qp);
+  assert.is(p.b.rdma.cm.accepted.size, 0, 'the accepted QP is forgotten with it');
+  p.a.rdma.net.udp.sendTo(req, IP_B, LISTEN, from);
+  await waitFor('REJECT', () => noListener() === 2);
+  await finish(p);
+});
+
+test('a listener closed and opened again on its port: a REQ in between waits (dropped, resent), not REJECTed', async () => {
+  // perftest's -R servers close their listener after the handshake's connection and listen
+  // again for the test's; the client's second REQ could land in between (a loaded CI run).
+  const { p } = pair();
+  const L = listenB(p.b);
+  p.b.rdma.unlisten(LISTEN);
+  const A = makeEnds(p.a);
+  const connected = p.a.rdma.connect(A.qp, IP_B, LISTEN, { privateData: text('again'), retryMs: 20, timeoutMs: 3000 });
+  await waitFor('a REQ dropped', () => p.b.graph.errorCount('cm-input', 'relisten') >= 1);
+  assert.is(p.b.graph.errorCount('cm-input', 'no_listener'), 0, 'not REJECTed');
+  // Listening again (a new listener, as the program's second rdma_listen).
+  const L2 = listenB(p.b);
+  const res = await connected;
+  assert.is(str(res.privateData), 'welcome');
+  assert.is(L.reqs.length, 0);
+  assert.is(L2.reqs.length, 1, 'the new listener took the resent REQ');
+  assert.is(A.qp.stateName, 'rts');
+  assert.is(p.b.rdma.cm.closedAt.has(LISTEN), false, 'listening again forgets the close');
+  await finish(p);
+});
+
 test('malformed CM messages are counted and dropped; nothing is created or answered', async () => {
   const { p } = pair();
   const L = listenB(p.b);

@@ -72,9 +72,24 @@ const ERROR_TABLE = errorTable({
     severity: 'warn',
   },
   WRONG_ID: { name: 'wrong_id', description: 'ACCEPT/REJECT not echoing our REQ (spoofed or stale)', severity: 'warn' },
+  RELISTEN: {
+    name: 'relisten',
+    description: 'REQ to a port whose listener closed within a second (dropped: the requester resends)',
+    severity: 'info',
+  },
 });
 export const CmError = ERROR_TABLE.code;
 const ERRORS = ERROR_TABLE.list;
+
+/**
+ * A REQ to a port whose listener closed less than this ago is dropped, not REJECTed: a program
+ * may take its listener down and up again between two connections (perftest's -R servers do,
+ * between the handshake's connection and the test's), and the requester resends its REQ every
+ * rdma.cm-retry-ms. After it, a REQ there is REJECTed at once, as to any closed port.
+ */
+const RELISTEN_GRACE_NS = 1000e6;
+/** Closed ports remembered for that (the oldest forgotten first). */
+const RELISTEN_MAX = 1024;
 
 /** A repeated REQ of a half-open connection gets its ACCEPT again at most this often / this many times. */
 const REACCEPT_NS = 20e6;
@@ -177,6 +192,17 @@ export class ConnectionManager {
   readonly core: RdmaCore;
   readonly listeners = new Map<number, Listener>();
   readonly pending = new Map<number, PendingConnect>(); // by QP index
+  /**
+   * QPs this side accepted, by their requester's "address:port", whichever listener made them
+   * and whether it still listens: a program that accepts one connection and closes its listener
+   * (perftest's servers) must still see the requester's repeated REQ (our ACCEPT was late or
+   * lost) as the same request, not as a REQ to a closed port (REJECT: the requester gives up on
+   * a connection the other side holds). An entry goes with its QP (forget); at most one per
+   * QP, so never more than rdma.max-qps.
+   */
+  readonly accepted = new Map<string, Qp>();
+  /** Ports whose listener closed lately, with when (RELISTEN_GRACE_NS); at most RELISTEN_MAX. */
+  readonly closedAt = new Map<number, number>();
   hooks!: CmHooks;
   rt!: NodeRuntime;
   /** How long an accepted connection may stay half-open before it is reaped. */
@@ -212,10 +238,39 @@ export class ConnectionManager {
   }
 
   cancel(qp: Qp, reason: string): void {
+    this.forget(qp);
     const p = this.pending.get(qp.index);
     if (!p) return;
     this.pending.delete(qp.index);
     p.reject(new CmConnectError('cancelled', reason));
+  }
+
+  /** The listener on `port` closed (unlisten). */
+  listenerClosed(port: number): void {
+    this.closedAt.delete(port);
+    this.closedAt.set(port, this.core.graph.clock.nowNs());
+    if (this.closedAt.size > RELISTEN_MAX) this.closedAt.delete(this.closedAt.keys().next().value as number);
+  }
+
+  /** QP `qp` (going: destroyed, reset, in ERROR) is no longer the answer to its requester's REQ. */
+  forget(qp: Qp): void {
+    if (qp.cmRole !== 'passive') return;
+    const key = `${qp.remoteAddr}:${qp.remotePort}`;
+    if (this.accepted.get(key) === qp) this.accepted.delete(key);
+  }
+
+  /** The passive QP accepted for requester `key` (as `l.conns` and `accepted` hold it). */
+  remember(l: Listener, key: string, qp: Qp): void {
+    l.conns.set(key, qp);
+    const old = this.accepted.get(key);
+    if (old !== undefined && old !== qp) this.accepted.delete(key);
+    this.accepted.set(key, qp);
+  }
+
+  /** The QP accepted for requester `key` on listening port `port`, if it is still there. */
+  private acceptedFrom(key: string, port: number): Qp | undefined {
+    const qp = this.accepted.get(key);
+    return qp !== undefined && qp.listenPort === port ? qp : undefined;
   }
 
   /** REQ retransmission timer, and half-open checks (user >= REAP_TIMER). */
@@ -350,16 +405,22 @@ export class ConnectionManager {
         dstPort,
       );
     const l = this.listeners.get(dstPort);
-    if (!l) {
+    const now = this.core.graph.clock.nowNs();
+    const key = `${src}:${srcPort}`;
+    // A request we accepted already (its listener may be gone since): the same request again.
+    const have = l?.conns.get(key) ?? this.acceptedFrom(key, dstPort);
+    if (!l && have === undefined) {
+      const closed = this.closedAt.get(dstPort);
+      if (closed !== undefined) {
+        if (now - closed < RELISTEN_GRACE_NS) return counted(rt, CmError.RELISTEN);
+        this.closedAt.delete(dstPort);
+      }
       // As TCP answers a SYN to a closed port with RST: the requester learns at once. No
       // amplification: the REJECT is no longer than the REQ.
       reject(CmRejectReason.NO_LISTENER);
       rt.countError(CmError.NO_LISTENER);
       return `REQ to port ${dstPort}, where nobody listens: REJECT sent`;
     }
-    const now = this.core.graph.clock.nowNs();
-    const key = `${src}:${srcPort}`;
-    const have = l.conns.get(key);
     if (have && !have.destroyed && have.state !== QpState.ERROR) {
       // The same attempt again (our ACCEPT was lost): the same ACCEPT, while the peer has shown
       // nothing of having it, and not too often. Another attempt from the same address and
@@ -380,6 +441,12 @@ export class ConnectionManager {
         have.qpn,
       );
       return `repeated REQ of a half-open connection: ACCEPT sent again from qp ${have.qpn}`;
+    }
+    if (!l) {
+      // Its QP is gone or failed, and so is the listener: a REQ to a closed port.
+      reject(CmRejectReason.NO_LISTENER);
+      rt.countError(CmError.NO_LISTENER);
+      return `REQ to port ${dstPort}, where nobody listens any more: REJECT sent`;
     }
     if (have) l.conns.delete(key);
     const held = l.deferred?.get(key);
@@ -438,7 +505,7 @@ export class ConnectionManager {
     qp.cmAccepts = 1;
     qp.listenPort = dstPort;
     qp.peerIsn = peerIsn;
-    l.conns.set(key, qp);
+    this.remember(l, key, qp);
     l.halfOpen.add(qp);
     this.core.graph.startTimer(this.rt, this.halfOpenTimeoutNs, REAP_TIMER + qp.index);
     this.send(
@@ -477,7 +544,7 @@ export function acceptDeferred(cm: ConnectionManager, l: Listener, key: string, 
   qp.cmAccepts = 1;
   qp.listenPort = d.listenPort;
   qp.peerIsn = d.peerIsn;
-  l.conns.set(key, qp);
+  cm.remember(l, key, qp);
   l.halfOpen.add(qp);
   cm.send(
     ConnectionManager.message(TrpOp.ACCEPT, qp.ird, qp.ord, privateData, qp.isn, d.peerIsn),

@@ -888,11 +888,13 @@ export class Rdma {
     }
     const l: Listener = { port, accept, backlog, conns: new Map(), halfOpen: new Set(), onReap: opts.onReap };
     this.cm.listeners.set(port, l);
+    this.cm.closedAt.delete(port);
   }
 
   unlisten(port: number): void {
     if (!this.cm.listeners.delete(port)) throw new VerbsError('not-found', `not listening on port ${port}`);
     this.net.udp.unbind(port);
+    this.cm.listenerClosed(port);
   }
 
   /** Send FIN and move to ERROR (rdma_disconnect); completions are flushed. */
