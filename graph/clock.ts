@@ -40,11 +40,12 @@ class CalibratedClock implements Clock {
   private readonly tsc0: number;
   private readonly ns0: number;
 
-  constructor(tsc: () => number, source: string, slot?: { tick: () => void; slot: Float64Array }) {
+  /** `through`: a tick that writes the counter into a slot itself (the addon's); else one over `tsc`. */
+  constructor(tsc: () => number, source: string, through?: { tick: () => void; slot: Float64Array }) {
     this.tsc = tsc;
-    if (slot !== undefined) {
-      this.tick = slot.tick;
-      this.slot = slot.slot;
+    if (through !== undefined) {
+      this.tick = through.tick;
+      this.slot = through.slot;
     } else {
       const own = new Float64Array(1);
       this.slot = own;

@@ -336,7 +336,7 @@ test('REQ retransmission through loss: connect succeeds, repeated REQs make exac
   assert.ok(reqs >= 2, `B saw the REQ ${reqs} times`);
   assert.is(L.reqs.length, 1, 'accept called once');
   assert.is(p.b.rdma.qpsByQpn.size, 1, 'one QP on the passive side');
-  assert.is(p.b.rdma.cm.listeners.get(LISTEN)?.conns.size, 1);
+  assert.is(p.b.rdma.cm.accepted.size, 1);
   const B = L.ends[0];
   assert.is(A.qp.stateName, 'rts');
   assert.equal(p.a.rdma.queryQp(A.qp).remote, { address: IP_B, port: B.qp.qpn });
@@ -411,6 +411,23 @@ test('a listener closed and opened again on its port: a REQ in between waits (dr
   assert.is(L2.reqs.length, 1, 'the new listener took the resent REQ');
   assert.is(A.qp.stateName, 'rts');
   assert.is(p.b.rdma.cm.closedAt.has(LISTEN), false, 'listening again forgets the close');
+  await finish(p);
+});
+
+test('hostile: the closed ports a CM remembers are bounded (1024, the oldest forgotten), whatever a program opens and closes', async () => {
+  const { p } = pair();
+  for (let port = 30000; port < 31100; port++) {
+    p.b.rdma.listen(port, () => ({ reject: true }));
+    p.b.rdma.unlisten(port);
+  }
+  const closed = p.b.rdma.cm.closedAt;
+  assert.is(closed.size, 1024);
+  assert.not.ok(closed.has(30000), 'the oldest went first');
+  assert.ok(closed.has(31099));
+  // A REQ to a port closed long enough ago that it was forgotten: REJECTed at once.
+  p.a.rdma.net.udp.sendTo(cmMessage(REQ, 4, 4, new Uint8Array(0)), IP_B, 30000, 5557);
+  await waitFor('REJECT', () => p.b.graph.errorCount('cm-input', 'no_listener') === 1);
+  assert.is(p.b.graph.errorCount('cm-input', 'relisten'), 0);
   await finish(p);
 });
 

@@ -151,8 +151,6 @@ export interface Listener {
   accept: (req: ConnectRequest) => AcceptDecision;
   /** Most half-open connections at once. */
   backlog: number;
-  /** Peer "address:port" -> the QP we created for it (repeated REQs). */
-  readonly conns: Map<string, Qp>;
   /** Accepted QPs that may still be half-open (pruned as they open, at most `backlog`). */
   readonly halfOpen: Set<Qp>;
   /** Told when a half-open QP it accepted was reaped (destroyed). */
@@ -193,12 +191,12 @@ export class ConnectionManager {
   readonly listeners = new Map<number, Listener>();
   readonly pending = new Map<number, PendingConnect>(); // by QP index
   /**
-   * QPs this side accepted, by their requester's "address:port", whichever listener made them
-   * and whether it still listens: a program that accepts one connection and closes its listener
-   * (perftest's servers) must still see the requester's repeated REQ (our ACCEPT was late or
-   * lost) as the same request, not as a REQ to a closed port (REJECT: the requester gives up on
-   * a connection the other side holds). An entry goes with its QP (forget); at most one per
-   * QP, so never more than rdma.max-qps.
+   * QPs this side accepted, by their requester's "address:port" (repeated REQs), whichever
+   * listener made them and whether it still listens: a program that accepts one connection and
+   * closes its listener (perftest's servers) must still see the requester's repeated REQ (our
+   * ACCEPT was late or lost) as the same request, not as a REQ to a closed port (REJECT: the
+   * requester gives up on a connection the other side holds). An entry goes with its QP
+   * (forget); at most one per QP, so never more than rdma.max-qps.
    */
   readonly accepted = new Map<string, Qp>();
   /** Ports whose listener closed lately, with when (RELISTEN_GRACE_NS); at most RELISTEN_MAX. */
@@ -257,14 +255,6 @@ export class ConnectionManager {
     if (qp.cmRole !== 'passive') return;
     const key = `${qp.remoteAddr}:${qp.remotePort}`;
     if (this.accepted.get(key) === qp) this.accepted.delete(key);
-  }
-
-  /** The passive QP accepted for requester `key` (as `l.conns` and `accepted` hold it). */
-  remember(l: Listener, key: string, qp: Qp): void {
-    l.conns.set(key, qp);
-    const old = this.accepted.get(key);
-    if (old !== undefined && old !== qp) this.accepted.delete(key);
-    this.accepted.set(key, qp);
   }
 
   /** The QP accepted for requester `key` on listening port `port`, if it is still there. */
@@ -408,7 +398,7 @@ export class ConnectionManager {
     const now = this.core.graph.clock.nowNs();
     const key = `${src}:${srcPort}`;
     // A request we accepted already (its listener may be gone since): the same request again.
-    const have = l?.conns.get(key) ?? this.acceptedFrom(key, dstPort);
+    const have = this.acceptedFrom(key, dstPort);
     if (!l && have === undefined) {
       const closed = this.closedAt.get(dstPort);
       if (closed !== undefined) {
@@ -448,7 +438,7 @@ export class ConnectionManager {
       rt.countError(CmError.NO_LISTENER);
       return `REQ to port ${dstPort}, where nobody listens any more: REJECT sent`;
     }
-    if (have) l.conns.delete(key);
+    if (have) this.accepted.delete(key);
     const held = l.deferred?.get(key);
     if (held !== undefined) {
       // Still waiting for the program's answer: the same attempt again is not answered; another
@@ -505,7 +495,7 @@ export class ConnectionManager {
     qp.cmAccepts = 1;
     qp.listenPort = dstPort;
     qp.peerIsn = peerIsn;
-    this.remember(l, key, qp);
+    this.accepted.set(key, qp);
     l.halfOpen.add(qp);
     this.core.graph.startTimer(this.rt, this.halfOpenTimeoutNs, REAP_TIMER + qp.index);
     this.send(
@@ -544,7 +534,7 @@ export function acceptDeferred(cm: ConnectionManager, l: Listener, key: string, 
   qp.cmAccepts = 1;
   qp.listenPort = d.listenPort;
   qp.peerIsn = d.peerIsn;
-  cm.remember(l, key, qp);
+  cm.accepted.set(key, qp);
   l.halfOpen.add(qp);
   cm.send(
     ConnectionManager.message(TrpOp.ACCEPT, qp.ird, qp.ord, privateData, qp.isn, d.peerIsn),

@@ -886,7 +886,7 @@ export class Rdma {
     } catch (e) {
       throw new VerbsError('busy', (e as Error).message);
     }
-    const l: Listener = { port, accept, backlog, conns: new Map(), halfOpen: new Set(), onReap: opts.onReap };
+    const l: Listener = { port, accept, backlog, halfOpen: new Set(), onReap: opts.onReap };
     this.cm.listeners.set(port, l);
     this.cm.closedAt.delete(port);
   }
@@ -933,10 +933,7 @@ export class Rdma {
     this.retired.retire(qp.qpn);
     this.qpsByQpn.delete(qp.qpn);
     this.budget.release(qp);
-    for (const l of this.cm.listeners.values()) {
-      for (const [k, q] of l.conns) if (q === qp) l.conns.delete(k);
-      l.halfOpen.delete(qp);
-    }
+    for (const l of this.cm.listeners.values()) l.halfOpen.delete(qp); // cm.cancel above forgot its request
     qp.pd.users--;
     qp.sendCq.users--;
     if (qp.recvCq !== qp.sendCq) qp.recvCq.users--;
