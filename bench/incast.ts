@@ -44,7 +44,7 @@ import { parseConfig } from '../config/load.ts';
 import { Dataplane } from '../dataplane/dataplane.ts';
 import { createDataplane } from '../dataplane/create.ts';
 import { sendLimit } from '../nodes/rdma/congestion.ts';
-import { NATIVE_BUILD_DIR } from '../native/addons.ts';
+import { ECN_SWITCH, EcnSwitch, type SwitchCounters } from './ecn-switch.ts';
 
 const RATE = process.env.INCAST_RATE ?? '200mbit';
 const QUEUE = process.env.INCAST_QUEUE ?? '64k';
@@ -79,7 +79,6 @@ if (!(ECN_K >= 0) || !(ECN_GAMMA > 0 && ECN_GAMMA <= 1))
   throw new Error(
     `INCAST_ECN_K must be bytes >= 0 and INCAST_ECN_GAMMA in (0, 1], got "${process.env.INCAST_ECN_K}" and "${process.env.INCAST_ECN_GAMMA}"`,
   );
-const ECN_SWITCH = path.join(NATIVE_BUILD_DIR, 'ecn-switch');
 /** Seconds of load before the measured ones (INCAST_WARMUP, default 4; whole seconds: iperf3 -O). */
 const WARMUP = Number(process.env.INCAST_WARMUP ?? 4);
 if (!Number.isInteger(WARMUP) || WARMUP < 0)
@@ -433,57 +432,16 @@ function tbfStats(t: Topology): { sent: number; dropped: number; overlimits: num
   return { sent: Number(m[1]), dropped: Number(m[2]), overlimits: Number(m[3]) };
 }
 
-interface SwitchCounters {
-  ect: number;
-  marked: number;
-  ab: { frames: number; dropped: number };
-}
-
-/** native/tools/ecn-switch between mm (the bridge) and pr (towards r, the tbf's port). */
-class EcnSwitch {
-  private readonly p: ChildProcess;
-  private readonly lines: AsyncIterator<string>;
-  private err = '';
-  constructor(t: Topology, rate: number) {
-    this.p = spawn('ip', [
-      'netns',
-      'exec',
-      t.ns.sw,
-      ECN_SWITCH,
-      'mm',
-      'pr',
-      String(rate),
-      String(ECN_K),
-      String(ECN_GAMMA),
-    ]);
-    this.p.stderr!.on('data', (d: Buffer) => (this.err += d.toString()));
-    this.lines = createInterface({ input: this.p.stdout! })[Symbol.asyncIterator]();
-  }
-  async line(): Promise<string> {
-    const l = await this.lines.next();
-    if (l.done) throw new Error(`incast: ecn-switch exited: ${this.err}`);
-    return l.value;
-  }
-  /** Its counters now (it prints them on SIGUSR1). */
-  async counters(): Promise<SwitchCounters> {
-    this.p.kill('SIGUSR1');
-    return JSON.parse(await this.line()) as SwitchCounters;
-  }
-  stop(): void {
-    this.p.kill('SIGTERM');
-  }
-}
-
 /** pr leaves the bridge and the marking switch joins it to the bridge; the kernel's TCP asks for ECN. */
 async function markingOn(t: Topology, rate: number): Promise<void> {
   sh(t.ns.sw, 'ip', 'link', 'set', 'pr', 'nomaster');
-  t.marker = new EcnSwitch(t, rate);
-  if ((await t.marker.line()) !== 'ready') throw new Error('incast: ecn-switch did not say ready');
+  t.marker = new EcnSwitch(['mm', 'pr', String(rate), String(ECN_K), String(ECN_GAMMA)], t.ns.sw);
+  await t.marker.ready();
   for (const h of ['s1', 's2', 'r'] as const) sh(t.ns[h], 'sysctl', '-qw', 'net.ipv4.tcp_ecn=1');
 }
 
 function markingOff(t: Topology): void {
-  t.marker?.stop();
+  t.marker?.p.kill('SIGTERM');
   t.marker = null;
   sh(t.ns.sw, 'ip', 'link', 'set', 'pr', 'master', 'br0');
   for (const h of ['s1', 's2', 'r'] as const) sh(t.ns[h], 'sysctl', '-qw', 'net.ipv4.tcp_ecn=2');
@@ -506,7 +464,7 @@ function pathSays(a: PathSnapshot, b: PathSnapshot): string {
 }
 
 function tearDown(t: Topology): void {
-  t.marker?.stop();
+  t.marker?.p.kill('SIGTERM');
   for (const n of Object.values(t.ns)) spawnSync('ip', ['netns', 'del', n]);
 }
 

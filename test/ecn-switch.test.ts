@@ -13,12 +13,11 @@ import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { NATIVE_BUILD_DIR } from '../native/addons.ts';
+import { ECN_SWITCH, EcnSwitch, type SwitchCounters } from '../bench/ecn-switch.ts';
 import { netnsUnavailable, PY_SEND_FRAMES } from './helpers-netns.ts';
 
-const SWITCH = join(NATIVE_BUILD_DIR, 'ecn-switch');
+const SWITCH = ECN_SWITCH;
 const tag = process.pid.toString(36);
 const NS = { a: `ea${tag}`, b: `eb${tag}`, sw: `esw${tag}` };
 const IP_A = '10.99.0.1',
@@ -90,32 +89,18 @@ function teardown(): void {
   for (const n of Object.values(NS)) spawnSync('ip', ['netns', 'del', n]);
 }
 
-interface Switch {
-  p: ChildProcess;
-  next: () => Promise<string>;
-}
-
-/** The switch between a1 and b1 at `rate` bit/s with threshold `k` bytes; resolves once it says ready. */
-async function startSwitch(rate: number, k: number): Promise<Switch> {
-  const p = spawn('ip', ['netns', 'exec', NS.sw, SWITCH, 'a1', 'b1', String(rate), String(k)]);
-  running.add(p);
-  let err = '';
-  p.stderr!.on('data', (d: Buffer) => (err += d.toString()));
-  const lines = createInterface({ input: p.stdout! })[Symbol.asyncIterator]();
-  const next = async () => {
-    const l = await lines.next();
-    if (l.done) throw new Error(`ecn-switch exited: ${err}`);
-    return l.value;
-  };
-  assert.is(await next(), 'ready');
-  return { p, next };
+/** The switch between a1 and b1 at `rate` bit/s with threshold `k` bytes, once it says ready. */
+async function startSwitch(rate: number, k: number): Promise<EcnSwitch> {
+  const sw = new EcnSwitch(['a1', 'b1', String(rate), String(k)], NS.sw);
+  running.add(sw.p);
+  await sw.ready();
+  return sw;
 }
 
 /** The switch's counters at exit (SIGTERM). */
-async function stopSwitch(s: Switch): Promise<Record<string, number | Record<string, number>>> {
-  s.p.kill('SIGTERM');
-  running.delete(s.p);
-  return JSON.parse(await s.next()) as Record<string, number | Record<string, number>>;
+async function stopSwitch(sw: EcnSwitch): Promise<SwitchCounters> {
+  running.delete(sw.p);
+  return sw.stop();
 }
 
 /** `n` datagrams from ea to eb with IP_TOS `tos`; each one's ECN field as received, in order. */
@@ -158,9 +143,9 @@ test('ECT frames that find the virtual queue above K arrive CE, with a valid hea
     assert.equal(back, new Array(20).fill(2), 'frames from B to A are never marked');
     c = await stopSwitch(sw);
     assert.is(c.marked, ect1.filter((x) => x === 3).length);
-    assert.ok((c.notEct as number) >= 30, `not-ECT frames counted: ${JSON.stringify(c)}`);
-    assert.ok((c.ab as Record<string, number>).frames >= 50 && (c.ba as Record<string, number>).frames >= 20);
-    assert.is((c.ab as Record<string, number>).dropped, 0);
+    assert.ok(c.notEct >= 30, `not-ECT frames counted: ${JSON.stringify(c)}`);
+    assert.ok(c.ab.frames >= 50 && c.ba.frames >= 20);
+    assert.is(c.ab.dropped, 0);
   } finally {
     teardown();
   }
@@ -207,7 +192,7 @@ test('short and malformed IPv4 frames cross the switch unharmed, and it keeps ma
     // K = 0: each one finds the bytes of the one before it (the first may find the queue drained).
     assert.equal(got.slice(1), new Array(9).fill(3), `ECT datagrams marked: ${got.join(' ')}`);
     const c = await stopSwitch(sw);
-    assert.ok((c.ab as Record<string, number>).frames >= frames.length + 11, JSON.stringify(c));
+    assert.ok(c.ab.frames >= frames.length + 11, JSON.stringify(c));
     assert.is(c.marked, got.filter((x) => x === 3).length, 'only the well-formed ECT datagrams were marked');
     assert.is(c.ect, 10, 'the malformed frames were not taken for ECT IPv4');
   } finally {
@@ -222,12 +207,10 @@ test('the switch exits (1) when an interface it serves disappears, and says whic
   try {
     const sw = await startSwitch(1e6, 1000);
     const exited = new Promise<number | null>((r) => sw.p.once('close', r));
-    let err = '';
-    sw.p.stderr!.on('data', (d: Buffer) => (err += d.toString()));
     spawnSync('ip', ['netns', 'del', NS.b]); // b0 and its peer b1 go with it
     const code = await Promise.race([exited, new Promise((r) => setTimeout(() => r('still running'), 5000))]);
     assert.is(code, 1, `exit code: ${String(code)}`);
-    assert.match(err, /ecn-switch: interface b1 is gone/);
+    assert.match(sw.err, /ecn-switch: interface b1 is gone/);
   } finally {
     teardown();
   }

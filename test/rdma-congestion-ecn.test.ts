@@ -12,19 +12,17 @@
  */
 import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { parseConfig } from '../config/load.ts';
 import type { DataplaneApi } from '../dataplane/api.ts';
 import { createDataplane } from '../dataplane/create.ts';
-import { NATIVE_BUILD_DIR } from '../native/addons.ts';
+import { ECN_SWITCH, EcnSwitch, type SwitchCounters } from '../bench/ecn-switch.ts';
 import { netnsUnavailable, vethPair } from './helpers-netns.ts';
 import { sleep } from './helpers.ts';
 import { twoQpsWrite, WRITES as N, WRITE_SIZE as SIZE } from './congestion-helpers.ts';
 
-const SWITCH = join(NATIVE_BUILD_DIR, 'ecn-switch');
+const SWITCH = ECN_SWITCH;
 const why =
   netnsUnavailable() ??
   (spawnSync('sh', ['-c', 'command -v tc']).status !== 0
@@ -55,7 +53,7 @@ interface Run {
   alpha: number[];
   algorithm: string;
   /** The switch's counters at the end. */
-  sw: { ect: number; marked: number; ab: { frames: number; dropped: number } };
+  sw: SwitchCounters;
 }
 
 async function run(congestion: string): Promise<Run> {
@@ -63,7 +61,7 @@ async function run(congestion: string): Promise<Run> {
   vethPair(SB, VB);
   let a: DataplaneApi | null = null,
     b: DataplaneApi | null = null,
-    sw: ChildProcess | null = null;
+    sw: EcnSwitch | null = null;
   try {
     const tc = spawnSync(
       'tc',
@@ -73,18 +71,14 @@ async function run(congestion: string): Promise<Run> {
       },
     );
     assert.is(tc.status, 0, `tc tbf: ${tc.stderr}`);
-    sw = spawn(SWITCH, [SA, SB, '200e6', '15000']);
-    let err = '';
-    sw.stderr!.on('data', (d: Buffer) => (err += d.toString()));
-    const lines = createInterface({ input: sw.stdout! })[Symbol.asyncIterator]();
-    assert.is((await lines.next()).value, 'ready', `ecn-switch: ${err}`);
+    sw = new EcnSwitch([SA, SB, '200e6', '15000']);
+    await sw.ready();
     a = await createDataplane(parseConfig(side('h0', VA, '10.73.0.1', congestion), 'a.yaml'));
     b = await createDataplane(parseConfig(side('h1', VB, '10.73.0.2', congestion), 'b.yaml'));
     for (let i = 0; i < 200 && !(await a.interfaces()).every((x) => x.state === 'up'); i++) await sleep(20);
     await sleep(100);
     const { first, views } = await twoQpsWrite(a, b, '10.73.0.1', '10.73.0.2', congestion);
-    sw.kill('SIGTERM');
-    const counters = JSON.parse((await lines.next()).value as string) as Run['sw'];
+    const counters = await sw.stop();
     return {
       first,
       retransmits: views.reduce((s, q) => s + q.counters.retransmits, 0),
@@ -95,7 +89,7 @@ async function run(congestion: string): Promise<Run> {
       sw: counters,
     };
   } finally {
-    sw?.kill('SIGKILL');
+    sw?.p.kill('SIGKILL');
     await a?.close();
     await b?.close();
     spawnSync('ip', ['link', 'del', VA]);
