@@ -30,8 +30,11 @@ const MSG = 65536;
 /** memif between two processes of this host: no UDP checksum (RDMA_BENCH_UDP_CKSUM=true to compute them). */
 const UDP_CKSUM = process.env.RDMA_BENCH_UDP_CKSUM === 'true' ? 'true' : 'false';
 const OUTSTANDING = 16;
-/** RDMA_BENCH_MTU=9000: jumbo frames on the memif link. */
-const MTU = Number(process.env.RDMA_BENCH_MTU ?? 1500);
+/**
+ * RDMA_BENCH_MTU=N: the memif link's MTU pinned to N; unset, the interface's default (between two
+ * rdma-graph data planes, memif's MEMIF_PEER_MTU, drivers/memif.ts linkMtu).
+ */
+const MTU = process.env.RDMA_BENCH_MTU === undefined ? null : Number(process.env.RDMA_BENCH_MTU);
 /** RDMA_BENCH_DATA_SIZE: the pool's buffer size (default 2048: a segment longer than a buffer is a chain). */
 const DATA_SIZE = Number(process.env.RDMA_BENCH_DATA_SIZE ?? 2048);
 
@@ -44,7 +47,7 @@ async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, 
       `rdma: { trp: { ${process.env.RDMA_BENCH_WINDOW ? `window: ${process.env.RDMA_BENCH_WINDOW}, ` : ''}${process.env.RDMA_BENCH_RTOMIN ? `rto-min-ms: ${process.env.RDMA_BENCH_RTOMIN}` : ''} } }\n` +
       `interfaces:\n  - name: memif0\n    driver: memif\n` +
       `    memif: { socket: ${sock}, role: ${role === 'a' ? 'server' : 'client'}, id: 0, udp-checksum: ${UDP_CKSUM} }\n` +
-      `    mac: "${MACS[role]}"\n    address: ${IPS[role]}/24\n    mtu: ${MTU}\n` +
+      `    mac: "${MACS[role]}"\n    address: ${IPS[role]}/24\n${MTU === null ? '' : `    mtu: ${MTU}\n`}` +
       `neighbors:\n  - { interface: memif0, address: ${IPS[other]}, mac: "${MACS[other]}" }\n`,
     `bench-${role}.yaml`,
   );
@@ -113,6 +116,7 @@ async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, 
         fastRetransmits: c.fastRetransmits,
         timeouts: c.timeouts,
         spurious: c.spuriousTimeouts,
+        segment: qp.mtuTagged,
       });
     } else if (kind === 'pingpong') {
       // b answers every message; a measures each round trip.
@@ -204,7 +208,7 @@ function side(
 
 /**
  * One run of `kind` between two processes; `livePage`: each with a live view's stream open
- * (RDMA_BENCH_LIVE_PAGE); `mtu`: the memif link's (default RDMA_BENCH_MTU's, else 1500).
+ * (RDMA_BENCH_LIVE_PAGE); `mtu`: the memif link's pinned (default RDMA_BENCH_MTU's, else the interface's default).
  */
 export async function pairRun(
   poll: string,
@@ -260,12 +264,13 @@ export async function runRdmaProcsBench(seconds: number): Promise<{ lines: strin
     const pp = await pairRun(poll, 'pingpong', seconds);
     const f = (x: unknown, d = 2) => (typeof x === 'number' ? x.toFixed(d) : 'n/a');
     lines.push(
-      `  cpu.poll ${poll.padEnd(9)} WRITE 64 KiB x ${OUTSTANDING}: ${f(w.gbps)} Gbit/s (${w.retransmits} retransmissions: ${w.fastRetransmits} fast; ${w.timeouts} timeouts, ${w.spurious} spurious; ${w.peerDuplicates} arrived twice; ` +
+      `  cpu.poll ${poll.padEnd(9)} WRITE 64 KiB x ${OUTSTANDING} (segments of ${w.segment} bytes): ${f(w.gbps)} Gbit/s (${w.retransmits} retransmissions: ${w.fastRetransmits} fast; ${w.timeouts} timeouts, ${w.spurious} spurious; ${w.peerDuplicates} arrived twice; ` +
         `CPU per byte written: ${f(cpuNsPerByte(w, 'cpuMs'))} ns sender, ${f(cpuNsPerByte(w, 'peerCpuMs'))} ns receiver); ` +
         `SEND 64 B ping-pong RTT p50 ${f(pp.p50, 1)} us, p99 ${f(pp.p99, 1)} us, p99.9 ${f(pp.p999, 1)} us (${pp.n} round trips)`,
     );
     json[poll] = {
       writeGbps: w.gbps,
+      segmentBytes: w.segment,
       writeCpuNsPerByteSender: cpuNsPerByte(w, 'cpuMs'),
       writeCpuNsPerByteReceiver: cpuNsPerByte(w, 'peerCpuMs'),
       retransmits: w.retransmits,
@@ -275,16 +280,17 @@ export async function runRdmaProcsBench(seconds: number): Promise<{ lines: strin
       rttP999Us: pp.p999,
     };
   }
-  // The segment-size lever (issue 31): the default mode's WRITE again with the memif link at MTU
-  // 9000, so that a QP's segments are 8962 bytes (chains of the pool's buffers) instead of 1444.
-  if (MTU === 1500) {
-    const j = await pairRun('adaptive', 'write', seconds, false, 9000);
+  // The segment-size lever (issue 31): the default mode's WRITE again with the memif link pinned
+  // at MTU 1500 (segments of 1444 bytes: every link before memif took its peer's MTU), against
+  // the default above (a memif link between two rdma-graph data planes: drivers/memif.ts linkMtu).
+  if (MTU === null) {
+    const j = await pairRun('adaptive', 'write', seconds, false, 1500);
     const f = (x: unknown, d = 2) => (typeof x === 'number' ? x.toFixed(d) : 'n/a');
     lines.push(
-      `  cpu.poll adaptive  memif mtu 9000 (segments of 8962 bytes, chains of ${DATA_SIZE}-byte buffers): WRITE 64 KiB x ${OUTSTANDING}: ${f(j.gbps)} Gbit/s ` +
+      `  cpu.poll adaptive  memif mtu 1500 pinned (segments of ${j.segment} bytes): WRITE 64 KiB x ${OUTSTANDING}: ${f(j.gbps)} Gbit/s ` +
         `(${j.retransmits} retransmissions, ${j.timeouts} timeouts; CPU per byte written: ${f(cpuNsPerByte(j, 'cpuMs'))} ns sender, ${f(cpuNsPerByte(j, 'peerCpuMs'))} ns receiver)`,
     );
-    json.jumbo = {
+    json.mtu1500 = {
       writeGbps: j.gbps,
       writeCpuNsPerByteSender: cpuNsPerByte(j, 'cpuMs'),
       writeCpuNsPerByteReceiver: cpuNsPerByte(j, 'peerCpuMs'),

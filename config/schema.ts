@@ -418,10 +418,10 @@ const INTERFACE: MapSpec = {
     },
     mtu: {
       type: 'int',
+      nullable: true,
       min: MTU_MIN,
       max: MTU_MAX,
-      default: 1500,
-      doc: "largest IP packet (it may exceed buffers.data-size: frames are chained); an RC QP's segments are as large as its egress interface's MTU allows (nodes/rdma/PROTOCOL.md section 1), so a memif link between two rdma-graph data planes moves more bytes per segment at 9000 or more (shared memory has no wire MTU; a DPDK or VPP peer that forwards onto a network wants that network's MTU)",
+      doc: "largest IP packet (it may exceed buffers.data-size: frames are chained); an RC QP's segments are as large as its egress interface's MTU allows (nodes/rdma/PROTOCOL.md section 1). null (the default): 1500, except a memif interface connected to another rdma-graph data plane, which takes up to 32768 while that peer is there (neither end forwards a frame onto a wire; not with cpu.workers); a number pins it (a DPDK or VPP peer that forwards onto a network wants that network's MTU)",
     },
     'rx-queues': {
       type: 'int',

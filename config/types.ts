@@ -80,7 +80,8 @@ export interface InterfaceConfig {
   address: string | null;
   /** Default gateway through this interface, or null. */
   gateway: string | null;
-  mtu: number;
+  /** null: 1500, or the link's own (a memif link to another rdma-graph data plane: Driver.linkMtu). */
+  mtu: number | null;
   rxQueues: number;
   /** The worker thread that runs it (cpu.workers > 0), or null: round robin in file order. */
   worker: number | null;

@@ -48,6 +48,7 @@ import {
   type RuntimeThreadSnapshot,
   type TraceThreadSnapshot,
 } from '../graph/index.ts';
+import { DEFAULT_MTU } from '../graph/link.ts';
 import { type Capture, Interfaces } from '../drivers/interfaces.ts';
 import { CaptureFileError, discardCaptureFile, openCaptureFile } from '../drivers/capture-file.ts';
 import type { FaultConfig } from '../drivers/fault.ts';
@@ -273,6 +274,15 @@ export class Dataplane implements DataplaneApi {
       // Another worker's interface (a stand-in, "up" once open whatever its link, or a share of
       // its queues): its owner announces it and logs its true state, once.
       const own = this.ownLinks === null || this.ownLinks.has(itf.index);
+      if (this.net.interfaces.isConfigured(itf.index)) {
+        const before = this.net.interfaces.mtu[itf.index];
+        const mtu = this.net.interfaces.refreshMtu(itf.index);
+        if (own && mtu !== before)
+          this.log(
+            'info',
+            `interface ${itf.name}: mtu ${mtu}${mtu > DEFAULT_MTU ? ' (its peer is an rdma-graph data plane: no wire between them)' : ''}`,
+          );
+      }
       if (own && up && !was && this.net.interfaces.isConfigured(itf.index)) this.net.announce(itf.index);
       if (up !== was) {
         if (own) this.log('info', `interface ${itf.name} is ${up ? 'up' : 'down'}`);
@@ -408,7 +418,7 @@ export class Dataplane implements DataplaneApi {
       }
       const next = plan === undefined ? 'ethernet-input' : WORKER_HANDOFF;
       for (; adding < drivers.length; adding++)
-        Dataplane.addInterface(config.interfaces[adding], drivers[adding], config, net, ifs, next);
+        Dataplane.addInterface(config.interfaces[adding], drivers[adding], config, net, ifs, next, plan !== undefined);
       if (inbox !== null) {
         const rt = registerHandoffInput(graph, inbox, drivers.length);
         for (const itf of ifs.all())
@@ -498,11 +508,18 @@ export class Dataplane implements DataplaneApi {
     if (reach.via === 'remote') {
       const q = toWorker[reach.owner];
       if (q === null || q === undefined) throw new DataplaneError('invalid', `${where}: no handoff queue to its owner`);
-      return new RemoteDriver(c.name, mac, c.mtu, k + 1, q, c.driver === 'memif' && c.memif?.udpChecksum === false);
+      return new RemoteDriver(
+        c.name,
+        mac,
+        c.mtu ?? DEFAULT_MTU,
+        k + 1,
+        q,
+        c.driver === 'memif' && c.memif?.udpChecksum === false,
+      );
     }
     try {
       return reach.memifKey !== undefined
-        ? new MemifLaneDriver(c.name, mac, c.mtu, {
+        ? new MemifLaneDriver(c.name, mac, c.mtu ?? DEFAULT_MTU, {
             key: reach.memifKey,
             queues: reach.queues,
             udpChecksum: c.memif?.udpChecksum ?? true,
@@ -520,6 +537,7 @@ export class Dataplane implements DataplaneApi {
     net: Netstack,
     ifs: Interfaces,
     next = 'ethernet-input',
+    handoff = false,
   ): void {
     // A remote interface's injector is the device's, on the workers that have it.
     const fault =
@@ -542,13 +560,19 @@ export class Dataplane implements DataplaneApi {
       mac: drv.mac,
       address: c.address,
       gateway: c.gateway ?? undefined,
-      mtu: c.mtu,
+      mtu: c.mtu ?? DEFAULT_MTU,
       output: itf.output.name,
       txChecksumOffload: drv.txChecksumOffload?.(),
       neighbors: config.neighbors
         .filter((n) => n.interface === c.name)
         .map((n) => ({ address: n.address, mac: n.mac })),
     });
+    // No MTU configured: the link's own where the driver knows one (a memif link to another
+    // rdma-graph data plane), 1500 otherwise. Not with workers: frames between them are handed
+    // off in slots sized by the configured MTUs (workers/facade.ts).
+    const linkMtu = drv.linkMtu?.bind(drv);
+    if (c.mtu === null && linkMtu !== undefined && !handoff)
+      net.interfaces.mtuFrom(itf.index, () => linkMtu() ?? DEFAULT_MTU);
   }
 
   /** Destroy every QP (each sends FIN), stop the loop, close the interfaces. Idempotent. */

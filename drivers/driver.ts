@@ -104,6 +104,12 @@ export interface Driver {
   /** Link up (carrier) as the device sees it. */
   linkUp(): boolean;
   /**
+   * The MTU this link takes now when the interface's configuration sets none, or null for the
+   * default (1500). memif: peerMtu while connected to another rdma-graph data plane (which never
+   * forwards a frame onto a wire), else null. Drivers that know no better leave it out.
+   */
+  linkMtu?(): number | null;
+  /**
    * True while txBurst takes packets with external payload segments (BufferFlag.EXT_DATA,
    * graph/ext-memory.ts) and reads them in place; absent or false: the tx node copies them into
    * the pool first (BufferPool.materialize).

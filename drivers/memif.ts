@@ -103,6 +103,25 @@ const KNOWN = new Set([
   'pollQueues',
 ]);
 
+/** How a data plane of ours names itself in the memif handshake (native/core/memif_control.cc). */
+const RDMA_GRAPH_PEER = 'rdma-graph ';
+
+/** The largest MTU a memif link between two of our data planes takes by itself (linkMtu). */
+export const MEMIF_PEER_MTU = 32768;
+
+/**
+ * The MTU of a memif link between two rdma-graph data planes: MEMIF_PEER_MTU, or less where a
+ * frame would take more than 16 buffers (pool buffers of `dataSize`, memif buffers of
+ * `bufferSize`; a transmitted frame may have 64 segments, a received one 256 descriptors:
+ * native/core/memif.h) or more than a quarter of a ring of `ringSize` slots; null when that
+ * leaves no more than 1500.
+ */
+export function peerMtu(dataSize: number, bufferSize: number, ringSize: number): number | null {
+  const buffers = Math.min(16, ringSize >>> 2);
+  const mtu = Math.min(MEMIF_PEER_MTU, buffers * Math.min(dataSize, bufferSize) - 64);
+  return mtu > 1500 ? mtu : null;
+}
+
 export class MemifDriver implements Driver {
   readonly kind = 'memif';
   readonly name: string;
@@ -320,6 +339,19 @@ export class MemifDriver implements Driver {
       if (st[S.link] !== 0) this.refill();
     }
     return st[S.link] !== 0;
+  }
+
+  /**
+   * While connected to another rdma-graph data plane (the peer's name in the memif handshake):
+   * peerMtu. Neither end forwards a frame anywhere, so no wire limits the frame; a larger MTU
+   * means larger RDMA segments (nodes/rdma/PROTOCOL.md section 1). Any other peer (DPDK, VPP,
+   * libmemif), or not connected: null (1500), since such a peer may forward onto a network.
+   */
+  linkMtu(): number | null {
+    if (this.native === null || this.st[this.S.link] === 0 || this.pool === null) return null;
+    const i = this.native.info();
+    if (!i.remoteName.startsWith(RDMA_GRAPH_PEER)) return null;
+    return peerMtu(this.pool.dataSize, Math.min(this.bufferSize, i.bufferSize || this.bufferSize), i.ringSize);
   }
 
   /** Connected in copy mode: external payload segments are gathered from where they are. */

@@ -2,6 +2,7 @@
  * Make the driver a start-up configuration entry asks for. A driver whose addon was not built
  * (dpdk, ibverbs, mlx5dv) fails here with an error that says what to install; nothing is opened.
  */
+import { DEFAULT_MTU } from '../graph/link.ts';
 import type { Driver, PortQueueOptions } from './driver.ts';
 import { AfPacketDriver } from './af-packet.ts';
 import { PcapDriver } from './pcap.ts';
@@ -22,7 +23,8 @@ export interface DriverSpec {
   /** Where the entry is (for messages). */
   line: number;
   mac: string | null;
-  mtu: number;
+  /** null: 1500 (a memif link may take more by itself: Driver.linkMtu). */
+  mtu: number | null;
   rxQueues: number;
   rxQueueSize: number;
   txQueueSize: number;
@@ -86,10 +88,11 @@ export function driverUnavailable(driver: string): string | null {
 export function openDriver(c: DriverSpec, idlePollUs = 50, lanes?: DriverLanes): Driver {
   const where = `interface ${c.name} (line ${c.line})`;
   const mac = c.mac ?? undefined;
+  const mtu = c.mtu ?? DEFAULT_MTU;
   // A NIC port's queues (dpdk, ibverbs, mlx5dv): as many tx queues as rx queues.
   const port: PortQueueOptions = {
     mac,
-    mtu: c.mtu,
+    mtu,
     rxQueues: c.rxQueues,
     txQueues: c.rxQueues,
     rxQueueSize: c.rxQueueSize,
@@ -101,7 +104,7 @@ export function openDriver(c: DriverSpec, idlePollUs = 50, lanes?: DriverLanes):
   switch (c.driver) {
     case 'pipe': {
       single('pipe');
-      return pipeEnd(c.name, c.pipe!.peer, { mac, mtu: c.mtu, ringSize: c.rxQueueSize });
+      return pipeEnd(c.name, c.pipe!.peer, { mac, mtu, ringSize: c.rxQueueSize });
     }
     case 'pcap': {
       single('pcap');
@@ -112,7 +115,7 @@ export function openDriver(c: DriverSpec, idlePollUs = 50, lanes?: DriverLanes):
         rate: p.rate,
         loop: p.loop,
         mac,
-        mtu: c.mtu,
+        mtu,
       });
     }
     case 'af_packet': {
@@ -123,7 +126,7 @@ export function openDriver(c: DriverSpec, idlePollUs = 50, lanes?: DriverLanes):
         hostIf: a.hostInterface,
         name: c.name,
         mac,
-        mtu: c.mtu,
+        mtu,
         promisc: a.promisc,
         txMode: a.txMode,
         // gso: a slot per 64 KiB message (block-size is raised to 128 KiB).
@@ -146,7 +149,7 @@ export function openDriver(c: DriverSpec, idlePollUs = 50, lanes?: DriverLanes):
         id: m.id,
         secret: m.secret ?? undefined,
         mac,
-        mtu: c.mtu,
+        mtu,
         rxQueues: c.rxQueues,
         txQueues: c.rxQueues,
         ringSize: c.rxQueueSize,

@@ -4,6 +4,8 @@
  */
 export const MTU_MIN = 68;
 export const MTU_MAX = 65535;
+/** An interface's MTU when its configuration sets none (Ethernet's). */
+export const DEFAULT_MTU = 1500;
 
 /** `mtu` if it is an integer in MTU_MIN..MTU_MAX; else a RangeError naming `where`. */
 export function checkMtu(mtu: number, where: string): number {

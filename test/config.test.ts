@@ -915,7 +915,7 @@ test("defaults of an interface and of each driver's options", () => {
     mac: null,
     address: null,
     gateway: null,
-    mtu: 1500,
+    mtu: null, // 1500, or the link's own (a memif link to another rdma-graph data plane)
     rxQueues: 1,
     worker: null,
     rxPlacement: null,
@@ -1095,7 +1095,7 @@ test('a full example: the normalised Config, every key taken', () => {
     mac: null,
     address: null,
     gateway: null,
-    mtu: 1500,
+    mtu: null,
     rxQueues: 1,
     worker: null,
     rxPlacement: null,

@@ -111,6 +111,8 @@ test('testpmd (client, default abstract socket) against our server: macswap refl
     await linkUp(d, t);
     assert.not.ok(fs.existsSync(name), 'testpmd used the abstract namespace, no file');
     assert.is(d.info().remoteName.startsWith('DPDK'), true, `the peer says who it is: ${d.info().remoteName}`);
+    // Not an rdma-graph peer (it may forward onto a network): an interface with no mtu keeps 1500.
+    assert.is(d.linkMtu(), null, 'no larger MTU of its own on a link to testpmd');
     const sent = frames(
       Array.from({ length: 2000 }, (_, i) => SIZES[i % SIZES.length]),
       '02:00:00:00:00:01',

@@ -44,7 +44,7 @@ import type { FaultConfig, FaultCounters } from '../../drivers/fault.ts';
 import { pinThread } from '../pin.ts';
 import { currentThread } from '../threads.ts';
 import { handoffQueue } from '../../graph/handoff-queue.ts';
-import { MTU_MIN } from '../../graph/link.ts';
+import { DEFAULT_MTU, MTU_MIN } from '../../graph/link.ts';
 import { macOption } from '../../drivers/mac.ts';
 import { formatMac } from '../../nodes/net/address.ts';
 import { loadCore } from '../../native/addons.ts';
@@ -293,7 +293,7 @@ export function placeWorkers(config: Config): WorkerInit[] {
   // One queue per ordered pair of workers, for frames of any interface (its largest MTU plus
   // the Ethernet header and a VLAN tag), kicking the consumer's one eventfd.
   const core = loadCore();
-  const maxFrame = Math.max(MTU_MIN, ...config.interfaces.map((c) => c.mtu)) + 18;
+  const maxFrame = Math.max(MTU_MIN, ...config.interfaces.map((c) => c.mtu ?? DEFAULT_MTU)) + 18;
   const kickFds = n >= 2 ? ranges.map(() => core.eventfd()) : [];
   const queues = kickFds.map((_, i) => kickFds.map((fd, j) => (i === j ? null : handoffQueue(maxFrame, fd))));
   return ranges.map((range, k) => ({

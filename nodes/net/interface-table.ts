@@ -78,6 +78,8 @@ export class InterfaceTable {
   /** Gateway address, 0 = none. */
   readonly gateway: Uint32Array;
   readonly mtu: Uint32Array;
+  /** Interface index -> where its MTU comes from when its configuration set none (mtuFrom). */
+  private readonly mtuSources: Map<number, () => number>;
   /** TxOffload bits: checksums the NIC computes on transmit. */
   readonly txOffload: Uint8Array;
   readonly mcastHi: Uint32Array;
@@ -104,10 +106,27 @@ export class InterfaceTable {
     this.prefix = new Uint8Array(max);
     this.gateway = new Uint32Array(max);
     this.mtu = new Uint32Array(max);
+    this.mtuSources = new Map();
     this.txOffload = new Uint8Array(max);
     this.mcastHi = new Uint32Array(max * MAX_MCAST_PER_IF);
     this.mcastLo = new Uint16Array(max * MAX_MCAST_PER_IF);
     this.mcastCount = new Uint8Array(max);
+  }
+
+  /**
+   * Take interface `ix`'s MTU from `source` from now on (its configuration set none: the link's,
+   * Driver.linkMtu): read now, and again by refreshMtu.
+   */
+  mtuFrom(ix: number, source: () => number): void {
+    this.mtuSources.set(ix, source);
+    this.refreshMtu(ix);
+  }
+
+  /** Interface `ix`'s MTU, first brought up to date from its source (mtuFrom) when it has one. */
+  refreshMtu(ix: number): number {
+    const source = this.mtuSources.get(ix);
+    if (source !== undefined) this.mtu[ix] = checkMtu(source(), `interface ${this.names[ix] ?? ix}`);
+    return this.mtu[ix];
   }
 
   /** Configure an interface for IPv4 and add the output arcs of every attached node. */

@@ -794,8 +794,9 @@ export class Rdma {
     const ix = ifs.routeFrom(qp.localAddr, addr);
     if (ix === 0) throw new VerbsError('invalid', `qp ${qp.qpn}: no route to ${formatIp4(addr)}`);
     // The segment size of this path: the egress interface's MTU, whatever the buffer size (a
-    // segment longer than a buffer is a chain, ddp-output's allocSegment).
-    const mtu = ifs.mtu[ix];
+    // segment longer than a buffer is a chain, ddp-output's allocSegment); a link that sets its
+    // own (a memif link to another rdma-graph data plane) read as it is now.
+    const mtu = ifs.refreshMtu(ix);
     qp.mtuUntagged = Math.max(1, segmentPayload(mtu, false));
     qp.mtuTagged = Math.max(1, segmentPayload(mtu, true));
     qp.remoteAddr = addr;
