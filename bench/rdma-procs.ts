@@ -29,7 +29,10 @@ const IPS = { a: '10.10.0.1', b: '10.10.0.2' };
 const MSG = 65536;
 /** memif between two processes of this host: no UDP checksum (RDMA_BENCH_UDP_CKSUM=true to compute them). */
 const UDP_CKSUM = process.env.RDMA_BENCH_UDP_CKSUM === 'true' ? 'true' : 'false';
-const OUTSTANDING = 16;
+/** RDMA_BENCH_OUTSTANDING: WRITEs of 64 KiB in flight (default 16; 1..1024). */
+const OUTSTANDING = Number(process.env.RDMA_BENCH_OUTSTANDING ?? 16);
+if (!Number.isInteger(OUTSTANDING) || OUTSTANDING < 1 || OUTSTANDING > 1024)
+  throw new Error(`RDMA_BENCH_OUTSTANDING must be a whole number 1..1024, got "${process.env.RDMA_BENCH_OUTSTANDING}"`);
 /**
  * RDMA_BENCH_MTU=N: the memif link's MTU pinned to N; unset, the interface's default (between two
  * rdma-graph data planes, memif's MEMIF_PEER_MTU, drivers/memif.ts linkMtu).
@@ -44,7 +47,7 @@ async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, 
     `api: { listen: 127.0.0.1:0 }\n` +
       `cpu: { poll: ${poll} }\n` +
       `buffers: { data-size: ${DATA_SIZE} }\n` +
-      `rdma: { trp: { ${process.env.RDMA_BENCH_WINDOW ? `window: ${process.env.RDMA_BENCH_WINDOW}, ` : ''}${process.env.RDMA_BENCH_RTOMIN ? `rto-min-ms: ${process.env.RDMA_BENCH_RTOMIN}` : ''} } }\n` +
+      `rdma: { ${process.env.RDMA_BENCH_CC ? `congestion: ${process.env.RDMA_BENCH_CC}, ` : ''}trp: { ${process.env.RDMA_BENCH_WINDOW ? `window: ${process.env.RDMA_BENCH_WINDOW}, ` : ''}${process.env.RDMA_BENCH_RTOMIN ? `rto-min-ms: ${process.env.RDMA_BENCH_RTOMIN}` : ''} } }\n` +
       `interfaces:\n  - name: memif0\n    driver: memif\n` +
       `    memif: { socket: ${sock}, role: ${role === 'a' ? 'server' : 'client'}, id: 0, udp-checksum: ${UDP_CKSUM} }\n` +
       `    mac: "${MACS[role]}"\n    address: ${IPS[role]}/24\n${MTU === null ? '' : `    mtu: ${MTU}\n`}` +

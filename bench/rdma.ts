@@ -10,7 +10,8 @@
  *    it takes the peer MTU between two rdma-graph data planes (~32 KiB segments in chained
  *    buffers: issue 31's lever, drivers/memif.ts linkMtu); the adaptive WRITE runs again with it
  *    pinned at 1500 (segments of 1444 bytes), as before that lever.
- *    RDMA_BENCH_MTU (pins it), _DATA_SIZE, _WINDOW, _RTOMIN, _UDP_CKSUM, _PROF and _RUNTIME (each side's
+ *    RDMA_BENCH_MTU (pins it), _DATA_SIZE, _WINDOW, _RTOMIN, _CC (rdma.congestion),
+ *    _OUTSTANDING (WRITEs in flight, default 16), _UDP_CKSUM, _PROF and _RUNTIME (each side's
  *    `show runtime`) vary or look inside the first part;
  *    RDMA_BENCH_LIVE=1 adds the live view's cost: adaptive again without and with a page's event
  *    stream (GET /live/events) open on both daemons, as ratios.

@@ -204,6 +204,57 @@ test('chained descriptors: jumbo frames both ways, zero-copy and copy clients, s
   }
 });
 
+test('a receive burst ends after the frame that reaches 128 KiB (kRxBurstBytes): large frames come a few per burst, small ones 256', async () => {
+  for (const zc of [true, false]) {
+    const sock = sockPath();
+    const ps = memPool(8192, 2048),
+      pc = zc ? createPool({ count: 8192, hugepages: 'never' }) : memPool(8192, 2048);
+    const s = drv('bs', { socket: sock, role: 'server', mtu: 32000 }, ps);
+    const c = drv('bc', { socket: sock, role: 'client', mtu: 32000 }, pc);
+    await until('link up', [s, c], () => s.linkUp() && c.linkUp());
+    // Each side receives: 20 frames of 30000 bytes (5 per burst: the 5th reaches 128 KiB), then
+    // 300 of 100 bytes (256 per burst: the frame limit comes first).
+    for (const [tx, ptx, rx, prx] of [
+      [s, ps, c, pc],
+      [c, pc, s, ps],
+    ] as const) {
+      for (const [size, count, perBurst] of [
+        [30000, 20, Math.ceil((128 * 1024) / 30000)],
+        [100, 300, 256],
+      ]) {
+        const bufs = Uint32Array.from({ length: count }, (_, i) => packet(ptx, bytes(size, i + 1)));
+        let off = 0;
+        for (let k = 0; k < 100 && off < count; k++) {
+          off += tx.txBurst(0, bufs, off, count - off);
+          tx.rxBurst(0, new Uint32Array(1), 0); // a zero-copy sender reclaims what was taken
+          await sleep(1);
+        }
+        assert.is(off, count, `all ${count} frames of ${size} bytes taken by the ring`);
+        const out = new Uint32Array(256);
+        const bursts: number[] = [];
+        for (let k = 0; k < 1000 && bursts.reduce((a, b) => a + b, 0) < count; k++) {
+          const n = rx.rxBurst(0, out, 256);
+          if (n > 0) bursts.push(n);
+          for (let i = 0; i < n; i++) assert.is(prx.packetLength(out[i]), size);
+          prx.free(out, 0, n);
+          if (n === 0) await sleep(1);
+        }
+        assert.is(
+          bursts.reduce((a, b) => a + b, 0),
+          count,
+          `every frame of ${size} bytes arrived`,
+        );
+        assert.is(bursts[0], perBurst, `${size}-byte frames: ${perBurst} in a burst (bursts ${bursts.join(', ')})`);
+        assert.ok(Math.max(...bursts) <= perBurst, `never more than ${perBurst} (bursts ${bursts.join(', ')})`);
+      }
+    }
+    c.close();
+    s.close();
+    whole(ps, `server (${zc ? 'zero-copy' : 'copy'} client)`);
+    whole(pc, `client (${zc ? 'zero-copy' : 'copy'})`);
+  }
+});
+
 test('several queue pairs: each queue delivers to the same queue on the other side', async () => {
   const sock = sockPath();
   const ps = memPool(4096),

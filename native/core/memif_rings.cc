@@ -99,7 +99,8 @@ uint32_t Memif::RxRing(Lane& L, Ring& r, uint32_t* out, uint32_t max) {
   uint32_t n = 0;
   uint64_t bytes = 0;
   Desc* const chain = L.chain;
-  while (n < max && avail > 0) {
+  // A burst ends after the frame that reaches kRxBurstBytes (common.h): what one pass places.
+  while (n < max && avail > 0 && bytes < kRxBurstBytes) {
     // The frame: descriptors up to one without NEXT, each copied once.
     uint32_t segs = 0;
     uint64_t total = 0;
