@@ -797,15 +797,17 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     if (fd_ < 0 || !pool_bound_) return Napi::Number::New(env, 0);
     uint32_t max = info[1].IsNumber() ? info[1].As<Napi::Number>().Uint32Value() : 256;
     uint32_t need = 0, pkts = 0;
+    uint64_t bytes = 0;  // as rx() stops: after the frame that reaches kRxBurstBytes
     if (v2_) {
       // Slots from cur_frame_ the kernel handed over, without releasing any.
-      for (uint32_t k = cur_frame_; pkts < max && pkts < frame_nr_;) {
+      for (uint32_t k = cur_frame_; pkts < max && bytes < kRxBurstBytes && pkts < frame_nr_;) {
         const tpacket2_hdr* h = Slot(k);
         if (!(LoadAcquire(&h->tp_status) & TP_STATUS_USER)) break;
         uint32_t sg = SlotDataOk(h) ? NeedFor2(h) : 0;
         if (need + sg > pool_.idx_cap) break;
         need += sg;
         pkts++;
+        bytes += h->tp_snaplen;
         k = k + 1 == frame_nr_ ? 0 : k + 1;
       }
       if (pkts == 0) MaybeClearError();
@@ -815,7 +817,7 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     // Walk a copy of the position without releasing anything.
     uint32_t b = cur_block_, left = left_, off = off_;
     bool in = in_block_;
-    for (uint32_t blocks_seen = 0; pkts < max && blocks_seen <= block_nr_;) {
+    for (uint32_t blocks_seen = 0; pkts < max && bytes < kRxBurstBytes && blocks_seen <= block_nr_;) {
       if (!in) {
         tpacket_block_desc* bd = Block(b);
         if (!(LoadAcquire(&bd->hdr.bh1.block_status) & TP_STATUS_USER)) break;
@@ -834,6 +836,7 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
       if (need + s > pool_.idx_cap) break;
       need += s;
       pkts++;
+      bytes += h->tp_snaplen;
       left--;
       off += h->tp_next_offset;
     }
@@ -863,7 +866,8 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     uint64_t bytes = 0;
     if (v2_) {
       tpacket2_hdr* h2;
-      while (n < max && (h2 = Current2()) != nullptr) {
+      // A burst ends after the frame that reaches kRxBurstBytes (common.h).
+      while (n < max && bytes < kRxBurstBytes && (h2 = Current2()) != nullptr) {
         if (!SlotDataOk(h2)) {
           rx_bad_++;
           Advance2(h2);
@@ -902,7 +906,7 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
       }
     } else {
       tpacket3_hdr* h;
-      while (n < max && Current(&h)) {
+      while (n < max && bytes < kRxBurstBytes && Current(&h)) {
         if (!FrameDataOk(h, off_)) {
           rx_bad_++;
           Advance(h);
