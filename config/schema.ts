@@ -175,8 +175,8 @@ const DRIVER_OPTIONS: Record<DriverKind, MapSpec> = {
       },
       'udp-checksum': {
         type: 'bool',
-        default: true,
-        doc: 'compute UDP checksums on transmit; false sends checksum 0 (IPv4 allows it: shared memory does not corrupt), only where no peer forwards our datagrams onto a real wire',
+        nullable: true,
+        doc: 'compute UDP checksums on transmit; false sends checksum 0 (IPv4 allows it: shared memory does not corrupt), only where no peer forwards our datagrams onto a real wire; null (the default): false while the peer is another rdma-graph data plane (neither end forwards a frame; not with cpu.workers), true otherwise',
       },
     },
   },

@@ -17,7 +17,8 @@ export interface MemifConfig {
   id: number;
   secret: string | null;
   bufferSize: number;
-  udpChecksum: boolean;
+  /** null: off while the peer is another rdma-graph data plane, else on (MemifDriver.txChecksumOffload). */
+  udpChecksum: boolean | null;
 }
 
 /** `af_packet: {host-interface, promisc, tx-mode, block-size, qdisc-bypass}`. */

@@ -277,6 +277,7 @@ export class Dataplane implements DataplaneApi {
       if (this.net.interfaces.isConfigured(itf.index)) {
         const before = this.net.interfaces.mtu[itf.index];
         const mtu = this.net.interfaces.refreshMtu(itf.index);
+        this.net.interfaces.refreshOffload(itf.index);
         if (own && mtu !== before)
           this.log(
             'info',
@@ -573,6 +574,10 @@ export class Dataplane implements DataplaneApi {
     const linkMtu = drv.linkMtu?.bind(drv);
     if (c.mtu === null && linkMtu !== undefined && !handoff)
       net.interfaces.mtuFrom(itf.index, () => linkMtu() ?? DEFAULT_MTU);
+    // A memif link's UDP checksum follows its peer the same way (memif.udp-checksum null).
+    const offload = drv.txChecksumOffload?.bind(drv);
+    if (c.driver === 'memif' && c.memif?.udpChecksum === null && offload !== undefined && !handoff)
+      net.interfaces.offloadFrom(itf.index, offload);
   }
 
   /** Destroy every QP (each sends FIN), stop the loop, close the interfaces. Idempotent. */

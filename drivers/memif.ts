@@ -72,11 +72,12 @@ export interface MemifOptions {
    */
   idlePollUs?: number;
   /**
-   * Compute UDP checksums on transmit (default true). false: datagrams go out with checksum 0
-   * (IPv4 allows it): shared memory does not corrupt them. Only where no peer forwards them onto
-   * a real wire (a VPP peer that routes to a NIC would carry them unprotected).
+   * Compute UDP checksums on transmit. false: datagrams go out with checksum 0 (IPv4 allows it):
+   * shared memory does not corrupt them. Only where no peer forwards them onto a real wire (a VPP
+   * peer that routes to a NIC would carry them unprotected). null or absent (the default): false
+   * while the peer is another rdma-graph data plane (which forwards nothing), true otherwise.
    */
-  udpChecksum?: boolean;
+  udpChecksum?: boolean | null;
   /**
    * Queues other worker threads poll (drivers/memif-lane.ts) find this interface by this key.
    * The interface then runs in copy mode (their buffers are in their own pools).
@@ -134,7 +135,7 @@ export class MemifDriver implements Driver {
   readonly id: number;
   readonly ringSize: number;
   readonly idlePollUs: number;
-  readonly udpChecksum: boolean;
+  readonly udpChecksum: boolean | null;
   readonly bufferSize: number;
   readonly pollQueues: readonly number[];
 
@@ -210,9 +211,9 @@ export class MemifDriver implements Driver {
     if (!(typeof idle === 'number' && idle >= 0 && (Number.isInteger(idle) || idle === Infinity)))
       throw new RangeError(`${where}: idlePollUs must be an integer >= 0 or Infinity, got ${String(opts.idlePollUs)}`);
     this.idlePollUs = idle;
-    if (opts.udpChecksum !== undefined && typeof opts.udpChecksum !== 'boolean')
-      throw new RangeError(`${where}: udpChecksum must be true or false, got ${String(opts.udpChecksum)}`);
-    this.udpChecksum = opts.udpChecksum ?? true;
+    if (opts.udpChecksum !== undefined && opts.udpChecksum !== null && typeof opts.udpChecksum !== 'boolean')
+      throw new RangeError(`${where}: udpChecksum must be true, false or null, got ${String(opts.udpChecksum)}`);
+    this.udpChecksum = opts.udpChecksum ?? null;
     if ((this.ringSize & (this.ringSize - 1)) !== 0)
       throw new RangeError(`${where}: ringSize must be a power of 2 in 2..16384, got ${this.ringSize}`);
     this.bufferSize = intOption(where, 'bufferSize', opts.bufferSize, 2048, 128, 65535);
@@ -295,9 +296,21 @@ export class MemifDriver implements Driver {
     this.sync();
   }
 
-  /** With udpChecksum false: UDP without a checksum (nothing is offloaded: memif has no NIC). */
+  /**
+   * UDP without a checksum with udpChecksum false, or null while the peer is another rdma-graph
+   * data plane (peerIsOurs); nothing is offloaded (memif has no NIC). Read again by the data
+   * plane's link watch, so it follows the peer.
+   */
   txChecksumOffload(): { ip4: boolean; udp: boolean; udpNone: boolean } {
-    return { ip4: false, udp: false, udpNone: !this.udpChecksum };
+    const none = this.udpChecksum === null ? this.peerIsOurs() : !this.udpChecksum;
+    return { ip4: false, udp: false, udpNone: none };
+  }
+
+  /** Connected to another rdma-graph data plane (its name in the memif handshake). */
+  private peerIsOurs(): boolean {
+    return (
+      this.native !== null && this.st[this.S.link] !== 0 && this.native.info().remoteName.startsWith(RDMA_GRAPH_PEER)
+    );
   }
 
   rxBurst(queue: number, out: Uint32Array, max: number): number {
@@ -348,9 +361,8 @@ export class MemifDriver implements Driver {
    * libmemif), or not connected: null (1500), since such a peer may forward onto a network.
    */
   linkMtu(): number | null {
-    if (this.native === null || this.st[this.S.link] === 0 || this.pool === null) return null;
+    if (this.native === null || this.pool === null || !this.peerIsOurs()) return null;
     const i = this.native.info();
-    if (!i.remoteName.startsWith(RDMA_GRAPH_PEER)) return null;
     return peerMtu(this.pool.dataSize, Math.min(this.bufferSize, i.bufferSize || this.bufferSize), i.ringSize);
   }
 

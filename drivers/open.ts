@@ -34,7 +34,7 @@ export interface DriverSpec {
     id: number;
     secret: string | null;
     bufferSize: number;
-    udpChecksum: boolean;
+    udpChecksum: boolean | null;
   };
   afPacket?: {
     hostInterface: string;

@@ -2,7 +2,8 @@
  * A memif link between two rdma-graph data planes takes a large MTU by itself (drivers/memif.ts
  * linkMtu, issue 31's segment-size lever): with no `mtu` configured both ends read the peer's
  * name in the memif handshake and take MEMIF_PEER_MTU, so an RC QP's segments are ~32 KiB
- * chains instead of 1444 bytes; a configured `mtu` is kept whatever the peer; the size is bounded
+ * chains instead of 1444 bytes, and sends UDP without checksums (memif.udp-checksum null); a
+ * configured `mtu` or `udp-checksum` is kept whatever the peer; the size is bounded
  * by the buffers and the ring (peerMtu). A peer that is not rdma-graph (DPDK's testpmd) keeps
  * 1500: test/memif-dpdk.test.ts.
  */
@@ -22,8 +23,12 @@ import { cpuWith, memifIf } from './workers-helpers.ts';
 /** The MTU with the tests' buffers (2048 bytes, pool and memif) and rings (1024 slots): 16 buffers' worth. */
 const PEER_MTU = 16 * 2048 - 64;
 
-/** Two data planes joined by memif (A server, B client), each interface's `mtu` as given. */
-async function pair(mtu: [number | null, number | null], body: (a: DataplaneApi, b: DataplaneApi) => Promise<void>) {
+/** Two data planes joined by memif (A server, B client), each interface's `mtu` and `memif.udp-checksum` as given. */
+async function pair(
+  mtu: [number | null, number | null],
+  body: (a: DataplaneApi, b: DataplaneApi) => Promise<void>,
+  udpChecksum: boolean | null = null,
+) {
   const dir = mkdtempSync(join(tmpdir(), 'memif-mtu-'));
   const sock = join(dir, 'm.sock');
   const make = (i: 0 | 1) =>
@@ -31,10 +36,10 @@ async function pair(mtu: [number | null, number | null], body: (a: DataplaneApi,
       baseConfig({
         cpu: cpuWith(0),
         interfaces: [
-          {
-            ...memifIf('memif0', sock, i === 0 ? 'server' : 'client', [IP_A, IP_B][i], [MAC_A, MAC_B][i]),
-            mtu: mtu[i],
-          },
+          (() => {
+            const itf = memifIf('memif0', sock, i === 0 ? 'server' : 'client', [IP_A, IP_B][i], [MAC_A, MAC_B][i]);
+            return { ...itf, mtu: mtu[i], memif: { ...itf.memif!, udpChecksum } };
+          })(),
         ],
         neighbors: [{ interface: 'memif0', address: [IP_B, IP_A][i], mac: [MAC_B, MAC_A][i] }],
       }),
@@ -53,12 +58,21 @@ async function pair(mtu: [number | null, number | null], body: (a: DataplaneApi,
   }
 }
 
-/** A QP on each, connected; a WRITE of `bytes` (a pattern) from A into B's MR, checked; A's segment size and B's frames. */
+/** B's count of UDP datagrams that came without a checksum (udp4-input no_checksum). */
+async function noChecksum(b: DataplaneApi): Promise<number> {
+  const rows = (await b.errors()).flatMap((t) => t.rows);
+  return rows.find((r) => r.node === 'udp4-input' && r.reason === 'UDP without checksum (accepted)')?.count ?? 0;
+}
+
+/**
+ * A QP on each, connected; a WRITE of `bytes` (a pattern) from A into B's MR, checked; A's
+ * segment size, B's frames and how many of them came without a UDP checksum.
+ */
 async function writeAcross(
   a: DataplaneApi,
   b: DataplaneApi,
   bytes: number,
-): Promise<{ segment: number; frames: number }> {
+): Promise<{ segment: number; frames: number; bare: number }> {
   const ra = Dataplane.internals(a as Dataplane).rdma,
     rb = Dataplane.internals(b as Dataplane).rdma;
   const side = (r: typeof ra) => {
@@ -78,6 +92,7 @@ async function writeAcross(
   rb.modifyQp(B.qp, { state: 'rts' });
   for (let i = 0; i < bytes; i++) A.mr.memory[i] = (i * 7 + 3) & 0xff;
   const before = (await b.interface('memif0')).counters.rxPackets;
+  const bare = await noChecksum(b);
   const done = new Promise<string>((resolve) => {
     A.cq.onCompletion = (cq) => {
       for (const c of cq.poll(8)) resolve(c.status);
@@ -92,16 +107,24 @@ async function writeAcross(
   assert.is(await done, 'success', 'the WRITE completes');
   for (let i = 0; i < bytes; i++)
     if (B.mr.memory[i] !== ((i * 7 + 3) & 0xff)) assert.unreachable(`byte ${i} of the WRITE differs`);
-  return { segment: ra.queryQp(A.qp).segmentSize, frames: (await b.interface('memif0')).counters.rxPackets - before };
+  return {
+    segment: ra.queryQp(A.qp).segmentSize,
+    frames: (await b.interface('memif0')).counters.rxPackets - before,
+    bare: (await noChecksum(b)) - bare,
+  };
 }
 
-test('two rdma-graph data planes over memif with no mtu configured: both take the peer MTU, segments of ~32 KiB, data intact', async () => {
+test('two rdma-graph data planes over memif with no mtu or udp-checksum configured: both take the peer MTU, segments of ~32 KiB, no UDP checksum, data intact', async () => {
   await pair([null, null], async (a, b) => {
     // The QP reads the link's MTU when it connects: no wait for the link watch.
     const r = await writeAcross(a, b, 1 << 20);
     assert.is(r.segment, segmentPayload(PEER_MTU, false), "A's QP segments at the peer MTU");
     // 1 MiB in ~32 KiB segments: 33 frames, where 1444-byte segments would take 727.
     assert.ok(r.frames <= Math.ceil((1 << 20) / segmentPayload(PEER_MTU, true)) + 8, `${r.frames} frames`);
+    assert.ok(
+      r.bare >= Math.floor((1 << 20) / segmentPayload(PEER_MTU, true)),
+      `${r.bare} datagrams without a checksum`,
+    );
     for (const dp of [a, b]) {
       let mtu = 0;
       for (let k = 0; k < 50 && mtu !== PEER_MTU; k++) {
@@ -116,16 +139,21 @@ test('two rdma-graph data planes over memif with no mtu configured: both take th
   });
 });
 
-test('a configured mtu is kept whatever the peer: 1500 on A (both ways 1444-byte segments from A), the peer MTU on B', async () => {
-  await pair([1500, null], async (a, b) => {
-    const r = await writeAcross(a, b, 256 << 10);
-    assert.is(r.segment, segmentPayload(1500, false), "A's pinned 1500");
-    assert.ok(r.frames >= Math.floor((256 << 10) / segmentPayload(1500, true)), `${r.frames} frames of 1444 bytes`);
-    assert.is((await a.interface('memif0')).mtu, 1500);
-    await new Promise((res) => setTimeout(res, 300)); // a link-watch pass
-    assert.is((await a.interface('memif0')).mtu, 1500, 'still 1500 after the link watch');
-    assert.is((await b.interface('memif0')).mtu, PEER_MTU, 'B (none configured) takes the peer MTU');
-  });
+test('a configured mtu and udp-checksum are kept whatever the peer: 1500 and checksums on A, the peer MTU on B', async () => {
+  await pair(
+    [1500, null],
+    async (a, b) => {
+      const r = await writeAcross(a, b, 256 << 10);
+      assert.is(r.bare, 0, 'every datagram from A carries its UDP checksum (udp-checksum: true)');
+      assert.is(r.segment, segmentPayload(1500, false), "A's pinned 1500");
+      assert.ok(r.frames >= Math.floor((256 << 10) / segmentPayload(1500, true)), `${r.frames} frames of 1444 bytes`);
+      assert.is((await a.interface('memif0')).mtu, 1500);
+      await new Promise((res) => setTimeout(res, 300)); // a link-watch pass
+      assert.is((await a.interface('memif0')).mtu, 1500, 'still 1500 after the link watch');
+      assert.is((await b.interface('memif0')).mtu, PEER_MTU, 'B (none configured) takes the peer MTU');
+    },
+    true,
+  );
 });
 
 test('peerMtu: bounded by 16 buffers of the smaller buffer size and a quarter of the ring; null when that leaves <= 1500', () => {

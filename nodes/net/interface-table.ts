@@ -41,7 +41,7 @@ export interface InterfaceTableConfig {
   /** The interface's output node, `<if>-output`; must be registered already. */
   output: string;
   /** Checksums the interface's NIC computes on transmit (the driver's `txChecksumOffload()`). */
-  txChecksumOffload?: { ip4: boolean; udp: boolean; udpNone?: boolean };
+  txChecksumOffload?: TxChecksumChoice;
 }
 
 /**
@@ -49,6 +49,20 @@ export interface InterfaceTableConfig {
  * IPv4 allows): a link that cannot corrupt them (memif's shared memory, on request).
  */
 export const TxOffload = { IP4_CKSUM: 1, UDP_CKSUM: 2, UDP_NONE: 4 } as const;
+
+/** A driver's transmit checksum choices (Driver.txChecksumOffload): what its NIC computes, or UDP with none. */
+export interface TxChecksumChoice {
+  ip4: boolean;
+  udp: boolean;
+  udpNone?: boolean;
+}
+
+/** The TxOffload bits of `c` (none when absent). */
+function offloadBits(c: TxChecksumChoice | undefined): number {
+  return (
+    (c?.ip4 ? TxOffload.IP4_CKSUM : 0) | (c?.udp ? TxOffload.UDP_CKSUM : 0) | (c?.udpNone ? TxOffload.UDP_NONE : 0)
+  );
+}
 
 export interface InterfaceTableInfo {
   index: number;
@@ -80,6 +94,8 @@ export class InterfaceTable {
   readonly mtu: Uint32Array;
   /** Interface index -> where its MTU comes from when its configuration set none (mtuFrom). */
   private readonly mtuSources: Map<number, () => number>;
+  /** Interface index -> where its transmit checksum choices come from (offloadFrom). */
+  private readonly offloadSources: Map<number, () => TxChecksumChoice>;
   /** TxOffload bits: checksums the NIC computes on transmit. */
   readonly txOffload: Uint8Array;
   readonly mcastHi: Uint32Array;
@@ -107,6 +123,7 @@ export class InterfaceTable {
     this.gateway = new Uint32Array(max);
     this.mtu = new Uint32Array(max);
     this.mtuSources = new Map();
+    this.offloadSources = new Map();
     this.txOffload = new Uint8Array(max);
     this.mcastHi = new Uint32Array(max * MAX_MCAST_PER_IF);
     this.mcastLo = new Uint16Array(max * MAX_MCAST_PER_IF);
@@ -127,6 +144,21 @@ export class InterfaceTable {
     const source = this.mtuSources.get(ix);
     if (source !== undefined) this.mtu[ix] = checkMtu(source(), `interface ${this.names[ix] ?? ix}`);
     return this.mtu[ix];
+  }
+
+  /**
+   * Take interface `ix`'s transmit checksum choices from `source` from now on (a driver whose
+   * choice follows its peer: a memif link's UDP checksum), read now and again by refreshOffload.
+   */
+  offloadFrom(ix: number, source: () => TxChecksumChoice): void {
+    this.offloadSources.set(ix, source);
+    this.refreshOffload(ix);
+  }
+
+  /** Interface `ix`'s TxOffload bits brought up to date from its source (offloadFrom), if any. */
+  refreshOffload(ix: number): void {
+    const source = this.offloadSources.get(ix);
+    if (source !== undefined) this.txOffload[ix] = offloadBits(source());
   }
 
   /** Configure an interface for IPv4 and add the output arcs of every attached node. */
@@ -168,11 +200,7 @@ export class InterfaceTable {
     this.macLo[ix] = macLo(mac);
     this.address[ix] = p.address;
     this.prefix[ix] = prefix;
-    const off = cfg.txChecksumOffload;
-    this.txOffload[ix] =
-      (off?.ip4 ? TxOffload.IP4_CKSUM : 0) |
-      (off?.udp ? TxOffload.UDP_CKSUM : 0) |
-      (off?.udpNone ? TxOffload.UDP_NONE : 0);
+    this.txOffload[ix] = offloadBits(cfg.txChecksumOffload);
     this.mask[ix] = mask;
     this.gateway[ix] = gw;
     this.mtu[ix] = mtu;

@@ -797,6 +797,7 @@ export class Rdma {
     // segment longer than a buffer is a chain, ddp-output's allocSegment); a link that sets its
     // own (a memif link to another rdma-graph data plane) read as it is now.
     const mtu = ifs.refreshMtu(ix);
+    ifs.refreshOffload(ix); // the UDP checksum follows the link too (a memif peer of ours: none)
     qp.mtuUntagged = Math.max(1, segmentPayload(mtu, false));
     qp.mtuTagged = Math.max(1, segmentPayload(mtu, true));
     qp.remoteAddr = addr;
