@@ -11,6 +11,7 @@ import * as assert from 'uvu/assert';
 import { BufferFlag, INVALID_INDEX } from '../graph/index.ts';
 import { packetSum } from '../nodes/ip4/ip4.ts';
 import { MemifDriver } from '../drivers/memif.ts';
+import { TxOffload } from '../nodes/net/interface-table.ts';
 import { memPool } from './helpers.ts';
 import {
   closeLeftovers,
@@ -142,8 +143,12 @@ test('memif server: WRITEs sent from the MR in place arrive byte for byte (gathe
   const n = 1 << 20;
   const { p, B, src, dst } = await memifPair(n);
   src.memory.set(pattern(n, 5));
+  // A stack built on the driver alone (no data plane's link watch) keeps the choice it took when
+  // the interface was added, before the link was up: UDP checksums computed.
   const drv = p.b.ifs.get('mb').driver as MemifDriver;
-  assert.ok(drv.udpChecksum, 'the default: checksums computed');
+  assert.is(drv.udpChecksum, null, 'the default: follow the peer (memif.udp-checksum null)');
+  const it = p.b.rdma.net.interfaces;
+  assert.is(it.txOffload[p.b.ifs.get('mb').index] & TxOffload.UDP_NONE, 0, 'checksums computed on this stack');
   // Three SGEs of odd lengths: segments spanning two of them take two windows.
   const cuts = [0, 333_333, 333_333 + 4097, n];
   p.b.rdma.postSend(B.qp, {
