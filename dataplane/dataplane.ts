@@ -276,8 +276,7 @@ export class Dataplane implements DataplaneApi {
       const own = this.ownLinks === null || this.ownLinks.has(itf.index);
       if (this.net.interfaces.isConfigured(itf.index)) {
         const before = this.net.interfaces.mtu[itf.index];
-        const mtu = this.net.interfaces.refreshMtu(itf.index);
-        this.net.interfaces.refreshOffload(itf.index);
+        const mtu = this.net.interfaces.refresh(itf.index);
         if (own && mtu !== before)
           this.log(
             'info',
@@ -568,16 +567,16 @@ export class Dataplane implements DataplaneApi {
         .filter((n) => n.interface === c.name)
         .map((n) => ({ address: n.address, mac: n.mac })),
     });
-    // No MTU configured: the link's own where the driver knows one (a memif link to another
-    // rdma-graph data plane), 1500 otherwise. Not with workers: frames between them are handed
-    // off in slots sized by the configured MTUs (workers/facade.ts).
+    // What follows the link: with no MTU configured, the link's own where the driver knows one
+    // (a memif link to another rdma-graph data plane), 1500 otherwise; the driver's checksum
+    // choice (memif's follows its peer). Not with workers: frames between them are handed off
+    // in slots sized by the configured MTUs (workers/facade.ts), and their choices stay put.
+    if (handoff) return;
     const linkMtu = drv.linkMtu?.bind(drv);
-    if (c.mtu === null && linkMtu !== undefined && !handoff)
-      net.interfaces.mtuFrom(itf.index, () => linkMtu() ?? DEFAULT_MTU);
-    // A memif link's UDP checksum follows its peer the same way (memif.udp-checksum null).
-    const offload = drv.txChecksumOffload?.bind(drv);
-    if (c.driver === 'memif' && c.memif?.udpChecksum === null && offload !== undefined && !handoff)
-      net.interfaces.offloadFrom(itf.index, offload);
+    net.interfaces.follow(itf.index, {
+      mtu: c.mtu === null && linkMtu !== undefined ? () => linkMtu() ?? DEFAULT_MTU : undefined,
+      offload: drv.txChecksumOffload?.bind(drv),
+    });
   }
 
   /** Destroy every QP (each sends FIN), stop the loop, close the interfaces. Idempotent. */

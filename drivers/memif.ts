@@ -298,19 +298,19 @@ export class MemifDriver implements Driver {
 
   /**
    * UDP without a checksum with udpChecksum false, or null while the peer is another rdma-graph
-   * data plane (peerIsOurs); nothing is offloaded (memif has no NIC). Read again by the data
+   * data plane (ourPeer); nothing is offloaded (memif has no NIC). Read again by the data
    * plane's link watch, so it follows the peer.
    */
   txChecksumOffload(): { ip4: boolean; udp: boolean; udpNone: boolean } {
-    const none = this.udpChecksum === null ? this.peerIsOurs() : !this.udpChecksum;
+    const none = this.udpChecksum === null ? this.ourPeer() !== null : !this.udpChecksum;
     return { ip4: false, udp: false, udpNone: none };
   }
 
-  /** Connected to another rdma-graph data plane (its name in the memif handshake). */
-  private peerIsOurs(): boolean {
-    return (
-      this.native !== null && this.st[this.S.link] !== 0 && this.native.info().remoteName.startsWith(RDMA_GRAPH_PEER)
-    );
+  /** While connected to another rdma-graph data plane (its name in the memif handshake): the link's info. */
+  private ourPeer(): MemifInfo | null {
+    if (this.native === null || this.st[this.S.link] === 0) return null;
+    const i = this.native.info();
+    return i.remoteName.startsWith(RDMA_GRAPH_PEER) ? i : null;
   }
 
   rxBurst(queue: number, out: Uint32Array, max: number): number {
@@ -361,8 +361,8 @@ export class MemifDriver implements Driver {
    * libmemif), or not connected: null (1500), since such a peer may forward onto a network.
    */
   linkMtu(): number | null {
-    if (this.native === null || this.pool === null || !this.peerIsOurs()) return null;
-    const i = this.native.info();
+    const i = this.ourPeer();
+    if (i === null || this.pool === null) return null;
     return peerMtu(this.pool.dataSize, Math.min(this.bufferSize, i.bufferSize || this.bufferSize), i.ringSize);
   }
 

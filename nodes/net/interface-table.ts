@@ -57,6 +57,12 @@ export interface TxChecksumChoice {
   udpNone?: boolean;
 }
 
+/** What an interface reads from its link (InterfaceTable.follow): the MTU, the checksum choices. */
+export interface LinkSource {
+  mtu?: () => number;
+  offload?: () => TxChecksumChoice;
+}
+
 /** The TxOffload bits of `c` (none when absent). */
 function offloadBits(c: TxChecksumChoice | undefined): number {
   return (
@@ -92,10 +98,8 @@ export class InterfaceTable {
   /** Gateway address, 0 = none. */
   readonly gateway: Uint32Array;
   readonly mtu: Uint32Array;
-  /** Interface index -> where its MTU comes from when its configuration set none (mtuFrom). */
-  private readonly mtuSources: Map<number, () => number>;
-  /** Interface index -> where its transmit checksum choices come from (offloadFrom). */
-  private readonly offloadSources: Map<number, () => TxChecksumChoice>;
+  /** Interface index -> what it reads from its link at each refresh (follow). */
+  private readonly links: Map<number, LinkSource>;
   /** TxOffload bits: checksums the NIC computes on transmit. */
   readonly txOffload: Uint8Array;
   readonly mcastHi: Uint32Array;
@@ -122,8 +126,7 @@ export class InterfaceTable {
     this.prefix = new Uint8Array(max);
     this.gateway = new Uint32Array(max);
     this.mtu = new Uint32Array(max);
-    this.mtuSources = new Map();
-    this.offloadSources = new Map();
+    this.links = new Map();
     this.txOffload = new Uint8Array(max);
     this.mcastHi = new Uint32Array(max * MAX_MCAST_PER_IF);
     this.mcastLo = new Uint16Array(max * MAX_MCAST_PER_IF);
@@ -131,34 +134,22 @@ export class InterfaceTable {
   }
 
   /**
-   * Take interface `ix`'s MTU from `source` from now on (its configuration set none: the link's,
-   * Driver.linkMtu): read now, and again by refreshMtu.
+   * Take what `link` gives of interface `ix` from its link from now on (a memif link to another
+   * rdma-graph data plane: its MTU, its UDP checksum): read now, and again by refresh.
    */
-  mtuFrom(ix: number, source: () => number): void {
-    this.mtuSources.set(ix, source);
-    this.refreshMtu(ix);
+  follow(ix: number, link: LinkSource): void {
+    this.links.set(ix, link);
+    this.refresh(ix);
   }
 
-  /** Interface `ix`'s MTU, first brought up to date from its source (mtuFrom) when it has one. */
-  refreshMtu(ix: number): number {
-    const source = this.mtuSources.get(ix);
-    if (source !== undefined) this.mtu[ix] = checkMtu(source(), `interface ${this.names[ix] ?? ix}`);
+  /** Interface `ix` brought up to date from its link (follow), when it follows one; its MTU. */
+  refresh(ix: number): number {
+    const link = this.links.get(ix);
+    if (link !== undefined) {
+      if (link.mtu !== undefined) this.mtu[ix] = checkMtu(link.mtu(), `interface ${this.names[ix] ?? ix}`);
+      if (link.offload !== undefined) this.txOffload[ix] = offloadBits(link.offload());
+    }
     return this.mtu[ix];
-  }
-
-  /**
-   * Take interface `ix`'s transmit checksum choices from `source` from now on (a driver whose
-   * choice follows its peer: a memif link's UDP checksum), read now and again by refreshOffload.
-   */
-  offloadFrom(ix: number, source: () => TxChecksumChoice): void {
-    this.offloadSources.set(ix, source);
-    this.refreshOffload(ix);
-  }
-
-  /** Interface `ix`'s TxOffload bits brought up to date from its source (offloadFrom), if any. */
-  refreshOffload(ix: number): void {
-    const source = this.offloadSources.get(ix);
-    if (source !== undefined) this.txOffload[ix] = offloadBits(source());
   }
 
   /** Configure an interface for IPv4 and add the output arcs of every attached node. */

@@ -796,8 +796,7 @@ export class Rdma {
     // The segment size of this path: the egress interface's MTU, whatever the buffer size (a
     // segment longer than a buffer is a chain, ddp-output's allocSegment); a link that sets its
     // own (a memif link to another rdma-graph data plane) read as it is now.
-    const mtu = ifs.refreshMtu(ix);
-    ifs.refreshOffload(ix); // the UDP checksum follows the link too (a memif peer of ours: none)
+    const mtu = ifs.refresh(ix);
     qp.mtuUntagged = Math.max(1, segmentPayload(mtu, false));
     qp.mtuTagged = Math.max(1, segmentPayload(mtu, true));
     qp.remoteAddr = addr;
