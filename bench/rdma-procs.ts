@@ -15,7 +15,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { startApi } from '../api/server.ts';
 import { liveSampleCost } from './live-cost.ts';
+import { startAllocProfile } from './alloc-profile.ts';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { PerformanceObserver } from 'node:perf_hooks';
 import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
@@ -40,6 +42,38 @@ if (!Number.isInteger(OUTSTANDING) || OUTSTANDING < 1 || OUTSTANDING > 1024)
 const MTU = process.env.RDMA_BENCH_MTU === undefined ? null : Number(process.env.RDMA_BENCH_MTU);
 /** RDMA_BENCH_DATA_SIZE: the pool's buffer size (default 2048: a segment longer than a buffer is a chain). */
 const DATA_SIZE = Number(process.env.RDMA_BENCH_DATA_SIZE ?? 2048);
+/**
+ * RDMA_BENCH_WARM_MS: how long the ping-pong runs before its round trips count (default 1000).
+ * sockperf, the baseline, leaves its first 400 ms out the same way; a JIT-compiled data plane
+ * needs longer (its first round trips run before the code is optimised).
+ */
+const PINGPONG_WARM_MS = Number(process.env.RDMA_BENCH_WARM_MS ?? 1000);
+if (!Number.isFinite(PINGPONG_WARM_MS) || PINGPONG_WARM_MS < 0 || PINGPONG_WARM_MS > 60000)
+  throw new Error(`RDMA_BENCH_WARM_MS must be a number of ms in 0..60000, got "${process.env.RDMA_BENCH_WARM_MS}"`);
+/** Most round trips one ping-pong run records (2^22: 64 MiB of two arrays, minutes at our rates). */
+const PINGPONG_MAX = 1 << 22;
+
+/**
+ * The garbage collector's pauses in this process from now on (PerformanceObserver 'gc'): what
+ * the data plane's allocations cost a latency run (a scavenge stops the thread ~0.5-2 ms).
+ */
+function watchGc(): () => { count: number; maxMs: number; totalMs: number } {
+  let count = 0,
+    maxMs = 0,
+    totalMs = 0;
+  const o = new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) {
+      count++;
+      totalMs += e.duration;
+      if (e.duration > maxMs) maxMs = e.duration;
+    }
+  });
+  o.observe({ entryTypes: ['gc'] });
+  return () => {
+    o.disconnect();
+    return { count, maxMs, totalMs };
+  };
+}
 
 async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, seconds: number): Promise<void> {
   const other = role === 'a' ? 'b' : 'a';
@@ -78,6 +112,9 @@ async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, 
     rdma.modifyQp(qp, { state: 'rts' });
     say({ ready: true });
     await next(); // go
+    // RDMA_BENCH_ALLOC=a|b: that side's allocations over the run (bench/alloc-profile.ts) on stderr.
+    const alloc = process.env.RDMA_BENCH_ALLOC === role ? await startAllocProfile() : null;
+    const gcPauses = watchGc();
     const cpu0 = process.cpuUsage();
     let cpuAtEnd: number | null = null;
     const cpuMs = () => {
@@ -125,8 +162,15 @@ async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, 
       // b answers every message; a measures each round trip.
       const sg = [{ mr, offset: 0, length: 64 }];
       for (let k = 0; k < 32; k++) rdma.postRecv(qp, { wrId: k, sg });
-      const rtts: number[] = [];
-      let t = 0;
+      // Every round trip is recorded from the first (when each was sent, and how long it took),
+      // into arrays allocated up front; those sent in the warm-up are left out only at the end,
+      // so the measured part runs the same code as the warm-up (a path first taken mid-run is a
+      // deoptimisation, and its recompilation shares this CPU).
+      const sentAt = new Float64Array(PINGPONG_MAX),
+        rtt = new Float64Array(PINGPONG_MAX);
+      let n = 0,
+        t = 0;
+      const stop = performance.now() + PINGPONG_WARM_MS + seconds * 1000;
       await new Promise<void>((resolve, reject) => {
         rcq.onCompletion = (cq) => {
           for (const c of cq.poll(64)) {
@@ -135,8 +179,10 @@ async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, 
             if (c.status !== 'success') return reject(new Error(`recv: ${c.status}`));
             rdma.postRecv(qp, { wrId: 0, sg });
             if (role === 'a') {
-              rtts.push(performance.now() - t);
-              if (performance.now() >= end) return resolve();
+              const now = performance.now();
+              sentAt[n] = t;
+              rtt[n] = now - t;
+              if (++n === PINGPONG_MAX || now >= stop) return resolve();
             }
             t = performance.now();
             rdma.postSend(qp, { wrId: 0, opcode: 'send', sg, signaled: false });
@@ -146,18 +192,23 @@ async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, 
         if (role === 'a') {
           t = performance.now();
           rdma.postSend(qp, { wrId: 0, opcode: 'send', sg, signaled: false });
-        } else setTimeout(resolve, seconds * 1000 + 1000);
+        } else setTimeout(resolve, PINGPONG_WARM_MS + seconds * 1000 + 1000);
       });
-      rtts.sort((x, y) => x - y);
+      const from = sentAt[0] + PINGPONG_WARM_MS;
+      let first = 0;
+      while (first < n && sentAt[first] < from) first++;
+      const rtts = rtt.slice(first, n).sort();
       const q = (x: number) =>
         rtts.length ? rtts[Math.min(rtts.length - 1, Math.floor(x * rtts.length))] * 1000 : NaN;
-      if (role === 'a') say({ p50: q(0.5), p99: q(0.99), p999: q(0.999), n: rtts.length });
+      if (role === 'a') say({ p50: q(0.5), p99: q(0.99), p999: q(0.999), n: rtts.length, gc: gcPauses() });
     } else {
       // The WRITE target: its CPU time over the sender's `seconds` (not the second of grace after).
       setTimeout(() => (cpuAtEnd = cpuMs()), seconds * 1000);
       await new Promise((r) => setTimeout(r, seconds * 1000 + 1000));
     }
     const q = rdma.queryQp(qp).counters;
+    if (alloc)
+      process.stderr.write(`--- ${role} ${poll} ${kind}: per packet received\n${await alloc.stop(q.rxPackets)}\n`);
     // RDMA_BENCH_RUNTIME=1: each side's `show runtime` (per-node cost at this run's vector sizes) on stderr.
     if (process.env.RDMA_BENCH_RUNTIME === '1')
       process.stderr.write(`--- ${role} ${poll} ${kind}\n${formatRuntime(await dp.runtime(), { time: true })}\n`);
@@ -244,6 +295,14 @@ export async function pairRun(
   }
 }
 
+/** A run's GC pauses on the measuring side, as printed. */
+function gcText(g: unknown): string {
+  const x = g as { count?: number; maxMs?: number; totalMs?: number } | undefined;
+  return typeof x?.count === 'number'
+    ? `${x.count} GC pauses on the pinger over the run, longest ${(x.maxMs ?? 0).toFixed(2)} ms, ${(x.totalMs ?? 0).toFixed(1)} ms in all`
+    : 'GC pauses not seen';
+}
+
 /**
  * A WRITE run's CPU time (user + system, from "go" to its end, the run's setup not counted) per
  * byte written, on one side: a figure a loaded machine disturbs less than Gbit/s (what a
@@ -269,7 +328,7 @@ export async function runRdmaProcsBench(seconds: number): Promise<{ lines: strin
     lines.push(
       `  cpu.poll ${poll.padEnd(9)} WRITE 64 KiB x ${OUTSTANDING} (segments of ${w.segment} bytes): ${f(w.gbps)} Gbit/s (${w.retransmits} retransmissions: ${w.fastRetransmits} fast; ${w.timeouts} timeouts, ${w.spurious} spurious; ${w.peerDuplicates} arrived twice; ` +
         `CPU per byte written: ${f(cpuNsPerByte(w, 'cpuMs'))} ns sender, ${f(cpuNsPerByte(w, 'peerCpuMs'))} ns receiver); ` +
-        `SEND 64 B ping-pong RTT p50 ${f(pp.p50, 1)} us, p99 ${f(pp.p99, 1)} us, p99.9 ${f(pp.p999, 1)} us (${pp.n} round trips)`,
+        `SEND 64 B ping-pong RTT p50 ${f(pp.p50, 1)} us, p99 ${f(pp.p99, 1)} us, p99.9 ${f(pp.p999, 1)} us (${pp.n} round trips after ${PINGPONG_WARM_MS} ms of warm-up; ${gcText(pp.gc)})`,
     );
     json[poll] = {
       writeGbps: w.gbps,
@@ -281,6 +340,7 @@ export async function runRdmaProcsBench(seconds: number): Promise<{ lines: strin
       rttP50Us: pp.p50,
       rttP99Us: pp.p99,
       rttP999Us: pp.p999,
+      pingGc: pp.gc,
     };
   }
   // The segment-size lever (issue 31): the default mode's WRITE again with the memif link pinned

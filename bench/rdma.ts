@@ -10,9 +10,12 @@
  *    it takes the peer MTU between two rdma-graph data planes (~32 KiB segments in chained
  *    buffers: issue 31's lever, drivers/memif.ts linkMtu); the adaptive WRITE runs again with it
  *    pinned at 1500 (segments of 1444 bytes), as before that lever.
+ *    The ping-pong's round trips count after RDMA_BENCH_WARM_MS (default 1000) of warm-up, as
+ *    sockperf leaves out its first 400 ms; each row says how many GC pauses the pinger had.
  *    RDMA_BENCH_MTU (pins it), _DATA_SIZE, _WINDOW, _RTOMIN, _CC (rdma.congestion),
- *    _OUTSTANDING (WRITEs in flight, default 16), _UDP_CKSUM, _PROF and _RUNTIME (each side's
- *    `show runtime`) vary or look inside the first part;
+ *    _OUTSTANDING (WRITEs in flight, default 16), _UDP_CKSUM, _PROF, _RUNTIME (each side's
+ *    `show runtime`) and _ALLOC=a|b (that side's allocation sites, bench/alloc-profile.ts) vary
+ *    or look inside the first part;
  *    RDMA_BENCH_LIVE=1 adds the live view's cost: adaptive again without and with a page's event
  *    stream (GET /live/events) open on both daemons, as ratios.
  * 2. Two stacks in one process (two graphs on one thread, joined by a pipe): WRITE throughput,
@@ -183,7 +186,7 @@ export async function runRdmaBench(opts: { seconds: number }): Promise<RdmaBench
     typeof x === 'number' && y !== null && y > 0 ? (x / y).toFixed(2) : 'n/a';
   const kernelLines = [
     `  kernel: iperf3 TCP 1 stream over veth ${tcp.gbps === null ? `not run (${tcp.why})` : `${tcp.gbps.toFixed(2)} Gbit/s`}; ` +
-      `sockperf UDP 64 B half-RTT ${udp.p50 === null ? `not run (${udp.why})` : `p50 ${udp.p50} us, p99 ${udp.p99} us`}`,
+      `sockperf UDP 64 B half-RTT ${udp.p50 === null ? `not run (${udp.why})` : `p50 ${udp.p50} us, p99 ${udp.p99} us, p99.9 ${udp.p999} us`}`,
     `  kernel: iperf3 TCP with the veth offloads off (1500-byte segments, as ours at mtu 1500) ${tcpSeg.gbps === null ? `not run (${tcpSeg.why})` : `${tcpSeg.gbps.toFixed(2)} Gbit/s`}`,
   ];
   for (const [poll, r] of Object.entries(procs.json) as [string, Record<string, number>][])
@@ -194,7 +197,7 @@ export async function runRdmaBench(opts: { seconds: number }): Promise<RdmaBench
     else if (poll !== 'livePage')
       kernelLines.push(
         `  ${poll}${r.segmentBytes ? ` (segments of ${r.segmentBytes} bytes)` : ''}: WRITE ${ratio(r.writeGbps, tcp.gbps)} x kernel TCP (goal >= 1.0), ${ratio(r.writeGbps, tcpSeg.gbps)} x without offloads (goal >= 1.5); half-RTT p50 ${(r.rttP50Us / 2).toFixed(1)} us = ` +
-          `${ratio(r.rttP50Us / 2, udp.p50)} x kernel UDP (goal <= 0.5), p99 ${(r.rttP99Us / 2).toFixed(1)} us = ${ratio(r.rttP99Us / 2, udp.p99)} x (goal <= 1.0)`,
+          `${ratio(r.rttP50Us / 2, udp.p50)} x kernel UDP (goal <= 0.5), p99 ${(r.rttP99Us / 2).toFixed(1)} us = ${ratio(r.rttP99Us / 2, udp.p99)} x (goal <= 1.0), p99.9 ${(r.rttP999Us / 2).toFixed(1)} us = ${ratio(r.rttP999Us / 2, udp.p999)} x`,
       );
   await writeThroughput(Math.min(s, 1), 0); // warm-up (JIT), not reported
   const w0 = await writeThroughput(s, 0);

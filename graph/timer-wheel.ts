@@ -37,6 +37,12 @@ export class TimerWheel {
   private curTick: number;
   private readonly originNs: number;
   private nActive = 0;
+  /**
+   * When the tick after the last one processed begins: advance() before then does nothing, so a
+   * loop that polls the wheel every pass compares the time with this first, and passes the time
+   * on (a heap number, as a call's argument) only once a tick.
+   */
+  nextTickNs: number;
 
   constructor(nowNs: number, opts: TimerWheelOptions = {}) {
     this.tickNs = opts.tickNs ?? 100_000;
@@ -59,6 +65,7 @@ export class TimerWheel {
     this.grow(opts.capacity ?? 1024);
     this.originNs = nowNs;
     this.curTick = 0;
+    this.nextTickNs = nowNs + this.tickNs;
   }
 
   /** Timers currently running. */
@@ -126,6 +133,7 @@ export class TimerWheel {
     let fired = 0;
     if (this.nActive === 0) {
       this.curTick = target;
+      this.nextTickNs = this.nsOfTick(target + 1);
       return 0;
     }
     // Visit each slot at most once: a full rotation covers every slot.
@@ -150,6 +158,7 @@ export class TimerWheel {
       }
     }
     this.curTick = target;
+    this.nextTickNs = this.nsOfTick(target + 1);
     return fired;
   }
 

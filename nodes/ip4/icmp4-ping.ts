@@ -186,6 +186,11 @@ export class Pinger {
   }
 
   /** icmp4-ping: stamp and hand over what is queued. */
+  /** Requests waiting to go out (icmp4-ping polls this before it reads the clock). */
+  get queued(): boolean {
+    return this.tail !== this.head;
+  }
+
   take(out: Uint32Array, max: number, nowNs: number): number {
     const pool = this.graph.pool;
     let n = 0;
@@ -238,6 +243,8 @@ function icmp4Ping(rt: NodeRuntime, _frame: Frame | null): number {
   const p = rt.runtimeData as Pinger;
   const g = rt.graph;
   const out = rt.scratch;
+  // Polled every pass: the time (a heap number once passed on) is read only when a request waits.
+  if (!p.queued) return 0;
   const n = p.take(out, out.length, g.clock.nowNs());
   if (n === 0) return 0;
   g.traceInput(rt, out, 0, n);

@@ -83,6 +83,7 @@ export class RdmaCore {
   trpOutput!: NodeRuntime;
   onEvent: ((e: RdmaEvent) => void) | null = null;
   private dirty: Cq[] = [];
+  private dirtySpare: Cq[] = [];
   private notifyScheduled = false;
 
   constructor(graph: Graph, net: Netstack, maxQps: number, maxMrs: number, trp: TrpSettings) {
@@ -182,21 +183,31 @@ export class RdmaCore {
       this.dirty.push(cq);
       if (!this.notifyScheduled) {
         this.notifyScheduled = true;
-        queueMicrotask(this.notify);
-        this.graph.yieldSoon();
+        this.graph.defer(this.notify);
       }
     }
   }
 
   private readonly notify = (): void => {
     this.notifyScheduled = false;
+    // Two lists, swapped: a callback's completions (on another CQ) queue into the other one.
     const list = this.dirty;
-    this.dirty = [];
-    for (const cq of list) {
+    this.dirty = this.dirtySpare;
+    this.dirtySpare = list;
+    for (let i = 0; i < list.length; i++) {
+      const cq = list[i];
       cq.notifyQueued = false;
       cq.dirty = false;
-      cq.onCompletion?.(cq);
+      try {
+        cq.onCompletion?.(cq);
+      } catch (e) {
+        // The application's error, thrown again as its own (uncaught); the other CQs still hear.
+        queueMicrotask(() => {
+          throw e;
+        });
+      }
     }
+    list.length = 0;
   };
 
   event(e: RdmaEvent): void {

@@ -13,6 +13,7 @@
  *
  * The segment then goes to rdmap-input with the DDP control bytes in the INFO opaque word.
  */
+import { copyBytes } from './copy.ts';
 import {
   BufferFlag,
   type BufferPool,
@@ -100,9 +101,6 @@ export function registerDdpInput(graph: Graph, core: RdmaCore): NodeRuntime {
   });
 }
 
-/** Payloads up to this many bytes are copied by a loop rather than through a subarray view. */
-const SMALL_COPY = 64;
-
 /**
  * Copy `len` payload bytes of packet `bi` (a chain), from `skip` bytes into it, to position
  * `pos` of an MR's memory (`mem`) or, when `mem` is null, of a work request's SG list.
@@ -122,11 +120,7 @@ export function place(
       const take = Math.min(len, l - skip);
       const o = pool.offset[bi] + skip;
       if (mem === null) (sg as SgList).scatter(pos, pool.u8, o, take);
-      else if (take <= SMALL_COPY) {
-        // A few bytes: copied in place, without the subarray view set() needs (an allocation).
-        const src = pool.u8;
-        for (let k = 0; k < take; k++) mem[pos + k] = src[o + k];
-      } else mem.set(pool.u8.subarray(o, o + take), pos);
+      else copyBytes(mem, pos, pool.u8, o, take);
       pos += take;
       len -= take;
       skip = 0;

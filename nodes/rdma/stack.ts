@@ -288,6 +288,13 @@ function int(v: unknown, lo: number, hi: number, what: string): number {
   return v;
 }
 
+/** int() for an SGE's field, its name built only when it is wrong (every post reads two). */
+function sgInt(v: unknown, what: string, i: number, field: 'offset' | 'length'): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > 2 ** 32)
+    int(v, 0, 2 ** 32, `${what}: sg[${i}].${field}`);
+  return v as number;
+}
+
 export class Rdma {
   readonly graph: Graph;
   readonly net: Netstack;
@@ -1015,8 +1022,8 @@ export class Rdma {
       const e = list[i];
       const mr = e?.mr;
       if (!(mr instanceof Mr)) throw new VerbsError('invalid', `${what}: sg[${i}].mr is not a memory region`);
-      const off = int(e.offset, 0, 2 ** 32, `${what}: sg[${i}].offset`);
-      const len = int(e.length, 0, 2 ** 32, `${what}: sg[${i}].length`);
+      const off = sgInt(e.offset, what, i, 'offset');
+      const len = sgInt(e.length, what, i, 'length');
       const bad =
         !mr.valid || mr.pd !== pd
           ? `mr ${mr.handle} is not valid in this PD`

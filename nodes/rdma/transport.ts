@@ -5,6 +5,7 @@
  * estimation (RFC 6298) and fast retransmission, send-queue completion in posting order, and
  * moving a QP to ERROR with its work requests flushed.
  */
+import { copyBytes } from './copy.ts';
 import { BufferFlag, type BufferPool } from '../../graph/index.ts';
 import { type Qp, QpState, type RespSlot, type SendWr, TxFlag, TxKind } from './qp.ts';
 import type { RdmaCore } from './core.ts';
@@ -231,7 +232,7 @@ function fillPayload(
   if (len <= room && !(pool.flags[bi] & BufferFlag.NEXT_PRESENT)) {
     if (len === 0) return;
     if (sg !== null) sg.gather(pos, u8, at, len);
-    else u8.set((mem as Uint8Array).subarray(pos, pos + len), at);
+    else copyBytes(u8, at, mem as Uint8Array, pos, len);
     return;
   }
   const head = bi;
@@ -241,7 +242,7 @@ function fillPayload(
     const take = left < room ? left : room;
     if (take > 0) {
       if (sg !== null) sg.gather(pos, u8, at, take);
-      else u8.set((mem as Uint8Array).subarray(pos, pos + take), at);
+      else copyBytes(u8, at, mem as Uint8Array, pos, take);
     }
     pos += take;
     left -= take;

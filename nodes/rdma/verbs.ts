@@ -3,6 +3,7 @@
  * completion vocabulary. QPs are in qp.ts. None of these is touched per packet except through
  * the typed arrays and preallocated slots they hold.
  */
+import { copyBytes } from './copy.ts';
 
 export const Access = {
   LOCAL_WRITE: 1,
@@ -280,7 +281,11 @@ export class Cq {
   readonly overflowed: Completion[] = [];
   users = 0;
   destroyed = false;
-  /** Called once per vector that added completions (the facade wakes waiting pollers). */
+  /**
+   * Called once per turn of the data plane's loop that added completions, after its passes,
+   * outside every node (Graph.defer): it may post work, which goes out in one more pass of that
+   * turn. Outside the loop (an API call that completes at once), from a microtask.
+   */
   onCompletion: ((cq: Cq) => void) | null = null;
   /** Called when the CQ overflows. */
   onError: ((cq: Cq) => void) | null = null;
@@ -379,7 +384,7 @@ export class SgList {
       const m = this.mr[i] as Mr;
       const take = Math.min(len, this.len[i] - pos);
       const s = this.off[i] + pos;
-      dst.set(m.memory.subarray(s, s + take), dstOff);
+      copyBytes(dst, dstOff, m.memory, s, take);
       dstOff += take;
       len -= take;
       pos = 0;
@@ -394,7 +399,7 @@ export class SgList {
     while (len > 0) {
       const m = this.mr[i] as Mr;
       const take = Math.min(len, this.len[i] - pos);
-      m.memory.set(src.subarray(srcOff, srcOff + take), this.off[i] + pos);
+      copyBytes(m.memory, this.off[i] + pos, src, srcOff, take);
       srcOff += take;
       len -= take;
       pos = 0;
