@@ -107,18 +107,25 @@ const KNOWN = new Set([
 /** How a data plane of ours names itself in the memif handshake (native/core/memif_control.cc). */
 const RDMA_GRAPH_PEER = 'rdma-graph ';
 
-/** The largest MTU a memif link between two of our data planes takes by itself (linkMtu). */
-export const MEMIF_PEER_MTU = 32768;
+/**
+ * The largest MTU a memif link between two of our data planes takes by itself (linkMtu): an RC
+ * QP's tagged segment then carries exactly 32 KiB (20 bytes of IPv4, 8 of UDP, 10 of TRP and 14
+ * of tagged DDP header: nodes/rdma/wire.ts segmentPayload), so a 64 KiB WRITE is two segments,
+ * not two and a 232-byte third that costs as much to handle as a full one (32768 before, 32652-
+ * byte segments: alternated WRITE runs put 32 KiB segments 4-10 % ahead in one series, within
+ * noise in another). 32 KiB is the largest power of two a UDP datagram carries (65507 bytes).
+ */
+export const MEMIF_PEER_MTU = 32 * 1024 + 52;
 
 /**
  * The MTU of a memif link between two rdma-graph data planes: MEMIF_PEER_MTU, or less where a
- * frame would take more than 16 buffers (pool buffers of `dataSize`, memif buffers of
+ * frame would take more than 32 buffers (pool buffers of `dataSize`, memif buffers of
  * `bufferSize`; a transmitted frame may have 64 segments, a received one 256 descriptors:
  * native/core/memif.h) or more than a quarter of a ring of `ringSize` slots; null when that
  * leaves no more than 1500.
  */
 export function peerMtu(dataSize: number, bufferSize: number, ringSize: number): number | null {
-  const buffers = Math.min(16, ringSize >>> 2);
+  const buffers = Math.min(32, ringSize >>> 2);
   const mtu = Math.min(MEMIF_PEER_MTU, buffers * Math.min(dataSize, bufferSize) - 64);
   return mtu > 1500 ? mtu : null;
 }

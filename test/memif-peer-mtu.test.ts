@@ -20,8 +20,8 @@ import { segmentPayload } from '../nodes/rdma/wire.ts';
 import { baseConfig, IP_A, IP_B, MAC_A, MAC_B } from './dataplane-helpers.ts';
 import { cpuWith, memifIf } from './workers-helpers.ts';
 
-/** The MTU with the tests' buffers (2048 bytes, pool and memif) and rings (1024 slots): 16 buffers' worth. */
-const PEER_MTU = 16 * 2048 - 64;
+/** The MTU with the tests' buffers (2048 bytes, pool and memif) and rings (1024 slots): MEMIF_PEER_MTU. */
+const PEER_MTU = MEMIF_PEER_MTU;
 
 /** Two data planes joined by memif (A server, B client), each interface's `mtu` and `memif.udp-checksum` as given. */
 async function pair(
@@ -156,16 +156,16 @@ test('a configured mtu and udp-checksum are kept whatever the peer: 1500 and che
   );
 });
 
-test('peerMtu: bounded by 16 buffers of the smaller buffer size and a quarter of the ring; null when that leaves <= 1500', () => {
-  assert.is(peerMtu(2048, 2048, 1024), PEER_MTU);
-  assert.ok(PEER_MTU <= MEMIF_PEER_MTU);
+test('peerMtu: bounded by 32 buffers of the smaller buffer size and a quarter of the ring; null when that leaves <= 1500', () => {
+  assert.is(peerMtu(2048, 2048, 1024), MEMIF_PEER_MTU, 'the defaults (2048-byte buffers, 1024-slot rings)');
+  assert.is(segmentPayload(MEMIF_PEER_MTU, true), 32768, 'a tagged segment carries exactly 32 KiB');
   assert.is(peerMtu(65535, 65535, 16384), MEMIF_PEER_MTU, 'never above MEMIF_PEER_MTU');
-  assert.is(peerMtu(1024, 2048, 1024), 16 * 1024 - 64, 'small pool buffers');
-  assert.is(peerMtu(2048, 512, 1024), 16 * 512 - 64, 'small memif buffers');
+  assert.is(peerMtu(512, 2048, 1024), 32 * 512 - 64, 'small pool buffers');
+  assert.is(peerMtu(2048, 512, 1024), 32 * 512 - 64, 'small memif buffers');
   assert.is(peerMtu(2048, 2048, 16), 4 * 2048 - 64, 'a 16-slot ring: frames of at most 4 slots');
   assert.is(peerMtu(2048, 2048, 2), null, 'a 2-slot ring: no larger MTU');
-  assert.is(peerMtu(128, 128, 1024), 16 * 128 - 64, '128-byte buffers: 1984');
-  assert.is(peerMtu(96, 2048, 1024), null, '96-byte pool buffers: no larger MTU than 1500');
+  assert.is(peerMtu(128, 128, 1024), 32 * 128 - 64, '128-byte buffers: 4032');
+  assert.is(peerMtu(48, 2048, 1024), null, '48-byte pool buffers: no larger MTU than 1500');
 });
 
 test.run();
