@@ -333,6 +333,15 @@ export interface ExtTableNative {
   clear(id: number): void;
 }
 
+/** core.ChainCopy (native/core/chain_copy.cc): one pool's packet bytes copied out, one call a chain. */
+export interface ChainCopyNative {
+  /**
+   * `len` bytes of the chain from buffer `bi`, `skip` bytes into it, to dst[dstOff..]; the bytes
+   * copied (fewer when the chain ends first). Throws on an index or range outside the pool or dst.
+   */
+  toMem(bi: number, skip: number, dst: Uint8Array, dstOff: number, len: number): number;
+}
+
 export interface MemifInfo {
   name: string;
   role: 'server' | 'client';
@@ -474,6 +483,16 @@ export interface CoreAddon {
   MemifLane: new (opts: { name: string; key: string; queue: number }) => MemifLaneNative;
   /** An external payload table for bindPool's `ext` (graph/ext-memory.ts mirrors its ids into it). */
   ExtTable: new () => ExtTableNative;
+  /** A chain copier over one pool's memory and per-buffer arrays (kept alive by it). */
+  ChainCopy: new (pool: {
+    memory: ArrayBuffer;
+    count: number;
+    offset: Uint32Array;
+    length: Uint32Array;
+    flags: Uint32Array;
+    next: Uint32Array;
+    flagNext: number;
+  }) => ChainCopyNative;
   /** One receive burst from rx queue `queue` into out[]; frees go to done (state[1]). */
   memifRx(handle: number, queue: number, out: Uint32Array, max: number): number;
   /** One transmit burst; returns how many were taken; buffers to free go to done (state[1]). */

@@ -13,7 +13,7 @@
  *
  * The segment then goes to rdmap-input with the DDP control bytes in the INFO opaque word.
  */
-import { copyBytes } from './copy.ts';
+import { chainCopier, copyBytes, SMALL_COPY } from './copy.ts';
 import {
   BufferFlag,
   type BufferPool,
@@ -114,6 +114,11 @@ export function place(
   pos: number,
   len: number,
 ): void {
+  if (mem !== null && len > SMALL_COPY) {
+    // Into memory: the whole chain in one native call, no view per buffer.
+    chainCopier(pool).toMem(bi, skip, mem, pos, len);
+    return;
+  }
   for (;;) {
     const l = pool.length[bi];
     if (skip < l) {
