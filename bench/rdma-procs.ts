@@ -208,7 +208,9 @@ async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, 
     }
     const q = rdma.queryQp(qp).counters;
     if (alloc)
-      process.stderr.write(`--- ${role} ${poll} ${kind}: per packet received\n${await alloc.stop(q.rxPackets)}\n`);
+      process.stderr.write(
+        `--- ${role} ${poll} ${kind}: per packet sent or received\n${await alloc.stop(q.rxPackets + q.txPackets)}\n`,
+      );
     // RDMA_BENCH_RUNTIME=1: each side's `show runtime` (per-node cost at this run's vector sizes) on stderr.
     if (process.env.RDMA_BENCH_RUNTIME === '1')
       process.stderr.write(`--- ${role} ${poll} ${kind}\n${formatRuntime(await dp.runtime(), { time: true })}\n`);
