@@ -1,5 +1,6 @@
 /** The vector engine. Knows nothing of any protocol, driver or API. */
 export * from './buffer-pool.ts';
+export * from './chain-copy.ts';
 export * from './ext-memory.ts';
 export * from './clock.ts';
 export * from './graph.ts';

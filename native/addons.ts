@@ -340,6 +340,12 @@ export interface ChainCopyNative {
    * copied (fewer when the chain ends first). Throws on an index or range outside the pool or dst.
    */
   toMem(bi: number, skip: number, dst: Uint8Array, dstOff: number, len: number): number;
+  /**
+   * `len` bytes of src[srcOff..] into the chain from buffer `bi`, `h` bytes into its data, each
+   * buffer filled to dataSize and its length set; the last buffer written. Throws (nothing
+   * written) when the chain is too short or a range is outside the pool or src.
+   */
+  fromMem(bi: number, h: number, src: Uint8Array, srcOff: number, len: number): number;
 }
 
 export interface MemifInfo {
@@ -487,6 +493,7 @@ export interface CoreAddon {
   ChainCopy: new (pool: {
     memory: ArrayBuffer;
     count: number;
+    dataSize: number;
     offset: Uint32Array;
     length: Uint32Array;
     flags: Uint32Array;

@@ -1,12 +1,14 @@
 /**
- * core.ChainCopy (native/core/chain_copy.cc): a received chain's bytes into memory in one call
- * (ddp-input's placement of payloads longer than SMALL_COPY, nodes/rdma/copy.ts). The bytes
- * against the chain's own, from every starting offset; the bounds it refuses; a looped chain.
+ * core.ChainCopy (native/core/chain_copy.cc, graph/chain-copy.ts): a chain's bytes to memory
+ * (ddp-input places payloads longer than SMALL_COPY with it) and from memory into a chain (the
+ * transport fills a segment from one piece of memory with it), one call each. The bytes against
+ * the chain's own from every starting offset, lengths and the last buffer, the bounds refused
+ * before a byte moves, a looped chain.
  */
 import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { BufferFlag } from '../graph/buffer-pool.ts';
-import { chainCopier } from '../nodes/rdma/copy.ts';
+import { chainCopier } from '../graph/chain-copy.ts';
 import { memPool } from './helpers.ts';
 
 /** A chain of `lens.length` buffers holding bytes 0, 1, 2, ... (mod 251) in order. */
@@ -64,6 +66,61 @@ test('toMem: a chain that loops back on itself is followed at most count buffers
   pool.next[head] = head;
   const dst = new Uint8Array(64 * 10 + 100);
   assert.is(chainCopier(pool).toMem(head, 0, dst, 0, dst.length), pool.count * 10);
+});
+
+test('fromMem: a payload after an h-byte header fills the chain buffer by buffer, lengths set, the last returned', () => {
+  const pool = memPool(64, 256, 32);
+  const src = new Uint8Array(2000);
+  for (let i = 0; i < src.length; i++) src[i] = (i * 7) % 253;
+  const c = chainCopier(pool);
+  for (const [h, len, bufs] of [
+    [40, 100, 1],
+    [40, 216, 1],
+    [40, 217, 2],
+    [0, 700, 3],
+    [66, 1000, 5],
+  ]) {
+    const head = pool.allocChain(bufs);
+    pool.u8.fill(0xaa, pool.offset[head], pool.offset[head] + h);
+    const last = c.fromMem(head, h, src, 13, len);
+    // Walk the chain as a receiver would: the header untouched, then the payload in order.
+    const got: number[] = [];
+    let bi = head,
+      k = 0,
+      seen = 0;
+    for (;;) {
+      const from = k === 0 ? h : 0;
+      assert.ok(pool.length[bi] <= 256, `buffer ${k} length ${pool.length[bi]}`);
+      for (let i = from; i < pool.length[bi]; i++) got.push(pool.u8[pool.offset[bi] + i]);
+      seen = bi;
+      if (!(pool.flags[bi] & BufferFlag.NEXT_PRESENT) || got.length >= len) break;
+      bi = pool.next[bi];
+      k++;
+    }
+    assert.is(last, seen, `h ${h} len ${len}: the last buffer written`);
+    assert.is(got.length, len, `h ${h} len ${len}: bytes in the chain`);
+    assert.ok(
+      got.every((b, i) => b === src[13 + i]),
+      `h ${h} len ${len}: the bytes`,
+    );
+    if (h > 0) assert.is(pool.u8[pool.offset[head] + h - 1], 0xaa, 'the header kept');
+    pool.free(Uint32Array.of(head), 0, 1);
+  }
+});
+
+test('fromMem: a chain too short, or a range outside src, is refused before a byte is written', () => {
+  const pool = memPool(64, 256, 32);
+  const c = chainCopier(pool);
+  const head = pool.allocChain(2);
+  pool.u8.fill(0x55, pool.offset[head], pool.offset[head] + 256);
+  const src = new Uint8Array(1000).fill(1);
+  assert.throws(() => c.fromMem(head, 10, src, 0, 600), /too short/);
+  assert.throws(() => c.fromMem(head, 10, src, 500, 501), /outside src/);
+  assert.throws(() => c.fromMem(head, 300, src, 0, 10), /h/);
+  assert.ok(
+    pool.u8.subarray(pool.offset[head], pool.offset[head] + 256).every((b) => b === 0x55),
+    'nothing written',
+  );
 });
 
 test.run();

@@ -13,7 +13,8 @@
  *
  * The segment then goes to rdmap-input with the DDP control bytes in the INFO opaque word.
  */
-import { chainCopier, copyBytes, SMALL_COPY } from './copy.ts';
+import { chainCopier } from '../../graph/chain-copy.ts';
+import { copyBytes, SMALL_COPY } from './copy.ts';
 import {
   BufferFlag,
   type BufferPool,

@@ -5,7 +5,8 @@
  * estimation (RFC 6298) and fast retransmission, send-queue completion in posting order, and
  * moving a QP to ERROR with its work requests flushed.
  */
-import { copyBytes } from './copy.ts';
+import { chainCopier } from '../../graph/chain-copy.ts';
+import { copyBytes, SMALL_COPY } from './copy.ts';
 import { BufferFlag, type BufferPool } from '../../graph/index.ts';
 import { type Qp, QpState, type RespSlot, type SendWr, TxFlag, TxKind } from './qp.ts';
 import type { RdmaCore } from './core.ts';
@@ -227,6 +228,15 @@ function fillPayload(
 ): void {
   const u8 = pool.u8,
     ds = pool.dataSize;
+  const head = bi;
+  // From one piece of memory (a single-SGE WRITE or SEND, a READ response), more than a few
+  // bytes: one native call fills the buffer or the chain, no view per buffer (copy.ts).
+  const src = len <= SMALL_COPY ? null : sg !== null ? sg.span(pos, len) : mem;
+  if (src !== null) {
+    const last = chainCopier(pool).fromMem(bi, h, src, sg !== null ? sg.spanAt : pos, len);
+    if (pool.flags[last] & BufferFlag.NEXT_PRESENT) pool.trim(head, h + len);
+    return;
+  }
   let at = pool.offset[bi] + h,
     room = ds - h;
   if (len <= room && !(pool.flags[bi] & BufferFlag.NEXT_PRESENT)) {
@@ -235,7 +245,6 @@ function fillPayload(
     else copyBytes(u8, at, mem as Uint8Array, pos, len);
     return;
   }
-  const head = bi;
   let left = len,
     used = h;
   for (;;) {

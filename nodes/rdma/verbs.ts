@@ -356,6 +356,22 @@ export class SgList {
     this.total = 0;
   }
 
+  /** Where span() found its bytes: their offset in the memory it returned. */
+  spanAt = 0;
+
+  /**
+   * When bytes [pos, pos + len) of the list lie within one SGE: that MR's memory, with their
+   * offset in it in `spanAt`; else null (two SGEs or more, or past the list). No allocation.
+   */
+  span(pos: number, len: number): Uint8Array | null {
+    let i = 0;
+    while (i < this.n && pos >= this.len[i]) pos -= this.len[i++];
+    if (i >= this.n || pos + len > this.len[i]) return null;
+    const m = this.mr[i] as Mr;
+    this.spanAt = this.off[i] + pos;
+    return m.memory;
+  }
+
   /**
    * How many pieces (one per SGE touched) bytes [pos, pos + len) of the list are in, or 0 when
    * an MR among them is no longer valid or the range runs past the list.
