@@ -89,6 +89,16 @@ export interface GraphOptions {
 
 const PROCESS_TIMER_USER = 0xfffffffe;
 
+/**
+ * Throw `e` again from a microtask: an application callback's error surfaces as uncaught, its
+ * own, while the loop that called it (and the callbacks after it) goes on.
+ */
+export function throwLater(e: unknown): void {
+  queueMicrotask(() => {
+    throw e;
+  });
+}
+
 /** Graphs running on this thread (module state is per thread under worker_threads). */
 let runningGraphs = 0;
 
@@ -806,7 +816,8 @@ export class Graph {
 
   /**
    * End the current event-loop turn after this pass: something queued for the event loop (a
-   * microtask delivering completions to the application) should not wait for the spin budget.
+   * promise a node resolved, a socket write) should not wait for the spin budget. Completions
+   * need not ask: defer() ends the turn itself.
    */
   yieldSoon(): void {
     this.yieldRequested = true;
@@ -837,9 +848,7 @@ export class Graph {
       try {
         fn();
       } catch (e) {
-        queueMicrotask(() => {
-          throw e;
-        });
+        throwLater(e);
       }
     }
     list.fill(undefined as unknown as () => void, 0, this.nDeferred);

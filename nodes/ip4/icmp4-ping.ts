@@ -185,12 +185,12 @@ export class Pinger {
     return { sent, replies, lost, stopped };
   }
 
-  /** icmp4-ping: stamp and hand over what is queued. */
   /** Requests waiting to go out (icmp4-ping polls this before it reads the clock). */
   get queued(): boolean {
     return this.tail !== this.head;
   }
 
+  /** icmp4-ping: stamp and hand over what is queued. */
   take(out: Uint32Array, max: number, nowNs: number): number {
     const pool = this.graph.pool;
     let n = 0;

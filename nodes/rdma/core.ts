@@ -4,7 +4,7 @@
  * transmit, completion delivery and asynchronous events. The verbs API (nodes/rdma/stack.ts) creates and
  * destroys what lives here; the nodes only read and update it.
  */
-import type { Graph, NodeRuntime } from '../../graph/index.ts';
+import { type Graph, type NodeRuntime, throwLater } from '../../graph/index.ts';
 import type { Netstack } from '../netstack.ts';
 import type { Qp } from './qp.ts';
 import { Access, type Completion, type Cq, type Mr, type Pd } from './verbs.ts';
@@ -202,9 +202,7 @@ export class RdmaCore {
         cq.onCompletion?.(cq);
       } catch (e) {
         // The application's error, thrown again as its own (uncaught); the other CQs still hear.
-        queueMicrotask(() => {
-          throw e;
-        });
+        throwLater(e);
       }
     }
     list.length = 0;
