@@ -438,6 +438,7 @@ export class Interfaces {
     return this.graph.register({
       name,
       type: 'input',
+      pollPhase: 'receive',
       flags: NodeFlag.TRACE_SUPPORTED,
       next: ['error-drop'],
       runtimeData: poll,

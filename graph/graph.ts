@@ -33,6 +33,7 @@ import {
   NodeFlag,
   type NodeRegistration,
   NodeRuntime,
+  type PollPhase,
   type ProcessContext,
   type ProcessEvent,
   type ProcessWait,
@@ -88,6 +89,8 @@ export interface GraphOptions {
 }
 
 const PROCESS_TIMER_USER = 0xfffffffe;
+/** The order input nodes are polled in within a pass, by their pollPhase. */
+const POLL_PHASES: readonly PollPhase[] = ['work', 'transmit', 'receive'];
 
 /**
  * Throw `e` again from a microtask: an application callback's error surfaces as uncaught, its
@@ -217,6 +220,12 @@ export class Graph {
       throw new GraphError(`node "${reg.name}": a process node needs a process generator function`);
     if (type !== 'process' && typeof reg.fn !== 'function')
       throw new GraphError(`node "${reg.name}": an ${type} node needs a function`);
+    if (reg.pollPhase !== undefined && (type !== 'input' || !POLL_PHASES.includes(reg.pollPhase)))
+      throw new GraphError(
+        type !== 'input'
+          ? `node "${reg.name}": pollPhase is for input nodes; this is an ${type} node`
+          : `node "${reg.name}": unknown pollPhase "${String(reg.pollPhase)}" (${POLL_PHASES.join(', ')})`,
+      );
     const seen = new Set<string>();
     for (const e of reg.errors ?? []) {
       if (seen.has(e.name)) throw new GraphError(`node "${reg.name}": error "${e.name}" is declared twice`);
@@ -267,7 +276,11 @@ export class Graph {
   }
 
   private refreshInputs(): void {
-    this.inputs = this.nodes.filter((n) => n.type === 'input' && n.state !== 'disabled');
+    const phase = (n: NodeRuntime): number => POLL_PHASES.indexOf(n.reg.pollPhase ?? 'receive');
+    // Array.prototype.sort is stable: registration order within a phase.
+    this.inputs = this.nodes
+      .filter((n) => n.type === 'input' && n.state !== 'disabled')
+      .sort((x, y) => phase(x) - phase(y));
   }
 
   /** Add a next arc at run time (VPP's vlib_node_add_next); returns its index. */

@@ -259,6 +259,54 @@ test('input states: a disabled input node is not polled; nextIndex names arcs', 
   assert.throws(() => g.setInputState(g.node('x'), 'disabled'), /not an input node/);
 });
 
+test('poll phases: work, then transmit, then receive inputs, the drain right after the last burst', () => {
+  const g = new Graph({ pool: memPool(16), clock: monotonicClock() });
+  const seen: string[] = [];
+  const input = (name: string, pollPhase?: 'work' | 'transmit' | 'receive') =>
+    g.register({
+      name,
+      type: 'input',
+      ...(pollPhase === undefined ? {} : { pollPhase }),
+      next: ['up'],
+      fn: (rt: NodeRuntime) => {
+        seen.push(name);
+        if (name !== 'rx') return 0;
+        // A device input: one packet up the graph.
+        const n = g.pool.alloc(rt.scratch, 0, 1);
+        g.enqueueToSingleNext(rt, 0, rt.scratch, 0, n);
+        return n;
+      },
+    });
+  // Registered in the opposite order of their phases, and one with no phase (a receive input).
+  input('rx', 'receive');
+  input('other');
+  input('tx', 'transmit');
+  input('rings', 'work');
+  g.register({
+    name: 'up',
+    fn: (_rt: NodeRuntime, f: Frame | null) => {
+      seen.push('up');
+      g.pool.free((f as Frame).vec, 0, (f as Frame).n);
+      return (f as Frame).n;
+    },
+  });
+  g.build();
+  g.runPass();
+  assert.equal(seen, ['rings', 'tx', 'rx', 'other', 'up'], 'registration order only within a phase');
+  // An input registered after build joins its phase.
+  input('tx2', 'transmit');
+  seen.length = 0;
+  g.runPass();
+  assert.equal(seen, ['rings', 'tx', 'tx2', 'rx', 'other', 'up']);
+  assert.throws(
+    () => g.register({ name: 'bad', type: 'input', pollPhase: 'soon' as 'work', fn: () => 0 }),
+    /node "bad": unknown pollPhase "soon" \(work, transmit, receive\)/,
+  );
+  assert.throws(
+    () => g.register({ name: 'bad2', pollPhase: 'work', fn: () => 0 }),
+    /node "bad2": pollPhase is for input nodes; this is an internal node/,
+  );
+});
 test('counters: clear snapshots, later work counts from the clear', () => {
   const queue: number[][] = Array.from({ length: 10 }, (_, i) => [0, i]);
   const { g } = fanoutGraph(queue);

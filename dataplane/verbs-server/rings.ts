@@ -349,6 +349,7 @@ export class VerbsRings {
     this.rt = graph.register({
       name: VERBS_INPUT,
       type: 'input',
+      pollPhase: 'work',
       errors: [
         {
           name: 'bad_wqes',

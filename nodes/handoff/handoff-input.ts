@@ -88,6 +88,7 @@ export function registerHandoffInput(graph: Graph, inbox: HandoffInbox, maxIf: n
   return graph.register({
     name: HANDOFF_INPUT,
     type: 'input',
+    pollPhase: 'receive',
     flags: NodeFlag.TRACE_SUPPORTED,
     next: NEXT.names,
     errors: ERROR_TABLE.list,

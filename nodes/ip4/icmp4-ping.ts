@@ -231,6 +231,7 @@ export function registerIcmp4Ping(graph: Graph, pinger: Pinger): NodeRuntime {
   return graph.register({
     name: ICMP4_PING,
     type: 'input',
+    pollPhase: 'transmit',
     flags: NodeFlag.TRACE_SUPPORTED,
     next: ['ip4-rewrite'],
     runtimeData: pinger,

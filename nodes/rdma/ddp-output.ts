@@ -49,6 +49,7 @@ export function registerDdpOutput(graph: Graph, core: RdmaCore): NodeRuntime {
   return graph.register({
     name: DDP_OUTPUT,
     type: 'input',
+    pollPhase: 'transmit',
     next: ['trp-output', 'udp4-encap'],
     errors: ERRORS,
     runtimeData: core,

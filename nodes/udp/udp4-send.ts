@@ -53,6 +53,7 @@ export function registerUdp4Send(graph: Graph, queue: UdpSendQueue): NodeRuntime
   return graph.register({
     name: UDP4_SEND,
     type: 'input',
+    pollPhase: 'transmit',
     flags: NodeFlag.TRACE_SUPPORTED,
     next: ['udp4-encap'],
     runtimeData: queue,
