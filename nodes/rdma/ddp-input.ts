@@ -30,7 +30,7 @@ import { QpState, SRQ_LATER } from './qp.ts';
 import { raiseTerminate } from './terminate.ts';
 import { RdmaOpaque } from './trp-input.ts';
 import { completeRecv, unreceive } from './transport.ts';
-import { Access, type SgList, WcStatus, WrOpcode } from './verbs.ts';
+import { Access, type Mr, type SgList, WcStatus, WrOpcode } from './verbs.ts';
 import {
   DDP_L,
   DDP_T,
@@ -104,21 +104,21 @@ export function registerDdpInput(graph: Graph, core: RdmaCore): NodeRuntime {
 
 /**
  * Copy `len` payload bytes of packet `bi` (a chain), from `skip` bytes into it, to position
- * `pos` of an MR's memory (`mem`) or, when `mem` is null, of a work request's SG list.
+ * `pos` of an MR's memory (`mr`) or, when `mr` is null, of a work request's SG list.
  */
 export function place(
   pool: BufferPool,
   bi: number,
   skip: number,
-  mem: Uint8Array | null,
+  mr: Mr | null,
   sg: SgList | null,
   pos: number,
   len: number,
 ): void {
-  if (mem !== null && len > SMALL_COPY && pool.flags[bi] & BufferFlag.NEXT_PRESENT) {
+  if (mr !== null && len > SMALL_COPY && pool.flags[bi] & BufferFlag.NEXT_PRESENT) {
     // A chain into memory: one native call, no view per buffer. (A single buffer keeps the one
     // view: a native call costs more than it at 1448 bytes, MTU 1500, measured.)
-    chainCopier(pool).toMem(bi, skip, mem, pos, len);
+    chainCopier(pool).toMem(bi, skip, mr.memory, pos, len);
     return;
   }
   for (;;) {
@@ -126,8 +126,8 @@ export function place(
     if (skip < l) {
       const take = Math.min(len, l - skip);
       const o = pool.offset[bi] + skip;
-      if (mem === null) (sg as SgList).scatter(pos, pool.u8, o, take);
-      else copyBytes(mem, pos, pool.u8, o, take);
+      if (mr === null) (sg as SgList).scatter(pos, pool.u8, pool.view, o, take);
+      else copyBytes(mr.memory, mr.view, pos, pool.u8, pool.view, o, take);
       pos += take;
       len -= take;
       skip = 0;
@@ -180,7 +180,7 @@ function ddpInput(rt: NodeRuntime, frame: Frame | null): number {
           const mr = core.mrFor(stag, qp.pd, qp);
           if (mr === null || !(mr.access & Access.REMOTE_WRITE)) code = TermCode.DDP_T_INVALID_STAG;
           else if (to < mr.base || to - mr.base + plen > mr.length) code = TermCode.DDP_T_BOUNDS;
-          else place(pool, bi, hlen, mr.memory, null, to - mr.base, plen);
+          else place(pool, bi, hlen, mr, null, to - mr.base, plen);
         }
       } else if (op === RdmapOp.READ_RESPONSE) {
         const wr = qp.ordRing[stag & qp.ordMask];

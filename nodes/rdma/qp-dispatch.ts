@@ -37,6 +37,7 @@ export function registerQpDispatch(graph: Graph, core: RdmaCore): NodeRuntime {
 let mark = 1;
 const touched: Qp[] = [];
 const result = new Uint8Array(8);
+const resultView = new DataView(result.buffer);
 const hdr = new Uint8Array(DDP_UNTAGGED_BYTES);
 const hdrView = new DataView(hdr.buffer);
 
@@ -273,7 +274,7 @@ export function deliver(core: RdmaCore, qp: Qp): void {
             result[k] = (lo >>> (8 * k)) & 0xff;
             result[4 + k] = (hi >>> (8 * k)) & 0xff;
           }
-          wr.sg.scatter(0, result, 0, 8);
+          wr.sg.scatter(0, result, resultView, 0, 8);
         }
         wr.done = true;
         qp.ordRing[msn & qp.ordMask] = null;

@@ -1115,7 +1115,7 @@ export class Rdma {
         // This slot's part of the QP's inline area.
         const m = qp.inlineArea(),
           at = (qp.sqTail % qp.sq.length) * qp.cfg.maxInline;
-        wr.sg.gather(0, m.memory, at, total);
+        wr.sg.gather(0, m.memory, m.view, at, total);
         wr.sg.clear();
         wr.sg.mr[0] = m;
         wr.sg.off[0] = at;

@@ -162,7 +162,7 @@ export function buildSegment(qp: Qp, psn: number, pool: BufferPool, bi: number, 
     } else {
       const h = tagged(v, o, last, RdmapOp.READ_RESPONSE, r.sinkStag, r.sinkTo + off);
       if (ext) attachPayload(pool, bi, h, len, null, r.src as Mr, r.srcOff + off);
-      else if (len > 0) fillPayload(pool, bi, h, len, null, (r.src as Mr).memory, r.srcOff + off);
+      else if (len > 0) fillPayload(pool, bi, h, len, null, r.src as Mr, r.srcOff + off);
       bytes = h + len;
     }
   } else {
@@ -213,7 +213,7 @@ function attachPayload(
 
 /**
  * Copy `len` payload bytes into the segment whose header of `h` bytes starts buffer `bi`: from
- * `sg` at byte `pos` of the list, or from `mem` at `pos`. A chain is filled buffer by buffer
+ * `sg` at byte `pos` of the list, or from MR `mr` at `pos`. A chain is filled buffer by buffer
  * (each buffer's length set) and cut after the last byte (allocSegment counts on the longest
  * header, so a shorter one may leave the last buffer unused).
  */
@@ -223,17 +223,22 @@ function fillPayload(
   h: number,
   len: number,
   sg: SgList | null,
-  mem: Uint8Array | null,
+  mr: Mr | null,
   pos: number,
 ): void {
   const u8 = pool.u8,
+    pv = pool.view,
     ds = pool.dataSize;
   const head = bi;
   // A chain from one piece of memory (a single-SGE WRITE or SEND, a READ response): one native
   // call fills it, no view per buffer (copy.ts). A single buffer keeps the one view below: the
   // native call costs more than it at 1448 bytes (MTU 1500, measured).
   const src =
-    len <= SMALL_COPY || !(pool.flags[bi] & BufferFlag.NEXT_PRESENT) ? null : sg !== null ? sg.span(pos, len) : mem;
+    len <= SMALL_COPY || !(pool.flags[bi] & BufferFlag.NEXT_PRESENT)
+      ? null
+      : sg !== null
+        ? sg.span(pos, len)
+        : (mr as Mr).memory;
   if (src !== null) {
     const last = chainCopier(pool).fromMem(bi, h, src, sg !== null ? sg.spanAt : pos, len);
     if (pool.flags[last] & BufferFlag.NEXT_PRESENT) pool.trim(head, h + len);
@@ -243,8 +248,8 @@ function fillPayload(
     room = ds - h;
   if (len <= room && !(pool.flags[bi] & BufferFlag.NEXT_PRESENT)) {
     if (len === 0) return;
-    if (sg !== null) sg.gather(pos, u8, at, len);
-    else copyBytes(u8, at, mem as Uint8Array, pos, len);
+    if (sg !== null) sg.gather(pos, u8, pv, at, len);
+    else copyBytes(u8, pv, at, (mr as Mr).memory, (mr as Mr).view, pos, len);
     return;
   }
   let left = len,
@@ -252,8 +257,8 @@ function fillPayload(
   for (;;) {
     const take = left < room ? left : room;
     if (take > 0) {
-      if (sg !== null) sg.gather(pos, u8, at, take);
-      else copyBytes(u8, at, mem as Uint8Array, pos, take);
+      if (sg !== null) sg.gather(pos, u8, pv, at, take);
+      else copyBytes(u8, pv, at, (mr as Mr).memory, (mr as Mr).view, pos, take);
     }
     pos += take;
     left -= take;

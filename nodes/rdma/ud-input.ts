@@ -118,7 +118,7 @@ function udInput(rt: NodeRuntime, frame: Frame | null): number {
           completeRecv(core, qp, wr, WcStatus.LOC_LEN_ERR, { byteLen: 0, srcQp });
         } else {
           fillGrh(src, opaque[w + Ip4Opaque.LOCAL], 8 + TRP_HEADER_BYTES + len);
-          wr.sg.scatter(0, grh, 0, GRH_BYTES);
+          wr.sg.scatter(0, grh, grhView, 0, GRH_BYTES);
           if (len > 0) place(pool, bi, TRP_HEADER_BYTES, null, wr.sg, GRH_BYTES, len);
           qp.rxPackets++;
           qp.rxBytes += len;

@@ -41,7 +41,7 @@ function datagram(pool: BufferPool, sg: SgList, len: number): number {
   let pos = 0;
   for (let bi = head; ; bi = pool.next[bi]) {
     const take = len - pos < ds ? len - pos : ds;
-    if (take > 0) sg.gather(pos, pool.u8, pool.offset[bi], take);
+    if (take > 0) sg.gather(pos, pool.u8, pool.view, pool.offset[bi], take);
     pool.length[bi] = take;
     pos += take;
     if (!(pool.flags[bi] & BufferFlag.NEXT_PRESENT)) break;

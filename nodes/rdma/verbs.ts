@@ -392,15 +392,15 @@ export class SgList {
     return n;
   }
 
-  /** Copy `len` bytes starting at byte `pos` of the list into `dst` at `dstOff`. */
-  gather(pos: number, dst: Uint8Array, dstOff: number, len: number): void {
+  /** Copy `len` bytes starting at byte `pos` of the list into `dst` (`dstView` over it) at `dstOff`. */
+  gather(pos: number, dst: Uint8Array, dstView: DataView, dstOff: number, len: number): void {
     let i = 0;
     while (i < this.n && pos >= this.len[i]) pos -= this.len[i++];
     while (len > 0) {
       const m = this.mr[i] as Mr;
       const take = Math.min(len, this.len[i] - pos);
       const s = this.off[i] + pos;
-      copyBytes(dst, dstOff, m.memory, s, take);
+      copyBytes(dst, dstView, dstOff, m.memory, m.view, s, take);
       dstOff += take;
       len -= take;
       pos = 0;
@@ -408,14 +408,14 @@ export class SgList {
     }
   }
 
-  /** Copy `len` bytes of `src` at `srcOff` into the list at byte `pos`. */
-  scatter(pos: number, src: Uint8Array, srcOff: number, len: number): void {
+  /** Copy `len` bytes of `src` (`srcView` over it) at `srcOff` into the list at byte `pos`. */
+  scatter(pos: number, src: Uint8Array, srcView: DataView, srcOff: number, len: number): void {
     let i = 0;
     while (i < this.n && pos >= this.len[i]) pos -= this.len[i++];
     while (len > 0) {
       const m = this.mr[i] as Mr;
       const take = Math.min(len, this.len[i] - pos);
-      copyBytes(m.memory, this.off[i] + pos, src, srcOff, take);
+      copyBytes(m.memory, m.view, this.off[i] + pos, src, srcView, srcOff, take);
       srcOff += take;
       len -= take;
       pos = 0;
