@@ -150,6 +150,7 @@ test('timers: a polling loop reads the time once per tick of its wheel, and a ti
       reads++;
       return base.nowNs();
     },
+    tickNs: base.tickNs,
     clocksPerNs: () => base.clocksPerNs(),
     source: base.source,
   };

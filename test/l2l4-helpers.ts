@@ -412,6 +412,7 @@ export function manualClock(startNs = 1e9): Clock & { t: number; advance(ns: num
     },
     slot,
     nowNs: () => c.t,
+    tickNs: () => c.t,
     clocksPerNs: () => 1,
     source: 'manual',
     advance(ns: number) {

@@ -153,7 +153,7 @@ function serve(rt: NodeRuntime, core: RdmaCore, qp: Qp): boolean {
   // and no sooner than pacing allows.
   const trpWindow = core.window,
     window = sendLimit(qp, trpWindow);
-  const now = rt.graph.clock.nowNs(),
+  const now = rt.graph.clock.tickNs(),
     slack = core.timerTickNs;
   // 1. Retransmissions, within the window and paced (RFC 6675's pipe: congestion.ts mayResend);
   // in ERROR only a Terminate's, whatever the window.

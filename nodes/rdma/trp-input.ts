@@ -118,7 +118,7 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
   const eBase = rt.errorIndex(0);
   const qps = core.qps,
     byPort = core.qpByPort;
-  const now = rt.graph.clock.nowNs();
+  const now = rt.graph.clock.tickNs();
   const free = rt.scratch;
   let nFree = 0,
     nAck = 0,

@@ -45,7 +45,7 @@ function trpOutput(rt: NodeRuntime, frame: Frame | null): number {
     flags = pool.flags;
   const vec = f.vec,
     n = f.n;
-  const now = rt.graph.clock.nowNs();
+  const now = rt.graph.clock.tickNs();
   for (let i = 0; i < n; i++) {
     const bi = vec[i];
     const w = bi * OPAQUE_WORDS;
