@@ -158,7 +158,7 @@ export class Graph {
   /** True while the loop runs a turn's passes (defer() queues to its end). */
   private inTurn = false;
   /** defer()'s callbacks for the end of this turn: [0, nDeferred), the array kept and reused. */
-  private readonly deferred: (() => void)[] = [];
+  private readonly deferred: ((() => void) | null)[] = [];
   private nDeferred = 0;
   private readonly spinNs: number;
   private readonly idleYield: (() => void) | null;
@@ -856,15 +856,17 @@ export class Graph {
   private runDeferred(): void {
     const list = this.deferred;
     // A callback may defer again (the turn is over: that one goes to a microtask).
+    // Each entry cleared as it is taken, not by fill() after: a builtin call per turn, ~0.6 % of
+    // a latency run's time.
     for (let i = 0; i < this.nDeferred; i++) {
-      const fn = list[i];
+      const fn = list[i] as () => void;
+      list[i] = null;
       try {
         fn();
       } catch (e) {
         throwLater(e);
       }
     }
-    list.fill(undefined as unknown as () => void, 0, this.nDeferred);
     this.nDeferred = 0;
   }
 
