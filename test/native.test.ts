@@ -636,4 +636,32 @@ test('worker threads: each has its own loop; terminating one with a pending wait
   }
 });
 
+test('memifRx/memifTx (the per-burst calls) refuse bad arguments saying which, and an unknown handle bursts nothing', () => {
+  const c = core as unknown as {
+    memifRx(h: unknown, q: unknown, out: unknown, max?: unknown): number;
+    memifTx(h: unknown, q: unknown, bufs: unknown, off: unknown, n: unknown): number;
+  };
+  const out = new Uint32Array(8);
+  assert.throws(() => c.memifRx(0, 0, new Float64Array(8), 8), /memifRx: out must be a Uint32Array/);
+  assert.throws(
+    () => c.memifRx('x', 0, out, 8),
+    /memifRx\(handle, queue, out, max\): handle, queue and max must be numbers/,
+  );
+  assert.throws(() => c.memifRx(0, 0, out), /must be numbers/);
+  assert.throws(() => c.memifTx(0, 0, [1, 2], 0, 1), /memifTx: bufs must be a Uint32Array/);
+  assert.throws(
+    () => c.memifTx(0, 0, out, 4, 5),
+    (e: Error) => e instanceof RangeError && /off \+ n beyond bufs/.test(e.message),
+  );
+  assert.throws(
+    () => c.memifTx(0, null, out, 0, 1),
+    /memifTx\(handle, queue, bufs, off, n\): handle, queue, off and n must be numbers/,
+  );
+  // No memif has handle 1e6: nothing received or taken, nothing written.
+  out.fill(7);
+  assert.is(c.memifRx(1e6, 0, out, 8), 0);
+  assert.is(c.memifTx(1e6, 0, out, 0, 8), 0);
+  assert.equal([...out], new Array(8).fill(7));
+});
+
 test.run();

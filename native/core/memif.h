@@ -500,8 +500,8 @@ class Memif : public Napi::ObjectWrap<Memif> {
   int wait_ep(uint32_t q) const { return q < ep_.size() ? ep_[q] : -1; }
   bool has_rx(uint32_t q) const { return q < rx_.size() && rx_[q].present; }
 
-  // memifRx(handle, queue, out, max): one receive burst.
-  Napi::Value Rx(const Napi::CallbackInfo& info);
+  // memifRx(handle, queue, out, max)'s body: one receive burst on queue q, at most max into out.
+  uint32_t RxBurst(uint32_t q, uint32_t* out, uint32_t max);
 
   static uint64_t NowNs();
   bool RingEmpty(Ring& r);
@@ -526,8 +526,8 @@ class Memif : public Napi::ObjectWrap<Memif> {
   uint32_t Gather(const PoolView& p, uint32_t head, uint32_t* segs, const uint8_t** src, uint64_t* total,
                   bool ext_ok) const;
 
-  // memifTx(handle, queue, bufs, off, n): one transmit burst; returns how many were taken.
-  Napi::Value Tx(const Napi::CallbackInfo& info);
+  // memifTx(handle, queue, bufs, off, n)'s body: one transmit burst of n buffers; how many were taken.
+  uint32_t TxBurst(uint32_t q, const uint32_t* bufs, uint32_t n);
 
   uint32_t TxZeroCopy(Lane& L, Ring& r, const uint32_t* bufs, uint32_t n);
 

@@ -289,27 +289,19 @@ void Memif::TakeFault() {
   if (f != nullptr) Disconnect(f, true, true);
 }
 
-// memifRx(handle, queue, out, max): one receive burst.
-Napi::Value Memif::Rx(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (released_ || !pool_bound_) return Napi::Number::New(env, 0);
-  const uint32_t q = info[1].As<Napi::Number>().Uint32Value();
-  if (!info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array) {
-    throw TypeErr(env, "memifRx: out must be a Uint32Array");
-  }
-  Napi::Uint32Array outa = info[2].As<Napi::Uint32Array>();
-  uint32_t max = info[3].As<Napi::Number>().Uint32Value();
-  if (max > outa.ElementLength()) max = static_cast<uint32_t>(outa.ElementLength());
+// One receive burst on queue q into out (at most max): memifRx's body.
+uint32_t Memif::RxBurst(uint32_t q, uint32_t* out, uint32_t max) {
+  if (released_ || !pool_bound_) return 0;
   pool_.state[kStDone] = 0;
   if (q == 0 && (phase_ != Phase::kConnected || ++busy_polls_ >= kBusyControlEvery)) {
     busy_polls_ = 0;
     Poll();
   }
-  if (phase_ != Phase::kConnected || q >= rx_.size() || !rx_[q].present) return Napi::Number::New(env, 0);
-  const uint32_t n = RxQueue(own_, q, outa.Data(), max);
+  if (phase_ != Phase::kConnected || q >= rx_.size() || !rx_[q].present) return 0;
+  const uint32_t n = RxQueue(own_, q, out, max);
   if (own_.fault != nullptr) {
     TakeFault();
-    return Napi::Number::New(env, n);
+    return n;
   }
   if (q == 0 && n == 0) {
     // Control channel: every empty poll once interrupts are back on, every 16th while masked.
@@ -320,7 +312,7 @@ Napi::Value Memif::Rx(const Napi::CallbackInfo& info) {
       if (zc_ && phase_ == Phase::kConnected) ReclaimAll();
     }
   }
-  return Napi::Number::New(env, n);
+  return n;
 }
 
 // Nothing published that we have not taken (a server's C2S head, a client's S2C tail).
@@ -420,27 +412,18 @@ uint32_t Memif::Gather(const PoolView& p, uint32_t head, uint32_t* segs, const u
   return n;
 }
 
-// memifTx(handle, queue, bufs, off, n): one transmit burst; returns how many were taken.
-Napi::Value Memif::Tx(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (!info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array) {
-    throw TypeErr(env, "memifTx: bufs must be a Uint32Array");
-  }
-  Napi::Uint32Array a = info[2].As<Napi::Uint32Array>();
-  const uint32_t off = info[3].As<Napi::Number>().Uint32Value();
-  uint32_t n = info[4].As<Napi::Number>().Uint32Value();
-  if (uint64_t{off} + n > a.ElementLength()) throw RangeErr(env, "memifTx: off + n beyond bufs");
-  if (released_ || !pool_bound_) return Napi::Number::New(env, 0);
+// One transmit burst of n buffers on queue q: memifTx's body; how many were taken.
+uint32_t Memif::TxBurst(uint32_t q, const uint32_t* bufs, uint32_t n) {
+  if (released_ || !pool_bound_) return 0;
   if (n > 256) n = 256;  // one frame's worth per call: `done` always has room
   pool_.state[kStDone] = 0;
   if (phase_ != Phase::kConnected || ntx_run_ == 0 || n == 0) {
     own_.tx_refused += n;
-    return Napi::Number::New(env, 0);
+    return 0;
   }
-  const uint32_t q = info[1].As<Napi::Number>().Uint32Value();
-  const uint32_t taken = TxQueue(own_, q, a.Data() + off, n);
+  const uint32_t taken = TxQueue(own_, q, bufs, n);
   if (own_.fault != nullptr) TakeFault();
-  return Napi::Number::New(env, taken);
+  return taken;
 }
 
 // One transmit burst on tx queue q with lane L's buffers; queues beyond the rings the peer
