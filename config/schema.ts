@@ -421,7 +421,7 @@ const INTERFACE: MapSpec = {
       nullable: true,
       min: MTU_MIN,
       max: MTU_MAX,
-      doc: "largest IP packet (it may exceed buffers.data-size: frames are chained); an RC QP's segments are as large as its egress interface's MTU allows (nodes/rdma/PROTOCOL.md section 1). null (the default): 1500, except a memif interface connected to another rdma-graph data plane, which takes up to 32768 while that peer is there (neither end forwards a frame onto a wire; not with cpu.workers); a number pins it (a DPDK or VPP peer that forwards onto a network wants that network's MTU)",
+      doc: "largest IP packet (it may exceed buffers.data-size: frames are chained); an RC QP's segments are as large as its egress interface's MTU allows (nodes/rdma/PROTOCOL.md section 1). null (the default): 1500, except a memif interface connected to another rdma-graph data plane, which takes up to 32768 while that peer is there (neither end forwards a frame onto a wire), and an af_packet interface, which takes its kernel interface's and follows it down (and back up to what it was at start), as VPP's host-interface and the kernel's own sockets do (not with cpu.workers); a number pins it (a DPDK or VPP peer that forwards onto a network wants that network's MTU)",
     },
     'rx-queues': {
       type: 'int',

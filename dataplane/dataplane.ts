@@ -280,7 +280,7 @@ export class Dataplane implements DataplaneApi {
         if (own && mtu !== before)
           this.log(
             'info',
-            `interface ${itf.name}: mtu ${mtu}${mtu > DEFAULT_MTU ? ' (its peer is an rdma-graph data plane: no wire between them)' : ''}`,
+            `interface ${itf.name}: mtu ${mtu}${mtu <= DEFAULT_MTU ? '' : itf.driver.kind === 'memif' ? ' (its peer is an rdma-graph data plane: no wire between them)' : " (the kernel interface's)"}`,
           );
       }
       if (own && up && !was && this.net.interfaces.isConfigured(itf.index)) this.net.announce(itf.index);
@@ -568,7 +568,8 @@ export class Dataplane implements DataplaneApi {
         .map((n) => ({ address: n.address, mac: n.mac })),
     });
     // What follows the link: with no MTU configured, the link's own where the driver knows one
-    // (a memif link to another rdma-graph data plane), 1500 otherwise; the driver's checksum
+    // (a memif link to another rdma-graph data plane, an af_packet socket's kernel interface),
+    // 1500 otherwise; the driver's checksum
     // choice (memif's follows its peer). Not with workers: frames between them are handed off
     // in slots sized by the configured MTUs (workers/facade.ts), and their choices stay put.
     if (handoff) return;

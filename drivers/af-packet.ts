@@ -35,7 +35,7 @@
  * (a veth is up only while its peer is). The MAC is the kernel interface's unless `mac` is
  * given; a different MAC on a real NIC needs `promisc: true` to receive frames sent to it.
  */
-import { checkMtu } from '../graph/link.ts';
+import { checkMtu, MTU_MIN } from '../graph/link.ts';
 import type { BufferPool } from '../graph/buffer-pool.ts';
 import { BufferFlag } from '../graph/buffer-pool.ts';
 import { FRAME_SIZE } from '../graph/node.ts';
@@ -84,7 +84,11 @@ export interface AfPacketOptions {
    * socket); one without it sees them truncated.
    */
   gso?: boolean;
-  /** Our MTU; at most the kernel interface's (default: the kernel's). */
+  /**
+   * Our MTU; at most the kernel interface's. Default: the kernel interface's (as VPP's
+   * host-interface), up to what a ring block holds (blockSize - 148), and followed afterwards
+   * (linkMtu) when the kernel's is lowered, or raised back up to what it was at open.
+   */
   mtu?: number;
   /** 'sendmmsg' (default) or 'ring' (TPACKET_V3 TX ring). */
   txMode?: 'sendmmsg' | 'ring';
@@ -222,7 +226,7 @@ export class AfPacketDriver implements Driver {
       });
     this.hostInfo = info;
 
-    const mtu = opts.mtu ?? info.mtu;
+    const mtu = opts.mtu ?? Math.min(info.mtu, blockSize - 18 - BLOCK_OVERHEAD);
     checkMtu(mtu, where);
     if (mtu > info.mtu) {
       throw new RangeError(
@@ -333,6 +337,17 @@ export class AfPacketDriver implements Driver {
   }
 
   /** Administratively up with carrier, as the kernel sees the interface now. */
+  /**
+   * The kernel interface's MTU now, at most the one this socket was opened for (its rings are
+   * sized for that): a QP's segments follow the link as the kernel's own sockets do. null while
+   * not open or when the interface is gone.
+   */
+  linkMtu(): number | null {
+    if (this.sock === null) return null;
+    const k = this.sock.linkMtu();
+    return k < MTU_MIN ? null : Math.min(k, this.mtu);
+  }
+
   linkUp(): boolean {
     if (this.sock === null) return false;
     const f = this.sock.linkFlags();

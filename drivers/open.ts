@@ -126,7 +126,9 @@ export function openDriver(c: DriverSpec, idlePollUs = 50, lanes?: DriverLanes):
         hostIf: a.hostInterface,
         name: c.name,
         mac,
-        mtu,
+        // None configured: the kernel interface's, which the stack then follows (linkMtu); not
+        // with workers, whose handoff slots are sized by the configured MTUs.
+        mtu: c.mtu ?? (lanes === undefined ? undefined : DEFAULT_MTU),
         promisc: a.promisc,
         txMode: a.txMode,
         // gso: a slot per 64 KiB message (block-size is raised to 128 KiB).

@@ -243,6 +243,8 @@ export interface AfPacketSocket {
   stats(): AfPacketStats;
   /** IFF_* flags now, -1 when the interface is gone or the socket closed. */
   linkFlags(): number;
+  /** The kernel interface's MTU now (by index), -1 when it is gone or the socket closed. */
+  linkMtu(): number;
   close(): void;
 }
 

@@ -85,4 +85,41 @@ test('gso on both ends of a veth: SEND, WRITE and READ arrive whole; segments cr
   }
 });
 
+test("no mtu configured: the interface takes its veth end's (9000) and follows it; a QP's segments are that large", async () => {
+  if (why !== null) skip(`af_packet mtu: ${why}`);
+  vethPair(VA, VB);
+  let a: DataplaneApi | null = null,
+    b: DataplaneApi | null = null;
+  try {
+    for (const v of [VA, VB]) spawnSync('ip', ['link', 'set', v, 'mtu', '9000']);
+    const plain = (name: string, dev: string, addr: string) =>
+      `interfaces:\n  - name: ${name}\n    driver: af_packet\n` +
+      `    af_packet: { host-interface: ${dev} }\n    address: ${addr}/24\n`;
+    a = await createDataplane(parseConfig(plain('h0', VA, '10.73.0.1'), 'a.yaml'));
+    b = await createDataplane(parseConfig(plain('h1', VB, '10.73.0.2'), 'b.yaml'));
+    for (let i = 0; i < 200 && !(await a.interfaces()).every((x) => x.state === 'up'); i++) await sleep(20);
+    assert.is((await a.interfaces()).find((i) => i.name === 'h0')!.mtu, 9000, "the kernel's MTU");
+    const x = await end(a, 'h0'),
+      y = await end(b, 'h1');
+    await connect(a, b, x, y, '10.73.0.1', '10.73.0.2');
+    const before = (await counters(a, 'h0')).rxPackets;
+    // B WRITEs 4 x 35000 bytes to A (and answers READs of 20000): at 1500 that alone is ~100 datagrams.
+    for (let seed = 1; seed <= 4; seed++) await exchange(a, b, x, y, seed, 35000);
+    const got = (await counters(a, 'h0')).rxPackets - before;
+    assert.ok(got < 60, `A received ${got} datagrams: segments of ~9000 bytes, not 1500`);
+    // Lowered by the kernel: the interface follows (the data plane's link watch).
+    for (const v of [VA, VB]) spawnSync('ip', ['link', 'set', v, 'mtu', '1500']);
+    let mtu = 0;
+    for (let i = 0; i < 300 && mtu !== 1500; i++) {
+      await sleep(20);
+      mtu = (await a.interfaces()).find((i) => i.name === 'h0')!.mtu;
+    }
+    assert.is(mtu, 1500, "followed the kernel's down");
+  } finally {
+    await a?.close();
+    await b?.close();
+    spawnSync('ip', ['link', 'del', VA]);
+  }
+});
+
 test.run();

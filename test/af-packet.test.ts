@@ -239,6 +239,47 @@ test('open: name host-<if>, MAC and MTU from the kernel, link up, the fd is a bo
   assert.is(pool.available(), pool.count);
 });
 
+test("mtu: none given, the kernel interface's (up to a ring block); linkMtu follows the kernel's down, and back up to the MTU opened with", () => {
+  pair();
+  const q = createVethNs();
+  const pool = memPool(256);
+  try {
+    ip('link', 'set', q.host, 'mtu', '9000');
+    const d = new AfPacketDriver({ hostIf: q.host });
+    assert.is(d.mtu, 9000, "the kernel's MTU");
+    assert.is(d.linkMtu(), null, 'not open: null');
+    d.open(pool);
+    try {
+      assert.is(d.linkMtu(), 9000);
+      ip('link', 'set', q.host, 'mtu', '4000');
+      assert.is(d.linkMtu(), 4000, 'lowered by the kernel: followed');
+      ip('link', 'set', q.host, 'mtu', '12000');
+      assert.is(d.linkMtu(), 9000, 'raised past what the socket was opened for: capped');
+    } finally {
+      d.close();
+    }
+    assert.is(d.linkMtu(), null, 'closed: null');
+    // A kernel MTU larger than a ring block holds: the block's worth, not a refusal.
+    ip('link', 'set', q.host, 'mtu', '65535');
+    const big = new AfPacketDriver({ hostIf: q.host, blockSize: 16384, rxRing: 'v3' });
+    assert.is(big.mtu, 16384 - 18 - 130);
+    // Given: pinned at open, still lowered with the kernel's.
+    ip('link', 'set', q.host, 'mtu', '9000');
+    const pinned = new AfPacketDriver({ hostIf: q.host, mtu: 1500 });
+    pinned.open(pool);
+    try {
+      assert.is(pinned.linkMtu(), 1500);
+      ip('link', 'set', q.host, 'mtu', '1280');
+      assert.is(pinned.linkMtu(), 1280);
+    } finally {
+      pinned.close();
+    }
+  } finally {
+    destroyVethNs(q);
+  }
+  assert.is(pool.available(), pool.count);
+});
+
 test('errors: no such interface (ENODEV, named), not Ethernet, MTU above the kernel, bad options, opened twice', () => {
   const p = pair();
   try {

@@ -114,12 +114,13 @@ export interface DaemonPair {
  * af_packet (interface veth0, 10.30.0.1 and 10.30.0.2); programs in this namespace reach their
  * sockets; the frames are the veth ends' kernel counters (what went over the wire). Static
  * neighbors. Both daemons are stopped with SIGTERM (exit 0); namespaces and files removed.
- * `opts.gso` (netns): af_packet with UDP segmentation offload (af_packet.gso) on both.
+ * `opts.gso` (netns): af_packet with UDP segmentation offload (af_packet.gso) on both; `opts.mtu`
+ * (netns): both veth ends set to it (the daemons, with no mtu configured, take it).
  */
 export async function withDaemons(
   topology: 'memif' | 'netns',
   body: (x: DaemonPair) => Promise<void>,
-  opts: { gso?: boolean } = {},
+  opts: { gso?: boolean; mtu?: number } = {},
 ): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), `verbs-ucx-${topology}-`));
   const tag = `${process.pid.toString(36)}${nextPort().toString(36)}`;
@@ -144,6 +145,8 @@ export async function withDaemons(
         ip('link', 'set', veth[i], 'netns', ns[i]);
         spawnSync('ip', ['netns', 'exec', ns[i], 'sysctl', '-qw', 'net.ipv6.conf.all.disable_ipv6=1']);
         ip('-n', ns[i], 'link', 'set', 'lo', 'up');
+        // The daemons' af_packet interfaces (no mtu configured) take the veth's.
+        if (opts.mtu !== undefined) ip('-n', ns[i], 'link', 'set', veth[i], 'mtu', String(opts.mtu));
         ip('-n', ns[i], 'link', 'set', veth[i], 'up');
       }
       const driver =

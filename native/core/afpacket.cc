@@ -173,6 +173,7 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
                            InstanceMethod<&AfPacketSocket::BindPool>("bindPool"),
                            InstanceMethod<&AfPacketSocket::Stats>("stats"),
                            InstanceMethod<&AfPacketSocket::LinkFlags>("linkFlags"),
+                           InstanceMethod<&AfPacketSocket::LinkMtu>("linkMtu"),
                            InstanceMethod<&AfPacketSocket::Close>("close"),
                        });
   }
@@ -1296,15 +1297,25 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
 
   // linkFlags(): the interface's current IFF_* flags, or -1 when it no longer exists.
   Napi::Value LinkFlags(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
-    if (fd_ < 0) return Napi::Number::New(env, -1);
     struct ifreq ifr;
-    std::memset(&ifr, 0, sizeof ifr);
-    ifr.ifr_ifindex = ifindex_;
-    // By index: the interface may have been renamed since it was opened.
-    if (ioctl(fd_, SIOCGIFNAME, &ifr) < 0) return Napi::Number::New(env, -1);
-    if (ioctl(fd_, SIOCGIFFLAGS, &ifr) < 0) return Napi::Number::New(env, -1);
-    return Napi::Number::New(env, static_cast<uint16_t>(ifr.ifr_flags));
+    if (!LinkQuery(SIOCGIFFLAGS, &ifr)) return Napi::Number::New(info.Env(), -1);
+    return Napi::Number::New(info.Env(), static_cast<uint16_t>(ifr.ifr_flags));
+  }
+
+  // One SIOCGIF* ioctl on our interface, found by index (it may have been renamed since it was
+  // opened); false when the socket is closed or the interface is gone.
+  bool LinkQuery(unsigned long request, struct ifreq* ifr) const {
+    if (fd_ < 0) return false;
+    std::memset(ifr, 0, sizeof *ifr);
+    ifr->ifr_ifindex = ifindex_;
+    return ioctl(fd_, SIOCGIFNAME, ifr) == 0 && ioctl(fd_, request, ifr) == 0;
+  }
+
+  // linkMtu(): the interface's current MTU, or -1 when it no longer exists (or is closed).
+  Napi::Value LinkMtu(const Napi::CallbackInfo& info) {
+    struct ifreq ifr;
+    if (!LinkQuery(SIOCGIFMTU, &ifr)) return Napi::Number::New(info.Env(), -1);
+    return Napi::Number::New(info.Env(), ifr.ifr_mtu);
   }
 
   // close(): unmap the rings and close the socket (leaves promiscuous mode). Idempotent.
