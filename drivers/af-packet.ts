@@ -22,7 +22,9 @@
  * kernel stripped is put back. Frames the ring truncated are dropped and counted (rxErrors).
  *
  * Transmit: by default sendmmsg(2) batches whose iovecs point into the pool buffers (chained
- * segments gathered, no copy in user space); `txMode: 'ring'` uses a TPACKET_V3 TX ring on the
+ * segments gathered, no copy in user space), and for a segment sent from an MR in place
+ * (BufferFlag.EXT_DATA, graph/ext-memory.ts) into the MR: its payload is never copied into the
+ * pool (txExternal; the kernel's copy into the socket buffer is the only one); `txMode: 'ring'` uses a TPACKET_V3 TX ring on the
  * same socket instead (one copy into the ring, one send() kick). Never both on one socket. With
  * PACKET_QDISC_BYPASS (the default, as VPP) transmitted frames skip the qdisc and the
  * interface's taps, so `tcpdump -i <hostIf>` does not show them: capture on the peer. A
@@ -48,6 +50,7 @@ import {
 } from '../native/addons.ts';
 import type { Driver, DriverCounters } from './driver.ts';
 import { poolArrays, zeroCounters, type DriverHardware } from './driver.ts';
+import { extTableOf } from './ext-table.ts';
 import { macOption } from './mac.ts';
 import { type BpfInsn, flatten } from './steer-bpf.ts';
 
@@ -292,6 +295,11 @@ export class AfPacketDriver implements Driver {
         flagL4Ok: BufferFlag.L4_CKSUM_OK,
         // gso: the UDP checksum is left to the kernel (txChecksumOffload).
         flagTxUdp: this.gso ? BufferFlag.TX_UDP_CKSUM : 0,
+        // sendmmsg gathers a segment's payload from its MR in place (txExternal); the kernel
+        // copies it into the socket buffer during the call, so nothing is held after it.
+        ...(this.txMode === 'sendmmsg'
+          ? { ext: extTableOf(this.core, pool), extId: pool.extId, flagExt: BufferFlag.EXT_DATA }
+          : {}),
       });
     } catch (e) {
       sock.close();
@@ -301,6 +309,7 @@ export class AfPacketDriver implements Driver {
     this.handle = sock.handle;
     this.pool = pool;
     this.state = 'open';
+    if (this.txMode === 'sendmmsg') pool.ext.wanted = true;
   }
 
   rxBurst(queue: number, out: Uint32Array, max: number): number {
@@ -337,6 +346,11 @@ export class AfPacketDriver implements Driver {
   }
 
   /** Administratively up with carrier, as the kernel sees the interface now. */
+  /** With sendmmsg, payloads sent from an MR in place are gathered from it (no copy into the pool). */
+  txExternal(): boolean {
+    return this.sock !== null && this.txMode === 'sendmmsg';
+  }
+
   /**
    * The kernel interface's MTU now, at most the one this socket was opened for (its rings are
    * sized for that): a QP's segments follow the link as the kernel's own sockets do. null while

@@ -36,12 +36,12 @@ import { FRAME_SIZE } from '../graph/node.ts';
 import {
   loadCore,
   type CoreAddon,
-  type ExtTableNative,
   type MemifInfo,
   type MemifLayout,
   type MemifNative,
   type MemifStats,
 } from '../native/addons.ts';
+import { extTableOf } from './ext-table.ts';
 import type { Driver, DriverCounters, LinkDrops } from './driver.ts';
 import { poolArrays, zeroCounters, type DriverHardware } from './driver.ts';
 import { macOption } from './mac.ts';
@@ -274,13 +274,8 @@ export class MemifDriver implements Driver {
     this.handle = native.handle;
     this.waitFds = native.waitFds.slice();
     this.state = 'open';
-    // One native mirror of the pool's external memory table per pool, shared by its memifs.
-    let ext = extTables.get(pool);
-    if (ext === undefined) {
-      ext = new this.core.ExtTable();
-      extTables.set(pool, ext);
-      pool.ext.addMirror(ext);
-    }
+    // One native mirror of the pool's external memory table per pool, shared by its drivers.
+    const ext = extTableOf(this.core, pool);
     // A server always copies (the payload of an external segment straight from the MR), and so
     // does a client whose pool is not shareable or whose queues are spread over threads.
     if (this.role === 'server' || pool.memory.fd < 0 || this.laneKey !== undefined) pool.ext.wanted = true;
@@ -561,9 +556,6 @@ export class MemifDriver implements Driver {
     else this.topUp();
   }
 }
-
-/** Each pool's native external memory table (core.ExtTable), made by the first memif bound to it. */
-const extTables = new WeakMap<BufferPool, ExtTableNative>();
 
 function intOption(where: string, key: string, v: unknown, def: number, min: number, max: number): number {
   if (v === undefined) return def;

@@ -22,7 +22,8 @@ export class ExtMemories {
   /** A DataView of each, for the checksum. */
   readonly view: (DataView | null)[] = [null];
   /**
-   * Set by a driver that transmits external segments in place (memif in copy mode): payloads
+   * Set by a driver that transmits external segments in place (memif in copy mode, af_packet
+   * with sendmmsg): payloads
    * are attached rather than copied. Without one every such segment would be copied anyway,
    * later (materialize), so the senders copy at once.
    */

@@ -174,6 +174,14 @@ export interface AfPacketPoolBinding extends PoolArrays {
   flagL4Ok: number;
   /** Packets whose UDP checksum is left to the socket (gso: a virtio_net_hdr asks the kernel for it). */
   flagTxUdp?: number;
+  /**
+   * External payload (graph/ext-memory.ts): segments flagged `flagExt` have their bytes in
+   * memory `extId[bi]` of `ext`, which sendmmsg gathers in place (the TX ring copies them).
+   * Left out, such a segment is a transmit error.
+   */
+  ext?: ExtTableNative;
+  extId?: Uint32Array;
+  flagExt?: number;
 }
 
 export interface AfPacketStats {

@@ -933,6 +933,65 @@ test('gso tx: runs of UDP datagrams of one flow and one size leave as one messag
   assert.is(pool.available(), pool.count);
 });
 
+/**
+ * Frame `f` as a packet whose bytes [from, to) are a window of memory `id` at `memOff` (where
+ * the caller put the same bytes), the rest in pool buffers before and after it.
+ */
+function extFrame(pool: BufferPool, f: Uint8Array, from: number, to: number, id: number, memOff: number): number {
+  const head = pool.allocChain(3);
+  const e = pool.next[head],
+    t = pool.next[e];
+  pool.u8.set(f.subarray(0, from), pool.offset[head]);
+  pool.length[head] = from;
+  pool.flags[head] |= BufferFlag.EXT_CHAIN;
+  pool.attachExt(e, id, memOff, to - from);
+  pool.u8.set(f.subarray(to), pool.offset[t]);
+  pool.length[t] = f.length - to;
+  return head;
+}
+
+test('tx (sendmmsg): payload windows of external memory (an MR sent in place) go out as their bytes, also inside GSO messages; a window the table does not hold is a tx error, never read', async () => {
+  const p = pair();
+  for (const gso of [false, true]) {
+    const pool = memPool(256, 2048);
+    const d = new AfPacketDriver({ hostIf: p.host, gso });
+    assert.not.ok(d.txExternal(), 'not open: no');
+    d.open(pool);
+    try {
+      assert.ok(d.txExternal(), 'sendmmsg gathers them');
+      assert.ok(pool.ext.wanted, 'and says so to the senders');
+      const ours = '10.77.1.1';
+      const rx = pyInNsAsync(p.ns, PY_RECV_UDP, [p.peerIp!, '9995', '4', '3']);
+      await rx.ready;
+      const mem = new Uint8Array(8192);
+      const id = pool.ext.add(mem);
+      const data = Array.from({ length: 4 }, (_, k) => payloadOf(k + (gso ? 40 : 0), 1200));
+      const bufs = new Uint32Array(6);
+      data.forEach((x, k) => {
+        const f = udpFrame(p.peerMac, d.mac, ours, p.peerIp!, 5555, 9995, x);
+        // The frame's bytes 100..1100 from the memory (the rest of it in the pool).
+        mem.set(f.subarray(100, 1100), 1000 * k + 3);
+        bufs[k] = extFrame(pool, f, 100, 1100, id, 1000 * k + 3);
+      });
+      // Two that must not be read: an id nobody listed, and a window running past its memory.
+      const bad = udpFrame(p.peerMac, d.mac, ours, p.peerIp!, 5555, 9995, payloadOf(9, 1200));
+      bufs[4] = extFrame(pool, bad, 100, 1100, id + 1, 0);
+      bufs[5] = extFrame(pool, bad, 100, 1100, id, 8192 - 500);
+      assert.is(d.txBurst(0, bufs, 0, 6), 6, 'all taken (the two bad ones dropped)');
+      assert.equal(
+        await rx.done,
+        data.map((x) => `${ours} ${hex(x)}`),
+        `gso ${gso}: every datagram byte for byte`,
+      );
+      const s = d.stats();
+      assert.is(s.txErrors, 2, 'the two bad windows counted');
+      if (gso) assert.ok(s.txGsoMessages >= 1, 'the good ones went as a GSO message');
+    } finally {
+      d.close();
+    }
+  }
+});
+
 /** Sends each stdin line "VNETHEX FRAMEHEX" with PACKET_VNET_HDR on argv[1]; prints ok or the errno per line. */
 const PY_SEND_VNET = `
 import socket, sys

@@ -8,9 +8,10 @@
 //       soon as its last frame is copied. Copying keeps one buffer model (every packet lives in
 //       the pool, whatever the driver) and returns ring memory to the kernel at once.
 //   tx  either sendmmsg(2) batches on this socket, whose iovecs point straight into the pool's
-//       buffers (gathering chained segments), or a TPACKET_V3 TX ring on the same socket kicked
-//       by send(NULL, 0). Never both: a socket with a TX ring sends only from the ring and
-//       silently ignores sendmsg payloads.
+//       buffers (gathering chained segments) and into the external memories (ExtTable: an MR)
+//       of payload segments sent in place, each window checked against its memory, or a
+//       TPACKET_V3 TX ring on the same socket kicked by send(NULL, 0). Never both: a socket with a TX ring sends only
+//       from the ring and silently ignores sendmsg payloads.
 //
 // Socket options: PACKET_QDISC_BYPASS, PACKET_IGNORE_OUTGOING (our own and the host's outgoing
 // frames are not seen on rx), PACKET_LOSS (TX ring: skip malformed frames), promiscuous
@@ -39,6 +40,7 @@
 
 #include "afpacket_gso.h"
 #include "common.h"
+#include "ext_table.h"
 
 #ifndef PACKET_QDISC_BYPASS
 #define PACKET_QDISC_BYPASS 20
@@ -491,7 +493,8 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
   }
 
   // bindPool({memory, firstOffset, stride, headroom, dataSize, count, offset, length, flags,
-  //           next, tsSec, tsNsec, idx, result, flagNext, flagTimestamp, flagL4Ok})
+  //           next, tsSec, tsNsec, idx, result, flagNext, flagTimestamp, flagL4Ok, flagTxUdp,
+  //           flagExt, ext, extId})
   Napi::Value BindPool(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     CheckOpen(env, "bindPool");
@@ -541,6 +544,8 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     for (const char* k : {"memory", "offset", "length", "flags", "next", "tsSec", "tsNsec", "idx", "result"}) {
       refs_.push_back(Napi::Persistent(o.Get(k)));
     }
+    // External payload segments (sendmmsg gathers them from where they are; the TX ring copies).
+    p.ext = ParseExtBinding(env, o, fn, p.f_next, p.count, &refs_);
     pool_ = p;
     pool_bound_ = true;
     return env.Undefined();
@@ -975,9 +980,9 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     return Napi::Number::New(env, n);
   }
 
-  // Gathers packet `head`'s segments into iov (at most kMaxSegments). Returns the segment
-  // count and the total length, or 0 when the chain is invalid (bad index, out of bounds, too
-  // long).
+  // Gathers packet `head`'s segments into iov (at most kMaxSegments), external ones (ext) where
+  // they are. Returns the segment count and the total length, or 0 when the chain is invalid
+  // (bad index, out of bounds, an external window its memory does not hold, too long).
   uint32_t Gather(uint32_t head, struct iovec* iov, uint64_t* len_out) const {
     const PoolView& p = pool_;
     uint32_t bi = head, nseg = 0;
@@ -985,8 +990,16 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     for (;;) {
       if (bi >= p.count || nseg == kMaxSegments) return 0;
       uint64_t o = p.offset[bi], l = p.length[bi];
-      if (o + l > p.mem_len) return 0;
-      iov[nseg].iov_base = p.mem + o;
+      if (p.ext.f_ext != 0 && (p.flags[bi] & p.ext.f_ext)) {
+        // A window of an external memory (an MR), checked against it; never a packet's head.
+        if (nseg == 0 || p.ext.ext == nullptr) return 0;
+        const uint8_t* at = p.ext.ext->Window(p.ext.ext_id[bi], o, l);
+        if (at == nullptr) return 0;
+        iov[nseg].iov_base = const_cast<uint8_t*>(at);
+      } else {
+        if (o + l > p.mem_len) return 0;
+        iov[nseg].iov_base = p.mem + o;
+      }
       iov[nseg].iov_len = l;
       nseg++;
       len += l;
@@ -1335,6 +1348,7 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     uint32_t* result = nullptr;
     uint32_t f_next = 0, f_ts = 0, f_l4ok = 0;
     uint32_t f_txudp = 0;  // gso: the stack left the UDP checksum to us (the pseudo-header sum in the field)
+    ExtBinding ext;        // payload segments in external memory (graph/ext-memory.ts)
   };
 
   std::string ifname_;

@@ -59,6 +59,22 @@ Napi::Value ExtTable::Clear(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+ExtBinding ParseExtBinding(Napi::Env env, Napi::Object o, const char* fn, uint32_t f_next, uint32_t count,
+                           std::vector<Napi::Reference<Napi::Value>>* refs) {
+  ExtBinding b;
+  b.f_ext = OptU32(o, "flagExt", fn, 0, 0, 4294967295.0);
+  if (b.f_ext != 0 && ((b.f_ext & (b.f_ext - 1)) != 0 || b.f_ext == f_next))
+    throw RangeErr(env, std::string(fn) + ": flagExt must be one bit, not flagNext's");
+  Napi::Value extv = o.Get("ext");
+  if (!extv.IsUndefined() && !extv.IsNull()) {
+    if (b.f_ext == 0) throw RangeErr(env, std::string(fn) + ": ext needs flagExt");
+    b.ext = ExtTable::FromValue(env, extv, fn);
+    b.ext_id = U32ArrayArg(env, o.Get("extId"), fn, "extId", count);
+    for (const char* k : {"ext", "extId"}) refs->push_back(Napi::Persistent(o.Get(k)));
+  }
+  return b;
+}
+
 void InitExtTable(Napi::Env env, Napi::Object exports) { exports.Set("ExtTable", ExtTable::Define(env)); }
 
 }  // namespace rg

@@ -11,6 +11,21 @@
 
 namespace rg {
 
+class ExtTable;
+
+// A driver's view of a pool's external payload segments: the flag bit (0: none expected), and the
+// table with each buffer's id in it. The bit without a table: such a segment is a transmit error.
+struct ExtBinding {
+  const ExtTable* ext = nullptr;
+  uint32_t* ext_id = nullptr;
+  uint32_t f_ext = 0;
+};
+
+// Reads {flagExt, ext, extId} of a bindPool object (`count` buffers; flagExt one bit, not
+// `f_next`); the objects it keeps go to `refs`. Throws TypeError/RangeError naming `fn`.
+ExtBinding ParseExtBinding(Napi::Env env, Napi::Object o, const char* fn, uint32_t f_next, uint32_t count,
+                           std::vector<Napi::Reference<Napi::Value>>* refs);
+
 class ExtTable : public Napi::ObjectWrap<ExtTable> {
  public:
   static Napi::Function Define(Napi::Env env);

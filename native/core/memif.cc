@@ -77,18 +77,11 @@ PoolView ParsePool(Napi::Env env, Napi::Object o, const char* fn, uint32_t min_d
   for (const char* k : {"memory", "offset", "length", "flags", "next", "stash", "done", "state"}) {
     refs->push_back(Napi::Persistent(o.Get(k)));
   }
-  // External payload segments (optional): the flag bit, and the table with each buffer's id in
-  // it. The bit without a table: such a segment is a transmit error.
-  p.f_ext = OptU32(o, "flagExt", fn, 0, 0, 4294967295.0);
-  if (p.f_ext != 0 && ((p.f_ext & (p.f_ext - 1)) != 0 || p.f_ext == p.f_next))
-    throw RangeErr(env, f + ": flagExt must be one bit, not flagNext's");
-  Napi::Value extv = o.Get("ext");
-  if (!extv.IsUndefined() && !extv.IsNull()) {
-    if (p.f_ext == 0) throw RangeErr(env, f + ": ext needs flagExt");
-    p.ext = ExtTable::FromValue(env, extv, fn);
-    p.ext_id = U32ArrayArg(env, o.Get("extId"), fn, "extId", p.count);
-    for (const char* k : {"ext", "extId"}) refs->push_back(Napi::Persistent(o.Get(k)));
-  }
+  // External payload segments (optional).
+  const ExtBinding eb = ParseExtBinding(env, o, fn, p.f_next, p.count, refs);
+  p.ext = eb.ext;
+  p.ext_id = eb.ext_id;
+  p.f_ext = eb.f_ext;
   std::memset(p.state, 0, kStateLen * sizeof(uint32_t));
   return p;
 }
