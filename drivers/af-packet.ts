@@ -24,8 +24,10 @@
  * Transmit: by default sendmmsg(2) batches whose iovecs point into the pool buffers (chained
  * segments gathered, no copy in user space), and for a segment sent from an MR in place
  * (BufferFlag.EXT_DATA, graph/ext-memory.ts) into the MR: its payload is never copied into the
- * pool (txExternal; the kernel's copy into the socket buffer is the only one); `txMode: 'ring'` uses a TPACKET_V3 TX ring on the
- * same socket instead (one copy into the ring, one send() kick). Never both on one socket. With
+ * pool (txExternal; the kernel's copy into the socket buffer is the only one). `txMode: 'ring'`
+ * uses a TPACKET_V3 TX ring on the same socket instead (one copy into the ring, one send()
+ * kick; external segments are copied into the pool before it, and one that reaches it anyway is
+ * a tx error). Never both on one socket. With
  * PACKET_QDISC_BYPASS (the default, as VPP) transmitted frames skip the qdisc and the
  * interface's taps, so `tcpdump -i <hostIf>` does not show them: capture on the peer. A
  * frame the kernel refuses (longer than the MTU, shorter than an Ethernet header) is taken and
@@ -296,10 +298,10 @@ export class AfPacketDriver implements Driver {
         // gso: the UDP checksum is left to the kernel (txChecksumOffload).
         flagTxUdp: this.gso ? BufferFlag.TX_UDP_CKSUM : 0,
         // sendmmsg gathers a segment's payload from its MR in place (txExternal); the kernel
-        // copies it into the socket buffer during the call, so nothing is held after it.
-        ...(this.txMode === 'sendmmsg'
-          ? { ext: extTableOf(this.core, pool), extId: pool.extId, flagExt: BufferFlag.EXT_DATA }
-          : {}),
+        // copies it into the socket buffer during the call, so nothing is held after it. The TX
+        // ring has no table: an external segment there is a tx error, never pool bytes.
+        flagExt: BufferFlag.EXT_DATA,
+        ...(this.txMode === 'sendmmsg' ? { ext: extTableOf(this.core, pool), extId: pool.extId } : {}),
       });
     } catch (e) {
       sock.close();
@@ -345,7 +347,6 @@ export class AfPacketDriver implements Driver {
     return taken;
   }
 
-  /** Administratively up with carrier, as the kernel sees the interface now. */
   /** With sendmmsg, payloads sent from an MR in place are gathered from it (no copy into the pool). */
   txExternal(): boolean {
     return this.sock !== null && this.txMode === 'sendmmsg';
@@ -362,6 +363,7 @@ export class AfPacketDriver implements Driver {
     return k < MTU_MIN ? null : Math.min(k, this.mtu);
   }
 
+  /** Administratively up with carrier, as the kernel sees the interface now. */
   linkUp(): boolean {
     if (this.sock === null) return false;
     const f = this.sock.linkFlags();

@@ -23,9 +23,8 @@ export class ExtMemories {
   readonly view: (DataView | null)[] = [null];
   /**
    * Set by a driver that transmits external segments in place (memif in copy mode, af_packet
-   * with sendmmsg): payloads
-   * are attached rather than copied. Without one every such segment would be copied anyway,
-   * later (materialize), so the senders copy at once.
+   * with sendmmsg): payloads are attached rather than copied. Without one every such segment
+   * would be copied anyway, later (materialize), so the senders copy at once.
    */
   wanted = false;
   /**

@@ -20,21 +20,27 @@ const tag = process.pid.toString(36);
 const VA = `rgga${tag}`,
   VB = `rggb${tag}`;
 
-const side = (name: string, dev: string, addr: string) =>
+const side = (name: string, dev: string, addr: string, gso: boolean) =>
   `interfaces:\n  - name: ${name}\n    driver: af_packet\n` +
-  `    af_packet: { host-interface: ${dev}, gso: true }\n    address: ${addr}/24\n`;
+  `    af_packet: { host-interface: ${dev}${gso ? ', gso: true' : ''} }\n    address: ${addr}/24\n`;
+
+/** A (h0 on VA) and B (h1 on VB), once A's interface is up; each goes into `made` as it is created (to close). */
+async function planes(gso: boolean, made: DataplaneApi[]): Promise<[DataplaneApi, DataplaneApi]> {
+  made.push(await createDataplane(parseConfig(side('h0', VA, '10.73.0.1', gso), 'a.yaml')));
+  made.push(await createDataplane(parseConfig(side('h1', VB, '10.73.0.2', gso), 'b.yaml')));
+  const [a, b] = made;
+  for (let i = 0; i < 200 && !(await a.interfaces()).every((x) => x.state === 'up'); i++) await sleep(20);
+  return [a, b];
+}
 
 const counters = async (dp: DataplaneApi, name: string) => (await dp.hardware()).find((h) => h.name === name)!.counters;
 
 test('gso on both ends of a veth: SEND, WRITE and READ arrive whole; segments cross as GSO messages and are cut back', async () => {
   if (why !== null) skip(`af_packet gso: ${why}`);
   vethPair(VA, VB);
-  let a: DataplaneApi | null = null,
-    b: DataplaneApi | null = null;
+  const made: DataplaneApi[] = [];
   try {
-    a = await createDataplane(parseConfig(side('h0', VA, '10.73.0.1'), 'a.yaml'));
-    b = await createDataplane(parseConfig(side('h1', VB, '10.73.0.2'), 'b.yaml'));
-    for (let i = 0; i < 200 && !(await a.interfaces()).every((x) => x.state === 'up'); i++) await sleep(20);
+    const [a, b] = await planes(true, made);
     await sleep(100);
     const hw = (await a.hardware()).find((h) => h.name === 'h0')!;
     assert.match(String(hw.info.tx), /GSO messages/, 'show hardware says so');
@@ -79,8 +85,7 @@ test('gso on both ends of a veth: SEND, WRITE and READ arrive whole; segments cr
     const qa = (await a.qps()).find((q) => q.qpn === x.qp.qpn)!;
     assert.is(qa.counters.retransmits, 0, 'nothing resent on the lossless veth');
   } finally {
-    await a?.close();
-    await b?.close();
+    for (const d of made) await d.close();
     spawnSync('ip', ['link', 'del', VA]);
   }
 });
@@ -88,16 +93,10 @@ test('gso on both ends of a veth: SEND, WRITE and READ arrive whole; segments cr
 test("no mtu configured: the interface takes its veth end's (9000) and follows it; a QP's segments are that large", async () => {
   if (why !== null) skip(`af_packet mtu: ${why}`);
   vethPair(VA, VB);
-  let a: DataplaneApi | null = null,
-    b: DataplaneApi | null = null;
+  const made: DataplaneApi[] = [];
   try {
     for (const v of [VA, VB]) spawnSync('ip', ['link', 'set', v, 'mtu', '9000']);
-    const plain = (name: string, dev: string, addr: string) =>
-      `interfaces:\n  - name: ${name}\n    driver: af_packet\n` +
-      `    af_packet: { host-interface: ${dev} }\n    address: ${addr}/24\n`;
-    a = await createDataplane(parseConfig(plain('h0', VA, '10.73.0.1'), 'a.yaml'));
-    b = await createDataplane(parseConfig(plain('h1', VB, '10.73.0.2'), 'b.yaml'));
-    for (let i = 0; i < 200 && !(await a.interfaces()).every((x) => x.state === 'up'); i++) await sleep(20);
+    const [a, b] = await planes(false, made);
     assert.is((await a.interfaces()).find((i) => i.name === 'h0')!.mtu, 9000, "the kernel's MTU");
     const x = await end(a, 'h0'),
       y = await end(b, 'h1');
@@ -116,8 +115,7 @@ test("no mtu configured: the interface takes its veth end's (9000) and follows i
     }
     assert.is(mtu, 1500, "followed the kernel's down");
   } finally {
-    await a?.close();
-    await b?.close();
+    for (const d of made) await d.close();
     spawnSync('ip', ['link', 'del', VA]);
   }
 });

@@ -990,6 +990,23 @@ test('tx (sendmmsg): payload windows of external memory (an MR sent in place) go
       d.close();
     }
   }
+  // The TX ring gathers nothing in place: a window reaching it is a tx error, not pool bytes.
+  const pool = memPool(64, 2048);
+  const r = new AfPacketDriver({ hostIf: p.host, txMode: 'ring' });
+  r.open(pool);
+  try {
+    assert.not.ok(r.txExternal(), 'the TX ring copies');
+    const id = pool.ext.add(new Uint8Array(4096));
+    const f = udpFrame(p.peerMac, r.mac, '10.77.1.1', p.peerIp!, 5555, 9995, payloadOf(3, 1200));
+    const bufs = Uint32Array.of(extFrame(pool, f, 100, 1100, id, 0));
+    assert.is(r.txBurst(0, bufs, 0, 1), 1, 'taken');
+    const s = r.stats();
+    assert.is(s.txErrors, 1, 'as an error');
+    assert.is(s.txPackets, 0, 'nothing sent');
+  } finally {
+    r.close();
+  }
+  assert.is(pool.available(), pool.count);
 });
 
 /** Sends each stdin line "VNETHEX FRAMEHEX" with PACKET_VNET_HDR on argv[1]; prints ok or the errno per line. */

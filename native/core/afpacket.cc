@@ -10,8 +10,8 @@
 //   tx  either sendmmsg(2) batches on this socket, whose iovecs point straight into the pool's
 //       buffers (gathering chained segments) and into the external memories (ExtTable: an MR)
 //       of payload segments sent in place, each window checked against its memory, or a
-//       TPACKET_V3 TX ring on the same socket kicked by send(NULL, 0). Never both: a socket with a TX ring sends only
-//       from the ring and silently ignores sendmsg payloads.
+//       TPACKET_V3 TX ring on the same socket kicked by send(NULL, 0). Never both: a socket
+//       with a TX ring sends only from the ring and silently ignores sendmsg payloads.
 //
 // Socket options: PACKET_QDISC_BYPASS, PACKET_IGNORE_OUTGOING (our own and the host's outgoing
 // frames are not seen on rx), PACKET_LOSS (TX ring: skip malformed frames), promiscuous

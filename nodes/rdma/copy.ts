@@ -4,10 +4,10 @@
  * 64-byte message was the most of what a latency run allocated, and per 2 KiB buffer of a 32 KiB
  * segment ~1.6 KB of garbage per segment received. Up to SMALL_COPY bytes the copy goes through
  * the two arrays' DataViews, eight bytes a step as two 32-bit words (a byte loop over the
- * Uint8Arrays measured ~4.5x slower at 64 bytes: ~310 vs ~65 ns here, each byte's access bounds-checked);
- * a received chain's payload goes to memory in one native call, and a segment's payload from
- * one piece of memory into its chain in one (graph/chain-copy.ts); other longer copies take
- * the view (its cost spread over the bytes).
+ * Uint8Arrays measured ~4.5x slower at 64 bytes: ~310 vs ~65 ns here, each byte's access
+ * bounds-checked); a received chain's payload goes to memory in one native call, and a
+ * segment's payload from one piece of memory into its chain in one (graph/chain-copy.ts); other
+ * longer copies take the view (its cost spread over the bytes).
  */
 export const SMALL_COPY = 64;
 
