@@ -41,8 +41,9 @@ constexpr uint32_t kInvalid = 0xffffffffu;
 constexpr uint32_t kMaxChain = 256;                     // descriptors in one received frame
 constexpr uint64_t kMaxFrame = 256 * 1024;              // bytes in one received frame
 constexpr uint32_t kMaxTxSegs = 64;                     // pool segments in one transmitted frame
-constexpr uint32_t kBusyControlEvery = 64;              // busy rx polls between control-channel checks
-constexpr uint32_t kIdleControlEvery = 16;              // empty polls (interrupts still off) between checks
+constexpr uint32_t kBusyControlEvery = 1024;            // busy rx polls between control-channel checks
+constexpr uint32_t kIdleControlEvery = 256;             // empty polls (interrupts still off) between checks
+constexpr uint32_t kIdleReclaimEvery = 16;              // those between zero-copy reclaims (no syscall)
 constexpr uint64_t kIdleNsDefault = 50 * 1000;          // empty this long: interrupts back on (option idleUs)
 constexpr long kRetryNs = 250 * 1000 * 1000;            // client reconnect interval
 constexpr size_t kMaxPending = 8;                       // accepted connections waiting for INIT, per socket
@@ -589,7 +590,7 @@ class Memif : public Napi::ObjectWrap<Memif> {
   std::vector<Ring> rx_, tx_;
   uint32_t nrx_run_ = 0, ntx_run_ = 0;
   bool zc_ = false;
-  uint32_t busy_polls_ = 0, idle_polls_ = 0;
+  uint32_t busy_polls_ = 0, idle_polls_ = 0, reclaim_polls_ = 0;
   std::vector<int> hold_;  // per rx queue: readable while its ring is masked
   std::vector<uint8_t> hold_set_;
   uint32_t dummy_ = kInvalid;
