@@ -441,6 +441,89 @@ test('a socket another process serves is refused; a stale socket file is replace
   assert.not.ok(fs.existsSync(stale));
 });
 
+test("polls of a masked, empty ring (most of a busy engine's) still see frames at once, unmask after idleUs, look at the control channel and reclaim", async () => {
+  const sock = sockPath();
+  const ps = memPool(2048),
+    pc = createPool({ count: 4096, hugepages: 'never' });
+  // idleUs long: the rings stay masked while this test polls them.
+  const s = drv('qs', { socket: sock, role: 'server', idlePollUs: 60e6 }, ps);
+  const c = drv('qc', { socket: sock, role: 'client', idlePollUs: 60e6 }, pc);
+  await until('link up', [s, c], () => s.linkUp() && c.linkUp());
+  const out = new Uint32Array(256);
+  // Each direction: a frame masks the receiving ring, then thousands of empty polls (the last
+  // more than 16 and 256 apart: the clock and the control channel are due several times), and
+  // a frame sent in the middle arrives at the very next poll, with no kick (the ring is masked).
+  for (const [tx, ptx, rx, prx] of [
+    [c, pc, s, ps],
+    [s, ps, c, pc],
+  ] as const) {
+    await exchange(tx, ptx, rx, prx, [60]);
+    for (let round = 0; round < 3; round++) {
+      for (let k = 0; k < 1000 + round * 37; k++) assert.is(rx.rxBurst(0, out, 256), 0, `empty poll ${k}`);
+      const kicks = tx.stats().kicks;
+      const sent = bytes(100 + round, round);
+      assert.is(tx.txBurst(0, Uint32Array.of(packet(ptx, sent)), 0, 1), 1);
+      assert.is(rx.rxBurst(0, out, 256), 1, `${rx.name}: the frame at the next poll (round ${round})`);
+      assert.ok(Buffer.from(prx.packetBytes(out[0])).equals(Buffer.from(sent)));
+      prx.free(out, 0, 1);
+      assert.is(tx.stats().kicks, kicks, 'a masked ring is not kicked');
+    }
+  }
+  // Zero-copy: what the client sent comes back to its pool while it only polls (empty).
+  for (let k = 0; k < 100; k++) c.rxBurst(0, out, 256);
+  const before = pc.available();
+  const five = Uint32Array.from({ length: 5 }, (_, i) => packet(pc, bytes(80, i)));
+  assert.is(c.txBurst(0, five, 0, 5), 5);
+  let got = 0;
+  while (got < 5) {
+    const n = s.rxBurst(0, out, 256);
+    ps.free(out, 0, n);
+    got += n;
+  }
+  assert.is(pc.available(), before - 5, 'in the ring until the server took them');
+  // Within kIdleReclaimEvery (16) polls, whatever the count stood at.
+  for (let k = 0; k < 17; k++) c.rxBurst(0, out, 256);
+  assert.is(pc.available(), before, 'the client reclaimed what it sent, polling an empty ring');
+  // The control channel is looked at while the ring stays masked, every kIdleControlEvery (256)
+  // polls: the peer's close is seen within that many, whatever the count stood at.
+  c.close();
+  let polls = 0;
+  while (s.linkUp() && polls < 257) {
+    s.rxBurst(0, out, 256);
+    polls++;
+  }
+  assert.not.ok(s.linkUp(), `the server saw the client go within ${polls} masked polls`);
+  assert.is(s.info().lastDisconnect?.reason, 'Interface closed');
+  s.close();
+  whole(ps, 'server');
+});
+
+test('a masked ring unmasks after idleUs of empty polls: the peer kicks again', async () => {
+  const sock = sockPath();
+  const ps = memPool(2048),
+    pc = createPool({ count: 4096, hugepages: 'never' });
+  const s = drv('us', { socket: sock, role: 'server', idlePollUs: 2000 }, ps);
+  const c = drv('uc', { socket: sock, role: 'client' }, pc);
+  await until('link up', [s, c], () => s.linkUp() && c.linkUp());
+  const out = new Uint32Array(256);
+  await exchange(c, pc, s, ps, [60]);
+  const kicks = c.stats().kicks;
+  assert.is(c.txBurst(0, Uint32Array.of(packet(pc, bytes(60, 1))), 0, 1), 1);
+  assert.is(c.stats().kicks, kicks, 'masked: no kick');
+  assert.is(s.rxBurst(0, out, 256), 1);
+  ps.free(out, 0, 1);
+  // Poll it empty for 20 ms (10 x idleUs): the clock read every few polls unmasks it.
+  const end = Date.now() + 20;
+  while (Date.now() < end) s.rxBurst(0, out, 256);
+  assert.is(c.txBurst(0, Uint32Array.of(packet(pc, bytes(60, 2))), 0, 1), 1);
+  assert.is(c.stats().kicks, kicks + 1, 'unmasked after idleUs: the client kicked');
+  await until('the frame', [c], () => {
+    const n = s.rxBurst(0, out, 256);
+    if (n > 0) ps.free(out, 0, n);
+    return n > 0;
+  });
+});
+
 test("in the engine: the receiving graph sleeps when idle and wakes on the peer's interrupt", async () => {
   const sock = sockPath();
   const ps = memPool(2048),

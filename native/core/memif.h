@@ -503,6 +503,10 @@ class Memif : public Napi::ObjectWrap<Memif> {
 
   // memifRx(handle, queue, out, max)'s body: one receive burst on queue q, at most max into out.
   uint32_t RxBurst(uint32_t q, uint32_t* out, uint32_t max);
+  // An empty poll RxBurst would answer 0 to with nothing else to do (ring masked and empty for
+  // less than idle_ns_, a client's ring full of buffers, no control-channel look or reclaim due):
+  // counted as that poll, and memifRx answers 0 before it converts its other arguments.
+  bool RxQuickEmpty(uint32_t q);
 
   static uint64_t NowNs();
   bool RingEmpty(Ring& r);

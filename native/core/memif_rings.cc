@@ -322,6 +322,27 @@ uint32_t Memif::RxBurst(uint32_t q, uint32_t* out, uint32_t max) {
   return n;
 }
 
+bool Memif::RxQuickEmpty(uint32_t q) {
+  if (released_ || !pool_bound_ || phase_ != Phase::kConnected || q >= rx_.size() || rx_gap_us_ > 0) return false;
+  Ring& r = rx_[q];
+  // Masked since a look that found it empty (empty_since set), and nothing published since.
+  if (!r.present || !r.masked || r.empty_since == 0 || !RingEmpty(r)) return false;
+  // A client's ring holds a buffer in every slot (else the full poll refills it).
+  if (!server_ && static_cast<uint16_t>(r.head - r.last) != r.size) return false;
+  // Empty for idle_ns_ already: the full poll unmasks it (read each poll, as there: an unmask
+  // late by even a few polls would let the engine try to sleep on a masked ring first).
+  if (NowNs() - r.empty_since >= idle_ns_) return false;
+  if (q == 0) {
+    if (busy_polls_ + 1 >= kBusyControlEvery || idle_polls_ + 1 >= kIdleControlEvery) return false;
+    if (zc_ && reclaim_polls_ + 1 >= kIdleReclaimEvery) return false;
+    busy_polls_++;
+    idle_polls_++;
+    if (zc_) reclaim_polls_++;
+  }
+  pool_.state[kStDone] = 0;
+  return true;
+}
+
 // Nothing published that we have not taken (a server's C2S head, a client's S2C tail).
 bool Memif::RingEmpty(Ring& r) { return (server_ ? Load16Acquire(r.head_p()) : Load16Acquire(r.tail_p())) == r.last; }
 
