@@ -16,7 +16,7 @@
  * between two daemons in two network namespaces vs the kernel's TCP between the same namespaces).
  */
 import os from 'node:os';
-import { runGraphBench } from './graph-bench.ts';
+import { clockReadNs, graphBreakdown, type GraphBenchResult, runGraphBench } from './graph-bench.ts';
 import { runAfPacketBench } from './af-packet-bench.ts';
 import { runL2l4Bench } from './l2l4.ts';
 import { runRdmaBench } from './rdma.ts';
@@ -81,10 +81,22 @@ for (const name of run) {
     const direct = await runGraphBench({ seconds });
     const sched = await runGraphBench({ seconds, loop: 'scheduler' });
     const closures = await runGraphBench({ seconds, style: 'closure' });
+    // The breakdown compares three graphs: run alternately, 3 rounds, medians (this machine's
+    // speed changes between seconds).
+    const trios: (GraphBenchResult & { text: string })[][] = [[], [], []];
+    for (let r = 0; r < 3; r++) {
+      trios[0].push(await runGraphBench({ seconds: seconds / 3 }));
+      trios[1].push(await runGraphBench({ seconds: seconds / 3, style: 'bare' }));
+      trios[2].push(await runGraphBench({ seconds: seconds / 3, chain: 0 }));
+    }
+    const [full, bare, ends] = trios.map((t) => t.sort((a, b) => a.nsPerPacket - b.nsPerPacket)[1]);
+    const where = graphBreakdown(full, bare, ends, clockReadNs());
     if (!json) {
       console.log(direct.text);
       console.log(sched.text.split('\n').slice(0, 3).join('\n'));
       console.log(closures.text.split('\n').slice(0, 3).join('\n'));
+      for (const t of [full, bare, ends]) console.log(t.text.split('\n').slice(0, 2).join('\n'));
+      console.log(where.text);
       console.log(
         `  target: <= 3 ns/packet/node; event-loop scheduling costs ${(100 * (1 - sched.mpps / direct.mpps)).toFixed(1)} % of direct dispatch; ` +
           `nodes as closures of one literal cost x${(closures.nsPerPacketPerNode / direct.nsPerPacketPerNode).toFixed(2)} per packet per node`,
@@ -99,6 +111,9 @@ for (const name of run) {
           bench: 'graph',
           mpps: round(direct.mpps),
           nsPerPacketPerNode: round(direct.nsPerPacketPerNode),
+          nodeLoopNs: round(where.nodeLoopNs),
+          engineNsPerNode: round(where.engineNs),
+          allocFreeNsPerPacket: round(where.allocFreeNs),
           vector: direct.vector,
         }),
       );
