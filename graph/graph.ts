@@ -40,7 +40,7 @@ import {
 } from './node.ts';
 import { TimerWheel } from './timer-wheel.ts';
 import { TraceBuffer } from './trace.ts';
-import { IdleWaiter } from './waiter.ts';
+import { IdleWaiter, Turns } from './waiter.ts';
 
 export class GraphError extends Error {
   constructor(message: string) {
@@ -166,6 +166,7 @@ export class Graph {
   private readonly idlePollNs: number;
   private readonly mode: 'adaptive' | 'polling';
   private waiter: IdleWaiter | null = null;
+  private turns: Turns | null = null;
   private readonly sleepGuards: (() => boolean)[] = [];
   private readonly dueSources: (() => number)[] = [];
   private readonly closeHooks: (() => void)[] = [];
@@ -742,7 +743,10 @@ export class Graph {
   private schedule(): void {
     if (this.scheduled || !this.running) return;
     this.scheduled = true;
-    setImmediate(this.loop);
+    // Not setImmediate: it makes an Immediate per turn (with its async bookkeeping), about half
+    // of a two-process ping-pong's garbage (graph/waiter.ts Turns).
+    if (this.turns === null) this.turns = new Turns(this.loop);
+    this.turns.soon();
   }
 
   private readonly loop = (): void => {
@@ -909,6 +913,11 @@ export class Graph {
     if (this.waiter) {
       this.waiter.close();
       this.waiter = null;
+    }
+    if (this.turns) {
+      this.turns.close(); // an armed turn is dropped with it
+      this.turns = null;
+      this.scheduled = false;
     }
     // Whoever holds buffers outside frames (queues fed from outside the graph) gives them back.
     for (const hook of this.closeHooks.splice(0)) hook();

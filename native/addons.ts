@@ -88,6 +88,19 @@ export interface FdWaiter {
   wait(timeoutMs: number, cb: (fd: number) => void): void;
   /** Drop the pending wait, if any, without calling its callback. */
   cancel(): void;
+  /**
+   * The function each soon() calls; weakly held (neither it nor the waiter is kept alive by
+   * it). Replaces the last one.
+   */
+  onTurn(fn: () => void): void;
+  /**
+   * Call the onTurn() function once, in this event-loop iteration's check phase (where
+   * setImmediate's callbacks run; the poll phase does not block meanwhile), or the next
+   * iteration's when called from it. No object is made per call (setImmediate makes one). A
+   * second soon() before the call is the same call. Microtasks run after it; a throw is an
+   * uncaught exception. An armed turn keeps the process alive.
+   */
+  soon(): void;
   /** Cancel and release all handles. Idempotent; any later add/remove/wait throws. */
   close(): void;
   /** A wait is pending. */

@@ -122,6 +122,35 @@ class WaiterCore {
     ReleaseWait();
   }
 
+  // The function soon() calls (once per soon(), from the loop's check phase, as setImmediate's
+  // callbacks are, but with no object made per call).
+  void OnTurn(Napi::Env env, Napi::Function fn, Napi::Object self) {
+    CheckOpen(env, "onTurn");
+    if (check_ == nullptr) {
+      check_ = new uv_check_t();
+      idle_ = new uv_idle_t();
+      uv_check_init(loop_, check_);
+      uv_idle_init(loop_, idle_);
+      check_->data = this;
+      idle_->data = this;
+    }
+    // Weak: an armed turn does not keep the FdWaiter or its function alive (a dropped graph
+    // is collected; its turn then finds nothing to call). The handle scope of Turn() keeps them
+    // alive through the call.
+    turn_cb_ = Napi::Weak(fn);
+    turn_self_ = Napi::Weak(self);
+  }
+
+  // Arms one turn (a second soon() before it runs is the same turn).
+  void Soon(Napi::Env env) {
+    CheckOpen(env, "soon");
+    if (check_ == nullptr) throw Napi::Error::New(env, "FdWaiter.soon: no onTurn() function");
+    if (turn_armed_) return;
+    turn_armed_ = true;
+    uv_check_start(check_, OnCheck);
+    uv_idle_start(idle_, OnIdle);
+  }
+
   // Stops everything and closes all handles; idempotent. The cleanup hook is removed once the
   // last close callback has run.
   void CloseAll() {
@@ -135,6 +164,16 @@ class WaiterCore {
       uv_close(reinterpret_cast<uv_handle_t*>(timer_), OnTimerClosed);
       timer_ = nullptr;
     }
+    if (check_) {
+      turn_armed_ = false;
+      pending_closes_ += 2;
+      uv_close(reinterpret_cast<uv_handle_t*>(check_), OnCheckClosed);
+      uv_close(reinterpret_cast<uv_handle_t*>(idle_), OnIdleClosed);
+      check_ = nullptr;
+      idle_ = nullptr;
+    }
+    turn_cb_.Reset();
+    turn_self_.Reset();
     if (callback_depth_ == 0) DestroyAsyncContext();
     if (pending_closes_ == 0) RemoveHook();
   }
@@ -211,19 +250,25 @@ class WaiterCore {
     napi_value fn = cb_.Value();
     napi_value recv = self_.Value();
     ReleaseWait();  // before the call, so the callback may wait() again
-    napi_value arg, result;
+    napi_value arg;
     napi_create_int32(env, fd, &arg);
+    Call(recv, fn, 1, &arg);
+    // `recv` in this handle scope keeps the JS object (and so this core) alive until here.
+    napi_close_handle_scope(env, scope);
+  }
+
+  // fn as a fresh macrotask (microtasks after it); a throw is an uncaught exception, as one in
+  // a timer callback is ('uncaughtException', or the process exits).
+  void Call(napi_value recv, napi_value fn, size_t argc, const napi_value* argv) {
+    napi_value result;
     ++callback_depth_;
-    napi_status st = napi_make_callback(env, async_, recv, fn, 1, &arg, &result);
+    napi_status st = napi_make_callback(env_, async_, recv, fn, argc, argv, &result);
     --callback_depth_;
     if (st == napi_pending_exception) {
-      // Same as a throw in a timer callback: 'uncaughtException', or the process exits.
       napi_value exc;
-      if (napi_get_and_clear_last_exception(env, &exc) == napi_ok) napi_fatal_exception(env, exc);
+      if (napi_get_and_clear_last_exception(env_, &exc) == napi_ok) napi_fatal_exception(env_, exc);
     }
-    // `recv` in this handle scope keeps the JS object (and so this core) alive until here.
     if (closed_ && callback_depth_ == 0) DestroyAsyncContext();
-    napi_close_handle_scope(env, scope);
   }
 
   static void OnPoll(uv_poll_t* h, int status, int events) {
@@ -243,6 +288,42 @@ class WaiterCore {
     }
   }
 
+  // The armed turn: disarmed first (the function may arm the next one), then called.
+  void Turn() {
+    if (!turn_armed_) return;
+    turn_armed_ = false;
+    uv_check_stop(check_);
+    uv_idle_stop(idle_);
+    napi_env env = env_;
+    napi_handle_scope scope;
+    if (napi_open_handle_scope(env, &scope) != napi_ok) return;
+    Napi::Function fn = turn_cb_.Value();
+    Napi::Object recv = turn_self_.Value();
+    if (!fn.IsEmpty() && !recv.IsEmpty()) Call(recv, fn, 0, nullptr);
+    napi_close_handle_scope(env, scope);
+  }
+
+  static void OnCheck(uv_check_t* h) {
+    try {
+      static_cast<WaiterCore*>(h->data)->Turn();
+    } catch (...) {
+    }
+  }
+
+  static void OnIdle(uv_idle_t*) {}
+
+  static void OnCheckClosed(uv_handle_t* h) {
+    auto* core = static_cast<WaiterCore*>(h->data);
+    delete reinterpret_cast<uv_check_t*>(h);
+    core->HandleClosed();
+  }
+
+  static void OnIdleClosed(uv_handle_t* h) {
+    auto* core = static_cast<WaiterCore*>(h->data);
+    delete reinterpret_cast<uv_idle_t*>(h);
+    core->HandleClosed();
+  }
+
   static void OnPollClosed(uv_handle_t* h) {
     auto* p = static_cast<PollHandle*>(h->data);
     WaiterCore* core = p->core;
@@ -260,6 +341,11 @@ class WaiterCore {
   uv_loop_t* loop_;
   std::map<int, PollHandle*> polls_;
   uv_timer_t* timer_ = nullptr;
+  uv_check_t* check_ = nullptr;  // turns: run after this loop iteration's poll phase
+  uv_idle_t* idle_ = nullptr;    // while a turn is armed: the poll phase does not block
+  Napi::FunctionReference turn_cb_;
+  Napi::ObjectReference turn_self_;
+  bool turn_armed_ = false;
   Napi::FunctionReference cb_;
   Napi::ObjectReference self_;
   napi_async_context async_ = nullptr;
@@ -280,6 +366,8 @@ class FdWaiter : public Napi::ObjectWrap<FdWaiter> {
                            InstanceMethod<&FdWaiter::Remove>("remove"),
                            InstanceMethod<&FdWaiter::Wait>("wait"),
                            InstanceMethod<&FdWaiter::Cancel>("cancel"),
+                           InstanceMethod<&FdWaiter::OnTurn>("onTurn"),
+                           InstanceMethod<&FdWaiter::Soon>("soon"),
                            InstanceMethod<&FdWaiter::Close>("close"),
                            InstanceAccessor<&FdWaiter::Waiting>("waiting"),
                            InstanceAccessor<&FdWaiter::Closed>("closed"),
@@ -328,6 +416,18 @@ class FdWaiter : public Napi::ObjectWrap<FdWaiter> {
     if (!info[1].IsFunction()) throw TypeErr(env, "FdWaiter.wait: cb must be a function");
     core_->Wait(env, timeout, info[1].As<Napi::Function>(), info.This().As<Napi::Object>());
     return env.Undefined();
+  }
+
+  Napi::Value OnTurn(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!info[0].IsFunction()) throw TypeErr(env, "FdWaiter.onTurn: fn must be a function");
+    core_->OnTurn(env, info[0].As<Napi::Function>(), info.This().As<Napi::Object>());
+    return env.Undefined();
+  }
+
+  Napi::Value Soon(const Napi::CallbackInfo& info) {
+    core_->Soon(info.Env());
+    return info.Env().Undefined();
   }
 
   Napi::Value Cancel(const Napi::CallbackInfo& info) {
