@@ -1,7 +1,8 @@
 /**
  * Sleeping when idle: waits until one of the drivers' file descriptors is readable or a
  * timeout passes, on this thread's libuv loop (the core addon's FdWaiter, uv_poll + uv_timer),
- * so the event loop keeps serving the API while the data plane sleeps.
+ * so the event loop keeps serving the API while the data plane sleeps. And the loop's turns
+ * (Turns: uv_check + uv_idle, no object per turn as setImmediate makes).
  */
 import { loadCore, type FdWaiter } from '../native/addons.ts';
 

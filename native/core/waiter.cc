@@ -1,5 +1,7 @@
 // FdWaiter: lets the dispatch loop sleep on its env's libuv loop until one of a set of fds is
-// readable or a timeout passes, then calls back exactly once.
+// readable or a timeout passes, then calls back exactly once; and runs its turns (onTurn/soon:
+// a uv_check handle calls back in the loop's check phase, a uv_idle one keeps the poll phase
+// from blocking meanwhile).
 //
 // The uv handles live in a WaiterCore that outlives the JS object when it has to: uv_close() is
 // asynchronous, so the core is deleted only once the JS object is gone, every handle's close
