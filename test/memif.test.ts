@@ -45,6 +45,24 @@ async function until(what: string, ds: MemifDriver[], cond: () => boolean, ms = 
   }
 }
 
+/**
+ * A server (a memPool, copying) and a zero-copy client (a memfd pool) on a new socket, linked
+ * up; names `${name}s` and `${name}c`.
+ */
+async function linkedPair(
+  name: string,
+  sOpts: Partial<MemifOptions> = {},
+  cOpts: Partial<MemifOptions> = {},
+): Promise<{ sock: string; s: MemifDriver; c: MemifDriver; ps: BufferPool; pc: BufferPool }> {
+  const sock = sockPath();
+  const ps = memPool(2048),
+    pc = createPool({ count: 4096, hugepages: 'never' });
+  const s = drv(`${name}s`, { socket: sock, role: 'server', ...sOpts }, ps);
+  const c = drv(`${name}c`, { socket: sock, role: 'client', ...cOpts }, pc);
+  await until('link up', [s, c], () => s.linkUp() && c.linkUp());
+  return { sock, s, c, ps, pc };
+}
+
 function bytes(len: number, seed: number): Uint8Array {
   const b = new Uint8Array(len);
   let x = (seed * 2654435761) >>> 0 || 1;
@@ -316,12 +334,7 @@ test('reconnection: the server restarts, then the client restarts; link state fo
 });
 
 test('a peer that goes away mid-burst: frames in flight and refilled buffers all come back', async () => {
-  const sock = sockPath();
-  const ps = memPool(2048),
-    pc = createPool({ count: 4096, hugepages: 'never' });
-  const s = drv('vs', { socket: sock, role: 'server', ringSize: 512 }, ps);
-  const c = drv('vc', { socket: sock, role: 'client', ringSize: 512 }, pc);
-  await until('link up', [s, c], () => s.linkUp() && c.linkUp());
+  const { s, c, ps, pc } = await linkedPair('v', { ringSize: 512 }, { ringSize: 512 });
   const out = new Uint32Array(256);
   c.rxBurst(0, out, 256); // refill the receive ring with pool buffers
   const bufs = Uint32Array.from({ length: 300 }, (_, i) => packet(pc, bytes(200 + i, i)));
@@ -442,13 +455,8 @@ test('a socket another process serves is refused; a stale socket file is replace
 });
 
 test("polls of a masked, empty ring (most of a busy engine's) still see frames at once, unmask after idleUs, look at the control channel and reclaim", async () => {
-  const sock = sockPath();
-  const ps = memPool(2048),
-    pc = createPool({ count: 4096, hugepages: 'never' });
   // idleUs long: the rings stay masked while this test polls them.
-  const s = drv('qs', { socket: sock, role: 'server', idlePollUs: 60e6 }, ps);
-  const c = drv('qc', { socket: sock, role: 'client', idlePollUs: 60e6 }, pc);
-  await until('link up', [s, c], () => s.linkUp() && c.linkUp());
+  const { s, c, ps, pc } = await linkedPair('q', { idlePollUs: 60e6 }, { idlePollUs: 60e6 });
   const out = new Uint32Array(256);
   // Each direction: a frame masks the receiving ring, then thousands of empty polls (the last
   // more than 16 and 256 apart: the clock and the control channel are due several times), and
@@ -499,12 +507,7 @@ test("polls of a masked, empty ring (most of a busy engine's) still see frames a
 });
 
 test('a masked ring unmasks after idleUs of empty polls: the peer kicks again', async () => {
-  const sock = sockPath();
-  const ps = memPool(2048),
-    pc = createPool({ count: 4096, hugepages: 'never' });
-  const s = drv('us', { socket: sock, role: 'server', idlePollUs: 2000 }, ps);
-  const c = drv('uc', { socket: sock, role: 'client' }, pc);
-  await until('link up', [s, c], () => s.linkUp() && c.linkUp());
+  const { s, c, ps, pc } = await linkedPair('u', { idlePollUs: 2000 });
   const out = new Uint32Array(256);
   await exchange(c, pc, s, ps, [60]);
   const kicks = c.stats().kicks;
