@@ -201,6 +201,7 @@ struct rg_qp {
   uint32_t max_send_wr, max_recv_wr, max_sge, max_inline;
   uint32_t sq_prod, rq_prod; /* ours; published at RGV_QP_SQ_PROD / RGV_QP_RQ_PROD */
   uint32_t sq_done_seen;     /* RGV_QP_SQ_DONE as last read (under sq_lock) */
+  uint32_t* sq_bytes;        /* the data bytes of each send WQE, by slot (ours: ring.c's naps) */
   int sig_all;
   pthread_spinlock_t sq_lock, rq_lock;
   struct rg_qp* next; /* in the context */

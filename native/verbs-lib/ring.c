@@ -27,6 +27,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lib.h"
@@ -43,6 +44,22 @@
  * nobody else runnable costs a system call (well under a microsecond) every this many polls.
  */
 #define YIELD_POLLS 64u
+/*
+ * At such a point a CQ whose send queues hold at least NAP_BYTES behind their next completion
+ * (sq_pending_bytes: a bandwidth run; ib_write_bw keeps 128 x 64 KiB posted, one completion
+ * asked per 100) sleeps NAP_NS instead of yielding. The daemons have that much to move before
+ * the program could post more (1 MiB: ~200 us at 40 Gbit/s; the nap is ~60-170 us here with
+ * the timer's slack and wake-up), and a yield leaves this process runnable, taking half of a core
+ * the daemons need. Two daemons and perftest on two cores: ib_write_bw 64 KiB x1.2-1.5, 4 KiB
+ * unchanged. A CQ with less queued (a ping-pong: one message; a 1 MiB transfer as one WR) keeps
+ * spinning, so its latency does not pay a timer's wake-up.
+ */
+#define NAP_BYTES (1024u * 1024u)
+#define NAP_NS 50000L
+/* sq_bytes[slot]: the WQE's data bytes (at most SQ_BYTES_MAX), and whether it completes. */
+#define SQ_BYTES_SIGNALED 0x80000000u
+#define SQ_BYTES_MAX 0x7fffffffu
+static void idle_point(struct rg_cq* q);
 
 static uint32_t pow2_at_least(uint32_t n) {
   uint32_t p = 1;
@@ -397,8 +414,48 @@ static int op_poll_cq(struct ibv_cq* cq, int n, struct ibv_wc* wc) {
   if (check)
     rg_daemon_gone(rg_ctx(cq->context)); /* flushes into the rings: the next poll sees it */
   else if (yield)
-    sched_yield(); /* a program spinning on an empty CQ lets the daemon (maybe on this core) run */
+    idle_point(q);
   return k;
+}
+
+/*
+ * The bytes of send WRs posted to QPs completing into `cq` that stay queued after each QP's
+ * next completion (the WRs behind its first signaled one not finished), counted until `enough`:
+ * the work that keeps the daemons busy while this thread sleeps past that completion (perftest
+ * asks one completion per 100 WRs: a nap long enough for those 100 would starve the pipe if
+ * fewer bytes followed). 0 when the context's lists are busy (another thread creating a QP).
+ * From our own copy of each WQE's length (sq_bytes), not the shared ring: the loop is bounded by
+ * the QPs of the context and each one's send ring, whatever the daemon's done index says.
+ */
+static uint64_t sq_pending_bytes(struct rg_cq* cq, uint64_t enough) {
+  struct rg_context* c = rg_ctx(cq->cq.context);
+  uint64_t bytes = 0;
+  if (pthread_mutex_trylock(&c->objs) != 0) return 0;
+  for (struct rg_qp* q = c->qps; q != NULL && bytes < enough; q = q->next) {
+    if ((struct rg_cq*)q->qp.send_cq != cq) continue;
+    const uint32_t prod = __atomic_load_n(&q->sq_prod, __ATOMIC_RELAXED), mask = q->sq_entries - 1;
+    int behind = 0;
+    for (uint32_t s = LOAD(U32(&q->ring, RGV_QP_SQ_DONE)), k = 0; s != prod && k < q->sq_entries && bytes < enough;
+         s++, k++) {
+      const uint32_t rec = __atomic_load_n(&q->sq_bytes[s & mask], __ATOMIC_RELAXED);
+      if (behind)
+        bytes += rec & SQ_BYTES_MAX;
+      else if (rec & SQ_BYTES_SIGNALED)
+        behind = 1;
+    }
+  }
+  pthread_mutex_unlock(&c->objs);
+  return bytes;
+}
+
+/* What a poll that found nothing for YIELD_POLLS polls does: a nap or a yield (see NAP_BYTES). */
+static void idle_point(struct rg_cq* q) {
+  if (sq_pending_bytes(q, NAP_BYTES) >= NAP_BYTES) {
+    const struct timespec nap = {0, NAP_NS};
+    nanosleep(&nap, NULL);
+  } else {
+    sched_yield(); /* a program spinning on an empty CQ lets the daemon (maybe on this core) run */
+  }
 }
 
 void rg_cq_empty(struct rg_cq* q) {
@@ -406,7 +463,7 @@ void rg_cq_empty(struct rg_cq* q) {
     q->empty_polls = 0;
     rg_daemon_gone(rg_ctx(q->cq.context)); /* flushes into the rings: the next poll sees it */
   } else if ((q->empty_polls & (YIELD_POLLS - 1)) == 0) {
-    sched_yield();
+    idle_point(q);
   }
 }
 
@@ -435,8 +492,14 @@ int rg_qp_attach(struct rg_qp* q, const struct ibv_qp_init_attr* attr) {
   }
   q->sq_stride = (uint32_t)sq_stride;
   q->rq_stride = (uint32_t)rq_stride;
+  q->sq_bytes = calloc(q->sq_entries, sizeof *q->sq_bytes);
+  if (q->sq_bytes == NULL) return -1;
   int fd = rg_ring_create(&q->ring, bytes);
-  if (fd < 0) return -1;
+  if (fd < 0) {
+    free(q->sq_bytes);
+    q->sq_bytes = NULL;
+    return -1;
+  }
   struct rgv_qp_ring req = {.qpn = q->qp.qp_num,
                             .sq_entries = q->sq_entries,
                             .rq_entries = q->rq_entries,
@@ -448,6 +511,8 @@ int rg_qp_attach(struct rg_qp* q, const struct ibv_qp_init_attr* attr) {
   close(fd);
   if (rc != 0) {
     rg_ring_free(&q->ring);
+    free(q->sq_bytes);
+    q->sq_bytes = NULL;
     errno = e;
     return -1;
   }
@@ -471,6 +536,8 @@ void rg_qp_forget(struct rg_qp* q) {
     }
   pthread_mutex_unlock(&c->objs);
   rg_ring_free(&q->ring);
+  free(q->sq_bytes);
+  q->sq_bytes = NULL;
   pthread_spin_destroy(&q->sq_lock);
   pthread_spin_destroy(&q->rq_lock);
 }
@@ -579,7 +646,17 @@ int rg_sq_write(struct rg_qp* q, const struct ibv_send_wr* wr) {
   }
   uint8_t* slot = q->ring.mem + RGV_RING_HDR + (size_t)(q->sq_prod & (q->sq_entries - 1)) * q->sq_stride;
   int err = write_send_wqe(q, wr, slot);
-  if (err == 0) q->sq_prod++;
+  if (err == 0) {
+    /* The data bytes as written (the daemon reads the slot only once sq_prod is published). */
+    const struct rgv_send_wqe* w = (const struct rgv_send_wqe*)slot;
+    const struct rgv_sge* sg = (const struct rgv_sge*)(w + 1);
+    uint64_t bytes = w->inline_len;
+    for (uint32_t i = 0; i < w->num_sge; i++) bytes += sg[i].length;
+    const uint32_t rec = (bytes > SQ_BYTES_MAX ? SQ_BYTES_MAX : (uint32_t)bytes) |
+                         (w->flags & IBV_SEND_SIGNALED ? SQ_BYTES_SIGNALED : 0);
+    __atomic_store_n(&q->sq_bytes[q->sq_prod & (q->sq_entries - 1)], rec, __ATOMIC_RELAXED);
+    q->sq_prod++;
+  }
   return err;
 }
 
