@@ -8,9 +8,12 @@
  *                         server, memif1 the client of the same socket), the sides on
  *                         rg_memif0 and rg_memif1
  *
- * In each: ib_write_bw 64 KiB (duration mode) and ib_send_lat 64 B with perftest polling its
- * CQ, and in event mode (-e, completion channels) ib_send_bw 64 KiB (perftest has no event mode
- * for WRITE) and ib_send_lat 64 B; on the two daemons also UCX's ucx_perftest (UCT on rc_verbs:
+ * In each, after a warm-up (ib_write_bw 64 KiB for 2 s, both ways on two daemons, and ib_send_lat
+ * 64 B x 2000, not counted: a fresh daemon's first seconds run before V8 has optimised its code): ib_write_bw 64 KiB
+ * (duration mode) and ib_send_lat 64 B with perftest polling its CQ, and in event mode (-e, completion channels) ib_send_bw 64 KiB (perftest has no event mode
+ * for WRITE) and ib_send_lat 64 B; on the two daemons also ib_write_bw the other way (the
+ * client on the memif server's daemon: a memif server copies what it receives before DDP
+ * places it, so WRITEs towards it move each byte three times, away from it twice), and UCX's ucx_perftest (UCT on rc_verbs:
  * put_bw 64 KiB, put_lat and am_lat 8 B, untuned). With -R (librdmacm's connection manager
  * instead of perftest's TCP exchange: the client reaches the server at its daemon's address,
  * 10.10.0.1) ib_write_bw 64 KiB and ib_send_lat 64 B again. Baselines: iperf3 TCP, one stream, between two
@@ -72,6 +75,8 @@ function row(out: string, bytes: number): number[] | null {
 
 interface Figures {
   writeBwGbps: number | null;
+  /** Two daemons: ib_write_bw with the client on the memif server's daemon (null: not run). */
+  writeBwReverseGbps: number | null;
   /** ib_send_bw -e (perftest has no event mode for WRITE). */
   sendBwEventGbps: number | null;
   sendLatP50Us: number | null;
@@ -85,9 +90,16 @@ interface Figures {
   notes: string[];
 }
 
-async function perftests(sa: string, sb: string, seconds: number, devs: [string, string] | null): Promise<Figures> {
+async function perftests(
+  sa: string,
+  sb: string,
+  seconds: number,
+  devs: [string, string] | null,
+  reverse: boolean,
+): Promise<Figures> {
   const f: Figures = {
     writeBwGbps: null,
+    writeBwReverseGbps: null,
     sendBwEventGbps: null,
     sendLatP50Us: null,
     sendLatP99Us: null,
@@ -99,6 +111,15 @@ async function perftests(sa: string, sb: string, seconds: number, devs: [string,
     notes: [],
   };
   const common = ['-x', '0', '-F'];
+  // The warm-up: the same paths, not counted.
+  const warm = [
+    await pair(sa, sb, 'ib_write_bw', [...common, '-s', '65536', '-D', '2'], devs),
+    await pair(sa, sb, 'ib_send_lat', [...common, '-s', '64', '-n', '2000'], devs),
+  ];
+  if (reverse) warm.push(await pair(sb, sa, 'ib_write_bw', [...common, '-s', '65536', '-D', '2'], devs));
+  for (const w of warm)
+    if (!/^\s*(65536|64)\s+\d+\s+[\d.]+/m.test(w.out))
+      f.notes.push(`the warm-up gave no result: ${w.out.trim().split('\n').slice(-3).join(' | ')}`);
   for (const ev of [false, true]) {
     const e = ev ? ['-e'] : [];
     // perftest has no event mode for WRITE (no completion at the responder): -e measures SEND.
@@ -118,6 +139,12 @@ async function perftests(sa: string, sb: string, seconds: number, devs: [string,
       f[ev ? 'sendLatEventP99Us' : 'sendLatP99Us'] = l[7];
     } else
       f.notes.push(`ib_send_lat${ev ? ' -e' : ''} gave no result: ${lat.out.trim().split('\n').slice(-3).join(' | ')}`);
+  }
+  if (reverse) {
+    const bw = await pair(sb, sa, 'ib_write_bw', [...common, '-s', '65536', '-D', String(seconds)], devs);
+    const r = row(bw.out, 65536);
+    if (r) f.writeBwReverseGbps = (r[3] * 1048576 * 8) / 1e9;
+    else f.notes.push(`ib_write_bw the other way gave no result: ${bw.out.trim().split('\n').slice(-3).join(' | ')}`);
   }
   // -R: the same through librdmacm (the server's daemon is 10.10.0.1 in both topologies).
   const bwCm = await pair(
@@ -235,7 +262,7 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
   const missing = ['ib_write_bw', 'ib_send_lat'].filter((t) => spawnSync(t, ['--help']).error);
   const json: Record<string, unknown> = { bench: 'perftest', cores, cpu: model, seconds };
   const lines: string[] = [
-    `perftest on rdma-graph: ${cores} cores (${model}), ${seconds} s per run; nothing pinned: each daemon busy-polls, perftest polls unless -e`,
+    `perftest on rdma-graph: ${cores} cores (${model}), ${seconds} s per run after a warm-up run of each tool; nothing pinned: each daemon busy-polls, perftest polls unless -e`,
   ];
   const tcp = await iperf3(seconds);
   const udp = await sockperf(seconds, port++);
@@ -286,7 +313,7 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
       try {
         await a.up(1);
         await b.up(1);
-        topologies['two-daemons'] = await perftests(s('va.sock'), s('vb.sock'), seconds, null);
+        topologies['two-daemons'] = await perftests(s('va.sock'), s('vb.sock'), seconds, null, true);
         ucxFigures = await ucx(s('va.sock'), s('vb.sock'), seconds);
       } finally {
         await a.stop();
@@ -297,7 +324,13 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
       const one = daemon(s('one.yaml'));
       try {
         await one.up(2);
-        topologies['one-daemon'] = await perftests(s('v1.sock'), s('v1.sock'), seconds, ['rg_memif0', 'rg_memif1']);
+        topologies['one-daemon'] = await perftests(
+          s('v1.sock'),
+          s('v1.sock'),
+          seconds,
+          ['rg_memif0', 'rg_memif1'],
+          false,
+        );
       } finally {
         await one.stop();
       }
@@ -313,6 +346,11 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
         `    ib_write_bw 64 KiB: ${fmt(f.writeBwGbps)} Gbit/s polling (${fmt(ratio(f.writeBwGbps, tcp.gbps))}x kernel TCP), ` +
           `ib_send_bw -e ${fmt(f.sendBwEventGbps)} Gbit/s (${fmt(ratio(f.sendBwEventGbps, tcp.gbps))}x); goal >= 1.0x`,
       );
+      if (name === 'two-daemons')
+        lines.push(
+          `    ib_write_bw 64 KiB the other way (towards the memif client's daemon: each byte copied twice, not three times): ` +
+            `${fmt(f.writeBwReverseGbps)} Gbit/s (${fmt(ratio(f.writeBwReverseGbps, tcp.gbps))}x kernel TCP)`,
+        );
       lines.push(
         `    ib_send_lat 64 B: p50 ${fmt(f.sendLatP50Us)} us p99 ${fmt(f.sendLatP99Us)} us polling ` +
           `(${fmt(ratio(f.sendLatP50Us, udp.p50))}x kernel UDP half-RTT), p50 ${fmt(f.sendLatEventP50Us)} us p99 ` +
@@ -326,6 +364,7 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
       json[name] = {
         ...f,
         writeBwVsTcp: ratio(f.writeBwGbps, tcp.gbps),
+        writeBwReverseVsTcp: ratio(f.writeBwReverseGbps, tcp.gbps),
         sendBwEventVsTcp: ratio(f.sendBwEventGbps, tcp.gbps),
         sendLatVsUdp: ratio(f.sendLatP50Us, udp.p50),
         sendLatEventVsUdp: ratio(f.sendLatEventP50Us, udp.p50),
