@@ -30,12 +30,15 @@ const have = (tool: string) => {
   if (spawnSync('python3', ['-c', 'import resource']).status !== 0) skip('python3 is not installed');
 };
 
-/** The server on B, then the client on A under the rusage wrapper; both runs. */
-async function wrappedPair(a: string, b: string, cmd: string[]): Promise<[Run, Run]> {
+/**
+ * The server on B, then the client on A under the rusage wrapper (with `env`, NAME=VALUE
+ * settings for the client); both runs.
+ */
+async function wrappedPair(a: string, b: string, cmd: string[], env: string[] = []): Promise<[Run, Run]> {
   const p = String(nextPort());
   const server = runTool(b, [...cmd, '-p', p]);
   await serverListening(server, Number(p));
-  const client = runTool(a, ['python3', '-c', RUSAGE, ...cmd, '-p', p, '127.0.0.1']);
+  const client = runTool(a, ['env', ...env, 'python3', '-c', RUSAGE, ...cmd, '-p', p, '127.0.0.1']);
   return Promise.all([server.done, client.done]);
 }
 
@@ -70,6 +73,28 @@ test('ib_write_bw 64 KiB (128 WRITEs queued): the client sleeps while it waits; 
     // at every 64th empty poll would be thousands here.
     const pingpong = sleeps(c2);
     assert.ok(pingpong < 1000, `the latency client kept spinning (${pingpong} voluntary switches)`);
+  });
+});
+
+test('RDMA_GRAPH_NAP_US=0: the bandwidth client spins; a value not understood is said and the default kept', async () => {
+  have('ib_write_bw');
+  await withTwoDaemons(async ({ a, b }) => {
+    const cmd = ['ib_write_bw', '-x', '0', '-F', '-s', '65536', '-D', '1'];
+    const [s, c] = await wrappedPair(a, b, cmd, ['RDMA_GRAPH_NAP_US=0']);
+    ok(s, 'server');
+    ok(c, 'client, RDMA_GRAPH_NAP_US=0');
+    const spun = sleeps(c);
+    assert.ok(spun < 1000, `with naps off the client yields, it does not sleep (${spun} voluntary switches)`);
+
+    const [s2, c2] = await wrappedPair(a, b, cmd, ['RDMA_GRAPH_NAP_US=fifty']);
+    ok(s2, 'server');
+    ok(c2, 'client, RDMA_GRAPH_NAP_US=fifty');
+    assert.match(
+      c2.out,
+      /rdma-graph verbs: RDMA_GRAPH_NAP_US="fifty" is not a whole number of microseconds from 0 to 1000000: naps of 50 us/,
+    );
+    const napped = sleeps(c2);
+    assert.ok(napped > 500, `the default naps were kept (${napped} voluntary switches)`);
   });
 });
 

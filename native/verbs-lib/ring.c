@@ -52,10 +52,12 @@
  * the timer's slack and wake-up), and a yield leaves this process runnable, taking half of a core
  * the daemons need. Two daemons and perftest on two cores: ib_write_bw 64 KiB x1.2-1.5, 4 KiB
  * unchanged. A CQ with less queued (a ping-pong: one message; a 1 MiB transfer as one WR) keeps
- * spinning, so its latency does not pay a timer's wake-up.
+ * spinning, so its latency does not pay a timer's wake-up. RDMA_GRAPH_NAP_US sets the nap (0:
+ * never; a program that also waits on something else between CQ polls, on a core of its own).
  */
 #define NAP_BYTES (1024u * 1024u)
 #define NAP_NS 50000L
+#define NAP_MAX_US 1000000L
 /* sq_bytes[slot]: the WQE's data bytes (at most SQ_BYTES_MAX), and whether it completes. */
 #define SQ_BYTES_SIGNALED 0x80000000u
 #define SQ_BYTES_MAX 0x7fffffffu
@@ -448,10 +450,31 @@ static uint64_t sq_pending_bytes(struct rg_cq* cq, uint64_t enough) {
   return bytes;
 }
 
+/* The nap's length (RDMA_GRAPH_NAP_US, read once; NAP_NS when unset or not understood). */
+static long nap_ns = NAP_NS;
+static pthread_once_t nap_once = PTHREAD_ONCE_INIT;
+
+static void nap_init(void) {
+  const int saved = errno;
+  const char* e = getenv("RDMA_GRAPH_NAP_US");
+  if (e != NULL && e[0] != '\0') {
+    char* end = NULL;
+    errno = 0;
+    const long v = strtol(e, &end, 10);
+    if (errno != 0 || end == e || *end != '\0' || v < 0 || v > NAP_MAX_US)
+      rg_say("RDMA_GRAPH_NAP_US=\"%s\" is not a whole number of microseconds from 0 to %ld: naps of %ld us", e,
+             NAP_MAX_US, NAP_NS / 1000);
+    else
+      nap_ns = v * 1000;
+  }
+  errno = saved;
+}
+
 /* What a poll that found nothing for YIELD_POLLS polls does: a nap or a yield (see NAP_BYTES). */
 static void idle_point(struct rg_cq* q) {
-  if (sq_pending_bytes(q, NAP_BYTES) >= NAP_BYTES) {
-    const struct timespec nap = {0, NAP_NS};
+  pthread_once(&nap_once, nap_init);
+  if (nap_ns > 0 && sq_pending_bytes(q, NAP_BYTES) >= NAP_BYTES) {
+    const struct timespec nap = {nap_ns / 1000000000L, nap_ns % 1000000000L};
     nanosleep(&nap, NULL);
   } else {
     sched_yield(); /* a program spinning on an empty CQ lets the daemon (maybe on this core) run */
