@@ -40,6 +40,13 @@ if (!Number.isInteger(OUTSTANDING) || OUTSTANDING < 1 || OUTSTANDING > 1024)
  * rdma-graph data planes, memif's MEMIF_PEER_MTU, drivers/memif.ts linkMtu).
  */
 const MTU = process.env.RDMA_BENCH_MTU === undefined ? null : Number(process.env.RDMA_BENCH_MTU);
+/**
+ * RDMA_BENCH_WRITER_CLIENT=1 (set by pairRun): a, the side that writes and pings, is the memif
+ * client, b the server (unset: a is the server). A memif server copies what it receives before
+ * DDP places it (its peer's buffers are not its own), so a WRITE towards the server copies each
+ * byte three times, towards the client twice.
+ */
+const WRITER_IS_CLIENT = process.env.RDMA_BENCH_WRITER_CLIENT === '1';
 /** RDMA_BENCH_DATA_SIZE: the pool's buffer size (default 2048: a segment longer than a buffer is a chain). */
 const DATA_SIZE = Number(process.env.RDMA_BENCH_DATA_SIZE ?? 2048);
 /**
@@ -83,7 +90,7 @@ async function child(role: 'a' | 'b', sock: string, poll: string, kind: string, 
       `buffers: { data-size: ${DATA_SIZE} }\n` +
       `rdma: { ${process.env.RDMA_BENCH_CC ? `congestion: ${process.env.RDMA_BENCH_CC}, ` : ''}trp: { ${process.env.RDMA_BENCH_WINDOW ? `window: ${process.env.RDMA_BENCH_WINDOW}, ` : ''}${process.env.RDMA_BENCH_RTOMIN ? `rto-min-ms: ${process.env.RDMA_BENCH_RTOMIN}` : ''} } }\n` +
       `interfaces:\n  - name: memif0\n    driver: memif\n` +
-      `    memif: { socket: ${sock}, role: ${role === 'a' ? 'server' : 'client'}, id: 0, udp-checksum: ${UDP_CKSUM} }\n` +
+      `    memif: { socket: ${sock}, role: ${(role === 'a') !== WRITER_IS_CLIENT ? 'server' : 'client'}, id: 0, udp-checksum: ${UDP_CKSUM} }\n` +
       `    mac: "${MACS[role]}"\n    address: ${IPS[role]}/24\n${MTU === null ? '' : `    mtu: ${MTU}\n`}` +
       `neighbors:\n  - { interface: memif0, address: ${IPS[other]}, mac: "${MACS[other]}" }\n`,
     `bench-${role}.yaml`,
@@ -238,6 +245,7 @@ function side(
   cpu: string | null,
   livePage = false,
   mtu: number | null = null,
+  writerClient = false,
 ): Side {
   // RDMA_BENCH_PROF=a|b: that side writes a V8 CPU profile (--cpu-prof) into the working directory.
   const prof = process.env.RDMA_BENCH_PROF === role ? ['--cpu-prof'] : [];
@@ -245,6 +253,7 @@ function side(
   const env = {
     ...process.env,
     RDMA_BENCH_LIVE_PAGE: livePage ? '1' : '0',
+    RDMA_BENCH_WRITER_CLIENT: writerClient ? '1' : '0',
     ...(mtu === null ? {} : { RDMA_BENCH_MTU: String(mtu) }),
   };
   const p = cpu
@@ -264,7 +273,8 @@ function side(
 
 /**
  * One run of `kind` between two processes; `livePage`: each with a live view's stream open
- * (RDMA_BENCH_LIVE_PAGE); `mtu`: the memif link's pinned (default RDMA_BENCH_MTU's, else the interface's default).
+ * (RDMA_BENCH_LIVE_PAGE); `mtu`: the memif link's pinned (default RDMA_BENCH_MTU's, else the interface's default);
+ * `writerClient`: the writing side is the memif client (RDMA_BENCH_WRITER_CLIENT).
  */
 export async function pairRun(
   poll: string,
@@ -272,12 +282,13 @@ export async function pairRun(
   seconds: number,
   livePage = false,
   mtu: number | null = null,
+  writerClient = false,
 ): Promise<Record<string, unknown>> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'bench-rdma-'));
   const sock = path.join(dir, 'm.sock');
   const two = os.cpus().length >= 2;
-  const a = side('a', sock, poll, kind, seconds, two ? '0' : null, livePage, mtu);
-  const b = side('b', sock, poll, kind, seconds, two ? '1' : null, livePage, mtu);
+  const a = side('a', sock, poll, kind, seconds, two ? '0' : null, livePage, mtu, writerClient);
+  const b = side('b', sock, poll, kind, seconds, two ? '1' : null, livePage, mtu, writerClient);
   try {
     const ia = await a.next(),
       ib = await b.next();
@@ -321,7 +332,7 @@ export async function runRdmaProcsBench(seconds: number): Promise<{ lines: strin
   const json: Record<string, unknown> = {};
   const two = os.cpus().length >= 2;
   lines.push(
-    `rdma: two data planes in two processes over memif (${two ? 'a on CPU 0, b on CPU 1' : 'one CPU: both share it'}; memif udp-checksum: ${UDP_CKSUM})`,
+    `rdma: two data planes in two processes over memif (${two ? 'a on CPU 0, b on CPU 1' : 'one CPU: both share it'}; a, the memif server unless said, writes and pings; memif udp-checksum: ${UDP_CKSUM})`,
   );
   for (const poll of ['adaptive', 'polling', 'interrupt']) {
     const w = await pairRun(poll, 'write', seconds);
@@ -360,6 +371,24 @@ export async function runRdmaProcsBench(seconds: number): Promise<{ lines: strin
       writeCpuNsPerByteSender: cpuNsPerByte(j, 'cpuMs'),
       writeCpuNsPerByteReceiver: cpuNsPerByte(j, 'peerCpuMs'),
       retransmits: j.retransmits,
+    };
+  }
+  // The other direction: every row above writes from the memif server to the client (each byte
+  // copied twice: from the MR into the client's buffers, then into the MR). Towards the server
+  // it is copied three times (the server copies what it receives into its own pool first).
+  {
+    const t = await pairRun('adaptive', 'write', seconds, false, null, true);
+    const f = (x: unknown, d = 2) => (typeof x === 'number' ? x.toFixed(d) : 'n/a');
+    lines.push(
+      `  cpu.poll adaptive  WRITE 64 KiB x ${OUTSTANDING} towards the memif server (the writer the client: each byte copied three times, not twice): ${f(t.gbps)} Gbit/s ` +
+        `(${t.retransmits} retransmissions, ${t.timeouts} timeouts; CPU per byte written: ${f(cpuNsPerByte(t, 'cpuMs'))} ns sender, ${f(cpuNsPerByte(t, 'peerCpuMs'))} ns receiver)`,
+    );
+    json.towardsServer = {
+      writeGbps: t.gbps,
+      segmentBytes: t.segment,
+      writeCpuNsPerByteSender: cpuNsPerByte(t, 'cpuMs'),
+      writeCpuNsPerByteReceiver: cpuNsPerByte(t, 'peerCpuMs'),
+      retransmits: t.retransmits,
     };
   }
   // RDMA_BENCH_LIVE=1: the live view's cost (issue 34). cpu.poll adaptive again, with no page and

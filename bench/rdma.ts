@@ -9,7 +9,9 @@
  *    ping-pong on loopback (half-RTT), with the ratios. The memif link has no MTU configured, so
  *    it takes the peer MTU between two rdma-graph data planes (~32 KiB segments in chained
  *    buffers: issue 31's lever, drivers/memif.ts linkMtu); the adaptive WRITE runs again with it
- *    pinned at 1500 (segments of 1444 bytes), as before that lever.
+ *    pinned at 1500 (segments of 1444 bytes), as before that lever. These rows write from the
+ *    memif server to the client (each byte copied twice); the adaptive WRITE runs once more the
+ *    other way, towards the server, which copies what it receives first (three times).
  *    The ping-pong's round trips count after RDMA_BENCH_WARM_MS (default 1000) of warm-up, as
  *    sockperf leaves out its first 400 ms; each row says how many GC pauses the pinger had.
  *    RDMA_BENCH_MTU (pins it), _DATA_SIZE, _WINDOW, _RTOMIN, _CC (rdma.congestion),
@@ -193,6 +195,10 @@ export async function runRdmaBench(opts: { seconds: number }): Promise<RdmaBench
     if (poll === 'mtu1500')
       kernelLines.push(
         `  adaptive at memif mtu 1500 pinned: WRITE ${ratio(r.writeGbps, tcp.gbps)} x kernel TCP (goal >= 1.0), ${ratio(r.writeGbps, tcpSeg.gbps)} x without offloads (goal >= 1.5)`,
+      );
+    else if (poll === 'towardsServer')
+      kernelLines.push(
+        `  adaptive towards the memif server: WRITE ${ratio(r.writeGbps, tcp.gbps)} x kernel TCP (goal >= 1.0), ${ratio(r.writeGbps, tcpSeg.gbps)} x without offloads (goal >= 1.5)`,
       );
     else if (poll !== 'livePage')
       kernelLines.push(
