@@ -55,16 +55,21 @@ test('memory windows (type 1 and 2, bind, invalidate, dealloc) and SEND with imm
   const dps = await twoDataplanes();
   const vs = dps.a.serveVerbs({ path: socket });
   try {
-    const p = spawn(MW, [], { env: { ...process.env, LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: socket } });
+    const p = spawn(MW, [], {
+      env: { ...process.env, LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: socket, VERBS_MW_PAUSE: '1' },
+    });
     let out = '';
     p.stdout.on('data', (d) => (out += d));
     p.stderr.on('data', (d) => (out += d));
     const exited = new Promise<number | null>((res) => p.on('close', (code) => res(code)));
     const kill = setTimeout(() => p.kill('SIGKILL'), 60_000);
-    // While it runs, the daemon lists its windows, owned by the program, one of them bound.
-    for (let i = 0; i < 3000 && !out.includes('ok RDMA WRITE through a type 1 window') && p.exitCode === null; i++)
+    // While it waits (after its first WRITE through a window), the daemon lists its windows,
+    // owned by the program, one of them bound.
+    for (let i = 0; i < 3000 && !out.includes('\npaused\n') && p.exitCode === null; i++)
       await new Promise((res) => setTimeout(res, 10));
+    assert.ok(out.includes('ok RDMA WRITE through a type 1 window\npaused\n'), `the program paused there:\n${out}`);
     const mws = await dps.a.mws();
+    p.stdin.end('go\n');
     const code = await exited;
     clearTimeout(kill);
     for (const c of CHECKS) assert.ok(out.includes(`ok ${c}\n`), `${c}:\n${out}`);

@@ -7,7 +7,8 @@
  * (the peer's SEND with invalidate), deallocation; what each refuses: access outside the window
  * or beyond its rights, an old rkey, a type 2 window from another QP, a bind to an MR without
  * IBV_ACCESS_MW_BIND, dereg of an MR with a bound window. Each check prints "ok NAME" or
- * "FAIL NAME: why"; the program exits 0 when every check passed.
+ * "FAIL NAME: why"; the program exits 0 when every check passed. VERBS_MW_PAUSE set: it stops
+ * after the first WRITE through a window, prints "paused" and goes on after a line on stdin.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -165,6 +166,13 @@ int main(void) {
   wc = rdma(&p, IBV_WR_RDMA_WRITE, a, 1000, ma->lkey, (uintptr_t)b + 4096 + 100, mw1->rkey);
   CHECK("RDMA WRITE through a type 1 window", wc.status == IBV_WC_SUCCESS && memcmp(b + 4196, a, 1000) == 0,
         "status %d", wc.status);
+  /* With VERBS_MW_PAUSE set (test/verbs-mw.test.ts), it waits for a line on stdin here while the
+     test lists the daemon's windows in this state (one type 1 bound for 8 KiB, one type 2 not). */
+  if (getenv("VERBS_MW_PAUSE") != NULL) {
+    printf("paused\n");
+    char line[16];
+    if (fgets(line, sizeof line, stdin) == NULL) printf("stdin closed: going on\n");
+  }
   for (int i = 0; i < 192; i++) b[4096 + 8000 + i] = (uint8_t)(i + 77);
   wc = rdma(&p, IBV_WR_RDMA_READ, a + 20000, 192, ma->lkey, (uintptr_t)b + 4096 + 8000, mw1->rkey);
   CHECK("RDMA READ through a type 1 window", wc.status == IBV_WC_SUCCESS && memcmp(a + 20000, b + 12096, 192) == 0,
