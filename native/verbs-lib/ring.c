@@ -670,13 +670,15 @@ int rg_sq_write(struct rg_qp* q, const struct ibv_send_wr* wr) {
   uint8_t* slot = q->ring.mem + RGV_RING_HDR + (size_t)(q->sq_prod & (q->sq_entries - 1)) * q->sq_stride;
   int err = write_send_wqe(q, wr, slot);
   if (err == 0) {
-    /* The data bytes as written (the daemon reads the slot only once sq_prod is published). */
-    const struct rgv_send_wqe* w = (const struct rgv_send_wqe*)slot;
-    const struct rgv_sge* sg = (const struct rgv_sge*)(w + 1);
-    uint64_t bytes = w->inline_len;
-    for (uint32_t i = 0; i < w->num_sge; i++) bytes += sg[i].length;
-    const uint32_t rec = (bytes > SQ_BYTES_MAX ? SQ_BYTES_MAX : (uint32_t)bytes) |
-                         (w->flags & IBV_SEND_SIGNALED ? SQ_BYTES_SIGNALED : 0);
+    /* The data bytes, from the program's WR (what write_send_wqe took from it), not from the
+       slot: the ring is the daemon's to scribble on too. */
+    uint64_t bytes = 0;
+    if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+      bytes = 8;
+    else if (wr->opcode != IBV_WR_BIND_MW)
+      for (int i = 0; i < wr->num_sge; i++) bytes += wr->sg_list[i].length;
+    const int signaled = (wr->send_flags & IBV_SEND_SIGNALED) || q->sig_all;
+    const uint32_t rec = (bytes > SQ_BYTES_MAX ? SQ_BYTES_MAX : (uint32_t)bytes) | (signaled ? SQ_BYTES_SIGNALED : 0);
     __atomic_store_n(&q->sq_bytes[q->sq_prod & (q->sq_entries - 1)], rec, __ATOMIC_RELAXED);
     q->sq_prod++;
   }
