@@ -8,13 +8,14 @@
  *                         server, memif1 the client of the same socket), the sides on
  *                         rg_memif0 and rg_memif1
  *
- * In each, after a warm-up (ib_write_bw 64 KiB for 2 s, both ways on two daemons, and ib_send_lat
- * 64 B x 2000, not counted: a fresh daemon's first seconds run before V8 has optimised its code): ib_write_bw 64 KiB
- * (duration mode) and ib_send_lat 64 B with perftest polling its CQ, and in event mode (-e, completion channels) ib_send_bw 64 KiB (perftest has no event mode
- * for WRITE) and ib_send_lat 64 B; on the two daemons also ib_write_bw the other way (the
- * client on the memif server's daemon: a memif server copies what it receives before DDP
- * places it, so WRITEs towards it move each byte three times, away from it twice), and UCX's ucx_perftest (UCT on rc_verbs:
- * put_bw 64 KiB, put_lat and am_lat 8 B, untuned). With -R (librdmacm's connection manager
+ * In each, after a warm-up (ib_write_bw 64 KiB for 2 s, both ways on two daemons, and
+ * ib_send_lat 64 B x 2000, not counted: a fresh daemon's first seconds run before V8 has
+ * optimised its code): ib_write_bw 64 KiB (duration mode) and ib_send_lat 64 B with perftest
+ * polling its CQ, and in event mode (-e, completion channels) ib_send_bw 64 KiB (perftest has no
+ * event mode for WRITE) and ib_send_lat 64 B; on the two daemons also ib_write_bw the other way
+ * (the client on the memif server's daemon: a memif server copies what it receives before DDP
+ * places it, so WRITEs towards it move each byte three times, away from it twice), and UCX's
+ * ucx_perftest (UCT on rc_verbs: put_bw 64 KiB, put_lat and am_lat 8 B, untuned). With -R (librdmacm's connection manager
  * instead of perftest's TCP exchange: the client reaches the server at its daemon's address,
  * 10.10.0.1) ib_write_bw 64 KiB and ib_send_lat 64 B again. Baselines: iperf3 TCP, one stream, between two
  * network namespaces over a veth pair (root), and sockperf UDP 64-B ping-pong on loopback
@@ -73,6 +74,15 @@ function row(out: string, bytes: number): number[] | null {
   return m ? m[0].trim().split(/\s+/).map(Number) : null;
 }
 
+/** A run's last lines, for a note saying it gave no result. */
+const tail = (out: string, lines = 3): string => out.trim().split('\n').slice(-lines).join(' | ');
+
+/** perftest's 64 KiB bandwidth row as Gbit/s (its BW average, column 3, is in 2^20-byte MB/s). */
+function bw64k(out: string): number | null {
+  const r = row(out, 65536);
+  return r === null ? null : (r[3] * 1048576 * 8) / 1e9;
+}
+
 interface Figures {
   writeBwGbps: number | null;
   /** Two daemons: ib_write_bw with the client on the memif server's daemon (null: not run). */
@@ -118,8 +128,8 @@ async function perftests(
   ];
   if (reverse) warm.push(await pair(sb, sa, 'ib_write_bw', [...common, '-s', '65536', '-D', '2'], devs));
   for (const w of warm)
-    if (!/^\s*(65536|64)\s+\d+\s+[\d.]+/m.test(w.out))
-      f.notes.push(`the warm-up gave no result: ${w.out.trim().split('\n').slice(-3).join(' | ')}`);
+    if (row(w.out, 65536) === null && row(w.out, 64) === null)
+      f.notes.push(`the warm-up gave no result: ${tail(w.out)}`);
   for (const ev of [false, true]) {
     const e = ev ? ['-e'] : [];
     // perftest has no event mode for WRITE (no completion at the responder): -e measures SEND.
@@ -127,24 +137,21 @@ async function perftests(
     // Duration mode does not work with events: a number of iterations instead.
     const span = ev ? ['-n', String(2000 * seconds)] : ['-D', String(seconds)];
     const bw = await pair(sa, sb, bwTool, [...common, ...e, '-s', '65536', ...span], devs);
-    const r = row(bw.out, 65536);
-    // BW average [MB/sec] is column 3 (perftest's MB is 2^20 bytes).
-    if (r) f[ev ? 'sendBwEventGbps' : 'writeBwGbps'] = (r[3] * 1048576 * 8) / 1e9;
-    else f.notes.push(`${bwTool}${ev ? ' -e' : ''} gave no result: ${bw.out.trim().split('\n').slice(-3).join(' | ')}`);
+    const g = bw64k(bw.out);
+    f[ev ? 'sendBwEventGbps' : 'writeBwGbps'] = g;
+    if (g === null) f.notes.push(`${bwTool}${ev ? ' -e' : ''} gave no result: ${tail(bw.out)}`);
     const lat = await pair(sa, sb, 'ib_send_lat', [...common, ...e, '-s', '64', '-n', String(2000 * seconds)], devs);
     const l = row(lat.out, 64);
     // #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
     if (l) {
       f[ev ? 'sendLatEventP50Us' : 'sendLatP50Us'] = l[4];
       f[ev ? 'sendLatEventP99Us' : 'sendLatP99Us'] = l[7];
-    } else
-      f.notes.push(`ib_send_lat${ev ? ' -e' : ''} gave no result: ${lat.out.trim().split('\n').slice(-3).join(' | ')}`);
+    } else f.notes.push(`ib_send_lat${ev ? ' -e' : ''} gave no result: ${tail(lat.out)}`);
   }
   if (reverse) {
     const bw = await pair(sb, sa, 'ib_write_bw', [...common, '-s', '65536', '-D', String(seconds)], devs);
-    const r = row(bw.out, 65536);
-    if (r) f.writeBwReverseGbps = (r[3] * 1048576 * 8) / 1e9;
-    else f.notes.push(`ib_write_bw the other way gave no result: ${bw.out.trim().split('\n').slice(-3).join(' | ')}`);
+    f.writeBwReverseGbps = bw64k(bw.out);
+    if (f.writeBwReverseGbps === null) f.notes.push(`ib_write_bw the other way gave no result: ${tail(bw.out)}`);
   }
   // -R: the same through librdmacm (the server's daemon is 10.10.0.1 in both topologies).
   const bwCm = await pair(
@@ -155,9 +162,8 @@ async function perftests(
     devs,
     '10.10.0.1',
   );
-  const rc = row(bwCm.out, 65536);
-  if (rc) f.writeBwCmGbps = (rc[3] * 1048576 * 8) / 1e9;
-  else f.notes.push(`ib_write_bw -R gave no result: ${bwCm.out.trim().split('\n').slice(-3).join(' | ')}`);
+  f.writeBwCmGbps = bw64k(bwCm.out);
+  if (f.writeBwCmGbps === null) f.notes.push(`ib_write_bw -R gave no result: ${tail(bwCm.out)}`);
   const latCm = await pair(
     sa,
     sb,
@@ -170,7 +176,7 @@ async function perftests(
   if (lc) {
     f.sendLatCmP50Us = lc[4];
     f.sendLatCmP99Us = lc[7];
-  } else f.notes.push(`ib_send_lat -R gave no result: ${latCm.out.trim().split('\n').slice(-3).join(' | ')}`);
+  } else f.notes.push(`ib_send_lat -R gave no result: ${tail(latCm.out)}`);
   return f;
 }
 
@@ -206,8 +212,7 @@ async function ucx(sa: string, sb: string, seconds: number): Promise<UcxFigures>
     // Final: iterations, overhead p50 / avg / overall (us), MB/s avg / overall, msg/s avg / overall.
     const m = /^\s*Final:\s+(.*)$/m.exec(client.out);
     const c = m ? m[1].trim().split(/\s+/).map(Number) : null;
-    if (c === null)
-      f.notes.push(`ucx_perftest ${t} gave no result: ${client.out.trim().split('\n').slice(-2).join(' | ')}`);
+    if (c === null) f.notes.push(`ucx_perftest ${t} gave no result: ${tail(client.out, 2)}`);
     else if (key === 'putBwGbps') f.putBwGbps = (c[5] * 1048576 * 8) / 1e9;
     else if (key !== 'notes') f[key] = c[1];
   }

@@ -356,41 +356,35 @@ export async function runRdmaProcsBench(seconds: number): Promise<{ lines: strin
       pingGc: pp.gc,
     };
   }
-  // The segment-size lever (issue 31): the default mode's WRITE again with the memif link pinned
-  // at MTU 1500 (segments of 1444 bytes: every link before memif took its peer's MTU), against
-  // the default above (a memif link between two rdma-graph data planes: drivers/memif.ts linkMtu).
-  if (MTU === null) {
-    const j = await pairRun('adaptive', 'write', seconds, false, 1500);
+  // One more adaptive WRITE: its line (after `what`) and its JSON figures.
+  const writeAgain = async (what: string, mtu: number | null, writerClient: boolean) => {
+    const t = await pairRun('adaptive', 'write', seconds, false, mtu, writerClient);
     const f = (x: unknown, d = 2) => (typeof x === 'number' ? x.toFixed(d) : 'n/a');
     lines.push(
-      `  cpu.poll adaptive  memif mtu 1500 pinned (segments of ${j.segment} bytes): WRITE 64 KiB x ${OUTSTANDING}: ${f(j.gbps)} Gbit/s ` +
-        `(${j.retransmits} retransmissions, ${j.timeouts} timeouts; CPU per byte written: ${f(cpuNsPerByte(j, 'cpuMs'))} ns sender, ${f(cpuNsPerByte(j, 'peerCpuMs'))} ns receiver)`,
-    );
-    json.mtu1500 = {
-      writeGbps: j.gbps,
-      writeCpuNsPerByteSender: cpuNsPerByte(j, 'cpuMs'),
-      writeCpuNsPerByteReceiver: cpuNsPerByte(j, 'peerCpuMs'),
-      retransmits: j.retransmits,
-    };
-  }
-  // The other direction: every row above writes from the memif server to the client (each byte
-  // copied twice: from the MR into the client's buffers, then into the MR). Towards the server
-  // it is copied three times (the server copies what it receives into its own pool first).
-  {
-    const t = await pairRun('adaptive', 'write', seconds, false, null, true);
-    const f = (x: unknown, d = 2) => (typeof x === 'number' ? x.toFixed(d) : 'n/a');
-    lines.push(
-      `  cpu.poll adaptive  WRITE 64 KiB x ${OUTSTANDING} towards the memif server (the writer the client: each byte copied three times, not twice): ${f(t.gbps)} Gbit/s ` +
+      `  cpu.poll adaptive  ${what}, segments of ${t.segment} bytes: ${f(t.gbps)} Gbit/s ` +
         `(${t.retransmits} retransmissions, ${t.timeouts} timeouts; CPU per byte written: ${f(cpuNsPerByte(t, 'cpuMs'))} ns sender, ${f(cpuNsPerByte(t, 'peerCpuMs'))} ns receiver)`,
     );
-    json.towardsServer = {
+    return {
       writeGbps: t.gbps,
       segmentBytes: t.segment,
       writeCpuNsPerByteSender: cpuNsPerByte(t, 'cpuMs'),
       writeCpuNsPerByteReceiver: cpuNsPerByte(t, 'peerCpuMs'),
       retransmits: t.retransmits,
     };
-  }
+  };
+  // The segment-size lever (issue 31): the default mode's WRITE again with the memif link pinned
+  // at MTU 1500 (segments of 1444 bytes: every link before memif took its peer's MTU), against
+  // the default above (a memif link between two rdma-graph data planes: drivers/memif.ts linkMtu).
+  if (MTU === null)
+    json.mtu1500 = await writeAgain(`memif mtu 1500 pinned: WRITE 64 KiB x ${OUTSTANDING}`, 1500, false);
+  // The other direction: every row above writes from the memif server to the client (each byte
+  // copied twice: from the MR into the client's buffers, then into the MR). Towards the server
+  // it is copied three times (the server copies what it receives into its own pool first).
+  json.towardsServer = await writeAgain(
+    `WRITE 64 KiB x ${OUTSTANDING} towards the memif server (the writer the client: each byte copied three times, not twice)`,
+    null,
+    true,
+  );
   // RDMA_BENCH_LIVE=1: the live view's cost (issue 34). cpu.poll adaptive again, with no page and
   // with a page's event stream open on both daemons, alternated five times (a busy machine drifts),
   // the medians side by side and as ratios to no page; and one sample's cost, timed by itself.
