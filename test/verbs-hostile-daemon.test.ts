@@ -4,7 +4,8 @@
  * huge counts, bad handles and messages nobody asked for, or that runs as another uid. Unmodified
  * `ibv_rc_pingpong -s 65536` and verbs-check (native/tools/verbs-check.c, -x: a failed verb ends
  * it with status 1) must each end by themselves: no signal, a line saying what was refused, a
- * non-zero exit status. Then: the daemon's writes into a program's eventfds never block, and a
+ * non-zero exit status; one that overwrites a QP ring's done index while the program polls does
+ * not crash or hang it. Then: the daemon's writes into a program's eventfds never block, and a
  * peer's RDMA WRITE at the edges of an MR registered in the middle of a page leaves the bytes
  * around it alone.
  */
@@ -291,6 +292,28 @@ test('a message nobody asked for while the program waits in ibv_get_cq_event: it
       refused(b, line, 'verbs-check');
       assert.match(a.out, /the daemon closed the connection/);
       assert.match(b.out, /^event rc 0 notify 104$/m, 'the wait ends, the next verb fails with ECONNRESET');
+    });
+  } finally {
+    server.close();
+  }
+});
+
+test("a daemon that overwrites a QP's send-queue done index while the program polls its CQ (what the library's nap reads): no crash, no hang; it ends when the daemon goes away", async () => {
+  ready();
+  const { port, server } = await fakePingpongServer();
+  try {
+    await withHostile('done', async (socket, h) => {
+      // It posts its receives and first SEND, then polls a CQ that never fills: every 64th empty
+      // poll reads the done index (native/verbs-lib/ring.c, sq_pending_bytes).
+      const pp = pingpong(socket, port);
+      const until = Date.now() + 10_000;
+      while (!/"scribbled":[1-9]/.test(h.out()) && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+      await new Promise((r) => setTimeout(r, 1000));
+      const n = Math.max(...[...h.out().matchAll(/"scribbled":(\d+)/g)].map((m) => Number(m[1])));
+      assert.ok(n > 100, `the daemon overwrote the done index while the program polled (${n} times)\n${h.out()}`);
+      h.kill(); // the daemon goes away: the program must end by itself
+      const r = await pp.done;
+      refused(r, /the daemon closed the connection/, 'ibv_rc_pingpong -s 65536 (done index overwritten)');
     });
   } finally {
     server.close();

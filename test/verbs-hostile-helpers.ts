@@ -18,6 +18,10 @@
  *                has been idle for 300 ms (waiting in ibv_get_cq_event)
  *   slow         ALLOC_PD: the connection's second is answered only when its third comes (after
  *                the library gave up waiting), just before the third's answer; handles 1000 + n
+ *   done         true answers; every QP ring passed is mapped and its send queue's done index
+ *                (RGV_QP_SQ_DONE) overwritten with a random value every millisecond while the
+ *                program polls (no work request is ever completed); prints {"scribbled":N}
+ *                each second
  *
  * Prints {"listening":true,"uid":N} once it listens. Runs until killed.
  *
@@ -26,6 +30,7 @@
 import { loadCore } from '../native/addons.ts';
 import {
   type AbiStruct,
+  RGV_QP_SQ_DONE,
   RGV_MTU_1024,
   RGV_MTU_4096,
   RGV_OPS,
@@ -39,6 +44,7 @@ import {
   rgv_mr,
   rgv_qp,
   rgv_qp_attr,
+  rgv_qp_ring,
   rgv_srq,
 } from '../dataplane/verbs-server/abi.generated.ts';
 import { decode, type Decoded, encode, message, readMessage } from '../dataplane/verbs-server/messages.ts';
@@ -111,10 +117,16 @@ function body<S extends AbiStruct>(s: S, data: DataView): Decoded<S> {
   return decode(s, new DataView(full.buffer));
 }
 
-function serve(c: Conn, data: Uint8Array): void {
+/** mode done: the QP rings' words, and how many times their done index was overwritten. */
+const rings: Uint32Array[] = [];
+let scribbled = 0;
+
+function serve(c: Conn, data: Uint8Array, fds: number[]): void {
   const q = readMessage(data);
   if (q === null) return;
   const { op, seq } = q;
+  if (mode === 'done' && op === RGV_OPS.QP_RING.op && fds.length > 0)
+    rings.push(new Uint32Array(core.mapVerbsMemory(fds.shift() as number, body(rgv_qp_ring, q.body).bytes))); // closes it
   switch (op) {
     case DEVICES.op:
       return reply(c, op, seq, device(), mode === 'count' ? 0x7fffffff : 1);
@@ -222,15 +234,20 @@ function tick(): void {
         conns.splice(conns.indexOf(c), 1);
         break;
       }
-      for (const f of m.fds) core.closeFd(f); // rings, memory, eventfds: not needed to lie
       c.last = Date.now();
-      serve(c, m.data);
+      serve(c, m.data, m.fds);
+      for (const f of m.fds) core.closeFd(f); // rings, memory, eventfds: not needed to lie (a map stays)
     }
     if (mode === 'unsolicited' && !c.nudged && conns.includes(c) && c.cq && Date.now() - c.last > 300) {
       c.nudged = true;
       reply(c, 0x7777, 0, none);
     }
   }
+  for (const r of rings) {
+    r[RGV_QP_SQ_DONE / 4] = (Math.random() * 0x100000000) >>> 0;
+    scribbled++;
+  }
   setTimeout(tick, 1);
 }
+if (mode === 'done') setInterval(() => process.stdout.write(JSON.stringify({ scribbled }) + '\n'), 1000);
 tick();
