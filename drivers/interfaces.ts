@@ -498,6 +498,8 @@ function deviceInput(rt: NodeRuntime): number {
     const ix = itf.index;
     for (let i = 0; i < n; i++) rxIf[out[i]] = ix;
     const fault = itf.rxFault;
+    // A fault injector or capture reads (and copies) frames as bytes: none left in a peer's memory.
+    if (n !== 0 && (fault !== null || itf.rxCapture !== null)) for (let i = 0; i < n; i++) pool.settlePeer(out[i]);
     if (fault !== null && (n !== 0 || fault.held !== 0)) {
       n = fault.process(pool, out, 0, n, g.clock.nowNs());
       out = fault.out;

@@ -124,6 +124,7 @@ const STAT_KEYS = [
   'txChained',
   'kicks',
   'interrupts',
+  'rxDeferred',
 ] as const satisfies readonly (keyof MemifLaneStats)[];
 
 export interface MemifLaneOptions {

@@ -42,6 +42,7 @@ import {
   type MemifStats,
 } from '../native/addons.ts';
 import { extTableOf } from './ext-table.ts';
+import { peerWindowsOf } from '../graph/peer-windows.ts';
 import type { Driver, DriverCounters, LinkDrops } from './driver.ts';
 import { poolArrays, zeroCounters, type DriverHardware } from './driver.ts';
 import { macOption } from './mac.ts';
@@ -290,6 +291,8 @@ export class MemifDriver implements Driver {
         ext,
         extId: pool.extId,
         flagExt: BufferFlag.EXT_DATA,
+        // A server may leave received payload in the client's memory (graph/peer-windows.ts).
+        windows: this.role === 'server' && this.laneKey === undefined ? peerWindowsOf(pool) : undefined,
       });
     } catch (e) {
       this.close();
@@ -467,6 +470,7 @@ export class MemifDriver implements Driver {
       txChained: 0,
       kicks: 0,
       interrupts: 0,
+      rxDeferred: 0,
       connects: 0,
       disconnects: 0,
       connectFailures: 0,

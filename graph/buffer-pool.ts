@@ -37,6 +37,14 @@ export const BufferFlag = {
   EXT_DATA: 1 << 7,
   /** On a packet's head: some buffer of its chain is EXT_DATA (materialize copies them in). */
   EXT_CHAIN: 1 << 8,
+  /**
+   * Received payload still in a memif peer's memory (graph/peer-windows.ts): this buffer's bytes
+   * are not in the pool yet. Only native code reads them (ChainCopy); `settlePeer` copies them in
+   * for anything else, and the driver does before the peer gets the memory back.
+   */
+  PEER_DATA: 1 << 9,
+  /** On a packet's head: some buffer of its chain may be PEER_DATA. */
+  PEER_CHAIN: 1 << 10,
   /** The buffer is in the pool (free). Set by free, cleared by alloc: catches double frees. */
   FREE: 1 << 15,
 } as const;
@@ -126,6 +134,8 @@ export class BufferPool {
   readonly extId: Uint32Array;
   /** External payload memories (graph/ext-memory.ts). */
   readonly ext = new ExtMemories();
+  /** Received payload left in a memif peer's memory (graph/peer-windows.ts), once made. */
+  peerWindows: { settle(head: number): number } | null = null;
 
   private readonly freeStack: Uint32Array;
   private nFree: number;
@@ -348,8 +358,18 @@ export class BufferPool {
   /** Room for the largest IP packet (65535 bytes) in the smallest buffers (256 bytes): no allocation on the data path. */
   private readonly segScratch = new Uint32Array(257);
 
+  /**
+   * Packet `head` (PEER_CHAIN) with every byte in the pool: what a memif server's receive left
+   * in the peer's memory is copied in. For a node about to read past the packet's first buffer
+   * anything but a placement (ChainCopy reads such bytes where they are).
+   */
+  settlePeer(head: number): void {
+    if (this.flags[head] & BufferFlag.PEER_CHAIN) (this.peerWindows as { settle(h: number): number }).settle(head);
+  }
+
   /** Copy a packet's bytes (all segments) into `dst[dstOff..]`; returns bytes copied. */
   readPacket(bi: number, dst: Uint8Array, dstOff: number): number {
+    this.settlePeer(bi);
     let pos = dstOff;
     for (;;) {
       const o = this.offset[bi],

@@ -1,11 +1,13 @@
 /**
  * A pool's packet bytes copied to or from other memory, a chain in one native call
  * (core.ChainCopy, native/core/chain_copy.cc): no view object per buffer, as
- * `dst.set(u8.subarray(...))` makes. One copier per pool (each thread has its own pools).
+ * `dst.set(u8.subarray(...))` makes, and reading payload a memif server left in its peer's memory
+ * (graph/peer-windows.ts) in place. One copier per pool (each thread has its own pools).
  */
 import type { BufferPool } from './buffer-pool.ts';
 import { BufferFlag } from './buffer-pool.ts';
 import { loadCore, type ChainCopyNative } from '../native/addons.ts';
+import { peerWindowsOf } from './peer-windows.ts';
 
 export type ChainCopier = ChainCopyNative;
 
@@ -24,6 +26,7 @@ export function chainCopier(pool: BufferPool): ChainCopier {
       flags: pool.flags,
       next: pool.next,
       flagNext: BufferFlag.NEXT_PRESENT,
+      windows: peerWindowsOf(pool),
     });
     copiers.set(pool, c);
   }

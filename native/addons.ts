@@ -312,6 +312,7 @@ export interface MemifLaneNative {
     | 'txChained'
     | 'kicks'
     | 'interrupts'
+    | 'rxDeferred'
   >;
   close(): void;
 }
@@ -346,6 +347,8 @@ export interface MemifPoolBinding extends PoolArrays {
   ext?: ExtTableNative;
   extId?: Uint32Array;
   flagExt?: number;
+  /** The pool's RxWindows: a server leaves received payload matching its pattern in the client's memory. */
+  windows?: RxWindowsNative;
 }
 
 /** core.ExtTable (native/core/ext_table.h): memories by id, each kept alive while listed. */
@@ -354,6 +357,26 @@ export interface ExtTableNative {
   set(id: number, memory: Uint8Array): void;
   /** Unlist id (its reference goes). */
   clear(id: number): void;
+}
+
+/** Which received frames a memif server may leave in its peer's memory past their first bytes. */
+export interface RxDeferPattern {
+  /** Bytes copied into the head buffer (64..256): every header a node reads. */
+  headBytes: number;
+  /** Frames shorter than this are copied whole. */
+  minBytes: number;
+  /** (offset, mask, value) triples over the first headBytes; all must match. */
+  rules: Uint8Array;
+}
+
+/** core.RxWindows (native/core/rx_windows.h): one pool's received payload left in a peer's memory. */
+export interface RxWindowsNative {
+  /** Copy the chain's peer windows into the pool (flags cleared); the bytes copied. */
+  settle(head: number): number;
+  /** Which frames may be received so (null: none, the default). */
+  setPattern(p: RxDeferPattern | null): void;
+  /** Windows copied in late, and settle calls that copied any. */
+  counters(): { copiedIn: number; settled: number };
 }
 
 /** core.ChainCopy (native/core/chain_copy.cc): one pool's packet bytes copied out, one call a chain. */
@@ -412,6 +435,11 @@ export interface MemifStats {
   /** Interrupts we sent (eventfd writes) / received (eventfd reads that found a count). */
   kicks: number;
   interrupts: number;
+  /**
+   * Frames received with their payload left in the client's memory until placed (a server's
+   * own queues; graph/peer-windows.ts).
+   */
+  rxDeferred: number;
   connects: number;
   disconnects: number;
   connectFailures: number;
@@ -522,7 +550,21 @@ export interface CoreAddon {
     flags: Uint32Array;
     next: Uint32Array;
     flagNext: number;
+    /** The pool's RxWindows: buffers flagged with its flagPeer are read in the peer's memory. */
+    windows?: RxWindowsNative;
   }) => ChainCopyNative;
+  /** Received payload left in a memif peer's memory, over one pool (graph/peer-windows.ts). */
+  RxWindows: new (pool: {
+    memory: ArrayBuffer;
+    count: number;
+    offset: Uint32Array;
+    length: Uint32Array;
+    flags: Uint32Array;
+    next: Uint32Array;
+    flagNext: number;
+    flagPeer: number;
+    flagPeerChain: number;
+  }) => RxWindowsNative;
   /** One receive burst from rx queue `queue` into out[]; frees go to done (state[1]). */
   memifRx(handle: number, queue: number, out: Uint32Array, max: number): number;
   /** One transmit burst; returns how many were taken; buffers to free go to done (state[1]). */

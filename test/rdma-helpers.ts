@@ -71,6 +71,8 @@ export function twoStacks(
     buffers?: number;
     faultA?: { rx?: FaultConfig; tx?: FaultConfig };
     link?: Link;
+    /** memif: the drivers' udpChecksum (default null: on here, where no link watch turns it off when the peer is up). */
+    udpChecksum?: boolean;
   } = {},
 ): Pair {
   const link = opts.link ?? 'pipe';
@@ -88,8 +90,9 @@ export function twoStacks(
       memPool(opts.buffers ?? 8192, 2048),
     ];
     const socket = `@rdma-graph-pair-${process.pid}-${memifPairs++}`;
-    da = new MemifDriver('ma', { socket, role: 'client', mac: macA, mtu });
-    db = new MemifDriver('mb', { socket, role: 'server', mac: macB, mtu });
+    const udpChecksum = opts.udpChecksum;
+    da = new MemifDriver('ma', { socket, role: 'client', mac: macA, mtu, udpChecksum });
+    db = new MemifDriver('mb', { socket, role: 'server', mac: macB, mtu, udpChecksum });
   } else if (link === 'ibverbs' || link === 'mlx5dv') {
     const hw = hwPorts();
     if (hw === null) throw new Error('RDMA_GRAPH_HW_A and RDMA_GRAPH_HW_B name no NIC ports');
@@ -150,6 +153,7 @@ export function twoStacks(
       mtu: drv.mtu,
       output: itf.output.name,
       neighbors: [{ address: peerIp, mac: peerMac }],
+      txChecksumOffload: drv.txChecksumOffload?.(),
     });
     const rdma = registerRdma(graph, net, opts.rdma);
     graph.build();

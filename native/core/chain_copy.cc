@@ -1,8 +1,11 @@
 // ChainCopy: a packet's bytes (a chain of pool buffers) copied to or from other memory in one
 // call, with no view object per buffer (graph/buffer-pool.ts; nodes/rdma/copy.ts: ddp-input
 // places received payloads with it, the transport fills segments from an MR with it).
-//   new ChainCopy({memory, count, dataSize, offset, length, flags, next, flagNext})
-//       over one pool: its ArrayBuffer and per-buffer arrays (kept alive by the object)
+//   new ChainCopy({memory, count, dataSize, offset, length, flags, next, flagNext,
+//                  windows?, flagPeer?})
+//       over one pool: its ArrayBuffer and per-buffer arrays (kept alive by the object); with
+//       `windows` (rx_windows.h), a buffer flagged flagPeer is read where its bytes still are
+//       (a memif peer's memory), its window checked
 //   copier.toMem(bi, skip, dst, dstOff, len) -> bytes copied
 //       len bytes of the chain from buffer bi, starting skip bytes into it, to dst[dstOff..]
 //       (a Uint8Array); fewer when the chain ends first. dst's range is checked before any
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "common.h"
+#include "rx_windows.h"
 
 namespace rg {
 
@@ -48,6 +52,13 @@ class ChainCopy : public Napi::ObjectWrap<ChainCopy> {
     next_ = U32ArrayArg(env, o.Get("next"), fn, "next", count_);
     f_next_ = OptU32(o, "flagNext", fn, 0, 1, 4294967295.0);
     for (const char* k : {"memory", "offset", "length", "flags", "next"}) refs_.push_back(Napi::Persistent(o.Get(k)));
+    Napi::Value wv = o.Get("windows");
+    if (!wv.IsUndefined() && !wv.IsNull()) {
+      win_ = RxWindows::FromValue(env, wv, fn);
+      if (!win_->SamePool(mem_, count_, flags_)) throw RangeErr(env, "ChainCopy: windows are another pool's");
+      f_peer_ = win_->f_peer();
+      refs_.push_back(Napi::Persistent(wv));
+    }
   }
 
  private:
@@ -75,12 +86,19 @@ class ChainCopy : public Napi::ObjectWrap<ChainCopy> {
     uint8_t* out = SpanArg(info, fn, "dst", &left);
     for (uint32_t steps = 0; left > 0 && steps < count_; steps++) {
       const uint32_t l = length_[bi], o = offset_[bi];
-      if (uint64_t{o} + l > mem_len_)
+      const uint8_t* from = mem_ + o;
+      if (flags_[bi] & f_peer_) {
+        // Still in the peer's memory (f_peer_ is 0 without windows).
+        from = win_->Read(bi, o, l);
+        if (from == nullptr)
+          throw RangeErr(env, "ChainCopy.toMem: buffer " + std::to_string(bi) + " lies outside its peer window");
+      } else if (uint64_t{o} + l > mem_len_) {
         throw RangeErr(env, "ChainCopy.toMem: buffer " + std::to_string(bi) + " lies outside the pool");
+      }
       if (skip < l) {
         const size_t s = static_cast<size_t>(skip);
         const size_t take = l - s < left ? l - s : left;
-        std::memcpy(out + done, mem_ + o + s, take);
+        std::memcpy(out + done, from + s, take);
         done += take;
         left -= take;
         skip = 0;
@@ -136,7 +154,8 @@ class ChainCopy : public Napi::ObjectWrap<ChainCopy> {
 
   uint8_t* mem_ = nullptr;
   size_t mem_len_ = 0;
-  uint32_t count_ = 0, data_size_ = 0, f_next_ = 0;
+  uint32_t count_ = 0, data_size_ = 0, f_next_ = 0, f_peer_ = 0;
+  RxWindows* win_ = nullptr;
   uint32_t *offset_ = nullptr, *length_ = nullptr, *flags_ = nullptr, *next_ = nullptr;
   std::vector<Napi::Reference<Napi::Value>> refs_;
 };

@@ -28,6 +28,7 @@ void InitExec(Napi::Env env, Napi::Object exports);
 void InitVerbsSocket(Napi::Env env, Napi::Object exports);
 void InitExtTable(Napi::Env env, Napi::Object exports);
 void InitChainCopy(Napi::Env env, Napi::Object exports);
+void InitRxWindows(Napi::Env env, Napi::Object exports);
 
 // An Error whose message is "<what>: <strerror(err)>", with .code ("EBADF"), .errno and
 // .syscall set like Node's own system errors.

@@ -1,5 +1,5 @@
 // core.node module init: buffer memory, TSC, eventfd, FdWaiter, the af_packet socket, memif and
-// its external payload table, ChainCopy (see native/addons.ts for the TypeScript view of these exports).
+// its external payload table, ChainCopy, RxWindows (see native/addons.ts for the TypeScript view of these exports).
 #include "common.h"
 
 namespace {
@@ -16,6 +16,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   rg::InitVerbsSocket(env, exports);
   rg::InitExtTable(env, exports);
   rg::InitChainCopy(env, exports);
+  rg::InitRxWindows(env, exports);
   exports.Set("version", Napi::String::New(env, RDMA_GRAPH_VERSION));
   return exports;
 }

@@ -87,13 +87,27 @@ PoolView ParsePool(Napi::Env env, Napi::Object o, const char* fn, uint32_t min_d
 }
 
 // bindPool({memory, fd, firstOffset, stride, headroom, dataSize, count, offset, length, flags,
-//           next, stash, done, state, flagNext})
+//           next, stash, done, state, flagNext, ext?, extId?, flagExt?, windows?})
 Napi::Value Memif::BindPool(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (released_) throw Napi::Error::New(env, "Memif.bindPool: interface " + name_ + " is closed");
   if (pool_bound_) throw Napi::Error::New(env, "Memif.bindPool: a pool is already bound to " + name_);
   if (!info[0].IsObject()) throw TypeErr(env, "Memif.bindPool: expects an object");
-  pool_ = ParsePool(env, info[0].As<Napi::Object>(), "Memif.bindPool", (1u << log2_) + 256, &refs_);
+  Napi::Object o = info[0].As<Napi::Object>();
+  pool_ = ParsePool(env, o, "Memif.bindPool", (1u << log2_) + 256, &refs_);
+  // Received payload left in the client's memory (a server's own queues): optional.
+  Napi::Value wv = o.Get("windows");
+  win_ = nullptr;
+  if (!wv.IsUndefined() && !wv.IsNull()) {
+    RxWindows* w = RxWindows::FromValue(env, wv, "Memif.bindPool");
+    if (!w->SamePool(pool_.mem, pool_.count, pool_.flags))
+      throw RangeErr(env, "Memif.bindPool: windows are another pool's");
+    if ((w->f_peer() | w->f_peer_chain()) & (pool_.f_next | pool_.f_ext))
+      throw RangeErr(env, "Memif.bindPool: the windows' flags are flagNext's or flagExt's");
+    w->Reserve();
+    win_ = w;
+    refs_.push_back(Napi::Persistent(wv));
+  }
   own_.pool = &pool_;
   own_.orphans = &orphans_;
   pool_bound_ = true;

@@ -30,6 +30,7 @@
 #include "common.h"
 #include "ext_table.h"
 #include "memif_proto.h"
+#include "rx_windows.h"
 
 namespace rg {
 namespace memifimpl {
@@ -214,6 +215,10 @@ struct Ring {
   bool present = false;
   uint16_t region = 0;
   uint32_t offset = 0;
+  // Server receive ring: buffers of the last burst whose bytes were left in the peer's memory
+  // (RxWindows); until they are copied in or gone, the tail (the slots' return) is not published.
+  std::vector<uint32_t> held;
+  bool holding = false;
 
   uint8_t* flags_p() const { return base + memif::kRingFlags; }
   uint8_t* head_p() const { return base + memif::kRingHead; }
@@ -247,20 +252,20 @@ struct Lane {
   PoolView* pool = nullptr;
   std::vector<uint32_t>* orphans = nullptr;  // buffers `done` had no room for
   Desc chain[kMaxChain];                     // RxRing's private copies of one frame's descriptors
-  uint64_t rx_packets = 0, rx_bytes = 0, rx_errors = 0, rx_no_buffers = 0, rx_chained = 0;
+  uint64_t rx_packets = 0, rx_bytes = 0, rx_errors = 0, rx_no_buffers = 0, rx_chained = 0, rx_deferred = 0;
   uint64_t tx_packets = 0, tx_bytes = 0, tx_errors = 0, tx_refused = 0, tx_chained = 0;
   uint64_t kicks = 0, interrupts = 0;
   // A protocol error found on the data path (the peer broke a ring): the owner disconnects.
   const char* fault = nullptr;
 
   // The counters as stats() names them (this lane's alone), added into `c` (kCounterNames order).
-  static constexpr int kCounters = 12;
-  static constexpr const char* kCounterNames[kCounters] = {"rxPackets", "rxBytes",   "rxErrors", "rxNoBuffers",
-                                                           "rxChained", "txPackets", "txBytes",  "txErrors",
-                                                           "txRefused", "txChained", "kicks",    "interrupts"};
+  static constexpr int kCounters = 13;
+  static constexpr const char* kCounterNames[kCounters] = {
+      "rxPackets", "rxBytes",   "rxErrors",  "rxNoBuffers", "rxChained",  "txPackets", "txBytes",
+      "txErrors",  "txRefused", "txChained", "kicks",       "interrupts", "rxDeferred"};
   void AddCounters(uint64_t* c) const {
-    const uint64_t v[kCounters] = {rx_packets, rx_bytes,  rx_errors,  rx_no_buffers, rx_chained, tx_packets,
-                                   tx_bytes,   tx_errors, tx_refused, tx_chained,    kicks,      interrupts};
+    const uint64_t v[kCounters] = {rx_packets, rx_bytes,   rx_errors,  rx_no_buffers, rx_chained, tx_packets, tx_bytes,
+                                   tx_errors,  tx_refused, tx_chained, kicks,         interrupts, rx_deferred};
     for (int i = 0; i < kCounters; i++) c[i] += v[i];
   }
 };
@@ -520,6 +525,13 @@ class Memif : public Napi::ObjectWrap<Memif> {
 
   void ClearHold(uint32_t q);
 
+  // A server receive ring's held windows copied in (those still in use) and its slots returned.
+  void Settle(Ring& r);
+
+  // A frame of a server's receive left in the client's memory past its first bytes (RxWindows);
+  // false when it is not such a frame or the stash lacks buffers (*dry then).
+  bool RxDefer(Lane& L, Ring& r, uint32_t segs, uint64_t total, uint32_t& stash_n, uint32_t* head, bool* dry);
+
   // Zero-copy transmit rings: buffers the server has moved tail past go to `done`.
   void Reclaim(Lane& L, Ring& r);
 
@@ -601,6 +613,13 @@ class Memif : public Napi::ObjectWrap<Memif> {
 
   PoolView pool_;
   bool pool_bound_ = false;
+  // Received payload left in the peer's memory (a server's own queues; RDMA_GRAPH_MEMIF_RX_DEFER=0
+  // when the interface is opened turns it off).
+  RxWindows* win_ = nullptr;
+  const bool defer_env_ = [] {
+    const char* v = getenv("RDMA_GRAPH_MEMIF_RX_DEFER");
+    return v == nullptr || strcmp(v, "0") != 0;
+  }();
   std::vector<Napi::Reference<Napi::Value>> refs_;
   std::vector<uint32_t> orphans_;
   Lane own_;  // this thread's queues

@@ -645,6 +645,7 @@ void Memif::Disconnect(const std::string& reason, bool local, bool tell, uint32_
   disconnects_++;
   for (uint32_t q = 0; q < rx_.size(); q++) {
     Ring& r = rx_[q];
+    if (r.holding) Settle(r);  // the client's memory is about to go: what still lives copies in
     if (r.fd >= 0) {
       EpollDel(ep_[q], r.fd);
       close(r.fd);

@@ -76,6 +76,9 @@ const uint8_t* Memif::DescData(const Desc& d) const {
 uint32_t Memif::RxRing(Lane& L, Ring& r, uint32_t* out, uint32_t max) {
   PoolView& p = *L.pool;
   const bool c2s = server_;  // the server receives on C2S rings, the client on S2C rings
+  if (r.holding) Settle(r);
+  // Payload left in the client's memory: a server's own queues in copy mode, a pattern set.
+  const bool defer = c2s && !zc_ && &L == &own_ && win_ != nullptr && defer_env_ && win_->active();
   uint16_t cur = r.last;
   const uint16_t last = c2s ? Load16Acquire(r.head_p()) : Load16Acquire(r.tail_p());
   uint16_t avail = static_cast<uint16_t>(last - cur);
@@ -104,7 +107,7 @@ uint32_t Memif::RxRing(Lane& L, Ring& r, uint32_t* out, uint32_t max) {
     // The frame: descriptors up to one without NEXT, each copied once.
     uint32_t segs = 0;
     uint64_t total = 0;
-    bool complete = false, bad = false;
+    bool complete = false, bad = false, starved = false;
     while (segs < avail && segs < kMaxChain) {
       const volatile Desc& sd = r.desc[(cur + segs) & r.mask];
       Desc& d = chain[segs];
@@ -161,6 +164,11 @@ uint32_t Memif::RxRing(Lane& L, Ring& r, uint32_t* out, uint32_t max) {
         prev = bi;
       }
       out[n++] = head;
+    } else if (uint32_t dhead = 0; defer && RxDefer(L, r, segs, total, stash_n, &dhead, &starved)) {
+      out[n++] = dhead;
+    } else if (starved) {
+      L.rx_no_buffers++;
+      break;
     } else {
       const uint32_t need = total == 0 ? 1 : static_cast<uint32_t>((total + ds - 1) / ds);
       if (need > stash_n) {
@@ -226,13 +234,85 @@ uint32_t Memif::RxRing(Lane& L, Ring& r, uint32_t* out, uint32_t max) {
     avail -= segs;
   }
   r.last = cur;
-  if (c2s) Store16Release(r.tail_p(), cur);
+  if (c2s) {
+    if (r.held.empty())
+      Store16Release(r.tail_p(), cur);
+    else
+      r.holding = true;  // published at the next look (Settle), once what still lives is copied in
+  }
   p.state[kStStash] = stash_n;
   p.state[kStDone] = done_n;
   if (!c2s) Refill(L, r);
   L.rx_packets += n;
   L.rx_bytes += bytes;
   return n;
+}
+
+// The frame chain[0..segs) (validated, `total` bytes) of a server's receive ring: when it is at
+// least the pattern's minBytes, its first headBytes lie in its first descriptor and (copied
+// first, then read) match the pattern, those bytes are copied into a head buffer and the rest is
+// left where it is: one pool buffer per piece of up to dataSize bytes of a descriptor, flagged
+// peer, its window in `win_`, held by the ring (Settle). *head: the packet; *dry when the frame
+// matched but the stash lacks buffers for it (the caller stops the burst).
+bool Memif::RxDefer(Lane& L, Ring& r, uint32_t segs, uint64_t total, uint32_t& stash_n, uint32_t* head, bool* dry) {
+  PoolView& p = *L.pool;
+  const Desc* const chain = L.chain;
+  const uint32_t hb = win_->head_bytes(), ds = p.data_size;
+  if (total < win_->min_bytes() || chain[0].length < hb || hb > ds) return false;
+  uint8_t hdr[RxWindows::kMaxHead];
+  std::memcpy(hdr, DescData(chain[0]), hb);
+  if (!win_->Matches(hdr)) return false;
+  uint32_t need = 1;
+  for (uint32_t k = 0; k < segs; k++) {
+    const uint32_t len = chain[k].length - (k == 0 ? hb : 0);
+    need += (len + ds - 1) / ds;
+  }
+  if (need > stash_n) {
+    *dry = true;
+    return false;
+  }
+  if (r.held.capacity() < p.stash_cap) r.held.reserve(p.stash_cap);
+  const uint32_t h = p.stash[--stash_n];
+  p.offset[h] = p.DataStart(h);
+  p.length[h] = hb;
+  std::memcpy(p.mem + p.DataStart(h), hdr, hb);
+  p.flags[h] = win_->f_peer_chain();
+  uint32_t prev = h;
+  for (uint32_t k = 0; k < segs; k++) {
+    const uint8_t* src = DescData(chain[k]);
+    uint32_t len = chain[k].length;
+    if (k == 0) {
+      src += hb;
+      len -= hb;
+    }
+    while (len > 0) {
+      const uint32_t take = std::min(len, ds);
+      const uint32_t b = p.stash[--stash_n];
+      const uint32_t base = p.DataStart(b);
+      p.offset[b] = base;
+      p.length[b] = take;
+      p.flags[b] = win_->f_peer();
+      win_->Set(b, src, base, take);
+      p.flags[prev] |= p.f_next;
+      p.next[prev] = b;
+      r.held.push_back(b);
+      prev = b;
+      src += take;
+      len -= take;
+    }
+  }
+  L.rx_deferred++;
+  *head = h;
+  return true;
+}
+
+// Held windows still flagged peer (their packets alive: queued out of order, say) are copied
+// into their own buffers; then the slots go back to the client.
+void Memif::Settle(Ring& r) {
+  for (const uint32_t bi : r.held) win_->CopyIn(bi);
+  r.held.clear();
+  r.holding = false;
+  Store16Release(r.tail_p(), r.last);
 }
 
 // One receive burst on rx queue q with lane L's buffers (the owner's queues and a MemifLane's
@@ -326,7 +406,7 @@ bool Memif::RxQuickEmpty(uint32_t q) {
   if (released_ || !pool_bound_ || phase_ != Phase::kConnected || q >= rx_.size() || rx_gap_us_ > 0) return false;
   Ring& r = rx_[q];
   // Masked since a look that found it empty (empty_since set), and nothing published since.
-  if (!r.present || !r.masked || r.empty_since == 0 || !RingEmpty(r)) return false;
+  if (!r.present || !r.masked || r.empty_since == 0 || r.holding || !RingEmpty(r)) return false;
   // A client's ring holds a buffer in every slot (else the full poll refills it).
   if (!server_ && static_cast<uint16_t>(r.head - r.last) != r.size) return false;
   // Empty for idle_ns_ already: the full poll unmasks it (read each poll, as there: an unmask

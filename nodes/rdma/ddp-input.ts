@@ -115,12 +115,15 @@ export function place(
   pos: number,
   len: number,
 ): void {
-  if (mr !== null && len > SMALL_COPY && pool.flags[bi] & BufferFlag.NEXT_PRESENT) {
+  const fl = pool.flags[bi];
+  if (mr !== null && ((len > SMALL_COPY && fl & BufferFlag.NEXT_PRESENT) || fl & BufferFlag.PEER_CHAIN)) {
     // A chain into memory: one native call, no view per buffer. (A single buffer keeps the one
-    // view: a native call costs more than it at 1448 bytes, MTU 1500, measured.)
+    // view: a native call costs more than it at 1448 bytes, MTU 1500, measured.) It reads the
+    // bytes a memif server left in its peer's memory where they are (graph/peer-windows.ts).
     chainCopier(pool).toMem(bi, skip, mr.memory, pos, len);
     return;
   }
+  if (fl & BufferFlag.PEER_CHAIN) pool.settlePeer(bi);
   for (;;) {
     const l = pool.length[bi];
     if (skip < l) {

@@ -21,12 +21,14 @@ import { PortQuarantine } from './port-quarantine.ts';
 import { Budget, type BudgetLimits, qpSlots } from './budget.ts';
 import { type AcceptDecision, type ConnectRequest, ConnectionManager, type Listener, registerCmInput } from './cm.ts';
 import { MAX_MRS, type RdmaEvent, RdmaCore, type TrpSettings } from './core.ts';
+import { peerWindowsOf } from '../../graph/peer-windows.ts';
 import { registerDdpInput } from './ddp-input.ts';
 import { registerDdpOutput } from './ddp-output.ts';
 import { registerQpDispatch } from './qp-dispatch.ts';
 import { MAX_RD_ATOMIC, Qp, QP_STATE_NAMES, type QpStateName, QpState, transitionAllowed } from './qp.ts';
 import { randomBelow, randomU32 } from './random.ts';
 import { registerRdmapInput } from './rdmap-input.ts';
+import { RX_DEFER_PATTERN } from './rx-defer.ts';
 import { completeRecv, completeSq, toError } from './transport.ts';
 import { registerTrpInput } from './trp-input.ts';
 import { registerTrpOutput } from './trp-output.ts';
@@ -363,6 +365,8 @@ export class Rdma {
       return k;
     };
     this.core = new RdmaCore(graph, net, maxQps, maxMrs, trp);
+    // A memif server may leave a Write's payload in the client's memory until DDP places it.
+    peerWindowsOf(graph.pool).setPattern(RX_DEFER_PATTERN);
     this.core.congestion = ccIndex(opts.congestion ?? 'none', 'rdma congestion');
     for (const [name, v] of Object.entries(opts.interfaceCongestion ?? {}))
       this.ccByInterface.set(name, ccIndex(v, `rdma congestion of interface ${name}`));

@@ -295,6 +295,8 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
       }
     }
     if (next < 0) continue;
+    // Bytes a memif server left in its peer's memory: only ddp-input's placement reads them there.
+    if (next !== NEXT_DDP && next !== NEXT_DROP && flags[bi] & BufferFlag.PEER_CHAIN) pool.settlePeer(bi);
     if (err >= 0) error[bi] = eBase + err;
     vec[i - nFree] = bi;
     nexts[i - nFree] = next;

@@ -126,6 +126,9 @@ function udp4Input(rt: NodeRuntime, frame: Frame | null): number {
           if (arc < 0) err = UdpInputError.NO_LISTENER;
           else {
             next = arc;
+            // Bytes a memif server left in its peer's memory (graph/peer-windows.ts): only the
+            // RDMA transport reads them there; anyone else gets them in the pool.
+            if (fl & BufferFlag.PEER_CHAIN && rt.nextNames[arc] !== 'trp-input') pool.settlePeer(bi);
             const w = bi * OPAQUE_WORDS;
             opaque[w + Ip4Opaque.REMOTE] = src;
             opaque[w + Ip4Opaque.LOCAL] = dst;

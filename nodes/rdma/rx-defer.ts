@@ -1,0 +1,44 @@
+/**
+ * The frames a memif server may receive with their payload left in the client's memory
+ * (graph/peer-windows.ts): RDMA Write segments (ddp-input places them into the MR with ChainCopy,
+ * which reads such bytes where they are; a Read Response is scattered over a work request's
+ * list in JavaScript, which would copy it in first: not worth it), in an unfragmented
+ * IPv4 header without options, with no UDP checksum (udp4-input would read every byte to check
+ * one; two rdma-graph data planes over memif send none, drivers/memif.ts `udpChecksum`), as a
+ * TRP DATA packet. Everything else is copied whole, as before. The first HEAD_BYTES of a frame are
+ * copied in any case: every header a node reads (Ethernet to the tagged DDP header is 66 bytes).
+ */
+import type { RxDeferPattern } from '../../native/addons.ts';
+import { ETH_HEADER_BYTES, ETHERTYPE_IP4 } from '../ethernet/ethernet.ts';
+import { IP4_FRAG, IP4_HEADER_BYTES, IP_PROTO_UDP } from '../ip4/ip4.ts';
+import { DDP_CTL, DDP_T, RDMAP_CTL_BYTE, RdmapOp, TRP_HEADER_BYTES, TRP_OP_SHIFT, TRP_OPCODE, TrpOp } from './wire.ts';
+
+const HEAD_BYTES = 128;
+/** Shorter frames are copied whole: leaving a few hundred bytes in place saves less than it costs. */
+const MIN_BYTES = 512;
+
+const IP = ETH_HEADER_BYTES;
+const UDP = IP + IP4_HEADER_BYTES;
+const TRP = UDP + 8;
+const DDP = TRP + TRP_HEADER_BYTES;
+
+/** (offset, mask, value) triples: core.RxWindows.setPattern's rules. */
+const RULES = [
+  [12, 0xff, ETHERTYPE_IP4 >> 8],
+  [13, 0xff, ETHERTYPE_IP4 & 0xff],
+  [IP, 0xff, 0x45], // version 4, 20-byte header
+  [IP + IP4_FRAG, 0x3f, 0], // more fragments, fragment offset (high bits) ...
+  [IP + IP4_FRAG + 1, 0xff, 0], // ... and low bits: 0
+  [IP + 9, 0xff, IP_PROTO_UDP],
+  [UDP + 6, 0xff, 0], // UDP checksum 0 (none)
+  [UDP + 7, 0xff, 0],
+  [TRP + TRP_OPCODE, 0xf0, (TrpOp.DATA << TRP_OP_SHIFT) >> 8],
+  [DDP + DDP_CTL, DDP_T, DDP_T], // tagged ...
+  [DDP + RDMAP_CTL_BYTE, 0x0f, RdmapOp.WRITE], // ... Write
+];
+
+export const RX_DEFER_PATTERN: RxDeferPattern = {
+  headBytes: HEAD_BYTES,
+  minBytes: MIN_BYTES,
+  rules: Uint8Array.from(RULES.flat()),
+};
