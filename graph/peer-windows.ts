@@ -16,7 +16,9 @@
  * One table per pool, shared by its memif drivers and its ChainCopy.
  */
 import { BufferFlag, type BufferPool } from './buffer-pool.ts';
-import { loadCore, type RxWindowsNative } from '../native/addons.ts';
+import { loadCore, type RxDeferPattern, type RxWindowsNative } from '../native/addons.ts';
+
+export type { RxDeferPattern };
 
 const tables = new WeakMap<BufferPool, RxWindowsNative>();
 

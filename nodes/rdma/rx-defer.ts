@@ -8,7 +8,7 @@
  * TRP DATA packet. Everything else is copied whole, as before. The first HEAD_BYTES of a frame are
  * copied in any case: every header a node reads (Ethernet to the tagged DDP header is 66 bytes).
  */
-import type { RxDeferPattern } from '../../native/addons.ts';
+import type { RxDeferPattern } from '../../graph/peer-windows.ts';
 import { ETH_HEADER_BYTES, ETHERTYPE_IP4 } from '../ethernet/ethernet.ts';
 import { IP4_FRAG, IP4_HEADER_BYTES, IP_PROTO_UDP } from '../ip4/ip4.ts';
 import { DDP_CTL, DDP_T, RDMAP_CTL_BYTE, RdmapOp, TRP_HEADER_BYTES, TRP_OP_SHIFT, TRP_OPCODE, TrpOp } from './wire.ts';
