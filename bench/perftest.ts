@@ -13,8 +13,9 @@
  * optimised its code): ib_write_bw 64 KiB (duration mode) and ib_send_lat 64 B with perftest
  * polling its CQ, and in event mode (-e, completion channels) ib_send_bw 64 KiB (perftest has no
  * event mode for WRITE) and ib_send_lat 64 B; on the two daemons also ib_write_bw the other way
- * (the client on the memif server's daemon: a memif server copies what it receives before DDP
- * places it, so WRITEs towards it move each byte three times, away from it twice), and UCX's
+ * (the client on the memif server's daemon; towards the server, the client's daemon copies the MR
+ * into its pool and the server places from there; towards the client, the server gathers from the
+ * MR into the client's buffers: two copies either way, graph/peer-windows.ts), and UCX's
  * ucx_perftest (UCT on rc_verbs: put_bw 64 KiB, put_lat and am_lat 8 B, untuned). With -R (librdmacm's connection manager
  * instead of perftest's TCP exchange: the client reaches the server at its daemon's address,
  * 10.10.0.1) ib_write_bw 64 KiB and ib_send_lat 64 B again. Baselines: iperf3 TCP, one stream, between two
@@ -353,7 +354,7 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
       );
       if (name === 'two-daemons')
         lines.push(
-          `    ib_write_bw 64 KiB the other way (towards the memif client's daemon: each byte copied twice, not three times): ` +
+          `    ib_write_bw 64 KiB the other way (towards the memif client's daemon): ` +
             `${fmt(f.writeBwReverseGbps)} Gbit/s (${fmt(ratio(f.writeBwReverseGbps, tcp.gbps))}x kernel TCP)`,
         );
       lines.push(

@@ -42,9 +42,11 @@ if (!Number.isInteger(OUTSTANDING) || OUTSTANDING < 1 || OUTSTANDING > 1024)
 const MTU = process.env.RDMA_BENCH_MTU === undefined ? null : Number(process.env.RDMA_BENCH_MTU);
 /**
  * RDMA_BENCH_WRITER_CLIENT=1 (set by pairRun): a, the side that writes and pings, is the memif
- * client, b the server (unset: a is the server). A memif server copies what it receives before
- * DDP places it (its peer's buffers are not its own), so a WRITE towards the server copies each
- * byte three times, towards the client twice.
+ * client, b the server (unset: a is the server). A WRITE's payload is copied twice either way:
+ * towards the client from the MR into the client's buffers (the server's gather) and then into
+ * the MR; towards the server into the client's pool and then, from there, into the MR (the server
+ * leaves it where it is until placed, graph/peer-windows.ts; RDMA_GRAPH_MEMIF_RX_DEFER=0 makes it
+ * copy each frame whole first: three copies).
  */
 const WRITER_IS_CLIENT = process.env.RDMA_BENCH_WRITER_CLIENT === '1';
 /** RDMA_BENCH_DATA_SIZE: the pool's buffer size (default 2048: a segment longer than a buffer is a chain). */
@@ -379,12 +381,26 @@ export async function runRdmaProcsBench(seconds: number): Promise<{ lines: strin
     json.mtu1500 = await writeAgain(`memif mtu 1500 pinned: WRITE 64 KiB x ${OUTSTANDING}`, 1500, false);
   // The other direction: every row above writes from the memif server to the client (each byte
   // copied twice: from the MR into the client's buffers, then into the MR). Towards the server
-  // it is copied three times (the server copies what it receives into its own pool first).
+  // also twice (into the client's pool, then from its buffers into the MR: the server leaves a
+  // Write's payload where it is until DDP places it, graph/peer-windows.ts), and once more with
+  // that off (RDMA_GRAPH_MEMIF_RX_DEFER=0: the server copies each frame whole first, three copies).
   json.towardsServer = await writeAgain(
-    `WRITE 64 KiB x ${OUTSTANDING} towards the memif server (the writer the client: each byte copied three times, not twice)`,
+    `WRITE 64 KiB x ${OUTSTANDING} towards the memif server (the writer the client; payload placed from the client's buffers)`,
     null,
     true,
   );
+  const was = process.env.RDMA_GRAPH_MEMIF_RX_DEFER;
+  process.env.RDMA_GRAPH_MEMIF_RX_DEFER = '0';
+  try {
+    json.towardsServerCopied = await writeAgain(
+      `WRITE 64 KiB x ${OUTSTANDING} towards the memif server, RDMA_GRAPH_MEMIF_RX_DEFER=0 (frames copied whole on receive: each byte three times)`,
+      null,
+      true,
+    );
+  } finally {
+    if (was === undefined) delete process.env.RDMA_GRAPH_MEMIF_RX_DEFER;
+    else process.env.RDMA_GRAPH_MEMIF_RX_DEFER = was;
+  }
   // RDMA_BENCH_LIVE=1: the live view's cost (issue 34). cpu.poll adaptive again, with no page and
   // with a page's event stream open on both daemons, alternated five times (a busy machine drifts),
   // the medians side by side and as ratios to no page; and one sample's cost, timed by itself.

@@ -11,7 +11,9 @@
  *    buffers: issue 31's lever, drivers/memif.ts linkMtu); the adaptive WRITE runs again with it
  *    pinned at 1500 (segments of 1444 bytes), as before that lever. These rows write from the
  *    memif server to the client (each byte copied twice); the adaptive WRITE runs once more the
- *    other way, towards the server, which copies what it receives first (three times).
+ *    other way, towards the server (twice as well: it places a Write's payload from the client's
+ *    buffers), and again with RDMA_GRAPH_MEMIF_RX_DEFER=0 (the server copies each frame whole
+ *    first: three times), their ratio printed.
  *    The ping-pong's round trips count after RDMA_BENCH_WARM_MS (default 1000) of warm-up, as
  *    sockperf leaves out its first 400 ms; each row says how many GC pauses the pinger had.
  *    RDMA_BENCH_MTU (pins it), _DATA_SIZE, _WINDOW, _RTOMIN, _CC (rdma.congestion),
@@ -199,6 +201,10 @@ export async function runRdmaBench(opts: { seconds: number }): Promise<RdmaBench
     else if (poll === 'towardsServer')
       kernelLines.push(
         `  adaptive towards the memif server: WRITE ${ratio(r.writeGbps, tcp.gbps)} x kernel TCP (goal >= 1.0), ${ratio(r.writeGbps, tcpSeg.gbps)} x without offloads (goal >= 1.5)`,
+      );
+    else if (poll === 'towardsServerCopied')
+      kernelLines.push(
+        `  adaptive towards the memif server, frames copied whole on receive: WRITE ${ratio(r.writeGbps, tcp.gbps)} x kernel TCP; placed from the client's buffers / copied whole ${ratio((procs.json as Record<string, Record<string, number>>).towardsServer?.writeGbps, r.writeGbps)} x`,
       );
     else if (poll !== 'livePage')
       kernelLines.push(
