@@ -2,16 +2,17 @@
  * Received payload left in a memif peer's memory (core.RxWindows, native/core/rx_windows.h).
  *
  * A memif server copies every frame it receives out of the client's buffers, and DDP then copies
- * the payload again into the MR: three copies of each byte written towards a server, two the
- * other way. With a pattern set (the RDMA stack's: an RDMA Write or Read Response segment,
+ * the payload again into the MR or the receive's list: three copies of each byte sent towards a
+ * server, two the other way. With a pattern set (the RDMA stack's: a DDP segment,
  * nodes/rdma/rx-defer.ts), the server copies only such a frame's first bytes (its headers) into
  * a pool buffer and chains buffers flagged PEER_DATA whose bytes are still in the client's
  * buffers; the packet's head is flagged PEER_CHAIN. ChainCopy (ddp-input's placement) reads
  * them there. The ring slots go back to the client only at the driver's next look at the ring:
- * first, whatever is still alive then (a segment queued out of order) is copied into its own
- * buffer. Any node that would read such a packet's bytes other than by placing them calls
- * `BufferPool.settlePeer` first (udp4-input for any destination but trp-input, trp-input for
- * anything but ddp-input, an rx capture or fault injector, worker-handoff, readPacket).
+ * first, whatever is still alive then is copied into its own buffer. Any node that would read
+ * such a packet's bytes other than by placing them calls `BufferPool.settlePeer` first
+ * (udp4-input for any destination but trp-input, trp-input for anything but ddp-input, ddp-input
+ * for a segment that straddles two SG entries, an rx capture or fault injector, readPacket and
+ * so the worker handoff).
  *
  * One table per pool, shared by its memif drivers and its ChainCopy.
  */

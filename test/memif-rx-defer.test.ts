@@ -1,11 +1,11 @@
 /**
- * A memif server's receive of RDMA Write segments with their payload left in the client's memory
- * until ddp-input places it (graph/peer-windows.ts, native/core/rx_windows.h): two stacks in one
+ * A memif server's receive of DDP segments with their payload left in the client's memory until
+ * ddp-input places it (graph/peer-windows.ts, native/core/rx_windows.h): two stacks in one
  * process over a memif pair (A the zero-copy client, B the copying server; no UDP checksums, as
  * between two data planes: only such frames are received so). Each test checks the
  * bytes that land in B's MR against what A wrote, and the counters that say which way they went.
  * Then the driver alone (a pattern of our own): what is left in place, read in place, copied in
- * before the client gets its buffers back or goes away.
+ * before the client gets its buffers back or goes away. Then the rdma-ops suite over such a pair.
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -19,6 +19,7 @@ import { chainCopier } from '../graph/chain-copy.ts';
 import { createPool } from '../graph/memory.ts';
 import { peerWindowsOf } from '../graph/peer-windows.ts';
 import { memPool, packet, sleep } from './helpers.ts';
+import { rdmaOpsSuite } from './rdma-ops-helpers.ts';
 import {
   closeLeftovers,
   connectManual,
@@ -30,7 +31,7 @@ import {
   waitCompletions,
 } from './rdma-helpers.ts';
 
-const test = suite('memif server receive: Write payload placed from the client memory');
+const test = suite('memif server receive: DDP payload placed from the client memory');
 const sockDir = mkdtempSync(join(tmpdir(), 'rx-defer-sock-'));
 let seq = 0;
 const drivers: MemifDriver[] = [];
@@ -278,3 +279,16 @@ test('RxWindows.setPattern: bad patterns are refused naming what is wrong', () =
 });
 
 test.run();
+
+// Every rdma-ops test (each opcode, sizes up to 16 MiB both ways, SGEs, SRQ, the connection
+// manager) over memif without checksums, so that the server receives Writes, Sends and Read
+// Responses in place; and the size sweeps again at MTU 9000 (segments chained across the
+// client's descriptors).
+rdmaOpsSuite('memif', undefined, 1500, [], false).run();
+rdmaOpsSuite(
+  'memif',
+  ['a manually connected pair', 'send: sizes', 'write: sizes', 'read: sizes'],
+  9000,
+  [],
+  false,
+).run();

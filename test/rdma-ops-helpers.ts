@@ -63,12 +63,19 @@ interface Ctx {
  * Two stacks with a manually connected QP pair (A's and B's), run `body`, then close and check
  * that every buffer went back to the pool. The pair is closed even when the body fails.
  */
-type PairOptions = { rdma?: RdmaOptions; buffers?: number; connect?: boolean; init?: Partial<QpInit>; mtu?: number };
+type PairOptions = {
+  rdma?: RdmaOptions;
+  buffers?: number;
+  connect?: boolean;
+  init?: Partial<QpInit>;
+  mtu?: number;
+  udpChecksum?: boolean;
+};
 /** Retransmission timers far above a VM's stalls, for tests that count packets exactly. */
 const QUIET_TIMERS: PairOptions = { rdma: { trp: { rtoMinMs: 250, rtoInitMs: 1000, rtoMaxMs: 2000 } } };
 
 async function withPairOn(link: Link, body: (c: Ctx) => Promise<void>, opts: PairOptions = {}): Promise<void> {
-  const p = twoStacks({ rdma: opts.rdma, buffers: opts.buffers, link, mtu: opts.mtu });
+  const p = twoStacks({ rdma: opts.rdma, buffers: opts.buffers, link, mtu: opts.mtu, udpChecksum: opts.udpChecksum });
   const eventsA: RdmaEvent[] = [],
     eventsB: RdmaEvent[] = [];
   p.a.rdma.onEvent = (e) => eventsA.push(e);
@@ -145,15 +152,19 @@ function u64(mr: Mr, off: number): bigint {
  * The tests over `link`, in a uvu suite of their own (run it with `.run()`); `only`: just the
  * tests whose names start with one of these; `linkMtu`: the link's MTU (default 1500; larger than
  * a 2048-byte buffer, every segment of a message is a chain of buffers); `except`: not the tests
- * whose names start with one of these (sizes laid out for a 1500-byte MTU).
+ * whose names start with one of these (sizes laid out for a 1500-byte MTU); `udpChecksum`: memif's
+ * (false: none, as between two data planes, which a memif server's in-place receive needs).
  */
 export function rdmaOpsSuite(
   link: Link,
   only?: readonly string[],
   linkMtu = 1500,
   except: readonly string[] = [],
+  udpChecksum?: boolean,
 ): ReturnType<typeof suite> {
-  const all = suite(`rdma-ops over ${link}${linkMtu === 1500 ? '' : ` at MTU ${linkMtu}`}`);
+  const all = suite(
+    `rdma-ops over ${link}${linkMtu === 1500 ? '' : ` at MTU ${linkMtu}`}${udpChecksum === false ? ' without UDP checksums' : ''}`,
+  );
   const MTU_UNTAGGED = untaggedPayload(linkMtu),
     MTU_TAGGED = MTU_UNTAGGED + 4;
   const test = (name: string, fn: () => unknown): void => {
@@ -161,7 +172,7 @@ export function rdmaOpsSuite(
       all(name, fn as () => Promise<void>);
   };
   const withPair = (body: (c: Ctx) => Promise<void>, opts: PairOptions = {}): Promise<void> =>
-    withPairOn(link, body, { mtu: linkMtu, ...opts });
+    withPairOn(link, body, { mtu: linkMtu, udpChecksum, ...opts });
 
   // ------------------------------------------------------------------ the QP pair itself
 

@@ -116,12 +116,16 @@ export function place(
   len: number,
 ): void {
   const fl = pool.flags[bi];
-  if (mr !== null && ((len > SMALL_COPY && fl & BufferFlag.NEXT_PRESENT) || fl & BufferFlag.PEER_CHAIN)) {
+  if ((len > SMALL_COPY && fl & BufferFlag.NEXT_PRESENT) || fl & BufferFlag.PEER_CHAIN) {
     // A chain into memory: one native call, no view per buffer. (A single buffer keeps the one
     // view: a native call costs more than it at 1448 bytes, MTU 1500, measured.) It reads the
     // bytes a memif server left in its peer's memory where they are (graph/peer-windows.ts).
-    chainCopier(pool).toMem(bi, skip, mr.memory, pos, len);
-    return;
+    // Into an SG list when the bytes land in one of its entries (a Send, a Read Response).
+    const mem = mr !== null ? mr.memory : (sg as SgList).span(pos, len);
+    if (mem !== null) {
+      chainCopier(pool).toMem(bi, skip, mem, mr !== null ? pos : (sg as SgList).spanAt, len);
+      return;
+    }
   }
   if (fl & BufferFlag.PEER_CHAIN) pool.settlePeer(bi);
   for (;;) {
