@@ -253,7 +253,8 @@ uint32_t Memif::RxRing(Lane& L, Ring& r, uint32_t* out, uint32_t max) {
 // first, then read) match the pattern, those bytes are copied into a head buffer and the rest is
 // left where it is: one pool buffer per piece of up to dataSize bytes of a descriptor, flagged
 // peer, its window in `win_`, held by the ring (Settle). *head: the packet; *dry when the frame
-// matched but the stash lacks buffers for it (the caller stops the burst).
+// matched but the stash lacks buffers for it (the caller stops the burst). A client may rewrite
+// the payload until it is placed (its own data); the headers are read from our copy only.
 bool Memif::RxDefer(Lane& L, Ring& r, uint32_t segs, uint64_t total, uint32_t& stash_n, uint32_t* head, bool* dry) {
   PoolView& p = *L.pool;
   const Desc* const chain = L.chain;
@@ -306,8 +307,8 @@ bool Memif::RxDefer(Lane& L, Ring& r, uint32_t segs, uint64_t total, uint32_t& s
   return true;
 }
 
-// Held windows still flagged peer (their packets alive: queued out of order, say) are copied
-// into their own buffers; then the slots go back to the client.
+// Held windows still flagged peer (their packets still alive: held by a node past the pass that
+// received them) are copied into their own buffers; then the slots go back to the client.
 void Memif::Settle(Ring& r) {
   for (const uint32_t bi : r.held) win_->CopyIn(bi);
   r.held.clear();
