@@ -41,8 +41,8 @@ interface Victim {
   exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
-async function victim(sock: string): Promise<Victim> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'test/memif-victim-helpers.ts'), sock], {
+async function victim(sock: string, ...args: string[]): Promise<Victim> {
+  const proc = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'test/memif-victim-helpers.ts'), sock, ...args], {
     cwd: ROOT,
     stdio: ['pipe', 'pipe', 'inherit'],
   });
@@ -171,6 +171,27 @@ test('descriptors rewritten while the server copies: each read once, bad frames 
   assert.is(st.alive, true, 'the server survived');
   const stats = st.stats as { rxErrors: number; rxPackets: number };
   assert.ok(stats.rxErrors > 0, `bad frames counted (${stats.rxErrors} of ${stats.rxErrors + stats.rxPackets})`);
+  await v.next((e) => e.down === true);
+  await goodClientWorks(v, sock);
+  await finishVictim(v);
+});
+
+test("frames left in the client's memory (the rx pattern) while it rewrites their descriptors and bytes: read in place or copied in, no crash, no buffer lost", async () => {
+  ready();
+  const sock = join(dir, `s${seq++}.sock`);
+  const v = await victim(sock, 'defer');
+  const h = await hostileAsync(['deferflip', sock, '1.5']);
+  assert.match(h.out, /^connected$/m, h.out);
+  const st = await v.status();
+  assert.is(st.alive, true, 'the server survived');
+  const stats = st.stats as { rxErrors: number; rxPackets: number; rxDeferred: number };
+  const w = st.windows as { copiedIn: number };
+  assert.ok(stats.rxDeferred > 0, `frames received in place: ${stats.rxDeferred} of ${stats.rxPackets}`);
+  assert.ok(w.copiedIn > 0, `windows copied in before their slots went back: ${w.copiedIn}`);
+  assert.ok(stats.rxErrors > 0, `bad frames counted (${stats.rxErrors})`);
+  console.log(
+    `  ${stats.rxPackets} frames taken, ${stats.rxDeferred} in place, ${w.copiedIn} copied in late, ${stats.rxErrors} dropped as bad`,
+  );
   await v.next((e) => e.down === true);
   await goodClientWorks(v, sock);
   await finishVictim(v);

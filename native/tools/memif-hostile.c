@@ -4,6 +4,9 @@
 //   flip SOCKET SECONDS       handshake, then publish valid 64-byte frames on the C2S ring while
 //                             a second thread rewrites every descriptor (length 64 <-> 32 MiB,
 //                             region and offset to garbage): a double fetch reads the bad values
+//   deferflip SOCKET SECONDS  the same with 1500-byte frames whose first byte is 0xaa, and the
+//                             frames' bytes rewritten too: a server that leaves such frames'
+//                             payload in our memory until it reads them (its rx pattern)
 //   blocking SOCKET SECONDS   interrupt fds are eventfd(0, 0) (blocking); after CONNECT the
 //                             client also clears O_NONBLOCK on them, then idles
 //   pipe SOCKET               a pipe as the C2S ring's interrupt fd
@@ -181,13 +184,13 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-// Publishes 64-byte frames on C2S as fast as the server takes them, until `until`.
-static void pump(struct Client* c, double until) {
+// Publishes frames of `len` bytes on C2S as fast as the server takes them, until `until`.
+static void pump(struct Client* c, double until, uint32_t len) {
   uint16_t head = *head_of(c, kC2S);
   while (now_s() < until) {
     uint16_t tail = __atomic_load_n(tail_of(c, kC2S), __ATOMIC_ACQUIRE);
     while ((uint16_t)(head - tail) < SLOTS) {
-      set_desc(desc_of(c, kC2S, head), 0, 0, 64, (uint32_t)(kBufs + (head & (SLOTS - 1)) * BUF));
+      set_desc(desc_of(c, kC2S, head), 0, 0, len, (uint32_t)(kBufs + (head & (SLOTS - 1)) * BUF));
       head++;
     }
     __atomic_store_n(head_of(c, kC2S), head, __ATOMIC_RELEASE);
@@ -198,6 +201,9 @@ static void pump(struct Client* c, double until) {
 }
 
 static atomic_int flipping = 1;
+// deferflip: the flipper also rewrites the frames' bytes (the first one 0xaa half the time, the
+// pattern the victim's server receives in place) while the server may still be reading them.
+static int g_scribble = 0;
 
 static void* flipper(void* arg) {
   struct Client* c = arg;
@@ -214,6 +220,11 @@ static void* flipper(void* arg) {
       memcpy(d + 2, &region, 2);
       memcpy(d + 4, &len, 4);
       memcpy(d + 8, &off, 4);
+      if (g_scribble) {
+        uint8_t* b = c->mem + kBufs + s * BUF;
+        b[0] = (x & 0x40) ? 0xaa : (uint8_t)x;
+        memset(b + 1 + (x >> 24) % 1024, (int)(x >> 16), 256);
+      }
     }
   }
   return NULL;
@@ -231,19 +242,21 @@ static void linger(int sock, double secs) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: memif-hostile flip|blocking|pipe|unsealed|jump|noinit|trickle SOCKET [ARGS]\n");
+    fprintf(stderr, "usage: memif-hostile flip|deferflip|blocking|pipe|unsealed|jump|noinit|trickle SOCKET [ARGS]\n");
     return 2;
   }
   const char* mode = argv[1];
   const char* path = argv[2];
   setvbuf(stdout, NULL, _IOLBF, 0);
   struct Client c;
-  if (!strcmp(mode, "flip")) {
+  if (!strcmp(mode, "flip") || !strcmp(mode, "deferflip")) {
     double secs = argc > 3 ? atof(argv[3]) : 1;
     handshake(&c, path, 1, eventfd(0, EFD_NONBLOCK), eventfd(0, EFD_NONBLOCK));
+    g_scribble = mode[0] == 'd';
+    for (unsigned s = 0; s < SLOTS && g_scribble; s++) c.mem[kBufs + s * BUF] = 0xaa;
     pthread_t t;
     pthread_create(&t, NULL, flipper, &c);
-    pump(&c, now_s() + secs);
+    pump(&c, now_s() + secs, g_scribble ? 1500 : 64);
     atomic_store(&flipping, 0);
     pthread_join(t, NULL);
     linger(c.sock, 0.2);
