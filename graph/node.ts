@@ -18,6 +18,12 @@ export const NodeFlag = {
   IS_PUNT: 1 << 2,
   /** Input nodes that can start a packet trace (`trace add <node> N`). */
   TRACE_SUPPORTED: 1 << 3,
+  /**
+   * Takes packets whose payload may still be in a memif peer's memory (BufferFlag.PEER_CHAIN,
+   * graph/peer-windows.ts): reads only their headers, or places them with ChainCopy. A node that
+   * sends such a packet to a next node without this flag (nor IS_DROP) settles it first.
+   */
+  PEER_DATA_OK: 1 << 4,
 } as const;
 
 export interface ErrorDesc {

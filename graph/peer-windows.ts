@@ -8,11 +8,11 @@
  * a pool buffer and chains buffers flagged PEER_DATA whose bytes are still in the client's
  * buffers; the packet's head is flagged PEER_CHAIN. ChainCopy (ddp-input's placement) reads
  * them there. The ring slots go back to the client only at the driver's next look at the ring:
- * first, whatever is still alive then is copied into its own buffer. Any node that would read
- * such a packet's bytes other than by placing them calls `BufferPool.settlePeer` first
- * (udp4-input for any destination but trp-input, trp-input for anything but ddp-input, ddp-input
- * for a segment that straddles two SG entries, an rx capture or fault injector, readPacket and
- * so the worker handoff).
+ * first, whatever is still alive then is copied into its own buffer. A node that sends such a
+ * packet on to a node not flagged NodeFlag.PEER_DATA_OK (trp-input and ddp-input are) calls
+ * `BufferPool.settlePeer` first (udp4-input, trp-input), and so do whatever reads a packet's
+ * bytes otherwise (an rx capture or fault injector, readPacket and so the worker handoff,
+ * ddp-input for a segment that straddles two SG entries).
  *
  * One table per pool, shared by its memif drivers and its ChainCopy.
  */
@@ -30,8 +30,6 @@ export function peerWindowsOf(pool: BufferPool): RxWindowsNative {
     t = new (loadCore().RxWindows)({
       memory: pool.memory.buffer,
       count: pool.count,
-      offset: pool.offset,
-      length: pool.length,
       flags: pool.flags,
       next: pool.next,
       flagNext: BufferFlag.NEXT_PRESENT,

@@ -375,8 +375,8 @@ export interface RxWindowsNative {
   settle(head: number): number;
   /** Which frames may be received so (null: none, the default). */
   setPattern(p: RxDeferPattern | null): void;
-  /** Windows copied in late, and settle calls that copied any. */
-  counters(): { copiedIn: number; settled: number };
+  /** Windows copied in late (before their slots went back, or for a node reading bytes). */
+  counters(): { copiedIn: number };
 }
 
 /** core.ChainCopy (native/core/chain_copy.cc): one pool's packet bytes copied out, one call a chain. */
@@ -557,8 +557,6 @@ export interface CoreAddon {
   RxWindows: new (pool: {
     memory: ArrayBuffer;
     count: number;
-    offset: Uint32Array;
-    length: Uint32Array;
     flags: Uint32Array;
     next: Uint32Array;
     flagNext: number;

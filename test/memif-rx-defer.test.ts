@@ -29,6 +29,8 @@ import {
   pattern,
   trackedStacks,
   waitCompletions,
+  waitFor,
+  IP_B,
 } from './rdma-helpers.ts';
 
 const test = suite('memif server receive: DDP payload placed from the client memory');
@@ -169,6 +171,32 @@ test("a fault injector on the server's receive (reordering, duplicating) works o
     `the injector reordered and duplicated: ${JSON.stringify(f)}`,
   );
   assert.ok(windowsOf(p).counters().copiedIn - before > 0, 'their windows were copied in for it');
+  await finish(p);
+});
+
+test('a UDP listener other than the transport gets such a frame with its bytes in the pool', async () => {
+  const p = trackedStacks({ link: 'memif', mtu: 9000, udpChecksum: false });
+  await p.ready;
+  const sent = pattern(4000, 21);
+  sent[8] = 0; // where a TRP header has its opcode: DATA, so the server receives it in place
+  const got: Buffer[] = [];
+  p.b.net.udp.listen(6100, (bufs, n, pool) => {
+    // Its bytes read as a node reads them: each buffer's offset and length in the pool.
+    for (let i = 0; i < n; i++) {
+      const parts: Buffer[] = [];
+      for (let b = bufs[i]; ; b = pool.next[b]) {
+        parts.push(Buffer.from(pool.u8.subarray(pool.offset[b], pool.offset[b] + pool.length[b])));
+        if (!(pool.flags[b] & BufferFlag.NEXT_PRESENT)) break;
+      }
+      got.push(Buffer.concat(parts));
+    }
+    pool.free(bufs, 0, n);
+  });
+  const before = memifOf(p, 'b').stats().rxDeferred;
+  assert.ok(p.a.net.udp.sendTo(sent, IP_B, 6100, 6101));
+  await waitFor('the datagram', () => got.length === 1);
+  assert.ok(memifOf(p, 'b').stats().rxDeferred > before, 'the server received it in place');
+  same(got[0], sent, 'the listener');
   await finish(p);
 });
 

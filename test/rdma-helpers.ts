@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import type { Driver } from '../drivers/driver.ts';
 import { createPool } from '../graph/memory.ts';
 import type { FaultConfig } from '../drivers/fault.ts';
-import { registerL2L4 } from '../nodes/netstack.ts';
+import { type Netstack, registerL2L4 } from '../nodes/netstack.ts';
 import { type QpInit, type Rdma, registerRdma, type RdmaOptions } from '../nodes/rdma/stack.ts';
 import type { Completion, Cq, Pd } from '../nodes/rdma/verbs.ts';
 import type { Qp } from '../nodes/rdma/qp.ts';
@@ -31,6 +31,7 @@ export interface Stack {
   ifs: Interfaces;
   rdma: Rdma;
   ifName: string;
+  net: Netstack;
 }
 
 /**
@@ -157,7 +158,7 @@ export function twoStacks(
     });
     const rdma = registerRdma(graph, net, opts.rdma);
     graph.build();
-    return { graph, ifs, rdma, ifName: drv.name };
+    return { graph, ifs, rdma, ifName: drv.name, net };
   };
   // The server first, so that the client finds its socket at once.
   const b = mk('B', pools[pools.length - 1], db, IP_B, IP_A, macA);

@@ -1,5 +1,5 @@
 // RxWindows (rx_windows.h): received payload still in a memif peer's memory.
-//   new RxWindows({memory, count, offset, length, flags, next, flagNext, flagPeer, flagPeerChain})
+//   new RxWindows({memory, count, flags, next, flagNext, flagPeer, flagPeerChain})
 //       over one pool (its ArrayBuffer and per-buffer arrays, kept alive by the object)
 //   w.settle(head) -> bytes copied: every buffer of the chain still flagged flagPeer gets its
 //       bytes copied in from the peer's memory (flag cleared), and the head loses flagPeerChain;
@@ -7,8 +7,8 @@
 //   w.setPattern({headBytes, minBytes, rules}) / w.setPattern(null): which frames a memif server
 //       may receive so: at least minBytes long, the first headBytes (64..256) of them copied and
 //       every rule matched, rules a Uint8Array of (offset, mask, value) triples (offset < headBytes)
-//   w.counters() -> {copiedIn, settled}: windows copied in late (the peer got its slot back, or
-//       a node read the packet as bytes), settle calls that found any
+//   w.counters() -> {copiedIn}: windows copied in late (before the peer got its slot back, or for
+//       a node that reads the packet as bytes)
 #include "rx_windows.h"
 
 #include <cstring>
@@ -51,8 +51,6 @@ RxWindows::RxWindows(const Napi::CallbackInfo& info) : Napi::ObjectWrap<RxWindow
   mem_len_ = mem.ByteLength();
   if (mem_ == nullptr || mem_len_ == 0) throw RangeErr(env, "RxWindows: memory is empty or detached");
   count_ = OptU32(o, "count", fn, 0, 1, 4294967294.0);
-  offset_ = U32ArrayArg(env, o.Get("offset"), fn, "offset", count_);
-  length_ = U32ArrayArg(env, o.Get("length"), fn, "length", count_);
   flags_ = U32ArrayArg(env, o.Get("flags"), fn, "flags", count_);
   next_ = U32ArrayArg(env, o.Get("next"), fn, "next", count_);
   f_next_ = OneBit(o, "flagNext", fn);
@@ -60,7 +58,7 @@ RxWindows::RxWindows(const Napi::CallbackInfo& info) : Napi::ObjectWrap<RxWindow
   f_peer_chain_ = OneBit(o, "flagPeerChain", fn);
   if (f_next_ == f_peer_ || f_next_ == f_peer_chain_ || f_peer_ == f_peer_chain_)
     throw RangeErr(env, "RxWindows: flagNext, flagPeer and flagPeerChain must be three different bits");
-  for (const char* k : {"memory", "offset", "length", "flags", "next"}) refs_.push_back(Napi::Persistent(o.Get(k)));
+  for (const char* k : {"memory", "flags", "next"}) refs_.push_back(Napi::Persistent(o.Get(k)));
   napi_type_tag_object(env, info.This(), &kRxWindowsTag);
 }
 
@@ -94,7 +92,6 @@ Napi::Value RxWindows::Settle(const Napi::CallbackInfo& info) {
     bi = next_[bi];
     if (bi >= count_) throw RangeErr(env, "RxWindows.settle: a next link leaves the pool");
   }
-  if (bytes > 0) settled_++;
   return Napi::Number::New(env, bytes);
 }
 
@@ -135,7 +132,6 @@ Napi::Value RxWindows::Counters(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Object o = Napi::Object::New(env);
   o.Set("copiedIn", Napi::Number::New(env, static_cast<double>(copied_in_)));
-  o.Set("settled", Napi::Number::New(env, static_cast<double>(settled_)));
   return o;
 }
 

@@ -77,12 +77,12 @@ class RxWindows : public Napi::ObjectWrap<RxWindows> {
   uint8_t* mem_ = nullptr;
   size_t mem_len_ = 0;
   uint32_t count_ = 0, f_next_ = 0, f_peer_ = 0, f_peer_chain_ = 0;
-  uint32_t *offset_ = nullptr, *length_ = nullptr, *flags_ = nullptr, *next_ = nullptr;
+  uint32_t *flags_ = nullptr, *next_ = nullptr;
   uint32_t head_ = 0;
   uint64_t min_bytes_ = 0;
   std::vector<Rule> rules_;
   std::vector<Win> win_;
-  uint64_t copied_in_ = 0, settled_ = 0;
+  uint64_t copied_in_ = 0;
   std::vector<Napi::Reference<Napi::Value>> refs_;
 };
 

@@ -20,6 +20,7 @@ import {
   type BufferPool,
   type Frame,
   type Graph,
+  NodeFlag,
   type NodeRuntime,
   OPAQUE_WORDS,
   errorTable,
@@ -94,6 +95,8 @@ export function formatDdpTrace(r: unknown): string {
 export function registerDdpInput(graph: Graph, core: RdmaCore): NodeRuntime {
   return graph.register({
     name: DDP_INPUT,
+    // Places a payload still in a memif peer's memory where it is (place(): ChainCopy).
+    flags: NodeFlag.PEER_DATA_OK,
     next: NEXT.names,
     errors: ERRORS,
     runtimeData: core,

@@ -27,6 +27,7 @@ import {
   BufferFlag,
   type Frame,
   type Graph,
+  NodeFlag,
   type NodeRuntime,
   OPAQUE_WORDS,
   errorTable,
@@ -45,6 +46,7 @@ export const TRP_INPUT = 'trp-input';
 export const RdmaOpaque = { QP: 4, PSN: 5, INFO: 6, AUX: 7 } as const;
 
 const NEXT = nextTable({ DROP: 'error-drop', DDP: 'ddp-input', CM: 'cm-input', UD: 'ud-input' });
+const PEER_OK = NodeFlag.PEER_DATA_OK | NodeFlag.IS_DROP;
 const NEXT_DROP = NEXT.index.DROP,
   NEXT_DDP = NEXT.index.DDP,
   NEXT_CM = NEXT.index.CM,
@@ -94,6 +96,8 @@ export function formatTrpTrace(r: unknown): string {
 export function registerTrpInput(graph: Graph, core: RdmaCore): NodeRuntime {
   return graph.register({
     name: TRP_INPUT,
+    // Reads a DDP segment's headers only; ddp-input places its payload where it is.
+    flags: NodeFlag.PEER_DATA_OK,
     next: NEXT.names,
     errors: ERRORS,
     runtimeData: core,
@@ -295,8 +299,9 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
       }
     }
     if (next < 0) continue;
-    // Bytes a memif server left in its peer's memory: only ddp-input's placement reads them there.
-    if (next !== NEXT_DDP && next !== NEXT_DROP && flags[bi] & BufferFlag.PEER_CHAIN) pool.settlePeer(bi);
+    // Bytes a memif server left in its peer's memory: in the pool for a next node that does not
+    // read them there (NodeFlag.PEER_DATA_OK).
+    if (flags[bi] & BufferFlag.PEER_CHAIN && !(rt.nextNodes[next].flags & PEER_OK)) pool.settlePeer(bi);
     if (err >= 0) error[bi] = eBase + err;
     vec[i - nFree] = bi;
     nexts[i - nFree] = next;

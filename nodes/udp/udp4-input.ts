@@ -17,6 +17,7 @@ import {
   BufferFlag,
   type Frame,
   type Graph,
+  NodeFlag,
   type NodeRuntime,
   OPAQUE_WORDS,
   errorTable,
@@ -28,6 +29,8 @@ import type { UdpApi } from './udp-ports.ts';
 
 export const UDP4_INPUT = 'udp4-input';
 export const UDP_HEADER_BYTES = 8;
+/** Next nodes a packet left partly in a memif peer's memory goes to as it is. */
+const PEER_OK = NodeFlag.PEER_DATA_OK | NodeFlag.IS_DROP;
 
 const NEXT = nextTable({ DROP: 'error-drop' });
 const NEXT_DROP = NEXT.index.DROP;
@@ -126,9 +129,9 @@ function udp4Input(rt: NodeRuntime, frame: Frame | null): number {
           if (arc < 0) err = UdpInputError.NO_LISTENER;
           else {
             next = arc;
-            // Bytes a memif server left in its peer's memory (graph/peer-windows.ts): only the
-            // RDMA transport reads them there; anyone else gets them in the pool.
-            if (fl & BufferFlag.PEER_CHAIN && rt.nextNames[arc] !== 'trp-input') pool.settlePeer(bi);
+            // Bytes a memif server left in its peer's memory (graph/peer-windows.ts): in the pool
+            // for a bound node that does not read them there (NodeFlag.PEER_DATA_OK).
+            if (fl & BufferFlag.PEER_CHAIN && !(rt.nextNodes[arc].flags & PEER_OK)) pool.settlePeer(bi);
             const w = bi * OPAQUE_WORDS;
             opaque[w + Ip4Opaque.REMOTE] = src;
             opaque[w + Ip4Opaque.LOCAL] = dst;
