@@ -177,10 +177,15 @@ export function checkSessions(): void {
 
 /**
  * Daemon A (`rdma-graph start ...aArgs`) and B (config/examples/peer.yaml), the README sessions
- * against them (checkSessions), `check(a)` on A's start-up log, then both stopped cleanly.
+ * against them (checkSessions), `check(a)` on A's start-up log, `after()` (more checks against
+ * the running daemons), then both stopped cleanly.
  * Without jq or curl it skips (a failure under CI=true).
  */
-export async function runSessions(aArgs: string[], check: (a: Daemon) => void = () => {}): Promise<void> {
+export async function runSessions(
+  aArgs: string[],
+  check: (a: Daemon) => void = () => {},
+  after: () => void = () => {},
+): Promise<void> {
   if (spawnSync('jq', ['--version']).status !== 0 || spawnSync('curl', ['--version']).status !== 0) {
     skip('jq and curl are needed (Debian packages jq, curl)');
   }
@@ -190,6 +195,7 @@ export async function runSessions(aArgs: string[], check: (a: Daemon) => void = 
     () => {
       check(a);
       checkSessions();
+      after();
     },
     async () => {
       a.proc.kill('SIGTERM');

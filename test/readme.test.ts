@@ -10,6 +10,7 @@ import * as assert from 'uvu/assert';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
+  bash,
   blocks,
   CURL,
   DPDK_LINE,
@@ -103,7 +104,13 @@ test("the embedding snippet's loadConfig() loads the embedded default from anywh
 });
 
 test('the rdmactl and curl sessions run as written against the two daemons the README starts', async () => {
-  await runSessions([]);
+  await runSessions([], undefined, () => {
+    // Daemon A is the memif server: the verbs block's ib_write_bw (towards it) and
+    // ibv_rc_pingpong's Sends were received with their payload left in B's memory until placed.
+    const hw = bash('node bin/rdmactl.mjs show hardware memif0');
+    const m = /rxDeferred\s+(\d+)/.exec(hw.out);
+    assert.ok(m !== null && Number(m[1]) >= 2000, `A received the Writes in place:\n${hw.out}`);
+  });
 });
 
 test.run();
