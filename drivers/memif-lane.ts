@@ -125,6 +125,7 @@ const STAT_KEYS = [
   'kicks',
   'interrupts',
   'rxDeferred',
+  'txGathered',
 ] as const satisfies readonly (keyof MemifLaneStats)[];
 
 export interface MemifLaneOptions {

@@ -13,8 +13,10 @@
  * pool (`npm run bench -- memif` measures both). A server or copy-mode client gathers a segment
  * sent from an MR in place (BufferFlag.EXT_DATA: the pool's external memory table, mirrored
  * into a native core.ExtTable) straight into the peer's buffer: the payload is copied once, MR
- * to shared memory, instead of MR to pool to shared memory. A zero-copy client cannot (its
- * descriptors point into the pool): the tx node copies such a payload into the pool first.
+ * to shared memory, instead of MR to pool to shared memory. A zero-copy client copies such a
+ * frame into slot buffers of its own transmit rings (region 0) and points the descriptors there;
+ * its other frames go zero-copy as before (RDMA_GRAPH_MEMIF_TX_GATHER=0 at open: the tx node
+ * copies such payloads into the pool first, as it did).
  *
  * Link: up while the control channel is connected. A client reconnects every 250 ms while the
  * server is away; a server takes the next client. Every buffer held in a ring when the link
@@ -278,8 +280,16 @@ export class MemifDriver implements Driver {
     // One native mirror of the pool's external memory table per pool, shared by its drivers.
     const ext = extTableOf(this.core, pool);
     // A server always copies (the payload of an external segment straight from the MR), and so
-    // does a client whose pool is not shareable or whose queues are spread over threads.
-    if (this.role === 'server' || pool.memory.fd < 0 || this.laneKey !== undefined) pool.ext.wanted = true;
+    // does a client whose pool is not shareable or whose queues are spread over threads. A
+    // zero-copy client copies such a frame into slot buffers of its own transmit rings
+    // (native/core/memif_rings.cc TxZeroCopy) unless RDMA_GRAPH_MEMIF_TX_GATHER=0 when it opens.
+    if (
+      this.role === 'server' ||
+      pool.memory.fd < 0 ||
+      this.laneKey !== undefined ||
+      process.env.RDMA_GRAPH_MEMIF_TX_GATHER !== '0'
+    )
+      pool.ext.wanted = true;
     try {
       native.bindPool({
         ...poolArrays(pool),
@@ -471,6 +481,7 @@ export class MemifDriver implements Driver {
       kicks: 0,
       interrupts: 0,
       rxDeferred: 0,
+      txGathered: 0,
       connects: 0,
       disconnects: 0,
       connectFailures: 0,

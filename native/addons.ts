@@ -313,6 +313,7 @@ export interface MemifLaneNative {
     | 'kicks'
     | 'interrupts'
     | 'rxDeferred'
+    | 'txGathered'
   >;
   close(): void;
 }
@@ -440,6 +441,12 @@ export interface MemifStats {
    * own queues; graph/peer-windows.ts).
    */
   rxDeferred: number;
+  /**
+   * Frames whose payload was copied straight from an MR (sent in place, BufferFlag.EXT_DATA)
+   * into the peer's buffers (a server, a copy-mode client) or its own transmit slots (a
+   * zero-copy client).
+   */
+  txGathered: number;
   connects: number;
   disconnects: number;
   connectFailures: number;

@@ -499,8 +499,8 @@ test('our client seen by a hand-written server: INIT, ADD_REGION x2 (zero copy),
     const r0size = Number(r0.v.getBigUint64(4, true));
     assert.is(
       r0size,
-      2 * (128 + 16 * 32),
-      'one C2S and one S2C ring of 32 slots (the server allows 2^5 and one ring each way)',
+      2 * (128 + 16 * 32) + 32 * 2048,
+      "one C2S and one S2C ring of 32 slots (the server allows 2^5 and one ring each way), then the C2S ring's 32 slot buffers of 2048 bytes (frames it gathers from MRs)",
     );
     const r1 = await expectType(fd, drive, T.ADD_REGION);
     assert.is(r1.v.getUint16(2, true), 1);

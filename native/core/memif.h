@@ -253,19 +253,20 @@ struct Lane {
   std::vector<uint32_t>* orphans = nullptr;  // buffers `done` had no room for
   Desc chain[kMaxChain];                     // RxRing's private copies of one frame's descriptors
   uint64_t rx_packets = 0, rx_bytes = 0, rx_errors = 0, rx_no_buffers = 0, rx_chained = 0, rx_deferred = 0;
-  uint64_t tx_packets = 0, tx_bytes = 0, tx_errors = 0, tx_refused = 0, tx_chained = 0;
+  uint64_t tx_packets = 0, tx_bytes = 0, tx_errors = 0, tx_refused = 0, tx_chained = 0, tx_gathered = 0;
   uint64_t kicks = 0, interrupts = 0;
   // A protocol error found on the data path (the peer broke a ring): the owner disconnects.
   const char* fault = nullptr;
 
   // The counters as stats() names them (this lane's alone), added into `c` (kCounterNames order).
-  static constexpr int kCounters = 13;
+  static constexpr int kCounters = 14;
   static constexpr const char* kCounterNames[kCounters] = {
-      "rxPackets", "rxBytes",   "rxErrors",  "rxNoBuffers", "rxChained",  "txPackets", "txBytes",
-      "txErrors",  "txRefused", "txChained", "kicks",       "interrupts", "rxDeferred"};
+      "rxPackets", "rxBytes",   "rxErrors",  "rxNoBuffers", "rxChained",  "txPackets",  "txBytes",
+      "txErrors",  "txRefused", "txChained", "kicks",       "interrupts", "rxDeferred", "txGathered"};
   void AddCounters(uint64_t* c) const {
-    const uint64_t v[kCounters] = {rx_packets, rx_bytes,   rx_errors,  rx_no_buffers, rx_chained, tx_packets, tx_bytes,
-                                   tx_errors,  tx_refused, tx_chained, kicks,         interrupts, rx_deferred};
+    const uint64_t v[kCounters] = {rx_packets, rx_bytes,   rx_errors,   rx_no_buffers, rx_chained,
+                                   tx_packets, tx_bytes,   tx_errors,   tx_refused,    tx_chained,
+                                   kicks,      interrupts, rx_deferred, tx_gathered};
     for (int i = 0; i < kCounters; i++) c[i] += v[i];
   }
 };
@@ -539,9 +540,9 @@ class Memif : public Napi::ObjectWrap<Memif> {
 
   void Kick(Lane& L, Ring& r);
 
-  // Gathers a pool packet's segments; 0 when the chain is invalid.
-  uint32_t Gather(const PoolView& p, uint32_t head, uint32_t* segs, const uint8_t** src, uint64_t* total,
-                  bool ext_ok) const;
+  // Gathers a pool packet's segments; 0 when the chain is invalid. *ext: one of them is external.
+  uint32_t Gather(const PoolView& p, uint32_t head, uint32_t* segs, const uint8_t** src, uint64_t* total, bool ext_ok,
+                  bool* ext = nullptr) const;
 
   // memifTx(handle, queue, bufs, off, n)'s body: one transmit burst of n buffers; how many were taken.
   uint32_t TxBurst(uint32_t q, const uint32_t* bufs, uint32_t n);
@@ -549,6 +550,11 @@ class Memif : public Napi::ObjectWrap<Memif> {
   uint32_t TxZeroCopy(Lane& L, Ring& r, const uint32_t* bufs, uint32_t n);
 
   uint32_t TxCopy(Lane& L, Ring& r, const uint32_t* bufs, uint32_t n);
+
+  // Copies a gathered frame into transmit slots from `slot` on, at most `free` of them: how many
+  // it used; 0 when the ring filled mid-frame (nothing published) or a slot was invalid (*bad).
+  uint32_t CopyFrame(Ring& r, uint16_t slot, uint32_t free, const PoolView& p, const uint32_t* segs,
+                     const uint8_t* const* srcs, uint32_t ns, bool* bad);
 
   // Where a copy-mode transmit slot's bytes go and how many fit.
   bool DescRoom(Ring& r, uint16_t slot, uint8_t** dst, uint32_t* room);
@@ -620,6 +626,15 @@ class Memif : public Napi::ObjectWrap<Memif> {
     const char* v = getenv("RDMA_GRAPH_MEMIF_RX_DEFER");
     return v == nullptr || strcmp(v, "0") != 0;
   }();
+  // A zero-copy client copies a frame with a payload sent from an MR in place (f_ext segments)
+  // into slot buffers of its own (region 0, transmit rings only) instead of having the tx node
+  // copy it into the pool first (RDMA_GRAPH_MEMIF_TX_GATHER=0 when the interface is opened turns
+  // it off).
+  const bool gather_env_ = [] {
+    const char* v = getenv("RDMA_GRAPH_MEMIF_TX_GATHER");
+    return v == nullptr || strcmp(v, "0") != 0;
+  }();
+  bool zc_gather_ = false;  // this connection: a zero-copy client with transmit slot buffers
   std::vector<Napi::Reference<Napi::Value>> refs_;
   std::vector<uint32_t> orphans_;
   Lane own_;  // this thread's queues

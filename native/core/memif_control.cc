@@ -439,10 +439,14 @@ const char* Memif::OnHello(const memif::Hello& h) {
   const uint32_t log2 = std::min<uint32_t>(log2_, h.max_log2_ring_size);
   if (log2 == 0) return "Server offers no ring size";
   zc_ = pool_.fd >= 0 && h.max_region >= 1 && pool_.mem_len <= 0xffffffffull && shared_ == nullptr;
+  zc_gather_ = zc_ && gather_env_;
   const uint64_t ring_bytes = memif::RingBytes(log2);
   uint64_t size = ring_bytes * (nc2s + ns2c);
   const uint64_t buffers_at = (size + 63) & ~uint64_t{63};
-  if (!zc_) size = buffers_at + uint64_t{buffer_size_} * (uint64_t{1} << log2) * (nc2s + ns2c);
+  // Slot buffers: every ring's in copy mode; a zero-copy client's transmit rings' only, for the
+  // frames it gathers from MRs (zc_gather_).
+  if (!zc_ || zc_gather_)
+    size = buffers_at + uint64_t{buffer_size_} * (uint64_t{1} << log2) * (zc_ ? nc2s : nc2s + ns2c);
   if (size > 0xffffffffull) return "Regions too large for 32-bit offsets (smaller ring or buffer size)";
   Region r0;
   r0.fd = memfd_create("memif-region-0", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -482,7 +486,7 @@ const char* Memif::OnHello(const memif::Hello& h) {
     SetupRing(r);
     std::memset(r.base, 0, ring_bytes);
     *reinterpret_cast<uint32_t*>(r.base + memif::kRingCookie) = memif::kCookie;
-    if (!zc_) {
+    if (!zc_ || (zc_gather_ && c2s)) {
       r.buffers = static_cast<uint32_t>(buffers_at + uint64_t{buffer_size_} * slot_base);
       for (uint32_t s = 0; s < r.size; s++) {
         r.desc[s].region = 0;
@@ -611,7 +615,7 @@ void Memif::LanesReady(bool up) {
 void Memif::SetLink(bool up) {
   if (pool_.state != nullptr) {
     pool_.state[kStLink] = up ? 1 : 0;
-    pool_.state[kStExt] = up && !zc_ && pool_.ext != nullptr ? 1 : 0;
+    pool_.state[kStExt] = up && (!zc_ || zc_gather_) && pool_.ext != nullptr ? 1 : 0;
     pool_.state[kStGen]++;
     pool_.state[kStOrphans] = static_cast<uint32_t>(orphans_.size());
   }
@@ -622,6 +626,7 @@ void Memif::ResetRun() {
   rx_.assign(nrx_, Ring());
   tx_.assign(ntx_, Ring());
   zc_ = false;
+  zc_gather_ = false;
 }
 
 // Ends the connection: tell the peer why (when `tell`), release rings, regions and fds, move

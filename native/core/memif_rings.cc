@@ -498,7 +498,7 @@ void Memif::Kick(Lane& L, Ring& r) {
 // against that memory's length. 0 when the chain or a segment is invalid, or external where
 // it cannot be (zero copy: its bytes are in no region the peer maps).
 uint32_t Memif::Gather(const PoolView& p, uint32_t head, uint32_t* segs, const uint8_t** src, uint64_t* total,
-                       bool ext_ok) const {
+                       bool ext_ok, bool* ext) const {
   uint32_t bi = head, n = 0;
   uint64_t len = 0;
   for (;;) {
@@ -508,6 +508,7 @@ uint32_t Memif::Gather(const PoolView& p, uint32_t head, uint32_t* segs, const u
       const uint8_t* at = p.ext->Window(p.ext_id[bi], p.offset[bi], p.length[bi]);
       if (at == nullptr) return 0;
       src[n] = at;
+      if (ext != nullptr) *ext = true;
     } else {
       if (uint64_t{p.offset[bi]} + p.length[bi] > p.mem_len) return 0;
       src[n] = p.mem + p.offset[bi];
@@ -568,10 +569,27 @@ uint32_t Memif::TxZeroCopy(Lane& L, Ring& r, const uint32_t* bufs, uint32_t n) {
   const uint8_t* src[kMaxTxSegs];
   for (; taken < n; taken++) {
     uint64_t total = 0;
-    const uint32_t ns = Gather(p, bufs[taken], segs, src, &total, false);
+    bool ext = false;
+    const uint32_t ns = Gather(p, bufs[taken], segs, src, &total, zc_gather_, &ext);
     if (ns == 0) {
       L.tx_errors++;
       PushDone(L, bufs[taken], done_n);
+      continue;
+    }
+    if (ext) {
+      // A payload from an MR: copied once, into this ring's own slot buffers (no pool buffer
+      // held for it: the frame's buffers are done at once).
+      bool bad = false;
+      const uint32_t used = free == 0 ? 0 : CopyFrame(r, slot, free, p, segs, src, ns, &bad);
+      if (used == 0) break;  // ring full (a client's own slots are never invalid)
+      for (uint32_t s = 0; s < used; s++) r.shadow[static_cast<uint16_t>(slot + s) & r.mask] = kInvalid;
+      slot = static_cast<uint16_t>(slot + used);
+      free -= used;
+      PushDone(L, bufs[taken], done_n);
+      bytes += total;
+      sent++;
+      L.tx_gathered++;
+      if (used > 1) L.tx_chained++;
       continue;
     }
     if (ns > free) break;
@@ -629,58 +647,26 @@ uint32_t Memif::TxCopy(Lane& L, Ring& r, const uint32_t* bufs, uint32_t n) {
   uint64_t bytes = 0;
   uint32_t segs[kMaxTxSegs];
   const uint8_t* srcs[kMaxTxSegs];
-  bool stop = false;
-  for (; taken < n && !stop; taken++) {
+  for (; taken < n; taken++) {
     uint64_t total = 0;
-    const uint32_t ns = Gather(p, bufs[taken], segs, srcs, &total, true);
+    bool ext = false;
+    const uint32_t ns = Gather(p, bufs[taken], segs, srcs, &total, true, &ext);
     if (ns == 0) {
       L.tx_errors++;
       PushDone(L, bufs[taken], done_n);
       continue;
     }
     if (free == 0) break;
-    const uint16_t saved = slot;
-    uint32_t used = 1;
-    Desc* d = &r.desc[slot & r.mask];
-    uint8_t* dst;
-    uint32_t room;
-    if (!DescRoom(r, slot, &dst, &room)) return TxFail(L, taken, done_n);
-    uint32_t w = 0;
-    for (uint32_t s = 0; s < ns && !stop; s++) {
-      const uint8_t* src = srcs[s];
-      uint32_t len = p.length[segs[s]];
-      while (len > 0) {
-        if (w == room) {
-          if (used == free) {
-            stop = true;  // ring full mid-frame: the frame stays with the caller
-            break;
-          }
-          d->length = w;
-          d->flags = memif::kDescFlagNext;
-          slot++;
-          used++;
-          d = &r.desc[slot & r.mask];
-          if (!DescRoom(r, slot, &dst, &room)) return TxFail(L, taken, done_n);
-          w = 0;
-        }
-        uint32_t take = std::min(len, room - w);
-        std::memcpy(dst + w, src, take);
-        w += take;
-        src += take;
-        len -= take;
-      }
-    }
-    if (stop) {
-      slot = saved;
-      break;
-    }
-    d->length = w;
-    d->flags = 0;
-    slot++;
+    bool bad = false;
+    const uint32_t used = CopyFrame(r, slot, free, p, segs, srcs, ns, &bad);
+    if (bad) return TxFail(L, taken, done_n);
+    if (used == 0) break;  // ring full mid-frame: the frame stays with the caller
+    slot = static_cast<uint16_t>(slot + used);
     free -= used;
     PushDone(L, bufs[taken], done_n);
     bytes += total;
     sent++;
+    if (ext) L.tx_gathered++;
     if (used > 1) L.tx_chained++;
   }
   p.state[kStDone] = done_n;
@@ -692,6 +678,44 @@ uint32_t Memif::TxCopy(Lane& L, Ring& r, const uint32_t* bufs, uint32_t n) {
   L.tx_packets += sent;
   L.tx_bytes += bytes;
   return taken;
+}
+
+uint32_t Memif::CopyFrame(Ring& r, uint16_t slot, uint32_t free, const PoolView& p, const uint32_t* segs,
+                          const uint8_t* const* srcs, uint32_t ns, bool* bad) {
+  uint32_t used = 1, w = 0, room;
+  uint8_t* dst;
+  Desc* d = &r.desc[slot & r.mask];
+  if (!DescRoom(r, slot, &dst, &room)) {
+    *bad = true;
+    return 0;
+  }
+  for (uint32_t s = 0; s < ns; s++) {
+    const uint8_t* src = srcs[s];
+    uint32_t len = p.length[segs[s]];
+    while (len > 0) {
+      if (w == room) {
+        if (used == free) return 0;
+        d->length = w;
+        d->flags = memif::kDescFlagNext;
+        slot++;
+        used++;
+        d = &r.desc[slot & r.mask];
+        if (!DescRoom(r, slot, &dst, &room)) {
+          *bad = true;
+          return 0;
+        }
+        w = 0;
+      }
+      const uint32_t take = std::min(len, room - w);
+      std::memcpy(dst + w, src, take);
+      w += take;
+      src += take;
+      len -= take;
+    }
+  }
+  d->length = w;
+  d->flags = 0;
+  return used;
 }
 
 // Where a copy-mode transmit slot's bytes go and how many fit.
