@@ -110,6 +110,11 @@ test('the rdmactl and curl sessions run as written against the two daemons the R
     const hw = bash('node bin/rdmactl.mjs show hardware memif0');
     const m = /rxDeferred\s+(\d+)/.exec(hw.out);
     assert.ok(m !== null && Number(m[1]) >= 2000, `A received the Writes in place:\n${hw.out}`);
+    // Daemon B, the zero-copy memif client, copied those Writes' payloads from ib_write_bw's MR
+    // straight into its own transmit slots.
+    const hwb = bash('node bin/rdmactl.mjs --api http://127.0.0.1:7071 show hardware memif0');
+    const g = /txGathered\s+(\d+)/.exec(hwb.out);
+    assert.ok(g !== null && Number(g[1]) >= 2000, `B gathered the Writes from the MR:\n${hwb.out}`);
   });
 });
 
