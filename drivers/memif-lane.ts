@@ -14,13 +14,17 @@
  * is counted here; the facade adds it to the other workers' counts of the interface.
  *
  * Each lane has its own stash of this thread's buffers and its own `done` list, as the owner's
- * driver has; it holds no buffer while its queue is down.
+ * driver has; it holds no buffer while its queue is down. A lane copies, as the owner of queues
+ * spread over threads does: a segment sent from an MR in place (BufferFlag.EXT_DATA) is gathered
+ * from the MR straight into the peer's buffer (or the slot's), through this thread's pool's
+ * external table.
  */
 import { BufferFlag, type BufferPool } from '../graph/buffer-pool.ts';
 import { FRAME_SIZE } from '../graph/node.ts';
 import { loadCore, type MemifLaneNative, type MemifLayout } from '../native/addons.ts';
 import type { Driver, DriverCounters, DriverHardware } from './driver.ts';
 import { poolArrays, zeroCounters } from './driver.ts';
+import { extTableOf } from './ext-table.ts';
 
 /** One memif queue polled here: the native lane and its buffer arrays. */
 class LaneQueue {
@@ -49,8 +53,10 @@ class LaneQueue {
       done: this.done,
       state: this.st,
       flagNext: BufferFlag.NEXT_PRESENT,
-      // No external table: a segment sent from an MR in place is a transmit error here (the tx
-      // node copies such payloads in first: a lane has no txExternal).
+      // A lane copies (its buffers are its thread's): a segment sent from an MR in place is
+      // gathered from the MR straight into the peer's buffer or its slot, as the owner does.
+      ext: extTableOf(loadCore(), pool),
+      extId: pool.extId,
       flagExt: BufferFlag.EXT_DATA,
     });
   }
@@ -160,6 +166,7 @@ export class MemifLaneDriver implements Driver {
 
   open(pool: BufferPool): void {
     this.pool = pool;
+    pool.ext.wanted = true;
     try {
       for (const q of this.opts.queues) {
         const native = new this.core.MemifLane({ name: this.name, key: this.opts.key, queue: q });
@@ -188,6 +195,11 @@ export class MemifLaneDriver implements Driver {
   txBurst(_queue: number, bufs: Uint32Array, off: number, n: number): number {
     const lane = this.lanes[0];
     return lane === undefined ? 0 : lane.tx(bufs, off, n);
+  }
+
+  /** A lane copies, with the pool's external table: payloads sent from an MR are gathered in place. */
+  txExternal(): boolean {
+    return this.linkUp();
   }
 
   /** Up while the owner's connection is and this worker's queues are attached to it. */

@@ -199,6 +199,23 @@ test('server and client connect on a filesystem socket (directory created, file 
   whole(pc, 'client');
 });
 
+test("a zero-copy client's transmit slot buffers (for payloads gathered from MRs): there at the defaults; rings whose slots would pass 32-bit offsets go without them", async () => {
+  const { s, c, ps, pc } = await linkedPair('slots');
+  assert.ok(c.info().zeroCopy && c.txExternal(), 'zero copy, and it gathers external payloads');
+  c.close();
+  s.close();
+  // 5 transmit rings of 16384 slots of 65535 bytes: 5.4 GB of slot buffers.
+  const big = { ringSize: 16384, bufferSize: 65535, rxQueues: 5, txQueues: 5 };
+  const p2 = await linkedPair('bigslots', big, big);
+  assert.ok(p2.c.info().zeroCopy, 'still zero copy');
+  assert.not.ok(p2.c.txExternal(), 'no slot buffers: the tx node copies such payloads into the pool');
+  await exchange(p2.c, p2.pc, p2.s, p2.ps, [60, 1514]);
+  await exchange(p2.s, p2.ps, p2.c, p2.pc, [60, 1514]);
+  for (const d of [p2.c, p2.s]) d.close();
+  whole(ps, 'server');
+  whole(pc, 'client');
+});
+
 test('chained descriptors: jumbo frames both ways, zero-copy and copy clients, small memif buffers', async () => {
   for (const zc of [true, false]) {
     const sock = sockPath();

@@ -43,13 +43,25 @@ test('each worker polls its own memif queue: QPs on worker k of both sides talk 
     const ca0 = (await p.a.interface('m0')).counters,
       cb0 = (await p.b.interface('n0')).counters;
     const before = await memifVectors(p.a);
+    // Frames B (the client, its queues over threads: copy mode) gathered from an MR, over the
+    // owner's queue and worker 1's lane.
+    const gathered = async () =>
+      ((await p.b.hardware()).find((h) => h.name === 'n0')?.counters as { txGathered: number }).txGathered;
     for (const k of [0, 1]) {
       const x = await end(p.a, 'm0', k),
         y = await end(p.b, 'n0', k);
       assert.is(x.pd.pd > 1 << 24, k === 1, `A's PD on worker ${k}`);
       assert.is(y.pd.pd > 1 << 24, k === 1, `B's PD on worker ${k}`);
       await connect(p.a, p.b, x, y, '10.70.0.1', '10.70.0.2');
+      const g0 = await gathered();
       await exchange(p.a, p.b, x, y, k, 30000);
+      // B's 30000-byte WRITE and 20000-byte Read Response went from its MR straight into A's
+      // buffers: on worker 1 through its lane, as on the owner's queue.
+      const g = (await gathered()) - g0;
+      assert.ok(
+        g >= Math.ceil(30000 / 1448) + Math.ceil(20000 / 1448),
+        `worker ${k}: ${g} frames gathered from B's MR`,
+      );
     }
     assert.equal(await handed(p.a), [0, 0], "A handed nothing over: every frame came on its QP's worker's queue");
     assert.equal(await handed(p.b), [0, 0], 'nor did B');

@@ -444,9 +444,11 @@ const char* Memif::OnHello(const memif::Hello& h) {
   uint64_t size = ring_bytes * (nc2s + ns2c);
   const uint64_t buffers_at = (size + 63) & ~uint64_t{63};
   // Slot buffers: every ring's in copy mode; a zero-copy client's transmit rings' only, for the
-  // frames it gathers from MRs (zc_gather_).
-  if (!zc_ || zc_gather_)
-    size = buffers_at + uint64_t{buffer_size_} * (uint64_t{1} << log2) * (zc_ ? nc2s : nc2s + ns2c);
+  // frames it gathers from MRs (zc_gather_), unless they would not fit 32-bit offsets (then the
+  // tx node copies such payloads into the pool, as without them).
+  const uint64_t slot_bytes = uint64_t{buffer_size_} << log2;
+  if (zc_gather_ && buffers_at + slot_bytes * nc2s > 0xffffffffull) zc_gather_ = false;
+  if (!zc_ || zc_gather_) size = buffers_at + slot_bytes * (zc_ ? nc2s : nc2s + ns2c);
   if (size > 0xffffffffull) return "Regions too large for 32-bit offsets (smaller ring or buffer size)";
   Region r0;
   r0.fd = memfd_create("memif-region-0", MFD_CLOEXEC | MFD_ALLOW_SEALING);
