@@ -44,9 +44,10 @@ const MTU = process.env.RDMA_BENCH_MTU === undefined ? null : Number(process.env
  * RDMA_BENCH_WRITER_CLIENT=1 (set by pairRun): a, the side that writes and pings, is the memif
  * client, b the server (unset: a is the server). A WRITE's payload is copied twice either way:
  * towards the client from the MR into the client's buffers (the server's gather) and then into
- * the MR; towards the server into the client's pool and then, from there, into the MR (the server
- * leaves it where it is until placed, graph/peer-windows.ts; RDMA_GRAPH_MEMIF_RX_DEFER=0 makes it
- * copy each frame whole first: three copies).
+ * the MR; towards the server from the MR into the client's transmit slots (its gather) and then,
+ * from there, into the MR (the server leaves it where it is until placed, graph/peer-windows.ts;
+ * RDMA_GRAPH_MEMIF_RX_DEFER=0 makes it copy each frame whole first: three copies;
+ * RDMA_GRAPH_MEMIF_TX_GATHER=0 has the client copy into its pool instead of its slots).
  */
 const WRITER_IS_CLIENT = process.env.RDMA_BENCH_WRITER_CLIENT === '1';
 /** RDMA_BENCH_DATA_SIZE: the pool's buffer size (default 2048: a segment longer than a buffer is a chain). */
@@ -329,6 +330,21 @@ function cpuNsPerByte(w: Record<string, unknown>, side: 'cpuMs' | 'peerCpuMs'): 
   return typeof ms === 'number' && typeof writes === 'number' && writes > 0 ? (ms * 1e6) / (writes * MSG) : null;
 }
 
+/** RDMA_BENCH_TOWARDS_ROUNDS: rounds of the three WRITEs towards the memif server, alternated (default 3). */
+const TOWARDS_ROUNDS = Math.max(1, Number(process.env.RDMA_BENCH_TOWARDS_ROUNDS ?? 3) | 0);
+
+/** `fn` with environment variable `name` set to `value` (both sides' processes inherit it), then as it was. */
+async function withEnv<T>(name: string, value: string, fn: () => Promise<T>): Promise<T> {
+  const was = process.env[name];
+  process.env[name] = value;
+  try {
+    return await fn();
+  } finally {
+    if (was === undefined) delete process.env[name];
+    else process.env[name] = was;
+  }
+}
+
 export async function runRdmaProcsBench(seconds: number): Promise<{ lines: string[]; json: Record<string, unknown> }> {
   const lines: string[] = [];
   const json: Record<string, unknown> = {};
@@ -358,12 +374,11 @@ export async function runRdmaProcsBench(seconds: number): Promise<{ lines: strin
       pingGc: pp.gc,
     };
   }
-  // One more adaptive WRITE: its line (after `what`) and its JSON figures.
-  const writeAgain = async (what: string, mtu: number | null, writerClient: boolean) => {
-    const t = await pairRun('adaptive', 'write', seconds, false, mtu, writerClient);
-    const f = (x: unknown, d = 2) => (typeof x === 'number' ? x.toFixed(d) : 'n/a');
+  const f = (x: unknown, d = 2) => (typeof x === 'number' ? x.toFixed(d) : 'n/a');
+  // An adaptive WRITE run's line (after `what`, `rounds` before its CPU figures) and JSON figures.
+  const writeFigures = (what: string, t: Record<string, unknown>, rounds = '') => {
     lines.push(
-      `  cpu.poll adaptive  ${what}, segments of ${t.segment} bytes: ${f(t.gbps)} Gbit/s ` +
+      `  cpu.poll adaptive  ${what}, segments of ${t.segment} bytes: ${f(t.gbps)} Gbit/s${rounds} ` +
         `(${t.retransmits} retransmissions, ${t.timeouts} timeouts; CPU per byte written: ${f(cpuNsPerByte(t, 'cpuMs'))} ns sender, ${f(cpuNsPerByte(t, 'peerCpuMs'))} ns receiver)`,
     );
     return {
@@ -374,6 +389,9 @@ export async function runRdmaProcsBench(seconds: number): Promise<{ lines: strin
       retransmits: t.retransmits,
     };
   };
+  // One more adaptive WRITE: its line and its JSON figures.
+  const writeAgain = async (what: string, mtu: number | null, writerClient: boolean) =>
+    writeFigures(what, await pairRun('adaptive', 'write', seconds, false, mtu, writerClient));
   // The segment-size lever (issue 31): the default mode's WRITE again with the memif link pinned
   // at MTU 1500 (segments of 1444 bytes: every link before memif took its peer's MTU), against
   // the default above (a memif link between two rdma-graph data planes: drivers/memif.ts linkMtu).
@@ -381,26 +399,44 @@ export async function runRdmaProcsBench(seconds: number): Promise<{ lines: strin
     json.mtu1500 = await writeAgain(`memif mtu 1500 pinned: WRITE 64 KiB x ${OUTSTANDING}`, 1500, false);
   // The other direction: every row above writes from the memif server to the client (each byte
   // copied twice: from the MR into the client's buffers, then into the MR). Towards the server
-  // also twice (into the client's pool, then from its buffers into the MR: the server leaves a
-  // Write's payload where it is until DDP places it, graph/peer-windows.ts), and once more with
+  // also twice (into the client's transmit slots, then from there into the MR: the server leaves
+  // a Write's payload where it is until DDP places it, graph/peer-windows.ts), and once more with
   // that off (RDMA_GRAPH_MEMIF_RX_DEFER=0: the server copies each frame whole first, three copies).
-  json.towardsServer = await writeAgain(
-    `WRITE 64 KiB x ${OUTSTANDING} towards the memif server (the writer the client; payload placed from the client's buffers)`,
-    null,
-    true,
-  );
-  const was = process.env.RDMA_GRAPH_MEMIF_RX_DEFER;
-  process.env.RDMA_GRAPH_MEMIF_RX_DEFER = '0';
-  try {
-    json.towardsServerCopied = await writeAgain(
-      `WRITE 64 KiB x ${OUTSTANDING} towards the memif server, RDMA_GRAPH_MEMIF_RX_DEFER=0 (frames copied whole on receive: each byte three times)`,
-      null,
-      true,
-    );
-  } finally {
-    if (was === undefined) delete process.env.RDMA_GRAPH_MEMIF_RX_DEFER;
-    else process.env.RDMA_GRAPH_MEMIF_RX_DEFER = was;
-  }
+  // With the client's payloads copied into its pool by the tx node before they go, as before it
+  // gathered them from the MR into its own transmit slots (RDMA_GRAPH_MEMIF_TX_GATHER=0), too.
+  // The three run alternately, TOWARDS_ROUNDS rounds, and each line is the median run's, with
+  // every round's rate: one run of each in turn had the in-place receive at 12.1 against 21.1
+  // Gbit/s copied whole, where five alternated pairs right after put it ahead in every pair.
+  const variants = [
+    {
+      key: 'towardsServer',
+      env: null,
+      what: `WRITE 64 KiB x ${OUTSTANDING} towards the memif server (the writer the client; payload placed from the client's buffers)`,
+    },
+    {
+      key: 'towardsServerCopied',
+      env: 'RDMA_GRAPH_MEMIF_RX_DEFER',
+      what: `WRITE 64 KiB x ${OUTSTANDING} towards the memif server, RDMA_GRAPH_MEMIF_RX_DEFER=0 (frames copied whole on receive: each byte three times)`,
+    },
+    {
+      key: 'towardsServerPoolCopy',
+      env: 'RDMA_GRAPH_MEMIF_TX_GATHER',
+      what: `WRITE 64 KiB x ${OUTSTANDING} towards the memif server, RDMA_GRAPH_MEMIF_TX_GATHER=0 (the client copies each payload into its pool, not into its transmit slots)`,
+    },
+  ] as const;
+  const towards = variants.map(() => [] as Record<string, unknown>[]);
+  for (let round = 0; round < TOWARDS_ROUNDS; round++)
+    for (let j = 0; j < variants.length; j++) {
+      const k = round % 2 === 0 ? j : variants.length - 1 - j;
+      const env = variants[k].env;
+      const run = () => pairRun('adaptive', 'write', seconds, false, null, true);
+      towards[k].push(env === null ? await run() : await withEnv(env, '0', run));
+    }
+  variants.forEach((v, k) => {
+    const sorted = [...towards[k]].sort((x, y) => Number(x.gbps) - Number(y.gbps));
+    const rates = towards[k].map((t) => f(t.gbps)).join(', ');
+    json[v.key] = writeFigures(v.what, sorted[Math.floor(sorted.length / 2)], ` (median of ${rates})`);
+  });
   // RDMA_BENCH_LIVE=1: the live view's cost (issue 34). cpu.poll adaptive again, with no page and
   // with a page's event stream open on both daemons, alternated five times (a busy machine drifts),
   // the medians side by side and as ratios to no page; and one sample's cost, timed by itself.

@@ -206,6 +206,10 @@ export async function runRdmaBench(opts: { seconds: number }): Promise<RdmaBench
       kernelLines.push(
         `  adaptive towards the memif server, frames copied whole on receive: WRITE ${ratio(r.writeGbps, tcp.gbps)} x kernel TCP; placed from the client's buffers / copied whole ${ratio((procs.json as Record<string, Record<string, number>>).towardsServer?.writeGbps, r.writeGbps)} x`,
       );
+    else if (poll === 'towardsServerPoolCopy')
+      kernelLines.push(
+        `  adaptive towards the memif server, payloads copied into the client's pool first: WRITE ${ratio(r.writeGbps, tcp.gbps)} x kernel TCP; gathered into the client's slots / copied into its pool ${ratio((procs.json as Record<string, Record<string, number>>).towardsServer?.writeGbps, r.writeGbps)} x`,
+      );
     else if (poll !== 'livePage')
       kernelLines.push(
         `  ${poll}${r.segmentBytes ? ` (segments of ${r.segmentBytes} bytes)` : ''}: WRITE ${ratio(r.writeGbps, tcp.gbps)} x kernel TCP (goal >= 1.0), ${ratio(r.writeGbps, tcpSeg.gbps)} x without offloads (goal >= 1.5); half-RTT p50 ${(r.rttP50Us / 2).toFixed(1)} us = ` +
