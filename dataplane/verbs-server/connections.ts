@@ -47,7 +47,10 @@ function detachAll(rings: VerbsRings, own: Owned, core: ReturnType<typeof loadCo
     core.closeFd(own.doorbell);
     own.doorbell = -1;
   }
-  for (const ch of own.channels.values()) core.closeFd(ch.fd);
+  for (const ch of own.channels.values()) {
+    core.closeFd(ch.fd);
+    ch.fd = -1;
+  }
   own.channels.clear();
   if (own.async.fd >= 0) {
     core.closeFd(own.async.fd);

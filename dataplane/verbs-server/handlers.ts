@@ -416,6 +416,7 @@ export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
     if (ch.users > 0) return Errno.EBUSY;
     c.own.channels.delete(handle);
     c.server.core.closeFd(ch.fd);
+    ch.fd = -1;
     return c.reply();
   },
 

@@ -213,8 +213,11 @@ export const sqStride = (maxSge: number, maxInline: number) =>
 export const rqStride = (maxSge: number) => RECV_WQE_HDR + maxSge * SGE_BYTES;
 
 export interface Channel {
+  /** The eventfd; -1 once closed (a signal queued for the end of the pass then goes nowhere). */
   fd: number;
   users: number;
+  /** Queued to be signalled when the current pass ends (VerbsRings.signalSoon). */
+  pending?: boolean;
 }
 
 /**
@@ -831,10 +834,32 @@ export class VerbsRings {
       Atomics.compareExchange(u, CQ_ARMED, armed, 0) === armed
     ) {
       Atomics.add(u, CQ_EVENTS, 1);
-      this.core.eventfdSignal(ring.channel.fd);
+      this.signalSoon(ring.channel);
     }
     return true;
   }
+
+  /**
+   * Signal channel `ch` when this pass ends, not now: the program it wakes (asleep in
+   * ibv_get_cq_event) takes the CPU at once if it shares this one, and a signal from inside a
+   * node left the rest of the pass (the ACK, the next segments) waiting until it slept again.
+   */
+  private signalSoon(ch: Channel): void {
+    if (ch.pending === true) return;
+    ch.pending = true;
+    if (this.toSignal.push(ch) === 1) this.graph.defer(this.flushSignals);
+  }
+
+  private readonly toSignal: Channel[] = [];
+  private readonly flushSignals = (): void => {
+    const list = this.toSignal;
+    for (let i = 0; i < list.length; i++) {
+      const ch = list[i];
+      ch.pending = false;
+      if (ch.fd >= 0) this.core.eventfdSignal(ch.fd);
+    }
+    list.length = 0;
+  };
 
   /** Sizes the rings must have for `qp` (what the library computes from the same numbers). */
   static qpRingBytes(
