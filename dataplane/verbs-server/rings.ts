@@ -216,7 +216,7 @@ export interface Channel {
   /** The eventfd; -1 once closed (a signal queued for the end of the pass then goes nowhere). */
   fd: number;
   users: number;
-  /** Queued to be signalled when the current pass ends (VerbsRings.signalSoon). */
+  /** Being signalled at the end of this pass (VerbsRings.flushEvents). */
   pending?: boolean;
 }
 
@@ -232,6 +232,8 @@ export interface AsyncFd {
 export class CqRing {
   readonly u32: Uint32Array;
   prod = 0;
+  /** Events of this pass not yet counted in the ring (VerbsRings.eventSoon). */
+  owed = 0;
   constructor(
     readonly cq: Cq,
     mem: ArrayBuffer,
@@ -833,32 +835,48 @@ export class VerbsRings {
       (armed === RGV_CQ_ARM_NEXT || c.solicited === true || c.status !== 'success') &&
       Atomics.compareExchange(u, CQ_ARMED, armed, 0) === armed
     ) {
-      Atomics.add(u, CQ_EVENTS, 1);
-      this.signalSoon(ring.channel);
+      this.eventSoon(ring);
     }
     return true;
   }
 
   /**
-   * Signal channel `ch` when this pass ends, not now: the program it wakes (asleep in
-   * ibv_get_cq_event) takes the CPU at once if it shares this one, and a signal from inside a
-   * node left the rest of the pass (the ACK, the next segments) waiting until it slept again.
+   * An event of `ring`'s CQ, counted in its ring and signalled on its channel when this pass
+   * ends, not now: the program it wakes (asleep in ibv_get_cq_event) takes the CPU at once if it
+   * shares this one, and a signal from inside a node left the rest of the pass (the ACK, the next
+   * segments) waiting until it slept again. The count goes with the signal (the library finds
+   * the CQ by it): a program that looked in between would take the event before its wake-up,
+   * and that wake-up, come later, would find nothing.
    */
-  private signalSoon(ch: Channel): void {
-    if (ch.pending === true) return;
-    ch.pending = true;
-    if (this.toSignal.push(ch) === 1) this.graph.defer(this.flushSignals);
+  private eventSoon(ring: CqRing): void {
+    if (ring.owed++ > 0) return;
+    if (this.owing.push(ring) === 1) this.graph.defer(this.flushEvents);
   }
 
-  private readonly toSignal: Channel[] = [];
-  private readonly flushSignals = (): void => {
-    const list = this.toSignal;
+  private readonly owing: CqRing[] = [];
+  private readonly signalling: Channel[] = [];
+  private readonly flushEvents = (): void => {
+    const list = this.owing,
+      chans = this.signalling;
     for (let i = 0; i < list.length; i++) {
-      const ch = list[i];
+      const r = list[i];
+      const n = r.owed;
+      r.owed = 0;
+      if (r.cq.sink === null) continue; // detached meanwhile: its program is gone
+      Atomics.add(r.u32, CQ_EVENTS, n);
+      const ch = r.channel as Channel;
+      if (ch.pending !== true) {
+        ch.pending = true;
+        chans.push(ch);
+      }
+    }
+    list.length = 0;
+    for (let i = 0; i < chans.length; i++) {
+      const ch = chans[i];
       ch.pending = false;
       if (ch.fd >= 0) this.core.eventfdSignal(ch.fd);
     }
-    list.length = 0;
+    chans.length = 0;
   };
 
   /** Sizes the rings must have for `qp` (what the library computes from the same numbers). */
