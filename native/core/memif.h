@@ -552,7 +552,7 @@ class Memif : public Napi::ObjectWrap<Memif> {
   uint32_t TxCopy(Lane& L, Ring& r, const uint32_t* bufs, uint32_t n);
 
   // Copies a gathered frame into transmit slots from `slot` on, at most `free` of them: how many
-  // it used; 0 when the ring filled mid-frame (nothing published) or a slot was invalid (*bad).
+  // it used; 0 when they are too few (nothing published) or a slot was invalid (*bad).
   uint32_t CopyFrame(Ring& r, uint16_t slot, uint32_t free, const PoolView& p, const uint32_t* segs,
                      const uint8_t* const* srcs, uint32_t ns, bool* bad);
 

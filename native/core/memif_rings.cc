@@ -578,11 +578,11 @@ uint32_t Memif::TxZeroCopy(Lane& L, Ring& r, const uint32_t* bufs, uint32_t n) {
     }
     if (ext) {
       // A payload from an MR: copied once, into this ring's own slot buffers (no pool buffer
-      // held for it: the frame's buffers are done at once).
+      // held for it: the frame's buffers are done at once). The slots' shadows stay kInvalid (a
+      // free slot's is: Reclaim clears each one it passes), so Reclaim reports nothing for them.
       bool bad = false;
-      const uint32_t used = free == 0 ? 0 : CopyFrame(r, slot, free, p, segs, src, ns, &bad);
+      const uint32_t used = CopyFrame(r, slot, free, p, segs, src, ns, &bad);
       if (used == 0) break;  // ring full (a client's own slots are never invalid)
-      for (uint32_t s = 0; s < used; s++) r.shadow[static_cast<uint16_t>(slot + s) & r.mask] = kInvalid;
       slot = static_cast<uint16_t>(slot + used);
       free -= used;
       PushDone(L, bufs[taken], done_n);
@@ -656,7 +656,6 @@ uint32_t Memif::TxCopy(Lane& L, Ring& r, const uint32_t* bufs, uint32_t n) {
       PushDone(L, bufs[taken], done_n);
       continue;
     }
-    if (free == 0) break;
     bool bad = false;
     const uint32_t used = CopyFrame(r, slot, free, p, segs, srcs, ns, &bad);
     if (bad) return TxFail(L, taken, done_n);
@@ -682,6 +681,7 @@ uint32_t Memif::TxCopy(Lane& L, Ring& r, const uint32_t* bufs, uint32_t n) {
 
 uint32_t Memif::CopyFrame(Ring& r, uint16_t slot, uint32_t free, const PoolView& p, const uint32_t* segs,
                           const uint8_t* const* srcs, uint32_t ns, bool* bad) {
+  if (free == 0) return 0;
   uint32_t used = 1, w = 0, room;
   uint8_t* dst;
   Desc* d = &r.desc[slot & r.mask];
