@@ -12,7 +12,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { MemifDriver } from '../drivers/memif.ts';
-import type { BufferPool } from '../graph/buffer-pool.ts';
+import { type BufferPool, BufferFlag } from '../graph/buffer-pool.ts';
 import { createPool } from '../graph/memory.ts';
 import { loadCore } from '../native/addons.ts';
 import { memPool, packet, sleep } from './helpers.ts';
@@ -549,6 +549,62 @@ test('our client seen by a hand-written server: INIT, ADD_REGION x2 (zero copy),
       0,
       "offset = a pool buffer's data start",
     );
+    // A frame whose payload is a window of an MR (sent in place): the zero-copy client copies it
+    // into the C2S ring's own slot buffers (region 0, after the rings), not into the pool.
+    assert.ok(c.txExternal(), 'it gathers payloads sent from an MR');
+    const mem = Uint8Array.from({ length: 4000 }, (_, i) => (i * 7 + 3) & 0xff);
+    const id = pool.ext.add(mem);
+    const frame = (): number => {
+      const h = pool.allocChain(2);
+      pool.u8.fill(0x5a, pool.offset[h], pool.offset[h] + 20);
+      pool.length[h] = 20;
+      pool.flags[h] |= BufferFlag.EXT_CHAIN;
+      pool.attachExt(pool.next[h], id, 100, 3000);
+      return h;
+    };
+    const one = new Uint32Array(1);
+    const send = (): number => {
+      one[0] = frame();
+      const taken = c.txBurst(0, one, 0, 1);
+      if (taken === 0) pool.free(one, 0, 1);
+      return taken;
+    };
+    assert.is(send(), 1);
+    const slots = 2 * (RING_HDR + DESC * 32);
+    assert.is(map.getUint16(6, true), 2, 'C2S head: 3020 bytes over two 2048-byte slots');
+    assert.equal(
+      [0, 1].map((k) => {
+        const d = RING_HDR + k * DESC; // flags u16, region u16, length u32, offset u32
+        return [
+          map.getUint16(d, true),
+          map.getUint16(d + 2, true),
+          map.getUint32(d + 4, true),
+          map.getUint32(d + 8, true),
+        ];
+      }),
+      [
+        [1, 0, 2048, slots],
+        [0, 0, 972, slots + 2048],
+      ],
+      'descriptors: flags (NEXT), region 0, length, offset of the slot buffers',
+    );
+    const got = new Uint8Array(map.buffer, slots, 3020);
+    assert.equal(got.subarray(0, 20), new Uint8Array(20).fill(0x5a), 'the header');
+    assert.equal(got.subarray(20), mem.subarray(100, 3100), "the MR's bytes");
+    // A hostile server: the C2S tail far past the head. It is ignored (nothing reclaimed), so the
+    // ring fills at its 32 slots and further frames are refused, not sent over slots in flight.
+    map.setUint16(64, 0xfff0, true); // C2S tail (the ring at offset 0)
+    let more = 0;
+    while (more < 100 && send() === 1) more++;
+    assert.is(more, 15, 'fifteen more two-slot frames fill the ring; then refused');
+    assert.is(map.getUint16(6, true), 32);
+    // The tail where a server that took them all would put it: room again.
+    map.setUint16(64, 32, true);
+    assert.is(send(), 1, 'the slots came back');
+    const st = c.stats();
+    assert.is(st.txGathered, 17);
+    assert.is(st.txErrors, 0);
+    assert.ok(c.linkUp(), 'still up');
     core.memifRawSend(
       fd,
       msg(T.DISCONNECT, (v, b) => {
