@@ -5,6 +5,7 @@ import { Graph, GraphError } from '../graph/graph.ts';
 import { errorTable, NodeFlag, nextTable, type Frame, type NodeRuntime } from '../graph/node.ts';
 import { monotonicClock } from '../graph/clock.ts';
 import { memPool } from './helpers.ts';
+import { waitFor } from './rdma-helpers.ts';
 
 /** An input node that emits the packets queued in `src` (first byte = class). */
 function source(g: Graph, name: string, next: string[], queue: number[][]) {
@@ -444,11 +445,11 @@ test('process nodes: sleep, events and counters', async () => {
     },
   });
   g.start();
-  await new Promise((r) => setTimeout(r, 20));
+  // Waits with deadlines, not fixed sleeps: a loaded CI machine once took longer than 20 ms.
+  await waitFor('the process to wait for an event', () => p.processState === 'event wait');
   assert.equal(log, ['start', 'slept']);
-  assert.is(p.processState, 'event wait');
   g.signalEvent(p, 'go');
-  await new Promise((r) => setTimeout(r, 30));
+  await waitFor('the process to end', () => p.processState === 'done');
   assert.equal(log, ['start', 'slept', 'event go', 'timeout 0']);
   assert.is(p.processState, 'done');
   const c = g.nodeCounters('proc');

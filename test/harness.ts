@@ -161,7 +161,7 @@ function wrap(inner: uvu.Test, suiteName: string): Test {
             console.log(`  SKIP: ${e.message}`);
             return;
           }
-          record(name, 'fail', elapsed);
+          record(name, 'fail', elapsed, (e instanceof Error ? e.message : String(e)).split('\n')[0]);
           throw e;
         } finally {
           state.current = '';

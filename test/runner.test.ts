@@ -47,8 +47,11 @@ test('passing tests: exit 0 and the counts', () => {
   expect(run('^pass\\.ts$'), 0, { passed: 2, failed: 0, skipped: 0 });
 });
 
-test('a failed assertion fails the run', () => {
-  expect(run('^fail\\.ts$'), 1, { passed: 1, failed: 1, skipped: 0 }, 'arithmetic is broken on purpose');
+test('a failed assertion fails the run; the summary names it again with its first line', () => {
+  const o = run('^fail\\.ts$');
+  expect(o, 1, { passed: 1, failed: 1, skipped: 0 }, 'arithmetic is broken on purpose');
+  const summary = o.out.slice(o.out.indexOf('Total:'));
+  assert.match(summary, /Failed \(1\):\n  \S*fail\.ts › fails: arithmetic is broken on purpose\n/);
 });
 
 test('a before hook that throws fails the run, counts its unrun tests and prints the error', () => {

@@ -160,6 +160,12 @@ write(`\n  Passed:    ${passedTests}`);
 write(`\n  Failed:    ${failed}`);
 write(`\n  Skipped:   ${skipped}${state.strict ? ' (strict mode: a skip is a failure)' : ''}`);
 write(`\n  Duration:  ${(ms / 1000).toFixed(1)} s\n`);
+// Named again at the end: a long run's output may reach a reader only by its head and tail.
+const fails = state.tests.filter((t) => t.outcome === 'fail');
+if (fails.length) {
+  write(`\nFailed (${fails.length}):\n`);
+  for (const f of fails) write(`  ${f.file} › ${f.name}${f.reason ? `: ${f.reason.slice(0, 200)}` : ''}\n`);
+}
 if (skips.length || uvuSkipped) {
   write(`\nSkipped (${skipped}):\n`);
   for (const s of skips) write(`  ${s.file} › ${s.name}: ${s.reason}\n`);
