@@ -8,6 +8,7 @@ import type { DataplaneApi } from '../dataplane/api.ts';
 import { LiveSampler } from '../api/live-sampler.ts';
 import { test } from './harness.ts';
 import { sleep } from './helpers.ts';
+import { waitFor } from './rdma-helpers.ts';
 
 /** A facade with one thread and no node, interface or QP, that counts its calls and can fail. */
 function countingDp() {
@@ -47,8 +48,9 @@ test('sampler: no call without a subscriber; frames while one listens; the lates
   assert.is(st.calls, 0, 'nothing asked with no subscriber');
   const got: string[] = [];
   const stop = sampler.subscribe({ frame: (j) => got.push(j) });
-  await sleep(150);
-  assert.ok(got.length >= 3, `${got.length} frames`);
+  // Waited for, not slept on: a loaded machine may run the 20 ms interval late (it does not
+  // catch up), and 3 frames take longer than 150 ms.
+  await waitFor('3 frames', () => got.length >= 3, 5000);
   assert.is(st.calls, sampler.samples * 5, 'five facade calls a sample');
   const late: string[] = [];
   const stopLate = sampler.subscribe({ frame: (j) => late.push(j) });

@@ -56,8 +56,13 @@ test("A pings B: every request answered by B's icmp4-echo, in order, with bytes,
       x.replies.some((q) => y.replies.some((w) => w.seq === q.seq)),
       'disjoint sequence numbers',
     );
-    await new Promise((res) => setTimeout(res, 50));
-    const b = await p.a.buffers();
+    // Until the pool is whole (3 s at most): A's link watch may announce its link (a gratuitous
+    // ARP, its buffer out until the next pass) just as a fixed wait ends on a slow machine.
+    let b = await p.a.buffers();
+    for (let t = 0; t < 150 && b.free !== b.count; t++) {
+      await new Promise((res) => setTimeout(res, 20));
+      b = await p.a.buffers();
+    }
     assert.is(b.free, b.count, "every request and reply buffer back in A's pool");
   } finally {
     await p.close();

@@ -367,9 +367,14 @@ test('a repeated REQ after its listener closed is the same request: answered as 
   const noListener = () => p.b.graph.errorCount('cm-input', 'no_listener');
   const accepts = () => p.b.graph.errorCount('cm-input', 'requests');
   const before = accepts();
-  // The same REQ again, too soon for a second ACCEPT (REACCEPT_NS), then after it.
+  // The same REQ again, too soon for a second ACCEPT (REACCEPT_NS, 20 ms), then after it. Too
+  // soon by B's clock whatever the machine's speed (a loaded one can take 20 ms between the
+  // ACCEPT and the repeat): its ACCEPT dated in the future until the repeat is counted.
+  const acceptedAt = B.qp.cmAcceptNs;
+  B.qp.cmAcceptNs = p.b.graph.clock.nowNs() + 60e9;
   p.a.rdma.net.udp.sendTo(req, IP_B, LISTEN, from);
   await waitFor('counted as repeated', () => p.b.graph.errorCount('cm-input', 'repeated') === 1);
+  B.qp.cmAcceptNs = acceptedAt;
   await settle(30);
   p.a.rdma.net.udp.sendTo(req, IP_B, LISTEN, from);
   await waitFor('seen', () => accepts() === before + 2);

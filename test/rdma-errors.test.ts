@@ -691,7 +691,10 @@ test('a peer not scheduled for a while: its timeouts ask (PROBEs), nothing is se
 
 // ------------------------------------------------------------------ the peer vanishes
 
-const FAST = { rdma: { trp: { rtoMinMs: 1, rtoMaxMs: 10, maxRetries: 3 } } };
+// rto-init 1 s: the warm-up exchange's ACK, late on a loaded machine, is no timeout (a PROBE
+// answered then would have every later timeout ask instead of resend); its RTT sample sets the
+// RTO within [1, 10] ms for the rest.
+const FAST = { rdma: { trp: { rtoMinMs: 1, rtoMaxMs: 10, rtoInitMs: 1000, maxRetries: 3 } } };
 
 async function vanish(how: (p: Pair) => void): Promise<void> {
   const r = rig(FAST);

@@ -28,7 +28,7 @@ import {
   trpHeader,
   untagged,
 } from './rdma-rig-helpers.ts';
-import { finish, IP_B, makeEnds, settle, twoStacks, waitCompletions } from './rdma-helpers.ts';
+import { finish, IP_B, makeEnds, settle, twoStacks, waitCompletions, waitFor } from './rdma-helpers.ts';
 
 const LISTEN = 18515;
 const send = (
@@ -166,8 +166,7 @@ test("2. the connection manager exchanges random initial PSNs: each side receive
   assert.is(A.qp.rcvNxt, b.isn, "A expects B's");
   assert.is.not(isnA, b.isn);
   // The third packet (A's pure ACK) showed B that A has its ACCEPT.
-  await settle(20);
-  assert.is(b.halfOpen, false);
+  await waitFor("B to see A's ACK", () => !b.halfOpen);
   const mr = p.b.rdma.regMr(b.pd, 16, ['local-write']);
   p.b.rdma.postRecv(b, { wrId: 'r', sg: [{ mr, offset: 0, length: 16 }] });
   const sm = p.a.rdma.regMr(A.pd, 16, []);

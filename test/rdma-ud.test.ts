@@ -23,6 +23,7 @@ import {
   type Stack,
   trackedStacks,
   waitCompletions,
+  waitFor,
 } from './rdma-helpers.ts';
 
 test.after.each(closeLeftovers);
@@ -168,6 +169,11 @@ test('UD: a wrong Q_Key and no receive posted are dropped and counted; a short r
   send(p.a, a, 2, { ip: IP_B, qp: b.qp }, 0, 10);
   await waitCompletions(a.cq, 2);
   await settle(20);
+  // Sent is not received: on a loaded machine B may not have run yet when the 20 ms are over.
+  await waitFor(
+    'B to drop both',
+    () => errs(p.b, 'ud-input', 'bad_qkey') > 0 && errs(p.b, 'ud-input', 'no_receive') > 0,
+  );
   assert.is(errs(p.b, 'ud-input', 'bad_qkey'), 1);
   assert.is(errs(p.b, 'ud-input', 'no_receive'), 1);
   assert.is(b.cq.length, 0, 'nothing completes');
@@ -249,6 +255,14 @@ test('UD: a message over the path MTU fails at the sender; RC opcodes and RC pac
   recv(p.b, b, 50, 0, 200);
   u.sendTo(bad, IP_B, b.qp.qpn, rc.qpn);
   await settle(30);
+  // Sent is not received: on a loaded machine B may not have run yet when the 30 ms are over.
+  await waitFor(
+    'B to drop all three',
+    () =>
+      errs(p.b, 'trp-input', 'bad_opcode') > before &&
+      errs(p.b, 'trp-input', 'wrong_peer') > peerBefore &&
+      errs(p.b, 'ud-input', 'bad_header') > 0,
+  );
   // The RC packet to the UD QP: an unknown opcode there; the datagram to the RC QP (not
   // connected): not from its peer.
   assert.is(errs(p.b, 'trp-input', 'bad_opcode') - before, 1);
