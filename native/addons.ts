@@ -515,6 +515,11 @@ export interface CoreAddon {
    * and its counter full).
    */
   eventfdSignal(fd: number, opts?: { raceForTest?: boolean }): boolean;
+  /**
+   * FUTEX_WAKE on `u32[index]`, a word of memory shared with another process (a verbs program's
+   * CQ ring): wakes every thread asleep in a futex wait on it; the number woken.
+   */
+  futexWake(u32: Uint32Array, index: number): number;
   /** Read and reset the counter of such an eventfd without ever blocking (RWF_NOWAIT); 0 if empty. */
   eventfdDrain(fd: number): number;
   /** Whether fd is an eventfd (its /proc/self/fd link is anon_inode:[eventfd]). */

@@ -4,7 +4,7 @@
 import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { createHook, executionAsyncId, executionAsyncResource } from 'node:async_hooks';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import { Worker } from 'node:worker_threads';
 
@@ -664,6 +664,49 @@ test('memifRx/memifTx (the per-burst calls) refuse bad arguments saying which, a
   assert.is(c.memifRx(1e6, 0, out, 8), 0);
   assert.is(c.memifTx(1e6, 0, out, 0, 8), 0);
   assert.equal([...out], new Array(8).fill(7));
+});
+
+test('futexWake wakes a thread of another process asleep on a word of shared memory; bad arguments refused', async () => {
+  const core = loadCore();
+  const mem = core.allocMemory(4096, { hugepages: 'never', name: 'futex-test' });
+  const u32 = new Uint32Array(mem.buffer);
+  assert.is(core.futexWake(u32, 3), 0, 'nobody asleep: none woken');
+  // A python3 child maps the same memfd and waits (FUTEX_WAIT, shared) on word 3 while it is 0,
+  // for at most 5 s; it prints how long it slept.
+  const script = [
+    'import ctypes, mmap, os, sys, time',
+    'fd = os.open(sys.argv[1], os.O_RDWR)',
+    'm = mmap.mmap(fd, 4096)',
+    'addr = ctypes.addressof(ctypes.c_char.from_buffer(m)) + 12',
+    'libc = ctypes.CDLL(None, use_errno=True)',
+    'class TS(ctypes.Structure): _fields_ = [("s", ctypes.c_long), ("ns", ctypes.c_long)]',
+    'print("waiting", flush=True)',
+    't = time.monotonic()',
+    'libc.syscall(202, ctypes.c_void_p(addr), 0, 0, ctypes.byref(TS(5, 0)), None, 0)',
+    'print(f"slept {time.monotonic() - t:.3f}", flush=True)',
+  ].join('\n');
+  const child = spawn('python3', ['-c', script, `/proc/${process.pid}/fd/${mem.fd}`]);
+  let out = '';
+  child.stdout.on('data', (d) => (out += d));
+  child.stderr.on('data', (d) => (out += d));
+  const closed = new Promise<void>((r) => child.on('close', () => r()));
+  const deadline = Date.now() + 10_000;
+  while (!out.includes('waiting') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+  let woken = 0;
+  // The child may not be in its wait yet when it has printed: wake until it says it woke.
+  while (!out.includes('slept') && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 50));
+    woken += core.futexWake(u32, 3);
+  }
+  await closed;
+  const slept = Number(/slept ([\d.]+)/.exec(out)?.[1]);
+  assert.is(woken, 1, `one thread woken\n${out}`);
+  assert.ok(slept < 4, `woken, not timed out after 5 s (${slept} s)\n${out}`);
+  assert.throws(() => core.futexWake(new Int32Array(4) as unknown as Uint32Array, 0), /u32 must be a Uint32Array/);
+  assert.throws(() => core.futexWake(u32, 1024), /index 1024 is outside the array's 1024 words/);
+  assert.throws(() => core.futexWake(u32, -1), /outside/);
+  assert.throws(() => core.futexWake(u32, 1.5), /outside/);
+  assert.throws(() => core.futexWake(u32, '1' as unknown as number), /index must be a number/);
 });
 
 test.run();

@@ -76,11 +76,13 @@ test('ib_write_bw 64 KiB (128 WRITEs queued): the client sleeps while it waits; 
   });
 });
 
-test('RDMA_GRAPH_NAP_US=0: the bandwidth client spins; a value not understood is said and the default kept', async () => {
+test('RDMA_GRAPH_NAP_US=0 (and the sleeps on an idle CQ off): the bandwidth client spins; a value not understood is said and the default kept', async () => {
   have('ib_write_bw');
   await withTwoDaemons(async ({ a, b }) => {
     const cmd = ['ib_write_bw', '-x', '0', '-F', '-s', '65536', '-D', '1'];
-    const [s, c] = await wrappedPair(a, b, cmd, ['RDMA_GRAPH_NAP_US=0']);
+    // Without naps the client waits long enough between completions (a hundred 64 KiB WRITEs)
+    // for the sleeps of a CQ empty for 200 us (test/verbs-cq-sleep.test.ts): those off too.
+    const [s, c] = await wrappedPair(a, b, cmd, ['RDMA_GRAPH_NAP_US=0', 'RDMA_GRAPH_SLEEP_US=0']);
     ok(s, 'server');
     ok(c, 'client, RDMA_GRAPH_NAP_US=0');
     const spun = sleeps(c);

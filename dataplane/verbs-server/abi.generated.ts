@@ -44,6 +44,7 @@ export const RGV_SRQ_DONE = 68;
 export const RGV_SRQ_NEED_KICK = 80;
 export const RGV_CQ_CONS = 0;
 export const RGV_CQ_ARMED = 4;
+export const RGV_CQ_SLEEPERS = 8;
 export const RGV_CQ_PROD = 64;
 export const RGV_CQ_EVENTS = 68;
 export const RGV_CQ_OVERFLOW = 72;

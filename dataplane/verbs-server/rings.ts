@@ -32,6 +32,7 @@ import {
   RGV_CQ_EVENTS,
   RGV_CQ_OVERFLOW,
   RGV_CQ_PROD,
+  RGV_CQ_SLEEPERS,
   RGV_INLINE_ALIGN,
   RGV_QP_NEED_KICK,
   RGV_QP_RQ_CONS,
@@ -113,6 +114,7 @@ const SRQ_PROD = word(RGV_SRQ_PROD),
 const CQ_CONS = word(RGV_CQ_CONS),
   CQ_ARMED = word(RGV_CQ_ARMED),
   CQ_PROD = word(RGV_CQ_PROD),
+  CQ_SLEEPERS = word(RGV_CQ_SLEEPERS),
   CQ_EVENTS = word(RGV_CQ_EVENTS),
   CQ_OVERFLOW = word(RGV_CQ_OVERFLOW);
 export const CQE_BYTES = rgv_cqe.size;
@@ -234,6 +236,8 @@ export class CqRing {
   prod = 0;
   /** Events of this pass not yet counted in the ring (VerbsRings.eventSoon). */
   owed = 0;
+  /** Its sleepers are woken at the end of this pass (VerbsRings.wakeSoon). */
+  waking = false;
   constructor(
     readonly cq: Cq,
     mem: ArrayBuffer,
@@ -828,6 +832,10 @@ export class VerbsRings {
     ring.prod = (ring.prod + 1) >>> 0;
     Atomics.store(u, CQ_PROD, ring.prod);
     this.completed = true;
+    // A thread of the program asleep on prod (the library's idle point): woken when the pass
+    // ends. Store then load, both sequentially consistent, against its add then futex wait:
+    // either we see it counted or its wait sees the new prod.
+    if (Atomics.load(u, CQ_SLEEPERS) !== 0) this.wakeSoon(ring);
     const armed = Atomics.load(u, CQ_ARMED);
     if (
       armed !== 0 &&
@@ -852,6 +860,24 @@ export class VerbsRings {
     if (ring.owed++ > 0) return;
     if (this.owing.push(ring) === 1) this.graph.defer(this.flushEvents);
   }
+
+  /** `ring`'s sleepers woken when this pass ends (a wake-up from inside a node: see eventSoon). */
+  private wakeSoon(ring: CqRing): void {
+    if (ring.waking) return;
+    ring.waking = true;
+    if (this.wakingRings.push(ring) === 1) this.graph.defer(this.flushWakes);
+  }
+
+  private readonly wakingRings: CqRing[] = [];
+  private readonly flushWakes = (): void => {
+    const list = this.wakingRings;
+    for (let i = 0; i < list.length; i++) {
+      const r = list[i];
+      r.waking = false;
+      this.core.futexWake(r.u32, CQ_PROD);
+    }
+    list.length = 0;
+  };
 
   private readonly owing: CqRing[] = [];
   private readonly signalling: Channel[] = [];

@@ -20,6 +20,7 @@ constexpr uint64_t kRxBurstBytes = 128 * 1024;
 void InitTsc(Napi::Env env, Napi::Object exports);
 void InitMemory(Napi::Env env, Napi::Object exports);
 void InitEventfd(Napi::Env env, Napi::Object exports);
+void InitFutex(Napi::Env env, Napi::Object exports);
 void InitWaiter(Napi::Env env, Napi::Object exports);
 void InitAfPacket(Napi::Env env, Napi::Object exports);
 void InitMemif(Napi::Env env, Napi::Object exports);

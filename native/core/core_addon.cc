@@ -8,6 +8,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   rg::InitTsc(env, exports);
   rg::InitMemory(env, exports);
   rg::InitEventfd(env, exports);
+  rg::InitFutex(env, exports);
   rg::InitWaiter(env, exports);
   rg::InitAfPacket(env, exports);
   rg::InitMemif(env, exports);

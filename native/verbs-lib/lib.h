@@ -167,6 +167,7 @@ struct rg_cq {
   uint32_t cons;        /* ours; published at RGV_CQ_CONS */
   uint32_t events_seen; /* channel notifications this CQ has reported (ibv_get_cq_event) */
   uint32_t empty_polls; /* since the last check that the daemon is there */
+  uint64_t idle_since;  /* CLOCK_MONOTONIC ns of the first idle point since a completion; 0: none yet */
   struct rg_channel* channel;
   pthread_spinlock_t lock;
   struct rg_cq* next; /* in the context */
@@ -267,8 +268,10 @@ void rg_set_ops(struct ibv_context_ops* ops);
 /* A CQ (ibv_create_cq and ibv_create_cq_ex), or NULL + errno. */
 struct rg_cq* rg_cq_create(struct ibv_context* context, int cqe, void* cq_context, struct ibv_comp_channel* channel,
                            int comp_vector);
-/* A poll found the CQ empty: now and then check that the daemon is there, or yield. */
-void rg_cq_empty(struct rg_cq* q);
+/* A poll of an extended CQ (cq_ex.c) found nothing (`seen`: the producer index it found), or a
+ * completion: the idle bookkeeping of ring.c (its yields, naps and sleeps). */
+void rg_cq_empty(struct rg_cq* q, uint32_t seen);
+void rg_cq_busy(struct rg_cq* q);
 /* The send queue, under q->sq_lock: one WR written at sq_prod (not yet published); 0 or an errno. */
 int rg_sq_write(struct rg_qp* q, const struct ibv_send_wr* wr);
 /* The send queue, under q->sq_lock: sq_prod published, the daemon woken if it sleeps. */

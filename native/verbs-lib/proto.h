@@ -309,7 +309,8 @@ struct rgv_modify_srq {
  *     (enum rgv_qp_state); then the send ring (sq_entries x sq_stride), then the receive ring
  *     (rq_entries x rq_stride).
  * SRQ: [0] prod | [64] cons, [68] done, [80] need_kick; then entries x stride.
- * CQ: [0] cons, [4] armed (RGV_CQ_ARM_*; the daemon clears it when it signals) |
+ * CQ: [0] cons, [4] armed (RGV_CQ_ARM_*; the daemon clears it when it signals), [8] sleepers
+ *     (threads asleep in a futex wait on prod: the daemon wakes them after it moves prod) |
  *     [64] prod, [68] events signalled, [72] overflow; then entries x rgv_cqe.
  */
 #define RGV_RING_HDR 128u
@@ -327,6 +328,7 @@ struct rgv_modify_srq {
 #define RGV_SRQ_NEED_KICK 80u
 #define RGV_CQ_CONS 0u
 #define RGV_CQ_ARMED 4u
+#define RGV_CQ_SLEEPERS 8u
 #define RGV_CQ_PROD 64u
 #define RGV_CQ_EVENTS 68u
 #define RGV_CQ_OVERFLOW 72u

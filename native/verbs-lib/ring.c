@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -27,6 +28,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -58,10 +60,21 @@
 #define NAP_BYTES (1024u * 1024u)
 #define NAP_NS 50000L
 #define NAP_MAX_US 1000000L
+/*
+ * Any other CQ found empty at such a point for SPIN_NS since its last completion (a program
+ * idle, or waiting for a peer that is slow to answer; a ping-pong's reply comes sooner) sleeps
+ * in a futex wait on its producer index, at most SLEEP_NS at a time: the daemon wakes it when it
+ * moves that index (RGV_CQ_SLEEPERS), so a completion is not late by the sleep, and an idle
+ * program stops taking a core from the daemons. The limit bounds how late anything else the
+ * program polls between CQ polls is seen (a shared-memory transport of UCX's). RDMA_GRAPH_SPIN_US
+ * and RDMA_GRAPH_SLEEP_US set them (sleep 0: never; spin with yields as before).
+ */
+#define SPIN_NS 200000L
+#define SLEEP_NS 100000L
 /* sq_bytes[slot]: the WQE's data bytes (at most SQ_BYTES_MAX), and whether it completes. */
 #define SQ_BYTES_SIGNALED 0x80000000u
 #define SQ_BYTES_MAX 0x7fffffffu
-static void idle_point(struct rg_cq* q);
+static void idle_point(struct rg_cq* q, uint32_t seen);
 
 static uint32_t pow2_at_least(uint32_t n) {
   uint32_t p = 1;
@@ -403,6 +416,7 @@ static int op_poll_cq(struct ibv_cq* cq, int n, struct ibv_wc* wc) {
   if (k > 0) {
     STORE(U32(&q->ring, RGV_CQ_CONS), q->cons);
     q->empty_polls = 0;
+    __atomic_store_n(&q->idle_since, 0, __ATOMIC_RELAXED);
   }
   const int check = k == 0 && ++q->empty_polls >= ALIVE_CHECK_POLLS;
   const int yield = k == 0 && (q->empty_polls & (YIELD_POLLS - 1)) == 0;
@@ -416,7 +430,7 @@ static int op_poll_cq(struct ibv_cq* cq, int n, struct ibv_wc* wc) {
   if (check)
     rg_daemon_gone(rg_ctx(cq->context)); /* flushes into the rings: the next poll sees it */
   else if (yield)
-    idle_point(q);
+    idle_point(q, prod);
   return k;
 }
 
@@ -450,44 +464,90 @@ static uint64_t sq_pending_bytes(struct rg_cq* cq, uint64_t enough) {
   return bytes;
 }
 
-/* The nap's length (RDMA_GRAPH_NAP_US, read once; NAP_NS when unset or not understood). */
+/* The nap's length (RDMA_GRAPH_NAP_US), how long a CQ is polled empty before its poller sleeps
+ * (RDMA_GRAPH_SPIN_US) and the longest such sleep (RDMA_GRAPH_SLEEP_US): read once; the defaults
+ * when unset or not understood. */
 static long nap_ns = NAP_NS;
+static long spin_ns = SPIN_NS;
+static long sleep_ns = SLEEP_NS;
 static pthread_once_t nap_once = PTHREAD_ONCE_INIT;
+
+static long env_us(const char* name, long dflt_ns, const char* what) {
+  const char* e = getenv(name);
+  if (e == NULL || e[0] == '\0') return dflt_ns;
+  char* end = NULL;
+  errno = 0;
+  const long v = strtol(e, &end, 10);
+  if (errno != 0 || end == e || *end != '\0' || v < 0 || v > NAP_MAX_US) {
+    rg_say("%s=\"%s\" is not a whole number of microseconds from 0 to %ld: %s of %ld us", name, e, NAP_MAX_US, what,
+           dflt_ns / 1000);
+    return dflt_ns;
+  }
+  return v * 1000;
+}
 
 static void nap_init(void) {
   const int saved = errno;
-  const char* e = getenv("RDMA_GRAPH_NAP_US");
-  if (e != NULL && e[0] != '\0') {
-    char* end = NULL;
-    errno = 0;
-    const long v = strtol(e, &end, 10);
-    if (errno != 0 || end == e || *end != '\0' || v < 0 || v > NAP_MAX_US)
-      rg_say("RDMA_GRAPH_NAP_US=\"%s\" is not a whole number of microseconds from 0 to %ld: naps of %ld us", e,
-             NAP_MAX_US, NAP_NS / 1000);
-    else
-      nap_ns = v * 1000;
-  }
+  nap_ns = env_us("RDMA_GRAPH_NAP_US", NAP_NS, "naps");
+  spin_ns = env_us("RDMA_GRAPH_SPIN_US", SPIN_NS, "spins");
+  sleep_ns = env_us("RDMA_GRAPH_SLEEP_US", SLEEP_NS, "sleeps");
   errno = saved;
 }
 
-/* What a poll that found nothing for YIELD_POLLS polls does: a nap or a yield (see NAP_BYTES). */
-static void idle_point(struct rg_cq* q) {
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/*
+ * Sleep until the daemon moves the CQ's producer index away from `seen` (what the poll found:
+ * the CQ empty), or sleep_ns passes. Counted in RGV_CQ_SLEEPERS first: the daemon, after it moves
+ * prod, wakes the word's sleepers when it sees the count; the wait itself returns at once if
+ * prod moved before it (the futex compares under its lock), so no completion is slept through.
+ */
+static void sleep_on_prod(struct rg_cq* q, uint32_t seen) {
+  uint32_t* sleepers = U32(&q->ring, RGV_CQ_SLEEPERS);
+  __atomic_add_fetch(sleepers, 1u, __ATOMIC_SEQ_CST);
+  const struct timespec t = {sleep_ns / 1000000000L, sleep_ns % 1000000000L};
+  syscall(SYS_futex, U32(&q->ring, RGV_CQ_PROD), FUTEX_WAIT, seen, &t, NULL, 0);
+  __atomic_sub_fetch(sleepers, 1u, __ATOMIC_SEQ_CST);
+}
+
+/* What a poll that found nothing for YIELD_POLLS polls does: a nap, a sleep or a yield. */
+static void idle_point(struct rg_cq* q, uint32_t seen) {
   pthread_once(&nap_once, nap_init);
   if (nap_ns > 0 && sq_pending_bytes(q, NAP_BYTES) >= NAP_BYTES) {
     const struct timespec nap = {nap_ns / 1000000000L, nap_ns % 1000000000L};
     nanosleep(&nap, NULL);
-  } else {
-    sched_yield(); /* a program spinning on an empty CQ lets the daemon (maybe on this core) run */
+    return;
   }
+  if (sleep_ns > 0) {
+    /* Empty since the first idle point after the last completion (a race between two threads
+     * polling the CQ only moves when one of them sleeps). */
+    const uint64_t now = now_ns(), since = __atomic_load_n(&q->idle_since, __ATOMIC_RELAXED);
+    if (since == 0)
+      __atomic_store_n(&q->idle_since, now, __ATOMIC_RELAXED);
+    else if (now - since >= (uint64_t)spin_ns) {
+      sleep_on_prod(q, seen);
+      return;
+    }
+  }
+  sched_yield(); /* a program spinning on an empty CQ lets the daemon (maybe on this core) run */
 }
 
-void rg_cq_empty(struct rg_cq* q) {
+void rg_cq_empty(struct rg_cq* q, uint32_t seen) {
   if (++q->empty_polls >= ALIVE_CHECK_POLLS) {
     q->empty_polls = 0;
     rg_daemon_gone(rg_ctx(q->cq.context)); /* flushes into the rings: the next poll sees it */
   } else if ((q->empty_polls & (YIELD_POLLS - 1)) == 0) {
-    idle_point(q);
+    idle_point(q, seen);
   }
+}
+
+void rg_cq_busy(struct rg_cq* q) {
+  q->empty_polls = 0;
+  __atomic_store_n(&q->idle_since, 0, __ATOMIC_RELAXED);
 }
 
 static int op_req_notify_cq(struct ibv_cq* cq, int solicited_only) {

@@ -1,0 +1,46 @@
+// futexWake: wakes the threads of other processes asleep in a futex wait on a word of memory we
+// share with them (a verbs program's CQ ring: the library sleeps on the producer index while its
+// CQ is empty, and the daemon wakes it after moving that index).
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "common.h"
+
+namespace rg {
+
+namespace {
+
+// futexWake(u32, index): FUTEX_WAKE (not private: the word is in a shared mapping) on
+// u32[index]; the number of threads woken (0 when none slept, or on an error).
+Napi::Value FutexWake(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array)
+    throw TypeErr(env, "futexWake: u32 must be a Uint32Array");
+  Napi::Uint32Array a = info[0].As<Napi::Uint32Array>();
+  if (!info[1].IsNumber()) throw TypeErr(env, "futexWake: index must be a number");
+  const double d = info[1].As<Napi::Number>().DoubleValue();
+  if (!(d >= 0) || d != static_cast<double>(static_cast<size_t>(d)) || static_cast<size_t>(d) >= a.ElementLength()) {
+    char what[32];
+    snprintf(what, sizeof what, "%g", d);
+    throw RangeErr(env, std::string("futexWake: index ") + what + " is outside the array's " +
+                            std::to_string(a.ElementLength()) + " words");
+  }
+  uint32_t* word = a.Data() + static_cast<size_t>(d);
+  const long r = syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  return Napi::Number::New(env, r < 0 ? 0 : static_cast<double>(r));
+}
+
+}  // namespace
+
+void InitFutex(Napi::Env env, Napi::Object exports) {
+  exports.Set("futexWake", Napi::Function::New(env, FutexWake, "futexWake"));
+}
+
+}  // namespace rg

@@ -1,0 +1,95 @@
+/**
+ * A verbs program polling a CQ that stays empty spins for a while, then sleeps until the daemon
+ * moves the CQ's producer index (native/verbs-lib/ring.c SPIN_NS / SLEEP_NS, RGV_CQ_SLEEPERS;
+ * the daemon's futex wake-up: dataplane/verbs-server/rings.ts): an idle program stops taking a
+ * core from the data planes, and a completion is not late by the sleep. Through an unmodified
+ * libibverbs program's own calls (native/tools/verbs-idle.c: a thread polls the receive CQ of
+ * two RC QPs connected to each other, with ibv_poll_cq or ibv_start_poll, while the main thread
+ * waits, then posts a SEND). Skips (fails under CI=true) without the library or the tool.
+ */
+import { skip, test } from './harness.ts';
+import * as assert from 'uvu/assert';
+import { execFile } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
+import { NATIVE_BUILD_DIR } from '../native/addons.ts';
+import { twoDataplanes } from './dataplane-helpers.ts';
+
+const IDLE = `${NATIVE_BUILD_DIR}verbs-idle`;
+
+interface Idle {
+  cpuMs: number;
+  switches: number;
+  lateUs: number;
+  out: string;
+}
+
+/** verbs-idle against one daemon: `ms` of an empty CQ, then the completion. */
+async function idle(ms: number, ex: boolean, env: Record<string, string> = {}): Promise<Idle> {
+  if (!existsSync(VERBS_LIBRARY) || !existsSync(IDLE))
+    skip('the verbs library or verbs-idle was not built (libibverbs-dev)');
+  const dir = mkdtempSync(join(tmpdir(), 'verbs-idle-'));
+  const socket = join(dir, 'verbs.sock');
+  const dps = await twoDataplanes();
+  const vs = dps.a.serveVerbs({ path: socket });
+  try {
+    const r = await new Promise<{ code: number | null; out: string }>((resolve) =>
+      execFile(
+        IDLE,
+        [String(ms), ...(ex ? ['ex'] : [])],
+        { timeout: 60_000, env: { ...process.env, ...env, LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: socket } },
+        (e, out, err) => resolve({ code: e === null ? 0 : typeof e.code === 'number' ? e.code : null, out: out + err }),
+      ),
+    );
+    assert.is(r.code, 0, r.out);
+    const m = /^idle \d+ ms: cpu ([\d.]+) ms, voluntary switches (\d+), completion seen (\d+) us after the post$/m.exec(
+      r.out,
+    );
+    assert.ok(m, r.out);
+    return { cpuMs: Number(m[1]), switches: Number(m[2]), lateUs: Number(m[3]), out: r.out };
+  } finally {
+    vs.close();
+    await dps.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+for (const ex of [false, true]) {
+  const how = ex ? 'ibv_start_poll' : 'ibv_poll_cq';
+
+  test(`${how} on a CQ empty for 1 s: the program sleeps (a few % of a core), where with sleeps off it spins`, async () => {
+    const slept = await idle(1000, ex);
+    // Spinning takes the whole second (1000 ms measured on an idle machine); sleeps of at most
+    // 100 us, each after 64 empty polls, ~40 ms.
+    assert.ok(slept.cpuMs < 250, `it slept: ${slept.cpuMs} ms of CPU in 1 s\n${slept.out}`);
+    assert.ok(slept.switches > 500, `each sleep is a voluntary switch (${slept.switches})\n${slept.out}`);
+    const spun = await idle(1000, ex, { RDMA_GRAPH_SLEEP_US: '0' });
+    assert.ok(spun.cpuMs > 300, `RDMA_GRAPH_SLEEP_US=0: it spins (${spun.cpuMs} ms of CPU)\n${spun.out}`);
+    assert.ok(spun.switches < 100, `and yields, never sleeps (${spun.switches} voluntary switches)\n${spun.out}`);
+  });
+
+  test(`${how}: the daemon wakes a sleeper when the completion comes, not the sleep's end`, async () => {
+    // Sleeps of up to 1 s: the SEND comes 1.2 s after the last completion, 1 s into a sleep
+    // begun after 200 us of spinning. Left to its timeout, the program would see it ~0.8 s late.
+    const r = await idle(1200, ex, { RDMA_GRAPH_SLEEP_US: '1000000' });
+    assert.ok(r.lateUs < 300_000, `seen ${r.lateUs} us after the post\n${r.out}`);
+    assert.ok(r.switches < 20, `a handful of long sleeps (${r.switches} voluntary switches)\n${r.out}`);
+  });
+}
+
+test('RDMA_GRAPH_SLEEP_US or _SPIN_US not understood: said, and the default kept', async () => {
+  const r = await idle(300, false, { RDMA_GRAPH_SLEEP_US: 'lots', RDMA_GRAPH_SPIN_US: '-1' });
+  assert.match(
+    r.out,
+    /rdma-graph verbs: RDMA_GRAPH_SLEEP_US="lots" is not a whole number of microseconds from 0 to 1000000: sleeps of 100 us/,
+  );
+  assert.match(
+    r.out,
+    /rdma-graph verbs: RDMA_GRAPH_SPIN_US="-1" is not a whole number of microseconds from 0 to 1000000: spins of 200 us/,
+  );
+  assert.ok(r.switches > 100, `the default sleeps were kept (${r.switches} voluntary switches)\n${r.out}`);
+});
+
+test.run();
