@@ -26,8 +26,8 @@ interface Idle {
   out: string;
 }
 
-/** verbs-idle against one daemon: `ms` of an empty CQ, then the completion. */
-async function idle(ms: number, ex: boolean, env: Record<string, string> = {}): Promise<Idle> {
+/** verbs-idle against one daemon: `ms` of an empty CQ (busy: posting elsewhere), then the completion. */
+async function idle(ms: number, ex: boolean, env: Record<string, string> = {}, busy = false): Promise<Idle> {
   if (!existsSync(VERBS_LIBRARY) || !existsSync(IDLE))
     skip('the verbs library or verbs-idle was not built (libibverbs-dev)');
   const dir = mkdtempSync(join(tmpdir(), 'verbs-idle-'));
@@ -38,7 +38,7 @@ async function idle(ms: number, ex: boolean, env: Record<string, string> = {}): 
     const r = await new Promise<{ code: number | null; out: string }>((resolve) =>
       execFile(
         IDLE,
-        [String(ms), ...(ex ? ['ex'] : [])],
+        [String(ms), ...(ex ? ['ex'] : []), ...(busy ? ['busy'] : [])],
         { timeout: 60_000, env: { ...process.env, ...env, LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: socket } },
         (e, out, err) => resolve({ code: e === null ? 0 : typeof e.code === 'number' ? e.code : null, out: out + err }),
       ),
@@ -78,6 +78,17 @@ for (const ex of [false, true]) {
     assert.ok(r.switches < 20, `a handful of long sleeps (${r.switches} voluntary switches)\n${r.out}`);
   });
 }
+
+test('a program that posts while it waits (for something its polled CQ will not show) keeps spinning', async () => {
+  // The main thread exchanges a SEND over other QPs and another CQ every few hundred us: each
+  // post restarts the spin (2 ms here, longer than one exchange on a loaded machine); the CQ
+  // itself stays empty for the whole second, so without that rule it would sleep throughout.
+  const spin = { RDMA_GRAPH_SPIN_US: '2000' };
+  const busy = await idle(1000, false, spin, true);
+  assert.ok(busy.switches < 1000, `posting: it kept spinning (${busy.switches} voluntary switches)\n${busy.out}`);
+  const idleToo = await idle(1000, false, spin);
+  assert.ok(idleToo.switches > 3000, `not posting: it slept (${idleToo.switches} voluntary switches)\n${idleToo.out}`);
+});
 
 test('RDMA_GRAPH_SLEEP_US or _SPIN_US not understood: said, and the default kept', async () => {
   const r = await idle(300, false, { RDMA_GRAPH_SLEEP_US: 'lots', RDMA_GRAPH_SPIN_US: '-1' });

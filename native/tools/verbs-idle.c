@@ -107,9 +107,17 @@ static int post(struct ibv_qp* qp, struct ibv_qp* peer, struct ibv_mr* mr, uint8
 int main(int argc, char** argv) {
   (void)failures; /* verbs-tool.h's CHECK is not used here */
   setvbuf(stdout, NULL, _IOLBF, 0);
-  if (argc < 2 || atoi(argv[1]) <= 0) return fprintf(stderr, "usage: verbs-idle IDLE_MS [ex]\n"), 2;
+  if (argc < 2 || atoi(argv[1]) <= 0) return fprintf(stderr, "usage: verbs-idle IDLE_MS [ex] [busy]\n"), 2;
   const int idle_ms = atoi(argv[1]);
-  use_ex = argc > 2 && strcmp(argv[2], "ex") == 0;
+  int busy = 0;
+  for (int i = 2; i < argc; i++) {
+    if (strcmp(argv[i], "ex") == 0)
+      use_ex = 1;
+    else if (strcmp(argv[i], "busy") == 0)
+      busy = 1;
+    else
+      return fprintf(stderr, "usage: verbs-idle IDLE_MS [ex] [busy]\n"), 2;
+  }
   int n = 0;
   struct ibv_device** list = ibv_get_device_list(&n);
   if (list == NULL || n == 0) return fprintf(stderr, "no device\n"), 2;
@@ -125,10 +133,12 @@ int main(int argc, char** argv) {
     rcq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
   }
   if (pd == NULL || scq == NULL || rcq == NULL) return perror("pd/cq"), 4;
-  struct ibv_qp* qp[2];
-  for (int i = 0; i < 2; i++) {
-    struct ibv_qp_init_attr qa = {.send_cq = scq,
-                                  .recv_cq = rcq,
+  struct ibv_cq* bcq = ibv_create_cq(ctx, 16, NULL, NULL, 0); /* the busy pair's */
+  if (bcq == NULL) return perror("ibv_create_cq"), 4;
+  struct ibv_qp* qp[4];
+  for (int i = 0; i < 4; i++) {
+    struct ibv_qp_init_attr qa = {.send_cq = i < 2 ? scq : bcq,
+                                  .recv_cq = i < 2 ? rcq : bcq,
                                   .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1},
                                   .qp_type = IBV_QPT_RC};
     qp[i] = ibv_create_qp(pd, &qa);
@@ -136,8 +146,9 @@ int main(int argc, char** argv) {
   }
   union ibv_gid gid;
   ibv_query_gid(ctx, 1, 0, &gid);
-  if (connect_rc(qp[0], qp[1]->qp_num, &gid, 7) || connect_rc(qp[1], qp[0]->qp_num, &gid, 7))
-    return perror("connect"), 6;
+  for (int i = 0; i < 4; i += 2)
+    if (connect_rc(qp[i], qp[i + 1]->qp_num, &gid, 7) || connect_rc(qp[i + 1], qp[i]->qp_num, &gid, 7))
+      return perror("connect"), 6;
   uint8_t* buf = calloc(1, 4096);
   struct ibv_mr* mr = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
   if (buf == NULL || mr == NULL) return perror("ibv_reg_mr"), 7;
@@ -153,8 +164,20 @@ int main(int argc, char** argv) {
   struct result r = {0};
   pthread_t t;
   pthread_create(&t, NULL, poller, &r);
-  const struct timespec idle = {idle_ms / 1000, (long)(idle_ms % 1000) * 1000000L};
-  nanosleep(&idle, NULL);
+  if (busy) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const struct timespec gap = {0, 50000};
+    do {
+      if (post(qp[2], qp[3], mr, buf + 1024, 8) || !one(bcq, &wc) || !one(bcq, &wc))
+        return fprintf(stderr, "busy exchange failed\n"), 9;
+      nanosleep(&gap, NULL);
+      clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((ms_of(&t) - ms_of(&t0)) < idle_ms);
+  } else {
+    const struct timespec idle = {idle_ms / 1000, (long)(idle_ms % 1000) * 1000000L};
+    nanosleep(&idle, NULL);
+  }
   memset(buf, 0x5a, 100);
   struct timespec posted;
   clock_gettime(CLOCK_MONOTONIC, &posted);

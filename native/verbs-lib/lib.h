@@ -141,6 +141,7 @@ struct rg_context {
   pthread_mutex_t objs; /* the QP and CQ lists (for the flush when the daemon goes away) */
   struct rg_qp* qps;
   struct rg_cq* cqs;
+  uint32_t posts; /* posts to any queue (kick): a CQ's poller sleeps only while none come (ring.c) */
 };
 
 /* A memfd mapping both sides share: the ring header's two cache lines, then the entries. */
@@ -167,7 +168,8 @@ struct rg_cq {
   uint32_t cons;        /* ours; published at RGV_CQ_CONS */
   uint32_t events_seen; /* channel notifications this CQ has reported (ibv_get_cq_event) */
   uint32_t empty_polls; /* since the last check that the daemon is there */
-  uint64_t idle_since;  /* CLOCK_MONOTONIC ns of the first idle point since a completion; 0: none yet */
+  uint64_t idle_since;  /* CLOCK_MONOTONIC ns of the first idle point since a completion or post; 0: none yet */
+  uint32_t posts_seen;  /* the context's posts then */
   struct rg_channel* channel;
   pthread_spinlock_t lock;
   struct rg_cq* next; /* in the context */

@@ -61,8 +61,9 @@
 #define NAP_NS 50000L
 #define NAP_MAX_US 1000000L
 /*
- * Any other CQ found empty at such a point for SPIN_NS since its last completion (a program
- * idle, or waiting for a peer that is slow to answer; a ping-pong's reply comes sooner) sleeps
+ * Any other CQ found empty at such a point for SPIN_NS with no completion on it and no post to
+ * any queue of the context (a program idle, or waiting for a peer that is slow to answer; a
+ * ping-pong's reply comes sooner, and its program posts between waits) sleeps
  * in a futex wait on its producer index, at most SLEEP_NS at a time: the daemon wakes it when it
  * moves that index (RGV_CQ_SLEEPERS), so a completion is not late by the sleep, and an idle
  * program stops taking a core from the daemons. The limit bounds how late anything else the
@@ -523,12 +524,16 @@ static void idle_point(struct rg_cq* q, uint32_t seen) {
     return;
   }
   if (sleep_ns > 0) {
-    /* Empty since the first idle point after the last completion (a race between two threads
-     * polling the CQ only moves when one of them sleeps). */
+    /* Idle since the first idle point after the last completion of this CQ or post of the
+     * context: a program that posts is busy, whatever it waits for between its posts (memory a
+     * peer WRITEs, another CQ: UCX's put_lat and am_lat poll a CQ that has nothing for them).
+     * Two threads polling the CQ race here only over when one of them sleeps. */
     const uint64_t now = now_ns(), since = __atomic_load_n(&q->idle_since, __ATOMIC_RELAXED);
-    if (since == 0)
+    const uint32_t posts = __atomic_load_n(&rg_ctx(q->cq.context)->posts, __ATOMIC_RELAXED);
+    if (since == 0 || posts != __atomic_load_n(&q->posts_seen, __ATOMIC_RELAXED)) {
       __atomic_store_n(&q->idle_since, now, __ATOMIC_RELAXED);
-    else if (now - since >= (uint64_t)spin_ns) {
+      __atomic_store_n(&q->posts_seen, posts, __ATOMIC_RELAXED);
+    } else if (now - since >= (uint64_t)spin_ns) {
       sleep_on_prod(q, seen);
       return;
     }
@@ -627,6 +632,7 @@ void rg_qp_forget(struct rg_qp* q) {
 
 /* After publishing a producer index: the doorbell, if the daemon asked for one before it slept. */
 static void kick(struct rg_context* c, const struct rg_ring* r, uint32_t need_kick_off) {
+  __atomic_add_fetch(&c->posts, 1u, __ATOMIC_RELAXED);
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   if (__atomic_load_n(U32(r, need_kick_off), __ATOMIC_RELAXED) != 0) {
     uint64_t one = 1;
