@@ -6,14 +6,21 @@
  * again. The event is counted in the ring at the same time (the library finds the CQ by the
  * count: a count ahead of its signal lets a program take the event before the wake-up, which then
  * finds nothing). One signal per channel per pass, however many CQEs; none to a channel closed
- * meanwhile.
+ * meanwhile. Sleepers on a CQ's producer index (the library's idle sleep) are woken the same way:
+ * once per CQ per pass, when it ends, only while RGV_CQ_SLEEPERS says someone sleeps.
  */
 import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { loadCore } from '../native/addons.ts';
 import { type Channel, CqRing, CQE_BYTES, RING_HDR, VerbsRings } from '../dataplane/verbs-server/rings.ts';
-import { RGV_CQ_ARM_NEXT, RGV_CQ_ARMED, RGV_CQ_EVENTS } from '../dataplane/verbs-server/abi.generated.ts';
-import { closeLeftovers, trackedStacks } from './rdma-helpers.ts';
+import {
+  RGV_CQ_ARM_NEXT,
+  RGV_CQ_ARMED,
+  RGV_CQ_EVENTS,
+  RGV_CQ_PROD,
+  RGV_CQ_SLEEPERS,
+} from '../dataplane/verbs-server/abi.generated.ts';
+import { closeLeftovers, trackedStacks, waitFor } from './rdma-helpers.ts';
 import type { Completion } from '../nodes/rdma/verbs.ts';
 
 test.after.each(closeLeftovers);
@@ -79,6 +86,67 @@ test('a CQE written inside a node signals its armed channel once, when the pass 
     for (const r of [r1, r2, r3]) rings.detachCq(r);
   } finally {
     core.closeFd(ch.fd);
+  }
+});
+
+test('a CQ with sleepers (RGV_CQ_SLEEPERS) is woken once per pass that wrote it CQEs, when the pass ends; one without, never', async () => {
+  const p = trackedStacks();
+  await p.ready;
+  const { graph, rdma } = p.a;
+  const rings = new VerbsRings(graph, rdma, () => {});
+  // The loaded addon is one object: its futexWake, watched for this test.
+  const real = core.futexWake;
+  const woken: { ring: Uint32Array; index: number; inNode: boolean }[] = [];
+  let inNode = false;
+  core.futexWake = (u32: Uint32Array, index: number) => {
+    woken.push({ ring: u32, index, inNode });
+    return real(u32, index);
+  };
+  try {
+    const ring = () => {
+      const r = new CqRing(rdma.createCq(ENTRIES), new ArrayBuffer(RING_HDR + ENTRIES * CQE_BYTES), ENTRIES, null);
+      rings.attachCq(r);
+      return r;
+    };
+    const asleep = ring(),
+      awake = ring();
+    // A program that left its count up (asleep, or hostile): it costs one wake a pass, no more.
+    Atomics.store(asleep.u32, RGV_CQ_SLEEPERS / 4, 1);
+    const done = (qpn: number): Completion => ({ wrId: 0, qpn, status: 'success', opcode: 'send', byteLen: 64 });
+    let todo = 0;
+    graph.register({
+      name: 'test-sleepers',
+      type: 'input',
+      fn: () => {
+        if (todo === 0) return 0;
+        todo--;
+        inNode = true;
+        for (let k = 0; k < 5; k++) rdma.core.complete(asleep.cq, done(asleep.cq.handle));
+        for (let k = 0; k < 2; k++) rdma.core.complete(awake.cq, done(awake.cq.handle));
+        // Read the CQEs back as the program would, so the rings never fill.
+        Atomics.store(asleep.u32, 0, asleep.prod);
+        Atomics.store(awake.u32, 0, awake.prod);
+        inNode = false;
+        return 7;
+      },
+      formatTrace: (t) => String(t),
+    });
+    for (const passes of [1, 2]) {
+      woken.length = 0;
+      todo = passes;
+      graph.wake(); // asleep (adaptive, idle): the input node only runs in a pass
+      await waitFor('the passes', () => todo === 0);
+      await new Promise((r) => setTimeout(r, 20));
+      assert.is(woken.length, passes, `one wake-up per pass (${passes})`);
+      for (const w of woken) {
+        assert.is(w.ring, asleep.u32, 'only the CQ with sleepers');
+        assert.is(w.index, RGV_CQ_PROD / 4, 'on its producer index');
+        assert.is(w.inNode, false, 'when the pass ended, not inside the node');
+      }
+    }
+    for (const r of [asleep, awake]) rings.detachCq(r);
+  } finally {
+    core.futexWake = real;
   }
 });
 
