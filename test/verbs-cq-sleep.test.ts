@@ -1,6 +1,7 @@
 /**
- * A verbs program polling a CQ that stays empty spins for a while, then sleeps until the daemon
- * moves the CQ's producer index (native/verbs-lib/ring.c SPIN_NS / SLEEP_NS, RGV_CQ_SLEEPERS;
+ * With RDMA_GRAPH_SLEEP_US set (not the default: UCX's shared-memory traffic beside a verbs CQ
+ * would be late by the sleep), a verbs program polling a CQ that stays empty spins for a while,
+ * then sleeps until the daemon moves the CQ's producer index (native/verbs-lib/ring.c SPIN_NS / SLEEP_NS, RGV_CQ_SLEEPERS;
  * the daemon's futex wake-up: dataplane/verbs-server/rings.ts): an idle program stops taking a
  * core from the data planes, and a completion is not late by the sleep. Through an unmodified
  * libibverbs program's own calls (native/tools/verbs-idle.c: a thread polls the receive CQ of
@@ -18,6 +19,8 @@ import { NATIVE_BUILD_DIR } from '../native/addons.ts';
 import { twoDataplanes } from './dataplane-helpers.ts';
 
 const IDLE = `${NATIVE_BUILD_DIR}verbs-idle`;
+/** Sleeps on, as the README suggests for a program that waits on its CQs alone. */
+const SLEEP = { RDMA_GRAPH_SLEEP_US: '100' };
 
 interface Idle {
   cpuMs: number;
@@ -59,14 +62,14 @@ async function idle(ms: number, ex: boolean, env: Record<string, string> = {}, b
 for (const ex of [false, true]) {
   const how = ex ? 'ibv_start_poll' : 'ibv_poll_cq';
 
-  test(`${how} on a CQ empty for 1 s: the program sleeps (a few % of a core), where with sleeps off it spins`, async () => {
-    const slept = await idle(1000, ex);
+  test(`${how} on a CQ empty for 1 s, RDMA_GRAPH_SLEEP_US=100: the program sleeps (a few % of a core), where by default it spins`, async () => {
+    const slept = await idle(1000, ex, SLEEP);
     // Spinning takes the whole second (1000 ms measured on an idle machine); sleeps of at most
     // 100 us, each after 64 empty polls, ~40 ms.
     assert.ok(slept.cpuMs < 250, `it slept: ${slept.cpuMs} ms of CPU in 1 s\n${slept.out}`);
     assert.ok(slept.switches > 500, `each sleep is a voluntary switch (${slept.switches})\n${slept.out}`);
-    const spun = await idle(1000, ex, { RDMA_GRAPH_SLEEP_US: '0' });
-    assert.ok(spun.cpuMs > 300, `RDMA_GRAPH_SLEEP_US=0: it spins (${spun.cpuMs} ms of CPU)\n${spun.out}`);
+    const spun = await idle(1000, ex);
+    assert.ok(spun.cpuMs > 300, `by default it spins (${spun.cpuMs} ms of CPU)\n${spun.out}`);
     assert.ok(spun.switches < 100, `and yields, never sleeps (${spun.switches} voluntary switches)\n${spun.out}`);
   });
 
@@ -83,7 +86,7 @@ test('a program that posts while it waits (for something its polled CQ will not 
   // The main thread exchanges a SEND over other QPs and another CQ every few hundred us: each
   // post restarts the spin (2 ms here, longer than one exchange on a loaded machine); the CQ
   // itself stays empty for the whole second, so without that rule it would sleep throughout.
-  const spin = { RDMA_GRAPH_SPIN_US: '2000' };
+  const spin = { ...SLEEP, RDMA_GRAPH_SPIN_US: '2000' };
   const busy = await idle(1000, false, spin, true);
   assert.ok(busy.switches < 1000, `posting: it kept spinning (${busy.switches} voluntary switches)\n${busy.out}`);
   const idleToo = await idle(1000, false, spin);
@@ -91,11 +94,13 @@ test('a program that posts while it waits (for something its polled CQ will not 
 });
 
 test('RDMA_GRAPH_SLEEP_US or _SPIN_US not understood: said, and the default kept', async () => {
-  const r = await idle(300, false, { RDMA_GRAPH_SLEEP_US: 'lots', RDMA_GRAPH_SPIN_US: '-1' });
+  const bad = await idle(300, false, { RDMA_GRAPH_SLEEP_US: 'lots' });
   assert.match(
-    r.out,
-    /rdma-graph verbs: RDMA_GRAPH_SLEEP_US="lots" is not a whole number of microseconds from 0 to 1000000: sleeps of 100 us/,
+    bad.out,
+    /rdma-graph verbs: RDMA_GRAPH_SLEEP_US="lots" is not a whole number of microseconds from 0 to 1000000: sleeps of 0 us/,
   );
+  assert.ok(bad.switches < 100, `no sleeps, the default (${bad.switches} voluntary switches)\n${bad.out}`);
+  const r = await idle(300, false, { ...SLEEP, RDMA_GRAPH_SPIN_US: '-1' });
   assert.match(
     r.out,
     /rdma-graph verbs: RDMA_GRAPH_SPIN_US="-1" is not a whole number of microseconds from 0 to 1000000: spins of 200 us/,

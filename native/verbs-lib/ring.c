@@ -61,17 +61,19 @@
 #define NAP_NS 50000L
 #define NAP_MAX_US 1000000L
 /*
- * Any other CQ found empty at such a point for SPIN_NS with no completion on it and no post to
- * any queue of the context (a program idle, or waiting for a peer that is slow to answer; a
- * ping-pong's reply comes sooner, and its program posts between waits) sleeps
- * in a futex wait on its producer index, at most SLEEP_NS at a time: the daemon wakes it when it
- * moves that index (RGV_CQ_SLEEPERS), so a completion is not late by the sleep, and an idle
- * program stops taking a core from the daemons. The limit bounds how late anything else the
- * program polls between CQ polls is seen (a shared-memory transport of UCX's). RDMA_GRAPH_SPIN_US
- * and RDMA_GRAPH_SLEEP_US set them (sleep 0: never; spin with yields as before).
+ * With RDMA_GRAPH_SLEEP_US set (the longest sleep; 0, the default: never), any other CQ found
+ * empty at such a point for SPIN_NS with no completion on it and no post to any queue of the
+ * context (a program idle, or waiting for a peer that is slow to answer; a ping-pong's reply
+ * comes sooner, and its program posts between waits) sleeps in a futex wait on its producer
+ * index, at most that long at a time: the daemon wakes it when it moves that index
+ * (RGV_CQ_SLEEPERS), so a completion is not late by the sleep, and an idle program stops taking
+ * a core from the daemons. Not the default: a program whose traffic goes elsewhere while it
+ * polls the CQ (UCX's shared-memory transports beside rc_verbs) looks idle here and would see
+ * that traffic late by the sleep (UCP tag_lat with UCX's defaults: 0.27 us typical became
+ * 167 us). RDMA_GRAPH_SPIN_US sets SPIN_NS.
  */
 #define SPIN_NS 200000L
-#define SLEEP_NS 100000L
+#define SLEEP_NS 0L
 /* sq_bytes[slot]: the WQE's data bytes (at most SQ_BYTES_MAX), and whether it completes. */
 #define SQ_BYTES_SIGNALED 0x80000000u
 #define SQ_BYTES_MAX 0x7fffffffu
