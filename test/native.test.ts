@@ -703,10 +703,11 @@ test('futexWake wakes a thread of another process asleep on a word of shared mem
   assert.is(woken, 1, `one thread woken\n${out}`);
   assert.ok(slept < 4, `woken, not timed out after 5 s (${slept} s)\n${out}`);
   assert.throws(() => core.futexWake(new Int32Array(4) as unknown as Uint32Array, 0), /u32 must be a Uint32Array/);
-  assert.throws(() => core.futexWake(u32, 1024), /index 1024 is outside the array's 1024 words/);
-  assert.throws(() => core.futexWake(u32, -1), /outside/);
-  assert.throws(() => core.futexWake(u32, 1.5), /outside/);
+  assert.throws(() => core.futexWake(u32, 1024), /futexWake: index must be in \[0, 1023\], got 1024/);
+  assert.throws(() => core.futexWake(u32, -1), /index must be in \[0, 1023\], got -1/);
+  assert.throws(() => core.futexWake(u32, 1.5), /index must be an integer, got the number 1.5/);
   assert.throws(() => core.futexWake(u32, '1' as unknown as number), /index must be a number/);
+  assert.throws(() => core.futexWake(new Uint32Array(0), 0), /index must be in \[0, -1\], got 0/);
 });
 
 test.run();

@@ -113,13 +113,13 @@ test('a CQ with sleepers (RGV_CQ_SLEEPERS) is woken once per pass that wrote it 
     // A program that left its count up (asleep, or hostile): it costs one wake a pass, no more.
     Atomics.store(asleep.u32, RGV_CQ_SLEEPERS / 4, 1);
     const done = (qpn: number): Completion => ({ wrId: 0, qpn, status: 'success', opcode: 'send', byteLen: 64 });
-    let todo = 0;
+    let passesLeft = 0; // passes in which the node still completes
     graph.register({
       name: 'test-sleepers',
       type: 'input',
       fn: () => {
-        if (todo === 0) return 0;
-        todo--;
+        if (passesLeft === 0) return 0;
+        passesLeft--;
         inNode = true;
         for (let k = 0; k < 5; k++) rdma.core.complete(asleep.cq, done(asleep.cq.handle));
         for (let k = 0; k < 2; k++) rdma.core.complete(awake.cq, done(awake.cq.handle));
@@ -133,9 +133,9 @@ test('a CQ with sleepers (RGV_CQ_SLEEPERS) is woken once per pass that wrote it 
     });
     for (const passes of [1, 2]) {
       woken.length = 0;
-      todo = passes;
+      passesLeft = passes;
       graph.wake(); // asleep (adaptive, idle): the input node only runs in a pass
-      await waitFor('the passes', () => todo === 0);
+      await waitFor('the passes', () => passesLeft === 0);
       await new Promise((r) => setTimeout(r, 20));
       assert.is(woken.length, passes, `one wake-up per pass (${passes})`);
       for (const w of woken) {

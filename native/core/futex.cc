@@ -5,11 +5,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <climits>
 #include <cstdint>
-#include <cstdio>
-#include <string>
 
 #include "common.h"
 
@@ -24,15 +21,8 @@ Napi::Value FutexWake(const Napi::CallbackInfo& info) {
   if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array)
     throw TypeErr(env, "futexWake: u32 must be a Uint32Array");
   Napi::Uint32Array a = info[0].As<Napi::Uint32Array>();
-  if (!info[1].IsNumber()) throw TypeErr(env, "futexWake: index must be a number");
-  const double d = info[1].As<Napi::Number>().DoubleValue();
-  if (!(d >= 0) || d != static_cast<double>(static_cast<size_t>(d)) || static_cast<size_t>(d) >= a.ElementLength()) {
-    char what[32];
-    snprintf(what, sizeof what, "%g", d);
-    throw RangeErr(env, std::string("futexWake: index ") + what + " is outside the array's " +
-                            std::to_string(a.ElementLength()) + " words");
-  }
-  uint32_t* word = a.Data() + static_cast<size_t>(d);
+  const double last = static_cast<double>(a.ElementLength()) - 1;  // -1 for an empty array: nothing fits
+  uint32_t* word = a.Data() + static_cast<size_t>(ArgInteger(info, 1, "futexWake", "index", 0, last));
   const long r = syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
   return Napi::Number::New(env, r < 0 ? 0 : static_cast<double>(r));
 }

@@ -418,8 +418,7 @@ static int op_poll_cq(struct ibv_cq* cq, int n, struct ibv_wc* wc) {
   }
   if (k > 0) {
     STORE(U32(&q->ring, RGV_CQ_CONS), q->cons);
-    q->empty_polls = 0;
-    __atomic_store_n(&q->idle_since, 0, __ATOMIC_RELAXED);
+    rg_cq_busy(q);
   }
   const int check = k == 0 && ++q->empty_polls >= ALIVE_CHECK_POLLS;
   const int yield = k == 0 && (q->empty_polls & (YIELD_POLLS - 1)) == 0;
