@@ -32,11 +32,17 @@ const have = (tool: string) => {
 
 /**
  * The server on B, then the client on A under the rusage wrapper (with `env`, NAME=VALUE
- * settings for the client); both runs.
+ * settings for the client, and `serverEnv` for the server); both runs.
  */
-async function wrappedPair(a: string, b: string, cmd: string[], env: string[] = []): Promise<[Run, Run]> {
+async function wrappedPair(
+  a: string,
+  b: string,
+  cmd: string[],
+  env: string[] = [],
+  serverEnv: string[] = [],
+): Promise<[Run, Run]> {
   const p = String(nextPort());
-  const server = runTool(b, [...cmd, '-p', p]);
+  const server = runTool(b, [...(serverEnv.length ? ['env', ...serverEnv] : []), ...cmd, '-p', p]);
   await serverListening(server, Number(p));
   const client = runTool(a, ['env', ...env, 'python3', '-c', RUSAGE, ...cmd, '-p', p, '127.0.0.1']);
   return Promise.all([server.done, client.done]);
@@ -97,6 +103,22 @@ test('RDMA_GRAPH_NAP_US=0 (and the sleeps on an idle CQ off): the bandwidth clie
     );
     const napped = sleeps(c2);
     assert.ok(napped > 500, `the default naps were kept (${napped} voluntary switches)`);
+  });
+});
+
+test('RDMA_GRAPH_SLEEP_US=100 on both sides (the opt-in sleep on an idle CQ): unmodified ib_send_lat and ib_write_bw run to their reports', async () => {
+  have('ib_send_lat');
+  await withTwoDaemons(async ({ a, b }) => {
+    const sleep = ['RDMA_GRAPH_SLEEP_US=100'];
+    for (const cmd of [
+      ['ib_send_lat', '-x', '0', '-F', '-s', '64', '-n', '3000'],
+      ['ib_write_bw', '-x', '0', '-F', '-s', '65536', '-D', '1'],
+    ]) {
+      const [s, c] = await wrappedPair(a, b, cmd, sleep, sleep);
+      ok(s, `${cmd[0]} server`);
+      ok(c, `${cmd[0]} client`);
+      assert.match(c.out, cmd[0] === 'ib_send_lat' ? /^\s*64\s+3000\s+[\d.]+/m : /^\s*65536\s+\d+\s+[\d.]+/m, c.out);
+    }
   });
 });
 
