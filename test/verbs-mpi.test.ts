@@ -68,6 +68,10 @@ const mpirun = (sa: string, sb: string, perSide: number, prog: string, device: s
 function checkJob(r: Job, ranks: number): void {
   assert.is(r.code, 0, `mpirun exits 0:\n${r.out}`);
   assert.match(r.out, new RegExp(`^mpi-check: ok ${ranks}$`, 'm'), `every rank checked its data:\n${r.out}`);
+  // Every rank, B's as well as A's, was kept to the daemons' transports (mpirun's -x reaches
+  // only its own app context).
+  for (let k = 0; k < ranks; k++)
+    assert.match(r.out, new RegExp(`^rank ${k} UCX_TLS=rc_verbs,ud_verbs$`, 'm'), `rank ${k}'s UCX_TLS:\n${r.out}`);
   for (const size of SIZES)
     assert.match(r.out, new RegExp(`^pingpong ${size} ${iterations(size)} `, 'm'), `ping-pong of ${size} B ran`);
   for (const n of [1, 65536]) assert.match(r.out, new RegExp(`^allreduce ${n} ok$`, 'm'), `allreduce of ${n}`);

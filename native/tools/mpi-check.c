@@ -6,7 +6,8 @@
  * every message checked against a pattern of (size, iteration, direction); then MPI_Allreduce
  * (MPI_SUM of doubles, 1 and 65536 elements) over every rank, checked against the sum computed
  * locally; then MPI_Put and MPI_Get of 64 KiB between neighbouring ranks' windows, checked; then
- * a barrier. Rank 0 prints one line per size ("pingpong SIZE ITERS lat_us MB/s"), "allreduce N
+ * a barrier. Each rank first prints "rank R UCX_TLS=..." (its environment's, or "(unset)"): what
+ * mpirun gave every rank. Rank 0 prints one line per size ("pingpong SIZE ITERS lat_us MB/s"), "allreduce N
  * ok", "rma N ok" and, last, "mpi-check: ok RANKS"; any mismatch prints "mpi-check: FAIL ..." and
  * aborts the job with status 1.
  */
@@ -124,6 +125,9 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
   if (nranks < 2) fail("needs at least 2 ranks (ranks, 0)", nranks, 0);
+  const char* tls = getenv("UCX_TLS");
+  printf("rank %d UCX_TLS=%s\n", rank, tls != NULL ? tls : "(unset)");
+  fflush(stdout);
   uint8_t* sbuf = malloc(MAX_SIZE);
   uint8_t* rbuf = malloc(MAX_SIZE);
   if (sbuf == NULL || rbuf == NULL) fail("out of memory (bytes, 0)", MAX_SIZE, 0);
