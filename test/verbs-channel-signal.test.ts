@@ -6,19 +6,20 @@
  * again. The event is counted in the ring at the same time (the library finds the CQ by the
  * count: a count ahead of its signal lets a program take the event before the wake-up, which then
  * finds nothing). One signal per channel per pass, however many CQEs; none to a channel closed
- * meanwhile. Sleepers on a CQ's producer index (the library's idle sleep) are woken the same way:
- * once per CQ per pass, when it ends, only while RGV_CQ_SLEEPERS says someone sleeps.
+ * meanwhile. A program's threads asleep at the idle point of any of its CQs (the library's idle
+ * sleep, on RGV_CQ_WAKE) are woken the same way, when a pass wrote a CQE to any CQ of that
+ * program: once per CQ per pass, when it ends, only while RGV_CQ_SLEEPERS says someone sleeps.
  */
 import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { loadCore } from '../native/addons.ts';
-import { type Channel, CqRing, CQE_BYTES, RING_HDR, VerbsRings } from '../dataplane/verbs-server/rings.ts';
+import { type Channel, CqGroup, CqRing, CQE_BYTES, RING_HDR, VerbsRings } from '../dataplane/verbs-server/rings.ts';
 import {
   RGV_CQ_ARM_NEXT,
   RGV_CQ_ARMED,
   RGV_CQ_EVENTS,
-  RGV_CQ_PROD,
   RGV_CQ_SLEEPERS,
+  RGV_CQ_WAKE,
 } from '../dataplane/verbs-server/abi.generated.ts';
 import { closeLeftovers, trackedStacks, waitFor } from './rdma-helpers.ts';
 import type { Completion } from '../nodes/rdma/verbs.ts';
@@ -89,29 +90,41 @@ test('a CQE written inside a node signals its armed channel once, when the pass 
   }
 });
 
-test('a CQ with sleepers (RGV_CQ_SLEEPERS) is woken once per pass that wrote it CQEs, when the pass ends; one without, never', async () => {
+test("a completion on one CQ wakes the sleepers (RGV_CQ_SLEEPERS) of every CQ of that program, once per pass, when the pass ends; another program's, never", async () => {
   const p = trackedStacks();
   await p.ready;
   const { graph, rdma } = p.a;
   const rings = new VerbsRings(graph, rdma, () => {});
   // The loaded addon is one object: its futexWake, watched for this test.
   const real = core.futexWake;
-  const woken: { ring: Uint32Array; index: number; inNode: boolean }[] = [];
+  const woken: { ring: Uint32Array; index: number; inNode: boolean; wake: number }[] = [];
   let inNode = false;
   core.futexWake = (u32: Uint32Array, index: number) => {
-    woken.push({ ring: u32, index, inNode });
+    woken.push({ ring: u32, index, inNode, wake: Atomics.load(u32, RGV_CQ_WAKE / 4) });
     return real(u32, index);
   };
   try {
-    const ring = () => {
-      const r = new CqRing(rdma.createCq(ENTRIES), new ArrayBuffer(RING_HDR + ENTRIES * CQE_BYTES), ENTRIES, null);
+    const ring = (group: CqGroup) => {
+      const r = new CqRing(
+        rdma.createCq(ENTRIES),
+        new ArrayBuffer(RING_HDR + ENTRIES * CQE_BYTES),
+        ENTRIES,
+        null,
+        null,
+        group,
+      );
       rings.attachCq(r);
       return r;
     };
-    const asleep = ring(),
-      awake = ring();
-    // A program that left its count up (asleep, or hostile): it costs one wake a pass, no more.
+    // One program's CQs: a thread asleep at the idle point of one, completions on the other
+    // (UCX polls a send and a receive CQ). Another program's CQ with a sleeper of its own.
+    const mine = new CqGroup();
+    const asleep = ring(mine),
+      busy = ring(mine),
+      theirs = ring(new CqGroup());
+    // A count left up (asleep, or hostile): it costs one wake a pass, no more.
     Atomics.store(asleep.u32, RGV_CQ_SLEEPERS / 4, 1);
+    Atomics.store(theirs.u32, RGV_CQ_SLEEPERS / 4, 1);
     const done = (qpn: number): Completion => ({ wrId: 0, qpn, status: 'success', opcode: 'send', byteLen: 64 });
     let passesLeft = 0; // passes in which the node still completes
     graph.register({
@@ -121,16 +134,15 @@ test('a CQ with sleepers (RGV_CQ_SLEEPERS) is woken once per pass that wrote it 
         if (passesLeft === 0) return 0;
         passesLeft--;
         inNode = true;
-        for (let k = 0; k < 5; k++) rdma.core.complete(asleep.cq, done(asleep.cq.handle));
-        for (let k = 0; k < 2; k++) rdma.core.complete(awake.cq, done(awake.cq.handle));
-        // Read the CQEs back as the program would, so the rings never fill.
-        Atomics.store(asleep.u32, 0, asleep.prod);
-        Atomics.store(awake.u32, 0, awake.prod);
+        for (let k = 0; k < 5; k++) rdma.core.complete(busy.cq, done(busy.cq.handle));
+        // Read the CQEs back as the program would, so the ring never fills.
+        Atomics.store(busy.u32, 0, busy.prod);
         inNode = false;
-        return 7;
+        return 5;
       },
       formatTrace: (t) => String(t),
     });
+    let wakes = 0;
     for (const passes of [1, 2]) {
       woken.length = 0;
       passesLeft = passes;
@@ -139,12 +151,22 @@ test('a CQ with sleepers (RGV_CQ_SLEEPERS) is woken once per pass that wrote it 
       await new Promise((r) => setTimeout(r, 20));
       assert.is(woken.length, passes, `one wake-up per pass (${passes})`);
       for (const w of woken) {
-        assert.is(w.ring, asleep.u32, 'only the CQ with sleepers');
-        assert.is(w.index, RGV_CQ_PROD / 4, 'on its producer index');
+        assert.is(w.ring, asleep.u32, "only the program's CQ with sleepers");
+        assert.is(w.index, RGV_CQ_WAKE / 4, 'on its wake word');
+        assert.is(w.wake, ++wakes, 'which moved first (a wait begun late returns at once)');
         assert.is(w.inNode, false, 'when the pass ended, not inside the node');
       }
     }
-    for (const r of [asleep, awake]) rings.detachCq(r);
+    assert.is(Atomics.load(theirs.u32, RGV_CQ_WAKE / 4), 0, "the other program's wake word never moved");
+    // A CQ destroyed leaves its program's group: its sleepers are not looked for after.
+    rings.detachCq(asleep);
+    woken.length = 0;
+    passesLeft = 1;
+    graph.wake();
+    await waitFor('the pass', () => passesLeft === 0);
+    await new Promise((r) => setTimeout(r, 20));
+    assert.is(woken.length, 0, 'a detached CQ is not woken');
+    for (const r of [busy, theirs]) rings.detachCq(r);
   } finally {
     core.futexWake = real;
   }

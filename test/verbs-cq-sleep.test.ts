@@ -1,8 +1,9 @@
 /**
  * With RDMA_GRAPH_SLEEP_US set (not the default: UCX's shared-memory traffic beside a verbs CQ
  * would be late by the sleep), a verbs program polling a CQ that stays empty spins for a while,
- * then sleeps until the daemon moves the CQ's producer index (native/verbs-lib/ring.c SPIN_NS / SLEEP_NS, RGV_CQ_SLEEPERS;
- * the daemon's futex wake-up: dataplane/verbs-server/rings.ts): an idle program stops taking a
+ * then sleeps until the daemon writes a completion to any CQ of the program (native/verbs-lib/ring.c
+ * SPIN_NS / SLEEP_NS, RGV_CQ_SLEEPERS, RGV_CQ_WAKE; the daemon's futex wake-up:
+ * dataplane/verbs-server/rings.ts): an idle program stops taking a
  * core from the data planes, and a completion is not late by the sleep. Through an unmodified
  * libibverbs program's own calls (native/tools/verbs-idle.c: a thread polls the receive CQ of
  * two RC QPs connected to each other, with ibv_poll_cq or ibv_start_poll, while the main thread
@@ -30,7 +31,13 @@ interface Idle {
 }
 
 /** verbs-idle against one daemon: `ms` of an empty CQ (busy: posting elsewhere), then the completion. */
-async function idle(ms: number, ex: boolean, env: Record<string, string> = {}, busy = false): Promise<Idle> {
+async function idle(
+  ms: number,
+  ex: boolean,
+  env: Record<string, string> = {},
+  busy = false,
+  other = false,
+): Promise<Idle> {
   if (!existsSync(VERBS_LIBRARY) || !existsSync(IDLE))
     skip('the verbs library or verbs-idle was not built (libibverbs-dev)');
   const dir = mkdtempSync(join(tmpdir(), 'verbs-idle-'));
@@ -41,7 +48,7 @@ async function idle(ms: number, ex: boolean, env: Record<string, string> = {}, b
     const r = await new Promise<{ code: number | null; out: string }>((resolve) =>
       execFile(
         IDLE,
-        [String(ms), ...(ex ? ['ex'] : []), ...(busy ? ['busy'] : [])],
+        [String(ms), ...(ex ? ['ex'] : []), ...(busy ? ['busy'] : []), ...(other ? ['other'] : [])],
         { timeout: 60_000, env: { ...process.env, ...env, LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: socket } },
         (e, out, err) => resolve({ code: e === null ? 0 : typeof e.code === 'number' ? e.code : null, out: out + err }),
       ),
@@ -81,6 +88,18 @@ for (const ex of [false, true]) {
     assert.ok(r.switches < 20, `a handful of long sleeps (${r.switches} voluntary switches)\n${r.out}`);
   });
 }
+
+test('a thread asleep at the idle point of one CQ is woken by a completion on another CQ of the program (UCX polls several)', async () => {
+  // The thread polls a CQ that never completes 64 times per poll of the receive CQ, so it
+  // sleeps at that CQ's idle points; the SEND completes on the receive CQ 1 s into a sleep of up
+  // to 1 s. Woken only by its own CQ, it would see it ~0.8 s late.
+  const r = await idle(1200, false, { RDMA_GRAPH_SLEEP_US: '1000000' }, false, true);
+  assert.ok(r.lateUs < 300_000, `seen ${r.lateUs} us after the post\n${r.out}`);
+  assert.ok(r.switches < 20, `a handful of long sleeps (${r.switches} voluntary switches)\n${r.out}`);
+  // Sleeps of 100 us: it sleeps (as in the first test), on the other CQ as much as on its own.
+  const slept = await idle(1000, false, SLEEP, false, true);
+  assert.ok(slept.cpuMs < 250, `it slept: ${slept.cpuMs} ms of CPU in 1 s\n${slept.out}`);
+});
 
 test('a program that posts while it waits (for something its polled CQ will not show) keeps spinning', async () => {
   // The main thread exchanges a SEND over other QPs and another CQ every few hundred us: each

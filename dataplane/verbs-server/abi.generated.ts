@@ -48,6 +48,7 @@ export const RGV_CQ_SLEEPERS = 8;
 export const RGV_CQ_PROD = 64;
 export const RGV_CQ_EVENTS = 68;
 export const RGV_CQ_OVERFLOW = 72;
+export const RGV_CQ_WAKE = 76;
 export const RGV_CQ_ARM_NEXT = 1;
 export const RGV_CQ_ARM_SOLICITED = 2;
 export const RGV_INLINE_ALIGN = 16;

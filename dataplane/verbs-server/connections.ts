@@ -24,7 +24,7 @@ import { releaseUcma } from './ucma.ts';
 import { listenVerbs, type VerbsConnections } from './listener.ts';
 import { LogLimiter } from './log-limit.ts';
 import { message, readMessage } from './messages.ts';
-import { VerbsRings } from './rings.ts';
+import { CqGroup, VerbsRings } from './rings.ts';
 
 export type { VerbsServed } from './handlers.ts';
 
@@ -231,6 +231,7 @@ export function verbsConnections(
         channels: new Map(),
         nextChannel: 1,
         cqRings: new Map(),
+        cqGroup: new CqGroup(),
         qpRings: new Map(),
         srqRings: new Map(),
       });

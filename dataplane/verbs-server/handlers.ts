@@ -66,7 +66,7 @@ import {
 import { fdHeadroom } from './admission.ts';
 import type { LogLimiter } from './log-limit.ts';
 import { decode, type Decoded, type Encodable, encodeInto, Errno } from './messages.ts';
-import { type AsyncFd, type Channel, CqRing, QpRing, rqStride, SrqRing, VerbsRings } from './rings.ts';
+import { type AsyncFd, type Channel, type CqGroup, CqRing, QpRing, rqStride, SrqRing, VerbsRings } from './rings.ts';
 import { ucma, ucmaChannel } from './ucma.ts';
 
 /** The graph and RDMA stack of the data plane a verbs server serves (its rings run on that graph). */
@@ -101,6 +101,8 @@ export interface Owned {
   channels: Map<number, Channel>;
   nextChannel: number;
   cqRings: Map<number, CqRing>;
+  /** The same rings, as the group whose sleepers a completion on any of them wakes. */
+  cqGroup: CqGroup;
   qpRings: Map<number, QpRing>;
   srqRings: Map<number, SrqRing>;
 }
@@ -431,7 +433,7 @@ export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
     const mem = c.mapPassed(bytes);
     const { cq, depth } = await c.server.dp.createCq({ depth: entries });
     own.cqs.add(cq);
-    const ring = new CqRing(c.server.internals.rdma.cqs.get(cq) as Cq, mem, entries, channel, c.own.async);
+    const ring = new CqRing(c.server.internals.rdma.cqs.get(cq) as Cq, mem, entries, channel, c.own.async, own.cqGroup);
     c.server.rings.attachCq(ring);
     own.cqRings.set(cq, ring);
     return c.reply({ handle: cq, entries: depth });

@@ -33,6 +33,7 @@ import {
   RGV_CQ_OVERFLOW,
   RGV_CQ_PROD,
   RGV_CQ_SLEEPERS,
+  RGV_CQ_WAKE,
   RGV_INLINE_ALIGN,
   RGV_QP_NEED_KICK,
   RGV_QP_RQ_CONS,
@@ -115,6 +116,7 @@ const CQ_CONS = word(RGV_CQ_CONS),
   CQ_ARMED = word(RGV_CQ_ARMED),
   CQ_PROD = word(RGV_CQ_PROD),
   CQ_SLEEPERS = word(RGV_CQ_SLEEPERS),
+  CQ_WAKE = word(RGV_CQ_WAKE),
   CQ_EVENTS = word(RGV_CQ_EVENTS),
   CQ_OVERFLOW = word(RGV_CQ_OVERFLOW);
 export const CQE_BYTES = rgv_cqe.size;
@@ -231,19 +233,30 @@ export interface AsyncFd {
   fd: number;
 }
 
+/**
+ * The CQ rings of one connection (one program's context): a completion written to any of them
+ * wakes the threads asleep on each (the library sleeps only when all are empty, and its next
+ * completion may come on another CQ than the one it slept at: VERBS-PROTOCOL.md 4.6).
+ */
+export class CqGroup {
+  readonly rings: CqRing[] = [];
+  /** Its sleepers are looked for at the end of this pass (VerbsRings.wakeSoon). */
+  waking = false;
+}
+
 export class CqRing {
   readonly u32: Uint32Array;
   prod = 0;
   /** Events of this pass not yet counted in the ring (VerbsRings.eventSoon). */
   owed = 0;
-  /** Its sleepers are woken at the end of this pass (VerbsRings.wakeSoon). */
-  waking = false;
   constructor(
     readonly cq: Cq,
     mem: ArrayBuffer,
     readonly entries: number,
     readonly channel: Channel | null,
     readonly async: AsyncFd | null = null,
+    /** The connection's CQ rings, this one among them once attached (VerbsRings.attachCq). */
+    readonly group: CqGroup = new CqGroup(),
   ) {
     this.u32 = new Uint32Array(mem);
   }
@@ -394,11 +407,14 @@ export class VerbsRings {
   attachCq(ring: CqRing): void {
     ring.cq.sink = (c) => this.writeCqe(ring, c);
     if (ring.channel) ring.channel.users++;
+    ring.group.rings.push(ring);
   }
 
   detachCq(ring: CqRing): void {
     ring.cq.sink = null;
     if (ring.channel) ring.channel.users--;
+    const i = ring.group.rings.indexOf(ring);
+    if (i >= 0) ring.group.rings.splice(i, 1);
   }
 
   attachQp(ring: QpRing): void {
@@ -832,10 +848,9 @@ export class VerbsRings {
     ring.prod = (ring.prod + 1) >>> 0;
     Atomics.store(u, CQ_PROD, ring.prod);
     this.completed = true;
-    // A thread of the program asleep on prod (the library's idle point): woken when the pass
-    // ends. Store then load, both sequentially consistent, against its add then futex wait:
-    // either we see it counted or its wait sees the new prod.
-    if (Atomics.load(u, CQ_SLEEPERS) !== 0) this.wakeSoon(ring);
+    // Threads of the program asleep at an idle point of any of its CQs: looked for when the
+    // pass ends (wakeSoon).
+    if (!ring.group.waking) this.wakeSoon(ring.group);
     const armed = Atomics.load(u, CQ_ARMED);
     if (
       armed !== 0 &&
@@ -861,20 +876,32 @@ export class VerbsRings {
     if (this.owing.push(ring) === 1) this.graph.defer(this.flushEvents);
   }
 
-  /** `ring`'s sleepers woken when this pass ends (a wake-up from inside a node: see eventSoon). */
-  private wakeSoon(ring: CqRing): void {
-    if (ring.waking) return;
-    ring.waking = true;
-    if (this.wakingRings.push(ring) === 1) this.graph.defer(this.flushWakes);
+  /**
+   * The sleepers of `group`'s CQs woken when this pass ends (a wake-up from inside a node: see
+   * eventSoon). Our stores of RGV_CQ_PROD come before the loads of RGV_CQ_SLEEPERS there, all
+   * sequentially consistent, against the library's add to RGV_CQ_SLEEPERS then look at every
+   * RGV_CQ_PROD: either we see the sleeper counted, or it sees the completion and does not sleep.
+   * The add to RGV_CQ_WAKE before each wake-up moves the word its futex wait compares, so a
+   * wake-up that comes before the wait is not lost. Once per connection per pass, over its own
+   * CQ rings.
+   */
+  private wakeSoon(group: CqGroup): void {
+    group.waking = true;
+    if (this.wakingGroups.push(group) === 1) this.graph.defer(this.flushWakes);
   }
 
-  private readonly wakingRings: CqRing[] = [];
+  private readonly wakingGroups: CqGroup[] = [];
   private readonly flushWakes = (): void => {
-    const list = this.wakingRings;
+    const list = this.wakingGroups;
     for (let i = 0; i < list.length; i++) {
-      const r = list[i];
-      r.waking = false;
-      this.core.futexWake(r.u32, CQ_PROD);
+      const g = list[i];
+      g.waking = false;
+      for (let k = 0; k < g.rings.length; k++) {
+        const u = g.rings[k].u32;
+        if (Atomics.load(u, CQ_SLEEPERS) === 0) continue;
+        Atomics.add(u, CQ_WAKE, 1);
+        this.core.futexWake(u, CQ_WAKE);
+      }
     }
     list.length = 0;
   };

@@ -1,6 +1,6 @@
 // futexWake: wakes the threads of other processes asleep in a futex wait on a word of memory we
-// share with them (a verbs program's CQ ring: the library sleeps on the producer index while its
-// CQ is empty, and the daemon wakes it after moving that index).
+// share with them (a verbs program's CQ ring: the library sleeps on its wake word while the
+// program's CQs are empty, and the daemon moves that word and wakes it after writing a completion).
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>

@@ -4,7 +4,9 @@
  * while a CQ stays empty (native/verbs-lib/ring.c SPIN_NS / SLEEP_NS: spin, then sleep until
  * the daemon's wake-up). Two RC QPs of the device connected to each other (loopback); a thread
  * polls the receive CQ (ibv_poll_cq, or ibv_start_poll with "ex") while the main thread waits
- * IDLE_MS, then posts the SEND. Prints one line:
+ * IDLE_MS, then posts the SEND. With "other", the thread also polls a CQ of the same context
+ * that never gets a completion, 64 times per poll of the receive CQ (as UCX polls a send and a
+ * receive CQ): its idle points come first, so that is where the thread sleeps. Prints one line:
  *
  *   idle IDLE_MS ms: cpu C ms, voluntary switches V, completion seen L us after the post
  *
@@ -27,6 +29,7 @@
 static struct ibv_cq* rcq;
 static struct ibv_cq_ex* rcq_ex;
 static int use_ex;
+static struct ibv_cq* xcq; /* "other": polled beside rcq, never completes */
 
 struct result {
   int got;
@@ -48,6 +51,13 @@ static void* poller(void* arg) {
   getrusage(RUSAGE_THREAD, &u0);
   clock_gettime(CLOCK_MONOTONIC, &t0);
   for (uint32_t i = 0;; i++) {
+    for (int j = 0; xcq != NULL && j < 64; j++) {
+      struct ibv_wc wc;
+      if (ibv_poll_cq(xcq, 1, &wc) != 0) {
+        fprintf(stderr, "the other CQ returned a completion or failed\n");
+        exit(10);
+      }
+    }
     if (use_ex) {
       struct ibv_poll_cq_attr attr = {0};
       if (ibv_start_poll(rcq_ex, &attr) == 0) {
@@ -107,16 +117,19 @@ static int post(struct ibv_qp* qp, struct ibv_qp* peer, struct ibv_mr* mr, uint8
 int main(int argc, char** argv) {
   (void)failures; /* verbs-tool.h's CHECK is not used here */
   setvbuf(stdout, NULL, _IOLBF, 0);
-  if (argc < 2 || atoi(argv[1]) <= 0) return fprintf(stderr, "usage: verbs-idle IDLE_MS [ex] [busy]\n"), 2;
+  const char* usage = "usage: verbs-idle IDLE_MS [ex] [busy] [other]\n";
+  if (argc < 2 || atoi(argv[1]) <= 0) return fprintf(stderr, "%s", usage), 2;
   const int idle_ms = atoi(argv[1]);
-  int busy = 0;
+  int busy = 0, other = 0;
   for (int i = 2; i < argc; i++) {
     if (strcmp(argv[i], "ex") == 0)
       use_ex = 1;
     else if (strcmp(argv[i], "busy") == 0)
       busy = 1;
+    else if (strcmp(argv[i], "other") == 0)
+      other = 1;
     else
-      return fprintf(stderr, "usage: verbs-idle IDLE_MS [ex] [busy]\n"), 2;
+      return fprintf(stderr, "%s", usage), 2;
   }
   int n = 0;
   struct ibv_device** list = ibv_get_device_list(&n);
@@ -135,6 +148,7 @@ int main(int argc, char** argv) {
   if (pd == NULL || scq == NULL || rcq == NULL) return perror("pd/cq"), 4;
   struct ibv_cq* bcq = ibv_create_cq(ctx, 16, NULL, NULL, 0); /* the busy pair's */
   if (bcq == NULL) return perror("ibv_create_cq"), 4;
+  if (other && (xcq = ibv_create_cq(ctx, 16, NULL, NULL, 0)) == NULL) return perror("ibv_create_cq"), 4;
   struct ibv_qp* qp[4];
   for (int i = 0; i < 4; i++) {
     struct ibv_qp_init_attr qa = {.send_cq = i < 2 ? scq : bcq,

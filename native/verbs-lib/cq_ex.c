@@ -53,11 +53,10 @@ static int start_poll(struct ibv_cq_ex* cq, struct ibv_poll_cq_attr* attr) {
   if (attr == NULL || attr->comp_mask != 0) return EINVAL;
   pthread_spin_lock(&q->lock);
   int r = load(q);
-  const uint32_t seen = q->cons; /* ENOENT: prod was here */
   if (r == ENOENT && RING_LOAD(word(q, RGV_CQ_OVERFLOW)) != 0) r = EOVERFLOW;
   if (r != 0) pthread_spin_unlock(&q->lock); /* held only while the program has a completion */
   if (r == ENOENT)
-    rg_cq_empty(q, seen);
+    rg_cq_empty(q);
   else if (r == 0)
     rg_cq_busy(q);
   return r;

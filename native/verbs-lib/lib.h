@@ -141,7 +141,8 @@ struct rg_context {
   pthread_mutex_t objs; /* the QP and CQ lists (for the flush when the daemon goes away) */
   struct rg_qp* qps;
   struct rg_cq* cqs;
-  uint32_t posts; /* posts to any queue (kick): a CQ's poller sleeps only while none come (ring.c) */
+  uint32_t activity; /* posts to any queue (kick), polls that took completions (rg_cq_busy): a CQ's
+                       poller sleeps only while this stays (ring.c) */
 };
 
 /* A memfd mapping both sides share: the ring header's two cache lines, then the entries. */
@@ -164,12 +165,12 @@ struct rg_cq {
   int current;       /* between start_poll and end_poll: the CQE at cons is the program's now */
   int overflow_told; /* IBV_EVENT_CQ_ERR was returned (async.c) */
   struct rg_ring ring;
-  uint32_t entries;     /* a power of two */
-  uint32_t cons;        /* ours; published at RGV_CQ_CONS */
-  uint32_t events_seen; /* channel notifications this CQ has reported (ibv_get_cq_event) */
-  uint32_t empty_polls; /* since the last check that the daemon is there */
-  uint64_t idle_since;  /* CLOCK_MONOTONIC ns of the first idle point since a completion or post; 0: none yet */
-  uint32_t posts_seen;  /* the context's posts then */
+  uint32_t entries;       /* a power of two */
+  uint32_t cons;          /* ours; published at RGV_CQ_CONS */
+  uint32_t events_seen;   /* channel notifications this CQ has reported (ibv_get_cq_event) */
+  uint32_t empty_polls;   /* since the last check that the daemon is there */
+  uint64_t idle_since;    /* CLOCK_MONOTONIC ns of the first idle point since the context's activity; 0: none yet */
+  uint32_t activity_seen; /* the context's activity then */
   struct rg_channel* channel;
   pthread_spinlock_t lock;
   struct rg_cq* next; /* in the context */
@@ -270,9 +271,9 @@ void rg_set_ops(struct ibv_context_ops* ops);
 /* A CQ (ibv_create_cq and ibv_create_cq_ex), or NULL + errno. */
 struct rg_cq* rg_cq_create(struct ibv_context* context, int cqe, void* cq_context, struct ibv_comp_channel* channel,
                            int comp_vector);
-/* A poll of an extended CQ (cq_ex.c) found nothing (`seen`: the producer index it found), or a
- * completion: the idle bookkeeping of ring.c (its yields, naps and sleeps). */
-void rg_cq_empty(struct rg_cq* q, uint32_t seen);
+/* A poll of an extended CQ (cq_ex.c) found nothing, or a completion: the idle bookkeeping of
+ * ring.c (its yields, naps and sleeps). */
+void rg_cq_empty(struct rg_cq* q);
 void rg_cq_busy(struct rg_cq* q);
 /* The send queue, under q->sq_lock: one WR written at sq_prod (not yet published); 0 or an errno. */
 int rg_sq_write(struct rg_qp* q, const struct ibv_send_wr* wr);

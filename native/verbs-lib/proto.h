@@ -332,6 +332,7 @@ struct rgv_modify_srq {
 #define RGV_CQ_PROD 64u
 #define RGV_CQ_EVENTS 68u
 #define RGV_CQ_OVERFLOW 72u
+#define RGV_CQ_WAKE 76u         /* the daemon adds 1, then wakes its sleepers: the word they wait on */
 #define RGV_CQ_ARM_NEXT 1u      /* ibv_req_notify_cq(cq, 0): the next completion */
 #define RGV_CQ_ARM_SOLICITED 2u /* ibv_req_notify_cq(cq, 1): a solicited or failed one */
 #define RGV_INLINE_ALIGN 16u    /* inline data in a send WQE takes a multiple of this */
@@ -524,7 +525,7 @@ _Static_assert(sizeof(struct rgv_send_wqe) == 64, "rgv_send_wqe is 64 bytes");
 _Static_assert(sizeof(struct rgv_sge) == 16, "rgv_sge is 16 bytes");
 _Static_assert(sizeof(struct rgv_recv_wqe) == 16, "rgv_recv_wqe is 16 bytes");
 _Static_assert(sizeof(struct rgv_cqe) == 40, "rgv_cqe is 40 bytes");
-_Static_assert(RGV_QP_STATE < RGV_RING_HDR && RGV_CQ_OVERFLOW < RGV_RING_HDR, "the ring headers fit RGV_RING_HDR");
+_Static_assert(RGV_QP_STATE < RGV_RING_HDR && RGV_CQ_WAKE < RGV_RING_HDR, "the ring headers fit RGV_RING_HDR");
 
 /* ------------------------------------------------------------------ rdma_cm (§6) */
 

@@ -62,13 +62,13 @@
 #define NAP_MAX_US 1000000L
 /*
  * With RDMA_GRAPH_SLEEP_US set (the longest sleep; 0, the default: never), any other CQ found
- * empty at such a point for SPIN_NS with no completion on it and no post to any queue of the
- * context (a program idle, or waiting for a peer that is slow to answer; a ping-pong's reply
- * comes sooner, and its program posts between waits) sleeps in a futex wait on its producer
- * index, at most that long at a time: the daemon wakes it when it moves that index
- * (RGV_CQ_SLEEPERS), so a completion is not late by the sleep, and an idle program stops taking
- * a core from the daemons. Not the default: a program whose traffic goes elsewhere while it
- * polls the CQ (UCX's shared-memory transports beside rc_verbs) looks idle here and would see
+ * empty at such a point for SPIN_NS with no completion taken from any CQ of the context and no
+ * post to any of its queues (a program idle, or waiting for a peer that is slow to answer; a
+ * ping-pong's reply comes sooner, and its program posts between waits) sleeps in a futex wait,
+ * at most that long at a time, when every CQ of the context is empty: the daemon wakes it when
+ * it writes a completion to any of them (RGV_CQ_SLEEPERS, RGV_CQ_WAKE), so a completion is not
+ * late by the sleep, and an idle program stops taking a core from the daemons. Not the default: a program whose traffic
+ * goes elsewhere while it polls the CQ (UCX's shared-memory transports beside rc_verbs) looks idle here and would see
  * that traffic late by the sleep (UCP tag_lat with UCX's defaults: 0.27 us typical became
  * 167 us). RDMA_GRAPH_SPIN_US sets SPIN_NS.
  */
@@ -77,7 +77,7 @@
 /* sq_bytes[slot]: the WQE's data bytes (at most SQ_BYTES_MAX), and whether it completes. */
 #define SQ_BYTES_SIGNALED 0x80000000u
 #define SQ_BYTES_MAX 0x7fffffffu
-static void idle_point(struct rg_cq* q, uint32_t seen);
+static void idle_point(struct rg_cq* q);
 
 static uint32_t pow2_at_least(uint32_t n) {
   uint32_t p = 1;
@@ -432,7 +432,7 @@ static int op_poll_cq(struct ibv_cq* cq, int n, struct ibv_wc* wc) {
   if (check)
     rg_daemon_gone(rg_ctx(cq->context)); /* flushes into the rings: the next poll sees it */
   else if (yield)
-    idle_point(q, prod);
+    idle_point(q);
   return k;
 }
 
@@ -503,21 +503,46 @@ static uint64_t now_ns(void) {
 }
 
 /*
- * Sleep until the daemon moves the CQ's producer index away from `seen` (what the poll found:
- * the CQ empty), or sleep_ns passes. Counted in RGV_CQ_SLEEPERS first: the daemon, after it moves
- * prod, wakes the word's sleepers when it sees the count; the wait itself returns at once if
- * prod moved before it (the futex compares under its lock), so no completion is slept through.
+ * Whether every CQ of the context is empty: what the daemon produced (RGV_CQ_PROD) is what the
+ * program took (the RGV_CQ_CONS it published). Loads sequentially consistent, after the caller's
+ * add to RGV_CQ_SLEEPERS. 0 when the context's lists are busy (another thread creating a CQ):
+ * the caller then does not sleep. Bounded by the context's own CQ list.
  */
-static void sleep_on_prod(struct rg_cq* q, uint32_t seen) {
+static int context_cqs_empty(struct rg_context* c) {
+  if (pthread_mutex_trylock(&c->objs) != 0) return 0;
+  int empty = 1;
+  for (struct rg_cq* q = c->cqs; q != NULL && empty; q = q->next)
+    empty = __atomic_load_n(U32(&q->ring, RGV_CQ_PROD), __ATOMIC_SEQ_CST) ==
+            __atomic_load_n(U32(&q->ring, RGV_CQ_CONS), __ATOMIC_SEQ_CST);
+  pthread_mutex_unlock(&c->objs);
+  return empty;
+}
+
+/*
+ * Sleep until the daemon writes a completion to any CQ of the context, or sleep_ns passes. A
+ * program that polls several CQs (UCX: a send and a receive CQ per transport) sleeps at the
+ * idle point of whichever it polled, and its next completion may come on another. So the wait
+ * is on this CQ's RGV_CQ_WAKE, read first; then the thread is counted in RGV_CQ_SLEEPERS; then
+ * every CQ of the context is looked at once more. The daemon, when a pass wrote completions to
+ * any CQ of the context, loads every such CQ's RGV_CQ_SLEEPERS after its stores of RGV_CQ_PROD;
+ * where one is not 0 it adds 1 to RGV_CQ_WAKE and wakes the word. Either the daemon sees the
+ * count, or the look sees the completion; and a wake-up that comes before the wait changed the
+ * word the wait compares, so the kernel returns at once: no completion is slept through.
+ */
+static void sleep_on_context(struct rg_cq* q) {
   uint32_t* sleepers = U32(&q->ring, RGV_CQ_SLEEPERS);
+  uint32_t* wake = U32(&q->ring, RGV_CQ_WAKE);
+  const uint32_t w = __atomic_load_n(wake, __ATOMIC_SEQ_CST);
   __atomic_add_fetch(sleepers, 1u, __ATOMIC_SEQ_CST);
-  const struct timespec t = {sleep_ns / 1000000000L, sleep_ns % 1000000000L};
-  syscall(SYS_futex, U32(&q->ring, RGV_CQ_PROD), FUTEX_WAIT, seen, &t, NULL, 0);
+  if (context_cqs_empty(rg_ctx(q->cq.context))) {
+    const struct timespec t = {sleep_ns / 1000000000L, sleep_ns % 1000000000L};
+    syscall(SYS_futex, wake, FUTEX_WAIT, w, &t, NULL, 0);
+  }
   __atomic_sub_fetch(sleepers, 1u, __ATOMIC_SEQ_CST);
 }
 
 /* What a poll that found nothing for YIELD_POLLS polls does: a nap, a sleep or a yield. */
-static void idle_point(struct rg_cq* q, uint32_t seen) {
+static void idle_point(struct rg_cq* q) {
   pthread_once(&nap_once, nap_init);
   if (nap_ns > 0 && sq_pending_bytes(q, NAP_BYTES) >= NAP_BYTES) {
     const struct timespec nap = {nap_ns / 1000000000L, nap_ns % 1000000000L};
@@ -525,35 +550,37 @@ static void idle_point(struct rg_cq* q, uint32_t seen) {
     return;
   }
   if (sleep_ns > 0) {
-    /* Idle since the first idle point after the last completion of this CQ or post of the
-     * context: a program that posts is busy, whatever it waits for between its posts (memory a
-     * peer WRITEs, another CQ: UCX's put_lat and am_lat poll a CQ that has nothing for them).
-     * Two threads polling the CQ race here only over when one of them sleeps. */
+    /* Idle since the first idle point after the context's last post or completion taken, on
+     * any of its queues: a program that posts is busy, whatever it waits for between its posts
+     * (memory a peer WRITEs: UCX's put_lat polls CQs that have nothing for it); one that takes
+     * completions from another CQ is too (UCX: a send and a receive CQ per transport). Two
+     * threads polling the CQ race here only over when one of them sleeps. */
     const uint64_t now = now_ns(), since = __atomic_load_n(&q->idle_since, __ATOMIC_RELAXED);
-    const uint32_t posts = __atomic_load_n(&rg_ctx(q->cq.context)->posts, __ATOMIC_RELAXED);
-    if (since == 0 || posts != __atomic_load_n(&q->posts_seen, __ATOMIC_RELAXED)) {
+    const uint32_t activity = __atomic_load_n(&rg_ctx(q->cq.context)->activity, __ATOMIC_RELAXED);
+    if (since == 0 || activity != __atomic_load_n(&q->activity_seen, __ATOMIC_RELAXED)) {
       __atomic_store_n(&q->idle_since, now, __ATOMIC_RELAXED);
-      __atomic_store_n(&q->posts_seen, posts, __ATOMIC_RELAXED);
+      __atomic_store_n(&q->activity_seen, activity, __ATOMIC_RELAXED);
     } else if (now - since >= (uint64_t)spin_ns) {
-      sleep_on_prod(q, seen);
+      sleep_on_context(q);
       return;
     }
   }
   sched_yield(); /* a program spinning on an empty CQ lets the daemon (maybe on this core) run */
 }
 
-void rg_cq_empty(struct rg_cq* q, uint32_t seen) {
+void rg_cq_empty(struct rg_cq* q) {
   if (++q->empty_polls >= ALIVE_CHECK_POLLS) {
     q->empty_polls = 0;
     rg_daemon_gone(rg_ctx(q->cq.context)); /* flushes into the rings: the next poll sees it */
   } else if ((q->empty_polls & (YIELD_POLLS - 1)) == 0) {
-    idle_point(q, seen);
+    idle_point(q);
   }
 }
 
 void rg_cq_busy(struct rg_cq* q) {
   q->empty_polls = 0;
   __atomic_store_n(&q->idle_since, 0, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&rg_ctx(q->cq.context)->activity, 1u, __ATOMIC_RELAXED);
 }
 
 static int op_req_notify_cq(struct ibv_cq* cq, int solicited_only) {
@@ -633,7 +660,7 @@ void rg_qp_forget(struct rg_qp* q) {
 
 /* After publishing a producer index: the doorbell, if the daemon asked for one before it slept. */
 static void kick(struct rg_context* c, const struct rg_ring* r, uint32_t need_kick_off) {
-  __atomic_add_fetch(&c->posts, 1u, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&c->activity, 1u, __ATOMIC_RELAXED);
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   if (__atomic_load_n(U32(r, need_kick_off), __ATOMIC_RELAXED) != 0) {
     uint64_t one = 1;
