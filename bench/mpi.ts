@@ -21,7 +21,8 @@
  * run with mpi_yield_when_idle 1 (YIELD below). Nothing is
  * pinned: the daemons (cpu.poll adaptive: they sleep when idle, so they are up but quiet during
  * the TCP runs) and the two ranks share the machine's cores with whatever else runs on it.
- * Medians over ROUNDS (default 3; MPI_BENCH_ROUNDS) alternating rounds, the order swapped each round.
+ * Medians over ROUNDS (default 3; MPI_BENCH_ROUNDS) alternating rounds, the order swapped each round,
+ * after one untimed job over the fresh daemons (their first seconds are slower: see oneMtu).
  * Once per veth MTU in MPI_BENCH_MTU (default "1500,9000": both veth ends set to it; the daemons'
  * af_packet interfaces take the veth's, the kernel's TCP uses it too): jumbo frames mean 6x fewer
  * segments for us, and about nothing for TCP, which crosses a veth in 64 KiB GSO packets anyway.
@@ -160,7 +161,7 @@ export async function runMpiBench(opts: { seconds: number }): Promise<MpiBenchRe
   // (GSO/GRO) on the same veth pair; MPI_BENCH_GSO=0 measures them without.
   const gso = process.env.MPI_BENCH_GSO !== '0';
   const lines: string[] = [
-    `mpi: ${os.cpus().length} cores; nothing pinned: 2 daemons (cpu.poll adaptive) and 2 ranks (one per daemon, mpi_yield_when_idle 1) share them; ${rounds} alternating rounds, medians`,
+    `mpi: ${os.cpus().length} cores; nothing pinned: 2 daemons (cpu.poll adaptive) and 2 ranks (one per daemon, mpi_yield_when_idle 1) share them; ${rounds} alternating rounds after an untimed MPI job (fresh daemons are slower), medians`,
   ];
   const json: Record<string, unknown> = { bench: 'mpi', cores: os.cpus().length, rounds, gso };
   for (const mtu of mtus) {
@@ -224,6 +225,20 @@ async function oneMtu(
           }
           ucx[over].push(f[1]); // overhead p50, us (half a round trip, as MPI's)
         };
+        // Untimed first: fresh daemons run their first seconds of traffic 2-3x slower (V8
+        // compiles their data path as it runs: MPI's 8 B half round trip 134, 85, 65, 41 us in
+        // four jobs in a row on the same daemons), which the first round alone would pay.
+        await runJob(
+          mpirunOverDaemons(
+            sa,
+            sb,
+            1,
+            [prog, String(Math.max(1, seconds)), '20', String(SMALL), String(LARGE)],
+            device,
+            YIELD,
+          ),
+          timeout,
+        );
         for (let round = 0; round < rounds; round++) {
           const order: ('rg' | 'tcp')[] = round % 2 === 0 ? ['rg', 'tcp'] : ['tcp', 'rg'];
           for (const over of order) await mpi(over);
