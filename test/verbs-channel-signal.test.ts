@@ -122,9 +122,6 @@ test("a completion on one CQ wakes the sleepers (RGV_CQ_SLEEPERS) of every CQ of
     const asleep = ring(mine),
       busy = ring(mine),
       theirs = ring(new CqGroup());
-    // A count left up (asleep, or hostile): it costs one wake a pass, no more.
-    Atomics.store(asleep.u32, RGV_CQ_SLEEPERS / 4, 1);
-    Atomics.store(theirs.u32, RGV_CQ_SLEEPERS / 4, 1);
     const done = (qpn: number): Completion => ({ wrId: 0, qpn, status: 'success', opcode: 'send', byteLen: 64 });
     let passesLeft = 0; // passes in which the node still completes
     graph.register({
@@ -142,6 +139,23 @@ test("a completion on one CQ wakes the sleepers (RGV_CQ_SLEEPERS) of every CQ of
       },
       formatTrace: (t) => String(t),
     });
+    // Nobody asleep (the default): no wake-up, and nothing deferred (a deferred call ends the
+    // graph's turn: a polling ib_send_lat's p50 went 26.8 -> 39.2 us when every pass deferred).
+    const defer = graph.defer.bind(graph);
+    let deferred = 0;
+    graph.defer = (fn: () => void) => {
+      deferred++;
+      defer(fn);
+    };
+    passesLeft = 2;
+    graph.wake();
+    await waitFor('the passes', () => passesLeft === 0);
+    await new Promise((r) => setTimeout(r, 20));
+    assert.is(woken.length, 0, 'no sleeper, no wake-up');
+    assert.is(deferred, 0, 'no sleeper, nothing deferred to the end of the turn');
+    // A count left up (asleep, or hostile): it costs one wake a pass, no more.
+    Atomics.store(asleep.u32, RGV_CQ_SLEEPERS / 4, 1);
+    Atomics.store(theirs.u32, RGV_CQ_SLEEPERS / 4, 1);
     let wakes = 0;
     for (const passes of [1, 2]) {
       woken.length = 0;

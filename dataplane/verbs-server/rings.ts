@@ -240,8 +240,12 @@ export interface AsyncFd {
  */
 export class CqGroup {
   readonly rings: CqRing[] = [];
-  /** Its sleepers are looked for at the end of this pass (VerbsRings.wakeSoon). */
+  /** Its sleepers are woken at the end of this pass (VerbsRings.wakeSoon). */
   waking = false;
+  /** The graph's pass (runtime.loops) whose first CQE to the group looked for sleepers. */
+  lookedInPass = -1;
+  /** A sleeper was seen once: from then on every CQE looks (the program sleeps: opt-in). */
+  sleepy = false;
 }
 
 export class CqRing {
@@ -848,9 +852,9 @@ export class VerbsRings {
     ring.prod = (ring.prod + 1) >>> 0;
     Atomics.store(u, CQ_PROD, ring.prod);
     this.completed = true;
-    // Threads of the program asleep at an idle point of any of its CQs: looked for when the
-    // pass ends (wakeSoon).
-    if (!ring.group.waking) this.wakeSoon(ring.group);
+    // Threads of the program asleep at an idle point of any of its CQs (lookForSleepers).
+    const g = ring.group;
+    if (!g.waking && (g.sleepy || g.lookedInPass !== this.graph.runtime.loops)) this.lookForSleepers(g);
     const armed = Atomics.load(u, CQ_ARMED);
     if (
       armed !== 0 &&
@@ -877,13 +881,30 @@ export class VerbsRings {
   }
 
   /**
+   * After a store of RGV_CQ_PROD to one of `group`'s CQs: if any of them counts a sleeper, they
+   * are woken when this pass ends (wakeSoon). The store comes before these loads of
+   * RGV_CQ_SLEEPERS, all sequentially consistent, against the library's add to RGV_CQ_SLEEPERS
+   * then look at every RGV_CQ_PROD: either we see the sleeper counted, or it sees the completion
+   * and does not sleep. Looked at by the first CQE of each pass to the group, and by every CQE
+   * once the group has had a sleeper; a program that never sleeps (the default) costs a load per
+   * CQ of its connection per pass, and no deferred call (defer ends the graph's turn).
+   */
+  private lookForSleepers(group: CqGroup): void {
+    group.lookedInPass = this.graph.runtime.loops;
+    const rings = group.rings;
+    for (let k = 0; k < rings.length; k++)
+      if (Atomics.load(rings[k].u32, CQ_SLEEPERS) !== 0) {
+        group.sleepy = true;
+        this.wakeSoon(group);
+        return;
+      }
+  }
+
+  /**
    * The sleepers of `group`'s CQs woken when this pass ends (a wake-up from inside a node: see
-   * eventSoon). Our stores of RGV_CQ_PROD come before the loads of RGV_CQ_SLEEPERS there, all
-   * sequentially consistent, against the library's add to RGV_CQ_SLEEPERS then look at every
-   * RGV_CQ_PROD: either we see the sleeper counted, or it sees the completion and does not sleep.
-   * The add to RGV_CQ_WAKE before each wake-up moves the word its futex wait compares, so a
-   * wake-up that comes before the wait is not lost. Once per connection per pass, over its own
-   * CQ rings.
+   * eventSoon). The add to RGV_CQ_WAKE before each wake-up moves the word its futex wait
+   * compares, so a wake-up that comes before the wait is not lost. Once per connection per pass,
+   * over its own CQ rings.
    */
   private wakeSoon(group: CqGroup): void {
     group.waking = true;
