@@ -96,10 +96,9 @@ export function mpirunPrefix(): string[] {
 
 /**
  * The mpirun command of `perSide` ranks of `prog` (the program and its arguments) on A's socket
- * `sa`, then `perSide` on B's; `extra`: more mpirun options (global ones: `--mca`); `env`: more
- * VAR=value for every rank. Open MPI's `-x` reaches only the app context it is given in (one
- * given before the first reaches the first alone: B's ranks ran with UCX's defaults until this
- * was found), so each context carries its own.
+ * `sa`, then `perSide` on B's; `extra`: more mpirun options (global ones: `--mca`). Open MPI's
+ * `-x` reaches only the app context it is given in (one given before the first reaches the first
+ * alone: B's ranks ran with UCX's defaults until this was found), so each context carries its own.
  */
 export function mpirunOverDaemons(
   sa: string,
@@ -108,7 +107,6 @@ export function mpirunOverDaemons(
   prog: string[],
   device: string,
   extra: string[] = [],
-  env: string[] = [],
 ): string[] {
   const vars = [
     'UCX_TLS=rc_verbs,ud_verbs',
@@ -117,7 +115,6 @@ export function mpirunOverDaemons(
     // 2-core machine can take longer, and UCX 1.13 then hits its own race (ud_ep.c's CREP
     // assertion, openucx/ucx#6040, seen on NICs too). The README says so.
     'UCX_UD_TIMER_TICK=100ms',
-    ...env,
   ];
   const rank = (sock: string) => [
     ...vars.flatMap((v) => ['-x', v]),

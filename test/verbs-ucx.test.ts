@@ -84,6 +84,30 @@ test('ucx_perftest UCP tag_lat, tag_bw, ucp_put_bw and ucp_get with UCX_TLS=rc_v
   });
 });
 
+test('ucx_perftest UCP tag_lat and tag_bw over rc_verbs,ud_verbs with the library sleeping at every idle point (RDMA_GRAPH_SLEEP_US, no spin): UCX polls several CQs, each sleep ends on a completion to any', async () => {
+  ready();
+  await withMemifPair(async ({ sa, sb, dps }) => {
+    // No spin: each 64th empty poll of any of UCX's CQs (a send and a receive CQ per transport)
+    // sleeps while all are empty, until the data plane writes a completion to one of them.
+    const env = [
+      'UCX_TLS=rc_verbs,ud_verbs',
+      'UCX_NET_DEVICES=rg_memif0:1',
+      'RDMA_GRAPH_SLEEP_US=100',
+      'RDMA_GRAPH_SPIN_US=0',
+    ];
+    const runs: [string, string[], number][] = [
+      ['tag_lat', ['-s', '8', '-n', '2000'], 2000],
+      ['tag_bw', ['-s', '65536', '-n', '300'], 300 * 16],
+    ];
+    for (const [t, args, frames] of runs) {
+      const before = await received(dps);
+      await perftest(sa, sb, `${t} (UCP, sleeping)`, ['-t', t], args, env);
+      const got = (await received(dps))[0] - before[0];
+      assert.ok(got >= frames, `${t}: data plane A received ${got} frames (>= ${frames})`);
+    }
+  });
+});
+
 test("ucx_perftest UCP with UCX's defaults between two data planes: shared memory for the data, its SysV buffers registered and still shared", async () => {
   ready();
   await withMemifPair(async ({ sa, sb }) => {

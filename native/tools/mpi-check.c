@@ -7,9 +7,9 @@
  * (MPI_SUM of doubles, 1 and 65536 elements) over every rank, checked against the sum computed
  * locally; then MPI_Put and MPI_Get of 64 KiB between neighbouring ranks' windows, checked; then
  * a barrier. Each rank first prints "rank R UCX_TLS=..." (its environment's, or "(unset)"): what
- * mpirun gave every rank. Rank 0 prints one line per size ("pingpong SIZE ITERS lat_us MB/s"), "allreduce N
- * ok", "rma N ok" and, last, "mpi-check: ok RANKS"; any mismatch prints "mpi-check: FAIL ..." and
- * aborts the job with status 1.
+ * mpirun gave every rank. Rank 0 prints one line per size ("pingpong SIZE ITERS lat_us MB/s"),
+ * "allreduce N ok", "rma N ok" and, last, "mpi-check: ok RANKS"; any mismatch prints
+ * "mpi-check: FAIL ..." and aborts the job with status 1.
  */
 #include <mpi.h>
 #include <stdint.h>

@@ -67,10 +67,10 @@
  * ping-pong's reply comes sooner, and its program posts between waits) sleeps in a futex wait,
  * at most that long at a time, when every CQ of the context is empty: the daemon wakes it when
  * it writes a completion to any of them (RGV_CQ_SLEEPERS, RGV_CQ_WAKE), so a completion is not
- * late by the sleep, and an idle program stops taking a core from the daemons. Not the default: a program whose traffic
- * goes elsewhere while it polls the CQ (UCX's shared-memory transports beside rc_verbs) looks idle here and would see
- * that traffic late by the sleep (UCP tag_lat with UCX's defaults: 0.27 us typical became
- * 167 us). RDMA_GRAPH_SPIN_US sets SPIN_NS.
+ * late by the sleep, and an idle program stops taking a core from the daemons. Not the default:
+ * a program whose traffic goes elsewhere while it polls the CQ (UCX's shared-memory transports
+ * beside rc_verbs) looks idle here and would see that traffic late by the sleep (UCP tag_lat
+ * with UCX's defaults: 0.27 us typical became 167 us). RDMA_GRAPH_SPIN_US sets SPIN_NS.
  */
 #define SPIN_NS 200000L
 #define SLEEP_NS 0L
@@ -577,9 +577,9 @@ void rg_cq_empty(struct rg_cq* q) {
   }
 }
 
+/* A completion taken: activity, which restarts every CQ's idle clock at its next idle point. */
 void rg_cq_busy(struct rg_cq* q) {
   q->empty_polls = 0;
-  __atomic_store_n(&q->idle_since, 0, __ATOMIC_RELAXED);
   __atomic_add_fetch(&rg_ctx(q->cq.context)->activity, 1u, __ATOMIC_RELAXED);
 }
 
