@@ -20,7 +20,7 @@ import { isAbsolute, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { STARTUP_CONFIG, loadConfig, ConfigError, verbsSocketPath } from '../config/load.ts';
 import type { Config } from '../config/types.ts';
-import { driverUnavailable, VERBS_LIBRARY } from '../dataplane/dataplane.ts';
+import { driverUnavailable, VERBS_LIBRARY, warmUp } from '../dataplane/dataplane.ts';
 import type { DataplaneApi, VerbsSocket } from '../dataplane/api.ts';
 import { apiListenError, createDataplane, preflight } from '../dataplane/create.ts';
 import { DataplaneError, type Logger, VERSION } from '../dataplane/views.ts';
@@ -182,6 +182,10 @@ async function start(file: string, isDefault: boolean): Promise<void> {
     await api.close();
     await dp.close();
     process.exit(1);
+  }
+  if (config.verbs.warmUp > 0 && config.interfaces.length > 0) {
+    const w = await warmUp(dp, verbs.path, config.verbs.warmUp);
+    log(w.outcome === 'failed' ? 'warn' : 'info', w.message);
   }
   log(
     'info',

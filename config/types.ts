@@ -157,7 +157,7 @@ export interface Config {
   capture: { dir: string; maxBytes: number };
   /**
    * `verbs: {socket, max-connections, max-connections-per-uid, max-connections-per-pid,
-   * max-fds-per-connection}`: where unmodified libibverbs programs (`rdma-graph exec`) reach the
+   * max-fds-per-connection, warm-up}`: where unmodified libibverbs programs (`rdma-graph exec`) reach the
    * daemon, and what one of them may hold.
    */
   verbs: {
@@ -167,6 +167,8 @@ export interface Config {
     maxConnectionsPerUid: number;
     maxConnectionsPerPid: number;
     maxFdsPerConnection: number;
+    /** Rounds of warm-up traffic at start (0: none; bin/warm-up.ts). */
+    warmUp: number;
   };
   /** `trace: {max-packets}`. */
   trace: { maxPackets: number };

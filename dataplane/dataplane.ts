@@ -1539,6 +1539,8 @@ export * from './views.ts';
 export { driverUnavailable } from '../drivers/open.ts';
 
 export { VERBS_LIBRARY, type VerbsSocket };
+/** The daemon's warm-up through its own verbs socket (config verbs.warm-up), before it announces the API. */
+export { warmUp, WARM_UP_PROGRAM } from './warm-up.ts';
 
 /**
  * rdma.congestion and interfaces[].congestion as the stack takes them: `auto` is none on memif

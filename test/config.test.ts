@@ -885,6 +885,7 @@ const DEFAULTS: Config = {
     maxConnectionsPerUid: 64,
     maxConnectionsPerPid: 16,
     maxFdsPerConnection: 32,
+    warmUp: 2000,
   },
   trace: { maxPackets: 1000 },
 };
@@ -1086,6 +1087,7 @@ verbs:
   max-connections-per-uid: 100
   max-connections-per-pid: 10
   max-fds-per-connection: 8
+  warm-up: 0
 trace:
   max-packets: 1000000
 `;
@@ -1233,6 +1235,7 @@ test('a full example: the normalised Config, every key taken', () => {
       maxConnectionsPerUid: 100,
       maxConnectionsPerPid: 10,
       maxFdsPerConnection: 8,
+      warmUp: 0,
     },
     trace: { maxPackets: 1000000 },
   };

@@ -41,6 +41,7 @@ export function baseConfig(over: Partial<Config> = {}): Config {
       maxConnectionsPerUid: 64,
       maxConnectionsPerPid: 16,
       maxFdsPerConnection: 32,
+      warmUp: 0,
     },
     trace: { maxPackets: 1000 },
     ...over,

@@ -1,7 +1,8 @@
 /*
- * What the verbs test programs (verbs-ex.c, verbs-mw.c) share: CHECK, which prints "ok NAME" or
+ * What the verbs programs of tools/ (verbs-ex.c, verbs-mw.c, verbs-warm-up.c) share: CHECK, which prints "ok NAME" or
  * "FAIL NAME: why" and counts failures, and connect_rc, which takes an RC QP of the opened
- * device through INIT, RTR and RTS to a peer QP of the same device (loopback) at PSN `psn`.
+ * device through INIT, RTR and RTS to a peer QP of the same device (loopback) at PSN `psn`
+ * (connect_rc_mtu: at path MTU `mtu`, else 1024).
  */
 #ifndef RDMA_GRAPH_VERBS_TOOL_H
 #define RDMA_GRAPH_VERBS_TOOL_H
@@ -24,7 +25,8 @@ static int failures;
     }                            \
   } while (0)
 
-static inline int connect_rc(struct ibv_qp* qp, uint32_t peer, const union ibv_gid* gid, uint32_t psn) {
+static inline int connect_rc_mtu(struct ibv_qp* qp, uint32_t peer, const union ibv_gid* gid, uint32_t psn,
+                                 enum ibv_mtu mtu) {
   struct ibv_qp_attr a = {
       .qp_state = IBV_QPS_INIT,
       .port_num = 1,
@@ -32,7 +34,7 @@ static inline int connect_rc(struct ibv_qp* qp, uint32_t peer, const union ibv_g
   if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) return -1;
   memset(&a, 0, sizeof a);
   a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
+  a.path_mtu = mtu;
   a.dest_qp_num = peer;
   a.rq_psn = psn;
   a.max_dest_rd_atomic = 4;
@@ -53,6 +55,10 @@ static inline int connect_rc(struct ibv_qp* qp, uint32_t peer, const union ibv_g
   return ibv_modify_qp(
       qp, &a,
       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+static inline int connect_rc(struct ibv_qp* qp, uint32_t peer, const union ibv_gid* gid, uint32_t psn) {
+  return connect_rc_mtu(qp, peer, gid, psn, IBV_MTU_1024);
 }
 
 #endif

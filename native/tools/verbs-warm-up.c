@@ -1,0 +1,238 @@
+/*
+ * The daemon's warm-up (bin/main.ts runs it against its own verbs socket after start, with
+ * librdmagraph-verbs.so preloaded): traffic through the data plane's own code before the first
+ * program's, so that V8 has compiled that code when the first real job comes (a fresh daemon's
+ * first thousands of round trips run several times slower than later ones).
+ *
+ * On the first device the daemon serves, two RC QPs connected to each other (loopback: ip4-
+ * loopback, never the interface's driver) and two UD QPs: SEND ping-pong (inline and not), and
+ * every 8th round a 64 KiB WRITE, a 64 KiB READ, a WRITE with immediate, a fetch-and-add and a
+ * 4 KiB SEND; then UD SENDs through an address handle, answered through one made from the
+ * completion. Stops after `rounds` rounds or `budget_ms`, whichever comes first; prints one line
+ * ("warm-up: ...") and exits 0, or prints why it failed and exits 1.
+ *
+ * Usage: verbs-warm-up ROUNDS BUDGET_MS
+ */
+#include <infiniband/verbs.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "verbs-tool.h"
+
+#define BIG 65536
+#define SMALL 64
+#define MID 4096
+#define QKEY 0x11111111u
+#define GRH 40
+#define WINDOW 12
+
+static struct ibv_cq* cq;
+static struct timespec t0;
+
+static double elapsed_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (t.tv_sec - t0.tv_sec) * 1e3 + (t.tv_nsec - t0.tv_nsec) / 1e6;
+}
+
+static int fail(const char* what) {
+  printf("warm-up failed: %s\n", what);
+  return 1;
+}
+
+/* `n` completions, each successful, within 2 s; 0 or -1. */
+static int reap(int n) {
+  struct ibv_wc wc[8];
+  double until = elapsed_ms() + 2000;
+  while (n > 0) {
+    int got = ibv_poll_cq(cq, n < 8 ? n : 8, wc);
+    if (got < 0) return -1;
+    for (int i = 0; i < got; i++)
+      if (wc[i].status != IBV_WC_SUCCESS) {
+        printf("warm-up failed: completion %s (wr_id %llu)\n", ibv_wc_status_str(wc[i].status),
+               (unsigned long long)wc[i].wr_id);
+        return -1;
+      }
+    n -= got;
+    if (got == 0 && elapsed_ms() > until) {
+      printf("warm-up failed: no completion within 2 s\n");
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static int post_recv(struct ibv_qp* qp, struct ibv_mr* mr, char* at, uint32_t len) {
+  struct ibv_sge sge = {.addr = (uintptr_t)at, .length = len, .lkey = mr->lkey};
+  struct ibv_recv_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1}, *bad;
+  return ibv_post_recv(qp, &wr, &bad);
+}
+
+static int post(struct ibv_qp* qp, struct ibv_mr* mr, enum ibv_wr_opcode op, char* at, uint32_t len, unsigned flags,
+                uint64_t remote, uint32_t rkey) {
+  struct ibv_sge sge = {.addr = (uintptr_t)at, .length = len, .lkey = mr->lkey};
+  struct ibv_send_wr wr = {.wr_id = 2,
+                           .sg_list = &sge,
+                           .num_sge = 1,
+                           .opcode = op,
+                           .send_flags = IBV_SEND_SIGNALED | flags},
+                     *bad;
+  if (op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+    wr.wr.atomic.remote_addr = remote;
+    wr.wr.atomic.rkey = rkey;
+    wr.wr.atomic.compare_add = 1;
+  } else {
+    wr.wr.rdma.remote_addr = remote;
+    wr.wr.rdma.rkey = rkey;
+  }
+  if (op == IBV_WR_RDMA_WRITE_WITH_IMM) wr.imm_data = 7;
+  return ibv_post_send(qp, &wr, &bad);
+}
+
+static struct ibv_qp* make_qp(struct ibv_pd* pd, enum ibv_qp_type type) {
+  struct ibv_qp_init_attr a = {
+      .send_cq = cq,
+      .recv_cq = cq,
+      .cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1, .max_inline_data = SMALL},
+      .qp_type = type};
+  return ibv_create_qp(pd, &a);
+}
+
+/* UD QP to RTS with Q_Key QKEY. */
+static int ud_ready(struct ibv_qp* qp) {
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = QKEY};
+  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)) return -1;
+  a.qp_state = IBV_QPS_RTR;
+  if (ibv_modify_qp(qp, &a, IBV_QP_STATE)) return -1;
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = 0;
+  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
+static int ud_send(struct ibv_qp* qp, struct ibv_ah* ah, uint32_t qpn, struct ibv_mr* mr, char* at) {
+  struct ibv_sge sge = {.addr = (uintptr_t)at, .length = SMALL, .lkey = mr->lkey};
+  struct ibv_send_wr wr = {.wr_id = 3,
+                           .sg_list = &sge,
+                           .num_sge = 1,
+                           .opcode = IBV_WR_SEND,
+                           .send_flags = IBV_SEND_SIGNALED},
+                     *bad;
+  wr.wr.ud.ah = ah;
+  wr.wr.ud.remote_qpn = qpn;
+  wr.wr.ud.remote_qkey = QKEY;
+  return ibv_post_send(qp, &wr, &bad);
+}
+
+/* The receive completion of a UD datagram on `qp` (2 s at most), its send's too; -1 if none. */
+static int ud_one(struct ibv_wc* recv) {
+  int need = 2;
+  double until = elapsed_ms() + 2000;
+  while (need > 0) {
+    struct ibv_wc wc;
+    int got = ibv_poll_cq(cq, 1, &wc);
+    if (got < 0) return -1;
+    if (got == 1) {
+      if (wc.status != IBV_WC_SUCCESS) {
+        fail(ibv_wc_status_str(wc.status));
+        return -1;
+      }
+      if (wc.opcode == IBV_WC_RECV) *recv = wc;
+      need--;
+    } else if (elapsed_ms() > until) {
+      fail("no UD completion within 2 s");
+      return -1;
+    }
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  long rounds = argc > 1 ? strtol(argv[1], NULL, 10) : 2000;
+  double budget = argc > 2 ? strtod(argv[2], NULL) : 3000;
+  (void)failures; /* verbs-tool.h's CHECK counter: not used here */
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int n = 0;
+  struct ibv_device** list = ibv_get_device_list(&n);
+  if (list == NULL || n == 0) return fail("no device");
+  struct ibv_context* ctx = ibv_open_device(list[0]);
+  if (ctx == NULL) return fail("ibv_open_device");
+  struct ibv_port_attr port;
+  union ibv_gid gid;
+  if (ibv_query_port(ctx, 1, &port) || ibv_query_gid(ctx, 1, 0, &gid)) return fail("port 1");
+  struct ibv_pd* pd = ibv_alloc_pd(ctx);
+  cq = pd ? ibv_create_cq(ctx, 64, NULL, NULL, 0) : NULL;
+  size_t len = 4 * BIG;
+  char* mem = calloc(1, len);
+  int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  struct ibv_mr* mr = cq && mem ? ibv_reg_mr(pd, mem, len, access) : NULL;
+  if (mr == NULL) return fail("PD, CQ or MR");
+  /* A's buffers in the first half, B's in the second. */
+  char *a = mem, *b = mem + 2 * BIG;
+  struct ibv_qp *qa = make_qp(pd, IBV_QPT_RC), *qb = make_qp(pd, IBV_QPT_RC);
+  if (qa == NULL || qb == NULL) return fail("ibv_create_qp (RC)");
+  if (connect_rc_mtu(qa, qb->qp_num, &gid, 1, port.active_mtu) ||
+      connect_rc_mtu(qb, qa->qp_num, &gid, 1, port.active_mtu))
+    return fail("connecting the RC QPs");
+  long r = 0, ops = 0;
+  for (; r < rounds && elapsed_ms() < budget; r++) {
+    unsigned inl = (r & 1) ? IBV_SEND_INLINE : 0;
+    if (post_recv(qb, mr, b, MID) || post(qa, mr, IBV_WR_SEND, a, SMALL, inl, 0, 0) || reap(2))
+      return fail("SEND A to B");
+    if (post_recv(qa, mr, a, MID) || post(qb, mr, IBV_WR_SEND, b, SMALL, inl, 0, 0) || reap(2))
+      return fail("SEND B to A");
+    ops += 2;
+    if (r % 8 != 7) continue;
+    uint64_t rb = (uintptr_t)b;
+    /* Bursts, as bulk transfers post them: full vectors through every node. */
+    for (int k = 0; k < WINDOW; k++)
+      if (post(qa, mr, IBV_WR_RDMA_WRITE, a, BIG, 0, rb, mr->rkey)) return fail("WRITE");
+    if (reap(WINDOW)) return fail("WRITE");
+    for (int k = 0; k < 4; k++)
+      if (post(qa, mr, IBV_WR_RDMA_READ, a + BIG, BIG, 0, rb, mr->rkey)) return fail("READ");
+    if (reap(4)) return fail("READ");
+    if (post_recv(qb, mr, b, MID) || post(qa, mr, IBV_WR_RDMA_WRITE_WITH_IMM, a, SMALL, 0, rb + BIG, mr->rkey) ||
+        reap(2))
+      return fail("WRITE with immediate");
+    if (post(qa, mr, IBV_WR_ATOMIC_FETCH_AND_ADD, a + 2 * BIG - 8, 8, 0, rb + 2 * BIG - 8, mr->rkey) || reap(1))
+      return fail("fetch-and-add");
+    if (post_recv(qb, mr, b, MID) || post(qa, mr, IBV_WR_SEND, a, MID, 0, 0, 0) || reap(2)) return fail("SEND 4 KiB");
+    ops += WINDOW + 7;
+  }
+  /* UD: what UCX's wire-up and ud_verbs use; a quarter of the rounds, in what is left of the budget. */
+  struct ibv_qp *ua = make_qp(pd, IBV_QPT_UD), *ub = make_qp(pd, IBV_QPT_UD);
+  if (ua == NULL || ub == NULL || ud_ready(ua) || ud_ready(ub)) return fail("UD QPs");
+  struct ibv_ah_attr aa = {.is_global = 1, .port_num = 1, .grh = {.dgid = gid, .hop_limit = 64}};
+  struct ibv_ah* ah = ibv_create_ah(pd, &aa);
+  if (ah == NULL) return fail("ibv_create_ah");
+  long u = 0;
+  for (; u < rounds / 4 && elapsed_ms() < budget; u++) {
+    struct ibv_wc wc;
+    if (post_recv(ub, mr, b, GRH + SMALL) || ud_send(ua, ah, ub->qp_num, mr, a) || ud_one(&wc)) return 1;
+    struct ibv_ah* back = ibv_create_ah_from_wc(pd, &wc, (struct ibv_grh*)b, 1);
+    if (back == NULL) return fail("ibv_create_ah_from_wc");
+    int bad = post_recv(ua, mr, a + BIG, GRH + SMALL) || ud_send(ub, back, wc.src_qp, mr, b + GRH) || ud_one(&wc);
+    ibv_destroy_ah(back);
+    if (bad) return 1;
+  }
+  ibv_destroy_ah(ah);
+  ibv_destroy_qp(ua);
+  ibv_destroy_qp(ub);
+  /* Both to RESET first: destroyed from RTS, the first would send the second a last ACK, which
+   * would find the second's port closed (a "no listener" warning in show errors). */
+  struct ibv_qp_attr reset = {.qp_state = IBV_QPS_RESET};
+  ibv_modify_qp(qa, &reset, IBV_QP_STATE);
+  ibv_modify_qp(qb, &reset, IBV_QP_STATE);
+  ibv_destroy_qp(qa);
+  ibv_destroy_qp(qb);
+  ibv_dereg_mr(mr);
+  ibv_destroy_cq(cq);
+  ibv_dealloc_pd(pd);
+  ibv_close_device(ctx);
+  ibv_free_device_list(list);
+  free(mem);
+  printf("warm-up: %ld RC rounds (%ld operations), %ld UD round trips in %.0f ms\n", r, ops, u, elapsed_ms());
+  return 0;
+}

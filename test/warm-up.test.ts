@@ -1,0 +1,107 @@
+/**
+ * The daemon's warm-up (config verbs.warm-up, dataplane/warm-up.ts): `rdma-graph start` sends
+ * traffic of its own through its verbs socket before it announces the API, on loopback QPs only
+ * (no frame through the interface's driver), leaves no QP behind, no warning in `show errors`,
+ * and clears the runtime counters after it; `warm-up: 0` starts without it. Skips (fails under
+ * CI=true) without the verbs library or the warm-up program (libibverbs-dev).
+ */
+import { skip, test } from './harness.ts';
+import { watchDaemon, type RunningDaemon } from './helpers.ts';
+import * as assert from 'uvu/assert';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { VERBS_LIBRARY, WARM_UP_PROGRAM } from '../dataplane/dataplane.ts';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const dir = mkdtempSync(join(tmpdir(), 'rdma-graph-wu-'));
+process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+
+/** A daemon with a memif server interface nobody connects to, `verbs` its verbs: section. */
+function start(name: string, verbs: string): RunningDaemon {
+  const cfg = join(dir, `${name}.yaml`);
+  writeFileSync(
+    cfg,
+    [
+      'api: { listen: "127.0.0.1:0" }',
+      `verbs: { socket: "${join(dir, `${name}.sock`)}"${verbs} }`,
+      'interfaces:',
+      `  - { name: memif0, driver: memif, memif: { socket: "${join(dir, `${name}.memif`)}", role: server }, mac: "02:fe:00:00:00:01", address: 10.10.0.1/24 }`,
+      '',
+    ].join('\n'),
+  );
+  return watchDaemon(
+    spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bin/main.ts'), 'start', '--config', cfg], {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    }),
+  );
+}
+
+interface ErrorRow {
+  count: number;
+  node: string;
+  reason: string;
+  severity: string;
+}
+
+async function get<T>(url: string): Promise<T> {
+  return (await (await fetch(url)).json()) as T;
+}
+
+async function stop(d: RunningDaemon): Promise<void> {
+  d.proc.kill('SIGTERM');
+  assert.is(await d.exit, 0, d.lines.join('\n'));
+}
+
+test('start warms the data path up before it announces the API: loopback only, nothing left, runtime cleared', async () => {
+  if (!existsSync(VERBS_LIBRARY) || !existsSync(WARM_UP_PROGRAM))
+    skip('the verbs library or verbs-warm-up was not built (install libibverbs-dev, npm run build)');
+  const d = start('on', '');
+  const url = await d.url;
+  try {
+    const w = d.lines.findIndex((l) => l.startsWith('rdma-graph: warm-up'));
+    const api = d.lines.findIndex((l) => l.includes('API on'));
+    assert.ok(w >= 0 && w < api, `the warm-up line comes before the API's:\n${d.lines.join('\n')}`);
+    const m = /^rdma-graph: warm-up: (\d+) RC rounds \((\d+) operations\), (\d+) UD round trips in (\d+) ms$/.exec(
+      d.lines[w],
+    );
+    assert.ok(m, d.lines[w]);
+    const [rounds, ops, ud] = [Number(m[1]), Number(m[2]), Number(m[3])];
+    assert.ok(rounds > 0 && ops >= 2 * rounds && ud > 0, d.lines[w]);
+    // Through the data plane, as frames to its own address: at least a SEND each way per round.
+    const errors = (await get<{ threads: { rows: ErrorRow[] }[] }>(`${url}/v1/errors`)).threads.flatMap((t) => t.rows);
+    const local = errors.find((r) => r.node === 'ip4-loopback' && /local address/.test(r.reason));
+    assert.ok(local !== undefined && local.count >= 2 * rounds, JSON.stringify(local));
+    const bad = errors.filter((r) => r.count > 0 && r.severity !== 'info');
+    assert.equal(bad, [], 'no warning or error from the warm-up');
+    // Never through the driver: the interface sent nothing (it has no peer either).
+    const itf = await get<{ counters: { txPackets: number; txDrops: number } }>(`${url}/v1/interfaces/memif0`);
+    assert.is(itf.counters.txPackets + itf.counters.txDrops, 0);
+    assert.equal(await get<unknown[]>(`${url}/v1/qps`), [], 'its QPs are gone');
+    const rt = await get<{ threads: { rows: { name: string; vectors: number }[] }[] }>(`${url}/v1/runtime`);
+    const moved = rt.threads.flatMap((t) => t.rows).filter((r) => r.vectors > 0);
+    assert.equal(moved, [], 'the runtime counters start after the warm-up');
+  } finally {
+    await stop(d);
+  }
+});
+
+test('verbs.warm-up: 0 starts without one', async () => {
+  const d = start('off', ', warm-up: 0');
+  const url = await d.url;
+  try {
+    assert.not.ok(
+      d.lines.some((l) => l.startsWith('rdma-graph: warm-up')),
+      d.lines.join('\n'),
+    );
+    const errors = (await get<{ threads: { rows: ErrorRow[] }[] }>(`${url}/v1/errors`)).threads.flatMap((t) => t.rows);
+    assert.not.ok(errors.some((r) => r.node === 'ip4-loopback' && r.count > 0));
+  } finally {
+    await stop(d);
+  }
+});
+
+test.run();
