@@ -16,7 +16,8 @@
  * (the client on the memif server's daemon; towards the server, the client's daemon copies the MR
  * into its pool and the server places from there; towards the client, the server gathers from the
  * MR into the client's buffers: two copies either way, graph/peer-windows.ts), and UCX's
- * ucx_perftest (UCT on rc_verbs: put_bw 64 KiB, put_lat and am_lat 8 B, untuned). With -R (librdmacm's connection manager
+ * ucx_perftest (UCT on rc_verbs: put_bw 64 KiB with its default of one put outstanding, which
+ * measures a put's round trip more than the link, and with -O 16; put_lat and am_lat 8 B). With -R (librdmacm's connection manager
  * instead of perftest's TCP exchange: the client reaches the server at its daemon's address,
  * 10.10.0.1) ib_write_bw 64 KiB and ib_send_lat 64 B again. Baselines: iperf3 TCP, one stream, between two
  * network namespaces over a veth pair (root), and sockperf UDP 64-B ping-pong on loopback
@@ -183,20 +184,24 @@ async function perftests(
 
 /** UCX (ucx_perftest, UCT on rc_verbs, device rg_memif0 on both daemons): its Final rows. */
 interface UcxFigures {
+  /** ucx_perftest's default: one put outstanding at a time (-O 1), so each 64 KiB waits for the last. */
   putBwGbps: number | null;
+  /** -O 16: sixteen outstanding, as a program streaming puts keeps them (perftest's tx-depth). */
+  putBwWindowGbps: number | null;
   putLatUs: number | null;
   amLatUs: number | null;
   notes: string[];
 }
 
 async function ucx(sa: string, sb: string, seconds: number): Promise<UcxFigures> {
-  const f: UcxFigures = { putBwGbps: null, putLatUs: null, amLatUs: null, notes: [] };
+  const f: UcxFigures = { putBwGbps: null, putBwWindowGbps: null, putLatUs: null, amLatUs: null, notes: [] };
   if (spawnSync('ucx_perftest', ['-h']).error) {
     f.notes.push('ucx_perftest not installed (Debian package ucx-utils)');
     return f;
   }
   const runs: [keyof UcxFigures, string, string[]][] = [
     ['putBwGbps', 'put_bw', ['-s', '65536', '-D', 'zcopy', '-n', String(2000 * seconds)]],
+    ['putBwWindowGbps', 'put_bw', ['-s', '65536', '-D', 'zcopy', '-O', '16', '-n', String(8000 * seconds)]],
     ['putLatUs', 'put_lat', ['-s', '8', '-n', String(10000 * seconds)]],
     ['amLatUs', 'am_lat', ['-s', '8', '-n', String(10000 * seconds)]],
   ];
@@ -214,7 +219,7 @@ async function ucx(sa: string, sb: string, seconds: number): Promise<UcxFigures>
     const m = /^\s*Final:\s+(.*)$/m.exec(client.out);
     const c = m ? m[1].trim().split(/\s+/).map(Number) : null;
     if (c === null) f.notes.push(`ucx_perftest ${t} gave no result: ${tail(client.out, 2)}`);
-    else if (key === 'putBwGbps') f.putBwGbps = (c[5] * 1048576 * 8) / 1e9;
+    else if (key === 'putBwGbps' || key === 'putBwWindowGbps') f[key] = (c[5] * 1048576 * 8) / 1e9;
     else if (key !== 'notes') f[key] = c[1];
   }
   return f;
@@ -382,7 +387,8 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
       const u = ucxFigures;
       lines.push('  UCX (ucx_perftest, UCT rc_verbs on rg_memif0, two daemons, untuned):');
       lines.push(
-        `    put_bw 64 KiB zcopy ${fmt(u.putBwGbps)} Gbit/s (${fmt(ratio(u.putBwGbps, tcp.gbps))}x kernel TCP); ` +
+        `    put_bw 64 KiB zcopy ${fmt(u.putBwGbps)} Gbit/s one put at a time (its default; ${fmt(ratio(u.putBwGbps, tcp.gbps))}x kernel TCP), ` +
+          `${fmt(u.putBwWindowGbps)} Gbit/s with -O 16 (${fmt(ratio(u.putBwWindowGbps, tcp.gbps))}x); ` +
           `put_lat 8 B p50 ${fmt(u.putLatUs)} us, am_lat 8 B p50 ${fmt(u.amLatUs)} us ` +
           `(${fmt(ratio(u.amLatUs, udp.p50))}x kernel UDP half-RTT)`,
       );
