@@ -21,7 +21,9 @@
  * instead of perftest's TCP exchange: the client reaches the server at its daemon's address,
  * 10.10.0.1) ib_write_bw 64 KiB and ib_send_lat 64 B again. Baselines: iperf3 TCP, one stream, between two
  * network namespaces over a veth pair (root), and sockperf UDP 64-B ping-pong on loopback
- * (half-RTT, as perftest's latency is). Nothing is pinned: on a machine with fewer cores than
+ * (half-RTT, as perftest's latency is). Then, on the two daemons, placed (placeDaemons: each daemon
+ * on a CPU of its own, each perftest process on its daemon's): ib_write_bw 64 KiB and ib_send_lat
+ * 64 B again. Apart from those, nothing is pinned: on a machine with fewer cores than
  * busy-polling processes (each daemon polls; perftest polls unless -e) they compete for the
  * cores, and the figures say so. Ends with one JSON line {"bench":"perftest",...}.
  */
@@ -53,16 +55,23 @@ async function pair(
   args: string[],
   devs: [string, string] | null,
   addr = '127.0.0.1',
+  cpus: [number, number] | null = null,
 ): Promise<Out> {
   const p = String(port++);
   const d = (k: number) => (devs ? ['-d', devs[k]] : []);
-  const server = run(tool, [...args, ...d(0), '-p', p], { LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: sa });
+  // `cpus`: each side under taskset, on that CPU (the server's, then the client's).
+  const on = (k: number, a: string[]): [string, string[]] =>
+    cpus ? ['taskset', ['-c', String(cpus[k]), tool, ...a]] : [tool, a];
+  const server = run(...on(0, [...args, ...d(0), '-p', p]), { LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: sa });
   await sleep(500);
   let client: Out;
   // With -R a client that comes before the server listens is REJECTED at once (as on RoCE):
   // on a loaded machine the server can take longer than the pause above; try again a few times.
   for (let k = 0; ; k++) {
-    client = await run(tool, [...args, ...d(1), '-p', p, addr], { LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: sb });
+    client = await run(...on(1, [...args, ...d(1), '-p', p, addr]), {
+      LD_PRELOAD: VERBS_LIBRARY,
+      RDMA_GRAPH_SOCKET: sb,
+    });
     if (addr === '127.0.0.1' || k === 5 || !/REJECTED|Failed to connect RDMA CM/.test(client.out)) break;
     await sleep(500);
   }
@@ -225,10 +234,70 @@ async function ucx(sa: string, sb: string, seconds: number): Promise<UcxFigures>
   return f;
 }
 
+/** Two daemons placed (see placeDaemons): ib_write_bw 64 KiB and ib_send_lat 64 B, polling. */
+interface PlacedFigures {
+  writeBwGbps: number | null;
+  sendLatP50Us: number | null;
+  sendLatP99Us: number | null;
+  notes: string[];
+}
+
+/**
+ * Each daemon, every thread of it, on a CPU of its own (A on 0, B on 1: `taskset -a -p`), and
+ * each perftest process on its own daemon's CPU, as VPP-style deployments place them: a program
+ * and the data plane it posts to share a core and hand it to each other (both yield when idle),
+ * and the two daemons never share one. Null when the machine has fewer than 2 CPUs or taskset
+ * failed.
+ */
+function placeDaemons(a: Daemon, b: Daemon): string | null {
+  if (os.cpus().length < 2) return 'fewer than 2 CPUs';
+  for (const [d, cpu] of [
+    [a, 0],
+    [b, 1],
+  ] as const) {
+    const r = spawnSync('taskset', ['-a', '-p', '-c', String(cpu), String(d.pid)]);
+    if (r.error || r.status !== 0) return `taskset: ${r.error?.message ?? r.stderr.toString().trim()}`;
+  }
+  return null;
+}
+
+async function placedPerftests(sa: string, sb: string, seconds: number): Promise<PlacedFigures> {
+  const f: PlacedFigures = { writeBwGbps: null, sendLatP50Us: null, sendLatP99Us: null, notes: [] };
+  const common = ['-x', '0', '-F'];
+  const cpus: [number, number] = [0, 1];
+  const bw = await pair(
+    sa,
+    sb,
+    'ib_write_bw',
+    [...common, '-s', '65536', '-D', String(seconds)],
+    null,
+    undefined,
+    cpus,
+  );
+  f.writeBwGbps = bw64k(bw.out);
+  if (f.writeBwGbps === null) f.notes.push(`ib_write_bw gave no result: ${tail(bw.out)}`);
+  const lat = await pair(
+    sa,
+    sb,
+    'ib_send_lat',
+    [...common, '-s', '64', '-n', String(2000 * seconds)],
+    null,
+    undefined,
+    cpus,
+  );
+  const l = row(lat.out, 64);
+  if (l) {
+    f.sendLatP50Us = l[4];
+    f.sendLatP99Us = l[7];
+  } else f.notes.push(`ib_send_lat gave no result: ${tail(lat.out)}`);
+  return f;
+}
+
 interface Daemon {
   /** Resolves once `n` interfaces said they are up. */
   up(n: number): Promise<void>;
   stop(): Promise<void>;
+  readonly pid: number;
 }
 
 /** A daemon (bin/main.ts start) on `config`. */
@@ -242,6 +311,7 @@ function daemon(config: string): Daemon {
   p.stdout!.on('data', (d) => (log += d));
   p.stderr!.on('data', (d) => (log += d));
   return {
+    pid: p.pid ?? -1,
     async up(n: number) {
       const end = Date.now() + 20_000;
       while ((log.match(/ is up$/gm)?.length ?? 0) < n) {
@@ -273,7 +343,7 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
   const missing = ['ib_write_bw', 'ib_send_lat'].filter((t) => spawnSync(t, ['--help']).error);
   const json: Record<string, unknown> = { bench: 'perftest', cores, cpu: model, seconds };
   const lines: string[] = [
-    `perftest on rdma-graph: ${cores} cores (${model}), ${seconds} s per run after a warm-up run of each tool; nothing pinned: each daemon busy-polls, perftest polls unless -e`,
+    `perftest on rdma-graph: ${cores} cores (${model}), ${seconds} s per run after a warm-up run of each tool; nothing pinned but the placed rows: each daemon busy-polls, perftest polls unless -e`,
   ];
   const tcp = await iperf3(seconds);
   const udp = await sockperf(seconds, port++);
@@ -318,6 +388,8 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
     );
     const topologies: Record<string, Figures> = {};
     let ucxFigures: UcxFigures | null = null;
+    let placed: PlacedFigures | null = null;
+    let placedWhy = '';
     {
       const a = daemon(s('a.yaml'));
       const b = daemon(s('b.yaml'));
@@ -326,6 +398,10 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
         await b.up(1);
         topologies['two-daemons'] = await perftests(s('va.sock'), s('vb.sock'), seconds, null, true);
         ucxFigures = await ucx(s('va.sock'), s('vb.sock'), seconds);
+        // Last, as the daemons stay where they were put.
+        const why = placeDaemons(a, b);
+        placed = why === null ? await placedPerftests(s('va.sock'), s('vb.sock'), seconds) : null;
+        if (why !== null) placedWhy = why;
       } finally {
         await a.stop();
         await b.stop();
@@ -381,6 +457,22 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
         sendLatEventVsUdp: ratio(f.sendLatEventP50Us, udp.p50),
         writeBwCmVsTcp: ratio(f.writeBwCmGbps, tcp.gbps),
         sendLatCmVsUdp: ratio(f.sendLatCmP50Us, udp.p50),
+      };
+    }
+    lines.push(
+      "  two-daemons placed (daemon A, all its threads, on CPU 0, B on CPU 1; each perftest process on its daemon's CPU):",
+    );
+    if (placed === null) lines.push(`    not run: ${placedWhy}`);
+    else {
+      lines.push(
+        `    ib_write_bw 64 KiB: ${fmt(placed.writeBwGbps)} Gbit/s (${fmt(ratio(placed.writeBwGbps, tcp.gbps))}x kernel TCP); ` +
+          `ib_send_lat 64 B: p50 ${fmt(placed.sendLatP50Us)} us p99 ${fmt(placed.sendLatP99Us)} us (${fmt(ratio(placed.sendLatP50Us, udp.p50))}x kernel UDP half-RTT)`,
+      );
+      for (const n of placed.notes) lines.push(`    note: ${n}`);
+      json['two-daemons-placed'] = {
+        ...placed,
+        writeBwVsTcp: ratio(placed.writeBwGbps, tcp.gbps),
+        sendLatVsUdp: ratio(placed.sendLatP50Us, udp.p50),
       };
     }
     if (ucxFigures !== null) {
