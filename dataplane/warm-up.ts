@@ -14,8 +14,8 @@
  * everything else since start. The log line says what it did. It cannot warm what only a driver runs (af_packet's and memif's frames), nor the
  * branches only real traffic takes: measured on the 2-core VM, the first MPI job after start
  * moved 1 MiB at 1.5x the rate it did without it, its 8 B latency was not clearly better.
- * A warm-up that cannot run (no library) is skipped; one that fails is a warning: the daemon
- * works without it.
+ * A warm-up that cannot run (no library, no interface with an address) is skipped; one that fails
+ * is a warning: the daemon works without it.
  */
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -31,7 +31,7 @@ const BUDGET_MS = 2000;
 const KILL_MS = 15_000;
 
 export interface WarmUpResult {
-  /** 'skipped': the program or the library is not built. */
+  /** 'skipped': the program or the library is not built, or no interface has an address. */
   outcome: 'done' | 'skipped' | 'failed';
   /** The line to log: what it did and how long it took, or why it did not run or failed. */
   message: string;
@@ -45,6 +45,9 @@ const SETTLE_MS = 2000;
  * its runtime counters.
  */
 export async function warmUp(dp: DataplaneApi, socket: string, rounds: number): Promise<WarmUpResult> {
+  // The program's devices are the interfaces with an address: its QPs need one (the GID).
+  if (!(await dp.interfaces()).some((i) => i.addresses.length > 0))
+    return { outcome: 'skipped', message: 'warm-up skipped: no interface has an IPv4 address (its QPs need one)' };
   const before = (await dp.qps()).length;
   const r = await run(socket, rounds);
   if (r.outcome !== 'done') return r;

@@ -19,8 +19,11 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'rdma-graph-wu-'));
 process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
 
-/** A daemon with a memif server interface nobody connects to, `verbs` its verbs: section. */
-function start(name: string, verbs: string): RunningDaemon {
+/**
+ * A daemon with a memif server interface nobody connects to, `verbs` its verbs: section,
+ * `address` the interface's (empty: none).
+ */
+function start(name: string, verbs: string, address = ', address: 10.10.0.1/24'): RunningDaemon {
   const cfg = join(dir, `${name}.yaml`);
   writeFileSync(
     cfg,
@@ -28,7 +31,7 @@ function start(name: string, verbs: string): RunningDaemon {
       'api: { listen: "127.0.0.1:0" }',
       `verbs: { socket: "${join(dir, `${name}.sock`)}"${verbs} }`,
       'interfaces:',
-      `  - { name: memif0, driver: memif, memif: { socket: "${join(dir, `${name}.memif`)}", role: server }, mac: "02:fe:00:00:00:01", address: 10.10.0.1/24 }`,
+      `  - { name: memif0, driver: memif, memif: { socket: "${join(dir, `${name}.memif`)}", role: server }, mac: "02:fe:00:00:00:01"${address} }`,
       '',
     ].join('\n'),
   );
@@ -84,6 +87,17 @@ test('start warms the data path up before it announces the API: loopback only, n
     const rt = await get<{ threads: { rows: { name: string; vectors: number }[] }[] }>(`${url}/v1/runtime`);
     const moved = rt.threads.flatMap((t) => t.rows).filter((r) => r.vectors > 0);
     assert.equal(moved, [], 'the runtime counters start after the warm-up');
+  } finally {
+    await stop(d);
+  }
+});
+
+test('an interface without an address: the warm-up is skipped, saying why, and is no warning', async () => {
+  const d = start('noaddr', '', '');
+  await d.url;
+  try {
+    const w = d.lines.filter((l) => /warm-up/.test(l) && l.startsWith('rdma-graph: '));
+    assert.equal(w, ['rdma-graph: warm-up skipped: no interface has an IPv4 address (its QPs need one)']);
   } finally {
     await stop(d);
   }
