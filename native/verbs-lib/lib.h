@@ -141,8 +141,8 @@ struct rg_context {
   pthread_mutex_t objs; /* the QP and CQ lists (for the flush when the daemon goes away) */
   struct rg_qp* qps;
   struct rg_cq* cqs;
-  uint32_t activity; /* posts to any queue (kick), polls that took completions (rg_cq_busy): a CQ's
-                       poller sleeps only while this stays (ring.c) */
+  uint32_t activity; /* posts to any queue (kick), polls that took completions (rg_cq_busy), counted
+                       while sleeping is on: a CQ's poller sleeps only while this stays (ring.c) */
 };
 
 /* A memfd mapping both sides share: the ring header's two cache lines, then the entries. */

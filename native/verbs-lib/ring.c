@@ -492,8 +492,16 @@ static void nap_init(void) {
   const int saved = errno;
   nap_ns = env_us("RDMA_GRAPH_NAP_US", NAP_NS, "naps");
   spin_ns = env_us("RDMA_GRAPH_SPIN_US", SPIN_NS, "spins");
-  sleep_ns = env_us("RDMA_GRAPH_SLEEP_US", SLEEP_NS, "sleeps");
+  __atomic_store_n(&sleep_ns, env_us("RDMA_GRAPH_SLEEP_US", SLEEP_NS, "sleeps"), __ATOMIC_RELAXED);
   errno = saved;
+}
+
+/* A post or a completion taken: the context's activity (what idle_point's sleep waits out),
+ * counted only where sleeping is on: an atomic add on a line every thread of the program shares,
+ * for nothing, in every poll that finds completions otherwise. Before the first idle point read
+ * the settings none is counted: that point starts the CQ's idle clock anyway. */
+static void note_activity(struct rg_context* c) {
+  if (__atomic_load_n(&sleep_ns, __ATOMIC_RELAXED) > 0) __atomic_add_fetch(&c->activity, 1u, __ATOMIC_RELAXED);
 }
 
 static uint64_t now_ns(void) {
@@ -580,7 +588,7 @@ void rg_cq_empty(struct rg_cq* q) {
 /* A completion taken: activity, which restarts every CQ's idle clock at its next idle point. */
 void rg_cq_busy(struct rg_cq* q) {
   q->empty_polls = 0;
-  __atomic_add_fetch(&rg_ctx(q->cq.context)->activity, 1u, __ATOMIC_RELAXED);
+  note_activity(rg_ctx(q->cq.context));
 }
 
 static int op_req_notify_cq(struct ibv_cq* cq, int solicited_only) {
@@ -660,7 +668,7 @@ void rg_qp_forget(struct rg_qp* q) {
 
 /* After publishing a producer index: the doorbell, if the daemon asked for one before it slept. */
 static void kick(struct rg_context* c, const struct rg_ring* r, uint32_t need_kick_off) {
-  __atomic_add_fetch(&c->activity, 1u, __ATOMIC_RELAXED);
+  note_activity(c);
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   if (__atomic_load_n(U32(r, need_kick_off), __ATOMIC_RELAXED) != 0) {
     uint64_t one = 1;
