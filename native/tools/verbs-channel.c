@@ -54,11 +54,9 @@ static int reap(struct ibv_cq* x, struct ibv_cq* y) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  int n = 0;
-  struct ibv_device** list = ibv_get_device_list(&n);
-  if (list == NULL || n == 0) return fprintf(stderr, "no device\n"), 2;
-  struct ibv_context* ctx = ibv_open_device(list[0]);
-  if (ctx == NULL) return perror("ibv_open_device"), 3;
+  const char* why = NULL;
+  struct ibv_context* ctx = open_first_device(&why);
+  if (ctx == NULL) return fprintf(stderr, "%s\n", why), 2;
   union ibv_gid gid;
   ibv_query_gid(ctx, 1, 0, &gid);
   struct ibv_pd* pd = ibv_alloc_pd(ctx);
@@ -138,7 +136,6 @@ int main(void) {
   ibv_dereg_mr(mr);
   ibv_dealloc_pd(pd);
   ibv_close_device(ctx);
-  ibv_free_device_list(list);
   free(buf);
   printf("done %d failures\n", failures);
   return failures == 0 ? 0 : 1;

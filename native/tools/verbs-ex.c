@@ -98,11 +98,9 @@ static void recv_one(struct ibv_qp* qp, struct ibv_mr* mr, void* at, uint32_t le
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  int n = 0;
-  struct ibv_device** list = ibv_get_device_list(&n);
-  if (list == NULL || n == 0) return fprintf(stderr, "no device\n"), 2;
-  struct ibv_context* ctx = ibv_open_device(list[0]);
-  if (ctx == NULL) return perror("ibv_open_device"), 3;
+  const char* why = NULL;
+  struct ibv_context* ctx = open_first_device(&why);
+  if (ctx == NULL) return fprintf(stderr, "%s\n", why), 2;
 
   struct ibv_device_attr_ex dx;
   struct ibv_device_attr d;

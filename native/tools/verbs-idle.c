@@ -131,11 +131,9 @@ int main(int argc, char** argv) {
     else
       return fprintf(stderr, "%s", usage), 2;
   }
-  int n = 0;
-  struct ibv_device** list = ibv_get_device_list(&n);
-  if (list == NULL || n == 0) return fprintf(stderr, "no device\n"), 2;
-  struct ibv_context* ctx = ibv_open_device(list[0]);
-  if (ctx == NULL) return perror("ibv_open_device"), 3;
+  const char* why = NULL;
+  struct ibv_context* ctx = open_first_device(&why);
+  if (ctx == NULL) return fprintf(stderr, "%s\n", why), 2;
   struct ibv_pd* pd = ibv_alloc_pd(ctx);
   struct ibv_cq* scq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
   if (use_ex) {

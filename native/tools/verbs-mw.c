@@ -120,11 +120,9 @@ static struct ibv_wc bind1(struct pair* p, struct ibv_mw* mw, struct ibv_mr* mr,
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  int n = 0;
-  struct ibv_device** list = ibv_get_device_list(&n);
-  if (list == NULL || n == 0) return fprintf(stderr, "no device\n"), 2;
-  ctx = ibv_open_device(list[0]);
-  if (ctx == NULL) return perror("ibv_open_device"), 3;
+  const char* why = NULL;
+  ctx = open_first_device(&why);
+  if (ctx == NULL) return fprintf(stderr, "%s\n", why), 2;
   pd = ibv_alloc_pd(ctx);
   ibv_query_gid(ctx, 1, 0, &gid);
 

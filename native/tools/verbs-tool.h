@@ -2,7 +2,7 @@
  * What the verbs programs of tools/ (verbs-ex.c, verbs-mw.c, verbs-warm-up.c) share: CHECK, which prints "ok NAME" or
  * "FAIL NAME: why" and counts failures, and connect_rc, which takes an RC QP of the opened
  * device through INIT, RTR and RTS to a peer QP of the same device (loopback) at PSN `psn`
- * (connect_rc_mtu: at path MTU `mtu`, else 1024).
+ * (connect_rc_mtu: at path MTU `mtu`, else 1024), and open_first_device.
  */
 #ifndef RDMA_GRAPH_VERBS_TOOL_H
 #define RDMA_GRAPH_VERBS_TOOL_H
@@ -59,6 +59,22 @@ static inline int connect_rc_mtu(struct ibv_qp* qp, uint32_t peer, const union i
 
 static inline int connect_rc(struct ibv_qp* qp, uint32_t peer, const union ibv_gid* gid, uint32_t psn) {
   return connect_rc_mtu(qp, peer, gid, psn, IBV_MTU_1024);
+}
+
+/* The first device (the daemon's first interface with an address), opened, its list freed (an
+ * open device outlives it); NULL and `*why` when there is none or it cannot be opened. */
+static inline struct ibv_context* open_first_device(const char** why) {
+  int n = 0;
+  struct ibv_device** list = ibv_get_device_list(&n);
+  if (list == NULL || n == 0) {
+    if (list != NULL) ibv_free_device_list(list);
+    *why = "no device";
+    return NULL;
+  }
+  struct ibv_context* ctx = ibv_open_device(list[0]);
+  ibv_free_device_list(list);
+  if (ctx == NULL) *why = "ibv_open_device failed";
+  return ctx;
 }
 
 #endif

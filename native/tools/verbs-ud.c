@@ -84,11 +84,9 @@ static int send_ud(struct ibv_qp* qp, struct ibv_ah* ah, uint32_t qpn, uint32_t 
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  int n = 0;
-  struct ibv_device** list = ibv_get_device_list(&n);
-  if (list == NULL || n == 0) return fprintf(stderr, "no device\n"), 2;
-  ctx = ibv_open_device(list[0]);
-  if (ctx == NULL) return perror("ibv_open_device"), 3;
+  const char* why = NULL;
+  ctx = open_first_device(&why);
+  if (ctx == NULL) return fprintf(stderr, "%s\n", why), 2;
   pd = ibv_alloc_pd(ctx);
   union ibv_gid gid;
   ibv_query_gid(ctx, 1, 0, &gid);

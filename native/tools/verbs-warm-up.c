@@ -154,11 +154,9 @@ int main(int argc, char** argv) {
   double budget = argc > 2 ? strtod(argv[2], NULL) : 3000;
   (void)failures; /* verbs-tool.h's CHECK counter: not used here */
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  int n = 0;
-  struct ibv_device** list = ibv_get_device_list(&n);
-  if (list == NULL || n == 0) return fail("no device");
-  struct ibv_context* ctx = ibv_open_device(list[0]);
-  if (ctx == NULL) return fail("ibv_open_device");
+  const char* why = NULL;
+  struct ibv_context* ctx = open_first_device(&why);
+  if (ctx == NULL) return fail(why);
   struct ibv_port_attr port;
   union ibv_gid gid;
   if (ibv_query_port(ctx, 1, &port) || ibv_query_gid(ctx, 1, 0, &gid)) return fail("port 1");
@@ -231,7 +229,6 @@ int main(int argc, char** argv) {
   ibv_destroy_cq(cq);
   ibv_dealloc_pd(pd);
   ibv_close_device(ctx);
-  ibv_free_device_list(list);
   free(mem);
   printf("warm-up: %ld RC rounds (%ld operations), %ld UD round trips in %.0f ms\n", r, ops, u, elapsed_ms());
   return 0;
