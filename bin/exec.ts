@@ -7,11 +7,8 @@
  * bin/dist/exec.mjs and bin/rdma-graph.mjs runs it without a TypeScript loader.
  */
 import { existsSync } from 'node:fs';
-import { resolve } from 'node:path';
 import { ConfigError, loadConfig, STARTUP_CONFIG, verbsSocketPath } from '../config/load.ts';
-import { loadCore, NATIVE_BUILD_DIR } from '../native/addons.ts';
-
-const VERBS_LIBRARY = `${NATIVE_BUILD_DIR}librdmagraph-verbs.so`;
+import { loadCore, VERBS_LIBRARY, verbsProgramEnv } from '../native/addons.ts';
 const USAGE = 'usage: rdma-graph exec [--config FILE | --socket PATH] -- COMMAND [ARG...]';
 
 function fail(msg: string, status = 2): never {
@@ -50,11 +47,7 @@ export function exec(argv: string[]): never {
     fail(
       `exec: ${file} sets no verbs.socket and its API port is 0, so its daemon's socket is named after the port it got: give --socket PATH (the daemon's start-up line names it)`,
     );
-  const env = {
-    ...process.env,
-    RDMA_GRAPH_SOCKET: path.startsWith('@') ? path : resolve(path),
-    LD_PRELOAD: [VERBS_LIBRARY, process.env.LD_PRELOAD].filter(Boolean).join(':'),
-  };
+  const env = verbsProgramEnv(path);
   try {
     loadCore().execve(
       command[0],

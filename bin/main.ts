@@ -183,7 +183,7 @@ async function start(file: string, isDefault: boolean): Promise<void> {
     await dp.close();
     process.exit(1);
   }
-  if (config.verbs.warmUp > 0 && config.interfaces.length > 0) {
+  if (config.verbs.warmUp > 0) {
     const w = await warmUp(dp, verbs.path, config.verbs.warmUp);
     log(w.outcome === 'failed' ? 'warn' : 'info', w.message);
   }

@@ -19,10 +19,8 @@
  */
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { resolve } from 'node:path';
-import { NATIVE_BUILD_DIR } from '../native/addons.ts';
+import { NATIVE_BUILD_DIR, VERBS_LIBRARY, verbsProgramEnv } from '../native/addons.ts';
 import type { DataplaneApi } from './api.ts';
-import { VERBS_LIBRARY } from './verbs-server/connections.ts';
 
 export const WARM_UP_PROGRAM = `${NATIVE_BUILD_DIR}verbs-warm-up`;
 /** The program stops itself after this long, done or not. */
@@ -66,13 +64,8 @@ function run(socket: string, rounds: number): Promise<WarmUpResult> {
         'warm-up skipped: the verbs library or verbs-warm-up was not built (install libibverbs-dev, npm run build)',
     });
   return new Promise((done) => {
-    const env = {
-      ...process.env,
-      RDMA_GRAPH_SOCKET: socket.startsWith('@') ? socket : resolve(socket),
-      LD_PRELOAD: VERBS_LIBRARY,
-    };
     const child = spawn(WARM_UP_PROGRAM, [String(rounds), String(BUDGET_MS)], {
-      env,
+      env: verbsProgramEnv(socket),
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '';

@@ -3,12 +3,29 @@
 
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const require = createRequire(import.meta.url);
 
 /** Folder holding the built .node files. */
 export const NATIVE_BUILD_DIR = fileURLToPath(new URL('./build/Release/', import.meta.url));
+
+/** librdmagraph-verbs.so, what `rdma-graph exec` preloads (built when libibverbs-dev is there). */
+export const VERBS_LIBRARY = `${NATIVE_BUILD_DIR}librdmagraph-verbs.so`;
+
+/**
+ * The environment of a verbs program of the daemon whose verbs socket is `socket`: `base` with
+ * librdmagraph-verbs.so preloaded (before whatever it preloads already) and RDMA_GRAPH_SOCKET
+ * set, absolute (the program may change directory), or the abstract name ("@...") as it is.
+ */
+export function verbsProgramEnv(socket: string, base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+  return {
+    ...base,
+    RDMA_GRAPH_SOCKET: socket.startsWith('@') ? socket : resolve(socket),
+    LD_PRELOAD: [VERBS_LIBRARY, base.LD_PRELOAD].filter(Boolean).join(':'),
+  };
+}
 
 export type TscSource = 'rdtsc' | 'cntvct' | 'clock_monotonic';
 

@@ -115,13 +115,12 @@ export interface DaemonPair {
  * sockets; the frames are the veth ends' kernel counters (what went over the wire). Static
  * neighbors. Both daemons are stopped with SIGTERM (exit 0); namespaces and files removed.
  * `opts.gso` (netns): af_packet with UDP segmentation offload (af_packet.gso) on both; `opts.mtu`
- * (netns): both veth ends set to it (the daemons, with no mtu configured, take it). `opts.warmUp`:
- * the daemons' verbs.warm-up (else its default).
+ * (netns): both veth ends set to it (the daemons, with no mtu configured, take it).
  */
 export async function withDaemons(
   topology: 'memif' | 'netns',
   body: (x: DaemonPair) => Promise<void>,
-  opts: { gso?: boolean; mtu?: number; warmUp?: number } = {},
+  opts: { gso?: boolean; mtu?: number } = {},
 ): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), `verbs-ucx-${topology}-`));
   const tag = `${process.pid.toString(36)}${nextPort().toString(36)}`;
@@ -158,7 +157,7 @@ export async function withDaemons(
         configs[i],
         [
           'api: { listen: "127.0.0.1:0" }',
-          `verbs: { socket: "${join(dir, `${'ab'[i]}.sock`)}"${opts.warmUp === undefined ? '' : `, warm-up: ${opts.warmUp}`} }`,
+          `verbs: { socket: "${join(dir, `${'ab'[i]}.sock`)}" }`,
           'interfaces:',
           `  - { name: ${itf}, ${driver}, mac: "${mac[i]}", address: ${addr[i]}/24 }`,
           'neighbors:',

@@ -16,7 +16,7 @@
  */
 import type { Graph } from '../../graph/index.ts';
 import type { DataplaneApi, ServeVerbsOptions, VerbsSocket } from '../api.ts';
-import { loadCore, NATIVE_BUILD_DIR, type FdWaiter } from '../../native/addons.ts';
+import { loadCore, type FdWaiter } from '../../native/addons.ts';
 import { RGV_MAGIC, RGV_MAX_MR_PIECES, rgv_hdr } from './abi.generated.ts';
 import { ownerOf, VerbsAdmission, verbsLimits } from './admission.ts';
 import { handle, type Owned, type Reply, type Server, type VerbsServed } from './handlers.ts';
@@ -28,8 +28,7 @@ import { CqGroup, VerbsRings } from './rings.ts';
 
 export type { VerbsServed } from './handlers.ts';
 
-/** librdmagraph-verbs.so, what `rdma-graph exec` preloads (built when libibverbs-dev is there). */
-export const VERBS_LIBRARY = `${NATIVE_BUILD_DIR}librdmagraph-verbs.so`;
+export { VERBS_LIBRARY } from '../../native/addons.ts';
 
 /** Requests read from one connection per wake-up (the rest waits for the next). */
 const REQUESTS_PER_WAKEUP = 64;
