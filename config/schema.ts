@@ -792,7 +792,7 @@ export const SCHEMA: MapSpec = {
           min: 2,
           max: 1024,
           default: 32,
-          doc: 'eventfds one connection may leave with the daemon (its doorbell and completion channels); more are refused with EMFILE',
+          doc: 'fds one connection may leave with the daemon (its doorbell, async fd and completion channels); more are refused with EMFILE',
         },
         'warm-up': {
           type: 'int',

@@ -532,6 +532,14 @@ export interface CoreAddon {
    * and its counter full).
    */
   eventfdSignal(fd: number, opts?: { raceForTest?: boolean }): boolean;
+  /** Whether `fd` is an AF_UNIX stream socket (a completion channel's end, CREATE_CHANNEL). */
+  isStreamPair(fd: number): boolean;
+  /**
+   * One byte to such a socket, never blocking (MSG_DONTWAIT, per call: nothing the program does
+   * to the file's flags changes it) nor raising SIGPIPE; true if sent (a full one is readable).
+   * `blockingForTest` (tests): the file made blocking first, as a program holding a copy can.
+   */
+  channelSignal(fd: number, opts?: { blockingForTest?: boolean }): boolean;
   /**
    * FUTEX_WAKE on `u32[index]`, a word of memory shared with another process (a verbs program's
    * CQ ring): wakes every thread asleep in a futex wait on it; the number woken.

@@ -10,6 +10,10 @@
  * sleep, on RGV_CQ_WAKE) are woken the same way, when a pass wrote a CQE to any CQ of that
  * program: once per CQ per pass, when it ends, only while RGV_CQ_SLEEPERS says someone sleeps.
  */
+import { mkdtempSync, rmSync } from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
 import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { loadCore } from '../native/addons.ts';
@@ -34,8 +38,8 @@ test('a CQE written inside a node signals its armed channel once, when the pass 
   await p.ready;
   const { graph, rdma } = p.a;
   const rings = new VerbsRings(graph, rdma, () => {});
-  const ch: Channel = { fd: core.eventfd(), users: 0 };
-  const closed: Channel = { fd: core.eventfd(), users: 0 };
+  const ch: Channel = { fd: core.eventfd(), stream: false, users: 0 };
+  const closed: Channel = { fd: core.eventfd(), stream: false, users: 0 };
   try {
     const arm = (r: CqRing) => Atomics.store(r.u32, RGV_CQ_ARMED / 4, RGV_CQ_ARM_NEXT);
     const ring = (c: Channel) => {
@@ -87,6 +91,78 @@ test('a CQE written inside a node signals its armed channel once, when the pass 
     for (const r of [r1, r2, r3]) rings.detachCq(r);
   } finally {
     core.closeFd(ch.fd);
+  }
+});
+
+/** A connected AF_UNIX stream pair: [the daemon's end, the program's end] and their fds. */
+async function streamPair(): Promise<{ daemon: net.Socket; program: net.Socket; fd: number; close: () => void }> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'chan-'));
+  const where = path.join(dir, 's');
+  const server = net.createServer();
+  await new Promise<void>((r) => server.listen(where, r));
+  const accepted = new Promise<net.Socket>((r) => server.once('connection', r));
+  const program = net.connect(where);
+  const daemon = await accepted;
+  daemon.pause();
+  const fd = (daemon as unknown as { _handle: { fd: number } })._handle.fd;
+  return {
+    daemon,
+    program,
+    fd,
+    close: () => {
+      daemon.destroy();
+      program.destroy();
+      server.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+test('a stream channel (the library makes a socketpair) gets a byte per pass; channelSignal never blocks', async () => {
+  const p = trackedStacks();
+  await p.ready;
+  const { graph, rdma } = p.a;
+  const rings = new VerbsRings(graph, rdma, () => {});
+  const pair = await streamPair();
+  let got = 0;
+  pair.program.on('data', (b: Buffer) => (got += b.length));
+  try {
+    assert.ok(core.isStreamPair(pair.fd), 'a unix stream socket is a channel end');
+    const efd = core.eventfd();
+    assert.not.ok(core.isStreamPair(efd), 'an eventfd is not');
+    core.closeFd(efd);
+    const ch: Channel = { fd: pair.fd, stream: true, users: 0 };
+    const cq = rdma.createCq(ENTRIES);
+    const r = new CqRing(cq, new ArrayBuffer(RING_HDR + ENTRIES * CQE_BYTES), ENTRIES, ch);
+    rings.attachCq(r);
+    let runs = 0;
+    graph.register({
+      name: 'test-stream-completer',
+      type: 'input',
+      fn: () => {
+        if (runs >= 2) return 0;
+        runs++;
+        Atomics.store(r.u32, RGV_CQ_ARMED / 4, RGV_CQ_ARM_NEXT);
+        for (let k = 0; k < 3; k++)
+          rdma.core.complete(r.cq, { wrId: k, qpn: cq.handle, status: 'success', opcode: 'send', byteLen: 8 });
+        return 3;
+      },
+      formatTrace: (t) => String(t),
+    });
+    await waitFor('two passes signalled', () => runs >= 2 && got >= 2, 2000);
+    await new Promise((res) => setTimeout(res, 20));
+    assert.is(got, 2, 'one byte per pass (three CQEs each), none from inside the node');
+    assert.is(Atomics.load(r.u32, RGV_CQ_EVENTS / 4), 2, 'an event per armed pass');
+    rings.detachCq(r);
+    // A program that kept a copy of the daemon's end can make it blocking and leave it full: the
+    // send still returns (MSG_DONTWAIT), false once full. A blocking write would hang this test.
+    pair.program.pause();
+    let sent = 0;
+    while (sent < 1 << 22 && core.channelSignal(pair.fd, { blockingForTest: true })) sent++;
+    assert.ok(sent > 0 && sent < 1 << 22, `full after ${sent} bytes, and then refused`);
+    assert.not.ok(core.channelSignal(pair.fd), 'still full: refused, not blocked');
+  } finally {
+    pair.close();
   }
 });
 

@@ -89,6 +89,7 @@ export const RGV_FD_NONE = 0;
 export const RGV_FD_MEMFD = 1;
 export const RGV_FD_EVENTFD = 2;
 export const RGV_FD_MEMFDS = 3;
+export const RGV_FD_CHANNEL = 4;
 
 /** enum rgv_access */
 export const RGV_ACCESS_LOCAL_WRITE = 1;
@@ -649,7 +650,7 @@ export const RGV_OPS = {
   DESTROY_QP: { op: 10, request: rgv_handle, reply: null, records: false, fd: 'none' },
   QUERY_QP: { op: 11, request: rgv_handle, reply: rgv_qp_attr, records: false, fd: 'none' },
   ATTACH: { op: 12, request: rgv_attach, reply: null, records: false, fd: 'eventfd' },
-  CREATE_CHANNEL: { op: 13, request: null, reply: rgv_handle, records: false, fd: 'eventfd' },
+  CREATE_CHANNEL: { op: 13, request: null, reply: rgv_handle, records: false, fd: 'channel' },
   DESTROY_CHANNEL: { op: 14, request: rgv_handle, reply: null, records: false, fd: 'none' },
   QP_RING: { op: 15, request: rgv_qp_ring, reply: null, records: false, fd: 'memfd' },
   CREATE_SRQ: { op: 16, request: rgv_create_srq, reply: rgv_srq, records: false, fd: 'none' },

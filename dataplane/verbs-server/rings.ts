@@ -217,8 +217,10 @@ export const sqStride = (maxSge: number, maxInline: number) =>
 export const rqStride = (maxSge: number) => RECV_WQE_HDR + maxSge * SGE_BYTES;
 
 export interface Channel {
-  /** The eventfd; -1 once closed (a signal queued for the end of the pass then goes nowhere). */
+  /** The eventfd or socket; -1 once closed (a signal queued for the end of the pass then goes nowhere). */
   fd: number;
+  /** fd is the daemon's end of a stream socketpair (channelSignal), not an eventfd (eventfdSignal). */
+  stream: boolean;
   users: number;
   /** Being signalled at the end of this pass (VerbsRings.flushEvents). */
   pending?: boolean;
@@ -948,7 +950,9 @@ export class VerbsRings {
     for (let i = 0; i < chans.length; i++) {
       const ch = chans[i];
       ch.pending = false;
-      if (ch.fd >= 0) this.core.eventfdSignal(ch.fd);
+      if (ch.fd < 0) continue;
+      if (ch.stream) this.core.channelSignal(ch.fd);
+      else this.core.eventfdSignal(ch.fd);
     }
     chans.length = 0;
   };

@@ -26,6 +26,10 @@
 //                             over those bytes, the segment detached when it is collected.
 //   seqpacketRecv(fd)         one request with up to RGV_MAX_MR_PIECES passed fds (REG_MR's).
 //   seqpacketSend(fd, bytes, pass)  one message, passing the fd or the fds in `pass`.
+//   isStreamPair(fd)          whether fd is an AF_UNIX stream socket (a completion channel's end).
+//   channelSignal(fd)         one byte to such a socket, never blocking (MSG_DONTWAIT is per call:
+//                             nothing the program does to the file's flags changes it) nor raising
+//                             SIGPIPE; true if sent (a full socket is readable already).
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <stdio.h>
@@ -502,6 +506,31 @@ Napi::Value SeqpacketRecv(const Napi::CallbackInfo& info) {
 
 static_assert(memifimpl::kMaxPassFds == RGV_MAX_MR_PIECES, "one message passes every piece's memfd");
 
+Napi::Value IsStreamPair(const Napi::CallbackInfo& info) {
+  int fd = ArgFd(info, 0, "isStreamPair");
+  int domain = 0, type = 0;
+  socklen_t dl = sizeof domain, tl = sizeof type;
+  const bool yes = getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dl) == 0 &&
+                   getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 && domain == AF_UNIX && type == SOCK_STREAM;
+  return Napi::Boolean::New(info.Env(), yes);
+}
+
+// channelSignal(fd, {blockingForTest}): blockingForTest (tests) first makes the file blocking, as
+// a program that kept a copy of the daemon's end can.
+Napi::Value ChannelSignal(const Napi::CallbackInfo& info) {
+  int fd = ArgFd(info, 0, "channelSignal");
+  if (info[1].IsObject() && info[1].As<Napi::Object>().Get("blockingForTest").ToBoolean().Value()) {
+    const int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  }
+  const char one = 1;
+  ssize_t r;
+  do {
+    r = send(fd, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  } while (r < 0 && errno == EINTR);
+  return Napi::Boolean::New(info.Env(), r == 1);
+}
+
 // seqpacketSend(fd, bytes, pass = -1): one message, passing the fd `pass` (a number) or the fds
 // in it (an array, at most RGV_MAX_MR_PIECES); 0 or an errno.
 Napi::Value SeqpacketSend(const Napi::CallbackInfo& info) {
@@ -539,6 +568,8 @@ void InitVerbsSocket(Napi::Env env, Napi::Object exports) {
   exports.Set("mapVerbsShm", Napi::Function::New(env, MapVerbsShm, "mapVerbsShm"));
   exports.Set("seqpacketRecv", Napi::Function::New(env, SeqpacketRecv, "seqpacketRecv"));
   exports.Set("seqpacketSend", Napi::Function::New(env, SeqpacketSend, "seqpacketSend"));
+  exports.Set("isStreamPair", Napi::Function::New(env, IsStreamPair, "isStreamPair"));
+  exports.Set("channelSignal", Napi::Function::New(env, ChannelSignal, "channelSignal"));
 }
 
 }  // namespace rg

@@ -152,7 +152,8 @@ struct rg_ring {
 };
 
 struct rg_channel {
-  struct ibv_comp_channel ch; /* first; ch.fd is an eventfd the daemon writes */
+  struct ibv_comp_channel ch; /* first; ch.fd: our end of a stream socketpair */
+  int wake;                   /* the other end, which the daemon has too: a byte sent there makes ch.fd readable */
   uint32_t handle;
 };
 

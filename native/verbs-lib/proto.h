@@ -64,6 +64,7 @@ enum rgv_fd {
   RGV_FD_MEMFD = 1,   /* memory sealed against shrinking and growing, mapped by the daemon */
   RGV_FD_EVENTFD = 2, /* an eventfd the daemon writes (never reads but to drain it) */
   RGV_FD_MEMFDS = 3,  /* 1..RGV_MAX_MR_PIECES memfds, as RGV_FD_MEMFD each (REG_MR's pieces) */
+  RGV_FD_CHANNEL = 4, /* an end of an AF_UNIX stream socketpair, sent a byte per notification (or an eventfd) */
 };
 
 /*
@@ -86,7 +87,7 @@ enum rgv_fd {
   X(DESTROY_QP, rgv_handle, none, 0, RGV_FD_NONE)                   \
   X(QUERY_QP, rgv_handle, rgv_qp_attr, 0, RGV_FD_NONE)              \
   X(ATTACH, rgv_attach, none, 0, RGV_FD_EVENTFD)                    \
-  X(CREATE_CHANNEL, none, rgv_handle, 0, RGV_FD_EVENTFD)            \
+  X(CREATE_CHANNEL, none, rgv_handle, 0, RGV_FD_CHANNEL)            \
   X(DESTROY_CHANNEL, rgv_handle, none, 0, RGV_FD_NONE)              \
   X(QP_RING, rgv_qp_ring, none, 0, RGV_FD_MEMFD)                    \
   X(CREATE_SRQ, rgv_create_srq, rgv_srq, 0, RGV_FD_NONE)            \

@@ -9,8 +9,9 @@
  * When the daemon is about to sleep it sets need_kick in the QP's ring first and checks again;
  * a post that sees need_kick after publishing writes the context's doorbell eventfd (the two
  * sides order store-then-load with full fences, so one of them sees the other). A poll reads
- * CQEs the daemon wrote and publishes the consumer index. A completion channel is an eventfd
- * the daemon writes when it adds a CQE to a CQ armed by ibv_req_notify_cq.
+ * CQEs the daemon wrote and publishes the consumer index. A completion channel is one end of a
+ * stream socketpair; the daemon holds the other and sends a byte there when it adds a CQE to a CQ
+ * armed by ibv_req_notify_cq.
  *
  * The daemon going away (its socket's end of file): the first poll or wait that notices flushes
  * every posted, unfinished WQE of the context's QPs into their CQs (IBV_WC_WR_FLUSH_ERR) and
@@ -120,9 +121,17 @@ static void add_one(int fd) {
   }
 }
 
+/* Makes the channel's fd readable, as the daemon does: a byte to the other end (a full socket is
+   readable already). */
+static void wake_channel(struct rg_channel* ch) {
+  const char one = 1;
+  if (send(ch->wake, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+  }
+}
+
 static void signal_cq(struct rg_cq* q) {
   __atomic_add_fetch(U32(&q->ring, RGV_CQ_EVENTS), 1, __ATOMIC_SEQ_CST);
-  if (q->channel != NULL) add_one(q->channel->ch.fd);
+  if (q->channel != NULL) wake_channel(q->channel);
 }
 
 /* Append a flush CQE as the daemon would have (the daemon is gone: nobody else writes the ring). */
@@ -234,18 +243,29 @@ EXPORT struct ibv_comp_channel* ibv_create_comp_channel(struct ibv_context* cont
   struct rg_channel* ch = calloc(1, sizeof *ch);
   if (ch == NULL) return NULL;
   ch->ch.context = context;
-  ch->ch.fd = eventfd(0, EFD_CLOEXEC);
+  /* A socketpair, not an eventfd: the daemon signals with a send that MSG_DONTWAIT keeps from
+     blocking whatever the program does to the file, where an eventfd write (which may block) needs
+     a guard timer armed around it (docs/VERBS-PROTOCOL.md 4.7). */
+  int sv[2];
   struct rgv_handle r;
-  if (ch->ch.fd < 0 || rg_ctx_call(context, RGV_OP_CREATE_CHANNEL, NULL, 0, ch->ch.fd, &r, sizeof r) != 0) {
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    free(ch);
+    return NULL;
+  }
+  ch->ch.fd = sv[0];
+  ch->wake = sv[1];
+  if (rg_ctx_call(context, RGV_OP_CREATE_CHANNEL, NULL, 0, ch->wake, &r, sizeof r) != 0) {
     int e = errno;
-    if (ch->ch.fd >= 0) close(ch->ch.fd);
+    close(sv[0]);
+    close(sv[1]);
     free(ch);
     errno = e;
     return NULL;
   }
   if (r.handle == RGV_NONE) { /* "no channel" in CREATE_CQ: a CQ on it would never be signalled */
     rg_refuse(rg_ctx(context), "channel handle %u (not a handle)", r.handle);
-    close(ch->ch.fd);
+    close(sv[0]);
+    close(sv[1]);
     free(ch);
     return NULL;
   }
@@ -259,6 +279,7 @@ EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel* channel) {
   if (!rg_ctx(channel->context)->dead && rg_handle_call(channel->context, RGV_OP_DESTROY_CHANNEL, ch->handle) != 0)
     return errno;
   close(channel->fd);
+  close(ch->wake);
   free(ch);
   return 0;
 }
@@ -281,20 +302,25 @@ static struct rg_cq* pending_cq(struct rg_context* c, struct rg_channel* ch, int
   return found;
 }
 
-/* Takes what the channel's eventfd holds, if anything: the program may have left it blocking. */
+/* Takes the bytes the channel's socket holds (4 KiB at most: more stay, a spurious wake-up later),
+   without blocking whatever the program made the file. */
 static int drain_channel(int fd) {
-  struct pollfd p = {.fd = fd, .events = POLLIN};
-  uint64_t v;
-  if (poll(&p, 1, 0) == 1 && read(fd, &v, sizeof v) < 0 && errno != EAGAIN) return -1;
+  char b[256];
+  for (int k = 0; k < 16; k++) {
+    const ssize_t r = recv(fd, b, sizeof b, MSG_DONTWAIT);
+    if (r == (ssize_t)sizeof b || (r < 0 && errno == EINTR)) continue;
+    if (r >= 0 || errno == EAGAIN || errno == EWOULDBLOCK) return 0; /* 0, end of file: never (we hold the other end) */
+    return -1;
+  }
   return 0;
 }
 
 /*
- * A notification to report, or NULL (*err set when the eventfd could not be read). The fd is
+ * A notification to report, or NULL (*err set when the socket could not be read). The fd is
  * readable while notifications are left and not after the last: with others left it stays as it
- * is (their adds are in it); the last one empties it, and adds one again if a notification came
- * meanwhile (that read may have taken its add). Two CQs on a channel (perftest's send and receive
- * CQs) thus cost no syscall for the first event and a poll and a read for the second, not seven.
+ * is (their bytes are in it); the last one empties it, and makes it readable again if a
+ * notification came meanwhile (that read may have taken its byte). Two CQs on a channel (perftest's send and receive
+ * CQs) thus cost no syscall for the first event and a recv for the second, not seven.
  */
 static struct rg_cq* take_event(struct rg_context* c, struct rg_channel* ch, int* err) {
   int more;
@@ -305,7 +331,7 @@ static struct rg_cq* take_event(struct rg_context* c, struct rg_channel* ch, int
     *err = 1;
     return q;
   }
-  if (pending_cq(c, ch, 0, &more) != NULL) add_one(ch->ch.fd);
+  if (pending_cq(c, ch, 0, &more) != NULL) wake_channel(ch);
   return q;
 }
 
@@ -322,7 +348,7 @@ EXPORT int ibv_get_cq_event(struct ibv_comp_channel* channel, struct ibv_cq** cq
       return 0;
     }
     /* Nothing to report: a readable fd is stale (what it said was reported). Empty it, then look
-       once more: a notification between that look and this read had its add taken. */
+       once more: a notification between that look and this read had its byte taken. */
     if (look % 2 == 0) {
       if (drain_channel(channel->fd) < 0) return -1;
       continue;
