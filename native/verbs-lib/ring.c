@@ -309,7 +309,8 @@ static int drain_channel(int fd) {
   for (int k = 0; k < 16; k++) {
     const ssize_t r = recv(fd, b, sizeof b, MSG_DONTWAIT);
     if (r == (ssize_t)sizeof b || (r < 0 && errno == EINTR)) continue;
-    if (r >= 0 || errno == EAGAIN || errno == EWOULDBLOCK) return 0; /* 0, end of file: never (we hold the other end) */
+    /* r 0, the end of file, never comes: this library holds the other end too */
+    if (r >= 0 || errno == EAGAIN || errno == EWOULDBLOCK) return 0;
     return -1;
   }
   return 0;
@@ -319,8 +320,9 @@ static int drain_channel(int fd) {
  * A notification to report, or NULL (*err set when the socket could not be read). The fd is
  * readable while notifications are left and not after the last: with others left it stays as it
  * is (their bytes are in it); the last one empties it, and makes it readable again if a
- * notification came meanwhile (that read may have taken its byte). Two CQs on a channel (perftest's send and receive
- * CQs) thus cost no syscall for the first event and a recv for the second, not seven.
+ * notification came meanwhile (that read may have taken its byte). Two CQs on a channel
+ * (perftest's send and receive CQs) thus cost no syscall for the first event and a recv for the
+ * second, not seven.
  */
 static struct rg_cq* take_event(struct rg_context* c, struct rg_channel* ch, int* err) {
   int more;
