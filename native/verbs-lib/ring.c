@@ -125,8 +125,7 @@ static void add_one(int fd) {
    readable already). */
 static void wake_channel(struct rg_channel* ch) {
   const char one = 1;
-  if (send(ch->wake, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
-  }
+  (void)send(ch->wake, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 static void signal_cq(struct rg_cq* q) {
@@ -340,7 +339,7 @@ static struct rg_cq* take_event(struct rg_context* c, struct rg_channel* ch, int
 EXPORT int ibv_get_cq_event(struct ibv_comp_channel* channel, struct ibv_cq** cq, void** cq_context) {
   struct rg_channel* ch = (struct rg_channel*)channel;
   struct rg_context* c = rg_ctx(channel->context);
-  for (int look = 0;; look++) {
+  for (int drained = 0;;) {
     int err;
     struct rg_cq* q = take_event(c, ch, &err);
     if (err) return -1;
@@ -351,8 +350,9 @@ EXPORT int ibv_get_cq_event(struct ibv_comp_channel* channel, struct ibv_cq** cq
     }
     /* Nothing to report: a readable fd is stale (what it said was reported). Empty it, then look
        once more: a notification between that look and this read had its byte taken. */
-    if (look % 2 == 0) {
+    if (!drained) {
       if (drain_channel(channel->fd) < 0) return -1;
+      drained = 1;
       continue;
     }
     if (c->dead) {
@@ -368,7 +368,7 @@ EXPORT int ibv_get_cq_event(struct ibv_comp_channel* channel, struct ibv_cq** cq
     /* The daemon went away (flushes and signals), or sent something nobody asked for: take it,
        or the next poll would return at once, for ever. */
     if (p[1].revents != 0 && !rg_daemon_gone(c)) rg_drain_unsolicited(c);
-    look = -1; /* woken: look first, drain only if that finds nothing */
+    drained = 0; /* woken: look first, drain only if that finds nothing */
   }
 }
 
