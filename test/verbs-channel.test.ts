@@ -6,14 +6,10 @@
  * after re-arming. Skips (fails under CI=true) without the library or the program.
  */
 import { skip, test } from './harness.ts';
-import * as assert from 'uvu/assert';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { existsSync } from 'node:fs';
 import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import { NATIVE_BUILD_DIR } from '../native/addons.ts';
-import { twoDataplanes } from './dataplane-helpers.ts';
-import { runTool } from './verbs-helpers.ts';
+import { assertChecks, runTool, withVerbsSocket } from './verbs-helpers.ts';
 
 const PROGRAM = `${NATIVE_BUILD_DIR}verbs-channel`;
 
@@ -39,21 +35,10 @@ const CHECKS = [
 test('two CQs on one completion channel: each event reported once, the fd readable while one is left', async () => {
   if (!existsSync(VERBS_LIBRARY) || !existsSync(PROGRAM))
     skip('the verbs library or verbs-channel was not built (libibverbs-dev)');
-  const dir = mkdtempSync(join(tmpdir(), 'verbs-channel-'));
-  const socket = join(dir, 'verbs.sock');
-  const dps = await twoDataplanes();
-  const vs = dps.a.serveVerbs({ path: socket });
-  try {
+  await withVerbsSocket('verbs-channel-', async (socket) => {
     const { out, code } = await runTool(socket, [PROGRAM]).done;
-    for (const c of CHECKS) assert.ok(out.includes(`ok ${c}\n`), `${c}:\n${out}`);
-    assert.not.match(out, /^FAIL/m, out);
-    assert.match(out, /^done 0 failures$/m, out);
-    assert.is(code, 0, out);
-  } finally {
-    vs.close();
-    await dps.close();
-    rmSync(dir, { recursive: true, force: true });
-  }
+    assertChecks(out, code, CHECKS);
+  });
 });
 
 test.run();

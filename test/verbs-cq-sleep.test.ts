@@ -12,12 +12,10 @@
 import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { existsSync } from 'node:fs';
 import { VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import { NATIVE_BUILD_DIR } from '../native/addons.ts';
-import { twoDataplanes } from './dataplane-helpers.ts';
+import { withVerbsSocket } from './verbs-helpers.ts';
 
 const IDLE = `${NATIVE_BUILD_DIR}verbs-idle`;
 /** Sleeps on, as the README suggests for a program that waits on its CQs alone. */
@@ -40,11 +38,7 @@ async function idle(
 ): Promise<Idle> {
   if (!existsSync(VERBS_LIBRARY) || !existsSync(IDLE))
     skip('the verbs library or verbs-idle was not built (libibverbs-dev)');
-  const dir = mkdtempSync(join(tmpdir(), 'verbs-idle-'));
-  const socket = join(dir, 'verbs.sock');
-  const dps = await twoDataplanes();
-  const vs = dps.a.serveVerbs({ path: socket });
-  try {
+  return withVerbsSocket('verbs-idle-', async (socket) => {
     const r = await new Promise<{ code: number | null; out: string }>((resolve) =>
       execFile(
         IDLE,
@@ -59,11 +53,7 @@ async function idle(
     );
     assert.ok(m, r.out);
     return { cpuMs: Number(m[1]), switches: Number(m[2]), lateUs: Number(m[3]), out: r.out };
-  } finally {
-    vs.close();
-    await dps.close();
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 }
 
 for (const ex of [false, true]) {

@@ -117,6 +117,38 @@ export async function withTwoDaemons(
   }
 }
 
+/**
+ * Data plane A of twoDataplanes serving a verbs socket in a fresh directory (`prefix` names it)
+ * for `body`, then all of it closed and removed, whatever `body` did.
+ */
+export async function withVerbsSocket<T>(
+  prefix: string,
+  body: (socket: string, dps: Awaited<ReturnType<typeof twoDataplanes>>) => Promise<T>,
+): Promise<T> {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  const socket = join(dir, 'verbs.sock');
+  const dps = await twoDataplanes();
+  const vs = dps.a.serveVerbs({ path: socket });
+  try {
+    return await body(socket, dps);
+  } finally {
+    vs.close();
+    await dps.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * A test program of native/tools that prints "ok NAME" / "FAIL NAME: why" per check and "done N
+ * failures": every check in `checks` passed, none failed, and it exited 0.
+ */
+export function assertChecks(out: string, code: number | null, checks: readonly string[]): void {
+  for (const c of checks) assert.ok(out.includes(`ok ${c}\n`), `${c}:\n${out}`);
+  assert.not.match(out, /^FAIL/m, out);
+  assert.match(out, /^done 0 failures$/m, out);
+  assert.is(code, 0, out);
+}
+
 /** Every verbs object the programs made is gone, and every buffer is back in the pool. */
 export async function nothingLeft(dp: DataplaneApi): Promise<void> {
   const count = async () =>
