@@ -167,7 +167,7 @@ export interface Config {
     maxConnectionsPerUid: number;
     maxConnectionsPerPid: number;
     maxFdsPerConnection: number;
-    /** Rounds of warm-up traffic at start (0: none; bin/warm-up.ts). */
+    /** Rounds of warm-up traffic at start (0: none; dataplane/warm-up.ts). */
     warmUp: number;
   };
   /** `trace: {max-packets}`. */

@@ -14,6 +14,7 @@ import { execFile, spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import { createRequire, syncBuiltinESMExports } from 'node:module';
 import { tmpdir } from 'node:os';
+import net from 'node:net';
 import { join } from 'node:path';
 import { Dataplane, VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import { createDataplane } from '../dataplane/create.ts';
@@ -250,7 +251,8 @@ test('REG_MR of 255 MiB, 1 GiB and 2 GiB (max_mr_size): each registered, the loo
 // ------------------------------------------------------------------ finding 4: connections and fds
 
 const EMFILE = 24,
-  ENFILE = 23;
+  ENFILE = 23,
+  EINVAL = 22;
 
 /** ATTACH's body: the interface name. */
 const attach = (name: string) => encode(rgv_attach, { ifname: name });
@@ -389,6 +391,43 @@ for k in range(int(sys.argv[2])):
         break
 sys.stdin.read()
 `;
+
+test("CREATE_CHANNEL takes an eventfd or a unix stream socket (the library's socketpair end), nothing else: EINVAL", async () => {
+  await withDaemon(async ({ socket, dp }) => {
+    const itf = (await dp.interfaces())[0].name;
+    const c = client(socket);
+    const other = client(socket); // a SOCK_SEQPACKET socket: not a channel
+    const dir = fs.mkdtempSync(join(tmpdir(), 'chan-'));
+    const server = net.createServer();
+    await new Promise<void>((r) => server.listen(join(dir, 's'), r));
+    const accepted = new Promise<net.Socket>((r) => server.once('connection', r));
+    const peer = net.connect(join(dir, 's'));
+    const end = await accepted;
+    const mem = core.allocMemory(4096);
+    const doorbell = core.eventfd(),
+      efd = core.eventfd();
+    try {
+      assert.is((await c.call(RGV_OP_DEVICES)).status, 0);
+      assert.is((await c.call(RGV_OP_ATTACH, attach(itf), doorbell)).status, 0, 'ATTACH');
+      const create = async (fd: number) => (await c.call(RGV_OP_CREATE_CHANNEL, undefined, fd)).status;
+      const streamFd = (end as unknown as { _handle: { fd: number } })._handle.fd;
+      assert.is(await create(streamFd), 0, 'a unix stream socket');
+      assert.is(await create(efd), 0, 'an eventfd');
+      assert.is(-(await create(mem.fd)), EINVAL, 'a memfd: EINVAL');
+      assert.is(-(await create(other.fd)), EINVAL, 'a seqpacket socket: EINVAL');
+      assert.is(-(await create(-1)), EINVAL, 'no fd: EINVAL');
+    } finally {
+      c.close();
+      other.close();
+      core.closeFd(doorbell);
+      core.closeFd(efd);
+      end.destroy();
+      peer.destroy();
+      server.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
 
 test("an unmodified program refused at verbs.max-connections-per-uid says why, in the daemon's words", async () => {
   haveDevinfo();
