@@ -130,6 +130,16 @@ export interface TrpExpert {
   message: string;
 }
 
+export interface SidrDecoded {
+  requestId: number;
+  /** SIDR_REP's. */
+  qkey?: number;
+  status?: number;
+  qpn?: number;
+  pdlen: number;
+  privateData: string;
+}
+
 export interface TrpDecoded {
   /** frame.number, from 1. */
   frame: number;
@@ -140,6 +150,8 @@ export interface TrpDecoded {
   trp?: TrpHeader;
   /** A UD datagram's header (TRP opcode 6), with its message as lower-case hex. */
   datagram?: { qkey: number; imm: number; flags: number; data: string };
+  /** A datagram service request or answer (TRP opcodes 9 and 10): what trp.lua shows of it. */
+  sidr?: SidrDecoded;
   ddp?: DdpHeader;
   rdmap?: RdmapHeader;
   /** The bytes Wireshark handed to its "data" dissector (payload of Send/Write/Read Response), hex. */
@@ -170,6 +182,10 @@ const TRP_FIELDS = [
   'trp.dg.imm',
   'trp.dg.flags',
   'trp.dg.data',
+  'trp.sidr.request_id',
+  'trp.sidr.qkey',
+  'trp.sidr.status',
+  'trp.sidr.qpn',
 ];
 const DDP_FIELDS = [
   'iwarp_ddp.tagged_flag',
@@ -416,6 +432,15 @@ function decodeRow(l: Record<string, string[]>): TrpDecoded {
       imm: need('trp.dg.imm'),
       flags: need('trp.dg.flags'),
       data: hex('trp.dg.data') ?? '',
+    };
+  if (l['trp.sidr.request_id'])
+    d.sidr = {
+      requestId: need('trp.sidr.request_id'),
+      ...(l['trp.sidr.qkey']
+        ? { qkey: need('trp.sidr.qkey'), status: need('trp.sidr.status'), qpn: need('trp.sidr.qpn') }
+        : {}),
+      pdlen: need('trp.cm.pdlen'),
+      privateData: hex('trp.cm.private_data') ?? '',
     };
   if (l['iwarp_ddp.tagged_flag']) {
     d.ddp = {

@@ -15,6 +15,7 @@ import type { QpInit } from '../nodes/rdma/stack.ts';
 import { type Completion, type Mr, VerbsError } from '../nodes/rdma/verbs.ts';
 import {
   closeLeftovers,
+  cmMessage,
   type Ends,
   finish,
   IP_A,
@@ -48,27 +49,6 @@ function pair(opts: Parameters<typeof twoStacks>[0] = {}) {
 const wc = (wrId: unknown, qpn: number, status: string, opcode: string, byteLen = 0): Completion =>
   ({ wrId, qpn, status, opcode, byteLen }) as Completion;
 
-/** A CM message: TRP header (psn 0, ack 0, opcode), pdlen, ird, ord, private data. */
-function cmMessage(
-  op: number,
-  ird: number,
-  ord: number,
-  pd: Uint8Array,
-  pdLen = pd.length,
-  psn = 0,
-  ack = 0,
-): Uint8Array {
-  const m = new Uint8Array(16 + pd.length);
-  const v = new DataView(m.buffer);
-  v.setUint32(0, psn);
-  v.setUint32(4, ack);
-  v.setUint16(8, op << 12);
-  v.setUint16(10, pdLen);
-  v.setUint16(12, ird);
-  v.setUint16(14, ord);
-  m.set(pd, 16);
-  return m;
-}
 const REQ = 1,
   ACCEPT = 2,
   REJECT = 3;

@@ -288,3 +288,25 @@ export async function finish(p: Pair): Promise<void> {
   const lost = p.lost();
   if (lost !== 0) throw new Error(`${lost} buffer(s) not back in the pool after close`);
 }
+
+/** A CM message as a peer may send it: TRP header (psn, ack, opcode), pdlen (which may lie), ird, ord, private data. */
+export function cmMessage(
+  op: number,
+  ird: number,
+  ord: number,
+  pd: Uint8Array,
+  pdLen = pd.length,
+  psn = 0,
+  ack = 0,
+): Uint8Array {
+  const m = new Uint8Array(16 + pd.length);
+  const v = new DataView(m.buffer);
+  v.setUint32(0, psn);
+  v.setUint32(4, ack);
+  v.setUint16(8, op << 12);
+  v.setUint16(10, pdLen);
+  v.setUint16(12, ird);
+  v.setUint16(14, ord);
+  m.set(pd, 16);
+  return m;
+}

@@ -20,6 +20,7 @@ import {
   tsharkAvailable,
   writeUdpPcap,
   type DdpHeader,
+  type SidrDecoded,
   type RdmapHeader,
   type TrpDecoded,
   type TrpExpert,
@@ -38,7 +39,18 @@ const be64 = (x: bigint) => [...be32(Number(x >> 32n)), ...be32(Number(x & 0xfff
 const fromHex = (s: string) => Array.from(Buffer.from(s.replace(/\s+/g, ''), 'hex'));
 const ascii = (s: string) => Array.from(Buffer.from(s, 'latin1'));
 
-const TRP = { DATA: 0, REQ: 1, ACCEPT: 2, REJECT: 3, FIN: 4, SACK: 5, PROBE: 7, PROBE_ACK: 8 } as const;
+const TRP = {
+  DATA: 0,
+  REQ: 1,
+  ACCEPT: 2,
+  REJECT: 3,
+  FIN: 4,
+  SACK: 5,
+  PROBE: 7,
+  PROBE_ACK: 8,
+  SIDR_REQ: 9,
+  SIDR_REP: 10,
+} as const;
 const OP = {
   WRITE: 0,
   READ_REQ: 1,
@@ -131,6 +143,7 @@ interface Case {
   /** Absent when the packet is too short for one. */
   trp?: TrpHeader;
   datagram?: { qkey: number; imm: number; flags: number; data: string };
+  sidr?: SidrDecoded;
   ddp?: DdpHeader;
   rdmap?: RdmapHeader;
   /** What goes to Wireshark's "data" dissector (hex), if anything. */
@@ -565,6 +578,30 @@ cm(
 cm('ACCEPT without private data', TRP.ACCEPT, 4, 4, []);
 cases.push({ name: 'FIN', bytes: trpHeader(50, 7, TRP.FIN), trp: trpWant(50, 7, TRP.FIN) });
 
+// The datagram service's request and answers (PROTOCOL.md section 6.1).
+cases.push({
+  name: 'SIDR_REQ, request id 0x5eed0001, private data "udaddy"',
+  bytes: [...trpHeader(0x5eed0001, 0, TRP.SIDR_REQ), ...be16(6), ...be16(0), ...be16(0), ...ascii('udaddy')],
+  sidr: { requestId: 0x5eed0001, pdlen: 6, privateData: hex(ascii('udaddy')) },
+});
+cases.push({
+  name: 'SIDR_REP success: QP 49152, Q_Key 0x01234567, private data "ok"',
+  bytes: [...trpHeader(0x01234567, 0x5eed0001, TRP.SIDR_REP), ...be16(2), ...be16(0), ...be16(49152), ...ascii('ok')],
+  sidr: { requestId: 0x5eed0001, qkey: 0x01234567, status: 0, qpn: 49152, pdlen: 2, privateData: hex(ascii('ok')) },
+});
+cases.push({
+  name: 'SIDR_REP: no datagram listener on the port',
+  bytes: [...trpHeader(0, 0x77, TRP.SIDR_REP), ...be16(0), ...be16(1), ...be16(0)],
+  sidr: { requestId: 0x77, qkey: 0, status: 1, qpn: 0, pdlen: 0, privateData: '' },
+});
+cases.push({
+  name: 'malformed: SIDR_REP whose length is not 16 + private-data-length',
+  bytes: [...trpHeader(0, 0x77, TRP.SIDR_REP), ...be16(9), ...be16(2), ...be16(0), 1, 2],
+  sidr: { requestId: 0x77, qkey: 0, status: 2, qpn: 0, pdlen: 9, privateData: '0102' },
+  malformed: true,
+  experts: [{ severity: 'error', group: 'malformed', message: 'Datagram length is not 16 + private data length' }],
+});
+
 // Packets that must be flagged.
 cases.push({
   name: 'malformed: REQ whose length is not 16 + private-data-length',
@@ -597,9 +634,9 @@ cases.push({
   });
 }
 cases.push({
-  name: 'flagged: unknown TRP opcode 9',
-  bytes: trpHeader(0, 0, 9),
-  trp: trpWant(0, 0, 9),
+  name: 'flagged: unknown TRP opcode 11',
+  bytes: trpHeader(0, 0, 11),
+  trp: trpWant(0, 0, 11),
   experts: [{ severity: 'warning', group: 'undecoded', message: 'Unknown TRP opcode' }],
 });
 cases.push({
@@ -667,6 +704,7 @@ cases.forEach((c, i) => {
     const where = `frame ${d.frame} (${d.info})`;
     assert.equal(d.trp, c.trp, `${where}: TRP`);
     assert.equal(d.datagram, c.datagram, `${where}: datagram`);
+    assert.equal(d.sidr, c.sidr, `${where}: SIDR`);
     assert.equal(d.ddp, c.ddp, `${where}: DDP`);
     assert.equal(d.rdmap, c.rdmap, `${where}: RDMAP`);
     assert.is(d.payload, c.payload, `${where}: payload`);

@@ -6,7 +6,7 @@
  * data check (-v prints each ping, -V verifies it) and on one data plane (loopback); ucmatose
  * with 4 connections; rdma_server/rdma_client (synchronous ids, rdma_getaddrinfo, migrated
  * ids); rstream and riostream (rsockets) at sizes around the segment size; perftest's -R
- * (rdma_cm) variants. The hostile cases: a connect to a port nobody listens on is REJECTED
+ * (rdma_cm) variants; udaddy (the UD port space: datagram service requests, nodes/rdma/sidr.ts). The hostile cases: a connect to a port nobody listens on is REJECTED
  * at once, garbage written to rdma_cm fails with EINVAL in that program only, and a peer killed
  * mid-run ends the other side's run.
  */
@@ -19,7 +19,11 @@ import type { DataplaneApi } from '../dataplane/api.ts';
 import { Dataplane, VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import { IP_A, IP_B } from './dataplane-helpers.ts';
 import { netnsUnavailable } from './helpers-netns.ts';
+import { errorCount } from './dataplane-ops-helpers.ts';
 import { nextPort, type Run, runTool, type Tool, withTwoDaemons } from './verbs-helpers.ts';
+
+/** Datagrams a data plane's UD QPs took (ud-input). */
+const delivered = (dp: DataplaneApi) => errorCount(dp, 'ud-input', /datagrams delivered/);
 
 /** What the library refused, as the programs printed it (none expected). */
 const refusals = (out: string) =>
@@ -342,6 +346,32 @@ test('hostile: no listener, garbage written to rdma_cm, a peer killed mid-run', 
     const srv = await server.done;
     assert.is(srv.signal, null, `the server ended by itself:\n${srv.out}`);
     assert.ok(Date.now() - t1 < 10_000, 'within the retry time');
+  });
+});
+
+test('udaddy (RDMA_PS_UDP): 4 ids x 50 datagrams of 1024 B each way; to nobody: UNREACHABLE, status 1', async () => {
+  ready();
+  await withTwoDaemons(async ({ a, b, dpA, dpB }) => {
+    // udaddy's port is fixed (7174); its messages fill the path MTU of the 1500-byte link (1024).
+    const args = ['-c', '4', '-C', '50', '-S', '1024'];
+    const before = [await delivered(dpA), await delivered(dpB)];
+    const [srv, cli] = await cmPair(
+      { server: b, client: a, dp: dpB },
+      7174,
+      ['udaddy', '-b', IP_B, ...args],
+      ['udaddy', '-s', IP_B, ...args],
+    );
+    bothOk('udaddy', [srv, cli]);
+    for (const r of [srv, cli]) assert.match(r.out, /data transfers complete\n[^]*return status 0/, r.out);
+    // Each side's UD QPs took the other's 200 datagrams through the data planes.
+    assert.is((await delivered(dpB)) - before[1], 200, 'B delivered the requests');
+    assert.is((await delivered(dpA)) - before[0], 200, 'A delivered the replies');
+    // Nobody listens (the server is gone): the datagram service request is answered at once.
+    const t0 = Date.now();
+    const lone = await runTool(a, ['udaddy', '-s', IP_B], 30_000, 'exec').done;
+    assert.ok(Date.now() - t0 < 3000, `at once (${Date.now() - t0} ms)`);
+    assert.match(lone.out, /RDMA_CM_EVENT_UNREACHABLE, error: 1\b/, lone.out);
+    assert.is(refusals(lone.out), '', 'nothing refused');
   });
 });
 

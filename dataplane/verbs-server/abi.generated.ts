@@ -600,10 +600,10 @@ export const rgv_ucma = {
   },
 } as const satisfies AbiStruct;
 
-/** struct rgv_ucma_reply (320 bytes) */
+/** struct rgv_ucma_reply (324 bytes) */
 export const rgv_ucma_reply = {
   name: 'rgv_ucma_reply',
-  size: 320,
+  size: 324,
   fields: {
     uid_lo: { offset: 0, type: 'u32', count: 1 },
     uid_hi: { offset: 4, type: 'u32', count: 1 },
@@ -626,8 +626,9 @@ export const rgv_ucma_reply = {
     rnr_retry_count: { offset: 60, type: 'u8', count: 1 },
     private_data_len: { offset: 61, type: 'u8', count: 1 },
     state: { offset: 62, type: 'u8', count: 1 },
-    pad: { offset: 63, type: 'u8', count: 1 },
-    private_data: { offset: 64, type: 'u8', count: 256 },
+    ud: { offset: 63, type: 'u8', count: 1 },
+    qkey: { offset: 64, type: 'u32', count: 1 },
+    private_data: { offset: 68, type: 'u8', count: 256 },
   },
 } as const satisfies AbiStruct;
 

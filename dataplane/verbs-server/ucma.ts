@@ -23,8 +23,14 @@
  * - DISCONNECT sends a FIN; a connected id whose QP went to error (the peer's FIN, its program's
  *   death, retries exhausted) or away gets DISCONNECTED, once (a watch every WATCH_MS).
  *
- * Not served (errno and a line from the library): UD port spaces (RDMA_PS_UDP, RDMA_PS_IPOIB),
- * multicast, AF_IB addresses, IPv6 addresses other than IPv4-mapped ones, options.
+ * The UD port space (RDMA_PS_UDP, UD QPs: udaddy) runs datagram service requests instead
+ * (nodes/rdma/sidr.ts): CONNECT sends SIDR_REQ from the program's UD QP; a listening UD id's
+ * request is a CONNECT_REQUEST, answered by ACCEPT (SIDR_REP naming the program's UD QP and its
+ * Q_Key) or REJECT; the requester gets ESTABLISHED (param.ud) or UNREACHABLE. No connection,
+ * no DISCONNECTED.
+ *
+ * Not served (errno and a line from the library): the IPoIB port space, multicast, AF_IB
+ * addresses, IPv6 addresses other than IPv4-mapped ones, options.
  */
 import { formatIp4 } from '../../nodes/net/address.ts';
 import {
@@ -36,16 +42,26 @@ import {
 } from '../../nodes/rdma/cm.ts';
 import { type Qp, QpState } from '../../nodes/rdma/qp.ts';
 import type { Rdma } from '../../nodes/rdma/stack.ts';
-import { CmRejectReason, TrpOp } from '../../nodes/rdma/wire.ts';
+import {
+  sidrAnswer,
+  sidrCancel,
+  sidrConnect,
+  sidrKey,
+  sidrRequestMessage,
+  type SidrRequest,
+} from '../../nodes/rdma/sidr.ts';
+import { CmRejectReason, SidrStatus, TrpOp } from '../../nodes/rdma/wire.ts';
 import {
   RGV_ATTR_AV,
   RGV_ATTR_DEST_QPN,
   RGV_ATTR_MAX_DEST_RD_ATOMIC,
   RGV_ATTR_MAX_QP_RD_ATOMIC,
   RGV_ATTR_PATH_MTU,
+  RGV_ATTR_QKEY,
   RGV_ATTR_RETRY_CNT,
   RGV_ATTR_RNR_RETRY,
   RGV_ATTR_RQ_PSN,
+  RGV_ATTR_SQ_PSN,
   RGV_ATTR_STATE,
   RGV_ATTR_TIMEOUT,
   RGV_CM_ADDR_ERROR,
@@ -135,6 +151,12 @@ const E = {
 /** librdmacm's port spaces (enum rdma_port_space). */
 const PS_TCP = 0x0106;
 const PS_IB = 0x013f;
+/** The UD port space (udaddy's): datagram service requests (nodes/rdma/sidr.ts), UD QPs. */
+const PS_UDP = 0x0111;
+/** ibv_qp_type's IBV_QPT_UD. */
+const QPT_UD = 4;
+/** The Q_Key of RDMA_PS_UDP ids' QPs (the kernel's RDMA_UDP_QKEY). */
+const UDP_QKEY = 0x01234567;
 /** IB CM's reject reason "consumer defined" (what librdmacm shows for a program's rdma_reject). */
 const REJECT_CONSUMER = 28;
 /** IB CM's reject reason "invalid service ID": nobody listens there (RoCE's rping shows "error 8"). */
@@ -180,6 +202,10 @@ interface Ev {
   ird: number;
   ord: number;
   pd: Uint8Array;
+  /** A UD id's event (param.ud): the peer's address and the serving QP's Q_Key. */
+  ud?: boolean;
+  addr?: number;
+  qkey?: number;
 }
 
 interface UChannel {
@@ -191,6 +217,8 @@ interface UChannel {
 
 interface CmId {
   handle: number;
+  /** Of the UD port space (RDMA_PS_UDP): datagram service requests, no connection. */
+  ud: boolean;
   uidLo: number;
   uidHi: number;
   channel: UChannel;
@@ -329,7 +357,7 @@ function watchTick(): void {
     } else if (id.state === 'requested') {
       if (nowNs(s) - id.sinceNs > s.rdma.cm.halfOpenTimeoutNs) {
         const l = id.parent ? s.rdma.cm.listeners.get(id.parent.listenPort) : undefined;
-        if (l) rejectDeferred(s.rdma.cm, l, id.key);
+        if (l) answerHeld(s, l, id);
         id.state = 'failed';
         unwatch(id);
       }
@@ -375,6 +403,8 @@ function dropId(s: UcmaState, id: CmId): void {
     // The requests it holds are answered (REJECT) before the port closes, not left to time out.
     const l = cm.listeners.get(id.listenPort);
     for (const key of [...(l?.deferred?.keys() ?? [])]) rejectDeferred(cm, l as Listener, key);
+    for (const key of [...(l?.sidr?.held.keys() ?? [])])
+      sidrAnswer(cm, l as Listener, key, SidrStatus.REJECTED, 0, 0, new Uint8Array(0));
     for (const child of s.ids.values())
       if (child.parent === id) {
         if (child.state === 'requested') child.state = 'failed';
@@ -388,11 +418,12 @@ function dropId(s: UcmaState, id: CmId): void {
   }
   if (id.state === 'requested' && id.parent !== null) {
     const l = cm.listeners.get(id.parent.listenPort);
-    if (l) rejectDeferred(cm, l, id.key);
+    if (l) answerHeld(s, l, id);
   }
   if (id.state === 'connecting') {
     const qp = liveQp(s, id.qpn);
-    if (qp) cm.cancel(qp, `rdma_cm id ${id.handle} destroyed`);
+    if (qp && id.ud) sidrCancel(cm, qp);
+    else if (qp) cm.cancel(qp, `rdma_cm id ${id.handle} destroyed`);
   }
 }
 
@@ -448,11 +479,14 @@ export async function ucma(c: UcmaCall): Promise<Reply | number> {
   if (q.cmd === RGV_UCMA_CREATE_ID) {
     const ch = s.channels.get(q.channel);
     if (ch === undefined) return E.EINVAL;
-    if (q.ps !== PS_TCP && q.ps !== PS_IB) return E.EOPNOTSUPP;
+    const ud = q.ps === PS_UDP && q.qp_type === QPT_UD;
+    if (q.ps !== PS_TCP && q.ps !== PS_IB && !ud) return E.EOPNOTSUPP;
     if (s.ids.size >= MAX_IDS) return E.ENOMEM;
     const handle = newHandle(s);
     if (handle === 0) return E.ENOMEM;
-    s.ids.set(handle, newId(handle, ch, q.uid_lo, q.uid_hi));
+    const id = newId(handle, ch, q.uid_lo, q.uid_hi);
+    id.ud = ud;
+    s.ids.set(handle, id);
     return out({ id: handle });
   }
   if (q.cmd === RGV_UCMA_GET_EVENT) return getEvent(c, s, q);
@@ -514,12 +548,13 @@ export async function ucma(c: UcmaCall): Promise<Reply | number> {
     case RGV_UCMA_REJECT: {
       if (id.state !== 'requested') return E.EINVAL;
       const l = id.parent ? s.rdma.cm.listeners.get(id.parent.listenPort) : undefined;
-      if (l) rejectDeferred(s.rdma.cm, l, id.key, privateData(q));
+      if (l) answerHeld(s, l, id, privateData(q));
       id.state = 'failed';
       unwatch(id);
       return out();
     }
     case RGV_UCMA_DISCONNECT: {
+      if (id.ud) return E.EINVAL; // nothing is connected (as the kernel's: no CM id under it)
       const was = id.state;
       if (was !== 'connected' && was !== 'accepted' && was !== 'responded' && was !== 'disconnected') return E.EINVAL;
       // The FIN goes even when DISCONNECTED came first (librdmacm moves the QP to ERROR before
@@ -542,6 +577,7 @@ export async function ucma(c: UcmaCall): Promise<Reply | number> {
 function newId(handle: number, channel: UChannel, uidLo: number, uidHi: number): CmId {
   return {
     handle,
+    ud: false,
     uidLo,
     uidHi,
     channel,
@@ -642,7 +678,8 @@ function listen(c: UcmaCall, s: UcmaState, id: CmId, q: Req): Reply | number {
   const ports = id.srcPort !== 0 ? [id.srcPort] : Array.from({ length: 64 }, () => ephemeralPort(s));
   for (const port of ports) {
     try {
-      s.rdma.listen(port, (req) => request(s, id, req), { backlog });
+      if (id.ud) s.rdma.listen(port, () => ({ reject: true }), { backlog, sidr: (req) => sidrRequest(s, id, req) });
+      else s.rdma.listen(port, (req) => request(s, id, req), { backlog });
     } catch {
       continue;
     }
@@ -656,6 +693,30 @@ function listen(c: UcmaCall, s: UcmaState, id: CmId, q: Req): Reply | number {
   return E.EADDRINUSE;
 }
 
+/**
+ * A new id in 'requested' for a request from `src`:`port` to listening id `listener` (port
+ * `listenPort`), for the caller to fill in and post; or why there is none.
+ */
+function requestedId(s: UcmaState, listener: CmId, src: number, port: number, listenPort: number): CmId | string {
+  if (listener.state !== 'listening' || !s.ids.has(listener.handle)) return 'not listening';
+  if (listener.src !== 0 && s.rdma.net.interfaces.routeFrom(listener.src, src) === 0)
+    return 'no route from the bound address';
+  if (s.ids.size >= MAX_IDS || listener.channel.queue.length >= RGV_UCMA_MAX_EVENTS) return 'too many ids or events';
+  const handle = newHandle(s);
+  if (handle === 0) return 'no id';
+  const id = newId(handle, listener.channel, listener.uidLo, listener.uidHi);
+  const ifs = s.rdma.net.interfaces;
+  id.state = 'requested';
+  id.parent = listener;
+  id.dst = src;
+  id.dstPort = port;
+  id.src = listener.src !== 0 ? listener.src : ifs.address[ifs.routeFrom(0, src)];
+  id.srcPort = listenPort;
+  id.sinceNs = nowNs(s);
+  s.ids.set(handle, id);
+  return id;
+}
+
 /** A REQ to a listening id: a new id and CONNECT_REQUEST; the answer waits for the program. */
 function request(
   s: UcmaState,
@@ -663,26 +724,11 @@ function request(
   req: { address: string; port: number; listenPort: number; ird: number; ord: number; privateData: Uint8Array },
 ): { defer: true } | { reject: true; reason: string } {
   const src = ip4(new Uint8Array(req.address.split('.').map(Number)));
-  if (listener.state !== 'listening' || !s.ids.has(listener.handle)) return { reject: true, reason: 'not listening' };
-  if (listener.src !== 0 && s.rdma.net.interfaces.routeFrom(listener.src, src) === 0)
-    return { reject: true, reason: 'no route from the bound address' };
-  if (s.ids.size >= MAX_IDS || listener.channel.queue.length >= RGV_UCMA_MAX_EVENTS)
-    return { reject: true, reason: 'too many ids or events' };
-  const handle = newHandle(s);
-  if (handle === 0) return { reject: true, reason: 'no id' };
-  const id = newId(handle, listener.channel, listener.uidLo, listener.uidHi);
-  const ifs = s.rdma.net.interfaces;
-  id.state = 'requested';
-  id.parent = listener;
+  const id = requestedId(s, listener, src, req.port, req.listenPort);
+  if (typeof id === 'string') return { reject: true, reason: id };
   id.key = `${src}:${req.port}`;
-  id.dst = src;
-  id.dstPort = req.port;
-  id.src = listener.src !== 0 ? listener.src : ifs.address[ifs.routeFrom(0, src)];
-  id.srcPort = req.listenPort;
   id.ird = Math.max(1, req.ord);
   id.ord = Math.max(1, req.ird);
-  id.sinceNs = nowNs(s);
-  s.ids.set(handle, id);
   // What the requester offers, from this side: its ORD is our responder resources, its IRD our initiator depth.
   post(s, {
     id,
@@ -700,6 +746,7 @@ function request(
 
 async function connect(c: UcmaCall, s: UcmaState, id: CmId, q: Req): Promise<Reply | number> {
   if (id.state !== 'route' && id.state !== 'addr') return id.state === 'connected' ? E.EISCONN : E.EINVAL;
+  if (id.ud) return connectUd(c, s, id, q);
   const qp = await programQp(s, q.qpn);
   if (qp === undefined) return E.EINVAL;
   if (qp.state !== QpState.INIT || s.rdma.cm.pending.has(qp.index)) return E.EINVAL;
@@ -785,6 +832,22 @@ async function accept(c: UcmaCall, s: UcmaState, id: CmId, q: Req): Promise<Repl
   if (l === undefined) return E.EINVAL;
   const qp = await programQp(s, q.qpn);
   if (qp === undefined || id.state !== 'requested') return E.EINVAL;
+  if (id.ud) {
+    // The datagram service's answer: this UD QP, with its Q_Key, serves the requester. Nothing
+    // is connected and no event follows (as on InfiniBand: the SIDR REP is the end of it).
+    if (!qp.cfg.ud) return E.EINVAL;
+    try {
+      sidrAnswer(s.rdma.cm, l, id.key, SidrStatus.SUCCESS, qp.qpn, qp.qkey, privateData(q));
+    } catch {
+      return E.EINVAL;
+    }
+    id.uidLo = q.uid_lo;
+    id.uidHi = q.uid_hi;
+    id.qpn = qp.qpn;
+    id.state = 'connected';
+    unwatch(id);
+    return c.reply({} as ReplyValues);
+  }
   try {
     acceptDeferred(s.rdma.cm, l, id.key, qp, privateData(q));
   } catch (e) {
@@ -808,6 +871,14 @@ async function accept(c: UcmaCall, s: UcmaState, id: CmId, q: Req): Promise<Repl
 /** What librdmacm gives ibv_modify_qp for `state`: the peer's address, QP, PSN, IRD and ORD. */
 function initQpAttr(c: UcmaCall, id: CmId, q: Req): Reply | number {
   const state = q.qpn;
+  if (id.ud) {
+    // A UD QP: the Q_Key at INIT (librdmacm's rdma_create_qp takes it through RTR and RTS).
+    if (state === RGV_QPS_INIT)
+      return c.reply({ mask: RGV_ATTR_STATE | RGV_ATTR_QKEY, state, ud: 1, qkey: UDP_QKEY } as ReplyValues);
+    if (state === RGV_QPS_RTR) return c.reply({ mask: RGV_ATTR_STATE, state, ud: 1 } as ReplyValues);
+    if (state === RGV_QPS_RTS) return c.reply({ mask: RGV_ATTR_STATE | RGV_ATTR_SQ_PSN, state, ud: 1 } as ReplyValues);
+    return E.EINVAL;
+  }
   if (state === RGV_QPS_INIT) return c.reply({ mask: RGV_ATTR_STATE, state } as ReplyValues);
   if (state === RGV_QPS_RTR) {
     let peer: Peer | null = id.peer;
@@ -872,5 +943,77 @@ function getEvent(c: UcmaCall, s: UcmaState, q: Req): Reply | number {
     rnr_retry_count: 7,
     private_data_len: pd.length,
     private_data: privateDataOut,
+    ud: ev.ud === true ? 1 : 0,
+    qkey: ev.qkey ?? 0,
+    dst_ipv4: bytes4(ev.addr ?? 0),
   } as ReplyValues);
+}
+
+/** Refuse the request `id` stands for, held by listener `l` (a REQ's or a SIDR_REQ's), if it still waits. */
+function answerHeld(s: UcmaState, l: Listener, id: CmId, pd?: Uint8Array): void {
+  if (!id.ud) return rejectDeferred(s.rdma.cm, l, id.key, pd);
+  if (l.sidr?.held.has(id.key) === true)
+    sidrAnswer(s.rdma.cm, l, id.key, SidrStatus.REJECTED, 0, 0, pd ?? new Uint8Array(0));
+}
+
+/** A SIDR_REQ to a listening UD id: a new id and CONNECT_REQUEST; the answer waits for the program. */
+function sidrRequest(s: UcmaState, listener: CmId, req: SidrRequest): boolean {
+  const id = requestedId(s, listener, req.src, req.srcPort, req.listenPort);
+  if (typeof id === 'string') return false;
+  id.ud = true;
+  id.key = sidrKey(req.src, req.srcPort);
+  post(s, {
+    id,
+    counted: listener,
+    event: RGV_CM_CONNECT_REQUEST,
+    status: 0,
+    qpn: req.srcPort,
+    pd: req.privateData.slice(0, RGV_UCMA_MAX_PRIVATE_DATA - 1),
+    ud: true,
+    addr: req.src,
+  });
+  watch(s, id);
+  return true;
+}
+
+/**
+ * CONNECT of a UD id: a datagram service request from the program's UD QP to the listener
+ * (SIDR_REQ, resent every rdma.cm-retry-ms until rdma.cm-timeout-ms); its answer is ESTABLISHED
+ * with the serving QP, its Q_Key and the address to reach it, or UNREACHABLE with the SIDR
+ * status (1: nobody listens there, 2: refused) or -ETIMEDOUT.
+ */
+async function connectUd(c: UcmaCall, s: UcmaState, id: CmId, q: Req): Promise<Reply | number> {
+  const qp = await programQp(s, q.qpn);
+  if (qp === undefined || !qp.cfg.ud || s.rdma.cm.sidrPending.has(qp.index)) return E.EINVAL;
+  if (id.state !== 'route' && id.state !== 'addr') return E.EINVAL;
+  id.qpn = qp.qpn;
+  id.state = 'connecting';
+  const cfg = s.server.dp.config.rdma;
+  // A random id: an answer must echo it (a spoofer must guess 32 bits), as a REQ's PSN.
+  const reqId = (Math.floor(Math.random() * 0xfffffffe) + 1) >>> 0;
+  sidrConnect(s.rdma.cm, {
+    qp,
+    reqId,
+    dst: id.dst,
+    dstPort: id.dstPort,
+    startNs: nowNs(s),
+    timeoutNs: cfg.cmTimeoutMs * 1e6,
+    retryNs: cfg.cmRetryMs * 1e6,
+    msg: sidrRequestMessage(reqId, privateData(q)),
+    done: (a) => {
+      if (!s.ids.has(id.handle) || id.state !== 'connecting') return;
+      if (a instanceof CmConnectError) {
+        id.state = 'failed';
+        post(s, { id, event: RGV_CM_UNREACHABLE, status: a.code === 'timeout' ? -E.ETIMEDOUT : -E.ECANCELED });
+      } else if (a.status !== SidrStatus.SUCCESS) {
+        id.state = 'failed';
+        post(s, { id, event: RGV_CM_UNREACHABLE, status: a.status, pd: a.privateData, ud: true, addr: id.dst });
+      } else {
+        id.state = 'connected';
+        const pd = a.privateData.slice(0, RGV_UCMA_MAX_PRIVATE_DATA - 1);
+        post(s, { id, event: RGV_CM_ESTABLISHED, status: 0, qpn: a.qpn, pd, ud: true, addr: id.dst, qkey: a.qkey });
+      }
+    },
+  });
+  return c.reply({} as ReplyValues);
 }

@@ -533,7 +533,8 @@ int main(void) {
   FIELD(rgv_ucma_reply, rnr_retry_count);
   FIELD(rgv_ucma_reply, private_data_len);
   FIELD(rgv_ucma_reply, state);
-  FIELD(rgv_ucma_reply, pad);
+  FIELD(rgv_ucma_reply, ud);
+  FIELD(rgv_ucma_reply, qkey);
   FIELD(rgv_ucma_reply, private_data);
   end();
 

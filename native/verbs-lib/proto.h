@@ -590,8 +590,8 @@ struct rgv_ucma {
   uint8_t src_ipv4[4];     /* network order */
   uint8_t dst_ipv4[4];     /* network order */
   uint16_t src_port, dst_port;
-  uint16_t ps;              /* CREATE_ID: the port space (RDMA_PS_TCP, RDMA_PS_IB) */
-  uint8_t qp_type;          /* CREATE_ID: IBV_QPT_RC */
+  uint16_t ps;              /* CREATE_ID: the port space (RDMA_PS_TCP, RDMA_PS_IB, RDMA_PS_UDP) */
+  uint8_t qp_type;          /* CREATE_ID: IBV_QPT_RC (IBV_QPT_UD for RDMA_PS_UDP) */
   uint8_t private_data_len; /* CONNECT, ACCEPT, REJECT */
   uint32_t backlog;         /* LISTEN; RESOLVE_ADDR: its timeout in ms */
   uint8_t responder_resources, initiator_depth, retry_count, rnr_retry_count;
@@ -611,11 +611,13 @@ struct rgv_ucma_reply {
   uint32_t mask;   /* INIT_QP_ATTR: enum rgv_qp_attr_mask bits */
   uint32_t rq_psn; /* INIT_QP_ATTR */
   uint8_t path_mtu, responder_resources, initiator_depth, retry_count;
-  uint8_t rnr_retry_count, private_data_len, state, pad;
+  uint8_t rnr_retry_count, private_data_len, state;
+  uint8_t ud;    /* GET_EVENT, INIT_QP_ATTR: 1 for an id of the UD port space (param.ud; qkey, dst_ipv4) */
+  uint32_t qkey; /* GET_EVENT (UD): the serving QP's Q_Key; INIT_QP_ATTR (UD, INIT): the QP's */
   uint8_t private_data[RGV_UCMA_MAX_PRIVATE_DATA];
 };
 
 _Static_assert(sizeof(struct rgv_ucma) == 304, "rgv_ucma is 304 bytes");
-_Static_assert(sizeof(struct rgv_ucma_reply) == 320, "rgv_ucma_reply is 320 bytes");
+_Static_assert(sizeof(struct rgv_ucma_reply) == 324, "rgv_ucma_reply is 324 bytes");
 
 #endif

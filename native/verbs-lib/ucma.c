@@ -17,10 +17,11 @@
  * - the daemon going away: a waiting GET_EVENT returns DEVICE_REMOVAL once for each id of its
  *   channel (the ids are known from the commands' answers), then fails with ENODEV.
  *
- * Served: CREATE_ID (port spaces TCP and IB, RC), DESTROY_ID, BIND_IP/BIND (IPv4, or IPv4-mapped
+ * Served: CREATE_ID (port spaces TCP and IB with RC; UDP with UD: datagram service requests, the
+ * events' param.ud), DESTROY_ID, BIND_IP/BIND (IPv4, or IPv4-mapped
  * IPv6), RESOLVE_IP/RESOLVE_ADDR, RESOLVE_ROUTE, QUERY_ROUTE, QUERY (address, GID, path),
  * CONNECT, LISTEN, ACCEPT, REJECT, DISCONNECT, INIT_QP_ATTR, GET_EVENT, MIGRATE_ID. Refused with
- * a line: UD port spaces (UDP, IPoIB: EOPNOTSUPP), multicast (ENOSYS), AF_IB and other IPv6
+ * a line: the IPoIB port space (EOPNOTSUPP), multicast (ENOSYS), AF_IB and other IPv6
  * addresses (EAFNOSUPPORT), options but REUSEADDR and AFONLY (what the daemon does anyway), and
  * NOTIFY (ENOSYS).
  */
@@ -332,6 +333,14 @@ static int init_qp_attr(uint32_t id, uint32_t state, uint64_t resp, uint32_t out
   a.qp_attr_mask = r.mask;
   a.qp_state = state;
   a.port_num = 1;
+  if (r.ud) {
+    /* A UD id's QP (librdmacm's rdma_create_qp moves it to RTS itself): a Q_Key at INIT. */
+    if (state == IBV_QPS_INIT) {
+      a.qp_attr_mask |= IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+      a.qkey = r.qkey;
+    }
+    return respond(resp, out, &a, sizeof a);
+  }
   if (state == IBV_QPS_INIT) {
     a.qp_attr_mask |= IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
     a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
@@ -366,6 +375,20 @@ static void conn_param_out(struct rdma_ucm_conn_param* p, const struct rgv_ucma_
   p->valid = 1;
   p->private_data_len = r->private_data_len;
   _Static_assert(sizeof p->private_data == RGV_UCMA_MAX_PRIVATE_DATA, "the ucma ABI's private data");
+  memcpy(p->private_data, r->private_data, r->private_data_len); /* a u8: within the 256 */
+}
+
+/* A UD id's event: the serving QP and Q_Key, and the address handle's attributes toward the peer. */
+static void ud_param_out(struct rdma_ucm_ud_param* p, const struct rgv_ucma_reply* r) {
+  p->qp_num = r->qpn;
+  p->qkey = r->qkey;
+  p->ah_attr.is_global = 1;
+  p->ah_attr.port_num = 1;
+  p->ah_attr.grh.hop_limit = 64;
+  p->ah_attr.grh.sgid_index = 0;
+  mapped_gid(p->ah_attr.grh.dgid, r->dst_ipv4);
+  _Static_assert(sizeof p->private_data == RGV_UCMA_MAX_PRIVATE_DATA, "the ucma ABI's UD private data");
+  p->private_data_len = r->private_data_len;
   memcpy(p->private_data, r->private_data, r->private_data_len); /* a u8: within the 256 */
 }
 
@@ -423,7 +446,10 @@ static int get_event(int fd, uint32_t channel, uint64_t resp, uint32_t out) {
   e.id = r.id;
   e.event = r.event;
   e.status = r.status;
-  conn_param_out(&e.param.conn, &r);
+  if (r.ud)
+    ud_param_out(&e.param.ud, &r);
+  else
+    conn_param_out(&e.param.conn, &r);
   return respond(resp, out, &e, sizeof e);
 }
 
@@ -455,8 +481,8 @@ static ssize_t command(int fd, uint32_t channel, const void* buf, size_t len) {
   switch (h.cmd) {
     case RDMA_USER_CM_CMD_CREATE_ID: {
       BODY(struct rdma_ucm_create_id, c, offsetof(struct rdma_ucm_create_id, reserved));
-      if (c.ps == RDMA_PS_UDP || c.ps == RDMA_PS_IPOIB || c.qp_type != IBV_QPT_RC)
-        REFUSE("a UD port space (RDMA_PS_UDP, RDMA_PS_IPOIB) or a QP type other than RC", EOPNOTSUPP);
+      if (c.ps == RDMA_PS_UDP ? c.qp_type != IBV_QPT_UD : c.ps == RDMA_PS_IPOIB || c.qp_type != IBV_QPT_RC)
+        REFUSE("RDMA_PS_IPOIB, or a QP type other than RC (UD for RDMA_PS_UDP)", EOPNOTSUPP);
       q.cmd = RGV_UCMA_CREATE_ID;
       q.channel = channel;
       q.ps = c.ps;

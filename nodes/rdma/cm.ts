@@ -25,12 +25,16 @@
  * `halfOpenTimeoutNs` is destroyed (reaped). A repeated REQ (our ACCEPT was lost) gets the same
  * ACCEPT again, not a second QP, and only while half-open, at most every REACCEPT_NS and
  * REACCEPT_MAX times: spoofed REQs cannot turn us into an amplifier.
+ *
+ * SIDR_REQ and SIDR_REP (a UD QP's datagram service request and its answer, PROTOCOL.md
+ * section 6.1) have the same layout and go to sidr.ts.
  */
 import { BufferFlag, type Frame, type Graph, type NodeRuntime, OPAQUE_WORDS, errorTable } from '../../graph/index.ts';
 import { Ip4Opaque } from '../ip4/ip4.ts';
 import { formatIp4 } from '../net/address.ts';
 import type { RdmaCore } from './core.ts';
 import { MAX_RD_ATOMIC, type Qp, QpState } from './qp.ts';
+import { type PendingSidr, type SidrListener, sidrReplyInput, sidrRequestInput, sidrTimer } from './sidr.ts';
 import {
   CM_PRIVATE_DATA,
   CM_IRD,
@@ -53,17 +57,25 @@ export const CM_INPUT = 'cm-input';
 
 const ERROR_TABLE = errorTable({
   MALFORMED: { name: 'malformed', description: 'CM message with a bad length or values', severity: 'error' },
-  NO_LISTENER: { name: 'no_listener', description: 'REQ to a port with no listener (REJECT sent)', severity: 'warn' },
-  UNEXPECTED: { name: 'unexpected', description: 'ACCEPT/REJECT for a QP not connecting', severity: 'info' },
-  REQUESTS: { name: 'requests', description: 'connection requests received', severity: 'info' },
+  NO_LISTENER: {
+    name: 'no_listener',
+    description: 'REQ or SIDR_REQ to a port with no listener for it (REJECT or SIDR_REP sent)',
+    severity: 'warn',
+  },
+  UNEXPECTED: {
+    name: 'unexpected',
+    description: 'ACCEPT/REJECT/SIDR_REP for a QP not asking, or from another host or port',
+    severity: 'info',
+  },
+  REQUESTS: { name: 'requests', description: 'connection and datagram service requests received', severity: 'info' },
   BACKLOG_FULL: {
     name: 'backlog_full',
-    description: 'REQ dropped: the listener has its backlog of half-open connections',
+    description: "request beyond the listener's backlog (a REQ dropped or REJECTed, a SIDR_REQ refused)",
     severity: 'warn',
   },
   REPEATED: {
     name: 'repeated',
-    description: 'repeated REQ not answered (connection up, or re-ACCEPT limit)',
+    description: 'repeated REQ or SIDR_REQ not answered (held, connection up, or re-answer limit)',
     severity: 'info',
   },
   REAPED: {
@@ -71,7 +83,11 @@ const ERROR_TABLE = errorTable({
     description: 'half-open connections destroyed (no traffic after ACCEPT)',
     severity: 'warn',
   },
-  WRONG_ID: { name: 'wrong_id', description: 'ACCEPT/REJECT not echoing our REQ (spoofed or stale)', severity: 'warn' },
+  WRONG_ID: {
+    name: 'wrong_id',
+    description: 'ACCEPT/REJECT/SIDR_REP not echoing our request (spoofed or stale)',
+    severity: 'warn',
+  },
   RELISTEN: {
     name: 'relisten',
     description: 'REQ to a port whose listener closed within a second (dropped: the requester resends)',
@@ -96,6 +112,8 @@ const REACCEPT_NS = 20e6;
 const REACCEPT_MAX = 8;
 /** Timer user ids at and above this are half-open checks of the QP at (id - REAP_TIMER). */
 const REAP_TIMER = 1 << 20;
+/** And at and above this, SIDR_REQ retries of the UD QP at (id - SIDR_TIMER). */
+const SIDR_TIMER = 2 << 20;
 
 export interface ConnectRequest {
   /** The peer's address and (data) port. */
@@ -159,6 +177,8 @@ export interface Listener {
   deferred?: Map<string, DeferredRequest>;
   /** Answer a request beyond the backlog with REJECT (default: drop it, as a full SYN queue does). */
   rejectWhenFull?: boolean;
+  /** A listener for datagram service requests (SIDR_REQ, sidr.ts); its REQs are refused. */
+  sidr?: SidrListener;
 }
 
 export interface PendingConnect {
@@ -190,6 +210,8 @@ export class ConnectionManager {
   readonly core: RdmaCore;
   readonly listeners = new Map<number, Listener>();
   readonly pending = new Map<number, PendingConnect>(); // by QP index
+  /** Datagram service requests under way (sidr.ts), by their UD QP's index. */
+  readonly sidrPending = new Map<number, PendingSidr>();
   /**
    * QPs this side accepted, by their requester's "address:port" (repeated REQs), whichever
    * listener made them and whether it still listens: a program that accepts one connection and
@@ -237,6 +259,11 @@ export class ConnectionManager {
 
   cancel(qp: Qp, reason: string): void {
     this.forget(qp);
+    const ps = this.sidrPending.get(qp.index);
+    if (ps !== undefined && ps.qp === qp) {
+      this.sidrPending.delete(qp.index);
+      ps.done(new CmConnectError('cancelled', reason));
+    }
     const p = this.pending.get(qp.index);
     if (!p) return;
     this.pending.delete(qp.index);
@@ -263,8 +290,14 @@ export class ConnectionManager {
     return qp !== undefined && qp.listenPort === port ? qp : undefined;
   }
 
-  /** REQ retransmission timer, and half-open checks (user >= REAP_TIMER). */
+  /** The timer id of UD QP `index`'s SIDR_REQ retries. */
+  sidrTimerId(index: number): number {
+    return SIDR_TIMER + index;
+  }
+
+  /** REQ retransmission timer, half-open checks (user >= REAP_TIMER) and SIDR_REQ retries. */
   timer(user: number): void {
+    if (user >= SIDR_TIMER) return sidrTimer(this, user - SIDR_TIMER);
     if (user >= REAP_TIMER) return this.reapCheck(user - REAP_TIMER);
     const index = user;
     const p = this.pending.get(index);
@@ -306,7 +339,7 @@ export class ConnectionManager {
   }
 
   /**
-   * One CM message (REQ, ACCEPT or REJECT; data at the TRP header) from `src`:`srcPort` to
+   * One CM message (REQ, ACCEPT, REJECT, SIDR_REQ or SIDR_REP; data at the TRP header) from `src`:`srcPort` to
    * `dstPort`; returns what it did (show trace). `unbound`: the datagram came to a port nobody
    * bound (udp4-input counted it `no_listener`): a REQ there is answered with REJECT, anything
    * else is dropped without another count.
@@ -322,9 +355,10 @@ export class ConnectionManager {
   ): string {
     const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     const op = bytes.length >= TRP_HEADER_BYTES ? v.getUint16(TRP_OPCODE) >>> TRP_OP_SHIFT : -1;
-    if (unbound && op !== TrpOp.REQ) return 'dropped: no listener on the UDP port';
+    if (unbound && op !== TrpOp.REQ && op !== TrpOp.SIDR_REQ) return 'dropped: no listener on the UDP port';
     if (bytes.length < TRP_HEADER_BYTES + CM_PARAMS_BYTES) return counted(rt, CmError.MALFORMED);
-    if (op !== TrpOp.REQ && op !== TrpOp.ACCEPT && op !== TrpOp.REJECT) return counted(rt, CmError.MALFORMED);
+    if (op < TrpOp.REQ || (op > TrpOp.REJECT && op !== TrpOp.SIDR_REQ && op !== TrpOp.SIDR_REP))
+      return counted(rt, CmError.MALFORMED);
     const psn = v.getUint32(TRP_PSN),
       ack = v.getUint32(TRP_ACK);
     const pdLen = v.getUint16(CM_PD_LEN),
@@ -332,6 +366,15 @@ export class ConnectionManager {
       ord = v.getUint16(CM_ORD);
     if (bytes.length !== TRP_HEADER_BYTES + CM_PARAMS_BYTES + pdLen || pdLen > CM_MAX_PRIVATE_DATA)
       return counted(rt, CmError.MALFORMED);
+    if (op === TrpOp.SIDR_REQ || op === TrpOp.SIDR_REP) {
+      const pd = bytes.slice(CM_PRIVATE_DATA, CM_PRIVATE_DATA + pdLen);
+      // A SIDR_REQ comes to a listener's port (or one nobody bound), never to a QP's.
+      if (op === TrpOp.SIDR_REQ)
+        return qpIndex >= 0
+          ? counted(rt, CmError.UNEXPECTED)
+          : sidrRequestInput(this, rt, src, srcPort, dstPort, psn, pd);
+      return sidrReplyInput(this, rt, src, srcPort, qpIndex, psn, ack, ird, ord, pd);
+    }
     if (op === TrpOp.REQ) return this.request(rt, bytes, src, srcPort, dstPort, psn, ird, ord, pdLen);
     const p = qpIndex >= 0 ? this.pending.get(qpIndex) : undefined;
     // Only the host we sent the REQ to answers it (from the port of the QP it made), and only
@@ -394,7 +437,9 @@ export class ConnectionManager {
         srcPort,
         dstPort,
       );
-    const l = this.listeners.get(dstPort);
+    // A listener for datagram service requests (SIDR) takes no REQ: none listens for it here.
+    const found = this.listeners.get(dstPort);
+    const l = found?.sidr === undefined ? found : undefined;
     const now = this.core.graph.clock.nowNs();
     const key = `${src}:${srcPort}`;
     // A request we accepted already (its listener may be gone since): the same request again.
@@ -509,7 +554,7 @@ export class ConnectionManager {
 }
 
 /** Count error `code` of cm-input; its description says what happened to the message. */
-function counted(rt: NodeRuntime, code: number): string {
+export function counted(rt: NodeRuntime, code: number): string {
   rt.countError(code);
   return `dropped: ${ERRORS[code].description}`;
 }

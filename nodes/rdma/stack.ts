@@ -20,6 +20,7 @@ import { formatIp4, parseIp4 } from '../net/address.ts';
 import { PortQuarantine } from './port-quarantine.ts';
 import { Budget, type BudgetLimits, qpSlots } from './budget.ts';
 import { type AcceptDecision, type ConnectRequest, ConnectionManager, type Listener, registerCmInput } from './cm.ts';
+import type { SidrRequest } from './sidr.ts';
 import { MAX_MRS, type RdmaEvent, RdmaCore, type TrpSettings } from './core.ts';
 import { peerWindowsOf } from '../../graph/peer-windows.ts';
 import { registerDdpInput } from './ddp-input.ts';
@@ -882,12 +883,14 @@ export class Rdma {
   /**
    * Listen for connection requests on `port` (rdma_listen); `accept` decides per request.
    * `backlog`: half-open connections held at most (default rdma cm-backlog); `onReap`: told
-   * when a connection it accepted was destroyed for staying half-open.
+   * when a connection it accepted was destroyed for staying half-open. `sidr`: a listener for
+   * datagram service requests instead (nodes/rdma/sidr.ts: `accept` is never called; REQs are
+   * answered as to a port nobody listens on), told each new one: true holds it for `sidrAnswer`.
    */
   listen(
     port: number,
     accept: (req: ConnectRequest) => AcceptDecision,
-    opts: { backlog?: number; onReap?: (qp: Qp, reason: string) => void } = {},
+    opts: { backlog?: number; onReap?: (qp: Qp, reason: string) => void; sidr?: (req: SidrRequest) => boolean } = {},
   ): void {
     int(port, 1, 65535, 'listen port');
     const backlog = opts.backlog === undefined ? this.cmBacklog : int(opts.backlog, 1, 65536, 'listen backlog');
@@ -899,6 +902,7 @@ export class Rdma {
       throw new VerbsError('busy', (e as Error).message);
     }
     const l: Listener = { port, accept, backlog, halfOpen: new Set(), onReap: opts.onReap };
+    if (opts.sidr !== undefined) l.sidr = { request: opts.sidr, held: new Map(), answered: new Map() };
     this.cm.listeners.set(port, l);
     this.cm.closedAt.delete(port);
   }

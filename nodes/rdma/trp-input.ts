@@ -13,8 +13,9 @@
  *   lost), a packet above a hole is accepted at once (out-of-order placement is safe for DDP),
  *   and accepted data goes on to ddp-input.
  * - SACK: a range inside [snd_una, snd_nxt] only (transport.ts onSack).
- * - DATAGRAM (and nothing else) to a UD QP goes to ud-input, from any address; a DATAGRAM to an
- *   RC QP is an unknown opcode.
+ * - DATAGRAM to a UD QP goes to ud-input, from any address; SIDR_REP (the answer to a datagram
+ *   service request the QP sent) to cm-input; anything else to a UD QP, and a DATAGRAM or SIDR
+ *   message to an RC QP, is an unknown opcode.
  * - FIN: taken only at exactly the expected PSN with an acceptable ACK (RFC 5961's rule for
  *   RST); one elsewhere in the window draws a challenge ACK, which tells an honest closer where
  *   to send its FIN again (and makes it do so, a few times at most).
@@ -155,8 +156,12 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
       const fromPeer =
         opaque[w + Ip4Opaque.REMOTE] === qp.remoteAddr && ports >>> 16 === qp.remotePort && qp.remotePort !== 0;
       if (qp.cfg.ud) {
-        // A UD QP takes datagrams from anyone (ud-input checks the Q_Key), nothing else.
-        if (op !== TrpOp.DATAGRAM) err = TrpInputError.BAD_OPCODE;
+        // A UD QP takes datagrams from anyone (ud-input checks the Q_Key), and the answer to a
+        // SIDR_REQ it sent (cm-input checks that it is one); nothing else.
+        if (op === TrpOp.SIDR_REP) {
+          next = NEXT_CM;
+          opaque[w + RdmaOpaque.QP] = qp.index;
+        } else if (op !== TrpOp.DATAGRAM) err = TrpInputError.BAD_OPCODE;
         else {
           next = NEXT_UD;
           opaque[w + RdmaOpaque.QP] = qp.index;

@@ -24,7 +24,9 @@
 -- Send payload and call it malformed).
 --
 -- Opcodes 7 PROBE and 8 PROBE_ACK (rdma-graph's) are a retransmission timeout's question and its
--- answer: the header alone, like a pure ACK.
+-- answer: the header alone, like a pure ACK. Opcodes 9 SIDR_REQ and 10 SIDR_REP are the datagram
+-- service's request and answer (rdma_cm's UD port space): trp.sidr.request_id, trp.sidr.qkey,
+-- trp.sidr.status, trp.sidr.qpn, with the CM fields' layout.
 --
 -- Fields: trp.psn, trp.ack, trp.opcode, trp.reserved, trp.ce_echo (DATA, SACK, PROBE, PROBE_ACK: the count of
 -- CE-marked data packets the sender of this packet received, mod 4096: PROTOCOL.md section 5),
@@ -38,11 +40,12 @@
 local trp = Proto("urdma_trp", "urdma TRP over UDP")
 
 local OP_DATA, OP_REQ, OP_ACCEPT, OP_REJECT, OP_FIN, OP_SACK, OP_DATAGRAM = 0, 1, 2, 3, 4, 5, 6
-local OP_PROBE, OP_PROBE_ACK = 7, 8
+local OP_PROBE, OP_PROBE_ACK, OP_SIDR_REQ, OP_SIDR_REP = 7, 8, 9, 10
 local op_names = {
     [OP_DATA] = "DATA/ACK", [OP_REQ] = "REQ", [OP_ACCEPT] = "ACCEPT",
     [OP_REJECT] = "REJECT", [OP_FIN] = "FIN", [OP_SACK] = "SACK", [OP_DATAGRAM] = "DATAGRAM",
     [OP_PROBE] = "PROBE", [OP_PROBE_ACK] = "PROBE_ACK",
+    [OP_SIDR_REQ] = "SIDR_REQ", [OP_SIDR_REP] = "SIDR_REP",
 }
 
 local f = {
@@ -68,6 +71,12 @@ local f = {
     dg_flag_imm = ProtoField.bool("trp.dg.flags.imm", "Immediate present", 12, nil, 0x001),
     dg_flag_se = ProtoField.bool("trp.dg.flags.solicited", "Solicited event", 12, nil, 0x002),
     dg_data = ProtoField.bytes("trp.dg.data", "Message"),
+    sidr_id = ProtoField.uint32("trp.sidr.request_id", "Request id", base.HEX),
+    sidr_qkey = ProtoField.uint32("trp.sidr.qkey", "Q_Key", base.HEX),
+    sidr_status = ProtoField.uint16("trp.sidr.status", "Status", base.DEC, {
+        [0] = "success", [1] = "no datagram listener on the port", [2] = "rejected",
+    }),
+    sidr_qpn = ProtoField.uint16("trp.sidr.qpn", "Serving QP", base.DEC),
 }
 trp.fields = f
 
@@ -90,6 +99,23 @@ local e = {
 trp.experts = e
 
 local ddp = Dissector.get("iwarp_ddp_rdmap")
+
+-- The CM layout after the header: private-data-length(2), two 2-byte fields (`a`, `b`), the
+-- private data. Returns the private-data length, or nil when the datagram is too short.
+local function cm_body(tvb, t, len, a, b)
+    if len < 16 then
+        t:add_proto_expert_info(e.short)
+        return nil
+    end
+    local pdlen = tvb(10, 2):uint()
+    local pl = t:add(f.pdlen, tvb(10, 2))
+    t:add(a, tvb(12, 2))
+    t:add(b, tvb(14, 2))
+    if len > 16 then t:add(f.private_data, tvb(16)) end
+    if len ~= 16 + pdlen then pl:add_proto_expert_info(e.cm_length) end
+    if pdlen > 512 then pl:add_proto_expert_info(e.cm_too_long) end
+    return pdlen
+end
 
 function trp.dissector(tvb, pinfo, tree)
     local len = tvb:len()
@@ -118,6 +144,33 @@ function trp.dissector(tvb, pinfo, tree)
         t:append_text(string.format(", DATAGRAM, Q_Key 0x%08x, %u bytes", psn, len - 10))
         pinfo.cols.info = string.format("DATAGRAM Q_Key=0x%08x%s%s %u bytes", psn, imm,
             math.floor(fl / 2) % 2 == 1 and " SE" or "", len - 10)
+        return len
+    end
+    if op == OP_SIDR_REQ or op == OP_SIDR_REP then
+        -- The datagram service's request and answer (PROTOCOL.md section 6.1): the CM layout,
+        -- the request id where the PSN is (REQ) or echoed where the ACK is (REP, with the Q_Key
+        -- in the PSN's place), the status and serving QP where IRD and ORD are.
+        local rep = op == OP_SIDR_REP
+        if rep then
+            t:add(f.sidr_qkey, tvb(0, 4))
+            t:add(f.sidr_id, tvb(4, 4))
+        else
+            t:add(f.sidr_id, tvb(0, 4))
+            t:add(f.ack, tvb(4, 4))
+        end
+        t:add(f.opcode, tvb(8, 2))
+        local r = t:add(f.reserved, tvb(8, 2))
+        if tvb(8, 2):uint() % 4096 ~= 0 then r:add_proto_expert_info(e.reserved) end
+        local pdlen = cm_body(tvb, t, len, rep and f.sidr_status or f.ird, rep and f.sidr_qpn or f.ord)
+        if pdlen == nil then return len end
+        if rep then
+            t:append_text(string.format(", SIDR_REP, status %u", tvb(12, 2):uint()))
+            pinfo.cols.info = string.format("SIDR_REP id=0x%08x status %u QP=%u Q_Key=0x%08x private data %u bytes",
+                ack, tvb(12, 2):uint(), tvb(14, 2):uint(), psn, pdlen)
+        else
+            t:append_text(", SIDR_REQ")
+            pinfo.cols.info = string.format("SIDR_REQ id=0x%08x private data %u bytes", psn, pdlen)
+        end
         return len
     end
     t:add(f.psn, tvb(0, 4))
@@ -160,18 +213,9 @@ function trp.dissector(tvb, pinfo, tree)
         t:add(f.sack, range):set_generated()
         pinfo.cols.info = "SACK " .. range
     elseif op == OP_REQ or op == OP_ACCEPT or op == OP_REJECT then
-        if len < 16 then
-            t:add_proto_expert_info(e.short)
-            return len
-        end
         -- private-data-length(2) ird(2) ord(2), then the private data.
-        local pdlen = tvb(10, 2):uint()
-        local pl = t:add(f.pdlen, tvb(10, 2))
-        if op == OP_REJECT then t:add(f.reject_reason, tvb(12, 2)) else t:add(f.ird, tvb(12, 2)) end
-        t:add(f.ord, tvb(14, 2))
-        if len > 16 then t:add(f.private_data, tvb(16)) end
-        if len ~= 16 + pdlen then pl:add_proto_expert_info(e.cm_length) end
-        if pdlen > 512 then pl:add_proto_expert_info(e.cm_too_long) end
+        local pdlen = cm_body(tvb, t, len, op == OP_REJECT and f.reject_reason or f.ird, f.ord)
+        if pdlen == nil then return len end
         if op == OP_REJECT then
             pinfo.cols.info = string.format("REJECT reason %u private data %u bytes", tvb(12, 2):uint(), pdlen)
         else

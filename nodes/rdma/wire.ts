@@ -27,6 +27,8 @@ export const TrpOp = {
   DATAGRAM: 6,
   PROBE: 7,
   PROBE_ACK: 8,
+  SIDR_REQ: 9,
+  SIDR_REP: 10,
 } as const;
 export const TRP_OP_NAMES = [
   'DATA',
@@ -38,6 +40,8 @@ export const TRP_OP_NAMES = [
   'DATAGRAM',
   'PROBE',
   'PROBE_ACK',
+  'SIDR_REQ',
+  'SIDR_REP',
 ] as const;
 
 /**
@@ -284,6 +288,19 @@ export const CmRejectReason = {
   /** The REQ's IRD or ORD is above what we serve. */
   PARAMETERS: 3,
 } as const;
+/**
+ * A SIDR_REP's status, in its CM_IRD field (PROTOCOL.md section 6.1): InfiniBand's SIDR REP
+ * status values, which librdmacm programs see as an UNREACHABLE event's status.
+ */
+export const SidrStatus = {
+  SUCCESS: 0,
+  /** Nobody listens for datagram requests on the port (IB_SIDR_UNSUPPORTED). */
+  NO_LISTENER: 1,
+  /** The listener (the program) refused it, or holds too many requests (IB_SIDR_REJECT). */
+  REJECTED: 2,
+} as const;
+export const SIDR_STATUS_NAMES = ['success', 'no datagram listener on the port', 'rejected'];
+
 export const CM_REJECT_REASON_NAMES = [
   'refused by the listener',
   'no listener on the port',
