@@ -2,9 +2,10 @@
  * The vector engine: node registry, frames, batched enqueue, the dispatch loop, adaptive
  * polling, timers, processes, counters and trace. One Graph per data-plane thread.
  *
- * A pass (VPP's main loop iteration): poll every input node, drain the pending frames until
- * the graph is empty (frames enqueued while draining run in the same pass), run due timers and
- * ready processes. Frames are per target node: everything enqueued to a node before it runs
+ * A pass (VPP's main loop iteration): poll every input node in state 'polling' and those in
+ * state 'interrupt' that were given work since (interrupt(): ddp-output, udp4-send,
+ * icmp4-ping, whose producers say so), drain the pending frames until the graph is empty
+ * (frames enqueued while draining run in the same pass), run due timers and ready processes. Frames are per target node: everything enqueued to a node before it runs
  * lands in the same vector, up to 256, so vectors grow under load.
  */
 import { BufferPool } from './buffer-pool.ts';
@@ -322,7 +323,19 @@ export class Graph {
   setInputState(rt: NodeRuntime, state: 'polling' | 'interrupt' | 'disabled'): void {
     if (rt.type !== 'input') throw new GraphError(`node "${rt.name}" is not an input node`);
     rt.state = state;
+    // Whatever it had queued meanwhile is looked at once (it may have missed its interrupt).
+    rt.interruptPending = true;
     this.refreshInputs();
+  }
+
+  /**
+   * Input `rt` has work (VPP's vlib_node_set_interrupt_pending): an interrupt-state input is
+   * called in the next pass (a polling one anyway), and a sleeping loop wakes for it. A node
+   * that leaves work behind interrupts itself again before it returns.
+   */
+  interrupt(rt: NodeRuntime): void {
+    rt.interruptPending = true;
+    this.wake();
   }
 
   // ---------------------------------------------------------------- frames
@@ -452,6 +465,11 @@ export class Graph {
     const inputs = this.inputs;
     for (let i = 0; i < inputs.length; i++) {
       const rt = inputs[i];
+      // An interrupt-state input runs only when given work (interrupt()): no call, no tick.
+      if (rt.state === 'interrupt') {
+        if (!rt.interruptPending) continue;
+        rt.interruptPending = false;
+      }
       this.current = rt;
       const n = rt.fn(rt, null);
       tick();

@@ -150,8 +150,13 @@ export class NodeRuntime {
   readonly errors: readonly ErrorDesc[];
   /** The frame being filled for this node (pending in the dispatch queue), if any. */
   cur: Frame | null = null;
-  /** Input nodes. */
+  /**
+   * Input nodes: 'polling' (called every pass), 'interrupt' (called only in a pass after
+   * `graph.interrupt(rt)`, VPP's interrupt pending: whoever gives it work says so) or 'disabled'.
+   */
   state: InputState;
+  /** An interrupt-state input has work (graph.interrupt): called in the next pass. */
+  interruptPending = false;
   /** True during a call whose frame holds traced buffers: the node may call addTrace. */
   traceOn = false;
   /** Input nodes: packets still to trace (`trace add`). */

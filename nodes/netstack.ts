@@ -86,7 +86,7 @@ export function registerL2L4(graph: Graph, opts: NetstackOptions = {}): Netstack
     registerEthernetInput(graph, interfaces),
   ];
   setLoopbackNext(graph, 'ethernet-input');
-  udp.attach(graph.node('udp4-input'), queue);
+  udp.attach(graph.node('udp4-input'), queue, graph.node('udp4-send'));
   const nodes: Record<string, NodeRuntime> = {};
   for (const rt of list) nodes[rt.name] = rt;
   return {

@@ -260,6 +260,74 @@ test('input states: a disabled input node is not polled; nextIndex names arcs', 
   assert.throws(() => g.setInputState(g.node('x'), 'disabled'), /not an input node/);
 });
 
+test('interrupt state: called only in a pass after interrupt(), once per interrupt; a node re-arms itself for what it left', () => {
+  const g = new Graph({ pool: memPool(16), clock: monotonicClock() });
+  let calls = 0,
+    queued = 0;
+  const inp = g.register({
+    name: 'in',
+    type: 'input',
+    state: 'interrupt',
+    fn: (rt) => {
+      calls++;
+      // Takes at most 2 per call, as a node that fills a frame; says when more is left.
+      const took = Math.min(queued, 2);
+      queued -= took;
+      if (queued > 0) g.interrupt(rt);
+      return took;
+    },
+  });
+  g.build();
+  for (let i = 0; i < 5; i++) g.runPass();
+  assert.is(calls, 0, 'not called without an interrupt');
+  assert.is(g.runtimeSnapshot().rows.find((r) => r.name === 'in')?.calls ?? 0, 0);
+  queued = 5;
+  g.interrupt(inp);
+  g.interrupt(inp); // twice before a pass: one call
+  g.runPass();
+  assert.equal([calls, queued], [1, 3]);
+  g.runPass();
+  g.runPass();
+  assert.equal([calls, queued], [3, 0], 'the rest in the passes after, one call each');
+  g.runPass();
+  assert.is(calls, 3, 'nothing left: not called again');
+  // Switched to polling: called every pass; back to interrupt: looked at once, then not.
+  g.setInputState(inp, 'polling');
+  g.runPass();
+  g.runPass();
+  assert.is(calls, 5);
+  g.setInputState(inp, 'interrupt');
+  g.runPass();
+  g.runPass();
+  assert.is(calls, 6, 'once after the switch (it may have missed an interrupt), then idle');
+});
+
+test('interrupt state: an interrupt wakes a sleeping loop, which calls the node', async () => {
+  const g = new Graph({ pool: memPool(16), clock: monotonicClock(), idlePollUs: 50 });
+  let calls = 0;
+  const inp = g.register({
+    name: 'in',
+    type: 'input',
+    state: 'interrupt',
+    fn: () => {
+      calls++;
+      return 1;
+    },
+  });
+  g.build();
+  g.start();
+  try {
+    await waitFor('asleep', () => g.isSleeping);
+    assert.is(calls, 0);
+    g.interrupt(inp);
+    await waitFor('called', () => calls === 1);
+    await waitFor('asleep again', () => g.isSleeping);
+    assert.is(calls, 1, 'called once for one interrupt');
+  } finally {
+    g.close();
+  }
+});
+
 test('poll phases: work, then transmit, then receive inputs, the drain right after the last burst', () => {
   const g = new Graph({ pool: memPool(16), clock: monotonicClock() });
   const seen: string[] = [];

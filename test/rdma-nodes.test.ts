@@ -879,6 +879,24 @@ test('ddp-output: a large Send is segmented to the MTU (MSN fixed, MO advancing,
   r.close();
 });
 
+test('ddp-output runs only when a QP has something to send (interrupt state): not in idle passes', () => {
+  const r = rig();
+  const calls = () => r.g.nodeCounters('ddp-output').calls;
+  r.run();
+  const before = calls();
+  for (let i = 0; i < 10; i++) r.g.runPass();
+  assert.is(calls(), before, 'ten idle passes: not called');
+  const m = r.mr(64, ['local-write']);
+  r.post({ wrId: 'one', opcode: 'send', sg: [{ mr: m, offset: 0, length: 8 }] });
+  const out = r.run();
+  assert.is(out.length, 1, 'the Send went out');
+  assert.ok(calls() > before, 'called for it');
+  const after = calls();
+  for (let i = 0; i < 10; i++) r.g.runPass();
+  assert.is(calls(), after, 'idle again: not called');
+  r.close();
+});
+
 test('ddp-output: a large Write is segmented to the tagged MTU with the TO advancing', () => {
   const r = rig({ mtu: 600 });
   const m = r.mr(4096, ['local-write']);

@@ -78,6 +78,8 @@ export class Pinger {
   private tail = 0;
   private readonly graph: Graph;
   private readonly one = new Uint32Array(1);
+  /** icmp4-ping, interrupted when a request is queued (registerIcmp4Ping sets it). */
+  node: NodeRuntime | null = null;
 
   constructor(graph: Graph) {
     this.graph = graph;
@@ -150,7 +152,8 @@ export class Pinger {
       this.waiting.set(seq, entry);
     });
     this.ring[this.head++ % MAX_WAITING] = bi;
-    this.graph.wake();
+    if (this.node !== null) this.graph.interrupt(this.node);
+    else this.graph.wake();
     return { seq, reply };
   }
 
@@ -228,9 +231,11 @@ export class Pinger {
 }
 
 export function registerIcmp4Ping(graph: Graph, pinger: Pinger): NodeRuntime {
-  return graph.register({
+  const rt = graph.register({
     name: ICMP4_PING,
     type: 'input',
+    // Called only when a request was queued (Pinger.send interrupts it).
+    state: 'interrupt',
     pollPhase: 'transmit',
     flags: NodeFlag.TRACE_SUPPORTED,
     next: ['ip4-rewrite'],
@@ -238,15 +243,18 @@ export function registerIcmp4Ping(graph: Graph, pinger: Pinger): NodeRuntime {
     fn: icmp4Ping,
     formatTrace: (r) => String(r),
   });
+  pinger.node = rt;
+  return rt;
 }
 
 function icmp4Ping(rt: NodeRuntime, _frame: Frame | null): number {
   const p = rt.runtimeData as Pinger;
   const g = rt.graph;
   const out = rt.scratch;
-  // Polled every pass: the time (a heap number once passed on) is read only when a request waits.
+  // The time (a heap number once passed on) is read only when a request waits.
   if (!p.queued) return 0;
   const n = p.take(out, out.length, g.clock.nowNs());
+  if (p.queued) g.interrupt(rt); // more than a frame queued: the rest next pass
   if (n === 0) return 0;
   g.traceInput(rt, out, 0, n);
   if (rt.traceOn) {

@@ -79,6 +79,8 @@ export class RdmaCore {
   readonly txq: Int32Array;
   txHead = 0;
   txCount = 0;
+  /** ddp-output, which serves txq: interrupted by schedule() (null: only the loop is woken). */
+  txNode: NodeRuntime | null = null;
   /** The node that owns the retransmission timers (set when registered). */
   trpOutput!: NodeRuntime;
   onEvent: ((e: RdmaEvent) => void) | null = null;
@@ -149,7 +151,8 @@ export class RdmaCore {
     qp.inTxQueue = true;
     this.txq[(this.txHead + this.txCount) % this.txq.length] = qp.index;
     this.txCount++;
-    this.graph.wake();
+    if (this.txNode !== null) this.graph.interrupt(this.txNode);
+    else this.graph.wake();
   }
 
   /** Take the next QP to serve, or -1. */

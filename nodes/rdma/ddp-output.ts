@@ -46,9 +46,11 @@ export const DdpOutputError = ERROR_TABLE.code;
 const ERRORS = ERROR_TABLE.list;
 
 export function registerDdpOutput(graph: Graph, core: RdmaCore): NodeRuntime {
-  return graph.register({
+  const rt = graph.register({
     name: DDP_OUTPUT,
     type: 'input',
+    // Called only when a QP was scheduled (core.schedule interrupts it), not every pass.
+    state: 'interrupt',
     pollPhase: 'transmit',
     next: ['trp-output', 'udp4-encap'],
     errors: ERRORS,
@@ -56,6 +58,8 @@ export function registerDdpOutput(graph: Graph, core: RdmaCore): NodeRuntime {
     fn: ddpOutput,
     formatTrace: (r) => String(r),
   });
+  core.txNode = rt;
+  return rt;
 }
 
 let nOut = 0;
@@ -83,6 +87,8 @@ function ddpOutput(rt: NodeRuntime): number {
   }
   if (starved || ud.starved) rt.countError(DdpOutputError.NO_BUFFERS);
   if (ud.noRoute > 0) rt.countError(DdpOutputError.UD_NO_ROUTE, ud.noRoute);
+  // QPs left for the next pass (a full frame, no buffers): called again then.
+  if (core.txCount > 0) rt.graph.interrupt(rt);
   const n = nOut;
   if (n > 0) rt.graph.enqueueToSingleNext(rt, 0, out, 0, n);
   if (ud.n > 0) rt.graph.enqueueToSingleNext(rt, 1, ud.bufs, 0, ud.n);

@@ -72,15 +72,17 @@ export class UdpApi {
   private readonly bindings = new Map<string, UdpBinding>();
   private input: NodeRuntime | null = null;
   private queue: UdpSendQueue | null = null;
+  private sender: NodeRuntime | null = null;
 
   constructor(graph: Graph) {
     this.graph = graph;
   }
 
-  /** Wiring: udp4-input (whose arcs bindings add) and the udp4-send queue. */
-  attach(input: NodeRuntime, queue: UdpSendQueue): void {
+  /** Wiring: udp4-input (whose arcs bindings add), the udp4-send queue and its node. */
+  attach(input: NodeRuntime, queue: UdpSendQueue, sender: NodeRuntime): void {
     this.input = input;
     this.queue = queue;
+    this.sender = sender;
   }
 
   /** Datagrams to `port` (on `address`, default any of ours) go to node `next`. */
@@ -164,7 +166,7 @@ export class UdpApi {
   send(bufs: Uint32Array, off: number, n: number): number {
     const q = this.queue as UdpSendQueue;
     const taken = q.push(bufs, off, n);
-    if (taken > 0) this.graph.wake();
+    if (taken > 0) this.graph.interrupt(this.sender as NodeRuntime);
     return taken;
   }
 

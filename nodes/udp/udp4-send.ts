@@ -53,6 +53,8 @@ export function registerUdp4Send(graph: Graph, queue: UdpSendQueue): NodeRuntime
   return graph.register({
     name: UDP4_SEND,
     type: 'input',
+    // Called only when the queue was given datagrams (UdpApi.send interrupts it).
+    state: 'interrupt',
     pollPhase: 'transmit',
     flags: NodeFlag.TRACE_SUPPORTED,
     next: ['udp4-encap'],
@@ -68,6 +70,7 @@ function udp4Send(rt: NodeRuntime, _frame: Frame | null): number {
   const out = rt.scratch;
   const n = q.pop(out, FRAME_SIZE);
   const g = rt.graph;
+  if (q.length > 0) g.interrupt(rt); // more than a frame queued: the rest next pass
   g.traceInput(rt, out, 0, n);
   if (rt.traceOn) {
     for (let i = 0; i < n; i++)
