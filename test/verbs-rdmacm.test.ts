@@ -6,7 +6,7 @@
  * data check (-v prints each ping, -V verifies it) and on one data plane (loopback); ucmatose
  * with 4 connections; rdma_server/rdma_client (synchronous ids, rdma_getaddrinfo, migrated
  * ids); rstream and riostream (rsockets) at sizes around the segment size; perftest's -R
- * (rdma_cm) variants; udaddy (the UD port space: datagram service requests, nodes/rdma/sidr.ts). The hostile cases: a connect to a port nobody listens on is REJECTED
+ * (rdma_cm) variants; cmtime (twenty connections at once); udaddy (the UD port space: datagram service requests, nodes/rdma/sidr.ts). The hostile cases: a connect to a port nobody listens on is REJECTED
  * at once, garbage written to rdma_cm fails with EINVAL in that program only, and a peer killed
  * mid-run ends the other side's run.
  */
@@ -142,6 +142,30 @@ test('ucmatose -c 4, rdma_server/rdma_client, rstream and riostream (rsockets)',
         bothOk(`${tool} -S ${size}`, r);
         assert.match(r[1].out, /Gb\/sec/, `${tool} -S ${size} printed its result:\n${r[1].out}`);
       }
+  });
+});
+
+test('cmtime -c 20: twenty connections set up and torn down at once, each step timed', async () => {
+  ready();
+  await withTwoDaemons(async ({ a, b, dpB }) => {
+    const port = nextPort();
+    const requests = () => errorCount(dpB, 'cm-input', /connection and datagram service requests/);
+    const before = await requests();
+    // The server serves until it is stopped.
+    const server = runTool(b, ['cmtime', '-b', IP_B, '-p', String(port), '-c', '20'], 60_000, 'exec');
+    await cmListening(dpB, server, port);
+    const cli = await runTool(a, ['cmtime', '-s', IP_B, '-p', String(port), '-c', '20'], 60_000, 'exec').done;
+    server.kill();
+    await server.done;
+    assert.is(cli.code, 0, cli.out);
+    assert.is(refusals(cli.out), '', 'nothing refused');
+    for (const step of ['create id', 'resolve addr', 'resolve route', 'create qp', 'connect', 'disconnect', 'destroy'])
+      assert.match(
+        cli.out,
+        new RegExp(`^${step}\\s*:\\s+[0-9.]+\\s+[0-9.]+\\s+[0-9.]+\\s+[0-9.]+$`, 'm'),
+        `${step}:\n${cli.out}`,
+      );
+    assert.ok((await requests()) - before >= 20, `at least 20 requests reached the server's daemon`);
   });
 });
 
