@@ -19,7 +19,7 @@ import { createPool } from '../graph/memory.ts';
 import type { FaultConfig } from '../drivers/fault.ts';
 import { type Netstack, registerL2L4 } from '../nodes/netstack.ts';
 import { type QpInit, type Rdma, registerRdma, type RdmaOptions } from '../nodes/rdma/stack.ts';
-import type { Completion, Cq, Pd } from '../nodes/rdma/verbs.ts';
+import type { Completion, Cq, Mr, Pd } from '../nodes/rdma/verbs.ts';
 import type { Qp } from '../nodes/rdma/qp.ts';
 import { memPool } from './helpers.ts';
 
@@ -309,4 +309,23 @@ export function cmMessage(
   v.setUint16(14, ord);
   m.set(pd, 16);
   return m;
+}
+
+/** A UD QP in RTS with Q_Key `qkey` (optionally on an SRQ), its CQ and a 64 KiB MR to send and receive from. */
+export interface UdEnd {
+  pd: Pd;
+  cq: Cq;
+  qp: Qp;
+  mr: Mr;
+}
+
+export function udEnd(s: Stack, qkey: number, opts: { srq?: boolean } = {}): UdEnd {
+  const pd = s.rdma.createPd();
+  const cq = s.rdma.createCq(256);
+  const srq = opts.srq ? s.rdma.createSrq(pd, 64, 2) : null;
+  const qp = s.rdma.createQp({ pd, sendCq: cq, recvCq: cq, srq, type: 'ud', maxSendWr: 64, maxRecvWr: 64 });
+  for (const state of ['init', 'rtr', 'rts'] as const)
+    s.rdma.modifyQp(qp, { state, qkey: state === 'init' ? qkey : undefined });
+  const mr = s.rdma.regMr(pd, 1 << 16, ['local-write']);
+  return { pd, cq, qp, mr };
 }

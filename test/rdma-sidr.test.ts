@@ -25,6 +25,7 @@ import {
 import { SidrStatus } from '../nodes/rdma/wire.ts';
 import {
   closeLeftovers,
+  udEnd,
   cmMessage,
   finish,
   IP_A,
@@ -44,16 +45,6 @@ const QKEY_B = 0x01234567;
 const text = (s: string) => new TextEncoder().encode(s);
 const str = (b: Uint8Array) => new TextDecoder().decode(b);
 const errs = (s: Stack, name: string) => s.graph.errorCount('cm-input', name);
-
-function udQp(s: Stack, qkey: number) {
-  const pd = s.rdma.createPd();
-  const cq = s.rdma.createCq(64);
-  const qp = s.rdma.createQp({ pd, sendCq: cq, recvCq: cq, type: 'ud', maxSendWr: 16, maxRecvWr: 16 });
-  for (const state of ['init', 'rtr', 'rts'] as const)
-    s.rdma.modifyQp(qp, { state, qkey: state === 'init' ? qkey : undefined });
-  const mr = s.rdma.regMr(pd, 4096, ['local-write']);
-  return { pd, cq, qp, mr };
-}
 
 /** `qp` of stack `s` asks `ip`:`port`; the answer (or the CmConnectError). */
 function ask(
@@ -100,8 +91,8 @@ const SIDR_REQ = 9,
 test('SIDR: a UD QP learns the serving QP and Q_Key with private data both ways, then reaches it', async () => {
   const p = trackedStacks();
   await p.ready;
-  const a = udQp(p.a, 0x0a0a0a0a),
-    b = udQp(p.b, QKEY_B);
+  const a = udEnd(p.a, 0x0a0a0a0a),
+    b = udEnd(p.b, QKEY_B);
   const L = listenB(p.b);
   const answer = ask(p.a, a.qp, IP_B, PORT, text('who serves 7174?'));
   await waitFor('the request held', () => L.reqs.length === 1);
@@ -137,7 +128,7 @@ test('SIDR: a UD QP learns the serving QP and Q_Key with private data both ways,
 test('SIDR: no listener, an RC listener, refused, beyond the backlog: each answered with its status', async () => {
   const p = trackedStacks();
   await p.ready;
-  const a = udQp(p.a, 1);
+  const a = udEnd(p.a, 1);
   // Nobody on the port.
   const none = (await ask(p.a, a.qp, IP_B, PORT)) as SidrAnswer;
   assert.equal([none.status, none.qpn], [SidrStatus.NO_LISTENER, 0]);
@@ -158,7 +149,7 @@ test('SIDR: no listener, an RC listener, refused, beyond the backlog: each answe
   // Beyond the backlog (2 held): REJECTED without asking the program.
   p.b.rdma.unlisten(PORT);
   const H = listenB(p.b, () => true, 2);
-  const held = [udQp(p.a, 1), udQp(p.a, 1)].map((e, i) => ask(p.a, e.qp, IP_B, PORT, new Uint8Array(0), 100 + i));
+  const held = [udEnd(p.a, 1), udEnd(p.a, 1)].map((e, i) => ask(p.a, e.qp, IP_B, PORT, new Uint8Array(0), 100 + i));
   await waitFor('two held', () => H.reqs.length === 2);
   const over = (await ask(p.a, a.qp, IP_B, PORT, new Uint8Array(0), 9)) as SidrAnswer;
   assert.is(over.status, SidrStatus.REJECTED);
@@ -186,7 +177,7 @@ test('SIDR: an RC REQ to a datagram listener is rejected as to a closed port', a
 test('SIDR: unanswered requests are resent every retry and time out; a repeat while held is not shown again', async () => {
   const p = trackedStacks();
   await p.ready;
-  const a = udQp(p.a, 1);
+  const a = udEnd(p.a, 1);
   const L = listenB(p.b);
   const t0 = Date.now();
   const r = await ask(p.a, a.qp, IP_B, PORT, new Uint8Array(0), 42, 600, 100);
@@ -202,8 +193,8 @@ test('SIDR: unanswered requests are resent every retry and time out; a repeat wh
 test('SIDR hostile: stray, spoofed, stale and malformed messages are dropped and counted; nothing is answered twice too often', async () => {
   const p = trackedStacks();
   await p.ready;
-  const a = udQp(p.a, 1);
-  const b = udQp(p.b, QKEY_B);
+  const a = udEnd(p.a, 1);
+  const b = udEnd(p.b, QKEY_B);
   const L = listenB(p.b);
   const send = (m: Uint8Array, to: Stack, ip: string, port: number, from: number, srcIp?: string) =>
     assert.ok(

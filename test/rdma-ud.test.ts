@@ -10,11 +10,12 @@
 import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import type { Qp } from '../nodes/rdma/qp.ts';
-import type { Cq, Mr, Pd } from '../nodes/rdma/verbs.ts';
 import { VerbsError } from '../nodes/rdma/verbs.ts';
 import { ip4HeaderSum20 } from '../nodes/ip4/ip4.ts';
 import {
   closeLeftovers,
+  type UdEnd,
+  udEnd as udEndOf,
   finish,
   IP_A,
   IP_B,
@@ -29,24 +30,9 @@ import {
 test.after.each(closeLeftovers);
 
 const QKEY = 0x11111111;
-const RW = ['local-write'];
-
-interface UdEnd {
-  pd: Pd;
-  cq: Cq;
-  qp: Qp;
-  mr: Mr;
-}
 
 function udEnd(s: Stack, opts: { srq?: boolean; qkey?: number } = {}): UdEnd {
-  const pd = s.rdma.createPd();
-  const cq = s.rdma.createCq(256);
-  const srq = opts.srq ? s.rdma.createSrq(pd, 64, 2) : null;
-  const qp = s.rdma.createQp({ pd, sendCq: cq, recvCq: cq, srq, type: 'ud', maxSendWr: 64, maxRecvWr: 64 });
-  for (const state of ['init', 'rtr', 'rts'] as const)
-    s.rdma.modifyQp(qp, { state, qkey: state === 'init' ? (opts.qkey ?? QKEY) : undefined });
-  const mr = s.rdma.regMr(pd, 1 << 16, RW);
-  return { pd, cq, qp, mr };
+  return udEndOf(s, opts.qkey ?? QKEY, opts);
 }
 
 const errs = (s: Stack, node: string, name: string) => s.graph.errorCount(node, name);

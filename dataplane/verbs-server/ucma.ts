@@ -50,6 +50,7 @@ import {
   sidrRequestMessage,
   type SidrRequest,
 } from '../../nodes/rdma/sidr.ts';
+import { randomU32 } from '../../nodes/rdma/random.ts';
 import { CmRejectReason, SidrStatus, TrpOp } from '../../nodes/rdma/wire.ts';
 import {
   RGV_ATTR_AV,
@@ -989,8 +990,9 @@ async function connectUd(c: UcmaCall, s: UcmaState, id: CmId, q: Req): Promise<R
   id.qpn = qp.qpn;
   id.state = 'connecting';
   const cfg = s.server.dp.config.rdma;
-  // A random id: an answer must echo it (a spoofer must guess 32 bits), as a REQ's PSN.
-  const reqId = (Math.floor(Math.random() * 0xfffffffe) + 1) >>> 0;
+  // A random id, from the source QPs' initial PSNs come from: an answer must echo it (a spoofer
+  // must guess 32 bits). Never 0, the ACK field of anything else.
+  const reqId = randomU32() || 1;
   sidrConnect(s.rdma.cm, {
     qp,
     reqId,

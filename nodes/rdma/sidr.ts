@@ -138,7 +138,8 @@ export function sidrReplyInput(
   if (p === undefined || src !== p.dst || srcPort !== p.dstPort) return counted(rt, CmError.UNEXPECTED);
   if (reqId !== p.reqId) return counted(rt, CmError.WRONG_ID);
   cm.sidrPending.delete(qpIndex);
-  // A status we do not know is a refusal; a success names a QP.
+  // A success must name a QP (else it is a refusal); other statuses reach the program as sent,
+  // as the kernel passes a SIDR REP's status on.
   const st = status === SidrStatus.SUCCESS && qpn === 0 ? SidrStatus.REJECTED : status;
   p.done({ status: st, qpn: st === SidrStatus.SUCCESS ? qpn : 0, qkey, privateData: pd });
   return `SIDR_REP to qp ${p.qp.qpn}: status ${st}${st === SidrStatus.SUCCESS ? `, qp ${qpn} qkey 0x${(qkey >>> 0).toString(16)}` : ''}`;

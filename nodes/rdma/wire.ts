@@ -299,7 +299,6 @@ export const SidrStatus = {
   /** The listener (the program) refused it, or holds too many requests (IB_SIDR_REJECT). */
   REJECTED: 2,
 } as const;
-export const SIDR_STATUS_NAMES = ['success', 'no datagram listener on the port', 'rejected'];
 
 export const CM_REJECT_REASON_NAMES = [
   'refused by the listener',
