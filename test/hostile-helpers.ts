@@ -163,8 +163,9 @@ export interface Target {
   /** STags of its MRs (remote-accessible or not) and their lengths. */
   stags: number[];
   mrLen: number;
-  /** A listener's port. */
+  /** A listener's port, and a datagram service (SIDR) listener's. */
   listenPort: number;
+  sidrPort: number;
   /** A UD QP's port (its QPN) and Q_Key. */
   udQpn: number;
   udQkey: number;
@@ -178,7 +179,8 @@ export interface Hostile {
   segments?: number[];
 }
 
-const TRP_OPS = [0, 0, 0, 0, 0, 0, 0, 5, 5, 4, 1, 2, 3]; // DATA, SACK, FIN, REQ, ACCEPT, REJECT, weighted
+// DATA, SACK, FIN, REQ, ACCEPT, REJECT, SIDR_REQ, SIDR_REP, weighted
+const TRP_OPS = [0, 0, 0, 0, 0, 0, 0, 5, 5, 4, 1, 2, 3, 9, 10];
 
 /** A TRP header and DDP/RDMAP body aimed at `t`. */
 function trpPayload(rng: Rng, t: Target): { kind: string; payload: Uint8Array } {
@@ -199,8 +201,8 @@ function trpPayload(rng: Rng, t: Target): { kind: string; payload: Uint8Array } 
     const d = ddpSegment(rng, t);
     body = d.body;
     kind = d.kind;
-  } else if (op >= 1 && op <= 3) {
-    // CM: ird, ord, private data length and the data; lengths right or wrong.
+  } else if ((op >= 1 && op <= 3) || op === 9 || op === 10) {
+    // CM (and SIDR): ird, ord, private data length and the data; lengths right or wrong.
     const pd = rng.int(rng.chance(0.1) ? 2000 : 600);
     body = rng.fill(new Uint8Array(6 + (rng.chance(0.8) ? pd : rng.int(700))));
     put16(body, 0, pd);
@@ -229,7 +231,7 @@ const UD_ROOM = 1500 - 20 - 8 - 10;
  * A DATAGRAM (TRP opcode 6) for the UD QP of `t`: its Q_Key and flags right (delivered if a
  * receive is posted and holds it) or one thing wrong: another Q_Key, reserved flag bits, a header
  * shorter than 10 bytes, a message over the UD MTU, another TRP opcode (a UD QP takes DATAGRAM
- * only).
+ * only, and the SIDR_REP answering a request it sent), a SIDR_REP it never asked for.
  */
 function udPayload(rng: Rng, t: Target): { kind: string; payload: Uint8Array } {
   const v = rng.int(7);
@@ -250,6 +252,13 @@ function udPayload(rng: Rng, t: Target): { kind: string; payload: Uint8Array } {
     op = rng.pick([0, 1, 2, 3, 4, 5, 7 + rng.int(9)]);
     kind = `ud-op${op}`;
   } else if (v === 4) kind = 'ud-oversized';
+  else if (v === 5 && len >= 6 && rng.chance(0.5)) {
+    // A SIDR_REP (the answer to a datagram service request) nobody asked for, CM layout right
+    // or its private-data length wrong: cm-input drops it.
+    op = 10;
+    put16(p, 10, rng.chance(0.8) ? len - 6 : rng.int(600));
+    kind = 'ud-sidr-rep';
+  }
   put32(p, 0, qkey);
   if (!(flags & 1) && rng.chance(0.8)) put32(p, 4, 0);
   put16(p, 8, (op << 12) | flags);
@@ -412,7 +421,7 @@ export function hostileFrame(rng: Rng, t: Target): Hostile {
   } else {
     // UDP: to the QP (most), the listener, or anywhere; sometimes from a spoofed address/port.
     const to = rng.int(10);
-    const dport = to < 7 ? t.qpn : to < 9 ? t.listenPort : rng.int(65536);
+    const dport = to < 7 ? t.qpn : to < 8 ? t.listenPort : to < 9 ? t.sidrPort : rng.int(65536);
     const sport = rng.chance(0.85) ? t.peerPort : rng.int(65536);
     const src = rng.chance(0.9) ? IP_PEER : Uint8Array.from([10, 0, 0, 2 + rng.int(250)]);
     // TRP to a port nobody bound too (a REQ there is answered with REJECT).

@@ -24,6 +24,8 @@ import { registerL2L4, type Netstack } from '../nodes/netstack.ts';
 import { registerRdma, type Rdma } from '../nodes/rdma/stack.ts';
 import { QpState, RxEvent, type Qp } from '../nodes/rdma/qp.ts';
 import { Access, WrOpcode, type Cq, type Mr, type Pd } from '../nodes/rdma/verbs.ts';
+import type { Listener } from '../nodes/rdma/cm.ts';
+import { sidrAnswer } from '../nodes/rdma/sidr.ts';
 import { memPool } from './helpers.ts';
 import { ListDriver, manualClock, PEER_IP, PEER_MAC, US_IP, US_MAC } from './l2l4-helpers.ts';
 import {
@@ -58,6 +60,9 @@ export function readBeat(sab: SharedArrayBuffer): { index: number; kind: string;
 }
 export const PEER_PORT = 31000;
 const LISTEN = 25000;
+/** A datagram service (SIDR) listener: holds some requests, refuses others (nodes/rdma/sidr.ts). */
+const SIDR_LISTEN = 25001;
+const SIDR_BACKLOG = 8;
 const RECEIVE_NODES = [
   'ethernet-input',
   'arp-input',
@@ -168,6 +173,9 @@ export function stack(): Stack {
   rdma.listen(LISTEN, () => ({
     qp: rdma.createQp({ pd, sendCq: s.scq, recvCq: s.rcq, maxSendWr: 16, maxRecvWr: 16 }),
   }));
+  // Every other request held for the application (answered in app()), the rest refused.
+  let flip = 0;
+  rdma.listen(SIDR_LISTEN, () => ({ reject: true }), { backlog: SIDR_BACKLOG, sidr: () => (flip++ & 1) === 0 });
   return s;
 }
 
@@ -223,6 +231,19 @@ export function spin(s: Stack): number {
 function app(s: Stack, qp: Qp, rng: Rng, seq: { n: number }): Qp {
   s.scq.poll(4096);
   s.rcq.poll(4096);
+  // The datagram service requests held: served by the UD QP, or refused (their answers are
+  // remembered for repeats, at most the backlog of them).
+  const l = s.rdma.cm.listeners.get(SIDR_LISTEN);
+  for (const key of [...(l?.sidr?.held.keys() ?? [])])
+    sidrAnswer(
+      s.rdma.cm,
+      l as Listener,
+      key,
+      rng.chance(0.5) ? 0 : 2,
+      1 + rng.int(65535),
+      UD_QKEY,
+      new Uint8Array(rng.int(8)),
+    );
   if (qp.destroyed || qp.state === QpState.ERROR) {
     if (!qp.destroyed) s.rdma.destroyQp(qp);
     qp = rtsQp(s, PEER_PORT, rng.u32(), rng.u32());
@@ -289,6 +310,7 @@ export class HostileRig {
       stags: this.s.mrs.map((m) => m.stag),
       mrLen: 65536,
       listenPort: LISTEN,
+      sidrPort: SIDR_LISTEN,
       udQpn: this.ud.qpn,
       udQkey: UD_QKEY,
     };
@@ -788,6 +810,7 @@ export function runHostile(o: HostileRun): string[] {
   s.rdma.destroyQp(udq);
   s.rdma.destroyQp(gq);
   s.rdma.unlisten(LISTEN);
+  s.rdma.unlisten(SIDR_LISTEN);
   for (let k = 0; k < 100; k++) {
     s.clock.advance(100_000_000);
     spin(s);
