@@ -439,6 +439,13 @@ export class ApiClient {
   destroyQp(qpn: number): Promise<void> {
     return this.del(`/v1/qps/${qpn}`);
   }
+  /** Attach UD QP `qpn` to IPv4 multicast `group`; the QP's groups after. */
+  attachMcast(qpn: number, group: string): Promise<{ groups: string[] }> {
+    return this.post(`/v1/qps/${qpn}/multicast`, { group });
+  }
+  detachMcast(qpn: number, group: string): Promise<{ groups: string[] }> {
+    return this.request('DELETE', `/v1/qps/${qpn}/multicast/${encodeURIComponent(group)}`);
+  }
   postRecv(qpn: number, req: RecvRequest): Promise<Posted> {
     return this.post(`/v1/qps/${qpn}/recv`, req);
   }

@@ -194,6 +194,9 @@ export function formatDevice(d: DeviceView): string {
     f('max_srq', d.maxSrq),
     f('max_srq_wr', d.maxSrqWr),
     f('max_srq_sge', d.maxSrqSge),
+    f('max_mcast_grp', d.maxMcastGrp),
+    f('max_mcast_qp_attach', d.maxMcastQpAttach),
+    f('max_total_mcast_qp_attach', d.maxTotalMcastQpAttach),
     f('max_pkeys', 1),
     f('interface', d.interface),
     f('wire', d.wire),
@@ -201,6 +204,7 @@ export function formatDevice(d: DeviceView): string {
     f('stag_key_bits', d.stagKeyBits),
     f('qpn_range', `${d.portRange[0]}..${d.portRange[1]} (UDP ports)`),
     f('trp_window', d.window),
+    f('multicast_port', d.multicastPort),
   ];
   for (const p of d.ports) {
     lines.push(`\t\tport:\t${p.port}`);

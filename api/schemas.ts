@@ -270,6 +270,10 @@ export const DeviceView = obj({
   stagKeyBits: count(),
   portRange: { ...list(count()), minItems: 2, maxItems: 2 },
   window: count(),
+  maxMcastGrp: count(),
+  maxMcastQpAttach: count(),
+  maxTotalMcastQpAttach: count(),
+  multicastPort: count('the UDP port datagrams to multicast groups go to'),
   ports: { ...list(DevicePort), minItems: 1, maxItems: 1 },
 });
 export const VersionView = obj({
@@ -638,7 +642,11 @@ export const SendRequest = obj(
     solicited: bool(),
     inline: bool(),
     ud: obj(
-      { ip: Ipv4, qpn: int(1, 65535, "the peer UD QP's number"), qkey: u32("the peer QP's Q_Key") },
+      {
+        ip: Ipv4,
+        qpn: int(1, 0xffffff, "the peer UD QP's number; 16777215 (0xFFFFFF) with a multicast group's ip: the group"),
+        qkey: u32("the peer QP's Q_Key"),
+      },
       [],
       "a UD QP's send: the destination",
     ),
@@ -654,6 +662,13 @@ export const MrParams = obj({ mr: handle('memory region') });
 export const CqParams = obj({ cq: handle('completion queue') });
 export const SrqParams = obj({ srq: handle('shared receive queue') });
 export const QpParams = obj({ qpn: int(0, 65535, 'QP number') });
+export const QpGroupParams = obj({ qpn: int(0, 65535, 'QP number'), group: Ipv4 });
+export const McastJoin = obj({ group: Ipv4 }, [], 'an IPv4 multicast group (224.0.0.0/4)');
+export const McastGroups = obj(
+  { groups: list(str('IPv4 multicast group')) },
+  [],
+  'the multicast groups the UD QP is attached to',
+);
 export const ListenerParams = obj({ port: int(0, 65535, 'listening port') });
 
 export const VerboseQuery = obj({ verbose: oneOf(['0', '1', 'true', 'false'], 'include rows with no calls') }, [

@@ -584,6 +584,15 @@ function crossCheck(raw: Raw, c: Checker): void {
   if (Array.isArray(range) && range[0] > range[1]) {
     c.report('rdma.port-range', c.where('rdma.port-range'), `[${range[0]}, ${range[1]}] has lo > hi`, 'lo <= hi');
   }
+  const mcPort = typeof rdma.multicastPort === 'number' ? rdma.multicastPort : 19999;
+  const [lo, hi] = Array.isArray(range) ? (range as number[]) : [20000, 29999];
+  if (mcPort >= lo && mcPort <= hi)
+    c.report(
+      'rdma.multicast-port',
+      c.at.get('rdma.multicast-port') ?? c.where('rdma.port-range'),
+      `${mcPort} is inside port-range [${lo}, ${hi}] (a QP could take it)`,
+      'a port outside rdma.port-range',
+    );
   const trp = isRecord(rdma.trp) ? rdma.trp : {};
   const { rtoMinMs: min, rtoMaxMs: max, rtoInitMs: init, ackDelayUs: delay } = trp;
   const minMs = typeof min === 'number' ? min : 5;

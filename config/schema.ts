@@ -639,6 +639,10 @@ export const SCHEMA: MapSpec = {
           expect: '[lo, hi], two ports in 1..65535 with lo <= hi',
           doc: "UDP ports QPs get (a QP's number is its port), inclusive",
         },
+        'multicast-port': {
+          ...port('the UDP port datagrams to multicast groups go to (outside port-range; the same on every member)'),
+          default: 19999,
+        },
         'max-qps': { type: 'int', min: 1, max: 65536, default: 1024, doc: 'most QPs at once' },
         'max-mrs': {
           type: 'int',

@@ -129,6 +129,8 @@ export interface Config {
   /** `rdma: {port-range, max-qps, max-mrs, cm-retry-ms, cm-timeout-ms, cm-backlog, cm-half-open-ms, trp: {window, rto-min-ms, rto-max-ms, rto-init-ms, max-retries}}`. */
   rdma: {
     portRange: [number, number];
+    /** `rdma.multicast-port`: where datagrams to multicast groups go (nodes/rdma/multicast.ts). */
+    multicastPort: number;
     maxQps: number;
     maxMrs: number;
     cmRetryMs: number;

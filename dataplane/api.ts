@@ -178,6 +178,10 @@ export interface DataplaneApi {
   /** The program that created QP `qpn` through a verbs socket (QpView.owner). */
   noteQpOwner(qpn: number, owner: string): void;
   destroyQp(qpn: number, opts?: { quiet?: boolean }): Promise<void>;
+  /** ibv_attach_mcast: UD QP `qpn` takes the datagrams to IPv4 multicast `group`; the QP's groups after. */
+  attachMcast(qpn: number, group: string): Promise<string[]>;
+  /** ibv_detach_mcast; the QP's groups after. */
+  detachMcast(qpn: number, group: string): Promise<string[]>;
   postRecv(qpn: number, req: RecvIn): Promise<void>;
   postSend(qpn: number, req: SendIn): Promise<void>;
   listen(req: ListenerCreate): Promise<ListenerView>;

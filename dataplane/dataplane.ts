@@ -427,6 +427,7 @@ export class Dataplane implements DataplaneApi {
       const r = config.rdma;
       const rdma = registerRdma(graph, net, {
         portRange: r.portRange,
+        multicastPort: r.multicastPort,
         handleBase: opts.handleBase ?? 0,
         maxQps: r.maxQps,
         maxMrs: r.maxMrs,
@@ -1285,6 +1286,22 @@ export class Dataplane implements DataplaneApi {
 
   async getQp(qpn: number): Promise<QpView> {
     return this.qpView(this.qp(qpn));
+  }
+
+  async attachMcast(qpn: number, group: string): Promise<string[]> {
+    this.live();
+    const qp = this.qp(qpn);
+    if (typeof group !== 'string') throw new DataplaneError('invalid', 'a multicast group is an IPv4 address string');
+    guard(() => this.rdma.attachMcast(qp, group));
+    return this.rdma.mcastGroupsOf(qp);
+  }
+
+  async detachMcast(qpn: number, group: string): Promise<string[]> {
+    this.live();
+    const qp = this.qp(qpn);
+    if (typeof group !== 'string') throw new DataplaneError('invalid', 'a multicast group is an IPv4 address string');
+    guard(() => this.rdma.detachMcast(qp, group));
+    return this.rdma.mcastGroupsOf(qp);
   }
 
   /**

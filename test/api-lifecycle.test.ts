@@ -32,23 +32,25 @@ async function pollOne(c: ApiClient, cq: number) {
 
 const enc = (s: string) => new TextEncoder().encode(s);
 
+/** A UD QP in RTS with Q_Key `qkey` (its type, Q_Key and no remote checked on the way), its CQ and an MR. */
+async function udEnd(c: ApiClient, qkey: number) {
+  const { pd } = await c.createPd();
+  const { cq } = await c.createCq({ depth: 64 });
+  const mr = await c.createMr({ pd, length: 8192, access: ['local-write'] });
+  const qp = await c.createQp({ pd, sendCq: cq, recvCq: cq, type: 'ud' });
+  assert.equal([qp.type, qp.qkey, qp.remote], ['ud', 0, null]);
+  await c.modifyQp(qp.qpn, { state: 'init', qkey });
+  await c.modifyQp(qp.qpn, { state: 'rtr' });
+  assert.equal((await c.modifyQp(qp.qpn, { state: 'rts' })).qkey, qkey);
+  return { cq, mr, qp };
+}
+
 test('UD QPs over HTTP: type ud, a Q_Key, a datagram with its GRH and the source QPN, rdmactl show qp says UD', async () => {
   const p = await apiPair();
   const { ca, cb } = p;
   try {
-    const ud = async (c: ApiClient) => {
-      const { pd } = await c.createPd();
-      const { cq } = await c.createCq({ depth: 64 });
-      const mr = await c.createMr({ pd, length: 8192, access: ['local-write'] });
-      const qp = await c.createQp({ pd, sendCq: cq, recvCq: cq, type: 'ud' });
-      assert.equal([qp.type, qp.qkey, qp.remote], ['ud', 0, null]);
-      await c.modifyQp(qp.qpn, { state: 'init', qkey: 0x1234 });
-      await c.modifyQp(qp.qpn, { state: 'rtr' });
-      assert.equal((await c.modifyQp(qp.qpn, { state: 'rts' })).qkey, 0x1234);
-      return { cq, mr, qp };
-    };
-    const x = await ud(ca),
-      y = await ud(cb);
+    const x = await udEnd(ca, 0x1234),
+      y = await udEnd(cb, 0x1234);
     await cb.postRecv(y.qp.qpn, { wrId: 'r', sge: [{ mr: y.mr.mr, offset: 0, length: 1000 }] });
     await ca.writeMr(x.mr.mr, 0, enc('a datagram'));
     await ca.postSend(x.qp.qpn, {
@@ -85,6 +87,41 @@ test('UD QPs over HTTP: type ud, a Q_Key, a datagram with its GRH and the source
       [400, true],
       e2.message,
     );
+  } finally {
+    await p.close();
+  }
+});
+
+test('UD multicast over HTTP: attach to a group, a send to the group (qpn 16777215) reaches it, detach; what is refused', async () => {
+  const p = await apiPair();
+  const { ca, cb } = p;
+  try {
+    const x = await udEnd(ca, 0x777),
+      y = await udEnd(cb, 0x777);
+    assert.equal(await cb.attachMcast(y.qp.qpn, '239.5.5.5'), { groups: ['239.5.5.5'] });
+    await cb.postRecv(y.qp.qpn, { wrId: 'r', sge: [{ mr: y.mr.mr, offset: 0, length: 1000 }] });
+    await ca.writeMr(x.mr.mr, 0, enc('to the group'));
+    await ca.postSend(x.qp.qpn, {
+      wrId: 's',
+      opcode: 'send',
+      sge: [{ mr: x.mr.mr, offset: 0, length: 12 }],
+      ud: { ip: '239.5.5.5', qpn: 0xffffff, qkey: 0x777 },
+    });
+    assert.is((await pollOne(ca, x.cq)).status, 'success');
+    const got = await pollOne(cb, y.cq);
+    assert.equal([got.status, got.byteLen, got.srcQp], ['success', 52, x.qp.qpn]);
+    assert.equal(await cb.readMr(y.mr.mr, 40, 12), enc('to the group'));
+    assert.equal([...(await cb.readMr(y.mr.mr, 36, 4))], [239, 5, 5, 5], 'the GRH names the group');
+    assert.equal(await cb.detachMcast(y.qp.qpn, '239.5.5.5'), { groups: [] });
+    const e1 = await apiError(cb.detachMcast(y.qp.qpn, '239.5.5.5'));
+    assert.equal([e1.statusCode, /is not attached to 239\.5\.5\.5/.test(e1.message)], [404, true], e1.message);
+    const e2 = await apiError(cb.attachMcast(y.qp.qpn, IP_A));
+    assert.equal([e2.statusCode, /not an IPv4 multicast group/.test(e2.message)], [400, true], e2.message);
+    // The multicast QPN with a unicast address is no destination.
+    const e3 = await apiError(
+      ca.postSend(x.qp.qpn, { wrId: 1, opcode: 'send', sge: [], ud: { ip: IP_B, qpn: 0xffffff, qkey: 1 } }),
+    );
+    assert.equal([e3.statusCode, /ud\.qpn must be an integer in 1\.\.65535/.test(e3.message)], [400, true], e3.message);
   } finally {
     await p.close();
   }

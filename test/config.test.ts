@@ -107,7 +107,7 @@ const CASES: [string, string, string][] = [
   [
     'unknown key: rdma',
     'rdma: {max-qp: 1}\n',
-    't.yaml:1:8: rdma.max-qp: unknown key "max-qp" (expected one of: port-range, max-qps, max-mrs, max-pds, max-cqs, max-srqs, max-mr-bytes, max-cq-entries, max-wr-slots, cm-retry-ms, cm-timeout-ms, cm-backlog, cm-half-open-ms, congestion, trp)',
+    't.yaml:1:8: rdma.max-qp: unknown key "max-qp" (expected one of: port-range, multicast-port, max-qps, max-mrs, max-pds, max-cqs, max-srqs, max-mr-bytes, max-cq-entries, max-wr-slots, cm-retry-ms, cm-timeout-ms, cm-backlog, cm-half-open-ms, congestion, trp)',
   ],
   [
     'unknown key: rdma.trp',
@@ -709,6 +709,16 @@ const CASES: [string, string, string][] = [
     't.yaml:2:15: rdma.port-range: [30000, 20000] has lo > hi (expected lo <= hi)',
   ],
   [
+    'multicast-port inside port-range',
+    'rdma:\n  multicast-port: 25000\n',
+    't.yaml:2:19: rdma.multicast-port: 25000 is inside port-range [20000, 29999] (a QP could take it) (expected a port outside rdma.port-range)',
+  ],
+  [
+    'port-range over the default multicast port',
+    'rdma:\n  port-range: [10000, 30000]\n',
+    't.yaml:2:15: rdma.multicast-port: 19999 is inside port-range [10000, 30000] (a QP could take it) (expected a port outside rdma.port-range)',
+  ],
+  [
     'port-range: port 0',
     'rdma: {port-range: [0, 2]}\n',
     't.yaml:1:21: rdma.port-range[0]: 0 is out of range (expected an integer in 1..65535)',
@@ -863,6 +873,7 @@ const DEFAULTS: Config = {
   neighbors: [],
   rdma: {
     portRange: [20000, 29999],
+    multicastPort: 19999,
     maxQps: 1024,
     maxMrs: 4096,
     cmRetryMs: 100,
@@ -1063,7 +1074,8 @@ neighbors:
   - {interface: p-a, address: 192.168.7.1, mac: "02:00:00:00:07:01"}
   - {interface: m0, address: 10.1.255.254, mac: "02:00:00:00:00:fe"}
 rdma:
-  port-range: [1, 65535]
+  port-range: [1, 65000]
+  multicast-port: 65001
   max-qps: 65536
   max-mrs: 1048575
   cm-retry-ms: 50
@@ -1212,7 +1224,8 @@ test('a full example: the normalised Config, every key taken', () => {
       { interface: 'm0', address: '10.1.255.254', mac: '02:00:00:00:00:fe' },
     ],
     rdma: {
-      portRange: [1, 65535],
+      portRange: [1, 65000],
+      multicastPort: 65001,
       maxQps: 65536,
       maxMrs: 1048575,
       cmRetryMs: 50,

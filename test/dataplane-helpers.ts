@@ -19,6 +19,7 @@ export function baseConfig(over: Partial<Config> = {}): Config {
     neighbors: [],
     rdma: {
       portRange: [20000, 29999],
+      multicastPort: 19999,
       maxQps: 256,
       maxMrs: 1024,
       cmRetryMs: 50,

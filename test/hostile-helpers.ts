@@ -90,6 +90,8 @@ export function ethFrame(dst: Uint8Array, src: Uint8Array, type: number, payload
 
 export interface Ip4Opts {
   src?: Uint8Array;
+  /** Destination (default: ours). */
+  dst?: Uint8Array;
   ttl?: number;
   frag?: number;
   version?: number;
@@ -110,7 +112,7 @@ export function ip4Packet(proto: number, payload: Uint8Array, o: Ip4Opts = {}, r
   p[8] = o.ttl ?? 64;
   p[9] = proto;
   p.set(o.src ?? IP_PEER, 12);
-  p.set(IP_US, 16);
+  p.set(o.dst ?? IP_US, 16);
   if (rng && hl > 20) rng.fill(p, 20, hl);
   put16(p, 10, (~sum16(p, 0, hl) & 0xffff) ^ (o.badChecksum ? 0x1234 : 0));
   p.set(payload, hl);
@@ -123,7 +125,7 @@ export function udpDgram(
   sport: number,
   dport: number,
   payload: Uint8Array,
-  o: { length?: number; checksum?: 'zero' | 'bad' } = {},
+  o: { length?: number; checksum?: 'zero' | 'bad'; dst?: Uint8Array } = {},
 ): Uint8Array {
   const d = new Uint8Array(8 + payload.length);
   put16(d, 0, sport);
@@ -135,7 +137,7 @@ export function udpDgram(
     const n = Math.min(len, d.length);
     const pseudo = new Uint8Array(12);
     pseudo.set(src, 0);
-    pseudo.set(IP_US, 4);
+    pseudo.set(o.dst ?? IP_US, 4);
     pseudo[9] = 17;
     put16(pseudo, 10, n);
     let ck = ~sum16(d, 0, n, sum16(pseudo, 0, 12)) & 0xffff;
@@ -169,6 +171,9 @@ export interface Target {
   /** A UD QP's port (its QPN) and Q_Key. */
   udQpn: number;
   udQkey: number;
+  /** The multicast group the UD QP joined, and the stack's multicast port. */
+  mcGroup: Uint8Array;
+  mcPort: number;
 }
 
 export interface Hostile {
@@ -418,6 +423,19 @@ export function hostileFrame(rng: Rng, t: Target): Hostile {
     );
     if (truncated) kind += '+udplen';
     f = ethFrame(MAC_US, MAC_PEER, 0x0800, ip4Packet(17, dgram, { src }));
+    if (rng.chance(0.25)) {
+      // To a multicast group: the one the UD QP joined (most), or one nobody here joined; on
+      // the multicast port (most) or the QP's; to the group's MAC (most) or ours.
+      const group = rng.chance(0.8) ? t.mcGroup : Uint8Array.from([224 + rng.int(16), rng.int(256), 9, rng.int(256)]);
+      const gMac = Uint8Array.from([1, 0, 0x5e, group[1] & 0x7f, group[2], group[3]]);
+      const port = rng.chance(0.85) ? t.mcPort : dport;
+      const mdgram = udpDgram(src, rng.int(65536), port, d.payload, {
+        dst: group,
+        ...(truncated ? { length: 8 + d.payload.length + 1 + rng.int(64) } : {}),
+      });
+      f = ethFrame(rng.chance(0.9) ? gMac : MAC_US, MAC_PEER, 0x0800, ip4Packet(17, mdgram, { src, dst: group }));
+      kind = `mcast-${kind}`;
+    }
   } else {
     // UDP: to the QP (most), the listener, or anywhere; sometimes from a spoofed address/port.
     const to = rng.int(10);

@@ -62,6 +62,8 @@ export const PEER_PORT = 31000;
 const LISTEN = 25000;
 /** A datagram service (SIDR) listener: holds some requests, refuses others (nodes/rdma/sidr.ts). */
 const SIDR_LISTEN = 25001;
+/** The group the rig's UD QP joins (hostile datagrams to it and to others). */
+const MC_GROUP = '239.1.1.1';
 const SIDR_BACKLOG = 8;
 const RECEIVE_NODES = [
   'ethernet-input',
@@ -79,7 +81,7 @@ const RECEIVE_NODES = [
 /** The UD QP's Q_Key (the hostile datagrams carry it or another). */
 const UD_QKEY = 0x1234abcd;
 /** ud-input's counters: each datagram it takes ends in exactly one. */
-const UD_ENDS = ['delivered', 'not_ready', 'bad_header', 'bad_qkey', 'no_receive', 'too_long'];
+const UD_ENDS = ['delivered', 'not_ready', 'bad_header', 'bad_qkey', 'no_receive', 'too_long', 'no_member'];
 const ALL = ['local-write', 'remote-write', 'remote-read', 'remote-atomic', 'remote-invalidate'];
 const PEER_MAC_BYTES = Uint8Array.from(PEER_MAC.split(':').map((x) => parseInt(x, 16)));
 const PEER_IP_BYTES = Uint8Array.from(PEER_IP.split('.').map(Number));
@@ -275,7 +277,7 @@ function aim(t: Target, qp: Qp): void {
   t.readMsn = qp.readExpect;
 }
 
-/** ud-input's counters: [delivered, not_ready, bad_header, bad_qkey, no_receive, too_long]. */
+/** ud-input's counters: [delivered, not_ready, bad_header, bad_qkey, no_receive, too_long, no_member]. */
 const udEnds = (s: Stack) => UD_ENDS.map((n) => s.g.errorCount('ud-input', n));
 
 /**
@@ -298,6 +300,7 @@ export class HostileRig {
     this.rng = new Rng(seed);
     this.qp = rtsQp(this.s, PEER_PORT, this.rng.u32(), this.rng.u32());
     this.ud = udQp(this.s);
+    this.s.rdma.attachMcast(this.ud, MC_GROUP);
     this.t = {
       qpn: 0,
       peerPort: PEER_PORT,
@@ -311,6 +314,8 @@ export class HostileRig {
       mrLen: 65536,
       listenPort: LISTEN,
       sidrPort: SIDR_LISTEN,
+      mcGroup: Uint8Array.from(MC_GROUP.split('.').map(Number)),
+      mcPort: this.s.rdma.deviceAttr().multicastPort,
       udQpn: this.ud.qpn,
       udQkey: UD_QKEY,
     };
@@ -727,7 +732,12 @@ export function runHostile(o: HostileRun): string[] {
   // Every datagram ud-input took ended in exactly one of its counters.
   const ud = udEnds(s);
   const udIn = s.g.nodeCounters('ud-input').vectors;
-  report.push(`ud-input: ${udIn} datagrams: ${UD_ENDS.map((n, k) => `${n} ${ud[k]}`).join(', ')}`);
+  const toGroup = s.g.errorCount('ud-input', 'multicast');
+  report.push(
+    `ud-input: ${udIn} datagrams (${toGroup} to the joined group): ${UD_ENDS.map((n, k) => `${n} ${ud[k]}`).join(', ')}`,
+  );
+  // The rig's one member: a datagram to its group ends as one to the QP does.
+  if (FRAMES >= 10_000) assert.ok(toGroup > 0, 'some datagrams reached the joined group');
   assert.is(
     ud.reduce((a, b) => a + b, 0),
     udIn,

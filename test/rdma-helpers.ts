@@ -319,11 +319,20 @@ export interface UdEnd {
   mr: Mr;
 }
 
-export function udEnd(s: Stack, qkey: number, opts: { srq?: boolean } = {}): UdEnd {
+export function udEnd(s: Stack, qkey: number, opts: { srq?: boolean; address?: string } = {}): UdEnd {
   const pd = s.rdma.createPd();
   const cq = s.rdma.createCq(256);
   const srq = opts.srq ? s.rdma.createSrq(pd, 64, 2) : null;
-  const qp = s.rdma.createQp({ pd, sendCq: cq, recvCq: cq, srq, type: 'ud', maxSendWr: 64, maxRecvWr: 64 });
+  const qp = s.rdma.createQp({
+    pd,
+    sendCq: cq,
+    recvCq: cq,
+    srq,
+    type: 'ud',
+    maxSendWr: 64,
+    maxRecvWr: 64,
+    ...(opts.address === undefined ? {} : { address: opts.address }),
+  });
   for (const state of ['init', 'rtr', 'rts'] as const)
     s.rdma.modifyQp(qp, { state, qkey: state === 'init' ? qkey : undefined });
   const mr = s.rdma.regMr(pd, 1 << 16, ['local-write']);

@@ -6,7 +6,7 @@
  * data check (-v prints each ping, -V verifies it) and on one data plane (loopback); ucmatose
  * with 4 connections; rdma_server/rdma_client (synchronous ids, rdma_getaddrinfo, migrated
  * ids); rstream and riostream (rsockets) at sizes around the segment size; perftest's -R
- * (rdma_cm) variants; cmtime (twenty connections at once); udaddy (the UD port space: datagram service requests, nodes/rdma/sidr.ts). The hostile cases: a connect to a port nobody listens on is REJECTED
+ * (rdma_cm) variants; cmtime (twenty connections at once); udaddy (the UD port space: datagram service requests, nodes/rdma/sidr.ts); mckey (rdma_join_multicast: UD multicast, nodes/rdma/multicast.ts). The hostile cases: a connect to a port nobody listens on is REJECTED
  * at once, garbage written to rdma_cm fails with EINVAL in that program only, and a peer killed
  * mid-run ends the other side's run.
  */
@@ -396,6 +396,33 @@ test('udaddy (RDMA_PS_UDP): 4 ids x 50 datagrams of 1024 B each way; to nobody: 
     assert.ok(Date.now() - t0 < 3000, `at once (${Date.now() - t0} ms)`);
     assert.match(lone.out, /RDMA_CM_EVENT_UNREACHABLE, error: 1\b/, lone.out);
     assert.is(refusals(lone.out), '', 'nothing refused');
+  });
+});
+
+test('mckey (rdma_join_multicast): 2 QPs take 50 datagrams of 1024 B each to 239.1.1.7; the group is left after', async () => {
+  ready();
+  await withTwoDaemons(async ({ a, b, dpB }) => {
+    const group = '239.1.1.7';
+    const groupAddr = 0xef010107;
+    const rdmaB = Dataplane.internals(dpB).rdma;
+    const ifsB = rdmaB.net.interfaces;
+    const multicast = () => errorCount(dpB, 'ud-input', /multicast group with members/);
+    const before = [await delivered(dpB), await multicast()];
+    const recv = runTool(b, ['mckey', '-m', group, '-b', IP_B, '-c', '2', '-C', '50', '-S', '1024'], 60_000, 'exec');
+    // Both receiving QPs attached (librdmacm's ibv_attach_mcast after the join's event) before
+    // the sender starts: a datagram to a group nobody joined is dropped.
+    while (rdmaB.core.mcast.attached(groupAddr).length < 2) {
+      if (recv.exited !== null) assert.unreachable(`mckey exited before it joined:\n${recv.exited.out}`);
+      await new Promise((res) => setTimeout(res, 10));
+    }
+    const send = await runTool(a, ['mckey', '-m', group, '-b', IP_A, '-s', '-C', '50', '-S', '1024'], 60_000, 'exec')
+      .done;
+    const got = await recv.done;
+    bothOk('mckey', [got, send]);
+    for (const r of [got, send]) assert.match(r.out, /joined dgid: ::ffff:239\.1\.1\.7[^]*return status 0/, r.out);
+    assert.is((await multicast()) - before[1], 50, 'B took 50 datagrams to the group');
+    assert.is((await delivered(dpB)) - before[0], 100, 'each of its 2 QPs had a copy of each');
+    assert.equal(ifsB.groups.list(ifsB.find(IP_B)), [], 'the QPs gone: the group is left');
   });
 });
 

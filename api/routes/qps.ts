@@ -108,6 +108,36 @@ export const qpRoutes: RouteDef[] = [
   },
   {
     method: 'POST',
+    path: '/v1/qps/{qpn}/multicast',
+    tag: 'qps',
+    summary:
+      "attach a UD QP to an IPv4 multicast group (ibv_attach_mcast): sends to the group's address with qpn 16777215 reach it",
+    params: S.QpParams,
+    body: S.McastJoin,
+    status: 200,
+    response: S.McastGroups,
+    errors: [404, 409],
+    handler: async ({ dp, params, body, caller }: Ctx<Qpn, never, { group: string }>) => {
+      await mayTouch(caller, `qp ${params.qpn}`, async () => (await dp.getQp(params.qpn)).owner);
+      return { groups: await dp.attachMcast(params.qpn, body.group) };
+    },
+  },
+  {
+    method: 'DELETE',
+    path: '/v1/qps/{qpn}/multicast/{group}',
+    tag: 'qps',
+    summary: 'detach a UD QP from a multicast group (ibv_detach_mcast)',
+    params: S.QpGroupParams,
+    status: 200,
+    response: S.McastGroups,
+    errors: [404],
+    handler: async ({ dp, params, caller }: Ctx<Qpn & { group: string }>) => {
+      await mayTouch(caller, `qp ${params.qpn}`, async () => (await dp.getQp(params.qpn)).owner);
+      return { groups: await dp.detachMcast(params.qpn, params.group) };
+    },
+  },
+  {
+    method: 'POST',
     path: '/v1/qps/{qpn}/recv',
     tag: 'qps',
     summary: 'post a receive',

@@ -81,6 +81,8 @@ export const RGV_OP_ASYNC_FD = 20;
 export const RGV_OP_ALLOC_MW = 21;
 export const RGV_OP_DEALLOC_MW = 22;
 export const RGV_OP_REG_SHM = 23;
+export const RGV_OP_ATTACH_MCAST = 24;
+export const RGV_OP_DETACH_MCAST = 25;
 export const RGV_OP_UCMA_CHANNEL = 40;
 export const RGV_OP_UCMA = 41;
 
@@ -196,6 +198,8 @@ export const RGV_UCMA_INIT_QP_ATTR = 12;
 export const RGV_UCMA_GET_EVENT = 13;
 export const RGV_UCMA_MIGRATE_ID = 14;
 export const RGV_UCMA_CLOSE = 15;
+export const RGV_UCMA_JOIN = 16;
+export const RGV_UCMA_LEAVE = 17;
 
 /** enum rgv_cm_event */
 export const RGV_CM_ADDR_RESOLVED = 0;
@@ -210,6 +214,7 @@ export const RGV_CM_REJECTED = 8;
 export const RGV_CM_ESTABLISHED = 9;
 export const RGV_CM_DISCONNECTED = 10;
 export const RGV_CM_DEVICE_REMOVAL = 11;
+export const RGV_CM_MULTICAST_JOIN = 12;
 export const RGV_CM_TIMEWAIT_EXIT = 15;
 
 // ------------------------------------------------------------------ structs
@@ -236,10 +241,10 @@ export const rgv_handle = {
   },
 } as const satisfies AbiStruct;
 
-/** struct rgv_device (240 bytes) */
+/** struct rgv_device (256 bytes) */
 export const rgv_device = {
   name: 'rgv_device',
-  size: 240,
+  size: 256,
   fields: {
     name: { offset: 0, type: 'char', count: 64 },
     ifname: { offset: 64, type: 'char', count: 32 },
@@ -271,6 +276,10 @@ export const rgv_device = {
     max_mr_size: { offset: 192, type: 'u64', count: 1 },
     node_guid: { offset: 200, type: 'u8', count: 8 },
     fw_ver: { offset: 208, type: 'char', count: 32 },
+    max_mcast_grp: { offset: 240, type: 'u32', count: 1 },
+    max_mcast_qp_attach: { offset: 244, type: 'u32', count: 1 },
+    max_total_mcast_qp_attach: { offset: 248, type: 'u32', count: 1 },
+    pad: { offset: 252, type: 'u32', count: 1 },
   },
 } as const satisfies AbiStruct;
 
@@ -504,6 +513,16 @@ export const rgv_srq_ring = {
   },
 } as const satisfies AbiStruct;
 
+/** struct rgv_mcast (8 bytes) */
+export const rgv_mcast = {
+  name: 'rgv_mcast',
+  size: 8,
+  fields: {
+    qpn: { offset: 0, type: 'u32', count: 1 },
+    group: { offset: 4, type: 'u8', count: 4 },
+  },
+} as const satisfies AbiStruct;
+
 /** struct rgv_modify_srq (8 bytes) */
 export const rgv_modify_srq = {
   name: 'rgv_modify_srq',
@@ -662,6 +681,8 @@ export const RGV_OPS = {
   ALLOC_MW: { op: 21, request: rgv_alloc_mw, reply: rgv_mw, records: false, fd: 'none' },
   DEALLOC_MW: { op: 22, request: rgv_handle, reply: null, records: false, fd: 'none' },
   REG_SHM: { op: 23, request: rgv_reg_shm, reply: rgv_mr, records: false, fd: 'none' },
+  ATTACH_MCAST: { op: 24, request: rgv_mcast, reply: null, records: false, fd: 'none' },
+  DETACH_MCAST: { op: 25, request: rgv_mcast, reply: null, records: false, fd: 'none' },
   UCMA_CHANNEL: { op: 40, request: null, reply: rgv_handle, records: false, fd: 'eventfd' },
   UCMA: { op: 41, request: rgv_ucma, reply: rgv_ucma_reply, records: false, fd: 'none' },
 } as const;

@@ -218,6 +218,18 @@ const QP_STATES = new Map<number, QpStateName>([
 ]);
 const QP_STATE_VALUES = new Map([...QP_STATES].map(([v, name]) => [name, v]));
 
+/** ATTACH_MCAST/DETACH_MCAST: a QP of this connection's own and an IPv4 multicast group. */
+async function mcast(
+  c: Call<'ATTACH_MCAST'> | Call<'DETACH_MCAST'>,
+  verb: 'attachMcast' | 'detachMcast',
+): Promise<Reply | number> {
+  const { qpn, group } = c.body();
+  if (!c.own.qps.has(qpn)) return Errno.ENOENT;
+  if (group[0] >>> 4 !== 0xe) return Errno.EINVAL; // not 224.0.0.0/4
+  await c.server.dp[verb](qpn, group.join('.'));
+  return c.reply();
+}
+
 /** DEALLOC_PD, DEREG_MR (and destroyWithRing's): a handle of this connection's own, destroyed. */
 async function destroyOwn(
   call: { body(): { handle: number }; reply(): Reply },
@@ -328,6 +340,10 @@ export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
           max_mr_size: d.maxMrSize,
           node_guid: guidBytes(d.nodeGuid),
           fw_ver: d.fwVer,
+          max_mcast_grp: d.maxMcastGrp,
+          max_mcast_qp_attach: d.maxMcastQpAttach,
+          max_total_mcast_qp_attach: d.maxTotalMcastQpAttach,
+          pad: 0,
         };
       }),
     );
@@ -560,6 +576,9 @@ export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
     own.qpRings.set(q.qpn, ring);
     return c.reply();
   },
+
+  ATTACH_MCAST: (c) => mcast(c, 'attachMcast'),
+  DETACH_MCAST: (c) => mcast(c, 'detachMcast'),
 
   async MODIFY_QP(c) {
     const q = c.body();

@@ -32,7 +32,8 @@
  * Not served (errno and a line from the library): the IPoIB port space, multicast, AF_IB
  * addresses, IPv6 addresses other than IPv4-mapped ones, options.
  */
-import { formatIp4 } from '../../nodes/net/address.ts';
+import { formatIp4, isIp4Multicast } from '../../nodes/net/address.ts';
+import { MCAST_QPN } from '../../nodes/rdma/multicast.ts';
 import {
   acceptDeferred,
   CmConnectError,
@@ -70,6 +71,7 @@ import {
   RGV_CM_CONNECT_REQUEST,
   RGV_CM_CONNECT_RESPONSE,
   RGV_CM_DISCONNECTED,
+  RGV_CM_MULTICAST_JOIN,
   RGV_CM_ESTABLISHED,
   RGV_CM_REJECTED,
   RGV_CM_ROUTE_RESOLVED,
@@ -82,6 +84,8 @@ import {
   RGV_UCMA_ACCEPT,
   RGV_UCMA_BIND,
   RGV_UCMA_CLOSE,
+  RGV_UCMA_JOIN,
+  RGV_UCMA_LEAVE,
   RGV_UCMA_CONNECT,
   RGV_UCMA_CREATE_ID,
   RGV_UCMA_DESTROY_ID,
@@ -207,6 +211,19 @@ interface Ev {
   ud?: boolean;
   addr?: number;
   qkey?: number;
+  /** A membership's event (MULTICAST_JOIN): its uid and handle, and its count too. */
+  mc?: Mc;
+}
+
+/** A UD id's membership of a multicast group (JOIN): what LEAVE names. */
+interface Mc {
+  handle: number;
+  uidLo: number;
+  uidHi: number;
+  id: CmId;
+  group: number;
+  /** Its events GET_EVENT has returned (LEAVE's answer: librdmacm waits for their acks). */
+  reported: number;
 }
 
 interface UChannel {
@@ -251,6 +268,7 @@ interface CmId {
 interface UcmaState {
   channels: Map<number, UChannel>;
   ids: Map<number, CmId>;
+  mcs: Map<number, Mc>;
   next: number;
   rdma: Rdma;
   server: Server;
@@ -265,7 +283,15 @@ let watchTimer: ReturnType<typeof setInterval> | null = null;
 function stateOf(c: { server: Server; own: Owned }): UcmaState {
   let s = STATES.get(c.own);
   if (s === undefined) {
-    s = { channels: new Map(), ids: new Map(), next: 1, rdma: c.server.internals.rdma, server: c.server, own: c.own };
+    s = {
+      channels: new Map(),
+      ids: new Map(),
+      mcs: new Map(),
+      next: 1,
+      rdma: c.server.internals.rdma,
+      server: c.server,
+      own: c.own,
+    };
     STATES.set(c.own, s);
   }
   return s;
@@ -392,6 +418,7 @@ async function programQp(s: UcmaState, qpn: number): Promise<Qp | undefined> {
 /** Forget an id: its queued events, its listener and the requests it holds, its watch. */
 function dropId(s: UcmaState, id: CmId): void {
   s.ids.delete(id.handle);
+  for (const m of [...s.mcs.values()]) if (m.id === id) s.mcs.delete(m.handle);
   if (id.ephemeral) reservedOf(s).delete(id.srcPort);
   unwatch(id);
   for (const ch of s.channels.values()) {
@@ -432,7 +459,7 @@ function newHandle(s: UcmaState): number {
   for (let k = 0; k < MAX_IDS * 4; k++) {
     const h = s.next;
     s.next = s.next >= 0x7fffffff ? 1 : s.next + 1;
-    if (!s.ids.has(h) && !s.channels.has(h)) return h;
+    if (!s.ids.has(h) && !s.channels.has(h) && !s.mcs.has(h)) return h;
   }
   return 0;
 }
@@ -491,6 +518,17 @@ export async function ucma(c: UcmaCall): Promise<Reply | number> {
     return out({ id: handle });
   }
   if (q.cmd === RGV_UCMA_GET_EVENT) return getEvent(c, s, q);
+  if (q.cmd === RGV_UCMA_LEAVE) {
+    const m = s.mcs.get(q.id);
+    if (m === undefined) return E.EINVAL;
+    s.mcs.delete(m.handle);
+    // Its JOIN event, if still queued, goes: librdmacm waits only for those it was told of.
+    const ch = m.id.channel;
+    const before = ch.queue.length;
+    ch.queue = ch.queue.filter((e) => e.mc !== m);
+    if (before > 0 && ch.queue.length === 0) c.server.core.eventfdDrain(ch.fd);
+    return out({ count: m.reported });
+  }
   if (q.cmd === RGV_UCMA_CLOSE) {
     const ch = s.channels.get(q.channel);
     if (ch === undefined) return E.EINVAL;
@@ -570,6 +608,8 @@ export async function ucma(c: UcmaCall): Promise<Reply | number> {
     }
     case RGV_UCMA_INIT_QP_ATTR:
       return initQpAttr(c, id, q);
+    case RGV_UCMA_JOIN:
+      return join(c, s, id, q);
     default:
       return E.EINVAL;
   }
@@ -920,6 +960,38 @@ function initQpAttr(c: UcmaCall, id: CmId, q: Req): Reply | number {
   return E.EINVAL;
 }
 
+/**
+ * JOIN (rdma_join_multicast) on a UD id whose address is bound or resolved: MULTICAST_JOIN at
+ * once, its param.ud naming the group (IPv4-mapped GID, QPN 0xFFFFFF, the port space's Q_Key).
+ * Nothing is announced on the wire (no IGMP: nodes/net/ip4-groups.ts); librdmacm attaches the
+ * id's QP to the group (ibv_attach_mcast) when it takes the event, which is where datagrams
+ * start to arrive. Join flags: full member (0) or send-only full member (1, not attached).
+ */
+function join(c: UcmaCall, s: UcmaState, id: CmId, q: Req): Reply | number {
+  const group = ip4(q.dst_ipv4);
+  if (!id.ud || !isIp4Multicast(group) || q.backlog > 1) return E.EINVAL;
+  if (id.src === 0 || (id.state !== 'bound' && id.state !== 'addr' && id.state !== 'route')) return E.EINVAL;
+  if (s.mcs.size >= MAX_IDS) return E.ENOMEM;
+  const handle = newHandle(s);
+  if (handle === 0) return E.ENOMEM;
+  const m: Mc = { handle, uidLo: q.uid_lo, uidHi: q.uid_hi, id, group, reported: 0 };
+  if (
+    !post(s, {
+      id,
+      event: RGV_CM_MULTICAST_JOIN,
+      status: 0,
+      ud: true,
+      addr: group,
+      qkey: UDP_QKEY,
+      qpn: MCAST_QPN,
+      mc: m,
+    })
+  )
+    return E.ENOMEM;
+  s.mcs.set(handle, m);
+  return c.reply({ id: handle } as ReplyValues);
+}
+
 function getEvent(c: UcmaCall, s: UcmaState, q: Req): Reply | number {
   const ch = s.channels.get(q.channel);
   if (ch === undefined) return E.EINVAL;
@@ -927,13 +999,14 @@ function getEvent(c: UcmaCall, s: UcmaState, q: Req): Reply | number {
   if (ev === undefined) return E.EAGAIN;
   if (ch.queue.length === 0) c.server.core.eventfdDrain(ch.fd);
   ev.counted.reported++;
+  if (ev.mc !== undefined) ev.mc.reported++;
   const pd = ev.pd.slice(0, RGV_UCMA_MAX_PRIVATE_DATA - 1);
   const privateDataOut = new Uint8Array(RGV_UCMA_MAX_PRIVATE_DATA);
   privateDataOut.set(pd);
   return c.reply({
-    uid_lo: ev.counted.uidLo,
-    uid_hi: ev.counted.uidHi,
-    id: ev.id.handle,
+    uid_lo: (ev.mc ?? ev.counted).uidLo,
+    uid_hi: (ev.mc ?? ev.counted).uidHi,
+    id: (ev.mc ?? ev.id).handle,
     event: ev.event,
     status: ev.status >>> 0,
     count: ev.counted.handle,

@@ -767,6 +767,22 @@ export class WorkerDataplane implements DataplaneApi {
     this.ledger.qpUpdated(v);
     return v;
   }
+  // Datagrams to a group arrive on the multicast port, which no worker's slice of the port
+  // range holds: they would reach no worker's QP. Refused rather than lost.
+  attachMcast = async (qpn: number, group: string): Promise<string[]> => {
+    this.byQpn(qpn);
+    throw new DataplaneError(
+      'invalid',
+      `qp ${qpn}: attach to multicast group ${String(group)}: multicast needs cpu.workers 1 (no worker is steered a group's datagrams)`,
+    );
+  };
+  detachMcast = async (qpn: number, group: string): Promise<string[]> => {
+    this.byQpn(qpn);
+    throw new DataplaneError(
+      'not-found',
+      `qp ${qpn} is not attached to ${String(group)} (no multicast with cpu.workers > 1)`,
+    );
+  };
   async destroyQp(qpn: number, opts?: { quiet?: boolean }): Promise<void> {
     if (this.ledger.forget(qpn, true)) return;
     await this.on(this.byQpn(qpn), 'destroyQp', [qpn, opts]);

@@ -98,6 +98,8 @@ async function main(): Promise<void> {
     getQp: (qpn) => dp.getQp(qpn),
     connect: (qpn, req) => dp.connect(qpn, req),
     modifyQp: (qpn, req) => dp.modifyQp(qpn, req),
+    attachMcast: (qpn, group) => dp.attachMcast(qpn, group),
+    detachMcast: (qpn, group) => dp.detachMcast(qpn, group),
     noteQpOwner: (qpn, owner) => dp.noteQpOwner(qpn, owner),
     destroyQp: (qpn, opts) => dp.destroyQp(qpn, opts),
     postRecv: (qpn, req) => dp.postRecv(qpn, req),

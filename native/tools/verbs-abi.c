@@ -162,6 +162,8 @@ int main(void) {
   MEMBER(RGV_OP_ALLOC_MW);
   MEMBER(RGV_OP_DEALLOC_MW);
   MEMBER(RGV_OP_REG_SHM);
+  MEMBER(RGV_OP_ATTACH_MCAST);
+  MEMBER(RGV_OP_DETACH_MCAST);
   MEMBER(RGV_OP_UCMA_CHANNEL);
   MEMBER(RGV_OP_UCMA);
   ENUM(rgv_fd);
@@ -291,6 +293,10 @@ int main(void) {
   FIELD(rgv_device, max_mr_size);
   FIELD(rgv_device, node_guid);
   FIELD(rgv_device, fw_ver);
+  FIELD(rgv_device, max_mcast_grp);
+  FIELD(rgv_device, max_mcast_qp_attach);
+  FIELD(rgv_device, max_total_mcast_qp_attach);
+  FIELD(rgv_device, pad);
   end();
   STRUCT(rgv_attach);
   FIELD(rgv_attach, ifname);
@@ -417,6 +423,9 @@ int main(void) {
   FIELD(rgv_srq_ring, pad);
   FIELD(rgv_srq_ring, bytes);
   end();
+  STRUCT(rgv_mcast);
+  FIELD(rgv_mcast, qpn);
+  FIELD(rgv_mcast, group);
   STRUCT(rgv_modify_srq);
   FIELD(rgv_modify_srq, srq);
   FIELD(rgv_modify_srq, limit);
@@ -476,6 +485,8 @@ int main(void) {
   MEMBER(RGV_UCMA_GET_EVENT);
   MEMBER(RGV_UCMA_MIGRATE_ID);
   MEMBER(RGV_UCMA_CLOSE);
+  MEMBER(RGV_UCMA_JOIN);
+  MEMBER(RGV_UCMA_LEAVE);
   ENUM(rgv_cm_event);
   MEMBER(RGV_CM_ADDR_RESOLVED);
   MEMBER(RGV_CM_ADDR_ERROR);
@@ -489,6 +500,7 @@ int main(void) {
   MEMBER(RGV_CM_ESTABLISHED);
   MEMBER(RGV_CM_DISCONNECTED);
   MEMBER(RGV_CM_DEVICE_REMOVAL);
+  MEMBER(RGV_CM_MULTICAST_JOIN);
   MEMBER(RGV_CM_TIMEWAIT_EXIT);
   STRUCT(rgv_ucma);
   FIELD(rgv_ucma, cmd);

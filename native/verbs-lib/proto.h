@@ -54,6 +54,8 @@ enum rgv_op {
   RGV_OP_ALLOC_MW = 21,
   RGV_OP_DEALLOC_MW = 22,
   RGV_OP_REG_SHM = 23,      /* an MR over pages of one SysV shared memory segment (struct rgv_reg_shm) */
+  RGV_OP_ATTACH_MCAST = 24, /* ibv_attach_mcast: a UD QP to an IPv4 multicast group (struct rgv_mcast) */
+  RGV_OP_DETACH_MCAST = 25, /* ibv_detach_mcast */
   RGV_OP_UCMA_CHANNEL = 40, /* rdma_cm: a channel (an open of rdma_cm): the passed eventfd; its handle */
   RGV_OP_UCMA = 41,         /* rdma_cm: one command (struct rgv_ucma) */
 };
@@ -98,6 +100,8 @@ enum rgv_fd {
   X(ALLOC_MW, rgv_alloc_mw, rgv_mw, 0, RGV_FD_NONE)                 \
   X(DEALLOC_MW, rgv_handle, none, 0, RGV_FD_NONE)                   \
   X(REG_SHM, rgv_reg_shm, rgv_mr, 0, RGV_FD_NONE)                   \
+  X(ATTACH_MCAST, rgv_mcast, none, 0, RGV_FD_NONE)                  \
+  X(DETACH_MCAST, rgv_mcast, none, 0, RGV_FD_NONE)                  \
   RGV_UCMA_OPS(X)
 // clang-format on
 
@@ -147,9 +151,20 @@ struct rgv_device {
   uint32_t page_size_cap;
   uint32_t max_sge_rd;
   uint32_t max_res_rd_atom;
-  uint64_t max_mr_size; /* bytes of one MR */
-  uint8_t node_guid[8]; /* network order (the EUI-64 of the MAC) */
-  char fw_ver[32];      /* the daemon's version, NUL-terminated */
+  uint64_t max_mr_size;               /* bytes of one MR */
+  uint8_t node_guid[8];               /* network order (the EUI-64 of the MAC) */
+  char fw_ver[32];                    /* the daemon's version, NUL-terminated */
+  uint32_t max_mcast_grp;             /* multicast groups with members at once */
+  uint32_t max_mcast_qp_attach;       /* UD QPs attached to one group */
+  uint32_t max_total_mcast_qp_attach; /* attachments in all */
+  uint32_t pad;
+};
+
+/* ATTACH_MCAST/DETACH_MCAST: UD QP `qpn` (the connection's own) and an IPv4 multicast group
+   (224.0.0.0/4, network order: the last 4 bytes of the IPv4-mapped GID). */
+struct rgv_mcast {
+  uint32_t qpn;
+  uint8_t group[4];
 };
 
 /* ATTACH: the opened device's interface (its QPs take that address) + the doorbell eventfd. */
@@ -503,7 +518,8 @@ enum rgv_wc_flags {
 
 _Static_assert(sizeof(struct rgv_hdr) == 16, "rgv_hdr is 16 bytes");
 _Static_assert(sizeof(struct rgv_handle) == 4, "rgv_handle is 4 bytes");
-_Static_assert(sizeof(struct rgv_device) == 240, "rgv_device is 240 bytes");
+_Static_assert(sizeof(struct rgv_device) == 256, "rgv_device is 256 bytes");
+_Static_assert(sizeof(struct rgv_mcast) == 8, "rgv_mcast is 8 bytes");
 _Static_assert(sizeof(struct rgv_attach) == 32, "rgv_attach is 32 bytes");
 _Static_assert(sizeof(struct rgv_reg_mr) == 48, "rgv_reg_mr is 48 bytes");
 _Static_assert(sizeof(struct rgv_reg_shm) == 56, "rgv_reg_shm is 56 bytes");
@@ -562,6 +578,9 @@ enum rgv_ucma_cmd {
   RGV_UCMA_GET_EVENT = 13,    /* channel: uid, id, event, status, count (the listening id of a request) */
   RGV_UCMA_MIGRATE_ID = 14,   /* id, channel (the new one): count (events reported) */
   RGV_UCMA_CLOSE = 15,        /* channel: closed with every id on it */
+  RGV_UCMA_JOIN =
+      16, /* id (UD, address bound or resolved), uid, dst (the group), backlog (join flags): id (the membership's) */
+  RGV_UCMA_LEAVE = 17, /* id (a membership's): count (its events reported) */
 };
 
 /* librdmacm's enum rdma_cm_event_type values (GET_EVENT's event). */
@@ -578,7 +597,8 @@ enum rgv_cm_event {
   RGV_CM_ESTABLISHED = 9,
   RGV_CM_DISCONNECTED = 10,
   RGV_CM_DEVICE_REMOVAL = 11,
-  RGV_CM_TIMEWAIT_EXIT = 15, /* 12 to 14 (multicast, address change) are never sent */
+  RGV_CM_MULTICAST_JOIN = 12, /* a JOIN's answer: param.ud names the group (QPN 0xFFFFFF) and its Q_Key */
+  RGV_CM_TIMEWAIT_EXIT = 15,  /* 13 and 14 (multicast error, address change) are never sent */
 };
 
 struct rgv_ucma {

@@ -20,8 +20,10 @@
  * Served: CREATE_ID (port spaces TCP and IB with RC; UDP with UD: datagram service requests, the
  * events' param.ud), DESTROY_ID, BIND_IP/BIND (IPv4, or IPv4-mapped
  * IPv6), RESOLVE_IP/RESOLVE_ADDR, RESOLVE_ROUTE, QUERY_ROUTE, QUERY (address, GID, path),
- * CONNECT, LISTEN, ACCEPT, REJECT, DISCONNECT, INIT_QP_ATTR, GET_EVENT, MIGRATE_ID. Refused with
- * a line: the IPoIB port space (EOPNOTSUPP), multicast (ENOSYS), AF_IB and other IPv6
+ * CONNECT, LISTEN, ACCEPT, REJECT, DISCONNECT, INIT_QP_ATTR, GET_EVENT, MIGRATE_ID, and for UD
+ * ids JOIN_IP_MCAST/JOIN_MCAST/LEAVE_MCAST (IPv4 groups: librdmacm attaches the QP itself with
+ * ibv_attach_mcast when the join's event comes). Refused with
+ * a line: the IPoIB port space (EOPNOTSUPP), AF_IB and other IPv6
  * addresses (EAFNOSUPPORT), options but REUSEADDR and AFONLY (what the daemon does anyway), and
  * NOTIFY (ENOSYS).
  */
@@ -453,6 +455,17 @@ static int get_event(int fd, uint32_t channel, uint64_t resp, uint32_t out) {
   return respond(resp, out, &e, sizeof e);
 }
 
+/* A JOIN's group (an IPv4 multicast address: AF_INET, or AF_INET6 IPv4-mapped), uid and flags
+   into `q`; 0 or -1 + errno (EINVAL: no IPv4 group; the daemon checks it is one). */
+static int join(struct rgv_ucma* q, uint64_t uid, const void* addr, size_t cap, uint32_t flags) {
+  uint16_t port;
+  if (ipv4_of(addr, cap, 0, q->dst_ipv4, &port) != 0) return -1;
+  q->uid_lo = (uint32_t)uid;
+  q->uid_hi = (uint32_t)(uid >> 32);
+  q->backlog = flags;
+  return 0;
+}
+
 /* A command's body that names an id: read as BODY, and the request for the daemon begun. */
 #define ID_BODY(type, name, min, ucma_cmd) \
   BODY(type, name, min);                   \
@@ -607,10 +620,36 @@ static ssize_t command(int fd, uint32_t channel, const void* buf, size_t len) {
       rc = respond(c.response, h.out, &a, sizeof a);
       break;
     }
-    case RDMA_USER_CM_CMD_JOIN_IP_MCAST:
-    case RDMA_USER_CM_CMD_JOIN_MCAST:
-    case RDMA_USER_CM_CMD_LEAVE_MCAST:
-      REFUSE("multicast (rdma_join_multicast)", ENOSYS);
+    case RDMA_USER_CM_CMD_JOIN_IP_MCAST: {
+      ID_BODY(struct rdma_ucm_join_ip_mcast, c, sizeof c, RGV_UCMA_JOIN);
+      if (join(&q, c.uid, &c.addr, sizeof c.addr, 0) != 0) return -1;
+      asked = 1;
+      if (request(&q, &r) != 0) return -1;
+      struct rdma_ucm_create_id_resp a = {.id = r.id};
+      rc = respond(c.response, h.out, &a, sizeof a);
+      break;
+    }
+    case RDMA_USER_CM_CMD_JOIN_MCAST: {
+      ID_BODY(struct rdma_ucm_join_mcast, c, sizeof c, RGV_UCMA_JOIN);
+      if (c.addr_size > sizeof c.addr) {
+        errno = EINVAL;
+        return -1;
+      }
+      if (join(&q, c.uid, &c.addr, c.addr_size, c.join_flags) != 0) return -1;
+      asked = 1;
+      if (request(&q, &r) != 0) return -1;
+      struct rdma_ucm_create_id_resp a = {.id = r.id};
+      rc = respond(c.response, h.out, &a, sizeof a);
+      break;
+    }
+    case RDMA_USER_CM_CMD_LEAVE_MCAST: {
+      ID_BODY(struct rdma_ucm_destroy_id, c, offsetof(struct rdma_ucm_destroy_id, reserved), RGV_UCMA_LEAVE);
+      asked = 1;
+      if (request(&q, &r) != 0) return -1;
+      struct rdma_ucm_destroy_id_resp a = {.events_reported = r.count};
+      rc = respond(c.response, h.out, &a, sizeof a);
+      break;
+    }
     case RDMA_USER_CM_CMD_SET_OPTION: {
       BODY(struct rdma_ucm_set_option, c, sizeof c);
       /* SO_REUSEADDR's and IPV6_V6ONLY's: what the daemon does anyway (a port is free again as

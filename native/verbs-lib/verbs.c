@@ -340,6 +340,9 @@ static int query_devices(int fd, struct rgv_device* out) {
              {"max_pd", d->max_pd, 0, INT_MAX},
              {"max_srq", d->max_srq, 0, INT_MAX},
              {"max_res_rd_atom", d->max_res_rd_atom, 0, INT_MAX},
+             {"max_mcast_grp", d->max_mcast_grp, 0, INT_MAX},
+             {"max_mcast_qp_attach", d->max_mcast_qp_attach, 0, INT_MAX},
+             {"max_total_mcast_qp_attach", d->max_total_mcast_qp_attach, 0, INT_MAX},
              {"max_mtu", d->max_mtu, IBV_MTU_256, IBV_MTU_4096},
              {"active_mtu", d->active_mtu, IBV_MTU_256, IBV_MTU_4096}};
     for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
@@ -549,6 +552,9 @@ EXPORT int ibv_query_device(struct ibv_context* context, struct ibv_device_attr*
   a->max_srq = (int)d->max_srq;
   a->max_srq_wr = (int)d->max_srq_wr;
   a->max_srq_sge = (int)d->max_srq_sge;
+  a->max_mcast_grp = (int)d->max_mcast_grp;
+  a->max_mcast_qp_attach = (int)d->max_mcast_qp_attach;
+  a->max_total_mcast_qp_attach = (int)d->max_total_mcast_qp_attach;
   a->max_pkeys = 1;
   a->phys_port_cnt = 1;
   return 0;
@@ -916,6 +922,32 @@ EXPORT struct ibv_ah* ibv_create_ah_from_wc(struct ibv_pd* pd, struct ibv_wc* wc
   return ibv_create_ah(pd, &a);
 }
 
+/*
+ * Multicast: a UD QP joins an IPv4 multicast group, named by its IPv4-mapped GID (RoCE v2's
+ * form; the LID is not used on Ethernet). The daemon attaches the QP (nodes/rdma/multicast.ts);
+ * datagrams to the group then reach it, and a send to an AH with the group's GID and remote QPN
+ * 0xFFFFFF goes to the group. EINVAL for another GID or QP type, as a NIC answers.
+ */
+static int mcast_call(struct ibv_qp* qp, const union ibv_gid* gid, uint16_t op) {
+  static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (qp == NULL || gid == NULL) return EINVAL;
+  if (qp->qp_type != IBV_QPT_UD || memcmp(gid->raw, v4mapped, sizeof v4mapped) != 0 || (gid->raw[12] >> 4) != 0xe)
+    return EINVAL;
+  struct rgv_mcast m = {.qpn = qp->qp_num};
+  memcpy(m.group, &gid->raw[12], 4);
+  return rg_ctx_call(qp->context, op, &m, sizeof m, -1, NULL, 0) != 0 ? errno : 0;
+}
+
+EXPORT int ibv_attach_mcast(struct ibv_qp* qp, const union ibv_gid* gid, uint16_t lid) {
+  (void)lid;
+  return mcast_call(qp, gid, RGV_OP_ATTACH_MCAST);
+}
+
+EXPORT int ibv_detach_mcast(struct ibv_qp* qp, const union ibv_gid* gid, uint16_t lid) {
+  (void)lid;
+  return mcast_call(qp, gid, RGV_OP_DETACH_MCAST);
+}
+
 EXPORT int ibv_destroy_ah(struct ibv_ah* ah) {
   free(ah);
   return 0;
@@ -1157,8 +1189,6 @@ void rg_not_yet(const char* fn) {
 NULL_VERB(struct ibv_mr*, ibv_reg_dmabuf_mr, struct ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd,
           int access)
 ERR_VERB(int, ibv_resize_cq, struct ibv_cq* cq, int cqe)
-ERR_VERB(int, ibv_attach_mcast, struct ibv_qp* qp, const union ibv_gid* gid, uint16_t lid)
-ERR_VERB(int, ibv_detach_mcast, struct ibv_qp* qp, const union ibv_gid* gid, uint16_t lid)
 /* Enhanced connection establishment (a vendor's CM extension): none here. librdmacm asks at
    every connect and takes EOPNOTSUPP as "none", as from a NIC without it: not said. */
 EXPORT int ibv_query_ece(struct ibv_qp* qp, struct ibv_ece* ece) { return EOPNOTSUPP; }

@@ -2,8 +2,8 @@
  * ethernet-input: Ethernet II in, by EtherType to ip4-input or arp-input, everything else to
  * error-drop with its reason counted.
  *
- * Accepted destinations: our MAC on the receiving interface, broadcast, and the multicast MACs
- * the interface subscribed to. On the way out the buffer's data starts at the L3 header and the
+ * Accepted destinations: our MAC on the receiving interface, broadcast, the multicast MACs
+ * the interface subscribed to and those of the IPv4 groups it joined (net/ip4-groups.ts). On the way out the buffer's data starts at the L3 header and the
  * Ethernet header sits in the 14 bytes just before it (replies are built in place from it).
  *
  * 802.1Q: we have no VLAN sub-interfaces, so a frame tagged with a VLAN ID is dropped and
@@ -109,7 +109,11 @@ function ethernetInput(rt: NodeRuntime, frame: Frame | null): number {
       const dhi = v.getUint32(o),
         dlo = v.getUint16(o + 4);
       if (dhi & 0x01000000) {
-        if ((dhi !== BROADCAST_HI || dlo !== BROADCAST_LO) && !ifs.mcastMember(ix, dhi, dlo))
+        if (
+          (dhi !== BROADCAST_HI || dlo !== BROADCAST_LO) &&
+          !ifs.mcastMember(ix, dhi, dlo) &&
+          !ifs.groups.macMember(ix, dhi, dlo)
+        )
           err = EthernetError.MCAST_NOT_SUBSCRIBED;
       } else if (dhi !== ourHi[ix] || dlo !== ourLo[ix]) err = EthernetError.NOT_OUR_MAC;
       if (err < 0) {

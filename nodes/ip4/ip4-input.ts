@@ -7,8 +7,9 @@
  * then what a host without reassembly or option processing refuses: options, fragments (each
  * with its own counter), TTL 0 (a host may accept TTL 1, it does not forward; TTL 0 was never
  * valid to send), a multicast/broadcast/loopback source. The destination must be one of our
- * addresses, on any interface (the weak host model, as Linux); broadcasts and multicasts are
- * counted apart from unicast for someone else (we are a host, not a router).
+ * addresses, on any interface (the weak host model, as Linux), or a multicast group the
+ * receiving interface joined (net/ip4-groups.ts); other broadcasts and multicasts are counted
+ * apart from unicast for someone else (we are a host, not a router).
  *
  * Local packets go on with the data start at the L4 header; the IPv4 header (always 20 bytes:
  * options were refused) sits just before it.
@@ -165,7 +166,11 @@ function ip4Input(rt: NodeRuntime, frame: Frame | null): number {
           dst = v.getUint32(o + 16);
         const ix = rxIf[bi];
         if (src >>> 28 >= 0xe || src >>> 24 === 127) err = Ip4InputError.MARTIAN_SOURCE;
-        else if (dst === ifAddr[ix] || ifs.localInterface(dst) !== 0) {
+        else if (
+          dst === ifAddr[ix] ||
+          ifs.localInterface(dst) !== 0 ||
+          (isIp4Multicast(dst) && ifs.groups.member(ix, dst))
+        ) {
           const proto = u8[o + 9];
           if (proto === IP_PROTO_UDP) next = NEXT_UDP;
           else if (proto === IP_PROTO_ICMP) next = NEXT_ICMP;

@@ -2,7 +2,8 @@
  * ip4-loopback: packets ip4-rewrite addressed to one of this data plane's own addresses (its
  * local adjacency, VPP's receive route), taken in as received on the interface that owns the
  * address, without a driver: two QPs of one data plane connected to each other, a QP on one
- * interface talking to a QP on another, a ping of our own address.
+ * interface talking to a QP on another, a ping of our own address; and the copy of a multicast
+ * datagram to a group the sending interface joined (its members here: net/ip4-groups.ts).
  *
  * In: whole Ethernet frames (ip4-rewrite wrote the owner's MAC as destination and set
  * `pool.rxIf` to the owner). A checksum left to the NIC (TX_IP4_CKSUM, TX_UDP_CKSUM: an

@@ -17,10 +17,17 @@
  * the owning interface's, `pool.rxIf` names that interface, and the frame goes to
  * ip4-loopback, which takes it in as received there. Decided once per run of packets to one
  * destination, like the neighbor lookup.
+ *
+ * A multicast destination maps to its MAC directly; when the interface has joined the group
+ * (a UD QP of ours is attached to it), a copy of the frame also goes to ip4-loopback, as a host
+ * loops its multicast back to its own members (`mcast_loop`; made through a scratch buffer:
+ * multicast is not the data path's common case).
  */
 import {
   BufferFlag,
+  type BufferPool,
   type Frame,
+  INVALID_INDEX,
   type Graph,
   type NodeRuntime,
   OPAQUE_WORDS,
@@ -49,9 +56,36 @@ const ERROR_TABLE = errorTable({
   HELD: { name: 'held', description: 'held awaiting ARP resolution', severity: 'info' },
   HOLD_QUEUE_FULL: { name: 'hold_queue_full', description: 'ARP hold queue full', severity: 'error' },
   NEIGHBOR_TABLE_FULL: { name: 'neighbor_table_full', description: 'neighbor table full (static)', severity: 'error' },
+  MCAST_LOOP: {
+    name: 'mcast_loop',
+    description: 'multicast copies to this data plane (a group its interface joined)',
+    severity: 'info',
+  },
+  MCAST_LOOP_NO_BUFFER: {
+    name: 'mcast_loop_no_buffer',
+    description: 'multicast copy to this data plane not made (no buffer)',
+    severity: 'warn',
+  },
 });
 export const Ip4RewriteError = ERROR_TABLE.code;
 const ERRORS = ERROR_TABLE.list;
+
+/** Room for the largest frame a multicast copy is made of (copied through it: a rare path). */
+const loopScratch = new Uint8Array(65536 + ETH_HEADER_BYTES);
+
+/** A copy of the whole frame `bi` to ip4-loopback, received on interface `ix` (the checksums its flags leave undone with it). */
+function loopCopy(rt: NodeRuntime, pool: BufferPool, bi: number, ix: number): void {
+  const len = pool.readPacket(bi, loopScratch, 0);
+  const c = pool.writePacket(loopScratch, 0, len);
+  if (c === INVALID_INDEX) {
+    rt.countError(Ip4RewriteError.MCAST_LOOP_NO_BUFFER);
+    return;
+  }
+  pool.flags[c] |= pool.flags[bi] & (BufferFlag.TX_IP4_CKSUM | BufferFlag.TX_UDP_CKSUM);
+  pool.rxIf[c] = ix;
+  rt.countError(Ip4RewriteError.MCAST_LOOP);
+  rt.graph.enqueueOne(rt, NEXT_LOCAL, c);
+}
 
 interface RewriteData {
   ifs: InterfaceTable;
@@ -226,6 +260,10 @@ function ip4Rewrite(rt: NodeRuntime, frame: Frame | null): number {
     v.setUint16(o + 10, ifLo[ix]);
     v.setUint16(o + 12, ETHERTYPE_IP4);
     flags[bi] &= ~RX_ONLY_FLAGS;
+    // A group the interface joined (a UD QP of ours attached to it) takes a copy too, as a host
+    // loops its multicast back to its own members (Linux's IP_MULTICAST_LOOP, on by default).
+    if (local === 0 && mHi !== BROADCAST_HI && isIp4Multicast(dst) && ifs.groups.member(ix, dst))
+      loopCopy(rt, pool, bi, ix);
     keep[k] = bi;
     if (local !== 0) {
       rxIf[bi] = local;

@@ -12,6 +12,7 @@
  * anything else goes to the first interface with a gateway (the default route), else no route.
  */
 import { checkMtu, type Graph, type NodeRuntime } from '../../graph/index.ts';
+import { Ip4Groups } from './ip4-groups.ts';
 import {
   formatIp4,
   formatMac,
@@ -105,6 +106,8 @@ export class InterfaceTable {
   readonly mcastHi: Uint32Array;
   readonly mcastLo: Uint16Array;
   readonly mcastCount: Uint8Array;
+  /** The IPv4 multicast groups each interface has joined (UD QPs attached to them). */
+  readonly groups: Ip4Groups;
   readonly names: string[] = [];
   readonly outputs: string[] = [];
   /** Configured interface indices, in the order they were added. */
@@ -131,6 +134,7 @@ export class InterfaceTable {
     this.mcastHi = new Uint32Array(max * MAX_MCAST_PER_IF);
     this.mcastLo = new Uint16Array(max * MAX_MCAST_PER_IF);
     this.mcastCount = new Uint8Array(max);
+    this.groups = new Ip4Groups(max);
   }
 
   /**
@@ -271,9 +275,11 @@ export class InterfaceTable {
   /**
    * The interface for a datagram from our address `src` to `dst`: the one that owns `src` when
    * `dst` is on its link or it has a gateway (a socket bound to an interface's address sends
-   * out of that interface, even when another interface shares the subnet); else route(dst).
+   * out of that interface, even when another interface shares the subnet); else route(dst). A
+   * multicast group: multicastInterface.
    */
   routeFrom(src: number, dst: number): number {
+    if (dst >>> 28 === 0xe) return this.multicastInterface(src, dst);
     if (src !== 0) {
       const list = this.list;
       for (let k = 0; k < list.length; k++) {
@@ -284,6 +290,20 @@ export class InterfaceTable {
       }
     }
     return this.route(dst);
+  }
+
+  /**
+   * The interface a datagram from `src` to multicast group `g` goes out of, and that a UD QP
+   * with address `src` joins `g` on (nodes/rdma/multicast.ts): the one owning `src` (0 if none
+   * does); with no source, route(g), else the first interface with an address (as an unbound
+   * socket's multicast leaves by the default route, or the first interface without one).
+   */
+  multicastInterface(src: number, g: number): number {
+    if (src !== 0) return this.localInterface(src);
+    const r = this.route(g);
+    if (r !== 0) return r;
+    for (const ix of this.list) if (this.address[ix] !== 0) return ix;
+    return 0;
   }
 
   /**

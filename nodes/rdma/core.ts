@@ -7,6 +7,7 @@
 import { type Graph, type NodeRuntime, throwLater } from '../../graph/index.ts';
 import type { Netstack } from '../netstack.ts';
 import type { Qp } from './qp.ts';
+import { DEFAULT_MCAST_PORT, McastTable } from './multicast.ts';
 import { Access, type Completion, type Cq, type Mr, type Pd } from './verbs.ts';
 import { TRP_HEADER_BYTES, TrpOp } from './wire.ts';
 
@@ -84,6 +85,8 @@ export class RdmaCore {
   /** The node that owns the retransmission timers (set when registered). */
   trpOutput!: NodeRuntime;
   onEvent: ((e: RdmaEvent) => void) | null = null;
+  /** UD QPs attached to multicast groups (multicast.ts). */
+  readonly mcast: McastTable;
   // CQs with completions to announce: the first nDirty of `dirty` (cleared entries are null, never
   // trimmed: setting an array's length is a runtime call, ~1 % of a latency run's time).
   private dirty: (Cq | null)[] = [];
@@ -91,9 +94,17 @@ export class RdmaCore {
   private dirtySpare: (Cq | null)[] = [];
   private notifyScheduled = false;
 
-  constructor(graph: Graph, net: Netstack, maxQps: number, maxMrs: number, trp: TrpSettings) {
+  constructor(
+    graph: Graph,
+    net: Netstack,
+    maxQps: number,
+    maxMrs: number,
+    trp: TrpSettings,
+    mcastPort = DEFAULT_MCAST_PORT,
+  ) {
     this.graph = graph;
     this.net = net;
+    this.mcast = new McastTable(net, mcastPort);
     this.qps = new Array<Qp | null>(maxQps).fill(null);
     this.mrs = new Array<Mr | null>(maxMrs + 1).fill(null); // index 0 unused: STag 0 is never valid
     this.stagKeyBits = stagKeyBits(maxMrs);

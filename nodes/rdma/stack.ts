@@ -16,7 +16,8 @@
 import { ccJoinPath, Congestion, CONGESTION_NAMES, type CongestionName, sendLimit } from './congestion.ts';
 import type { Graph } from '../../graph/index.ts';
 import type { Netstack } from '../netstack.ts';
-import { formatIp4, parseIp4 } from '../net/address.ts';
+import { formatIp4, isIp4Multicast, parseIp4 } from '../net/address.ts';
+import { DEFAULT_MCAST_PORT, MCAST_GROUPS, MCAST_QPN, MCAST_QPS_PER_GROUP } from './multicast.ts';
 import { PortQuarantine } from './port-quarantine.ts';
 import { Budget, type BudgetLimits, qpSlots } from './budget.ts';
 import { type AcceptDecision, type ConnectRequest, ConnectionManager, type Listener, registerCmInput } from './cm.ts';
@@ -73,6 +74,8 @@ export interface RdmaOptions extends Partial<BudgetLimits> {
   cmHalfOpenMs?: number;
   /** Largest message a work request may carry (bytes, default 2^31). */
   maxMessage?: number;
+  /** The UDP port datagrams to multicast groups use (default 19999; outside portRange). */
+  multicastPort?: number;
 }
 
 export interface Sge {
@@ -281,6 +284,12 @@ export interface DeviceAttr {
   portRange: [number, number];
   /** The TRP window (packets in flight per QP). */
   window: number;
+  /** Multicast groups with members, QPs attached to one group, attachments in all (multicast.ts). */
+  maxMcastGrp: number;
+  maxMcastQpAttach: number;
+  maxTotalMcastQpAttach: number;
+  /** The UDP port datagrams to multicast groups go to. */
+  multicastPort: number;
 }
 
 const LIMIT_CQE = VERBS_LIMITS.maxCqe;
@@ -365,7 +374,12 @@ export class Rdma {
         throw new RangeError(`${what} must be one of ${CONGESTION_NAMES.join(', ')}, got ${JSON.stringify(v)}`);
       return k;
     };
-    this.core = new RdmaCore(graph, net, maxQps, maxMrs, trp);
+    const mcPort = opts.multicastPort ?? DEFAULT_MCAST_PORT;
+    if (!(Number.isInteger(mcPort) && mcPort >= 1 && mcPort <= 65535 && (mcPort < lo || mcPort > hi)))
+      throw new RangeError(
+        `rdma multicast-port must be a port in 1..65535 outside port-range [${lo}, ${hi}], got ${mcPort}`,
+      );
+    this.core = new RdmaCore(graph, net, maxQps, maxMrs, trp, mcPort);
     // A memif server may leave a Write's payload in the client's memory until DDP places it.
     peerWindowsOf(graph.pool).setPattern(RX_DEFER_PATTERN);
     this.core.congestion = ccIndex(opts.congestion ?? 'none', 'rdma congestion');
@@ -573,6 +587,10 @@ export class Rdma {
       stagKeyBits: this.core.stagKeyBits,
       portRange: [this.portLo, this.portHi],
       window: this.core.window,
+      maxMcastGrp: MCAST_GROUPS,
+      maxMcastQpAttach: MCAST_QPS_PER_GROUP,
+      maxTotalMcastQpAttach: MCAST_GROUPS * MCAST_QPS_PER_GROUP,
+      multicastPort: this.core.mcast.port,
     };
   }
 
@@ -944,6 +962,7 @@ export class Rdma {
     qp.rtoTimer = -1;
     qp.destroyed = true;
     this.net.udp.unbind(qp.qpn, qp.localAddr === 0 ? undefined : formatIp4(qp.localAddr));
+    this.core.mcast.detachAll(qp);
     this.core.qps[qp.index] = null;
     this.core.qpByPort[qp.qpn] = -1;
     this.retired.retire(qp.qpn);
@@ -954,6 +973,22 @@ export class Rdma {
     qp.sendCq.users--;
     if (qp.recvCq !== qp.sendCq) qp.recvCq.users--;
     if (qp.srq) qp.srq.users--;
+  }
+
+  /** ibv_attach_mcast: UD QP `qp` takes the datagrams sent to multicast `group` (multicast.ts). */
+  attachMcast(qp: Qp, group: string | number): void {
+    if (qp.destroyed) throw new VerbsError('not-found', `qp ${qp.qpn} is destroyed`);
+    this.core.mcast.attach(qp, typeof group === 'number' ? group : this.parseAddr(group, 'multicast group'));
+  }
+
+  /** ibv_detach_mcast. */
+  detachMcast(qp: Qp, group: string | number): void {
+    this.core.mcast.detach(qp, typeof group === 'number' ? group : this.parseAddr(group, 'multicast group'));
+  }
+
+  /** The multicast groups `qp` is attached to. */
+  mcastGroupsOf(qp: Qp): string[] {
+    return this.core.mcast.groupsOf(qp).map(formatIp4);
   }
 
   queryQp(qp: Qp): QpInfo {
@@ -1093,7 +1128,7 @@ export class Rdma {
         typeof d.address === 'number'
           ? int(d.address, 1, 0xffffffff, 'ud.address')
           : this.parseAddr(d.address, 'ud.address');
-      wr.dstQpn = int(d.qpn, 1, 65535, 'ud.qpn');
+      wr.dstQpn = d.qpn === MCAST_QPN && isIp4Multicast(wr.dstAddr) ? MCAST_QPN : int(d.qpn, 1, 65535, 'ud.qpn');
       wr.qkey = int(d.qkey, 0, 0xffffffff, 'ud.qkey');
     }
     const list = req.sg ?? [];

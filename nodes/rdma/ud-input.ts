@@ -10,7 +10,11 @@
  * UDP port), the immediate and the solicited flag. No receive posted: dropped and counted
  * (no_receive: UD has no receiver-not-ready retry). A message longer than the receive (with its
  * GRH) completes that receive with local-length-error; the QP stays up (a peer cannot end it).
- * Each datagram costs its own bytes of work, nothing a field of it names.
+ * A datagram to a multicast group (PROTOCOL.md section 9.1) goes to every QP attached to the
+ * group on the receiving interface, each a copy with its own checks (what one member lacks is
+ * counted for it; the others still take it): `multicast` counts such datagrams, `no_member`
+ * those that found no member. Each datagram costs its own bytes of work times the group's
+ * members (at most MCAST_QPS_PER_GROUP), nothing a field of it names.
  */
 import {
   BufferFlag,
@@ -24,7 +28,9 @@ import {
 import { Ip4Opaque, IP_PROTO_UDP, ip4SetChecksum20 } from '../ip4/ip4.ts';
 import type { RdmaCore } from './core.ts';
 import { place } from './ddp-input.ts';
-import { QpState } from './qp.ts';
+import { MCAST_QP_INDEX } from './multicast.ts';
+import { type Qp, QpState } from './qp.ts';
+import { formatIp4 } from '../net/address.ts';
 import { completeRecv } from './transport.ts';
 import { RdmaOpaque } from './trp-input.ts';
 import { WcStatus } from './verbs.ts';
@@ -46,6 +52,8 @@ const ERROR_TABLE = errorTable({
     description: 'datagram longer than its receive (local-length-error)',
     severity: 'warn',
   },
+  MULTICAST: { name: 'multicast', description: 'datagrams to a multicast group with members', severity: 'info' },
+  NO_MEMBER: { name: 'no_member', description: 'datagram to a group no QP here is attached to', severity: 'warn' },
 });
 export const UdInputError = ERROR_TABLE.code;
 const ERRORS = ERROR_TABLE.list;
@@ -76,6 +84,69 @@ function fillGrh(src: number, dst: number, udpBytes: number): void {
   ip4SetChecksum20(grhView, o);
 }
 
+/**
+ * Datagram `bi` (data at its TRP header, `len` bytes after it) to UD QP `qp`: -1 when a receive
+ * took it (or completed with local-length-error, counted here), else the error that drops it.
+ */
+function deliver(rt: NodeRuntime, core: RdmaCore, qp: Qp | null, bi: number, len: number, fl: number): number {
+  if (qp === null || (qp.state !== QpState.RTR && qp.state !== QpState.RTS && qp.state !== QpState.SQD))
+    return UdInputError.NOT_READY;
+  const pool = rt.graph.pool,
+    opaque = pool.opaque,
+    v = pool.view;
+  const w = bi * OPAQUE_WORDS,
+    o = pool.offset[bi];
+  if (v.getUint32(o + DG_QKEY) !== qp.qkey) return UdInputError.BAD_QKEY;
+  const msn = (qp.rqDone + 1) >>> 0;
+  let wr = qp.recvFor(msn);
+  // A receive the program posted since this pass's ring poll: taken in before dropping.
+  while (wr === null && qp.refillRecv !== null && qp.refillRecv() > 0) wr = qp.recvFor(msn);
+  if (wr === null) return UdInputError.NO_RECEIVE;
+  const srcQp = opaque[w + Ip4Opaque.PORTS] >>> 16;
+  const imm = fl & DgFlag.IMM ? v.getUint32(o + DG_IMM) : undefined;
+  if (GRH_BYTES + len > wr.sg.total) {
+    rt.countError(UdInputError.TOO_LONG);
+    completeRecv(core, qp, wr, WcStatus.LOC_LEN_ERR, { byteLen: 0, srcQp });
+    return -1;
+  }
+  fillGrh(opaque[w + Ip4Opaque.REMOTE], opaque[w + Ip4Opaque.LOCAL], 8 + TRP_HEADER_BYTES + len);
+  wr.sg.scatter(0, grh, grhView, 0, GRH_BYTES);
+  if (len > 0) place(pool, bi, TRP_HEADER_BYTES, null, wr.sg, GRH_BYTES, len);
+  qp.rxPackets++;
+  qp.rxBytes += len;
+  completeRecv(core, qp, wr, WcStatus.SUCCESS, {
+    byteLen: GRH_BYTES + len,
+    imm,
+    solicited: (fl & DgFlag.SOLICITED) !== 0,
+    srcQp,
+  });
+  rt.countError(UdInputError.DELIVERED);
+  return -1;
+}
+
+/**
+ * A datagram to a group: a copy to each QP attached to it on the receiving interface (each
+ * member's own checks; what one member lacks is counted and the others still take it). -1 when
+ * at least one took it, else the error that drops it. Bounded by the group's member list.
+ */
+function deliverToGroup(rt: NodeRuntime, core: RdmaCore, bi: number, len: number, fl: number): number {
+  const pool = rt.graph.pool;
+  const members = core.mcast.members(pool.opaque[bi * OPAQUE_WORDS + Ip4Opaque.LOCAL], pool.rxIf[bi]);
+  if (members === undefined || members.length === 0) return UdInputError.NO_MEMBER;
+  rt.countError(UdInputError.MULTICAST);
+  let last = -1,
+    taken = 0;
+  for (let k = 0; k < members.length; k++) {
+    const err = deliver(rt, core, members[k], bi, len, fl);
+    if (err < 0) taken++;
+    else {
+      last = err;
+      if (k < members.length - 1 || taken > 0) rt.countError(err);
+    }
+  }
+  return taken > 0 ? -1 : last;
+}
+
 function udInput(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
   const core = rt.runtimeData as RdmaCore;
@@ -93,51 +164,36 @@ function udInput(rt: NodeRuntime, frame: Frame | null): number {
   for (let i = 0; i < n; i++) {
     const bi = vec[i];
     const w = bi * OPAQUE_WORDS;
-    // trp-input checked the QP and the header's length.
-    const qp = core.qps[opaque[w + RdmaOpaque.QP]];
+    // trp-input checked the QP (or the group) and the header's length.
+    const qi = opaque[w + RdmaOpaque.QP];
+    const group = qi === MCAST_QP_INDEX;
+    const qp = group ? null : core.qps[qi];
     const o = pool.offset[bi];
     const len = (flags[bi] & BufferFlag.NEXT_PRESENT ? pool.packetLength(bi) : pool.length[bi]) - TRP_HEADER_BYTES;
     const fl = v.getUint16(o + TRP_OPCODE) & DG_FLAGS_MASK;
-    let err = -1;
-    if (qp === null || (qp.state !== QpState.RTR && qp.state !== QpState.RTS && qp.state !== QpState.SQD))
-      err = UdInputError.NOT_READY;
-    else if ((fl & ~(DgFlag.IMM | DgFlag.SOLICITED)) !== 0) err = UdInputError.BAD_HEADER;
-    else if (v.getUint32(o + DG_QKEY) !== qp.qkey) err = UdInputError.BAD_QKEY;
-    else {
-      const msn = (qp.rqDone + 1) >>> 0;
-      let wr = qp.recvFor(msn);
-      // A receive the program posted since this pass's ring poll: taken in before dropping.
-      while (wr === null && qp.refillRecv !== null && qp.refillRecv() > 0) wr = qp.recvFor(msn);
-      if (wr === null) err = UdInputError.NO_RECEIVE;
-      else {
-        const src = opaque[w + Ip4Opaque.REMOTE],
-          srcQp = opaque[w + Ip4Opaque.PORTS] >>> 16;
-        const imm = fl & DgFlag.IMM ? v.getUint32(o + DG_IMM) : undefined;
-        if (GRH_BYTES + len > wr.sg.total) {
-          rt.countError(UdInputError.TOO_LONG);
-          completeRecv(core, qp, wr, WcStatus.LOC_LEN_ERR, { byteLen: 0, srcQp });
-        } else {
-          fillGrh(src, opaque[w + Ip4Opaque.LOCAL], 8 + TRP_HEADER_BYTES + len);
-          wr.sg.scatter(0, grh, grhView, 0, GRH_BYTES);
-          if (len > 0) place(pool, bi, TRP_HEADER_BYTES, null, wr.sg, GRH_BYTES, len);
-          qp.rxPackets++;
-          qp.rxBytes += len;
-          completeRecv(core, qp, wr, WcStatus.SUCCESS, {
-            byteLen: GRH_BYTES + len,
-            imm,
-            solicited: (fl & DgFlag.SOLICITED) !== 0,
-            srcQp,
-          });
-          rt.countError(UdInputError.DELIVERED);
-        }
-        if (rt.traceOn && flags[bi] & BufferFlag.TRACED)
-          rt.addTrace(bi, `UD: qp ${qp.qpn} datagram of ${len} bytes from QPN ${srcQp} to a receive`);
-        free[nFree++] = bi;
-        continue;
-      }
+    const err =
+      (fl & ~(DgFlag.IMM | DgFlag.SOLICITED)) !== 0
+        ? UdInputError.BAD_HEADER
+        : group
+          ? deliverToGroup(rt, core, bi, len, fl)
+          : deliver(rt, core, qp, bi, len, fl);
+    const traced = rt.traceOn && (flags[bi] & BufferFlag.TRACED) !== 0;
+    if (err < 0) {
+      if (traced)
+        rt.addTrace(
+          bi,
+          group
+            ? `UD: datagram of ${len} bytes to group ${formatIp4(opaque[w + Ip4Opaque.LOCAL])}, taken`
+            : `UD: qp ${qp?.qpn} datagram of ${len} bytes from QPN ${opaque[w + Ip4Opaque.PORTS] >>> 16} to a receive`,
+        );
+      free[nFree++] = bi;
+      continue;
     }
-    if (rt.traceOn && flags[bi] & BufferFlag.TRACED)
-      rt.addTrace(bi, `UD: qp ${qp?.qpn ?? '?'} datagram of ${len} bytes: ${ERRORS[err].description}`);
+    if (traced)
+      rt.addTrace(
+        bi,
+        `UD: ${group ? `group ${formatIp4(opaque[w + Ip4Opaque.LOCAL])}` : `qp ${qp?.qpn ?? '?'}`} datagram of ${len} bytes: ${ERRORS[err].description}`,
+      );
     error[bi] = eBase + err;
     vec[i - nFree] = bi;
     nexts[i - nFree] = NEXT_DROP;

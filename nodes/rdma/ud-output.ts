@@ -5,14 +5,17 @@
  * immediate in it, then the message) to the address, QPN (UDP port) and Q_Key the work request
  * names, and completes as soon as it is handed to udp4-encap: there is no acknowledgement. A
  * work request whose Q_Key has the high bit set sends the QP's own Q_Key instead (InfiniBand's
- * rule for privileged Q_Keys). A message longer than the egress port's active MTU
- * (udMessageLimit) completes with local-length-error and the QP goes to error, as on a NIC; a
+ * rule for privileged Q_Keys). The multicast QPN (0xFFFFFF, with a group's address) sends to the
+ * group: the stack's multicast port, out of the QP's own interface (multicast.ts). A message
+ * longer than the egress port's active MTU (udMessageLimit) completes with local-length-error
+ * and the QP goes to error, as on a NIC; a
  * destination no interface routes to is sent nowhere, completes with success and is counted
  * (`ddp-output ud_no_route`): datagrams may be lost.
  */
 import { BufferFlag, type BufferPool, INVALID_INDEX, type NodeRuntime } from '../../graph/index.ts';
 import { setUdpDestination } from '../udp/udp-ports.ts';
 import type { RdmaCore } from './core.ts';
+import { MCAST_QPN } from './multicast.ts';
 import { type Qp, QpState } from './qp.ts';
 import { completeSq, toError } from './transport.ts';
 import { type SgList, WcStatus, WrOpcode } from './verbs.ts';
@@ -80,7 +83,9 @@ export function serveUd(rt: NodeRuntime, core: RdmaCore, qp: Qp, out: UdOut): bo
           o + TRP_OPCODE,
           (TrpOp.DATAGRAM << TRP_OP_SHIFT) | (imm ? DgFlag.IMM : 0) | (wr.solicited ? DgFlag.SOLICITED : 0),
         );
-        setUdpDestination(pool, bi, wr.dstAddr, wr.dstQpn, qp.qpn, qp.localAddr);
+        // A group's datagrams go to the stack's multicast port (multicast.ts).
+        const port = wr.dstQpn === MCAST_QPN ? core.mcast.port : wr.dstQpn;
+        setUdpDestination(pool, bi, wr.dstAddr, port, qp.qpn, qp.localAddr);
         out.bufs[out.n++] = bi;
         qp.txPackets++;
         qp.txBytes += wr.length;
