@@ -137,7 +137,10 @@ function deliverToGroup(rt: NodeRuntime, core: RdmaCore, bi: number, len: number
   let last = -1,
     taken = 0;
   for (let k = 0; k < members.length; k++) {
-    const err = deliver(rt, core, members[k], bi, len, fl);
+    // (A member destroyed from a completion's callback leaves the list shorter: no crash.)
+    const qp = members[k];
+    if (qp === undefined) break;
+    const err = deliver(rt, core, qp, bi, len, fl);
     if (err < 0) taken++;
     else {
       last = err;
