@@ -77,10 +77,14 @@ const UD_CHECKS = [
   'a UD QP on an SRQ: two datagrams, two SRQ receives in order',
   'a controlled Q_Key (high bit): EPERM unless root, else taken',
   'datagrams posted just before ibv_destroy_qp: all sent, all received',
+  'ibv_query_device: max_mcast_grp, max_mcast_qp_attach, max_total_mcast_qp_attach',
+  'ibv_attach_mcast refuses an RC QP and a unicast GID: EINVAL',
+  'a datagram to a group (its GID, QPN 0xFFFFFF): each attached QP takes a copy, the GRH naming the group',
+  'ibv_detach_mcast: the detached QP takes no more, the other does; a second detach ENOENT',
   "a datagram over the port's active MTU: IBV_WC_LOC_LEN_ERR",
 ];
 
-test('a program of our own: AH from a work completion, the GRH, Q_Key violations dropped and counted, the MTU, SRQ', async () => {
+test('a program of our own: AH from a work completion, the GRH, Q_Key violations dropped and counted, the MTU, SRQ, multicast', async () => {
   if (!existsSync(VERBS_LIBRARY) || !existsSync(UD))
     skip('the verbs library or verbs-ud was not built (libibverbs-dev)');
   await withTwoDaemons(async ({ b, dpB }) => {

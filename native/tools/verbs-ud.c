@@ -6,8 +6,9 @@
  * an AH made with ibv_create_ah_from_wc; SEND with immediate; ibv_wr_set_ud_addr; a UD QP on an
  * SRQ; a wrong Q_Key (nothing arrives: the daemon drops and counts it); a message over the
  * port's active MTU (IBV_WC_LOC_LEN_ERR); a controlled Q_Key refused to a program not run by
- * root (EPERM); ibv_query_qp's qkey; datagrams posted just before ibv_destroy_qp still sent. Each check prints "ok
- * NAME" or "FAIL NAME: why".
+ * root (EPERM); ibv_query_qp's qkey; datagrams posted just before ibv_destroy_qp still sent;
+ * multicast (the device's limits, ibv_attach_mcast's refusals, a group's datagram to each QP
+ * attached, ibv_detach_mcast). Each check prints "ok NAME" or "FAIL NAME: why".
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -217,6 +218,55 @@ int main(void) {
         posted == LAST && destroyed && got == LAST, "posted %d destroyed %d received %d of %d", posted, destroyed, got,
         LAST);
   if (ce != NULL) ibv_destroy_cq(ce);
+
+  /* Multicast: the device's limits, what attach refuses, a group's datagram to each member
+     (loopback: every QP here is on this data plane), and after a detach none. */
+  struct ibv_device_attr da;
+  rc = ibv_query_device(ctx, &da);
+  CHECK("ibv_query_device: max_mcast_grp, max_mcast_qp_attach, max_total_mcast_qp_attach",
+        rc == 0 && da.max_mcast_grp > 0 && da.max_mcast_qp_attach > 0 &&
+            da.max_total_mcast_qp_attach >= da.max_mcast_qp_attach,
+        "rc %d %d %d %d", rc, da.max_mcast_grp, da.max_mcast_qp_attach, da.max_total_mcast_qp_attach);
+  union ibv_gid group = {.raw = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 239, 4, 4, 4}};
+  struct ibv_qp_init_attr rci = {.send_cq = ca, .recv_cq = ca, .qp_type = IBV_QPT_RC, .cap = {1, 1, 1, 1, 0}};
+  struct ibv_qp* rcq = ibv_create_qp(pd, &rci);
+  const int rc_refused = rcq != NULL ? ibv_attach_mcast(rcq, &group, 0) : -1;
+  const int unicast_refused = ibv_attach_mcast(b, &gid, 0);
+  CHECK("ibv_attach_mcast refuses an RC QP and a unicast GID: EINVAL",
+        rc_refused == EINVAL && unicast_refused == EINVAL, "rc QP %d, unicast GID %d", rc_refused, unicast_refused);
+  if (rcq != NULL) ibv_destroy_qp(rcq);
+  struct ibv_cq* cm = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+  struct ibv_qp* mq = cm ? ud_qp(cm, NULL, QK, 0) : NULL;
+  const int att = mq != NULL ? ibv_attach_mcast(b, &group, 0) | ibv_attach_mcast(mq, &group, 0) : -1;
+  struct ibv_ah_attr ga = {.is_global = 1, .port_num = 1, .grh = {.dgid = group, .hop_limit = 1}};
+  struct ibv_ah* to_group = ibv_create_ah(pd, &ga);
+  for (int i = 0; i < 300; i++) buf[40000 + i] = (uint8_t)(i * 7 + 5);
+  recv_one(b, NULL, mr, buf + 45000, 40 + mtu, 60);
+  if (mq != NULL) recv_one(mq, NULL, mr, buf + 50000, 40 + mtu, 61);
+  rc = att == 0 && to_group != NULL ? send_ud(a, to_group, 0xffffff, QK, mr, buf + 40000, 300, 18, 0) : -1;
+  s = one(ca, 5000);
+  struct ibv_wc rb = one(cb, 5000), rm = mq != NULL ? one(cm, 5000) : rb;
+  CHECK("a datagram to a group (its GID, QPN 0xFFFFFF): each attached QP takes a copy, the GRH naming the group",
+        rc == 0 && s.status == IBV_WC_SUCCESS && rb.status == IBV_WC_SUCCESS && rm.status == IBV_WC_SUCCESS &&
+            rb.byte_len == 340 && rm.byte_len == 340 && rb.src_qp == a->qp_num && rm.src_qp == a->qp_num &&
+            memcmp(buf + 45040, buf + 40000, 300) == 0 && memcmp(buf + 50040, buf + 40000, 300) == 0 &&
+            memcmp(buf + 45036, &group.raw[12], 4) == 0,
+        "attach %d rc %d send %d recv %d %d byte_len %u %u", att, rc, s.status, rb.status, rm.status, rb.byte_len,
+        rm.byte_len);
+  const int det = ibv_detach_mcast(b, &group, 0), again = ibv_detach_mcast(b, &group, 0);
+  recv_one(b, NULL, mr, buf + 45000, 40 + mtu, 62);
+  if (mq != NULL) recv_one(mq, NULL, mr, buf + 50000, 40 + mtu, 63);
+  rc = send_ud(a, to_group, 0xffffff, QK, mr, buf + 40000, 300, 19, 0);
+  s = one(ca, 5000);
+  rm = mq != NULL ? one(cm, 5000) : rm;
+  rb = one(cb, 300);
+  CHECK("ibv_detach_mcast: the detached QP takes no more, the other does; a second detach ENOENT",
+        det == 0 && again == ENOENT && rc == 0 && rm.status == IBV_WC_SUCCESS && rm.wr_id == 63 &&
+            rb.status == (enum ibv_wc_status) - 1,
+        "detach %d again %d rc %d member %d detached %d", det, again, rc, rm.status, rb.status);
+  if (mq != NULL) ibv_destroy_qp(mq);
+  if (cm != NULL) ibv_destroy_cq(cm);
+  if (to_group != NULL) ibv_destroy_ah(to_group);
 
   /* Over the active MTU: a local length error, the QP in error. */
   rc = send_ud(a, to_b, b->qp_num, QK, mr, buf, mtu + 1, 17, 0);
