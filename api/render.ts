@@ -61,6 +61,7 @@ export function formatInterfaceAddresses(views: InterfaceView[]): string {
     out += `  L2 address ${v.mac} driver ${v.driver}\n`;
     for (const a of v.addresses) out += `  L3 ${a}\n`;
     if (v.gateway) out += `  gateway ${v.gateway}\n`;
+    for (const g of v.groups) out += `  multicast ${g.group} (${g.users} QP${g.users === 1 ? '' : 's'})\n`;
   }
   return out;
 }

@@ -140,6 +140,10 @@ export const InterfaceView = obj({
   mtu: count(),
   state: oneOf(['up', 'down']),
   rxQueues: count(),
+  groups: list(
+    obj({ group: str('IPv4 multicast group'), users: count('UD QPs attached') }),
+    'the IPv4 multicast groups it has joined',
+  ),
   counters: InterfaceCounters,
   fault: obj(
     { rx: nullable(FaultCounters), tx: nullable(FaultCounters) },

@@ -720,6 +720,7 @@ export class Dataplane implements DataplaneApi {
       mtu: ip?.mtu ?? itf.driver.mtu,
       state: itf.driver.linkUp() ? 'up' : 'down',
       rxQueues: itf.driver.rxQueues,
+      groups: ip ? this.net.interfaces.groups.list(itf.index) : [],
       counters: itf.counters(),
       fault: this.ifs.faultCounters(itf.name),
       capture: {

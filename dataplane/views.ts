@@ -60,6 +60,8 @@ export interface InterfaceView {
   mtu: number;
   state: 'up' | 'down';
   rxQueues: number;
+  /** The IPv4 multicast groups it has joined and the UD QPs attached to each (nodes/net/ip4-groups.ts). */
+  groups: { group: string; users: number }[];
   counters: InterfaceCounters;
   fault: { rx: FaultCounters | null; tx: FaultCounters | null };
   /** Files being written (absolute paths), and why a direction stopped taking packets (count or capture.max-bytes). */

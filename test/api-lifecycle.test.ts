@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ApiClient } from '../api/client.ts';
 import { WAIT_MAX_MS } from '../api/schemas.ts';
+import { formatInterfaceAddresses } from '../api/render.ts';
 import { IP_A, IP_B } from './dataplane-helpers.ts';
 import { apiError, apiPair, raw, readU64, u64 } from './api-helpers.ts';
 
@@ -99,6 +100,10 @@ test('UD multicast over HTTP: attach to a group, a send to the group (qpn 167772
     const x = await udEnd(ca, 0x777),
       y = await udEnd(cb, 0x777);
     assert.equal(await cb.attachMcast(y.qp.qpn, '239.5.5.5'), { groups: ['239.5.5.5'] });
+    // The interface shows the group it joined (show interface addr, as `ip maddr` would).
+    const [itf] = await cb.interfaces();
+    assert.equal(itf.groups, [{ group: '239.5.5.5', users: 1 }]);
+    assert.match(formatInterfaceAddresses([itf]), /^ {2}multicast 239\.5\.5\.5 \(1 QP\)$/m);
     await cb.postRecv(y.qp.qpn, { wrId: 'r', sge: [{ mr: y.mr.mr, offset: 0, length: 1000 }] });
     await ca.writeMr(x.mr.mr, 0, enc('to the group'));
     await ca.postSend(x.qp.qpn, {
@@ -113,6 +118,7 @@ test('UD multicast over HTTP: attach to a group, a send to the group (qpn 167772
     assert.equal(await cb.readMr(y.mr.mr, 40, 12), enc('to the group'));
     assert.equal([...(await cb.readMr(y.mr.mr, 36, 4))], [239, 5, 5, 5], 'the GRH names the group');
     assert.equal(await cb.detachMcast(y.qp.qpn, '239.5.5.5'), { groups: [] });
+    assert.equal((await cb.interfaces())[0].groups, [], 'the group left with its last QP');
     const e1 = await apiError(cb.detachMcast(y.qp.qpn, '239.5.5.5'));
     assert.equal([e1.statusCode, /is not attached to 239\.5\.5\.5/.test(e1.message)], [404, true], e1.message);
     const e2 = await apiError(cb.attachMcast(y.qp.qpn, IP_A));
