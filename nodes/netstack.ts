@@ -20,6 +20,7 @@ import { registerArpInput } from './ethernet/arp-input.ts';
 import { registerEthernetInput } from './ethernet/ethernet-input.ts';
 import { type NeighborOptions, NeighborTable } from './ethernet/neighbor.ts';
 import { registerIcmp4Echo } from './ip4/icmp4-echo.ts';
+import { Igmp4, registerIgmp4Input } from './ip4/igmp4-input.ts';
 import { Pinger, registerIcmp4Ping } from './ip4/icmp4-ping.ts';
 import { registerIp4Input } from './ip4/ip4-input.ts';
 import { type InterfaceTableConfig, InterfaceTable } from './net/interface-table.ts';
@@ -81,6 +82,7 @@ export function registerL2L4(graph: Graph, opts: NetstackOptions = {}): Netstack
     registerUdp4Send(graph, queue),
     registerUdp4Input(graph, udp),
     registerIcmp4Echo(graph, interfaces, pinger),
+    registerIgmp4Input(graph, new Igmp4(graph, interfaces)),
     registerIp4Input(graph, interfaces),
     registerArpInput(graph, interfaces, neighbors),
     registerEthernetInput(graph, interfaces),

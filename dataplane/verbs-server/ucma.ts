@@ -963,7 +963,7 @@ function initQpAttr(c: UcmaCall, id: CmId, q: Req): Reply | number {
 /**
  * JOIN (rdma_join_multicast) on a UD id whose address is bound or resolved: MULTICAST_JOIN at
  * once, its param.ud naming the group (IPv4-mapped GID, QPN 0xFFFFFF, the port space's Q_Key).
- * Nothing is announced on the wire (no IGMP: nodes/net/ip4-groups.ts); librdmacm attaches the
+ * The join itself sends nothing: the attach does (its IGMP report, nodes/ip4/igmp4-input.ts); librdmacm attaches the
  * id's QP to the group (ibv_attach_mcast) when it takes the event, which is where datagrams
  * start to arrive. Join flags: full member (0) or send-only full member (1, not attached).
  */

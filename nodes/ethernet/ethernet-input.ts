@@ -28,6 +28,10 @@ import {
 } from './ethernet.ts';
 import { formatMacHiLo } from '../net/address.ts';
 
+/** 01:00:5e:00:00:01 (224.0.0.1, all systems: IGMP queries), taken while the interface has joined a group. */
+const ALL_SYSTEMS_MAC_HI = 0x01005e00,
+  ALL_SYSTEMS_MAC_LO = 0x0001;
+
 export const ETHERNET_INPUT = 'ethernet-input';
 
 const NEXT = nextTable({ DROP: 'error-drop', IP4: 'ip4-input', ARP: 'arp-input' });
@@ -112,7 +116,8 @@ function ethernetInput(rt: NodeRuntime, frame: Frame | null): number {
         if (
           (dhi !== BROADCAST_HI || dlo !== BROADCAST_LO) &&
           !ifs.mcastMember(ix, dhi, dlo) &&
-          !ifs.groups.macMember(ix, dhi, dlo)
+          !ifs.groups.macMember(ix, dhi, dlo) &&
+          !(dhi === ALL_SYSTEMS_MAC_HI && dlo === ALL_SYSTEMS_MAC_LO && ifs.groups.count(ix) > 0)
         )
           err = EthernetError.MCAST_NOT_SUBSCRIBED;
       } else if (dhi !== ourHi[ix] || dlo !== ourLo[ix]) err = EthernetError.NOT_OUR_MAC;

@@ -6,7 +6,9 @@
  * the header checksum (unrolled 32-bit word sum; skipped when the driver set IP4_CKSUM_OK),
  * then what a host without reassembly or option processing refuses: options, fragments (each
  * with its own counter), TTL 0 (a host may accept TTL 1, it does not forward; TTL 0 was never
- * valid to send), a multicast/broadcast/loopback source. The destination must be one of our
+ * valid to send), a multicast/broadcast/loopback source. Options are taken on IGMP only (its
+ * Router Alert), whose messages to all systems (224.0.0.1) and to joined groups go to
+ * igmp4-input. The destination must be one of our
  * addresses, on any interface (the weak host model, as Linux), or a multicast group the
  * receiving interface joined (net/ip4-groups.ts); other broadcasts and multicasts are counted
  * apart from unicast for someone else (we are a host, not a router).
@@ -28,13 +30,15 @@ import {
   ip4HeaderSum20,
 } from './ip4.ts';
 import { formatIp4, isIp4Multicast } from '../net/address.ts';
+import { ALL_SYSTEMS, IP_PROTO_IGMP } from './igmp4-input.ts';
 
 export const IP4_INPUT = 'ip4-input';
 
-const NEXT = nextTable({ DROP: 'error-drop', ICMP: 'icmp4-echo', UDP: 'udp4-input' });
+const NEXT = nextTable({ DROP: 'error-drop', ICMP: 'icmp4-echo', UDP: 'udp4-input', IGMP: 'igmp4-input' });
 const NEXT_DROP = NEXT.index.DROP,
   NEXT_ICMP = NEXT.index.ICMP,
-  NEXT_UDP = NEXT.index.UDP;
+  NEXT_UDP = NEXT.index.UDP,
+  NEXT_IGMP = NEXT.index.IGMP;
 
 const ERROR_TABLE = errorTable({
   TOO_SHORT: { name: 'too_short', description: 'shorter than an IPv4 header', severity: 'error' },
@@ -158,7 +162,7 @@ function ip4Input(rt: NodeRuntime, frame: Frame | null): number {
         (hl === IP4_HEADER_BYTES ? ip4HeaderSum20(v, o) : ip4HeaderSum(v, o, hl)) !== 0xffff
       ) {
         err = Ip4InputError.BAD_CHECKSUM;
-      } else if (hl !== IP4_HEADER_BYTES) err = Ip4InputError.OPTIONS;
+      } else if (hl !== IP4_HEADER_BYTES && u8[o + 9] !== IP_PROTO_IGMP) err = Ip4InputError.OPTIONS;
       else if (v.getUint16(o + IP4_FRAG) & (IP4_FLAG_MF | IP4_FRAG_OFFSET_MASK)) err = Ip4InputError.FRAGMENT;
       else if (u8[o + 8] === 0) err = Ip4InputError.TTL0;
       else {
@@ -174,13 +178,15 @@ function ip4Input(rt: NodeRuntime, frame: Frame | null): number {
           const proto = u8[o + 9];
           if (proto === IP_PROTO_UDP) next = NEXT_UDP;
           else if (proto === IP_PROTO_ICMP) next = NEXT_ICMP;
+          else if (proto === IP_PROTO_IGMP) next = NEXT_IGMP;
           else err = Ip4InputError.UNKNOWN_PROTOCOL;
-        } else if (isIp4Multicast(dst) || ifs.isBroadcast(ix, dst)) err = Ip4InputError.BROADCAST;
+        } else if (dst === ALL_SYSTEMS && u8[o + 9] === IP_PROTO_IGMP) next = NEXT_IGMP;
+        else if (isIp4Multicast(dst) || ifs.isBroadcast(ix, dst)) err = Ip4InputError.BROADCAST;
         else err = Ip4InputError.NOT_FOR_US;
       }
       if (err < 0) {
         if (tl < plen) pool.trim(bi, tl);
-        pool.advance(bi, IP4_HEADER_BYTES);
+        pool.advance(bi, hl); // 20 but for IGMP (its Router Alert option)
       }
     }
     if (err >= 0) error[bi] = eBase + err;

@@ -2,9 +2,9 @@
  * The IPv4 multicast groups each interface has joined, with a count of the users of each (the
  * UD QPs attached to it: nodes/rdma/multicast.ts). ip4-input takes a datagram to a joined group
  * on the interface that joined it as local; ethernet-input takes a frame to the group's MAC
- * (01:00:5e and the group's low 23 bits, RFC 1112 6.4). No IGMP: the groups are announced to
- * nobody, so a switch that snoops IGMP may not forward them (a memif link or a veth pair has no
- * such switch). At most MAX_GROUPS_PER_IF per interface: every lookup is a scan of that many.
+ * (01:00:5e and the group's low 23 bits, RFC 1112 6.4). A group joined or left is told to
+ * `onChange`: igmp4-input announces it (IGMPv2 reports and leaves), so a switch that snoops IGMP
+ * forwards it. At most MAX_GROUPS_PER_IF per interface: every lookup is a scan of that many.
  */
 import { formatIp4, isIp4Multicast } from './address.ts';
 
@@ -22,21 +22,23 @@ export function groupMacLo(g: number): number {
 }
 
 export class Ip4Groups {
+  /** Told when an interface joins a group (its first user) or leaves it (its last): IGMP (nodes/ip4/igmp4-input.ts). */
+  onChange: ((ix: number, g: number, joined: boolean) => void) | null = null;
   private readonly group: Uint32Array;
   private readonly users: Uint32Array;
-  private readonly count: Uint8Array;
+  private readonly joined: Uint8Array;
 
   constructor(maxInterfaces: number) {
     this.group = new Uint32Array(maxInterfaces * MAX_GROUPS_PER_IF);
     this.users = new Uint32Array(maxInterfaces * MAX_GROUPS_PER_IF);
-    this.count = new Uint8Array(maxInterfaces);
+    this.joined = new Uint8Array(maxInterfaces);
   }
 
   /** One more user of group `g` on interface `ix` (the first joins it); throws when the table is full. */
   join(ix: number, g: number, ifName: string): void {
     if (!isIp4Multicast(g)) throw new RangeError(`${formatIp4(g)} is not an IPv4 multicast group (224.0.0.0/4)`);
     const base = ix * MAX_GROUPS_PER_IF,
-      n = this.count[ix];
+      n = this.joined[ix];
     for (let k = 0; k < n; k++)
       if (this.group[base + k] === g) {
         this.users[base + k]++;
@@ -46,29 +48,41 @@ export class Ip4Groups {
       throw new RangeError(`interface ${ifName} has joined ${MAX_GROUPS_PER_IF} multicast groups, the most it can`);
     this.group[base + n] = g;
     this.users[base + n] = 1;
-    this.count[ix] = n + 1;
+    this.joined[ix] = n + 1;
+    this.onChange?.(ix, g, true);
   }
 
   /** One user fewer of group `g` on `ix` (the last leaves it); false when it was not joined. */
   leave(ix: number, g: number): boolean {
     const base = ix * MAX_GROUPS_PER_IF,
-      n = this.count[ix];
+      n = this.joined[ix];
     for (let k = 0; k < n; k++) {
       if (this.group[base + k] !== g) continue;
       if (--this.users[base + k] === 0) {
         this.group[base + k] = this.group[base + n - 1];
         this.users[base + k] = this.users[base + n - 1];
-        this.count[ix] = n - 1;
+        this.joined[ix] = n - 1;
+        this.onChange?.(ix, g, false);
       }
       return true;
     }
     return false;
   }
 
+  /** Groups interface `ix` has joined. */
+  count(ix: number): number {
+    return this.joined[ix];
+  }
+
+  /** The `k`th of them (k < count(ix)). */
+  at(ix: number, k: number): number {
+    return this.group[ix * MAX_GROUPS_PER_IF + k];
+  }
+
   /** Data path: whether interface `ix` has joined group `g`. */
   member(ix: number, g: number): boolean {
     const base = ix * MAX_GROUPS_PER_IF,
-      n = this.count[ix];
+      n = this.joined[ix];
     for (let k = 0; k < n; k++) if (this.group[base + k] === g) return true;
     return false;
   }
@@ -77,7 +91,7 @@ export class Ip4Groups {
   macMember(ix: number, hi: number, lo: number): boolean {
     if ((hi & 0xffffff80) >>> 0 !== 0x01005e00) return false;
     const base = ix * MAX_GROUPS_PER_IF,
-      n = this.count[ix];
+      n = this.joined[ix];
     for (let k = 0; k < n; k++) {
       const g = this.group[base + k];
       if (groupMacHi(g) === hi && groupMacLo(g) === lo) return true;
@@ -89,7 +103,7 @@ export class Ip4Groups {
   list(ix: number): { group: string; users: number }[] {
     const out: { group: string; users: number }[] = [];
     const base = ix * MAX_GROUPS_PER_IF;
-    for (let k = 0; k < this.count[ix]; k++)
+    for (let k = 0; k < this.joined[ix]; k++)
       out.push({ group: formatIp4(this.group[base + k]), users: this.users[base + k] });
     return out;
   }
