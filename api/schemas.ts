@@ -593,8 +593,9 @@ export const QpCreate = obj(
     ...qpParams,
     port: port('a specific QPN in the port range'),
     type: dflt(oneOf(['rc', 'ud'], 'rc: reliable connected; ud: unreliable datagram'), 'rc'),
+    multicastLoopback: bool("default true: a UD QP's datagrams to a group reach this data plane's members too"),
   },
-  [...qpOptional, 'port', 'type'],
+  [...qpOptional, 'port', 'type', 'multicastLoopback'],
 );
 export const ListenerCreate = obj(
   { port: port('port to accept connection requests on'), ...qpParams, privateData: Base64 },

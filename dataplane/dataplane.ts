@@ -1523,6 +1523,7 @@ export class Dataplane implements DataplaneApi {
       port: init.port,
       address: this.address(init.interface),
       type: init.type,
+      multicastLoopback: init.multicastLoopback,
     });
   }
 

@@ -183,6 +183,8 @@ export interface QpCreate {
   port?: number;
   /** 'rc' (default) or 'ud' (unreliable datagram). */
   type?: 'rc' | 'ud';
+  /** A UD QP's datagrams to a group reach this data plane's members too (default true; false: ibv_create_qp_ex's IBV_QP_CREATE_BLOCK_SELF_MCAST_LB). */
+  multicastLoopback?: boolean;
 }
 
 export interface ConnectIn {

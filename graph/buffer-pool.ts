@@ -45,6 +45,8 @@ export const BufferFlag = {
   PEER_DATA: 1 << 9,
   /** On a packet's head: some buffer of its chain may be PEER_DATA. */
   PEER_CHAIN: 1 << 10,
+  /** Transmit: a multicast datagram not to be looped back to this data plane's members (ip4-rewrite). */
+  NO_MCAST_LOOP: 1 << 11,
   /** The buffer is in the pool (free). Set by free, cleared by alloc: catches double frees. */
   FREE: 1 << 15,
 } as const;

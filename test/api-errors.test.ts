@@ -755,7 +755,7 @@ function rows(f: Awaited<ReturnType<typeof fixture>>): Row[] {
       body: { pd, sendCq: cq, recvCq: cq, maxSendWr: 4, qpn: 1 },
       status: 400,
       message:
-        /^body\/qpn is not allowed \(allowed: pd, sendCq, recvCq, srq, maxSendWr, maxRecvWr, maxSge, maxInline, ird, ord, interface, port, type\)$/,
+        /^body\/qpn is not allowed \(allowed: pd, sendCq, recvCq, srq, maxSendWr, maxRecvWr, maxSge, maxInline, ird, ord, interface, port, type, multicastLoopback\)$/,
     },
     { method: 'GET', path: '/v1/qps?state=rts', status: 400, message: NOFIELDS('querystring', 'state') },
     { method: 'GET', path: '/v1/qps/1', status: 404, message: 'no QP 1' },

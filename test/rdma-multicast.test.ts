@@ -143,6 +143,36 @@ test('multicast: a member on the sending data plane takes a copy too (loopback),
   await finish(p);
 });
 
+test('multicast: a QP made with multicastLoopback false loops nothing back; the other data plane still takes it', async () => {
+  const p = trackedStacks();
+  await p.ready;
+  const b = member(p.b, IP_B),
+    local = member(p.a, IP_A);
+  const pd = p.a.rdma.createPd(),
+    cq = p.a.rdma.createCq(16);
+  const qp = p.a.rdma.createQp({ pd, sendCq: cq, recvCq: cq, type: 'ud', address: IP_A, multicastLoopback: false });
+  for (const state of ['init', 'rtr', 'rts'] as const)
+    p.a.rdma.modifyQp(qp, { state, qkey: state === 'init' ? QKEY : undefined });
+  recv(p.b, b, 1, 0);
+  recv(p.a, local, 1, 0);
+  const mr = p.a.rdma.regMr(pd, 4096, ['local-write']);
+  p.a.rdma.postSend(qp, {
+    wrId: 1,
+    opcode: 'send',
+    sg: [{ mr, offset: 0, length: 64 }],
+    ud: { address: GROUP, qpn: MCAST_QPN, qkey: QKEY },
+  });
+  await waitCompletions(b.cq, 1);
+  await settle(30);
+  assert.equal(local.cq.poll(4), [], 'no copy for the member on the sending data plane');
+  assert.is(errs(p.a, 'ip4-rewrite', 'mcast_loop'), 0);
+  assert.throws(
+    () => p.a.rdma.createQp({ pd, sendCq: cq, recvCq: cq, type: 'ud', multicastLoopback: 1 as unknown as boolean }),
+    /multicastLoopback must be true or false/,
+  );
+  await finish(p);
+});
+
 test('multicast: what attach and send refuse', async () => {
   const p = trackedStacks();
   await p.ready;

@@ -399,15 +399,17 @@ test('udaddy (RDMA_PS_UDP): 4 ids x 50 datagrams of 1024 B each way; to nobody: 
   });
 });
 
-test('mckey (rdma_join_multicast): 2 QPs take 50 datagrams of 1024 B each to 239.1.1.7; the group is left after', async () => {
+test('mckey (rdma_join_multicast): 2 QPs take 50 datagrams of 1024 B each to 239.1.1.7, IGMP both ways; -l loops none back; the group is left after', async () => {
   ready();
-  await withTwoDaemons(async ({ a, b, dpB }) => {
+  await withTwoDaemons(async ({ a, b, dpA, dpB }) => {
     const group = '239.1.1.7';
     const groupAddr = 0xef010107;
     const rdmaB = Dataplane.internals(dpB).rdma;
     const ifsB = rdmaB.net.interfaces;
     const multicast = () => errorCount(dpB, 'ud-input', /multicast group with members/);
-    const before = [await delivered(dpB), await multicast()];
+    const loops = () => errorCount(dpA, 'ip4-rewrite', /multicast copies to this data plane/);
+    const igmp = (dp: DataplaneApi) => errorCount(dp, 'igmp4-input', /IGMP membership reports sent/);
+    const before = [await delivered(dpB), await multicast(), await loops(), await igmp(dpA), await igmp(dpB)];
     const recv = runTool(b, ['mckey', '-m', group, '-b', IP_B, '-c', '2', '-C', '50', '-S', '1024'], 60_000, 'exec');
     // Both receiving QPs attached (librdmacm's ibv_attach_mcast after the join's event) before
     // the sender starts: a datagram to a group nobody joined is dropped.
@@ -415,14 +417,23 @@ test('mckey (rdma_join_multicast): 2 QPs take 50 datagrams of 1024 B each to 239
       if (recv.exited !== null) assert.unreachable(`mckey exited before it joined:\n${recv.exited.out}`);
       await new Promise((res) => setTimeout(res, 10));
     }
-    const send = await runTool(a, ['mckey', '-m', group, '-b', IP_A, '-s', '-C', '50', '-S', '1024'], 60_000, 'exec')
-      .done;
+    // The sender joins as a full member too; -l: its datagrams are not looped back to it
+    // (ibv_create_qp_ex's IBV_QP_CREATE_BLOCK_SELF_MCAST_LB).
+    const send = await runTool(
+      a,
+      ['mckey', '-m', group, '-b', IP_A, '-s', '-l', '-C', '50', '-S', '1024'],
+      60_000,
+      'exec',
+    ).done;
     const got = await recv.done;
     bothOk('mckey', [got, send]);
     for (const r of [got, send]) assert.match(r.out, /joined dgid: ::ffff:239\.1\.1\.7[^]*return status 0/, r.out);
     assert.is((await multicast()) - before[1], 50, 'B took 50 datagrams to the group');
     assert.is((await delivered(dpB)) - before[0], 100, 'each of its 2 QPs had a copy of each');
     assert.equal(ifsB.groups.list(ifsB.find(IP_B)), [], 'the QPs gone: the group is left');
+    assert.is((await loops()) - before[2], 0, '-l: no copy looped back on A');
+    // Each data plane announced the group when it joined it (IGMPv2 reports, at least one).
+    assert.ok((await igmp(dpA)) > before[3] && (await igmp(dpB)) > before[4], 'IGMP reports from both');
   });
 });
 

@@ -177,6 +177,9 @@ export const RGV_WC_RECV_RDMA_WITH_IMM = 129;
 export const RGV_QPT_RC = 2;
 export const RGV_QPT_UD = 4;
 
+/** enum rgv_qp_flags */
+export const RGV_QP_BLOCK_SELF_MCAST_LB = 1;
+
 /** enum rgv_wc_flags */
 export const RGV_WC_GRH = 1;
 export const RGV_WC_WITH_IMM = 2;
@@ -402,7 +405,7 @@ export const rgv_create_qp = {
     max_inline: { offset: 24, type: 'u32', count: 1 },
     srq: { offset: 28, type: 'u32', count: 1 },
     qp_type: { offset: 32, type: 'u32', count: 1 },
-    pad: { offset: 36, type: 'u32', count: 1 },
+    flags: { offset: 36, type: 'u32', count: 1 },
   },
 } as const satisfies AbiStruct;
 

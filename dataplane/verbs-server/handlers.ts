@@ -47,6 +47,7 @@ import {
   RGV_ATTR_QKEY,
   RGV_QPT_RC,
   RGV_QPT_UD,
+  RGV_QP_BLOCK_SELF_MCAST_LB,
   RGV_ATTR_TIMEOUT,
   RGV_MAX_DEVICES,
   RGV_MAX_MR_PIECES,
@@ -519,8 +520,11 @@ export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
     if (!own.pds.has(q.pd) || !own.cqs.has(q.send_cq) || !own.cqs.has(q.recv_cq)) return Errno.ENOENT;
     if (q.srq !== RGV_NONE && !own.srqs.has(q.srq)) return Errno.ENOENT;
     if (q.qp_type !== RGV_QPT_RC && q.qp_type !== RGV_QPT_UD) return Errno.EINVAL;
+    if ((q.flags & ~RGV_QP_BLOCK_SELF_MCAST_LB) !== 0 || (q.flags !== 0 && q.qp_type !== RGV_QPT_UD))
+      return Errno.EINVAL;
     const qp = await c.server.dp.createQp({
       type: q.qp_type === RGV_QPT_UD ? 'ud' : 'rc',
+      ...(q.flags & RGV_QP_BLOCK_SELF_MCAST_LB ? { multicastLoopback: false } : {}),
       pd: q.pd,
       sendCq: q.send_cq,
       recvCq: q.recv_cq,

@@ -247,6 +247,8 @@ int main(void) {
   ENUM(rgv_qp_type);
   MEMBER(RGV_QPT_RC);
   MEMBER(RGV_QPT_UD);
+  ENUM(rgv_qp_flags);
+  MEMBER(RGV_QP_BLOCK_SELF_MCAST_LB);
   ENUM(rgv_wc_flags);
   MEMBER(RGV_WC_GRH);
   MEMBER(RGV_WC_WITH_IMM);
@@ -356,7 +358,7 @@ int main(void) {
   FIELD(rgv_create_qp, max_inline);
   FIELD(rgv_create_qp, srq);
   FIELD(rgv_create_qp, qp_type);
-  FIELD(rgv_create_qp, pad);
+  FIELD(rgv_create_qp, flags);
   end();
   STRUCT(rgv_qp);
   FIELD(rgv_qp, qpn);

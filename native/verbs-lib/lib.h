@@ -282,7 +282,8 @@ int rg_sq_write(struct rg_qp* q, const struct ibv_send_wr* wr);
 void rg_sq_publish(struct rg_qp* q);
 
 /* verbs.c: a QP (ibv_create_qp and ibv_create_qp_ex), or NULL + errno. */
-struct rg_qp* rg_qp_create(struct ibv_pd* pd, struct ibv_qp_init_attr* attr);
+/* `flags`: enum rgv_qp_flags (ibv_create_qp_ex's create flags we take). */
+struct rg_qp* rg_qp_create(struct ibv_pd* pd, struct ibv_qp_init_attr* attr, uint32_t flags);
 
 /* cq_ex.c, qp_ex.c: the extended CQ and QP. */
 struct ibv_cq_ex* rg_create_cq_ex(struct ibv_context* context, struct ibv_cq_init_attr_ex* attr);

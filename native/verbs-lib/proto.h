@@ -249,7 +249,12 @@ struct rgv_create_qp {
   uint32_t max_send_wr, max_recv_wr, max_sge, max_inline;
   uint32_t srq;     /* RGV_NONE: the QP's own receive queue */
   uint32_t qp_type; /* enum rgv_qp_type */
-  uint32_t pad;
+  uint32_t flags;   /* enum rgv_qp_flags */
+};
+
+/* CREATE_QP's flags: ibv_create_qp_ex's create flags the daemon takes. */
+enum rgv_qp_flags {
+  RGV_QP_BLOCK_SELF_MCAST_LB = 1, /* a UD QP's datagrams to a group are not looped back to this data plane */
 };
 
 /* What the QP got: its number (our UDP port) and its sizes. */

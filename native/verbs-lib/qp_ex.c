@@ -236,13 +236,25 @@ EXPORT struct ibv_qp_ex* ibv_qp_to_qp_ex(struct ibv_qp* qp) {
 }
 
 struct ibv_qp* rg_create_qp_ex(struct ibv_context* context, struct ibv_qp_init_attr_ex* a) {
-  const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
   if (a->comp_mask & ~known) {
     rg_say(
-        "ibv_create_qp_ex: comp_mask 0x%x asks for XRC, TSO, RSS, flags or a parent domain: not supported "
+        "ibv_create_qp_ex: comp_mask 0x%x asks for XRC, TSO, RSS or a parent domain: not supported "
         "(EOPNOTSUPP)",
         a->comp_mask);
     errno = EOPNOTSUPP;
+    return NULL;
+  }
+  /* Create flags: blocking multicast loopback (a UD QP's; mckey -l), nothing else. */
+  const uint32_t cflags = a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS ? a->create_flags : 0;
+  if (cflags & ~(uint32_t)IBV_QP_CREATE_BLOCK_SELF_MCAST_LB) {
+    rg_say("ibv_create_qp_ex: create_flags 0x%x: only IBV_QP_CREATE_BLOCK_SELF_MCAST_LB is supported (EOPNOTSUPP)",
+           cflags);
+    errno = EOPNOTSUPP;
+    return NULL;
+  }
+  if (cflags != 0 && a->qp_type != IBV_QPT_UD) {
+    errno = EINVAL;
     return NULL;
   }
   if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || a->pd == NULL || a->pd->context != context) {
@@ -263,7 +275,7 @@ struct ibv_qp* rg_create_qp_ex(struct ibv_context* context, struct ibv_qp_init_a
                                   .cap = a->cap,
                                   .qp_type = a->qp_type,
                                   .sq_sig_all = a->sq_sig_all};
-  struct rg_qp* q = rg_qp_create(a->pd, &attr);
+  struct rg_qp* q = rg_qp_create(a->pd, &attr, cflags != 0 ? RGV_QP_BLOCK_SELF_MCAST_LB : 0);
   if (q == NULL) return NULL;
   a->cap = attr.cap; /* what it got */
   q->send_ops = ops;

@@ -956,11 +956,11 @@ EXPORT int ibv_destroy_ah(struct ibv_ah* ah) {
 /* ------------------------------------------------------------------ QP (control path) */
 
 EXPORT struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* attr) {
-  struct rg_qp* q = rg_qp_create(pd, attr);
+  struct rg_qp* q = rg_qp_create(pd, attr, 0);
   return q == NULL ? NULL : &q->qp;
 }
 
-struct rg_qp* rg_qp_create(struct ibv_pd* pd, struct ibv_qp_init_attr* attr) {
+struct rg_qp* rg_qp_create(struct ibv_pd* pd, struct ibv_qp_init_attr* attr, uint32_t flags) {
   if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD) {
     switch (attr->qp_type) {
       case IBV_QPT_UC:
@@ -1004,6 +1004,7 @@ struct rg_qp* rg_qp_create(struct ibv_pd* pd, struct ibv_qp_init_attr* attr) {
       .max_inline = c->max_inline_data,
       .srq = attr->srq != NULL ? attr->srq->handle : RGV_NONE,
       .qp_type = (uint32_t)attr->qp_type,
+      .flags = flags,
   };
   struct rgv_qp r;
   if (rg_ctx_call(pd->context, RGV_OP_CREATE_QP, &q, sizeof q, -1, &r, sizeof r) != 0) return NULL;

@@ -262,7 +262,13 @@ function ip4Rewrite(rt: NodeRuntime, frame: Frame | null): number {
     flags[bi] &= ~RX_ONLY_FLAGS;
     // A group the interface joined (a UD QP of ours attached to it) takes a copy too, as a host
     // loops its multicast back to its own members (Linux's IP_MULTICAST_LOOP, on by default).
-    if (local === 0 && mHi !== BROADCAST_HI && isIp4Multicast(dst) && ifs.groups.member(ix, dst))
+    if (
+      local === 0 &&
+      mHi !== BROADCAST_HI &&
+      isIp4Multicast(dst) &&
+      !(flags[bi] & BufferFlag.NO_MCAST_LOOP) &&
+      ifs.groups.member(ix, dst)
+    )
       loopCopy(rt, pool, bi, ix);
     keep[k] = bi;
     if (local !== 0) {

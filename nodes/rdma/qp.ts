@@ -157,6 +157,8 @@ export interface QpConfig {
   ud: boolean;
   /** The TRP window (rdma.trp.window) cwnd stays within. */
   sendWindow?: number;
+  /** A UD QP's datagrams to a group are looped back to this data plane's members (multicast.ts). */
+  mcastLoop?: boolean;
 }
 
 function pow2(n: number): number {

@@ -132,6 +132,11 @@ export interface QpInit {
   type?: 'rc' | 'ud';
   /** Our address for this QP (default: any of ours; the route picks the source). */
   address?: string;
+  /**
+   * A UD QP's datagrams to a multicast group are looped back to this data plane's members too
+   * (default true, as a NIC does; false: IBV_QP_CREATE_BLOCK_SELF_MCAST_LB, mckey's -l).
+   */
+  multicastLoopback?: boolean;
 }
 
 export interface QpModify {
@@ -680,7 +685,10 @@ export class Rdma {
       window: this.core.window + 1,
       ud: init.type === 'ud',
       sendWindow: this.core.window,
+      mcastLoop: init.multicastLoopback !== false,
     };
+    if (init.multicastLoopback !== undefined && typeof init.multicastLoopback !== 'boolean')
+      throw new VerbsError('invalid', `multicastLoopback must be true or false, got ${String(init.multicastLoopback)}`);
     if (init.type !== undefined && init.type !== 'rc' && init.type !== 'ud')
       throw new VerbsError('invalid', `qp type must be rc or ud, got ${JSON.stringify(init.type)}`);
     const slots = { 'wr-slots': qpSlots(cfg.maxSendWr, cfg.maxRecvWr, cfg.maxInline) };

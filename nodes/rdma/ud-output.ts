@@ -86,6 +86,7 @@ export function serveUd(rt: NodeRuntime, core: RdmaCore, qp: Qp, out: UdOut): bo
         // A group's datagrams go to the stack's multicast port (multicast.ts).
         const port = wr.dstQpn === MCAST_QPN ? core.mcast.port : wr.dstQpn;
         setUdpDestination(pool, bi, wr.dstAddr, port, qp.qpn, qp.localAddr);
+        if (qp.cfg.mcastLoop === false) pool.flags[bi] |= BufferFlag.NO_MCAST_LOOP;
         out.bufs[out.n++] = bi;
         qp.txPackets++;
         qp.txBytes += wr.length;
