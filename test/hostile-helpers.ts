@@ -370,8 +370,8 @@ export function hostileFrame(rng: Rng, t: Target): Hostile {
     f = ethFrame(rng.chance(0.5) ? MAC_BC : MAC_US, MAC_PEER, 0x0806, a);
   } else if (r < 22) {
     kind = 'ip4';
-    const proto = rng.pick([1, 17, 6, rng.int(256)]);
-    const inner = rng.fill(new Uint8Array(rng.int(200)));
+    const proto = rng.pick([1, 17, 6, 2, rng.int(256)]);
+    const inner = rng.fill(new Uint8Array(proto === 2 && rng.chance(0.7) ? 8 : rng.int(200)));
     if (proto === 1 && inner.length >= 8 && rng.chance(0.6)) {
       inner[0] = 8;
       inner[1] = 0;
@@ -379,6 +379,21 @@ export function hostileFrame(rng: Rng, t: Target): Hostile {
       put16(inner, 2, ~sum16(inner, 0, inner.length) & 0xffff);
     }
     const o: Ip4Opts = {};
+    let dstMac = MAC_US;
+    if (proto === 2) {
+      // IGMP: a query (mostly), to all systems or the joined group, its checksum right (mostly),
+      // with the Router Alert option (IHL 6) or without.
+      kind = 'igmp';
+      if (inner.length >= 8 && rng.chance(0.8)) {
+        inner[0] = rng.pick([0x11, 0x11, 0x16, 0x17, rng.int(256)]);
+        if (rng.chance(0.5)) inner.set(rng.chance(0.5) ? t.mcGroup : new Uint8Array(4), 4);
+        put16(inner, 2, 0);
+        if (rng.chance(0.9)) put16(inner, 2, ~sum16(inner, 0, inner.length) & 0xffff);
+      }
+      o.dst = rng.chance(0.5) ? Uint8Array.from([224, 0, 0, 1]) : t.mcGroup;
+      dstMac = Uint8Array.from([1, 0, 0x5e, o.dst[1] & 0x7f, o.dst[2], o.dst[3]]);
+      if (rng.chance(0.7)) o.ihl = 6;
+    }
     switch (rng.int(8)) {
       case 0:
         o.version = rng.int(16);
@@ -404,7 +419,7 @@ export function hostileFrame(rng: Rng, t: Target): Hostile {
       default:
         break;
     }
-    f = ethFrame(MAC_US, MAC_PEER, 0x0800, ip4Packet(proto, inner, o, rng));
+    f = ethFrame(dstMac, MAC_PEER, 0x0800, ip4Packet(proto, inner, o, rng));
   } else if (r < 36) {
     // A datagram to the UD QP (from anyone: a UD QP has no peer), or to a port near it where no
     // QP is; its UDP length now and then promising more than the frame holds (truncated).

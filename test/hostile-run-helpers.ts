@@ -69,6 +69,7 @@ const RECEIVE_NODES = [
   'ethernet-input',
   'arp-input',
   'ip4-input',
+  'igmp4-input',
   'icmp4-echo',
   'udp4-input',
   'trp-input',
