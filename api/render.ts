@@ -143,7 +143,7 @@ export function formatQp(q: QpView): string {
     `  psn ${q.psn} (initial send PSN: a manual connect of the peer needs it)`,
     `  pd ${q.pd} send-cq ${q.sendCq} recv-cq ${q.recvCq} srq ${q.srq ?? '-'}${q.owner === null ? '' : ` owner ${q.owner}`}`,
     `  ird ${q.ird} ord ${q.ord} max-send-wr ${q.maxSendWr} max-recv-wr ${q.maxRecvWr} max-sge ${q.maxSge} max-inline ${q.maxInline} segment-size ${q.segmentSize}`,
-    `  sq outstanding ${q.sqOutstanding} rq posted ${q.rqPosted}`,
+    `  sq outstanding ${q.sqOutstanding} rq posted ${q.rqPosted}${q.multicast.length > 0 ? ` multicast ${q.multicast.join(' ')}` : ''}`,
     `  tx ${q.counters.txPackets} packets ${q.counters.txBytes} bytes, rx ${q.counters.rxPackets} packets ${q.counters.rxBytes} bytes`,
     `  retransmits ${q.counters.retransmits} (fast ${q.counters.fastRetransmits}) timeouts ${q.counters.timeouts} (spurious ${q.counters.spuriousTimeouts}, probes ${q.counters.probes}) duplicates ${q.counters.duplicates}`,
     `  srtt ${q.rtt.srttUs.toFixed(1)} us rttvar ${q.rtt.rttvarUs.toFixed(1)} us rto ${q.rtt.rtoUs.toFixed(1)} us`,

@@ -443,6 +443,7 @@ const qpViewProps = {
   maxSge: count(),
   maxInline: count(),
   segmentSize: count('payload bytes of one untagged DDP segment (the link MTU less IPv4, UDP, TRP and DDP headers)'),
+  multicast: list(str('IPv4 multicast group'), 'the groups a UD QP is attached to'),
   sqOutstanding: count(),
   rqPosted: count(),
   counters: QpCounters,

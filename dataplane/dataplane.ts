@@ -1273,6 +1273,7 @@ export class Dataplane implements DataplaneApi {
       maxSge: q.maxSge,
       maxInline: q.maxInline,
       segmentSize: q.segmentSize,
+      multicast: this.rdma.mcastGroupsOf(qp),
       sqOutstanding: q.sqOutstanding,
       rqPosted: q.rqPosted,
       counters: q.counters,

@@ -157,6 +157,8 @@ export interface QpView extends Omit<QpInfo, 'local' | 'remote'> {
   listener: number | null;
   /** The program that created it through the verbs socket ("pid 1234 (ib_write_bw)"), or null. */
   owner: string | null;
+  /** The multicast groups a UD QP is attached to (empty otherwise). */
+  multicast: string[];
 }
 
 export interface SgeIn {

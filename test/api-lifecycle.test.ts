@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ApiClient } from '../api/client.ts';
 import { WAIT_MAX_MS } from '../api/schemas.ts';
-import { formatInterfaceAddresses } from '../api/render.ts';
+import { formatInterfaceAddresses, formatQp } from '../api/render.ts';
 import { IP_A, IP_B } from './dataplane-helpers.ts';
 import { apiError, apiPair, raw, readU64, u64 } from './api-helpers.ts';
 
@@ -104,6 +104,9 @@ test('UD multicast over HTTP: attach to a group, a send to the group (qpn 167772
     const [itf] = await cb.interfaces();
     assert.equal(itf.groups, [{ group: '239.5.5.5', users: 1 }]);
     assert.match(formatInterfaceAddresses([itf]), /^ {2}multicast 239\.5\.5\.5 \(1 QP\)$/m);
+    const view = await cb.getQp(y.qp.qpn);
+    assert.equal(view.multicast, ['239.5.5.5'], "the QP's view names its group");
+    assert.match(formatQp(view), /^ {2}sq outstanding 0 rq posted 0 multicast 239\.5\.5\.5$/m);
     await cb.postRecv(y.qp.qpn, { wrId: 'r', sge: [{ mr: y.mr.mr, offset: 0, length: 1000 }] });
     await ca.writeMr(x.mr.mr, 0, enc('to the group'));
     await ca.postSend(x.qp.qpn, {
