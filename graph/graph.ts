@@ -5,8 +5,9 @@
  * A pass (VPP's main loop iteration): poll every input node in state 'polling' and those in
  * state 'interrupt' that were given work since (interrupt(): ddp-output, udp4-send,
  * icmp4-ping, whose producers say so), drain the pending frames until the graph is empty
- * (frames enqueued while draining run in the same pass), run due timers and ready processes. Frames are per target node: everything enqueued to a node before it runs
- * lands in the same vector, up to 256, so vectors grow under load.
+ * (frames enqueued while draining run in the same pass), run due timers and ready processes.
+ * Frames are per target node: everything enqueued to a node before it runs lands in the same
+ * vector, up to 256, so vectors grow under load.
  */
 import { BufferPool } from './buffer-pool.ts';
 import { type Clock, systemClock } from './clock.ts';

@@ -30,7 +30,7 @@ import {
 import { ETH_HEADER_BYTES, ETHERTYPE_IP4 } from '../ethernet/ethernet.ts';
 import { formatIp4 } from '../net/address.ts';
 import type { InterfaceTable } from '../net/interface-table.ts';
-import { groupMacHi, groupMacLo } from '../net/ip4-groups.ts';
+import { MAX_GROUPS_PER_IF, groupMacHi, groupMacLo } from '../net/ip4-groups.ts';
 import { foldSum, rangeSum } from './ip4.ts';
 
 export const IGMP4_INPUT = 'igmp4-input';
@@ -59,7 +59,11 @@ const ERROR_TABLE = errorTable({
   REPORTS_SEEN: { name: 'reports_seen', description: "other hosts' IGMP reports received", severity: 'info' },
   REPORTS_SENT: { name: 'reports_sent', description: 'IGMP membership reports sent', severity: 'info' },
   LEAVES_SENT: { name: 'leaves_sent', description: 'IGMP leave messages sent', severity: 'info' },
-  TRUNCATED: { name: 'truncated', description: 'IGMP message shorter than 8 bytes', severity: 'error' },
+  TRUNCATED: {
+    name: 'truncated',
+    description: 'IGMP message shorter than 8 bytes or not in one buffer',
+    severity: 'error',
+  },
   BAD_CHECKSUM: { name: 'bad_checksum', description: 'bad IGMP checksum', severity: 'error' },
   OTHER: { name: 'other', description: 'IGMP leave or unknown type (dropped)', severity: 'info' },
   NO_BUFFER: { name: 'no_buffer', description: 'IGMP message not sent: no buffer', severity: 'warn' },
@@ -67,20 +71,27 @@ const ERROR_TABLE = errorTable({
 export const Igmp4Error = ERROR_TABLE.code;
 const ERRORS = ERROR_TABLE.list;
 
-/** The reports pending per (interface, group): the timer that sends each. */
+/**
+ * The reports pending per (interface, group): MAX_GROUPS_PER_IF slots an interface, each the
+ * group (0: free), when it is due and the timer that sends it (user = the slot). Typed arrays:
+ * a query costs no allocation, however many come.
+ */
 export class Igmp4 {
   private rt: NodeRuntime | null = null;
   private out: Int32Array = new Int32Array(0);
-  /** `${ix}:${group}` -> [timer handle, due ns, timer user]. */
-  private readonly pending = new Map<string, { timer: number; due: number; user: number }>();
-  /** timer user -> [ix, group]. */
-  private readonly users = new Map<number, [number, number]>();
-  private nextUser = 1;
+  private readonly pGroup: Uint32Array;
+  private readonly pDue: Float64Array;
+  private readonly pTimer: Float64Array;
+  private nPending = 0;
 
   constructor(
     readonly graph: Graph,
     readonly ifs: InterfaceTable,
   ) {
+    const slots = ifs.max * MAX_GROUPS_PER_IF;
+    this.pGroup = new Uint32Array(slots);
+    this.pDue = new Float64Array(slots);
+    this.pTimer = new Float64Array(slots).fill(-1);
     ifs.groups.onChange = (ix, g, joined) => (joined ? this.joined(ix, g) : this.left(ix, g));
   }
 
@@ -103,44 +114,55 @@ export class Igmp4 {
     this.graph.wake();
   }
 
+  /** `g`'s slot on `ix`, or -1 (a scan of the interface's MAX_GROUPS_PER_IF slots). */
+  private slotOf(ix: number, g: number): number {
+    const base = ix * MAX_GROUPS_PER_IF;
+    for (let k = 0; k < MAX_GROUPS_PER_IF; k++) if (this.pGroup[base + k] === g) return base + k;
+    return -1;
+  }
+
   /** A report for `g` on `ix` within `delayNs` (an earlier one pending stays). */
   schedule(ix: number, g: number, delayNs: number): void {
-    const key = `${ix}:${g}`;
     const due = this.graph.clock.nowNs() + delayNs;
-    const p = this.pending.get(key);
-    if (p !== undefined) {
-      if (p.due <= due) return;
-      this.graph.stopTimer(p.timer);
-      this.users.delete(p.user);
+    let s = this.slotOf(ix, g);
+    if (s >= 0) {
+      if (this.pDue[s] <= due) return;
+      this.graph.stopTimer(this.pTimer[s]);
+    } else {
+      s = this.slotOf(ix, 0); // a free one: an interface joins at most MAX_GROUPS_PER_IF groups
+      if (s < 0) return;
+      this.pGroup[s] = g;
+      this.nPending++;
     }
-    const user = this.nextUser;
-    this.nextUser = this.nextUser >= 0x7fffffff ? 1 : this.nextUser + 1;
-    this.users.set(user, [ix, g]);
-    this.pending.set(key, { timer: this.graph.startTimer(this.rt as NodeRuntime, delayNs, user), due, user });
+    this.pDue[s] = due;
+    this.pTimer[s] = this.graph.startTimer(this.rt as NodeRuntime, delayNs, s);
   }
 
   cancel(ix: number, g: number): void {
-    const key = `${ix}:${g}`;
-    const p = this.pending.get(key);
-    if (p === undefined) return;
-    this.graph.stopTimer(p.timer);
-    this.users.delete(p.user);
-    this.pending.delete(key);
+    const s = this.slotOf(ix, g);
+    if (s < 0) return;
+    this.graph.stopTimer(this.pTimer[s]);
+    this.free(s);
   }
 
-  /** Reports due now. */
-  onTimer(user: number): void {
-    const ig = this.users.get(user);
-    if (ig === undefined) return;
-    this.users.delete(user);
-    const [ix, g] = ig;
-    this.pending.delete(`${ix}:${g}`);
+  private free(s: number): void {
+    this.pGroup[s] = 0;
+    this.pTimer[s] = -1;
+    this.nPending--;
+  }
+
+  /** Slot `s`'s report is due. */
+  onTimer(s: number): void {
+    const g = this.pGroup[s];
+    if (g === 0) return;
+    this.free(s);
+    const ix = (s / MAX_GROUPS_PER_IF) | 0;
     if (this.ifs.groups.member(ix, g)) this.send(ix, IGMP_V2_REPORT, g, g);
   }
 
   /** Reports waiting for their time (for tests and `show`). */
   get pendingReports(): number {
-    return this.pending.size;
+    return this.nPending;
   }
 
   /** One IGMP message (`type`, `group`) to `dst` out of `ix`: a whole frame, TTL 1, Router Alert. */
