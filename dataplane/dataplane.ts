@@ -578,6 +578,7 @@ export class Dataplane implements DataplaneApi {
     net.interfaces.follow(itf.index, {
       mtu: c.mtu === null && linkMtu !== undefined ? () => linkMtu() ?? DEFAULT_MTU : undefined,
       offload: drv.txChecksumOffload?.bind(drv),
+      multicast: drv.multicastFilter?.bind(drv),
     });
   }
 

@@ -363,6 +363,15 @@ export class AfPacketDriver implements Driver {
     return k < MTU_MIN ? null : Math.min(k, this.mtu);
   }
 
+  /**
+   * The multicast MACs the data plane receives on this interface (IPv4 groups' MACs): the
+   * socket's memberships, which the kernel puts in the device's filter (a NIC that is not
+   * promiscuous drops a group's frames it was not told of), as `ip maddr show` lists them.
+   */
+  multicastFilter(macs: Uint8Array): void {
+    if (this.sock !== null) this.sock.multicast(macs);
+  }
+
   /** Administratively up with carrier, as the kernel sees the interface now. */
   linkUp(): boolean {
     if (this.sock === null) return false;

@@ -54,6 +54,8 @@ interface DpdkAddon {
   linkUp(port: number): boolean;
   stats(port: number): Record<string, number> & { xstats: Record<string, number> };
   portClose(port: number): void;
+  /** The multicast MACs the port receives: its list, all multicast where it has none, or nothing (promiscuous). */
+  portMulticast(port: number, macs: Uint8Array): 'list' | 'all' | 'promiscuous' | 'none';
   /** Benchmark baseline: rx straight into tx on one port, in C, for ms milliseconds. */
   forward(port: number, queue: number, ms: number): { packets: number; ns: number };
 }
@@ -145,6 +147,8 @@ export class DpdkDriver implements Driver {
   private readonly opts: DpdkOptions;
   private readonly macSet: boolean;
   private state: 'new' | 'open' | 'closed' = 'new';
+  /** How the port takes the multicast MACs (multicastFilter): null until it was told any. */
+  private mcastMode: string | null = null;
   private pmd = '';
   private desc = { rx: 0, tx: 0 };
   private offloads = { ip4: false, udp: false, rx: '', tx: '' };
@@ -246,6 +250,27 @@ export class DpdkDriver implements Driver {
     return this.state === 'open' && this.addon.linkUp(this.port);
   }
 
+  /**
+   * The multicast MACs the data plane receives: the port's multicast list, or all multicast
+   * where the PMD keeps no list (ethernet-input drops what no group wants); a PMD with neither
+   * (net_af_packet) passes what its device passes (`promisc: true` takes every group). `show
+   * hardware` says which.
+   */
+  multicastFilter(macs: Uint8Array): void {
+    if (this.state !== 'open') return;
+    const mode = this.addon.portMulticast(this.port, macs);
+    this.mcastMode =
+      macs.length === 0
+        ? 'no group joined'
+        : mode === 'list'
+          ? "the port's multicast list"
+          : mode === 'all'
+            ? 'all multicast (the port keeps no list)'
+            : mode === 'promiscuous'
+              ? 'every frame (promiscuous)'
+              : 'not filtered by the port (its PMD has no multicast list or all-multicast mode): what the device passes';
+  }
+
   /** The checksums the port computes on transmit (known once open). */
   txChecksumOffload(): { ip4: boolean; udp: boolean } {
     return { ip4: this.offloads.ip4, udp: this.offloads.udp };
@@ -290,6 +315,7 @@ export class DpdkDriver implements Driver {
         'eal args': (shared?.args ?? []).join(' ') || null,
         'rx offloads': this.offloads.rx || null,
         'tx offloads': this.offloads.tx || null,
+        multicast: this.mcastMode,
       },
       counters: s === null ? {} : { ...s.xstats, rx_bad_checksum: s.rxBadChecksum },
     };

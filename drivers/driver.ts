@@ -110,6 +110,15 @@ export interface Driver {
    */
   linkMtu?(): number | null;
   /**
+   * The multicast MACs (6 bytes each, at most 64) the data plane wants received: the IPv4
+   * groups its interfaces joined, the all-systems group with them, and the MACs subscribed
+   * by hand. Called with the whole list whenever it changes; the driver puts it in the
+   * device's filter (a NIC drops a group's frames it was not given unless promiscuous) and
+   * throws when it cannot. Absent: the device needs nothing (memif, pcap: every frame
+   * arrives; ibverbs steers all IPv4 multicast already).
+   */
+  multicastFilter?(macs: Uint8Array): void;
+  /**
    * True while txBurst takes packets with external payload segments (BufferFlag.EXT_DATA,
    * graph/ext-memory.ts) and reads them in place; absent or false: the tx node copies them into
    * the pool first (BufferPool.materialize).

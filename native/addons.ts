@@ -283,6 +283,8 @@ export interface AfPacketSocket {
   linkFlags(): number;
   /** The kernel interface's MTU now (by index), -1 when it is gone or the socket closed. */
   linkMtu(): number;
+  /** The multicast MACs (6 bytes each) the interface is to receive: the socket's PACKET_MR_MULTICAST memberships. */
+  multicast(macs: Uint8Array): void;
   close(): void;
 }
 

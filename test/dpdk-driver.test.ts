@@ -39,6 +39,24 @@ const dpdkInterface = (name: string, device: string, address: string, mac: strin
     txQueueSize: 512,
   });
 
+/**
+ * A UD QP attached to a group, then detached: show hardware's `multicast` at each step (the
+ * port told of the group's MAC, then of none); what it said while the group was joined.
+ */
+async function multicastMode(dp: DataplaneApi): Promise<string> {
+  const mode = async () => String((await dp.hardware())[0].info.multicast);
+  assert.is(await mode(), 'null', 'nothing told before a group is joined');
+  const pd = await dp.createPd();
+  const cq = await dp.createCq({ depth: 4 });
+  const qp = await dp.createQp({ pd: pd.pd, sendCq: cq.cq, recvCq: cq.cq, type: 'ud' });
+  await dp.attachMcast(qp.qpn, '239.9.9.9');
+  const joined = await mode();
+  await dp.detachMcast(qp.qpn, '239.9.9.9');
+  assert.is(await mode(), 'no group joined');
+  await dp.destroyQp(qp.qpn);
+  return joined;
+}
+
 test('net_ring loopback: frames out come back in as the same buffers, bytes intact; the pool is whole after', async () => {
   ready();
   const dp = await Dataplane.create(
@@ -396,6 +414,9 @@ test('net_af_packet on a veth to the kernel in a namespace: the kernel pings us 
     }
     const hw = (await dp.hardware())[0];
     assert.is(hw.info.pmd, 'net_af_packet');
+    // net_af_packet keeps no multicast list and has no all-multicast mode: a joined group is
+    // left to what the device passes, and show hardware says so.
+    assert.match(await multicastMode(dp), /^not filtered by the port/);
   } finally {
     await dp?.close();
     destroyVethNs(v);
@@ -445,6 +466,8 @@ test('transmit checksum offload on net_tap: the port computes IPv4 and UDP check
     ]);
     assert.match(echo, /^echo 20$/m, echo);
     assert.is(await csumErrors(), before, 'the kernel counted no UDP checksum error');
+    // net_tap takes a multicast list.
+    assert.is(await multicastMode(dp), "the port's multicast list");
   } finally {
     await dp?.close();
   }

@@ -32,8 +32,10 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include <array>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -176,6 +178,7 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
                            InstanceMethod<&AfPacketSocket::Stats>("stats"),
                            InstanceMethod<&AfPacketSocket::LinkFlags>("linkFlags"),
                            InstanceMethod<&AfPacketSocket::LinkMtu>("linkMtu"),
+                           InstanceMethod<&AfPacketSocket::Multicast>("multicast"),
                            InstanceMethod<&AfPacketSocket::Close>("close"),
                        });
   }
@@ -480,9 +483,10 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
       tx_base_ = nullptr;
     }
     if (fd_ >= 0) {
-      close(fd_);
+      close(fd_);  // the kernel drops the socket's memberships with it
       fd_ = -1;
     }
+    mc_.clear();
     refs_.clear();
     pool_bound_ = false;
   }
@@ -1331,6 +1335,69 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
     return Napi::Number::New(info.Env(), ifr.ifr_mtu);
   }
 
+  // multicast(macs): the multicast MACs the interface is to receive (a Uint8Array of 6-byte
+  // MACs, at most kMaxMulticast), as this socket's PACKET_MR_MULTICAST memberships: the kernel
+  // adds each to the device's filter (a NIC drops a group's frames it was not told of unless
+  // promiscuous) and takes them out when the socket closes. Changes only what differs from the
+  // last call; a failure leaves the memberships made so far and throws with the MAC.
+  Napi::Value Multicast(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (info.Length() < 1 || !info[0].IsTypedArray() ||
+        info[0].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) {
+      throw Napi::TypeError::New(env, "af_packet multicast(macs): macs must be a Uint8Array of 6-byte MACs");
+    }
+    const Napi::Uint8Array a = info[0].As<Napi::Uint8Array>();
+    const size_t n = a.ElementLength() / ETH_ALEN;
+    if (a.ElementLength() % ETH_ALEN != 0 || n > kMaxMulticast) {
+      throw Napi::RangeError::New(env, "af_packet multicast(macs): " + std::to_string(a.ElementLength()) +
+                                           " bytes is not a list of at most " + std::to_string(kMaxMulticast) +
+                                           " MACs");
+    }
+    if (fd_ < 0) throw Napi::Error::New(env, "af_packet: \"" + ifname_ + "\" is closed");
+    std::vector<Mac> want(n);
+    for (size_t k = 0; k < n; k++) {
+      std::memcpy(want[k].data(), a.Data() + k * ETH_ALEN, ETH_ALEN);
+      if (!(want[k][0] & 1))
+        throw Napi::RangeError::New(env, "af_packet multicast(macs): " + MacText(want[k]) + " is not a multicast MAC");
+    }
+    auto has = [](const std::vector<Mac>& v, const Mac& m) {
+      for (const Mac& x : v)
+        if (x == m) return true;
+      return false;
+    };
+    for (size_t k = mc_.size(); k-- > 0;) {
+      if (has(want, mc_[k])) continue;
+      Membership(PACKET_DROP_MEMBERSHIP, mc_[k]);  // ENOENT etc.: it is gone either way
+      mc_.erase(mc_.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    for (const Mac& m : want) {
+      if (has(mc_, m)) continue;
+      if (!Membership(PACKET_ADD_MEMBERSHIP, m))
+        throw ErrnoError(env, "af_packet: multicast " + MacText(m) + " on \"" + ifname_ + "\"", errno, "setsockopt");
+      mc_.push_back(m);
+    }
+    return env.Undefined();
+  }
+
+  using Mac = std::array<uint8_t, ETH_ALEN>;
+  static constexpr size_t kMaxMulticast = 64;
+
+  bool Membership(int op, const Mac& m) const {
+    struct packet_mreq mr;
+    std::memset(&mr, 0, sizeof mr);
+    mr.mr_ifindex = ifindex_;
+    mr.mr_type = PACKET_MR_MULTICAST;
+    mr.mr_alen = ETH_ALEN;
+    std::memcpy(mr.mr_address, m.data(), ETH_ALEN);
+    return setsockopt(fd_, SOL_PACKET, op, &mr, sizeof mr) == 0;
+  }
+
+  static std::string MacText(const Mac& m) {
+    char t[18];
+    std::snprintf(t, sizeof t, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
+    return t;
+  }
+
   // close(): unmap the rings and close the socket (leaves promiscuous mode). Idempotent.
   Napi::Value Close(const Napi::CallbackInfo& info) {
     Release();
@@ -1358,6 +1425,7 @@ class AfPacketSocket : public Napi::ObjectWrap<AfPacketSocket> {
   uint32_t link_mtu_ = 0;  // the kernel interface's MTU at open (TX ring length check)
   int fd_ = -1;
   bool brought_up_ = false;
+  std::vector<Mac> mc_;  // PACKET_MR_MULTICAST memberships of the socket (multicast())
 
   uint8_t* ring_ = nullptr;
   size_t map_len_ = 0;

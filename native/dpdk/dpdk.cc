@@ -592,6 +592,39 @@ Napi::Value Forward(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// portMulticast(port, macs) -> "list" | "all" | "promiscuous" | "none": the multicast MACs (a
+// Uint8Array of 6-byte MACs, at most kMaxMulticast) the port is to receive. Its filter takes the
+// list where the PMD has one (rte_eth_dev_set_mc_addr_list); where it has none (ENOTSUP), all
+// multicast is received while the list is not empty (allmulticast, off again when it empties)
+// and ethernet-input drops what no group wants. A port already promiscuous needs neither; a PMD
+// with neither (net_af_packet) gets "none": what reaches it is what its device passes. Throws
+// any other error the device returns.
+Napi::Value PortMulticast(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsTypedArray() ||
+      info[1].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
+    throw Err(env, "portMulticast(port, macs): port a number, macs a Uint8Array of 6-byte MACs");
+  const uint16_t port = static_cast<uint16_t>(info[0].As<Napi::Number>().Uint32Value());
+  const Napi::Uint8Array a = info[1].As<Napi::Uint8Array>();
+  constexpr size_t kMaxMulticast = 64;
+  const size_t n = a.ElementLength() / RTE_ETHER_ADDR_LEN;
+  if (a.ElementLength() % RTE_ETHER_ADDR_LEN != 0 || n > kMaxMulticast)
+    throw Err(env, "portMulticast: " + std::to_string(a.ElementLength()) + " bytes is not a list of at most " +
+                       std::to_string(kMaxMulticast) + " MACs");
+  if (rte_eth_promiscuous_get(port) == 1) return Napi::String::New(env, "promiscuous");
+  rte_ether_addr list[kMaxMulticast];
+  for (size_t k = 0; k < n; k++) std::memcpy(list[k].addr_bytes, a.Data() + k * RTE_ETHER_ADDR_LEN, RTE_ETHER_ADDR_LEN);
+  int rc = rte_eth_dev_set_mc_addr_list(port, n > 0 ? list : nullptr, static_cast<uint32_t>(n));
+  if (rc == 0) return Napi::String::New(env, "list");
+  if (rc != -ENOTSUP) throw Err(env, "rte_eth_dev_set_mc_addr_list: " + DpdkError(rc));
+  rc = n > 0 ? rte_eth_allmulticast_enable(port) : rte_eth_allmulticast_disable(port);
+  if (rc == -ENOTSUP) return Napi::String::New(env, "none");
+  if (rc != 0)
+    throw Err(env, std::string(n > 0 ? "rte_eth_allmulticast_enable" : "rte_eth_allmulticast_disable") +
+                       " (the port has no multicast list): " + DpdkError(rc));
+  return Napi::String::New(env, "all");
+}
+
 // portClose(port): drain what is still queued for us, stop, close, and remove the device (so its
 // name can be probed again). Draining matters for loopback PMDs (net_ring): their close frees the
 // ring but not the mbufs in it, which would be lost to the mempool for the rest of the process.
@@ -633,6 +666,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("linkUp", Napi::Function::New(env, LinkUp, "linkUp"));
   exports.Set("stats", Napi::Function::New(env, Stats, "stats"));
   exports.Set("portClose", Napi::Function::New(env, PortClose, "portClose"));
+  exports.Set("portMulticast", Napi::Function::New(env, PortMulticast, "portMulticast"));
   exports.Set("forward", Napi::Function::New(env, Forward, "forward"));
   return exports;
 }

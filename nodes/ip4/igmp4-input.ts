@@ -30,13 +30,13 @@ import {
 import { ETH_HEADER_BYTES, ETHERTYPE_IP4 } from '../ethernet/ethernet.ts';
 import { formatIp4 } from '../net/address.ts';
 import type { InterfaceTable } from '../net/interface-table.ts';
-import { MAX_GROUPS_PER_IF, groupMacHi, groupMacLo } from '../net/ip4-groups.ts';
+import { ALL_SYSTEMS, MAX_GROUPS_PER_IF, groupMacHi, groupMacLo } from '../net/ip4-groups.ts';
 import { foldSum, rangeSum } from './ip4.ts';
 
 export const IGMP4_INPUT = 'igmp4-input';
 export const IP_PROTO_IGMP = 2;
-/** 224.0.0.1 (all systems: general queries) and 224.0.0.2 (all routers: leaves). */
-export const ALL_SYSTEMS = 0xe0000001;
+/** 224.0.0.1 (all systems: general queries; net/ip4-groups.ts) and 224.0.0.2 (all routers: leaves). */
+export { ALL_SYSTEMS };
 export const ALL_ROUTERS = 0xe0000002;
 
 const IGMP_QUERY = 0x11;
@@ -92,7 +92,7 @@ export class Igmp4 {
     this.pGroup = new Uint32Array(slots);
     this.pDue = new Float64Array(slots);
     this.pTimer = new Float64Array(slots).fill(-1);
-    ifs.groups.onChange = (ix, g, joined) => (joined ? this.joined(ix, g) : this.left(ix, g));
+    ifs.groups.watch((ix, g, joined) => (joined ? this.joined(ix, g) : this.left(ix, g)));
   }
 
   bind(rt: NodeRuntime): void {

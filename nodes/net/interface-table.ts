@@ -12,7 +12,7 @@
  * anything else goes to the first interface with a gateway (the default route), else no route.
  */
 import { checkMtu, type Graph, type NodeRuntime } from '../../graph/index.ts';
-import { Ip4Groups } from './ip4-groups.ts';
+import { ALL_SYSTEMS, groupMacHi, groupMacLo, Ip4Groups } from './ip4-groups.ts';
 import {
   formatIp4,
   formatMac,
@@ -58,10 +58,14 @@ export interface TxChecksumChoice {
   udpNone?: boolean;
 }
 
-/** What an interface reads from its link (InterfaceTable.follow): the MTU, the checksum choices. */
+/**
+ * What an interface reads from its link (InterfaceTable.follow): the MTU, the checksum choices;
+ * and what it tells the link: the multicast MACs it receives (Driver.multicastFilter).
+ */
 export interface LinkSource {
   mtu?: () => number;
   offload?: () => TxChecksumChoice;
+  multicast?: (macs: Uint8Array) => void;
 }
 
 /** The TxOffload bits of `c` (none when absent). */
@@ -135,6 +139,46 @@ export class InterfaceTable {
     this.mcastLo = new Uint16Array(max * MAX_MCAST_PER_IF);
     this.mcastCount = new Uint8Array(max);
     this.groups = new Ip4Groups(max);
+    // First of the watchers: a group the device cannot take is refused before IGMP announces it.
+    this.groups.watch((ix, _g, joined) => {
+      try {
+        this.tellMulticast(ix);
+      } catch (e) {
+        if (joined) throw e; // a filter that keeps a group it no longer needs costs nothing
+      }
+    });
+  }
+
+  /**
+   * The multicast MACs interface `ix` receives, told to its link: those subscribed by hand, each
+   * joined group's (with all-systems, 224.0.0.1, whose IGMP queries ask for them). At most
+   * MAX_MCAST_PER_IF + MAX_GROUPS_PER_IF + 1, without repeats (two groups can share a MAC).
+   */
+  private tellMulticast(ix: number): void {
+    const tell = this.links.get(ix)?.multicast;
+    if (tell === undefined) return;
+    const hi: number[] = [],
+      lo: number[] = [];
+    const add = (h: number, l: number) => {
+      for (let k = 0; k < hi.length; k++) if (hi[k] === h && lo[k] === l) return;
+      hi.push(h);
+      lo.push(l);
+    };
+    for (let k = 0; k < this.mcastCount[ix]; k++)
+      add(this.mcastHi[ix * MAX_MCAST_PER_IF + k], this.mcastLo[ix * MAX_MCAST_PER_IF + k]);
+    const n = this.groups.count(ix);
+    if (n > 0) add(groupMacHi(ALL_SYSTEMS), groupMacLo(ALL_SYSTEMS));
+    for (let k = 0; k < n; k++) {
+      const g = this.groups.at(ix, k);
+      add(groupMacHi(g), groupMacLo(g));
+    }
+    const macs = new Uint8Array(hi.length * 6);
+    const v = new DataView(macs.buffer);
+    for (let k = 0; k < hi.length; k++) {
+      v.setUint32(k * 6, hi[k]);
+      v.setUint16(k * 6 + 4, lo[k]);
+    }
+    tell(macs);
   }
 
   /**
@@ -144,6 +188,7 @@ export class InterfaceTable {
   follow(ix: number, link: LinkSource): void {
     this.links.set(ix, link);
     this.refresh(ix);
+    if (this.mcastCount[ix] > 0 || this.groups.count(ix) > 0) this.tellMulticast(ix);
   }
 
   /** Interface `ix` brought up to date from its link (follow), when it follows one; its MTU. */
@@ -234,6 +279,12 @@ export class InterfaceTable {
     this.mcastHi[base + n] = hi;
     this.mcastLo[base + n] = lo;
     this.mcastCount[ix] = n + 1;
+    try {
+      this.tellMulticast(ix);
+    } catch (e) {
+      this.mcastCount[ix] = n;
+      throw e;
+    }
   }
 
   /** True when interface `ix` subscribed to multicast MAC (hi, lo). */

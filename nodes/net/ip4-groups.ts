@@ -2,11 +2,15 @@
  * The IPv4 multicast groups each interface has joined, with a count of the users of each (the
  * UD QPs attached to it: nodes/rdma/multicast.ts). ip4-input takes a datagram to a joined group
  * on the interface that joined it as local; ethernet-input takes a frame to the group's MAC
- * (01:00:5e and the group's low 23 bits, RFC 1112 6.4). A group joined or left is told to
- * `onChange`: igmp4-input announces it (IGMPv2 reports and leaves), so a switch that snoops IGMP
+ * (01:00:5e and the group's low 23 bits, RFC 1112 6.4). A group joined or left is told to each
+ * `watch`er in turn: the interface table first (the device's multicast filter), then
+ * igmp4-input, which announces it (IGMPv2 reports and leaves) so a switch that snoops IGMP
  * forwards it. At most MAX_GROUPS_PER_IF per interface: every lookup is a scan of that many.
  */
 import { formatIp4, isIp4Multicast } from './address.ts';
+
+/** 224.0.0.1, all systems: IGMP's general queries come to it; every host that joins a group receives it. */
+export const ALL_SYSTEMS = 0xe0000001;
 
 /** Most IPv4 groups one interface joins. */
 export const MAX_GROUPS_PER_IF = 16;
@@ -21,9 +25,11 @@ export function groupMacLo(g: number): number {
   return g & 0xffff;
 }
 
+/** Told when an interface joins a group (its first user) or leaves it (its last). */
+export type GroupWatcher = (ix: number, g: number, joined: boolean) => void;
+
 export class Ip4Groups {
-  /** Told when an interface joins a group (its first user) or leaves it (its last): IGMP (nodes/ip4/igmp4-input.ts). */
-  onChange: ((ix: number, g: number, joined: boolean) => void) | null = null;
+  private readonly watchers: GroupWatcher[] = [];
   private readonly group: Uint32Array;
   private readonly users: Uint32Array;
   private readonly joined: Uint8Array;
@@ -34,7 +40,19 @@ export class Ip4Groups {
     this.joined = new Uint8Array(maxInterfaces);
   }
 
-  /** One more user of group `g` on interface `ix` (the first joins it); throws when the table is full. */
+  /**
+   * Tell `w` of every join and leave from now on, after those watching already. A watcher that
+   * throws on a join undoes it: the join throws, and the watchers told before are told of the
+   * leave.
+   */
+  watch(w: GroupWatcher): void {
+    this.watchers.push(w);
+  }
+
+  /**
+   * One more user of group `g` on interface `ix` (the first joins it); throws when the table is
+   * full or a watcher refuses the join (the device could not take the group).
+   */
   join(ix: number, g: number, ifName: string): void {
     if (!isIp4Multicast(g)) throw new RangeError(`${formatIp4(g)} is not an IPv4 multicast group (224.0.0.0/4)`);
     const base = ix * MAX_GROUPS_PER_IF,
@@ -49,7 +67,15 @@ export class Ip4Groups {
     this.group[base + n] = g;
     this.users[base + n] = 1;
     this.joined[ix] = n + 1;
-    this.onChange?.(ix, g, true);
+    for (let w = 0; w < this.watchers.length; w++) {
+      try {
+        this.watchers[w](ix, g, true);
+      } catch (e) {
+        this.joined[ix] = n;
+        for (let k = 0; k < w; k++) this.watchers[k](ix, g, false);
+        throw e;
+      }
+    }
   }
 
   /** One user fewer of group `g` on `ix` (the last leaves it); false when it was not joined. */
@@ -62,7 +88,7 @@ export class Ip4Groups {
         this.group[base + k] = this.group[base + n - 1];
         this.users[base + k] = this.users[base + n - 1];
         this.joined[ix] = n - 1;
-        this.onChange?.(ix, g, false);
+        for (const w of this.watchers) w(ix, g, false);
       }
       return true;
     }
