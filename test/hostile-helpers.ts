@@ -437,7 +437,13 @@ export function hostileFrame(rng: Rng, t: Target): Hostile {
       truncated ? { length: 8 + d.payload.length + 1 + rng.int(64) } : {},
     );
     if (truncated) kind += '+udplen';
-    f = ethFrame(MAC_US, MAC_PEER, 0x0800, ip4Packet(17, dgram, { src }));
+    // Now and then to the multicast port as unicast, to us (no group's datagram: not_group).
+    f = ethFrame(
+      MAC_US,
+      MAC_PEER,
+      0x0800,
+      ip4Packet(17, rng.chance(0.03) ? udpDgram(src, rng.int(65536), t.mcPort, d.payload) : dgram, { src }),
+    );
     if (rng.chance(0.25)) {
       // To a multicast group: the one the UD QP joined (most), or one nobody here joined; on
       // the multicast port (most) or the QP's; to the group's MAC (most) or ours.

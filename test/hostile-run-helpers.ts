@@ -82,7 +82,18 @@ const RECEIVE_NODES = [
 /** The UD QP's Q_Key (the hostile datagrams carry it or another). */
 const UD_QKEY = 0x1234abcd;
 /** ud-input's counters: each datagram it takes ends in exactly one. */
-const UD_ENDS = ['delivered', 'not_ready', 'bad_header', 'bad_qkey', 'no_receive', 'too_long', 'no_member'];
+const UD_ENDS = [
+  'delivered',
+  'not_ready',
+  'bad_header',
+  'bad_qkey',
+  'no_receive',
+  'too_long',
+  'no_member',
+  'truncated',
+  'bad_opcode',
+  'not_group',
+];
 const ALL = ['local-write', 'remote-write', 'remote-read', 'remote-atomic', 'remote-invalidate'];
 const PEER_MAC_BYTES = Uint8Array.from(PEER_MAC.split(':').map((x) => parseInt(x, 16)));
 const PEER_IP_BYTES = Uint8Array.from(PEER_IP.split('.').map(Number));
@@ -278,7 +289,7 @@ function aim(t: Target, qp: Qp): void {
   t.readMsn = qp.readExpect;
 }
 
-/** ud-input's counters: [delivered, not_ready, bad_header, bad_qkey, no_receive, too_long, no_member]. */
+/** ud-input's counters, in UD_ENDS's order. */
 const udEnds = (s: Stack) => UD_ENDS.map((n) => s.g.errorCount('ud-input', n));
 
 /**
@@ -745,7 +756,16 @@ export function runHostile(o: HostileRun): string[] {
     `each datagram ud-input took is counted once (${UD_ENDS.map((n, k) => `${n} ${ud[k]}`).join(', ')})`,
   );
   if (FRAMES >= 10_000)
-    for (const n of ['delivered', 'bad_header', 'bad_qkey', 'no_receive', 'too_long'])
+    for (const n of [
+      'delivered',
+      'bad_header',
+      'bad_qkey',
+      'no_receive',
+      'too_long',
+      'truncated',
+      'bad_opcode',
+      'not_group',
+    ])
       assert.ok(ud[UD_ENDS.indexOf(n)] > 0, `some datagrams ended as ${n}`);
 
   // ---------------------------------------------------------------- the stack still works

@@ -9,7 +9,7 @@
  * Attaching joins the group on the QP's interface (a QP with no address: the interface its
  * datagrams to the group leave by, InterfaceTable.multicastInterface) (net/ip4-groups.ts: ip4-input and
  * ethernet-input then take its datagrams) and, for the first member on this stack, binds the
- * multicast port to trp-input. Bounded by our own limits: MAX_GROUPS_PER_IF groups an interface,
+ * multicast port to ud-input (a group's datagram has no TRP state: udp4-input hands it over). Bounded by our own limits: MAX_GROUPS_PER_IF groups an interface,
  * MCAST_QPS_PER_GROUP QPs a group; a datagram's fan-out is a walk over that list.
  */
 import { formatIp4, isIp4Multicast } from '../net/address.ts';
@@ -24,8 +24,6 @@ export const MCAST_QPN = 0xffffff;
 export const MCAST_QPS_PER_GROUP = 32;
 /** Groups one stack's QPs attach to at most (max_mcast_grp): one interface's table. */
 export const MCAST_GROUPS = MAX_GROUPS_PER_IF;
-/** trp-input's QP index for a datagram to a group (ud-input hands it to each member). */
-export const MCAST_QP_INDEX = 0xffffffff;
 /** The multicast port when `rdma.multicast-port` is not set: just below the default port range. */
 export const DEFAULT_MCAST_PORT = 19999;
 
@@ -94,7 +92,7 @@ export class McastTable {
       throw new VerbsError('resource', `${where}: ${MCAST_GROUPS} groups have members, the most this stack keeps`);
     if (!this.bound) {
       try {
-        this.net.udp.bind(this.port, 'trp-input');
+        this.net.udp.bind(this.port, 'ud-input');
       } catch (e) {
         throw new VerbsError(
           'invalid',

@@ -13,8 +13,8 @@
  *   lost), a packet above a hole is accepted at once (out-of-order placement is safe for DDP),
  *   and accepted data goes on to ddp-input.
  * - SACK: a range inside [snd_una, snd_nxt] only (transport.ts onSack).
- * - DATAGRAM to a UD QP goes to ud-input, from any address, as does one to a multicast group
- *   on the multicast port while any QP is attached to a group (multicast.ts); SIDR_REP (the
+ * - DATAGRAM to a UD QP goes to ud-input, from any address (a group's datagrams go there
+ *   straight from udp4-input: multicast.ts binds the multicast port to it); SIDR_REP (the
  *   answer to a datagram service request the QP sent) to cm-input; anything else to a UD QP,
  *   and a DATAGRAM or SIDR message to an RC QP, is an unknown opcode.
  * - FIN: taken only at exactly the expected PSN with an acceptable ACK (RFC 5961's rule for
@@ -37,8 +37,7 @@ import {
 } from '../../graph/index.ts';
 import { Ecn, Ip4Opaque } from '../ip4/ip4.ts';
 import { CE_MASK, ccOnEcho } from './congestion.ts';
-import { formatIp4, isIp4Multicast } from '../net/address.ts';
-import { MCAST_QP_INDEX } from './multicast.ts';
+import { formatIp4 } from '../net/address.ts';
 import type { RdmaCore } from './core.ts';
 import { type Qp, QpState } from './qp.ts';
 import { onAck, onSack, probeFoundLoss, toError } from './transport.ts';
@@ -46,29 +45,6 @@ import { TRP_ACK, TRP_HEADER_BYTES, TRP_OP_NAMES, TRP_OP_SHIFT, TRP_OPCODE, TRP_
 
 export const TRP_INPUT = 'trp-input';
 
-/**
- * A DATAGRAM to a multicast group on the stack's multicast port while some QP of ours is
- * attached to a group (ud-input hands it to the group's members): what trp-input checks for a
- * packet to a port with no QP.
- */
-function isGroupDatagram(
-  core: RdmaCore,
-  dst: number,
-  ports: number,
-  v: DataView,
-  o: number,
-  len: number,
-  first: number,
-): boolean {
-  return (
-    core.mcast.groups > 0 &&
-    (ports & 0xffff) === core.mcast.port &&
-    isIp4Multicast(dst) &&
-    len >= TRP_HEADER_BYTES &&
-    first >= TRP_HEADER_BYTES &&
-    v.getUint16(o + TRP_OPCODE) >>> TRP_OP_SHIFT === TrpOp.DATAGRAM
-  );
-}
 /** Opaque words the RDMA receive nodes use (after the IPv4/UDP words). */
 export const RdmaOpaque = { QP: 4, PSN: 5, INFO: 6, AUX: 7 } as const;
 
@@ -171,12 +147,8 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
       psn = 0,
       ack = 0,
       low = 0;
-    if (qp === null) {
-      if (isGroupDatagram(core, opaque[w + Ip4Opaque.LOCAL], ports, v, o, len, length[bi])) {
-        next = NEXT_UD;
-        opaque[w + RdmaOpaque.QP] = MCAST_QP_INDEX;
-      } else err = TrpInputError.NO_QP;
-    } else if (len < TRP_HEADER_BYTES || length[bi] < TRP_HEADER_BYTES) err = TrpInputError.TRUNCATED;
+    if (qp === null) err = TrpInputError.NO_QP;
+    else if (len < TRP_HEADER_BYTES || length[bi] < TRP_HEADER_BYTES) err = TrpInputError.TRUNCATED;
     else {
       psn = v.getUint32(o + TRP_PSN);
       ack = v.getUint32(o + TRP_ACK);
@@ -326,13 +298,7 @@ function trpInput(rt: NodeRuntime, frame: Frame | null): number {
       }
     }
     if (rt.traceOn && flags[bi] & BufferFlag.TRACED) {
-      if (qp === null)
-        rt.addTrace(
-          bi,
-          next === NEXT_UD
-            ? `TRP: datagram to group ${formatIp4(opaque[w + Ip4Opaque.LOCAL])} on the multicast port ${ports & 0xffff}`
-            : `TRP: no QP on port ${ports & 0xffff}`,
-        );
+      if (qp === null) rt.addTrace(bi, `TRP: no QP on port ${ports & 0xffff}`);
       else {
         if (err >= 0) note = ERRORS[err].description;
         if (err === TrpInputError.WRONG_PEER) note += ` (${formatIp4(opaque[w + Ip4Opaque.REMOTE])}:${ports >>> 16})`;

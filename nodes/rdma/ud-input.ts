@@ -1,6 +1,9 @@
 /**
- * ud-input: datagrams to UD QPs (trp-input sends those with TRP opcode DATAGRAM to a UD QP's
- * port here; PROTOCOL.md section 9). Per datagram: the QP must be in RTR, RTS or SQD; the
+ * ud-input: datagrams to UD QPs (from trp-input; PROTOCOL.md section 9) and to multicast groups
+ * (from udp4-input; section 9.1). trp-input sends those with TRP opcode DATAGRAM to a UD QP's
+ * port here; udp4-input what comes to the multicast port (multicast.ts binds it), which must be
+ * at least a TRP header long, a DATAGRAM, to a group's address, else it is dropped and counted
+ * (truncated, bad_opcode, not_group). Per datagram: the QP must be in RTR, RTS or SQD; the
  * header's reserved flag bits must be zero and its Q_Key the QP's (else dropped and counted:
  * bad_header, bad_qkey); the next posted receive (the QP's queue, or its SRQ) takes it, with
  * RoCE v2's 40-byte GRH area in front filled as a NIC fills it for IPv4 (20 bytes of zeros,
@@ -28,13 +31,22 @@ import {
 import { Ip4Opaque, IP_PROTO_UDP, ip4SetChecksum20 } from '../ip4/ip4.ts';
 import type { RdmaCore } from './core.ts';
 import { place } from './ddp-input.ts';
-import { MCAST_QP_INDEX } from './multicast.ts';
 import { type Qp, QpState } from './qp.ts';
-import { formatIp4 } from '../net/address.ts';
+import { formatIp4, isIp4Multicast } from '../net/address.ts';
 import { completeRecv } from './transport.ts';
 import { RdmaOpaque } from './trp-input.ts';
 import { WcStatus } from './verbs.ts';
-import { DG_FLAGS_MASK, DG_IMM, DG_QKEY, DgFlag, GRH_BYTES, TRP_HEADER_BYTES, TRP_OPCODE } from './wire.ts';
+import {
+  DG_FLAGS_MASK,
+  DG_IMM,
+  DG_QKEY,
+  DgFlag,
+  GRH_BYTES,
+  TRP_HEADER_BYTES,
+  TRP_OP_SHIFT,
+  TRP_OPCODE,
+  TrpOp,
+} from './wire.ts';
 
 export const UD_INPUT = 'ud-input';
 
@@ -51,6 +63,17 @@ const ERROR_TABLE = errorTable({
     name: 'too_long',
     description: 'datagram longer than its receive (local-length-error)',
     severity: 'warn',
+  },
+  TRUNCATED: {
+    name: 'truncated',
+    description: 'datagram to the multicast port shorter than its header',
+    severity: 'error',
+  },
+  BAD_OPCODE: { name: 'bad_opcode', description: 'not a DATAGRAM, to the multicast port', severity: 'error' },
+  NOT_GROUP: {
+    name: 'not_group',
+    description: 'to the multicast port, not to a multicast group',
+    severity: 'error',
   },
   MULTICAST: { name: 'multicast', description: 'datagrams to a multicast group with members', severity: 'info' },
   NO_MEMBER: { name: 'no_member', description: 'datagram to a group no QP here is attached to', severity: 'warn' },
@@ -167,19 +190,26 @@ function udInput(rt: NodeRuntime, frame: Frame | null): number {
   for (let i = 0; i < n; i++) {
     const bi = vec[i];
     const w = bi * OPAQUE_WORDS;
-    // trp-input checked the QP (or the group) and the header's length.
-    const qi = opaque[w + RdmaOpaque.QP];
-    const group = qi === MCAST_QP_INDEX;
-    const qp = group ? null : core.qps[qi];
+    // From trp-input: it checked the QP, the header's length and opcode. On the multicast port
+    // (no QP has it): straight from udp4-input, checked here.
+    const group = (opaque[w + Ip4Opaque.PORTS] & 0xffff) === core.mcast.port;
+    const qp = group ? null : core.qps[opaque[w + RdmaOpaque.QP]];
     const o = pool.offset[bi];
     const len = (flags[bi] & BufferFlag.NEXT_PRESENT ? pool.packetLength(bi) : pool.length[bi]) - TRP_HEADER_BYTES;
-    const fl = v.getUint16(o + TRP_OPCODE) & DG_FLAGS_MASK;
-    const err =
-      (fl & ~(DgFlag.IMM | DgFlag.SOLICITED)) !== 0
-        ? UdInputError.BAD_HEADER
-        : group
-          ? deliverToGroup(rt, core, bi, len, fl)
-          : deliver(rt, core, qp, bi, len, fl);
+    const short = group && (len < 0 || pool.length[bi] < TRP_HEADER_BYTES);
+    const word = short ? 0 : v.getUint16(o + TRP_OPCODE);
+    const fl = word & DG_FLAGS_MASK;
+    const err = short
+      ? UdInputError.TRUNCATED
+      : group && word >>> TRP_OP_SHIFT !== TrpOp.DATAGRAM
+        ? UdInputError.BAD_OPCODE
+        : group && !isIp4Multicast(opaque[w + Ip4Opaque.LOCAL])
+          ? UdInputError.NOT_GROUP
+          : (fl & ~(DgFlag.IMM | DgFlag.SOLICITED)) !== 0
+            ? UdInputError.BAD_HEADER
+            : group
+              ? deliverToGroup(rt, core, bi, len, fl)
+              : deliver(rt, core, qp, bi, len, fl);
     const traced = rt.traceOn && (flags[bi] & BufferFlag.TRACED) !== 0;
     if (err < 0) {
       if (traced)
@@ -195,7 +225,7 @@ function udInput(rt: NodeRuntime, frame: Frame | null): number {
     if (traced)
       rt.addTrace(
         bi,
-        `UD: ${group ? `group ${formatIp4(opaque[w + Ip4Opaque.LOCAL])}` : `qp ${qp?.qpn ?? '?'}`} datagram of ${len} bytes: ${ERRORS[err].description}`,
+        `UD: ${group ? `to ${formatIp4(opaque[w + Ip4Opaque.LOCAL])} on the multicast port,` : `qp ${qp?.qpn ?? '?'}`} datagram of ${short ? 'fewer than 0' : len} bytes: ${ERRORS[err].description}`,
       );
     error[bi] = eBase + err;
     vec[i - nFree] = bi;
