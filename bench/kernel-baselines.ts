@@ -67,18 +67,22 @@ export async function iperf3(seconds: number, offloads = true): Promise<{ gbps: 
 
 /**
  * sockperf UDP 64-B ping-pong on loopback: half-RTT p50/p99/p99.9 in µs (over its "valid
- * duration": sockperf leaves out its first 400 ms), or the reason not.
+ * duration": sockperf leaves out its first 400 ms), or the reason not. `spin`: both ends poll
+ * their socket without sleeping (`--timeout 0`: epoll never waits), as a busy-polling program
+ * would; else sockperf's default (epoll sleeps until the datagram comes).
  */
 export async function sockperf(
   seconds: number,
   udpPort: number,
+  spin = false,
 ): Promise<{ p50: number | null; p99: number | null; p999: number | null; why?: string }> {
   if (spawnSync('sockperf', ['--version']).error)
     return { p50: null, p99: null, p999: null, why: 'sockperf is not installed' };
   const p = String(udpPort);
-  const server = spawn('sockperf', ['sr', '-i', '127.0.0.1', '-p', p], { stdio: 'ignore' });
+  const mode = spin ? ['--timeout', '0'] : [];
+  const server = spawn('sockperf', ['sr', '-i', '127.0.0.1', '-p', p, ...mode], { stdio: 'ignore' });
   await sleep(500);
-  const c = await run('sockperf', ['pp', '-i', '127.0.0.1', '-p', p, '-m', '64', '-t', String(seconds)]);
+  const c = await run('sockperf', ['pp', '-i', '127.0.0.1', '-p', p, '-m', '64', '-t', String(seconds), ...mode]);
   server.kill('SIGKILL');
   const pct = (q: string) => {
     const m = new RegExp(`percentile ${q} =\\s+([\\d.]+)`).exec(c.out);

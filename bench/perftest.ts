@@ -347,10 +347,19 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
   ];
   const tcp = await iperf3(seconds);
   const udp = await sockperf(seconds, port++);
-  json.kernel = { iperf3TcpGbps: tcp.gbps, sockperfUdpHalfRttP50Us: udp.p50, sockperfUdpHalfRttP99Us: udp.p99 };
+  // The same with both ends spinning on their sockets: the baseline for a busy-polling program.
+  const udpSpin = await sockperf(seconds, port++, true);
+  json.kernel = {
+    iperf3TcpGbps: tcp.gbps,
+    sockperfUdpHalfRttP50Us: udp.p50,
+    sockperfUdpHalfRttP99Us: udp.p99,
+    sockperfSpinUdpHalfRttP50Us: udpSpin.p50,
+    sockperfSpinUdpHalfRttP99Us: udpSpin.p99,
+  };
+  const half = (u: typeof udp) => (u.p50 === null ? `not run (${u.why})` : `p50 ${u.p50} us, p99 ${u.p99} us`);
   lines.push(
     `  kernel: iperf3 TCP 1 stream over veth ${tcp.gbps === null ? `not run (${tcp.why})` : `${tcp.gbps.toFixed(2)} Gbit/s`}; ` +
-      `sockperf UDP 64 B half-RTT ${udp.p50 === null ? `not run (${udp.why})` : `p50 ${udp.p50} us, p99 ${udp.p99} us`}`,
+      `sockperf UDP 64 B half-RTT ${half(udp)}; spinning (--timeout 0) ${half(udpSpin)}`,
   );
   if (missing.length > 0 || !existsSync(VERBS_LIBRARY)) {
     const why =
@@ -440,7 +449,7 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
         );
       lines.push(
         `    ib_send_lat 64 B: p50 ${fmt(f.sendLatP50Us)} us p99 ${fmt(f.sendLatP99Us)} us polling ` +
-          `(${fmt(ratio(f.sendLatP50Us, udp.p50))}x kernel UDP half-RTT), p50 ${fmt(f.sendLatEventP50Us)} us p99 ` +
+          `(${fmt(ratio(f.sendLatP50Us, udp.p50))}x kernel UDP half-RTT, ${fmt(ratio(f.sendLatP50Us, udpSpin.p50))}x spinning), p50 ${fmt(f.sendLatEventP50Us)} us p99 ` +
           `${fmt(f.sendLatEventP99Us)} us with -e (${fmt(ratio(f.sendLatEventP50Us, udp.p50))}x); goal p50 <= 1.0x, polling and -e (issue 31)`,
       );
       lines.push(
@@ -454,6 +463,7 @@ export async function runPerftestBench(opts: { seconds: number }): Promise<Perft
         writeBwReverseVsTcp: ratio(f.writeBwReverseGbps, tcp.gbps),
         sendBwEventVsTcp: ratio(f.sendBwEventGbps, tcp.gbps),
         sendLatVsUdp: ratio(f.sendLatP50Us, udp.p50),
+        sendLatVsUdpSpin: ratio(f.sendLatP50Us, udpSpin.p50),
         sendLatEventVsUdp: ratio(f.sendLatEventP50Us, udp.p50),
         writeBwCmVsTcp: ratio(f.writeBwCmGbps, tcp.gbps),
         sendLatCmVsUdp: ratio(f.sendLatCmP50Us, udp.p50),
