@@ -401,7 +401,15 @@ export class Dataplane implements DataplaneApi {
       if (plan !== undefined) {
         // Frames from the device for another worker's QPs go to it (worker-handoff); frames the
         // other workers hand here are drained by handoff-input.
-        registerWorkerHandoff(graph, handoffTable(self, plan.ranges, toWorker));
+        // A group's datagrams go to the workers whose interfaces joined a group: each counts its own.
+        const groups = new Int32Array(plan.groups);
+        Atomics.store(groups, self, 0);
+        net.interfaces.groups.watch((_ix, _g, joined) => Atomics.add(groups, self, joined ? 1 : -1));
+        net.interfaces.groups.joinedElsewhere = () => {
+          for (let k = 0; k < groups.length; k++) if (k !== self && Atomics.load(groups, k) > 0) return true;
+          return false;
+        };
+        registerWorkerHandoff(graph, handoffTable(self, plan.ranges, toWorker, groups, config.rdma.multicastPort));
         // A frame to one of our own addresses for another worker's QP goes to it the same way.
         setLoopbackNext(graph, WORKER_HANDOFF);
         const from: { mem: HandoffQueueMemory; worker: number }[] = [];
@@ -572,8 +580,14 @@ export class Dataplane implements DataplaneApi {
     // (a memif link to another rdma-graph data plane, an af_packet socket's kernel interface),
     // 1500 otherwise; the driver's checksum
     // choice (memif's follows its peer). Not with workers: frames between them are handed off
-    // in slots sized by the configured MTUs (workers/facade.ts), and their choices stay put.
-    if (handoff) return;
+    // in slots sized by the configured MTUs (workers/facade.ts), and their choices stay put; the
+    // device's multicast filter does follow this worker's groups where it has the device (its
+    // own, or its share: an af_packet socket's memberships go to the kernel interface's list).
+    if (handoff) {
+      if (drv.multicastFilter !== undefined)
+        net.interfaces.follow(itf.index, { multicast: drv.multicastFilter.bind(drv) });
+      return;
+    }
     const linkMtu = drv.linkMtu?.bind(drv);
     net.interfaces.follow(itf.index, {
       mtu: c.mtu === null && linkMtu !== undefined ? () => linkMtu() ?? DEFAULT_MTU : undefined,

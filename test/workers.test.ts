@@ -9,7 +9,10 @@ import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import type { Config } from '../config/types.ts';
 import { createDataplane } from '../dataplane/create.ts';
+import type { DataplaneApi } from '../dataplane/api.ts';
+import { Dataplane } from '../dataplane/dataplane.ts';
 import { baseConfig } from './dataplane-helpers.ts';
+import { eth, inetChecksum, ip4 } from './l2l4-helpers.ts';
 import { sleep } from './helpers.ts';
 import { connect, end, exchange, memifIf, pollOne } from './workers-helpers.ts';
 import { bash, blocks, daemon, README, runSessions } from './readme-helpers.ts';
@@ -277,6 +280,126 @@ test("handoff: a QP on worker 1 over worker 0's interface; its frames cross thro
       itfs.map((i) => i.name),
       ['m0', 'm1'],
       'each interface once, whatever the workers have of it',
+    );
+  } finally {
+    await p.close();
+  }
+});
+
+const enc = (t: string) => new TextEncoder().encode(t);
+
+/** A UD QP (Q_Key 0x5151) on `itf`, on `worker` when given, in RTS. */
+async function udOn(dp: DataplaneApi, itf: string, worker?: number) {
+  const on = worker === undefined ? {} : { worker };
+  const pd = await dp.createPd({ interface: itf, ...on });
+  const cq = await dp.createCq({ depth: 64, interface: itf, ...on });
+  const mr = await dp.createMr({ pd: pd.pd, length: 8192, access: ['local-write'] });
+  const qp = await dp.createQp({ pd: pd.pd, sendCq: cq.cq, recvCq: cq.cq, interface: itf, type: 'ud' });
+  await dp.modifyQp(qp.qpn, { state: 'init', qkey: 0x5151 });
+  await dp.modifyQp(qp.qpn, { state: 'rtr' });
+  await dp.modifyQp(qp.qpn, { state: 'rts' });
+  return { cq: cq.cq, mr: mr.mr, qp };
+}
+
+test("multicast: UD QPs on two workers attached to one group each take the group's datagrams (copied by the receiving worker); a member on another worker than the sender takes the loopback copy; IGMP queries reach every worker", async () => {
+  const p = await pair();
+  try {
+    const GROUP = '239.7.7.7';
+    // Both over m0, which worker 0 receives: worker 1's member gets copies through worker-handoff.
+    const q0 = await udOn(p.a, 'm0', 0),
+      q1 = await udOn(p.a, 'm0', 1);
+    assert.ok(q0.qp.qpn < 25000 && q1.qp.qpn >= 25000, `one QP on each worker (${q0.qp.qpn}, ${q1.qp.qpn})`);
+    assert.equal(await p.a.attachMcast(q0.qp.qpn, GROUP), [GROUP]);
+    assert.equal(await p.a.attachMcast(q1.qp.qpn, GROUP), [GROUP]);
+    assert.equal((await p.a.getQp(q1.qp.qpn)).multicast, [GROUP], "worker 1's QP says it");
+    const x = await udOn(p.b, 'n0');
+    const send = async (wrId: string, text: string) => {
+      await p.b.writeMr(x.mr, 0, enc(text));
+      await p.b.postSend(x.qp.qpn, {
+        wrId,
+        opcode: 'send',
+        sge: [{ mr: x.mr, offset: 0, length: text.length }],
+        ud: { ip: GROUP, qpn: 0xffffff, qkey: 0x5151 },
+      });
+      assert.is((await pollOne(p.b, x.cq)).status, 'success');
+    };
+    for (const q of [q0, q1])
+      for (const k of [0, 1])
+        await p.a.postRecv(q.qp.qpn, { wrId: `r${k}`, sge: [{ mr: q.mr, offset: k * 2048, length: 2048 }] });
+    await send('s1', 'to both workers');
+    for (const q of [q0, q1]) {
+      const c = await pollOne(p.a, q.cq);
+      assert.equal([c.status, c.byteLen, c.srcQp], ['success', 40 + 15, x.qp.qpn]);
+      assert.equal(await p.a.readMr(q.mr, 40, 15), enc('to both workers'));
+    }
+    const errs = await p.a.errors();
+    const count = (thread: string, node: string, reason: string) =>
+      errs.find((t) => t.name === thread)?.rows.find((r) => r.node === node && r.reason === reason)?.count ?? 0;
+    assert.is(
+      count('rdma_wk_0', 'worker-handoff', "copies of a group's datagram sent to the workers with members"),
+      1,
+      JSON.stringify(errs),
+    );
+    // Worker 0's member leaves: worker 0 (receiving) keeps nothing, worker 1's still gets it.
+    assert.equal(await p.a.detachMcast(q0.qp.qpn, GROUP), []);
+    await send('s2', 'to worker one');
+    const c1 = await pollOne(p.a, q1.cq);
+    assert.equal(await p.a.readMr(q1.mr, 2048 + 40, 13), enc('to worker one'));
+    assert.is(c1.status, 'success');
+    assert.equal((await p.a.pollCq(q0.cq, 4, 50)).completions, [], 'detached on worker 0: nothing');
+    // An IGMP general query comes in on m0 (worker 0, no group of its own now): worker 1 gets a
+    // copy and answers for its group within the query's 1 s.
+    await sleep(1200); // worker 1's two unsolicited reports are out
+    const count2 = async (thread: string, node: string, reason: string) =>
+      (await p.a.errors()).find((t) => t.name === thread)?.rows.find((r) => r.node === node && r.reason === reason)
+        ?.count ?? 0;
+    const sent0 = await count2('rdma_wk_1', 'igmp4-input', 'IGMP membership reports sent');
+    assert.ok(sent0 >= 1, `worker 1 reported its group on joining (${sent0})`);
+    const igmp = [0x11, 10, 0, 0, 0, 0, 0, 0];
+    const ck = inetChecksum(igmp);
+    igmp[2] = ck >>> 8;
+    igmp[3] = ck & 0xff;
+    const frame = eth(
+      '01:00:5e:00:00:01',
+      MAC(2, 0),
+      0x0800,
+      ip4({ src: IP(2, 0), dst: '224.0.0.1', proto: 2, ttl: 1, payload: igmp }),
+    );
+    const { pool, ifs } = Dataplane.internals(p.b);
+    const bufs = new Uint32Array(1);
+    assert.is(pool.alloc(bufs, 0, 1), 1);
+    pool.u8.set(frame, pool.offset[bufs[0]]);
+    pool.length[bufs[0]] = frame.length;
+    const n0 = ifs.all().find((i) => i.name === 'n0')!.driver;
+    assert.is(n0.txBurst(0, bufs, 0, 1), 1, 'the query went out on n0');
+    for (
+      let i = 0;
+      i < 150 && (await count2('rdma_wk_1', 'igmp4-input', 'IGMP membership reports sent')) === sent0;
+      i++
+    )
+      await sleep(20);
+    assert.ok(
+      (await count2('rdma_wk_0', 'worker-handoff', 'IGMP copies sent to the other workers')) >= 1,
+      'worker 0 copied the query to worker 1',
+    );
+    assert.is(await count2('rdma_wk_1', 'igmp4-input', 'IGMP membership queries received'), 1);
+    assert.is(await count2('rdma_wk_1', 'igmp4-input', 'IGMP membership reports sent'), sent0 + 1, 'worker 1 answered');
+    // Loopback: a member on worker 1 only, the sender on worker 0: the copy crosses to worker 1.
+    await p.a.postRecv(q1.qp.qpn, { wrId: 'r2', sge: [{ mr: q1.mr, offset: 4096, length: 2048 }] });
+    await p.a.writeMr(q0.mr, 6000, enc('looped'));
+    await p.a.postSend(q0.qp.qpn, {
+      wrId: 'l',
+      opcode: 'send',
+      sge: [{ mr: q0.mr, offset: 6000, length: 6 }],
+      ud: { ip: GROUP, qpn: 0xffffff, qkey: 0x5151 },
+    });
+    assert.is((await pollOne(p.a, q0.cq)).status, 'success');
+    const lc = await pollOne(p.a, q1.cq);
+    assert.equal([lc.status, lc.srcQp], ['success', q0.qp.qpn]);
+    assert.equal(
+      await p.a.readMr(q1.mr, 4096 + 40, 6),
+      enc('looped'),
+      "worker 0's send looped back to worker 1's member",
     );
   } finally {
     await p.close();

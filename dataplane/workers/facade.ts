@@ -296,11 +296,12 @@ export function placeWorkers(config: Config): WorkerInit[] {
   const maxFrame = Math.max(MTU_MIN, ...config.interfaces.map((c) => c.mtu ?? DEFAULT_MTU)) + 18;
   const kickFds = n >= 2 ? ranges.map(() => core.eventfd()) : [];
   const queues = kickFds.map((_, i) => kickFds.map((fd, j) => (i === j ? null : handoffQueue(maxFrame, fd))));
+  const groups = new SharedArrayBuffer(4 * n);
   return ranges.map((range, k) => ({
     index: k,
     cpu: cores === null ? null : cores[k],
     handleBase: k * HANDLE_SPAN,
-    ...(n >= 2 ? { handoff: { self: k, ranges, interfaces: reach[k], queues } } : {}),
+    ...(n >= 2 ? { handoff: { self: k, ranges, interfaces: reach[k], queues, groups } } : {}),
     config: {
       ...config,
       cpu: { ...config.cpu, workers: 0, mainCore: null, corelistWorkers: null },
@@ -767,22 +768,17 @@ export class WorkerDataplane implements DataplaneApi {
     this.ledger.qpUpdated(v);
     return v;
   }
-  // Datagrams to a group arrive on the multicast port, which no worker's slice of the port
-  // range holds: they would reach no worker's QP. Refused rather than lost.
-  attachMcast = async (qpn: number, group: string): Promise<string[]> => {
-    this.byQpn(qpn);
-    throw new DataplaneError(
-      'invalid',
-      `qp ${qpn}: attach to multicast group ${String(group)}: multicast needs cpu.workers 1 (no worker is steered a group's datagrams)`,
-    );
-  };
-  detachMcast = async (qpn: number, group: string): Promise<string[]> => {
-    this.byQpn(qpn);
-    throw new DataplaneError(
-      'not-found',
-      `qp ${qpn} is not attached to ${String(group)} (no multicast with cpu.workers > 1)`,
-    );
-  };
+  // The QP's worker joins the group; a group's datagrams (the multicast port is in no worker's
+  // slice) are copied by whichever worker receives them to every worker with members
+  // (worker-handoff, HandoffPlan.groups).
+  async attachMcast(qpn: number, group: string): Promise<string[]> {
+    this.ledger.refuseDead(qpn, true);
+    return this.on(this.byQpn(qpn), 'attachMcast', [qpn, group]);
+  }
+  async detachMcast(qpn: number, group: string): Promise<string[]> {
+    this.ledger.refuseDead(qpn, true);
+    return this.on(this.byQpn(qpn), 'detachMcast', [qpn, group]);
+  }
   async destroyQp(qpn: number, opts?: { quiet?: boolean }): Promise<void> {
     if (this.ledger.forget(qpn, true)) return;
     await this.on(this.byQpn(qpn), 'destroyQp', [qpn, opts]);

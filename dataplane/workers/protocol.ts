@@ -36,6 +36,12 @@ export interface HandoffPlan {
   interfaces: InterfaceReach[];
   /** queues[i][j]: worker i's frames for worker j (null when i === j); each kicks worker j's eventfd. */
   queues: (HandoffQueueMemory | null)[][];
+  /**
+   * Shared by every worker (an Int32Array over it, one slot per worker): the IPv4 multicast
+   * groups each worker's interfaces have joined (its UD QPs attached to them), which worker-handoff
+   * reads to copy a group's datagrams to the workers that have members.
+   */
+  groups: SharedArrayBuffer;
 }
 
 export interface WorkerInit {

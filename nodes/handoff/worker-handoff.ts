@@ -5,7 +5,12 @@
  * QP number of another worker's slice is copied, frame and all, into the handoff queue to that
  * worker (graph/handoff-queue.ts) as received on its interface, and its buffer freed here: the
  * QP and its TRP/DDP/RDMAP state are never touched by two threads. An ARP frame goes on here and
- * a copy goes to every other worker (each keeps its own neighbor table). Everything else stays.
+ * a copy goes to every other worker (each keeps its own neighbor table), and so does an IGMP
+ * message (each worker answers the queries for the groups its own QPs joined). A datagram to a
+ * multicast group on the multicast port (in no worker's slice) is copied to every other worker
+ * whose interfaces joined a group (`groups`, shared by the workers), and goes on here only if
+ * this worker's did too (or no worker's did: ethernet-input drops and counts it). Everything
+ * else stays.
  * Each queue written to is published once per vector (at most one kick); a frame its queue has
  * no room for is dropped and counted.
  *
@@ -25,6 +30,7 @@ import {
 import { ETH_HEADER_BYTES, ETHERTYPE_ARP, ETHERTYPE_IP4 } from '../ethernet/ethernet.ts';
 import { IP4_FRAG, IP4_FRAG_OFFSET_MASK, IP4_HEADER_BYTES, IP_PROTO_UDP } from '../ip4/ip4.ts';
 import { UDP_HEADER_BYTES } from '../udp/udp4-input.ts';
+import { IP_PROTO_IGMP } from '../ip4/igmp4-input.ts';
 
 export const WORKER_HANDOFF = 'worker-handoff';
 
@@ -45,6 +51,17 @@ const ERROR_TABLE = errorTable({
     description: "ARP copy dropped: the worker's handoff queue was full",
     severity: 'warn',
   },
+  IGMP_COPY: { name: 'igmp_copy', description: 'IGMP copies sent to the other workers', severity: 'info' },
+  MCAST_COPY: {
+    name: 'mcast_copy',
+    description: "copies of a group's datagram sent to the workers with members",
+    severity: 'info',
+  },
+  COPY_QUEUE_FULL: {
+    name: 'copy_queue_full',
+    description: "IGMP or group datagram copy dropped: the worker's handoff queue was full",
+    severity: 'warn',
+  },
 });
 export const HandoffError = ERROR_TABLE.code;
 
@@ -59,12 +76,18 @@ export interface HandoffTable {
   gone: Uint32Array;
   /** Scratch: whether worker k's queue was written in this vector. */
   touched: Uint8Array;
+  /** Per worker: the multicast groups its interfaces joined (written by each worker for itself). */
+  groups: Int32Array;
+  /** The multicast port (rdma.multicast-port): a group's datagrams come to it. */
+  mcastPort: number;
 }
 
 export function handoffTable(
   self: number,
   ranges: readonly (readonly [number, number])[],
   toWorker: (HandoffProducer | null)[],
+  groups: Int32Array = new Int32Array(ranges.length),
+  mcastPort = -1,
 ): HandoffTable {
   if (toWorker.length !== ranges.length || toWorker[self] !== null)
     throw new RangeError(
@@ -72,7 +95,17 @@ export function handoffTable(
     );
   const portWorker = new Int8Array(65536).fill(-1);
   ranges.forEach(([lo, hi], k) => portWorker.fill(k, lo, hi + 1));
-  return { self, portWorker, toWorker, gone: new Uint32Array(256), touched: new Uint8Array(ranges.length) };
+  if (groups.length !== ranges.length)
+    throw new RangeError(`worker-handoff: one group count per worker (${ranges.length}), got ${groups.length}`);
+  return {
+    self,
+    portWorker,
+    toWorker,
+    gone: new Uint32Array(256),
+    touched: new Uint8Array(ranges.length),
+    groups,
+    mcastPort,
+  };
 }
 
 export function registerWorkerHandoff(graph: Graph, table: HandoffTable): NodeRuntime {
@@ -89,7 +122,27 @@ export function registerWorkerHandoff(graph: Graph, table: HandoffTable): NodeRu
 /** Offsets within the Ethernet, IPv4 and UDP headers. */
 const ETH_TYPE = 12,
   IP4_PROTOCOL = 9,
+  IP4_DST = 16,
   UDP_DST_PORT = 2;
+
+/**
+ * A copy of `bi` to every other worker, or (`members`) to those whose interfaces joined a group;
+ * counted as `copied` per copy. How many copies went.
+ */
+function copyOut(rt: NodeRuntime, t: HandoffTable, bi: number, members: boolean, copied: number): number {
+  const pool = rt.graph.pool;
+  let sent = 0;
+  for (let k = 0; k < t.toWorker.length; k++) {
+    const q = t.toWorker[k];
+    if (q === null || (members && Atomics.load(t.groups, k) <= 0)) continue;
+    if (q.putPacket(pool, bi, pool.rxIf[bi], HANDOFF_RX)) {
+      t.touched[k] = 1;
+      rt.countError(copied);
+      sent++;
+    } else rt.countError(HandoffError.COPY_QUEUE_FULL);
+  }
+  return sent;
+}
 
 function workerHandoff(rt: NodeRuntime, frame: Frame | null): number {
   const f = frame as Frame;
@@ -100,7 +153,7 @@ function workerHandoff(rt: NodeRuntime, frame: Frame | null): number {
     offset = pool.offset,
     length = pool.length,
     rxIf = pool.rxIf;
-  const { portWorker, toWorker, self, gone, touched } = t;
+  const { portWorker, toWorker, self, gone, touched, groups, mcastPort } = t;
   const workers = toWorker.length;
   const vec = f.vec,
     n = f.n;
@@ -119,15 +172,27 @@ function workerHandoff(rt: NodeRuntime, frame: Frame | null): number {
       if (type === ETHERTYPE_IP4 && len >= ETH_HEADER_BYTES + IP4_HEADER_BYTES) {
         const ip = o + ETH_HEADER_BYTES;
         const ihl = (u8[ip] & 0x0f) * 4;
+        const proto = u8[ip + IP4_PROTOCOL];
         if (
-          u8[ip + IP4_PROTOCOL] === IP_PROTO_UDP &&
+          proto === IP_PROTO_UDP &&
           ihl >= IP4_HEADER_BYTES &&
           (v.getUint16(ip + IP4_FRAG) & IP4_FRAG_OFFSET_MASK) === 0 &&
           len >= ETH_HEADER_BYTES + ihl + UDP_HEADER_BYTES
         ) {
-          const w = portWorker[v.getUint16(ip + ihl + UDP_DST_PORT)];
+          const port = v.getUint16(ip + ihl + UDP_DST_PORT);
+          const w = portWorker[port];
           if (w >= 0 && w !== self) to = w;
-        }
+          else if (port === mcastPort && u8[ip + IP4_DST] >>> 4 === 0xe) {
+            // A group's datagram: to the workers with members; here too if this one has any.
+            const sent = copyOut(rt, t, bi, true, HandoffError.MCAST_COPY);
+            if (sent > 0 && Atomics.load(groups, self) <= 0) {
+              if (rt.traceOn && pool.flags[bi] & BufferFlag.TRACED)
+                rt.addTrace(bi, `a group's datagram: copied to ${sent} worker(s) with members, none here`);
+              gone[m++] = bi;
+              continue;
+            }
+          }
+        } else if (proto === IP_PROTO_IGMP) copyOut(rt, t, bi, false, HandoffError.IGMP_COPY);
       } else if (type === ETHERTYPE_ARP) {
         for (let k = 0; k < workers; k++) {
           const q = toWorker[k];

@@ -261,13 +261,14 @@ function ip4Rewrite(rt: NodeRuntime, frame: Frame | null): number {
     v.setUint16(o + 12, ETHERTYPE_IP4);
     flags[bi] &= ~RX_ONLY_FLAGS;
     // A group the interface joined (a UD QP of ours attached to it) takes a copy too, as a host
-    // loops its multicast back to its own members (Linux's IP_MULTICAST_LOOP, on by default).
+    // loops its multicast back to its own members (Linux's IP_MULTICAST_LOOP, on by default);
+    // with workers, also when another worker joined a group (worker-handoff copies it there).
     if (
       local === 0 &&
       mHi !== BROADCAST_HI &&
       isIp4Multicast(dst) &&
       !(flags[bi] & BufferFlag.NO_MCAST_LOOP) &&
-      ifs.groups.member(ix, dst)
+      (ifs.groups.member(ix, dst) || ifs.groups.joinedElsewhere())
     )
       loopCopy(rt, pool, bi, ix);
     keep[k] = bi;

@@ -30,6 +30,11 @@ export type GroupWatcher = (ix: number, g: number, joined: boolean) => void;
 
 export class Ip4Groups {
   private readonly watchers: GroupWatcher[] = [];
+  /**
+   * Whether another worker of this data plane has joined a group (cpu.workers >= 2; set by the
+   * data plane): a datagram sent to a group is then looped back for its members there too.
+   */
+  joinedElsewhere: () => boolean = () => false;
   private readonly group: Uint32Array;
   private readonly users: Uint32Array;
   private readonly joined: Uint8Array;
