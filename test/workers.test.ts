@@ -5,7 +5,7 @@
  * (SEND, WRITE, READ both ways, data compared), objects routed by handle and QP number,
  * cross-worker QPs refused, a crashing worker restarted with the daemon still serving, pinning.
  */
-import { test } from './harness.ts';
+import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import type { Config } from '../config/types.ts';
 import { createDataplane } from '../dataplane/create.ts';
@@ -15,7 +15,9 @@ import { baseConfig } from './dataplane-helpers.ts';
 import { eth, inetChecksum, ip4 } from './l2l4-helpers.ts';
 import { sleep } from './helpers.ts';
 import { connect, end, exchange, memifIf, pollOne } from './workers-helpers.ts';
-import { bash, blocks, daemon, README, runSessions } from './readme-helpers.ts';
+import { bash, blocks, daemon, README, ROOT, runSessions } from './readme-helpers.ts';
+import { runTool } from './verbs-helpers.ts';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -403,6 +405,58 @@ test("multicast: UD QPs on two workers attached to one group each take the group
     );
   } finally {
     await p.close();
+  }
+});
+
+test("Debian's mckey with daemon A on two worker threads (its QPs go to the interface's worker): two receiving QPs take 20 datagrams each to the group from mckey -s on B; the group is left after", async () => {
+  if (spawnSync('mckey', ['-h']).error) skip('mckey is not installed (Debian package rdmacm-utils)');
+  const dir = mkdtempSync(join(tmpdir(), 'rg-workers-mckey-'));
+  const file = join(dir, 'startup-workers.yaml');
+  writeFileSync(file, readFileSync('config/startup.yaml', 'utf8').replace(/^  workers: 0$/m, '  workers: 2'));
+  const a = await daemon(['--config', file]);
+  const b = await daemon(['--config', 'config/examples/peer.yaml']);
+  const groupsOnA = async () =>
+    ((await (await fetch('http://127.0.0.1:7070/v1/interfaces')).json()) as { groups: unknown[] }[])[0].groups;
+  try {
+    for (let i = 0; i < 250; i++) {
+      const st = await Promise.all(
+        [7070, 7071].map(
+          async (port) =>
+            ((await (await fetch(`http://127.0.0.1:${port}/v1/interfaces`)).json()) as { state: string }[])[0].state,
+        ),
+      );
+      if (st.every((x) => x === 'up')) break;
+      await sleep(20);
+    }
+    const G = '239.1.1.9';
+    const recv = runTool(
+      join(ROOT, 'run', 'verbs-7070.sock'),
+      ['mckey', '-m', G, '-b', '10.10.0.1', '-c', '2', '-C', '20', '-S', '512'],
+      60_000,
+      'exec',
+    );
+    for (let i = 0; i < 500 && JSON.stringify(await groupsOnA()) !== JSON.stringify([{ group: G, users: 2 }]); i++) {
+      if (recv.exited !== null) assert.unreachable(`mckey exited before it joined:\n${recv.exited.out}`);
+      await sleep(10);
+    }
+    const send = await runTool(
+      join(ROOT, 'run', 'verbs-7071.sock'),
+      ['mckey', '-m', G, '-b', '10.10.0.2', '-s', '-C', '20', '-S', '512'],
+      60_000,
+      'exec',
+    ).done;
+    const got = await recv.done;
+    for (const r of [got, send]) {
+      assert.is(r.code, 0, r.out);
+      assert.match(r.out, /joined dgid: ::ffff:239\.1\.1\.9[^]*return status 0/, r.out);
+    }
+    assert.equal(await groupsOnA(), [], 'the QPs gone: the group is left');
+  } finally {
+    a.proc.kill('SIGTERM');
+    b.proc.kill('SIGTERM');
+    await a.exit;
+    await b.exit;
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 
