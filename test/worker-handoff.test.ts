@@ -4,8 +4,9 @@
  * - worker-handoff (frames off the wire): too short for Ethernet, IPv4 or UDP, header lengths
  *   below 20 or past the frame, later fragments, other protocols, ports of this worker or of no
  *   worker. Only a whole UDP header naming another worker's QP number goes into the queue to
- *   that worker (as received on its interface); ARP goes on and is copied; a full queue drops
- *   and counts; one publish and at most one kick per queue per vector.
+ *   that worker (as received on its interface); ARP goes on and is copied; IGMP too; a group's
+ *   datagram on the multicast port goes to the workers with groups; a full queue drops and
+ *   counts; one publish and at most one kick per queue per vector.
  * - handoff-input (slots from another worker): lengths of 0 or past the slot, kinds that are
  *   neither received nor to transmit, interface indices this worker does not have or has no
  *   device of, each counted and skipped; good slots go to ethernet-input or to the interface's
@@ -35,13 +36,21 @@ import { memPool } from './helpers.ts';
 const core = loadCore();
 
 /** An Ethernet frame: type, then an IPv4 header of `ihl` words (protocol, fragment field) and a UDP port. */
-function ip4(opts: { ihl?: number; proto?: number; frag?: number; dport?: number; len?: number }): Uint8Array {
+function ip4(opts: {
+  ihl?: number;
+  proto?: number;
+  frag?: number;
+  dport?: number;
+  len?: number;
+  dst?: number[];
+}): Uint8Array {
   const ihl = opts.ihl ?? 5;
   const f = new Uint8Array(opts.len ?? 14 + Math.max(ihl * 4, 20) + 8 + 10);
   f.set([0x08, 0x00], 12);
   f[14] = 0x40 | ihl;
   const ip = 14;
   if (f.length > ip + 9) f[ip + 9] = opts.proto ?? 17;
+  if (opts.dst !== undefined && f.length >= ip + 20) f.set(opts.dst, ip + 16);
   if (f.length > ip + 7) {
     f[ip + 6] = (opts.frag ?? 0) >> 8;
     f[ip + 7] = (opts.frag ?? 0) & 0xff;
@@ -84,8 +93,14 @@ function sinks(g: Graph, names: string[]) {
   return got;
 }
 
-/** Worker 0 of 2 (worker 1 owns QP numbers 25000..29999): worker-handoff, its queue to worker 1 read back here. */
-function sender(poolSize = 64, slots = 64, kickFd = -1) {
+/** The multicast port of the sender's table. */
+const MCAST_PORT = 19999;
+
+/**
+ * Worker 0 of 2 (worker 1 owns QP numbers 25000..29999): worker-handoff, its queue to worker 1
+ * read back here; `groups`: the groups each worker joined.
+ */
+function sender(poolSize = 64, slots = 64, kickFd = -1, groups = new Int32Array(2)) {
   const pool = memPool(poolSize);
   const g = new Graph({ pool });
   const got = sinks(g, ['ethernet-input']);
@@ -115,6 +130,8 @@ function sender(poolSize = 64, slots = 64, kickFd = -1) {
         [25000, 29999],
       ],
       [null, new HandoffProducer(mem)],
+      groups,
+      MCAST_PORT,
     ),
   );
   g.build();
@@ -181,6 +198,56 @@ test('worker-handoff: ARP goes on here and a copy goes to the other worker; a fu
   assert.is(r.got['ethernet-input'].n, 3, 'both ARPs went on here regardless');
   assert.is(r.handed().length, 4);
   assert.is(r.pool.available(), r.pool.count);
+});
+
+test("worker-handoff: a group's datagram on the multicast port is copied to the workers with groups, kept only where this one has any; IGMP is copied to all; what is cut or not to a group is not", () => {
+  const groups = new Int32Array(2);
+  const r = sender(64, 4, -1, groups);
+  const GROUP = [239, 1, 2, 3];
+  const toGroup = () => ip4({ dport: MCAST_PORT, dst: GROUP });
+  // Nobody joined: it stays (ethernet-input drops and counts it there).
+  r.queue.push({ bytes: toGroup(), rxIf: 1 });
+  r.g.runPass();
+  assert.equal([r.got['ethernet-input'].n, r.handed().length], [1, 0]);
+  // Worker 1 joined a group: a copy goes there, none stays here.
+  groups[1] = 1;
+  r.queue.push({ bytes: toGroup(), rxIf: 1 });
+  r.g.runPass();
+  assert.equal([r.got['ethernet-input'].n, r.handed()], [1, [[1, HANDOFF_RX, 52]]]);
+  // Both joined: a copy there and the frame here.
+  groups[0] = 2;
+  r.queue.push({ bytes: toGroup(), rxIf: 2 });
+  r.g.runPass();
+  assert.equal([r.got['ethernet-input'].n, r.handed()], [2, [[2, HANDOFF_RX, 52]]]);
+  groups[0] = 0;
+  // Not copied: unicast to the multicast port, a group's datagram to another port, a UDP header
+  // the frame does not hold, a later fragment.
+  for (const bytes of [
+    ip4({ dport: MCAST_PORT, dst: [10, 0, 0, 1] }),
+    ip4({ dport: 80, dst: GROUP }),
+    ip4({ dport: MCAST_PORT, dst: GROUP, len: 14 + 20 + 2 }),
+    ip4({ dport: MCAST_PORT, dst: GROUP, frag: 0x0010 }),
+  ])
+    r.queue.push({ bytes, rxIf: 1 });
+  r.g.runPass();
+  assert.equal([r.got['ethernet-input'].n, r.handed().length], [6, 0]);
+  // IGMP (even cut short) goes on here and to every other worker, whatever they joined.
+  groups[1] = 0;
+  r.queue.push({ bytes: ip4({ proto: 2, dst: [224, 0, 0, 1] }), rxIf: 1 });
+  r.queue.push({ bytes: ip4({ proto: 2, len: 14 + 20 }), rxIf: 1 });
+  r.g.runPass();
+  assert.equal([r.got['ethernet-input'].n, r.handed().length], [8, 2]);
+  assert.is(r.count('IGMP copies sent to the other workers'), 2);
+  // A full queue: the copies that find no room are counted, the frames here go on.
+  groups[0] = 1;
+  groups[1] = 1;
+  for (let i = 0; i < 6; i++) r.queue.push({ bytes: toGroup(), rxIf: 1 });
+  r.g.runPass();
+  assert.is(r.handed().length, 4, 'four slots');
+  assert.is(r.count("copies of a group's datagram sent to the workers with members"), 2 + 4);
+  assert.is(r.count("IGMP or group datagram copy dropped: the worker's handoff queue was full"), 2);
+  assert.is(r.got['ethernet-input'].n, 14);
+  assert.is(r.pool.available(), r.pool.count, 'every buffer back');
 });
 
 test('worker-handoff: a vector of frames for a sleeping worker is one publish and one kick', () => {

@@ -31,6 +31,7 @@ import { ETH_HEADER_BYTES, ETHERTYPE_ARP, ETHERTYPE_IP4 } from '../ethernet/ethe
 import { IP4_FRAG, IP4_FRAG_OFFSET_MASK, IP4_HEADER_BYTES, IP_PROTO_UDP } from '../ip4/ip4.ts';
 import { UDP_HEADER_BYTES } from '../udp/udp4-input.ts';
 import { IP_PROTO_IGMP } from '../ip4/igmp4-input.ts';
+import { isIp4Multicast } from '../net/address.ts';
 
 export const WORKER_HANDOFF = 'worker-handoff';
 
@@ -127,9 +128,10 @@ const ETH_TYPE = 12,
 
 /**
  * A copy of `bi` to every other worker, or (`members`) to those whose interfaces joined a group;
- * counted as `copied` per copy. How many copies went.
+ * counted as `copied` per copy, `full` per queue without room. How many copies went. Bounded by
+ * the workers.
  */
-function copyOut(rt: NodeRuntime, t: HandoffTable, bi: number, members: boolean, copied: number): number {
+function copyOut(rt: NodeRuntime, t: HandoffTable, bi: number, members: boolean, copied: number, full: number): number {
   const pool = rt.graph.pool;
   let sent = 0;
   for (let k = 0; k < t.toWorker.length; k++) {
@@ -139,7 +141,7 @@ function copyOut(rt: NodeRuntime, t: HandoffTable, bi: number, members: boolean,
       t.touched[k] = 1;
       rt.countError(copied);
       sent++;
-    } else rt.countError(HandoffError.COPY_QUEUE_FULL);
+    } else rt.countError(full);
   }
   return sent;
 }
@@ -182,9 +184,9 @@ function workerHandoff(rt: NodeRuntime, frame: Frame | null): number {
           const port = v.getUint16(ip + ihl + UDP_DST_PORT);
           const w = portWorker[port];
           if (w >= 0 && w !== self) to = w;
-          else if (port === mcastPort && u8[ip + IP4_DST] >>> 4 === 0xe) {
+          else if (port === mcastPort && isIp4Multicast(v.getUint32(ip + IP4_DST))) {
             // A group's datagram: to the workers with members; here too if this one has any.
-            const sent = copyOut(rt, t, bi, true, HandoffError.MCAST_COPY);
+            const sent = copyOut(rt, t, bi, true, HandoffError.MCAST_COPY, HandoffError.COPY_QUEUE_FULL);
             if (sent > 0 && Atomics.load(groups, self) <= 0) {
               if (rt.traceOn && pool.flags[bi] & BufferFlag.TRACED)
                 rt.addTrace(bi, `a group's datagram: copied to ${sent} worker(s) with members, none here`);
@@ -192,17 +194,9 @@ function workerHandoff(rt: NodeRuntime, frame: Frame | null): number {
               continue;
             }
           }
-        } else if (proto === IP_PROTO_IGMP) copyOut(rt, t, bi, false, HandoffError.IGMP_COPY);
-      } else if (type === ETHERTYPE_ARP) {
-        for (let k = 0; k < workers; k++) {
-          const q = toWorker[k];
-          if (q === null) continue;
-          if (q.putPacket(pool, bi, rxIf[bi], HANDOFF_RX)) {
-            touched[k] = 1;
-            rt.countError(HandoffError.ARP_COPY);
-          } else rt.countError(HandoffError.ARP_QUEUE_FULL);
-        }
-      }
+        } else if (proto === IP_PROTO_IGMP)
+          copyOut(rt, t, bi, false, HandoffError.IGMP_COPY, HandoffError.COPY_QUEUE_FULL);
+      } else if (type === ETHERTYPE_ARP) copyOut(rt, t, bi, false, HandoffError.ARP_COPY, HandoffError.ARP_QUEUE_FULL);
     }
     if (to < 0) {
       vec[stay++] = bi;

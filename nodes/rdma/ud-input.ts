@@ -225,7 +225,7 @@ function udInput(rt: NodeRuntime, frame: Frame | null): number {
     if (traced)
       rt.addTrace(
         bi,
-        `UD: ${group ? `to ${formatIp4(opaque[w + Ip4Opaque.LOCAL])} on the multicast port,` : `qp ${qp?.qpn ?? '?'}`} datagram of ${short ? 'fewer than 0' : len} bytes: ${ERRORS[err].description}`,
+        `UD: ${group ? `to ${formatIp4(opaque[w + Ip4Opaque.LOCAL])} on the multicast port,` : `qp ${qp?.qpn ?? '?'}`} datagram of ${short ? `${len + TRP_HEADER_BYTES}` : len} bytes${short ? ' in all' : ''}: ${ERRORS[err].description}`,
       );
     error[bi] = eBase + err;
     vec[i - nFree] = bi;
