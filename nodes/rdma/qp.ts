@@ -14,6 +14,7 @@
  *   outstanding Reads/Atomics (ORD);
  * - TRP sequence state, RTT estimate (RFC 6298) and retry counter.
  */
+import { widenNumberFields } from '../../graph/number-fields.ts';
 import { ccInit, Congestion } from './congestion.ts';
 import { Mr, type Mw, Pd, type Cq, RecvWr, SgList, type Srq, WcStatus } from './verbs.ts';
 
@@ -84,6 +85,7 @@ export class SendWr {
 
   constructor(maxSge: number) {
     this.sg = new SgList(Math.max(1, maxSge));
+    widenNumberFields(this); // rstag, roff, imm, dstAddr...: any u32 or address
   }
 
   reset(): void {
@@ -118,6 +120,9 @@ export class RespSlot {
   msn = 0;
   origHi = 0;
   origLo = 0;
+  constructor() {
+    widenNumberFields(this); // srcOff, sinkTo, PSNs, atomic operands: any u32 or offset
+  }
 }
 
 /** Transmit window slot kinds and flags. */
@@ -445,6 +450,7 @@ export class Qp {
     this.rtoNs = rtoInitNs;
     // A UD QP has no window (no peer); from an SRQ it still binds receives in order.
     if (cfg.ud && srq) this.srqRing = new Array<RecvWr | null>(W).fill(null);
+    widenNumberFields(this); // PSNs, times in ns, byte counts: one map for every QP
   }
 
   /**

@@ -3,6 +3,7 @@
  * completion vocabulary. QPs are in qp.ts. None of these is touched per packet except through
  * the typed arrays and preallocated slots they hold.
  */
+import { widenNumberFields } from '../../graph/number-fields.ts';
 import { copyBytes } from './copy.ts';
 
 export const Access = {
@@ -236,6 +237,7 @@ export class Mr {
     this.length = memory.byteLength;
     this.access = access;
     this.base = base;
+    widenNumberFields(this); // stag, base (a virtual address): any u32 or address
   }
 }
 
@@ -265,6 +267,7 @@ export class Mw {
     this.type = type;
     this.index = index;
     this.rkey = rkey;
+    widenNumberFields(this); // rkey: any u32
   }
 }
 
