@@ -20,6 +20,7 @@
  * a ring whose producer index is impossible is refused for good (the QP goes to error).
  */
 import type { Graph, NodeRuntime } from '../../graph/index.ts';
+import { widenNumberFields } from '../../graph/number-fields.ts';
 import type { Qp } from '../../nodes/rdma/qp.ts';
 import { QpState } from '../../nodes/rdma/qp.ts';
 import { Access, type Completion, type Cq, Mr, Pd, type Srq, type WrOpcodeName } from '../../nodes/rdma/verbs.ts';
@@ -265,6 +266,7 @@ export class CqRing {
     readonly group: CqGroup = new CqGroup(),
   ) {
     this.u32 = new Uint32Array(mem);
+    widenNumberFields(this); // prod: a free-running u32
   }
 }
 
@@ -286,6 +288,7 @@ export class SrqRing {
     this.bytes = new Uint8Array(mem);
     this.lo = new Uint32Array(entries);
     this.hi = new Uint32Array(entries);
+    widenNumberFields(this); // cons, done: free-running u32s
   }
 }
 
@@ -321,6 +324,7 @@ export class QpRing {
     this.rqHi = new Uint32Array(rqEntries);
     this.inlineMr = new Mr(-1, qp.pd, 0, this.bytes, Access.LOCAL_WRITE);
     this.rqBase = RING_HDR + sqEntries * sqStride;
+    widenNumberFields(this); // sqCons, rqCons: free-running u32s
   }
 }
 
