@@ -89,8 +89,8 @@ static int post(struct ibv_qp* qp, struct ibv_mr* mr, enum ibv_wr_opcode op, cha
     wr.wr.rdma.remote_addr = remote;
     wr.wr.rdma.rkey = rkey;
   }
-  /* Above 2^31, as most programs' immediates are (big-endian words): a completion's imm field
-   * is then a double from the warm-up on, and the first such job does not change its map. */
+  /* Above 2^31 (an immediate is any u32; a program's may have the high bit set): a completion's
+   * imm field is then a double from the warm-up on, and such a job does not change its map. */
   if (op == IBV_WR_RDMA_WRITE_WITH_IMM) wr.imm_data = 0x80000007u;
   return ibv_post_send(qp, &wr, &bad);
 }
