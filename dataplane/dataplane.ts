@@ -403,12 +403,7 @@ export class Dataplane implements DataplaneApi {
         // other workers hand here are drained by handoff-input.
         // A group's datagrams go to the workers whose interfaces joined a group: each counts its own.
         const groups = new Int32Array(plan.groups);
-        Atomics.store(groups, self, 0);
-        net.interfaces.groups.watch((_ix, _g, joined) => Atomics.add(groups, self, joined ? 1 : -1));
-        net.interfaces.groups.joinedElsewhere = () => {
-          for (let k = 0; k < groups.length; k++) if (k !== self && Atomics.load(groups, k) > 0) return true;
-          return false;
-        };
+        net.interfaces.groups.shareCounts(groups, self);
         registerWorkerHandoff(graph, handoffTable(self, plan.ranges, toWorker, groups, config.rdma.multicastPort));
         // A frame to one of our own addresses for another worker's QP goes to it the same way.
         setLoopbackNext(graph, WORKER_HANDOFF);

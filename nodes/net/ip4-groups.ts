@@ -31,10 +31,11 @@ export type GroupWatcher = (ix: number, g: number, joined: boolean) => void;
 export class Ip4Groups {
   private readonly watchers: GroupWatcher[] = [];
   /**
-   * Whether another worker of this data plane has joined a group (cpu.workers >= 2; set by the
-   * data plane): a datagram sent to a group is then looped back for its members there too.
+   * cpu.workers >= 2: one count per worker of the groups its interfaces joined, shared by the
+   * workers (HandoffPlan.groups), and this worker's slot in it (shareCounts).
    */
-  joinedElsewhere: () => boolean = () => false;
+  private shared: Int32Array | null = null;
+  private self = 0;
   private readonly group: Uint32Array;
   private readonly users: Uint32Array;
   private readonly joined: Uint8Array;
@@ -97,6 +98,30 @@ export class Ip4Groups {
       }
       return true;
     }
+    return false;
+  }
+
+  /**
+   * Keep this worker's count of joined groups in `counts[self]` (shared with the other workers,
+   * which read it: worker-handoff copies a group's datagrams to the workers with members).
+   */
+  shareCounts(counts: Int32Array, self: number): void {
+    if (self < 0 || self >= counts.length)
+      throw new RangeError(`worker ${self} has no slot in ${counts.length} group counts`);
+    this.shared = counts;
+    this.self = self;
+    Atomics.store(counts, self, 0);
+    this.watch((_ix, _g, joined) => Atomics.add(counts, self, joined ? 1 : -1));
+  }
+
+  /**
+   * Data path: whether another worker of this data plane has joined a group (a datagram sent to
+   * a group is then looped back for its members there too). Bounded by the workers.
+   */
+  joinedElsewhere(): boolean {
+    const c = this.shared;
+    if (c === null) return false;
+    for (let k = 0; k < c.length; k++) if (k !== this.self && Atomics.load(c, k) > 0) return true;
     return false;
   }
 
