@@ -4,7 +4,7 @@
  * shared memory; the data plane takes them in once per pass, and a Send may be processed in the
  * same pass before that. With iWARP's rules a Send finding no receive ends the connection (a
  * Terminate, "no receive buffer posted"), so ddp-input and ud-input first take in what the ring
- * holds (Qp.refillRecv). `ib_send_bw -a` between two daemons in two network namespaces on
+ * holds (Qp.recvSource). `ib_send_bw -a` between two daemons in two network namespaces on
  * af_packet (where it ended at 4 to 256 bytes in 4 of 4 runs without that, at load 5 to 7):
  * every size from 2 B to 8 MiB reports, and neither daemon saw a Terminate. Needs root (veth)
  * and perftest; skipped with the reason otherwise.

@@ -14,6 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { VERBS_LIBRARY, WARM_UP_PROGRAM } from '../dataplane/dataplane.ts';
+import { verbsProgramEnv } from '../native/addons.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'rdma-graph-wu-'));
@@ -23,7 +24,12 @@ process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
  * A daemon with a memif server interface nobody connects to, `verbs` its verbs: section,
  * `address` the interface's (empty: none).
  */
-function start(name: string, verbs: string, address = ', address: 10.10.0.1/24'): RunningDaemon {
+function start(
+  name: string,
+  verbs: string,
+  address = ', address: 10.10.0.1/24',
+  nodeFlags: string[] = [],
+): RunningDaemon {
   const cfg = join(dir, `${name}.yaml`);
   writeFileSync(
     cfg,
@@ -36,7 +42,7 @@ function start(name: string, verbs: string, address = ', address: 10.10.0.1/24')
     ].join('\n'),
   );
   return watchDaemon(
-    spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bin/main.ts'), 'start', '--config', cfg], {
+    spawn(process.execPath, [...nodeFlags, '--import', 'tsx', join(ROOT, 'bin/main.ts'), 'start', '--config', cfg], {
       cwd: ROOT,
       stdio: ['ignore', 'pipe', 'pipe'],
     }),
@@ -87,6 +93,73 @@ test('start warms the data path up before it announces the API: loopback only, n
     const rt = await get<{ threads: { rows: { name: string; vectors: number }[] }[] }>(`${url}/v1/runtime`);
     const moved = rt.threads.flatMap((t) => t.rows).filter((r) => r.vectors > 0);
     assert.equal(moved, [], 'the runtime counters start after the warm-up');
+  } finally {
+    await stop(d);
+  }
+});
+
+/**
+ * The functions of the RDMA path that every verbs program's traffic runs (V8's names in its
+ * --trace-opt/--trace-deopt lines).
+ */
+const DATA_PATH = [
+  'trpInput',
+  'ddpInput',
+  'rdmapInput',
+  'qpDispatch',
+  'completeSq',
+  'ddpOutput',
+  'sqAcknowledged',
+  'onAck',
+  'postSend',
+  'postRecv',
+  'pollQp',
+  'serve',
+  'writeCqe',
+];
+
+/** V8's events for function `f` in trace lines: 'optimized', 'deopt: REASON' or 'dependent'. */
+function events(lines: string[], f: string): string[] {
+  const out: string[] = [];
+  for (const l of lines) {
+    if (l.includes(`<JSFunction ${f} `) && l.startsWith('[completed optimizing')) out.push('optimized');
+    else if (l.includes(`<JSFunction ${f} `) && l.startsWith('[bailout'))
+      out.push(`deopt: ${/reason: ([^)]*)\)/.exec(l)?.[1] ?? '?'}`);
+    else if (l.startsWith('[marking dependent code') && l.includes(`<SharedFunctionInfo ${f}>`)) out.push('dependent');
+  }
+  return out;
+}
+
+test('the warm-up leaves the data path compiled, and a new program does not throw that code away', async () => {
+  if (!existsSync(VERBS_LIBRARY) || !existsSync(WARM_UP_PROGRAM))
+    skip('the verbs library or verbs-warm-up was not built (install libibverbs-dev, npm run build)');
+  const socket = join(dir, 'traced.sock');
+  const d = start('traced', '', undefined, ['--trace-opt', '--trace-deopt']);
+  await d.url;
+  try {
+    // What V8 did up to the API's announcement: each function's last event is its compilation,
+    // not a deoptimisation (the warm-up's first teardown did that to half of these before it
+    // ran a short session of its own first).
+    const api = d.lines.findIndex((l) => l.includes('API on'));
+    const before = d.lines.slice(0, api);
+    for (const f of DATA_PATH) {
+      const ev = events(before, f);
+      assert.is(ev.at(-1), 'optimized', `${f} after the warm-up: ${ev.join(', ') || 'never compiled'}`);
+    }
+    // A program of its own after that (new PD, CQ and QPs, as each user's): no deoptimisation
+    // of the data path that a new object's class or identity causes (a CQ's completion sink was
+    // a closure per CQ: "wrong call target" in completeSq at the first program).
+    const mark = d.lines.length;
+    const job = spawn(WARM_UP_PROGRAM, ['300', '5000'], { env: verbsProgramEnv(socket), stdio: 'pipe' });
+    let out = '';
+    job.stdout.on('data', (b) => (out += b));
+    job.stderr.on('data', (b) => (out += b));
+    assert.is(await new Promise((r) => job.on('close', r)), 0, out);
+    const during = d.lines.slice(mark);
+    for (const f of DATA_PATH) {
+      const bad = events(during, f).filter((e) => /wrong call target|wrong map|dependent/.test(e));
+      assert.equal(bad, [], `${f} during a new program's traffic`);
+    }
   } finally {
     await stop(d);
   }

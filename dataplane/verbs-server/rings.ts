@@ -21,9 +21,18 @@
  */
 import type { Graph, NodeRuntime } from '../../graph/index.ts';
 import { widenNumberFields } from '../../graph/number-fields.ts';
-import type { Qp } from '../../nodes/rdma/qp.ts';
+import type { Qp, RecvSource } from '../../nodes/rdma/qp.ts';
 import { QpState } from '../../nodes/rdma/qp.ts';
-import { Access, type Completion, type Cq, Mr, Pd, type Srq, type WrOpcodeName } from '../../nodes/rdma/verbs.ts';
+import {
+  Access,
+  type Completion,
+  type CompletionSink,
+  type Cq,
+  Mr,
+  Pd,
+  type Srq,
+  type WrOpcodeName,
+} from '../../nodes/rdma/verbs.ts';
 import { type Rdma, type RecvRequest, type SendRequest, type Sge, VERBS_LIMITS } from '../../nodes/rdma/stack.ts';
 import { loadCore } from '../../native/addons.ts';
 import {
@@ -339,6 +348,31 @@ const NO_MR = new Mr(-1, new Pd(-1), 0, new Uint8Array(0), 0);
 NO_MR.valid = false;
 
 /** The rings of one data plane's verbs programs and the node that polls them. */
+/** A CQ ring's completions, written as they happen (Cq.sink): one class for every CQ. */
+class CqSink implements CompletionSink {
+  constructor(
+    private readonly rings: VerbsRings,
+    private readonly ring: CqRing,
+  ) {}
+
+  take(c: Completion): boolean {
+    return this.rings.writeCqe(this.ring, c);
+  }
+}
+
+/** A Send that finds no receive takes in what the program posted since this pass's poll (Qp.recvSource). */
+class QpRecvSource implements RecvSource {
+  constructor(
+    private readonly rings: VerbsRings,
+    private readonly ring: QpRing,
+  ) {}
+
+  refill(): number {
+    const srq = this.ring.srq;
+    return srq === null ? this.rings.pollRecvRing(this.ring) : this.rings.pollSrq(srq);
+  }
+}
+
 export class VerbsRings {
   private readonly core = loadCore();
   private readonly qps: QpRing[] = [];
@@ -415,7 +449,7 @@ export class VerbsRings {
 
   /** Completions of `cq` go to the ring from now on. */
   attachCq(ring: CqRing): void {
-    ring.cq.sink = (c) => this.writeCqe(ring, c);
+    ring.cq.sink = new CqSink(this, ring);
     if (ring.channel) ring.channel.users++;
     ring.group.rings.push(ring);
   }
@@ -430,15 +464,14 @@ export class VerbsRings {
   attachQp(ring: QpRing): void {
     this.qps.push(ring);
     this.byQpn.set(ring.qp.qpn, ring);
-    // A Send that finds no receive takes in what the program posted since this pass's poll.
-    ring.qp.refillRecv = () => (ring.srq === null ? this.pollRecvRing(ring) : this.pollSrq(ring.srq));
+    ring.qp.recvSource = new QpRecvSource(this, ring);
   }
 
   detachQp(ring: QpRing): void {
     const i = this.qps.indexOf(ring);
     if (i >= 0) this.qps.splice(i, 1);
     if (this.byQpn.get(ring.qp.qpn) === ring) this.byQpn.delete(ring.qp.qpn);
-    ring.qp.refillRecv = null;
+    ring.qp.recvSource = null;
   }
 
   /**
@@ -580,7 +613,7 @@ export class VerbsRings {
   }
 
   /** The receives waiting in QP ring r's receive ring (its own, not an SRQ's): how many taken. */
-  private pollRecvRing(r: QpRing): number {
+  pollRecvRing(r: QpRing): number {
     const qp = r.qp;
     if (r.srq !== null || r.dead || qp.state === QpState.RESET || qp.destroyed) return 0;
     const n = this.toTake(r, QP_RQ_PROD, r.rqCons, r.rqEntries, qp.cfg.maxRecvWr - qp.rqDepth, 'receive');
@@ -607,7 +640,7 @@ export class VerbsRings {
     return Math.min(ahead, BURST, room);
   }
 
-  private pollSrq(s: SrqRing): number {
+  pollSrq(s: SrqRing): number {
     if (s.dead || s.srq.destroyed) return 0;
     const ahead = (Atomics.load(s.u32, SRQ_PROD) - s.cons) >>> 0;
     if (ahead > s.entries) {
@@ -802,7 +835,7 @@ export class VerbsRings {
   // ------------------------------------------------------------------ completions
 
   /** One completion into the CQ's ring (and its channel, if armed); false when the ring is full. */
-  private writeCqe(ring: CqRing, c: Completion): boolean {
+  writeCqe(ring: CqRing, c: Completion): boolean {
     const u = ring.u32;
     let lo = 0,
       hi = 0;

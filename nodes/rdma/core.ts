@@ -177,7 +177,7 @@ export class RdmaCore {
 
   complete(cq: Cq, c: Completion): void {
     if (cq.sink !== null) {
-      if (!cq.sink(c) && !cq.error) {
+      if (!cq.sink.take(c) && !cq.error) {
         cq.error = true;
         this.event({
           type: 'cq-error',

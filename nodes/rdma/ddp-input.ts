@@ -210,7 +210,7 @@ function ddpInput(rt: NodeRuntime, frame: Frame | null): number {
           let rwr = qp.recvFor(msn);
           // A receive posted just before this Send may still be in the program's ring: take the
           // ring in now (each call takes at least one entry or returns 0: bounded by the ring).
-          while (rwr === null && qp.refillRecv !== null && qp.refillRecv() > 0) rwr = qp.recvFor(msn);
+          while (rwr === null && qp.recvSource !== null && qp.recvSource.refill() > 0) rwr = qp.recvFor(msn);
           if (rwr === SRQ_LATER) {
             unreceive(core, qp, opaque[w + RdmaOpaque.PSN]);
             err = DdpInputError.SRQ_ORDER;

@@ -18,6 +18,12 @@ import { widenNumberFields } from '../../graph/number-fields.ts';
 import { ccInit, Congestion } from './congestion.ts';
 import { Mr, type Mw, Pd, type Cq, RecvWr, SgList, type Srq, WcStatus } from './verbs.ts';
 
+/** Receives a program posted that the data plane has not taken in yet (Qp.recvSource). */
+export interface RecvSource {
+  /** Takes them in; how many it took (0: none waiting). */
+  refill(): number;
+}
+
 export const QpState = { RESET: 0, INIT: 1, RTR: 2, RTS: 3, SQD: 4, SQE: 5, ERROR: 6 } as const;
 export const QP_STATE_NAMES = ['reset', 'init', 'rtr', 'rts', 'sqd', 'sqe', 'error'] as const;
 export type QpStateName = (typeof QP_STATE_NAMES)[number];
@@ -225,9 +231,9 @@ export class Qp {
   /**
    * Receives its program posted that the data plane has not taken in yet (a verbs ring in shared
    * memory, read once per pass): called when a Send finds no receive, before the peer is told
-   * there is none. Returns how many it took (0: none waiting). Null: receives come by postRecv.
+   * there is none. Null: receives come by postRecv. An object, not a closure (see Cq.sink).
    */
-  refillRecv: (() => number) | null = null;
+  recvSource: RecvSource | null = null;
   /** Bytes placed so far per receive MSN slot (for "message too long" and byte counts). */
   lastWriteLen = 0;
   writeAcc = 0;

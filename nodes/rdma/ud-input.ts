@@ -123,7 +123,7 @@ function deliver(rt: NodeRuntime, core: RdmaCore, qp: Qp | null, bi: number, len
   const msn = (qp.rqDone + 1) >>> 0;
   let wr = qp.recvFor(msn);
   // A receive the program posted since this pass's ring poll: taken in before dropping.
-  while (wr === null && qp.refillRecv !== null && qp.refillRecv() > 0) wr = qp.recvFor(msn);
+  while (wr === null && qp.recvSource !== null && qp.recvSource.refill() > 0) wr = qp.recvFor(msn);
   if (wr === null) return UdInputError.NO_RECEIVE;
   const srcQp = opaque[w + Ip4Opaque.PORTS] >>> 16;
   const imm = fl & DgFlag.IMM ? v.getUint32(o + DG_IMM) : undefined;

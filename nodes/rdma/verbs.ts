@@ -183,6 +183,12 @@ export function isLocal(op: number): boolean {
   return op === WrOpcode.BIND_MW || op === WrOpcode.LOCAL_INV;
 }
 
+/** Where a CQ's completions go as they happen (Cq.sink). */
+export interface CompletionSink {
+  /** One completion; false when there is no room for it (the CQ overflowed). */
+  take(c: Completion): boolean;
+}
+
 export interface Completion {
   wrId: unknown;
   qpn: number;
@@ -294,9 +300,11 @@ export class Cq {
   onError: ((cq: Cq) => void) | null = null;
   /**
    * Where completions go instead of the ring, as they happen (a verbs program's CQ ring in
-   * shared memory); false when it is full.
+   * shared memory). An object, not a closure: every CQ's sink is then of one class, and the data
+   * path's call to it stays monomorphic from the first CQ on (a closure per CQ is a new call
+   * target each time, which threw away the optimised completion path at each new program).
    */
-  sink: ((c: Completion) => boolean) | null = null;
+  sink: CompletionSink | null = null;
   dirty = false;
   notifyQueued = false;
 
