@@ -275,6 +275,9 @@ struct rg_cq* rg_cq_create(struct ibv_context* context, int cqe, void* cq_contex
 /* A poll of an extended CQ (cq_ex.c) found nothing, or a completion: the idle bookkeeping of
  * ring.c (its yields, naps and sleeps). */
 void rg_cq_empty(struct rg_cq* q);
+/* The completions of QP `qpn` still in `cq` removed (a reset or destroyed QP's; ring.c); with
+   `keep_recv`, its receive completions stay (their receives came from an SRQ). */
+void rg_cq_clean(struct ibv_cq* cq, uint32_t qpn, int keep_recv);
 void rg_cq_busy(struct rg_cq* q);
 /* The send queue, under q->sq_lock: one WR written at sq_prod (not yet published); 0 or an errno. */
 int rg_sq_write(struct rg_qp* q, const struct ibv_send_wr* wr);

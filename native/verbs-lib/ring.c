@@ -635,6 +635,43 @@ static void idle_point(struct rg_cq* q) {
   sched_yield(); /* a program spinning on an empty CQ lets the daemon (maybe on this core) run */
 }
 
+/*
+ * A QP reset or destroyed takes its completions with it, those the program has not polled yet,
+ * as hardware does (the IBA's Reset state: the QP's completion queues hold nothing of it; mlx5's
+ * provider cleans its CQs at both): a program that polls a CQ other QPs share never sees a
+ * completion, flushed or not, of a QP it has reset or freed. The daemon has written the last of
+ * them before it answered the verb, so none comes after this. Entries of other QPs move up by
+ * the number removed (towards the producer: the daemon writes only beyond it), then the
+ * consumer index moves past the freed ones. Bounded by the ring's size whatever the producer
+ * index says. Not while an extended poll holds the entry at the consumer index (ibv_start_poll
+ * without ibv_end_poll). With `keep_recv`, receive completions stay: an SRQ's receives that the
+ * daemon had given this QP come back flushed, for the program to post again.
+ */
+void rg_cq_clean(struct ibv_cq* cq, uint32_t qpn, int keep_recv) {
+  if (cq == NULL) return;
+  struct rg_cq* q = (struct rg_cq*)cq;
+  pthread_spin_lock(&q->lock);
+  const uint32_t prod = LOAD(U32(&q->ring, RGV_CQ_PROD)), mask = q->entries - 1;
+  const uint32_t held = prod - q->cons;
+  struct rgv_cqe* ring = (struct rgv_cqe*)(q->ring.mem + RGV_RING_HDR);
+  uint32_t freed = 0;
+  if (!q->current && held <= q->entries) {
+    for (uint32_t i = prod; i != q->cons;) {
+      i--;
+      const struct rgv_cqe* e = &ring[i & mask];
+      if (e->qp_num == qpn && !(keep_recv && (e->opcode & RGV_WC_RECV)))
+        freed++;
+      else if (freed > 0)
+        ring[(i + freed) & mask] = *e;
+    }
+  }
+  if (freed > 0) {
+    q->cons += freed;
+    STORE(U32(&q->ring, RGV_CQ_CONS), q->cons);
+  }
+  pthread_spin_unlock(&q->lock);
+}
+
 void rg_cq_empty(struct rg_cq* q) {
   if (++q->empty_polls >= ALIVE_CHECK_POLLS) {
     q->empty_polls = 0;

@@ -1069,6 +1069,13 @@ struct rg_qp* rg_qp_create(struct ibv_pd* pd, struct ibv_qp_init_attr* attr, uin
  * (retransmissions before the QP fails). Not applied: access flags, the P_Key, min_rnr_timer
  * and rnr_retry (a Send that finds no receive posted fails the QP, as on iWARP: no RNR NAK).
  */
+/* A QP reset or destroyed: its completions out of its CQs (rg_cq_clean); an SRQ's receives stay. */
+static void clean_cqs(struct ibv_qp* qp) {
+  const int srq = qp->srq != NULL;
+  rg_cq_clean(qp->send_cq, qp->qp_num, srq && qp->recv_cq == qp->send_cq);
+  if (qp->recv_cq != qp->send_cq) rg_cq_clean(qp->recv_cq, qp->qp_num, srq);
+}
+
 EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask) {
   struct rgv_modify_qp q;
   memset(&q, 0, sizeof q);
@@ -1093,7 +1100,10 @@ EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask) 
   if (mask & IBV_QP_STATE) {
     struct rg_qp* rq = (struct rg_qp*)qp;
     qp->state = attr->qp_state;
-    if (attr->qp_state == IBV_QPS_RESET) rq->last_wqe_told = 0; /* used again */
+    if (attr->qp_state == IBV_QPS_RESET) {
+      rq->last_wqe_told = 0; /* used again */
+      clean_cqs(qp);
+    }
   }
   return 0;
 }
@@ -1159,6 +1169,7 @@ EXPORT int ibv_destroy_qp(struct ibv_qp* qp) {
   struct rg_qp* q = (struct rg_qp*)qp;
   /* The daemon gone: its QPs are gone with it; what is left to free is ours. */
   if (!rg_ctx(qp->context)->dead && rg_handle_call(qp->context, RGV_OP_DESTROY_QP, qp->qp_num) != 0) return errno;
+  clean_cqs(qp);
   rg_qp_forget(q);
   pthread_mutex_destroy(&qp->mutex);
   pthread_cond_destroy(&qp->cond);
