@@ -5,7 +5,8 @@
  * nodes/rdma/cm.ts). rping (rdmacm-utils) in both roles between two data planes, with its own
  * data check (-v prints each ping, -V verifies it) and on one data plane (loopback); ucmatose
  * with 4 connections; rdma_server/rdma_client (synchronous ids, rdma_getaddrinfo, migrated
- * ids); rstream and riostream (rsockets) at sizes around the segment size; perftest's -R
+ * ids); rstream and riostream (rsockets) at sizes around the segment size, rcopy (a file, byte
+ * for byte); perftest's -R
  * (rdma_cm) variants; cmtime (twenty connections at once); udaddy (the UD port space: datagram service requests, nodes/rdma/sidr.ts); mckey (rdma_join_multicast: UD multicast, nodes/rdma/multicast.ts). The hostile cases: a connect to a port nobody listens on is REJECTED
  * at once, garbage written to rdma_cm fails with EINVAL in that program only, and a peer killed
  * mid-run ends the other side's run.
@@ -14,7 +15,9 @@ import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
 import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { tmpdir } from 'node:os';
 import type { DataplaneApi } from '../dataplane/api.ts';
 import { Dataplane, VERBS_LIBRARY } from '../dataplane/dataplane.ts';
 import { IP_A, IP_B } from './dataplane-helpers.ts';
@@ -110,7 +113,7 @@ test('rping the other way, server bound to any address (INADDR_ANY), and loopbac
   });
 });
 
-test('ucmatose -c 4, rdma_server/rdma_client, rstream and riostream (rsockets)', async () => {
+test('ucmatose -c 4, rdma_server/rdma_client, rstream, riostream and rcopy (rsockets)', async () => {
   ready();
   await withTwoDaemons(async ({ a, b, dpB }) => {
     const on = { server: b, client: a, dp: dpB };
@@ -142,6 +145,27 @@ test('ucmatose -c 4, rdma_server/rdma_client, rstream and riostream (rsockets)',
         bothOk(`${tool} -S ${size}`, r);
         assert.match(r[1].out, /Gb\/sec/, `${tool} -S ${size} printed its result:\n${r[1].out}`);
       }
+    // rcopy (rsockets): a file of 3 MB and 17 bytes from a program on one data plane to the
+    // other's, which writes it where the client asked; byte for byte. Its server keeps waiting
+    // for the next client: stopped once the copy is done.
+    const dir = mkdtempSync(join(tmpdir(), 'rg-rcopy-'));
+    try {
+      const src = join(dir, 'src'),
+        dst = join(dir, 'dst');
+      writeFileSync(src, randomBytes(3_000_017));
+      port = nextPort();
+      const s = runTool(b, ['rcopy', '-p', String(port)], 60_000, 'exec');
+      await cmListening(dpB, s, port);
+      const c = await runTool(a, ['rcopy', src, `${IP_B}:${dst}`, '-p', String(port)], 60_000, 'exec').done;
+      s.kill();
+      const srv = await s.done;
+      assert.is(c.code, 0, `rcopy client:\n${c.out}\nserver:\n${srv.out}`);
+      assert.match(c.out, /^3000017 bytes in /m, c.out);
+      assert.ok(existsSync(dst) && readFileSync(dst).equals(readFileSync(src)), 'rcopy: the copy is the file');
+      assert.is(refusals(c.out + srv.out), '', 'rcopy: nothing refused');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 
