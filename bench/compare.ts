@@ -8,6 +8,14 @@
  * Every number a benchmark's JSON line carries becomes a figure: the median of each side and
  * their ratio (working tree / REF) are printed. Nothing is asserted; whether a higher ratio is
  * better depends on the figure (Gbit/s, Mpps: higher; ns, us: lower).
+ *
+ * How far to trust a ratio: the `apart` column says "yes" when every run of one side is beyond
+ * every run of the other (their ranges do not overlap), "no" when they overlap: with a few rounds
+ * on a machine that drifts, a ratio whose runs overlap is not a difference. And before each side's
+ * run this process reads an 8 MiB buffer for half a second (`machine.memoryProbe`, M buffers of
+ * 2 KiB touched per second, as the data path touches its pool's): the machine's own drift between
+ * the two sides' runs, in the same table. On the 2-core VM this probe alone moved 1.4x from one
+ * half second to the next (its host's neighbours), as the memory-bound figures do.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
@@ -81,6 +89,33 @@ function walk(v: unknown, at: string, m: Map<string, number>, depth: number): vo
   }
 }
 
+/**
+ * What the machine gives a memory-bound loop now: `seconds` of reads of three header-like bytes
+ * per 2 KiB buffer over an 8 MiB array (a data path's pool, from its cache's point of view), in
+ * millions of buffers per second.
+ */
+export function memoryProbe(seconds = 0.5): number {
+  const bytes = 8 << 20,
+    stride = 2048;
+  const b = new Uint8Array(bytes).fill(1);
+  let acc = 0,
+    n = 0;
+  const t0 = performance.now();
+  let t = t0;
+  while (t - t0 < seconds * 1000) {
+    for (let i = 0; i < bytes; i += stride) acc += b[i] + b[i + 12] + b[i + 14];
+    n += bytes / stride;
+    t = performance.now();
+  }
+  return acc < 0 ? 0 : n / (t - t0) / 1e3;
+}
+
+/** "yes" when every run of one side lies beyond every run of the other, "no" when they overlap. */
+export function apart(a: number[], b: number[]): 'yes' | 'no' {
+  if (a.length === 0 || b.length === 0) return 'no';
+  return Math.min(...a) > Math.max(...b) || Math.min(...b) > Math.max(...a) ? 'yes' : 'no';
+}
+
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   const h = s.length >> 1;
@@ -119,6 +154,9 @@ export async function runCompare(o: CompareOptions): Promise<void> {
       for (const s of order) {
         if (!existsSync(path.join(s.cwd, 'bench', 'run.ts')))
           throw new Error(`bench compare: ${s.cwd} has no bench/run.ts`);
+        const probe = s.runs.get('machine.memoryProbe') ?? [];
+        probe.push(memoryProbe());
+        s.runs.set('machine.memoryProbe', probe);
         const p = spawnSync(
           process.execPath,
           ['--import', 'tsx', 'bench/run.ts', ...o.benches, '--json', '--seconds', String(o.seconds)],
@@ -141,7 +179,7 @@ export async function runCompare(o: CompareOptions): Promise<void> {
     const keys = [...new Set([...ref.runs.keys(), ...work.runs.keys()])];
     const w = Math.max(6, ...keys.map((k) => k.length));
     console.log(
-      `  ${'figure'.padEnd(w)}  ${'ref'.padStart(12)}  ${'work'.padStart(12)}  work/ref  (medians of ${o.rounds})`,
+      `  ${'figure'.padEnd(w)}  ${'ref'.padStart(12)}  ${'work'.padStart(12)}  work/ref  apart  (medians of ${o.rounds}; apart: no run of one side within the other's range)`,
     );
     for (const k of keys) {
       const a = ref.runs.get(k),
@@ -150,7 +188,7 @@ export async function runCompare(o: CompareOptions): Promise<void> {
         mc = c ? median(c) : null;
       const ratio = ma !== null && mc !== null && ma !== 0 ? (mc / ma).toFixed(3) : 'n/a';
       const f = (x: number | null) => (x === null ? 'absent' : Number(x.toPrecision(6)).toString()).padStart(12);
-      console.log(`  ${k.padEnd(w)}  ${f(ma)}  ${f(mc)}  ${ratio.padStart(8)}`);
+      console.log(`  ${k.padEnd(w)}  ${f(ma)}  ${f(mc)}  ${ratio.padStart(8)}  ${apart(a ?? [], c ?? []).padStart(5)}`);
     }
   } finally {
     if (o.keep) console.log(`  kept ${dir}`);

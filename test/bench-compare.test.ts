@@ -4,7 +4,7 @@
  */
 import { test } from './harness.ts';
 import * as assert from 'uvu/assert';
-import { figures, parseCompareArgs } from '../bench/compare.ts';
+import { apart, figures, memoryProbe, parseCompareArgs } from '../bench/compare.ts';
 
 const KNOWN = ['graph', 'rdma', 'l2l4'];
 
@@ -61,6 +61,19 @@ test('compare: every finite number of the JSON lines, by path; text lines and no
       ['rdma.two.gbps', 2.5],
     ],
   );
+});
+
+test("compare: apart only when one side's runs all lie beyond the other's", () => {
+  assert.is(apart([1, 2], [3, 4]), 'yes');
+  assert.is(apart([5, 6, 7], [1, 2, 4.9]), 'yes');
+  assert.is(apart([1, 3], [2, 4]), 'no', 'overlapping ranges');
+  assert.is(apart([1, 2], [2, 3]), 'no', 'touching ranges');
+  assert.is(apart([1], []), 'no', 'one side absent');
+});
+
+test('compare: the memory probe gives a rate (millions of buffers a second, finite and above 0)', () => {
+  const r = memoryProbe(0.05);
+  assert.ok(Number.isFinite(r) && r > 0, `a rate: ${r}`);
 });
 
 test.run();
