@@ -5,7 +5,7 @@
  * nodes/rdma/cm.ts). rping (rdmacm-utils) in both roles between two data planes, with its own
  * data check (-v prints each ping, -V verifies it) and on one data plane (loopback); ucmatose
  * with 4 connections; rdma_server/rdma_client (synchronous ids, rdma_getaddrinfo, migrated
- * ids); rstream and riostream (rsockets) at sizes around the segment size, rcopy (a file, byte
+ * ids) and rdma_xserver/rdma_xclient (RC: a small inline SEND the QP was not asked room for); rstream and riostream (rsockets) at sizes around the segment size, rcopy (a file, byte
  * for byte); perftest's -R
  * (rdma_cm) variants; cmtime (twenty connections at once); udaddy (the UD port space: datagram service requests, nodes/rdma/sidr.ts); mckey (rdma_join_multicast: UD multicast, nodes/rdma/multicast.ts). The hostile cases: a connect to a port nobody listens on is REJECTED
  * at once, garbage written to rdma_cm fails with EINVAL in that program only, and a peer killed
@@ -113,7 +113,7 @@ test('rping the other way, server bound to any address (INADDR_ANY), and loopbac
   });
 });
 
-test('ucmatose -c 4, rdma_server/rdma_client, rstream, riostream and rcopy (rsockets)', async () => {
+test('ucmatose -c 4, rdma_server/rdma_client, rdma_xserver/rdma_xclient, rstream, riostream and rcopy (rsockets)', async () => {
   ready();
   await withTwoDaemons(async ({ a, b, dpB }) => {
     const on = { server: b, client: a, dp: dpB };
@@ -131,6 +131,13 @@ test('ucmatose -c 4, rdma_server/rdma_client, rstream, riostream and rcopy (rsoc
     bothOk(
       'rdma_server/rdma_client',
       await cmPair(on, port, ['rdma_server', '-p', String(port)], ['rdma_client', '-s', IP_B, '-p', String(port)]),
+    );
+    // rdma_xclient posts a 16-byte inline SEND from a QP made with max_inline_data 0: a QP's
+    // inline room is at least its gather list's (16 bytes an entry, as rxe's; mlx5's is larger).
+    port = nextPort();
+    bothOk(
+      'rdma_xserver/rdma_xclient',
+      await cmPair(on, port, ['rdma_xserver', '-p', String(port)], ['rdma_xclient', '-s', IP_B, '-p', String(port)]),
     );
     // Around the segment size (1500-byte MTU: a segment holds some 1400 bytes) and well above.
     for (const tool of ['rstream', 'riostream'])

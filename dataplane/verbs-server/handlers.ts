@@ -63,6 +63,7 @@ import {
   RGV_QPS_SQE,
   RGV_RING_HDR,
   rgv_cqe,
+  rgv_sge,
 } from './abi.generated.ts';
 import { fdHeadroom } from './admission.ts';
 import type { LogLimiter } from './log-limit.ts';
@@ -533,7 +534,11 @@ export const HANDLERS: { readonly [K in OpName]: Handler<K> } = {
       maxSendWr: Math.max(1, q.max_send_wr),
       maxRecvWr: Math.max(1, q.max_recv_wr),
       maxSge: Math.max(1, q.max_sge),
-      maxInline: q.max_inline,
+      // At least what the send WQE's gather list takes (16 bytes an entry), as rxe gives: its
+      // ring slot holds that much anyway, and programs post small inline sends without asking
+      // (rdma_xclient: 16 bytes with max_inline_data 0; mlx5 gives an RC QP some 60). More than
+      // the limit is refused as asked, never cut down (libfabric finds the largest by trying).
+      maxInline: Math.max(q.max_inline, Math.min(VERBS_LIMITS.maxInline, Math.max(1, q.max_sge) * rgv_sge.size)),
       // ibv_create_qp has no IRD/ORD: ibv_modify_qp sets them later, up to what the QP was made with.
       ird: VERBS_LIMITS.maxRdAtomic,
       ord: VERBS_LIMITS.maxRdAtomic,

@@ -61,9 +61,13 @@ export type Charge = Partial<Record<BudgetKind, number>>;
 /** Inline bytes that count as one work request slot. */
 export const INLINE_BYTES_PER_SLOT = 1024;
 
-/** The wr-slots a QP costs. */
+/**
+ * The wr-slots a QP costs: one per send and receive WR, and one per INLINE_BYTES_PER_SLOT of its
+ * inline area (maxInline bytes for each send WR), counted over the whole area: a few inline bytes
+ * per WR (a verbs QP's 16 per gather entry) cost a fraction of a slot each, not a whole one.
+ */
 export function qpSlots(maxSendWr: number, maxRecvWr: number, maxInline: number): number {
-  return maxSendWr * (1 + Math.ceil(maxInline / INLINE_BYTES_PER_SLOT)) + maxRecvWr;
+  return maxSendWr + Math.ceil((maxSendWr * maxInline) / INLINE_BYTES_PER_SLOT) + maxRecvWr;
 }
 
 export class Budget {
