@@ -3,7 +3,9 @@
  * two data planes, its verbs provider on librdmagraph-verbs.so, in the endpoint types it offers:
  * FI_EP_MSG (RC QPs through librdmacm) and FI_EP_DGRAM (UD QPs), and FI_EP_RDM through the
  * ofi_rxd utility provider over verbs' datagrams (`-p "verbs;ofi_rxd"`: 1 MiB messages, which
- * rxd cuts into datagrams and acknowledges itself), each with fi_pingpong's own data check (-c).
+ * rxd cuts into datagrams and acknowledges itself) and through ofi_rxm over its RC connections
+ * (`-p "verbs;ofi_rxm"`: every size to 6 MiB, eager and rendezvous), each with fi_pingpong's own
+ * data check (-c).
  * rxd's client used to poll for ever in its finalize: the server acknowledged the client's last
  * message and destroyed its QP at once, and that acknowledgement, still in the send ring, was
  * dropped (a UD QP's posted datagrams now go out before its destroy; test/verbs-ud checks it).
@@ -52,7 +54,7 @@ function rows(out: string): Map<string, [number, number]> {
   return m;
 }
 
-test('fi_pingpong -p verbs: msg and dgram endpoints, and rdm through ofi_rxd, between two data planes, data checked (-c)', async () => {
+test('fi_pingpong -p verbs: msg and dgram endpoints, and rdm through ofi_rxd and ofi_rxm, between two data planes, data checked (-c)', async () => {
   if (!existsSync(VERBS_LIBRARY)) skip('librdmagraph-verbs.so was not built (libibverbs-dev)');
   if (spawnSync('fi_pingpong', ['-h']).error) skip('fi_pingpong is not installed (Debian package libfabric-bin)');
   const why = netnsUnavailable();
@@ -71,6 +73,8 @@ test('fi_pingpong -p verbs: msg and dgram endpoints, and rdm through ofi_rxd, be
         ['verbs', 'msg', 'all'],
         ['verbs', 'dgram', 'all'],
         ['verbs;ofi_rxd', 'rdm', '1048576'],
+        // RDM over verbs' MSG endpoints (RC QPs): what MPI libraries on libfabric use most.
+        ['verbs;ofi_rxm', 'rdm', 'all'],
       ]) {
         const ctl = String(port++);
         const common = ['fi_pingpong', '-p', prov, '-e', ep, '-I', '10', '-S', sizes, '-c'];
