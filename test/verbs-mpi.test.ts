@@ -10,16 +10,21 @@
  * (`rdma-graph start`) joined by memif, the ping-pong's frames counted by both daemons' interface
  * counters; then the same two jobs with the daemons in two network namespaces joined by a veth
  * pair (af_packet), as two hosts would be, the frames counted on the veth ends, and the two-rank
- * job once more with their sockets on UDP segmentation offload (gso: true). Last,
+ * job once more with their sockets on UDP segmentation offload (gso: true). Then the 4-rank job
+ * over libfabric instead of UCX (`--mca pml cm --mca mtl ofi`, provider "verbs;ofi_rxm": RDM
+ * over our RC QPs, through librdmacm), in a namespace whose veth holds the daemons' addresses
+ * (libfabric's verbs provider wants them on a kernel interface). Last,
  * bench/mpi.ts's program (native/tools/mpi-pingpong.c) over Open MPI's own TCP: its rows parse as
  * the bench reads them, and each bad argument is refused by name (nothing timed).
  */
 import { skip, test } from './harness.ts';
 import * as assert from 'uvu/assert';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { netnsUnavailable } from './helpers-netns.ts';
+import { IP_A, IP_B } from './dataplane-helpers.ts';
 import {
   compileMpi,
   type Job,
@@ -34,6 +39,8 @@ import {
 import { withDaemons } from './ucx-helpers.ts';
 import { MEMIF_PEER_MTU } from '../drivers/memif.ts';
 import { parsePingpong } from '../bench/mpi.ts';
+
+const RDMA_GRAPH = join(import.meta.dirname, '..', 'bin', 'rdma-graph.mjs');
 
 /** The ping-pong's sizes and iterations, as mpi-check.c runs them. */
 const SIZES = Array.from({ length: 18 }, (_, i) => 8 << i);
@@ -134,6 +141,52 @@ test("the 2-rank job again with both daemons' af_packet sockets on UDP segmentat
     },
     { gso: true },
   );
+});
+
+test('Open MPI over libfabric (--mca pml cm --mca mtl ofi, verbs;ofi_rxm over our RC QPs): 4 ranks, two per daemon, data checked, through both data planes', async () => {
+  const prog = build();
+  const why = netnsUnavailable();
+  if (why !== null) skip(why);
+  // libfabric's verbs provider offers a device only where its address is on a kernel interface
+  // that is up and not loopback (README, libfabric): a veth of a namespace of our own holds the
+  // daemons' two addresses, and mpirun and its ranks run in it (the verbs sockets are files).
+  const ns = `rgmpi-${process.pid}`;
+  const inNs = (...a: string[]) => spawnSync('ip', ['netns', 'exec', ns, ...a], { encoding: 'utf8' });
+  assert.is(spawnSync('ip', ['netns', 'add', ns]).status, 0, 'netns add');
+  try {
+    assert.is(inNs('ip', 'link', 'set', 'lo', 'up').status, 0);
+    assert.is(inNs('ip', 'link', 'add', 'rgm0', 'type', 'veth', 'peer', 'name', 'rgm1').status, 0, 'veth');
+    for (const l of ['rgm0', 'rgm1']) assert.is(inNs('ip', 'link', 'set', l, 'up').status, 0);
+    for (const a of [IP_A, IP_B]) assert.is(inNs('ip', 'addr', 'add', `${a}/32`, 'dev', 'rgm0').status, 0);
+    await withDaemons('memif', async ({ sa, sb, frames }) => {
+      const rank = (sock: string) => ['-np', '2', process.execPath, RDMA_GRAPH, 'exec', '--socket', sock, '--', prog];
+      const cmd = [
+        ...['ip', 'netns', 'exec', ns, ...mpirunPrefix()],
+        ...['--mca', 'pml', 'cm', '--mca', 'mtl', 'ofi', '--mca', 'mtl_ofi_provider_include', 'verbs;ofi_rxm'],
+        ...['--mca', 'osc', 'pt2pt', '--mca', 'btl', 'self', '--mca', 'mpi_yield_when_idle', '1'],
+        ...rank(sa),
+        ':',
+        ...rank(sb),
+      ];
+      const before = await frames();
+      const r = await runJob(cmd, 150_000);
+      assert.is(r.code, 0, `mpirun exits 0:\n${r.out}`);
+      assert.match(r.out, /^mpi-check: ok 4$/m, `every rank checked its data:\n${r.out}`);
+      for (const size of SIZES)
+        assert.match(r.out, new RegExp(`^pingpong ${size} ${iterations(size)} `, 'm'), `ping-pong of ${size} B ran`);
+      for (const n of [1, 65536]) assert.match(r.out, new RegExp(`^allreduce ${n} ok$`, 'm'), `allreduce of ${n}`);
+      assert.match(r.out, /^rma 65536 ok$/m, 'MPI_Put and MPI_Get between windows (osc pt2pt over the MTL)');
+      // libfabric probes the veth's IPv6 link-local address too: that line, and nothing else of ours.
+      const ours = r.out.split('\n').filter((l) => l.startsWith('rdma-graph verbs:') && !/address family 10/.test(l));
+      assert.equal(ours, [], 'nothing refused');
+      assert.not.match(r.out, /unreachable|FAIL/, r.out);
+      crossed(before, await frames(), "the memif interface's counters of daemon", MIN_MEMIF_FRAMES);
+      const line = (size: number) => r.out.match(new RegExp(`^pingpong ${size} .*$`, 'm'))?.[0];
+      console.log(`  4 ranks over ofi_rxm: ${line(8)} (us, MB/s); ${line(1 << 20)}`);
+    });
+  } finally {
+    spawnSync('ip', ['netns', 'del', ns]);
+  }
 });
 
 test("UCX's UD wireup race is told apart from every other end of a job: only it is run again", async () => {
