@@ -347,7 +347,6 @@ const MW_ACCESS: [number, number][] = [
 const NO_MR = new Mr(-1, new Pd(-1), 0, new Uint8Array(0), 0);
 NO_MR.valid = false;
 
-/** The rings of one data plane's verbs programs and the node that polls them. */
 /** A CQ ring's completions, written as they happen (Cq.sink): one class for every CQ. */
 class CqSink implements CompletionSink {
   constructor(
@@ -373,6 +372,7 @@ class QpRecvSource implements RecvSource {
   }
 }
 
+/** The rings of one data plane's verbs programs and the node that polls them. */
 export class VerbsRings {
   private readonly core = loadCore();
   private readonly qps: QpRing[] = [];

@@ -1061,14 +1061,6 @@ struct rg_qp* rg_qp_create(struct ibv_pd* pd, struct ibv_qp_init_attr* attr, uin
   return rq;
 }
 
-/*
- * The transitions and the attributes the daemon honours: the state; at RTR the peer (GID 0 of
- * the AV is its IPv4 address, dest_qp_num its QPN), rq_psn, max_dest_rd_atomic (IRD) and
- * path_mtu (the segment size, at most the link's); at RTS sq_psn, max_rd_atomic (ORD); timeout
- * (the initial RTO: 4.096 us x 2^timeout, within rdma.trp's bounds) and retry_cnt
- * (retransmissions before the QP fails). Not applied: access flags, the P_Key, min_rnr_timer
- * and rnr_retry (a Send that finds no receive posted fails the QP, as on iWARP: no RNR NAK).
- */
 /* A QP reset or destroyed: its completions out of its CQs (rg_cq_clean); an SRQ's receives stay. */
 static void clean_cqs(struct ibv_qp* qp) {
   const int srq = qp->srq != NULL;
@@ -1076,6 +1068,15 @@ static void clean_cqs(struct ibv_qp* qp) {
   if (qp->recv_cq != qp->send_cq) rg_cq_clean(qp->recv_cq, qp->qp_num, srq);
 }
 
+/*
+ * The transitions and the attributes the daemon honours: the state; at RTR the peer (GID 0 of
+ * the AV is its IPv4 address, dest_qp_num its QPN), rq_psn, max_dest_rd_atomic (IRD) and
+ * path_mtu (the segment size, at most the link's); at RTS sq_psn, max_rd_atomic (ORD); timeout
+ * (the initial RTO: 4.096 us x 2^timeout, within rdma.trp's bounds) and retry_cnt
+ * (retransmissions before the QP fails). Not applied: access flags, the P_Key, min_rnr_timer
+ * and rnr_retry (a Send that finds no receive posted fails the QP, as on iWARP: no RNR NAK).
+ * RESET takes the QP's unpolled completions out of its CQs (clean_cqs), as destroy does.
+ */
 EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask) {
   struct rgv_modify_qp q;
   memset(&q, 0, sizeof q);
