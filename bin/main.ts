@@ -184,8 +184,8 @@ async function start(file: string, isDefault: boolean): Promise<void> {
     process.exit(1);
   }
   if (config.verbs.warmUp > 0) {
-    const w = await warmUp(dp, verbs.path, config.verbs.warmUp);
-    log(w.outcome === 'failed' ? 'warn' : 'info', w.message);
+    for (const w of await warmUp(dp, verbs.path, config.verbs.warmUp))
+      log(w.outcome === 'failed' ? 'warn' : 'info', w.message);
   }
   log(
     'info',

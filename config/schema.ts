@@ -803,7 +803,7 @@ export const SCHEMA: MapSpec = {
           min: 0,
           max: 100000,
           default: 2000,
-          doc: "rounds of warm-up traffic `rdma-graph start` sends through the verbs socket before it announces the API (a program of its own, on loopback QPs of the first device whose PSNs start above 2^31 and wrap: SENDs, each 4th round a UD datagram, each 8th round a WRITE, READ, WRITE with immediate and atomic; in two sessions, the first short, each with QPs of its own that it then destroys, so that the code compiled in the second has seen a QP torn down; 2 s at most): V8 then has compiled the data path before the first job, whose round trips otherwise take several times longer at first (an MPI job's 8 B latency 180-320 us instead of ~30 on the 2-core VM). 0: none",
+          doc: "rounds of warm-up traffic `rdma-graph start` sends through the verbs socket before it announces the API (a program of its own, on loopback QPs of the first device, with cpu.workers of a device on each worker, whose PSNs start above 2^31 and wrap: SENDs, each 4th round a UD datagram, each 8th round a WRITE, READ, WRITE with immediate and atomic; in two sessions, the first short, each with QPs of its own that it then destroys, so that the code compiled in the second has seen a QP torn down; 2 s at most each): V8 then has compiled the data path before the first job, whose round trips otherwise take several times longer at first (an MPI job's 8 B latency 180-320 us instead of ~30 on the 2-core VM). 0: none",
         },
       },
     },

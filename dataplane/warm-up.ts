@@ -2,7 +2,8 @@
  * The daemon's warm-up (config `verbs.warm-up`): before `rdma-graph start` announces its API, it
  * runs native/tools/verbs-warm-up.c against its own verbs socket (librdmagraph-verbs.so
  * preloaded, as `rdma-graph exec` runs a program): loopback QPs of the first device trading
- * SENDs, WRITEs, READs, atomics and UD datagrams. V8 compiles code as it runs it, so a fresh
+ * SENDs, WRITEs, READs, atomics and UD datagrams; with cpu.workers, once for a device of each
+ * worker that receives an interface with an address (a worker is a V8 isolate of its own). V8 compiles code as it runs it, so a fresh
  * daemon's first thousands of round trips are several times slower than the later ones; after
  * the warm-up, the first job a user runs is not.
  *
@@ -44,24 +45,51 @@ export interface WarmUpResult {
 const SETTLE_MS = 2000;
 
 /**
- * Run `rounds` rounds of warm-up traffic through `dp`'s verbs socket at `socket`; when done, clear
- * its runtime counters.
+ * Run `rounds` rounds of warm-up traffic through `dp`'s verbs socket at `socket`, once per graph
+ * thread that receives an interface with an address (each thread is a V8 isolate of its own that
+ * compiles its own code: with cpu.workers, a device of each worker's; without, the first device);
+ * when done, clear the runtime counters. One result per run, the first failure ending them.
  */
-export async function warmUp(dp: DataplaneApi, socket: string, rounds: number): Promise<WarmUpResult> {
+export async function warmUp(dp: DataplaneApi, socket: string, rounds: number): Promise<WarmUpResult[]> {
   // The program's devices are the interfaces with an address: its QPs need one (the GID).
-  if (!(await dp.interfaces()).some((i) => i.addresses.length > 0))
-    return { outcome: 'skipped', message: 'warm-up skipped: no interface has an IPv4 address (its QPs need one)' };
-  const before = (await dp.qps()).length;
-  const r = await run(socket, rounds);
-  if (r.outcome !== 'done') return r;
-  for (let t = 0; t < SETTLE_MS && (await dp.qps()).length > before; t += 10) await sleep(10);
+  const addressed = new Set((await dp.interfaces()).filter((i) => i.addresses.length > 0).map((i) => i.name));
+  if (addressed.size === 0)
+    return [{ outcome: 'skipped', message: 'warm-up skipped: no interface has an IPv4 address (its QPs need one)' }];
+  const devices = await targets(dp, addressed);
+  const results: WarmUpResult[] = [];
+  for (const device of devices) {
+    const before = (await dp.qps()).length;
+    const r = await run(socket, rounds, device);
+    results.push(r);
+    if (r.outcome !== 'done') return results;
+    for (let t = 0; t < SETTLE_MS && (await dp.qps()).length > before; t += 10) await sleep(10);
+  }
   await dp.clearRuntime();
-  return r;
+  return results;
+}
+
+/**
+ * The devices to warm: [undefined] (the program's first device) when one thread runs every
+ * interface; with workers, for each worker that receives an interface with an address (its first
+ * queue, where that interface's QPs are, or any queue), that interface's device (rg_<name>).
+ */
+async function targets(dp: DataplaneApi, addressed: Set<string>): Promise<(string | undefined)[]> {
+  const threads = (await dp.rxPlacement()).filter((t) => t.nodes.some((n) => n.queues.length > 0));
+  if (threads.length <= 1) return [undefined];
+  const devices = new Map((await dp.devices()).map((d) => [d.interface, d.name]));
+  const out: string[] = [];
+  for (const t of threads) {
+    const queues = t.nodes.flatMap((n) => n.queues).filter((q) => addressed.has(q.interface));
+    const q = queues.find((x) => x.queue === 0) ?? queues[0];
+    const device = q === undefined ? undefined : devices.get(q.interface);
+    if (device !== undefined && !out.includes(device)) out.push(device);
+  }
+  return out.length > 0 ? out : [undefined];
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-function run(socket: string, rounds: number): Promise<WarmUpResult> {
+function run(socket: string, rounds: number, device: string | undefined): Promise<WarmUpResult> {
   if (!existsSync(VERBS_LIBRARY) || !existsSync(WARM_UP_PROGRAM))
     return Promise.resolve({
       outcome: 'skipped',
@@ -69,7 +97,8 @@ function run(socket: string, rounds: number): Promise<WarmUpResult> {
         'warm-up skipped: the verbs library or verbs-warm-up was not built (install libibverbs-dev, npm run build)',
     });
   return new Promise((done) => {
-    const child = spawn(WARM_UP_PROGRAM, [String(rounds), String(BUDGET_MS)], {
+    const args = [String(rounds), String(BUDGET_MS), ...(device === undefined ? [] : [device])];
+    const child = spawn(WARM_UP_PROGRAM, args, {
       env: verbsProgramEnv(socket),
       stdio: ['ignore', 'pipe', 'pipe'],
     });

@@ -29,6 +29,7 @@ function start(
   verbs: string,
   address = ', address: 10.10.0.1/24',
   nodeFlags: string[] = [],
+  more: string[] = [],
 ): RunningDaemon {
   const cfg = join(dir, `${name}.yaml`);
   writeFileSync(
@@ -38,6 +39,7 @@ function start(
       `verbs: { socket: "${join(dir, `${name}.sock`)}"${verbs} }`,
       'interfaces:',
       `  - { name: memif0, driver: memif, memif: { socket: "${join(dir, `${name}.memif`)}", role: server }, mac: "02:fe:00:00:00:01"${address} }`,
+      ...more,
       '',
     ].join('\n'),
   );
@@ -160,6 +162,41 @@ test('the warm-up leaves the data path compiled, and a new program does not thro
       const bad = events(during, f).filter((e) => /wrong call target|wrong map|dependent/.test(e));
       assert.equal(bad, [], `${f} during a new program's traffic`);
     }
+  } finally {
+    await stop(d);
+  }
+});
+
+test('with cpu.workers, each worker that receives an interface with an address is warmed up, on a device of its own', async () => {
+  if (!existsSync(VERBS_LIBRARY) || !existsSync(WARM_UP_PROGRAM))
+    skip('the verbs library or verbs-warm-up was not built (install libibverbs-dev, npm run build)');
+  const d = start(
+    'workers',
+    ', warm-up: 300',
+    undefined,
+    [],
+    [
+      `  - { name: memif1, driver: memif, memif: { socket: "${join(dir, 'workers1.memif')}", role: server }, mac: "02:fe:00:00:00:02", address: 10.11.0.1/24, worker: 1 }`,
+      'cpu: { workers: 2 }',
+    ],
+  );
+  const url = await d.url;
+  try {
+    const lines = d.lines.filter((l) => l.startsWith('rdma-graph: warm-up'));
+    assert.is(lines.length, 2, lines.join('\n'));
+    for (const [i, device] of ['rg_memif0', 'rg_memif1'].entries())
+      assert.match(
+        lines[i],
+        new RegExp(
+          `^rdma-graph: warm-up: 300 RC rounds \\(\\d+ operations\\), \\d+ UD round trips in \\d+ ms on ${device}$`,
+        ),
+      );
+    // Each worker's own ip4-loopback counted its run's frames (a SEND each way per round, at least).
+    const threads = (await get<{ threads: { name: string; rows: ErrorRow[] }[] }>(`${url}/v1/errors`)).threads;
+    const local = (t: { rows: ErrorRow[] }) =>
+      t.rows.find((r) => r.node === 'ip4-loopback' && /local address/.test(r.reason))?.count ?? 0;
+    const warmed = threads.filter((t) => local(t) >= 600).map((t) => t.name);
+    assert.equal(warmed.length, 2, `both workers: ${JSON.stringify(threads.map((t) => [t.name, local(t)]))}`);
   } finally {
     await stop(d);
   }

@@ -77,4 +77,21 @@ static inline struct ibv_context* open_first_device(const char** why) {
   return ctx;
 }
 
+/* The device named `name` (its hca_id, "rg_memif0"), opened; NULL and `*why` when there is none
+ * of that name or it cannot be opened. */
+static inline struct ibv_context* open_device_named(const char* name, const char** why) {
+  int n = 0;
+  struct ibv_device** list = ibv_get_device_list(&n);
+  struct ibv_context* ctx = NULL;
+  *why = "no device of that name";
+  for (int i = 0; list != NULL && i < n; i++)
+    if (strcmp(ibv_get_device_name(list[i]), name) == 0) {
+      ctx = ibv_open_device(list[i]);
+      if (ctx == NULL) *why = "ibv_open_device failed";
+      break;
+    }
+  if (list != NULL) ibv_free_device_list(list);
+  return ctx;
+}
+
 #endif

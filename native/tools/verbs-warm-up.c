@@ -4,10 +4,10 @@
  * program's, so that V8 has compiled that code when the first real job comes (a fresh daemon's
  * first thousands of round trips run several times slower than later ones).
  *
- * On the first device the daemon serves, two RC QPs connected to each other (loopback: ip4-
- * loopback, never the interface's driver) and two UD QPs: SEND ping-pong (inline and not), and
- * every 8th round a 64 KiB WRITE, a 64 KiB READ, a WRITE with immediate, a fetch-and-add and a
- * 4 KiB SEND; every 4th round a UD SEND through an address handle, answered through one made
+ * On the first device the daemon serves (or the one named), two RC QPs connected to each other
+ * (loopback: ip4-loopback, never the interface's driver) and two UD QPs: SEND ping-pong (inline
+ * and not), and every 8th round a 64 KiB WRITE, a 64 KiB READ, a WRITE with immediate, a
+ * fetch-and-add and a 4 KiB SEND; every 4th round a UD SEND through an address handle, answered through one made
  * from the completion. The kinds are mixed from the first round to the last: V8 compiles each
  * function once it is hot, from the types it has seen by then, and throws that code away when
  * another kind shows up. A UD phase after the RC rounds did that to the RC path (trpInput,
@@ -15,7 +15,8 @@
  * round trips. Stops after `rounds` rounds or `budget_ms`, whichever comes first; prints one
  * line ("warm-up: ...") and exits 0, or prints why it failed and exits 1.
  *
- * Usage: verbs-warm-up ROUNDS BUDGET_MS
+ * Usage: verbs-warm-up ROUNDS BUDGET_MS [DEVICE] (DEVICE: its hca_id, e.g. rg_memif1; default: the
+ * first; the line then ends "on DEVICE")
  */
 #include <infiniband/verbs.h>
 #include <stdint.h>
@@ -255,7 +256,8 @@ int main(int argc, char** argv) {
   (void)failures; /* verbs-tool.h's CHECK counter: not used here */
   clock_gettime(CLOCK_MONOTONIC, &t0);
   const char* why = NULL;
-  struct ibv_context* ctx = open_first_device(&why);
+  const char* device = argc > 3 ? argv[3] : NULL;
+  struct ibv_context* ctx = device != NULL ? open_device_named(device, &why) : open_first_device(&why);
   if (ctx == NULL) return fail(why);
   struct ibv_port_attr port;
   union ibv_gid gid;
@@ -280,7 +282,7 @@ int main(int argc, char** argv) {
   ibv_dealloc_pd(pd);
   ibv_close_device(ctx);
   free(mem);
-  printf("warm-up: %ld RC rounds (%ld operations), %ld UD round trips in %.0f ms\n", w.rounds, w.ops, w.ud,
-         elapsed_ms());
+  printf("warm-up: %ld RC rounds (%ld operations), %ld UD round trips in %.0f ms%s%s\n", w.rounds, w.ops, w.ud,
+         elapsed_ms(), device != NULL ? " on " : "", device != NULL ? device : "");
   return 0;
 }
