@@ -3,9 +3,9 @@
  * runs native/tools/verbs-warm-up.c against its own verbs socket (librdmagraph-verbs.so
  * preloaded, as `rdma-graph exec` runs a program): loopback QPs of the first device trading
  * SENDs, WRITEs, READs, atomics and UD datagrams; with cpu.workers, once for a device of each
- * worker that receives an interface with an address (a worker is a V8 isolate of its own). V8 compiles code as it runs it, so a fresh
- * daemon's first thousands of round trips are several times slower than the later ones; after
- * the warm-up, the first job a user runs is not.
+ * worker that receives an interface with an address (a worker is a V8 isolate of its own). V8
+ * compiles code as it runs it, so a fresh daemon's first thousands of round trips are several
+ * times slower than the later ones; after the warm-up, the first job a user runs is not.
  *
  * The traffic goes through every node of the RDMA path and the verbs rings, but never through
  * an interface's driver (ip4-loopback): no frame leaves and the interface counters do not count

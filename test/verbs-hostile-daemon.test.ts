@@ -320,6 +320,25 @@ test("a daemon that overwrites a QP's send-queue done index while the program po
   }
 });
 
+test("a daemon that puts a CQ's producer index 2^31 past its consumer, every entry naming the QP, as the program resets and destroys it: the library's CQ clean leaves such a ring alone; the program ends by itself", async () => {
+  ready();
+  const RESET = `${NATIVE_BUILD_DIR}verbs-reset`;
+  if (!existsSync(RESET)) skip('native/build/Release/verbs-reset was not built (libibverbs-dev)');
+  await withHostile('cqprod', async (socket, h) => {
+    // verbs-reset resets a QP and destroys another (native/verbs-lib/ring.c rg_cq_clean after
+    // each); this daemon moves no packet, so its checks fail, but it must get that far and end.
+    const r = await program(socket, [RESET], { timeoutMs: 20_000 }).done;
+    const n = Math.max(0, ...[...h.out().matchAll(/"spoiled":(\d+)/g)].map((m) => Number(m[1])));
+    assert.ok(n >= 2, `the daemon spoiled the CQ ring at the reset and the destroy (${n} times)\n${h.out()}`);
+    assert.is(r.signal, null, `killed by ${r.signal} (a crash, or a walk of 2^31 entries until the timeout)\n${r.out}`);
+    assert.match(r.out, /^done \d+ failures$/m, `it got to its end\n${r.out}`);
+    // The spoiled ring was left alone (its producer index is beyond what a ring holds): the
+    // program's next poll, bounded by the 16 it asks, took what the daemon wrote there. A clean
+    // that walked it would have taken all 2^31 "entries" (~5 s here) and left none.
+    assert.match(r.out, /^FAIL RESET: .*: modify rc 0, 16 completions, /m, r.out);
+  });
+});
+
 test("the daemon's credentials: another uid on an abstract name or in a directory others can write is refused; RDMA_GRAPH_DAEMON_UID, or a socket in its owner's own directory, is trusted", async () => {
   ready();
   if (process.getuid?.() !== 0) skip('needs root (the hostile daemon runs as uid 65534)');

@@ -22,6 +22,9 @@
  *                (RGV_QP_SQ_DONE) overwritten with a random value every millisecond while the
  *                program polls (no work request is ever completed); prints {"scribbled":N}
  *                each second
+ *   cqprod       true answers; each CQ ring passed is mapped, and before answering a DESTROY_QP,
+ *                or a MODIFY_QP to RESET, the QP's CQ rings get a producer index 2^31 past the
+ *                consumer's and every entry the QP's number (what the library's CQ clean walks)
  *
  * Prints {"listening":true,"uid":N} once it listens. Runs until killed.
  *
@@ -30,7 +33,12 @@
 import { loadCore } from '../native/addons.ts';
 import {
   type AbiStruct,
+  RGV_CQ_CONS,
+  RGV_CQ_PROD,
   RGV_QP_SQ_DONE,
+  RGV_QPS_RESET,
+  RGV_RING_HDR,
+  rgv_cqe,
   RGV_MTU_1024,
   RGV_MTU_4096,
   RGV_OPS,
@@ -52,7 +60,8 @@ import { decode, type Decoded, encode, message, readMessage } from '../dataplane
 const [socket, mode] = process.argv.slice(2);
 const core = loadCore();
 const ALL = 0xffffffff;
-const { DEVICES, ALLOC_PD, REG_MR, CREATE_CQ, CREATE_QP, MODIFY_QP, QUERY_QP, CREATE_CHANNEL, CREATE_SRQ } = RGV_OPS;
+const { DEVICES, ALLOC_PD, REG_MR, CREATE_CQ, CREATE_QP, MODIFY_QP, QUERY_QP, CREATE_CHANNEL, CREATE_SRQ, DESTROY_QP } =
+  RGV_OPS;
 
 const listener = core.seqpacketListen(socket);
 process.stdout.write(JSON.stringify({ listening: true, uid: process.getuid?.() }) + '\n');
@@ -117,6 +126,21 @@ function body<S extends AbiStruct>(s: S, data: DataView): Decoded<S> {
   return decode(s, new DataView(full.buffer));
 }
 
+/** mode cqprod: the CQ rings' words (the CQ's handle: its ring), and how many times they were spoiled. */
+const cqRings = new Map<number, Uint32Array>();
+let spoiled = 0;
+
+/** mode cqprod: every CQ ring's producer 2^31 ahead of its consumer, every entry naming `qpn`. */
+function spoil(qpn: number): void {
+  for (const u of cqRings.values()) {
+    const entries = (u.length * 4 - RGV_RING_HDR) / rgv_cqe.size;
+    for (let i = 0; i < entries; i++) u[(RGV_RING_HDR + i * rgv_cqe.size + rgv_cqe.fields.qp_num.offset) / 4] = qpn;
+    u[RGV_CQ_PROD / 4] = (u[RGV_CQ_CONS / 4] + 0x80000000) >>> 0;
+    spoiled++;
+  }
+  process.stdout.write(JSON.stringify({ spoiled }) + '\n');
+}
+
 /** mode done: the QP rings' words, and how many times their done index was overwritten. */
 const rings: Uint32Array[] = [];
 let scribbled = 0;
@@ -142,14 +166,18 @@ function serve(c: Conn, data: Uint8Array, fds: number[]): void {
       return reply(c, op, seq, encode(rgv_handle, { handle: next++ }));
     case REG_MR.op:
       return reply(c, op, seq, encode(rgv_mr, { handle: next++, stag: 0x1000 + next++ }));
-    case CREATE_CQ.op: // entries as asked
+    case CREATE_CQ.op: {
+      // entries as asked
       c.cq = true;
-      return reply(
-        c,
-        op,
-        seq,
-        encode(rgv_cq, { handle: next++, entries: mode === 'cqe' ? 0x7fffffff : body(rgv_create_cq, q.body).entries }),
-      );
+      const r = body(rgv_create_cq, q.body);
+      const handle = next++;
+      if (mode === 'cqprod' && fds.length > 0)
+        cqRings.set(handle, new Uint32Array(core.mapVerbsMemory(fds.shift() as number, r.bytes))); // closes it
+      return reply(c, op, seq, encode(rgv_cq, { handle, entries: mode === 'cqe' ? 0x7fffffff : r.entries }));
+    }
+    case DESTROY_QP.op:
+      if (mode === 'cqprod') spoil(body(rgv_handle, q.body).handle);
+      return reply(c, op, seq, none);
     case CREATE_QP.op: {
       const r = body(rgv_create_qp, q.body);
       const qp = {
@@ -177,9 +205,12 @@ function serve(c: Conn, data: Uint8Array, fds: number[]): void {
         }),
       );
     }
-    case MODIFY_QP.op:
-      if (c.qp !== null) c.qp.state = body(rgv_modify_qp, q.body).state;
+    case MODIFY_QP.op: {
+      const m = body(rgv_modify_qp, q.body);
+      if (c.qp !== null) c.qp.state = m.state;
+      if (mode === 'cqprod' && m.state === RGV_QPS_RESET) spoil(m.qpn);
       return reply(c, op, seq, none);
+    }
     case QUERY_QP.op: {
       const qp = c.qp ?? { qpn: 0, sendWr: 1, recvWr: 1, sge: 1, inline: 0, state: 0 };
       const inl = mode === 'inline' || mode === 'query-inline' ? ALL : qp.inline;
