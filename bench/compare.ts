@@ -11,7 +11,9 @@
  *
  * How far to trust a ratio: the `apart` column says "yes" when every run of one side is beyond
  * every run of the other (their ranges do not overlap), "no" when they overlap: with a few rounds
- * on a machine that drifts, a ratio whose runs overlap is not a difference. And before each side's
+ * on a machine that drifts, a ratio whose runs overlap is not a difference. The converse is
+ * weak with few rounds: identical sides come out apart by chance with probability 2/C(2n, n) for
+ * n rounds (1/3 for 2, 1/10 for 3, 1/126 for 5). And before each side's
  * run this process reads an 8 MiB buffer for half a second (`machine.memoryProbe`, M buffers of
  * 2 KiB touched per second, as the data path touches its pool's): the machine's own drift between
  * the two sides' runs, in the same table. On the 2-core VM this probe alone moved 1.4x from one
