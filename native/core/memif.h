@@ -40,6 +40,7 @@ using memif::Msg;
 
 constexpr uint32_t kInvalid = 0xffffffffu;
 constexpr uint32_t kMaxChain = 256;                     // descriptors in one received frame
+constexpr uint16_t kRxPrefetchAhead = 8;                // copy-mode receive: frames prefetched ahead
 constexpr uint64_t kMaxFrame = 256 * 1024;              // bytes in one received frame
 constexpr uint32_t kMaxTxSegs = 64;                     // pool segments in one transmitted frame
 constexpr uint32_t kBusyControlEvery = 1024;            // busy rx polls between control-channel checks
@@ -491,6 +492,7 @@ class Memif : public Napi::ObjectWrap<Memif> {
 
   // Validates one descriptor of a copy-mode receive; the address of its bytes or nullptr.
   const uint8_t* DescData(const Desc& d) const;
+  void PrefetchAhead(const PoolView& p, const Ring& r, uint16_t cur, uint32_t stash_n) const;
 
   // The peer owns the descriptors it publishes and may rewrite them at any moment (a double
   // fetch is a hole): each descriptor of a frame is read once, volatile, into chain_, validated

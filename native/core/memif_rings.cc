@@ -70,6 +70,26 @@ const uint8_t* Memif::DescData(const Desc& d) const {
   return reg.addr + d.offset;
 }
 
+// Copy mode: start the cache misses of a frame kRxPrefetchAhead slots on while this one is copied.
+// Its bytes were just written by the peer's core and its destination buffer may be cold; a
+// frame's misses, taken one after another, cost more than the copy (memif-input in the memif
+// bench's spine, 6 alternated runs: median 65 -> 39 ns a frame; 16 ahead did no better). Only
+// a hint: the descriptor is read into a local copy and bounds-checked (DescData) before its
+// address is used at all, and the frame itself is read and checked again when its turn comes.
+void Memif::PrefetchAhead(const PoolView& p, const Ring& r, uint16_t cur, uint32_t stash_n) const {
+  const volatile Desc& sd = r.desc[(cur + kRxPrefetchAhead) & r.mask];
+  Desc d;
+  d.region = sd.region;
+  d.length = sd.length;
+  d.offset = sd.offset;
+  const uint8_t* src = DescData(d);
+  if (src != nullptr) {
+    __builtin_prefetch(src);
+    if (d.length > 64) __builtin_prefetch(src + 64);
+  }
+  if (stash_n > kRxPrefetchAhead) __builtin_prefetch(p.mem + p.DataStart(p.stash[stash_n - 1 - kRxPrefetchAhead]), 1);
+}
+
 // The peer owns the descriptors it publishes and may rewrite them at any moment (a double
 // fetch is a hole): each descriptor of a frame is read once, volatile, into chain_, validated
 // there, and only the copy is used afterwards. Stash pops are counted from the copies.
@@ -104,6 +124,7 @@ uint32_t Memif::RxRing(Lane& L, Ring& r, uint32_t* out, uint32_t max) {
   Desc* const chain = L.chain;
   // A burst ends after the frame that reaches kRxBurstBytes (common.h): what one pass places.
   while (n < max && avail > 0 && bytes < kRxBurstBytes) {
+    if (!zc_ && avail > kRxPrefetchAhead) PrefetchAhead(p, r, cur, stash_n);
     // The frame: descriptors up to one without NEXT, each copied once.
     uint32_t segs = 0;
     uint64_t total = 0;
@@ -155,6 +176,8 @@ uint32_t Memif::RxRing(Lane& L, Ring& r, uint32_t* out, uint32_t max) {
         p.offset[bi] = p.DataStart(bi);
         p.length[bi] = chain[k].length;
         p.flags[bi] = 0;
+        // The peer's core just wrote it: ethernet-input's read would miss, one frame at a time.
+        if (k == 0) __builtin_prefetch(p.mem + p.DataStart(bi));
         if (prev != kInvalid) {
           p.flags[prev] = p.f_next;
           p.next[prev] = bi;
