@@ -14,8 +14,11 @@
  *                  and 1500-byte frames, with a memfd pool (the client registers it: zero copy)
  *                  and with the same kind of pool offered without its fd (the client copies)
  *
- * Mpps counted at the node each case ends in over the measured window; ratios to (a). Ends
- * with one JSON line {"bench":"memif","baselineMpps":N,"l4Mpps":N,"spineMpps":N}.
+ * Mpps counted at the node each case ends in over the measured window; ratios to (a). Then what
+ * a packet cost on the receive path of (b) and (c), by the engine's per-node clocks: the rate of
+ * (c) also follows its generator's speed, these do not. Ends with one JSON line
+ * {"bench":"memif","baselineMpps":N,"l4Mpps":N,"spineMpps":N,"l4MemifInputNs":N,"l4PathNs":N,
+ * "spineMemifInputNs":N,"spinePathNs":N}.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -95,6 +98,20 @@ export async function untilUp(g: Graph, d: { linkUp(): boolean; info?(): unknown
 /** ns per packet of each node that saw packets in the last measure() window (memif-input: and packets per call). */
 let lastBreakdown = '';
 export const lastNodeBreakdown = (): string => lastBreakdown;
+/** The same, by node name. */
+let lastNs = new Map<string, number>();
+
+/**
+ * The receive path's own cost in the last window: ns per packet of memif-input, and the sum over
+ * `path`'s nodes. The engine's clocks, not the rate: the rate of (c) also follows its generator's
+ * speed, these only what each packet cost here.
+ */
+function pathNs(path: readonly string[]): { inputNs: number; pathNs: number } {
+  const r3 = (x: number) => Math.round(x * 1000) / 1000;
+  return { inputNs: r3(lastNs.get(path[0]) ?? 0), pathNs: r3(path.reduce((a, n) => a + (lastNs.get(n) ?? 0), 0)) };
+}
+const L4_PATH = ['memif-input', 'ethernet-input', 'ip4-input', 'udp4-input'] as const;
+const SPINE_PATH = [...L4_PATH, 'trp-input', 'ddp-input', 'rdmap-input', 'qp-dispatch'] as const;
 
 /** Packets into `node` per second over `seconds`, after a warm-up, running passes in a tight loop. */
 export async function measure(g: Graph, node: string, seconds: number): Promise<number> {
@@ -108,9 +125,9 @@ export async function measure(g: Graph, node: string, seconds: number): Promise<
   }
   const dt = (performance.now() - t0) / 1000;
   const cpn = g.clock.clocksPerNs();
-  lastBreakdown = g.nodes
-    .map((rt) => ({ name: rt.name, c: g.nodeCounters(rt.name) }))
-    .filter((x) => x.c.vectors > 0)
+  const seen = g.nodes.map((rt) => ({ name: rt.name, c: g.nodeCounters(rt.name) })).filter((x) => x.c.vectors > 0);
+  lastNs = new Map(seen.map((x) => [x.name, x.c.clocks / cpn / x.c.vectors]));
+  lastBreakdown = seen
     .map(
       (x) =>
         `${x.name} ${(x.c.clocks / cpn / x.c.vectors).toFixed(1)}${x.name === 'memif-input' ? ` (${(x.c.vectors / Math.max(x.c.calls, 1)).toFixed(1)}/call)` : ''}`,
@@ -164,6 +181,7 @@ async function l4Server(dir: string, seconds: number): Promise<number> {
   try {
     const mpps = await txonlyInto(p.g, p.d, sock, seconds);
     breakdown.l4 = lastBreakdown;
+    costs.l4 = pathNs(L4_PATH);
     return mpps;
   } finally {
     p.close();
@@ -194,6 +212,7 @@ export async function txonlyInto(g: Graph, d: { linkUp(): boolean }, sock: strin
 }
 
 const breakdown = { l4: '', spine: '' };
+const costs = { l4: { inputNs: 0, pathNs: 0 }, spine: { inputNs: 0, pathNs: 0 } };
 
 async function l4Client(
   dir: string,
@@ -228,7 +247,9 @@ async function spine(dir: string, seconds: number): Promise<SpineResult> {
   const sock = `@${path.join(dir, 'spine.sock')}`;
   const p = plane(new BufferPool(allocBufferMemory({ count: 16384, name: 'bench-memif-spine' })), sock, 'server', true);
   try {
-    return await spineOn(p.g, p.d, p.rdma!, sock, seconds);
+    const r = await spineOn(p.g, p.d, p.rdma!, sock, seconds);
+    costs.spine = pathNs(SPINE_PATH);
+    return r;
   } finally {
     p.close();
   }
@@ -325,11 +346,21 @@ export async function runMemifBench(opts: { seconds?: number } = {}): Promise<Me
       `  goal: (c) >= 10 Mpps and >= 0.5 x (a)`,
       `  ns/packet per node, (b): ${breakdown.l4}`,
       `  ns/packet per node, (c): ${breakdown.spine}`,
+      `  receive path, ns/packet: (b) ${costs.l4.pathNs.toFixed(1)} (memif-input ${costs.l4.inputNs.toFixed(1)}), (c) ${costs.spine.pathNs.toFixed(1)} (memif-input ${costs.spine.inputNs.toFixed(1)})`,
     );
     const r3 = (x: number) => Math.round(x * 1000) / 1000;
     return {
       text: lines.join('\n'),
-      json: { bench: 'memif', baselineMpps: r3(base), l4Mpps: r3(l4), spineMpps: r3(spineR.mpps) },
+      json: {
+        bench: 'memif',
+        baselineMpps: r3(base),
+        l4Mpps: r3(l4),
+        spineMpps: r3(spineR.mpps),
+        l4MemifInputNs: costs.l4.inputNs,
+        l4PathNs: costs.l4.pathNs,
+        spineMemifInputNs: costs.spine.inputNs,
+        spinePathNs: costs.spine.pathNs,
+      },
     };
   } finally {
     pin('0-' + (os.cpus().length - 1));
