@@ -31,7 +31,7 @@ interface Idle {
 /** verbs-idle against one daemon: `ms` of an empty CQ (busy: posting elsewhere), then the completion. */
 async function idle(
   ms: number,
-  ex: boolean,
+  ex: boolean | 'event',
   env: Record<string, string> = {},
   busy = false,
   other = false,
@@ -42,7 +42,12 @@ async function idle(
     const r = await new Promise<{ code: number | null; out: string }>((resolve) =>
       execFile(
         IDLE,
-        [String(ms), ...(ex ? ['ex'] : []), ...(busy ? ['busy'] : []), ...(other ? ['other'] : [])],
+        [
+          String(ms),
+          ...(ex === 'event' ? ['event'] : ex ? ['ex'] : []),
+          ...(busy ? ['busy'] : []),
+          ...(other ? ['other'] : []),
+        ],
         { timeout: 60_000, env: { ...process.env, ...env, LD_PRELOAD: VERBS_LIBRARY, RDMA_GRAPH_SOCKET: socket } },
         (e, out, err) => resolve({ code: e === null ? 0 : typeof e.code === 'number' ? e.code : null, out: out + err }),
       ),
@@ -100,6 +105,22 @@ test('a program that posts while it waits (for something its polled CQ will not 
   assert.ok(busy.switches < 1000, `posting: it kept spinning (${busy.switches} voluntary switches)\n${busy.out}`);
   const idleToo = await idle(1000, false, spin);
   assert.ok(idleToo.switches > 3000, `not posting: it slept (${idleToo.switches} voluntary switches)\n${idleToo.out}`);
+});
+
+test('ibv_get_cq_event looks again before it sleeps, for RDMA_GRAPH_EVENT_SPIN_US: by default 50 us (an idle wait costs no CPU to speak of), 1 s of it spends the second looking', async () => {
+  // The thread waits on a completion channel; the SEND comes after 1 s. Sleeping after 50 us,
+  // the wait takes well under a millisecond of CPU; looking for a whole second, most of it
+  // (1000 ms measured on an idle machine; the yields every 64 looks give others their turn).
+  const dflt = await idle(1000, 'event');
+  assert.ok(dflt.cpuMs < 100, `the default look is bounded: ${dflt.cpuMs} ms of CPU in 1 s\n${dflt.out}`);
+  const long = await idle(1000, 'event', { RDMA_GRAPH_EVENT_SPIN_US: '1000000' });
+  assert.ok(long.cpuMs > 300, `it looked before it slept: ${long.cpuMs} ms of CPU in 1 s\n${long.out}`);
+  const bad = await idle(300, 'event', { RDMA_GRAPH_EVENT_SPIN_US: 'some' });
+  assert.match(
+    bad.out,
+    /rdma-graph verbs: RDMA_GRAPH_EVENT_SPIN_US="some" is not a whole number of microseconds from 0 to 1000000: event spins of 50 us/,
+  );
+  assert.ok(bad.cpuMs < 100, `the default kept: ${bad.cpuMs} ms of CPU\n${bad.out}`);
 });
 
 test('RDMA_GRAPH_SLEEP_US or _SPIN_US not understood: said, and the default kept', async () => {

@@ -6,7 +6,9 @@
  * polls the receive CQ (ibv_poll_cq, or ibv_start_poll with "ex") while the main thread waits
  * IDLE_MS, then posts the SEND. With "other", the thread also polls a CQ of the same context
  * that never gets a completion, 64 times per poll of the receive CQ (as UCX polls a send and a
- * receive CQ): its idle points come first, so that is where the thread sleeps. Prints one line:
+ * receive CQ): its idle points come first, so that is where the thread sleeps. With "event", the
+ * thread waits on a completion channel instead (ibv_req_notify_cq, ibv_get_cq_event: the
+ * library's look before it sleeps, RDMA_GRAPH_EVENT_SPIN_US). Prints one line:
  *
  *   idle IDLE_MS ms: cpu C ms, voluntary switches V, completion seen L us after the post
  *
@@ -29,7 +31,8 @@
 static struct ibv_cq* rcq;
 static struct ibv_cq_ex* rcq_ex;
 static int use_ex;
-static struct ibv_cq* xcq; /* "other": polled beside rcq, never completes */
+static struct ibv_cq* xcq;               /* "other": polled beside rcq, never completes */
+static struct ibv_comp_channel* channel; /* "event": rcq's */
 
 struct result {
   int got;
@@ -50,7 +53,27 @@ static void* poller(void* arg) {
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
   getrusage(RUSAGE_THREAD, &u0);
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (uint32_t i = 0;; i++) {
+  for (uint32_t i = 0; channel != NULL;) {
+    struct ibv_wc wc;
+    /* Poll, arm, poll again (a completion between the first poll and the arming raises no
+       event), then wait for the event: the pattern of every program that waits on a channel. */
+    int got = ibv_poll_cq(rcq, 1, &wc);
+    if (got == 0) {
+      if (ibv_req_notify_cq(rcq, 0) != 0) break;
+      got = ibv_poll_cq(rcq, 1, &wc);
+    }
+    if (got == 1) {
+      r->got = 1;
+      r->status = wc.status;
+      r->byte_len = wc.byte_len;
+      break;
+    }
+    struct ibv_cq* ev;
+    void* ev_ctx;
+    if (got < 0 || ibv_get_cq_event(channel, &ev, &ev_ctx) != 0 || ev != rcq || ++i > 100) break;
+    ibv_ack_cq_events(ev, 1);
+  }
+  for (uint32_t i = 0; channel == NULL; i++) {
     for (int j = 0; xcq != NULL && j < 64; j++) {
       struct ibv_wc wc;
       if (ibv_poll_cq(xcq, 1, &wc) != 0) {
@@ -117,13 +140,15 @@ static int post(struct ibv_qp* qp, struct ibv_qp* peer, struct ibv_mr* mr, uint8
 int main(int argc, char** argv) {
   (void)failures; /* verbs-tool.h's CHECK is not used here */
   setvbuf(stdout, NULL, _IOLBF, 0);
-  const char* usage = "usage: verbs-idle IDLE_MS [ex] [busy] [other]\n";
+  const char* usage = "usage: verbs-idle IDLE_MS [ex | event] [busy] [other]\n";
   if (argc < 2 || atoi(argv[1]) <= 0) return fprintf(stderr, "%s", usage), 2;
   const int idle_ms = atoi(argv[1]);
-  int busy = 0, other = 0;
+  int busy = 0, other = 0, event = 0;
   for (int i = 2; i < argc; i++) {
     if (strcmp(argv[i], "ex") == 0)
       use_ex = 1;
+    else if (strcmp(argv[i], "event") == 0)
+      event = 1;
     else if (strcmp(argv[i], "busy") == 0)
       busy = 1;
     else if (strcmp(argv[i], "other") == 0)
@@ -131,6 +156,7 @@ int main(int argc, char** argv) {
     else
       return fprintf(stderr, "%s", usage), 2;
   }
+  if (event && (use_ex || other)) return fprintf(stderr, "%s", usage), 2;
   const char* why = NULL;
   struct ibv_context* ctx = open_first_device(&why);
   if (ctx == NULL) return fprintf(stderr, "%s\n", why), 2;
@@ -141,7 +167,8 @@ int main(int argc, char** argv) {
     rcq_ex = ibv_create_cq_ex(ctx, &ca);
     rcq = rcq_ex != NULL ? ibv_cq_ex_to_cq(rcq_ex) : NULL;
   } else {
-    rcq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+    if (event && (channel = ibv_create_comp_channel(ctx)) == NULL) return perror("ibv_create_comp_channel"), 4;
+    rcq = ibv_create_cq(ctx, 16, NULL, channel, 0);
   }
   if (pd == NULL || scq == NULL || rcq == NULL) return perror("pd/cq"), 4;
   struct ibv_cq* bcq = ibv_create_cq(ctx, 16, NULL, NULL, 0); /* the busy pair's */
