@@ -35,6 +35,7 @@ async function idle(
   env: Record<string, string> = {},
   busy = false,
   other = false,
+  rounds = 1,
 ): Promise<Idle> {
   if (!existsSync(VERBS_LIBRARY) || !existsSync(IDLE))
     skip('the verbs library or verbs-idle was not built (libibverbs-dev)');
@@ -45,6 +46,7 @@ async function idle(
         [
           String(ms),
           ...(ex === 'event' ? ['event'] : ex ? ['ex'] : []),
+          ...(rounds > 1 ? ['rounds', String(rounds)] : []),
           ...(busy ? ['busy'] : []),
           ...(other ? ['other'] : []),
         ],
@@ -121,6 +123,14 @@ test('ibv_get_cq_event looks again before it sleeps, for RDMA_GRAPH_EVENT_SPIN_U
     /rdma-graph verbs: RDMA_GRAPH_EVENT_SPIN_US="some" is not a whole number of microseconds from 0 to 1000000: event spins of 50 us/,
   );
   assert.ok(bad.cpuMs < 100, `the default kept: ${bad.cpuMs} ms of CPU\n${bad.out}`);
+});
+
+test('the look follows the waits: events 2 ms apart stop costing a look each (500 us of looking at most)', async () => {
+  // 100 SENDs 2 ms apart, each waited for on the channel. Looking 500 us before each sleep
+  // would take ~50 ms of CPU (52.6 measured with the look kept fixed); the waits are more than
+  // four looks long, so each halves the next look and the rest cost next to nothing (2.9 ms).
+  const r = await idle(2, 'event', { RDMA_GRAPH_EVENT_SPIN_US: '500' }, false, false, 100);
+  assert.ok(r.cpuMs < 20, `the looks shrank: ${r.cpuMs} ms of CPU over 100 waits\n${r.out}`);
 });
 
 test('RDMA_GRAPH_SLEEP_US or _SPIN_US not understood: said, and the default kept', async () => {

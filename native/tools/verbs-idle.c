@@ -8,7 +8,8 @@
  * that never gets a completion, 64 times per poll of the receive CQ (as UCX polls a send and a
  * receive CQ): its idle points come first, so that is where the thread sleeps. With "event", the
  * thread waits on a completion channel instead (ibv_req_notify_cq, ibv_get_cq_event: the
- * library's look before it sleeps, RDMA_GRAPH_EVENT_SPIN_US). Prints one line:
+ * library's look before it sleeps, RDMA_GRAPH_EVENT_SPIN_US); "rounds N" sends N SENDs IDLE_MS
+ * apart, each a wait of its own. Prints one line:
  *
  *   idle IDLE_MS ms: cpu C ms, voluntary switches V, completion seen L us after the post
  *
@@ -31,10 +32,12 @@
 static struct ibv_cq* rcq;
 static struct ibv_cq_ex* rcq_ex;
 static int use_ex;
+static int rounds = 1;                   /* "rounds N": N SENDs, IDLE_MS apart, each waited for (event mode) */
 static struct ibv_cq* xcq;               /* "other": polled beside rcq, never completes */
 static struct ibv_comp_channel* channel; /* "event": rcq's */
 
 struct result {
+  int want; /* completions to wait for (event mode; 1 elsewhere) */
   int got;
   enum ibv_wc_status status;
   uint32_t byte_len;
@@ -63,14 +66,15 @@ static void* poller(void* arg) {
       got = ibv_poll_cq(rcq, 1, &wc);
     }
     if (got == 1) {
-      r->got = 1;
       r->status = wc.status;
       r->byte_len = wc.byte_len;
-      break;
+      if (++r->got >= r->want || wc.status != IBV_WC_SUCCESS) break;
+      continue;
     }
     struct ibv_cq* ev;
     void* ev_ctx;
-    if (got < 0 || ibv_get_cq_event(channel, &ev, &ev_ctx) != 0 || ev != rcq || ++i > 100) break;
+    if (got < 0 || ibv_get_cq_event(channel, &ev, &ev_ctx) != 0 || ev != rcq || ++i > 100u + 2u * (uint32_t)r->want)
+      break;
     ibv_ack_cq_events(ev, 1);
   }
   for (uint32_t i = 0; channel == NULL; i++) {
@@ -140,7 +144,7 @@ static int post(struct ibv_qp* qp, struct ibv_qp* peer, struct ibv_mr* mr, uint8
 int main(int argc, char** argv) {
   (void)failures; /* verbs-tool.h's CHECK is not used here */
   setvbuf(stdout, NULL, _IOLBF, 0);
-  const char* usage = "usage: verbs-idle IDLE_MS [ex | event] [busy] [other]\n";
+  const char* usage = "usage: verbs-idle IDLE_MS [ex | event [rounds N]] [busy] [other]\n";
   if (argc < 2 || atoi(argv[1]) <= 0) return fprintf(stderr, "%s", usage), 2;
   const int idle_ms = atoi(argv[1]);
   int busy = 0, other = 0, event = 0;
@@ -149,6 +153,8 @@ int main(int argc, char** argv) {
       use_ex = 1;
     else if (strcmp(argv[i], "event") == 0)
       event = 1;
+    else if (strcmp(argv[i], "rounds") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
+      rounds = atoi(argv[++i]);
     else if (strcmp(argv[i], "busy") == 0)
       busy = 1;
     else if (strcmp(argv[i], "other") == 0)
@@ -156,7 +162,7 @@ int main(int argc, char** argv) {
     else
       return fprintf(stderr, "%s", usage), 2;
   }
-  if (event && (use_ex || other)) return fprintf(stderr, "%s", usage), 2;
+  if ((event && (use_ex || other)) || (rounds > 1 && (!event || busy))) return fprintf(stderr, "%s", usage), 2;
   const char* why = NULL;
   struct ibv_context* ctx = open_first_device(&why);
   if (ctx == NULL) return fprintf(stderr, "%s\n", why), 2;
@@ -196,11 +202,11 @@ int main(int argc, char** argv) {
   struct ibv_wc wc;
   if (post(qp[0], qp[1], mr, buf, 64) || !one(scq, &wc) || wc.status != IBV_WC_SUCCESS)
     return fprintf(stderr, "first send failed\n"), 8;
-  struct result r0 = {0};
+  struct result r0 = {.want = 1};
   poller(&r0);
   if (!r0.got || r0.status != IBV_WC_SUCCESS) return fprintf(stderr, "first receive failed\n"), 8;
 
-  struct result r = {0};
+  struct result r = {.want = rounds};
   pthread_t t;
   pthread_create(&t, NULL, poller, &r);
   if (busy) {
@@ -219,6 +225,13 @@ int main(int argc, char** argv) {
   }
   memset(buf, 0x5a, 100);
   struct timespec posted;
+  /* Rounds before the last: a SEND, its completion, IDLE_MS more (the poller waits for each). */
+  for (int k = 1; k < rounds; k++) {
+    const struct timespec idle = {idle_ms / 1000, (long)(idle_ms % 1000) * 1000000L};
+    if (post(qp[0], qp[1], mr, buf, 100) || !one(scq, &wc) || wc.status != IBV_WC_SUCCESS)
+      return fprintf(stderr, "round %d failed\n", k), 9;
+    nanosleep(&idle, NULL);
+  }
   clock_gettime(CLOCK_MONOTONIC, &posted);
   const int rc = post(qp[0], qp[1], mr, buf, 100);
   pthread_join(t, NULL);

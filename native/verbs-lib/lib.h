@@ -155,6 +155,9 @@ struct rg_channel {
   struct ibv_comp_channel ch; /* first; ch.fd: our end of a stream socketpair */
   int wake;                   /* the other end, which the daemon has too: a byte sent there makes ch.fd readable */
   uint32_t handle;
+  /* ibv_get_cq_event's look before it sleeps, now (ns; ring.c EVENT_SPIN_NS: follows the waits) */
+  uint32_t look_ns;
+  int look_set; /* look_ns has been set (0: the first wait starts from the most) */
 };
 
 struct rg_cq {

@@ -78,14 +78,22 @@
 /*
  * ibv_get_cq_event with nothing to report looks again for up to EVENT_SPIN_NS before it sleeps
  * in poll() (yielding every YIELD_POLLS looks): a reply that comes within it costs the program no
- * sleep and wake-up, the part of a round trip the 2-core VM made longest. ib_send_lat -e 64 B,
- * p50 in three alternated runs of each: one daemon 39.4/28.1/37.8 us sleeping at once, 10.4/9.4/
- * 10.1 with 50 us (20 us: 25.2/37.2/24.1; 100 us: 14.7/13.2/13.0); two daemons 42.6/21.4/33.7
- * against 13.9/18.5/23.8. ib_send_bw -e 64 KiB moved as much either way (within the runs' noise).
- * A program waiting for traffic that does not come spends at most this much CPU per wait.
- * RDMA_GRAPH_EVENT_SPIN_US sets it (0: sleep at once).
+ * sleep and wake-up, the part of a round trip the 2-core VM made longest. ib_send_lat -e 64 B
+ * with one daemon, p50 of three alternated runs each: 40.7/34.0/36.2 us sleeping at once,
+ * 30.7/19.2/16.1 with this look (15.3/15.8/13.8 when a notification seen counted was taken
+ * without its byte: that left the fd readable after the last one, see event_spin); with two
+ * daemons 26.8/24.0/20.0 against 28.5/25.1/19.4, no gain there (that first form: 27.5/28.4/18.1).
+ * ib_send_bw -e 64 KiB moved as much either way (within the runs' noise).
+ * The look follows the channel's waits (look_ns): a wait that ended within EVENT_SPIN_NS, looking
+ * or asleep, sets the next look to the most; one longer than EVENT_FAR times that halves it (one
+ * in between leaves it: a round trip that took longer because its program slept). So a program
+ * whose events come further apart (a server with a request every millisecond) stops spending a
+ * look on each wait after a few, and one whose events come soon keeps it.
+ * RDMA_GRAPH_EVENT_SPIN_US sets the most (0: sleep at once).
  */
 #define EVENT_SPIN_NS 50000L
+/* A wait longer than this many looks of the most halves the look (EVENT_SPIN_NS's comment). */
+#define EVENT_FAR 4u
 /* sq_bytes[slot]: the WQE's data bytes (at most SQ_BYTES_MAX), and whether it completes. */
 #define SQ_BYTES_SIGNALED 0x80000000u
 #define SQ_BYTES_MAX 0x7fffffffu
@@ -347,16 +355,20 @@ static struct rg_cq* take_event(struct rg_context* c, struct rg_channel* ch, int
   return q;
 }
 
-static int event_spin(struct rg_context* c, struct rg_channel* ch);
+static void event_spin(struct rg_context* c, struct rg_channel* ch);
+static void event_waited(struct rg_channel* ch, uint64_t ns);
+static uint64_t now_ns(void);
 
 EXPORT int ibv_get_cq_event(struct ibv_comp_channel* channel, struct ibv_cq** cq, void** cq_context) {
   struct rg_channel* ch = (struct rg_channel*)channel;
   struct rg_context* c = rg_ctx(channel->context);
-  for (int drained = 0;;) {
+  uint64_t waited_since = 0; /* when this call began to wait (0: it has not) */
+  for (int drained = 0, looked = 0;;) {
     int err;
     struct rg_cq* q = take_event(c, ch, &err);
     if (err) return -1;
     if (q != NULL) {
+      if (waited_since != 0) event_waited(ch, now_ns() - waited_since);
       *cq = &q->cq;
       *cq_context = q->cq.cq_context;
       return 0;
@@ -376,9 +388,10 @@ EXPORT int ibv_get_cq_event(struct ibv_comp_channel* channel, struct ibv_cq** cq
       errno = EAGAIN;
       return -1;
     }
-    if (event_spin(c, ch)) {
-      drained = 0;
-      continue;
+    if (waited_since == 0) waited_since = now_ns();
+    if (!looked) {
+      looked = 1;
+      event_spin(c, ch);
     }
     struct pollfd p[2] = {{.fd = channel->fd, .events = POLLIN}, {.fd = c->sock, .events = POLLIN}};
     if (rg_block_poll(p, 2) < 0) return -1;
@@ -588,19 +601,51 @@ static uint64_t now_ns(void) {
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-/* ibv_get_cq_event's look before it sleeps (EVENT_SPIN_NS): 1 when a notification came. */
-static int event_spin(struct rg_context* c, struct rg_channel* ch) {
+/*
+ * ibv_get_cq_event's look before it sleeps (the channel's look_ns): until a CQ of the channel
+ * counts a notification not reported yet, or the look is over. The caller waits on the fd after
+ * it either way: the daemon counts a pass's notifications before it sends their byte, and one
+ * taken on its count alone, its byte still on the way, would leave the fd readable after the
+ * last was reported (test/verbs-channel.test.ts checks it is not). With a count seen, the byte
+ * is there or about to be: the look goes on at the fd (a poll of no wait, while the look lasts),
+ * so the wait after it returns at once, without the sleep the look saves. (A look by poll() on
+ * the fd from the start, a system call a look, did not gain on the 2-core VM: two daemons'
+ * ib_send_lat -e p50 54.0/32.3/32.2 us against 38.7/27.1/26.5 without.)
+ */
+static void event_spin(struct rg_context* c, struct rg_channel* ch) {
   pthread_once(&nap_once, nap_init);
-  if (event_spin_ns <= 0) return 0;
-  const uint64_t end = now_ns() + (uint64_t)event_spin_ns;
+  if (!__atomic_load_n(&ch->look_set, __ATOMIC_RELAXED)) {
+    __atomic_store_n(&ch->look_ns, (uint32_t)event_spin_ns, __ATOMIC_RELAXED);
+    __atomic_store_n(&ch->look_set, 1, __ATOMIC_RELAXED);
+  }
+  const uint32_t look = __atomic_load_n(&ch->look_ns, __ATOMIC_RELAXED);
+  if (look == 0) return;
+  const uint64_t end = now_ns() + look;
   for (uint32_t k = 1;; k++) {
     int more;
-    if (pending_cq(c, ch, 0, &more) != NULL) return 1;
+    if (pending_cq(c, ch, 0, &more) != NULL) break;
     if (k % YIELD_POLLS == 0) {
-      if (c->dead || now_ns() >= end) return 0;
+      if (c->dead || now_ns() >= end) return;
       sched_yield();
     }
   }
+  /* Counted: its byte follows within the daemon's pass; look for it without sleeping (a poll of
+     no wait each time), as long as the look lasts. */
+  struct pollfd p[2] = {{.fd = ch->ch.fd, .events = POLLIN}, {.fd = c->sock, .events = POLLIN}};
+  while (poll(p, 2, 0) == 0 && now_ns() < end) sched_yield();
+}
+
+/* A wait of ibv_get_cq_event's took `ns`: the next look (EVENT_SPIN_NS's comment). Threads of a
+   channel race here only over which of their waits sets it. */
+static void event_waited(struct rg_channel* ch, uint64_t ns) {
+  const uint64_t most = (uint64_t)event_spin_ns;
+  const uint32_t look = __atomic_load_n(&ch->look_ns, __ATOMIC_RELAXED);
+  uint32_t next = look;
+  if (ns <= most)
+    next = (uint32_t)most; /* a look of the most would have seen it (or did) */
+  else if (ns > EVENT_FAR * most)
+    next = look / 2; /* far off: looking would not have helped */
+  if (next != look) __atomic_store_n(&ch->look_ns, next, __ATOMIC_RELAXED);
 }
 
 /*
