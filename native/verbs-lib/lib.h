@@ -157,7 +157,6 @@ struct rg_channel {
   uint32_t handle;
   /* ibv_get_cq_event's look before it sleeps, now (ns; ring.c EVENT_SPIN_NS: follows the waits) */
   uint32_t look_ns;
-  int look_set; /* look_ns has been set (0: the first wait starts from the most) */
 };
 
 struct rg_cq {
