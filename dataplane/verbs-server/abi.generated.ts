@@ -50,6 +50,7 @@ export const RGV_CQ_EVENTS = 68;
 export const RGV_CQ_OVERFLOW = 72;
 export const RGV_CQ_WAKE = 76;
 export const RGV_CQ_SIGNALLED = 80;
+export const RGV_CQ_SIGNALLED_UNSET = 0xffffffff;
 export const RGV_CQ_ARM_NEXT = 1;
 export const RGV_CQ_ARM_SOLICITED = 2;
 export const RGV_INLINE_ALIGN = 16;

@@ -451,6 +451,8 @@ export class VerbsRings {
 
   /** Completions of `cq` go to the ring from now on. */
   attachCq(ring: CqRing): void {
+    // Nothing signalled yet (the library made the word RGV_CQ_SIGNALLED_UNSET: no daemon says).
+    Atomics.store(ring.u32, CQ_SIGNALLED, Atomics.load(ring.u32, CQ_EVENTS));
     ring.cq.sink = new CqSink(this, ring);
     if (ring.channel) ring.channel.users++;
     ring.group.rings.push(ring);

@@ -354,8 +354,11 @@ struct rgv_modify_srq {
 #define RGV_CQ_PROD 64u
 #define RGV_CQ_EVENTS 68u
 #define RGV_CQ_OVERFLOW 72u
-#define RGV_CQ_WAKE 76u         /* the daemon adds 1, then wakes its sleepers: the word they wait on */
-#define RGV_CQ_SIGNALLED 80u    /* RGV_CQ_EVENTS as it was when the channel's byte had been sent */
+#define RGV_CQ_WAKE 76u      /* the daemon adds 1, then wakes its sleepers: the word they wait on */
+#define RGV_CQ_SIGNALLED 80u /* RGV_CQ_EVENTS as it was when the channel's byte had been sent */
+/* RGV_CQ_SIGNALLED as the library makes the ring; the daemon sets it to RGV_CQ_EVENTS when it
+   takes the CQ (a daemon of a build before the word leaves it: the library then waits for no byte) */
+#define RGV_CQ_SIGNALLED_UNSET 0xffffffffu
 #define RGV_CQ_ARM_NEXT 1u      /* ibv_req_notify_cq(cq, 0): the next completion */
 #define RGV_CQ_ARM_SOLICITED 2u /* ibv_req_notify_cq(cq, 1): a solicited or failed one */
 #define RGV_INLINE_ALIGN 16u    /* inline data in a send WQE takes a multiple of this */

@@ -351,11 +351,14 @@ static uint64_t now_ns(void);
  * counts a pass's notifications (RGV_CQ_EVENTS), sends the channel's byte, then says so
  * (RGV_CQ_SIGNALLED); a notification found by its count alone (event_spin) may be taken in
  * between. Waits until the CQ's byte for its `seen`th is sent, yielding (the daemon may want this
- * CPU), BYTE_WAIT_NS at most: a few hundred nanoseconds when it waits at all.
+ * CPU), BYTE_WAIT_NS at most: a few hundred nanoseconds when it waits at all. A daemon that does
+ * not keep the word (one built before it) leaves RGV_CQ_SIGNALLED_UNSET: no wait (the look's
+ * stale byte may then be left, as before the word).
  */
 static void byte_sent(struct rg_context* c, struct rg_cq* q, uint32_t seen) {
   const uint32_t* s = U32(&q->ring, RGV_CQ_SIGNALLED);
-  if ((int32_t)(__atomic_load_n(s, __ATOMIC_ACQUIRE) - seen) >= 0) return;
+  const uint32_t now = __atomic_load_n(s, __ATOMIC_ACQUIRE);
+  if ((int32_t)(now - seen) >= 0 || now == RGV_CQ_SIGNALLED_UNSET) return; /* sent, or not said */
   const uint64_t end = now_ns() + BYTE_WAIT_NS;
   while ((int32_t)(__atomic_load_n(s, __ATOMIC_ACQUIRE) - seen) < 0 && !c->dead && now_ns() < end) sched_yield();
 }
@@ -455,6 +458,7 @@ struct rg_cq* rg_cq_create(struct ibv_context* context, int cqe, void* cq_contex
     free(q);
     return NULL;
   }
+  STORE(U32(&q->ring, RGV_CQ_SIGNALLED), RGV_CQ_SIGNALLED_UNSET);
   struct rgv_create_cq req = {.entries = q->entries,
                               .channel = channel != NULL ? ((struct rg_channel*)channel)->handle : RGV_NONE,
                               .bytes = q->ring.bytes};
