@@ -21,6 +21,7 @@ import { fileURLToPath } from 'node:url';
 import { STARTUP_CONFIG, loadConfig, ConfigError, verbsSocketPath } from '../config/load.ts';
 import type { Config } from '../config/types.ts';
 import { driverUnavailable, VERBS_LIBRARY, warmUp } from '../dataplane/dataplane.ts';
+import { wireWarmUp } from '../dataplane/wire-warm-up.ts';
 import type { DataplaneApi, VerbsSocket } from '../dataplane/api.ts';
 import { apiListenError, createDataplane, preflight } from '../dataplane/create.ts';
 import { DataplaneError, type Logger, VERSION } from '../dataplane/views.ts';
@@ -182,6 +183,13 @@ async function start(file: string, isDefault: boolean): Promise<void> {
     await api.close();
     await dp.close();
     process.exit(1);
+  }
+  if (config.verbs.wireWarmUp > 0) {
+    const w =
+      config.cpu.workers > 0
+        ? { outcome: 'skipped', message: 'wire warm-up skipped: cpu.workers (each worker is an isolate of its own)' }
+        : await wireWarmUp(config.verbs.wireWarmUp, config.cpu.poll);
+    log(w.outcome === 'failed' ? 'warn' : 'info', w.message);
   }
   if (config.verbs.warmUp > 0) {
     for (const w of await warmUp(dp, verbs.path, config.verbs.warmUp))

@@ -805,6 +805,13 @@ export const SCHEMA: MapSpec = {
           default: 2000,
           doc: "rounds of warm-up traffic `rdma-graph start` sends through the verbs socket before it announces the API (a program of its own, on loopback QPs of the first device, with cpu.workers of a device on each worker, whose PSNs start above 2^31 and wrap: SENDs, each 4th round a UD datagram, each 8th round a WRITE, READ, WRITE with immediate and atomic; in two sessions, the first short, each with QPs of its own that it then destroys, so that the code compiled in the second has seen a QP torn down; 2 s at most each): V8 then has compiled the data path before the first job, whose round trips otherwise take several times longer at first (an MPI job's 8 B latency 180-320 us instead of ~30 on the 2-core VM). 0: none",
         },
+        'wire-warm-up': {
+          type: 'int',
+          min: 0,
+          max: 100000,
+          default: 1000,
+          doc: "rounds of verbs traffic `rdma-graph start` runs before it announces the API between two data planes of its own in this process, joined by a memif link of their own (sockets in a private directory): verbs-warm-up's pair mode on each, one driving and one answering (SENDs, each 8th round WRITEs, READs, a WRITE with immediate, a fetch-and-add and a 4 KiB SEND, each 4th a UD datagram; 1.5 s at most). The code only frames on a link run (the drivers' bursts, device-input, ip4-rewrite's route to a neighbour, the input nodes' branches for a peer's frames), which the loopback warm-up (warm-up) never reaches, is then compiled before the first job, whose first ~2000 round trips over a link otherwise take two to four times as long, with pauses of a millisecond (dataplane/wire-warm-up.ts). Skipped with cpu.workers (each worker is an isolate of its own) or without the verbs library. 0: none",
+        },
       },
     },
     trace: {

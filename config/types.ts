@@ -159,7 +159,7 @@ export interface Config {
   capture: { dir: string; maxBytes: number };
   /**
    * `verbs: {socket, max-connections, max-connections-per-uid, max-connections-per-pid,
-   * max-fds-per-connection, warm-up}`: where unmodified libibverbs programs (`rdma-graph exec`) reach the
+   * max-fds-per-connection, warm-up, wire-warm-up}`: where unmodified libibverbs programs (`rdma-graph exec`) reach the
    * daemon, and what one of them may hold.
    */
   verbs: {
@@ -171,6 +171,8 @@ export interface Config {
     maxFdsPerConnection: number;
     /** Rounds of warm-up traffic at start (0: none; dataplane/warm-up.ts). */
     warmUp: number;
+    /** Round trips between two throwaway data planes over memif at start (0: none; dataplane/wire-warm-up.ts). */
+    wireWarmUp: number;
   };
   /** `trace: {max-packets}`. */
   trace: { maxPackets: number };

@@ -94,7 +94,7 @@ export interface CaptureRequest {
 export type QpModifyIn = Omit<QpModify, 'remote'> & { remote?: Endpoint };
 
 /** What one program may hold on the verbs socket (config `verbs:` without the path). */
-export type VerbsLimits = Omit<Config['verbs'], 'socket' | 'warmUp'>;
+export type VerbsLimits = Omit<Config['verbs'], 'socket' | 'warmUp' | 'wireWarmUp'>;
 
 export interface ServeVerbsOptions {
   /** Path of the socket (a relative one against the working directory), or "@name" (abstract). */

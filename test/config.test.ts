@@ -897,6 +897,7 @@ const DEFAULTS: Config = {
     maxConnectionsPerPid: 16,
     maxFdsPerConnection: 32,
     warmUp: 2000,
+    wireWarmUp: 1000,
   },
   trace: { maxPackets: 1000 },
 };
@@ -1100,6 +1101,7 @@ verbs:
   max-connections-per-pid: 10
   max-fds-per-connection: 8
   warm-up: 0
+  wire-warm-up: 10
 trace:
   max-packets: 1000000
 `;
@@ -1249,6 +1251,7 @@ test('a full example: the normalised Config, every key taken', () => {
       maxConnectionsPerPid: 10,
       maxFdsPerConnection: 8,
       warmUp: 0,
+      wireWarmUp: 10,
     },
     trace: { maxPackets: 1000000 },
   };

@@ -43,6 +43,7 @@ export function baseConfig(over: Partial<Config> = {}): Config {
       maxConnectionsPerPid: 16,
       maxFdsPerConnection: 32,
       warmUp: 0,
+      wireWarmUp: 0,
     },
     trace: { maxPackets: 1000 },
     ...over,

@@ -2,14 +2,16 @@
  * The daemon's warm-up (config verbs.warm-up, dataplane/warm-up.ts): `rdma-graph start` sends
  * traffic of its own through its verbs socket before it announces the API, on loopback QPs only
  * (no frame through the interface's driver), leaves no QP behind, no warning in `show errors`,
- * and clears the runtime counters after it; `warm-up: 0` starts without it. Skips (fails under
+ * and clears the runtime counters after it; `warm-up: 0` starts without it. The wire warm-up
+ * (verbs.wire-warm-up, dataplane/wire-warm-up.ts) compiles what only a link runs, in two data
+ * planes of its own; `wire-warm-up: 0` starts without it. Skips (fails under
  * CI=true) without the verbs library or the warm-up program (libibverbs-dev).
  */
 import { skip, test } from './harness.ts';
 import { watchDaemon, type RunningDaemon } from './helpers.ts';
 import * as assert from 'uvu/assert';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -30,6 +32,7 @@ function start(
   address = ', address: 10.10.0.1/24',
   nodeFlags: string[] = [],
   more: string[] = [],
+  env: NodeJS.ProcessEnv = process.env,
 ): RunningDaemon {
   const cfg = join(dir, `${name}.yaml`);
   writeFileSync(
@@ -46,6 +49,7 @@ function start(
   return watchDaemon(
     spawn(process.execPath, [...nodeFlags, '--import', 'tsx', join(ROOT, 'bin/main.ts'), 'start', '--config', cfg], {
       cwd: ROOT,
+      env,
       stdio: ['ignore', 'pipe', 'pipe'],
     }),
   );
@@ -167,6 +171,44 @@ test('the warm-up leaves the data path compiled, and a new program does not thro
   }
 });
 
+test('start runs the wire warm-up before it announces the API: code only a link runs is compiled; its socket directory is gone; wire-warm-up: 0 runs none', async () => {
+  if (!existsSync(VERBS_LIBRARY) || !existsSync(WARM_UP_PROGRAM))
+    skip('the verbs library or verbs-warm-up was not built (install libibverbs-dev, npm run build)');
+  // memif's transmit burst runs only for frames on a link: the loopback warm-up never calls it.
+  const wireOnly = ['txBurst'];
+  const runs: Record<string, string[]> = {};
+  for (const wire of [true, false]) {
+    const tmp = mkdtempSync(join(dir, `tmp-${wire}-`));
+    const d = start(`wire-${wire}`, wire ? '' : ', wire-warm-up: 0', undefined, ['--trace-opt', '--trace-deopt'], [], {
+      ...process.env,
+      TMPDIR: tmp,
+    });
+    await d.url;
+    try {
+      const api = d.lines.findIndex((l) => l.includes('API on'));
+      const before = d.lines.slice(0, api);
+      const w = before.filter((l) => l.startsWith('rdma-graph: wire warm-up'));
+      runs[`${wire}`] = wireOnly.map((f) => events(before, f).at(-1) ?? 'never compiled');
+      if (!wire) {
+        assert.equal(w, [], 'wire-warm-up: 0: none');
+        continue;
+      }
+      assert.is(w.length, 1, d.lines.join('\n'));
+      const m =
+        /^rdma-graph: wire warm-up: (\d+) RC rounds \((\d+) operations\), (\d+) UD round trips in \d+ ms \(\d+ ms in all\)$/.exec(
+          w[0],
+        );
+      assert.ok(m !== null && Number(m[1]) > 0 && Number(m[3]) > 0, w[0]);
+      const left = readdirSync(tmp).filter((f) => f.startsWith('rdma-graph-wire-warm-up-'));
+      assert.equal(left, [], 'its socket directory is removed');
+    } finally {
+      await stop(d);
+    }
+  }
+  assert.equal(runs.true, ['optimized'], `with it, ${wireOnly.join(', ')}`);
+  assert.equal(runs.false, ['never compiled'], `without it, ${wireOnly.join(', ')}`);
+});
+
 test('with cpu.workers, each worker that receives an interface with an address is warmed up, on a device of its own', async () => {
   if (!existsSync(VERBS_LIBRARY) || !existsSync(WARM_UP_PROGRAM))
     skip('the verbs library or verbs-warm-up was not built (install libibverbs-dev, npm run build)');
@@ -184,6 +226,10 @@ test('with cpu.workers, each worker that receives an interface with an address i
   try {
     const lines = d.lines.filter((l) => l.startsWith('rdma-graph: warm-up'));
     assert.is(lines.length, 2, lines.join('\n'));
+    assert.ok(
+      d.lines.includes('rdma-graph: wire warm-up skipped: cpu.workers (each worker is an isolate of its own)'),
+      d.lines.join('\n'),
+    );
     for (const [i, device] of ['rg_memif0', 'rg_memif1'].entries())
       assert.match(
         lines[i],
@@ -206,7 +252,7 @@ test('an interface without an address: the warm-up is skipped, saying why, and i
   const d = start('noaddr', '', '');
   await d.url;
   try {
-    const w = d.lines.filter((l) => /warm-up/.test(l) && l.startsWith('rdma-graph: '));
+    const w = d.lines.filter((l) => /warm-up/.test(l) && l.startsWith('rdma-graph: ') && !/wire warm-up/.test(l));
     assert.equal(w, ['rdma-graph: warm-up skipped: no interface has an IPv4 address (its QPs need one)']);
   } finally {
     await stop(d);

@@ -17,8 +17,19 @@
  *
  * Usage: verbs-warm-up ROUNDS BUDGET_MS [DEVICE] (DEVICE: its hca_id, e.g. rg_memif1; default: the
  * first; the line then ends "on DEVICE")
+ *
+ * verbs-warm-up pair a|b ROUNDS BUDGET_MS: one side of the wire warm-up (dataplane/wire-warm-up.ts
+ * runs both, each against a data plane of its own, the two joined by a link): an RC and a UD QP on
+ * the first device; it prints "peer RC_QPN UD_QPN RKEY ADDR GID" and reads the other side's such
+ * line on stdin; then B posts its receives and says "ready", which A waits for. A drives the rounds above across the
+ * link (SENDs it waits for the answer to, and every 8th round the WRITEs, READs, WRITE with immediate, fetch-and-add
+ * and 4 KiB SEND; every 4th a UD datagram); B answers each SEND with a SEND and each datagram through an address handle
+ * made from its completion, until A's last SEND (with immediate PAIR_DONE) or the budget. A prints "wire warm-up: ..."
+ * and B "wire warm-up answered: ..."; each exits 0, or 1 after saying why.
  */
+#include <arpa/inet.h>
 #include <infiniband/verbs.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +45,8 @@
 #define GRH 40
 #define WINDOW 12
 #define WRAP_PSN 0xffffff80u
+#define PAIR_DONE 0x0d0e0d0eu /* A's last SEND's immediate: B stops */
+#define PAIR_RECVS 8          /* receives B keeps posted on its RC QP */
 
 static struct ibv_cq* cq;
 static struct timespec t0;
@@ -250,38 +263,233 @@ static int session(struct session* w, long rounds, double budget) {
   return 0;
 }
 
+/* The other side's numbers (say_peer's line on stdin); 0 or -1. */
+struct peer {
+  uint32_t rc, ud, rkey;
+  uint64_t addr;
+  union ibv_gid gid;
+};
+
+static void say_peer(const struct peer* p) {
+  printf("peer %" PRIu32 " %" PRIu32 " %" PRIu32 " %" PRIu64 " ", p->rc, p->ud, p->rkey, p->addr);
+  for (int k = 0; k < 16; k++) printf("%02x", p->gid.raw[k]);
+  printf("\n");
+  fflush(stdout);
+}
+
+static int read_peer(struct peer* p) {
+  char line[256], hex[33];
+  if (fgets(line, sizeof line, stdin) == NULL) return -1;
+  if (sscanf(line, "peer %" SCNu32 " %" SCNu32 " %" SCNu32 " %" SCNu64 " %32s", &p->rc, &p->ud, &p->rkey, &p->addr,
+             hex) != 5 ||
+      strlen(hex) != 32)
+    return -1;
+  for (int k = 0; k < 16; k++) {
+    unsigned v;
+    if (sscanf(hex + 2 * k, "%2x", &v) != 1) return -1;
+    p->gid.raw[k] = (uint8_t)v;
+  }
+  return 0;
+}
+
+/* B: answers until A's PAIR_DONE or the budget; 0, or 1 after saying why. */
+static int pair_b(struct ibv_pd* pd, struct ibv_qp* rc, struct ibv_qp* ud, struct ibv_mr* mr, char* mem,
+                  double budget) {
+  char *in = mem, *out = mem + BIG, *grh = mem + BIG + MID;
+  long sends = 0, datagrams = 0;
+  if (post_recv(ud, mr, grh, GRH + SMALL)) return fail("UD receive");
+  for (;;) {
+    struct ibv_wc wc[8];
+    int got = ibv_poll_cq(cq, 8, wc);
+    if (got < 0) return fail("ibv_poll_cq");
+    if (got == 0 && elapsed_ms() > budget) return fail("A's last SEND did not come within the budget");
+    for (int i = 0; i < got; i++) {
+      if (wc[i].status != IBV_WC_SUCCESS) return fail(ibv_wc_status_str(wc[i].status));
+      if (wc[i].opcode == IBV_WC_RECV && wc[i].qp_num == ud->qp_num) {
+        struct ibv_ah* back = ibv_create_ah_from_wc(pd, &wc[i], (struct ibv_grh*)grh, 1);
+        if (back == NULL) return fail("ibv_create_ah_from_wc");
+        int bad = ud_send(ud, back, wc[i].src_qp, mr, out) || post_recv(ud, mr, grh, GRH + SMALL);
+        ibv_destroy_ah(back);
+        if (bad) return fail("UD answer");
+        datagrams++;
+      } else if (wc[i].opcode == IBV_WC_RECV || wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+        if (wc[i].opcode == IBV_WC_RECV && (wc[i].wc_flags & IBV_WC_WITH_IMM) && wc[i].imm_data == htonl(PAIR_DONE)) {
+          printf("wire warm-up answered: %ld SENDs, %ld datagrams\n", sends, datagrams);
+          return 0;
+        }
+        if (post_recv(rc, mr, in, MID)) return fail("RC receive");
+        if (wc[i].wc_flags & IBV_WC_WITH_IMM) continue; /* a WRITE with immediate: nothing to answer */
+        if (post(rc, mr, IBV_WR_SEND, out, SMALL, (sends & 1) ? IBV_SEND_INLINE : 0, 0, 0)) return fail("SEND answer");
+        sends++;
+      }
+    }
+  }
+}
+
+/* A: the rounds across the link, then PAIR_DONE; 0, or 1 after saying why. */
+static int pair_a(struct ibv_pd* pd, struct ibv_qp* rc, struct ibv_qp* ud, struct ibv_mr* mr, char* mem,
+                  const struct peer* b, long rounds, double budget) {
+  char *a = mem, *grh = mem + 2 * BIG;
+  struct ibv_ah_attr aa = {.is_global = 1, .port_num = 1, .grh = {.dgid = b->gid, .hop_limit = 64}};
+  struct ibv_ah* ah = ibv_create_ah(pd, &aa);
+  if (ah == NULL) return fail("ibv_create_ah");
+  long r = 0, ops = 0, dg = 0;
+  for (; r < rounds && elapsed_ms() < budget; r++) {
+    if (r % 4 == 3) {
+      struct ibv_wc wc;
+      if (post_recv(ud, mr, grh, GRH + SMALL) || ud_send(ud, ah, b->ud, mr, a) || ud_one(&wc)) return 1;
+      dg++;
+    }
+    unsigned inl = (r & 1) ? IBV_SEND_INLINE : 0;
+    if (post_recv(rc, mr, a + BIG, MID) || post(rc, mr, IBV_WR_SEND, a, SMALL, inl, 0, 0) || reap(2))
+      return fail("SEND round trip");
+    ops += 2;
+    if (r % 8 != 7) continue;
+    for (int k = 0; k < WINDOW; k++)
+      if (post(rc, mr, IBV_WR_RDMA_WRITE, a, BIG, 0, b->addr, b->rkey)) return fail("WRITE");
+    if (reap(WINDOW)) return fail("WRITE");
+    for (int k = 0; k < 4; k++)
+      if (post(rc, mr, IBV_WR_RDMA_READ, a + BIG, BIG, 0, b->addr, b->rkey)) return fail("READ");
+    if (reap(4)) return fail("READ");
+    if (post(rc, mr, IBV_WR_RDMA_WRITE_WITH_IMM, a, SMALL, 0, b->addr + BIG, b->rkey) || reap(1))
+      return fail("WRITE with immediate");
+    if (post(rc, mr, IBV_WR_ATOMIC_FETCH_AND_ADD, a + 2 * BIG - 8, 8, 0, b->addr + 2 * BIG - 8, b->rkey) || reap(1))
+      return fail("fetch-and-add");
+    if (post_recv(rc, mr, a + BIG, MID) || post(rc, mr, IBV_WR_SEND, a, MID, 0, 0, 0) || reap(2))
+      return fail("SEND 4 KiB");
+    ops += WINDOW + 7;
+  }
+  struct ibv_sge sge = {.addr = (uintptr_t)a, .length = SMALL, .lkey = mr->lkey};
+  struct ibv_send_wr done = {.wr_id = 4,
+                             .sg_list = &sge,
+                             .num_sge = 1,
+                             .opcode = IBV_WR_SEND_WITH_IMM,
+                             .send_flags = IBV_SEND_SIGNALED,
+                             .imm_data = htonl(PAIR_DONE)},
+                     *bad;
+  if (ibv_post_send(rc, &done, &bad) || reap(1)) return fail("the last SEND");
+  ibv_destroy_ah(ah);
+  printf("wire warm-up: %ld RC rounds (%ld operations), %ld UD round trips in %.0f ms\n", r, ops, dg, elapsed_ms());
+  return 0;
+}
+
+/* `n` flushed receive completions of QP `qpn` (others skipped: sends still to reap), within 2 s. */
+static int reap_flushed(uint32_t qpn, int n) {
+  double until = elapsed_ms() + 2000;
+  while (n > 0) {
+    struct ibv_wc wc;
+    int got = ibv_poll_cq(cq, 1, &wc);
+    if (got < 0) return -1;
+    if (got == 1 && wc.qp_num == qpn && wc.status == IBV_WC_WR_FLUSH_ERR) n--;
+    if (got == 0 && elapsed_ms() > until) return -1;
+  }
+  return 0;
+}
+
+/* What both modes open: the device (`device`, or the first), its port 1 and GID 0, a PD, the CQ
+   and an MR of 4 x BIG bytes. */
+struct base {
+  struct ibv_context* ctx;
+  struct ibv_port_attr port;
+  union ibv_gid gid;
+  struct ibv_pd* pd;
+  struct ibv_mr* mr;
+  char* mem;
+};
+
+/* 0, or 1 after saying why. */
+static int open_base(const char* device, struct base* b) {
+  const char* why = NULL;
+  b->ctx = device != NULL ? open_device_named(device, &why) : open_first_device(&why);
+  if (b->ctx == NULL) return fail(why);
+  if (ibv_query_port(b->ctx, 1, &b->port) || ibv_query_gid(b->ctx, 1, 0, &b->gid)) return fail("port 1");
+  b->pd = ibv_alloc_pd(b->ctx);
+  cq = b->pd ? ibv_create_cq(b->ctx, 64, NULL, NULL, 0) : NULL;
+  b->mem = calloc(1, 4 * BIG);
+  int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  b->mr = cq && b->mem ? ibv_reg_mr(b->pd, b->mem, 4 * BIG, access) : NULL;
+  return b->mr == NULL ? fail("PD, CQ or MR") : 0;
+}
+
+static void close_base(struct base* b) {
+  ibv_dereg_mr(b->mr);
+  ibv_destroy_cq(cq);
+  ibv_dealloc_pd(b->pd);
+  ibv_close_device(b->ctx);
+  free(b->mem);
+}
+
+/* verbs-warm-up pair a|b ROUNDS BUDGET_MS (the comment at the top). */
+static int pair(char side, long rounds, double budget) {
+  struct base base;
+  if (open_base(NULL, &base)) return 1;
+  struct ibv_pd* pd = base.pd;
+  struct ibv_mr* mr = base.mr;
+  char* mem = base.mem;
+  struct peer me = {.gid = base.gid}, other;
+  struct ibv_qp *rc = make_qp(pd, IBV_QPT_RC), *ud = make_qp(pd, IBV_QPT_UD);
+  if (rc == NULL || ud == NULL || ud_ready(ud)) return fail("the QPs");
+  me.rc = rc->qp_num;
+  me.ud = ud->qp_num;
+  me.rkey = mr->rkey;
+  me.addr = (uintptr_t)mem;
+  say_peer(&me);
+  if (read_peer(&other)) return fail("no peer line on stdin");
+  if (connect_rc_mtu(rc, other.rc, &other.gid, WRAP_PSN, base.port.active_mtu)) return fail("connecting the RC QP");
+  /* B's receives are posted before A sends (a SEND with none is a Terminate, as in iWARP): B
+     says "ready" when they are, and A waits for that line. */
+  char line[64];
+  if (side == 'b') {
+    for (int k = 0; k < PAIR_RECVS; k++)
+      if (post_recv(rc, mr, mem, MID)) return fail("RC receive");
+    printf("ready\n");
+    fflush(stdout);
+  } else if (fgets(line, sizeof line, stdin) == NULL || strcmp(line, "ready\n") != 0)
+    return fail("B did not say it was ready");
+  int r =
+      side == 'a' ? pair_a(pd, rc, ud, mr, mem, &other, rounds, budget) : pair_b(pd, rc, ud, mr, mem, budget + 2000);
+  /* As the loopback sessions end, and a program's QPs do: one more receive, the QP to ERROR (its
+     receives come back flushed: B's PAIR_RECVS, A's one), then RESET. The data plane's code for
+     a receive posted to a QP in ERROR is then compiled from the first warm-up on. */
+  struct ibv_qp_attr error = {.qp_state = IBV_QPS_ERR}, reset = {.qp_state = IBV_QPS_RESET};
+  if (r == 0 && (post_recv(rc, mr, mem, MID) || ibv_modify_qp(rc, &error, IBV_QP_STATE) ||
+                 reap_flushed(rc->qp_num, side == 'b' ? PAIR_RECVS : 1)))
+    r = fail("flushing the receives");
+  ibv_modify_qp(rc, &reset, IBV_QP_STATE);
+  ibv_destroy_qp(rc);
+  ibv_destroy_qp(ud);
+  close_base(&base);
+  return r;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "pair") == 0) {
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (argc != 5 || (argv[2][0] != 'a' && argv[2][0] != 'b'))
+      return fail("usage: verbs-warm-up pair a|b ROUNDS BUDGET_MS");
+    return pair(argv[2][0], strtol(argv[3], NULL, 10), strtod(argv[4], NULL));
+  }
   long rounds = argc > 1 ? strtol(argv[1], NULL, 10) : 2000;
   double budget = argc > 2 ? strtod(argv[2], NULL) : 3000;
   (void)failures; /* verbs-tool.h's CHECK counter: not used here */
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  const char* why = NULL;
   const char* device = argc > 3 ? argv[3] : NULL;
-  struct ibv_context* ctx = device != NULL ? open_device_named(device, &why) : open_first_device(&why);
-  if (ctx == NULL) return fail(why);
-  struct ibv_port_attr port;
-  union ibv_gid gid;
-  if (ibv_query_port(ctx, 1, &port) || ibv_query_gid(ctx, 1, 0, &gid)) return fail("port 1");
-  struct ibv_pd* pd = ibv_alloc_pd(ctx);
-  cq = pd ? ibv_create_cq(ctx, 64, NULL, NULL, 0) : NULL;
-  size_t len = 4 * BIG;
-  char* mem = calloc(1, len);
-  int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-  struct ibv_mr* mr = cq && mem ? ibv_reg_mr(pd, mem, len, access) : NULL;
-  if (mr == NULL) return fail("PD, CQ or MR");
+  struct base base;
+  if (open_base(device, &base)) return 1;
   /* A's buffers in the first half, B's in the second. */
-  struct session w = {.pd = pd, .mr = mr, .gid = gid, .mtu = port.active_mtu, .a = mem, .b = mem + 2 * BIG};
+  struct session w = {.pd = base.pd,
+                      .mr = base.mr,
+                      .gid = base.gid,
+                      .mtu = base.port.active_mtu,
+                      .a = base.mem,
+                      .b = base.mem + 2 * BIG};
   /* A short session first, its QPs made, used and destroyed: the first teardown changes what the
    * data plane's QP objects hold (states, emptied queues) and the code compiled before it would
    * be thrown away (measured: serve, postSend, pollQp, trpInput, onAck and completeSq, at the end
    * of a single session), to be compiled again in the first user's job. */
   long first = rounds < 64 ? rounds : 64 + rounds / 16;
   if (session(&w, first, budget) || session(&w, rounds - w.rounds, budget)) return 1;
-  ibv_dereg_mr(mr);
-  ibv_destroy_cq(cq);
-  ibv_dealloc_pd(pd);
-  ibv_close_device(ctx);
-  free(mem);
+  close_base(&base);
   printf("warm-up: %ld RC rounds (%ld operations), %ld UD round trips in %.0f ms%s%s\n", w.rounds, w.ops, w.ud,
          elapsed_ms(), device != NULL ? " on " : "", device != NULL ? device : "");
   return 0;
