@@ -21,9 +21,8 @@ import { fileURLToPath } from 'node:url';
 import { STARTUP_CONFIG, loadConfig, ConfigError, verbsSocketPath } from '../config/load.ts';
 import type { Config } from '../config/types.ts';
 import { driverUnavailable, VERBS_LIBRARY, warmUp } from '../dataplane/dataplane.ts';
-import { wireWarmUp } from '../dataplane/wire-warm-up.ts';
 import type { DataplaneApi, VerbsSocket } from '../dataplane/api.ts';
-import { apiListenError, createDataplane, preflight } from '../dataplane/create.ts';
+import { apiListenError, createDataplane, preflight, wireWarmUp } from '../dataplane/create.ts';
 import { DataplaneError, type Logger, VERSION } from '../dataplane/views.ts';
 import { startApi } from '../api/server.ts';
 

@@ -14,6 +14,8 @@ import { startWorkers } from './workers/facade.ts';
 
 /** What `rdma-graph check` runs before start would (preflight.ts): part of the contract. */
 export { apiListenError, preflight } from './preflight.ts';
+/** The start-up warm-up over a link between two throwaway data planes (config verbs.wire-warm-up). */
+export { wireWarmUp } from './wire-warm-up.ts';
 
 export async function createDataplane(config: Config, opts: { log?: Logger } = {}): Promise<DataplaneApi> {
   if (config.cpu.workers > 0) return startWorkers(config, opts.log ?? (() => {}));
