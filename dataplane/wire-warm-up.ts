@@ -47,10 +47,13 @@ export interface WireWarmUpResult {
 
 /** The driving side stops after this long, done or not. */
 const BUDGET_MS = 1500;
-/** Both programs killed if they have not exited by then. */
-const KILL_MS = 10_000;
+/**
+ * Both programs killed if they have not exited by then (B waits 8 s past A's budget for A's last
+ * SEND; a completion may take 5 s: a loaded machine's start).
+ */
+const KILL_MS = 20_000;
 /** Waiting for the link to come up, at most. */
-const LINK_MS = 3000;
+const LINK_MS = 5000;
 const MACS = ['02:fe:77:00:00:01', '02:fe:77:00:00:02'];
 const IPS = ['192.0.2.1', '192.0.2.2']; // TEST-NET-1: routed nowhere
 
