@@ -338,6 +338,27 @@ for (const c of cases) {
   });
 }
 
+test("a QP moved to ERROR, then RESET, as soon as its last receive completes still acknowledges it: the peer's SEND completes", async () => {
+  // A lone SEND's ACK is held for a reply to carry (rdma.trp.ack-delay-us, 100 us by default); a
+  // program that leaves the connection at once (ibv_modify_qp ERR, then RESET, as at a teardown)
+  // must not take that ACK with it, or the peer's SEND ends in its retry limit.
+  const { p, A, B } = rig();
+  const mrA = mem(p.a, A.pd, 64),
+    mrB = mem(p.b, B.pd, 64);
+  p.b.rdma.postRecv(B.qp, { wrId: 1, sg: [{ mr: mrB, offset: 0, length: 64 }] });
+  let left = false;
+  B.rcq.onCompletion = (cq) => {
+    if (cq.poll(1).length === 0 || left) return;
+    left = true;
+    p.b.rdma.modifyQp(B.qp, { state: 'error' });
+    p.b.rdma.modifyQp(B.qp, { state: 'reset' });
+  };
+  p.a.rdma.postSend(A.qp, { wrId: 7, opcode: 'send', sg: [{ mr: mrA, offset: 0, length: 64 }] });
+  const [c] = await waitCompletions(A.scq, 1, 10_000);
+  assert.ok(left, 'B received the SEND and left the connection');
+  assert.is(c.status, 'success', `A's SEND: ${c.status}`);
+});
+
 test('re-registration: the old STag fails after the new registration in the same slot works', async () => {
   // One MR slot: the re-registration must reuse it, with a new key.
   const r = rig({ rdma: { maxMrs: 1 } });

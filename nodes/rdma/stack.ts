@@ -814,11 +814,13 @@ export class Rdma {
     }
     if (to === QpState.ERROR) {
       this.cm.cancel(qp, `qp ${qp.qpn} moved to ERROR`);
+      this.lastAck(qp);
       toError(this.core, qp, null); // the user's own doing: no qp-error (as a destroy)
       return;
     }
     if (to === QpState.RESET) {
       this.cm.cancel(qp, `qp ${qp.qpn} reset`);
+      this.lastAck(qp);
       if (qp.state !== QpState.ERROR && qp.state !== QpState.RESET) toError(this.core, qp, null);
       this.resetQp(qp);
       return;
@@ -945,6 +947,18 @@ export class Rdma {
     this.sendFin(qp);
     this.cm.cancel(qp, `qp ${qp.qpn} disconnected`);
     if (qp.state !== QpState.ERROR) toError(this.core, qp, 'disconnected');
+  }
+
+  /**
+   * An ACK for everything the QP took, as the program moves it out of a live connection (to
+   * ERROR or RESET; a quiet destroy sends one too): an ACK held for a reply to carry
+   * (rdma.trp.ack-delay-us) would otherwise never go, and the peer's last SEND, delivered here,
+   * would end in its retry limit once this QP stops answering its retransmissions. Once only: a
+   * QP already in ERROR sent it then (a second, after RESET, would reach a peer already reset).
+   */
+  private lastAck(qp: Qp): void {
+    const s = qp.state;
+    if (qp.remotePort !== 0 && s !== QpState.RESET && s !== QpState.INIT && s !== QpState.ERROR) this.core.sendAck(qp);
   }
 
   private sendFin(qp: Qp): void {
